@@ -1,0 +1,14 @@
+// The subcommand table: one line per command.
+#include "cli/commands.h"
+
+#include <vector>
+
+namespace ls::cli {
+
+std::span<const Command> commands() {
+  static const std::vector<Command> table = {
+  };
+  return table;
+}
+
+}  // namespace ls::cli

@@ -1,0 +1,54 @@
+// The drafter seen from the lanes: absorb the target's tapped rows, then propose blocks of tokens with chances.
+//
+// Glossary. The anchor is a stream's pending token: produced by the target, not yet run through it, at position
+// p. The drafter's context is the taps of positions 0 .. p-1, fed through absorb(). A draft of depth k proposes
+// the tokens at positions p+1 .. p+k, each with a chance (estimated probability that it and all before it are
+// accepted).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "compute/sampling.h"
+#include "model/target.h"
+
+namespace ls {
+
+struct DraftFacts {
+  int max_depth = 0;                 // most drafts per stream per pass (DSpark: block_size)
+  std::vector<int> tap_layers;       // target layers whose outputs absorb() expects, in order
+  int64_t stream_bytes_per_position = 0;  // drafter memory per context position
+  bool has_confidence = false;       // chances come from a confidence head (else they are NaN)
+};
+
+struct DraftRequest {
+  StreamId stream = 0;
+  int32_t anchor_token = 0;
+  int64_t anchor_position = 0;  // p; the context must hold exactly positions 0 .. p-1
+  int depth = 0;                // 1 .. max_depth
+  Sampling sampling;            // sampled requests get keyed picks
+};
+
+// Per request: `depth` tokens and chances, or an error (DraftNonfinite: the stream decodes plainly this round).
+struct Draft {
+  Status status;
+  std::vector<int32_t> tokens;  // [depth]
+  std::vector<float> chances;   // [depth] cumulative acceptance estimates, non-increasing
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+
+  virtual const DraftFacts& facts() const = 0;
+  // Takes the taps of positions start .. start + rows - 1 (`taps` [rows, tap_layers, hidden] fp32).
+  // Rows at or past `start` replace what the stream held there, so a rollback reaches the drafter.
+  virtual Status absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) = 0;
+  // One pass for every request; result i answers request i.
+  virtual std::vector<Draft> draft(std::span<const DraftRequest> requests) = 0;
+  virtual void release(StreamId stream) = 0;
+};
+
+}  // namespace ls
