@@ -3,10 +3,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/bf16.h"
@@ -67,5 +69,37 @@ struct TensorToWrite {
 
 // Writes one .safetensors file (tensors in the given order, 8-byte aligned header, optional __metadata__).
 Status write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors);
+
+// The header entry of a tensor that a SafetensorsWriter will stream.
+struct TensorHeader {
+  std::string name;
+  DType dtype = DType::BF16;
+  std::vector<int64_t> shape;
+
+  size_t bytes() const;  // prod(shape) * dtype_bytes
+};
+
+// Streams one .safetensors file: the header is written at open, then each tensor's bytes in header order, in as
+// many append() calls as the caller likes (so a multi-GiB shard never sits in memory). finish() checks that every
+// declared byte arrived and closes the file.
+class SafetensorsWriter {
+ public:
+  static Result<std::unique_ptr<SafetensorsWriter>> open(const std::string& path, std::span<const TensorHeader> tensors);
+  ~SafetensorsWriter();
+
+  Status append(std::span<const std::byte> bytes);
+  Status finish();
+
+ private:
+  SafetensorsWriter() = default;
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  size_t data_bytes_expected_ = 0;
+  size_t data_bytes_written_ = 0;
+};
+
+// Writes `model.safetensors.index.json` into `directory`: {"metadata": {"total_size": N}, "weight_map": name -> file}.
+Status write_safetensors_index(const std::string& directory, std::span<const std::pair<std::string, std::string>> weight_map,
+                               size_t total_size);
 
 }  // namespace ls::io
