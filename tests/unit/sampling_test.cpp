@@ -1,0 +1,199 @@
+// Tests for the keyed sampler: greedy ties, keyed Gumbel draws matching softmax, top-k / top-p / min-p exclusions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "base/hash.h"
+#include "compute/sampling.h"
+
+namespace ls {
+namespace {
+
+Sampling sampled(float temperature, uint64_t seed) {
+  Sampling sampling;
+  sampling.temperature = temperature;
+  sampling.seed = seed;
+  return sampling;
+}
+
+// Pearson chi-square of observed counts against expected probabilities.
+double chi_square(const std::vector<int>& counts, const std::vector<double>& probabilities, int draws) {
+  double statistic = 0;
+  for (size_t id = 0; id < counts.size(); ++id) {
+    const double expected = probabilities[id] * draws;
+    if (expected == 0) {
+      EXPECT_EQ(counts[id], 0) << "token " << id << " has probability 0";
+      continue;
+    }
+    statistic += (counts[id] - expected) * (counts[id] - expected) / expected;
+  }
+  return statistic;
+}
+
+std::vector<double> softmax(const std::vector<float>& logits, double temperature) {
+  double max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> probabilities(logits.size());
+  double total = 0;
+  for (size_t id = 0; id < logits.size(); ++id) {
+    probabilities[id] = std::exp((logits[id] - max_logit) / temperature);
+    total += probabilities[id];
+  }
+  for (double& probability : probabilities) probability /= total;
+  return probabilities;
+}
+
+TEST(KeyedSampler, GreedyPicksTheLargestLogitWithTiesToTheLowerId) {
+  std::vector<float> logits = {1.0f, 3.0f, 3.0f, 2.0f};
+  EXPECT_EQ(draw_token(logits, Sampling{}, 0), 1);
+  logits = {std::numeric_limits<float>::quiet_NaN(), -1.0f, 5.0f, 5.0f};
+  EXPECT_EQ(draw_token(logits, Sampling{}, 9), 2);
+  logits = {-std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  EXPECT_EQ(draw_token(logits, Sampling{}, 0), 0);
+}
+
+TEST(KeyedSampler, TheKeyIsTheDocumentedSplitmixChain) {
+  // Value computed independently in Python: sm(sm(sm(42) ^ 7) ^ 5).
+  EXPECT_EQ(sampling_key(42, 7, 5), 9697030405692106891ull);
+  EXPECT_EQ(sampling_gumbel(42, 7, 5), -std::log(-std::log(uniform_open01(9697030405692106891ull))));
+}
+
+TEST(KeyedSampler, SeedFromPromptIsSha256OfTheCommaJoinedIds) {
+  // Values computed independently in Python (hashlib).
+  std::vector<int32_t> prompt = {1, 2, 3};
+  EXPECT_EQ(seed_from_prompt(prompt), 2959428052538452618ull);
+  EXPECT_EQ(seed_from_prompt({}), 1449310910991872227ull);
+}
+
+TEST(KeyedSampler, SameInputsGiveTheSameDraw) {
+  std::vector<float> logits(100);
+  for (size_t id = 0; id < logits.size(); ++id) logits[id] = std::sin(static_cast<float>(id)) * 3.0f;
+  for (int64_t position = 0; position < 200; ++position) {
+    Sampling sampling = sampled(0.9f, 1234);
+    EXPECT_EQ(draw_token(logits, sampling, position), draw_token(logits, sampling, position));
+  }
+}
+
+TEST(KeyedSampler, ChangingThePositionOrTheSeedChangesTheDraws) {
+  std::vector<float> logits(16, 0.0f);  // uniform: the draw is decided by the key alone
+  std::set<int32_t> across_positions;
+  int differ_by_seed = 0;
+  for (int64_t position = 0; position < 64; ++position) {
+    across_positions.insert(draw_token(logits, sampled(1.0f, 7), position));
+    if (draw_token(logits, sampled(1.0f, 7), position) != draw_token(logits, sampled(1.0f, 8), position)) {
+      ++differ_by_seed;
+    }
+  }
+  EXPECT_GE(across_positions.size(), 8u);
+  EXPECT_GE(differ_by_seed, 40);  // 15/16 of pairs differ in expectation
+}
+
+TEST(KeyedSampler, DrawsOverManySeedsFollowSoftmaxAtTheTemperature) {
+  const std::vector<float> logits = {0.5f, 1.5f, -0.3f, 2.0f, 1.0f, 0.0f};
+  for (float temperature : {0.7f, 1.0f, 1.6f}) {
+    const int draws = 20000;
+    std::vector<int> counts(logits.size(), 0);
+    for (int seed = 0; seed < draws; ++seed) ++counts[draw_token(logits, sampled(temperature, seed), 31)];
+    // 5 degrees of freedom: P(chi2 > 25) ~ 1.4e-4; the seeds are fixed, so the test is deterministic.
+    EXPECT_LT(chi_square(counts, softmax(logits, temperature), draws), 25.0) << "temperature " << temperature;
+  }
+}
+
+TEST(KeyedSampler, TopKDrawsFollowTheRenormalizedSoftmaxOfTheKLargest) {
+  const std::vector<float> logits = {0.5f, 1.5f, -0.3f, 2.0f, 1.0f, 1.5f};
+  Sampling sampling = sampled(1.0f, 0);
+  sampling.top_k = 3;  // ids 3, 1, 5 (1 and 5 tie at 1.5: both are inside the top 3)
+  const int draws = 20000;
+  std::vector<int> counts(logits.size(), 0);
+  for (int seed = 0; seed < draws; ++seed) {
+    sampling.seed = seed;
+    ++counts[draw_token(logits, sampling, 3)];
+  }
+  std::vector<float> kept = {-1e30f, 1.5f, -1e30f, 2.0f, -1e30f, 1.5f};
+  EXPECT_LT(chi_square(counts, softmax(kept, 1.0), draws), 25.0);
+}
+
+TEST(KeyedSampler, TopKBreaksLogitTiesTowardTheLowerId) {
+  const std::vector<float> logits = {1.0f, 2.0f, 2.0f, 2.0f, 0.0f};
+  Sampling sampling = sampled(1.0f, 0);
+  sampling.top_k = 2;  // of the three tied at 2.0, ids 1 and 2 survive
+  for (int seed = 0; seed < 2000; ++seed) {
+    sampling.seed = seed;
+    int32_t token = draw_token(logits, sampling, 0);
+    EXPECT_TRUE(token == 1 || token == 2) << "seed " << seed << " drew " << token;
+  }
+}
+
+TEST(KeyedSampler, TopKNeverPicksATokenOutsideTheKLargest) {
+  std::vector<float> logits(50);
+  for (size_t id = 0; id < logits.size(); ++id) logits[id] = static_cast<float>((id * 37) % 11);  // many ties
+  Sampling sampling = sampled(2.0f, 0);
+  sampling.top_k = 7;
+  std::vector<int32_t> order(logits.size());
+  for (size_t id = 0; id < order.size(); ++id) order[id] = static_cast<int32_t>(id);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::set<int32_t> allowed(order.begin(), order.begin() + 7);
+  std::set<int32_t> seen;
+  for (int seed = 0; seed < 3000; ++seed) {
+    sampling.seed = seed;
+    int32_t token = draw_token(logits, sampling, seed % 17);
+    EXPECT_TRUE(allowed.count(token)) << "token " << token;
+    seen.insert(token);
+  }
+  EXPECT_EQ(seen, allowed);
+}
+
+TEST(KeyedSampler, TopPKeepsTheSmallestPrefixReachingTheMass) {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  for (auto [top_p, expected] : std::vector<std::pair<float, std::set<int32_t>>>{
+           {0.45f, {0}}, {0.79f, {0, 1}}, {0.9f, {0, 1, 2}}, {0.99f, {0, 1, 2, 3}}}) {
+    Sampling sampling = sampled(1.0f, 0);
+    sampling.top_p = top_p;
+    std::set<int32_t> seen;
+    for (int seed = 0; seed < 4000; ++seed) {
+      sampling.seed = seed;
+      seen.insert(draw_token(logits, sampling, 5));
+    }
+    EXPECT_EQ(seen, expected) << "top_p " << top_p;
+  }
+}
+
+TEST(KeyedSampler, MinPDropsTokensBelowTheFractionOfTheMostLikely) {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  Sampling sampling = sampled(1.0f, 0);
+  sampling.min_p = 0.2f;  // 0.15 / 0.5 = 0.3 stays, 0.05 / 0.5 = 0.1 goes
+  std::set<int32_t> seen;
+  for (int seed = 0; seed < 4000; ++seed) {
+    sampling.seed = seed;
+    seen.insert(draw_token(logits, sampling, 2));
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{0, 1, 2}));
+}
+
+TEST(KeyedSampler, PrunedFullVocabularyDrawEqualsTheBruteForceGumbelArgmax) {
+  std::vector<float> logits(4096);
+  for (int trial = 0; trial < 40; ++trial) {
+    for (size_t id = 0; id < logits.size(); ++id) {
+      logits[id] = static_cast<float>(uniform_open01(splitmix64(trial * 100000 + id)) * 30.0 - 10.0);
+    }
+    for (float temperature : {0.3f, 1.0f, 3.0f}) {
+      Sampling sampling = sampled(temperature, trial);
+      int32_t expected = 0;
+      double best = -std::numeric_limits<double>::infinity();
+      for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
+        double score = static_cast<double>(logits[id]) / temperature + sampling_gumbel(trial, 77, id);
+        if (score > best) {
+          best = score;
+          expected = id;
+        }
+      }
+      EXPECT_EQ(draw_token(logits, sampling, 77), expected) << "trial " << trial << " T " << temperature;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ls
