@@ -1,0 +1,72 @@
+// NeoX (half-split) rotary embedding with transformers' exact inv_freq values and fp32 cos/sin of pos * inv_freq.
+#include <cmath>
+#include <vector>
+
+#include "base/check.h"
+#include "compute/ops.h"
+
+namespace ls::compute {
+namespace {
+
+// inv_freq for head_dim 64, theta 1e6 as torch computes it on the CPU (reference/lfm2.md §2.5): torch's pow differs
+// from a correctly rounded result in 11 of 32 entries, so the values are written out.
+constexpr float kInvFreq64Theta1e6[32] = {
+    0x1.000000p+0f,  0x1.4c7bc0p-1f,  0x1.afd136p-2f,  0x1.186a08p-2f,  0x1.6c310ep-3f,  0x1.d8ffacp-4f,
+    0x1.33281ap-4f,  0x1.8eec7ep-5f,  0x1.030dc6p-5f,  0x1.507316p-6f,  0x1.b4f7e4p-7f,  0x1.1bc25ap-7f,
+    0x1.708938p-8f,  0x1.dea41cp-9f,  0x1.36d21ap-9f,  0x1.93aeb8p-10f, 0x1.0624dep-10f, 0x1.547688p-11f,
+    0x1.ba2e4ap-12f, 0x1.1f24e4p-12f, 0x1.74eea6p-13f, 0x1.e459c4p-14f, 0x1.3a8748p-14f, 0x1.987f7cp-15f,
+    0x1.094564p-15f, 0x1.58863ap-16f, 0x1.bf749ep-17f, 0x1.2291c6p-17f, 0x1.796182p-18f, 0x1.ea20e0p-19f,
+    0x1.3e47c8p-19f, 0x1.9d5ef2p-20f,
+};
+
+}  // namespace
+
+RopeTable make_rope_table(int head_dim, double theta) {
+  LS_CHECK(head_dim > 0 && head_dim % 2 == 0, "RoPE needs an even head size");
+  RopeTable table;
+  table.head_dim = head_dim;
+  table.inv_freq.resize(head_dim / 2);
+  if (head_dim == 64 && theta == 1e6) {
+    table.inv_freq.assign(std::begin(kInvFreq64Theta1e6), std::end(kInvFreq64Theta1e6));
+    return table;
+  }
+  // torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in fp32.
+  const float base = static_cast<float>(theta);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    table.inv_freq[i] = 1.0f / std::pow(base, exponent);
+  }
+  return table;
+}
+
+void rope_neox(const OpContext& ctx, float* x, int64_t rows, int heads, const int64_t* positions,
+               const RopeTable& table) {
+  const int head_dim = table.head_dim, half = head_dim / 2;
+  std::vector<float> cos_half(half), sin_half(half), rotated(head_dim);
+  for (int64_t row = 0; row < rows; ++row) {
+    const float position = static_cast<float>(positions[row]);
+    for (int i = 0; i < half; ++i) {
+      const float angle = position * table.inv_freq[i];
+      cos_half[i] = ctx.store(std::cos(angle));
+      sin_half[i] = ctx.store(std::sin(angle));
+    }
+    for (int head = 0; head < heads; ++head) {
+      float* v = x + (row * heads + head) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        rotated[i] = -v[i + half];
+        rotated[i + half] = v[i];
+      }
+      for (int d = 0; d < head_dim; ++d) {
+        const float c = cos_half[d % half], s = sin_half[d % half];
+        if (ctx.rounds_to_bf16()) {
+          v[d] = round_to_bf16(round_to_bf16(v[d] * c) + round_to_bf16(rotated[d] * s));
+        } else {
+          const float a = v[d] * c, b = rotated[d] * s;
+          v[d] = a + b;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ls::compute
