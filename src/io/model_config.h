@@ -1,6 +1,7 @@
 // The target model's config.json (model_type lfm2 / lfm2_moe), read and checked before any weight is touched.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@ struct ModelConfig {
   bool tie_embeddings = true;
   int bos_token_id = 1;
   int eos_token_id = 7;
+  std::vector<int> eos_token_ids;  // every id config.json lists as eos (eos_token_id is the first)
   int pad_token_id = 0;
   std::vector<LayerKind> layer_kinds;  // one per layer
   std::optional<MoeConfig> moe;        // set for lfm2_moe
@@ -50,5 +52,26 @@ struct ModelConfig {
 Result<ModelConfig> parse_model_config(const std::string& json_text);
 // Reads `<directory>/config.json`.
 Result<ModelConfig> read_model_config(const std::string& directory);
+
+// HF Lfm2MLP's width rule: ff = int(2*ff/3); with a multiplier: ff = int(m*ff), rounded up to multiple_of.
+int effective_ffn_size(int raw_ffn_size, bool auto_adjust, int multiple_of, std::optional<double> multiplier);
+
+// What a tensor is for, so writers of synthetic weights can pick a sensible distribution.
+enum class TensorRole { Embedding, Matrix, Norm, ConvKernel, Bias, Router, ExpertBias };
+
+// One tensor a target checkpoint must hold (HF names, lfm2.md section 3).
+struct ExpectedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorRole role = TensorRole::Matrix;
+};
+
+// Every tensor the config implies, in HF order (embedding, then layer by layer, then the final norm, lm_head if untied).
+std::vector<ExpectedTensor> expected_target_tensors(const ModelConfig& config);
+
+class Checkpoint;
+// Checks, before any weight is read, that every expected tensor is present with the expected shape; refuses with
+// BadSafetensors (missing / wrong shape) or BadModelConfig (FFN width in w1 differs from the config's rule).
+Status check_target_tensors(const Checkpoint& checkpoint, const ModelConfig& config);
 
 }  // namespace ls::io
