@@ -1,25 +1,37 @@
-"""CPU tests of the PyTorch DSpark reference (tools/reference/): shapes, block convention, scan, config, checkpoint.
-They need torch and transformers; where the interpreter lacks them (the default .venv) they are skipped."""
+"""CPU tests of the PyTorch DSpark reference (tools/reference/) and of its goldens (tests/golden/dspark/).
+The reference tests need torch and transformers and are skipped where the interpreter lacks them (the default
+.venv has neither); the golden tests recompute the goldens with an independent numpy forward and always run."""
 import json
 import math
+import struct
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "dspark"
+try:
+    import torch
+    import transformers  # noqa: F401
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch/transformers not installed in this interpreter")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.reference.blocks import multi_block_hidden, target_embedding, target_taps  # noqa: E402
-from tools.reference.dspark import DSparkDrafter, manifest  # noqa: E402
-from tools.reference.dspark_config import DSparkConfig, evenly_spaced_taps  # noqa: E402
-from tools.reference.scan import base_logits, draft_block, keyed_gumbel, markov_scan, splitmix64  # noqa: E402
-from tools.reference.tiny import random_drafter, tiny_drafter_config, tiny_target  # noqa: E402
+if torch is not None:
+    sys.path.insert(0, str(ROOT))
+    from tools.reference.blocks import multi_block_hidden, target_embedding, target_taps
+    from tools.reference.dspark import DSparkDrafter, manifest
+    from tools.reference.dspark_config import DSparkConfig, evenly_spaced_taps
+    from tools.reference.scan import base_logits, draft_block, keyed_gumbel, markov_scan, splitmix64
+    from tools.reference.tiny import random_drafter, tiny_drafter_config, tiny_target
 
 
 @pytest.fixture(scope="module")
 def pair():
+    if torch is None:
+        pytest.skip("torch/transformers not installed in this interpreter")
     target = tiny_target(seed=1)
     drafter = random_drafter(tiny_drafter_config(), seed=2)
     torch.manual_seed(3)
@@ -143,6 +155,7 @@ def test_confidence_temperatures_divide_the_logit_per_position(pair):
     assert torch.allclose(b.confidences, expected) and not torch.allclose(a.confidences, b.confidences)
 
 
+@needs_torch
 def test_keyed_noise_is_splitmix64_and_changes_with_seed_and_position():
     # splitmix64(0) from the reference implementation (Vigna): 0xe220a8397b1dcdaf.
     assert int(splitmix64(torch.tensor(0))) & ((1 << 64) - 1) == 0xE220A8397B1DCDAF
@@ -169,6 +182,7 @@ def test_keyed_sampled_picks_follow_the_corrected_distribution(pair):
         assert abs(counts[t] / draws - probs[t]) < 4 * math.sqrt(probs[t] * (1 - probs[t]) / draws) + 1e-3
 
 
+@needs_torch
 def test_config_round_trips_in_liquidai_layout(tmp_path):
     config = tiny_drafter_config(confidence_temperatures=[1.0, 1.1, 1.2, 1.3, 1.4])
     config.save(tmp_path)
@@ -180,6 +194,7 @@ def test_config_round_trips_in_liquidai_layout(tmp_path):
     assert DSparkConfig.load(tmp_path) == config
 
 
+@needs_torch
 def test_config_refuses_taps_outside_the_target_and_bad_fields():
     with pytest.raises(ValueError, match="tap layer 3"):
         tiny_drafter_config(target_layer_ids=[0, 3]).validate()
@@ -205,3 +220,103 @@ def test_checkpoint_holds_exactly_the_manifest_in_bf16_and_loads_strictly(tmp_pa
     loaded = DSparkDrafter.load(tmp_path)
     for name, value in drafter.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value.to(torch.bfloat16).float()), name
+
+
+# ---- An independent numpy forward (fp32) that recomputes the goldens from the checkpoints alone. ----
+
+def read_safetensors(path: Path) -> dict:
+    """F32 and BF16 tensors as float32 numpy arrays, parsed by hand (numpy has no bf16)."""
+    raw = path.read_bytes()
+    size = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + size])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        data = raw[8 + size + begin:8 + size + end]
+        if info["dtype"] == "F32":
+            array = np.frombuffer(data, dtype="<f4")
+        elif info["dtype"] == "BF16":
+            array = (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(info["dtype"])
+        out[name] = array.reshape(info["shape"]).astype(np.float32)
+    return out
+
+
+def rms(x, w, eps):
+    return w * (x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps)).astype(np.float32)
+
+
+def rope_interleaved(x, positions, theta):
+    """x [T, heads, hd]: pair (2i, 2i+1) turns by position * theta^(-2i/hd)."""
+    hd = x.shape[-1]
+    angle = positions[:, None].astype(np.float64) * theta ** (-np.arange(0, hd, 2) / hd)
+    cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
+    return out
+
+
+def numpy_block(w, cfg, taps, anchor, embedding):
+    """Returns base logits U [gamma, V], greedy picks and raw confidence logits of one block."""
+    d, gamma, eps = cfg["hidden_size"], cfg["block_size"], cfg["rms_norm_eps"]
+    hq, hkv, hd, theta = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["rope_theta"]
+    p = taps.shape[0]
+    context = rms(taps @ w["fc.weight"].T, w["hidden_norm.weight"], eps)
+    x = embedding[[anchor] + [cfg["dflash_config"]["mask_token_id"]] * (gamma - 1)]
+    block_positions, context_positions = np.arange(p, p + gamma), np.arange(p)
+    for i in range(cfg["num_hidden_layers"]):
+        L = lambda name: w[f"layers.{i}.{name}"]  # noqa: E731
+        def kv(rows, positions):
+            k = rms((rows @ L("self_attn.k_proj.weight").T).reshape(len(rows), hkv, hd), L("self_attn.k_norm.weight"), eps)
+            return rope_interleaved(k, positions, theta), (rows @ L("self_attn.v_proj.weight").T).reshape(len(rows), hkv, hd)
+        u = rms(x, L("input_layernorm.weight"), eps)
+        q = rms((u @ L("self_attn.q_proj.weight").T).reshape(gamma, hq, hd), L("self_attn.q_norm.weight"), eps)
+        q = rope_interleaved(q, block_positions, theta)
+        kc, vc = kv(context, context_positions)
+        kb, vb = kv(u, block_positions)
+        k, v = np.concatenate([kc, kb]), np.concatenate([vc, vb])
+        heads = []
+        for h in range(hq):
+            scores = q[:, h] @ k[:, h // (hq // hkv)].T / math.sqrt(hd)
+            probs = np.exp(scores - scores.max(-1, keepdims=True))
+            heads.append((probs / probs.sum(-1, keepdims=True)) @ v[:, h // (hq // hkv)])
+        x = x + np.concatenate(heads, -1) @ L("self_attn.o_proj.weight").T
+        v2 = rms(x, L("post_attention_layernorm.weight"), eps)
+        gate = v2 @ L("mlp.gate_proj.weight").T
+        x = x + ((gate / (1 + np.exp(-gate))) * (v2 @ L("mlp.up_proj.weight").T)) @ L("mlp.down_proj.weight").T
+    final = rms(x, w["norm.weight"], eps)
+    logits = final @ embedding.T
+    prev, picks, z = anchor, [], []
+    for s in range(gamma):
+        e = w["markov_head.markov_w1.weight"][prev]
+        picks.append(int(np.argmax(logits[s] + w["markov_head.markov_w2.weight"] @ e)))
+        z.append(float(np.concatenate([final[s], e]) @ w["confidence_head.proj.weight"][0] + w["confidence_head.proj.bias"][0]))
+        prev = picks[-1]
+    return logits, picks, np.array(z, dtype=np.float32)
+
+
+def test_tiny_goldens_match_an_independent_numpy_forward_in_fp32():
+    meta = json.loads((GOLDEN / "golden.json").read_text())
+    cfg = json.loads((GOLDEN / meta["drafter"] / "config.json").read_text())
+    weights = read_safetensors(GOLDEN / meta["drafter"] / "model.safetensors")
+    embedding = read_safetensors(GOLDEN / meta["target"] / "model.safetensors")["model.embed_tokens.weight"]
+    golden = read_safetensors(GOLDEN / "golden.safetensors")
+    assert len(meta["cases"]) >= 3
+    for case in meta["cases"]:
+        name = case["name"]
+        taps = golden[f"{name}.taps"]
+        assert taps.shape[0] == case["anchor_position"]
+        logits, picks, z = numpy_block(weights, cfg, taps, case["anchor_token"], embedding)
+        np.testing.assert_allclose(golden[f"{name}.fp32.base_logits"], logits, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(golden[f"{name}.fp32.confidence_logits"], z, rtol=1e-4, atol=1e-4)
+        assert case["fp32"]["greedy_picks"] == picks
+        temps = np.array(cfg["confidence_temperatures"], dtype=np.float32)
+        np.testing.assert_allclose(golden[f"{name}.fp32.confidences"], 1 / (1 + np.exp(-z / temps)), rtol=1e-4)
+        # bf16 differs from fp32 by rounding only: close, not equal.
+        bf16 = golden[f"{name}.bf16.base_logits"]
+        assert not np.array_equal(bf16, golden[f"{name}.fp32.base_logits"])
+        assert np.abs(bf16 - logits).max() < 0.1 * np.abs(logits).max()

@@ -29,17 +29,15 @@ def splitmix64(x: torch.Tensor) -> torch.Tensor:
 
 
 def keyed_gumbel(seed: int, positions: torch.Tensor, vocab: int) -> torch.Tensor:
-    """-log(-log u(seed, position, i)) fp32 [..., vocab] for positions [...].
-
-    u = uniform_open01(splitmix64(splitmix64(splitmix64(seed) ^ position) ^ i)). This combination is the reference's;
-    what it shows (a kept draft iff it equals the target's draw under the same key) holds for any keyed uniform.
-    """
+    """-log(-log u(seed, position, i)) fp64 [..., vocab] for positions [...], as src/compute/sampling.cpp:
+    u = uniform_open01(splitmix64(splitmix64(splitmix64(seed) ^ position) ^ i)). The position is the absolute
+    position of the token being drawn (slot s of a block at p draws the token at p+s+1)."""
     device = positions.device
     key = splitmix64(torch.tensor(_signed(seed & _MASK64), dtype=torch.int64, device=device))
     per_position = splitmix64(key ^ positions.to(torch.int64))[..., None]
     bits = splitmix64(per_position ^ torch.arange(vocab, dtype=torch.int64, device=device))
     u = (_shift_right(bits, 11).to(torch.float64) + 0.5) * (1.0 / 9007199254740992.0)
-    return (-torch.log(-torch.log(u))).to(torch.float32)
+    return -torch.log(-torch.log(u))
 
 
 @dataclasses.dataclass
@@ -59,9 +57,10 @@ def base_logits(final_hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Te
 def markov_scan(drafter: DSparkDrafter, final_hidden, logits, anchors, temperature: float = 0.0, noise=None,
                 temperatures=None) -> BlockDraft:
     """Serial scan: prev = anchor; for each slot, l = U_s + W2 W1[prev]; pick = argmax(l) (ties to the lower id) or,
-    when temperature > 0, argmax(l / T + noise_s); confidence from [Hf_s ; W1[prev]].
+    when temperature > 0, argmax(double(l) / T + noise_s) in fp64 as the keyed sampler does; confidence from
+    [Hf_s ; W1[prev]].
 
-    final_hidden [B, gamma, d]; logits U [B, gamma, V] fp32; anchors [B]; noise [B, gamma, V] keyed Gumbel;
+    final_hidden [B, gamma, d]; logits U [B, gamma, V] fp32; anchors [B]; noise [B, gamma, V] fp64 keyed Gumbel;
     temperatures: per-position STS temperatures (defaults to the config's, None = 1).
     """
     gamma = logits.shape[1]
@@ -73,7 +72,7 @@ def markov_scan(drafter: DSparkDrafter, final_hidden, logits, anchors, temperatu
         e = drafter.markov_head.embed(prev)                          # [B, r] fp32
         corrected = logits[:, s] + drafter.markov_head.bias(e)       # [B, V] fp32
         if temperature > 0:
-            corrected = corrected / temperature + noise[:, s]
+            corrected = corrected.double() / temperature + noise[:, s]
         # torch.argmax returns the first maximal index, i.e. ties go to the lower id.
         pick = torch.argmax(corrected, dim=-1)
         z.append(drafter.confidence_head.logit(final_hidden[:, s], e))

@@ -38,7 +38,8 @@ def tiny_drafter_config(vocab: int = 320, hidden: int = 64, target_layers: int =
 
 
 def random_drafter(config: DSparkConfig, seed: int = 0) -> DSparkDrafter:
-    """fp32 drafter with every weight random (norm gains in [0.5, 1.5), Markov rows ~ N(0, 0.5^2))."""
+    """fp32 drafter with every weight random (norm gains in [0.5, 1.5), Markov rows ~ N(0, 0.5^2), output
+    projections scaled up)."""
     torch.manual_seed(seed)
     drafter = DSparkDrafter(config).eval()
     with torch.no_grad():
@@ -49,4 +50,6 @@ def random_drafter(config: DSparkConfig, seed: int = 0) -> DSparkDrafter:
                 p.copy_(torch.randn_like(p) * 0.5)
             elif name == "confidence_head.proj.bias":
                 p.copy_(torch.randn_like(p))
+            elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.mul_(4.0)  # let the layers outweigh the block's own token embeddings, so picks vary by slot
     return drafter
