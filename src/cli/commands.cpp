@@ -7,6 +7,8 @@ namespace ls::cli {
 
 std::span<const Command> commands() {
   static const std::vector<Command> table = {
+      {"synth", run_synth},
+      {"inspect", run_inspect},
   };
   return table;
 }

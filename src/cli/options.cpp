@@ -83,7 +83,7 @@ std::string Options::require_string(std::string_view name, std::string_view help
 
 int64_t Options::get_int(std::string_view name, int64_t fallback, std::string_view help) {
   if (!has(name)) {
-    add_help(name, "N", std::string(help) + " (default " + std::to_string(fallback) + ")");
+    add_help(name, "N", help);
     return fallback;
   }
   const std::string text = get_string(name, "", "");
@@ -101,7 +101,7 @@ int64_t Options::get_int(std::string_view name, int64_t fallback, std::string_vi
 
 double Options::get_double(std::string_view name, double fallback, std::string_view help) {
   if (!has(name)) {
-    add_help(name, "X", std::string(help) + " (default " + std::to_string(fallback) + ")");
+    add_help(name, "X", help);
     return fallback;
   }
   const std::string text = get_string(name, "", "");
