@@ -1,0 +1,180 @@
+// The DSpark drafter: absorb taps into per-stream context caches, draft blocks for all requests in one pass.
+#include "draft/dspark/dspark_drafter.h"
+
+#include <limits>
+#include <utility>
+
+#include "base/log.h"
+#include "draft/dspark/markov_scan.h"
+
+namespace ls::dspark {
+namespace {
+
+// The stream id the warm-up pass uses and releases (lanes never hand out this id).
+constexpr StreamId kWarmUpStream = std::numeric_limits<StreamId>::max();
+
+}  // namespace
+
+DsparkDrafter::DsparkDrafter(DsparkConfig config, DsparkWeights weights, const Target& target,
+                             const DrafterOptions& options)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      target_(target),
+      options_(options),
+      pool_(options.threads > 1 ? std::make_unique<ThreadPool>(options.threads) : nullptr),
+      ops_{pool_.get(), options.mode},
+      rope_(compute::make_rope_table(config_.head_dim, config_.rope_theta)),
+      cache_(config_.num_layers, config_.kv_size()) {
+  facts_.max_depth = config_.block_size;
+  facts_.tap_layers = config_.target_layer_ids;
+  facts_.stream_bytes_per_position = cache_.bytes_per_position();
+  facts_.has_confidence = config_.has_confidence;
+}
+
+Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config, DsparkWeights weights,
+                                                             const Target& target, const DrafterOptions& options,
+                                                             InitSteps& steps) {
+  LS_RETURN_IF_ERROR(check_draft_bits(options.bits));
+  LS_RETURN_IF_ERROR(check_draft_fits_target(config, target.facts()));
+  LS_RETURN_IF_ERROR(steps.step("drafter state"));
+  std::unique_ptr<DsparkDrafter> drafter(new DsparkDrafter(std::move(config), std::move(weights), target, options));
+  const int64_t rows = static_cast<int64_t>(std::max(options.max_streams, 1)) * drafter->config_.block_size;
+  LS_RETURN_IF_ERROR(reserve_block_scratch(drafter->scratch_, drafter->config_, rows, &steps));
+  LS_RETURN_IF_ERROR(steps.step("warm-up"));
+  LS_RETURN_IF_ERROR(drafter->warm_up());
+  return drafter;
+}
+
+Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::load(const std::string& directory, const Target& target,
+                                                           const DrafterOptions& options) {
+  // Refusals first: bits, then the config against the target, then the manifest; no weight is read before.
+  LS_RETURN_IF_ERROR(check_draft_bits(options.bits));
+  LS_ASSIGN_OR_RETURN(DsparkConfig config, read_dspark_config(directory));
+  LS_RETURN_IF_ERROR(check_draft_fits_target(config, target.facts()));
+  InitSteps steps(options.fail_init_step);
+  Result<DsparkWeights> weights = [&]() -> Result<DsparkWeights> {
+    LS_ASSIGN_OR_RETURN(std::unique_ptr<io::Checkpoint> checkpoint, io::Checkpoint::open(directory));
+    return load_draft_weights(*checkpoint, config, options.bits, steps);
+  }();
+  if (!weights.ok()) return weights.status();
+  const int64_t weight_bytes = weights->bytes();
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> drafter,
+                      create(config, std::move(weights).value(), target, options, steps));
+  log_info("drafter: DSpark %d layers, block %d, markov rank %d, %s weights (%.1f MiB), loader peak %.1f MiB",
+           config.num_layers, config.block_size, config.markov_rank,
+           options.bits == 8 ? "int8 per-row (--drafter-bits 8)" : "bf16 as stored (--drafter-bits 0)",
+           weight_bytes / 1048576.0, steps.peak_bytes() / 1048576.0);
+  return drafter;
+}
+
+Status DsparkDrafter::warm_up() {
+  const std::vector<float> taps(static_cast<size_t>(config_.tap_count()) * config_.hidden_size, 0.0f);
+  Status status = absorb(kWarmUpStream, 0, 1, taps);
+  if (status.ok()) {
+    DraftRequest request;
+    request.stream = kWarmUpStream;
+    request.anchor_token = config_.mask_token_id;
+    request.anchor_position = 1;
+    request.depth = config_.block_size;
+    std::vector<Draft> drafts = draft(std::span<const DraftRequest>(&request, 1));
+    status = drafts[0].status;
+  }
+  release(kWarmUpStream);
+  if (!status.ok()) return Status(status.code(), "drafter warm-up failed: " + status.message());
+  return ok_status();
+}
+
+Status DsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
+  const int64_t width = static_cast<int64_t>(config_.tap_count()) * config_.hidden_size;
+  if (rows < 0 || start < 0 || static_cast<int64_t>(taps.size()) != rows * width) {
+    return Status(ErrorCode::InvalidArgument, "absorb of stream " + std::to_string(stream) + ": " +
+                                                  std::to_string(rows) + " rows at " + std::to_string(start) +
+                                                  " need " + std::to_string(rows * width) + " tap values, got " +
+                                                  std::to_string(taps.size()));
+  }
+  StreamContext& context = cache_.open(stream);
+  if (start > context.length) {
+    return Status(ErrorCode::InvalidArgument, "absorb of stream " + std::to_string(stream) + " at position " +
+                                                  std::to_string(start) + " would leave a gap: the drafter holds " +
+                                                  std::to_string(context.length) + " positions");
+  }
+  // Room for the rows plus one block of scratch K/V after them.
+  LS_RETURN_IF_ERROR(cache_.reserve(context, start + rows + config_.block_size));
+  const ForwardContext forward{config_, weights_, ops_, rope_};
+  project_context(forward, taps.data(), rows, start, context);
+  context.length = start + rows;
+  return ok_status();
+}
+
+std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) {
+  std::vector<Draft> results(requests.size());
+  std::vector<size_t> chosen;  // indices of the requests that pass validation
+  std::vector<StreamContext*> contexts;
+  std::vector<int32_t> anchors;
+  for (size_t index = 0; index < requests.size(); ++index) {
+    const DraftRequest& request = requests[index];
+    StreamContext* context = cache_.find(request.stream);
+    const int64_t held = context ? context->length : 0;
+    Status& status = results[index].status;
+    if (request.depth < 1 || request.depth > config_.block_size) {
+      status = Status(ErrorCode::InvalidArgument, "draft depth " + std::to_string(request.depth) + " outside [1, " +
+                                                      std::to_string(config_.block_size) + "]");
+    } else if (request.anchor_token < 0 || request.anchor_token >= config_.vocab_size) {
+      status = Status(ErrorCode::InvalidArgument, "anchor token " + std::to_string(request.anchor_token) +
+                                                      " outside vocabulary " + std::to_string(config_.vocab_size));
+    } else if (context == nullptr || held != request.anchor_position) {
+      status = Status(ErrorCode::InvalidArgument, "the drafter holds " + std::to_string(held) + " positions of stream " +
+                                                      std::to_string(request.stream) + ", the anchor is at " +
+                                                      std::to_string(request.anchor_position));
+    } else {
+      status = cache_.reserve(*context, held + config_.block_size);
+    }
+    if (!status.ok()) continue;
+    chosen.push_back(index);
+    contexts.push_back(context);
+    anchors.push_back(request.anchor_token);
+  }
+  last_rows_ = 0;
+  if (chosen.empty()) return results;
+
+  const int64_t rows = static_cast<int64_t>(chosen.size()) * config_.block_size;
+  Status status = reserve_block_scratch(scratch_, config_, rows, nullptr);
+  const ForwardContext forward{config_, weights_, ops_, rope_};
+  if (status.ok()) status = block_pass(forward, target_, contexts, anchors, scratch_);
+  if (!status.ok()) {
+    for (size_t index : chosen) results[index].status = status;
+    return results;
+  }
+  last_rows_ = rows;
+
+  std::vector<ScanRequest> scans(chosen.size());
+  std::vector<Draft> scanned(chosen.size());
+  const int64_t d = config_.hidden_size, V = config_.vocab_size, gamma = config_.block_size;
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    const DraftRequest& request = requests[chosen[k]];
+    scans[k] = ScanRequest{request.stream, request.anchor_token, request.anchor_position, request.depth,
+                           request.sampling, scratch_.final_hidden.data() + k * gamma * d,
+                           scratch_.logits.data() + k * gamma * V};
+  }
+  markov_scan(config_, weights_, ops_, scans, options_.faults, scanned);
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    if (scanned[k].status.code() == ErrorCode::DraftNonfinite) ++nonfinite_drafts_;
+    results[chosen[k]] = std::move(scanned[k]);
+  }
+  return results;
+}
+
+int64_t DsparkDrafter::context_length(StreamId stream) {
+  StreamContext* context = cache_.find(stream);
+  return context ? context->length : 0;
+}
+
+std::span<const float> DsparkDrafter::last_final_hidden() const {
+  return std::span<const float>(scratch_.final_hidden.data(), static_cast<size_t>(last_rows_ * config_.hidden_size));
+}
+
+std::span<const float> DsparkDrafter::last_base_logits() const {
+  return std::span<const float>(scratch_.logits.data(), static_cast<size_t>(last_rows_) * config_.vocab_size);
+}
+
+}  // namespace ls::dspark

@@ -1,0 +1,143 @@
+// The DSpark forward: context rows into the cache, and the bidirectional block pass through the draft layers.
+#include "draft/dspark/forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "compute/cpu/draft_ops.h"
+
+namespace ls::dspark {
+namespace {
+
+constexpr int64_t kContextChunkRows = 64;  // taps projected per chunk, bounding absorb's temporaries
+
+bool neox(const DsparkConfig& config) { return config.rope_style == RopeStyle::NeoX; }
+
+// K = RoPE(k_norm(k_proj u)) and V = v_proj u for `rows` rows of u [rows, d] at `positions`.
+void project_keys_values(const ForwardContext& f, const DraftLayerWeights& layer, const float* u, int64_t rows,
+                         const int64_t* positions, float* keys, float* values) {
+  const DsparkConfig& c = f.config;
+  apply_matrix(f.ops, u, rows, layer.k_proj, keys);
+  compute::rms_norm(f.ops, keys, rows * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.norm_eps, keys);
+  compute::rope_rotate(f.ops, keys, rows, c.num_kv_heads, positions, f.rope, neox(c));
+  apply_matrix(f.ops, u, rows, layer.v_proj, values);
+}
+
+}  // namespace
+
+Status reserve_block_scratch(BlockScratch& s, const DsparkConfig& c, int64_t rows, InitSteps* steps) {
+  if (rows <= s.rows) return ok_status();
+  const size_t n = static_cast<size_t>(rows);
+  const struct {
+    std::vector<float>* buffer;
+    int64_t width;
+    const char* name;
+  } buffers[] = {{&s.hidden, c.hidden_size, "block hidden"},     {&s.normed, c.hidden_size, "block normed"},
+                 {&s.queries, c.q_size(), "block queries"},     {&s.keys, c.kv_size(), "block keys"},
+                 {&s.values, c.kv_size(), "block values"},      {&s.attended, c.q_size(), "block attention"},
+                 {&s.projected, c.hidden_size, "block projection"}, {&s.gate, c.ffn_size, "block gate"},
+                 {&s.up, c.ffn_size, "block up"},               {&s.final_hidden, c.hidden_size, "block final hidden"},
+                 {&s.logits, c.vocab_size, "block logits"}};
+  for (const auto& entry : buffers) {
+    const size_t count = n * static_cast<size_t>(entry.width);
+    if (steps != nullptr) {
+      LS_RETURN_IF_ERROR(steps->allocate(*entry.buffer, count, entry.name));
+      continue;
+    }
+    try {
+      entry.buffer->resize(count);
+    } catch (const std::bad_alloc&) {
+      return Status(ErrorCode::OutOfMemory, std::string("cannot grow drafter scratch ") + entry.name + " to " +
+                                                std::to_string(rows) + " rows");
+    }
+  }
+  s.rows = rows;
+  return ok_status();
+}
+
+void project_context(const ForwardContext& f, const float* taps, int64_t rows, int64_t start, StreamContext& context) {
+  const DsparkConfig& c = f.config;
+  const int64_t d = c.hidden_size, in = c.tap_count() * d, kv = c.kv_size();
+  const int64_t chunk = std::min(rows, kContextChunkRows);
+  std::vector<float> features(static_cast<size_t>(chunk * in)), fused(static_cast<size_t>(chunk * d));
+  std::vector<float> normed(static_cast<size_t>(chunk * d));
+  std::vector<int64_t> positions(static_cast<size_t>(chunk));
+  for (int64_t first = 0; first < rows; first += chunk) {
+    const int64_t count = std::min(chunk, rows - first);
+    // F is taken in the model dtype, as the reference's taps.to(dtype).
+    std::copy(taps + first * in, taps + (first + count) * in, features.begin());
+    compute::store_activations(f.ops, std::span<float>(features.data(), static_cast<size_t>(count * in)));
+    apply_matrix(f.ops, features.data(), count, f.weights.fc, fused.data());
+    compute::rms_norm(f.ops, fused.data(), count, d, f.weights.hidden_norm.data(), c.norm_eps, normed.data());
+    for (int64_t row = 0; row < count; ++row) positions[row] = start + first + row;
+    for (int index = 0; index < c.num_layers; ++index) {
+      float* keys = context.keys[index].data() + (start + first) * kv;
+      float* values = context.values[index].data() + (start + first) * kv;
+      project_keys_values(f, f.weights.layers[index], normed.data(), count, positions.data(), keys, values);
+    }
+  }
+}
+
+Status block_pass(const ForwardContext& f, const Target& target, std::span<StreamContext* const> contexts,
+                  std::span<const int32_t> anchors, BlockScratch& s) {
+  const DsparkConfig& c = f.config;
+  const int gamma = c.block_size;
+  const int64_t requests = static_cast<int64_t>(anchors.size());
+  const int64_t rows = requests * gamma;
+  const int64_t d = c.hidden_size, q = c.q_size(), kv = c.kv_size(), ff = c.ffn_size;
+  LS_CHECK(s.rows >= rows, "block scratch reserved for every row of the pass");
+  if (rows == 0) return ok_status();
+
+  // Block tokens [anchor, mask x (gamma-1)] per request and their absolute positions p_i + slot.
+  std::vector<int32_t> tokens(static_cast<size_t>(rows), c.mask_token_id);
+  std::vector<int64_t> positions(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < requests; ++i) {
+    tokens[i * gamma] = anchors[i];
+    for (int slot = 0; slot < gamma; ++slot) positions[i * gamma + slot] = contexts[i]->length + slot;
+  }
+  // X0 = E[tokens] in the model dtype (the target's shared embedding).
+  LS_RETURN_IF_ERROR(target.embed(tokens, std::span<float>(s.hidden.data(), static_cast<size_t>(rows * d))));
+  compute::store_activations(f.ops, std::span<float>(s.hidden.data(), static_cast<size_t>(rows * d)));
+
+  const compute::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
+                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  for (int index = 0; index < c.num_layers; ++index) {
+    const DraftLayerWeights& layer = f.weights.layers[index];
+    // Attention block: u = input_layernorm(X); Q = RoPE(q_norm(q_proj u)); K, V as the context's.
+    compute::rms_norm(f.ops, s.hidden.data(), rows, d, layer.input_norm.data(), c.norm_eps, s.normed.data());
+    apply_matrix(f.ops, s.normed.data(), rows, layer.q_proj, s.queries.data());
+    compute::rms_norm(f.ops, s.queries.data(), rows * c.num_heads, c.head_dim, layer.q_norm.data(), c.norm_eps,
+                      s.queries.data());
+    compute::rope_rotate(f.ops, s.queries.data(), rows, c.num_heads, positions.data(), f.rope, neox(c));
+    project_keys_values(f, layer, s.normed.data(), rows, positions.data(), s.keys.data(), s.values.data());
+    for (int64_t i = 0; i < requests; ++i) {
+      StreamContext& context = *contexts[i];
+      const int64_t p = context.length;
+      // The block's K/V go right after the context (scratch rows, never kept), so each query row attends over
+      // keys 0 .. p+gamma-1: all context before the anchor and the whole block, with no causal mask.
+      std::copy_n(s.keys.data() + i * gamma * kv, gamma * kv, context.keys[index].data() + p * kv);
+      std::copy_n(s.values.data() + i * gamma * kv, gamma * kv, context.values[index].data() + p * kv);
+      for (int slot = 0; slot < gamma; ++slot) {
+        const int64_t row = i * gamma + slot;
+        compute::attention(f.ops, s.queries.data() + row * q, 1, p + gamma - 1, context.keys[index].data(),
+                           context.values[index].data(), shape, s.attended.data() + row * q);
+      }
+    }
+    apply_matrix(f.ops, s.attended.data(), rows, layer.o_proj, s.projected.data());
+    compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), rows * d);
+    // FFN block: X += down(silu(gate v) * up v), v = post_attention_layernorm(X).
+    compute::rms_norm(f.ops, s.hidden.data(), rows, d, layer.post_norm.data(), c.norm_eps, s.normed.data());
+    apply_matrix(f.ops, s.normed.data(), rows, layer.gate_proj, s.gate.data());
+    apply_matrix(f.ops, s.normed.data(), rows, layer.up_proj, s.up.data());
+    compute::swiglu(f.ops, s.gate.data(), s.up.data(), rows * ff, s.gate.data());
+    apply_matrix(f.ops, s.gate.data(), rows, layer.down_proj, s.projected.data());
+    compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), rows * d);
+  }
+  // Hf = norm(X); U = Hf @ E^T through the target's tied head, fp32.
+  compute::rms_norm(f.ops, s.hidden.data(), rows, d, f.weights.final_norm.data(), c.norm_eps, s.final_hidden.data());
+  return target.head(std::span<const float>(s.final_hidden.data(), static_cast<size_t>(rows * d)),
+                     static_cast<int>(rows),
+                     std::span<float>(s.logits.data(), static_cast<size_t>(rows) * c.vocab_size));
+}
+
+}  // namespace ls::dspark

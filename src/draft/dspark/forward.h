@@ -1,0 +1,54 @@
+// The DSpark drafter's forward (reference/dspark.md §2.3-2.7): context projection into the cache, and the block pass.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "compute/ops.h"
+#include "draft/dspark/config.h"
+#include "draft/dspark/context_cache.h"
+#include "draft/dspark/weights.h"
+#include "model/target.h"
+
+namespace ls::dspark {
+
+// What every forward step reads: config, weights, how ops run and round, the draft's fp32 RoPE table.
+struct ForwardContext {
+  const DsparkConfig& config;
+  const DsparkWeights& weights;
+  const compute::OpContext& ops;
+  const compute::RopeTable& rope;
+};
+
+// Activations of one block pass over `rows` = requests x block_size rows; sized once, reused every pass.
+struct BlockScratch {
+  int64_t rows = 0;                  // rows the buffers hold
+  std::vector<float> hidden;         // [rows, d] residual stream X
+  std::vector<float> normed;         // [rows, d]
+  std::vector<float> queries;        // [rows, heads * hd]
+  std::vector<float> keys;           // [rows, kv_heads * hd]
+  std::vector<float> values;         // [rows, kv_heads * hd]
+  std::vector<float> attended;       // [rows, heads * hd]
+  std::vector<float> projected;      // [rows, d]
+  std::vector<float> gate;           // [rows, ffn]
+  std::vector<float> up;             // [rows, ffn]
+  std::vector<float> final_hidden;   // [rows, d] Hf (post final norm)
+  std::vector<float> logits;         // [rows, V] fp32 base logits U
+};
+
+// Sizes every buffer for `rows` rows; OutOfMemory names the buffer. `steps` (may be null) counts each allocation.
+Status reserve_block_scratch(BlockScratch& scratch, const DsparkConfig& config, int64_t rows, InitSteps* steps);
+
+// Projects taps [rows, taps * d] of positions start .. start+rows-1 into every layer's K/V at those cache rows:
+// C = hidden_norm(fc(F)); K = RoPE(k_norm(k_proj C)), V = v_proj C. The cache must have capacity for them.
+void project_context(const ForwardContext& f, const float* taps, int64_t rows, int64_t start, StreamContext& context);
+
+// One block pass for `anchors.size()` requests at once. Request i's block [anchor, mask x (gamma-1)] sits at
+// positions p_i .. p_i+gamma-1 and attends to its context (exactly positions 0 .. p_i-1, contexts[i]->length == p_i,
+// capacity >= p_i + gamma) and its whole block. Writes Hf and U = head(Hf) into scratch rows [i*gamma, (i+1)*gamma).
+Status block_pass(const ForwardContext& f, const Target& target, std::span<StreamContext* const> contexts,
+                  std::span<const int32_t> anchors, BlockScratch& scratch);
+
+}  // namespace ls::dspark

@@ -1,0 +1,142 @@
+// The Markov scan: serial slots, batched over requests; confidence head in fp32; DraftNonfinite on any bad value.
+#include "draft/dspark/markov_scan.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace ls::dspark {
+namespace {
+
+Status nonfinite(const std::string& what, int slot, StreamId stream) {
+  return Status(ErrorCode::DraftNonfinite,
+                what + " at draft slot " + std::to_string(slot) + " of stream " + std::to_string(stream));
+}
+
+// W1[token] as fp32 [r].
+void markov_embedding(const compute::OwnedMatrix& w1, int32_t token, float* out) {
+  const int64_t r = w1.cols;
+  for (int64_t j = 0; j < r; ++j) {
+    out[j] = w1.b16.empty() ? w1.f32[token * r + j] : bf16_to_float(w1.b16[token * r + j]);
+  }
+}
+
+// Greedy pick over corrected logits: the first maximum (ties to the lower id); counts non-finite values.
+int32_t argmax_checked(std::span<const float> logits, bool& all_finite) {
+  int32_t best = 0;
+  float best_value = 0.0f;
+  bool found = false;
+  all_finite = true;
+  for (size_t id = 0; id < logits.size(); ++id) {
+    const float value = logits[id];
+    if (!std::isfinite(value)) {
+      all_finite = false;
+      continue;
+    }
+    if (!found || value > best_value) {
+      best = static_cast<int32_t>(id);
+      best_value = value;
+      found = true;
+    }
+  }
+  return best;
+}
+
+bool all_finite(std::span<const float> values) {
+  for (float value : values)
+    if (!std::isfinite(value)) return false;
+  return true;
+}
+
+}  // namespace
+
+void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const compute::OpContext& ops,
+                 std::span<const ScanRequest> requests, const PlantedFaults& faults, std::span<Draft> results) {
+  const int64_t count = static_cast<int64_t>(requests.size());
+  const int64_t V = config.vocab_size, r = config.markov_rank, d = config.hidden_size;
+  // The Markov product and the confidence head run in fp32 whatever the block's numeric mode.
+  const compute::OpContext fp32{ops.pool, compute::NumericMode::Fp32};
+  std::vector<int32_t> previous(static_cast<size_t>(count));
+  std::vector<float> embeddings(static_cast<size_t>(count * r));  // [count, r] e = W1[prev]
+  std::vector<float> corrected(static_cast<size_t>(count * V));   // [count, V] l = U_s + W2 e
+  std::vector<float> running(static_cast<size_t>(count), 1.0f);
+  std::vector<char> active(static_cast<size_t>(count));
+  int max_depth = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    previous[i] = requests[i].anchor;
+    active[i] = results[i].status.ok() && requests[i].depth > 0;
+    results[i].tokens.clear();
+    results[i].chances.clear();
+    if (active[i]) max_depth = std::max(max_depth, requests[i].depth);
+  }
+  for (int slot = 0; slot < max_depth; ++slot) {
+    for (int64_t i = 0; i < count; ++i) {
+      if (active[i] && slot >= requests[i].depth) active[i] = 0;
+      if (active[i]) {
+        markov_embedding(weights.markov_w1, previous[i], embeddings.data() + i * r);
+      } else {
+        std::fill_n(embeddings.data() + i * r, r, 0.0f);
+      }
+    }
+    apply_matrix(fp32, embeddings.data(), count, weights.markov_w2, corrected.data());
+    for (int64_t i = 0; i < count; ++i) {
+      if (!active[i]) continue;
+      const ScanRequest& request = requests[i];
+      const bool planted = faults.enabled && faults.stream == request.stream;
+      std::span<float> logits(corrected.data() + i * V, static_cast<size_t>(V));
+      const float* base = request.base_logits + slot * V;
+      for (int64_t id = 0; id < V; ++id) logits[id] += base[id];
+      if (planted && faults.nan_logit_slot == slot) logits[V / 2] = std::numeric_limits<float>::quiet_NaN();
+
+      bool finite = true;
+      int32_t pick = 0;
+      if (request.sampling.greedy()) {
+        pick = argmax_checked(logits, finite);
+      } else {
+        finite = all_finite(logits);
+        pick = draw_token(logits, request.sampling, request.anchor_position + slot + 1);
+      }
+      if (planted && faults.out_of_range_pick_slot == slot) pick = static_cast<int32_t>(V);
+
+      float chance = std::numeric_limits<float>::quiet_NaN();
+      bool confidence_finite = true;
+      if (config.has_confidence) {
+        // z = w . [Hf_s ; e] + b, accumulated in double, then c = sigmoid(z / T_s) in fp32.
+        const float* hidden = request.final_hidden + slot * d;
+        const float* e = embeddings.data() + i * r;
+        double z = weights.confidence_bias;
+        for (int64_t j = 0; j < d; ++j) z += static_cast<double>(weights.confidence_weight[j]) * hidden[j];
+        for (int64_t j = 0; j < r; ++j) z += static_cast<double>(weights.confidence_weight[d + j]) * e[j];
+        float logit = static_cast<float>(z);
+        if (!config.confidence_temperatures.empty()) logit /= config.confidence_temperatures[slot];
+        float confidence = 1.0f / (1.0f + std::exp(-logit));
+        if (planted && faults.inf_confidence_slot == slot) confidence = std::numeric_limits<float>::infinity();
+        confidence_finite = std::isfinite(confidence);
+        running[i] *= confidence;
+        chance = running[i];
+      }
+
+      // The failure flags: nothing non-finite or out of range leaves the drafter.
+      Status failure;
+      if (!finite) failure = nonfinite("non-finite draft logit", slot, request.stream);
+      else if (!confidence_finite) failure = nonfinite("non-finite draft confidence", slot, request.stream);
+      else if (pick < 0 || pick >= V) {
+        failure = Status(ErrorCode::DraftNonfinite, "draft pick " + std::to_string(pick) + " outside vocabulary " +
+                                                        std::to_string(V) + " at draft slot " + std::to_string(slot) +
+                                                        " of stream " + std::to_string(request.stream));
+      }
+      if (!failure.ok()) {
+        results[i].status = failure;
+        results[i].tokens.clear();
+        results[i].chances.clear();
+        active[i] = 0;
+        continue;
+      }
+      results[i].tokens.push_back(pick);
+      results[i].chances.push_back(chance);
+      previous[i] = pick;
+    }
+  }
+}
+
+}  // namespace ls::dspark

@@ -1,0 +1,76 @@
+// The DSpark drafter's weights: the manifest checked before reading, bf16 as stored (bits 0) or int8 rows (bits 8).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compute/cpu/draft_ops.h"
+#include "compute/ops.h"
+#include "draft/dspark/config.h"
+#include "draft/dspark/init_steps.h"
+#include "io/safetensors.h"
+
+namespace ls::dspark {
+
+// A dense matrix [rows, cols] (out x in): as stored (bf16; fp32 for F32/F16 checkpoints) or int8 per output row.
+struct DraftMatrix {
+  compute::OwnedMatrix dense;   // bits 0
+  std::vector<int8_t> codes;    // bits 8: [rows, cols]
+  std::vector<float> scales;    // bits 8: [rows]
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  bool quantized() const { return !codes.empty(); }
+  int64_t bytes() const;
+};
+
+// y [rows, w.rows] = x [rows, w.cols] @ W^T with whichever storage W has.
+void apply_matrix(const compute::OpContext& ctx, const float* x, int64_t rows, const DraftMatrix& w, float* y);
+
+struct DraftLayerWeights {
+  std::vector<float> input_norm;  // [d]
+  DraftMatrix q_proj;             // [heads * hd, d]
+  DraftMatrix k_proj;             // [kv_heads * hd, d]
+  DraftMatrix v_proj;             // [kv_heads * hd, d]
+  DraftMatrix o_proj;             // [d, heads * hd]
+  std::vector<float> q_norm;      // [hd]
+  std::vector<float> k_norm;      // [hd]
+  std::vector<float> post_norm;   // [d]
+  DraftMatrix gate_proj;          // [ffn, d]
+  DraftMatrix up_proj;            // [ffn, d]
+  DraftMatrix down_proj;          // [d, ffn]
+};
+
+struct DsparkWeights {
+  DraftMatrix fc;                         // [d, taps * d]
+  std::vector<float> hidden_norm;         // [d]
+  std::vector<DraftLayerWeights> layers;  // [num_layers]
+  std::vector<float> final_norm;          // [d]
+  compute::OwnedMatrix markov_w1;         // [V, r] a table gathered by the previous token; never quantized
+  DraftMatrix markov_w2;                  // [V, r]
+  std::vector<float> confidence_weight;   // [d + r] fp32, empty without a confidence head
+  float confidence_bias = 0.0f;
+
+  int64_t bytes() const;
+};
+
+// One expected tensor of the manifest (reference/dspark.md §3.2).
+struct ManifestEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<ManifestEntry> draft_manifest(const DsparkConfig& config);
+
+// Before any weight is read: every manifest tensor present with its shape (BadSafetensors naming tensor and
+// shapes), a reduced draft vocabulary (d2t / t2d) refused as UnsupportedDraftShape, nothing unexpected
+// (embed_tokens / lm_head copies of the target are allowed and skipped).
+Status check_draft_tensors(const io::Checkpoint& checkpoint, const DsparkConfig& config);
+
+// Reads the weights, one matrix at a time; bits 8 quantizes each dense matrix right after reading it, so the
+// loader's peak is the final size plus the largest matrix (`steps` records both). Every buffer is a counted step.
+Result<DsparkWeights> load_draft_weights(const io::Checkpoint& checkpoint, const DsparkConfig& config, int bits,
+                                         InitSteps& steps);
+
+}  // namespace ls::dspark
