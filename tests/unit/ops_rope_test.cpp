@@ -1,0 +1,74 @@
+// Tests for RoPE: transformers' inv_freq table, the NeoX rotation against a double reference, position-only results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops_test_util.h"
+
+namespace ls::compute {
+namespace {
+using namespace testing;
+
+TEST(OpsRope, Table64Theta1e6HoldsTorchCpuValuesWhichDifferFromCorrectRounding) {
+  const RopeTable table = make_rope_table(64, 1e6);
+  ASSERT_EQ(table.inv_freq.size(), 32u);
+  EXPECT_EQ(table.inv_freq[0], 1.0f);
+  EXPECT_EQ(table.inv_freq[1], 0x1.4c7bc0p-1f);
+  EXPECT_EQ(table.inv_freq[31], 0x1.9d5ef2p-20f);
+  int differing = 0;
+  for (int i = 0; i < 32; ++i) {
+    const float correctly_rounded = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / 64.0));
+    EXPECT_NEAR(table.inv_freq[i], correctly_rounded, 2e-7 * correctly_rounded);
+    differing += table.inv_freq[i] != correctly_rounded;
+  }
+  EXPECT_GT(differing, 0);  // the hard-coded values are not what a correctly rounded pow gives
+}
+
+TEST(OpsRope, OtherShapesUseInverseThetaPowers) {
+  const RopeTable table = make_rope_table(16, 10000.0);
+  ASSERT_EQ(table.inv_freq.size(), 8u);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(table.inv_freq[i], 1.0 / std::pow(10000.0, 2.0 * i / 16), 1e-6);
+}
+
+TEST(OpsRope, RotatesHalvesByPositionTimesFrequencyInBothModes) {
+  for (NumericMode mode : kModes) {
+    const int heads = 3, hd = 64, rows = 5;
+    const RopeTable table = make_rope_table(hd, 1e6);
+    const std::vector<float> input = stored(random_values(rows * heads * hd, 1), mode);
+    std::vector<float> x = input;
+    const int64_t positions[rows] = {0, 1, 7, 300, 4095};
+    rope_neox(OpContext{nullptr, mode}, x.data(), rows, heads, positions, table);
+    std::vector<double> expected(x.size());
+    for (int r = 0; r < rows; ++r)
+      for (int h = 0; h < heads; ++h)
+        for (int d = 0; d < hd; ++d) {
+          const float* v = input.data() + (r * heads + h) * hd;
+          const double angle = double(float(positions[r]) * table.inv_freq[d % 32]);
+          const double rotated = d < 32 ? -v[d + 32] : v[d - 32];
+          expected[(r * heads + h) * hd + d] = v[d] * std::cos(angle) + rotated * std::sin(angle);
+        }
+    EXPECT_LE(max_relative_error(x, expected, 1.0), mode == NumericMode::Bf16 ? 4.0 / 256 : 1e-5) << mode_name(mode);
+  }
+}
+
+TEST(OpsRope, ARowsResultDependsOnlyOnItsPositionNotOnItsNeighbours) {
+  for (NumericMode mode : kModes) {
+    const int heads = 2, hd = 64, width = heads * hd;
+    const RopeTable table = make_rope_table(hd, 1e6);
+    const std::vector<float> input = stored(random_values(64 * width, 2), mode);
+    // Row r of the input sits at position 100 + 3r; the op gets each block's positions.
+    std::vector<int64_t> positions(64);
+    for (int r = 0; r < 64; ++r) positions[r] = 100 + 3 * r;
+    EXPECT_EQ(rows_differing_from_one_row_runs(input, width, width,
+                                               [&](const float* in, int64_t rows, float* out) {
+                                                 const int64_t first = (in - input.data()) / width;
+                                                 std::copy(in, in + rows * width, out);
+                                                 rope_neox(OpContext{nullptr, mode}, out, rows, heads,
+                                                           positions.data() + first, table);
+                                               }),
+              0);
+  }
+}
+
+}  // namespace
+}  // namespace ls::compute
