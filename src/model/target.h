@@ -25,6 +25,7 @@ struct Window {
   Sampling sampling;                // how each drawn row draws
   int first_drawn_row = 0;          // rows before this one are not drawn (prompt rows); draws[r] = -1 there
   bool want_logits = false;         // copy the drawn rows' fp32 logits out
+  int64_t start_position = -1;      // when >= 0, the caller's idea of row 0's position (a target may check it)
 };
 
 // What forward() returns; rows are concatenated in window order, window w owns rows [row_begin[w], row_begin[w+1]).

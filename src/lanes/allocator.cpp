@@ -1,0 +1,62 @@
+// Greedy row purchase by chance with the best expected-tokens-per-ms cut.
+#include "lanes/allocator.h"
+
+#include <algorithm>
+#include <queue>
+#include <tuple>
+
+namespace ls {
+
+Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const RoundCost& cost, double zero_margin) {
+  Allocation best;
+  best.extra_rows.assign(offers.size(), 0);
+  for (const RowOffer& offer : offers) {
+    best.total_rows += offer.fixed_rows;
+    best.expected_tokens += offer.fixed_expected;
+  }
+  auto rate = [&](double expected, double ms) { return ms > 0 ? expected / ms : expected * 1e9; };
+  best.cost_ms = cost(best.total_rows, 0, 0);
+  best.tokens_per_ms = rate(best.expected_tokens, best.cost_ms);
+  double best_score = best.tokens_per_ms * zero_margin;
+
+  // Max-heap on (chance, lower offer index first).
+  using Entry = std::tuple<float, int>;
+  auto lower = [](const Entry& a, const Entry& b) {
+    if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
+    return std::get<1>(a) > std::get<1>(b);
+  };
+  std::priority_queue<Entry, std::vector<Entry>, decltype(lower)> heap(lower);
+  for (size_t index = 0; index < offers.size(); ++index) {
+    if (!offers[index].chances.empty()) heap.push({offers[index].chances[0], static_cast<int>(index)});
+  }
+  std::vector<int> counts(offers.size(), 0);
+  int rows = best.total_rows;
+  double expected = best.expected_tokens;
+  int streams_with_extra = 0;
+  int deepest = 0;
+  while (!heap.empty() && rows < max_rows) {
+    auto [chance, index] = heap.top();
+    heap.pop();
+    if (counts[index] == 0) ++streams_with_extra;
+    ++counts[index];
+    deepest = std::max(deepest, counts[index]);
+    ++rows;
+    expected += chance;
+    if (counts[index] < static_cast<int>(offers[index].chances.size())) {
+      heap.push({offers[index].chances[counts[index]], index});
+    }
+    const double ms = cost(rows, streams_with_extra, deepest);
+    const double candidate = rate(expected, ms);
+    if (candidate > best_score) {
+      best_score = candidate;
+      best.extra_rows = counts;
+      best.total_rows = rows;
+      best.expected_tokens = expected;
+      best.cost_ms = ms;
+      best.tokens_per_ms = candidate;
+    }
+  }
+  return best;
+}
+
+}  // namespace ls

@@ -1,0 +1,143 @@
+// Timing the target and the drafter on scratch streams at load.
+#include "lanes/calibrate.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <vector>
+
+namespace ls {
+namespace {
+
+// Row counts timed at load: dense where tables bend, sparse further out, always the ends.
+std::vector<int> timed_row_counts(int max_rows) {
+  std::set<int> counts = {1, max_rows};
+  for (int rows : {2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512}) {
+    if (rows < max_rows) counts.insert(rows);
+  }
+  return {counts.begin(), counts.end()};
+}
+
+// Runs one forward of `rows` rows split into windows of at most `width` rows on scratch streams, then commits all.
+Result<double> time_one_forward(Target& target, const Clock& clock, const CalibrationOptions& options, int rows,
+                                std::vector<StreamId>& scratch) {
+  const int windows_needed = (rows + options.width - 1) / options.width;
+  while (static_cast<int>(scratch.size()) < windows_needed) scratch.push_back(options.scratch_base + scratch.size());
+  std::vector<int32_t> tokens(rows, 0);
+  std::vector<Window> windows;
+  int offset = 0;
+  for (int index = 0; index < windows_needed; ++index) {
+    const int window_rows = std::min(options.width, rows - offset);
+    Window window;
+    window.stream = scratch[index];
+    window.tokens = std::span<const int32_t>(tokens).subspan(offset, window_rows);
+    windows.push_back(window);
+    offset += window_rows;
+  }
+  const double start_ms = clock.now_ms();
+  LS_ASSIGN_OR_RETURN(Verified verified, target.forward(windows));
+  const double elapsed_ms = clock.now_ms() - start_ms;
+  for (const Window& window : windows) {
+    LS_RETURN_IF_ERROR(target.commit(window.stream, static_cast<int>(window.tokens.size())));
+  }
+  return elapsed_ms;
+}
+
+Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, const CalibrationOptions& options) {
+  std::vector<TimedPoint> points;
+  std::vector<StreamId> scratch;
+  Status status;
+  for (int rows : timed_row_counts(options.max_rows)) {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (int run = 0; run <= options.repeats && status.ok(); ++run) {
+      Result<double> elapsed = time_one_forward(target, clock, options, rows, scratch);
+      if (!elapsed.ok()) {
+        status = elapsed.status();
+        break;
+      }
+      if (run > 0) fastest = std::min(fastest, *elapsed);
+    }
+    if (!status.ok()) break;
+    points.push_back({rows, 0, fastest});
+  }
+  for (StreamId stream : scratch) target.release(stream);
+  if (!status.ok()) return status;
+  return points;
+}
+
+// Prefills `streams` scratch streams with a short context and feeds it to the drafter.
+Status prepare_draft_scratch(Target& target, Drafter& drafter, const CalibrationOptions& options, int streams) {
+  std::vector<int32_t> context(options.context_tokens);
+  for (int index = 0; index < options.context_tokens; ++index) context[index] = index + 1;
+  int per_forward = std::max(1, options.max_rows / options.context_tokens);
+  for (int first = 0; first < streams; first += per_forward) {
+    std::vector<Window> windows;
+    for (int index = first; index < std::min(streams, first + per_forward); ++index) {
+      Window window;
+      window.stream = options.scratch_base + index;
+      window.tokens = context;
+      window.first_drawn_row = options.context_tokens - 1;
+      windows.push_back(window);
+    }
+    LS_ASSIGN_OR_RETURN(Verified verified, target.forward(windows));
+    const size_t row_floats = verified.taps.size() / std::max<int64_t>(verified.row_begin.back(), 1);
+    for (size_t index = 0; index < windows.size(); ++index) {
+      LS_RETURN_IF_ERROR(target.commit(windows[index].stream, options.context_tokens));
+      std::span<const float> taps(verified.taps);
+      taps = taps.subspan(verified.row_begin[index] * row_floats, options.context_tokens * row_floats);
+      LS_RETURN_IF_ERROR(drafter.absorb(windows[index].stream, 0, options.context_tokens, taps));
+    }
+  }
+  return ok_status();
+}
+
+Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, const Clock& clock,
+                                           const CalibrationOptions& options) {
+  std::set<int> stream_counts = {1, options.max_streams};
+  for (int streams : {4, 16}) {
+    if (streams < options.max_streams) stream_counts.insert(streams);
+  }
+  std::set<int> depths = {1, options.max_depth, (options.max_depth + 1) / 2};
+  Status status = prepare_draft_scratch(target, drafter, options, options.max_streams);
+  std::vector<TimedPoint> points;
+  for (int streams : stream_counts) {
+    for (int depth : depths) {
+      if (!status.ok()) break;
+      std::vector<DraftRequest> requests(streams);
+      for (int index = 0; index < streams; ++index) {
+        requests[index].stream = options.scratch_base + index;
+        requests[index].anchor_token = 0;
+        requests[index].anchor_position = options.context_tokens;
+        requests[index].depth = depth;
+      }
+      double fastest = std::numeric_limits<double>::infinity();
+      for (int run = 0; run <= options.repeats; ++run) {
+        const double start_ms = clock.now_ms();
+        std::vector<Draft> drafts = drafter.draft(requests);
+        if (run > 0) fastest = std::min(fastest, clock.now_ms() - start_ms);
+      }
+      points.push_back({streams, depth, fastest});
+    }
+  }
+  for (int index = 0; index < options.max_streams; ++index) {
+    target.release(options.scratch_base + index);
+    drafter.release(options.scratch_base + index);
+  }
+  if (!status.ok()) return status;
+  return points;
+}
+
+}  // namespace
+
+Result<CostTables> time_costs(Target& target, Drafter* drafter, const Clock& clock, const CalibrationOptions& options) {
+  CostTables tables;
+  LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> verify_points, time_verify(target, clock, options));
+  tables.verify.init(options.max_rows, verify_points);
+  if (drafter != nullptr && options.max_depth >= 1) {
+    LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> draft_points, time_draft(target, *drafter, clock, options));
+    tables.draft.init(options.max_streams, options.max_depth, draft_points);
+  }
+  return tables;
+}
+
+}  // namespace ls

@@ -1,0 +1,29 @@
+// Load-time timing of the target's verify forward by total rows and the drafter's pass by (streams, depth).
+// Timings steer how many rows are bought, never which tokens come out.
+#pragma once
+
+#include <cstdint>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "draft/drafter.h"
+#include "lanes/cost_tables.h"
+#include "model/target.h"
+
+namespace ls {
+
+struct CalibrationOptions {
+  int max_rows = 64;         // verify table covers 1 .. max_rows total rows
+  int width = 1;             // widest window per stream (scratch windows are split to it)
+  int max_streams = 16;      // draft table covers 1 .. max_streams streams
+  int max_depth = 1;         // draft table covers depth 1 .. max_depth
+  int repeats = 3;           // timed runs per entry after one untimed; the fastest counts
+  int context_tokens = 8;    // prompt length of each scratch stream the drafter is timed on
+  StreamId scratch_base = StreamId{1} << 62;  // scratch stream ids, far from request ids
+};
+
+// Times forwards at a few row counts and drafter passes on a (streams, depth) grid, on scratch streams that are
+// released afterwards.
+Result<CostTables> time_costs(Target& target, Drafter* drafter, const Clock& clock, const CalibrationOptions& options);
+
+}  // namespace ls

@@ -1,0 +1,75 @@
+// Acceptance-by-depth moving averages and confidence calibration.
+#include "lanes/chances.h"
+
+#include <algorithm>
+
+namespace ls {
+
+std::vector<double> default_depth_prior() {
+  return {0.85, 0.75, 0.70, 0.65, 0.60, 0.55, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50};
+}
+
+void AcceptanceByDepth::reset(std::span<const double> prior) { conditional_.assign(prior.begin(), prior.end()); }
+
+void AcceptanceByDepth::observe(int proposed, int accepted, double rate) {
+  const int depths = std::min<int>(proposed, static_cast<int>(conditional_.size()));
+  for (int depth_index = 0; depth_index < depths; ++depth_index) {
+    if (accepted < depth_index) break;  // draft depth_index + 1 was never reached
+    const double landed = accepted > depth_index ? 1.0 : 0.0;
+    conditional_[depth_index] += rate * (landed - conditional_[depth_index]);
+  }
+}
+
+double AcceptanceByDepth::conditional(int depth_index) const {
+  if (conditional_.empty()) return 0.0;
+  return conditional_[std::min<size_t>(depth_index, conditional_.size() - 1)];
+}
+
+std::vector<float> AcceptanceByDepth::chain(int depth) const {
+  std::vector<float> chances(std::max(depth, 0));
+  double product = 1.0;
+  for (int depth_index = 0; depth_index < depth; ++depth_index) {
+    product *= conditional(depth_index);
+    chances[depth_index] = static_cast<float>(product);
+  }
+  return chances;
+}
+
+std::vector<double> conditional_from_chain(std::span<const float> chances) {
+  std::vector<double> conditional(chances.size());
+  double previous = 1.0;
+  for (size_t index = 0; index < chances.size(); ++index) {
+    const double chance = std::clamp(static_cast<double>(chances[index]), 0.0, 1.0);
+    conditional[index] = previous > 0 ? std::min(1.0, chance / previous) : 0.0;
+    previous = chance;
+  }
+  return conditional;
+}
+
+ConfidenceCalibration::ConfidenceCalibration(int max_depth)
+    : predicted_(std::max(max_depth, 1), 0.5), observed_(std::max(max_depth, 1), 0.5) {}
+
+std::vector<float> ConfidenceCalibration::calibrate(std::span<const float> raw_chances) const {
+  std::vector<double> conditional = conditional_from_chain(raw_chances);
+  std::vector<float> calibrated(raw_chances.size());
+  double product = 1.0;
+  for (size_t index = 0; index < conditional.size(); ++index) {
+    const size_t bin = std::min(index, predicted_.size() - 1);
+    const double scale = std::clamp(observed_[bin] / std::max(predicted_[bin], 1e-6), 0.1, 10.0);
+    product *= std::min(1.0, conditional[index] * scale);
+    calibrated[index] = static_cast<float>(product);
+  }
+  return calibrated;
+}
+
+void ConfidenceCalibration::observe(std::span<const float> raw_chances, int accepted, double rate) {
+  std::vector<double> conditional = conditional_from_chain(raw_chances);
+  for (size_t index = 0; index < conditional.size(); ++index) {
+    if (accepted < static_cast<int>(index)) break;
+    const size_t bin = std::min(index, predicted_.size() - 1);
+    predicted_[bin] += rate * (conditional[index] - predicted_[bin]);
+    observed_[bin] += rate * ((accepted > static_cast<int>(index) ? 1.0 : 0.0) - observed_[bin]);
+  }
+}
+
+}  // namespace ls

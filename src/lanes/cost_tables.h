@@ -1,0 +1,55 @@
+// Measured costs the pricing rests on: verify forward ms by total rows, drafter pass ms by (streams, depth).
+// Both tables are monotone (more rows, streams or depth never cost less), timed at load and corrected online.
+#pragma once
+
+#include <span>
+#include <vector>
+
+namespace ls {
+
+struct TimedPoint {
+  int rows = 0;      // verify: total rows; draft: streams
+  int depth = 0;     // draft only
+  double ms = 0;
+};
+
+class VerifyCosts {
+ public:
+  // Fills rows 1 .. max_rows from timed points by linear interpolation (and extrapolation past the ends).
+  void init(int max_rows, std::span<const TimedPoint> timed);
+  double ms(int rows) const;
+  // Moves the entry for `rows` toward a measured time and restores monotonicity around it.
+  void observe(int rows, double measured_ms, double rate);
+  int max_rows() const { return static_cast<int>(ms_.size()) - 1; }
+
+ private:
+  std::vector<double> ms_;  // [max_rows + 1], ms_[0] = 0
+};
+
+class DraftCosts {
+ public:
+  // Fills (streams 1 .. max_streams) x (depth 1 .. max_depth) from a timed grid (every stream count timed at
+  // every depth) by bilinear interpolation, clamped to at least the nearest timed value.
+  void init(int max_streams, int max_depth, std::span<const TimedPoint> timed);
+  double ms(int streams, int depth) const;  // 0 when streams or depth is 0
+  void observe(int streams, int depth, double measured_ms, double rate);
+  int max_streams() const { return max_streams_; }
+  int max_depth() const { return max_depth_; }
+
+ private:
+  double& at(int streams, int depth) { return ms_[(streams - 1) * max_depth_ + (depth - 1)]; }
+  double at(int streams, int depth) const { return ms_[(streams - 1) * max_depth_ + (depth - 1)]; }
+  int max_streams_ = 0;
+  int max_depth_ = 0;
+  std::vector<double> ms_;  // [max_streams, max_depth]
+};
+
+struct CostTables {
+  VerifyCosts verify;
+  DraftCosts draft;  // empty without a drafter
+};
+
+// Linear interpolation through sorted (x, y) knots, extrapolating with the end slopes, never below zero.
+double interpolate(std::span<const double> xs, std::span<const double> ys, double x);
+
+}  // namespace ls

@@ -1,0 +1,267 @@
+// The round loop and the public API of the lanes; admission and drafting live in lanes_steps.cpp.
+#include "lanes/lanes.h"
+
+#include <algorithm>
+#include <string>
+
+#include "lanes/accept.h"
+
+namespace ls {
+
+Result<std::unique_ptr<Lanes>> Lanes::create(Target& target, Drafter* drafter, const LanesOptions& options,
+                                             Clock& clock) {
+  const TargetFacts& facts = target.facts();
+  int max_rows = options.max_rows > 0 ? options.max_rows : facts.max_rows;
+  if (facts.max_rows > 0) max_rows = std::min(max_rows, facts.max_rows);
+  if (max_rows < 1) {
+    return Status(ErrorCode::InvalidArgument, "lanes need at least 1 row per forward, got " + std::to_string(max_rows));
+  }
+  const int width = std::clamp(options.exact_width > 0 ? options.exact_width : facts.exact_width, 1, max_rows);
+  int most_drafts = 0;
+  bool has_confidence = false;
+  if (drafter != nullptr) {
+    if (width < 2) {
+      return Status(ErrorCode::DrafterNeedsWideVerify,
+                    "the target reproduces one-row steps bit for bit only in windows of " + std::to_string(width) +
+                        " row; verifying drafts needs at least 2");
+    }
+    const DraftFacts& draft_facts = drafter->facts();
+    for (int layer : draft_facts.tap_layers) {
+      if (layer < 0 || layer >= facts.num_layers) {
+        return Status(ErrorCode::DraftTargetMismatch, "drafter taps layer " + std::to_string(layer) +
+                                                          ", the target has " + std::to_string(facts.num_layers));
+      }
+    }
+    if (draft_facts.max_depth < 1) {
+      return Status(ErrorCode::InvalidArgument,
+                    "drafter max depth " + std::to_string(draft_facts.max_depth) + ", need at least 1");
+    }
+    LS_RETURN_IF_ERROR(target.set_taps(draft_facts.tap_layers));
+    most_drafts = std::min({options.max_draft, draft_facts.max_depth, width - 1});
+    has_confidence = draft_facts.has_confidence;
+  }
+  auto lanes = std::make_unique<Lanes>(Key{}, target, most_drafts > 0 ? drafter : nullptr, options, clock, width,
+                                       max_rows);
+  lanes->most_drafts_ = std::max(most_drafts, 0);
+  CostTables tables;
+  if (lanes->most_drafts_ > 0) {
+    CalibrationOptions calibration = options.calibration;
+    calibration.max_rows = max_rows;
+    calibration.width = width;
+    calibration.max_streams = std::max(1, std::min(options.max_streams, max_rows));
+    calibration.max_depth = lanes->most_drafts_;
+    LS_ASSIGN_OR_RETURN(tables, time_costs(target, drafter, clock, calibration));
+  }
+  lanes->pricing_ = Pricing(std::move(tables), options.pricing, max_rows, has_confidence);
+  return lanes;
+}
+
+Lanes::Lanes(Key, Target& target, Drafter* drafter, const LanesOptions& options, Clock& clock, int width,
+             int max_rows)
+    : target_(target), drafter_(drafter), options_(options), clock_(clock), width_(width), max_rows_(max_rows) {}
+
+StreamId Lanes::submit(Request request) {
+  auto stream = std::make_unique<Stream>();
+  stream->id = next_id_++;
+  if (!request.has_seed) request.sampling.seed = seed_from_prompt(request.prompt);
+  if (request.eos_ids) {
+    stream->eos_ids = *request.eos_ids;
+  } else if (target_.facts().eos_token_id >= 0) {
+    stream->eos_ids = {target_.facts().eos_token_id};
+  }
+  stream->drafting = request.draft && most_drafts_ > 0 && request.max_draft != 0;
+  stream->acceptance.reset(options_.pricing.depth_prior);
+  stream->request = std::move(request);
+  const StreamId id = stream->id;
+  waiting_.push_back(std::move(stream));
+  return id;
+}
+
+void Lanes::cancel(StreamId id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id == id) {
+      (*it)->finish = FinishReason::Cancelled;
+      events_.push_back({id, {}, FinishReason::Cancelled, "", (*it)->stats});
+      waiting_.erase(it);
+      return;
+    }
+  }
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Stream& stream = *it->second;
+  if (!stream.finished()) stream.finish = FinishReason::Cancelled;
+  StreamEvent event{id, {stream.generated.begin() + stream.delivered, stream.generated.end()}, stream.finish,
+                    stream.error, stream.stats};
+  events_.push_back(std::move(event));
+  release(stream);
+  live_.erase(it);
+}
+
+std::vector<StreamEvent> Lanes::take_events() {
+  std::vector<StreamEvent> events;
+  events.swap(events_);
+  return events;
+}
+
+Status Lanes::round() {
+  Status status = admit();
+  const double admitted_ms = clock_.now_ms();
+  std::vector<Stream*> streams = pick_streams();
+  double verify_ms = 0;
+  if (!streams.empty()) {
+    pricing_.trim(streams);
+    std::vector<std::vector<int32_t>> windows;
+    const double verify_start_ms = clock_.now_ms();
+    Result<Verified> verified = verify(streams, windows);
+    verify_ms = clock_.now_ms() - verify_start_ms;
+    if (verified.ok()) {
+      accept_and_commit(streams, windows, *verified);
+    } else {
+      for (Stream* stream : streams) fail_stream(*stream, verified.status());
+      if (status.ok()) status = verified.status();
+    }
+  }
+  const double draft_ms = draft();
+  if (!streams.empty()) pricing_.observe_overhead(clock_.now_ms() - admitted_ms - verify_ms - draft_ms);
+  deliver();
+  ++round_index_;
+  ++stats_.rounds;
+  return status;
+}
+
+std::vector<Stream*> Lanes::pick_streams() {
+  std::vector<Stream*> candidates;
+  for (auto& [id, stream] : live_) {
+    if (stream->prefilled && !stream->finished()) candidates.push_back(stream.get());
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Stream* a, const Stream* b) {
+    if (a->last_served_round != b->last_served_round) return a->last_served_round < b->last_served_round;
+    return a->admission < b->admission;
+  });
+  std::vector<Stream*> picked;
+  int rows = 0;
+  for (Stream* stream : candidates) {
+    if (static_cast<int>(picked.size()) >= options_.max_streams || rows + 1 > max_rows_) break;
+    int forced = std::min<int>(stream->held_forced, static_cast<int>(stream->held_drafts.size()));
+    forced = std::min(forced, max_rows_ - rows - 1);
+    stream->held_forced = forced;
+    rows += 1 + forced;
+    picked.push_back(stream);
+  }
+  std::sort(picked.begin(), picked.end(), [](const Stream* a, const Stream* b) { return a->admission < b->admission; });
+  for (Stream* stream : picked) stream->last_served_round = round_index_;
+  return picked;
+}
+
+Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std::vector<int32_t>>& windows) {
+  windows.resize(streams.size());
+  std::vector<Window> batch(streams.size());
+  int total_rows = 0;
+  for (size_t index = 0; index < streams.size(); ++index) {
+    const Stream& stream = *streams[index];
+    windows[index].assign(1, stream.pending);
+    windows[index].insert(windows[index].end(), stream.held_drafts.begin(), stream.held_drafts.end());
+    batch[index].stream = stream.id;
+    batch[index].tokens = windows[index];
+    batch[index].sampling = stream.request.sampling;
+    batch[index].start_position = stream.committed;
+    total_rows += static_cast<int>(windows[index].size());
+  }
+  const double start_ms = clock_.now_ms();
+  Result<Verified> verified = target_.forward(batch);
+  ++stats_.verify_forwards;
+  if (verified.ok()) pricing_.observe_verify(total_rows, clock_.now_ms() - start_ms);
+  return verified;
+}
+
+void Lanes::accept_and_commit(std::span<Stream* const> streams, const std::vector<std::vector<int32_t>>& windows,
+                              const Verified& verified) {
+  const size_t row_floats = tap_row_floats(verified);
+  for (size_t index = 0; index < streams.size(); ++index) {
+    Stream& stream = *streams[index];
+    const std::vector<int32_t>& window = windows[index];
+    const int64_t row_begin = verified.row_begin[index];
+    Accepted accepted = accept_window(window, std::span<const int32_t>(verified.draws).subspan(row_begin, window.size()));
+    Status committed = target_.commit(stream.id, accepted.rows_kept());
+    if (!committed.ok()) {
+      fail_stream(stream, committed);
+      continue;
+    }
+    const int proposed = static_cast<int>(window.size()) - 1;
+    stats_.rows_verified += static_cast<int64_t>(window.size());
+    stats_.drafts_verified += proposed;
+    stats_.drafts_accepted += accepted.drafts_kept;
+    ++stats_.windows_verified;
+    if (proposed > 0) ++stats_.windows_with_drafts;
+    stream.stats.rounds += 1;
+    stream.stats.rows_verified += static_cast<int64_t>(window.size());
+    stream.stats.drafts_verified += proposed;
+    stream.stats.drafts_accepted += accepted.drafts_kept;
+    if (proposed > 0) pricing_.observe_acceptance(stream, proposed, accepted.drafts_kept);
+
+    const int64_t start = stream.committed;
+    stream.committed += accepted.rows_kept();
+    stream.pending = accepted.bonus;
+    stream.held_drafts.clear();
+    stream.held_chances.clear();
+    stream.held_forced = 0;
+    stream.needs_draft = true;
+    for (int32_t token : accepted_tokens(window, accepted)) {
+      ++stats_.tokens_generated;
+      if (!stream.append(token)) break;
+    }
+    if (stream.drafting && !stream.finished()) {
+      std::span<const float> taps(verified.taps);
+      absorb(stream, start, accepted.rows_kept(),
+             row_floats == 0 ? taps : taps.subspan(row_begin * row_floats, accepted.rows_kept() * row_floats));
+    }
+  }
+}
+
+void Lanes::deliver() {
+  for (auto it = live_.begin(); it != live_.end();) {
+    Stream& stream = *it->second;
+    if (stream.generated.size() > stream.delivered || stream.finished()) {
+      StreamEvent event{stream.id, {stream.generated.begin() + stream.delivered, stream.generated.end()},
+                        stream.finish, stream.error, stream.stats};
+      stream.delivered = stream.generated.size();
+      events_.push_back(std::move(event));
+    }
+    if (stream.finished()) {
+      release(stream);
+      it = live_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Lanes::fail_stream(Stream& stream, const Status& status) {
+  if (stream.finished()) return;
+  stream.finish = FinishReason::Error;
+  stream.error = status.to_string();
+}
+
+void Lanes::release(Stream& stream) {
+  if (stream.target_open) {
+    target_.release(stream.id);
+    stream.target_open = false;
+  }
+  if (stream.drafter_open) {
+    drafter_->release(stream.id);
+    stream.drafter_open = false;
+  }
+}
+
+int Lanes::draft_cap(const Stream& stream) const {
+  int cap = most_drafts_;
+  if (stream.request.max_draft >= 0) cap = std::min(cap, stream.request.max_draft);
+  return std::max(0, std::min(cap, stream.remaining() - 1));
+}
+
+size_t Lanes::tap_row_floats(const Verified& verified) const {
+  const int64_t rows = verified.row_begin.empty() ? 0 : verified.row_begin.back();
+  return rows > 0 ? verified.taps.size() / static_cast<size_t>(rows) : 0;
+}
+
+}  // namespace ls

@@ -1,0 +1,116 @@
+// The lanes: many streams decoding together; each round verifies every served stream's window in one target
+// forward, keeps drafts that equal the target's keyed draws, and drafts for all drafting streams in one pass.
+//
+// A round: admit (prefill new streams; the drafter absorbs the prompt's taps) -> pick (least recently served
+// first, within the row budget) -> price (trim held drafts) -> verify (ONE forward) -> accept -> commit (the
+// drafter absorbs kept rows) -> draft (ONE drafter pass, depths from pricing) -> deliver (events).
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "draft/drafter.h"
+#include "lanes/calibrate.h"
+#include "lanes/pricing.h"
+#include "lanes/stream.h"
+#include "model/target.h"
+
+namespace ls {
+
+struct LanesOptions {
+  int max_rows = 0;           // rows per verify forward, all windows together; 0 = the target's max_rows
+  int max_streams = 64;       // streams served per round
+  int max_live_streams = 256; // streams admitted (prefilled) at once; more wait in the queue
+  int max_draft = 16;         // engine-wide cap on drafts per stream per round
+  int exact_width = 0;        // widest window verified; 0 = the target's facts().exact_width
+  int prefill_rows = 0;       // rows per prefill forward; 0 = max_rows
+  PricingOptions pricing;
+  CalibrationOptions calibration;  // max_rows, width, max_streams, max_depth are filled in by create()
+};
+
+// Totals over the life of the lanes, for tests, metrics and the benchmark.
+struct LanesStats {
+  int64_t rounds = 0;
+  int64_t verify_forwards = 0;
+  int64_t prefill_forwards = 0;
+  int64_t drafter_passes = 0;
+  int64_t drafter_faults = 0;       // per stream: draft errors, non-finite chances, bad picks, absorb errors
+  int64_t rows_verified = 0;
+  int64_t drafts_verified = 0;
+  int64_t drafts_accepted = 0;
+  int64_t tokens_generated = 0;
+  int64_t windows_verified = 0;
+  int64_t windows_with_drafts = 0;
+};
+
+class Lanes {
+  struct Key {
+    explicit Key() = default;
+  };
+
+ public:
+  // Checks the pair (DrafterNeedsWideVerify when the exact width is 1, DraftTargetMismatch for taps out of
+  // range), declares the taps, and times the cost tables.
+  static Result<std::unique_ptr<Lanes>> create(Target& target, Drafter* drafter, const LanesOptions& options,
+                                               Clock& clock);
+
+  // Queues a request; it is prefilled at the next round.
+  StreamId submit(Request request);
+  // Ends a stream now (queued or live): releases it from the target and the drafter; emits a Cancelled event.
+  void cancel(StreamId stream);
+  // Runs one round. An error from the target fails the streams it touched (they end with Error) and is returned.
+  Status round();
+  // No stream queued or live.
+  bool idle() const { return waiting_.empty() && live_.empty(); }
+  // Events since the last call, in order.
+  std::vector<StreamEvent> take_events();
+
+  const LanesStats& stats() const { return stats_; }
+  const Pricing& pricing() const { return pricing_; }
+  int width() const { return width_; }
+  int max_rows() const { return max_rows_; }
+  size_t live_streams() const { return live_.size(); }
+  int most_drafts() const { return most_drafts_; }
+
+  // Built by create() only (the key keeps the constructor out of other hands).
+  Lanes(Key, Target& target, Drafter* drafter, const LanesOptions& options, Clock& clock, int width, int max_rows);
+
+ private:
+
+  Status admit();
+  std::vector<Stream*> pick_streams();
+  Result<Verified> verify(std::span<Stream* const> streams, std::vector<std::vector<int32_t>>& windows);
+  void accept_and_commit(std::span<Stream* const> streams, const std::vector<std::vector<int32_t>>& windows,
+                         const Verified& verified);
+  double draft();
+  void deliver();
+
+  void absorb(Stream& stream, int64_t start, int rows, std::span<const float> taps);
+  void fail_stream(Stream& stream, const Status& status);
+  void release(Stream& stream);
+  int draft_cap(const Stream& stream) const;
+  size_t tap_row_floats(const Verified& verified) const;
+
+  Target& target_;
+  Drafter* drafter_;
+  LanesOptions options_;
+  Clock& clock_;
+  int width_ = 1;
+  int max_rows_ = 1;
+  int most_drafts_ = 0;
+  Pricing pricing_;
+
+  StreamId next_id_ = 1;
+  int64_t next_admission_ = 0;
+  int64_t round_index_ = 0;
+  std::deque<std::unique_ptr<Stream>> waiting_;
+  std::map<StreamId, std::unique_ptr<Stream>> live_;
+  std::vector<StreamEvent> events_;
+  LanesStats stats_;
+};
+
+}  // namespace ls

@@ -1,0 +1,196 @@
+// Two steps of the round: admit (prefill new streams, the drafter absorbs their prompts) and draft (one pass).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "lanes/lanes.h"
+
+namespace ls {
+namespace {
+
+// A draft the lanes can verify: the right length, picks inside the vocabulary, finite chances in [0, 1].
+Status check_draft(const Draft& draft, int depth, int vocab_size, bool has_confidence) {
+  if (!draft.status.ok()) return draft.status;
+  if (static_cast<int>(draft.tokens.size()) != depth) {
+    return Status(ErrorCode::DraftNonfinite, "asked for " + std::to_string(depth) + " drafts, got " +
+                                                 std::to_string(draft.tokens.size()));
+  }
+  for (int32_t token : draft.tokens) {
+    if (token < 0 || token >= vocab_size) {
+      return Status(ErrorCode::DraftNonfinite,
+                    "draft pick " + std::to_string(token) + " outside the vocabulary of " + std::to_string(vocab_size));
+    }
+  }
+  if (has_confidence) {
+    if (static_cast<int>(draft.chances.size()) != depth) {
+      return Status(ErrorCode::DraftNonfinite, "asked for " + std::to_string(depth) + " chances, got " +
+                                                   std::to_string(draft.chances.size()));
+    }
+    for (float chance : draft.chances) {
+      if (!std::isfinite(chance) || chance < 0.0f || chance > 1.0f) {
+        return Status(ErrorCode::DraftNonfinite, "draft chance " + std::to_string(chance) + " is not in [0, 1]");
+      }
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status Lanes::admit() {
+  std::vector<Stream*> admitted;
+  while (!waiting_.empty() && static_cast<int>(live_.size()) < options_.max_live_streams) {
+    std::unique_ptr<Stream> owned = std::move(waiting_.front());
+    waiting_.pop_front();
+    Stream* stream = owned.get();
+    stream->admission = next_admission_++;
+    live_[stream->id] = std::move(owned);
+    if (stream->request.prompt.empty()) {
+      fail_stream(*stream, Status(ErrorCode::InvalidArgument, "a request needs at least one prompt token"));
+    } else if (stream->request.max_tokens <= 0) {
+      stream->finish = FinishReason::Length;
+    } else {
+      admitted.push_back(stream);
+    }
+  }
+  const int prefill_rows = options_.prefill_rows > 0 ? options_.prefill_rows : max_rows_;
+  Status first_error;
+  // Each forward carries at most prefill_rows rows; a long prompt runs as consecutive chunks of one stream.
+  while (true) {
+    std::vector<Window> windows;
+    std::vector<Stream*> owners;
+    int budget = prefill_rows;
+    for (Stream* stream : admitted) {
+      const int64_t prompt_rows = static_cast<int64_t>(stream->request.prompt.size());
+      if (stream->finished() || stream->committed >= prompt_rows) continue;
+      if (budget <= 0) break;
+      const int rows = static_cast<int>(std::min<int64_t>(prompt_rows - stream->committed, budget));
+      Window window;
+      window.stream = stream->id;
+      window.tokens = std::span<const int32_t>(stream->request.prompt).subspan(stream->committed, rows);
+      window.sampling = stream->request.sampling;
+      window.first_drawn_row = stream->committed + rows == prompt_rows ? rows - 1 : rows;
+      window.start_position = stream->committed;
+      windows.push_back(window);
+      owners.push_back(stream);
+      stream->target_open = true;
+      budget -= rows;
+    }
+    if (windows.empty()) break;
+    Result<Verified> verified = target_.forward(windows);
+    ++stats_.prefill_forwards;
+    if (!verified.ok()) {
+      for (Stream* stream : owners) fail_stream(*stream, verified.status());
+      if (first_error.ok()) first_error = verified.status();
+      continue;
+    }
+    const size_t row_floats = tap_row_floats(*verified);
+    for (size_t index = 0; index < owners.size(); ++index) {
+      Stream& stream = *owners[index];
+      const int rows = static_cast<int>(windows[index].tokens.size());
+      Status committed = target_.commit(stream.id, rows);
+      if (!committed.ok()) {
+        fail_stream(stream, committed);
+        continue;
+      }
+      const int64_t start = stream.committed;
+      stream.committed += rows;
+      if (stream.drafting) {
+        std::span<const float> taps(verified->taps);
+        const int64_t row_begin = verified->row_begin[index];
+        absorb(stream, start, rows, row_floats == 0 ? taps : taps.subspan(row_begin * row_floats, rows * row_floats));
+      }
+      if (stream.committed == static_cast<int64_t>(stream.request.prompt.size())) {
+        stream.prefilled = true;
+        stream.pending = verified->draws[verified->row_begin[index] + rows - 1];
+        stream.needs_draft = true;
+        ++stats_.tokens_generated;
+        stream.append(stream.pending);
+      }
+    }
+  }
+  return first_error;
+}
+
+void Lanes::absorb(Stream& stream, int64_t start, int rows, std::span<const float> taps) {
+  if (!stream.drafting || drafter_ == nullptr) return;
+  stream.drafter_open = true;
+  Status absorbed = drafter_->absorb(stream.id, start, rows, taps);
+  if (absorbed.ok()) return;
+  // The drafter's context for this stream now has a gap: it decodes plainly from here on (still exact).
+  ++stats_.drafter_faults;
+  ++stream.stats.drafter_faults;
+  stream.drafting = false;
+  stream.held_drafts.clear();
+  stream.held_chances.clear();
+  stream.held_forced = 0;
+  drafter_->release(stream.id);
+  stream.drafter_open = false;
+}
+
+double Lanes::draft() {
+  if (drafter_ == nullptr) return 0.0;
+  std::vector<Stream*> drafting;
+  std::vector<int> caps;
+  int round_streams = 0;
+  for (auto& [id, owned] : live_) {
+    Stream& stream = *owned;
+    if (!stream.prefilled || stream.finished()) continue;
+    ++round_streams;
+    if (stream.needs_draft && stream.drafting && stream.drafter_open) {
+      drafting.push_back(&stream);
+      caps.push_back(draft_cap(stream));
+    }
+    stream.needs_draft = false;
+  }
+  if (drafting.empty()) return 0.0;
+  std::vector<DepthPlan> plans =
+      pricing_.plan_depths(drafting, caps, std::min({round_streams, options_.max_streams, max_rows_}));
+  std::vector<DraftRequest> requests;
+  std::vector<Stream*> owners;
+  std::vector<int> forced;
+  int deepest = 0;
+  for (size_t index = 0; index < drafting.size(); ++index) {
+    const int depth = std::min(plans[index].depth, caps[index]);
+    if (depth <= 0) continue;
+    Stream& stream = *drafting[index];
+    DraftRequest request;
+    request.stream = stream.id;
+    request.anchor_token = stream.pending;
+    request.anchor_position = stream.committed;
+    request.depth = depth;
+    request.sampling = stream.request.sampling;
+    requests.push_back(request);
+    owners.push_back(&stream);
+    forced.push_back(std::min(plans[index].forced, depth));
+    deepest = std::max(deepest, depth);
+  }
+  // Drafting that does not pay costs nothing: no pass when no stream bought a draft.
+  if (requests.empty()) return 0.0;
+  const double start_ms = clock_.now_ms();
+  std::vector<Draft> drafts = drafter_->draft(requests);
+  const double elapsed_ms = clock_.now_ms() - start_ms;
+  ++stats_.drafter_passes;
+  pricing_.observe_draft(static_cast<int>(requests.size()), deepest, elapsed_ms);
+  const bool has_confidence = drafter_->facts().has_confidence;
+  const int vocab_size = target_.facts().vocab_size;
+  for (size_t index = 0; index < owners.size(); ++index) {
+    Stream& stream = *owners[index];
+    Status checked = index < drafts.size()
+                         ? check_draft(drafts[index], requests[index].depth, vocab_size, has_confidence)
+                         : Status(ErrorCode::Internal, "the drafter answered " + std::to_string(drafts.size()) +
+                                                           " of " + std::to_string(requests.size()) + " requests");
+    if (!checked.ok()) {
+      // This stream decodes plainly next round; the fault is counted.
+      ++stats_.drafter_faults;
+      ++stream.stats.drafter_faults;
+      continue;
+    }
+    stream.held_drafts = drafts[index].tokens;
+    if (has_confidence) stream.held_chances = drafts[index].chances;
+    stream.held_forced = forced[index];
+  }
+  return elapsed_ms;
+}
+
+}  // namespace ls

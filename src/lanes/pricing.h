@@ -1,0 +1,68 @@
+// Pricing: which drafts a round verifies and how deep each stream drafts next, by expected tokens per ms.
+//
+// Two decisions. Trim (before verify): the drafts are already paid for, so rows are bought against the verify
+// cost alone, with chances from calibrated confidences or measured acceptance. Depth (before the drafter pass):
+// rows are bought against verify plus drafter cost, with chances from measured acceptance, and plain must be
+// beaten by `plain_margin`; a stream priced to zero probes one draft after an exponentially growing wait.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "lanes/chances.h"
+#include "lanes/cost_tables.h"
+#include "lanes/stream.h"
+
+namespace ls {
+
+struct PricingOptions {
+  std::vector<double> depth_prior = default_depth_prior();  // acceptance by depth before measurements
+  double acceptance_rate = 0.15;  // moving-average weight of acceptance outcomes
+  double cost_rate = 0.2;         // moving-average weight of measured times
+  double plain_margin = 1.05;     // drafting must beat plain by this factor to be drafted at all
+  int probe_first_wait = 8;       // zero-draft decisions before the first probe
+  int probe_most_wait = 128;      // cap of the doubling wait
+  int deeper_probe_every = 8;     // every n-th drafting decision asks one draft deeper than priced
+  int confidence_slack = 2;       // extra drafts asked when confidences can trim them at verify
+};
+
+struct DepthPlan {
+  int depth = 0;   // drafts to ask for
+  int forced = 0;  // leading drafts the next trim must keep (probes)
+};
+
+class Pricing {
+ public:
+  Pricing() = default;
+  Pricing(CostTables tables, PricingOptions options, int max_rows, bool has_confidence);
+
+  // Trim: cuts each stream's held drafts to the rows worth verifying this round (streams in round order).
+  void trim(std::span<Stream* const> streams) const;
+  // Depth: drafts to ask for each of `drafting` (streams whose state moved), with `round_streams` streams expected
+  // to share the next verify. `caps[i]` is the most drafts stream i may take.
+  std::vector<DepthPlan> plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
+                                     int round_streams);
+
+  // The chances trim prices a stream's held drafts with: [held] cumulative.
+  std::vector<float> held_chances(const Stream& stream) const;
+  // A verify offered `proposed` drafts of the stream and `accepted` landed.
+  void observe_acceptance(Stream& stream, int proposed, int accepted);
+  void observe_verify(int rows, double ms) { tables_.verify.observe(rows, ms, options_.cost_rate); }
+  void observe_draft(int streams, int depth, double ms) { tables_.draft.observe(streams, depth, ms, options_.cost_rate); }
+  // Round time not explained by the verify and drafter tables (host work).
+  void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
+
+  const CostTables& tables() const { return tables_; }
+  const PricingOptions& options() const { return options_; }
+  double overhead_ms() const { return overhead_ms_; }
+
+ private:
+  CostTables tables_;
+  PricingOptions options_;
+  int max_rows_ = 1;
+  bool has_confidence_ = false;
+  double overhead_ms_ = 0;
+  ConfidenceCalibration calibration_;
+};
+
+}  // namespace ls
