@@ -28,12 +28,14 @@ def splitmix64(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shift_right(x, 31)
 
 
-def keyed_gumbel(seed: int, positions: torch.Tensor, vocab: int) -> torch.Tensor:
-    """-log(-log u(seed, position, i)) fp64 [..., vocab] for positions [...], as src/compute/sampling.cpp:
-    u = uniform_open01(splitmix64(splitmix64(splitmix64(seed) ^ position) ^ i)). The position is the absolute
-    position of the token being drawn (slot s of a block at p draws the token at p+s+1)."""
+def keyed_gumbel(seed, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """-log(-log u(seed, position, i)) fp64 [..., vocab] for positions [...] (seed: int, or int64 tensor broadcasting
+    with positions), as src/compute/sampling.cpp: u = uniform_open01(splitmix64(splitmix64(splitmix64(seed) ^ position)
+    ^ i)). The position is the absolute position of the token being drawn (slot s of a block at p draws p+s+1)."""
     device = positions.device
-    key = splitmix64(torch.tensor(_signed(seed & _MASK64), dtype=torch.int64, device=device))
+    if not torch.is_tensor(seed):
+        seed = torch.tensor(_signed(seed & _MASK64), dtype=torch.int64)
+    key = splitmix64(seed.to(device=device, dtype=torch.int64))
     per_position = splitmix64(key ^ positions.to(torch.int64))[..., None]
     bits = splitmix64(per_position ^ torch.arange(vocab, dtype=torch.int64, device=device))
     u = (_shift_right(bits, 11).to(torch.float64) + 0.5) * (1.0 / 9007199254740992.0)
