@@ -90,7 +90,7 @@ void apply_matrix(const compute::OpContext& ctx, const float* x, int64_t rows, c
 int64_t DsparkWeights::bytes() const {
   auto floats = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); };
   int64_t total = fc.bytes() + floats(hidden_norm) + floats(final_norm) + markov_w2.bytes() +
-                  floats(confidence_weight) + static_cast<int64_t>(markov_w1.b16.size() * sizeof(bf16)) +
+                  floats(confidence_weight) + (confidence_weight.empty() ? 0 : 4) + static_cast<int64_t>(markov_w1.b16.size() * sizeof(bf16)) +
                   floats(markov_w1.f32);
   for (const DraftLayerWeights& layer : layers) {
     total += floats(layer.input_norm) + floats(layer.q_norm) + floats(layer.k_norm) + floats(layer.post_norm);
@@ -201,8 +201,7 @@ Result<DsparkWeights> load_draft_weights(const io::Checkpoint& checkpoint, const
     LS_RETURN_IF_ERROR(read_vector(checkpoint, "confidence_head.proj.weight", {1, d + r}, w.confidence_weight, steps));
     std::vector<float> bias;
     LS_RETURN_IF_ERROR(read_vector(checkpoint, "confidence_head.proj.bias", {1}, bias, steps));
-    w.confidence_bias = bias[0];
-    steps.drop(sizeof(float));
+    w.confidence_bias = bias[0];  // its 4 bytes stay counted: bytes() includes the bias
   }
   return w;
 }

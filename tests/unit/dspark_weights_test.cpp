@@ -1,0 +1,288 @@
+// Tests for DSpark weights: the manifest checked before reading, LiquidAI's full-size layouts, int8 and RoPE ops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "compute/cpu/draft_ops.h"
+#include "draft/dspark/dspark_drafter.h"
+#include "draft/dspark/weights.h"
+#include "dspark_test_support.h"
+
+namespace ls::dspark {
+namespace {
+
+using json = nlohmann::json;
+using testing::EmbeddingTarget;
+using testing::TempDir;
+
+std::vector<testing::RandomTensor> manifest_tensors(const DsparkConfig& config) {
+  std::vector<testing::RandomTensor> tensors;
+  for (const ManifestEntry& entry : draft_manifest(config)) tensors.push_back({entry.name, entry.shape});
+  return tensors;
+}
+
+DsparkConfig parse(const json& config) {
+  Result<DsparkConfig> parsed = parse_dspark_config(config.dump());
+  LS_CHECK(parsed.ok(), parsed.status().to_string().c_str());
+  return *parsed;
+}
+
+// Opens `directory`'s checkpoint and runs the manifest check.
+Status check_directory(const std::string& directory, const DsparkConfig& config) {
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<io::Checkpoint> checkpoint, io::Checkpoint::open(directory));
+  return check_draft_tensors(*checkpoint, config);
+}
+
+json published(int vocab, double theta, int mask, std::vector<int> taps, int target_layers) {
+  json config = testing::small_drafter_config();
+  config.update(json{{"hidden_size", 2048}, {"num_hidden_layers", 5}, {"num_attention_heads", 32},
+                     {"num_key_value_heads", 8}, {"head_dim", 64}, {"intermediate_size", 6144},
+                     {"vocab_size", vocab}, {"rope_theta", theta}, {"block_size", 9}, {"markov_rank", 256},
+                     {"max_position_embeddings", 128000},
+                     {"layer_types", std::vector<std::string>(5, "full_attention")}});
+  config["dflash_config"] = {{"mask_token_id", mask}, {"target_layer_ids", taps}, {"num_target_layers", target_layers}};
+  return config;
+}
+
+int64_t parameter_count(const std::vector<ManifestEntry>& manifest) {
+  int64_t total = 0;
+  for (const ManifestEntry& entry : manifest) {
+    int64_t count = 1;
+    for (int64_t dim : entry.shape) count *= dim;
+    total += count;
+  }
+  return total;
+}
+
+TEST(DsparkWeights, PublishedOnePointTwoBManifestHasLiquidAisSixtyTwoTensorsAndPassesOnAFullSizeCheckpoint) {
+  const DsparkConfig config = parse(published(65536, 1e6, 64402, {2, 5, 8, 11, 14}, 16));
+  const std::vector<ManifestEntry> manifest = draft_manifest(config);
+  EXPECT_EQ(manifest.size(), 62u);
+  EXPECT_EQ(parameter_count(manifest), 295'725'953);  // 295.73 M (reference/dspark.md §3.2)
+  TempDir dir;
+  testing::write_text(dir.path() + "/config.json", published(65536, 1e6, 64402, {2, 5, 8, 11, 14}, 16).dump());
+  testing::write_sparse_checkpoint(dir.path() + "/model.safetensors", manifest_tensors(config));
+  Result<DsparkConfig> read = read_dspark_config(dir.path());
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  TargetFacts target{65536, 2048, 16, 64, 16, 7};
+  EXPECT_TRUE(check_draft_fits_target(*read, target).ok());
+  Status status = check_directory(dir.path(), *read);
+  EXPECT_TRUE(status.ok()) << status.to_string();
+}
+
+TEST(DsparkWeights, PublishedEightBA1BManifestPassesOnAFullSizeCheckpoint) {
+  const json layout = published(128000, 5e6, 125017, {2, 6, 10, 14, 18}, 24);
+  const DsparkConfig config = parse(layout);
+  EXPECT_EQ(parameter_count(draft_manifest(config)), 327'707'521);  // 327.7 M
+  TempDir dir;
+  testing::write_text(dir.path() + "/config.json", layout.dump());
+  testing::write_sparse_checkpoint(dir.path() + "/model.safetensors", manifest_tensors(config));
+  Result<DsparkConfig> read = read_dspark_config(dir.path());
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  TargetFacts target{128000, 2048, 24, 64, 16, 7};
+  EXPECT_TRUE(check_draft_fits_target(*read, target).ok());
+  Status status = check_directory(dir.path(), *read);
+  EXPECT_TRUE(status.ok()) << status.to_string();
+}
+
+TEST(DsparkWeights, TensorOfTheWrongShapeIsRefusedNamingBothShapes) {
+  const DsparkConfig config = parse(testing::small_drafter_config());
+  std::vector<testing::RandomTensor> tensors = manifest_tensors(config);
+  for (auto& tensor : tensors)
+    if (tensor.name == "layers.1.self_attn.k_proj.weight") tensor.shape = {16, 32};
+  TempDir dir;
+  testing::write_sparse_checkpoint(dir.path() + "/model.safetensors", tensors);
+  Status status = check_directory(dir.path(), config);
+  EXPECT_EQ(status.code(), ErrorCode::BadSafetensors);
+  EXPECT_NE(status.message().find("layers.1.self_attn.k_proj.weight has shape [16, 32], the config needs [32, 32]"),
+            std::string::npos)
+      << status.to_string();
+}
+
+TEST(DsparkWeights, MissingTensorIsRefusedByName) {
+  const DsparkConfig config = parse(testing::small_drafter_config());
+  std::vector<testing::RandomTensor> tensors = manifest_tensors(config);
+  std::erase_if(tensors, [](const auto& tensor) { return tensor.name == "markov_head.markov_w2.weight"; });
+  TempDir dir;
+  testing::write_sparse_checkpoint(dir.path() + "/model.safetensors", tensors);
+  Status status = check_directory(dir.path(), config);
+  EXPECT_EQ(status.code(), ErrorCode::BadSafetensors);
+  EXPECT_NE(status.message().find("lacks markov_head.markov_w2.weight [96, 8]"), std::string::npos) << status.to_string();
+}
+
+TEST(DsparkWeights, ReducedDraftVocabularyIsRefusedAndUnknownTensorsAreBad) {
+  const DsparkConfig config = parse(testing::small_drafter_config());
+  std::vector<testing::RandomTensor> tensors = manifest_tensors(config);
+  tensors.push_back({"d2t", {32}});
+  TempDir dir;
+  testing::write_sparse_checkpoint(dir.path() + "/model.safetensors", tensors);
+  Status status = check_directory(dir.path(), config);
+  EXPECT_EQ(status.code(), ErrorCode::UnsupportedDraftShape);
+  EXPECT_NE(status.message().find("d2t"), std::string::npos) << status.to_string();
+
+  tensors.back() = {"layers.0.self_attn.q_proj.bias", {64}};
+  testing::write_sparse_checkpoint(dir.path() + "/model.safetensors", tensors);
+  status = check_directory(dir.path(), config);
+  EXPECT_EQ(status.code(), ErrorCode::BadSafetensors);
+  EXPECT_NE(status.message().find("unexpected tensor layers.0.self_attn.q_proj.bias"), std::string::npos);
+
+  tensors.back() = {"embed_tokens.weight", {96, 32}};  // a training checkpoint's frozen copy of the target's: skipped
+  testing::write_sparse_checkpoint(dir.path() + "/model.safetensors", tensors);
+  EXPECT_TRUE(check_directory(dir.path(), config).ok());
+}
+
+TEST(DsparkWeights, RefusalsComeBeforeTheCheckpointIsOpened) {
+  // No model.safetensors at all: a refusal that needed the weights would say NotFound instead.
+  TempDir dir;
+  testing::write_text(dir.path() + "/config.json", testing::small_drafter_config().dump());
+  EmbeddingTarget target(testing::random_embedding(96, 32, 1), 96, 32, 4);
+  DrafterOptions options;
+  options.bits = 4;
+  Result<std::unique_ptr<DsparkDrafter>> loaded = DsparkDrafter::load(dir.path(), target, options);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), ErrorCode::UnsupportedDraftBits);
+  EXPECT_NE(loaded.status().message().find("--drafter-bits 4"), std::string::npos);
+
+  EmbeddingTarget wide_target(testing::random_embedding(96, 64, 1), 96, 64, 4);
+  loaded = DsparkDrafter::load(dir.path(), wide_target, DrafterOptions{});
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), ErrorCode::DraftTargetMismatch) << loaded.status().to_string();
+  EXPECT_EQ(wide_target.state_calls, 0);
+}
+
+TEST(DsparkWeights, BitsZeroKeepsTheStoredBf16ValuesBitForBit) {
+  TempDir dir;
+  ASSERT_TRUE(testing::write_small_drafter(dir.path(), testing::small_drafter_config(), 3).ok());
+  Result<std::unique_ptr<io::Checkpoint>> checkpoint = io::Checkpoint::open(dir.path());
+  ASSERT_TRUE(checkpoint.ok());
+  const DsparkConfig config = parse(testing::small_drafter_config());
+  InitSteps steps;
+  Result<DsparkWeights> weights = load_draft_weights(**checkpoint, config, 0, steps);
+  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+  const io::TensorInfo* stored = (*checkpoint)->find("layers.1.mlp.down_proj.weight");
+  const DraftMatrix& loaded = weights->layers[1].down_proj;
+  ASSERT_EQ(loaded.dense.b16.size() * 2, stored->bytes);
+  EXPECT_EQ(std::memcmp(loaded.dense.b16.data(), stored->data, stored->bytes), 0);
+  EXPECT_FALSE(loaded.quantized());
+  EXPECT_EQ(steps.peak_bytes(), weights->bytes());  // bits 0 reads straight into the final buffers
+}
+
+TEST(DsparkWeights, BitsEightQuantizesEachRowAndPeaksAtFinalSizePlusTheLargestMatrix) {
+  TempDir dir;
+  json layout = testing::small_drafter_config();
+  layout["intermediate_size"] = 256;  // the FFN matrices are the largest
+  ASSERT_TRUE(testing::write_small_drafter(dir.path(), layout, 4).ok());
+  Result<std::unique_ptr<io::Checkpoint>> checkpoint = io::Checkpoint::open(dir.path());
+  ASSERT_TRUE(checkpoint.ok());
+  const DsparkConfig config = parse(layout);
+  InitSteps steps;
+  Result<DsparkWeights> weights = load_draft_weights(**checkpoint, config, 8, steps);
+  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+  const DraftMatrix& gate = weights->layers[0].gate_proj;
+  ASSERT_TRUE(gate.quantized());
+  EXPECT_TRUE(gate.dense.b16.empty());
+  std::vector<float> stored(256 * 32);
+  ASSERT_TRUE((*checkpoint)->read_f32("layers.0.mlp.gate_proj.weight", std::vector<int64_t>{256, 32}, stored).ok());
+  for (int row = 0; row < 256; ++row) {
+    for (int col = 0; col < 32; ++col) {
+      const float w = stored[row * 32 + col];
+      EXPECT_LE(std::fabs(gate.codes[row * 32 + col] * gate.scales[row] - w), 0.5f * gate.scales[row] * 1.0001f);
+    }
+  }
+  const int64_t largest_bf16_matrix = 256 * 32 * 2;
+  EXPECT_EQ(steps.held_bytes(), weights->bytes());
+  EXPECT_LE(steps.peak_bytes(), weights->bytes() + largest_bf16_matrix);
+  EXPECT_GT(steps.peak_bytes(), weights->bytes());  // the staging buffer did exist, one at a time
+}
+
+TEST(DsparkInt8, QuantizedRowsKeepTheLargestMagnitudeAndZeroRowsStayZero) {
+  std::vector<float> row = {0.5f, -1.27f, 0.01f, 0.0f, 1.0f};
+  std::vector<int8_t> codes(row.size());
+  float scale = 0;
+  compute::quantize_row_int8(row, codes, scale);
+  EXPECT_FLOAT_EQ(scale, 1.27f / 127.0f);
+  EXPECT_EQ(codes[1], -127);
+  EXPECT_EQ(codes[0], 50);
+  EXPECT_EQ(codes[2], 1);
+  EXPECT_EQ(codes[3], 0);
+  std::vector<float> zeros(4, 0.0f);
+  std::vector<int8_t> zero_codes(4, 7);
+  compute::quantize_row_int8(zeros, zero_codes, scale);
+  EXPECT_EQ(scale, 0.0f);
+  for (int8_t code : zero_codes) EXPECT_EQ(code, 0);
+}
+
+TEST(DsparkInt8, MatmulMatchesADoubleReferenceAndEveryRowIsBatchInvariant) {
+  constexpr int64_t kRows = 13, kOut = 37, kIn = 83;  // odd sizes: tails on every path
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> x(kRows * kIn), scales(kOut);
+  std::vector<int8_t> codes(kOut * kIn);
+  for (float& v : x) v = uniform(rng);
+  for (int8_t& c : codes) c = static_cast<int8_t>(std::lround(uniform(rng) * 127));
+  for (float& s : scales) s = 0.01f + 0.02f * std::fabs(uniform(rng));
+  const compute::Int8Matrix w{codes.data(), scales.data(), kOut, kIn};
+  std::vector<float> all(kRows * kOut, std::numeric_limits<float>::quiet_NaN());
+  compute::matmul_int8(compute::OpContext{}, x.data(), kRows, w, all.data());
+  for (int64_t row = 0; row < kRows; ++row) {
+    for (int64_t col = 0; col < kOut; ++col) {
+      double expected = 0;
+      for (int64_t k = 0; k < kIn; ++k) expected += static_cast<double>(x[row * kIn + k]) * codes[col * kIn + k];
+      expected *= scales[col];
+      EXPECT_NEAR(all[row * kOut + col], expected, 1e-5 * (1 + std::fabs(expected)));
+    }
+    std::vector<float> one(kOut, std::numeric_limits<float>::quiet_NaN());
+    compute::matmul_int8(compute::OpContext{}, x.data() + row * kIn, 1, w, one.data());
+    EXPECT_EQ(std::memcmp(one.data(), all.data() + row * kOut, kOut * sizeof(float)), 0) << "row " << row;
+  }
+  ThreadPool pool(2);
+  std::vector<float> threaded(kRows * kOut, std::numeric_limits<float>::quiet_NaN());
+  compute::matmul_int8(compute::OpContext{&pool}, x.data(), kRows, w, threaded.data());
+  EXPECT_EQ(std::memcmp(threaded.data(), all.data(), all.size() * sizeof(float)), 0);
+}
+
+TEST(DsparkRope, InterleavedRotationEqualsNeoxOnPairPermutedValuesBitForBit) {
+  constexpr int kHeadDim = 16, kHeads = 3, kRows = 4;
+  const compute::RopeTable table = compute::make_rope_table(kHeadDim, 5e5);
+  const int64_t positions[kRows] = {0, 7, 1000, 123456};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  std::vector<float> interleaved(kRows * kHeads * kHeadDim);
+  for (float& v : interleaved) v = uniform(rng);
+  // Pair i is (2i, 2i+1) interleaved and (i, i+8) half-split.
+  std::vector<float> half_split(interleaved.size());
+  for (int h = 0; h < kRows * kHeads; ++h)
+    for (int i = 0; i < kHeadDim / 2; ++i) {
+      half_split[h * kHeadDim + i] = interleaved[h * kHeadDim + 2 * i];
+      half_split[h * kHeadDim + i + kHeadDim / 2] = interleaved[h * kHeadDim + 2 * i + 1];
+    }
+  const std::vector<float> original = interleaved;
+  for (compute::NumericMode mode : {compute::NumericMode::Fp32, compute::NumericMode::Bf16}) {
+    std::vector<float> a = interleaved, b = half_split;
+    const compute::OpContext ctx{nullptr, mode};
+    compute::rope_rotate(ctx, a.data(), kRows, kHeads, positions, table, /*neox=*/false);
+    compute::rope_rotate(ctx, b.data(), kRows, kHeads, positions, table, /*neox=*/true);
+    for (int h = 0; h < kRows * kHeads; ++h)
+      for (int i = 0; i < kHeadDim / 2; ++i) {
+        EXPECT_EQ(a[h * kHeadDim + 2 * i], b[h * kHeadDim + i]);
+        EXPECT_EQ(a[h * kHeadDim + 2 * i + 1], b[h * kHeadDim + i + kHeadDim / 2]);
+      }
+    // And against a double-precision rotation of the same pairs (fp32 mode only: bf16 rounds the output).
+    if (mode == compute::NumericMode::Fp32) {
+      for (int row = 0; row < kRows; ++row)
+        for (int head = 0; head < kHeads; ++head)
+          for (int i = 0; i < kHeadDim / 2; ++i) {
+            const int base = (row * kHeads + head) * kHeadDim;
+            const double angle = static_cast<double>(static_cast<float>(positions[row]) * table.inv_freq[i]);
+            const double x0 = original[base + 2 * i], x1 = original[base + 2 * i + 1];
+            EXPECT_NEAR(a[base + 2 * i], x0 * std::cos(angle) - x1 * std::sin(angle), 2e-5 * (1 + std::fabs(x0) + std::fabs(x1)));
+            EXPECT_NEAR(a[base + 2 * i + 1], x0 * std::sin(angle) + x1 * std::cos(angle), 2e-5 * (1 + std::fabs(x0) + std::fabs(x1)));
+          }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ls::dspark
