@@ -146,7 +146,7 @@ def drafter_config(target_config, tokenizer, args) -> DSparkConfig:
     heads = max(1, hidden // 64)
     return DSparkConfig(
         hidden_size=hidden, num_hidden_layers=args.layers, num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 4), head_dim=64, intermediate_size=args.ffn_mult * hidden,
+        num_key_value_heads=args.kv_heads if heads % args.kv_heads == 0 else 1, head_dim=64, intermediate_size=args.ffn_mult * hidden,
         vocab_size=target_config.vocab_size, block_size=args.block_size, mask_token_id=mask_token_id(tokenizer),
         target_layer_ids=evenly_spaced_taps(target_config.num_hidden_layers, args.taps),
         num_target_layers=target_config.num_hidden_layers, markov_rank=args.rank, rope_theta=args.rope_theta,
@@ -205,19 +205,20 @@ def main() -> None:
     parser.add_argument("--out", default="models/nano/drafter")
     parser.add_argument("--log-dir", default=None)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--prompts", type=int, default=8192)
+    parser.add_argument("--prompts", type=int, default=12288)
     parser.add_argument("--max-prompt-tokens", type=int, default=320)
     parser.add_argument("--max-new-tokens", type=int, default=192)
-    parser.add_argument("--gen-batch", type=int, default=1024)
+    parser.add_argument("--gen-batch", type=int, default=2048)
     parser.add_argument("--calibration-fraction", type=float, default=0.04)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--ffn-mult", type=int, default=3)
-    parser.add_argument("--rank", type=int, default=32)
+    parser.add_argument("--rank", type=int, default=64)
     parser.add_argument("--taps", type=int, default=4)
     parser.add_argument("--block-size", type=int, default=7)
     parser.add_argument("--rope-theta", type=float, default=1e6)
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--max-seconds", type=float, default=270)
+    parser.add_argument("--max-seconds", type=float, default=240)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--anchors", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
