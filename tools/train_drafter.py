@@ -104,8 +104,9 @@ def sample_anchors(lengths, prompt_lengths, width: int, count: int, generator) -
     return anchors, values >= 0
 
 
-def dspark_loss(drafter: DSparkDrafter, hidden, embedding, tokens, lengths, anchors, valid, teacher_logits):
-    """The DSpark loss of blocks hidden [B, A, gamma, d]; returns (loss, metrics)."""
+def dspark_loss(drafter: DSparkDrafter, hidden, embedding, tokens, lengths, anchors, valid, teacher_logits,
+                with_metrics: bool = True):
+    """The DSpark loss of blocks hidden [B, A, gamma, d]; returns (loss, metrics or None)."""
     gamma = drafter.config.block_size
     device = tokens.device
     width = tokens.shape[1]
@@ -130,6 +131,8 @@ def dspark_loss(drafter: DSparkDrafter, hidden, embedding, tokens, lengths, anch
     norm = weights.sum().clamp(min=1e-6)
     parts = {name: (value * weights).sum() / norm for name, value in (("ce", ce), ("l1", l1), ("bce", bce))}
     loss = 0.1 * parts["ce"] + 0.9 * parts["l1"] + 1.0 * parts["bce"]
+    if not with_metrics:
+        return loss, None
     with torch.no_grad():
         full = slot_valid.all(-1)
         tau = 1 + torch.cumprod(accept, dim=-1).sum(-1)
@@ -164,7 +167,12 @@ def train(args, target, tokenizer, sequences: list[dict], log) -> DSparkDrafter:
     log({"event": "drafter", "params": params, "config": config.to_json_dict()})
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     warmup = max(1, int(0.04 * args.steps))
-    schedule = lambda step: min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / args.steps))))  # noqa: E731,E501
+
+    def schedule(step: int, elapsed: float) -> float:
+        """Warmup 4 %, then cosine to 10 % over whichever budget (steps or seconds) runs out first."""
+        progress = min(1.0, max(step / args.steps, elapsed / args.max_seconds))
+        return min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
     rng = random.Random(args.seed)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     order: list[int] = []
@@ -181,15 +189,17 @@ def train(args, target, tokenizer, sequences: list[dict], log) -> DSparkDrafter:
         anchors, valid = sample_anchors(lengths, prompt_lengths, tokens.shape[1], args.anchors, generator)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=args.bf16):
             hidden = multi_block_hidden(drafter, taps.float(), tokens, anchors, embedding, eager=False)
-        loss, metrics = dspark_loss(drafter, hidden, embedding, tokens, lengths, anchors, valid, teacher_logits)
+        logging = step % args.log_every == 0 or step == args.steps - 1
+        loss, metrics = dspark_loss(drafter, hidden, embedding, tokens, lengths, anchors, valid, teacher_logits, logging)
         for group in optimizer.param_groups:
-            group["lr"] = args.lr * schedule(step)
+            group["lr"] = args.lr * schedule(step, time.time() - start)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         optimizer.step()
-        if step % args.log_every == 0 or step == args.steps - 1:
-            log({"event": "step", "step": step, "seconds": round(time.time() - start, 1), "loss": float(loss.detach()), **metrics})
+        if logging:
+            log({"event": "step", "step": step, "seconds": round(time.time() - start, 1), "lr": optimizer.param_groups[0]["lr"],
+                 "loss": float(loss.detach()), **metrics})
         if time.time() - start > args.max_seconds:
             log({"event": "stopped_by_time", "step": step})
             break
