@@ -264,7 +264,7 @@ def main() -> None:
         prompts = corpus_prompts(Path(args.corpus), tokenizer, args.prompts, args.max_prompt_tokens, args.seed)
         sequences = regenerate(target, tokenizer, prompts, args.max_new_tokens, args.gen_batch, args.seed)
         random.Random(args.seed).shuffle(sequences)
-        held = max(8, int(args.calibration_fraction * len(sequences)))
+        held = min(len(sequences) // 4, max(8, int(args.calibration_fraction * len(sequences))))
         data = {"train": sequences[held:], "calibration": sequences[:held]}
         torch.save(data, regen_path)
         tokens = sum(len(s["ids"]) - s["prompt_length"] for s in sequences)
