@@ -30,7 +30,7 @@ ModelShape dense(std::string_view name, std::string_view repo, int hidden, int l
 }
 
 ModelShape moe(std::string_view name, std::string_view repo, int vocab, int layers, std::vector<int> attention,
-               int experts, int expert_ffn, long max_position) {
+               int experts, int expert_ffn, double rope_theta) {
   ModelShape shape;
   shape.name = name;
   shape.hf_repo = repo;
@@ -40,7 +40,7 @@ ModelShape moe(std::string_view name, std::string_view repo, int vocab, int laye
   shape.num_layers = layers;
   shape.attention_layers = std::move(attention);
   shape.ffn_raw_size = 7168;  // dense layers' intermediate_size (24B: inferred equal to 8B's)
-  shape.max_position = max_position;
+  shape.rope_theta = rope_theta;
   shape.num_experts = experts;
   shape.experts_per_token = 4;
   shape.expert_ffn_size = expert_ffn;
@@ -55,10 +55,11 @@ const std::vector<ModelShape>& table() {
       dense("lfm2-1.2b", "LiquidAI/LFM2-1.2B", 2048, 16, kSmallDenseAttention, 32, 12288, true),
       dense("lfm2.5-1.2b", "LiquidAI/LFM2.5-1.2B-Instruct", 2048, 16, kSmallDenseAttention, 32, 12288, true),
       dense("lfm2-2.6b", "LiquidAI/LFM2-2.6B", 2048, 30, kDense26bAttention, 32, 10752, false),
-      moe("lfm2-8b-a1b", "LiquidAI/LFM2-8B-A1B", 65536, 24, kMoe8bAttention, 32, 1792, 128000),
-      moe("lfm2.5-8b-a1b", "LiquidAI/LFM2.5-8B-A1B", 128000, 24, kMoe8bAttention, 32, 1792, 131072),
-      moe("lfm2-24b-a2b", "LiquidAI/LFM2-24B-A2B", 65536, 40, kMoe24bAttention, 64, 1536, 128000),
-      moe("lfm2.5-24b-a2b", "LiquidAI/LFM2.5-24B-A2B", 128000, 40, kMoe24bAttention, 64, 1536, 131072),
+      moe("lfm2-8b-a1b", "LiquidAI/LFM2-8B-A1B", 65536, 24, kMoe8bAttention, 32, 1792, 1e6),
+      // LFM2.5-8B-A1B: rope_theta 5e6 as copies of its config.json show; the 24B's is inferred from it.
+      moe("lfm2.5-8b-a1b", "LiquidAI/LFM2.5-8B-A1B", 128000, 24, kMoe8bAttention, 32, 1792, 5e6),
+      moe("lfm2-24b-a2b", "LiquidAI/LFM2-24B-A2B", 65536, 40, kMoe24bAttention, 64, 1536, 1e6),
+      moe("lfm2.5-24b-a2b", "LiquidAI/LFM2.5-24B-A2B", 128000, 40, kMoe24bAttention, 64, 1536, 5e6),
   };
   return shapes;
 }
@@ -97,9 +98,9 @@ Result<std::string> shape_config_json(const ModelShape& shape, const ShapeOverri
       {"bos_token_id", 1},
       {"conv_L_cache", 3},
       {"conv_bias", false},
+      {"dtype", overrides.torch_dtype},
       {"eos_token_id", 7},
       {"hidden_size", shape.hidden_size},
-      {"initializer_range", 0.02},
       {"intermediate_size", shape.ffn_raw_size},
       {"layer_types", layer_types},
       {"max_position_embeddings", shape.max_position},
@@ -108,9 +109,7 @@ Result<std::string> shape_config_json(const ModelShape& shape, const ShapeOverri
       {"num_hidden_layers", layers},
       {"num_key_value_heads", shape.num_kv_heads},
       {"pad_token_id", 0},
-      {"rope_parameters", {{"rope_theta", 1000000.0}, {"rope_type", "default"}}},
-      {"tie_word_embeddings", true},
-      {"torch_dtype", overrides.torch_dtype},
+      {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
       {"transformers_version", "5.17.0"},
       {"use_cache", true},
       {"vocab_size", vocab},
@@ -118,6 +117,7 @@ Result<std::string> shape_config_json(const ModelShape& shape, const ShapeOverri
   if (shape.moe) {
     config["architectures"] = {"Lfm2MoeForCausalLM"};
     config["model_type"] = "lfm2_moe";
+    config["tie_word_embeddings"] = true;
     config["moe_intermediate_size"] = shape.expert_ffn_size;
     config["norm_topk_prob"] = true;
     config["num_dense_layers"] = std::min(shape.num_dense_layers, layers);
@@ -140,9 +140,8 @@ Result<std::string> shape_config_json(const ModelShape& shape, const ShapeOverri
     config["block_use_swiglu"] = true;
     config["block_use_xavier_init"] = true;
     config["conv_dim"] = shape.hidden_size;
-    config["conv_dim_out"] = shape.hidden_size;
     config["conv_use_xavier_init"] = true;
-    config["num_heads"] = shape.num_heads;
+    config["tie_embedding"] = true;
     config["use_pos_enc"] = true;
   }
   return config.dump(2) + "\n";

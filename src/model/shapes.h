@@ -25,6 +25,7 @@ struct ModelShape {
   int ffn_raw_size = 0;              // dense: block_ff_dim / intermediate_size before the width rule; MoE: as-is
   bool ffn_auto_adjust = true;       // block_auto_adjust_ff_dim (dense only)
   long max_position = 128000;        // max_position_embeddings
+  double rope_theta = 1e6;           // rope_parameters.rope_theta
   int num_experts = 0;               // MoE only from here on
   int experts_per_token = 0;
   int expert_ffn_size = 0;
@@ -38,7 +39,7 @@ const ModelShape* find_model_shape(std::string_view name);
 struct ShapeOverrides {
   std::optional<int> num_layers;
   std::optional<int> vocab_size;
-  std::string torch_dtype = "bfloat16";  // "bfloat16" or "float32"
+  std::string torch_dtype = "bfloat16";  // config.json "dtype": "bfloat16" or "float32"
 };
 
 // The shape's config.json text in the public field layout (sorted keys, indent 2). InvalidArgument when an override

@@ -102,6 +102,11 @@ TEST(ShapeTable, DenseConfigsCarryTheLiquidBlockFieldsAndRopeParameters) {
   EXPECT_EQ(config["rope_parameters"]["rope_theta"], 1e6);
   EXPECT_EQ(config["eos_token_id"], 7);
   EXPECT_EQ(config["architectures"][0], "Lfm2ForCausalLM");
+  EXPECT_EQ(config["tie_embedding"], true);
+  Result<io::ModelConfig> moe = io::parse_model_config(config_for("lfm2.5-8b-a1b"));
+  ASSERT_TRUE(moe.ok());
+  EXPECT_EQ(moe->rope_theta, 5e6);
+  EXPECT_EQ(moe->vocab_size, 128000);
 }
 
 // Opens a synthetic checkpoint and checks it as the model loader will.
