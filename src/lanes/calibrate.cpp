@@ -98,14 +98,17 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
     if (streams < options.max_streams) stream_counts.insert(streams);
   }
   std::set<int> depths = {1, options.max_depth, (options.max_depth + 1) / 2};
-  Status status = prepare_draft_scratch(target, drafter, options, options.max_streams);
+  // Separate ids from the verify timing's scratch streams, so every id lives (and is released) once.
+  CalibrationOptions draft_options = options;
+  draft_options.scratch_base = options.scratch_base + (StreamId{1} << 20);
+  Status status = prepare_draft_scratch(target, drafter, draft_options, options.max_streams);
   std::vector<TimedPoint> points;
   for (int streams : stream_counts) {
     for (int depth : depths) {
       if (!status.ok()) break;
       std::vector<DraftRequest> requests(streams);
       for (int index = 0; index < streams; ++index) {
-        requests[index].stream = options.scratch_base + index;
+        requests[index].stream = draft_options.scratch_base + index;
         requests[index].anchor_token = 0;
         requests[index].anchor_position = options.context_tokens;
         requests[index].depth = depth;
@@ -120,8 +123,8 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
     }
   }
   for (int index = 0; index < options.max_streams; ++index) {
-    target.release(options.scratch_base + index);
-    drafter.release(options.scratch_base + index);
+    target.release(draft_options.scratch_base + index);
+    drafter.release(draft_options.scratch_base + index);
   }
   if (!status.ok()) return status;
   return points;

@@ -81,9 +81,10 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     backoff.zero_rounds = 0;
     backoff.wait = options_.probe_first_wait;
     ++backoff.drafted_rounds;
-    if (options_.deeper_probe_every > 0 && backoff.drafted_rounds % options_.deeper_probe_every == 0 &&
-        plan.depth < cap) {
-      // Keep deeper acceptance measured: ask one more and make the trim keep them all.
+    if (!has_confidence_ && options_.deeper_probe_every > 0 &&
+        backoff.drafted_rounds % options_.deeper_probe_every == 0 && plan.depth < cap) {
+      // Keep deeper acceptance measured: ask one more and make the trim keep them all (a confidence head
+      // measures depth itself: there the slack below lets the trim decide).
       plan.depth += 1;
       plan.forced = plan.depth;
     } else if (has_confidence_) {

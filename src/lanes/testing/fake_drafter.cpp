@@ -1,0 +1,134 @@
+// The fake drafter: history from taps, the target's own keyed draws as proposals, keyed mistakes, planted faults.
+#include "lanes/testing/fake_drafter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "base/hash.h"
+#include "compute/sampling.h"
+
+namespace ls {
+
+FakeDrafter::FakeDrafter(FakeDrafterOptions options) : options_(std::move(options)) {
+  facts_.max_depth = options_.max_depth;
+  facts_.tap_layers = options_.tap_layers;
+  facts_.stream_bytes_per_position = 12;
+  facts_.has_confidence = options_.confidences;
+}
+
+Status FakeDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
+  const int64_t call = absorbs_++;
+  release_counts_.try_emplace(stream, 0);
+  if (options_.fault == FakeDraftFault::AbsorbError && options_.fault_every > 0 &&
+      call % options_.fault_every == options_.fault_every - 1) {
+    ++faults_planted_;
+    return Status(ErrorCode::Internal, "planted absorb fault for stream " + std::to_string(stream));
+  }
+  const int hidden = options_.shape.hidden_size;
+  const size_t row_floats = options_.tap_layers.size() * hidden;
+  if (taps.size() != static_cast<size_t>(rows) * row_floats) {
+    return Status(ErrorCode::InvalidArgument, "absorb of " + std::to_string(rows) + " rows got " +
+                                                  std::to_string(taps.size()) + " floats");
+  }
+  History& history = histories_[stream];
+  if (start > static_cast<int64_t>(history.tokens.size())) {
+    return Status(ErrorCode::Internal, "absorb at " + std::to_string(start) + " leaves a gap after " +
+                                           std::to_string(history.tokens.size()) + " rows");
+  }
+  history.tokens.resize(start);
+  history.hashes.resize(start);
+  for (int row = 0; row < rows; ++row) {
+    const float* tap = &taps[row * row_floats];
+    const int32_t token = static_cast<int32_t>(tap[0]);
+    const int64_t position = start + row;
+    if (static_cast<int64_t>(tap[1]) != position) {
+      return Status(ErrorCode::Internal, "absorbed row says position " + std::to_string(tap[1]) + ", expected " +
+                                             std::to_string(position));
+    }
+    const uint64_t previous = position == 0 ? options_.shape.salt : history.hashes.back();
+    const uint64_t hash = fake_history_hash(options_.shape, previous, token);
+    if (static_cast<float>(hash & 0xffffff) != tap[2]) {
+      return Status(ErrorCode::Internal, "absorbed row at " + std::to_string(position) + " disagrees with the history");
+    }
+    history.tokens.push_back(token);
+    history.hashes.push_back(hash);
+  }
+  return ok_status();
+}
+
+Draft FakeDrafter::draft_one(const DraftRequest& request, bool faulty) {
+  Draft draft;
+  auto found = histories_.find(request.stream);
+  const int64_t held = found == histories_.end() ? 0 : static_cast<int64_t>(found->second.tokens.size());
+  if (held != request.anchor_position) {
+    draft.status = Status(ErrorCode::Internal, "NoRowToDraftFrom: anchor at " + std::to_string(request.anchor_position) +
+                                                   ", context holds " + std::to_string(held) + " rows");
+    return draft;
+  }
+  if (request.depth < 1 || request.depth > options_.max_depth) {
+    draft.status = Status(ErrorCode::InvalidArgument, "depth " + std::to_string(request.depth));
+    return draft;
+  }
+  uint64_t hash = held == 0 ? options_.shape.salt : found->second.hashes.back();
+  int32_t token = request.anchor_token;
+  int64_t position = request.anchor_position;
+  std::vector<float> logits(options_.shape.vocab_size);
+  double chance = 1.0;
+  for (int depth_index = 0; depth_index < request.depth; ++depth_index) {
+    hash = fake_history_hash(options_.shape, hash, token);
+    fake_logits(options_.shape, hash, logits);
+    const int32_t truth = draw_token(logits, request.sampling, position + 1);
+    const bool hopeless = options_.hopeless_from >= 0 && depth_index >= options_.hopeless_from;
+    const bool wrong = hopeless || uniform_open01(splitmix64(hash ^ 0xd1ce)) < options_.wrong_rate;
+    token = wrong ? (truth + 1) % options_.shape.vocab_size : truth;
+    chance *= hopeless ? 0.01 : std::max(0.05, 1.0 - options_.wrong_rate);
+    draft.tokens.push_back(token);
+    draft.chances.push_back(options_.confidences ? static_cast<float>(chance)
+                                                 : std::numeric_limits<float>::quiet_NaN());
+    ++position;
+  }
+  if (faulty) {
+    ++faults_planted_;
+    switch (options_.fault) {
+      case FakeDraftFault::NonfiniteChance: draft.chances.back() = std::numeric_limits<float>::quiet_NaN(); break;
+      case FakeDraftFault::InfiniteChance: draft.chances.front() = std::numeric_limits<float>::infinity(); break;
+      case FakeDraftFault::OutOfRangePick: draft.tokens.front() = options_.shape.vocab_size + 3; break;
+      case FakeDraftFault::DraftError:
+        draft.status = Status(ErrorCode::DraftNonfinite, "planted draft fault");
+        break;
+      default: break;
+    }
+  }
+  drafts_proposed_ += static_cast<int64_t>(draft.tokens.size());
+  return draft;
+}
+
+std::vector<Draft> FakeDrafter::draft(std::span<const DraftRequest> requests) {
+  ++passes_;
+  widest_pass_ = std::max<int64_t>(widest_pass_, static_cast<int64_t>(requests.size()));
+  std::vector<Draft> drafts;
+  int deepest = 0;
+  for (const DraftRequest& request : requests) {
+    const int64_t index = requests_++;
+    const bool faulty = options_.fault != FakeDraftFault::None && options_.fault != FakeDraftFault::AbsorbError &&
+                        options_.fault_every > 0 && index % options_.fault_every == options_.fault_every - 1;
+    drafts.push_back(draft_one(request, faulty));
+    deepest = std::max(deepest, request.depth);
+  }
+  ++passes_by_depth_[deepest];
+  if (options_.clock != nullptr) {
+    options_.clock->advance_ms(options_.draft_fixed_ms +
+                               options_.draft_row_ms * static_cast<double>(requests.size()) * deepest);
+  }
+  return drafts;
+}
+
+void FakeDrafter::release(StreamId stream) {
+  auto counted = release_counts_.find(stream);
+  if (counted != release_counts_.end()) ++counted->second;
+  histories_.erase(stream);
+}
+
+}  // namespace ls

@@ -1,0 +1,80 @@
+// A host-only fake drafter: rebuilds each stream's history from the fake target's taps (which carry token ids) and
+// proposes the target's true continuation, wrong at a controllable rate, with optional confidences, planted
+// faults and counters.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "base/clock.h"
+#include "draft/drafter.h"
+#include "lanes/testing/fake_target.h"
+
+namespace ls {
+
+enum class FakeDraftFault {
+  None,
+  NonfiniteChance,  // a NaN chance (needs confidences)
+  InfiniteChance,   // an Inf chance (needs confidences)
+  OutOfRangePick,   // a token id past the vocabulary
+  DraftError,       // the request answers DraftNonfinite
+  AbsorbError,      // absorb() fails
+};
+
+struct FakeDrafterOptions {
+  FakeModelShape shape;               // must match the target's
+  std::vector<int> tap_layers = {1, 3};
+  int max_depth = 8;
+  double wrong_rate = 0.2;            // chance a draft is wrong, keyed by history and depth (0 = always right)
+  int hopeless_from = -1;             // depth index from which every draft is wrong (and, with confidences, says so)
+  bool confidences = false;           // report chances (else they are NaN)
+  FixedClock* clock = nullptr;        // when set, each pass advances it by fixed + per_row * streams * deepest
+  double draft_fixed_ms = 2.0;
+  double draft_row_ms = 0.2;
+  FakeDraftFault fault = FakeDraftFault::None;
+  int fault_every = 0;                // the fault hits every n-th draft request (or absorb call); 0 = never
+};
+
+class FakeDrafter final : public Drafter {
+ public:
+  explicit FakeDrafter(FakeDrafterOptions options);
+
+  const DraftFacts& facts() const override { return facts_; }
+  Status absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) override;
+  std::vector<Draft> draft(std::span<const DraftRequest> requests) override;
+  void release(StreamId stream) override;
+
+  int64_t absorbs() const { return absorbs_; }
+  int64_t passes() const { return passes_; }
+  int64_t requests() const { return requests_; }
+  int64_t widest_pass() const { return widest_pass_; }
+  int64_t faults_planted() const { return faults_planted_; }
+  int64_t drafts_proposed() const { return drafts_proposed_; }
+  // Release calls per stream that was ever absorbed (a second release counts as 2).
+  const std::map<StreamId, int>& release_counts() const { return release_counts_; }
+  size_t open_streams() const { return histories_.size(); }
+  // Passes whose deepest request was `depth`.
+  const std::map<int, int64_t>& passes_by_depth() const { return passes_by_depth_; }
+
+ private:
+  struct History {
+    std::vector<int32_t> tokens;   // [positions]
+    std::vector<uint64_t> hashes;  // [positions] history hash after each position
+  };
+  Draft draft_one(const DraftRequest& request, bool faulty);
+
+  FakeDrafterOptions options_;
+  DraftFacts facts_;
+  std::map<StreamId, History> histories_;
+  std::map<StreamId, int> release_counts_;
+  std::map<int, int64_t> passes_by_depth_;
+  int64_t absorbs_ = 0;
+  int64_t passes_ = 0;
+  int64_t requests_ = 0;
+  int64_t widest_pass_ = 0;
+  int64_t faults_planted_ = 0;
+  int64_t drafts_proposed_ = 0;
+};
+
+}  // namespace ls

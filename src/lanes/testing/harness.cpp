@@ -1,0 +1,86 @@
+// Driving the lanes through arrivals and cancellations; the plain-alone oracle.
+#include "lanes/testing/harness.h"
+
+#include <algorithm>
+#include <map>
+
+#include "base/clock.h"
+#include "base/hash.h"
+
+namespace ls {
+
+Result<std::vector<Reply>> run_arrivals(Lanes& lanes, const std::vector<Arrival>& arrivals, int max_rounds) {
+  std::vector<Reply> replies(arrivals.size());
+  std::map<StreamId, size_t> index_of;
+  std::vector<bool> submitted(arrivals.size(), false);
+  size_t submitted_count = 0;
+  auto collect = [&](int round) {
+    for (StreamEvent& event : lanes.take_events()) {
+      Reply& reply = replies[index_of.at(event.stream)];
+      if (!event.tokens.empty()) reply.rounds_with_tokens.push_back(round);
+      reply.tokens.insert(reply.tokens.end(), event.tokens.begin(), event.tokens.end());
+      if (event.finish != FinishReason::None) {
+        reply.finish = event.finish;
+        reply.error = event.error;
+        reply.stats = event.stats;
+      }
+    }
+  };
+  for (int round = 0; round < max_rounds; ++round) {
+    for (size_t index = 0; index < arrivals.size(); ++index) {
+      if (!submitted[index] && arrivals[index].round <= round) {
+        StreamId id = lanes.submit(arrivals[index].request);
+        replies[index].stream = id;
+        index_of[id] = index;
+        submitted[index] = true;
+        ++submitted_count;
+      }
+      if (submitted[index] && arrivals[index].cancel_round == round) lanes.cancel(replies[index].stream);
+    }
+    collect(round);  // cancellations emit their events outside round()
+    if (submitted_count == arrivals.size() && lanes.idle()) return replies;
+    Status status = lanes.round();
+    collect(round);
+    if (!status.ok()) return status;
+  }
+  return Status(ErrorCode::Internal, "lanes did not finish in " + std::to_string(max_rounds) + " rounds");
+}
+
+std::vector<Reply> run_each_alone_plain(const FakeTargetOptions& target_options, const std::vector<Arrival>& arrivals) {
+  std::vector<Reply> replies;
+  for (const Arrival& arrival : arrivals) {
+    FakeTargetOptions options = target_options;
+    options.clock = nullptr;
+    FakeTarget target(options);
+    FixedClock clock;
+    LanesOptions lanes_options;
+    auto lanes = Lanes::create(target, nullptr, lanes_options, clock);
+    Arrival alone = arrival;
+    alone.round = 0;
+    alone.cancel_round = -1;
+    Result<std::vector<Reply>> reply = run_arrivals(**lanes, {alone});
+    replies.push_back(reply.ok() ? reply->front() : Reply{});
+  }
+  return replies;
+}
+
+Request make_fake_request(int index, bool sampled, int vocab_size) {
+  Request request;
+  const uint64_t key = splitmix64(0xabc + index);
+  const int prompt_length = 2 + static_cast<int>(key % 8);
+  for (int position = 0; position < prompt_length; ++position) {
+    request.prompt.push_back(static_cast<int32_t>(splitmix64(key + position) % vocab_size));
+  }
+  request.max_tokens = 20 + static_cast<int>((key >> 8) % 41);
+  if (sampled) {
+    request.sampling.temperature = 0.6f + 0.1f * static_cast<float>(index % 6);
+    if (index % 3 == 1) request.sampling.top_k = 8;
+    if (index % 4 == 2) request.sampling.top_p = 0.9f;
+    if (index % 5 == 3) request.sampling.min_p = 0.05f;
+    request.has_seed = index % 2 == 0;
+    request.sampling.seed = 1000 + index;
+  }
+  return request;
+}
+
+}  // namespace ls

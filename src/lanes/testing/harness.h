@@ -1,0 +1,35 @@
+// Test and benchmark helpers for the lanes on fakes: staggered arrivals, cancellations, and the plain-alone oracle.
+#pragma once
+
+#include <vector>
+
+#include "lanes/lanes.h"
+#include "lanes/testing/fake_target.h"
+
+namespace ls {
+
+struct Arrival {
+  int round = 0;             // submitted just before this round
+  Request request;
+  int cancel_round = -1;     // cancelled just before this round (>= 0)
+};
+
+struct Reply {
+  StreamId stream = 0;
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::None;
+  std::string error;
+  StreamStats stats;
+  std::vector<int> rounds_with_tokens;  // rounds in which the stream received tokens
+};
+
+// Runs rounds until every arrival was submitted and the lanes are idle; replies in arrival order.
+Result<std::vector<Reply>> run_arrivals(Lanes& lanes, const std::vector<Arrival>& arrivals, int max_rounds = 200000);
+
+// The oracle: each request run alone, on a fresh fake target, without a drafter.
+std::vector<Reply> run_each_alone_plain(const FakeTargetOptions& target_options, const std::vector<Arrival>& arrivals);
+
+// A varied request: prompt of 2-9 tokens, 20-60 tokens out, greedy or sampled (temperature, top-k/p, min-p mixed).
+Request make_fake_request(int index, bool sampled, int vocab_size);
+
+}  // namespace ls
