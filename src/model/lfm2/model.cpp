@@ -1,0 +1,212 @@
+// The LFM2 layer loop (reference/lfm2.md §0, §2): embed, per layer operator_norm -> ShortConv or attention ->
+// residual -> ffn_norm -> SwiGLU or MoE -> residual; then embedding_norm (the final norm) and the tied head.
+#include "model/lfm2/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+
+namespace ls::lfm2 {
+
+using compute::OpContext;
+
+Model::Model(io::ModelConfig config, Weights weights, int threads)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      rope_(compute::make_rope_table(config_.head_dim, config_.rope_theta)),
+      pool_(threads) {
+  for (io::LayerKind kind : config_.layer_kinds) {
+    const bool attention = kind == io::LayerKind::Attention;
+    kv_slot_.push_back(attention ? attention_layers_++ : -1);
+    conv_slot_.push_back(attention ? -1 : conv_layers_++);
+  }
+}
+
+StreamState Model::new_stream() const {
+  StreamState stream;
+  stream.keys.resize(attention_layers_);
+  stream.values.resize(attention_layers_);
+  const size_t history = static_cast<size_t>(config_.conv_kernel - 1) * config_.hidden_size;
+  stream.conv_history.assign(conv_layers_, std::vector<float>(history, 0.0f));
+  stream.window_z.resize(conv_layers_);
+  return stream;
+}
+
+void Model::run_pass(std::span<const int32_t> tokens, std::span<const Segment> segments,
+                     std::span<const int> tap_layers, float* hidden, float* taps) {
+  const int64_t rows = static_cast<int64_t>(tokens.size()), D = config_.hidden_size;
+  const float eps = config_.norm_eps;
+  positions_.resize(rows);
+  for (const Segment& segment : segments)
+    for (int64_t r = 0; r < segment.rows; ++r) positions_[segment.row_offset + r] = segment.first_position + r;
+  u_.resize(rows * D);
+  mix_.resize(rows * D);
+
+  float* h = hidden;  // [rows, D] the residual stream
+  compute::embed_rows(ctx(), weights_.embedding.view(), tokens, h);
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    const LayerWeights& w = weights_.layers[layer];
+    // operator_norm -> mixer (ShortConv or attention) -> residual
+    compute::rms_norm(ctx(), h, rows, D, w.operator_norm.data(), eps, u_.data());
+    if (w.kind == io::LayerKind::Conv)
+      short_conv_block(layer, conv_slot_[layer], u_.data(), segments, mix_.data());
+    else
+      attention_block(layer, kv_slot_[layer], u_.data(), segments, mix_.data());
+    compute::add_residual(ctx(), h, mix_.data(), rows * D);
+    // ffn_norm -> SwiGLU or MoE -> residual
+    compute::rms_norm(ctx(), h, rows, D, w.ffn_norm.data(), eps, u_.data());
+    if (w.moe)
+      moe_block(layer, u_.data(), rows, mix_.data());
+    else
+      ffn_block(w.w1, w.w3, w.w2, u_.data(), rows, mix_.data());
+    compute::add_residual(ctx(), h, mix_.data(), rows * D);
+    // taps: this layer's output, before the final norm
+    const int64_t tap_count = static_cast<int64_t>(tap_layers.size());
+    for (int64_t t = 0; t < tap_count; ++t)
+      if (tap_layers[t] == layer)
+        for (int64_t r = 0; r < rows; ++r) std::memcpy(taps + (r * tap_count + t) * D, h + r * D, sizeof(float) * D);
+  }
+}
+
+void Model::short_conv_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* mix) {
+  const LayerWeights& w = weights_.layers[layer];
+  const int64_t D = config_.hidden_size;
+  const int64_t rows = static_cast<int64_t>(positions_.size());
+  wide_.resize(rows * 3 * D);  // [rows, 3D] B | C | x
+  act_.resize(rows * D);       // [rows, D] y = C * conv(B * x)
+  compute::matmul(ctx(), u, rows, w.conv_in_proj.view(), wide_.data());
+  for (const Segment& segment : segments) {
+    std::vector<float>& z = segment.stream->window_z[slot];  // [window rows, D]
+    z.resize((segment.rows_before + segment.rows) * D);
+    compute::ShortConvInput input;
+    input.bcx = wide_.data() + segment.row_offset * 3 * D;
+    input.rows = segment.rows;
+    input.width = static_cast<int>(D);
+    input.kernel = config_.conv_kernel;
+    input.history = segment.stream->conv_history[slot].data();
+    input.z_before = z.data();
+    input.rows_before = segment.rows_before;
+    input.conv_weight = w.conv_kernel.data();
+    input.conv_bias = w.conv_bias.empty() ? nullptr : w.conv_bias.data();
+    compute::short_conv(ctx(), input, z.data() + segment.rows_before * D, act_.data() + segment.row_offset * D);
+  }
+  compute::matmul(ctx(), act_.data(), rows, w.conv_out_proj.view(), mix);
+}
+
+void Model::attention_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* mix) {
+  const LayerWeights& w = weights_.layers[layer];
+  const int H = config_.num_heads, KV = config_.num_kv_heads, hd = config_.head_dim;
+  const int64_t rows = static_cast<int64_t>(positions_.size());
+  const int64_t q_width = int64_t{H} * hd, kv_width = int64_t{KV} * hd;
+  q_.resize(rows * q_width);   // [rows, H, hd]
+  k_.resize(rows * kv_width);  // [rows, KV, hd]
+  v_.resize(rows * kv_width);  // [rows, KV, hd]
+  attn_.resize(rows * q_width);
+  compute::matmul(ctx(), u, rows, w.q_proj.view(), q_.data());
+  compute::matmul(ctx(), u, rows, w.k_proj.view(), k_.data());
+  compute::matmul(ctx(), u, rows, w.v_proj.view(), v_.data());
+  // per-head q/k RMSNorm before RoPE
+  compute::rms_norm(ctx(), q_.data(), rows * H, hd, w.q_norm.data(), config_.norm_eps, q_.data());
+  compute::rms_norm(ctx(), k_.data(), rows * KV, hd, w.k_norm.data(), config_.norm_eps, k_.data());
+  compute::rope_neox(ctx(), q_.data(), rows, H, positions_.data(), rope_);
+  compute::rope_neox(ctx(), k_.data(), rows, KV, positions_.data(), rope_);
+  const compute::AttentionShape shape{H, KV, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+  for (const Segment& segment : segments) {
+    std::vector<float>& keys = segment.stream->keys[slot];
+    std::vector<float>& values = segment.stream->values[slot];
+    LS_CHECK(static_cast<int64_t>(keys.size()) == segment.first_position * kv_width,
+             "the KV cache must end where the segment starts");
+    keys.insert(keys.end(), k_.begin() + segment.row_offset * kv_width,
+                k_.begin() + (segment.row_offset + segment.rows) * kv_width);
+    values.insert(values.end(), v_.begin() + segment.row_offset * kv_width,
+                  v_.begin() + (segment.row_offset + segment.rows) * kv_width);
+    compute::attention(ctx(), q_.data() + segment.row_offset * q_width, segment.rows, segment.first_position,
+                       keys.data(), values.data(), shape, attn_.data() + segment.row_offset * q_width);
+  }
+  compute::matmul(ctx(), attn_.data(), rows, w.attn_out_proj.view(), mix);
+}
+
+void Model::ffn_block(const OwnedMatrix& w1, const OwnedMatrix& w3, const OwnedMatrix& w2, const float* v,
+                      int64_t rows, float* out) {
+  const int64_t F = w1.rows;
+  gate_.resize(rows * F);  // [rows, F] w1 v
+  up_.resize(rows * F);    // [rows, F] w3 v
+  act_.resize(rows * F);   // [rows, F] silu(w1 v) * w3 v
+  compute::matmul(ctx(), v, rows, w1.view(), gate_.data());
+  compute::matmul(ctx(), v, rows, w3.view(), up_.data());
+  compute::swiglu(ctx(), gate_.data(), up_.data(), rows * F, act_.data());
+  compute::matmul(ctx(), act_.data(), rows, w2.view(), out);
+}
+
+void Model::moe_block(int layer, const float* v, int64_t rows, float* out) {
+  const LayerWeights& w = weights_.layers[layer];
+  const io::MoeConfig& moe = *config_.moe;
+  const int E = moe.num_experts, k = moe.experts_per_token;
+  const int64_t D = config_.hidden_size;
+  router_logits_.resize(rows * E);  // [rows, E]
+  route_chosen_.resize(rows * k);   // [rows, k] expert ids in slot order
+  route_weights_.resize(rows * k);  // [rows, k]
+  slots_.resize(rows * k * D);      // [rows, k, D] weighted expert outputs
+  compute::matmul(ctx(), v, rows, w.router.view(), router_logits_.data());
+  const compute::RouterOptions options{E, k, moe.norm_topk_prob, moe.routed_scaling_factor,
+                                       w.expert_bias.empty() ? nullptr : w.expert_bias.data()};
+  compute::route_experts(ctx(), router_logits_.data(), rows, options, route_chosen_.data(), route_weights_.data());
+  if (expert_trace_) expert_trace_->insert(expert_trace_->end(), route_chosen_.begin(), route_chosen_.end());
+  std::vector<int64_t> picks;  // (row * k + slot) routed to the current expert, in row order
+  for (int e = 0; e < E; ++e) {
+    picks.clear();
+    for (int64_t i = 0; i < rows * k; ++i)
+      if (route_chosen_[i] == e) picks.push_back(i);
+    if (picks.empty()) continue;
+    const int64_t n = static_cast<int64_t>(picks.size());
+    expert_in_.resize(n * D);  // [n, D] the routed rows of v
+    expert_out_.resize(n * D);
+    for (int64_t p = 0; p < n; ++p) std::memcpy(expert_in_.data() + p * D, v + (picks[p] / k) * D, sizeof(float) * D);
+    const ExpertWeights& expert = w.experts[e];
+    ffn_block(expert.w1, expert.w3, expert.w2, expert_in_.data(), n, expert_out_.data());
+    const OpContext c = ctx();
+    for (int64_t p = 0; p < n; ++p) {
+      const float weight = route_weights_[picks[p]];
+      float* slot = slots_.data() + picks[p] * D;
+      for (int64_t d = 0; d < D; ++d) slot[d] = c.store(expert_out_[p * D + d] * weight);
+    }
+  }
+  compute::sum_slots(ctx(), slots_.data(), rows, k, D, out);
+}
+
+void Model::logits(const float* hidden, int64_t rows, float* logits) {
+  const int64_t D = config_.hidden_size;
+  u_.resize(rows * D);
+  compute::rms_norm(ctx(), hidden, rows, D, weights_.final_norm.data(), config_.norm_eps, u_.data());
+  // The head accumulates in fp32 and keeps fp32 logits in both modes (sampling reads fp32).
+  compute::matmul(OpContext{&pool_, NumericMode::Fp32}, u_.data(), rows, weights_.head().view(), logits);
+}
+
+void Model::commit(StreamState& stream, int64_t kept) const {
+  LS_CHECK(kept >= 1 && kept <= stream.window_rows, "commit keeps 1 .. window rows (callers validate)");
+  const int64_t D = config_.hidden_size, history_rows = config_.conv_kernel - 1;
+  std::vector<float> next(history_rows * D);
+  for (size_t slot = 0; slot < stream.conv_history.size(); ++slot) {
+    std::vector<float>& history = stream.conv_history[slot];
+    const std::vector<float>& z = stream.window_z[slot];
+    // The new history is the last K-1 of [history, z_0 .. z_{kept-1}].
+    for (int64_t i = 0; i < history_rows; ++i) {
+      const int64_t source = kept - history_rows + i;
+      const float* row = source >= 0 ? z.data() + source * D : history.data() + (history_rows + source) * D;
+      std::memcpy(next.data() + i * D, row, sizeof(float) * D);
+    }
+    history = next;
+    stream.window_z[slot].clear();
+  }
+  const int64_t kv_width = int64_t{config_.num_kv_heads} * config_.head_dim;
+  for (size_t slot = 0; slot < stream.keys.size(); ++slot) {
+    stream.keys[slot].resize((stream.committed + kept) * kv_width);
+    stream.values[slot].resize((stream.committed + kept) * kv_width);
+  }
+  stream.committed += kept;
+  stream.window_rows = 0;
+}
+
+}  // namespace ls::lfm2

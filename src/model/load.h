@@ -1,0 +1,23 @@
+// Opens a model directory (config.json + safetensors) as a Target, refusing by name before reading weights.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "compute/ops.h"
+#include "model/target.h"
+
+namespace ls {
+
+struct LoadOptions {
+  compute::NumericMode mode = compute::NumericMode::Bf16;
+  int threads = 1;
+  int max_rows = 8192;             // most rows one forward accepts (a whole prompt is one window)
+  int exact_width_probe = 0;       // > 0: measure facts().exact_width up to this width at load
+};
+
+// config.json (UnsupportedArchitecture / BadModelConfig), tensor names and shapes (BadSafetensors), then weights.
+Result<std::unique_ptr<Target>> load_target(const std::string& directory, const LoadOptions& options);
+
+}  // namespace ls

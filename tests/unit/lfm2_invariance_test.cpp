@@ -1,0 +1,118 @@
+// Whole-model batch invariance: a row's logits, draws and taps are the same bits alone, in windows of 1..16 rows,
+// beside other streams' windows (64 rows in one forward) and when a long window spans several passes.
+#include <gtest/gtest.h>
+
+#include "lfm2_test_util.h"
+
+namespace ls::lfm2 {
+namespace {
+using namespace testing;
+
+constexpr int kTapCount = 3;
+
+// Feeds `tokens` in windows of the given widths (cycling) and returns every row's outputs.
+RowOutputs windowed(Target& target, StreamId stream, const std::vector<int32_t>& tokens, std::vector<int> widths) {
+  RowOutputs out;
+  size_t begin = 0;
+  for (size_t turn = 0; begin < tokens.size(); ++turn) {
+    const size_t rows = std::min<size_t>(widths[turn % widths.size()], tokens.size() - begin);
+    Window window;
+    window.stream = stream;
+    window.tokens = std::span<const int32_t>(tokens.data() + begin, rows);
+    window.want_logits = true;
+    Result<Verified> verified = target.forward(std::span<const Window>(&window, 1));
+    EXPECT_TRUE(verified.ok());
+    if (!verified.ok()) return out;
+    append_rows(*verified, 0, target, kTapCount, out);
+    EXPECT_TRUE(target.commit(stream, static_cast<int>(rows)).ok());
+    begin += rows;
+  }
+  return out;
+}
+
+int rows_differing(const RowOutputs& a, const RowOutputs& b) {
+  int differing = 0;
+  for (size_t i = 0; i < a.logits.size(); ++i)
+    differing += !same_bits(a.logits[i], b.logits[i]) || !same_bits(a.taps[i], b.taps[i]) || a.draws[i] != b.draws[i];
+  return differing + static_cast<int>(a.logits.size() != b.logits.size()) * 1000;
+}
+
+TEST(Lfm2Invariance, WindowsOfEveryWidthFrom1To16ReproduceOneRowStepsBitwise) {
+  for (bool moe : {false, true})
+    for (NumericMode mode : kModes) {
+      auto target = small_target(moe, mode);
+      const std::vector<int32_t> tokens = random_tokens(40, 1);
+      const RowOutputs oracle = one_row_steps(*target, 1, tokens, kTapCount);
+      ASSERT_EQ(oracle.logits.size(), tokens.size());
+      for (int width = 2; width <= 16; ++width) {
+        const RowOutputs rows = windowed(*target, 100 + width, tokens, {width});
+        EXPECT_EQ(rows_differing(rows, oracle), 0) << "moe=" << moe << " mode=" << int(mode) << " width=" << width;
+      }
+    }
+}
+
+TEST(Lfm2Invariance, RowsBesideOtherStreamsIn64RowForwardsEqualTheirOneRowSteps) {
+  for (bool moe : {false, true})
+    for (NumericMode mode : kModes) {
+      auto target = small_target(moe, mode);
+      constexpr int kStreams = 4;
+      std::vector<std::vector<int32_t>> tokens;
+      std::vector<RowOutputs> oracle;
+      for (int s = 0; s < kStreams; ++s) {
+        tokens.push_back(random_tokens(48, 10 + s));
+        oracle.push_back(one_row_steps(*target, 1000 + s, tokens[s], kTapCount));
+      }
+      // Rounds of 4 windows with different widths; the first round is 4 x 16 = 64 rows.
+      const int widths[3][kStreams] = {{16, 16, 16, 16}, {1, 7, 3, 16}, {16, 2, 13, 5}};
+      std::vector<RowOutputs> got(kStreams);
+      std::vector<size_t> fed(kStreams, 0);
+      for (int round = 0; round < 6; ++round) {
+        std::vector<Window> windows;
+        for (int s = 0; s < kStreams; ++s) {
+          const size_t rows = std::min<size_t>(widths[round % 3][s], tokens[s].size() - fed[s]);
+          if (rows == 0) continue;
+          Window window;
+          window.stream = 2000 + s;
+          window.tokens = std::span<const int32_t>(tokens[s].data() + fed[s], rows);
+          window.want_logits = true;
+          windows.push_back(window);
+        }
+        if (windows.empty()) break;
+        Result<Verified> verified = target->forward(windows);
+        ASSERT_TRUE(verified.ok()) << verified.status().to_string();
+        for (size_t w = 0; w < windows.size(); ++w) {
+          const int s = static_cast<int>(windows[w].stream - 2000);
+          append_rows(*verified, w, *target, kTapCount, got[s]);
+          ASSERT_TRUE(target->commit(windows[w].stream, static_cast<int>(windows[w].tokens.size())).ok());
+          fed[s] += windows[w].tokens.size();
+        }
+      }
+      for (int s = 0; s < kStreams; ++s)
+        EXPECT_EQ(rows_differing(got[s], oracle[s]), 0) << "moe=" << moe << " mode=" << int(mode) << " stream " << s;
+    }
+}
+
+TEST(Lfm2Invariance, AWindowSplitAcrossPassesEqualsOnePassAndTheThreadCountDoesNotMatter) {
+  for (bool moe : {false, true})
+    for (NumericMode mode : kModes) {
+      auto one_pass = small_target(moe, mode, 2, 512);
+      auto small_passes = small_target(moe, mode, 1, 5);  // 5-row passes, one thread
+      const std::vector<int32_t> tokens = random_tokens(37, 3);
+      const RowOutputs a = windowed(*one_pass, 1, tokens, {37});
+      const RowOutputs b = windowed(*small_passes, 1, tokens, {37});
+      EXPECT_EQ(rows_differing(a, b), 0) << "moe=" << moe << " mode=" << int(mode);
+    }
+}
+
+TEST(Lfm2Invariance, MeasuredExactWidthIsTheFull16OnTheCpuBackend) {
+  for (NumericMode mode : kModes) {
+    auto target = small_target(true, mode);
+    Result<int> width = measure_exact_width(*target, 16);
+    ASSERT_TRUE(width.ok());
+    EXPECT_EQ(*width, 16);
+    EXPECT_EQ(target->stream_count(), 0);  // the probe streams were released
+  }
+}
+
+}  // namespace
+}  // namespace ls::lfm2

@@ -1,0 +1,102 @@
+// Helpers for the LFM2 model tests: small random dense / MoE configs, targets on random weights, one-row oracles.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "base/hash.h"
+#include "model/exact_width.h"
+#include "model/lfm2/lfm2_target.h"
+
+namespace ls::lfm2::testing {
+
+// 5 layers (conv, attention, conv, conv, attention), D 64, 4 heads / 2 KV heads of 16, vocab 97.
+inline io::ModelConfig small_config(bool moe) {
+  io::ModelConfig config;
+  config.model_type = moe ? "lfm2_moe" : "lfm2";
+  config.vocab_size = 97;
+  config.hidden_size = 64;
+  config.num_layers = 5;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 16;
+  config.ffn_size = 96;
+  config.conv_kernel = 3;
+  config.max_position = 4096;
+  using io::LayerKind;
+  config.layer_kinds = {LayerKind::Conv, LayerKind::Attention, LayerKind::Conv, LayerKind::Conv,
+                        LayerKind::Attention};
+  if (moe) {
+    io::MoeConfig m;
+    m.num_experts = 6;
+    m.experts_per_token = 2;
+    m.expert_ffn_size = 32;
+    m.num_dense_layers = 1;
+    config.moe = m;
+  }
+  return config;
+}
+
+inline std::unique_ptr<Lfm2Target> small_target(bool moe, NumericMode mode, int threads = 2, int pass_rows = 512,
+                                                uint64_t seed = 7) {
+  const io::ModelConfig config = small_config(moe);
+  auto model = std::make_unique<Model>(config, random_weights(config, mode, seed), threads);
+  auto target = std::make_unique<Lfm2Target>(std::move(model), 256, pass_rows);
+  const int taps[] = {0, 2, 4};
+  EXPECT_TRUE(target->set_taps(taps).ok());
+  return target;
+}
+
+inline std::vector<int32_t> random_tokens(size_t count, uint64_t seed, int vocab = 97) {
+  std::vector<int32_t> tokens(count);
+  for (size_t i = 0; i < count; ++i) tokens[i] = static_cast<int32_t>(splitmix64(seed * 1000 + i) % vocab);
+  return tokens;
+}
+
+// Per-row logits [V] and taps [taps, D] of a stream, row by row.
+struct RowOutputs {
+  std::vector<std::vector<float>> logits;
+  std::vector<std::vector<float>> taps;
+  std::vector<int32_t> draws;
+};
+
+// Appends the rows of one window's slice of a Verified to `out`.
+inline void append_rows(const Verified& verified, size_t window, const Target& target, int tap_count,
+                        RowOutputs& out) {
+  const int64_t V = target.facts().vocab_size, D = target.facts().hidden_size;
+  for (int64_t row = verified.row_begin[window]; row < verified.row_begin[window + 1]; ++row) {
+    out.logits.emplace_back(verified.logits.begin() + row * V, verified.logits.begin() + (row + 1) * V);
+    out.taps.emplace_back(verified.taps.begin() + row * tap_count * D, verified.taps.begin() + (row + 1) * tap_count * D);
+    out.draws.push_back(verified.draws[row]);
+  }
+}
+
+// The oracle: every token fed as its own one-row window, committed at once.
+inline RowOutputs one_row_steps(Target& target, StreamId stream, const std::vector<int32_t>& tokens, int tap_count,
+                                Sampling sampling = {}) {
+  RowOutputs out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    Window window;
+    window.stream = stream;
+    window.tokens = std::span<const int32_t>(&tokens[i], 1);
+    window.want_logits = true;
+    window.sampling = sampling;
+    Result<Verified> verified = target.forward(std::span<const Window>(&window, 1));
+    EXPECT_TRUE(verified.ok()) << verified.status().to_string();
+    if (!verified.ok()) return out;
+    append_rows(*verified, 0, target, tap_count, out);
+    EXPECT_TRUE(target.commit(stream, 1).ok());
+  }
+  return out;
+}
+
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+constexpr NumericMode kModes[] = {NumericMode::Fp32, NumericMode::Bf16};
+
+}  // namespace ls::lfm2::testing
