@@ -1,0 +1,206 @@
+// Pricing on fakes with a fixed-clock cost model: drafts are bought where they pay, never where they do not.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "lanes/lanes.h"
+#include "lanes/testing/fake_drafter.h"
+#include "lanes/testing/fake_target.h"
+#include "lanes/testing/harness.h"
+
+namespace ls {
+namespace {
+
+struct PricedRun {
+  double ms = 0;  // fixed-clock time from after setup to the end
+  LanesStats stats;
+  std::map<int, int64_t> windows_by_drawn_rows;
+  int64_t drafter_passes = 0;  // after setup
+  std::vector<Reply> replies;
+  int64_t tokens = 0;
+};
+
+FakeTargetOptions costed_target(FixedClock& clock) {
+  FakeTargetOptions options;
+  options.max_rows = 64;
+  options.exact_width = 8;
+  options.clock = &clock;
+  options.verify_fixed_ms = 10.0;
+  options.verify_row_ms = 0.5;
+  return options;
+}
+
+FakeDrafterOptions costed_drafter(FixedClock& clock, double wrong_rate) {
+  FakeDrafterOptions options;
+  options.max_depth = 6;
+  options.wrong_rate = wrong_rate;
+  options.clock = &clock;
+  options.draft_fixed_ms = 2.0;
+  options.draft_row_ms = 0.2;
+  return options;
+}
+
+std::vector<Arrival> long_requests(int streams, int max_tokens) {
+  std::vector<Arrival> arrivals;
+  for (int index = 0; index < streams; ++index) {
+    Arrival arrival;
+    arrival.request = make_fake_request(index, false, 64);
+    arrival.request.max_tokens = max_tokens;
+    arrivals.push_back(arrival);
+  }
+  return arrivals;
+}
+
+PricedRun priced_run(FixedClock& clock, const FakeTargetOptions& target_options,
+                     const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals) {
+  FakeTarget target(target_options);
+  std::optional<FakeDrafter> drafter;
+  if (drafter_options) drafter.emplace(*drafter_options);
+  auto lanes = Lanes::create(target, drafter ? &*drafter : nullptr, LanesOptions{}, clock);
+  EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
+  PricedRun run;
+  if (!lanes.ok()) return run;
+  const double start_ms = clock.now_ms();
+  const int64_t setup_passes = drafter ? drafter->passes() : 0;
+  const auto setup_windows = target.windows_by_drawn_rows();
+  auto replies = run_arrivals(**lanes, arrivals);
+  EXPECT_TRUE(replies.ok());
+  run.ms = clock.now_ms() - start_ms;
+  run.stats = (*lanes)->stats();
+  run.windows_by_drawn_rows = target.windows_by_drawn_rows();
+  for (auto [rows, count] : setup_windows) {
+    if ((run.windows_by_drawn_rows[rows] -= count) == 0) run.windows_by_drawn_rows.erase(rows);
+  }
+  run.drafter_passes = drafter ? drafter->passes() - setup_passes : 0;
+  if (replies.ok()) run.replies = *replies;
+  for (const Reply& reply : run.replies) run.tokens += static_cast<int64_t>(reply.tokens.size());
+  return run;
+}
+
+TEST(LanesPricing, AnAlwaysWrongDrafterStopsBuyingDraftsAndKeepsPlainThroughput) {
+  FixedClock clock;
+  std::vector<Arrival> arrivals = long_requests(4, 400);
+  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_target(clock), costed_drafter(clock, 1.0), arrivals);
+  ASSERT_EQ(plain.tokens, drafted.tokens);
+  EXPECT_EQ(drafted.stats.drafts_accepted, 0);
+  // Throughput within 3% of plain: a few early rounds pay for the prior, then only sparse probes.
+  EXPECT_LT(drafted.ms, plain.ms * 1.03) << "plain " << plain.ms << " ms, drafted " << drafted.ms << " ms";
+  // Verify rounds with drafts are a small minority: the first probes and the doubling backoff probes.
+  EXPECT_LT(drafted.stats.windows_with_drafts * 20, drafted.stats.windows_verified)
+      << drafted.stats.windows_with_drafts << " of " << drafted.stats.windows_verified;
+  // Drafting that does not pay costs nothing: every drafter pass led to verified drafts.
+  EXPECT_LE(drafted.drafter_passes, drafted.stats.windows_with_drafts);
+}
+
+TEST(LanesPricing, AnAlwaysRightDrafterIsBoughtUpToTheCostOptimalDepth) {
+  // With every draft landing and linear costs, the rate (d + 1) / (a + b (d + 1) + c + e d) grows with d: the
+  // optimum is the deepest window the pair allows, 6 drafts (drafter depth 6, exact width 8).
+  FixedClock clock;
+  std::vector<Arrival> arrivals = long_requests(1, 600);
+  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_target(clock), costed_drafter(clock, 0.0), arrivals);
+  ASSERT_EQ(plain.tokens, drafted.tokens);
+  const int64_t full_windows = drafted.windows_by_drawn_rows[7];
+  EXPECT_GT(full_windows * 10, drafted.stats.windows_verified * 9)
+      << full_windows << " of " << drafted.stats.windows_verified << " windows verified 6 drafts";
+  EXPECT_EQ(drafted.windows_by_drawn_rows.rbegin()->first, 7);  // never wider than the exact width allows
+  EXPECT_LT(drafted.ms * 4, plain.ms) << "plain " << plain.ms << " ms, drafted " << drafted.ms << " ms";
+}
+
+TEST(LanesPricing, APartlyRightDrafterSettlesNearTheAnalyticOptimalDepth) {
+  // Per-row verify cost is high (CPU-like): a = 5, b = 1, c = 0.5, e = 0.25, conditional acceptance 0.8.
+  // E(d) = sum_{j<=d} 0.8^j; rate(d) = E(d) / (a + b (d + 1) + c + e d): d = 0 .. 6 give
+  // 0.167, 0.232, 0.271, 0.288, 0.292, 0.289, 0.282 tokens / ms, so the optimum is 4 with 3 .. 5 within 1.5%.
+  FixedClock clock;
+  FakeTargetOptions target = costed_target(clock);
+  target.verify_fixed_ms = 5.0;
+  target.verify_row_ms = 1.0;
+  FakeDrafterOptions drafter = costed_drafter(clock, 0.2);
+  drafter.draft_fixed_ms = 0.5;
+  drafter.draft_row_ms = 0.25;
+  std::vector<Arrival> arrivals = long_requests(1, 3000);
+  PricedRun plain = priced_run(clock, target, std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, target, drafter, arrivals);
+  ASSERT_EQ(plain.tokens, drafted.tokens);
+  const double mean_drafts =
+      static_cast<double>(drafted.stats.drafts_verified) / static_cast<double>(drafted.stats.windows_verified);
+  EXPECT_GE(mean_drafts, 2.5);
+  EXPECT_LE(mean_drafts, 5.5);
+  const double rate = static_cast<double>(drafted.tokens) / drafted.ms;
+  EXPECT_GT(rate, 0.292 * 0.9) << "tokens per ms " << rate << ", mean drafts " << mean_drafts;
+  EXPECT_LT(drafted.ms, plain.ms);
+}
+
+TEST(LanesPricing, ConfidencesSayingPositionKIsHopelessKeepRowsPastKUnbought) {
+  FixedClock clock;
+  FakeDrafterOptions drafter = costed_drafter(clock, 0.0);
+  drafter.confidences = true;
+  drafter.hopeless_from = 2;  // drafts 3 .. 6 are always wrong and their confidence says 0.01
+  std::vector<Arrival> arrivals = long_requests(2, 300);
+  PricedRun drafted = priced_run(clock, costed_target(clock), drafter, arrivals);
+  EXPECT_EQ(drafted.windows_by_drawn_rows.rbegin()->first, 3) << "a window verified a draft past position 2";
+  EXPECT_GT(drafted.windows_by_drawn_rows[3] * 10, drafted.stats.windows_verified * 8);
+}
+
+TEST(LanesPricing, AStreamPricedToZeroProbesAgainAfterADoublingWait) {
+  FixedClock clock;
+  FakeTarget target(costed_target(clock));
+  FakeDrafter drafter(costed_drafter(clock, 1.0));
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  Request request = make_fake_request(0, false, 64);
+  request.max_tokens = 700;
+  (*lanes)->submit(request);
+  std::vector<int> pass_rounds;
+  for (int round = 0; !(*lanes)->idle(); ++round) {
+    const int64_t before = drafter.passes();
+    ASSERT_TRUE((*lanes)->round().ok());
+    if (drafter.passes() > before) pass_rounds.push_back(round);
+  }
+  std::vector<int> gaps;
+  for (size_t index = 1; index < pass_rounds.size(); ++index) gaps.push_back(pass_rounds[index] - pass_rounds[index - 1]);
+  // After the prior is spent, probes come after waits of 16, 32, 64, 128, then every 128 rounds.
+  const std::vector<int> waits = {16, 32, 64, 128};
+  auto doubling = std::search(gaps.begin(), gaps.end(), waits.begin(), waits.end());
+  ASSERT_NE(doubling, gaps.end()) << testing::PrintToString(gaps);
+  for (auto gap = doubling + 4; gap != gaps.end(); ++gap) EXPECT_EQ(*gap, 128) << testing::PrintToString(gaps);
+  EXPECT_GE(gaps.end() - doubling, 6);
+}
+
+TEST(LanesPricing, NoDrafterPassRunsWhenNoStreamMayDraft) {
+  FixedClock clock;
+  FakeTarget target(costed_target(clock));
+  FakeDrafter drafter(costed_drafter(clock, 0.0));
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  const int64_t setup_passes = drafter.passes();
+  std::vector<Arrival> arrivals = long_requests(3, 50);
+  for (Arrival& arrival : arrivals) arrival.request.max_draft = 0;
+  ASSERT_TRUE(run_arrivals(**lanes, arrivals).ok());
+  EXPECT_EQ(drafter.passes(), setup_passes);
+  EXPECT_EQ((*lanes)->stats().drafts_verified, 0);
+}
+
+TEST(LanesPricing, LoadTimingRecoversTheFakeCostModel) {
+  FixedClock clock;
+  FakeTarget target(costed_target(clock));
+  FakeDrafter drafter(costed_drafter(clock, 0.0));
+  LanesOptions options;
+  options.max_streams = 16;
+  auto lanes = Lanes::create(target, &drafter, options, clock);
+  ASSERT_TRUE(lanes.ok());
+  const CostTables& tables = (*lanes)->pricing().tables();
+  for (int rows = 1; rows <= 64; ++rows) EXPECT_DOUBLE_EQ(tables.verify.ms(rows), 10.0 + 0.5 * rows) << rows;
+  for (int streams = 1; streams <= 16; ++streams) {
+    for (int depth = 1; depth <= 6; ++depth) {
+      EXPECT_NEAR(tables.draft.ms(streams, depth), 2.0 + 0.2 * streams * depth, 1e-9) << streams << "x" << depth;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ls
