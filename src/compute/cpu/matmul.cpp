@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "compute/cpu/matmul_avx512.h"
 #include "compute/ops.h"
 
 namespace ls::compute {
@@ -129,9 +130,13 @@ const KernelChoice& matmul_kernel() {
 
 }  // namespace
 
-const char* matmul_kernel_name() { return matmul_kernel().name; }
+const char* matmul_kernel_name() {
+  if (const char* name = matmul_avx512_name()) return name;
+  return matmul_kernel().name;
+}
 
 void matmul(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, float* y) {
+  if (matmul_avx512(ctx, x, rows, w, y)) return;  // runtime dispatch: AVX-512 (bf16 dot / fp32 FMA) when present
   LS_CHECK((w.f32 != nullptr) != (w.b16 != nullptr), "a matrix holds exactly one of fp32 or bf16 weights");
   if (rows <= 0 || w.rows <= 0) return;
   const BlockKernel block = matmul_kernel().block;

@@ -1,0 +1,34 @@
+// cpuid-based feature detection through the compiler's __builtin_cpu_supports (which also checks OS XSAVE state).
+#include "compute/cpu/cpu_features.h"
+
+namespace ls::compute {
+namespace {
+
+CpuFeatures detect_cpu_features() {
+  __builtin_cpu_init();
+  CpuFeatures features;
+  features.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  features.avx512 = features.avx2_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl");
+  features.avx512_bf16 = features.avx512 && __builtin_cpu_supports("avx512bf16");
+  return features;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect_cpu_features();
+  return features;
+}
+
+std::string cpu_features_text() {
+  const CpuFeatures& features = cpu_features();
+  std::string text;
+  if (features.avx512) text += "avx512f avx512bw avx512vl ";
+  if (features.avx512_bf16) text += "avx512bf16 ";
+  if (features.avx2_fma) text += "avx2 fma";
+  if (text.empty()) text = "portable";
+  return text;
+}
+
+}  // namespace ls::compute

@@ -1,0 +1,248 @@
+// AVX-512 GEMM y = x @ W^T. Every (row, column) is one 16-lane accumulator over K in order, then one fixed lane tree,
+// so a row's result never depends on how many rows share the call, its tile, or the thread count (threads split
+// columns). Rows whose values are all bf16-exact take vdpbf16ps against bf16 weights (converting them is lossless);
+// other rows, and fp32 weights, take fp32 FMA. The choice is made per row from that row's values alone.
+#include "compute/cpu/matmul_avx512.h"
+
+// GCC 12's AVX-512 headers trip -Wuninitialized inside their own _mm512_undefined_* helpers.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "base/check.h"
+#include "compute/cpu/cpu_features.h"
+
+#define LS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#define LS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
+
+namespace ls::compute {
+namespace {
+
+constexpr int64_t kRowTile = 64;      // rows kept hot in L2 while a column group streams its weights
+constexpr int64_t kColumnChunk = 16;  // columns per unit of thread work
+constexpr int kTileRows = 4;          // register tile: rows x columns of 16-lane accumulators
+constexpr int kTileColumns = 6;
+constexpr int kFewRowsColumns = 8;     // register tile width when fewer than kTileRows rows are left
+
+// The fixed lane tree: lane i + lane i+8, then i + i+4, then (0+2) and (1+3), then their sum.
+LS_TARGET_AVX512 inline float reduce_lanes(__m512 v) {
+  const __m256 low = _mm512_castps512_ps256(v);
+  const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  const __m256 s8 = _mm256_add_ps(low, high);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// ---- bf16 x bf16 -> fp32: 32 values of K per step, lane i holds the pair (2i, 2i+1) of every step ----
+
+template <int MR, int NR>
+LS_TARGET_AVX512_BF16 void tile_bf16(const uint16_t* x, const uint16_t* w, int64_t K, int64_t ldy, float* y) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m512bh wv[NR];
+    for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_loadu_si512(w + n * K + k);
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
+    }
+  }
+  if (k < K) {  // zero-filled tail: the same extra step for every row
+    const __mmask32 mask = _cvtu32_mask32((1u << (K - k)) - 1u);
+    __m512bh wv[NR];
+    for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + n * K + k);
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + m * K + k);
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_lanes(acc[m][n]);
+}
+
+// x [rows, K] as bf16 bits (truncated); returns whether the row was bf16-exact (the truncation lost nothing).
+LS_TARGET_AVX512 bool row_to_bf16(const float* x, int64_t K, uint16_t* out) {
+  __m512i lost = _mm512_setzero_si512();
+  const __m512i low_half = _mm512_set1_epi32(0xffff);
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    const __m512i bits = _mm512_loadu_si512(x + k);
+    lost = _mm512_or_si512(lost, _mm512_and_si512(bits, low_half));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
+  }
+  if (k < K) {
+    const __mmask16 mask = _cvtu32_mask16((1u << (K - k)) - 1u);
+    const __m512i bits = _mm512_maskz_loadu_epi32(mask, x + k);
+    lost = _mm512_or_si512(lost, _mm512_and_si512(bits, low_half));
+    _mm256_mask_storeu_epi16(out + k, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
+  }
+  return _mm512_test_epi32_mask(lost, lost) == 0;
+}
+
+// ---- fp32 x against fp32 or bf16 weights: 16 values of K per step, FMA ----
+
+template <typename Weight>
+LS_TARGET_AVX512 inline __m512 load_weights16(const Weight* w, __mmask16 mask) {
+  if constexpr (sizeof(Weight) == 2) {
+    const __m256i raw = _mm256_maskz_loadu_epi16(mask, w);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  } else {
+    return _mm512_maskz_loadu_ps(mask, w);
+  }
+}
+
+template <int MR, int NR, typename Weight>
+LS_TARGET_AVX512 void tile_fp32(const float* x, const Weight* w, int64_t K, int64_t ldy, float* y) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
+  const __mmask16 all = 0xffff;
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m512 wv[NR];
+    for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w + n * K + k, all);
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xv = _mm512_loadu_ps(x + m * K + k);
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_fmadd_ps(xv, wv[n], acc[m][n]);
+    }
+  }
+  if (k < K) {
+    const __mmask16 mask = _cvtu32_mask16((1u << (K - k)) - 1u);
+    __m512 wv[NR];
+    for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w + n * K + k, mask);
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + m * K + k);
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_fmadd_ps(xv, wv[n], acc[m][n]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_lanes(acc[m][n]);
+}
+
+// ---- tiling over a block of rows x columns (any tiling gives a row the same bits) ----
+
+struct Bf16Tiles {
+  const uint16_t* x;  // [rows, K] bf16 bits
+  const uint16_t* w;  // [N, K] bf16 bits
+  int64_t K, ldy;
+  float* y;
+  template <int MR, int NR>
+  void run(int64_t row, int64_t col) const {
+    tile_bf16<MR, NR>(x + row * K, w + col * K, K, ldy, y + row * ldy + col);
+  }
+};
+
+template <typename Weight>
+struct Fp32Tiles {
+  const float* x;   // [rows, K]
+  const Weight* w;  // [N, K]
+  int64_t K, ldy;
+  float* y;
+  template <int MR, int NR>
+  void run(int64_t row, int64_t col) const {
+    tile_fp32<MR, NR>(x + row * K, w + col * K, K, ldy, y + row * ldy + col);
+  }
+};
+
+template <int MR, typename Tiles>
+void columns_of(const Tiles& tiles, int64_t row, int64_t col_begin, int64_t col_end) {
+  constexpr int NR = MR >= kTileRows ? kTileColumns : kFewRowsColumns;
+  int64_t col = col_begin;
+  for (; col + NR <= col_end; col += NR) tiles.template run<MR, NR>(row, col);
+  for (; col < col_end; ++col) tiles.template run<MR, 1>(row, col);
+}
+
+template <typename Tiles>
+void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
+  if (row_end - row_begin < kTileRows) {
+    switch (row_end - row_begin) {
+      case 3: return columns_of<3>(tiles, row_begin, col_begin, col_end);
+      case 2: return columns_of<2>(tiles, row_begin, col_begin, col_end);
+      default: return columns_of<1>(tiles, row_begin, col_begin, col_end);
+    }
+  }
+  // Column groups outside, rows inside: a group's weights stay in cache while every row of the tile passes.
+  for (int64_t col = col_begin; col < col_end; col += kTileColumns) {
+    const int64_t col_stop = std::min(col_end, col + kTileColumns);
+    int64_t row = row_begin;
+    for (; row + kTileRows <= row_end; row += kTileRows) columns_of<kTileRows>(tiles, row, col, col_stop);
+    switch (row_end - row) {
+      case 3: columns_of<3>(tiles, row, col, col_stop); break;
+      case 2: columns_of<2>(tiles, row, col, col_stop); break;
+      case 1: columns_of<1>(tiles, row, col, col_stop); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+const char* matmul_avx512_name() {
+  const CpuFeatures& features = cpu_features();
+  if (features.avx512_bf16) return "avx512-bf16";
+  if (features.avx512) return "avx512f";
+  return nullptr;
+}
+
+bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, float* y) {
+  const CpuFeatures& features = cpu_features();
+  if (!features.avx512) return false;
+  LS_CHECK((w.f32 != nullptr) != (w.b16 != nullptr), "a matrix holds exactly one of fp32 or bf16 weights");
+  if (rows <= 0 || w.rows <= 0) return true;
+  const int64_t K = w.cols, N = w.rows;
+
+  // Which rows take the bf16 dot kernel: bf16 weights, a CPU with vdpbf16ps, and a bf16-exact row.
+  thread_local std::vector<uint16_t> x_bf16;  // [rows, K]
+  thread_local std::vector<uint8_t> row_is_bf16;  // [rows]
+  row_is_bf16.assign(rows, 0);
+  if (w.b16 && features.avx512_bf16) {
+    x_bf16.resize(rows * K);
+    for (int64_t row = 0; row < rows; ++row) row_is_bf16[row] = row_to_bf16(x + row * K, K, x_bf16.data() + row * K);
+  }
+  const uint16_t* w_bits = w.b16 ? reinterpret_cast<const uint16_t*>(w.b16) : nullptr;
+  const Bf16Tiles bf16_tiles{x_bf16.data(), w_bits, K, N, y};
+  const Fp32Tiles<uint16_t> bf16_weight_tiles{x, w_bits, K, N, y};
+  const Fp32Tiles<float> fp32_tiles{x, w.f32, K, N, y};
+  const uint8_t* is_bf16 = row_is_bf16.data();  // thread_local: the workers must see the caller's flags
+
+  const int64_t chunks = (N + kColumnChunk - 1) / kColumnChunk;
+  auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
+    const int64_t col_begin = chunk_begin * kColumnChunk, col_end = std::min(N, chunk_end * kColumnChunk);
+    for (int64_t tile_begin = 0; tile_begin < rows; tile_begin += kRowTile) {
+      const int64_t tile_end = std::min(rows, tile_begin + kRowTile);
+      // Runs of rows that take the same kernel.
+      for (int64_t run_begin = tile_begin; run_begin < tile_end;) {
+        int64_t run_end = run_begin + 1;
+        while (run_end < tile_end && is_bf16[run_end] == is_bf16[run_begin]) ++run_end;
+        if (is_bf16[run_begin])
+          block(bf16_tiles, run_begin, run_end, col_begin, col_end);
+        else if (w.b16)
+          block(bf16_weight_tiles, run_begin, run_end, col_begin, col_end);
+        else
+          block(fp32_tiles, run_begin, run_end, col_begin, col_end);
+        run_begin = run_end;
+      }
+      for (int64_t row = tile_begin; row < tile_end; ++row) {
+        float* out = y + row * N;
+        for (int64_t col = col_begin; col < col_end; ++col) {
+          if (w.bias) out[col] += w.bias[col];
+          out[col] = ctx.store(out[col]);
+        }
+      }
+    }
+  };
+  if (ctx.pool)
+    ctx.pool->parallel_for(chunks, run);
+  else
+    run(0, 0, chunks);
+  return true;
+}
+
+}  // namespace ls::compute

@@ -1,0 +1,143 @@
+// Tests for the AVX-512 GEMM kernels (bf16 dot products and fp32 FMA): agreement with a double reference, bitwise
+// batch invariance at every width, per-row kernel choice inside mixed batches, and thread-count independence.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/thread_pool.h"
+#include "compute/cpu/cpu_features.h"
+#include "ops_test_util.h"
+
+namespace ls::compute {
+namespace {
+using namespace testing;
+
+// How the activations of a test are made: bf16-exact rows take the bf16 dot kernel, others the fp32 FMA kernel.
+enum class Activations { Bf16Exact, Fp32 };
+
+std::vector<float> make_activations(size_t count, uint64_t seed, Activations kind) {
+  std::vector<float> values = random_values(count, seed);
+  return kind == Activations::Bf16Exact ? stored(values, NumericMode::Bf16) : values;
+}
+
+std::vector<double> reference_matmul(const std::vector<float>& x, int64_t rows, const OwnedMatrix& w) {
+  std::vector<double> y(rows * w.rows);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t n = 0; n < w.rows; ++n) {
+      double sum = w.bias.empty() ? 0.0 : w.bias[n];
+      for (int64_t k = 0; k < w.cols; ++k) sum += static_cast<double>(x[r * w.cols + k]) * matrix_at(w, n * w.cols + k);
+      y[r * w.rows + n] = sum;
+    }
+  return y;
+}
+
+struct Case {
+  NumericMode weights;  // Bf16 = bf16 weights, Fp32 = fp32 weights
+  Activations activations;
+  std::string name() const {
+    return std::string(weights == NumericMode::Bf16 ? "bf16 weights" : "fp32 weights") +
+           (activations == Activations::Bf16Exact ? ", bf16-exact rows" : ", fp32 rows");
+  }
+};
+
+constexpr Case kCases[] = {{NumericMode::Bf16, Activations::Bf16Exact},
+                           {NumericMode::Bf16, Activations::Fp32},
+                           {NumericMode::Fp32, Activations::Bf16Exact},
+                           {NumericMode::Fp32, Activations::Fp32}};
+
+TEST(OpsSpeedKernels, TheAvx512KernelsRunWhereverTheCpuHasThem) {
+  const CpuFeatures& features = cpu_features();
+  const std::string name = matmul_kernel_name();
+  if (features.avx512_bf16)
+    EXPECT_EQ(name, "avx512-bf16");
+  else if (features.avx512)
+    EXPECT_EQ(name, "avx512f");
+  else
+    EXPECT_TRUE(name == "avx2-fma" || name == "portable") << name;
+}
+
+TEST(OpsSpeedKernels, EveryPathMatchesADoubleReferenceForTailAndRemainderShapes) {
+  ThreadPool pool(2);
+  for (const Case& c : kCases)
+    for (int64_t K : {1, 15, 16, 17, 31, 32, 33, 100, 1024})
+      for (int64_t rows : {1, 3, 4, 9}) {
+        const int64_t N = 53;  // 6- and 8-column register tiles plus remainders, 16-column thread chunks plus a tail
+        OwnedMatrix w = random_matrix(N, K, 101 + K, c.weights);
+        w.bias = random_values(N, 102, 0.2f);
+        const std::vector<float> x = make_activations(rows * K, 103 + K, c.activations);
+        std::vector<float> y = poisoned(rows * N);
+        matmul(OpContext{&pool, NumericMode::Fp32}, x.data(), rows, w.view(), y.data());
+        ASSERT_TRUE(all_finite(y)) << c.name() << " K=" << K << " rows=" << rows;
+        EXPECT_LE(max_relative_error(y, reference_matmul(x, rows, w), 0.05), 1e-4)  // fp32 sums of up to 1024 terms
+            << c.name() << " K=" << K << " rows=" << rows;
+      }
+}
+
+TEST(OpsSpeedKernels, Bf16ModeRoundsEveryPathsOutputToBf16) {
+  for (const Case& c : kCases) {
+    const int64_t rows = 5, K = 96, N = 30;
+    const OwnedMatrix w = random_matrix(N, K, 111, c.weights);
+    const std::vector<float> x = make_activations(rows * K, 112, c.activations);
+    std::vector<float> y = poisoned(rows * N);
+    matmul(OpContext{nullptr, NumericMode::Bf16}, x.data(), rows, w.view(), y.data());
+    ASSERT_TRUE(all_finite(y)) << c.name();
+    for (float value : y) EXPECT_EQ(value, round_to_bf16(value)) << c.name();
+    EXPECT_LE(max_relative_error(y, reference_matmul(x, rows, w), 0.05), 1.0 / 256) << c.name();
+  }
+}
+
+TEST(OpsSpeedKernels, RowsAreBitIdenticalAloneInWindowsOf1To16AndInBatchesOf64And100) {
+  ThreadPool pool(2);
+  for (const Case& c : kCases)
+    for (NumericMode mode : kModes)
+      for (int64_t K : {77, 1024})
+        for (int64_t total : {64, 100}) {
+          const int64_t N = 45;
+          OpContext ctx{&pool, mode};
+          const OwnedMatrix w = random_matrix(N, K, 121, c.weights);
+          const std::vector<float> x = make_activations(total * K, 122, c.activations);
+          const int differing = rows_differing_from_one_row_runs(
+              x, K, N, [&](const float* in, int64_t rows, float* out) { matmul(ctx, in, rows, w.view(), out); });
+          EXPECT_EQ(differing, 0) << c.name() << " " << mode_name(mode) << " K=" << K << " batch=" << total;
+        }
+}
+
+TEST(OpsSpeedKernels, ARowGetsTheSameBitsInABatchMixingBf16ExactAndFp32Rows) {
+  ThreadPool pool(2);
+  const int64_t rows = 40, K = 160, N = 70;
+  const OwnedMatrix w = random_matrix(N, K, 131, NumericMode::Bf16);
+  // Rows 0-9, 20-24 and 33 are bf16-exact; the others are not, so the batch switches kernels several times.
+  std::vector<float> x = random_values(rows * K, 132);
+  for (int64_t row = 0; row < rows; ++row)
+    if (row < 10 || (row >= 20 && row < 25) || row == 33)
+      for (int64_t k = 0; k < K; ++k) x[row * K + k] = round_to_bf16(x[row * K + k]);
+  const OpContext ctx{&pool, NumericMode::Fp32};
+  std::vector<float> batch = poisoned(rows * N);
+  matmul(ctx, x.data(), rows, w.view(), batch.data());
+  ASSERT_TRUE(all_finite(batch));
+  for (int64_t row = 0; row < rows; ++row) {
+    std::vector<float> alone = poisoned(N);
+    matmul(ctx, x.data() + row * K, 1, w.view(), alone.data());
+    EXPECT_TRUE(bitwise_equal(alone.data(), batch.data() + row * N, N)) << "row " << row;
+  }
+  EXPECT_LE(max_relative_error(batch, reference_matmul(x, rows, w), 0.05), 2e-5);
+}
+
+TEST(OpsSpeedKernels, ResultDoesNotDependOnTheThreadCount) {
+  ThreadPool one(1), two(2), three(3);
+  for (const Case& c : kCases) {
+    const int64_t rows = 13, K = 200, N = 301;
+    const OwnedMatrix w = random_matrix(N, K, 141, c.weights);
+    const std::vector<float> x = make_activations(rows * K, 142, c.activations);
+    std::vector<float> y1 = poisoned(rows * N), y2 = poisoned(rows * N), y3 = poisoned(rows * N);
+    matmul(OpContext{&one, NumericMode::Bf16}, x.data(), rows, w.view(), y1.data());
+    matmul(OpContext{&two, NumericMode::Bf16}, x.data(), rows, w.view(), y2.data());
+    matmul(OpContext{&three, NumericMode::Bf16}, x.data(), rows, w.view(), y3.data());
+    ASSERT_TRUE(all_finite(y1)) << c.name();
+    EXPECT_TRUE(bitwise_equal(y1.data(), y2.data(), y1.size())) << c.name();
+    EXPECT_TRUE(bitwise_equal(y1.data(), y3.data(), y1.size())) << c.name();
+  }
+}
+
+}  // namespace
+}  // namespace ls::compute
