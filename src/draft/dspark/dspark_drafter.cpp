@@ -1,6 +1,7 @@
 // The DSpark drafter: absorb taps into per-stream context caches, draft blocks for all requests in one pass.
 #include "draft/dspark/dspark_drafter.h"
 
+#include <chrono>
 #include <limits>
 #include <utility>
 
@@ -12,6 +13,10 @@ namespace {
 
 // The stream id the warm-up pass uses and releases (lanes never hand out this id).
 constexpr StreamId kWarmUpStream = std::numeric_limits<StreamId>::max();
+
+double milliseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
 
 }  // namespace
 
@@ -58,12 +63,14 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::load(const std::string& di
   }();
   if (!weights.ok()) return weights.status();
   const int64_t weight_bytes = weights->bytes();
+  const int64_t loader_peak = steps.peak_bytes();
   LS_ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> drafter,
                       create(config, std::move(weights).value(), target, options, steps));
+  drafter->loader_peak_bytes_ = loader_peak;
   log_info("drafter: DSpark %d layers, block %d, markov rank %d, %s weights (%.1f MiB), loader peak %.1f MiB",
            config.num_layers, config.block_size, config.markov_rank,
            options.bits == 8 ? "int8 per-row (--drafter-bits 8)" : "bf16 as stored (--drafter-bits 0)",
-           weight_bytes / 1048576.0, steps.peak_bytes() / 1048576.0);
+           weight_bytes / 1048576.0, loader_peak / 1048576.0);
   return drafter;
 }
 
@@ -140,7 +147,9 @@ std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) 
   const int64_t rows = static_cast<int64_t>(chosen.size()) * config_.block_size;
   Status status = reserve_block_scratch(scratch_, config_, rows, nullptr);
   const ForwardContext forward{config_, weights_, ops_, rope_};
+  const auto block_start = std::chrono::steady_clock::now();
   if (status.ok()) status = block_pass(forward, target_, contexts, anchors, scratch_);
+  last_block_ms_ = milliseconds_since(block_start);
   if (!status.ok()) {
     for (size_t index : chosen) results[index].status = status;
     return results;
@@ -156,7 +165,9 @@ std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) 
                            request.sampling, scratch_.final_hidden.data() + k * gamma * d,
                            scratch_.logits.data() + k * gamma * V};
   }
+  const auto scan_start = std::chrono::steady_clock::now();
   markov_scan(config_, weights_, ops_, scans, options_.faults, scanned);
+  last_scan_ms_ = milliseconds_since(scan_start);
   for (size_t k = 0; k < chosen.size(); ++k) {
     if (scanned[k].status.code() == ErrorCode::DraftNonfinite) ++nonfinite_drafts_;
     results[chosen[k]] = std::move(scanned[k]);

@@ -33,6 +33,8 @@ class DsparkDrafter final : public Drafter {
 
   const DsparkConfig& config() const { return config_; }
   int64_t weight_bytes() const { return weights_.bytes(); }
+  // The most bytes the weight loader held at once (final weights + one staged matrix), 0 if not made by load().
+  int64_t loader_peak_bytes() const { return loader_peak_bytes_; }
   // Positions the stream's context holds (0 for an unknown stream).
   int64_t context_length(StreamId stream);
   size_t open_streams() const { return cache_.stream_count(); }
@@ -42,6 +44,9 @@ class DsparkDrafter final : public Drafter {
   // Hf [rows, d] and U [rows, V] fp32.
   std::span<const float> last_final_hidden() const;
   std::span<const float> last_base_logits() const;
+  // Wall time of the last draft() call's block pass (embed, layers, final norm, head) and Markov scan, in ms.
+  double last_block_ms() const { return last_block_ms_; }
+  double last_scan_ms() const { return last_scan_ms_; }
 
  private:
   DsparkDrafter(DsparkConfig config, DsparkWeights weights, const Target& target, const DrafterOptions& options);
@@ -59,6 +64,9 @@ class DsparkDrafter final : public Drafter {
   DraftFacts facts_;
   int64_t last_rows_ = 0;
   int64_t nonfinite_drafts_ = 0;
+  int64_t loader_peak_bytes_ = 0;
+  double last_block_ms_ = 0;
+  double last_scan_ms_ = 0;
 };
 
 }  // namespace ls::dspark

@@ -1,0 +1,228 @@
+// Drafter-only micro-benchmark on the CPU: block pass and Markov scan time per stream count and depth, bf16 vs int8,
+// plus load time and memory. Prints a table and writes JSON; tables, not assertions.
+//
+//   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
+//                 [--repeats R] [--json PATH] [--dir SCRATCH_DIR]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/hash.h"
+#include "base/log.h"
+#include "base/thread_pool.h"
+#include "compute/ops.h"
+#include "draft/dspark/dspark_drafter.h"
+#include "io/safetensors.h"
+
+namespace {
+
+using namespace ls;
+using json = nlohmann::json;
+
+struct Shape {
+  std::string name;
+  int vocab, hidden, layers, heads, kv_heads, head_dim, ffn, block, rank, target_layers;
+  std::vector<int> taps;
+};
+
+const Shape kShapes[] = {
+    {"lfm2.5-1.2b", 65536, 2048, 5, 32, 8, 64, 6144, 9, 256, 16, {2, 5, 8, 11, 14}},
+    {"lfm2.5-8b-a1b", 128000, 2048, 5, 32, 8, 64, 6144, 9, 256, 24, {2, 6, 10, 14, 18}},
+    {"small", 16384, 512, 2, 8, 4, 64, 1536, 9, 64, 16, {2, 5, 8, 11, 14}},
+};
+
+// The target's tied embedding/head as bf16 (what a served target holds), on its own thread pool.
+class BenchTarget final : public Target {
+ public:
+  BenchTarget(const Shape& shape, int threads) : pool_(threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr) {
+    facts_.vocab_size = shape.vocab;
+    facts_.hidden_size = shape.hidden;
+    facts_.num_layers = shape.target_layers;
+    embedding_.resize(static_cast<size_t>(shape.vocab) * shape.hidden);
+    for (size_t i = 0; i < embedding_.size(); ++i)
+      embedding_[i] = float_to_bf16(static_cast<float>(uniform_open01(splitmix64(i + 77)) * 0.2 - 0.1));
+  }
+  const TargetFacts& facts() const override { return facts_; }
+  Status set_taps(std::span<const int>) override { return ok_status(); }
+  Result<Verified> forward(std::span<const Window>) override { return Status(ErrorCode::Internal, "no forward"); }
+  Status commit(StreamId, int) override { return ok_status(); }
+  int64_t committed_length(StreamId) const override { return 0; }
+  void release(StreamId) override {}
+  Status embed(std::span<const int32_t> tokens, std::span<float> out) const override {
+    const size_t d = static_cast<size_t>(facts_.hidden_size);
+    for (size_t row = 0; row < tokens.size(); ++row)
+      for (size_t j = 0; j < d; ++j) out[row * d + j] = bf16_to_float(embedding_[tokens[row] * d + j]);
+    return ok_status();
+  }
+  Status head(std::span<const float> hidden, int rows, std::span<float> out) const override {
+    const compute::Matrix matrix{nullptr, embedding_.data(), nullptr, facts_.vocab_size, facts_.hidden_size};
+    compute::matmul(compute::OpContext{pool_.get(), compute::NumericMode::Fp32}, hidden.data(), rows, matrix, out.data());
+    return ok_status();
+  }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  TargetFacts facts_;
+  std::vector<bf16> embedding_;
+};
+
+// Writes config.json + model.safetensors for `shape`, streaming one tensor at a time (pseudo-random bf16).
+Status write_drafter(const std::string& dir, const Shape& shape) {
+  std::filesystem::create_directories(dir);
+  json config = {{"architectures", {"Lfm2DSparkDraftModel"}}, {"model_type", "qwen3"}, {"hidden_size", shape.hidden},
+                 {"num_hidden_layers", shape.layers}, {"num_attention_heads", shape.heads},
+                 {"num_key_value_heads", shape.kv_heads}, {"head_dim", shape.head_dim},
+                 {"intermediate_size", shape.ffn}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-5},
+                 {"vocab_size", shape.vocab}, {"rope_theta", 1e6}, {"block_size", shape.block},
+                 {"dflash_config", {{"mask_token_id", shape.vocab - 2}, {"target_layer_ids", shape.taps},
+                                    {"num_target_layers", shape.target_layers}}},
+                 {"markov_rank", shape.rank}, {"markov_head_type", "vanilla"}, {"rope_is_neox_style", false},
+                 {"enable_confidence_head", true}};
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  LS_ASSIGN_OR_RETURN(dspark::DsparkConfig parsed, dspark::parse_dspark_config(config.dump()));
+  std::vector<io::TensorHeader> headers;
+  for (const dspark::ManifestEntry& entry : dspark::draft_manifest(parsed))
+    headers.push_back(io::TensorHeader{entry.name, io::DType::BF16, entry.shape});
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<io::SafetensorsWriter> writer,
+                      io::SafetensorsWriter::open(dir + "/model.safetensors", headers));
+  uint64_t counter = 1;
+  for (const io::TensorHeader& header : headers) {
+    const bool gain = header.shape.size() == 1;
+    const double scale = header.shape.size() == 2 ? 1.5 / std::sqrt(static_cast<double>(header.shape[1])) : 0.1;
+    std::vector<bf16> values(header.bytes() / 2);
+    for (bf16& value : values)
+      value = float_to_bf16(static_cast<float>((gain ? 1.0 : 0.0) + (2 * uniform_open01(splitmix64(counter++)) - 1) * scale));
+    LS_RETURN_IF_ERROR(writer->append(std::as_bytes(std::span<const bf16>(values))));
+  }
+  return writer->finish();
+}
+
+// A field of /proc/self/status in KiB (VmRSS, VmHWM, RssAnon, RssFile).
+int64_t status_kib(const char* field) {
+  std::ifstream file("/proc/self/status");
+  std::string line;
+  while (std::getline(file, line))
+    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::strlen(field) + 1));
+  return -1;
+}
+
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+std::string flag(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  set_log_level(LogLevel::Warn);
+  const std::string shape_name = flag(argc, argv, "--shape", "lfm2.5-1.2b");
+  const int threads = std::stoi(flag(argc, argv, "--threads", "2"));
+  const int context = std::stoi(flag(argc, argv, "--context", "128"));
+  const int repeats = std::stoi(flag(argc, argv, "--repeats", "3"));
+  const std::string json_path = flag(argc, argv, "--json", "bench/results/drafter_bench.json");
+  const std::string dir = flag(argc, argv, "--dir", "/tmp/lanespark_drafter_bench");
+  const Shape* found = nullptr;
+  for (const Shape& shape : kShapes)
+    if (shape.name == shape_name) found = &shape;
+  if (!found) {
+    std::fprintf(stderr, "unknown --shape %s (lfm2.5-1.2b, lfm2.5-8b-a1b, small)\n", shape_name.c_str());
+    return 2;
+  }
+  Shape shape = *found;
+  shape.layers = std::stoi(flag(argc, argv, "--layers", std::to_string(shape.layers).c_str()));
+
+  if (Status status = write_drafter(dir, shape); !status.ok()) {
+    std::fprintf(stderr, "%s\n", status.to_string().c_str());
+    return 1;
+  }
+  BenchTarget target(shape, threads);
+  json results = {{"shape", shape.name}, {"layers", shape.layers}, {"threads", threads}, {"context", context},
+                  {"matmul_kernel", compute::matmul_kernel_name()}, {"runs", json::array()}, {"loads", json::array()}};
+  std::printf("drafter bench: %s (%d layers, vocab %d, block %d, rank %d), %d threads, context %d rows, kernel %s\n",
+              shape.name.c_str(), shape.layers, shape.vocab, shape.block, shape.rank, threads, context,
+              compute::matmul_kernel_name());
+  std::printf("\n| bits | load s | weights MiB | loader peak MiB | RSS before MiB | peak RSS MiB | anon RSS after MiB |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::vector<std::string> table;
+  const int depths[] = {1, 3, shape.block};
+  for (int bits : {0, 8}) {
+    ls::DrafterOptions options;
+    options.bits = bits;
+    options.threads = threads;
+    const int64_t rss_before = status_kib("VmRSS");
+    reset_peak_rss();
+    const auto start = std::chrono::steady_clock::now();
+    Result<std::unique_ptr<dspark::DsparkDrafter>> loaded = dspark::DsparkDrafter::load(dir, target, options);
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "%s\n", loaded.status().to_string().c_str());
+      return 1;
+    }
+    dspark::DsparkDrafter& drafter = **loaded;
+    const int64_t peak = status_kib("VmHWM"), anon = status_kib("RssAnon");
+    std::printf("| %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", bits, load_s, drafter.weight_bytes() / 1048576.0,
+                drafter.loader_peak_bytes() / 1048576.0, rss_before / 1024.0, peak / 1024.0, anon / 1024.0);
+    results["loads"].push_back({{"bits", bits}, {"load_s", load_s}, {"weight_bytes", drafter.weight_bytes()},
+                                {"loader_peak_bytes", drafter.loader_peak_bytes()},
+                                {"rss_before_kib", rss_before}, {"peak_rss_kib", peak}, {"anon_rss_after_kib", anon}});
+    const int64_t tap_width = static_cast<int64_t>(shape.taps.size()) * shape.hidden;
+    std::vector<float> taps(static_cast<size_t>(context * tap_width));
+    for (size_t i = 0; i < taps.size(); ++i) taps[i] = static_cast<float>(2 * uniform_open01(splitmix64(i + 5)) - 1);
+    for (int streams : {1, 4, 8, 16}) {
+      for (int stream = 0; stream < streams; ++stream) {
+        if (drafter.context_length(stream) == context) continue;
+        if (Status status = drafter.absorb(stream, 0, context, taps); !status.ok()) {
+          std::fprintf(stderr, "%s\n", status.to_string().c_str());
+          return 1;
+        }
+      }
+      for (int depth : depths) {
+        std::vector<DraftRequest> requests(streams);
+        for (int stream = 0; stream < streams; ++stream) {
+          requests[stream].stream = stream;
+          requests[stream].anchor_token = 100 + stream;
+          requests[stream].anchor_position = context;
+          requests[stream].depth = depth;
+        }
+        std::vector<double> block_ms, scan_ms;
+        for (int repeat = 0; repeat < repeats; ++repeat) {
+          const std::vector<Draft> drafts = drafter.draft(requests);
+          if (!drafts[0].status.ok()) {
+            std::fprintf(stderr, "%s\n", drafts[0].status.to_string().c_str());
+            return 1;
+          }
+          block_ms.push_back(drafter.last_block_ms());
+          scan_ms.push_back(drafter.last_scan_ms());
+        }
+        char row[256];
+        std::snprintf(row, sizeof row, "| %d | %d | %d | %.1f | %.2f | %.1f |", bits, streams, depth, median(block_ms),
+                      median(scan_ms), median(block_ms) + median(scan_ms));
+        table.push_back(row);
+        results["runs"].push_back({{"bits", bits}, {"streams", streams}, {"depth", depth},
+                                   {"block_ms", median(block_ms)}, {"scan_ms", median(scan_ms)}});
+      }
+    }
+  }
+  std::printf("\n| bits | streams | depth | block pass ms | Markov scan ms | total ms |\n|---|---|---|---|---|---|\n");
+  for (const std::string& row : table) std::printf("%s\n", row.c_str());
+  std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
+  std::ofstream(json_path) << results.dump(2) << "\n";
+  std::printf("\nwrote %s\n", json_path.c_str());
+  std::filesystem::remove_all(dir);
+  return 0;
+}
