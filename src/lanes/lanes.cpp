@@ -71,6 +71,10 @@ StreamId Lanes::submit(Request request) {
   }
   stream->drafting = request.draft && most_drafts_ > 0 && request.max_draft != 0;
   stream->acceptance.reset(options_.pricing.depth_prior);
+  // Spread the periodic deeper probes so streams do not all widen in the same round.
+  if (options_.pricing.deeper_probe_every > 0) {
+    stream->backoff.drafted_rounds = static_cast<int>(stream->id % options_.pricing.deeper_probe_every);
+  }
   stream->request = std::move(request);
   const StreamId id = stream->id;
   waiting_.push_back(std::move(stream));
@@ -138,15 +142,18 @@ std::vector<Stream*> Lanes::pick_streams() {
     if (a->last_served_round != b->last_served_round) return a->last_served_round < b->last_served_round;
     return a->admission < b->admission;
   });
+  // Fairness first: every picked stream gets its pending row; forced (probe) rows only from what is left.
   std::vector<Stream*> picked;
-  int rows = 0;
   for (Stream* stream : candidates) {
-    if (static_cast<int>(picked.size()) >= options_.max_streams || rows + 1 > max_rows_) break;
-    int forced = std::min<int>(stream->held_forced, static_cast<int>(stream->held_drafts.size()));
-    forced = std::min(forced, max_rows_ - rows - 1);
-    stream->held_forced = forced;
-    rows += 1 + forced;
+    if (static_cast<int>(picked.size()) >= std::min(options_.max_streams, max_rows_)) break;
     picked.push_back(stream);
+  }
+  int spare_rows = max_rows_ - static_cast<int>(picked.size());
+  for (Stream* stream : picked) {
+    int forced = std::min<int>(stream->held_forced, static_cast<int>(stream->held_drafts.size()));
+    forced = std::min(forced, spare_rows);
+    stream->held_forced = forced;
+    spare_rows -= forced;
   }
   std::sort(picked.begin(), picked.end(), [](const Stream* a, const Stream* b) { return a->admission < b->admission; });
   for (Stream* stream : picked) stream->last_served_round = round_index_;
