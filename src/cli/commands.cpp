@@ -9,6 +9,8 @@ std::span<const Command> commands() {
   static const std::vector<Command> table = {
       {"synth", run_synth},
       {"inspect", run_inspect},
+      {"tokenize", run_tokenize},
+      {"generate", run_generate},
   };
   return table;
 }

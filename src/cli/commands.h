@@ -15,5 +15,6 @@ std::span<const Command> commands();
 int run_generate(int argc, char** argv);
 int run_synth(int argc, char** argv);
 int run_inspect(int argc, char** argv);
+int run_tokenize(int argc, char** argv);
 
 }  // namespace ls::cli
