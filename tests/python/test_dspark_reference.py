@@ -25,6 +25,7 @@ if torch is not None:
     from tools.reference.dspark import DSparkDrafter, manifest
     from tools.reference.dspark_config import DSparkConfig, evenly_spaced_taps
     from tools.reference.scan import base_logits, draft_block, keyed_gumbel, markov_scan, splitmix64
+    from tools.reference.simulate import chain_rounds, expected_calibration_error, sequence_drafts, target_draws
     from tools.reference.tiny import random_drafter, tiny_drafter_config, tiny_target
 
 
@@ -220,6 +221,40 @@ def test_checkpoint_holds_exactly_the_manifest_in_bf16_and_loads_strictly(tmp_pa
     loaded = DSparkDrafter.load(tmp_path)
     for name, value in drafter.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value.to(torch.bfloat16).float()), name
+
+
+@pytest.mark.parametrize("temperature", [0.0, 8.0])
+def test_offline_round_replay_equals_a_real_speculative_decode(pair, temperature):
+    target, drafter, tokens, _, embedding = pair
+    gamma, seed, prompt = drafter.config.block_size, 99, tokens[0, :6].tolist()
+    taps_of = lambda ids: target_taps(target, torch.tensor([ids]), drafter.config.target_layer_ids)  # noqa: E731
+    sequence = prompt + [int(target_draws(taps_of(prompt)[1][0], temperature, seed)[-1])]
+    rounds = []
+    while len(sequence) < 6 + 30:
+        p = len(sequence) - 1                       # the anchor is the newest token, not yet run through the target
+        noise = keyed_gumbel(seed, torch.arange(p + 1, p + 1 + gamma), drafter.config.vocab_size) if temperature else None
+        draft = draft_block(drafter, taps_of(sequence[:p])[0][0], sequence[p], embedding, temperature, noise)
+        window = sequence + draft.tokens[0].tolist()
+        draws = target_draws(taps_of(window)[1][0], temperature, seed)[p:]     # the target's draw after each row
+        kept = 0
+        while kept < gamma and int(draft.tokens[0, kept]) == int(draws[kept]):
+            kept += 1
+        rounds.append((p, kept))
+        sequence += draft.tokens[0, :kept].tolist() + [int(draws[kept])]
+    drafts, length = sequence_drafts(target, drafter, sequence, 6, embedding, temperature, seed)
+    assert length == len(sequence)
+    replay = chain_rounds(drafts, 6)
+    expected = [kept for p, kept in rounds if p <= len(sequence) - gamma]
+    assert replay == expected and len(replay) >= 4
+    assert temperature == 0 or sum(replay) > 0   # near-uniform keyed draws agree often: kept rows are exercised
+
+
+@needs_torch
+def test_expected_calibration_error_is_zero_when_calibrated_and_grows_with_bias():
+    predicted = torch.tensor([0.25] * 4 + [0.75] * 4)
+    observed = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 0])
+    assert expected_calibration_error(predicted, observed) == 0.0
+    assert abs(expected_calibration_error(predicted + 0.1, observed) - 0.1) < 1e-6
 
 
 # ---- An independent numpy forward (fp32) that recomputes the goldens from the checkpoints alone. ----
