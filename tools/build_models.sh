@@ -3,6 +3,8 @@
 #
 #   bash tools/build_models.sh OUT            # all stages; logs and a copy of the results land in OUT
 #   STAGES="corpus drafter" bash tools/build_models.sh OUT   # only some stages (the corpus is not checked in)
+#   CORPUS_FROM=build-nano/corpus STAGES="target goldens" bash tools/build_models.sh OUT
+#       # use a gzipped corpus made on another machine (carry build-nano with the device tool)
 #
 # Stages, in order: corpus -> tokenizer -> target -> drafter -> goldens. WORK (default /tmp/lanespark-build) holds
 # the corpus and other scratch data. Results are written into the repo paths (models/nano/, tests/golden/) and, for
@@ -23,10 +25,16 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 stamp() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$OUT/build.log"; }
 RESULTS=()
 
-if has corpus; then
+if [[ -n "${CORPUS_FROM:-}" ]]; then
+  # A corpus built elsewhere by tools/corpus.py and gzipped (the checked-in models were built this way, see
+  # docs/models.md): unpack it instead of running the corpus stage.
+  stamp "corpus from $CORPUS_FROM"
+  mkdir -p "$WORK/corpus"
+  for f in "$CORPUS_FROM"/*.jsonl.gz; do gunzip -c "$f" > "$WORK/corpus/$(basename "$f" .gz)"; done
+elif has corpus; then
   stamp "corpus"
   $PY tools/corpus.py --out "$WORK/corpus" --eval-out models/nano/eval_prompts.json \
-      ${CORPUS_ARGS:---code-mb 80 --prose-mb 30 --chat-mb 30} 2>&1 | tee "$OUT/corpus.log"
+      ${CORPUS_ARGS:---code-mb 40 --prose-mb 15 --chat-mb 20 --max-files 32000} 2>&1 | tee "$OUT/corpus.log"
   cp "$WORK/corpus/stats.json" "$OUT/corpus_stats.json"
   RESULTS+=(models/nano/eval_prompts.json)
 fi
@@ -74,7 +82,7 @@ fi
 
 if has goldens; then
   stamp "goldens"
-  $PY tools/make_goldens.py --out tests/golden --bf16 2>&1 | tee "$OUT/goldens.log"
+  $PY tools/make_goldens.py --out tests/golden ${GOLDENS_ARGS:---bf16} 2>&1 | tee "$OUT/goldens.log"
   RESULTS+=(tests/golden/lfm2_dense tests/golden/lfm2_moe)
 fi
 

@@ -46,8 +46,8 @@ def held_out(rel):
     return h64(rel) % HELD_OUT_BUCKETS == 0
 
 
-def python_roots():
-    roots = [sysconfig.get_paths()["stdlib"]]
+def python_roots(extra=()):
+    roots = [sysconfig.get_paths()["stdlib"]] + [os.path.abspath(p) for p in extra]
     for p in [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]] + site.getsitepackages():
         if p not in roots and os.path.isdir(p):
             roots.append(p)
@@ -58,7 +58,9 @@ def walk_files(root, keep):
     """Sorted (path, rel) pairs under root for which keep(name) is true; skips caches and hidden dirs."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        # site-packages inside the stdlib directory is its own root: walking it twice would leak held-out files.
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in
+                             ("__pycache__", "site-packages", "dist-packages"))
         for name in sorted(filenames):
             if keep(name):
                 path = os.path.join(dirpath, name)
@@ -241,6 +243,8 @@ def main():
     ap.add_argument("--chat-mb", type=float, default=45)
     ap.add_argument("--eval-per-kind", type=int, default=48)
     ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--extra-root", action="append", default=[], help="another directory of Python packages")
+    ap.add_argument("--max-files", type=int, default=40000, help="parse at most this many Python files (hash order)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     mb = 1 << 20
@@ -248,10 +252,11 @@ def main():
     code = Budget(os.path.join(args.out, "code.jsonl"), args.code_mb * mb, seen)
     prose = Budget(os.path.join(args.out, "prose.jsonl"), args.prose_mb * mb, seen)
     chat = Budget(os.path.join(args.out, "chat.jsonl"), args.chat_mb * mb, seen)
-    roots = python_roots()
+    roots = python_roots(args.extra_root)
     py = [it for root in roots for it in walk_files(root, lambda n: n.endswith(".py"))]
     # Spread the budget over all packages: order files by a hash of their relative path, not alphabetically.
     py.sort(key=lambda it: (h64(it[1]), it[1]))
+    py = py[:args.max_files]
     held_code, held_chat, docstrings, doc_bytes, parsed = [], [], [], 0, 0
     with mp.Pool(args.workers) as pool:
         for res in pool.imap(parse_python, py, chunksize=64):
@@ -287,6 +292,8 @@ def main():
     docs = [it for it in prose_files(roots) if not held_out(it[1])]
     docs.sort(key=lambda it: (h64(it[1]), it[1]))
     for path, rel, kind in docs:
+        if prose.size >= prose.limit:
+            break
         text = read_text(path)
         text = clean_prose(text, kind) if text else None
         if text:
