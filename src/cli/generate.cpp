@@ -1,0 +1,166 @@
+// lanespark generate: prefill a prompt and decode through the Target interface, printing tokens as they come.
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "compute/sampling.h"
+#include "model/load.h"
+#include "text/chat_template.h"
+#include "text/detokenizer.h"
+#include "text/tokenizer.h"
+
+namespace ls::cli {
+namespace {
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "lanespark generate: %s\n", status.to_string().c_str());
+  return 1;
+}
+
+// "1,2,3" -> ids; InvalidArgument naming the piece that is not an integer.
+Result<std::vector<int32_t>> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream stream(text);
+  std::string piece;
+  while (std::getline(stream, piece, ',')) {
+    int64_t value = -1;
+    const auto [end, error] = std::from_chars(piece.data(), piece.data() + piece.size(), value);
+    if (error != std::errc() || end != piece.data() + piece.size() || value < 0 || value > INT32_MAX)
+      return Status(ErrorCode::InvalidArgument, "--prompt-ids: '" + piece + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(value));
+  }
+  if (ids.empty()) return Status(ErrorCode::InvalidArgument, "--prompt-ids holds no ids");
+  return ids;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv) {
+  Options opts(argc, argv);
+  const std::string model_dir = opts.require_string("--model", "model directory (config.json, safetensors)");
+  const std::string prompt_text = opts.get_string("--prompt", "", "prompt text (needs tokenizer.json in --model)");
+  const bool chat = opts.flag("--chat", "wrap --prompt as one user message with the model's chat template");
+  const std::string prompt_ids = opts.get_string("--prompt-ids", "", "prompt as comma-separated token ids");
+  const int64_t max_tokens = opts.get_int("--max-tokens", 64, "most tokens to generate");
+  Sampling sampling;
+  sampling.temperature = static_cast<float>(opts.get_double("--temperature", 0.0, "0 = greedy"));
+  sampling.top_k = static_cast<int>(opts.get_int("--top-k", 0, "0 = off"));
+  sampling.top_p = static_cast<float>(opts.get_double("--top-p", 1.0, "1 = off"));
+  sampling.min_p = static_cast<float>(opts.get_double("--min-p", 0.0, "0 = off"));
+  const bool has_seed = opts.has("--seed");
+  const int64_t seed = opts.get_int("--seed", 0, "sampling seed (default: derived from the prompt ids)");
+  const int64_t threads = opts.get_int("--threads", 1, "CPU threads");
+  const std::string dtype = opts.get_string("--dtype", "bf16", "bf16 (weights as stored) or f32 (reference)");
+  if (opts.help_requested()) {
+    std::fputs(opts.usage("lanespark generate: run a model on a prompt and print the reply").c_str(), stdout);
+    return 0;
+  }
+  if (Status status = opts.finish(); !status.ok()) {
+    std::fprintf(stderr, "lanespark generate: %s\n", status.to_string().c_str());
+    return 2;
+  }
+  if (prompt_text.empty() == prompt_ids.empty())
+    return fail(Status(ErrorCode::InvalidArgument, "give exactly one of --prompt and --prompt-ids"));
+  if (dtype != "bf16" && dtype != "f32")
+    return fail(Status(ErrorCode::InvalidArgument, "--dtype must be bf16 or f32, got '" + dtype + "'"));
+  if (max_tokens < 1 || threads < 1)
+    return fail(Status(ErrorCode::InvalidArgument, "--max-tokens and --threads must be >= 1"));
+
+  // Tokenizer (optional for --prompt-ids: ids are printed when the model has none).
+  std::optional<text::Tokenizer> tokenizer;
+  if (std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) {
+    Result<text::Tokenizer> loaded = text::Tokenizer::load(model_dir);
+    if (!loaded.ok()) return fail(loaded.status());
+    tokenizer = std::move(loaded).value();
+  }
+  std::vector<int32_t> prompt;
+  if (!prompt_ids.empty()) {
+    Result<std::vector<int32_t>> ids = parse_ids(prompt_ids);
+    if (!ids.ok()) return fail(ids.status());
+    prompt = std::move(ids).value();
+  } else {
+    if (!tokenizer) return fail(Status(ErrorCode::NotFound, "--prompt needs " + model_dir + "/tokenizer.json"));
+    std::string text = prompt_text;
+    if (chat) {
+      Result<text::ChatTemplate> chat_template = text::ChatTemplate::from_tokenizer(*tokenizer);
+      if (!chat_template.ok()) return fail(chat_template.status());
+      text::ChatRequest request;
+      request.messages.push_back({{"role", "user"}, {"content", prompt_text}});
+      Result<std::string> rendered = chat_template->render(request);
+      if (!rendered.ok()) return fail(rendered.status());
+      text = *rendered;
+    }
+    Result<std::vector<int32_t>> ids = tokenizer->encode(text, /*add_special_tokens=*/!chat);
+    if (!ids.ok()) return fail(ids.status());
+    prompt = std::move(ids).value();
+  }
+  sampling.seed = has_seed ? static_cast<uint64_t>(seed) : seed_from_prompt(prompt);
+
+  LoadOptions options;
+  options.mode = dtype == "bf16" ? compute::NumericMode::Bf16 : compute::NumericMode::Fp32;
+  options.threads = static_cast<int>(threads);
+  options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompt.size()));
+  Result<std::unique_ptr<Target>> loaded = load_target(model_dir, options);
+  if (!loaded.ok()) return fail(loaded.status());
+  Target& target = **loaded;
+  std::vector<int32_t> stop_ids = {target.facts().eos_token_id};
+  if (tokenizer)
+    for (int32_t id : tokenizer->stop_token_ids()) stop_ids.push_back(id);
+  std::optional<text::Detokenizer> detokenizer;
+  if (tokenizer) detokenizer.emplace(*tokenizer, /*skip_special_tokens=*/false);
+
+  constexpr StreamId kStream = 1;
+  auto step = [&](std::span<const int32_t> tokens) -> Result<int32_t> {
+    Window window;
+    window.stream = kStream;
+    window.tokens = tokens;
+    window.sampling = sampling;
+    window.first_drawn_row = static_cast<int>(tokens.size()) - 1;
+    LS_ASSIGN_OR_RETURN(Verified verified, target.forward(std::span<const Window>(&window, 1)));
+    LS_RETURN_IF_ERROR(target.commit(kStream, static_cast<int>(tokens.size())));
+    return verified.draws.back();
+  };
+  const auto prefill_start = std::chrono::steady_clock::now();
+  Result<int32_t> next = step(prompt);
+  if (!next.ok()) return fail(next.status());
+  const double prefill_s = seconds_since(prefill_start);
+  int64_t generated = 0;
+  const auto decode_start = std::chrono::steady_clock::now();
+  for (;;) {
+    const int32_t token = *next;
+    ++generated;
+    const bool stop = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+    if (detokenizer) {
+      if (!stop) std::fputs(detokenizer->push(token).c_str(), stdout);
+    } else {
+      std::printf("%d ", token);
+    }
+    std::fflush(stdout);
+    if (stop || generated >= max_tokens) break;
+    next = step(std::span<const int32_t>(&token, 1));
+    if (!next.ok()) return fail(next.status());
+  }
+  if (detokenizer) std::fputs(detokenizer->flush().c_str(), stdout);
+  std::printf("\n");
+  const double decode_s = seconds_since(decode_start);
+  std::fprintf(stderr, "prefill: %zu tokens in %.3f s = %.1f tok/s\n", prompt.size(), prefill_s,
+               prompt.size() / prefill_s);
+  std::fprintf(stderr, "decode: %lld tokens in %.3f s = %.1f tok/s\n", static_cast<long long>(generated - 1),
+               decode_s, generated > 1 ? (generated - 1) / decode_s : 0.0);
+  return 0;
+}
+
+}  // namespace ls::cli
