@@ -5,6 +5,7 @@
 #include <string>
 
 #include "lanes/accept.h"
+#include "model/exact_width.h"
 
 namespace ls {
 
@@ -16,7 +17,11 @@ Result<std::unique_ptr<Lanes>> Lanes::create(Target& target, Drafter* drafter, c
   if (max_rows < 1) {
     return Status(ErrorCode::InvalidArgument, "lanes need at least 1 row per forward, got " + std::to_string(max_rows));
   }
-  const int width = std::clamp(options.exact_width > 0 ? options.exact_width : facts.exact_width, 1, max_rows);
+  int measured_width = facts.exact_width;
+  if (options.measure_width > 0) {
+    LS_ASSIGN_OR_RETURN(measured_width, measure_exact_width(target, options.measure_width));
+  }
+  const int width = std::clamp(options.exact_width > 0 ? options.exact_width : measured_width, 1, max_rows);
   int most_drafts = 0;
   bool has_confidence = false;
   if (drafter != nullptr) {

@@ -64,6 +64,21 @@ std::vector<Reply> run_each_alone_plain(const FakeTargetOptions& target_options,
   return replies;
 }
 
+std::vector<Reply> run_each_alone_plain(Target& target, const std::vector<Arrival>& arrivals) {
+  std::vector<Reply> replies;
+  for (const Arrival& arrival : arrivals) {
+    FixedClock clock;
+    auto lanes = Lanes::create(target, nullptr, LanesOptions{}, clock);
+    Arrival alone = arrival;
+    alone.round = 0;
+    alone.cancel_round = -1;
+    Result<std::vector<Reply>> reply =
+        lanes.ok() ? run_arrivals(**lanes, {alone}) : Result<std::vector<Reply>>(lanes.status());
+    replies.push_back(reply.ok() ? reply->front() : Reply{});
+  }
+  return replies;
+}
+
 Request make_fake_request(int index, bool sampled, int vocab_size) {
   Request request;
   const uint64_t key = splitmix64(0xabc + index);

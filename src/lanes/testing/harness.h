@@ -29,6 +29,9 @@ Result<std::vector<Reply>> run_arrivals(Lanes& lanes, const std::vector<Arrival>
 // The oracle: each request run alone, on a fresh fake target, without a drafter.
 std::vector<Reply> run_each_alone_plain(const FakeTargetOptions& target_options, const std::vector<Arrival>& arrivals);
 
+// The oracle on a shared target: each request alone through fresh plain lanes (streams are independent).
+std::vector<Reply> run_each_alone_plain(Target& target, const std::vector<Arrival>& arrivals);
+
 // A varied request: prompt of 2-9 tokens, 20-60 tokens out, greedy or sampled (temperature, top-k/p, min-p mixed).
 Request make_fake_request(int index, bool sampled, int vocab_size);
 
