@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "compute/ops.h"
 #include "compute/sampling.h"
 #include "model/load.h"
 #include "text/chat_template.h"
@@ -156,6 +157,8 @@ int run_generate(int argc, char** argv) {
   if (detokenizer) std::fputs(detokenizer->flush().c_str(), stdout);
   std::printf("\n");
   const double decode_s = seconds_since(decode_start);
+  std::fprintf(stderr, "matmul kernel: %s, %lld thread(s), %s\n", compute::matmul_kernel_name(),
+               static_cast<long long>(threads), dtype.c_str());
   std::fprintf(stderr, "prefill: %zu tokens in %.3f s = %.1f tok/s\n", prompt.size(), prefill_s,
                prompt.size() / prefill_s);
   std::fprintf(stderr, "decode: %lld tokens in %.3f s = %.1f tok/s\n", static_cast<long long>(generated - 1),
