@@ -62,7 +62,7 @@ if has drafter; then
   # calibrate, evaluate and write the goldens. Later steps may fail without losing the trained drafter.
   stamp "drafter: regenerate + train"
   rm -rf "$WORK/drafter" models/nano/drafter
-  $PY tools/train_drafter.py --target models/nano/target --corpus "$WORK/corpus" --work "$WORK/drafter" \
+  $PY tools/train_drafter.py --target models/nano/target --work "$WORK/drafter" \
       --out models/nano/drafter --log-dir "$OUT" --seed 2024 ${DRAFTER_STEPS:+--steps "$DRAFTER_STEPS"} \
       --max-seconds "${DRAFTER_SECONDS:-240}" ${DRAFTER_ARGS:-} 2>&1 | tee "$OUT/drafter.log"
   RESULTS+=(models/nano/drafter)

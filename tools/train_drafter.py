@@ -1,9 +1,9 @@
 """Trains the nano DSpark drafter on responses the nano target regenerates (reference/dspark.md §5).
 
-  python tools/train_drafter.py --target models/nano/target --corpus WORK/corpus --work WORK/drafter \
-      --out models/nano/drafter --log-dir OUT
+  python tools/train_drafter.py --target models/nano/target --work WORK/drafter --out models/nano/drafter --log-dir OUT
 
-Stages: (1) prompts from the corpus (code chunks and chat conversations cut at a user turn), (2) the target's own
+Stages: (1) prompts from the corpus or straight from its Python sources (code windows and chat conversations cut at
+a user turn; corpus.py's held-out files excluded), (2) the target's own
 continuations, half greedy and half keyed-sampled at T = 1 (WORK/regen.pt; a held-out slice is kept for
 calibration), (3) training: target frozen (taps + teacher logits online), DSpark loss 0.1 CE + 0.9 L1 + 1.0 BCE
 (confidence) with position weights exp(-(k-1)/4), Markov head teacher-forced, shared embedding/head frozen.
@@ -46,18 +46,51 @@ def read_jsonl(path: Path, limit: int, rng: random.Random) -> list[dict]:
 
 
 def corpus_prompts(corpus: Path, tokenizer, count: int, max_prompt_tokens: int, seed: int) -> list[dict]:
-    """Half code (a random window of a file, cut at a line end), half chat (a conversation up to a user turn)."""
+    """From tools/corpus.py's output: half code (a window of a file), half chat (a conversation up to a user turn)."""
     rng = random.Random(seed)
+    code = [r["text"] for r in read_jsonl(corpus / "code.jsonl", count // 2, rng)]
+    chats = [r["messages"] for r in read_jsonl(corpus / "chat.jsonl", count - count // 2, rng)]
+    return render_prompts(tokenizer, code, chats, max_prompt_tokens, rng)
+
+
+def python_prompts(tokenizer, count: int, max_prompt_tokens: int, seed: int, workers: int) -> list[dict]:
+    """The same sources as the corpus without writing it: Python files (not held out, in corpus.py's hash order)
+    give code windows and, through corpus.py's conversation builder, chat prompts about their documented objects."""
+    import multiprocessing
+
+    from tools import corpus
+
+    files = [it for root in corpus.python_roots() for it in corpus.walk_files(root, lambda n: n.endswith(".py"))]
+    files = sorted((it for it in files if not corpus.held_out(it[1])), key=lambda it: (corpus.h64(it[1]), it[1]))
+    code, chats = [], []
+    with multiprocessing.Pool(workers) as pool:
+        for result in pool.imap(corpus.parse_python, files, chunksize=32):
+            if len(code) >= count // 2 and len(chats) >= count - count // 2:
+                pool.terminate()
+                break
+            if result is None:
+                continue
+            rel, text, module, objects = result
+            file_rng = random.Random(corpus.h64(rel) ^ seed)
+            if len(code) < count // 2:
+                code.append(text)
+            if len(chats) < count - count // 2:
+                chats += [c["messages"] for c in corpus.conversations(file_rng, module, objects)[:2]]
+    return render_prompts(tokenizer, code, chats, max_prompt_tokens, random.Random(seed))
+
+
+def render_prompts(tokenizer, code: list[str], chats: list[list[dict]], max_prompt_tokens: int, rng) -> list[dict]:
+    """Code: BOS + up to 30 lines ending at a random line (cut to the last tokens). Chat: the template up to a
+    random user turn, with the generation prompt (longer ones dropped)."""
     prompts = []
-    for record in read_jsonl(corpus / "code.jsonl", count // 2, rng):
-        lines = record["text"].split("\n")
+    for text in code:
+        lines = text.split("\n")
         if len(lines) < 8:
             continue
         end = rng.randrange(4, len(lines) - 2)
         ids = code_prompt_ids(tokenizer, "\n".join(lines[max(0, end - 30):end]) + "\n")
         prompts.append({"category": "code", "ids": ids[:1] + ids[1:][-(max_prompt_tokens - 1):]})
-    for record in read_jsonl(corpus / "chat.jsonl", count - count // 2, rng):
-        messages = record["messages"]
+    for messages in chats:
         users = [i for i, m in enumerate(messages) if m["role"] == "user"]
         if not users:
             continue
@@ -210,7 +243,9 @@ def train(args, target, tokenizer, sequences: list[dict], log) -> DSparkDrafter:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="models/nano/target")
-    parser.add_argument("--corpus", required=True, help="directory with code.jsonl and chat.jsonl (tools/corpus.py)")
+    parser.add_argument("--corpus", default=None, help="code.jsonl + chat.jsonl from tools/corpus.py; without it the "
+                        "prompts come straight from the Python sources corpus.py reads (same held-out split)")
+    parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--work", required=True, help="scratch directory (regen.pt), not checked in")
     parser.add_argument("--out", default="models/nano/drafter")
     parser.add_argument("--log-dir", default=None)
@@ -261,7 +296,12 @@ def main() -> None:
         data = torch.load(regen_path)
     else:
         begin = time.time()
-        prompts = corpus_prompts(Path(args.corpus), tokenizer, args.prompts, args.max_prompt_tokens, args.seed)
+        if args.corpus:
+            prompts = corpus_prompts(Path(args.corpus), tokenizer, args.prompts, args.max_prompt_tokens, args.seed)
+        else:
+            prompts = python_prompts(tokenizer, args.prompts, args.max_prompt_tokens, args.seed, args.workers)
+        log({"event": "prompts", "code": sum(p["category"] == "code" for p in prompts),
+             "chat": sum(p["category"] == "chat" for p in prompts), "seconds": round(time.time() - begin, 1)})
         sequences = regenerate(target, tokenizer, prompts, args.max_new_tokens, args.gen_batch, args.seed)
         random.Random(args.seed).shuffle(sequences)
         held = min(len(sequences) // 4, max(8, int(args.calibration_fraction * len(sequences))))
