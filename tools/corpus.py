@@ -220,8 +220,10 @@ class Budget:
         self.f, self.limit, self.size, self.count, self.seen = open(path, "w"), limit_bytes, 0, 0, seen
 
     def add(self, record, key_text):
+        if self.size >= self.limit:
+            return False  # checked first: normalising and hashing a large text costs the main process time
         key = hashlib.sha256(re.sub(r"\s+", " ", key_text).strip().encode()).digest()
-        if self.size >= self.limit or key in self.seen:
+        if key in self.seen:
             return False
         self.seen.add(key)
         line = json.dumps(record, ensure_ascii=False)
