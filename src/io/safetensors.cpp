@@ -245,6 +245,7 @@ Checkpoint::~Checkpoint() = default;
 Result<std::unique_ptr<Checkpoint>> Checkpoint::open_file(const std::string& path) {
   auto checkpoint = std::unique_ptr<Checkpoint>(new Checkpoint());
   checkpoint->directory_ = std::filesystem::path(path).parent_path().string();
+  if (checkpoint->directory_.empty()) checkpoint->directory_ = ".";
   LS_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
   LS_RETURN_IF_ERROR(parse_header(*file, checkpoint->tensors_));
   checkpoint->files_.push_back(std::move(file));
