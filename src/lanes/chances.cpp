@@ -9,15 +9,25 @@ std::vector<double> default_depth_prior() {
   return {0.85, 0.75, 0.70, 0.65, 0.60, 0.55, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50, 0.50};
 }
 
-void AcceptanceByDepth::reset(std::span<const double> prior) { conditional_.assign(prior.begin(), prior.end()); }
+void AcceptanceByDepth::reset(std::span<const double> prior) {
+  conditional_.assign(prior.begin(), prior.end());
+  observations_.assign(prior.size(), 0);
+}
 
 void AcceptanceByDepth::observe(int proposed, int accepted, double rate) {
   const int depths = std::min<int>(proposed, static_cast<int>(conditional_.size()));
   for (int depth_index = 0; depth_index < depths; ++depth_index) {
     if (accepted < depth_index) break;  // draft depth_index + 1 was never reached
     const double landed = accepted > depth_index ? 1.0 : 0.0;
+    ++observations_[depth_index];
     conditional_[depth_index] += rate * (landed - conditional_[depth_index]);
   }
+}
+
+int AcceptanceByDepth::explored_depth() const {
+  int depth = 0;
+  while (depth < static_cast<int>(observations_.size()) && observations_[depth] > 0) ++depth;
+  return depth;
 }
 
 double AcceptanceByDepth::conditional(int depth_index) const {

@@ -18,12 +18,16 @@ class AcceptanceByDepth {
   void reset(std::span<const double> prior);
   // A round offered `proposed` drafts and `accepted` of them landed (a prefix).
   void observe(int proposed, int accepted, double rate);
+  // Leading depths with at least one observation: drafting deeper than this (+ a step) is exploration.
+  int explored_depth() const;
   // Chain chances of the first `depth` drafts: [depth] non-increasing.
   std::vector<float> chain(int depth) const;
   double conditional(int depth_index) const;
+  std::span<const double> conditionals() const { return conditional_; }
 
  private:
   std::vector<double> conditional_;  // [depths] p[j]
+  std::vector<int> observations_;    // [depths] outcomes seen at each depth
 };
 
 // Maps a drafter's raw per-position confidences to calibrated chain chances, learned over all streams.

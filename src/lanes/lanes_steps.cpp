@@ -44,6 +44,8 @@ Status Lanes::admit() {
     waiting_.pop_front();
     Stream* stream = owned.get();
     stream->admission = next_admission_++;
+    // Start from what the drafter has shown on earlier streams, not from the fixed prior.
+    stream->acceptance.reset(pricing_.pooled_acceptance().conditionals());
     live_[stream->id] = std::move(owned);
     if (stream->request.prompt.empty()) {
       fail_stream(*stream, Status(ErrorCode::InvalidArgument, "a request needs at least one prompt token"));

@@ -12,7 +12,9 @@ Pricing::Pricing(CostTables tables, PricingOptions options, int max_rows, bool h
       options_(std::move(options)),
       max_rows_(max_rows),
       has_confidence_(has_confidence),
-      calibration_(static_cast<int>(std::max<size_t>(options_.depth_prior.size(), 16))) {}
+      calibration_(static_cast<int>(std::max<size_t>(options_.depth_prior.size(), 16))) {
+  pooled_acceptance_.reset(options_.depth_prior);
+}
 
 std::vector<float> Pricing::held_chances(const Stream& stream) const {
   const int held = static_cast<int>(stream.held_drafts.size());
@@ -53,7 +55,9 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   for (size_t index = 0; index < drafting.size(); ++index) {
     offers[index + 1].fixed_rows = 0;
     offers[index + 1].fixed_expected = 0;
-    offers[index + 1].chances = drafting[index]->acceptance.chain(caps[index]);
+    // Grow into unexplored depths a step at a time, so an optimistic prior costs one shallow round, not a deep one.
+    const int explored = std::max(drafting[index]->acceptance.explored_depth(), pooled_acceptance_.explored_depth());
+    offers[index + 1].chances = drafting[index]->acceptance.chain(std::min(caps[index], explored + 2));
   }
   auto cost = [&](int rows, int streams_with_extra, int deepest) {
     return tables_.verify.ms(rows) + tables_.draft.ms(streams_with_extra, deepest) + overhead_ms_;
@@ -96,6 +100,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
 
 void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
   stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
+  pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {
     calibration_.observe(std::span<const float>(stream.held_chances).first(proposed), accepted,
                          options_.acceptance_rate);

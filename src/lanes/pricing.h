@@ -52,6 +52,8 @@ class Pricing {
   // Round time not explained by the verify and drafter tables (host work).
   void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
 
+  // Acceptance by depth pooled over every stream: a new stream starts from it instead of the fixed prior.
+  const AcceptanceByDepth& pooled_acceptance() const { return pooled_acceptance_; }
   const CostTables& tables() const { return tables_; }
   const PricingOptions& options() const { return options_; }
   double overhead_ms() const { return overhead_ms_; }
@@ -63,6 +65,7 @@ class Pricing {
   bool has_confidence_ = false;
   double overhead_ms_ = 0;
   ConfidenceCalibration calibration_;
+  AcceptanceByDepth pooled_acceptance_;
 };
 
 }  // namespace ls
