@@ -173,6 +173,9 @@ void check_model(const std::string& model_name, const char* mode_name, compute::
   if (mode == compute::NumericMode::Fp32) {
     EXPECT_EQ(measured.argmax_mismatches, 0);
     EXPECT_EQ(measured.expert_mismatches, 0);
+  } else {
+    // bf16: a routing flip needs a near-tie of biased scores; allow 2% (measured: none).
+    EXPECT_LE(measured.expert_mismatches * 50, measured.expert_total);
   }
   std::printf("[golden] %s %s: max rel err prefill %.3g decode %.3g hidden %.3g; argmax mismatches %d; experts %d/%d differ\n",
               model_name.c_str(), mode_name, measured.prefill, measured.decode, measured.hidden,
@@ -180,8 +183,9 @@ void check_model(const std::string& model_name, const char* mode_name, compute::
 }
 
 constexpr Tolerance kFp32{1e-4, 1e-4, 0.0};
-// bf16: measured against transformers on CUDA and documented in docs/numerics.md.
-constexpr Tolerance kBf16{0.05, 0.05, 0.05};
+// bf16 vs transformers bf16 on an H200 (docs/numerics.md): measured max 0.018 (logits) and 0.019 (layer outputs),
+// where transformers' own fp32 and bf16 runs differ by 0.057 (dense) and 0.25 (MoE).
+constexpr Tolerance kBf16{0.03, 0.03, 0.05};
 
 TEST(Lfm2Golden, DenseFp32MatchesTransformersWithin1e4AndEqualArgmax) {
   check_model("lfm2_dense", "fp32", compute::NumericMode::Fp32, kFp32);
