@@ -12,7 +12,9 @@ namespace ls {
 Result<std::unique_ptr<Lanes>> Lanes::create(Target& target, Drafter* drafter, const LanesOptions& options,
                                              Clock& clock) {
   const TargetFacts& facts = target.facts();
-  int max_rows = options.max_rows > 0 ? options.max_rows : facts.max_rows;
+  // Verify rounds are short (a few rows per stream); prompts may use the target's whole row budget.
+  constexpr int kDefaultVerifyRows = 128;
+  int max_rows = options.max_rows > 0 ? options.max_rows : kDefaultVerifyRows;
   if (facts.max_rows > 0) max_rows = std::min(max_rows, facts.max_rows);
   if (max_rows < 1) {
     return Status(ErrorCode::InvalidArgument, "lanes need at least 1 row per forward, got " + std::to_string(max_rows));

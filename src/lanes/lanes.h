@@ -22,13 +22,13 @@
 namespace ls {
 
 struct LanesOptions {
-  int max_rows = 0;           // rows per verify forward, all windows together; 0 = the target's max_rows
+  int max_rows = 0;           // rows per verify forward, all windows together; 0 = min(target's max_rows, 128)
   int max_streams = 64;       // streams served per round
   int max_live_streams = 256; // streams admitted (prefilled) at once; more wait in the queue
   int max_draft = 16;         // engine-wide cap on drafts per stream per round
   int exact_width = 0;        // widest window verified; 0 = the target's facts().exact_width
   int measure_width = 0;      // > 0: measure the exact width up to this at setup (model/exact_width.h)
-  int prefill_rows = 0;       // rows per prefill forward; 0 = max_rows
+  int prefill_rows = 0;       // rows per prefill forward; 0 = the target's max_rows
   PricingOptions pricing;
   CalibrationOptions calibration;  // max_rows, width, max_streams, max_depth are filled in by create()
 };

@@ -55,7 +55,8 @@ Status Lanes::admit() {
       admitted.push_back(stream);
     }
   }
-  const int prefill_rows = options_.prefill_rows > 0 ? options_.prefill_rows : max_rows_;
+  const int target_rows = target_.facts().max_rows > 0 ? target_.facts().max_rows : max_rows_;
+  const int prefill_rows = std::min(options_.prefill_rows > 0 ? options_.prefill_rows : target_rows, target_rows);
   Status first_error;
   // Each forward carries at most prefill_rows rows; a long prompt runs as consecutive chunks of one stream.
   while (true) {
