@@ -1,11 +1,15 @@
-// Tests for the shared CLI option parser (src/cli/options): value forms, booleans, positionals, named errors.
+// Tests for the CLI pieces io owns: the shared option parser, and `synth` / `inspect` run in-process (exit codes).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
-// The test binary links lanespark_core, which leaves src/cli out, so the parser is compiled in here.
+// The test binary links lanespark_core, which leaves src/cli out, so these CLI files are compiled in here (once).
+#include "cli/inspect.cpp"
 #include "cli/options.cpp"
+#include "cli/synth.cpp"
+#include "io_test_util.h"
 
 namespace ls::cli {
 namespace {
@@ -99,6 +103,42 @@ TEST(Options, HelpIsDetectedAndUsageListsEveryFlagAskedFor) {
   EXPECT_NE(usage.find("checkpoint directory"), std::string::npos) << usage;
   EXPECT_NE(usage.find("--verbose"), std::string::npos) << usage;
   EXPECT_TRUE(opts.finish().ok());
+}
+
+// Runs a subcommand on {name, args...}, swallowing its stdout and stderr.
+int run_command(int (*command)(int, char**), const std::string& name, std::vector<std::string> args) {
+  Parsed parsed(std::move(args));
+  parsed.storage[0] = name;
+  parsed.pointers[0] = parsed.storage[0].data();
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int code = command(static_cast<int>(parsed.pointers.size()), parsed.pointers.data());
+  ::testing::internal::GetCapturedStdout();
+  ::testing::internal::GetCapturedStderr();
+  return code;
+}
+
+TEST(SynthCommand, WritesACheckpointThatInspectAcceptsAndRefusesBadArguments) {
+  io::testing::TempDir dir;
+  const std::string out = dir.file("m");
+  EXPECT_EQ(run_command(run_synth, "synth", {"--shape", "lfm2-350m", "--seed", "9", "--out", out, "--layers", "1",
+                                             "--vocab", "64", "--max-shard-mib", "10"}), 0);
+  EXPECT_TRUE(std::filesystem::exists(out + "/model.safetensors.index.json"));
+  // 35 MiB: embedding + in_proj + out_proj (8.1 MiB), then w1, w3, w2 (9 MiB each) alone: four shards of <= 10 MiB.
+  EXPECT_TRUE(std::filesystem::exists(out + "/model-00004-of-00004.safetensors"));
+  EXPECT_EQ(run_command(run_inspect, "inspect", {out}), 0);
+  EXPECT_EQ(run_command(run_synth, "synth", {"--help"}), 0);
+  EXPECT_EQ(run_command(run_synth, "synth", {"--shape", "lfm2-9000b", "--out", out}), 2);
+  EXPECT_EQ(run_command(run_synth, "synth", {"--shape", "lfm2-350m", "--out", out, "--dtype", "fp8"}), 2);
+  EXPECT_EQ(run_command(run_synth, "synth", {"--shape", "lfm2-350m", "--out", out, "--layers", "99"}), 2);
+  EXPECT_EQ(run_command(run_synth, "synth", {"--shape", "lfm2-350m"}), 2);  // no --out
+}
+
+TEST(InspectCommand, ExitsOneOnARefusalAndTwoOnBadArguments) {
+  io::testing::TempDir dir;
+  EXPECT_EQ(run_command(run_inspect, "inspect", {dir.path()}), 1);  // no config.json, no weights
+  EXPECT_EQ(run_command(run_inspect, "inspect", {}), 2);
+  EXPECT_EQ(run_command(run_inspect, "inspect", {dir.path(), "--bogus"}), 2);
 }
 
 }  // namespace
