@@ -185,7 +185,8 @@ Status Tokenizer::load_config(std::string_view config_json) {
   LS_ASSIGN_OR_RETURN(json config, parse(config_json, "tokenizer_config.json"));
   if (!config.is_object()) return bad("tokenizer_config.json is not an object");
   // added_tokens_decoder entries the tokenizer.json lacks are added, as transformers does.
-  for (const auto& [key, entry] : config.value("added_tokens_decoder", json::object()).items()) {
+  const json added_tokens_decoder = config.value("added_tokens_decoder", json::object());
+  for (const auto& [key, entry] : added_tokens_decoder.items()) {
     int32_t id = -1;
     const auto parsed = std::from_chars(key.data(), key.data() + key.size(), id);
     if (parsed.ec != std::errc() || parsed.ptr != key.data() + key.size())
