@@ -76,7 +76,7 @@ if has drafter; then
       --markdown "$OUT/eval_acceptance.md" 2>&1 | tee "$OUT/eval.log" || stamp "drafter: eval FAILED"
   stamp "drafter: goldens"
   $PY tools/make_drafter_goldens.py --out tests/golden/dspark --nano models/nano 2>&1 | tee "$OUT/drafter_goldens.log" \
-      && RESULTS+=(tests/golden/dspark) || stamp "drafter: goldens FAILED"
+      && RESULTS+=(tests/golden/dspark tests/golden/dspark_nano) || stamp "drafter: goldens FAILED"
 fi
 # ---- end of drafter steps ----
 

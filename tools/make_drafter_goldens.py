@@ -2,6 +2,7 @@
 
   python tools/make_drafter_goldens.py --out tests/golden/dspark                 # tiny random target + drafter
   python tools/make_drafter_goldens.py --out tests/golden/dspark --nano models/nano   # also the bundled nano pair
+                                                                   # (into --nano-out, tests/golden/dspark_nano)
 """
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ def nano_goldens(out: Path, models: Path, prompts: list[list[int]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="tests/golden/dspark")
-    parser.add_argument("--nano", help="models/nano: also write <out>/nano from the bundled pair")
+    parser.add_argument("--nano", help="models/nano: also write goldens of the bundled pair into --nano-out")
+    parser.add_argument("--nano-out", default="tests/golden/dspark_nano")
     args = parser.parse_args()
     torch.use_deterministic_algorithms(True)
     out = Path(args.out)
@@ -129,7 +131,7 @@ def main() -> None:
         texts = ["def fibonacci(n):\n    if n < 2:\n        return n\n",
                  "<|im_start|>user\nWhat does the json module do?<|im_end|>\n<|im_start|>assistant\n"]
         prompts = [tokenizer.encode(t).ids for t in texts]
-        nano_goldens(out / "nano", models, prompts)
+        nano_goldens(Path(args.nano_out), models, prompts)
     print(f"wrote goldens under {out}")
 
 
