@@ -64,7 +64,7 @@ if has drafter; then
   rm -rf "$WORK/drafter" models/nano/drafter
   $PY tools/train_drafter.py --target models/nano/target --work "$WORK/drafter" \
       --out models/nano/drafter --log-dir "$OUT" --seed 2024 ${DRAFTER_STEPS:+--steps "$DRAFTER_STEPS"} \
-      --max-seconds "${DRAFTER_SECONDS:-240}" ${DRAFTER_ARGS:-} 2>&1 | tee "$OUT/drafter.log"
+      --max-seconds "${DRAFTER_SECONDS:-300}" ${DRAFTER_ARGS:-} 2>&1 | tee "$OUT/drafter.log"
   RESULTS+=(models/nano/drafter)
   stamp "drafter: calibrate"
   $PY tools/calibrate_confidence.py --target models/nano/target --drafter models/nano/drafter \
