@@ -1,5 +1,6 @@
-// Exactness of the lanes on a real LFM2 target (the tiny random dense checkpoint of the golden tests), with a
-// drafter that proposes from a plain run's recorded replies, right at a rate.
+// Exactness of the lanes on real LFM2 targets (the tiny random dense checkpoint of the golden tests, and the bundled
+// nano target once it is in models/nano/target), with a drafter that proposes from a plain run's recorded replies,
+// right at a rate.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,21 +15,25 @@
 namespace ls {
 namespace {
 
-const std::string kModelDir = std::string(LS_SOURCE_DIR) + "/tests/golden/lfm2_dense";
+const std::string kTinyDir = std::string(LS_SOURCE_DIR) + "/tests/golden/lfm2_dense";
+const std::string kNanoDir = std::string(LS_SOURCE_DIR) + "/models/nano/target";
 
 struct RealCase {
+  const std::string* model_dir;
   int streams;
   bool sampled;
+  int tokens = 16;  // max_tokens of stream 0; later streams ask up to 8 more
 };
 
 class LanesOnRealTarget : public testing::TestWithParam<RealCase> {};
 
 TEST_P(LanesOnRealTarget, DraftedRepliesEqualPlainRepliesRunAloneTokenForToken) {
-  if (!std::filesystem::exists(kModelDir + "/config.json")) GTEST_SKIP() << "no checkpoint at " << kModelDir;
+  const std::string& model_dir = *GetParam().model_dir;
+  if (!std::filesystem::exists(model_dir + "/config.json")) GTEST_SKIP() << "no checkpoint at " << model_dir;
   LoadOptions load;
   load.threads = 2;
   load.max_rows = 64;
-  auto target = load_target(kModelDir, load);
+  auto target = load_target(model_dir, load);
   ASSERT_TRUE(target.ok()) << target.status().to_string();
   const TargetFacts& facts = (*target)->facts();
 
@@ -37,7 +42,7 @@ TEST_P(LanesOnRealTarget, DraftedRepliesEqualPlainRepliesRunAloneTokenForToken) 
     Arrival arrival;
     arrival.round = index % 3;
     arrival.request = make_fake_request(index, GetParam().sampled, facts.vocab_size);
-    arrival.request.max_tokens = 16 + index % 9;
+    arrival.request.max_tokens = GetParam().tokens + index % 9;
     if (index % 4 == 3) arrival.request.draft = false;
     arrivals.push_back(arrival);
   }
@@ -57,6 +62,8 @@ TEST_P(LanesOnRealTarget, DraftedRepliesEqualPlainRepliesRunAloneTokenForToken) 
   FixedClock clock;
   LanesOptions options;
   options.measure_width = 8;
+  options.max_streams = 16;
+  options.calibration.repeats = 1;  // timing steers rows, never tokens: one timed run keeps the test fast
   auto lanes = Lanes::create(**target, &drafter, options, clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   ASSERT_GE((*lanes)->width(), 2) << "the CPU target should verify windows exactly";
@@ -72,12 +79,20 @@ TEST_P(LanesOnRealTarget, DraftedRepliesEqualPlainRepliesRunAloneTokenForToken) 
   for (auto [stream, releases] : drafter.release_counts()) EXPECT_EQ(releases, 1) << "stream " << stream;
 }
 
+std::string real_case_name(const testing::TestParamInfo<RealCase>& info) {
+  return std::to_string(info.param.streams) + (info.param.sampled ? "Sampled" : "Greedy");
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyLfm2, LanesOnRealTarget,
-                         testing::Values(RealCase{1, false}, RealCase{1, true}, RealCase{4, false},
-                                         RealCase{4, true}, RealCase{16, false}, RealCase{16, true}),
-                         [](const testing::TestParamInfo<RealCase>& info) {
-                           return std::to_string(info.param.streams) + (info.param.sampled ? "Sampled" : "Greedy");
-                         });
+                         testing::Values(RealCase{&kTinyDir, 1, false}, RealCase{&kTinyDir, 1, true},
+                                         RealCase{&kTinyDir, 4, false}, RealCase{&kTinyDir, 4, true},
+                                         RealCase{&kTinyDir, 16, false}, RealCase{&kTinyDir, 16, true}),
+                         real_case_name);
+
+INSTANTIATE_TEST_SUITE_P(NanoLfm2, LanesOnRealTarget,
+                         testing::Values(RealCase{&kNanoDir, 1, false, 24}, RealCase{&kNanoDir, 4, true, 12},
+                                         RealCase{&kNanoDir, 16, false, 6}),
+                         real_case_name);
 
 }  // namespace
 }  // namespace ls
