@@ -114,6 +114,7 @@ int run_generate(int argc, char** argv) {
   options.mode = dtype == "bf16" ? compute::NumericMode::Bf16 : compute::NumericMode::Fp32;
   options.threads = static_cast<int>(threads);
   options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompt.size()));
+  options.exact_width_probe = 0;  // plain decoding verifies one row at a time
   Result<std::unique_ptr<Target>> loaded = load_target(model_dir, options);
   if (!loaded.ok()) return fail(loaded.status());
   Target& target = **loaded;

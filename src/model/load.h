@@ -14,7 +14,7 @@ struct LoadOptions {
   compute::NumericMode mode = compute::NumericMode::Bf16;
   int threads = 1;
   int max_rows = 8192;             // most rows one forward accepts (a whole prompt is one window)
-  int exact_width_probe = 0;       // > 0: measure facts().exact_width up to this width at load
+  int exact_width_probe = 16;      // measure facts().exact_width up to this width at load (0: skip, width 1)
 };
 
 // config.json (UnsupportedArchitecture / BadModelConfig), tensor names and shapes (BadSafetensors), then weights.
