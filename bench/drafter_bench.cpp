@@ -9,10 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/hash.h"
 #include "base/log.h"
@@ -63,7 +62,8 @@ class BenchTarget final : public Target {
   }
   Status head(std::span<const float> hidden, int rows, std::span<float> out) const override {
     const compute::Matrix matrix{nullptr, embedding_.data(), nullptr, facts_.vocab_size, facts_.hidden_size};
-    compute::matmul(compute::OpContext{pool_.get(), compute::NumericMode::Fp32}, hidden.data(), rows, matrix, out.data());
+    compute::matmul(compute::OpContext{pool_.get(), compute::NumericMode::Fp32}, hidden.data(), rows, matrix,
+                    out.data());
     return ok_status();
   }
 
@@ -76,14 +76,26 @@ class BenchTarget final : public Target {
 // Writes config.json + model.safetensors for `shape`, streaming one tensor at a time (pseudo-random bf16).
 Status write_drafter(const std::string& dir, const Shape& shape) {
   std::filesystem::create_directories(dir);
-  json config = {{"architectures", {"Lfm2DSparkDraftModel"}}, {"model_type", "qwen3"}, {"hidden_size", shape.hidden},
-                 {"num_hidden_layers", shape.layers}, {"num_attention_heads", shape.heads},
-                 {"num_key_value_heads", shape.kv_heads}, {"head_dim", shape.head_dim},
-                 {"intermediate_size", shape.ffn}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-5},
-                 {"vocab_size", shape.vocab}, {"rope_theta", 1e6}, {"block_size", shape.block},
-                 {"dflash_config", {{"mask_token_id", shape.vocab - 2}, {"target_layer_ids", shape.taps},
-                                    {"num_target_layers", shape.target_layers}}},
-                 {"markov_rank", shape.rank}, {"markov_head_type", "vanilla"}, {"rope_is_neox_style", false},
+  json config = {{"architectures", {"Lfm2DSparkDraftModel"}},
+                 {"model_type", "qwen3"},
+                 {"hidden_size", shape.hidden},
+                 {"num_hidden_layers", shape.layers},
+                 {"num_attention_heads", shape.heads},
+                 {"num_key_value_heads", shape.kv_heads},
+                 {"head_dim", shape.head_dim},
+                 {"intermediate_size", shape.ffn},
+                 {"hidden_act", "silu"},
+                 {"rms_norm_eps", 1e-5},
+                 {"vocab_size", shape.vocab},
+                 {"rope_theta", 1e6},
+                 {"block_size", shape.block},
+                 {"dflash_config",
+                  {{"mask_token_id", shape.vocab - 2},
+                   {"target_layer_ids", shape.taps},
+                   {"num_target_layers", shape.target_layers}}},
+                 {"markov_rank", shape.rank},
+                 {"markov_head_type", "vanilla"},
+                 {"rope_is_neox_style", false},
                  {"enable_confidence_head", true}};
   std::ofstream(dir + "/config.json") << config.dump(2);
   LS_ASSIGN_OR_RETURN(dspark::DsparkConfig parsed, dspark::parse_dspark_config(config.dump()));
@@ -98,7 +110,8 @@ Status write_drafter(const std::string& dir, const Shape& shape) {
     const double scale = header.shape.size() == 2 ? 1.5 / std::sqrt(static_cast<double>(header.shape[1])) : 0.1;
     std::vector<bf16> values(header.bytes() / 2);
     for (bf16& value : values)
-      value = float_to_bf16(static_cast<float>((gain ? 1.0 : 0.0) + (2 * uniform_open01(splitmix64(counter++)) - 1) * scale));
+      value = float_to_bf16(
+          static_cast<float>((gain ? 1.0 : 0.0) + (2 * uniform_open01(splitmix64(counter++)) - 1) * scale));
     LS_RETURN_IF_ERROR(writer->append(std::as_bytes(std::span<const bf16>(values))));
   }
   return writer->finish();
@@ -151,12 +164,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   BenchTarget target(shape, threads);
-  json results = {{"shape", shape.name}, {"layers", shape.layers}, {"threads", threads}, {"context", context},
-                  {"matmul_kernel", compute::matmul_kernel_name()}, {"runs", json::array()}, {"loads", json::array()}};
+  json results = {{"shape", shape.name},
+                  {"layers", shape.layers},
+                  {"threads", threads},
+                  {"context", context},
+                  {"matmul_kernel", compute::matmul_kernel_name()},
+                  {"runs", json::array()},
+                  {"loads", json::array()}};
   std::printf("drafter bench: %s (%d layers, vocab %d, block %d, rank %d), %d threads, context %d rows, kernel %s\n",
               shape.name.c_str(), shape.layers, shape.vocab, shape.block, shape.rank, threads, context,
               compute::matmul_kernel_name());
-  std::printf("\n| bits | load s | weights MiB | loader peak MiB | RSS before MiB | peak RSS MiB | anon RSS after MiB |\n");
+  std::printf(
+      "\n| bits | load s | weights MiB | loader peak MiB | RSS before MiB | peak RSS MiB | anon RSS after MiB |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   std::vector<std::string> table;
   const int depths[] = {1, 3, shape.block};
@@ -177,9 +196,13 @@ int main(int argc, char** argv) {
     const int64_t peak = status_kib("VmHWM"), anon = status_kib("RssAnon");
     std::printf("| %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", bits, load_s, drafter.weight_bytes() / 1048576.0,
                 drafter.loader_peak_bytes() / 1048576.0, rss_before / 1024.0, peak / 1024.0, anon / 1024.0);
-    results["loads"].push_back({{"bits", bits}, {"load_s", load_s}, {"weight_bytes", drafter.weight_bytes()},
+    results["loads"].push_back({{"bits", bits},
+                                {"load_s", load_s},
+                                {"weight_bytes", drafter.weight_bytes()},
                                 {"loader_peak_bytes", drafter.loader_peak_bytes()},
-                                {"rss_before_kib", rss_before}, {"peak_rss_kib", peak}, {"anon_rss_after_kib", anon}});
+                                {"rss_before_kib", rss_before},
+                                {"peak_rss_kib", peak},
+                                {"anon_rss_after_kib", anon}});
     const int64_t tap_width = static_cast<int64_t>(shape.taps.size()) * shape.hidden;
     std::vector<float> taps(static_cast<size_t>(context * tap_width));
     for (size_t i = 0; i < taps.size(); ++i) taps[i] = static_cast<float>(2 * uniform_open01(splitmix64(i + 5)) - 1);
@@ -213,8 +236,11 @@ int main(int argc, char** argv) {
         std::snprintf(row, sizeof row, "| %d | %d | %d | %.1f | %.2f | %.1f |", bits, streams, depth, median(block_ms),
                       median(scan_ms), median(block_ms) + median(scan_ms));
         table.push_back(row);
-        results["runs"].push_back({{"bits", bits}, {"streams", streams}, {"depth", depth},
-                                   {"block_ms", median(block_ms)}, {"scan_ms", median(scan_ms)}});
+        results["runs"].push_back({{"bits", bits},
+                                   {"streams", streams},
+                                   {"depth", depth},
+                                   {"block_ms", median(block_ms)},
+                                   {"scan_ms", median(scan_ms)}});
       }
     }
   }

@@ -13,10 +13,10 @@
 namespace ls {
 
 struct DrafterOptions {
-  int bits = 0;                                           // --drafter-bits: 0 = bf16 as stored, 8 = int8 per row
+  int bits = 0;                                            // --drafter-bits: 0 = bf16 as stored, 8 = int8 per row
   compute::NumericMode mode = compute::NumericMode::Bf16;  // Fp32 is the parity reference
-  int threads = 1;                                        // worker threads of the drafter's own pool
-  int max_streams = 16;                                   // block scratch reserved at load for this many streams
+  int threads = 1;                                         // worker threads of the drafter's own pool
+  int max_streams = 16;                                    // block scratch reserved at load for this many streams
   // Test-only controls (never set by the CLI): planted draft faults, and the init step to fail (-1 = none).
   dspark::PlantedFaults faults;
   int fail_init_step = -1;

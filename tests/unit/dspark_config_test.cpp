@@ -1,9 +1,8 @@
 // Tests for DSpark config admission: LiquidAI's published layouts parse; every refusal names its field and numbers.
 #include <gtest/gtest.h>
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "draft/dspark/config.h"
 
@@ -32,7 +31,8 @@ json published_8b_a1b() {
   json config = published_1_2b();
   config["vocab_size"] = 128000;
   config["rope_theta"] = 5000000.0;
-  config["dflash_config"] = {{"mask_token_id", 125017}, {"target_layer_ids", {2, 6, 10, 14, 18}}, {"num_target_layers", 24}};
+  config["dflash_config"] = {
+      {"mask_token_id", 125017}, {"target_layer_ids", {2, 6, 10, 14, 18}}, {"num_target_layers", 24}};
   return config;
 }
 
@@ -236,7 +236,8 @@ TEST(DsparkConfig, VocabularyThatDiffersFromTheTargetIsAMismatch) {
   target.num_layers = 24;
   Status status = check_draft_fits_target(*parsed, target);
   EXPECT_EQ(status.code(), ErrorCode::DraftTargetMismatch);
-  EXPECT_NE(status.message().find("vocab_size 128000 != target vocab_size 65536"), std::string::npos) << status.to_string();
+  EXPECT_NE(status.message().find("vocab_size 128000 != target vocab_size 65536"), std::string::npos)
+      << status.to_string();
 }
 
 TEST(DsparkConfig, HiddenSizeThatDiffersFromTheTargetIsAMismatch) {
@@ -246,7 +247,8 @@ TEST(DsparkConfig, HiddenSizeThatDiffersFromTheTargetIsAMismatch) {
   target.hidden_size = 1024;
   Status status = check_draft_fits_target(*parsed, target);
   EXPECT_EQ(status.code(), ErrorCode::DraftTargetMismatch);
-  EXPECT_NE(status.message().find("hidden_size 2048 != target hidden_size 1024"), std::string::npos) << status.to_string();
+  EXPECT_NE(status.message().find("hidden_size 2048 != target hidden_size 1024"), std::string::npos)
+      << status.to_string();
 }
 
 TEST(DsparkConfig, TapOnTheLastTargetLayerOrNegativeIsAMismatch) {
@@ -256,7 +258,8 @@ TEST(DsparkConfig, TapOnTheLastTargetLayerOrNegativeIsAMismatch) {
   ASSERT_TRUE(parsed.ok());
   Status status = check_draft_fits_target(*parsed, target_1_2b());
   EXPECT_EQ(status.code(), ErrorCode::DraftTargetMismatch);
-  EXPECT_NE(status.message().find("target_layer_ids holds 15, outside [0, 14]"), std::string::npos) << status.to_string();
+  EXPECT_NE(status.message().find("target_layer_ids holds 15, outside [0, 14]"), std::string::npos)
+      << status.to_string();
   config["dflash_config"]["target_layer_ids"] = {-1, 5};
   parsed = parse_dspark_config(config.dump());
   ASSERT_TRUE(parsed.ok());

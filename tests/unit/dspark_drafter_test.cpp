@@ -1,10 +1,11 @@
 // Tests for the DSpark drafter behind the Drafter interface: context, rollback, batching, failure flags, clean init.
+#include "draft/dspark/dspark_drafter.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
-#include "draft/dspark/dspark_drafter.h"
 #include "draft/load.h"
 #include "dspark_test_support.h"
 
@@ -62,7 +63,7 @@ TEST_F(DrafterTest, FactsDescribeTheBlockTapsAndConfidenceHead) {
   EXPECT_EQ(drafter->facts().tap_layers, (std::vector<int>{0, 2}));
   EXPECT_TRUE(drafter->facts().has_confidence);
   EXPECT_EQ(drafter->facts().stream_bytes_per_position, 2 * 2 * 32 * 4);  // layers x (K, V) x kv width x fp32
-  EXPECT_EQ(drafter->open_streams(), 0u);  // the warm-up stream was released
+  EXPECT_EQ(drafter->open_streams(), 0u);                                 // the warm-up stream was released
 }
 
 TEST_F(DrafterTest, DraftGivesDepthTokensInVocabularyWithNonIncreasingChances) {
@@ -107,7 +108,9 @@ TEST_F(DrafterTest, AbsorbInPiecesEqualsAbsorbAtOnceBitForBit) {
   ASSERT_TRUE(drafter->absorb(1, 0, 80, taps).ok());
   for (int64_t start = 0; start < 80; start += 7) {
     const int rows = static_cast<int>(std::min<int64_t>(7, 80 - start));
-    ASSERT_TRUE(drafter->absorb(2, start, rows, std::span<const float>(taps).subspan(start * kTapWidth, rows * kTapWidth)).ok());
+    ASSERT_TRUE(
+        drafter->absorb(2, start, rows, std::span<const float>(taps).subspan(start * kTapWidth, rows * kTapWidth))
+            .ok());
   }
   expect_same_draft(draft_one(*drafter, request(1, 80, 9)), draft_one(*drafter, request(2, 80, 9)));
 }
@@ -134,9 +137,11 @@ TEST_F(DrafterTest, AStreamDraftsTheSameBitsAloneOrBesideOtherStreams) {
   std::unique_ptr<DsparkDrafter> drafter = load();
   ASSERT_TRUE(drafter);
   for (StreamId stream = 1; stream <= 5; ++stream)
-    ASSERT_TRUE(drafter->absorb(stream, 0, 3 + 4 * stream, testing::random_taps(3 + 4 * stream, kTapWidth, stream)).ok());
+    ASSERT_TRUE(
+        drafter->absorb(stream, 0, 3 + 4 * stream, testing::random_taps(3 + 4 * stream, kTapWidth, stream)).ok());
   std::vector<DraftRequest> all;
-  for (StreamId stream = 1; stream <= 5; ++stream) all.push_back(request(stream, 3 + 4 * stream, 10 + stream, 1 + stream % kBlock));
+  for (StreamId stream = 1; stream <= 5; ++stream)
+    all.push_back(request(stream, 3 + 4 * stream, 10 + stream, 1 + stream % kBlock));
   all[2].sampling.temperature = 1.0f;
   all[2].sampling.seed = 99;
   const std::vector<Draft> together = drafter->draft(all);

@@ -61,7 +61,7 @@ TEST_P(FailureTest, APlantedBadValueFailsOnlyThatStreamWithDraftNonfinite) {
   EXPECT_EQ(drafts[0].status.code(), ErrorCode::DraftNonfinite) << drafts[0].status.to_string();
   EXPECT_NE(drafts[0].status.message().find("slot " + std::to_string(slot) + " of stream 1"), std::string::npos)
       << drafts[0].status.to_string();
-  EXPECT_TRUE(drafts[0].tokens.empty());   // nothing reaches the verifier
+  EXPECT_TRUE(drafts[0].tokens.empty());  // nothing reaches the verifier
   EXPECT_TRUE(drafts[0].chances.empty());
   EXPECT_TRUE(drafts[1].status.ok()) << drafts[1].status.to_string();
   EXPECT_EQ(drafts[1].tokens.size(), static_cast<size_t>(kBlock));
@@ -76,7 +76,8 @@ TEST_P(FailureTest, APlantedBadValueFailsOnlyThatStreamWithDraftNonfinite) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryFaultOnEveryPath, FailureTest,
-                         ::testing::Combine(::testing::Values(Fault::NanLogit, Fault::InfConfidence, Fault::OutOfRangePick),
+                         ::testing::Combine(::testing::Values(Fault::NanLogit, Fault::InfConfidence,
+                                                              Fault::OutOfRangePick),
                                             ::testing::Values(Path::Greedy, Path::Sampled), ::testing::Values(0, 2)));
 
 TEST(DrafterFailure, NanTapsPropagateToDraftNonfiniteNotToTokens) {

@@ -7,11 +7,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/bf16.h"
 #include "compute/ops.h"
@@ -35,12 +34,18 @@ class EmbeddingTarget final : public Target {
   }
 
   const TargetFacts& facts() const override { return facts_; }
-  Status set_taps(std::span<const int>) override { ++state_calls; return ok_status(); }
+  Status set_taps(std::span<const int>) override {
+    ++state_calls;
+    return ok_status();
+  }
   Result<Verified> forward(std::span<const Window>) override {
     ++state_calls;
     return Status(ErrorCode::Internal, "EmbeddingTarget has no forward");
   }
-  Status commit(StreamId, int) override { ++state_calls; return ok_status(); }
+  Status commit(StreamId, int) override {
+    ++state_calls;
+    return ok_status();
+  }
   int64_t committed_length(StreamId) const override { return 0; }
   void release(StreamId) override { ++state_calls; }
   Status embed(std::span<const int32_t> tokens, std::span<float> out) const override {
@@ -80,24 +85,25 @@ class TempDir {
 // A small drafter config in LiquidAI's layout (all sizes small enough for fast tests).
 inline nlohmann::json small_drafter_config(int vocab = 96, int hidden = 32, int layers = 2, int block = 4,
                                            int markov_rank = 8) {
-  return nlohmann::json{{"architectures", {"Lfm2DSparkDraftModel"}},
-                        {"model_type", "qwen3"},
-                        {"hidden_size", hidden},
-                        {"num_hidden_layers", layers},
-                        {"num_attention_heads", 4},
-                        {"num_key_value_heads", 2},
-                        {"head_dim", 16},
-                        {"intermediate_size", 48},
-                        {"hidden_act", "silu"},
-                        {"rms_norm_eps", 1e-5},
-                        {"vocab_size", vocab},
-                        {"rope_theta", 1e6},
-                        {"block_size", block},
-                        {"dflash_config", {{"mask_token_id", vocab - 1}, {"target_layer_ids", {0, 2}}, {"num_target_layers", 4}}},
-                        {"markov_rank", markov_rank},
-                        {"markov_head_type", "vanilla"},
-                        {"rope_is_neox_style", false},
-                        {"enable_confidence_head", true}};
+  return nlohmann::json{
+      {"architectures", {"Lfm2DSparkDraftModel"}},
+      {"model_type", "qwen3"},
+      {"hidden_size", hidden},
+      {"num_hidden_layers", layers},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 16},
+      {"intermediate_size", 48},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", 1e-5},
+      {"vocab_size", vocab},
+      {"rope_theta", 1e6},
+      {"block_size", block},
+      {"dflash_config", {{"mask_token_id", vocab - 1}, {"target_layer_ids", {0, 2}}, {"num_target_layers", 4}}},
+      {"markov_rank", markov_rank},
+      {"markov_head_type", "vanilla"},
+      {"rope_is_neox_style", false},
+      {"enable_confidence_head", true}};
 }
 
 inline void write_text(const std::string& path, const std::string& text) {
@@ -111,7 +117,8 @@ struct RandomTensor {
   std::vector<int64_t> shape;
 };
 
-inline Status write_random_checkpoint(const std::string& path, const std::vector<RandomTensor>& tensors, uint32_t seed) {
+inline Status write_random_checkpoint(const std::string& path, const std::vector<RandomTensor>& tensors,
+                                      uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::vector<bf16>> storage;
   std::vector<io::TensorToWrite> writes;

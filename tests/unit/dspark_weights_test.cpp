@@ -37,9 +37,16 @@ Status check_directory(const std::string& directory, const DsparkConfig& config)
 
 json published(int vocab, double theta, int mask, std::vector<int> taps, int target_layers) {
   json config = testing::small_drafter_config();
-  config.update(json{{"hidden_size", 2048}, {"num_hidden_layers", 5}, {"num_attention_heads", 32},
-                     {"num_key_value_heads", 8}, {"head_dim", 64}, {"intermediate_size", 6144},
-                     {"vocab_size", vocab}, {"rope_theta", theta}, {"block_size", 9}, {"markov_rank", 256},
+  config.update(json{{"hidden_size", 2048},
+                     {"num_hidden_layers", 5},
+                     {"num_attention_heads", 32},
+                     {"num_key_value_heads", 8},
+                     {"head_dim", 64},
+                     {"intermediate_size", 6144},
+                     {"vocab_size", vocab},
+                     {"rope_theta", theta},
+                     {"block_size", 9},
+                     {"markov_rank", 256},
                      {"max_position_embeddings", 128000},
                      {"layer_types", std::vector<std::string>(5, "full_attention")}});
   config["dflash_config"] = {{"mask_token_id", mask}, {"target_layer_ids", taps}, {"num_target_layers", target_layers}};
@@ -109,7 +116,8 @@ TEST(DsparkWeights, MissingTensorIsRefusedByName) {
   testing::write_sparse_checkpoint(dir.path() + "/model.safetensors", tensors);
   Status status = check_directory(dir.path(), config);
   EXPECT_EQ(status.code(), ErrorCode::BadSafetensors);
-  EXPECT_NE(status.message().find("lacks markov_head.markov_w2.weight [96, 8]"), std::string::npos) << status.to_string();
+  EXPECT_NE(status.message().find("lacks markov_head.markov_w2.weight [96, 8]"), std::string::npos)
+      << status.to_string();
 }
 
 TEST(DsparkWeights, ReducedDraftVocabularyIsRefusedAndUnknownTensorsAreBad) {
@@ -277,8 +285,10 @@ TEST(DsparkRope, InterleavedRotationEqualsNeoxOnPairPermutedValuesBitForBit) {
             const int base = (row * kHeads + head) * kHeadDim;
             const double angle = static_cast<double>(static_cast<float>(positions[row]) * table.inv_freq[i]);
             const double x0 = original[base + 2 * i], x1 = original[base + 2 * i + 1];
-            EXPECT_NEAR(a[base + 2 * i], x0 * std::cos(angle) - x1 * std::sin(angle), 2e-5 * (1 + std::fabs(x0) + std::fabs(x1)));
-            EXPECT_NEAR(a[base + 2 * i + 1], x0 * std::sin(angle) + x1 * std::cos(angle), 2e-5 * (1 + std::fabs(x0) + std::fabs(x1)));
+            EXPECT_NEAR(a[base + 2 * i], x0 * std::cos(angle) - x1 * std::sin(angle),
+                        2e-5 * (1 + std::fabs(x0) + std::fabs(x1)));
+            EXPECT_NEAR(a[base + 2 * i + 1], x0 * std::sin(angle) + x1 * std::cos(angle),
+                        2e-5 * (1 + std::fabs(x0) + std::fabs(x1)));
           }
     }
   }

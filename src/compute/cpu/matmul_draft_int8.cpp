@@ -20,7 +20,8 @@ float dot_int8_portable(const float* x, const int8_t* codes, int64_t K) {
     for (int lane = 0; lane < kLanes; ++lane) {
       const bool inside = k + lane < K;
       // std::fma rounds once, as _mm256_fmadd_ps does, so both paths give the same bits.
-      lanes[lane] = std::fma(inside ? x[k + lane] : 0.0f, inside ? static_cast<float>(codes[k + lane]) : 0.0f, lanes[lane]);
+      lanes[lane] =
+          std::fma(inside ? x[k + lane] : 0.0f, inside ? static_cast<float>(codes[k + lane]) : 0.0f, lanes[lane]);
     }
   const float s0 = lanes[0] + lanes[4], s1 = lanes[1] + lanes[5], s2 = lanes[2] + lanes[6], s3 = lanes[3] + lanes[7];
   return (s0 + s2) + (s1 + s3);

@@ -3,10 +3,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace ls::dspark {
 namespace {
@@ -50,9 +49,11 @@ Result<int> read_int(const json& root, std::string_view key, bool required, int 
     if (required) return bad_config("missing field " + std::string(key));
     return fallback;
   }
-  if (!value->is_number_integer()) return bad_config("field " + std::string(key) + " is " + value->dump() + ", not an integer");
+  if (!value->is_number_integer())
+    return bad_config("field " + std::string(key) + " is " + value->dump() + ", not an integer");
   const int64_t number = value->get<int64_t>();
-  if (number < INT32_MIN || number > INT32_MAX) return bad_config("field " + std::string(key) + " = " + value->dump() + " is out of range");
+  if (number < INT32_MIN || number > INT32_MAX)
+    return bad_config("field " + std::string(key) + " = " + value->dump() + " is out of range");
   return static_cast<int>(number);
 }
 
@@ -69,7 +70,8 @@ Result<double> read_number(const json& root, std::string_view key, bool required
 Result<bool> read_bool(const json& root, std::string_view key, bool fallback) {
   LS_ASSIGN_OR_RETURN(const json* value, find_field(root, key));
   if (value == nullptr) return fallback;
-  if (!value->is_boolean()) return bad_config("field " + std::string(key) + " is " + value->dump() + ", not true/false");
+  if (!value->is_boolean())
+    return bad_config("field " + std::string(key) + " is " + value->dump() + ", not true/false");
   return value->get<bool>();
 }
 
@@ -82,28 +84,35 @@ Status require_positive(std::string_view key, int value) {
 Status refuse_unsupported_variants(const json& root) {
   LS_ASSIGN_OR_RETURN(const json* speculators, find_field(root, "speculators_model_type"));
   if (speculators != nullptr && speculators->is_string() && speculators->get<std::string>() == "dspark") {
-    return unsupported_shape("speculators_model_type \"dspark\" uses the DFlash slot convention (drafts from slots "
-                             "1..block_size-1); only the anchor-first DSpark convention is supported");
+    return unsupported_shape(
+        "speculators_model_type \"dspark\" uses the DFlash slot convention (drafts from slots "
+        "1..block_size-1); only the anchor-first DSpark convention is supported");
   }
   LS_ASSIGN_OR_RETURN(bool sample_from_anchor, read_bool(root, "sample_from_anchor", true));
   if (!sample_from_anchor) {
-    return unsupported_shape("sample_from_anchor false is the DFlash slot convention; only anchor-first DSpark "
-                             "blocks are supported");
+    return unsupported_shape(
+        "sample_from_anchor false is the DFlash slot convention; only anchor-first DSpark "
+        "blocks are supported");
   }
   LS_ASSIGN_OR_RETURN(bool bonus_anchor, read_bool(root, "bonus_anchor", false));
   if (bonus_anchor) {
-    return unsupported_shape("dspark_bonus_anchor true is the DFlash slot convention; only anchor-first DSpark "
-                             "blocks are supported");
+    return unsupported_shape(
+        "dspark_bonus_anchor true is the DFlash slot convention; only anchor-first DSpark "
+        "blocks are supported");
   }
   for (const char* key : {"causal", "query_causal", "dflash_query_causal", "is_causal"}) {
     LS_ASSIGN_OR_RETURN(bool causal, read_bool(root, key, false));
-    if (causal) return unsupported_shape(std::string(key) + " true asks for causal in-block attention; the drafter "
-                                         "runs bidirectional blocks only");
+    if (causal)
+      return unsupported_shape(std::string(key) +
+                               " true asks for causal in-block attention; the drafter "
+                               "runs bidirectional blocks only");
   }
   for (const char* key : {"use_swa", "use_sliding_window"}) {
     LS_ASSIGN_OR_RETURN(bool windowed, read_bool(root, key, false));
-    if (windowed) return unsupported_shape(std::string(key) + " true asks for sliding-window context; the drafter "
-                                           "attends to the whole context");
+    if (windowed)
+      return unsupported_shape(std::string(key) +
+                               " true asks for sliding-window context; the drafter "
+                               "attends to the whole context");
   }
   // Qwen3 configs carry sliding_window: 4096 next to use_sliding_window: false; only an active window is refused.
   LS_ASSIGN_OR_RETURN(const json* window, find_field(root, "sliding_window"));
@@ -114,7 +123,8 @@ Status refuse_unsupported_variants(const json& root) {
   if (auto it = root.find("layer_types"); it != root.end() && it->is_array()) {
     for (const json& kind : *it) {
       if (kind != "full_attention") {
-        return unsupported_shape("layer_types holds " + kind.dump() + "; only full_attention draft layers are supported");
+        return unsupported_shape("layer_types holds " + kind.dump() +
+                                 "; only full_attention draft layers are supported");
       }
     }
   }
@@ -132,7 +142,8 @@ Status refuse_unsupported_variants(const json& root) {
     auto type = it->find("rope_type");
     if (type == it->end()) type = it->find("type");
     if (type != it->end() && *type != "default") {
-      return unsupported_shape(std::string(key) + ".rope_type " + type->dump() + " is not supported; only default RoPE");
+      return unsupported_shape(std::string(key) + ".rope_type " + type->dump() +
+                               " is not supported; only default RoPE");
     }
   }
   return ok_status();
@@ -183,36 +194,43 @@ Result<DsparkConfig> parse_dspark_config(const std::string& json_text) {
   LS_ASSIGN_OR_RETURN(config.num_heads, read_int(root, "num_attention_heads", true, 0));
   LS_ASSIGN_OR_RETURN(config.num_kv_heads, read_int(root, "num_key_value_heads", false, config.num_heads));
   LS_ASSIGN_OR_RETURN(config.ffn_size, read_int(root, "intermediate_size", true, 0));
-  for (auto [key, value] : {std::pair{"vocab_size", config.vocab_size}, {"hidden_size", config.hidden_size},
-                            {"num_hidden_layers", config.num_layers}, {"num_attention_heads", config.num_heads},
-                            {"num_key_value_heads", config.num_kv_heads}, {"intermediate_size", config.ffn_size}}) {
+  for (auto [key, value] : {std::pair{"vocab_size", config.vocab_size},
+                            {"hidden_size", config.hidden_size},
+                            {"num_hidden_layers", config.num_layers},
+                            {"num_attention_heads", config.num_heads},
+                            {"num_key_value_heads", config.num_kv_heads},
+                            {"intermediate_size", config.ffn_size}}) {
     LS_RETURN_IF_ERROR(require_positive(key, value));
   }
   const int default_head_dim = config.hidden_size / config.num_heads;
   LS_ASSIGN_OR_RETURN(config.head_dim, read_int(root, "head_dim", false, default_head_dim));
   LS_RETURN_IF_ERROR(require_positive("head_dim", config.head_dim));
-  if (config.head_dim % 2 != 0) return bad_config("head_dim " + std::to_string(config.head_dim) + " must be even for RoPE");
+  if (config.head_dim % 2 != 0)
+    return bad_config("head_dim " + std::to_string(config.head_dim) + " must be even for RoPE");
   if (config.num_heads % config.num_kv_heads != 0) {
-    return bad_config("num_attention_heads " + std::to_string(config.num_heads) + " is not a multiple of num_key_value_heads " +
-                      std::to_string(config.num_kv_heads));
+    return bad_config("num_attention_heads " + std::to_string(config.num_heads) +
+                      " is not a multiple of num_key_value_heads " + std::to_string(config.num_kv_heads));
   }
-  if (auto it = root.find("layer_types"); it != root.end() && it->is_array() &&
-      static_cast<int>(it->size()) != config.num_layers) {
+  if (auto it = root.find("layer_types");
+      it != root.end() && it->is_array() && static_cast<int>(it->size()) != config.num_layers) {
     return bad_config("layer_types has " + std::to_string(it->size()) + " entries, num_hidden_layers is " +
                       std::to_string(config.num_layers));
   }
   LS_ASSIGN_OR_RETURN(double eps, read_number(root, "rms_norm_eps", false, 1e-6));
-  if (!(eps > 0.0) || !std::isfinite(eps)) return bad_config("rms_norm_eps " + std::to_string(eps) + " must be finite and positive");
+  if (!(eps > 0.0) || !std::isfinite(eps))
+    return bad_config("rms_norm_eps " + std::to_string(eps) + " must be finite and positive");
   config.norm_eps = static_cast<float>(eps);
   LS_ASSIGN_OR_RETURN(config.rope_theta, read_rope_theta(root));
   LS_ASSIGN_OR_RETURN(bool neox, read_bool(root, "rope_is_neox_style", false));
   config.rope_style = neox ? RopeStyle::NeoX : RopeStyle::Interleaved;
 
   LS_ASSIGN_OR_RETURN(config.block_size, read_int(root, "block_size", true, 0));
-  if (config.block_size <= 0) return bad_config("block_size " + std::to_string(config.block_size) + " must be at least 1");
+  if (config.block_size <= 0)
+    return bad_config("block_size " + std::to_string(config.block_size) + " must be at least 1");
   LS_ASSIGN_OR_RETURN(config.mask_token_id, read_int(root, "mask_token_id", false, -1));
   if (config.mask_token_id < 0) {
-    return bad_config("missing mask_token_id (looked top-level, in dflash_config, dspark_config, dspark_mask_token_id)");
+    return bad_config(
+        "missing mask_token_id (looked top-level, in dflash_config, dspark_config, dspark_mask_token_id)");
   }
   if (config.mask_token_id >= config.vocab_size) {
     return bad_config("mask_token_id " + std::to_string(config.mask_token_id) + " is outside vocab_size " +
@@ -221,7 +239,8 @@ Result<DsparkConfig> parse_dspark_config(const std::string& json_text) {
 
   LS_ASSIGN_OR_RETURN(const json* taps, find_field(root, "target_layer_ids"));
   if (taps == nullptr) return bad_config("missing field target_layer_ids");
-  if (!taps->is_array() || taps->empty()) return bad_config("target_layer_ids " + taps->dump() + " is not a non-empty list");
+  if (!taps->is_array() || taps->empty())
+    return bad_config("target_layer_ids " + taps->dump() + " is not a non-empty list");
   for (const json& tap : *taps) {
     if (!tap.is_number_integer()) return bad_config("target_layer_ids holds " + tap.dump() + ", not an integer");
     config.target_layer_ids.push_back(tap.get<int>());

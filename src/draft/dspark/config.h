@@ -21,21 +21,21 @@ inline constexpr int kMaxMarkovRank = 256;
 
 struct DsparkConfig {
   int vocab_size = 0;
-  int hidden_size = 0;         // d; must equal the target's hidden size (shared embedding and head)
-  int num_layers = 0;          // L_d draft decoder layers
-  int num_heads = 0;           // H_q
-  int num_kv_heads = 0;        // H_kv
+  int hidden_size = 0;   // d; must equal the target's hidden size (shared embedding and head)
+  int num_layers = 0;    // L_d draft decoder layers
+  int num_heads = 0;     // H_q
+  int num_kv_heads = 0;  // H_kv
   int head_dim = 0;
-  int ffn_size = 0;            // intermediate_size
-  float norm_eps = 1e-6f;      // rms_norm_eps (Qwen3 default when absent)
-  double rope_theta = 0.0;     // the draft's own theta
+  int ffn_size = 0;         // intermediate_size
+  float norm_eps = 1e-6f;   // rms_norm_eps (Qwen3 default when absent)
+  double rope_theta = 0.0;  // the draft's own theta
   RopeStyle rope_style = RopeStyle::Interleaved;
-  int block_size = 0;          // gamma = number of drafts per pass
+  int block_size = 0;  // gamma = number of drafts per pass
   int mask_token_id = -1;
-  std::vector<int> target_layer_ids;  // taps, in concatenation order
-  int num_target_layers = -1;         // -1 when the config does not say
-  int markov_rank = 0;                // r
-  bool has_confidence = false;        // enable_confidence_head (input [final hidden ; W1[prev]])
+  std::vector<int> target_layer_ids;           // taps, in concatenation order
+  int num_target_layers = -1;                  // -1 when the config does not say
+  int markov_rank = 0;                         // r
+  bool has_confidence = false;                 // enable_confidence_head (input [final hidden ; W1[prev]])
   std::vector<float> confidence_temperatures;  // [block_size] STS temperatures, or empty
 
   int tap_count() const { return static_cast<int>(target_layer_ids.size()); }

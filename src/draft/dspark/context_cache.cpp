@@ -31,7 +31,8 @@ Status ContextCache::reserve(StreamContext& context, int64_t rows) {
     }
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::OutOfMemory, "drafter context cache cannot grow to " + std::to_string(capacity) +
-                                              " positions (" + std::to_string(capacity * bytes_per_position()) + " bytes)");
+                                              " positions (" + std::to_string(capacity * bytes_per_position()) +
+                                              " bytes)");
   }
   context.capacity = capacity;
   return ok_status();

@@ -15,10 +15,10 @@
 namespace ls::dspark {
 
 struct StreamContext {
-  int64_t length = 0;                       // positions 0 .. length-1 are held
-  int64_t capacity = 0;                     // rows allocated per layer
-  std::vector<std::vector<float>> keys;     // [layers][capacity, kv_size] fp32 (bf16-exact in Bf16 mode)
-  std::vector<std::vector<float>> values;   // [layers][capacity, kv_size]
+  int64_t length = 0;                      // positions 0 .. length-1 are held
+  int64_t capacity = 0;                    // rows allocated per layer
+  std::vector<std::vector<float>> keys;    // [layers][capacity, kv_size] fp32 (bf16-exact in Bf16 mode)
+  std::vector<std::vector<float>> values;  // [layers][capacity, kv_size]
 };
 
 class ContextCache {

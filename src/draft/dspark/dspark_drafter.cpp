@@ -130,9 +130,9 @@ std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) 
       status = Status(ErrorCode::InvalidArgument, "anchor token " + std::to_string(request.anchor_token) +
                                                       " outside vocabulary " + std::to_string(config_.vocab_size));
     } else if (context == nullptr || held != request.anchor_position) {
-      status = Status(ErrorCode::InvalidArgument, "the drafter holds " + std::to_string(held) + " positions of stream " +
-                                                      std::to_string(request.stream) + ", the anchor is at " +
-                                                      std::to_string(request.anchor_position));
+      status = Status(ErrorCode::InvalidArgument, "the drafter holds " + std::to_string(held) +
+                                                      " positions of stream " + std::to_string(request.stream) +
+                                                      ", the anchor is at " + std::to_string(request.anchor_position));
     } else {
       status = cache_.reserve(*context, held + config_.block_size);
     }
@@ -161,8 +161,12 @@ std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) 
   const int64_t d = config_.hidden_size, V = config_.vocab_size, gamma = config_.block_size;
   for (size_t k = 0; k < chosen.size(); ++k) {
     const DraftRequest& request = requests[chosen[k]];
-    scans[k] = ScanRequest{request.stream, request.anchor_token, request.anchor_position, request.depth,
-                           request.sampling, scratch_.final_hidden.data() + k * gamma * d,
+    scans[k] = ScanRequest{request.stream,
+                           request.anchor_token,
+                           request.anchor_position,
+                           request.depth,
+                           request.sampling,
+                           scratch_.final_hidden.data() + k * gamma * d,
                            scratch_.logits.data() + k * gamma * V};
   }
   const auto scan_start = std::chrono::steady_clock::now();

@@ -32,6 +32,7 @@ class DsparkDrafter final : public Drafter {
   void release(StreamId stream) override { cache_.release(stream); }
 
   const DsparkConfig& config() const { return config_; }
+  const DsparkWeights& weights() const { return weights_; }
   int64_t weight_bytes() const { return weights_.bytes(); }
   // The most bytes the weight loader held at once (final weights + one staged matrix), 0 if not made by load().
   int64_t loader_peak_bytes() const { return loader_peak_bytes_; }

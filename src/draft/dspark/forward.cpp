@@ -32,11 +32,16 @@ Status reserve_block_scratch(BlockScratch& s, const DsparkConfig& c, int64_t row
     std::vector<float>* buffer;
     int64_t width;
     const char* name;
-  } buffers[] = {{&s.hidden, c.hidden_size, "block hidden"},     {&s.normed, c.hidden_size, "block normed"},
-                 {&s.queries, c.q_size(), "block queries"},     {&s.keys, c.kv_size(), "block keys"},
-                 {&s.values, c.kv_size(), "block values"},      {&s.attended, c.q_size(), "block attention"},
-                 {&s.projected, c.hidden_size, "block projection"}, {&s.gate, c.ffn_size, "block gate"},
-                 {&s.up, c.ffn_size, "block up"},               {&s.final_hidden, c.hidden_size, "block final hidden"},
+  } buffers[] = {{&s.hidden, c.hidden_size, "block hidden"},
+                 {&s.normed, c.hidden_size, "block normed"},
+                 {&s.queries, c.q_size(), "block queries"},
+                 {&s.keys, c.kv_size(), "block keys"},
+                 {&s.values, c.kv_size(), "block values"},
+                 {&s.attended, c.q_size(), "block attention"},
+                 {&s.projected, c.hidden_size, "block projection"},
+                 {&s.gate, c.ffn_size, "block gate"},
+                 {&s.up, c.ffn_size, "block up"},
+                 {&s.final_hidden, c.hidden_size, "block final hidden"},
                  {&s.logits, c.vocab_size, "block logits"}};
   for (const auto& entry : buffers) {
     const size_t count = n * static_cast<size_t>(entry.width);
@@ -47,8 +52,8 @@ Status reserve_block_scratch(BlockScratch& s, const DsparkConfig& c, int64_t row
     try {
       entry.buffer->resize(count);
     } catch (const std::bad_alloc&) {
-      return Status(ErrorCode::OutOfMemory, std::string("cannot grow drafter scratch ") + entry.name + " to " +
-                                                std::to_string(rows) + " rows");
+      return Status(ErrorCode::OutOfMemory,
+                    std::string("cannot grow drafter scratch ") + entry.name + " to " + std::to_string(rows) + " rows");
     }
   }
   s.rows = rows;

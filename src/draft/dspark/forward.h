@@ -24,18 +24,18 @@ struct ForwardContext {
 
 // Activations of one block pass over `rows` = requests x block_size rows; sized once, reused every pass.
 struct BlockScratch {
-  int64_t rows = 0;                  // rows the buffers hold
-  std::vector<float> hidden;         // [rows, d] residual stream X
-  std::vector<float> normed;         // [rows, d]
-  std::vector<float> queries;        // [rows, heads * hd]
-  std::vector<float> keys;           // [rows, kv_heads * hd]
-  std::vector<float> values;         // [rows, kv_heads * hd]
-  std::vector<float> attended;       // [rows, heads * hd]
-  std::vector<float> projected;      // [rows, d]
-  std::vector<float> gate;           // [rows, ffn]
-  std::vector<float> up;             // [rows, ffn]
-  std::vector<float> final_hidden;   // [rows, d] Hf (post final norm)
-  std::vector<float> logits;         // [rows, V] fp32 base logits U
+  int64_t rows = 0;                 // rows the buffers hold
+  std::vector<float> hidden;        // [rows, d] residual stream X
+  std::vector<float> normed;        // [rows, d]
+  std::vector<float> queries;       // [rows, heads * hd]
+  std::vector<float> keys;          // [rows, kv_heads * hd]
+  std::vector<float> values;        // [rows, kv_heads * hd]
+  std::vector<float> attended;      // [rows, heads * hd]
+  std::vector<float> projected;     // [rows, d]
+  std::vector<float> gate;          // [rows, ffn]
+  std::vector<float> up;            // [rows, ffn]
+  std::vector<float> final_hidden;  // [rows, d] Hf (post final norm)
+  std::vector<float> logits;        // [rows, V] fp32 base logits U
 };
 
 // Sizes every buffer for `rows` rows; OutOfMemory names the buffer. `steps` (may be null) counts each allocation.

@@ -33,8 +33,8 @@ class InitSteps {
     try {
       out.assign(count, T{});
     } catch (const std::bad_alloc&) {
-      return Status(ErrorCode::OutOfMemory, "cannot allocate " + std::to_string(count * sizeof(T)) + " bytes for " +
-                                                std::string(what));
+      return Status(ErrorCode::OutOfMemory,
+                    "cannot allocate " + std::to_string(count * sizeof(T)) + " bytes for " + std::string(what));
     }
     hold(static_cast<int64_t>(count * sizeof(T)));
     return ok_status();

@@ -118,8 +118,10 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
 
       // The failure flags: nothing non-finite or out of range leaves the drafter.
       Status failure;
-      if (!finite) failure = nonfinite("non-finite draft logit", slot, request.stream);
-      else if (!confidence_finite) failure = nonfinite("non-finite draft confidence", slot, request.stream);
+      if (!finite)
+        failure = nonfinite("non-finite draft logit", slot, request.stream);
+      else if (!confidence_finite)
+        failure = nonfinite("non-finite draft confidence", slot, request.stream);
       else if (pick < 0 || pick >= V) {
         failure = Status(ErrorCode::DraftNonfinite, "draft pick " + std::to_string(pick) + " outside vocabulary " +
                                                         std::to_string(V) + " at draft slot " + std::to_string(slot) +

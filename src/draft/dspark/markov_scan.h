@@ -12,9 +12,9 @@
 
 #include "compute/ops.h"
 #include "compute/sampling.h"
+#include "draft/drafter.h"
 #include "draft/dspark/config.h"
 #include "draft/dspark/weights.h"
-#include "draft/drafter.h"
 
 namespace ls::dspark {
 
@@ -22,8 +22,8 @@ namespace ls::dspark {
 struct PlantedFaults {
   bool enabled = false;
   StreamId stream = 0;
-  int nan_logit_slot = -1;         // writes NaN into one corrected logit of this slot
-  int inf_confidence_slot = -1;    // makes this slot's confidence +Inf
+  int nan_logit_slot = -1;          // writes NaN into one corrected logit of this slot
+  int inf_confidence_slot = -1;     // makes this slot's confidence +Inf
   int out_of_range_pick_slot = -1;  // replaces this slot's pick with vocab_size
 };
 

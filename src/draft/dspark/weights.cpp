@@ -90,8 +90,8 @@ void apply_matrix(const compute::OpContext& ctx, const float* x, int64_t rows, c
 int64_t DsparkWeights::bytes() const {
   auto floats = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); };
   int64_t total = fc.bytes() + floats(hidden_norm) + floats(final_norm) + markov_w2.bytes() +
-                  floats(confidence_weight) + (confidence_weight.empty() ? 0 : 4) + static_cast<int64_t>(markov_w1.b16.size() * sizeof(bf16)) +
-                  floats(markov_w1.f32);
+                  floats(confidence_weight) + (confidence_weight.empty() ? 0 : 4) +
+                  static_cast<int64_t>(markov_w1.b16.size() * sizeof(bf16)) + floats(markov_w1.f32);
   for (const DraftLayerWeights& layer : layers) {
     total += floats(layer.input_norm) + floats(layer.q_norm) + floats(layer.k_norm) + floats(layer.post_norm);
     for (const DraftMatrix* m : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
@@ -134,11 +134,13 @@ Status check_draft_tensors(const io::Checkpoint& checkpoint, const DsparkConfig&
   for (const ManifestEntry& entry : manifest) {
     const io::TensorInfo* info = checkpoint.find(entry.name);
     if (info == nullptr) {
-      return Status(ErrorCode::BadSafetensors, "drafter checkpoint lacks " + entry.name + " " + shape_text(entry.shape));
+      return Status(ErrorCode::BadSafetensors,
+                    "drafter checkpoint lacks " + entry.name + " " + shape_text(entry.shape));
     }
     if (info->shape != entry.shape) {
-      return Status(ErrorCode::BadSafetensors, "drafter tensor " + entry.name + " has shape " + shape_text(info->shape) +
-                                                   ", the config needs " + shape_text(entry.shape));
+      return Status(ErrorCode::BadSafetensors, "drafter tensor " + entry.name + " has shape " +
+                                                   shape_text(info->shape) + ", the config needs " +
+                                                   shape_text(entry.shape));
     }
   }
   for (const io::TensorInfo& info : checkpoint.tensors()) {
@@ -147,13 +149,14 @@ Status check_draft_tensors(const io::Checkpoint& checkpoint, const DsparkConfig&
       return Status(ErrorCode::UnsupportedDraftShape, "drafter tensor " + name + " " + shape_text(info.shape) +
                                                           " maps a reduced draft vocabulary, which is not supported");
     }
-    const bool expected = std::any_of(manifest.begin(), manifest.end(), [&](const ManifestEntry& e) { return e.name == name; });
-    const bool target_copy = name == "embed_tokens.weight" || name == "lm_head.weight" ||
-                             name == "model.embed_tokens.weight";
+    const bool expected =
+        std::any_of(manifest.begin(), manifest.end(), [&](const ManifestEntry& e) { return e.name == name; });
+    const bool target_copy =
+        name == "embed_tokens.weight" || name == "lm_head.weight" || name == "model.embed_tokens.weight";
     const bool unused_confidence = !config.has_confidence && name.rfind("confidence_head.", 0) == 0;
     if (!expected && !target_copy && !unused_confidence) {
-      return Status(ErrorCode::BadSafetensors, "drafter checkpoint holds unexpected tensor " + name + " " +
-                                                   shape_text(info.shape));
+      return Status(ErrorCode::BadSafetensors,
+                    "drafter checkpoint holds unexpected tensor " + name + " " + shape_text(info.shape));
     }
   }
   return ok_status();

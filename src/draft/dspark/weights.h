@@ -16,9 +16,9 @@ namespace ls::dspark {
 
 // A dense matrix [rows, cols] (out x in): as stored (bf16; fp32 for F32/F16 checkpoints) or int8 per output row.
 struct DraftMatrix {
-  compute::OwnedMatrix dense;   // bits 0
-  std::vector<int8_t> codes;    // bits 8: [rows, cols]
-  std::vector<float> scales;    // bits 8: [rows]
+  compute::OwnedMatrix dense;  // bits 0
+  std::vector<int8_t> codes;   // bits 8: [rows, cols]
+  std::vector<float> scales;   // bits 8: [rows]
   int64_t rows = 0;
   int64_t cols = 0;
 
