@@ -1,9 +1,12 @@
 // Lanes benchmark: plain vs drafted tokens/s, mean accepted length and drafted/verified rows at 1/4/8/16 streams.
 //
 // lanes_bench [--tokens N] [--wrong-rate R] [--json PATH]                 fakes, fixed-clock cost model
-// lanes_bench --model DIR [--threads T] [--tokens N] [--wrong-rate R]     a real target (wall clock), with a drafter
-//             [--drafter DIR]                                             that replays the plain reply (an oracle
-//                                                                         right at 1 - R) until DSpark is wired
+// lanes_bench --model DIR [--threads T] [--tokens N] [--prompts FILE]     a real target (wall clock); prompts from an
+//             [--drafter DIR | --wrong-rate R]                            eval_prompts.json ("code" entries, tokenized
+//                                                                         with the model's tokenizer) or random ids;
+//                                                                         the DSpark drafter in DIR, or without it a
+//                                                                         drafter replaying the plain reply (an oracle
+//                                                                         right at 1 - R)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,12 +18,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "draft/load.h"
+
 #include "lanes/lanes.h"
 #include "lanes/testing/fake_drafter.h"
 #include "lanes/testing/fake_target.h"
 #include "lanes/testing/harness.h"
 #include "lanes/testing/recorded_drafter.h"
 #include "model/load.h"
+#include "text/tokenizer.h"
 
 namespace ls {
 namespace {
@@ -31,8 +37,28 @@ struct BenchOptions {
   std::string json_path = "lanes_bench.json";
   std::string model_dir;
   std::string drafter_dir;
+  std::string prompts_path;
+  int prompt_tokens = 192;  // leading tokens of each eval prompt
   int threads = 2;
 };
+
+// Leading tokens of the "code" prompts of an eval_prompts.json, tokenized with the model directory's tokenizer.
+Result<std::vector<std::vector<int32_t>>> load_prompts(const BenchOptions& options) {
+  LS_ASSIGN_OR_RETURN(text::Tokenizer tokenizer, text::Tokenizer::load(options.model_dir));
+  std::ifstream file(options.prompts_path);
+  if (!file) return Status(ErrorCode::NotFound, "cannot open " + options.prompts_path);
+  nlohmann::json prompts = nlohmann::json::parse(file, nullptr, false);
+  if (prompts.is_discarded() || !prompts.contains("code")) {
+    return Status(ErrorCode::InvalidArgument, options.prompts_path + " has no \"code\" prompts");
+  }
+  std::vector<std::vector<int32_t>> encoded;
+  for (const auto& entry : prompts["code"]) {
+    LS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.encode(entry.value("prompt", ""), true));
+    if (static_cast<int>(ids.size()) > options.prompt_tokens) ids.resize(options.prompt_tokens);
+    if (!ids.empty()) encoded.push_back(std::move(ids));
+  }
+  return encoded;
+}
 
 struct Measured {
   double ms = 0;
@@ -41,11 +67,13 @@ struct Measured {
   double tokens_per_s() const { return ms > 0 ? 1000.0 * static_cast<double>(tokens) / ms : 0.0; }
 };
 
-std::vector<Arrival> bench_requests(int streams, int tokens, int vocab_size) {
+std::vector<Arrival> bench_requests(int streams, int tokens, int vocab_size,
+                                    const std::vector<std::vector<int32_t>>& prompts = {}) {
   std::vector<Arrival> arrivals;
   for (int index = 0; index < streams; ++index) {
     Arrival arrival;
     arrival.request = make_fake_request(index, false, vocab_size);
+    if (!prompts.empty()) arrival.request.prompt = prompts[index % prompts.size()];
     arrival.request.max_tokens = tokens;
     arrival.request.eos_ids = std::vector<int32_t>{};  // every stream runs to max_tokens
     arrivals.push_back(arrival);
@@ -108,9 +136,10 @@ Result<nlohmann::json> fake_cell(const BenchOptions& options, int streams) {
 }
 
 // One stream count on a real target: plain first (its replies feed the replaying drafter), then drafted.
-Result<nlohmann::json> real_cell(const BenchOptions& options, Target& target, int streams) {
+Result<nlohmann::json> real_cell(const BenchOptions& options, Target& target, Drafter* dspark, int streams,
+                                 const std::vector<std::vector<int32_t>>& prompts) {
   WallClock clock;
-  std::vector<Arrival> arrivals = bench_requests(streams, options.tokens, target.facts().vocab_size);
+  std::vector<Arrival> arrivals = bench_requests(streams, options.tokens, target.facts().vocab_size, prompts);
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> plain_lanes, Lanes::create(target, nullptr, LanesOptions{}, clock));
   const double start_ms = clock.now_ms();
   LS_ASSIGN_OR_RETURN(std::vector<Reply> replies, run_arrivals(*plain_lanes, arrivals));
@@ -120,27 +149,24 @@ Result<nlohmann::json> real_cell(const BenchOptions& options, Target& target, in
   RecordedDrafterOptions drafter_options;
   drafter_options.vocab_size = target.facts().vocab_size;
   drafter_options.wrong_rate = options.wrong_rate;
-  RecordedDrafter drafter(drafter_options);
+  RecordedDrafter replaying(drafter_options);
   for (size_t index = 0; index < arrivals.size(); ++index) {
     plain.tokens += static_cast<int64_t>(replies[index].tokens.size());
     std::vector<int32_t> sequence = arrivals[index].request.prompt;
     sequence.insert(sequence.end(), replies[index].tokens.begin(), replies[index].tokens.end());
-    drafter.expect(static_cast<StreamId>(index + 1), sequence);
+    replaying.expect(static_cast<StreamId>(index + 1), sequence);
   }
-  LS_ASSIGN_OR_RETURN(Measured drafted, measure(target, &drafter, clock, arrivals));
+  LS_ASSIGN_OR_RETURN(Measured drafted, measure(target, dspark != nullptr ? dspark : &replaying, clock, arrivals));
   return row_json(streams, plain, drafted);
 }
 
 int run(const BenchOptions& options) {
   std::unique_ptr<Target> target;
+  std::unique_ptr<Drafter> dspark;
+  std::vector<std::vector<int32_t>> prompts;
   if (!options.model_dir.empty()) {
-    if (!options.drafter_dir.empty()) {
-      std::fprintf(stderr, "--drafter: the DSpark drafter is not wired into the bench yet; run without it\n");
-      return 2;
-    }
     LoadOptions load;
     load.threads = options.threads;
-    load.max_rows = 64;
     load.exact_width_probe = 8;
     auto loaded = load_target(options.model_dir, load);
     if (!loaded.ok()) {
@@ -148,15 +174,36 @@ int run(const BenchOptions& options) {
       return 1;
     }
     target = std::move(*loaded);
+    if (!options.drafter_dir.empty()) {
+      DrafterOptions drafter_options;
+      drafter_options.threads = options.threads;
+      drafter_options.max_streams = 16;
+      auto drafter = load_drafter(options.drafter_dir, *target, drafter_options);
+      if (!drafter.ok()) {
+        std::fprintf(stderr, "%s\n", drafter.status().to_string().c_str());
+        return 1;
+      }
+      dspark = std::move(*drafter);
+    }
+    if (!options.prompts_path.empty()) {
+      auto loaded_prompts = load_prompts(options);
+      if (!loaded_prompts.ok()) {
+        std::fprintf(stderr, "%s\n", loaded_prompts.status().to_string().c_str());
+        return 1;
+      }
+      prompts = std::move(*loaded_prompts);
+    }
   }
-  std::printf("lanes bench: %s, %d tokens per stream, drafter wrong rate %.2f\n",
+  std::printf("lanes bench: %s, %d tokens per stream, drafter %s (wrong rate %.2f when replaying or fake)\n",
               target ? options.model_dir.c_str() : "fake pair (fixed-clock cost model)", options.tokens,
+              dspark ? options.drafter_dir.c_str() : (target ? "replaying the plain reply" : "fake"),
               options.wrong_rate);
   std::printf("%7s %12s %12s %9s %9s %10s %10s %8s\n", "streams", "plain tok/s", "drafted tok/s", "speedup",
               "accepted", "drafted", "verified", "passes");
   nlohmann::json rows = nlohmann::json::array();
   for (int streams : {1, 4, 8, 16}) {
-    Result<nlohmann::json> row = target ? real_cell(options, *target, streams) : fake_cell(options, streams);
+    Result<nlohmann::json> row =
+        target ? real_cell(options, *target, dspark.get(), streams, prompts) : fake_cell(options, streams);
     if (!row.ok()) {
       std::fprintf(stderr, "%d streams: %s\n", streams, row.status().to_string().c_str());
       return 1;
@@ -166,6 +213,8 @@ int run(const BenchOptions& options) {
   }
   nlohmann::json out = {{"bench", "lanes"},
                         {"backend", target ? options.model_dir : "fake"},
+                        {"drafter", dspark ? options.drafter_dir : (target ? "replay" : "fake")},
+                        {"prompts", options.prompts_path},
                         {"tokens_per_stream", options.tokens},
                         {"wrong_rate", options.wrong_rate},
                         {"rows", rows}};
@@ -192,11 +241,15 @@ int main(int argc, char** argv) {
       options.model_dir = argv[++index];
     } else if (flag == "--drafter" && has_value) {
       options.drafter_dir = argv[++index];
+    } else if (flag == "--prompts" && has_value) {
+      options.prompts_path = argv[++index];
+    } else if (flag == "--prompt-tokens" && has_value) {
+      options.prompt_tokens = std::atoi(argv[++index]);
     } else if (flag == "--threads" && has_value) {
       options.threads = std::atoi(argv[++index]);
     } else {
       std::fprintf(stderr, "usage: lanes_bench [--tokens N] [--wrong-rate R] [--json PATH] [--model DIR] "
-                           "[--drafter DIR] [--threads T]\n");
+                           "[--drafter DIR] [--prompts FILE] [--prompt-tokens N] [--threads T]\n");
       return 2;
     }
   }
