@@ -4,6 +4,7 @@
 // other rows, and fp32 weights, take fp32 FMA. The choice is made per row from that row's values alone.
 #include "compute/cpu/matmul_avx512.h"
 
+// Register tiles must be fully unrolled (-O2 does not) so that the accumulators live in registers.
 // GCC 12's AVX-512 headers trip -Wuninitialized inside their own _mm512_undefined_* helpers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -21,11 +22,12 @@
 namespace ls::compute {
 namespace {
 
-constexpr int64_t kRowTile = 64;      // rows kept hot in L2 while a column group streams its weights
+constexpr int64_t kRowTile = 128;     // rows kept hot in L2 while a column block of weights is swept
 constexpr int64_t kColumnChunk = 16;  // columns per unit of thread work
 constexpr int kTileRows = 4;          // register tile: rows x columns of 16-lane accumulators
 constexpr int kTileColumns = 6;
-constexpr int kFewRowsColumns = 8;     // register tile width when fewer than kTileRows rows are left
+constexpr int kFewRowsColumns = 8;    // register tile width when fewer than kTileRows rows are left
+constexpr int64_t kColumnBlockBytes = 256 * 1024;  // weights of one column block, swept by every row quad
 
 // The fixed lane tree: lane i + lane i+8, then i + i+4, then (0+2) and (1+3), then their sum.
 LS_TARGET_AVX512 inline float reduce_lanes(__m512 v) {
@@ -43,27 +45,37 @@ LS_TARGET_AVX512 inline float reduce_lanes(__m512 v) {
 template <int MR, int NR>
 LS_TARGET_AVX512_BF16 void tile_bf16(const uint16_t* x, const uint16_t* w, int64_t K, int64_t ldy, float* y) {
   __m512 acc[MR][NR];
+  #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
+    #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 32 <= K; k += 32) {
     __m512bh wv[NR];
+    #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_loadu_si512(w + n * K + k);
+    #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
+      #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
     }
   }
   if (k < K) {  // zero-filled tail: the same extra step for every row
     const __mmask32 mask = _cvtu32_mask32((1u << (K - k)) - 1u);
     __m512bh wv[NR];
+    #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + n * K + k);
+    #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + m * K + k);
+      #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
     }
   }
+  #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
+    #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_lanes(acc[m][n]);
 }
 
@@ -101,28 +113,38 @@ LS_TARGET_AVX512 inline __m512 load_weights16(const Weight* w, __mmask16 mask) {
 template <int MR, int NR, typename Weight>
 LS_TARGET_AVX512 void tile_fp32(const float* x, const Weight* w, int64_t K, int64_t ldy, float* y) {
   __m512 acc[MR][NR];
+  #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
+    #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
   const __mmask16 all = 0xffff;
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) {
     __m512 wv[NR];
+    #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w + n * K + k, all);
+    #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const __m512 xv = _mm512_loadu_ps(x + m * K + k);
+      #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_fmadd_ps(xv, wv[n], acc[m][n]);
     }
   }
   if (k < K) {
     const __mmask16 mask = _cvtu32_mask16((1u << (K - k)) - 1u);
     __m512 wv[NR];
+    #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w + n * K + k, mask);
+    #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const __m512 xv = _mm512_maskz_loadu_ps(mask, x + m * K + k);
+      #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_fmadd_ps(xv, wv[n], acc[m][n]);
     }
   }
+  #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
+    #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_lanes(acc[m][n]);
 }
 
@@ -133,6 +155,7 @@ struct Bf16Tiles {
   const uint16_t* w;  // [N, K] bf16 bits
   int64_t K, ldy;
   float* y;
+  const char* weight_bytes(int64_t col) const { return reinterpret_cast<const char*>(w + col * K); }
   template <int MR, int NR>
   void run(int64_t row, int64_t col) const {
     tile_bf16<MR, NR>(x + row * K, w + col * K, K, ldy, y + row * ldy + col);
@@ -145,39 +168,56 @@ struct Fp32Tiles {
   const Weight* w;  // [N, K]
   int64_t K, ldy;
   float* y;
+  const char* weight_bytes(int64_t col) const { return reinterpret_cast<const char*>(w + col * K); }
   template <int MR, int NR>
   void run(int64_t row, int64_t col) const {
     tile_fp32<MR, NR>(x + row * K, w + col * K, K, ldy, y + row * ldy + col);
   }
 };
 
-template <int MR, typename Tiles>
-void columns_of(const Tiles& tiles, int64_t row, int64_t col_begin, int64_t col_end) {
-  constexpr int NR = MR >= kTileRows ? kTileColumns : kFewRowsColumns;
-  int64_t col = col_begin;
-  for (; col + NR <= col_end; col += NR) tiles.template run<MR, NR>(row, col);
-  for (; col < col_end; ++col) tiles.template run<MR, 1>(row, col);
+// Runs the MR x NR tile at (row, col), or the narrowest tile that covers `width` < NR columns.
+template <int MR, int NR, typename Tiles>
+void narrow_tile(const Tiles& tiles, int64_t row, int64_t col, int64_t width) {
+  if constexpr (NR > 1)
+    if (width < NR) return narrow_tile<MR, NR - 1>(tiles, row, col, width);
+  tiles.template run<MR, NR>(row, col);
 }
 
-template <typename Tiles>
-void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
-  if (row_end - row_begin < kTileRows) {
-    switch (row_end - row_begin) {
-      case 3: return columns_of<3>(tiles, row_begin, col_begin, col_end);
-      case 2: return columns_of<2>(tiles, row_begin, col_begin, col_end);
-      default: return columns_of<1>(tiles, row_begin, col_begin, col_end);
-    }
+template <int NR, typename Tiles>
+void tile_rows(const Tiles& tiles, int64_t rows, int64_t row, int64_t col, int64_t width) {
+  switch (rows) {
+    case 1: return narrow_tile<1, NR>(tiles, row, col, width);
+    case 2: return narrow_tile<2, NR>(tiles, row, col, width);
+    case 3: return narrow_tile<3, NR>(tiles, row, col, width);
+    default: return narrow_tile<kTileRows, NR>(tiles, row, col, width);
   }
-  // Column groups outside, rows inside: a group's weights stay in cache while every row of the tile passes.
-  for (int64_t col = col_begin; col < col_end; col += kTileColumns) {
-    const int64_t col_stop = std::min(col_end, col + kTileColumns);
-    int64_t row = row_begin;
-    for (; row + kTileRows <= row_end; row += kTileRows) columns_of<kTileRows>(tiles, row, col, col_stop);
-    switch (row_end - row) {
-      case 3: columns_of<3>(tiles, row, col, col_stop); break;
-      case 2: columns_of<2>(tiles, row, col, col_stop); break;
-      case 1: columns_of<1>(tiles, row, col, col_stop); break;
-      default: break;
+}
+
+// y [rows, cols] of one block. Few rows (decode, small verify): wide tiles, every weight streamed once. Many rows:
+// a block of columns whose weights fit in L2 is swept by every row quad, so each y row is written in whole lines.
+template <typename Tiles>
+void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end,
+           int64_t column_bytes) {
+  if (row_end - row_begin < kTileRows) {
+    for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns)
+      tile_rows<kFewRowsColumns>(tiles, row_end - row_begin, row_begin, col, std::min<int64_t>(kFewRowsColumns, col_end - col));
+    return;
+  }
+  const int64_t block_columns = std::max<int64_t>(kTileColumns, kColumnBlockBytes / column_bytes / kTileColumns * kTileColumns);
+  const int64_t quads = (row_end - row_begin + kTileRows - 1) / kTileRows;
+  for (int64_t block_begin = col_begin; block_begin < col_end; block_begin += block_columns) {
+    const int64_t block_end = std::min(col_end, block_begin + block_columns);
+    // The next block's weights (contiguous) are prefetched into L2 a slice per row quad, so that its first quad does
+    // not wait on memory.
+    const char* next = tiles.weight_bytes(block_end);
+    const int64_t next_bytes = (std::min(col_end, block_end + block_columns) - block_end) * column_bytes;
+    const int64_t slice = (next_bytes / quads + 63) / 64 * 64;
+    for (int64_t quad = 0, row = row_begin; row < row_end; ++quad, row += kTileRows) {
+      for (int64_t offset = quad * slice; offset < std::min(next_bytes, (quad + 1) * slice); offset += 64)
+        _mm_prefetch(next + offset, _MM_HINT_T1);
+      for (int64_t col = block_begin; col < block_end; col += kTileColumns)
+        tile_rows<kTileColumns>(tiles, std::min<int64_t>(kTileRows, row_end - row), row, col,
+                                std::min<int64_t>(kTileColumns, block_end - col));
     }
   }
 }
@@ -222,11 +262,11 @@ bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Mat
         int64_t run_end = run_begin + 1;
         while (run_end < tile_end && is_bf16[run_end] == is_bf16[run_begin]) ++run_end;
         if (is_bf16[run_begin])
-          block(bf16_tiles, run_begin, run_end, col_begin, col_end);
+          block(bf16_tiles, run_begin, run_end, col_begin, col_end, 2 * K);
         else if (w.b16)
-          block(bf16_weight_tiles, run_begin, run_end, col_begin, col_end);
+          block(bf16_weight_tiles, run_begin, run_end, col_begin, col_end, 2 * K);
         else
-          block(fp32_tiles, run_begin, run_end, col_begin, col_end);
+          block(fp32_tiles, run_begin, run_end, col_begin, col_end, 4 * K);
         run_begin = run_end;
       }
       for (int64_t row = tile_begin; row < tile_end; ++row) {

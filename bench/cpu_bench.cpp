@@ -1,0 +1,242 @@
+// CPU benchmark of a loaded target (e.g. `lanespark synth --shape lfm2-350m`): decode, prefill and verify-window
+// times at each thread count, against the memory floor measured in the same run. A program, not a test.
+//
+//   cpu_bench --model DIR [--threads 1,2] [--repeats 5] [--decode-tokens 32] [--prefill 128,512]
+//             [--verify 1,2,4,8,16] [--mode bf16|fp32] [--json PATH]
+//
+// Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
+// head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/hash.h"
+#include "base/thread_pool.h"
+#include "compute/cpu/cpu_features.h"
+#include "compute/ops.h"
+#include "io/safetensors.h"
+#include "model/load.h"
+
+namespace {
+
+using namespace ls;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model, json_path;
+  std::vector<int> threads = {1, 2}, prefill = {128, 512}, verify = {1, 2, 4, 8, 16};
+  int repeats = 5, decode_tokens = 32;
+  compute::NumericMode mode = compute::NumericMode::Bf16;
+};
+
+std::vector<int> parse_list(const std::string& text) {
+  std::vector<int> values;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) values.push_back(std::atoi(item.c_str()));
+  return values;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+__attribute__((target("avx512f"))) double sum_stream(const float* data, int64_t count) {
+  __m512 a = _mm512_setzero_ps(), b = a, c = a, d = a;
+  for (int64_t i = 0; i + 64 <= count; i += 64) {
+    a = _mm512_add_ps(a, _mm512_load_ps(data + i));
+    b = _mm512_add_ps(b, _mm512_load_ps(data + i + 16));
+    c = _mm512_add_ps(c, _mm512_load_ps(data + i + 32));
+    d = _mm512_add_ps(d, _mm512_load_ps(data + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+}
+
+// Read bandwidth in GB/s of `threads` threads each summing its contiguous part of a 1 GiB buffer (median of runs).
+double measure_read_bandwidth(int threads, int repeats) {
+  const int64_t count = (int64_t{1} << 30) / sizeof(float);
+  std::vector<float, std::allocator<float>> storage(count + 16, 1.0f);
+  float* data = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(storage.data()) + 63) & ~uintptr_t{63});
+  ThreadPool pool(threads);
+  std::vector<double> rates;
+  volatile double sink = 0;
+  for (int repeat = 0; repeat < repeats + 1; ++repeat) {
+    const auto start = Clock::now();
+    pool.parallel_for(threads, [&](int, int64_t begin, int64_t end) {
+      const int64_t part = count / threads;
+      for (int64_t t = begin; t < end; ++t) sink = sink + sum_stream(data + t * part, part);
+    });
+    const double ms = ms_since(start);
+    if (repeat > 0) rates.push_back(static_cast<double>(count) * sizeof(float) / ms / 1e6);
+  }
+  return median(rates);
+}
+
+int64_t checkpoint_weight_bytes(const std::string& directory) {
+  auto checkpoint = io::Checkpoint::open(directory);
+  if (!checkpoint.ok()) return -1;
+  int64_t bytes = 0;
+  for (const io::TensorInfo& tensor : (*checkpoint)->tensors()) bytes += static_cast<int64_t>(tensor.bytes);
+  return bytes;
+}
+
+std::vector<int32_t> random_tokens(int count, int vocab, uint64_t seed) {
+  std::vector<int32_t> tokens(count);
+  for (int i = 0; i < count; ++i) tokens[i] = static_cast<int32_t>(splitmix64(seed * 7919 + i) % vocab);
+  return tokens;
+}
+
+// One forward of `tokens` as a window of `stream`, drawing from `first_drawn_row` on; returns the wall time in ms.
+double timed_forward(Target& target, StreamId stream, const std::vector<int32_t>& tokens, int first_drawn_row,
+                     int kept) {
+  Window window;
+  window.stream = stream;
+  window.tokens = tokens;
+  window.first_drawn_row = first_drawn_row;
+  const auto start = Clock::now();
+  Result<Verified> verified = target.forward(std::span<const Window>(&window, 1));
+  const double ms = ms_since(start);
+  if (!verified.ok()) {
+    std::fprintf(stderr, "forward failed: %s\n", verified.status().to_string().c_str());
+    std::exit(1);
+  }
+  if (Status status = target.commit(stream, kept); !status.ok()) {
+    std::fprintf(stderr, "commit failed: %s\n", status.to_string().c_str());
+    std::exit(1);
+  }
+  return ms;
+}
+
+json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
+  LoadOptions load;
+  load.mode = options.mode;
+  load.threads = threads;
+  auto loaded = load_target(options.model, load);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "load failed: %s\n", loaded.status().to_string().c_str());
+    std::exit(1);
+  }
+  Target& target = **loaded;
+  const int vocab = target.facts().vocab_size;
+  StreamId next_stream = 1;
+  json result;
+  result["threads"] = threads;
+
+  // Decode: a 16-token prompt, then one row per step (runs after the first give the median step).
+  std::vector<double> decode_rates;
+  for (int repeat = 0; repeat < options.repeats; ++repeat) {
+    const StreamId stream = next_stream++;
+    timed_forward(target, stream, random_tokens(16, vocab, stream), 15, 16);
+    std::vector<double> steps;
+    for (int step = 0; step < options.decode_tokens; ++step)
+      steps.push_back(timed_forward(target, stream, random_tokens(1, vocab, stream * 1000 + step), 0, 1));
+    decode_rates.push_back(1000.0 / median(steps));
+    target.release(stream);
+  }
+  const double decode_tok_s = median(decode_rates);
+  result["decode_tok_s"] = decode_tok_s;
+
+  // Prefill: one window of the whole prompt, only the last row drawn.
+  json prefill = json::object();
+  for (int tokens : options.prefill) {
+    std::vector<double> rates;
+    for (int repeat = 0; repeat < options.repeats; ++repeat) {
+      const StreamId stream = next_stream++;
+      rates.push_back(tokens * 1000.0 /
+                      timed_forward(target, stream, random_tokens(tokens, vocab, stream), tokens - 1, tokens));
+      target.release(stream);
+    }
+    prefill[std::to_string(tokens)] = median(rates);
+  }
+  result["prefill_tok_s"] = prefill;
+
+  // Verify windows after a 64-token context: every row drawn, one row kept (as a round whose drafts all miss).
+  json verify = json::object();
+  const StreamId stream = next_stream++;
+  timed_forward(target, stream, random_tokens(64, vocab, stream), 63, 64);
+  double one_row_ms = 0;
+  for (int rows : options.verify) {
+    std::vector<double> times;
+    for (int repeat = 0; repeat < options.repeats * 4; ++repeat)
+      times.push_back(timed_forward(target, stream, random_tokens(rows, vocab, stream * 31 + repeat), 0, 1));
+    const double ms = median(times);
+    if (one_row_ms == 0) one_row_ms = ms;  // the first width listed (1) is the base
+    verify[std::to_string(rows)] = {{"ms", ms}, {"relative", ms / one_row_ms}};
+  }
+  target.release(stream);
+  result["verify"] = verify;
+
+  const double bandwidth = measure_read_bandwidth(threads, options.repeats);
+  const double floor_tok_s = bandwidth * 1e9 / static_cast<double>(weight_bytes);
+  result["read_gb_s"] = bandwidth;
+  result["floor_tok_s"] = floor_tok_s;
+  result["decode_fraction_of_floor"] = decode_tok_s / floor_tok_s;
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--model") options.model = value;
+    else if (flag == "--json") options.json_path = value;
+    else if (flag == "--threads") options.threads = parse_list(value);
+    else if (flag == "--prefill") options.prefill = parse_list(value);
+    else if (flag == "--verify") options.verify = parse_list(value);
+    else if (flag == "--repeats") options.repeats = std::max(1, std::atoi(value.c_str()));
+    else if (flag == "--decode-tokens") options.decode_tokens = std::max(1, std::atoi(value.c_str()));
+    else if (flag == "--mode") options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
+    else { std::fprintf(stderr, "unknown flag %s\n", flag.c_str()); return 2; }
+  }
+  if (options.model.empty()) {
+    std::fprintf(stderr, "usage: cpu_bench --model DIR [--threads 1,2] [--json PATH] ...\n");
+    return 2;
+  }
+  const int64_t weight_bytes = checkpoint_weight_bytes(options.model);
+  if (weight_bytes <= 0) {
+    std::fprintf(stderr, "cannot read the checkpoint in %s\n", options.model.c_str());
+    return 1;
+  }
+  json report;
+  report["model"] = options.model;
+  report["kernel"] = compute::matmul_kernel_name();
+  report["cpu_features"] = compute::cpu_features_text();
+  report["weight_bytes_per_token"] = weight_bytes;
+  report["mode"] = options.mode == compute::NumericMode::Bf16 ? "bf16" : "fp32";
+  report["repeats"] = options.repeats;
+  std::printf("model %s, %.3f GB of weights per token, kernel %s\n", options.model.c_str(), weight_bytes / 1e9,
+              compute::matmul_kernel_name());
+  for (int threads : options.threads) {
+    const json result = bench_threads(options, threads, weight_bytes);
+    report["runs"].push_back(result);
+    std::printf("\nthreads %d: read %.1f GB/s -> floor %.1f tok/s\n", threads, result["read_gb_s"].get<double>(),
+                result["floor_tok_s"].get<double>());
+    std::printf("  decode          %8.1f tok/s  (%.0f%% of floor)\n", result["decode_tok_s"].get<double>(),
+                100.0 * result["decode_fraction_of_floor"].get<double>());
+    for (auto& [tokens, rate] : result["prefill_tok_s"].items())
+      std::printf("  prefill %-6s  %8.1f tok/s\n", tokens.c_str(), rate.get<double>());
+    for (int rows : options.verify) {
+      const json& entry = result["verify"][std::to_string(rows)];
+      std::printf("  verify %2d rows  %8.2f ms  (%.2fx one row)\n", rows, entry["ms"].get<double>(),
+                  entry["relative"].get<double>());
+    }
+  }
+  if (!options.json_path.empty()) std::ofstream(options.json_path) << report.dump(2) << "\n";
+  return 0;
+}
