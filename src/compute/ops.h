@@ -36,17 +36,19 @@ struct Matrix {
   int64_t cols = 0;
 };
 
-// A weight matrix that owns its storage (one of the two vectors is filled).
+// A weight matrix that owns its storage (one of the two vectors is filled), or borrows bf16 values from a mapped
+// checkpoint that outlives it (`mapped_b16`).
 struct OwnedMatrix {
   std::vector<float> f32;  // [rows, cols]
   std::vector<bf16> b16;   // [rows, cols]
+  const bf16* mapped_b16 = nullptr;  // [rows, cols] borrowed, or null
   std::vector<float> bias;  // [rows] or empty
   int64_t rows = 0;
   int64_t cols = 0;
 
   Matrix view() const {
-    return Matrix{f32.empty() ? nullptr : f32.data(), b16.empty() ? nullptr : b16.data(),
-                  bias.empty() ? nullptr : bias.data(), rows, cols};
+    const bf16* bf16_values = mapped_b16 ? mapped_b16 : (b16.empty() ? nullptr : b16.data());
+    return Matrix{f32.empty() ? nullptr : f32.data(), bf16_values, bias.empty() ? nullptr : bias.data(), rows, cols};
   }
 };
 

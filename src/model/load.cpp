@@ -16,7 +16,7 @@ Result<std::unique_ptr<Target>> load_target(const std::string& directory, const 
   LS_ASSIGN_OR_RETURN(io::ModelConfig config, io::read_model_config(directory));
   LS_ASSIGN_OR_RETURN(std::unique_ptr<io::Checkpoint> checkpoint, io::Checkpoint::open(directory));
   LS_RETURN_IF_ERROR(io::check_target_tensors(*checkpoint, config));
-  LS_ASSIGN_OR_RETURN(lfm2::Weights weights, lfm2::load_weights(*checkpoint, config, options.mode));
+  LS_ASSIGN_OR_RETURN(lfm2::Weights weights, lfm2::load_weights(std::move(checkpoint), config, options.mode));
   auto model = std::make_unique<lfm2::Model>(std::move(config), std::move(weights), options.threads);
   auto target = std::make_unique<lfm2::Lfm2Target>(std::move(model), options.max_rows);
   if (options.exact_width_probe > 0) {

@@ -9,6 +9,7 @@
 
 #include "compute/sampling.h"
 #include "lfm2_test_util.h"
+#include "io/safetensors.h"
 #include "model/load.h"
 
 namespace ls::lfm2 {
@@ -108,11 +109,12 @@ TEST(Lfm2Target, EmbedReturnsEmbeddingRowsAndHeadIsTheTiedProjection) {
   const std::vector<int32_t> tokens = {3, 96};
   std::vector<float> embedded(2 * D, NAN);
   ASSERT_TRUE(target->embed(tokens, embedded).ok());
-  for (int64_t i = 0; i < D; ++i) EXPECT_EQ(embedded[D + i], bf16_to_float(weights.embedding.b16[96 * D + i]));
+  const compute::Matrix table = weights.embedding.view();
+  for (int64_t i = 0; i < D; ++i) EXPECT_EQ(embedded[D + i], bf16_to_float(table.b16[96 * D + i]));
   std::vector<float> logits(2 * V, NAN);
   ASSERT_TRUE(target->head(embedded, 2, logits).ok());
   double dot = 0;
-  for (int64_t i = 0; i < D; ++i) dot += double(embedded[i]) * bf16_to_float(weights.embedding.b16[7 * D + i]);
+  for (int64_t i = 0; i < D; ++i) dot += double(embedded[i]) * bf16_to_float(table.b16[7 * D + i]);
   EXPECT_NEAR(logits[7], dot, 1e-4);
   std::vector<float> short_out(V);
   EXPECT_EQ(target->head(embedded, 2, short_out).code(), ErrorCode::InvalidArgument);
@@ -180,6 +182,45 @@ TEST(Lfm2Load, LoadsTheGoldenCheckpointInBothModesAndMeasuresItsExactWidth) {
     EXPECT_EQ((*loaded)->facts().eos_token_id, 7);
     EXPECT_EQ((*loaded)->facts().exact_width, 8);
   }
+}
+
+TEST(Lfm2Load, ABf16CheckpointIsUsedInPlaceAndGivesTheBitsOfTheRoundedFp32Checkpoint) {
+  namespace fs = std::filesystem;
+  const fs::path golden = fs::path(LS_SOURCE_DIR) / "tests/golden/lfm2_dense";
+  const fs::path dir = fs::temp_directory_path() / ("lanespark_model_test_bf16_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(golden / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  // Write every tensor of the fp32 golden as BF16 (round to nearest even, as read_bf16 converts).
+  Result<std::unique_ptr<io::Checkpoint>> fp32 = io::Checkpoint::open(golden.string());
+  ASSERT_TRUE(fp32.ok());
+  std::vector<std::vector<bf16>> storage;
+  std::vector<io::TensorToWrite> tensors;
+  for (const io::TensorInfo& info : (*fp32)->tensors()) {
+    storage.emplace_back(info.elements());
+    ASSERT_TRUE((*fp32)->read_bf16(info.name, info.shape, storage.back()).ok());
+  }
+  for (size_t i = 0; i < storage.size(); ++i) {
+    const io::TensorInfo& info = (*fp32)->tensors()[i];
+    tensors.push_back({info.name, io::DType::BF16, info.shape,
+                       std::as_bytes(std::span<const bf16>(storage[i].data(), storage[i].size()))});
+  }
+  ASSERT_TRUE(io::write_safetensors((dir / "model.safetensors").string(), tensors).ok());
+
+  LoadOptions options;
+  options.mode = NumericMode::Bf16;
+  Result<std::unique_ptr<Target>> mapped = load_target(dir.string(), options);
+  Result<std::unique_ptr<Target>> rounded = load_target(golden.string(), options);
+  ASSERT_TRUE(mapped.ok() && rounded.ok());
+  const Weights& mapped_weights = dynamic_cast<Lfm2Target&>(**mapped).model().weights();
+  EXPECT_NE(mapped_weights.embedding.mapped_b16, nullptr);
+  EXPECT_TRUE(mapped_weights.embedding.b16.empty());  // no copy
+  EXPECT_EQ(dynamic_cast<Lfm2Target&>(**rounded).model().weights().embedding.mapped_b16, nullptr);
+  const std::vector<int32_t> prompt = {1, 40, 41, 200, 7};
+  const RowOutputs a = one_row_steps(**mapped, 1, prompt, 0);
+  const RowOutputs b = one_row_steps(**rounded, 1, prompt, 0);
+  ASSERT_EQ(a.logits.size(), 5u);
+  for (size_t i = 0; i < a.logits.size(); ++i) EXPECT_TRUE(same_bits(a.logits[i], b.logits[i])) << "row " << i;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ class TensorSource {
   virtual Status read_f32(const std::string& name, const std::vector<int64_t>& shape, VectorKind kind,
                           std::vector<float>& out) = 0;
   virtual Status read_bf16(const std::string& name, const std::vector<int64_t>& shape, std::vector<bf16>& out) = 0;
+  // The tensor's bf16 values in place when it is stored as BF16 with that shape, else null (then read_bf16 copies).
+  virtual const bf16* mapped_bf16(const std::string& name, const std::vector<int64_t>& shape) { return nullptr; }
 };
 
 int64_t elements(const std::vector<int64_t>& shape) {
@@ -38,6 +40,12 @@ class CheckpointSource final : public TensorSource {
   Status read_bf16(const std::string& name, const std::vector<int64_t>& shape, std::vector<bf16>& out) override {
     out.resize(elements(shape));
     return checkpoint_.read_bf16(name, shape, out);
+  }
+  const bf16* mapped_bf16(const std::string& name, const std::vector<int64_t>& shape) override {
+    const io::TensorInfo* info = checkpoint_.find(name);
+    if (!info || info->dtype != io::DType::BF16 || info->shape != shape) return nullptr;
+    if (reinterpret_cast<uintptr_t>(info->data) % alignof(bf16) != 0) return nullptr;
+    return reinterpret_cast<const bf16*>(info->data);
   }
 
  private:
@@ -79,7 +87,10 @@ class Builder {
   Status matrix(const std::string& name, int64_t rows, int64_t cols, OwnedMatrix& out) {
     out.rows = rows;
     out.cols = cols;
-    if (mode_ == NumericMode::Bf16) return source_.read_bf16(name, {rows, cols}, out.b16);
+    if (mode_ == NumericMode::Bf16) {
+      out.mapped_b16 = source_.mapped_bf16(name, {rows, cols});
+      return out.mapped_b16 ? ok_status() : source_.read_bf16(name, {rows, cols}, out.b16);
+    }
     return source_.read_f32(name, {rows, cols}, VectorKind::Bias, out.f32);
   }
 
@@ -159,7 +170,8 @@ Result<Weights> build_weights(TensorSource& source, const io::ModelConfig& confi
 }
 
 int64_t matrix_bytes(const OwnedMatrix& m) {
-  return static_cast<int64_t>(m.f32.size() * sizeof(float) + m.b16.size() * sizeof(bf16) + m.bias.size() * 4);
+  const int64_t mapped = m.mapped_b16 ? m.rows * m.cols * static_cast<int64_t>(sizeof(bf16)) : 0;
+  return mapped + static_cast<int64_t>(m.f32.size() * sizeof(float) + m.b16.size() * sizeof(bf16) + m.bias.size() * 4);
 }
 
 }  // namespace
@@ -177,9 +189,12 @@ int64_t Weights::bytes() const {
   return total;
 }
 
-Result<Weights> load_weights(const io::Checkpoint& checkpoint, const io::ModelConfig& config, NumericMode mode) {
-  CheckpointSource source(checkpoint);
-  return build_weights(source, config, mode);
+Result<Weights> load_weights(std::unique_ptr<io::Checkpoint> checkpoint, const io::ModelConfig& config,
+                             NumericMode mode) {
+  CheckpointSource source(*checkpoint);
+  LS_ASSIGN_OR_RETURN(Weights weights, build_weights(source, config, mode));
+  if (mode == NumericMode::Bf16) weights.mapping = std::move(checkpoint);
+  return weights;
 }
 
 Weights random_weights(const io::ModelConfig& config, NumericMode mode, uint64_t seed) {

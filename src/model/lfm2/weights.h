@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/status.h"
@@ -51,6 +52,9 @@ struct LayerWeights {
 
 struct Weights {
   NumericMode mode = NumericMode::Fp32;
+  // In Bf16 mode, BF16 tensors of the checkpoint are used in place (OwnedMatrix::mapped_b16); this keeps the
+  // mapping alive. Null when nothing is borrowed.
+  std::unique_ptr<io::Checkpoint> mapping;
   OwnedMatrix embedding;             // [V, D] model.embed_tokens.weight (also the head when tied)
   OwnedMatrix lm_head;               // [V, D] lm_head.weight when untied, else empty
   std::vector<float> final_norm;     // [D] model.embedding_norm.weight (the FINAL norm)
@@ -60,8 +64,10 @@ struct Weights {
   int64_t bytes() const;
 };
 
-// Reads every tensor the config implies (shapes already checked by io::check_target_tensors).
-Result<Weights> load_weights(const io::Checkpoint& checkpoint, const io::ModelConfig& config, NumericMode mode);
+// Reads every tensor the config implies (shapes already checked by io::check_target_tensors). In Bf16 mode the
+// checkpoint's BF16 matrices are borrowed from the mapping (no copy) and the checkpoint moves into the weights.
+Result<Weights> load_weights(std::unique_ptr<io::Checkpoint> checkpoint, const io::ModelConfig& config,
+                             NumericMode mode);
 
 // Random weights for a config (tests): matrices ~ U(-1,1)/sqrt(cols), norms ~ 1 +- 0.4, expert_bias ~ +-0.3.
 Weights random_weights(const io::ModelConfig& config, NumericMode mode, uint64_t seed);
