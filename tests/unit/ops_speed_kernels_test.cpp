@@ -86,6 +86,28 @@ TEST(OpsSpeedKernels, Bf16ModeRoundsEveryPathsOutputToBf16) {
   }
 }
 
+TEST(OpsSpeedKernels, Bf16ModeOutputIsTheFp32ModeOutputRoundedToNearestEven) {
+  ThreadPool pool(2);
+  for (const Case& c : kCases) {
+    const int64_t rows = 6, K = 64, N = 83;  // 83 = 5 x 16 + a 3-column tail in the vector epilogue
+    OwnedMatrix w = random_matrix(N, K, 151, c.weights);
+    w.bias = random_values(N, 152, 0.3f);
+    const std::vector<float> x = make_activations(rows * K, 153, c.activations);
+    std::vector<float> unrounded = poisoned(rows * N), rounded = poisoned(rows * N);
+    matmul(OpContext{&pool, NumericMode::Fp32}, x.data(), rows, w.view(), unrounded.data());
+    matmul(OpContext{&pool, NumericMode::Bf16}, x.data(), rows, w.view(), rounded.data());
+    ASSERT_TRUE(all_finite(unrounded)) << c.name();
+    int differing = 0, rounding_changed = 0;
+    for (size_t i = 0; i < unrounded.size(); ++i) {
+      const float expected = round_to_bf16(unrounded[i]);
+      if (!bitwise_equal(&expected, &rounded[i], 1)) ++differing;
+      if (expected != unrounded[i]) ++rounding_changed;
+    }
+    EXPECT_EQ(differing, 0) << c.name();
+    EXPECT_GT(rounding_changed, static_cast<int>(unrounded.size()) / 2) << c.name() << ": the check must see rounding";
+  }
+}
+
 TEST(OpsSpeedKernels, RowsAreBitIdenticalAloneInWindowsOf1To16AndInBatchesOf64And100) {
   ThreadPool pool(2);
   for (const Case& c : kCases)

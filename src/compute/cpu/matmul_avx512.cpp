@@ -148,6 +148,28 @@ LS_TARGET_AVX512 void tile_fp32(const float* x, const Weight* w, int64_t K, int6
     for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_lanes(acc[m][n]);
 }
 
+// out [col_begin, col_end) += bias, then rounded to bf16 when asked: float_to_bf16 bit for bit (NaN kept quiet).
+LS_TARGET_AVX512 void finish_outputs(float* out, const float* bias, int64_t col_begin, int64_t col_end, bool round) {
+  if (!bias && !round) return;
+  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), high = _mm512_set1_epi32(0xffff0000);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), infinity = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x00400000);
+  for (int64_t col = col_begin; col < col_end; col += 16) {
+    const __mmask16 mask = col + 16 <= col_end ? __mmask16(0xffff) : _cvtu32_mask16((1u << (col_end - col)) - 1u);
+    __m512 value = _mm512_maskz_loadu_ps(mask, out + col);
+    if (bias) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, bias + col));
+    if (round) {
+      const __m512i bits = _mm512_castps_si512(value);
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
+      const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(half, lsb)), high);
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, abs_mask), infinity);
+      const __m512i quieted = _mm512_or_si512(_mm512_and_si512(bits, high), quiet);
+      value = _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quieted));
+    }
+    _mm512_mask_storeu_ps(out + col, mask, value);
+  }
+}
+
 // ---- tiling over a block of rows x columns (any tiling gives a row the same bits) ----
 
 struct Bf16Tiles {
@@ -269,13 +291,8 @@ bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Mat
           block(fp32_tiles, run_begin, run_end, col_begin, col_end, 4 * K);
         run_begin = run_end;
       }
-      for (int64_t row = tile_begin; row < tile_end; ++row) {
-        float* out = y + row * N;
-        for (int64_t col = col_begin; col < col_end; ++col) {
-          if (w.bias) out[col] += w.bias[col];
-          out[col] = ctx.store(out[col]);
-        }
-      }
+      for (int64_t row = tile_begin; row < tile_end; ++row)
+        finish_outputs(y + row * N, w.bias, col_begin, col_end, ctx.rounds_to_bf16());
     }
   };
   if (ctx.pool)
