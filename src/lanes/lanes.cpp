@@ -226,7 +226,7 @@ void Lanes::accept_and_commit(std::span<Stream* const> streams, const std::vecto
     }
     if (stream.drafting && !stream.finished()) {
       std::span<const float> taps(verified.taps);
-      absorb(stream, start, accepted.rows_kept(),
+      hold_taps(stream, start, accepted.rows_kept(),
              row_floats == 0 ? taps : taps.subspan(row_begin * row_floats, accepted.rows_kept() * row_floats));
     }
   }

@@ -1,9 +1,10 @@
 // The lanes: many streams decoding together; each round verifies every served stream's window in one target
 // forward, keeps drafts that equal the target's keyed draws, and drafts for all drafting streams in one pass.
 //
-// A round: admit (prefill new streams; the drafter absorbs the prompt's taps) -> pick (least recently served
-// first, within the row budget) -> price (trim held drafts) -> verify (ONE forward) -> accept -> commit (the
-// drafter absorbs kept rows) -> draft (ONE drafter pass, depths from pricing) -> deliver (events).
+// A round: admit (prefill new streams; their taps are kept for the drafter) -> pick (least recently served first,
+// within the row budget) -> price (trim held drafts) -> verify (ONE forward) -> accept -> commit (kept rows' taps
+// kept for the drafter) -> draft (the drafting streams absorb their kept taps, then ONE drafter pass, depths from
+// pricing) -> deliver (events).
 #pragma once
 
 #include <deque>
@@ -90,7 +91,10 @@ class Lanes {
   double draft();
   void deliver();
 
-  void absorb(Stream& stream, int64_t start, int rows, std::span<const float> taps);
+  // Keeps a stream's newly committed rows' taps for the drafter (flushed when it drafts, or when many pile up).
+  void hold_taps(Stream& stream, int64_t start, int rows, std::span<const float> taps);
+  // Gives the drafter the held taps; false (and drafting off for the stream) when it refuses them.
+  bool flush_taps(Stream& stream);
   void fail_stream(Stream& stream, const Status& status);
   void release(Stream& stream);
   int draft_cap(const Stream& stream) const;

@@ -101,7 +101,8 @@ Status Lanes::admit() {
       if (stream.drafting) {
         std::span<const float> taps(verified->taps);
         const int64_t row_begin = verified->row_begin[index];
-        absorb(stream, start, rows, row_floats == 0 ? taps : taps.subspan(row_begin * row_floats, rows * row_floats));
+        hold_taps(stream, start, rows,
+                  row_floats == 0 ? taps : taps.subspan(row_begin * row_floats, rows * row_floats));
       }
       if (stream.committed == static_cast<int64_t>(stream.request.prompt.size())) {
         stream.prefilled = true;
@@ -115,11 +116,30 @@ Status Lanes::admit() {
   return first_error;
 }
 
-void Lanes::absorb(Stream& stream, int64_t start, int rows, std::span<const float> taps) {
+void Lanes::hold_taps(Stream& stream, int64_t start, int rows, std::span<const float> taps) {
   if (!stream.drafting || drafter_ == nullptr) return;
+  if (stream.unabsorbed_rows == 0) {
+    stream.unabsorbed_start = start;
+    stream.unabsorbed_taps.clear();
+  }
+  LS_CHECK(start == stream.unabsorbed_start + stream.unabsorbed_rows, "kept rows reach the drafter in order");
+  stream.unabsorbed_taps.insert(stream.unabsorbed_taps.end(), taps.begin(), taps.end());
+  stream.unabsorbed_rows += rows;
+  // Bound the memory of a stream that stays plain for long: hand over what piled up.
+  constexpr int kMostUnabsorbedRows = 512;
+  if (stream.unabsorbed_rows >= kMostUnabsorbedRows) flush_taps(stream);
+}
+
+bool Lanes::flush_taps(Stream& stream) {
+  if (!stream.drafting || drafter_ == nullptr) return false;
+  if (stream.unabsorbed_rows == 0) return true;
   stream.drafter_open = true;
-  Status absorbed = drafter_->absorb(stream.id, start, rows, taps);
-  if (absorbed.ok()) return;
+  Status absorbed =
+      drafter_->absorb(stream.id, stream.unabsorbed_start, stream.unabsorbed_rows, stream.unabsorbed_taps);
+  stream.unabsorbed_start += stream.unabsorbed_rows;
+  stream.unabsorbed_rows = 0;
+  stream.unabsorbed_taps.clear();
+  if (absorbed.ok()) return true;
   // The drafter's context for this stream now has a gap: it decodes plainly from here on (still exact).
   ++stats_.drafter_faults;
   ++stream.stats.drafter_faults;
@@ -129,6 +149,7 @@ void Lanes::absorb(Stream& stream, int64_t start, int rows, std::span<const floa
   stream.held_forced = 0;
   drafter_->release(stream.id);
   stream.drafter_open = false;
+  return false;
 }
 
 double Lanes::draft() {
@@ -140,7 +161,7 @@ double Lanes::draft() {
     Stream& stream = *owned;
     if (!stream.prefilled || stream.finished()) continue;
     ++round_streams;
-    if (stream.needs_draft && stream.drafting && stream.drafter_open) {
+    if (stream.needs_draft && stream.drafting) {
       drafting.push_back(&stream);
       caps.push_back(draft_cap(stream));
     }
@@ -153,10 +174,13 @@ double Lanes::draft() {
   std::vector<Stream*> owners;
   std::vector<int> forced;
   int deepest = 0;
+  // The drafter's time for this pass includes absorbing the drafting streams' kept rows.
+  const double start_ms = clock_.now_ms();
   for (size_t index = 0; index < drafting.size(); ++index) {
     const int depth = std::min(plans[index].depth, caps[index]);
     if (depth <= 0) continue;
     Stream& stream = *drafting[index];
+    if (!flush_taps(stream)) continue;
     DraftRequest request;
     request.stream = stream.id;
     request.anchor_token = stream.pending;
@@ -169,8 +193,7 @@ double Lanes::draft() {
     deepest = std::max(deepest, depth);
   }
   // Drafting that does not pay costs nothing: no pass when no stream bought a draft.
-  if (requests.empty()) return 0.0;
-  const double start_ms = clock_.now_ms();
+  if (requests.empty()) return clock_.now_ms() - start_ms;
   std::vector<Draft> drafts = drafter_->draft(requests);
   const double elapsed_ms = clock_.now_ms() - start_ms;
   ++stats_.drafter_passes;

@@ -76,6 +76,11 @@ struct Stream {
   std::vector<float> held_chances;    // [k] cumulative acceptance estimates of held_drafts
   int held_forced = 0;                // leading held drafts a probe forces into the window
   bool needs_draft = false;           // its state moved since the last draft pass
+  // Kept rows' taps not yet given to the drafter: absorbed lazily, right before the stream's next draft, so a
+  // stream priced to plain costs the drafter nothing. [unabsorbed_rows, tap_layers, hidden] fp32.
+  std::vector<float> unabsorbed_taps;
+  int64_t unabsorbed_start = 0;       // position of the first unabsorbed row
+  int unabsorbed_rows = 0;
 
   int64_t last_served_round = -1;
   AcceptanceByDepth acceptance;
