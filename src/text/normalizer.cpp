@@ -1,6 +1,7 @@
 // Normalizer steps, applied in order to each piece of text outside the added tokens.
 #include "text/normalizer.h"
 
+#include "text/unicode_tables.h"
 #include "text/utf8.h"
 
 namespace ls::text {
@@ -15,6 +16,8 @@ Status Normalizer::add_steps(const nlohmann::json& spec, std::vector<NormalizerS
       return Status(ErrorCode::BadTokenizer, "normalizer: Sequence without normalizers");
     for (const auto& inner : spec["normalizers"]) LS_RETURN_IF_ERROR(add_steps(inner, steps));
     return ok_status();
+  } else if (type == "NFC") {
+    step.kind = NormalizerStep::Kind::Nfc;
   } else if (type == "Prepend" && spec.value("prepend", nlohmann::json()).is_string()) {
     step.kind = NormalizerStep::Kind::Prepend;
     step.text = spec["prepend"].get<std::string>();
@@ -35,7 +38,7 @@ Status Normalizer::add_steps(const nlohmann::json& spec, std::vector<NormalizerS
     step.strip_right = spec.value("strip_right", false);
   } else {
     return Status(ErrorCode::BadTokenizer,
-                  "normalizer type '" + type + "' is not supported (supported: Sequence, Prepend, Replace, Strip)");
+                  "normalizer type '" + type + "' is not supported (supported: Sequence, NFC, Prepend, Replace, Strip)");
   }
   steps.push_back(std::move(step));
   return ok_status();
@@ -51,6 +54,9 @@ Result<std::string> Normalizer::apply(std::string_view text) const {
   std::string current(text);
   for (const NormalizerStep& step : steps_) {
     switch (step.kind) {
+      case NormalizerStep::Kind::Nfc:
+        current = unicode::to_nfc(current);
+        break;
       case NormalizerStep::Kind::Prepend:
         if (!current.empty()) current = step.text + current;
         break;

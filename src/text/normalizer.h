@@ -1,4 +1,4 @@
-// tokenizer.json's normalizer: null, Prepend, Replace, Strip and Sequences of them; others are refused by name.
+// tokenizer.json's normalizer: null, NFC, Prepend, Replace, Strip and Sequences of them; others are refused by name.
 #pragma once
 
 #include <string>
@@ -13,7 +13,7 @@
 namespace ls::text {
 
 struct NormalizerStep {
-  enum class Kind { Prepend, Replace, Strip } kind = Kind::Prepend;
+  enum class Kind { Nfc, Prepend, Replace, Strip } kind = Kind::Prepend;
   std::string text;       // Prepend: the prefix; Replace: the replacement
   Regex pattern;          // Replace: what to replace
   bool strip_left = false, strip_right = false;
@@ -21,7 +21,7 @@ struct NormalizerStep {
 
 class Normalizer {
  public:
-  // Reads the "normalizer" value; null means none. NFC, Lowercase, BertNormalizer... are BadTokenizer by name.
+  // Reads the "normalizer" value; null means none. NFD, NFKC, Lowercase, BertNormalizer... are BadTokenizer by name.
   static Result<Normalizer> from_json(const nlohmann::json& spec);
   // True when there is nothing to apply.
   bool empty() const { return steps_.empty(); }

@@ -116,6 +116,17 @@ def test_replace_prepend_and_strip_normalizers_match_tokenizers(tmp_path):
     check_parity(write_variant(tmp_path, spec), TEXTS[:150])
 
 
+def test_nfc_normalizer_matches_tokenizers_including_normalized_added_tokens(tmp_path):
+    reference = Tokenizer.from_file(os.path.join(GOLDEN_TOKENIZER, "tokenizer.json"))
+    spec = json.loads(reference.to_str())
+    spec["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Prepend", "prepend": " "}]}
+    spec["added_tokens"].append({"id": 6000, "content": "e\u0301t\u00e9", "single_word": False, "lstrip": False,
+                                 "rstrip": False, "normalized": True, "special": False})
+    combining = ["e\u0301t\u00e9 caf\u00e9 cafe\u0301", "A\u030a \u212b \u00c5", "\u1100\u1161\u11a8 \uac00",
+                 "q\u0307\u0323 \u1e0b\u0323", "\u0b47\u0b3e \u0915\u093c", "a\u0328\u0301\u0302"]
+    check_parity(write_variant(tmp_path, spec), [text.encode() for text in combining] + TEXTS)
+
+
 def test_a_tokenizer_without_decoder_joins_tokens_with_spaces_like_tokenizers(tmp_path):
     spec = golden_spec()
     spec["decoder"] = None

@@ -142,7 +142,7 @@ TEST(TextTokenizerRefusals, EachUnsupportedFeatureIsBadTokenizerNamingIt) {
   expect_refused([](auto& spec) { spec["model"]["vocab"] = nlohmann::json::array(); }, "vocab");
   expect_refused([](auto& spec) { spec["truncation"] = {{"max_length", 8}}; }, "truncation");
   expect_refused([](auto& spec) { spec["padding"] = {{"strategy", "BatchLongest"}}; }, "padding");
-  expect_refused([](auto& spec) { spec["normalizer"] = {{"type", "NFC"}}; }, "NFC");
+  expect_refused([](auto& spec) { spec["normalizer"] = {{"type", "NFKC"}}; }, "NFKC");
   expect_refused([](auto& spec) { spec["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Lowercase"}}}}}; }, "Lowercase");
   expect_refused([](auto& spec) { spec["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "Whitespace");
   expect_refused([](auto& spec) { spec["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Contiguous"; }, "Contiguous");

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "text/unicode_tables.h"
 #include "text/utf8.h"
 
 namespace ls::text {
@@ -77,6 +78,21 @@ TEST(TextUtf8, CodePointsRoundTripThroughAppendAndDecode) {
     EXPECT_EQ(static_cast<size_t>(decode_code_point(text, 0).length), text.size());
     EXPECT_EQ(count_code_points(text + text), 2u);
   }
+}
+
+}  // namespace
+}  // namespace ls::text
+
+namespace ls::text {
+namespace {
+
+TEST(TextNfc, ComposesReordersMarksAndLeavesComposedTextAlone) {
+  EXPECT_EQ(unicode::to_nfc("cafe\u0301"), "caf\u00e9");
+  EXPECT_EQ(unicode::to_nfc("\u212b"), "\u00c5");                       // singleton decomposition, recomposed
+  EXPECT_EQ(unicode::to_nfc("\u1100\u1161\u11a8"), "\uac01");            // Hangul L V T
+  EXPECT_EQ(unicode::to_nfc("q\u0307\u0323"), "q\u0323\u0307");          // marks reordered by combining class
+  EXPECT_EQ(unicode::to_nfc("d\u0307\u0323"), "\u1e0d\u0307");           // d + dot below composes first
+  EXPECT_EQ(unicode::to_nfc("plain ASCII and \u00e9"), "plain ASCII and \u00e9");
 }
 
 }  // namespace
