@@ -143,3 +143,14 @@ def test_split_regex_classes_agree_with_tokenizers_on_every_code_point_of_planes
     spec["model"]["ignore_merges"] = False
     everything = "".join(chr(point) for point in range(0x32400) if not 0xD800 <= point <= 0xDFFF)
     check_parity(write_variant(tmp_path, spec), [everything.encode("utf-8")])
+
+
+def test_nfc_agrees_with_tokenizers_on_every_code_point_of_planes_0_and_1_between_combining_marks(tmp_path):
+    spec = golden_spec()
+    spec["normalizer"] = {"type": "NFC"}
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "."}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    spec["model"]["ignore_merges"] = False
+    text = "".join("\u0301" + chr(point) + "\u0334\u0323" for point in range(0x20000) if not 0xD800 <= point <= 0xDFFF)
+    check_parity(write_variant(tmp_path, spec), [text.encode("utf-8")])
