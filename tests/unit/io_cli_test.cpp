@@ -5,10 +5,8 @@
 #include <string>
 #include <vector>
 
-// The test binary links lanespark_core, which leaves src/cli out, so these CLI files are compiled in here (once).
-#include "cli/inspect.cpp"
-#include "cli/options.cpp"
-#include "cli/synth.cpp"
+#include "cli/commands.h"
+#include "cli/options.h"
 #include "io_test_util.h"
 
 namespace ls::cli {
