@@ -2,8 +2,13 @@
 // plus load time and memory. Prints a table and writes JSON; tables, not assertions.
 //
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
-//                 [--repeats R] [--json PATH] [--dir SCRATCH_DIR]
+//                 [--repeats R] [--bits 0|8|both] [--json PATH] [--dir SCRATCH_DIR]
+// Memory: "loader peak" is the loader's own byte count (final weights + the one staged matrix); "peak anon RSS"
+// samples RssAnon every millisecond during the load (file pages of the mapped checkpoint excluded); run one
+// --bits per process for a clean RSS baseline.
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -179,28 +184,45 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|\n");
   std::vector<std::string> table;
   const int depths[] = {1, 3, shape.block};
-  for (int bits : {0, 8}) {
+  const std::string bits_flag = flag(argc, argv, "--bits", "both");
+  std::vector<int> bit_modes;
+  if (bits_flag != "8") bit_modes.push_back(0);
+  if (bits_flag != "0") bit_modes.push_back(8);
+  for (int bits : bit_modes) {
     ls::DrafterOptions options;
     options.bits = bits;
     options.threads = threads;
     const int64_t rss_before = status_kib("VmRSS");
+    const int64_t anon_before = status_kib("RssAnon");
     reset_peak_rss();
+    std::atomic<bool> loading{true};
+    std::atomic<int64_t> anon_peak{anon_before};
+    std::thread sampler([&] {
+      while (loading) {
+        anon_peak = std::max<int64_t>(anon_peak, status_kib("RssAnon"));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
     const auto start = std::chrono::steady_clock::now();
     Result<std::unique_ptr<dspark::DsparkDrafter>> loaded = dspark::DsparkDrafter::load(dir, target, options);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    loading = false;
+    sampler.join();
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.status().to_string().c_str());
       return 1;
     }
     dspark::DsparkDrafter& drafter = **loaded;
     const int64_t peak = status_kib("VmHWM"), anon = status_kib("RssAnon");
-    std::printf("| %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", bits, load_s, drafter.weight_bytes() / 1048576.0,
-                drafter.loader_peak_bytes() / 1048576.0, rss_before / 1024.0, peak / 1024.0, anon / 1024.0);
+    std::printf("| %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", bits, load_s,
+                drafter.weight_bytes() / 1048576.0, drafter.loader_peak_bytes() / 1048576.0, anon_before / 1024.0,
+                anon_peak / 1024.0, anon / 1024.0, peak / 1024.0);
     results["loads"].push_back({{"bits", bits},
                                 {"load_s", load_s},
                                 {"weight_bytes", drafter.weight_bytes()},
                                 {"loader_peak_bytes", drafter.loader_peak_bytes()},
-                                {"rss_before_kib", rss_before},
+                                {"rss_before_kib", rss_before}, {"anon_before_kib", anon_before},
+                                {"anon_peak_kib", anon_peak.load()},
                                 {"peak_rss_kib", peak},
                                 {"anon_rss_after_kib", anon}});
     const int64_t tap_width = static_cast<int64_t>(shape.taps.size()) * shape.hidden;
