@@ -97,6 +97,10 @@ struct AttentionShape {
 // first_position + rows positions; out [rows, heads * hd]. Keys are summed in absolute position order.
 void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const float* keys,
                const float* values, const AttentionShape& shape, float* out);
+// The same over a bf16 cache (Bf16 mode keeps K/V as bf16: lossless, half the memory); same bits as an fp32 cache
+// holding the same values.
+void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const bf16* keys,
+               const bf16* values, const AttentionShape& shape, float* out);
 
 // The double-gated depthwise causal short conv of one stream's rows.
 // bcx [rows, 3*width] = in_proj output (B | C | X); history [kernel-1, width] = the gated inputs z = B*X before row 0

@@ -85,3 +85,28 @@ TEST(OpsAttention, RowsAreBitIdenticalAloneInWindowsAndInA64RowBatch) {
 
 }  // namespace
 }  // namespace ls::compute
+
+namespace ls::compute {
+namespace {
+using namespace testing;
+
+TEST(OpsAttention, ABf16CacheGivesTheBitsOfAnFp32CacheHoldingTheSameValues) {
+  ThreadPool pool(2);
+  const int64_t positions = 30, rows = 5, first = positions - rows;
+  const int kv_width = kShape.kv_heads * kShape.head_dim, q_width = kShape.heads * kShape.head_dim;
+  const std::vector<float> keys = stored(random_values(positions * kv_width, 11), NumericMode::Bf16);
+  const std::vector<float> values = stored(random_values(positions * kv_width, 12), NumericMode::Bf16);
+  std::vector<bf16> keys_b16, values_b16;
+  for (float v : keys) keys_b16.push_back(float_to_bf16(v));
+  for (float v : values) values_b16.push_back(float_to_bf16(v));
+  const std::vector<float> q = stored(random_values(rows * q_width, 13), NumericMode::Bf16);
+  std::vector<float> from_f32 = poisoned(rows * q_width), from_b16 = poisoned(rows * q_width);
+  const OpContext ctx{&pool, NumericMode::Bf16};
+  attention(ctx, q.data(), rows, first, keys.data(), values.data(), kShape, from_f32.data());
+  attention(ctx, q.data(), rows, first, keys_b16.data(), values_b16.data(), kShape, from_b16.data());
+  EXPECT_TRUE(all_finite(from_b16));
+  EXPECT_TRUE(bitwise_equal(from_f32.data(), from_b16.data(), from_f32.size()));
+}
+
+}  // namespace
+}  // namespace ls::compute

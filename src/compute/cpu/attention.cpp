@@ -8,14 +8,19 @@
 namespace ls::compute {
 namespace {
 
-float dot(const float* a, const float* b, int n) {
+inline float value_of(float v) { return v; }
+inline float value_of(bf16 v) { return bf16_to_float(v); }
+
+template <typename Cached>
+float dot(const float* a, const Cached* b, int n) {
   float sum = 0.0f;
-  for (int i = 0; i < n; ++i) sum += a[i] * b[i];
+  for (int i = 0; i < n; ++i) sum += a[i] * value_of(b[i]);
   return sum;
 }
 
 // One query row and head: eager attention as transformers computes it (scores, scale, softmax, p @ v).
-void attend_one(const OpContext& ctx, const float* query, int64_t key_count, const float* keys, const float* values,
+template <typename Cached>
+void attend_one(const OpContext& ctx, const float* query, int64_t key_count, const Cached* keys, const Cached* values,
                 const AttentionShape& shape, int kv_head, std::vector<float>& scores, float* out) {
   const int hd = shape.head_dim;
   const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * hd;
@@ -35,16 +40,15 @@ void attend_one(const OpContext& ctx, const float* query, int64_t key_count, con
   for (int d = 0; d < hd; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < key_count; ++j) {
     const float p = scores[j];
-    const float* v = values + j * kv_stride + kv_head * hd;
-    for (int d = 0; d < hd; ++d) out[d] += p * v[d];
+    const Cached* v = values + j * kv_stride + kv_head * hd;
+    for (int d = 0; d < hd; ++d) out[d] += p * value_of(v[d]);
   }
   for (int d = 0; d < hd; ++d) out[d] = ctx.store(out[d]);
 }
 
-}  // namespace
-
-void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const float* keys,
-               const float* values, const AttentionShape& shape, float* out) {
+template <typename Cached>
+void attention_over(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const Cached* keys,
+                    const Cached* values, const AttentionShape& shape, float* out) {
   const int group = shape.heads / shape.kv_heads;
   const int64_t items = rows * shape.heads;
   auto run = [&](int, int64_t begin, int64_t end) {
@@ -60,6 +64,18 @@ void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first
     ctx.pool->parallel_for(items, run);
   else
     run(0, 0, items);
+}
+
+}  // namespace
+
+void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const float* keys,
+               const float* values, const AttentionShape& shape, float* out) {
+  attention_over(ctx, q, rows, first_position, keys, values, shape, out);
+}
+
+void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const bf16* keys,
+               const bf16* values, const AttentionShape& shape, float* out) {
+  attention_over(ctx, q, rows, first_position, keys, values, shape, out);
 }
 
 }  // namespace ls::compute

@@ -26,8 +26,7 @@ Model::Model(io::ModelConfig config, Weights weights, int threads)
 
 StreamState Model::new_stream() const {
   StreamState stream;
-  stream.keys.resize(attention_layers_);
-  stream.values.resize(attention_layers_);
+  stream.kv.resize(attention_layers_);
   const size_t history = static_cast<size_t>(config_.conv_kernel - 1) * config_.hidden_size;
   stream.conv_history.assign(conv_layers_, std::vector<float>(history, 0.0f));
   stream.window_z.resize(conv_layers_);
@@ -114,16 +113,27 @@ void Model::attention_block(int layer, int slot, const float* u, std::span<const
   compute::rope_neox(ctx(), k_.data(), rows, KV, positions_.data(), rope_);
   const compute::AttentionShape shape{H, KV, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   for (const Segment& segment : segments) {
-    std::vector<float>& keys = segment.stream->keys[slot];
-    std::vector<float>& values = segment.stream->values[slot];
-    LS_CHECK(static_cast<int64_t>(keys.size()) == segment.first_position * kv_width,
-             "the KV cache must end where the segment starts");
-    keys.insert(keys.end(), k_.begin() + segment.row_offset * kv_width,
-                k_.begin() + (segment.row_offset + segment.rows) * kv_width);
-    values.insert(values.end(), v_.begin() + segment.row_offset * kv_width,
-                  v_.begin() + (segment.row_offset + segment.rows) * kv_width);
-    compute::attention(ctx(), q_.data() + segment.row_offset * q_width, segment.rows, segment.first_position,
-                       keys.data(), values.data(), shape, attn_.data() + segment.row_offset * q_width);
+    KvCache& cache = segment.stream->kv[slot];
+    const float* q = q_.data() + segment.row_offset * q_width;
+    float* out = attn_.data() + segment.row_offset * q_width;
+    const int64_t begin = segment.row_offset * kv_width, end = (segment.row_offset + segment.rows) * kv_width;
+    if (mode() == NumericMode::Bf16) {
+      LS_CHECK(static_cast<int64_t>(cache.keys_b16.size()) == segment.first_position * kv_width,
+               "the KV cache must end where the segment starts");
+      for (int64_t i = begin; i < end; ++i) {
+        cache.keys_b16.push_back(float_to_bf16(k_[i]));  // exact: k and v are bf16 values
+        cache.values_b16.push_back(float_to_bf16(v_[i]));
+      }
+      compute::attention(ctx(), q, segment.rows, segment.first_position, cache.keys_b16.data(),
+                         cache.values_b16.data(), shape, out);
+    } else {
+      LS_CHECK(static_cast<int64_t>(cache.keys_f32.size()) == segment.first_position * kv_width,
+               "the KV cache must end where the segment starts");
+      cache.keys_f32.insert(cache.keys_f32.end(), k_.begin() + begin, k_.begin() + end);
+      cache.values_f32.insert(cache.values_f32.end(), v_.begin() + begin, v_.begin() + end);
+      compute::attention(ctx(), q, segment.rows, segment.first_position, cache.keys_f32.data(),
+                         cache.values_f32.data(), shape, out);
+    }
   }
   compute::matmul(ctx(), attn_.data(), rows, w.attn_out_proj.view(), mix);
 }
@@ -201,9 +211,15 @@ void Model::commit(StreamState& stream, int64_t kept) const {
     stream.window_z[slot].clear();
   }
   const int64_t kv_width = int64_t{config_.num_kv_heads} * config_.head_dim;
-  for (size_t slot = 0; slot < stream.keys.size(); ++slot) {
-    stream.keys[slot].resize((stream.committed + kept) * kv_width);
-    stream.values[slot].resize((stream.committed + kept) * kv_width);
+  const size_t kept_values = static_cast<size_t>((stream.committed + kept) * kv_width);
+  auto truncate = [kept_values](auto& values) {
+    if (values.size() > kept_values) values.resize(kept_values);
+  };
+  for (KvCache& cache : stream.kv) {
+    truncate(cache.keys_f32);
+    truncate(cache.values_f32);
+    truncate(cache.keys_b16);
+    truncate(cache.values_b16);
   }
   stream.committed += kept;
   stream.window_rows = 0;

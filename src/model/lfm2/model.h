@@ -17,11 +17,16 @@
 
 namespace ls::lfm2 {
 
+// One attention layer's cache for one stream: fp32 in Fp32 mode, bf16 in Bf16 mode (its values are bf16-exact).
+struct KvCache {
+  std::vector<float> keys_f32, values_f32;  // [positions, kv_heads * hd] Fp32 mode
+  std::vector<bf16> keys_b16, values_b16;   // [positions, kv_heads * hd] Bf16 mode
+};
+
 struct StreamState {
   int64_t committed = 0;     // positions held for good
   int64_t window_rows = 0;   // rows of the last forward awaiting commit (0 = none)
-  std::vector<std::vector<float>> keys;          // per attention layer [positions, kv_heads * hd]
-  std::vector<std::vector<float>> values;        // per attention layer [positions, kv_heads * hd]
+  std::vector<KvCache> kv;                       // per attention layer
   std::vector<std::vector<float>> conv_history;  // per conv layer [K-1, D] oldest first
   std::vector<std::vector<float>> window_z;      // per conv layer [window rows, D]
 };
