@@ -179,9 +179,9 @@ int main(int argc, char** argv) {
   std::printf("drafter bench: %s (%d layers, vocab %d, block %d, rank %d), %d threads, context %d rows, kernel %s\n",
               shape.name.c_str(), shape.layers, shape.vocab, shape.block, shape.rank, threads, context,
               compute::matmul_kernel_name());
-  std::printf(
-      "\n| bits | load s | weights MiB | loader peak MiB | RSS before MiB | peak RSS MiB | anon RSS after MiB |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("\n| bits | load s | weights MiB | loader peak MiB | anon RSS before MiB | peak anon RSS MiB | "
+              "anon RSS after MiB | peak RSS (with file pages) MiB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> table;
   const int depths[] = {1, 3, shape.block};
   const std::string bits_flag = flag(argc, argv, "--bits", "both");
