@@ -161,5 +161,38 @@ TEST(OpsSpeedKernels, ResultDoesNotDependOnTheThreadCount) {
   }
 }
 
+// The kernels a CPU without AVX-512 BF16 (AVX-512F FMA for every row) or without AVX-512 (the AVX2/FMA fallback)
+// would run, forced on this CPU: each level keeps batch invariance and the reference, and names itself.
+TEST(OpsSpeedKernels, EveryFallbackLevelIsBatchInvariantAndMatchesTheReference) {
+  struct Level {
+    CpuFeatures features;
+    const char* kernel;
+  };
+  const Level levels[] = {{{true, true, false}, "avx512f"}, {{true, false, false}, "avx2-fma"}};
+  ThreadPool pool(2);
+  for (const Level& level : levels) {
+    if ((level.features.avx512 && !cpu_features().avx512) || !cpu_features().avx2_fma) continue;
+    const CpuFeaturesOverride forced(level.features);
+    EXPECT_EQ(std::string(matmul_kernel_name()), level.kernel);
+    for (const Case& c : kCases) {
+      const int64_t K = 77, N = 45, total = 64;
+      OpContext ctx{&pool, NumericMode::Bf16};
+      OwnedMatrix w = random_matrix(N, K, 161, c.weights);
+      const std::vector<float> x = make_activations(total * K, 162, c.activations);
+      const int differing = rows_differing_from_one_row_runs(
+          x, K, N, [&](const float* in, int64_t rows, float* out) { matmul(ctx, in, rows, w.view(), out); });
+      EXPECT_EQ(differing, 0) << level.kernel << " " << c.name();
+      std::vector<float> y = poisoned(9 * N);
+      matmul(OpContext{&pool, NumericMode::Fp32}, x.data(), 9, w.view(), y.data());
+      ASSERT_TRUE(all_finite(y)) << level.kernel << " " << c.name();
+      EXPECT_LE(max_relative_error(y, reference_matmul(std::vector<float>(x.begin(), x.begin() + 9 * K), 9, w), 0.05),
+                1e-4)
+          << level.kernel << " " << c.name();
+    }
+  }
+  EXPECT_STRNE(matmul_kernel_name(), "");  // the override is gone: the CPU's own kernel again
+  if (cpu_features().avx512_bf16) EXPECT_STREQ(matmul_kernel_name(), "avx512-bf16");
+}
+
 }  // namespace
 }  // namespace ls::compute

@@ -14,12 +14,25 @@ CpuFeatures detect_cpu_features() {
   return features;
 }
 
+const CpuFeatures* override_features = nullptr;  // set only by CpuFeaturesOverride (tests)
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect_cpu_features();
-  return features;
+  return override_features ? *override_features : features;
 }
+
+CpuFeaturesOverride::CpuFeaturesOverride(const CpuFeatures& features) : previous_(override_features) {
+  const CpuFeatures& real = cpu_features();
+  // Never claim an extension the CPU lacks: the kernels would fault.
+  features_.avx2_fma = features.avx2_fma && real.avx2_fma;
+  features_.avx512 = features.avx512 && real.avx512;
+  features_.avx512_bf16 = features.avx512_bf16 && real.avx512_bf16;
+  override_features = &features_;
+}
+
+CpuFeaturesOverride::~CpuFeaturesOverride() { override_features = previous_; }
 
 std::string cpu_features_text() {
   const CpuFeatures& features = cpu_features();

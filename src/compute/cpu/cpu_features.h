@@ -14,6 +14,20 @@ struct CpuFeatures {
 // This CPU's features (cached; the same answer for the life of the process).
 const CpuFeatures& cpu_features();
 
+// Tests only: makes cpu_features() report `features` (only ever fewer than the CPU has) while the guard lives, so the
+// AVX-512F-without-BF16 and AVX2 fallbacks run and are checked on an AVX-512 BF16 machine. Not thread-safe.
+class CpuFeaturesOverride {
+ public:
+  explicit CpuFeaturesOverride(const CpuFeatures& features);
+  ~CpuFeaturesOverride();
+  CpuFeaturesOverride(const CpuFeaturesOverride&) = delete;
+  CpuFeaturesOverride& operator=(const CpuFeaturesOverride&) = delete;
+
+ private:
+  CpuFeatures features_;
+  const CpuFeatures* previous_;
+};
+
 // "avx512f avx512bw avx512vl avx512bf16 avx2 fma" style list of what was found, for logs and benchmarks.
 std::string cpu_features_text();
 
