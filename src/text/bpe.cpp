@@ -107,7 +107,7 @@ BpeModel& BpeModel::operator=(BpeModel&& other) noexcept {
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto found = vocab_.find(std::string(token));
+  auto found = vocab_.find(token);
   if (found == vocab_.end()) return std::nullopt;
   return found->second;
 }
@@ -126,7 +126,7 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symb
   size_t position = 0;
   while (position < word.size()) {
     const CodePoint point = decode_code_point(word, position);
-    auto found = vocab_.find(std::string(word.substr(position, point.length)));
+    auto found = vocab_.find(word.substr(position, point.length));
     symbols.push_back(found == vocab_.end() ? -1 : found->second);
     position += point.length;
   }
@@ -185,7 +185,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (ignore_merges_) {
     const auto& whole_words = byte_level_ ? raw_vocab_ : vocab_;
-    if (auto found = whole_words.find(std::string(word)); found != whole_words.end()) {
+    if (auto found = whole_words.find(word); found != whole_words.end()) {
       out.push_back(found->second);
       return;
     }
@@ -193,7 +193,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   const bool cacheable = word.size() <= kCacheMaxWordBytes;
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (auto found = cache_.find(std::string(word)); found != cache_.end()) {
+    if (auto found = cache_.find(word); found != cache_.end()) {
       out.insert(out.end(), found->second.begin(), found->second.end());
       return;
     }

@@ -29,6 +29,14 @@ struct BpeSettings {
   bool fuse_unk = false;
 };
 
+// Hash that lets string-keyed maps be searched with a string_view (no temporary std::string per lookup).
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+};
+template <typename Value>
+using StringMap = std::unordered_map<std::string, Value, StringHash, std::equal_to<>>;
+
 class BpeModel {
  public:
   // Builds the model; a merge naming a token missing from the vocab (or its joined result) is BadTokenizer.
@@ -60,10 +68,10 @@ class BpeModel {
   // Initial symbols of `word`: one id per byte (byte-level) or per character; -1 marks a missing one.
   void initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const;
 
-  std::unordered_map<std::string, int32_t> vocab_;
+  StringMap<int32_t> vocab_;
   std::vector<std::string> id_to_token_;
   std::vector<char> id_present_;
-  std::unordered_map<std::string, int32_t> raw_vocab_;  // byte-level: raw bytes of each token -> id
+  StringMap<int32_t> raw_vocab_;  // byte-level: raw bytes of each token -> id
   std::unordered_map<uint64_t, MergeTarget> merges_;
   std::array<int32_t, 256> byte_ids_{};
   bool ignore_merges_ = false;
@@ -75,7 +83,7 @@ class BpeModel {
   static constexpr size_t kCacheCapacity = 20000;
   static constexpr size_t kCacheMaxWordBytes = 128;
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable StringMap<std::vector<int32_t>> cache_;
 };
 
 }  // namespace ls::text
