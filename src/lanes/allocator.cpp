@@ -34,10 +34,14 @@ Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const R
   double expected = best.expected_tokens;
   int streams_with_extra = 0;
   int deepest = 0;
+  double activation_ms = 0;
   while (!heap.empty() && rows < max_rows) {
     auto [chance, index] = heap.top();
     heap.pop();
-    if (counts[index] == 0) ++streams_with_extra;
+    if (counts[index] == 0) {
+      ++streams_with_extra;
+      activation_ms += offers[index].activation_ms;
+    }
     ++counts[index];
     deepest = std::max(deepest, counts[index]);
     ++rows;
@@ -45,7 +49,7 @@ Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const R
     if (counts[index] < static_cast<int>(offers[index].chances.size())) {
       heap.push({offers[index].chances[counts[index]], index});
     }
-    const double ms = cost(rows, streams_with_extra, deepest);
+    const double ms = cost(rows, streams_with_extra, deepest) + activation_ms;
     const double candidate = rate(expected, ms);
     if (candidate > best_score) {
       best_score = candidate;

@@ -13,6 +13,7 @@ struct RowOffer {
   int fixed_rows = 1;             // the pending row plus any forced (probe) drafts
   double fixed_expected = 1.0;    // expected tokens from the fixed rows
   std::vector<float> chances;     // [extra] cumulative chance of each extra row, non-increasing
+  double activation_ms = 0;       // paid once if any extra row is bought (e.g. the drafter catching up on taps)
 };
 
 // What a round would cost in ms for `total_rows` rows when `streams_with_extra` streams bought extra rows, the

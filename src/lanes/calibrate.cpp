@@ -68,7 +68,10 @@ Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, 
 }
 
 // Prefills `streams` scratch streams with a short context and feeds it to the drafter.
-Status prepare_draft_scratch(Target& target, Drafter& drafter, const CalibrationOptions& options, int streams) {
+Status prepare_draft_scratch(Target& target, Drafter& drafter, const Clock& clock, const CalibrationOptions& options,
+                             int streams, double& absorb_ms_per_row) {
+  double absorb_ms = 0;
+  int64_t absorbed_rows = 0;
   std::vector<int32_t> context(options.context_tokens);
   for (int index = 0; index < options.context_tokens; ++index) context[index] = index + 1;
   int per_forward = std::max(1, options.max_rows / options.context_tokens);
@@ -88,15 +91,19 @@ Status prepare_draft_scratch(Target& target, Drafter& drafter, const Calibration
       std::span<const float> taps(verified.taps);
       taps = taps.subspan(verified.row_begin[index] * row_floats, options.context_tokens * row_floats);
       // Timing only: a drafter that refuses a scratch context is still timed (its errors surface when serving).
+      const double start_ms = clock.now_ms();
       Status absorbed = drafter.absorb(windows[index].stream, 0, options.context_tokens, taps);
+      absorb_ms += clock.now_ms() - start_ms;
+      absorbed_rows += options.context_tokens;
       if (!absorbed.ok()) log_warn("drafter timing: scratch absorb failed: %s", absorbed.to_string().c_str());
     }
   }
+  absorb_ms_per_row = absorbed_rows > 0 ? absorb_ms / static_cast<double>(absorbed_rows) : 0.0;
   return ok_status();
 }
 
 Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, const Clock& clock,
-                                           const CalibrationOptions& options) {
+                                           const CalibrationOptions& options, double& absorb_ms_per_row) {
   std::set<int> stream_counts = {1, options.max_streams};
   for (int streams : {4, 16}) {
     if (streams < options.max_streams) stream_counts.insert(streams);
@@ -105,7 +112,7 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
   // Separate ids from the verify timing's scratch streams, so every id lives (and is released) once.
   CalibrationOptions draft_options = options;
   draft_options.scratch_base = options.scratch_base + (StreamId{1} << 20);
-  Status status = prepare_draft_scratch(target, drafter, draft_options, options.max_streams);
+  Status status = prepare_draft_scratch(target, drafter, clock, draft_options, options.max_streams, absorb_ms_per_row);
   std::vector<TimedPoint> points;
   for (int streams : stream_counts) {
     for (int depth : depths) {
@@ -141,7 +148,8 @@ Result<CostTables> time_costs(Target& target, Drafter* drafter, const Clock& clo
   LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> verify_points, time_verify(target, clock, options));
   tables.verify.init(options.max_rows, verify_points);
   if (drafter != nullptr && options.max_depth >= 1) {
-    LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> draft_points, time_draft(target, *drafter, clock, options));
+    LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> draft_points,
+                        time_draft(target, *drafter, clock, options, tables.absorb_ms_per_row));
     tables.draft.init(options.max_streams, options.max_depth, draft_points);
   }
   return tables;

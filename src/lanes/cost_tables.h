@@ -46,7 +46,8 @@ class DraftCosts {
 
 struct CostTables {
   VerifyCosts verify;
-  DraftCosts draft;  // empty without a drafter
+  DraftCosts draft;               // empty without a drafter
+  double absorb_ms_per_row = 0;   // the drafter taking kept rows' taps, per row
 };
 
 // Linear interpolation through sorted (x, y) knots, extrapolating with the end slopes, never below zero.

@@ -134,8 +134,10 @@ bool Lanes::flush_taps(Stream& stream) {
   if (!stream.drafting || drafter_ == nullptr) return false;
   if (stream.unabsorbed_rows == 0) return true;
   stream.drafter_open = true;
+  const double start_ms = clock_.now_ms();
   Status absorbed =
       drafter_->absorb(stream.id, stream.unabsorbed_start, stream.unabsorbed_rows, stream.unabsorbed_taps);
+  if (absorbed.ok()) pricing_.observe_absorb(stream.unabsorbed_rows, clock_.now_ms() - start_ms);
   stream.unabsorbed_start += stream.unabsorbed_rows;
   stream.unabsorbed_rows = 0;
   stream.unabsorbed_taps.clear();

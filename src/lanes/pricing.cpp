@@ -58,6 +58,11 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // Grow into unexplored depths a step at a time, so an optimistic prior costs one shallow round, not a deep one.
     const int explored = std::max(drafting[index]->acceptance.explored_depth(), pooled_acceptance_.explored_depth());
     offers[index + 1].chances = drafting[index]->acceptance.chain(std::min(caps[index], explored + 2));
+    // Drafting first makes the drafter absorb the rows the stream kept while plain (a whole prompt at first);
+    // that cost buys every later round's drafts, so it is spread over the rounds the stream may still run.
+    const Stream& stream = *drafting[index];
+    const int future_rounds = std::clamp(stream.remaining() / 2, 1, options_.absorb_amortize_rounds);
+    offers[index + 1].activation_ms = tables_.absorb_ms_per_row * stream.unabsorbed_rows / future_rounds;
   }
   auto cost = [&](int rows, int streams_with_extra, int deepest) {
     return tables_.verify.ms(rows) + tables_.draft.ms(streams_with_extra, deepest) + overhead_ms_;
@@ -96,6 +101,11 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     }
   }
   return plans;
+}
+
+void Pricing::observe_absorb(int rows, double ms) {
+  if (rows <= 0) return;
+  tables_.absorb_ms_per_row += options_.cost_rate * (ms / rows - tables_.absorb_ms_per_row);
 }
 
 void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {

@@ -24,6 +24,7 @@ struct PricingOptions {
   int probe_most_wait = 128;      // cap of the doubling wait
   int deeper_probe_every = 8;     // every n-th drafting decision asks one draft deeper than priced
   int confidence_slack = 2;       // extra drafts asked when confidences can trim them at verify
+  int absorb_amortize_rounds = 32;  // a stream's catch-up absorb is spread over up to this many future rounds
 };
 
 struct DepthPlan {
@@ -51,6 +52,8 @@ class Pricing {
   void observe_draft(int streams, int depth, double ms) { tables_.draft.observe(streams, depth, ms, options_.cost_rate); }
   // Round time not explained by the verify and drafter tables (host work).
   void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
+  // A drafter absorb of `rows` rows took `ms`.
+  void observe_absorb(int rows, double ms);
 
   // Acceptance by depth pooled over every stream: a new stream starts from it instead of the fixed prior.
   const AcceptanceByDepth& pooled_acceptance() const { return pooled_acceptance_; }
