@@ -13,6 +13,7 @@ namespace {
 
 constexpr int kLanes = 8;
 constexpr int64_t kColumnChunk = 16;
+constexpr int64_t kRowTile = 64;  // rows kept hot while a worker's columns stream past
 
 // 8 partial sums over K (lane = k mod 8, zero-padded tail), then the fixed tree (0+4, 1+5, ...) -> (0+2, 1+3) -> sum.
 float dot_int8_portable(const float* x, const int8_t* codes, int64_t K) {
@@ -99,10 +100,15 @@ void matmul_int8(const OpContext& ctx, const float* x, int64_t rows, const Int8M
   const int64_t chunks = (w.rows + kColumnChunk - 1) / kColumnChunk;
   auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
     const int64_t col_begin = chunk_begin * kColumnChunk, col_end = std::min(w.rows, chunk_end * kColumnChunk);
-    std::vector<float> sums(static_cast<size_t>(rows));
-    for (int64_t col = col_begin; col < col_end; ++col) {
-      column(x, rows, w.codes + col * w.cols, w.cols, sums.data());
-      for (int64_t row = 0; row < rows; ++row) y[row * w.rows + col] = ctx.store(sums[row] * w.scales[col]);
+    std::vector<float> sums(static_cast<size_t>(std::min(rows, kRowTile)));
+    // A tile of rows stays hot in cache while this worker's columns stream their codes past it.
+    for (int64_t row_begin = 0; row_begin < rows; row_begin += kRowTile) {
+      const int64_t tile_rows = std::min(kRowTile, rows - row_begin);
+      for (int64_t col = col_begin; col < col_end; ++col) {
+        column(x + row_begin * w.cols, tile_rows, w.codes + col * w.cols, w.cols, sums.data());
+        for (int64_t row = 0; row < tile_rows; ++row)
+          y[(row_begin + row) * w.rows + col] = ctx.store(sums[row] * w.scales[col]);
+      }
     }
   };
   if (ctx.pool)
