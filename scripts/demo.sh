@@ -13,5 +13,6 @@ if [ ! -f "$model/config.json" ]; then
   [ -f "$model/config.json" ] || "$build/lanespark" synth --shape lfm2-350m --layers 2 --seed 1 --out "$model"
   exec "$build/lanespark" generate --model "$model" --prompt-ids 1,6,1504,7 --max-tokens 32 "$@"
 fi
-exec "$build/lanespark" generate --model "$model" --prompt "Write a Python function that reverses a list." \
-  --max-tokens 96 "$@"
+exec "$build/lanespark" generate --model "$model" --drafter models/nano/drafter \
+  --prompt "import os
+def read_config(path):" --max-tokens 128 "$@"

@@ -1,4 +1,4 @@
-// lanespark generate: prefill a prompt and decode through the Target interface, printing tokens as they come.
+// lanespark generate: one request through the lanes (plain, or drafted with --drafter), printing tokens as they come.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -13,7 +13,10 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "compute/ops.h"
+#include "base/clock.h"
 #include "compute/sampling.h"
+#include "draft/load.h"
+#include "lanes/lanes.h"
 #include "model/load.h"
 #include "text/chat_template.h"
 #include "text/detokenizer.h"
@@ -65,6 +68,10 @@ int run_generate(int argc, char** argv) {
   const int64_t seed = opts.get_int("--seed", 0, "sampling seed (default: derived from the prompt ids)");
   const int64_t threads = opts.get_int("--threads", 1, "CPU threads");
   const std::string dtype = opts.get_string("--dtype", "bf16", "bf16 (weights as stored) or f32 (reference)");
+  const std::string drafter_dir = opts.get_string("--drafter", "", "DSpark drafter directory (speculative decoding)");
+  const int64_t drafter_bits =
+      opts.get_int("--drafter-bits", 0, "drafter weights: 0 = bf16 as stored, 8 = int8 per row (proposals only)");
+  const int64_t max_draft = opts.get_int("--max-draft", -1, "most drafts per round (-1 = the drafter's block)");
   if (opts.help_requested()) {
     std::fputs(opts.usage("lanespark generate: run a model on a prompt and print the reply").c_str(), stdout);
     return 0;
@@ -114,56 +121,82 @@ int run_generate(int argc, char** argv) {
   options.mode = dtype == "bf16" ? compute::NumericMode::Bf16 : compute::NumericMode::Fp32;
   options.threads = static_cast<int>(threads);
   options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompt.size()));
-  options.exact_width_probe = 0;  // plain decoding verifies one row at a time
+  // Drafting needs the exact verify width measured; plain decoding verifies one row at a time.
+  options.exact_width_probe = drafter_dir.empty() ? 0 : 16;
   Result<std::unique_ptr<Target>> loaded = load_target(model_dir, options);
   if (!loaded.ok()) return fail(loaded.status());
   Target& target = **loaded;
-  std::vector<int32_t> stop_ids = {target.facts().eos_token_id};
+  std::unique_ptr<Drafter> drafter;
+  if (!drafter_dir.empty()) {
+    DrafterOptions drafter_options;
+    drafter_options.bits = static_cast<int>(drafter_bits);
+    drafter_options.mode = options.mode;
+    drafter_options.threads = static_cast<int>(threads);
+    drafter_options.max_streams = 1;
+    Result<std::unique_ptr<Drafter>> opened = load_drafter(drafter_dir, target, drafter_options);
+    if (!opened.ok()) return fail(opened.status());
+    drafter = std::move(opened).value();
+    std::fprintf(stderr, "drafter: %s, %s weights, block %d\n", drafter_dir.c_str(),
+                 drafter_bits == 8 ? "int8" : "bf16", drafter->facts().max_depth);
+  }
+  WallClock clock;
+  LanesOptions lanes_options;
+  lanes_options.max_streams = 1;
+  Result<std::unique_ptr<Lanes>> created = Lanes::create(target, drafter.get(), lanes_options, clock);
+  if (!created.ok()) return fail(created.status());
+  Lanes& lanes = **created;
+
+  Request request;
+  request.prompt = prompt;
+  request.sampling = sampling;
+  request.has_seed = true;
+  request.max_tokens = static_cast<int>(std::min<int64_t>(max_tokens, INT32_MAX));
+  request.max_draft = static_cast<int>(max_draft);
+  request.eos_ids = std::vector<int32_t>{target.facts().eos_token_id};
   if (tokenizer)
-    for (int32_t id : tokenizer->stop_token_ids()) stop_ids.push_back(id);
+    for (int32_t id : tokenizer->stop_token_ids()) request.eos_ids->push_back(id);
+  const std::vector<int32_t> stop_ids = *request.eos_ids;
   std::optional<text::Detokenizer> detokenizer;
   if (tokenizer) detokenizer.emplace(*tokenizer, /*skip_special_tokens=*/false);
 
-  constexpr StreamId kStream = 1;
-  auto step = [&](std::span<const int32_t> tokens) -> Result<int32_t> {
-    Window window;
-    window.stream = kStream;
-    window.tokens = tokens;
-    window.sampling = sampling;
-    window.first_drawn_row = static_cast<int>(tokens.size()) - 1;
-    LS_ASSIGN_OR_RETURN(Verified verified, target.forward(std::span<const Window>(&window, 1)));
-    LS_RETURN_IF_ERROR(target.commit(kStream, static_cast<int>(tokens.size())));
-    return verified.draws.back();
-  };
-  const auto prefill_start = std::chrono::steady_clock::now();
-  Result<int32_t> next = step(prompt);
-  if (!next.ok()) return fail(next.status());
-  const double prefill_s = seconds_since(prefill_start);
+  const auto start = std::chrono::steady_clock::now();
+  double first_token_s = 0;
   int64_t generated = 0;
-  const auto decode_start = std::chrono::steady_clock::now();
-  for (;;) {
-    const int32_t token = *next;
-    ++generated;
-    const bool stop = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
-    if (detokenizer) {
-      if (!stop) std::fputs(detokenizer->push(token).c_str(), stdout);
-    } else {
-      std::printf("%d ", token);
+  StreamStats stats;
+  lanes.submit(std::move(request));
+  while (!lanes.idle()) {
+    if (Status status = lanes.round(); !status.ok()) return fail(status);
+    for (const StreamEvent& event : lanes.take_events()) {
+      for (int32_t token : event.tokens) {
+        if (generated++ == 0) first_token_s = seconds_since(start);
+        const bool stop = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+        if (!detokenizer) std::printf("%d ", token);
+        else if (!stop) std::fputs(detokenizer->push(token).c_str(), stdout);
+      }
+      std::fflush(stdout);
+      stats = event.stats;
+      if (event.finish == FinishReason::Error) return fail(Status(ErrorCode::Internal, event.error));
     }
-    std::fflush(stdout);
-    if (stop || generated >= max_tokens) break;
-    next = step(std::span<const int32_t>(&token, 1));
-    if (!next.ok()) return fail(next.status());
   }
   if (detokenizer) std::fputs(detokenizer->flush().c_str(), stdout);
   std::printf("\n");
-  const double decode_s = seconds_since(decode_start);
+  const double total_s = seconds_since(start);
+  const double decode_s = total_s - first_token_s;
   std::fprintf(stderr, "matmul kernel: %s, %lld thread(s), %s\n", compute::matmul_kernel_name(),
                static_cast<long long>(threads), dtype.c_str());
-  std::fprintf(stderr, "prefill: %zu tokens in %.3f s = %.1f tok/s\n", prompt.size(), prefill_s,
-               prompt.size() / prefill_s);
+  std::fprintf(stderr, "prefill: %zu tokens, first token after %.3f s\n", prompt.size(), first_token_s);
   std::fprintf(stderr, "decode: %lld tokens in %.3f s = %.1f tok/s\n", static_cast<long long>(generated - 1),
                decode_s, generated > 1 ? (generated - 1) / decode_s : 0.0);
+  if (drafter) {
+    const double accepted_per_round = stats.rounds ? static_cast<double>(stats.drafts_accepted + stats.rounds) /
+                                                         static_cast<double>(stats.rounds)
+                                                   : 0.0;
+    std::fprintf(stderr,
+                 "drafting: %lld rounds, %lld drafts verified, %lld accepted, %.2f tokens per round, %lld faults\n",
+                 static_cast<long long>(stats.rounds), static_cast<long long>(stats.drafts_verified),
+                 static_cast<long long>(stats.drafts_accepted), accepted_per_round,
+                 static_cast<long long>(stats.drafter_faults));
+  }
   return 0;
 }
 

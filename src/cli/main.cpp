@@ -10,9 +10,10 @@ void print_usage() {
   std::printf(
       "usage: lanespark <command> [options]\n"
       "commands:\n"
-      "  generate   run a model on a prompt and print the reply\n"
+      "  generate   run a model on a prompt and print the reply (with --drafter: speculative decoding)\n"
       "  synth      write a random-weight checkpoint of a real model shape\n"
       "  inspect    print a checkpoint's config and tensors\n"
+      "  tokenize   encode text (or a chat) with a model's tokenizer and print the ids\n"
       "run 'lanespark <command> --help' for its options\n");
 }
 }  // namespace
