@@ -27,8 +27,10 @@ def generate(*extra):
 def test_drafted_reply_equals_plain_reply(sampling, bits):
     plain, _ = generate(*sampling)
     drafted, log = generate(*sampling, "--drafter", str(DRAFTER), "--drafter-bits", bits)
-    accepted = re.search(r"drafting: \d+ rounds, (\d+) drafts verified, (\d+) accepted", log)
-    assert accepted and int(accepted.group(2)) > 0, log  # drafting really happened
+    counts = re.search(r"drafting: \d+ rounds, (\d+) drafts verified, (\d+) accepted", log)
+    assert counts and int(counts.group(1)) > 0, log  # drafts really reached the verifier
+    if not sampling:
+        assert int(counts.group(2)) > 0, log  # greedy code on the nano pair accepts most drafts
     assert drafted == plain
     assert len(plain.strip()) > 0
 
