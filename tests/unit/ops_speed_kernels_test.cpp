@@ -20,17 +20,6 @@ std::vector<float> make_activations(size_t count, uint64_t seed, Activations kin
   return kind == Activations::Bf16Exact ? stored(values, NumericMode::Bf16) : values;
 }
 
-std::vector<double> reference_matmul(const std::vector<float>& x, int64_t rows, const OwnedMatrix& w) {
-  std::vector<double> y(rows * w.rows);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t n = 0; n < w.rows; ++n) {
-      double sum = w.bias.empty() ? 0.0 : w.bias[n];
-      for (int64_t k = 0; k < w.cols; ++k) sum += static_cast<double>(x[r * w.cols + k]) * matrix_at(w, n * w.cols + k);
-      y[r * w.rows + n] = sum;
-    }
-  return y;
-}
-
 struct Case {
   NumericMode weights;  // Bf16 = bf16 weights, Fp32 = fp32 weights
   Activations activations;

@@ -60,6 +60,18 @@ inline float matrix_at(const OwnedMatrix& matrix, int64_t index) {
   return matrix.b16.empty() ? matrix.f32[index] : bf16_to_float(matrix.b16[index]);
 }
 
+// y [rows, w.rows] = x @ W^T (+ bias) in double: the reference every GEMM kernel is checked against.
+inline std::vector<double> reference_matmul(const std::vector<float>& x, int64_t rows, const OwnedMatrix& w) {
+  std::vector<double> y(rows * w.rows);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t n = 0; n < w.rows; ++n) {
+      double sum = w.bias.empty() ? 0.0 : w.bias[n];
+      for (int64_t k = 0; k < w.cols; ++k) sum += static_cast<double>(x[r * w.cols + k]) * matrix_at(w, n * w.cols + k);
+      y[r * w.rows + n] = sum;
+    }
+  return y;
+}
+
 // Maximum |a - b| / max(|b|, floor) over the arrays.
 inline double max_relative_error(const std::vector<float>& a, const std::vector<double>& b, double floor = 1e-3) {
   double worst = 0;
