@@ -2,10 +2,8 @@
 # The main job on a fresh machine: set up, build, and generate with the bundled nano model (and its drafter once present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/build.sh
 build=${LS_BUILD_DIR:-build}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)"
 model=models/nano/target
 if [ ! -f "$model/config.json" ]; then
   # Until the bundled model lands: a small random checkpoint of the real LFM2-350M shape.
