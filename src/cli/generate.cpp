@@ -72,14 +72,8 @@ int run_generate(int argc, char** argv) {
   const int64_t drafter_bits =
       opts.get_int("--drafter-bits", 0, "drafter weights: 0 = bf16 as stored, 8 = int8 per row (proposals only)");
   const int64_t max_draft = opts.get_int("--max-draft", -1, "most drafts per round (-1 = the drafter's block)");
-  if (opts.help_requested()) {
-    std::fputs(opts.usage("lanespark generate: run a model on a prompt and print the reply").c_str(), stdout);
-    return 0;
-  }
-  if (Status status = opts.finish(); !status.ok()) {
-    std::fprintf(stderr, "lanespark generate: %s\n", status.to_string().c_str());
-    return 2;
-  }
+  if (std::optional<int> code = opts.conclude("lanespark generate", "lanespark generate: run a model on a prompt and print the reply"))
+    return *code;
   if (prompt_text.empty() == prompt_ids.empty())
     return fail(Status(ErrorCode::InvalidArgument, "give exactly one of --prompt and --prompt-ids"));
   if (dtype != "bf16" && dtype != "f32")

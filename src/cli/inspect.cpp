@@ -1,5 +1,6 @@
 // `lanespark inspect DIR`: prints a checkpoint's parsed config, tensor count and bytes by dtype, or why it is refused.
 #include <cstdio>
+#include <optional>
 #include <map>
 #include <string>
 
@@ -47,14 +48,8 @@ void print_config(const io::ModelConfig& config) {
 int run_inspect(int argc, char** argv) {
   Options opts(argc, argv);
   const std::string directory = opts.positional(0, "DIR", "checkpoint directory (config.json + safetensors)");
-  if (opts.help_requested()) {
-    std::fputs(opts.usage("Prints a checkpoint's parsed config, tensors by dtype, and any refusal.").c_str(), stdout);
-    return 0;
-  }
-  if (Status status = opts.finish(); !status.ok()) {
-    std::fprintf(stderr, "lanespark inspect: %s\n", status.to_string().c_str());
-    return 2;
-  }
+  if (std::optional<int> code = opts.conclude("lanespark inspect", "Prints a checkpoint's parsed config, tensors by dtype, and any refusal."))
+    return *code;
   std::printf("checkpoint      %s\n", directory.c_str());
   Result<io::ModelConfig> config = io::read_model_config(directory);
   if (config.ok()) print_config(*config);

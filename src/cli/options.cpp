@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace ls::cli {
@@ -169,6 +170,18 @@ Status Options::finish() const {
     return Status(ErrorCode::InvalidArgument, "unexpected argument '" + argument.text + "'");
   }
   return ok_status();
+}
+
+std::optional<int> Options::conclude(std::string_view command, std::string_view summary) const {
+  if (help_requested()) {
+    std::fputs(usage(summary).c_str(), stdout);
+    return 0;
+  }
+  if (Status status = finish(); !status.ok()) {
+    std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(command.size()), command.data(), status.to_string().c_str());
+    return 2;
+  }
+  return std::nullopt;
 }
 
 }  // namespace ls::cli

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,8 +17,7 @@ namespace ls::cli {
 //   int64_t seed = opts.get_int("--seed", 0, "random seed");
 //   bool verbose = opts.flag("--verbose", "print more");
 //   std::string dir = opts.positional(0, "DIR", "checkpoint directory");   // after every flag is asked for
-//   if (opts.help_requested()) { std::fputs(opts.usage("lanespark x: does y").c_str(), stdout); return 0; }
-//   if (Status status = opts.finish(); !status.ok()) { ...print status.to_string()...; return 2; }
+//   if (std::optional<int> code = opts.conclude("lanespark x", "lanespark x: does y")) return *code;
 // Getters never fail: a malformed value records the first error (InvalidArgument) and returns the fallback;
 // finish() reports it, or the first unknown flag / unexpected positional.
 class Options {
@@ -45,6 +45,9 @@ class Options {
   std::string usage(std::string_view summary) const;
   // The first recorded error, else the first argument no getter consumed (InvalidArgument), else OK.
   Status finish() const;
+  // Ends flag reading for `command`: the exit code to return now (0 after printing --help, 2 after printing a
+  // finish() error), or nothing when the command should run.
+  std::optional<int> conclude(std::string_view command, std::string_view summary) const;
 
  private:
   struct Argument {

@@ -1,6 +1,7 @@
 // lanespark tokenize: encode / decode / render chat templates with a checkpoint's tokenizer (also the parity
 // tests' bridge to the C++ tokenizer: --batch and --chat read JSON lines and answer one JSON line each).
 #include <cstdio>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -94,14 +95,8 @@ int run_tokenize(int argc, char** argv) {
   const std::string batch = options.get_string("--batch", "", "JSON lines {hex, add_special_tokens} or {ids}: answer ids and decodes");
   const std::string chat = options.get_string("--chat", "", "JSON lines {messages, tools, add_generation_prompt}: answer the rendered template");
   const bool no_special = options.flag("--no-special", "do not add BOS (add_special_tokens=false)");
-  if (options.help_requested()) {
-    std::fputs(options.usage("lanespark tokenize: encode text, decode ids, render chat templates").c_str(), stdout);
-    return 0;
-  }
-  if (Status status = options.finish(); !status.ok()) {
-    std::fprintf(stderr, "%s\n", status.to_string().c_str());
-    return 2;
-  }
+  if (std::optional<int> code = options.conclude("lanespark tokenize", "lanespark tokenize: encode text, decode ids, render chat templates"))
+    return *code;
   auto tokenizer = text::Tokenizer::load(directory);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "%s\n", tokenizer.status().to_string().c_str());

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,21 @@ struct Parsed {
   std::vector<std::string> storage;
   std::vector<char*> pointers;
 };
+
+TEST(Options, ConcludeEndsWithZeroOnHelpTwoOnABadFlagAndNothingOtherwise) {
+  Parsed help({"--help"});
+  Options help_opts = help.options();
+  help_opts.get_int("--threads", 1, "threads");
+  EXPECT_EQ(help_opts.conclude("cmd", "cmd: does things"), 0);
+  Parsed unknown({"--thread", "2"});
+  Options unknown_opts = unknown.options();
+  unknown_opts.get_int("--threads", 1, "threads");
+  EXPECT_EQ(unknown_opts.conclude("cmd", "cmd: does things"), 2);
+  Parsed fine({"--threads", "2"});
+  Options fine_opts = fine.options();
+  EXPECT_EQ(fine_opts.get_int("--threads", 1, "threads"), 2);
+  EXPECT_EQ(fine_opts.conclude("cmd", "cmd: does things"), std::nullopt);
+}
 
 TEST(Options, BothValueFormsBooleansAndPositionalsAreRead) {
   Parsed parsed({"--model", "dir/a", "--seed=-7", "--temperature", "0.5", "--verbose", "input.txt"});
