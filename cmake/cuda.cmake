@@ -1,4 +1,5 @@
-# CUDA is optional: when nvcc is found the backend under src/compute/cuda/ is built and LS_HAVE_CUDA is defined.
+# CUDA is optional: when nvcc is found, every source under a src/**/cuda/ folder (.cu and .cpp) joins the core
+# library and LS_HAVE_CUDA is defined; without it those folders are not built and CUDA tests skip.
 include(CheckLanguage)
 set(LS_HAVE_CUDA OFF)
 if(LS_CUDA)
@@ -8,7 +9,7 @@ if(LS_CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-    # Hopper first (sm_90a for wgmma), plus a portable sm_80 path.
+    # Hopper first (sm_90a for wgmma), plus a portable sm_80 path. A GPU-only build may pass just the first.
     set(CMAKE_CUDA_ARCHITECTURES OFF)
     set(LS_CUDA_GENCODE "-gencode=arch=compute_90a,code=sm_90a;-gencode=arch=compute_80,code=sm_80" CACHE STRING
         "nvcc -gencode flags")
@@ -17,18 +18,17 @@ if(LS_CUDA)
 endif()
 message(STATUS "lanespark: CUDA backend ${LS_HAVE_CUDA}")
 
+# Sources that exist only with CUDA: every file under a cuda/ folder of src/.
+file(GLOB_RECURSE LS_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/*/cuda/*.cu
+     ${CMAKE_SOURCE_DIR}/src/*/cuda/*.cpp ${CMAKE_SOURCE_DIR}/src/*/*/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/*/*/cuda/*.cpp)
+
 function(ls_attach_cuda target)
   if(NOT LS_HAVE_CUDA)
     return()
   endif()
-  file(GLOB_RECURSE cuda_sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/compute/cuda/*.cu)
-  if(NOT cuda_sources)
-    return()
-  endif()
-  add_library(lanespark_cuda STATIC ${cuda_sources})
-  target_include_directories(lanespark_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
-  target_compile_options(lanespark_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${LS_CUDA_GENCODE} --expt-relaxed-constexpr>)
-  target_link_libraries(lanespark_cuda PUBLIC CUDA::cudart_static CUDA::cublas)
-  target_link_libraries(${target} PUBLIC lanespark_cuda)
+  target_sources(${target} PRIVATE ${LS_CUDA_SOURCES})
+  target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:${LS_CUDA_GENCODE} --expt-relaxed-constexpr -Xcompiler=-Wall>)
+  target_link_libraries(${target} PUBLIC CUDA::cudart_static CUDA::cublas)
   target_compile_definitions(${target} PUBLIC LS_HAVE_CUDA=1)
 endfunction()

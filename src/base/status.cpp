@@ -24,6 +24,8 @@ std::string_view error_name(ErrorCode code) {
     case ErrorCode::DraftTargetMismatch: return "DraftTargetMismatch";
     case ErrorCode::DrafterNeedsWideVerify: return "DrafterNeedsWideVerify";
     case ErrorCode::DraftNonfinite: return "DraftNonfinite";
+    case ErrorCode::DeviceUnavailable: return "DeviceUnavailable";
+    case ErrorCode::DeviceError: return "DeviceError";
   }
   return "Unknown";
 }

@@ -32,6 +32,8 @@ enum class ErrorCode {
   DraftTargetMismatch,
   DrafterNeedsWideVerify,
   DraftNonfinite,
+  DeviceUnavailable,  // a CUDA device was asked for and this build or machine has none
+  DeviceError,        // a CUDA call failed (out of device memory, launch failure)
 };
 
 // The name of a code as written in DESIGN.md ("BadSafetensors").

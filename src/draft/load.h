@@ -8,11 +8,13 @@
 #include "compute/ops.h"
 #include "draft/drafter.h"
 #include "draft/dspark/markov_scan.h"
+#include "model/load.h"
 #include "model/target.h"
 
 namespace ls {
 
 struct DrafterOptions {
+  Device device = Device::Cpu;                             // Cuda needs a target loaded on the CUDA device
   int bits = 0;                                            // --drafter-bits: 0 = bf16 as stored, 8 = int8 per row
   compute::NumericMode mode = compute::NumericMode::Bf16;  // Fp32 is the parity reference
   int threads = 1;                                         // worker threads of the drafter's own pool

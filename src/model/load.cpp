@@ -5,6 +5,9 @@
 #include "io/safetensors.h"
 #include "model/exact_width.h"
 #include "model/lfm2/lfm2_target.h"
+#ifdef LS_HAVE_CUDA
+#include "model/lfm2/cuda/load_cuda.h"
+#endif
 
 namespace ls {
 
@@ -16,6 +19,13 @@ Result<std::unique_ptr<Target>> load_target(const std::string& directory, const 
   LS_ASSIGN_OR_RETURN(io::ModelConfig config, io::read_model_config(directory));
   LS_ASSIGN_OR_RETURN(std::unique_ptr<io::Checkpoint> checkpoint, io::Checkpoint::open(directory));
   LS_RETURN_IF_ERROR(io::check_target_tensors(*checkpoint, config));
+  if (options.device == Device::Cuda) {
+#ifdef LS_HAVE_CUDA
+    return lfm2::load_cuda_target(std::move(config), std::move(checkpoint), options);
+#else
+    return Status(ErrorCode::DeviceUnavailable, "this build has no CUDA backend (nvcc was not found at configure time)");
+#endif
+  }
   LS_ASSIGN_OR_RETURN(lfm2::Weights weights, lfm2::load_weights(std::move(checkpoint), config, options.mode));
   auto model = std::make_unique<lfm2::Model>(std::move(config), std::move(weights), options.threads);
   auto target = std::make_unique<lfm2::Lfm2Target>(std::move(model), options.max_rows);

@@ -10,7 +10,11 @@
 
 namespace ls {
 
+// Where a model runs: the CPU kernels, or the CUDA backend (refused by name, DeviceUnavailable, without one).
+enum class Device { Cpu, Cuda };
+
 struct LoadOptions {
+  Device device = Device::Cpu;
   compute::NumericMode mode = compute::NumericMode::Bf16;
   int threads = 1;
   int max_rows = 8192;             // most rows one forward accepts (a whole prompt is one window)

@@ -62,6 +62,9 @@ class Target {
   // The tied embedding / head the drafter shares: rows of E [vocab, hidden] as fp32, and logits = h @ E^T.
   virtual Status embed(std::span<const int32_t> tokens, std::span<float> out) const = 0;       // out [n, hidden]
   virtual Status head(std::span<const float> hidden, int rows, std::span<float> out) const = 0;  // out [rows, vocab]
+  // CUDA targets: the tied embedding [vocab, hidden] bf16 in device memory, so a drafter on the same device shares
+  // it; null on the CPU.
+  virtual const void* device_embedding() const { return nullptr; }
 };
 
 }  // namespace ls
