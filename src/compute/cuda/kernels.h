@@ -1,0 +1,106 @@
+// The stateless CUDA ops (bf16 activations, fp32 accumulation) and the batch-invariant bf16 GEMM; plain C++ header.
+//
+// Every function takes device pointers and a stream, launches asynchronously and returns the launch's Status.
+// Each op computes one row with the same arithmetic in the same order whatever the number of rows launched or the
+// row's place among them, and rounds to bf16 exactly where the CPU ops round in Bf16 mode (src/compute/ops.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/bf16.h"
+#include "base/status.h"
+#include "compute/cuda/cuda_util.h"
+
+namespace ls::cuda {
+
+// A bf16 weight matrix on the device: W [rows = N out features, cols = K in features] row-major, bias [rows] fp32
+// or null. K must be a multiple of 8 (16-byte rows) and w 16-byte aligned.
+struct DeviceMatrix {
+  const bf16* w = nullptr;     // [rows, cols] bf16
+  const float* bias = nullptr;  // [rows] fp32 or null
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// The bf16 tensor-core GEMM (mma.sync m16n8k16, fp32 accumulators). Every output is one fp32 accumulator fed with
+// K in ascending 16-wide steps, for every m and every tile shape, so a row's bits never depend on m.
+class GemmEngine {
+ public:
+  GemmEngine();
+  // y [m, N] = x [m, K] @ W^T (+ bias); exactly one of y_b16 (rounded once) / y_f32 is non-null.
+  // x must be 16-byte aligned with rows of K elements.
+  Status gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32, cudaStream_t stream) const;
+  // The tile configuration the engine picks for (m, N): a name for benches and logs.
+  const char* tile_name(int64_t m, int64_t n) const;
+  // Test-only fault: when set, launches with m > 64 walk K in descending order (breaks invariance on purpose).
+  void set_fault_reverse_k_for_test(bool on) { fault_reverse_k_ = on; }
+
+ private:
+  int sm_count_ = 132;
+  bool fault_reverse_k_ = false;
+};
+
+// y [rows, width] = RMSNorm(x) * weight (CPU Bf16 rounding: round(w * round(x * inv_rms))); also per head.
+Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, float eps, bf16* y, cudaStream_t stream);
+
+// h [count] = round(h + delta).
+Status add_residual(bf16* h, const bf16* delta, int64_t count, cudaStream_t stream);
+
+// out [rows, width] = round(round(silu(gate)) * up); gate/up rows start every in_stride elements (may be the two
+// halves of one [rows, 2*width] buffer: up = gate + width, in_stride = 2*width). out rows are dense.
+Status swiglu(const bf16* gate, const bf16* up, int64_t rows, int width, int64_t in_stride, bf16* out,
+              cudaStream_t stream);
+
+// out [n, hidden] = table [vocab, hidden] rows tokens[i]; an id outside [0, vocab) writes a NaN row.
+Status embed_rows(const bf16* table, int64_t vocab, int hidden, const int32_t* tokens, int64_t n, bf16* out,
+                  cudaStream_t stream);
+
+// NeoX RoPE in place on x [rows, heads, head_dim] (row r at x + r * row_stride), positions [rows], inv_freq
+// [head_dim / 2] fp32 (the CPU RopeTable values); cos/sin rounded to bf16 and each product rounded as the CPU does.
+Status rope_neox(bf16* x, int64_t rows, int heads, int head_dim, int64_t row_stride, const int64_t* positions,
+                 const float* inv_freq, cudaStream_t stream);
+
+// Sigmoid top-k routing as CPU route_experts in Bf16 mode: router_logits [rows, experts] bf16, expert_bias
+// [experts] fp32 or null; chosen [rows, k] (descending biased score, ties to the lower id), weights [rows, k] fp32
+// (bf16-exact values). experts <= 1024.
+Status route_experts(const bf16* router_logits, int64_t rows, int experts, int k, bool normalize, float scaling,
+                     const float* expert_bias, int32_t* chosen, float* weights, cudaStream_t stream);
+
+// out [rows, width] = round(sum over slots in slot order of slots [rows, k, width]) (fp32 sum).
+Status sum_slots(const bf16* slots, int64_t rows, int k, int64_t width, bf16* out, cudaStream_t stream);
+
+// Conversions: out [n] fp32 = exact values of in [n] bf16, and out [n] bf16 = round-to-nearest-even of in [n].
+Status bf16_to_f32(const bf16* in, int64_t n, float* out, cudaStream_t stream);
+Status f32_to_bf16(const float* in, int64_t n, bf16* out, cudaStream_t stream);
+
+// One row's draw (compute::draw_token's Sampling plus the absolute position); temperature <= 0 means greedy.
+struct RowDraw {
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  int64_t position = 0;
+};
+
+// Device scratch for draw_rows, sized for up to `rows` x `vocab` (grows on demand; call outside graph capture).
+class DrawScratch {
+ public:
+  Status reserve(int64_t rows, int vocab);
+  void* data() const { return buffer_.data(); }
+  size_t bytes() const { return buffer_.bytes(); }
+  static size_t bytes_needed(int64_t rows, int vocab);
+
+ private:
+  DeviceBuffer<unsigned char> buffer_;
+};
+
+// out_tokens [rows] = compute::draw_token(logits row, draws[row]) for logits [rows, vocab] fp32; draws [rows] is
+// a DEVICE array. Greedy rows: argmax, ties to the lower id, NaN never wins. scratch must be reserved for (rows,
+// vocab).
+Status draw_rows(const float* logits, int64_t rows, int vocab, const RowDraw* draws, int32_t* out_tokens,
+                 const DrawScratch& scratch, cudaStream_t stream);
+
+}  // namespace ls::cuda
