@@ -19,6 +19,11 @@ struct LoadOptions {
   int threads = 1;
   int max_rows = 8192;             // most rows one forward accepts (a whole prompt is one window)
   int exact_width_probe = 16;      // measure facts().exact_width up to this width at load (0: skip, width 1)
+  // CUDA target only: the paged KV pool (pages of kv_page_size positions shared by all streams; 0 = enough for
+  // max_streams streams of 4096 positions, capped at a quarter of free device memory) and the conv-state slots.
+  int kv_page_size = 32;
+  int kv_pages = 0;
+  int max_streams = 256;
 };
 
 // config.json (UnsupportedArchitecture / BadModelConfig), tensor names and shapes (BadSafetensors), then weights.

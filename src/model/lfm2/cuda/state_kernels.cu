@@ -1,0 +1,366 @@
+// CUDA kernels of the target's state: paged KV, attention by absolute key blocks, ShortConv, commit, MoE experts.
+#include "model/lfm2/cuda/state_kernels.h"
+
+#include <cuda_bf16.h>
+
+#include "compute/cuda/cuda_util.h"
+
+namespace ls::lfm2::gpu {
+namespace {
+
+__device__ __forceinline__ float load(const bf16* p) {
+  return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p));
+}
+__device__ __forceinline__ void store(bf16* p, float v) {
+  *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// Key j of a stream: its row in the page pool.
+__device__ __forceinline__ int64_t key_row(const int32_t* pages, int64_t j, int page_size) {
+  return static_cast<int64_t>(pages[j / page_size]) * page_size + j % page_size;
+}
+
+__global__ void write_kv_kernel(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_window,
+                                const WindowInfo* windows, const int32_t* pages, int page_size, int kv_width,
+                                bf16* keys, bf16* values) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * kv_width) return;
+  const int64_t row = i / kv_width;
+  const int e = static_cast<int>(i % kv_width);
+  const WindowInfo w = windows[row_window[row]];
+  const int64_t position = w.committed + (row - w.first_row);
+  const int64_t at = key_row(pages + w.page_begin, position, page_size) * kv_width + e;
+  keys[at] = k[row * kv_width + e];
+  values[at] = v[row * kv_width + e];
+}
+
+constexpr int kAttnWarps = 4;
+constexpr int kMaxHeadDim = 128;
+
+// One CTA per (row, head). Keys in blocks of 32 by absolute position; block b belongs to warp b % 4. Pass 1: max of
+// the rounded scores; pass 2: sum of exp (lane order, butterfly, warps in order); pass 3: p rounded, p @ v with keys
+// in ascending order inside each warp, warps summed in order.
+__global__ void attention_kernel(const bf16* q, const int32_t* row_window, const WindowInfo* windows,
+                                 const int32_t* pages, KvShape shape, KvLayer layer, bf16* out) {
+  const int64_t row = blockIdx.x;
+  const int head = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hd = shape.head_dim, kv_width = shape.kv_heads * hd;
+  const int kv_head = head / (shape.heads / shape.kv_heads);
+  const WindowInfo w = windows[row_window[row]];
+  const int64_t keys = w.committed + (row - w.first_row) + 1;
+  const int32_t* stream_pages = pages + w.page_begin;
+  __shared__ float qs[kMaxHeadDim];
+  __shared__ float warp_max[kAttnWarps], warp_sum[kAttnWarps];
+  __shared__ float partial[kAttnWarps][kMaxHeadDim];
+  const bf16* q_row = q + (row * shape.heads + head) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = load(q_row + d);
+  __syncthreads();
+
+  auto score = [&](int64_t j) {
+    const bf16* key = layer.keys + key_row(stream_pages, j, shape.page_size) * kv_width + kv_head * hd;
+    float dot = 0.0f;
+    for (int d = 0; d < hd; ++d) dot = __fmaf_rn(qs[d], load(key + d), dot);
+    return round_bf16(round_bf16(dot) * shape.scale);
+  };
+  const int64_t blocks = (keys + 31) / 32;
+  // pass 1: max
+  float m = -INFINITY;
+  for (int64_t b = warp; b < blocks; b += kAttnWarps) {
+    const int64_t j = b * 32 + lane;
+    if (j < keys) m = fmaxf(m, score(j));
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  if (lane == 0) warp_max[warp] = m;
+  __syncthreads();
+  float max_score = warp_max[0];
+  for (int i = 1; i < kAttnWarps; ++i) max_score = fmaxf(max_score, warp_max[i]);
+  // pass 2: total
+  float sum = 0.0f;
+  for (int64_t b = warp; b < blocks; b += kAttnWarps) {
+    const int64_t j = b * 32 + lane;
+    if (j < keys) sum += expf(score(j) - max_score);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) warp_sum[warp] = sum;
+  __syncthreads();
+  float total = 0.0f;
+  for (int i = 0; i < kAttnWarps; ++i) total += warp_sum[i];
+  // pass 3: p @ v; lane owns dims lane, lane+32, lane+64, lane+96
+  float acc[kMaxHeadDim / 32] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t b = warp; b < blocks; b += kAttnWarps) {
+    const int64_t j = b * 32 + lane;
+    const float p = j < keys ? round_bf16(expf(score(j) - max_score) / total) : 0.0f;
+    const int count = static_cast<int>(keys - b * 32 < 32 ? keys - b * 32 : 32);
+    for (int t = 0; t < count; ++t) {
+      const float pt = __shfl_sync(0xffffffffu, p, t);
+      const bf16* value = layer.values + key_row(stream_pages, b * 32 + t, shape.page_size) * kv_width + kv_head * hd;
+      for (int i = 0; i < kMaxHeadDim / 32; ++i) {
+        const int d = lane + 32 * i;
+        if (d < hd) acc[i] = __fmaf_rn(pt, load(value + d), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < kMaxHeadDim / 32; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) partial[warp][d] = acc[i];
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = 0.0f;
+    for (int i = 0; i < kAttnWarps; ++i) o += partial[i][d];
+    store(out + (row * shape.heads + head) * hd + d, o);
+  }
+}
+
+__global__ void short_conv_kernel(ConvArgs a, const int32_t* row_window, const WindowInfo* windows, bf16* z,
+                                  bf16* y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.rows * a.width) return;
+  const int64_t row = i / a.width;
+  const int d = static_cast<int>(i % a.width);
+  const int D = a.width, K = a.kernel;
+  const WindowInfo w = windows[row_window[row]];
+  const int64_t in_window = row - w.first_row;
+  const bf16* history = a.history + ((static_cast<int64_t>(w.slot) * a.conv_layers + a.conv_slot) * (K - 1)) * D;
+  float sum = 0.0f;
+  float own_z = 0.0f;
+  for (int tap = 0; tap < K; ++tap) {
+    const int64_t source = in_window - (K - 1) + tap;
+    float value;
+    if (source >= 0) {
+      const bf16* bcx = a.bcx + (w.first_row + source) * 3 * D;
+      value = round_bf16(load(bcx + d) * load(bcx + 2 * D + d));  // z = B * X, the same bits every time
+    } else {
+      value = load(history + (K - 1 + source) * D + d);
+    }
+    if (tap == K - 1) own_z = value;
+    sum = __fmaf_rn(a.conv_weight[d * K + tap], value, sum);
+  }
+  if (a.conv_bias) sum += a.conv_bias[d];
+  store(z + row * D + d, own_z);
+  const float c = load(a.bcx + row * 3 * D + D + d);
+  store(y + row * D + d, c * round_bf16(sum));
+}
+
+__global__ void commit_conv_kernel(const ConvCommit* commits, int count, const bf16* z, int64_t z_rows, int width,
+                                   int kernel, int conv_layers, bf16* history) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(count) * conv_layers * width) return;
+  const int d = static_cast<int>(i % width);
+  const int layer = static_cast<int>((i / width) % conv_layers);
+  const ConvCommit c = commits[i / (static_cast<int64_t>(width) * conv_layers)];
+  const int H = kernel - 1;
+  bf16* h = history + ((static_cast<int64_t>(c.slot) * conv_layers + layer) * H) * width;
+  const bf16* zl = z + static_cast<int64_t>(layer) * z_rows * width;
+  // Ascending rows: row r reads row r + kept (> r) of the old history, never one already written.
+  for (int r = 0; r < H; ++r) {
+    const int source = c.kept - H + r;
+    const bf16 value = source >= 0 ? zl[(c.first_row + static_cast<int64_t>(source)) * width + d]
+                                   : h[static_cast<int64_t>(H + source) * width + d];
+    h[static_cast<int64_t>(r) * width + d] = value;
+  }
+}
+
+__global__ void gather_rows_kernel(const bf16* src, const int32_t* index, int64_t n, int width, int divisor,
+                                   bf16* dst) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * width) return;
+  const int64_t row = i / width;
+  dst[i] = src[static_cast<int64_t>(index[row] / divisor) * width + i % width];
+}
+
+// One warp per expert (looping when experts > warps): a ballot scan keeps slot order inside the expert.
+__global__ void plan_experts_kernel(const int32_t* chosen, int64_t slot_count, int experts, int32_t* offsets,
+                                    int32_t* order) {
+  extern __shared__ int32_t counts[];  // [experts]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int e = warp; e < experts; e += warps) {
+    int count = 0;
+    for (int64_t base = 0; base < slot_count; base += 32) {
+      const int64_t s = base + lane;
+      const unsigned mask = __ballot_sync(0xffffffffu, s < slot_count && chosen[s] == e);
+      count += __popc(mask);
+    }
+    if (lane == 0) counts[e] = count;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int running = 0;
+    for (int e = 0; e < experts; ++e) {
+      offsets[e] = running;
+      running += counts[e];
+      counts[e] = offsets[e];
+    }
+    offsets[experts] = running;
+  }
+  __syncthreads();
+  for (int e = warp; e < experts; e += warps) {
+    int next = counts[e];
+    for (int64_t base = 0; base < slot_count; base += 32) {
+      const int64_t s = base + lane;
+      const bool mine = s < slot_count && chosen[s] == e;
+      const unsigned mask = __ballot_sync(0xffffffffu, mine);
+      if (mine) order[next + __popc(mask & ((1u << lane) - 1u))] = static_cast<int32_t>(s);
+      next += __popc(mask);
+    }
+  }
+}
+
+constexpr int kExpertRows = 16;     // rows of one CTA
+constexpr int kExpertWarps = 8;
+constexpr int kExpertColsPerWarp = 2;
+constexpr int kExpertChunk = 256;   // K elements per chunk: 8 per lane
+
+__global__ void __launch_bounds__(kExpertWarps * 32) expert_gemm_kernel(const bf16* x, const int32_t* offsets,
+                                                                        const bf16* w, int64_t n, int64_t k, bf16* y) {
+  const int expert = blockIdx.y;
+  const int64_t begin = offsets[expert] + static_cast<int64_t>(blockIdx.z) * kExpertRows;
+  const int64_t end = offsets[expert + 1];
+  if (begin >= end) return;
+  const int rows = static_cast<int>(end - begin < kExpertRows ? end - begin : kExpertRows);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kExpertWarps + warp) * kExpertColsPerWarp;
+  __shared__ __align__(16) bf16 xs[kExpertRows][kExpertChunk];
+  float acc[kExpertColsPerWarp][kExpertRows];
+  for (int c = 0; c < kExpertColsPerWarp; ++c)
+    for (int r = 0; r < kExpertRows; ++r) acc[c][r] = 0.0f;
+  const bf16* we = w + static_cast<int64_t>(expert) * n * k;
+  for (int64_t chunk = 0; chunk < k; chunk += kExpertChunk) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < kExpertRows * kExpertChunk / 8; i += blockDim.x) {
+      const int r = i / (kExpertChunk / 8), e8 = (i % (kExpertChunk / 8)) * 8;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (r < rows && chunk + e8 < k)
+        value = *reinterpret_cast<const uint4*>(x + (begin + r) * k + chunk + e8);
+      *reinterpret_cast<uint4*>(&xs[r][e8]) = value;
+    }
+    __syncthreads();
+    const int64_t kk = chunk + lane * 8;
+    if (kk >= k) continue;
+#pragma unroll
+    for (int c = 0; c < kExpertColsPerWarp; ++c) {
+      const int64_t col = col0 + c;
+      if (col >= n) continue;
+      const uint4 packed = *reinterpret_cast<const uint4*>(we + col * k + kk);
+      const bf16* wv = reinterpret_cast<const bf16*>(&packed);
+      float wf[8];
+      for (int j = 0; j < 8; ++j) wf[j] = load(wv + j);
+#pragma unroll
+      for (int r = 0; r < kExpertRows; ++r) {
+        if (r < rows) {
+          float a = acc[c][r];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) a = __fmaf_rn(load(&xs[r][lane * 8 + j]), wf[j], a);
+          acc[c][r] = a;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kExpertColsPerWarp; ++c) {
+    const int64_t col = col0 + c;
+#pragma unroll
+    for (int r = 0; r < kExpertRows; ++r) {
+      float a = acc[c][r];
+      for (int offset = 16; offset > 0; offset >>= 1) a += __shfl_xor_sync(0xffffffffu, a, offset);
+      if (lane == 0 && r < rows && col < n) store(y + (begin + r) * n + col, a);
+    }
+  }
+}
+
+__global__ void scatter_weighted_kernel(const bf16* out, const int32_t* order, const float* weights,
+                                        int64_t slot_count, int width, bf16* slots) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= slot_count * width) return;
+  const int64_t p = i / width;
+  const int d = static_cast<int>(i % width);
+  const int32_t slot = order[p];
+  store(slots + static_cast<int64_t>(slot) * width + d, load(out + i) * weights[slot]);
+}
+
+unsigned blocks_for(int64_t count, int threads) { return static_cast<unsigned>((count + threads - 1) / threads); }
+
+}  // namespace
+
+Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
+                const int32_t* pages, const KvShape& shape, KvLayer layer, cudaStream_t stream) {
+  const int kv_width = shape.kv_heads * shape.head_dim;
+  if (rows == 0) return ok_status();
+  write_kv_kernel<<<blocks_for(rows * kv_width, 256), 256, 0, stream>>>(k, v, rows, row_window, windows, pages,
+                                                                          shape.page_size, kv_width, layer.keys,
+                                                                          layer.values);
+  LS_CUDA_TRY_LAUNCH("write_kv");
+  return ok_status();
+}
+
+Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
+                 const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream) {
+  if (shape.head_dim > kMaxHeadDim || shape.heads % shape.kv_heads != 0)
+    return Status(ErrorCode::InvalidArgument, "attention: head_dim " + std::to_string(shape.head_dim) +
+                                                  " above 128 or heads not a multiple of kv_heads");
+  if (rows == 0) return ok_status();
+  attention_kernel<<<dim3(static_cast<unsigned>(rows), shape.heads), kAttnWarps * 32, 0, stream>>>(
+      q, row_window, windows, pages, shape, layer, out);
+  LS_CUDA_TRY_LAUNCH("attention");
+  return ok_status();
+}
+
+Status short_conv(const ConvArgs& args, const int32_t* row_window, const WindowInfo* windows, bf16* z, bf16* y,
+                  cudaStream_t stream) {
+  if (args.rows == 0) return ok_status();
+  short_conv_kernel<<<blocks_for(args.rows * args.width, 256), 256, 0, stream>>>(args, row_window, windows, z, y);
+  LS_CUDA_TRY_LAUNCH("short_conv");
+  return ok_status();
+}
+
+Status commit_conv(const ConvCommit* commits, int count, const bf16* z, int64_t z_rows, int width, int kernel,
+                   int conv_layers, bf16* history, cudaStream_t stream) {
+  if (count == 0 || conv_layers == 0) return ok_status();
+  commit_conv_kernel<<<blocks_for(int64_t{count} * conv_layers * width, 256), 256, 0, stream>>>(
+      commits, count, z, z_rows, width, kernel, conv_layers, history);
+  LS_CUDA_TRY_LAUNCH("commit_conv");
+  return ok_status();
+}
+
+Status gather_rows(const bf16* src, const int32_t* index, int64_t n, int width, int index_divisor, bf16* dst,
+                   cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  gather_rows_kernel<<<blocks_for(n * width, 256), 256, 0, stream>>>(src, index, n, width, index_divisor, dst);
+  LS_CUDA_TRY_LAUNCH("gather_rows");
+  return ok_status();
+}
+
+Status plan_experts(const int32_t* chosen, int64_t slot_count, int experts, int32_t* offsets, int32_t* order,
+                    cudaStream_t stream) {
+  const int warps = experts < 32 ? experts : 32;
+  plan_experts_kernel<<<1, warps * 32, sizeof(int32_t) * experts, stream>>>(chosen, slot_count, experts, offsets,
+                                                                            order);
+  LS_CUDA_TRY_LAUNCH("plan_experts");
+  return ok_status();
+}
+
+Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t max_rows_per_expert, const bf16* w,
+                   int64_t n, int64_t k, bf16* y, cudaStream_t stream) {
+  if (k % 8 != 0)
+    return Status(ErrorCode::InvalidArgument, "expert_gemm: K " + std::to_string(k) + " is not a multiple of 8");
+  if (max_rows_per_expert == 0) return ok_status();
+  const int64_t cols_per_cta = kExpertWarps * kExpertColsPerWarp;
+  const dim3 grid(static_cast<unsigned>((n + cols_per_cta - 1) / cols_per_cta), static_cast<unsigned>(experts),
+                  static_cast<unsigned>((max_rows_per_expert + kExpertRows - 1) / kExpertRows));
+  expert_gemm_kernel<<<grid, kExpertWarps * 32, 0, stream>>>(x, offsets, w, n, k, y);
+  LS_CUDA_TRY_LAUNCH("expert_gemm");
+  return ok_status();
+}
+
+Status scatter_weighted(const bf16* out, const int32_t* order, const float* weights, int64_t slot_count, int width,
+                        bf16* slots, cudaStream_t stream) {
+  if (slot_count == 0) return ok_status();
+  scatter_weighted_kernel<<<blocks_for(slot_count * width, 256), 256, 0, stream>>>(out, order, weights, slot_count,
+                                                                                   width, slots);
+  LS_CUDA_TRY_LAUNCH("scatter_weighted");
+  return ok_status();
+}
+
+}  // namespace ls::lfm2::gpu

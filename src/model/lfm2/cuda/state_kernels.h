@@ -1,0 +1,96 @@
+// The CUDA target's stateful kernels: paged KV writes, attention over ragged windows, ShortConv with kept inputs,
+// conv-state commit, and the MoE expert plan / grouped expert GEMM. Plain C++ header; every call launches async.
+//
+// Batch invariance: each kernel computes a row with arithmetic that depends only on that row's inputs and its
+// stream's state (attention splits keys by absolute position in fixed 32-key blocks, combined in a fixed order).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/bf16.h"
+#include "base/status.h"
+
+namespace ls::lfm2::gpu {
+
+// One window of a forward, as the kernels see it (device array [windows]).
+struct WindowInfo {
+  int32_t first_row = 0;   // the window's row 0 inside the forward
+  int32_t rows = 0;
+  int64_t committed = 0;   // absolute position of row 0
+  int32_t slot = 0;        // conv-state slot of the stream
+  int32_t page_begin = 0;  // offset of the stream's page list inside the forward's page list
+};
+
+// Where the paged KV cache of one attention layer lives: keys/values [pages, page_size, kv_width] bf16.
+struct KvLayer {
+  bf16* keys = nullptr;
+  bf16* values = nullptr;
+};
+
+struct KvShape {
+  int page_size = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;  // <= 128
+  float scale = 0;
+};
+
+// Writes the rows' k, v [rows, kv_width] into their streams' pages at their positions.
+Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
+                const int32_t* pages, const KvShape& shape, KvLayer layer, cudaStream_t stream);
+
+// out [rows, heads*hd] = causal GQA attention of q [rows, heads*hd] over each row's stream keys 0 .. its position
+// (CPU Bf16 rounding: dot, scaled score and p rounded to bf16; fp32 softmax and accumulation).
+Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
+                 const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream);
+
+// ShortConv of every window: bcx [rows, 3D] (B | C | X). history [slots, conv_layers, K-1, D] bf16 (layer
+// `conv_slot`), conv_weight [D, K] fp32, conv_bias [D] fp32 or null. Writes z [rows, D] (the gated inputs, kept for
+// commit) and y [rows, D] = C * conv(z).
+struct ConvArgs {
+  const bf16* bcx = nullptr;
+  int64_t rows = 0;
+  int width = 0;
+  int kernel = 0;
+  int conv_layers = 0;
+  int conv_slot = 0;
+  const bf16* history = nullptr;
+  const float* conv_weight = nullptr;
+  const float* conv_bias = nullptr;
+};
+Status short_conv(const ConvArgs& args, const int32_t* row_window, const WindowInfo* windows, bf16* z, bf16* y,
+                  cudaStream_t stream);
+
+// One kept window: the conv history of `slot` becomes the last K-1 of [history, z rows first_row .. +kept-1].
+struct ConvCommit {
+  int32_t slot = 0;
+  int32_t first_row = 0;
+  int32_t kept = 0;
+};
+// z [conv_layers, z_rows, D] bf16 (the forward's kept inputs, layer-major with z_rows rows per layer).
+Status commit_conv(const ConvCommit* commits, int count, const bf16* z, int64_t z_rows, int width, int kernel,
+                   int conv_layers, bf16* history, cudaStream_t stream);
+
+// dst [n, width] = src rows index[i] (bf16).
+Status gather_rows(const bf16* src, const int32_t* index, int64_t n, int width, int index_divisor, bf16* dst,
+                   cudaStream_t stream);
+
+// The expert plan of `slot_count` = rows * k choices: offsets [experts + 1] and order [slot_count] (slot indices
+// grouped by expert, ascending slot index within an expert).
+Status plan_experts(const int32_t* chosen, int64_t slot_count, int experts, int32_t* offsets, int32_t* order,
+                    cudaStream_t stream);
+
+// Grouped expert GEMM: for each expert e, y [p, N] = x [p, K] @ W_e^T for the planned rows p in
+// [offsets[e], offsets[e+1]); W [experts, N, K] bf16; y rounded to bf16. Each output is a fixed-order fp32 dot
+// (lane l sums k = 256c + 8l + j in order, then a fixed butterfly), whatever the rows. max_rows_per_expert bounds
+// the launch (rows of the forward).
+Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t max_rows_per_expert, const bf16* w,
+                   int64_t n, int64_t k, bf16* y, cudaStream_t stream);
+
+// slots [order[p]] = round(out [p] * weights [order[p]]) for p < slot_count (rows of width D).
+Status scatter_weighted(const bf16* out, const int32_t* order, const float* weights, int64_t slot_count, int width,
+                        bf16* slots, cudaStream_t stream);
+
+}  // namespace ls::lfm2::gpu
