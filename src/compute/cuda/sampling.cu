@@ -1,0 +1,318 @@
+// The keyed sampler on the device: one block per row computes exactly compute::draw_token (greedy argmax, or Gumbel
+// max over the top-k / top-p / min-p survivors with the same splitmix64 keys), doubles where the CPU uses doubles.
+//
+// Candidate order is the CPU's (larger logit first, ties to the lower id) as one 64-bit key per id; top-k and the
+// top-p cut are found by block radix selection over those keys. Sums the CPU adds one by one (the top-p normaliser
+// in id order, the kept mass in probability order) are added one by one here too, by one thread, so they round alike.
+#include <cuda_bf16.h>
+
+#include <string>
+
+#include "compute/cuda/kernels.h"
+
+namespace ls::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kChunk = 2048;  // candidates sorted / summed per round in shared memory
+
+__device__ __forceinline__ uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// -log(-log u) with u from the (seed, position, token) key, as ls::sampling_gumbel.
+__device__ __forceinline__ double gumbel(uint64_t seed, int64_t position, int32_t token) {
+  uint64_t key = mix(seed);
+  key = mix(key ^ static_cast<uint64_t>(position));
+  key = mix(key ^ static_cast<uint64_t>(static_cast<uint32_t>(token)));
+  const double u = __dmul_rn(static_cast<double>(key >> 11) + 0.5, 1.0 / 9007199254740992.0);
+  return -log(-log(u));
+}
+
+// Candidate order as one integer: larger logit first, then lower id (+0 and -0 compare equal, as floats do).
+__device__ __forceinline__ uint64_t order_key(float logit, int32_t id) {
+  uint32_t bits = logit == 0.0f ? 0u : __float_as_uint(logit);
+  bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return (static_cast<uint64_t>(bits) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
+}
+
+struct Best {
+  double value;
+  int32_t id;  // -1 = none
+};
+// The better of two: a larger value, a tie to the lower id; none loses.
+__device__ __forceinline__ Best better(Best a, Best b) {
+  if (b.id < 0) return a;
+  if (a.id < 0) return b;
+  if (b.value > a.value || (b.value == a.value && b.id < a.id)) return b;
+  return a;
+}
+
+struct Shared {
+  unsigned int histogram[256];
+  Best best[kThreads / 32];
+  double partial[kThreads / 32];
+  uint64_t select_prefix;
+  uint64_t select_rank;
+  unsigned int count;
+  uint64_t chunk_keys[kChunk];
+  double chunk_weights[kChunk];
+  double scalar;
+  int flag;
+};
+
+__device__ Best block_best(Best mine, Shared& s) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    Best other{__shfl_xor_sync(0xffffffffu, mine.value, offset), __shfl_xor_sync(0xffffffffu, mine.id, offset)};
+    mine = better(mine, other);
+  }
+  const int warp = threadIdx.x >> 5;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.best[warp] = mine;
+  __syncthreads();
+  Best all = s.best[0];
+  for (int w = 1; w < kThreads / 32; ++w) all = better(all, s.best[w]);
+  return all;
+}
+
+__device__ unsigned int block_count(bool mine, Shared& s) {
+  unsigned int votes = __popc(__ballot_sync(0xffffffffu, mine));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.partial[threadIdx.x >> 5] = votes;
+  __syncthreads();
+  unsigned int total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) total += static_cast<unsigned int>(s.partial[w]);
+  return total;
+}
+
+// The row's filters so far: NaN never survives; then keys >= top-k cut and >= top-p cut; then min-p.
+struct Filter {
+  uint64_t min_key = 0;   // top-k and top-p cut
+  bool use_min_p = false;
+  double max_logit = 0;
+  double temperature = 1;
+  double min_p = 0;
+  __device__ double weight(float logit) const { return exp((static_cast<double>(logit) - max_logit) / temperature); }
+  __device__ bool keeps(float logit, int32_t id) const {
+    if (isnan(logit) || order_key(logit, id) < min_key) return false;
+    return !use_min_p || !(weight(logit) < min_p);
+  }
+};
+
+// The key of the candidate with descending rank `rank` (0 = best) among those `filter` keeps (8 passes of 8 bits).
+__device__ uint64_t select_rank(const float* row, int vocab, const Filter& filter, unsigned int rank, Shared& s) {
+  uint64_t prefix = 0, prefix_mask = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += kThreads) s.histogram[b] = 0;
+    __syncthreads();
+    for (int id = threadIdx.x; id < vocab; id += kThreads) {
+      const float logit = row[id];
+      if (!filter.keeps(logit, id)) continue;
+      const uint64_t key = order_key(logit, id);
+      if ((key & prefix_mask) == prefix) atomicAdd(&s.histogram[(key >> shift) & 0xff], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned int above = 0;
+      int digit = 255;
+      for (; digit > 0; --digit) {
+        if (rank < above + s.histogram[digit]) break;
+        above += s.histogram[digit];
+      }
+      s.select_prefix = prefix | (static_cast<uint64_t>(digit) << shift);
+      s.select_rank = rank - above;
+    }
+    __syncthreads();
+    prefix = s.select_prefix;
+    rank = static_cast<unsigned int>(s.select_rank);
+    prefix_mask |= 0xffull << shift;
+    __syncthreads();
+  }
+  return prefix;
+}
+
+// Sorts s.chunk_keys[0, kChunk) descending (bitonic; unused slots hold 0 and sink to the end).
+__device__ void sort_chunk_descending(Shared& s) {
+  for (int size = 2; size <= kChunk; size <<= 1)
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < kChunk; i += kThreads) {
+        const int j = i ^ stride;
+        if (j <= i) continue;
+        const bool descending = (i & size) == 0;
+        const uint64_t a = s.chunk_keys[i], b = s.chunk_keys[j];
+        if (descending ? a < b : a > b) {
+          s.chunk_keys[i] = b;
+          s.chunk_keys[j] = a;
+        }
+      }
+    }
+  __syncthreads();
+}
+
+__device__ int32_t key_id(uint64_t key) { return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key)); }
+
+__device__ int32_t greedy_row(const float* row, int vocab, Shared& s) {
+  Best mine{0.0, -1};
+  if ((vocab & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    for (int q = threadIdx.x; q < vocab / 4; q += kThreads) {
+      const float4 v = row4[q];
+      const float values[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (!isnan(values[e])) mine = better(mine, Best{values[e], q * 4 + e});
+    }
+  } else {
+    for (int id = threadIdx.x; id < vocab; id += kThreads)
+      if (!isnan(row[id])) mine = better(mine, Best{row[id], id});
+  }
+  const Best all = block_best(mine, s);
+  return all.id < 0 ? 0 : all.id;
+}
+
+__global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int vocab, const RowDraw* draws,
+                                                        int32_t* out_tokens) {
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  Shared& s = *reinterpret_cast<Shared*>(shared_raw);
+  const int64_t r = blockIdx.x;
+  const float* row = logits + r * vocab;
+  const RowDraw draw = draws[r];
+  if (draw.temperature <= 0.0f) {
+    const int32_t token = greedy_row(row, vocab, s);
+    if (threadIdx.x == 0) out_tokens[r] = token;
+    return;
+  }
+  const bool use_top_k = draw.top_k > 0 && draw.top_k < vocab;
+  const bool use_top_p = draw.top_p < 1.0f;
+  const bool use_min_p = draw.min_p > 0.0f;
+  Filter filter;
+  filter.temperature = draw.temperature;
+  if (use_top_k) {
+    const unsigned int alive = [&] {
+      unsigned int n = 0;
+      for (int base = 0; base < vocab; base += kThreads) {
+        const int id = base + threadIdx.x;
+        n += block_count(id < vocab && !isnan(row[id]), s);
+      }
+      return n;
+    }();
+    if (alive > static_cast<unsigned int>(draw.top_k))
+      filter.min_key = select_rank(row, vocab, filter, static_cast<unsigned int>(draw.top_k - 1), s);
+  }
+  if (use_top_p || use_min_p) {
+    Best mine{0.0, -1};
+    for (int id = threadIdx.x; id < vocab; id += kThreads)
+      if (filter.keeps(row[id], id)) mine = better(mine, Best{row[id], id});
+    const Best top = block_best(mine, s);
+    filter.max_logit = top.id < 0 ? 0.0 : top.value;
+  }
+  if (use_top_p) {
+    // Normaliser: survivors' weights added in ascending id order by one thread.
+    double total = 0;
+    for (int base = 0; base < vocab; base += kChunk) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < kChunk; i += kThreads) {
+        const int id = base + i;
+        s.chunk_weights[i] = id < vocab && filter.keeps(row[id], id) ? filter.weight(row[id]) : -1.0;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0)
+        for (int i = 0; i < kChunk; ++i)
+          if (s.chunk_weights[i] >= 0) total += s.chunk_weights[i];
+    }
+    if (threadIdx.x == 0) {
+      s.scalar = static_cast<double>(draw.top_p) * total;
+      s.flag = 0;
+    }
+    __syncthreads();
+    const double target = s.scalar;
+    // Walk the survivors best-first, kChunk at a time, adding weights one by one until the mass reaches target.
+    unsigned int alive = 0;
+    for (int base = 0; base < vocab; base += kThreads) {
+      const int id = base + threadIdx.x;
+      alive += block_count(id < vocab && filter.keeps(row[id], id), s);
+    }
+    double mass = 0;  // thread 0's running sum
+    uint64_t upper = ~0ull, cut = 0;
+    bool done = false;
+    for (unsigned int first = 0; first < alive && !done; first += kChunk) {
+      const unsigned int last = min(alive, first + kChunk) - 1;
+      const uint64_t lower = select_rank(row, vocab, filter, last, s);
+      for (int i = threadIdx.x; i < kChunk; i += kThreads) s.chunk_keys[i] = 0;
+      if (threadIdx.x == 0) s.count = 0;
+      __syncthreads();
+      for (int id = threadIdx.x; id < vocab; id += kThreads) {
+        if (!filter.keeps(row[id], id)) continue;
+        const uint64_t key = order_key(row[id], id);
+        if (key >= lower && (first == 0 || key < upper)) s.chunk_keys[atomicAdd(&s.count, 1u)] = key;
+      }
+      sort_chunk_descending(s);
+      const int n = static_cast<int>(last - first + 1);
+      for (int i = threadIdx.x; i < n; i += kThreads) s.chunk_weights[i] = filter.weight(row[key_id(s.chunk_keys[i])]);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int i = 0; i < n; ++i) {
+          mass += s.chunk_weights[i];
+          if (mass >= target) {
+            s.chunk_keys[0] = s.chunk_keys[i];
+            s.flag = 1;
+            break;
+          }
+        }
+      }
+      __syncthreads();
+      done = s.flag != 0;
+      if (done) cut = s.chunk_keys[0];
+      upper = lower;
+      __syncthreads();
+    }
+    if (done) filter.min_key = cut;
+  }
+  filter.use_min_p = use_min_p;
+  filter.min_p = draw.min_p;
+  // Gumbel max over the survivors (every non-NaN id when no filter is on), ties to the lower id.
+  Best mine{0.0, -1};
+  for (int id = threadIdx.x; id < vocab; id += kThreads) {
+    const float logit = row[id];
+    if (!filter.keeps(logit, id)) continue;
+    const double scaled = static_cast<double>(logit) / static_cast<double>(draw.temperature);
+    mine = better(mine, Best{scaled + gumbel(draw.seed, draw.position, id), id});
+  }
+  const Best all = block_best(mine, s);
+  const int32_t token = all.id >= 0 ? all.id : greedy_row(row, vocab, s);
+  if (threadIdx.x == 0) out_tokens[r] = token;
+}
+
+}  // namespace
+
+size_t DrawScratch::bytes_needed(int64_t, int) { return 0; }  // the draw keeps everything in shared memory
+
+Status DrawScratch::reserve(int64_t rows, int vocab) {
+  if (rows < 0 || vocab < 0) return Status(ErrorCode::InvalidArgument, "DrawScratch::reserve of negative size");
+  const size_t needed = bytes_needed(rows, vocab);
+  if (needed > buffer_.bytes()) return buffer_.allocate(needed);
+  return ok_status();
+}
+
+Status draw_rows(const float* logits, int64_t rows, int vocab, const RowDraw* draws, int32_t* out_tokens,
+                 const DrawScratch& scratch, cudaStream_t stream) {
+  (void)scratch;
+  if (rows <= 0) return ok_status();
+  if (vocab <= 0 || rows > 0x7fffffff)
+    return Status(ErrorCode::InvalidArgument,
+                  "draw_rows: rows " + std::to_string(rows) + ", vocab " + std::to_string(vocab));
+  static bool configured = false;
+  if (!configured) {
+    LS_CUDA_TRY(cudaFuncSetAttribute(draw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Shared)));
+    configured = true;
+  }
+  draw_kernel<<<static_cast<unsigned>(rows), kThreads, sizeof(Shared), stream>>>(logits, vocab, draws, out_tokens);
+  LS_CUDA_TRY_LAUNCH("draw_kernel");
+  return ok_status();
+}
+
+}  // namespace ls::cuda
