@@ -1,26 +1,42 @@
-// Lanes benchmark: plain vs drafted tokens/s, mean accepted length and drafted/verified rows at 1/4/8/16 streams.
+// Lanes benchmark: plain vs drafted tokens/s, accepted length and drafted/verified rows, per stream count.
 //
 // lanes_bench [--tokens N] [--wrong-rate R] [--json PATH]                 fakes, fixed-clock cost model
-// lanes_bench --model DIR [--threads T] [--tokens N] [--prompts FILE]     a real target (wall clock); prompts from an
-//             [--drafter DIR | --wrong-rate R] [--repeats N]             eval_prompts.json ("code" entries, tokenized
-//                                                                         with the model's tokenizer) or random ids;
-//                                                                         the DSpark drafter in DIR, or without it a
-//                                                                         drafter replaying the plain reply (an oracle
-//                                                                         right at 1 - R)
+// lanes_bench --model DIR [--device cpu|cuda] [--threads T]                a real target (wall clock)
+//             [--streams 1,4,8,16,32,64] [--tokens N] [--repeats N]
+//             [--prompts FILE [--prompt-tokens N] | --prompt-tokens N]   eval_prompts.json "code" prompts, or random
+//                                                                         ids (synth checkpoints have no tokenizer)
+//             [--drafter DIR [--drafter-device auto|cpu|cuda]           the DSpark drafter in DIR (auto: on --device,
+//              | --wrong-rate R]                                         the CPU if CUDA refuses), or a drafter
+//                                                                         replaying the plain reply (right at 1 - R)
+//             [--synthetic-acceptance MEAN] [--sampled 0|1] [--machine TEXT] [--commit SHA]
+//
+// Per stream count, plain (A) and drafted (B) alternate A B A B ... `--repeats` times; medians are reported. The
+// first plain run's replies are the record: every later plain and drafted reply must equal it (column "exact").
+// --synthetic-acceptance (benchmarks only): the drafter still runs, but its proposals are the recorded reply, right
+// per position with a constant conditional q whose mean accepted length (bonus included) over full-depth windows
+// is MEAN (draft/synthetic/acceptance_profile.h). "accepted" = 1 + drafts kept / windows that carried drafts
+// (bonus included); "tok/win" = 1 + drafts kept / all verified windows. Decode tok/s exclude the first round
+// (every stream's prefill); speedup is drafted / plain decode tok/s.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
-#include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "base/hash.h"
+#include "base/log.h"
 #include "draft/load.h"
-
+#include "draft/synthetic/acceptance_profile.h"
+#include "draft/synthetic/synthetic_acceptance_drafter.h"
 #include "lanes/lanes.h"
 #include "lanes/testing/fake_drafter.h"
 #include "lanes/testing/fake_target.h"
@@ -32,6 +48,8 @@
 namespace ls {
 namespace {
 
+using json = nlohmann::json;
+
 struct BenchOptions {
   int tokens = 256;
   double wrong_rate = 0.2;
@@ -39,9 +57,17 @@ struct BenchOptions {
   std::string model_dir;
   std::string drafter_dir;
   std::string prompts_path;
-  int prompt_tokens = 192;  // leading tokens of each eval prompt
+  std::string device = "cpu";
+  std::string drafter_device = "auto";  // auto: --device, falling back to the CPU (loudly) when CUDA refuses
+  std::vector<int> streams = {1, 4, 8, 16};
+  int prompt_tokens = 192;  // leading tokens of each eval prompt, or the length of random prompts
   int threads = 2;
-  int repeats = 1;  // real target: plain and drafted alternate this many times; the fastest of each counts
+  int repeats = 1;                    // real target: A B alternations per stream count; medians reported
+  double synthetic_acceptance = 0.0;  // > 0: the mean accepted length of the synthetic profile
+  int exact_width_probe = 16;
+  bool sampled = false;  // seeded sampled requests (temperature, top-k/p, min-p mixed) instead of greedy
+  std::string machine;
+  std::string commit = "unknown";
 };
 
 // Leading tokens of the "code" prompts of an eval_prompts.json, tokenized with the model directory's tokenizer.
@@ -49,7 +75,7 @@ Result<std::vector<std::vector<int32_t>>> load_prompts(const BenchOptions& optio
   LS_ASSIGN_OR_RETURN(text::Tokenizer tokenizer, text::Tokenizer::load(options.model_dir));
   std::ifstream file(options.prompts_path);
   if (!file) return Status(ErrorCode::NotFound, "cannot open " + options.prompts_path);
-  nlohmann::json prompts = nlohmann::json::parse(file, nullptr, false);
+  json prompts = json::parse(file, nullptr, false);
   if (prompts.is_discarded() || !prompts.contains("code")) {
     return Status(ErrorCode::InvalidArgument, options.prompts_path + " has no \"code\" prompts");
   }
@@ -62,19 +88,24 @@ Result<std::vector<std::vector<int32_t>>> load_prompts(const BenchOptions& optio
   return encoded;
 }
 
-struct Measured {
-  double ms = 0;
-  int64_t tokens = 0;
-  LanesStats stats;
-  double tokens_per_s() const { return ms > 0 ? 1000.0 * static_cast<double>(tokens) / ms : 0.0; }
-};
+// 16 prompts of `length` random ids in [16, vocab), keyed by prompt index (synth checkpoints have no tokenizer).
+std::vector<std::vector<int32_t>> random_prompts(int length, int vocab_size) {
+  std::vector<std::vector<int32_t>> prompts(16);
+  for (size_t prompt = 0; prompt < prompts.size(); ++prompt) {
+    for (int index = 0; index < length; ++index) {
+      const uint64_t bits = splitmix64((prompt << 32) ^ static_cast<uint64_t>(index) ^ 0x9e0ull);
+      prompts[prompt].push_back(static_cast<int32_t>(16 + bits % static_cast<uint64_t>(std::max(1, vocab_size - 16))));
+    }
+  }
+  return prompts;
+}
 
-std::vector<Arrival> bench_requests(int streams, int tokens, int vocab_size,
+std::vector<Arrival> bench_requests(int streams, int tokens, int vocab_size, bool sampled,
                                     const std::vector<std::vector<int32_t>>& prompts = {}) {
   std::vector<Arrival> arrivals;
   for (int index = 0; index < streams; ++index) {
     Arrival arrival;
-    arrival.request = make_fake_request(index, false, vocab_size);
+    arrival.request = make_fake_request(index, sampled, vocab_size);
     if (!prompts.empty()) arrival.request.prompt = prompts[index % prompts.size()];
     arrival.request.max_tokens = tokens;
     arrival.request.eos_ids = std::vector<int32_t>{};  // every stream runs to max_tokens
@@ -83,42 +114,125 @@ std::vector<Arrival> bench_requests(int streams, int tokens, int vocab_size,
   return arrivals;
 }
 
-Result<Measured> measure(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals) {
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, LanesOptions{}, clock));
-  const double start_ms = clock.now_ms();
-  LS_ASSIGN_OR_RETURN(std::vector<Reply> replies, run_arrivals(*lanes, arrivals));
+struct Measured {
+  double ms = 0;              // submit to idle
+  double first_round_ms = 0;  // the round that prefilled every stream
+  int64_t tokens = 0;
+  int streams = 0;
+  LanesStats stats;
+  std::vector<std::vector<int32_t>> replies;  // [stream] in submit order
+  double tokens_per_s() const { return ms > 0 ? 1000.0 * double(tokens) / ms : 0.0; }
+  double decode_tokens_per_s() const {
+    const double decode_ms = ms - first_round_ms;
+    return decode_ms > 0 ? 1000.0 * double(tokens - streams) / decode_ms : 0.0;
+  }
+};
+
+// Submits every request at once and runs rounds until idle, timing the first round apart.
+Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals) {
+  LanesOptions lanes_options;
+  lanes_options.max_streams = std::max<int>(lanes_options.max_streams, static_cast<int>(arrivals.size()));
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   Measured measured;
+  measured.streams = static_cast<int>(arrivals.size());
+  std::map<StreamId, size_t> index_of;
+  const double start_ms = clock.now_ms();
+  for (size_t index = 0; index < arrivals.size(); ++index) index_of[lanes->submit(arrivals[index].request)] = index;
+  measured.replies.resize(arrivals.size());
+  for (int round = 0; !lanes->idle(); ++round) {
+    LS_RETURN_IF_ERROR(lanes->round());
+    if (round == 0) measured.first_round_ms = clock.now_ms() - start_ms;
+    for (const StreamEvent& event : lanes->take_events()) {
+      if (event.finish == FinishReason::Error) return Status(ErrorCode::Internal, "stream failed: " + event.error);
+      std::vector<int32_t>& reply = measured.replies[index_of.at(event.stream)];
+      reply.insert(reply.end(), event.tokens.begin(), event.tokens.end());
+    }
+  }
   measured.ms = clock.now_ms() - start_ms;
   measured.stats = lanes->stats();
-  for (const Reply& reply : replies) measured.tokens += static_cast<int64_t>(reply.tokens.size());
+  for (const std::vector<int32_t>& reply : measured.replies) measured.tokens += static_cast<int64_t>(reply.size());
   return measured;
 }
 
-nlohmann::json row_json(int streams, const Measured& plain, const Measured& drafted) {
-  const LanesStats& stats = drafted.stats;
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t middle = values.size() / 2;
+  return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+}
+
+json stats_json(const LanesStats& stats) {
+  return {{"rounds", stats.rounds},
+          {"verify_forwards", stats.verify_forwards},
+          {"prefill_forwards", stats.prefill_forwards},
+          {"drafter_passes", stats.drafter_passes},
+          {"drafter_faults", stats.drafter_faults},
+          {"rows_verified", stats.rows_verified},
+          {"drafts_verified", stats.drafts_verified},
+          {"drafts_accepted", stats.drafts_accepted},
+          {"tokens_generated", stats.tokens_generated},
+          {"windows_verified", stats.windows_verified},
+          {"windows_with_drafts", stats.windows_with_drafts}};
+}
+
+// One table row from the plain and drafted runs of one stream count (medians over repeats).
+json row_json(int streams, const std::vector<Measured>& plain, const std::vector<Measured>& drafted, bool exact) {
+  std::vector<double> plain_tps, drafted_tps, plain_decode, drafted_decode, plain_ms, drafted_ms;
+  for (const Measured& run : plain) {
+    plain_tps.push_back(run.tokens_per_s());
+    plain_decode.push_back(run.decode_tokens_per_s());
+    plain_ms.push_back(run.ms);
+  }
+  for (const Measured& run : drafted) {
+    drafted_tps.push_back(run.tokens_per_s());
+    drafted_decode.push_back(run.decode_tokens_per_s());
+    drafted_ms.push_back(run.ms);
+  }
+  // Counters from the drafted run of median time.
+  std::vector<size_t> order(drafted.size());
+  for (size_t index = 0; index < order.size(); ++index) order[index] = index;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return drafted[a].ms < drafted[b].ms; });
+  const LanesStats& stats = drafted[order[(order.size() - 1) / 2]].stats;
+  const double plain_decode_median = median(plain_decode);
   return {{"streams", streams},
-          {"plain_tokens_per_s", plain.tokens_per_s()},
-          {"drafted_tokens_per_s", drafted.tokens_per_s()},
-          {"speedup", plain.tokens_per_s() > 0 ? drafted.tokens_per_s() / plain.tokens_per_s() : 0.0},
-          {"mean_accepted_length",
+          {"plain_tokens_per_s", median(plain_tps)},
+          {"drafted_tokens_per_s", median(drafted_tps)},
+          {"plain_decode_tokens_per_s", plain_decode_median},
+          {"drafted_decode_tokens_per_s", median(drafted_decode)},
+          {"speedup", plain_decode_median > 0 ? median(drafted_decode) / plain_decode_median : 0.0},
+          {"accepted_length", stats.windows_with_drafts > 0
+                                  ? 1.0 + double(stats.drafts_accepted) / double(stats.windows_with_drafts)
+                                  : 0.0},
+          {"tokens_per_window",
            stats.windows_verified > 0 ? 1.0 + double(stats.drafts_accepted) / double(stats.windows_verified) : 0.0},
           {"drafted_rows", stats.drafts_verified},
           {"verified_rows", stats.rows_verified},
           {"drafter_passes", stats.drafter_passes},
-          {"verify_forwards", stats.verify_forwards}};
+          {"exact", exact},
+          {"tokens", drafted.empty() ? 0 : drafted.front().tokens},
+          {"plain_ms", plain_ms},
+          {"drafted_ms", drafted_ms},
+          {"drafted_stats", stats_json(stats)},
+          {"plain_stats", stats_json(plain.front().stats)}};
 }
 
-void print_row(const nlohmann::json& row) {
-  std::printf("%7d %12.1f %12.1f %8.2fx %9.2f %10lld %10lld %8lld\n", row["streams"].get<int>(),
-              row["plain_tokens_per_s"].get<double>(), row["drafted_tokens_per_s"].get<double>(),
-              row["speedup"].get<double>(), row["mean_accepted_length"].get<double>(),
-              static_cast<long long>(row["drafted_rows"].get<int64_t>()),
+void print_header() {
+  std::printf("%7s %11s %11s %8s %8s %7s %8s %9s %7s %6s\n", "streams", "plain tok/s", "draft tok/s", "speedup",
+              "accepted", "tok/win", "drafted", "verified", "passes", "exact");
+}
+
+void print_row(const json& row) {
+  std::printf("%7d %11.1f %11.1f %7.2fx %8.2f %7.2f %8lld %9lld %7lld %6s\n", row["streams"].get<int>(),
+              row["plain_decode_tokens_per_s"].get<double>(), row["drafted_decode_tokens_per_s"].get<double>(),
+              row["speedup"].get<double>(), row["accepted_length"].get<double>(),
+              row["tokens_per_window"].get<double>(), static_cast<long long>(row["drafted_rows"].get<int64_t>()),
               static_cast<long long>(row["verified_rows"].get<int64_t>()),
-              static_cast<long long>(row["drafter_passes"].get<int64_t>()));
+              static_cast<long long>(row["drafter_passes"].get<int64_t>()), row["exact"].get<bool>() ? "yes" : "NO");
+  std::fflush(stdout);
 }
 
 // One stream count on the fakes: both runs share the cost model through one fixed clock.
-Result<nlohmann::json> fake_cell(const BenchOptions& options, int streams) {
+Result<json> fake_cell(const BenchOptions& options, int streams) {
   FixedClock clock;
   FakeTargetOptions target_options;
   target_options.max_rows = 64;
@@ -128,141 +242,252 @@ Result<nlohmann::json> fake_cell(const BenchOptions& options, int streams) {
   drafter_options.max_depth = 7;
   drafter_options.wrong_rate = options.wrong_rate;
   drafter_options.clock = &clock;
-  std::vector<Arrival> arrivals = bench_requests(streams, options.tokens, target_options.shape.vocab_size);
+  std::vector<Arrival> arrivals = bench_requests(streams, options.tokens, target_options.shape.vocab_size, options.sampled);
   FakeTarget plain_target(target_options);
-  LS_ASSIGN_OR_RETURN(Measured plain, measure(plain_target, nullptr, clock, arrivals));
+  LS_ASSIGN_OR_RETURN(Measured plain, run_once(plain_target, nullptr, clock, arrivals));
   FakeTarget drafted_target(target_options);
   FakeDrafter drafter(drafter_options);
-  LS_ASSIGN_OR_RETURN(Measured drafted, measure(drafted_target, &drafter, clock, arrivals));
-  return row_json(streams, plain, drafted);
+  LS_ASSIGN_OR_RETURN(Measured drafted, run_once(drafted_target, &drafter, clock, arrivals));
+  return row_json(streams, {plain}, {drafted}, drafted.replies == plain.replies);
 }
 
-// One stream count on a real target: plain first (its replies feed the replaying drafter), then drafted.
-Result<nlohmann::json> real_cell(const BenchOptions& options, Target& target, Drafter* dspark, int streams,
-                                 const std::vector<std::vector<int32_t>>& prompts) {
-  WallClock clock;
-  std::vector<Arrival> arrivals = bench_requests(streams, options.tokens, target.facts().vocab_size, prompts);
-  Measured plain;
-  Measured drafted;
-  for (int repeat = 0; repeat < std::max(1, options.repeats); ++repeat) {
-    LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> plain_lanes, Lanes::create(target, nullptr, LanesOptions{}, clock));
-    const double start_ms = clock.now_ms();
-    LS_ASSIGN_OR_RETURN(std::vector<Reply> replies, run_arrivals(*plain_lanes, arrivals));
-    Measured plain_run;
-    plain_run.ms = clock.now_ms() - start_ms;
-    plain_run.stats = plain_lanes->stats();
-    RecordedDrafterOptions drafter_options;
-    drafter_options.vocab_size = target.facts().vocab_size;
-    drafter_options.wrong_rate = options.wrong_rate;
-    RecordedDrafter replaying(drafter_options);
-    for (size_t index = 0; index < arrivals.size(); ++index) {
-      plain_run.tokens += static_cast<int64_t>(replies[index].tokens.size());
-      std::vector<int32_t> sequence = arrivals[index].request.prompt;
-      sequence.insert(sequence.end(), replies[index].tokens.begin(), replies[index].tokens.end());
-      replaying.expect(static_cast<StreamId>(index + 1), sequence);
-    }
-    LS_ASSIGN_OR_RETURN(Measured drafted_run,
-                        measure(target, dspark != nullptr ? dspark : &replaying, clock, arrivals));
-    if (repeat == 0 || plain_run.ms < plain.ms) plain = plain_run;
-    if (repeat == 0 || drafted_run.ms < drafted.ms) drafted = drafted_run;
+// The drafter of one drafted run: the DSpark drafter, or the replaying one, optionally under synthetic acceptance.
+struct DraftedArm {
+  std::unique_ptr<RecordedDrafter> replaying;
+  std::unique_ptr<SyntheticAcceptanceDrafter> synthetic;
+  Drafter* drafter = nullptr;
+};
+
+DraftedArm drafted_arm(const BenchOptions& options, const Target& target, Drafter* dspark,
+                       const std::vector<Arrival>& arrivals, const std::vector<std::vector<int32_t>>& record,
+                       const AcceptanceProfile& profile) {
+  DraftedArm arm;
+  std::vector<std::vector<int32_t>> sequences;
+  for (size_t index = 0; index < arrivals.size(); ++index) {
+    sequences.push_back(arrivals[index].request.prompt);
+    sequences.back().insert(sequences.back().end(), record[index].begin(), record[index].end());
   }
-  return row_json(streams, plain, drafted);
+  arm.drafter = dspark;
+  if (!dspark) {
+    RecordedDrafterOptions replay;
+    replay.vocab_size = target.facts().vocab_size;
+    replay.wrong_rate = options.wrong_rate;
+    arm.replaying = std::make_unique<RecordedDrafter>(replay);
+    for (size_t index = 0; index < sequences.size(); ++index) arm.replaying->expect(StreamId(index + 1), sequences[index]);
+    arm.drafter = arm.replaying.get();
+  }
+  if (options.synthetic_acceptance > 0) {
+    arm.synthetic = std::make_unique<SyntheticAcceptanceDrafter>(
+        *arm.drafter, SyntheticAcceptanceOptions{profile, 0x5e1ec7, target.facts().vocab_size});
+    for (size_t index = 0; index < sequences.size(); ++index) arm.synthetic->expect(StreamId(index + 1), sequences[index]);
+    arm.drafter = arm.synthetic.get();
+  }
+  return arm;
+}
+
+// One stream count on a real target: A B A B ...; the first plain run's replies are the record.
+Result<json> real_cell(const BenchOptions& options, Target& target, Drafter* dspark, int streams,
+                       const std::vector<std::vector<int32_t>>& prompts, const AcceptanceProfile& profile) {
+  WallClock clock;
+  std::vector<Arrival> arrivals = bench_requests(streams, options.tokens, target.facts().vocab_size, options.sampled, prompts);
+  std::vector<Measured> plain_runs, drafted_runs;
+  bool exact = true;
+  int64_t mismatches = 0;
+  for (int repeat = 0; repeat < std::max(1, options.repeats); ++repeat) {
+    LS_ASSIGN_OR_RETURN(Measured plain, run_once(target, nullptr, clock, arrivals));
+    if (!plain_runs.empty()) exact = exact && plain.replies == plain_runs.front().replies;
+    plain_runs.push_back(std::move(plain));
+    DraftedArm arm = drafted_arm(options, target, dspark, arrivals, plain_runs.front().replies, profile);
+    LS_ASSIGN_OR_RETURN(Measured drafted, run_once(target, arm.drafter, clock, arrivals));
+    exact = exact && drafted.replies == plain_runs.front().replies;
+    if (arm.synthetic) mismatches += arm.synthetic->record_mismatches();
+    drafted_runs.push_back(std::move(drafted));
+  }
+  json row = row_json(streams, plain_runs, drafted_runs, exact);
+  row["record_mismatches"] = mismatches;
+  return row;
+}
+
+// The machine: the CPU model, core count and host name, plus what the caller says (e.g. the GPU and driver).
+json machine_json(const BenchOptions& options) {
+  std::string cpu_model = "unknown";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      cpu_model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return {{"cpu", cpu_model},
+          {"cpu_threads", std::thread::hardware_concurrency()},
+          {"host", host},
+          {"given", options.machine}};
+}
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "lanes_bench: %s\n", status.to_string().c_str());
+  return 1;
 }
 
 int run(const BenchOptions& options) {
   std::unique_ptr<Target> target;
   std::unique_ptr<Drafter> dspark;
   std::vector<std::vector<int32_t>> prompts;
+  const Device device = options.device == "cuda" ? Device::Cuda : Device::Cpu;
+  const int most_streams = *std::max_element(options.streams.begin(), options.streams.end());
+  std::string drafter_device_used = "none";
   if (!options.model_dir.empty()) {
     LoadOptions load;
+    load.device = device;
     load.threads = options.threads;
-    load.exact_width_probe = 8;
+    load.exact_width_probe = options.exact_width_probe;
     auto loaded = load_target(options.model_dir, load);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "%s\n", loaded.status().to_string().c_str());
-      return 1;
-    }
+    if (!loaded.ok()) return fail(loaded.status());
     target = std::move(*loaded);
     if (!options.drafter_dir.empty()) {
       DrafterOptions drafter_options;
+      drafter_options.device = options.drafter_device == "cpu" ? Device::Cpu
+                               : options.drafter_device == "cuda" ? Device::Cuda
+                                                                  : device;
       drafter_options.threads = options.threads;
-      drafter_options.max_streams = 16;
+      drafter_options.max_streams = most_streams;
       auto drafter = load_drafter(options.drafter_dir, *target, drafter_options);
-      if (!drafter.ok()) {
-        std::fprintf(stderr, "%s\n", drafter.status().to_string().c_str());
-        return 1;
+      if (!drafter.ok() && options.drafter_device == "auto" && drafter_options.device == Device::Cuda) {
+        std::printf("NOTE: the CUDA drafter refused (%s); the drafter runs on the CPU\n",
+                    drafter.status().to_string().c_str());
+        drafter_options.device = Device::Cpu;
+        drafter = load_drafter(options.drafter_dir, *target, drafter_options);
       }
+      if (!drafter.ok()) return fail(drafter.status());
       dspark = std::move(*drafter);
+      drafter_device_used = drafter_options.device == Device::Cuda ? "cuda" : "cpu";
     }
     if (!options.prompts_path.empty()) {
       auto loaded_prompts = load_prompts(options);
-      if (!loaded_prompts.ok()) {
-        std::fprintf(stderr, "%s\n", loaded_prompts.status().to_string().c_str());
-        return 1;
-      }
+      if (!loaded_prompts.ok()) return fail(loaded_prompts.status());
       prompts = std::move(*loaded_prompts);
+    } else {
+      prompts = random_prompts(options.prompt_tokens, target->facts().vocab_size);
     }
   }
-  std::printf("lanes bench: %s, %d tokens per stream, drafter %s (wrong rate %.2f when replaying or fake)\n",
-              target ? options.model_dir.c_str() : "fake pair (fixed-clock cost model)", options.tokens,
-              dspark ? options.drafter_dir.c_str() : (target ? "replaying the plain reply" : "fake"),
-              options.wrong_rate);
-  std::printf("%7s %12s %12s %9s %9s %10s %10s %8s\n", "streams", "plain tok/s", "drafted tok/s", "speedup",
-              "accepted", "drafted", "verified", "passes");
-  nlohmann::json rows = nlohmann::json::array();
-  for (int streams : {1, 4, 8, 16}) {
-    Result<nlohmann::json> row =
-        target ? real_cell(options, *target, dspark.get(), streams, prompts) : fake_cell(options, streams);
-    if (!row.ok()) {
-      std::fprintf(stderr, "%d streams: %s\n", streams, row.status().to_string().c_str());
-      return 1;
-    }
+  AcceptanceProfile profile;
+  if (options.synthetic_acceptance > 0) {
+    const int depth = dspark ? dspark->facts().max_depth : RecordedDrafterOptions{}.max_depth;
+    Result<AcceptanceProfile> made = profile_for_mean(options.synthetic_acceptance, depth);
+    if (!made.ok()) return fail(made.status());
+    profile = *made;
+  }
+  std::printf("lanes bench: %s on %s, %d tokens per stream, drafter %s", 
+              target ? options.model_dir.c_str() : "fake pair (fixed-clock cost model)", options.device.c_str(),
+              options.tokens, dspark ? options.drafter_dir.c_str() : (target ? "replaying the plain reply" : "fake"));
+  if (options.synthetic_acceptance > 0) {
+    std::printf(", synthetic acceptance %.2f (q = %.4f over %d drafts; benchmarks only)", options.synthetic_acceptance,
+                profile.conditional[0], profile.depth());
+  } else if (!dspark) {
+    std::printf(", wrong rate %.2f", options.wrong_rate);
+  }
+  std::printf(", %d repeat(s), commit %s\n", std::max(1, options.repeats), options.commit.c_str());
+  print_header();
+  json out = {{"bench", "lanes"},
+              {"machine", machine_json(options)},
+              {"commit", options.commit},
+              {"device", options.device},
+              {"model", target ? options.model_dir : "fake"},
+              {"drafter", dspark ? options.drafter_dir : (target ? "replay" : "fake")},
+              {"drafter_device", drafter_device_used},
+              {"exact_width", target ? target->facts().exact_width : 8},
+              {"drafter_max_depth", dspark ? dspark->facts().max_depth : 0},
+              {"prompts", options.prompts_path.empty() ? "random ids" : options.prompts_path},
+              {"prompt_tokens", options.prompt_tokens},
+              {"tokens_per_stream", options.tokens},
+              {"threads", options.threads},
+              {"sampled", options.sampled},
+              {"repeats", std::max(1, options.repeats)},
+              {"wrong_rate", options.wrong_rate},
+              {"synthetic_acceptance", options.synthetic_acceptance > 0
+                                           ? json{{"mean", options.synthetic_acceptance},
+                                                  {"profile_mean", profile.mean_accepted_length()},
+                                                  {"conditional", profile.conditional}}
+                                           : json(nullptr)},
+              {"rows", json::array()}};
+  // The JSON is rewritten after every row, so a run stopped by a timeout still leaves what it measured.
+  for (int streams : options.streams) {
+    Result<json> row = target ? real_cell(options, *target, dspark.get(), streams, prompts, profile)
+                              : fake_cell(options, streams);
+    if (!row.ok()) return fail(Status(row.status().code(), std::to_string(streams) + " streams: " + row.status().message()));
     print_row(*row);
-    rows.push_back(*row);
+    out["rows"].push_back(*row);
+    {
+      std::ofstream(options.json_path + ".tmp") << out.dump(2) << "\n";
+    }
+    std::rename((options.json_path + ".tmp").c_str(), options.json_path.c_str());  // never a half-written file
   }
-  nlohmann::json out = {{"bench", "lanes"},
-                        {"backend", target ? options.model_dir : "fake"},
-                        {"drafter", dspark ? options.drafter_dir : (target ? "replay" : "fake")},
-                        {"prompts", options.prompts_path},
-                        {"tokens_per_stream", options.tokens},
-                        {"wrong_rate", options.wrong_rate},
-                        {"rows", rows}};
-  std::ofstream(options.json_path) << out.dump(2) << "\n";
   std::printf("wrote %s\n", options.json_path.c_str());
+  for (const json& row : out["rows"])
+    if (!row["exact"].get<bool>()) return 3;  // a drafted reply differed from plain: the run is not a result
   return 0;
+}
+
+// "1,4,8" -> {1, 4, 8}; empty when any piece is not a positive integer.
+std::vector<int> parse_counts(const std::string& text) {
+  std::vector<int> counts;
+  std::stringstream stream(text);
+  for (std::string piece; std::getline(stream, piece, ',');) {
+    char* end = nullptr;
+    const long value = std::strtol(piece.c_str(), &end, 10);
+    if (piece.empty() || *end != '\0' || value < 1 || value > 4096) return {};
+    counts.push_back(static_cast<int>(value));
+  }
+  return counts;
 }
 
 }  // namespace
 }  // namespace ls
 
 int main(int argc, char** argv) {
+  ls::set_log_level(ls::LogLevel::Warn);
   ls::BenchOptions options;
-  for (int index = 1; index < argc; ++index) {
+  bool usage_error = false;
+  for (int index = 1; index < argc && !usage_error; ++index) {
     const std::string flag = argv[index];
     const bool has_value = index + 1 < argc;
-    if (flag == "--tokens" && has_value) {
-      options.tokens = std::atoi(argv[++index]);
-    } else if (flag == "--wrong-rate" && has_value) {
-      options.wrong_rate = std::atof(argv[++index]);
-    } else if (flag == "--json" && has_value) {
-      options.json_path = argv[++index];
-    } else if (flag == "--model" && has_value) {
-      options.model_dir = argv[++index];
-    } else if (flag == "--drafter" && has_value) {
-      options.drafter_dir = argv[++index];
-    } else if (flag == "--repeats" && has_value) {
-      options.repeats = std::atoi(argv[++index]);
-    } else if (flag == "--prompts" && has_value) {
-      options.prompts_path = argv[++index];
-    } else if (flag == "--prompt-tokens" && has_value) {
-      options.prompt_tokens = std::atoi(argv[++index]);
-    } else if (flag == "--threads" && has_value) {
-      options.threads = std::atoi(argv[++index]);
-    } else {
-      std::fprintf(stderr, "usage: lanes_bench [--tokens N] [--wrong-rate R] [--json PATH] [--model DIR] "
-                           "[--drafter DIR] [--prompts FILE] [--prompt-tokens N] [--threads T] [--repeats N]\n");
-      return 2;
-    }
+    const std::string value = has_value ? argv[index + 1] : "";
+    if (has_value) ++index;
+    if (!has_value) usage_error = true;
+    else if (flag == "--tokens") options.tokens = std::atoi(value.c_str());
+    else if (flag == "--wrong-rate") options.wrong_rate = std::atof(value.c_str());
+    else if (flag == "--json") options.json_path = value;
+    else if (flag == "--model") options.model_dir = value;
+    else if (flag == "--drafter") options.drafter_dir = value;
+    else if (flag == "--repeats") options.repeats = std::atoi(value.c_str());
+    else if (flag == "--prompts") options.prompts_path = value;
+    else if (flag == "--prompt-tokens") options.prompt_tokens = std::atoi(value.c_str());
+    else if (flag == "--threads") options.threads = std::atoi(value.c_str());
+    else if (flag == "--device") options.device = value;
+    else if (flag == "--drafter-device") options.drafter_device = value;
+    else if (flag == "--streams") options.streams = ls::parse_counts(value);
+    else if (flag == "--synthetic-acceptance") options.synthetic_acceptance = std::atof(value.c_str());
+    else if (flag == "--exact-width-probe") options.exact_width_probe = std::atoi(value.c_str());
+    else if (flag == "--sampled") options.sampled = value == "1";
+    else if (flag == "--machine") options.machine = value;
+    else if (flag == "--commit") options.commit = value;
+    else usage_error = true;
+  }
+  if (options.device != "cpu" && options.device != "cuda") usage_error = true;
+  if (options.drafter_device != "auto" && options.drafter_device != "cpu" && options.drafter_device != "cuda")
+    usage_error = true;
+  if (options.streams.empty() || options.tokens < 1 || options.prompt_tokens < 1) usage_error = true;
+  if (options.synthetic_acceptance != 0 && options.synthetic_acceptance < 1) usage_error = true;
+  if (usage_error) {
+    std::fprintf(stderr,
+                 "usage: lanes_bench [--model DIR [--device cpu|cuda] [--drafter DIR [--drafter-device auto|cpu|cuda]] "
+                 "[--prompts FILE]] "
+                 "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
+                 "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] "
+                 "[--sampled 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+    return 2;
   }
   return ls::run(options);
 }

@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "compute/sampling.h"
 #include "draft/load.h"
+#include "draft/synthetic/synthetic_acceptance_drafter.h"
 #include "lanes/lanes.h"
 #include "model/load.h"
 #include "text/chat_template.h"
@@ -46,6 +47,23 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
   return ids;
 }
 
+// --synthetic-acceptance: the request run alone without a drafter; prompt + reply is what the decorator replays.
+Result<std::vector<int32_t>> record_plain_sequence(Target& target, const Request& request, Clock& clock) {
+  LanesOptions options;
+  options.max_streams = 1;
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, nullptr, options, clock));
+  std::vector<int32_t> sequence = request.prompt;
+  lanes->submit(request);
+  while (!lanes->idle()) {
+    LS_RETURN_IF_ERROR(lanes->round());
+    for (const StreamEvent& event : lanes->take_events()) {
+      if (event.finish == FinishReason::Error) return Status(ErrorCode::Internal, event.error);
+      sequence.insert(sequence.end(), event.tokens.begin(), event.tokens.end());
+    }
+  }
+  return sequence;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -72,6 +90,10 @@ int run_generate(int argc, char** argv) {
   const int64_t drafter_bits =
       opts.get_int("--drafter-bits", 0, "drafter weights: 0 = bf16 as stored, 8 = int8 per row (proposals only)");
   const int64_t max_draft = opts.get_int("--max-draft", -1, "most drafts per round (-1 = the drafter's block)");
+  const double synthetic_acceptance = opts.get_double(
+      "--synthetic-acceptance", 0.0,
+      "BENCHMARKS ONLY: run plain first, then draft its recorded reply, right per draft at the rate whose mean "
+      "accepted length (bonus included) is this (needs --drafter; tokens stay exact)");
   if (std::optional<int> code = opts.conclude("lanespark generate", "lanespark generate: run a model on a prompt and print the reply"))
     return *code;
   if (prompt_text.empty() == prompt_ids.empty())
@@ -80,6 +102,9 @@ int run_generate(int argc, char** argv) {
     return fail(Status(ErrorCode::InvalidArgument, "--dtype must be bf16 or f32, got '" + dtype + "'"));
   if (max_tokens < 1 || threads < 1)
     return fail(Status(ErrorCode::InvalidArgument, "--max-tokens and --threads must be >= 1"));
+  if (synthetic_acceptance != 0 && (synthetic_acceptance < 1 || drafter_dir.empty()))
+    return fail(Status(ErrorCode::InvalidArgument, "--synthetic-acceptance needs --drafter and a mean >= 1, got " +
+                                                       std::to_string(synthetic_acceptance)));
 
   // Tokenizer (optional for --prompt-ids: ids are printed when the model has none).
   std::optional<text::Tokenizer> tokenizer;
@@ -133,10 +158,20 @@ int run_generate(int argc, char** argv) {
     std::fprintf(stderr, "drafter: %s, %s weights, block %d\n", drafter_dir.c_str(),
                  drafter_bits == 8 ? "int8" : "bf16", drafter->facts().max_depth);
   }
+  std::unique_ptr<SyntheticAcceptanceDrafter> synthetic;
+  if (synthetic_acceptance > 0) {
+    Result<AcceptanceProfile> profile = profile_for_mean(synthetic_acceptance, drafter->facts().max_depth);
+    if (!profile.ok()) return fail(profile.status());
+    synthetic = std::make_unique<SyntheticAcceptanceDrafter>(
+        *drafter, SyntheticAcceptanceOptions{*profile, sampling.seed, target.facts().vocab_size});
+    std::fprintf(stderr, "synthetic acceptance (benchmarks only): mean %.2f, q = %.4f per draft\n",
+                 synthetic_acceptance, profile->conditional[0]);
+  }
   WallClock clock;
   LanesOptions lanes_options;
   lanes_options.max_streams = 1;
-  Result<std::unique_ptr<Lanes>> created = Lanes::create(target, drafter.get(), lanes_options, clock);
+  Result<std::unique_ptr<Lanes>> created =
+      Lanes::create(target, synthetic ? synthetic.get() : drafter.get(), lanes_options, clock);
   if (!created.ok()) return fail(created.status());
   Lanes& lanes = **created;
 
@@ -153,11 +188,19 @@ int run_generate(int argc, char** argv) {
   std::optional<text::Detokenizer> detokenizer;
   if (tokenizer) detokenizer.emplace(*tokenizer, /*skip_special_tokens=*/false);
 
+  std::vector<int32_t> record;
+  if (synthetic) {
+    Result<std::vector<int32_t>> recorded = record_plain_sequence(target, request, clock);
+    if (!recorded.ok()) return fail(recorded.status());
+    record = std::move(recorded).value();
+  }
+
   const auto start = std::chrono::steady_clock::now();
   double first_token_s = 0;
   int64_t generated = 0;
   StreamStats stats;
-  lanes.submit(std::move(request));
+  const StreamId stream = lanes.submit(std::move(request));
+  if (synthetic) synthetic->expect(stream, std::move(record));
   while (!lanes.idle()) {
     if (Status status = lanes.round(); !status.ok()) return fail(status);
     for (const StreamEvent& event : lanes.take_events()) {

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "draft/synthetic/synthetic_drafter_checkpoint.h"
 #include "io/synthetic_checkpoint.h"
 #include "model/shapes.h"
 
@@ -30,6 +31,10 @@ int run_synth(int argc, char** argv) {
   const int64_t vocab = opts.get_int("--vocab", 0, "vocabulary size (default: the shape's)");
   const std::string dtype = opts.get_string("--dtype", "bf16", "bf16 (default) or f32; expert_bias is always f32");
   const int64_t shard_mib = opts.get_int("--max-shard-mib", 2048, "largest shard in MiB (default 2048)");
+  const std::string drafter_out =
+      opts.get_string("--drafter-out", "", "also write a DSpark drafter for this target here (LiquidAI's layout)");
+  const int64_t drafter_layers = opts.get_int("--drafter-layers", 5, "drafter decoder layers (default 5)");
+  const int64_t drafter_block = opts.get_int("--drafter-block", 9, "drafts per drafter pass (default 9)");
   if (opts.help_requested()) {
     std::fputs(opts.usage("Writes config.json + sharded safetensors of a real LFM2 shape with random weights.").c_str(), stdout);
     return 0;
@@ -70,6 +75,19 @@ int run_synth(int argc, char** argv) {
   std::printf("wrote %s: %s (%s), %zu tensors, %.1f MiB in %d shard(s), seed %lld, %.1f s\n", out.c_str(),
               std::string(shape->name).c_str(), dtype.c_str(), summary->tensors, summary->total_bytes / 1048576.0,
               summary->shards, static_cast<long long>(seed), seconds);
+  if (drafter_out.empty()) return 0;
+  dspark::SyntheticDrafterShape drafter_shape;
+  drafter_shape.num_layers = static_cast<int>(std::clamp<int64_t>(drafter_layers, -1, 1 << 20));
+  drafter_shape.block_size = static_cast<int>(std::clamp<int64_t>(drafter_block, -1, 1 << 20));
+  options.dtype = io::DType::BF16;  // LiquidAI's drafters ship bf16
+  Result<io::SyntheticSummary> drafter = dspark::write_synthetic_drafter(drafter_out, *config_json, drafter_shape, options);
+  if (!drafter.ok()) {
+    std::fprintf(stderr, "lanespark synth: %s\n", drafter.status().to_string().c_str());
+    return drafter.status().code() == ErrorCode::InvalidArgument ? 2 : 1;
+  }
+  std::printf("wrote %s: DSpark drafter for %s (bf16, %d layers, block %d), %zu tensors, %.1f MiB\n",
+              drafter_out.c_str(), std::string(shape->name).c_str(), drafter_shape.num_layers,
+              drafter_shape.block_size, drafter->tensors, drafter->total_bytes / 1048576.0);
   return 0;
 }
 

@@ -73,6 +73,13 @@ Status write_tensor_data(SafetensorsWriter& writer, const PlannedTensor& planned
   return ok_status();
 }
 
+PlannedTensor plan_tensor(ExpectedTensor tensor, DType dtype_for_others) {
+  const DType dtype = tensor.role == TensorRole::ExpertBias ? DType::F32 : dtype_for_others;
+  size_t elements = 1;
+  for (int64_t dim : tensor.shape) elements *= static_cast<size_t>(dim);
+  return PlannedTensor{std::move(tensor), dtype, elements * dtype_bytes(dtype)};
+}
+
 Status write_text(const std::string& path, const std::string& text) {
   std::ofstream stream(path, std::ios::binary | std::ios::trunc);
   stream << text;
@@ -97,15 +104,13 @@ Result<SyntheticSummary> write_synthetic_checkpoint(const std::string& directory
   std::vector<std::vector<PlannedTensor>> shards(1);
   size_t shard_bytes = 0, total_bytes = 0, tensor_count = 0;
   for (ExpectedTensor& tensor : expected_target_tensors(config)) {
-    const DType dtype = tensor.role == TensorRole::ExpertBias ? DType::F32 : options.dtype;
-    size_t elements = 1;
-    for (int64_t dim : tensor.shape) elements *= static_cast<size_t>(dim);
-    const size_t bytes = elements * dtype_bytes(dtype);
+    PlannedTensor planned = plan_tensor(std::move(tensor), options.dtype);
+    const size_t bytes = planned.bytes;
     if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().push_back({std::move(tensor), dtype, bytes});
+    shards.back().push_back(std::move(planned));
     shard_bytes += bytes;
     total_bytes += bytes;
     ++tensor_count;
@@ -126,6 +131,24 @@ Result<SyntheticSummary> write_synthetic_checkpoint(const std::string& directory
   }
   LS_RETURN_IF_ERROR(write_safetensors_index(directory, weight_map, total_bytes));
   return SyntheticSummary{tensor_count, total_bytes, static_cast<int>(shards.size())};
+}
+
+Result<SyntheticSummary> write_synthetic_safetensors(const std::string& path, std::span<const ExpectedTensor> tensors,
+                                                     const SyntheticOptions& options) {
+  if (options.dtype == DType::F16)
+    return Status(ErrorCode::InvalidArgument, "synthetic checkpoints are bf16 or f32, not f16");
+  std::vector<PlannedTensor> planned;
+  std::vector<TensorHeader> headers;
+  size_t total_bytes = 0;
+  for (const ExpectedTensor& tensor : tensors) {
+    planned.push_back(plan_tensor(tensor, options.dtype));
+    headers.push_back({tensor.name, planned.back().dtype, tensor.shape});
+    total_bytes += planned.back().bytes;
+  }
+  LS_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::open(path, headers));
+  for (const PlannedTensor& tensor : planned) LS_RETURN_IF_ERROR(write_tensor_data(*writer, tensor, options.seed));
+  LS_RETURN_IF_ERROR(writer->finish());
+  return SyntheticSummary{planned.size(), total_bytes, 1};
 }
 
 }  // namespace ls::io

@@ -3,9 +3,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "base/status.h"
+#include "io/model_config.h"
 #include "io/safetensors.h"
 
 namespace ls::io {
@@ -28,5 +30,10 @@ struct SyntheticSummary {
 // expert_bias +-0.02. Memory stays at one chunk whatever the model size.
 Result<SyntheticSummary> write_synthetic_checkpoint(const std::string& directory, const std::string& config_json,
                                                     const SyntheticOptions& options);
+
+// Writes `tensors` (name, shape, role) as one safetensors file at `path`, values and dtypes drawn as above
+// (a drafter checkpoint, say; max_shard_bytes is ignored).
+Result<SyntheticSummary> write_synthetic_safetensors(const std::string& path, std::span<const ExpectedTensor> tensors,
+                                                     const SyntheticOptions& options);
 
 }  // namespace ls::io

@@ -1,0 +1,80 @@
+// Synthetic acceptance: the inner drafter's pass, then recorded tokens right at the profile's rates.
+#include "draft/synthetic/synthetic_acceptance_drafter.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "base/hash.h"
+
+namespace ls {
+
+namespace {
+
+// The counter of draft k (1-based) of a request anchored at `anchor_position` of `stream`.
+uint64_t draft_key(uint64_t seed, StreamId stream, int64_t anchor_position, int k) {
+  uint64_t key = splitmix64(seed ^ 0x5eed5eed5eed5eedull);
+  key = splitmix64(key ^ static_cast<uint64_t>(stream));
+  key = splitmix64(key ^ static_cast<uint64_t>(anchor_position));
+  return splitmix64(key ^ static_cast<uint64_t>(k));
+}
+
+}  // namespace
+
+SyntheticAcceptanceDrafter::SyntheticAcceptanceDrafter(Drafter& inner, SyntheticAcceptanceOptions options)
+    : inner_(inner), options_(std::move(options)), facts_(inner.facts()) {
+  LS_CHECK(options_.vocab_size >= 2, "synthetic acceptance needs a vocabulary of at least 2 ids for wrong drafts");
+  facts_.has_confidence = true;
+}
+
+void SyntheticAcceptanceDrafter::expect(StreamId stream, std::vector<int32_t> sequence) {
+  sequences_[stream] = std::move(sequence);
+}
+
+Status SyntheticAcceptanceDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
+  return inner_.absorb(stream, start, rows, taps);
+}
+
+std::vector<Draft> SyntheticAcceptanceDrafter::draft(std::span<const DraftRequest> requests) {
+  std::vector<Draft> drafts = inner_.draft(requests);
+  const std::vector<double>& conditional = options_.profile.conditional;
+  for (size_t index = 0; index < drafts.size() && index < requests.size(); ++index) {
+    const DraftRequest& request = requests[index];
+    Draft& draft = drafts[index];
+    if (!draft.status.ok() || conditional.empty()) continue;  // a real fault stays a fault
+    const auto found = sequences_.find(request.stream);
+    const std::vector<int32_t>* sequence = found == sequences_.end() ? nullptr : &found->second;
+    const int64_t length = sequence ? static_cast<int64_t>(sequence->size()) : 0;
+    if (sequence && request.anchor_position < length && (*sequence)[request.anchor_position] != request.anchor_token) {
+      ++record_mismatches_;
+      sequence = nullptr;
+    }
+    draft.tokens.resize(request.depth, 0);
+    draft.chances.resize(request.depth);
+    double chain = 1.0;
+    for (int k = 1; k <= request.depth; ++k) {
+      const size_t depth_index = static_cast<size_t>(k - 1);
+      const double q = conditional[std::min(depth_index, conditional.size() - 1)];
+      chain *= q;
+      draft.chances[depth_index] = static_cast<float>(chain);
+      const int64_t position = request.anchor_position + k;
+      if (!sequence) continue;
+      if (position >= length) {
+        ++unrecorded_positions_;
+        continue;
+      }
+      const int32_t truth = (*sequence)[position];
+      const uint64_t key = draft_key(options_.seed, request.stream, request.anchor_position, k);
+      if (uniform_open01(key) < q) {
+        draft.tokens[depth_index] = truth;
+      } else {
+        const uint64_t offset = 1 + splitmix64(key ^ 0xbadbadbadull) % static_cast<uint64_t>(options_.vocab_size - 1);
+        draft.tokens[depth_index] = static_cast<int32_t>((truth + offset) % static_cast<uint64_t>(options_.vocab_size));
+      }
+    }
+  }
+  return drafts;
+}
+
+void SyntheticAcceptanceDrafter::release(StreamId stream) { inner_.release(stream); }
+
+}  // namespace ls
