@@ -1,0 +1,227 @@
+// Block-pass kernels of the CUDA drafter: embed, RMSNorm, RoPE, residual, SwiGLU, block K/V scatter, attention.
+#include <cmath>
+
+#include "compute/cuda/cuda_util.h"
+#include "draft/dspark/cuda/draft_kernels.h"
+
+namespace ls::dspark::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float round_bf16(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
+
+__device__ __forceinline__ float warp_sum(float value) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+__device__ __forceinline__ double warp_sum(double value) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+int blocks_for(int64_t count, int threads) { return static_cast<int>((count + threads - 1) / threads); }
+
+__global__ void embed_kernel(const bf16_t* table, const int32_t* tokens, int64_t rows, int64_t width, bf16_t* out) {
+  const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (index >= rows * width) return;
+  const int64_t row = index / width, column = index % width;
+  out[index] = table[static_cast<int64_t>(tokens[row]) * width + column];
+}
+
+__global__ void round_kernel(const float* in, int64_t count, bf16_t* out) {
+  const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (index < count) out[index] = __float2bfloat16_rn(in[index]);
+}
+
+// One warp per row.
+__global__ void rms_norm_kernel(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps,
+                                bf16_t* y) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const bf16_t* in = x + row * width;
+  double sum_squares = 0;
+  for (int64_t i = lane; i < width; i += kWarp) {
+    const double value = __bfloat162float(in[i]);
+    sum_squares += value * value;
+  }
+  sum_squares = warp_sum(sum_squares);
+  const float mean = static_cast<float>(sum_squares / static_cast<double>(width));
+  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+  bf16_t* out = y + row * width;
+  for (int64_t i = lane; i < width; i += kWarp) {
+    const float value = __bfloat162float(in[i]);
+    out[i] = __float2bfloat16_rn(weight[i] * round_bf16(value * inverse_rms));
+  }
+}
+
+// One thread per (row, head, pair).
+__global__ void rope_kernel(bf16_t* x, int64_t rows, int heads, int head_dim, const int32_t* positions,
+                            int64_t first_position, const float* inv_freq, bool neox) {
+  const int half = head_dim / 2;
+  const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (index >= rows * heads * half) return;
+  const int pair = static_cast<int>(index % half);
+  const int64_t row_head = index / half;
+  const int64_t row = row_head / heads;
+  const float position = static_cast<float>(positions ? positions[row] : first_position + row);
+  const float angle = position * inv_freq[pair];
+  const float cosine = cosf(angle), sine = sinf(angle);
+  bf16_t* v = x + row_head * head_dim;
+  const int ia = neox ? pair : 2 * pair, ib = neox ? pair + half : 2 * pair + 1;
+  const float a = __bfloat162float(v[ia]), b = __bfloat162float(v[ib]);
+  v[ia] = __float2bfloat16_rn(a * cosine - b * sine);
+  v[ib] = __float2bfloat16_rn(a * sine + b * cosine);
+}
+
+__global__ void add_residual_kernel(bf16_t* x, const bf16_t* delta, int64_t count) {
+  const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (index < count) x[index] = __float2bfloat16_rn(__bfloat162float(x[index]) + __bfloat162float(delta[index]));
+}
+
+__global__ void swiglu_kernel(const bf16_t* gate, const bf16_t* up, int64_t count, bf16_t* out) {
+  const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (index >= count) return;
+  const float g = __bfloat162float(gate[index]);
+  const float silu = round_bf16(g / (1.0f + expf(-g)));
+  out[index] = __float2bfloat16_rn(silu * __bfloat162float(up[index]));
+}
+
+// Block (request) i copies gamma rows of keys and values into its cache at rows p .. p+gamma-1.
+__global__ void scatter_kernel(const bf16_t* keys, const bf16_t* values, const DeviceBlockRequest* requests,
+                               int gamma, int kv_size, int layer) {
+  const DeviceBlockRequest request = requests[blockIdx.x];
+  const int64_t base = (static_cast<int64_t>(layer) * request.capacity + request.length) * kv_size;
+  const int64_t source = static_cast<int64_t>(blockIdx.x) * gamma * kv_size;
+  for (int64_t index = threadIdx.x; index < static_cast<int64_t>(gamma) * kv_size; index += blockDim.x) {
+    request.keys[base + index] = keys[source + index];
+    request.values[base + index] = values[source + index];
+  }
+}
+
+// Grid (request, head); warp s handles block slot s. Lane owns dims lane, lane+32, ... of the head. Three passes
+// over keys 0 .. p+gamma-1 (max, sum of exponentials, weighted values), each key's score computed the same way, so
+// the softmax is the CPU's eager one: raw and scaled scores and probabilities rounded to bf16, sums in key order.
+__global__ void block_attention_kernel(const bf16_t* q, const DeviceBlockRequest* requests, int gamma,
+                                       AttentionDims dims, int layer, bf16_t* out) {
+  constexpr int kDimsPerLane = kMaxDeviceHeadDim / kWarp;
+  const int request_index = blockIdx.x / dims.heads;
+  const int head = blockIdx.x % dims.heads;
+  const int slot = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (slot >= gamma) return;
+  const DeviceBlockRequest request = requests[request_index];
+  const int hd = dims.head_dim;
+  const int kv_size = dims.kv_heads * hd;
+  const int kv_head = head / (dims.heads / dims.kv_heads);
+  const int64_t row = static_cast<int64_t>(request_index) * gamma + slot;
+  const bf16_t* query = q + (row * dims.heads + head) * hd;
+  float query_part[kDimsPerLane];
+  for (int t = 0; t < kDimsPerLane; ++t) {
+    const int dim = lane + t * kWarp;
+    query_part[t] = dim < hd ? __bfloat162float(query[dim]) : 0.0f;
+  }
+  const int64_t layer_offset = static_cast<int64_t>(layer) * request.capacity * kv_size + kv_head * hd;
+  const bf16_t* keys = request.keys + layer_offset;
+  const bf16_t* values = request.values + layer_offset;
+  const int64_t key_count = request.length + gamma;
+  auto score = [&](int64_t key) {
+    const bf16_t* k = keys + key * kv_size;
+    float partial = 0.0f;
+    for (int t = 0; t < kDimsPerLane; ++t) {
+      const int dim = lane + t * kWarp;
+      if (dim < hd) partial += query_part[t] * __bfloat162float(k[dim]);
+    }
+    const float raw = round_bf16(warp_sum(partial));
+    return round_bf16(raw * dims.scale);
+  };
+  float max_score = -INFINITY;
+  for (int64_t key = 0; key < key_count; ++key) max_score = fmaxf(max_score, score(key));
+  float total = 0.0f;
+  for (int64_t key = 0; key < key_count; ++key) total += expf(score(key) - max_score);
+  float accumulated[kDimsPerLane] = {};
+  for (int64_t key = 0; key < key_count; ++key) {
+    const float probability = round_bf16(expf(score(key) - max_score) / total);
+    const bf16_t* v = values + key * kv_size;
+    for (int t = 0; t < kDimsPerLane; ++t) {
+      const int dim = lane + t * kWarp;
+      if (dim < hd) accumulated[t] += probability * __bfloat162float(v[dim]);
+    }
+  }
+  bf16_t* destination = out + (row * dims.heads + head) * hd;
+  for (int t = 0; t < kDimsPerLane; ++t) {
+    const int dim = lane + t * kWarp;
+    if (dim < hd) destination[dim] = __float2bfloat16_rn(accumulated[t]);
+  }
+}
+
+}  // namespace
+
+Status embed_tokens(const bf16_t* table, const int32_t* tokens, int64_t rows, int64_t width, bf16_t* out,
+                    cudaStream_t stream) {
+  if (rows == 0) return ok_status();
+  embed_kernel<<<blocks_for(rows * width, 256), 256, 0, stream>>>(table, tokens, rows, width, out);
+  LS_CUDA_TRY_LAUNCH("embed_tokens");
+  return ok_status();
+}
+
+Status round_to_bf16(const float* in, int64_t count, bf16_t* out, cudaStream_t stream) {
+  if (count == 0) return ok_status();
+  round_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(in, count, out);
+  LS_CUDA_TRY_LAUNCH("round_to_bf16");
+  return ok_status();
+}
+
+Status rms_norm(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps, bf16_t* y,
+                cudaStream_t stream) {
+  if (rows == 0) return ok_status();
+  constexpr int kWarpsPerBlock = 8;
+  rms_norm_kernel<<<blocks_for(rows, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, stream>>>(x, rows, width, weight,
+                                                                                          eps, y);
+  LS_CUDA_TRY_LAUNCH("rms_norm");
+  return ok_status();
+}
+
+Status rope_rotate(bf16_t* x, int64_t rows, int heads, int head_dim, const int32_t* positions, int64_t first_position,
+                   const float* inv_freq, bool neox, cudaStream_t stream) {
+  const int64_t count = rows * heads * (head_dim / 2);
+  if (count == 0) return ok_status();
+  rope_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(x, rows, heads, head_dim, positions, first_position,
+                                                          inv_freq, neox);
+  LS_CUDA_TRY_LAUNCH("rope_rotate");
+  return ok_status();
+}
+
+Status add_residual(bf16_t* x, const bf16_t* delta, int64_t count, cudaStream_t stream) {
+  if (count == 0) return ok_status();
+  add_residual_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(x, delta, count);
+  LS_CUDA_TRY_LAUNCH("add_residual");
+  return ok_status();
+}
+
+Status swiglu(const bf16_t* gate, const bf16_t* up, int64_t count, bf16_t* out, cudaStream_t stream) {
+  if (count == 0) return ok_status();
+  swiglu_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(gate, up, count, out);
+  LS_CUDA_TRY_LAUNCH("swiglu");
+  return ok_status();
+}
+
+Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBlockRequest* requests, int count,
+                        int gamma, int kv_size, int layer, cudaStream_t stream) {
+  if (count == 0) return ok_status();
+  scatter_kernel<<<count, 256, 0, stream>>>(keys, values, requests, gamma, kv_size, layer);
+  LS_CUDA_TRY_LAUNCH("scatter_block_kv");
+  return ok_status();
+}
+
+Status block_attention(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma, AttentionDims dims,
+                       int layer, bf16_t* out, cudaStream_t stream) {
+  if (count == 0) return ok_status();
+  block_attention_kernel<<<count * dims.heads, gamma * kWarp, 0, stream>>>(q, requests, gamma, dims, layer, out);
+  LS_CUDA_TRY_LAUNCH("block_attention");
+  return ok_status();
+}
+
+}  // namespace ls::dspark::cuda

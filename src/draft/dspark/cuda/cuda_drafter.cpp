@@ -1,0 +1,384 @@
+// The CUDA DSpark drafter: weight upload, per-stream device contexts, request validation, results back to the host.
+#include "draft/dspark/cuda/cuda_drafter.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "compute/ops.h"
+
+namespace ls::dspark::cuda {
+namespace {
+
+// The stream id the warm-up pass uses and releases (lanes never hand out this id).
+constexpr StreamId kWarmUpStream = std::numeric_limits<StreamId>::max();
+
+// A host matrix as bf16 values (bf16 as stored; fp32-stored checkpoints are rounded: the device runs bf16).
+std::vector<bf16_t> as_bf16(const compute::OwnedMatrix& matrix) {
+  const size_t count = static_cast<size_t>(matrix.rows * matrix.cols);
+  std::vector<bf16_t> values(count);
+  const compute::Matrix view = matrix.view();
+  for (size_t i = 0; i < count; ++i) {
+    const bf16 value = view.b16 ? view.b16[i] : float_to_bf16(view.f32[i]);
+    static_assert(sizeof(bf16) == sizeof(bf16_t));
+    std::memcpy(static_cast<void*>(&values[i]), &value, sizeof(bf16));
+  }
+  return values;
+}
+
+Status upload_matrix(const DraftMatrix& host, const std::string& name, DeviceWeightMatrix& out, InitSteps& steps) {
+  LS_CHECK(!host.quantized(), "the CUDA drafter is loaded from bf16 weights (int8 is refused before loading)");
+  out.rows = host.rows;
+  out.cols = host.cols;
+  return out.values.upload(as_bf16(host.dense), name, steps);
+}
+
+Status upload_floats(const std::vector<float>& host, const std::string& name, TrackedBuffer<float>& out,
+                     InitSteps& steps) {
+  return out.upload(host, name, steps);
+}
+
+}  // namespace
+
+CudaDsparkDrafter::CudaDsparkDrafter(const DsparkConfig& config, const bf16_t* embedding,
+                                     const DrafterOptions& options)
+    : config_(config), options_(options), embedding_(embedding) {
+  facts_.max_depth = config_.block_size;
+  facts_.tap_layers = config_.target_layer_ids;
+  facts_.stream_bytes_per_position = static_cast<int64_t>(config_.num_layers) * 2 * config_.kv_size() * 2;
+  facts_.has_confidence = config_.has_confidence;
+}
+
+CudaDsparkDrafter::~CudaDsparkDrafter() {
+  if (stream_.get()) cudaStreamSynchronize(stream_.get());
+}
+
+Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const DsparkConfig& config,
+                                                                     const DsparkWeights& host,
+                                                                     const bf16_t* embedding,
+                                                                     const DrafterOptions& options, InitSteps& steps) {
+  LS_RETURN_IF_ERROR(steps.step("drafter device state"));
+  std::unique_ptr<CudaDsparkDrafter> drafter(new CudaDsparkDrafter(config, embedding, options));
+  CudaDsparkDrafter& d = *drafter;
+  LS_RETURN_IF_ERROR(d.stream_.create());
+  LS_RETURN_IF_ERROR(d.cublas_.create(d.stream_.get()));
+  LS_RETURN_IF_ERROR(d.block_timer_.create());
+  LS_RETURN_IF_ERROR(d.scan_timer_.create());
+  DeviceDraftWeights& w = d.weights_;
+  LS_RETURN_IF_ERROR(upload_matrix(host.fc, "fc.weight", w.fc, steps));
+  LS_RETURN_IF_ERROR(upload_floats(host.hidden_norm, "hidden_norm.weight", w.hidden_norm, steps));
+  w.layers.resize(config.num_layers);
+  for (int index = 0; index < config.num_layers; ++index) {
+    const DraftLayerWeights& from = host.layers[index];
+    DeviceLayerWeights& to = w.layers[index];
+    const std::string prefix = "layers." + std::to_string(index) + ".";
+    LS_RETURN_IF_ERROR(upload_floats(from.input_norm, prefix + "input_layernorm", to.input_norm, steps));
+    LS_RETURN_IF_ERROR(upload_matrix(from.q_proj, prefix + "q_proj", to.q_proj, steps));
+    LS_RETURN_IF_ERROR(upload_matrix(from.k_proj, prefix + "k_proj", to.k_proj, steps));
+    LS_RETURN_IF_ERROR(upload_matrix(from.v_proj, prefix + "v_proj", to.v_proj, steps));
+    LS_RETURN_IF_ERROR(upload_matrix(from.o_proj, prefix + "o_proj", to.o_proj, steps));
+    LS_RETURN_IF_ERROR(upload_floats(from.q_norm, prefix + "q_norm", to.q_norm, steps));
+    LS_RETURN_IF_ERROR(upload_floats(from.k_norm, prefix + "k_norm", to.k_norm, steps));
+    LS_RETURN_IF_ERROR(upload_floats(from.post_norm, prefix + "post_attention_layernorm", to.post_norm, steps));
+    LS_RETURN_IF_ERROR(upload_matrix(from.gate_proj, prefix + "gate_proj", to.gate_proj, steps));
+    LS_RETURN_IF_ERROR(upload_matrix(from.up_proj, prefix + "up_proj", to.up_proj, steps));
+    LS_RETURN_IF_ERROR(upload_matrix(from.down_proj, prefix + "down_proj", to.down_proj, steps));
+  }
+  LS_RETURN_IF_ERROR(upload_floats(host.final_norm, "norm.weight", w.final_norm, steps));
+  {
+    DraftMatrix w1;
+    w1.dense.f32 = host.markov_w1.f32;
+    w1.dense.b16 = host.markov_w1.b16;
+    w1.dense.rows = w1.rows = host.markov_w1.rows;
+    w1.dense.cols = w1.cols = host.markov_w1.cols;
+    DeviceWeightMatrix table;
+    LS_RETURN_IF_ERROR(upload_matrix(w1, "markov_w1", table, steps));
+    w.markov_w1 = std::move(table.values);
+  }
+  LS_RETURN_IF_ERROR(upload_matrix(host.markov_w2, "markov_w2", w.markov_w2, steps));
+  if (config.has_confidence) {
+    LS_RETURN_IF_ERROR(upload_floats(host.confidence_weight, "confidence_head.proj", w.confidence_weight, steps));
+    w.confidence_bias = host.confidence_bias;
+    if (!config.confidence_temperatures.empty()) {
+      LS_RETURN_IF_ERROR(upload_floats(config.confidence_temperatures, "confidence temperatures",
+                                       w.confidence_temperatures, steps));
+    }
+  }
+  const compute::RopeTable rope = compute::make_rope_table(config.head_dim, config.rope_theta);
+  LS_RETURN_IF_ERROR(upload_floats(rope.inv_freq, "rope inv_freq", w.inv_freq, steps));
+  LS_RETURN_IF_ERROR(d.reserve_scratch(std::max(options.max_streams, 1), &steps));
+  LS_RETURN_IF_ERROR(steps.step("warm-up"));
+  LS_RETURN_IF_ERROR(d.warm_up());
+  return drafter;
+}
+
+Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
+  if (requests <= scratch_.requests) return ok_status();
+  const DsparkConfig& c = config_;
+  const size_t n = static_cast<size_t>(requests), rows = n * c.block_size;
+  InitSteps unplanned;
+  InitSteps& counted = steps ? *steps : unplanned;
+  DeviceBlockScratch& s = scratch_;
+  const struct {
+    TrackedBuffer<bf16_t>* buffer;
+    size_t count;
+    const char* name;
+  } activations[] = {{&s.hidden, rows * c.hidden_size, "block hidden"},
+                     {&s.normed, rows * c.hidden_size, "block normed"},
+                     {&s.queries, rows * c.q_size(), "block queries"},
+                     {&s.keys, rows * c.kv_size(), "block keys"},
+                     {&s.values, rows * c.kv_size(), "block values"},
+                     {&s.attended, rows * c.q_size(), "block attention"},
+                     {&s.projected, rows * c.hidden_size, "block projection"},
+                     {&s.gate, rows * c.ffn_size, "block gate"},
+                     {&s.up, rows * c.ffn_size, "block up"},
+                     {&s.final_hidden, rows * c.hidden_size, "block final hidden"},
+                     {&s.markov_embeddings, n * c.markov_rank, "markov embeddings"}};
+  for (const auto& entry : activations) LS_RETURN_IF_ERROR(entry.buffer->allocate(entry.count, entry.name, counted));
+  LS_RETURN_IF_ERROR(s.base_logits.allocate(rows * c.vocab_size, "block logits", counted));
+  LS_RETURN_IF_ERROR(s.markov_logits.allocate(n * c.vocab_size, "markov logits", counted));
+  LS_RETURN_IF_ERROR(s.tokens.allocate(rows, "block tokens", counted));
+  LS_RETURN_IF_ERROR(s.positions.allocate(rows, "block positions", counted));
+  LS_RETURN_IF_ERROR(s.block_requests.allocate(n, "block requests", counted));
+  LS_RETURN_IF_ERROR(s.scan_requests.allocate(n, "scan requests", counted));
+  LS_RETURN_IF_ERROR(s.records.allocate(n, "scan records", counted));
+  if (absorb_.taps.size() == 0) {
+    constexpr size_t kChunk = 128;
+    const size_t in = static_cast<size_t>(c.tap_count()) * c.hidden_size;
+    LS_RETURN_IF_ERROR(absorb_.taps.allocate(kChunk * in, "absorb taps", counted));
+    LS_RETURN_IF_ERROR(absorb_.features.allocate(kChunk * in, "absorb features", counted));
+    LS_RETURN_IF_ERROR(absorb_.fused.allocate(kChunk * c.hidden_size, "absorb fc", counted));
+    LS_RETURN_IF_ERROR(absorb_.normed.allocate(kChunk * c.hidden_size, "absorb normed", counted));
+  }
+  s.requests = requests;
+  return ok_status();
+}
+
+Status CudaDsparkDrafter::reserve_context(DeviceStreamContext& context, int64_t rows) {
+  if (rows <= context.capacity) return ok_status();
+  const int64_t capacity = std::max<int64_t>({rows, 2 * context.capacity, 64});
+  const int64_t kv = config_.kv_size(), layers = config_.num_layers;
+  TrackedBuffer<bf16_t> keys, values;
+  LS_RETURN_IF_ERROR(keys.allocate(static_cast<size_t>(layers * capacity * kv), "context keys"));
+  LS_RETURN_IF_ERROR(values.allocate(static_cast<size_t>(layers * capacity * kv), "context values"));
+  if (context.length > 0) {
+    // Each layer's held rows move to the start of that layer's new, longer span.
+    const size_t width = static_cast<size_t>(kv) * sizeof(bf16_t);
+    for (auto [from, to] : {std::pair{&context.keys, &keys}, std::pair{&context.values, &values}}) {
+      LS_CUDA_TRY(cudaMemcpy2DAsync(to->data(), capacity * width, from->data(), context.capacity * width,
+                                    context.length * width, layers, cudaMemcpyDeviceToDevice, stream_.get()));
+    }
+    LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
+  }
+  context.keys = std::move(keys);
+  context.values = std::move(values);
+  context.capacity = capacity;
+  return ok_status();
+}
+
+Status CudaDsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
+  const int64_t width = static_cast<int64_t>(config_.tap_count()) * config_.hidden_size;
+  if (rows < 0 || start < 0 || static_cast<int64_t>(taps.size()) != rows * width) {
+    return Status(ErrorCode::InvalidArgument, "absorb of stream " + std::to_string(stream) + ": " +
+                                                  std::to_string(rows) + " rows at " + std::to_string(start) +
+                                                  " need " + std::to_string(rows * width) + " tap values, got " +
+                                                  std::to_string(taps.size()));
+  }
+  std::unique_ptr<DeviceStreamContext>& slot = streams_[stream];
+  if (!slot) slot = std::make_unique<DeviceStreamContext>();
+  DeviceStreamContext& context = *slot;
+  if (start > context.length) {
+    return Status(ErrorCode::InvalidArgument, "absorb of stream " + std::to_string(stream) + " at position " +
+                                                  std::to_string(start) + " would leave a gap: the drafter holds " +
+                                                  std::to_string(context.length) + " positions");
+  }
+  // Room for the rows plus one block of scratch K/V after them.
+  LS_RETURN_IF_ERROR(reserve_context(context, start + rows + config_.block_size));
+  LS_RETURN_IF_ERROR(project_context(taps.data(), rows, start, context));
+  LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
+  context.length = start + rows;
+  return ok_status();
+}
+
+std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> requests) {
+  std::vector<Draft> results(requests.size());
+  std::vector<size_t> chosen;  // indices of the requests that pass validation
+  std::vector<DeviceBlockRequest> blocks;
+  std::vector<DeviceScanRequest> scans;
+  const int gamma = config_.block_size;
+  int max_depth = 0;
+  for (size_t index = 0; index < requests.size(); ++index) {
+    const DraftRequest& request = requests[index];
+    auto found = streams_.find(request.stream);
+    DeviceStreamContext* context = found == streams_.end() ? nullptr : found->second.get();
+    const int64_t held = context ? context->length : 0;
+    Status& status = results[index].status;
+    if (request.depth < 1 || request.depth > gamma) {
+      status = Status(ErrorCode::InvalidArgument,
+                      "draft depth " + std::to_string(request.depth) + " outside [1, " + std::to_string(gamma) + "]");
+    } else if (request.anchor_token < 0 || request.anchor_token >= config_.vocab_size) {
+      status = Status(ErrorCode::InvalidArgument, "anchor token " + std::to_string(request.anchor_token) +
+                                                      " outside vocabulary " + std::to_string(config_.vocab_size));
+    } else if (context == nullptr || held != request.anchor_position) {
+      status = Status(ErrorCode::InvalidArgument, "the drafter holds " + std::to_string(held) +
+                                                      " positions of stream " + std::to_string(request.stream) +
+                                                      ", the anchor is at " + std::to_string(request.anchor_position));
+    } else {
+      status = reserve_context(*context, held + gamma);
+    }
+    if (!status.ok()) continue;
+    chosen.push_back(index);
+    blocks.push_back(DeviceBlockRequest{context->keys.data(), context->values.data(), held, context->capacity});
+    DeviceScanRequest scan;
+    scan.anchor = request.anchor_token;
+    scan.depth = request.depth;
+    scan.anchor_position = request.anchor_position;
+    scan.temperature = request.sampling.temperature;
+    scan.top_k = request.sampling.top_k;
+    scan.top_p = request.sampling.top_p;
+    scan.min_p = request.sampling.min_p;
+    scan.seed = request.sampling.seed;
+    const PlantedFaults& faults = options_.faults;
+    if (faults.enabled && faults.stream == request.stream) {
+      scan.nan_logit_slot = faults.nan_logit_slot;
+      scan.inf_confidence_slot = faults.inf_confidence_slot;
+      scan.out_of_range_pick_slot = faults.out_of_range_pick_slot;
+    }
+    scans.push_back(scan);
+    max_depth = std::max(max_depth, request.depth);
+  }
+  last_rows_ = 0;
+  if (chosen.empty()) return results;
+  const int count = static_cast<int>(chosen.size());
+
+  auto fail_all = [&](const Status& status) {
+    for (size_t index : chosen) results[index].status = status;
+    return results;
+  };
+  // Block tokens [anchor, mask x (gamma-1)] per request and their absolute positions p_i + slot.
+  std::vector<int32_t> tokens(static_cast<size_t>(count) * gamma, config_.mask_token_id);
+  std::vector<int32_t> positions(tokens.size());
+  records_.assign(count, DeviceScanRecord{});
+  for (int i = 0; i < count; ++i) {
+    tokens[i * gamma] = scans[i].anchor;
+    for (int slot = 0; slot < gamma; ++slot) positions[i * gamma + slot] = static_cast<int32_t>(blocks[i].length + slot);
+    records_[i].previous = scans[i].anchor;
+  }
+  Status status = reserve_scratch(count, nullptr);
+  if (!status.ok()) return fail_all(status);
+  const cudaStream_t stream = stream_.get();
+  const struct {
+    void* to;
+    const void* from;
+    size_t bytes;
+  } uploads[] = {{scratch_.tokens.data(), tokens.data(), tokens.size() * sizeof(int32_t)},
+                 {scratch_.positions.data(), positions.data(), positions.size() * sizeof(int32_t)},
+                 {scratch_.block_requests.data(), blocks.data(), blocks.size() * sizeof(DeviceBlockRequest)},
+                 {scratch_.scan_requests.data(), scans.data(), scans.size() * sizeof(DeviceScanRequest)},
+                 {scratch_.records.data(), records_.data(), records_.size() * sizeof(DeviceScanRecord)}};
+  for (const auto& upload : uploads) {
+    const cudaError_t error = cudaMemcpyAsync(upload.to, upload.from, upload.bytes, cudaMemcpyHostToDevice, stream);
+    if (error != cudaSuccess) return fail_all(ls::cuda::cuda_status(error, "draft upload"));
+  }
+  block_timer_.start(stream);
+  status = block_pass(count);
+  block_timer_.stop(stream);
+  if (status.ok()) {
+    scan_timer_.start(stream);
+    status = markov_scan(count, max_depth);
+    scan_timer_.stop(stream);
+  }
+  // The one copy back: every request's tokens, chances and failure flags.
+  if (status.ok()) {
+    status = ls::cuda::cuda_status(cudaMemcpyAsync(records_.data(), scratch_.records.data(),
+                                                   records_.size() * sizeof(DeviceScanRecord),
+                                                   cudaMemcpyDeviceToHost, stream),
+                                   "draft results copy");
+  }
+  const Status synced = ls::cuda::cuda_status(cudaStreamSynchronize(stream), "draft pass");
+  if (status.ok()) status = synced;
+  if (!status.ok()) return fail_all(status);
+  last_block_ms_ = block_timer_.elapsed_ms();
+  last_scan_ms_ = scan_timer_.elapsed_ms();
+  last_rows_ = static_cast<int64_t>(count) * gamma;
+
+  for (int i = 0; i < count; ++i) {
+    const DeviceScanRecord& record = records_[i];
+    const DraftRequest& request = requests[chosen[i]];
+    Draft& draft = results[chosen[i]];
+    const std::string where =
+        " at draft slot " + std::to_string(record.failed_slot) + " of stream " + std::to_string(request.stream);
+    switch (record.status) {
+      case kScanOk:
+        draft.tokens.assign(record.tokens, record.tokens + request.depth);
+        draft.chances.assign(record.chances, record.chances + request.depth);
+        continue;
+      case kScanNonfiniteLogit:
+        draft.status = Status(ErrorCode::DraftNonfinite, "non-finite draft logit" + where);
+        break;
+      case kScanNonfiniteConfidence:
+        draft.status = Status(ErrorCode::DraftNonfinite, "non-finite draft confidence" + where);
+        break;
+      default:
+        draft.status = Status(ErrorCode::DraftNonfinite, "draft pick " + std::to_string(record.failed_pick) +
+                                                             " outside vocabulary " +
+                                                             std::to_string(config_.vocab_size) + where);
+        break;
+    }
+    ++nonfinite_drafts_;
+  }
+  return results;
+}
+
+Status CudaDsparkDrafter::warm_up() {
+  const std::vector<float> taps(static_cast<size_t>(config_.tap_count()) * config_.hidden_size, 0.0f);
+  Status status = absorb(kWarmUpStream, 0, 1, taps);
+  if (status.ok()) {
+    DraftRequest request;
+    request.stream = kWarmUpStream;
+    request.anchor_token = config_.mask_token_id;
+    request.anchor_position = 1;
+    request.depth = config_.block_size;
+    std::vector<Draft> drafts = draft(std::span<const DraftRequest>(&request, 1));
+    status = drafts[0].status;
+  }
+  release(kWarmUpStream);
+  if (!status.ok()) return Status(status.code(), "drafter warm-up failed: " + status.message());
+  return ok_status();
+}
+
+int64_t CudaDsparkDrafter::context_length(StreamId stream) const {
+  auto found = streams_.find(stream);
+  return found == streams_.end() ? 0 : found->second->length;
+}
+
+Status CudaDsparkDrafter::poison_scratch_for_test() {
+  DeviceBlockScratch& s = scratch_;
+  for (TrackedBuffer<bf16_t>* buffer : {&s.hidden, &s.normed, &s.queries, &s.keys, &s.values, &s.attended,
+                                        &s.projected, &s.gate, &s.up, &s.final_hidden, &s.markov_embeddings,
+                                        &absorb_.features, &absorb_.fused, &absorb_.normed}) {
+    LS_CUDA_TRY(cudaMemset(buffer->data(), 0xff, buffer->bytes()));
+  }
+  for (TrackedBuffer<float>* buffer : {&s.base_logits, &s.markov_logits, &absorb_.taps}) {
+    LS_CUDA_TRY(cudaMemset(buffer->data(), 0xff, buffer->bytes()));
+  }
+  return ok_status();
+}
+
+Result<std::vector<float>> CudaDsparkDrafter::last_final_hidden() const {
+  std::vector<bf16_t> values(static_cast<size_t>(last_rows_ * config_.hidden_size));
+  LS_CUDA_TRY(cudaMemcpy(values.data(), scratch_.final_hidden.data(), values.size() * sizeof(bf16_t),
+                         cudaMemcpyDeviceToHost));
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = __bfloat162float(values[i]);
+  return out;
+}
+
+Result<std::vector<float>> CudaDsparkDrafter::last_base_logits() const {
+  std::vector<float> out(static_cast<size_t>(last_rows_) * config_.vocab_size);
+  LS_CUDA_TRY(cudaMemcpy(out.data(), scratch_.base_logits.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+}  // namespace ls::dspark::cuda

@@ -1,0 +1,136 @@
+// The DSpark drafter on the CUDA device: bf16 weights and per-stream context K/V on the device, one batched block
+// pass per draft() call, the Markov scan as a fixed sequence of launches per slot, one copy of the results back.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "draft/drafter.h"
+#include "draft/dspark/config.h"
+#include "draft/dspark/cuda/device_memory.h"
+#include "draft/dspark/cuda/draft_kernels.h"
+#include "draft/dspark/weights.h"
+#include "draft/load.h"
+
+namespace ls::dspark::cuda {
+
+// A dense bf16 matrix [rows, cols] (out x in) on the device.
+struct DeviceWeightMatrix {
+  TrackedBuffer<bf16_t> values;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+struct DeviceLayerWeights {
+  TrackedBuffer<float> input_norm, q_norm, k_norm, post_norm;  // [d], [hd], [hd], [d]
+  DeviceWeightMatrix q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+};
+
+struct DeviceDraftWeights {
+  DeviceWeightMatrix fc;                   // [d, taps * d]
+  TrackedBuffer<float> hidden_norm;        // [d]
+  std::vector<DeviceLayerWeights> layers;  // [num_layers]
+  TrackedBuffer<float> final_norm;         // [d]
+  TrackedBuffer<bf16_t> markov_w1;         // [V, r]
+  DeviceWeightMatrix markov_w2;            // [V, r]
+  TrackedBuffer<float> confidence_weight;  // [d + r] or empty
+  TrackedBuffer<float> confidence_temperatures;  // [block_size] or empty
+  TrackedBuffer<float> inv_freq;           // [hd / 2] the draft's RoPE table (fp32)
+  float confidence_bias = 0;
+};
+
+// One stream's context: K/V [layers, capacity, kv_size] bf16; rows [length, length + block) are block scratch.
+struct DeviceStreamContext {
+  int64_t length = 0;
+  int64_t capacity = 0;
+  TrackedBuffer<bf16_t> keys;
+  TrackedBuffer<bf16_t> values;
+};
+
+// Activations of one block pass (rows = requests x block_size) and of the scan (requests); sized at load for
+// max_streams and grown on demand.
+struct DeviceBlockScratch {
+  int64_t requests = 0;
+  TrackedBuffer<bf16_t> hidden, normed, queries, keys, values, attended, projected, gate, up, final_hidden;
+  TrackedBuffer<float> base_logits;  // [rows, V] fp32 U
+  TrackedBuffer<int32_t> tokens, positions;  // [rows]
+  TrackedBuffer<DeviceBlockRequest> block_requests;  // [requests]
+  TrackedBuffer<DeviceScanRequest> scan_requests;    // [requests]
+  TrackedBuffer<DeviceScanRecord> records;           // [requests]
+  TrackedBuffer<bf16_t> markov_embeddings;           // [requests, r]
+  TrackedBuffer<float> markov_logits;                // [requests, V]
+};
+
+// Buffers of absorb(): up to kAbsorbChunkRows tap rows at a time.
+struct DeviceAbsorbScratch {
+  TrackedBuffer<float> taps;      // [chunk, taps * d] fp32 as handed over
+  TrackedBuffer<bf16_t> features;  // [chunk, taps * d] in the model dtype
+  TrackedBuffer<bf16_t> fused;     // [chunk, d] fc output
+  TrackedBuffer<bf16_t> normed;    // [chunk, d] hidden_norm output
+};
+
+class CudaDsparkDrafter final : public Drafter {
+ public:
+  // Uploads loaded weights (each buffer a counted init step), reserves scratch for max_streams, warms up.
+  // `embedding` is the target's device embedding [V, d] bf16, shared, never copied.
+  static Result<std::unique_ptr<CudaDsparkDrafter>> create(const DsparkConfig& config, const DsparkWeights& weights,
+                                                           const bf16_t* embedding, const DrafterOptions& options,
+                                                           InitSteps& steps);
+  ~CudaDsparkDrafter() override;
+
+  const DraftFacts& facts() const override { return facts_; }
+  Status absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) override;
+  std::vector<Draft> draft(std::span<const DraftRequest> requests) override;
+  void release(StreamId stream) override { streams_.erase(stream); }
+
+  const DsparkConfig& config() const { return config_; }
+  // Positions the stream's context holds (0 for an unknown stream).
+  int64_t context_length(StreamId stream) const;
+  size_t open_streams() const { return streams_.size(); }
+  int64_t nonfinite_drafts() const { return nonfinite_drafts_; }
+  // The last draft() call's block outputs copied to the host, rows in request order (i * block_size + slot):
+  // Hf [rows, d] and U [rows, V] fp32.
+  Result<std::vector<float>> last_final_hidden() const;
+  Result<std::vector<float>> last_base_logits() const;
+  // Device time of the last draft() call's block pass and Markov scan, in ms.
+  double last_block_ms() const { return last_block_ms_; }
+  double last_scan_ms() const { return last_scan_ms_; }
+  // Test hook: fills every activation and logit buffer with NaN bytes (0xff), so a value a pass fails to write
+  // cannot pass for a result.
+  Status poison_scratch_for_test();
+
+ private:
+  CudaDsparkDrafter(const DsparkConfig& config, const bf16_t* embedding, const DrafterOptions& options);
+  Status reserve_context(DeviceStreamContext& context, int64_t rows);
+  Status reserve_scratch(int64_t requests, InitSteps* steps);
+  Status project_context(const float* taps, int64_t rows, int64_t start, DeviceStreamContext& context);
+  Status block_pass(int count);
+  Status markov_scan(int count, int max_depth);
+  Status warm_up();
+  // y [rows, w.rows] = x [rows, w.cols] @ W^T, bf16 in, fp32 accumulate, y bf16 or fp32 with leading dimension ldy.
+  Status gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y, bool y_f32,
+              int64_t ldy);
+
+  DsparkConfig config_;
+  DrafterOptions options_;
+  const bf16_t* embedding_ = nullptr;  // [V, d] the target's, borrowed
+  DraftFacts facts_;
+  DeviceStream stream_;
+  CublasHandle cublas_;
+  DeviceTimer block_timer_, scan_timer_;
+  DeviceDraftWeights weights_;
+  DeviceBlockScratch scratch_;
+  DeviceAbsorbScratch absorb_;
+  std::map<StreamId, std::unique_ptr<DeviceStreamContext>> streams_;
+  std::vector<DeviceScanRecord> records_;  // host copy of the last scan
+  int64_t last_rows_ = 0;
+  int64_t nonfinite_drafts_ = 0;
+  double last_block_ms_ = 0;
+  double last_scan_ms_ = 0;
+};
+
+}  // namespace ls::dspark::cuda

@@ -1,0 +1,59 @@
+// The CUDA drafter's device byte count, cuBLAS handle, stream and timer owners.
+#include "draft/dspark/cuda/device_memory.h"
+
+namespace ls::dspark::cuda {
+namespace {
+
+std::atomic<int64_t> device_bytes{0};
+
+}  // namespace
+
+int64_t drafter_device_bytes() { return device_bytes.load(); }
+void count_drafter_device_bytes(int64_t delta) { device_bytes += delta; }
+
+Status cublas_status(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return ok_status();
+  return Status(status == CUBLAS_STATUS_ALLOC_FAILED ? ErrorCode::OutOfMemory : ErrorCode::DeviceError,
+                std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(status)));
+}
+
+CublasHandle::~CublasHandle() {
+  if (handle_) cublasDestroy(handle_);
+}
+
+Status CublasHandle::create(cudaStream_t stream) {
+  LS_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle_), "cublasCreate"));
+  LS_RETURN_IF_ERROR(cublas_status(cublasSetStream(handle_, stream), "cublasSetStream"));
+  return ok_status();
+}
+
+DeviceStream::~DeviceStream() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status DeviceStream::create() {
+  LS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  return ok_status();
+}
+
+DeviceTimer::~DeviceTimer() {
+  if (start_) cudaEventDestroy(start_);
+  if (stop_) cudaEventDestroy(stop_);
+}
+
+Status DeviceTimer::create() {
+  LS_CUDA_TRY(cudaEventCreate(&start_));
+  LS_CUDA_TRY(cudaEventCreate(&stop_));
+  return ok_status();
+}
+
+double DeviceTimer::elapsed_ms() const {
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, start_, stop_) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return ms;
+}
+
+}  // namespace ls::dspark::cuda

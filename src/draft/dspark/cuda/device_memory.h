@@ -1,0 +1,120 @@
+// Device memory of the CUDA drafter: counted buffers (so tests see every byte come back), cuBLAS and stream owners.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compute/cuda/cuda_util.h"
+#include "draft/dspark/init_steps.h"
+
+namespace ls::dspark::cuda {
+
+// Bytes the CUDA drafters of this process hold on the device right now (all their TrackedBuffers).
+int64_t drafter_device_bytes();
+void count_drafter_device_bytes(int64_t delta);
+
+// A DeviceBuffer whose bytes are counted in drafter_device_bytes(); move-only, freed on destruction.
+template <typename T>
+class TrackedBuffer {
+ public:
+  TrackedBuffer() = default;
+  ~TrackedBuffer() { reset(); }
+  TrackedBuffer(TrackedBuffer&& other) noexcept = default;
+  TrackedBuffer& operator=(TrackedBuffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      buffer_ = std::move(other.buffer_);
+    }
+    return *this;
+  }
+
+  // Replaces the buffer with `count` uninitialised elements; OutOfMemory names `what` and the bytes.
+  Status allocate(size_t count, std::string_view what) {
+    reset();
+    Status status = buffer_.allocate(count);
+    if (!status.ok()) {
+      return Status(status.code(), "drafter device buffer " + std::string(what) + " (" +
+                                       std::to_string(count * sizeof(T)) + " bytes): " + status.message());
+    }
+    count_drafter_device_bytes(static_cast<int64_t>(buffer_.bytes()));
+    return ok_status();
+  }
+  // The same as one counted init step (a planted failure at this step fails before allocating).
+  Status allocate(size_t count, std::string_view what, InitSteps& steps) {
+    LS_RETURN_IF_ERROR(steps.step(what));
+    return allocate(count, what);
+  }
+  // Allocates and uploads `values`.
+  Status upload(const std::vector<T>& values, std::string_view what, InitSteps& steps) {
+    LS_RETURN_IF_ERROR(allocate(values.size(), what, steps));
+    LS_CUDA_TRY(cudaMemcpy(data(), values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return ok_status();
+  }
+  void reset() {
+    count_drafter_device_bytes(-static_cast<int64_t>(buffer_.bytes()));
+    buffer_.reset();
+  }
+  T* data() const { return buffer_.data(); }
+  size_t size() const { return buffer_.size(); }
+  size_t bytes() const { return buffer_.bytes(); }
+
+ private:
+  ls::cuda::DeviceBuffer<T> buffer_;
+};
+
+// DeviceError naming the cuBLAS call and its status.
+Status cublas_status(cublasStatus_t status, const char* what);
+
+// A cuBLAS handle bound to one stream, destroyed with its owner.
+class CublasHandle {
+ public:
+  CublasHandle() = default;
+  ~CublasHandle();
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  Status create(cudaStream_t stream);
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+// A non-blocking CUDA stream, destroyed with its owner.
+class DeviceStream {
+ public:
+  DeviceStream() = default;
+  ~DeviceStream();
+  DeviceStream(const DeviceStream&) = delete;
+  DeviceStream& operator=(const DeviceStream&) = delete;
+  Status create();
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// A pair of events timing a span of work on a stream.
+class DeviceTimer {
+ public:
+  DeviceTimer() = default;
+  ~DeviceTimer();
+  DeviceTimer(const DeviceTimer&) = delete;
+  DeviceTimer& operator=(const DeviceTimer&) = delete;
+  Status create();
+  void start(cudaStream_t stream) { cudaEventRecord(start_, stream); }
+  void stop(cudaStream_t stream) { cudaEventRecord(stop_, stream); }
+  // Milliseconds between start and stop (both must have completed).
+  double elapsed_ms() const;
+
+ private:
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+}  // namespace ls::dspark::cuda

@@ -1,0 +1,127 @@
+// The CUDA DSpark drafter's own kernels (launchers callable from host C++): block-pass ops and the fused Markov scan.
+//
+// Activations are bf16 on the device wherever the CPU Bf16 mode stores bf16-exact values, with the same rounding
+// points (compute/ops.h); base and corrected logits are fp32. Every launcher enqueues on `stream` and returns the
+// launch error as a Status.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+
+namespace ls::dspark::cuda {
+
+using bf16_t = __nv_bfloat16;
+
+// The most block slots (drafts per pass) the device scan record holds.
+inline constexpr int kMaxDeviceBlock = 32;
+// The widest attention head the block attention kernel takes (lanes own dims lane, lane + 32, ...).
+inline constexpr int kMaxDeviceHeadDim = 128;
+
+// One request of a block pass, as the device sees it: its stream's context cache and anchor position p.
+struct DeviceBlockRequest {
+  bf16_t* keys = nullptr;    // [layers, capacity, kv_size] this stream's context keys
+  bf16_t* values = nullptr;  // [layers, capacity, kv_size]
+  int64_t length = 0;        // p: context positions 0 .. p-1 are held; block rows go at p .. p+gamma-1
+  int64_t capacity = 0;      // rows per layer
+};
+
+struct AttentionDims {
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0;
+};
+
+// out [rows, width] = table[tokens[row]] (bf16 rows of the shared embedding).
+Status embed_tokens(const bf16_t* table, const int32_t* tokens, int64_t rows, int64_t width, bf16_t* out,
+                    cudaStream_t stream);
+// out [count] = bf16(in [count]) (round to nearest even).
+Status round_to_bf16(const float* in, int64_t count, bf16_t* out, cudaStream_t stream);
+// y [rows, width] = bf16(weight * bf16(x * inverse_rms)); sum of squares in double; y may alias x.
+Status rms_norm(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps, bf16_t* y,
+                cudaStream_t stream);
+// Rotates x [rows, heads, head_dim] in place at positions[row] (or first_position + row when positions is null):
+// fp32 cos/sin of position * inv_freq, interleaved pairs (2i, 2i+1) unless neox, one rounding.
+Status rope_rotate(bf16_t* x, int64_t rows, int heads, int head_dim, const int32_t* positions, int64_t first_position,
+                   const float* inv_freq, bool neox, cudaStream_t stream);
+// x [count] = bf16(x + delta).
+Status add_residual(bf16_t* x, const bf16_t* delta, int64_t count, cudaStream_t stream);
+// out [count] = bf16(bf16(silu(gate)) * up); out may alias gate.
+Status swiglu(const bf16_t* gate, const bf16_t* up, int64_t count, bf16_t* out, cudaStream_t stream);
+// Copies each request's block K/V [gamma, kv_size] into its cache rows p .. p+gamma-1 of `layer`.
+Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBlockRequest* requests, int count,
+                        int gamma, int kv_size, int layer, cudaStream_t stream);
+// Bidirectional block attention: query row (request i, slot s) over keys 0 .. p_i+gamma-1 of layer `layer`
+// (context, then the block): eager softmax with the CPU's bf16 roundings. q, out [count * gamma, heads, head_dim].
+Status block_attention(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma, AttentionDims dims,
+                       int layer, bf16_t* out, cudaStream_t stream);
+
+// ---- Markov scan ----
+
+// What the scan needs of one request (uploaded once per pass).
+struct DeviceScanRequest {
+  int32_t anchor = 0;
+  int32_t depth = 0;
+  int64_t anchor_position = 0;
+  float temperature = 0;  // <= 0: greedy
+  int32_t top_k = 0;
+  float top_p = 1;
+  float min_p = 0;
+  uint64_t seed = 0;
+  int32_t nan_logit_slot = -1;  // planted faults (test only), -1 = none
+  int32_t inf_confidence_slot = -1;
+  int32_t out_of_range_pick_slot = -1;
+};
+
+enum ScanStatus : int32_t { kScanOk = 0, kScanNonfiniteLogit = 1, kScanNonfiniteConfidence = 2, kScanPickOutOfRange = 3 };
+
+// The scan's running state and outputs of one request; the whole array is the one copy back to the host.
+struct DeviceScanRecord {
+  int32_t previous = 0;     // the chain's last token (the anchor first)
+  int32_t status = kScanOk;
+  int32_t failed_slot = -1;
+  int32_t failed_pick = 0;
+  float running = 1.0f;     // product of confidences so far
+  int32_t tokens[kMaxDeviceBlock];
+  float chances[kMaxDeviceBlock];
+};
+
+// Fixed inputs of every scan step.
+struct ScanShape {
+  int64_t vocab = 0;
+  int rank = 0;
+  int hidden = 0;
+  int gamma = 0;
+  bool has_confidence = false;
+};
+
+// e [count, rank] = W1[previous] for requests still drafting at `slot` (zeros for the others).
+Status markov_gather(const bf16_t* w1, const DeviceScanRequest* requests, const DeviceScanRecord* records, int count,
+                     ScanShape shape, int slot, bf16_t* embeddings, cudaStream_t stream);
+// One scan step for every request still drafting: l = markov [i, V] + U [i*gamma+slot, V] (written back into
+// `markov`), the pick (greedy argmax or the keyed draw at position p+slot+1), the fp32 confidence
+// sigmoid((w . [Hf ; e] + b) / T_slot), the failure flags; then tokens/chances/previous in the record.
+struct ScanStepInputs {
+  const DeviceScanRequest* requests = nullptr;
+  DeviceScanRecord* records = nullptr;
+  int count = 0;
+  float* markov = nullptr;              // [count, V] W2 e on entry, corrected logits on exit
+  const float* base_logits = nullptr;   // [count * gamma, V] U
+  const bf16_t* final_hidden = nullptr;  // [count * gamma, hidden] Hf
+  const bf16_t* embeddings = nullptr;    // [count, rank] e
+  const float* confidence_weight = nullptr;  // [hidden + rank] or null
+  float confidence_bias = 0;
+  const float* confidence_temperatures = nullptr;  // [gamma] or null
+};
+Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
+
+// Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
+// with draw_token bit for bit. Greedy rows take the argmax.
+Status draw_rows_on_device(const float* logits, int rows, int64_t vocab, const DeviceScanRequest* samplings,
+                           const int64_t* positions, int32_t* picks, cudaStream_t stream);
+
+}  // namespace ls::dspark::cuda

@@ -1,0 +1,494 @@
+// The DSpark drafter on the CUDA device: golden parity, agreement with the CPU bf16 drafter, the device keyed draw
+// against draw_token bit for bit, rollback, planted faults, init failures freeing device memory, refusals.
+// Near-tie rule (as the CPU bf16 parity test): a pick is compared while the reference's top-2 margin (relative to
+// the row's largest magnitude) is above twice the bf16 tolerance; after a legitimate near-tie flip the chain differs.
+#include <gtest/gtest.h>
+
+#ifdef LS_HAVE_CUDA
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "compute/cuda/cuda_util.h"
+#include "draft/dspark/cuda/cuda_drafter.h"
+#include "draft/dspark/dspark_drafter.h"
+#include "draft/load.h"
+#include "dspark_test_support.h"
+
+namespace ls::dspark {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+using cuda::CudaDsparkDrafter;
+
+constexpr double kBf16Tolerance = 2e-2;  // the CPU bf16 parity tolerance (docs/drafter.md)
+
+#define SKIP_WITHOUT_DEVICE() \
+  if (ls::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+// A test target: the embedding-only CPU target plus a bf16 device copy of E, returned as device_embedding().
+class DeviceEmbeddingTarget final : public Target {
+ public:
+  DeviceEmbeddingTarget(std::vector<float> embedding, int vocab, int hidden, int layers)
+      : host_(embedding, vocab, hidden, layers) {
+    std::vector<bf16> values(embedding.size());
+    for (size_t i = 0; i < values.size(); ++i) values[i] = float_to_bf16(embedding[i]);
+    LS_CHECK(device_.allocate(values.size()).ok(), "device embedding");
+    LS_CHECK(cudaMemcpy(device_.data(), values.data(), values.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess,
+             "embedding upload");
+  }
+  const TargetFacts& facts() const override { return host_.facts(); }
+  Status set_taps(std::span<const int> layers) override { return host_.set_taps(layers); }
+  Result<Verified> forward(std::span<const Window> windows) override { return host_.forward(windows); }
+  Status commit(StreamId stream, int kept) override { return host_.commit(stream, kept); }
+  int64_t committed_length(StreamId stream) const override { return host_.committed_length(stream); }
+  void release(StreamId stream) override { host_.release(stream); }
+  Status embed(std::span<const int32_t> tokens, std::span<float> out) const override { return host_.embed(tokens, out); }
+  Status head(std::span<const float> hidden, int rows, std::span<float> out) const override {
+    return host_.head(hidden, rows, out);
+  }
+  const void* device_embedding() const override { return device_.data(); }
+  testing::EmbeddingTarget& host() { return host_; }
+
+ private:
+  testing::EmbeddingTarget host_;
+  ls::cuda::DeviceBuffer<bf16> device_;
+};
+
+// A drafter directory and its target's embedding (bf16-rounded), vocab, hidden, layers.
+struct Pair {
+  std::string drafter_dir;
+  std::vector<float> embedding;
+  int vocab = 0, hidden = 0, layers = 0;
+};
+
+Pair read_pair(const fs::path& target_dir, const fs::path& drafter_dir) {
+  Pair pair;
+  pair.drafter_dir = drafter_dir.string();
+  Result<std::unique_ptr<io::Checkpoint>> target = io::Checkpoint::open(target_dir.string());
+  LS_CHECK(target.ok(), "target checkpoint");
+  const io::TensorInfo* embedding = (*target)->find("model.embed_tokens.weight");
+  LS_CHECK(embedding != nullptr, "embedding");
+  pair.vocab = static_cast<int>(embedding->shape[0]);
+  pair.hidden = static_cast<int>(embedding->shape[1]);
+  pair.embedding.resize(static_cast<size_t>(embedding->elements()));
+  LS_CHECK((*target)->read_f32(embedding->name, embedding->shape, pair.embedding).ok(), "embedding read");
+  for (float& value : pair.embedding) value = round_to_bf16(value);
+  json config;
+  std::ifstream(target_dir / "config.json") >> config;
+  pair.layers = config["num_hidden_layers"].get<int>();
+  return pair;
+}
+
+Pair nano_pair() {
+  const fs::path root(LS_SOURCE_DIR);
+  return read_pair(root / "models/nano/target", root / "models/nano/drafter");
+}
+
+DrafterOptions cuda_options() {
+  DrafterOptions options;
+  options.device = Device::Cuda;
+  options.max_streams = 8;
+  return options;
+}
+
+std::unique_ptr<CudaDsparkDrafter> load_cuda(const std::string& dir, Target& target, const DrafterOptions& options) {
+  Result<std::unique_ptr<Drafter>> loaded = load_drafter(dir, target, options);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
+  if (!loaded.ok()) return nullptr;
+  auto* cuda_drafter = dynamic_cast<CudaDsparkDrafter*>(loaded->get());
+  EXPECT_NE(cuda_drafter, nullptr) << "Device::Cuda gave a drafter of another kind";
+  if (cuda_drafter == nullptr) return nullptr;
+  loaded->release();
+  return std::unique_ptr<CudaDsparkDrafter>(cuda_drafter);
+}
+
+// max |a - b| / max |b|.
+double relative_error(std::span<const float> actual, std::span<const float> expected) {
+  EXPECT_EQ(actual.size(), expected.size());
+  double largest = 0, error = 0;
+  for (size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
+    largest = std::max(largest, std::fabs(static_cast<double>(expected[i])));
+    error = std::max(error, std::fabs(static_cast<double>(actual[i]) - expected[i]));
+  }
+  return largest > 0 ? error / largest : error;
+}
+
+// The top-2 margin of a row of scores, relative to its largest magnitude.
+double top_two_margin(std::vector<double> row) {
+  double largest = 0;
+  for (double v : row) largest = std::max(largest, std::fabs(v));
+  std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<double>());
+  return largest > 0 ? (row[0] - row[1]) / largest : 0;
+}
+
+// The CPU drafter's score rows of one request's chain (teacher-forced on its own picks): corrected logits for a
+// greedy request, logit / T + Gumbel for a sampled one.
+std::vector<std::vector<double>> cpu_scores(const DsparkDrafter& cpu, size_t request, const DraftRequest& r,
+                                            const std::vector<int32_t>& chain) {
+  const DsparkConfig& c = cpu.config();
+  const DsparkWeights& w = cpu.weights();
+  const int64_t V = c.vocab_size, rank = c.markov_rank;
+  const std::span<const float> base = cpu.last_base_logits();
+  std::vector<std::vector<double>> rows;
+  for (size_t slot = 0; slot < chain.size(); ++slot) {
+    const int32_t previous = slot == 0 ? r.anchor_token : chain[slot - 1];
+    std::vector<float> e(static_cast<size_t>(rank)), logits(static_cast<size_t>(V));
+    for (int64_t j = 0; j < rank; ++j) e[j] = bf16_to_float(w.markov_w1.b16[previous * rank + j]);
+    apply_matrix(compute::OpContext{}, e.data(), 1, w.markov_w2, logits.data());
+    std::vector<double> scores(static_cast<size_t>(V));
+    for (int64_t id = 0; id < V; ++id) {
+      const double logit = logits[id] + base[(request * c.block_size + slot) * V + id];
+      scores[id] = r.sampling.greedy() ? logit
+                                       : logit / r.sampling.temperature +
+                                             sampling_gumbel(r.sampling.seed, r.anchor_position + slot + 1,
+                                                             static_cast<int32_t>(id));
+    }
+    rows.push_back(std::move(scores));
+  }
+  return rows;
+}
+
+TEST(CudaDrafter, GoldenParityHoldsPicksAndValuesWithinTheBf16Tolerance) {
+  SKIP_WITHOUT_DEVICE();
+  const fs::path root(LS_SOURCE_DIR);
+  int compared_picks = 0;
+  for (const fs::path& folder : {root / "tests/golden/dspark", root / "tests/golden/dspark_nano"}) {
+    json golden;
+    std::ifstream(folder / "golden.json") >> golden;
+    const fs::path base = folder.filename() == "dspark" ? folder : root;
+    const Pair pair = read_pair(base / golden["target"].get<std::string>(), base / golden["drafter"].get<std::string>());
+    Result<std::unique_ptr<io::Checkpoint>> tensors = io::Checkpoint::open_file((folder / "golden.safetensors").string());
+    ASSERT_TRUE(tensors.ok());
+    auto tensor = [&](const std::string& name) {
+      const io::TensorInfo* info = (*tensors)->find(name);
+      LS_CHECK(info != nullptr, name.c_str());
+      std::vector<float> values(static_cast<size_t>(info->elements()));
+      LS_CHECK((*tensors)->read_f32(name, info->shape, values).ok(), name.c_str());
+      return values;
+    };
+    DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+    std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, cuda_options());
+    ASSERT_TRUE(drafter);
+    double worst = 0;
+    for (const json& golden_case : golden["cases"]) {
+      const std::string prefix = golden_case["name"].get<std::string>() + ".bf16";
+      SCOPED_TRACE(folder.string() + " " + prefix);
+      const std::vector<float> taps = tensor(golden_case["name"].get<std::string>() + ".taps");
+      const int64_t p = golden_case["anchor_position"];
+      ASSERT_TRUE(drafter->absorb(1, 0, static_cast<int>(p), taps).ok());
+      ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
+      DraftRequest request;
+      request.stream = 1;
+      request.anchor_token = golden_case["anchor_token"];
+      request.anchor_position = p;
+      request.depth = drafter->config().block_size;
+      const Draft draft = drafter->draft(std::span<const DraftRequest>(&request, 1))[0];
+      ASSERT_TRUE(draft.status.ok()) << draft.status.to_string();
+      const std::vector<float> hidden = drafter->last_final_hidden().value();
+      const std::vector<float> logits = drafter->last_base_logits().value();
+      std::vector<float> chances = tensor(prefix + ".confidences");
+      for (size_t i = 1; i < chances.size(); ++i) chances[i] *= chances[i - 1];
+      const double errors[] = {relative_error(hidden, tensor(prefix + ".final_hidden")),
+                               relative_error(logits, tensor(prefix + ".base_logits")),
+                               relative_error(draft.chances, chances)};
+      for (double error : errors) {
+        EXPECT_LE(error, kBf16Tolerance);
+        worst = std::max(worst, error);
+      }
+      const std::vector<int32_t> expected = golden_case["bf16"]["greedy_picks"];
+      const std::vector<float> markov = tensor(prefix + ".markov_logits");
+      const size_t vocab = markov.size() / expected.size();
+      for (size_t slot = 0; slot < expected.size(); ++slot) {
+        const double margin =
+            top_two_margin(std::vector<double>(markov.begin() + slot * vocab, markov.begin() + (slot + 1) * vocab));
+        if (margin <= 2 * kBf16Tolerance) break;
+        EXPECT_EQ(draft.tokens[slot], expected[slot]) << "slot " << slot;
+        ++compared_picks;
+        if (draft.tokens[slot] != expected[slot]) break;
+      }
+      drafter->release(1);
+    }
+    std::printf("[ cuda parity ] %s: worst relative error %.3g\n", folder.c_str(), worst);
+  }
+  EXPECT_GT(compared_picks, 0);
+}
+
+TEST(CudaDrafter, GpuPicksEqualTheCpuBf16DrafterOnTheNanoPairForRandomContexts) {
+  SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(gpu);
+  DrafterOptions cpu_options;
+  Result<std::unique_ptr<DsparkDrafter>> cpu = DsparkDrafter::load(pair.drafter_dir, target.host(), cpu_options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  const DsparkConfig& c = gpu->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  // Contexts of several lengths (one past the 128-row absorb chunk), drafted together, greedy and sampled.
+  const int64_t lengths[] = {3, 37, 200, 64, 9};
+  std::mt19937 rng(20261129);
+  std::vector<DraftRequest> requests;
+  for (size_t i = 0; i < std::size(lengths); ++i) {
+    const std::vector<float> taps = testing::random_taps(lengths[i], width, 100 + static_cast<uint32_t>(i));
+    ASSERT_TRUE(gpu->absorb(i, 0, static_cast<int>(lengths[i]), taps).ok());
+    ASSERT_TRUE((*cpu)->absorb(i, 0, static_cast<int>(lengths[i]), taps).ok());
+    DraftRequest request;
+    request.stream = i;
+    request.anchor_token = static_cast<int32_t>(rng() % c.vocab_size);
+    request.anchor_position = lengths[i];
+    request.depth = c.block_size - static_cast<int>(i % 2);
+    if (i % 2 == 1) {
+      request.sampling.temperature = 0.8f;
+      request.sampling.seed = 77 + i;
+    }
+    requests.push_back(request);
+  }
+  ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+  const std::vector<Draft> on_gpu = gpu->draft(requests);
+  const std::vector<Draft> on_cpu = (*cpu)->draft(requests);
+  const std::vector<float> gpu_logits = gpu->last_base_logits().value();
+  const std::span<const float> cpu_logits = (*cpu)->last_base_logits();
+  EXPECT_LE(relative_error(gpu_logits, std::vector<float>(cpu_logits.begin(), cpu_logits.end())), kBf16Tolerance);
+  int equal = 0, total = 0, compared = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    ASSERT_TRUE(on_gpu[i].status.ok()) << on_gpu[i].status.to_string();
+    ASSERT_TRUE(on_cpu[i].status.ok());
+    ASSERT_EQ(on_gpu[i].tokens.size(), static_cast<size_t>(requests[i].depth));
+    const std::vector<std::vector<double>> scores = cpu_scores(**cpu, i, requests[i], on_cpu[i].tokens);
+    bool chain_equal = true;
+    for (int slot = 0; slot < requests[i].depth; ++slot, ++total) {
+      equal += on_gpu[i].tokens[slot] == on_cpu[i].tokens[slot];
+      if (!chain_equal || top_two_margin(scores[slot]) <= 2 * kBf16Tolerance) {
+        chain_equal = false;
+        continue;
+      }
+      ++compared;
+      EXPECT_EQ(on_gpu[i].tokens[slot], on_cpu[i].tokens[slot]) << "slot " << slot;
+      EXPECT_NEAR(on_gpu[i].chances[slot], on_cpu[i].chances[slot], kBf16Tolerance);
+      chain_equal = on_gpu[i].tokens[slot] == on_cpu[i].tokens[slot];
+    }
+  }
+  std::printf("[ cuda vs cpu ] %d of %d picks equal, %d compared under the near-tie rule\n", equal, total, compared);
+  EXPECT_GT(compared, total / 2);
+}
+
+TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
+  SKIP_WITHOUT_DEVICE();
+  const int64_t vocab = 3000;
+  std::vector<Sampling> samplings;
+  auto add = [&](float temperature, int top_k, float top_p, float min_p) {
+    Sampling s;
+    s.temperature = temperature;
+    s.top_k = top_k;
+    s.top_p = top_p;
+    s.min_p = min_p;
+    s.seed = 1000 + samplings.size();
+    samplings.push_back(s);
+  };
+  add(0, 0, 1, 0);
+  add(0.7f, 0, 1, 0);
+  add(1.3f, 5, 1, 0);
+  add(1.0f, 50, 0.9f, 0);
+  add(0.8f, 0, 0.5f, 0);
+  add(1.0f, 0, 1, 0.1f);
+  add(0.9f, 40, 0.8f, 0.05f);
+  add(1.0f, 1, 1, 0);
+  add(2.0f, 0, 0.97f, 0.02f);
+  const int repeats = 12;  // each sampling on continuous logits, then (no top-p) on heavily tied logits
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits;
+  std::vector<cuda::DeviceScanRequest> device_samplings;
+  std::vector<int64_t> positions;
+  std::vector<int32_t> expected;
+  for (int repeat = 0; repeat < repeats; ++repeat) {
+    for (const Sampling& s : samplings) {
+      const bool tied = repeat % 2 == 1;
+      if (tied && s.top_p < 1.0f) continue;  // exact ties put the top-p cut on a rounding boundary
+      std::vector<float> row(static_cast<size_t>(vocab));
+      for (float& value : row) value = tied ? std::round(normal(rng) / 2) : normal(rng);
+      const int64_t position = 5 + repeat * 31;
+      cuda::DeviceScanRequest d;
+      d.temperature = s.temperature;
+      d.top_k = s.top_k;
+      d.top_p = s.top_p;
+      d.min_p = s.min_p;
+      d.seed = s.seed;
+      device_samplings.push_back(d);
+      positions.push_back(position);
+      expected.push_back(draw_token(row, s, position));
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+  }
+  const int rows = static_cast<int>(expected.size());
+  ls::cuda::DeviceBuffer<float> device_logits;
+  ls::cuda::DeviceBuffer<cuda::DeviceScanRequest> device_requests;
+  ls::cuda::DeviceBuffer<int64_t> device_positions;
+  ls::cuda::DeviceBuffer<int32_t> device_picks;
+  ASSERT_TRUE(device_logits.allocate(logits.size()).ok());
+  ASSERT_TRUE(device_requests.allocate(rows).ok());
+  ASSERT_TRUE(device_positions.allocate(rows).ok());
+  ASSERT_TRUE(device_picks.allocate(rows).ok());
+  cudaMemcpy(device_logits.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(device_requests.data(), device_samplings.data(), rows * sizeof(cuda::DeviceScanRequest),
+             cudaMemcpyHostToDevice);
+  cudaMemcpy(device_positions.data(), positions.data(), rows * 8, cudaMemcpyHostToDevice);
+  cudaMemset(device_picks.data(), 0xff, rows * 4);  // -1: an unwritten pick cannot pass
+  ASSERT_TRUE(cuda::draw_rows_on_device(device_logits.data(), rows, vocab, device_requests.data(),
+                                        device_positions.data(), device_picks.data(), nullptr)
+                  .ok());
+  std::vector<int32_t> picks(static_cast<size_t>(rows));
+  ASSERT_EQ(cudaMemcpy(picks.data(), device_picks.data(), rows * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int row = 0; row < rows; ++row) EXPECT_EQ(picks[row], expected[row]) << "row " << row;
+  EXPECT_GT(rows, 60);
+}
+
+TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsorb) {
+  SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(drafter);
+  const DsparkConfig& c = drafter->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  const std::vector<float> kept = testing::random_taps(40, width, 1);
+  const std::vector<float> rejected = testing::random_taps(90, width, 2);  // longer than what replaces it
+  const std::vector<float> replacement = testing::random_taps(25, width, 3);
+  // Stream 1: 40 rows, 90 rows later rolled back, 25 rows at 40. Stream 2: the same 40 and 25 rows, fresh.
+  ASSERT_TRUE(drafter->absorb(1, 0, 40, kept).ok());
+  ASSERT_TRUE(drafter->absorb(1, 40, 90, rejected).ok());
+  ASSERT_TRUE(drafter->absorb(1, 40, 25, replacement).ok());
+  ASSERT_TRUE(drafter->absorb(2, 0, 40, kept).ok());
+  ASSERT_TRUE(drafter->absorb(2, 40, 25, replacement).ok());
+  EXPECT_EQ(drafter->context_length(1), 65);
+  std::vector<Draft> drafts;
+  for (StreamId stream : {StreamId{1}, StreamId{2}}) {
+    DraftRequest request;
+    request.stream = stream;
+    request.anchor_token = 321;
+    request.anchor_position = 65;
+    request.depth = c.block_size;
+    drafts.push_back(drafter->draft(std::span<const DraftRequest>(&request, 1))[0]);
+    ASSERT_TRUE(drafts.back().status.ok()) << drafts.back().status.to_string();
+  }
+  EXPECT_EQ(drafts[0].tokens, drafts[1].tokens);
+  ASSERT_EQ(drafts[0].chances.size(), drafts[1].chances.size());
+  for (size_t i = 0; i < drafts[0].chances.size(); ++i)
+    EXPECT_EQ(std::bit_cast<uint32_t>(drafts[0].chances[i]), std::bit_cast<uint32_t>(drafts[1].chances[i]));
+  // A gap is refused by name and changes nothing.
+  const Status gap = drafter->absorb(2, 70, 1, std::vector<float>(width, 0.0f));
+  EXPECT_EQ(gap.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(gap.message().find("gap"), std::string::npos) << gap.message();
+}
+
+TEST(CudaDrafter, APlantedFaultFailsOnlyThePlantedRequestWithDraftNonfinite) {
+  SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> clean = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(clean);
+  const DsparkConfig& c = clean->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  const std::vector<float> taps = testing::random_taps(20, width, 9);
+  std::vector<DraftRequest> requests(3);
+  for (int i = 0; i < 3; ++i) {
+    requests[i].stream = i;
+    requests[i].anchor_token = 50 + i;
+    requests[i].anchor_position = 20;
+    requests[i].depth = c.block_size;
+    if (i == 2) requests[i].sampling = Sampling{0.9f, 0, 1.0f, 0.0f, 5};
+  }
+  auto run = [&](CudaDsparkDrafter& drafter) {
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(drafter.absorb(i, 0, 20, taps).ok());
+    return drafter.draft(requests);
+  };
+  const std::vector<Draft> reference = run(*clean);
+  for (const Draft& draft : reference) ASSERT_TRUE(draft.status.ok()) << draft.status.to_string();
+  const std::pair<const char*, int PlantedFaults::*> kinds[] = {
+      {"non-finite draft logit", &PlantedFaults::nan_logit_slot},
+      {"non-finite draft confidence", &PlantedFaults::inf_confidence_slot},
+      {"outside vocabulary", &PlantedFaults::out_of_range_pick_slot}};
+  for (const auto& [message, field] : kinds) {
+    for (int slot : {0, c.block_size - 1}) {
+      SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot));
+      DrafterOptions options = cuda_options();
+      options.faults.enabled = true;
+      options.faults.stream = 1;
+      options.faults.*field = slot;
+      std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, options);
+      ASSERT_TRUE(drafter);
+      const std::vector<Draft> drafts = run(*drafter);
+      EXPECT_EQ(drafts[1].status.code(), ErrorCode::DraftNonfinite);
+      EXPECT_NE(drafts[1].status.message().find(message), std::string::npos) << drafts[1].status.message();
+      EXPECT_NE(drafts[1].status.message().find("slot " + std::to_string(slot)), std::string::npos);
+      EXPECT_TRUE(drafts[1].tokens.empty());
+      for (int i : {0, 2}) {
+        ASSERT_TRUE(drafts[i].status.ok()) << drafts[i].status.to_string();
+        EXPECT_EQ(drafts[i].tokens, reference[i].tokens);
+      }
+      EXPECT_EQ(drafter->nonfinite_drafts(), 1);
+    }
+  }
+}
+
+TEST(CudaDrafter, AFailureAtEveryInitStepIsNamedAndGivesBackEveryDeviceByte) {
+  SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  // One full load first: the CUDA context, cuBLAS and the kernels' modules stay loaded after it.
+  ASSERT_TRUE(load_cuda(pair.drafter_dir, target, cuda_options()));
+  ASSERT_EQ(cuda::drafter_device_bytes(), 0);
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  int failures = 0;
+  for (int step = 0; step < 400; ++step) {
+    DrafterOptions options = cuda_options();
+    options.fail_init_step = step;
+    Result<std::unique_ptr<Drafter>> loaded = load_drafter(pair.drafter_dir, target, options);
+    if (loaded.ok()) break;
+    ++failures;
+    EXPECT_EQ(loaded.status().code(), ErrorCode::OutOfMemory) << loaded.status().to_string();
+    EXPECT_NE(loaded.status().message().find("injected failure at drafter init step " + std::to_string(step)),
+              std::string::npos)
+        << loaded.status().message();
+    EXPECT_EQ(cuda::drafter_device_bytes(), 0) << "after a failure at step " << step;
+  }
+  EXPECT_GT(failures, 40);  // host weights, device uploads, scratch and the warm-up are all steps
+  size_t free_after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_LE(static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after), int64_t{8} << 20)
+      << "device memory lost over " << failures << " failed loads";
+}
+
+TEST(CudaDrafter, RefusesIntEightAnFp32ModeAndACpuTargetByName) {
+  SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  DrafterOptions options = cuda_options();
+  options.bits = 8;
+  Result<std::unique_ptr<Drafter>> int8 = load_drafter(pair.drafter_dir, target, options);
+  ASSERT_FALSE(int8.ok());
+  EXPECT_EQ(int8.status().code(), ErrorCode::UnsupportedDraftBits);
+  EXPECT_NE(int8.status().message().find("bf16"), std::string::npos) << int8.status().message();
+  options.bits = 4;
+  EXPECT_EQ(load_drafter(pair.drafter_dir, target, options).status().code(), ErrorCode::UnsupportedDraftBits);
+  options = cuda_options();
+  options.mode = compute::NumericMode::Fp32;
+  EXPECT_EQ(load_drafter(pair.drafter_dir, target, options).status().code(), ErrorCode::InvalidArgument);
+  Result<std::unique_ptr<Drafter>> on_cpu_target = load_drafter(pair.drafter_dir, target.host(), cuda_options());
+  ASSERT_FALSE(on_cpu_target.ok());
+  EXPECT_EQ(on_cpu_target.status().code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(on_cpu_target.status().message().find("device embedding"), std::string::npos);
+  EXPECT_EQ(cuda::drafter_device_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace ls::dspark
+#endif  // LS_HAVE_CUDA
