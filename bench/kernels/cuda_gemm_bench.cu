@@ -1,0 +1,229 @@
+// GPU kernel bench: the batch-invariant bf16 GEMM vs cuBLAS and vs the measured read bandwidth, per shape and m,
+// plus the device sampler. Usage: cuda_gemm_bench [table.txt]   (prints the table; also writes it to the file).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "base/hash.h"
+#include "compute/cuda/kernels.h"
+
+using namespace ls;
+using namespace ls::cuda;
+
+namespace {
+
+#define CHECK_CUDA(call)                                                                   \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+void check(const Status& status) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "error: %s\n", status.message().c_str());
+    std::exit(1);
+  }
+}
+
+__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t x = seed + i * 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    p[i] = __float2bfloat16_rn((static_cast<float>(x >> 40) / 16777216.0f - 0.5f) * 0.1f);
+  }
+}
+
+__global__ void read_kernel(const uint4* p, size_t n, unsigned int* sink) {
+  unsigned int acc = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+void fill(bf16* p, size_t n, uint64_t seed) {
+  fill_kernel<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(p), n, seed);
+  CHECK_CUDA(cudaGetLastError());
+}
+
+// Median milliseconds per call of `body` (called `inner` times per sample, 15 samples) on stream 0.
+template <class F>
+double time_ms(F body, int inner) {
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  body(0);  // warm up
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<double> samples;
+  for (int s = 0; s < 15; ++s) {
+    CHECK_CUDA(cudaEventRecord(start));
+    for (int i = 0; i < inner; ++i) body(i);
+    CHECK_CUDA(cudaEventRecord(stop));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    samples.push_back(ms / inner);
+  }
+  std::sort(samples.begin(), samples.end());
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  return samples[samples.size() / 2];
+}
+
+// Median ms per GEMM when `count` launches are replayed from one CUDA graph (no launch gaps from the host).
+template <class F>
+double graph_ms(F body, int count) {
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < count; ++i) body(i, stream);
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> samples;
+  for (int s = 0; s < 11; ++s) {
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    samples.push_back(ms / count);
+  }
+  std::sort(samples.begin(), samples.end());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return samples[samples.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string table;
+  auto emit = [&](const char* format, auto... args) {
+    char line[512];
+    std::snprintf(line, sizeof line, format, args...);
+    std::fputs(line, stdout);
+    std::fflush(stdout);
+    table += line;
+  };
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  emit("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+
+  // Read bandwidth (the memory floor's denominator) and device copy bandwidth on 2 GiB.
+  const size_t big = 2ull << 30;
+  DeviceBuffer<unsigned char> a, b;
+  check(a.allocate(big));
+  check(b.allocate(big));
+  DeviceBuffer<unsigned int> sink;
+  check(sink.allocate(1));
+  CHECK_CUDA(cudaMemset(a.data(), 1, big));
+  const double read_ms = time_ms([&](int) {
+    read_kernel<<<prop.multiProcessorCount * 8, 512>>>(reinterpret_cast<const uint4*>(a.data()), big / 16, sink.data());
+  }, 5);
+  const double copy_ms = time_ms([&](int) { CHECK_CUDA(cudaMemcpyAsync(b.data(), a.data(), big, cudaMemcpyDeviceToDevice)); }, 5);
+  const double read_gbs = big / read_ms / 1e6, copy_gbs = 2.0 * big / copy_ms / 1e6;
+  emit("read bandwidth %.0f GB/s, copy %.0f GB/s (read + write)\n", read_gbs, copy_gbs);
+  a.reset();
+  b.reset();
+
+  GemmEngine engine;
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 1;
+  struct Shape {
+    int64_t n, k;
+    const char* what;
+  };
+  const Shape shapes[] = {{8192, 2048, "2048->8192"}, {2048, 8192, "8192->2048"}, {65536, 2048, "2048->65536"}};
+  const int64_t widths[] = {1, 2, 4, 8, 16, 64, 256, 2048};
+  emit("\n%-12s %5s %-15s %9s %8s %7s %8s %9s %8s %7s\n", "shape", "m", "tile", "own us", "own GB/s", "%read",
+       "own TF/s", "cublas us", "cb TF/s", "%cublas");
+  for (const Shape& shape : shapes) {
+    const size_t weight_elems = shape.n * shape.k;
+    const int copies = static_cast<int>(std::max<size_t>(2, (1ull << 29) / (weight_elems * 2) + 1));  // > 512 MiB
+    std::vector<DeviceBuffer<bf16>> weights(copies);
+    for (int c = 0; c < copies; ++c) {
+      check(weights[c].allocate(weight_elems));
+      fill(weights[c].data(), weight_elems, 1000 + c);
+    }
+    DeviceBuffer<bf16> x, y;
+    check(x.allocate(2048 * shape.k));
+    check(y.allocate(2048 * shape.n));
+    fill(x.data(), 2048 * shape.k, 7);
+    for (int64_t m : widths) {
+      auto own = [&](int i, cudaStream_t stream) {
+        check(engine.gemm(x.data(), m, DeviceMatrix{weights[i % copies].data(), nullptr, shape.n, shape.k}, y.data(),
+                          nullptr, stream));
+      };
+      auto blas = [&](int i, cudaStream_t stream) {
+        cublasSetStream(handle, stream);
+        const float alpha = 1.0f, beta = 0.0f;
+        cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, shape.n, m, shape.k, &alpha, weights[i % copies].data(),
+                     CUDA_R_16BF, shape.k, x.data(), CUDA_R_16BF, shape.k, &beta, y.data(), CUDA_R_16BF, shape.n,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      };
+      const int count = m <= 16 ? 40 : 10;
+      const double own_ms = graph_ms(own, count);
+      const double blas_ms = graph_ms(blas, count);
+      const double bytes = 2.0 * (weight_elems + m * shape.k + m * shape.n);
+      const double flops = 2.0 * m * shape.n * shape.k;
+      const double own_gbs = bytes / own_ms / 1e6;
+      emit("%-12s %5lld %-15s %9.1f %8.0f %6.0f%% %8.1f %9.1f %8.1f %6.0f%%\n", shape.what, static_cast<long long>(m),
+           engine.tile_name(m, shape.n), own_ms * 1e3, own_gbs, 100.0 * own_gbs / read_gbs, flops / own_ms / 1e9,
+           blas_ms * 1e3, flops / blas_ms / 1e9, 100.0 * blas_ms / own_ms);
+    }
+  }
+  cublasDestroy(handle);
+
+  // The device sampler on 256 rows x 65536 logits: greedy, and sampled with top-k 50 / top-p 0.9.
+  const int rows = 256, vocab = 65536;
+  DeviceBuffer<float> logits;
+  DeviceBuffer<RowDraw> draws;
+  DeviceBuffer<int32_t> tokens;
+  check(logits.allocate(static_cast<size_t>(rows) * vocab));
+  check(draws.allocate(rows));
+  check(tokens.allocate(rows));
+  std::vector<float> host(static_cast<size_t>(rows) * vocab);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(uniform_open01(splitmix64(i)) * 12.0);
+  CHECK_CUDA(cudaMemcpy(logits.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  DrawScratch scratch;
+  check(scratch.reserve(rows, vocab));
+  auto time_draws = [&](RowDraw d) {
+    std::vector<RowDraw> all(rows, d);
+    CHECK_CUDA(cudaMemcpy(draws.data(), all.data(), rows * sizeof(RowDraw), cudaMemcpyHostToDevice));
+    return time_ms([&](int) { check(draw_rows(logits.data(), rows, vocab, draws.data(), tokens.data(), scratch, 0)); },
+                   5);
+  };
+  emit("\nsampler, %d rows x %d: greedy %.1f us", rows, vocab, time_draws(RowDraw{}) * 1e3);
+  emit(", T=0.8 plain %.1f us", time_draws(RowDraw{0.8f, 0, 1.0f, 0.0f, 1, 5}) * 1e3);
+  emit(", top-k 50 + top-p 0.9 %.1f us", time_draws(RowDraw{0.8f, 50, 0.9f, 0.0f, 1, 5}) * 1e3);
+  emit(", top-p 0.9 alone %.1f us\n", time_draws(RowDraw{0.8f, 0, 0.9f, 0.0f, 1, 5}) * 1e3);
+  if (argc > 1) {
+    FILE* file = std::fopen(argv[1], "w");
+    if (file) {
+      std::fputs(table.c_str(), file);
+      std::fclose(file);
+    }
+  }
+  return 0;
+}
