@@ -67,11 +67,11 @@ Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, 
   return points;
 }
 
-// Prefills `streams` scratch streams with a short context and feeds it to the drafter.
-Status prepare_draft_scratch(Target& target, Drafter& drafter, const Clock& clock, const CalibrationOptions& options,
-                             int streams, double& absorb_ms_per_row) {
-  double absorb_ms = 0;
-  int64_t absorbed_rows = 0;
+// Prefills `streams` scratch streams with a short context and feeds it to the drafter; returns the median time of
+// those short absorbs (each opens a stream, as a request's first absorb does).
+Result<double> prepare_draft_scratch(Target& target, Drafter& drafter, const Clock& clock,
+                                     const CalibrationOptions& options, int streams) {
+  std::vector<double> absorb_ms;
   std::vector<int32_t> context(options.context_tokens);
   for (int index = 0; index < options.context_tokens; ++index) context[index] = index + 1;
   int per_forward = std::max(1, options.max_rows / options.context_tokens);
@@ -93,17 +93,39 @@ Status prepare_draft_scratch(Target& target, Drafter& drafter, const Clock& cloc
       // Timing only: a drafter that refuses a scratch context is still timed (its errors surface when serving).
       const double start_ms = clock.now_ms();
       Status absorbed = drafter.absorb(windows[index].stream, 0, options.context_tokens, taps);
-      absorb_ms += clock.now_ms() - start_ms;
-      absorbed_rows += options.context_tokens;
+      absorb_ms.push_back(clock.now_ms() - start_ms);
       if (!absorbed.ok()) log_warn("drafter timing: scratch absorb failed: %s", absorbed.to_string().c_str());
     }
   }
-  absorb_ms_per_row = absorbed_rows > 0 ? absorb_ms / static_cast<double>(absorbed_rows) : 0.0;
-  return ok_status();
+  if (absorb_ms.empty()) return 0.0;
+  std::nth_element(absorb_ms.begin(), absorb_ms.begin() + absorb_ms.size() / 2, absorb_ms.end());
+  return absorb_ms[absorb_ms.size() / 2];
+}
+
+// Times the drafter absorbing one long context (a catch-up of a whole prompt) on its own scratch stream: the
+// fastest of `repeats` absorbs after one untimed (each replaces the context from position 0).
+Result<double> time_long_absorb(Target& target, Drafter& drafter, const Clock& clock,
+                                const CalibrationOptions& options, StreamId scratch, int rows) {
+  std::vector<int32_t> context(rows);
+  for (int index = 0; index < rows; ++index) context[index] = index + 1;
+  Window window;
+  window.stream = scratch;
+  window.tokens = context;
+  window.first_drawn_row = rows - 1;
+  LS_ASSIGN_OR_RETURN(Verified verified, target.forward(std::span<const Window>(&window, 1)));
+  LS_RETURN_IF_ERROR(target.commit(scratch, rows));
+  double fastest = std::numeric_limits<double>::infinity();
+  for (int run = 0; run <= options.repeats; ++run) {
+    const double start_ms = clock.now_ms();
+    Status absorbed = drafter.absorb(scratch, 0, rows, verified.taps);
+    if (run > 0) fastest = std::min(fastest, clock.now_ms() - start_ms);
+    if (!absorbed.ok()) log_warn("drafter timing: long scratch absorb failed: %s", absorbed.to_string().c_str());
+  }
+  return fastest;
 }
 
 Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, const Clock& clock,
-                                           const CalibrationOptions& options, double& absorb_ms_per_row) {
+                                           const CalibrationOptions& options, CostTables& tables) {
   std::set<int> stream_counts = {1, options.max_streams};
   for (int streams : {4, 16}) {
     if (streams < options.max_streams) stream_counts.insert(streams);
@@ -112,7 +134,24 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
   // Separate ids from the verify timing's scratch streams, so every id lives (and is released) once.
   CalibrationOptions draft_options = options;
   draft_options.scratch_base = options.scratch_base + (StreamId{1} << 20);
-  Status status = prepare_draft_scratch(target, drafter, clock, draft_options, options.max_streams, absorb_ms_per_row);
+  Result<double> short_absorb_ms = prepare_draft_scratch(target, drafter, clock, draft_options, options.max_streams);
+  Status status = short_absorb_ms.status();
+  // Absorb costs: call + per_row * rows, fitted through the short absorbs and one long one.
+  const StreamId long_scratch = draft_options.scratch_base + options.max_streams;
+  const int long_rows = std::min(options.max_rows, options.long_context_tokens);
+  if (status.ok() && long_rows > options.context_tokens) {
+    Result<double> long_absorb_ms = time_long_absorb(target, drafter, clock, draft_options, long_scratch, long_rows);
+    status = long_absorb_ms.status();
+    if (status.ok()) {
+      tables.absorb_ms_per_row =
+          std::max(0.0, (*long_absorb_ms - *short_absorb_ms) / (long_rows - options.context_tokens));
+      tables.absorb_call_ms = std::max(0.0, *short_absorb_ms - tables.absorb_ms_per_row * options.context_tokens);
+    }
+  } else if (status.ok()) {
+    tables.absorb_ms_per_row = *short_absorb_ms / options.context_tokens;
+  }
+  target.release(long_scratch);
+  drafter.release(long_scratch);
   std::vector<TimedPoint> points;
   for (int streams : stream_counts) {
     for (int depth : depths) {
@@ -149,7 +188,7 @@ Result<CostTables> time_costs(Target& target, Drafter* drafter, const Clock& clo
   tables.verify.init(options.max_rows, verify_points);
   if (drafter != nullptr && options.max_depth >= 1) {
     LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> draft_points,
-                        time_draft(target, *drafter, clock, options, tables.absorb_ms_per_row));
+                        time_draft(target, *drafter, clock, options, tables));
     tables.draft.init(options.max_streams, options.max_depth, draft_points);
   }
   return tables;

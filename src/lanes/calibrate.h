@@ -19,6 +19,7 @@ struct CalibrationOptions {
   int max_depth = 1;         // draft table covers depth 1 .. max_depth
   int repeats = 3;           // timed runs per entry after one untimed; the fastest counts
   int context_tokens = 8;    // prompt length of each scratch stream the drafter is timed on
+  int long_context_tokens = 128;  // rows of the one long absorb timed (a catch-up), at most max_rows
   StreamId scratch_base = StreamId{1} << 62;  // scratch stream ids, far from request ids
 };
 

@@ -44,10 +44,14 @@ class DraftCosts {
   std::vector<double> ms_;  // [max_streams, max_depth]
 };
 
+// The drafter taking kept rows' taps costs a fixed part per call (one per drafting stream per round) plus a part
+// per row; a catch-up of a long backlog (a whole prompt) is mostly the per-row part.
 struct CostTables {
   VerifyCosts verify;
-  DraftCosts draft;               // empty without a drafter
-  double absorb_ms_per_row = 0;   // the drafter taking kept rows' taps, per row
+  DraftCosts draft;               // empty without a drafter; the pass alone, absorbs not included
+  double absorb_call_ms = 0;      // one absorb call
+  double absorb_ms_per_row = 0;   // each row of an absorb on top of the call
+  double absorb_ms(int rows) const { return rows > 0 ? absorb_call_ms + absorb_ms_per_row * rows : 0.0; }
 };
 
 // Linear interpolation through sorted (x, y) knots, extrapolating with the end slopes, never below zero.

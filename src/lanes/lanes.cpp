@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "base/log.h"
 #include "lanes/accept.h"
 #include "model/exact_width.h"
 
@@ -134,6 +135,8 @@ Status Lanes::round() {
   }
   const double draft_ms = draft();
   if (!streams.empty()) pricing_.observe_overhead(clock_.now_ms() - admitted_ms - verify_ms - draft_ms);
+  log_debug("round %lld: %zu streams, verify %.3f ms, draft %.3f ms, round %.3f ms (after admit)",
+            static_cast<long long>(round_index_), streams.size(), verify_ms, draft_ms, clock_.now_ms() - admitted_ms);
   deliver();
   ++round_index_;
   ++stats_.rounds;

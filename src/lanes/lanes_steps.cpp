@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "base/log.h"
 #include "lanes/lanes.h"
 
 namespace ls {
@@ -176,13 +177,19 @@ double Lanes::draft() {
   std::vector<Stream*> owners;
   std::vector<int> forced;
   int deepest = 0;
-  // The drafter's time for this pass includes absorbing the drafting streams' kept rows.
+  // The drafter's time this round: absorbing the drafting streams' kept rows, then the pass.
   const double start_ms = clock_.now_ms();
+  double absorb_ms = 0;
+  int absorbed_rows = 0;
   for (size_t index = 0; index < drafting.size(); ++index) {
     const int depth = std::min(plans[index].depth, caps[index]);
     if (depth <= 0) continue;
     Stream& stream = *drafting[index];
-    if (!flush_taps(stream)) continue;
+    const double absorb_start_ms = clock_.now_ms();
+    absorbed_rows += stream.unabsorbed_rows;
+    const bool flushed = flush_taps(stream);
+    absorb_ms += clock_.now_ms() - absorb_start_ms;
+    if (!flushed) continue;
     DraftRequest request;
     request.stream = stream.id;
     request.anchor_token = stream.pending;
@@ -199,7 +206,10 @@ double Lanes::draft() {
   std::vector<Draft> drafts = drafter_->draft(requests);
   const double elapsed_ms = clock_.now_ms() - start_ms;
   ++stats_.drafter_passes;
-  pricing_.observe_draft(static_cast<int>(requests.size()), deepest, elapsed_ms);
+  log_debug("draft pass: %zu streams, deepest %d, %.3f ms of which absorb %.3f ms (%d rows)", requests.size(),
+            deepest, elapsed_ms, absorb_ms, absorbed_rows);
+  // The table holds the pass alone: absorbs are priced by rows (a one-off catch-up must not inflate every pass).
+  pricing_.observe_draft(static_cast<int>(requests.size()), deepest, elapsed_ms - absorb_ms);
   const bool has_confidence = drafter_->facts().has_confidence;
   const int vocab_size = target_.facts().vocab_size;
   for (size_t index = 0; index < owners.size(); ++index) {

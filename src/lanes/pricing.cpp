@@ -2,7 +2,9 @@
 #include "lanes/pricing.h"
 
 #include <algorithm>
+#include <string>
 
+#include "base/log.h"
 #include "lanes/allocator.h"
 
 namespace ls {
@@ -46,30 +48,59 @@ void Pricing::trim(std::span<Stream* const> streams) const {
   }
 }
 
+double Pricing::activation_ms(const Stream& stream, int cap, std::span<const float> chances) const {
+  // Every drafting round absorbs the rows kept since the last one (one call per stream, paid each round); rows
+  // beyond a window are a catch-up of what the stream kept while plain (a whole prompt at first): that one-off
+  // buys every later round's drafts, so it is spread over the rounds the stream may still run while drafting.
+  const int steady_rows = std::min(stream.unabsorbed_rows, cap + 1);
+  const int catch_up_rows = stream.unabsorbed_rows - steady_rows;
+  double per_window = 1.0;
+  for (float chance : chances) per_window += chance;
+  const int future_rounds =
+      std::clamp(static_cast<int>(stream.remaining() / per_window), 1, options_.absorb_amortize_rounds);
+  return tables_.absorb_call_ms + tables_.absorb_ms_per_row * (steady_rows + catch_up_rows / double(future_rounds));
+}
+
+std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
+  // A stream that has not verified a draft yet takes what the drafter showed on any stream since (its own copy
+  // is only as fresh as its admission); depth grows into unexplored depths a step at a time, so an optimistic
+  // prior costs one shallow round, not a deep one.
+  const AcceptanceByDepth& acceptance =
+      stream.acceptance.explored_depth() > 0 ? stream.acceptance : pooled_acceptance_;
+  const int explored = std::max(stream.acceptance.explored_depth(), pooled_acceptance_.explored_depth());
+  return acceptance.chain(std::min(cap, explored + 2));
+}
+
 std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
                                             int round_streams) {
   std::vector<RowOffer> offers(drafting.size() + 1);
   // The first offer stands for every stream's pending row in the next round.
   offers[0].fixed_rows = std::clamp(round_streams, 1, max_rows_);
   offers[0].fixed_expected = offers[0].fixed_rows;
+  // Until some draft was verified, nothing is known about the drafter: one stream pays its catch-up and probes
+  // for all, instead of every stream paying to learn the same thing.
+  const bool drafter_unproven = pooled_acceptance_.explored_depth() == 0;
+  std::vector<bool> offered(drafting.size(), false);
+  bool scout_chosen = false;
   for (size_t index = 0; index < drafting.size(); ++index) {
-    offers[index + 1].fixed_rows = 0;
-    offers[index + 1].fixed_expected = 0;
-    // Grow into unexplored depths a step at a time, so an optimistic prior costs one shallow round, not a deep one.
-    const int explored = std::max(drafting[index]->acceptance.explored_depth(), pooled_acceptance_.explored_depth());
-    offers[index + 1].chances = drafting[index]->acceptance.chain(std::min(caps[index], explored + 2));
-    // Drafting first makes the drafter absorb the rows the stream kept while plain (a whole prompt at first);
-    // that cost buys every later round's drafts, so it is spread over the rounds the stream may still run.
     const Stream& stream = *drafting[index];
-    const int future_rounds = std::clamp(stream.remaining() / 2, 1, options_.absorb_amortize_rounds);
-    offers[index + 1].activation_ms = tables_.absorb_ms_per_row * stream.unabsorbed_rows / future_rounds;
+    RowOffer& offer = offers[index + 1];
+    offer.fixed_rows = 0;
+    offer.fixed_expected = 0;
+    if (caps[index] <= 0 || (drafter_unproven && scout_chosen)) continue;
+    offered[index] = true;
+    scout_chosen = true;
+    offer.chances = depth_chances(stream, caps[index]);
+    offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
-  auto cost = [&](int rows, int streams_with_extra, int deepest) {
-    return tables_.verify.ms(rows) + tables_.draft.ms(streams_with_extra, deepest) + overhead_ms_;
-  };
-  Allocation allocation = allocate_rows(offers, max_rows_, cost, options_.plain_margin);
+  Allocation allocation = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
+  if (log_level() == LogLevel::Debug) trace_depths(drafting, offers, allocation, round_streams);
 
   std::vector<DepthPlan> plans(drafting.size());
+  // Streams priced to zero probe one draft after a doubling wait; at most one probes per decision (the one
+  // waiting longest past its wait), so a probe never makes every stream pay its catch-up in the same round.
+  int prober = -1;
+  int most_overdue = -1;
   for (size_t index = 0; index < drafting.size(); ++index) {
     Stream& stream = *drafting[index];
     ProbeBackoff& backoff = stream.backoff;
@@ -77,13 +108,12 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     DepthPlan& plan = plans[index];
     plan.depth = allocation.extra_rows[index + 1];
     const int cap = caps[index];
-    if (cap <= 0) continue;
+    if (cap <= 0 || !offered[index]) continue;
     if (plan.depth == 0) {
-      // Priced to zero: after `wait` such decisions, probe one draft and double the wait.
-      if (++backoff.zero_rounds >= backoff.wait) {
-        plan = {1, 1};
-        backoff.zero_rounds = 0;
-        backoff.wait = std::min(backoff.wait * 2, options_.probe_most_wait);
+      const int overdue = ++backoff.zero_rounds - backoff.wait;
+      if (overdue >= 0 && overdue > most_overdue) {
+        most_overdue = overdue;
+        prober = static_cast<int>(index);
       }
       continue;
     }
@@ -100,12 +130,58 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
       plan.depth = std::min(cap, plan.depth + options_.confidence_slack);
     }
   }
+  if (prober >= 0) {
+    Stream& stream = *drafting[prober];
+    // A probe only re-measures acceptance; when the costs alone rule drafting out (every draft landing would
+    // still lose to plain), it would buy nothing: skip it and wait longer.
+    if (could_pay(offers, prober + 1, caps[prober])) plans[prober] = {1, 1};
+    stream.backoff.zero_rounds = 0;
+    stream.backoff.wait = std::min(stream.backoff.wait * 2, options_.probe_most_wait);
+  }
   return plans;
+}
+
+RoundCost Pricing::round_cost() const {
+  return [this](int rows, int streams_with_extra, int deepest) {
+    return tables_.verify.ms(rows) + tables_.draft.ms(streams_with_extra, deepest) + overhead_ms_;
+  };
+}
+
+bool Pricing::could_pay(std::span<const RowOffer> offers, size_t offer_index, int cap) const {
+  std::vector<RowOffer> alone = {offers[0], offers[offer_index]};
+  alone[1].chances.assign(std::max(cap, 1), 1.0f);
+  const Allocation best = allocate_rows(alone, max_rows_, round_cost(), options_.plain_margin);
+  return best.extra_rows[1] > 0;
+}
+
+void Pricing::trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers,
+                           const Allocation& allocation, int round_streams) const {
+  log_debug("depth: %zu drafting of %d, verify(%d) %.3f ms, draft(1,1) %.3f ms, overhead %.3f ms, absorb %.3f ms"
+            " + %.4f ms/row, bought %d rows at %.4f tok/ms", drafting.size(), round_streams, offers[0].fixed_rows,
+            tables_.verify.ms(offers[0].fixed_rows), tables_.draft.ms(1, 1), overhead_ms_, tables_.absorb_call_ms,
+            tables_.absorb_ms_per_row, allocation.total_rows - offers[0].fixed_rows, allocation.tokens_per_ms);
+  for (size_t index = 0; index < drafting.size(); ++index) {
+    const RowOffer& offer = offers[index + 1];
+    std::string chances;
+    for (float chance : offer.chances) chances += std::to_string(chance).substr(0, 5) + " ";
+    log_debug("  stream %llu: chances %sactivation %.3f ms (%d rows), extra %d",
+              static_cast<unsigned long long>(drafting[index]->id), chances.c_str(), offer.activation_ms,
+              drafting[index]->unabsorbed_rows, allocation.extra_rows[index + 1]);
+  }
 }
 
 void Pricing::observe_absorb(int rows, double ms) {
   if (rows <= 0) return;
-  tables_.absorb_ms_per_row += options_.cost_rate * (ms / rows - tables_.absorb_ms_per_row);
+  // Short absorbs (a round's kept rows) measure the call; long ones (catch-ups) the rows on top of it.
+  constexpr int kLongestShortAbsorb = 16;
+  if (rows <= kLongestShortAbsorb) {
+    const double call_ms = ms - tables_.absorb_ms_per_row * rows;
+    tables_.absorb_call_ms = std::max(0.0, tables_.absorb_call_ms + options_.cost_rate * (call_ms - tables_.absorb_call_ms));
+  } else {
+    const double per_row = (ms - tables_.absorb_call_ms) / rows;
+    tables_.absorb_ms_per_row =
+        std::max(0.0, tables_.absorb_ms_per_row + options_.cost_rate * (per_row - tables_.absorb_ms_per_row));
+  }
 }
 
 void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "lanes/allocator.h"
 #include "lanes/chances.h"
 #include "lanes/cost_tables.h"
 #include "lanes/stream.h"
@@ -52,7 +53,7 @@ class Pricing {
   void observe_draft(int streams, int depth, double ms) { tables_.draft.observe(streams, depth, ms, options_.cost_rate); }
   // Round time not explained by the verify and drafter tables (host work).
   void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
-  // A drafter absorb of `rows` rows took `ms`.
+  // A drafter absorb of `rows` rows took `ms` (moves the call cost when short, the per-row cost when long).
   void observe_absorb(int rows, double ms);
 
   // Acceptance by depth pooled over every stream: a new stream starts from it instead of the fixed prior.
@@ -62,6 +63,16 @@ class Pricing {
   double overhead_ms() const { return overhead_ms_; }
 
  private:
+  // What drafting this round costs the stream in absorbs: the call and its window's rows, plus its catch-up spread.
+  double activation_ms(const Stream& stream, int cap, std::span<const float> chances) const;
+  // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
+  std::vector<float> depth_chances(const Stream& stream, int cap) const;
+  RoundCost round_cost() const;
+  // Whether offer `offer_index` would be bought at all if every one of its `cap` drafts landed.
+  bool could_pay(std::span<const RowOffer> offers, size_t offer_index, int cap) const;
+  void trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers, const Allocation& allocation,
+                    int round_streams) const;
+
   CostTables tables_;
   PricingOptions options_;
   int max_rows_ = 1;

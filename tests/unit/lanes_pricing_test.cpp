@@ -202,5 +202,112 @@ TEST(LanesPricing, LoadTimingRecoversTheFakeCostModel) {
   }
 }
 
+TEST(LanesPricing, LoadTimingRecoversTheFakeAbsorbCostAsACallPlusRows) {
+  FixedClock clock;
+  FakeTarget target(costed_target(clock));
+  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  drafter_options.absorb_call_ms = 0.7;
+  drafter_options.absorb_row_ms = 0.05;
+  FakeDrafter drafter(drafter_options);
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  const CostTables& tables = (*lanes)->pricing().tables();
+  EXPECT_NEAR(tables.absorb_call_ms, 0.7, 1e-9);
+  EXPECT_NEAR(tables.absorb_ms_per_row, 0.05, 1e-9);
+  EXPECT_NEAR(tables.absorb_ms(192), 0.7 + 0.05 * 192, 1e-9);
+  // The pass table holds the pass alone (the fake's absorbs advance the same clock).
+  EXPECT_NEAR(tables.draft.ms(1, 1), 2.0 + 0.2, 1e-9);
+}
+
+// Long prompts: the first drafting round makes the drafter catch up on the whole prompt.
+std::vector<Arrival> long_prompt_requests(int streams, int prompt_tokens, int max_tokens) {
+  std::vector<Arrival> arrivals = long_requests(streams, max_tokens);
+  for (size_t index = 0; index < arrivals.size(); ++index) {
+    std::vector<int32_t>& prompt = arrivals[index].request.prompt;
+    while (static_cast<int>(prompt.size()) < prompt_tokens) prompt.push_back((prompt.size() * 7 + index) % 64);
+  }
+  return arrivals;
+}
+
+TEST(LanesPricing, AOneOffCatchUpAbsorbDoesNotMoveThePerPassDrafterCost) {
+  // A 200-row catch-up costs 40 ms here, 20 drafter passes: counted as pass time it would make drafting look
+  // dear for the rest of the reply. Every observed pass is the fake's exact 2 + 0.2 * depth, so the table
+  // must still say so at the end, and the absorb costs must still be the fake's.
+  FixedClock clock;
+  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  drafter_options.absorb_call_ms = 0.1;
+  drafter_options.absorb_row_ms = 0.2;
+  FakeTarget target(costed_target(clock));
+  FakeDrafter drafter(drafter_options);
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  auto replies = run_arrivals(**lanes, long_prompt_requests(1, 200, 120));
+  ASSERT_TRUE(replies.ok());
+  const LanesStats& stats = (*lanes)->stats();
+  EXPECT_GT(stats.drafter_passes, 5);
+  EXPECT_GT(stats.drafts_accepted * 10, stats.drafts_verified * 9);
+  const CostTables& tables = (*lanes)->pricing().tables();
+  for (int depth = 1; depth <= 6; ++depth) {
+    EXPECT_NEAR(tables.draft.ms(1, depth), 2.0 + 0.2 * depth, 1e-9) << "depth " << depth;
+  }
+  EXPECT_NEAR(tables.absorb_call_ms, 0.1, 1e-9);
+  EXPECT_NEAR(tables.absorb_ms_per_row, 0.2, 1e-9);
+}
+
+TEST(LanesPricing, UntilADraftIsVerifiedOnlyOneStreamPaysItsCatchUpAbsorb) {
+  FixedClock clock;
+  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  drafter_options.absorb_row_ms = 0.01;
+  FakeTarget target(costed_target(clock));
+  FakeDrafter drafter(drafter_options);
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  for (Arrival& arrival : long_prompt_requests(4, 40, 200)) (*lanes)->submit(arrival.request);
+  const int64_t setup_requests = drafter.requests();
+  const int64_t setup_absorbs = drafter.absorbs();
+  ASSERT_TRUE((*lanes)->round().ok());  // prefill, verify the first pending rows, the first drafting decision
+  EXPECT_EQ(drafter.requests() - setup_requests, 1);
+  EXPECT_EQ(drafter.absorbs() - setup_absorbs, 1);
+  // Once that stream's drafts were verified (and all landed), the others follow.
+  ASSERT_TRUE((*lanes)->round().ok());
+  EXPECT_EQ(drafter.requests() - setup_requests, 1 + 4);
+  EXPECT_EQ(drafter.absorbs() - setup_absorbs, 1 + 4);  // the scout's kept rows, the others' whole prompts
+}
+
+TEST(LanesPricing, ADrafterThatCannotPayEvenIfAlwaysRightIsNeverRunNotEvenToProbe) {
+  // A pass costs 40 ms against a 10 ms + 0.5 ms/row verify: even 6 landed drafts per stream cannot repay it.
+  FixedClock clock;
+  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  drafter_options.draft_fixed_ms = 40.0;
+  std::vector<Arrival> arrivals = long_prompt_requests(8, 40, 300);
+  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, arrivals);
+  ASSERT_EQ(plain.tokens, drafted.tokens);
+  EXPECT_EQ(drafted.drafter_passes, 0);
+  EXPECT_EQ(drafted.stats.drafts_verified, 0);
+  EXPECT_DOUBLE_EQ(drafted.ms, plain.ms);
+}
+
+TEST(LanesPricing, StreamsPricedToZeroProbeOneAtATime) {
+  // An always-wrong drafter at 8 streams: once pricing has turned drafting off, every drafter pass is one
+  // stream's probe, never a pass where every stream pays its catch-up absorb at once.
+  FixedClock clock;
+  FakeTarget target(costed_target(clock));
+  FakeDrafter drafter(costed_drafter(clock, 1.0));
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  for (Arrival& arrival : long_prompt_requests(8, 40, 400)) (*lanes)->submit(arrival.request);
+  int probe_passes = 0;
+  for (int round = 0; !(*lanes)->idle(); ++round) {
+    const int64_t passes = drafter.passes();
+    const int64_t requests = drafter.requests();
+    ASSERT_TRUE((*lanes)->round().ok());
+    if (round < 40 || drafter.passes() == passes) continue;
+    EXPECT_EQ(drafter.requests() - requests, 1) << "round " << round;
+    ++probe_passes;
+  }
+  EXPECT_GE(probe_passes, 8);  // every stream still probes now and then
+}
+
 }  // namespace
 }  // namespace ls

@@ -55,6 +55,7 @@ Status FakeDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<c
     history.tokens.push_back(token);
     history.hashes.push_back(hash);
   }
+  if (options_.clock != nullptr) options_.clock->advance_ms(options_.absorb_call_ms + options_.absorb_row_ms * rows);
   return ok_status();
 }
 

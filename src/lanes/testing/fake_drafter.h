@@ -32,6 +32,8 @@ struct FakeDrafterOptions {
   FixedClock* clock = nullptr;        // when set, each pass advances it by fixed + per_row * streams * deepest
   double draft_fixed_ms = 2.0;
   double draft_row_ms = 0.2;
+  double absorb_call_ms = 0.0;        // with a clock, each absorb advances it by call + row * rows
+  double absorb_row_ms = 0.0;
   FakeDraftFault fault = FakeDraftFault::None;
   int fault_every = 0;                // the fault hits every n-th draft request (or absorb call); 0 = never
 };
