@@ -1,8 +1,9 @@
-// Drafter-only micro-benchmark on the CPU: block pass and Markov scan time per stream count and depth, bf16 vs int8,
-// plus load time and memory. Prints a table and writes JSON; tables, not assertions.
+// Drafter-only micro-benchmark: block pass and Markov scan time per stream count and depth, bf16 vs int8 on the CPU,
+// bf16 on the CUDA device (--device cuda: streams 1..64, device time by CUDA events), plus load time and memory.
+// Prints a table and writes JSON; tables, not assertions.
 //
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
-//                 [--repeats R] [--bits 0|8|both] [--json PATH] [--dir SCRATCH_DIR]
+//                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
 // Memory: "loader peak" is the loader's own byte count (final weights + the one staged matrix); "peak anon RSS"
 // samples RssAnon every millisecond during the load (file pages of the mapped checkpoint excluded); run one
 // --bits per process for a clean RSS baseline.
@@ -24,6 +25,11 @@
 #include "compute/ops.h"
 #include "draft/dspark/dspark_drafter.h"
 #include "io/safetensors.h"
+#ifdef LS_HAVE_CUDA
+#include "compute/cuda/cuda_util.h"
+#include "draft/dspark/cuda/cuda_drafter.h"
+#include "draft/load.h"
+#endif
 
 namespace {
 
@@ -54,6 +60,16 @@ class BenchTarget final : public Target {
       embedding_[i] = float_to_bf16(static_cast<float>(uniform_open01(splitmix64(i + 77)) * 0.2 - 0.1));
   }
   const TargetFacts& facts() const override { return facts_; }
+#ifdef LS_HAVE_CUDA
+  // Puts E on the CUDA device, as a CUDA target holds it (the drafter shares it through device_embedding()).
+  Status upload_embedding() {
+    LS_RETURN_IF_ERROR(device_embedding_.allocate(embedding_.size()));
+    LS_CUDA_TRY(cudaMemcpy(device_embedding_.data(), embedding_.data(), embedding_.size() * sizeof(bf16),
+                           cudaMemcpyHostToDevice));
+    return ok_status();
+  }
+  const void* device_embedding() const override { return device_embedding_.data(); }
+#endif
   Status set_taps(std::span<const int>) override { return ok_status(); }
   Result<Verified> forward(std::span<const Window>) override { return Status(ErrorCode::Internal, "no forward"); }
   Status commit(StreamId, int) override { return ok_status(); }
@@ -76,6 +92,9 @@ class BenchTarget final : public Target {
   std::unique_ptr<ThreadPool> pool_;
   TargetFacts facts_;
   std::vector<bf16> embedding_;
+#ifdef LS_HAVE_CUDA
+  cuda::DeviceBuffer<bf16> device_embedding_;
+#endif
 };
 
 // Writes config.json + model.safetensors for `shape`, streaming one tensor at a time (pseudo-random bf16).
@@ -144,6 +163,92 @@ std::string flag(int argc, char** argv, const char* name, const char* fallback) 
   return fallback;
 }
 
+std::vector<float> bench_taps(int64_t rows, int64_t width) {
+  std::vector<float> taps(static_cast<size_t>(rows * width));
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = static_cast<float>(2 * uniform_open01(splitmix64(i + 5)) - 1);
+  return taps;
+}
+
+#ifdef LS_HAVE_CUDA
+// The CUDA drafter: load, absorb of the context, then draft passes by streams (1..64) and depth, device times.
+int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, int context, int repeats,
+             json& results) {
+  if (Status status = target.upload_embedding(); !status.ok()) {
+    std::fprintf(stderr, "%s\n", status.to_string().c_str());
+    return 1;
+  }
+  DrafterOptions options;
+  options.device = Device::Cuda;
+  options.max_streams = 64;
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<Drafter>> loaded = load_drafter(dir, target, options);
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s\n", loaded.status().to_string().c_str());
+    return 1;
+  }
+  auto& drafter = dynamic_cast<dspark::cuda::CudaDsparkDrafter&>(**loaded);
+  const int64_t device_bytes = dspark::cuda::drafter_device_bytes();
+  std::printf("\n| device | load s | device MiB (weights + scratch for 64 streams) |\n|---|---|---|\n");
+  std::printf("| cuda | %.2f | %.1f |\n", load_s, device_bytes / 1048576.0);
+  results["loads"].push_back({{"device", "cuda"}, {"load_s", load_s}, {"device_bytes", device_bytes}});
+  const std::vector<float> taps = bench_taps(context, static_cast<int64_t>(shape.taps.size()) * shape.hidden);
+  std::vector<double> absorb_ms;
+  std::vector<std::string> table;
+  for (int streams : {1, 4, 8, 16, 32, 64}) {
+    for (int stream = 0; stream < streams; ++stream) {
+      if (drafter.context_length(stream) == context) continue;
+      const auto absorb_start = std::chrono::steady_clock::now();
+      if (Status status = drafter.absorb(stream, 0, context, taps); !status.ok()) {
+        std::fprintf(stderr, "%s\n", status.to_string().c_str());
+        return 1;
+      }
+      absorb_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - absorb_start).count());
+    }
+    for (int depth : {1, 3, shape.block}) {
+      std::vector<DraftRequest> requests(streams);
+      for (int stream = 0; stream < streams; ++stream) {
+        requests[stream].stream = stream;
+        requests[stream].anchor_token = 100 + stream;
+        requests[stream].anchor_position = context;
+        requests[stream].depth = depth;
+      }
+      std::vector<double> block_ms, scan_ms, wall_ms;
+      for (int repeat = 0; repeat < repeats; ++repeat) {
+        const auto pass_start = std::chrono::steady_clock::now();
+        const std::vector<Draft> drafts = drafter.draft(requests);
+        wall_ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - pass_start).count());
+        if (!drafts[0].status.ok()) {
+          std::fprintf(stderr, "%s\n", drafts[0].status.to_string().c_str());
+          return 1;
+        }
+        block_ms.push_back(drafter.last_block_ms());
+        scan_ms.push_back(drafter.last_scan_ms());
+      }
+      char row[256];
+      std::snprintf(row, sizeof row, "| cuda | %d | %d | %.3f | %.3f | %.3f |", streams, depth, median(block_ms),
+                    median(scan_ms), median(wall_ms));
+      table.push_back(row);
+      results["runs"].push_back({{"device", "cuda"},
+                                 {"streams", streams},
+                                 {"depth", depth},
+                                 {"block_ms", median(block_ms)},
+                                 {"scan_ms", median(scan_ms)},
+                                 {"wall_ms", median(wall_ms)}});
+    }
+  }
+  std::printf("\nabsorb of %d context rows: median %.3f ms (wall, host taps to device K/V)\n", context,
+              median(absorb_ms));
+  results["absorb_ms"] = median(absorb_ms);
+  std::printf("\n| device | streams | depth | block pass ms | Markov scan ms | draft() wall ms |\n"
+              "|---|---|---|---|---|---|\n");
+  for (const std::string& row : table) std::printf("%s\n", row.c_str());
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,7 +274,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   BenchTarget target(shape, threads);
+  const std::string device = flag(argc, argv, "--device", "cpu");
   json results = {{"shape", shape.name},
+                  {"device", device},
                   {"layers", shape.layers},
                   {"threads", threads},
                   {"context", context},
@@ -179,6 +286,20 @@ int main(int argc, char** argv) {
   std::printf("drafter bench: %s (%d layers, vocab %d, block %d, rank %d), %d threads, context %d rows, kernel %s\n",
               shape.name.c_str(), shape.layers, shape.vocab, shape.block, shape.rank, threads, context,
               compute::matmul_kernel_name());
+  if (device == "cuda") {
+#ifdef LS_HAVE_CUDA
+    const int code = run_cuda(shape, dir, target, context, repeats, results);
+    if (code != 0) return code;
+    std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
+    std::ofstream(json_path) << results.dump(2) << "\n";
+    std::printf("\nwrote %s\n", json_path.c_str());
+    std::filesystem::remove_all(dir);
+    return 0;
+#else
+    std::fprintf(stderr, "--device cuda: this build has no CUDA backend\n");
+    return 2;
+#endif
+  }
   std::printf("\n| bits | load s | weights MiB | loader peak MiB | anon RSS before MiB | peak anon RSS MiB | "
               "anon RSS after MiB | peak RSS (with file pages) MiB |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
@@ -225,9 +346,7 @@ int main(int argc, char** argv) {
                                 {"anon_peak_kib", anon_peak.load()},
                                 {"peak_rss_kib", peak},
                                 {"anon_rss_after_kib", anon}});
-    const int64_t tap_width = static_cast<int64_t>(shape.taps.size()) * shape.hidden;
-    std::vector<float> taps(static_cast<size_t>(context * tap_width));
-    for (size_t i = 0; i < taps.size(); ++i) taps[i] = static_cast<float>(2 * uniform_open01(splitmix64(i + 5)) - 1);
+    const std::vector<float> taps = bench_taps(context, static_cast<int64_t>(shape.taps.size()) * shape.hidden);
     for (int streams : {1, 4, 8, 16}) {
       for (int stream = 0; stream < streams; ++stream) {
         if (drafter.context_length(stream) == context) continue;

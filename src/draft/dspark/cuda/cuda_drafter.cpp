@@ -358,11 +358,12 @@ Status CudaDsparkDrafter::poison_scratch_for_test() {
   for (TrackedBuffer<bf16_t>* buffer : {&s.hidden, &s.normed, &s.queries, &s.keys, &s.values, &s.attended,
                                         &s.projected, &s.gate, &s.up, &s.final_hidden, &s.markov_embeddings,
                                         &absorb_.features, &absorb_.fused, &absorb_.normed}) {
-    LS_CUDA_TRY(cudaMemset(buffer->data(), 0xff, buffer->bytes()));
+    LS_CUDA_TRY(cudaMemsetAsync(buffer->data(), 0xff, buffer->bytes(), stream_.get()));
   }
   for (TrackedBuffer<float>* buffer : {&s.base_logits, &s.markov_logits, &absorb_.taps}) {
-    LS_CUDA_TRY(cudaMemset(buffer->data(), 0xff, buffer->bytes()));
+    LS_CUDA_TRY(cudaMemsetAsync(buffer->data(), 0xff, buffer->bytes(), stream_.get()));
   }
+  LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
   return ok_status();
 }
 
