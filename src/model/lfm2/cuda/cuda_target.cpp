@@ -1,0 +1,444 @@
+// CudaTarget: pools sized at load, windows validated and staged in one upload, draws/taps/logits back in one sync.
+#include "model/lfm2/cuda/cuda_target.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <unordered_set>
+
+namespace ls::lfm2 {
+namespace {
+
+constexpr int kHeadGroupRows = 256;  // drawn rows sent through the head together (bounds the logits buffer)
+
+size_t align16(size_t bytes) { return (bytes + 15) & ~size_t{15}; }
+
+}  // namespace
+
+Result<std::unique_ptr<CudaTarget>> CudaTarget::create(io::ModelConfig config, const Weights& weights,
+                                                       const LoadOptions& options) {
+  LS_RETURN_IF_ERROR(cuda::require_device());
+  if (options.mode != compute::NumericMode::Bf16)
+    return Status(ErrorCode::InvalidArgument, "the CUDA target runs bf16 only; --mode fp32 is CPU-only");
+  if (options.max_rows < 1 || options.max_streams < 1 || options.kv_page_size < 1 || options.kv_pages < 0)
+    return Status(ErrorCode::InvalidArgument,
+                  "CUDA target: max_rows " + std::to_string(options.max_rows) + ", max_streams " +
+                      std::to_string(options.max_streams) + ", kv_page_size " + std::to_string(options.kv_page_size) +
+                      " must be >= 1 and kv_pages " + std::to_string(options.kv_pages) + " >= 0");
+  if (config.head_dim > 128 || config.hidden_size % 8 != 0)
+    return Status(ErrorCode::InvalidArgument, "CUDA target: head_dim " + std::to_string(config.head_dim) +
+                                                  " above 128 or hidden " + std::to_string(config.hidden_size) +
+                                                  " not a multiple of 8");
+  std::unique_ptr<CudaTarget> target(new CudaTarget());
+  target->config_ = std::move(config);
+  const io::ModelConfig& c = target->config_;
+  target->facts_.vocab_size = c.vocab_size;
+  target->facts_.hidden_size = c.hidden_size;
+  target->facts_.num_layers = c.num_layers;
+  target->facts_.max_rows = options.max_rows;
+  target->facts_.exact_width = 1;
+  target->facts_.eos_token_id = c.eos_token_id;
+  for (io::LayerKind kind : c.layer_kinds) {
+    const bool attention = kind == io::LayerKind::Attention;
+    target->kv_slot_.push_back(attention ? target->attention_layers_++ : -1);
+    target->conv_slot_.push_back(attention ? -1 : target->conv_layers_++);
+  }
+  LS_CUDA_TRY(cudaStreamCreateWithFlags(&target->stream_, cudaStreamNonBlocking));
+  LS_ASSIGN_OR_RETURN(target->weights_, gpu::upload_weights(target->config_, weights));
+  LS_RETURN_IF_ERROR(target->allocate(options));
+  return target;
+}
+
+CudaTarget::~CudaTarget() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (meta_host_) cudaFreeHost(meta_host_);
+  if (taps_host_) cudaFreeHost(taps_host_);
+  if (draws_host_) cudaFreeHost(draws_host_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status CudaTarget::allocate(const LoadOptions& options) {
+  const io::ModelConfig& c = config_;
+  const int64_t R = options.max_rows, D = c.hidden_size, V = c.vocab_size;
+  const int64_t q_width = int64_t{c.num_heads} * c.head_dim, kv_width = int64_t{c.num_kv_heads} * c.head_dim;
+  max_rows_ = R;
+  max_streams_ = options.max_streams;
+  head_group_ = static_cast<int>(std::min<int64_t>(R, kHeadGroupRows));
+  kv_shape_ = gpu::KvShape{options.kv_page_size, c.num_heads, c.num_kv_heads, c.head_dim,
+                           1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  // KV pages: every page holds page_size positions of every attention layer.
+  const int64_t page_bytes = int64_t{attention_layers_} * 2 * options.kv_page_size * kv_width * sizeof(bf16);
+  int64_t pages = options.kv_pages;
+  if (pages == 0) {
+    pages = int64_t{options.max_streams} * ((4096 + options.kv_page_size - 1) / options.kv_page_size);
+    size_t free_bytes = 0, total_bytes = 0;
+    LS_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (page_bytes > 0) pages = std::max<int64_t>(1, std::min<int64_t>(pages, free_bytes / 4 / page_bytes));
+  }
+  kv_pages_ = static_cast<int>(pages);
+  LS_RETURN_IF_ERROR(kv_pool_.allocate(static_cast<size_t>(std::max<int64_t>(1, pages * page_bytes / 2))));
+  free_pages_.resize(kv_pages_);
+  for (int i = 0; i < kv_pages_; ++i) free_pages_[i] = kv_pages_ - 1 - i;  // pop_back hands out page 0 first
+  const int64_t history = int64_t{c.conv_kernel - 1} * D;
+  LS_RETURN_IF_ERROR(conv_history_.allocate(std::max<int64_t>(1, int64_t{max_streams_} * conv_layers_ * history)));
+  for (int i = max_streams_ - 1; i >= 0; --i) free_slots_.push_back(i);
+
+  int64_t dense_ffn = 0;
+  for (int l = 0; l < c.num_layers; ++l)
+    if (!c.is_moe_layer(l)) dense_ffn = c.ffn_size;
+  LS_RETURN_IF_ERROR(h_.allocate(R * D));
+  LS_RETURN_IF_ERROR(u_.allocate(R * D));
+  LS_RETURN_IF_ERROR(mix_.allocate(R * D));
+  LS_RETURN_IF_ERROR(wide_.allocate(R * std::max<int64_t>(3 * D, 2 * dense_ffn)));
+  LS_RETURN_IF_ERROR(act_.allocate(R * std::max<int64_t>(D, dense_ffn)));
+  if (attention_layers_ > 0) {
+    LS_RETURN_IF_ERROR(q_raw_.allocate(R * q_width));
+    LS_RETURN_IF_ERROR(q_.allocate(R * q_width));
+    LS_RETURN_IF_ERROR(attn_.allocate(R * q_width));
+    LS_RETURN_IF_ERROR(k_raw_.allocate(R * kv_width));
+    LS_RETURN_IF_ERROR(k_.allocate(R * kv_width));
+    LS_RETURN_IF_ERROR(v_.allocate(R * kv_width));
+  }
+  LS_RETURN_IF_ERROR(z_keep_.allocate(std::max<int64_t>(1, int64_t{conv_layers_} * R * D)));
+  if (c.moe) {
+    const int64_t E = c.moe->num_experts, k = c.moe->experts_per_token, I = c.moe->expert_ffn_size, S = R * k;
+    LS_RETURN_IF_ERROR(router_logits_.allocate(R * E));
+    LS_RETURN_IF_ERROR(chosen_.allocate(S));
+    LS_RETURN_IF_ERROR(route_weights_.allocate(S));
+    LS_RETURN_IF_ERROR(expert_offsets_.allocate(E + 1));
+    LS_RETURN_IF_ERROR(expert_order_.allocate(S));
+    LS_RETURN_IF_ERROR(expert_in_.allocate(S * D));
+    LS_RETURN_IF_ERROR(expert_gate_up_.allocate(S * 2 * I));
+    LS_RETURN_IF_ERROR(expert_act_.allocate(S * I));
+    LS_RETURN_IF_ERROR(expert_out_.allocate(S * D));
+    LS_RETURN_IF_ERROR(slots_.allocate(S * D));
+  }
+  const int64_t G = head_group_;
+  LS_RETURN_IF_ERROR(head_in_.allocate(G * D));
+  LS_RETURN_IF_ERROR(head_normed_.allocate(G * D));
+  LS_RETURN_IF_ERROR(head_f32_.allocate(G * D));
+  LS_RETURN_IF_ERROR(logits_.allocate(G * V));
+  LS_RETURN_IF_ERROR(draws_dev_.allocate(R));
+  LS_RETURN_IF_ERROR(embed_tokens_.allocate(G));
+  LS_RETURN_IF_ERROR(draw_scratch_.reserve(G, static_cast<int>(V)));
+  meta_capacity_ = align16(R * sizeof(int32_t)) + align16(R * sizeof(int64_t)) + align16(R * sizeof(int32_t)) +
+                   align16(R * sizeof(gpu::WindowInfo)) + align16(size_t(kv_pages_) * sizeof(int32_t)) +
+                   align16(R * sizeof(int32_t)) + align16(R * sizeof(cuda::RowDraw)) +
+                   align16(size_t(max_streams_) * sizeof(gpu::ConvCommit)) + 256;
+  LS_RETURN_IF_ERROR(meta_dev_.allocate(meta_capacity_));
+  LS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&meta_host_), meta_capacity_, cudaHostAllocDefault));
+  LS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&draws_host_), R * sizeof(int32_t), cudaHostAllocDefault));
+  return ok_status();
+}
+
+Status CudaTarget::set_taps(std::span<const int> layers) {
+  for (int layer : layers)
+    if (layer < 0 || layer >= facts_.num_layers)
+      return Status(ErrorCode::InvalidArgument, "tap layer " + std::to_string(layer) + " is outside the model's " +
+                                                    std::to_string(facts_.num_layers) + " layers");
+  taps_.assign(layers.begin(), layers.end());
+  const size_t count = static_cast<size_t>(max_rows_) * taps_.size() * facts_.hidden_size;
+  LS_RETURN_IF_ERROR(taps_dev_.allocate(count));
+  if (taps_host_) cudaFreeHost(taps_host_);
+  taps_host_ = nullptr;
+  if (count > 0) LS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&taps_host_), count * sizeof(bf16), 0));
+  return ok_status();
+}
+
+Status CudaTarget::check_windows(std::span<const Window> windows) const {
+  int64_t total = 0;
+  std::unordered_set<StreamId> seen;
+  for (const Window& window : windows) {
+    const std::string stream = "stream " + std::to_string(window.stream);
+    const int64_t rows = static_cast<int64_t>(window.tokens.size());
+    if (rows == 0) return Status(ErrorCode::InvalidArgument, stream + ": a window needs at least one row");
+    if (!seen.insert(window.stream).second)
+      return Status(ErrorCode::InvalidArgument, stream + " has two windows in one forward");
+    for (int32_t token : window.tokens)
+      if (token < 0 || token >= facts_.vocab_size)
+        return Status(ErrorCode::InvalidArgument, stream + ": token " + std::to_string(token) +
+                                                      " is outside the vocabulary of " +
+                                                      std::to_string(facts_.vocab_size));
+    if (window.first_drawn_row < 0 || window.first_drawn_row > rows)
+      return Status(ErrorCode::InvalidArgument, stream + ": first_drawn_row " +
+                                                    std::to_string(window.first_drawn_row) + " outside 0.." +
+                                                    std::to_string(rows));
+    const auto found = streams_.find(window.stream);
+    const int64_t committed = found == streams_.end() ? 0 : found->second.committed;
+    if (window.start_position >= 0 && window.start_position != committed)
+      return Status(ErrorCode::InvalidArgument, stream + ": window starts at position " +
+                                                    std::to_string(window.start_position) + " but the stream holds " +
+                                                    std::to_string(committed));
+    if (committed + rows > config_.max_position)
+      return Status(ErrorCode::InvalidArgument, stream + ": positions up to " + std::to_string(committed + rows) +
+                                                    " exceed max_position_embeddings " +
+                                                    std::to_string(config_.max_position));
+    total += rows;
+  }
+  // The kept conv inputs of a window live in the forward's scratch: every window is committed before the next one.
+  for (const auto& [id, state] : streams_)
+    if (state.window_rows > 0)
+      return Status(ErrorCode::InvalidArgument, "stream " + std::to_string(id) + " has an uncommitted window of " +
+                                                    std::to_string(state.window_rows) + " rows");
+  if (total > facts_.max_rows)
+    return Status(ErrorCode::InvalidArgument, "forward of " + std::to_string(total) + " rows exceeds max_rows " +
+                                                  std::to_string(facts_.max_rows));
+  return ok_status();
+}
+
+Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
+  LS_RETURN_IF_ERROR(check_windows(windows));
+  const int64_t D = facts_.hidden_size, V = facts_.vocab_size, P = kv_shape_.page_size;
+  const int64_t tap_count = static_cast<int64_t>(taps_.size());
+  // Room first (slots, pages), so a refusal changes nothing.
+  int new_streams = 0;
+  int64_t pages_needed = 0;
+  for (const Window& window : windows) {
+    const auto found = streams_.find(window.stream);
+    const int64_t committed = found == streams_.end() ? 0 : found->second.committed;
+    const int64_t held = found == streams_.end() ? 0 : static_cast<int64_t>(found->second.pages.size());
+    new_streams += found == streams_.end();
+    pages_needed += std::max<int64_t>(0, (committed + static_cast<int64_t>(window.tokens.size()) + P - 1) / P - held);
+  }
+  if (new_streams > static_cast<int>(free_slots_.size()))
+    return Status(ErrorCode::OutOfMemory, "CUDA target: " + std::to_string(new_streams) + " new streams but only " +
+                                              std::to_string(free_slots_.size()) + " of " +
+                                              std::to_string(max_streams_) + " stream slots are free");
+  if (pages_needed > static_cast<int64_t>(free_pages_.size()))
+    return Status(ErrorCode::OutOfMemory, "CUDA target: the forward needs " + std::to_string(pages_needed) +
+                                              " KV pages, " + std::to_string(free_pages_.size()) + " of " +
+                                              std::to_string(kv_pages_) + " are free");
+  std::vector<StreamState*> states;
+  std::vector<int> fresh_slots;
+  for (const Window& window : windows) {
+    auto [it, inserted] = streams_.try_emplace(window.stream);
+    if (inserted) {
+      it->second.slot = free_slots_.back();
+      free_slots_.pop_back();
+      fresh_slots.push_back(it->second.slot);
+    }
+    StreamState& state = it->second;
+    const int64_t need = (state.committed + static_cast<int64_t>(window.tokens.size()) + P - 1) / P;
+    while (static_cast<int64_t>(state.pages.size()) < need) {
+      state.pages.push_back(free_pages_.back());
+      free_pages_.pop_back();
+    }
+    states.push_back(&state);
+  }
+
+  // Stage the metadata: tokens, positions, row -> window, windows, page lists, drawn rows and their draws, commits.
+  Verified verified;
+  verified.row_begin.push_back(0);
+  bool any_logits = false;
+  int64_t page_total = 0;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    verified.row_begin.push_back(verified.row_begin.back() + static_cast<int64_t>(windows[w].tokens.size()));
+    any_logits = any_logits || windows[w].want_logits;
+    page_total += static_cast<int64_t>(states[w]->pages.size());
+  }
+  const int64_t rows = verified.row_begin.back();
+  std::vector<int64_t> drawn_rows;
+  std::vector<char> wants;
+  for (size_t w = 0; w < windows.size(); ++w)
+    for (int64_t r = windows[w].first_drawn_row; r < static_cast<int64_t>(windows[w].tokens.size()); ++r) {
+      drawn_rows.push_back(verified.row_begin[w] + r);
+      wants.push_back(windows[w].want_logits);
+    }
+  const int64_t drawn = static_cast<int64_t>(drawn_rows.size());
+  Meta meta;
+  size_t at = 0;
+  auto region = [&](size_t& offset, size_t bytes) {
+    offset = at;
+    at += align16(bytes);
+  };
+  region(meta.tokens, rows * sizeof(int32_t));
+  region(meta.positions, rows * sizeof(int64_t));
+  region(meta.row_window, rows * sizeof(int32_t));
+  region(meta.windows, windows.size() * sizeof(gpu::WindowInfo));
+  region(meta.pages, page_total * sizeof(int32_t));
+  region(meta.drawn, drawn * sizeof(int32_t));
+  region(meta.draws, drawn * sizeof(cuda::RowDraw));
+  region(meta.commits, pending_commits_.size() * sizeof(gpu::ConvCommit));
+  meta.bytes = at;
+  if (meta.bytes > meta_capacity_)
+    return Status(ErrorCode::Internal, "forward metadata of " + std::to_string(meta.bytes) + " bytes exceeds " +
+                                           std::to_string(meta_capacity_));
+  auto* tokens = reinterpret_cast<int32_t*>(meta_host_ + meta.tokens);
+  auto* positions = reinterpret_cast<int64_t*>(meta_host_ + meta.positions);
+  auto* row_window = reinterpret_cast<int32_t*>(meta_host_ + meta.row_window);
+  auto* infos = reinterpret_cast<gpu::WindowInfo*>(meta_host_ + meta.windows);
+  auto* page_list = reinterpret_cast<int32_t*>(meta_host_ + meta.pages);
+  int32_t page_at = 0;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const Window& window = windows[w];
+    const StreamState& state = *states[w];
+    const int64_t first = verified.row_begin[w];
+    infos[w] = gpu::WindowInfo{static_cast<int32_t>(first), static_cast<int32_t>(window.tokens.size()),
+                               state.committed, state.slot, page_at};
+    std::memcpy(page_list + page_at, state.pages.data(), state.pages.size() * sizeof(int32_t));
+    page_at += static_cast<int32_t>(state.pages.size());
+    for (size_t r = 0; r < window.tokens.size(); ++r) {
+      tokens[first + r] = window.tokens[r];
+      positions[first + r] = state.committed + static_cast<int64_t>(r);
+      row_window[first + r] = static_cast<int32_t>(w);
+    }
+  }
+  auto* drawn_index = reinterpret_cast<int32_t*>(meta_host_ + meta.drawn);
+  auto* row_draws = reinterpret_cast<cuda::RowDraw*>(meta_host_ + meta.draws);
+  for (int64_t i = 0; i < drawn; ++i) {
+    const int64_t row = drawn_rows[i];
+    const size_t w = static_cast<size_t>(std::upper_bound(verified.row_begin.begin(), verified.row_begin.end(), row) -
+                                         verified.row_begin.begin() - 1);
+    const Sampling& s = windows[w].sampling;
+    drawn_index[i] = static_cast<int32_t>(row);
+    // The draw at position p is the keyed choice for the token at p + 1.
+    row_draws[i] = cuda::RowDraw{s.temperature, s.top_k, s.top_p, s.min_p, s.seed, positions[row] + 1};
+  }
+  std::memcpy(meta_host_ + meta.commits, pending_commits_.data(), pending_commits_.size() * sizeof(gpu::ConvCommit));
+  LS_CUDA_TRY(cudaMemcpyAsync(meta_dev_.data(), meta_host_, meta.bytes, cudaMemcpyHostToDevice, stream_));
+
+  // Last forward's commits (they read its kept conv inputs), then fresh streams start from zero history.
+  const int64_t history = int64_t{config_.conv_kernel - 1} * D * conv_layers_;
+  LS_RETURN_IF_ERROR(gpu::commit_conv(device_at<gpu::ConvCommit>(meta.commits),
+                                      static_cast<int>(pending_commits_.size()), z_keep_.data(), max_rows_,
+                                      static_cast<int>(D), config_.conv_kernel, conv_layers_, conv_history_.data(),
+                                      stream_));
+  pending_commits_.clear();
+  for (int slot : fresh_slots)
+    if (history > 0)
+      LS_CUDA_TRY(cudaMemsetAsync(conv_history_.data() + slot * history, 0, history * sizeof(bf16), stream_));
+
+  LS_RETURN_IF_ERROR(run_layers(rows, meta));
+  verified.draws.assign(rows, -1);
+  if (any_logits) verified.logits.assign(rows * V, std::numeric_limits<float>::quiet_NaN());
+  LS_RETURN_IF_ERROR(draw(drawn, meta, drawn_rows, wants, verified));
+  if (tap_count > 0)
+    LS_CUDA_TRY(cudaMemcpyAsync(taps_host_, taps_dev_.data(), rows * tap_count * D * sizeof(bf16),
+                                cudaMemcpyDeviceToHost, stream_));
+  if (drawn > 0)
+    LS_CUDA_TRY(cudaMemcpyAsync(draws_host_, draws_dev_.data(), drawn * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                stream_));
+  LS_CUDA_TRY(cudaStreamSynchronize(stream_));
+  for (int64_t i = 0; i < drawn; ++i) verified.draws[drawn_rows[i]] = draws_host_[i];
+  verified.taps.resize(rows * tap_count * D);
+  for (size_t i = 0; i < verified.taps.size(); ++i) verified.taps[i] = bf16_to_float(taps_host_[i]);
+  for (size_t w = 0; w < windows.size(); ++w) {
+    states[w]->window_rows = static_cast<int>(windows[w].tokens.size());
+    states[w]->window_first_row = static_cast<int>(verified.row_begin[w]);
+  }
+  return verified;
+}
+
+Status CudaTarget::draw(int64_t n, const Meta& meta, const std::vector<int64_t>& drawn_rows,
+                        const std::vector<char>& wants, Verified& verified) {
+  const int64_t D = facts_.hidden_size, V = facts_.vocab_size;
+  std::vector<float> host_logits;
+  for (int64_t g = 0; g < n; g += head_group_) {
+    const int64_t count = std::min<int64_t>(head_group_, n - g);
+    LS_RETURN_IF_ERROR(gpu::gather_rows(h_.data(), device_at<int32_t>(meta.drawn) + g, count, static_cast<int>(D), 1,
+                                        head_in_.data(), stream_));
+    LS_RETURN_IF_ERROR(cuda::rms_norm(head_in_.data(), count, static_cast<int>(D), weights_.final_norm.data(),
+                                      config_.norm_eps, head_normed_.data(), stream_));
+    LS_RETURN_IF_ERROR(gemm_.gemm(head_normed_.data(), count, weights_.head().view(), nullptr, logits_.data(), stream_));
+    LS_RETURN_IF_ERROR(cuda::draw_rows(logits_.data(), count, static_cast<int>(V), device_at<cuda::RowDraw>(meta.draws) + g,
+                                       draws_dev_.data() + g, draw_scratch_, stream_));
+    if (std::find(wants.begin() + g, wants.begin() + g + count, 1) == wants.begin() + g + count) continue;
+    // Logits asked for (tests, probes): copied group by group (an extra sync per group).
+    host_logits.resize(count * V);
+    LS_CUDA_TRY(cudaMemcpyAsync(host_logits.data(), logits_.data(), count * V * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream_));
+    LS_CUDA_TRY(cudaStreamSynchronize(stream_));
+    for (int64_t i = 0; i < count; ++i)
+      if (wants[g + i])
+        std::memcpy(verified.logits.data() + drawn_rows[g + i] * V, host_logits.data() + i * V, sizeof(float) * V);
+  }
+  return ok_status();
+}
+
+void CudaTarget::free_stream_pages(StreamState& state, int64_t keep_positions) {
+  const int64_t P = kv_shape_.page_size;
+  const size_t keep = static_cast<size_t>((keep_positions + P - 1) / P);
+  while (state.pages.size() > keep) {
+    free_pages_.push_back(state.pages.back());
+    state.pages.pop_back();
+  }
+}
+
+Status CudaTarget::commit(StreamId stream, int kept) {
+  const auto found = streams_.find(stream);
+  if (found == streams_.end() || found->second.window_rows == 0)
+    return Status(ErrorCode::InvalidArgument, "stream " + std::to_string(stream) + " has no window to commit");
+  StreamState& state = found->second;
+  if (kept < 1 || kept > state.window_rows)
+    return Status(ErrorCode::InvalidArgument, "stream " + std::to_string(stream) + ": commit keeps " +
+                                                  std::to_string(kept) + " rows of a window of " +
+                                                  std::to_string(state.window_rows));
+  // The conv history moves at the start of the next forward (one launch for every stream); KV is truncated by length.
+  pending_commits_.push_back(gpu::ConvCommit{state.slot, state.window_first_row, kept});
+  state.committed += kept;
+  state.window_rows = 0;
+  free_stream_pages(state, state.committed);
+  return ok_status();
+}
+
+int64_t CudaTarget::committed_length(StreamId stream) const {
+  const auto found = streams_.find(stream);
+  return found == streams_.end() ? 0 : found->second.committed;
+}
+
+void CudaTarget::release(StreamId stream) {
+  const auto found = streams_.find(stream);
+  if (found == streams_.end()) return;
+  StreamState& state = found->second;
+  std::erase_if(pending_commits_, [&](const gpu::ConvCommit& c) { return c.slot == state.slot; });
+  free_stream_pages(state, 0);
+  free_slots_.push_back(state.slot);
+  streams_.erase(found);
+}
+
+Status CudaTarget::embed(std::span<const int32_t> tokens, std::span<float> out) const {
+  const int64_t D = facts_.hidden_size;
+  if (static_cast<int64_t>(out.size()) != static_cast<int64_t>(tokens.size()) * D)
+    return Status(ErrorCode::InvalidArgument, "embed: out holds " + std::to_string(out.size()) + " floats, " +
+                                                  std::to_string(tokens.size()) + " tokens need " +
+                                                  std::to_string(tokens.size() * D));
+  for (int32_t token : tokens)
+    if (token < 0 || token >= facts_.vocab_size)
+      return Status(ErrorCode::InvalidArgument, "embed: token " + std::to_string(token) + " is outside the vocabulary");
+  for (size_t g = 0; g < tokens.size(); g += head_group_) {
+    const int64_t n = std::min<int64_t>(head_group_, static_cast<int64_t>(tokens.size() - g));
+    LS_CUDA_TRY(cudaMemcpyAsync(embed_tokens_.data(), tokens.data() + g, n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                stream_));
+    LS_RETURN_IF_ERROR(cuda::embed_rows(weights_.embedding.w.data(), facts_.vocab_size, static_cast<int>(D),
+                                        embed_tokens_.data(), n, head_in_.data(), stream_));
+    LS_RETURN_IF_ERROR(cuda::bf16_to_f32(head_in_.data(), n * D, head_f32_.data(), stream_));
+    LS_CUDA_TRY(cudaMemcpyAsync(out.data() + g * D, head_f32_.data(), n * D * sizeof(float), cudaMemcpyDeviceToHost,
+                                stream_));
+    LS_CUDA_TRY(cudaStreamSynchronize(stream_));
+  }
+  return ok_status();
+}
+
+Status CudaTarget::head(std::span<const float> hidden, int rows, std::span<float> out) const {
+  const int64_t D = facts_.hidden_size, V = facts_.vocab_size;
+  if (rows < 0 || static_cast<int64_t>(hidden.size()) != rows * D || static_cast<int64_t>(out.size()) != rows * V)
+    return Status(ErrorCode::InvalidArgument, "head: " + std::to_string(rows) + " rows need hidden " +
+                                                  std::to_string(rows * D) + " and out " + std::to_string(rows * V) +
+                                                  " floats, got " + std::to_string(hidden.size()) + " and " +
+                                                  std::to_string(out.size()));
+  for (int64_t g = 0; g < rows; g += head_group_) {
+    const int64_t n = std::min<int64_t>(head_group_, rows - g);
+    LS_CUDA_TRY(cudaMemcpyAsync(head_f32_.data(), hidden.data() + g * D, n * D * sizeof(float),
+                                cudaMemcpyHostToDevice, stream_));
+    LS_RETURN_IF_ERROR(cuda::f32_to_bf16(head_f32_.data(), n * D, head_in_.data(), stream_));
+    LS_RETURN_IF_ERROR(gemm_.gemm(head_in_.data(), n, weights_.head().view(), nullptr, logits_.data(), stream_));
+    LS_CUDA_TRY(cudaMemcpyAsync(out.data() + g * V, logits_.data(), n * V * sizeof(float), cudaMemcpyDeviceToHost,
+                                stream_));
+    LS_CUDA_TRY(cudaStreamSynchronize(stream_));
+  }
+  return ok_status();
+}
+
+}  // namespace ls::lfm2

@@ -1,0 +1,118 @@
+// The LFM2 model on a CUDA device behind the Target seam: ragged windows of many streams in one forward, a paged
+// KV cache, device conv state with rollback, keyed draws on the device, taps and logits copied back at the end.
+//
+// Numerics are the CPU Bf16 mode's: bf16 weights and activations, fp32 accumulation, bf16 rounding at the same
+// points (src/compute/ops.h). Every row's bits depend only on its own token, position and stream state, never on
+// the other rows of the forward (batch invariance); the reduction orders differ from the CPU's, so GPU and CPU
+// agree to bf16 tolerance, not bit for bit. embed()/head() for a drafter take host fp32: head() rounds its input
+// rows to bf16 (the drafter's hidden rows are bf16 values already) and returns fp32 logits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "compute/cuda/kernels.h"
+#include "model/lfm2/cuda/device_weights.h"
+#include "model/lfm2/cuda/state_kernels.h"
+#include "model/load.h"
+#include "model/target.h"
+
+namespace ls::lfm2 {
+
+class CudaTarget final : public Target {
+ public:
+  // Uploads Bf16-mode weights and sizes every pool (KV pages, conv slots, scratch for options.max_rows rows).
+  static Result<std::unique_ptr<CudaTarget>> create(io::ModelConfig config, const Weights& weights,
+                                                    const LoadOptions& options);
+  ~CudaTarget() override;
+
+  const TargetFacts& facts() const override { return facts_; }
+  Status set_taps(std::span<const int> layers) override;
+  Result<Verified> forward(std::span<const Window> windows) override;
+  Status commit(StreamId stream, int kept) override;
+  int64_t committed_length(StreamId stream) const override;
+  void release(StreamId stream) override;
+  Status embed(std::span<const int32_t> tokens, std::span<float> out) const override;
+  Status head(std::span<const float> hidden, int rows, std::span<float> out) const override;
+  const void* device_embedding() const override { return weights_.embedding.w.data(); }
+
+  void set_exact_width(int width) { facts_.exact_width = width; }
+  // Tests: when set, every MoE layer of every forward appends its chosen experts [rows, k] here (extra syncs).
+  void set_expert_trace(std::vector<int32_t>* trace) { expert_trace_ = trace; }
+  const io::ModelConfig& config() const { return config_; }
+  int64_t weight_bytes() const { return weights_.bytes; }
+  int free_pages() const { return static_cast<int>(free_pages_.size()); }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  struct StreamState {
+    int slot = 0;
+    int64_t committed = 0;
+    int window_rows = 0;       // rows of the last forward awaiting commit (0 = none)
+    int window_first_row = 0;  // where those rows sat in that forward (z_keep rows)
+    std::vector<int32_t> pages;
+  };
+  // Byte offsets of one forward's metadata inside the staged upload.
+  struct Meta {
+    size_t tokens = 0, positions = 0, row_window = 0, windows = 0, pages = 0, drawn = 0, draws = 0, commits = 0;
+    size_t bytes = 0;
+  };
+
+  CudaTarget() = default;
+  Status allocate(const LoadOptions& options);
+  Status check_windows(std::span<const Window> windows) const;
+  // The layer loop over the forward's rows (metadata already on the device); leaves h [rows, D] after the last layer.
+  Status run_layers(int64_t rows, const Meta& meta);
+  Status mixer_conv(int layer, int64_t rows, const Meta& meta);
+  Status mixer_attention(int layer, int64_t rows, const Meta& meta);
+  Status ffn_moe(int layer, int64_t rows);
+  // Final norm + head + keyed draw of n drawn rows (indices into h at meta.drawn); logits of wanted rows to `verified`.
+  Status draw(int64_t n, const Meta& meta, const std::vector<int64_t>& drawn_rows, const std::vector<char>& wants,
+              Verified& verified);
+  template <typename T>
+  T* device_at(size_t offset) const { return reinterpret_cast<T*>(meta_dev_.data() + offset); }
+  void free_stream_pages(StreamState& state, int64_t keep_positions);
+
+  io::ModelConfig config_;
+  gpu::DeviceWeights weights_;
+  TargetFacts facts_;
+  cudaStream_t stream_ = nullptr;
+  cuda::GemmEngine gemm_;
+  std::vector<int> taps_;
+  std::vector<int> kv_slot_, conv_slot_;
+  int attention_layers_ = 0, conv_layers_ = 0;
+  int64_t max_rows_ = 0;
+  int head_group_ = 0;
+  int max_streams_ = 0;
+  gpu::KvShape kv_shape_;
+  int kv_pages_ = 0;
+
+  std::unordered_map<StreamId, StreamState> streams_;
+  std::vector<int32_t> free_pages_;  // a stack
+  std::vector<int> free_slots_;
+  std::vector<gpu::ConvCommit> pending_commits_;
+  std::vector<int32_t>* expert_trace_ = nullptr;
+
+  // Device pools.
+  cuda::DeviceBuffer<bf16> kv_pool_;       // [attention layers, 2, pages, page_size, kv_width]
+  cuda::DeviceBuffer<bf16> conv_history_;  // [slots, conv layers, K-1, D]
+  cuda::DeviceBuffer<unsigned char> meta_dev_;
+  unsigned char* meta_host_ = nullptr;     // pinned staging of the same size
+  size_t meta_capacity_ = 0;
+  cuda::DeviceBuffer<bf16> h_, u_, mix_, wide_, act_, q_raw_, k_raw_, q_, k_, v_, attn_, z_keep_;
+  cuda::DeviceBuffer<bf16> router_logits_, expert_in_, expert_gate_up_, expert_act_, expert_out_, slots_;
+  cuda::DeviceBuffer<int32_t> chosen_, expert_offsets_, expert_order_;
+  cuda::DeviceBuffer<float> route_weights_;
+  cuda::DeviceBuffer<bf16> head_in_, head_normed_;
+  cuda::DeviceBuffer<float> logits_, head_f32_;
+  cuda::DeviceBuffer<int32_t> draws_dev_, embed_tokens_;
+  cuda::DrawScratch draw_scratch_;
+  cuda::DeviceBuffer<bf16> taps_dev_;      // [rows, taps, D]
+  bf16* taps_host_ = nullptr;              // pinned [max_rows, taps, D]
+  int32_t* draws_host_ = nullptr;          // pinned [max_rows]
+};
+
+}  // namespace ls::lfm2
