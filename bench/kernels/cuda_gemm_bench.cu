@@ -189,8 +189,24 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * m * shape.n * shape.k;
       const double own_gbs = bytes / own_ms / 1e6;
       emit("%-12s %5lld %-15s %9.1f %8.0f %6.0f%% %8.1f %9.1f %8.1f %6.0f%%\n", shape.what, static_cast<long long>(m),
-           engine.tile_name(m, shape.n), own_ms * 1e3, own_gbs, 100.0 * own_gbs / read_gbs, flops / own_ms / 1e9,
+           engine.tile_name(m, shape.n, shape.k), own_ms * 1e3, own_gbs, 100.0 * own_gbs / read_gbs, flops / own_ms / 1e9,
            blas_ms * 1e3, flops / blas_ms / 1e9, 100.0 * blas_ms / own_ms);
+      if (m < 256) continue;
+      // Every other configuration that may run at this (m, K), pinned, for choosing the automatic pick.
+      for (int tile = 1; tile < GemmEngine::tile_count(); ++tile) {
+        GemmEngine pinned;
+        pinned.pin_tile_for_test(tile);
+        const std::string name = pinned.tile_name(m, shape.n, shape.k);
+        if (name == engine.tile_name(m, shape.n, shape.k)) continue;
+        auto variant = [&](int i, cudaStream_t stream) {
+          check(pinned.gemm(x.data(), m, DeviceMatrix{weights[i % copies].data(), nullptr, shape.n, shape.k},
+                            y.data(), nullptr, stream));
+        };
+        const double ms = graph_ms(variant, count);
+        emit("%-12s %5lld %-15s %9.1f %8s %7s %8.1f %9s %8s %6.0f%%  (pinned)\n", shape.what,
+             static_cast<long long>(m), name.c_str(), ms * 1e3, "", "", flops / ms / 1e9, "", "",
+             100.0 * blas_ms / ms);
+      }
     }
   }
   cublasDestroy(handle);

@@ -123,9 +123,11 @@ double normwise_error(const std::vector<float>& y, const std::vector<double>& re
 TEST(CudaGemm, MatchesTheFp64ReferenceForEveryTileShapeWithTailsAndBias) {
   SKIP_WITHOUT_DEVICE();
   GemmEngine engine;
-  // m picks the small, medium and large tiles; N odd and K not a multiple of 64 exercise the edges.
+  // m picks the decode, medium and large kernels; N odd, K not a multiple of 64 and K = 2056 (three slices, the
+  // last one 8 wide) exercise the edges.
   for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {1, 517, 1032}, {13, 4100, 264}, {40, 517, 1032}, {300, 520, 200}, {260, 9000, 72}}) {
+           {1, 517, 1032}, {13, 4100, 264}, {40, 517, 1032}, {300, 520, 200}, {260, 9000, 72}, {3, 260, 2056},
+           {70, 260, 2056}}) {
     auto x_host = bf16_exact(random_values(m * k, 11 + m));
     compute::OwnedMatrix w_host = compute::testing::random_matrix(n, k, 12 + n, NumericMode::Bf16);
     w_host.bias = random_values(n, 13);
@@ -136,13 +138,15 @@ TEST(CudaGemm, MatchesTheFp64ReferenceForEveryTileShapeWithTailsAndBias) {
     const std::vector<double> ref = compute::testing::reference_matmul(x_host, m, w_host);
     const double err32 = normwise_error(run_gemm(engine, x, 0, m, matrix, false), ref);
     const double err16 = normwise_error(run_gemm(engine, x, 0, m, matrix, true), ref);
-    EXPECT_LT(err32, 1e-3) << "m " << m << " n " << n << " k " << k << " " << engine.tile_name(m, n);
-    EXPECT_LT(err16, 1e-2) << "m " << m << " n " << n << " k " << k << " " << engine.tile_name(m, n);
+    EXPECT_LT(err32, 1e-3) << "m " << m << " n " << n << " k " << k << " " << engine.tile_name(m, n, k);
+    EXPECT_LT(err16, 1e-2) << "m " << m << " n " << n << " k " << k << " " << engine.tile_name(m, n, k);
   }
 }
 
-// Every row of every launch width is bitwise the one-row launch of that row; returns the first failure.
+// Every row of every launch width of `engine` is bitwise the automatic one-row launch of that row; returns the
+// first failure.
 std::string invariance_failure(const GemmEngine& engine, const GemmCase& shape, const std::vector<int64_t>& widths) {
+  const GemmEngine reference;
   const int64_t max_m = widths.back();
   auto x = upload(to_bf16(random_values(max_m * shape.k, 21 + shape.n)));
   auto w = upload(to_bf16(random_values(shape.n * shape.k, 22 + shape.k, 0.5f)));
@@ -150,14 +154,14 @@ std::string invariance_failure(const GemmEngine& engine, const GemmCase& shape, 
   const DeviceMatrix matrix{w.data(), bias.data(), shape.n, shape.k};
   auto single = poisoned<float>(max_m * shape.n);
   for (int64_t r = 0; r < max_m; ++r)
-    if (!engine.gemm(x.data() + r * shape.k, 1, matrix, nullptr, single.data() + r * shape.n, nullptr).ok())
+    if (!reference.gemm(x.data() + r * shape.k, 1, matrix, nullptr, single.data() + r * shape.n, nullptr).ok())
       return "launch failed";
   const std::vector<float> one_row = download(single, max_m * shape.n);
   for (int64_t m : widths) {
     const std::vector<float> batch = run_gemm(engine, x, 0, m, matrix, false);
     for (int64_t r = 0; r < m; ++r)
       if (std::memcmp(batch.data() + r * shape.n, one_row.data() + r * shape.n, sizeof(float) * shape.n) != 0)
-        return "m " + std::to_string(m) + " row " + std::to_string(r) + " (" + engine.tile_name(m, shape.n) +
+        return "m " + std::to_string(m) + " row " + std::to_string(r) + " (" + engine.tile_name(m, shape.n, shape.k) +
                ") differs from its one-row launch";
   }
   return "";
@@ -173,8 +177,20 @@ std::vector<int64_t> invariance_widths() {
 TEST(CudaGemm, EveryRowIsBitwiseItsOneRowLaunchAtEveryWidthUpTo2048) {
   SKIP_WITHOUT_DEVICE();
   GemmEngine engine;
-  for (const GemmCase shape : {GemmCase{2048, 8192}, GemmCase{8192, 2048}, GemmCase{3000, 776}})
+  for (const GemmCase shape : {GemmCase{2048, 8192}, GemmCase{8192, 2048}, GemmCase{1000, 2056}})
     EXPECT_EQ(invariance_failure(engine, shape, invariance_widths()), "") << "N " << shape.n << " K " << shape.k;
+}
+
+TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
+  SKIP_WITHOUT_DEVICE();
+  // The automatic choice may pick any configuration for some (m, N): each one, pinned, must add in the same order.
+  for (int tile = 0; tile < GemmEngine::tile_count(); ++tile) {
+    GemmEngine engine;
+    engine.pin_tile_for_test(tile);
+    for (const GemmCase shape : {GemmCase{2048, 8192}, GemmCase{1000, 2056}, GemmCase{520, 1024}})
+      EXPECT_EQ(invariance_failure(engine, shape, {1, 5, 16, 17, 64, 100, 300}), "")
+          << "tile " << tile << " N " << shape.n << " K " << shape.k;
+  }
 }
 
 TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck) {

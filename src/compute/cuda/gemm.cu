@@ -1,6 +1,8 @@
-// The batch-invariant bf16 GEMM: mma.sync m16n8k16 tensor cores, ldmatrix from swizzled shared memory, a cp.async
-// multi-stage pipeline. Every output is one fp32 accumulator walked over K in ascending 16-wide steps in every tile
-// configuration, so the tile shape chosen for m (over M and N only) never changes a row's bits.
+// The batch-invariant bf16 GEMM: mma.sync m16n8k16 tensor cores, ldmatrix from swizzled shared memory, cp.async
+// multi-stage pipelines. One reduction order for every m (the canonical order, a function of K alone): K above
+// kUnslicedK is cut into slices of kSliceK; each slice is one fp32 accumulator fed with its 16-wide K steps in
+// ascending order; the slice sums are added in slice order, ((s0 + s1) + s2) + ..., then the bias. The decode kernel (m <= 16) gives each slice to its own warp
+// for bandwidth; the tile kernel walks the slices in turn with a second register set; both add alike.
 #include <cuda_bf16.h>
 
 #include <string>
@@ -11,6 +13,11 @@ namespace ls::cuda {
 namespace {
 
 constexpr int kBlockK = 64;  // one 128-byte shared-memory row of bf16 per tile row; swizzled in 16-byte chunks
+constexpr int kSliceK = 1024;     // K per slice of the canonical order (a multiple of kBlockK)
+constexpr int kUnslicedK = 2048;  // K up to this is one slice
+constexpr int kSliceTiles = kSliceK / kBlockK;
+
+__host__ __device__ inline int slice_count(int k) { return k <= kUnslicedK ? 1 : (k + kSliceK - 1) / kSliceK; }
 
 // A tile configuration: BM x BN outputs per CTA, WARPS_M x WARPS_N warps, STAGES tiles of K in flight.
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
@@ -48,9 +55,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t address, uint32_t& r0, uint
                : "r"(address));
 }
 
-// D = A(16x16 bf16) * B(16x8 bf16) + D, fp32.
+// D = A(16x16 bf16) * B(16x8 bf16) + D, fp32. Not volatile: a pure register op the scheduler may sink below the
+// next step's ldmatrix (which stay in order behind the pipeline's waits).
 __device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -66,6 +74,35 @@ struct GemmArgs {
   int m, n, k;
   int reverse_k;  // test-only fault: walk K tiles backwards
 };
+
+__device__ __forceinline__ void ldmatrix_x2(uint32_t address, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(address));
+}
+
+// Writes one output pair (acc + bias, rounded once) at row r, columns c and c + 1 (when inside).
+__device__ __forceinline__ void store_pair(const GemmArgs& args, int r, int c, float v0, float v1) {
+  if (r >= args.m || c >= args.n) return;
+  const bool second = c + 1 < args.n;
+  if (args.bias) {
+    v0 = __fadd_rn(v0, args.bias[c]);
+    if (second) v1 = __fadd_rn(v1, args.bias[c + 1]);
+  }
+  const int64_t at = static_cast<int64_t>(r) * args.n + c;
+  const bool pairs = (args.n & 1) == 0;
+  if (args.y_f32) {
+    if (pairs) {
+      *reinterpret_cast<float2*>(args.y_f32 + at) = make_float2(v0, v1);
+    } else {
+      args.y_f32[at] = v0;
+      if (second) args.y_f32[at + 1] = v1;
+    }
+  } else if (pairs) {
+    *reinterpret_cast<__nv_bfloat162*>(args.y_b16 + at) = __floats2bfloat162_rn(v0, v1);
+  } else {
+    args.y_b16[at] = __float2bfloat16_rn(v0);
+    if (second) args.y_b16[at + 1] = __float2bfloat16_rn(v1);
+  }
+}
 
 // Loads K tile `kt` of the CTA's A rows and B rows into one pipeline stage.
 template <class T>
@@ -95,7 +132,7 @@ __device__ __forceinline__ void load_stage(const GemmArgs& args, __nv_bfloat16* 
   }
 }
 
-template <class T>
+template <class T, bool SLICED>
 __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
   extern __shared__ __align__(128) unsigned char shared_raw[];
   __nv_bfloat16* shared = reinterpret_cast<__nv_bfloat16*>(shared_raw);
@@ -105,6 +142,7 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
   const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
 
   float acc[T::MI][T::NI][4];
+  float total[SLICED ? T::MI : 1][SLICED ? T::NI : 1][4];  // slice sums so far, in slice order
 #pragma unroll
   for (int i = 0; i < T::MI; ++i)
 #pragma unroll
@@ -146,11 +184,25 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
 #pragma unroll
         for (int j = 0; j < T::NI; ++j) mma_bf16(acc[i][j], a[i], b[j]);
     }
+    if constexpr (SLICED) {
+      // End of a slice: fold its sum into the running total (the first slice is copied, not added to +0).
+      if ((step + 1) % kSliceTiles == 0 || step + 1 == k_tiles) {
+        const bool first = step < kSliceTiles;
+#pragma unroll
+        for (int i = 0; i < T::MI; ++i)
+#pragma unroll
+          for (int j = 0; j < T::NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              total[i][j][e] = first ? acc[i][j][e] : __fadd_rn(total[i][j][e], acc[i][j][e]);
+              acc[i][j][e] = 0.0f;
+            }
+      }
+    }
   }
   wait_group<0>();
 
-  // Epilogue: acc + bias, one rounding to bf16 or fp32 out. c0,c1 at (lane/4, 2*(lane%4)+{0,1}); c2,c3 8 rows down.
-  const bool pairs = (args.n & 1) == 0;
+  // Epilogue: c0,c1 at (lane/4, 2*(lane%4)+{0,1}); c2,c3 8 rows down.
 #pragma unroll
   for (int i = 0; i < T::MI; ++i)
 #pragma unroll
@@ -159,80 +211,194 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
       for (int half = 0; half < 2; ++half) {
         const int r = row0 + warp_m * T::WM + i * 16 + (lane >> 2) + half * 8;
         const int c = col0 + warp_n * T::WN + j * 8 + (lane & 3) * 2;
-        if (r >= args.m || c >= args.n) continue;
-        float v0 = acc[i][j][half * 2], v1 = acc[i][j][half * 2 + 1];
-        const bool second = c + 1 < args.n;
-        if (args.bias) {
-          v0 = __fadd_rn(v0, args.bias[c]);
-          if (second) v1 = __fadd_rn(v1, args.bias[c + 1]);
-        }
-        const int64_t at = static_cast<int64_t>(r) * args.n + c;
-        if (args.y_f32) {
-          if (pairs) {
-            *reinterpret_cast<float2*>(args.y_f32 + at) = make_float2(v0, v1);
-          } else {
-            args.y_f32[at] = v0;
-            if (second) args.y_f32[at + 1] = v1;
-          }
-        } else if (pairs) {
-          *reinterpret_cast<__nv_bfloat162*>(args.y_b16 + at) = __floats2bfloat162_rn(v0, v1);
+        if constexpr (SLICED)
+          store_pair(args, r, c, total[i][j][half * 2], total[i][j][half * 2 + 1]);
+        else
+          store_pair(args, r, c, acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
+      }
+}
+
+// ---- decode kernel (m <= 16): every (8 columns, slice) item is one warp's own cp.async pipeline ----
+
+constexpr int kDecodeWarps = 8;
+constexpr int kDecodeStageBytes = (16 + 8) * 128;  // A rows [16, 64] then W rows [8, 64], swizzled
+
+// Items of one CTA: `groups` column groups of 8 times `slices`; item = group * slices + slice.
+template <int kDecodeStages>
+__global__ void __launch_bounds__(32 * kDecodeWarps) gemm_decode_kernel(GemmArgs args, int slices, int groups) {
+  constexpr int kDecodePipeBytes = kDecodeWarps * kDecodeStages * kDecodeStageBytes;
+  extern __shared__ __align__(128) unsigned char shared_raw[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
+  const int slice_tiles = slices == 1 ? k_tiles : kSliceTiles;
+  const int cols = groups * 8;
+  const int col0 = blockIdx.x * cols;
+  float* partial = reinterpret_cast<float*>(shared_raw + kDecodePipeBytes);  // [slices][16][cols]
+  unsigned char* pipe = shared_raw + warp * kDecodeStages * kDecodeStageBytes;
+  const uint32_t pipe_base = smem_address(pipe);
+
+  // A rows past m stay zero in every stage: cleared once, never copied into.
+  for (int i = lane; i < kDecodeStages * kDecodeStageBytes / 16; i += 32)
+    reinterpret_cast<uint4*>(pipe)[i] = make_uint4(0, 0, 0, 0);
+  __syncwarp();
+
+  for (int item = warp; item < groups * slices; item += kDecodeWarps) {
+    const int group = item / slices, slice = item % slices;
+    const int c8 = col0 + group * 8;
+    const int first_tile = slice * slice_tiles;
+    const int tiles = min(slice_tiles, k_tiles - first_tile);
+    auto load = [&](int t, int stage) {
+      const int kt = first_tile + (args.reverse_k ? tiles - 1 - t : t);
+      const uint32_t base = pipe_base + stage * kDecodeStageBytes;
+      // A: rows < m only (8 chunks a row); W: 8 rows x 8 chunks.
+      for (int index = lane; index < (args.m + 8) * 8; index += 32) {
+        const int row = index >> 3, chunk = index & 7;
+        const int k = kt * kBlockK + chunk * 8;
+        if (row < args.m) {
+          const bool inside = k < args.k;
+          copy_chunk(base + swizzled(row, chunk), args.x + (static_cast<int64_t>(row) * args.k + (inside ? k : 0)),
+                     inside);
         } else {
-          args.y_b16[at] = __float2bfloat16_rn(v0);
-          if (second) args.y_b16[at + 1] = __float2bfloat16_rn(v1);
+          const int w_row = row - args.m, c = c8 + w_row;
+          const bool inside = c < args.n && k < args.k;
+          copy_chunk(base + swizzled(16 + w_row, chunk),
+                     args.w + (static_cast<int64_t>(inside ? c : 0) * args.k + (inside ? k : 0)), inside);
         }
       }
+    };
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int s = 0; s < kDecodeStages - 1; ++s) {
+      if (s < tiles) load(s, s);
+      commit_group();
+    }
+    for (int t = 0; t < tiles; ++t) {
+      wait_group<kDecodeStages - 2>();
+      __syncwarp();
+      if (t + kDecodeStages - 1 < tiles) load(t + kDecodeStages - 1, (t + kDecodeStages - 1) % kDecodeStages);
+      commit_group();
+      const uint32_t a_base = pipe_base + (t % kDecodeStages) * kDecodeStageBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 16; ++kk) {
+        uint32_t a[4], b[2];
+        ldmatrix_x4(a_base + swizzled(lane & 15, kk * 2 + (lane >> 4)), a[0], a[1], a[2], a[3]);
+        ldmatrix_x2(a_base + swizzled(16 + (lane & 7), kk * 2 + ((lane >> 3) & 1)), b[0], b[1]);
+        mma_bf16(acc, a, b);
+      }
+    }
+    wait_group<0>();
+    __syncwarp();  // every lane is done reading the stages before the next item refills them
+    float* out = partial + static_cast<int64_t>(slice) * 16 * cols;
+    const int r = lane >> 2, c = group * 8 + (lane & 3) * 2;
+    out[r * cols + c] = acc[0];
+    out[r * cols + c + 1] = acc[1];
+    out[(r + 8) * cols + c] = acc[2];
+    out[(r + 8) * cols + c + 1] = acc[3];
+  }
+  __syncthreads();
+  // Slice sums added in slice order, then bias and one rounding (store_pair), two columns per thread.
+  for (int o = threadIdx.x; o < args.m * cols / 2; o += blockDim.x) {
+    const int r = o / (cols / 2), c = (o % (cols / 2)) * 2;
+    float v0 = partial[r * cols + c], v1 = partial[r * cols + c + 1];
+    for (int s = 1; s < slices; ++s) {
+      v0 = __fadd_rn(v0, partial[(static_cast<int64_t>(s) * 16 + r) * cols + c]);
+      v1 = __fadd_rn(v1, partial[(static_cast<int64_t>(s) * 16 + r) * cols + c + 1]);
+    }
+    store_pair(args, r, col0 + c, v0, v1);
+  }
 }
 
 template <class T>
 Status launch(const GemmArgs& args, cudaStream_t stream) {
-  static bool configured = false;  // per instantiation; the attribute is per-device-function
-  if (!configured) {
-    LS_CUDA_TRY(cudaFuncSetAttribute(gemm_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES));
-    configured = true;
-  }
+  const int slices = slice_count(args.k);
   const dim3 grid((args.n + T::BN - 1) / T::BN, (args.m + T::BM - 1) / T::BM);
-  gemm_kernel<T><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
+  // Tiles above 128x128 have no registers for a second set: valid() gives them unsliced K only.
+  if (T::BM * T::BN > 128 * 128 && slices > 1)
+    return Status(ErrorCode::InvalidArgument, "gemm: a " + std::to_string(T::BM) + "x" + std::to_string(T::BN) +
+                                                  " tile cannot add K = " + std::to_string(args.k) + " in slices");
+  if (T::BM * T::BN <= 128 * 128 && slices > 1) {
+    static bool configured = false;  // per instantiation; the attribute is per device function
+    if (!configured) {
+      LS_CUDA_TRY(cudaFuncSetAttribute(gemm_kernel<T, (T::BM * T::BN <= 128 * 128)>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES));
+      configured = true;
+    }
+    gemm_kernel<T, (T::BM * T::BN <= 128 * 128)><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
+  } else {
+    static bool configured = false;
+    if (!configured) {
+      LS_CUDA_TRY(
+          cudaFuncSetAttribute(gemm_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES));
+      configured = true;
+    }
+    gemm_kernel<T, false><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
+  }
   LS_CUDA_TRY_LAUNCH("gemm_kernel");
   return ok_status();
 }
 
-// Decode / verify rows (m <= 16): one 16-row tile, N split finely so every SM streams weights, deep pipelines.
-using Small16 = Tile<16, 16, 1, 1, 16>;
-using Small32 = Tile<16, 32, 1, 2, 12>;
-using Small64 = Tile<16, 64, 1, 4, 8>;
-using Small128 = Tile<16, 128, 1, 8, 6>;
-// Up to 64 rows: 64x64 tiles.
+// Column groups of 8 per decode CTA: enough that the CTA's 8 warps each get an item.
+int decode_groups(int slices) { return slices >= kDecodeWarps ? 1 : kDecodeWarps / slices; }
+
+template <int STAGES>
+Status launch_decode_stages(const GemmArgs& args, int slices, int groups, int ctas, cudaStream_t stream) {
+  const int smem = kDecodeWarps * STAGES * kDecodeStageBytes + slices * 16 * groups * 8 * static_cast<int>(sizeof(float));
+  static int configured = 0;
+  if (smem > configured) {
+    LS_CUDA_TRY(cudaFuncSetAttribute(gemm_decode_kernel<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    configured = smem;
+  }
+  gemm_decode_kernel<STAGES><<<ctas, 32 * kDecodeWarps, smem, stream>>>(args, slices, groups);
+  LS_CUDA_TRY_LAUNCH("gemm_decode_kernel");
+  return ok_status();
+}
+
+// Deep pipelines (one CTA per SM) when the CTAs fit one wave; else two CTAs per SM with 4 stages each.
+Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
+  const int slices = slice_count(args.k);
+  const int groups = decode_groups(slices);
+  const int ctas = (args.n + groups * 8 - 1) / (groups * 8);
+  if (ctas <= sm_count) return launch_decode_stages<8>(args, slices, groups, ctas, stream);
+  return launch_decode_stages<4>(args, slices, groups, ctas, stream);
+}
+
+// Up to 64 rows: 64x64 or 64x128 tiles. Prefill: 128x128 (two CTAs per SM unsliced), 128x256 or 256x128 (one
+// slice only: no registers for a second set).
 using Medium = Tile<64, 64, 2, 2, 4>;
 using Medium128 = Tile<64, 128, 2, 4, 4>;
-// Prefill: 128x128 (two CTAs per SM) or 128x256 tiles.
 using Large = Tile<128, 128, 2, 4, 3>;
+using LargeDeep = Tile<128, 128, 2, 4, 4>;
 using Wide = Tile<128, 256, 2, 4, 3>;
+using Tall = Tile<256, 128, 4, 2, 3>;
 
-enum class Choice { Small16, Small32, Small64, Small128, Medium, Medium128, Large, Wide };
+enum class Choice { Decode, Medium, Medium128, Large, LargeDeep, Wide, Tall, Count };
 
-Choice choose(int64_t m, int64_t n, int sm_count) {
-  if (m <= 16) {
-    // The widest column tile that still gives about one CTA per SM or more.
-    if (n >= 128LL * sm_count) return Choice::Small128;
-    if (n >= 64LL * sm_count) return Choice::Small64;
-    if (n >= 32LL * sm_count) return Choice::Small32;
-    return Choice::Small16;
-  }
+// Whether a configuration computes the canonical order for (m, K): decode only up to 16 rows, the big tiles only
+// for one slice.
+bool valid(Choice choice, int64_t m, int64_t k) {
+  if (choice == Choice::Decode) return m <= 16;
+  if (choice == Choice::Wide || choice == Choice::Tall) return slice_count(static_cast<int>(k)) == 1;
+  return choice != Choice::Count;
+}
+
+Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, int pinned) {
+  if (pinned >= 0 && valid(static_cast<Choice>(pinned), m, k)) return static_cast<Choice>(pinned);
+  if (m <= 16) return Choice::Decode;
   if (m <= 64) return n >= 128LL * sm_count ? Choice::Medium128 : Choice::Medium;
   const int64_t wide_ctas = ((m + 127) / 128) * ((n + 255) / 256);
-  return wide_ctas >= 2LL * sm_count ? Choice::Wide : Choice::Large;
+  return valid(Choice::Wide, m, k) && wide_ctas >= 2LL * sm_count ? Choice::Wide : Choice::Large;
 }
 
 const char* choice_name(Choice choice) {
   switch (choice) {
-    case Choice::Small16: return "16x16x64 s16";
-    case Choice::Small32: return "16x32x64 s12";
-    case Choice::Small64: return "16x64x64 s8";
-    case Choice::Small128: return "16x128x64 s6";
+    case Choice::Decode: return "decode 8 warps";
     case Choice::Medium: return "64x64x64 s4";
     case Choice::Medium128: return "64x128x64 s4";
     case Choice::Large: return "128x128x64 s3";
+    case Choice::LargeDeep: return "128x128x64 s4";
     case Choice::Wide: return "128x256x64 s3";
+    case Choice::Tall: return "256x128x64 s3";
+    case Choice::Count: break;
   }
   return "?";
 }
@@ -249,7 +415,11 @@ GemmEngine::GemmEngine() {
   cudaGetLastError();
 }
 
-const char* GemmEngine::tile_name(int64_t m, int64_t n) const { return choice_name(choose(m, n, sm_count_)); }
+const char* GemmEngine::tile_name(int64_t m, int64_t n, int64_t k) const {
+  return choice_name(choose(m, n, k, sm_count_, pinned_tile_));
+}
+
+int GemmEngine::tile_count() { return static_cast<int>(Choice::Count); }
 
 Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32,
                         cudaStream_t stream) const {
@@ -257,7 +427,7 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     return Status(ErrorCode::InvalidArgument, "gemm needs exactly one output (bf16 or fp32)");
   if (w.cols % 8 != 0)
     return Status(ErrorCode::InvalidArgument, "gemm needs K a multiple of 8, got K = " + std::to_string(w.cols));
-  if (m < 0 || m > (1LL << 30) || w.rows > (1LL << 30) || w.cols > (1LL << 30))
+  if (m < 0 || m > (1LL << 30) || w.rows > (1LL << 30) || w.cols > (1LL << 24))
     return Status(ErrorCode::InvalidArgument, "gemm size out of range: m = " + std::to_string(m) +
                                                   ", N = " + std::to_string(w.rows) + ", K = " + std::to_string(w.cols));
   if (m == 0 || w.rows == 0) return ok_status();
@@ -266,15 +436,15 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
   GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
                 reinterpret_cast<__nv_bfloat16*>(y_b16), y_f32, static_cast<int>(m), static_cast<int>(w.rows),
                 static_cast<int>(w.cols), fault_reverse_k_ && m > 64 ? 1 : 0};
-  switch (choose(m, w.rows, sm_count_)) {
-    case Choice::Small16: return launch<Small16>(args, stream);
-    case Choice::Small32: return launch<Small32>(args, stream);
-    case Choice::Small64: return launch<Small64>(args, stream);
-    case Choice::Small128: return launch<Small128>(args, stream);
+  switch (choose(m, w.rows, w.cols, sm_count_, pinned_tile_)) {
+    case Choice::Decode: return launch_decode(args, sm_count_, stream);
     case Choice::Medium: return launch<Medium>(args, stream);
     case Choice::Medium128: return launch<Medium128>(args, stream);
     case Choice::Large: return launch<Large>(args, stream);
+    case Choice::LargeDeep: return launch<LargeDeep>(args, stream);
     case Choice::Wide: return launch<Wide>(args, stream);
+    case Choice::Tall: return launch<Tall>(args, stream);
+    case Choice::Count: break;
   }
   return ok_status();
 }

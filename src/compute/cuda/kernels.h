@@ -33,13 +33,18 @@ class GemmEngine {
   // x must be 16-byte aligned with rows of K elements.
   Status gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32, cudaStream_t stream) const;
   // The tile configuration the engine picks for (m, N): a name for benches and logs.
-  const char* tile_name(int64_t m, int64_t n) const;
+  const char* tile_name(int64_t m, int64_t n, int64_t k) const;
   // Test-only fault: when set, launches with m > 64 walk K in descending order (breaks invariance on purpose).
   void set_fault_reverse_k_for_test(bool on) { fault_reverse_k_ = on; }
+  // Test/bench only: run kernel configuration `tile` (0 .. tile_count()-1) wherever it computes the canonical order
+  // for (m, K), else the automatic choice; -1 = automatic.
+  void pin_tile_for_test(int tile) { pinned_tile_ = tile; }
+  static int tile_count();
 
  private:
   int sm_count_ = 132;
   bool fault_reverse_k_ = false;
+  int pinned_tile_ = -1;
 };
 
 // y [rows, width] = RMSNorm(x) * weight (CPU Bf16 rounding: round(w * round(x * inv_rms))); also per head.

@@ -211,18 +211,46 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
     filter.max_logit = top.id < 0 ? 0.0 : top.value;
   }
   if (use_top_p) {
-    // Normaliser: survivors' weights added in ascending id order by one thread.
+    unsigned int alive = 0;
+    for (int base = 0; base < vocab; base += kThreads) {
+      const int id = base + threadIdx.x;
+      alive += block_count(id < vocab && filter.keeps(row[id], id), s);
+    }
+    // Normaliser: survivors' weights added in ascending id order by one thread. Few survivors (top-k) are first
+    // packed in id order so the one thread adds only them.
     double total = 0;
-    for (int base = 0; base < vocab; base += kChunk) {
-      __syncthreads();
-      for (int i = threadIdx.x; i < kChunk; i += kThreads) {
-        const int id = base + i;
-        s.chunk_weights[i] = id < vocab && filter.keeps(row[id], id) ? filter.weight(row[id]) : -1.0;
+    if (alive <= static_cast<unsigned int>(kChunk)) {
+      unsigned int packed = 0;
+      for (int base = 0; base < vocab; base += kThreads) {
+        const int id = base + threadIdx.x;
+        const bool keep = id < vocab && filter.keeps(row[id], id);
+        const unsigned int votes = __ballot_sync(0xffffffffu, keep);
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) s.partial[threadIdx.x >> 5] = __popc(votes);
+        __syncthreads();
+        unsigned int before = packed;
+        for (int w = 0; w < (threadIdx.x >> 5); ++w) before += static_cast<unsigned int>(s.partial[w]);
+        if (keep) {
+          const unsigned int at = before + __popc(votes & ((1u << (threadIdx.x & 31)) - 1u));
+          s.chunk_weights[at] = filter.weight(row[id]);
+        }
+        for (int w = 0; w < kThreads / 32; ++w) packed += static_cast<unsigned int>(s.partial[w]);
       }
       __syncthreads();
       if (threadIdx.x == 0)
-        for (int i = 0; i < kChunk; ++i)
-          if (s.chunk_weights[i] >= 0) total += s.chunk_weights[i];
+        for (unsigned int i = 0; i < alive; ++i) total += s.chunk_weights[i];
+    } else {
+      for (int base = 0; base < vocab; base += kChunk) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < kChunk; i += kThreads) {
+          const int id = base + i;
+          s.chunk_weights[i] = id < vocab && filter.keeps(row[id], id) ? filter.weight(row[id]) : -1.0;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0)
+          for (int i = 0; i < kChunk; ++i)
+            if (s.chunk_weights[i] >= 0) total += s.chunk_weights[i];
+      }
     }
     if (threadIdx.x == 0) {
       s.scalar = static_cast<double>(draw.top_p) * total;
@@ -231,11 +259,6 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
     __syncthreads();
     const double target = s.scalar;
     // Walk the survivors best-first, kChunk at a time, adding weights one by one until the mass reaches target.
-    unsigned int alive = 0;
-    for (int base = 0; base < vocab; base += kThreads) {
-      const int id = base + threadIdx.x;
-      alive += block_count(id < vocab && filter.keeps(row[id], id), s);
-    }
     double mass = 0;  // thread 0's running sum
     uint64_t upper = ~0ull, cut = 0;
     bool done = false;
