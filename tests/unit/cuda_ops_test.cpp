@@ -199,6 +199,7 @@ TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck
   engine.set_fault_reverse_k_for_test(true);
   const std::string failure = invariance_failure(engine, GemmCase{1024, 8192}, {1, 16, 64, 100});
   EXPECT_NE(failure.find("m 100"), std::string::npos) << failure;
+  std::printf("planted fault caught: %s\n", failure.c_str());
 }
 
 TEST(CudaGemm, RefusesTwoOutputsAndAKThatIsNotAMultipleOfEight) {
