@@ -1,0 +1,311 @@
+// GPU benchmark of the CUDA target (e.g. on `lanespark synth --shape lfm2.5-1.2b`): plain decode at 1 stream vs the
+// memory floor, prefill vs cuBLAS on the model's GEMM shapes, verify-window time by rows. A program, not a test.
+//
+//   gpu_bench --model DIR [--decode-tokens 128] [--context 128] [--prefill 2048] [--verify 1,2,4,8,16]
+//             [--streams 16] [--json PATH]
+//
+// Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
+// MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
+// read + written). Prefill floor: cuBLAS bf16 GEMMs (fp32 compute) of every projection at m = prefill tokens
+// (experts at m * k / E rows each, E launches), timed here.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/hash.h"
+#include "model/lfm2/cuda/cuda_target.h"
+#include "model/load.h"
+
+namespace {
+
+using namespace ls;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model, json_path;
+  int decode_tokens = 128, context = 128, prefill = 2048, streams = 16, repeats = 5;
+  std::vector<int> verify = {1, 2, 4, 8, 16};
+};
+
+std::vector<int> parse_list(const std::string& text) {
+  std::vector<int> values;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) values.push_back(std::atoi(item.c_str()));
+  return values;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+
+std::vector<int32_t> tokens_for(int count, uint64_t seed, int vocab) {
+  std::vector<int32_t> tokens(count);
+  for (int i = 0; i < count; ++i) tokens[i] = static_cast<int32_t>(splitmix64(seed * 7919 + i) % vocab);
+  return tokens;
+}
+
+void check(const Status& status, const char* what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "gpu_bench: %s: %s\n", what, status.to_string().c_str());
+  std::exit(1);
+}
+
+// Device-to-device copy bandwidth (bytes read + written per second) over 1 GiB, median of 10.
+double copy_bandwidth() {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  cudaMalloc(&a, bytes);
+  cudaMalloc(&b, bytes);
+  cudaMemset(a, 1, bytes);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<double> rates;
+  for (int i = 0; i < 11; ++i) {
+    cudaEventRecord(start);
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (i > 0) rates.push_back(2.0 * bytes / (ms * 1e-3));
+  }
+  cudaFree(a);
+  cudaFree(b);
+  return median(rates);
+}
+
+// Seconds of one cuBLAS bf16 GEMM y [m, n] = x [m, k] @ W^T, median of 5 after a warm-up.
+double cublas_seconds(cublasHandle_t handle, int64_t m, int64_t n, int64_t k, void* x, void* w, void* y) {
+  const float alpha = 1.0f, beta = 0.0f;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<double> times;
+  for (int i = 0; i < 6; ++i) {
+    cudaEventRecord(start);
+    cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                 &alpha, w, CUDA_R_16BF, static_cast<int>(k), x, CUDA_R_16BF, static_cast<int>(k), &beta, y,
+                 CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (i > 0) times.push_back(ms * 1e-3);
+  }
+  return median(times);
+}
+
+// The cuBLAS time of every projection of a prefill of m tokens (and its FLOPs).
+std::pair<double, double> cublas_prefill(const io::ModelConfig& c, int64_t m) {
+  const int64_t D = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim;
+  struct Shape { int64_t m, n, k, launches; };
+  std::vector<Shape> shapes;
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (c.layer_kinds[l] == io::LayerKind::Conv) {
+      shapes.push_back({m, 3 * D, D, 1});
+      shapes.push_back({m, D, D, 1});
+    } else {
+      shapes.push_back({m, q, D, 1});
+      shapes.push_back({m, kv, D, 2});
+      shapes.push_back({m, D, q, 1});
+    }
+    if (c.is_moe_layer(l)) {
+      const int64_t E = c.moe->num_experts, I = c.moe->expert_ffn_size, rows = std::max<int64_t>(1, m * c.moe->experts_per_token / E);
+      shapes.push_back({m, E, D, 1});
+      shapes.push_back({rows, 2 * I, D, E});
+      shapes.push_back({rows, D, I, E});
+    } else {
+      shapes.push_back({m, 2 * int64_t{c.ffn_size}, D, 1});
+      shapes.push_back({m, D, c.ffn_size, 1});
+    }
+  }
+  int64_t max_x = 0, max_w = 0, max_y = 0;
+  for (const Shape& s : shapes) {
+    max_x = std::max(max_x, s.m * s.k);
+    max_w = std::max(max_w, s.n * s.k);
+    max_y = std::max(max_y, s.m * s.n);
+  }
+  void *x = nullptr, *w = nullptr, *y = nullptr;
+  cudaMalloc(&x, max_x * 2);
+  cudaMalloc(&w, max_w * 2);
+  cudaMalloc(&y, max_y * 2);
+  cudaMemset(x, 0x3c, max_x * 2);
+  cudaMemset(w, 0x3c, max_w * 2);
+  cublasHandle_t handle;
+  cublasCreate(&handle);
+  double seconds = 0, flops = 0;
+  for (const Shape& s : shapes) {
+    seconds += s.launches * cublas_seconds(handle, s.m, s.n, s.k, x, w, y);
+    flops += s.launches * 2.0 * s.m * s.n * s.k;
+  }
+  cublasDestroy(handle);
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(y);
+  return {seconds, flops};
+}
+
+// Milliseconds of one forward of `windows` then a commit of every row, median of `repeats`.
+double time_forward(Target& target, std::vector<Window> windows, int repeats, bool commit_all) {
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    const Clock::time_point start = Clock::now();
+    Result<Verified> v = target.forward(windows);
+    check(v.status(), "forward");
+    times.push_back(ms_since(start));
+    for (const Window& w : windows) check(target.commit(w.stream, commit_all ? static_cast<int>(w.tokens.size()) : 1), "commit");
+  }
+  return median(times);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (arg == "--model") o.model = next();
+    else if (arg == "--json") o.json_path = next();
+    else if (arg == "--decode-tokens") o.decode_tokens = std::atoi(next().c_str());
+    else if (arg == "--context") o.context = std::atoi(next().c_str());
+    else if (arg == "--prefill") o.prefill = std::atoi(next().c_str());
+    else if (arg == "--streams") o.streams = std::atoi(next().c_str());
+    else if (arg == "--verify") o.verify = parse_list(next());
+    else {
+      std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
+                           "[--verify 1,2,4] [--streams N] [--json PATH]\n");
+      return 2;
+    }
+  }
+  if (o.model.empty()) {
+    std::fprintf(stderr, "gpu_bench: --model DIR is required\n");
+    return 2;
+  }
+  LoadOptions load;
+  load.device = Device::Cuda;
+  load.max_rows = std::max(o.prefill, 256);
+  load.max_streams = 64;
+  const Clock::time_point load_start = Clock::now();
+  Result<std::unique_ptr<Target>> loaded = load_target(o.model, load);
+  check(loaded.status(), "load");
+  const double load_s = ms_since(load_start) / 1e3;
+  auto* target = dynamic_cast<lfm2::CudaTarget*>(loaded->get());
+  const io::ModelConfig& c = target->config();
+  const int V = c.vocab_size;
+
+  // Bytes per decode token.
+  int64_t per_token = target->weight_bytes();
+  if (c.moe) {
+    const int64_t expert = 3 * int64_t{c.moe->expert_ffn_size} * c.hidden_size * 2;
+    int moe_layers = 0;
+    for (int l = 0; l < c.num_layers; ++l) moe_layers += c.is_moe_layer(l);
+    per_token -= int64_t{moe_layers} * (c.moe->num_experts - c.moe->experts_per_token) * expert;
+  }
+  const double bandwidth = copy_bandwidth();
+  const double floor_ms = per_token / bandwidth * 1e3;
+
+  // Plain decode at 1 stream after a prompt of `context` tokens.
+  const std::vector<int32_t> prompt = tokens_for(o.context, 1, V), steps = tokens_for(o.decode_tokens, 2, V);
+  Window w;
+  w.stream = 1;
+  w.tokens = prompt;
+  w.first_drawn_row = o.context - 1;
+  check(target->forward(std::span<const Window>(&w, 1)).status(), "prompt");
+  check(target->commit(1, o.context), "commit");
+  const Clock::time_point decode_start = Clock::now();
+  for (int i = 0; i < o.decode_tokens; ++i) {
+    w.tokens = std::span<const int32_t>(&steps[i], 1);
+    w.first_drawn_row = 0;
+    check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
+    check(target->commit(1, 1), "commit");
+  }
+  const double decode_ms = ms_since(decode_start) / o.decode_tokens;
+
+  // Verify windows of r rows on the same stream, vs one row.
+  std::vector<std::pair<int, double>> verify_ms;
+  for (int rows : o.verify) {
+    const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
+    w.tokens = window;
+    verify_ms.push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
+  }
+  target->release(1);
+
+  // Decode of many streams at once (one row each).
+  std::vector<std::vector<int32_t>> stream_tokens;
+  std::vector<Window> many;
+  for (int s = 0; s < o.streams; ++s) stream_tokens.push_back(tokens_for(o.context, 100 + s, V));
+  for (int s = 0; s < o.streams; ++s) {
+    Window sw;
+    sw.stream = 100 + s;
+    sw.tokens = stream_tokens[s];
+    sw.first_drawn_row = o.context - 1;
+    many.push_back(sw);
+  }
+  check(target->forward(many).status(), "streams prompt");
+  for (const Window& sw : many) check(target->commit(sw.stream, o.context), "commit");
+  for (int s = 0; s < o.streams; ++s) {
+    many[s].tokens = std::span<const int32_t>(stream_tokens[s].data() + s % 7, 1);
+    many[s].first_drawn_row = 0;
+  }
+  const double streams_ms = time_forward(*target, many, o.repeats * 4, true);
+  for (const Window& sw : many) target->release(sw.stream);
+
+  // Prefill of `prefill` tokens vs cuBLAS on the same projections.
+  const std::vector<int32_t> long_prompt = tokens_for(o.prefill, 4, V);
+  std::vector<double> prefill_times;
+  for (int i = 0; i < 3; ++i) {
+    Window pw;
+    pw.stream = 7;
+    pw.tokens = long_prompt;
+    pw.first_drawn_row = o.prefill - 1;
+    const Clock::time_point start = Clock::now();
+    check(target->forward(std::span<const Window>(&pw, 1)).status(), "prefill");
+    prefill_times.push_back(ms_since(start));
+    target->release(7);
+  }
+  const double prefill_ms = median(prefill_times);
+  const auto [cublas_s, flops] = cublas_prefill(c, o.prefill);
+
+  std::printf("gpu_bench %s (%s, %d layers, D %d, vocab %d), load %.1f s, exact width %d\n", o.model.c_str(),
+              c.model_type.c_str(), c.num_layers, c.hidden_size, V, load_s, target->facts().exact_width);
+  std::printf("%-34s %12s %12s %8s\n", "measure", "value", "floor", "ratio");
+  std::printf("%-34s %9.1f tok/s %8.1f tok/s %7.2f\n", "decode, 1 stream", 1e3 / decode_ms, 1e3 / floor_ms,
+              floor_ms / decode_ms);
+  std::printf("%-34s %9.3f ms %9.3f ms   (bytes/token %.1f MB, copy bw %.0f GB/s)\n", "decode step", decode_ms,
+              floor_ms, per_token / 1e6, bandwidth / 1e9);
+  std::printf("%-34s %9.1f tok/s\n", ("decode, " + std::to_string(o.streams) + " streams (total)").c_str(),
+              o.streams * 1e3 / streams_ms);
+  std::printf("%-34s %9.1f ms %9.1f ms %7.2f   (cuBLAS %.0f TFLOP/s)\n",
+              ("prefill " + std::to_string(o.prefill)).c_str(), prefill_ms, cublas_s * 1e3, cublas_s * 1e3 / prefill_ms,
+              flops / cublas_s / 1e12);
+  for (auto [rows, ms] : verify_ms)
+    std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows)).c_str(), ms, "",
+                ms / verify_ms.front().second);
+  if (!o.json_path.empty()) {
+    json out = {{"model", o.model}, {"model_type", c.model_type}, {"load_s", load_s},
+                {"exact_width", target->facts().exact_width}, {"bytes_per_token", per_token},
+                {"copy_bandwidth_gbs", bandwidth / 1e9}, {"decode_ms", decode_ms}, {"floor_ms", floor_ms},
+                {"decode_tok_s", 1e3 / decode_ms}, {"streams", o.streams}, {"streams_step_ms", streams_ms},
+                {"prefill_tokens", o.prefill}, {"prefill_ms", prefill_ms}, {"cublas_prefill_ms", cublas_s * 1e3},
+                {"cublas_tflops", flops / cublas_s / 1e12}};
+    for (auto [rows, ms] : verify_ms) out["verify_ms"][std::to_string(rows)] = ms;
+    std::ofstream(o.json_path) << out.dump(2) << "\n";
+  }
+  return 0;
+}
