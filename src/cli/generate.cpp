@@ -77,6 +77,7 @@ int run_generate(int argc, char** argv) {
   const bool chat = opts.flag("--chat", "wrap --prompt as one user message with the model's chat template");
   const std::string prompt_ids = opts.get_string("--prompt-ids", "", "prompt as comma-separated token ids");
   const int64_t max_tokens = opts.get_int("--max-tokens", 64, "most tokens to generate");
+  const std::string device_name = opts.get_string("--device", "cpu", "cpu (default) or cuda: where the target and drafter run");
   Sampling sampling;
   sampling.temperature = static_cast<float>(opts.get_double("--temperature", 0.0, "0 = greedy"));
   sampling.top_k = static_cast<int>(opts.get_int("--top-k", 0, "0 = off"));
@@ -98,6 +99,8 @@ int run_generate(int argc, char** argv) {
     return *code;
   if (prompt_text.empty() == prompt_ids.empty())
     return fail(Status(ErrorCode::InvalidArgument, "give exactly one of --prompt and --prompt-ids"));
+  Result<Device> device = parse_device(device_name);
+  if (!device.ok()) return fail(device.status());
   if (dtype != "bf16" && dtype != "f32")
     return fail(Status(ErrorCode::InvalidArgument, "--dtype must be bf16 or f32, got '" + dtype + "'"));
   if (max_tokens < 1 || threads < 1)
@@ -139,6 +142,7 @@ int run_generate(int argc, char** argv) {
   LoadOptions options;
   options.mode = dtype == "bf16" ? compute::NumericMode::Bf16 : compute::NumericMode::Fp32;
   options.threads = static_cast<int>(threads);
+  options.device = *device;
   options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompt.size()));
   // Drafting needs the exact verify width measured; plain decoding verifies one row at a time.
   options.exact_width_probe = drafter_dir.empty() ? 0 : 16;
@@ -150,6 +154,7 @@ int run_generate(int argc, char** argv) {
     DrafterOptions drafter_options;
     drafter_options.bits = static_cast<int>(drafter_bits);
     drafter_options.mode = options.mode;
+    drafter_options.device = *device;
     drafter_options.threads = static_cast<int>(threads);
     drafter_options.max_streams = 1;
     Result<std::unique_ptr<Drafter>> opened = load_drafter(drafter_dir, target, drafter_options);

@@ -184,4 +184,10 @@ std::optional<int> Options::conclude(std::string_view command, std::string_view 
   return std::nullopt;
 }
 
+Result<Device> parse_device(std::string_view text) {
+  if (text == "cpu") return Device::Cpu;
+  if (text == "cuda") return Device::Cuda;
+  return Status(ErrorCode::InvalidArgument, "--device must be cpu or cuda, got '" + std::string(text) + "'");
+}
+
 }  // namespace ls::cli

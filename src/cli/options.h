@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/load.h"
 
 namespace ls::cli {
 
@@ -70,5 +71,8 @@ class Options {
   bool help_ = false;
   Status first_error_;
 };
+
+// `--device cpu|cuda` as a Device; InvalidArgument naming the flag otherwise.
+Result<Device> parse_device(std::string_view text);
 
 }  // namespace ls::cli
