@@ -3,6 +3,7 @@
 // row is computed by one warp or thread in a fixed order, so rows never depend on the launch size.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <string>
 
 #include "compute/cuda/kernels.h"
@@ -104,7 +105,7 @@ __global__ void route_kernel(const b16* logits, int64_t rows, int experts, int k
                              const float* expert_bias, int32_t* chosen, float* weights) {
   extern __shared__ float shared[];  // per warp: scores [experts], biased [experts]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRows + warp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp;
   if (row >= rows) return;
   float* scores = shared + static_cast<int64_t>(warp) * 2 * experts;
   float* biased = scores + experts;
@@ -233,14 +234,11 @@ Status route_experts(const bf16* router_logits, int64_t rows, int experts, int k
     return Status(ErrorCode::InvalidArgument,
                   "route_experts: experts " + std::to_string(experts) + ", k " + std::to_string(k) +
                       " (need 1 <= k <= experts <= 1024)");
-  const size_t shared = sizeof(float) * 2 * experts * kWarpRows;
-  static bool configured = false;
-  if (!configured) {
-    LS_CUDA_TRY(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(sizeof(float) * 2 * 1024 * kWarpRows)));
-    configured = true;
-  }
-  route_kernel<<<blocks_for(rows, kWarpRows), 32 * kWarpRows, shared, stream>>>(
+  // Rows (warps) per block so the scores stay within the default 48 KiB of shared memory (no opt-in call, so
+  // launching inside a graph capture is plain).
+  const int rows_per_block = std::clamp(6144 / experts, 1, kWarpRows);
+  const size_t shared = sizeof(float) * 2 * experts * rows_per_block;
+  route_kernel<<<blocks_for(rows, rows_per_block), 32 * rows_per_block, shared, stream>>>(
       dev(router_logits), rows, experts, k, normalize, scaling, expert_bias, chosen, weights);
   return check_launch("route_kernel");
 }

@@ -313,26 +313,14 @@ Status launch(const GemmArgs& args, cudaStream_t stream) {
   const int slices = slice_count(args.k);
   const dim3 grid((args.n + T::BN - 1) / T::BN, (args.m + T::BM - 1) / T::BM);
   // Tiles above 128x128 have no registers for a second set: valid() gives them unsliced K only.
-  if (T::BM * T::BN > 128 * 128 && slices > 1)
+  constexpr bool kCanSlice = T::BM * T::BN <= 128 * 128;
+  if (!kCanSlice && slices > 1)
     return Status(ErrorCode::InvalidArgument, "gemm: a " + std::to_string(T::BM) + "x" + std::to_string(T::BN) +
                                                   " tile cannot add K = " + std::to_string(args.k) + " in slices");
-  if (T::BM * T::BN <= 128 * 128 && slices > 1) {
-    static bool configured = false;  // per instantiation; the attribute is per device function
-    if (!configured) {
-      LS_CUDA_TRY(cudaFuncSetAttribute(gemm_kernel<T, (T::BM * T::BN <= 128 * 128)>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES));
-      configured = true;
-    }
-    gemm_kernel<T, (T::BM * T::BN <= 128 * 128)><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
-  } else {
-    static bool configured = false;
-    if (!configured) {
-      LS_CUDA_TRY(
-          cudaFuncSetAttribute(gemm_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES));
-      configured = true;
-    }
+  if (slices > 1)
+    gemm_kernel<T, kCanSlice><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
+  else
     gemm_kernel<T, false><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
-  }
   LS_CUDA_TRY_LAUNCH("gemm_kernel");
   return ok_status();
 }
@@ -343,11 +331,6 @@ int decode_groups(int slices) { return slices >= kDecodeWarps ? 1 : kDecodeWarps
 template <int STAGES>
 Status launch_decode_stages(const GemmArgs& args, int slices, int groups, int ctas, cudaStream_t stream) {
   const int smem = kDecodeWarps * STAGES * kDecodeStageBytes + slices * 16 * groups * 8 * static_cast<int>(sizeof(float));
-  static int configured = 0;
-  if (smem > configured) {
-    LS_CUDA_TRY(cudaFuncSetAttribute(gemm_decode_kernel<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = smem;
-  }
   gemm_decode_kernel<STAGES><<<ctas, 32 * kDecodeWarps, smem, stream>>>(args, slices, groups);
   LS_CUDA_TRY_LAUNCH("gemm_decode_kernel");
   return ok_status();
@@ -385,6 +368,10 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, int pinned) {
   if (pinned >= 0 && valid(static_cast<Choice>(pinned), m, k)) return static_cast<Choice>(pinned);
   if (m <= 16) return Choice::Decode;
   if (m <= 64) return n >= 128LL * sm_count ? Choice::Medium128 : Choice::Medium;
+  // Sliced K (two register sets: one 128x128 CTA per SM): 64x64 tiles until 128x128 ones fill the SMs (measured on
+  // the H200: 8192->2048 at m = 256 takes 116 us in 64x64 tiles, 222 us in 128x128).
+  const int64_t large_ctas = ((m + 127) / 128) * ((n + 127) / 128);
+  if (slice_count(static_cast<int>(k)) > 1 && large_ctas < sm_count) return Choice::Medium;
   const int64_t wide_ctas = ((m + 127) / 128) * ((n + 255) / 256);
   return valid(Choice::Wide, m, k) && wide_ctas >= 2LL * sm_count ? Choice::Wide : Choice::Large;
 }
@@ -403,6 +390,25 @@ const char* choice_name(Choice choice) {
   return "?";
 }
 
+// Shared-memory opt-in for every kernel, once per engine (outside any graph capture).
+template <class T>
+void allow_shared() {
+  cudaFuncSetAttribute(gemm_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
+  if constexpr (T::BM * T::BN <= 128 * 128)
+    cudaFuncSetAttribute(gemm_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
+}
+
+void allow_shared_all(int optin_bytes) {
+  allow_shared<Medium>();
+  allow_shared<Medium128>();
+  allow_shared<Large>();
+  allow_shared<LargeDeep>();
+  allow_shared<Wide>();
+  allow_shared<Tall>();
+  cudaFuncSetAttribute(gemm_decode_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+  cudaFuncSetAttribute(gemm_decode_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+}
+
 }  // namespace
 
 GemmEngine::GemmEngine() {
@@ -411,8 +417,11 @@ GemmEngine::GemmEngine() {
     int count = 0;
     if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && count > 0)
       sm_count_ = count;
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess && optin > 0)
+      allow_shared_all(optin);
   }
-  cudaGetLastError();
+  cudaGetLastError();  // no device: launches report it
 }
 
 const char* GemmEngine::tile_name(int64_t m, int64_t n, int64_t k) const {

@@ -64,6 +64,8 @@ struct Shared {
   int flag;
 };
 
+static_assert(sizeof(Shared) <= 48 * 1024, "the draw fits the default shared memory (no opt-in call)");
+
 __device__ Best block_best(Best mine, Shared& s) {
   for (int offset = 16; offset > 0; offset >>= 1) {
     Best other{__shfl_xor_sync(0xffffffffu, mine.value, offset), __shfl_xor_sync(0xffffffffu, mine.id, offset)};
@@ -328,11 +330,6 @@ Status draw_rows(const float* logits, int64_t rows, int vocab, const RowDraw* dr
   if (vocab <= 0 || rows > 0x7fffffff)
     return Status(ErrorCode::InvalidArgument,
                   "draw_rows: rows " + std::to_string(rows) + ", vocab " + std::to_string(vocab));
-  static bool configured = false;
-  if (!configured) {
-    LS_CUDA_TRY(cudaFuncSetAttribute(draw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Shared)));
-    configured = true;
-  }
   draw_kernel<<<static_cast<unsigned>(rows), kThreads, sizeof(Shared), stream>>>(logits, vocab, draws, out_tokens);
   LS_CUDA_TRY_LAUNCH("draw_kernel");
   return ok_status();
