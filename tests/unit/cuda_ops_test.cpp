@@ -187,7 +187,7 @@ TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
   for (int tile = 0; tile < GemmEngine::tile_count(); ++tile) {
     GemmEngine engine;
     engine.pin_tile_for_test(tile);
-    for (const GemmCase shape : {GemmCase{2048, 8192}, GemmCase{1000, 2056}, GemmCase{520, 1024}})
+    for (const GemmCase shape : {GemmCase{2048, 8192}, GemmCase{1000, 2056}, GemmCase{520, 1024}, GemmCase{8192, 2048}})
       EXPECT_EQ(invariance_failure(engine, shape, {1, 5, 16, 17, 64, 100, 300}), "")
           << "tile " << tile << " N " << shape.n << " K " << shape.k;
   }
