@@ -132,9 +132,12 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   }
   if (prober >= 0) {
     Stream& stream = *drafting[prober];
-    // A probe only re-measures acceptance; when the costs alone rule drafting out (every draft landing would
-    // still lose to plain), it would buy nothing: skip it and wait longer.
-    if (could_pay(offers, prober + 1, caps[prober])) plans[prober] = {1, 1};
+    // A probe re-measures acceptance; when the costs alone rule drafting out (every draft landing would still
+    // lose to plain) that buys nothing, so it waits for the longest wait, where it re-measures the drafter's
+    // cost instead (a pass timed slow at load must not rule drafting out for good).
+    if (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers, prober + 1, caps[prober])) {
+      plans[prober] = {1, 1};
+    }
     stream.backoff.zero_rounds = 0;
     stream.backoff.wait = std::min(stream.backoff.wait * 2, options_.probe_most_wait);
   }

@@ -274,12 +274,14 @@ TEST(LanesPricing, UntilADraftIsVerifiedOnlyOneStreamPaysItsCatchUpAbsorb) {
   EXPECT_EQ(drafter.absorbs() - setup_absorbs, 1 + 4);  // the scout's kept rows, the others' whole prompts
 }
 
-TEST(LanesPricing, ADrafterThatCannotPayEvenIfAlwaysRightIsNeverRunNotEvenToProbe) {
+TEST(LanesPricing, ADrafterThatCannotPayEvenIfAlwaysRightIsNotRunToProbeBeforeTheLongestWait) {
   // A pass costs 40 ms against a 10 ms + 0.5 ms/row verify: even 6 landed drafts per stream cannot repay it.
+  // Probes that only re-measure the cost come after waits of 8 + 16 + 32 + 64 + 128 decisions; 200 tokens end
+  // first.
   FixedClock clock;
   FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
   drafter_options.draft_fixed_ms = 40.0;
-  std::vector<Arrival> arrivals = long_prompt_requests(8, 40, 300);
+  std::vector<Arrival> arrivals = long_prompt_requests(8, 40, 200);
   PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
   PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
