@@ -212,6 +212,37 @@ TEST(CudaTarget, NanoTargetIsBatchInvariantAcrossWidthsAndStreams) {
   EXPECT_EQ(check_many_streams(*target, 16, 24, 16), 256);
 }
 
+// The lanes split a long prompt by the rows other streams leave (lanes_steps.cpp): any split must give the same bits.
+TEST(CudaTarget, APromptSplitIntoAnyChunksGivesTheBitsOfOneWholeWindow) {
+  LS_SKIP_WITHOUT_DEVICE();
+  for (bool moe : {false, true}) {
+    auto target = small_cuda_target(moe);
+    ASSERT_NE(target, nullptr);
+    const std::vector<int32_t> prompt = testing::random_tokens(300, 21);
+    std::vector<std::vector<RowBits>> runs;
+    for (const std::vector<int>& split : {std::vector<int>{300}, std::vector<int>{37, 200, 63}, std::vector<int>{129, 171}}) {
+      std::vector<RowBits> rows;
+      size_t begin = 0;
+      for (int chunk : split) {
+        Window w;
+        w.stream = 3;
+        w.tokens = std::span<const int32_t>(prompt.data() + begin, chunk);
+        w.want_logits = true;
+        Result<Verified> v = target->forward(std::span<const Window>(&w, 1));
+        ASSERT_TRUE(v.ok()) << v.status().to_string();
+        const int64_t tap_width = static_cast<int64_t>(v->taps.size()) / chunk;
+        for (int r = 0; r < chunk; ++r) rows.push_back(row_bits(*v, r, 97, tap_width));
+        ASSERT_TRUE(target->commit(3, chunk).ok());
+        begin += chunk;
+      }
+      target->release(3);
+      runs.push_back(rows);
+    }
+    EXPECT_TRUE(runs[0] == runs[1]) << (moe ? "moe" : "dense");
+    EXPECT_TRUE(runs[0] == runs[2]) << (moe ? "moe" : "dense");
+  }
+}
+
 TEST(CudaTarget, CommitOfThreeOfEightRowsEqualsHavingRunOnlyThoseThree) {
   LS_SKIP_WITHOUT_DEVICE();
   for (bool moe : {false, true}) {
@@ -316,7 +347,7 @@ void check_golden(const std::string& model) {
   cpu_target->model().set_expert_trace(&cpu_experts);
   const int64_t V = cuda_target->facts().vocab_size;
   double worst = 0;
-  int argmax_checked = 0;
+  int argmax_checked = 0, fp32_checked = 0, fp32_flips = 0;
   StreamId stream = 1;
   for (const auto& c : meta["cases"]) {
     const std::string name = c["name"];
@@ -340,13 +371,23 @@ void check_golden(const std::string& model) {
         }
         worst = std::max(worst, diff / scale);
         EXPECT_LE(diff / scale, 0.03) << model << " " << name << " row " << t;
-        const float* ref = fp32_prefill.data() + t * V;
-        std::vector<float> sorted(ref, ref + V);
-        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-        if (sorted[0] - sorted[1] > 0.1f) {
+        // Argmax where the reference's top two are clearly apart: 0.15 for transformers bf16 (twice the CPU bf16
+        // op's measured error), 0.3 for fp32 (bf16 vs fp32 drift; MoE routing flips may move a few rows).
+        auto gap_and_argmax = [&](const float* ref) {
+          std::vector<float> sorted(ref, ref + V);
+          std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+          return std::pair<float, int64_t>(sorted[0] - sorted[1], std::max_element(ref, ref + V) - ref);
+        };
+        const int64_t ours_argmax = std::max_element(ours, ours + V) - ours;
+        const auto [bf16_gap, bf16_argmax] = gap_and_argmax(bf16_prefill.data() + t * V);
+        if (bf16_gap > 0.15f) {
           ++argmax_checked;
-          EXPECT_EQ(std::max_element(ours, ours + V) - ours, std::max_element(ref, ref + V) - ref)
-              << model << " " << name << " row " << t;
+          EXPECT_EQ(ours_argmax, bf16_argmax) << model << " " << name << " row " << t << " (bf16 gap " << bf16_gap << ")";
+        }
+        const auto [fp32_gap, fp32_argmax] = gap_and_argmax(fp32_prefill.data() + t * V);
+        if (fp32_gap > 0.3f) {
+          ++fp32_checked;
+          fp32_flips += ours_argmax != fp32_argmax;
         }
       }
     }
@@ -359,8 +400,11 @@ void check_golden(const std::string& model) {
   for (size_t i = 0; i < gpu_experts.size(); ++i) differ += gpu_experts[i] != cpu_experts[i];
   EXPECT_LE(differ * 50, static_cast<int>(gpu_experts.size())) << "chosen experts differ in " << differ;
   EXPECT_GT(argmax_checked, 0);
-  std::printf("[cuda golden] %s: max rel err vs transformers bf16 %.3g; argmax checked %d rows; experts %d/%zu differ\n",
-              model.c_str(), worst, argmax_checked, differ, gpu_experts.size());
+  EXPECT_GT(fp32_checked, 0);
+  EXPECT_LE(fp32_flips, model == "lfm2_moe" ? 2 : 0) << "argmax differs from fp32 on clear rows";
+  std::printf("[cuda golden] %s: max rel err vs transformers bf16 %.3g; argmax checked %d rows (bf16), %d (fp32, %d "
+              "differ); experts %d/%zu differ\n",
+              model.c_str(), worst, argmax_checked, fp32_checked, fp32_flips, differ, gpu_experts.size());
 }
 
 TEST(CudaTarget, DenseLogitsMatchTheGoldenWithinBf16ToleranceAndArgmaxWhereClear) {
