@@ -442,12 +442,15 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     return Status(ErrorCode::InvalidArgument, "gemm needs exactly one output (bf16 or fp32)");
   if (w.cols % 8 != 0)
     return Status(ErrorCode::InvalidArgument, "gemm needs K a multiple of 8, got K = " + std::to_string(w.cols));
-  if (m < 0 || m > (1LL << 30) || w.rows > (1LL << 30) || w.cols > (1LL << 24))
+  if (m < 0 || m > (1LL << 20) || w.rows > (1LL << 30) || w.cols > (1LL << 24))
     return Status(ErrorCode::InvalidArgument, "gemm size out of range: m = " + std::to_string(m) +
                                                   ", N = " + std::to_string(w.rows) + ", K = " + std::to_string(w.cols));
   if (m == 0 || w.rows == 0) return ok_status();
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w.w)) % 16 != 0)
     return Status(ErrorCode::InvalidArgument, "gemm needs 16-byte aligned x and W");
+  const uintptr_t y_address = y_f32 ? reinterpret_cast<uintptr_t>(y_f32) : reinterpret_cast<uintptr_t>(y_b16);
+  if (w.rows % 2 == 0 && y_address % (y_f32 ? 8 : 4) != 0)
+    return Status(ErrorCode::InvalidArgument, "gemm needs y aligned to two outputs when N is even (pairs are stored)");
   GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
                 reinterpret_cast<__nv_bfloat16*>(y_b16), y_f32, static_cast<int>(m), static_cast<int>(w.rows),
                 static_cast<int>(w.cols), fault_reverse_k_ && m > 64 ? 1 : 0};
