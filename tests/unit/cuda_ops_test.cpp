@@ -202,7 +202,7 @@ TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck
   std::printf("planted fault caught: %s\n", failure.c_str());
 }
 
-TEST(CudaGemm, RefusesTwoOutputsAndAKThatIsNotAMultipleOfEight) {
+TEST(CudaGemm, RefusesTwoOutputsARaggedKAMisalignedYAndTooManyRows) {
   SKIP_WITHOUT_DEVICE();
   GemmEngine engine;
   DeviceBuffer<bf16> x, w, y;
@@ -214,6 +214,11 @@ TEST(CudaGemm, RefusesTwoOutputsAndAKThatIsNotAMultipleOfEight) {
   const Status odd_k = engine.gemm(x.data(), 1, DeviceMatrix{w.data(), nullptr, 4, 12}, y.data(), nullptr, nullptr);
   EXPECT_EQ(odd_k.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(odd_k.message().find("12"), std::string::npos);
+  const Status odd_y = engine.gemm(x.data(), 1, DeviceMatrix{w.data(), nullptr, 4, 16}, y.data() + 1, nullptr, nullptr);
+  EXPECT_EQ(odd_y.code(), ErrorCode::InvalidArgument);
+  const Status too_many = engine.gemm(x.data(), (1 << 20) + 1, DeviceMatrix{w.data(), nullptr, 4, 16}, y.data(),
+                                      nullptr, nullptr);
+  EXPECT_EQ(too_many.code(), ErrorCode::InvalidArgument);
 }
 
 // ---------------------------------------------------------------- row-wise ops
