@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# gpu-check (issue 8): on the GPU machine, from the repo root, with binaries staged HERE by `scripts/gpu-check.sh
+# --stage`: GPU facts, the CUDA tests, synth checkpoints (lfm2.5-1.2b + its DSpark drafter shape, lfm2-8b-a1b +
+# drafter), gpu_bench on both, lanes_bench plain vs drafted with synthetic acceptance 5.02 at 1..64 streams, drafted
+# == plain on the nano pair (greedy and seeded sampled) on the GPU, drafter_bench. One log and one combined JSON go
+# to $OUT; a summary table is printed last. Every step has a timeout inside one overall budget (LS_BUDGET_S).
+#
+#   here:     scripts/gpu-check.sh --stage          # build-gpu.sh into .gpu/bin + COMMIT file (carry .gpu/bin)
+#   GPU:      scripts/gpu-check.sh                   # OUT=$OUT from the device tool; LS_BIN=.gpu/bin
+#   dry run:  LS_DEVICE=cpu LS_BIN=build-gb OUT=/tmp/gc-out scripts/gpu-check.sh   # CPU binaries, tiny shapes
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--stage" ]; then
+  set -e
+  stage=${2:-.gpu/bin}
+  export PATH=/usr/local/cuda/bin:$PATH
+  scripts/build-gpu.sh "$stage" lanespark lanespark_cuda_tests gpu_bench lanes_bench drafter_bench
+  { git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)"; } \
+    >"$stage/COMMIT" || true
+  du -sh "$stage"
+  exit 0
+fi
+
+DEVICE=${LS_DEVICE:-cuda}
+BIN=${LS_BIN:-.gpu/bin}
+OUT=${OUT:-out/gpu-check}
+WORK=${LS_WORK:-/tmp/lanespark-gpu-check}
+BUDGET=${LS_BUDGET_S:-510}   # whole script, seconds (the device call allows 540 with start-up)
+RESERVE=15                   # kept for the summary
+ACCEPT=${LS_ACCEPT:-5.02}    # LiquidAI's published mean accepted length for the 1.2B drafter (bonus included)
+mkdir -p "$OUT" "$WORK/json"
+LOG="$OUT/gpu_check.log"
+STEPS="$WORK/steps.tsv"
+: >"$LOG"
+: >"$STEPS"
+export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# A staged or built binary: $BIN/name, $BIN/bench/name or $BIN/tests/name.
+bin() {
+  local candidate
+  for candidate in "$BIN/$1" "$BIN/bench/$1" "$BIN/tests/$1"; do
+    [ -x "$candidate" ] && { echo "$candidate"; return 0; }
+  done
+  echo "missing-$1"
+}
+
+say() { echo "$*" | tee -a "$LOG"; }
+
+# step NAME LIMIT_S JSON_OR_- command...: runs under `timeout` inside the budget; records status, seconds, JSON.
+step() {
+  local name=$1 limit=$2 json=$3
+  shift 3
+  local left=$((BUDGET - SECONDS - RESERVE))
+  if ((left < 20)); then
+    say "=== $name: skipped (budget spent)"
+    printf '%s\tskipped\t0\t%s\n' "$name" "$json" >>"$STEPS"
+    return 1
+  fi
+  ((limit > left)) && limit=$left
+  if [[ "$1" == missing-* ]]; then
+    say "=== $name: skipped (no ${1#missing-} in $BIN)"
+    printf '%s\tmissing\t0\t%s\n' "$name" "$json" >>"$STEPS"
+    return 1
+  fi
+  say "=== $name (limit ${limit}s, at ${SECONDS}s): $*"
+  local start=$SECONDS rc
+  timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
+  rc=$?
+  local status=ok
+  ((rc == 124 || rc == 137)) && status=timeout
+  ((rc != 0 && rc != 124 && rc != 137)) && status="rc=$rc"
+  say "--- $name: $status in $((SECONDS - start)) s"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - start))" "$json" >>"$STEPS"
+  [ "$status" = ok ]
+}
+
+# The source path the test binary was built with must exist for tests that read models/ and tests/golden/.
+BUILT_SOURCE=${LS_BUILT_SOURCE:-/work/main}
+if [ ! -e "$BUILT_SOURCE" ] && [ -w "$(dirname "$(dirname "$BUILT_SOURCE")")" ]; then
+  mkdir -p "$(dirname "$BUILT_SOURCE")" && ln -s "$PWD" "$BUILT_SOURCE"
+fi
+
+COMMIT=$(git rev-parse HEAD 2>/dev/null || head -1 "$BIN/COMMIT" 2>/dev/null || echo unknown)
+say "gpu-check: device $DEVICE, binaries $BIN, commit $COMMIT, $(date -u +%FT%TZ)"
+if [ "$DEVICE" = cuda ]; then
+  GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  nvidia-smi >>"$LOG" 2>&1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit \
+    --format=csv >>"$LOG" 2>&1
+else
+  GPU="none (LS_DEVICE=cpu dry run)"
+fi
+CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
+MACHINE="$GPU; $CPU x $(nproc)"
+say "machine: $MACHINE"
+
+# Shapes: the real ones on the GPU; tiny ones (same code paths, hidden 2048) for the CPU dry run.
+if [ "$DEVICE" = cuda ]; then
+  SMALL_SYNTH=() ; SMALL_DRAFTER=() ; THREADS=8
+  STREAMS=${LS_STREAMS:-1,4,8,16,32,64} ; TOKENS=${LS_TOKENS:-256} ; REPEATS=${LS_REPEATS:-3} ; PROMPT=128
+  MOE_STREAMS=${LS_MOE_STREAMS:-1,4,16,64} ; NANO_TOKENS=64 ; CHECK_STREAMS=1,4,16 ; CHECK_TOKENS=32
+else
+  SMALL_SYNTH=(--layers 3 --vocab 4096) ; SMALL_DRAFTER=(--drafter-layers 1) ; THREADS=2
+  STREAMS=${LS_STREAMS:-1,4} ; TOKENS=${LS_TOKENS:-12} ; REPEATS=${LS_REPEATS:-1} ; PROMPT=16
+  MOE_STREAMS=${LS_MOE_STREAMS:-1} ; NANO_TOKENS=16 ; CHECK_STREAMS=1,4 ; CHECK_TOKENS=8
+fi
+LANESPARK=$(bin lanespark)
+J="$WORK/json"
+rm -f "$J"/*.json
+
+# 1. The CUDA test binary (the CPU dry run has none: the synthetic-acceptance and real-target lanes tests stand in).
+if [ "$DEVICE" = cuda ]; then
+  step cuda_tests 150 "$J/cuda_tests.json" "$(bin lanespark_cuda_tests)" --gtest_output="json:$J/cuda_tests.json"
+else
+  step cpu_tests 150 "$J/cuda_tests.json" "$(bin lanespark_tests)" --gtest_output="json:$J/cuda_tests.json" \
+    --gtest_filter='SyntheticAcceptance*:AcceptanceProfile*'
+fi
+
+# 2. lfm2.5-1.2b: synth target + drafter, gpu_bench, lanes_bench with synthetic acceptance.
+M12="$WORK/lfm2.5-1.2b"
+step synth_1.2b 90 - "$LANESPARK" synth --shape lfm2.5-1.2b --out "$M12" --drafter-out "$M12-dspark" \
+  "${SMALL_SYNTH[@]}" "${SMALL_DRAFTER[@]}"
+if [ "$DEVICE" = cuda ]; then
+  step gpu_bench_1.2b 90 "$J/gpu_bench_1.2b.json" "$(bin gpu_bench)" --model "$M12" --json "$J/gpu_bench_1.2b.json"
+else
+  step cpu_bench_1.2b 90 "$J/gpu_bench_1.2b.json" "$(bin cpu_bench)" --model "$M12" --threads 2 --repeats 1 \
+    --decode-tokens 4 --prefill 32 --verify 1,4 --json "$J/gpu_bench_1.2b.json"
+fi
+LANES=$(bin lanes_bench)
+step lanes_1.2b 200 "$J/lanes_1.2b.json" "$LANES" --model "$M12" --drafter "$M12-dspark" --device "$DEVICE" \
+  --threads "$THREADS" --streams "$STREAMS" --tokens "$TOKENS" --repeats "$REPEATS" --prompt-tokens "$PROMPT" \
+  --synthetic-acceptance "$ACCEPT" --machine "$MACHINE" --commit "$COMMIT" --json "$J/lanes_1.2b.json"
+
+# 3. Exactness on the device: drafted == plain on the nano pair (its own drafter), greedy and seeded sampled.
+NANO=(--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json
+  --device "$DEVICE" --threads "$THREADS" --streams "$CHECK_STREAMS" --tokens "$NANO_TOKENS" --prompt-tokens 64 --repeats 1
+  --machine "$MACHINE" --commit "$COMMIT")
+step nano_greedy 60 "$J/nano_greedy.json" "$LANES" "${NANO[@]}" --json "$J/nano_greedy.json"
+step nano_sampled 60 "$J/nano_sampled.json" "$LANES" "${NANO[@]}" --sampled 1 --json "$J/nano_sampled.json"
+step synth_1.2b_sampled 60 "$J/lanes_1.2b_sampled.json" "$LANES" --model "$M12" --drafter "$M12-dspark" \
+  --device "$DEVICE" --threads "$THREADS" --streams "$CHECK_STREAMS" --tokens "$CHECK_TOKENS" --repeats 1 \
+  --prompt-tokens 32 --sampled 1 \
+  --synthetic-acceptance "$ACCEPT" --machine "$MACHINE" --commit "$COMMIT" --json "$J/lanes_1.2b_sampled.json"
+
+# 4. lfm2-8b-a1b (MoE): synth + drafter, gpu_bench, lanes_bench at fewer stream counts.
+M8="$WORK/lfm2-8b-a1b"
+rm -rf "$M12" "$M12-dspark"  # disk: the 8B checkpoint is 16 GB
+if step synth_8b 150 - "$LANESPARK" synth --shape lfm2-8b-a1b --out "$M8" --drafter-out "$M8-dspark" \
+  "${SMALL_SYNTH[@]}" "${SMALL_DRAFTER[@]}"; then
+  if [ "$DEVICE" = cuda ]; then
+    step gpu_bench_8b 90 "$J/gpu_bench_8b.json" "$(bin gpu_bench)" --model "$M8" --json "$J/gpu_bench_8b.json"
+  else
+    step cpu_bench_8b 90 "$J/gpu_bench_8b.json" "$(bin cpu_bench)" --model "$M8" --threads 2 --repeats 1 \
+      --decode-tokens 4 --prefill 32 --verify 1,4 --json "$J/gpu_bench_8b.json"
+  fi
+  step lanes_8b 150 "$J/lanes_8b.json" "$LANES" --model "$M8" --drafter "$M8-dspark" --device "$DEVICE" \
+    --threads "$THREADS" --streams "$MOE_STREAMS" --tokens "$TOKENS" --repeats "$REPEATS" --prompt-tokens "$PROMPT" \
+    --synthetic-acceptance "$ACCEPT" --machine "$MACHINE" --commit "$COMMIT" --json "$J/lanes_8b.json"
+fi
+rm -rf "$M8" "$M8-dspark"
+
+# 5. The drafter alone on the device (cuda-drafter's bench), last: it writes its own drafter.
+if [ "$DEVICE" = cuda ]; then
+  step drafter_bench 60 "$J/drafter_bench.json" "$(bin drafter_bench)" --device cuda --shape lfm2.5-1.2b --bits 0 \
+    --dir "$WORK/drafter_bench" --json "$J/drafter_bench.json"
+fi
+
+# 6. One combined JSON and the summary table (printed last).
+export GC_STEPS="$STEPS" GC_OUT="$OUT" GC_COMMIT="$COMMIT" GC_MACHINE="$MACHINE" GC_DEVICE="$DEVICE" GC_ACCEPT="$ACCEPT"
+python3 - <<'PY' 2>&1 | tee -a "$LOG"
+import json, os
+steps, results = [], {}
+for line in open(os.environ["GC_STEPS"]):
+    name, status, seconds, path = line.rstrip("\n").split("\t")
+    entry = {"name": name, "status": status, "seconds": int(seconds)}
+    if path != "-" and os.path.exists(path):
+        try:
+            results[name] = json.load(open(path))
+        except ValueError as error:
+            entry["json_error"] = str(error)
+    steps.append(entry)
+combined = {"commit": os.environ["GC_COMMIT"], "machine": os.environ["GC_MACHINE"], "device": os.environ["GC_DEVICE"],
+            "synthetic_acceptance_mean": float(os.environ["GC_ACCEPT"]), "steps": steps, "results": results}
+json.dump(combined, open(os.path.join(os.environ["GC_OUT"], "gpu_check.json"), "w"), indent=1)
+
+print("\n== gpu-check summary: commit %s\n== %s" % (combined["commit"], combined["machine"]))
+print("\n| step | status | s |\n|---|---|---|")
+for entry in steps:
+    print("| %s | %s | %d |" % (entry["name"], entry["status"], entry["seconds"]))
+for name in ("cuda_tests", "cpu_tests"):
+    tests = results.get(name)
+    if tests:
+        failed = [case["name"] for suite in tests.get("testsuites", []) for case in suite.get("testsuite", [])
+                  if case.get("failures")]
+        print("\n%s: %s tests, %s failures, %s disabled %s" % (name, tests.get("tests"), tests.get("failures"),
+              tests.get("disabled"), ("FAILED: " + ", ".join(failed[:12])) if failed else ""))
+for name, tables in results.items():
+    if not name.startswith(("gpu_bench", "cpu_bench")):
+        continue
+    flat = {key: value for key, value in tables.items() if isinstance(value, (int, float, str)) and len(str(value)) < 60}
+    print("\n%s: %s" % (name, ", ".join("%s=%s" % item for item in list(flat.items())[:16])))
+    if tables.get("decode_ms") and tables.get("floor_ms"):
+        print("  decode %.1f tok/s = %.0f %% of the memory floor (bar 80 %%)" % (1e3 / tables["decode_ms"],
+              100.0 * tables["floor_ms"] / tables["decode_ms"]))
+    if tables.get("prefill_ms") and tables.get("cublas_prefill_ms"):
+        print("  prefill %s tokens %.1f ms = %.0f %% of cuBLAS on the same GEMMs (bar 50 %%)" % (
+              tables.get("prefill_tokens"), tables["prefill_ms"], 100.0 * tables["cublas_prefill_ms"] / tables["prefill_ms"]))
+    if tables.get("verify_ms"):
+        print("  verify ms by rows: " + ", ".join("%s: %.3f" % item for item in tables["verify_ms"].items()))
+for name, bench in results.items():
+    if bench.get("bench") != "lanes":
+        continue
+    accept = bench.get("synthetic_acceptance") or {}
+    print("\n%s: %s, drafter on %s, %s tokens/stream, %s%s" % (name, os.path.basename(bench["model"]),
+          bench.get("drafter_device"), bench["tokens_per_stream"], "sampled" if bench.get("sampled") else "greedy",
+          ", synthetic acceptance %.2f" % accept["mean"] if accept else ""))
+    print("| streams | plain tok/s | drafted tok/s | speedup | accepted | drafted rows | verified rows | passes | exact |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in bench["rows"]:
+        print("| %d | %.1f | %.1f | %.2fx | %.2f | %d | %d | %d | %s |" % (row["streams"],
+              row["plain_decode_tokens_per_s"], row["drafted_decode_tokens_per_s"], row["speedup"],
+              row["accepted_length"], row["drafted_rows"], row["verified_rows"], row["drafter_passes"],
+              "yes" if row["exact"] else "NO"))
+    rows = bench["rows"]
+    inexact = [row["streams"] for row in rows if not row["exact"]]
+    print("exact: %s" % ("every reply drafted == plain" if not inexact else "MISMATCH at %s streams" % inexact))
+    if accept and rows:
+        one = [row["speedup"] for row in rows if row["streams"] == 1]
+        worst = min(rows, key=lambda row: row["speedup"])
+        if one:
+            print("bar 1 stream >= 3x: %.2fx (%s)" % (one[0], "met" if one[0] >= 3 else "NOT met"))
+        print("bar never below plain: lowest %.2fx at %d streams (%s)" % (worst["speedup"], worst["streams"],
+              "met" if worst["speedup"] >= 1 else "NOT met"))
+print("\nwrote %s/gpu_check.json and gpu_check.log" % os.environ["GC_OUT"])
+PY
+say "gpu-check done in ${SECONDS} s"
