@@ -101,59 +101,83 @@ __global__ void scatter_kernel(const bf16_t* keys, const bf16_t* values, const D
   }
 }
 
-// Grid (request, head); warp s handles block slot s. Lane owns dims lane, lane+32, ... of the head. Three passes
-// over keys 0 .. p+gamma-1 (max, sum of exponentials, weighted values), each key's score computed the same way, so
-// the softmax is the CPU's eager one: raw and scaled scores and probabilities rounded to bf16, sums in key order.
+__device__ __forceinline__ float warp_max(float value) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+// Eight bf16 values (16 bytes, aligned) as floats.
+__device__ __forceinline__ void load_eight(const bf16_t* from, float* to) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(from);
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = __bfloat1622float2(pairs[i]);
+    to[2 * i] = pair.x;
+    to[2 * i + 1] = pair.y;
+  }
+}
+
+// Grid (request, head); warp s handles block slot s, its lanes take keys lane, lane+32, ... of keys 0 .. p+gamma-1
+// (context, then the block). Three passes (max, sum of exponentials, weighted values) compute each key's score the
+// same way, so the softmax is the CPU's eager one with its bf16 roundings (raw and scaled scores, probabilities,
+// output); only the fp32 sums over keys are split over lanes.
+template <int kHeadDim>
 __global__ void block_attention_kernel(const bf16_t* q, const DeviceBlockRequest* requests, int gamma,
                                        AttentionDims dims, int layer, bf16_t* out) {
-  constexpr int kDimsPerLane = kMaxDeviceHeadDim / kWarp;
+  __shared__ float query_rows[kMaxDeviceBlock][kHeadDim];
   const int request_index = blockIdx.x / dims.heads;
   const int head = blockIdx.x % dims.heads;
   const int slot = threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (slot >= gamma) return;
   const DeviceBlockRequest request = requests[request_index];
-  const int hd = dims.head_dim;
-  const int kv_size = dims.kv_heads * hd;
+  const int kv_size = dims.kv_heads * kHeadDim;
   const int kv_head = head / (dims.heads / dims.kv_heads);
   const int64_t row = static_cast<int64_t>(request_index) * gamma + slot;
-  const bf16_t* query = q + (row * dims.heads + head) * hd;
-  float query_part[kDimsPerLane];
-  for (int t = 0; t < kDimsPerLane; ++t) {
-    const int dim = lane + t * kWarp;
-    query_part[t] = dim < hd ? __bfloat162float(query[dim]) : 0.0f;
-  }
-  const int64_t layer_offset = static_cast<int64_t>(layer) * request.capacity * kv_size + kv_head * hd;
+  float* query = query_rows[slot];
+  for (int dim = lane; dim < kHeadDim; dim += kWarp) query[dim] = __bfloat162float(q[(row * dims.heads + head) * kHeadDim + dim]);
+  __syncwarp();
+  const int64_t layer_offset = static_cast<int64_t>(layer) * request.capacity * kv_size + kv_head * kHeadDim;
   const bf16_t* keys = request.keys + layer_offset;
   const bf16_t* values = request.values + layer_offset;
   const int64_t key_count = request.length + gamma;
   auto score = [&](int64_t key) {
     const bf16_t* k = keys + key * kv_size;
-    float partial = 0.0f;
-    for (int t = 0; t < kDimsPerLane; ++t) {
-      const int dim = lane + t * kWarp;
-      if (dim < hd) partial += query_part[t] * __bfloat162float(k[dim]);
+    float sum = 0.0f;
+#pragma unroll
+    for (int dim = 0; dim < kHeadDim; dim += 8) {
+      float eight[8];
+      load_eight(k + dim, eight);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += query[dim + i] * eight[i];
     }
-    const float raw = round_bf16(warp_sum(partial));
-    return round_bf16(raw * dims.scale);
+    return round_bf16(round_bf16(sum) * dims.scale);
   };
   float max_score = -INFINITY;
-  for (int64_t key = 0; key < key_count; ++key) max_score = fmaxf(max_score, score(key));
+  for (int64_t key = lane; key < key_count; key += kWarp) max_score = fmaxf(max_score, score(key));
+  max_score = warp_max(max_score);
   float total = 0.0f;
-  for (int64_t key = 0; key < key_count; ++key) total += expf(score(key) - max_score);
-  float accumulated[kDimsPerLane] = {};
-  for (int64_t key = 0; key < key_count; ++key) {
+  for (int64_t key = lane; key < key_count; key += kWarp) total += expf(score(key) - max_score);
+  total = warp_sum(total);
+  float accumulated[kHeadDim];
+#pragma unroll
+  for (int dim = 0; dim < kHeadDim; ++dim) accumulated[dim] = 0.0f;
+  for (int64_t key = lane; key < key_count; key += kWarp) {
     const float probability = round_bf16(expf(score(key) - max_score) / total);
     const bf16_t* v = values + key * kv_size;
-    for (int t = 0; t < kDimsPerLane; ++t) {
-      const int dim = lane + t * kWarp;
-      if (dim < hd) accumulated[t] += probability * __bfloat162float(v[dim]);
+#pragma unroll
+    for (int dim = 0; dim < kHeadDim; dim += 8) {
+      float eight[8];
+      load_eight(v + dim, eight);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) accumulated[dim + i] += probability * eight[i];
     }
   }
-  bf16_t* destination = out + (row * dims.heads + head) * hd;
-  for (int t = 0; t < kDimsPerLane; ++t) {
-    const int dim = lane + t * kWarp;
-    if (dim < hd) destination[dim] = __float2bfloat16_rn(accumulated[t]);
+  bf16_t* destination = out + (row * dims.heads + head) * kHeadDim;
+#pragma unroll
+  for (int dim = 0; dim < kHeadDim; ++dim) {
+    const float sum = warp_sum(accumulated[dim]);
+    if (lane == dim % kWarp) destination[dim] = __float2bfloat16_rn(sum);
   }
 }
 
@@ -219,7 +243,16 @@ Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBl
 Status block_attention(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma, AttentionDims dims,
                        int layer, bf16_t* out, cudaStream_t stream) {
   if (count == 0) return ok_status();
-  block_attention_kernel<<<count * dims.heads, gamma * kWarp, 0, stream>>>(q, requests, gamma, dims, layer, out);
+  const dim3 grid(count * dims.heads), block(gamma * kWarp);
+  switch (dims.head_dim) {
+    case 16: block_attention_kernel<16><<<grid, block, 0, stream>>>(q, requests, gamma, dims, layer, out); break;
+    case 32: block_attention_kernel<32><<<grid, block, 0, stream>>>(q, requests, gamma, dims, layer, out); break;
+    case 64: block_attention_kernel<64><<<grid, block, 0, stream>>>(q, requests, gamma, dims, layer, out); break;
+    case 128: block_attention_kernel<128><<<grid, block, 0, stream>>>(q, requests, gamma, dims, layer, out); break;
+    default:
+      return Status(ErrorCode::UnsupportedDraftShape,
+                    "block attention takes head_dim 16, 32, 64 or 128, not " + std::to_string(dims.head_dim));
+  }
   LS_CUDA_TRY_LAUNCH("block_attention");
   return ok_status();
 }

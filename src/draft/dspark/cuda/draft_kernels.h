@@ -18,8 +18,10 @@ using bf16_t = __nv_bfloat16;
 
 // The most block slots (drafts per pass) the device scan record holds.
 inline constexpr int kMaxDeviceBlock = 32;
-// The widest attention head the block attention kernel takes (lanes own dims lane, lane + 32, ...).
-inline constexpr int kMaxDeviceHeadDim = 128;
+// The head sizes the block attention kernel is built for.
+inline constexpr bool device_head_dim_supported(int head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
 
 // One request of a block pass, as the device sees it: its stream's context cache and anchor position p.
 struct DeviceBlockRequest {

@@ -17,10 +17,10 @@ Status check_device_shape(const DsparkConfig& config) {
                                                         " exceeds the CUDA drafter's " +
                                                         std::to_string(cuda::kMaxDeviceBlock) + " slots");
   }
-  if (config.head_dim > cuda::kMaxDeviceHeadDim || config.head_dim % 2 != 0) {
+  if (!cuda::device_head_dim_supported(config.head_dim)) {
     return Status(ErrorCode::UnsupportedDraftShape, "head_dim " + std::to_string(config.head_dim) +
-                                                        " is not an even size up to " +
-                                                        std::to_string(cuda::kMaxDeviceHeadDim) + " (CUDA drafter)");
+                                                        " is not one the CUDA drafter's attention takes (16, 32, 64, "
+                                                        "128)");
   }
   return ok_status();
 }

@@ -226,17 +226,24 @@ __global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, S
   const int64_t V = shape.vocab;
   float* row = in.markov + static_cast<int64_t>(i) * V;
   const float* base = in.base_logits + (static_cast<int64_t>(i) * shape.gamma + slot) * V;
+  // One pass writes the corrected logits, flags non-finite ones and finds the greedy pick among the finite ones
+  // (when any is non-finite the request fails, so the pick does not matter then).
   int nonfinite = 0;
+  Best greedy{0.0, -1};
   for (int64_t id = threadIdx.x; id < V; id += blockDim.x) {
     float logit = row[id] + base[id];
     if (slot == request.nan_logit_slot && id == V / 2) logit = NAN;
     row[id] = logit;
-    nonfinite |= !isfinite(logit);
+    if (isfinite(logit)) {
+      greedy = better(greedy, Best{static_cast<double>(logit), static_cast<int32_t>(id)});
+    } else {
+      nonfinite = 1;
+    }
   }
   nonfinite = __syncthreads_or(nonfinite);
   int32_t pick = 0;
   if (!nonfinite) {
-    const Best greedy = row_argmax(row, V, s);
+    greedy = block_best(greedy, s);
     pick = keyed_pick(row, V, request, request.anchor_position + slot + 1, greedy, s);
   }
   float chance = NAN;
