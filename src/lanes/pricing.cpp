@@ -63,10 +63,12 @@ double Pricing::activation_ms(const Stream& stream, int cap, std::span<const flo
 
 std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   // A stream that has not verified a draft yet takes what the drafter showed on any stream since (its own copy
-  // is only as fresh as its admission); depth grows into unexplored depths a step at a time, so an optimistic
-  // prior costs one shallow round, not a deep one.
+  // is only as fresh as its admission). Without a confidence head, depth grows into unexplored depths a step at
+  // a time, so an optimistic prior costs one shallow round, not a deep one; with one, the trim cuts drafts the
+  // confidences doubt before they cost a verify row, so the whole chain is priced.
   const AcceptanceByDepth& acceptance =
       stream.acceptance.explored_depth() > 0 ? stream.acceptance : pooled_acceptance_;
+  if (has_confidence_) return acceptance.chain(cap);
   const int explored = std::max(stream.acceptance.explored_depth(), pooled_acceptance_.explored_depth());
   return acceptance.chain(std::min(cap, explored + 2));
 }
