@@ -236,6 +236,19 @@ int main(int argc, char** argv) {
     check(target->commit(1, 1), "commit");
   }
   const double decode_ms = ms_since(decode_start) / o.decode_tokens;
+  // The same steps again with every op bracketed by events: device ms per token by op kind.
+  target->set_profiling(true);
+  target->reset_profile();
+  const int profiled = std::min(32, o.decode_tokens);
+  const Clock::time_point profiled_start = Clock::now();
+  for (int i = 0; i < profiled; ++i) {
+    w.tokens = std::span<const int32_t>(&steps[i], 1);
+    check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
+    check(target->commit(1, 1), "commit");
+  }
+  const double profiled_ms = ms_since(profiled_start) / profiled;
+  std::vector<std::pair<std::string, double>> decode_profile = target->profile();
+  target->set_profiling(false);
 
   // Verify windows of r rows on the same stream, vs one row.
   std::vector<std::pair<int, double>> verify_ms;
@@ -280,6 +293,18 @@ int main(int argc, char** argv) {
     target->release(7);
   }
   const double prefill_ms = median(prefill_times);
+  target->set_profiling(true);
+  target->reset_profile();
+  {
+    Window pw;
+    pw.stream = 7;
+    pw.tokens = long_prompt;
+    pw.first_drawn_row = o.prefill - 1;
+    check(target->forward(std::span<const Window>(&pw, 1)).status(), "prefill");
+    target->release(7);
+  }
+  std::vector<std::pair<std::string, double>> prefill_profile = target->profile();
+  target->set_profiling(false);
   const auto [cublas_s, flops] = cublas_prefill(c, o.prefill);
 
   std::printf("gpu_bench %s (%s, %d layers, D %d, vocab %d), load %.1f s, exact width %d\n", o.model.c_str(),
@@ -297,6 +322,13 @@ int main(int argc, char** argv) {
   for (auto [rows, ms] : verify_ms)
     std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows)).c_str(), ms, "",
                 ms / verify_ms.front().second);
+  double device_ms = 0;
+  for (const auto& [kind, ms] : decode_profile) device_ms += ms / profiled;
+  std::printf("decode step by op kind (device ms per token; %.3f ms device of %.3f ms wall with events):\n", device_ms,
+              profiled_ms);
+  for (const auto& [kind, ms] : decode_profile) std::printf("  %-24s %8.3f ms\n", kind.c_str(), ms / profiled);
+  std::printf("prefill %d by op kind (device ms):\n", o.prefill);
+  for (const auto& [kind, ms] : prefill_profile) std::printf("  %-24s %8.2f ms\n", kind.c_str(), ms);
   if (!o.json_path.empty()) {
     json out = {{"model", o.model}, {"model_type", c.model_type}, {"load_s", load_s},
                 {"exact_width", target->facts().exact_width}, {"bytes_per_token", per_token},
@@ -305,6 +337,8 @@ int main(int argc, char** argv) {
                 {"prefill_tokens", o.prefill}, {"prefill_ms", prefill_ms}, {"cublas_prefill_ms", cublas_s * 1e3},
                 {"cublas_tflops", flops / cublas_s / 1e12}};
     for (auto [rows, ms] : verify_ms) out["verify_ms"][std::to_string(rows)] = ms;
+    for (const auto& [kind, ms] : decode_profile) out["decode_profile_ms"][kind] = ms / profiled;
+    for (const auto& [kind, ms] : prefill_profile) out["prefill_profile_ms"][kind] = ms;
     std::ofstream(o.json_path) << out.dump(2) << "\n";
   }
   return 0;

@@ -119,7 +119,7 @@ std::vector<RowBits> one_row_oracle(Target& target, StreamId stream, const std::
   return rows;
 }
 
-// Streams fed in rounds of ragged windows (width (s + round) % max_width + 1) in one forward per round; every row
+// Streams fed in rounds of windows (all max_width, then ragged (s + round) % max_width + 1), one forward per round; every row
 // must equal the oracle's bits. Returns the widest forward seen.
 int64_t check_many_streams(Target& target, int streams, int tokens_per_stream, int max_width) {
   const int64_t V = target.facts().vocab_size;
@@ -136,7 +136,8 @@ int64_t check_many_streams(Target& target, int streams, int tokens_per_stream, i
     std::vector<int> owner;
     for (int s = 0; s < streams; ++s) {
       if (done[s] == tokens_per_stream) continue;
-      const int width = std::min((s + round) % max_width + 1, tokens_per_stream - done[s]);
+      // Round 0: every stream takes max_width rows (the widest forward); later rounds are ragged.
+      const int width = std::min(round == 0 ? max_width : (s + round) % max_width + 1, tokens_per_stream - done[s]);
       Window window;
       window.stream = 900 + s;
       window.tokens = std::span<const int32_t>(tokens[s].data() + done[s], width);

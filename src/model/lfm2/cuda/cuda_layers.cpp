@@ -10,32 +10,41 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
   const int64_t tap_count = static_cast<int64_t>(taps_.size());
   LS_RETURN_IF_ERROR(cuda::embed_rows(weights_.embedding.w.data(), c.vocab_size, D, device_at<int32_t>(meta.tokens),
                                       rows, h_.data(), stream_));
+  LS_RETURN_IF_ERROR(mark("elementwise"));
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const gpu::DeviceLayer& w = weights_.layers[layer];
     // operator_norm -> mixer -> residual
     LS_RETURN_IF_ERROR(cuda::rms_norm(h_.data(), rows, D, w.operator_norm.data(), c.norm_eps, u_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
     if (w.kind == io::LayerKind::Conv)
       LS_RETURN_IF_ERROR(mixer_conv(layer, rows, meta));
     else
       LS_RETURN_IF_ERROR(mixer_attention(layer, rows, meta));
     LS_RETURN_IF_ERROR(cuda::add_residual(h_.data(), mix_.data(), rows * D, stream_));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
     // ffn_norm -> SwiGLU or MoE -> residual
     LS_RETURN_IF_ERROR(cuda::rms_norm(h_.data(), rows, D, w.ffn_norm.data(), c.norm_eps, u_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
     if (w.moe) {
       LS_RETURN_IF_ERROR(ffn_moe(layer, rows));
     } else {
       const int64_t F = w.down.cols;
       LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.gate_up.view(), wide_.data(), nullptr, stream_));  // [rows, 2F]
+      LS_RETURN_IF_ERROR(mark("gemm"));
       LS_RETURN_IF_ERROR(cuda::swiglu(wide_.data(), wide_.data() + F, rows, static_cast<int>(F), 2 * F, act_.data(),
                                       stream_));
+      LS_RETURN_IF_ERROR(mark("elementwise"));
       LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.down.view(), mix_.data(), nullptr, stream_));
+      LS_RETURN_IF_ERROR(mark("gemm"));
     }
     LS_RETURN_IF_ERROR(cuda::add_residual(h_.data(), mix_.data(), rows * D, stream_));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
     // taps: this layer's output before the final norm, into [rows, taps, D]
     for (int64_t t = 0; t < tap_count; ++t)
       if (taps_[t] == layer)
         LS_CUDA_TRY(cudaMemcpy2DAsync(taps_dev_.data() + t * D, tap_count * D * sizeof(bf16), h_.data(),
                                       D * sizeof(bf16), D * sizeof(bf16), rows, cudaMemcpyDeviceToDevice, stream_));
+    if (tap_count > 0) LS_RETURN_IF_ERROR(mark("taps"));
   }
   return ok_status();
 }
@@ -45,6 +54,7 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta) {
   const int D = config_.hidden_size;
   const int slot = conv_slot_[layer];
   LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_));  // [rows, 3D]
+  LS_RETURN_IF_ERROR(mark("gemm"));
   gpu::ConvArgs args;
   args.bcx = wide_.data();
   args.rows = rows;
@@ -58,7 +68,9 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta) {
   bf16* z = z_keep_.data() + static_cast<int64_t>(slot) * max_rows_ * D;
   LS_RETURN_IF_ERROR(gpu::short_conv(args, device_at<int32_t>(meta.row_window), device_at<gpu::WindowInfo>(meta.windows),
                                      z, act_.data(), stream_));
-  return gemm_.gemm(act_.data(), rows, w.conv_out.view(), mix_.data(), nullptr, stream_);
+  LS_RETURN_IF_ERROR(mark("short conv"));
+  LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.conv_out.view(), mix_.data(), nullptr, stream_));
+  return mark("gemm");
 }
 
 Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta) {
@@ -68,6 +80,7 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta) {
   LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.q_proj.view(), q_raw_.data(), nullptr, stream_));
   LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.k_proj.view(), k_raw_.data(), nullptr, stream_));
   LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.v_proj.view(), v_.data(), nullptr, stream_));
+  LS_RETURN_IF_ERROR(mark("gemm"));
   // per-head q/k RMSNorm before RoPE
   LS_RETURN_IF_ERROR(cuda::rms_norm(q_raw_.data(), rows * H, hd, w.q_norm.data(), c.norm_eps, q_.data(), stream_));
   LS_RETURN_IF_ERROR(cuda::rms_norm(k_raw_.data(), rows * KV, hd, w.k_norm.data(), c.norm_eps, k_.data(), stream_));
@@ -76,6 +89,7 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta) {
                                      stream_));
   LS_RETURN_IF_ERROR(cuda::rope_neox(k_.data(), rows, KV, hd, int64_t{KV} * hd, positions, weights_.inv_freq.data(),
                                      stream_));
+  LS_RETURN_IF_ERROR(mark("elementwise"));
   const int64_t layer_elements = int64_t{kv_pages_} * kv_shape_.page_size * KV * hd;
   bf16* base = kv_pool_.data() + int64_t{kv_slot_[layer]} * 2 * layer_elements;
   const gpu::KvLayer kv{base, base + layer_elements};
@@ -84,7 +98,9 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta) {
   const int32_t* pages = device_at<int32_t>(meta.pages);
   LS_RETURN_IF_ERROR(gpu::write_kv(k_.data(), v_.data(), rows, row_window, windows, pages, kv_shape_, kv, stream_));
   LS_RETURN_IF_ERROR(gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_));
-  return gemm_.gemm(attn_.data(), rows, w.attn_out.view(), mix_.data(), nullptr, stream_);
+  LS_RETURN_IF_ERROR(mark("attention"));
+  LS_RETURN_IF_ERROR(gemm_.gemm(attn_.data(), rows, w.attn_out.view(), mix_.data(), nullptr, stream_));
+  return mark("gemm");
 }
 
 Status CudaTarget::ffn_moe(int layer, int64_t rows) {
@@ -93,10 +109,12 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   const int E = moe.num_experts, k = moe.experts_per_token, D = config_.hidden_size;
   const int64_t I = moe.expert_ffn_size, S = rows * k;
   LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.router.view(), router_logits_.data(), nullptr, stream_));
+  LS_RETURN_IF_ERROR(mark("gemm"));
   LS_RETURN_IF_ERROR(cuda::route_experts(router_logits_.data(), rows, E, k, moe.norm_topk_prob,
                                          moe.routed_scaling_factor,
                                          w.expert_bias.size() > 0 ? w.expert_bias.data() : nullptr, chosen_.data(),
                                          route_weights_.data(), stream_));
+  LS_RETURN_IF_ERROR(mark("moe route + plan"));
   if (expert_trace_) {
     std::vector<int32_t> chosen(S);
     LS_CUDA_TRY(cudaMemcpyAsync(chosen.data(), chosen_.data(), S * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
@@ -106,15 +124,19 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   // Group the (row, slot) choices by expert, run each expert on its rows, weigh back into slot order, sum.
   LS_RETURN_IF_ERROR(gpu::plan_experts(chosen_.data(), S, E, expert_offsets_.data(), expert_order_.data(), stream_));
   LS_RETURN_IF_ERROR(gpu::gather_rows(u_.data(), expert_order_.data(), S, D, k, expert_in_.data(), stream_));
+  LS_RETURN_IF_ERROR(mark("moe route + plan"));
   LS_RETURN_IF_ERROR(gpu::expert_gemm(expert_in_.data(), expert_offsets_.data(), E, rows, w.experts_gate_up.data(),
                                       2 * I, D, expert_gate_up_.data(), stream_));  // [S, 2I]
   LS_RETURN_IF_ERROR(cuda::swiglu(expert_gate_up_.data(), expert_gate_up_.data() + I, S, static_cast<int>(I), 2 * I,
                                   expert_act_.data(), stream_));
+  LS_RETURN_IF_ERROR(mark("expert gemm"));
   LS_RETURN_IF_ERROR(gpu::expert_gemm(expert_act_.data(), expert_offsets_.data(), E, rows, w.experts_down.data(), D,
                                       I, expert_out_.data(), stream_));  // [S, D]
+  LS_RETURN_IF_ERROR(mark("expert gemm"));
   LS_RETURN_IF_ERROR(gpu::scatter_weighted(expert_out_.data(), expert_order_.data(), route_weights_.data(), S, D,
                                            slots_.data(), stream_));
-  return cuda::sum_slots(slots_.data(), rows, k, D, mix_.data(), stream_);
+  LS_RETURN_IF_ERROR(cuda::sum_slots(slots_.data(), rows, k, D, mix_.data(), stream_));
+  return mark("moe combine");
 }
 
 }  // namespace ls::lfm2

@@ -53,6 +53,8 @@ Result<std::unique_ptr<CudaTarget>> CudaTarget::create(io::ModelConfig config, c
 
 CudaTarget::~CudaTarget() {
   if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [event, label] : marks_) cudaEventDestroy(event);
+  for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
   if (meta_host_) cudaFreeHost(meta_host_);
   if (taps_host_) cudaFreeHost(taps_host_);
   if (draws_host_) cudaFreeHost(draws_host_);
@@ -297,6 +299,7 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
     row_draws[i] = cuda::RowDraw{s.temperature, s.top_k, s.top_p, s.min_p, s.seed, positions[row] + 1};
   }
   std::memcpy(meta_host_ + meta.commits, pending_commits_.data(), pending_commits_.size() * sizeof(gpu::ConvCommit));
+  LS_RETURN_IF_ERROR(mark("start"));
   LS_CUDA_TRY(cudaMemcpyAsync(meta_dev_.data(), meta_host_, meta.bytes, cudaMemcpyHostToDevice, stream_));
 
   // Last forward's commits (they read its kept conv inputs), then fresh streams start from zero history.
@@ -309,6 +312,7 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   for (int slot : fresh_slots)
     if (history > 0)
       LS_CUDA_TRY(cudaMemsetAsync(conv_history_.data() + slot * history, 0, history * sizeof(bf16), stream_));
+  LS_RETURN_IF_ERROR(mark("upload + commits"));
 
   LS_RETURN_IF_ERROR(run_layers(rows, meta));
   verified.draws.assign(rows, -1);
@@ -320,7 +324,9 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   if (drawn > 0)
     LS_CUDA_TRY(cudaMemcpyAsync(draws_host_, draws_dev_.data(), drawn * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                 stream_));
+  LS_RETURN_IF_ERROR(mark("copies to host"));
   LS_CUDA_TRY(cudaStreamSynchronize(stream_));
+  LS_RETURN_IF_ERROR(collect_profile());
   for (int64_t i = 0; i < drawn; ++i) verified.draws[drawn_rows[i]] = draws_host_[i];
   verified.taps.resize(rows * tap_count * D);
   for (size_t i = 0; i < verified.taps.size(); ++i) verified.taps[i] = bf16_to_float(taps_host_[i]);
@@ -341,9 +347,12 @@ Status CudaTarget::draw(int64_t n, const Meta& meta, const std::vector<int64_t>&
                                         head_in_.data(), stream_));
     LS_RETURN_IF_ERROR(cuda::rms_norm(head_in_.data(), count, static_cast<int>(D), weights_.final_norm.data(),
                                       config_.norm_eps, head_normed_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
     LS_RETURN_IF_ERROR(gemm_.gemm(head_normed_.data(), count, weights_.head().view(), nullptr, logits_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("head gemm"));
     LS_RETURN_IF_ERROR(cuda::draw_rows(logits_.data(), count, static_cast<int>(V), device_at<cuda::RowDraw>(meta.draws) + g,
                                        draws_dev_.data() + g, draw_scratch_, stream_));
+    LS_RETURN_IF_ERROR(mark("draw"));
     if (std::find(wants.begin() + g, wants.begin() + g + count, 1) == wants.begin() + g + count) continue;
     // Logits asked for (tests, probes): copied group by group (an extra sync per group).
     host_logits.resize(count * V);
@@ -354,6 +363,34 @@ Status CudaTarget::draw(int64_t n, const Meta& meta, const std::vector<int64_t>&
       if (wants[g + i])
         std::memcpy(verified.logits.data() + drawn_rows[g + i] * V, host_logits.data() + i * V, sizeof(float) * V);
   }
+  return ok_status();
+}
+
+Status CudaTarget::mark(const char* label) {
+  if (!profiling_) return ok_status();
+  cudaEvent_t event = nullptr;
+  if (spare_events_.empty()) {
+    LS_CUDA_TRY(cudaEventCreate(&event));
+  } else {
+    event = spare_events_.back();
+    spare_events_.pop_back();
+  }
+  marks_.push_back({event, label});
+  LS_CUDA_TRY(cudaEventRecord(event, stream_));
+  return ok_status();
+}
+
+Status CudaTarget::collect_profile() {
+  // The time between two marks belongs to the later mark's op kind.
+  for (size_t i = 1; i < marks_.size(); ++i) {
+    float ms = 0;
+    LS_CUDA_TRY(cudaEventElapsedTime(&ms, marks_[i - 1].first, marks_[i].first));
+    auto found = std::find_if(profile_.begin(), profile_.end(), [&](const auto& p) { return p.first == marks_[i].second; });
+    if (found == profile_.end()) profile_.push_back({marks_[i].second, ms});
+    else found->second += ms;
+  }
+  for (auto& [event, label] : marks_) spare_events_.push_back(event);
+  marks_.clear();
   return ok_status();
 }
 

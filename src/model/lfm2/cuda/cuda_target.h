@@ -11,6 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -46,6 +48,11 @@ class CudaTarget final : public Target {
   int64_t weight_bytes() const { return weights_.bytes; }
   int free_pages() const { return static_cast<int>(free_pages_.size()); }
   cudaStream_t stream() const { return stream_; }
+  // Benches: when on, every op of a forward is bracketed by CUDA events and its device time added to profile()
+  // (milliseconds by op kind since the last reset).
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<std::pair<std::string, double>>& profile() const { return profile_; }
+  void reset_profile() { profile_.clear(); }
 
  private:
   struct StreamState {
@@ -72,6 +79,9 @@ class CudaTarget final : public Target {
   // Final norm + head + keyed draw of n drawn rows (indices into h at meta.drawn); logits of wanted rows to `verified`.
   Status draw(int64_t n, const Meta& meta, const std::vector<int64_t>& drawn_rows, const std::vector<char>& wants,
               Verified& verified);
+  // Profiling: records an event closing the op kind `label` (no-op when off).
+  Status mark(const char* label);
+  Status collect_profile();
   template <typename T>
   T* device_at(size_t offset) const { return reinterpret_cast<T*>(meta_dev_.data() + offset); }
   void free_stream_pages(StreamState& state, int64_t keep_positions);
@@ -95,6 +105,10 @@ class CudaTarget final : public Target {
   std::vector<int> free_slots_;
   std::vector<gpu::ConvCommit> pending_commits_;
   std::vector<int32_t>* expert_trace_ = nullptr;
+  bool profiling_ = false;
+  std::vector<std::pair<cudaEvent_t, const char*>> marks_;  // this forward's events
+  std::vector<cudaEvent_t> spare_events_;
+  std::vector<std::pair<std::string, double>> profile_;
 
   // Device pools.
   cuda::DeviceBuffer<bf16> kv_pool_;       // [attention layers, 2, pages, page_size, kv_width]

@@ -39,6 +39,34 @@ __global__ void write_kv_kernel(const bf16* k, const bf16* v, int64_t rows, cons
 
 constexpr int kAttnWarps = 4;
 constexpr int kMaxHeadDim = 128;
+constexpr int kKeyStride = kMaxHeadDim + 2;  // bf16 per staged key row: 65 words, so lane l's row starts on bank l
+
+// Stages the keys of block b (32 keys by absolute position) in shared memory with coalesced 16-byte loads; then
+// lane l computes the score of key 32b + l: a dot over dims in ascending order, rounded as the CPU rounds.
+__device__ float block_score(const bf16* keys, const int32_t* pages, int64_t b, int64_t key_count, int page_size,
+                             int kv_width, int kv_head, int hd, const float* qs, bf16 (*kbuf)[kKeyStride], int lane,
+                             float scale) {
+  const int parts = hd / 8;
+  for (int i = lane; i < 32 * parts; i += 32) {
+    const int t = i / parts, part = i % parts;
+    const int64_t j = b * 32 + t;
+    if (j >= key_count) continue;
+    const uint4 packed =
+        *reinterpret_cast<const uint4*>(keys + key_row(pages, j, page_size) * kv_width + kv_head * hd + part * 8);
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(&packed);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(&kbuf[t][part * 8]);
+    dst[0] = words[0];
+    dst[1] = words[1];
+    dst[2] = words[2];
+    dst[3] = words[3];
+  }
+  __syncwarp();
+  float dot = 0.0f;
+  if (b * 32 + lane < key_count)
+    for (int d = 0; d < hd; ++d) dot = __fmaf_rn(qs[d], load(&kbuf[lane][d]), dot);
+  __syncwarp();
+  return round_bf16(round_bf16(dot) * scale);
+}
 
 // One CTA per (row, head). Keys in blocks of 32 by absolute position; block b belongs to warp b % 4. Pass 1: max of
 // the rounded scores; pass 2: sum of exp (lane order, butterfly, warps in order); pass 3: p rounded, p @ v with keys
@@ -56,22 +84,20 @@ __global__ void attention_kernel(const bf16* q, const int32_t* row_window, const
   __shared__ float qs[kMaxHeadDim];
   __shared__ float warp_max[kAttnWarps], warp_sum[kAttnWarps];
   __shared__ float partial[kAttnWarps][kMaxHeadDim];
+  __shared__ __align__(16) bf16 kbuf[kAttnWarps][32][kKeyStride];
   const bf16* q_row = q + (row * shape.heads + head) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = load(q_row + d);
   __syncthreads();
-
-  auto score = [&](int64_t j) {
-    const bf16* key = layer.keys + key_row(stream_pages, j, shape.page_size) * kv_width + kv_head * hd;
-    float dot = 0.0f;
-    for (int d = 0; d < hd; ++d) dot = __fmaf_rn(qs[d], load(key + d), dot);
-    return round_bf16(round_bf16(dot) * shape.scale);
+  auto score = [&](int64_t b) {
+    return block_score(layer.keys, stream_pages, b, keys, shape.page_size, kv_width, kv_head, hd, qs, kbuf[warp],
+                       lane, shape.scale);
   };
   const int64_t blocks = (keys + 31) / 32;
   // pass 1: max
   float m = -INFINITY;
   for (int64_t b = warp; b < blocks; b += kAttnWarps) {
-    const int64_t j = b * 32 + lane;
-    if (j < keys) m = fmaxf(m, score(j));
+    const float s = score(b);
+    if (b * 32 + lane < keys) m = fmaxf(m, s);
   }
   for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
   if (lane == 0) warp_max[warp] = m;
@@ -81,8 +107,8 @@ __global__ void attention_kernel(const bf16* q, const int32_t* row_window, const
   // pass 2: total
   float sum = 0.0f;
   for (int64_t b = warp; b < blocks; b += kAttnWarps) {
-    const int64_t j = b * 32 + lane;
-    if (j < keys) sum += expf(score(j) - max_score);
+    const float s = score(b);
+    if (b * 32 + lane < keys) sum += expf(s - max_score);
   }
   for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (lane == 0) warp_sum[warp] = sum;
@@ -92,18 +118,20 @@ __global__ void attention_kernel(const bf16* q, const int32_t* row_window, const
   // pass 3: p @ v; lane owns dims lane, lane+32, lane+64, lane+96
   float acc[kMaxHeadDim / 32] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int64_t b = warp; b < blocks; b += kAttnWarps) {
-    const int64_t j = b * 32 + lane;
-    const float p = j < keys ? round_bf16(expf(score(j) - max_score) / total) : 0.0f;
+    const float s = score(b);
+    const float p = b * 32 + lane < keys ? round_bf16(expf(s - max_score) / total) : 0.0f;
     const int count = static_cast<int>(keys - b * 32 < 32 ? keys - b * 32 : 32);
     for (int t = 0; t < count; ++t) {
       const float pt = __shfl_sync(0xffffffffu, p, t);
       const bf16* value = layer.values + key_row(stream_pages, b * 32 + t, shape.page_size) * kv_width + kv_head * hd;
+#pragma unroll
       for (int i = 0; i < kMaxHeadDim / 32; ++i) {
         const int d = lane + 32 * i;
         if (d < hd) acc[i] = __fmaf_rn(pt, load(value + d), acc[i]);
       }
     }
   }
+#pragma unroll
   for (int i = 0; i < kMaxHeadDim / 32; ++i) {
     const int d = lane + 32 * i;
     if (d < hd) partial[warp][d] = acc[i];
@@ -304,9 +332,9 @@ Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_w
 
 Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                  const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream) {
-  if (shape.head_dim > kMaxHeadDim || shape.heads % shape.kv_heads != 0)
+  if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.heads % shape.kv_heads != 0)
     return Status(ErrorCode::InvalidArgument, "attention: head_dim " + std::to_string(shape.head_dim) +
-                                                  " above 128 or heads not a multiple of kv_heads");
+                                                  " above 128 or not a multiple of 8, or heads not a multiple of kv_heads");
   if (rows == 0) return ok_status();
   attention_kernel<<<dim3(static_cast<unsigned>(rows), shape.heads), kAttnWarps * 32, 0, stream>>>(
       q, row_window, windows, pages, shape, layer, out);
