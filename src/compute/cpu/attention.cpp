@@ -1,8 +1,12 @@
 // CPU attention of one stream's rows over its KV cache: per (row, head), keys in absolute position order, fp32 softmax.
+// AVX-512 when present (one fixed order per row: 16-lane dots with the fixed lane tree, sums over keys in 16-key
+// chunks), the scalar loop otherwise; a bf16 cache is widened to fp32, so it gives the bits of an fp32 cache.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "compute/cpu/cpu_features.h"
+#include "compute/cpu/simd_avx512.h"
 #include "compute/ops.h"
 
 namespace ls::compute {
@@ -46,18 +50,74 @@ void attend_one(const OpContext& ctx, const float* query, int64_t key_count, con
   for (int d = 0; d < hd; ++d) out[d] = ctx.store(out[d]);
 }
 
+constexpr int kMaxVectorHeadDim = 256;  // q of one head held in 16 registers at most
+
+// The same eager attention with 16-lane vectors; head_dim a multiple of 16, at most kMaxVectorHeadDim.
+template <typename Cached>
+LS_TARGET_AVX512 void attend_one_avx512(const OpContext& ctx, const float* query, int64_t key_count,
+                                        const Cached* keys, const Cached* values, const AttentionShape& shape,
+                                        int kv_head, std::vector<float>& scores, float* out) {
+  using namespace simd;
+  const int hd = shape.head_dim, vectors = hd / 16;
+  const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * hd;
+  const bool round = ctx.rounds_to_bf16();
+  scores.resize((key_count + 15) / 16 * 16);
+  __m512 q[kMaxVectorHeadDim / 16];
+  for (int i = 0; i < vectors; ++i) q[i] = _mm512_loadu_ps(query + 16 * i);
+  const Cached* key = keys + kv_head * hd;
+  for (int64_t j = 0; j < key_count; ++j, key += kv_stride) {
+    __m512 acc = _mm512_mul_ps(q[0], load16(key, 0xffff));
+    for (int i = 1; i < vectors; ++i) acc = _mm512_fmadd_ps(q[i], load16(key + 16 * i, 0xffff), acc);
+    scores[j] = reduce_lanes(acc);
+  }
+  // scores = store(store(raw) * scale); max; exp(s - max) summed in 16 lanes over 16-key chunks; p = store(e / total).
+  const __m512 scale = _mm512_set1_ps(shape.scale);
+  __m512 max16 = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < key_count; j += 16) {
+    const __mmask16 mask = first_lanes(key_count - j);
+    const __m512 s = store16(round, _mm512_mul_ps(store16(round, load16(scores.data() + j, mask)), scale));
+    _mm512_storeu_ps(scores.data() + j, s);
+    max16 = _mm512_mask_max_ps(max16, mask, max16, s);
+  }
+  const __m512 max_score = _mm512_set1_ps(_mm512_reduce_max_ps(max16));
+  __m512 total16 = _mm512_setzero_ps();
+  for (int64_t j = 0; j < key_count; j += 16) {
+    const __mmask16 mask = first_lanes(key_count - j);
+    const __m512 e = _mm512_maskz_mov_ps(mask, exp16(_mm512_sub_ps(_mm512_loadu_ps(scores.data() + j), max_score)));
+    _mm512_storeu_ps(scores.data() + j, e);
+    total16 = _mm512_add_ps(total16, e);
+  }
+  const __m512 total = _mm512_set1_ps(reduce_lanes(total16));
+  for (int64_t j = 0; j < key_count; j += 16)
+    _mm512_storeu_ps(scores.data() + j, store16(round, _mm512_div_ps(_mm512_loadu_ps(scores.data() + j), total)));
+  __m512 acc[kMaxVectorHeadDim / 16];
+  for (int i = 0; i < vectors; ++i) acc[i] = _mm512_setzero_ps();
+  const Cached* value = values + kv_head * hd;
+  for (int64_t j = 0; j < key_count; ++j, value += kv_stride) {
+    const __m512 p = _mm512_set1_ps(scores[j]);
+    for (int i = 0; i < vectors; ++i) acc[i] = _mm512_fmadd_ps(p, load16(value + 16 * i, 0xffff), acc[i]);
+  }
+  for (int i = 0; i < vectors; ++i) _mm512_storeu_ps(out + 16 * i, store16(round, acc[i]));
+}
+
 template <typename Cached>
 void attention_over(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const Cached* keys,
                     const Cached* values, const AttentionShape& shape, float* out) {
   const int group = shape.heads / shape.kv_heads;
   const int64_t items = rows * shape.heads;
+  const bool vector = cpu_features().avx512 && shape.head_dim % 16 == 0 && shape.head_dim <= kMaxVectorHeadDim;
   auto run = [&](int, int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t row = item / shape.heads;
       const int head = static_cast<int>(item % shape.heads);
       const int64_t offset = (row * shape.heads + head) * shape.head_dim;
-      attend_one(ctx, q + offset, first_position + row + 1, keys, values, shape, head / group, scores, out + offset);
+      if (vector)
+        attend_one_avx512(ctx, q + offset, first_position + row + 1, keys, values, shape, head / group, scores,
+                          out + offset);
+      else
+        attend_one(ctx, q + offset, first_position + row + 1, keys, values, shape, head / group, scores,
+                   out + offset);
     }
   };
   if (ctx.pool)
