@@ -5,20 +5,37 @@
 # == plain on the nano pair (greedy and seeded sampled) on the GPU, drafter_bench. One log and one combined JSON go
 # to $OUT; a summary table is printed last. Every step has a timeout inside one overall budget (LS_BUDGET_S).
 #
-#   here:     scripts/gpu-check.sh --stage          # build-gpu.sh into .gpu/bin + COMMIT file (carry .gpu/bin)
+#   here:     scripts/gpu-check.sh --stage          # build-gpu.sh, then .gpu/bin/binaries.tar.xz (carry .gpu/bin)
 #   GPU:      scripts/gpu-check.sh                   # OUT=$OUT from the device tool; LS_BIN=.gpu/bin
 #   dry run:  LS_DEVICE=cpu LS_BIN=build-gb OUT=/tmp/gc-out scripts/gpu-check.sh   # CPU binaries, tiny shapes
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# --stage [DIR]: build here, then pack the stripped binaries (about 17 MB, too big to carry beside the 55 MB tree)
+# as DIR/binaries.tar.xz (a few MB); the run unpacks it into $LS_WORK.
 if [ "${1:-}" = "--stage" ]; then
   set -e
   stage=${2:-.gpu/bin}
+  unpacked=.gpu/gpu-check-build
   export PATH=/usr/local/cuda/bin:$PATH
-  scripts/build-gpu.sh "$stage" lanespark lanespark_cuda_tests gpu_bench lanes_bench drafter_bench
+  build=${LS_GPU_BUILD_DIR:-build-gpu}
+  # CMake 3.25 has no C++20 flag for nvcc, so a fresh folder fails the CUDA20 dialect check: seed the flag before
+  # build-gpu.sh configures (a folder configured without it is reconfigured from scratch).
+  if ! grep -qs cuda_std_20 "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake; then
+    rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLS_CUDA=ON \
+      "-DLS_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a" \
+      -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 >/dev/null
+  fi
+  export LS_GPU_BUILD_DIR=$build
+  rm -rf "$unpacked"
+  scripts/build-gpu.sh "$unpacked" lanespark lanespark_cuda_tests gpu_bench lanes_bench drafter_bench
   { git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)"; } \
-    >"$stage/COMMIT" || true
-  du -sh "$stage"
+    >"$unpacked/COMMIT" || true
+  mkdir -p "$stage"
+  rm -f "$stage"/*
+  tar -cJf "$stage/binaries.tar.xz" -C "$unpacked" .
+  du -sh "$unpacked" "$stage"
   exit 0
 fi
 
@@ -34,6 +51,12 @@ LOG="$OUT/gpu_check.log"
 STEPS="$WORK/steps.tsv"
 : >"$LOG"
 : >"$STEPS"
+if [ -f "$BIN/binaries.tar.xz" ]; then  # packed by --stage
+  rm -rf "$WORK/bin" && mkdir -p "$WORK/bin"
+  tar -xJf "$BIN/binaries.tar.xz" -C "$WORK/bin" 2>>"$LOG" ||
+    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$BIN/binaries.tar.xz" "$WORK/bin"
+  BIN="$WORK/bin"
+fi
 export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # A staged or built binary: $BIN/name, $BIN/bench/name or $BIN/tests/name.
