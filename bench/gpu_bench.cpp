@@ -236,6 +236,16 @@ int main(int argc, char** argv) {
     check(target->commit(1, 1), "commit");
   }
   const double decode_ms = ms_since(decode_start) / o.decode_tokens;
+  // The same steps without CUDA graphs (every op launched from the host).
+  target->set_graphs(false);
+  const Clock::time_point eager_start = Clock::now();
+  for (int i = 0; i < o.decode_tokens; ++i) {
+    w.tokens = std::span<const int32_t>(&steps[i], 1);
+    check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
+    check(target->commit(1, 1), "commit");
+  }
+  const double eager_ms = ms_since(eager_start) / o.decode_tokens;
+  target->set_graphs(true);
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);
   target->reset_profile();
@@ -295,16 +305,24 @@ int main(int argc, char** argv) {
   const double prefill_ms = median(prefill_times);
   target->set_profiling(true);
   target->reset_profile();
-  {
-    Window pw;
-    pw.stream = 7;
-    pw.tokens = long_prompt;
-    pw.first_drawn_row = o.prefill - 1;
-    check(target->forward(std::span<const Window>(&pw, 1)).status(), "prefill");
-    target->release(7);
-  }
+  Window pw;
+  pw.stream = 7;
+  pw.tokens = long_prompt;
+  pw.first_drawn_row = o.prefill - 1;
+  check(target->forward(std::span<const Window>(&pw, 1)).status(), "prefill");
   std::vector<std::pair<std::string, double>> prefill_profile = target->profile();
   target->set_profiling(false);
+  // Decode after the long prompt: attention over `prefill` keys.
+  check(target->commit(7, o.prefill), "commit");
+  const Clock::time_point long_start = Clock::now();
+  for (int i = 0; i < 32; ++i) {
+    pw.tokens = std::span<const int32_t>(&steps[i % steps.size()], 1);
+    pw.first_drawn_row = 0;
+    check(target->forward(std::span<const Window>(&pw, 1)).status(), "long decode");
+    check(target->commit(7, 1), "commit");
+  }
+  const double long_decode_ms = ms_since(long_start) / 32;
+  target->release(7);
   const auto [cublas_s, flops] = cublas_prefill(c, o.prefill);
 
   std::printf("gpu_bench %s (%s, %d layers, D %d, vocab %d), load %.1f s, exact width %d\n", o.model.c_str(),
@@ -314,11 +332,13 @@ int main(int argc, char** argv) {
               floor_ms / decode_ms);
   std::printf("%-34s %9.3f ms %9.3f ms   (bytes/token %.1f MB, copy bw %.0f GB/s)\n", "decode step", decode_ms,
               floor_ms, per_token / 1e6, bandwidth / 1e9);
+  std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step without graphs", eager_ms, floor_ms, floor_ms / eager_ms);
   std::printf("%-34s %9.1f tok/s\n", ("decode, " + std::to_string(o.streams) + " streams (total)").c_str(),
               o.streams * 1e3 / streams_ms);
   std::printf("%-34s %9.1f ms %9.1f ms %7.2f   (cuBLAS %.0f TFLOP/s)\n",
               ("prefill " + std::to_string(o.prefill)).c_str(), prefill_ms, cublas_s * 1e3, cublas_s * 1e3 / prefill_ms,
               flops / cublas_s / 1e12);
+  std::printf("%-34s %9.3f ms\n", ("decode step at context " + std::to_string(o.prefill)).c_str(), long_decode_ms);
   for (auto [rows, ms] : verify_ms)
     std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows)).c_str(), ms, "",
                 ms / verify_ms.front().second);
@@ -333,7 +353,7 @@ int main(int argc, char** argv) {
     json out = {{"model", o.model}, {"model_type", c.model_type}, {"load_s", load_s},
                 {"exact_width", target->facts().exact_width}, {"bytes_per_token", per_token},
                 {"copy_bandwidth_gbs", bandwidth / 1e9}, {"decode_ms", decode_ms}, {"floor_ms", floor_ms},
-                {"decode_tok_s", 1e3 / decode_ms}, {"streams", o.streams}, {"streams_step_ms", streams_ms},
+                {"decode_tok_s", 1e3 / decode_ms}, {"decode_eager_ms", eager_ms}, {"long_context_decode_ms", long_decode_ms}, {"streams", o.streams}, {"streams_step_ms", streams_ms},
                 {"prefill_tokens", o.prefill}, {"prefill_ms", prefill_ms}, {"cublas_prefill_ms", cublas_s * 1e3},
                 {"cublas_tflops", flops / cublas_s / 1e12}};
     for (auto [rows, ms] : verify_ms) out["verify_ms"][std::to_string(rows)] = ms;

@@ -282,6 +282,48 @@ TEST(CudaTarget, CommitOfThreeOfEightRowsEqualsHavingRunOnlyThoseThree) {
   }
 }
 
+// Steady-state forwards replay captured CUDA graphs: draws and taps must equal the eager launches bit for bit.
+TEST(CudaTarget, GraphReplaysGiveTheEagerBitsForDrawsAndTaps) {
+  LS_SKIP_WITHOUT_DEVICE();
+  for (bool moe : {false, true}) {
+    auto target = small_cuda_target(moe);
+    ASSERT_NE(target, nullptr);
+    std::vector<std::vector<RowBits>> runs;
+    for (bool graphs : {false, true}) {
+      target->set_graphs(graphs);
+      std::vector<RowBits> rows;
+      std::vector<std::vector<int32_t>> tokens;
+      for (int s = 0; s < 4; ++s) tokens.push_back(testing::random_tokens(60, 40 + s));
+      std::vector<int> done(4, 0);
+      for (int round = 0; round < 14; ++round) {
+        std::vector<Window> windows;
+        for (int s = 0; s < 4; ++s) {
+          Window w;
+          w.stream = 10 + s;
+          w.tokens = std::span<const int32_t>(tokens[s].data() + done[s], round == 0 ? 8 : 1 + (round + s) % 3);
+          w.sampling = stream_sampling(s);
+          windows.push_back(w);
+        }
+        Result<Verified> v = target->forward(windows);
+        ASSERT_TRUE(v.ok()) << v.status().to_string();
+        const int64_t tap_width = static_cast<int64_t>(v->taps.size()) / v->row_begin.back();
+        for (int64_t r = 0; r < v->row_begin.back(); ++r)
+          rows.push_back(RowBits{0, bits_hash(v->taps.data() + r * tap_width, tap_width), v->draws[r]});
+        for (int s = 0; s < 4; ++s) {
+          const int kept = 1 + (round * 7 + s) % static_cast<int>(windows[s].tokens.size());  // rollbacks too
+          ASSERT_TRUE(target->commit(10 + s, kept).ok());
+          done[s] += kept;
+        }
+      }
+      if (graphs) EXPECT_GT(target->graph_count(), 0);
+      for (int s = 0; s < 4; ++s) target->release(10 + s);
+      runs.push_back(rows);
+    }
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_EQ(runs[0][i], runs[1][i]) << (moe ? "moe" : "dense") << " row " << i;
+  }
+}
+
 TEST(CudaTarget, RefusesFp32UncommittedWindowsAndAFullKvPoolByName) {
   LS_SKIP_WITHOUT_DEVICE();
   const io::ModelConfig config = testing::small_config(false);

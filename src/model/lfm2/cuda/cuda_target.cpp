@@ -53,6 +53,7 @@ Result<std::unique_ptr<CudaTarget>> CudaTarget::create(io::ModelConfig config, c
 
 CudaTarget::~CudaTarget() {
   if (stream_) cudaStreamSynchronize(stream_);
+  clear_graphs();
   for (auto& [event, label] : marks_) cudaEventDestroy(event);
   for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
   if (meta_host_) cudaFreeHost(meta_host_);
@@ -141,6 +142,7 @@ Status CudaTarget::set_taps(std::span<const int> layers) {
       return Status(ErrorCode::InvalidArgument, "tap layer " + std::to_string(layer) + " is outside the model's " +
                                                     std::to_string(facts_.num_layers) + " layers");
   taps_.assign(layers.begin(), layers.end());
+  clear_graphs();  // captured graphs copy taps into the old buffers
   const size_t count = static_cast<size_t>(max_rows_) * taps_.size() * facts_.hidden_size;
   LS_RETURN_IF_ERROR(taps_dev_.allocate(count));
   if (taps_host_) cudaFreeHost(taps_host_);
@@ -259,11 +261,13 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   region(meta.positions, rows * sizeof(int64_t));
   region(meta.row_window, rows * sizeof(int32_t));
   region(meta.windows, windows.size() * sizeof(gpu::WindowInfo));
-  region(meta.pages, page_total * sizeof(int32_t));
   region(meta.drawn, drawn * sizeof(int32_t));
   region(meta.draws, drawn * sizeof(cuda::RowDraw));
   region(meta.commits, pending_commits_.size() * sizeof(gpu::ConvCommit));
+  // Page lists last, uploaded at full capacity: the upload (and a captured graph) does not depend on their length.
+  region(meta.pages, size_t(kv_pages_) * sizeof(int32_t));
   meta.bytes = at;
+  (void)page_total;
   if (meta.bytes > meta_capacity_)
     return Status(ErrorCode::Internal, "forward metadata of " + std::to_string(meta.bytes) + " bytes exceeds " +
                                            std::to_string(meta_capacity_));
@@ -299,32 +303,36 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
     row_draws[i] = cuda::RowDraw{s.temperature, s.top_k, s.top_p, s.min_p, s.seed, positions[row] + 1};
   }
   std::memcpy(meta_host_ + meta.commits, pending_commits_.data(), pending_commits_.size() * sizeof(gpu::ConvCommit));
-  LS_RETURN_IF_ERROR(mark("start"));
-  LS_CUDA_TRY(cudaMemcpyAsync(meta_dev_.data(), meta_host_, meta.bytes, cudaMemcpyHostToDevice, stream_));
-
-  // Last forward's commits (they read its kept conv inputs), then fresh streams start from zero history.
-  const int64_t history = int64_t{config_.conv_kernel - 1} * D * conv_layers_;
-  LS_RETURN_IF_ERROR(gpu::commit_conv(device_at<gpu::ConvCommit>(meta.commits),
-                                      static_cast<int>(pending_commits_.size()), z_keep_.data(), max_rows_,
-                                      static_cast<int>(D), config_.conv_kernel, conv_layers_, conv_history_.data(),
-                                      stream_));
-  pending_commits_.clear();
-  for (int slot : fresh_slots)
-    if (history > 0)
-      LS_CUDA_TRY(cudaMemsetAsync(conv_history_.data() + slot * history, 0, history * sizeof(bf16), stream_));
-  LS_RETURN_IF_ERROR(mark("upload + commits"));
-
-  LS_RETURN_IF_ERROR(run_layers(rows, meta));
   verified.draws.assign(rows, -1);
   if (any_logits) verified.logits.assign(rows * V, std::numeric_limits<float>::quiet_NaN());
-  LS_RETURN_IF_ERROR(draw(drawn, meta, drawn_rows, wants, verified));
-  if (tap_count > 0)
-    LS_CUDA_TRY(cudaMemcpyAsync(taps_host_, taps_dev_.data(), rows * tap_count * D * sizeof(bf16),
-                                cudaMemcpyDeviceToHost, stream_));
-  if (drawn > 0)
-    LS_CUDA_TRY(cudaMemcpyAsync(draws_host_, draws_dev_.data(), drawn * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                stream_));
-  LS_RETURN_IF_ERROR(mark("copies to host"));
+  const int commit_count = static_cast<int>(pending_commits_.size());
+  pending_commits_.clear();
+  auto enqueue = [&]() { return enqueue_forward(rows, meta, commit_count, fresh_slots, drawn_rows, wants, verified); };
+  // Steady-state forwards (no fresh stream, nothing that syncs inside) replay a CUDA graph of the same shape.
+  if (graphs_enabled_ && fresh_slots.empty() && !any_logits && !expert_trace_ && !profiling_) {
+    const GraphKey key{rows, static_cast<int64_t>(windows.size()), drawn, commit_count, tap_count};
+    auto found = graphs_.find(key);
+    if (found == graphs_.end()) {
+      if (graphs_.size() >= kMaxGraphs) clear_graphs();
+      LS_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      const Status enqueued = enqueue();
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+      if (!enqueued.ok() || ended != cudaSuccess) {
+        if (graph) cudaGraphDestroy(graph);
+        LS_RETURN_IF_ERROR(enqueued);
+        LS_CUDA_TRY(ended);
+      }
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      LS_CUDA_TRY(made);
+      found = graphs_.emplace(key, exec).first;
+    }
+    LS_CUDA_TRY(cudaGraphLaunch(found->second, stream_));
+  } else {
+    LS_RETURN_IF_ERROR(enqueue());
+  }
   LS_CUDA_TRY(cudaStreamSynchronize(stream_));
   LS_RETURN_IF_ERROR(collect_profile());
   for (int64_t i = 0; i < drawn; ++i) verified.draws[drawn_rows[i]] = draws_host_[i];
@@ -335,6 +343,42 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
     states[w]->window_first_row = static_cast<int>(verified.row_begin[w]);
   }
   return verified;
+}
+
+Status CudaTarget::enqueue_forward(int64_t rows, const Meta& meta, int commit_count, const std::vector<int>& fresh_slots,
+                                   const std::vector<int64_t>& drawn_rows, const std::vector<char>& wants,
+                                   Verified& verified) {
+  const int64_t D = facts_.hidden_size;
+  const int64_t tap_count = static_cast<int64_t>(taps_.size());
+  const int64_t drawn = static_cast<int64_t>(drawn_rows.size());
+  LS_RETURN_IF_ERROR(mark("start"));
+  LS_CUDA_TRY(cudaMemcpyAsync(meta_dev_.data(), meta_host_, meta.bytes, cudaMemcpyHostToDevice, stream_));
+
+  // Last forward's commits (they read its kept conv inputs), then fresh streams start from zero history.
+  const int64_t history = int64_t{config_.conv_kernel - 1} * D * conv_layers_;
+  LS_RETURN_IF_ERROR(gpu::commit_conv(device_at<gpu::ConvCommit>(meta.commits), commit_count, z_keep_.data(), max_rows_,
+                                      static_cast<int>(D), config_.conv_kernel, conv_layers_, conv_history_.data(),
+                                      stream_));
+  for (int slot : fresh_slots)
+    if (history > 0)
+      LS_CUDA_TRY(cudaMemsetAsync(conv_history_.data() + slot * history, 0, history * sizeof(bf16), stream_));
+  LS_RETURN_IF_ERROR(mark("upload + commits"));
+
+  LS_RETURN_IF_ERROR(run_layers(rows, meta));
+  LS_RETURN_IF_ERROR(draw(drawn, meta, drawn_rows, wants, verified));
+  if (tap_count > 0)
+    LS_CUDA_TRY(cudaMemcpyAsync(taps_host_, taps_dev_.data(), rows * tap_count * D * sizeof(bf16),
+                                cudaMemcpyDeviceToHost, stream_));
+  if (drawn > 0)
+    LS_CUDA_TRY(cudaMemcpyAsync(draws_host_, draws_dev_.data(), drawn * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                stream_));
+  LS_RETURN_IF_ERROR(mark("copies to host"));
+  return ok_status();
+}
+
+void CudaTarget::clear_graphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
 }
 
 Status CudaTarget::draw(int64_t n, const Meta& meta, const std::vector<int64_t>& drawn_rows,

@@ -10,7 +10,9 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <unordered_map>
@@ -53,6 +55,13 @@ class CudaTarget final : public Target {
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<std::pair<std::string, double>>& profile() const { return profile_; }
   void reset_profile() { profile_.clear(); }
+  // Steady-state forwards replay CUDA graphs captured per shape (rows, windows, drawn rows, commits, taps); on by
+  // default. graph_count(): graphs held now.
+  void set_graphs(bool on) {
+    graphs_enabled_ = on;
+    if (!on) clear_graphs();
+  }
+  int graph_count() const { return static_cast<int>(graphs_.size()); }
 
  private:
   struct StreamState {
@@ -71,6 +80,10 @@ class CudaTarget final : public Target {
   CudaTarget() = default;
   Status allocate(const LoadOptions& options);
   Status check_windows(std::span<const Window> windows) const;
+  // Everything a forward runs on the device after its metadata is staged: upload, commits, layers, draws, copies.
+  Status enqueue_forward(int64_t rows, const Meta& meta, int commit_count, const std::vector<int>& fresh_slots,
+                         const std::vector<int64_t>& drawn_rows, const std::vector<char>& wants, Verified& verified);
+  void clear_graphs();
   // The layer loop over the forward's rows (metadata already on the device); leaves h [rows, D] after the last layer.
   Status run_layers(int64_t rows, const Meta& meta);
   Status mixer_conv(int layer, int64_t rows, const Meta& meta);
@@ -109,6 +122,10 @@ class CudaTarget final : public Target {
   std::vector<std::pair<cudaEvent_t, const char*>> marks_;  // this forward's events
   std::vector<cudaEvent_t> spare_events_;
   std::vector<std::pair<std::string, double>> profile_;
+  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int, int64_t>;
+  static constexpr size_t kMaxGraphs = 256;
+  bool graphs_enabled_ = true;
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
 
   // Device pools.
   cuda::DeviceBuffer<bf16> kv_pool_;       // [attention layers, 2, pages, page_size, kv_width]
