@@ -352,6 +352,76 @@ TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
   EXPECT_GT(rows, 60);
 }
 
+// Both block attention variants on the same random caches (3 requests, contexts 5 / 40 / 300, layer 1 of 2),
+// outputs poisoned first: every output written and finite, and the two within a few bf16 ulps (they differ only in
+// how fp32 sums over keys are grouped). Pins the Tile variant before choose_block_attention() may pick it.
+TEST(CudaDrafter, TheTileAttentionKernelAgreesWithTheWarpKernel) {
+  SKIP_WITHOUT_DEVICE();
+  for (const int head_dim : {64, 32}) {
+    const int gamma = 7, layers = 2, layer = 1;
+    const cuda::AttentionDims dims{8, 2, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+    ASSERT_TRUE(cuda::block_attention_tile_supported(gamma, dims));
+    const int64_t kv = static_cast<int64_t>(dims.kv_heads) * head_dim;
+    const int64_t lengths[] = {5, 40, 300};
+    std::mt19937 rng(99 + head_dim);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    auto random_bf16 = [&](size_t count, float scale) {
+      std::vector<bf16> values(count);
+      for (bf16& value : values) value = float_to_bf16(scale * uniform(rng));
+      return values;
+    };
+    std::vector<ls::cuda::DeviceBuffer<bf16>> caches;
+    std::vector<cuda::DeviceBlockRequest> requests;
+    for (int64_t length : lengths) {
+      const int64_t capacity = length + gamma + 3;
+      for (int which = 0; which < 2; ++which) {
+        const std::vector<bf16> values = random_bf16(static_cast<size_t>(layers * capacity * kv), 2.0f);
+        caches.emplace_back();
+        ASSERT_TRUE(caches.back().allocate(values.size()).ok());
+        cudaMemcpy(caches.back().data(), values.data(), values.size() * 2, cudaMemcpyHostToDevice);
+      }
+      const size_t n = caches.size();
+      requests.push_back(cuda::DeviceBlockRequest{reinterpret_cast<cuda::bf16_t*>(caches[n - 2].data()),
+                                                  reinterpret_cast<cuda::bf16_t*>(caches[n - 1].data()), length,
+                                                  capacity});
+    }
+    const int count = static_cast<int>(requests.size());
+    const size_t outputs = static_cast<size_t>(count) * gamma * dims.heads * head_dim;
+    const std::vector<bf16> queries = random_bf16(outputs, 2.0f);
+    ls::cuda::DeviceBuffer<bf16> device_queries, warp_out, tile_out;
+    ls::cuda::DeviceBuffer<cuda::DeviceBlockRequest> device_requests;
+    ASSERT_TRUE(device_queries.allocate(outputs).ok() && warp_out.allocate(outputs).ok() &&
+                tile_out.allocate(outputs).ok() && device_requests.allocate(requests.size()).ok());
+    cudaMemcpy(device_queries.data(), queries.data(), outputs * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(device_requests.data(), requests.data(), requests.size() * sizeof(cuda::DeviceBlockRequest),
+               cudaMemcpyHostToDevice);
+    cudaMemset(warp_out.data(), 0xff, outputs * 2);
+    cudaMemset(tile_out.data(), 0xff, outputs * 2);
+    const auto* q = reinterpret_cast<const cuda::bf16_t*>(device_queries.data());
+    ASSERT_TRUE(cuda::block_attention_warp(q, device_requests.data(), count, gamma, dims, layer,
+                                           reinterpret_cast<cuda::bf16_t*>(warp_out.data()), nullptr)
+                    .ok());
+    ASSERT_TRUE(cuda::block_attention_tile(q, device_requests.data(), count, gamma, dims, layer,
+                                           reinterpret_cast<cuda::bf16_t*>(tile_out.data()), nullptr)
+                    .ok());
+    std::vector<bf16> warp(outputs), tile(outputs);
+    ASSERT_EQ(cudaMemcpy(warp.data(), warp_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(tile.data(), tile_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    double worst = 0;
+    int bitwise = 0;
+    for (size_t i = 0; i < outputs; ++i) {
+      const float a = bf16_to_float(tile[i]), b = bf16_to_float(warp[i]);
+      ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << "output " << i << " unwritten or non-finite";
+      worst = std::max(worst, static_cast<double>(std::fabs(a - b)));
+      bitwise += a == b;
+    }
+    std::printf("[ attention ] head_dim %d: tile vs warp worst |diff| %.3g, %d of %zu bitwise\n", head_dim, worst,
+                bitwise, outputs);
+    EXPECT_LE(worst, 2e-2);
+    EXPECT_GE(bitwise * 10, static_cast<int>(outputs) * 8);
+  }
+}
+
 TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsorb) {
   SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();

@@ -240,8 +240,20 @@ Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBl
   return ok_status();
 }
 
+BlockAttentionKernel choose_block_attention(int count, int gamma, AttentionDims dims) {
+  return BlockAttentionKernel::Warp;
+}
+
 Status block_attention(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma, AttentionDims dims,
                        int layer, bf16_t* out, cudaStream_t stream) {
+  if (choose_block_attention(count, gamma, dims) == BlockAttentionKernel::Tile) {
+    return block_attention_tile(q, requests, count, gamma, dims, layer, out, stream);
+  }
+  return block_attention_warp(q, requests, count, gamma, dims, layer, out, stream);
+}
+
+Status block_attention_warp(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                            AttentionDims dims, int layer, bf16_t* out, cudaStream_t stream) {
   if (count == 0) return ok_status();
   const dim3 grid(count * dims.heads), block(gamma * kWarp);
   switch (dims.head_dim) {

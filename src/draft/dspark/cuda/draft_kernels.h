@@ -59,8 +59,20 @@ Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBl
                         int gamma, int kv_size, int layer, cudaStream_t stream);
 // Bidirectional block attention: query row (request i, slot s) over keys 0 .. p_i+gamma-1 of layer `layer`
 // (context, then the block): eager softmax with the CPU's bf16 roundings. q, out [count * gamma, heads, head_dim].
+// Runs the variant choose_block_attention() picks.
 Status block_attention(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma, AttentionDims dims,
                        int layer, bf16_t* out, cudaStream_t stream);
+// The variants: Warp (a warp per block slot and head, lanes over keys; the one measured on the H200) and Tile
+// (attention_tile.cu: a CTA per request and KV head over shared-memory K/V tiles, sums in key order).
+enum class BlockAttentionKernel { Warp, Tile };
+// Warp for now: Tile becomes the pick (for supported shapes) once its device test has passed (docs/cuda.md).
+BlockAttentionKernel choose_block_attention(int count, int gamma, AttentionDims dims);
+Status block_attention_warp(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                            AttentionDims dims, int layer, bf16_t* out, cudaStream_t stream);
+// Tile takes gamma x (heads / kv_heads) <= 64 query rows per KV head at head_dim 32 or 64.
+bool block_attention_tile_supported(int gamma, AttentionDims dims);
+Status block_attention_tile(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                            AttentionDims dims, int layer, bf16_t* out, cudaStream_t stream);
 
 // ---- Markov scan ----
 
