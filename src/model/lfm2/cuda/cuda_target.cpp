@@ -309,11 +309,16 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   pending_commits_.clear();
   auto enqueue = [&]() { return enqueue_forward(rows, meta, commit_count, fresh_slots, drawn_rows, wants, verified); };
   // Steady-state forwards (no fresh stream, nothing that syncs inside) replay a CUDA graph of the same shape.
-  if (graphs_enabled_ && fresh_slots.empty() && !any_logits && !expert_trace_ && !profiling_) {
-    const GraphKey key{rows, static_cast<int64_t>(windows.size()), drawn, commit_count, tap_count};
+  // A shape is captured the second time it is seen (one-off shapes such as prompt chunks stay eager).
+  const GraphKey key{rows, static_cast<int64_t>(windows.size()), drawn, commit_count, tap_count};
+  const bool graphable = graphs_enabled_ && fresh_slots.empty() && !any_logits && !expert_trace_ && !profiling_;
+  if (graphable && (graphs_.count(key) > 0 || ++sightings_[key] >= 2)) {
     auto found = graphs_.find(key);
     if (found == graphs_.end()) {
-      if (graphs_.size() >= kMaxGraphs) clear_graphs();
+      if (graphs_.size() >= kMaxGraphs) {
+        clear_graphs();
+        sightings_[key] = 2;
+      }
       LS_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       const Status enqueued = enqueue();
       cudaGraph_t graph = nullptr;
@@ -379,6 +384,7 @@ Status CudaTarget::enqueue_forward(int64_t rows, const Meta& meta, int commit_co
 void CudaTarget::clear_graphs() {
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   graphs_.clear();
+  sightings_.clear();
 }
 
 Status CudaTarget::draw(int64_t n, const Meta& meta, const std::vector<int64_t>& drawn_rows,

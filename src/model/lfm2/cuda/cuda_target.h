@@ -55,8 +55,8 @@ class CudaTarget final : public Target {
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<std::pair<std::string, double>>& profile() const { return profile_; }
   void reset_profile() { profile_.clear(); }
-  // Steady-state forwards replay CUDA graphs captured per shape (rows, windows, drawn rows, commits, taps); on by
-  // default. graph_count(): graphs held now.
+  // Steady-state forwards replay CUDA graphs captured per shape (rows, windows, drawn rows, commits, taps) from the
+  // shape's second forward on; on by default. graph_count(): graphs held now.
   void set_graphs(bool on) {
     graphs_enabled_ = on;
     if (!on) clear_graphs();
@@ -126,6 +126,7 @@ class CudaTarget final : public Target {
   static constexpr size_t kMaxGraphs = 256;
   bool graphs_enabled_ = true;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
+  std::map<GraphKey, int> sightings_;
 
   // Device pools.
   cuda::DeviceBuffer<bf16> kv_pool_;       // [attention layers, 2, pages, page_size, kv_width]
