@@ -8,7 +8,7 @@
 //             [--drafter DIR [--drafter-device auto|cpu|cuda]           the DSpark drafter in DIR (auto: on --device,
 //              | --wrong-rate R]                                         the CPU if CUDA refuses), or a drafter
 //                                                                         replaying the plain reply (right at 1 - R)
-//             [--synthetic-acceptance MEAN] [--sampled 0|1] [--machine TEXT] [--commit SHA]
+//             [--synthetic-acceptance MEAN] [--sampled 0|1] [--max-rows R] [--machine TEXT] [--commit SHA]
 //
 // Per stream count, plain (A) and drafted (B) alternate A B A B ... `--repeats` times; medians are reported. The
 // first plain run's replies are the record: every later plain and drafted reply must equal it (column "exact").
@@ -65,6 +65,7 @@ struct BenchOptions {
   int repeats = 1;                    // real target: A B alternations per stream count; medians reported
   double synthetic_acceptance = 0.0;  // > 0: the mean accepted length of the synthetic profile
   int exact_width_probe = 16;
+  int max_rows = 0;  // rows per verify forward (LanesOptions::max_rows; 0 = the lanes' default)
   bool sampled = false;  // seeded sampled requests (temperature, top-k/p, min-p mixed) instead of greedy
   std::string machine;
   std::string commit = "unknown";
@@ -129,9 +130,11 @@ struct Measured {
 };
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
-Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals) {
+Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
+                          int max_rows = 0) {
   LanesOptions lanes_options;
-  lanes_options.max_streams = std::max<int>(lanes_options.max_streams, static_cast<int>(arrivals.size()));
+  lanes_options.max_rows = max_rows;
+  lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   Measured measured;
   measured.streams = static_cast<int>(arrivals.size());
@@ -294,11 +297,11 @@ Result<json> real_cell(const BenchOptions& options, Target& target, Drafter* dsp
   bool exact = true;
   int64_t mismatches = 0;
   for (int repeat = 0; repeat < std::max(1, options.repeats); ++repeat) {
-    LS_ASSIGN_OR_RETURN(Measured plain, run_once(target, nullptr, clock, arrivals));
+    LS_ASSIGN_OR_RETURN(Measured plain, run_once(target, nullptr, clock, arrivals, options.max_rows));
     if (!plain_runs.empty()) exact = exact && plain.replies == plain_runs.front().replies;
     plain_runs.push_back(std::move(plain));
     DraftedArm arm = drafted_arm(options, target, dspark, arrivals, plain_runs.front().replies, profile);
-    LS_ASSIGN_OR_RETURN(Measured drafted, run_once(target, arm.drafter, clock, arrivals));
+    LS_ASSIGN_OR_RETURN(Measured drafted, run_once(target, arm.drafter, clock, arrivals, options.max_rows));
     exact = exact && drafted.replies == plain_runs.front().replies;
     if (arm.synthetic) mismatches += arm.synthetic->record_mismatches();
     drafted_runs.push_back(std::move(drafted));
@@ -352,7 +355,7 @@ int run(const BenchOptions& options) {
                                : options.drafter_device == "cuda" ? Device::Cuda
                                                                   : device;
       drafter_options.threads = options.threads;
-      drafter_options.max_streams = most_streams;
+      drafter_options.max_streams = most_streams + 1;  // the lanes' cost timing adds one long scratch stream
       auto drafter = load_drafter(options.drafter_dir, *target, drafter_options);
       if (!drafter.ok() && options.drafter_device == "auto" && drafter_options.device == Device::Cuda) {
         std::printf("NOTE: the CUDA drafter refused (%s); the drafter runs on the CPU\n",
@@ -403,6 +406,7 @@ int run(const BenchOptions& options) {
               {"prompt_tokens", options.prompt_tokens},
               {"tokens_per_stream", options.tokens},
               {"threads", options.threads},
+              {"max_rows", options.max_rows},
               {"sampled", options.sampled},
               {"repeats", std::max(1, options.repeats)},
               {"wrong_rate", options.wrong_rate},
@@ -470,6 +474,7 @@ int main(int argc, char** argv) {
     else if (flag == "--streams") options.streams = ls::parse_counts(value);
     else if (flag == "--synthetic-acceptance") options.synthetic_acceptance = std::atof(value.c_str());
     else if (flag == "--exact-width-probe") options.exact_width_probe = std::atoi(value.c_str());
+    else if (flag == "--max-rows") options.max_rows = std::atoi(value.c_str());
     else if (flag == "--sampled") options.sampled = value == "1";
     else if (flag == "--machine") options.machine = value;
     else if (flag == "--commit") options.commit = value;
@@ -485,7 +490,7 @@ int main(int argc, char** argv) {
                  "usage: lanes_bench [--model DIR [--device cpu|cuda] [--drafter DIR [--drafter-device auto|cpu|cuda]] "
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
-                 "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] "
+                 "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
                  "[--sampled 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }

@@ -120,11 +120,12 @@ say "machine: $MACHINE"
 
 # Shapes: the real ones on the GPU; tiny ones (same code paths, hidden 2048) for the CPU dry run.
 if [ "$DEVICE" = cuda ]; then
-  SMALL_SYNTH=() ; SMALL_DRAFTER=() ; THREADS=8
+  # LS_SYNTH_ARGS (e.g. "--layers 2 --vocab 1024") shrinks the shapes for a smoke test of the command lines.
+  read -r -a SMALL_SYNTH <<<"${LS_SYNTH_ARGS:-}" ; SMALL_DRAFTER=() ; THREADS=8 ; ROWS=256  # 256: issue 8's bound
   STREAMS=${LS_STREAMS:-1,4,8,16,32,64} ; TOKENS=${LS_TOKENS:-256} ; REPEATS=${LS_REPEATS:-3} ; PROMPT=128
   MOE_STREAMS=${LS_MOE_STREAMS:-1,4,16,64} ; NANO_TOKENS=64 ; CHECK_STREAMS=1,4,16 ; CHECK_TOKENS=32
 else
-  SMALL_SYNTH=(--layers 3 --vocab 4096) ; SMALL_DRAFTER=(--drafter-layers 1) ; THREADS=2
+  SMALL_SYNTH=(--layers 3 --vocab 4096) ; SMALL_DRAFTER=(--drafter-layers 1) ; THREADS=2 ; ROWS=0
   STREAMS=${LS_STREAMS:-1,4} ; TOKENS=${LS_TOKENS:-12} ; REPEATS=${LS_REPEATS:-1} ; PROMPT=16
   MOE_STREAMS=${LS_MOE_STREAMS:-1} ; NANO_TOKENS=16 ; CHECK_STREAMS=1,4 ; CHECK_TOKENS=8
 fi
@@ -153,7 +154,8 @@ fi
 LANES=$(bin lanes_bench)
 step lanes_1.2b 200 "$J/lanes_1.2b.json" "$LANES" --model "$M12" --drafter "$M12-dspark" --device "$DEVICE" \
   --threads "$THREADS" --streams "$STREAMS" --tokens "$TOKENS" --repeats "$REPEATS" --prompt-tokens "$PROMPT" \
-  --synthetic-acceptance "$ACCEPT" --machine "$MACHINE" --commit "$COMMIT" --json "$J/lanes_1.2b.json"
+  --synthetic-acceptance "$ACCEPT" --max-rows "$ROWS" --machine "$MACHINE" --commit "$COMMIT" \
+  --json "$J/lanes_1.2b.json"
 
 # 3. Exactness on the device: drafted == plain on the nano pair (its own drafter), greedy and seeded sampled.
 NANO=(--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json
@@ -179,7 +181,8 @@ if step synth_8b 150 - "$LANESPARK" synth --shape lfm2-8b-a1b --out "$M8" --draf
   fi
   step lanes_8b 150 "$J/lanes_8b.json" "$LANES" --model "$M8" --drafter "$M8-dspark" --device "$DEVICE" \
     --threads "$THREADS" --streams "$MOE_STREAMS" --tokens "$TOKENS" --repeats "$REPEATS" --prompt-tokens "$PROMPT" \
-    --synthetic-acceptance "$ACCEPT" --machine "$MACHINE" --commit "$COMMIT" --json "$J/lanes_8b.json"
+    --synthetic-acceptance "$ACCEPT" --max-rows "$ROWS" --machine "$MACHINE" --commit "$COMMIT" \
+    --json "$J/lanes_8b.json"
 fi
 rm -rf "$M8" "$M8-dspark"
 
@@ -214,10 +217,11 @@ for entry in steps:
 for name in ("cuda_tests", "cpu_tests"):
     tests = results.get(name)
     if tests:
-        failed = [case["name"] for suite in tests.get("testsuites", []) for case in suite.get("testsuite", [])
-                  if case.get("failures")]
-        print("\n%s: %s tests, %s failures, %s disabled %s" % (name, tests.get("tests"), tests.get("failures"),
-              tests.get("disabled"), ("FAILED: " + ", ".join(failed[:12])) if failed else ""))
+        cases = [case for suite in tests.get("testsuites", []) for case in suite.get("testsuite", [])]
+        failed = [case["name"] for case in cases if case.get("failures")]
+        skipped = sum(1 for case in cases if case.get("result") == "SKIPPED")
+        print("\n%s: %s tests, %s failures, %d skipped %s" % (name, tests.get("tests"), tests.get("failures"), skipped,
+              ("FAILED: " + ", ".join(failed[:12])) if failed else ""))
 for name, tables in results.items():
     if not name.startswith(("gpu_bench", "cpu_bench")):
         continue
