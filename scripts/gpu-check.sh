@@ -43,7 +43,7 @@ DEVICE=${LS_DEVICE:-cuda}
 BIN=${LS_BIN:-.gpu/bin}
 OUT=${OUT:-out/gpu-check}
 WORK=${LS_WORK:-/tmp/lanespark-gpu-check}
-BUDGET=${LS_BUDGET_S:-510}   # whole script, seconds (the device call allows 540 with start-up)
+BUDGET=${LS_BUDGET_S:-510}   # whole script, seconds (a device command may run 600)
 RESERVE=15                   # kept for the summary
 ACCEPT=${LS_ACCEPT:-5.02}    # LiquidAI's published mean accepted length for the 1.2B drafter (bonus included)
 mkdir -p "$OUT" "$WORK/json"
@@ -104,7 +104,8 @@ if [ ! -e "$BUILT_SOURCE" ] && [ -w "$(dirname "$(dirname "$BUILT_SOURCE")")" ];
   mkdir -p "$(dirname "$BUILT_SOURCE")" && ln -s "$PWD" "$BUILT_SOURCE"
 fi
 
-COMMIT=$(git rev-parse HEAD 2>/dev/null || head -1 "$BIN/COMMIT" 2>/dev/null || echo unknown)
+# The binaries' commit (written by --stage), else the checkout's.
+COMMIT=$(head -1 "$BIN/COMMIT" 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
 say "gpu-check: device $DEVICE, binaries $BIN, commit $COMMIT, $(date -u +%FT%TZ)"
 if [ "$DEVICE" = cuda ]; then
   GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
