@@ -137,7 +137,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // A probe re-measures acceptance; when the costs alone rule drafting out (every draft landing would still
     // lose to plain) that buys nothing, so it waits for the longest wait, where it re-measures the drafter's
     // cost instead (a pass timed slow at load must not rule drafting out for good).
-    if (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers, prober + 1, caps[prober])) {
+    if (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers[0], stream, caps[prober])) {
       plans[prober] = {1, 1};
     }
     stream.backoff.zero_rounds = 0;
@@ -152,9 +152,14 @@ RoundCost Pricing::round_cost() const {
   };
 }
 
-bool Pricing::could_pay(std::span<const RowOffer> offers, size_t offer_index, int cap) const {
-  std::vector<RowOffer> alone = {offers[0], offers[offer_index]};
+bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int cap) const {
+  std::vector<RowOffer> alone(2);
+  alone[0] = pending_rows;
+  alone[1].fixed_rows = 0;
+  alone[1].fixed_expected = 0;
   alone[1].chances.assign(std::max(cap, 1), 1.0f);
+  // Its catch-up spread over the few rounds such a stream would still run.
+  alone[1].activation_ms = activation_ms(stream, cap, alone[1].chances);
   const Allocation best = allocate_rows(alone, max_rows_, round_cost(), options_.plain_margin);
   return best.extra_rows[1] > 0;
 }

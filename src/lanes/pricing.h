@@ -68,8 +68,9 @@ class Pricing {
   // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
   std::vector<float> depth_chances(const Stream& stream, int cap) const;
   RoundCost round_cost() const;
-  // Whether offer `offer_index` would be bought at all if every one of its `cap` drafts landed.
-  bool could_pay(std::span<const RowOffer> offers, size_t offer_index, int cap) const;
+  // Whether `stream` would be bought drafts at all, next to the round's pending rows, if every one of its `cap`
+  // drafts landed (its catch-up absorb included).
+  bool could_pay(const RowOffer& pending_rows, const Stream& stream, int cap) const;
   void trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers, const Allocation& allocation,
                     int round_streams) const;
 

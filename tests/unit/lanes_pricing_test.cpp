@@ -290,6 +290,20 @@ TEST(LanesPricing, ADrafterThatCannotPayEvenIfAlwaysRightIsNotRunToProbeBeforeTh
   EXPECT_DOUBLE_EQ(drafted.ms, plain.ms);
 }
 
+TEST(LanesPricing, AProbeWhoseCatchUpAbsorbTheReplyCannotRepayIsSkipped) {
+  // A 200-row prompt costs the drafter 1000 ms to catch up on; 100 tokens at 7 per window leave about 12 rounds
+  // to spread it over, 83 ms each: even an always-right drafter would lose to plain, so no probe is paid.
+  FixedClock clock;
+  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  drafter_options.absorb_row_ms = 5.0;
+  std::vector<Arrival> arrivals = long_prompt_requests(1, 200, 100);
+  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, arrivals);
+  ASSERT_EQ(plain.tokens, drafted.tokens);
+  EXPECT_EQ(drafted.drafter_passes, 0);
+  EXPECT_DOUBLE_EQ(drafted.ms, plain.ms);
+}
+
 TEST(LanesPricing, StreamsPricedToZeroProbeOneAtATime) {
   // An always-wrong drafter at 8 streams: once pricing has turned drafting off, every drafter pass is one
   // stream's probe, never a pass where every stream pays its catch-up absorb at once.
