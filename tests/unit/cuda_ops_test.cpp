@@ -123,11 +123,11 @@ double normwise_error(const std::vector<float>& y, const std::vector<double>& re
 TEST(CudaGemm, MatchesTheFp64ReferenceForEveryTileShapeWithTailsAndBias) {
   SKIP_WITHOUT_DEVICE();
   GemmEngine engine;
-  // m picks the decode, medium and large kernels; N odd, K not a multiple of 64 and K = 2056 (three slices, the
-  // last one 8 wide) exercise the edges.
+  // m picks the decode, medium, large and split kernels; N odd, K not a multiple of 64 and K = 2056 / 4104 (three
+  // and five slices, the last one 8 wide) exercise the edges.
   for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 517, 1032}, {13, 4100, 264}, {40, 517, 1032}, {300, 520, 200}, {260, 9000, 72}, {3, 260, 2056},
-           {70, 260, 2056}}) {
+           {70, 260, 2056}, {40, 130, 4104}, {9, 131, 4104}}) {
     auto x_host = bf16_exact(random_values(m * k, 11 + m));
     compute::OwnedMatrix w_host = compute::testing::random_matrix(n, k, 12 + n, NumericMode::Bf16);
     w_host.bias = random_values(n, 13);
@@ -170,7 +170,7 @@ std::string invariance_failure(const GemmEngine& engine, const GemmCase& shape, 
 std::vector<int64_t> invariance_widths() {
   std::vector<int64_t> widths;
   for (int64_t m = 1; m <= 16; ++m) widths.push_back(m);
-  for (int64_t m : {32, 64, 100, 128, 200, 256, 512, 2048}) widths.push_back(m);
+  for (int64_t m : {17, 32, 48, 64, 65, 100, 128, 200, 256, 512, 2048}) widths.push_back(m);
   return widths;
 }
 

@@ -1,108 +1,21 @@
 // The batch-invariant bf16 GEMM: mma.sync m16n8k16 tensor cores, ldmatrix from swizzled shared memory, cp.async
 // multi-stage pipelines. One reduction order for every m (the canonical order, a function of K alone): K above
 // kUnslicedK is cut into slices of kSliceK; each slice is one fp32 accumulator fed with its 16-wide K steps in
-// ascending order; the slice sums are added in slice order, ((s0 + s1) + s2) + ..., then the bias. The decode kernel (m <= 16) gives each slice to its own warp
-// for bandwidth; the tile kernel walks the slices in turn with a second register set; both add alike.
+// ascending order; the slice sums are added in slice order, ((s0 + s1) + s2) + ..., then the bias. The decode
+// kernel (m <= 16) gives each slice to its own warp; the tile kernel walks the slices in turn with a second register
+// set, or (split mode, sm_90 clusters) gives each slice to its own CTA of a cluster and adds the CTAs' slice sums
+// from distributed shared memory in slice order. All add alike.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <string>
 
-#include "compute/cuda/kernels.h"
+#include "compute/cuda/gemm_device.cuh"
 
 namespace ls::cuda {
 namespace {
 
-constexpr int kBlockK = 64;  // one 128-byte shared-memory row of bf16 per tile row; swizzled in 16-byte chunks
-constexpr int kSliceK = 1024;     // K per slice of the canonical order (a multiple of kBlockK)
-constexpr int kUnslicedK = 2048;  // K up to this is one slice
-constexpr int kSliceTiles = kSliceK / kBlockK;
-
-__host__ __device__ inline int slice_count(int k) { return k <= kUnslicedK ? 1 : (k + kSliceK - 1) / kSliceK; }
-
-// A tile configuration: BM x BN outputs per CTA, WARPS_M x WARPS_N warps, STAGES tiles of K in flight.
-template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
-struct Tile {
-  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
-  static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
-  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
-  static constexpr int MI = WM / 16, NI = WN / 8;              // mma tiles per warp
-  static constexpr int STAGE_ELEMS = (BM + BN) * kBlockK;
-  static constexpr int SMEM_BYTES = STAGES * STAGE_ELEMS * 2;
-  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles are whole 16x16 blocks");
-};
-
-__device__ __forceinline__ uint32_t smem_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
-// Byte offset of 16-byte chunk `chunk` of tile row `row` (XOR swizzle: ldmatrix reads 8 rows without bank conflicts).
-__device__ __forceinline__ int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
-
-// 16 bytes global -> shared, zero-filled when `inside` is false (rows past m or N, K past the end).
-__device__ __forceinline__ void copy_chunk(uint32_t dst, const void* src, bool inside) {
-  const int bytes = inside ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void commit_group() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t address, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(address));
-}
-
-// D = A(16x16 bf16) * B(16x8 bf16) + D, fp32. Not volatile: a pure register op the scheduler may sink below the
-// next step's ldmatrix (which stay in order behind the pipeline's waits).
-__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, const uint32_t* b) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-struct GemmArgs {
-  const __nv_bfloat16* x;  // [m, K]
-  const __nv_bfloat16* w;  // [N, K]
-  const float* bias;       // [N] or null
-  __nv_bfloat16* y_b16;    // [m, N] or null
-  float* y_f32;            // [m, N] or null
-  int m, n, k;
-  int reverse_k;  // test-only fault: walk K tiles backwards
-};
-
-__device__ __forceinline__ void ldmatrix_x2(uint32_t address, uint32_t& r0, uint32_t& r1) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(address));
-}
-
-// Writes one output pair (acc + bias, rounded once) at row r, columns c and c + 1 (when inside).
-__device__ __forceinline__ void store_pair(const GemmArgs& args, int r, int c, float v0, float v1) {
-  if (r >= args.m || c >= args.n) return;
-  const bool second = c + 1 < args.n;
-  if (args.bias) {
-    v0 = __fadd_rn(v0, args.bias[c]);
-    if (second) v1 = __fadd_rn(v1, args.bias[c + 1]);
-  }
-  const int64_t at = static_cast<int64_t>(r) * args.n + c;
-  const bool pairs = (args.n & 1) == 0;
-  if (args.y_f32) {
-    if (pairs) {
-      *reinterpret_cast<float2*>(args.y_f32 + at) = make_float2(v0, v1);
-    } else {
-      args.y_f32[at] = v0;
-      if (second) args.y_f32[at + 1] = v1;
-    }
-  } else if (pairs) {
-    *reinterpret_cast<__nv_bfloat162*>(args.y_b16 + at) = __floats2bfloat162_rn(v0, v1);
-  } else {
-    args.y_b16[at] = __float2bfloat16_rn(v0);
-    if (second) args.y_b16[at + 1] = __float2bfloat16_rn(v1);
-  }
-}
+using namespace gemm_detail;
 
 // Loads K tile `kt` of the CTA's A rows and B rows into one pipeline stage.
 template <class T>
@@ -132,14 +45,65 @@ __device__ __forceinline__ void load_stage(const GemmArgs& args, __nv_bfloat16* 
   }
 }
 
-template <class T, bool SLICED>
+// Split mode's end: this CTA's slice sums go to its shared memory [BM][BN] fp32; after a cluster barrier each CTA
+// adds its share of the outputs over the cluster's CTAs in slice (= rank) order, then bias and one rounding.
+template <class T>
+__device__ __forceinline__ void split_epilogue(const GemmArgs& args, const float (&acc)[T::MI][T::NI][4],
+                                               unsigned char* shared_raw, int row0, int col0) {
+  static_assert(T::BM * T::BN * 4 <= T::SMEM_BYTES, "the slice sums fit the pipeline's shared memory");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
+  __syncthreads();  // every warp is done reading the pipeline stages
+  float* part = reinterpret_cast<float*>(shared_raw);
+#pragma unroll
+  for (int i = 0; i < T::MI; ++i)
+#pragma unroll
+    for (int j = 0; j < T::NI; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = warp_m * T::WM + i * 16 + (lane >> 2) + half * 8;
+        const int c = warp_n * T::WN + j * 8 + (lane & 3) * 2;
+        *reinterpret_cast<float2*>(part + r * T::BN + c) = make_float2(acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
+      }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int slices = static_cast<int>(gridDim.z), rank = static_cast<int>(blockIdx.z);
+  const int pairs = min(T::BM, args.m - row0) * (T::BN / 2);
+  const int share = (pairs + slices - 1) / slices;
+  const int end = min(pairs, (rank + 1) * share);
+  for (int p = rank * share + tid; p < end; p += T::THREADS) {
+    const int r = p / (T::BN / 2), c = (p % (T::BN / 2)) * 2;
+    float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(part, 0) + r * T::BN + c);
+    for (int s = 1; s < slices; ++s) {
+      const float2 u = *reinterpret_cast<const float2*>(cluster.map_shared_rank(part, s) + r * T::BN + c);
+      v.x = __fadd_rn(v.x, u.x);
+      v.y = __fadd_rn(v.y, u.y);
+    }
+    store_pair(args, row0 + r, col0 + c, v.x, v.y);
+  }
+  cluster.sync();  // no CTA leaves while another still reads its shared memory
+#else
+  __trap();  // split mode runs only where the engine found clusters (sm_90+)
+#endif
+}
+
+// Plain: one chain over all of K (one slice). Sliced: the slices in turn, a second register set holds the running
+// total. Split: this CTA computes slice blockIdx.z (its cluster rank) only; the cluster adds the slice sums.
+enum class Mode { Plain, Sliced, Split };
+
+template <class T, Mode MODE>
 __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
+  constexpr bool SLICED = MODE == Mode::Sliced;
   extern __shared__ __align__(128) unsigned char shared_raw[];
   __nv_bfloat16* shared = reinterpret_cast<__nv_bfloat16*>(shared_raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
   const int row0 = blockIdx.y * T::BM, col0 = blockIdx.x * T::BN;
-  const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
+  const int all_tiles = (args.k + kBlockK - 1) / kBlockK;
+  const int first_tile = MODE == Mode::Split ? static_cast<int>(blockIdx.z) * kSliceTiles : 0;
+  const int k_tiles = MODE == Mode::Split && gridDim.z > 1 ? min(kSliceTiles, all_tiles - first_tile) : all_tiles;
 
   float acc[T::MI][T::NI][4];
   float total[SLICED ? T::MI : 1][SLICED ? T::NI : 1][4];  // slice sums so far, in slice order
@@ -150,7 +114,7 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-  auto tile_at = [&](int step) { return args.reverse_k ? k_tiles - 1 - step : step; };
+  auto tile_at = [&](int step) { return first_tile + (args.reverse_k ? k_tiles - 1 - step : step); };
 #pragma unroll
   for (int s = 0; s < T::STAGES - 1; ++s) {
     if (s < k_tiles) load_stage<T>(args, shared + s * T::STAGE_ELEMS, row0, col0, tile_at(s), tid);
@@ -201,110 +165,23 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
     }
   }
   wait_group<0>();
-
-  // Epilogue: c0,c1 at (lane/4, 2*(lane%4)+{0,1}); c2,c3 8 rows down.
+  if constexpr (MODE == Mode::Split) {
+    split_epilogue<T>(args, acc, shared_raw, row0, col0);
+  } else {
+    // Epilogue: c0,c1 at (lane/4, 2*(lane%4)+{0,1}); c2,c3 8 rows down.
 #pragma unroll
-  for (int i = 0; i < T::MI; ++i)
+    for (int i = 0; i < T::MI; ++i)
 #pragma unroll
-    for (int j = 0; j < T::NI; ++j)
+      for (int j = 0; j < T::NI; ++j)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = row0 + warp_m * T::WM + i * 16 + (lane >> 2) + half * 8;
-        const int c = col0 + warp_n * T::WN + j * 8 + (lane & 3) * 2;
-        if constexpr (SLICED)
-          store_pair(args, r, c, total[i][j][half * 2], total[i][j][half * 2 + 1]);
-        else
-          store_pair(args, r, c, acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
-      }
-}
-
-// ---- decode kernel (m <= 16): every (8 columns, slice) item is one warp's own cp.async pipeline ----
-
-constexpr int kDecodeWarps = 8;
-constexpr int kDecodeStageBytes = (16 + 8) * 128;  // A rows [16, 64] then W rows [8, 64], swizzled
-
-// Items of one CTA: `groups` column groups of 8 times `slices`; item = group * slices + slice.
-template <int kDecodeStages>
-__global__ void __launch_bounds__(32 * kDecodeWarps) gemm_decode_kernel(GemmArgs args, int slices, int groups) {
-  constexpr int kDecodePipeBytes = kDecodeWarps * kDecodeStages * kDecodeStageBytes;
-  extern __shared__ __align__(128) unsigned char shared_raw[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
-  const int slice_tiles = slices == 1 ? k_tiles : kSliceTiles;
-  const int cols = groups * 8;
-  const int col0 = blockIdx.x * cols;
-  float* partial = reinterpret_cast<float*>(shared_raw + kDecodePipeBytes);  // [slices][16][cols]
-  unsigned char* pipe = shared_raw + warp * kDecodeStages * kDecodeStageBytes;
-  const uint32_t pipe_base = smem_address(pipe);
-
-  // A rows past m stay zero in every stage: cleared once, never copied into.
-  for (int i = lane; i < kDecodeStages * kDecodeStageBytes / 16; i += 32)
-    reinterpret_cast<uint4*>(pipe)[i] = make_uint4(0, 0, 0, 0);
-  __syncwarp();
-
-  for (int item = warp; item < groups * slices; item += kDecodeWarps) {
-    const int group = item / slices, slice = item % slices;
-    const int c8 = col0 + group * 8;
-    const int first_tile = slice * slice_tiles;
-    const int tiles = min(slice_tiles, k_tiles - first_tile);
-    auto load = [&](int t, int stage) {
-      const int kt = first_tile + (args.reverse_k ? tiles - 1 - t : t);
-      const uint32_t base = pipe_base + stage * kDecodeStageBytes;
-      // A: rows < m only (8 chunks a row); W: 8 rows x 8 chunks.
-      for (int index = lane; index < (args.m + 8) * 8; index += 32) {
-        const int row = index >> 3, chunk = index & 7;
-        const int k = kt * kBlockK + chunk * 8;
-        if (row < args.m) {
-          const bool inside = k < args.k;
-          copy_chunk(base + swizzled(row, chunk), args.x + (static_cast<int64_t>(row) * args.k + (inside ? k : 0)),
-                     inside);
-        } else {
-          const int w_row = row - args.m, c = c8 + w_row;
-          const bool inside = c < args.n && k < args.k;
-          copy_chunk(base + swizzled(16 + w_row, chunk),
-                     args.w + (static_cast<int64_t>(inside ? c : 0) * args.k + (inside ? k : 0)), inside);
+        for (int half = 0; half < 2; ++half) {
+          const int r = row0 + warp_m * T::WM + i * 16 + (lane >> 2) + half * 8;
+          const int c = col0 + warp_n * T::WN + j * 8 + (lane & 3) * 2;
+          if constexpr (SLICED)
+            store_pair(args, r, c, total[i][j][half * 2], total[i][j][half * 2 + 1]);
+          else
+            store_pair(args, r, c, acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
         }
-      }
-    };
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int s = 0; s < kDecodeStages - 1; ++s) {
-      if (s < tiles) load(s, s);
-      commit_group();
-    }
-    for (int t = 0; t < tiles; ++t) {
-      wait_group<kDecodeStages - 2>();
-      __syncwarp();
-      if (t + kDecodeStages - 1 < tiles) load(t + kDecodeStages - 1, (t + kDecodeStages - 1) % kDecodeStages);
-      commit_group();
-      const uint32_t a_base = pipe_base + (t % kDecodeStages) * kDecodeStageBytes;
-#pragma unroll
-      for (int kk = 0; kk < kBlockK / 16; ++kk) {
-        uint32_t a[4], b[2];
-        ldmatrix_x4(a_base + swizzled(lane & 15, kk * 2 + (lane >> 4)), a[0], a[1], a[2], a[3]);
-        ldmatrix_x2(a_base + swizzled(16 + (lane & 7), kk * 2 + ((lane >> 3) & 1)), b[0], b[1]);
-        mma_bf16(acc, a, b);
-      }
-    }
-    wait_group<0>();
-    __syncwarp();  // every lane is done reading the stages before the next item refills them
-    float* out = partial + static_cast<int64_t>(slice) * 16 * cols;
-    const int r = lane >> 2, c = group * 8 + (lane & 3) * 2;
-    out[r * cols + c] = acc[0];
-    out[r * cols + c + 1] = acc[1];
-    out[(r + 8) * cols + c] = acc[2];
-    out[(r + 8) * cols + c + 1] = acc[3];
-  }
-  __syncthreads();
-  // Slice sums added in slice order, then bias and one rounding (store_pair), two columns per thread.
-  for (int o = threadIdx.x; o < args.m * cols / 2; o += blockDim.x) {
-    const int r = o / (cols / 2), c = (o % (cols / 2)) * 2;
-    float v0 = partial[r * cols + c], v1 = partial[r * cols + c + 1];
-    for (int s = 1; s < slices; ++s) {
-      v0 = __fadd_rn(v0, partial[(static_cast<int64_t>(s) * 16 + r) * cols + c]);
-      v1 = __fadd_rn(v1, partial[(static_cast<int64_t>(s) * 16 + r) * cols + c + 1]);
-    }
-    store_pair(args, r, col0 + c, v0, v1);
   }
 }
 
@@ -317,67 +194,96 @@ Status launch(const GemmArgs& args, cudaStream_t stream) {
   if (!kCanSlice && slices > 1)
     return Status(ErrorCode::InvalidArgument, "gemm: a " + std::to_string(T::BM) + "x" + std::to_string(T::BN) +
                                                   " tile cannot add K = " + std::to_string(args.k) + " in slices");
-  if (slices > 1)
-    gemm_kernel<T, kCanSlice><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
-  else
-    gemm_kernel<T, false><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
+  if constexpr (kCanSlice) {
+    if (slices > 1) {
+      gemm_kernel<T, Mode::Sliced><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
+      LS_CUDA_TRY_LAUNCH("gemm_kernel");
+      return ok_status();
+    }
+  }
+  gemm_kernel<T, Mode::Plain><<<grid, T::THREADS, T::SMEM_BYTES, stream>>>(args);
   LS_CUDA_TRY_LAUNCH("gemm_kernel");
   return ok_status();
 }
 
-// Column groups of 8 per decode CTA: enough that the CTA's 8 warps each get an item.
-int decode_groups(int slices) { return slices >= kDecodeWarps ? 1 : kDecodeWarps / slices; }
-
-template <int STAGES>
-Status launch_decode_stages(const GemmArgs& args, int slices, int groups, int ctas, cudaStream_t stream) {
-  const int smem = kDecodeWarps * STAGES * kDecodeStageBytes + slices * 16 * groups * 8 * static_cast<int>(sizeof(float));
-  gemm_decode_kernel<STAGES><<<ctas, 32 * kDecodeWarps, smem, stream>>>(args, slices, groups);
-  LS_CUDA_TRY_LAUNCH("gemm_decode_kernel");
+// Split mode: grid (column tiles, row tiles, slices), one cluster of `slices` CTAs per output tile.
+template <class T>
+Status launch_split(const GemmArgs& args, cudaStream_t stream) {
+  const int slices = slice_count(args.k);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((args.n + T::BN - 1) / T::BN, (args.m + T::BM - 1) / T::BM, slices);
+  config.blockDim = dim3(T::THREADS);
+  config.dynamicSmemBytes = T::SMEM_BYTES;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = 1;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = slices;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, gemm_kernel<T, Mode::Split>, args));
   return ok_status();
 }
-
-// Deep pipelines (one CTA per SM) when the CTAs fit one wave; else two CTAs per SM with 4 stages each.
-Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
-  const int slices = slice_count(args.k);
-  const int groups = decode_groups(slices);
-  const int ctas = (args.n + groups * 8 - 1) / (groups * 8);
-  if (ctas <= sm_count) return launch_decode_stages<8>(args, slices, groups, ctas, stream);
-  return launch_decode_stages<4>(args, slices, groups, ctas, stream);
-}
-
 // Up to 64 rows: 64x64 or 64x128 tiles. Prefill: 128x128 (two CTAs per SM unsliced), 128x256 or 256x128 (one
 // slice only: no registers for a second set).
 using Medium = Tile<64, 64, 2, 2, 4>;
+using MediumDeep = Tile<64, 64, 2, 2, 8>;
 using Medium128 = Tile<64, 128, 2, 4, 4>;
 using Large = Tile<128, 128, 2, 4, 3>;
 using LargeDeep = Tile<128, 128, 2, 4, 4>;
 using Wide = Tile<128, 256, 2, 4, 3>;
 using Tall = Tile<256, 128, 4, 2, 3>;
-// Up to 16 rows, one slice: 16x128 tiles, 8 warps, 6 stages (measured at 91% of the read bandwidth on the
-// 2048->65536 head in the first device run); pinnable only until the pinned test has passed on the device.
+// Up to 16 rows, one slice: 16x128 tiles, 8 warps, 6 stages (91% of the read bandwidth on the 2048->65536 head in
+// the first device run); 16x64 tiles, 4 warps, 12 stages (more bytes in flight for 8192-wide outputs).
 using Stream = Tile<16, 128, 1, 8, 6>;
+using StreamDeep = Tile<16, 64, 1, 4, 12>;
 
-enum class Choice { Decode, Medium, Medium128, Large, LargeDeep, Wide, Tall, Stream, Count };
+// Split configurations (sm_90 clusters, 2..8 slices): Medium128, Large and Stream tiles, one CTA per slice.
+enum class Choice {
+  Decode, Medium, Medium128, Large, LargeDeep, Wide, Tall, Stream, StreamDeep, MediumDeep, SplitMedium128,
+  SplitLarge, SplitStream, Count
+};
 
-// Whether a configuration computes the canonical order for (m, K): decode only up to 16 rows, the big tiles only
-// for one slice.
-bool valid(Choice choice, int64_t m, int64_t k) {
-  if (choice == Choice::Decode) return m <= 16;
-  if (choice == Choice::Stream) return m <= 16 && slice_count(static_cast<int>(k)) == 1;
-  if (choice == Choice::Wide || choice == Choice::Tall) return slice_count(static_cast<int>(k)) == 1;
-  return choice != Choice::Count;
+// Whether a configuration computes the canonical order for (m, K) on this device: decode only up to 16 rows, the
+// big tiles only for one slice, split mode only with clusters and at most kMaxClusterSlices slices.
+bool valid(Choice choice, int64_t m, int64_t k, bool clusters) {
+  const int slices = slice_count(static_cast<int>(k));
+  switch (choice) {
+    case Choice::Decode: return m <= 16;
+    case Choice::Stream:
+    case Choice::StreamDeep: return m <= 16 && slices == 1;
+    case Choice::Wide:
+    case Choice::Tall: return slices == 1;
+    case Choice::SplitStream: return m <= 16 && clusters && slices <= kMaxClusterSlices;
+    case Choice::SplitMedium128:
+    case Choice::SplitLarge: return clusters && slices <= kMaxClusterSlices;
+    case Choice::Count: return false;
+    default: return true;
+  }
 }
 
-Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, int pinned) {
-  if (pinned >= 0 && valid(static_cast<Choice>(pinned), m, k)) return static_cast<Choice>(pinned);
-  if (m <= 16) return Choice::Decode;
-  if (m <= 64) return n >= 128LL * sm_count ? Choice::Medium128 : Choice::Medium;
-  // Sliced K (two register sets: one 128x128 CTA per SM): 64x64 tiles until 128x128 ones fill the SMs (measured on
-  // the H200: 8192->2048 at m = 256 takes 116 us in 64x64 tiles, 222 us in 128x128).
+// The split configurations become automatic once the pinned invariance test has passed on a device with them
+// (they have not yet run on one); until then they are pinnable only.
+constexpr bool kSplitAutomatic = false;
+
+// Measured on the H200 (docs/cuda.md, Kernels): the 16x128 tile streams one-slice decode at 92% of the read
+// bandwidth on the 65536-wide head (decode kernel 56-80%) and beats the decode kernel from about 12 rows on 8192
+// outputs; 64x64 tiles beat 128x128 ones while those would not fill the SMs up to 128 rows (and at any m with
+// sliced K); 128x128 beats 128x256 except on wide heads.
+Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, int pinned) {
+  if (pinned >= 0 && valid(static_cast<Choice>(pinned), m, k, clusters)) return static_cast<Choice>(pinned);
+  const int slices = slice_count(static_cast<int>(k));
+  const bool wide = n >= 128LL * sm_count;
+  if (m <= 16) return slices == 1 && (wide || (m >= 12 && n >= 8192)) ? Choice::Stream : Choice::Decode;
+  // Sliced K with clusters: every CTA streams one slice of its columns' weights once for all rows of its tile.
+  const bool split = kSplitAutomatic && clusters && slices > 1 && slices <= kMaxClusterSlices;
+  if (m <= 64) return split ? Choice::SplitMedium128 : wide ? Choice::Medium128 : Choice::Medium;
   const int64_t large_ctas = ((m + 127) / 128) * ((n + 127) / 128);
-  if (slice_count(static_cast<int>(k)) > 1 && large_ctas < sm_count) return Choice::Medium;
+  if (large_ctas < sm_count && slices > 1) return split ? Choice::SplitLarge : Choice::Medium;
+  if (large_ctas < sm_count && m <= 128) return Choice::Medium;
   const int64_t wide_ctas = ((m + 127) / 128) * ((n + 255) / 256);
-  return valid(Choice::Wide, m, k) && wide_ctas >= 2LL * sm_count ? Choice::Wide : Choice::Large;
+  return slices == 1 && wide && wide_ctas >= 2LL * sm_count ? Choice::Wide : Choice::Large;
 }
 
 const char* choice_name(Choice choice) {
@@ -390,29 +296,37 @@ const char* choice_name(Choice choice) {
     case Choice::Wide: return "128x256x64 s3";
     case Choice::Tall: return "256x128x64 s3";
     case Choice::Stream: return "16x128x64 s6";
+    case Choice::StreamDeep: return "16x64x64 s12";
+    case Choice::MediumDeep: return "64x64x64 s8";
+    case Choice::SplitMedium128: return "64x128x64 s4 split";
+    case Choice::SplitLarge: return "128x128x64 s3 split";
+    case Choice::SplitStream: return "16x128x64 s6 split";
     case Choice::Count: break;
   }
   return "?";
 }
 
 // Shared-memory opt-in for every kernel, once per engine (outside any graph capture).
-template <class T>
+template <class T, bool SPLIT = false>
 void allow_shared() {
-  cudaFuncSetAttribute(gemm_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
+  cudaFuncSetAttribute(gemm_kernel<T, Mode::Plain>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
   if constexpr (T::BM * T::BN <= 128 * 128)
-    cudaFuncSetAttribute(gemm_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
+    cudaFuncSetAttribute(gemm_kernel<T, Mode::Sliced>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
+  if constexpr (SPLIT)
+    cudaFuncSetAttribute(gemm_kernel<T, Mode::Split>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
 }
 
 void allow_shared_all(int optin_bytes) {
   allow_shared<Medium>();
-  allow_shared<Medium128>();
-  allow_shared<Large>();
+  allow_shared<MediumDeep>();
+  allow_shared<Medium128, true>();
+  allow_shared<Large, true>();
   allow_shared<LargeDeep>();
   allow_shared<Wide>();
   allow_shared<Tall>();
-  allow_shared<Stream>();
-  cudaFuncSetAttribute(gemm_decode_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
-  cudaFuncSetAttribute(gemm_decode_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+  allow_shared<Stream, true>();
+  allow_shared<StreamDeep>();
+  allow_decode_shared(optin_bytes);
 }
 
 }  // namespace
@@ -426,12 +340,14 @@ GemmEngine::GemmEngine() {
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess && optin > 0)
       allow_shared_all(optin);
+    int major = 0;
+    clusters_ = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
   }
   cudaGetLastError();  // no device: launches report it
 }
 
 const char* GemmEngine::tile_name(int64_t m, int64_t n, int64_t k) const {
-  return choice_name(choose(m, n, k, sm_count_, pinned_tile_));
+  return choice_name(choose(m, n, k, sm_count_, clusters_, pinned_tile_));
 }
 
 int GemmEngine::tile_count() { return static_cast<int>(Choice::Count); }
@@ -454,7 +370,7 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
   GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
                 reinterpret_cast<__nv_bfloat16*>(y_b16), y_f32, static_cast<int>(m), static_cast<int>(w.rows),
                 static_cast<int>(w.cols), fault_reverse_k_ && m > 64 ? 1 : 0};
-  switch (choose(m, w.rows, w.cols, sm_count_, pinned_tile_)) {
+  switch (choose(m, w.rows, w.cols, sm_count_, clusters_, pinned_tile_)) {
     case Choice::Decode: return launch_decode(args, sm_count_, stream);
     case Choice::Medium: return launch<Medium>(args, stream);
     case Choice::Medium128: return launch<Medium128>(args, stream);
@@ -463,6 +379,11 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     case Choice::Wide: return launch<Wide>(args, stream);
     case Choice::Tall: return launch<Tall>(args, stream);
     case Choice::Stream: return launch<Stream>(args, stream);
+    case Choice::StreamDeep: return launch<StreamDeep>(args, stream);
+    case Choice::MediumDeep: return launch<MediumDeep>(args, stream);
+    case Choice::SplitMedium128: return launch_split<Medium128>(args, stream);
+    case Choice::SplitLarge: return launch_split<Large>(args, stream);
+    case Choice::SplitStream: return launch_split<Stream>(args, stream);
     case Choice::Count: break;
   }
   return ok_status();

@@ -24,8 +24,9 @@ struct DeviceMatrix {
   int64_t cols = 0;
 };
 
-// The bf16 tensor-core GEMM (mma.sync m16n8k16, fp32 accumulators). Every output is one fp32 accumulator fed with
-// K in ascending 16-wide steps, for every m and every tile shape, so a row's bits never depend on m.
+// The bf16 tensor-core GEMM (mma.sync m16n8k16, fp32 accumulators). Every output follows one canonical order that
+// depends on K alone (K <= 2048: one accumulator fed with ascending 16-wide K steps; above: 1024-wide slices of that
+// kind added in slice order), for every m and every kernel configuration, so a row's bits never depend on m.
 class GemmEngine {
  public:
   GemmEngine();
@@ -34,7 +35,8 @@ class GemmEngine {
   Status gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32, cudaStream_t stream) const;
   // The tile configuration the engine picks for (m, N): a name for benches and logs.
   const char* tile_name(int64_t m, int64_t n, int64_t k) const;
-  // Test-only fault: when set, launches with m > 64 walk K in descending order (breaks invariance on purpose).
+  // Test-only fault: when set, launches with m > 64 walk K (each slice's tiles) in descending order (breaks
+  // invariance on purpose).
   void set_fault_reverse_k_for_test(bool on) { fault_reverse_k_ = on; }
   // Test/bench only: run kernel configuration `tile` (0 .. tile_count()-1) wherever it computes the canonical order
   // for (m, K), else the automatic choice; -1 = automatic.
@@ -43,6 +45,7 @@ class GemmEngine {
 
  private:
   int sm_count_ = 132;
+  bool clusters_ = false;  // thread-block clusters (sm_90+): the split configurations may run
   bool fault_reverse_k_ = false;
   int pinned_tile_ = -1;
 };
