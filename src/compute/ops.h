@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -34,7 +35,14 @@ struct Matrix {
   const float* bias = nullptr;  // [rows] or null
   int64_t rows = 0;
   int64_t cols = 0;
+  // Optional copy of b16 in panels for the AVX-512 kernels (pack_for_cpu): [ceil(rows/8), ceil(cols/32), 8, 32],
+  // zero-padded, 64-byte aligned, so that 8 columns stream as one contiguous run. Same values, same bits out.
+  const bf16* packed = nullptr;
 };
+
+// Columns per panel and values of K per panel step in Matrix::packed.
+constexpr int64_t kPackedColumns = 8;
+constexpr int64_t kPackedDepth = 32;
 
 // A weight matrix that owns its storage (one of the two vectors is filled), or borrows bf16 values from a mapped
 // checkpoint that outlives it (`mapped_b16`).
@@ -45,12 +53,18 @@ struct OwnedMatrix {
   std::vector<float> bias;  // [rows] or empty
   int64_t rows = 0;
   int64_t cols = 0;
+  std::shared_ptr<const bf16> packed;  // Matrix::packed layout, or null
 
   Matrix view() const {
     const bf16* bf16_values = mapped_b16 ? mapped_b16 : (b16.empty() ? nullptr : b16.data());
-    return Matrix{f32.empty() ? nullptr : f32.data(), bf16_values, bias.empty() ? nullptr : bias.data(), rows, cols};
+    return Matrix{f32.empty() ? nullptr : f32.data(), bf16_values, bias.empty() ? nullptr : bias.data(), rows, cols,
+                  packed.get()};
   }
 };
+
+// Adds the panel copy (Matrix::packed) of a bf16 matrix when this CPU's AVX-512 kernels read it; returns whether it
+// did (false for fp32 matrices and CPUs without AVX-512). matmul() gives the same bits with or without it.
+bool pack_for_cpu(OwnedMatrix& matrix);
 
 // Rounds every value to bf16 in Bf16 mode; no-op in Fp32 mode.
 void store_activations(const OpContext& ctx, std::span<float> values);

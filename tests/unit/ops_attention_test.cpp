@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+
+#include "compute/cpu/cpu_features.h"
 
 #include "base/thread_pool.h"
 #include "ops_test_util.h"
@@ -106,6 +109,57 @@ TEST(OpsAttention, ABf16CacheGivesTheBitsOfAnFp32CacheHoldingTheSameValues) {
   attention(ctx, q.data(), rows, first, keys_b16.data(), values_b16.data(), kShape, from_b16.data());
   EXPECT_TRUE(all_finite(from_b16));
   EXPECT_TRUE(bitwise_equal(from_f32.data(), from_b16.data(), from_f32.size()));
+}
+
+// The LFM2 head size (64: four 16-lane vectors) over 77 keys (a partial 16-key chunk), with the AVX-512 path and with
+// the scalar loop forced: both match the double reference, and rows alone equal rows in a window, bitwise.
+TEST(OpsAttention, HeadDim64MatchesTheReferenceAndIsBatchInvariantOnEveryPath) {
+  constexpr AttentionShape shape{4, 2, 64, 0.125f};
+  ThreadPool pool(2);
+  const int64_t positions = 77, rows = 8, first = positions - rows;
+  const int kv_width = shape.kv_heads * shape.head_dim, q_width = shape.heads * shape.head_dim;
+  const std::vector<float> keys = stored(random_values(positions * kv_width, 21, 2.0f), NumericMode::Bf16);
+  const std::vector<float> values = stored(random_values(positions * kv_width, 22), NumericMode::Bf16);
+  const std::vector<float> q = stored(random_values(rows * q_width, 23, 2.0f), NumericMode::Bf16);
+  for (bool scalar : {false, true}) {
+    std::optional<CpuFeaturesOverride> forced;
+    if (scalar) forced.emplace(CpuFeatures{cpu_features().avx2_fma, false, false});
+    for (NumericMode mode : kModes) {
+      const OpContext ctx{&pool, mode};
+      std::vector<float> window = poisoned(rows * q_width);
+      attention(ctx, q.data(), rows, first, keys.data(), values.data(), shape, window.data());
+      ASSERT_TRUE(all_finite(window));
+      // the double reference, inline for this shape
+      double worst = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int h = 0; h < shape.heads; ++h) {
+          const int g = h / (shape.heads / shape.kv_heads);
+          const int64_t count = first + r + 1;
+          std::vector<double> p(count);
+          double max_score = -1e300, total = 0;
+          for (int64_t j = 0; j < count; ++j) {
+            double dot = 0;
+            for (int d = 0; d < shape.head_dim; ++d)
+              dot += double(q[(r * shape.heads + h) * shape.head_dim + d]) * keys[(j * shape.kv_heads + g) * shape.head_dim + d];
+            max_score = std::max(max_score, p[j] = dot * shape.scale);
+          }
+          for (double& s : p) total += (s = std::exp(s - max_score));
+          for (int d = 0; d < shape.head_dim; ++d) {
+            double out = 0;
+            for (int64_t j = 0; j < count; ++j) out += p[j] / total * values[(j * shape.kv_heads + g) * shape.head_dim + d];
+            const double got = window[(r * shape.heads + h) * shape.head_dim + d];
+            worst = std::max(worst, std::abs(got - out) / std::max(std::abs(out), 0.1));
+          }
+        }
+      EXPECT_LE(worst, mode == NumericMode::Bf16 ? 0.05 : 1e-5) << mode_name(mode) << (scalar ? " scalar" : " avx512");
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> alone = poisoned(q_width);
+        attention(ctx, q.data() + r * q_width, 1, first + r, keys.data(), values.data(), shape, alone.data());
+        EXPECT_TRUE(bitwise_equal(alone.data(), window.data() + r * q_width, q_width))
+            << mode_name(mode) << (scalar ? " scalar" : " avx512") << " row " << r;
+      }
+    }
+  }
 }
 
 }  // namespace

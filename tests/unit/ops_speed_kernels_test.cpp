@@ -180,7 +180,42 @@ TEST(OpsSpeedKernels, EveryFallbackLevelIsBatchInvariantAndMatchesTheReference) 
     }
   }
   EXPECT_STRNE(matmul_kernel_name(), "");  // the override is gone: the CPU's own kernel again
-  if (cpu_features().avx512_bf16) EXPECT_STREQ(matmul_kernel_name(), "avx512-bf16");
+  if (cpu_features().avx512_bf16) {
+    EXPECT_STREQ(matmul_kernel_name(), "avx512-bf16");
+  }
+}
+
+// Panels (pack_for_cpu) change where the weights sit, not the arithmetic: every width, thread count and tail shape
+// gives the row-major matrix's bits, for bf16-exact rows (vdpbf16ps) and fp32 rows (FMA on widened weights).
+TEST(OpsSpeedKernels, PackedPanelsGiveTheBitsOfTheRowMajorMatrixAtEveryWidthAndThreadCount) {
+  OwnedMatrix fp32_matrix = random_matrix(9, 40, 170, NumericMode::Fp32);
+  EXPECT_FALSE(pack_for_cpu(fp32_matrix));
+  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512: matrices are not packed";
+  ThreadPool one(1), two(2);
+  for (Activations kind : {Activations::Bf16Exact, Activations::Fp32})
+    for (int64_t K : {1, 31, 33, 100, 1024}) {
+      const int64_t N = 53;
+      const OwnedMatrix plain = random_matrix(N, K, 171 + K, NumericMode::Bf16);
+      OwnedMatrix packed = plain;
+      ASSERT_TRUE(pack_for_cpu(packed));
+      ASSERT_NE(packed.view().packed, nullptr);
+      const std::vector<float> x = make_activations(64 * K, 172 + K, kind);
+      for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 64})
+        for (ThreadPool* pool : {&one, &two}) {
+          std::vector<float> expected = poisoned(rows * N), got = poisoned(rows * N);
+          const OpContext ctx{pool, NumericMode::Bf16};
+          matmul(ctx, x.data(), rows, plain.view(), expected.data());
+          matmul(ctx, x.data(), rows, packed.view(), got.data());
+          ASSERT_TRUE(all_finite(got)) << "K=" << K << " rows=" << rows;
+          EXPECT_TRUE(bitwise_equal(expected.data(), got.data(), expected.size()))
+              << "K=" << K << " rows=" << rows << " threads=" << pool->size();
+        }
+      const OpContext ctx{&two, NumericMode::Bf16};
+      EXPECT_EQ(rows_differing_from_one_row_runs(
+                    x, K, N, [&](const float* in, int64_t rows, float* out) { matmul(ctx, in, rows, packed.view(), out); }),
+                0)
+          << "K=" << K;
+    }
 }
 
 }  // namespace

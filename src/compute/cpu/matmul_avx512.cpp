@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "base/check.h"
@@ -40,20 +41,40 @@ LS_TARGET_AVX512 inline float reduce_lanes(__m512 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Where a column's weights sit: value (c, k) at column(c) + (k / 32) * step + k % 32. Row-major: column(c) = c * K,
+// step 32. Packed panels (Matrix::packed): column(c) = panel c / 8 + (c % 8) * 32, step 8 * 32.
+template <typename Weight>
+struct WeightLayout {
+  const Weight* base;
+  int64_t K;
+  bool packed;
+  const Weight* column(int64_t c) const {
+    if (!packed) return base + c * K;
+    const int64_t panel_values = (K + kPackedDepth - 1) / kPackedDepth * kPackedDepth * kPackedColumns;
+    return base + (c / kPackedColumns) * panel_values + (c % kPackedColumns) * kPackedDepth;
+  }
+  int64_t step() const { return packed ? kPackedColumns * kPackedDepth : kPackedDepth; }
+};
+
 // ---- bf16 x bf16 -> fp32: 32 values of K per step, lane i holds the pair (2i, 2i+1) of every step ----
 
 template <int MR, int NR>
-LS_TARGET_AVX512_BF16 void tile_bf16(const uint16_t* x, const uint16_t* w, int64_t K, int64_t ldy, float* y) {
+LS_TARGET_AVX512_BF16 void tile_bf16(const uint16_t* x, const WeightLayout<uint16_t>& layout, int64_t col, int64_t K,
+                                     int64_t ldy, float* y) {
+  const uint16_t* w[NR];
+  #pragma GCC unroll 16
+  for (int n = 0; n < NR; ++n) w[n] = layout.column(col + n);
+  const int64_t step = layout.step();
   __m512 acc[MR][NR];
   #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
     #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 32 <= K; k += 32) {
+  int64_t k = 0, offset = 0;
+  for (; k + 32 <= K; k += 32, offset += step) {
     __m512bh wv[NR];
     #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_loadu_si512(w + n * K + k);
+    for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_loadu_si512(w[n] + offset);
     #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
@@ -65,7 +86,7 @@ LS_TARGET_AVX512_BF16 void tile_bf16(const uint16_t* x, const uint16_t* w, int64
     const __mmask32 mask = _cvtu32_mask32((1u << (K - k)) - 1u);
     __m512bh wv[NR];
     #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + n * K + k);
+    for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w[n] + offset);
     #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + m * K + k);
@@ -111,7 +132,12 @@ LS_TARGET_AVX512 inline __m512 load_weights16(const Weight* w, __mmask16 mask) {
 }
 
 template <int MR, int NR, typename Weight>
-LS_TARGET_AVX512 void tile_fp32(const float* x, const Weight* w, int64_t K, int64_t ldy, float* y) {
+LS_TARGET_AVX512 void tile_fp32(const float* x, const WeightLayout<Weight>& layout, int64_t col, int64_t K,
+                                int64_t ldy, float* y) {
+  const Weight* w[NR];
+  #pragma GCC unroll 16
+  for (int n = 0; n < NR; ++n) w[n] = layout.column(col + n);
+  const int64_t step = layout.step();
   __m512 acc[MR][NR];
   #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
@@ -122,7 +148,7 @@ LS_TARGET_AVX512 void tile_fp32(const float* x, const Weight* w, int64_t K, int6
   for (; k + 16 <= K; k += 16) {
     __m512 wv[NR];
     #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w + n * K + k, all);
+    for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w[n] + (k / 32) * step + k % 32, all);
     #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const __m512 xv = _mm512_loadu_ps(x + m * K + k);
@@ -134,7 +160,7 @@ LS_TARGET_AVX512 void tile_fp32(const float* x, const Weight* w, int64_t K, int6
     const __mmask16 mask = _cvtu32_mask16((1u << (K - k)) - 1u);
     __m512 wv[NR];
     #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w + n * K + k, mask);
+    for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w[n] + (k / 32) * step + k % 32, mask);
     #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const __m512 xv = _mm512_maskz_loadu_ps(mask, x + m * K + k);
@@ -174,26 +200,26 @@ LS_TARGET_AVX512 void finish_outputs(float* out, const float* bias, int64_t col_
 
 struct Bf16Tiles {
   const uint16_t* x;  // [rows, K] bf16 bits
-  const uint16_t* w;  // [N, K] bf16 bits
+  WeightLayout<uint16_t> w;  // [N, K] bf16 bits
   int64_t K, ldy;
   float* y;
-  const char* weight_bytes(int64_t col) const { return reinterpret_cast<const char*>(w + col * K); }
+  const char* weight_bytes(int64_t col) const { return reinterpret_cast<const char*>(w.column(col)); }
   template <int MR, int NR>
   void run(int64_t row, int64_t col) const {
-    tile_bf16<MR, NR>(x + row * K, w + col * K, K, ldy, y + row * ldy + col);
+    tile_bf16<MR, NR>(x + row * K, w, col, K, ldy, y + row * ldy + col);
   }
 };
 
 template <typename Weight>
 struct Fp32Tiles {
   const float* x;   // [rows, K]
-  const Weight* w;  // [N, K]
+  WeightLayout<Weight> w;  // [N, K]
   int64_t K, ldy;
   float* y;
-  const char* weight_bytes(int64_t col) const { return reinterpret_cast<const char*>(w + col * K); }
+  const char* weight_bytes(int64_t col) const { return reinterpret_cast<const char*>(w.column(col)); }
   template <int MR, int NR>
   void run(int64_t row, int64_t col) const {
-    tile_fp32<MR, NR>(x + row * K, w + col * K, K, ldy, y + row * ldy + col);
+    tile_fp32<MR, NR>(x + row * K, w, col, K, ldy, y + row * ldy + col);
   }
 };
 
@@ -246,6 +272,27 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
 
 }  // namespace
 
+bool pack_for_cpu(OwnedMatrix& matrix) {
+  const Matrix view = matrix.view();
+  if (!view.b16 || !cpu_features().avx512 || view.rows <= 0 || view.cols <= 0) return false;
+  const int64_t N = view.rows, K = view.cols;
+  const int64_t depth = (K + kPackedDepth - 1) / kPackedDepth * kPackedDepth;
+  const int64_t panels = (N + kPackedColumns - 1) / kPackedColumns;
+  const size_t bytes = static_cast<size_t>(panels * depth * kPackedColumns) * sizeof(bf16);
+  bf16* packed = static_cast<bf16*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  LS_CHECK(packed != nullptr, "out of memory packing a weight matrix");
+  bf16* out = packed;
+  for (int64_t panel = 0; panel < panels; ++panel)
+    for (int64_t k = 0; k < depth; k += kPackedDepth)
+      for (int64_t n = 0; n < kPackedColumns; ++n) {
+        const int64_t col = panel * kPackedColumns + n;
+        for (int64_t i = 0; i < kPackedDepth; ++i)
+          *out++ = col < N && k + i < K ? view.b16[col * K + k + i] : bf16{};
+      }
+  matrix.packed = std::shared_ptr<const bf16>(packed, [](const bf16* p) { std::free(const_cast<bf16*>(p)); });
+  return true;
+}
+
 const char* matmul_avx512_name() {
   const CpuFeatures& features = cpu_features();
   if (features.avx512_bf16) return "avx512-bf16";
@@ -268,10 +315,12 @@ bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Mat
     x_bf16.resize(rows * K);
     for (int64_t row = 0; row < rows; ++row) row_is_bf16[row] = row_to_bf16(x + row * K, K, x_bf16.data() + row * K);
   }
-  const uint16_t* w_bits = w.b16 ? reinterpret_cast<const uint16_t*>(w.b16) : nullptr;
-  const Bf16Tiles bf16_tiles{x_bf16.data(), w_bits, K, N, y};
-  const Fp32Tiles<uint16_t> bf16_weight_tiles{x, w_bits, K, N, y};
-  const Fp32Tiles<float> fp32_tiles{x, w.f32, K, N, y};
+  const bool packed = w.b16 && w.packed;
+  const uint16_t* w_bits = reinterpret_cast<const uint16_t*>(packed ? w.packed : w.b16);
+  const WeightLayout<uint16_t> bf16_layout{w_bits, K, packed};
+  const Bf16Tiles bf16_tiles{x_bf16.data(), bf16_layout, K, N, y};
+  const Fp32Tiles<uint16_t> bf16_weight_tiles{x, bf16_layout, K, N, y};
+  const Fp32Tiles<float> fp32_tiles{x, WeightLayout<float>{w.f32, K, false}, K, N, y};
   const uint8_t* is_bf16 = row_is_bf16.data();  // thread_local: the workers must see the caller's flags
 
   const int64_t chunks = (N + kColumnChunk - 1) / kColumnChunk;

@@ -2,11 +2,10 @@
 // Every helper works lane by lane (or in one fixed order), so a value never depends on its neighbours.
 #pragma once
 
-#pragma GCC diagnostic push
+// GCC 12's AVX-512 headers trip -Wuninitialized inside their own _mm512_undefined_* helpers (at every use site).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
-#pragma GCC diagnostic pop
 
 #include <cstdint>
 

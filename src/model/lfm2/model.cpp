@@ -2,6 +2,9 @@
 // residual -> ffn_norm -> SwiGLU or MoE -> residual; then embedding_norm (the final norm) and the tied head.
 #include "model/lfm2/model.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,11 +15,38 @@ namespace ls::lfm2 {
 
 using compute::OpContext;
 
+namespace {
+
+// Packs a bf16 matrix into the CPU kernels' panels; a matrix borrowed from the checkpoint mapping then gives its pages
+// back (they refault from the file if a fallback kernel or the embedding gather reads them), so the resident weights
+// stay about one copy.
+void pack_matrix(OwnedMatrix& matrix) {
+  if (!compute::pack_for_cpu(matrix) || !matrix.mapped_b16) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(matrix.mapped_b16) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(matrix.mapped_b16 + matrix.rows * matrix.cols)) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+void pack_weights(Weights& weights) {
+  pack_matrix(weights.lm_head.rows > 0 ? weights.lm_head : weights.embedding);
+  for (LayerWeights& layer : weights.layers) {
+    for (OwnedMatrix* m : {&layer.conv_in_proj, &layer.conv_out_proj, &layer.q_proj, &layer.k_proj, &layer.v_proj,
+                           &layer.attn_out_proj, &layer.w1, &layer.w3, &layer.w2, &layer.router})
+      pack_matrix(*m);
+    for (ExpertWeights& expert : layer.experts)
+      for (OwnedMatrix* m : {&expert.w1, &expert.w3, &expert.w2}) pack_matrix(*m);
+  }
+}
+
+}  // namespace
+
 Model::Model(io::ModelConfig config, Weights weights, int threads)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       rope_(compute::make_rope_table(config_.head_dim, config_.rope_theta)),
       pool_(threads) {
+  pack_weights(weights_);
   for (io::LayerKind kind : config_.layer_kinds) {
     const bool attention = kind == io::LayerKind::Attention;
     kv_slot_.push_back(attention ? attention_layers_++ : -1);
