@@ -45,6 +45,15 @@ __device__ __forceinline__ void load_stage(const GemmArgs& args, __nv_bfloat16* 
   }
 }
 
+// Split mode: the slice a CTA computes is its rank in its cluster (cluster dims (1, 1, slices), so also blockIdx.z).
+__device__ __forceinline__ int split_slice() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#else
+  return static_cast<int>(blockIdx.z);
+#endif
+}
+
 // Split mode's end: this CTA's slice sums go to its shared memory [BM][BN] fp32; after a cluster barrier each CTA
 // adds its share of the outputs over the cluster's CTAs in slice (= rank) order, then bias and one rounding.
 template <class T>
@@ -69,7 +78,7 @@ __device__ __forceinline__ void split_epilogue(const GemmArgs& args, const float
       }
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
-  const int slices = static_cast<int>(gridDim.z), rank = static_cast<int>(blockIdx.z);
+  const int slices = static_cast<int>(cluster.num_blocks()), rank = split_slice();
   const int pairs = min(T::BM, args.m - row0) * (T::BN / 2);
   const int share = (pairs + slices - 1) / slices;
   const int end = min(pairs, (rank + 1) * share);
@@ -90,7 +99,7 @@ __device__ __forceinline__ void split_epilogue(const GemmArgs& args, const float
 }
 
 // Plain: one chain over all of K (one slice). Sliced: the slices in turn, a second register set holds the running
-// total. Split: this CTA computes slice blockIdx.z (its cluster rank) only; the cluster adds the slice sums.
+// total. Split: this CTA computes slice split_slice() (its cluster rank) only; the cluster adds the slice sums.
 enum class Mode { Plain, Sliced, Split };
 
 template <class T, Mode MODE>
@@ -102,7 +111,7 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
   const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
   const int row0 = blockIdx.y * T::BM, col0 = blockIdx.x * T::BN;
   const int all_tiles = (args.k + kBlockK - 1) / kBlockK;
-  const int first_tile = MODE == Mode::Split ? static_cast<int>(blockIdx.z) * kSliceTiles : 0;
+  const int first_tile = MODE == Mode::Split ? split_slice() * kSliceTiles : 0;
   const int k_tiles = MODE == Mode::Split && gridDim.z > 1 ? min(kSliceTiles, all_tiles - first_tile) : all_tiles;
 
   float acc[T::MI][T::NI][4];
