@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -184,13 +185,25 @@ TEST(CudaGemm, EveryRowIsBitwiseItsOneRowLaunchAtEveryWidthUpTo2048) {
 TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
   SKIP_WITHOUT_DEVICE();
   // The automatic choice may pick any configuration for some (m, N): each one, pinned, must add in the same order.
+  const std::vector<int64_t> widths = {1, 5, 16, 17, 64, 100, 300};
+  std::set<std::string> ran;  // configurations that really ran (a pin falls back where it may not run)
   for (int tile = 0; tile < GemmEngine::tile_count(); ++tile) {
     GemmEngine engine;
     engine.pin_tile_for_test(tile);
-    for (const GemmCase shape : {GemmCase{2048, 8192}, GemmCase{1000, 2056}, GemmCase{520, 1024}, GemmCase{8192, 2048}})
-      EXPECT_EQ(invariance_failure(engine, shape, {1, 5, 16, 17, 64, 100, 300}), "")
-          << "tile " << tile << " N " << shape.n << " K " << shape.k;
+    // K = 9216: nine slices, more than a cluster holds (the split configurations give way to the automatic pick).
+    for (const GemmCase shape : {GemmCase{2048, 8192}, GemmCase{1000, 2056}, GemmCase{520, 1024}, GemmCase{8192, 2048},
+                                 GemmCase{260, 9216}}) {
+      EXPECT_EQ(invariance_failure(engine, shape, widths), "") << "tile " << tile << " N " << shape.n << " K " << shape.k;
+      for (int64_t m : widths) ran.insert(engine.tile_name(m, shape.n, shape.k));
+    }
   }
+  // Every configuration ran somewhere; the split ones need thread-block clusters (compute capability 9+).
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  size_t split = 0;
+  for (const std::string& name : ran) split += name.find("split") != std::string::npos;
+  EXPECT_EQ(ran.size() + (major >= 9 ? 0 : 3), static_cast<size_t>(GemmEngine::tile_count()));
+  if (major >= 9) EXPECT_EQ(split, 3u);
 }
 
 TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck) {
