@@ -234,6 +234,7 @@ Status launch_split(const GemmArgs& args, cudaStream_t stream) {
   LS_CUDA_TRY(cudaLaunchKernelEx(&config, gemm_kernel<T, Mode::Split>, args));
   return ok_status();
 }
+
 // Up to 64 rows: 64x64 or 64x128 tiles. Prefill: 128x128 (two CTAs per SM unsliced), 128x256 or 256x128 (one
 // slice only: no registers for a second set).
 using Medium = Tile<64, 64, 2, 2, 4>;
@@ -243,8 +244,8 @@ using Large = Tile<128, 128, 2, 4, 3>;
 using LargeDeep = Tile<128, 128, 2, 4, 4>;
 using Wide = Tile<128, 256, 2, 4, 3>;
 using Tall = Tile<256, 128, 4, 2, 3>;
-// Up to 16 rows, one slice: 16x128 tiles, 8 warps, 6 stages (91% of the read bandwidth on the 2048->65536 head in
-// the first device run); 16x64 tiles, 4 warps, 12 stages (more bytes in flight for 8192-wide outputs).
+// Up to 16 rows, one slice: 16x128 tiles, 8 warps, 6 stages (89-92% of the read bandwidth on the 2048->65536 head
+// on the H200); 16x64 tiles, 4 warps, 12 stages (more bytes in flight for 8192-wide outputs).
 using Stream = Tile<16, 128, 1, 8, 6>;
 using StreamDeep = Tile<16, 64, 1, 4, 12>;
 
