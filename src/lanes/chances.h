@@ -52,6 +52,7 @@ struct ProbeBackoff {
   int zero_rounds = 0;     // consecutive draft decisions that gave this stream no drafts
   int wait = 0;            // zero rounds before the next probe (0 = not started: the first wait applies)
   int drafted_rounds = 0;  // decisions that gave it drafts, for the periodic deeper probe
+  bool scouted = false;    // its first zero decision while nothing was known about the drafter probed at once
 };
 
 }  // namespace ls

@@ -112,7 +112,10 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     const int cap = caps[index];
     if (cap <= 0 || !offered[index]) continue;
     if (plan.depth == 0) {
-      const int overdue = ++backoff.zero_rounds - backoff.wait;
+      // The scout's first zero decision is due at once: nothing is known about the drafter yet, and one stream
+      // probing early measures it for every stream.
+      const bool scouting = drafter_unproven && !backoff.scouted;
+      const int overdue = scouting ? options_.probe_most_wait : ++backoff.zero_rounds - backoff.wait;
       if (overdue >= 0 && overdue > most_overdue) {
         most_overdue = overdue;
         prober = static_cast<int>(index);
@@ -137,11 +140,15 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // A probe re-measures acceptance; when the costs alone rule drafting out (every draft landing would still
     // lose to plain) that buys nothing, so it waits for the longest wait, where it re-measures the drafter's
     // cost instead (a pass timed slow at load must not rule drafting out for good).
+    const bool scouting = drafter_unproven && !stream.backoff.scouted;
     if (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers[0], stream, caps[prober])) {
-      plans[prober] = {1, 1};
+      // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
+      // trim to keep as the confidences justify (deeper acceptance gets measured too).
+      plans[prober] = {has_confidence_ ? caps[prober] : 1, 1};
     }
+    stream.backoff.scouted = true;
     stream.backoff.zero_rounds = 0;
-    stream.backoff.wait = std::min(stream.backoff.wait * 2, options_.probe_most_wait);
+    if (!scouting) stream.backoff.wait = std::min(stream.backoff.wait * 2, options_.probe_most_wait);
   }
   return plans;
 }

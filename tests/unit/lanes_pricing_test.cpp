@@ -274,6 +274,22 @@ TEST(LanesPricing, UntilADraftIsVerifiedOnlyOneStreamPaysItsCatchUpAbsorb) {
   EXPECT_EQ(drafter.absorbs() - setup_absorbs, 1 + 4);  // the scout's kept rows, the others' whole prompts
 }
 
+TEST(LanesPricing, WhileNothingIsKnownAboutTheDrafterTheScoutProbesAtItsFirstDecision) {
+  // A 15 ms pass: the prior's chances do not buy drafts (2.5 tokens for 27 ms against 1 token for 10.5 ms), but
+  // an always-right drafter would (7 tokens for 30 ms): the scout probes at once instead of after 8 rounds.
+  FixedClock clock;
+  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  drafter_options.draft_fixed_ms = 15.0;
+  FakeTarget target(costed_target(clock));
+  FakeDrafter drafter(drafter_options);
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  for (Arrival& arrival : long_prompt_requests(2, 40, 200)) (*lanes)->submit(arrival.request);
+  const int64_t setup_requests = drafter.requests();
+  ASSERT_TRUE((*lanes)->round().ok());
+  EXPECT_EQ(drafter.requests() - setup_requests, 1);
+}
+
 TEST(LanesPricing, ADrafterThatCannotPayEvenIfAlwaysRightIsNotRunToProbeBeforeTheLongestWait) {
   // A pass costs 40 ms against a 10 ms + 0.5 ms/row verify: even 6 landed drafts per stream cannot repay it.
   // Probes that only re-measure the cost come after waits of 8 + 16 + 32 + 64 + 128 decisions; 200 tokens end
