@@ -28,6 +28,8 @@ constexpr int64_t kColumnChunk = 16;  // columns per unit of thread work
 constexpr int kTileRows = 4;          // register tile: rows x columns of 16-lane accumulators
 constexpr int kTileColumns = 6;
 constexpr int kFewRowsColumns = 8;    // register tile width when fewer than kTileRows rows are left
+constexpr int64_t kVerifyRows = 16;   // up to this many rows, 3-row x 8-column tiles walk the columns once
+constexpr int64_t kPrefetchGroups = 2;  // how many 8-column groups ahead the verify path prefetches
 constexpr int64_t kColumnBlockBytes = 256 * 1024;  // weights of one column block, swept by every row quad
 
 // The fixed lane tree: lane i + lane i+8, then i + i+4, then (0+2) and (1+3), then their sum.
@@ -249,6 +251,25 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
   if (row_end - row_begin < kTileRows) {
     for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns)
       tile_rows<kFewRowsColumns>(tiles, row_end - row_begin, row_begin, col, std::min<int64_t>(kFewRowsColumns, col_end - col));
+    return;
+  }
+  if (row_end - row_begin <= kVerifyRows) {
+    // A verify window: each 8-column group streams from memory once and is reused from L1 by every 3-row group,
+    // while the group two ahead is prefetched into L2 a slice per row group (memory keeps streaming during compute).
+    const int64_t groups = (row_end - row_begin + 2) / 3;
+    const int64_t group_bytes = kFewRowsColumns * column_bytes;
+    const int64_t slice = (group_bytes / groups + 63) / 64 * 64;
+    for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns) {
+      const int64_t ahead = col + kPrefetchGroups * kFewRowsColumns;
+      const char* next = ahead < col_end ? tiles.weight_bytes(ahead) : nullptr;
+      for (int64_t group = 0, row = row_begin; row < row_end; ++group, row += 3) {
+        if (next)
+          for (int64_t offset = group * slice; offset < std::min(group_bytes, (group + 1) * slice); offset += 64)
+            _mm_prefetch(next + offset, _MM_HINT_T1);
+        tile_rows<kFewRowsColumns>(tiles, std::min<int64_t>(3, row_end - row), row, col,
+                                   std::min<int64_t>(kFewRowsColumns, col_end - col));
+      }
+    }
     return;
   }
   const int64_t block_columns = std::max<int64_t>(kTileColumns, kColumnBlockBytes / column_bytes / kTileColumns * kTileColumns);
