@@ -124,11 +124,11 @@ if [ "$DEVICE" = cuda ]; then
   # LS_SYNTH_ARGS (e.g. "--layers 2 --vocab 1024") shrinks the shapes for a smoke test of the command lines.
   read -r -a SMALL_SYNTH <<<"${LS_SYNTH_ARGS:-}" ; SMALL_DRAFTER=() ; THREADS=8 ; ROWS=256  # 256: issue 8's bound
   STREAMS=${LS_STREAMS:-1,4,8,16,32,64} ; TOKENS=${LS_TOKENS:-256} ; REPEATS=${LS_REPEATS:-3} ; PROMPT=128
-  MOE_STREAMS=${LS_MOE_STREAMS:-1,4,16,64} ; NANO_TOKENS=64 ; CHECK_STREAMS=1,4,16 ; CHECK_TOKENS=32
+  MOE_STREAMS=${LS_MOE_STREAMS:-1,4,16,64} ; MOE_TOKENS=128 ; NANO_TOKENS=64 ; CHECK_STREAMS=1,4,16 ; CHECK_TOKENS=32
 else
   SMALL_SYNTH=(--layers 3 --vocab 4096) ; SMALL_DRAFTER=(--drafter-layers 1) ; THREADS=2 ; ROWS=0
   STREAMS=${LS_STREAMS:-1,4} ; TOKENS=${LS_TOKENS:-12} ; REPEATS=${LS_REPEATS:-1} ; PROMPT=16
-  MOE_STREAMS=${LS_MOE_STREAMS:-1} ; NANO_TOKENS=16 ; CHECK_STREAMS=1,4 ; CHECK_TOKENS=8
+  MOE_STREAMS=${LS_MOE_STREAMS:-1} ; MOE_TOKENS=$TOKENS ; NANO_TOKENS=16 ; CHECK_STREAMS=1,4 ; CHECK_TOKENS=8
 fi
 LANESPARK=$(bin lanespark)
 J="$WORK/json"
@@ -181,7 +181,7 @@ if step synth_8b 150 - "$LANESPARK" synth --shape lfm2-8b-a1b --out "$M8" --draf
       --decode-tokens 4 --prefill 32 --verify 1,4 --json "$J/gpu_bench_8b.json"
   fi
   step lanes_8b 150 "$J/lanes_8b.json" "$LANES" --model "$M8" --drafter "$M8-dspark" --device "$DEVICE" \
-    --threads "$THREADS" --streams "$MOE_STREAMS" --tokens "$TOKENS" --repeats "$REPEATS" --prompt-tokens "$PROMPT" \
+    --threads "$THREADS" --streams "$MOE_STREAMS" --tokens "$MOE_TOKENS" --repeats "$REPEATS" --prompt-tokens "$PROMPT" \
     --synthetic-acceptance "$ACCEPT" --max-rows "$ROWS" --machine "$MACHINE" --commit "$COMMIT" \
     --json "$J/lanes_8b.json"
 fi
