@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/thread_pool.h"
 #include "ops_test_util.h"
 
 namespace ls::compute {
@@ -71,6 +72,25 @@ TEST(OpsShortConv, OneWindowEqualsEarlierPassesAndEqualsRowByRowWithHistoryBitwi
     short_conv(ctx, {bcx.data() + 3 * kWidth, 1, kWidth, kKernel, start.data(), z_all.data(), 1, weight.data(), bias.data()},
                z.data(), y_one.data());
     EXPECT_TRUE(bitwise_equal(y_one.data(), y_all.data() + kWidth, kWidth));
+  }
+}
+
+TEST(OpsShortConv, SplittingChannelsOverTwoThreadsGivesTheOneThreadBits) {
+  ThreadPool pool(2);
+  for (NumericMode mode : kModes) {
+    const int64_t rows = 20;
+    const int width = 200;  // four 64-channel chunks, the last partial
+    const std::vector<float> bcx = stored(random_values(rows * 3 * width, 13, 2.0f), mode);
+    const std::vector<float> weight = stored(random_values(width * kKernel, 14), mode);
+    const std::vector<float> start = stored(random_values(2 * width, 16), mode);
+    const ShortConvInput input{bcx.data(), rows, width, kKernel, start.data(), nullptr, 0, weight.data(), nullptr};
+    std::vector<float> z1 = poisoned(rows * width), y1 = poisoned(rows * width);
+    std::vector<float> z2 = poisoned(rows * width), y2 = poisoned(rows * width);
+    short_conv(OpContext{nullptr, mode}, input, z1.data(), y1.data());
+    short_conv(OpContext{&pool, mode}, input, z2.data(), y2.data());
+    ASSERT_TRUE(all_finite(y2));
+    EXPECT_TRUE(bitwise_equal(z1.data(), z2.data(), z1.size()));
+    EXPECT_TRUE(bitwise_equal(y1.data(), y2.data(), y1.size()));
   }
 }
 

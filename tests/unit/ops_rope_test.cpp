@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "base/thread_pool.h"
 #include "ops_test_util.h"
 
 namespace ls::compute {
@@ -67,6 +68,20 @@ TEST(OpsRope, ARowsResultDependsOnlyOnItsPositionNotOnItsNeighbours) {
                                                            positions.data() + first, table);
                                                }),
               0);
+  }
+}
+
+TEST(OpsRope, SplittingRowsOverTwoThreadsGivesTheOneThreadBits) {
+  ThreadPool pool(2);
+  for (NumericMode mode : kModes) {
+    const int heads = 3, hd = 64, width = heads * hd, rows = 37;
+    const RopeTable table = make_rope_table(hd, 1e6);
+    std::vector<float> alone = stored(random_values(rows * width, 5), mode), split = alone;
+    std::vector<int64_t> positions(rows);
+    for (int r = 0; r < rows; ++r) positions[r] = 7 + 5 * r;
+    rope_neox(OpContext{nullptr, mode}, alone.data(), rows, heads, positions.data(), table);
+    rope_neox(OpContext{&pool, mode}, split.data(), rows, heads, positions.data(), table);
+    EXPECT_TRUE(bitwise_equal(alone.data(), split.data(), alone.size())) << mode_name(mode);
   }
 }
 

@@ -42,31 +42,36 @@ RopeTable make_rope_table(int head_dim, double theta) {
 void rope_neox(const OpContext& ctx, float* x, int64_t rows, int heads, const int64_t* positions,
                const RopeTable& table) {
   const int head_dim = table.head_dim, half = head_dim / 2;
-  std::vector<float> cos_half(half), sin_half(half), rotated(head_dim);
-  for (int64_t row = 0; row < rows; ++row) {
-    const float position = static_cast<float>(positions[row]);
-    for (int i = 0; i < half; ++i) {
-      const float angle = position * table.inv_freq[i];
-      cos_half[i] = ctx.store(std::cos(angle));
-      sin_half[i] = ctx.store(std::sin(angle));
-    }
-    for (int head = 0; head < heads; ++head) {
-      float* v = x + (row * heads + head) * head_dim;
+  auto rotate_rows = [&](int64_t row_begin, int64_t row_end) {
+    std::vector<float> cos_half(half), sin_half(half), rotated(head_dim);
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      const float position = static_cast<float>(positions[row]);
       for (int i = 0; i < half; ++i) {
-        rotated[i] = -v[i + half];
-        rotated[i + half] = v[i];
+        const float angle = position * table.inv_freq[i];
+        cos_half[i] = ctx.store(std::cos(angle));
+        sin_half[i] = ctx.store(std::sin(angle));
       }
-      for (int d = 0; d < head_dim; ++d) {
-        const float c = cos_half[d % half], s = sin_half[d % half];
-        if (ctx.rounds_to_bf16()) {
-          v[d] = round_to_bf16(round_to_bf16(v[d] * c) + round_to_bf16(rotated[d] * s));
-        } else {
-          const float a = v[d] * c, b = rotated[d] * s;
-          v[d] = a + b;
+      for (int head = 0; head < heads; ++head) {
+        float* v = x + (row * heads + head) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          rotated[i] = -v[i + half];
+          rotated[i + half] = v[i];
+        }
+        for (int d = 0; d < head_dim; ++d) {
+          const float c = cos_half[d % half], s = sin_half[d % half];
+          if (ctx.rounds_to_bf16()) {
+            v[d] = round_to_bf16(round_to_bf16(v[d] * c) + round_to_bf16(rotated[d] * s));
+          } else {
+            const float a = v[d] * c, b = rotated[d] * s;
+            v[d] = a + b;
+          }
         }
       }
     }
-  }
+  };
+  // Rows are independent: many-row calls split them over the pool (a row's values never depend on the split).
+  if (!ctx.pool || rows < 8) return rotate_rows(0, rows);
+  ctx.pool->parallel_for(rows, [&](int, int64_t begin, int64_t end) { rotate_rows(begin, end); });
 }
 
 }  // namespace ls::compute
