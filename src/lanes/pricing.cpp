@@ -135,6 +135,23 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
       plan.depth = std::min(cap, plan.depth + options_.confidence_slack);
     }
   }
+  // Probes draw on a budget: a share of each plain round's cost, banked up to one probe's cost, so at many
+  // streams (where every stream would probe on its own schedule) probing stays a small part of the time.
+  const double plain_round_ms = round_cost()(offers[0].fixed_rows, 0, 0);
+  if (prober >= 0) {
+    const Stream& stream = *drafting[prober];
+    const int probe_depth = has_confidence_ ? caps[prober] : 1;
+    const double probe_ms = tables_.draft.ms(1, probe_depth) + tables_.absorb_ms(stream.unabsorbed_rows) +
+                            tables_.verify.ms(offers[0].fixed_rows + 1) - tables_.verify.ms(offers[0].fixed_rows);
+    probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms, probe_ms);
+    const bool scouting = drafter_unproven && !stream.backoff.scouted;
+    // Not yet affordable: the stream stays due and probes once the budget allows.
+    if (!scouting && probe_credit_ms_ < probe_ms) prober = -1;
+    if (prober >= 0 && !scouting) probe_credit_ms_ -= probe_ms;
+  } else {
+    probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms,
+                                options_.probe_budget * plain_round_ms * options_.probe_most_wait);
+  }
   if (prober >= 0) {
     Stream& stream = *drafting[prober];
     // A probe re-measures acceptance; when the costs alone rule drafting out (every draft landing would still

@@ -23,6 +23,7 @@ struct PricingOptions {
   double plain_margin = 1.05;     // drafting must beat plain by this factor to be drafted at all
   int probe_first_wait = 8;       // zero-draft decisions before the first probe
   int probe_most_wait = 128;      // cap of the doubling wait
+  double probe_budget = 0.05;     // probes may take this share of the plain rounds' time (banked up to one probe)
   int deeper_probe_every = 8;     // every n-th drafting decision asks one draft deeper than priced
   int confidence_slack = 2;       // extra drafts asked when confidences can trim them at verify
   int absorb_amortize_rounds = 32;  // a stream's catch-up absorb is spread over up to this many future rounds
@@ -79,6 +80,7 @@ class Pricing {
   int max_rows_ = 1;
   bool has_confidence_ = false;
   double overhead_ms_ = 0;
+  double probe_credit_ms_ = 0;  // time probes may still spend (see PricingOptions::probe_budget)
   ConfidenceCalibration calibration_;
   AcceptanceByDepth pooled_acceptance_;
 };

@@ -320,6 +320,21 @@ TEST(LanesPricing, AProbeWhoseCatchUpAbsorbTheReplyCannotRepayIsSkipped) {
   EXPECT_DOUBLE_EQ(drafted.ms, plain.ms);
 }
 
+TEST(LanesPricing, ProbesTakeAtMostTheirBudgetOfTheTimeWhenEachCostsACatchUpAbsorb) {
+  // Absorbing costs 0.3 ms a row: a probe pays for every row its stream kept since its last one, up to a whole
+  // 12 ms round. Four always-wrong streams probing on their own doubling waits would add about a tenth to the
+  // run; the budget (5% of the plain rounds' time) keeps them within a few percent of plain.
+  FixedClock clock;
+  FakeDrafterOptions drafter_options = costed_drafter(clock, 1.0);
+  drafter_options.absorb_row_ms = 0.3;
+  std::vector<Arrival> arrivals = long_prompt_requests(4, 40, 300);
+  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, arrivals);
+  ASSERT_EQ(plain.tokens, drafted.tokens);
+  EXPECT_GE(drafted.drafter_passes, 3);  // the scout and later probes still run
+  EXPECT_LT(drafted.ms, plain.ms * 1.05) << "plain " << plain.ms << " ms, drafted " << drafted.ms << " ms";
+}
+
 TEST(LanesPricing, StreamsPricedToZeroProbeOneAtATime) {
   // An always-wrong drafter at 8 streams: once pricing has turned drafting off, every drafter pass is one
   // stream's probe, never a pass where every stream pays its catch-up absorb at once.
