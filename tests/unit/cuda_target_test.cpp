@@ -2,6 +2,18 @@
 // exact rollback, refusals, and exact replies through the lanes. Every test skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include "cli/options.h"
+
+// `--device` (generate): cpu and cuda parse, anything else is refused by name (no device needed).
+TEST(DeviceFlag, AcceptsCpuAndCudaAndRefusesOtherNamesByName) {
+  EXPECT_EQ(*ls::cli::parse_device("cpu"), ls::Device::Cpu);
+  EXPECT_EQ(*ls::cli::parse_device("cuda"), ls::Device::Cuda);
+  const ls::Result<ls::Device> refused = ls::cli::parse_device("gpu");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ls::ErrorCode::InvalidArgument);
+  EXPECT_NE(refused.status().message().find("'gpu'"), std::string::npos);
+}
+
 #ifdef LS_HAVE_CUDA
 #include <nlohmann/json.hpp>
 
