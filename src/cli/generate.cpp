@@ -224,8 +224,11 @@ int run_generate(int argc, char** argv) {
   std::printf("\n");
   const double total_s = seconds_since(start);
   const double decode_s = total_s - first_token_s;
-  std::fprintf(stderr, "matmul kernel: %s, %lld thread(s), %s\n", compute::matmul_kernel_name(),
-               static_cast<long long>(threads), dtype.c_str());
+  if (*device == Device::Cuda)
+    std::fprintf(stderr, "device: cuda, %s\n", dtype.c_str());
+  else
+    std::fprintf(stderr, "matmul kernel: %s, %lld thread(s), %s\n", compute::matmul_kernel_name(),
+                 static_cast<long long>(threads), dtype.c_str());
   std::fprintf(stderr, "prefill: %zu tokens, first token after %.3f s\n", prompt.size(), first_token_s);
   std::fprintf(stderr, "decode: %lld tokens in %.3f s = %.1f tok/s\n", static_cast<long long>(generated - 1),
                decode_s, generated > 1 ? (generated - 1) / decode_s : 0.0);
