@@ -100,6 +100,74 @@ __global__ void rope_kernel(b16* x, int heads, int head_dim, int64_t row_stride,
   }
 }
 
+// ---- Fused: h = round(h + delta), then RMSNorm of the new h (the two kernels' arithmetic, one launch) ----
+__global__ void add_rms_norm_kernel(b16* h, const b16* delta, int64_t rows, int width, const b16* weight, float eps,
+                                    b16* y) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  b16* in = h + row * width;
+  const b16* add = delta + row * width;
+  b16* out = y + row * width;
+  double sum = 0;
+  for (int i = lane; i < width; i += 32) {
+    const b16 sum_bf16 = __float2bfloat16_rn(__fadd_rn(to_f(in[i]), to_f(add[i])));
+    in[i] = sum_bf16;
+    const double v = to_f(sum_bf16);
+    sum = __dadd_rn(sum, __dmul_rn(v, v));
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
+  const float mean = static_cast<float>(sum / static_cast<double>(width));
+  const float inverse_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  for (int i = lane; i < width; i += 32)  // in[i] was written by this lane
+    out[i] = __float2bfloat16_rn(__fmul_rn(to_f(weight[i]), round_bf16(__fmul_rn(to_f(in[i]), inverse_rms))));
+}
+
+// ---- Fused per-head q/k RMSNorm + NeoX RoPE: one block per row, a warp per head (q heads, then k heads) ----
+__global__ void qk_norm_rope_kernel(QkNormRope a) {
+  extern __shared__ float table[];  // cos [half], sin [half]
+  const int64_t row = blockIdx.x;
+  const int hd = a.head_dim, half = hd / 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const float position = static_cast<float>(a.positions[row]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = __fmul_rn(position, a.inv_freq[i]);
+    table[i] = round_bf16(static_cast<float>(cos(static_cast<double>(angle))));
+    table[half + i] = round_bf16(static_cast<float>(sin(static_cast<double>(angle))));
+  }
+  __syncthreads();
+  for (int head = warp; head < a.q_heads + a.k_heads; head += warps) {
+    const bool is_q = head < a.q_heads;
+    const int h = is_q ? head : head - a.q_heads;
+    const int64_t at = (row * (is_q ? a.q_heads : a.k_heads) + h) * hd;
+    const b16* in = reinterpret_cast<const b16*>(is_q ? a.q_raw : a.k_raw) + at;
+    const b16* weight = reinterpret_cast<const b16*>(is_q ? a.q_weight : a.k_weight);
+    b16* v = reinterpret_cast<b16*>(is_q ? a.q : a.k) + at;
+    // RMSNorm of the head (rms_norm_kernel's arithmetic with width = head_dim)
+    double sum = 0;
+    for (int i = lane; i < hd; i += 32) {
+      const double x = to_f(in[i]);
+      sum = __dadd_rn(sum, __dmul_rn(x, x));
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
+    const float mean = static_cast<float>(sum / static_cast<double>(hd));
+    const float inverse_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.eps)));
+    for (int i = lane; i < hd; i += 32)
+      v[i] = __float2bfloat16_rn(__fmul_rn(to_f(weight[i]), round_bf16(__fmul_rn(to_f(in[i]), inverse_rms))));
+    __syncwarp();
+    // RoPE of the normalised head (rope_kernel's arithmetic); each lane owns pairs (i, i + half)
+    for (int i = lane; i < half; i += 32) {
+      const float lo = to_f(v[i]), hi = to_f(v[i + half]);
+      const float c = table[i], s = table[half + i];
+      v[i] = __float2bfloat16_rn(__fadd_rn(round_bf16(__fmul_rn(lo, c)), round_bf16(__fmul_rn(-hi, s))));
+      v[i + half] = __float2bfloat16_rn(__fadd_rn(round_bf16(__fmul_rn(hi, c)), round_bf16(__fmul_rn(lo, s))));
+    }
+    __syncwarp();
+  }
+}
+
 // ---- Routing: one warp per row; scores in shared memory; k rounds of a warp argmax (ties to the lower id) ----
 __global__ void route_kernel(const b16* logits, int64_t rows, int experts, int k, bool normalize, float scaling,
                              const float* expert_bias, int32_t* chosen, float* weights) {
@@ -200,6 +268,25 @@ Status add_residual(bf16* h, const bf16* delta, int64_t count, cudaStream_t stre
   if (count <= 0) return ok_status();
   add_residual_kernel<<<grid_for(count), 256, 0, stream>>>(dev(h), dev(delta), count);
   return check_launch("add_residual_kernel");
+}
+
+Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const bf16* weight, float eps, bf16* y,
+                    cudaStream_t stream) {
+  if (rows <= 0) return ok_status();
+  if (width <= 0) return Status(ErrorCode::InvalidArgument, "add_rms_norm width " + std::to_string(width));
+  add_rms_norm_kernel<<<blocks_for(rows, kWarpRows), 32 * kWarpRows, 0, stream>>>(dev(h), dev(delta), rows, width,
+                                                                                   dev(weight), eps, dev(y));
+  return check_launch("add_rms_norm_kernel");
+}
+
+Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream) {
+  if (args.rows <= 0) return ok_status();
+  if (args.head_dim <= 0 || args.head_dim % 2 != 0 || args.head_dim > 4096)
+    return Status(ErrorCode::InvalidArgument, "qk_norm_rope head_dim " + std::to_string(args.head_dim));
+  if (args.rows > 0x7fffffff)
+    return Status(ErrorCode::InvalidArgument, "qk_norm_rope: too many rows " + std::to_string(args.rows));
+  qk_norm_rope_kernel<<<static_cast<unsigned>(args.rows), 256, sizeof(float) * args.head_dim, stream>>>(args);
+  return check_launch("qk_norm_rope_kernel");
 }
 
 Status swiglu(const bf16* gate, const bf16* up, int64_t rows, int width, int64_t in_stride, bf16* out,

@@ -56,6 +56,29 @@ Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, floa
 // h [count] = round(h + delta).
 Status add_residual(bf16* h, const bf16* delta, int64_t count, cudaStream_t stream);
 
+// h = round(h + delta) [rows, width], then y = RMSNorm(h) * weight: add_residual + rms_norm in one launch, same bits.
+Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const bf16* weight, float eps, bf16* y,
+                    cudaStream_t stream);
+
+// Per-head q/k RMSNorm then NeoX RoPE in one launch (rms_norm + rope_neox's bits): q = rope(norm(q_raw)) [rows,
+// q_heads*hd], k = rope(norm(k_raw)) [rows, k_heads*hd], all dense bf16.
+struct QkNormRope {
+  const bf16* q_raw = nullptr;
+  const bf16* k_raw = nullptr;
+  const bf16* q_weight = nullptr;  // [hd]
+  const bf16* k_weight = nullptr;  // [hd]
+  bf16* q = nullptr;
+  bf16* k = nullptr;
+  int64_t rows = 0;
+  int q_heads = 0;
+  int k_heads = 0;
+  int head_dim = 0;
+  float eps = 0;
+  const int64_t* positions = nullptr;  // [rows]
+  const float* inv_freq = nullptr;     // [hd / 2]
+};
+Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream);
+
 // out [rows, width] = round(round(silu(gate)) * up); gate/up rows start every in_stride elements (may be the two
 // halves of one [rows, 2*width] buffer: up = gate + width, in_stride = 2*width). out rows are dense.
 Status swiglu(const bf16* gate, const bf16* up, int64_t rows, int width, int64_t in_stride, bf16* out,
