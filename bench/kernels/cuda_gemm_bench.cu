@@ -1,5 +1,6 @@
 // GPU kernel bench: the batch-invariant bf16 GEMM vs cuBLAS and vs the measured read bandwidth, per shape and m,
-// plus the device sampler. Usage: cuda_gemm_bench [table.txt]   (prints the table; also writes it to the file).
+// plus the device sampler. Usage: cuda_gemm_bench [table.txt [shape]]   (prints the table; also writes it to the file;
+// shape, e.g. 8192->2048, times that shape only).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -155,10 +156,12 @@ int main(int argc, char** argv) {
     const char* what;
   };
   const Shape shapes[] = {{8192, 2048, "2048->8192"}, {2048, 8192, "8192->2048"}, {65536, 2048, "2048->65536"}};
-  const int64_t widths[] = {1, 4, 16, 32, 64, 128, 256, 2048};
+  const int64_t widths[] = {1, 4, 16, 17, 32, 64, 100, 128, 256, 2048};
+  const std::string only = argc > 2 ? argv[2] : "";  // optional: time this one shape only (e.g. 8192->2048)
   emit("\n%-12s %5s %-15s %9s %8s %7s %8s %9s %8s %7s\n", "shape", "m", "tile", "own us", "own GB/s", "%read",
        "own TF/s", "cublas us", "cb TF/s", "%cublas");
   for (const Shape& shape : shapes) {
+    if (!only.empty() && only != shape.what) continue;
     const size_t weight_elems = shape.n * shape.k;
     const int copies = static_cast<int>(std::max<size_t>(2, (1ull << 29) / (weight_elems * 2) + 1));  // > 512 MiB
     std::vector<DeviceBuffer<bf16>> weights(copies);

@@ -203,7 +203,9 @@ TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
   size_t split = 0;
   for (const std::string& name : ran) split += name.find("split") != std::string::npos;
   EXPECT_EQ(ran.size() + (major >= 9 ? 0 : 3), static_cast<size_t>(GemmEngine::tile_count()));
-  if (major >= 9) EXPECT_EQ(split, 3u);
+  if (major >= 9) {
+    EXPECT_EQ(split, 3u);
+  }
 }
 
 TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck) {
@@ -213,6 +215,21 @@ TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck
   const std::string failure = invariance_failure(engine, GemmCase{1024, 8192}, {1, 16, 64, 100});
   EXPECT_NE(failure.find("m 100"), std::string::npos) << failure;
   std::printf("planted fault caught: %s\n", failure.c_str());
+  // The split configurations (each slice's tiles walked backwards in its own CTA) are caught alike.
+  int split = 0;
+  for (int tile = 0; tile < GemmEngine::tile_count(); ++tile) {
+    GemmEngine pinned;
+    pinned.pin_tile_for_test(tile);
+    if (std::string(pinned.tile_name(100, 1024, 8192)).find("split") == std::string::npos) continue;
+    pinned.set_fault_reverse_k_for_test(true);
+    const std::string split_failure = invariance_failure(pinned, GemmCase{1024, 8192}, {1, 100});
+    EXPECT_NE(split_failure.find("m 100"), std::string::npos) << "tile " << tile << ": " << split_failure;
+    EXPECT_NE(split_failure.find("split"), std::string::npos) << split_failure;
+    ++split;
+  }
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  EXPECT_EQ(split, major >= 9 ? 2 : 0);
 }
 
 TEST(CudaGemm, RefusesTwoOutputsARaggedKAMisalignedYAndTooManyRows) {
