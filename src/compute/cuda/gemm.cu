@@ -273,14 +273,16 @@ bool valid(Choice choice, int64_t m, int64_t k, bool clusters) {
   }
 }
 
-// The split configurations become automatic once the pinned invariance test has passed on a device with them
-// (they have not yet run on one); until then they are pinnable only.
-constexpr bool kSplitAutomatic = false;
+// The split configurations are automatic for sliced K above 16 rows: the pinned invariance and planted-fault tests
+// passed with them on the H200 (third run, docs/cuda.md), and they beat every unsplit tile there at m = 17..2048.
+constexpr bool kSplitAutomatic = true;
 
 // Measured on the H200 (docs/cuda.md, Kernels): the 16x128 tile streams one-slice decode at 92% of the read
 // bandwidth on the 65536-wide head (decode kernel 56-80%) and beats the decode kernel from about 12 rows on 8192
-// outputs; 64x64 tiles beat 128x128 ones while those would not fill the SMs up to 128 rows (and at any m with
-// sliced K); 128x128 beats 128x256 except on wide heads.
+// outputs; with sliced K and clusters, split mode beats every unsplit tile from 17 rows (8192->2048: 25 us against
+// 130 at m = 17..64 with 64x128 tiles, 37-61 us against 117 at m = 100..256 and 316 against 417 at 2048 with
+// 128x128 tiles), while the decode kernel keeps m <= 16 (12-15 us against 17 split); unsplit, 64x64 tiles beat
+// 128x128 ones while those would not fill the SMs up to 128 rows; 128x128 beats 128x256 except on wide heads.
 Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, int pinned) {
   if (pinned >= 0 && valid(static_cast<Choice>(pinned), m, k, clusters)) return static_cast<Choice>(pinned);
   const int slices = slice_count(static_cast<int>(k));
@@ -289,8 +291,9 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, int 
   // Sliced K with clusters: every CTA streams one slice of its columns' weights once for all rows of its tile.
   const bool split = kSplitAutomatic && clusters && slices > 1 && slices <= kMaxClusterSlices;
   if (m <= 64) return split ? Choice::SplitMedium128 : wide ? Choice::Medium128 : Choice::Medium;
+  if (split) return Choice::SplitLarge;
   const int64_t large_ctas = ((m + 127) / 128) * ((n + 127) / 128);
-  if (large_ctas < sm_count && slices > 1) return split ? Choice::SplitLarge : Choice::Medium;
+  if (large_ctas < sm_count && slices > 1) return Choice::Medium;
   if (large_ctas < sm_count && m <= 128) return Choice::Medium;
   const int64_t wide_ctas = ((m + 127) / 128) * ((n + 255) / 256);
   return slices == 1 && wide && wide_ctas >= 2LL * sm_count ? Choice::Wide : Choice::Large;
