@@ -119,15 +119,21 @@ Status Lanes::admit() {
 
 void Lanes::hold_taps(Stream& stream, int64_t start, int rows, std::span<const float> taps) {
   if (!stream.drafting || drafter_ == nullptr) return;
+  constexpr int kMostUnabsorbedRows = 512;
   if (stream.unabsorbed_rows == 0) {
     stream.unabsorbed_start = start;
     stream.unabsorbed_taps.clear();
+    // Room for the rows the stream may still keep before a flush, so a held prompt is not copied again as
+    // rows are appended (reserved pages that are never written cost nothing).
+    if (rows > 0) {
+      const int room = rows + std::min(std::max(stream.remaining(), 0) + 1, kMostUnabsorbedRows);
+      stream.unabsorbed_taps.reserve(taps.size() / rows * room);
+    }
   }
   LS_CHECK(start == stream.unabsorbed_start + stream.unabsorbed_rows, "kept rows reach the drafter in order");
   stream.unabsorbed_taps.insert(stream.unabsorbed_taps.end(), taps.begin(), taps.end());
   stream.unabsorbed_rows += rows;
   // Bound the memory of a stream that stays plain for long: hand over what piled up.
-  constexpr int kMostUnabsorbedRows = 512;
   if (stream.unabsorbed_rows >= kMostUnabsorbedRows) flush_taps(stream);
 }
 
