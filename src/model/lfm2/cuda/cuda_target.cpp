@@ -1,6 +1,8 @@
 // CudaTarget: pools sized at load, windows validated and staged in one upload, draws/taps/logits back in one sync.
 #include "model/lfm2/cuda/cuda_target.h"
 
+#include "model/window_checks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -152,44 +154,19 @@ Status CudaTarget::set_taps(std::span<const int> layers) {
 }
 
 Status CudaTarget::check_windows(std::span<const Window> windows) const {
-  int64_t total = 0;
-  std::unordered_set<StreamId> seen;
-  for (const Window& window : windows) {
-    const std::string stream = "stream " + std::to_string(window.stream);
-    const int64_t rows = static_cast<int64_t>(window.tokens.size());
-    if (rows == 0) return Status(ErrorCode::InvalidArgument, stream + ": a window needs at least one row");
-    if (!seen.insert(window.stream).second)
-      return Status(ErrorCode::InvalidArgument, stream + " has two windows in one forward");
-    for (int32_t token : window.tokens)
-      if (token < 0 || token >= facts_.vocab_size)
-        return Status(ErrorCode::InvalidArgument, stream + ": token " + std::to_string(token) +
-                                                      " is outside the vocabulary of " +
-                                                      std::to_string(facts_.vocab_size));
-    if (window.first_drawn_row < 0 || window.first_drawn_row > rows)
-      return Status(ErrorCode::InvalidArgument, stream + ": first_drawn_row " +
-                                                    std::to_string(window.first_drawn_row) + " outside 0.." +
-                                                    std::to_string(rows));
-    const auto found = streams_.find(window.stream);
-    const int64_t committed = found == streams_.end() ? 0 : found->second.committed;
-    if (window.start_position >= 0 && window.start_position != committed)
-      return Status(ErrorCode::InvalidArgument, stream + ": window starts at position " +
-                                                    std::to_string(window.start_position) + " but the stream holds " +
-                                                    std::to_string(committed));
-    if (committed + rows > config_.max_position)
-      return Status(ErrorCode::InvalidArgument, stream + ": positions up to " + std::to_string(committed + rows) +
-                                                    " exceed max_position_embeddings " +
-                                                    std::to_string(config_.max_position));
-    total += rows;
-  }
-  // The kept conv inputs of a window live in the forward's scratch: every window is committed before the next one.
+  // The kept conv inputs of a window live in the forward's scratch: every window is committed before the next one,
+  // whichever streams the next forward touches.
   for (const auto& [id, state] : streams_)
     if (state.window_rows > 0)
       return Status(ErrorCode::InvalidArgument, "stream " + std::to_string(id) + " has an uncommitted window of " +
                                                     std::to_string(state.window_rows) + " rows");
-  if (total > facts_.max_rows)
-    return Status(ErrorCode::InvalidArgument, "forward of " + std::to_string(total) + " rows exceeds max_rows " +
-                                                  std::to_string(facts_.max_rows));
-  return ok_status();
+  return ls::check_windows(
+      windows, WindowLimits{facts_.vocab_size, config_.max_position, facts_.max_rows},
+      [this](StreamId id) {
+        const auto found = streams_.find(id);
+        return found == streams_.end() ? int64_t{0} : found->second.committed;
+      },
+      [](StreamId) { return int64_t{0}; });
 }
 
 Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
