@@ -171,8 +171,9 @@ std::vector<float> bench_taps(int64_t rows, int64_t width) {
 
 #ifdef LS_HAVE_CUDA
 // The CUDA drafter: load, absorb of the context, then draft passes by streams (1..64) and depth, device times.
+// graphs: "on", "off" or "both" (each (streams, depth) timed eagerly and through CUDA graphs, after 2 untimed passes).
 int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, int context, int repeats,
-             json& results) {
+             const std::string& graphs, json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;
@@ -206,7 +207,9 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       absorb_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - absorb_start).count());
     }
-    for (int depth : {1, 3, shape.block}) {
+    for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
+      if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
+      drafter.set_graphs(graphed);
       std::vector<DraftRequest> requests(streams);
       for (int stream = 0; stream < streams; ++stream) {
         requests[stream].stream = stream;
@@ -215,6 +218,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
         requests[stream].depth = depth;
       }
       std::vector<double> block_ms, scan_ms, wall_ms;
+      for (int warm = 0; warm < 2; ++warm) drafter.draft(requests);  // a graph is captured at the second sighting
       for (int repeat = 0; repeat < repeats; ++repeat) {
         const auto pass_start = std::chrono::steady_clock::now();
         const std::vector<Draft> drafts = drafter.draft(requests);
@@ -228,10 +232,11 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
         scan_ms.push_back(drafter.last_scan_ms());
       }
       char row[256];
-      std::snprintf(row, sizeof row, "| cuda | %d | %d | %.3f | %.3f | %.3f |", streams, depth, median(block_ms),
-                    median(scan_ms), median(wall_ms));
+      std::snprintf(row, sizeof row, "| cuda | %s | %d | %d | %.3f | %.3f | %.3f |", graphed ? "on" : "off", streams,
+                    depth, median(block_ms), median(scan_ms), median(wall_ms));
       table.push_back(row);
       results["runs"].push_back({{"device", "cuda"},
+                                 {"graphs", graphed},
                                  {"streams", streams},
                                  {"depth", depth},
                                  {"block_ms", median(block_ms)},
@@ -242,8 +247,10 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   std::printf("\nabsorb of %d context rows: median %.3f ms (wall, host taps to device K/V)\n", context,
               median(absorb_ms));
   results["absorb_ms"] = median(absorb_ms);
-  std::printf("\n| device | streams | depth | block pass ms | Markov scan ms | draft() wall ms |\n"
-              "|---|---|---|---|---|---|\n");
+  std::printf("\ngraph replays %lld, graph capture failures %lld\n",
+              static_cast<long long>(drafter.graph_replays()), static_cast<long long>(drafter.graph_failures()));
+  std::printf("\n| device | graphs | streams | depth | block pass ms | Markov scan ms | draft() wall ms |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
   return 0;
 }
@@ -288,7 +295,7 @@ int main(int argc, char** argv) {
               compute::matmul_kernel_name());
   if (device == "cuda") {
 #ifdef LS_HAVE_CUDA
-    const int code = run_cuda(shape, dir, target, context, repeats, results);
+    const int code = run_cuda(shape, dir, target, context, repeats, flag(argc, argv, "--graphs", "both"), results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
     std::ofstream(json_path) << results.dump(2) << "\n";

@@ -561,6 +561,76 @@ TEST(CudaDrafter, RefusesIntEightAnFp32ModeAndACpuTargetByName) {
   EXPECT_EQ(cuda::drafter_device_bytes(), 0);
 }
 
+// Graphs on vs off: the same tokens and chance bits for several shapes (greedy and sampled, mixed depths), over the
+// eager first sighting, the capture, replays, and replays after the contexts grew (new cache pointers and lengths).
+TEST(CudaDrafter, CudaGraphsGiveTheSameTokensAndChanceBitsAsEagerLaunches) {
+  SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(drafter);
+  EXPECT_TRUE(drafter->graphs_on()) << "graphs are on by default";
+  const DsparkConfig& c = drafter->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  const int lengths[] = {17, 64, 130, 5, 90};
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(drafter->absorb(i, 0, lengths[i], testing::random_taps(lengths[i], width, 20 + i)).ok());
+  auto request = [&](int stream, int depth, Sampling sampling) {
+    DraftRequest r;
+    r.stream = stream;
+    r.anchor_token = 100 + 37 * stream;
+    r.anchor_position = drafter->context_length(stream);
+    r.depth = depth;
+    r.sampling = sampling;
+    return r;
+  };
+  const Sampling greedy{};
+  auto shapes = [&] {
+    return std::vector<std::vector<DraftRequest>>{
+        {request(0, c.block_size, greedy)},
+        {request(1, c.block_size, greedy), request(2, 4, Sampling{0.8f, 0, 0.95f, 0.0f, 7}),
+         request(3, 2, Sampling{1.2f, 40, 1.0f, 0.05f, 11})},
+        {request(0, 3, Sampling{0.7f, 5, 1.0f, 0.0f, 3}), request(1, 3, greedy), request(2, 3, greedy),
+         request(3, 3, Sampling{1.0f, 0, 0.9f, 0.0f, 13}), request(4, 3, greedy)}};
+  };
+  auto same_bits = [](const std::vector<Draft>& a, const std::vector<Draft>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(a[i].status.ok()) << a[i].status.to_string();
+      ASSERT_TRUE(b[i].status.ok()) << b[i].status.to_string();
+      EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+      ASSERT_EQ(a[i].chances.size(), b[i].chances.size());
+      for (size_t k = 0; k < a[i].chances.size(); ++k)
+        EXPECT_EQ(std::bit_cast<uint32_t>(a[i].chances[k]), std::bit_cast<uint32_t>(b[i].chances[k]))
+            << "request " << i << " slot " << k;
+    }
+  };
+  for (int phase = 0; phase < 2; ++phase) {
+    SCOPED_TRACE("phase " + std::to_string(phase));
+    const std::vector<std::vector<DraftRequest>> cases = shapes();
+    drafter->set_graphs(false);
+    std::vector<std::vector<Draft>> eager;
+    for (const auto& requests : cases) eager.push_back(drafter->draft(requests));
+    drafter->set_graphs(true);
+    const int64_t replays = drafter->graph_replays();
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      for (size_t k = 0; k < cases.size(); ++k) {
+        SCOPED_TRACE("shape " + std::to_string(k) + " repeat " + std::to_string(repeat));
+        ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
+        same_bits(drafter->draft(cases[k]), eager[k]);
+      }
+    }
+    // Block and scan graph per shape, captured at the second sighting (the load's warm-up pass was the first of
+    // shape 0): phase 0 replays 3 + 2 + 2 times per graph, phase 1 (graphs kept) 3 times each.
+    EXPECT_EQ(drafter->graph_replays() - replays, phase == 0 ? 2 * (3 + 2 + 2) : 2 * 3 * 3);
+    EXPECT_EQ(drafter->graph_failures(), 0);
+    // Grow every context (doubling moves some caches), so replays must read the new pointers and lengths.
+    for (int i = 0; i < 5; ++i) {
+      const int64_t held = drafter->context_length(i);
+      ASSERT_TRUE(drafter->absorb(i, held, 70, testing::random_taps(70, width, 40 + i)).ok());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ls::dspark
 #endif  // LS_HAVE_CUDA

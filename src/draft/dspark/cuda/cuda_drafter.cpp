@@ -13,6 +13,10 @@ namespace {
 
 // The stream id the warm-up pass uses and releases (lanes never hand out this id).
 constexpr StreamId kWarmUpStream = std::numeric_limits<StreamId>::max();
+// cuBLAS workspace set on the handle (graph capture needs one set; 32 MiB is cuBLAS's own default on Hopper).
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// Graph shapes kept at most (block: one per request count; scan: one per request count and depth).
+constexpr size_t kMaxGraphShapes = 1024;
 
 // A host matrix as bf16 values (bf16 as stored; fp32-stored checkpoints are rounded: the device runs bf16).
 std::vector<bf16_t> as_bf16(const compute::OwnedMatrix& matrix) {
@@ -63,6 +67,10 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   CudaDsparkDrafter& d = *drafter;
   LS_RETURN_IF_ERROR(d.stream_.create());
   LS_RETURN_IF_ERROR(d.cublas_.create(d.stream_.get()));
+  // After cublasSetStream (which resets the workspace): graphs on or off, every GEMM runs with this workspace.
+  LS_RETURN_IF_ERROR(d.cublas_workspace_.allocate(kCublasWorkspaceBytes, "cublas workspace", steps));
+  LS_RETURN_IF_ERROR(cublas_status(
+      cublasSetWorkspace(d.cublas_.get(), d.cublas_workspace_.data(), kCublasWorkspaceBytes), "cublasSetWorkspace"));
   LS_RETURN_IF_ERROR(d.block_timer_.create());
   LS_RETURN_IF_ERROR(d.scan_timer_.create());
   DeviceDraftWeights& w = d.weights_;
@@ -152,7 +160,31 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
     LS_RETURN_IF_ERROR(absorb_.normed.allocate(kChunk * c.hidden_size, "absorb normed", counted));
   }
   s.requests = requests;
+  graphs_.clear();  // captured graphs hold the old scratch pointers
   return ok_status();
+}
+
+template <typename Enqueue>
+Status CudaDsparkDrafter::run_shape(std::pair<int, int> key, Enqueue&& enqueue) {
+  const cudaStream_t stream = stream_.get();
+  if (!graphs_on_) return enqueue();
+  auto found = graphs_.find(key);
+  if (found == graphs_.end()) {
+    if (graphs_.size() >= kMaxGraphShapes) return enqueue();
+    found = graphs_.emplace(key, GraphShape{}).first;
+  }
+  GraphShape& shape = found->second;
+  if (shape.failed || (!shape.exec.ready() && ++shape.sightings < 2)) return enqueue();
+  if (!shape.exec.ready()) {
+    // Second sighting: capture (nothing runs), then replay below; a capture that fails runs eagerly for good.
+    if (!shape.exec.capture(stream, enqueue).ok()) {
+      shape.failed = true;
+      ++graph_failures_;
+      return enqueue();
+    }
+  }
+  ++graph_replays_;
+  return shape.exec.launch(stream);
 }
 
 Status CudaDsparkDrafter::reserve_context(DeviceStreamContext& context, int64_t rows) {
@@ -282,11 +314,11 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
     if (error != cudaSuccess) return fail_all(ls::cuda::cuda_status(error, "draft upload"));
   }
   block_timer_.start(stream);
-  status = block_pass(count);
+  status = run_shape({count, 0}, [&] { return block_pass(count); });
   block_timer_.stop(stream);
   if (status.ok()) {
     scan_timer_.start(stream);
-    status = markov_scan(count, max_depth);
+    status = run_shape({count, max_depth}, [&] { return markov_scan(count, max_depth); });
     scan_timer_.stop(stream);
   }
   // The one copy back: every request's tokens, chances and failure flags.

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "draft/drafter.h"
@@ -99,6 +100,14 @@ class CudaDsparkDrafter final : public Drafter {
   // Device time of the last draft() call's block pass and Markov scan, in ms.
   double last_block_ms() const { return last_block_ms_; }
   double last_scan_ms() const { return last_scan_ms_; }
+  // CUDA graphs for the block pass (per request count) and the scan (per request count and depth): captured on a
+  // shape's second sighting, replayed after (on by default; off runs every launch eagerly, the same bits, and
+  // keeps the captured graphs).
+  void set_graphs(bool on) { graphs_on_ = on; }
+  bool graphs_on() const { return graphs_on_; }
+  // Graph replays so far, and shapes whose capture failed (those run eagerly from then on).
+  int64_t graph_replays() const { return graph_replays_; }
+  int64_t graph_failures() const { return graph_failures_; }
   // Test hook: fills every activation and logit buffer with NaN bytes (0xff), so a value a pass fails to write
   // cannot pass for a result.
   Status poison_scratch_for_test();
@@ -111,6 +120,9 @@ class CudaDsparkDrafter final : public Drafter {
   Status block_pass(int count);
   Status markov_scan(int count, int max_depth);
   Status warm_up();
+  // Runs `enqueue`'s launches for the graph shape `key`: eagerly, or captured (second sighting) and replayed.
+  template <typename Enqueue>
+  Status run_shape(std::pair<int, int> key, Enqueue&& enqueue);
   // y [rows, w.rows] = x [rows, w.cols] @ W^T, bf16 in, fp32 accumulate, y bf16 or fp32 with leading dimension ldy.
   Status gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y, bool y_f32,
               int64_t ldy);
@@ -120,6 +132,7 @@ class CudaDsparkDrafter final : public Drafter {
   const bf16_t* embedding_ = nullptr;  // [V, d] the target's, borrowed
   DraftFacts facts_;
   DeviceStream stream_;
+  TrackedBuffer<uint8_t> cublas_workspace_;  // set on the handle so its GEMMs can be captured into a graph
   CublasHandle cublas_;
   DeviceTimer block_timer_, scan_timer_;
   DeviceDraftWeights weights_;
@@ -131,6 +144,16 @@ class CudaDsparkDrafter final : public Drafter {
   int64_t nonfinite_drafts_ = 0;
   double last_block_ms_ = 0;
   double last_scan_ms_ = 0;
+  // Graph cache: key (request count, 0) for the block pass, (request count, depth) for the scan.
+  struct GraphShape {
+    int sightings = 0;
+    bool failed = false;
+    GraphExec exec;
+  };
+  bool graphs_on_ = true;
+  std::map<std::pair<int, int>, GraphShape> graphs_;
+  int64_t graph_replays_ = 0;
+  int64_t graph_failures_ = 0;
 };
 
 }  // namespace ls::dspark::cuda

@@ -99,6 +99,54 @@ class DeviceStream {
   cudaStream_t stream_ = nullptr;
 };
 
+// An instantiated CUDA graph (one captured launch sequence), destroyed with its owner; move-only.
+class GraphExec {
+ public:
+  GraphExec() = default;
+  ~GraphExec() { reset(); }
+  GraphExec(GraphExec&& other) noexcept : exec_(other.exec_) { other.exec_ = nullptr; }
+  GraphExec& operator=(GraphExec&& other) noexcept {
+    if (this != &other) {
+      reset();
+      exec_ = other.exec_;
+      other.exec_ = nullptr;
+    }
+    return *this;
+  }
+  // Captures what `enqueue` puts on `stream` (nothing runs) and instantiates it; on failure holds nothing.
+  template <typename Enqueue>
+  Status capture(cudaStream_t stream, Enqueue&& enqueue) {
+    reset();
+    LS_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    Status status = enqueue();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (status.ok() && ended != cudaSuccess) status = ls::cuda::cuda_status(ended, "draft graph capture");
+    if (status.ok()) {
+      const cudaError_t made = cudaGraphInstantiate(&exec_, graph, 0);
+      if (made != cudaSuccess) {
+        exec_ = nullptr;
+        status = ls::cuda::cuda_status(made, "draft graph instantiate");
+      }
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (!status.ok()) cudaGetLastError();  // a failed capture must not poison the next call's error check
+    return status;
+  }
+  Status launch(cudaStream_t stream) const {
+    LS_CUDA_TRY(cudaGraphLaunch(exec_, stream));
+    return ok_status();
+  }
+  bool ready() const { return exec_ != nullptr; }
+  void reset() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    exec_ = nullptr;
+  }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // A pair of events timing a span of work on a stream.
 class DeviceTimer {
  public:
