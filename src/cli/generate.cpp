@@ -91,6 +91,9 @@ int run_generate(int argc, char** argv) {
   const int64_t drafter_bits =
       opts.get_int("--drafter-bits", 0, "drafter weights: 0 = bf16 as stored, 8 = int8 per row (proposals only)");
   const int64_t max_draft = opts.get_int("--max-draft", -1, "most drafts per round (-1 = the drafter's block)");
+  const bool draft_always = opts.flag("--draft-always",
+                                          "testing: draft the full depth every round whatever pricing says (same "
+                                          "tokens; speed may drop)");
   const double synthetic_acceptance = opts.get_double(
       "--synthetic-acceptance", 0.0,
       "BENCHMARKS ONLY: run plain first, then draft its recorded reply, right per draft at the rate whose mean "
@@ -175,6 +178,7 @@ int run_generate(int argc, char** argv) {
   WallClock clock;
   LanesOptions lanes_options;
   lanes_options.max_streams = 1;
+  lanes_options.pricing.always_draft = draft_always;
   Result<std::unique_ptr<Lanes>> created =
       Lanes::create(target, synthetic ? synthetic.get() : drafter.get(), lanes_options, clock);
   if (!created.ok()) return fail(created.status());

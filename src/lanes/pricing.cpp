@@ -37,7 +37,10 @@ void Pricing::trim(std::span<Stream* const> streams) const {
     for (int row = 0; row < forced; ++row) offers[index].fixed_expected += chances[row];
     offers[index].chances.assign(chances.begin() + forced, chances.end());
   }
-  auto cost = [&](int rows, int, int) { return tables_.verify.ms(rows) + overhead_ms_; };
+  // With always_draft every row costs the same, so rows are bought while they fit.
+  auto cost = [&](int rows, int, int) {
+    return options_.always_draft ? 1.0 : tables_.verify.ms(rows) + overhead_ms_;
+  };
   Allocation allocation = allocate_rows(offers, max_rows_, cost, 1.0);
   for (size_t index = 0; index < streams.size(); ++index) {
     Stream& stream = *streams[index];
@@ -75,6 +78,11 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
 
 std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
                                             int round_streams) {
+  if (options_.always_draft) {
+    std::vector<DepthPlan> plans(drafting.size());
+    for (size_t index = 0; index < drafting.size(); ++index) plans[index].depth = std::max(0, caps[index]);
+    return plans;
+  }
   std::vector<RowOffer> offers(drafting.size() + 1);
   // The first offer stands for every stream's pending row in the next round.
   offers[0].fixed_rows = std::clamp(round_streams, 1, max_rows_);

@@ -27,6 +27,9 @@ struct PricingOptions {
   int deeper_probe_every = 8;     // every n-th drafting decision asks one draft deeper than priced
   int confidence_slack = 2;       // extra drafts asked when confidences can trim them at verify
   int absorb_amortize_rounds = 32;  // a stream's catch-up absorb is spread over up to this many future rounds
+  // Tests and exactness checks: every drafting stream asks its whole cap each round and the trim keeps every draft
+  // that fits the row budget, whatever the timings say (the tokens never change; only speed does).
+  bool always_draft = false;
 };
 
 struct DepthPlan {

@@ -55,11 +55,12 @@ std::vector<Arrival> long_requests(int streams, int max_tokens) {
 }
 
 PricedRun priced_run(FixedClock& clock, const FakeTargetOptions& target_options,
-                     const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals) {
+                     const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals,
+                     const LanesOptions& options = {}) {
   FakeTarget target(target_options);
   std::optional<FakeDrafter> drafter;
   if (drafter_options) drafter.emplace(*drafter_options);
-  auto lanes = Lanes::create(target, drafter ? &*drafter : nullptr, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, drafter ? &*drafter : nullptr, options, clock);
   EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
   PricedRun run;
   if (!lanes.ok()) return run;
@@ -94,6 +95,22 @@ TEST(LanesPricing, AnAlwaysWrongDrafterStopsBuyingDraftsAndKeepsPlainThroughput)
       << drafted.stats.windows_with_drafts << " of " << drafted.stats.windows_verified;
   // Drafting that does not pay costs nothing: every drafter pass led to verified drafts.
   EXPECT_LE(drafted.drafter_passes, drafted.stats.windows_with_drafts);
+}
+
+TEST(LanesPricing, AlwaysDraftBuysEveryDraftOfAnAlwaysWrongDrafterAndKeepsTheTokens) {
+  // Pricing would stop buying (the test above); always_draft (tests, --draft-always) keeps verifying full windows.
+  FixedClock clock;
+  std::vector<Arrival> arrivals = long_requests(2, 120);
+  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
+  LanesOptions options;
+  options.pricing.always_draft = true;
+  PricedRun drafted = priced_run(clock, costed_target(clock), costed_drafter(clock, 1.0), arrivals, options);
+  ASSERT_EQ(plain.tokens, drafted.tokens);
+  for (size_t i = 0; i < plain.replies.size(); ++i) EXPECT_EQ(plain.replies[i].tokens, drafted.replies[i].tokens);
+  EXPECT_EQ(drafted.stats.drafts_accepted, 0);
+  // Every decode window carries drafts (all but the prompt windows).
+  EXPECT_GT(drafted.stats.windows_with_drafts * 10, drafted.stats.windows_verified * 9)
+      << drafted.stats.windows_with_drafts << " of " << drafted.stats.windows_verified;
 }
 
 TEST(LanesPricing, AnAlwaysRightDrafterIsBoughtUpToTheCostOptimalDepth) {
