@@ -30,6 +30,10 @@
 #include "compute/ops.h"
 #include "io/safetensors.h"
 #include "model/load.h"
+#include "bench_util.h"
+
+using ls::bench::median;
+using ls::bench::parse_list;
 
 namespace {
 
@@ -44,18 +48,6 @@ struct Options {
   bool cpu_time = false;  // time 1-thread runs by the thread's CPU time (robust to other processes on the VM)
   compute::NumericMode mode = compute::NumericMode::Bf16;
 };
-
-std::vector<int> parse_list(const std::string& text) {
-  std::vector<int> values;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) values.push_back(std::atoi(item.c_str()));
-  return values;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();

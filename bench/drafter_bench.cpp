@@ -31,6 +31,11 @@
 #include "draft/load.h"
 #endif
 
+#include "bench_util.h"
+
+using ls::bench::median;
+using ls::bench::parse_list;
+
 namespace {
 
 using namespace ls;
@@ -151,11 +156,6 @@ int64_t status_kib(const char* field) {
 }
 
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 std::string flag(int argc, char** argv, const char* name, const char* fallback) {
   for (int i = 1; i + 1 < argc; ++i)

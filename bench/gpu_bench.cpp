@@ -25,6 +25,10 @@
 #include "base/hash.h"
 #include "model/lfm2/cuda/cuda_target.h"
 #include "model/load.h"
+#include "bench_util.h"
+
+using ls::bench::median;
+using ls::bench::parse_list;
 
 namespace {
 
@@ -37,18 +41,6 @@ struct Options {
   int decode_tokens = 128, context = 128, prefill = 2048, streams = 16, repeats = 5;
   std::vector<int> verify = {1, 2, 4, 8, 16};
 };
-
-std::vector<int> parse_list(const std::string& text) {
-  std::vector<int> values;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) values.push_back(std::atoi(item.c_str()));
-  return values;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 

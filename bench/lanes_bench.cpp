@@ -44,6 +44,10 @@
 #include "lanes/testing/recorded_drafter.h"
 #include "model/load.h"
 #include "text/tokenizer.h"
+#include "bench_util.h"
+
+using ls::bench::median;
+using ls::bench::parse_list;
 
 namespace ls {
 namespace {
@@ -155,13 +159,6 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   measured.stats = lanes->stats();
   for (const std::vector<int32_t>& reply : measured.replies) measured.tokens += static_cast<int64_t>(reply.size());
   return measured;
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
 }
 
 json stats_json(const LanesStats& stats) {

@@ -17,6 +17,10 @@
 #include "base/thread_pool.h"
 #include "compute/cpu/cpu_features.h"
 #include "compute/ops.h"
+#include "../bench_util.h"
+
+using ls::bench::median;
+using ls::bench::parse_list;
 
 namespace {
 
@@ -33,23 +37,11 @@ const Shape kShapes[] = {{"conv.in_proj", 3072, 1024, 10}, {"conv.out_proj", 102
                          {"ffn.w1/w3", 4608, 1024, 32},    {"ffn.w2", 1024, 4608, 16},
                          {"head", 65536, 1024, 1}};
 
-std::vector<int> parse_list(const std::string& text) {
-  std::vector<int> values;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) values.push_back(std::atoi(item.c_str()));
-  return values;
-}
-
 // CPU time of the calling thread in ms (with --cpu-time: robust to other processes sharing the cores, 1 thread only).
 double thread_cpu_ms() {
   timespec now;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
   return now.tv_sec * 1e3 + now.tv_nsec / 1e6;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 }  // namespace
