@@ -1,6 +1,8 @@
 // The DSpark drafter: absorb taps into per-stream context caches, draft blocks for all requests in one pass.
 #include "draft/dspark/dspark_drafter.h"
 
+#include "draft/dspark/warm_up.h"
+
 #include <chrono>
 #include <limits>
 #include <utility>
@@ -12,7 +14,6 @@ namespace ls::dspark {
 namespace {
 
 // The stream id the warm-up pass uses and releases (lanes never hand out this id).
-constexpr StreamId kWarmUpStream = std::numeric_limits<StreamId>::max();
 
 double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -75,20 +76,7 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::load(const std::string& di
 }
 
 Status DsparkDrafter::warm_up() {
-  const std::vector<float> taps(static_cast<size_t>(config_.tap_count()) * config_.hidden_size, 0.0f);
-  Status status = absorb(kWarmUpStream, 0, 1, taps);
-  if (status.ok()) {
-    DraftRequest request;
-    request.stream = kWarmUpStream;
-    request.anchor_token = config_.mask_token_id;
-    request.anchor_position = 1;
-    request.depth = config_.block_size;
-    std::vector<Draft> drafts = draft(std::span<const DraftRequest>(&request, 1));
-    status = drafts[0].status;
-  }
-  release(kWarmUpStream);
-  if (!status.ok()) return Status(status.code(), "drafter warm-up failed: " + status.message());
-  return ok_status();
+  return warm_up_drafter(*this, config_);
 }
 
 Status DsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {

@@ -1,6 +1,8 @@
 // The CUDA DSpark drafter: weight upload, per-stream device contexts, request validation, results back to the host.
 #include "draft/dspark/cuda/cuda_drafter.h"
 
+#include "draft/dspark/warm_up.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -12,7 +14,6 @@ namespace ls::dspark::cuda {
 namespace {
 
 // The stream id the warm-up pass uses and releases (lanes never hand out this id).
-constexpr StreamId kWarmUpStream = std::numeric_limits<StreamId>::max();
 // cuBLAS workspace set on the handle (graph capture needs one set; 32 MiB is cuBLAS's own default on Hopper).
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 // Graph shapes kept at most (block: one per request count; scan: one per request count and depth).
@@ -364,20 +365,7 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
 }
 
 Status CudaDsparkDrafter::warm_up() {
-  const std::vector<float> taps(static_cast<size_t>(config_.tap_count()) * config_.hidden_size, 0.0f);
-  Status status = absorb(kWarmUpStream, 0, 1, taps);
-  if (status.ok()) {
-    DraftRequest request;
-    request.stream = kWarmUpStream;
-    request.anchor_token = config_.mask_token_id;
-    request.anchor_position = 1;
-    request.depth = config_.block_size;
-    std::vector<Draft> drafts = draft(std::span<const DraftRequest>(&request, 1));
-    status = drafts[0].status;
-  }
-  release(kWarmUpStream);
-  if (!status.ok()) return Status(status.code(), "drafter warm-up failed: " + status.message());
-  return ok_status();
+  return warm_up_drafter(*this, config_);
 }
 
 int64_t CudaDsparkDrafter::context_length(StreamId stream) const {
