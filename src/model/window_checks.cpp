@@ -46,4 +46,26 @@ Status check_windows(std::span<const Window> windows, const WindowLimits& limits
   return ok_status();
 }
 
+Status check_embed_args(std::span<const int32_t> tokens, size_t out_floats, const TargetFacts& facts) {
+  const int64_t D = facts.hidden_size;
+  if (static_cast<int64_t>(out_floats) != static_cast<int64_t>(tokens.size()) * D)
+    return Status(ErrorCode::InvalidArgument, "embed: out holds " + std::to_string(out_floats) + " floats, " +
+                                                  std::to_string(tokens.size()) + " tokens need " +
+                                                  std::to_string(tokens.size() * D));
+  for (int32_t token : tokens)
+    if (token < 0 || token >= facts.vocab_size)
+      return Status(ErrorCode::InvalidArgument, "embed: token " + std::to_string(token) + " is outside the vocabulary");
+  return ok_status();
+}
+
+Status check_head_args(int rows, size_t hidden_floats, size_t out_floats, const TargetFacts& facts) {
+  const int64_t D = facts.hidden_size, V = facts.vocab_size;
+  if (rows < 0 || static_cast<int64_t>(hidden_floats) != rows * D || static_cast<int64_t>(out_floats) != rows * V)
+    return Status(ErrorCode::InvalidArgument, "head: " + std::to_string(rows) + " rows need hidden " +
+                                                  std::to_string(rows * D) + " and out " + std::to_string(rows * V) +
+                                                  " floats, got " + std::to_string(hidden_floats) + " and " +
+                                                  std::to_string(out_floats));
+  return ok_status();
+}
+
 }  // namespace ls

@@ -24,4 +24,9 @@ Status check_windows(std::span<const Window> windows, const WindowLimits& limits
                      const std::function<int64_t(StreamId)>& committed,
                      const std::function<int64_t(StreamId)>& pending);
 
+// InvalidArgument unless out holds tokens * hidden floats and every token is inside the vocabulary (Target::embed).
+Status check_embed_args(std::span<const int32_t> tokens, size_t out_floats, const TargetFacts& facts);
+// InvalidArgument unless hidden holds rows * hidden_size floats and out rows * vocab (Target::head).
+Status check_head_args(int rows, size_t hidden_floats, size_t out_floats, const TargetFacts& facts);
+
 }  // namespace ls

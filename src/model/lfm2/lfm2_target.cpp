@@ -146,26 +146,14 @@ int64_t Lfm2Target::committed_length(StreamId stream) const {
 void Lfm2Target::release(StreamId stream) { streams_.erase(stream); }
 
 Status Lfm2Target::embed(std::span<const int32_t> tokens, std::span<float> out) const {
-  const int64_t D = facts_.hidden_size;
-  if (static_cast<int64_t>(out.size()) != static_cast<int64_t>(tokens.size()) * D)
-    return Status(ErrorCode::InvalidArgument, "embed: out holds " + std::to_string(out.size()) + " floats, " +
-                                                  std::to_string(tokens.size()) + " tokens need " +
-                                                  std::to_string(tokens.size() * D));
-  for (int32_t token : tokens)
-    if (token < 0 || token >= facts_.vocab_size)
-      return Status(ErrorCode::InvalidArgument, "embed: token " + std::to_string(token) + " is outside the vocabulary");
+  LS_RETURN_IF_ERROR(check_embed_args(tokens, out.size(), facts_));
   compute::embed_rows(compute::OpContext{nullptr, compute::NumericMode::Fp32}, model_->weights().embedding.view(),
                       tokens, out.data());
   return ok_status();
 }
 
 Status Lfm2Target::head(std::span<const float> hidden, int rows, std::span<float> out) const {
-  const int64_t D = facts_.hidden_size, V = facts_.vocab_size;
-  if (rows < 0 || static_cast<int64_t>(hidden.size()) != rows * D || static_cast<int64_t>(out.size()) != rows * V)
-    return Status(ErrorCode::InvalidArgument, "head: " + std::to_string(rows) + " rows need hidden " +
-                                                  std::to_string(rows * D) + " and out " + std::to_string(rows * V) +
-                                                  " floats, got " + std::to_string(hidden.size()) + " and " +
-                                                  std::to_string(out.size()));
+  LS_RETURN_IF_ERROR(check_head_args(rows, hidden.size(), out.size(), facts_));
   compute::matmul(compute::OpContext{&model_->pool(), compute::NumericMode::Fp32}, hidden.data(), rows,
                   model_->weights().head().view(), out.data());
   return ok_status();

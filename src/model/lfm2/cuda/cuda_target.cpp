@@ -464,13 +464,7 @@ void CudaTarget::release(StreamId stream) {
 
 Status CudaTarget::embed(std::span<const int32_t> tokens, std::span<float> out) const {
   const int64_t D = facts_.hidden_size;
-  if (static_cast<int64_t>(out.size()) != static_cast<int64_t>(tokens.size()) * D)
-    return Status(ErrorCode::InvalidArgument, "embed: out holds " + std::to_string(out.size()) + " floats, " +
-                                                  std::to_string(tokens.size()) + " tokens need " +
-                                                  std::to_string(tokens.size() * D));
-  for (int32_t token : tokens)
-    if (token < 0 || token >= facts_.vocab_size)
-      return Status(ErrorCode::InvalidArgument, "embed: token " + std::to_string(token) + " is outside the vocabulary");
+  LS_RETURN_IF_ERROR(check_embed_args(tokens, out.size(), facts_));
   for (size_t g = 0; g < tokens.size(); g += head_group_) {
     const int64_t n = std::min<int64_t>(head_group_, static_cast<int64_t>(tokens.size() - g));
     LS_CUDA_TRY(cudaMemcpyAsync(embed_tokens_.data(), tokens.data() + g, n * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -487,11 +481,7 @@ Status CudaTarget::embed(std::span<const int32_t> tokens, std::span<float> out) 
 
 Status CudaTarget::head(std::span<const float> hidden, int rows, std::span<float> out) const {
   const int64_t D = facts_.hidden_size, V = facts_.vocab_size;
-  if (rows < 0 || static_cast<int64_t>(hidden.size()) != rows * D || static_cast<int64_t>(out.size()) != rows * V)
-    return Status(ErrorCode::InvalidArgument, "head: " + std::to_string(rows) + " rows need hidden " +
-                                                  std::to_string(rows * D) + " and out " + std::to_string(rows * V) +
-                                                  " floats, got " + std::to_string(hidden.size()) + " and " +
-                                                  std::to_string(out.size()));
+  LS_RETURN_IF_ERROR(check_head_args(rows, hidden.size(), out.size(), facts_));
   for (int64_t g = 0; g < rows; g += head_group_) {
     const int64_t n = std::min<int64_t>(head_group_, rows - g);
     LS_CUDA_TRY(cudaMemcpyAsync(head_f32_.data(), hidden.data() + g * D, n * D * sizeof(float),
