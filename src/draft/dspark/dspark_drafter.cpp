@@ -1,7 +1,7 @@
 // The DSpark drafter: absorb taps into per-stream context caches, draft blocks for all requests in one pass.
 #include "draft/dspark/dspark_drafter.h"
 
-#include "draft/dspark/warm_up.h"
+#include "draft/dspark/shared_steps.h"
 
 #include <chrono>
 #include <limits>
@@ -111,19 +111,8 @@ std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) 
     StreamContext* context = cache_.find(request.stream);
     const int64_t held = context ? context->length : 0;
     Status& status = results[index].status;
-    if (request.depth < 1 || request.depth > config_.block_size) {
-      status = Status(ErrorCode::InvalidArgument, "draft depth " + std::to_string(request.depth) + " outside [1, " +
-                                                      std::to_string(config_.block_size) + "]");
-    } else if (request.anchor_token < 0 || request.anchor_token >= config_.vocab_size) {
-      status = Status(ErrorCode::InvalidArgument, "anchor token " + std::to_string(request.anchor_token) +
-                                                      " outside vocabulary " + std::to_string(config_.vocab_size));
-    } else if (context == nullptr || held != request.anchor_position) {
-      status = Status(ErrorCode::InvalidArgument, "the drafter holds " + std::to_string(held) +
-                                                      " positions of stream " + std::to_string(request.stream) +
-                                                      ", the anchor is at " + std::to_string(request.anchor_position));
-    } else {
-      status = cache_.reserve(*context, held + config_.block_size);
-    }
+    status = check_draft_request(request, config_.block_size, config_.vocab_size, context != nullptr, held);
+    if (status.ok()) status = cache_.reserve(*context, held + config_.block_size);
     if (!status.ok()) continue;
     chosen.push_back(index);
     contexts.push_back(context);

@@ -1,7 +1,7 @@
 // The CUDA DSpark drafter: weight upload, per-stream device contexts, request validation, results back to the host.
 #include "draft/dspark/cuda/cuda_drafter.h"
 
-#include "draft/dspark/warm_up.h"
+#include "draft/dspark/shared_steps.h"
 
 #include <algorithm>
 #include <cstring>
@@ -247,19 +247,8 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
     DeviceStreamContext* context = found == streams_.end() ? nullptr : found->second.get();
     const int64_t held = context ? context->length : 0;
     Status& status = results[index].status;
-    if (request.depth < 1 || request.depth > gamma) {
-      status = Status(ErrorCode::InvalidArgument,
-                      "draft depth " + std::to_string(request.depth) + " outside [1, " + std::to_string(gamma) + "]");
-    } else if (request.anchor_token < 0 || request.anchor_token >= config_.vocab_size) {
-      status = Status(ErrorCode::InvalidArgument, "anchor token " + std::to_string(request.anchor_token) +
-                                                      " outside vocabulary " + std::to_string(config_.vocab_size));
-    } else if (context == nullptr || held != request.anchor_position) {
-      status = Status(ErrorCode::InvalidArgument, "the drafter holds " + std::to_string(held) +
-                                                      " positions of stream " + std::to_string(request.stream) +
-                                                      ", the anchor is at " + std::to_string(request.anchor_position));
-    } else {
-      status = reserve_context(*context, held + gamma);
-    }
+    status = check_draft_request(request, gamma, config_.vocab_size, context != nullptr, held);
+    if (status.ok()) status = reserve_context(*context, held + gamma);
     if (!status.ok()) continue;
     chosen.push_back(index);
     blocks.push_back(DeviceBlockRequest{context->keys.data(), context->values.data(), held, context->capacity});
