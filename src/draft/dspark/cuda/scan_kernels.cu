@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/keyed_draw.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
 
 namespace ls::dspark::cuda {
@@ -16,11 +17,6 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kPickThreads = 1024;
-
-struct Best {
-  double value;
-  int32_t id;  // -1: none yet
-};
 
 struct PickScratch {
   double values[kWarp];
@@ -33,33 +29,10 @@ struct PickScratch {
   int flag;
 };
 
-__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-__device__ __forceinline__ double gumbel(uint64_t seed, int64_t position, int32_t token) {
-  uint64_t key = splitmix64(seed);
-  key = splitmix64(key ^ static_cast<uint64_t>(position));
-  key = splitmix64(key ^ static_cast<uint64_t>(static_cast<uint32_t>(token)));
-  const double u = (static_cast<double>(key >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-  return -log(-log(u));
-}
-
-// Larger key = earlier in the candidate order (larger logit, then lower id). Only for non-NaN logits.
-__device__ __forceinline__ uint64_t order_key(float logit, int64_t id) {
-  uint32_t bits = __float_as_uint(logit);
-  bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-  return (static_cast<uint64_t>(bits) << 32) | static_cast<uint64_t>(0xffffffffu - static_cast<uint32_t>(id));
-}
-
-__device__ __forceinline__ Best better(Best a, Best b) {
-  if (a.id < 0) return b;
-  if (b.id < 0) return a;
-  return (b.value > a.value || (b.value == a.value && b.id < a.id)) ? b : a;
-}
+using ls::cuda::keyed::Best;
+using ls::cuda::keyed::better;
+using ls::cuda::keyed::gumbel;
+using ls::cuda::keyed::order_key;
 
 __device__ Best block_best(Best x, PickScratch& s) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
