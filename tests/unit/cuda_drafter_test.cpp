@@ -17,6 +17,7 @@
 #include "draft/dspark/cuda/cuda_drafter.h"
 #include "draft/dspark/dspark_drafter.h"
 #include "draft/load.h"
+#include "cuda_test_util.h"
 #include "dspark_test_support.h"
 
 namespace ls::dspark {
@@ -27,9 +28,6 @@ namespace fs = std::filesystem;
 using cuda::CudaDsparkDrafter;
 
 constexpr double kBf16Tolerance = 2e-2;  // the CPU bf16 parity tolerance (docs/drafter.md)
-
-#define SKIP_WITHOUT_DEVICE() \
-  if (ls::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 // A test target: the embedding-only CPU target plus a bf16 device copy of E, returned as device_embedding().
 class DeviceEmbeddingTarget final : public Target {
@@ -155,7 +153,7 @@ std::vector<std::vector<double>> cpu_scores(const DsparkDrafter& cpu, size_t req
 }
 
 TEST(CudaDrafter, GoldenParityHoldsPicksAndValuesWithinTheBf16Tolerance) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const fs::path root(LS_SOURCE_DIR);
   int compared_picks = 0;
   for (const fs::path& folder : {root / "tests/golden/dspark", root / "tests/golden/dspark_nano"}) {
@@ -220,7 +218,7 @@ TEST(CudaDrafter, GoldenParityHoldsPicksAndValuesWithinTheBf16Tolerance) {
 }
 
 TEST(CudaDrafter, GpuPicksEqualTheCpuBf16DrafterOnTheNanoPairForRandomContexts) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
   DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
   std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, cuda_options());
@@ -282,7 +280,7 @@ TEST(CudaDrafter, GpuPicksEqualTheCpuBf16DrafterOnTheNanoPairForRandomContexts) 
 }
 
 TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const int64_t vocab = 3000;
   std::vector<Sampling> samplings;
   auto add = [&](float temperature, int top_k, float top_p, float min_p) {
@@ -356,7 +354,7 @@ TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
 // outputs poisoned first: every output written and finite, and the two within a few bf16 ulps (they differ only in
 // how fp32 sums over keys are grouped). Pins the Tile variant before choose_block_attention() may pick it.
 TEST(CudaDrafter, TheTileAttentionKernelAgreesWithTheWarpKernel) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   for (const int head_dim : {64, 32}) {
     const int gamma = 7, layers = 2, layer = 1;
     const cuda::AttentionDims dims{8, 2, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
@@ -423,7 +421,7 @@ TEST(CudaDrafter, TheTileAttentionKernelAgreesWithTheWarpKernel) {
 }
 
 TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsorb) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
   DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
   std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, cuda_options());
@@ -461,7 +459,7 @@ TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsor
 }
 
 TEST(CudaDrafter, APlantedFaultFailsOnlyThePlantedRequestWithDraftNonfinite) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
   DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
   std::unique_ptr<CudaDsparkDrafter> clean = load_cuda(pair.drafter_dir, target, cuda_options());
@@ -511,7 +509,7 @@ TEST(CudaDrafter, APlantedFaultFailsOnlyThePlantedRequestWithDraftNonfinite) {
 }
 
 TEST(CudaDrafter, AFailureAtEveryInitStepIsNamedAndGivesBackEveryDeviceByte) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
   DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
   // One full load first: the CUDA context, cuBLAS and the kernels' modules stay loaded after it.
@@ -540,7 +538,7 @@ TEST(CudaDrafter, AFailureAtEveryInitStepIsNamedAndGivesBackEveryDeviceByte) {
 }
 
 TEST(CudaDrafter, RefusesIntEightAnFp32ModeAndACpuTargetByName) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
   DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
   DrafterOptions options = cuda_options();
@@ -564,7 +562,7 @@ TEST(CudaDrafter, RefusesIntEightAnFp32ModeAndACpuTargetByName) {
 // Graphs on vs off: the same tokens and chance bits for several shapes (greedy and sampled, mixed depths), over the
 // eager first sighting, the capture, replays, and replays after the contexts grew (new cache pointers and lengths).
 TEST(CudaDrafter, CudaGraphsGiveTheSameTokensAndChanceBitsAsEagerLaunches) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
   DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
   std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, cuda_options());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compute/cuda/kernels.h"
+#include "cuda_test_util.h"
 #include "ops_test_util.h"
 
 namespace ls::cuda {
@@ -16,37 +17,13 @@ namespace {
 
 using compute::testing::random_values;
 
-#define SKIP_WITHOUT_DEVICE() \
-  if (device_count() == 0) GTEST_SKIP() << "no CUDA device"
+using testing::download;
+using testing::upload;
 
-template <typename T>
-DeviceBuffer<T> upload(const std::vector<T>& host) {
-  DeviceBuffer<T> buffer;
-  EXPECT_TRUE(buffer.allocate(host.size()).ok());
-  EXPECT_EQ(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return buffer;
-}
-
-// A device buffer of `count` bf16 filled with 0xFF bytes (NaN).
-DeviceBuffer<bf16> poisoned(size_t count) {
-  DeviceBuffer<bf16> buffer;
-  EXPECT_TRUE(buffer.allocate(count).ok());
-  EXPECT_EQ(cudaMemset(buffer.data(), 0xFF, count * sizeof(bf16)), cudaSuccess);
-  return buffer;
-}
-
-std::vector<bf16> download(const DeviceBuffer<bf16>& buffer, size_t count) {
-  std::vector<bf16> host(count);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), count * sizeof(bf16), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
+DeviceBuffer<bf16> poisoned(size_t count) { return testing::poisoned<bf16>(count); }
 
 std::vector<bf16> random_bf16(size_t count, uint64_t seed, float scale = 1.0f) {
-  std::vector<float> values = random_values(count, seed, scale);
-  std::vector<bf16> out(count);
-  for (size_t i = 0; i < count; ++i) out[i] = float_to_bf16(values[i]);
-  return out;
+  return testing::to_bf16(random_values(count, seed, scale));
 }
 
 // Counts elements whose bits differ (a NaN left from the poison differs from any real value).
@@ -57,7 +34,7 @@ size_t differing(const std::vector<bf16>& a, const std::vector<bf16>& b) {
 }
 
 TEST(CudaTargetFusedOps, ResidualAddPlusRmsNormGivesTheBitsOfTheTwoOpsForEveryRowCount) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const int width = 2048;
   for (int64_t rows : {1, 3, 9, 300}) {
     const size_t n = static_cast<size_t>(rows) * width;
@@ -81,7 +58,7 @@ TEST(CudaTargetFusedOps, ResidualAddPlusRmsNormGivesTheBitsOfTheTwoOpsForEveryRo
 }
 
 TEST(CudaTargetFusedOps, QkNormPlusRopeGivesTheBitsOfTwoNormsAndTwoRopes) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   for (const int hd : {64, 128}) {
     const int H = 12, KV = 4;
     const int64_t rows = 37;

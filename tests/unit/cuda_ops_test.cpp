@@ -15,6 +15,7 @@
 #include "compute/cuda/kernels.h"
 #include "compute/ops.h"
 #include "compute/sampling.h"
+#include "cuda_test_util.h"
 #include "ops_test_util.h"
 
 namespace ls::cuda {
@@ -24,39 +25,11 @@ using compute::NumericMode;
 using compute::OpContext;
 using compute::testing::random_values;
 
-#define SKIP_WITHOUT_DEVICE() \
-  if (device_count() == 0) GTEST_SKIP() << "no CUDA device"
+using testing::download;
+using testing::poisoned;
+using testing::to_bf16;
+using testing::upload;
 
-template <typename T>
-DeviceBuffer<T> upload(const std::vector<T>& host) {
-  DeviceBuffer<T> buffer;
-  EXPECT_TRUE(buffer.allocate(host.size()).ok());
-  EXPECT_EQ(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return buffer;
-}
-
-// A device buffer of `count` elements filled with 0xFF bytes (NaN for bf16 and fp32).
-template <typename T>
-DeviceBuffer<T> poisoned(size_t count) {
-  DeviceBuffer<T> buffer;
-  EXPECT_TRUE(buffer.allocate(count).ok());
-  EXPECT_EQ(cudaMemset(buffer.data(), 0xFF, count * sizeof(T)), cudaSuccess);
-  return buffer;
-}
-
-template <typename T>
-std::vector<T> download(const DeviceBuffer<T>& buffer, size_t count) {
-  std::vector<T> host(count);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
-
-std::vector<bf16> to_bf16(const std::vector<float>& values) {
-  std::vector<bf16> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = float_to_bf16(values[i]);
-  return out;
-}
 std::vector<float> to_float(const std::vector<bf16>& values) {
   std::vector<float> out(values.size());
   for (size_t i = 0; i < values.size(); ++i) out[i] = bf16_to_float(values[i]);
@@ -122,7 +95,7 @@ double normwise_error(const std::vector<float>& y, const std::vector<double>& re
 }
 
 TEST(CudaGemm, MatchesTheFp64ReferenceForEveryTileShapeWithTailsAndBias) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   GemmEngine engine;
   // m picks the decode, medium, large and split kernels; N odd, K not a multiple of 64 and K = 2056 / 4104 (three
   // and five slices, the last one 8 wide) exercise the edges.
@@ -176,14 +149,14 @@ std::vector<int64_t> invariance_widths() {
 }
 
 TEST(CudaGemm, EveryRowIsBitwiseItsOneRowLaunchAtEveryWidthUpTo2048) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   GemmEngine engine;
   for (const GemmCase shape : {GemmCase{2048, 8192}, GemmCase{8192, 2048}, GemmCase{1000, 2056}})
     EXPECT_EQ(invariance_failure(engine, shape, invariance_widths()), "") << "N " << shape.n << " K " << shape.k;
 }
 
 TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   // The automatic choice may pick any configuration for some (m, N): each one, pinned, must add in the same order.
   const std::vector<int64_t> widths = {1, 5, 16, 17, 64, 100, 300};
   std::set<std::string> ran;  // configurations that really ran (a pin falls back where it may not run)
@@ -209,7 +182,7 @@ TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
 }
 
 TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   GemmEngine engine;
   engine.set_fault_reverse_k_for_test(true);
   const std::string failure = invariance_failure(engine, GemmCase{1024, 8192}, {1, 16, 64, 100});
@@ -235,7 +208,7 @@ TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck
 }
 
 TEST(CudaGemm, RefusesTwoOutputsARaggedKAMisalignedYAndTooManyRows) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   GemmEngine engine;
   DeviceBuffer<bf16> x, w, y;
   ASSERT_TRUE(x.allocate(64).ok() && w.allocate(64).ok() && y.allocate(64).ok());
@@ -256,7 +229,7 @@ TEST(CudaGemm, RefusesTwoOutputsARaggedKAMisalignedYAndTooManyRows) {
 // ---------------------------------------------------------------- row-wise ops
 
 TEST(CudaOps, RmsNormMatchesTheCpuBf16OpWithinOneUlpAndRowsDoNotDependOnTheLaunch) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   for (const auto& [rows, width] : std::vector<std::pair<int64_t, int>>{{37, 2048}, {300, 64}, {5, 1000}}) {
     const auto x_host = bf16_exact(random_values(rows * width, 31 + width, 3.0f));
     const auto w_host = bf16_exact(random_values(width, 32 + width, 2.0f));
@@ -283,7 +256,7 @@ TEST(CudaOps, RmsNormMatchesTheCpuBf16OpWithinOneUlpAndRowsDoNotDependOnTheLaunc
 }
 
 TEST(CudaOps, ResidualAddSumSlotsAndConversionsAreBitwiseTheCpuBf16Ops) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const int64_t rows = 9, k = 4, width = 1030;
   const auto h_host = bf16_exact(random_values(rows * width, 41, 4.0f));
   const auto d_host = bf16_exact(random_values(rows * width, 42, 4.0f));
@@ -313,7 +286,7 @@ TEST(CudaOps, ResidualAddSumSlotsAndConversionsAreBitwiseTheCpuBf16Ops) {
 }
 
 TEST(CudaOps, SwigluOverStridedHalvesMatchesTheCpuBf16OpWithinOneUlp) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const int64_t rows = 23;
   const int width = 1536;
   const auto both = bf16_exact(random_values(rows * 2 * width, 51, 6.0f));  // [rows, gate | up]
@@ -334,7 +307,7 @@ TEST(CudaOps, SwigluOverStridedHalvesMatchesTheCpuBf16OpWithinOneUlp) {
 }
 
 TEST(CudaOps, EmbedRowsCopiesTableRowsAndWritesNanRowsForIdsOutOfRange) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const int64_t vocab = 300;
   const int hidden = 96;
   const auto table_host = to_bf16(random_values(vocab * hidden, 61));
@@ -355,7 +328,7 @@ TEST(CudaOps, EmbedRowsCopiesTableRowsAndWritesNanRowsForIdsOutOfRange) {
 }
 
 TEST(CudaOps, RopeOnStridedRowsMatchesTheCpuBf16OpAndLeavesTheGapAlone) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   for (const auto& [head_dim, theta] : std::vector<std::pair<int, double>>{{64, 1e6}, {128, 10000.0}}) {
     const int64_t rows = 41;
     const int heads = 6;
@@ -385,7 +358,7 @@ TEST(CudaOps, RopeOnStridedRowsMatchesTheCpuBf16OpAndLeavesTheGapAlone) {
 }
 
 TEST(CudaOps, RoutingMatchesTheCpuBf16OpIncludingTiesToTheLowerExpert) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const int64_t rows = 70;
   for (const auto& [experts, k] : std::vector<std::pair<int, int>>{{32, 4}, {64, 8}, {200, 3}}) {
     auto logits_host = bf16_exact(random_values(rows * experts, 81 + experts, 4.0f));
@@ -424,7 +397,7 @@ TEST(CudaOps, RoutingMatchesTheCpuBf16OpIncludingTiesToTheLowerExpert) {
 // ---------------------------------------------------------------- sampler
 
 TEST(CudaSampler, DrawsTheSameTokenAsTheCpuSamplerForRandomRowsAndSettings) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   for (const int vocab : {1000, 4099, 65536}) {
     const int64_t rows = vocab == 65536 ? 48 : 96;
     std::vector<float> logits = random_values(rows * vocab, 91 + vocab, 6.0f);
@@ -459,7 +432,7 @@ TEST(CudaSampler, DrawsTheSameTokenAsTheCpuSamplerForRandomRowsAndSettings) {
 }
 
 TEST(CudaSampler, AllNanRowsDrawTokenZeroLikeTheCpu) {
-  SKIP_WITHOUT_DEVICE();
+  LS_SKIP_WITHOUT_DEVICE();
   const int vocab = 777;
   std::vector<float> logits(2 * vocab, std::nanf(""));
   std::vector<RowDraw> draws(2);

@@ -25,6 +25,7 @@ TEST(DeviceFlag, AcceptsCpuAndCudaAndRefusesOtherNamesByName) {
 #include <string>
 
 #include "compute/cuda/cuda_util.h"
+#include "cuda_test_util.h"
 #include "io/safetensors.h"
 #include "lanes/lanes.h"
 #include "lanes/testing/harness.h"
@@ -36,8 +37,6 @@ TEST(DeviceFlag, AcceptsCpuAndCudaAndRefusesOtherNamesByName) {
 namespace ls::lfm2 {
 namespace {
 
-#define LS_SKIP_WITHOUT_DEVICE() \
-  if (ls::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 // The repository root: the configured source dir, or the working directory when the binary was carried elsewhere.
 std::string source_dir() {
@@ -327,7 +326,9 @@ TEST(CudaTarget, GraphReplaysGiveTheEagerBitsForDrawsAndTaps) {
           done[s] += kept;
         }
       }
-      if (graphs) EXPECT_GT(target->graph_count(), 0);
+      if (graphs) {
+        EXPECT_GT(target->graph_count(), 0);
+      }
       for (int s = 0; s < 4; ++s) target->release(10 + s);
       runs.push_back(rows);
     }
@@ -384,7 +385,9 @@ void check_golden(const std::string& model) {
   auto read = [&](const std::string& name) {
     const io::TensorInfo* info = (*tensors)->find(name);
     std::vector<float> values(info ? info->elements() : 0);
-    if (info) EXPECT_TRUE((*tensors)->read_f32(name, info->shape, values).ok());
+    if (info) {
+      EXPECT_TRUE((*tensors)->read_f32(name, info->shape, values).ok());
+    }
     return values;
   };
   LoadOptions options = cuda_options(256);

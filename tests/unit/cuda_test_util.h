@@ -1,0 +1,55 @@
+// Helpers shared by the CUDA tests: skipping without a device, uploads, poisoned outputs, downloads.
+#pragma once
+#ifdef LS_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "base/bf16.h"
+#include "compute/cuda/cuda_util.h"
+
+// Skips the test where no CUDA device is visible (this machine, CI).
+#define LS_SKIP_WITHOUT_DEVICE()                                         \
+  do {                                                                   \
+    if (ls::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+namespace ls::cuda::testing {
+
+template <typename T>
+DeviceBuffer<T> upload(const std::vector<T>& host) {
+  DeviceBuffer<T> buffer;
+  EXPECT_TRUE(buffer.allocate(host.size()).ok());
+  EXPECT_EQ(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return buffer;
+}
+
+// A device buffer of `count` elements filled with 0xFF bytes (NaN for bf16 and fp32).
+template <typename T>
+DeviceBuffer<T> poisoned(size_t count) {
+  DeviceBuffer<T> buffer;
+  EXPECT_TRUE(buffer.allocate(count).ok());
+  EXPECT_EQ(cudaMemset(buffer.data(), 0xFF, count * sizeof(T)), cudaSuccess);
+  return buffer;
+}
+
+// The first `count` elements, after every queued launch finished.
+template <typename T>
+std::vector<T> download(const DeviceBuffer<T>& buffer, size_t count) {
+  std::vector<T> host(count);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+inline std::vector<bf16> to_bf16(const std::vector<float>& values) {
+  std::vector<bf16> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = float_to_bf16(values[i]);
+  return out;
+}
+
+}  // namespace ls::cuda::testing
+
+#endif  // LS_HAVE_CUDA
