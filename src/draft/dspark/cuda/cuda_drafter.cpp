@@ -210,30 +210,6 @@ Status CudaDsparkDrafter::reserve_context(DeviceStreamContext& context, int64_t 
   return ok_status();
 }
 
-Status CudaDsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
-  const int64_t width = static_cast<int64_t>(config_.tap_count()) * config_.hidden_size;
-  if (rows < 0 || start < 0 || static_cast<int64_t>(taps.size()) != rows * width) {
-    return Status(ErrorCode::InvalidArgument, "absorb of stream " + std::to_string(stream) + ": " +
-                                                  std::to_string(rows) + " rows at " + std::to_string(start) +
-                                                  " need " + std::to_string(rows * width) + " tap values, got " +
-                                                  std::to_string(taps.size()));
-  }
-  std::unique_ptr<DeviceStreamContext>& slot = streams_[stream];
-  if (!slot) slot = std::make_unique<DeviceStreamContext>();
-  DeviceStreamContext& context = *slot;
-  if (start > context.length) {
-    return Status(ErrorCode::InvalidArgument, "absorb of stream " + std::to_string(stream) + " at position " +
-                                                  std::to_string(start) + " would leave a gap: the drafter holds " +
-                                                  std::to_string(context.length) + " positions");
-  }
-  // Room for the rows plus one block of scratch K/V after them.
-  LS_RETURN_IF_ERROR(reserve_context(context, start + rows + config_.block_size));
-  LS_RETURN_IF_ERROR(project_context(taps.data(), rows, start, context));
-  LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
-  context.length = start + rows;
-  return ok_status();
-}
-
 std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> requests) {
   std::vector<Draft> results(requests.size());
   std::vector<size_t> chosen;  // indices of the requests that pass validation

@@ -19,6 +19,9 @@
 
 namespace ls::dspark::cuda {
 
+// Whether the drafter's RoPE rotates NeoX halves (else LiquidAI's interleaved pairs).
+inline bool neox(const DsparkConfig& config) { return config.rope_style == RopeStyle::NeoX; }
+
 // A dense bf16 matrix [rows, cols] (out x in) on the device.
 struct DeviceWeightMatrix {
   TrackedBuffer<bf16_t> values;

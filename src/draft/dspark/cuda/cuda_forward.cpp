@@ -1,17 +1,9 @@
-// The CUDA drafter's forward (reference/dspark.md §2.3-2.9): context projection, the block pass, the Markov scan.
+// The CUDA drafter's forward (reference/dspark.md §2.4-2.9): the block pass and the Markov scan; GEMMs via cuBLAS.
 #include <cmath>
 
 #include "draft/dspark/cuda/cuda_drafter.h"
 
 namespace ls::dspark::cuda {
-namespace {
-
-constexpr int64_t kAbsorbChunkRows = 128;  // matches the absorb scratch reserved in reserve_scratch
-
-bool neox(const DsparkConfig& config) { return config.rope_style == RopeStyle::NeoX; }
-
-}  // namespace
-
 Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y,
                                bool y_f32, int64_t ldy) {
   if (rows == 0) return ok_status();
@@ -23,39 +15,6 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
                    static_cast<int>(w_cols), &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(ldy),
                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
-}
-
-Status CudaDsparkDrafter::project_context(const float* taps, int64_t rows, int64_t start,
-                                          DeviceStreamContext& context) {
-  const DsparkConfig& c = config_;
-  const cudaStream_t stream = stream_.get();
-  const int64_t d = c.hidden_size, in = static_cast<int64_t>(c.tap_count()) * d, kv = c.kv_size();
-  for (int64_t first = 0; first < rows; first += kAbsorbChunkRows) {
-    const int64_t count = std::min(kAbsorbChunkRows, rows - first);
-    // F is taken in the model dtype, as the reference's taps.to(dtype).
-    LS_CUDA_TRY(cudaMemcpyAsync(absorb_.taps.data(), taps + first * in, count * in * sizeof(float),
-                                cudaMemcpyHostToDevice, stream));
-    LS_RETURN_IF_ERROR(round_to_bf16(absorb_.taps.data(), count * in, absorb_.features.data(), stream));
-    // C = hidden_norm(fc(F)).
-    LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), count, weights_.fc.values.data(), d, in, absorb_.fused.data(),
-                            false, d));
-    LS_RETURN_IF_ERROR(rms_norm(absorb_.fused.data(), count, d, weights_.hidden_norm.data(), c.norm_eps,
-                                absorb_.normed.data(), stream));
-    for (int index = 0; index < c.num_layers; ++index) {
-      const DeviceLayerWeights& layer = weights_.layers[index];
-      // K = RoPE(k_norm(k_proj C)) and V = v_proj C, written straight into the cache rows start+first ...
-      const int64_t offset = (index * context.capacity + start + first) * kv;
-      bf16_t* keys = context.keys.data() + offset;
-      bf16_t* values = context.values.data() + offset;
-      LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), count, layer.k_proj.values.data(), kv, d, keys, false, kv));
-      LS_RETURN_IF_ERROR(rms_norm(keys, count * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.norm_eps, keys,
-                                  stream));
-      LS_RETURN_IF_ERROR(rope_rotate(keys, count, c.num_kv_heads, c.head_dim, nullptr, start + first,
-                                     weights_.inv_freq.data(), neox(c), stream));
-      LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), count, layer.v_proj.values.data(), kv, d, values, false, kv));
-    }
-  }
-  return ok_status();
 }
 
 Status CudaDsparkDrafter::block_pass(int count) {
