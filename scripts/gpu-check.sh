@@ -7,6 +7,7 @@
 #
 #   here:     scripts/gpu-check.sh --stage          # build-gpu.sh, then .gpu/bin/binaries.tar.xz (carry .gpu/bin)
 #   GPU:      scripts/gpu-check.sh                   # OUT=$OUT from the device tool; LS_BIN=.gpu/bin
+#   extras:   .gpu/extra/NAME.sh run last, each under LS_EXTRA_S seconds (carry .gpu/extra too)
 #   dry run:  LS_DEVICE=cpu LS_BIN=build-gb OUT=/tmp/gc-out scripts/gpu-check.sh   # CPU binaries, tiny shapes
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ if [ "${1:-}" = "--stage" ]; then
   fi
   export LS_GPU_BUILD_DIR=$build
   rm -rf "$unpacked"
-  scripts/build-gpu.sh "$unpacked" lanespark lanespark_cuda_tests gpu_bench lanes_bench drafter_bench
+  scripts/build-gpu.sh "$unpacked" lanespark lanespark_cuda_tests gpu_bench lanes_bench drafter_bench cuda_gemm_bench
   { git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)"; } \
     >"$unpacked/COMMIT" || true
   mkdir -p "$stage"
@@ -193,7 +194,17 @@ if [ "$DEVICE" = cuda ]; then
     --dir "$WORK/drafter_bench" --json "$J/drafter_bench.json"
 fi
 
-# 6. One combined JSON and the summary table (printed last).
+# 6. Extra steps: every LS_EXTRA_DIR/*.sh (default .gpu/extra, not checked in: carry it) runs with BIN, OUT, WORK
+# and LANESPARK exported, under its own limit (LS_EXTRA_S, default 60 s each), for one-off timings of work in progress.
+EXTRA_DIR=${LS_EXTRA_DIR:-.gpu/extra}
+if [ -d "$EXTRA_DIR" ]; then
+  export BIN OUT WORK LANESPARK
+  for extra in "$EXTRA_DIR"/*.sh; do
+    [ -f "$extra" ] && step "extra_$(basename "$extra" .sh)" "${LS_EXTRA_S:-60}" - bash "$extra"
+  done
+fi
+
+# 7. One combined JSON and the summary table (printed last).
 export GC_STEPS="$STEPS" GC_OUT="$OUT" GC_COMMIT="$COMMIT" GC_MACHINE="$MACHINE" GC_DEVICE="$DEVICE" GC_ACCEPT="$ACCEPT"
 python3 - <<'PY' 2>&1 | tee -a "$LOG"
 import json, os
