@@ -43,8 +43,33 @@ Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_w
 
 // out [rows, heads*hd] = causal GQA attention of q [rows, heads*hd] over each row's stream keys 0 .. its position
 // (CPU Bf16 rounding: dot, scaled score and p rounded to bf16; fp32 softmax and accumulation).
+// Launches the kernel chosen by set_attention_kernel (Rows until Tiles has passed on a device).
 Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                  const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream);
+
+// The attention kernels. Rows: one CTA per (row, head), scalar fp32, three passes with the CPU's roundings (dot,
+// scaled score, p = exp / total rounded to bf16). Tiles: tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), a
+// CTA per (tile of rows, KV head) serving the GQA group's heads, each key block (64 keys; 32 at head_dim 128) staged
+// once; online softmax over blocks 0, 1, .. by absolute position for every row (score rounded like the CPU;
+// p = exp(s - running max) rounded to bf16; per block O = O * alpha + P V; out = O / sum of p). A block that is
+// fully masked for a row leaves its state bit-identical, so a row's bits never depend on its tile.
+enum class AttentionKernel { Rows, Tiles };
+void set_attention_kernel(AttentionKernel kernel);
+AttentionKernel attention_kernel();
+// Whether the tile kernel takes this shape (head_dim 16/32/64/128, at most 64 query heads per KV head).
+bool attention_tiles_supported(const KvShape& shape);
+
+// Launch knobs of the tile kernel for tests and benches: rows per CTA (0 = automatic) and a planted fault (the first
+// two key blocks walked in swapped order by CTAs of more than one row), which the invariance tests must catch.
+struct AttentionTiling {
+  int tile_rows = 0;
+  bool fault_swap_first_blocks = false;
+};
+Status attention_rows(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
+                      const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream);
+Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
+                       const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
+                       const AttentionTiling& tiling = {});
 
 // ShortConv of every window: bcx [rows, 3D] (B | C | X). history [slots, conv_layers, K-1, D] bf16 (layer
 // `conv_slot`), conv_weight [D, K] fp32, conv_bias [D] fp32 or null. Writes z [rows, D] (the gated inputs, kept for
@@ -83,11 +108,25 @@ Status plan_experts(const int32_t* chosen, int64_t slot_count, int experts, int3
                     cudaStream_t stream);
 
 // Grouped expert GEMM: for each expert e, y [p, N] = x [p, K] @ W_e^T for the planned rows p in
-// [offsets[e], offsets[e+1]); W [experts, N, K] bf16; y rounded to bf16. Each output is a fixed-order fp32 dot
-// (lane l sums k = 256c + 8l + j in order, then a fixed butterfly), whatever the rows. max_rows_per_expert bounds
-// the launch (rows of the forward).
+// [offsets[e], offsets[e+1]) (offsets read on the device: no host sync); W [experts, N, K] bf16; y rounded to bf16
+// once. max_rows_per_expert bounds the launch (rows of the forward). Each output's sum order is fixed whatever the
+// rows, so a row gets the same bits in a 1-row decode, a verify window and a prefill:
+// - tensor-core kernels (Rows16/64/128): one fp32 accumulator fed with mma.sync m16n8k16 steps over K in ascending
+//   order (64-wide K tiles, tail zero-filled), the same chain in every tile shape;
+// - scalar kernel: lane l sums k = 256c + 8l + j in order, then a fixed butterfly.
+// K must be a multiple of 8 (InvalidArgument otherwise).
 Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t max_rows_per_expert, const bf16* w,
                    int64_t n, int64_t k, bf16* y, cudaStream_t stream);
+
+// The expert GEMM kernels. Automatic picks by the forward's rows; the others are pins for tests and benches.
+enum class ExpertKernel { Automatic, Scalar, Rows16, Rows64, Rows128 };
+// What expert_gemm runs for this launch (the pin, else the automatic pick).
+ExpertKernel chosen_expert_kernel(int64_t max_rows_per_expert, int experts);
+const char* expert_kernel_name(ExpertKernel kernel);
+// Process-wide pin (Automatic = none); tests and benches only.
+void pin_expert_kernel_for_test(ExpertKernel kernel);
+// Test-only fault: the tensor-core kernels walk K tiles backwards when the launch allows more than one row per expert.
+void set_expert_fault_for_test(bool on);
 
 // slots [order[p]] = round(out [p] * weights [order[p]]) for p < slot_count (rows of width D).
 Status scatter_weighted(const bf16* out, const int32_t* order, const float* weights, int64_t slot_count, int width,

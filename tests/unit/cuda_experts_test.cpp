@@ -1,0 +1,286 @@
+// The CUDA target's grouped expert GEMMs: accuracy against an fp64 reference, bitwise batch invariance of every
+// kernel across row counts and expert loads, the planted fault, refusals; LS_EXPERT_TIMING=1 times the 8B's shapes.
+#ifdef LS_HAVE_CUDA
+
+#include <cublas_v2.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/hash.h"
+#include "cuda_test_util.h"
+#include "model/lfm2/cuda/state_kernels.h"
+
+namespace ls::lfm2::gpu {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::testing::download;
+using cuda::testing::poisoned;
+using cuda::testing::upload;
+
+constexpr ExpertKernel kTensorKernels[] = {ExpertKernel::Rows16, ExpertKernel::Rows64, ExpertKernel::Rows128};
+
+// Pins a kernel (and optionally the planted fault) for one scope.
+struct KernelPin {
+  KernelPin(ExpertKernel kernel, bool fault = false) {
+    pin_expert_kernel_for_test(kernel);
+    set_expert_fault_for_test(fault);
+  }
+  ~KernelPin() {
+    pin_expert_kernel_for_test(ExpertKernel::Automatic);
+    set_expert_fault_for_test(false);
+  }
+};
+
+std::vector<bf16> random_bf16(size_t count, uint64_t seed, float scale) {
+  std::vector<bf16> out(count);
+  for (size_t i = 0; i < count; ++i)
+    out[i] = float_to_bf16(static_cast<float>((2.0 * uniform_open01(splitmix64(seed * 0x9E3779B97F4A7C15ull + i)) - 1.0) * scale));
+  return out;
+}
+
+// How tokens pick their k distinct experts.
+enum class Load { Uniform, OneHot, EmptyExperts };
+const char* load_name(Load load) {
+  return load == Load::Uniform ? "uniform" : load == Load::OneHot ? "one hot expert" : "empty experts";
+}
+
+// chosen [tokens, k]: distinct experts per token, in the token's slot order.
+std::vector<int32_t> route(int tokens, int experts, int k, Load load, uint64_t seed) {
+  std::vector<int32_t> allowed;  // EmptyExperts: only the odd experts below the last; the first and last stay empty
+  for (int e = 0; e < experts; ++e)
+    if (load != Load::EmptyExperts || (e % 2 == 1 && e != experts - 1)) allowed.push_back(e);
+  std::vector<int32_t> chosen;
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<int32_t> left = allowed;
+    for (int j = 0; j < k; ++j) {
+      size_t at = splitmix64(seed * 7919 + t * 64 + j) % left.size();
+      if (load == Load::OneHot && j == 0) at = std::find(left.begin(), left.end(), 2 % experts) - left.begin();
+      chosen.push_back(left[at]);
+      left.erase(left.begin() + static_cast<int64_t>(at));
+    }
+  }
+  return chosen;
+}
+
+// The forward's inputs as the MoE layer hands them over: rows grouped by expert (slots in ascending order).
+struct GroupedInput {
+  std::vector<int32_t> offsets;  // [experts + 1]
+  std::vector<int32_t> order;    // [slots] slot index of each grouped row
+  std::vector<bf16> x;           // [slots, K]
+};
+GroupedInput group(const std::vector<int32_t>& chosen, int experts, const std::vector<int>& row_token, int k,
+                   const std::vector<bf16>& tokens_x, int64_t kdim) {
+  GroupedInput in;
+  in.offsets.assign(experts + 1, 0);
+  const int64_t slots = static_cast<int64_t>(row_token.size()) * k;
+  for (int e = 0; e < experts; ++e) {
+    in.offsets[e] = static_cast<int32_t>(in.order.size());
+    for (int64_t s = 0; s < slots; ++s)
+      if (chosen[row_token[s / k] * k + s % k] == e) in.order.push_back(static_cast<int32_t>(s));
+  }
+  in.offsets[experts] = static_cast<int32_t>(in.order.size());
+  in.x.resize(slots * kdim);
+  for (int64_t p = 0; p < slots; ++p)
+    std::memcpy(&in.x[p * kdim], &tokens_x[row_token[in.order[p] / k] * kdim], kdim * sizeof(bf16));
+  return in;
+}
+
+// One test problem: a pool of tokens with their routing, the experts' weights on the device.
+struct Problem {
+  int experts, k, tokens;
+  int64_t n, kdim;
+  std::vector<bf16> x, w;  // [tokens, K], [experts, N, K]
+  std::vector<int32_t> chosen;
+  DeviceBuffer<bf16> w_dev;
+};
+Problem make_problem(int experts, int k, int tokens, int64_t n, int64_t kdim, Load load, uint64_t seed) {
+  Problem p{experts, k, tokens, n, kdim, random_bf16(tokens * kdim, seed, 1.0f),
+            random_bf16(experts * n * kdim, seed + 1, 0.05f), route(tokens, experts, k, load, seed + 2), {}};
+  p.w_dev = upload(p.w);
+  return p;
+}
+
+// Runs the forward of rows row_token with the current pin; returns y [tokens][k][N] bits (0xFFFF where not run).
+std::vector<bf16> run_forward(const Problem& p, const std::vector<int>& row_token, Status* status) {
+  const GroupedInput in = group(p.chosen, p.experts, row_token, p.k, p.x, p.kdim);
+  const int64_t slots = static_cast<int64_t>(in.order.size());
+  DeviceBuffer<bf16> x = upload(in.x);
+  DeviceBuffer<int32_t> offsets = upload(in.offsets);
+  DeviceBuffer<bf16> y = poisoned<bf16>(slots * p.n);
+  *status = expert_gemm(x.data(), offsets.data(), p.experts, static_cast<int64_t>(row_token.size()), p.w_dev.data(),
+                        p.n, p.kdim, y.data(), nullptr);
+  const std::vector<bf16> got = download(y, slots * p.n);
+  std::vector<bf16> out(static_cast<size_t>(p.tokens) * p.k * p.n, bf16{0xFFFF});
+  for (int64_t q = 0; q < slots; ++q) {
+    const int32_t s = in.order[q];
+    std::memcpy(&out[(static_cast<int64_t>(row_token[s / p.k]) * p.k + s % p.k) * p.n], &got[q * p.n],
+                p.n * sizeof(bf16));
+  }
+  return out;
+}
+
+// Every token alone (one-row forwards), the oracle of batch invariance.
+std::vector<bf16> one_row_outputs(const Problem& p) {
+  std::vector<bf16> all(static_cast<size_t>(p.tokens) * p.k * p.n);
+  for (int t = 0; t < p.tokens; ++t) {
+    Status status;
+    const std::vector<bf16> y = run_forward(p, {t}, &status);
+    EXPECT_TRUE(status.ok()) << status.to_string();
+    std::memcpy(&all[static_cast<int64_t>(t) * p.k * p.n], &y[static_cast<int64_t>(t) * p.k * p.n],
+                p.k * p.n * sizeof(bf16));
+  }
+  return all;
+}
+
+// Rows of a forward of m rows: tokens from a start that moves with m, so a token sits at different tile places.
+std::vector<int> rows_of(int m, int tokens) {
+  std::vector<int> rows(m);
+  for (int r = 0; r < m; ++r) rows[r] = (m * 37 + r) % tokens;
+  return rows;
+}
+
+// Outputs (token, slot) of the forward that differ bitwise from the oracle; the first one described in `first`.
+int64_t count_differences(const Problem& p, const std::vector<int>& rows, const std::vector<bf16>& got,
+                          const std::vector<bf16>& oracle, std::string* first) {
+  int64_t differing = 0;
+  for (int r = 0; r < static_cast<int>(rows.size()); ++r)
+    for (int j = 0; j < p.k; ++j) {
+      const int64_t at = (static_cast<int64_t>(rows[r]) * p.k + j) * p.n;
+      if (std::memcmp(&got[at], &oracle[at], p.n * sizeof(bf16)) == 0) continue;
+      if (differing++ == 0)
+        *first = "row " + std::to_string(r) + " (token " + std::to_string(rows[r]) + ") slot " + std::to_string(j) +
+                 " expert " + std::to_string(p.chosen[rows[r] * p.k + j]);
+    }
+  return differing;
+}
+
+TEST(CudaExperts, EveryKernelMatchesAnFp64ReferenceWithinBf16Rounding) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct Shape { int64_t n, kdim; };
+  for (const Shape shape : {Shape{200, 2056}, Shape{131, 72}, Shape{64, 1792}}) {
+    Problem p = make_problem(8, 3, 40, shape.n, shape.kdim, Load::Uniform, 11 + shape.kdim);
+    const std::vector<int> rows = rows_of(40, p.tokens);
+    for (ExpertKernel kernel : {ExpertKernel::Scalar, ExpertKernel::Rows16, ExpertKernel::Rows64, ExpertKernel::Rows128}) {
+      KernelPin pin(kernel);
+      Status status;
+      const std::vector<bf16> y = run_forward(p, rows, &status);
+      ASSERT_TRUE(status.ok()) << status.to_string();
+      double err2 = 0, ref2 = 0;
+      int bad = 0;
+      for (int t = 0; t < p.tokens; ++t)
+        for (int j = 0; j < p.k; ++j) {
+          const int e = p.chosen[t * p.k + j];
+          for (int64_t c = 0; c < p.n; ++c) {
+            double ref = 0, magnitude = 0;
+            for (int64_t q = 0; q < p.kdim; ++q) {
+              const double prod = static_cast<double>(bf16_to_float(p.x[t * p.kdim + q])) *
+                                  bf16_to_float(p.w[(e * p.n + c) * p.kdim + q]);
+              ref += prod;
+              magnitude += std::fabs(prod);
+            }
+            const double got = bf16_to_float(y[(static_cast<int64_t>(t) * p.k + j) * p.n + c]);
+            err2 += (got - ref) * (got - ref);
+            ref2 += ref * ref;
+            // Half a bf16 ulp for the one rounding, plus fp32 accumulation over K.
+            if (!(std::fabs(got - ref) <= std::fabs(ref) / 256.0 + 1e-4 * magnitude)) ++bad;
+          }
+        }
+      EXPECT_EQ(bad, 0) << expert_kernel_name(kernel) << " N " << p.n << " K " << p.kdim;
+      EXPECT_LT(std::sqrt(err2 / ref2), 4e-3) << expert_kernel_name(kernel) << " N " << p.n << " K " << p.kdim;
+    }
+  }
+}
+
+// The batch-invariance contract: a token's expert outputs are the bits of its one-row forward at every row count,
+// under every tensor-core kernel and expert load; the 1-row oracle is the automatic tensor-core pick (Rows16).
+TEST(CudaExperts, EveryRowGetsItsOneRowBitsAtEveryRowCountKernelAndExpertLoad) {
+  LS_SKIP_WITHOUT_DEVICE();
+  std::vector<int> counts;
+  for (int m = 1; m <= 16; ++m) counts.push_back(m);
+  for (int m : {64, 256, 2048}) counts.push_back(m);
+  struct Shape { int64_t n, kdim; };
+  for (const Shape shape : {Shape{200, 2056}, Shape{66, 40}}) {
+    for (Load load : {Load::Uniform, Load::OneHot, Load::EmptyExperts}) {
+      const Problem p = make_problem(8, 3, 2048, shape.n, shape.kdim, load, 100 + static_cast<int>(load));
+      std::vector<bf16> oracle;
+      {
+        KernelPin pin(ExpertKernel::Rows16);
+        oracle = one_row_outputs(p);
+      }
+      for (ExpertKernel kernel : kTensorKernels) {
+        KernelPin pin(kernel);
+        for (int m : counts) {
+          const std::vector<int> rows = rows_of(m, p.tokens);
+          Status status;
+          const std::vector<bf16> y = run_forward(p, rows, &status);
+          ASSERT_TRUE(status.ok()) << status.to_string();
+          std::string first;
+          EXPECT_EQ(count_differences(p, rows, y, oracle, &first), 0)
+              << expert_kernel_name(kernel) << ", " << load_name(load) << ", m " << m << ", N " << p.n << " K "
+              << p.kdim << ": first " << first << " differs from its one-row forward";
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaExperts, TheScalarKernelGivesItsOneRowBitsAtEveryRowCount) {
+  LS_SKIP_WITHOUT_DEVICE();
+  KernelPin pin(ExpertKernel::Scalar);
+  const Problem p = make_problem(8, 3, 300, 130, 264, Load::OneHot, 7);
+  const std::vector<bf16> oracle = one_row_outputs(p);
+  for (int m : {2, 7, 16, 17, 64, 300}) {
+    const std::vector<int> rows = rows_of(m, p.tokens);
+    Status status;
+    const std::vector<bf16> y = run_forward(p, rows, &status);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    std::string first;
+    EXPECT_EQ(count_differences(p, rows, y, oracle, &first), 0) << "m " << m << ": first " << first;
+  }
+}
+
+// K tiles walked backwards whenever more than one row is possible: every multi-row forward must turn red.
+TEST(CudaExperts, APlantedOutOfOrderKChunkTurnsTheInvarianceCheckRed) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Problem p = make_problem(8, 3, 256, 128, 2048, Load::Uniform, 21);
+  std::vector<bf16> oracle;
+  {
+    KernelPin pin(ExpertKernel::Rows16);
+    oracle = one_row_outputs(p);
+  }
+  for (ExpertKernel kernel : kTensorKernels) {
+    KernelPin pin(kernel, /*fault=*/true);
+    for (int m : {2, 16, 256}) {
+      const std::vector<int> rows = rows_of(m, p.tokens);
+      Status status;
+      const std::vector<bf16> y = run_forward(p, rows, &status);
+      ASSERT_TRUE(status.ok()) << status.to_string();
+      std::string first;
+      const int64_t differing = count_differences(p, rows, y, oracle, &first);
+      EXPECT_GT(differing, m * p.k / 2) << expert_kernel_name(kernel) << " m " << m << " stayed green under the fault";
+    }
+  }
+}
+
+TEST(CudaExperts, RefusesARaggedKAndTooManyExpertsByNumber) {
+  const Status ragged = expert_gemm(nullptr, nullptr, 4, 8, nullptr, 64, 100, nullptr, nullptr);
+  EXPECT_EQ(ragged.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(ragged.message().find("100"), std::string::npos) << ragged.to_string();
+  KernelPin pin(ExpertKernel::Rows64);
+  const Status many = expert_gemm(nullptr, nullptr, 5000, 8, nullptr, 64, 64, nullptr, nullptr);
+  EXPECT_EQ(many.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(many.message().find("5000"), std::string::npos) << many.to_string();
+}
+
+}  // namespace
+}  // namespace ls::lfm2::gpu
+
+#endif  // LS_HAVE_CUDA
