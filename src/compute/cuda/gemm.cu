@@ -5,102 +5,16 @@
 // kernel (m <= 16) gives each slice to its own warp; the tile kernel walks the slices in turn with a second register
 // set, or (split mode, sm_90 clusters) gives each slice to its own CTA of a cluster and adds the CTAs' slice sums
 // from distributed shared memory in slice order. All add alike.
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <string>
 
-#include "compute/cuda/gemm_device.cuh"
+#include "compute/cuda/gemm_tile.cuh"
 
 namespace ls::cuda {
 namespace {
 
 using namespace gemm_detail;
-
-// Loads K tile `kt` of the CTA's A rows and B rows into one pipeline stage.
-template <class T>
-__device__ __forceinline__ void load_stage(const GemmArgs& args, __nv_bfloat16* stage, int row0, int col0, int kt,
-                                           int tid) {
-  const int k0 = kt * kBlockK;
-  const uint32_t base = smem_address(stage);
-  constexpr int kChunks = (T::BM + T::BN) * (kBlockK / 8);
-#pragma unroll
-  for (int i = 0; i < (kChunks + T::THREADS - 1) / T::THREADS; ++i) {
-    const int index = tid + i * T::THREADS;
-    if (kChunks % T::THREADS != 0 && index >= kChunks) break;
-    const int row = index >> 3, chunk = index & 7;
-    const int k = k0 + chunk * 8;
-    const __nv_bfloat16* src;
-    bool inside;
-    if (row < T::BM) {
-      const int r = row0 + row;
-      inside = r < args.m && k < args.k;
-      src = args.x + (static_cast<int64_t>(inside ? r : 0) * args.k + (inside ? k : 0));
-    } else {
-      const int c = col0 + row - T::BM;
-      inside = c < args.n && k < args.k;
-      src = args.w + (static_cast<int64_t>(inside ? c : 0) * args.k + (inside ? k : 0));
-    }
-    copy_chunk(base + swizzled(row, chunk), src, inside);
-  }
-}
-
-// Split mode: the slice a CTA computes is its rank in its cluster (cluster dims (1, 1, slices), so also blockIdx.z).
-__device__ __forceinline__ int split_slice() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#else
-  return static_cast<int>(blockIdx.z);
-#endif
-}
-
-// Split mode's end: this CTA's slice sums go to its shared memory [BM][BN] fp32; after a cluster barrier each CTA
-// adds its share of the outputs over the cluster's CTAs in slice (= rank) order, then bias and one rounding.
-template <class T>
-__device__ __forceinline__ void split_epilogue(const GemmArgs& args, const float (&acc)[T::MI][T::NI][4],
-                                               unsigned char* shared_raw, int row0, int col0) {
-  static_assert(T::BM * T::BN * 4 <= T::SMEM_BYTES, "the slice sums fit the pipeline's shared memory");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
-  __syncthreads();  // every warp is done reading the pipeline stages
-  float* part = reinterpret_cast<float*>(shared_raw);
-#pragma unroll
-  for (int i = 0; i < T::MI; ++i)
-#pragma unroll
-    for (int j = 0; j < T::NI; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = warp_m * T::WM + i * 16 + (lane >> 2) + half * 8;
-        const int c = warp_n * T::WN + j * 8 + (lane & 3) * 2;
-        *reinterpret_cast<float2*>(part + r * T::BN + c) = make_float2(acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
-      }
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const int slices = static_cast<int>(cluster.num_blocks()), rank = split_slice();
-  const int pairs = min(T::BM, args.m - row0) * (T::BN / 2);
-  const int share = (pairs + slices - 1) / slices;
-  const int end = min(pairs, (rank + 1) * share);
-  for (int p = rank * share + tid; p < end; p += T::THREADS) {
-    const int r = p / (T::BN / 2), c = (p % (T::BN / 2)) * 2;
-    float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(part, 0) + r * T::BN + c);
-    for (int s = 1; s < slices; ++s) {
-      const float2 u = *reinterpret_cast<const float2*>(cluster.map_shared_rank(part, s) + r * T::BN + c);
-      v.x = __fadd_rn(v.x, u.x);
-      v.y = __fadd_rn(v.y, u.y);
-    }
-    store_pair(args, row0 + r, col0 + c, v.x, v.y);
-  }
-  cluster.sync();  // no CTA leaves while another still reads its shared memory
-#else
-  __trap();  // split mode runs only where the engine found clusters (sm_90+)
-#endif
-}
-
-// Plain: one chain over all of K (one slice). Sliced: the slices in turn, a second register set holds the running
-// total. Split: this CTA computes slice split_slice() (its cluster rank) only; the cluster adds the slice sums.
-enum class Mode { Plain, Sliced, Split };
 
 template <class T, Mode MODE>
 __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
@@ -177,20 +91,10 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
   if constexpr (MODE == Mode::Split) {
     split_epilogue<T>(args, acc, shared_raw, row0, col0);
   } else {
-    // Epilogue: c0,c1 at (lane/4, 2*(lane%4)+{0,1}); c2,c3 8 rows down.
-#pragma unroll
-    for (int i = 0; i < T::MI; ++i)
-#pragma unroll
-      for (int j = 0; j < T::NI; ++j)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int r = row0 + warp_m * T::WM + i * 16 + (lane >> 2) + half * 8;
-          const int c = col0 + warp_n * T::WN + j * 8 + (lane & 3) * 2;
-          if constexpr (SLICED)
-            store_pair(args, r, c, total[i][j][half * 2], total[i][j][half * 2 + 1]);
-          else
-            store_pair(args, r, c, acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
-        }
+    if constexpr (SLICED)
+      store_tile<T>(args, total, row0, col0);
+    else
+      store_tile<T>(args, acc, row0, col0);
   }
 }
 
@@ -250,9 +154,11 @@ using Stream = Tile<16, 128, 1, 8, 6>;
 using StreamDeep = Tile<16, 64, 1, 4, 12>;
 
 // Split configurations (sm_90 clusters, 2..8 slices): Medium128, Large and Stream tiles, one CTA per slice.
+// wgmma configurations (sm_90a, gemm_wgmma.cu): 128x256 one slice, 128x128 (a second register set for sliced K),
+// 128x256 in split mode.
 enum class Choice {
   Decode, Medium, Medium128, Large, LargeDeep, Wide, Tall, Stream, StreamDeep, MediumDeep, SplitMedium128,
-  SplitLarge, SplitStream, Count
+  SplitLarge, SplitStream, WgmmaWide, WgmmaLarge, WgmmaSplit, Count
 };
 
 // Whether a configuration computes the canonical order for (m, K) on this device: decode only up to 16 rows, the
@@ -260,6 +166,9 @@ enum class Choice {
 bool valid(Choice choice, int64_t m, int64_t k, bool clusters) {
   const int slices = slice_count(static_cast<int>(k));
   switch (choice) {
+    case Choice::WgmmaWide: return wgmma_built() && slices == 1;
+    case Choice::WgmmaLarge: return wgmma_built();
+    case Choice::WgmmaSplit: return wgmma_built() && clusters && slices <= kMaxClusterSlices;
     case Choice::Decode: return m <= 16;
     case Choice::Stream:
     case Choice::StreamDeep: return m <= 16 && slices == 1;
@@ -284,7 +193,8 @@ constexpr bool kSplitAutomatic = true;
 // 128x128 tiles), while the decode kernel keeps m <= 16 (12-15 us against 17 split); unsplit, 64x64 tiles beat
 // 128x128 ones while those would not fill the SMs up to 128 rows; 128x128 beats 128x256 except on wide heads.
 Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, int pinned) {
-  if (pinned >= 0 && valid(static_cast<Choice>(pinned), m, k, clusters)) return static_cast<Choice>(pinned);
+  if (pinned >= 0 && pinned < static_cast<int>(Choice::Count) && valid(static_cast<Choice>(pinned), m, k, clusters))
+    return static_cast<Choice>(pinned);
   const int slices = slice_count(static_cast<int>(k));
   const bool wide = n >= 128LL * sm_count;
   if (m <= 16) return slices == 1 && (wide || (m >= 12 && n >= 8192)) ? Choice::Stream : Choice::Decode;
@@ -314,6 +224,9 @@ const char* choice_name(Choice choice) {
     case Choice::SplitMedium128: return "64x128x64 s4 split";
     case Choice::SplitLarge: return "128x128x64 s3 split";
     case Choice::SplitStream: return "16x128x64 s6 split";
+    case Choice::WgmmaWide: return "wgmma 128x256x64 s4";
+    case Choice::WgmmaLarge: return "wgmma 128x128x64 s4";
+    case Choice::WgmmaSplit: return "wgmma 128x256x64 s4 split";
     case Choice::Count: break;
   }
   return "?";
@@ -339,6 +252,7 @@ void allow_shared_all(int optin_bytes) {
   allow_shared<Tall>();
   allow_shared<Stream, true>();
   allow_shared<StreamDeep>();
+  allow_wgmma_shared();
   allow_decode_shared(optin_bytes);
 }
 
@@ -397,6 +311,9 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     case Choice::SplitMedium128: return launch_split<Medium128>(args, stream);
     case Choice::SplitLarge: return launch_split<Large>(args, stream);
     case Choice::SplitStream: return launch_split<Stream>(args, stream);
+    case Choice::WgmmaWide: return launch_wgmma(WgmmaTile::Wide, Mode::Plain, args, stream);
+    case Choice::WgmmaLarge: return launch_wgmma(WgmmaTile::Large, Mode::Plain, args, stream);
+    case Choice::WgmmaSplit: return launch_wgmma(WgmmaTile::Wide, Mode::Split, args, stream);
     case Choice::Count: break;
   }
   return ok_status();
