@@ -158,6 +158,7 @@ TEST(CudaGemm, EveryRowIsBitwiseItsOneRowLaunchAtEveryWidthUpTo2048) {
 // The wgmma tiles (sm_90a) are on trial until the device shows them bitwise: the pinned tests below leave them to
 // the trial test (DISABLED_ here: a wgmma fault must not take down the other tests' device context).
 constexpr bool kWgmmaOnTrial = true;
+constexpr size_t kWgmmaTiles = 5, kWgmmaSplitTiles = 2;
 bool is_wgmma(const std::string& name) { return name.find("wgmma") != std::string::npos; }
 // wgmma code is built for sm_90a only: it runs on compute capability 9.0.
 bool device_runs_wgmma() {
@@ -184,7 +185,7 @@ TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
     }
   }
   // Every configuration ran somewhere; the split ones need thread-block clusters (compute capability 9+), the wgmma
-  // ones (three, one split) compute capability 9.0.
+  // ones (five, two split) compute capability 9.0.
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   const bool wgmma = !kWgmmaOnTrial && device_runs_wgmma();
@@ -193,10 +194,11 @@ TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
     split += name.find("split") != std::string::npos;
     wgmma_ran += is_wgmma(name);
   }
-  EXPECT_EQ(ran.size() + (major >= 9 ? 0 : 3) + (wgmma ? 0 : 3), static_cast<size_t>(GemmEngine::tile_count()));
-  EXPECT_EQ(wgmma_ran, wgmma ? 3u : 0u);
+  EXPECT_EQ(ran.size() + (major >= 9 ? 0 : 3) + (wgmma ? 0 : kWgmmaTiles),
+            static_cast<size_t>(GemmEngine::tile_count()));
+  EXPECT_EQ(wgmma_ran, wgmma ? kWgmmaTiles : 0u);
   if (major >= 9) {
-    EXPECT_EQ(split, wgmma ? 4u : 3u);
+    EXPECT_EQ(split, 3u + (wgmma ? kWgmmaSplitTiles : 0u));
   }
 }
 
@@ -224,7 +226,7 @@ TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   const bool wgmma = !kWgmmaOnTrial && device_runs_wgmma();
-  EXPECT_EQ(split_tiles.size(), major >= 9 ? (wgmma ? 3u : 2u) : 0u);
+  EXPECT_EQ(split_tiles.size(), major >= 9 ? 2u + (wgmma ? kWgmmaSplitTiles : 0u) : 0u);
 }
 
 // Each wgmma tile pinned at prefill widths on the five shapes (one slice, tails, sliced and split K): every row
@@ -253,7 +255,7 @@ TEST(CudaGemm, DISABLED_TheWgmmaTilesGiveTheOneRowBitsAndCatchThePlantedFault) {
   }
   size_t wgmma_ran = 0;
   for (const std::string& name : ran) wgmma_ran += is_wgmma(name);
-  EXPECT_EQ(wgmma_ran, 3u);
+  EXPECT_EQ(wgmma_ran, kWgmmaTiles);
 }
 
 TEST(CudaGemm, RefusesTwoOutputsARaggedKAMisalignedYAndTooManyRows) {

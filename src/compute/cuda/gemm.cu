@@ -155,10 +155,10 @@ using StreamDeep = Tile<16, 64, 1, 4, 12>;
 
 // Split configurations (sm_90 clusters, 2..8 slices): Medium128, Large and Stream tiles, one CTA per slice.
 // wgmma configurations (sm_90a, gemm_wgmma.cu): 128x256 one slice, 128x128 (a second register set for sliced K),
-// 128x256 in split mode.
+// 128x128 two CTAs per SM (one slice), 128x256 and 128x128 in split mode.
 enum class Choice {
   Decode, Medium, Medium128, Large, LargeDeep, Wide, Tall, Stream, StreamDeep, MediumDeep, SplitMedium128,
-  SplitLarge, SplitStream, WgmmaWide, WgmmaLarge, WgmmaSplit, Count
+  SplitLarge, SplitStream, WgmmaWide, WgmmaLarge, WgmmaLargeDuo, WgmmaSplit, WgmmaSplitLarge, Count
 };
 
 // Whether a configuration computes the canonical order for (m, K) on this device: decode only up to 16 rows, the
@@ -166,9 +166,11 @@ enum class Choice {
 bool valid(Choice choice, int64_t m, int64_t k, bool clusters) {
   const int slices = slice_count(static_cast<int>(k));
   switch (choice) {
-    case Choice::WgmmaWide: return wgmma_built() && slices == 1;
+    case Choice::WgmmaWide:
+    case Choice::WgmmaLargeDuo: return wgmma_built() && slices == 1;
     case Choice::WgmmaLarge: return wgmma_built();
-    case Choice::WgmmaSplit: return wgmma_built() && clusters && slices <= kMaxClusterSlices;
+    case Choice::WgmmaSplit:
+    case Choice::WgmmaSplitLarge: return wgmma_built() && clusters && slices <= kMaxClusterSlices;
     case Choice::Decode: return m <= 16;
     case Choice::Stream:
     case Choice::StreamDeep: return m <= 16 && slices == 1;
@@ -226,7 +228,9 @@ const char* choice_name(Choice choice) {
     case Choice::SplitStream: return "16x128x64 s6 split";
     case Choice::WgmmaWide: return "wgmma 128x256x64 s4";
     case Choice::WgmmaLarge: return "wgmma 128x128x64 s4";
+    case Choice::WgmmaLargeDuo: return "wgmma 128x128x64 s3 x2";
     case Choice::WgmmaSplit: return "wgmma 128x256x64 s4 split";
+    case Choice::WgmmaSplitLarge: return "wgmma 128x128x64 s4 split";
     case Choice::Count: break;
   }
   return "?";
@@ -313,7 +317,9 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     case Choice::SplitStream: return launch_split<Stream>(args, stream);
     case Choice::WgmmaWide: return launch_wgmma(WgmmaTile::Wide, Mode::Plain, args, stream);
     case Choice::WgmmaLarge: return launch_wgmma(WgmmaTile::Large, Mode::Plain, args, stream);
+    case Choice::WgmmaLargeDuo: return launch_wgmma(WgmmaTile::LargeDuo, Mode::Plain, args, stream);
     case Choice::WgmmaSplit: return launch_wgmma(WgmmaTile::Wide, Mode::Split, args, stream);
+    case Choice::WgmmaSplitLarge: return launch_wgmma(WgmmaTile::Large, Mode::Split, args, stream);
     case Choice::Count: break;
   }
   return ok_status();

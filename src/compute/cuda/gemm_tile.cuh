@@ -113,9 +113,10 @@ __device__ __forceinline__ void store_tile(const GemmArgs& args, const float (&a
       }
 }
 
-// The wgmma tiles (gemm_wgmma.cu, sm_90a): 128 rows as two warpgroups of 64, BN = 256 or 128 columns.
-enum class WgmmaTile { Wide, Large };
-// Launches tile `tile` in `mode` (Sliced: 128x128 only); InvalidArgument where it cannot run.
+// The wgmma tiles (gemm_wgmma.cu, sm_90a): 128 rows as two warpgroups of 64, BN = 256 or 128 columns (LargeDuo: two
+// CTAs per SM, one slice only).
+enum class WgmmaTile { Wide, Large, LargeDuo };
+// Launches tile `tile` in `mode` (Sliced: Large only); InvalidArgument where it cannot run.
 Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);
 // Shared-memory opt-in of the wgmma kernels (once, outside capture).
 void allow_wgmma_shared();

@@ -88,13 +88,21 @@ __device__ __forceinline__ void wgmma_k16(Width<256>, float* d, uint64_t desc_a,
 }
 #endif
 
-// T: Tile<128, BN, 8, 1, STAGES> (warp w holds rows 16w..16w+15 of the m16n8 layout: warpgroup w/4's m64 fragment).
+// A wgmma tile: Tile<128, BN, 8, 1, STAGES> (warp w holds rows 16w..16w+15 of the m16n8 layout: warpgroup w/4's
+// m64 fragment), CTAS per SM (2: registers capped at 128, so one slice only), INFLIGHT wgmma batches left running
+// behind the next tile's loads (0 or 1: the stage they read is reloaded only after they finished).
+template <class T, int CTAS, int INFLIGHT>
+struct WgmmaTileOf : T {
+  static constexpr int CTAS_PER_SM = CTAS, IN_FLIGHT = INFLIGHT;
+};
+
 template <class T, Mode MODE>
-__global__ void __launch_bounds__(T::THREADS, 1) wgmma_kernel(GemmArgs args) {
+__global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) wgmma_kernel(GemmArgs args) {
 #ifdef LS_WGMMA_DEVICE
-  static_assert(T::BM == 128 && T::WARPS_M == 8 && T::WARPS_N == 1 && T::STAGES >= 3, "two warpgroups of m64");
+  static_assert(T::BM == 128 && T::WARPS_M == 8 && T::WARPS_N == 1, "two warpgroups of m64");
   constexpr bool SLICED = MODE == Mode::Sliced;
-  constexpr int kAhead = T::STAGES - 2;  // tiles loading ahead; one wgmma batch stays in flight behind them
+  constexpr int kAhead = T::STAGES - 1 - T::IN_FLIGHT;  // tiles loading ahead of the one multiplied
+  static_assert(kAhead >= 1, "at least one tile loads ahead");
   extern __shared__ __align__(128) unsigned char shared_raw[];
   // Stages start on 1024 bytes: the 128-byte swizzle repeats every 8 rows of 128 bytes.
   unsigned char* aligned = shared_raw + ((1024 - (smem_address(shared_raw) & 1023)) & 1023);
@@ -122,8 +130,8 @@ __global__ void __launch_bounds__(T::THREADS, 1) wgmma_kernel(GemmArgs args) {
   for (int step = 0; step < k_tiles; ++step) {
     wait_group<kAhead - 1>();
     fence_proxy_async();
-    // Every thread's copies of tile `step` landed; every warpgroup finished the wgmmas of tile step - 2, whose stage
-    // the next load overwrites.
+    // Every thread's copies of tile `step` landed; every warpgroup finished the wgmmas of tile step - 1 - IN_FLIGHT,
+    // whose stage the next load overwrites.
     __syncthreads();
     const int next = step + kAhead;
     if (next < k_tiles) load_stage<T>(args, shared + (next % T::STAGES) * T::STAGE_ELEMS, row0, col0, tile_at(next), tid);
@@ -149,10 +157,10 @@ __global__ void __launch_bounds__(T::THREADS, 1) wgmma_kernel(GemmArgs args) {
             acc[0][j][e] = 0.0f;
           }
       } else {
-        wgmma_wait<1>();
+        wgmma_wait<T::IN_FLIGHT>();
       }
     } else {
-      wgmma_wait<1>();
+      wgmma_wait<T::IN_FLIGHT>();
     }
   }
   wgmma_wait<0>();
@@ -169,8 +177,9 @@ __global__ void __launch_bounds__(T::THREADS, 1) wgmma_kernel(GemmArgs args) {
 #endif
 }
 
-using WideTile = Tile<128, 256, 8, 1, 4>;   // 48 KB stages, 192 KB
-using LargeTile = Tile<128, 128, 8, 1, 4>;  // 32 KB stages, 128 KB
+using WideTile = WgmmaTileOf<Tile<128, 256, 8, 1, 4>, 1, 1>;      // 48 KB stages, 192 KB
+using LargeTile = WgmmaTileOf<Tile<128, 128, 8, 1, 4>, 1, 1>;     // 32 KB stages, 128 KB
+using LargeDuoTile = WgmmaTileOf<Tile<128, 128, 8, 1, 3>, 2, 0>;  // 96 KB, two CTAs per SM
 
 template <class T>
 constexpr int shared_bytes() {
@@ -217,6 +226,12 @@ Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_
     return mode == Mode::Split ? launch_tile<WideTile, Mode::Split>(args, stream)
                                : launch_tile<WideTile, Mode::Plain>(args, stream);
   }
+  if (tile == WgmmaTile::LargeDuo) {
+    if (sliced || mode != Mode::Plain)
+      return Status(ErrorCode::InvalidArgument, "gemm: the two-CTA 128x128 wgmma tile runs one slice only, K = " +
+                                                    std::to_string(args.k));
+    return launch_tile<LargeDuoTile, Mode::Plain>(args, stream);
+  }
   if (mode == Mode::Split) return launch_tile<LargeTile, Mode::Split>(args, stream);
   return sliced ? launch_tile<LargeTile, Mode::Sliced>(args, stream) : launch_tile<LargeTile, Mode::Plain>(args, stream);
 }
@@ -228,6 +243,7 @@ void allow_wgmma_shared() {
   allow<LargeTile, Mode::Plain>(binary_version);
   allow<LargeTile, Mode::Sliced>(binary_version);
   allow<LargeTile, Mode::Split>(binary_version);
+  allow<LargeDuoTile, Mode::Plain>(binary_version);
   int device = 0, major = 0, minor = 0;
   g_wgmma_built = binary_version >= 90 && binary_version < 100 && cudaGetDevice(&device) == cudaSuccess &&
                   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
