@@ -7,11 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "base/hash.h"
 #include "cuda_test_util.h"
+#include "lfm2_test_util.h"
+#include "model/lfm2/cuda/cuda_target.h"
 #include "model/lfm2/cuda/state_kernels.h"
 #include "ops_test_util.h"
 
@@ -304,6 +308,78 @@ TEST(CudaAttention, TheTileKernelRefusesShapesItCannotRunAndTooManyRowsPerCtaByN
                                       {33, false});
   EXPECT_EQ(tall.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(tall.message().find("33 rows per CTA, at most 32"), std::string::npos) << tall.to_string();
+}
+
+// Chooses a kernel for attention() for the life of a test, then restores the previous choice.
+struct ChosenKernel {
+  AttentionKernel before = attention_kernel();
+  explicit ChosenKernel(AttentionKernel kernel) { set_attention_kernel(kernel); }
+  ~ChosenKernel() { set_attention_kernel(before); }
+};
+
+// The logits of `prompt` fed to a fresh stream in the given chunks (each committed), rows in order.
+std::vector<std::vector<float>> prompt_logits(CudaTarget& target, StreamId stream, const std::vector<int32_t>& prompt,
+                                              const std::vector<int>& chunks) {
+  std::vector<std::vector<float>> rows;
+  size_t begin = 0;
+  for (int chunk : chunks) {
+    Window w;
+    w.stream = stream;
+    w.tokens = std::span<const int32_t>(prompt.data() + begin, chunk);
+    w.want_logits = true;
+    Result<Verified> v = target.forward(std::span<const Window>(&w, 1));
+    EXPECT_TRUE(v.ok()) << v.status().to_string();
+    if (!v.ok()) return rows;
+    const size_t vocab = v->logits.size() / chunk;
+    for (int r = 0; r < chunk; ++r)
+      rows.emplace_back(v->logits.begin() + r * vocab, v->logits.begin() + (r + 1) * vocab);
+    EXPECT_TRUE(target.commit(stream, chunk).ok());
+    begin += chunk;
+  }
+  target.release(stream);
+  return rows;
+}
+
+TEST(CudaAttention, TheTargetOnTileAttentionGivesTheSameBitsForAnyPromptSplitAndStaysNearTheRowKernel) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const io::ModelConfig config = testing::small_config(false);
+  LoadOptions options;
+  options.device = Device::Cuda;
+  options.max_rows = 512;
+  options.max_streams = 8;
+  options.kv_pages = 256;
+  options.kv_page_size = 16;
+  auto made = CudaTarget::create(config, random_weights(config, NumericMode::Bf16, 7), options);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  CudaTarget& target = **made;
+  const std::vector<int32_t> prompt = testing::random_tokens(300, 21);
+  std::vector<std::vector<float>> rows_kernel;
+  {
+    ChosenKernel rows(AttentionKernel::Rows);
+    rows_kernel = prompt_logits(target, 1, prompt, {300});
+  }
+  ChosenKernel tiles(AttentionKernel::Tiles);
+  const auto whole = prompt_logits(target, 2, prompt, {300});
+  const auto split = prompt_logits(target, 3, prompt, {37, 200, 63});
+  const auto one_by_one = prompt_logits(target, 4, prompt, std::vector<int>(300, 1));
+  ASSERT_EQ(whole.size(), 300u);
+  ASSERT_EQ(rows_kernel.size(), 300u);
+  int differ_split = 0, differ_single = 0;
+  double worst = 0;
+  for (size_t r = 0; r < 300; ++r) {
+    differ_split += std::memcmp(whole[r].data(), split[r].data(), whole[r].size() * sizeof(float)) != 0;
+    differ_single += std::memcmp(whole[r].data(), one_by_one[r].data(), whole[r].size() * sizeof(float)) != 0;
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < whole[r].size(); ++i) {
+      diff = std::max(diff, double(std::abs(whole[r][i] - rows_kernel[r][i])));
+      scale = std::max(scale, double(std::abs(rows_kernel[r][i])));
+    }
+    worst = std::max(worst, std::isfinite(diff) ? diff / scale : 1e9);
+  }
+  std::printf("[cuda attention] small target: tiles vs rows kernel, max rel logit diff %.3g\n", worst);
+  EXPECT_EQ(differ_split, 0) << "rows of 37+200+63 differing from one 300-row window";
+  EXPECT_EQ(differ_single, 0) << "rows fed one at a time differing from one 300-row window";
+  EXPECT_LE(worst, 0.03);
 }
 
 // Timing, not a check (run by name with --gtest_also_run_disabled_tests): rows vs tiles on the LFM2.5-1.2B shape
