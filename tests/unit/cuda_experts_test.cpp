@@ -280,6 +280,123 @@ TEST(CudaExperts, RefusesARaggedKAndTooManyExpertsByNumber) {
   EXPECT_NE(many.message().find("5000"), std::string::npos) << many.to_string();
 }
 
+// ---- Timing (LS_EXPERT_TIMING=1; never in the default suite) ----
+
+// Mean device time of `launch(i)` over `iters` calls, after one warm call per pattern (ms).
+template <class F>
+double time_ms(int iters, int patterns, F&& launch) {
+  for (int i = 0; i < patterns; ++i) launch(i);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start);
+  for (int i = 0; i < iters; ++i) launch(i % patterns);
+  cudaEventRecord(stop);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / iters;
+}
+
+// Every kernel and cuBLAS (one cublasGemmEx per routed expert, counts known on the host) at the LFM2-8B-A1B expert
+// shapes (32 experts, top-4; gate|up 2048 -> 3584, down 1792 -> 2048) for 1..2048 rows of random routing; small row
+// counts cycle 8 routings so the weights come from memory, not L2. The tensor-core kernels' outputs must agree.
+TEST(CudaExpertsTiming, TimesEveryKernelAtThe8BShapesWhenAsked) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (std::getenv("LS_EXPERT_TIMING") == nullptr) GTEST_SKIP() << "set LS_EXPERT_TIMING=1 to time";
+  constexpr int E = 32, k = 4, kMaxRows = 2048, kMoeLayers = 22;
+  const size_t copy_bytes = size_t{1} << 30;
+  DeviceBuffer<uint8_t> from, to;
+  ASSERT_TRUE(from.allocate(copy_bytes).ok());
+  ASSERT_TRUE(to.allocate(copy_bytes).ok());
+  const double copy_ms = time_ms(5, 1, [&](int) { cudaMemcpyAsync(to.data(), from.data(), copy_bytes, cudaMemcpyDeviceToDevice); });
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e6);
+  std::printf("device copy %.0f GB/s (read + write)\n", copy_gbs);
+  cublasHandle_t handle;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  struct Shape { const char* name; int64_t n, kdim; };
+  const ExpertKernel kernels[] = {ExpertKernel::Scalar, ExpertKernel::Rows16, ExpertKernel::Rows64, ExpertKernel::Rows128};
+  std::printf("%-8s %5s %-18s %10s %8s %7s %8s %11s %9s\n", "shape", "rows", "kernel", "us", "GB/s", "%copy", "TFLOP/s",
+              "cuBLAS us", "%cuBLAS");
+  double prefill_ms[5] = {0, 0, 0, 0, 0};  // per kernel, then cuBLAS: gate|up + down at 2048 rows
+  for (const Shape shape : {Shape{"gate_up", 3584, 2048}, Shape{"down", 2048, 1792}}) {
+    DeviceBuffer<bf16> w, x, y;
+    const size_t w_count = static_cast<size_t>(E) * shape.n * shape.kdim;
+    ASSERT_TRUE(w.allocate(w_count).ok());
+    const std::vector<bf16> chunk = random_bf16(size_t{1} << 23, 5, 0.05f);
+    for (size_t at = 0; at < w_count; at += chunk.size())
+      cudaMemcpy(w.data() + at, chunk.data(), std::min(chunk.size(), w_count - at) * sizeof(bf16), cudaMemcpyHostToDevice);
+    x = upload(random_bf16(static_cast<size_t>(kMaxRows) * k * shape.kdim, 6, 1.0f));
+    ASSERT_TRUE(y.allocate(static_cast<size_t>(kMaxRows) * k * shape.n).ok());
+    for (int rows : {1, 4, 16, 64, 256, 2048}) {
+      const int patterns = rows <= 64 ? 8 : 1;
+      std::vector<std::vector<int32_t>> offsets(patterns);
+      std::vector<DeviceBuffer<int32_t>> offsets_dev;
+      double weight_bytes = 0;
+      for (int q = 0; q < patterns; ++q) {
+        const std::vector<int32_t> chosen = route(rows, E, k, Load::Uniform, 1000 + rows * 10 + q);
+        std::vector<int32_t> counts(E, 0);
+        for (int32_t e : chosen) ++counts[e];
+        offsets[q].assign(E + 1, 0);
+        for (int e = 0; e < E; ++e) {
+          offsets[q][e + 1] = offsets[q][e] + counts[e];
+          weight_bytes += counts[e] > 0 ? 2.0 * shape.n * shape.kdim / patterns : 0.0;
+        }
+        offsets_dev.push_back(upload(offsets[q]));
+      }
+      const double flops = 2.0 * rows * k * shape.n * shape.kdim;
+      const int iters = rows >= 256 ? 4 : 40;
+      const double cublas_ms = time_ms(iters, patterns, [&](int q) {
+        const float alpha = 1.0f, beta = 0.0f;
+        for (int e = 0; e < E; ++e) {
+          const int count = offsets[q][e + 1] - offsets[q][e];
+          if (count == 0) continue;
+          cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(shape.n), count, static_cast<int>(shape.kdim),
+                       &alpha, w.data() + static_cast<int64_t>(e) * shape.n * shape.kdim, CUDA_R_16BF,
+                       static_cast<int>(shape.kdim), x.data() + static_cast<int64_t>(offsets[q][e]) * shape.kdim,
+                       CUDA_R_16BF, static_cast<int>(shape.kdim), &beta,
+                       y.data() + static_cast<int64_t>(offsets[q][e]) * shape.n, CUDA_R_16BF, static_cast<int>(shape.n),
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        }
+      });
+      if (rows == kMaxRows) prefill_ms[4] += cublas_ms;
+      std::vector<bf16> first_tensor_output;
+      for (int ki = 0; ki < 4; ++ki) {
+        KernelPin pin(kernels[ki]);
+        Status status;
+        const double ms = time_ms(kernels[ki] == ExpertKernel::Scalar && rows >= 256 ? 2 : iters, patterns, [&](int q) {
+          Status launched =
+              expert_gemm(x.data(), offsets_dev[q].data(), E, rows, w.data(), shape.n, shape.kdim, y.data(), nullptr);
+          if (!launched.ok()) status = launched;
+        });
+        ASSERT_TRUE(status.ok()) << status.to_string();
+        if (rows == kMaxRows) prefill_ms[ki] += ms;
+        std::printf("%-8s %5d %-18s %10.1f %8.0f %6.0f%% %8.1f %11.1f %8.0f%%\n", shape.name, rows,
+                    expert_kernel_name(kernels[ki]), ms * 1e3, weight_bytes / (ms * 1e6),
+                    100.0 * weight_bytes / (ms * 1e6) / copy_gbs, flops / (ms * 1e9), cublas_ms * 1e3,
+                    100.0 * cublas_ms / ms);
+        if (kernels[ki] == ExpertKernel::Scalar) continue;
+        // The last launch ran the last pattern: every tensor-core kernel must leave the same bits.
+        const size_t outputs = static_cast<size_t>(offsets[patterns - 1][E]) * shape.n;
+        std::vector<bf16> got = download(y, outputs);
+        if (first_tensor_output.empty()) {
+          first_tensor_output = got;
+        } else {
+          EXPECT_EQ(std::memcmp(got.data(), first_tensor_output.data(), outputs * sizeof(bf16)), 0)
+              << shape.name << " rows " << rows << ": " << expert_kernel_name(kernels[ki]) << " differs from Rows16";
+        }
+        cudaMemset(y.data(), 0xFF, y.bytes());
+      }
+    }
+  }
+  cublasDestroy(handle);
+  std::printf("8B prefill 2048, experts of %d MoE layers (gate|up + down): scalar %.1f ms, Rows16 %.1f, Rows64 %.1f, "
+              "Rows128 %.1f, cuBLAS %.1f ms\n", kMoeLayers, kMoeLayers * prefill_ms[0], kMoeLayers * prefill_ms[1],
+              kMoeLayers * prefill_ms[2], kMoeLayers * prefill_ms[3], kMoeLayers * prefill_ms[4]);
+}
+
 }  // namespace
 }  // namespace ls::lfm2::gpu
 
