@@ -3,6 +3,7 @@
 //
 //   gpu_bench --model DIR [--decode-tokens 128] [--context 128] [--prefill 2048] [--verify 1,2,4,8,16]
 //             [--streams 16] [--json PATH]
+//   gpu_bench --decode-gemm     (the decode GEMM kernel's variants on the 1.2B decode shapes; no model)
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -40,6 +41,7 @@ struct Options {
   std::string model, json_path;
   int decode_tokens = 128, context = 128, prefill = 2048, streams = 16, repeats = 5;
   std::vector<int> verify = {1, 2, 4, 8, 16};
+  bool decode_gemm = false;  // time the decode GEMM variants only (no model)
 };
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
@@ -165,6 +167,87 @@ double time_forward(Target& target, std::vector<Window> windows, int repeats, bo
   return median(times);
 }
 
+// --decode-gemm: the decode kernel's variants (and the engine's own pick, "auto") on the LFM2.5-1.2B decode GEMM
+// shapes at m = 1, 4, 16: microseconds per GEMM, replayed from a CUDA graph over weight copies that defeat the L2.
+void decode_gemm_table(double bandwidth) {
+  struct Shape {
+    int64_t n, k;
+    const char* what;
+  };
+  const Shape shapes[] = {{16384, 2048, "2048->16384 (w1|w3)"}, {2048, 8192, "8192->2048 (w2)"},
+                          {6144, 2048, "2048->6144 (conv in)"},  {2048, 2048, "2048->2048 (out/q)"},
+                          {512, 2048, "2048->512 (k/v)"},        {65536, 2048, "2048->65536 (head)"}};
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  const cuda::GemmEngine engine;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::printf("decode GEMM variants (us per GEMM, GB/s of weights, share of the copy bandwidth %.0f GB/s):\n",
+              bandwidth / 1e9);
+  std::printf("  %-22s %3s %-20s %8s %8s %6s\n", "shape", "m", "variant", "us", "GB/s", "bw");
+  for (const Shape& shape : shapes) {
+    const int64_t bytes = shape.n * shape.k * 2;
+    const int copies = static_cast<int>(std::clamp<int64_t>((int64_t{768} << 20) / bytes, 2, 64));
+    void *w = nullptr, *x = nullptr, *y = nullptr;
+    if (cudaMalloc(&w, bytes * copies) != cudaSuccess || cudaMalloc(&x, 16 * shape.k * 2) != cudaSuccess ||
+        cudaMalloc(&y, 16 * shape.n * 2) != cudaSuccess) {
+      std::fprintf(stderr, "gpu_bench: no memory for %s\n", shape.what);
+      std::exit(1);
+    }
+    cudaMemset(w, 0x3c, bytes * copies);
+    cudaMemset(x, 0x3c, 16 * shape.k * 2);
+    for (const int64_t m : {1, 4, 16}) {
+      for (int variant = -1; variant < cuda::decode_variant_count(); ++variant) {
+        auto run = [&](int copy) {
+          const cuda::DeviceMatrix matrix{static_cast<const bf16*>(w) + copy * shape.n * shape.k, nullptr, shape.n,
+                                          shape.k};
+          const bf16* xb = static_cast<const bf16*>(x);
+          bf16* yb = static_cast<bf16*>(y);
+          return variant < 0 ? engine.gemm(xb, m, matrix, yb, nullptr, stream)
+                             : cuda::gemm_decode_variant(variant, xb, m, matrix, yb, nullptr, stream);
+        };
+        check(run(0), "decode gemm warm-up");
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
+        for (int copy = 0; copy < copies; ++copy) check(run(copy), "decode gemm");
+        const bool captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+        if (!captured || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+          std::fprintf(stderr, "gpu_bench: graph capture failed for %s\n", shape.what);
+          std::exit(1);
+        }
+        cudaGraphLaunch(exec, stream);
+        std::vector<double> times;
+        for (int i = 0; i < 9; ++i) {
+          cudaEventRecord(start, stream);
+          cudaGraphLaunch(exec, stream);
+          cudaEventRecord(stop, stream);
+          cudaEventSynchronize(stop);
+          float ms = 0;
+          cudaEventElapsedTime(&ms, start, stop);
+          times.push_back(ms * 1e3 / copies);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        const double us = median(times), gbs = bytes / (us * 1e3);
+        const std::string name = variant < 0 ? std::string("auto: ") + engine.tile_name(m, shape.n, shape.k)
+                                             : cuda::decode_variant_name(variant);
+        std::printf("  %-22s %3lld %-20s %8.2f %8.0f %5.0f%%\n", shape.what, static_cast<long long>(m), name.c_str(),
+                    us, gbs, 100.0 * gbs * 1e9 / bandwidth);
+      }
+    }
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+  }
+  const cudaError_t error = cudaDeviceSynchronize();
+  if (error != cudaSuccess) std::printf("decode GEMM table: %s\n", cudaGetErrorString(error));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,11 +262,16 @@ int main(int argc, char** argv) {
     else if (arg == "--prefill") o.prefill = std::atoi(next().c_str());
     else if (arg == "--streams") o.streams = std::atoi(next().c_str());
     else if (arg == "--verify") o.verify = parse_list(next());
+    else if (arg == "--decode-gemm") o.decode_gemm = true;
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
-                           "[--verify 1,2,4] [--streams N] [--json PATH]\n");
+                           "[--verify 1,2,4] [--streams N] [--json PATH] | gpu_bench --decode-gemm\n");
       return 2;
     }
+  }
+  if (o.decode_gemm) {
+    decode_gemm_table(copy_bandwidth());
+    return 0;
   }
   if (o.model.empty()) {
     std::fprintf(stderr, "gpu_bench: --model DIR is required\n");

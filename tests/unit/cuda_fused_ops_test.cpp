@@ -1,4 +1,5 @@
-// The CUDA target's fused row ops (residual add + RMSNorm; q/k norm + RoPE) give the bits of the unfused ops.
+// The CUDA target's row ops: RMSNorm (a CTA per wide row, a warp per narrow one) in its defined arithmetic, and the
+// fused ops (residual add + RMSNorm; q/k norm + RoPE) giving the bits of the unfused ones.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -6,7 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
+
+#include "base/hash.h"
 
 #include "compute/cuda/kernels.h"
 #include "cuda_test_util.h"
@@ -33,34 +38,101 @@ size_t differing(const std::vector<bf16>& a, const std::vector<bf16>& b) {
   return count;
 }
 
+// Values over a wide dynamic range (2^-30 .. 2^30), so that the double sum of squares rounds.
+std::vector<bf16> spread_bf16(size_t count, uint64_t seed) {
+  std::vector<bf16> out(count);
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t bits = splitmix64(seed * 0x9e3779b97f4a7c15ull + i);
+    const double magnitude = std::ldexp(0.5 + uniform_open01(bits), static_cast<int>(bits % 61) - 30);
+    out[i] = float_to_bf16(static_cast<float>((bits >> 63) ? -magnitude : magnitude));
+  }
+  return out;
+}
+
+// The defined RMSNorm of one row, on the host: lane l (of 32) chains the squares of elements l, l + 32, ... in
+// double, the lanes meet in an xor tree (offsets 16, 8, 4, 2, 1), then the CPU Bf16 mode's two roundings.
+std::vector<bf16> rms_norm_reference(const bf16* x, int width, const bf16* weight, float eps) {
+  double lanes[32];
+  for (int lane = 0; lane < 32; ++lane) {
+    lanes[lane] = 0;
+    for (int i = lane; i < width; i += 32) {
+      const double v = bf16_to_float(x[i]);
+      lanes[lane] += v * v;
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    double next[32];
+    for (int lane = 0; lane < 32; ++lane) next[lane] = lanes[lane] + lanes[lane ^ offset];
+    std::memcpy(lanes, next, sizeof(lanes));
+  }
+  const float mean = static_cast<float>(lanes[0] / static_cast<double>(width));
+  const float inverse_rms = 1.0f / std::sqrt(mean + eps);
+  std::vector<bf16> out(width);
+  for (int i = 0; i < width; ++i) {
+    const float normed = round_to_bf16(bf16_to_float(x[i]) * inverse_rms);
+    out[i] = float_to_bf16(bf16_to_float(weight[i]) * normed);
+  }
+  return out;
+}
+
+TEST(CudaTargetFusedOps, RmsNormOfWideAndNarrowRowsIsItsDefinedArithmeticBitForBit) {
+  LS_SKIP_WITHOUT_DEVICE();
+  // 2048 / 256 / 8192: a CTA per row; 64, 1000 (not a multiple of 8) and 8200 (too wide): a warp per row; offset 4
+  // (8-byte aligned rows): a warp per row as well.
+  const std::vector<std::tuple<int64_t, int, int>> cases = {{1, 2048, 0}, {7, 2048, 0}, {300, 2048, 0}, {3, 256, 0},
+                                                            {2, 8192, 0}, {50, 64, 0},  {4, 1000, 0}, {2, 8200, 0},
+                                                            {3, 2048, 4}};
+  for (const auto& [rows, width, offset] : cases) {
+    const size_t n = static_cast<size_t>(rows) * width;
+    const std::vector<bf16> x_host = spread_bf16(n + offset, 11 + width + rows);
+    const std::vector<bf16> w_host = random_bf16(width, 12 + width, 2.0f);
+    auto x = upload(x_host);
+    auto weight = upload(w_host);
+    auto y = poisoned(n + offset);
+    ASSERT_TRUE(rms_norm(x.data() + offset, rows, width, weight.data(), 1e-5f, y.data() + offset, nullptr).ok());
+    const std::vector<bf16> got = download(y, n + offset);
+    size_t wrong = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<bf16> want = rms_norm_reference(x_host.data() + offset + r * width, width, w_host.data(), 1e-5f);
+      for (int i = 0; i < width; ++i) wrong += got[offset + r * width + i].bits != want[i].bits;
+    }
+    EXPECT_EQ(wrong, 0u) << rows << " x " << width << " at offset " << offset;
+  }
+}
+
 TEST(CudaTargetFusedOps, ResidualAddPlusRmsNormGivesTheBitsOfTheTwoOpsForEveryRowCount) {
   LS_SKIP_WITHOUT_DEVICE();
-  const int width = 2048;
-  for (int64_t rows : {1, 3, 9, 300}) {
-    const size_t n = static_cast<size_t>(rows) * width;
-    const std::vector<bf16> h_host = random_bf16(n, 100 + rows, 3.0f);
-    const std::vector<bf16> delta_host = random_bf16(n, 200 + rows, 2.0f);
-    auto weight = upload(random_bf16(width, 300 + rows));
-    auto delta = upload(delta_host);
-    auto h_fused = upload(h_host), h_plain = upload(h_host);
-    auto y_fused = poisoned(n), y_plain = poisoned(n);
-    ASSERT_TRUE(add_rms_norm(h_fused.data(), delta.data(), rows, width, weight.data(), 1e-5f, y_fused.data(), nullptr)
-                    .ok());
-    ASSERT_TRUE(add_residual(h_plain.data(), delta.data(), static_cast<int64_t>(n), nullptr).ok());
-    ASSERT_TRUE(rms_norm(h_plain.data(), rows, width, weight.data(), 1e-5f, y_plain.data(), nullptr).ok());
-    const std::vector<bf16> y_f = download(y_fused, n), y_p = download(y_plain, n);
-    EXPECT_EQ(differing(download(h_fused, n), download(h_plain, n)), 0u) << rows << " rows: h";
-    EXPECT_EQ(differing(y_f, y_p), 0u) << rows << " rows: y";
-    size_t nan = 0;
-    for (const bf16 v : y_f) nan += (v.bits & 0x7fffu) > 0x7f80u;
-    EXPECT_EQ(nan, 0u) << rows << " rows: outputs left unwritten";
+  for (const int width : {2048, 1000, 6144}) {
+    for (int64_t rows : {1, 3, 9, 300}) {
+      const size_t n = static_cast<size_t>(rows) * width;
+      const std::vector<bf16> h_host = random_bf16(n, 100 + rows + width, 3.0f);
+      const std::vector<bf16> delta_host = random_bf16(n, 200 + rows + width, 2.0f);
+      auto weight = upload(random_bf16(width, 300 + rows));
+      auto delta = upload(delta_host);
+      auto h_fused = upload(h_host), h_plain = upload(h_host);
+      auto y_fused = poisoned(n), y_plain = poisoned(n);
+      ASSERT_TRUE(
+          add_rms_norm(h_fused.data(), delta.data(), rows, width, weight.data(), 1e-5f, y_fused.data(), nullptr).ok());
+      ASSERT_TRUE(add_residual(h_plain.data(), delta.data(), static_cast<int64_t>(n), nullptr).ok());
+      ASSERT_TRUE(rms_norm(h_plain.data(), rows, width, weight.data(), 1e-5f, y_plain.data(), nullptr).ok());
+      const std::vector<bf16> y_f = download(y_fused, n), y_p = download(y_plain, n);
+      const std::vector<bf16> h_f = download(h_fused, n);
+      EXPECT_EQ(differing(h_f, download(h_plain, n)), 0u) << width << " x " << rows << " rows: h";
+      EXPECT_EQ(differing(y_f, y_p), 0u) << width << " x " << rows << " rows: y";
+      size_t nan = 0;
+      for (const bf16 v : y_f) nan += (v.bits & 0x7fffu) > 0x7f80u;
+      EXPECT_EQ(nan, 0u) << width << " x " << rows << " rows: outputs left unwritten";
+      // h really moved: the sum differs from the old h somewhere (delta is not all zero)
+      EXPECT_GT(differing(h_f, h_host), 0u);
+    }
   }
 }
 
 TEST(CudaTargetFusedOps, QkNormPlusRopeGivesTheBitsOfTwoNormsAndTwoRopes) {
   LS_SKIP_WITHOUT_DEVICE();
-  for (const int hd : {64, 128}) {
-    const int H = 12, KV = 4;
+  // A warp per head for hd 64 / 128 / 256 (40 heads = 5 full CTAs, 16 = 2, 8 = one partial); hd 96 falls back.
+  const std::vector<std::tuple<int, int, int>> shapes = {{64, 32, 8}, {128, 12, 4}, {256, 5, 3}, {96, 12, 4}};
+  for (const auto& [hd, H, KV] : shapes) {
     const int64_t rows = 37;
     const size_t nq = rows * H * hd, nk = rows * KV * hd;
     auto q_raw = upload(random_bf16(nq, 1 + hd, 4.0f));

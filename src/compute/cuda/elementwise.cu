@@ -1,9 +1,12 @@
 // CUDA row-wise ops over bf16 activations: RMSNorm, residual add, SwiGLU, embedding gather, NeoX RoPE, sigmoid
-// top-k routing, slot sum, conversions. Each rounds where the CPU Bf16 mode rounds (src/compute/cpu/*.cpp); each
-// row is computed by one warp or thread in a fixed order, so rows never depend on the launch size.
+// top-k routing, slot sum, conversions, and the fused residual add + RMSNorm and q/k norm + RoPE. Each rounds where
+// the CPU Bf16 mode rounds (src/compute/cpu/*.cpp); each row is computed in a fixed order (wide rows by a CTA, narrow
+// ones by a warp, summing alike), so rows never depend on the launch size.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "compute/cuda/kernels.h"
@@ -100,71 +103,146 @@ __global__ void rope_kernel(b16* x, int heads, int head_dim, int64_t row_stride,
   }
 }
 
-// ---- Fused: h = round(h + delta), then RMSNorm of the new h (the two kernels' arithmetic, one launch) ----
-__global__ void add_rms_norm_kernel(b16* h, const b16* delta, int64_t rows, int width, const b16* weight, float eps,
-                                    b16* y) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  b16* in = h + row * width;
-  const b16* add = delta + row * width;
-  b16* out = y + row * width;
+// ---- Row kernels with a CTA per row (widths that are multiples of 8, up to kRowThreads * kRowChunks * 8) ----
+// Every thread loads its 16-byte chunks of the row (and of the weight, and of delta) before it stores anything, so
+// the loads are all in flight at once; the row's values go to shared memory, where warp 0 sums the squares in
+// rms_norm_kernel's order (lane l chains elements l, l + 32, ... in double, then the same xor tree); the outputs
+// are computed from the registers. Same arithmetic as rms_norm_kernel / add_residual_kernel, bit for bit.
+constexpr int kRowThreads = 256;
+constexpr int kRowChunks = 4;  // 16-byte chunks per thread: widths up to 8192
+
+union Chunk {
+  uint4 raw;
+  __nv_bfloat162 pairs[4];
+};
+__device__ __forceinline__ float chunk_at(const Chunk& c, int e) {
+  return e & 1 ? __high2float(c.pairs[e >> 1]) : __low2float(c.pairs[e >> 1]);
+}
+
+// inverse_rms of the row held in shared memory `values` [width] fp32, computed by warp 0 (rms_norm_kernel's order).
+__device__ __forceinline__ void row_inverse_rms(const float* values, int width, float eps, float* result) {
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
   double sum = 0;
+#pragma unroll 8
   for (int i = lane; i < width; i += 32) {
-    const b16 sum_bf16 = __float2bfloat16_rn(__fadd_rn(to_f(in[i]), to_f(add[i])));
-    in[i] = sum_bf16;
-    const double v = to_f(sum_bf16);
+    const double v = values[i];
     sum = __dadd_rn(sum, __dmul_rn(v, v));
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-  const float mean = static_cast<float>(sum / static_cast<double>(width));
-  const float inverse_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-  for (int i = lane; i < width; i += 32)  // in[i] was written by this lane
-    out[i] = __float2bfloat16_rn(__fmul_rn(to_f(weight[i]), round_bf16(__fmul_rn(to_f(in[i]), inverse_rms))));
+  if (lane == 0) {
+    const float mean = static_cast<float>(sum / static_cast<double>(width));
+    *result = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  }
 }
 
-// ---- Fused per-head q/k RMSNorm + NeoX RoPE: one block per row, a warp per head (q heads, then k heads) ----
-__global__ void qk_norm_rope_kernel(QkNormRope a) {
-  extern __shared__ float table[];  // cos [half], sin [half]
-  const int64_t row = blockIdx.x;
-  const int hd = a.head_dim, half = hd / 2;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const float position = static_cast<float>(a.positions[row]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float angle = __fmul_rn(position, a.inv_freq[i]);
-    table[i] = round_bf16(static_cast<float>(cos(static_cast<double>(angle))));
-    table[half + i] = round_bf16(static_cast<float>(sin(static_cast<double>(angle))));
+// y = RMSNorm(row) * weight for one row per CTA; ADD: the row is round(h + delta), written back to h first.
+template <bool ADD>
+__global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16* h, const b16* __restrict__ delta,
+                                                               int width, const b16* __restrict__ weight, float eps,
+                                                               b16* y) {
+  extern __shared__ float row_values[];  // [width]
+  __shared__ float inverse_rms;
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * width;
+  const int chunks = width / 8;
+  const b16* in = (ADD ? h : x) + at;
+  Chunk v[kRowChunks], w[kRowChunks], d[kRowChunks];
+#pragma unroll
+  for (int c = 0; c < kRowChunks; ++c) {
+    const int q = threadIdx.x + c * kRowThreads;
+    if (q < chunks) {
+      v[c].raw = *reinterpret_cast<const uint4*>(in + q * 8);
+      w[c].raw = __ldg(reinterpret_cast<const uint4*>(weight + q * 8));
+      if constexpr (ADD) d[c].raw = *reinterpret_cast<const uint4*>(delta + at + q * 8);
+    }
   }
-  __syncthreads();
-  for (int head = warp; head < a.q_heads + a.k_heads; head += warps) {
-    const bool is_q = head < a.q_heads;
-    const int h = is_q ? head : head - a.q_heads;
-    const int64_t at = (row * (is_q ? a.q_heads : a.k_heads) + h) * hd;
-    const b16* in = reinterpret_cast<const b16*>(is_q ? a.q_raw : a.k_raw) + at;
-    const b16* weight = reinterpret_cast<const b16*>(is_q ? a.q_weight : a.k_weight);
-    b16* v = reinterpret_cast<b16*>(is_q ? a.q : a.k) + at;
-    // RMSNorm of the head (rms_norm_kernel's arithmetic with width = head_dim)
-    double sum = 0;
-    for (int i = lane; i < hd; i += 32) {
-      const double x = to_f(in[i]);
-      sum = __dadd_rn(sum, __dmul_rn(x, x));
+#pragma unroll
+  for (int c = 0; c < kRowChunks; ++c) {
+    const int q = threadIdx.x + c * kRowThreads;
+    if (q >= chunks) continue;
+    if constexpr (ADD) {
+#pragma unroll
+      for (int p = 0; p < 4; ++p)
+        v[c].pairs[p] = __floats2bfloat162_rn(__fadd_rn(__low2float(v[c].pairs[p]), __low2float(d[c].pairs[p])),
+                                              __fadd_rn(__high2float(v[c].pairs[p]), __high2float(d[c].pairs[p])));
+      *reinterpret_cast<uint4*>(h + at + q * 8) = v[c].raw;
     }
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-    const float mean = static_cast<float>(sum / static_cast<double>(hd));
-    const float inverse_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.eps)));
-    for (int i = lane; i < hd; i += 32)
-      v[i] = __float2bfloat16_rn(__fmul_rn(to_f(weight[i]), round_bf16(__fmul_rn(to_f(in[i]), inverse_rms))));
-    __syncwarp();
-    // RoPE of the normalised head (rope_kernel's arithmetic); each lane owns pairs (i, i + half)
-    for (int i = lane; i < half; i += 32) {
-      const float lo = to_f(v[i]), hi = to_f(v[i + half]);
-      const float c = table[i], s = table[half + i];
-      v[i] = __float2bfloat16_rn(__fadd_rn(round_bf16(__fmul_rn(lo, c)), round_bf16(__fmul_rn(-hi, s))));
-      v[i + half] = __float2bfloat16_rn(__fadd_rn(round_bf16(__fmul_rn(hi, c)), round_bf16(__fmul_rn(lo, s))));
+    for (int e = 0; e < 8; ++e) row_values[q * 8 + e] = chunk_at(v[c], e);
+  }
+  __syncthreads();
+  row_inverse_rms(row_values, width, eps, &inverse_rms);
+  __syncthreads();
+  const float inv = inverse_rms;
+#pragma unroll
+  for (int c = 0; c < kRowChunks; ++c) {
+    const int q = threadIdx.x + c * kRowThreads;
+    if (q >= chunks) continue;
+    Chunk out;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const float lo = __fmul_rn(__low2float(w[c].pairs[p]), round_bf16(__fmul_rn(__low2float(v[c].pairs[p]), inv)));
+      const float hi =
+          __fmul_rn(__high2float(w[c].pairs[p]), round_bf16(__fmul_rn(__high2float(v[c].pairs[p]), inv)));
+      out.pairs[p] = __floats2bfloat162_rn(lo, hi);
     }
-    __syncwarp();
+    *reinterpret_cast<uint4*>(y + at + q * 8) = out.raw;
+  }
+}
+
+// Whether the CTA-per-row kernels take rows of `width` at these pointers (16-byte chunks, a wide enough row).
+bool row_kernel_fits(int width, std::initializer_list<const void*> pointers) {
+  if (width % 8 != 0 || width < 256 || width > kRowThreads * kRowChunks * 8) return false;
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// ---- Fused per-head q/k RMSNorm + NeoX RoPE: a warp per head, 8 heads per CTA, grid (rows, head groups) ----
+// Lane l holds elements l + 32 j (j < J = head_dim / 32) in registers: the norm's lane chain is rms_norm_kernel's,
+// and with head_dim a multiple of 64 each RoPE pair (i, i + head_dim / 2) is the lane's own (j, j + J / 2).
+constexpr int kHeadWarps = 8;
+
+template <int J>
+__global__ void __launch_bounds__(32 * kHeadWarps) qk_norm_rope_kernel(QkNormRope a) {
+  const int lane = threadIdx.x & 31;
+  const int head = blockIdx.y * kHeadWarps + (threadIdx.x >> 5);
+  if (head >= a.q_heads + a.k_heads) return;
+  const int64_t row = blockIdx.x;
+  constexpr int hd = 32 * J, half = hd / 2;
+  const bool is_q = head < a.q_heads;
+  const int h = is_q ? head : head - a.q_heads;
+  const int64_t at = (row * (is_q ? a.q_heads : a.k_heads) + h) * hd;
+  const b16* in = reinterpret_cast<const b16*>(is_q ? a.q_raw : a.k_raw) + at;
+  const b16* weight = reinterpret_cast<const b16*>(is_q ? a.q_weight : a.k_weight);
+  b16* out = reinterpret_cast<b16*>(is_q ? a.q : a.k) + at;
+  float x[J], w[J];
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    x[j] = to_f(in[lane + 32 * j]);
+    w[j] = to_f(weight[lane + 32 * j]);
+  }
+  double sum = 0;
+#pragma unroll
+  for (int j = 0; j < J; ++j) sum = __dadd_rn(sum, __dmul_rn(static_cast<double>(x[j]), static_cast<double>(x[j])));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
+  const float mean = static_cast<float>(sum / static_cast<double>(hd));
+  const float inverse_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.eps)));
+  float n[J];  // the normed head, bf16 values (rms_norm's output)
+#pragma unroll
+  for (int j = 0; j < J; ++j) n[j] = round_bf16(__fmul_rn(w[j], round_bf16(__fmul_rn(x[j], inverse_rms))));
+  const float position = static_cast<float>(a.positions[row]);
+#pragma unroll
+  for (int j = 0; j < J / 2; ++j) {
+    const int i = lane + 32 * j;
+    const float angle = __fmul_rn(position, a.inv_freq[i]);
+    const float c = round_bf16(static_cast<float>(cos(static_cast<double>(angle))));
+    const float s = round_bf16(static_cast<float>(sin(static_cast<double>(angle))));
+    const float lo = n[j], hi = n[j + J / 2];
+    out[i] = __float2bfloat16_rn(__fadd_rn(round_bf16(__fmul_rn(lo, c)), round_bf16(__fmul_rn(-hi, s))));
+    out[i + half] = __float2bfloat16_rn(__fadd_rn(round_bf16(__fmul_rn(hi, c)), round_bf16(__fmul_rn(lo, s))));
   }
 }
 
@@ -259,6 +337,11 @@ b16* dev(bf16* p) { return reinterpret_cast<b16*>(p); }
 Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, float eps, bf16* y, cudaStream_t stream) {
   if (rows <= 0) return ok_status();
   if (width <= 0) return Status(ErrorCode::InvalidArgument, "rms_norm width " + std::to_string(width));
+  if (rows <= 0x7fffffff && row_kernel_fits(width, {x, weight, y})) {
+    row_norm_kernel<false><<<static_cast<unsigned>(rows), kRowThreads, sizeof(float) * width, stream>>>(
+        dev(x), nullptr, nullptr, width, dev(weight), eps, dev(y));
+    return check_launch("row_norm_kernel");
+  }
   rms_norm_kernel<<<blocks_for(rows, kWarpRows), 32 * kWarpRows, 0, stream>>>(dev(x), rows, width, dev(weight), eps,
                                                                                dev(y));
   return check_launch("rms_norm_kernel");
@@ -274,9 +357,14 @@ Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const b
                     cudaStream_t stream) {
   if (rows <= 0) return ok_status();
   if (width <= 0) return Status(ErrorCode::InvalidArgument, "add_rms_norm width " + std::to_string(width));
-  add_rms_norm_kernel<<<blocks_for(rows, kWarpRows), 32 * kWarpRows, 0, stream>>>(dev(h), dev(delta), rows, width,
-                                                                                   dev(weight), eps, dev(y));
-  return check_launch("add_rms_norm_kernel");
+  if (rows > 0x7fffffff || !row_kernel_fits(width, {h, delta, weight, y})) {
+    // Rows the CTA kernel does not take: the two launches (the same bits by definition).
+    LS_RETURN_IF_ERROR(add_residual(h, delta, rows * width, stream));
+    return rms_norm(h, rows, width, weight, eps, y, stream);
+  }
+  row_norm_kernel<true><<<static_cast<unsigned>(rows), kRowThreads, sizeof(float) * width, stream>>>(
+      nullptr, dev(h), dev(delta), width, dev(weight), eps, dev(y));
+  return check_launch("row_norm_kernel (add)");
 }
 
 Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream) {
@@ -285,7 +373,23 @@ Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream) {
     return Status(ErrorCode::InvalidArgument, "qk_norm_rope head_dim " + std::to_string(args.head_dim));
   if (args.rows > 0x7fffffff)
     return Status(ErrorCode::InvalidArgument, "qk_norm_rope: too many rows " + std::to_string(args.rows));
-  qk_norm_rope_kernel<<<static_cast<unsigned>(args.rows), 256, sizeof(float) * args.head_dim, stream>>>(args);
+  const int heads = args.q_heads + args.k_heads;
+  const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>((heads + kHeadWarps - 1) / kHeadWarps));
+  switch (args.head_dim) {
+    case 64: qk_norm_rope_kernel<2><<<grid, 32 * kHeadWarps, 0, stream>>>(args); break;
+    case 128: qk_norm_rope_kernel<4><<<grid, 32 * kHeadWarps, 0, stream>>>(args); break;
+    case 256: qk_norm_rope_kernel<8><<<grid, 32 * kHeadWarps, 0, stream>>>(args); break;
+    default: {
+      // Head sizes whose RoPE pairs are not lane-local: the four unfused launches (the same bits by definition).
+      const int hd = args.head_dim;
+      LS_RETURN_IF_ERROR(rms_norm(args.q_raw, args.rows * args.q_heads, hd, args.q_weight, args.eps, args.q, stream));
+      LS_RETURN_IF_ERROR(rms_norm(args.k_raw, args.rows * args.k_heads, hd, args.k_weight, args.eps, args.k, stream));
+      LS_RETURN_IF_ERROR(rope_neox(args.q, args.rows, args.q_heads, hd, int64_t{args.q_heads} * hd, args.positions,
+                                   args.inv_freq, stream));
+      return rope_neox(args.k, args.rows, args.k_heads, hd, int64_t{args.k_heads} * hd, args.positions, args.inv_freq,
+                       stream);
+    }
+  }
   return check_launch("qk_norm_rope_kernel");
 }
 

@@ -1,5 +1,10 @@
-// The decode GEMM kernel (m <= 16): every (8 columns, slice) item is one warp's own cp.async pipeline; the slice
-// sums meet in shared memory and are added in slice order (the canonical order of gemm_device.cuh).
+// The decode GEMM kernels (m <= 16): every (column group, slice) item is one warp's own cp.async pipeline; the slice
+// sums meet in shared memory and are added in slice order (the canonical order of gemm_device.cuh). The variants
+// differ only in warps per CTA, pipeline depth, columns per item and the x rows staged (8 when m <= 8: the mma's
+// rows 8..15 are zero registers); each output's chain (16-wide K steps ascending from 0 per slice) is the same in all.
+#include <mutex>
+#include <string>
+
 #include "compute/cuda/gemm_device.cuh"
 
 namespace ls::cuda::gemm_detail {
@@ -8,7 +13,8 @@ namespace {
 constexpr int kDecodeWarps = 8;
 constexpr int kDecodeStageBytes = (16 + 8) * 128;  // A rows [16, 64] then W rows [8, 64], swizzled
 
-// Items of one CTA: `groups` column groups of 8 times `slices`; item = group * slices + slice.
+// The first decode kernel (variant 0): items of one CTA are `groups` column groups of 8 times `slices`; item =
+// group * slices + slice.
 template <int kDecodeStages>
 __global__ void __launch_bounds__(32 * kDecodeWarps) gemm_decode_kernel(GemmArgs args, int slices, int groups) {
   constexpr int kDecodePipeBytes = kDecodeWarps * kDecodeStages * kDecodeStageBytes;
@@ -104,10 +110,8 @@ Status launch_decode_stages(const GemmArgs& args, int slices, int groups, int ct
   return ok_status();
 }
 
-}  // namespace
-
-// Deep pipelines (one CTA per SM) when the CTAs fit one wave; else two CTAs per SM with 4 stages each.
-Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
+// Variant 0: deep pipelines (one CTA per SM) when the CTAs fit one wave; else two CTAs per SM with 4 stages each.
+Status launch_first(const GemmArgs& args, int sm_count, cudaStream_t stream) {
   const int slices = slice_count(args.k);
   const int groups = decode_groups(slices);
   const int ctas = (args.n + groups * 8 - 1) / (groups * 8);
@@ -115,9 +119,242 @@ Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
   return launch_decode_stages<4>(args, slices, groups, ctas, stream);
 }
 
+// ---- The streaming variants: WARPS warps, STAGES tiles of K in flight per warp, TILES x 8 columns per item, A_ROWS
+// rows of x staged per tile (8 or 16). One slice: a CTA's items are WARPS column groups, one per warp, and each
+// warp stores its outputs itself. Sliced K: groups = max(1, WARPS / slices), items group * slices + slice, the slice
+// sums meet in shared memory [slices][A_ROWS][cols].
+template <int WARPS, int STAGES, int TILES, int A_ROWS>
+struct Stream {
+  static constexpr int kStageBytes = (A_ROWS + 8 * TILES) * 128;
+  static constexpr int kPipeBytes = WARPS * STAGES * kStageBytes;
+};
+
+template <int WARPS, int STAGES, int TILES, int A_ROWS>
+__global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args, int slices, int groups) {
+  using S = Stream<WARPS, STAGES, TILES, A_ROWS>;
+  extern __shared__ __align__(128) unsigned char shared_raw[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
+  const int slice_tiles = slices == 1 ? k_tiles : kSliceTiles;
+  const int cols = groups * 8 * TILES;
+  const int col0 = blockIdx.x * cols;
+  float* partial = reinterpret_cast<float*>(shared_raw + S::kPipeBytes);
+  unsigned char* pipe = shared_raw + warp * STAGES * S::kStageBytes;
+  const uint32_t pipe_base = smem_address(pipe);
+
+  // x rows m .. A_ROWS-1 stay zero in every stage: cleared once, never copied into.
+  for (int i = lane; i < STAGES * (A_ROWS - args.m) * 8; i += 32) {
+    const int stage = i / ((A_ROWS - args.m) * 8), rest = i % ((A_ROWS - args.m) * 8);
+    *reinterpret_cast<uint4*>(pipe + stage * S::kStageBytes + (args.m + rest / 8) * 128 + (rest % 8) * 16) =
+        make_uint4(0, 0, 0, 0);
+  }
+  __syncwarp();
+
+  for (int item = warp; item < groups * slices; item += WARPS) {
+    const int group = item / slices, slice = item % slices;
+    const int c_first = col0 + group * 8 * TILES;
+    const int first_tile = slice * slice_tiles;
+    const int tiles = min(slice_tiles, k_tiles - first_tile);
+    auto load = [&](int t, int stage) {
+      const int k_base = (first_tile + (args.reverse_k ? tiles - 1 - t : t)) * kBlockK;
+      const uint32_t base = pipe_base + stage * S::kStageBytes;
+#pragma unroll
+      for (int i = 0; i < 2 * TILES; ++i) {  // W: 8 * TILES rows x 8 chunks, 4 rows per instruction
+        const int index = lane + 32 * i;
+        const int w_row = index >> 3, chunk = index & 7;
+        const int c = c_first + w_row, k = k_base + chunk * 8;
+        const bool inside = c < args.n && k < args.k;
+        copy_chunk(base + swizzled(A_ROWS + w_row, chunk),
+                   args.w + (static_cast<int64_t>(inside ? c : 0) * args.k + (inside ? k : 0)), inside);
+      }
+      for (int index = lane; index < args.m * 8; index += 32) {  // x: rows < m
+        const int row = index >> 3, chunk = index & 7;
+        const int k = k_base + chunk * 8;
+        const bool inside = k < args.k;
+        copy_chunk(base + swizzled(row, chunk), args.x + (static_cast<int64_t>(row) * args.k + (inside ? k : 0)),
+                   inside);
+      }
+    };
+    float acc[TILES][4];
+#pragma unroll
+    for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < tiles) load(s, s);
+      commit_group();
+    }
+    for (int t = 0; t < tiles; ++t) {
+      wait_group<STAGES - 2>();
+      __syncwarp();
+      if (t + STAGES - 1 < tiles) load(t + STAGES - 1, (t + STAGES - 1) % STAGES);
+      commit_group();
+      const uint32_t a_base = pipe_base + (t % STAGES) * S::kStageBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 16; ++kk) {
+        uint32_t a[4], b[TILES][2];
+        if constexpr (A_ROWS == 16) {
+          ldmatrix_x4(a_base + swizzled(lane & 15, kk * 2 + (lane >> 4)), a[0], a[1], a[2], a[3]);
+        } else {  // rows 0..7 at k 0..7 and 8..15; the mma's rows 8..15 are zero
+          ldmatrix_x2(a_base + swizzled(lane & 7, kk * 2 + ((lane >> 3) & 1)), a[0], a[2]);
+          a[1] = a[3] = 0u;
+        }
+        if constexpr (TILES == 1) {
+          ldmatrix_x2(a_base + swizzled(A_ROWS + (lane & 7), kk * 2 + ((lane >> 3) & 1)), b[0][0], b[0][1]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < TILES; j += 2)
+            ldmatrix_x4(a_base + swizzled(A_ROWS + j * 8 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)),
+                        b[j][0], b[j][1], b[j + 1][0], b[j + 1][1]);
+        }
+#pragma unroll
+        for (int j = 0; j < TILES; ++j) mma_bf16(acc[j], a, b[j]);
+      }
+    }
+    wait_group<0>();
+    __syncwarp();  // every lane is done reading the stages before the next item refills them
+    const int r = lane >> 2;
+#pragma unroll
+    for (int j = 0; j < TILES; ++j) {
+      const int c = group * 8 * TILES + j * 8 + (lane & 3) * 2;  // column within the CTA
+      if (slices == 1) {
+        store_pair(args, r, col0 + c, acc[j][0], acc[j][1]);
+        if constexpr (A_ROWS == 16) store_pair(args, r + 8, col0 + c, acc[j][2], acc[j][3]);
+      } else {
+        float* out = partial + static_cast<int64_t>(slice) * A_ROWS * cols;
+        out[r * cols + c] = acc[j][0];
+        out[r * cols + c + 1] = acc[j][1];
+        if constexpr (A_ROWS == 16) {
+          out[(r + 8) * cols + c] = acc[j][2];
+          out[(r + 8) * cols + c + 1] = acc[j][3];
+        }
+      }
+    }
+  }
+  if (slices == 1) return;
+  __syncthreads();
+  // Slice sums added in slice order, then bias and one rounding (store_pair), two columns per thread.
+  for (int o = threadIdx.x; o < args.m * cols / 2; o += blockDim.x) {
+    const int r = o / (cols / 2), c = (o % (cols / 2)) * 2;
+    float v0 = partial[r * cols + c], v1 = partial[r * cols + c + 1];
+    for (int s = 1; s < slices; ++s) {
+      v0 = __fadd_rn(v0, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + c]);
+      v1 = __fadd_rn(v1, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + c + 1]);
+    }
+    store_pair(args, r, col0 + c, v0, v1);
+  }
+}
+
+int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_decode_shared
+
+template <int WARPS, int STAGES, int TILES, int A_ROWS>
+int stream_shared_bytes(const GemmArgs& args, int slices, int groups) {
+  const int partial = slices == 1 ? 0 : slices * A_ROWS * groups * 8 * TILES * static_cast<int>(sizeof(float));
+  return Stream<WARPS, STAGES, TILES, A_ROWS>::kPipeBytes + partial;
+}
+
+template <int WARPS, int STAGES, int TILES, int A_ROWS>
+Status launch_stream_rows(const GemmArgs& args, int sm_count, cudaStream_t stream) {
+  const int slices = slice_count(args.k);
+  const int groups = slices == 1 ? WARPS : (WARPS / slices > 1 ? WARPS / slices : 1);
+  const int cols = groups * 8 * TILES;
+  const int ctas = (args.n + cols - 1) / cols;
+  const int smem = stream_shared_bytes<WARPS, STAGES, TILES, A_ROWS>(args, slices, groups);
+  if (smem > optin_shared_bytes) return launch_first(args, sm_count, stream);  // very long K: the first kernel
+  decode_stream_kernel<WARPS, STAGES, TILES, A_ROWS><<<ctas, 32 * WARPS, smem, stream>>>(args, slices, groups);
+  LS_CUDA_TRY_LAUNCH("decode_stream_kernel");
+  return ok_status();
+}
+
+template <int WARPS, int STAGES, int TILES>
+Status launch_stream(const GemmArgs& args, int sm_count, cudaStream_t stream) {
+  if (args.m <= 8) return launch_stream_rows<WARPS, STAGES, TILES, 8>(args, sm_count, stream);
+  return launch_stream_rows<WARPS, STAGES, TILES, 16>(args, sm_count, stream);
+}
+
+template <int WARPS, int STAGES, int TILES>
+void allow_stream_shared(int optin_bytes) {
+  cudaFuncSetAttribute(decode_stream_kernel<WARPS, STAGES, TILES, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
+  cudaFuncSetAttribute(decode_stream_kernel<WARPS, STAGES, TILES, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
+}
+
+// The variants by number (decode_variant_name): 0 the first kernel, then the streaming ones.
+constexpr int kVariants = 6;
+const char* const kVariantNames[kVariants] = {"decode 8w s4/8 8c", "stream 4w s8 16c", "stream 4w s12 8c",
+                                              "stream 8w s6 16c",  "stream 8w s8 8c",  "stream 2w s16 8c"};
+
+Status launch_variant(int variant, const GemmArgs& args, int sm_count, cudaStream_t stream) {
+  switch (variant) {
+    case 1: return launch_stream<4, 8, 2>(args, sm_count, stream);
+    case 2: return launch_stream<4, 12, 1>(args, sm_count, stream);
+    case 3: return launch_stream<8, 6, 2>(args, sm_count, stream);
+    case 4: return launch_stream<8, 8, 1>(args, sm_count, stream);
+    case 5: return launch_stream<2, 16, 1>(args, sm_count, stream);
+    default: return launch_first(args, sm_count, stream);
+  }
+}
+
+// The automatic variant for (m, N, K). Until the variants are timed on the H200 this is the first kernel.
+int pick_variant(const GemmArgs& /*args*/, int /*sm_count*/) { return 0; }
+
+}  // namespace
+
+Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
+  return launch_variant(pick_variant(args, sm_count), args, sm_count, stream);
+}
+
 void allow_decode_shared(int optin_bytes) {
+  optin_shared_bytes = optin_bytes;
   cudaFuncSetAttribute(gemm_decode_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   cudaFuncSetAttribute(gemm_decode_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+  allow_stream_shared<4, 8, 2>(optin_bytes);
+  allow_stream_shared<4, 12, 1>(optin_bytes);
+  allow_stream_shared<8, 6, 2>(optin_bytes);
+  allow_stream_shared<8, 8, 1>(optin_bytes);
+  allow_stream_shared<2, 16, 1>(optin_bytes);
 }
 
 }  // namespace ls::cuda::gemm_detail
+
+namespace ls::cuda {
+
+int decode_variant_count() { return gemm_detail::kVariants; }
+
+const char* decode_variant_name(int variant) {
+  return variant >= 0 && variant < gemm_detail::kVariants ? gemm_detail::kVariantNames[variant] : "?";
+}
+
+Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32,
+                           cudaStream_t stream) {
+  if (variant < 0 || variant >= gemm_detail::kVariants)
+    return Status(ErrorCode::InvalidArgument, "decode variant " + std::to_string(variant) + " of " +
+                                                  std::to_string(gemm_detail::kVariants));
+  if (m < 1 || m > 16)
+    return Status(ErrorCode::InvalidArgument, "decode variants take 1..16 rows, got " + std::to_string(m));
+  if ((y_b16 == nullptr) == (y_f32 == nullptr) || w.cols % 8 != 0 || w.rows < 1 || w.rows > (1LL << 30) ||
+      w.cols > (1LL << 24))
+    return Status(ErrorCode::InvalidArgument, "decode variant: one output, K a multiple of 8, sizes in range");
+  const uintptr_t y_address = y_f32 ? reinterpret_cast<uintptr_t>(y_f32) : reinterpret_cast<uintptr_t>(y_b16);
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w.w)) % 16 != 0 || y_address % 8 != 0)
+    return Status(ErrorCode::InvalidArgument, "decode variant: x and W 16-byte aligned, y 8-byte aligned");
+  int sm_count = 132;
+  {
+    static std::once_flag once;
+    static int device_sms = 0;
+    std::call_once(once, [] {
+      GemmEngine engine;  // sets the shared-memory opt-ins
+      int device = 0;
+      if (cudaGetDevice(&device) == cudaSuccess)
+        cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, device);
+      cudaGetLastError();
+    });
+    if (device_sms > 0) sm_count = device_sms;
+  }
+  gemm_detail::GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w),
+                             w.bias, reinterpret_cast<__nv_bfloat16*>(y_b16), y_f32, static_cast<int>(m),
+                             static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
+  return gemm_detail::launch_variant(variant, args, sm_count, stream);
+}
+
+}  // namespace ls::cuda

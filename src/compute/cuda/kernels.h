@@ -50,19 +50,27 @@ class GemmEngine {
   int pinned_tile_ = -1;
 };
 
+// The decode kernel's configurations (m <= 16), for benches and tests: variants 0 .. decode_variant_count()-1, each
+// computing the canonical order (so every variant gives the bits of GemmEngine::gemm); y = x [m, K] @ W^T (+ bias).
+int decode_variant_count();
+const char* decode_variant_name(int variant);
+Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32,
+                           cudaStream_t stream);
+
 // y [rows, width] = RMSNorm(x) * weight (CPU Bf16 rounding: round(w * round(x * inv_rms))); also per head.
 Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, float eps, bf16* y, cudaStream_t stream);
 
 // h [count] = round(h + delta).
 Status add_residual(bf16* h, const bf16* delta, int64_t count, cudaStream_t stream);
 
-// h = round(h + delta) [rows, width], then y = RMSNorm(h) * weight: add_residual + rms_norm in one launch, same bits.
-// Not called by the target yet: measured slower than the two launches on the H200 (docs/cuda.md, Known gaps).
+// h = round(h + delta) [rows, width], then y = RMSNorm(h) * weight: add_residual + rms_norm in one launch, same bits
+// (a CTA per row; rows it cannot take, e.g. width not a multiple of 8, run the two launches).
 Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const bf16* weight, float eps, bf16* y,
                     cudaStream_t stream);
 
 // Per-head q/k RMSNorm then NeoX RoPE in one launch (rms_norm + rope_neox's bits): q = rope(norm(q_raw)) [rows,
-// q_heads*hd], k = rope(norm(k_raw)) [rows, k_heads*hd], all dense bf16. Not called by the target yet (as above).
+// q_heads*hd], k = rope(norm(k_raw)) [rows, k_heads*hd], all dense bf16. A warp per head for head_dim 64 / 128 / 256;
+// other head sizes run the four unfused launches.
 struct QkNormRope {
   const bf16* q_raw = nullptr;
   const bf16* k_raw = nullptr;

@@ -1,5 +1,6 @@
 // The CUDA target's layer loop: embed, per layer norm -> ShortConv or attention -> residual -> norm -> SwiGLU or
-// MoE -> residual, taps copied on the device; all launches on the target's stream, no host sync.
+// MoE -> residual (each residual add fused with the norm after it), taps copied on the device; all launches on the
+// target's stream, no host sync.
 #include "model/lfm2/cuda/cuda_target.h"
 
 namespace ls::lfm2 {
@@ -11,20 +12,22 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
   LS_RETURN_IF_ERROR(cuda::embed_rows(weights_.embedding.w.data(), c.vocab_size, D, device_at<int32_t>(meta.tokens),
                                       rows, h_.data(), stream_));
   LS_RETURN_IF_ERROR(mark("elementwise"));
+  // Layer 0's operator_norm; every later norm is fused with the residual add before it (add_rms_norm, same bits).
+  if (c.num_layers > 0)
+    LS_RETURN_IF_ERROR(
+        cuda::rms_norm(h_.data(), rows, D, weights_.layers[0].operator_norm.data(), c.norm_eps, u_.data(), stream_));
+  LS_RETURN_IF_ERROR(mark("elementwise"));
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const gpu::DeviceLayer& w = weights_.layers[layer];
-    // operator_norm -> mixer -> residual
-    LS_RETURN_IF_ERROR(cuda::rms_norm(h_.data(), rows, D, w.operator_norm.data(), c.norm_eps, u_.data(), stream_));
-    LS_RETURN_IF_ERROR(mark("elementwise"));
+    // (operator_norm done) mixer -> residual + ffn_norm
     if (w.kind == io::LayerKind::Conv)
       LS_RETURN_IF_ERROR(mixer_conv(layer, rows, meta));
     else
       LS_RETURN_IF_ERROR(mixer_attention(layer, rows, meta));
-    LS_RETURN_IF_ERROR(cuda::add_residual(h_.data(), mix_.data(), rows * D, stream_));
+    LS_RETURN_IF_ERROR(
+        cuda::add_rms_norm(h_.data(), mix_.data(), rows, D, w.ffn_norm.data(), c.norm_eps, u_.data(), stream_));
     LS_RETURN_IF_ERROR(mark("elementwise"));
-    // ffn_norm -> SwiGLU or MoE -> residual
-    LS_RETURN_IF_ERROR(cuda::rms_norm(h_.data(), rows, D, w.ffn_norm.data(), c.norm_eps, u_.data(), stream_));
-    LS_RETURN_IF_ERROR(mark("elementwise"));
+    // SwiGLU or MoE -> residual + the next layer's operator_norm
     if (w.moe) {
       LS_RETURN_IF_ERROR(ffn_moe(layer, rows));
     } else {
@@ -37,7 +40,12 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
       LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.down.view(), mix_.data(), nullptr, stream_));
       LS_RETURN_IF_ERROR(mark("gemm"));
     }
-    LS_RETURN_IF_ERROR(cuda::add_residual(h_.data(), mix_.data(), rows * D, stream_));
+    if (layer + 1 < c.num_layers)
+      LS_RETURN_IF_ERROR(cuda::add_rms_norm(h_.data(), mix_.data(), rows, D,
+                                            weights_.layers[layer + 1].operator_norm.data(), c.norm_eps, u_.data(),
+                                            stream_));
+    else
+      LS_RETURN_IF_ERROR(cuda::add_residual(h_.data(), mix_.data(), rows * D, stream_));
     LS_RETURN_IF_ERROR(mark("elementwise"));
     // taps: this layer's output before the final norm, into [rows, taps, D]
     for (int64_t t = 0; t < tap_count; ++t)
@@ -81,14 +89,22 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta) {
   LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.k_proj.view(), k_raw_.data(), nullptr, stream_));
   LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.v_proj.view(), v_.data(), nullptr, stream_));
   LS_RETURN_IF_ERROR(mark("gemm"));
-  // per-head q/k RMSNorm before RoPE
-  LS_RETURN_IF_ERROR(cuda::rms_norm(q_raw_.data(), rows * H, hd, w.q_norm.data(), c.norm_eps, q_.data(), stream_));
-  LS_RETURN_IF_ERROR(cuda::rms_norm(k_raw_.data(), rows * KV, hd, w.k_norm.data(), c.norm_eps, k_.data(), stream_));
-  const int64_t* positions = device_at<int64_t>(meta.positions);
-  LS_RETURN_IF_ERROR(cuda::rope_neox(q_.data(), rows, H, hd, int64_t{H} * hd, positions, weights_.inv_freq.data(),
-                                     stream_));
-  LS_RETURN_IF_ERROR(cuda::rope_neox(k_.data(), rows, KV, hd, int64_t{KV} * hd, positions, weights_.inv_freq.data(),
-                                     stream_));
+  // per-head q/k RMSNorm then RoPE, one launch
+  cuda::QkNormRope qk;
+  qk.q_raw = q_raw_.data();
+  qk.k_raw = k_raw_.data();
+  qk.q_weight = w.q_norm.data();
+  qk.k_weight = w.k_norm.data();
+  qk.q = q_.data();
+  qk.k = k_.data();
+  qk.rows = rows;
+  qk.q_heads = H;
+  qk.k_heads = KV;
+  qk.head_dim = hd;
+  qk.eps = c.norm_eps;
+  qk.positions = device_at<int64_t>(meta.positions);
+  qk.inv_freq = weights_.inv_freq.data();
+  LS_RETURN_IF_ERROR(cuda::qk_norm_rope(qk, stream_));
   LS_RETURN_IF_ERROR(mark("elementwise"));
   const int64_t layer_elements = int64_t{kv_pages_} * kv_shape_.page_size * KV * hd;
   bf16* base = kv_pool_.data() + int64_t{kv_slot_[layer]} * 2 * layer_elements;

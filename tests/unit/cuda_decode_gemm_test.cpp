@@ -1,0 +1,89 @@
+// The decode GEMM kernel's variants (m <= 16): each gives, row by row, the bits of the engine's one-row launch.
+#ifdef LS_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "compute/cuda/kernels.h"
+#include "cuda_test_util.h"
+#include "ops_test_util.h"
+
+namespace ls::cuda {
+namespace {
+
+using compute::testing::random_values;
+using testing::download;
+using testing::poisoned;
+using testing::to_bf16;
+using testing::upload;
+
+// The first row whose bits differ between `got` [m, n] and `want` [m, n], or -1.
+int64_t first_differing_row(const std::vector<float>& got, const std::vector<float>& want, int64_t m, int64_t n) {
+  for (int64_t r = 0; r < m; ++r)
+    if (std::memcmp(got.data() + r * n, want.data() + r * n, sizeof(float) * n) != 0) return r;
+  return -1;
+}
+
+TEST(CudaDecodeGemm, EveryVariantGivesEachRowTheBitsOfItsOneRowLaunchAtOneToSixteenRows) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const GemmEngine engine;
+  // (N, K): one slice with N odd and a 16-column tail; K = 72 (one tile, a tail); 2056 (three slices, the last one 8
+  // wide); 8192 (eight slices, the down projection); 9216 (nine); the model's wide and narrow one-slice shapes.
+  const std::vector<std::tuple<int64_t, int64_t, bool>> shapes = {
+      {1001, 2048, true}, {40, 72, false}, {136, 2056, true}, {520, 8192, false}, {64, 9216, false},
+      {4096, 2048, false}, {512, 2048, true}};
+  const std::vector<int64_t> widths = {1, 2, 5, 8, 9, 16};
+  for (const auto& [n, k, with_bias] : shapes) {
+    const int64_t max_m = widths.back();
+    auto x = upload(to_bf16(random_values(max_m * k, 31 + n, 2.0f)));
+    auto w = upload(to_bf16(random_values(n * k, 32 + k, 0.5f)));
+    auto bias = upload(random_values(n, 33));
+    const DeviceMatrix matrix{w.data(), with_bias ? bias.data() : nullptr, n, k};
+    // The oracle: the engine's one-row launch of every row, fp32 and bf16 out.
+    auto one_f32 = poisoned<float>(max_m * n);
+    auto one_b16 = poisoned<bf16>(max_m * n);
+    for (int64_t r = 0; r < max_m; ++r) {
+      ASSERT_TRUE(engine.gemm(x.data() + r * k, 1, matrix, nullptr, one_f32.data() + r * n, nullptr).ok());
+      ASSERT_TRUE(engine.gemm(x.data() + r * k, 1, matrix, one_b16.data() + r * n, nullptr, nullptr).ok());
+    }
+    const std::vector<float> want_f32 = download(one_f32, max_m * n);
+    const std::vector<bf16> want_b16 = download(one_b16, max_m * n);
+    for (int variant = 0; variant < decode_variant_count(); ++variant) {
+      for (const int64_t m : widths) {
+        auto y_f32 = poisoned<float>(m * n);
+        auto y_b16 = poisoned<bf16>(m * n);
+        ASSERT_TRUE(gemm_decode_variant(variant, x.data(), m, matrix, nullptr, y_f32.data(), nullptr).ok());
+        ASSERT_TRUE(gemm_decode_variant(variant, x.data(), m, matrix, y_b16.data(), nullptr, nullptr).ok());
+        const std::vector<float> got_f32 = download(y_f32, m * n);
+        const std::vector<bf16> got_b16 = download(y_b16, m * n);
+        EXPECT_EQ(first_differing_row(got_f32, want_f32, m, n), -1)
+            << decode_variant_name(variant) << ": N " << n << " K " << k << " m " << m << " (fp32 out)";
+        EXPECT_EQ(std::memcmp(got_b16.data(), want_b16.data(), sizeof(bf16) * m * n), 0)
+            << decode_variant_name(variant) << ": N " << n << " K " << k << " m " << m << " (bf16 out)";
+      }
+    }
+  }
+}
+
+TEST(CudaDecodeGemm, VariantsRefuseAnUnknownNumberAndMoreThanSixteenRowsByNumber) {
+  LS_SKIP_WITHOUT_DEVICE();
+  auto x = poisoned<bf16>(17 * 64);
+  auto w = poisoned<bf16>(64 * 64);
+  auto y = poisoned<float>(17 * 64);
+  const DeviceMatrix matrix{w.data(), nullptr, 64, 64};
+  const Status unknown = gemm_decode_variant(decode_variant_count(), x.data(), 1, matrix, nullptr, y.data(), nullptr);
+  EXPECT_EQ(unknown.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(unknown.message().find(std::to_string(decode_variant_count())), std::string::npos) << unknown.message();
+  const Status wide = gemm_decode_variant(0, x.data(), 17, matrix, nullptr, y.data(), nullptr);
+  EXPECT_EQ(wide.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(wide.message().find("17"), std::string::npos) << wide.message();
+}
+
+}  // namespace
+}  // namespace ls::cuda
+
+#endif  // LS_HAVE_CUDA
