@@ -4,6 +4,8 @@
 //
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
+//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan fused|gemm|both] [--profile]
+//                 (--profile: per-launch device ms of an eager pass at 1, 8, 64 streams for each variant)
 // Memory: "loader peak" is the loader's own byte count (final weights + the one staged matrix); "peak anon RSS"
 // samples RssAnon every millisecond during the load (file pages of the mapped checkpoint excluded); run one
 // --bits per process for a clean RSS baseline.
@@ -15,6 +17,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -170,10 +174,70 @@ std::vector<float> bench_taps(int64_t rows, int64_t width) {
 }
 
 #ifdef LS_HAVE_CUDA
+// "warp,split" -> the attention pins (auto = the drafter's own choice).
+std::vector<std::pair<std::string, std::optional<dspark::cuda::BlockAttentionKernel>>> parse_attention(
+    const std::string& text) {
+  using Kernel = dspark::cuda::BlockAttentionKernel;
+  std::vector<std::pair<std::string, std::optional<Kernel>>> out;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) {
+    if (item == "warp") out.emplace_back(item, Kernel::Warp);
+    else if (item == "tile") out.emplace_back(item, Kernel::Tile);
+    else if (item == "split") out.emplace_back(item, Kernel::Split);
+    else out.emplace_back("auto", std::nullopt);
+  }
+  return out;
+}
+
+// --profile: one eager pass per (streams, attention, scan) at full depth with an event after every launch; device
+// ms per launch label.
+void profile_cuda(dspark::cuda::CudaDsparkDrafter& drafter, int depth, const std::string& attention,
+                  json& results) {
+  std::printf("\n| streams | attention | scan | per-launch device ms (eager pass, depth %d) | sum ms |\n|---|---|---|---|---|\n",
+              depth);
+  for (int streams : {1, 8, 64}) {
+    std::vector<DraftRequest> requests(streams);
+    for (int stream = 0; stream < streams; ++stream) {
+      requests[stream].stream = stream;
+      requests[stream].anchor_token = 100 + stream;
+      requests[stream].anchor_position = drafter.context_length(stream);
+      requests[stream].depth = depth;
+    }
+    for (const auto& [name, pin] : parse_attention(attention)) {
+      for (const bool fused : {true, false}) {
+        drafter.set_attention_kernel(pin);
+        drafter.set_fused_scan(fused);
+        drafter.set_profile(true);
+        drafter.draft(requests);
+        drafter.draft(requests);
+        const std::vector<std::pair<std::string, double>> totals = drafter.last_profile();
+        drafter.set_profile(false);
+        std::string cells;
+        double sum = 0;
+        json entry = {{"streams", streams}, {"attention", name}, {"fused_scan", fused}};
+        for (const auto& [label, ms] : totals) {
+          char cell[96];
+          std::snprintf(cell, sizeof cell, "%s%s %.3f", cells.empty() ? "" : ", ", label.c_str(), ms);
+          cells += cell;
+          sum += ms;
+          entry["ms"][label] = ms;
+        }
+        std::printf("| %d | %s | %s | %s | %.3f |\n", streams, name.c_str(), fused ? "fused" : "gemm", cells.c_str(),
+                    sum);
+        results["profile"].push_back(entry);
+      }
+    }
+  }
+  drafter.set_attention_kernel(std::nullopt);
+  drafter.set_fused_scan(true);
+}
+
 // The CUDA drafter: load, absorb of the context, then draft passes by streams (1..64) and depth, device times.
 // graphs: "on", "off" or "both" (each (streams, depth) timed eagerly and through CUDA graphs, after 2 untimed passes).
+// attention: the variants to time ("auto" or a list of warp, tile, split); scan: "fused", "gemm" or "both".
 int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, int context, int repeats,
-             const std::string& graphs, json& results) {
+             const std::string& graphs, const std::string& attention, const std::string& scan, bool profile,
+             json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;
@@ -207,9 +271,14 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       absorb_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - absorb_start).count());
     }
+    for (const auto& [attention_name, pin] : parse_attention(attention))
+    for (const bool fused : {true, false})
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
       if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
+      if ((fused && scan == "gemm") || (!fused && scan == "fused")) continue;
       drafter.set_graphs(graphed);
+      drafter.set_attention_kernel(pin);
+      drafter.set_fused_scan(fused);
       std::vector<DraftRequest> requests(streams);
       for (int stream = 0; stream < streams; ++stream) {
         requests[stream].stream = stream;
@@ -232,11 +301,14 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
         scan_ms.push_back(drafter.last_scan_ms());
       }
       char row[256];
-      std::snprintf(row, sizeof row, "| cuda | %s | %d | %d | %.3f | %.3f | %.3f |", graphed ? "on" : "off", streams,
-                    depth, median(block_ms), median(scan_ms), median(wall_ms));
+      std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f |", graphed ? "on" : "off",
+                    attention_name.c_str(), fused ? "fused" : "gemm", streams, depth, median(block_ms),
+                    median(scan_ms), median(wall_ms));
       table.push_back(row);
       results["runs"].push_back({{"device", "cuda"},
                                  {"graphs", graphed},
+                                 {"attention", attention_name},
+                                 {"fused_scan", fused},
                                  {"streams", streams},
                                  {"depth", depth},
                                  {"block_ms", median(block_ms)},
@@ -249,9 +321,10 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   results["absorb_ms"] = median(absorb_ms);
   std::printf("\ngraph replays %lld, graph capture failures %lld\n",
               static_cast<long long>(drafter.graph_replays()), static_cast<long long>(drafter.graph_failures()));
-  std::printf("\n| device | graphs | streams | depth | block pass ms | Markov scan ms | draft() wall ms |\n"
-              "|---|---|---|---|---|---|---|\n");
+  std::printf("\n| device | graphs | attention | scan | streams | depth | block pass ms | Markov scan ms | "
+              "draft() wall ms |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
+  if (profile) profile_cuda(drafter, shape.block, attention, results);
   return 0;
 }
 #endif
@@ -295,7 +368,10 @@ int main(int argc, char** argv) {
               compute::matmul_kernel_name());
   if (device == "cuda") {
 #ifdef LS_HAVE_CUDA
-    const int code = run_cuda(shape, dir, target, context, repeats, flag(argc, argv, "--graphs", "both"), results);
+    const bool profile = std::any_of(argv + 1, argv + argc, [](const char* arg) { return std::strcmp(arg, "--profile") == 0; });
+    const int code = run_cuda(shape, dir, target, context, repeats, flag(argc, argv, "--graphs", "both"),
+                              flag(argc, argv, "--attention", "auto"), flag(argc, argv, "--scan", "fused"), profile,
+                              results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
     std::ofstream(json_path) << results.dump(2) << "\n";

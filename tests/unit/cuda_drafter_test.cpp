@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "compute/cuda/cuda_util.h"
@@ -247,9 +248,23 @@ TEST(CudaDrafter, GpuPicksEqualTheCpuBf16DrafterOnTheNanoPairForRandomContexts) 
     }
     requests.push_back(request);
   }
+  const std::vector<Draft> on_cpu = (*cpu)->draft(requests);
+  // Every attention variant with the fused scan, and the automatic attention with the GEMM scan.
+  const struct {
+    const char* name;
+    std::optional<cuda::BlockAttentionKernel> attention;
+    bool fused;
+  } variants[] = {{"automatic attention, fused scan", std::nullopt, true},
+                  {"split attention", cuda::BlockAttentionKernel::Split, true},
+                  {"tile attention", cuda::BlockAttentionKernel::Tile, true},
+                  {"warp attention, GEMM scan", cuda::BlockAttentionKernel::Warp, false}};
+  for (const auto& variant : variants) {
+  SCOPED_TRACE(variant.name);
+  gpu->set_attention_kernel(variant.attention);
+  gpu->set_fused_scan(variant.fused);
+  EXPECT_EQ(gpu->fused_scan(), variant.fused) << "the nano shape takes the fused scan";
   ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
   const std::vector<Draft> on_gpu = gpu->draft(requests);
-  const std::vector<Draft> on_cpu = (*cpu)->draft(requests);
   const std::vector<float> gpu_logits = gpu->last_base_logits().value();
   const std::span<const float> cpu_logits = (*cpu)->last_base_logits();
   EXPECT_LE(relative_error(gpu_logits, std::vector<float>(cpu_logits.begin(), cpu_logits.end())), kBf16Tolerance);
@@ -273,10 +288,65 @@ TEST(CudaDrafter, GpuPicksEqualTheCpuBf16DrafterOnTheNanoPairForRandomContexts) 
       chain_equal = on_gpu[i].tokens[slot] == on_cpu[i].tokens[slot];
     }
   }
-  std::printf("[ cuda vs cpu ] %d of %d picks equal, %d compared under the near-tie rule\n", equal, total, compared);
+  std::printf("[ cuda vs cpu ] %s: %d of %d picks equal, %d compared under the near-tie rule\n", variant.name, equal,
+              total, compared);
   // The near-tie rule is strict on random contexts (few margins clear 4e-2), so also: nearly every pick equal.
   EXPECT_GT(compared, 0);
   EXPECT_GE(equal * 10, total * 9) << equal << " of " << total;
+  }
+}
+
+// The fused scan step against the gather + cuBLAS GEMM + pick path on the same block pass: only the W2 dot's fp32
+// order differs, so the chains agree (up to a near-tie flip, after which the chain may differ) and, where they
+// agree, the chance bits are equal (the confidence reads the same e = W1[previous] either way).
+TEST(CudaDrafter, TheFusedScanDraftsTheTokensAndChanceBitsOfTheGemmScan) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  DrafterOptions options = cuda_options();
+  options.max_streams = 12;
+  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, options);
+  ASSERT_TRUE(gpu);
+  gpu->set_graphs(false);
+  const DsparkConfig& c = gpu->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  // 11 requests: two request groups of the fused kernel (8 + 3), mixed depths, greedy and sampled.
+  std::vector<DraftRequest> requests;
+  std::mt19937 rng(8);
+  for (int i = 0; i < 11; ++i) {
+    const int length = 5 + 23 * i;
+    ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 300 + i)).ok());
+    DraftRequest request;
+    request.stream = i;
+    request.anchor_token = static_cast<int32_t>(rng() % c.vocab_size);
+    request.anchor_position = length;
+    request.depth = 1 + i % c.block_size;
+    if (i % 3 == 1) request.sampling = Sampling{0.9f, 0, 1.0f, 0.0f, static_cast<uint64_t>(50 + i)};
+    if (i % 3 == 2) request.sampling = Sampling{1.1f, 20, 0.9f, 0.02f, static_cast<uint64_t>(70 + i)};
+    requests.push_back(request);
+  }
+  gpu->set_fused_scan(false);
+  ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+  const std::vector<Draft> reference = gpu->draft(requests);
+  gpu->set_fused_scan(true);
+  ASSERT_TRUE(gpu->fused_scan());
+  ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+  const std::vector<Draft> fused = gpu->draft(requests);
+  int equal = 0, total = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    ASSERT_TRUE(reference[i].status.ok()) << reference[i].status.to_string();
+    ASSERT_TRUE(fused[i].status.ok()) << fused[i].status.to_string();
+    ASSERT_EQ(fused[i].tokens.size(), static_cast<size_t>(requests[i].depth));
+    for (int slot = 0; slot < requests[i].depth; ++slot, ++total) {
+      if (fused[i].tokens[slot] != reference[i].tokens[slot]) break;
+      ++equal;
+      EXPECT_EQ(std::bit_cast<uint32_t>(fused[i].chances[slot]), std::bit_cast<uint32_t>(reference[i].chances[slot]))
+          << "slot " << slot;
+    }
+  }
+  std::printf("[ fused scan ] %d of %d slots equal to the GEMM scan before any flip\n", equal, total);
+  EXPECT_GE(equal * 20, total * 19) << equal << " of " << total;
 }
 
 TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
@@ -350,74 +420,55 @@ TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
   EXPECT_GT(rows, 60);
 }
 
-// Both block attention variants on the same random caches (3 requests, contexts 5 / 40 / 300, layer 1 of 2),
-// outputs poisoned first: every output written and finite, and the two within a few bf16 ulps (they differ only in
-// how fp32 sums over keys are grouped). Pins the Tile variant before choose_block_attention() may pick it.
-TEST(CudaDrafter, TheTileAttentionKernelAgreesWithTheWarpKernel) {
+// The fused block pass (stacked GEMMs, fused heads / residual-norm / SwiGLU launches) against the unfused sequence
+// on the nano pair: Hf and U within a tenth of the bf16 tolerance (the stacked GEMMs may sum in another order),
+// and the drafts' tokens equal up to a near-tie flip.
+TEST(CudaDrafter, TheFusedBlockPassGivesTheUnfusedHiddenLogitsAndDrafts) {
   LS_SKIP_WITHOUT_DEVICE();
-  for (const int head_dim : {64, 32}) {
-    const int gamma = 7, layers = 2, layer = 1;
-    const cuda::AttentionDims dims{8, 2, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
-    ASSERT_TRUE(cuda::block_attention_tile_supported(gamma, dims));
-    const int64_t kv = static_cast<int64_t>(dims.kv_heads) * head_dim;
-    const int64_t lengths[] = {5, 40, 300};
-    std::mt19937 rng(99 + head_dim);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    auto random_bf16 = [&](size_t count, float scale) {
-      std::vector<bf16> values(count);
-      for (bf16& value : values) value = float_to_bf16(scale * uniform(rng));
-      return values;
-    };
-    std::vector<ls::cuda::DeviceBuffer<bf16>> caches;
-    std::vector<cuda::DeviceBlockRequest> requests;
-    for (int64_t length : lengths) {
-      const int64_t capacity = length + gamma + 3;
-      for (int which = 0; which < 2; ++which) {
-        const std::vector<bf16> values = random_bf16(static_cast<size_t>(layers * capacity * kv), 2.0f);
-        caches.emplace_back();
-        ASSERT_TRUE(caches.back().allocate(values.size()).ok());
-        cudaMemcpy(caches.back().data(), values.data(), values.size() * 2, cudaMemcpyHostToDevice);
-      }
-      const size_t n = caches.size();
-      requests.push_back(cuda::DeviceBlockRequest{reinterpret_cast<cuda::bf16_t*>(caches[n - 2].data()),
-                                                  reinterpret_cast<cuda::bf16_t*>(caches[n - 1].data()), length,
-                                                  capacity});
-    }
-    const int count = static_cast<int>(requests.size());
-    const size_t outputs = static_cast<size_t>(count) * gamma * dims.heads * head_dim;
-    const std::vector<bf16> queries = random_bf16(outputs, 2.0f);
-    ls::cuda::DeviceBuffer<bf16> device_queries, warp_out, tile_out;
-    ls::cuda::DeviceBuffer<cuda::DeviceBlockRequest> device_requests;
-    ASSERT_TRUE(device_queries.allocate(outputs).ok() && warp_out.allocate(outputs).ok() &&
-                tile_out.allocate(outputs).ok() && device_requests.allocate(requests.size()).ok());
-    cudaMemcpy(device_queries.data(), queries.data(), outputs * 2, cudaMemcpyHostToDevice);
-    cudaMemcpy(device_requests.data(), requests.data(), requests.size() * sizeof(cuda::DeviceBlockRequest),
-               cudaMemcpyHostToDevice);
-    cudaMemset(warp_out.data(), 0xff, outputs * 2);
-    cudaMemset(tile_out.data(), 0xff, outputs * 2);
-    const auto* q = reinterpret_cast<const cuda::bf16_t*>(device_queries.data());
-    ASSERT_TRUE(cuda::block_attention_warp(q, device_requests.data(), count, gamma, dims, layer,
-                                           reinterpret_cast<cuda::bf16_t*>(warp_out.data()), nullptr)
-                    .ok());
-    ASSERT_TRUE(cuda::block_attention_tile(q, device_requests.data(), count, gamma, dims, layer,
-                                           reinterpret_cast<cuda::bf16_t*>(tile_out.data()), nullptr)
-                    .ok());
-    std::vector<bf16> warp(outputs), tile(outputs);
-    ASSERT_EQ(cudaMemcpy(warp.data(), warp_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(tile.data(), tile_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-    double worst = 0;
-    int bitwise = 0;
-    for (size_t i = 0; i < outputs; ++i) {
-      const float a = bf16_to_float(tile[i]), b = bf16_to_float(warp[i]);
-      ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << "output " << i << " unwritten or non-finite";
-      worst = std::max(worst, static_cast<double>(std::fabs(a - b)));
-      bitwise += a == b;
-    }
-    std::printf("[ attention ] head_dim %d: tile vs warp worst |diff| %.3g, %d of %zu bitwise\n", head_dim, worst,
-                bitwise, outputs);
-    EXPECT_LE(worst, 2e-2);
-    EXPECT_GE(bitwise * 10, static_cast<int>(outputs) * 8);
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(gpu);
+  gpu->set_graphs(false);
+  const DsparkConfig& c = gpu->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  std::vector<DraftRequest> requests;
+  for (int i = 0; i < 5; ++i) {
+    const int length = 4 + 45 * i;
+    ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 500 + i)).ok());
+    DraftRequest request;
+    request.stream = i;
+    request.anchor_token = 200 + 31 * i;
+    request.anchor_position = length;
+    request.depth = c.block_size;
+    requests.push_back(request);
   }
+  gpu->set_fused_block(false);
+  ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+  const std::vector<Draft> reference = gpu->draft(requests);
+  const std::vector<float> reference_hidden = gpu->last_final_hidden().value();
+  const std::vector<float> reference_logits = gpu->last_base_logits().value();
+  gpu->set_fused_block(true);
+  ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+  const std::vector<Draft> fused = gpu->draft(requests);
+  const std::vector<float> hidden = gpu->last_final_hidden().value();
+  const std::vector<float> logits = gpu->last_base_logits().value();
+  const double hidden_error = relative_error(hidden, reference_hidden);
+  const double logit_error = relative_error(logits, reference_logits);
+  int equal = 0, total = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(fused[i].status.ok()) << fused[i].status.to_string();
+    ASSERT_TRUE(reference[i].status.ok()) << reference[i].status.to_string();
+    for (int slot = 0; slot < requests[i].depth; ++slot, ++total) {
+      if (fused[i].tokens[slot] != reference[i].tokens[slot]) break;
+      ++equal;
+    }
+  }
+  std::printf("[ fused block ] Hf rel. error %.3g, U rel. error %.3g, %d of %d draft slots equal before any flip\n",
+              hidden_error, logit_error, equal, total);
+  EXPECT_LE(hidden_error, kBf16Tolerance / 10);
+  EXPECT_LE(logit_error, kBf16Tolerance / 10);
+  EXPECT_GE(equal * 10, total * 9);
 }
 
 TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsorb) {

@@ -1,4 +1,5 @@
-// Block-pass kernels of the CUDA drafter: embed, RMSNorm, RoPE, residual, SwiGLU, block K/V scatter, attention.
+// Block-pass kernels of the CUDA drafter: embed, RMSNorm, RoPE, residual, SwiGLU, block K/V scatter, attention, and
+// the fused ones (q/k/v heads: norm + RoPE + cache rows; residual + norm; SwiGLU over the stacked gate/up output).
 #include <cmath>
 
 #include "compute/cuda/cuda_util.h"
@@ -181,7 +182,135 @@ __global__ void block_attention_kernel(const bf16_t* q, const DeviceBlockRequest
   }
 }
 
+// One warp per (block row, head) of the stacked q/k/v GEMM output [rows, heads + 2 kv_heads, head_dim]: query
+// and key heads get the per-head RMSNorm (rms_norm_kernel's arithmetic) then RoPE at positions[row]
+// (rope_kernel's), queries go to `queries` [rows, heads, head_dim], keys and values straight to the request's cache
+// rows p + slot of `layer` (what scatter_block_kv did from separate buffers).
+constexpr int kMaxHeadDim = 128;
+constexpr int kHeadWarps = 8;
+
+__global__ void __launch_bounds__(kHeadWarps * kWarp) qkv_heads_kernel(QkvHeads a) {
+  __shared__ float staged[kHeadWarps][kMaxHeadDim];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int heads_per_row = a.heads + 2 * a.kv_heads;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kHeadWarps + warp;
+  if (item >= a.rows * heads_per_row) return;
+  const int64_t row = item / heads_per_row;
+  const int head = static_cast<int>(item % heads_per_row);
+  const int hd = a.head_dim;
+  const bf16_t* in = a.qkv + item * hd;
+  const int request_index = static_cast<int>(row / a.gamma), slot = static_cast<int>(row % a.gamma);
+  bf16_t* out;
+  if (head < a.heads) {
+    out = a.queries + (row * a.heads + head) * hd;
+  } else {
+    const DeviceBlockRequest request = a.requests[request_index];
+    const int kv_head = (head - a.heads) % a.kv_heads;
+    const int64_t at = (static_cast<int64_t>(a.layer) * request.capacity + request.length + slot) *
+                           (static_cast<int64_t>(a.kv_heads) * hd) + static_cast<int64_t>(kv_head) * hd;
+    out = (head < a.heads + a.kv_heads ? request.keys : request.values) + at;
+  }
+  if (head >= a.heads + a.kv_heads) {  // a value head: copied as is
+    for (int i = lane; i < hd; i += kWarp) out[i] = in[i];
+    return;
+  }
+  const float* weight = head < a.heads ? a.q_norm : a.k_norm;
+  double sum_squares = 0;
+  for (int i = lane; i < hd; i += kWarp) {
+    const double value = __bfloat162float(in[i]);
+    sum_squares += value * value;
+  }
+  sum_squares = warp_sum(sum_squares);
+  const float mean = static_cast<float>(sum_squares / static_cast<double>(hd));
+  const float inverse_rms = 1.0f / sqrtf(mean + a.eps);
+  float* v = staged[warp];
+  for (int i = lane; i < hd; i += kWarp) {
+    v[i] = round_bf16(weight[i] * round_bf16(__bfloat162float(in[i]) * inverse_rms));
+  }
+  __syncwarp();
+  const int half = hd / 2;
+  const float position = static_cast<float>(a.positions[row]);
+  for (int pair = lane; pair < half; pair += kWarp) {
+    const float angle = position * a.inv_freq[pair];
+    const float cosine = cosf(angle), sine = sinf(angle);
+    const int ia = a.neox ? pair : 2 * pair, ib = a.neox ? pair + half : 2 * pair + 1;
+    const float x = v[ia], y = v[ib];
+    out[ia] = __float2bfloat16_rn(x * cosine - y * sine);
+    out[ib] = __float2bfloat16_rn(x * sine + y * cosine);
+  }
+}
+
+constexpr int kRowThreads = 256;
+
+// One CTA per row: x = bf16(x + delta) (delta may be null: x as is), then y = rms_norm(x) with the sum of squares
+// in double (tree over the CTA).
+__global__ void __launch_bounds__(kRowThreads) residual_norm_kernel(bf16_t* x, const bf16_t* delta, int64_t width,
+                                                                    const float* weight, float eps, bf16_t* y) {
+  __shared__ double partial[kRowThreads / kWarp];
+  bf16_t* in = x + blockIdx.x * width;
+  const bf16_t* add = delta ? delta + blockIdx.x * width : nullptr;
+  double sum_squares = 0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float value = __bfloat162float(in[i]);
+    if (add) {
+      value = round_bf16(value + __bfloat162float(add[i]));
+      in[i] = __float2bfloat16_rn(value);
+    }
+    sum_squares += static_cast<double>(value) * value;
+  }
+  sum_squares = warp_sum(sum_squares);
+  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = sum_squares;
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < kRowThreads / kWarp; ++w) total += partial[w];
+  const float mean = static_cast<float>(total / static_cast<double>(width));
+  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+  bf16_t* out = y + blockIdx.x * width;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const float value = __bfloat162float(in[i]);
+    out[i] = __float2bfloat16_rn(weight[i] * round_bf16(value * inverse_rms));
+  }
+}
+
+// out [rows, width] = bf16(bf16(silu(gate)) * up) from the stacked gate/up GEMM output [rows, 2 * width].
+__global__ void swiglu_stacked_kernel(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out) {
+  const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (index >= rows * width) return;
+  const int64_t row = index / width, column = index % width;
+  const float g = __bfloat162float(gate_up[row * 2 * width + column]);
+  const float silu = round_bf16(g / (1.0f + expf(-g)));
+  out[index] = __float2bfloat16_rn(silu * __bfloat162float(gate_up[row * 2 * width + width + column]));
+}
+
 }  // namespace
+
+Status qkv_heads(const QkvHeads& args, cudaStream_t stream) {
+  if (args.rows == 0) return ok_status();
+  if (args.head_dim > kMaxHeadDim || args.head_dim % 2 != 0) {
+    return Status(ErrorCode::UnsupportedDraftShape, "qkv_heads takes an even head_dim up to " +
+                                                        std::to_string(kMaxHeadDim) + ", not " +
+                                                        std::to_string(args.head_dim));
+  }
+  const int64_t items = args.rows * (args.heads + 2 * args.kv_heads);
+  qkv_heads_kernel<<<blocks_for(items, kHeadWarps), kHeadWarps * kWarp, 0, stream>>>(args);
+  LS_CUDA_TRY_LAUNCH("qkv_heads");
+  return ok_status();
+}
+
+Status residual_norm(bf16_t* x, const bf16_t* delta, int64_t rows, int64_t width, const float* weight, float eps,
+                     bf16_t* y, cudaStream_t stream) {
+  if (rows == 0) return ok_status();
+  residual_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, delta, width, weight, eps, y);
+  LS_CUDA_TRY_LAUNCH("residual_norm");
+  return ok_status();
+}
+
+Status swiglu_stacked(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out, cudaStream_t stream) {
+  if (rows == 0) return ok_status();
+  swiglu_stacked_kernel<<<blocks_for(rows * width, 256), 256, 0, stream>>>(gate_up, rows, width, out);
+  LS_CUDA_TRY_LAUNCH("swiglu_stacked");
+  return ok_status();
+}
 
 Status embed_tokens(const bf16_t* table, const int32_t* tokens, int64_t rows, int64_t width, bf16_t* out,
                     cudaStream_t stream) {
@@ -241,15 +370,7 @@ Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBl
 }
 
 BlockAttentionKernel choose_block_attention(int count, int gamma, AttentionDims dims) {
-  return BlockAttentionKernel::Warp;
-}
-
-Status block_attention(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma, AttentionDims dims,
-                       int layer, bf16_t* out, cudaStream_t stream) {
-  if (choose_block_attention(count, gamma, dims) == BlockAttentionKernel::Tile) {
-    return block_attention_tile(q, requests, count, gamma, dims, layer, out, stream);
-  }
-  return block_attention_warp(q, requests, count, gamma, dims, layer, out, stream);
+  return block_attention_tile_supported(gamma, dims) ? BlockAttentionKernel::Split : BlockAttentionKernel::Warp;
 }
 
 Status block_attention_warp(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,

@@ -39,6 +39,21 @@ Status upload_matrix(const DraftMatrix& host, const std::string& name, DeviceWei
   return out.values.upload(as_bf16(host.dense), name, steps);
 }
 
+// Matrices with the same column count stacked by rows, uploaded as one [sum of rows, cols] bf16 matrix.
+Status upload_stacked(std::initializer_list<const DraftMatrix*> parts, const std::string& name,
+                      DeviceWeightMatrix& out, InitSteps& steps) {
+  std::vector<bf16_t> values;
+  out.rows = 0;
+  out.cols = (*parts.begin())->cols;
+  for (const DraftMatrix* part : parts) {
+    LS_CHECK(!part->quantized() && part->cols == out.cols, "stacked drafter matrices are bf16 with equal columns");
+    const std::vector<bf16_t> rows = as_bf16(part->dense);
+    values.insert(values.end(), rows.begin(), rows.end());
+    out.rows += part->rows;
+  }
+  return out.values.upload(values, name, steps);
+}
+
 Status upload_floats(const std::vector<float>& host, const std::string& name, TrackedBuffer<float>& out,
                      InitSteps& steps) {
   return out.upload(host, name, steps);
@@ -83,15 +98,16 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     DeviceLayerWeights& to = w.layers[index];
     const std::string prefix = "layers." + std::to_string(index) + ".";
     LS_RETURN_IF_ERROR(upload_floats(from.input_norm, prefix + "input_layernorm", to.input_norm, steps));
-    LS_RETURN_IF_ERROR(upload_matrix(from.q_proj, prefix + "q_proj", to.q_proj, steps));
+    LS_RETURN_IF_ERROR(upload_stacked({&from.q_proj, &from.k_proj, &from.v_proj}, prefix + "qkv_proj", to.qkv_proj,
+                                      steps));
     LS_RETURN_IF_ERROR(upload_matrix(from.k_proj, prefix + "k_proj", to.k_proj, steps));
     LS_RETURN_IF_ERROR(upload_matrix(from.v_proj, prefix + "v_proj", to.v_proj, steps));
     LS_RETURN_IF_ERROR(upload_matrix(from.o_proj, prefix + "o_proj", to.o_proj, steps));
     LS_RETURN_IF_ERROR(upload_floats(from.q_norm, prefix + "q_norm", to.q_norm, steps));
     LS_RETURN_IF_ERROR(upload_floats(from.k_norm, prefix + "k_norm", to.k_norm, steps));
     LS_RETURN_IF_ERROR(upload_floats(from.post_norm, prefix + "post_attention_layernorm", to.post_norm, steps));
-    LS_RETURN_IF_ERROR(upload_matrix(from.gate_proj, prefix + "gate_proj", to.gate_proj, steps));
-    LS_RETURN_IF_ERROR(upload_matrix(from.up_proj, prefix + "up_proj", to.up_proj, steps));
+    LS_RETURN_IF_ERROR(upload_stacked({&from.gate_proj, &from.up_proj}, prefix + "gate_up_proj", to.gate_up_proj,
+                                      steps));
     LS_RETURN_IF_ERROR(upload_matrix(from.down_proj, prefix + "down_proj", to.down_proj, steps));
   }
   LS_RETURN_IF_ERROR(upload_floats(host.final_norm, "norm.weight", w.final_norm, steps));
@@ -141,7 +157,8 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
                      {&s.attended, rows * c.q_size(), "block attention"},
                      {&s.projected, rows * c.hidden_size, "block projection"},
                      {&s.gate, rows * c.ffn_size, "block gate"},
-                     {&s.up, rows * c.ffn_size, "block up"},
+                     // the stacked q/k/v output [rows, q + 2 kv], then the stacked gate/up output [rows, 2 ff]
+                     {&s.up, rows * std::max<size_t>(2 * c.ffn_size, c.q_size() + 2 * c.kv_size()), "block up"},
                      {&s.final_hidden, rows * c.hidden_size, "block final hidden"},
                      {&s.markov_embeddings, n * c.markov_rank, "markov embeddings"}};
   for (const auto& entry : activations) LS_RETURN_IF_ERROR(entry.buffer->allocate(entry.count, entry.name, counted));
@@ -152,6 +169,16 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
   LS_RETURN_IF_ERROR(s.block_requests.allocate(n, "block requests", counted));
   LS_RETURN_IF_ERROR(s.scan_requests.allocate(n, "scan requests", counted));
   LS_RETURN_IF_ERROR(s.records.allocate(n, "scan records", counted));
+  LS_RETURN_IF_ERROR(s.scan_partials.allocate(n * fused_scan_chunks(c.vocab_size), "scan partials", counted));
+  const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
+  if (block_attention_tile_supported(c.block_size, dims)) {
+    const int most = static_cast<int>(requests);
+    LS_RETURN_IF_ERROR(s.attention_stats.allocate(
+        static_cast<size_t>(split_attention_stat_floats(most, c.block_size, dims)), "attention stats", counted));
+    LS_RETURN_IF_ERROR(s.attention_partials.allocate(
+        static_cast<size_t>(split_attention_partial_floats(most, c.block_size, dims)), "attention partials",
+        counted));
+  }
   if (absorb_.taps.size() == 0) {
     constexpr size_t kChunk = 128;
     const size_t in = static_cast<size_t>(c.tap_count()) * c.hidden_size;
@@ -168,7 +195,7 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
 template <typename Enqueue>
 Status CudaDsparkDrafter::run_shape(std::pair<int, int> key, Enqueue&& enqueue) {
   const cudaStream_t stream = stream_.get();
-  if (!graphs_on_) return enqueue();
+  if (!graphs_on_ || profile_.on()) return enqueue();
   auto found = graphs_.find(key);
   if (found == graphs_.end()) {
     if (graphs_.size() >= kMaxGraphShapes) return enqueue();
@@ -279,6 +306,7 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
     const cudaError_t error = cudaMemcpyAsync(upload.to, upload.from, upload.bytes, cudaMemcpyHostToDevice, stream);
     if (error != cudaSuccess) return fail_all(ls::cuda::cuda_status(error, "draft upload"));
   }
+  profile_.begin(stream);
   block_timer_.start(stream);
   status = run_shape({count, 0}, [&] { return block_pass(count); });
   block_timer_.stop(stream);
@@ -345,9 +373,12 @@ Status CudaDsparkDrafter::poison_scratch_for_test() {
                                         &absorb_.features, &absorb_.fused, &absorb_.normed}) {
     LS_CUDA_TRY(cudaMemsetAsync(buffer->data(), 0xff, buffer->bytes(), stream_.get()));
   }
-  for (TrackedBuffer<float>* buffer : {&s.base_logits, &s.markov_logits, &absorb_.taps}) {
+  for (TrackedBuffer<float>* buffer :
+       {&s.base_logits, &s.markov_logits, &absorb_.taps, &s.attention_stats, &s.attention_partials}) {
+    if (buffer->size() == 0) continue;
     LS_CUDA_TRY(cudaMemsetAsync(buffer->data(), 0xff, buffer->bytes(), stream_.get()));
   }
+  LS_CUDA_TRY(cudaMemsetAsync(s.scan_partials.data(), 0xff, s.scan_partials.bytes(), stream_.get()));
   LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
   return ok_status();
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -31,7 +32,9 @@ struct DeviceWeightMatrix {
 
 struct DeviceLayerWeights {
   TrackedBuffer<float> input_norm, q_norm, k_norm, post_norm;  // [d], [hd], [hd], [d]
-  DeviceWeightMatrix q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  // qkv_proj [q + 2 kv, d]: q_proj, k_proj, v_proj stacked (one GEMM); k_proj and v_proj alone too, for absorb.
+  // gate_up_proj [2 ff, d]: gate_proj then up_proj stacked.
+  DeviceWeightMatrix qkv_proj, k_proj, v_proj, o_proj, gate_up_proj, down_proj;
 };
 
 struct DeviceDraftWeights {
@@ -67,6 +70,8 @@ struct DeviceBlockScratch {
   TrackedBuffer<DeviceScanRecord> records;           // [requests]
   TrackedBuffer<bf16_t> markov_embeddings;           // [requests, r]
   TrackedBuffer<float> markov_logits;                // [requests, V]
+  TrackedBuffer<ScanPartial> scan_partials;          // [requests, fused_scan_chunks(V)] the fused scan's chunk picks
+  TrackedBuffer<float> attention_stats, attention_partials;  // the split attention's (split_attention_*_floats)
 };
 
 // Buffers of absorb(): up to kAbsorbChunkRows tap rows at a time.
@@ -111,6 +116,17 @@ class CudaDsparkDrafter final : public Drafter {
   // Graph replays so far, and shapes whose capture failed (those run eagerly from then on).
   int64_t graph_replays() const { return graph_replays_; }
   int64_t graph_failures() const { return graph_failures_; }
+  // Pins the block attention variant (bench/test; nullopt = the automatic choice) and the scan's step (fused:
+  // markov_step_fused where supported, else gather + cuBLAS W2 GEMM + markov_pick).
+  void set_attention_kernel(std::optional<BlockAttentionKernel> kernel) { attention_pin_ = kernel; }
+  void set_fused_scan(bool on) { fused_scan_ = on; }
+  // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
+  // default) or the unfused sequence (the reference the fused one is tested against).
+  void set_fused_block(bool on) { fused_block_ = on; }
+  bool fused_scan() const { return fused_scan_ && fused_scan_supported(scan_shape()); }
+  // Bench: device time per launch label of each draft() call while on (passes then run eagerly).
+  void set_profile(bool on) { profile_.set_on(on); }
+  std::vector<std::pair<std::string, double>> last_profile() const { return profile_.totals(); }
   // Test hook: fills every activation and logit buffer with NaN bytes (0xff), so a value a pass fails to write
   // cannot pass for a result.
   Status poison_scratch_for_test();
@@ -121,6 +137,13 @@ class CudaDsparkDrafter final : public Drafter {
   Status reserve_scratch(int64_t requests, InitSteps* steps);
   Status project_context(const float* taps, int64_t rows, int64_t start, DeviceStreamContext& context);
   Status block_pass(int count);
+  Status block_pass_unfused(int count);
+  BlockAttentionKernel attention_kernel(int count) const;
+  // Block attention of `layer` by attention_kernel(count): queries -> attended.
+  Status attend(int count, const AttentionDims& dims, int layer);
+  // Profiling: closes the span of the launches enqueued since the last mark under `label`.
+  void mark(const char* label) { profile_.mark(label, stream_.get()); }
+  ScanShape scan_shape() const;
   Status markov_scan(int count, int max_depth);
   Status warm_up();
   // Runs `enqueue`'s launches for the graph shape `key`: eagerly, or captured (second sighting) and replayed.
@@ -154,6 +177,10 @@ class CudaDsparkDrafter final : public Drafter {
     GraphExec exec;
   };
   bool graphs_on_ = true;
+  std::optional<BlockAttentionKernel> attention_pin_;
+  bool fused_scan_ = true;
+  bool fused_block_ = true;
+  EventLog profile_;
   std::map<std::pair<int, int>, GraphShape> graphs_;
   int64_t graph_replays_ = 0;
   int64_t graph_failures_ = 0;

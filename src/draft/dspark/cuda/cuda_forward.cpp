@@ -17,7 +17,101 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
       "cublasGemmEx");
 }
 
+BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
+  const DsparkConfig& c = config_;
+  const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
+  if (attention_pin_) return *attention_pin_;
+  return choose_block_attention(count, c.block_size, dims);
+}
+
+Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer) {
+  DeviceBlockScratch& s = scratch_;
+  const int gamma = config_.block_size;
+  switch (attention_kernel(count)) {
+    case BlockAttentionKernel::Tile:
+      return block_attention_tile(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
+                                  s.attended.data(), stream_.get());
+    case BlockAttentionKernel::Split:
+      return block_attention_split(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
+                                   SplitAttentionScratch{s.attention_stats.data(), s.attention_partials.data()},
+                                   s.attended.data(), stream_.get());
+    case BlockAttentionKernel::Warp:
+      break;
+  }
+  return block_attention_warp(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
+                              s.attended.data(), stream_.get());
+}
+
 Status CudaDsparkDrafter::block_pass(int count) {
+  if (!fused_block_) return block_pass_unfused(count);
+  const DsparkConfig& c = config_;
+  DeviceBlockScratch& s = scratch_;
+  const cudaStream_t stream = stream_.get();
+  const int gamma = c.block_size;
+  const int64_t rows = static_cast<int64_t>(count) * gamma;
+  const int64_t d = c.hidden_size, q = c.q_size(), kv = c.kv_size(), ff = c.ffn_size, V = c.vocab_size;
+  const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  // X0 = E[tokens]; u = input_layernorm(X0).
+  LS_RETURN_IF_ERROR(embed_tokens(embedding_, s.tokens.data(), rows, d, s.hidden.data(), stream));
+  mark("embed");
+  LS_RETURN_IF_ERROR(residual_norm(s.hidden.data(), nullptr, rows, d, weights_.layers[0].input_norm.data(),
+                                   c.norm_eps, s.normed.data(), stream));
+  mark("norms");
+  for (int index = 0; index < c.num_layers; ++index) {
+    const DeviceLayerWeights& layer = weights_.layers[index];
+    // [q | k | v] = u [q_proj; k_proj; v_proj]^T in one GEMM (into the gate/up buffer, free until the FFN); the
+    // heads kernel norms and rotates q and k, writes the block K/V into each cache after its context.
+    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.qkv_proj.values.data(), q + 2 * kv, d, s.up.data(), false,
+                            q + 2 * kv));
+    mark("q/k/v/o GEMMs");
+    QkvHeads heads;
+    heads.qkv = s.up.data();
+    heads.rows = rows;
+    heads.gamma = gamma;
+    heads.heads = c.num_heads;
+    heads.kv_heads = c.num_kv_heads;
+    heads.head_dim = c.head_dim;
+    heads.q_norm = layer.q_norm.data();
+    heads.k_norm = layer.k_norm.data();
+    heads.eps = c.norm_eps;
+    heads.positions = s.positions.data();
+    heads.inv_freq = weights_.inv_freq.data();
+    heads.neox = neox(c);
+    heads.requests = s.block_requests.data();
+    heads.layer = index;
+    heads.queries = s.queries.data();
+    LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
+    mark("q/k norm + RoPE");
+    LS_RETURN_IF_ERROR(attend(count, dims, index));
+    mark("attention");
+    LS_RETURN_IF_ERROR(gemm(s.attended.data(), rows, layer.o_proj.values.data(), d, q, s.projected.data(), false, d));
+    mark("q/k/v/o GEMMs");
+    // X += o; v = post_attention_layernorm(X); X += down(silu(gate v) * up v) with gate/up as one GEMM.
+    LS_RETURN_IF_ERROR(residual_norm(s.hidden.data(), s.projected.data(), rows, d, layer.post_norm.data(),
+                                     c.norm_eps, s.normed.data(), stream));
+    mark("norms");
+    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.gate_up_proj.values.data(), 2 * ff, d, s.up.data(), false,
+                            2 * ff));
+    mark("gate/up GEMMs");
+    LS_RETURN_IF_ERROR(swiglu_stacked(s.up.data(), rows, ff, s.gate.data(), stream));
+    mark("swiglu");
+    LS_RETURN_IF_ERROR(gemm(s.gate.data(), rows, layer.down_proj.values.data(), d, ff, s.projected.data(), false, d));
+    mark("down GEMM");
+    // The residual, then the next layer's input norm (or the final norm: Hf).
+    const bool last = index + 1 == c.num_layers;
+    LS_RETURN_IF_ERROR(residual_norm(s.hidden.data(), s.projected.data(), rows, d,
+                                     last ? weights_.final_norm.data() : weights_.layers[index + 1].input_norm.data(),
+                                     c.norm_eps, last ? s.final_hidden.data() : s.normed.data(), stream));
+    mark("norms");
+  }
+  // U = Hf @ E^T through the target's tied embedding, fp32.
+  LS_RETURN_IF_ERROR(gemm(s.final_hidden.data(), rows, embedding_, V, d, s.base_logits.data(), true, V));
+  mark("head GEMM (U)");
+  return ok_status();
+}
+
+// The unfused sequence (17 launches a layer), kept as the fused pass's reference.
+Status CudaDsparkDrafter::block_pass_unfused(int count) {
   const DsparkConfig& c = config_;
   DeviceBlockScratch& s = scratch_;
   const cudaStream_t stream = stream_.get();
@@ -27,48 +121,71 @@ Status CudaDsparkDrafter::block_pass(int count) {
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   // X0 = E[tokens] from the target's shared embedding.
   LS_RETURN_IF_ERROR(embed_tokens(embedding_, s.tokens.data(), rows, d, s.hidden.data(), stream));
+  mark("embed");
   for (int index = 0; index < c.num_layers; ++index) {
     const DeviceLayerWeights& layer = weights_.layers[index];
     // Attention block: u = input_layernorm(X); Q = RoPE(q_norm(q_proj u)); K, V as the context's.
     LS_RETURN_IF_ERROR(rms_norm(s.hidden.data(), rows, d, layer.input_norm.data(), c.norm_eps, s.normed.data(), stream));
-    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.q_proj.values.data(), q, d, s.queries.data(), false, q));
+    mark("norms");
+    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.qkv_proj.values.data(), q, d, s.queries.data(), false, q));
+    mark("q/k/v/o GEMMs");
     LS_RETURN_IF_ERROR(rms_norm(s.queries.data(), rows * c.num_heads, c.head_dim, layer.q_norm.data(), c.norm_eps,
                                 s.queries.data(), stream));
     LS_RETURN_IF_ERROR(rope_rotate(s.queries.data(), rows, c.num_heads, c.head_dim, s.positions.data(), 0,
                                    weights_.inv_freq.data(), neox(c), stream));
+    mark("q/k norm + RoPE");
     LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.k_proj.values.data(), kv, d, s.keys.data(), false, kv));
+    mark("q/k/v/o GEMMs");
     LS_RETURN_IF_ERROR(rms_norm(s.keys.data(), rows * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.norm_eps,
                                 s.keys.data(), stream));
     LS_RETURN_IF_ERROR(rope_rotate(s.keys.data(), rows, c.num_kv_heads, c.head_dim, s.positions.data(), 0,
                                    weights_.inv_freq.data(), neox(c), stream));
+    mark("q/k norm + RoPE");
     LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.v_proj.values.data(), kv, d, s.values.data(), false, kv));
+    mark("q/k/v/o GEMMs");
     // The block's K/V go right after each context (scratch rows, never kept): every slot attends to keys
     // 0 .. p+gamma-1, the whole context before the anchor and the whole block, with no causal mask.
     LS_RETURN_IF_ERROR(scatter_block_kv(s.keys.data(), s.values.data(), s.block_requests.data(), count, gamma,
                                         static_cast<int>(kv), index, stream));
-    LS_RETURN_IF_ERROR(block_attention(s.queries.data(), s.block_requests.data(), count, gamma, dims, index,
-                                       s.attended.data(), stream));
+    mark("scatter");
+    LS_RETURN_IF_ERROR(attend(count, dims, index));
+    mark("attention");
     LS_RETURN_IF_ERROR(gemm(s.attended.data(), rows, layer.o_proj.values.data(), d, q, s.projected.data(), false, d));
+    mark("q/k/v/o GEMMs");
     LS_RETURN_IF_ERROR(add_residual(s.hidden.data(), s.projected.data(), rows * d, stream));
+    mark("residuals");
     // FFN block: X += down(silu(gate v) * up v), v = post_attention_layernorm(X).
     LS_RETURN_IF_ERROR(rms_norm(s.hidden.data(), rows, d, layer.post_norm.data(), c.norm_eps, s.normed.data(), stream));
-    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.gate_proj.values.data(), ff, d, s.gate.data(), false, ff));
-    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.up_proj.values.data(), ff, d, s.up.data(), false, ff));
+    mark("norms");
+    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.gate_up_proj.values.data(), ff, d, s.gate.data(), false, ff));
+    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.gate_up_proj.values.data() + ff * d, ff, d, s.up.data(), false, ff));
+    mark("gate/up GEMMs");
     LS_RETURN_IF_ERROR(swiglu(s.gate.data(), s.up.data(), rows * ff, s.gate.data(), stream));
+    mark("swiglu");
     LS_RETURN_IF_ERROR(gemm(s.gate.data(), rows, layer.down_proj.values.data(), d, ff, s.projected.data(), false, d));
+    mark("down GEMM");
     LS_RETURN_IF_ERROR(add_residual(s.hidden.data(), s.projected.data(), rows * d, stream));
+    mark("residuals");
   }
   // Hf = norm(X); U = Hf @ E^T through the target's tied embedding, fp32.
   LS_RETURN_IF_ERROR(rms_norm(s.hidden.data(), rows, d, weights_.final_norm.data(), c.norm_eps, s.final_hidden.data(),
                               stream));
-  return gemm(s.final_hidden.data(), rows, embedding_, V, d, s.base_logits.data(), true, V);
+  mark("norms");
+  LS_RETURN_IF_ERROR(gemm(s.final_hidden.data(), rows, embedding_, V, d, s.base_logits.data(), true, V));
+  mark("head GEMM (U)");
+  return ok_status();
+}
+
+ScanShape CudaDsparkDrafter::scan_shape() const {
+  const DsparkConfig& c = config_;
+  return ScanShape{c.vocab_size, c.markov_rank, c.hidden_size, c.block_size, c.has_confidence};
 }
 
 Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
   const DsparkConfig& c = config_;
   DeviceBlockScratch& s = scratch_;
   const cudaStream_t stream = stream_.get();
-  const ScanShape shape{c.vocab_size, c.markov_rank, c.hidden_size, c.block_size, c.has_confidence};
+  const ScanShape shape = scan_shape();
   ScanStepInputs step;
   step.requests = s.scan_requests.data();
   step.records = s.records.data();
@@ -81,13 +198,26 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
   step.confidence_bias = weights_.confidence_bias;
   step.confidence_temperatures =
       weights_.confidence_temperatures.size() > 0 ? weights_.confidence_temperatures.data() : nullptr;
+  if (fused_scan()) {
+    // Per slot two launches: the fused W1 gather + W2 product + U + chunk picks, then the pick per request.
+    step.w1 = weights_.markov_w1.data();
+    step.w2 = weights_.markov_w2.values.data();
+    step.partials = s.scan_partials.data();
+    for (int slot = 0; slot < max_depth; ++slot) {
+      LS_RETURN_IF_ERROR(markov_step_fused(step, shape, slot, stream));
+      mark("scan step (fused)");
+    }
+    return ok_status();
+  }
   // Per slot a fixed sequence: gather e = W1[prev], W2 e for every request (one GEMM, fp32 out), then the pick.
   for (int slot = 0; slot < max_depth; ++slot) {
     LS_RETURN_IF_ERROR(markov_gather(weights_.markov_w1.data(), s.scan_requests.data(), s.records.data(), count,
                                      shape, slot, s.markov_embeddings.data(), stream));
     LS_RETURN_IF_ERROR(gemm(s.markov_embeddings.data(), count, weights_.markov_w2.values.data(), c.vocab_size,
                             c.markov_rank, s.markov_logits.data(), true, c.vocab_size));
+    mark("scan gather + W2 GEMM");
     LS_RETURN_IF_ERROR(markov_pick(step, shape, slot, stream));
+    mark("scan pick");
   }
   return ok_status();
 }

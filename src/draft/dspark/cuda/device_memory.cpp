@@ -1,6 +1,8 @@
 // The CUDA drafter's device byte count, cuBLAS handle, stream and timer owners.
 #include "draft/dspark/cuda/device_memory.h"
 
+#include <algorithm>
+
 namespace ls::dspark::cuda {
 namespace {
 
@@ -54,6 +56,44 @@ double DeviceTimer::elapsed_ms() const {
     return 0;
   }
   return ms;
+}
+
+EventLog::~EventLog() {
+  for (cudaEvent_t event : events_) cudaEventDestroy(event);
+}
+
+void EventLog::begin(cudaStream_t stream) {
+  used_ = 0;
+  labels_.clear();
+  mark(nullptr, stream);
+}
+
+void EventLog::mark(const char* label, cudaStream_t stream) {
+  if (!on_) return;
+  if (used_ == events_.size()) {
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreate(&event) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    events_.push_back(event);
+  }
+  cudaEventRecord(events_[used_++], stream);
+  if (label) labels_.emplace_back(label);
+}
+
+std::vector<std::pair<std::string, double>> EventLog::totals() const {
+  std::vector<std::pair<std::string, double>> out;
+  if (used_ == 0) return out;
+  cudaEventSynchronize(events_[used_ - 1]);
+  for (size_t i = 0; i + 1 < used_ && i < labels_.size(); ++i) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, events_[i], events_[i + 1]) != cudaSuccess) cudaGetLastError();
+    auto found = std::find_if(out.begin(), out.end(), [&](const auto& entry) { return entry.first == labels_[i]; });
+    if (found == out.end()) out.emplace_back(labels_[i], ms);
+    else found->second += ms;
+  }
+  return out;
 }
 
 }  // namespace ls::dspark::cuda

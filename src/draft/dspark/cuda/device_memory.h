@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "compute/cuda/cuda_util.h"
@@ -163,6 +164,29 @@ class DeviceTimer {
  private:
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
+};
+
+// Profiling of an eager pass: an event recorded after each launch, device time per label (bench only).
+class EventLog {
+ public:
+  EventLog() = default;
+  ~EventLog();
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+  bool on() const { return on_; }
+  void set_on(bool on) { on_ = on; }
+  // Forgets the marks and records the start on `stream` (nothing while off).
+  void begin(cudaStream_t stream);
+  // Records the end of the work labelled `label` (enqueued since the previous mark) on `stream`.
+  void mark(const char* label, cudaStream_t stream);
+  // Per label in first-seen order: total ms over the marks since begin(); waits for the last event.
+  std::vector<std::pair<std::string, double>> totals() const;
+
+ private:
+  bool on_ = false;
+  std::vector<cudaEvent_t> events_;
+  std::vector<std::string> labels_;  // labels_[i] ends at events_[i + 1]
+  size_t used_ = 0;
 };
 
 }  // namespace ls::dspark::cuda

@@ -54,18 +54,40 @@ Status rope_rotate(bf16_t* x, int64_t rows, int heads, int head_dim, const int32
 Status add_residual(bf16_t* x, const bf16_t* delta, int64_t count, cudaStream_t stream);
 // out [count] = bf16(bf16(silu(gate)) * up); out may alias gate.
 Status swiglu(const bf16_t* gate, const bf16_t* up, int64_t count, bf16_t* out, cudaStream_t stream);
+// The fused block-pass steps (block_kernels.cu); each gives the bits of the unfused sequence it replaces.
+struct QkvHeads {
+  const bf16_t* qkv = nullptr;  // [rows, heads + 2 kv_heads, head_dim] the stacked q/k/v GEMM output
+  int64_t rows = 0;             // requests x gamma
+  int gamma = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  const float* q_norm = nullptr;  // [head_dim]
+  const float* k_norm = nullptr;  // [head_dim]
+  float eps = 0;
+  const int32_t* positions = nullptr;  // [rows]
+  const float* inv_freq = nullptr;     // [head_dim / 2]
+  bool neox = false;
+  const DeviceBlockRequest* requests = nullptr;  // keys/values go to rows p + slot of `layer`
+  int layer = 0;
+  bf16_t* queries = nullptr;  // [rows, heads, head_dim]
+};
+// q heads: rms_norm(q_norm) + rope_rotate -> queries; k heads: the same with k_norm -> the cache; v heads copied to
+// the cache (= rms_norm, rope_rotate twice and scatter_block_kv).
+Status qkv_heads(const QkvHeads& args, cudaStream_t stream);
+// x = bf16(x + delta) when delta is non-null, then y = rms_norm(x) (= add_residual + rms_norm, a CTA per row).
+Status residual_norm(bf16_t* x, const bf16_t* delta, int64_t rows, int64_t width, const float* weight, float eps,
+                     bf16_t* y, cudaStream_t stream);
+// out [rows, width] = swiglu(gate_up[:, :width], gate_up[:, width:]) of the stacked gate/up output [rows, 2 width].
+Status swiglu_stacked(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out, cudaStream_t stream);
 // Copies each request's block K/V [gamma, kv_size] into its cache rows p .. p+gamma-1 of `layer`.
 Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBlockRequest* requests, int count,
                         int gamma, int kv_size, int layer, cudaStream_t stream);
 // Bidirectional block attention: query row (request i, slot s) over keys 0 .. p_i+gamma-1 of layer `layer`
 // (context, then the block): eager softmax with the CPU's bf16 roundings. q, out [count * gamma, heads, head_dim].
-// Runs the variant choose_block_attention() picks.
-Status block_attention(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma, AttentionDims dims,
-                       int layer, bf16_t* out, cudaStream_t stream);
-// The variants: Warp (a warp per block slot and head, lanes over keys; the one measured on the H200) and Tile
-// (attention_tile.cu: a CTA per request and KV head over shared-memory K/V tiles, sums in key order).
-enum class BlockAttentionKernel { Warp, Tile };
-// Warp for now: Tile becomes the pick (for supported shapes) once its device test has passed (docs/cuda.md).
+// The variants: Warp (a warp per block slot and head, lanes over keys; the one measured on the H200), Tile
+// (attention_tile.cu: a CTA per request and KV head over shared-memory K/V tiles, sums in key order) and Split
+// (attention_tile.cu: Tile's CTA split over key chunks, so few requests still fill the device; needs scratch).
+enum class BlockAttentionKernel { Warp, Tile, Split };
+// The drafter's pick: Split where the tile shapes are supported, else Warp.
 BlockAttentionKernel choose_block_attention(int count, int gamma, AttentionDims dims);
 Status block_attention_warp(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                             AttentionDims dims, int layer, bf16_t* out, cudaStream_t stream);
@@ -73,6 +95,22 @@ Status block_attention_warp(const bf16_t* q, const DeviceBlockRequest* requests,
 bool block_attention_tile_supported(int gamma, AttentionDims dims);
 Status block_attention_tile(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                             AttentionDims dims, int layer, bf16_t* out, cudaStream_t stream);
+
+// Split: grid (request, KV head, chunk); the chunk count depends on the request count only (a graph's grid stays
+// valid as contexts grow); each chunk takes keys [c * L, (c+1) * L) of L = ceil(keys / chunks). Three launches:
+// per-chunk row max and sum of exponentials; per-chunk probabilities (the eager softmax's roundings, the total
+// combined from the chunks' sums in chunk order) times values; the chunks' partial outputs added in chunk order.
+struct SplitAttentionScratch {
+  float* stats = nullptr;     // [count, kv_heads, chunks, rows] (max, total) pairs
+  float* partials = nullptr;  // [count, kv_heads, chunks, rows, head_dim]
+};
+int split_attention_chunks(int count, int kv_heads);
+// Floats of stats and of partials the split kernel needs for up to `requests` requests (any count <= requests).
+int64_t split_attention_stat_floats(int requests, int gamma, AttentionDims dims);
+int64_t split_attention_partial_floats(int requests, int gamma, AttentionDims dims);
+Status block_attention_split(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                             AttentionDims dims, int layer, SplitAttentionScratch scratch, bf16_t* out,
+                             cudaStream_t stream);
 
 // ---- Markov scan ----
 
@@ -116,6 +154,12 @@ struct ScanShape {
 // e [count, rank] = W1[previous] for requests still drafting at `slot` (zeros for the others).
 Status markov_gather(const bf16_t* w1, const DeviceScanRequest* requests, const DeviceScanRecord* records, int count,
                      ScanShape shape, int slot, bf16_t* embeddings, cudaStream_t stream);
+// A vocab chunk's greedy best (id -1: none) and whether it held a non-finite logit (the fused step's partials).
+struct ScanPartial {
+  double value = 0;
+  int32_t id = -1;
+  int32_t nonfinite = 0;
+};
 // One scan step for every request still drafting: l = markov [i, V] + U [i*gamma+slot, V] (written back into
 // `markov`), the pick (greedy argmax or the keyed draw at position p+slot+1), the fp32 confidence
 // sigmoid((w . [Hf ; e] + b) / T_slot), the failure flags; then tokens/chances/previous in the record.
@@ -130,8 +174,25 @@ struct ScanStepInputs {
   const float* confidence_weight = nullptr;  // [hidden + rank] or null
   float confidence_bias = 0;
   const float* confidence_temperatures = nullptr;  // [gamma] or null
+  // The fused step only: the Markov tables and per-(request, vocab chunk) partial picks.
+  const bf16_t* w1 = nullptr;  // [V, rank]
+  const bf16_t* w2 = nullptr;  // [V, rank]
+  ScanPartial* partials = nullptr;  // [count, fused_scan_chunks(V)]
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
+
+// The fused scan step (two launches, no GEMM): grid (vocab chunk, group of 8 requests) computes
+// l = W2 W1[previous] + U_slot for its chunk of ids (fp32 dot, one W2 row read per group), writes the corrected
+// logits, flags non-finite ones and keeps the chunk's greedy best; then one CTA per request combines the chunks'
+// bests in chunk order and finishes the step as markov_pick does (keyed draw over the whole row when sampled,
+// confidence with e read from W1, record). Needs rank % 8 == 0 and rank <= kMaxFusedScanRank.
+inline constexpr int kMaxFusedScanRank = 1024;
+inline constexpr int kFusedScanIds = 256;  // vocab ids per chunk
+inline bool fused_scan_supported(const ScanShape& shape) {
+  return shape.rank > 0 && shape.rank % 8 == 0 && shape.rank <= kMaxFusedScanRank;
+}
+inline int64_t fused_scan_chunks(int64_t vocab) { return (vocab + kFusedScanIds - 1) / kFusedScanIds; }
+Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 
 // Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
 // with draw_token bit for bit. Greedy rows take the argmax.

@@ -190,41 +190,23 @@ __global__ void gather_kernel(const bf16_t* w1, const DeviceScanRequest* request
   }
 }
 
-__global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, ScanShape shape, int slot) {
-  __shared__ PickScratch s;
-  const int i = blockIdx.x;
-  const DeviceScanRequest request = in.requests[i];
-  DeviceScanRecord& record = in.records[i];
-  if (record.status != kScanOk || slot >= request.depth) return;  // uniform over the block
+// The end of a scan step for request i, whose corrected logits are in its markov row: the pick (from the greedy best
+// over the finite logits, or the keyed draw), the confidence, the failure flags and the record. `nonfinite` and
+// `greedy` are uniform over the block.
+__device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, int slot, int i,
+                            const DeviceScanRequest& request, DeviceScanRecord& record, int nonfinite, Best greedy,
+                            PickScratch& s) {
   const int64_t V = shape.vocab;
-  float* row = in.markov + static_cast<int64_t>(i) * V;
-  const float* base = in.base_logits + (static_cast<int64_t>(i) * shape.gamma + slot) * V;
-  // One pass writes the corrected logits, flags non-finite ones and finds the greedy pick among the finite ones
-  // (when any is non-finite the request fails, so the pick does not matter then).
-  int nonfinite = 0;
-  Best greedy{0.0, -1};
-  for (int64_t id = threadIdx.x; id < V; id += blockDim.x) {
-    float logit = row[id] + base[id];
-    if (slot == request.nan_logit_slot && id == V / 2) logit = NAN;
-    row[id] = logit;
-    if (isfinite(logit)) {
-      greedy = better(greedy, Best{static_cast<double>(logit), static_cast<int32_t>(id)});
-    } else {
-      nonfinite = 1;
-    }
-  }
-  nonfinite = __syncthreads_or(nonfinite);
+  const float* row = in.markov + static_cast<int64_t>(i) * V;
   int32_t pick = 0;
-  if (!nonfinite) {
-    greedy = block_best(greedy, s);
-    pick = keyed_pick(row, V, request, request.anchor_position + slot + 1, greedy, s);
-  }
+  if (!nonfinite) pick = keyed_pick(row, V, request, request.anchor_position + slot + 1, greedy, s);
   float chance = NAN;
   bool confidence_finite = true;
   if (shape.has_confidence) {
     const int64_t block_row = static_cast<int64_t>(i) * shape.gamma + slot;
     const bf16_t* hidden = in.final_hidden + block_row * shape.hidden;
-    const bf16_t* e = in.embeddings + static_cast<int64_t>(i) * shape.rank;
+    const bf16_t* e = in.w1 ? in.w1 + static_cast<int64_t>(record.previous) * shape.rank
+                            : in.embeddings + static_cast<int64_t>(i) * shape.rank;
     double z = 0;
     for (int j = threadIdx.x; j < shape.hidden + shape.rank; j += blockDim.x) {
       const float x = j < shape.hidden ? __bfloat162float(hidden[j]) : __bfloat162float(e[j - shape.hidden]);
@@ -256,6 +238,166 @@ __global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, S
   record.previous = pick;
 }
 
+__global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, ScanShape shape, int slot) {
+  __shared__ PickScratch s;
+  const int i = blockIdx.x;
+  const DeviceScanRequest request = in.requests[i];
+  DeviceScanRecord& record = in.records[i];
+  if (record.status != kScanOk || slot >= request.depth) return;  // uniform over the block
+  const int64_t V = shape.vocab;
+  float* row = in.markov + static_cast<int64_t>(i) * V;
+  const float* base = in.base_logits + (static_cast<int64_t>(i) * shape.gamma + slot) * V;
+  // One pass writes the corrected logits, flags non-finite ones and finds the greedy pick among the finite ones
+  // (when any is non-finite the request fails, so the pick does not matter then).
+  int nonfinite = 0;
+  Best greedy{0.0, -1};
+  for (int64_t id = threadIdx.x; id < V; id += blockDim.x) {
+    float logit = row[id] + base[id];
+    if (slot == request.nan_logit_slot && id == V / 2) logit = NAN;
+    row[id] = logit;
+    if (isfinite(logit)) {
+      greedy = better(greedy, Best{static_cast<double>(logit), static_cast<int32_t>(id)});
+    } else {
+      nonfinite = 1;
+    }
+  }
+  nonfinite = __syncthreads_or(nonfinite);
+  if (!nonfinite) greedy = block_best(greedy, s);
+  finish_step(in, shape, slot, i, request, record, nonfinite, greedy, s);
+}
+
+constexpr int kGroup = 8;            // requests per CTA of the fused logits kernel
+constexpr int kLogitThreads = 256;   // 8 warps, each 4 ids at a time (8 lanes per W2 row)
+constexpr int kLogitWarps = kLogitThreads / kWarp;
+
+// Eight bf16 values (16 bytes, aligned) as floats.
+__device__ __forceinline__ void load_eight(const bf16_t* from, float* to) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(from);
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 pair = __bfloat1622float2(pairs[k]);
+    to[2 * k] = pair.x;
+    to[2 * k + 1] = pair.y;
+  }
+}
+
+// Grid (vocab chunk, request group): l = W2 e + U for ids of the chunk and requests first .. first+group-1 still
+// drafting; writes l to the markov rows and the chunk's partial (greedy best over finite logits, non-finite flag).
+__global__ void __launch_bounds__(kLogitThreads) fused_logits_kernel(ScanStepInputs in, ScanShape shape, int slot) {
+  extern __shared__ float e_shared[];  // [kGroup, rank]
+  __shared__ int active[kGroup];
+  __shared__ Best warp_best[kLogitWarps][kGroup];
+  __shared__ int warp_flags[kLogitWarps];
+  const int first = blockIdx.y * kGroup;
+  const int group = min(kGroup, in.count - first);
+  const int rank = shape.rank;
+  const int64_t V = shape.vocab;
+  if (threadIdx.x < kGroup) {
+    const int i = first + threadIdx.x;
+    active[threadIdx.x] = threadIdx.x < group && in.records[i].status == kScanOk && slot < in.requests[i].depth;
+  }
+  __syncthreads();
+  for (int index = threadIdx.x; index < kGroup * rank; index += blockDim.x) {
+    const int r = index / rank, j = index % rank;
+    float value = 0.0f;
+    if (active[r]) value = __bfloat162float(in.w1[static_cast<int64_t>(in.records[first + r].previous) * rank + j]);
+    e_shared[index] = value;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int sub = lane / 8, part = lane % 8;
+  const int64_t chunk_first = static_cast<int64_t>(blockIdx.x) * kFusedScanIds;
+  const int64_t chunk_end = min(chunk_first + kFusedScanIds, V);
+  Best best[kGroup];
+  int flags = 0;
+#pragma unroll
+  for (int r = 0; r < kGroup; ++r) best[r] = Best{0.0, -1};
+  for (int64_t row_first = chunk_first + warp * 4; row_first < chunk_end; row_first += kLogitWarps * 4) {
+    const int64_t id = row_first + sub;
+    float sums[kGroup];
+#pragma unroll
+    for (int r = 0; r < kGroup; ++r) sums[r] = 0.0f;
+    if (id < chunk_end) {
+      const bf16_t* w = in.w2 + id * rank;
+      for (int k = part * 8; k < rank; k += 64) {
+        float weights[8];
+        load_eight(w + k, weights);
+#pragma unroll
+        for (int r = 0; r < kGroup; ++r) {
+          if (r >= group) break;
+          const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
+          const float4 lo = e[0], hi = e[1];
+          sums[r] += weights[0] * lo.x + weights[1] * lo.y + weights[2] * lo.z + weights[3] * lo.w +
+                     weights[4] * hi.x + weights[5] * hi.y + weights[6] * hi.z + weights[7] * hi.w;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kGroup; ++r) {
+      for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
+    }
+    if (part == 0 && id < chunk_end) {
+#pragma unroll
+      for (int r = 0; r < kGroup; ++r) {
+        if (r >= group || !active[r]) continue;
+        const int i = first + r;
+        float logit = sums[r] + in.base_logits[(static_cast<int64_t>(i) * shape.gamma + slot) * V + id];
+        if (slot == in.requests[i].nan_logit_slot && id == V / 2) logit = NAN;
+        in.markov[static_cast<int64_t>(i) * V + id] = logit;
+        if (isfinite(logit)) best[r] = better(best[r], Best{static_cast<double>(logit), static_cast<int32_t>(id)});
+        else flags |= 1 << r;
+      }
+    }
+  }
+  // The chunk's best per request: over the warp's lanes, then the warps in order.
+#pragma unroll
+  for (int r = 0; r < kGroup; ++r) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      const Best other{__shfl_xor_sync(0xffffffffu, best[r].value, offset),
+                       __shfl_xor_sync(0xffffffffu, best[r].id, offset)};
+      best[r] = better(best[r], other);
+    }
+    if (lane == 0) warp_best[warp][r] = best[r];
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) flags |= __shfl_xor_sync(0xffffffffu, flags, offset);
+  if (lane == 0) warp_flags[warp] = flags;
+  __syncthreads();
+  if (threadIdx.x < group && active[threadIdx.x]) {
+    const int r = threadIdx.x;
+    Best chunk_best{0.0, -1};
+    int nonfinite = 0;
+    for (int w = 0; w < kLogitWarps; ++w) {
+      chunk_best = better(chunk_best, warp_best[w][r]);
+      nonfinite |= (warp_flags[w] >> r) & 1;
+    }
+    ScanPartial& out = in.partials[static_cast<int64_t>(first + r) * gridDim.x + blockIdx.x];
+    out.value = chunk_best.value;
+    out.id = chunk_best.id;
+    out.nonfinite = nonfinite;
+  }
+}
+
+// One CTA per request: the chunks' partials (in chunk order), then finish_step.
+__global__ void __launch_bounds__(kPickThreads) fused_finish_kernel(ScanStepInputs in, ScanShape shape, int slot,
+                                                                    int chunks) {
+  __shared__ PickScratch s;
+  const int i = blockIdx.x;
+  const DeviceScanRequest request = in.requests[i];
+  DeviceScanRecord& record = in.records[i];
+  if (record.status != kScanOk || slot >= request.depth) return;  // uniform over the block
+  Best greedy{0.0, -1};
+  int nonfinite = 0;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const ScanPartial partial = in.partials[static_cast<int64_t>(i) * chunks + c];
+    nonfinite |= partial.nonfinite;
+    greedy = better(greedy, Best{partial.value, partial.id});
+  }
+  nonfinite = __syncthreads_or(nonfinite);
+  if (!nonfinite) greedy = block_best(greedy, s);
+  finish_step(in, shape, slot, i, request, record, nonfinite, greedy, s);
+}
+
 __global__ void __launch_bounds__(kPickThreads) draw_rows_kernel(const float* logits, int64_t vocab,
                                                                  const DeviceScanRequest* samplings,
                                                                  const int64_t* positions, int32_t* picks) {
@@ -281,6 +423,23 @@ Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cuda
   if (inputs.count == 0) return ok_status();
   pick_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot);
   LS_CUDA_TRY_LAUNCH("markov_pick");
+  return ok_status();
+}
+
+Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
+  if (inputs.count == 0) return ok_status();
+  if (!fused_scan_supported(shape)) {
+    return Status(ErrorCode::UnsupportedDraftShape,
+                  "the fused Markov scan takes a rank that is a multiple of 8 up to " +
+                      std::to_string(kMaxFusedScanRank) + ", not " + std::to_string(shape.rank));
+  }
+  const int chunks = static_cast<int>(fused_scan_chunks(shape.vocab));
+  const dim3 grid(chunks, (inputs.count + kGroup - 1) / kGroup);
+  const size_t bytes = sizeof(float) * kGroup * shape.rank;
+  fused_logits_kernel<<<grid, kLogitThreads, bytes, stream>>>(inputs, shape, slot);
+  LS_CUDA_TRY_LAUNCH("markov_step_fused logits");
+  fused_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
+  LS_CUDA_TRY_LAUNCH("markov_step_fused finish");
   return ok_status();
 }
 
