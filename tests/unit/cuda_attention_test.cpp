@@ -205,8 +205,8 @@ TEST(CudaAttention, TheTileKernelMatchesAnFp64ReferenceOnShuffledPagesForGqa1To8
       std::printf("[cuda attention] %s %s: max err %.3g, mean %.3g\n", name(shape).c_str(),
                   kernel == Kernel::Rows ? "rows " : "tiles", worst, sum / count);
       EXPECT_EQ(unwritten, 0u) << name(shape);
-      EXPECT_LE(worst, 0.015) << name(shape);
-      EXPECT_LE(sum / count, 0.002) << name(shape);
+      EXPECT_LE(worst, 0.03) << name(shape);
+      EXPECT_LE(sum / count, 0.003) << name(shape);
     }
   }
 }
