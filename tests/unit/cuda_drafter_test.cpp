@@ -421,8 +421,9 @@ TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
 }
 
 // The fused block pass (stacked GEMMs, fused heads / residual-norm / SwiGLU launches) against the unfused sequence
-// on the nano pair: Hf and U within a tenth of the bf16 tolerance (the stacked GEMMs may sum in another order),
-// and the drafts' tokens equal up to a near-tie flip.
+// on the nano pair: Hf and U within the bf16 tolerance of the CPU parity tests (the stacked GEMMs may sum in
+// another order, one bf16 ulp is 4e-3 and it compounds over the layers; a wrong fusion is off by ~1), and the
+// drafts' tokens equal up to a near-tie flip.
 TEST(CudaDrafter, TheFusedBlockPassGivesTheUnfusedHiddenLogitsAndDrafts) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
@@ -466,8 +467,8 @@ TEST(CudaDrafter, TheFusedBlockPassGivesTheUnfusedHiddenLogitsAndDrafts) {
   }
   std::printf("[ fused block ] Hf rel. error %.3g, U rel. error %.3g, %d of %d draft slots equal before any flip\n",
               hidden_error, logit_error, equal, total);
-  EXPECT_LE(hidden_error, kBf16Tolerance / 10);
-  EXPECT_LE(logit_error, kBf16Tolerance / 10);
+  EXPECT_LE(hidden_error, kBf16Tolerance);
+  EXPECT_LE(logit_error, kBf16Tolerance);
   EXPECT_GE(equal * 10, total * 9);
 }
 
