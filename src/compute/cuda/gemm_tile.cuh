@@ -116,6 +116,7 @@ __device__ __forceinline__ void store_tile(const GemmArgs& args, const float (&a
 // The wgmma tiles (gemm_wgmma.cu, sm_90a): 128 rows as two warpgroups of 64, BN = 256 or 128 columns (LargeDuo: two
 // CTAs per SM, one slice only).
 enum class WgmmaTile { Wide, Large, LargeDuo };
+constexpr int kMaxWgmmaColumnTiles = 65535;  // column tiles are the grid's y (row tiles its x)
 // Launches tile `tile` in `mode` (Sliced: Large only); InvalidArgument where it cannot run.
 Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);
 // Shared-memory opt-in of the wgmma kernels (once, outside capture).

@@ -108,7 +108,9 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) wgmma_kernel(GemmA
   unsigned char* aligned = shared_raw + ((1024 - (smem_address(shared_raw) & 1023)) & 1023);
   __nv_bfloat16* shared = reinterpret_cast<__nv_bfloat16*>(aligned);
   const int tid = threadIdx.x, group = tid >> 7;
-  const int row0 = blockIdx.y * T::BM, col0 = blockIdx.x * T::BN;
+  // Row tiles fastest: the CTAs in flight share a few weight column tiles (read from memory once) and all of x
+  // (prefill's x is the smaller operand and stays in L2).
+  const int row0 = blockIdx.x * T::BM, col0 = blockIdx.y * T::BN;
   const int all_tiles = (args.k + kBlockK - 1) / kBlockK;
   const int first_tile = MODE == Mode::Split ? split_slice() * kSliceTiles : 0;
   const int k_tiles = MODE == Mode::Split && gridDim.z > 1 ? min(kSliceTiles, all_tiles - first_tile) : all_tiles;
@@ -189,8 +191,11 @@ constexpr int shared_bytes() {
 template <class T, Mode MODE>
 Status launch_tile(const GemmArgs& args, cudaStream_t stream) {
   const int slices = slice_count(args.k);
+  if ((args.n + T::BN - 1) / T::BN > kMaxWgmmaColumnTiles)
+    return Status(ErrorCode::InvalidArgument, "gemm: N = " + std::to_string(args.n) + " is more column tiles than " +
+                                                  "the wgmma grid holds (" + std::to_string(kMaxWgmmaColumnTiles) + ")");
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((args.n + T::BN - 1) / T::BN, (args.m + T::BM - 1) / T::BM, MODE == Mode::Split ? slices : 1);
+  config.gridDim = dim3((args.m + T::BM - 1) / T::BM, (args.n + T::BN - 1) / T::BN, MODE == Mode::Split ? slices : 1);
   config.blockDim = dim3(T::THREADS);
   config.dynamicSmemBytes = shared_bytes<T>();
   config.stream = stream;
