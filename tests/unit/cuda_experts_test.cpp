@@ -25,7 +25,8 @@ using cuda::testing::download;
 using cuda::testing::poisoned;
 using cuda::testing::upload;
 
-constexpr ExpertKernel kTensorKernels[] = {ExpertKernel::Rows16, ExpertKernel::Rows64, ExpertKernel::Rows128};
+constexpr ExpertKernel kTensorKernels[] = {ExpertKernel::Rows16, ExpertKernel::Rows16Narrow, ExpertKernel::Rows64,
+                                           ExpertKernel::Rows128};
 
 // Pins a kernel (and optionally the planted fault) for one scope.
 struct KernelPin {
@@ -168,7 +169,8 @@ TEST(CudaExperts, EveryKernelMatchesAnFp64ReferenceWithinBf16Rounding) {
   for (const Shape shape : {Shape{200, 2056}, Shape{131, 72}, Shape{64, 1792}}) {
     Problem p = make_problem(8, 3, 40, shape.n, shape.kdim, Load::Uniform, 11 + shape.kdim);
     const std::vector<int> rows = rows_of(40, p.tokens);
-    for (ExpertKernel kernel : {ExpertKernel::Scalar, ExpertKernel::Rows16, ExpertKernel::Rows64, ExpertKernel::Rows128}) {
+    for (ExpertKernel kernel : {ExpertKernel::Scalar, ExpertKernel::Rows16, ExpertKernel::Rows16Narrow, ExpertKernel::Rows64,
+                                ExpertKernel::Rows128}) {
       KernelPin pin(kernel);
       Status status;
       const std::vector<bf16> y = run_forward(p, rows, &status);
@@ -317,10 +319,12 @@ TEST(CudaExpertsTiming, TimesEveryKernelAtThe8BShapesWhenAsked) {
   cublasHandle_t handle;
   ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
   struct Shape { const char* name; int64_t n, kdim; };
-  const ExpertKernel kernels[] = {ExpertKernel::Scalar, ExpertKernel::Rows16, ExpertKernel::Rows64, ExpertKernel::Rows128};
+  const ExpertKernel kernels[] = {ExpertKernel::Scalar, ExpertKernel::Rows16, ExpertKernel::Rows16Narrow,
+                                  ExpertKernel::Rows64, ExpertKernel::Rows128};
+  constexpr int kKernels = 5;
   std::printf("%-8s %5s %-18s %10s %8s %7s %8s %11s %9s\n", "shape", "rows", "kernel", "us", "GB/s", "%copy", "TFLOP/s",
               "cuBLAS us", "%cuBLAS");
-  double prefill_ms[5] = {0, 0, 0, 0, 0};  // per kernel, then cuBLAS: gate|up + down at 2048 rows
+  double prefill_ms[kKernels + 1] = {};  // per kernel, then cuBLAS: gate|up + down at 2048 rows
   for (const Shape shape : {Shape{"gate_up", 3584, 2048}, Shape{"down", 2048, 1792}}) {
     DeviceBuffer<bf16> w, x, y;
     const size_t w_count = static_cast<size_t>(E) * shape.n * shape.kdim;
@@ -361,9 +365,9 @@ TEST(CudaExpertsTiming, TimesEveryKernelAtThe8BShapesWhenAsked) {
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         }
       });
-      if (rows == kMaxRows) prefill_ms[4] += cublas_ms;
+      if (rows == kMaxRows) prefill_ms[kKernels] += cublas_ms;
       std::vector<bf16> first_tensor_output;
-      for (int ki = 0; ki < 4; ++ki) {
+      for (int ki = 0; ki < kKernels; ++ki) {
         KernelPin pin(kernels[ki]);
         Status status;
         const double ms = time_ms(kernels[ki] == ExpertKernel::Scalar && rows >= 256 ? 2 : iters, patterns, [&](int q) {
@@ -392,9 +396,9 @@ TEST(CudaExpertsTiming, TimesEveryKernelAtThe8BShapesWhenAsked) {
     }
   }
   cublasDestroy(handle);
-  std::printf("8B prefill 2048, experts of %d MoE layers (gate|up + down): scalar %.1f ms, Rows16 %.1f, Rows64 %.1f, "
-              "Rows128 %.1f, cuBLAS %.1f ms\n", kMoeLayers, kMoeLayers * prefill_ms[0], kMoeLayers * prefill_ms[1],
-              kMoeLayers * prefill_ms[2], kMoeLayers * prefill_ms[3], kMoeLayers * prefill_ms[4]);
+  std::printf("8B prefill 2048, experts of %d MoE layers (gate|up + down):", kMoeLayers);
+  for (int ki = 0; ki < kKernels; ++ki) std::printf(" %s %.1f ms,", expert_kernel_name(kernels[ki]), kMoeLayers * prefill_ms[ki]);
+  std::printf(" cuBLAS %.1f ms\n", kMoeLayers * prefill_ms[kKernels]);
 }
 
 }  // namespace

@@ -136,6 +136,7 @@ using ls::cuda::gemm_detail::Tile;
 using ls::cuda::gemm_detail::wait_group;
 
 using Rows16Tile = Tile<16, 64, 1, 4, 8>;     // decode / verify: weights streamed by many CTAs, 8 stages
+using Rows16NarrowTile = Tile<16, 32, 1, 2, 12>;  // twice the CTAs of Rows16, 12 stages
 using Rows64Tile = Tile<64, 128, 2, 4, 4>;
 using Rows128Tile = Tile<128, 128, 2, 4, 3>;  // prefill
 constexpr int kMaxTensorExperts = 1024;       // the CTA's row-tile prefix lives in shared memory
@@ -317,7 +318,7 @@ constexpr bool kTensorCoreAutomatic = false;
 // Device facts and the shared-memory opt-ins, once per process (the first call is eager: the load probe).
 struct ExpertLaunchFacts {
   int sm_count = 132;
-  int ctas_per_sm[3] = {1, 1, 1};  // Rows16, Rows64, Rows128
+  int ctas_per_sm[4] = {1, 1, 1, 1};  // Rows16, Rows64, Rows128, Rows16Narrow
 };
 
 template <class T>
@@ -342,6 +343,7 @@ const ExpertLaunchFacts& launch_facts() {
     facts.ctas_per_sm[0] = opt_in_and_occupancy<Rows16Tile>();
     facts.ctas_per_sm[1] = opt_in_and_occupancy<Rows64Tile>();
     facts.ctas_per_sm[2] = opt_in_and_occupancy<Rows128Tile>();
+    facts.ctas_per_sm[3] = opt_in_and_occupancy<Rows16NarrowTile>();
     cudaGetLastError();  // no device: the launch reports it
   });
   return facts;
@@ -393,6 +395,7 @@ const char* expert_kernel_name(ExpertKernel kernel) {
     case ExpertKernel::Rows16: return "mma 16x64x64 s8";
     case ExpertKernel::Rows64: return "mma 64x128x64 s4";
     case ExpertKernel::Rows128: return "mma 128x128x64 s3";
+    case ExpertKernel::Rows16Narrow: return "mma 16x32x64 s12";
   }
   return "?";
 }
@@ -422,6 +425,8 @@ Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t m
   switch (kernel) {
     case ExpertKernel::Rows16: return launch_grouped<Rows16Tile>(args, max_rows_per_expert, facts.ctas_per_sm[0], stream);
     case ExpertKernel::Rows64: return launch_grouped<Rows64Tile>(args, max_rows_per_expert, facts.ctas_per_sm[1], stream);
+    case ExpertKernel::Rows16Narrow:
+      return launch_grouped<Rows16NarrowTile>(args, max_rows_per_expert, facts.ctas_per_sm[3], stream);
     default: return launch_grouped<Rows128Tile>(args, max_rows_per_expert, facts.ctas_per_sm[2], stream);
   }
 }

@@ -111,7 +111,7 @@ Status plan_experts(const int32_t* chosen, int64_t slot_count, int experts, int3
 // [offsets[e], offsets[e+1]) (offsets read on the device: no host sync); W [experts, N, K] bf16; y rounded to bf16
 // once. max_rows_per_expert bounds the launch (rows of the forward). Each output's sum order is fixed whatever the
 // rows, so a row gets the same bits in a 1-row decode, a verify window and a prefill:
-// - tensor-core kernels (Rows16/64/128): one fp32 accumulator fed with mma.sync m16n8k16 steps over K in ascending
+// - tensor-core kernels (Rows16, Rows16Narrow, Rows64, Rows128): one fp32 accumulator fed with mma.sync m16n8k16 steps over K in ascending
 //   order (64-wide K tiles, tail zero-filled), the same chain in every tile shape;
 // - scalar kernel: lane l sums k = 256c + 8l + j in order, then a fixed butterfly.
 // K must be a multiple of 8 (InvalidArgument otherwise).
@@ -119,7 +119,7 @@ Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t m
                    int64_t n, int64_t k, bf16* y, cudaStream_t stream);
 
 // The expert GEMM kernels. Automatic picks by the forward's rows; the others are pins for tests and benches.
-enum class ExpertKernel { Automatic, Scalar, Rows16, Rows64, Rows128 };
+enum class ExpertKernel { Automatic, Scalar, Rows16, Rows64, Rows128, Rows16Narrow };
 // What expert_gemm runs for this launch (the pin, else the automatic pick).
 ExpertKernel chosen_expert_kernel(int64_t max_rows_per_expert, int experts);
 const char* expert_kernel_name(ExpertKernel kernel);
