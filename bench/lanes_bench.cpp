@@ -172,7 +172,12 @@ json stats_json(const LanesStats& stats) {
           {"drafts_accepted", stats.drafts_accepted},
           {"tokens_generated", stats.tokens_generated},
           {"windows_verified", stats.windows_verified},
-          {"windows_with_drafts", stats.windows_with_drafts}};
+          {"windows_with_drafts", stats.windows_with_drafts},
+          {"tap_rows", stats.tap_rows},
+          {"absorb_calls", stats.absorb_calls},
+          {"absorbed_rows", stats.absorbed_rows},
+          {"drafter_restarts", stats.drafter_restarts},
+          {"dormant_entries", stats.dormant_entries}};
 }
 
 // One table row from the plain and drafted runs of one stream count (medians over repeats).
@@ -208,6 +213,9 @@ json row_json(int streams, const std::vector<Measured>& plain, const std::vector
           {"drafted_rows", stats.drafts_verified},
           {"verified_rows", stats.rows_verified},
           {"drafter_passes", stats.drafter_passes},
+          {"tap_rows", stats.tap_rows},
+          {"absorbed_rows", stats.absorbed_rows},
+          {"absorb_calls", stats.absorb_calls},
           {"exact", exact},
           {"tokens", drafted.empty() ? 0 : drafted.front().tokens},
           {"plain_ms", plain_ms},
@@ -217,17 +225,21 @@ json row_json(int streams, const std::vector<Measured>& plain, const std::vector
 }
 
 void print_header() {
-  std::printf("%7s %11s %11s %8s %8s %7s %8s %9s %7s %6s\n", "streams", "plain tok/s", "draft tok/s", "speedup",
-              "accepted", "tok/win", "drafted", "verified", "passes", "exact");
+  std::printf("%7s %11s %11s %8s %8s %7s %8s %9s %7s %7s %8s %7s %6s\n", "streams", "plain tok/s", "draft tok/s",
+              "speedup", "accepted", "tok/win", "drafted", "verified", "passes", "tapped", "absorbed", "absorbs",
+              "exact");
 }
 
 void print_row(const json& row) {
-  std::printf("%7d %11.1f %11.1f %7.2fx %8.2f %7.2f %8lld %9lld %7lld %6s\n", row["streams"].get<int>(),
+  std::printf("%7d %11.1f %11.1f %7.2fx %8.2f %7.2f %8lld %9lld %7lld %7lld %8lld %7lld %6s\n", row["streams"].get<int>(),
               row["plain_decode_tokens_per_s"].get<double>(), row["drafted_decode_tokens_per_s"].get<double>(),
               row["speedup"].get<double>(), row["accepted_length"].get<double>(),
               row["tokens_per_window"].get<double>(), static_cast<long long>(row["drafted_rows"].get<int64_t>()),
               static_cast<long long>(row["verified_rows"].get<int64_t>()),
-              static_cast<long long>(row["drafter_passes"].get<int64_t>()), row["exact"].get<bool>() ? "yes" : "NO");
+              static_cast<long long>(row["drafter_passes"].get<int64_t>()),
+              static_cast<long long>(row["tap_rows"].get<int64_t>()),
+              static_cast<long long>(row["absorbed_rows"].get<int64_t>()),
+              static_cast<long long>(row["absorb_calls"].get<int64_t>()), row["exact"].get<bool>() ? "yes" : "NO");
   std::fflush(stdout);
 }
 

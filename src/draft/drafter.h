@@ -21,6 +21,16 @@ struct DraftFacts {
   std::vector<int> tap_layers;       // target layers whose outputs absorb() expects, in order
   int64_t stream_bytes_per_position = 0;  // drafter memory per context position
   bool has_confidence = false;       // chances come from a confidence head (else they are NaN)
+  bool restarts = false;             // restart() lets a stream's context skip positions
+  int tap_device = -1;               // >= 0: absorb_device() reads taps a target left on this CUDA device
+};
+
+// Rows [first_row, first_row + rows) of a DeviceTaps are one stream's taps of positions start .. start + rows - 1.
+struct TapRows {
+  StreamId stream = 0;
+  int64_t start = 0;
+  int64_t first_row = 0;
+  int rows = 0;
 };
 
 struct DraftRequest {
@@ -49,6 +59,22 @@ class Drafter {
   // One pass for every request; result i answers request i.
   virtual std::vector<Draft> draft(std::span<const DraftRequest> requests) = 0;
   virtual void release(StreamId stream) = 0;
+  // Continues the stream's context at `position` (at or past the positions it holds) without the positions in
+  // between: the next absorb starts there, and drafts attend over the rows held, fewer than the positions before
+  // the anchor. That costs acceptance, never tokens. Opens the stream if unknown. Drafters whose
+  // facts().restarts is false refuse it (InvalidArgument); the lanes then hand over every kept row instead.
+  // absorb() for many streams at once, straight from taps on the device (facts().tap_device), no host copy; the
+  // same rules per stream. Drafters without tap_device refuse it (InvalidArgument).
+  virtual Status absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) {
+    (void)rows;
+    (void)taps;
+    return Status(ErrorCode::InvalidArgument, "this drafter cannot read taps on a device");
+  }
+  virtual Status restart(StreamId stream, int64_t position) {
+    (void)stream;
+    (void)position;
+    return Status(ErrorCode::InvalidArgument, "this drafter cannot restart a stream's context at a later position");
+  }
 };
 
 }  // namespace ls

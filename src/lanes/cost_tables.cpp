@@ -28,10 +28,14 @@ void VerifyCosts::init(int max_rows, std::span<const TimedPoint> timed) {
     xs.push_back(rows);
     ys.push_back(ms);
   }
-  ms_.assign(max_rows + 1, 0.0);
-  for (int rows = 1; rows <= max_rows; ++rows) {
-    ms_[rows] = std::max(interpolate(xs, ys, rows), ms_[rows - 1]);
-  }
+  measured_.assign(max_rows + 1, 0.0);
+  for (int rows = 1; rows <= max_rows; ++rows) measured_[rows] = interpolate(xs, ys, rows);
+  refresh();
+}
+
+void VerifyCosts::refresh() {
+  ms_.assign(measured_.size(), 0.0);
+  for (size_t rows = 1; rows < measured_.size(); ++rows) ms_[rows] = std::max(measured_[rows], ms_[rows - 1]);
 }
 
 double VerifyCosts::ms(int rows) const {
@@ -46,9 +50,9 @@ double VerifyCosts::ms(int rows) const {
 void VerifyCosts::observe(int rows, double measured_ms, double rate) {
   if (rows < 1 || rows > max_rows()) return;
   const double value = ms_[rows] + rate * (measured_ms - ms_[rows]);
-  ms_[rows] = value;
-  for (int above = rows + 1; above <= max_rows(); ++above) ms_[above] = std::max(ms_[above], value);
-  for (int below = 1; below < rows; ++below) ms_[below] = std::min(ms_[below], value);
+  measured_[rows] = value;
+  for (int below = 1; below < rows; ++below) measured_[below] = std::min(measured_[below], value);
+  refresh();
 }
 
 void DraftCosts::init(int max_streams, int max_depth, std::span<const TimedPoint> timed) {
@@ -71,7 +75,7 @@ void DraftCosts::init(int max_streams, int max_depth, std::span<const TimedPoint
     stream_knots.push_back(streams);
     by_depth.push_back(std::move(row));
   }
-  ms_.assign(static_cast<size_t>(max_streams) * max_depth, 0.0);
+  measured_.assign(static_cast<size_t>(max_streams) * max_depth, 0.0);
   for (int depth = 1; depth <= max_depth; ++depth) {
     std::vector<double> ys;
     for (const auto& row : by_depth) ys.push_back(row[depth - 1]);
@@ -79,12 +83,17 @@ void DraftCosts::init(int max_streams, int max_depth, std::span<const TimedPoint
       at(streams, depth) = interpolate(stream_knots, ys, streams);
     }
   }
-  for (int streams = 1; streams <= max_streams; ++streams) {
-    for (int depth = 1; depth <= max_depth; ++depth) {
+  refresh();
+}
+
+void DraftCosts::refresh() {
+  ms_ = measured_;
+  for (int streams = 1; streams <= max_streams_; ++streams) {
+    for (int depth = 1; depth <= max_depth_; ++depth) {
       double floor = 0.0;
-      if (streams > 1) floor = std::max(floor, at(streams - 1, depth));
-      if (depth > 1) floor = std::max(floor, at(streams, depth - 1));
-      at(streams, depth) = std::max(at(streams, depth), floor);
+      if (streams > 1) floor = std::max(floor, ms_[index(streams - 1, depth)]);
+      if (depth > 1) floor = std::max(floor, ms_[index(streams, depth - 1)]);
+      ms_[index(streams, depth)] = std::max(ms_[index(streams, depth)], floor);
     }
   }
 }
@@ -99,14 +108,13 @@ double DraftCosts::ms(int streams, int depth) const {
 
 void DraftCosts::observe(int streams, int depth, double measured_ms, double rate) {
   if (streams < 1 || streams > max_streams_ || depth < 1 || depth > max_depth_) return;
-  const double value = at(streams, depth) + rate * (measured_ms - at(streams, depth));
+  const double current = ms_[index(streams, depth)];
+  const double value = current + rate * (measured_ms - current);
   at(streams, depth) = value;
-  for (int s = 1; s <= max_streams_; ++s) {
-    for (int d = 1; d <= max_depth_; ++d) {
-      if (s >= streams && d >= depth) at(s, d) = std::max(at(s, d), value);
-      if (s <= streams && d <= depth) at(s, d) = std::min(at(s, d), value);
-    }
+  for (int s = 1; s <= streams; ++s) {
+    for (int d = 1; d <= depth; ++d) at(s, d) = std::min(at(s, d), value);
   }
+  refresh();
 }
 
 }  // namespace ls

@@ -18,12 +18,16 @@ class VerifyCosts {
   // Fills rows 1 .. max_rows from timed points by linear interpolation (and extrapolation past the ends).
   void init(int max_rows, std::span<const TimedPoint> timed);
   double ms(int rows) const;
-  // Moves the entry for `rows` toward a measured time and restores monotonicity around it.
+  // Moves the entry for `rows` toward a measured time; a faster one lowers the entries below it too. The table
+  // read is the running maximum, so a slow measurement makes wider rows dear only until its own row is measured
+  // fast again (it does not stick to rows that, looking dear, would never be bought to be re-measured).
   void observe(int rows, double measured_ms, double rate);
   int max_rows() const { return static_cast<int>(ms_.size()) - 1; }
 
  private:
-  std::vector<double> ms_;  // [max_rows + 1], ms_[0] = 0
+  void refresh();
+  std::vector<double> measured_;  // [max_rows + 1] each entry's own estimate
+  std::vector<double> ms_;        // [max_rows + 1] running maximum of measured_, ms_[0] = 0
 };
 
 class DraftCosts {
@@ -37,11 +41,15 @@ class DraftCosts {
   int max_depth() const { return max_depth_; }
 
  private:
-  double& at(int streams, int depth) { return ms_[(streams - 1) * max_depth_ + (depth - 1)]; }
-  double at(int streams, int depth) const { return ms_[(streams - 1) * max_depth_ + (depth - 1)]; }
+  size_t index(int streams, int depth) const { return static_cast<size_t>(streams - 1) * max_depth_ + (depth - 1); }
+  double& at(int streams, int depth) { return measured_[index(streams, depth)]; }
+  double at(int streams, int depth) const { return ms_[index(streams, depth)]; }
+  // ms_ = the running maximum of measured_ over fewer-or-equal streams and depths (as VerifyCosts).
+  void refresh();
   int max_streams_ = 0;
   int max_depth_ = 0;
-  std::vector<double> ms_;  // [max_streams, max_depth]
+  std::vector<double> measured_;  // [max_streams, max_depth] each entry's own estimate
+  std::vector<double> ms_;        // [max_streams, max_depth] monotone view
 };
 
 // The drafter taking kept rows' taps costs a fixed part per call (one per drafting stream per round) plus a part

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "base/check.h"
 #include "base/log.h"
 #include "lanes/accept.h"
 #include "model/exact_width.h"
@@ -51,6 +52,7 @@ Result<std::unique_ptr<Lanes>> Lanes::create(Target& target, Drafter* drafter, c
   auto lanes = std::make_unique<Lanes>(Key{}, target, most_drafts > 0 ? drafter : nullptr, options, clock, width,
                                        max_rows);
   lanes->most_drafts_ = std::max(most_drafts, 0);
+  lanes->restarts_ = lanes->drafter_ != nullptr && drafter->facts().restarts;
   CostTables tables;
   if (lanes->most_drafts_ > 0) {
     CalibrationOptions calibration = options.calibration;
@@ -61,6 +63,10 @@ Result<std::unique_ptr<Lanes>> Lanes::create(Target& target, Drafter* drafter, c
     LS_ASSIGN_OR_RETURN(tables, time_costs(target, drafter, clock, calibration));
   }
   lanes->pricing_ = Pricing(std::move(tables), options.pricing, max_rows, has_confidence);
+  // Taps stay on the device when both sides can (after the timing above, which absorbs host taps).
+  if (lanes->drafter_ != nullptr && drafter->facts().tap_device >= 0 && lanes->restarts_) {
+    lanes->device_taps_ = target.keep_taps_on_device(true);
+  }
   return lanes;
 }
 
@@ -174,6 +180,7 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
   windows.resize(streams.size());
   std::vector<Window> batch(streams.size());
   int total_rows = 0;
+  choose_tapping(streams);
   for (size_t index = 0; index < streams.size(); ++index) {
     const Stream& stream = *streams[index];
     windows[index].assign(1, stream.pending);
@@ -182,6 +189,8 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
     batch[index].tokens = windows[index];
     batch[index].sampling = stream.request.sampling;
     batch[index].start_position = stream.committed;
+    batch[index].want_taps = stream.wants_taps;
+    if (stream.wants_taps) stats_.tap_rows += static_cast<int64_t>(windows[index].size());
     total_rows += static_cast<int>(windows[index].size());
   }
   const double start_ms = clock_.now_ms();
@@ -193,7 +202,8 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
 
 void Lanes::accept_and_commit(std::span<Stream* const> streams, const std::vector<std::vector<int32_t>>& windows,
                               const Verified& verified) {
-  const size_t row_floats = tap_row_floats(verified);
+  std::vector<Stream*> tapped;
+  std::vector<TapRows> tap_rows;
   for (size_t index = 0; index < streams.size(); ++index) {
     Stream& stream = *streams[index];
     const std::vector<int32_t>& window = windows[index];
@@ -227,12 +237,16 @@ void Lanes::accept_and_commit(std::span<Stream* const> streams, const std::vecto
       ++stats_.tokens_generated;
       if (!stream.append(token)) break;
     }
-    if (stream.drafting && !stream.finished()) {
-      std::span<const float> taps(verified.taps);
-      hold_taps(stream, start, accepted.rows_kept(),
-             row_floats == 0 ? taps : taps.subspan(row_begin * row_floats, accepted.rows_kept() * row_floats));
+    if (stream.drafting && stream.wants_taps && !stream.finished()) {
+      if (device_taps_) {
+        tapped.push_back(&stream);
+        tap_rows.push_back({stream.id, start, row_begin, accepted.rows_kept()});
+      } else {
+        hold_taps(stream, start, accepted.rows_kept(), window_taps(verified, index, accepted.rows_kept()));
+      }
     }
   }
+  if (!tap_rows.empty()) absorb_on_device(verified, tapped, tap_rows);
 }
 
 void Lanes::deliver() {
@@ -276,9 +290,13 @@ int Lanes::draft_cap(const Stream& stream) const {
   return std::max(0, std::min(cap, stream.remaining() - 1));
 }
 
-size_t Lanes::tap_row_floats(const Verified& verified) const {
-  const int64_t rows = verified.row_begin.empty() ? 0 : verified.row_begin.back();
-  return rows > 0 ? verified.taps.size() / static_cast<size_t>(rows) : 0;
+std::span<const float> Lanes::window_taps(const Verified& verified, size_t window, int rows) const {
+  const std::vector<int64_t>& begin = verified.tap_row_begin.empty() ? verified.row_begin : verified.tap_row_begin;
+  const int64_t tap_rows = begin.empty() ? 0 : begin.back();
+  if (tap_rows <= 0) return {};
+  const size_t row_floats = verified.taps.size() / static_cast<size_t>(tap_rows);
+  LS_CHECK(begin[window + 1] - begin[window] >= rows, "the target tapped every window that asked for taps");
+  return std::span<const float>(verified.taps).subspan(begin[window] * row_floats, rows * row_floats);
 }
 
 }  // namespace ls

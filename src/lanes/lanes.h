@@ -47,6 +47,11 @@ struct LanesStats {
   int64_t tokens_generated = 0;
   int64_t windows_verified = 0;
   int64_t windows_with_drafts = 0;
+  int64_t tap_rows = 0;             // rows whose taps the lanes asked the target for (prefill and verify)
+  int64_t absorb_calls = 0;         // Drafter::absorb calls
+  int64_t absorbed_rows = 0;        // rows handed to the drafter
+  int64_t drafter_restarts = 0;     // Drafter::restart calls (a dormant stream resuming past the rows it skipped)
+  int64_t dormant_entries = 0;      // times a stream went dormant (stopped tapping, dropped its held taps)
 };
 
 class Lanes {
@@ -76,6 +81,7 @@ class Lanes {
   int width() const { return width_; }
   int max_rows() const { return max_rows_; }
   size_t live_streams() const { return live_.size(); }
+  bool device_taps() const { return device_taps_; }
   int most_drafts() const { return most_drafts_; }
 
   // Built by create() only (the key keeps the constructor out of other hands).
@@ -93,12 +99,23 @@ class Lanes {
 
   // Keeps a stream's newly committed rows' taps for the drafter (flushed when it drafts, or when many pile up).
   void hold_taps(Stream& stream, int64_t start, int rows, std::span<const float> taps);
-  // Gives the drafter the held taps; false (and drafting off for the stream) when it refuses them.
+  // Stops drafting for a stream whose drafter context could not follow (still exact: it decodes plainly).
+  void drop_drafting(Stream& stream);
+  // Gives the drafter the held taps (restarting its context past skipped rows, and up to the stream's committed
+  // position); false (and drafting off for the stream) when it refuses them.
   bool flush_taps(Stream& stream);
+  // Taps on the device: the kept rows of every tapping stream of a forward go to the drafter in one batched absorb
+  // right after it (the taps live until the next forward), restarting contexts past skipped rows first.
+  void absorb_on_device(const Verified& verified, std::vector<Stream*>& streams, std::vector<TapRows>& rows);
+  // A stream priced to zero for long enough stops tapping and drops its held taps (drafters that restart only).
+  void update_dormancy(Stream& stream, int depth, bool probe);
+  // Which picked streams' windows ask for taps: the active drafting ones and the one dormant stream due to probe.
+  void choose_tapping(std::span<Stream* const> streams);
   void fail_stream(Stream& stream, const Status& status);
   void release(Stream& stream);
   int draft_cap(const Stream& stream) const;
-  size_t tap_row_floats(const Verified& verified) const;
+  // The first `rows` tap rows of window `window` of a forward (empty when the target returned no taps at all).
+  std::span<const float> window_taps(const Verified& verified, size_t window, int rows) const;
 
   Target& target_;
   Drafter* drafter_;
@@ -107,6 +124,8 @@ class Lanes {
   int width_ = 1;
   int max_rows_ = 1;
   int most_drafts_ = 0;
+  bool restarts_ = false;  // the drafter can restart a context past skipped rows: dormant streams cost nothing
+  bool device_taps_ = false;  // the target leaves taps on its device and the drafter absorbs them there
   Pricing pricing_;
 
   StreamId next_id_ = 1;

@@ -56,6 +56,18 @@ Status Lanes::admit() {
       admitted.push_back(stream);
     }
   }
+  // A stream admitted while drafting cannot pay at this many streams (pooled acceptance) starts dormant: its
+  // prompt is not tapped; should it probe later, its context restarts there.
+  for (Stream* stream : admitted) {
+    if (!stream->drafting || !restarts_) continue;
+    const int streams = std::min({static_cast<int>(live_.size()), options_.max_streams, max_rows_});
+    stream->dormant = !pricing_.could_draft(streams, draft_cap(*stream));
+    stream->wants_taps = !stream->dormant;
+    stats_.dormant_entries += stream->dormant;
+  }
+  for (Stream* stream : admitted) {
+    if (!restarts_) stream->wants_taps = stream->drafting;
+  }
   const int target_rows = target_.facts().max_rows > 0 ? target_.facts().max_rows : max_rows_;
   const int prefill_rows = std::min(options_.prefill_rows > 0 ? options_.prefill_rows : target_rows, target_rows);
   Status first_error;
@@ -75,6 +87,8 @@ Status Lanes::admit() {
       window.sampling = stream->request.sampling;
       window.first_drawn_row = stream->committed + rows == prompt_rows ? rows - 1 : rows;
       window.start_position = stream->committed;
+      window.want_taps = stream->wants_taps;
+      if (window.want_taps) stats_.tap_rows += rows;
       windows.push_back(window);
       owners.push_back(stream);
       stream->target_open = true;
@@ -88,7 +102,8 @@ Status Lanes::admit() {
       if (first_error.ok()) first_error = verified.status();
       continue;
     }
-    const size_t row_floats = tap_row_floats(*verified);
+    std::vector<Stream*> tapped;
+    std::vector<TapRows> tap_rows;
     for (size_t index = 0; index < owners.size(); ++index) {
       Stream& stream = *owners[index];
       const int rows = static_cast<int>(windows[index].tokens.size());
@@ -99,11 +114,13 @@ Status Lanes::admit() {
       }
       const int64_t start = stream.committed;
       stream.committed += rows;
-      if (stream.drafting) {
-        std::span<const float> taps(verified->taps);
-        const int64_t row_begin = verified->row_begin[index];
-        hold_taps(stream, start, rows,
-                  row_floats == 0 ? taps : taps.subspan(row_begin * row_floats, rows * row_floats));
+      if (stream.drafting && stream.wants_taps) {
+        if (device_taps_) {
+          tapped.push_back(&stream);
+          tap_rows.push_back({stream.id, start, verified->row_begin[index], rows});
+        } else {
+          hold_taps(stream, start, rows, window_taps(*verified, index, rows));
+        }
       }
       if (stream.committed == static_cast<int64_t>(stream.request.prompt.size())) {
         stream.prefilled = true;
@@ -113,6 +130,7 @@ Status Lanes::admit() {
         stream.append(stream.pending);
       }
     }
+    if (!tap_rows.empty()) absorb_on_device(*verified, tapped, tap_rows);
   }
   return first_error;
 }
@@ -120,45 +138,161 @@ Status Lanes::admit() {
 void Lanes::hold_taps(Stream& stream, int64_t start, int rows, std::span<const float> taps) {
   if (!stream.drafting || drafter_ == nullptr) return;
   constexpr int kMostUnabsorbedRows = 512;
+  // A dormant stream taps only while it is due to probe: its most recent rows are enough to restart from.
+  constexpr int kMostDormantRows = 64;
+  if (stream.unabsorbed_rows > 0 && start != stream.unabsorbed_start + stream.unabsorbed_rows) {
+    // Rows were skipped since (the stream did not tap for a while): what is held is too old to continue from.
+    LS_CHECK(restarts_, "kept rows reach a drafter that cannot restart in order");
+    stream.unabsorbed_rows = 0;
+  }
   if (stream.unabsorbed_rows == 0) {
     stream.unabsorbed_start = start;
     stream.unabsorbed_taps.clear();
     // Room for the rows the stream may still keep before a flush, so a held prompt is not copied again as
     // rows are appended (reserved pages that are never written cost nothing).
-    if (rows > 0) {
+    if (rows > 0 && !stream.dormant) {
       const int room = rows + std::min(std::max(stream.remaining(), 0) + 1, kMostUnabsorbedRows);
       stream.unabsorbed_taps.reserve(taps.size() / rows * room);
     }
   }
-  LS_CHECK(start == stream.unabsorbed_start + stream.unabsorbed_rows, "kept rows reach the drafter in order");
   stream.unabsorbed_taps.insert(stream.unabsorbed_taps.end(), taps.begin(), taps.end());
   stream.unabsorbed_rows += rows;
+  if (stream.dormant && stream.unabsorbed_rows > kMostDormantRows) {
+    const int drop = stream.unabsorbed_rows - kMostDormantRows;
+    const size_t row_floats = stream.unabsorbed_taps.size() / static_cast<size_t>(stream.unabsorbed_rows);
+    stream.unabsorbed_taps.erase(stream.unabsorbed_taps.begin(),
+                                 stream.unabsorbed_taps.begin() + static_cast<std::ptrdiff_t>(drop * row_floats));
+    stream.unabsorbed_start += drop;
+    stream.unabsorbed_rows = kMostDormantRows;
+  }
   // Bound the memory of a stream that stays plain for long: hand over what piled up.
   if (stream.unabsorbed_rows >= kMostUnabsorbedRows) flush_taps(stream);
 }
 
 bool Lanes::flush_taps(Stream& stream) {
   if (!stream.drafting || drafter_ == nullptr) return false;
-  if (stream.unabsorbed_rows == 0) return true;
-  stream.drafter_open = true;
-  const double start_ms = clock_.now_ms();
-  Status absorbed =
-      drafter_->absorb(stream.id, stream.unabsorbed_start, stream.unabsorbed_rows, stream.unabsorbed_taps);
-  if (absorbed.ok()) pricing_.observe_absorb(stream.unabsorbed_rows, clock_.now_ms() - start_ms);
+  Status status = ok_status();
+  // Where the drafter's context must continue: the first held row, or (nothing held) the anchor itself.
+  const int64_t from = stream.unabsorbed_rows > 0 ? stream.unabsorbed_start : stream.committed;
+  LS_CHECK(from >= stream.drafter_end, "held taps start at or after what the drafter holds");
+  if (from > stream.drafter_end) {
+    // Rows skipped while dormant: the drafter continues past them (acceptance may drop, tokens cannot change).
+    stream.drafter_open = true;
+    status = drafter_->restart(stream.id, from);
+    ++stats_.drafter_restarts;
+    if (status.ok()) stream.drafter_end = from;
+  }
+  if (status.ok() && stream.unabsorbed_rows > 0) {
+    stream.drafter_open = true;
+    const double start_ms = clock_.now_ms();
+    status = drafter_->absorb(stream.id, stream.unabsorbed_start, stream.unabsorbed_rows, stream.unabsorbed_taps);
+    ++stats_.absorb_calls;
+    stats_.absorbed_rows += stream.unabsorbed_rows;
+    if (status.ok()) {
+      pricing_.observe_absorb(stream.unabsorbed_rows, clock_.now_ms() - start_ms);
+      stream.drafter_end = stream.unabsorbed_start + stream.unabsorbed_rows;
+    }
+  }
   stream.unabsorbed_start += stream.unabsorbed_rows;
   stream.unabsorbed_rows = 0;
   stream.unabsorbed_taps.clear();
-  if (absorbed.ok()) return true;
+  if (status.ok() && stream.drafter_end < stream.committed) {
+    // Kept rows that were never tapped (the round before it became due): skip them too.
+    status = drafter_->restart(stream.id, stream.committed);
+    ++stats_.drafter_restarts;
+    if (status.ok()) stream.drafter_end = stream.committed;
+  }
+  if (status.ok()) return true;
+  drop_drafting(stream);
+  return false;
+}
+
+void Lanes::drop_drafting(Stream& stream) {
   // The drafter's context for this stream now has a gap: it decodes plainly from here on (still exact).
   ++stats_.drafter_faults;
   ++stream.stats.drafter_faults;
   stream.drafting = false;
+  stream.wants_taps = false;
   stream.held_drafts.clear();
   stream.held_chances.clear();
   stream.held_forced = 0;
+  stream.unabsorbed_rows = 0;
+  stream.unabsorbed_taps.clear();
   drafter_->release(stream.id);
   stream.drafter_open = false;
-  return false;
+}
+
+void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& streams, std::vector<TapRows>& rows) {
+  // Contexts that skipped rows (dormant streams due to probe) restart where their rows begin.
+  size_t kept = 0;
+  int total_rows = 0;
+  for (size_t index = 0; index < rows.size(); ++index) {
+    Stream& stream = *streams[index];
+    LS_CHECK(rows[index].start >= stream.drafter_end, "device taps start at or after what the drafter holds");
+    stream.drafter_open = true;
+    if (rows[index].start > stream.drafter_end) {
+      ++stats_.drafter_restarts;
+      if (!drafter_->restart(stream.id, rows[index].start).ok()) {
+        drop_drafting(stream);
+        continue;
+      }
+      stream.drafter_end = rows[index].start;
+    }
+    streams[kept] = &stream;
+    rows[kept++] = rows[index];
+    total_rows += rows[index].rows;
+  }
+  streams.resize(kept);
+  rows.resize(kept);
+  if (rows.empty()) return;
+  const double start_ms = clock_.now_ms();
+  const Status status = drafter_->absorb_device(rows, verified.device_taps);
+  ++stats_.absorb_calls;
+  stats_.absorbed_rows += total_rows;
+  if (status.ok()) pricing_.observe_absorb(total_rows, clock_.now_ms() - start_ms);
+  for (size_t index = 0; index < rows.size(); ++index) {
+    if (status.ok()) {
+      streams[index]->drafter_end = rows[index].start + rows[index].rows;
+    } else {
+      drop_drafting(*streams[index]);
+    }
+  }
+}
+
+void Lanes::update_dormancy(Stream& stream, int depth, bool probe) {
+  // Zero-draft decisions in a row before a stream stops tapping: a stream that drafts most rounds keeps its
+  // context whole through a single unpaid round.
+  constexpr int kZeroDecisionsBeforeDormant = 3;
+  // A dormant stream's probe does not wake it: only a decision that buys drafts on their merit does.
+  if (probe && stream.dormant) return;
+  if (depth > 0) {
+    stream.zero_decisions = 0;
+    stream.dormant = false;
+    return;
+  }
+  ++stream.zero_decisions;
+  if (!restarts_ || stream.dormant || stream.zero_decisions < kZeroDecisionsBeforeDormant) return;
+  stream.dormant = true;
+  ++stats_.dormant_entries;
+  stream.unabsorbed_rows = 0;
+  stream.unabsorbed_taps.clear();
+  stream.unabsorbed_taps.shrink_to_fit();
+}
+
+void Lanes::choose_tapping(std::span<Stream* const> streams) {
+  // The dormant stream closest to its probe (ties: admission order) taps, so a probe drafts over recent rows.
+  Stream* next_prober = nullptr;
+  int most_overdue = -1;
+  for (Stream* stream : streams) {
+    stream->wants_taps = stream->drafting && !stream->dormant;
+    if (!stream->drafting || !stream->dormant) continue;
+    const int overdue = stream->backoff.zero_rounds + 1 - std::max(stream->backoff.wait, 1);
+    if (overdue >= -1 && overdue > most_overdue) {
+      most_overdue = overdue;
+      next_prober = stream;
+    }
+  }
+  if (next_prober != nullptr && pricing_.probe_affordable()) next_prober->wants_taps = true;
 }
 
 double Lanes::draft() {
@@ -189,8 +323,9 @@ double Lanes::draft() {
   int absorbed_rows = 0;
   for (size_t index = 0; index < drafting.size(); ++index) {
     const int depth = std::min(plans[index].depth, caps[index]);
-    if (depth <= 0) continue;
     Stream& stream = *drafting[index];
+    update_dormancy(stream, depth, plans[index].forced > 0);
+    if (depth <= 0) continue;
     const double absorb_start_ms = clock_.now_ms();
     absorbed_rows += stream.unabsorbed_rows;
     const bool flushed = flush_taps(stream);

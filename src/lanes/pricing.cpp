@@ -46,6 +46,15 @@ void Pricing::trim(std::span<Stream* const> streams) const {
     Stream& stream = *streams[index];
     const size_t keep = std::min(stream.held_drafts.size(),
                                  static_cast<size_t>(offers[index].fixed_rows - 1 + allocation.extra_rows[index]));
+    if (log_level() == LogLevel::Debug) {
+      std::string text;
+      for (float chance : offers[index].chances) text += std::to_string(chance).substr(0, 5) + " ";
+      log_debug("trim stream %llu: held %zu forced %d chances %skeep %zu verify(%d) %.3f verify(%d) %.3f",
+                static_cast<unsigned long long>(stream.id), stream.held_drafts.size(), stream.held_forced,
+                text.c_str(), keep, allocation.total_rows, tables_.verify.ms(allocation.total_rows),
+                static_cast<int>(stream.held_drafts.size()) + 1,
+                tables_.verify.ms(static_cast<int>(stream.held_drafts.size()) + 1));
+    }
     stream.held_drafts.resize(keep);
     if (stream.held_chances.size() > keep) stream.held_chances.resize(keep);
   }
@@ -146,11 +155,13 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   // Probes draw on a budget: a share of each plain round's cost, banked up to one probe's cost, so at many
   // streams (where every stream would probe on its own schedule) probing stays a small part of the time.
   const double plain_round_ms = round_cost()(offers[0].fixed_rows, 0, 0);
+  last_plain_round_ms_ = plain_round_ms;
   if (prober >= 0) {
     const Stream& stream = *drafting[prober];
     const int probe_depth = has_confidence_ ? caps[prober] : 1;
     const double probe_ms = tables_.draft.ms(1, probe_depth) + tables_.absorb_ms(stream.unabsorbed_rows) +
                             tables_.verify.ms(offers[0].fixed_rows + 1) - tables_.verify.ms(offers[0].fixed_rows);
+    last_probe_ms_ = probe_ms;
     probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms, probe_ms);
     const bool scouting = drafter_unproven && !stream.backoff.scouted;
     // Not yet affordable: the stream stays due and probes once the budget allows.
@@ -196,6 +207,23 @@ bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int 
   return best.extra_rows[1] > 0;
 }
 
+bool Pricing::probe_affordable() const {
+  if (pooled_acceptance_.explored_depth() == 0) return true;  // the scout probes whatever the budget
+  return probe_credit_ms_ + options_.probe_budget * last_plain_round_ms_ >= last_probe_ms_;
+}
+
+bool Pricing::could_draft(int round_streams, int cap) const {
+  if (cap <= 0) return false;
+  if (options_.always_draft) return true;
+  std::vector<RowOffer> offers(2);
+  offers[0].fixed_rows = std::clamp(round_streams, 1, max_rows_);
+  offers[0].fixed_expected = offers[0].fixed_rows;
+  offers[1].fixed_rows = 0;
+  offers[1].fixed_expected = 0;
+  offers[1].chances = pooled_acceptance_.chain(cap);
+  return allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin).extra_rows[1] > 0;
+}
+
 void Pricing::trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers,
                            const Allocation& allocation, int round_streams) const {
   log_debug("depth: %zu drafting of %d, verify(%d) %.3f ms, draft(1,1) %.3f ms, overhead %.3f ms, absorb %.3f ms"
@@ -210,6 +238,34 @@ void Pricing::trace_depths(std::span<Stream* const> drafting, std::span<const Ro
               static_cast<unsigned long long>(drafting[index]->id), chances.c_str(), offer.activation_ms,
               drafting[index]->unabsorbed_rows, allocation.extra_rows[index + 1]);
   }
+}
+
+namespace {
+// A measurement above this times the table's value is an outlier; only a run of kOutliersToMove in a row (the cost
+// really moved) reaches the table.
+constexpr double kOutlierRatio = 1.5;
+constexpr int kOutliersToMove = 3;
+
+// Whether a measurement should move the table, counting the entry's outliers in a row.
+bool accept_measurement(int& outliers_in_a_row, double ms, double table_ms) {
+  if (ms <= kOutlierRatio * table_ms) {
+    outliers_in_a_row = 0;
+    return true;
+  }
+  return ++outliers_in_a_row >= kOutliersToMove;
+}
+}  // namespace
+
+void Pricing::observe_verify(int rows, double ms) {
+  if (rows < 1) return;
+  if (verify_outliers_.size() <= static_cast<size_t>(rows)) verify_outliers_.resize(rows + 1, 0);
+  if (!accept_measurement(verify_outliers_[rows], ms, tables_.verify.ms(rows))) return;
+  tables_.verify.observe(rows, ms, options_.cost_rate);
+}
+
+void Pricing::observe_draft(int streams, int depth, double ms) {
+  if (!accept_measurement(draft_outliers_[{streams, depth}], ms, tables_.draft.ms(streams, depth))) return;
+  tables_.draft.observe(streams, depth, ms, options_.cost_rate);
 }
 
 void Pricing::observe_absorb(int rows, double ms) {

@@ -6,7 +6,9 @@
 // beaten by `plain_margin`; a stream priced to zero probes one draft after an exponentially growing wait.
 #pragma once
 
+#include <map>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "lanes/allocator.h"
@@ -49,12 +51,21 @@ class Pricing {
   std::vector<DepthPlan> plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
                                      int round_streams);
 
+  // Whether a stream would be bought drafts at all among `round_streams` streams with the acceptance pooled so far
+  // (absorbs left out): a stream admitted when this says no does not tap its prompt.
+  bool could_draft(int round_streams, int cap) const;
+  // Whether the probe budget would let the stream due to probe probe at the next decision (a dormant stream taps
+  // only then, so one that waits for the budget costs nothing meanwhile).
+  bool probe_affordable() const;
   // The chances trim prices a stream's held drafts with: [held] cumulative.
   std::vector<float> held_chances(const Stream& stream) const;
   // A verify offered `proposed` drafts of the stream and `accepted` landed.
   void observe_acceptance(Stream& stream, int proposed, int accepted);
-  void observe_verify(int rows, double ms) { tables_.verify.observe(rows, ms, options_.cost_rate); }
-  void observe_draft(int streams, int depth, double ms) { tables_.draft.observe(streams, depth, ms, options_.cost_rate); }
+  // Measured forwards and passes move the tables; one-off slow ones (a CUDA target's first forwards of a new shape,
+  // run eagerly then captured as a graph; a preempted host) are left out unless they come three in a row, so they
+  // cannot make wide windows look dear for good (they would never be bought again to be re-measured).
+  void observe_verify(int rows, double ms);
+  void observe_draft(int streams, int depth, double ms);
   // Round time not explained by the verify and drafter tables (host work).
   void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
   // A drafter absorb of `rows` rows took `ms` (moves the call cost when short, the per-row cost when long).
@@ -84,6 +95,10 @@ class Pricing {
   bool has_confidence_ = false;
   double overhead_ms_ = 0;
   double probe_credit_ms_ = 0;  // time probes may still spend (see PricingOptions::probe_budget)
+  double last_probe_ms_ = 0;    // the cost of the last probe priced
+  std::vector<int> verify_outliers_;               // [rows] outliers in a row per verify entry
+  std::map<std::pair<int, int>, int> draft_outliers_;  // per (streams, depth)
+  double last_plain_round_ms_ = 0;
   ConfidenceCalibration calibration_;
   AcceptanceByDepth pooled_acceptance_;
 };

@@ -81,6 +81,13 @@ struct Stream {
   std::vector<float> unabsorbed_taps;
   int64_t unabsorbed_start = 0;       // position of the first unabsorbed row
   int unabsorbed_rows = 0;
+  // What drafting that does not pay costs: nothing. After a few zero-draft decisions in a row a stream of a drafter
+  // that restarts goes dormant: its windows ask the target for no taps, it holds none and absorbs none, until it is
+  // the next stream due to probe; then it taps again and its context restarts past the rows it skipped.
+  bool dormant = false;
+  bool wants_taps = false;            // this round's window asks the target for taps
+  int zero_decisions = 0;             // depth decisions in a row that gave it no drafts
+  int64_t drafter_end = 0;            // positions the drafter's context reaches (absorbed or skipped by a restart)
 
   int64_t last_served_round = -1;
   AcceptanceByDepth acceptance;

@@ -26,6 +26,16 @@ struct Window {
   int first_drawn_row = 0;          // rows before this one are not drawn (prompt rows); draws[r] = -1 there
   bool want_logits = false;         // copy the drawn rows' fp32 logits out
   int64_t start_position = -1;      // when >= 0, the caller's idea of row 0's position (a target may check it)
+  bool want_taps = true;            // false: the caller needs no taps of these rows (a target may skip them)
+};
+
+// Taps a target left in its device memory (keep_taps_on_device): the last forward's rows [rows, row_values] bf16,
+// indexed like Verified::row_begin. Valid until the next forward(); only a drafter on the same device reads them.
+struct DeviceTaps {
+  const void* data = nullptr;  // device pointer, bf16
+  int device = -1;             // CUDA device ordinal
+  int64_t rows = 0;
+  int64_t row_values = 0;      // tap_layers * hidden
 };
 
 // What forward() returns; rows are concatenated in window order, window w owns rows [row_begin[w], row_begin[w+1]).
@@ -33,7 +43,12 @@ struct Verified {
   std::vector<int64_t> row_begin;  // [windows + 1]
   std::vector<int32_t> draws;      // [rows] token drawn after each row, -1 for undrawn rows
   std::vector<float> logits;       // [rows, vocab] fp32 when any window asked for them (other rows NaN)
-  std::vector<float> taps;         // [rows, tap_layers, hidden] fp32: output of each tap layer before the final norm
+  // [tap rows, tap_layers, hidden] fp32: output of each tap layer before the final norm. Window w's taps are rows
+  // [tap_row_begin[w], tap_row_begin[w+1]) (its rows in order, or none); a target may tap windows that did not want
+  // taps, never skip one that did. tap_row_begin empty: every row is tapped (tap rows = rows, as row_begin).
+  std::vector<float> taps;
+  std::vector<int64_t> tap_row_begin;  // [windows + 1] or empty
+  DeviceTaps device_taps;              // set instead of `taps` while the target keeps taps on its device
 };
 
 struct TargetFacts {
@@ -65,6 +80,9 @@ class Target {
   // CUDA targets: the tied embedding [vocab, hidden] bf16 in device memory, so a drafter on the same device shares
   // it; null on the CPU.
   virtual const void* device_embedding() const { return nullptr; }
+  // Asks the target to leave every row's taps on its device (Verified::device_taps, `taps` empty) instead of copying
+  // them to the host; returns whether it will. Off again with false.
+  virtual bool keep_taps_on_device(bool on) { return !on; }
 };
 
 }  // namespace ls

@@ -17,11 +17,12 @@ struct Case {
   int streams;
   bool sampled;
   bool drafter;
+  bool device_taps = false;  // taps stay in the target and reach the drafter in one batched absorb per forward
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   return std::to_string(info.param.streams) + "Streams" + (info.param.sampled ? "Sampled" : "Greedy") +
-         (info.param.drafter ? "Drafted" : "Plain");
+         (info.param.drafter ? "Drafted" : "Plain") + (info.param.device_taps ? "DeviceTaps" : "");
 }
 
 FakeTargetOptions target_options() {
@@ -57,12 +58,17 @@ class LanesExactness : public testing::TestWithParam<Case> {};
 
 TEST_P(LanesExactness, EveryReplyEqualsTheSameRequestRunAloneWithoutADrafter) {
   const Case& param = GetParam();
-  FakeTarget target(target_options());
-  FakeDrafter drafter(drafter_options());
+  FakeTargetOptions device_target_options = target_options();
+  device_target_options.device_taps = param.device_taps;
+  FakeTarget target(device_target_options);
+  FakeDrafterOptions device_drafter_options = drafter_options();
+  device_drafter_options.device_taps = param.device_taps;
+  FakeDrafter drafter(device_drafter_options);
   FixedClock clock;
   auto lanes = Lanes::create(target, param.drafter ? &drafter : nullptr, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   std::vector<Arrival> arrivals = staggered(param.streams, param.sampled);
+  const int64_t setup_tap_rows = target.tap_rows();
   auto replies = run_arrivals(**lanes, arrivals);
   ASSERT_TRUE(replies.ok()) << replies.status().to_string();
   std::vector<Reply> alone = run_each_alone_plain(target_options(), arrivals);
@@ -77,6 +83,13 @@ TEST_P(LanesExactness, EveryReplyEqualsTheSameRequestRunAloneWithoutADrafter) {
     EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
     EXPECT_GT((*lanes)->stats().drafts_accepted, (*lanes)->stats().drafts_verified / 5);
     if (param.streams >= 4) EXPECT_GE(drafter.widest_pass(), 2);
+    EXPECT_EQ((*lanes)->device_taps(), param.device_taps);
+    // On the device no tap row is copied out, and each forward's rows reach the drafter in one call.
+    if (param.device_taps) {
+      EXPECT_EQ(target.tap_rows(), setup_tap_rows);
+      EXPECT_GT(drafter.device_absorbs(), 0);
+      EXPECT_EQ(drafter.device_absorbs(), (*lanes)->stats().absorb_calls);
+    }
   }
 }
 
@@ -84,7 +97,8 @@ INSTANTIATE_TEST_SUITE_P(FakePair, LanesExactness,
                          testing::Values(Case{1, false, false}, Case{1, false, true}, Case{1, true, true},
                                          Case{4, false, true}, Case{4, true, true}, Case{8, false, true},
                                          Case{8, true, false}, Case{8, true, true}, Case{16, false, true},
-                                         Case{16, true, true}),
+                                         Case{16, true, true}, Case{1, false, true, true},
+                                         Case{4, true, true, true}, Case{16, false, true, true}),
                          case_name);
 
 TEST(LanesExactness, DraftFalseStreamsNeverReachTheDrafter) {

@@ -78,6 +78,27 @@ TEST(CostTables, VerifyCostsInterpolateAndStayMonotoneUnderObservations) {
   EXPECT_DOUBLE_EQ(costs.ms(3), 7.0);
 }
 
+TEST(CostTables, ASlowMeasurementMakesWiderRowsDearOnlyUntilItsOwnRowIsMeasuredFastAgain) {
+  // A CUDA target's first forward of a new shape is slow (eager launches, graph capture). Wider rows that priced
+  // dear because of it are not bought again to be re-measured, so they must follow their narrower row back down.
+  VerifyCosts verify;
+  std::vector<TimedPoint> flat = {{1, 0, 10.0}, {8, 0, 10.0}};
+  verify.init(8, flat);
+  verify.observe(4, 30.0, 1.0);
+  EXPECT_DOUBLE_EQ(verify.ms(8), 30.0);
+  verify.observe(4, 10.0, 1.0);
+  for (int rows = 1; rows <= 8; ++rows) EXPECT_DOUBLE_EQ(verify.ms(rows), 10.0) << rows;
+  DraftCosts draft;
+  std::vector<TimedPoint> timed = {{1, 1, 2.0}, {1, 8, 2.0}, {4, 1, 2.0}, {4, 8, 2.0}};
+  draft.init(4, 8, timed);
+  draft.observe(1, 3, 9.0, 1.0);
+  EXPECT_DOUBLE_EQ(draft.ms(1, 8), 9.0);
+  EXPECT_DOUBLE_EQ(draft.ms(4, 3), 9.0);
+  draft.observe(1, 3, 2.0, 1.0);
+  EXPECT_DOUBLE_EQ(draft.ms(1, 8), 2.0);
+  EXPECT_DOUBLE_EQ(draft.ms(4, 9), 2.0);
+}
+
 TEST(CostTables, DraftCostsInterpolateBilinearlyAndStayMonotone) {
   DraftCosts costs;
   std::vector<TimedPoint> timed;

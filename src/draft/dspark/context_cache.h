@@ -1,6 +1,7 @@
 // Per-stream context cache of the DSpark drafter: each draft layer's K/V rows of the positions absorbed so far.
 //
-// Rows [0, length) hold context K/V. A block pass writes its own K/V temporarily at rows [length, length + block)
+// Rows [0, length - skipped) hold context K/V (each key rotated at its own position, so rows after a restart's skip
+// sit right after the rows before it). A block pass writes its own K/V temporarily at the rows after them
 // (so attention reads context and block as one contiguous key range); those rows are never part of the context.
 #pragma once
 
@@ -15,7 +16,9 @@
 namespace ls::dspark {
 
 struct StreamContext {
-  int64_t length = 0;                      // positions 0 .. length-1 are held
+  int64_t length = 0;                      // positions 0 .. length-1 are covered (held or skipped)
+  int64_t skipped = 0;                     // positions restarts skipped: position p >= resumed_at sits at row p - skipped
+  int64_t resumed_at = 0;                  // the last restart's position: absorbs may not rewrite rows before it
   int64_t capacity = 0;                    // rows allocated per layer
   std::vector<std::vector<float>> keys;    // [layers][capacity, kv_size] fp32 (bf16-exact in Bf16 mode)
   std::vector<std::vector<float>> values;  // [layers][capacity, kv_size]

@@ -35,6 +35,7 @@ DsparkDrafter::DsparkDrafter(DsparkConfig config, DsparkWeights weights, const T
   facts_.tap_layers = config_.target_layer_ids;
   facts_.stream_bytes_per_position = cache_.bytes_per_position();
   facts_.has_confidence = config_.has_confidence;
+  facts_.restarts = true;
 }
 
 Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config, DsparkWeights weights,
@@ -88,16 +89,32 @@ Status DsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::span
                                                   std::to_string(taps.size()));
   }
   StreamContext& context = cache_.open(stream);
-  if (start > context.length) {
+  if (start > context.length || start < context.resumed_at) {
     return Status(ErrorCode::InvalidArgument, "absorb of stream " + std::to_string(stream) + " at position " +
-                                                  std::to_string(start) + " would leave a gap: the drafter holds " +
-                                                  std::to_string(context.length) + " positions");
+                                                  std::to_string(start) + " would leave a gap or rewrite rows before a" +
+                                                  " restart: the drafter holds " + std::to_string(context.length) +
+                                                  " positions (restarted at " + std::to_string(context.resumed_at) +
+                                                  ")");
   }
   // Room for the rows plus one block of scratch K/V after them.
-  LS_RETURN_IF_ERROR(cache_.reserve(context, start + rows + config_.block_size));
+  LS_RETURN_IF_ERROR(cache_.reserve(context, start - context.skipped + rows + config_.block_size));
   const ForwardContext forward{config_, weights_, ops_, rope_};
   project_context(forward, taps.data(), rows, start, context);
   context.length = start + rows;
+  return ok_status();
+}
+
+Status DsparkDrafter::restart(StreamId stream, int64_t position) {
+  StreamContext& context = cache_.open(stream);
+  if (position < context.length) {
+    return Status(ErrorCode::InvalidArgument, "restart of stream " + std::to_string(stream) + " at position " +
+                                                  std::to_string(position) + " before the " +
+                                                  std::to_string(context.length) + " positions it covers");
+  }
+  if (position == context.length) return ok_status();
+  context.skipped += position - context.length;
+  context.length = position;
+  context.resumed_at = position;
   return ok_status();
 }
 
@@ -112,7 +129,7 @@ std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) 
     const int64_t held = context ? context->length : 0;
     Status& status = results[index].status;
     status = check_draft_request(request, config_.block_size, config_.vocab_size, context != nullptr, held);
-    if (status.ok()) status = cache_.reserve(*context, held + config_.block_size);
+    if (status.ok()) status = cache_.reserve(*context, held - context->skipped + config_.block_size);
     if (!status.ok()) continue;
     chosen.push_back(index);
     contexts.push_back(context);

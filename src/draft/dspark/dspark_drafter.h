@@ -30,6 +30,8 @@ class DsparkDrafter final : public Drafter {
   Status absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) override;
   std::vector<Draft> draft(std::span<const DraftRequest> requests) override;
   void release(StreamId stream) override { cache_.release(stream); }
+  // Skips to `position`: later rows go right after the rows held (keys rotated at their own positions).
+  Status restart(StreamId stream, int64_t position) override;
 
   const DsparkConfig& config() const { return config_; }
   const DsparkWeights& weights() const { return weights_; }

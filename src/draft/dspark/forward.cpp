@@ -76,8 +76,8 @@ void project_context(const ForwardContext& f, const float* taps, int64_t rows, i
     compute::rms_norm(f.ops, fused.data(), count, d, f.weights.hidden_norm.data(), c.norm_eps, normed.data());
     for (int64_t row = 0; row < count; ++row) positions[row] = start + first + row;
     for (int index = 0; index < c.num_layers; ++index) {
-      float* keys = context.keys[index].data() + (start + first) * kv;
-      float* values = context.values[index].data() + (start + first) * kv;
+      float* keys = context.keys[index].data() + (start - context.skipped + first) * kv;
+      float* values = context.values[index].data() + (start - context.skipped + first) * kv;
       project_keys_values(f, f.weights.layers[index], normed.data(), count, positions.data(), keys, values);
     }
   }
@@ -117,7 +117,7 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
     project_keys_values(f, layer, s.normed.data(), rows, positions.data(), s.keys.data(), s.values.data());
     for (int64_t i = 0; i < requests; ++i) {
       StreamContext& context = *contexts[i];
-      const int64_t p = context.length;
+      const int64_t p = context.length - context.skipped;  // rows held (positions come from `positions`)
       // The block's K/V go right after the context (scratch rows, never kept), so each query row attends over
       // keys 0 .. p+gamma-1: all context before the anchor and the whole block, with no causal mask.
       std::copy_n(s.keys.data() + i * gamma * kv, gamma * kv, context.keys[index].data() + p * kv);

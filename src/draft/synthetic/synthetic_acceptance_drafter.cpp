@@ -77,4 +77,12 @@ std::vector<Draft> SyntheticAcceptanceDrafter::draft(std::span<const DraftReques
 
 void SyntheticAcceptanceDrafter::release(StreamId stream) { inner_.release(stream); }
 
+Status SyntheticAcceptanceDrafter::absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) {
+  return inner_.absorb_device(rows, taps);
+}
+
+Status SyntheticAcceptanceDrafter::restart(StreamId stream, int64_t position) {
+  return inner_.restart(stream, position);
+}
+
 }  // namespace ls

@@ -36,6 +36,8 @@ class SyntheticAcceptanceDrafter final : public Drafter {
   // One inner pass for all requests; then each answered request's tokens and chances are replaced.
   std::vector<Draft> draft(std::span<const DraftRequest> requests) override;
   void release(StreamId stream) override;
+  Status restart(StreamId stream, int64_t position) override;
+  Status absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) override;
 
   // Requests whose anchor token differed from the record (the record is not this run's: nothing was replaced).
   int64_t record_mismatches() const { return record_mismatches_; }

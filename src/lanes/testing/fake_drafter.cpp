@@ -16,6 +16,26 @@ FakeDrafter::FakeDrafter(FakeDrafterOptions options) : options_(std::move(option
   facts_.tap_layers = options_.tap_layers;
   facts_.stream_bytes_per_position = 12;
   facts_.has_confidence = options_.confidences;
+  facts_.restarts = options_.restarts;
+  facts_.tap_device = options_.device_taps ? kFakeTapDevice : -1;
+}
+
+Status FakeDrafter::restart(StreamId stream, int64_t position) {
+  if (!options_.restarts) return Drafter::restart(stream, position);
+  if (options_.shape.hidden_size < 6) {
+    return Status(ErrorCode::InvalidArgument, "a fake drafter restarts only with taps of at least 6 columns");
+  }
+  History& history = histories_[stream];
+  release_counts_.try_emplace(stream, 0);
+  const int64_t held = static_cast<int64_t>(history.tokens.size());
+  if (position < held) {
+    return Status(ErrorCode::InvalidArgument, "restart at " + std::to_string(position) + " before the " +
+                                                  std::to_string(held) + " positions held");
+  }
+  ++restarts_;
+  history.tokens.resize(position, -1);
+  history.hashes.resize(position, kPoisonedRow);  // unknown: skipped
+  return ok_status();
 }
 
 Status FakeDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
@@ -26,6 +46,38 @@ Status FakeDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<c
     ++faults_planted_;
     return Status(ErrorCode::Internal, "planted absorb fault for stream " + std::to_string(stream));
   }
+  LS_RETURN_IF_ERROR(absorb_rows(stream, start, rows, taps));
+  if (options_.clock != nullptr) options_.clock->advance_ms(options_.absorb_call_ms + options_.absorb_row_ms * rows);
+  return ok_status();
+}
+
+Status FakeDrafter::absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) {
+  if (!options_.device_taps || taps.device != kFakeTapDevice || taps.data == nullptr) {
+    return Status(ErrorCode::InvalidArgument, "device taps on device " + std::to_string(taps.device) +
+                                                  ", this fake drafter reads " +
+                                                  (options_.device_taps ? std::to_string(kFakeTapDevice) : "none"));
+  }
+  ++device_absorbs_;
+  const auto* values = static_cast<const float*>(taps.data);
+  int total = 0;
+  for (const TapRows& piece : rows) {
+    if (piece.first_row < 0 || piece.first_row + piece.rows > taps.rows) {
+      return Status(ErrorCode::InvalidArgument, "tap rows " + std::to_string(piece.first_row) + " + " +
+                                                    std::to_string(piece.rows) + " outside the " +
+                                                    std::to_string(taps.rows) + " rows on the device");
+    }
+    release_counts_.try_emplace(piece.stream, 0);
+    const size_t row_values = static_cast<size_t>(taps.row_values);
+    LS_RETURN_IF_ERROR(absorb_rows(piece.stream, piece.start, piece.rows,
+                                   std::span<const float>(values + piece.first_row * row_values,
+                                                          static_cast<size_t>(piece.rows) * row_values)));
+    total += piece.rows;
+  }
+  if (options_.clock != nullptr) options_.clock->advance_ms(options_.absorb_call_ms + options_.absorb_row_ms * total);
+  return ok_status();
+}
+
+Status FakeDrafter::absorb_rows(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
   const int hidden = options_.shape.hidden_size;
   const size_t row_floats = options_.tap_layers.size() * hidden;
   if (taps.size() != static_cast<size_t>(rows) * row_floats) {
@@ -41,6 +93,9 @@ Status FakeDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<c
   history.hashes.resize(start);
   for (int row = 0; row < rows; ++row) {
     const float* tap = &taps[row * row_floats];
+    if (std::isnan(tap[0]) || std::isnan(tap[1]) || std::isnan(tap[2])) {
+      return Status(ErrorCode::Internal, "absorbed row " + std::to_string(start + row) + " was never written");
+    }
     const int32_t token = static_cast<int32_t>(tap[0]);
     const int64_t position = start + row;
     if (static_cast<int64_t>(tap[1]) != position) {
@@ -48,14 +103,18 @@ Status FakeDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<c
                                              std::to_string(position));
     }
     const uint64_t previous = position == 0 ? options_.shape.salt : history.hashes.back();
-    const uint64_t hash = fake_history_hash(options_.shape, previous, token);
+    uint64_t hash = fake_history_hash(options_.shape, previous, token);
+    if (previous == kPoisonedRow && position > 0) {
+      // The first row after a restart: the hash comes from the taps (the rest of it rides in columns 4 and 5).
+      hash = static_cast<uint64_t>(tap[2]) | static_cast<uint64_t>(tap[4]) << 24 | static_cast<uint64_t>(tap[5]) << 48;
+    }
     if (static_cast<float>(hash & 0xffffff) != tap[2]) {
       return Status(ErrorCode::Internal, "absorbed row at " + std::to_string(position) + " disagrees with the history");
     }
     history.tokens.push_back(token);
     history.hashes.push_back(hash);
   }
-  if (options_.clock != nullptr) options_.clock->advance_ms(options_.absorb_call_ms + options_.absorb_row_ms * rows);
+  absorbed_rows_ += rows;
   return ok_status();
 }
 
@@ -73,6 +132,15 @@ Draft FakeDrafter::draft_one(const DraftRequest& request, bool faulty) {
     return draft;
   }
   uint64_t hash = held == 0 ? options_.shape.salt : found->second.hashes.back();
+  if (hash == kPoisonedRow) {
+    // Restarted with no row absorbed since: no history to draft from, so blind (wrong) guesses.
+    for (int depth_index = 0; depth_index < request.depth; ++depth_index) {
+      draft.tokens.push_back((request.anchor_token + 1 + depth_index) % options_.shape.vocab_size);
+      draft.chances.push_back(options_.confidences ? 0.01f : std::numeric_limits<float>::quiet_NaN());
+    }
+    drafts_proposed_ += request.depth;
+    return draft;
+  }
   int32_t token = request.anchor_token;
   int64_t position = request.anchor_position;
   std::vector<float> logits(options_.shape.vocab_size);

@@ -34,6 +34,8 @@ struct FakeDrafterOptions {
   double draft_row_ms = 0.2;
   double absorb_call_ms = 0.0;        // with a clock, each absorb advances it by call + row * rows
   double absorb_row_ms = 0.0;
+  bool restarts = true;               // restart() allowed (facts().restarts); needs shape.hidden_size >= 6
+  bool device_taps = false;           // absorb_device() reads a fake target's kept taps (kFakeTapDevice)
   FakeDraftFault fault = FakeDraftFault::None;
   int fault_every = 0;                // the fault hits every n-th draft request (or absorb call); 0 = never
 };
@@ -46,8 +48,16 @@ class FakeDrafter final : public Drafter {
   Status absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) override;
   std::vector<Draft> draft(std::span<const DraftRequest> requests) override;
   void release(StreamId stream) override;
+  // Skips to `position`: the first row absorbed there restores the history hash from its taps; a draft anchored
+  // right after a skip (no row absorbed since) knows no history and proposes blind, wrong tokens.
+  Status restart(StreamId stream, int64_t position) override;
+  // One call for every stream's rows (each as absorb() would take them); clocked as one call.
+  Status absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) override;
 
   int64_t absorbs() const { return absorbs_; }
+  int64_t absorbed_rows() const { return absorbed_rows_; }
+  int64_t device_absorbs() const { return device_absorbs_; }
+  int64_t restarts() const { return restarts_; }
   int64_t passes() const { return passes_; }
   int64_t requests() const { return requests_; }
   int64_t widest_pass() const { return widest_pass_; }
@@ -65,6 +75,8 @@ class FakeDrafter final : public Drafter {
     std::vector<uint64_t> hashes;  // [positions] history hash after each position
   };
   Draft draft_one(const DraftRequest& request, bool faulty);
+  // The rows of one absorb: checked against the history they extend, appended.
+  Status absorb_rows(StreamId stream, int64_t start, int rows, std::span<const float> taps);
 
   FakeDrafterOptions options_;
   DraftFacts facts_;
@@ -72,6 +84,9 @@ class FakeDrafter final : public Drafter {
   std::map<StreamId, int> release_counts_;
   std::map<int, int64_t> passes_by_depth_;
   int64_t absorbs_ = 0;
+  int64_t absorbed_rows_ = 0;
+  int64_t device_absorbs_ = 0;
+  int64_t restarts_ = 0;
   int64_t passes_ = 0;
   int64_t requests_ = 0;
   int64_t widest_pass_ = 0;

@@ -84,7 +84,22 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
   const size_t row_taps = tap_layers_.size() * hidden;
   const bool any_logits = std::any_of(windows.begin(), windows.end(), [](const Window& w) { return w.want_logits; });
   verified.draws.assign(total_rows, -1);
-  verified.taps.assign(total_rows * row_taps, 0.0f);
+  // Only windows that want taps get them (compacted in window order), so the lanes' tap traffic is countable;
+  // kept on the "device", every row has taps (poisoned first) and none is copied out.
+  verified.tap_row_begin.assign(1, 0);
+  for (const Window& window : windows) {
+    verified.tap_row_begin.push_back(verified.tap_row_begin.back() + ((window.want_taps || keep_on_device_)
+                                                                          ? static_cast<int64_t>(window.tokens.size())
+                                                                          : 0));
+  }
+  std::vector<float>& tap_values = keep_on_device_ ? device_taps_ : verified.taps;
+  tap_values.assign(verified.tap_row_begin.back() * row_taps,
+                    keep_on_device_ ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+  if (keep_on_device_) {
+    verified.device_taps = DeviceTaps{device_taps_.data(), kFakeTapDevice, total_rows, static_cast<int64_t>(row_taps)};
+  } else {
+    tap_rows_ += verified.tap_row_begin.back();
+  }
   if (any_logits) verified.logits.assign(total_rows * vocab, std::numeric_limits<float>::quiet_NaN());
   std::vector<float> logits(vocab);
   for (size_t index = 0; index < windows.size(); ++index) {
@@ -104,12 +119,17 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
       state.tokens[position] = token;
       state.hashes[position] = hash;
       const int64_t out_row = verified.row_begin[index] + row;
-      for (size_t tap = 0; tap < tap_layers_.size(); ++tap) {
-        float* out = &verified.taps[out_row * row_taps + tap * hidden];
+      for (size_t tap = 0; (window.want_taps || keep_on_device_) && tap < tap_layers_.size(); ++tap) {
+        float* out = &tap_values[(verified.tap_row_begin[index] + row) * row_taps + tap * hidden];
         out[0] = static_cast<float>(token);
         out[1] = static_cast<float>(position);
         out[2] = static_cast<float>(hash & 0xffffff);
         out[3] = static_cast<float>(tap_layers_[tap]);
+        // The rest of the hash, 24 bits a float, where the shape has room (a restarted fake drafter resumes from it).
+        if (hidden >= 6) {
+          out[4] = static_cast<float>((hash >> 24) & 0xffffff);
+          out[5] = static_cast<float>(hash >> 48);
+        }
       }
       if (row < window.first_drawn_row) continue;
       fake_logits(options_.shape, hash, logits);
@@ -122,9 +142,16 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
   }
   rows_ += total_rows;
   if (options_.clock != nullptr) {
-    options_.clock->advance_ms(options_.verify_fixed_ms + options_.verify_row_ms * static_cast<double>(total_rows));
+    const bool new_shape = ++shape_sightings_[total_rows] <= 2;
+    options_.clock->advance_ms(options_.verify_fixed_ms + options_.verify_row_ms * static_cast<double>(total_rows) +
+                               (new_shape ? options_.new_shape_ms : 0.0));
   }
   return verified;
+}
+
+bool FakeTarget::keep_taps_on_device(bool on) {
+  keep_on_device_ = on && options_.device_taps;
+  return keep_on_device_ == on;
 }
 
 Status FakeTarget::commit(StreamId stream, int kept) {

@@ -13,10 +13,13 @@
 namespace ls {
 
 inline constexpr uint64_t kPoisonedRow = 0xdead;
+// The "device" a fake target's kept taps live on (host fp32 memory standing in for a CUDA device's bf16).
+inline constexpr int kFakeTapDevice = 1000;
 
 struct FakeModelShape {
   int vocab_size = 64;
-  int hidden_size = 4;   // taps carry [token, position, history hash low 24 bits, layer] in the first four
+  int hidden_size = 6;   // taps carry [token, position, history hash low 24 bits, layer] in the first four and,
+                         // from 6 on, the hash's bits 24-47 and 48-63 (a restarted fake drafter needs them)
   int num_layers = 4;
   uint64_t salt = 0x5eed;
   float peak = 5.0f;     // logit bonus of the history's favourite token: sampling is meaningful but not uniform
@@ -36,6 +39,10 @@ struct FakeTargetOptions {
   double verify_fixed_ms = 10.0;
   double verify_row_ms = 0.5;
   int fail_forward_at = -1;     // planted fault: the n-th forward (0-based) fails with Internal
+  bool device_taps = false;     // keep_taps_on_device(true) is granted: taps stay in the target (kFakeTapDevice)
+  // With a clock: the first two forwards of each total row count cost this much more (a CUDA target runs a new
+  // shape eagerly, then captures its graph; later forwards of the shape replay it).
+  double new_shape_ms = 0.0;
 };
 
 class FakeTarget final : public Target {
@@ -50,9 +57,12 @@ class FakeTarget final : public Target {
   void release(StreamId stream) override;
   Status embed(std::span<const int32_t> tokens, std::span<float> out) const override;
   Status head(std::span<const float> hidden, int rows, std::span<float> out) const override;
+  bool keep_taps_on_device(bool on) override;
 
   int64_t forwards() const { return forwards_; }
   int64_t rows() const { return rows_; }
+  // Rows whose taps were returned (windows with want_taps).
+  int64_t tap_rows() const { return tap_rows_; }
   // Times release() was called for a stream that ever ran a forward (0 = never).
   int releases(StreamId stream) const;
   // Streams holding state now.
@@ -76,8 +86,12 @@ class FakeTarget final : public Target {
   std::map<StreamId, StreamState> streams_;
   std::map<StreamId, int> release_counts_;
   std::map<int, int64_t> windows_by_drawn_rows_;
+  bool keep_on_device_ = false;
+  std::map<int64_t, int> shape_sightings_;  // forwards seen per total row count
+  std::vector<float> device_taps_;  // [rows, taps, hidden] of the last forward while taps stay "on the device" 
   int64_t forwards_ = 0;
   int64_t rows_ = 0;
+  int64_t tap_rows_ = 0;
 };
 
 }  // namespace ls

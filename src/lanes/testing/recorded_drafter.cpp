@@ -12,9 +12,20 @@ RecordedDrafter::RecordedDrafter(RecordedDrafterOptions options) : options_(std:
   facts_.max_depth = options_.max_depth;
   facts_.tap_layers = options_.tap_layers;
   facts_.has_confidence = false;
+  facts_.restarts = true;
 }
 
 void RecordedDrafter::expect(StreamId stream, std::vector<int32_t> sequence) { sequences_[stream] = std::move(sequence); }
+
+Status RecordedDrafter::restart(StreamId stream, int64_t position) {
+  int64_t& held = held_rows_[stream];
+  if (position < held) {
+    return Status(ErrorCode::InvalidArgument, "restart at " + std::to_string(position) + " before the " +
+                                                  std::to_string(held) + " rows held");
+  }
+  held = position;
+  return ok_status();
+}
 
 Status RecordedDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
   ++absorbs_;

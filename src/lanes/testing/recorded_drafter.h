@@ -30,6 +30,8 @@ class RecordedDrafter final : public Drafter {
   Status absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) override;
   std::vector<Draft> draft(std::span<const DraftRequest> requests) override;
   void release(StreamId stream) override;
+  // Its proposals come from the record, not the context: skipping positions costs it nothing.
+  Status restart(StreamId stream, int64_t position) override;
 
   int64_t passes() const { return passes_; }
   int64_t absorbs() const { return absorbs_; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "draft/dspark/cuda/cuda_drafter.h"
 
@@ -24,16 +25,137 @@ Status CudaDsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::
   std::unique_ptr<DeviceStreamContext>& slot = streams_[stream];
   if (!slot) slot = std::make_unique<DeviceStreamContext>();
   DeviceStreamContext& context = *slot;
-  if (start > context.length) {
+  if (start > context.length || start < context.resumed_at) {
     return Status(ErrorCode::InvalidArgument, "absorb of stream " + std::to_string(stream) + " at position " +
-                                                  std::to_string(start) + " would leave a gap: the drafter holds " +
-                                                  std::to_string(context.length) + " positions");
+                                                  std::to_string(start) + " would leave a gap or rewrite rows before a" +
+                                                  " restart: the drafter holds " + std::to_string(context.length) +
+                                                  " positions (restarted at " + std::to_string(context.resumed_at) +
+                                                  ")");
   }
   // Room for the rows plus one block of scratch K/V after them.
-  LS_RETURN_IF_ERROR(reserve_context(context, start + rows + config_.block_size));
+  LS_RETURN_IF_ERROR(reserve_context(context, start - context.skipped + rows + config_.block_size));
   LS_RETURN_IF_ERROR(project_context(taps.data(), rows, start, context));
   LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
   context.length = start + rows;
+  return ok_status();
+}
+
+Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) {
+  const DsparkConfig& c = config_;
+  const cudaStream_t stream = stream_.get();
+  const int64_t d = c.hidden_size, in = static_cast<int64_t>(c.tap_count()) * d, kv = c.kv_size();
+  if (taps.data == nullptr || taps.device != facts_.tap_device || taps.row_values != in) {
+    return Status(ErrorCode::InvalidArgument, "device taps on device " + std::to_string(taps.device) + " with " +
+                                                  std::to_string(taps.row_values) + " values a row; this drafter " +
+                                                  "reads device " + std::to_string(facts_.tap_device) + " with " +
+                                                  std::to_string(in));
+  }
+  // Every check and every context's room first, so a refusal absorbs nothing.
+  std::vector<DeviceStreamContext*> contexts;
+  for (const TapRows& piece : rows) {
+    if (piece.rows < 0 || piece.first_row < 0 || piece.first_row + piece.rows > taps.rows) {
+      return Status(ErrorCode::InvalidArgument, "tap rows " + std::to_string(piece.first_row) + " + " +
+                                                    std::to_string(piece.rows) + " outside the " +
+                                                    std::to_string(taps.rows) + " rows on the device");
+    }
+    std::unique_ptr<DeviceStreamContext>& slot = streams_[piece.stream];
+    if (!slot) slot = std::make_unique<DeviceStreamContext>();
+    DeviceStreamContext& context = *slot;
+    if (piece.start > context.length || piece.start < context.resumed_at) {
+      return Status(ErrorCode::InvalidArgument, "absorb of stream " + std::to_string(piece.stream) +
+                                                    " at position " + std::to_string(piece.start) + " outside the " +
+                                                    std::to_string(context.length) + " positions it covers");
+    }
+    LS_RETURN_IF_ERROR(reserve_context(context, piece.start - context.skipped + piece.rows + c.block_size));
+    contexts.push_back(&context);
+  }
+  if (absorb_.keys.size() == 0) {
+    LS_RETURN_IF_ERROR(absorb_.keys.allocate(kAbsorbChunkRows * kv, "absorb keys"));
+    LS_RETURN_IF_ERROR(absorb_.values.allocate(kAbsorbChunkRows * kv, "absorb values"));
+    LS_RETURN_IF_ERROR(absorb_.positions.allocate(kAbsorbChunkRows, "absorb positions"));
+  }
+  const auto* source = static_cast<const bf16_t*>(taps.data);
+  // Chunks of up to kAbsorbChunkRows rows across the pieces; a part is one piece's rows inside one chunk.
+  struct Part {
+    size_t piece;
+    int64_t offset, count, chunk_row;
+  };
+  size_t piece = 0;
+  int64_t offset = 0;
+  std::vector<int32_t> positions;
+  while (piece < rows.size()) {
+    std::vector<Part> parts;
+    positions.clear();
+    int64_t filled = 0;
+    while (piece < rows.size() && filled < kAbsorbChunkRows) {
+      const int64_t count = std::min<int64_t>(rows[piece].rows - offset, kAbsorbChunkRows - filled);
+      if (count > 0) {
+        parts.push_back({piece, offset, count, filled});
+        // The target's taps are bf16 already: the features are the same bits the host path rounds to.
+        LS_CUDA_TRY(cudaMemcpyAsync(absorb_.features.data() + filled * in,
+                                    source + (rows[piece].first_row + offset) * in, count * in * sizeof(bf16_t),
+                                    cudaMemcpyDeviceToDevice, stream));
+        for (int64_t row = 0; row < count; ++row) {
+          positions.push_back(static_cast<int32_t>(rows[piece].start + offset + row));
+        }
+        filled += count;
+        offset += count;
+      }
+      if (offset >= rows[piece].rows) {
+        ++piece;
+        offset = 0;
+      }
+    }
+    if (filled == 0) break;
+    LS_CUDA_TRY(cudaMemcpyAsync(absorb_.positions.data(), positions.data(), filled * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream));
+    // C = hidden_norm(fc(F)) for every row of the chunk at once.
+    LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), filled, weights_.fc.values.data(), d, in, absorb_.fused.data(),
+                            false, d));
+    LS_RETURN_IF_ERROR(rms_norm(absorb_.fused.data(), filled, d, weights_.hidden_norm.data(), c.norm_eps,
+                                absorb_.normed.data(), stream));
+    for (int index = 0; index < c.num_layers; ++index) {
+      const DeviceLayerWeights& layer = weights_.layers[index];
+      bf16_t* keys = absorb_.keys.data();
+      bf16_t* values = absorb_.values.data();
+      LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, layer.k_proj.values.data(), kv, d, keys, false, kv));
+      LS_RETURN_IF_ERROR(rms_norm(keys, filled * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.norm_eps, keys,
+                                  stream));
+      LS_RETURN_IF_ERROR(rope_rotate(keys, filled, c.num_kv_heads, c.head_dim, absorb_.positions.data(), 0,
+                                     weights_.inv_freq.data(), neox(c), stream));
+      LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, layer.v_proj.values.data(), kv, d, values, false, kv));
+      for (const Part& part : parts) {
+        const TapRows& owner = rows[part.piece];
+        DeviceStreamContext& context = *contexts[part.piece];
+        const int64_t to = (index * context.capacity + owner.start - context.skipped + part.offset) * kv;
+        const size_t bytes = static_cast<size_t>(part.count * kv) * sizeof(bf16_t);
+        LS_CUDA_TRY(cudaMemcpyAsync(context.keys.data() + to, keys + part.chunk_row * kv, bytes,
+                                    cudaMemcpyDeviceToDevice, stream));
+        LS_CUDA_TRY(cudaMemcpyAsync(context.values.data() + to, values + part.chunk_row * kv, bytes,
+                                    cudaMemcpyDeviceToDevice, stream));
+      }
+    }
+  }
+  LS_CUDA_TRY(cudaStreamSynchronize(stream));
+  for (size_t index = 0; index < rows.size(); ++index) {
+    contexts[index]->length = rows[index].start + rows[index].rows;
+  }
+  return ok_status();
+}
+
+Status CudaDsparkDrafter::restart(StreamId stream, int64_t position) {
+  std::unique_ptr<DeviceStreamContext>& slot = streams_[stream];
+  if (!slot) slot = std::make_unique<DeviceStreamContext>();
+  DeviceStreamContext& context = *slot;
+  if (position < context.length) {
+    return Status(ErrorCode::InvalidArgument, "restart of stream " + std::to_string(stream) + " at position " +
+                                                  std::to_string(position) + " before the " +
+                                                  std::to_string(context.length) + " positions it covers");
+  }
+  if (position == context.length) return ok_status();
+  context.skipped += position - context.length;
+  context.length = position;
+  context.resumed_at = position;
   return ok_status();
 }
 
@@ -56,7 +178,7 @@ Status CudaDsparkDrafter::project_context(const float* taps, int64_t rows, int64
     for (int index = 0; index < c.num_layers; ++index) {
       const DeviceLayerWeights& layer = weights_.layers[index];
       // K = RoPE(k_norm(k_proj C)) and V = v_proj C, written straight into the cache rows start+first ...
-      const int64_t offset = (index * context.capacity + start + first) * kv;
+      const int64_t offset = (index * context.capacity + start - context.skipped + first) * kv;
       bf16_t* keys = context.keys.data() + offset;
       bf16_t* values = context.values.data() + offset;
       LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), count, layer.k_proj.values.data(), kv, d, keys, false, kv));

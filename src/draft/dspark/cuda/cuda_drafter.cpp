@@ -68,6 +68,9 @@ CudaDsparkDrafter::CudaDsparkDrafter(const DsparkConfig& config, const bf16_t* e
   facts_.tap_layers = config_.target_layer_ids;
   facts_.stream_bytes_per_position = static_cast<int64_t>(config_.num_layers) * 2 * config_.kv_size() * 2;
   facts_.has_confidence = config_.has_confidence;
+  facts_.restarts = true;
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) facts_.tap_device = device;
 }
 
 CudaDsparkDrafter::~CudaDsparkDrafter() {
@@ -222,12 +225,12 @@ Status CudaDsparkDrafter::reserve_context(DeviceStreamContext& context, int64_t 
   TrackedBuffer<bf16_t> keys, values;
   LS_RETURN_IF_ERROR(keys.allocate(static_cast<size_t>(layers * capacity * kv), "context keys"));
   LS_RETURN_IF_ERROR(values.allocate(static_cast<size_t>(layers * capacity * kv), "context values"));
-  if (context.length > 0) {
+  if (context.rows() > 0) {
     // Each layer's held rows move to the start of that layer's new, longer span.
     const size_t width = static_cast<size_t>(kv) * sizeof(bf16_t);
     for (auto [from, to] : {std::pair{&context.keys, &keys}, std::pair{&context.values, &values}}) {
       LS_CUDA_TRY(cudaMemcpy2DAsync(to->data(), capacity * width, from->data(), context.capacity * width,
-                                    context.length * width, layers, cudaMemcpyDeviceToDevice, stream_.get()));
+                                    context.rows() * width, layers, cudaMemcpyDeviceToDevice, stream_.get()));
     }
     LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
   }
@@ -251,10 +254,11 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
     const int64_t held = context ? context->length : 0;
     Status& status = results[index].status;
     status = check_draft_request(request, gamma, config_.vocab_size, context != nullptr, held);
-    if (status.ok()) status = reserve_context(*context, held + gamma);
+    if (status.ok()) status = reserve_context(*context, context->rows() + gamma);
     if (!status.ok()) continue;
     chosen.push_back(index);
-    blocks.push_back(DeviceBlockRequest{context->keys.data(), context->values.data(), held, context->capacity});
+    blocks.push_back(
+        DeviceBlockRequest{context->keys.data(), context->values.data(), context->rows(), context->capacity});
     DeviceScanRequest scan;
     scan.anchor = request.anchor_token;
     scan.depth = request.depth;
@@ -287,7 +291,9 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   records_.assign(count, DeviceScanRecord{});
   for (int i = 0; i < count; ++i) {
     tokens[i * gamma] = scans[i].anchor;
-    for (int slot = 0; slot < gamma; ++slot) positions[i * gamma + slot] = static_cast<int32_t>(blocks[i].length + slot);
+    // Rows held may be fewer than the positions covered (a restart): the block sits at the anchor's positions.
+    for (int slot = 0; slot < gamma; ++slot)
+      positions[i * gamma + slot] = static_cast<int32_t>(scans[i].anchor_position + slot);
     records_[i].previous = scans[i].anchor;
   }
   Status status = reserve_scratch(count, nullptr);

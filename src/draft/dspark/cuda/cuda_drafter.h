@@ -52,7 +52,10 @@ struct DeviceDraftWeights {
 
 // One stream's context: K/V [layers, capacity, kv_size] bf16; rows [length, length + block) are block scratch.
 struct DeviceStreamContext {
-  int64_t length = 0;
+  int64_t length = 0;       // positions covered (held or skipped by a restart)
+  int64_t skipped = 0;      // positions restarts skipped: position p >= resumed_at sits at row p - skipped
+  int64_t resumed_at = 0;   // the last restart's position: absorbs may not rewrite rows before it
+  int64_t rows() const { return length - skipped; }
   int64_t capacity = 0;
   TrackedBuffer<bf16_t> keys;
   TrackedBuffer<bf16_t> values;
@@ -80,6 +83,10 @@ struct DeviceAbsorbScratch {
   TrackedBuffer<bf16_t> features;  // [chunk, taps * d] in the model dtype
   TrackedBuffer<bf16_t> fused;     // [chunk, d] fc output
   TrackedBuffer<bf16_t> normed;    // [chunk, d] hidden_norm output
+  // absorb_device(): K and V of a chunk of rows of many streams before they are copied to each stream's context,
+  // and the rows' positions (allocated on first use).
+  TrackedBuffer<bf16_t> keys, values;  // [chunk, kv_size]
+  TrackedBuffer<int32_t> positions;    // [chunk]
 };
 
 class CudaDsparkDrafter final : public Drafter {
@@ -93,8 +100,13 @@ class CudaDsparkDrafter final : public Drafter {
 
   const DraftFacts& facts() const override { return facts_; }
   Status absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) override;
+  // Many streams' rows straight from a CUDA target's taps on this device: one fc GEMM and one K / V GEMM per layer
+  // for every chunk of rows, then each stream's rows copied into its context (device to device).
+  Status absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) override;
   std::vector<Draft> draft(std::span<const DraftRequest> requests) override;
   void release(StreamId stream) override { streams_.erase(stream); }
+  // Skips to `position`: later rows go right after the rows held (keys rotated at their own positions).
+  Status restart(StreamId stream, int64_t position) override;
 
   const DsparkConfig& config() const { return config_; }
   // Positions the stream's context holds (0 for an unknown stream).

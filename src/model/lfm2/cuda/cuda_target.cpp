@@ -315,11 +315,18 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   } else {
     LS_RETURN_IF_ERROR(enqueue());
   }
+  if (taps_on_device_) {
+    verified.device_taps = DeviceTaps{taps_dev_.data(), device_, rows, tap_count * D};
+  } else {
+    LS_RETURN_IF_ERROR(copy_taps(windows, verified));
+  }
   LS_CUDA_TRY(cudaStreamSynchronize(stream_));
   LS_RETURN_IF_ERROR(collect_profile());
   for (int64_t i = 0; i < drawn; ++i) verified.draws[drawn_rows[i]] = draws_host_[i];
-  verified.taps.resize(rows * tap_count * D);
-  for (size_t i = 0; i < verified.taps.size(); ++i) verified.taps[i] = bf16_to_float(taps_host_[i]);
+  if (!taps_on_device_) {
+    verified.taps.resize(verified.tap_row_begin.back() * tap_count * D);
+    for (size_t i = 0; i < verified.taps.size(); ++i) verified.taps[i] = bf16_to_float(taps_host_[i]);
+  }
   for (size_t w = 0; w < windows.size(); ++w) {
     states[w]->window_rows = static_cast<int>(windows[w].tokens.size());
     states[w]->window_first_row = static_cast<int>(verified.row_begin[w]);
@@ -331,7 +338,6 @@ Status CudaTarget::enqueue_forward(int64_t rows, const Meta& meta, int commit_co
                                    const std::vector<int64_t>& drawn_rows, const std::vector<char>& wants,
                                    Verified& verified) {
   const int64_t D = facts_.hidden_size;
-  const int64_t tap_count = static_cast<int64_t>(taps_.size());
   const int64_t drawn = static_cast<int64_t>(drawn_rows.size());
   LS_RETURN_IF_ERROR(mark("start"));
   LS_CUDA_TRY(cudaMemcpyAsync(meta_dev_.data(), meta_host_, meta.bytes, cudaMemcpyHostToDevice, stream_));
@@ -348,14 +354,44 @@ Status CudaTarget::enqueue_forward(int64_t rows, const Meta& meta, int commit_co
 
   LS_RETURN_IF_ERROR(run_layers(rows, meta));
   LS_RETURN_IF_ERROR(draw(drawn, meta, drawn_rows, wants, verified));
-  if (tap_count > 0)
-    LS_CUDA_TRY(cudaMemcpyAsync(taps_host_, taps_dev_.data(), rows * tap_count * D * sizeof(bf16),
-                                cudaMemcpyDeviceToHost, stream_));
   if (drawn > 0)
     LS_CUDA_TRY(cudaMemcpyAsync(draws_host_, draws_dev_.data(), drawn * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                 stream_));
   LS_RETURN_IF_ERROR(mark("copies to host"));
   return ok_status();
+}
+
+bool CudaTarget::keep_taps_on_device(bool on) {
+  if (on && cudaGetDevice(&device_) != cudaSuccess) return false;
+  taps_on_device_ = on;
+  return true;
+}
+
+Status CudaTarget::copy_taps(std::span<const Window> windows, Verified& verified) {
+  // Only the windows that want taps, compacted in window order; adjacent windows go in one copy.
+  const int64_t row_bytes = static_cast<int64_t>(taps_.size()) * facts_.hidden_size * sizeof(bf16);
+  verified.tap_row_begin.assign(1, 0);
+  int64_t run_first = -1, run_rows = 0;
+  auto flush = [&]() -> Status {
+    if (run_rows > 0 && row_bytes > 0) {
+      const int64_t to_row = verified.tap_row_begin.back() - run_rows;
+      LS_CUDA_TRY(cudaMemcpyAsync(reinterpret_cast<char*>(taps_host_) + to_row * row_bytes,
+                                  reinterpret_cast<const char*>(taps_dev_.data()) + run_first * row_bytes,
+                                  run_rows * row_bytes, cudaMemcpyDeviceToHost, stream_));
+    }
+    run_rows = 0;
+    return ok_status();
+  };
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const int64_t rows = windows[w].want_taps ? static_cast<int64_t>(windows[w].tokens.size()) : 0;
+    if (rows > 0 && (run_rows == 0 || run_first + run_rows != verified.row_begin[w])) {
+      LS_RETURN_IF_ERROR(flush());
+      run_first = verified.row_begin[w];
+    }
+    run_rows += rows;
+    verified.tap_row_begin.push_back(verified.tap_row_begin.back() + rows);
+  }
+  return flush();
 }
 
 void CudaTarget::clear_graphs() {

@@ -42,6 +42,8 @@ class CudaTarget final : public Target {
   Status embed(std::span<const int32_t> tokens, std::span<float> out) const override;
   Status head(std::span<const float> hidden, int rows, std::span<float> out) const override;
   const void* device_embedding() const override { return weights_.embedding.w.data(); }
+  // On: forward() leaves every row's taps in its device buffer (Verified::device_taps) and copies none out.
+  bool keep_taps_on_device(bool on) override;
 
   void set_exact_width(int width) { facts_.exact_width = width; }
   // Tests: when set, every MoE layer of every forward appends its chosen experts [rows, k] here (extra syncs).
@@ -84,6 +86,8 @@ class CudaTarget final : public Target {
   Status enqueue_forward(int64_t rows, const Meta& meta, int commit_count, const std::vector<int>& fresh_slots,
                          const std::vector<int64_t>& drawn_rows, const std::vector<char>& wants, Verified& verified);
   void clear_graphs();
+  // Queues the copies of the tapped rows of the windows that want taps to the pinned host buffer (after the forward).
+  Status copy_taps(std::span<const Window> windows, Verified& verified);
   // The layer loop over the forward's rows (metadata already on the device); leaves h [rows, D] after the last layer.
   Status run_layers(int64_t rows, const Meta& meta);
   Status mixer_conv(int layer, int64_t rows, const Meta& meta);
@@ -105,6 +109,8 @@ class CudaTarget final : public Target {
   cudaStream_t stream_ = nullptr;
   cuda::GemmEngine gemm_;
   std::vector<int> taps_;
+  bool taps_on_device_ = false;
+  int device_ = 0;
   std::vector<int> kv_slot_, conv_slot_;
   int attention_layers_ = 0, conv_layers_ = 0;
   int64_t max_rows_ = 0;

@@ -1,0 +1,148 @@
+// Drafting that does not pay costs nothing: dormant streams ask for no taps, hold none and absorb none, and a
+// stream that resumes restarts its drafter context past the rows it skipped, with exact replies throughout.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "lanes/lanes.h"
+#include "lanes/testing/fake_drafter.h"
+#include "lanes/testing/fake_target.h"
+#include "lanes/testing/harness.h"
+
+namespace ls {
+namespace {
+
+FakeTargetOptions costed_target(FixedClock& clock, double row_ms) {
+  FakeTargetOptions options;
+  options.max_rows = 128;
+  options.exact_width = 8;
+  options.clock = &clock;
+  options.verify_fixed_ms = 10.0;
+  options.verify_row_ms = row_ms;
+  return options;
+}
+
+FakeDrafterOptions costed_drafter(FixedClock& clock, double wrong_rate, double row_ms) {
+  FakeDrafterOptions options;
+  options.max_depth = 6;
+  options.wrong_rate = wrong_rate;
+  options.clock = &clock;
+  options.draft_fixed_ms = 2.0;
+  options.draft_row_ms = row_ms;
+  options.absorb_call_ms = 0.1;
+  options.absorb_row_ms = 0.05;
+  return options;
+}
+
+std::vector<Arrival> requests(int streams, int prompt_tokens, int max_tokens) {
+  std::vector<Arrival> arrivals;
+  for (int index = 0; index < streams; ++index) {
+    Arrival arrival;
+    arrival.request = make_fake_request(index, index % 2 == 1, 64);
+    arrival.request.prompt.resize(prompt_tokens, 7);
+    arrival.request.max_tokens = max_tokens;
+    arrivals.push_back(arrival);
+  }
+  return arrivals;
+}
+
+TEST(LanesDormant, AStreamPricedToZeroGetsNoTapRowsAndNoAbsorbsAfterItsProbes) {
+  // An always-wrong drafter at 4 streams: pricing turns drafting off after the first probes. From then on a stream
+  // taps only in the round before its own probe, so past the first 20 rounds the target returns taps for a few
+  // rows in a hundred and the drafter absorbs as few (before: every row of every drafting stream was tapped, held
+  // and, every 512 rows, absorbed).
+  FixedClock clock;
+  FakeTarget target(costed_target(clock, 0.5));
+  FakeDrafter drafter(costed_drafter(clock, 1.0, 0.2));
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  const std::vector<Arrival> arrivals = requests(4, 40, 400);
+  for (const Arrival& arrival : arrivals) (*lanes)->submit(arrival.request);
+  std::vector<int32_t> ignored;
+  int64_t tap_rows_then = 0, absorbed_then = 0, rows_then = 0, drafted_windows_then = 0;
+  for (int round = 0; !(*lanes)->idle(); ++round) {
+    if (round == 20) {
+      tap_rows_then = target.tap_rows();
+      absorbed_then = drafter.absorbed_rows();
+      rows_then = (*lanes)->stats().rows_verified;
+      drafted_windows_then = (*lanes)->stats().windows_with_drafts;
+    }
+    ASSERT_TRUE((*lanes)->round().ok());
+  }
+  const LanesStats& stats = (*lanes)->stats();
+  const int64_t rows = stats.rows_verified - rows_then;
+  const int64_t tap_rows = target.tap_rows() - tap_rows_then;
+  const int64_t absorbed = drafter.absorbed_rows() - absorbed_then;
+  EXPECT_GT(rows, 1400);
+  EXPECT_LT(tap_rows * 30, rows) << tap_rows << " tapped rows of " << rows;
+  EXPECT_LT(absorbed * 30, rows) << absorbed << " absorbed rows of " << rows;
+  EXPECT_GE(stats.dormant_entries, 4);
+  EXPECT_EQ(stats.drafter_faults, 0);
+  EXPECT_GE(stats.windows_with_drafts - drafted_windows_then, 8);  // the probes still ran
+}
+
+TEST(LanesDormant, DraftFalseStreamsAskTheTargetForNoTaps) {
+  FixedClock clock;
+  FakeTarget target(costed_target(clock, 0.5));
+  FakeDrafter drafter(costed_drafter(clock, 0.2, 0.2));
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  const int64_t setup_tap_rows = target.tap_rows();
+  std::vector<Arrival> arrivals = requests(3, 12, 60);
+  for (Arrival& arrival : arrivals) arrival.request.draft = false;
+  ASSERT_TRUE(run_arrivals(**lanes, arrivals).ok());
+  EXPECT_EQ(target.tap_rows(), setup_tap_rows);
+  EXPECT_EQ((*lanes)->stats().tap_rows, 0);
+  EXPECT_EQ((*lanes)->stats().absorb_calls, 0);
+}
+
+TEST(LanesDormant, AStreamResumingAfterDormancyDraftsWithAValidContextAndStaysExact) {
+  // Rows cost 2 ms to verify and a drafter pass 2 ms per stream and depth: at 16 streams even an always-right
+  // drafter loses to plain, alone it wins. The long stream goes dormant while 15 short ones run beside it, then
+  // resumes alone: its context restarts past the rows it skipped, the fake drafter (which checks every absorbed
+  // row's position and history) accepts the rows after the restart, and its drafts land again.
+  FixedClock clock;
+  FakeTarget target(costed_target(clock, 2.0));
+  FakeDrafter drafter(costed_drafter(clock, 0.0, 2.0));
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  std::vector<Arrival> arrivals = requests(16, 10, 40);
+  arrivals[0].request.max_tokens = 300;
+  auto replies = run_arrivals(**lanes, arrivals);
+  ASSERT_TRUE(replies.ok());
+  std::vector<Reply> alone = run_each_alone_plain(costed_target(clock, 2.0), arrivals);
+  for (size_t index = 0; index < arrivals.size(); ++index) {
+    EXPECT_EQ((*replies)[index].tokens, alone[index].tokens) << "stream " << index;
+  }
+  const LanesStats& stats = (*lanes)->stats();
+  EXPECT_GE(stats.dormant_entries, 1);
+  EXPECT_GE(drafter.restarts(), 1);
+  EXPECT_EQ(stats.drafter_restarts, drafter.restarts());
+  EXPECT_EQ(stats.drafter_faults, 0);
+  // Alone, the long stream drafts with every draft right: most of its 300 tokens come as accepted drafts.
+  const StreamStats& long_stream = (*replies)[0].stats;
+  EXPECT_GT(long_stream.drafts_accepted * 2, 300) << long_stream.drafts_accepted << " accepted of "
+                                                  << long_stream.drafts_verified;
+}
+
+TEST(LanesDormant, ADrafterThatCannotRestartIsHandedEveryKeptRowAsBefore) {
+  FixedClock clock;
+  FakeTarget target(costed_target(clock, 0.5));
+  FakeDrafterOptions drafter_options = costed_drafter(clock, 1.0, 0.2);
+  drafter_options.restarts = false;
+  FakeDrafter drafter(drafter_options);
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  const int64_t setup_tap_rows = target.tap_rows();
+  const std::vector<Arrival> arrivals = requests(4, 40, 200);
+  auto replies = run_arrivals(**lanes, arrivals);
+  ASSERT_TRUE(replies.ok());
+  const LanesStats& stats = (*lanes)->stats();
+  EXPECT_EQ(stats.dormant_entries, 0);
+  EXPECT_EQ(drafter.restarts(), 0);
+  EXPECT_EQ(target.tap_rows() - setup_tap_rows, stats.rows_verified + 4 * 40);
+  EXPECT_EQ(stats.drafter_faults, 0);
+}
+
+}  // namespace
+}  // namespace ls
