@@ -198,12 +198,15 @@ void decode_gemm_table(double bandwidth) {
     cudaMemset(w, 0x3c, bytes * copies);
     cudaMemset(x, 0x3c, 16 * shape.k * 2);
     for (const int64_t m : {1, 4, 16}) {
-      for (int variant = -1; variant < cuda::decode_variant_count(); ++variant) {
+      // -2: the fused gate_up GEMM + SwiGLU (w1|w3 only), -1: the engine's pick, then every variant
+      const bool gate_up = shape.n == 16384;
+      for (int variant = gate_up ? -2 : -1; variant < cuda::decode_variant_count(); ++variant) {
         auto run = [&](int copy) {
           const cuda::DeviceMatrix matrix{static_cast<const bf16*>(w) + copy * shape.n * shape.k, nullptr, shape.n,
                                           shape.k};
           const bf16* xb = static_cast<const bf16*>(x);
           bf16* yb = static_cast<bf16*>(y);
+          if (variant == -2) return cuda::gemm_decode_swiglu(engine, xb, m, matrix, yb, stream);
           return variant < 0 ? engine.gemm(xb, m, matrix, yb, nullptr, stream)
                              : cuda::gemm_decode_variant(variant, xb, m, matrix, yb, nullptr, stream);
         };
@@ -231,8 +234,9 @@ void decode_gemm_table(double bandwidth) {
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
         const double us = median(times), gbs = bytes / (us * 1e3);
-        const std::string name = variant < 0 ? std::string("auto: ") + engine.tile_name(m, shape.n, shape.k)
-                                             : cuda::decode_variant_name(variant);
+        const std::string name = variant == -2 ? std::string("fused + swiglu")
+                                 : variant < 0 ? std::string("auto: ") + engine.tile_name(m, shape.n, shape.k)
+                                               : cuda::decode_variant_name(variant);
         std::printf("  %-22s %3lld %-20s %8.2f %8.0f %5.0f%%\n", shape.what, static_cast<long long>(m), name.c_str(),
                     us, gbs, 100.0 * gbs * 1e9 / bandwidth);
       }

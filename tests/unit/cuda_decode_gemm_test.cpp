@@ -1,4 +1,5 @@
-// The decode GEMM kernel's variants (m <= 16): each gives, row by row, the bits of the engine's one-row launch.
+// The decode GEMM kernel's variants (m <= 16) give, row by row, the bits of the engine's one-row launch; the fused
+// gate_up GEMM + SwiGLU gives the bits of the two launches.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -66,6 +67,51 @@ TEST(CudaDecodeGemm, EveryVariantGivesEachRowTheBitsOfItsOneRowLaunchAtOneToSixt
             << decode_variant_name(variant) << ": N " << n << " K " << k << " m " << m << " (bf16 out)";
       }
     }
+  }
+}
+
+TEST(CudaDecodeGemm, GateUpWithSwigluInOneLaunchGivesTheBitsOfTheGemmThenSwiglu) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const GemmEngine engine;
+  // (F, K, bias): the model's FFN shape, F odd (a lone last column), a one-tile K with a tail, a 16-column tail.
+  const std::vector<std::tuple<int64_t, int64_t, bool>> shapes = {
+      {8192, 2048, false}, {1001, 2048, true}, {40, 72, true}, {136, 1000, false}};
+  for (const auto& [f, k, with_bias] : shapes) {
+    const int64_t n = 2 * f;
+    for (const int64_t m : {1, 3, 8, 9, 16}) {
+      auto x = upload(to_bf16(random_values(m * k, 41 + m + k, 2.0f)));
+      auto w = upload(to_bf16(random_values(n * k, 42 + f, 0.5f)));
+      auto bias = upload(random_values(n, 43));
+      const DeviceMatrix matrix{w.data(), with_bias ? bias.data() : nullptr, n, k};
+      ASSERT_TRUE(decode_swiglu_fits(m, matrix));
+      auto wide = poisoned<bf16>(m * n);
+      auto plain = poisoned<bf16>(m * f);
+      auto fused = poisoned<bf16>(m * f);
+      ASSERT_TRUE(engine.gemm(x.data(), m, matrix, wide.data(), nullptr, nullptr).ok());
+      ASSERT_TRUE(swiglu(wide.data(), wide.data() + f, m, static_cast<int>(f), n, plain.data(), nullptr).ok());
+      ASSERT_TRUE(gemm_decode_swiglu(engine, x.data(), m, matrix, fused.data(), nullptr).ok());
+      const std::vector<bf16> want = download(plain, m * f), got = download(fused, m * f);
+      size_t differ = 0, nan = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        differ += want[i].bits != got[i].bits;
+        nan += (got[i].bits & 0x7fffu) > 0x7f80u;
+      }
+      EXPECT_EQ(differ, 0u) << "F " << f << " K " << k << " m " << m;
+      EXPECT_EQ(nan, 0u) << "F " << f << " K " << k << " m " << m << ": outputs left unwritten";
+    }
+  }
+  // What it does not take: 17 rows, K above one slice, an odd N; each refused by its numbers.
+  auto x = poisoned<bf16>(17 * 2056);
+  auto w = poisoned<bf16>(64 * 2056);
+  auto act = poisoned<bf16>(17 * 64);
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{17, 64, 64}, {1, 64, 2056}, {1, 63, 64}}) {
+    const DeviceMatrix matrix{w.data(), nullptr, n, k};
+    EXPECT_FALSE(decode_swiglu_fits(m, matrix));
+    const Status refused = gemm_decode_swiglu(engine, x.data(), m, matrix, act.data(), nullptr);
+    EXPECT_EQ(refused.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(refused.message().find("m " + std::to_string(m) + ", N " + std::to_string(n) + ", K " + std::to_string(k)),
+              std::string::npos)
+        << refused.message();
   }
 }
 

@@ -123,20 +123,39 @@ Status launch_first(const GemmArgs& args, int sm_count, cudaStream_t stream) {
 // rows of x staged per tile (8 or 16). One slice: a CTA's items are WARPS column groups, one per warp, and each
 // warp stores its outputs itself. Sliced K: groups = max(1, WARPS / slices), items group * slices + slice, the slice
 // sums meet in shared memory [slices][A_ROWS][cols].
+// swiglu_kernel's arithmetic (elementwise.cu) on the GEMM's two outputs after their one rounding (+ bias): y [r, c] =
+// round(round(silu(g)) * u), silu(g) = g / (1 + exp(-g)) with exp through double.
+__device__ __forceinline__ void store_swiglu(const GemmArgs& args, int r, int c, int f, float gate, float up) {
+  if (r >= args.m || c >= f) return;
+  if (args.bias) {
+    gate = __fadd_rn(gate, args.bias[c]);
+    up = __fadd_rn(up, args.bias[f + c]);
+  }
+  const float g = __bfloat162float(__float2bfloat16_rn(gate)), u = __bfloat162float(__float2bfloat16_rn(up));
+  const float e = static_cast<float>(exp(static_cast<double>(-g)));
+  const float silu = __bfloat162float(__float2bfloat16_rn(__fdiv_rn(g, __fadd_rn(1.0f, e))));
+  args.y_b16[static_cast<int64_t>(r) * f + c] = __float2bfloat16_rn(__fmul_rn(silu, u));
+}
+
 template <int WARPS, int STAGES, int TILES, int A_ROWS>
 struct Stream {
   static constexpr int kStageBytes = (A_ROWS + 8 * TILES) * 128;
   static constexpr int kPipeBytes = WARPS * STAGES * kStageBytes;
 };
 
-template <int WARPS, int STAGES, int TILES, int A_ROWS>
+// SWIGLU (one slice, TILES = 2): W is gate_up [2F, K]; an item's first 8 rows are gate columns c.., its second 8
+// the up columns F + c..; the epilogue writes y_b16 [m, F] = swiglu's bits of the two rounded outputs.
+template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false>
 __global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args, int slices, int groups) {
   using S = Stream<WARPS, STAGES, TILES, A_ROWS>;
+  static_assert(!SWIGLU || TILES == 2, "SwiGLU items pair 8 gate and 8 up columns");
+  constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;  // output columns per item
+  const int out_n = SWIGLU ? args.n / 2 : args.n;
   extern __shared__ __align__(128) unsigned char shared_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
   const int slice_tiles = slices == 1 ? k_tiles : kSliceTiles;
-  const int cols = groups * 8 * TILES;
+  const int cols = groups * kItemCols;
   const int col0 = blockIdx.x * cols;
   float* partial = reinterpret_cast<float*>(shared_raw + S::kPipeBytes);
   unsigned char* pipe = shared_raw + warp * STAGES * S::kStageBytes;
@@ -152,7 +171,7 @@ __global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args
 
   for (int item = warp; item < groups * slices; item += WARPS) {
     const int group = item / slices, slice = item % slices;
-    const int c_first = col0 + group * 8 * TILES;
+    const int c_first = col0 + group * kItemCols;
     const int first_tile = slice * slice_tiles;
     const int tiles = min(slice_tiles, k_tiles - first_tile);
     auto load = [&](int t, int stage) {
@@ -162,8 +181,9 @@ __global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args
       for (int i = 0; i < 2 * TILES; ++i) {  // W: 8 * TILES rows x 8 chunks, 4 rows per instruction
         const int index = lane + 32 * i;
         const int w_row = index >> 3, chunk = index & 7;
-        const int c = c_first + w_row, k = k_base + chunk * 8;
-        const bool inside = c < args.n && k < args.k;
+        const int out_c = c_first + (SWIGLU ? (w_row & 7) : w_row), k = k_base + chunk * 8;
+        const int c = SWIGLU && w_row >= 8 ? out_n + out_c : out_c;
+        const bool inside = out_c < out_n && k < args.k;
         copy_chunk(base + swizzled(A_ROWS + w_row, chunk),
                    args.w + (static_cast<int64_t>(inside ? c : 0) * args.k + (inside ? k : 0)), inside);
       }
@@ -213,19 +233,27 @@ __global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args
     wait_group<0>();
     __syncwarp();  // every lane is done reading the stages before the next item refills them
     const int r = lane >> 2;
+    if constexpr (SWIGLU) {
+      const int c = c_first + (lane & 3) * 2;
 #pragma unroll
-    for (int j = 0; j < TILES; ++j) {
-      const int c = group * 8 * TILES + j * 8 + (lane & 3) * 2;  // column within the CTA
-      if (slices == 1) {
-        store_pair(args, r, col0 + c, acc[j][0], acc[j][1]);
-        if constexpr (A_ROWS == 16) store_pair(args, r + 8, col0 + c, acc[j][2], acc[j][3]);
-      } else {
-        float* out = partial + static_cast<int64_t>(slice) * A_ROWS * cols;
-        out[r * cols + c] = acc[j][0];
-        out[r * cols + c + 1] = acc[j][1];
-        if constexpr (A_ROWS == 16) {
-          out[(r + 8) * cols + c] = acc[j][2];
-          out[(r + 8) * cols + c + 1] = acc[j][3];
+      for (int half = 0; half < A_ROWS / 8; ++half)
+        for (int e = 0; e < 2; ++e)
+          store_swiglu(args, r + 8 * half, c + e, out_n, acc[0][2 * half + e], acc[1][2 * half + e]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < TILES; ++j) {
+        const int c = group * kItemCols + j * 8 + (lane & 3) * 2;  // column within the CTA
+        if (slices == 1) {
+          store_pair(args, r, col0 + c, acc[j][0], acc[j][1]);
+          if constexpr (A_ROWS == 16) store_pair(args, r + 8, col0 + c, acc[j][2], acc[j][3]);
+        } else {
+          float* out = partial + static_cast<int64_t>(slice) * A_ROWS * cols;
+          out[r * cols + c] = acc[j][0];
+          out[r * cols + c + 1] = acc[j][1];
+          if constexpr (A_ROWS == 16) {
+            out[(r + 8) * cols + c] = acc[j][2];
+            out[(r + 8) * cols + c + 1] = acc[j][3];
+          }
         }
       }
     }
@@ -279,6 +307,21 @@ void allow_stream_shared(int optin_bytes) {
                        optin_bytes);
 }
 
+// The fused gate_up GEMM + SwiGLU (one slice): 4 warps, 8 stages, items of 8 gate + 8 up columns.
+constexpr int kSwigluWarps = 4, kSwigluStages = 8;
+
+template <int A_ROWS>
+Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
+  const int f = args.n / 2;
+  const int cols = kSwigluWarps * 8;
+  const int ctas = (f + cols - 1) / cols;
+  constexpr int smem = Stream<kSwigluWarps, kSwigluStages, 2, A_ROWS>::kPipeBytes;
+  decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, A_ROWS, true><<<ctas, 32 * kSwigluWarps, smem, stream>>>(
+      args, 1, kSwigluWarps);
+  LS_CUDA_TRY_LAUNCH("decode_stream_kernel (swiglu)");
+  return ok_status();
+}
+
 // The variants by number (decode_variant_name): 0 the first kernel, then the streaming ones.
 constexpr int kVariants = 6;
 const char* const kVariantNames[kVariants] = {"decode 8w s4/8 8c", "stream 4w s8 16c", "stream 4w s12 8c",
@@ -313,6 +356,10 @@ void allow_decode_shared(int optin_bytes) {
   allow_stream_shared<8, 6, 2>(optin_bytes);
   allow_stream_shared<8, 8, 1>(optin_bytes);
   allow_stream_shared<2, 16, 1>(optin_bytes);
+  cudaFuncSetAttribute(decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, 8, true>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+  cudaFuncSetAttribute(decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, 16, true>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
 }
 
 }  // namespace ls::cuda::gemm_detail
@@ -323,6 +370,29 @@ int decode_variant_count() { return gemm_detail::kVariants; }
 
 const char* decode_variant_name(int variant) {
   return variant >= 0 && variant < gemm_detail::kVariants ? gemm_detail::kVariantNames[variant] : "?";
+}
+
+bool decode_swiglu_fits(int64_t m, const DeviceMatrix& gate_up) {
+  return m >= 1 && m <= 16 && gate_up.rows >= 2 && gate_up.rows % 2 == 0 && gate_up.rows <= (1LL << 30) &&
+         gate_up.cols % 8 == 0 && gate_up.cols <= gemm_detail::kUnslicedK;
+}
+
+Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act,
+                          cudaStream_t stream) {
+  if (!decode_swiglu_fits(m, gate_up))
+    return Status(ErrorCode::InvalidArgument, "gemm_decode_swiglu takes 1..16 rows, an even N and K <= " +
+                                                  std::to_string(gemm_detail::kUnslicedK) + " (a multiple of 8), got m " +
+                                                  std::to_string(m) + ", N " + std::to_string(gate_up.rows) + ", K " +
+                                                  std::to_string(gate_up.cols));
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(gate_up.w)) % 16 != 0)
+    return Status(ErrorCode::InvalidArgument, "gemm_decode_swiglu needs 16-byte aligned x and W");
+  (void)engine;  // made first: its constructor set the kernels' shared-memory opt-ins
+  gemm_detail::GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x),
+                             reinterpret_cast<const __nv_bfloat16*>(gate_up.w), gate_up.bias,
+                             reinterpret_cast<__nv_bfloat16*>(act), nullptr, static_cast<int>(m),
+                             static_cast<int>(gate_up.rows), static_cast<int>(gate_up.cols), 0};
+  if (m <= 8) return gemm_detail::launch_swiglu_rows<8>(args, stream);
+  return gemm_detail::launch_swiglu_rows<16>(args, stream);
 }
 
 Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32,

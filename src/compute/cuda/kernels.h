@@ -57,6 +57,13 @@ const char* decode_variant_name(int variant);
 Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32,
                            cudaStream_t stream);
 
+// act [m, F] = swiglu(gate, up) of (x [m, K] @ gate_up^T) for gate_up [2F, K] (gate rows, then up rows; optional
+// bias [2F]): the bits of GemmEngine::gemm (bf16 out) then swiglu, in one launch. Only where decode_swiglu_fits
+// (1..16 rows, K <= 2048 a multiple of 8, an even N); `engine` must exist (its constructor sets shared-memory limits).
+bool decode_swiglu_fits(int64_t m, const DeviceMatrix& gate_up);
+Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act,
+                          cudaStream_t stream);
+
 // y [rows, width] = RMSNorm(x) * weight (CPU Bf16 rounding: round(w * round(x * inv_rms))); also per head.
 Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, float eps, bf16* y, cudaStream_t stream);
 

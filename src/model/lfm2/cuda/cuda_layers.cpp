@@ -32,11 +32,17 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
       LS_RETURN_IF_ERROR(ffn_moe(layer, rows));
     } else {
       const int64_t F = w.down.cols;
-      LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.gate_up.view(), wide_.data(), nullptr, stream_));  // [rows, 2F]
-      LS_RETURN_IF_ERROR(mark("gemm"));
-      LS_RETURN_IF_ERROR(cuda::swiglu(wide_.data(), wide_.data() + F, rows, static_cast<int>(F), 2 * F, act_.data(),
-                                      stream_));
-      LS_RETURN_IF_ERROR(mark("elementwise"));
+      if (cuda::decode_swiglu_fits(rows, w.gate_up.view())) {
+        // few rows: gate_up GEMM + SwiGLU in one launch (the same bits)
+        LS_RETURN_IF_ERROR(cuda::gemm_decode_swiglu(gemm_, u_.data(), rows, w.gate_up.view(), act_.data(), stream_));
+        LS_RETURN_IF_ERROR(mark("gemm"));
+      } else {
+        LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.gate_up.view(), wide_.data(), nullptr, stream_));  // [rows, 2F]
+        LS_RETURN_IF_ERROR(mark("gemm"));
+        LS_RETURN_IF_ERROR(cuda::swiglu(wide_.data(), wide_.data() + F, rows, static_cast<int>(F), 2 * F, act_.data(),
+                                        stream_));
+        LS_RETURN_IF_ERROR(mark("elementwise"));
+      }
       LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.down.view(), mix_.data(), nullptr, stream_));
       LS_RETURN_IF_ERROR(mark("gemm"));
     }
