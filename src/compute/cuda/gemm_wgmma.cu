@@ -34,8 +34,9 @@ __device__ __forceinline__ void wgmma_wait() {
 // cp.async wrote the stages through the generic proxy; wgmma reads them through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// D [64, N] fp32 (this thread's N/2 values, the m16n8 layout repeated along N) += A [64, 16] * B [N, 16]^T.
-__device__ __forceinline__ void wgmma_k16(Width<128>, float* d, uint64_t desc_a, uint64_t desc_b) {
+// D [64, N] fp32 (this thread's N/2 values, the m16n8 layout repeated along N) = A [64, 16] * B [N, 16]^T + D
+// (accumulate = 1) or + 0 ignored (accumulate = 0).
+__device__ __forceinline__ void wgmma_k16(Width<128>, float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -52,10 +53,10 @@ __device__ __forceinline__ void wgmma_k16(Width<128>, float* d, uint64_t desc_a,
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-__device__ __forceinline__ void wgmma_k16(Width<256>, float* d, uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void wgmma_k16(Width<256>, float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
@@ -84,7 +85,7 @@ __device__ __forceinline__ void wgmma_k16(Width<256>, float* d, uint64_t desc_a,
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 #endif
 
@@ -121,6 +122,13 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) wgmma_kernel(GemmA
   for (int j = 0; j < T::NI; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+  // Sliced: zeros after the stages ([BN rows][128 bytes]); each later slice's chain starts from D = 0 * 0 issued as
+  // a wgmma (the compiler serialises every wgmma when other instructions write the accumulators inside the loop).
+  const uint32_t zeros = smem_address(aligned + T::SMEM_BYTES);
+  if constexpr (SLICED) {
+    for (int i = tid; i < T::BN * 128 / 16; i += T::THREADS)
+      reinterpret_cast<uint4*>(aligned + T::SMEM_BYTES)[i] = make_uint4(0, 0, 0, 0);
+  }
 
   auto tile_at = [&](int step) { return first_tile + (args.reverse_k ? k_tiles - 1 - step : step); };
 #pragma unroll
@@ -142,9 +150,13 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) wgmma_kernel(GemmA
     const uint32_t stage = smem_address(shared + (step % T::STAGES) * T::STAGE_ELEMS);
     const uint32_t a_base = stage + group * 64 * 128, b_base = stage + T::BM * 128;
     wgmma_fence();
+    if constexpr (SLICED) {
+      if (step > 0 && step % kSliceTiles == 0)  // +0 everywhere: the new slice's chain starts as the first one did
+        wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(zeros), descriptor(zeros), 0);
+    }
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk)
-      wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(a_base + kk * 32), descriptor(b_base + kk * 32));
+      wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(a_base + kk * 32), descriptor(b_base + kk * 32), 1);
     wgmma_commit();
     if constexpr (SLICED) {
       // End of a slice: fold its sum into the running total (the first slice is copied, not added to +0).
@@ -156,7 +168,6 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) wgmma_kernel(GemmA
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             total[0][j][e] = first ? acc[0][j][e] : __fadd_rn(total[0][j][e], acc[0][j][e]);
-            acc[0][j][e] = 0.0f;
           }
       } else {
         wgmma_wait<T::IN_FLIGHT>();
@@ -183,9 +194,10 @@ using WideTile = WgmmaTileOf<Tile<128, 256, 8, 1, 4>, 1, 1>;      // 48 KB stage
 using LargeTile = WgmmaTileOf<Tile<128, 128, 8, 1, 4>, 1, 1>;     // 32 KB stages, 128 KB
 using LargeDuoTile = WgmmaTileOf<Tile<128, 128, 8, 1, 3>, 2, 0>;  // 96 KB, two CTAs per SM
 
-template <class T>
+// The stages, their alignment to 1024 bytes and (sliced) the zeros.
+template <class T, Mode MODE>
 constexpr int shared_bytes() {
-  return T::SMEM_BYTES + 1024;  // + alignment of the stages to 1024 bytes
+  return T::SMEM_BYTES + 1024 + (MODE == Mode::Sliced ? T::BN * 128 : 0);
 }
 
 template <class T, Mode MODE>
@@ -197,7 +209,7 @@ Status launch_tile(const GemmArgs& args, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((args.m + T::BM - 1) / T::BM, (args.n + T::BN - 1) / T::BN, MODE == Mode::Split ? slices : 1);
   config.blockDim = dim3(T::THREADS);
-  config.dynamicSmemBytes = shared_bytes<T>();
+  config.dynamicSmemBytes = shared_bytes<T, MODE>();
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeClusterDimension;
@@ -212,7 +224,7 @@ Status launch_tile(const GemmArgs& args, cudaStream_t stream) {
 
 template <class T, Mode MODE>
 void allow(int& binary_version) {
-  cudaFuncSetAttribute(wgmma_kernel<T, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes<T>());
+  cudaFuncSetAttribute(wgmma_kernel<T, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes<T, MODE>());
   cudaFuncAttributes attributes{};
   if (cudaFuncGetAttributes(&attributes, wgmma_kernel<T, MODE>) == cudaSuccess)
     binary_version = std::min(binary_version, attributes.binaryVersion);
