@@ -9,6 +9,7 @@
 //              | --wrong-rate R]                                         the CPU if CUDA refuses), or a drafter
 //                                                                         replaying the plain reply (right at 1 - R)
 //             [--synthetic-acceptance MEAN] [--sampled 0|1] [--max-rows R] [--machine TEXT] [--commit SHA]
+//             [--taps device|host]                                         host: no device taps (A/B of the absorb path)
 //
 // Per stream count, plain (A) and drafted (B) alternate A B A B ... `--repeats` times; medians are reported. The
 // first plain run's replies are the record: every later plain and drafted reply must equal it (column "exact").
@@ -133,11 +134,15 @@ struct Measured {
   }
 };
 
+// --taps host: the lanes take taps through host memory even where the drafter could absorb them on the device.
+bool g_device_taps = true;
+
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
                           int max_rows = 0) {
   LanesOptions lanes_options;
   lanes_options.max_rows = max_rows;
+  lanes_options.device_taps = g_device_taps;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   Measured measured;
@@ -485,6 +490,7 @@ int main(int argc, char** argv) {
     else if (flag == "--exact-width-probe") options.exact_width_probe = std::atoi(value.c_str());
     else if (flag == "--max-rows") options.max_rows = std::atoi(value.c_str());
     else if (flag == "--sampled") options.sampled = value == "1";
+    else if (flag == "--taps") ls::g_device_taps = value != "host";
     else if (flag == "--machine") options.machine = value;
     else if (flag == "--commit") options.commit = value;
     else usage_error = true;
@@ -500,7 +506,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

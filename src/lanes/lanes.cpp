@@ -46,6 +46,7 @@ Result<std::unique_ptr<Lanes>> Lanes::create(Target& target, Drafter* drafter, c
                     "drafter max depth " + std::to_string(draft_facts.max_depth) + ", need at least 1");
     }
     LS_RETURN_IF_ERROR(target.set_taps(draft_facts.tap_layers));
+    target.keep_taps_on_device(false);  // host taps for the timing below (an earlier lanes may have left it on)
     most_drafts = std::min({options.max_draft, draft_facts.max_depth, width - 1});
     has_confidence = draft_facts.has_confidence;
   }
@@ -64,8 +65,9 @@ Result<std::unique_ptr<Lanes>> Lanes::create(Target& target, Drafter* drafter, c
   }
   lanes->pricing_ = Pricing(std::move(tables), options.pricing, max_rows, has_confidence);
   // Taps stay on the device when both sides can (after the timing above, which absorbs host taps).
-  if (lanes->drafter_ != nullptr && drafter->facts().tap_device >= 0 && lanes->restarts_) {
+  if (options.device_taps && lanes->drafter_ != nullptr && drafter->facts().tap_device >= 0 && lanes->restarts_) {
     lanes->device_taps_ = target.keep_taps_on_device(true);
+    lanes->pricing_.set_batched_absorbs(lanes->device_taps_);
   }
   return lanes;
 }

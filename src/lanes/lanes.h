@@ -30,6 +30,7 @@ struct LanesOptions {
   int exact_width = 0;        // widest window verified; 0 = the target's facts().exact_width
   int measure_width = 0;      // > 0: measure the exact width up to this at setup (model/exact_width.h)
   int prefill_rows = 0;       // rows per prefill forward; 0 = the target's max_rows
+  bool device_taps = true;    // keep taps on the target's device when the drafter can absorb them there
   PricingOptions pricing;
   CalibrationOptions calibration;  // max_rows, width, max_streams, max_depth are filled in by create()
 };

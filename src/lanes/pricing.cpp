@@ -68,6 +68,7 @@ double Pricing::activation_ms(const Stream& stream, int cap, std::span<const flo
   const int catch_up_rows = stream.unabsorbed_rows - steady_rows;
   double per_window = 1.0;
   for (float chance : chances) per_window += chance;
+  if (batched_absorbs_) return tables_.absorb_ms_per_row * per_window;
   const int future_rounds =
       std::clamp(static_cast<int>(stream.remaining() / per_window), 1, options_.absorb_amortize_rounds);
   return tables_.absorb_call_ms + tables_.absorb_ms_per_row * (steady_rows + catch_up_rows / double(future_rounds));

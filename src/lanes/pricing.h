@@ -54,6 +54,9 @@ class Pricing {
   // Whether a stream would be bought drafts at all among `round_streams` streams with the acceptance pooled so far
   // (absorbs left out): a stream admitted when this says no does not tap its prompt.
   bool could_draft(int round_streams, int cap) const;
+  // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
+  // stream its rows' share of that call, not a call of its own.
+  void set_batched_absorbs(bool on) { batched_absorbs_ = on; }
   // Whether the probe budget would let the stream due to probe probe at the next decision (a dormant stream taps
   // only then, so one that waits for the budget costs nothing meanwhile).
   bool probe_affordable() const;
@@ -95,6 +98,7 @@ class Pricing {
   bool has_confidence_ = false;
   double overhead_ms_ = 0;
   double probe_credit_ms_ = 0;  // time probes may still spend (see PricingOptions::probe_budget)
+  bool batched_absorbs_ = false;
   double last_probe_ms_ = 0;    // the cost of the last probe priced
   std::vector<int> verify_outliers_;               // [rows] outliers in a row per verify entry
   std::map<std::pair<int, int>, int> draft_outliers_;  // per (streams, depth)

@@ -90,7 +90,8 @@ TEST(LanesDormant, DraftFalseStreamsAskTheTargetForNoTaps) {
   const int64_t setup_tap_rows = target.tap_rows();
   std::vector<Arrival> arrivals = requests(3, 12, 60);
   for (Arrival& arrival : arrivals) arrival.request.draft = false;
-  ASSERT_TRUE(run_arrivals(**lanes, arrivals).ok());
+  auto replies = run_arrivals(**lanes, arrivals);
+  ASSERT_TRUE(replies.ok()) << replies.status().to_string();
   EXPECT_EQ(target.tap_rows(), setup_tap_rows);
   EXPECT_EQ((*lanes)->stats().tap_rows, 0);
   EXPECT_EQ((*lanes)->stats().absorb_calls, 0);
