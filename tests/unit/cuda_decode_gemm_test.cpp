@@ -1,12 +1,14 @@
 // The decode GEMM kernel's variants (m <= 16) give, row by row, the bits of the engine's one-row launch; the fused
-// gate_up GEMM + SwiGLU gives the bits of the two launches.
+// gate_up GEMM + SwiGLU and the grouped q / k / v launch give the bits of the separate launches.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
+#include <span>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "compute/cuda/kernels.h"
@@ -110,6 +112,55 @@ TEST(CudaDecodeGemm, GateUpWithSwigluInOneLaunchGivesTheBitsOfTheGemmThenSwiglu)
     const Status refused = gemm_decode_swiglu(engine, x.data(), m, matrix, act.data(), nullptr);
     EXPECT_EQ(refused.code(), ErrorCode::InvalidArgument);
     EXPECT_NE(refused.message().find("m " + std::to_string(m) + ", N " + std::to_string(n) + ", K " + std::to_string(k)),
+              std::string::npos)
+        << refused.message();
+  }
+}
+
+TEST(CudaDecodeGemm, QKAndVInOneLaunchGiveTheBitsOfThreeGemms) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const GemmEngine engine;
+  // (N of each matrix, K): the 1.2B's q / k / v, odd and tiny N with a bias, a K tail.
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> groups = {
+      {{2048, 512, 512}, 2048}, {{1001, 7, 64, 300}, 1000}, {{40}, 72}};
+  for (const auto& [ns, k] : groups) {
+    for (const int64_t m : {1, 5, 8, 9, 16}) {
+      auto x = upload(to_bf16(random_values(m * k, 51 + m + k, 2.0f)));
+      std::vector<DeviceBuffer<bf16>> weights, fused, plain;
+      std::vector<DeviceBuffer<float>> biases;
+      std::vector<DeviceMatrix> matrices;
+      std::vector<bf16*> outputs;
+      for (size_t i = 0; i < ns.size(); ++i) {
+        weights.push_back(upload(to_bf16(random_values(ns[i] * k, 52 + i + k, 0.5f))));
+        biases.push_back(upload(random_values(ns[i], 53 + i)));
+        matrices.push_back(DeviceMatrix{weights[i].data(), i == 1 ? biases[i].data() : nullptr, ns[i], k});
+        fused.push_back(poisoned<bf16>(m * ns[i]));
+        plain.push_back(poisoned<bf16>(m * ns[i]));
+        outputs.push_back(fused[i].data());
+      }
+      ASSERT_TRUE(decode_group_fits(m, matrices));
+      ASSERT_TRUE(gemm_decode_group(engine, x.data(), m, matrices, outputs, nullptr).ok());
+      for (size_t i = 0; i < ns.size(); ++i) {
+        ASSERT_TRUE(engine.gemm(x.data(), m, matrices[i], plain[i].data(), nullptr, nullptr).ok());
+        const std::vector<bf16> got = download(fused[i], m * ns[i]), want = download(plain[i], m * ns[i]);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(bf16) * got.size()), 0)
+            << "matrix " << i << " of N " << ns[i] << ", K " << k << ", m " << m;
+      }
+    }
+  }
+  // 17 rows, mixed K, five matrices: not taken, and refused by number.
+  auto x = poisoned<bf16>(17 * 128);
+  auto w = poisoned<bf16>(64 * 128);
+  auto y = poisoned<bf16>(17 * 64);
+  const DeviceMatrix a{w.data(), nullptr, 64, 64}, b{w.data(), nullptr, 64, 128};
+  bf16* const ys[5] = {y.data(), y.data(), y.data(), y.data(), y.data()};
+  const std::vector<std::pair<int64_t, std::vector<DeviceMatrix>>> refused_cases = {
+      {17, {a, a}}, {1, {a, b}}, {1, {a, a, a, a, a}}};
+  for (const auto& [m, ws] : refused_cases) {
+    EXPECT_FALSE(decode_group_fits(m, ws));
+    const Status refused = gemm_decode_group(engine, x.data(), m, ws, std::span<bf16* const>(ys, ws.size()), nullptr);
+    EXPECT_EQ(refused.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(refused.message().find("m " + std::to_string(m) + ", " + std::to_string(ws.size()) + " matrices"),
               std::string::npos)
         << refused.message();
   }

@@ -3,6 +3,7 @@
 // differ only in warps per CTA, pipeline depth, columns per item and the x rows staged (8 when m <= 8: the mma's
 // rows 8..15 are zero registers); each output's chain (16-wide K steps ascending from 0 per slice) is the same in all.
 #include <mutex>
+#include <span>
 #include <string>
 
 #include "compute/cuda/gemm_device.cuh"
@@ -145,8 +146,8 @@ struct Stream {
 
 // SWIGLU (one slice, TILES = 2): W is gate_up [2F, K]; an item's first 8 rows are gate columns c.., its second 8
 // the up columns F + c..; the epilogue writes y_b16 [m, F] = swiglu's bits of the two rounded outputs.
-template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false>
-__global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args, int slices, int groups) {
+template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU>
+__device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, int groups, int block) {
   using S = Stream<WARPS, STAGES, TILES, A_ROWS>;
   static_assert(!SWIGLU || TILES == 2, "SwiGLU items pair 8 gate and 8 up columns");
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;  // output columns per item
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args
   const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
   const int slice_tiles = slices == 1 ? k_tiles : kSliceTiles;
   const int cols = groups * kItemCols;
-  const int col0 = blockIdx.x * cols;
+  const int col0 = block * cols;
   float* partial = reinterpret_cast<float*>(shared_raw + S::kPipeBytes);
   unsigned char* pipe = shared_raw + warp * STAGES * S::kStageBytes;
   const uint32_t pipe_base = smem_address(pipe);
@@ -272,6 +273,26 @@ __global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args
   }
 }
 
+template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false>
+__global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args, int slices, int groups) {
+  stream_body<WARPS, STAGES, TILES, A_ROWS, SWIGLU>(args, slices, groups, blockIdx.x);
+}
+
+// Up to kGroupMax one-slice GEMMs of the same x in one launch: CTAs [first_block[i], first_block[i + 1]) run args[i].
+constexpr int kGroupMax = 4;
+struct GemmGroup {
+  GemmArgs args[kGroupMax];
+  int first_block[kGroupMax + 1];
+  int count;
+};
+
+template <int WARPS, int STAGES, int A_ROWS>
+__global__ void __launch_bounds__(32 * WARPS) decode_group_kernel(GemmGroup group) {
+  int i = 0;
+  while (i + 1 < group.count && static_cast<int>(blockIdx.x) >= group.first_block[i + 1]) ++i;
+  stream_body<WARPS, STAGES, 1, A_ROWS, false>(group.args[i], 1, WARPS, blockIdx.x - group.first_block[i]);
+}
+
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_decode_shared
 
 template <int WARPS, int STAGES, int TILES, int A_ROWS>
@@ -322,6 +343,19 @@ Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
   return ok_status();
 }
 
+// The grouped launch (q / k / v of an attention layer): 2 warps, 16 stages, 8 columns per item (many CTAs, deep
+// pipelines for narrow outputs).
+constexpr int kGroupWarps = 2, kGroupStages = 16;
+
+template <int A_ROWS>
+Status launch_group_rows(const GemmGroup& group, cudaStream_t stream) {
+  constexpr int smem = Stream<kGroupWarps, kGroupStages, 1, A_ROWS>::kPipeBytes;
+  decode_group_kernel<kGroupWarps, kGroupStages, A_ROWS><<<group.first_block[group.count], 32 * kGroupWarps, smem,
+                                                          stream>>>(group);
+  LS_CUDA_TRY_LAUNCH("decode_group_kernel");
+  return ok_status();
+}
+
 // The variants by number (decode_variant_name): 0 the first kernel, then the streaming ones.
 constexpr int kVariants = 6;
 const char* const kVariantNames[kVariants] = {"decode 8w s4/8 8c", "stream 4w s8 16c", "stream 4w s12 8c",
@@ -356,6 +390,10 @@ void allow_decode_shared(int optin_bytes) {
   allow_stream_shared<8, 6, 2>(optin_bytes);
   allow_stream_shared<8, 8, 1>(optin_bytes);
   allow_stream_shared<2, 16, 1>(optin_bytes);
+  cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, kGroupStages, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
+  cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, kGroupStages, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, 8, true>,
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, 16, true>,
@@ -393,6 +431,41 @@ Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, co
                              static_cast<int>(gate_up.rows), static_cast<int>(gate_up.cols), 0};
   if (m <= 8) return gemm_detail::launch_swiglu_rows<8>(args, stream);
   return gemm_detail::launch_swiglu_rows<16>(args, stream);
+}
+
+bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws) {
+  if (m < 1 || m > 16 || ws.empty() || ws.size() > static_cast<size_t>(gemm_detail::kGroupMax)) return false;
+  for (const DeviceMatrix& w : ws)
+    if (w.cols != ws[0].cols || w.cols % 8 != 0 || w.cols > gemm_detail::kUnslicedK || w.rows < 1 ||
+        w.rows > (1 << 24))
+      return false;
+  return true;
+}
+
+Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std::span<const DeviceMatrix> ws,
+                         std::span<bf16* const> ys, cudaStream_t stream) {
+  if (!decode_group_fits(m, ws) || ys.size() != ws.size())
+    return Status(ErrorCode::InvalidArgument, "gemm_decode_group takes 1..16 rows and 1.." +
+                                                  std::to_string(gemm_detail::kGroupMax) +
+                                                  " matrices of one K <= 2048 (a multiple of 8), got m " +
+                                                  std::to_string(m) + ", " + std::to_string(ws.size()) + " matrices");
+  (void)engine;  // made first: its constructor set the kernels' shared-memory opt-ins
+  gemm_detail::GemmGroup group{};
+  group.count = static_cast<int>(ws.size());
+  constexpr int cols = gemm_detail::kGroupWarps * 8;
+  for (int i = 0; i < group.count; ++i) {
+    const DeviceMatrix& w = ws[i];
+    if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w.w)) % 16 != 0 ||
+        (w.rows % 2 == 0 && reinterpret_cast<uintptr_t>(ys[i]) % 4 != 0))
+      return Status(ErrorCode::InvalidArgument, "gemm_decode_group needs 16-byte aligned x and W, y aligned to pairs");
+    group.args[i] = gemm_detail::GemmArgs{reinterpret_cast<const __nv_bfloat16*>(x),
+                                          reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
+                                          reinterpret_cast<__nv_bfloat16*>(ys[i]), nullptr, static_cast<int>(m),
+                                          static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
+    group.first_block[i + 1] = group.first_block[i] + static_cast<int>((w.rows + cols - 1) / cols);
+  }
+  if (m <= 8) return gemm_detail::launch_group_rows<8>(group, stream);
+  return gemm_detail::launch_group_rows<16>(group, stream);
 }
 
 Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32,

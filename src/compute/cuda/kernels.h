@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 
 #include "base/bf16.h"
 #include "base/status.h"
@@ -63,6 +64,12 @@ Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMa
 bool decode_swiglu_fits(int64_t m, const DeviceMatrix& gate_up);
 Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act,
                           cudaStream_t stream);
+
+// ys[i] [m, N_i] = x [m, K] @ ws[i]^T (+ bias), bf16 out, for up to 4 matrices of one K in one launch (q / k / v):
+// the bits of one GemmEngine::gemm each. Only where decode_group_fits (1..16 rows, K <= 2048 a multiple of 8).
+bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws);
+Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std::span<const DeviceMatrix> ws,
+                         std::span<bf16* const> ys, cudaStream_t stream);
 
 // y [rows, width] = RMSNorm(x) * weight (CPU Bf16 rounding: round(w * round(x * inv_rms))); also per head.
 Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, float eps, bf16* y, cudaStream_t stream);

@@ -91,9 +91,13 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta) {
   const gpu::DeviceLayer& w = weights_.layers[layer];
   const io::ModelConfig& c = config_;
   const int H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
-  LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.q_proj.view(), q_raw_.data(), nullptr, stream_));
-  LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.k_proj.view(), k_raw_.data(), nullptr, stream_));
-  LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.v_proj.view(), v_.data(), nullptr, stream_));
+  const cuda::DeviceMatrix qkv[3] = {w.q_proj.view(), w.k_proj.view(), w.v_proj.view()};
+  bf16* const qkv_out[3] = {q_raw_.data(), k_raw_.data(), v_.data()};
+  if (cuda::decode_group_fits(rows, qkv)) {  // few rows: q, k and v in one launch (the same bits)
+    LS_RETURN_IF_ERROR(cuda::gemm_decode_group(gemm_, u_.data(), rows, qkv, qkv_out, stream_));
+  } else {
+    for (int i = 0; i < 3; ++i) LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, qkv[i], qkv_out[i], nullptr, stream_));
+  }
   LS_RETURN_IF_ERROR(mark("gemm"));
   // per-head q/k RMSNorm then RoPE, one launch
   cuda::QkNormRope qk;
