@@ -222,8 +222,8 @@ __device__ void stage_tile(const TileArgs& a, const int32_t* pages, int64_t key_
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
-// Grid (row tiles, kv heads); 16 (row, head) pairs per warp, pair m = local row * group + head in group. The CTA walks
-// the windows its rows belong to one after another (state reset per window).
+// Grid (row tiles, kv heads); 64 (row, head) pairs per CTA, pair m = local row * group + head in group, 16 per warp.
+// The CTA walks the windows its rows belong to one after another (state reset per window).
 template <int HD>
 __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArgs a) {
   constexpr int BN = tile_block_keys<HD>();
@@ -243,11 +243,12 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
     const int64_t seg_end = w.first_row + w.rows < r_end ? w.first_row + w.rows : r_end;
     const int64_t key_count = w.committed + w.rows;
     const int32_t* pages = a.pages + w.page_begin;
-    // this thread's two (row, head) pairs: m = 16 warp + quad_row + 8 i
+    // this thread's two (row, head) pairs: slot quad_row + 8 i of warp `warp` holds pair m = slot * 4 + warp, so the
+    // few pairs of a decode row spread over the four warps
     int64_t pos[2], row_of[2];
     int head_of[2];
     for (int i = 0; i < 2; ++i) {
-      const int m = 16 * warp + quad_row + 8 * i;
+      const int m = (quad_row + 8 * i) * kTileWarps + warp;
       const int local = m / group;
       row_of[i] = r0 + local;
       head_of[i] = kv_head * group + m % group;
