@@ -394,7 +394,8 @@ TEST(CudaAttention, DISABLED_TimesRowsAndTilesOnThe12BShapeAtContext2048) {
     int copies;
     int64_t start, rows;
   };
-  const Scenario scenarios[] = {{"prefill 2048", 1, 0, n},          {"decode, 1 stream", 1, n - 1, 1},
+  const Scenario scenarios[] = {{"prefill 2048", 1, 0, n},           {"prefill 512", 1, 0, 512},
+                                {"decode at 200", 1, 199, 1},         {"decode, 1 stream", 1, n - 1, 1},
                                 {"decode, 16 streams", 16, n - 1, 1}, {"verify 16 rows", 1, n - 16, 16},
                                 {"verify 16 x 16 rows", 16, n - 16, 16}};
   cudaEvent_t begin, end;
