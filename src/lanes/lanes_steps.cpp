@@ -324,8 +324,12 @@ double Lanes::draft() {
   for (size_t index = 0; index < drafting.size(); ++index) {
     const int depth = std::min(plans[index].depth, caps[index]);
     Stream& stream = *drafting[index];
+    // A dormant stream bought drafts on their merit wakes: it taps from the next round and drafts from the one
+    // after, over the rows it kept since, rather than drafting now over a context that ends in skipped rows.
+    const bool waking = depth > 0 && stream.dormant && plans[index].forced == 0 && stream.unabsorbed_rows == 0 &&
+                        stream.drafter_end < stream.committed;
     update_dormancy(stream, depth, plans[index].forced > 0);
-    if (depth <= 0) continue;
+    if (depth <= 0 || waking) continue;
     const double absorb_start_ms = clock_.now_ms();
     absorbed_rows += stream.unabsorbed_rows;
     const bool flushed = flush_taps(stream);
