@@ -65,6 +65,10 @@ struct OwnedMatrix {
 // Adds the panel copy (Matrix::packed) of a bf16 matrix when this CPU's AVX-512 kernels read it; returns whether it
 // did (false for fp32 matrices and CPUs without AVX-512). matmul() gives the same bits with or without it.
 bool pack_for_cpu(OwnedMatrix& matrix);
+// Packs every bf16 matrix of `matrices` into one huge-page arena, each panel set right after the previous one in the
+// order given (in forward order, a decode step's GEMVs then stream one contiguous run with no partial huge pages
+// between matrices); returns how many it packed (0 without AVX-512). Each matrix's `packed` shares the arena.
+int pack_for_cpu(std::span<OwnedMatrix* const> matrices);
 
 // Rounds every value to bf16 in Bf16 mode; no-op in Fp32 mode.
 void store_activations(const OpContext& ctx, std::span<float> values);

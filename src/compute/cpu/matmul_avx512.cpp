@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/check.h"
@@ -53,13 +54,37 @@ struct WeightLayout {
   const Weight* base;
   int64_t K;
   bool packed;
+  int64_t panel_values = 0;  // values per panel when packed: ceil(K / 32) * 32 * 8
+  WeightLayout(const Weight* base_, int64_t K_, bool packed_)
+      : base(base_), K(K_), packed(packed_),
+        panel_values(packed_ ? (K_ + kPackedDepth - 1) / kPackedDepth * kPackedDepth * kPackedColumns : 0) {}
   const Weight* column(int64_t c) const {
     if (!packed) return base + c * K;
-    const int64_t panel_values = (K + kPackedDepth - 1) / kPackedDepth * kPackedDepth * kPackedColumns;
     return base + (c / kPackedColumns) * panel_values + (c % kPackedColumns) * kPackedDepth;
   }
   int64_t step() const { return packed ? kPackedColumns * kPackedDepth : kPackedDepth; }
 };
+
+// reduce_lanes of eight accumulators at once, as [8] fp32: the same additions of the same pairs (lane i + i+8, then
+// i + i+4, then (0+2) and (1+3), then their sum), done for eight vectors in shuffled registers.
+LS_TARGET_AVX512 inline __m256 reduce_lanes8(const __m512* a) {
+  // lanes i + i+8: [a0 | a1] as two 8-lane halves, and so on
+  const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a[1], 0x44), _mm512_shuffle_f32x4(a[0], a[1], 0xee));
+  const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a[2], a[3], 0x44), _mm512_shuffle_f32x4(a[2], a[3], 0xee));
+  const __m512 t45 = _mm512_add_ps(_mm512_shuffle_f32x4(a[4], a[5], 0x44), _mm512_shuffle_f32x4(a[4], a[5], 0xee));
+  const __m512 t67 = _mm512_add_ps(_mm512_shuffle_f32x4(a[6], a[7], 0x44), _mm512_shuffle_f32x4(a[6], a[7], 0xee));
+  // lanes i + i+4 of each half: quarter j of u0123 holds accumulator j, of u4567 accumulator 4 + j
+  const __m512 u0123 = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
+  const __m512 u4567 = _mm512_add_ps(_mm512_shuffle_f32x4(t45, t67, 0x88), _mm512_shuffle_f32x4(t45, t67, 0xdd));
+  // (0+2), (1+3) in each quarter: [a.(0+2), a.(1+3), b.(0+2), b.(1+3)] with a = acc j, b = acc 4 + j
+  const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u0123, u4567, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(u0123, u4567, _MM_SHUFFLE(3, 2, 3, 2)));
+  // their sum: lane 0 of quarter j = acc j, lane 2 = acc 4 + j
+  const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(v, v, _MM_SHUFFLE(2, 2, 0, 0)),
+                                 _mm512_shuffle_ps(v, v, _MM_SHUFFLE(3, 3, 1, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, w));
+}
 
 // ---- bf16 x bf16 -> fp32: 32 values of K per step, lane i holds the pair (2i, 2i+1) of every step ----
 
@@ -99,10 +124,15 @@ LS_TARGET_AVX512_BF16 void tile_bf16(const uint16_t* x, const WeightLayout<uint1
       for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
     }
   }
-  #pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
+  if constexpr (NR == 8) {
     #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_lanes(acc[m][n]);
+    for (int m = 0; m < MR; ++m) _mm256_storeu_ps(y + m * ldy, reduce_lanes8(acc[m]));
+  } else {
+    #pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m)
+      #pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_lanes(acc[m][n]);
+  }
 }
 
 // x [rows, K] as bf16 bits (truncated); returns whether the row was bf16-exact (the truncation lost nothing).
@@ -312,18 +342,17 @@ std::shared_ptr<bf16> huge_page_buffer(size_t bytes) {
                                [length](bf16* p) { munmap(static_cast<void*>(p), length); });
 }
 
-}  // namespace
+// The panel layout's length in values (Matrix::packed) for a [N, K] matrix.
+int64_t panel_values(int64_t N, int64_t K) {
+  const int64_t depth = (K + kPackedDepth - 1) / kPackedDepth * kPackedDepth;
+  return (N + kPackedColumns - 1) / kPackedColumns * depth * kPackedColumns;
+}
 
-bool pack_for_cpu(OwnedMatrix& matrix) {
-  const Matrix view = matrix.view();
-  if (!view.b16 || !cpu_features().avx512 || view.rows <= 0 || view.cols <= 0) return false;
+// Writes the panels of the bf16 matrix `view` to `out` [panel_values(N, K)].
+void pack_panels(const Matrix& view, bf16* out) {
   const int64_t N = view.rows, K = view.cols;
   const int64_t depth = (K + kPackedDepth - 1) / kPackedDepth * kPackedDepth;
   const int64_t panels = (N + kPackedColumns - 1) / kPackedColumns;
-  const size_t bytes = static_cast<size_t>(panels * depth * kPackedColumns) * sizeof(bf16);
-  std::shared_ptr<bf16> storage = huge_page_buffer(bytes);
-  bf16* packed = storage.get();
-  bf16* out = packed;
   for (int64_t panel = 0; panel < panels; ++panel)
     for (int64_t k = 0; k < depth; k += kPackedDepth)
       for (int64_t n = 0; n < kPackedColumns; ++n) {
@@ -331,8 +360,34 @@ bool pack_for_cpu(OwnedMatrix& matrix) {
         for (int64_t i = 0; i < kPackedDepth; ++i)
           *out++ = col < N && k + i < K ? view.b16[col * K + k + i] : bf16{};
       }
-  matrix.packed = std::move(storage);
-  return true;
+}
+
+}  // namespace
+
+int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
+  if (!cpu_features().avx512) return 0;
+  std::vector<OwnedMatrix*> chosen;
+  std::vector<int64_t> offsets;  // in values; each panel set starts on a 64-byte boundary
+  int64_t total = 0;
+  for (OwnedMatrix* matrix : matrices) {
+    const Matrix view = matrix->view();
+    if (!view.b16 || view.rows <= 0 || view.cols <= 0) continue;
+    chosen.push_back(matrix);
+    offsets.push_back(total);
+    total += (panel_values(view.rows, view.cols) + 31) / 32 * 32;
+  }
+  if (chosen.empty()) return 0;
+  std::shared_ptr<bf16> arena = huge_page_buffer(static_cast<size_t>(total) * sizeof(bf16));
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    pack_panels(chosen[i]->view(), arena.get() + offsets[i]);
+    chosen[i]->packed = std::shared_ptr<const bf16>(arena, arena.get() + offsets[i]);  // shares the arena
+  }
+  return static_cast<int>(chosen.size());
+}
+
+bool pack_for_cpu(OwnedMatrix& matrix) {
+  OwnedMatrix* one = &matrix;
+  return pack_for_cpu(std::span<OwnedMatrix* const>(&one, 1)) == 1;
 }
 
 const char* matmul_avx512_name() {

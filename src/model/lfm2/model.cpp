@@ -17,25 +17,27 @@ using compute::OpContext;
 
 namespace {
 
-// Packs a bf16 matrix into the CPU kernels' panels; a matrix borrowed from the checkpoint mapping then gives its pages
-// back (they refault from the file if a fallback kernel or the embedding gather reads them), so the resident weights
-// stay about one copy.
-void pack_matrix(OwnedMatrix& matrix) {
-  if (!compute::pack_for_cpu(matrix) || !matrix.mapped_b16) return;
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(matrix.mapped_b16) + page - 1) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(matrix.mapped_b16 + matrix.rows * matrix.cols)) / page * page;
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-}
-
+// Packs every bf16 matrix into the CPU kernels' panels, all in one arena in the order a forward reads them (layer by
+// layer, q/k/v and w1/w3 side by side, the head last), so a decode step streams one contiguous run. A matrix borrowed
+// from the checkpoint mapping then gives its pages back (they refault from the file if a fallback kernel or the
+// embedding gather reads them), so the resident weights stay about one copy.
 void pack_weights(Weights& weights) {
-  pack_matrix(weights.lm_head.rows > 0 ? weights.lm_head : weights.embedding);
+  std::vector<OwnedMatrix*> order;
   for (LayerWeights& layer : weights.layers) {
     for (OwnedMatrix* m : {&layer.conv_in_proj, &layer.conv_out_proj, &layer.q_proj, &layer.k_proj, &layer.v_proj,
                            &layer.attn_out_proj, &layer.w1, &layer.w3, &layer.w2, &layer.router})
-      pack_matrix(*m);
+      order.push_back(m);
     for (ExpertWeights& expert : layer.experts)
-      for (OwnedMatrix* m : {&expert.w1, &expert.w3, &expert.w2}) pack_matrix(*m);
+      for (OwnedMatrix* m : {&expert.w1, &expert.w3, &expert.w2}) order.push_back(m);
+  }
+  order.push_back(weights.lm_head.rows > 0 ? &weights.lm_head : &weights.embedding);
+  compute::pack_for_cpu(order);
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (const OwnedMatrix* matrix : order) {
+    if (!matrix->packed || !matrix->mapped_b16) continue;
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(matrix->mapped_b16) + page - 1) / page * page;
+    const uintptr_t end = reinterpret_cast<uintptr_t>(matrix->mapped_b16 + matrix->rows * matrix->cols) / page * page;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
   }
 }
 
