@@ -1,7 +1,8 @@
 // GPU kernel bench: the batch-invariant bf16 GEMM vs cuBLAS and vs the measured read bandwidth, per shape and m,
-// plus the device sampler. Usage: cuda_gemm_bench [table.txt [shapes [widths]]]   (prints the table; also writes it to
-// the file; shapes, e.g. 8192->2048 or 2048->6144,8192->2048, times those shapes only; widths, e.g. 128,2048, those m
-// only, and then skips the sampler).
+// plus the device sampler. Usage: cuda_gemm_bench [table.txt [shapes [widths [filter]]]] (prints the table, writes
+// it to the file; shapes, e.g. 8192->2048 or 2048->6144,8192->2048, times those shapes only; widths, e.g. 128,2048, those m
+// only, and then skips the sampler; filter, "+text" / "-text": only the pinned configurations whose name has / has
+// not text).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -220,6 +221,9 @@ int main(int argc, char** argv) {
         if (name == engine.tile_name(m, shape.n, shape.k)) continue;
         // Decode rows: only the decode kernel and the 16-row tiles compete.
         if (m <= 16 && name.rfind("16x", 0) != 0 && name.rfind("decode", 0) != 0) continue;
+        // Optional filter on the pinned names: "+text" times only those containing text, "-text" leaves them out.
+        if (argc > 4 && argv[4][0] != 0 && (name.find(argv[4] + 1) != std::string::npos) != (argv[4][0] == '+'))
+          continue;
         // Prefill rows (m >= 128, widths given): only the 128-row tiles compete.
         if (argc > 3 && m >= 128 && name.rfind("128x", 0) != 0 && name.rfind("256x", 0) != 0 &&
             name.rfind("wgmma", 0) != 0)

@@ -155,10 +155,12 @@ using StreamDeep = Tile<16, 64, 1, 4, 12>;
 
 // Split configurations (sm_90 clusters, 2..8 slices): Medium128, Large and Stream tiles, one CTA per slice.
 // wgmma configurations (sm_90a, gemm_wgmma.cu): 128x256 one slice, 128x128 (a second register set for sliced K),
-// 128x128 two CTAs per SM (one slice), 128x256 and 128x128 in split mode.
+// 128x128 two CTAs per SM (one slice), 128x256 and 128x128 in split mode; warp-specialised with TMA loads
+// (gemm_tma.cu, one slice): 128x256 and 128x128.
 enum class Choice {
   Decode, Medium, Medium128, Large, LargeDeep, Wide, Tall, Stream, StreamDeep, MediumDeep, SplitMedium128,
-  SplitLarge, SplitStream, WgmmaWide, WgmmaLarge, WgmmaLargeDuo, WgmmaSplit, WgmmaSplitLarge, Count
+  SplitLarge, SplitStream, WgmmaWide, WgmmaLarge, WgmmaLargeDuo, WgmmaSplit, WgmmaSplitLarge, TmaWide, TmaLarge,
+  Count
 };
 
 // Whether a configuration computes the canonical order for (m, K) on this device: decode only up to 16 rows, the
@@ -167,7 +169,9 @@ bool valid(Choice choice, int64_t m, int64_t k, bool clusters) {
   const int slices = slice_count(static_cast<int>(k));
   switch (choice) {
     case Choice::WgmmaWide:
-    case Choice::WgmmaLargeDuo: return wgmma_built() && slices == 1;
+    case Choice::WgmmaLargeDuo:
+    case Choice::TmaWide:
+    case Choice::TmaLarge: return wgmma_built() && slices == 1;
     case Choice::WgmmaLarge: return wgmma_built();
     case Choice::WgmmaSplit:
     case Choice::WgmmaSplitLarge: return wgmma_built() && clusters && slices <= kMaxClusterSlices;
@@ -242,6 +246,8 @@ const char* choice_name(Choice choice) {
     case Choice::WgmmaLargeDuo: return "wgmma 128x128x64 s3 x2";
     case Choice::WgmmaSplit: return "wgmma 128x256x64 s4 split";
     case Choice::WgmmaSplitLarge: return "wgmma 128x128x64 s4 split";
+    case Choice::TmaWide: return "wgmma tma 128x256x64 s4";
+    case Choice::TmaLarge: return "wgmma tma 128x128x64 s6";
     case Choice::Count: break;
   }
   return "?";
@@ -268,6 +274,7 @@ void allow_shared_all(int optin_bytes) {
   allow_shared<Stream, true>();
   allow_shared<StreamDeep>();
   allow_wgmma_shared();
+  allow_tma_shared();
   allow_decode_shared(optin_bytes);
 }
 
@@ -331,6 +338,8 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     case Choice::WgmmaLargeDuo: return launch_wgmma(WgmmaTile::LargeDuo, Mode::Plain, args, stream);
     case Choice::WgmmaSplit: return launch_wgmma(WgmmaTile::Wide, Mode::Split, args, stream);
     case Choice::WgmmaSplitLarge: return launch_wgmma(WgmmaTile::Large, Mode::Split, args, stream);
+    case Choice::TmaWide: return launch_tma(WgmmaTile::Wide, args, stream);
+    case Choice::TmaLarge: return launch_tma(WgmmaTile::Large, args, stream);
     case Choice::Count: break;
   }
   return ok_status();

@@ -121,6 +121,9 @@ constexpr int kMaxWgmmaColumnTiles = 65535;  // column tiles are the grid's y (r
 Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);
 // Shared-memory opt-in of the wgmma kernels (once, outside capture).
 void allow_wgmma_shared();
+// The warp-specialised TMA wgmma tiles (gemm_tma.cu; Wide 128x256 s4 or Large 128x128 s6, one slice only).
+Status launch_tma(WgmmaTile tile, const GemmArgs& args, cudaStream_t stream);
+void allow_tma_shared();
 // Whether this build holds sm_90a code for the wgmma kernels (else they are never chosen).
 bool wgmma_built();
 

@@ -1,0 +1,189 @@
+// The warp-specialised wgmma GEMM (sm_90a), one slice of K only: a producer warp streams the K tiles of x and W
+// into a ring of shared stages with the tensor copy engine (TMA, 128-byte swizzle, zero fill outside the matrices),
+// two consumer warpgroups of 64 rows multiply each tile as four m64nNk16 wgmma steps in ascending K order on one
+// fp32 accumulator (the canonical order, as gemm_wgmma.cu) and hand the stage back through an mbarrier.
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <mutex>
+#include <string>
+
+#include "compute/cuda/gemm_tile.cuh"
+#include "compute/cuda/gemm_wgmma.cuh"
+
+namespace ls::cuda::gemm_detail {
+namespace {
+
+// T: Tile<128, BN, 8, 1, STAGES>; warps 0..7 consume (warpgroups 0, 1), warp 8 produces (warps 9..11 idle).
+template <class T>
+constexpr int tma_threads() {
+  return T::THREADS + 128;
+}
+template <class T>
+constexpr int tma_shared_bytes() {
+  return T::SMEM_BYTES + 1024 + 2 * T::STAGES * 8;  // stages (1024-aligned), then full[] and empty[] mbarriers
+}
+
+#ifdef LS_WGMMA_DEVICE
+__device__ __forceinline__ void barrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void barrier_expect(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void barrier_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Box [rows, 64] of a [rows, K] bf16 map at (k, row) -> shared `dst`, completing bytes on `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int k, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar)
+      : "memory");
+}
+#endif
+
+template <class T>
+__global__ void __launch_bounds__(tma_threads<T>(), 1)
+    tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, GemmArgs args) {
+#ifdef LS_WGMMA_DEVICE
+  static_assert(T::BM == 128 && T::WARPS_M == 8 && T::WARPS_N == 1, "two consumer warpgroups of m64");
+  extern __shared__ __align__(128) unsigned char shared_raw[];
+  unsigned char* aligned = shared_raw + ((1024 - (smem_address(shared_raw) & 1023)) & 1023);
+  const uint32_t stages = smem_address(aligned);
+  const uint32_t full = stages + T::SMEM_BYTES, empty = full + T::STAGES * 8;  // mbarriers, 8 bytes each
+  const int tid = threadIdx.x;
+  const int row0 = blockIdx.x * T::BM, col0 = blockIdx.y * T::BN;  // row tiles fastest, as gemm_wgmma.cu
+  const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
+  if (tid == 0) {
+    for (int s = 0; s < T::STAGES; ++s) {
+      barrier_init(full + s * 8, 1);
+      barrier_init(empty + s * 8, T::THREADS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid >= T::THREADS) {  // producer
+    if (tid == T::THREADS) {
+      for (int step = 0; step < k_tiles; ++step) {
+        const int s = step % T::STAGES;
+        if (step >= T::STAGES) barrier_wait(empty + s * 8, (step / T::STAGES - 1) & 1);
+        const int kt = args.reverse_k ? k_tiles - 1 - step : step;
+        const uint32_t a = stages + s * T::STAGE_ELEMS * 2;
+        barrier_expect(full + s * 8, T::STAGE_ELEMS * 2);
+        tma_load(a, &map_x, kt * kBlockK, row0, full + s * 8);
+        tma_load(a + T::BM * 128, &map_w, kt * kBlockK, col0, full + s * 8);
+      }
+    }
+    return;
+  }
+
+  float acc[1][T::NI][4];
+#pragma unroll
+  for (int j = 0; j < T::NI; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+  const int group = tid >> 7;
+  for (int step = 0; step < k_tiles; ++step) {
+    const int s = step % T::STAGES;
+    barrier_wait(full + s * 8, (step / T::STAGES) & 1);
+    const uint32_t stage = stages + s * T::STAGE_ELEMS * 2;
+    const uint32_t a_base = stage + group * 64 * 128, b_base = stage + T::BM * 128;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / 16; ++kk)
+      wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(a_base + kk * 32), descriptor(b_base + kk * 32), 1);
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous step's wgmmas finished: hand their stage back
+    if (step > 0) barrier_arrive(empty + ((step - 1) % T::STAGES) * 8);
+  }
+  wgmma_wait<0>();
+  store_tile<T>(args, acc, row0, col0);
+#else
+  __trap();  // the engine runs these only where wgmma_built() (sm_90a code on a 9.0 device)
+#endif
+}
+
+using TmaWideTile = Tile<128, 256, 8, 1, 4>;   // 48 KB stages, 192 KB
+using TmaLargeTile = Tile<128, 128, 8, 1, 6>;  // 32 KB stages, 192 KB
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's tensor-map encoder, looked up once through the runtime (no link to libcuda).
+EncodeTiled encoder() {
+  static EncodeTiled function = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* pointer = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      function = reinterpret_cast<EncodeTiled>(pointer);
+    cudaGetLastError();
+  });
+  return function;
+}
+
+// A [rows, k] bf16 row-major matrix as boxes of [box_rows, 64], 128-byte swizzle, zeros outside.
+Status encode(CUtensorMap* map, const void* base, int rows, int k, int box_rows) {
+  const EncodeTiled function = encoder();
+  if (function == nullptr) return Status(ErrorCode::DeviceUnavailable, "gemm: no cuTensorMapEncodeTiled in the driver");
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBlockK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = function(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
+                                   box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    return Status(ErrorCode::InvalidArgument, "gemm: tensor map refused (error " + std::to_string(result) +
+                                                  ") for [" + std::to_string(rows) + ", " + std::to_string(k) + "]");
+  return ok_status();
+}
+
+template <class T>
+Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
+  if (slice_count(args.k) > 1)
+    return Status(ErrorCode::InvalidArgument, "gemm: the TMA wgmma tiles run one slice only, K = " +
+                                                  std::to_string(args.k));
+  if ((args.n + T::BN - 1) / T::BN > kMaxWgmmaColumnTiles)
+    return Status(ErrorCode::InvalidArgument, "gemm: N = " + std::to_string(args.n) + " is more column tiles than " +
+                                                  "the wgmma grid holds (" + std::to_string(kMaxWgmmaColumnTiles) + ")");
+  CUtensorMap map_x, map_w;
+  LS_RETURN_IF_ERROR(encode(&map_x, args.x, args.m, args.k, T::BM));
+  LS_RETURN_IF_ERROR(encode(&map_w, args.w, args.n, args.k, T::BN));
+  const dim3 grid((args.m + T::BM - 1) / T::BM, (args.n + T::BN - 1) / T::BN);
+  tma_kernel<T><<<grid, tma_threads<T>(), tma_shared_bytes<T>(), stream>>>(map_x, map_w, args);
+  LS_CUDA_TRY_LAUNCH("tma_kernel");
+  return ok_status();
+}
+
+}  // namespace
+
+Status launch_tma(WgmmaTile tile, const GemmArgs& args, cudaStream_t stream) {
+  return tile == WgmmaTile::Wide ? launch_tma_tile<TmaWideTile>(args, stream)
+                                 : launch_tma_tile<TmaLargeTile>(args, stream);
+}
+
+void allow_tma_shared() {
+  cudaFuncSetAttribute(tma_kernel<TmaWideTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       tma_shared_bytes<TmaWideTile>());
+  cudaFuncSetAttribute(tma_kernel<TmaLargeTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       tma_shared_bytes<TmaLargeTile>());
+}
+
+}  // namespace ls::cuda::gemm_detail
