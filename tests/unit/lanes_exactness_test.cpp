@@ -82,7 +82,9 @@ TEST_P(LanesExactness, EveryReplyEqualsTheSameRequestRunAloneWithoutADrafter) {
     // No drafter fault: a stale or rejected row absorbed, or a wrong anchor, would show up here.
     EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
     EXPECT_GT((*lanes)->stats().drafts_accepted, (*lanes)->stats().drafts_verified / 5);
-    if (param.streams >= 4) EXPECT_GE(drafter.widest_pass(), 2);
+    if (param.streams >= 4) {
+      EXPECT_GE(drafter.widest_pass(), 2);
+    }
     EXPECT_EQ((*lanes)->device_taps(), param.device_taps);
     // On the device no tap row is copied out, and each forward's rows reach the drafter in one call.
     if (param.device_taps) {

@@ -69,7 +69,9 @@ TEST(DrafterRestart, ARestartWhereTheContextEndsChangesNoBitOfTheDrafts) {
   const std::vector<float> first = taps(4, row_values, 1), second = taps(3, row_values, 2);
   for (StreamId stream : {1, 2}) {
     ASSERT_TRUE(drafter.absorb(stream, 0, 4, first).ok());
-    if (stream == 2) ASSERT_TRUE(drafter.restart(stream, 4).ok());
+    if (stream == 2) {
+      ASSERT_TRUE(drafter.restart(stream, 4).ok());
+    }
     ASSERT_TRUE(drafter.absorb(stream, 4, 3, second).ok());
   }
   const Draft plain = draft_one(drafter, 1, 7), restarted = draft_one(drafter, 2, 7);

@@ -115,8 +115,12 @@ TEST(CostTables, DraftCostsInterpolateBilinearlyAndStayMonotone) {
   costs.observe(2, 2, 100.0, 1.0);
   for (int streams = 1; streams <= 16; ++streams) {
     for (int depth = 1; depth <= 8; ++depth) {
-      if (streams > 1) EXPECT_GE(costs.ms(streams, depth), costs.ms(streams - 1, depth));
-      if (depth > 1) EXPECT_GE(costs.ms(streams, depth), costs.ms(streams, depth - 1));
+      if (streams > 1) {
+        EXPECT_GE(costs.ms(streams, depth), costs.ms(streams - 1, depth));
+      }
+      if (depth > 1) {
+        EXPECT_GE(costs.ms(streams, depth), costs.ms(streams, depth - 1));
+      }
     }
   }
   EXPECT_DOUBLE_EQ(costs.ms(3, 5), 100.0);
