@@ -10,6 +10,7 @@
 //                                                                         replaying the plain reply (right at 1 - R)
 //             [--synthetic-acceptance MEAN] [--sampled 0|1] [--max-rows R] [--machine TEXT] [--commit SHA]
 //             [--taps device|host]                                         host: no device taps (A/B of the absorb path)
+//             [--debug 1]                                                  the lanes' pricing traces on stderr
 //
 // Per stream count, plain (A) and drafted (B) alternate A B A B ... `--repeats` times; medians are reported. The
 // first plain run's replies are the record: every later plain and drafted reply must equal it (column "exact").
@@ -468,6 +469,7 @@ int main(int argc, char** argv) {
   ls::set_log_level(ls::LogLevel::Warn);
   ls::BenchOptions options;
   bool usage_error = false;
+  bool debug = false;  // --debug 1: the lanes' per-round traces (pricing decisions) on stderr
   for (int index = 1; index < argc && !usage_error; ++index) {
     const std::string flag = argv[index];
     const bool has_value = index + 1 < argc;
@@ -491,10 +493,12 @@ int main(int argc, char** argv) {
     else if (flag == "--max-rows") options.max_rows = std::atoi(value.c_str());
     else if (flag == "--sampled") options.sampled = value == "1";
     else if (flag == "--taps") ls::g_device_taps = value != "host";
+    else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
     else if (flag == "--commit") options.commit = value;
     else usage_error = true;
   }
+  if (debug) ls::set_log_level(ls::LogLevel::Debug);
   if (options.device != "cpu" && options.device != "cuda") usage_error = true;
   if (options.drafter_device != "auto" && options.drafter_device != "cpu" && options.drafter_device != "cuda")
     usage_error = true;
@@ -506,7 +510,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);
