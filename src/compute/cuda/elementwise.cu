@@ -22,6 +22,14 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 // within 0.502 ulp of it), so the bf16 results match the CPU's.
 __device__ __forceinline__ float exp_f(float v) { return static_cast<float>(exp(static_cast<double>(v))); }
 
+// Lets the next kernel start its prologue now if it was launched programmatically (the decode GEMMs, sm_90): they
+// wait for this kernel's completion before reading what it writes.
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
 constexpr int kWarpRows = 8;  // rows (warps) per 256-thread block for warp-per-row kernels
 
 int blocks_for(int64_t items, int per_block) { return static_cast<int>((items + per_block - 1) / per_block); }
@@ -144,6 +152,7 @@ __global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16
                                                                b16* y) {
   extern __shared__ float row_values[];  // [width]
   __shared__ float inverse_rms;
+  let_next_kernel_start();
   const int64_t at = static_cast<int64_t>(blockIdx.x) * width;
   const int chunks = width / 8;
   const b16* in = (ADD ? h : x) + at;

@@ -124,6 +124,40 @@ Status launch_first(const GemmArgs& args, int sm_count, cudaStream_t stream) {
 // rows of x staged per tile (8 or 16). One slice: a CTA's items are WARPS column groups, one per warp, and each
 // warp stores its outputs itself. Sliced K: groups = max(1, WARPS / slices), items group * slices + slice, the slice
 // sums meet in shared memory [slices][A_ROWS][cols].
+// Programmatic dependent launch (sm_90): the streaming kernels are launched to start while the kernel before them
+// drains; each waits here for it (its completion and memory) before reading x or writing anything. Before the
+// wait they only zero shared memory and stage weights, which no kernel writes.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the next kernel (if launched programmatically) start its prologue now.
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
+// Launches `kernel` on `stream` allowed to overlap the previous kernel's tail (programmatic stream serialization).
+template <typename... Params, typename... Args>
+Status launch_programmatic(void (*kernel)(Params...), int ctas, int threads, int smem, cudaStream_t stream,
+                           Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args...));
+  return ok_status();
+}
+
 // swiglu_kernel's arithmetic (elementwise.cu) on the GEMM's two outputs after their one rounding (+ bias): y [r, c] =
 // round(round(silu(g)) * u), silu(g) = g / (1 + exp(-g)) with exp through double.
 __device__ __forceinline__ void store_swiglu(const GemmArgs& args, int r, int c, int f, float gate, float up) {
@@ -161,6 +195,7 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
   float* partial = reinterpret_cast<float*>(shared_raw + S::kPipeBytes);
   unsigned char* pipe = shared_raw + warp * STAGES * S::kStageBytes;
   const uint32_t pipe_base = smem_address(pipe);
+  let_next_kernel_start();
 
   // x rows m .. A_ROWS-1 stay zero in every stage: cleared once, never copied into.
   for (int i = lane; i < STAGES * (A_ROWS - args.m) * 8; i += 32) {
@@ -175,7 +210,7 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
     const int c_first = col0 + group * kItemCols;
     const int first_tile = slice * slice_tiles;
     const int tiles = min(slice_tiles, k_tiles - first_tile);
-    auto load = [&](int t, int stage) {
+    auto load_w = [&](int t, int stage) {
       const int k_base = (first_tile + (args.reverse_k ? tiles - 1 - t : t)) * kBlockK;
       const uint32_t base = pipe_base + stage * S::kStageBytes;
 #pragma unroll
@@ -188,6 +223,10 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
         copy_chunk(base + swizzled(A_ROWS + w_row, chunk),
                    args.w + (static_cast<int64_t>(inside ? c : 0) * args.k + (inside ? k : 0)), inside);
       }
+    };
+    auto load_x = [&](int t, int stage) {
+      const int k_base = (first_tile + (args.reverse_k ? tiles - 1 - t : t)) * kBlockK;
+      const uint32_t base = pipe_base + stage * S::kStageBytes;
       for (int index = lane; index < args.m * 8; index += 32) {  // x: rows < m
         const int row = index >> 3, chunk = index & 7;
         const int k = k_base + chunk * 8;
@@ -199,15 +238,24 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
     float acc[TILES][4];
 #pragma unroll
     for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    // Prologue: the weights first (no kernel writes them), then wait for the kernel that writes x, then x; all of
+    // it is group 0 (the first tile waits for the whole prologue), then empty groups keep the count.
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < tiles) load(s, s);
-      commit_group();
-    }
+    for (int s = 0; s < STAGES - 1; ++s)
+      if (s < tiles) load_w(s, s);
+    wait_for_previous_kernel();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s)
+      if (s < tiles) load_x(s, s);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) commit_group();
     for (int t = 0; t < tiles; ++t) {
       wait_group<STAGES - 2>();
       __syncwarp();
-      if (t + STAGES - 1 < tiles) load(t + STAGES - 1, (t + STAGES - 1) % STAGES);
+      if (t + STAGES - 1 < tiles) {
+        load_w(t + STAGES - 1, (t + STAGES - 1) % STAGES);
+        load_x(t + STAGES - 1, (t + STAGES - 1) % STAGES);
+      }
       commit_group();
       const uint32_t a_base = pipe_base + (t % STAGES) * S::kStageBytes;
 #pragma unroll
@@ -309,9 +357,8 @@ Status launch_stream_rows(const GemmArgs& args, int sm_count, cudaStream_t strea
   const int ctas = (args.n + cols - 1) / cols;
   const int smem = stream_shared_bytes<WARPS, STAGES, TILES, A_ROWS>(args, slices, groups);
   if (smem > optin_shared_bytes) return launch_first(args, sm_count, stream);  // very long K: the first kernel
-  decode_stream_kernel<WARPS, STAGES, TILES, A_ROWS><<<ctas, 32 * WARPS, smem, stream>>>(args, slices, groups);
-  LS_CUDA_TRY_LAUNCH("decode_stream_kernel");
-  return ok_status();
+  return launch_programmatic(decode_stream_kernel<WARPS, STAGES, TILES, A_ROWS>, ctas, 32 * WARPS, smem, stream, args,
+                             slices, groups);
 }
 
 template <int WARPS, int STAGES, int TILES>
@@ -337,10 +384,8 @@ Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
   const int cols = kSwigluWarps * 8;
   const int ctas = (f + cols - 1) / cols;
   constexpr int smem = Stream<kSwigluWarps, kSwigluStages, 2, A_ROWS>::kPipeBytes;
-  decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, A_ROWS, true><<<ctas, 32 * kSwigluWarps, smem, stream>>>(
-      args, 1, kSwigluWarps);
-  LS_CUDA_TRY_LAUNCH("decode_stream_kernel (swiglu)");
-  return ok_status();
+  return launch_programmatic(decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, A_ROWS, true>, ctas,
+                             32 * kSwigluWarps, smem, stream, args, 1, kSwigluWarps);
 }
 
 // The grouped launch (q / k / v of an attention layer): 2 warps, 16 stages, 8 columns per item (many CTAs, deep
@@ -350,10 +395,8 @@ constexpr int kGroupWarps = 2, kGroupStages = 16;
 template <int A_ROWS>
 Status launch_group_rows(const GemmGroup& group, cudaStream_t stream) {
   constexpr int smem = Stream<kGroupWarps, kGroupStages, 1, A_ROWS>::kPipeBytes;
-  decode_group_kernel<kGroupWarps, kGroupStages, A_ROWS><<<group.first_block[group.count], 32 * kGroupWarps, smem,
-                                                          stream>>>(group);
-  LS_CUDA_TRY_LAUNCH("decode_group_kernel");
-  return ok_status();
+  return launch_programmatic(decode_group_kernel<kGroupWarps, kGroupStages, A_ROWS>, group.first_block[group.count],
+                             32 * kGroupWarps, smem, stream, group);
 }
 
 // The variants by number (decode_variant_name): 0 the first kernel, then the streaming ones.
