@@ -1,6 +1,8 @@
-// ThreadPool: a generation counter publishes each task; workers spin briefly on it, then sleep on a condition
-// variable. Sleeping is announced through an atomic flag checked after every publish (seq_cst on both sides), so a
-// wake-up is never lost and the fast path takes no lock.
+// ThreadPool: the caller publishes each call as an open generation; workers spin briefly on it, then sleep on a
+// condition variable. A worker joins a generation by counting itself active and then checking it is still open; the
+// caller closes it and waits for the active count to drop to zero (seq_cst on both sides: one of them sees the
+// other), so a worker never touches a finished call and the fast path takes no lock. Sleeping is announced through
+// atomic flags checked after every publish / finish, so a wake-up is never lost.
 #include "base/thread_pool.h"
 
 #include <immintrin.h>
@@ -30,9 +32,23 @@ bool spin_until(Ready ready) {
     if (std::chrono::steady_clock::now() >= deadline) return ready();
   }
 }
+
+uint64_t pack_bounds(uint64_t front, uint64_t back) { return front << 32 | back; }
+
+// Claims one chunk of a share: its front (the owner) or its back (a thief); -1 when the share is empty.
+int64_t claim(std::atomic<uint64_t>& bounds, bool from_front) {
+  uint64_t current = bounds.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t front = current >> 32, back = current & 0xffffffffu;
+    if (front >= back) return -1;
+    const uint64_t next = from_front ? pack_bounds(front + 1, back) : pack_bounds(front, back - 1);
+    if (bounds.compare_exchange_weak(current, next, std::memory_order_acq_rel, std::memory_order_relaxed))
+      return static_cast<int64_t>(from_front ? front : back - 1);
+  }
+}
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads) : shares_(std::max(threads, 1)) {
   LS_CHECK(threads >= 1, "a thread pool needs at least one thread");
   for (int worker = 1; worker < threads; ++worker) workers_.emplace_back([this, worker] { worker_loop(worker); });
 }
@@ -46,6 +62,29 @@ ThreadPool::~ThreadPool() {
   for (auto& worker : workers_) worker.join();
 }
 
+uint64_t ThreadPool::publish() {
+  const uint64_t generation = generation_.fetch_add(1) + 1;
+  open_.store(generation);  // seq_cst: publishes task_ / count_ / shares_, ordered before the sleepers check
+  if (sleeping_workers_.load() > 0) {
+    std::lock_guard lock(mutex_);  // a worker between its check and its wait holds the lock: it cannot miss this
+    wake_.notify_all();
+  }
+  return generation;
+}
+
+void ThreadPool::close(uint64_t generation) {
+  LS_CHECK(open_.load() == generation, "only the open call can be closed");
+  open_.store(0);  // seq_cst: a worker that joins after this sees it closed and leaves without touching the task
+  auto idle = [this] { return active_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(idle)) {
+    std::unique_lock lock(mutex_);
+    caller_sleeping_.store(true);
+    done_.wait(lock, idle);
+    caller_sleeping_.store(false);
+  }
+  task_ = nullptr;
+}
+
 void ThreadPool::parallel_for(int64_t count, const std::function<void(int, int64_t, int64_t)>& task) {
   if (count <= 0) return;
   const int parts = size();
@@ -55,41 +94,81 @@ void ThreadPool::parallel_for(int64_t count, const std::function<void(int, int64
   }
   task_ = &task;
   count_ = count;
+  chunked_ = false;
   pending_.store(parts - 1);
-  generation_.fetch_add(1);  // seq_cst: publishes task_/count_, ordered before the sleepers check
-  if (sleeping_workers_.load() > 0) {
-    std::lock_guard lock(mutex_);  // a worker between its check and its wait holds the lock: it cannot miss this
-    wake_.notify_all();
-  }
+  const uint64_t generation = publish();
   int64_t begin, end;
   part_range(count, parts, 0, begin, end);
   if (begin < end) task(0, begin, end);
-  if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+  auto parts_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(parts_done)) {
     std::unique_lock lock(mutex_);
     caller_sleeping_.store(true);
-    done_.wait(lock, [this] { return pending_.load() == 0; });
+    done_.wait(lock, parts_done);
     caller_sleeping_.store(false);
   }
-  task_ = nullptr;
+  close(generation);
+}
+
+void ThreadPool::parallel_chunks(int64_t count, const std::function<void(int, int64_t, int64_t)>& task) {
+  if (count <= 0) return;
+  LS_CHECK(count < (int64_t{1} << 32), "parallel_chunks takes fewer than 2^32 chunks");
+  const int parts = size();
+  if (parts == 1 || count == 1) {
+    for (int64_t chunk = 0; chunk < count; ++chunk) task(0, chunk, chunk + 1);
+    return;
+  }
+  task_ = &task;
+  count_ = count;
+  chunked_ = true;
+  for (int part = 0; part < parts; ++part) {
+    int64_t begin, end;
+    part_range(count, parts, part, begin, end);
+    shares_[part].bounds.store(pack_bounds(begin, end), std::memory_order_relaxed);
+  }
+  const uint64_t generation = publish();
+  run_chunks(0);
+  close(generation);
+}
+
+void ThreadPool::run_chunks(int worker) {
+  const int parts = size();
+  const std::function<void(int, int64_t, int64_t)>& task = *task_;
+  for (int64_t chunk; (chunk = claim(shares_[worker].bounds, true)) >= 0;) task(worker, chunk, chunk + 1);
+  for (int step = 1; step < parts; ++step)
+    for (int64_t chunk; (chunk = claim(shares_[(worker + step) % parts].bounds, false)) >= 0;)
+      task(worker, chunk, chunk + 1);
 }
 
 void ThreadPool::worker_loop(int worker) {
   uint64_t seen = 0;
+  auto fresh = [&] {
+    const uint64_t open = open_.load(std::memory_order_acquire);
+    return stopping_.load(std::memory_order_relaxed) || (open != 0 && open != seen);
+  };
   for (;;) {
-    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stopping_.load(); })) {
+    if (!spin_until(fresh)) {
       std::unique_lock lock(mutex_);
       sleeping_workers_.fetch_add(1);
-      wake_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
+      wake_.wait(lock, fresh);
       sleeping_workers_.fetch_sub(1);
     }
     if (stopping_.load()) return;
-    seen = generation_.load(std::memory_order_acquire);
-    const std::function<void(int, int64_t, int64_t)>* task = task_;
-    const int64_t count = count_;
-    int64_t begin, end;
-    part_range(count, size(), worker, begin, end);
-    if (begin < end) (*task)(worker, begin, end);
-    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+    const uint64_t generation = open_.load();
+    if (generation == 0 || generation == seen) continue;  // closed in between
+    seen = generation;
+    active_.fetch_add(1);  // seq_cst, then the check below: the caller's close either sees us or we see it closed
+    if (open_.load() == generation) {
+      if (chunked_) {
+        run_chunks(worker);
+      } else {
+        int64_t begin, end;
+        part_range(count_, size(), worker, begin, end);
+        if (begin < end) (*task_)(worker, begin, end);
+        pending_.fetch_sub(1);
+      }
+    }
+    if (active_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
       std::lock_guard lock(mutex_);
       done_.notify_one();
     }

@@ -1,4 +1,4 @@
-// A fixed pool of worker threads that runs one parallel_for at a time (the engine thread is worker 0).
+// A fixed pool of worker threads that runs one parallel_for / parallel_chunks at a time (the engine thread is worker 0).
 #pragma once
 
 #include <atomic>
@@ -29,8 +29,24 @@ class ThreadPool {
   // output columns, never by the reduction dimension, so results do not depend on the thread count.
   void parallel_for(int64_t count, const std::function<void(int worker, int64_t begin, int64_t end)>& task);
 
+  // Runs task(worker, chunk, chunk + 1) once for every chunk of [0, count), each on whichever thread claims it: every
+  // thread walks its own contiguous share from the front (one sequential stream each) and, when that is done, takes
+  // chunks from the back of the others' shares. A late or preempted worker so costs its share's time, not a wait;
+  // a worker that has not woken when the work runs out does none of it. Callers must not care who runs a chunk.
+  void parallel_chunks(int64_t count, const std::function<void(int worker, int64_t chunk, int64_t end)>& task);
+
  private:
+  // One thread's share of a parallel_chunks call: [front, back) packed as front << 32 | back.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> bounds{0};
+  };
   void worker_loop(int worker);
+  // Publishes the current task to the workers (waking sleepers) and returns its generation.
+  uint64_t publish();
+  // Runs chunks of the current parallel_chunks call until none is left.
+  void run_chunks(int worker);
+  // Closes generation `generation` and waits until no worker is inside it.
+  void close(uint64_t generation);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -38,8 +54,12 @@ class ThreadPool {
   std::condition_variable done_;
   const std::function<void(int, int64_t, int64_t)>* task_ = nullptr;
   int64_t count_ = 0;
-  std::atomic<uint64_t> generation_{0};  // bumped once per parallel_for; published after task_ and count_
-  std::atomic<int> pending_{0};          // workers still running the current generation
+  bool chunked_ = false;                 // the current task is a parallel_chunks call
+  std::vector<Share> shares_;            // [size()] for parallel_chunks
+  std::atomic<uint64_t> generation_{0};  // bumped once per call; published after task_ and count_
+  std::atomic<uint64_t> open_{0};        // the generation workers may still join, or 0 once closed
+  std::atomic<int> pending_{0};          // parallel_for parts not yet done by the workers
+  std::atomic<int> active_{0};           // workers inside the open generation
   std::atomic<int> sleeping_workers_{0};
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stopping_{false};

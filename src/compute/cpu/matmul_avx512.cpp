@@ -35,6 +35,7 @@ constexpr int kFewRowsColumns = 8;    // register tile width when fewer than kTi
 constexpr int64_t kVerifyRows = 16;   // up to this many rows, 3-row x 8-column tiles walk the columns once
 constexpr int64_t kPrefetchGroups = 2;  // how many 8-column groups ahead the verify path prefetches
 constexpr int64_t kColumnBlockBytes = 256 * 1024;  // weights of one column block, swept by every row quad
+constexpr int64_t kStreamChunkBytes = 128 * 1024;  // weights per chunk the threads claim when streaming (few rows)
 
 // The fixed lane tree: lane i + lane i+8, then i + i+4, then (0+2) and (1+3), then their sum.
 LS_TARGET_AVX512 inline float reduce_lanes(__m512 v) {
@@ -420,9 +421,15 @@ bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Mat
   const Fp32Tiles<float> fp32_tiles{x, WeightLayout<float>{w.f32, K, false}, K, N, y};
   const uint8_t* is_bf16 = row_is_bf16.data();  // thread_local: the workers must see the caller's flags
 
-  const int64_t chunks = (N + kColumnChunk - 1) / kColumnChunk;
+  // Few rows (decode, verify windows) stream the weights once: the columns go out in chunks of ~128 KiB of weights
+  // that the threads claim (parallel_chunks), so a late thread does not hold the others up. Many rows (prefill) are
+  // compute-bound and split the columns into one contiguous part per thread.
+  const bool streaming = rows <= kVerifyRows;
+  const int64_t chunk_columns =
+      streaming ? std::max(kColumnChunk, kStreamChunkBytes / (2 * K) / kColumnChunk * kColumnChunk) : kColumnChunk;
+  const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
   auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
-    const int64_t col_begin = chunk_begin * kColumnChunk, col_end = std::min(N, chunk_end * kColumnChunk);
+    const int64_t col_begin = chunk_begin * chunk_columns, col_end = std::min(N, chunk_end * chunk_columns);
     for (int64_t tile_begin = 0; tile_begin < rows; tile_begin += kRowTile) {
       const int64_t tile_end = std::min(rows, tile_begin + kRowTile);
       // Runs of rows that take the same kernel.
@@ -441,10 +448,12 @@ bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Mat
         finish_outputs(y + row * N, w.bias, col_begin, col_end, ctx.rounds_to_bf16());
     }
   };
-  if (ctx.pool)
-    ctx.pool->parallel_for(chunks, run);
-  else
+  if (!ctx.pool)
     run(0, 0, chunks);
+  else if (streaming)
+    ctx.pool->parallel_chunks(chunks, run);
+  else
+    ctx.pool->parallel_for(chunks, run);
   return true;
 }
 

@@ -1,0 +1,78 @@
+// The thread pool the CPU ops run on: parallel_chunks runs every chunk once, steals a late worker's share, and mixes
+// with parallel_for across the spinning and sleeping paths.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "base/thread_pool.h"
+
+namespace ls {
+namespace {
+
+TEST(OpsPool, ParallelChunksRunsEveryChunkExactlyOnceWhateverTheThreadCount) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t count : {1, 2, 3, 7, 100, 1000}) {
+      std::vector<std::atomic<int>> runs(count);
+      std::atomic<int> bad_range{0};
+      pool.parallel_chunks(count, [&](int worker, int64_t chunk, int64_t end) {
+        if (end != chunk + 1 || worker < 0 || worker >= threads) bad_range.fetch_add(1);
+        runs[chunk].fetch_add(1);
+      });
+      EXPECT_EQ(bad_range.load(), 0) << threads << " threads, " << count << " chunks";
+      for (int64_t chunk = 0; chunk < count; ++chunk)
+        ASSERT_EQ(runs[chunk].load(), 1) << "chunk " << chunk << " of " << count << " at " << threads << " threads";
+    }
+  }
+}
+
+TEST(OpsPool, ALateWorkersShareIsTakenByTheOthersInsteadOfWaitedFor) {
+  ThreadPool pool(2);
+  constexpr int64_t kCount = 64;
+  int joined = 0;  // attempts in which the worker took a chunk (and stalled in it)
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::vector<std::atomic<int>> runs(kCount);
+    std::atomic<int> by_worker[2] = {0, 0};
+    pool.parallel_chunks(kCount, [&](int worker, int64_t chunk, int64_t) {
+      // The worker stalls inside the first chunk it takes (as if preempted); the caller must finish the rest.
+      if (worker == 1 && by_worker[1].load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      // Each chunk takes ~0.5 ms, so the worker has long woken and joined before the caller could finish alone.
+      const auto busy_until = std::chrono::steady_clock::now() + std::chrono::microseconds(500);
+      while (std::chrono::steady_clock::now() < busy_until) {
+      }
+      by_worker[worker].fetch_add(1);
+      runs[chunk].fetch_add(1);
+    });
+    for (int64_t chunk = 0; chunk < kCount; ++chunk) ASSERT_EQ(runs[chunk].load(), 1) << "chunk " << chunk;
+    // A static split would leave 32 chunks to the stalled worker.
+    EXPECT_LE(by_worker[1].load(), 1) << "attempt " << attempt;
+    EXPECT_GE(by_worker[0].load(), kCount - 1) << "attempt " << attempt;
+    joined += by_worker[1].load();
+  }
+  EXPECT_GE(joined, 1) << "the worker never joined: the stall was not exercised";
+}
+
+TEST(OpsPool, ChunkedAndStaticCallsMixBackToBackAndAfterIdleGaps) {
+  ThreadPool pool(3);
+  int64_t expected = 0;
+  std::atomic<int64_t> total{0};
+  for (int call = 0; call < 600; ++call) {
+    const int64_t count = 1 + call % 37;
+    if (call % 50 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));  // workers go to sleep
+    if (call % 2 == 0) {
+      pool.parallel_chunks(count, [&](int, int64_t chunk, int64_t) { total.fetch_add(chunk + 1); });
+    } else {
+      pool.parallel_for(count, [&](int, int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) total.fetch_add(i + 1);
+      });
+    }
+    expected += count * (count + 1) / 2;
+    ASSERT_EQ(total.load(), expected) << "call " << call;
+  }
+}
+
+}  // namespace
+}  // namespace ls
