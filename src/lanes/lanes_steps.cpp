@@ -56,12 +56,15 @@ Status Lanes::admit() {
       admitted.push_back(stream);
     }
   }
-  // A stream admitted while drafting cannot pay at this many streams (pooled acceptance) starts dormant: its
-  // prompt is not tapped; should it probe later, its context restarts there.
+  // A stream admitted while drafting cannot pay at this many streams (acceptance pooled over earlier streams)
+  // starts dormant: its prompt is not tapped; should it probe later, its context restarts there. Until a draft was
+  // verified nothing is known about the drafter: every prompt is tapped, so the scout measures it over a whole
+  // context (a scout restarted over a few rows would measure the restart's loss and rule drafting out for all).
+  const bool drafter_proven = pricing_.pooled_acceptance().explored_depth() > 0;
   for (Stream* stream : admitted) {
     if (!stream->drafting || !restarts_) continue;
     const int streams = std::min({static_cast<int>(live_.size()), options_.max_streams, max_rows_});
-    stream->dormant = !pricing_.could_draft(streams, draft_cap(*stream));
+    stream->dormant = drafter_proven && !pricing_.could_draft(streams, draft_cap(*stream));
     stream->wants_taps = !stream->dormant;
     stats_.dormant_entries += stream->dormant;
   }
