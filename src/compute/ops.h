@@ -76,6 +76,12 @@ void store_activations(const OpContext& ctx, std::span<float> values);
 // y [rows, w.rows] = x [rows, w.cols] @ W^T (+ bias); fp32 accumulation in one fixed order over K for every row.
 void matmul(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, float* y);
 
+// matmul() of each ws[i] into ys[i] [rows, ws[i].rows] for matrices that share the input x (so K): e.g. q/k/v or
+// w1/w3. The same bits as separate calls; few-row calls go to the pool once for the whole group (fewer handoffs, one
+// contiguous stream when the matrices were packed side by side). At most 4 matrices.
+void matmul_group(const OpContext& ctx, const float* x, int64_t rows, std::span<const Matrix> ws,
+                  std::span<float* const> ys);
+
 // The name of the GEMM inner kernel chosen at runtime for this CPU ("avx2-fma" or "portable").
 const char* matmul_kernel_name();
 

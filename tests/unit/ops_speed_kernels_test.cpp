@@ -218,5 +218,74 @@ TEST(OpsSpeedKernels, PackedPanelsGiveTheBitsOfTheRowMajorMatrixAtEveryWidthAndT
     }
 }
 
+// A matmul group (q/k/v, w1/w3) gives every matrix the bits of its own matmul() call, whatever the width, the thread
+// count, the weights (bf16 packed side by side in one arena, bf16 row-major, fp32) and the kind of rows.
+TEST(OpsSpeedKernels, AGroupGivesEveryMatrixTheBitsOfItsOwnCallAtEveryWidthAndThreadCount) {
+  ThreadPool one(1), two(2), three(3);
+  for (const Case& c : kCases)
+    for (bool pack : {false, true})
+      for (int64_t K : {33, 256}) {
+        if (pack && c.weights == NumericMode::Fp32) continue;
+        std::vector<OwnedMatrix> matrices = {random_matrix(64, K, 300 + K, c.weights),
+                                             random_matrix(17, K, 301 + K, c.weights),
+                                             random_matrix(130, K, 302 + K, c.weights)};
+        matrices[1].bias = random_values(17, 303);  // one matrix with a bias
+        if (pack) {
+          std::vector<OwnedMatrix*> order = {&matrices[0], &matrices[1], &matrices[2]};
+          ASSERT_EQ(pack_for_cpu(order), cpu_features().avx512 ? 3 : 0);
+        }
+        const std::vector<Matrix> views = {matrices[0].view(), matrices[1].view(), matrices[2].view()};
+        const std::vector<float> x = make_activations(64 * K, 304 + K, c.activations);
+        for (int64_t rows : {1, 2, 3, 4, 8, 16, 17, 64})
+          for (ThreadPool* pool : {&one, &two, &three}) {
+            const OpContext ctx{pool, NumericMode::Bf16};
+            std::vector<std::vector<float>> expected, got;
+            for (const Matrix& w : views) {
+              expected.push_back(poisoned(rows * w.rows));
+              got.push_back(poisoned(rows * w.rows));
+              matmul(ctx, x.data(), rows, w, expected.back().data());
+            }
+            float* const outs[] = {got[0].data(), got[1].data(), got[2].data()};
+            matmul_group(ctx, x.data(), rows, views, outs);
+            for (size_t i = 0; i < views.size(); ++i) {
+              ASSERT_TRUE(all_finite(got[i])) << c.name() << " matrix " << i << " rows=" << rows;
+              EXPECT_TRUE(bitwise_equal(expected[i].data(), got[i].data(), expected[i].size()))
+                  << c.name() << (pack ? ", packed" : "") << " K=" << K << " matrix " << i << " rows=" << rows
+                  << " threads=" << pool->size();
+            }
+          }
+      }
+}
+
+// One arena for several matrices (pack_for_cpu of a list) holds each one's panels: the bits of the row-major matrix;
+// fp32 matrices in the list are left unpacked and not counted.
+TEST(OpsSpeedKernels, MatricesPackedIntoOneArenaKeepTheirOwnBits) {
+  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512: matrices are not packed";
+  ThreadPool two(2);
+  std::vector<OwnedMatrix> plain = {random_matrix(9, 100, 310, NumericMode::Bf16),
+                                    random_matrix(40, 70, 311, NumericMode::Fp32),
+                                    random_matrix(53, 1024, 312, NumericMode::Bf16),
+                                    random_matrix(1, 31, 313, NumericMode::Bf16)};
+  std::vector<OwnedMatrix> packed = plain;
+  std::vector<OwnedMatrix*> order;
+  for (OwnedMatrix& m : packed) order.push_back(&m);
+  ASSERT_EQ(pack_for_cpu(order), 3);
+  EXPECT_EQ(packed[1].view().packed, nullptr);
+  EXPECT_LT(packed[0].view().packed, packed[2].view().packed);  // side by side, in the order given
+  EXPECT_LT(packed[2].view().packed, packed[3].view().packed);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const int64_t N = plain[i].rows, K = plain[i].cols;
+    const std::vector<float> x = make_activations(5 * K, 314 + i, Activations::Bf16Exact);
+    for (int64_t rows : {1, 5}) {
+      std::vector<float> expected = poisoned(rows * N), got = poisoned(rows * N);
+      const OpContext ctx{&two, NumericMode::Bf16};
+      matmul(ctx, x.data(), rows, plain[i].view(), expected.data());
+      matmul(ctx, x.data(), rows, packed[i].view(), got.data());
+      ASSERT_TRUE(all_finite(got)) << "matrix " << i;
+      EXPECT_TRUE(bitwise_equal(expected.data(), got.data(), expected.size())) << "matrix " << i << " rows=" << rows;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ls::compute

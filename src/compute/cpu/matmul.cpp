@@ -160,4 +160,11 @@ void matmul(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w,
     run(0, 0, chunks);
 }
 
+void matmul_group(const OpContext& ctx, const float* x, int64_t rows, std::span<const Matrix> ws,
+                  std::span<float* const> ys) {
+  LS_CHECK(ws.size() == ys.size(), "a matmul group has one output per matrix");
+  if (matmul_group_avx512(ctx, x, rows, ws, ys)) return;
+  for (size_t i = 0; i < ws.size(); ++i) matmul(ctx, x, rows, ws[i], ys[i]);
+}
+
 }  // namespace ls::compute

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <memory>
 #include <span>
@@ -35,6 +36,7 @@ constexpr int kFewRowsColumns = 8;    // register tile width when fewer than kTi
 constexpr int64_t kVerifyRows = 16;   // up to this many rows, 3-row x 8-column tiles walk the columns once
 constexpr int64_t kPrefetchGroups = 2;  // how many 8-column groups ahead the verify path prefetches
 constexpr int64_t kColumnBlockBytes = 256 * 1024;  // weights of one column block, swept by every row quad
+constexpr size_t kMaxGroup = 4;                   // matrices in one matmul_group call
 constexpr int64_t kStreamChunkBytes = 128 * 1024;  // weights per chunk the threads claim when streaming (few rows)
 
 // The fixed lane tree: lane i + lane i+8, then i + i+4, then (0+2) and (1+3), then their sum.
@@ -52,10 +54,11 @@ LS_TARGET_AVX512 inline float reduce_lanes(__m512 v) {
 // step 32. Packed panels (Matrix::packed): column(c) = panel c / 8 + (c % 8) * 32, step 8 * 32.
 template <typename Weight>
 struct WeightLayout {
-  const Weight* base;
-  int64_t K;
-  bool packed;
+  const Weight* base = nullptr;
+  int64_t K = 0;
+  bool packed = false;
   int64_t panel_values = 0;  // values per panel when packed: ceil(K / 32) * 32 * 8
+  WeightLayout() = default;
   WeightLayout(const Weight* base_, int64_t K_, bool packed_)
       : base(base_), K(K_), packed(packed_),
         panel_values(packed_ ? (K_ + kPackedDepth - 1) / kPackedDepth * kPackedDepth * kPackedColumns : 0) {}
@@ -398,62 +401,119 @@ const char* matmul_avx512_name() {
   return nullptr;
 }
 
+namespace {
+
+// One matrix of a call, ready to run: its tile runners and its first chunk in the call's list of chunks.
+struct Prepared {
+  const Matrix* w = nullptr;
+  Bf16Tiles bf16_tiles;
+  Fp32Tiles<uint16_t> bf16_weight_tiles;
+  Fp32Tiles<float> fp32_tiles;
+  int64_t first_chunk = 0;
+};
+
+Prepared prepare(const Matrix& w, const float* x, const uint16_t* x_bf16, float* y) {
+  const int64_t K = w.cols, N = w.rows;
+  const bool packed = w.b16 && w.packed;
+  const uint16_t* w_bits = reinterpret_cast<const uint16_t*>(packed ? w.packed : w.b16);
+  const WeightLayout<uint16_t> bf16_layout{w_bits, K, packed};
+  return Prepared{&w, Bf16Tiles{x_bf16, bf16_layout, K, N, y}, Fp32Tiles<uint16_t>{x, bf16_layout, K, N, y},
+                  Fp32Tiles<float>{x, WeightLayout<float>{w.f32, K, false}, K, N, y}, 0};
+}
+
+// Columns [col_begin, col_end) of every row of one matrix; is_bf16 [rows] picks each row's kernel.
+void run_columns(const Prepared& m, const uint8_t* is_bf16, int64_t rows, bool round, int64_t col_begin,
+                 int64_t col_end) {
+  const Matrix& w = *m.w;
+  const int64_t K = w.cols, N = w.rows;
+  for (int64_t tile_begin = 0; tile_begin < rows; tile_begin += kRowTile) {
+    const int64_t tile_end = std::min(rows, tile_begin + kRowTile);
+    // Runs of rows that take the same kernel.
+    for (int64_t run_begin = tile_begin; run_begin < tile_end;) {
+      int64_t run_end = run_begin + 1;
+      while (run_end < tile_end && is_bf16[run_end] == is_bf16[run_begin]) ++run_end;
+      if (is_bf16[run_begin])
+        block(m.bf16_tiles, run_begin, run_end, col_begin, col_end, 2 * K);
+      else if (w.b16)
+        block(m.bf16_weight_tiles, run_begin, run_end, col_begin, col_end, 2 * K);
+      else
+        block(m.fp32_tiles, run_begin, run_end, col_begin, col_end, 4 * K);
+      run_begin = run_end;
+    }
+    for (int64_t row = tile_begin; row < tile_end; ++row)
+      finish_outputs(m.bf16_tiles.y + row * N, w.bias, col_begin, col_end, round);
+  }
+}
+
+}  // namespace
+
 bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, float* y) {
+  return matmul_group_avx512(ctx, x, rows, std::span<const Matrix>(&w, 1), std::span<float* const>(&y, 1));
+}
+
+bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std::span<const Matrix> ws,
+                         std::span<float* const> ys) {
   const CpuFeatures& features = cpu_features();
   if (!features.avx512) return false;
-  LS_CHECK((w.f32 != nullptr) != (w.b16 != nullptr), "a matrix holds exactly one of fp32 or bf16 weights");
-  if (rows <= 0 || w.rows <= 0) return true;
-  const int64_t K = w.cols, N = w.rows;
+  LS_CHECK(ws.size() == ys.size() && ws.size() <= kMaxGroup, "a matmul group has one output per matrix, at most 4");
+  bool any_b16 = false;
+  for (const Matrix& w : ws) {
+    LS_CHECK((w.f32 != nullptr) != (w.b16 != nullptr), "a matrix holds exactly one of fp32 or bf16 weights");
+    LS_CHECK(w.cols == ws[0].cols, "the matrices of a matmul group share K");
+    any_b16 = any_b16 || w.b16;
+  }
+  if (rows <= 0 || ws.empty()) return true;
+  const int64_t K = ws[0].cols;
 
   // Which rows take the bf16 dot kernel: bf16 weights, a CPU with vdpbf16ps, and a bf16-exact row.
   thread_local std::vector<uint16_t> x_bf16;  // [rows, K]
   thread_local std::vector<uint8_t> row_is_bf16;  // [rows]
   row_is_bf16.assign(rows, 0);
-  if (w.b16 && features.avx512_bf16) {
+  if (any_b16 && features.avx512_bf16) {
     x_bf16.resize(rows * K);
     for (int64_t row = 0; row < rows; ++row) row_is_bf16[row] = row_to_bf16(x + row * K, K, x_bf16.data() + row * K);
   }
-  const bool packed = w.b16 && w.packed;
-  const uint16_t* w_bits = reinterpret_cast<const uint16_t*>(packed ? w.packed : w.b16);
-  const WeightLayout<uint16_t> bf16_layout{w_bits, K, packed};
-  const Bf16Tiles bf16_tiles{x_bf16.data(), bf16_layout, K, N, y};
-  const Fp32Tiles<uint16_t> bf16_weight_tiles{x, bf16_layout, K, N, y};
-  const Fp32Tiles<float> fp32_tiles{x, WeightLayout<float>{w.f32, K, false}, K, N, y};
   const uint8_t* is_bf16 = row_is_bf16.data();  // thread_local: the workers must see the caller's flags
+  const bool round = ctx.rounds_to_bf16();
 
-  // Few rows (decode, verify windows) stream the weights once: the columns go out in chunks of ~128 KiB of weights
-  // that the threads claim (parallel_chunks), so a late thread does not hold the others up. Many rows (prefill) are
-  // compute-bound and split the columns into one contiguous part per thread.
+  // Few rows (decode, verify windows) stream the weights once: the columns of every matrix go out in chunks of
+  // ~128 KiB of weights that the threads claim (one parallel_chunks call for the whole group), so a late thread does
+  // not hold the others up. Many rows (prefill) are compute-bound: one contiguous part of each matrix per thread.
   const bool streaming = rows <= kVerifyRows;
   const int64_t chunk_columns =
       streaming ? std::max(kColumnChunk, kStreamChunkBytes / (2 * K) / kColumnChunk * kColumnChunk) : kColumnChunk;
-  const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
+  std::array<Prepared, kMaxGroup> prepared;
+  int64_t chunks = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    prepared[i] = prepare(ws[i], x, x_bf16.data(), ys[i]);
+    prepared[i].first_chunk = chunks;
+    chunks += (ws[i].rows + chunk_columns - 1) / chunk_columns;
+  }
+  const size_t count = ws.size();
+  // Chunks [chunk_begin, chunk_end) of the group, matrix by matrix.
   auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
-    const int64_t col_begin = chunk_begin * chunk_columns, col_end = std::min(N, chunk_end * chunk_columns);
-    for (int64_t tile_begin = 0; tile_begin < rows; tile_begin += kRowTile) {
-      const int64_t tile_end = std::min(rows, tile_begin + kRowTile);
-      // Runs of rows that take the same kernel.
-      for (int64_t run_begin = tile_begin; run_begin < tile_end;) {
-        int64_t run_end = run_begin + 1;
-        while (run_end < tile_end && is_bf16[run_end] == is_bf16[run_begin]) ++run_end;
-        if (is_bf16[run_begin])
-          block(bf16_tiles, run_begin, run_end, col_begin, col_end, 2 * K);
-        else if (w.b16)
-          block(bf16_weight_tiles, run_begin, run_end, col_begin, col_end, 2 * K);
-        else
-          block(fp32_tiles, run_begin, run_end, col_begin, col_end, 4 * K);
-        run_begin = run_end;
-      }
-      for (int64_t row = tile_begin; row < tile_end; ++row)
-        finish_outputs(y + row * N, w.bias, col_begin, col_end, ctx.rounds_to_bf16());
+    for (size_t i = 0; i < count; ++i) {
+      const Prepared& m = prepared[i];
+      const int64_t last = i + 1 < count ? prepared[i + 1].first_chunk : chunks;
+      const int64_t begin = std::max(chunk_begin, m.first_chunk), end = std::min(chunk_end, last);
+      if (begin >= end) continue;
+      const int64_t N = m.w->rows;
+      run_columns(m, is_bf16, rows, round, (begin - m.first_chunk) * chunk_columns,
+                  std::min(N, (end - m.first_chunk) * chunk_columns));
     }
   };
-  if (!ctx.pool)
+  if (!ctx.pool) {
     run(0, 0, chunks);
-  else if (streaming)
+  } else if (streaming) {
     ctx.pool->parallel_chunks(chunks, run);
-  else
-    ctx.pool->parallel_for(chunks, run);
+  } else {
+    for (size_t i = 0; i < count; ++i) {
+      const int64_t last = i + 1 < count ? prepared[i + 1].first_chunk : chunks;
+      ctx.pool->parallel_for(last - prepared[i].first_chunk, [&](int worker, int64_t begin, int64_t end) {
+        run(worker, prepared[i].first_chunk + begin, prepared[i].first_chunk + end);
+      });
+    }
+  }
   return true;
 }
 

@@ -135,9 +135,10 @@ void Model::attention_block(int layer, int slot, const float* u, std::span<const
   k_.resize(rows * kv_width);  // [rows, KV, hd]
   v_.resize(rows * kv_width);  // [rows, KV, hd]
   attn_.resize(rows * q_width);
-  compute::matmul(ctx(), u, rows, w.q_proj.view(), q_.data());
-  compute::matmul(ctx(), u, rows, w.k_proj.view(), k_.data());
-  compute::matmul(ctx(), u, rows, w.v_proj.view(), v_.data());
+  // q, k, v in one pool call (packed side by side: one stream)
+  const compute::Matrix qkv[] = {w.q_proj.view(), w.k_proj.view(), w.v_proj.view()};
+  float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
+  compute::matmul_group(ctx(), u, rows, qkv, qkv_out);
   // per-head q/k RMSNorm before RoPE
   compute::rms_norm(ctx(), q_.data(), rows * H, hd, w.q_norm.data(), config_.norm_eps, q_.data());
   compute::rms_norm(ctx(), k_.data(), rows * KV, hd, w.k_norm.data(), config_.norm_eps, k_.data());
@@ -176,8 +177,10 @@ void Model::ffn_block(const OwnedMatrix& w1, const OwnedMatrix& w3, const OwnedM
   gate_.resize(rows * F);  // [rows, F] w1 v
   up_.resize(rows * F);    // [rows, F] w3 v
   act_.resize(rows * F);   // [rows, F] silu(w1 v) * w3 v
-  compute::matmul(ctx(), v, rows, w1.view(), gate_.data());
-  compute::matmul(ctx(), v, rows, w3.view(), up_.data());
+  // gate and up in one pool call (packed side by side: one stream)
+  const compute::Matrix gate_up[] = {w1.view(), w3.view()};
+  float* const gate_up_out[] = {gate_.data(), up_.data()};
+  compute::matmul_group(ctx(), v, rows, gate_up, gate_up_out);
   compute::swiglu(ctx(), gate_.data(), up_.data(), rows * F, act_.data());
   compute::matmul(ctx(), act_.data(), rows, w2.view(), out);
 }
