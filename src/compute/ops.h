@@ -82,6 +82,11 @@ void matmul(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w,
 void matmul_group(const OpContext& ctx, const float* x, int64_t rows, std::span<const Matrix> ws,
                   std::span<float* const> ys);
 
+// best [rows] = for each row, the column of the largest value of matmul()'s output y [rows, w.rows], as a greedy draw
+// reads it (NaN never wins, ties go to the lower column, 0 when every value is NaN), without writing y: the head +
+// argmax of greedy rows that need no logits. Exactly the argmax of the same call's matmul() output.
+void matmul_argmax(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, int32_t* best);
+
 // The name of the GEMM inner kernel chosen at runtime for this CPU ("avx2-fma" or "portable").
 const char* matmul_kernel_name();
 

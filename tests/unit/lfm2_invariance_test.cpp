@@ -2,6 +2,8 @@
 // beside other streams' windows (64 rows in one forward) and when a long window spans several passes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "lfm2_test_util.h"
 
 namespace ls::lfm2 {
@@ -102,6 +104,53 @@ TEST(Lfm2Invariance, AWindowSplitAcrossPassesEqualsOnePassAndTheThreadCountDoesN
       const RowOutputs b = windowed(*small_passes, 1, tokens, {37});
       EXPECT_EQ(rows_differing(a, b), 0) << "moe=" << moe << " mode=" << int(mode);
     }
+}
+
+// Greedy windows that want no logits take the fused head + argmax: their draws are the draws of the same rows with
+// logits (the argmax of those logits), at every width, beside a sampled window (its group keeps the full head) and at
+// 1 and 2 threads.
+TEST(Lfm2Invariance, GreedyDrawsWithoutLogitsEqualTheDrawsOfTheSameRowsWithLogits) {
+  for (bool moe : {false, true})
+    for (NumericMode mode : kModes)
+      for (int threads : {1, 2}) {
+        auto target = small_target(moe, mode, threads);
+        const std::vector<int32_t> tokens = random_tokens(34, 9);
+        const RowOutputs oracle = one_row_steps(*target, 1, tokens, kTapCount);
+        for (size_t i = 0; i < oracle.logits.size(); ++i) {
+          const auto& logits = oracle.logits[i];
+          ASSERT_EQ(oracle.draws[i], std::max_element(logits.begin(), logits.end()) - logits.begin()) << "row " << i;
+        }
+        for (bool beside_sampled : {false, true})
+          for (int width : {1, 3, 8, 16}) {
+            const StreamId stream = 10 + width + (beside_sampled ? 100 : 0), other = 500 + stream;
+            std::vector<int32_t> draws;
+            for (size_t begin = 0; begin < tokens.size();) {
+              const size_t rows = std::min<size_t>(width, tokens.size() - begin);
+              std::vector<Window> windows(1);
+              windows[0].stream = stream;
+              windows[0].tokens = std::span<const int32_t>(tokens.data() + begin, rows);
+              windows[0].want_logits = false;
+              if (beside_sampled) {
+                Window sampled;
+                sampled.stream = other;
+                sampled.tokens = std::span<const int32_t>(tokens.data() + begin, rows);
+                sampled.sampling.temperature = 0.8f;
+                sampled.sampling.seed = 5;
+                windows.push_back(sampled);
+              }
+              Result<Verified> verified = target->forward(windows);
+              ASSERT_TRUE(verified.ok()) << verified.status().to_string();
+              EXPECT_TRUE(verified->logits.empty() || beside_sampled);
+              for (int64_t row = verified->row_begin[0]; row < verified->row_begin[1]; ++row)
+                draws.push_back(verified->draws[row]);
+              for (const Window& window : windows)
+                ASSERT_TRUE(target->commit(window.stream, static_cast<int>(rows)).ok());
+              begin += rows;
+            }
+            EXPECT_EQ(draws, oracle.draws) << "moe=" << moe << " mode=" << int(mode) << " threads=" << threads
+                                           << " width=" << width << " beside a sampled window=" << beside_sampled;
+          }
+      }
 }
 
 TEST(Lfm2Invariance, MeasuredExactWidthIsTheFull16OnTheCpuBackend) {

@@ -2,6 +2,8 @@
 // batch invariance at every width, per-row kernel choice inside mixed batches, and thread-count independence.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "base/thread_pool.h"
@@ -285,6 +287,79 @@ TEST(OpsSpeedKernels, MatricesPackedIntoOneArenaKeepTheirOwnBits) {
       EXPECT_TRUE(bitwise_equal(expected.data(), got.data(), expected.size())) << "matrix " << i << " rows=" << rows;
     }
   }
+}
+
+// The index greedy_token picks: the first non-NaN value, then strictly greater ones (ties to the lower index).
+int32_t scan_argmax(const float* values, int64_t count) {
+  int32_t best = 0;
+  bool found = false;
+  for (int64_t i = 0; i < count; ++i)
+    if (!found ? !std::isnan(values[i]) : values[i] > values[best]) {
+      best = static_cast<int32_t>(i);
+      found = true;
+    }
+  return best;
+}
+
+// The fused head + argmax returns exactly the argmax of matmul()'s output, including ties (weights and inputs on a
+// coarse grid, so many outputs are equal), NaN columns and all-NaN rows, -inf, biases, packed and row-major weights,
+// bf16-exact and fp32 rows, at every width and thread count, and with the AVX-512 kernels forced off.
+TEST(OpsSpeedKernels, TheFusedHeadArgmaxIsTheArgmaxOfTheMatmulOutputIncludingTiesAndNaN) {
+  ThreadPool one(1), two(2), three(3);
+  for (const Case& c : kCases)
+    for (bool pack : {false, true}) {
+      if (pack && c.weights == NumericMode::Fp32) continue;
+      const int64_t N = 1000, K = 40;
+      OwnedMatrix w = random_matrix(N, K, 320, c.weights);
+      for (int64_t i = 0; i < N * K; ++i) {  // values in {-1, -0.5, 0, 0.5, 1}: exact sums, many ties
+        const float grid = static_cast<float>(static_cast<int>(splitmix64(321 + i) % 5) - 2) * 0.5f;
+        if (c.weights == NumericMode::Bf16)
+          w.b16[i] = float_to_bf16(grid);
+        else
+          w.f32[i] = grid;
+      }
+      const int64_t nan_column = 617, inf_column = 3;
+      for (int64_t k = 0; k < K; ++k) {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        if (c.weights == NumericMode::Bf16) w.b16[nan_column * K + k] = float_to_bf16(nan); else w.f32[nan_column * K + k] = nan;
+      }
+      w.bias.assign(N, 0.0f);
+      w.bias[inf_column] = -std::numeric_limits<float>::infinity();
+      w.bias[999] = 0.5f;
+      if (pack) ASSERT_EQ(pack_for_cpu(w), cpu_features().avx512);
+      std::vector<float> x(17 * K);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(splitmix64(322 + i) % 3) - 1);
+      if (c.activations == Activations::Fp32)
+        for (size_t i = 0; i < x.size(); i += 7) x[i] += 1.0f / 3.0f;  // not bf16-exact: the fp32 kernel
+      for (int64_t k = 0; k < K; ++k) x[5 * K + k] = std::numeric_limits<float>::quiet_NaN();  // row 5: all NaN
+      for (int64_t k = 0; k < K; ++k) x[6 * K + k] = 0.0f;  // row 6: all zero, so every column ties (bias aside)
+      for (int64_t rows : {1, 2, 5, 7, 8, 16, 17})
+        for (ThreadPool* pool : {&one, &two, &three}) {
+          const OpContext ctx{pool, NumericMode::Fp32};
+          std::vector<float> y = poisoned(rows * N);
+          matmul(ctx, x.data(), rows, w.view(), y.data());
+          std::vector<int32_t> best(rows, -1);
+          matmul_argmax(ctx, x.data(), rows, w.view(), best.data());
+          for (int64_t row = 0; row < rows; ++row)
+            EXPECT_EQ(best[row], scan_argmax(y.data() + row * N, N))
+                << c.name() << (pack ? ", packed" : "") << " rows=" << rows << " row " << row
+                << " threads=" << pool->size();
+          if (rows > 6) {
+            EXPECT_EQ(best[5], 0) << "an all-NaN row draws 0";
+            EXPECT_EQ(best[6], 999) << "the bias breaks the all-zero row's tie";
+          }
+        }
+      // The fallback (no AVX-512 kernels): the same answers.
+      const OpContext ctx{&two, NumericMode::Fp32};
+      std::vector<int32_t> fused(17), fallback(17);
+      matmul_argmax(ctx, x.data(), 17, w.view(), fused.data());
+      if (!cpu_features().avx2_fma) continue;
+      {
+        const CpuFeaturesOverride forced(CpuFeatures{true, false, false});  // the AVX2 GEMM, then a scan
+        matmul_argmax(ctx, x.data(), 17, w.view(), fallback.data());
+      }
+      EXPECT_EQ(fused, fallback) << c.name();
+    }
 }
 
 }  // namespace

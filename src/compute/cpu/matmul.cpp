@@ -3,7 +3,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/check.h"
 #include "compute/cpu/matmul_avx512.h"
@@ -165,6 +167,24 @@ void matmul_group(const OpContext& ctx, const float* x, int64_t rows, std::span<
   LS_CHECK(ws.size() == ys.size(), "a matmul group has one output per matrix");
   if (matmul_group_avx512(ctx, x, rows, ws, ys)) return;
   for (size_t i = 0; i < ws.size(); ++i) matmul(ctx, x, rows, ws[i], ys[i]);
+}
+
+void matmul_argmax(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, int32_t* best) {
+  if (matmul_argmax_avx512(ctx, x, rows, w, best)) return;
+  std::vector<float> y(rows * w.rows);  // [rows, N] the outputs, then the same scan
+  matmul(ctx, x, rows, w, y.data());
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* values = y.data() + row * w.rows;
+    bool found = false;
+    float value = 0;
+    best[row] = 0;
+    for (int64_t col = 0; col < w.rows; ++col)
+      if (!found ? !std::isnan(values[col]) : values[col] > value) {
+        found = true;
+        value = values[col];
+        best[row] = static_cast<int32_t>(col);
+      }
+  }
 }
 
 }  // namespace ls::compute

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <span>
@@ -445,7 +446,93 @@ void run_columns(const Prepared& m, const uint8_t* is_bf16, int64_t rows, bool r
   }
 }
 
+// The rows of x as bf16 bits and which of them are bf16-exact (they take the bf16 dot kernel: bf16 weights and a
+// CPU with vdpbf16ps). Both live in the calling thread's buffers until its next call; workers read them through
+// the pointers.
+struct RowKinds {
+  const uint16_t* x_bf16;  // [rows, K]
+  const uint8_t* is_bf16;  // [rows]
+};
+RowKinds row_kinds(const float* x, int64_t rows, int64_t K, bool bf16_weights) {
+  thread_local std::vector<uint16_t> x_bf16;
+  thread_local std::vector<uint8_t> row_is_bf16;
+  row_is_bf16.assign(rows, 0);
+  if (bf16_weights && cpu_features().avx512_bf16) {
+    x_bf16.resize(rows * K);
+    for (int64_t row = 0; row < rows; ++row) row_is_bf16[row] = row_to_bf16(x + row * K, K, x_bf16.data() + row * K);
+  }
+  return RowKinds{x_bf16.data(), row_is_bf16.data()};
+}
+
+// Columns [begin, end) of w as a matrix of their own (begin a multiple of kPackedColumns): the same weights.
+Matrix column_slice(const Matrix& w, int64_t begin, int64_t end) {
+  Matrix slice = w;
+  slice.rows = end - begin;
+  if (w.f32) slice.f32 = w.f32 + begin * w.cols;
+  if (w.b16) slice.b16 = w.b16 + begin * w.cols;
+  if (w.bias) slice.bias = w.bias + begin;
+  if (w.packed) slice.packed = w.packed + begin / kPackedColumns * panel_values(kPackedColumns, w.cols);
+  return slice;
+}
+
+// The best column of one row so far, as greedy_token scans: NaN never wins, then strictly greater (ties to the lower
+// column, since columns come in ascending order).
+struct Best {
+  bool found = false;
+  float value = 0;
+  int32_t column = 0;
+  void offer(float candidate, int32_t index) {
+    if (!found ? !std::isnan(candidate) : candidate > value) {
+      found = true;
+      value = candidate;
+      column = index;
+    }
+  }
+};
+
 }  // namespace
+
+bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, int32_t* best) {
+  if (!cpu_features().avx512) return false;
+  LS_CHECK((w.f32 != nullptr) != (w.b16 != nullptr), "a matrix holds exactly one of fp32 or bf16 weights");
+  if (rows <= 0) return true;
+  const int64_t K = w.cols, N = w.rows;
+  const RowKinds kinds = row_kinds(x, rows, K, w.b16 != nullptr);
+  const bool round = ctx.rounds_to_bf16();
+  // Columns go out in chunks (as a streaming matmul's); each chunk's outputs land in a small per-thread buffer and
+  // only its best column per row is kept, [chunks, rows]; the chunks' bests are then met in column order.
+  const int64_t chunk_columns = std::max(kColumnChunk, kStreamChunkBytes / (2 * K) / kColumnChunk * kColumnChunk);
+  const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
+  std::vector<Best> chunk_best(chunks * rows);
+  auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
+    thread_local std::vector<float> outputs;  // [rows, chunk columns]
+    for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+      const int64_t col_begin = chunk * chunk_columns, col_end = std::min(N, col_begin + chunk_columns);
+      const int64_t width = col_end - col_begin;
+      outputs.resize(rows * width);
+      const Matrix slice = column_slice(w, col_begin, col_end);
+      run_columns(prepare(slice, x, kinds.x_bf16, outputs.data()), kinds.is_bf16, rows, round, 0, width);
+      for (int64_t row = 0; row < rows; ++row) {
+        Best& found = chunk_best[chunk * rows + row];
+        for (int64_t col = 0; col < width; ++col)
+          found.offer(outputs[row * width + col], static_cast<int32_t>(col_begin + col));
+      }
+    }
+  };
+  if (ctx.pool)
+    ctx.pool->parallel_chunks(chunks, run);
+  else
+    run(0, 0, chunks);
+  for (int64_t row = 0; row < rows; ++row) {
+    Best overall;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const Best& found = chunk_best[chunk * rows + row];
+      if (found.found) overall.offer(found.value, found.column);
+    }
+    best[row] = overall.column;  // 0 when every output is NaN, as greedy_token
+  }
+  return true;
+}
 
 bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, float* y) {
   return matmul_group_avx512(ctx, x, rows, std::span<const Matrix>(&w, 1), std::span<float* const>(&y, 1));
@@ -465,15 +552,9 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
   if (rows <= 0 || ws.empty()) return true;
   const int64_t K = ws[0].cols;
 
-  // Which rows take the bf16 dot kernel: bf16 weights, a CPU with vdpbf16ps, and a bf16-exact row.
-  thread_local std::vector<uint16_t> x_bf16;  // [rows, K]
-  thread_local std::vector<uint8_t> row_is_bf16;  // [rows]
-  row_is_bf16.assign(rows, 0);
-  if (any_b16 && features.avx512_bf16) {
-    x_bf16.resize(rows * K);
-    for (int64_t row = 0; row < rows; ++row) row_is_bf16[row] = row_to_bf16(x + row * K, K, x_bf16.data() + row * K);
-  }
-  const uint8_t* is_bf16 = row_is_bf16.data();  // thread_local: the workers must see the caller's flags
+  const RowKinds kinds = row_kinds(x, rows, K, any_b16);
+  const uint8_t* is_bf16 = kinds.is_bf16;
+  const uint16_t* x_bf16 = kinds.x_bf16;
   const bool round = ctx.rounds_to_bf16();
 
   // Few rows (decode, verify windows) stream the weights once: the columns of every matrix go out in chunks of
@@ -485,7 +566,7 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
   std::array<Prepared, kMaxGroup> prepared;
   int64_t chunks = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
-    prepared[i] = prepare(ws[i], x, x_bf16.data(), ys[i]);
+    prepared[i] = prepare(ws[i], x, x_bf16, ys[i]);
     prepared[i].first_chunk = chunks;
     chunks += (ws[i].rows + chunk_columns - 1) / chunk_columns;
   }

@@ -16,6 +16,9 @@ bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Mat
 bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std::span<const Matrix> ws,
                          std::span<float* const> ys);
 
+// matmul_argmax on the AVX-512 kernels; false (nothing done) without AVX-512.
+bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, int32_t* best);
+
 // The kernel family matmul_avx512 uses on this CPU ("avx512-bf16", "avx512f"), or null when it is not available.
 const char* matmul_avx512_name();
 

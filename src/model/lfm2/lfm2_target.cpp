@@ -114,6 +114,16 @@ void Lfm2Target::draw_rows(std::span<const DrawnRow> rows, Verified& verified) {
     logits_.resize(n * V);
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(gathered_.data() + i * D, hidden_.data() + rows[group + i].pass_row * D, sizeof(float) * D);
+    // Greedy rows that want no logits: the head + argmax in one pass, no logits written (the same tokens).
+    bool only_greedy = true;
+    for (int64_t i = 0; i < n; ++i)
+      only_greedy = only_greedy && rows[group + i].window->sampling.greedy() && !rows[group + i].window->want_logits;
+    if (only_greedy) {
+      std::vector<int32_t> tokens(n);
+      model_->greedy_tokens(gathered_.data(), n, tokens.data());
+      for (int64_t i = 0; i < n; ++i) verified.draws[rows[group + i].global_row] = tokens[i];
+      continue;
+    }
     model_->logits(gathered_.data(), n, logits_.data());
     for (int64_t i = 0; i < n; ++i) {
       const DrawnRow& row = rows[group + i];

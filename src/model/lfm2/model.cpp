@@ -229,6 +229,13 @@ void Model::logits(const float* hidden, int64_t rows, float* logits) {
   compute::matmul(OpContext{&pool_, NumericMode::Fp32}, u_.data(), rows, weights_.head().view(), logits);
 }
 
+void Model::greedy_tokens(const float* hidden, int64_t rows, int32_t* tokens) {
+  const int64_t D = config_.hidden_size;
+  u_.resize(rows * D);
+  compute::rms_norm(ctx(), hidden, rows, D, weights_.final_norm.data(), config_.norm_eps, u_.data());
+  compute::matmul_argmax(OpContext{&pool_, NumericMode::Fp32}, u_.data(), rows, weights_.head().view(), tokens);
+}
+
 void Model::commit(StreamState& stream, int64_t kept) const {
   LS_CHECK(kept >= 1 && kept <= stream.window_rows, "commit keeps 1 .. window rows (callers validate)");
   const int64_t D = config_.hidden_size, history_rows = config_.conv_kernel - 1;

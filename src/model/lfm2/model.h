@@ -56,6 +56,8 @@ class Model {
                 float* hidden, float* taps);
   // logits [rows, V] fp32 = head(final_norm(hidden [rows, D])).
   void logits(const float* hidden, int64_t rows, float* logits);
+  // tokens [rows] = the greedy draw (argmax, ties to the lower id) of each row's logits, without writing them.
+  void greedy_tokens(const float* hidden, int64_t rows, int32_t* tokens);
   // Keeps the first `kept` rows of the stream's window: KV truncated, conv history moved to after row kept-1.
   void commit(StreamState& stream, int64_t kept) const;
   // Tests: when set, every MoE layer of every pass appends its chosen experts [rows, k] (slot order) here.
