@@ -106,6 +106,22 @@ LS_TARGET_AVX512_BF16 void tile_bf16(const uint16_t* x, const WeightLayout<uint1
     #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
   int64_t k = 0, offset = 0;
+  if (layout.packed && col % kPackedColumns + NR <= kPackedColumns) {
+    // Every column of the tile in one panel: one pointer, the columns at fixed 64-byte displacements (fewer
+    // instructions per step than NR pointers; the same loads and the same arithmetic).
+    const uint16_t* panel = w[0];
+    for (; k + 32 <= K; k += 32, offset += step) {
+      __m512bh wv[NR];
+      #pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_loadu_si512(panel + offset + n * kPackedDepth);
+      #pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) {
+        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
+        #pragma GCC unroll 16
+        for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
+      }
+    }
+  }
   for (; k + 32 <= K; k += 32, offset += step) {
     __m512bh wv[NR];
     #pragma GCC unroll 16
