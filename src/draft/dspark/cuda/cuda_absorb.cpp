@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "draft/dspark/cuda/absorb_kernels.h"
 #include "draft/dspark/cuda/cuda_drafter.h"
 
 namespace ls::dspark::cuda {
@@ -73,6 +74,7 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
     LS_RETURN_IF_ERROR(absorb_.keys.allocate(kAbsorbChunkRows * kv, "absorb keys"));
     LS_RETURN_IF_ERROR(absorb_.values.allocate(kAbsorbChunkRows * kv, "absorb values"));
     LS_RETURN_IF_ERROR(absorb_.positions.allocate(kAbsorbChunkRows, "absorb positions"));
+    LS_RETURN_IF_ERROR(absorb_.row_pointers.allocate(2 * c.num_layers * kAbsorbChunkRows, "absorb row pointers"));
   }
   const auto* source = static_cast<const bf16_t*>(taps.data);
   // Chunks of up to kAbsorbChunkRows rows across the pieces; a part is one piece's rows inside one chunk.
@@ -83,6 +85,7 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
   size_t piece = 0;
   int64_t offset = 0;
   std::vector<int32_t> positions;
+  std::vector<bf16_t*> row_pointers;
   while (piece < rows.size()) {
     std::vector<Part> parts;
     positions.clear();
@@ -107,6 +110,22 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
       }
     }
     if (filled == 0) break;
+    // Where each row's K and V go, layer by layer: [keys | values][layer][chunk row].
+    const int64_t layers = c.num_layers;
+    row_pointers.assign(static_cast<size_t>(2 * layers * filled), nullptr);
+    for (int64_t index = 0; index < layers; ++index) {
+      for (const Part& part : parts) {
+        const TapRows& owner = rows[part.piece];
+        DeviceStreamContext& context = *contexts[part.piece];
+        for (int64_t row = 0; row < part.count; ++row) {
+          const int64_t at = (index * context.capacity + owner.start - context.skipped + part.offset + row) * kv;
+          row_pointers[index * filled + part.chunk_row + row] = context.keys.data() + at;
+          row_pointers[(layers + index) * filled + part.chunk_row + row] = context.values.data() + at;
+        }
+      }
+    }
+    LS_CUDA_TRY(cudaMemcpyAsync(absorb_.row_pointers.data(), row_pointers.data(),
+                                row_pointers.size() * sizeof(bf16_t*), cudaMemcpyHostToDevice, stream));
     LS_CUDA_TRY(cudaMemcpyAsync(absorb_.positions.data(), positions.data(), filled * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream));
     // C = hidden_norm(fc(F)) for every row of the chunk at once.
@@ -124,16 +143,10 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
       LS_RETURN_IF_ERROR(rope_rotate(keys, filled, c.num_kv_heads, c.head_dim, absorb_.positions.data(), 0,
                                      weights_.inv_freq.data(), neox(c), stream));
       LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, layer.v_proj.values.data(), kv, d, values, false, kv));
-      for (const Part& part : parts) {
-        const TapRows& owner = rows[part.piece];
-        DeviceStreamContext& context = *contexts[part.piece];
-        const int64_t to = (index * context.capacity + owner.start - context.skipped + part.offset) * kv;
-        const size_t bytes = static_cast<size_t>(part.count * kv) * sizeof(bf16_t);
-        LS_CUDA_TRY(cudaMemcpyAsync(context.keys.data() + to, keys + part.chunk_row * kv, bytes,
-                                    cudaMemcpyDeviceToDevice, stream));
-        LS_CUDA_TRY(cudaMemcpyAsync(context.values.data() + to, values + part.chunk_row * kv, bytes,
-                                    cudaMemcpyDeviceToDevice, stream));
-      }
+      // One launch puts every stream's rows of this layer in place (a copy per stream per layer cost more to
+      // launch than the GEMMs took).
+      LS_RETURN_IF_ERROR(scatter_context_rows(keys, values, filled, kv, absorb_.row_pointers.data() + index * filled,
+                                              absorb_.row_pointers.data() + (layers + index) * filled, stream));
     }
   }
   LS_CUDA_TRY(cudaStreamSynchronize(stream));

@@ -87,6 +87,7 @@ struct DeviceAbsorbScratch {
   // and the rows' positions (allocated on first use).
   TrackedBuffer<bf16_t> keys, values;  // [chunk, kv_size]
   TrackedBuffer<int32_t> positions;    // [chunk]
+  TrackedBuffer<bf16_t*> row_pointers;  // [2, layers, chunk] each row's context K and V row, per layer
 };
 
 class CudaDsparkDrafter final : public Drafter {
