@@ -375,17 +375,18 @@ void allow_stream_shared(int optin_bytes) {
                        optin_bytes);
 }
 
-// The fused gate_up GEMM + SwiGLU (one slice): 4 warps, 8 stages, items of 8 gate + 8 up columns.
-constexpr int kSwigluWarps = 4, kSwigluStages = 8;
-
+// The fused gate_up GEMM + SwiGLU (one slice), items of 8 gate + 8 up columns: 4 warps x 8 stages for m <= 8 (two
+// CTAs per SM), 8 warps x 6 stages for more rows (one wave of one CTA per SM on 2048->16384: 31.2 -> ~20 us at m = 16
+// on the H200, batch A).
 template <int A_ROWS>
 Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
+  constexpr int kWarps = A_ROWS == 8 ? 4 : 8, kStages = A_ROWS == 8 ? 8 : 6;
   const int f = args.n / 2;
-  const int cols = kSwigluWarps * 8;
+  const int cols = kWarps * 8;
   const int ctas = (f + cols - 1) / cols;
-  constexpr int smem = Stream<kSwigluWarps, kSwigluStages, 2, A_ROWS>::kPipeBytes;
-  return launch_programmatic(decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, A_ROWS, true>, ctas,
-                             32 * kSwigluWarps, smem, stream, args, 1, kSwigluWarps);
+  constexpr int smem = Stream<kWarps, kStages, 2, A_ROWS>::kPipeBytes;
+  return launch_programmatic(decode_stream_kernel<kWarps, kStages, 2, A_ROWS, true>, ctas, 32 * kWarps, smem, stream,
+                             args, 1, kWarps);
 }
 
 // The grouped launch (q / k / v of an attention layer): 2 warps, 16 stages, 8 columns per item (many CTAs, deep
@@ -415,8 +416,16 @@ Status launch_variant(int variant, const GemmArgs& args, int sm_count, cudaStrea
   }
 }
 
-// The automatic variant for (m, N, K). Until the variants are timed on the H200 this is the first kernel.
-int pick_variant(const GemmArgs& /*args*/, int /*sm_count*/) { return 0; }
+// The automatic variant for (m, N, K), from the H200 run of `gpu_bench --decode-gemm` (batch A, commit 9a0b7f6; us at
+// m = 1 / 16, first kernel -> pick): sliced K (8192->2048) 12.5 / 15.4 -> 8w s6 16c 10.1 / 10.9; one slice, N >=
+// 8192 (2048->16384) 21.7 -> 4w s8 16c 17.7 at m = 1, 8w s6 16c 19.9 at m = 16; narrower one-slice outputs
+// (2048->6144 / 2048 / 512) 17.6 / 17.5 / 17.4 -> 4w s12 8c 12.0 / 9.6 / 9.5 at m <= 8, 4w s8 16c 12.2 / 11.3 /
+// 11.3 at m = 16 (first kernel 22.3 / 22.1 / 21.9).
+int pick_variant(const GemmArgs& args, int /*sm_count*/) {
+  if (slice_count(args.k) > 1) return 3;
+  if (args.n >= 8192) return args.m <= 8 ? 1 : 3;
+  return args.m <= 8 ? 2 : 1;
+}
 
 }  // namespace
 
@@ -437,10 +446,10 @@ void allow_decode_shared(int optin_bytes) {
                        optin_bytes);
   cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, kGroupStages, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
-  cudaFuncSetAttribute(decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, 8, true>,
-                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
-  cudaFuncSetAttribute(decode_stream_kernel<kSwigluWarps, kSwigluStages, 2, 16, true>,
-                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+  cudaFuncSetAttribute(decode_stream_kernel<4, 8, 2, 8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
+  cudaFuncSetAttribute(decode_stream_kernel<8, 6, 2, 16, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
 }
 
 }  // namespace ls::cuda::gemm_detail
