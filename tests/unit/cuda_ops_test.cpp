@@ -157,9 +157,9 @@ TEST(CudaGemm, EveryRowIsBitwiseItsOneRowLaunchAtEveryWidthUpTo2048) {
     EXPECT_EQ(invariance_failure(engine, shape, invariance_widths()), "") << "N " << shape.n << " K " << shape.k;
 }
 
-// The wgmma tiles (sm_90a) are on trial until the device shows them bitwise: the pinned tests below leave them to
-// the trial test (DISABLED_ here: a wgmma fault must not take down the other tests' device context).
-constexpr bool kWgmmaOnTrial = true;
+// The wgmma tiles (sm_90a) were on trial (kWgmmaOnTrial: the pinned tests below left them to the wgmma test, then
+// disabled) until the H200 showed them bitwise (batch A, commit 91d1689); now every pinned test covers them.
+constexpr bool kWgmmaOnTrial = false;
 constexpr size_t kWgmmaTiles = 7, kWgmmaSplitTiles = 2;
 bool is_wgmma(const std::string& name) { return name.find("wgmma") != std::string::npos; }
 // wgmma code is built for sm_90a only: it runs on compute capability 9.0.
@@ -254,7 +254,7 @@ double largest_gap(const GemmEngine& engine, const GemmCase& shape, int64_t m) {
 
 // Each wgmma tile pinned at prefill widths on the five shapes (one slice, tails, sliced and split K): every row
 // bitwise its one-row launch (the decode kernel's mma.sync chain), and the planted K-order fault red under each.
-TEST(CudaGemm, DISABLED_TheWgmmaTilesGiveTheOneRowBitsAndCatchThePlantedFault) {
+TEST(CudaGemm, TheWgmmaTilesGiveTheOneRowBitsAtPrefillWidthsAndCatchThePlantedFault) {
   LS_SKIP_WITHOUT_DEVICE();
   if (!device_runs_wgmma()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
   std::set<std::string> ran;

@@ -192,9 +192,10 @@ bool valid(Choice choice, int64_t m, int64_t k, bool clusters) {
 // passed with them on the H200 (third run, docs/cuda.md), and they beat every unsplit tile there at m = 17..2048.
 constexpr bool kSplitAutomatic = true;
 
-// The wgmma configurations are automatic from 128 rows once the pinned invariance and planted-fault tests have
-// passed with them on the H200.
-constexpr bool kWgmmaAutomatic = false;
+// The wgmma configurations are automatic from 128 rows where their 128-row tiles fill the SMs: the trial test pinned
+// each one on the H200 (batch A, commit 91d1689): bitwise the one-row launch on every shape and width, the planted
+// fault red under each.
+constexpr bool kWgmmaAutomatic = true;
 
 // Measured on the H200 (docs/cuda.md, Kernels): the 16x128 tile streams one-slice decode at 92% of the read
 // bandwidth on the 65536-wide head (decode kernel 56-80%) and beats the decode kernel from about 12 rows on 8192
@@ -212,11 +213,10 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, int 
   const bool split = kSplitAutomatic && clusters && slices > 1 && slices <= kMaxClusterSlices;
   if (m <= 64) return split ? Choice::SplitMedium128 : wide ? Choice::Medium128 : Choice::Medium;
   if (kWgmmaAutomatic && wgmma_built() && m >= 128 && n <= 128LL * kMaxWgmmaColumnTiles) {
-    if (slices == 1) {
-      const int64_t wide_ctas = ((m + 127) / 128) * ((n + 255) / 256);
-      return wide_ctas >= sm_count ? Choice::WgmmaWide : Choice::WgmmaLargeDuo;
-    }
-    return split ? Choice::WgmmaSplit : Choice::WgmmaLarge;
+    const int64_t row_tiles = (m + 127) / 128, wide_ctas = row_tiles * ((n + 255) / 256);
+    if (slices == 1 && wide_ctas >= sm_count) return Choice::WgmmaWide;
+    if (slices == 1 && row_tiles * ((n + 127) / 128) >= sm_count) return Choice::WgmmaLargeDuo;
+    if (split && wide_ctas * slices >= sm_count) return Choice::WgmmaSplit;
   }
   if (split) return Choice::SplitLarge;
   const int64_t large_ctas = ((m + 127) / 128) * ((n + 127) / 128);
