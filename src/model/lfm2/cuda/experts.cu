@@ -312,8 +312,9 @@ namespace {
 std::atomic<int> g_pinned_kernel{static_cast<int>(ExpertKernel::Automatic)};
 std::atomic<bool> g_fault_reverse_k{false};
 
-// The tensor-core kernels become the automatic pick once they have passed on a device (see docs/cuda.md).
-constexpr bool kTensorCoreAutomatic = false;
+// The tensor-core kernels are the automatic pick since they passed on the H200 (batch A: bitwise one-row bits at
+// every row count, kernel and expert load; fp64 reference); false puts the scalar kernel back.
+constexpr bool kTensorCoreAutomatic = true;
 
 // Device facts and the shared-memory opt-ins, once per process (the first call is eager: the load probe).
 struct ExpertLaunchFacts {
@@ -383,7 +384,9 @@ ExpertKernel chosen_expert_kernel(int64_t max_rows_per_expert, int experts) {
   const auto pinned = static_cast<ExpertKernel>(g_pinned_kernel.load());
   if (pinned != ExpertKernel::Automatic) return pinned;
   if (!kTensorCoreAutomatic || experts > kMaxTensorExperts) return ExpertKernel::Scalar;
-  if (max_rows_per_expert <= 128) return ExpertKernel::Rows16;
+  // H200, 8B expert shapes (32 experts, top-4): 16x64 is fastest up to 64 rows (about 8 per expert), 64x128 at 256,
+  // 128x128 ties it at 2048 (docs/cuda.md).
+  if (max_rows_per_expert <= 64) return ExpertKernel::Rows16;
   if (max_rows_per_expert <= 1024) return ExpertKernel::Rows64;
   return ExpertKernel::Rows128;
 }
