@@ -401,9 +401,10 @@ Status launch_group_rows(const GemmGroup& group, cudaStream_t stream) {
 }
 
 // The variants by number (decode_variant_name): 0 the first kernel, then the streaming ones.
-constexpr int kVariants = 6;
+constexpr int kVariants = 7;
 const char* const kVariantNames[kVariants] = {"decode 8w s4/8 8c", "stream 4w s8 16c", "stream 4w s12 8c",
-                                              "stream 8w s6 16c",  "stream 8w s8 8c",  "stream 2w s16 8c"};
+                                              "stream 8w s6 16c",  "stream 8w s8 8c",  "stream 2w s16 8c",
+                                              "stream 1w s32 8c"};
 
 Status launch_variant(int variant, const GemmArgs& args, int sm_count, cudaStream_t stream) {
   switch (variant) {
@@ -412,6 +413,7 @@ Status launch_variant(int variant, const GemmArgs& args, int sm_count, cudaStrea
     case 3: return launch_stream<8, 6, 2>(args, sm_count, stream);
     case 4: return launch_stream<8, 8, 1>(args, sm_count, stream);
     case 5: return launch_stream<2, 16, 1>(args, sm_count, stream);
+    case 6: return launch_stream<1, 32, 1>(args, sm_count, stream);  // a whole K = 2048 item in flight at once
     default: return launch_first(args, sm_count, stream);
   }
 }
@@ -442,6 +444,7 @@ void allow_decode_shared(int optin_bytes) {
   allow_stream_shared<8, 6, 2>(optin_bytes);
   allow_stream_shared<8, 8, 1>(optin_bytes);
   allow_stream_shared<2, 16, 1>(optin_bytes);
+  allow_stream_shared<1, 32, 1>(optin_bytes);
   cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, kGroupStages, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
   cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, kGroupStages, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
