@@ -4,7 +4,7 @@
 //
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
-//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan fused|gemm|both] [--profile]
+//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|both] [--profile]
 //                 (--profile: per-launch device ms of an eager pass at 1, 8, 64 streams for each variant)
 // Memory: "loader peak" is the loader's own byte count (final weights + the one staged matrix); "peak anon RSS"
 // samples RssAnon every millisecond during the load (file pages of the mapped checkpoint excluded); run one
@@ -189,6 +189,14 @@ std::vector<std::pair<std::string, std::optional<dspark::cuda::BlockAttentionKer
   return out;
 }
 
+// "auto", "fused", "gemm" or "both" (fused, gemm) -> the scan pins.
+std::vector<std::pair<std::string, std::optional<bool>>> parse_scan(const std::string& text) {
+  if (text == "both") return {{"fused", true}, {"gemm", false}};
+  if (text == "fused") return {{"fused", true}};
+  if (text == "gemm") return {{"gemm", false}};
+  return {{"auto", std::nullopt}};
+}
+
 // --profile: one eager pass per (streams, attention, scan) at full depth with an event after every launch; device
 // ms per launch label.
 void profile_cuda(dspark::cuda::CudaDsparkDrafter& drafter, int depth, const std::string& attention,
@@ -229,7 +237,7 @@ void profile_cuda(dspark::cuda::CudaDsparkDrafter& drafter, int depth, const std
     }
   }
   drafter.set_attention_kernel(std::nullopt);
-  drafter.set_fused_scan(true);
+  drafter.set_fused_scan(std::nullopt);
 }
 
 // The CUDA drafter: load, absorb of the context, then draft passes by streams (1..64) and depth, device times.
@@ -272,10 +280,9 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - absorb_start).count());
     }
     for (const auto& [attention_name, pin] : parse_attention(attention))
-    for (const bool fused : {true, false})
+    for (const auto& [scan_name, fused] : parse_scan(scan))
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
       if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
-      if ((fused && scan == "gemm") || (!fused && scan == "fused")) continue;
       drafter.set_graphs(graphed);
       drafter.set_attention_kernel(pin);
       drafter.set_fused_scan(fused);
@@ -302,13 +309,13 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       }
       char row[256];
       std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f |", graphed ? "on" : "off",
-                    attention_name.c_str(), fused ? "fused" : "gemm", streams, depth, median(block_ms),
+                    attention_name.c_str(), scan_name.c_str(), streams, depth, median(block_ms),
                     median(scan_ms), median(wall_ms));
       table.push_back(row);
       results["runs"].push_back({{"device", "cuda"},
                                  {"graphs", graphed},
                                  {"attention", attention_name},
-                                 {"fused_scan", fused},
+                                 {"scan", scan_name},
                                  {"streams", streams},
                                  {"depth", depth},
                                  {"block_ms", median(block_ms)},
@@ -370,7 +377,7 @@ int main(int argc, char** argv) {
 #ifdef LS_HAVE_CUDA
     const bool profile = std::any_of(argv + 1, argv + argc, [](const char* arg) { return std::strcmp(arg, "--profile") == 0; });
     const int code = run_cuda(shape, dir, target, context, repeats, flag(argc, argv, "--graphs", "both"),
-                              flag(argc, argv, "--attention", "auto"), flag(argc, argv, "--scan", "fused"), profile,
+                              flag(argc, argv, "--attention", "auto"), flag(argc, argv, "--scan", "auto"), profile,
                               results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());

@@ -262,7 +262,7 @@ TEST(CudaDrafter, GpuPicksEqualTheCpuBf16DrafterOnTheNanoPairForRandomContexts) 
   SCOPED_TRACE(variant.name);
   gpu->set_attention_kernel(variant.attention);
   gpu->set_fused_scan(variant.fused);
-  EXPECT_EQ(gpu->fused_scan(), variant.fused) << "the nano shape takes the fused scan";
+  EXPECT_EQ(gpu->fused_scan(5), variant.fused) << "the nano shape takes the fused scan when pinned";
   ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
   const std::vector<Draft> on_gpu = gpu->draft(requests);
   const std::vector<float> gpu_logits = gpu->last_base_logits().value();
@@ -329,7 +329,7 @@ TEST(CudaDrafter, TheFusedScanDraftsTheTokensAndChanceBitsOfTheGemmScan) {
   ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
   const std::vector<Draft> reference = gpu->draft(requests);
   gpu->set_fused_scan(true);
-  ASSERT_TRUE(gpu->fused_scan());
+  ASSERT_TRUE(gpu->fused_scan(11));
   ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
   const std::vector<Draft> fused = gpu->draft(requests);
   int equal = 0, total = 0;

@@ -21,6 +21,18 @@ constexpr int kMaxTileHeadDim = 64;
 
 __device__ __forceinline__ float round_bf16(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
 
+// Eight bf16 values (16 bytes, aligned) as floats.
+__device__ __forceinline__ void load_eight(const bf16_t* from, float* to) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(from);
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = __bfloat1622float2(pairs[i]);
+    to[2 * i] = pair.x;
+    to[2 * i + 1] = pair.y;
+  }
+}
+
 // Shared memory: query [rows, hd], keys and values [tile, hd + 1] (padded: no bank conflicts when lanes walk keys),
 // probabilities [rows, tile], then row maxima and totals [rows].
 constexpr size_t tile_shared_bytes(int rows, int head_dim) {
@@ -121,10 +133,10 @@ __global__ void __launch_bounds__(kTileThreads) attention_tile_kernel(const bf16
   }
 }
 
-// Split: the CTA (request, KV head, chunk) sweeps keys [begin, end) of its chunk as the tile kernel sweeps all.
-// kValues false: the chunk's row max and sum of exponentials (two sweeps) -> stats. kValues true: the row's max and
-// total from every chunk's stats (total = sum over chunks in order of t_c exp(m_c - max)), then the probabilities
-// (rounded to bf16) times values over the chunk -> partials.
+// Split: the CTA (request, KV head, chunk) sweeps keys [begin, end) of its chunk in 32-key tiles (16-byte loads).
+// kValues false: the chunk's row max and sum of exponentials in one sweep (the total rescaled whenever a tile raises
+// the max) -> stats. kValues true: the row's max and total from every chunk's stats (total = sum over chunks in
+// order of t_c exp(m_c - max)), then the probabilities (rounded to bf16) times values over the chunk -> partials.
 template <int kHeadDim, bool kValues>
 __global__ void __launch_bounds__(kTileThreads) attention_split_kernel(const bf16_t* q,
                                                                        const DeviceBlockRequest* requests, int gamma,
@@ -180,52 +192,66 @@ __global__ void __launch_bounds__(kTileThreads) attention_split_kernel(const bf1
   }
   float accumulated[kOutputsPerThread];
   for (int k = 0; k < kOutputsPerThread; ++k) accumulated[k] = 0.0f;
-  for (int sweep = kValues ? 2 : 0; sweep < (kValues ? 3 : 2); ++sweep) {
-    for (int64_t first = begin; first < end; first += kTileKeys) {
-      const int count = end - first < kTileKeys ? static_cast<int>(end - first) : kTileKeys;
-      __syncthreads();
-      for (int index = threadIdx.x; index < count * kHeadDim; index += blockDim.x) {
-        const int j = index / kHeadDim, dim = index % kHeadDim;
-        const int64_t at = (first + j) * kv_size + dim;
-        keys_tile[j * kStride + dim] = __bfloat162float(keys[at]);
-        if (kValues) values_tile[j * kStride + dim] = __bfloat162float(values[at]);
+  for (int64_t first = begin; first < end; first += kTileKeys) {
+    const int count = end - first < kTileKeys ? static_cast<int>(end - first) : kTileKeys;
+    __syncthreads();  // the last tile's readers are done
+    // 16-byte loads: 8 bf16 of one key (or value) row a thread.
+    constexpr int kChunks = kHeadDim / 8;
+    for (int index = threadIdx.x; index < count * kChunks; index += blockDim.x) {
+      const int j = index / kChunks, c8 = (index % kChunks) * 8;
+      const int64_t at = (first + j) * kv_size + c8;
+      float eight[8];
+      load_eight(keys + at, eight);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) keys_tile[j * kStride + c8 + i] = eight[i];
+      if (kValues) {
+        load_eight(values + at, eight);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) values_tile[j * kStride + c8 + i] = eight[i];
+      }
+    }
+    __syncthreads();
+    for (int pair = threadIdx.x; pair < rows * kTileKeys; pair += blockDim.x) {
+      const int r = pair / kTileKeys, j = pair % kTileKeys;
+      float value = kValues ? 0.0f : -INFINITY;
+      if (j < count) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int dim = 0; dim < kHeadDim; ++dim) sum += query[r * kHeadDim + dim] * keys_tile[j * kStride + dim];
+        const float score = round_bf16(round_bf16(sum) * dims.scale);
+        value = kValues ? round_bf16(expf(score - row_max[r]) / row_total[r]) : score;
+      }
+      probabilities[pair] = value;
+    }
+    __syncthreads();
+    if constexpr (kValues) {
+#pragma unroll
+      for (int k = 0; k < kOutputsPerThread; ++k) {
+        const int output = threadIdx.x + k * kTileThreads;
+        if (output >= rows * kHeadDim) break;
+        const int r = output / kHeadDim, dim = output % kHeadDim;
+        float sum = accumulated[k];
+        for (int j = 0; j < count; ++j) sum += probabilities[r * kTileKeys + j] * values_tile[j * kStride + dim];
+        accumulated[k] = sum;
+      }
+    } else {
+      // Stats, one sweep: the row max so far, the total rescaled to it, then this tile's exponentials added.
+      for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        float largest = row_max[r];
+        for (int j = 0; j < count; ++j) largest = fmaxf(largest, probabilities[r * kTileKeys + j]);
+        row_total[r] *= expf(row_max[r] - largest);
+        row_max[r] = largest;
       }
       __syncthreads();
       for (int pair = threadIdx.x; pair < rows * kTileKeys; pair += blockDim.x) {
         const int r = pair / kTileKeys, j = pair % kTileKeys;
-        float value = sweep == 0 ? -INFINITY : 0.0f;
-        if (j < count) {
-          float sum = 0.0f;
-#pragma unroll
-          for (int dim = 0; dim < kHeadDim; ++dim) sum += query[r * kHeadDim + dim] * keys_tile[j * kStride + dim];
-          const float score = round_bf16(round_bf16(sum) * dims.scale);
-          if (sweep == 0) value = score;
-          else if (sweep == 1) value = expf(score - row_max[r]);
-          else value = round_bf16(expf(score - row_max[r]) / row_total[r]);
-        }
-        probabilities[pair] = value;
+        probabilities[pair] = j < count ? expf(probabilities[pair] - row_max[r]) : 0.0f;
       }
       __syncthreads();
-      if (sweep < 2) {
-        for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-          float running = sweep == 0 ? row_max[r] : row_total[r];
-          for (int j = 0; j < count; ++j) {
-            const float value = probabilities[r * kTileKeys + j];
-            running = sweep == 0 ? fmaxf(running, value) : running + value;
-          }
-          if (sweep == 0) row_max[r] = running;
-          else row_total[r] = running;
-        }
-      } else {
-#pragma unroll
-        for (int k = 0; k < kOutputsPerThread; ++k) {
-          const int output = threadIdx.x + k * kTileThreads;
-          if (output >= rows * kHeadDim) break;
-          const int r = output / kHeadDim, dim = output % kHeadDim;
-          float sum = accumulated[k];
-          for (int j = 0; j < count; ++j) sum += probabilities[r * kTileKeys + j] * values_tile[j * kStride + dim];
-          accumulated[k] = sum;
-        }
+      for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        float total = row_total[r];
+        for (int j = 0; j < count; ++j) total += probabilities[r * kTileKeys + j];
+        row_total[r] = total;
       }
     }
   }

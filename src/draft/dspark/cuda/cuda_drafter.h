@@ -129,14 +129,25 @@ class CudaDsparkDrafter final : public Drafter {
   // Graph replays so far, and shapes whose capture failed (those run eagerly from then on).
   int64_t graph_replays() const { return graph_replays_; }
   int64_t graph_failures() const { return graph_failures_; }
-  // Pins the block attention variant (bench/test; nullopt = the automatic choice) and the scan's step (fused:
-  // markov_step_fused where supported, else gather + cuBLAS W2 GEMM + markov_pick).
-  void set_attention_kernel(std::optional<BlockAttentionKernel> kernel) { attention_pin_ = kernel; }
-  void set_fused_scan(bool on) { fused_scan_ = on; }
+  // Pins the block attention variant (bench/test; nullopt = the automatic choice) and the scan's step (true:
+  // markov_step_fused where supported, false: gather + cuBLAS W2 GEMM + markov_pick; nullopt: automatic).
+  // (Each drops the captured graphs, which hold the launches of the old choice.)
+  void set_attention_kernel(std::optional<BlockAttentionKernel> kernel) {
+    attention_pin_ = kernel;
+    graphs_.clear();
+  }
+  void set_fused_scan(std::optional<bool> on) {
+    fused_scan_pin_ = on;
+    graphs_.clear();
+  }
   // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
   // default) or the unfused sequence (the reference the fused one is tested against).
-  void set_fused_block(bool on) { fused_block_ = on; }
-  bool fused_scan() const { return fused_scan_ && fused_scan_supported(scan_shape()); }
+  void set_fused_block(bool on) {
+    fused_block_ = on;
+    graphs_.clear();
+  }
+  // Whether a scan of `count` requests takes the fused step: the pin, else a single request (where supported).
+  bool fused_scan(int count) const;
   // Bench: device time per launch label of each draft() call while on (passes then run eagerly).
   void set_profile(bool on) { profile_.set_on(on); }
   std::vector<std::pair<std::string, double>> last_profile() const { return profile_.totals(); }
@@ -191,7 +202,7 @@ class CudaDsparkDrafter final : public Drafter {
   };
   bool graphs_on_ = true;
   std::optional<BlockAttentionKernel> attention_pin_;
-  bool fused_scan_ = true;
+  std::optional<bool> fused_scan_pin_;
   bool fused_block_ = true;
   EventLog profile_;
   std::map<std::pair<int, int>, GraphShape> graphs_;

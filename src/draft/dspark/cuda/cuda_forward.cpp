@@ -181,6 +181,11 @@ ScanShape CudaDsparkDrafter::scan_shape() const {
   return ScanShape{c.vocab_size, c.markov_rank, c.hidden_size, c.block_size, c.has_confidence};
 }
 
+bool CudaDsparkDrafter::fused_scan(int count) const {
+  if (!fused_scan_supported(scan_shape())) return false;
+  return fused_scan_pin_ ? *fused_scan_pin_ : count == 1;
+}
+
 Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
   const DsparkConfig& c = config_;
   DeviceBlockScratch& s = scratch_;
@@ -198,7 +203,7 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
   step.confidence_bias = weights_.confidence_bias;
   step.confidence_temperatures =
       weights_.confidence_temperatures.size() > 0 ? weights_.confidence_temperatures.data() : nullptr;
-  if (fused_scan()) {
+  if (fused_scan(count)) {
     // Per slot two launches: the fused W1 gather + W2 product + U + chunk picks, then the pick per request.
     step.w1 = weights_.markov_w1.data();
     step.w2 = weights_.markov_w2.values.data();

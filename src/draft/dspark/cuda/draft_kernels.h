@@ -185,8 +185,10 @@ Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cuda
 // l = W2 W1[previous] + U_slot for its chunk of ids (fp32 dot, one W2 row read per group), writes the corrected
 // logits, flags non-finite ones and keeps the chunk's greedy best; then one CTA per request combines the chunks'
 // bests in chunk order and finishes the step as markov_pick does (keyed draw over the whole row when sampled,
-// confidence with e read from W1, record). Needs rank % 8 == 0 and rank <= kMaxFusedScanRank.
-inline constexpr int kMaxFusedScanRank = 1024;
+// confidence with e read from W1, record). Needs rank % 8 == 0 and rank <= kMaxFusedScanRank. The drafter takes it
+// for a single request only: on the H200 it cost ~8 us per request and slot (commit 25383e9, batch A), the GEMM
+// path less from 4 requests up.
+inline constexpr int kMaxFusedScanRank = 256;
 inline constexpr int kFusedScanIds = 256;  // vocab ids per chunk
 inline bool fused_scan_supported(const ScanShape& shape) {
   return shape.rank > 0 && shape.rank % 8 == 0 && shape.rank <= kMaxFusedScanRank;

@@ -269,18 +269,7 @@ __global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, S
 constexpr int kGroup = 8;            // requests per CTA of the fused logits kernel
 constexpr int kLogitThreads = 256;   // 8 warps, each 4 ids at a time (8 lanes per W2 row)
 constexpr int kLogitWarps = kLogitThreads / kWarp;
-
-// Eight bf16 values (16 bytes, aligned) as floats.
-__device__ __forceinline__ void load_eight(const bf16_t* from, float* to) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(from);
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 pair = __bfloat1622float2(pairs[k]);
-    to[2 * k] = pair.x;
-    to[2 * k + 1] = pair.y;
-  }
-}
+constexpr int kMaxPieces = kMaxFusedScanRank / 64;  // 16-byte pieces of a W2 row per lane (8 lanes a row)
 
 // Grid (vocab chunk, request group): l = W2 e + U for ids of the chunk and requests first .. first+group-1 still
 // drafting; writes l to the markov rows and the chunk's partial (greedy best over finite logits, non-finite flag).
@@ -319,17 +308,40 @@ __global__ void __launch_bounds__(kLogitThreads) fused_logits_kernel(ScanStepInp
 #pragma unroll
     for (int r = 0; r < kGroup; ++r) sums[r] = 0.0f;
     if (id < chunk_end) {
+      // All of this lane's 16-byte pieces of the W2 row in flight at once (rank <= 256: at most 4), then the dots.
       const bf16_t* w = in.w2 + id * rank;
-      for (int k = part * 8; k < rank; k += 64) {
+      uint4 raw[kMaxPieces];
+#pragma unroll
+      for (int c = 0; c < kMaxPieces; ++c) {
+        const int k = part * 8 + 64 * c;
+        raw[c] = k < rank ? *reinterpret_cast<const uint4*>(w + k) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int c = 0; c < kMaxPieces; ++c) {
+        const int k = part * 8 + 64 * c;
+        if (k >= rank) break;
         float weights[8];
-        load_eight(w + k, weights);
+        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[c]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 pair = __bfloat1622float2(pairs[q]);
+          weights[2 * q] = pair.x;
+          weights[2 * q + 1] = pair.y;
+        }
 #pragma unroll
         for (int r = 0; r < kGroup; ++r) {
-          if (r >= group) break;
-          const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
-          const float4 lo = e[0], hi = e[1];
-          sums[r] += weights[0] * lo.x + weights[1] * lo.y + weights[2] * lo.z + weights[3] * lo.w +
-                     weights[4] * hi.x + weights[5] * hi.y + weights[6] * hi.z + weights[7] * hi.w;
+          if (r < group) {
+            const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
+            const float4 lo = e[0], hi = e[1];
+            sums[r] = fmaf(weights[0], lo.x, sums[r]);
+            sums[r] = fmaf(weights[1], lo.y, sums[r]);
+            sums[r] = fmaf(weights[2], lo.z, sums[r]);
+            sums[r] = fmaf(weights[3], lo.w, sums[r]);
+            sums[r] = fmaf(weights[4], hi.x, sums[r]);
+            sums[r] = fmaf(weights[5], hi.y, sums[r]);
+            sums[r] = fmaf(weights[6], hi.z, sums[r]);
+            sums[r] = fmaf(weights[7], hi.w, sums[r]);
+          }
         }
       }
     }
