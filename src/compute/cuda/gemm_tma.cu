@@ -161,8 +161,9 @@ Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
     return Status(ErrorCode::InvalidArgument, "gemm: the TMA wgmma tiles run one slice only, K = " +
                                                   std::to_string(args.k));
   if ((args.n + T::BN - 1) / T::BN > kMaxWgmmaColumnTiles)
-    return Status(ErrorCode::InvalidArgument, "gemm: N = " + std::to_string(args.n) + " is more column tiles than " +
-                                                  "the wgmma grid holds (" + std::to_string(kMaxWgmmaColumnTiles) + ")");
+    return Status(ErrorCode::InvalidArgument, "gemm: N = " + std::to_string(args.n) +
+                                                  " is more column tiles than the wgmma grid holds (" +
+                                                  std::to_string(kMaxWgmmaColumnTiles) + ")");
   CUtensorMap map_x, map_w;
   LS_RETURN_IF_ERROR(encode(&map_x, args.x, args.m, args.k, T::BM));
   LS_RETURN_IF_ERROR(encode(&map_w, args.w, args.n, args.k, T::BN));

@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) wgmma_kernel(GemmA
     // whose stage the next load overwrites.
     __syncthreads();
     const int next = step + kAhead;
-    if (next < k_tiles) load_stage<T>(args, shared + (next % T::STAGES) * T::STAGE_ELEMS, row0, col0, tile_at(next), tid);
+    if (next < k_tiles)
+      load_stage<T>(args, shared + (next % T::STAGES) * T::STAGE_ELEMS, row0, col0, tile_at(next), tid);
     commit_group();
 
     const uint32_t stage = smem_address(shared + (step % T::STAGES) * T::STAGE_ELEMS);
@@ -128,8 +129,9 @@ template <class T, Mode MODE>
 Status launch_tile(const GemmArgs& args, cudaStream_t stream) {
   const int slices = slice_count(args.k);
   if ((args.n + T::BN - 1) / T::BN > kMaxWgmmaColumnTiles)
-    return Status(ErrorCode::InvalidArgument, "gemm: N = " + std::to_string(args.n) + " is more column tiles than " +
-                                                  "the wgmma grid holds (" + std::to_string(kMaxWgmmaColumnTiles) + ")");
+    return Status(ErrorCode::InvalidArgument, "gemm: N = " + std::to_string(args.n) +
+                                                  " is more column tiles than the wgmma grid holds (" +
+                                                  std::to_string(kMaxWgmmaColumnTiles) + ")");
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((args.m + T::BM - 1) / T::BM, (args.n + T::BN - 1) / T::BN, MODE == Mode::Split ? slices : 1);
   config.blockDim = dim3(T::THREADS);
@@ -174,7 +176,8 @@ Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_
     return launch_tile<LargeDuoTile, Mode::Plain>(args, stream);
   }
   if (mode == Mode::Split) return launch_tile<LargeTile, Mode::Split>(args, stream);
-  return sliced ? launch_tile<LargeTile, Mode::Sliced>(args, stream) : launch_tile<LargeTile, Mode::Plain>(args, stream);
+  return sliced ? launch_tile<LargeTile, Mode::Sliced>(args, stream)
+                : launch_tile<LargeTile, Mode::Plain>(args, stream);
 }
 
 void allow_wgmma_shared() {
