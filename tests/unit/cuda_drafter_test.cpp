@@ -423,7 +423,7 @@ TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
 // The fused block pass (stacked GEMMs, fused heads / residual-norm / SwiGLU launches) against the unfused sequence
 // on the nano pair: Hf and U within the bf16 tolerance of the CPU parity tests (the stacked GEMMs may sum in
 // another order, one bf16 ulp is 4e-3 and it compounds over the layers; a wrong fusion is off by ~1), and the
-// drafts' tokens equal up to a near-tie flip.
+// drafts' tokens equal up to a near-tie flip. The same for the engine's GEMMs (up to 16 rows) against cuBLAS.
 TEST(CudaDrafter, TheFusedBlockPassGivesTheUnfusedHiddenLogitsAndDrafts) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
@@ -444,32 +444,46 @@ TEST(CudaDrafter, TheFusedBlockPassGivesTheUnfusedHiddenLogitsAndDrafts) {
     request.depth = c.block_size;
     requests.push_back(request);
   }
-  gpu->set_fused_block(false);
-  ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
-  const std::vector<Draft> reference = gpu->draft(requests);
-  const std::vector<float> reference_hidden = gpu->last_final_hidden().value();
-  const std::vector<float> reference_logits = gpu->last_base_logits().value();
-  gpu->set_fused_block(true);
-  ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
-  const std::vector<Draft> fused = gpu->draft(requests);
-  const std::vector<float> hidden = gpu->last_final_hidden().value();
-  const std::vector<float> logits = gpu->last_base_logits().value();
-  const double hidden_error = relative_error(hidden, reference_hidden);
-  const double logit_error = relative_error(logits, reference_logits);
-  int equal = 0, total = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    ASSERT_TRUE(fused[i].status.ok()) << fused[i].status.to_string();
-    ASSERT_TRUE(reference[i].status.ok()) << reference[i].status.to_string();
-    for (int slot = 0; slot < requests[i].depth; ++slot, ++total) {
-      if (fused[i].tokens[slot] != reference[i].tokens[slot]) break;
-      ++equal;
+  // The unfused pass with cuBLAS, then the fused pass with cuBLAS (5 requests: 35 rows) and, on the first two
+  // requests (14 rows), with the engine's GEMMs against cuBLAS.
+  struct Case {
+    const char* name;
+    size_t requests;
+    bool engine;
+  };
+  for (const Case& which : {Case{"fused block", 5, false}, Case{"engine GEMMs", 2, true}}) {
+    SCOPED_TRACE(which.name);
+    const std::span<const DraftRequest> some(requests.data(), which.requests);
+    gpu->set_engine_gemms(false);
+    gpu->set_fused_block(which.engine);
+    ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+    const std::vector<Draft> reference = gpu->draft(some);
+    const std::vector<float> reference_hidden = gpu->last_final_hidden().value();
+    const std::vector<float> reference_logits = gpu->last_base_logits().value();
+    gpu->set_engine_gemms(which.engine);
+    gpu->set_fused_block(true);
+    ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+    const std::vector<Draft> fused = gpu->draft(some);
+    const std::vector<float> hidden = gpu->last_final_hidden().value();
+    const std::vector<float> logits = gpu->last_base_logits().value();
+    const double hidden_error = relative_error(hidden, reference_hidden);
+    const double logit_error = relative_error(logits, reference_logits);
+    int equal = 0, total = 0;
+    for (size_t i = 0; i < some.size(); ++i) {
+      ASSERT_TRUE(fused[i].status.ok()) << fused[i].status.to_string();
+      ASSERT_TRUE(reference[i].status.ok()) << reference[i].status.to_string();
+      for (int slot = 0; slot < some[i].depth; ++slot, ++total) {
+        if (fused[i].tokens[slot] != reference[i].tokens[slot]) break;
+        ++equal;
+      }
     }
+    std::printf("[ %s ] Hf rel. error %.3g, U rel. error %.3g, %d of %d draft slots equal before any flip\n",
+                which.name, hidden_error, logit_error, equal, total);
+    EXPECT_LE(hidden_error, kBf16Tolerance);
+    EXPECT_LE(logit_error, kBf16Tolerance);
+    EXPECT_GE(equal * 10, total * 9);
   }
-  std::printf("[ fused block ] Hf rel. error %.3g, U rel. error %.3g, %d of %d draft slots equal before any flip\n",
-              hidden_error, logit_error, equal, total);
-  EXPECT_LE(hidden_error, kBf16Tolerance);
-  EXPECT_LE(logit_error, kBf16Tolerance);
-  EXPECT_GE(equal * 10, total * 9);
+  gpu->set_engine_gemms(false);
 }
 
 TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsorb) {

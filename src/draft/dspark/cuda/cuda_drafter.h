@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "compute/cuda/kernels.h"
 #include "draft/drafter.h"
 #include "draft/dspark/config.h"
 #include "draft/dspark/cuda/device_memory.h"
@@ -142,6 +143,11 @@ class CudaDsparkDrafter final : public Drafter {
   }
   // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
   // default) or the unfused sequence (the reference the fused one is tested against).
+  // The project's GemmEngine for GEMMs of up to 16 rows instead of cuBLAS (bench/test pin; off by default).
+  void set_engine_gemms(bool on) {
+    engine_gemms_ = on;
+    graphs_.clear();
+  }
   void set_fused_block(bool on) {
     fused_block_ = on;
     graphs_.clear();
@@ -203,6 +209,8 @@ class CudaDsparkDrafter final : public Drafter {
   bool graphs_on_ = true;
   std::optional<BlockAttentionKernel> attention_pin_;
   std::optional<bool> fused_scan_pin_;
+  bool engine_gemms_ = false;
+  ls::cuda::GemmEngine engine_;
   bool fused_block_ = true;
   EventLog profile_;
   std::map<std::pair<int, int>, GraphShape> graphs_;

@@ -7,6 +7,13 @@ namespace ls::dspark::cuda {
 Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y,
                                bool y_f32, int64_t ldy) {
   if (rows == 0) return ok_status();
+  if (engine_gemms_ && rows <= 16 && ldy == w_rows && w_cols % 8 == 0) {
+    static_assert(sizeof(bf16) == sizeof(bf16_t));
+    const ls::cuda::DeviceMatrix matrix{reinterpret_cast<const bf16*>(w), nullptr, w_rows, w_cols};
+    return engine_.gemm(reinterpret_cast<const bf16*>(x), rows, matrix,
+                        y_f32 ? nullptr : static_cast<bf16*>(y), y_f32 ? static_cast<float*>(y) : nullptr,
+                        stream_.get());
+  }
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major y [rows, N] = x [rows, K] W^T is column-major y^T [N, rows] = W [N, K] (as K x N, transposed) x^T.
   return cublas_status(
