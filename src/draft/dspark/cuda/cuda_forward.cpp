@@ -216,8 +216,10 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     step.w2 = weights_.markov_w2.values.data();
     step.partials = s.scan_partials.data();
     for (int slot = 0; slot < max_depth; ++slot) {
-      LS_RETURN_IF_ERROR(markov_step_fused(step, shape, slot, stream));
-      mark("scan step (fused)");
+      LS_RETURN_IF_ERROR(markov_fused_logits(step, shape, slot, stream));
+      mark("scan fused logits");
+      LS_RETURN_IF_ERROR(markov_fused_finish(step, shape, slot, stream));
+      mark("scan fused pick");
     }
     return ok_status();
   }

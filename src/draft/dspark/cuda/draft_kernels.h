@@ -195,6 +195,9 @@ inline bool fused_scan_supported(const ScanShape& shape) {
 }
 inline int64_t fused_scan_chunks(int64_t vocab) { return (vocab + kFusedScanIds - 1) / kFusedScanIds; }
 Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
+// Its two launches alone (the drafter marks each for the profile; the caller checks fused_scan_supported).
+Status markov_fused_logits(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
+Status markov_fused_finish(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 
 // Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
 // with draw_token bit for bit. Greedy rows take the argmax.

@@ -445,11 +445,23 @@ Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot
                   "the fused Markov scan takes a rank that is a multiple of 8 up to " +
                       std::to_string(kMaxFusedScanRank) + ", not " + std::to_string(shape.rank));
   }
+  LS_RETURN_IF_ERROR(markov_fused_logits(inputs, shape, slot, stream));
+  return markov_fused_finish(inputs, shape, slot, stream);
+}
+
+Status markov_fused_logits(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
+  if (inputs.count == 0) return ok_status();
   const int chunks = static_cast<int>(fused_scan_chunks(shape.vocab));
   const dim3 grid(chunks, (inputs.count + kGroup - 1) / kGroup);
   const size_t bytes = sizeof(float) * kGroup * shape.rank;
   fused_logits_kernel<<<grid, kLogitThreads, bytes, stream>>>(inputs, shape, slot);
   LS_CUDA_TRY_LAUNCH("markov_step_fused logits");
+  return ok_status();
+}
+
+Status markov_fused_finish(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
+  if (inputs.count == 0) return ok_status();
+  const int chunks = static_cast<int>(fused_scan_chunks(shape.vocab));
   fused_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
   LS_CUDA_TRY_LAUNCH("markov_step_fused finish");
   return ok_status();
