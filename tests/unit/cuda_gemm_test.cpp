@@ -243,13 +243,19 @@ TEST(CudaGemm, TheWgmmaTilesGiveTheOneRowBitsAtPrefillWidthsAndCatchThePlantedFa
     }
     std::printf("trial: %s ran its shapes\n", engine.tile_name(300, 2048, 2048));
     std::fflush(stdout);
-    const std::string name = engine.tile_name(100, 1024, 8192);
-    if (!is_wgmma(name)) continue;
-    engine.set_fault_reverse_k_for_test(true);
-    const std::string failure = invariance_failure(engine, GemmCase{1024, 8192}, {1, 100});
-    EXPECT_NE(failure.find("m 100"), std::string::npos) << "tile " << tile << ": " << failure;
-    EXPECT_NE(failure.find("wgmma"), std::string::npos) << failure;
-    std::printf("planted fault caught under %s: %s\n", name.c_str(), failure.c_str());
+    // The fault on one slice (every wgmma tile runs there: K = 2048 walked backwards) and on sliced K.
+    for (const GemmCase shape : {GemmCase{1024, 2048}, GemmCase{1024, 8192}}) {
+      const std::string name = engine.tile_name(100, shape.n, shape.k);
+      if (!is_wgmma(name)) continue;
+      GemmEngine faulty;
+      faulty.pin_tile_for_test(tile);
+      faulty.set_fault_reverse_k_for_test(true);
+      const std::string failure = invariance_failure(faulty, shape, {1, 100});
+      EXPECT_NE(failure.find("m 100"), std::string::npos) << "tile " << tile << " K " << shape.k << ": " << failure;
+      EXPECT_NE(failure.find("wgmma"), std::string::npos) << failure;
+      std::printf("planted fault caught under %s, K %lld: %s\n", name.c_str(), static_cast<long long>(shape.k),
+                  failure.c_str());
+    }
   }
   size_t wgmma_ran = 0;
   for (const std::string& name : ran) wgmma_ran += is_wgmma(name);

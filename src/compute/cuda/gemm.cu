@@ -192,9 +192,9 @@ bool valid(Choice choice, int64_t m, int64_t k, bool clusters) {
 // passed with them on the H200 (third run, docs/cuda.md), and they beat every unsplit tile there at m = 17..2048.
 constexpr bool kSplitAutomatic = true;
 
-// The wgmma configurations are automatic from 128 rows where their 128-row tiles fill the SMs: the trial test pinned
-// each one on the H200 (batch A, commit 91d1689): bitwise the one-row launch on every shape and width, the planted
-// fault red under each.
+// The wgmma configurations are automatic from 128 rows: the trial test pinned each one on the H200 (batch A, commit
+// 91d1689): bitwise the one-row launch on every shape and width, the planted fault red under each; batch B repeated
+// it with the pinned tests covering them.
 constexpr bool kWgmmaAutomatic = true;
 
 // Measured on the H200 (docs/cuda.md, Kernels): the 16x128 tile streams one-slice decode at 92% of the read
@@ -212,10 +212,12 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, int 
   // Sliced K with clusters: every CTA streams one slice of its columns' weights once for all rows of its tile.
   const bool split = kSplitAutomatic && clusters && slices > 1 && slices <= kMaxClusterSlices;
   if (m <= 64) return split ? Choice::SplitMedium128 : wide ? Choice::Medium128 : Choice::Medium;
+  // wgmma from 128 rows (H200, batch B of session 3): one slice, the TMA tiles beat every other configuration at
+  // m = 128, 512, 2048 on 2048->2048/6144/16384/65536 (75-87% of cuBLAS at m = 2048), 128x256 where its CTAs reach
+  // half the SMs; sliced K, the 128x256 split tile (8192->2048: 290 us at m = 2048 against 317 mma.sync split).
   if (kWgmmaAutomatic && wgmma_built() && m >= 128 && n <= 128LL * kMaxWgmmaColumnTiles) {
-    const int64_t row_tiles = (m + 127) / 128, wide_ctas = row_tiles * ((n + 255) / 256);
-    if (slices == 1 && wide_ctas >= sm_count) return Choice::WgmmaWide;
-    if (slices == 1 && row_tiles * ((n + 127) / 128) >= sm_count) return Choice::WgmmaLargeDuo;
+    const int64_t wide_ctas = ((m + 127) / 128) * ((n + 255) / 256);
+    if (slices == 1) return 2 * wide_ctas >= sm_count ? Choice::TmaWide : Choice::TmaLarge;
     if (split && wide_ctas * slices >= sm_count) return Choice::WgmmaSplit;
   }
   if (split) return Choice::SplitLarge;
