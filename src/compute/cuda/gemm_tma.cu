@@ -181,6 +181,7 @@ Status launch_tma(WgmmaTile tile, const GemmArgs& args, cudaStream_t stream) {
 }
 
 void allow_tma_shared() {
+  encoder();  // the driver entry point is looked up here, outside any graph capture
   cudaFuncSetAttribute(tma_kernel<TmaWideTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        tma_shared_bytes<TmaWideTile>());
   cudaFuncSetAttribute(tma_kernel<TmaLargeTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
