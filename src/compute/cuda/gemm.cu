@@ -217,6 +217,8 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, int 
   // half the SMs; sliced K, the 128x256 split tile (8192->2048: 290 us at m = 2048 against 317 mma.sync split).
   if (kWgmmaAutomatic && wgmma_built() && m >= 128 && n <= 128LL * kMaxWgmmaColumnTiles) {
     const int64_t wide_ctas = ((m + 127) / 128) * ((n + 255) / 256);
+    // A K tail (K % 64 != 0) leans on TMA's zero fill, not yet run on a device: the cp.async wgmma tiles take it.
+    if (slices == 1 && k % 64 != 0) return 2 * wide_ctas >= sm_count ? Choice::WgmmaWide : Choice::WgmmaLarge;
     if (slices == 1) return 2 * wide_ctas >= sm_count ? Choice::TmaWide : Choice::TmaLarge;
     if (split && wide_ctas * slices >= sm_count) return Choice::WgmmaSplit;
   }
