@@ -5,17 +5,23 @@
 #include <cublas_v2.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "base/hash.h"
 #include "cuda_test_util.h"
+#include "model/lfm2/cuda/cuda_target.h"
 #include "model/lfm2/cuda/state_kernels.h"
+#include "model/load.h"
 
 namespace ls::lfm2::gpu {
 namespace {
@@ -283,6 +289,66 @@ TEST(CudaExperts, RefusesARaggedKAndTooManyExpertsByNumber) {
   const Status many = expert_gemm(nullptr, nullptr, 5000, 8, nullptr, 64, 64, nullptr, nullptr);
   EXPECT_EQ(many.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(many.message().find("5000"), std::string::npos) << many.to_string();
+}
+
+// The golden MoE model (K 128 / 64: the scalar kernel by default) run with the experts pinned to the scalar kernel,
+// then to the 16x64 tensor-core tile: the other order may move router picks on near ties only, at most 2% of them
+// (the golden test's bar); prints how far the logits moved (batch B's golden failure: which change moved it).
+TEST(CudaExperts, PinnedTensorCoreExpertsMoveAtMostTwoPercentOfTheGoldenMoeRouterPicks) {
+  LS_SKIP_WITHOUT_DEVICE();
+  std::string dir = std::string(LS_SOURCE_DIR) + "/tests/golden/lfm2_moe";
+  if (!std::filesystem::exists(dir)) dir = std::filesystem::current_path().string() + "/tests/golden/lfm2_moe";
+  std::ifstream file(dir + "/golden.json");
+  if (!file) GTEST_SKIP() << "no golden MoE model at " << dir;
+  const nlohmann::json meta = nlohmann::json::parse(file);
+  LoadOptions options;
+  options.device = Device::Cuda;
+  options.max_rows = 256;
+  options.max_streams = 64;
+  options.kv_pages = 2048;
+  options.kv_page_size = 16;
+  options.exact_width_probe = 16;
+  auto loaded = load_target(dir, options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  auto* target = dynamic_cast<CudaTarget*>(loaded->get());
+  ASSERT_NE(target, nullptr);
+  const int64_t V = target->facts().vocab_size;
+  std::vector<int32_t> picks[2];
+  std::vector<float> logits[2];
+  StreamId stream = 1;
+  for (int run = 0; run < 2; ++run) {
+    KernelPin pin(run == 0 ? ExpertKernel::Scalar : ExpertKernel::Rows16);
+    target->set_expert_trace(&picks[run]);
+    for (const auto& c : meta["cases"]) {
+      const std::vector<int32_t> prompt = c["prompt"];
+      Window window;
+      window.stream = stream;
+      window.tokens = prompt;
+      window.want_logits = true;
+      Result<Verified> v = target->forward(std::span<const Window>(&window, 1));
+      ASSERT_TRUE(v.ok()) << v.status().to_string();
+      logits[run].insert(logits[run].end(), v->logits.begin(), v->logits.begin() + static_cast<int64_t>(prompt.size()) * V);
+      ASSERT_TRUE(target->commit(stream, static_cast<int>(prompt.size())).ok());
+      ++stream;
+    }
+    target->set_expert_trace(nullptr);
+  }
+  ASSERT_EQ(picks[0].size(), picks[1].size());
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  int differ = 0;
+  for (size_t i = 0; i < picks[0].size(); ++i) differ += picks[0][i] != picks[1][i];
+  double worst = 0;
+  for (size_t row = 0; row * V < logits[0].size(); ++row) {
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      diff = std::max(diff, std::fabs(double(logits[1][row * V + i]) - logits[0][row * V + i]));
+      scale = std::max(scale, std::fabs(double(logits[0][row * V + i])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  std::printf("[golden moe] tensor-core vs scalar experts: %d of %zu router picks differ; worst row's logits moved "
+              "%.3g relative\n", differ, picks[0].size(), worst);
+  EXPECT_LE(differ * 50, static_cast<int>(picks[0].size())) << "router picks moved by the expert kernel: " << differ;
 }
 
 // ---- Timing (LS_EXPERT_TIMING=1; never in the default suite) ----
