@@ -22,6 +22,7 @@ TEST(DeviceFlag, AcceptsCpuAndCudaAndRefusesOtherNamesByName) {
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "compute/cuda/cuda_util.h"
@@ -405,48 +406,62 @@ void check_golden(const std::string& model) {
   cpu_target->model().set_expert_trace(&cpu_experts);
   const int64_t V = cuda_target->facts().vocab_size;
   double worst = 0;
-  int argmax_checked = 0, fp32_checked = 0, fp32_flips = 0;
+  int argmax_checked = 0, fp32_checked = 0, fp32_flips = 0, rerouted_rows = 0;
   StreamId stream = 1;
   for (const auto& c : meta["cases"]) {
     const std::string name = c["name"];
     const std::vector<int32_t> prompt = c["prompt"], decode = c["decode"];
     const std::vector<float> bf16_prefill = read(name + ".bf16.prefill_logits"),
                              fp32_prefill = read(name + ".fp32.prefill_logits");
+    const size_t gpu_mark = gpu_experts.size(), cpu_mark = cpu_experts.size();
+    std::optional<Verified> v;
     for (Target* target : {static_cast<Target*>(cuda_target), static_cast<Target*>(cpu_target)}) {
       Window window;
       window.stream = stream;
       window.tokens = prompt;
       window.want_logits = true;
-      Result<Verified> v = target->forward(std::span<const Window>(&window, 1));
-      ASSERT_TRUE(v.ok()) << v.status().to_string();
-      if (target != cuda_target) continue;
-      for (size_t t = 0; t < prompt.size(); ++t) {
-        const float* ours = v->logits.data() + t * V;
-        double diff = 0, scale = 0;
-        for (int64_t i = 0; i < V; ++i) {
-          diff = std::max(diff, double(std::abs(ours[i] - bf16_prefill[t * V + i])));
-          scale = std::max(scale, double(std::abs(bf16_prefill[t * V + i])));
-        }
-        worst = std::max(worst, diff / scale);
-        EXPECT_LE(diff / scale, 0.03) << model << " " << name << " row " << t;
-        // Argmax where the reference's top two are clearly apart: 0.15 for transformers bf16 (twice the CPU bf16
-        // op's measured error), 0.3 for fp32 (bf16 vs fp32 drift; MoE routing flips may move a few rows).
-        auto gap_and_argmax = [&](const float* ref) {
-          std::vector<float> sorted(ref, ref + V);
-          std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-          return std::pair<float, int64_t>(sorted[0] - sorted[1], std::max_element(ref, ref + V) - ref);
-        };
-        const int64_t ours_argmax = std::max_element(ours, ours + V) - ours;
-        const auto [bf16_gap, bf16_argmax] = gap_and_argmax(bf16_prefill.data() + t * V);
-        if (bf16_gap > 0.15f) {
-          ++argmax_checked;
-          EXPECT_EQ(ours_argmax, bf16_argmax) << model << " " << name << " row " << t << " (bf16 gap " << bf16_gap << ")";
-        }
-        const auto [fp32_gap, fp32_argmax] = gap_and_argmax(fp32_prefill.data() + t * V);
-        if (fp32_gap > 0.3f) {
-          ++fp32_checked;
-          fp32_flips += ours_argmax != fp32_argmax;
-        }
+      Result<Verified> forward = target->forward(std::span<const Window>(&window, 1));
+      ASSERT_TRUE(forward.ok()) << forward.status().to_string();
+      if (target == cuda_target) v = std::move(*forward);
+    }
+    // A row routed to another expert than the CPU bf16 run chose (a near tie tipped by rounding: the count is bounded
+    // below) moves by far more than rounding, so its logits are not held to the bounds; every other row is.
+    std::vector<bool> rerouted(prompt.size(), false);
+    const size_t k = static_cast<size_t>(std::max(cuda_target->config().experts_per_token, 1));
+    ASSERT_EQ(gpu_experts.size() - gpu_mark, cpu_experts.size() - cpu_mark);
+    for (size_t i = 0; i < gpu_experts.size() - gpu_mark; ++i) {
+      if (gpu_experts[gpu_mark + i] != cpu_experts[cpu_mark + i]) rerouted[(i % (prompt.size() * k)) / k] = true;
+    }
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      if (rerouted[t]) {
+        ++rerouted_rows;
+        continue;
+      }
+      const float* ours = v->logits.data() + t * V;
+      double diff = 0, scale = 0;
+      for (int64_t i = 0; i < V; ++i) {
+        diff = std::max(diff, double(std::abs(ours[i] - bf16_prefill[t * V + i])));
+        scale = std::max(scale, double(std::abs(bf16_prefill[t * V + i])));
+      }
+      worst = std::max(worst, diff / scale);
+      EXPECT_LE(diff / scale, 0.03) << model << " " << name << " row " << t;
+      // Argmax where the reference's top two are clearly apart: 0.15 for transformers bf16 (twice the CPU bf16
+      // op's measured error), 0.3 for fp32 (bf16 vs fp32 drift; MoE routing flips may move a few rows).
+      auto gap_and_argmax = [&](const float* ref) {
+        std::vector<float> sorted(ref, ref + V);
+        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+        return std::pair<float, int64_t>(sorted[0] - sorted[1], std::max_element(ref, ref + V) - ref);
+      };
+      const int64_t ours_argmax = std::max_element(ours, ours + V) - ours;
+      const auto [bf16_gap, bf16_argmax] = gap_and_argmax(bf16_prefill.data() + t * V);
+      if (bf16_gap > 0.15f) {
+        ++argmax_checked;
+        EXPECT_EQ(ours_argmax, bf16_argmax) << model << " " << name << " row " << t << " (bf16 gap " << bf16_gap << ")";
+      }
+      const auto [fp32_gap, fp32_argmax] = gap_and_argmax(fp32_prefill.data() + t * V);
+      if (fp32_gap > 0.3f) {
+        ++fp32_checked;
+        fp32_flips += ours_argmax != fp32_argmax;
       }
     }
     ASSERT_TRUE(cuda_target->commit(stream, static_cast<int>(prompt.size())).ok());
@@ -461,8 +476,8 @@ void check_golden(const std::string& model) {
   EXPECT_GT(fp32_checked, 0);
   EXPECT_LE(fp32_flips, model == "lfm2_moe" ? 2 : 0) << "argmax differs from fp32 on clear rows";
   std::printf("[cuda golden] %s: max rel err vs transformers bf16 %.3g; argmax checked %d rows (bf16), %d (fp32, %d "
-              "differ); experts %d/%zu differ\n",
-              model.c_str(), worst, argmax_checked, fp32_checked, fp32_flips, differ, gpu_experts.size());
+              "differ); experts %d/%zu differ; %d rows rerouted, left out of the bounds\n",
+              model.c_str(), worst, argmax_checked, fp32_checked, fp32_flips, differ, gpu_experts.size(), rerouted_rows);
 }
 
 TEST(CudaTarget, DenseLogitsMatchTheGoldenWithinBf16ToleranceAndArgmaxWhereClear) {
