@@ -427,7 +427,7 @@ void check_golden(const std::string& model) {
     // A row routed to another expert than the CPU bf16 run chose (a near tie tipped by rounding: the count is bounded
     // below) moves by far more than rounding, so its logits are not held to the bounds; every other row is.
     std::vector<bool> rerouted(prompt.size(), false);
-    const size_t k = static_cast<size_t>(std::max(cuda_target->config().experts_per_token, 1));
+    const size_t k = static_cast<size_t>(cuda_target->config().moe ? cuda_target->config().moe->experts_per_token : 1);
     ASSERT_EQ(gpu_experts.size() - gpu_mark, cpu_experts.size() - cpu_mark);
     for (size_t i = 0; i < gpu_experts.size() - gpu_mark; ++i) {
       if (gpu_experts[gpu_mark + i] != cpu_experts[cpu_mark + i]) rerouted[(i % (prompt.size() * k)) / k] = true;
