@@ -26,20 +26,12 @@ namespace {
 using compute::NumericMode;
 using compute::testing::random_values;
 
+using testing::bf16_exact;
 using testing::download;
 using testing::poisoned;
 using testing::to_bf16;
+using testing::to_float;
 using testing::upload;
-
-std::vector<float> to_float(const std::vector<bf16>& values) {
-  std::vector<float> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = bf16_to_float(values[i]);
-  return out;
-}
-std::vector<float> bf16_exact(std::vector<float> values) {
-  for (float& v : values) v = round_to_bf16(v);
-  return values;
-}
 
 struct GemmCase {
   int64_t n, k;

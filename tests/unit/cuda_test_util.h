@@ -50,6 +50,19 @@ inline std::vector<bf16> to_bf16(const std::vector<float>& values) {
   return out;
 }
 
+// bf16 values widened to fp32.
+inline std::vector<float> to_float(const std::vector<bf16>& values) {
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = bf16_to_float(values[i]);
+  return out;
+}
+
+// fp32 values rounded to the nearest bf16 (kept as fp32), as a bf16 activation holds them.
+inline std::vector<float> bf16_exact(std::vector<float> values) {
+  for (float& v : values) v = round_to_bf16(v);
+  return values;
+}
+
 }  // namespace ls::cuda::testing
 
 #endif  // LS_HAVE_CUDA

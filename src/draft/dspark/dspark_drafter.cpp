@@ -106,16 +106,7 @@ Status DsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::span
 
 Status DsparkDrafter::restart(StreamId stream, int64_t position) {
   StreamContext& context = cache_.open(stream);
-  if (position < context.length) {
-    return Status(ErrorCode::InvalidArgument, "restart of stream " + std::to_string(stream) + " at position " +
-                                                  std::to_string(position) + " before the " +
-                                                  std::to_string(context.length) + " positions it covers");
-  }
-  if (position == context.length) return ok_status();
-  context.skipped += position - context.length;
-  context.length = position;
-  context.resumed_at = position;
-  return ok_status();
+  return restart_context(context, stream, position);
 }
 
 std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) {

@@ -7,6 +7,7 @@
 
 #include "draft/dspark/cuda/absorb_kernels.h"
 #include "draft/dspark/cuda/cuda_drafter.h"
+#include "draft/dspark/shared_steps.h"
 
 namespace ls::dspark::cuda {
 namespace {
@@ -160,16 +161,7 @@ Status CudaDsparkDrafter::restart(StreamId stream, int64_t position) {
   std::unique_ptr<DeviceStreamContext>& slot = streams_[stream];
   if (!slot) slot = std::make_unique<DeviceStreamContext>();
   DeviceStreamContext& context = *slot;
-  if (position < context.length) {
-    return Status(ErrorCode::InvalidArgument, "restart of stream " + std::to_string(stream) + " at position " +
-                                                  std::to_string(position) + " before the " +
-                                                  std::to_string(context.length) + " positions it covers");
-  }
-  if (position == context.length) return ok_status();
-  context.skipped += position - context.length;
-  context.length = position;
-  context.resumed_at = position;
-  return ok_status();
+  return restart_context(context, stream, position);
 }
 
 Status CudaDsparkDrafter::project_context(const float* taps, int64_t rows, int64_t start,
