@@ -79,7 +79,9 @@ TEST_F(DrafterTest, DraftGivesDepthTokensInVocabularyWithNonIncreasingChances) {
       EXPECT_LT(draft.tokens[slot], kVocab);
       EXPECT_GT(draft.chances[slot], 0.0f);
       EXPECT_LE(draft.chances[slot], 1.0f);
-      if (slot > 0) EXPECT_LE(draft.chances[slot], draft.chances[slot - 1]);
+      if (slot > 0) {
+        EXPECT_LE(draft.chances[slot], draft.chances[slot - 1]);
+      }
     }
   }
   // A shallower draft is a prefix of the full one (the block always runs full width).

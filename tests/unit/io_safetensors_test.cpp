@@ -328,7 +328,9 @@ TEST(SafetensorsConvert, F16ConvertsExactlyToF32AndRoundsToBf16) {
     const double sign = (pattern & 0x8000) ? -1.0 : 1.0;
     if (exponent == 31) {
       EXPECT_EQ(std::isnan(as_f32[pattern]), mantissa != 0) << pattern;
-      if (!mantissa) EXPECT_EQ(as_f32[pattern], sign * INFINITY);
+      if (!mantissa) {
+        EXPECT_EQ(as_f32[pattern], sign * INFINITY);
+      }
       continue;
     }
     const double expected = exponent == 0 ? sign * std::ldexp(mantissa, -24) : sign * std::ldexp(1024 + mantissa, exponent - 25);
