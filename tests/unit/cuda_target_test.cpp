@@ -518,15 +518,7 @@ TEST_P(CudaLanes, DraftedRepliesOnTheGpuEqualPlainRepliesRunAlone) {
   auto target = nano_cuda_target(128);
   if (!target) GTEST_SKIP() << "no nano target";
   const auto [streams, sampled] = GetParam();
-  std::vector<Arrival> arrivals;
-  for (int index = 0; index < streams; ++index) {
-    Arrival arrival;
-    arrival.round = index % 3;
-    arrival.request = make_fake_request(index, sampled, target->facts().vocab_size);
-    arrival.request.max_tokens = 12 + index % 9;
-    if (index % 4 == 3) arrival.request.draft = false;
-    arrivals.push_back(arrival);
-  }
+  const std::vector<Arrival> arrivals = staggered_arrivals(streams, sampled, target->facts().vocab_size, 12);
   std::vector<Reply> alone = run_each_alone_plain(*target, arrivals);
   RecordedDrafterOptions drafter_options;
   drafter_options.tap_layers = {1, 4};

@@ -37,15 +37,8 @@ TEST_P(LanesOnRealTarget, DraftedRepliesEqualPlainRepliesRunAloneTokenForToken) 
   ASSERT_TRUE(target.ok()) << target.status().to_string();
   const TargetFacts& facts = (*target)->facts();
 
-  std::vector<Arrival> arrivals;
-  for (int index = 0; index < GetParam().streams; ++index) {
-    Arrival arrival;
-    arrival.round = index % 3;
-    arrival.request = make_fake_request(index, GetParam().sampled, facts.vocab_size);
-    arrival.request.max_tokens = GetParam().tokens + index % 9;
-    if (index % 4 == 3) arrival.request.draft = false;
-    arrivals.push_back(arrival);
-  }
+  const std::vector<Arrival> arrivals =
+      staggered_arrivals(GetParam().streams, GetParam().sampled, facts.vocab_size, GetParam().tokens);
   std::vector<Reply> alone = run_each_alone_plain(**target, arrivals);
 
   RecordedDrafterOptions drafter_options;

@@ -53,24 +53,7 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
 
     const uint32_t a_base = smem_address(shared + (step % T::STAGES) * T::STAGE_ELEMS);
     const uint32_t b_base = a_base + T::BM * 128;
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      uint32_t a[T::MI][4], b[T::NI][2];
-#pragma unroll
-      for (int i = 0; i < T::MI; ++i) {
-        const int row = warp_m * T::WM + i * 16 + (lane & 15);
-        ldmatrix_x4(a_base + swizzled(row, kk * 2 + (lane >> 4)), a[i][0], a[i][1], a[i][2], a[i][3]);
-      }
-#pragma unroll
-      for (int j = 0; j < T::NI; j += 2) {
-        const int row = warp_n * T::WN + j * 8 + (lane & 7) + ((lane >> 4) << 3);
-        ldmatrix_x4(b_base + swizzled(row, kk * 2 + ((lane >> 3) & 1)), b[j][0], b[j][1], b[j + 1][0], b[j + 1][1]);
-      }
-#pragma unroll
-      for (int i = 0; i < T::MI; ++i)
-#pragma unroll
-        for (int j = 0; j < T::NI; ++j) mma_bf16(acc[i][j], a[i], b[j]);
-    }
+    mma_k_tile<T>(a_base, b_base, warp_m, warp_n, lane, acc);
     if constexpr (SLICED) {
       // End of a slice: fold its sum into the running total (the first slice is copied, not added to +0).
       if ((step + 1) % kSliceTiles == 0 || step + 1 == k_tiles) {

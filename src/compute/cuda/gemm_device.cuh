@@ -64,6 +64,31 @@ __device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// One K tile of a warp's MI x NI mma tile (T: BM, WM, WN, MI, NI): the four 16-wide steps in ascending K, the
+// canonical chain, with fragments from the swizzled stage (A rows at a_base, B rows at b_base).
+template <class T>
+__device__ __forceinline__ void mma_k_tile(uint32_t a_base, uint32_t b_base, int warp_m, int warp_n, int lane,
+                                           float (&acc)[T::MI][T::NI][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockK / 16; ++kk) {
+    uint32_t a[T::MI][4], b[T::NI][2];
+#pragma unroll
+    for (int i = 0; i < T::MI; ++i) {
+      const int row = warp_m * T::WM + i * 16 + (lane & 15);
+      ldmatrix_x4(a_base + swizzled(row, kk * 2 + (lane >> 4)), a[i][0], a[i][1], a[i][2], a[i][3]);
+    }
+#pragma unroll
+    for (int j = 0; j < T::NI; j += 2) {
+      const int row = warp_n * T::WN + j * 8 + (lane & 7) + ((lane >> 4) << 3);
+      ldmatrix_x4(b_base + swizzled(row, kk * 2 + ((lane >> 3) & 1)), b[j][0], b[j][1], b[j + 1][0], b[j + 1][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < T::MI; ++i)
+#pragma unroll
+      for (int j = 0; j < T::NI; ++j) mma_bf16(acc[i][j], a[i], b[j]);
+  }
+}
+
 struct GemmArgs {
   const __nv_bfloat16* x;  // [m, K]
   const __nv_bfloat16* w;  // [N, K]

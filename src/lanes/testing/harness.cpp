@@ -98,4 +98,17 @@ Request make_fake_request(int index, bool sampled, int vocab_size) {
   return request;
 }
 
+std::vector<Arrival> staggered_arrivals(int streams, bool sampled, int vocab_size, int tokens) {
+  std::vector<Arrival> arrivals;
+  for (int index = 0; index < streams; ++index) {
+    Arrival arrival;
+    arrival.round = index % 3;
+    arrival.request = make_fake_request(index, sampled, vocab_size);
+    arrival.request.max_tokens = tokens + index % 9;
+    if (index % 4 == 3) arrival.request.draft = false;
+    arrivals.push_back(arrival);
+  }
+  return arrivals;
+}
+
 }  // namespace ls

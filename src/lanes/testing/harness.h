@@ -34,5 +34,8 @@ std::vector<Reply> run_each_alone_plain(Target& target, const std::vector<Arriva
 
 // A varied request: prompt of 2-9 tokens, 20-60 tokens out, greedy or sampled (temperature, top-k/p, min-p mixed).
 Request make_fake_request(int index, bool sampled, int vocab_size);
+// `streams` fake requests arriving over rounds 0..2 (index % 3), max_tokens = tokens + index % 9, every fourth
+// with draft: false: the mix every exactness test runs.
+std::vector<Arrival> staggered_arrivals(int streams, bool sampled, int vocab_size, int tokens);
 
 }  // namespace ls

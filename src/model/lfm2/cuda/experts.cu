@@ -128,8 +128,7 @@ __global__ void __launch_bounds__(kExpertWarps * 32) expert_gemm_kernel(const bf
 using ls::cuda::gemm_detail::commit_group;
 using ls::cuda::gemm_detail::copy_chunk;
 using ls::cuda::gemm_detail::kBlockK;
-using ls::cuda::gemm_detail::ldmatrix_x4;
-using ls::cuda::gemm_detail::mma_bf16;
+using ls::cuda::gemm_detail::mma_k_tile;
 using ls::cuda::gemm_detail::smem_address;
 using ls::cuda::gemm_detail::swizzled;
 using ls::cuda::gemm_detail::Tile;
@@ -242,25 +241,7 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
       commit_group();
       const uint32_t a_base = shared_base + (step % T::STAGES) * kStageBytes;
       const uint32_t b_base = a_base + T::BM * 128;
-#pragma unroll
-      for (int kk = 0; kk < kBlockK / 16; ++kk) {
-        uint32_t af[T::MI][4], bf[T::NI][2];
-#pragma unroll
-        for (int i = 0; i < T::MI; ++i) {
-          const int row = warp_m * T::WM + i * 16 + (lane & 15);
-          ldmatrix_x4(a_base + swizzled(row, kk * 2 + (lane >> 4)), af[i][0], af[i][1], af[i][2], af[i][3]);
-        }
-#pragma unroll
-        for (int j = 0; j < T::NI; j += 2) {
-          const int row = warp_n * T::WN + j * 8 + (lane & 7) + ((lane >> 4) << 3);
-          ldmatrix_x4(b_base + swizzled(row, kk * 2 + ((lane >> 3) & 1)), bf[j][0], bf[j][1], bf[j + 1][0],
-                      bf[j + 1][1]);
-        }
-#pragma unroll
-        for (int i = 0; i < T::MI; ++i)
-#pragma unroll
-          for (int j = 0; j < T::NI; ++j) mma_bf16(acc[i][j], af[i], bf[j]);
-      }
+      mma_k_tile<T>(a_base, b_base, warp_m, warp_n, lane, acc);
     }
     wait_group<0>();
     __syncthreads();  // every warp is done reading the stages before the next item refills them
