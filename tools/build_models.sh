@@ -51,7 +51,7 @@ if has target; then
   rm -f models/nano/target/model*.safetensors* models/nano/target/config.json models/nano/target/generation_config.json
   $PY tools/train_target.py --corpus "$WORK/corpus" --tokenizer models/nano/target --out models/nano/target \
       --log-dir "$OUT" --eval-prompts models/nano/eval_prompts.json --seed 1234 \
-      ${TARGET_STEPS:+--steps "$TARGET_STEPS"} --minutes "${TARGET_MINUTES:-3.5}" ${TARGET_ARGS:-} 2>&1 | tee "$OUT/target.log"
+      ${TARGET_STEPS:+--steps "$TARGET_STEPS"} --minutes "${TARGET_MINUTES:-2.0}" ${TARGET_ARGS:-} 2>&1 | tee "$OUT/target.log"
   RESULTS+=(models/nano/target)
 fi
 

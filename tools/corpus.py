@@ -260,12 +260,16 @@ def main():
     py.sort(key=lambda it: (h64(it[1]), it[1]))
     py = py[:args.max_files]
     held_code, held_chat, docstrings, doc_bytes, parsed = [], [], [], 0, 0
+    full = False
     with mp.Pool(args.workers) as pool:
+        # Drain every result rather than break out: leaving the pool with tasks in flight has terminate() kill busy
+        # workers, the likeliest cause of a 32-worker rebuild that hung here on the GPU box (defunct workers).
         for res in pool.imap(parse_python, py, chunksize=64):
+            full = full or (code.size >= code.limit and chat.size >= chat.limit and doc_bytes >= prose.limit and
+                            min(len(held_code), len(held_chat)) >= 4 * args.eval_per_kind)
+            if full:
+                continue  # every part is full: the remaining files would only be dropped
             parsed += 1
-            if code.size >= code.limit and chat.size >= chat.limit and doc_bytes >= prose.limit and \
-                    min(len(held_code), len(held_chat)) >= 4 * args.eval_per_kind:
-                break  # every part is full: the remaining files would only be dropped
             if res is None:
                 continue
             rel, text, module, objects = res
