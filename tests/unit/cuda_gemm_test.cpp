@@ -126,13 +126,9 @@ TEST(CudaGemm, EveryRowIsBitwiseItsOneRowLaunchAtEveryWidthUpTo2048) {
 constexpr bool kWgmmaOnTrial = false;
 constexpr size_t kWgmmaTiles = 7, kWgmmaSplitTiles = 2;
 bool is_wgmma(const std::string& name) { return name.find("wgmma") != std::string::npos; }
-// wgmma code is built for sm_90a only: it runs on compute capability 9.0.
-bool device_runs_wgmma() {
-  int major = 0, minor = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
-         minor == 0;
-}
+// wgmma code is built for sm_90a only: it runs on compute capability 9.0, where this binary carries sm_90a code and
+// LS_CUDA_PORTABLE is off (features.h).
+bool device_runs_wgmma() { return cuda_features().wgmma; }
 
 TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
   LS_SKIP_WITHOUT_DEVICE();
@@ -150,20 +146,19 @@ TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
       for (int64_t m : widths) ran.insert(engine.tile_name(m, shape.n, shape.k));
     }
   }
-  // Every configuration ran somewhere; the split ones need thread-block clusters (compute capability 9+), the wgmma
-  // ones (seven, two split) compute capability 9.0.
-  int major = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  // Every configuration ran somewhere; the split ones need thread-block clusters (sm_90 code on compute capability
+  // 9+), the wgmma ones (seven, two split) sm_90a code on 9.0 (features.h).
+  const bool clusters = cuda_features().clusters;
   const bool wgmma = !kWgmmaOnTrial && device_runs_wgmma();
   size_t split = 0, wgmma_ran = 0;
   for (const std::string& name : ran) {
     split += name.find("split") != std::string::npos;
     wgmma_ran += is_wgmma(name);
   }
-  EXPECT_EQ(ran.size() + (major >= 9 ? 0 : 3) + (wgmma ? 0 : kWgmmaTiles),
+  EXPECT_EQ(ran.size() + (clusters ? 0 : 3) + (wgmma ? 0 : kWgmmaTiles),
             static_cast<size_t>(GemmEngine::tile_count()));
   EXPECT_EQ(wgmma_ran, wgmma ? kWgmmaTiles : 0u);
-  if (major >= 9) {
+  if (clusters) {
     EXPECT_EQ(split, 3u + (wgmma ? kWgmmaSplitTiles : 0u));
   }
 }
@@ -189,10 +184,9 @@ TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck
     EXPECT_NE(split_failure.find("split"), std::string::npos) << split_failure;
     split_tiles.insert(name);
   }
-  int major = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  const bool clusters = cuda_features().clusters;  // split mode needs clusters (features.h)
   const bool wgmma = !kWgmmaOnTrial && device_runs_wgmma();
-  EXPECT_EQ(split_tiles.size(), major >= 9 ? 2u + (wgmma ? kWgmmaSplitTiles : 0u) : 0u);
+  EXPECT_EQ(split_tiles.size(), clusters ? 2u + (wgmma ? kWgmmaSplitTiles : 0u) : 0u);
 }
 
 // The largest |batch - one-row launch| over the largest |one-row launch| at width m: rounding-sized where only the

@@ -148,16 +148,16 @@ enum class Choice {
 
 // Whether a configuration computes the canonical order for (m, K) on this device: decode only up to 16 rows, the
 // big tiles only for one slice, split mode only with clusters and at most kMaxClusterSlices slices.
-bool valid(Choice choice, int64_t m, int64_t k, bool clusters) {
+bool valid(Choice choice, int64_t m, int64_t k, bool clusters, bool wgmma) {
   const int slices = slice_count(static_cast<int>(k));
   switch (choice) {
     case Choice::WgmmaWide:
     case Choice::WgmmaLargeDuo:
     case Choice::TmaWide:
-    case Choice::TmaLarge: return wgmma_built() && slices == 1;
-    case Choice::WgmmaLarge: return wgmma_built();
+    case Choice::TmaLarge: return wgmma && slices == 1;
+    case Choice::WgmmaLarge: return wgmma;
     case Choice::WgmmaSplit:
-    case Choice::WgmmaSplitLarge: return wgmma_built() && clusters && slices <= kMaxClusterSlices;
+    case Choice::WgmmaSplitLarge: return wgmma && clusters && slices <= kMaxClusterSlices;
     case Choice::Decode: return m <= 16;
     case Choice::Stream:
     case Choice::StreamDeep: return m <= 16 && slices == 1;
@@ -186,8 +186,9 @@ constexpr bool kWgmmaAutomatic = true;
 // 130 at m = 17..64 with 64x128 tiles, 37-61 us against 117 at m = 100..256 and 316 against 417 at 2048 with
 // 128x128 tiles), while the decode kernel keeps m <= 16 (12-15 us against 17 split); unsplit, 64x64 tiles beat
 // 128x128 ones while those would not fill the SMs up to 128 rows; 128x128 beats 128x256 except on wide heads.
-Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, int pinned) {
-  if (pinned >= 0 && pinned < static_cast<int>(Choice::Count) && valid(static_cast<Choice>(pinned), m, k, clusters))
+Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, bool wgmma, int pinned) {
+  if (pinned >= 0 && pinned < static_cast<int>(Choice::Count) &&
+      valid(static_cast<Choice>(pinned), m, k, clusters, wgmma))
     return static_cast<Choice>(pinned);
   const int slices = slice_count(static_cast<int>(k));
   const bool wide = n >= 128LL * sm_count;
@@ -198,7 +199,7 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, int 
   // wgmma from 128 rows (H200, batch B of session 3): one slice, the TMA tiles beat every other configuration at
   // m = 128, 512, 2048 on 2048->2048/6144/16384/65536 (75-87% of cuBLAS at m = 2048), 128x256 where its CTAs reach
   // half the SMs; sliced K, the 128x256 split tile (8192->2048: 290 us at m = 2048 against 317 mma.sync split).
-  if (kWgmmaAutomatic && wgmma_built() && m >= 128 && n <= 128LL * kMaxWgmmaColumnTiles) {
+  if (kWgmmaAutomatic && wgmma && m >= 128 && n <= 128LL * kMaxWgmmaColumnTiles) {
     const int64_t wide_ctas = ((m + 127) / 128) * ((n + 255) / 256);
     // A K tail (K % 64 != 0) leans on TMA's zero fill, not yet run on a device: the cp.async wgmma tiles take it.
     if (slices == 1 && k % 64 != 0) return 2 * wide_ctas >= sm_count ? Choice::WgmmaWide : Choice::WgmmaLarge;
@@ -267,7 +268,9 @@ void allow_shared_all(int optin_bytes) {
 
 }  // namespace
 
-GemmEngine::GemmEngine() {
+GemmEngine::GemmEngine() : GemmEngine(cuda_features()) {}
+
+GemmEngine::GemmEngine(const CudaFeatures& features) : clusters_(features.clusters), wgmma_(features.wgmma) {
   int device = 0;
   if (cudaGetDevice(&device) == cudaSuccess) {
     int count = 0;
@@ -276,14 +279,12 @@ GemmEngine::GemmEngine() {
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess && optin > 0)
       allow_shared_all(optin);
-    int major = 0;
-    clusters_ = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
   }
   cudaGetLastError();  // no device: launches report it
 }
 
 const char* GemmEngine::tile_name(int64_t m, int64_t n, int64_t k) const {
-  return choice_name(choose(m, n, k, sm_count_, clusters_, pinned_tile_));
+  return choice_name(choose(m, n, k, sm_count_, clusters_, wgmma_, pinned_tile_));
 }
 
 int GemmEngine::tile_count() { return static_cast<int>(Choice::Count); }
@@ -306,7 +307,7 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
   GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
                 reinterpret_cast<__nv_bfloat16*>(y_b16), y_f32, static_cast<int>(m), static_cast<int>(w.rows),
                 static_cast<int>(w.cols), fault_reverse_k_ && m > 64 ? 1 : 0};
-  switch (choose(m, w.rows, w.cols, sm_count_, clusters_, pinned_tile_)) {
+  switch (choose(m, w.rows, w.cols, sm_count_, clusters_, wgmma_, pinned_tile_)) {
     case Choice::Decode: return launch_decode(args, sm_count_, stream);
     case Choice::Medium: return launch<Medium>(args, stream);
     case Choice::Medium128: return launch<Medium128>(args, stream);

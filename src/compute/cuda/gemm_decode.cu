@@ -153,7 +153,7 @@ Status launch_programmatic(void (*kernel)(Params...), int ctas, int threads, int
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = cuda_features().pdl ? 1 : 0;  // the portable sm_80 path: an ordinary launch
   LS_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args...));
   return ok_status();
 }

@@ -13,6 +13,7 @@
 #include "base/bf16.h"
 #include "base/status.h"
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/features.h"
 
 namespace ls::cuda {
 
@@ -30,7 +31,9 @@ struct DeviceMatrix {
 // kind added in slice order), for every m and every kernel configuration, so a row's bits never depend on m.
 class GemmEngine {
  public:
-  GemmEngine();
+  GemmEngine();  // this device's features (cuda_features())
+  // An engine choosing under `features` (e.g. portable_features(): never a wgmma, TMA or split configuration).
+  explicit GemmEngine(const CudaFeatures& features);
   // y [m, N] = x [m, K] @ W^T (+ bias); exactly one of y_b16 (rounded once) / y_f32 is non-null.
   // x must be 16-byte aligned with rows of K elements.
   Status gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32, cudaStream_t stream) const;
@@ -47,6 +50,7 @@ class GemmEngine {
  private:
   int sm_count_ = 132;
   bool clusters_ = false;  // thread-block clusters (sm_90+): the split configurations may run
+  bool wgmma_ = false;     // sm_90a code on a 9.0 device: the wgmma and TMA configurations may run
   bool fault_reverse_k_ = false;
   int pinned_tile_ = -1;
 };
