@@ -4,6 +4,8 @@
 //   gpu_bench --model DIR [--decode-tokens 128] [--context 128] [--prefill 2048] [--verify 1,2,4,8,16]
 //             [--streams 16] [--json PATH]
 //   gpu_bench --decode-gemm     (the decode GEMM kernel's variants on the 1.2B decode shapes; no model)
+//   --decode-staged 0,1,..      also time the decode step with the narrow decode GEMMs on each staged configuration
+//   --decode-only               stop after the decode rows
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -42,6 +44,8 @@ struct Options {
   int decode_tokens = 128, context = 128, prefill = 2048, streams = 16, repeats = 5;
   std::vector<int> verify = {1, 2, 4, 8, 16};
   bool decode_gemm = false;  // time the decode GEMM variants only (no model)
+  std::vector<int> decode_staged;  // staged decode GEMM configurations to time the decode step with (A/B)
+  bool decode_only = false;        // stop after the decode rows
 };
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
@@ -267,9 +271,12 @@ int main(int argc, char** argv) {
     else if (arg == "--streams") o.streams = std::atoi(next().c_str());
     else if (arg == "--verify") o.verify = parse_list(next());
     else if (arg == "--decode-gemm") o.decode_gemm = true;
+    else if (arg == "--decode-staged") o.decode_staged = parse_list(next());
+    else if (arg == "--decode-only") o.decode_only = true;
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
-                           "[--verify 1,2,4] [--streams N] [--json PATH] | gpu_bench --decode-gemm\n");
+                           "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] | "
+                           "gpu_bench --decode-gemm\n");
       return 2;
     }
   }
@@ -330,6 +337,32 @@ int main(int argc, char** argv) {
   }
   const double eager_ms = ms_since(eager_start) / o.decode_tokens;
   target->set_graphs(true);
+  // The same steps (graphs) with the narrow decode GEMMs on each staged configuration asked for (same bits).
+  std::vector<std::pair<int, double>> staged_ms;
+  for (const int config : o.decode_staged) {
+    cuda::set_decode_staged_pick(config);
+    target->set_graphs(false);  // drops the graphs captured with the other picks
+    target->set_graphs(true);
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < o.decode_tokens; ++i) {
+      w.tokens = std::span<const int32_t>(&steps[i], 1);
+      check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
+      check(target->commit(1, 1), "commit");
+    }
+    staged_ms.push_back({config, ms_since(start) / o.decode_tokens});
+  }
+  cuda::set_decode_staged_pick(-1);
+  target->set_graphs(false);
+  target->set_graphs(true);
+  if (o.decode_only) {
+    std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms\n",
+                o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms);
+    for (auto [config, ms] : staged_ms)
+      std::printf("  decode step, narrow GEMMs %-16s %.3f ms (ratio %.2f)\n",
+                  cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + config),
+                  ms, floor_ms / ms);
+    return 0;
+  }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);
   target->reset_profile();
@@ -417,6 +450,12 @@ int main(int argc, char** argv) {
   std::printf("%-34s %9.3f ms %9.3f ms   (bytes/token %.1f MB, copy bw %.0f GB/s)\n", "decode step", decode_ms,
               floor_ms, per_token / 1e6, bandwidth / 1e9);
   std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step without graphs", eager_ms, floor_ms, floor_ms / eager_ms);
+  for (auto [config, ms] : staged_ms)
+    std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n",
+                (std::string("decode step, ") +
+                 cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + config))
+                    .c_str(),
+                ms, floor_ms, floor_ms / ms);
   std::printf("%-34s %9.1f tok/s\n", ("decode, " + std::to_string(o.streams) + " streams (total)").c_str(),
               o.streams * 1e3 / streams_ms);
   std::printf("%-34s %9.1f ms %9.1f ms %7.2f   (cuBLAS %.0f TFLOP/s)\n",
@@ -442,6 +481,7 @@ int main(int argc, char** argv) {
                 {"cublas_tflops", flops / cublas_s / 1e12}};
     for (auto [rows, ms] : verify_ms) out["verify_ms"][std::to_string(rows)] = ms;
     for (const auto& [kind, ms] : decode_profile) out["decode_profile_ms"][kind] = ms / profiled;
+    for (auto [config, ms] : staged_ms) out["decode_staged_ms"][std::to_string(config)] = ms;
     for (const auto& [kind, ms] : prefill_profile) out["prefill_profile_ms"][kind] = ms;
     std::ofstream(o.json_path) << out.dump(2) << "\n";
   }

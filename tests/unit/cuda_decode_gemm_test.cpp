@@ -166,6 +166,38 @@ TEST(CudaDecodeGemm, QKAndVInOneLaunchGiveTheBitsOfThreeGemms) {
   }
 }
 
+TEST(CudaDecodeGemm, TheEnginesStagedPicksGiveEveryRowTheBitsOfTheStreamingPicks) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const GemmEngine engine;
+  // The model's narrow one-slice shapes (out / q, k / v, conv in), an odd N with bias, a short K with a tail, and
+  // the wide (16384) and sliced (8192) shapes that keep their streaming picks under the switch.
+  const std::vector<std::tuple<int64_t, int64_t, bool>> shapes = {
+      {2048, 2048, false}, {512, 2048, true}, {6144, 2048, false}, {1001, 2048, true}, {72, 200, false},
+      {16384, 2048, false}, {2048, 8192, false}};
+  for (const auto& [n, k, with_bias] : shapes) {
+    auto x = upload(to_bf16(random_values(16 * k, 41 + n, 2.0f)));
+    auto w = upload(to_bf16(random_values(n * k, 42 + k, 0.5f)));
+    auto bias = upload(random_values(n, 43));
+    const DeviceMatrix matrix{w.data(), with_bias ? bias.data() : nullptr, n, k};
+    for (const int64_t m : {1, 3, 8, 9, 16}) {
+      set_decode_staged_pick(-1);
+      auto want = poisoned<bf16>(m * n);
+      ASSERT_TRUE(engine.gemm(x.data(), m, matrix, want.data(), nullptr, nullptr).ok());
+      const std::vector<bf16> want_host = download(want, m * n);
+      for (int config = 0; config < decode_staged_config_count(); ++config) {
+        set_decode_staged_pick(config);
+        auto got = poisoned<bf16>(m * n);
+        ASSERT_TRUE(engine.gemm(x.data(), m, matrix, got.data(), nullptr, nullptr).ok());
+        const std::vector<bf16> got_host = download(got, m * n);
+        EXPECT_EQ(std::memcmp(got_host.data(), want_host.data(), sizeof(bf16) * m * n), 0)
+            << decode_variant_name(decode_variant_count() - decode_staged_config_count() + config) << ": N " << n
+            << " K " << k << " m " << m;
+      }
+    }
+  }
+  set_decode_staged_pick(-1);
+}
+
 TEST(CudaDecodeGemm, VariantsRefuseAnUnknownNumberAndMoreThanSixteenRowsByNumber) {
   LS_SKIP_WITHOUT_DEVICE();
   auto x = poisoned<bf16>(17 * 64);

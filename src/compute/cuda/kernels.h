@@ -61,6 +61,12 @@ int decode_variant_count();
 const char* decode_variant_name(int variant);
 Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32,
                            cudaStream_t stream);
+// Bench only (gpu_bench --decode-staged): the engine's narrow one-slice decode GEMMs (N < 8192, K <= 2048) take
+// staged configuration `config` (0 .. decode_staged_config_count()-1; variants decode_variant_count() -
+// decode_staged_config_count() on) instead of the streaming pick; -1 puts the streaming picks back. The bits are the
+// same either way; drop captured graphs after a change.
+void set_decode_staged_pick(int config);
+int decode_staged_config_count();
 
 // act [m, F] = swiglu(gate, up) of (x [m, K] @ gate_up^T) for gate_up [2F, K] (gate rows, then up rows; optional
 // bias [2F]): the bits of GemmEngine::gemm (bf16 out) then swiglu, in one launch. Only where decode_swiglu_fits

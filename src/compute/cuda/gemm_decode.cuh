@@ -1,0 +1,72 @@
+// Pieces the decode GEMM files share (gemm_decode.cu, gemm_decode_stream.cu, gemm_decode_staged.cu): programmatic
+// dependent launch, the fused SwiGLU store, and each file's launchers. Included by CUDA sources only.
+#pragma once
+
+#include "compute/cuda/gemm_device.cuh"
+
+namespace ls::cuda::gemm_detail {
+
+// Programmatic dependent launch (sm_90): the decode kernels are launched to start while the kernel before them
+// drains; each waits here for it (its completion and memory) before reading x or writing anything. Before the
+// wait they only zero shared memory and stage weights, which no kernel writes.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the next kernel (if launched programmatically) start its prologue now.
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
+// Launches `kernel` on `stream` allowed to overlap the previous kernel's tail (programmatic stream serialization).
+template <typename... Params, typename... Args>
+Status launch_programmatic(void (*kernel)(Params...), int ctas, int threads, int smem, cudaStream_t stream,
+                           Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = cuda_features().pdl ? 1 : 0;  // the portable sm_80 path: an ordinary launch
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args...));
+  return ok_status();
+}
+
+// swiglu_kernel's arithmetic (elementwise.cu) on the GEMM's two outputs after their one rounding (+ bias): y [r, c] =
+// round(round(silu(g)) * u), silu(g) = g / (1 + exp(-g)) with exp through double.
+__device__ __forceinline__ void store_swiglu(const GemmArgs& args, int r, int c, int f, float gate, float up) {
+  if (r >= args.m || c >= f) return;
+  if (args.bias) {
+    gate = __fadd_rn(gate, args.bias[c]);
+    up = __fadd_rn(up, args.bias[f + c]);
+  }
+  const float g = __bfloat162float(__float2bfloat16_rn(gate)), u = __bfloat162float(__float2bfloat16_rn(up));
+  const float e = static_cast<float>(exp(static_cast<double>(-g)));
+  const float silu = __bfloat162float(__float2bfloat16_rn(__fdiv_rn(g, __fadd_rn(1.0f, e))));
+  args.y_b16[static_cast<int64_t>(r) * f + c] = __float2bfloat16_rn(__fmul_rn(silu, u));
+}
+
+// gemm_decode.cu: the first decode kernel (variant 0), any K.
+Status launch_first(const GemmArgs& args, int sm_count, cudaStream_t stream);
+
+// gemm_decode_stream.cu: streaming variants 1..6 (decode_variant_name), any K (very long K falls back to the first
+// kernel); their shared-memory opt-ins (once, outside capture).
+Status launch_stream_variant(int variant, const GemmArgs& args, int sm_count, cudaStream_t stream);
+void allow_stream_shared(int optin_bytes);
+
+// gemm_decode_staged.cu: the staged kernels (one slice, K <= 2048): configuration `config` of kStagedConfigs; other
+// shapes, or more shared memory than the device allows, run `fallback` (a streaming variant).
+constexpr int kStagedConfigs = 5;
+extern const char* const kStagedNames[kStagedConfigs];
+Status launch_staged(int config, const GemmArgs& args, int sm_count, int fallback, cudaStream_t stream);
+void allow_staged_shared(int optin_bytes);
+
+}  // namespace ls::cuda::gemm_detail
