@@ -139,11 +139,11 @@ using StreamDeep = Tile<16, 64, 1, 4, 12>;
 // Split configurations (sm_90 clusters, 2..8 slices): Medium128, Large and Stream tiles, one CTA per slice.
 // wgmma configurations (sm_90a, gemm_wgmma.cu): 128x256 one slice, 128x128 (a second register set for sliced K),
 // 128x128 two CTAs per SM (one slice), 128x256 and 128x128 in split mode; warp-specialised with TMA loads
-// (gemm_tma.cu, one slice): 128x256 and 128x128.
+// (gemm_tma.cu): 128x256 (one slice), 128x128 (a second register set for sliced K), both in split mode.
 enum class Choice {
   Decode, Medium, Medium128, Large, LargeDeep, Wide, Tall, Stream, StreamDeep, MediumDeep, SplitMedium128,
   SplitLarge, SplitStream, WgmmaWide, WgmmaLarge, WgmmaLargeDuo, WgmmaSplit, WgmmaSplitLarge, TmaWide, TmaLarge,
-  Count
+  TmaSplit, TmaSplitLarge, Count
 };
 
 // Whether a configuration computes the canonical order for (m, K) on this device: decode only up to 16 rows, the
@@ -153,11 +153,13 @@ bool valid(Choice choice, int64_t m, int64_t k, bool clusters, bool wgmma) {
   switch (choice) {
     case Choice::WgmmaWide:
     case Choice::WgmmaLargeDuo:
-    case Choice::TmaWide:
-    case Choice::TmaLarge: return wgmma && slices == 1;
-    case Choice::WgmmaLarge: return wgmma;
+    case Choice::TmaWide: return wgmma && slices == 1;
+    case Choice::WgmmaLarge:
+    case Choice::TmaLarge: return wgmma;
     case Choice::WgmmaSplit:
-    case Choice::WgmmaSplitLarge: return wgmma && clusters && slices <= kMaxClusterSlices;
+    case Choice::WgmmaSplitLarge:
+    case Choice::TmaSplit:
+    case Choice::TmaSplitLarge: return wgmma && clusters && slices <= kMaxClusterSlices;
     case Choice::Decode: return m <= 16;
     case Choice::Stream:
     case Choice::StreamDeep: return m <= 16 && slices == 1;
@@ -236,6 +238,8 @@ const char* choice_name(Choice choice) {
     case Choice::WgmmaSplitLarge: return "wgmma 128x128x64 s4 split";
     case Choice::TmaWide: return "wgmma tma 128x256x64 s4";
     case Choice::TmaLarge: return "wgmma tma 128x128x64 s6";
+    case Choice::TmaSplit: return "wgmma tma 128x256x64 s4 split";
+    case Choice::TmaSplitLarge: return "wgmma tma 128x128x64 s6 split";
     case Choice::Count: break;
   }
   return "?";
@@ -326,8 +330,11 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     case Choice::WgmmaLargeDuo: return launch_wgmma(WgmmaTile::LargeDuo, Mode::Plain, args, stream);
     case Choice::WgmmaSplit: return launch_wgmma(WgmmaTile::Wide, Mode::Split, args, stream);
     case Choice::WgmmaSplitLarge: return launch_wgmma(WgmmaTile::Large, Mode::Split, args, stream);
-    case Choice::TmaWide: return launch_tma(WgmmaTile::Wide, args, stream);
-    case Choice::TmaLarge: return launch_tma(WgmmaTile::Large, args, stream);
+    case Choice::TmaWide: return launch_tma(WgmmaTile::Wide, Mode::Plain, args, stream);
+    case Choice::TmaLarge:
+      return launch_tma(WgmmaTile::Large, slice_count(args.k) > 1 ? Mode::Sliced : Mode::Plain, args, stream);
+    case Choice::TmaSplit: return launch_tma(WgmmaTile::Wide, Mode::Split, args, stream);
+    case Choice::TmaSplitLarge: return launch_tma(WgmmaTile::Large, Mode::Split, args, stream);
     case Choice::Count: break;
   }
   return ok_status();

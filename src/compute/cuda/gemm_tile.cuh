@@ -45,35 +45,20 @@ __device__ __forceinline__ int split_slice() {
 #endif
 }
 
-// Split mode's end: this CTA's slice sums go to its shared memory [BM][BN] fp32; after a cluster barrier each CTA
-// adds its share of the outputs over the cluster's CTAs in slice (= rank) order, then bias and one rounding.
+// Split mode's sum, called by all `threads` threads of every CTA of the cluster once each CTA's slice sums [BM][BN]
+// fp32 are in its shared memory at `part`: after a cluster barrier each CTA adds its share of the outputs over the
+// cluster's CTAs in slice (= rank) order, then bias and one rounding.
 template <class T>
-__device__ __forceinline__ void split_epilogue(const GemmArgs& args, const float (&acc)[T::MI][T::NI][4],
-                                               unsigned char* shared_raw, int row0, int col0) {
-  static_assert(T::BM * T::BN * 4 <= T::SMEM_BYTES, "the slice sums fit the pipeline's shared memory");
+__device__ __forceinline__ void split_sum(const GemmArgs& args, float* part, int row0, int col0, int threads) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
-  __syncthreads();  // every warp is done reading the pipeline stages
-  float* part = reinterpret_cast<float*>(shared_raw);
-#pragma unroll
-  for (int i = 0; i < T::MI; ++i)
-#pragma unroll
-    for (int j = 0; j < T::NI; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = warp_m * T::WM + i * 16 + (lane >> 2) + half * 8;
-        const int c = warp_n * T::WN + j * 8 + (lane & 3) * 2;
-        *reinterpret_cast<float2*>(part + r * T::BN + c) = make_float2(acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
-      }
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   const int slices = static_cast<int>(cluster.num_blocks()), rank = split_slice();
   const int pairs = min(T::BM, args.m - row0) * (T::BN / 2);
   const int share = (pairs + slices - 1) / slices;
   const int end = min(pairs, (rank + 1) * share);
-  for (int p = rank * share + tid; p < end; p += T::THREADS) {
+  for (int p = rank * share + static_cast<int>(threadIdx.x); p < end; p += threads) {
     const int r = p / (T::BN / 2), c = (p % (T::BN / 2)) * 2;
     float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(part, 0) + r * T::BN + c);
     for (int s = 1; s < slices; ++s) {
@@ -87,6 +72,36 @@ __device__ __forceinline__ void split_epilogue(const GemmArgs& args, const float
 #else
   __trap();  // split mode runs only where the engine found clusters (sm_90+)
 #endif
+}
+
+// This CTA's slice sums [BM][BN] fp32 to shared memory at `part`, from the accumulators of warps 0..WARPS_M*WARPS_N-1
+// (the m16n8 layout of store_tile).
+template <class T>
+__device__ __forceinline__ void write_part(const float (&acc)[T::MI][T::NI][4], float* part) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
+#pragma unroll
+  for (int i = 0; i < T::MI; ++i)
+#pragma unroll
+    for (int j = 0; j < T::NI; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = warp_m * T::WM + i * 16 + (lane >> 2) + half * 8;
+        const int c = warp_n * T::WN + j * 8 + (lane & 3) * 2;
+        *reinterpret_cast<float2*>(part + r * T::BN + c) = make_float2(acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
+      }
+}
+
+// Split mode's end: this CTA's slice sums go to its shared memory [BM][BN] fp32; after a cluster barrier each CTA
+// adds its share of the outputs over the cluster's CTAs in slice (= rank) order, then bias and one rounding.
+template <class T>
+__device__ __forceinline__ void split_epilogue(const GemmArgs& args, const float (&acc)[T::MI][T::NI][4],
+                                               unsigned char* shared_raw, int row0, int col0) {
+  static_assert(T::BM * T::BN * 4 <= T::SMEM_BYTES, "the slice sums fit the pipeline's shared memory");
+  __syncthreads();  // every warp is done reading the pipeline stages
+  float* part = reinterpret_cast<float*>(shared_raw);
+  write_part<T>(acc, part);
+  split_sum<T>(args, part, row0, col0, T::THREADS);
 }
 
 // Plain: one chain over all of K (one slice). Sliced: the slices in turn, a second register set holds the running
@@ -121,8 +136,9 @@ constexpr int kMaxWgmmaColumnTiles = 65535;  // column tiles are the grid's y (r
 Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);
 // Shared-memory opt-in of the wgmma kernels (once, outside capture).
 void allow_wgmma_shared();
-// The warp-specialised TMA wgmma tiles (gemm_tma.cu; Wide 128x256 s4 or Large 128x128 s6, one slice only).
-Status launch_tma(WgmmaTile tile, const GemmArgs& args, cudaStream_t stream);
+// The warp-specialised TMA wgmma tiles (gemm_tma.cu; Wide 128x256 s4 or Large 128x128 s6): Plain (one slice),
+// Sliced (Large only: the second register set) or Split (a cluster of one CTA per slice).
+Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);
 void allow_tma_shared();
 // Whether this build holds sm_90a code for the wgmma kernels (else they are never chosen).
 bool wgmma_built();

@@ -1,7 +1,8 @@
-// The warp-specialised wgmma GEMM (sm_90a), one slice of K only: a producer warp streams the K tiles of x and W
-// into a ring of shared stages with the tensor copy engine (TMA, 128-byte swizzle, zero fill outside the matrices),
-// two consumer warpgroups of 64 rows multiply each tile as four m64nNk16 wgmma steps in ascending K order on one
-// fp32 accumulator (the canonical order, as gemm_wgmma.cu) and hand the stage back through an mbarrier.
+// The warp-specialised wgmma GEMM (sm_90a): a producer warp streams the K tiles of x and W into a ring of shared
+// stages with the tensor copy engine (TMA, 128-byte swizzle, zero fill outside the matrices), two consumer warpgroups
+// of 64 rows multiply each tile as four m64nNk16 wgmma steps in ascending K order on one fp32 accumulator (the
+// canonical order, as gemm_wgmma.cu) and hand the stage back through an mbarrier. Sliced K: the slices in turn with a
+// second register set (setmaxnreg), or split over a cluster (one CTA per slice, slice sums added in slice order).
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -14,16 +15,21 @@
 namespace ls::cuda::gemm_detail {
 namespace {
 
-// T: Tile<128, BN, 8, 1, STAGES>; warps 0..7 consume (warpgroups 0, 1), warp 8 produces (warps 9..11 idle).
+// T: Tile<128, BN, 8, 1, STAGES>; warps 0..7 consume (warpgroups 0, 1), warpgroup 2 produces (its first thread).
 template <class T>
 constexpr int tma_threads() {
   return T::THREADS + 128;
 }
-template <class T>
-constexpr int tma_shared_bytes() {
-  return T::SMEM_BYTES + 1024 + 2 * T::STAGES * 8;  // stages (1024-aligned), then full[] and empty[] mbarriers
+// Sliced: a zero region [BN rows][128 bytes] after the stages, read by the +0 wgmma that restarts each later slice.
+template <class T, Mode MODE>
+constexpr int zero_bytes() {
+  return MODE == Mode::Sliced ? T::BN * 128 : 0;
 }
-
+// Stages (1024-aligned), the zeros, then full[] and empty[] mbarriers.
+template <class T, Mode MODE>
+constexpr int tma_shared_bytes() {
+  return T::SMEM_BYTES + zero_bytes<T, MODE>() + 1024 + 2 * T::STAGES * 8;
+}
 #ifdef LS_WGMMA_DEVICE
 __device__ __forceinline__ void barrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -51,20 +57,33 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar)
       : "memory");
 }
+// Sliced: the consumers hold the chain and the running slice total (2 x BN/2 fp32) under setmaxnreg.
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+__device__ __forceinline__ void consumer_barrier() {  // the two consumer warpgroups only (named barrier 1)
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
 #endif
 
-template <class T>
+// MODE: Plain (one chain over all of K), Sliced (the slices in turn: each later slice restarts from a +0 wgmma, its
+// sum folded into a second register set in slice order) or Split (this CTA computes slice split_slice() only; the
+// cluster adds the slice sums, gemm_tile.cuh).
+template <class T, Mode MODE>
 __global__ void __launch_bounds__(tma_threads<T>(), 1)
     tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, GemmArgs args) {
 #ifdef LS_WGMMA_DEVICE
   static_assert(T::BM == 128 && T::WARPS_M == 8 && T::WARPS_N == 1, "two consumer warpgroups of m64");
+  static_assert(T::THREADS == 256, "consumer_barrier counts two warpgroups");
+  constexpr bool SLICED = MODE == Mode::Sliced, SPLIT = MODE == Mode::Split;
+  static_assert(!SPLIT || T::BM * T::BN * 4 <= T::SMEM_BYTES, "the slice sums fit the stages");
   extern __shared__ __align__(128) unsigned char shared_raw[];
   unsigned char* aligned = shared_raw + ((1024 - (smem_address(shared_raw) & 1023)) & 1023);
-  const uint32_t stages = smem_address(aligned);
-  const uint32_t full = stages + T::SMEM_BYTES, empty = full + T::STAGES * 8;  // mbarriers, 8 bytes each
+  const uint32_t stages = smem_address(aligned), zeros = stages + T::SMEM_BYTES;
+  const uint32_t full = zeros + zero_bytes<T, MODE>(), empty = full + T::STAGES * 8;  // mbarriers, 8 bytes each
   const int tid = threadIdx.x;
   const int row0 = blockIdx.x * T::BM, col0 = blockIdx.y * T::BN;  // row tiles fastest, as gemm_wgmma.cu
-  const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
+  const int all_tiles = (args.k + kBlockK - 1) / kBlockK;
+  const int first_tile = SPLIT ? split_slice() * kSliceTiles : 0;
+  const int k_tiles = SPLIT && gridDim.z > 1 ? min(kSliceTiles, all_tiles - first_tile) : all_tiles;
   if (tid == 0) {
     for (int s = 0; s < T::STAGES; ++s) {
       barrier_init(full + s * 8, 1);
@@ -72,51 +91,88 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+  if constexpr (SLICED) {
+    for (int i = tid; i < zero_bytes<T, MODE>() / 16; i += tma_threads<T>())
+      reinterpret_cast<uint4*>(aligned + T::SMEM_BYTES)[i] = make_uint4(0, 0, 0, 0);
+    fence_proxy_async();  // the +0 wgmma reads the zeros through the async proxy
+  }
   __syncthreads();
 
-  if (tid >= T::THREADS) {  // producer
+  if (tid >= T::THREADS) {  // producer warpgroup
+    if constexpr (SLICED) registers_down<kProducerRegisters>();
     if (tid == T::THREADS) {
       for (int step = 0; step < k_tiles; ++step) {
         const int s = step % T::STAGES;
         if (step >= T::STAGES) barrier_wait(empty + s * 8, (step / T::STAGES - 1) & 1);
-        const int kt = args.reverse_k ? k_tiles - 1 - step : step;
+        const int kt = first_tile + (args.reverse_k ? k_tiles - 1 - step : step);
         const uint32_t a = stages + s * T::STAGE_ELEMS * 2;
         barrier_expect(full + s * 8, T::STAGE_ELEMS * 2);
         tma_load(a, &map_x, kt * kBlockK, row0, full + s * 8);
         tma_load(a + T::BM * 128, &map_w, kt * kBlockK, col0, full + s * 8);
       }
     }
-    return;
+    __syncwarp();
+    if constexpr (!SPLIT) return;  // split: the whole CTA adds the cluster's slice sums below
+  } else {
+    if constexpr (SLICED) registers_up<kConsumerRegisters>();
+    float acc[1][T::NI][4];
+    float total[1][SLICED ? T::NI : 1][4];  // sliced: slice sums so far, in slice order
+#pragma unroll
+    for (int j = 0; j < T::NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+    const int group = tid >> 7;
+    for (int step = 0; step < k_tiles; ++step) {
+      const int s = step % T::STAGES;
+      barrier_wait(full + s * 8, (step / T::STAGES) & 1);
+      const uint32_t stage = stages + s * T::STAGE_ELEMS * 2;
+      const uint32_t a_base = stage + group * 64 * 128, b_base = stage + T::BM * 128;
+      wgmma_fence();
+      if constexpr (SLICED) {
+        if (step > 0 && step % kSliceTiles == 0)  // +0 everywhere: the new slice's chain starts as the first one did
+          wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(zeros), descriptor(zeros), 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 16; ++kk)
+        wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(a_base + kk * 32), descriptor(b_base + kk * 32), 1);
+      wgmma_commit();
+      if constexpr (SLICED) {
+        // End of a slice: fold its sum into the running total (the first slice is copied, not added to +0).
+        if ((step + 1) % kSliceTiles == 0 || step + 1 == k_tiles) {
+          wgmma_wait<0>();
+          const bool first = step < kSliceTiles;
+#pragma unroll
+          for (int j = 0; j < T::NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) total[0][j][e] = first ? acc[0][j][e] : __fadd_rn(total[0][j][e], acc[0][j][e]);
+        } else {
+          wgmma_wait<1>();
+        }
+      } else {
+        wgmma_wait<1>();  // the previous step's wgmmas finished: hand their stage back
+      }
+      if (step > 0) barrier_arrive(empty + ((step - 1) % T::STAGES) * 8);
+    }
+    wgmma_wait<0>();
+    if constexpr (SPLIT) {
+      consumer_barrier();  // both warpgroups are done reading the stages: the slice sums go over them
+      write_part<T>(acc, reinterpret_cast<float*>(aligned));
+    } else if constexpr (SLICED) {
+      store_tile<T>(args, total, row0, col0);
+      return;
+    } else {
+      store_tile<T>(args, acc, row0, col0);
+      return;
+    }
   }
-
-  float acc[1][T::NI][4];
-#pragma unroll
-  for (int j = 0; j < T::NI; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
-  const int group = tid >> 7;
-  for (int step = 0; step < k_tiles; ++step) {
-    const int s = step % T::STAGES;
-    barrier_wait(full + s * 8, (step / T::STAGES) & 1);
-    const uint32_t stage = stages + s * T::STAGE_ELEMS * 2;
-    const uint32_t a_base = stage + group * 64 * 128, b_base = stage + T::BM * 128;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk)
-      wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(a_base + kk * 32), descriptor(b_base + kk * 32), 1);
-    wgmma_commit();
-    wgmma_wait<1>();  // the previous step's wgmmas finished: hand their stage back
-    if (step > 0) barrier_arrive(empty + ((step - 1) % T::STAGES) * 8);
-  }
-  wgmma_wait<0>();
-  store_tile<T>(args, acc, row0, col0);
+  if constexpr (SPLIT) split_sum<T>(args, reinterpret_cast<float*>(aligned), row0, col0, tma_threads<T>());
 #else
   __trap();  // the engine runs these only where wgmma_built() (sm_90a code on a 9.0 device)
 #endif
 }
 
 using TmaWideTile = Tile<128, 256, 8, 1, 4>;   // 48 KB stages, 192 KB
-using TmaLargeTile = Tile<128, 128, 8, 1, 6>;  // 32 KB stages, 192 KB
+using TmaLargeTile = Tile<128, 128, 8, 1, 6>;  // 32 KB stages, 192 KB (sliced: + 16 KB of zeros)
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -155,10 +211,15 @@ Status encode(CUtensorMap* map, const void* base, int rows, int k, int box_rows)
   return ok_status();
 }
 
-template <class T>
+template <class T, Mode MODE>
 Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
-  if (slice_count(args.k) > 1)
-    return Status(ErrorCode::InvalidArgument, "gemm: the TMA wgmma tiles run one slice only, K = " +
+  const int slices = slice_count(args.k);
+  if (MODE == Mode::Plain && slices > 1)
+    return Status(ErrorCode::InvalidArgument, "gemm: the plain TMA wgmma tiles run one slice only, K = " +
+                                                  std::to_string(args.k));
+  if (MODE == Mode::Split && slices > kMaxClusterSlices)
+    return Status(ErrorCode::InvalidArgument, "gemm: the TMA split tiles hold at most " +
+                                                  std::to_string(kMaxClusterSlices) + " slices, K = " +
                                                   std::to_string(args.k));
   if ((args.n + T::BN - 1) / T::BN > kMaxWgmmaColumnTiles)
     return Status(ErrorCode::InvalidArgument, "gemm: N = " + std::to_string(args.n) +
@@ -167,25 +228,54 @@ Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
   CUtensorMap map_x, map_w;
   LS_RETURN_IF_ERROR(encode(&map_x, args.x, args.m, args.k, T::BM));
   LS_RETURN_IF_ERROR(encode(&map_w, args.w, args.n, args.k, T::BN));
-  const dim3 grid((args.m + T::BM - 1) / T::BM, (args.n + T::BN - 1) / T::BN);
-  tma_kernel<T><<<grid, tma_threads<T>(), tma_shared_bytes<T>(), stream>>>(map_x, map_w, args);
-  LS_CUDA_TRY_LAUNCH("tma_kernel");
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((args.m + T::BM - 1) / T::BM, (args.n + T::BN - 1) / T::BN, MODE == Mode::Split ? slices : 1);
+  config.blockDim = dim3(tma_threads<T>());
+  config.dynamicSmemBytes = tma_shared_bytes<T, MODE>();
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = 1;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = slices;
+  config.attrs = attribute;
+  config.numAttrs = MODE == Mode::Split ? 1 : 0;
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, tma_kernel<T, MODE>, map_x, map_w, args));
   return ok_status();
+}
+
+template <class T, Mode MODE>
+void allow_tma() {
+  cudaFuncSetAttribute(tma_kernel<T, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, tma_shared_bytes<T, MODE>());
 }
 
 }  // namespace
 
-Status launch_tma(WgmmaTile tile, const GemmArgs& args, cudaStream_t stream) {
-  return tile == WgmmaTile::Wide ? launch_tma_tile<TmaWideTile>(args, stream)
-                                 : launch_tma_tile<TmaLargeTile>(args, stream);
+Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream) {
+  if (tile == WgmmaTile::Wide) {
+    if (mode == Mode::Sliced)
+      return Status(ErrorCode::InvalidArgument, "gemm: the TMA 128x256 tile cannot add K = " +
+                                                    std::to_string(args.k) + " in slices outside split mode");
+    return mode == Mode::Split ? launch_tma_tile<TmaWideTile, Mode::Split>(args, stream)
+                               : launch_tma_tile<TmaWideTile, Mode::Plain>(args, stream);
+  }
+  if (tile == WgmmaTile::LargeDuo)
+    return Status(ErrorCode::InvalidArgument, "gemm: no two-CTA TMA tile");
+  switch (mode) {
+    case Mode::Sliced: return launch_tma_tile<TmaLargeTile, Mode::Sliced>(args, stream);
+    case Mode::Split: return launch_tma_tile<TmaLargeTile, Mode::Split>(args, stream);
+    case Mode::Plain: break;
+  }
+  return launch_tma_tile<TmaLargeTile, Mode::Plain>(args, stream);
 }
 
 void allow_tma_shared() {
   encoder();  // the driver entry point is looked up here, outside any graph capture
-  cudaFuncSetAttribute(tma_kernel<TmaWideTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       tma_shared_bytes<TmaWideTile>());
-  cudaFuncSetAttribute(tma_kernel<TmaLargeTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       tma_shared_bytes<TmaLargeTile>());
+  allow_tma<TmaWideTile, Mode::Plain>();
+  allow_tma<TmaWideTile, Mode::Split>();
+  allow_tma<TmaLargeTile, Mode::Plain>();
+  allow_tma<TmaLargeTile, Mode::Sliced>();
+  allow_tma<TmaLargeTile, Mode::Split>();
 }
 
 }  // namespace ls::cuda::gemm_detail

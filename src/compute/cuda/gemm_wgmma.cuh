@@ -30,6 +30,15 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // cp.async wrote the stages through the generic proxy; wgmma reads them through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Warp-specialised kernels: the calling warpgroup gives registers back (producer) or takes them (consumers).
+template <int N>
+__device__ __forceinline__ void registers_down() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void registers_up() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 // D [64, N] fp32 (this thread's N/2 values, the m16n8 layout repeated along N) = A [64, 16] * B [N, 16]^T + D
 // (accumulate = 1) or + 0 ignored (accumulate = 0).
