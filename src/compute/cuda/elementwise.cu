@@ -10,6 +10,7 @@
 #include <string>
 
 #include "compute/cuda/kernels.h"
+#include "compute/cuda/pdl.cuh"
 
 namespace ls::cuda {
 namespace {
@@ -22,13 +23,9 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 // within 0.502 ulp of it), so the bf16 results match the CPU's.
 __device__ __forceinline__ float exp_f(float v) { return static_cast<float>(exp(static_cast<double>(v))); }
 
-// Lets the next kernel start its prologue now if it was launched programmatically (the decode GEMMs, sm_90): they
-// wait for this kernel's completion before reading what it writes.
-__device__ __forceinline__ void let_next_kernel_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
-#endif
-}
+// Programmatic launches (pdl.cuh): the row-norm and q/k norm + RoPE kernels are launched to start while the kernel
+// before them drains, wait for it before touching activations, and let the next kernel (a decode GEMM staging its
+// weights) start at once; every kernel of the chain waits for its predecessor, so completion stays in stream order.
 
 constexpr int kWarpRows = 8;  // rows (warps) per 256-thread block for warp-per-row kernels
 
@@ -160,9 +157,14 @@ __global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16
 #pragma unroll
   for (int c = 0; c < kRowChunks; ++c) {
     const int q = threadIdx.x + c * kRowThreads;
+    if (q < chunks) w[c].raw = __ldg(reinterpret_cast<const uint4*>(weight + q * 8));  // weights: no kernel writes them
+  }
+  wait_for_previous_kernel();
+#pragma unroll
+  for (int c = 0; c < kRowChunks; ++c) {
+    const int q = threadIdx.x + c * kRowThreads;
     if (q < chunks) {
       v[c].raw = *reinterpret_cast<const uint4*>(in + q * 8);
-      w[c].raw = __ldg(reinterpret_cast<const uint4*>(weight + q * 8));
       if constexpr (ADD) d[c].raw = *reinterpret_cast<const uint4*>(delta + at + q * 8);
     }
   }
@@ -217,6 +219,8 @@ template <int J>
 __global__ void __launch_bounds__(32 * kHeadWarps) qk_norm_rope_kernel(QkNormRope a) {
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.y * kHeadWarps + (threadIdx.x >> 5);
+  let_next_kernel_start();
+  wait_for_previous_kernel();
   if (head >= a.q_heads + a.k_heads) return;
   const int64_t row = blockIdx.x;
   constexpr int hd = 32 * J, half = hd / 2;
@@ -347,9 +351,9 @@ Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, floa
   if (rows <= 0) return ok_status();
   if (width <= 0) return Status(ErrorCode::InvalidArgument, "rms_norm width " + std::to_string(width));
   if (rows <= 0x7fffffff && row_kernel_fits(width, {x, weight, y})) {
-    row_norm_kernel<false><<<static_cast<unsigned>(rows), kRowThreads, sizeof(float) * width, stream>>>(
-        dev(x), nullptr, nullptr, width, dev(weight), eps, dev(y));
-    return check_launch("row_norm_kernel");
+    return launch_programmatic(row_norm_kernel<false>, dim3(static_cast<unsigned>(rows)), kRowThreads,
+                               static_cast<int>(sizeof(float)) * width, stream, dev(x), static_cast<b16*>(nullptr),
+                               static_cast<const b16*>(nullptr), width, dev(weight), eps, dev(y));
   }
   rms_norm_kernel<<<blocks_for(rows, kWarpRows), 32 * kWarpRows, 0, stream>>>(dev(x), rows, width, dev(weight), eps,
                                                                                dev(y));
@@ -371,9 +375,9 @@ Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const b
     LS_RETURN_IF_ERROR(add_residual(h, delta, rows * width, stream));
     return rms_norm(h, rows, width, weight, eps, y, stream);
   }
-  row_norm_kernel<true><<<static_cast<unsigned>(rows), kRowThreads, sizeof(float) * width, stream>>>(
-      nullptr, dev(h), dev(delta), width, dev(weight), eps, dev(y));
-  return check_launch("row_norm_kernel (add)");
+  return launch_programmatic(row_norm_kernel<true>, dim3(static_cast<unsigned>(rows)), kRowThreads,
+                             static_cast<int>(sizeof(float)) * width, stream, static_cast<const b16*>(nullptr), dev(h),
+                             dev(delta), width, dev(weight), eps, dev(y));
 }
 
 Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream) {
@@ -385,9 +389,9 @@ Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream) {
   const int heads = args.q_heads + args.k_heads;
   const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>((heads + kHeadWarps - 1) / kHeadWarps));
   switch (args.head_dim) {
-    case 64: qk_norm_rope_kernel<2><<<grid, 32 * kHeadWarps, 0, stream>>>(args); break;
-    case 128: qk_norm_rope_kernel<4><<<grid, 32 * kHeadWarps, 0, stream>>>(args); break;
-    case 256: qk_norm_rope_kernel<8><<<grid, 32 * kHeadWarps, 0, stream>>>(args); break;
+    case 64: return launch_programmatic(qk_norm_rope_kernel<2>, grid, 32 * kHeadWarps, 0, stream, args);
+    case 128: return launch_programmatic(qk_norm_rope_kernel<4>, grid, 32 * kHeadWarps, 0, stream, args);
+    case 256: return launch_programmatic(qk_norm_rope_kernel<8>, grid, 32 * kHeadWarps, 0, stream, args);
     default: {
       // Head sizes whose RoPE pairs are not lane-local: the four unfused launches (the same bits by definition).
       const int hd = args.head_dim;
@@ -399,7 +403,6 @@ Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream) {
                        stream);
     }
   }
-  return check_launch("qk_norm_rope_kernel");
 }
 
 Status swiglu(const bf16* gate, const bf16* up, int64_t rows, int width, int64_t in_stride, bf16* out,

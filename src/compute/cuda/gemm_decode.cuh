@@ -3,42 +3,13 @@
 #pragma once
 
 #include "compute/cuda/gemm_device.cuh"
+#include "compute/cuda/pdl.cuh"
 
 namespace ls::cuda::gemm_detail {
 
-// Programmatic dependent launch (sm_90): the decode kernels are launched to start while the kernel before them
-// drains; each waits here for it (its completion and memory) before reading x or writing anything. Before the
-// wait they only zero shared memory and stage weights, which no kernel writes.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-// Lets the next kernel (if launched programmatically) start its prologue now.
-__device__ __forceinline__ void let_next_kernel_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
-#endif
-}
-
-// Launches `kernel` on `stream` allowed to overlap the previous kernel's tail (programmatic stream serialization).
-template <typename... Params, typename... Args>
-Status launch_programmatic(void (*kernel)(Params...), int ctas, int threads, int smem, cudaStream_t stream,
-                           Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(ctas);
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = cuda_features().pdl ? 1 : 0;  // the portable sm_80 path: an ordinary launch
-  LS_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args...));
-  return ok_status();
-}
+using ls::cuda::launch_programmatic;
+using ls::cuda::let_next_kernel_start;
+using ls::cuda::wait_for_previous_kernel;
 
 // swiglu_kernel's arithmetic (elementwise.cu) on the GEMM's two outputs after their one rounding (+ bias): y [r, c] =
 // round(round(silu(g)) * u), silu(g) = g / (1 + exp(-g)) with exp through double.
