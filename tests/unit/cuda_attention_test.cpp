@@ -1,5 +1,6 @@
 // The CUDA target's attention kernels on random paged caches: the tile kernel against an fp64 reference, and every
-// row's bits the same whether it runs alone, inside windows of 2..16 rows, or in forwards of 256+ rows.
+// row's bits the same whether it runs alone, inside windows of 2..16 rows, or in forwards of 256+ rows; the target
+// on tile attention. (Long contexts across chunk edges, split or not: cuda_attention_chunks_test.cpp.)
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -12,171 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "base/hash.h"
+#include "cuda_attention_util.h"
 #include "cuda_test_util.h"
 #include "lfm2_test_util.h"
 #include "model/lfm2/cuda/cuda_target.h"
 #include "model/lfm2/cuda/state_kernels.h"
-#include "ops_test_util.h"
 
 namespace ls::lfm2::gpu {
 namespace {
 
-using cuda::DeviceBuffer;
-using cuda::testing::download;
-using cuda::testing::upload;
-
-struct Shape {
-  int heads, kv_heads, head_dim;
-};
-
-// Streams of random keys/values in a page pool whose pages are handed out in a shuffled order; every slot past a
-// stream's length holds NaN, so reading a key the row may not see shows. q for every (stream, position) is fixed.
-struct PagedCase {
-  Shape shape;
-  int page_size = 32;
-  std::vector<int64_t> lengths;
-  std::vector<std::vector<int32_t>> stream_pages;
-  std::vector<int32_t> page_list;
-  std::vector<int32_t> page_begin;
-  std::vector<bf16> keys, values;                  // [pages, page_size, kv_width]
-  std::vector<std::vector<bf16>> q;                // per stream [length, heads * hd]
-  DeviceBuffer<bf16> dev_keys, dev_values;
-  DeviceBuffer<int32_t> dev_pages;
-
-  int kv_width() const { return shape.kv_heads * shape.head_dim; }
-  int q_width() const { return shape.heads * shape.head_dim; }
-  KvShape kv_shape() const {
-    return KvShape{page_size, shape.heads, shape.kv_heads, shape.head_dim,
-                   1.0f / std::sqrt(static_cast<float>(shape.head_dim))};
-  }
-  int64_t slot(int s, int64_t j) const { return int64_t{stream_pages[s][j / page_size]} * page_size + j % page_size; }
-};
-
-PagedCase make_case(Shape shape, std::vector<int64_t> lengths, uint64_t seed, int page_size = 32) {
-  PagedCase c;
-  c.shape = shape;
-  c.page_size = page_size;
-  c.lengths = lengths;
-  int total = 0;
-  for (int64_t length : lengths) total += static_cast<int>((length + page_size - 1) / page_size);
-  std::vector<int32_t> order(total + 3);
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-  for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[splitmix64(seed + i) % (i + 1)]);
-  const size_t pool = order.size() * page_size * c.kv_width();
-  c.keys.assign(pool, bf16{0xFFFF});
-  c.values.assign(pool, bf16{0xFFFF});
-  int next = 0;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    c.page_begin.push_back(static_cast<int32_t>(c.page_list.size()));
-    std::vector<int32_t> own;
-    for (int64_t p = 0; p < (lengths[s] + page_size - 1) / page_size; ++p) own.push_back(order[next++]);
-    c.stream_pages.push_back(own);
-    c.page_list.insert(c.page_list.end(), own.begin(), own.end());
-    const auto k = compute::testing::random_values(lengths[s] * c.kv_width(), seed * 31 + 2 * s + 1, 2.0f);
-    const auto v = compute::testing::random_values(lengths[s] * c.kv_width(), seed * 37 + 2 * s + 2, 1.0f);
-    for (int64_t j = 0; j < lengths[s]; ++j)
-      for (int i = 0; i < c.kv_width(); ++i) {
-        c.keys[c.slot(static_cast<int>(s), j) * c.kv_width() + i] = float_to_bf16(k[j * c.kv_width() + i]);
-        c.values[c.slot(static_cast<int>(s), j) * c.kv_width() + i] = float_to_bf16(v[j * c.kv_width() + i]);
-      }
-    c.q.push_back(cuda::testing::to_bf16(
-        compute::testing::random_values(lengths[s] * c.q_width(), seed * 41 + s, 2.0f)));
-  }
-  c.dev_keys = upload(c.keys);
-  c.dev_values = upload(c.values);
-  c.dev_pages = upload(c.page_list);
-  return c;
-}
-
-// One window of a forward: `rows` rows of stream `stream` from position `start`.
-struct Win {
-  int stream;
-  int64_t start, rows;
-};
-
-enum class Kernel { Rows, Tiles };
-
-// One forward on the device: the windows' q rows, row -> window, window records, output [rows, heads * hd].
-struct Forward {
-  int64_t rows = 0;
-  DeviceBuffer<bf16> q, out;
-  DeviceBuffer<int32_t> row_window;
-  DeviceBuffer<WindowInfo> windows;
-
-  Forward(const PagedCase& c, const std::vector<Win>& wins) {
-    std::vector<WindowInfo> infos;
-    std::vector<int32_t> rw;
-    std::vector<bf16> host_q;
-    for (const Win& w : wins) {
-      WindowInfo info;
-      info.first_row = static_cast<int32_t>(rw.size());
-      info.rows = static_cast<int32_t>(w.rows);
-      info.committed = w.start;
-      info.page_begin = c.page_begin[w.stream];
-      for (int64_t r = 0; r < w.rows; ++r) rw.push_back(static_cast<int32_t>(infos.size()));
-      host_q.insert(host_q.end(), c.q[w.stream].begin() + w.start * c.q_width(),
-                    c.q[w.stream].begin() + (w.start + w.rows) * c.q_width());
-      infos.push_back(info);
-    }
-    rows = static_cast<int64_t>(rw.size());
-    q = upload(host_q);
-    row_window = upload(rw);
-    EXPECT_TRUE(windows.allocate(infos.size()).ok());
-    EXPECT_EQ(cudaMemcpy(windows.data(), infos.data(), infos.size() * sizeof(WindowInfo), cudaMemcpyHostToDevice),
-              cudaSuccess);
-    out = cuda::testing::poisoned<bf16>(rows * c.q_width());
-  }
-
-  Status launch(const PagedCase& c, Kernel kernel, AttentionTiling tiling = {}) {
-    const KvLayer layer{c.dev_keys.data(), c.dev_values.data()};
-    return kernel == Kernel::Rows ? attention_rows(q.data(), rows, row_window.data(), windows.data(),
-                                                   c.dev_pages.data(), c.kv_shape(), layer, out.data(), nullptr)
-                                  : attention_tiles(q.data(), rows, row_window.data(), windows.data(),
-                                                    c.dev_pages.data(), c.kv_shape(), layer, out.data(), nullptr,
-                                                    tiling);
-  }
-};
-
-// Runs one forward of the windows (output poisoned first); returns out [rows, heads * hd].
-std::vector<bf16> run_forward(const PagedCase& c, const std::vector<Win>& wins, Kernel kernel,
-                              AttentionTiling tiling = {}) {
-  Forward forward(c, wins);
-  const Status status = forward.launch(c, kernel, tiling);
-  EXPECT_TRUE(status.ok()) << status.to_string();
-  return download(forward.out, forward.rows * c.q_width());
-}
-
-// Output of (stream, position) in fp64: softmax over keys 0..position of the bf16 inputs.
-std::vector<double> reference_row(const PagedCase& c, int s, int64_t pos) {
-  const int hd = c.shape.head_dim, group = c.shape.heads / c.shape.kv_heads;
-  std::vector<double> out(c.q_width(), 0.0);
-  for (int h = 0; h < c.shape.heads; ++h) {
-    const int kv = h / group;
-    std::vector<double> score(pos + 1);
-    double top = -INFINITY;
-    for (int64_t j = 0; j <= pos; ++j) {
-      double dot = 0;
-      for (int d = 0; d < hd; ++d)
-        dot += double(bf16_to_float(c.q[s][pos * c.q_width() + h * hd + d])) *
-               bf16_to_float(c.keys[c.slot(s, j) * c.kv_width() + kv * hd + d]);
-      score[j] = dot / std::sqrt(double(hd));
-      top = std::max(top, score[j]);
-    }
-    double total = 0;
-    for (double& x : score) total += (x = std::exp(x - top));
-    for (int64_t j = 0; j <= pos; ++j)
-      for (int d = 0; d < hd; ++d)
-        out[h * hd + d] += score[j] / total * bf16_to_float(c.values[c.slot(s, j) * c.kv_width() + kv * hd + d]);
-  }
-  return out;
-}
-
-const Shape kShapes[] = {{8, 8, 64}, {32, 8, 64}, {16, 2, 128}, {8, 2, 128}, {6, 2, 64}, {4, 2, 16}};
-
-std::string name(const Shape& s) {
-  return std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " heads, hd " + std::to_string(s.head_dim);
-}
+using namespace attention_testing;
 
 TEST(CudaAttention, TheTileKernelMatchesAnFp64ReferenceOnShuffledPagesForGqa1To8AndHeadDims16To128) {
   LS_SKIP_WITHOUT_DEVICE();
@@ -273,7 +119,7 @@ TEST(CudaAttention, EveryRowHasItsOneRowBitsInWindowsOf2To16RowsAndInForwardsOf2
     const auto all = layouts(c);
     for (int tile : {1, 2, most})
       for (size_t i = all.size() - 5; i < all.size(); ++i) {
-        differ += differing_rows(c, alone, all[i], run_forward(c, all[i], Kernel::Tiles, {tile, false}));
+        differ += differing_rows(c, alone, all[i], run_forward(c, all[i], Kernel::Tiles, {tile, false, 0, false}));
         ++forwards;
       }
     EXPECT_EQ(differ, 0) << name(shape) << ": rows differing from their one-row run over " << forwards
@@ -288,13 +134,13 @@ TEST(CudaAttention, APlantedBlockOrderFaultTurnsTheInvarianceCheckRed) {
   const auto all = layouts(c);
   int differ = 0, total = 0;
   for (size_t i = all.size() - 5; i < all.size(); ++i) {
-    differ += differing_rows(c, alone, all[i], run_forward(c, all[i], Kernel::Tiles, {0, true}));
+    differ += differing_rows(c, alone, all[i], run_forward(c, all[i], Kernel::Tiles, {0, true, 0, false}));
     for (const Win& w : all[i]) total += static_cast<int>(w.rows);
   }
   EXPECT_GT(differ, total / 4) << "the swapped block order went unseen in " << total << " rows";
 }
 
-TEST(CudaAttention, TheTileKernelRefusesShapesItCannotRunAndTooManyRowsPerCtaByName) {
+TEST(CudaAttention, TheTileKernelRefusesShapesItCannotRunTooManyRowsPerCtaAndSplitsWithoutScratchByName) {
   LS_SKIP_WITHOUT_DEVICE();
   const PagedCase c = make_case({4, 2, 16}, {40}, 3);
   KvShape odd = c.kv_shape();
@@ -305,9 +151,18 @@ TEST(CudaAttention, TheTileKernelRefusesShapesItCannotRunAndTooManyRowsPerCtaByN
   EXPECT_EQ(wide.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(wide.message().find("head_dim 48"), std::string::npos) << wide.to_string();
   const Status tall = attention_tiles(nullptr, 1, nullptr, nullptr, nullptr, c.kv_shape(), layer, nullptr, nullptr,
-                                      {33, false});
+                                      {33, false, 0, false});
   EXPECT_EQ(tall.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(tall.message().find("33 rows per CTA, at most 32"), std::string::npos) << tall.to_string();
+  const Status bare = attention_tiles(nullptr, 1, nullptr, nullptr, nullptr, c.kv_shape(), layer, nullptr, nullptr,
+                                      {0, false, 4, false});
+  EXPECT_EQ(bare.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(bare.message().find("4 splits"), std::string::npos) << bare.to_string();
+  DeviceBuffer<float> states = cuda::testing::poisoned<float>(1024);
+  const Status many = attention_tiles(nullptr, 1, nullptr, nullptr, nullptr, c.kv_shape(), layer, nullptr, nullptr,
+                                      {0, false, 65, false}, {states.data(), 1024});
+  EXPECT_EQ(many.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(many.message().find("65 splits (at most 64"), std::string::npos) << many.to_string();
 }
 
 // Chooses a kernel for attention() for the life of a test, then restores the previous choice.
@@ -380,62 +235,6 @@ TEST(CudaAttention, TheTargetOnTileAttentionGivesTheSameBitsForAnyPromptSplitAnd
   EXPECT_EQ(differ_split, 0) << "rows of 37+200+63 differing from one 300-row window";
   EXPECT_EQ(differ_single, 0) << "rows fed one at a time differing from one 300-row window";
   EXPECT_LE(worst, 0.03);
-}
-
-// Timing, not a check (run by name with --gtest_also_run_disabled_tests): rows vs tiles on the LFM2.5-1.2B shape
-// (32 heads, 8 KV heads, head_dim 64) at context 2048, ms per layer (the model has 6). The 16-stream cases share one
-// stream's pages, so their keys sit in L2 more than real streams' would.
-TEST(CudaAttention, DISABLED_TimesRowsAndTilesOnThe12BShapeAtContext2048) {
-  LS_SKIP_WITHOUT_DEVICE();
-  const int64_t n = 2048;
-  const PagedCase c = make_case({32, 8, 64}, {n}, 9);
-  struct Scenario {
-    const char* name;
-    int copies;
-    int64_t start, rows;
-  };
-  const Scenario scenarios[] = {{"prefill 2048", 1, 0, n},           {"prefill 512", 1, 0, 512},
-                                {"decode at 200", 1, 199, 1},         {"decode, 1 stream", 1, n - 1, 1},
-                                {"decode, 16 streams", 16, n - 1, 1}, {"verify 16 rows", 1, n - 16, 16},
-                                {"verify 16 x 16 rows", 16, n - 16, 16}};
-  cudaEvent_t begin, end;
-  ASSERT_EQ(cudaEventCreate(&begin), cudaSuccess);
-  ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
-  std::printf("[cuda attention timing] ms per layer at context %lld: scenario, rows kernel, tiles kernel, max |diff|\n",
-              static_cast<long long>(n));
-  for (const Scenario& sc : scenarios) {
-    const std::vector<Win> wins(sc.copies, Win{0, sc.start, sc.rows});
-    Forward forward(c, wins);
-    double ms[2];
-    std::vector<bf16> outs[2];
-    for (Kernel kernel : {Kernel::Rows, Kernel::Tiles}) {
-      const int k = kernel == Kernel::Rows ? 0 : 1;
-      ASSERT_TRUE(forward.launch(c, kernel).ok());
-      std::vector<float> times;
-      const int inner = forward.rows >= 1024 ? 3 : 30;
-      for (int rep = 0; rep < 5; ++rep) {
-        cudaEventRecord(begin);
-        for (int i = 0; i < inner; ++i) (void)forward.launch(c, kernel);
-        cudaEventRecord(end);
-        ASSERT_EQ(cudaEventSynchronize(end), cudaSuccess);
-        float t = 0;
-        cudaEventElapsedTime(&t, begin, end);
-        times.push_back(t / inner);
-      }
-      std::sort(times.begin(), times.end());
-      ms[k] = times[times.size() / 2];
-      outs[k] = download(forward.out, forward.rows * c.q_width());
-    }
-    double diff = 0;
-    for (size_t i = 0; i < outs[0].size(); ++i) {
-      const double d = std::abs(double(bf16_to_float(outs[0][i])) - bf16_to_float(outs[1][i]));
-      diff = std::isfinite(d) ? std::max(diff, d) : INFINITY;
-    }
-    std::printf("[cuda attention timing] %-20s rows %9.4f ms  tiles %9.4f ms  (%.1fx)  max |diff| %.3g\n", sc.name,
-                ms[0], ms[1], ms[0] / ms[1], diff);
-  }
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
 }
 
 }  // namespace

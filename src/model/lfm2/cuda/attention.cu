@@ -14,135 +14,6 @@
 namespace ls::lfm2::gpu {
 namespace {
 
-constexpr int kAttnWarps = 4;
-constexpr int kMaxHeadDim = 128;
-constexpr int kKeyStride = kMaxHeadDim + 2;  // bf16 per staged key row: 65 words, so lane l's row starts on bank l
-
-// Stages the 32 rows of block b (keys or values, by absolute position) in shared memory with coalesced 16-byte
-// loads; rows at or past key_count are left as they are.
-__device__ void stage_block(const bf16* rows, const int32_t* pages, int64_t b, int64_t key_count, int page_size,
-                            int kv_width, int kv_head, int hd, bf16 (*buf)[kKeyStride], int lane) {
-  const int parts = hd / 8;
-  for (int i = lane; i < 32 * parts; i += 32) {
-    const int t = i / parts, part = i % parts;
-    const int64_t j = b * 32 + t;
-    if (j >= key_count) continue;
-    const uint4 packed =
-        *reinterpret_cast<const uint4*>(rows + key_row(pages, j, page_size) * kv_width + kv_head * hd + part * 8);
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(&packed);
-    uint32_t* dst = reinterpret_cast<uint32_t*>(&buf[t][part * 8]);
-    dst[0] = words[0];
-    dst[1] = words[1];
-    dst[2] = words[2];
-    dst[3] = words[3];
-  }
-  __syncwarp();
-}
-
-// Stages the keys of block b, then lane l computes the score of key 32b + l: a dot over dims in ascending order,
-// rounded as the CPU rounds.
-__device__ float block_score(const bf16* keys, const int32_t* pages, int64_t b, int64_t key_count, int page_size,
-                             int kv_width, int kv_head, int hd, const float* qs, bf16 (*kbuf)[kKeyStride], int lane,
-                             float scale) {
-  stage_block(keys, pages, b, key_count, page_size, kv_width, kv_head, hd, kbuf, lane);
-  float dot = 0.0f;
-  if (b * 32 + lane < key_count)
-    for (int d = 0; d < hd; ++d) dot = __fmaf_rn(qs[d], load(&kbuf[lane][d]), dot);
-  __syncwarp();
-  return round_bf16(round_bf16(dot) * scale);
-}
-
-// Rows with at most this many keys keep their scores (bf16 values already) in shared memory after pass 1, so
-// passes 2 and 3 read them instead of recomputing the same dots; longer rows recompute (same bits either way).
-constexpr int kCachedKeys = 4096;
-
-// One CTA per (row, head). Keys in blocks of 32 by absolute position; block b belongs to warp b % 4. Pass 1: max of
-// the rounded scores; pass 2: sum of exp (lane order, butterfly, warps in order); pass 3: p rounded, p @ v with keys
-// in ascending order inside each warp, warps summed in order.
-__global__ void attention_rows_kernel(const bf16* q, const int32_t* row_window, const WindowInfo* windows,
-                                 const int32_t* pages, KvShape shape, KvLayer layer, bf16* out) {
-  const int64_t row = blockIdx.x;
-  const int head = blockIdx.y;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int hd = shape.head_dim, kv_width = shape.kv_heads * hd;
-  const int kv_head = head / (shape.heads / shape.kv_heads);
-  const WindowInfo w = windows[row_window[row]];
-  const int64_t keys = w.committed + (row - w.first_row) + 1;
-  const int32_t* stream_pages = pages + w.page_begin;
-  __shared__ float qs[kMaxHeadDim];
-  __shared__ float warp_max[kAttnWarps], warp_sum[kAttnWarps];
-  __shared__ float partial[kAttnWarps][kMaxHeadDim];
-  __shared__ __align__(16) bf16 kbuf[kAttnWarps][32][kKeyStride];
-  __shared__ bf16 cached_scores[kCachedKeys];
-  const bf16* q_row = q + (row * shape.heads + head) * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = load(q_row + d);
-  __syncthreads();
-  auto score = [&](int64_t b) {
-    return block_score(layer.keys, stream_pages, b, keys, shape.page_size, kv_width, kv_head, hd, qs, kbuf[warp],
-                       lane, shape.scale);
-  };
-  const bool cached = keys <= kCachedKeys;  // the same for the whole CTA
-  auto kept_score = [&](int64_t b) {
-    return cached ? (b * 32 + lane < keys ? load(&cached_scores[b * 32 + lane]) : 0.0f) : score(b);
-  };
-  const int64_t blocks = (keys + 31) / 32;
-  // pass 1: max
-  float m = -INFINITY;
-  for (int64_t b = warp; b < blocks; b += kAttnWarps) {
-    const float s = score(b);
-    if (b * 32 + lane < keys) {
-      m = fmaxf(m, s);
-      if (cached) store(&cached_scores[b * 32 + lane], s);  // s is a bf16 value: stored exactly
-    }
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-  if (lane == 0) warp_max[warp] = m;
-  __syncthreads();
-  float max_score = warp_max[0];
-  for (int i = 1; i < kAttnWarps; ++i) max_score = fmaxf(max_score, warp_max[i]);
-  // pass 2: total
-  float sum = 0.0f;
-  for (int64_t b = warp; b < blocks; b += kAttnWarps) {
-    const float s = kept_score(b);
-    if (b * 32 + lane < keys) sum += expf(s - max_score);
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) warp_sum[warp] = sum;
-  __syncthreads();
-  float total = 0.0f;
-  for (int i = 0; i < kAttnWarps; ++i) total += warp_sum[i];
-  // pass 3: p @ v; lane owns dims lane, lane+32, lane+64, lane+96
-  float acc[kMaxHeadDim / 32] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t b = warp; b < blocks; b += kAttnWarps) {
-    const float s = kept_score(b);
-    const float p = b * 32 + lane < keys ? round_bf16(expf(s - max_score) / total) : 0.0f;
-    const int count = static_cast<int>(keys - b * 32 < 32 ? keys - b * 32 : 32);
-    // the block's values staged like its keys (coalesced), then summed key by key in ascending order
-    stage_block(layer.values, stream_pages, b, keys, shape.page_size, kv_width, kv_head, hd, kbuf[warp], lane);
-    for (int t = 0; t < count; ++t) {
-      const float pt = __shfl_sync(0xffffffffu, p, t);
-#pragma unroll
-      for (int i = 0; i < kMaxHeadDim / 32; ++i) {
-        const int d = lane + 32 * i;
-        if (d < hd) acc[i] = __fmaf_rn(pt, load(&kbuf[warp][t][d]), acc[i]);
-      }
-    }
-    __syncwarp();
-  }
-#pragma unroll
-  for (int i = 0; i < kMaxHeadDim / 32; ++i) {
-    const int d = lane + 32 * i;
-    if (d < hd) partial[warp][d] = acc[i];
-  }
-  __syncthreads();
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float o = 0.0f;
-    for (int i = 0; i < kAttnWarps; ++i) o += partial[i][d];
-    store(out + (row * shape.heads + head) * hd + d, o);
-  }
-}
-
-
 // ---- the tile kernel: tensor cores, a CTA per (tile of rows, KV head) ----
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -181,6 +52,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 constexpr int kTileWarps = 4;
 constexpr int kTileRowsMax = 16 * kTileWarps;  // (row, head) pairs per CTA
+constexpr int kMaxSplits = 64;   // CTAs per (row tile, KV head) along the chunks, pinned
+constexpr int kAutoSplits = 32;  // .. and automatic
 
 // Key block size by head_dim: two stages of K and V fit in 48 KB of static shared memory.
 template <int HD>
@@ -197,9 +70,29 @@ struct TileArgs {
   KvShape shape;
   KvLayer layer;
   bf16* out;
-  int tile_rows;  // query rows per CTA (each with the group's heads)
-  bool fault;     // planted fault: the first two blocks swapped in CTAs of more than one row
+  int tile_rows;     // query rows per CTA (each with the group's heads)
+  bool fault;        // planted fault: the first two blocks swapped in CTAs of more than one row
+  bool fault_edges;  // planted fault: chunk edges one block early in CTAs that walk every chunk
+  int splits;        // CTAs per (row tile, KV head) along the chunks (gridDim.z); 1 = never split
+  int chunk_cap;     // chunks per (row, head) the scratch holds
+  float* states;     // [rows, heads, chunk_cap, HD + 2] fp32: (m, l, O) of each chunk of split windows
 };
+
+// Whether a window's rows are split over CTAs by chunk (the tile kernel and the combine decide alike).
+__device__ __forceinline__ bool window_split(const WindowInfo& w, int splits, int chunk_cap) {
+  const int64_t chunks = (w.committed + w.rows - 1) / kAttentionChunkKeys + 1;
+  return splits > 1 && chunks > 1 && chunks <= chunk_cap;
+}
+
+// Folds a chunk state (m, l) into the running one (M, L); returns the factors of the old O and the chunk's O.
+// The one fold of both paths: O = fma(O, a, o * b) with the factors from here.
+__device__ __forceinline__ void fold_chunk(float& M, float& L, float m, float l, float& a, float& b) {
+  const float top = fmaxf(M, m);
+  a = expf(M - top);  // 0 when M is -inf (nothing folded yet)
+  b = expf(m - top);
+  L = __fmaf_rn(L, a, __fmul_rn(l, b));
+  M = top;
+}
 
 // Stages keys/values of block b ([BN, HD] each) with cp.async; keys at or past key_count become zeros. page_shift:
 // log2 of a power-of-two page size (a shift and a mask instead of a 64-bit division), else -1.
@@ -227,14 +120,19 @@ __device__ void stage_tile(const TileArgs& a, const int32_t* pages, int page_shi
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
-// Grid (row tiles, kv heads); 64 (row, head) pairs per CTA, pair m = local row * group + head in group, 16 per warp.
-// The CTA walks the windows its rows belong to one after another (state reset per window).
+// Grid (row tiles, kv heads, splits); 64 (row, head) pairs per CTA, pair m = local row * group + head in group, 16
+// per warp. The CTA walks the windows its rows belong to one after another. Per window, keys in blocks of BN inside
+// chunks of kAttentionChunkKeys: online softmax from a fresh state per chunk; at each chunk's end the chunk state is
+// folded into the running one (unsplit window: z = 0 walks every chunk, writes out) or stored (split window: z
+// walks chunks z, z + splits, ..; the combine folds them).
 template <int HD>
 __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArgs a) {
   constexpr int BN = tile_block_keys<HD>();
   constexpr int KS = HD / 16;  // k steps of q . k
   constexpr int NT = BN / 8;   // score tiles of 8 keys
   constexpr int DT = HD / 8;   // output tiles of 8 dims
+  constexpr int CB = kAttentionChunkKeys / BN;  // blocks per chunk
+  static_assert(kAttentionChunkKeys % BN == 0 && CB >= 2, "a chunk is whole blocks, at least two");
   __shared__ __align__(16) bf16 kbuf[2][BN][HD + 8];
   __shared__ __align__(16) bf16 vbuf[2][BN][HD + 8];
   const int group = a.shape.heads / a.shape.kv_heads;
@@ -246,20 +144,29 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
   const int ps = a.shape.page_size;
   const int page_shift = (ps & (ps - 1)) == 0 ? __ffs(ps) - 1 : -1;
   for (int64_t seg = r0; seg < r_end;) {
+    const int64_t seg_begin = seg;
     const WindowInfo w = a.windows[a.row_window[seg]];
     const int64_t seg_end = w.first_row + w.rows < r_end ? w.first_row + w.rows : r_end;
+    seg = seg_end;
+    const bool split = window_split(w, a.splits, a.chunk_cap);  // CTA-uniform
+    const int64_t blocks = (w.committed + (seg_end - 1 - w.first_row)) / BN + 1;
+    const int64_t chunks = (blocks + CB - 1) / CB;
+    const int64_t step = split ? a.splits : 1;
+    const int64_t first_chunk = split ? blockIdx.z : (blockIdx.z == 0 ? 0 : chunks);
+    if (first_chunk >= chunks) continue;
     const int64_t key_count = w.committed + w.rows;
     const int32_t* pages = a.pages + w.page_begin;
     // this thread's two (row, head) pairs: slot quad_row + 8 i of warp `warp` holds pair m = slot * 4 + warp, so the
     // few pairs of a decode row spread over the four warps
     int64_t pos[2], row_of[2];
     int head_of[2];
+#pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int m = (quad_row + 8 * i) * kTileWarps + warp;
       const int local = m / group;
       row_of[i] = r0 + local;
       head_of[i] = kv_head * group + m % group;
-      const bool valid = local < a.tile_rows && row_of[i] >= seg && row_of[i] < seg_end;
+      const bool valid = local < a.tile_rows && row_of[i] >= seg_begin && row_of[i] < seg_end;
       pos[i] = valid ? w.committed + (row_of[i] - w.first_row) : -1;
     }
     // a half (slots 0-7 or 8-15) without a pair in any lane skips its softmax (its mma rows are discarded)
@@ -269,9 +176,18 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
       const long long other = __shfl_xor_sync(0xffffffffu, warp_pos, offset);
       warp_pos = other > warp_pos ? other : warp_pos;
     }
-    const int64_t blocks = (w.committed + (seg_end - 1 - w.first_row)) / BN + 1;
     const bool swap = a.fault && a.tile_rows > 1 && blocks >= 2;
     auto block_at = [&](int64_t it) { return swap && it < 2 ? 1 - it : it; };
+    // the chunk of block b (planted fault: edges one block early on the unsplit path)
+    const int64_t shift = a.fault_edges && !split ? 1 : 0;
+    auto chunk_of = [&](int64_t b) { return (b + shift) / CB; };
+    // the block walked after b: the next of its chunk, else the first of the CTA's next chunk; -1 at the end
+    auto next_block = [&](int64_t b) -> int64_t {
+      if (b + 1 < blocks && (!split || chunk_of(b + 1) == chunk_of(b))) return b + 1;
+      if (!split) return -1;
+      const int64_t c = chunk_of(b) + step;
+      return c < chunks ? c * CB : -1;
+    };
     // q fragments (A operand): rows quad_row / quad_row + 8, dims 2 quad_col (+8) of each 16-dim step
     uint32_t qf[KS][4];
 #pragma unroll
@@ -284,21 +200,26 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
                                      a.q + (row_of[i] * a.shape.heads + head_of[i]) * HD + ks * 16 + 2 * quad_col +
                                      (r >> 1) * 8);
       }
-    float o[DT][4];
+    // the chunk's state (o, run_max, this thread's part of run_sum) and the folded one (fo, fold_max, fold_sum)
+    float o[DT][4], fo[DT][4];
 #pragma unroll
-    for (int t = 0; t < DT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+    for (int t = 0; t < DT; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[t][e] = fo[t][e] = 0.0f;
     float run_max[2] = {-INFINITY, -INFINITY}, run_sum[2] = {0.0f, 0.0f};
-    stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(0), kbuf[0], vbuf[0]);
-    for (int64_t it = 0; it < blocks; ++it) {
-      const int buf = static_cast<int>(it & 1);
-      if (it + 1 < blocks)
-        stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(it + 1), kbuf[buf ^ 1], vbuf[buf ^ 1]);
+    float fold_max[2] = {-INFINITY, -INFINITY}, fold_sum[2] = {0.0f, 0.0f};
+    int64_t b = first_chunk * CB;
+    stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(b), kbuf[0], vbuf[0]);
+    for (int buf = 0; b >= 0; buf ^= 1) {
+      const int64_t nb = next_block(b);
+      if (nb >= 0)
+        stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(nb), kbuf[buf ^ 1], vbuf[buf ^ 1]);
       else
         asm volatile("cp.async.commit_group;\n" ::);
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const int64_t b = block_at(it);
-      if (b * BN <= warp_pos) {  // warp-uniform: a block fully masked for all of the warp's pairs is skipped
+      const int64_t kb = block_at(b);
+      if (kb * BN <= warp_pos) {  // warp-uniform: a block fully masked for all of the warp's pairs is skipped
         // scores: s [16 x BN] = q [16 x HD] k^T
         float s[NT][4];
 #pragma unroll
@@ -323,7 +244,7 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
           for (int t = 0; t < NT; ++t)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const int64_t j = b * BN + 8 * t + 2 * quad_col + e;
+              const int64_t j = kb * BN + 8 * t + 2 * quad_col + e;
               const float score = round_bf16(round_bf16(s[t][2 * i + e]) * a.shape.scale);
               s[t][2 * i + e] = j <= pos[i] ? score : -INFINITY;
               block_max = fmaxf(block_max, s[t][2 * i + e]);
@@ -372,21 +293,87 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
           }
         }
       }
+      if (nb < 0 || chunk_of(nb) != chunk_of(b)) {
+        // the chunk ends: its state is folded (unsplit) or stored (split) for the pairs that see one of its keys
+        const int64_t c = chunk_of(b);
+        const int64_t chunk_key = c * CB * BN - shift * BN;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float l = run_sum[i] + __shfl_xor_sync(0xffffffffu, run_sum[i], 1);
+          l = l + __shfl_xor_sync(0xffffffffu, l, 2);
+          if (pos[i] >= chunk_key) {
+            if (split) {
+              float* st = a.states + ((row_of[i] * a.shape.heads + head_of[i]) * a.chunk_cap + c) * (HD + 2);
+              if (quad_col == 0) {
+                st[0] = run_max[i];
+                st[1] = l;
+              }
+#pragma unroll
+              for (int t = 0; t < DT; ++t)
+                *reinterpret_cast<float2*>(st + 2 + 8 * t + 2 * quad_col) = make_float2(o[t][2 * i], o[t][2 * i + 1]);
+            } else {
+              float fa, fb;
+              fold_chunk(fold_max[i], fold_sum[i], run_max[i], l, fa, fb);
+#pragma unroll
+              for (int t = 0; t < DT; ++t)
+#pragma unroll
+                for (int e = 2 * i; e < 2 * i + 2; ++e) fo[t][e] = __fmaf_rn(fo[t][e], fa, __fmul_rn(o[t][e], fb));
+            }
+          }
+          run_max[i] = -INFINITY;
+          run_sum[i] = 0.0f;
+        }
+#pragma unroll
+        for (int t = 0; t < DT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+      }
       __syncthreads();  // the buffer is staged again two blocks on
+      b = nb;
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
+    if (!split) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float total = run_sum[i] + __shfl_xor_sync(0xffffffffu, run_sum[i], 1);
-      total = total + __shfl_xor_sync(0xffffffffu, total, 2);
-      if (pos[i] < 0) continue;
-      bf16* dst = a.out + (row_of[i] * a.shape.heads + head_of[i]) * HD + 2 * quad_col;
+      for (int i = 0; i < 2; ++i) {
+        if (pos[i] < 0) continue;
+        bf16* dst = a.out + (row_of[i] * a.shape.heads + head_of[i]) * HD + 2 * quad_col;
 #pragma unroll
-      for (int t = 0; t < DT; ++t)
-        *reinterpret_cast<uint32_t*>(dst + 8 * t) = pack_bf16(o[t][2 * i] / total, o[t][2 * i + 1] / total);
+        for (int t = 0; t < DT; ++t)
+          *reinterpret_cast<uint32_t*>(dst + 8 * t) =
+              pack_bf16(__fdiv_rn(fo[t][2 * i], fold_sum[i]), __fdiv_rn(fo[t][2 * i + 1], fold_sum[i]));
+      }
     }
     __syncthreads();
-    seg = seg_end;
+  }
+}
+
+// After a split launch: each (row, head) of a split window folds its chunk states 0 .. position / chunk in order
+// (fold_chunk, as the walking CTA does) and writes out = O / L. A warp per (row, head).
+template <int HD>
+__global__ void attention_combine_kernel(TileArgs a) {
+  constexpr int PER_LANE = (HD + 31) / 32;
+  const int lane = threadIdx.x & 31;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (pair >= a.rows * a.shape.heads) return;
+  const int64_t row = pair / a.shape.heads;
+  const WindowInfo w = a.windows[a.row_window[row]];
+  if (!window_split(w, a.splits, a.chunk_cap)) return;
+  const int64_t chunks = (w.committed + (row - w.first_row)) / kAttentionChunkKeys + 1;
+  const float* st = a.states + pair * a.chunk_cap * (HD + 2);
+  float M = -INFINITY, L = 0.0f, O[PER_LANE];
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) O[i] = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c, st += HD + 2) {
+    float fa, fb;
+    fold_chunk(M, L, st[0], st[1], fa, fb);
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      const int d = lane + 32 * i;
+      if (d < HD) O[i] = __fmaf_rn(O[i], fa, __fmul_rn(st[2 + d], fb));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    const int d = lane + 32 * i;
+    if (d < HD) store(a.out + pair * HD + d, __fdiv_rn(O[i], L));
   }
 }
 
@@ -418,9 +405,13 @@ bool attention_tiles_supported(const KvShape& shape) {
          shape.heads / shape.kv_heads <= kTileRowsMax;
 }
 
+int64_t attention_scratch_floats(const KvShape& shape, int64_t rows, int64_t chunks) {
+  return rows * shape.heads * chunks * (shape.head_dim + 2);
+}
+
 Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                        const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
-                       const AttentionTiling& tiling) {
+                       const AttentionTiling& tiling, const AttentionScratch& scratch) {
   if (!attention_tiles_supported(shape))
     return Status(ErrorCode::InvalidArgument, "attention tiles: head_dim " + std::to_string(shape.head_dim) +
                                                   " not 16/32/64/128, or " + std::to_string(shape.heads) +
@@ -432,6 +423,10 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
     return Status(ErrorCode::InvalidArgument, "attention tiles: " + std::to_string(tiling.tile_rows) +
                                                   " rows per CTA, at most " + std::to_string(most) + " at group " +
                                                   std::to_string(group));
+  if (tiling.splits < 0 || tiling.splits > kMaxSplits || (tiling.splits > 1 && scratch.states == nullptr))
+    return Status(ErrorCode::InvalidArgument, "attention tiles: " + std::to_string(tiling.splits) +
+                                                  " splits (at most " + std::to_string(kMaxSplits) +
+                                                  ", and more than 1 needs scratch)");
   if (rows == 0) return ok_status();
   // Rows per CTA: the most that still gives two waves of CTAs (fewer rows per CTA read the keys more often but run
   // in parallel). Any choice gives the same bits. Four warps always: those without pairs help stage the blocks.
@@ -440,8 +435,19 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
     tile = most;
     while (tile > 1 && ((rows + tile - 1) / tile) * shape.kv_heads < 2LL * sm_count()) tile = tile / 2;
   }
-  const TileArgs args{q, rows, row_window, windows, pages, shape, layer, out, tile, tiling.fault_swap_first_blocks};
-  const dim3 grid(static_cast<unsigned>((rows + tile - 1) / tile), static_cast<unsigned>(shape.kv_heads));
+  const int64_t tiles = (rows + tile - 1) / tile;
+  // Splits: from the rows and the scratch only (never the context, so a captured graph stays right as keys grow);
+  // about four CTAs per SM. Split or not, every row gets the same bits.
+  const int64_t per_chunk = rows * shape.heads * (shape.head_dim + 2);
+  const int64_t cap = scratch.states ? std::min<int64_t>(scratch.floats / per_chunk, 1 << 30) : 0;
+  int64_t splits = tiling.splits;
+  if (splits == 0) splits = std::min<int64_t>({kAutoSplits, cap, (4LL * sm_count() + tiles * shape.kv_heads - 1) /
+                                                                    (tiles * shape.kv_heads)});
+  if (splits < 2 || cap < 2) splits = 1;
+  const TileArgs args{q,    rows, row_window, windows, pages, shape, layer, out, tile, tiling.fault_swap_first_blocks,
+                      tiling.fault_early_chunk_edges, static_cast<int>(splits), static_cast<int>(cap),
+                      scratch.states};
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(splits));
   switch (shape.head_dim) {
     case 16: attention_tile_kernel<16><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
     case 32: attention_tile_kernel<32><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
@@ -449,26 +455,24 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
     default: attention_tile_kernel<128><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
   }
   LS_CUDA_TRY_LAUNCH("attention tiles");
+  if (splits == 1) return ok_status();
+  const unsigned combine_blocks = blocks_for(rows * shape.heads, 4);
+  switch (shape.head_dim) {
+    case 16: attention_combine_kernel<16><<<combine_blocks, 128, 0, stream>>>(args); break;
+    case 32: attention_combine_kernel<32><<<combine_blocks, 128, 0, stream>>>(args); break;
+    case 64: attention_combine_kernel<64><<<combine_blocks, 128, 0, stream>>>(args); break;
+    default: attention_combine_kernel<128><<<combine_blocks, 128, 0, stream>>>(args); break;
+  }
+  LS_CUDA_TRY_LAUNCH("attention combine");
   return ok_status();
 }
 
 Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
-                 const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream) {
+                 const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
+                 const AttentionScratch& scratch) {
   if (attention_kernel() == AttentionKernel::Tiles && attention_tiles_supported(shape))
-    return attention_tiles(q, rows, row_window, windows, pages, shape, layer, out, stream);
+    return attention_tiles(q, rows, row_window, windows, pages, shape, layer, out, stream, {}, scratch);
   return attention_rows(q, rows, row_window, windows, pages, shape, layer, out, stream);
-}
-
-Status attention_rows(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
-                      const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream) {
-  if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.heads % shape.kv_heads != 0)
-    return Status(ErrorCode::InvalidArgument, "attention: head_dim " + std::to_string(shape.head_dim) +
-                                                  " above 128 or not a multiple of 8, or heads not a multiple of kv_heads");
-  if (rows == 0) return ok_status();
-  attention_rows_kernel<<<dim3(static_cast<unsigned>(rows), shape.heads), kAttnWarps * 32, 0, stream>>>(
-      q, row_window, windows, pages, shape, layer, out);
-  LS_CUDA_TRY_LAUNCH("attention rows");
-  return ok_status();
 }
 
 }  // namespace ls::lfm2::gpu

@@ -123,7 +123,9 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta) {
   const gpu::WindowInfo* windows = device_at<gpu::WindowInfo>(meta.windows);
   const int32_t* pages = device_at<int32_t>(meta.pages);
   LS_RETURN_IF_ERROR(gpu::write_kv(k_.data(), v_.data(), rows, row_window, windows, pages, kv_shape_, kv, stream_));
-  LS_RETURN_IF_ERROR(gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_));
+  const gpu::AttentionScratch scratch{attn_states_.data(), static_cast<int64_t>(attn_states_.size())};
+  LS_RETURN_IF_ERROR(
+      gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_, scratch));
   LS_RETURN_IF_ERROR(mark("attention"));
   LS_RETURN_IF_ERROR(gemm_.gemm(attn_.data(), rows, w.attn_out.view(), mix_.data(), nullptr, stream_));
   return mark("gemm");

@@ -102,6 +102,8 @@ Status CudaTarget::allocate(const LoadOptions& options) {
     LS_RETURN_IF_ERROR(q_raw_.allocate(R * q_width));
     LS_RETURN_IF_ERROR(q_.allocate(R * q_width));
     LS_RETURN_IF_ERROR(attn_.allocate(R * q_width));
+    // split decode attention: up to 64 rows x 64 chunks of keys (more rows or chunks walk unsplit, same bits)
+    LS_RETURN_IF_ERROR(attn_states_.allocate(gpu::attention_scratch_floats(kv_shape_, std::min<int64_t>(R, 64), 64)));
     LS_RETURN_IF_ERROR(k_raw_.allocate(R * kv_width));
     LS_RETURN_IF_ERROR(k_.allocate(R * kv_width));
     LS_RETURN_IF_ERROR(v_.allocate(R * kv_width));

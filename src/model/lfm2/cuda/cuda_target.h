@@ -141,6 +141,7 @@ class CudaTarget final : public Target {
   unsigned char* meta_host_ = nullptr;     // pinned staging of the same size
   size_t meta_capacity_ = 0;
   cuda::DeviceBuffer<bf16> h_, u_, mix_, wide_, act_, q_raw_, k_raw_, q_, k_, v_, attn_, z_keep_;
+  cuda::DeviceBuffer<float> attn_states_;  // split attention's chunk states (forwards of up to 64 rows)
   cuda::DeviceBuffer<bf16> router_logits_, expert_in_, expert_gate_up_, expert_act_, expert_out_, slots_;
   cuda::DeviceBuffer<int32_t> chosen_, expert_offsets_, expert_order_;
   cuda::DeviceBuffer<float> route_weights_;

@@ -2,7 +2,8 @@
 // conv-state commit, and the MoE expert plan / grouped expert GEMM. Plain C++ header; every call launches async.
 //
 // Batch invariance: each kernel computes a row with arithmetic that depends only on that row's inputs and its
-// stream's state (attention splits keys by absolute position in fixed 32-key blocks, combined in a fixed order).
+// stream's state (attention walks keys by absolute position: fixed blocks inside fixed chunks, chunk states folded
+// in chunk order whether one CTA walks them all or each chunk has its own CTA).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,8 +45,21 @@ Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_w
 // out [rows, heads*hd] = causal GQA attention of q [rows, heads*hd] over each row's stream keys 0 .. its position
 // (CPU Bf16 rounding: dot, scaled score and p rounded to bf16; fp32 softmax and accumulation).
 // Launches the kernel chosen by set_attention_kernel: Tiles by default, Rows for shapes the tiles do not take.
+// Scratch for split attention (the tile kernel's per-chunk states), allocated at load; none = never split.
+struct AttentionScratch {
+  float* states = nullptr;
+  int64_t floats = 0;
+};
 Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
-                 const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream);
+                 const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
+                 const AttentionScratch& scratch = {});
+
+// Keys per chunk of the tile kernel (absolute positions [256 c, 256 c + 256)): every row's softmax state is built
+// per chunk and the chunk states are folded in chunk order (M = max; L = L a + l b; O = O a + o b with
+// a = exp(M_old - M), b = exp(m - M); out = O / L), by the walking CTA or by the combine after a split launch.
+constexpr int kAttentionChunkKeys = 256;
+// Floats of scratch that let forwards of up to `rows` rows split keys into up to `chunks` chunks.
+int64_t attention_scratch_floats(const KvShape& shape, int64_t rows, int64_t chunks);
 
 // The attention kernels. Rows: one CTA per (row, head), scalar fp32, three passes with the CPU's roundings (dot,
 // scaled score, p = exp / total rounded to bf16). Tiles: tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), a
@@ -59,17 +73,22 @@ AttentionKernel attention_kernel();
 // Whether the tile kernel takes this shape (head_dim 16/32/64/128, at most 64 query heads per KV head).
 bool attention_tiles_supported(const KvShape& shape);
 
-// Launch knobs of the tile kernel for tests and benches: rows per CTA (0 = automatic) and a planted fault (the first
-// two key blocks walked in swapped order by CTAs of more than one row), which the invariance tests must catch.
+// Launch knobs of the tile kernel for tests and benches: rows per CTA (0 = automatic), CTAs per (row tile, KV head)
+// along the chunks (0 = automatic from the rows and the scratch, 1 = never split; windows of one chunk or of more
+// chunks than the scratch holds are never split), and planted faults the invariance tests must catch: the first two
+// key blocks walked in swapped order by CTAs of more than one row; chunk edges one key block early in CTAs that
+// walk every chunk (the unsplit path).
 struct AttentionTiling {
   int tile_rows = 0;
   bool fault_swap_first_blocks = false;
+  int splits = 0;
+  bool fault_early_chunk_edges = false;
 };
 Status attention_rows(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                       const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream);
 Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                        const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
-                       const AttentionTiling& tiling = {});
+                       const AttentionTiling& tiling = {}, const AttentionScratch& scratch = {});
 
 // ShortConv of every window: bcx [rows, 3D] (B | C | X). history [slots, conv_layers, K-1, D] bf16 (layer
 // `conv_slot`), conv_weight [D, K] fp32, conv_bias [D] fp32 or null. Writes z [rows, D] (the gated inputs, kept for
