@@ -12,8 +12,10 @@
 //             [--taps device|host]                                         host: no device taps (A/B of the absorb path)
 //             [--debug 1]                                                  the lanes' pricing traces on stderr
 //
-// Per stream count, plain (A) and drafted (B) alternate A B A B ... `--repeats` times; medians are reported. The
-// first plain run's replies are the record: every later plain and drafted reply must equal it (column "exact").
+// Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
+// reported. The first plain run's replies are the record: every later plain and drafted reply must equal it
+// (column "exact"). Under each row: where a decode round's time goes in each arm (target forwards, drafter calls,
+// the lanes' own host work; medians) and the cost tables the drafted arm's pricing started from.
 // --synthetic-acceptance (benchmarks only): the drafter still runs, but its proposals are the recorded reply, right
 // per position with a constant conditional q whose mean accepted length (bonus included) over full-depth windows
 // is MEAN (draft/synthetic/acceptance_profile.h). "accepted" = 1 + drafts kept / windows that carried drafts
@@ -124,37 +126,75 @@ std::vector<Arrival> bench_requests(int streams, int tokens, int vocab_size, boo
 struct Measured {
   double ms = 0;              // submit to idle
   double first_round_ms = 0;  // the round that prefilled every stream
+  double host_wall_ms = 0;    // wall-clock time of the whole run (on the fakes: the lanes' own host work)
   int64_t tokens = 0;
   int streams = 0;
   LanesStats stats;
+  LanesStats first_round;     // stats after the first round (decode = stats - first_round)
   std::vector<std::vector<int32_t>> replies;  // [stream] in submit order
   double tokens_per_s() const { return ms > 0 ? 1000.0 * double(tokens) / ms : 0.0; }
   double decode_tokens_per_s() const {
     const double decode_ms = ms - first_round_ms;
     return decode_ms > 0 ? 1000.0 * double(tokens - streams) / decode_ms : 0.0;
   }
+  // Decode rounds (the first left out) and their split: target forwards, drafter calls, the lanes' host work.
+  int64_t decode_rounds() const { return stats.rounds - first_round.rounds; }
+  double per_decode_round(double total, double first) const {
+    return decode_rounds() > 0 ? (total - first) / double(decode_rounds()) : 0.0;
+  }
+  double forward_ms_per_round() const { return per_decode_round(stats.forward_ms, first_round.forward_ms); }
+  double drafter_ms_per_round() const { return per_decode_round(stats.drafter_ms, first_round.drafter_ms); }
+  double host_ms_per_round() const {
+    return per_decode_round(stats.round_ms - stats.forward_ms - stats.drafter_ms,
+                            first_round.round_ms - first_round.forward_ms - first_round.drafter_ms);
+  }
 };
+
+// The cost tables pricing starts from (timed at load): verify ms by rows, drafter pass ms by (streams, depth), absorbs.
+json tables_json(const CostTables& tables, int max_rows) {
+  json verify = json::array();  // [rows, ms]
+  for (int rows : {1, 2, 3, 4, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256}) {
+    if (rows <= std::min(max_rows, tables.verify.max_rows())) verify.push_back({rows, tables.verify.ms(rows)});
+  }
+  json draft = json::array();  // [streams, ms at depth 1, ms at the deepest]
+  const int deepest = tables.draft.max_depth();
+  for (int streams : {1, 2, 4, 8, 16, 32, 64}) {
+    if (streams > tables.draft.max_streams() || deepest < 1) continue;
+    draft.push_back({streams, tables.draft.ms(streams, 1), tables.draft.ms(streams, deepest)});
+  }
+  return {{"verify_ms", verify},
+          {"draft_ms", draft},
+          {"draft_max_depth", deepest},
+          {"absorb_call_ms", tables.absorb_call_ms},
+          {"absorb_ms_per_row", tables.absorb_ms_per_row}};
+}
 
 // --taps host: the lanes take taps through host memory even where the drafter could absorb them on the device.
 bool g_device_taps = true;
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
-                          int max_rows = 0) {
+                          int max_rows = 0, json* tables = nullptr) {
   LanesOptions lanes_options;
   lanes_options.max_rows = max_rows;
   lanes_options.device_taps = g_device_taps;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
+  if (tables != nullptr && drafter != nullptr) *tables = tables_json(lanes->pricing().tables(), lanes->max_rows());
   Measured measured;
   measured.streams = static_cast<int>(arrivals.size());
   std::map<StreamId, size_t> index_of;
+  const WallClock wall;
+  const double wall_start_ms = wall.now_ms();
   const double start_ms = clock.now_ms();
   for (size_t index = 0; index < arrivals.size(); ++index) index_of[lanes->submit(arrivals[index].request)] = index;
   measured.replies.resize(arrivals.size());
   for (int round = 0; !lanes->idle(); ++round) {
     LS_RETURN_IF_ERROR(lanes->round());
-    if (round == 0) measured.first_round_ms = clock.now_ms() - start_ms;
+    if (round == 0) {
+      measured.first_round_ms = clock.now_ms() - start_ms;
+      measured.first_round = lanes->stats();
+    }
     for (const StreamEvent& event : lanes->take_events()) {
       if (event.finish == FinishReason::Error) return Status(ErrorCode::Internal, "stream failed: " + event.error);
       std::vector<int32_t>& reply = measured.replies[index_of.at(event.stream)];
@@ -162,6 +202,7 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
     }
   }
   measured.ms = clock.now_ms() - start_ms;
+  measured.host_wall_ms = wall.now_ms() - wall_start_ms;
   measured.stats = lanes->stats();
   for (const std::vector<int32_t>& reply : measured.replies) measured.tokens += static_cast<int64_t>(reply.size());
   return measured;
@@ -183,7 +224,11 @@ json stats_json(const LanesStats& stats) {
           {"absorb_calls", stats.absorb_calls},
           {"absorbed_rows", stats.absorbed_rows},
           {"drafter_restarts", stats.drafter_restarts},
-          {"dormant_entries", stats.dormant_entries}};
+          {"dormant_entries", stats.dormant_entries},
+          {"depth_offers", stats.depth_offers},
+          {"round_ms", stats.round_ms},
+          {"forward_ms", stats.forward_ms},
+          {"drafter_ms", stats.drafter_ms}};
 }
 
 // One table row from the plain and drafted runs of one stream count (medians over repeats).
@@ -205,6 +250,20 @@ json row_json(int streams, const std::vector<Measured>& plain, const std::vector
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return drafted[a].ms < drafted[b].ms; });
   const LanesStats& stats = drafted[order[(order.size() - 1) / 2]].stats;
   const double plain_decode_median = median(plain_decode);
+  // Medians over repeats of each arm's decode round split (ms per round).
+  auto split = [](const std::vector<Measured>& runs) {
+    std::vector<double> forward, drafter, host, wall;
+    for (const Measured& run : runs) {
+      forward.push_back(run.forward_ms_per_round());
+      drafter.push_back(run.drafter_ms_per_round());
+      host.push_back(run.host_ms_per_round());
+      wall.push_back(run.host_wall_ms);
+    }
+    return json{{"forward_ms", median(forward)},
+                {"drafter_ms", median(drafter)},
+                {"host_ms", median(host)},
+                {"wall_ms", median(wall)}};
+  };
   return {{"streams", streams},
           {"plain_tokens_per_s", median(plain_tps)},
           {"drafted_tokens_per_s", median(drafted_tps)},
@@ -227,7 +286,40 @@ json row_json(int streams, const std::vector<Measured>& plain, const std::vector
           {"plain_ms", plain_ms},
           {"drafted_ms", drafted_ms},
           {"drafted_stats", stats_json(stats)},
-          {"plain_stats", stats_json(plain.front().stats)}};
+          {"plain_stats", stats_json(plain.front().stats)},
+          {"plain_round", split(plain)},
+          {"drafted_round", split(drafted)}};
+}
+
+// Where a decode round's time goes in each arm (medians), and the tables pricing started from.
+void print_split(const json& row) {
+  const json& plain = row["plain_round"];
+  const json& drafted = row["drafted_round"];
+  std::printf("        per decode round ms: plain forward %.4f host %.4f | drafted forward %.4f drafter %.4f host %.4f"
+              " | run wall ms plain %.1f drafted %.1f\n",
+              plain["forward_ms"].get<double>(), plain["host_ms"].get<double>(), drafted["forward_ms"].get<double>(),
+              drafted["drafter_ms"].get<double>(), drafted["host_ms"].get<double>(), plain["wall_ms"].get<double>(),
+              drafted["wall_ms"].get<double>());
+  if (row.contains("tables")) {
+    const json& tables = row["tables"];
+    std::string verify;
+    char piece[64];
+    for (const json& point : tables["verify_ms"]) {
+      std::snprintf(piece, sizeof piece, " %d:%.3f", point[0].get<int>(), point[1].get<double>());
+      verify += piece;
+    }
+    std::string draft;
+    for (const json& point : tables["draft_ms"]) {
+      std::snprintf(piece, sizeof piece, " %d:%.3f/%.3f", point[0].get<int>(), point[1].get<double>(),
+                    point[2].get<double>());
+      draft += piece;
+    }
+    std::printf("        load-time tables: verify ms by rows%s; pass ms by streams (depth 1/%d)%s; absorb %.4f ms + %.5f "
+                "ms/row\n",
+                verify.c_str(), tables["draft_max_depth"].get<int>(), draft.c_str(),
+                tables["absorb_call_ms"].get<double>(), tables["absorb_ms_per_row"].get<double>());
+  }
+  std::fflush(stdout);
 }
 
 void print_header() {
@@ -265,8 +357,11 @@ Result<json> fake_cell(const BenchOptions& options, int streams) {
   LS_ASSIGN_OR_RETURN(Measured plain, run_once(plain_target, nullptr, clock, arrivals));
   FakeTarget drafted_target(target_options);
   FakeDrafter drafter(drafter_options);
-  LS_ASSIGN_OR_RETURN(Measured drafted, run_once(drafted_target, &drafter, clock, arrivals));
-  return row_json(streams, {plain}, {drafted}, drafted.replies == plain.replies);
+  json tables;
+  LS_ASSIGN_OR_RETURN(Measured drafted, run_once(drafted_target, &drafter, clock, arrivals, 0, &tables));
+  json row = row_json(streams, {plain}, {drafted}, drafted.replies == plain.replies);
+  row["tables"] = tables;
+  return row;
 }
 
 // The drafter of one drafted run: the DSpark drafter, or the replaying one, optionally under synthetic acceptance.
@@ -311,18 +406,35 @@ Result<json> real_cell(const BenchOptions& options, Target& target, Drafter* dsp
   std::vector<Measured> plain_runs, drafted_runs;
   bool exact = true;
   int64_t mismatches = 0;
-  for (int repeat = 0; repeat < std::max(1, options.repeats); ++repeat) {
+  json tables;
+  auto run_plain = [&]() -> Status {
     LS_ASSIGN_OR_RETURN(Measured plain, run_once(target, nullptr, clock, arrivals, options.max_rows));
     if (!plain_runs.empty()) exact = exact && plain.replies == plain_runs.front().replies;
     plain_runs.push_back(std::move(plain));
+    return ok_status();
+  };
+  auto run_drafted = [&]() -> Status {
     DraftedArm arm = drafted_arm(options, target, dspark, arrivals, plain_runs.front().replies, profile);
-    LS_ASSIGN_OR_RETURN(Measured drafted, run_once(target, arm.drafter, clock, arrivals, options.max_rows));
+    LS_ASSIGN_OR_RETURN(Measured drafted,
+                        run_once(target, arm.drafter, clock, arrivals, options.max_rows, tables.is_null() ? &tables : nullptr));
     exact = exact && drafted.replies == plain_runs.front().replies;
     if (arm.synthetic) mismatches += arm.synthetic->record_mismatches();
     drafted_runs.push_back(std::move(drafted));
+    return ok_status();
+  };
+  // A B B A A B ...: each arm runs first in half the pairs, so a drift of the host's speed does not favour one.
+  for (int repeat = 0; repeat < std::max(1, options.repeats); ++repeat) {
+    if (repeat % 2 == 0) {
+      LS_RETURN_IF_ERROR(run_plain());
+      LS_RETURN_IF_ERROR(run_drafted());
+    } else {
+      LS_RETURN_IF_ERROR(run_drafted());
+      LS_RETURN_IF_ERROR(run_plain());
+    }
   }
   json row = row_json(streams, plain_runs, drafted_runs, exact);
   row["record_mismatches"] = mismatches;
+  row["tables"] = tables;
   return row;
 }
 
@@ -437,6 +549,7 @@ int run(const BenchOptions& options) {
                               : fake_cell(options, streams);
     if (!row.ok()) return fail(Status(row.status().code(), std::to_string(streams) + " streams: " + row.status().message()));
     print_row(*row);
+    print_split(*row);
     out["rows"].push_back(*row);
     {
       std::ofstream(options.json_path + ".tmp") << out.dump(2) << "\n";

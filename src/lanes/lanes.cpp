@@ -124,6 +124,7 @@ std::vector<StreamEvent> Lanes::take_events() {
 }
 
 Status Lanes::round() {
+  const double round_start_ms = clock_.now_ms();
   Status status = admit();
   const double admitted_ms = clock_.now_ms();
   std::vector<Stream*> streams = pick_streams();
@@ -148,6 +149,7 @@ Status Lanes::round() {
   deliver();
   ++round_index_;
   ++stats_.rounds;
+  stats_.round_ms += clock_.now_ms() - round_start_ms;
   return status;
 }
 
@@ -197,8 +199,10 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
   }
   const double start_ms = clock_.now_ms();
   Result<Verified> verified = target_.forward(batch);
+  const double elapsed_ms = clock_.now_ms() - start_ms;
   ++stats_.verify_forwards;
-  if (verified.ok()) pricing_.observe_verify(total_rows, clock_.now_ms() - start_ms);
+  stats_.forward_ms += elapsed_ms;
+  if (verified.ok()) pricing_.observe_verify(total_rows, elapsed_ms);
   return verified;
 }
 

@@ -53,6 +53,12 @@ struct LanesStats {
   int64_t absorbed_rows = 0;        // rows handed to the drafter
   int64_t drafter_restarts = 0;     // Drafter::restart calls (a dormant stream resuming past the rows it skipped)
   int64_t dormant_entries = 0;      // times a stream went dormant (stopped tapping, dropped its held taps)
+  int64_t depth_offers = 0;         // streams handed to depth decisions (Pricing::plan_depths)
+  // Time by the lanes' clock: whole rounds (admit included), target forwards (prefill and verify), drafter calls
+  // (absorbs, restarts, passes). round_ms - forward_ms - drafter_ms is the lanes' own host work.
+  double round_ms = 0;
+  double forward_ms = 0;
+  double drafter_ms = 0;
 };
 
 class Lanes {

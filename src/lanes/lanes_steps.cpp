@@ -60,11 +60,19 @@ Status Lanes::admit() {
   // starts dormant: its prompt is not tapped; should it probe later, its context restarts there. Until a draft was
   // verified nothing is known about the drafter: every prompt is tapped, so the scout measures it over a whole
   // context (a scout restarted over a few rows would measure the restart's loss and rule drafting out for all).
+  // When even the prior acceptance cannot pay at this many streams, only one stream (the scout) taps its prompt
+  // before the drafter is proven; the others start dormant and wake on merit should the scout prove it.
   const bool drafter_proven = pricing_.pooled_acceptance().explored_depth() > 0;
+  bool scout_tapping = false;
+  for (const auto& [id, live] : live_) {
+    scout_tapping = scout_tapping || (live->prefilled && live->drafting && !live->dormant && !live->finished());
+  }
   for (Stream* stream : admitted) {
     if (!stream->drafting || !restarts_) continue;
     const int streams = std::min({static_cast<int>(live_.size()), options_.max_streams, max_rows_});
-    stream->dormant = drafter_proven && !pricing_.could_draft(streams, draft_cap(*stream));
+    const bool pays = pricing_.could_draft(streams, draft_cap(*stream));
+    stream->dormant = !pays && (drafter_proven || scout_tapping);
+    scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
     stats_.dormant_entries += stream->dormant;
   }
@@ -98,8 +106,10 @@ Status Lanes::admit() {
       budget -= rows;
     }
     if (windows.empty()) break;
+    const double forward_start_ms = clock_.now_ms();
     Result<Verified> verified = target_.forward(windows);
     ++stats_.prefill_forwards;
+    stats_.forward_ms += clock_.now_ms() - forward_start_ms;
     if (!verified.ok()) {
       for (Stream* stream : owners) fail_stream(*stream, verified.status());
       if (first_error.ok()) first_error = verified.status();
@@ -174,6 +184,7 @@ void Lanes::hold_taps(Stream& stream, int64_t start, int rows, std::span<const f
 
 bool Lanes::flush_taps(Stream& stream) {
   if (!stream.drafting || drafter_ == nullptr) return false;
+  const double flush_start_ms = clock_.now_ms();
   Status status = ok_status();
   // Where the drafter's context must continue: the first held row, or (nothing held) the anchor itself.
   const int64_t from = stream.unabsorbed_rows > 0 ? stream.unabsorbed_start : stream.committed;
@@ -205,6 +216,7 @@ bool Lanes::flush_taps(Stream& stream) {
     ++stats_.drafter_restarts;
     if (status.ok()) stream.drafter_end = stream.committed;
   }
+  stats_.drafter_ms += clock_.now_ms() - flush_start_ms;
   if (status.ok()) return true;
   drop_drafting(stream);
   return false;
@@ -227,6 +239,7 @@ void Lanes::drop_drafting(Stream& stream) {
 
 void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& streams, std::vector<TapRows>& rows) {
   // Contexts that skipped rows (dormant streams due to probe) restart where their rows begin.
+  const double call_start_ms = clock_.now_ms();
   size_t kept = 0;
   int total_rows = 0;
   for (size_t index = 0; index < rows.size(); ++index) {
@@ -247,12 +260,17 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
   }
   streams.resize(kept);
   rows.resize(kept);
-  if (rows.empty()) return;
+  if (rows.empty()) {
+    stats_.drafter_ms += clock_.now_ms() - call_start_ms;
+    return;
+  }
   const double start_ms = clock_.now_ms();
   const Status status = drafter_->absorb_device(rows, verified.device_taps);
+  const double end_ms = clock_.now_ms();
+  stats_.drafter_ms += end_ms - call_start_ms;
   ++stats_.absorb_calls;
   stats_.absorbed_rows += total_rows;
-  if (status.ok()) pricing_.observe_absorb(total_rows, clock_.now_ms() - start_ms);
+  if (status.ok()) pricing_.observe_absorb(total_rows, end_ms - start_ms);
   for (size_t index = 0; index < rows.size(); ++index) {
     if (status.ok()) {
       streams[index]->drafter_end = rows[index].start + rows[index].rows;
@@ -314,6 +332,7 @@ double Lanes::draft() {
     stream.needs_draft = false;
   }
   if (drafting.empty()) return 0.0;
+  stats_.depth_offers += static_cast<int64_t>(drafting.size());
   std::vector<DepthPlan> plans =
       pricing_.plan_depths(drafting, caps, std::min({round_streams, options_.max_streams, max_rows_}));
   std::vector<DraftRequest> requests;
@@ -351,8 +370,10 @@ double Lanes::draft() {
   }
   // Drafting that does not pay costs nothing: no pass when no stream bought a draft.
   if (requests.empty()) return clock_.now_ms() - start_ms;
+  const double pass_start_ms = clock_.now_ms();
   std::vector<Draft> drafts = drafter_->draft(requests);
   const double elapsed_ms = clock_.now_ms() - start_ms;
+  stats_.drafter_ms += clock_.now_ms() - pass_start_ms;
   ++stats_.drafter_passes;
   log_debug("draft pass: %zu streams, deepest %d, %.3f ms of which absorb %.3f ms (%d rows)", requests.size(),
             deepest, elapsed_ms, absorb_ms, absorbed_rows);

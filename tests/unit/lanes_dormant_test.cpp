@@ -126,6 +126,64 @@ TEST(LanesDormant, AStreamResumingAfterDormancyDraftsWithAValidContextAndStaysEx
                                                   << long_stream.drafts_verified;
 }
 
+TEST(LanesDormant, BeforeAnyDraftIsVerifiedOnlyTheScoutTapsItsPromptWhereThePriorCannotPay) {
+  // 2 ms a verify row and 2 ms a pass per stream and depth: at 16 streams drafting cannot pay even at the prior's
+  // acceptance. Until a draft is verified the drafter is unproven, and one stream (the scout) must still measure it
+  // over a whole prompt; the other 15 start dormant (before: all 16 prompts were tapped and absorbed, 160 rows).
+  FixedClock clock;
+  FakeTarget target(costed_target(clock, 2.0));
+  FakeDrafter drafter(costed_drafter(clock, 0.0, 2.0));
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  const int64_t setup_tap_rows = target.tap_rows();
+  const std::vector<Arrival> arrivals = requests(16, 10, 40);
+  for (const Arrival& arrival : arrivals) (*lanes)->submit(arrival.request);
+  ASSERT_TRUE((*lanes)->round().ok());
+  EXPECT_EQ((*lanes)->stats().prefill_forwards, 2);  // 160 prompt rows in forwards of at most 128
+  // The scout's prompt, plus its first verify row and that of the dormant stream next due to probe.
+  EXPECT_GE(target.tap_rows() - setup_tap_rows, 10);
+  EXPECT_LE(target.tap_rows() - setup_tap_rows, 10 + 2);
+  EXPECT_EQ((*lanes)->stats().dormant_entries, 15);
+  while (!(*lanes)->idle()) ASSERT_TRUE((*lanes)->round().ok());
+  EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
+}
+
+TEST(LanesDormant, WhereThePriorPaysEveryPromptIsTappedBeforeTheDrafterIsProven) {
+  // The same pair at 2 streams (cheap rows, cheap passes): every stream may draft, so every prompt is tapped.
+  FixedClock clock;
+  FakeTarget target(costed_target(clock, 0.5));
+  FakeDrafter drafter(costed_drafter(clock, 0.0, 0.2));
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  const int64_t setup_tap_rows = target.tap_rows();
+  for (const Arrival& arrival : requests(2, 10, 40)) (*lanes)->submit(arrival.request);
+  ASSERT_TRUE((*lanes)->round().ok());
+  EXPECT_EQ(target.tap_rows() - setup_tap_rows, 2 * 10 + 2);
+  EXPECT_EQ((*lanes)->stats().dormant_entries, 0);
+}
+
+TEST(LanesDormant, OnTheFakesARoundsTimeIsItsForwardsPlusItsDrafterCallsAndNothingElse) {
+  // The fakes advance the fixed clock only inside forwards, absorbs and passes, so the lanes' own host work reads 0:
+  // the round split the benchmark reports must account for every advanced millisecond in the right bucket.
+  FixedClock clock;
+  FakeTarget target(costed_target(clock, 0.5));
+  FakeDrafter drafter(costed_drafter(clock, 0.2, 0.2));
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok());
+  const double start_ms = clock.now_ms();
+  auto replies = run_arrivals(**lanes, requests(4, 20, 60));
+  ASSERT_TRUE(replies.ok());
+  const LanesStats& stats = (*lanes)->stats();
+  const double forwards_ms = 10.0 * double(stats.verify_forwards + stats.prefill_forwards) +
+                             0.5 * double(stats.rows_verified + 4 * 20);
+  EXPECT_GT(stats.drafter_passes, 0);
+  EXPECT_GT(stats.absorb_calls, 0);
+  EXPECT_NEAR(stats.forward_ms, forwards_ms, 1e-6);
+  EXPECT_NEAR(stats.round_ms, clock.now_ms() - start_ms, 1e-6);
+  EXPECT_NEAR(stats.round_ms, stats.forward_ms + stats.drafter_ms, 1e-6);
+  EXPECT_GT(stats.drafter_ms, 2.0 * double(stats.drafter_passes));
+}
+
 TEST(LanesDormant, ADrafterThatCannotRestartIsHandedEveryKeptRowAsBefore) {
   FixedClock clock;
   FakeTarget target(costed_target(clock, 0.5));

@@ -87,5 +87,41 @@ INSTANTIATE_TEST_SUITE_P(NanoLfm2, LanesOnRealTarget,
                                          RealCase{&kNanoDir, 16, false, 6}),
                          real_case_name);
 
+TEST(LanesOnRealTarget, AForwardWhoseWindowsWantNoTapsReturnsNoTapsAndTheSameDraws) {
+  // A round of dormant streams asks for no taps: the CPU target then copies none (before, it tapped every row of
+  // every forward once taps were declared). One window wanting taps brings every row's taps back.
+  if (!std::filesystem::exists(kTinyDir + "/config.json")) GTEST_SKIP() << "no checkpoint at " << kTinyDir;
+  LoadOptions load;
+  load.threads = 2;
+  auto target = load_target(kTinyDir, load);
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  const std::vector<int> layers = {0, 1};
+  ASSERT_TRUE((*target)->set_taps(layers).ok());
+  const TargetFacts& facts = (*target)->facts();
+  const std::vector<int32_t> tokens = {3, 17, 5, 9, 11};
+  auto run = [&](StreamId base, bool first_wants, bool second_wants) {
+    std::vector<Window> windows(2);
+    for (int index = 0; index < 2; ++index) {
+      windows[index].stream = base + index;
+      windows[index].tokens = std::span<const int32_t>(tokens).first(3 + index);
+      windows[index].want_taps = index == 0 ? first_wants : second_wants;
+    }
+    Result<Verified> verified = (*target)->forward(windows);
+    for (const Window& window : windows) (*target)->release(window.stream);
+    return verified;
+  };
+  Result<Verified> none = run(10, false, false);
+  Result<Verified> one = run(20, false, true);
+  ASSERT_TRUE(none.ok() && one.ok());
+  EXPECT_TRUE(none->taps.empty()) << none->taps.size() << " tap values for windows that wanted none";
+  EXPECT_EQ(none->tap_row_begin, (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(none->draws, one->draws);
+  // The window that wanted taps gets them (rows 3 .. 6 of the forward), whatever the other one asked.
+  const std::vector<int64_t>& begin = one->tap_row_begin.empty() ? one->row_begin : one->tap_row_begin;
+  ASSERT_EQ(begin.size(), 3u);
+  EXPECT_EQ(begin[2] - begin[1], 4);
+  EXPECT_EQ(one->taps.size(), static_cast<size_t>(begin[2]) * layers.size() * facts.hidden_size);
+}
+
 }  // namespace
 }  // namespace ls

@@ -47,14 +47,19 @@ Status Lfm2Target::check_windows(std::span<const Window> windows) const {
 Result<Verified> Lfm2Target::forward(std::span<const Window> windows) {
   LS_RETURN_IF_ERROR(check_windows(windows));
   const int64_t D = facts_.hidden_size, V = facts_.vocab_size;
-  const int64_t tap_count = static_cast<int64_t>(taps_.size());
   Verified verified;
   verified.row_begin.push_back(0);
   bool any_logits = false;
+  bool any_taps = false;
   for (const Window& window : windows) {
     verified.row_begin.push_back(verified.row_begin.back() + static_cast<int64_t>(window.tokens.size()));
     any_logits = any_logits || window.want_logits;
+    any_taps = any_taps || window.want_taps;
   }
+  // Every row is tapped when any window wants taps (the copy is part of the layer loop); none when no window does.
+  const std::span<const int> tap_layers = any_taps ? std::span<const int>(taps_) : std::span<const int>();
+  const int64_t tap_count = static_cast<int64_t>(tap_layers.size());
+  if (!any_taps) verified.tap_row_begin.assign(windows.size() + 1, 0);
   const int64_t total = verified.row_begin.back();
   verified.draws.assign(total, -1);
   if (any_logits) verified.logits.assign(total * V, std::numeric_limits<float>::quiet_NaN());
@@ -97,7 +102,7 @@ Result<Verified> Lfm2Target::forward(std::span<const Window> windows) {
     }
     const int64_t pass_rows = static_cast<int64_t>(tokens.size());
     hidden_.resize(pass_rows * D);
-    model_->run_pass(tokens, segments, taps_, hidden_.data(),
+    model_->run_pass(tokens, segments, tap_layers, hidden_.data(),
                      verified.taps.data() + pass_first_global * tap_count * D);
     draw_rows(drawn, verified);
     pass_first_global += pass_rows;

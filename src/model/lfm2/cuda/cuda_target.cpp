@@ -175,6 +175,10 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   LS_RETURN_IF_ERROR(check_windows(windows));
   const int64_t D = facts_.hidden_size, V = facts_.vocab_size, P = kv_shape_.page_size;
   const int64_t tap_count = static_cast<int64_t>(taps_.size());
+  // A forward no window wants taps of copies none (its graph is plain's): dormant streams cost no tap copies.
+  bool any_taps = false;
+  for (const Window& window : windows) any_taps = any_taps || window.want_taps;
+  tap_this_forward_ = tap_count > 0 && any_taps;
   // Room first (slots, pages), so a refusal changes nothing.
   int new_streams = 0;
   int64_t pages_needed = 0;
@@ -289,7 +293,8 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   auto enqueue = [&]() { return enqueue_forward(rows, meta, commit_count, fresh_slots, drawn_rows, wants, verified); };
   // Steady-state forwards (no fresh stream, nothing that syncs inside) replay a CUDA graph of the same shape.
   // A shape is captured the second time it is seen (one-off shapes such as prompt chunks stay eager).
-  const GraphKey key{rows, static_cast<int64_t>(windows.size()), drawn, commit_count, tap_count};
+  const GraphKey key{rows, static_cast<int64_t>(windows.size()), drawn, commit_count,
+                     tap_this_forward_ ? tap_count : 0};
   const bool graphable = graphs_enabled_ && fresh_slots.empty() && !any_logits && !expert_trace_ && !profiling_;
   if (graphable && (graphs_.count(key) > 0 || ++sightings_[key] >= 2)) {
     auto found = graphs_.find(key);
@@ -317,7 +322,9 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   } else {
     LS_RETURN_IF_ERROR(enqueue());
   }
-  if (taps_on_device_) {
+  if (!tap_this_forward_) {
+    verified.tap_row_begin.assign(windows.size() + 1, 0);
+  } else if (taps_on_device_) {
     verified.device_taps = DeviceTaps{taps_dev_.data(), device_, rows, tap_count * D};
   } else {
     LS_RETURN_IF_ERROR(copy_taps(windows, verified));
@@ -325,7 +332,7 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   LS_CUDA_TRY(cudaStreamSynchronize(stream_));
   LS_RETURN_IF_ERROR(collect_profile());
   for (int64_t i = 0; i < drawn; ++i) verified.draws[drawn_rows[i]] = draws_host_[i];
-  if (!taps_on_device_) {
+  if (!taps_on_device_ && tap_this_forward_) {
     verified.taps.resize(verified.tap_row_begin.back() * tap_count * D);
     for (size_t i = 0; i < verified.taps.size(); ++i) verified.taps[i] = bf16_to_float(taps_host_[i]);
   }

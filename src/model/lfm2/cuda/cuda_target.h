@@ -110,6 +110,7 @@ class CudaTarget final : public Target {
   cuda::GemmEngine gemm_;
   std::vector<int> taps_;
   bool taps_on_device_ = false;
+  bool tap_this_forward_ = false;  // some window of the forward being enqueued wants taps (else no tap copies)
   int device_ = 0;
   std::vector<int> kv_slot_, conv_slot_;
   int attention_layers_ = 0, conv_layers_ = 0;
