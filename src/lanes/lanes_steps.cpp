@@ -268,6 +268,8 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
   const Status status = drafter_->absorb_device(rows, verified.device_taps);
   const double end_ms = clock_.now_ms();
   stats_.drafter_ms += end_ms - call_start_ms;
+  log_debug("device absorb: %zu streams, %d rows, %.3f ms (restarts included %.3f ms)", rows.size(), total_rows,
+            end_ms - start_ms, end_ms - call_start_ms);
   ++stats_.absorb_calls;
   stats_.absorbed_rows += total_rows;
   if (status.ok()) pricing_.observe_absorb(total_rows, end_ms - start_ms);
