@@ -151,15 +151,23 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   }
   // Group the (row, slot) choices by expert, run each expert on its rows, weigh back into slot order, sum.
   LS_RETURN_IF_ERROR(gpu::plan_experts(chosen_.data(), S, E, expert_offsets_.data(), expert_order_.data(), stream_));
-  LS_RETURN_IF_ERROR(gpu::gather_rows(u_.data(), expert_order_.data(), S, D, k, expert_in_.data(), stream_));
   LS_RETURN_IF_ERROR(mark("moe route + plan"));
-  LS_RETURN_IF_ERROR(gpu::expert_gemm(expert_in_.data(), expert_offsets_.data(), E, rows, w.experts_gate_up.data(),
-                                      2 * I, D, expert_gate_up_.data(), stream_));  // [S, 2I]
-  LS_RETURN_IF_ERROR(cuda::swiglu(expert_gate_up_.data(), expert_gate_up_.data() + I, S, static_cast<int>(I), 2 * I,
-                                  expert_act_.data(), stream_));
-  LS_RETURN_IF_ERROR(mark("expert gemm"));
-  LS_RETURN_IF_ERROR(gpu::expert_gemm(expert_act_.data(), expert_offsets_.data(), E, rows, w.experts_down.data(), D,
-                                      I, expert_out_.data(), stream_));  // [S, D]
+  gpu::ExpertFfn ffn;  // gather + gate|up + SwiGLU + down (two launches on the tensor-core kernels)
+  ffn.x = u_.data();
+  ffn.rows = rows;
+  ffn.top_k = k;
+  ffn.offsets = expert_offsets_.data();
+  ffn.order = expert_order_.data();
+  ffn.experts = E;
+  ffn.w_gate_up = w.experts_gate_up.data();
+  ffn.w_down = w.experts_down.data();
+  ffn.hidden = D;
+  ffn.inter = I;
+  ffn.gathered = expert_in_.data();
+  ffn.gate_up = expert_gate_up_.data();
+  ffn.act = expert_act_.data();
+  ffn.out = expert_out_.data();  // [S, D]
+  LS_RETURN_IF_ERROR(gpu::expert_ffn(ffn, stream_));
   LS_RETURN_IF_ERROR(mark("expert gemm"));
   LS_RETURN_IF_ERROR(gpu::scatter_weighted(expert_out_.data(), expert_order_.data(), route_weights_.data(), S, D,
                                            slots_.data(), stream_));

@@ -11,47 +11,12 @@
 
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/gemm_device.cuh"
+#include "compute/cuda/kernels.h"
+#include "compute/cuda/pdl.cuh"
 #include "model/lfm2/cuda/state_device.cuh"
 
 namespace ls::lfm2::gpu {
 namespace {
-
-// One warp per expert (looping when experts > warps): a ballot scan keeps slot order inside the expert.
-__global__ void plan_experts_kernel(const int32_t* chosen, int64_t slot_count, int experts, int32_t* offsets,
-                                    int32_t* order) {
-  extern __shared__ int32_t counts[];  // [experts]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int e = warp; e < experts; e += warps) {
-    int count = 0;
-    for (int64_t base = 0; base < slot_count; base += 32) {
-      const int64_t s = base + lane;
-      const unsigned mask = __ballot_sync(0xffffffffu, s < slot_count && chosen[s] == e);
-      count += __popc(mask);
-    }
-    if (lane == 0) counts[e] = count;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int running = 0;
-    for (int e = 0; e < experts; ++e) {
-      offsets[e] = running;
-      running += counts[e];
-      counts[e] = offsets[e];
-    }
-    offsets[experts] = running;
-  }
-  __syncthreads();
-  for (int e = warp; e < experts; e += warps) {
-    int next = counts[e];
-    for (int64_t base = 0; base < slot_count; base += 32) {
-      const int64_t s = base + lane;
-      const bool mine = s < slot_count && chosen[s] == e;
-      const unsigned mask = __ballot_sync(0xffffffffu, mine);
-      if (mine) order[next + __popc(mask & ((1u << lane) - 1u))] = static_cast<int32_t>(s);
-      next += __popc(mask);
-    }
-  }
-}
 
 constexpr int kExpertRows = 16;     // rows of one CTA
 constexpr int kExpertWarps = 8;
@@ -141,18 +106,40 @@ using Rows128Tile = Tile<128, 128, 2, 4, 3>;  // prefill
 constexpr int kMaxTensorExperts = 1024;       // the CTA's row-tile prefix lives in shared memory
 
 struct ExpertArgs {
-  const __nv_bfloat16* x;  // [slots, K], grouped by expert
+  const __nv_bfloat16* x;  // [slots, K], grouped by expert (or [tokens, K] gathered through `gather`)
   const int32_t* offsets;  // [experts + 1]
   const __nv_bfloat16* w;  // [experts, N, K]
-  __nv_bfloat16* y;        // [slots, N]
+  __nv_bfloat16* y;        // [slots, N] (or [slots, act_width] under act_width)
   int experts, n, k;
-  int reverse_k;  // test-only fault: walk K tiles backwards
+  int reverse_k;           // test-only fault: walk K tiles backwards
+  const int32_t* gather;   // or null: A row p is x row gather[p] / gather_divisor (the plan's order: no gathered copy)
+  int gather_divisor;
+  int act_width;           // or 0: W is gate|up [2I, K] with I = act_width; y = swiglu(gate, up) [slots, I]
+  int early;               // the launch before is the gate|up expert GEMM of the same plan: the offsets are final,
+                           // so weight tiles are staged before waiting for it
 };
 
-// Loads K tile `kt`: A = rows [row0, row_end) of x (zero past row_end), B = the expert's weight rows from col0.
+// Load parts of a stage.
+enum StagePart { kBoth, kRowsOnly, kWeightsOnly };
+
+// Weight row of tile column j: plain col0 + j; under act_width the first BN/2 columns are gate rows col0 + j and the
+// rest up rows I + col0 + j - BN/2 (col0 counts act columns), so a tile holds both halves of its act columns.
+template <class T>
+__device__ __forceinline__ int weight_row(const ExpertArgs& a, int col0, int j, bool& inside) {
+  if (a.act_width == 0) {
+    inside = col0 + j < a.n;
+    return col0 + j;
+  }
+  const int half = T::BN / 2, c = col0 + (j < half ? j : j - half);
+  inside = c < a.act_width;
+  return j < half ? c : a.act_width + c;
+}
+
+// Loads K tile `kt`: A = rows [row0, row_end) of x (zero past row_end), B = the expert's weight rows of tile col0.
 template <class T>
 __device__ __forceinline__ void load_expert_stage(const ExpertArgs& a, uint32_t base, int64_t row0, int64_t row_end,
-                                                  const __nv_bfloat16* we, int col0, int kt, int tid) {
+                                                  const __nv_bfloat16* we, int col0, int kt, int tid,
+                                                  StagePart part = kBoth) {
   const int k0 = kt * kBlockK;
   constexpr int kChunks = (T::BM + T::BN) * (kBlockK / 8);
 #pragma unroll
@@ -160,20 +147,56 @@ __device__ __forceinline__ void load_expert_stage(const ExpertArgs& a, uint32_t 
     const int index = tid + i * T::THREADS;
     if (kChunks % T::THREADS != 0 && index >= kChunks) break;
     const int row = index >> 3, chunk = index & 7;
+    if ((part == kRowsOnly && row >= T::BM) || (part == kWeightsOnly && row < T::BM)) continue;
     const int k = k0 + chunk * 8;
     const __nv_bfloat16* src;
     bool inside;
     if (row < T::BM) {
       const int64_t r = row0 + row;
       inside = r < row_end && k < a.k;
-      src = a.x + (inside ? r * a.k + k : 0);
+      const int64_t source = inside && a.gather ? a.gather[r] / a.gather_divisor : r;
+      src = a.x + (inside ? source * a.k + k : 0);
     } else {
-      const int c = col0 + row - T::BM;
-      inside = c < a.n && k < a.k;
+      const int c = weight_row<T>(a, col0, row - T::BM, inside);
+      inside = inside && k < a.k;
       src = we + (inside ? static_cast<int64_t>(c) * a.k + k : 0);
     }
     copy_chunk(base + swizzled(row, chunk), src, inside);
   }
+}
+
+// expf through double, as cuda::swiglu computes it (the same bits).
+__device__ __forceinline__ float exp_through_double(float v) {
+  return static_cast<float>(exp(static_cast<double>(v)));
+}
+
+// Under act_width: the tile's gate|up outputs rounded to bf16 in shared memory (as the gate|up GEMM stores them),
+// then act = bf16(bf16(g / (1 + exp(-g))) * u), cuda::swiglu's arithmetic, for the tile's BN/2 act columns.
+template <class T>
+__device__ __forceinline__ void swiglu_epilogue(const ExpertArgs& a, const float (&acc)[T::MI][T::NI][4], int64_t row0,
+                                int64_t row_end, int col0, int warp_m, int warp_n, int lane, unsigned char* smem) {
+  __nv_bfloat16* tile = reinterpret_cast<__nv_bfloat16*>(smem);  // [BM][BN]
+#pragma unroll
+  for (int i = 0; i < T::MI; ++i)
+#pragma unroll
+    for (int j = 0; j < T::NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = warp_m * T::WM + i * 16 + (lane >> 2) + (e >> 1) * 8;
+        const int c = warp_n * T::WN + j * 8 + (lane & 3) * 2 + (e & 1);
+        tile[r * T::BN + c] = __float2bfloat16_rn(acc[i][j][e]);
+      }
+  __syncthreads();
+  constexpr int half = T::BN / 2;
+  for (int index = threadIdx.x; index < T::BM * half; index += T::THREADS) {
+    const int r = index / half, j = index % half;
+    if (row0 + r >= row_end || col0 + j >= a.act_width) continue;
+    const float g = __bfloat162float(tile[r * T::BN + j]);
+    const float silu = round_bf16(__fdiv_rn(g, __fadd_rn(1.0f, exp_through_double(-g))));
+    a.y[(row0 + r) * a.act_width + col0 + j] =
+        __float2bfloat16_rn(__fmul_rn(silu, __bfloat162float(tile[r * T::BN + half + j])));
+  }
+  __syncthreads();  // the tile is read before the next item stages into the same memory
 }
 
 // Persistent CTAs walk the items (row tile of one expert, column tile), columns fastest. Row tiles are counted on
@@ -184,6 +207,12 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
   __shared__ int tile_end[kMaxTensorExperts];  // row tiles of experts 0..e
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
+  // programmatic launch: wait for the kernel before (it wrote the offsets or x) unless the offsets are final already
+  if (!a.early) {
+    ls::cuda::wait_for_previous_kernel();
+    ls::cuda::let_next_kernel_start();
+  }
+  bool waited = !a.early;
   if (warp == 0) {
     int carry = 0;
     for (int base = 0; base < a.experts; base += 32) {
@@ -199,14 +228,15 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
     }
   }
   __syncthreads();
-  const int col_tiles = (a.n + T::BN - 1) / T::BN;
+  const int col_tiles = a.act_width ? (a.act_width + T::BN / 2 - 1) / (T::BN / 2) : (a.n + T::BN - 1) / T::BN;
   const int64_t items = static_cast<int64_t>(tile_end[a.experts - 1]) * col_tiles;
   const int k_tiles = (a.k + kBlockK - 1) / kBlockK;
   const uint32_t shared_base = smem_address(shared_raw);
   constexpr uint32_t kStageBytes = T::STAGE_ELEMS * 2;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int row_tile = static_cast<int>(item / col_tiles), col0 = static_cast<int>(item % col_tiles) * T::BN;
+    const int row_tile = static_cast<int>(item / col_tiles);
+    const int col0 = static_cast<int>(item % col_tiles) * (a.act_width ? T::BN / 2 : T::BN);
     int lo = 0, hi = a.experts - 1;  // the first expert whose tile_end exceeds row_tile
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
@@ -226,10 +256,28 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
       for (int j = 0; j < T::NI; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    if (!waited) {  // the first item of an early launch: weight tiles first (one group), then wait, then x
 #pragma unroll
-    for (int s = 0; s < T::STAGES - 1; ++s) {
-      if (s < k_tiles) load_expert_stage<T>(a, shared_base + s * kStageBytes, row0, row_end, we, col0, tile_at(s), tid);
+      for (int s = 0; s < T::STAGES - 1; ++s)
+        if (s < k_tiles)
+          load_expert_stage<T>(a, shared_base + s * kStageBytes, row0, row_end, we, col0, tile_at(s), tid,
+                               kWeightsOnly);
       commit_group();
+      ls::cuda::wait_for_previous_kernel();
+      waited = true;
+#pragma unroll
+      for (int s = 0; s < T::STAGES - 1; ++s) {
+        if (s < k_tiles)
+          load_expert_stage<T>(a, shared_base + s * kStageBytes, row0, row_end, we, col0, tile_at(s), tid, kRowsOnly);
+        commit_group();
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < T::STAGES - 1; ++s) {
+        if (s < k_tiles)
+          load_expert_stage<T>(a, shared_base + s * kStageBytes, row0, row_end, we, col0, tile_at(s), tid);
+        commit_group();
+      }
     }
     for (int step = 0; step < k_tiles; ++step) {
       wait_group<T::STAGES - 2>();
@@ -245,6 +293,10 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
     }
     wait_group<0>();
     __syncthreads();  // every warp is done reading the stages before the next item refills them
+    if (a.act_width) {
+      swiglu_epilogue<T>(a, acc, row0, row_end, col0, warp_m, warp_n, lane, shared_raw);
+      continue;
+    }
     // c0,c1 at (lane/4, 2*(lane%4)+{0,1}); c2,c3 8 rows down; one rounding to bf16.
     const bool pairs = (a.n & 1) == 0;
 #pragma unroll
@@ -268,25 +320,7 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
   }
 }
 
-__global__ void scatter_weighted_kernel(const bf16* out, const int32_t* order, const float* weights,
-                                        int64_t slot_count, int width, bf16* slots) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= slot_count * width) return;
-  const int64_t p = i / width;
-  const int d = static_cast<int>(i % width);
-  const int32_t slot = order[p];
-  store(slots + static_cast<int64_t>(slot) * width + d, load(out + i) * weights[slot]);
-}
 }  // namespace
-
-Status plan_experts(const int32_t* chosen, int64_t slot_count, int experts, int32_t* offsets, int32_t* order,
-                    cudaStream_t stream) {
-  const int warps = experts < 32 ? experts : 32;
-  plan_experts_kernel<<<1, warps * 32, sizeof(int32_t) * experts, stream>>>(chosen, slot_count, experts, offsets,
-                                                                            order);
-  LS_CUDA_TRY_LAUNCH("plan_experts");
-  return ok_status();
-}
 
 namespace {
 
@@ -339,11 +373,14 @@ const ExpertLaunchFacts& launch_facts() {
 template <class T>
 Status launch_grouped(const ExpertArgs& args, int64_t max_rows_per_expert, int ctas_per_sm, cudaStream_t stream) {
   const ExpertLaunchFacts& facts = launch_facts();
-  const int64_t col_tiles = (args.n + T::BN - 1) / T::BN;
+  const int64_t col_tiles =
+      args.act_width ? (args.act_width + T::BN / 2 - 1) / (T::BN / 2) : (args.n + T::BN - 1) / T::BN;
   const int64_t item_bound = static_cast<int64_t>(args.experts) * ((max_rows_per_expert + T::BM - 1) / T::BM) *
                              col_tiles;
   const int64_t ctas = std::min<int64_t>(item_bound, static_cast<int64_t>(facts.sm_count) * ctas_per_sm);
-  grouped_expert_kernel<T><<<static_cast<unsigned>(ctas), T::THREADS, T::SMEM_BYTES, stream>>>(args);
+  // programmatic: the CTAs start while the kernel before drains (they wait for it before reading what it wrote)
+  LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(grouped_expert_kernel<T>, dim3(static_cast<unsigned>(ctas)),
+                                                   T::THREADS, T::SMEM_BYTES, stream, args));
   LS_CUDA_TRY_LAUNCH("grouped_expert_kernel");
   return ok_status();
 }
@@ -357,6 +394,17 @@ Status launch_scalar(const bf16* x, const int32_t* offsets, int experts, int64_t
   expert_gemm_kernel<<<grid, kExpertWarps * 32, 0, stream>>>(x, offsets, w, n, k, y);
   LS_CUDA_TRY_LAUNCH("expert_gemm");
   return ok_status();
+}
+
+Status launch_tensor(ExpertKernel kernel, const ExpertArgs& args, int64_t max_rows_per_expert, cudaStream_t stream) {
+  const ExpertLaunchFacts& facts = launch_facts();
+  switch (kernel) {
+    case ExpertKernel::Rows16: return launch_grouped<Rows16Tile>(args, max_rows_per_expert, facts.ctas_per_sm[0], stream);
+    case ExpertKernel::Rows64: return launch_grouped<Rows64Tile>(args, max_rows_per_expert, facts.ctas_per_sm[1], stream);
+    case ExpertKernel::Rows16Narrow:
+      return launch_grouped<Rows16NarrowTile>(args, max_rows_per_expert, facts.ctas_per_sm[3], stream);
+    default: return launch_grouped<Rows128Tile>(args, max_rows_per_expert, facts.ctas_per_sm[2], stream);
+  }
 }
 
 }  // namespace
@@ -375,6 +423,18 @@ ExpertKernel chosen_expert_kernel(int64_t max_rows_per_expert, int experts) {
   if (max_rows_per_expert <= 1024) return ExpertKernel::Rows64;
   return ExpertKernel::Rows128;
 }
+
+namespace {
+
+// What a launch of this K runs: the pin, else the automatic pick, with K < kTensorCoreMinK kept on the scalar kernel.
+ExpertKernel kernel_for(int64_t max_rows_per_expert, int experts, int64_t k) {
+  const ExpertKernel kernel = chosen_expert_kernel(max_rows_per_expert, experts);
+  if (g_pinned_kernel.load() == static_cast<int>(ExpertKernel::Automatic) && k < kTensorCoreMinK)
+    return ExpertKernel::Scalar;
+  return kernel;
+}
+
+}  // namespace
 
 const char* expert_kernel_name(ExpertKernel kernel) {
   switch (kernel) {
@@ -396,9 +456,7 @@ Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t m
     return Status(ErrorCode::InvalidArgument, "expert_gemm: sizes out of range: N " + std::to_string(n) + ", K " +
                                                   std::to_string(k) + ", experts " + std::to_string(experts));
   if (max_rows_per_expert == 0) return ok_status();
-  ExpertKernel kernel = chosen_expert_kernel(max_rows_per_expert, experts);
-  if (g_pinned_kernel.load() == static_cast<int>(ExpertKernel::Automatic) && k < kTensorCoreMinK)
-    kernel = ExpertKernel::Scalar;
+  const ExpertKernel kernel = kernel_for(max_rows_per_expert, experts, k);
   if (kernel == ExpertKernel::Scalar)
     return launch_scalar(x, offsets, experts, max_rows_per_expert, w, n, k, y, stream);
   if (experts > kMaxTensorExperts)
@@ -410,24 +468,37 @@ Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t m
     return Status(ErrorCode::InvalidArgument, "expert_gemm: x and W must be 16-byte aligned, y 4-byte aligned");
   const ExpertArgs args{reinterpret_cast<const __nv_bfloat16*>(x), offsets, reinterpret_cast<const __nv_bfloat16*>(w),
                         reinterpret_cast<__nv_bfloat16*>(y), experts, static_cast<int>(n), static_cast<int>(k),
-                        g_fault_reverse_k.load() && max_rows_per_expert > 1 ? 1 : 0};
-  const ExpertLaunchFacts& facts = launch_facts();
-  switch (kernel) {
-    case ExpertKernel::Rows16: return launch_grouped<Rows16Tile>(args, max_rows_per_expert, facts.ctas_per_sm[0], stream);
-    case ExpertKernel::Rows64: return launch_grouped<Rows64Tile>(args, max_rows_per_expert, facts.ctas_per_sm[1], stream);
-    case ExpertKernel::Rows16Narrow:
-      return launch_grouped<Rows16NarrowTile>(args, max_rows_per_expert, facts.ctas_per_sm[3], stream);
-    default: return launch_grouped<Rows128Tile>(args, max_rows_per_expert, facts.ctas_per_sm[2], stream);
-  }
+                        g_fault_reverse_k.load() && max_rows_per_expert > 1 ? 1 : 0, nullptr, 1, 0, 0};
+  return launch_tensor(kernel, args, max_rows_per_expert, stream);
 }
 
-Status scatter_weighted(const bf16* out, const int32_t* order, const float* weights, int64_t slot_count, int width,
-                        bf16* slots, cudaStream_t stream) {
-  if (slot_count == 0) return ok_status();
-  scatter_weighted_kernel<<<blocks_for(slot_count * width, 256), 256, 0, stream>>>(out, order, weights, slot_count,
-                                                                                   width, slots);
-  LS_CUDA_TRY_LAUNCH("scatter_weighted");
-  return ok_status();
+Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
+  const int64_t slots = f.rows * f.top_k, D = f.hidden, I = f.inter;
+  if (f.rows == 0) return ok_status();
+  const ExpertKernel up_kernel = kernel_for(f.rows, f.experts, D), down_kernel = kernel_for(f.rows, f.experts, I);
+  const bool fused = up_kernel == down_kernel && up_kernel != ExpertKernel::Scalar && f.experts <= kMaxTensorExperts &&
+                     D % 8 == 0 && I % 8 == 0 && I <= (1 << 29) && D <= (1 << 24) && I <= (1 << 24);
+  if (!fused) {  // gather, gate|up GEMM, SwiGLU, down GEMM: four launches, the same bits
+    LS_RETURN_IF_ERROR(gather_rows(f.x, f.order, slots, static_cast<int>(D), f.top_k, f.gathered, stream));
+    LS_RETURN_IF_ERROR(expert_gemm(f.gathered, f.offsets, f.experts, f.rows, f.w_gate_up, 2 * I, D, f.gate_up, stream));
+    LS_RETURN_IF_ERROR(cuda::swiglu(f.gate_up, f.gate_up + I, slots, static_cast<int>(I), 2 * I, f.act, stream));
+    return expert_gemm(f.act, f.offsets, f.experts, f.rows, f.w_down, D, I, f.out, stream);
+  }
+  if ((reinterpret_cast<uintptr_t>(f.x) | reinterpret_cast<uintptr_t>(f.act) |
+       reinterpret_cast<uintptr_t>(f.w_gate_up) | reinterpret_cast<uintptr_t>(f.w_down)) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(f.out) % 4 != 0)
+    return Status(ErrorCode::InvalidArgument, "expert_ffn: x, act and W must be 16-byte aligned, out 4-byte aligned");
+  const int fault = g_fault_reverse_k.load() && f.rows > 1 ? 1 : 0;
+  // gate|up with the gather in its row loads and SwiGLU in its epilogue; then down, its weights staged early
+  const ExpertArgs up{reinterpret_cast<const __nv_bfloat16*>(f.x), f.offsets,
+                      reinterpret_cast<const __nv_bfloat16*>(f.w_gate_up), reinterpret_cast<__nv_bfloat16*>(f.act),
+                      f.experts, static_cast<int>(2 * I), static_cast<int>(D), fault, f.order, f.top_k,
+                      static_cast<int>(I), 0};
+  LS_RETURN_IF_ERROR(launch_tensor(up_kernel, up, f.rows, stream));
+  const ExpertArgs down{reinterpret_cast<const __nv_bfloat16*>(f.act), f.offsets,
+                        reinterpret_cast<const __nv_bfloat16*>(f.w_down), reinterpret_cast<__nv_bfloat16*>(f.out),
+                        f.experts, static_cast<int>(D), static_cast<int>(I), fault, nullptr, 1, 0, 1};
+  return launch_tensor(down_kernel, down, f.rows, stream);
 }
 
 }  // namespace ls::lfm2::gpu

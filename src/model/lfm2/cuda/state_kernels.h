@@ -137,6 +137,28 @@ Status plan_experts(const int32_t* chosen, int64_t slot_count, int experts, int3
 Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t max_rows_per_expert, const bf16* w,
                    int64_t n, int64_t k, bf16* y, cudaStream_t stream);
 
+// The routed experts of a MoE layer after the plan: out [slots, D] (grouped by expert, as expert_gemm's y) =
+// swiglu(x[order[p] / top_k] @ Wgu_e^T) @ Wd_e^T. On the tensor-core kernels two launches: gate|up with the gather in
+// its row loads and SwiGLU in its epilogue (act [slots, I]), then down, launched programmatically with its weight
+// tiles staged before it waits for gate|up; otherwise gather_rows, expert_gemm, cuda::swiglu, expert_gemm (through
+// `gathered` [slots, D] and `gate_up` [slots, 2I]). Both give the same bits.
+struct ExpertFfn {
+  const bf16* x = nullptr;  // [rows, D] the layer's normed rows
+  int64_t rows = 0;
+  int top_k = 0;
+  const int32_t* offsets = nullptr;  // the plan: [experts + 1]
+  const int32_t* order = nullptr;    // [rows * top_k]
+  int experts = 0;
+  const bf16* w_gate_up = nullptr;   // [experts, 2I, D]
+  const bf16* w_down = nullptr;      // [experts, D, I]
+  int64_t hidden = 0, inter = 0;     // D, I
+  bf16* gathered = nullptr;          // [slots, D] scratch of the four-launch path
+  bf16* gate_up = nullptr;           // [slots, 2I] scratch of the four-launch path
+  bf16* act = nullptr;               // [slots, I]
+  bf16* out = nullptr;               // [slots, D]
+};
+Status expert_ffn(const ExpertFfn& ffn, cudaStream_t stream);
+
 // The expert GEMM kernels. Automatic picks by the forward's rows; the others are pins for tests and benches.
 enum class ExpertKernel { Automatic, Scalar, Rows16, Rows64, Rows128, Rows16Narrow };
 // What expert_gemm runs for this launch (the pin, else the automatic pick).

@@ -1,0 +1,211 @@
+// The routed experts of a MoE layer in two launches (expert_ffn: gather in the gate|up row loads, SwiGLU in its
+// epilogue, the down GEMM launched programmatically with early weight tiles) against the four-launch path (gather,
+// gate|up GEMM, swiglu, down GEMM): bitwise, under every tensor-core tile, at row counts 1..256; every token's
+// outputs equal to its one-row run; a planted K-order fault in the fused launches turns the check red.
+#ifdef LS_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/hash.h"
+#include "compute/cuda/kernels.h"
+#include "cuda_test_util.h"
+#include "model/lfm2/cuda/state_kernels.h"
+
+namespace ls::lfm2::gpu {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::testing::download;
+using cuda::testing::poisoned;
+using cuda::testing::upload;
+
+std::vector<bf16> random_bf16(size_t count, uint64_t seed, float scale) {
+  std::vector<bf16> out(count);
+  for (size_t i = 0; i < count; ++i)
+    out[i] = float_to_bf16(
+        static_cast<float>((2.0 * uniform_open01(splitmix64(seed * 0x9E3779B97F4A7C15ull + i)) - 1.0) * scale));
+  return out;
+}
+
+// A MoE layer's experts: E experts, top-k, hidden D, expert width I, weights on the device.
+struct Layer {
+  int experts, k;
+  int64_t d, i;
+  DeviceBuffer<bf16> gate_up, down;  // [E, 2I, D], [E, D, I]
+};
+
+Layer make_layer(int experts, int k, int64_t d, int64_t i, uint64_t seed) {
+  Layer layer{experts, k, d, i, upload(random_bf16(experts * 2 * i * d, seed, 0.06f)),
+              upload(random_bf16(experts * d * i, seed + 1, 0.06f))};
+  return layer;
+}
+
+// One forward's outputs: per (token, slot) the down row [D] (slot order), and act [slots, I] in plan order.
+struct Outputs {
+  std::vector<bf16> by_slot;  // [rows, k, D]
+  std::vector<bf16> act;      // [slots, I]
+  Status status;
+};
+
+// Runs the experts of `rows` tokens (x rows of seed `x_seed` + token, routing from the token) on the current pin,
+// fused (expert_ffn) or as four launches.
+Outputs run(const Layer& layer, const std::vector<int>& tokens, bool fused) {
+  const int64_t rows = static_cast<int64_t>(tokens.size()), slots = rows * layer.k, D = layer.d, I = layer.i;
+  std::vector<bf16> x;
+  std::vector<int32_t> chosen;
+  for (int t : tokens) {
+    const std::vector<bf16> row = random_bf16(D, 1000 + t, 1.0f);
+    x.insert(x.end(), row.begin(), row.end());
+    std::vector<int32_t> left(layer.experts);
+    for (int e = 0; e < layer.experts; ++e) left[e] = e;
+    for (int j = 0; j < layer.k; ++j) {  // distinct experts, token 3 hot on expert 0 first
+      size_t at = t % 3 == 0 && j == 0 ? 0 : splitmix64(t * 131 + j) % left.size();
+      chosen.push_back(left[at]);
+      left.erase(left.begin() + static_cast<int64_t>(at));
+    }
+  }
+  DeviceBuffer<bf16> x_dev = upload(x);
+  DeviceBuffer<int32_t> chosen_dev = upload(chosen);
+  DeviceBuffer<int32_t> offsets = poisoned<int32_t>(layer.experts + 1), order = poisoned<int32_t>(slots);
+  DeviceBuffer<bf16> gathered = poisoned<bf16>(slots * D), gate_up = poisoned<bf16>(slots * 2 * I);
+  DeviceBuffer<bf16> act = poisoned<bf16>(slots * I), out = poisoned<bf16>(slots * D);
+  Outputs result;
+  result.status = plan_experts(chosen_dev.data(), slots, layer.experts, offsets.data(), order.data(), nullptr);
+  if (!result.status.ok()) return result;
+  if (fused) {
+    ExpertFfn f;
+    f.x = x_dev.data();
+    f.rows = rows;
+    f.top_k = layer.k;
+    f.offsets = offsets.data();
+    f.order = order.data();
+    f.experts = layer.experts;
+    f.w_gate_up = layer.gate_up.data();
+    f.w_down = layer.down.data();
+    f.hidden = D;
+    f.inter = I;
+    f.gathered = gathered.data();
+    f.gate_up = gate_up.data();
+    f.act = act.data();
+    f.out = out.data();
+    result.status = expert_ffn(f, nullptr);
+  } else {
+    Status s = gather_rows(x_dev.data(), order.data(), slots, static_cast<int>(D), layer.k, gathered.data(), nullptr);
+    if (s.ok())
+      s = expert_gemm(gathered.data(), offsets.data(), layer.experts, rows, layer.gate_up.data(), 2 * I, D,
+                      gate_up.data(), nullptr);
+    if (s.ok())
+      s = cuda::swiglu(gate_up.data(), gate_up.data() + I, slots, static_cast<int>(I), 2 * I, act.data(), nullptr);
+    if (s.ok())
+      s = expert_gemm(act.data(), offsets.data(), layer.experts, rows, layer.down.data(), D, I, out.data(), nullptr);
+    result.status = s;
+  }
+  if (!result.status.ok()) return result;
+  const std::vector<int32_t> order_host = download(order, slots);
+  const std::vector<bf16> got = download(out, slots * D);
+  result.act = download(act, slots * I);
+  result.by_slot.assign(slots * D, bf16{0xFFFF});
+  for (int64_t p = 0; p < slots; ++p)
+    std::memcpy(&result.by_slot[order_host[p] * D], &got[p * D], D * sizeof(bf16));
+  return result;
+}
+
+// Pins an expert kernel (and optionally the planted fault) for one scope.
+struct Pin {
+  explicit Pin(ExpertKernel kernel, bool fault = false) {
+    pin_expert_kernel_for_test(kernel);
+    set_expert_fault_for_test(fault);
+  }
+  ~Pin() {
+    pin_expert_kernel_for_test(ExpertKernel::Automatic);
+    set_expert_fault_for_test(false);
+  }
+};
+
+std::vector<int> tokens_of(int m) {
+  std::vector<int> t(m);
+  for (int r = 0; r < m; ++r) t[r] = (m * 7 + r * 3) % 300;
+  return t;
+}
+
+int differing_rows(const std::vector<bf16>& a, const std::vector<bf16>& b, int64_t width) {
+  int differ = 0;
+  for (size_t r = 0; r * width < a.size(); ++r)
+    differ += std::memcmp(&a[r * width], &b[r * width], width * sizeof(bf16)) != 0;
+  return differ;
+}
+
+constexpr ExpertKernel kTiles[] = {ExpertKernel::Rows16, ExpertKernel::Rows16Narrow, ExpertKernel::Rows64,
+                                   ExpertKernel::Rows128};
+
+TEST(CudaExpertFfn, TheTwoLaunchExpertsGiveTheFourLaunchBitsUnderEveryTileAtRowCounts1To256) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct Shape { int experts, k; int64_t d, i; };
+  // K tails (D 264, I 200 not multiples of 64), act columns not a multiple of any tile's half, and a wider shape
+  for (const Shape shape : {Shape{8, 2, 264, 200}, Shape{16, 4, 512, 384}}) {
+    const Layer layer = make_layer(shape.experts, shape.k, shape.d, shape.i, 5 + shape.d);
+    for (ExpertKernel kernel : kTiles) {
+      const Pin pin(kernel);
+      int differ_out = 0, differ_act = 0, slots = 0;
+      for (int m : {1, 2, 5, 16, 64, 256}) {
+        const Outputs fused = run(layer, tokens_of(m), true), plain = run(layer, tokens_of(m), false);
+        ASSERT_TRUE(fused.status.ok()) << fused.status.to_string();
+        ASSERT_TRUE(plain.status.ok()) << plain.status.to_string();
+        differ_out += differing_rows(fused.by_slot, plain.by_slot, shape.d);
+        differ_act += differing_rows(fused.act, plain.act, shape.i);
+        slots += m * shape.k;
+      }
+      EXPECT_EQ(differ_out, 0) << expert_kernel_name(kernel) << " D " << shape.d << ": of " << slots << " slots";
+      EXPECT_EQ(differ_act, 0) << expert_kernel_name(kernel) << " D " << shape.d << ": of " << slots << " slots";
+    }
+  }
+}
+
+TEST(CudaExpertFfn, EveryTokenGetsItsOneRowBitsFromTheTwoLaunchExperts) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Layer layer = make_layer(8, 2, 264, 200, 77);
+  for (ExpertKernel kernel : {ExpertKernel::Automatic, ExpertKernel::Rows16, ExpertKernel::Rows64}) {
+    const Pin pin(kernel);
+    int differ = 0, checked = 0;
+    for (int m : {16, 256}) {
+      const std::vector<int> tokens = tokens_of(m);
+      const Outputs many = run(layer, tokens, true);
+      ASSERT_TRUE(many.status.ok()) << many.status.to_string();
+      for (int r = 0; r < m; r += (m > 16 ? 9 : 1)) {
+        const Outputs one = run(layer, {tokens[r]}, true);
+        ASSERT_TRUE(one.status.ok()) << one.status.to_string();
+        differ += std::memcmp(&many.by_slot[r * layer.k * layer.d], one.by_slot.data(),
+                              layer.k * layer.d * sizeof(bf16)) != 0;
+        ++checked;
+      }
+    }
+    EXPECT_EQ(differ, 0) << expert_kernel_name(kernel) << ": tokens differing from their one-row run, of " << checked;
+  }
+}
+
+TEST(CudaExpertFfn, APlantedOutOfOrderKWalkInTheTwoLaunchExpertsTurnsTheCheckRed) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Layer layer = make_layer(8, 2, 1024, 512, 91);
+  for (ExpertKernel kernel : {ExpertKernel::Rows16, ExpertKernel::Rows64}) {
+    Outputs plain;
+    {
+      const Pin pin(kernel);
+      plain = run(layer, tokens_of(16), false);
+    }
+    const Pin faulty(kernel, true);
+    const Outputs fused = run(layer, tokens_of(16), true);
+    ASSERT_TRUE(fused.status.ok()) << fused.status.to_string();
+    EXPECT_GT(differing_rows(fused.by_slot, plain.by_slot, layer.d), 0)
+        << expert_kernel_name(kernel) << ": the reversed K walk went unseen";
+  }
+}
+
+}  // namespace
+}  // namespace ls::lfm2::gpu
+
+#endif  // LS_HAVE_CUDA
