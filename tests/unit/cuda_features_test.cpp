@@ -1,12 +1,13 @@
 // The runtime CUDA features (features.h): the rule for each device / code / LS_CUDA_PORTABLE combination, the
-// probed features against this device and this binary, and the portable GemmEngine never choosing a wgmma, TMA or
-// split (cluster) configuration while the full one does.
+// probed features against this device and this binary, the portable GemmEngine never choosing a wgmma, TMA or
+// split (cluster) configuration while the full one does, and the tiles that fit 99 KB of shared memory.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "compute/cuda/features.h"
 #include "compute/cuda/kernels.h"
 #include "cuda_test_util.h"
+#include "ops_test_util.h"
 
 namespace ls::cuda {
 namespace {
@@ -125,6 +127,63 @@ TEST(CudaFeatures, ThePortableEngineNeverPicksAWgmmaTmaOrSplitConfigurationAutom
   EXPECT_GT(split, 0);
 }
 
+// The mma.sync tiles above 99 KB of shared memory (the opt-in limit of sm_86 / sm_89: L40S, RTX 30/40).
+bool above_99_kb(const std::string& name) {
+  for (const char* big : {"128x256x64 s3", "256x128x64 s3", "128x128x64 s4", "16x128x64 s6", "16x64x64 s12",
+                          "64x64x64 s8"})
+    if (name == big) return true;
+  return false;
+}
+
+constexpr int kSm89SharedOptin = 101376, kSm90SharedOptin = 232448;
+
+TEST(CudaFeatures, OnA99KbDeviceNoTileAskingForMoreSharedMemoryIsChosenAutomaticOrPinned) {
+  CudaFeatures l40s = decide_features(8, 9, 890, false, false);
+  l40s.shared_optin = kSm89SharedOptin;
+  for (const std::string& name : tile_names(GemmEngine(l40s))) EXPECT_FALSE(above_99_kb(name)) << name;
+  // With Hopper's 227 KB the same sweep picks them (the check above can see them).
+  CudaFeatures roomy = l40s;
+  roomy.shared_optin = kSm90SharedOptin;
+  int big = 0;
+  for (const std::string& name : tile_names(GemmEngine(roomy))) big += above_99_kb(name);
+  EXPECT_GT(big, 0);
+}
+
+// Every pin on the 99 KB engine (its fallbacks: the decode kernel, 64x64 s4, 128x128 s3) gives the bits of the
+// default engine, on shapes where the automatic pick is a streaming tile (12 rows, 8192 outputs) or 128x256 (512 rows
+// of 17408 outputs), outputs poisoned first.
+TEST(CudaFeatures, TheSmallSharedMemoryFallbacksGiveTheDefaultEnginesBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  CudaFeatures small = portable_features(cuda_features());
+  small.shared_optin = kSm89SharedOptin;
+  const GemmEngine reference;
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape shape : {Shape{12, 8192, 2048}, Shape{512, 17408, 1024}, Shape{100, 2048, 8192}}) {
+    auto x = testing::upload(testing::to_bf16(compute::testing::random_values(shape.m * shape.k, 41)));
+    auto w = testing::upload(testing::to_bf16(compute::testing::random_values(shape.n * shape.k, 42, 0.5f)));
+    const DeviceMatrix matrix{w.data(), nullptr, shape.n, shape.k};
+    const size_t count = static_cast<size_t>(shape.m * shape.n);
+    auto y = testing::poisoned<float>(count);
+    ASSERT_TRUE(reference.gemm(x.data(), shape.m, matrix, nullptr, y.data(), nullptr).ok());
+    const std::vector<float> want = testing::download(y, count);
+    for (int tile = -1; tile < GemmEngine::tile_count(); ++tile) {
+      GemmEngine engine(small);
+      engine.pin_tile_for_test(tile);
+      const std::string name = engine.tile_name(shape.m, shape.n, shape.k);
+      EXPECT_FALSE(above_99_kb(name)) << name;
+      auto got = testing::poisoned<float>(count);
+      ASSERT_TRUE(engine.gemm(x.data(), shape.m, matrix, nullptr, got.data(), nullptr).ok()) << name;
+      const std::vector<float> have = testing::download(got, count);
+      size_t differ = 0;
+      for (size_t i = 0; i < count; ++i) differ += std::memcmp(&have[i], &want[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0u) << "pin " << tile << " (" << name << ") m " << shape.m << " N " << shape.n << " K "
+                            << shape.k << " vs " << reference.tile_name(shape.m, shape.n, shape.k);
+    }
+  }
+}
+
 TEST(CudaFeatures, TheProbedFeaturesFollowThisDeviceThisBinaryAndTheEnvVar) {
   LS_SKIP_WITHOUT_DEVICE();
   const CudaFeatures& f = cuda_features();
@@ -138,6 +197,9 @@ TEST(CudaFeatures, TheProbedFeaturesFollowThisDeviceThisBinaryAndTheEnvVar) {
   EXPECT_GE(f.code_arch, 800) << f.describe();
   EXPECT_LE(f.code_arch, major * 100 + minor * 10) << f.describe();
   EXPECT_EQ(f.forced_portable, portable_forced_by_env());
+  int optin = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+  EXPECT_EQ(f.shared_optin, optin);
   const CudaFeatures rule = decide_features(major, minor, f.code_arch, f.code_sm90a, portable_forced_by_env());
   EXPECT_EQ(f.wgmma, rule.wgmma);
   EXPECT_EQ(f.tma, rule.tma);

@@ -51,6 +51,7 @@ CudaFeatures probe() {
     host[0] = 0;
   }
   CudaFeatures features = decide_features(major, minor, host[0], host[1] == 1, portable_forced_by_env());
+  cudaDeviceGetAttribute(&features.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   cudaFuncAttributes attributes{};
   if (cudaFuncGetAttributes(&attributes, probe_code_kernel) == cudaSuccess) {
     features.binary_version = attributes.binaryVersion;
@@ -66,7 +67,7 @@ std::string CudaFeatures::describe() const {
   std::string line = "cc " + std::to_string(major) + "." + std::to_string(minor) + ", code sm_" +
                      std::to_string(code_arch / 10) + (code_sm90a ? "a" : "") + " (binary " +
                      std::to_string(binary_version) + ", ptx " + std::to_string(ptx_version) + ", built " +
-                     built_cuda_archs() + "):";
+                     built_cuda_archs() + ", " + std::to_string(shared_optin / 1024) + " KB shared):";
   if (wgmma) line += " wgmma";
   if (tma) line += " tma";
   if (clusters) line += " clusters";

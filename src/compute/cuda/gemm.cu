@@ -216,6 +216,36 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, bool
   return slices == 1 && wide && wide_ctas >= 2LL * sm_count ? Choice::Wide : Choice::Large;
 }
 
+// Shared memory of the mma.sync tile configurations (the others size themselves or run on sm_90 only).
+int tile_shared_bytes(Choice choice) {
+  switch (choice) {
+    case Choice::Medium: return Medium::SMEM_BYTES;
+    case Choice::MediumDeep: return MediumDeep::SMEM_BYTES;
+    case Choice::Medium128: return Medium128::SMEM_BYTES;
+    case Choice::Large: return Large::SMEM_BYTES;
+    case Choice::LargeDeep: return LargeDeep::SMEM_BYTES;
+    case Choice::Wide: return Wide::SMEM_BYTES;
+    case Choice::Tall: return Tall::SMEM_BYTES;
+    case Choice::Stream: return Stream::SMEM_BYTES;
+    case Choice::StreamDeep: return StreamDeep::SMEM_BYTES;
+    default: return 0;
+  }
+}
+
+// The choice, or one that fits the device's opt-in shared memory (99 KB on sm_86 / sm_89: L40S, RTX 30/40) and
+// computes the same order: the decode kernel for the streaming tiles, 64x64 s4 (64 KB) for 64x64 s8, 128x128 s3
+// (96 KB) for the larger tiles (all valid wherever those are).
+Choice fitting(Choice choice, int shared_optin) {
+  if (shared_optin <= 0 || tile_shared_bytes(choice) <= shared_optin) return choice;
+  static_assert(Large::SMEM_BYTES <= 99 * 1024 && Medium128::SMEM_BYTES <= 99 * 1024, "the fallbacks fit 99 KB");
+  switch (choice) {
+    case Choice::Stream:
+    case Choice::StreamDeep: return Choice::Decode;
+    case Choice::MediumDeep: return Choice::Medium;
+    default: return Choice::Large;
+  }
+}
+
 const char* choice_name(Choice choice) {
   switch (choice) {
     case Choice::Decode: return "decode 8 warps";
@@ -274,7 +304,8 @@ void allow_shared_all(int optin_bytes) {
 
 GemmEngine::GemmEngine() : GemmEngine(cuda_features()) {}
 
-GemmEngine::GemmEngine(const CudaFeatures& features) : clusters_(features.clusters), wgmma_(features.wgmma) {
+GemmEngine::GemmEngine(const CudaFeatures& features)
+    : clusters_(features.clusters), wgmma_(features.wgmma), shared_optin_(features.shared_optin) {
   int device = 0;
   if (cudaGetDevice(&device) == cudaSuccess) {
     int count = 0;
@@ -288,7 +319,7 @@ GemmEngine::GemmEngine(const CudaFeatures& features) : clusters_(features.cluste
 }
 
 const char* GemmEngine::tile_name(int64_t m, int64_t n, int64_t k) const {
-  return choice_name(choose(m, n, k, sm_count_, clusters_, wgmma_, pinned_tile_));
+  return choice_name(fitting(choose(m, n, k, sm_count_, clusters_, wgmma_, pinned_tile_), shared_optin_));
 }
 
 int GemmEngine::tile_count() { return static_cast<int>(Choice::Count); }
@@ -311,7 +342,7 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
   GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
                 reinterpret_cast<__nv_bfloat16*>(y_b16), y_f32, static_cast<int>(m), static_cast<int>(w.rows),
                 static_cast<int>(w.cols), fault_reverse_k_ && m > 64 ? 1 : 0};
-  switch (choose(m, w.rows, w.cols, sm_count_, clusters_, wgmma_, pinned_tile_)) {
+  switch (fitting(choose(m, w.rows, w.cols, sm_count_, clusters_, wgmma_, pinned_tile_), shared_optin_)) {
     case Choice::Decode: return launch_decode(args, sm_count_, stream);
     case Choice::Medium: return launch<Medium>(args, stream);
     case Choice::Medium128: return launch<Medium128>(args, stream);

@@ -51,6 +51,7 @@ class GemmEngine {
   int sm_count_ = 132;
   bool clusters_ = false;  // thread-block clusters (sm_90+): the split configurations may run
   bool wgmma_ = false;     // sm_90a code on a 9.0 device: the wgmma and TMA configurations may run
+  int shared_optin_ = 0;   // the device's opt-in shared memory per block: larger tiles give way to smaller ones
   bool fault_reverse_k_ = false;
   int pinned_tile_ = -1;
 };
