@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -203,6 +205,95 @@ TEST(CudaExpertFfn, APlantedOutOfOrderKWalkInTheTwoLaunchExpertsTurnsTheCheckRed
     EXPECT_GT(differing_rows(fused.by_slot, plain.by_slot, layer.d), 0)
         << expert_kernel_name(kernel) << ": the reversed K walk went unseen";
   }
+}
+
+// Timing (LS_EXPERT_TIMING=1; never in the default suite): the routed experts of one LFM2-8B-A1B MoE layer (32
+// experts, top-4, D 2048, I 1792; constant weights: the values do not change the time) at 1, 4 and 16 rows, two
+// launches vs four, 8 routings cycled so the weights come from memory; GB/s = distinct routed experts' bytes / time.
+TEST(CudaExpertFfnTiming, TimesTheTwoLaunchAndFourLaunchExpertsAtThe8BShapesWhenAsked) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (std::getenv("LS_EXPERT_TIMING") == nullptr) GTEST_SKIP() << "set LS_EXPERT_TIMING=1 to time";
+  constexpr int E = 32, k = 4, kPatterns = 8;
+  constexpr int64_t D = 2048, I = 1792, kMaxRows = 16;
+  Layer layer{E, k, D, I, {}, {}};
+  ASSERT_TRUE(layer.gate_up.allocate(E * 2 * I * D).ok());
+  ASSERT_TRUE(layer.down.allocate(E * D * I).ok());
+  ASSERT_EQ(cudaMemset(layer.gate_up.data(), 0x3C, layer.gate_up.bytes()), cudaSuccess);  // bf16 0x3C3C = 0.0115
+  ASSERT_EQ(cudaMemset(layer.down.data(), 0x3C, layer.down.bytes()), cudaSuccess);
+  DeviceBuffer<bf16> x = upload(random_bf16(kMaxRows * D, 3, 1.0f));
+  DeviceBuffer<bf16> gathered, gate_up, act, out;
+  ASSERT_TRUE(gathered.allocate(kMaxRows * k * D).ok() && gate_up.allocate(kMaxRows * k * 2 * I).ok() &&
+              act.allocate(kMaxRows * k * I).ok() && out.allocate(kMaxRows * k * D).ok());
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::printf("[expert ffn timing] rows, routed experts, four launches us, two launches us, GB/s (two)\n");
+  for (int64_t rows : {1, 4, 16}) {
+    std::vector<DeviceBuffer<int32_t>> offsets(kPatterns), order(kPatterns);
+    double distinct = 0;
+    for (int pattern = 0; pattern < kPatterns; ++pattern) {
+      std::vector<int32_t> chosen;
+      std::vector<char> used(E, 0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int j = 0; j < k; ++j) {
+          int e = static_cast<int>(splitmix64(pattern * 1000 + r * 16 + j) % E);
+          while (std::find(chosen.end() - j, chosen.end(), e) != chosen.end()) e = (e + 1) % E;
+          chosen.push_back(e);
+          used[e] = 1;
+        }
+      for (char u : used) distinct += u;
+      DeviceBuffer<int32_t> chosen_dev = upload(chosen);
+      offsets[pattern] = poisoned<int32_t>(E + 1);
+      order[pattern] = poisoned<int32_t>(rows * k);
+      ASSERT_TRUE(plan_experts(chosen_dev.data(), rows * k, E, offsets[pattern].data(), order[pattern].data(), nullptr)
+                      .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
+    double us[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      auto launch = [&](int pattern) {
+        const int64_t slots = rows * k;
+        if (fused) {
+          ExpertFfn f;
+          f.x = x.data();
+          f.rows = rows;
+          f.top_k = k;
+          f.offsets = offsets[pattern].data();
+          f.order = order[pattern].data();
+          f.experts = E;
+          f.w_gate_up = layer.gate_up.data();
+          f.w_down = layer.down.data();
+          f.hidden = D;
+          f.inter = I;
+          f.gathered = gathered.data();
+          f.gate_up = gate_up.data();
+          f.act = act.data();
+          f.out = out.data();
+          (void)expert_ffn(f, nullptr);
+        } else {
+          (void)gather_rows(x.data(), order[pattern].data(), slots, D, k, gathered.data(), nullptr);
+          (void)expert_gemm(gathered.data(), offsets[pattern].data(), E, rows, layer.gate_up.data(), 2 * I, D,
+                            gate_up.data(), nullptr);
+          (void)cuda::swiglu(gate_up.data(), gate_up.data() + I, slots, I, 2 * I, act.data(), nullptr);
+          (void)expert_gemm(act.data(), offsets[pattern].data(), E, rows, layer.down.data(), D, I, out.data(), nullptr);
+        }
+      };
+      for (int pattern = 0; pattern < kPatterns; ++pattern) launch(pattern);
+      constexpr int kIters = 80;
+      cudaEventRecord(start);
+      for (int i = 0; i < kIters; ++i) launch(i % kPatterns);
+      cudaEventRecord(stop);
+      ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      us[fused] = 1000.0 * ms / kIters;
+    }
+    const double bytes = distinct / kPatterns * 3.0 * I * D * 2.0;
+    std::printf("[expert ffn timing] %3lld rows  %5.1f experts  four %8.1f us  two %8.1f us  %6.0f GB/s\n",
+                static_cast<long long>(rows), distinct / kPatterns, us[0], us[1], bytes / (us[1] * 1e3));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
 }
 
 }  // namespace
