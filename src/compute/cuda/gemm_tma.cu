@@ -57,6 +57,41 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar)
       : "memory");
 }
+// Pair: the CTAs of a cluster of two (adjacent row tiles, one column tile) each load half of the W box and multicast
+// it to both; a stage is refilled once the consumers of both CTAs handed it back.
+__device__ __forceinline__ void tma_load_both(uint32_t dst, const CUtensorMap* map, int k, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar), "h"(static_cast<uint16_t>(3))
+      : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// Arrives on the barrier at the same shared offset in CTA `peer` of the cluster.
+__device__ __forceinline__ void barrier_arrive_peer(uint32_t bar, uint32_t peer) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(peer)
+      : "memory");
+}
+// barrier_wait, ordered after the cluster's arrivals (the peer's consumers released the stage).
+__device__ __forceinline__ void barrier_wait_cluster(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Every thread of the cluster (divergent callers allowed).
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
 // Sliced: the consumers hold the chain and the running slice total (2 x BN/2 fp32) under setmaxnreg.
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 __device__ __forceinline__ void consumer_barrier() {  // the two consumer warpgroups only (named barrier 1)
@@ -66,14 +101,15 @@ __device__ __forceinline__ void consumer_barrier() {  // the two consumer warpgr
 
 // MODE: Plain (one chain over all of K), Sliced (the slices in turn: each later slice restarts from a +0 wgmma, its
 // sum folded into a second register set in slice order) or Split (this CTA computes slice split_slice() only; the
-// cluster adds the slice sums, gemm_tile.cuh).
-template <class T, Mode MODE>
+// cluster adds the slice sums, gemm_tile.cuh). PAIR (Plain / Sliced): clusters of two row tiles share the W loads.
+template <class T, Mode MODE, bool PAIR>
 __global__ void __launch_bounds__(tma_threads<T>(), 1)
     tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, GemmArgs args) {
 #ifdef LS_WGMMA_DEVICE
   static_assert(T::BM == 128 && T::WARPS_M == 8 && T::WARPS_N == 1, "two consumer warpgroups of m64");
   static_assert(T::THREADS == 256, "consumer_barrier counts two warpgroups");
   constexpr bool SLICED = MODE == Mode::Sliced, SPLIT = MODE == Mode::Split;
+  static_assert(!(PAIR && SPLIT), "a pair shares W within one slice");
   static_assert(!SPLIT || T::BM * T::BN * 4 <= T::SMEM_BYTES, "the slice sums fit the stages");
   extern __shared__ __align__(128) unsigned char shared_raw[];
   unsigned char* aligned = shared_raw + ((1024 - (smem_address(shared_raw) & 1023)) & 1023);
@@ -84,10 +120,11 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
   const int all_tiles = (args.k + kBlockK - 1) / kBlockK;
   const int first_tile = SPLIT ? split_slice() * kSliceTiles : 0;
   const int k_tiles = SPLIT && gridDim.z > 1 ? min(kSliceTiles, all_tiles - first_tile) : all_tiles;
+  const uint32_t pair_rank = PAIR ? cluster_rank() : 0;
   if (tid == 0) {
     for (int s = 0; s < T::STAGES; ++s) {
       barrier_init(full + s * 8, 1);
-      barrier_init(empty + s * 8, T::THREADS);
+      barrier_init(empty + s * 8, PAIR ? 2 * T::THREADS / 32 : T::THREADS);  // pair: one arrival per warp of both
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -96,23 +133,35 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
       reinterpret_cast<uint4*>(aligned + T::SMEM_BYTES)[i] = make_uint4(0, 0, 0, 0);
     fence_proxy_async();  // the +0 wgmma reads the zeros through the async proxy
   }
-  __syncthreads();
+  if constexpr (PAIR) {
+    cluster_sync_all();  // both CTAs' barriers are initialised before either multicasts or arrives remotely
+  } else {
+    __syncthreads();
+  }
 
   if (tid >= T::THREADS) {  // producer warpgroup
     if constexpr (SLICED) registers_down<kProducerRegisters>();
     if (tid == T::THREADS) {
       for (int step = 0; step < k_tiles; ++step) {
         const int s = step % T::STAGES;
-        if (step >= T::STAGES) barrier_wait(empty + s * 8, (step / T::STAGES - 1) & 1);
+        if constexpr (PAIR) {
+          if (step >= T::STAGES) barrier_wait_cluster(empty + s * 8, (step / T::STAGES - 1) & 1);
+        } else {
+          if (step >= T::STAGES) barrier_wait(empty + s * 8, (step / T::STAGES - 1) & 1);
+        }
         const int kt = first_tile + (args.reverse_k ? k_tiles - 1 - step : step);
         const uint32_t a = stages + s * T::STAGE_ELEMS * 2;
-        barrier_expect(full + s * 8, T::STAGE_ELEMS * 2);
+        barrier_expect(full + s * 8, T::STAGE_ELEMS * 2);  // pair: x, this CTA's W half and the peer's
         tma_load(a, &map_x, kt * kBlockK, row0, full + s * 8);
-        tma_load(a + T::BM * 128, &map_w, kt * kBlockK, col0, full + s * 8);
+        if constexpr (PAIR) {
+          const int half = static_cast<int>(pair_rank) * (T::BN / 2);
+          tma_load_both(a + (T::BM + half) * 128, &map_w, kt * kBlockK, col0 + half, full + s * 8);
+        } else {
+          tma_load(a + T::BM * 128, &map_w, kt * kBlockK, col0, full + s * 8);
+        }
       }
     }
     __syncwarp();
-    if constexpr (!SPLIT) return;  // split: the whole CTA adds the cluster's slice sums below
   } else {
     if constexpr (SLICED) registers_up<kConsumerRegisters>();
     float acc[1][T::NI][4];
@@ -151,7 +200,17 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
       } else {
         wgmma_wait<1>();  // the previous step's wgmmas finished: hand their stage back
       }
-      if (step > 0) barrier_arrive(empty + ((step - 1) % T::STAGES) * 8);
+      if (step > 0) {
+        const uint32_t release = empty + ((step - 1) % T::STAGES) * 8;
+        if constexpr (PAIR) {
+          if ((tid & 31) == 0) {  // wgmma.wait_group is warpgroup-wide: the warp's reads of the stage are done
+            barrier_arrive(release);
+            barrier_arrive_peer(release, pair_rank ^ 1);
+          }
+        } else {
+          barrier_arrive(release);
+        }
+      }
     }
     wgmma_wait<0>();
     if constexpr (SPLIT) {
@@ -159,13 +218,12 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
       write_part<T>(acc, reinterpret_cast<float*>(aligned));
     } else if constexpr (SLICED) {
       store_tile<T>(args, total, row0, col0);
-      return;
     } else {
       store_tile<T>(args, acc, row0, col0);
-      return;
     }
   }
   if constexpr (SPLIT) split_sum<T>(args, reinterpret_cast<float*>(aligned), row0, col0, tma_threads<T>());
+  if constexpr (PAIR) cluster_sync_all();  // neither CTA leaves while the other may still arrive on its barriers
 #else
   __trap();  // the engine runs these only where wgmma_built() (sm_90a code on a 9.0 device)
 #endif
@@ -211,7 +269,7 @@ Status encode(CUtensorMap* map, const void* base, int rows, int k, int box_rows)
   return ok_status();
 }
 
-template <class T, Mode MODE>
+template <class T, Mode MODE, bool PAIR = false>
 Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
   const int slices = slice_count(args.k);
   if (MODE == Mode::Plain && slices > 1)
@@ -227,26 +285,29 @@ Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
                                                   std::to_string(kMaxWgmmaColumnTiles) + ")");
   CUtensorMap map_x, map_w;
   LS_RETURN_IF_ERROR(encode(&map_x, args.x, args.m, args.k, T::BM));
-  LS_RETURN_IF_ERROR(encode(&map_w, args.w, args.n, args.k, T::BN));
+  LS_RETURN_IF_ERROR(encode(&map_w, args.w, args.n, args.k, PAIR ? T::BN / 2 : T::BN));
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((args.m + T::BM - 1) / T::BM, (args.n + T::BN - 1) / T::BN, MODE == Mode::Split ? slices : 1);
+  const int row_tiles = (args.m + T::BM - 1) / T::BM;
+  config.gridDim = dim3(PAIR ? (row_tiles + 1) / 2 * 2 : row_tiles, (args.n + T::BN - 1) / T::BN,
+                        MODE == Mode::Split ? slices : 1);
   config.blockDim = dim3(tma_threads<T>());
   config.dynamicSmemBytes = tma_shared_bytes<T, MODE>();
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = 1;
+  attribute[0].val.clusterDim.x = PAIR ? 2 : 1;
   attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = slices;
+  attribute[0].val.clusterDim.z = MODE == Mode::Split ? slices : 1;
   config.attrs = attribute;
-  config.numAttrs = MODE == Mode::Split ? 1 : 0;
-  LS_CUDA_TRY(cudaLaunchKernelEx(&config, tma_kernel<T, MODE>, map_x, map_w, args));
+  config.numAttrs = MODE == Mode::Split || PAIR ? 1 : 0;
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, tma_kernel<T, MODE, PAIR>, map_x, map_w, args));
   return ok_status();
 }
 
-template <class T, Mode MODE>
+template <class T, Mode MODE, bool PAIR = false>
 void allow_tma() {
-  cudaFuncSetAttribute(tma_kernel<T, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, tma_shared_bytes<T, MODE>());
+  cudaFuncSetAttribute(tma_kernel<T, MODE, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       tma_shared_bytes<T, MODE>());
 }
 
 }  // namespace
@@ -261,6 +322,12 @@ Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t 
   }
   if (tile == WgmmaTile::LargeDuo)
     return Status(ErrorCode::InvalidArgument, "gemm: no two-CTA TMA tile");
+  if (tile == WgmmaTile::LargePair) {
+    // One slice runs the sliced kernel too (its one slice sum is the result): the plain pair kernel had ptxas
+    // serialise its wgmmas (C7515).
+    if (mode == Mode::Split) return Status(ErrorCode::InvalidArgument, "gemm: the TMA pair tile has no split mode");
+    return launch_tma_tile<TmaLargeTile, Mode::Sliced, true>(args, stream);
+  }
   switch (mode) {
     case Mode::Sliced: return launch_tma_tile<TmaLargeTile, Mode::Sliced>(args, stream);
     case Mode::Split: return launch_tma_tile<TmaLargeTile, Mode::Split>(args, stream);
@@ -276,6 +343,7 @@ void allow_tma_shared() {
   allow_tma<TmaLargeTile, Mode::Plain>();
   allow_tma<TmaLargeTile, Mode::Sliced>();
   allow_tma<TmaLargeTile, Mode::Split>();
+  allow_tma<TmaLargeTile, Mode::Sliced, true>();
 }
 
 }  // namespace ls::cuda::gemm_detail

@@ -169,6 +169,8 @@ Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_
     return mode == Mode::Split ? launch_tile<WideTile, Mode::Split>(args, stream)
                                : launch_tile<WideTile, Mode::Plain>(args, stream);
   }
+  if (tile == WgmmaTile::LargePair)
+    return Status(ErrorCode::InvalidArgument, "gemm: the pair tile loads through TMA only (launch_tma)");
   if (tile == WgmmaTile::LargeDuo) {
     if (sliced || mode != Mode::Plain)
       return Status(ErrorCode::InvalidArgument, "gemm: the two-CTA 128x128 wgmma tile runs one slice only, K = " +
