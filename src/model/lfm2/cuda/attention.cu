@@ -9,6 +9,7 @@
 #include <string>
 
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/pdl.cuh"
 #include "model/lfm2/cuda/state_device.cuh"
 
 namespace ls::lfm2::gpu {
@@ -135,6 +136,7 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
   static_assert(kAttentionChunkKeys % BN == 0 && CB >= 2, "a chunk is whole blocks, at least two");
   __shared__ __align__(16) bf16 kbuf[2][BN][HD + 8];
   __shared__ __align__(16) bf16 vbuf[2][BN][HD + 8];
+  ls::cuda::let_next_kernel_start();  // the combine, or the output GEMM staging its weights (both wait for us)
   const int group = a.shape.heads / a.shape.kv_heads;
   const int kv_head = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -351,6 +353,8 @@ template <int HD>
 __global__ void attention_combine_kernel(TileArgs a) {
   constexpr int PER_LANE = (HD + 31) / 32;
   const int lane = threadIdx.x & 31;
+  ls::cuda::wait_for_previous_kernel();  // launched programmatically after the tile kernel
+  ls::cuda::let_next_kernel_start();
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (pair >= a.rows * a.shape.heads) return;
   const int64_t row = pair / a.shape.heads;
@@ -456,13 +460,13 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
   }
   LS_CUDA_TRY_LAUNCH("attention tiles");
   if (splits == 1) return ok_status();
-  const unsigned combine_blocks = blocks_for(rows * shape.heads, 4);
-  switch (shape.head_dim) {
-    case 16: attention_combine_kernel<16><<<combine_blocks, 128, 0, stream>>>(args); break;
-    case 32: attention_combine_kernel<32><<<combine_blocks, 128, 0, stream>>>(args); break;
-    case 64: attention_combine_kernel<64><<<combine_blocks, 128, 0, stream>>>(args); break;
-    default: attention_combine_kernel<128><<<combine_blocks, 128, 0, stream>>>(args); break;
-  }
+  const dim3 combine_blocks(blocks_for(rows * shape.heads, 4));
+  auto combine = shape.head_dim == 16   ? attention_combine_kernel<16>
+                 : shape.head_dim == 32 ? attention_combine_kernel<32>
+                 : shape.head_dim == 64 ? attention_combine_kernel<64>
+                                        : attention_combine_kernel<128>;
+  // programmatic: its CTAs are resident while the tile kernel drains
+  LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(combine, combine_blocks, 128, 0, stream, args));
   LS_CUDA_TRY_LAUNCH("attention combine");
   return ok_status();
 }
