@@ -6,6 +6,7 @@
 //   gpu_bench --decode-gemm     (the decode GEMM kernel's variants on the 1.2B decode shapes; no model)
 //   --decode-staged 0,1,..      also time the decode step with the narrow decode GEMMs on each staged configuration
 //   --decode-only               stop after the decode rows
+//   --decode-unfused            also time the decode step with the norm launches (norms not in the GEMM prologues)
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -46,6 +47,7 @@ struct Options {
   bool decode_gemm = false;  // time the decode GEMM variants only (no model)
   std::vector<int> decode_staged;  // staged decode GEMM configurations to time the decode step with (A/B)
   bool decode_only = false;        // stop after the decode rows
+  bool decode_unfused = false;     // also time the decode step with the norm launches (no norms in GEMM prologues)
 };
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
@@ -273,9 +275,11 @@ int main(int argc, char** argv) {
     else if (arg == "--decode-gemm") o.decode_gemm = true;
     else if (arg == "--decode-staged") o.decode_staged = parse_list(next());
     else if (arg == "--decode-only") o.decode_only = true;
+    else if (arg == "--decode-unfused") o.decode_unfused = true;
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
-                           "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] | "
+                           "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
+                           "[--decode-unfused] | "
                            "gpu_bench --decode-gemm\n");
       return 2;
     }
@@ -354,9 +358,22 @@ int main(int argc, char** argv) {
   cuda::set_decode_staged_pick(-1);
   target->set_graphs(false);
   target->set_graphs(true);
+  double unfused_ms = 0;
+  if (o.decode_unfused) {
+    target->set_decode_norm_fusion(false);
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < o.decode_tokens; ++i) {
+      w.tokens = std::span<const int32_t>(&steps[i], 1);
+      check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
+      check(target->commit(1, 1), "commit");
+    }
+    unfused_ms = ms_since(start) / o.decode_tokens;
+    target->set_decode_norm_fusion(true);
+  }
   if (o.decode_only) {
     std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms\n",
                 o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms);
+    if (o.decode_unfused) std::printf("  decode step, norm launches (unfused)  %.3f ms\n", unfused_ms);
     for (auto [config, ms] : staged_ms)
       std::printf("  decode step, narrow GEMMs %-16s %.3f ms (ratio %.2f)\n",
                   cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + config),
@@ -450,6 +467,9 @@ int main(int argc, char** argv) {
   std::printf("%-34s %9.3f ms %9.3f ms   (bytes/token %.1f MB, copy bw %.0f GB/s)\n", "decode step", decode_ms,
               floor_ms, per_token / 1e6, bandwidth / 1e9);
   std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step without graphs", eager_ms, floor_ms, floor_ms / eager_ms);
+  if (o.decode_unfused)
+    std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step, norm launches", unfused_ms, floor_ms,
+                floor_ms / unfused_ms);
   for (auto [config, ms] : staged_ms)
     std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n",
                 (std::string("decode step, ") +

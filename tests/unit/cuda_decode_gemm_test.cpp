@@ -198,6 +198,124 @@ TEST(CudaDecodeGemm, TheEnginesStagedPicksGiveEveryRowTheBitsOfTheStreamingPicks
   set_decode_staged_pick(-1);
 }
 
+// The oracle of the norm prologue: h_out = round(h + delta) (or h alone), u = RMSNorm * weight by the norm launches.
+struct NormCase {
+  DeviceBuffer<bf16> h, delta, weight, h_plain, u;
+};
+
+NormCase norm_case(int64_t m, int64_t k, bool with_delta, uint64_t seed) {
+  NormCase c;
+  c.h = upload(to_bf16(random_values(m * k, seed, 3.0f)));
+  c.delta = upload(to_bf16(random_values(m * k, seed + 1, 2.0f)));
+  c.weight = upload(to_bf16(random_values(k, seed + 2, 1.0f)));
+  c.h_plain = upload(download(c.h, m * k));
+  c.u = poisoned<bf16>(m * k);
+  if (with_delta)
+    EXPECT_TRUE(add_rms_norm(c.h_plain.data(), c.delta.data(), m, static_cast<int>(k), c.weight.data(), 1e-5f,
+                             c.u.data(), nullptr)
+                    .ok());
+  else
+    EXPECT_TRUE(rms_norm(c.h.data(), m, static_cast<int>(k), c.weight.data(), 1e-5f, c.u.data(), nullptr).ok());
+  return c;
+}
+
+TEST(CudaDecodeGemm, TheNormInTheGemmPrologueGivesTheBitsOfTheNormLaunchThenTheGemm) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const GemmEngine engine;
+  // K 2048 (the model, the CTA-per-row norm), 1000 (a 64-wide tail), 64 (the warp-per-row norm); three matrices as
+  // q / k / v (one with bias, an odd N), rows 1..16, with and without the residual add.
+  for (const int64_t k : {2048, 1000, 64}) {
+    const std::vector<int64_t> ns = {264, 72, 1001};
+    std::vector<DeviceBuffer<bf16>> w;
+    std::vector<DeviceMatrix> ws;
+    auto bias = upload(random_values(264, 51));
+    for (size_t i = 0; i < ns.size(); ++i) {
+      w.push_back(upload(to_bf16(random_values(ns[i] * k, 52 + i + k, 0.5f))));
+      ws.push_back(DeviceMatrix{w.back().data(), i == 0 ? bias.data() : nullptr, ns[i], k});
+    }
+    for (const int64_t m : {1, 2, 7, 8, 9, 16}) {
+      for (const bool with_delta : {false, true}) {
+        NormCase c = norm_case(m, k, with_delta, 60 + m + k);
+        std::vector<DeviceBuffer<bf16>> want, got;
+        std::vector<bf16*> want_ptr, got_ptr;
+        for (const int64_t n : ns) {
+          want.push_back(poisoned<bf16>(m * n));
+          got.push_back(poisoned<bf16>(m * n));
+          want_ptr.push_back(want.back().data());
+          got_ptr.push_back(got.back().data());
+        }
+        ASSERT_TRUE(gemm_decode_group(engine, c.u.data(), m, ws, want_ptr, nullptr).ok());
+        auto h_out = poisoned<bf16>(m * k);
+        DecodeNorm norm;
+        norm.h = c.h.data();
+        norm.delta = with_delta ? c.delta.data() : nullptr;
+        norm.h_out = with_delta ? h_out.data() : nullptr;
+        norm.weight = c.weight.data();
+        norm.eps = 1e-5f;
+        ASSERT_TRUE(gemm_decode_norm(engine, norm, m, ws, got_ptr, nullptr).ok());
+        for (size_t i = 0; i < ns.size(); ++i) {
+          const std::vector<bf16> a = download(got[i], m * ns[i]), b = download(want[i], m * ns[i]);
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(bf16) * a.size()), 0)
+              << "K " << k << " m " << m << " delta " << with_delta << " matrix " << i;
+        }
+        if (with_delta) {
+          const std::vector<bf16> a = download(h_out, m * k), b = download(c.h_plain, m * k);
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(bf16) * a.size()), 0) << "K " << k << " m " << m << ": h";
+        }
+      }
+    }
+    // gate_up + SwiGLU with the norm in the prologue: F = 1000 (a tail of the 8-column items), with bias.
+    const int64_t f = 1000;
+    auto gate_up = upload(to_bf16(random_values(2 * f * k, 71 + k, 0.5f)));
+    auto gate_up_bias = upload(random_values(2 * f, 72));
+    const DeviceMatrix gu{gate_up.data(), gate_up_bias.data(), 2 * f, k};
+    for (const int64_t m : {1, 5, 16}) {
+      NormCase c = norm_case(m, k, true, 80 + m + k);
+      auto want = poisoned<bf16>(m * f), got = poisoned<bf16>(m * f), h_out = poisoned<bf16>(m * k);
+      ASSERT_TRUE(gemm_decode_swiglu(engine, c.u.data(), m, gu, want.data(), nullptr).ok());
+      DecodeNorm norm;
+      norm.h = c.h.data();
+      norm.delta = c.delta.data();
+      norm.h_out = h_out.data();
+      norm.weight = c.weight.data();
+      norm.eps = 1e-5f;
+      ASSERT_TRUE(gemm_decode_norm_swiglu(engine, norm, m, gu, got.data(), nullptr).ok());
+      const std::vector<bf16> a = download(got, m * f), b = download(want, m * f);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(bf16) * a.size()), 0) << "swiglu K " << k << " m " << m;
+      const std::vector<bf16> ha = download(h_out, m * k), hb = download(c.h_plain, m * k);
+      EXPECT_EQ(std::memcmp(ha.data(), hb.data(), sizeof(bf16) * ha.size()), 0) << "swiglu K " << k << " m " << m;
+    }
+  }
+}
+
+TEST(CudaDecodeGemm, TheNormPrologueRefusesWideRowsLongKAndAnAliasedResidualByNumber) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const GemmEngine engine;
+  auto h = poisoned<bf16>(17 * 2056), delta = poisoned<bf16>(17 * 2056), out = poisoned<bf16>(17 * 2056);
+  auto w = poisoned<bf16>(64 * 2056), weight = poisoned<bf16>(2056);
+  bf16* const y[1] = {out.data()};
+  DecodeNorm norm;
+  norm.h = h.data();
+  norm.delta = delta.data();
+  norm.h_out = out.data();
+  norm.weight = weight.data();
+  const DeviceMatrix narrow[1] = {DeviceMatrix{w.data(), nullptr, 64, 64}};
+  const Status wide = gemm_decode_norm(engine, norm, 17, narrow, y, nullptr);
+  EXPECT_EQ(wide.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(wide.message().find("17"), std::string::npos) << wide.message();
+  const DeviceMatrix sliced[1] = {DeviceMatrix{w.data(), nullptr, 64, 2056}};
+  const Status long_k = gemm_decode_norm(engine, norm, 1, sliced, y, nullptr);
+  EXPECT_EQ(long_k.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(long_k.message().find("2056"), std::string::npos) << long_k.message();
+  norm.h_out = h.data();
+  const Status aliased = gemm_decode_norm(engine, norm, 1, narrow, y, nullptr);
+  EXPECT_EQ(aliased.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(aliased.message().find("aliasing"), std::string::npos) << aliased.message();
+  norm.h_out = nullptr;
+  const Status no_out = gemm_decode_norm_swiglu(engine, norm, 1, narrow[0], out.data(), nullptr);
+  EXPECT_EQ(no_out.code(), ErrorCode::InvalidArgument);
+}
+
 TEST(CudaDecodeGemm, VariantsRefuseAnUnknownNumberAndMoreThanSixteenRowsByNumber) {
   LS_SKIP_WITHOUT_DEVICE();
   auto x = poisoned<bf16>(17 * 64);

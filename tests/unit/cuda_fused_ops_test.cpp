@@ -1,9 +1,11 @@
-// The CUDA target's row ops: RMSNorm (a CTA per wide row, a warp per narrow one) in its defined arithmetic, and the
-// fused ops (residual add + RMSNorm; q/k norm + RoPE) giving the bits of the unfused ones.
+// The CUDA target's row ops: RMSNorm (a CTA per wide row, a warp per narrow one) in its defined arithmetic, the
+// fused ops (residual add + RMSNorm; q/k norm + RoPE) giving the bits of the unfused ones, and the target with its
+// norms in the decode GEMMs' prologues giving the unfused forward's bits.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -14,6 +16,10 @@
 #include "base/hash.h"
 
 #include "compute/cuda/kernels.h"
+#include "lfm2_test_util.h"
+#include "model/lfm2/cuda/cuda_target.h"
+#include "model/lfm2/weights.h"
+#include "model/load.h"
 #include "cuda_test_util.h"
 #include "ops_test_util.h"
 
@@ -179,5 +185,73 @@ TEST(CudaTargetFusedOps, QkNormPlusRopeGivesTheBitsOfTwoNormsAndTwoRopes) {
 
 }  // namespace
 }  // namespace ls::cuda
+
+namespace ls::lfm2 {
+namespace {
+
+// Every drawn row's logits (bits, when asked for), draw and taps (bits) of a run: a 20-row prompt (above 16 rows:
+// never fused), then windows of 1, 5, 16, 1, 3 and 1 rows, each committed whole; greedy on stream 1, sampled on 2.
+std::vector<uint32_t> run_bits(Target& target, bool logits) {
+  std::vector<uint32_t> bits;
+  const std::vector<int32_t> tokens = testing::random_tokens(200, 5, target.facts().vocab_size);
+  size_t done = 0;
+  for (const int rows : {20, 1, 5, 16, 1, 3, 1}) {
+    std::vector<Window> windows(2);
+    for (int s = 0; s < 2; ++s) {
+      windows[s].stream = 1 + s;
+      windows[s].tokens = std::span<const int32_t>(tokens.data() + done + 7 * s, rows);
+      windows[s].want_logits = logits;
+      windows[s].sampling.temperature = s == 0 ? 0.0f : 0.8f;
+      windows[s].sampling.seed = 11;
+    }
+    Result<Verified> v = target.forward(windows);
+    EXPECT_TRUE(v.ok()) << v.status().to_string();
+    if (!v.ok()) return bits;
+    for (const float f : v->logits) bits.push_back(std::bit_cast<uint32_t>(f));
+    for (const float f : v->taps) bits.push_back(std::bit_cast<uint32_t>(f));
+    for (const int32_t d : v->draws) bits.push_back(static_cast<uint32_t>(d));
+    for (int s = 0; s < 2; ++s) EXPECT_TRUE(target.commit(1 + s, rows).ok());
+    done += rows;
+  }
+  target.release(1);
+  target.release(2);
+  return bits;
+}
+
+TEST(CudaTargetFusedOps, NormsInTheDecodeGemmProloguesGiveTheUnfusedLogitsTapsAndDraws) {
+  LS_SKIP_WITHOUT_DEVICE();
+  for (const bool moe : {false, true}) {
+    const io::ModelConfig config = testing::small_config(moe);
+    LoadOptions options;
+    options.device = Device::Cuda;
+    options.max_rows = 64;
+    options.max_streams = 4;
+    auto made = CudaTarget::create(config, random_weights(config, NumericMode::Bf16, 9), options);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    CudaTarget& target = **made;
+    const int taps[] = {0, 2, 4};
+    ASSERT_TRUE(target.set_taps(taps).ok());
+    std::vector<std::vector<uint32_t>> runs;
+    // With logits (eager), then twice without (the second time from captured graphs), unfused then fused.
+    for (const bool fused : {false, true}) {
+      target.set_decode_norm_fusion(fused);
+      runs.push_back(run_bits(target, true));
+      runs.push_back(run_bits(target, false));
+      runs.push_back(run_bits(target, false));
+    }
+    EXPECT_GT(target.graph_count(), 0);
+    ASSERT_FALSE(runs[0].empty());
+    for (size_t i = 1; i < runs.size(); ++i) {
+      const std::vector<uint32_t>& want = runs[i % 3 == 0 ? 0 : 1];
+      ASSERT_EQ(runs[i].size(), want.size()) << (moe ? "moe" : "dense") << " run " << i;
+      size_t differ = 0;
+      for (size_t j = 0; j < want.size(); ++j) differ += runs[i][j] != want[j];
+      EXPECT_EQ(differ, 0u) << (moe ? "moe" : "dense") << " run " << i << " (3..5: fused; 2, 5: graphs)";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ls::lfm2
 
 #endif  // LS_HAVE_CUDA

@@ -6,6 +6,8 @@
 // gives the other decode kernels, fed to the same mma steps in the same order, so each output is the canonical chain
 // of gemm_device.cuh (64-wide K tiles, the tail zero-filled) and the bits are the other kernels'.
 #include <cstdint>
+#include <span>
+#include <string>
 
 #include "compute/cuda/gemm_decode.cuh"
 
@@ -35,12 +37,110 @@ __device__ __forceinline__ void wait_groups_left(int left) {
   }
 }
 
+// A staged launch: up to kStagedMax matrices of one K over the same x (q / k / v), CTAs [first_block[i],
+// first_block[i + 1]) run args[i]; x is args[0].x, or the norm prologue's output when norm.weight is set.
+constexpr int kStagedMax = 4;
+struct StagedNorm {
+  const __nv_bfloat16* h;       // [m, K] residual stream
+  const __nv_bfloat16* delta;   // [m, K] added to h first, or null
+  __nv_bfloat16* h_out;         // [m, K] round(h + delta), written by CTA 0, or null
+  const __nv_bfloat16* weight;  // [K] RMSNorm weight; null: no prologue
+  float eps;
+};
+struct StagedLaunch {
+  GemmArgs args[kStagedMax];
+  int first_block[kStagedMax + 1];
+  int count;
+  StagedNorm norm;
+};
+
 __device__ __forceinline__ uint32_t shared_word(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// One CTA's work: warp w of CTA `block` owns output columns [(block WARPS + w) 8 TILES, + 8 TILES).
-template <int WARPS, int TILES, int A_ROWS>
-__device__ __forceinline__ void staged_body(const GemmArgs& args, int block) {
+union Chunk {
+  uint4 raw;
+  __nv_bfloat162 pairs[4];
+};
+
+// x_rows [m, pitch] = RMSNorm(round(h + delta)) * weight (add_rms_norm's arithmetic; rms_norm's without delta): the
+// row values first (CTA 0 also writes them to h_out), then each row's inverse RMS by one warp in rms_norm_kernel's
+// order (lane l chains elements l, l + 32, ... in double, then the xor tree; up to 4 rows interleaved per warp),
+// then the normed values in place. Zero past K.
+template <int WARPS>
+__device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, int k, int k_pad, int pitch,
+                                               unsigned char* x_rows, bool write_h) {
+  __shared__ float inverse_rms[16];
+  const int x_chunks = k_pad / 8;
+  for (int index = threadIdx.x; index < m * x_chunks; index += 32 * WARPS) {
+    const int row = index / x_chunks, at = (index % x_chunks) * 8;
+    Chunk v;
+    v.raw = make_uint4(0, 0, 0, 0);
+    if (at < k) {
+      const int64_t offset = static_cast<int64_t>(row) * k + at;
+      v.raw = *reinterpret_cast<const uint4*>(norm.h + offset);
+      if (norm.delta) {
+        Chunk d;
+        d.raw = *reinterpret_cast<const uint4*>(norm.delta + offset);
+#pragma unroll
+        for (int p = 0; p < 4; ++p)
+          v.pairs[p] = __floats2bfloat162_rn(__fadd_rn(__low2float(v.pairs[p]), __low2float(d.pairs[p])),
+                                             __fadd_rn(__high2float(v.pairs[p]), __high2float(d.pairs[p])));
+        if (write_h && norm.h_out) *reinterpret_cast<uint4*>(norm.h_out + offset) = v.raw;
+      }
+    }
+    *reinterpret_cast<uint4*>(x_rows + row * pitch + at * 2) = v.raw;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int row0 = warp * 4; row0 < m; row0 += WARPS * 4) {
+    double sum[4] = {0, 0, 0, 0};
+    for (int i = lane; i < k; i += 32) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if (row0 + r < m) {
+          const double v = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(x_rows + (row0 + r) * pitch)[i]);
+          sum[r] = __dadd_rn(sum[r], __dmul_rn(v, v));
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1)
+        sum[r] = __dadd_rn(sum[r], __shfl_xor_sync(0xffffffffu, sum[r], offset));
+      if (lane == 0 && row0 + r < m) {
+        const float mean = static_cast<float>(sum[r] / static_cast<double>(k));
+        inverse_rms[row0 + r] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, norm.eps)));
+      }
+    }
+  }
+  __syncthreads();
+  for (int index = threadIdx.x; index < m * x_chunks; index += 32 * WARPS) {
+    const int row = index / x_chunks, at = (index % x_chunks) * 8;
+    if (at >= k) continue;
+    const float inv = inverse_rms[row];
+    Chunk v, w, out;
+    v.raw = *reinterpret_cast<const uint4*>(x_rows + row * pitch + at * 2);
+    w.raw = __ldg(reinterpret_cast<const uint4*>(norm.weight + at));
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const float lo = __fmul_rn(__low2float(w.pairs[p]),
+                                 __bfloat162float(__float2bfloat16_rn(__fmul_rn(__low2float(v.pairs[p]), inv))));
+      const float hi = __fmul_rn(__high2float(w.pairs[p]),
+                                 __bfloat162float(__float2bfloat16_rn(__fmul_rn(__high2float(v.pairs[p]), inv))));
+      out.pairs[p] = __floats2bfloat162_rn(lo, hi);
+    }
+    *reinterpret_cast<uint4*>(x_rows + row * pitch + at * 2) = out.raw;
+  }
+}
+
+// One CTA's work on `args`: warp w of CTA `block` owns output columns [(block WARPS + w) C, + C), C = 8 TILES
+// (SWIGLU: C = 8, its two tiles the gate rows c.. and the up rows F + c.. of gate_up [2F, K]).
+template <int WARPS, int TILES, int A_ROWS, bool SWIGLU>
+__device__ __forceinline__ void staged_body(const GemmArgs& args, const StagedNorm& norm, int block, bool write_h) {
   static_assert(kGroups <= 8, "wait_groups_left covers 8 groups");
+  static_assert(!SWIGLU || TILES == 2, "SwiGLU items pair 8 gate and 8 up columns");
+  constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
+  const int out_n = SWIGLU ? args.n / 2 : args.n;
   extern __shared__ __align__(128) unsigned char shared_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int pitch = staged_pitch(args.k);
@@ -48,7 +148,7 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, int block) {
   const int steps = k_pad / 16;
   unsigned char* w_rows = shared_raw + warp * 8 * TILES * pitch;  // [8 TILES, k_pad] bf16, this warp's columns
   unsigned char* x_rows = shared_raw + WARPS * 8 * TILES * pitch;  // [m, k_pad] bf16, shared by the CTA
-  const int c_first = (block * WARPS + warp) * 8 * TILES;
+  const int c_first = (block * WARPS + warp) * kItemCols;
   let_next_kernel_start();
 
   // The weights, group by group (8 TILES rows x 32 chunks of 16 bytes each); zero past N and past K.
@@ -62,8 +162,9 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, int block) {
         const int index = lane + 32 * i;
         const int row = index / kChunksPerRow, k = k0 + (index % kChunksPerRow) * 8;
         if (k < k_pad) {
-          const int c = c_first + row;
-          const bool inside = c < args.n && k < args.k;
+          const int out_c = c_first + (SWIGLU ? (row & 7) : row);
+          const int c = SWIGLU && row >= 8 ? out_n + out_c : out_c;
+          const bool inside = out_c < out_n && k < args.k;
           copy_chunk(smem_address(w_rows + row * pitch + k * 2),
                      args.w + (inside ? static_cast<int64_t>(c) * args.k + k : 0), inside);
         }
@@ -72,14 +173,19 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, int block) {
     commit_group();
   }
 
-  // x is written by the kernel before: wait for it, then copy rows < m once for the CTA (zero past K).
+  // x is written by the kernel before (or computed from what it wrote): wait for it, then stage rows < m once for
+  // the CTA (zero past K).
   wait_for_previous_kernel();
-  const int x_chunks = k_pad / 8;
-  for (int index = threadIdx.x; index < args.m * x_chunks; index += 32 * WARPS) {
-    const int row = index / x_chunks, k = (index % x_chunks) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (k < args.k) v = *reinterpret_cast<const uint4*>(args.x + static_cast<int64_t>(row) * args.k + k);
-    *reinterpret_cast<uint4*>(x_rows + row * pitch + k * 2) = v;
+  if (norm.weight) {
+    stage_normed_x<WARPS>(norm, args.m, args.k, k_pad, pitch, x_rows, write_h);
+  } else {
+    const int x_chunks = k_pad / 8;
+    for (int index = threadIdx.x; index < args.m * x_chunks; index += 32 * WARPS) {
+      const int row = index / x_chunks, k = (index % x_chunks) * 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (k < args.k) v = *reinterpret_cast<const uint4*>(args.x + static_cast<int64_t>(row) * args.k + k);
+      *reinterpret_cast<uint4*>(x_rows + row * pitch + k * 2) = v;
+    }
   }
   __syncthreads();
 
@@ -118,41 +224,67 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, int block) {
   }
   wait_groups_left(0);  // nothing may be left in flight at exit
 
+  if constexpr (SWIGLU) {
+    const int c = c_first + q * 2;
 #pragma unroll
-  for (int j = 0; j < TILES; ++j) {
-    const int c = c_first + j * 8 + q * 2;
-    store_pair(args, r, c, acc[j][0], acc[j][1]);
-    if constexpr (A_ROWS == 16) store_pair(args, r + 8, c, acc[j][2], acc[j][3]);
+    for (int half = 0; half < A_ROWS / 8; ++half)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) store_swiglu(args, r + 8 * half, c + e, out_n, acc[0][2 * half + e], acc[1][2 * half + e]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < TILES; ++j) {
+      const int c = c_first + j * 8 + q * 2;
+      store_pair(args, r, c, acc[j][0], acc[j][1]);
+      if constexpr (A_ROWS == 16) store_pair(args, r + 8, c, acc[j][2], acc[j][3]);
+    }
   }
 }
 
-template <int WARPS, int TILES, int A_ROWS>
-__global__ void __launch_bounds__(32 * WARPS) decode_staged_kernel(GemmArgs args) {
-  staged_body<WARPS, TILES, A_ROWS>(args, blockIdx.x);
+template <int WARPS, int TILES, int A_ROWS, bool SWIGLU>
+__global__ void __launch_bounds__(32 * WARPS) decode_staged_kernel(StagedLaunch launch) {
+  int i = 0;
+  while (i + 1 < launch.count && static_cast<int>(blockIdx.x) >= launch.first_block[i + 1]) ++i;
+  staged_body<WARPS, TILES, A_ROWS, SWIGLU>(launch.args[i], launch.norm, blockIdx.x - launch.first_block[i],
+                                            blockIdx.x == 0);
 }
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_staged_shared
 
-template <int WARPS, int TILES, int A_ROWS>
-Status launch_staged_rows(const GemmArgs& args, int sm_count, int fallback, cudaStream_t stream) {
-  const int pitch = staged_pitch(args.k);
-  const int smem = (WARPS * 8 * TILES + args.m) * pitch;
-  if (smem > optin_shared_bytes) return launch_stream_variant(fallback, args, sm_count, stream);
-  const int cols = WARPS * 8 * TILES;
-  const int ctas = (args.n + cols - 1) / cols;
-  return launch_programmatic(decode_staged_kernel<WARPS, TILES, A_ROWS>, ctas, 32 * WARPS, smem, stream, args);
+// Shared memory of a staged launch: the weight rows of every warp, then x [m, pitch].
+int staged_shared_bytes(int warps, int tiles, int m, int k) { return (warps * 8 * tiles + m) * staged_pitch(k); }
+
+template <int WARPS, int TILES, bool SWIGLU>
+Status launch_staged_kernel(StagedLaunch& launch, cudaStream_t stream) {
+  constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
+  launch.first_block[0] = 0;
+  for (int i = 0; i < launch.count; ++i) {
+    const int out_n = SWIGLU ? launch.args[i].n / 2 : launch.args[i].n;
+    launch.first_block[i + 1] = launch.first_block[i] + (out_n + WARPS * kItemCols - 1) / (WARPS * kItemCols);
+  }
+  const GemmArgs& args = launch.args[0];
+  const int smem = staged_shared_bytes(WARPS, TILES, args.m, args.k);
+  if (args.m <= 8)
+    return launch_programmatic(decode_staged_kernel<WARPS, TILES, 8, SWIGLU>, launch.first_block[launch.count],
+                               32 * WARPS, smem, stream, launch);
+  return launch_programmatic(decode_staged_kernel<WARPS, TILES, 16, SWIGLU>, launch.first_block[launch.count],
+                             32 * WARPS, smem, stream, launch);
 }
 
 template <int WARPS, int TILES>
 Status launch_staged_config(const GemmArgs& args, int sm_count, int fallback, cudaStream_t stream) {
-  if (args.m <= 8) return launch_staged_rows<WARPS, TILES, 8>(args, sm_count, fallback, stream);
-  return launch_staged_rows<WARPS, TILES, 16>(args, sm_count, fallback, stream);
+  if (staged_shared_bytes(WARPS, TILES, args.m, args.k) > optin_shared_bytes)
+    return launch_stream_variant(fallback, args, sm_count, stream);
+  StagedLaunch launch{};
+  launch.args[0] = args;
+  launch.count = 1;
+  return launch_staged_kernel<WARPS, TILES, false>(launch, stream);
 }
 
-template <int WARPS, int TILES>
-void allow_staged_config_shared(int optin_bytes) {
-  cudaFuncSetAttribute(decode_staged_kernel<WARPS, TILES, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
-  cudaFuncSetAttribute(decode_staged_kernel<WARPS, TILES, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <int WARPS, int TILES, bool SWIGLU>
+void allow_staged_kernel_shared(int optin_bytes) {
+  cudaFuncSetAttribute(decode_staged_kernel<WARPS, TILES, 8, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
+  cudaFuncSetAttribute(decode_staged_kernel<WARPS, TILES, 16, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
 }
 
@@ -174,11 +306,89 @@ Status launch_staged(int config, const GemmArgs& args, int sm_count, int fallbac
 
 void allow_staged_shared(int optin_bytes) {
   optin_shared_bytes = optin_bytes;
-  allow_staged_config_shared<1, 1>(optin_bytes);
-  allow_staged_config_shared<2, 1>(optin_bytes);
-  allow_staged_config_shared<1, 2>(optin_bytes);
-  allow_staged_config_shared<2, 2>(optin_bytes);
-  allow_staged_config_shared<4, 1>(optin_bytes);
+  allow_staged_kernel_shared<1, 1, false>(optin_bytes);
+  allow_staged_kernel_shared<2, 1, false>(optin_bytes);
+  allow_staged_kernel_shared<1, 2, false>(optin_bytes);
+  allow_staged_kernel_shared<2, 2, false>(optin_bytes);
+  allow_staged_kernel_shared<4, 1, false>(optin_bytes);
+  allow_staged_kernel_shared<1, 2, true>(optin_bytes);
 }
 
 }  // namespace ls::cuda::gemm_detail
+
+namespace ls::cuda {
+
+bool decode_norm_fits(int64_t m, int64_t k) {
+  // the widest launch (gate_up + SwiGLU: 16 weight rows) must fit the device's shared memory
+  return m >= 1 && m <= 16 && k >= 8 && k % 8 == 0 && k <= gemm_detail::kUnslicedK &&
+         gemm_detail::staged_shared_bytes(1, 2, static_cast<int>(m), static_cast<int>(k)) <=
+             gemm_detail::optin_shared_bytes;
+}
+
+namespace {
+
+// The checks both norm launches share; the StagedLaunch's norm from `norm`.
+Status check_decode_norm(const DecodeNorm& norm, int64_t m, int64_t k, const char* what,
+                         gemm_detail::StagedNorm& out) {
+  if (!decode_norm_fits(m, k))
+    return Status(ErrorCode::InvalidArgument, std::string(what) + " takes 1..16 rows and K <= " +
+                                                  std::to_string(gemm_detail::kUnslicedK) +
+                                                  " (a multiple of 8), got m " + std::to_string(m) + ", K " +
+                                                  std::to_string(k));
+  if (!norm.h || !norm.weight || (norm.delta == nullptr) != (norm.h_out == nullptr) ||
+      (norm.h_out && (norm.h_out == norm.h || norm.h_out == norm.delta)))
+    return Status(ErrorCode::InvalidArgument, std::string(what) +
+                                                  ": h and weight required, h_out exactly with delta and aliasing "
+                                                  "neither h nor delta");
+  if ((reinterpret_cast<uintptr_t>(norm.h) | reinterpret_cast<uintptr_t>(norm.delta) |
+       reinterpret_cast<uintptr_t>(norm.h_out) | reinterpret_cast<uintptr_t>(norm.weight)) % 16 != 0)
+    return Status(ErrorCode::InvalidArgument, std::string(what) + " needs 16-byte aligned h, delta, h_out, weight");
+  out = {reinterpret_cast<const __nv_bfloat16*>(norm.h), reinterpret_cast<const __nv_bfloat16*>(norm.delta),
+         reinterpret_cast<__nv_bfloat16*>(norm.h_out), reinterpret_cast<const __nv_bfloat16*>(norm.weight), norm.eps};
+  return ok_status();
+}
+
+}  // namespace
+
+Status gemm_decode_norm(const GemmEngine& engine, const DecodeNorm& norm, int64_t m, std::span<const DeviceMatrix> ws,
+                        std::span<bf16* const> ys, cudaStream_t stream) {
+  (void)engine;  // made first: its constructor set the kernels' shared-memory opt-ins
+  if (ws.empty() || ws.size() > static_cast<size_t>(gemm_detail::kStagedMax) || ys.size() != ws.size())
+    return Status(ErrorCode::InvalidArgument, "gemm_decode_norm takes 1.." + std::to_string(gemm_detail::kStagedMax) +
+                                                  " matrices and as many outputs, got " + std::to_string(ws.size()) +
+                                                  " and " + std::to_string(ys.size()));
+  gemm_detail::StagedLaunch launch{};
+  LS_RETURN_IF_ERROR(check_decode_norm(norm, m, ws[0].cols, "gemm_decode_norm", launch.norm));
+  launch.count = static_cast<int>(ws.size());
+  for (int i = 0; i < launch.count; ++i) {
+    const DeviceMatrix& w = ws[i];
+    if (w.cols != ws[0].cols || w.rows < 1 || w.rows > (1 << 24))
+      return Status(ErrorCode::InvalidArgument, "gemm_decode_norm: matrix " + std::to_string(i) + " is [" +
+                                                    std::to_string(w.rows) + ", " + std::to_string(w.cols) +
+                                                    "], K must be " + std::to_string(ws[0].cols));
+    if (reinterpret_cast<uintptr_t>(w.w) % 16 != 0 || (w.rows % 2 == 0 && reinterpret_cast<uintptr_t>(ys[i]) % 4 != 0))
+      return Status(ErrorCode::InvalidArgument, "gemm_decode_norm needs 16-byte aligned W, y aligned to pairs");
+    launch.args[i] = gemm_detail::GemmArgs{nullptr, reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
+                                           reinterpret_cast<__nv_bfloat16*>(ys[i]), nullptr, static_cast<int>(m),
+                                           static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
+  }
+  return gemm_detail::launch_staged_kernel<1, 1, false>(launch, stream);
+}
+
+Status gemm_decode_norm_swiglu(const GemmEngine& engine, const DecodeNorm& norm, int64_t m,
+                               const DeviceMatrix& gate_up, bf16* act, cudaStream_t stream) {
+  (void)engine;  // made first: its constructor set the kernels' shared-memory opt-ins
+  gemm_detail::StagedLaunch launch{};
+  LS_RETURN_IF_ERROR(check_decode_norm(norm, m, gate_up.cols, "gemm_decode_norm_swiglu", launch.norm));
+  if (gate_up.rows < 2 || gate_up.rows % 2 != 0 || gate_up.rows > (1 << 24) ||
+      reinterpret_cast<uintptr_t>(gate_up.w) % 16 != 0)
+    return Status(ErrorCode::InvalidArgument, "gemm_decode_norm_swiglu takes an even N (16-byte aligned W), got N " +
+                                                  std::to_string(gate_up.rows));
+  launch.count = 1;
+  launch.args[0] = gemm_detail::GemmArgs{nullptr, reinterpret_cast<const __nv_bfloat16*>(gate_up.w), gate_up.bias,
+                                         reinterpret_cast<__nv_bfloat16*>(act), nullptr, static_cast<int>(m),
+                                         static_cast<int>(gate_up.rows), static_cast<int>(gate_up.cols), 0};
+  return gemm_detail::launch_staged_kernel<1, 2, true>(launch, stream);
+}
+
+}  // namespace ls::cuda

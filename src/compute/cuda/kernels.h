@@ -82,6 +82,24 @@ bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws);
 Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std::span<const DeviceMatrix> ws,
                          std::span<bf16* const> ys, cudaStream_t stream);
 
+// The residual add + RMSNorm that feeds a decode GEMM, done in the GEMM's own prologue (staged kernel, 1..16 rows,
+// K <= 2048 a multiple of 8): h_out = round(h + delta) when delta is set, x = RMSNorm(h_out, or h without delta) *
+// weight, then the GEMM of x: add_rms_norm's (rms_norm's) bits and the GEMM's, without the norm launch.
+struct DecodeNorm {
+  const bf16* h = nullptr;       // [m, K]
+  const bf16* delta = nullptr;   // [m, K] or null
+  bf16* h_out = nullptr;         // [m, K] round(h + delta): set exactly with delta, aliasing neither h nor delta
+  const bf16* weight = nullptr;  // [K]
+  float eps = 0;
+};
+bool decode_norm_fits(int64_t m, int64_t k);
+// ys[i] [m, N_i] = x @ ws[i]^T (+ bias), x from the norm prologue, up to 4 matrices of one K (q / k / v).
+Status gemm_decode_norm(const GemmEngine& engine, const DecodeNorm& norm, int64_t m, std::span<const DeviceMatrix> ws,
+                        std::span<bf16* const> ys, cudaStream_t stream);
+// act [m, F] = swiglu of (x @ gate_up^T) for gate_up [2F, K], x from the norm prologue (gemm_decode_swiglu's bits).
+Status gemm_decode_norm_swiglu(const GemmEngine& engine, const DecodeNorm& norm, int64_t m,
+                               const DeviceMatrix& gate_up, bf16* act, cudaStream_t stream);
+
 // y [rows, width] = RMSNorm(x) * weight (CPU Bf16 rounding: round(w * round(x * inv_rms))); also per head.
 Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, float eps, bf16* y, cudaStream_t stream);
 

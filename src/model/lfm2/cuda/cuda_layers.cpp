@@ -1,6 +1,8 @@
 // The CUDA target's layer loop: embed, per layer norm -> ShortConv or attention -> residual -> norm -> SwiGLU or
 // MoE -> residual (each residual add fused with the norm after it), taps copied on the device; all launches on the
 // target's stream, no host sync.
+#include <utility>
+
 #include "model/lfm2/cuda/cuda_target.h"
 
 namespace ls::lfm2 {
@@ -9,65 +11,125 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
   const io::ModelConfig& c = config_;
   const int D = c.hidden_size;
   const int64_t tap_count = static_cast<int64_t>(taps_.size());
-  LS_RETURN_IF_ERROR(cuda::embed_rows(weights_.embedding.w.data(), c.vocab_size, D, device_at<int32_t>(meta.tokens),
-                                      rows, h_.data(), stream_));
-  LS_RETURN_IF_ERROR(mark("elementwise"));
-  // Layer 0's operator_norm; every later norm is fused with the residual add before it (add_rms_norm, same bits).
-  if (c.num_layers > 0)
-    LS_RETURN_IF_ERROR(
-        cuda::rms_norm(h_.data(), rows, D, weights_.layers[0].operator_norm.data(), c.norm_eps, u_.data(), stream_));
-  LS_RETURN_IF_ERROR(mark("elementwise"));
-  for (int layer = 0; layer < c.num_layers; ++layer) {
+  // Few rows (decode, short verify windows): each residual add + RMSNorm runs in the prologue of the GEMM it feeds
+  // (gemm_decode_norm: the mixer's first GEMM, the dense FFN's gate_up), which writes the new residual to the other
+  // of two buffers (every CTA of that GEMM still reads the old one). The final residual must land in h_ (draw reads
+  // it), so the first buffer is picked by the parity of the swaps.
+  const bool fuse = decode_norm_fusion_ && cuda::decode_norm_fits(rows, D);
+  auto ffn_fused = [&](int layer) {
     const gpu::DeviceLayer& w = weights_.layers[layer];
-    // (operator_norm done) mixer -> residual + ffn_norm
-    if (w.kind == io::LayerKind::Conv)
-      LS_RETURN_IF_ERROR(mixer_conv(layer, rows, meta));
-    else
-      LS_RETURN_IF_ERROR(mixer_attention(layer, rows, meta));
-    LS_RETURN_IF_ERROR(
-        cuda::add_rms_norm(h_.data(), mix_.data(), rows, D, w.ffn_norm.data(), c.norm_eps, u_.data(), stream_));
-    LS_RETURN_IF_ERROR(mark("elementwise"));
-    // SwiGLU or MoE -> residual + the next layer's operator_norm
-    if (w.moe) {
-      LS_RETURN_IF_ERROR(ffn_moe(layer, rows));
-    } else {
-      const int64_t F = w.down.cols;
-      if (cuda::decode_swiglu_fits(rows, w.gate_up.view())) {
-        // few rows: gate_up GEMM + SwiGLU in one launch (the same bits)
-        LS_RETURN_IF_ERROR(cuda::gemm_decode_swiglu(gemm_, u_.data(), rows, w.gate_up.view(), act_.data(), stream_));
-        LS_RETURN_IF_ERROR(mark("gemm"));
-      } else {
-        LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.gate_up.view(), wide_.data(), nullptr, stream_));  // [rows, 2F]
-        LS_RETURN_IF_ERROR(mark("gemm"));
-        LS_RETURN_IF_ERROR(cuda::swiglu(wide_.data(), wide_.data() + F, rows, static_cast<int>(F), 2 * F, act_.data(),
-                                        stream_));
-        LS_RETURN_IF_ERROR(mark("elementwise"));
-      }
-      LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.down.view(), mix_.data(), nullptr, stream_));
-      LS_RETURN_IF_ERROR(mark("gemm"));
-    }
-    if (layer + 1 < c.num_layers)
-      LS_RETURN_IF_ERROR(cuda::add_rms_norm(h_.data(), mix_.data(), rows, D,
-                                            weights_.layers[layer + 1].operator_norm.data(), c.norm_eps, u_.data(),
-                                            stream_));
-    else
-      LS_RETURN_IF_ERROR(cuda::add_residual(h_.data(), mix_.data(), rows * D, stream_));
-    LS_RETURN_IF_ERROR(mark("elementwise"));
-    // taps: this layer's output before the final norm, into [rows, taps, D]
+    return fuse && !w.moe && cuda::decode_swiglu_fits(rows, w.gate_up.view());
+  };
+  int swaps = 0;
+  for (int layer = 0; layer < c.num_layers && fuse; ++layer) swaps += (layer > 0 ? 1 : 0) + (ffn_fused(layer) ? 1 : 0);
+  bf16* h = swaps % 2 == 0 ? h_.data() : h_alt_.data();
+  bf16* h_other = swaps % 2 == 0 ? h_alt_.data() : h_.data();
+  LS_RETURN_IF_ERROR(cuda::embed_rows(weights_.embedding.w.data(), c.vocab_size, D, device_at<int32_t>(meta.tokens),
+                                      rows, h, stream_));
+  LS_RETURN_IF_ERROR(mark("elementwise"));
+  // The norm that feeds the next GEMM: run now (unfused, into u_) or by that GEMM (fused, reading h and delta).
+  auto norm_now = [&](const bf16* delta, const bf16* weight) -> Status {
+    if (delta) return cuda::add_rms_norm(h, delta, rows, D, weight, c.norm_eps, u_.data(), stream_);
+    return cuda::rms_norm(h, rows, D, weight, c.norm_eps, u_.data(), stream_);
+  };
+  auto norm_fused = [&](const bf16* delta, const bf16* weight) {
+    cuda::DecodeNorm norm;
+    norm.h = h;
+    norm.delta = delta;
+    norm.h_out = delta ? h_other : nullptr;
+    norm.weight = weight;
+    norm.eps = c.norm_eps;
+    return norm;
+  };
+  auto swap_if = [&](const bf16* delta) {
+    if (delta) std::swap(h, h_other);
+  };
+  // Taps of layer L: its output before the final norm, copied into [rows, taps, D] once the residual add after it has
+  // run (at the start of layer L + 1, or the final add).
+  auto copy_taps_of = [&](int layer) -> Status {
+    if (tap_count == 0 || !tap_this_forward_) return ok_status();
     for (int64_t t = 0; t < tap_count; ++t)
       if (taps_[t] == layer)
-        LS_CUDA_TRY(cudaMemcpy2DAsync(taps_dev_.data() + t * D, tap_count * D * sizeof(bf16), h_.data(),
-                                      D * sizeof(bf16), D * sizeof(bf16), rows, cudaMemcpyDeviceToDevice, stream_));
-    if (tap_count > 0) LS_RETURN_IF_ERROR(mark("taps"));
+        LS_CUDA_TRY(cudaMemcpy2DAsync(taps_dev_.data() + t * D, tap_count * D * sizeof(bf16), h, D * sizeof(bf16),
+                                      D * sizeof(bf16), rows, cudaMemcpyDeviceToDevice, stream_));
+    return mark("taps");
+  };
+  const bf16* pending_delta = nullptr;  // layer 0's operator_norm has no residual add before it
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const gpu::DeviceLayer& w = weights_.layers[layer];
+    // residual + operator_norm -> mixer
+    if (fuse) {
+      const cuda::DecodeNorm norm = norm_fused(pending_delta, w.operator_norm.data());
+      if (w.kind == io::LayerKind::Conv)
+        LS_RETURN_IF_ERROR(mixer_conv(layer, rows, meta, &norm));
+      else
+        LS_RETURN_IF_ERROR(mixer_attention(layer, rows, meta, &norm));
+      swap_if(pending_delta);
+    } else {
+      LS_RETURN_IF_ERROR(norm_now(pending_delta, w.operator_norm.data()));
+      LS_RETURN_IF_ERROR(mark("elementwise"));
+    }
+    if (layer > 0) LS_RETURN_IF_ERROR(copy_taps_of(layer - 1));
+    if (!fuse) {
+      if (w.kind == io::LayerKind::Conv)
+        LS_RETURN_IF_ERROR(mixer_conv(layer, rows, meta, nullptr));
+      else
+        LS_RETURN_IF_ERROR(mixer_attention(layer, rows, meta, nullptr));
+    }
+    // residual + ffn_norm -> SwiGLU or MoE
+    if (ffn_fused(layer)) {
+      // gate_up GEMM + SwiGLU with the residual add + ffn_norm in its prologue (the same bits)
+      const cuda::DecodeNorm norm = norm_fused(mix_.data(), w.ffn_norm.data());
+      LS_RETURN_IF_ERROR(cuda::gemm_decode_norm_swiglu(gemm_, norm, rows, w.gate_up.view(), act_.data(), stream_));
+      swap_if(mix_.data());
+      LS_RETURN_IF_ERROR(mark("gemm"));
+      LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.down.view(), mix_.data(), nullptr, stream_));
+      LS_RETURN_IF_ERROR(mark("gemm"));
+    } else {
+      LS_RETURN_IF_ERROR(norm_now(mix_.data(), w.ffn_norm.data()));
+      LS_RETURN_IF_ERROR(mark("elementwise"));
+      LS_RETURN_IF_ERROR(w.moe ? ffn_moe(layer, rows) : ffn_dense(layer, rows));
+    }
+    pending_delta = mix_.data();
   }
+  if (c.num_layers > 0) {
+    LS_RETURN_IF_ERROR(cuda::add_residual(h, mix_.data(), rows * D, stream_));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
+    LS_RETURN_IF_ERROR(copy_taps_of(c.num_layers - 1));
+  }
+  LS_CHECK(h == h_.data(), "the final residual is in h_");
   return ok_status();
 }
 
-Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta) {
+Status CudaTarget::ffn_dense(int layer, int64_t rows) {
+  const gpu::DeviceLayer& w = weights_.layers[layer];
+  const int64_t F = w.down.cols;
+  if (cuda::decode_swiglu_fits(rows, w.gate_up.view())) {
+    // few rows: gate_up GEMM + SwiGLU in one launch (the same bits)
+    LS_RETURN_IF_ERROR(cuda::gemm_decode_swiglu(gemm_, u_.data(), rows, w.gate_up.view(), act_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("gemm"));
+  } else {
+    LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.gate_up.view(), wide_.data(), nullptr, stream_));  // [rows, 2F]
+    LS_RETURN_IF_ERROR(mark("gemm"));
+    LS_RETURN_IF_ERROR(
+        cuda::swiglu(wide_.data(), wide_.data() + F, rows, static_cast<int>(F), 2 * F, act_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
+  }
+  LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.down.view(), mix_.data(), nullptr, stream_));
+  return mark("gemm");
+}
+
+Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const cuda::DecodeNorm* norm) {
   const gpu::DeviceLayer& w = weights_.layers[layer];
   const int D = config_.hidden_size;
   const int slot = conv_slot_[layer];
-  LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_));  // [rows, 3D]
+  if (norm) {  // in_proj of the norm's output, the norm in the GEMM's prologue
+    const cuda::DeviceMatrix in_proj = w.in_proj.view();
+    bf16* const out = wide_.data();
+    LS_RETURN_IF_ERROR(cuda::gemm_decode_norm(gemm_, *norm, rows, {&in_proj, 1}, {&out, 1}, stream_));  // [rows, 3D]
+  } else {
+    LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_));  // [rows, 3D]
+  }
   LS_RETURN_IF_ERROR(mark("gemm"));
   gpu::ConvArgs args;
   args.bcx = wide_.data();
@@ -87,13 +149,15 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta) {
   return mark("gemm");
 }
 
-Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta) {
+Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta, const cuda::DecodeNorm* norm) {
   const gpu::DeviceLayer& w = weights_.layers[layer];
   const io::ModelConfig& c = config_;
   const int H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
   const cuda::DeviceMatrix qkv[3] = {w.q_proj.view(), w.k_proj.view(), w.v_proj.view()};
   bf16* const qkv_out[3] = {q_raw_.data(), k_raw_.data(), v_.data()};
-  if (cuda::decode_group_fits(rows, qkv)) {  // few rows: q, k and v in one launch (the same bits)
+  if (norm) {  // q, k and v in one launch, the norm in its prologue (the same bits)
+    LS_RETURN_IF_ERROR(cuda::gemm_decode_norm(gemm_, *norm, rows, qkv, qkv_out, stream_));
+  } else if (cuda::decode_group_fits(rows, qkv)) {  // few rows: q, k and v in one launch (the same bits)
     LS_RETURN_IF_ERROR(cuda::gemm_decode_group(gemm_, u_.data(), rows, qkv, qkv_out, stream_));
   } else {
     for (int i = 0; i < 3; ++i) LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, qkv[i], qkv_out[i], nullptr, stream_));

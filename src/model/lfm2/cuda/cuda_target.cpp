@@ -94,6 +94,7 @@ Status CudaTarget::allocate(const LoadOptions& options) {
   for (int l = 0; l < c.num_layers; ++l)
     if (!c.is_moe_layer(l)) dense_ffn = c.ffn_size;
   LS_RETURN_IF_ERROR(h_.allocate(R * D));
+  LS_RETURN_IF_ERROR(h_alt_.allocate(std::min<int64_t>(R, 16) * D));
   LS_RETURN_IF_ERROR(u_.allocate(R * D));
   LS_RETURN_IF_ERROR(mix_.allocate(R * D));
   LS_RETURN_IF_ERROR(wide_.allocate(R * std::max<int64_t>(3 * D, 2 * dense_ffn)));

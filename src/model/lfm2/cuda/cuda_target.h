@@ -64,6 +64,12 @@ class CudaTarget final : public Target {
     if (!on) clear_graphs();
   }
   int graph_count() const { return static_cast<int>(graphs_.size()); }
+  // Up to 16 rows: each residual add + RMSNorm runs in the prologue of the decode GEMM it feeds (the same bits; on by
+  // default); off runs the norm launches (tests and benches compare the two).
+  void set_decode_norm_fusion(bool on) {
+    decode_norm_fusion_ = on;
+    clear_graphs();
+  }
 
  private:
   struct StreamState {
@@ -90,8 +96,10 @@ class CudaTarget final : public Target {
   Status copy_taps(std::span<const Window> windows, Verified& verified);
   // The layer loop over the forward's rows (metadata already on the device); leaves h [rows, D] after the last layer.
   Status run_layers(int64_t rows, const Meta& meta);
-  Status mixer_conv(int layer, int64_t rows, const Meta& meta);
-  Status mixer_attention(int layer, int64_t rows, const Meta& meta);
+  // The mixers read u_, or run their first GEMM on the output of `norm` (in its prologue) when it is set.
+  Status mixer_conv(int layer, int64_t rows, const Meta& meta, const cuda::DecodeNorm* norm);
+  Status mixer_attention(int layer, int64_t rows, const Meta& meta, const cuda::DecodeNorm* norm);
+  Status ffn_dense(int layer, int64_t rows);
   Status ffn_moe(int layer, int64_t rows);
   // Final norm + head + keyed draw of n drawn rows (indices into h at meta.drawn); logits of wanted rows to `verified`.
   Status draw(int64_t n, const Meta& meta, const std::vector<int64_t>& drawn_rows, const std::vector<char>& wants,
@@ -132,6 +140,7 @@ class CudaTarget final : public Target {
   using GraphKey = std::tuple<int64_t, int64_t, int64_t, int, int64_t>;
   static constexpr size_t kMaxGraphs = 256;
   bool graphs_enabled_ = true;
+  bool decode_norm_fusion_ = true;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> sightings_;
 
@@ -141,6 +150,7 @@ class CudaTarget final : public Target {
   cuda::DeviceBuffer<unsigned char> meta_dev_;
   unsigned char* meta_host_ = nullptr;     // pinned staging of the same size
   size_t meta_capacity_ = 0;
+  cuda::DeviceBuffer<bf16> h_alt_;  // [16, D]: the residual's second buffer for fused decode norms
   cuda::DeviceBuffer<bf16> h_, u_, mix_, wide_, act_, q_raw_, k_raw_, q_, k_, v_, attn_, z_keep_;
   cuda::DeviceBuffer<float> attn_states_;  // split attention's chunk states (forwards of up to 64 rows)
   cuda::DeviceBuffer<bf16> router_logits_, expert_in_, expert_gate_up_, expert_act_, expert_out_, slots_;
