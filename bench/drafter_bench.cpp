@@ -5,7 +5,9 @@
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
 //   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|both]
-//                 [--engine-gemms off|on|both] [--profile]
+//                 [--engine-gemms off|on|both] [--skinny on|off|both] [--launch tuned|plain|both] [--profile]
+//                 (--skinny: GEMMs of <= 16 rows through skinny_gemm or cuBLAS; --launch: programmatic launches and the
+//                 scan's W2 L2 hint on (tuned) or off (plain))
 //                 (--profile: per-launch device ms of an eager pass at 1, 8, 64 streams for each variant)
 // Memory: "loader peak" is the loader's own byte count (final weights + the one staged matrix); "peak anon RSS"
 // samples RssAnon every millisecond during the load (file pages of the mapped checkpoint excluded); run one
@@ -244,9 +246,16 @@ void profile_cuda(dspark::cuda::CudaDsparkDrafter& drafter, int depth, const std
 // The CUDA drafter: load, absorb of the context, then draft passes by streams (1..64) and depth, device times.
 // graphs: "on", "off" or "both" (each (streams, depth) timed eagerly and through CUDA graphs, after 2 untimed passes).
 // attention: the variants to time ("auto" or a list of warp, tile, split); scan: "fused", "gemm" or "both".
+// "on", "off" or "both" -> the values to run.
+std::vector<bool> parse_switch(const std::string& text, const char* on_name, const char* off_name) {
+  if (text == "both") return {true, false};
+  return {text == on_name};
+}
+
 int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, int context, int repeats,
              const std::string& graphs, const std::string& attention, const std::string& scan,
-             const std::string& engine_gemms, bool profile, json& results) {
+             const std::string& engine_gemms, const std::string& skinny, const std::string& launch, bool profile,
+             json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;
@@ -284,12 +293,16 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (const auto& [scan_name, fused] : parse_scan(scan))
     for (const bool engine : engine_gemms == "both" ? std::vector<bool>{false, true}
                                                     : std::vector<bool>{engine_gemms == "on"})
+    for (const bool skinny_on : parse_switch(skinny, "on", "off"))
+    for (const bool tuned : parse_switch(launch, "tuned", "plain"))
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
       if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
       drafter.set_graphs(graphed);
       drafter.set_attention_kernel(pin);
       drafter.set_fused_scan(fused);
       drafter.set_engine_gemms(engine);
+      drafter.set_skinny_gemms(skinny_on);
+      drafter.set_launch_tuning(tuned, tuned);
       std::vector<DraftRequest> requests(streams);
       for (int stream = 0; stream < streams; ++stream) {
         requests[stream].stream = stream;
@@ -312,16 +325,18 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
         scan_ms.push_back(drafter.last_scan_ms());
       }
       char row[256];
-      std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f |",
-                    graphed ? "on" : "off", attention_name.c_str(), scan_name.c_str(), engine ? "engine" : "cublas",
-                    streams, depth, median(block_ms),
+      const char* gemms = engine ? "engine" : (skinny_on && streams <= 1 ? "skinny" : "cublas");
+      std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f |",
+                    graphed ? "on" : "off", attention_name.c_str(), scan_name.c_str(), gemms,
+                    tuned ? "tuned" : "plain", streams, depth, median(block_ms),
                     median(scan_ms), median(wall_ms));
       table.push_back(row);
       results["runs"].push_back({{"device", "cuda"},
                                  {"graphs", graphed},
                                  {"attention", attention_name},
                                  {"scan", scan_name},
-                                 {"gemms", engine ? "engine" : "cublas"},
+                                 {"gemms", gemms},
+                                 {"launch", tuned ? "tuned" : "plain"},
                                  {"streams", streams},
                                  {"depth", depth},
                                  {"block_ms", median(block_ms)},
@@ -334,9 +349,11 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   results["absorb_ms"] = median(absorb_ms);
   std::printf("\ngraph replays %lld, graph capture failures %lld\n",
               static_cast<long long>(drafter.graph_replays()), static_cast<long long>(drafter.graph_failures()));
-  std::printf("\n| device | graphs | attention | scan | GEMMs | streams | depth | block pass ms | Markov scan ms | "
-              "draft() wall ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| device | graphs | attention | scan | GEMMs | launch | streams | depth | block pass ms | "
+              "Markov scan ms | draft() wall ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   drafter.set_engine_gemms(false);
+  drafter.set_skinny_gemms(true);
+  drafter.set_launch_tuning(true, true);
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
   if (profile) profile_cuda(drafter, shape.block, attention, results);
   return 0;
@@ -385,7 +402,8 @@ int main(int argc, char** argv) {
     const bool profile = std::any_of(argv + 1, argv + argc, [](const char* arg) { return std::strcmp(arg, "--profile") == 0; });
     const int code = run_cuda(shape, dir, target, context, repeats, flag(argc, argv, "--graphs", "both"),
                               flag(argc, argv, "--attention", "auto"), flag(argc, argv, "--scan", "auto"),
-                              flag(argc, argv, "--engine-gemms", "off"), profile, results);
+                              flag(argc, argv, "--engine-gemms", "off"), flag(argc, argv, "--skinny", "on"),
+                              flag(argc, argv, "--launch", "tuned"), profile, results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
     std::ofstream(json_path) << results.dump(2) << "\n";

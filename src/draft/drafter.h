@@ -75,6 +75,11 @@ class Drafter {
     (void)position;
     return Status(ErrorCode::InvalidArgument, "this drafter cannot restart a stream's context at a later position");
   }
+  // absorb_device() may return while its reads of the target's device taps are still in flight (the CUDA drafter
+  // does not wait for its GPU work: the next pass on its stream queues behind it); settle() waits for them. The
+  // lanes call it before every target forward (which overwrites those taps); draft() settles too. Default: nothing
+  // is ever in flight.
+  virtual Status settle() { return ok_status(); }
 };
 
 }  // namespace ls

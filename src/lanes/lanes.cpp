@@ -185,6 +185,7 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
   std::vector<Window> batch(streams.size());
   int total_rows = 0;
   choose_tapping(streams);
+  settle_drafter();
   for (size_t index = 0; index < streams.size(); ++index) {
     const Stream& stream = *streams[index];
     windows[index].assign(1, stream.pending);
@@ -280,6 +281,7 @@ void Lanes::fail_stream(Stream& stream, const Status& status) {
 }
 
 void Lanes::release(Stream& stream) {
+  if (stream.drafter_open) settle_drafter();
   if (stream.target_open) {
     target_.release(stream.id);
     stream.target_open = false;

@@ -114,6 +114,9 @@ class Lanes {
   // Taps on the device: the kept rows of every tapping stream of a forward go to the drafter in one batched absorb
   // right after it (the taps live until the next forward), restarting contexts past skipped rows first.
   void absorb_on_device(const Verified& verified, std::vector<Stream*>& streams, std::vector<TapRows>& rows);
+  // Before a target forward (which overwrites the taps on the device): waits for device absorbs still in flight; a
+  // drafter that fails there has lost its contexts' rows, so drafting stops for every stream (still exact).
+  void settle_drafter();
   // A stream priced to zero for long enough stops tapping and drops its held taps (drafters that restart only).
   void update_dormancy(Stream& stream, int depth, bool probe);
   // Which picked streams' windows ask for taps: the active drafting ones and the one dormant stream due to probe.

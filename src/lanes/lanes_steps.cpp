@@ -106,6 +106,7 @@ Status Lanes::admit() {
       budget -= rows;
     }
     if (windows.empty()) break;
+    settle_drafter();
     const double forward_start_ms = clock_.now_ms();
     Result<Verified> verified = target_.forward(windows);
     ++stats_.prefill_forwards;
@@ -279,6 +280,18 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
     } else {
       drop_drafting(*streams[index]);
     }
+  }
+}
+
+void Lanes::settle_drafter() {
+  if (!device_taps_ || drafter_ == nullptr) return;
+  const double start_ms = clock_.now_ms();
+  const Status status = drafter_->settle();
+  stats_.drafter_ms += clock_.now_ms() - start_ms;
+  if (status.ok()) return;
+  log_warn("drafter: device absorb failed (%s); drafting stops", status.to_string().c_str());
+  for (auto& [id, stream] : live_) {
+    if (stream->drafting) drop_drafting(*stream);
   }
 }
 

@@ -1,10 +1,11 @@
 // The CUDA drafter's kernels against their references on fresh random data, outputs poisoned first: the tile and
 // split block attention against the warp kernel, the fused q/k/v heads step against norm + RoPE + scatter, and
-// residual + norm and the stacked SwiGLU against the unfused launches.
+// residual + norm and the stacked SwiGLU against the unfused launches, the skinny GEMM against an fp64 reference.
 #include <gtest/gtest.h>
 
 #ifdef LS_HAVE_CUDA
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <string>
@@ -273,6 +274,131 @@ TEST(CudaDrafter, TheTileAndSplitAttentionKernelsAgreeWithTheWarpKernel) {
       EXPECT_GE(bitwise * 10, static_cast<int>(outputs) * 8) << name;
     }
   }
+}
+
+// The skinny GEMM (rows <= 16, tensor cores, K order permuted within each step) against an fp64 reference of the
+// same bf16 values, outputs poisoned first, for 1..16 rows, K and n with tails (K not a multiple of the 128-wide
+// piece, n not of the 16-wide tile) and one long K: fp32 outputs within fp32 accumulation error, bf16 outputs within
+// one rounding, the padding columns of y (ldy > n) untouched, the same bits with and without the overlapping launch,
+// the SwiGLU epilogue giving the bits of the bf16 GEMM followed by swiglu_stacked, and the residual-norm epilogue the
+// bits of the bf16 GEMM followed by residual_norm.
+TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
+  LS_SKIP_WITHOUT_DEVICE();
+  using ls::cuda::testing::download;
+  using ls::cuda::testing::poisoned;
+  using ls::cuda::testing::upload;
+  std::mt19937 rng(515);
+  const struct {
+    int rows;
+    int64_t n, k;
+  } cases[] = {{1, 48, 200}, {5, 130, 1032}, {8, 64, 256}, {9, 272, 2048}, {16, 40, 96}, {9, 32, 6144}};
+  for (const auto& shape : cases) {
+    SCOPED_TRACE("rows " + std::to_string(shape.rows) + " n " + std::to_string(shape.n) + " k " +
+                 std::to_string(shape.k));
+    const std::vector<bf16> x_values = random_values(rng, shape.rows * shape.k, 2.0f);
+    const std::vector<bf16> w_values = random_values(rng, shape.n * shape.k, 0.5f);
+    auto x = upload(x_values), w = upload(w_values);
+    // fp64 reference and the bound of fp32 accumulation (k roundings of at most 2^-24 of the running |sum|).
+    std::vector<double> reference(static_cast<size_t>(shape.rows * shape.n)), bound(reference.size());
+    for (int r = 0; r < shape.rows; ++r) {
+      for (int64_t c = 0; c < shape.n; ++c) {
+        double sum = 0, magnitude = 0;
+        for (int64_t j = 0; j < shape.k; ++j) {
+          const double product = static_cast<double>(bf16_to_float(x_values[r * shape.k + j])) *
+                                 bf16_to_float(w_values[c * shape.k + j]);
+          sum += product;
+          magnitude += std::fabs(product);
+        }
+        reference[r * shape.n + c] = sum;
+        bound[r * shape.n + c] = magnitude * shape.k * 0x1p-24 + 1e-30;
+      }
+    }
+    const auto* xd = reinterpret_cast<const cuda::bf16_t*>(x.data());
+    const auto* wd = reinterpret_cast<const cuda::bf16_t*>(w.data());
+    const int64_t ldy = shape.n + 3;
+    std::vector<std::vector<float>> f32_runs;
+    for (const bool programmatic : {true, false}) {
+      auto y = poisoned<float>(shape.rows * ldy);
+      const cuda::SkinnyGemm args{xd, shape.rows, shape.k, wd, shape.n, y.data(), ldy, cuda::SkinnyEpilogue::F32};
+      ASSERT_TRUE(cuda::skinny_gemm(args, programmatic, nullptr).ok());
+      f32_runs.push_back(download(y, shape.rows * ldy));
+    }
+    for (int r = 0; r < shape.rows; ++r) {
+      for (int64_t c = 0; c < ldy; ++c) {
+        const float value = f32_runs[0][r * ldy + c];
+        EXPECT_EQ(std::bit_cast<uint32_t>(value), std::bit_cast<uint32_t>(f32_runs[1][r * ldy + c]));
+        if (c >= shape.n) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(value), 0xffffffffu) << "padding column " << c << " written";
+          continue;
+        }
+        ASSERT_TRUE(std::isfinite(value)) << "row " << r << " column " << c << " unwritten";
+        ASSERT_LE(std::fabs(value - reference[r * shape.n + c]), bound[r * shape.n + c]) << r << ", " << c;
+      }
+    }
+    // bf16 out: one rounding of the fp32 sum.
+    auto y16 = poisoned<bf16>(shape.rows * shape.n);
+    const cuda::SkinnyGemm bf16_args{xd, shape.rows, shape.k, wd, shape.n, y16.data(), shape.n,
+                                     cuda::SkinnyEpilogue::Bf16};
+    ASSERT_TRUE(cuda::skinny_gemm(bf16_args, true, nullptr).ok());
+    const std::vector<bf16> out16 = download(y16, shape.rows * shape.n);
+    for (int r = 0; r < shape.rows; ++r) {
+      for (int64_t c = 0; c < shape.n; ++c) {
+        EXPECT_EQ(out16[r * shape.n + c].bits, float_to_bf16(f32_runs[0][r * ldy + c]).bits) << r << ", " << c;
+      }
+    }
+    // SwiGLU of W as a stacked gate/up [2 F, k]: the bf16 GEMM then swiglu_stacked, bit for bit.
+    const int64_t ff = shape.n / 2;
+    auto fused = poisoned<bf16>(shape.rows * ff), unfused = poisoned<bf16>(shape.rows * ff);
+    const cuda::SkinnyGemm swiglu_args{xd, shape.rows, shape.k, wd, 2 * ff, fused.data(), ff,
+                                       cuda::SkinnyEpilogue::Swiglu};
+    ASSERT_TRUE(cuda::skinny_gemm(swiglu_args, true, nullptr).ok());
+    ASSERT_TRUE(cuda::swiglu_stacked(reinterpret_cast<const cuda::bf16_t*>(y16.data()), shape.rows, ff,
+                                     reinterpret_cast<cuda::bf16_t*>(unfused.data()), nullptr)
+                    .ok());
+    EXPECT_EQ(count_bitwise_equal(download(fused, shape.rows * ff), download(unfused, shape.rows * ff)),
+              static_cast<int>(shape.rows * ff));
+    // Residual + norm by the last CTA: hidden and normed with the bits of the bf16 GEMM then residual_norm; twice
+    // in a row on one ticket (the last CTA resets it), y and normed poisoned each time.
+    const std::vector<bf16> hidden_start = random_values(rng, shape.rows * shape.n, 3.0f);
+    auto weight = upload(random_floats(rng, shape.n, 0.5f, 1.5f));
+    auto reference_hidden = upload(hidden_start);
+    auto reference_normed = poisoned<bf16>(shape.rows * shape.n);
+    ASSERT_TRUE(cuda::residual_norm(reinterpret_cast<cuda::bf16_t*>(reference_hidden.data()),
+                                    reinterpret_cast<const cuda::bf16_t*>(y16.data()), shape.rows, shape.n,
+                                    weight.data(), 1e-5f, reinterpret_cast<cuda::bf16_t*>(reference_normed.data()),
+                                    nullptr)
+                    .ok());
+    const std::vector<bf16> want_hidden = download(reference_hidden, shape.rows * shape.n);
+    const std::vector<bf16> want_normed = download(reference_normed, shape.rows * shape.n);
+    auto ticket = upload(std::vector<unsigned int>{0u});
+    for (int run = 0; run < 2; ++run) {
+      SCOPED_TRACE("residual norm run " + std::to_string(run));
+      auto hidden = upload(hidden_start);
+      auto projected = poisoned<bf16>(shape.rows * shape.n), normed = poisoned<bf16>(shape.rows * shape.n);
+      cuda::SkinnyGemm norm_args{xd, shape.rows, shape.k, wd, shape.n, projected.data(), shape.n,
+                                 cuda::SkinnyEpilogue::ResidualNorm};
+      norm_args.hidden = reinterpret_cast<cuda::bf16_t*>(hidden.data());
+      norm_args.norm_weight = weight.data();
+      norm_args.eps = 1e-5f;
+      norm_args.normed = reinterpret_cast<cuda::bf16_t*>(normed.data());
+      norm_args.ticket = ticket.data();
+      ASSERT_TRUE(cuda::skinny_gemm(norm_args, true, nullptr).ok());
+      EXPECT_EQ(count_bitwise_equal(download(projected, shape.rows * shape.n), out16),
+                static_cast<int>(shape.rows * shape.n));
+      EXPECT_EQ(count_bitwise_equal(download(hidden, shape.rows * shape.n), want_hidden),
+                static_cast<int>(shape.rows * shape.n));
+      EXPECT_EQ(count_bitwise_equal(download(normed, shape.rows * shape.n), want_normed),
+                static_cast<int>(shape.rows * shape.n));
+      EXPECT_EQ(download(ticket, 1)[0], 0u) << "the last CTA resets the ticket";
+    }
+  }
+  // Refusals: 17 rows, K not a multiple of 8, a residual norm without a ticket.
+  const cuda::SkinnyGemm wide{nullptr, 17, 64, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::Bf16};
+  EXPECT_EQ(cuda::skinny_gemm(wide, true, nullptr).code(), ErrorCode::InvalidArgument);
+  const cuda::SkinnyGemm odd{nullptr, 4, 60, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::Bf16};
+  EXPECT_EQ(cuda::skinny_gemm(odd, true, nullptr).code(), ErrorCode::InvalidArgument);
+  const cuda::SkinnyGemm unticketed{nullptr, 4, 64, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::ResidualNorm};
+  EXPECT_EQ(cuda::skinny_gemm(unticketed, true, nullptr).code(), ErrorCode::InvalidArgument);
 }
 
 }  // namespace

@@ -345,6 +345,35 @@ TEST(CudaDrafter, TheFusedScanDraftsTheTokensAndChanceBitsOfTheGemmScan) {
           << "slot " << slot;
     }
   }
+  // A single request takes the one-request kernel (grid of chunks, one group): each of three alone at full depth,
+  // against the GEMM scan, with the W2 cache hint and the overlapping launches on and off (the same bits).
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("single request " + std::to_string(i));
+    DraftRequest single = requests[i];
+    single.depth = c.block_size;
+    gpu->set_fused_scan(false);
+    ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+    const std::vector<Draft> alone = gpu->draft(std::span<const DraftRequest>(&single, 1));
+    ASSERT_TRUE(alone[0].status.ok()) << alone[0].status.to_string();
+    gpu->set_fused_scan(true);
+    std::vector<Draft> tuned;
+    for (const bool on : {true, false}) {
+      gpu->set_launch_tuning(on, on);
+      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+      tuned.push_back(gpu->draft(std::span<const DraftRequest>(&single, 1))[0]);
+      ASSERT_TRUE(tuned.back().status.ok()) << tuned.back().status.to_string();
+    }
+    EXPECT_EQ(tuned[0].tokens, tuned[1].tokens);
+    for (int slot = 0; slot < c.block_size; ++slot) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(tuned[0].chances[slot]), std::bit_cast<uint32_t>(tuned[1].chances[slot]));
+    }
+    for (int slot = 0; slot < c.block_size; ++slot, ++total) {
+      if (tuned[0].tokens[slot] != alone[0].tokens[slot]) break;
+      ++equal;
+      EXPECT_EQ(std::bit_cast<uint32_t>(tuned[0].chances[slot]), std::bit_cast<uint32_t>(alone[0].chances[slot]))
+          << "slot " << slot;
+    }
+  }
   std::printf("[ fused scan ] %d of %d slots equal to the GEMM scan before any flip\n", equal, total);
   EXPECT_GE(equal * 20, total * 19) << equal << " of " << total;
 }
@@ -541,35 +570,40 @@ TEST(CudaDrafter, APlantedFaultFailsOnlyThePlantedRequestWithDraftNonfinite) {
     requests[i].depth = c.block_size;
     if (i == 2) requests[i].sampling = Sampling{0.9f, 0, 1.0f, 0.0f, 5};
   }
-  auto run = [&](CudaDsparkDrafter& drafter) {
-    for (int i = 0; i < 3; ++i) EXPECT_TRUE(drafter.absorb(i, 0, 20, taps).ok());
-    return drafter.draft(requests);
-  };
-  const std::vector<Draft> reference = run(*clean);
-  for (const Draft& draft : reference) ASSERT_TRUE(draft.status.ok()) << draft.status.to_string();
-  const std::pair<const char*, int PlantedFaults::*> kinds[] = {
-      {"non-finite draft logit", &PlantedFaults::nan_logit_slot},
-      {"non-finite draft confidence", &PlantedFaults::inf_confidence_slot},
-      {"outside vocabulary", &PlantedFaults::out_of_range_pick_slot}};
-  for (const auto& [message, field] : kinds) {
-    for (int slot : {0, c.block_size - 1}) {
-      SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot));
-      DrafterOptions options = cuda_options();
-      options.faults.enabled = true;
-      options.faults.stream = 1;
-      options.faults.*field = slot;
-      std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, options);
-      ASSERT_TRUE(drafter);
-      const std::vector<Draft> drafts = run(*drafter);
-      EXPECT_EQ(drafts[1].status.code(), ErrorCode::DraftNonfinite);
-      EXPECT_NE(drafts[1].status.message().find(message), std::string::npos) << drafts[1].status.message();
-      EXPECT_NE(drafts[1].status.message().find("slot " + std::to_string(slot)), std::string::npos);
-      EXPECT_TRUE(drafts[1].tokens.empty());
-      for (int i : {0, 2}) {
-        ASSERT_TRUE(drafts[i].status.ok()) << drafts[i].status.to_string();
-        EXPECT_EQ(drafts[i].tokens, reference[i].tokens);
+  // Both scans: the GEMM scan (the automatic one for 3 requests) and the fused step pinned.
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused scan" : "GEMM scan");
+    auto run = [&](CudaDsparkDrafter& drafter) {
+      drafter.set_fused_scan(fused);
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(drafter.absorb(i, 0, 20, taps).ok());
+      return drafter.draft(requests);
+    };
+    const std::vector<Draft> reference = run(*clean);
+    for (const Draft& draft : reference) ASSERT_TRUE(draft.status.ok()) << draft.status.to_string();
+    const std::pair<const char*, int PlantedFaults::*> kinds[] = {
+        {"non-finite draft logit", &PlantedFaults::nan_logit_slot},
+        {"non-finite draft confidence", &PlantedFaults::inf_confidence_slot},
+        {"outside vocabulary", &PlantedFaults::out_of_range_pick_slot}};
+    for (const auto& [message, field] : kinds) {
+      for (int slot : {0, c.block_size - 1}) {
+        SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot));
+        DrafterOptions options = cuda_options();
+        options.faults.enabled = true;
+        options.faults.stream = 1;
+        options.faults.*field = slot;
+        std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, options);
+        ASSERT_TRUE(drafter);
+        const std::vector<Draft> drafts = run(*drafter);
+        EXPECT_EQ(drafts[1].status.code(), ErrorCode::DraftNonfinite);
+        EXPECT_NE(drafts[1].status.message().find(message), std::string::npos) << drafts[1].status.message();
+        EXPECT_NE(drafts[1].status.message().find("slot " + std::to_string(slot)), std::string::npos);
+        EXPECT_TRUE(drafts[1].tokens.empty());
+        for (int i : {0, 2}) {
+          ASSERT_TRUE(drafts[i].status.ok()) << drafts[i].status.to_string();
+          EXPECT_EQ(drafts[i].tokens, reference[i].tokens);
+        }
+        EXPECT_EQ(drafter->nonfinite_drafts(), 1);
       }
-      EXPECT_EQ(drafter->nonfinite_drafts(), 1);
     }
   }
 }

@@ -128,6 +128,9 @@ TEST(CudaLanesDeviceTaps, ABatchedDeviceAbsorbDraftsLikeHostAbsorbsOfTheSameRows
   const TapRows both[] = {{3, 0, 0, static_cast<int>(first.size())},
                           {4, 0, static_cast<int64_t>(first.size()), static_cast<int>(second.size())}};
   ASSERT_TRUE(drafter->absorb_device(both, device->device_taps).ok());
+  // absorb_device returns without waiting; settle waits (the lanes call it before the target's next forward).
+  ASSERT_TRUE(drafter->settle().ok());
+  ASSERT_TRUE(drafter->settle().ok());
   target->keep_taps_on_device(false);
 
   std::vector<DraftRequest> requests(4);
@@ -150,6 +153,46 @@ TEST(CudaLanesDeviceTaps, ABatchedDeviceAbsorbDraftsLikeHostAbsorbsOfTheSameRows
     }
     EXPECT_EQ(from_host.tokens.front(), from_device.tokens.front()) << "stream " << index;
   }
+}
+
+// A round of dormant streams asks for no taps: the forward then copies none (its graph is a plain forward's) and
+// returns no device taps, with the same draws as a forward of the same rows that taps.
+TEST(CudaLanesDeviceTaps, AForwardNoWindowWantsTapsOfCopiesNoneAndDrawsTheSame) {
+  LS_SKIP_WITHOUT_DEVICE();
+  auto target = nano_target();
+  if (!target) GTEST_SKIP() << "no nano target";
+  const std::vector<int> layers = {1, 3, 4, 6};
+  ASSERT_TRUE(target->set_taps(layers).ok());
+  const std::vector<int32_t> tokens = {11, 400, 23, 9, 1000, 77};
+  for (bool on_device : {true, false}) {
+    ASSERT_EQ(target->keep_taps_on_device(on_device), true);
+    auto run = [&](StreamId base, bool wants) {
+      std::vector<Window> windows(2);
+      for (int index = 0; index < 2; ++index) {
+        windows[index].stream = base + index;
+        windows[index].tokens = std::span<const int32_t>(tokens).first(3 + 3 * index);
+        windows[index].want_taps = wants;
+      }
+      Result<Verified> verified = target->forward(windows);
+      EXPECT_TRUE(verified.ok()) << verified.status().to_string();
+      for (const Window& window : windows) target->release(window.stream);
+      return verified;
+    };
+    const StreamId base = on_device ? 10 : 20;
+    Result<Verified> none = run(base, false);
+    Result<Verified> tapped = run(base + 2, true);
+    ASSERT_TRUE(none.ok() && tapped.ok());
+    EXPECT_EQ(none->device_taps.data, nullptr);
+    EXPECT_TRUE(none->taps.empty());
+    EXPECT_EQ(none->tap_row_begin, (std::vector<int64_t>{0, 0, 0}));
+    EXPECT_EQ(none->draws, tapped->draws);
+    if (on_device) {
+      EXPECT_NE(tapped->device_taps.data, nullptr);
+    } else {
+      EXPECT_EQ(tapped->taps.size(), 9 * layers.size() * static_cast<size_t>(target->facts().hidden_size));
+    }
+  }
+  target->keep_taps_on_device(false);
 }
 
 TEST(CudaLanesDeviceTaps, ARestartedContextDraftsAtTheAnchorAndRefusesRewritesBeforeIt) {

@@ -38,6 +38,7 @@ class SyntheticAcceptanceDrafter final : public Drafter {
   void release(StreamId stream) override;
   Status restart(StreamId stream, int64_t position) override;
   Status absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) override;
+  Status settle() override { return inner_.settle(); }
 
   // Requests whose anchor token differed from the record (the record is not this run's: nothing was replaced).
   int64_t record_mismatches() const { return record_mismatches_; }

@@ -58,7 +58,6 @@ Status FakeDrafter::absorb_device(std::span<const TapRows> rows, const DeviceTap
                                                   (options_.device_taps ? std::to_string(kFakeTapDevice) : "none"));
   }
   ++device_absorbs_;
-  const auto* values = static_cast<const float*>(taps.data);
   int total = 0;
   for (const TapRows& piece : rows) {
     if (piece.first_row < 0 || piece.first_row + piece.rows > taps.rows) {
@@ -67,14 +66,36 @@ Status FakeDrafter::absorb_device(std::span<const TapRows> rows, const DeviceTap
                                                     std::to_string(taps.rows) + " rows on the device");
     }
     release_counts_.try_emplace(piece.stream, 0);
-    const size_t row_values = static_cast<size_t>(taps.row_values);
-    LS_RETURN_IF_ERROR(absorb_rows(piece.stream, piece.start, piece.rows,
-                                   std::span<const float>(values + piece.first_row * row_values,
-                                                          static_cast<size_t>(piece.rows) * row_values)));
     total += piece.rows;
   }
   if (options_.clock != nullptr) options_.clock->advance_ms(options_.absorb_call_ms + options_.absorb_row_ms * total);
+  if (options_.absorb_in_flight) {
+    in_flight_.emplace_back(std::vector<TapRows>(rows.begin(), rows.end()), taps);
+    return ok_status();
+  }
+  return read_device_rows(rows, taps);
+}
+
+Status FakeDrafter::read_device_rows(std::span<const TapRows> rows, const DeviceTaps& taps) {
+  const auto* values = static_cast<const float*>(taps.data);
+  const size_t row_values = static_cast<size_t>(taps.row_values);
+  for (const TapRows& piece : rows) {
+    LS_RETURN_IF_ERROR(absorb_rows(piece.stream, piece.start, piece.rows,
+                                   std::span<const float>(values + piece.first_row * row_values,
+                                                          static_cast<size_t>(piece.rows) * row_values)));
+  }
   return ok_status();
+}
+
+Status FakeDrafter::settle() {
+  ++settles_;
+  Status first_error = ok_status();
+  for (const auto& [rows, taps] : in_flight_) {
+    Status status = read_device_rows(rows, taps);
+    if (first_error.ok()) first_error = status;
+  }
+  in_flight_.clear();
+  return first_error;
 }
 
 Status FakeDrafter::absorb_rows(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
@@ -175,6 +196,15 @@ Draft FakeDrafter::draft_one(const DraftRequest& request, bool faulty) {
 }
 
 std::vector<Draft> FakeDrafter::draft(std::span<const DraftRequest> requests) {
+  // A pass queues behind the device absorbs in flight (a failed one fails every request of the pass).
+  if (!in_flight_.empty()) {
+    const Status settled = settle();
+    if (!settled.ok()) {
+      std::vector<Draft> failed(requests.size());
+      for (Draft& draft : failed) draft.status = settled;
+      return failed;
+    }
+  }
   ++passes_;
   widest_pass_ = std::max<int64_t>(widest_pass_, static_cast<int64_t>(requests.size()));
   std::vector<Draft> drafts;

@@ -36,6 +36,8 @@ struct FakeDrafterOptions {
   double absorb_row_ms = 0.0;
   bool restarts = true;               // restart() allowed (facts().restarts); needs shape.hidden_size >= 6
   bool device_taps = false;           // absorb_device() reads a fake target's kept taps (kFakeTapDevice)
+  bool absorb_in_flight = false;      // absorb_device() reads them only at settle() or the next draft(), as the CUDA
+                                      // drafter's GPU work runs after it returns
   FakeDraftFault fault = FakeDraftFault::None;
   int fault_every = 0;                // the fault hits every n-th draft request (or absorb call); 0 = never
 };
@@ -53,8 +55,11 @@ class FakeDrafter final : public Drafter {
   Status restart(StreamId stream, int64_t position) override;
   // One call for every stream's rows (each as absorb() would take them); clocked as one call.
   Status absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) override;
+  // Reads the taps of the absorb_device() calls still in flight (absorb_in_flight).
+  Status settle() override;
 
   int64_t absorbs() const { return absorbs_; }
+  int64_t settles() const { return settles_; }
   int64_t absorbed_rows() const { return absorbed_rows_; }
   int64_t device_absorbs() const { return device_absorbs_; }
   int64_t restarts() const { return restarts_; }
@@ -78,8 +83,13 @@ class FakeDrafter final : public Drafter {
   // The rows of one absorb: checked against the history they extend, appended.
   Status absorb_rows(StreamId stream, int64_t start, int rows, std::span<const float> taps);
 
+  // The rows of one absorb_device() call, read from the target's kept taps.
+  Status read_device_rows(std::span<const TapRows> rows, const DeviceTaps& taps);
+
   FakeDrafterOptions options_;
   DraftFacts facts_;
+  std::vector<std::pair<std::vector<TapRows>, DeviceTaps>> in_flight_;  // absorb_device() calls not yet read
+  int64_t settles_ = 0;
   std::map<StreamId, History> histories_;
   std::map<StreamId, int> release_counts_;
   std::map<int, int64_t> passes_by_depth_;

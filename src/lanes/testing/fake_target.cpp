@@ -93,6 +93,8 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
                                                                           : 0));
   }
   std::vector<float>& tap_values = keep_on_device_ ? device_taps_ : verified.taps;
+  // The "device" buffer is a pool sized once, as a CUDA target's: a read still in flight sees the next forward's rows.
+  if (keep_on_device_) device_taps_.reserve(static_cast<size_t>(options_.max_rows) * row_taps);
   tap_values.assign(verified.tap_row_begin.back() * row_taps,
                     keep_on_device_ ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
   if (keep_on_device_) {

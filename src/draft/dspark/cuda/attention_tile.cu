@@ -10,6 +10,7 @@
 
 #include "compute/cuda/cuda_util.h"
 #include "draft/dspark/cuda/draft_kernels.h"
+#include "draft/dspark/cuda/device_steps.cuh"
 
 namespace ls::dspark::cuda {
 namespace {
@@ -44,6 +45,7 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kTileThreads) attention_tile_kernel(const bf16_t* q, const DeviceBlockRequest* requests,
                                                                       int gamma, AttentionDims dims, int layer,
                                                                       bf16_t* out) {
+  let_next_kernel_start();  // the next GEMM may start loading its weights
   constexpr int kStride = kHeadDim + 1;
   constexpr int kOutputsPerThread = kMaxTileRows * kHeadDim / kTileThreads;
   extern __shared__ float shared[];
@@ -272,6 +274,7 @@ __global__ void __launch_bounds__(kTileThreads) attention_split_kernel(const bf1
 // One thread per output (request, slot, head, dim): the chunks' partials added in chunk order, rounded once.
 __global__ void attention_combine_kernel(const float* partials, int count, int gamma, AttentionDims dims, int chunks,
                                          bf16_t* out) {
+  let_next_kernel_start();  // the next GEMM may start loading its weights
   const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int hd = dims.head_dim;
   const int64_t outputs = static_cast<int64_t>(count) * gamma * dims.heads * hd;

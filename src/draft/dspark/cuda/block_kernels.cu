@@ -4,6 +4,7 @@
 
 #include "compute/cuda/cuda_util.h"
 #include "draft/dspark/cuda/draft_kernels.h"
+#include "draft/dspark/cuda/device_steps.cuh"
 
 namespace ls::dspark::cuda {
 namespace {
@@ -85,9 +86,7 @@ __global__ void add_residual_kernel(bf16_t* x, const bf16_t* delta, int64_t coun
 __global__ void swiglu_kernel(const bf16_t* gate, const bf16_t* up, int64_t count, bf16_t* out) {
   const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (index >= count) return;
-  const float g = __bfloat162float(gate[index]);
-  const float silu = round_bf16(g / (1.0f + expf(-g)));
-  out[index] = __float2bfloat16_rn(silu * __bfloat162float(up[index]));
+  out[index] = swiglu_value(__bfloat162float(gate[index]), __bfloat162float(up[index]));
 }
 
 // Block (request) i copies gamma rows of keys and values into its cache at rows p .. p+gamma-1.
@@ -125,6 +124,7 @@ __device__ __forceinline__ void load_eight(const bf16_t* from, float* to) {
 template <int kHeadDim>
 __global__ void block_attention_kernel(const bf16_t* q, const DeviceBlockRequest* requests, int gamma,
                                        AttentionDims dims, int layer, bf16_t* out) {
+  let_next_kernel_start();  // the next GEMM may start loading its weights
   __shared__ float query_rows[kMaxDeviceBlock][kHeadDim];
   const int request_index = blockIdx.x / dims.heads;
   const int head = blockIdx.x % dims.heads;
@@ -240,46 +240,23 @@ __global__ void __launch_bounds__(kHeadWarps * kWarp) qkv_heads_kernel(QkvHeads 
   }
 }
 
-constexpr int kRowThreads = 256;
-
 // One CTA per row: x = bf16(x + delta) (delta may be null: x as is), then y = rms_norm(x) with the sum of squares
 // in double (tree over the CTA).
 __global__ void __launch_bounds__(kRowThreads) residual_norm_kernel(bf16_t* x, const bf16_t* delta, int64_t width,
                                                                     const float* weight, float eps, bf16_t* y) {
+  let_next_kernel_start();  // the next GEMM may start loading its weights
   __shared__ double partial[kRowThreads / kWarp];
-  bf16_t* in = x + blockIdx.x * width;
-  const bf16_t* add = delta ? delta + blockIdx.x * width : nullptr;
-  double sum_squares = 0;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    float value = __bfloat162float(in[i]);
-    if (add) {
-      value = round_bf16(value + __bfloat162float(add[i]));
-      in[i] = __float2bfloat16_rn(value);
-    }
-    sum_squares += static_cast<double>(value) * value;
-  }
-  sum_squares = warp_sum(sum_squares);
-  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = sum_squares;
-  __syncthreads();
-  double total = 0;
-  for (int w = 0; w < kRowThreads / kWarp; ++w) total += partial[w];
-  const float mean = static_cast<float>(total / static_cast<double>(width));
-  const float inverse_rms = 1.0f / sqrtf(mean + eps);
-  bf16_t* out = y + blockIdx.x * width;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    const float value = __bfloat162float(in[i]);
-    out[i] = __float2bfloat16_rn(weight[i] * round_bf16(value * inverse_rms));
-  }
+  residual_norm_row(x, delta, blockIdx.x, width, weight, eps, y, partial);
 }
 
 // out [rows, width] = bf16(bf16(silu(gate)) * up) from the stacked gate/up GEMM output [rows, 2 * width].
 __global__ void swiglu_stacked_kernel(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out) {
+  let_next_kernel_start();  // the next GEMM may start loading its weights
   const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (index >= rows * width) return;
   const int64_t row = index / width, column = index % width;
-  const float g = __bfloat162float(gate_up[row * 2 * width + column]);
-  const float silu = round_bf16(g / (1.0f + expf(-g)));
-  out[index] = __float2bfloat16_rn(silu * __bfloat162float(gate_up[row * 2 * width + width + column]));
+  out[index] = swiglu_value(__bfloat162float(gate_up[row * 2 * width + column]),
+                            __bfloat162float(gate_up[row * 2 * width + width + column]));
 }
 
 }  // namespace

@@ -150,10 +150,19 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
                                               absorb_.row_pointers.data() + (layers + index) * filled, stream));
     }
   }
-  LS_CUDA_TRY(cudaStreamSynchronize(stream));
+  // No wait here: the next pass queues behind this work on the drafter's stream, and settle() waits before the
+  // target's next forward overwrites the taps read above.
+  absorb_in_flight_ = true;
   for (size_t index = 0; index < rows.size(); ++index) {
     contexts[index]->length = rows[index].start + rows[index].rows;
   }
+  return ok_status();
+}
+
+Status CudaDsparkDrafter::settle() {
+  if (!absorb_in_flight_) return ok_status();
+  absorb_in_flight_ = false;
+  LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
   return ok_status();
 }
 

@@ -75,6 +75,8 @@ struct DeviceBlockScratch {
   TrackedBuffer<bf16_t> markov_embeddings;           // [requests, r]
   TrackedBuffer<float> markov_logits;                // [requests, V]
   TrackedBuffer<ScanPartial> scan_partials;          // [requests, fused_scan_chunks(V)] the fused scan's chunk picks
+  TrackedBuffer<unsigned int> scan_tickets;          // [fused_scan_groups(requests)] zero between steps
+  TrackedBuffer<unsigned int> gemm_ticket;           // [1] the skinny residual-norm GEMMs' counter, zero between
   TrackedBuffer<float> attention_stats, attention_partials;  // the split attention's (split_attention_*_floats)
 };
 
@@ -109,6 +111,8 @@ class CudaDsparkDrafter final : public Drafter {
   void release(StreamId stream) override { streams_.erase(stream); }
   // Skips to `position`: later rows go right after the rows held (keys rotated at their own positions).
   Status restart(StreamId stream, int64_t position) override;
+  // Waits for an absorb_device() still running on the drafter's stream (it returns without waiting).
+  Status settle() override;
 
   const DsparkConfig& config() const { return config_; }
   // Positions the stream's context holds (0 for an unknown stream).
@@ -139,6 +143,19 @@ class CudaDsparkDrafter final : public Drafter {
   }
   void set_fused_scan(std::optional<bool> on) {
     fused_scan_pin_ = on;
+    graphs_.clear();
+  }
+  // The fused scan step's W2 loads with L2 evict-last priority, and the scan steps' and skinny GEMMs' launches
+  // overlapping the previous kernel's tail (programmatic dependent launch); both on by default (bench A/B pins).
+  void set_launch_tuning(bool keep_w2, bool programmatic) {
+    scan_keep_w2_ = keep_w2;
+    programmatic_ = programmatic;
+    graphs_.clear();
+  }
+  // GEMMs of up to 16 rows through skinny_gemm (tensor cores, W streamed once, SwiGLU in the gate/up epilogue; on
+  // by default) or cuBLAS + swiglu_stacked.
+  void set_skinny_gemms(bool on) {
+    skinny_gemms_ = on;
     graphs_.clear();
   }
   // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
@@ -182,6 +199,14 @@ class CudaDsparkDrafter final : public Drafter {
   // y [rows, w.rows] = x [rows, w.cols] @ W^T, bf16 in, fp32 accumulate, y bf16 or fp32 with leading dimension ldy.
   Status gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y, bool y_f32,
               int64_t ldy);
+  // y [rows, ff] = swiglu of x [rows, d] times the stacked gate/up W [2 ff, d]: the skinny GEMM's epilogue, or the GEMM
+  // into `stacked` [rows, 2 ff] then swiglu_stacked.
+  Status gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d, bf16_t* stacked,
+                     bf16_t* y);
+  // projected [rows, d] = x [rows, k] W^T (W [d, k]), then hidden += projected and normed = rms_norm(hidden) with
+  // `weight`: the skinny GEMM's residual-norm epilogue, or the GEMM then residual_norm.
+  Status gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k, bf16_t* projected,
+                            bf16_t* hidden, const float* weight, bf16_t* normed);
 
   DsparkConfig config_;
   DrafterOptions options_;
@@ -194,6 +219,7 @@ class CudaDsparkDrafter final : public Drafter {
   DeviceDraftWeights weights_;
   DeviceBlockScratch scratch_;
   DeviceAbsorbScratch absorb_;
+  bool absorb_in_flight_ = false;  // an absorb_device() returned without waiting for its work (see settle())
   std::map<StreamId, std::unique_ptr<DeviceStreamContext>> streams_;
   std::vector<DeviceScanRecord> records_;  // host copy of the last scan
   int64_t last_rows_ = 0;
@@ -209,6 +235,9 @@ class CudaDsparkDrafter final : public Drafter {
   bool graphs_on_ = true;
   std::optional<BlockAttentionKernel> attention_pin_;
   std::optional<bool> fused_scan_pin_;
+  bool scan_keep_w2_ = true;
+  bool programmatic_ = true;
+  bool skinny_gemms_ = true;
   bool engine_gemms_ = false;
   ls::cuda::GemmEngine engine_;
   bool fused_block_ = true;

@@ -7,6 +7,11 @@ namespace ls::dspark::cuda {
 Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y,
                                bool y_f32, int64_t ldy) {
   if (rows == 0) return ok_status();
+  if (skinny_gemms_ && !engine_gemms_ && skinny_gemm_supported(rows, w_cols)) {
+    const SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
+                          y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
+    return skinny_gemm(args, programmatic_, stream_.get());
+  }
   if (engine_gemms_ && rows <= 16 && ldy == w_rows && w_cols % 8 == 0) {
     static_assert(sizeof(bf16) == sizeof(bf16_t));
     const ls::cuda::DeviceMatrix matrix{reinterpret_cast<const bf16*>(w), nullptr, w_rows, w_cols};
@@ -22,6 +27,33 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
                    static_cast<int>(w_cols), &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(ldy),
                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
+}
+
+Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d,
+                                      bf16_t* stacked, bf16_t* y) {
+  if (rows == 0) return ok_status();
+  if (skinny_gemms_ && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
+    const SkinnyGemm args{x, static_cast<int>(rows), d, w, 2 * ff, y, ff, SkinnyEpilogue::Swiglu};
+    return skinny_gemm(args, programmatic_, stream_.get());
+  }
+  LS_RETURN_IF_ERROR(gemm(x, rows, w, 2 * ff, d, stacked, false, 2 * ff));
+  return swiglu_stacked(stacked, rows, ff, y, stream_.get());
+}
+
+Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
+                                             bf16_t* projected, bf16_t* hidden, const float* weight, bf16_t* normed) {
+  if (rows == 0) return ok_status();
+  if (skinny_gemms_ && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
+    SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::ResidualNorm};
+    args.hidden = hidden;
+    args.norm_weight = weight;
+    args.eps = config_.norm_eps;
+    args.normed = normed;
+    args.ticket = scratch_.gemm_ticket.data();
+    return skinny_gemm(args, programmatic_, stream_.get());
+  }
+  LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d));
+  return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get());
 }
 
 BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
@@ -91,25 +123,21 @@ Status CudaDsparkDrafter::block_pass(int count) {
     mark("q/k norm + RoPE");
     LS_RETURN_IF_ERROR(attend(count, dims, index));
     mark("attention");
-    LS_RETURN_IF_ERROR(gemm(s.attended.data(), rows, layer.o_proj.values.data(), d, q, s.projected.data(), false, d));
-    mark("q/k/v/o GEMMs");
     // X += o; v = post_attention_layernorm(X); X += down(silu(gate v) * up v) with gate/up as one GEMM.
-    LS_RETURN_IF_ERROR(residual_norm(s.hidden.data(), s.projected.data(), rows, d, layer.post_norm.data(),
-                                     c.norm_eps, s.normed.data(), stream));
-    mark("norms");
-    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.gate_up_proj.values.data(), 2 * ff, d, s.up.data(), false,
-                            2 * ff));
-    mark("gate/up GEMMs");
-    LS_RETURN_IF_ERROR(swiglu_stacked(s.up.data(), rows, ff, s.gate.data(), stream));
-    mark("swiglu");
-    LS_RETURN_IF_ERROR(gemm(s.gate.data(), rows, layer.down_proj.values.data(), d, ff, s.projected.data(), false, d));
-    mark("down GEMM");
-    // The residual, then the next layer's input norm (or the final norm: Hf).
+    LS_RETURN_IF_ERROR(gemm_residual_norm(s.attended.data(), rows, layer.o_proj.values.data(), d, q,
+                                          s.projected.data(), s.hidden.data(), layer.post_norm.data(),
+                                          s.normed.data()));
+    mark("o GEMM + residual norm");
+    LS_RETURN_IF_ERROR(gemm_swiglu(s.normed.data(), rows, layer.gate_up_proj.values.data(), ff, d, s.up.data(),
+                                   s.gate.data()));
+    mark("gate/up GEMM + SwiGLU");
+    // down, the residual, then the next layer's input norm (or the final norm: Hf).
     const bool last = index + 1 == c.num_layers;
-    LS_RETURN_IF_ERROR(residual_norm(s.hidden.data(), s.projected.data(), rows, d,
-                                     last ? weights_.final_norm.data() : weights_.layers[index + 1].input_norm.data(),
-                                     c.norm_eps, last ? s.final_hidden.data() : s.normed.data(), stream));
-    mark("norms");
+    LS_RETURN_IF_ERROR(gemm_residual_norm(
+        s.gate.data(), rows, layer.down_proj.values.data(), d, ff, s.projected.data(), s.hidden.data(),
+        last ? weights_.final_norm.data() : weights_.layers[index + 1].input_norm.data(),
+        last ? s.final_hidden.data() : s.normed.data()));
+    mark("down GEMM + residual norm");
   }
   // U = Hf @ E^T through the target's tied embedding, fp32.
   LS_RETURN_IF_ERROR(gemm(s.final_hidden.data(), rows, embedding_, V, d, s.base_logits.data(), true, V));
@@ -211,15 +239,16 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
   step.confidence_temperatures =
       weights_.confidence_temperatures.size() > 0 ? weights_.confidence_temperatures.data() : nullptr;
   if (fused_scan(count)) {
-    // Per slot two launches: the fused W1 gather + W2 product + U + chunk picks, then the pick per request.
+    // Per slot one launch: W1 gather + W2 product + U + chunk picks, the pick by each group's last CTA.
     step.w1 = weights_.markov_w1.data();
     step.w2 = weights_.markov_w2.values.data();
     step.partials = s.scan_partials.data();
+    step.tickets = s.scan_tickets.data();
+    step.keep_w2 = scan_keep_w2_;
+    step.programmatic = programmatic_;
     for (int slot = 0; slot < max_depth; ++slot) {
-      LS_RETURN_IF_ERROR(markov_fused_logits(step, shape, slot, stream));
-      mark("scan fused logits");
-      LS_RETURN_IF_ERROR(markov_fused_finish(step, shape, slot, stream));
-      mark("scan fused pick");
+      LS_RETURN_IF_ERROR(markov_step_fused(step, shape, slot, stream));
+      mark("scan fused step");
     }
     return ok_status();
   }

@@ -112,6 +112,35 @@ Status block_attention_split(const bf16_t* q, const DeviceBlockRequest* requests
                              AttentionDims dims, int layer, SplitAttentionScratch scratch, bf16_t* out,
                              cudaStream_t stream);
 
+// ---- Few-row GEMMs (skinny_gemm.cu) ----
+
+// y [rows, n] = x [rows, k] W^T (W [n, k] bf16, fp32 accumulate) for rows <= 16 on the tensor cores, W streamed once
+// (the drafter's GEMMs at one or two requests). Epilogues: bf16 or fp32 y with leading dimension ldy, or SwiGLU of the
+// stacked gate/up W [2F, k]: y [rows, F] = swiglu(bf16(x gate^T), bf16(x up^T)) (the bits of the GEMM's bf16 output
+// followed by swiglu_stacked), or ResidualNorm: y bf16 [rows, n], then the launch's last CTA (a ticket counter, reset
+// by it) adds y into `hidden` and norms it into `normed` (the bits of residual_norm). The K summation order differs
+// from cuBLAS (not batch invariant; drafts only).
+enum class SkinnyEpilogue { Bf16, F32, Swiglu, ResidualNorm };
+struct SkinnyGemm {
+  const bf16_t* x = nullptr;  // [rows, k]
+  int rows = 0;
+  int64_t k = 0;
+  const bf16_t* w = nullptr;  // [n, k]
+  int64_t n = 0;
+  void* y = nullptr;  // [rows, ldy] bf16 or fp32
+  int64_t ldy = 0;
+  SkinnyEpilogue epilogue = SkinnyEpilogue::Bf16;
+  // ResidualNorm only.
+  bf16_t* hidden = nullptr;             // [rows, n] x += y
+  const float* norm_weight = nullptr;   // [n]
+  float eps = 0;
+  bf16_t* normed = nullptr;             // [rows, n] rms_norm(x)
+  unsigned int* ticket = nullptr;       // one counter, zero between launches
+};
+inline bool skinny_gemm_supported(int64_t rows, int64_t k) { return rows >= 1 && rows <= 16 && k % 8 == 0; }
+// `programmatic`: launched to overlap the previous kernel's tail (its W loads go first; x is read after the wait).
+Status skinny_gemm(const SkinnyGemm& args, bool programmatic, cudaStream_t stream);
+
 // ---- Markov scan ----
 
 // What the scan needs of one request (uploaded once per pass).
@@ -174,30 +203,33 @@ struct ScanStepInputs {
   const float* confidence_weight = nullptr;  // [hidden + rank] or null
   float confidence_bias = 0;
   const float* confidence_temperatures = nullptr;  // [gamma] or null
-  // The fused step only: the Markov tables and per-(request, vocab chunk) partial picks.
+  // The fused step only: the Markov tables, per-(request, vocab chunk) partial picks and one ticket counter per
+  // group of requests (zero between steps: the last CTA of a group resets it).
   const bf16_t* w1 = nullptr;  // [V, rank]
   const bf16_t* w2 = nullptr;  // [V, rank]
   ScanPartial* partials = nullptr;  // [count, fused_scan_chunks(V)]
+  unsigned int* tickets = nullptr;  // [fused_scan_groups(count)]
+  bool keep_w2 = true;              // W2 loads with L2 evict-last priority
+  bool programmatic = true;         // launch allowed to overlap the previous kernel's tail (sm_90)
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 
-// The fused scan step (two launches, no GEMM): grid (vocab chunk, group of 8 requests) computes
-// l = W2 W1[previous] + U_slot for its chunk of ids (fp32 dot, one W2 row read per group), writes the corrected
-// logits, flags non-finite ones and keeps the chunk's greedy best; then one CTA per request combines the chunks'
-// bests in chunk order and finishes the step as markov_pick does (keyed draw over the whole row when sampled,
-// confidence with e read from W1, record). Needs rank % 8 == 0 and rank <= kMaxFusedScanRank. The drafter takes it
-// for a single request only: on the H200 it cost ~8 us per request and slot (commit 25383e9, batch A), the GEMM
-// path less from 4 requests up.
+// The fused scan step (one launch, no GEMM): grid (vocab chunk of kFusedScanIds ids, group of requests: 1 for a
+// single request, else kFusedScanGroup) computes l = W2 W1[previous] + U_slot for its chunk (fp32 dot, one W2 row read
+// per group, every W2 load issued before the previous step is waited for), writes the corrected logits, flags
+// non-finite ones and keeps the chunk's greedy best; the group's last CTA to finish (a ticket counter) combines the
+// chunks' bests and finishes the step as markov_pick does (keyed draw over the whole row when sampled, confidence
+// with e read from W1, record). Needs rank % 8 == 0 and rank <= kMaxFusedScanRank. The drafter takes it for a single
+// request (the GEMM path is faster from a few requests up: e is read from shared memory per request).
 inline constexpr int kMaxFusedScanRank = 256;
-inline constexpr int kFusedScanIds = 256;  // vocab ids per chunk
+inline constexpr int kFusedScanIds = 64;    // vocab ids per chunk (CTA)
+inline constexpr int kFusedScanGroup = 8;   // requests per CTA when there is more than one
 inline bool fused_scan_supported(const ScanShape& shape) {
   return shape.rank > 0 && shape.rank % 8 == 0 && shape.rank <= kMaxFusedScanRank;
 }
 inline int64_t fused_scan_chunks(int64_t vocab) { return (vocab + kFusedScanIds - 1) / kFusedScanIds; }
+inline int fused_scan_groups(int count) { return count <= 1 ? 1 : (count + kFusedScanGroup - 1) / kFusedScanGroup; }
 Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
-// Its two launches alone (the drafter marks each for the profile; the caller checks fused_scan_supported).
-Status markov_fused_logits(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
-Status markov_fused_finish(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 
 // Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
 // with draw_token bit for bit. Greedy rows take the argmax.

@@ -11,6 +11,7 @@
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/keyed_draw.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
+#include "draft/dspark/cuda/device_steps.cuh"
 
 namespace ls::dspark::cuda {
 namespace {
@@ -82,7 +83,7 @@ __device__ double block_sum(double x, PickScratch& s) {
 __device__ Best row_argmax(const float* row, int64_t vocab, PickScratch& s) {
   Best best{0.0, -1};
   for (int64_t id = threadIdx.x; id < vocab; id += blockDim.x) {
-    const float value = row[id];
+    const float value = __ldcg(row + id);
     if (!isnan(value)) best = better(best, Best{static_cast<double>(value), static_cast<int32_t>(id)});
   }
   return block_best(best, s);
@@ -109,7 +110,7 @@ __device__ uint64_t radix_threshold(const float* row, int64_t vocab, uint64_t fl
     const uint64_t high_mask = shift == 56 ? 0 : ~0ull << (shift + 8);
     const uint64_t prefix = s.prefix;
     for (int64_t id = threadIdx.x; id < vocab; id += blockDim.x) {
-      const float logit = row[id];
+      const float logit = __ldcg(row + id);
       if (isnan(logit)) continue;
       const uint64_t key = order_key(logit, id);
       if (key < floor || (key & high_mask) != (prefix & high_mask)) continue;
@@ -158,7 +159,7 @@ __device__ int32_t keyed_pick(const float* row, int64_t vocab, const DeviceScanR
   if (use_top_p) {
     double total = 0;
     for (int64_t id = threadIdx.x; id < vocab; id += blockDim.x) {
-      const float logit = row[id];
+      const float logit = __ldcg(row + id);
       if (!isnan(logit) && order_key(logit, id) >= floor) total += exp((static_cast<double>(logit) - max_logit) / temperature);
     }
     total = block_sum(total, s);
@@ -169,7 +170,7 @@ __device__ int32_t keyed_pick(const float* row, int64_t vocab, const DeviceScanR
   const double min_weight = sampling.min_p;
   Best best{0.0, -1};
   for (int64_t id = threadIdx.x; id < vocab; id += blockDim.x) {
-    const float logit = row[id];
+    const float logit = __ldcg(row + id);
     if (isnan(logit) || order_key(logit, id) < floor) continue;
     if (use_min_p && exp((static_cast<double>(logit) - max_logit) / temperature) < min_weight) continue;
     const double scaled = static_cast<double>(logit) / temperature;
@@ -266,105 +267,145 @@ __global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, S
   finish_step(in, shape, slot, i, request, record, nonfinite, greedy, s);
 }
 
-constexpr int kGroup = 8;            // requests per CTA of the fused logits kernel
-constexpr int kLogitThreads = 256;   // 8 warps, each 4 ids at a time (8 lanes per W2 row)
-constexpr int kLogitWarps = kLogitThreads / kWarp;
+constexpr int kStepThreads = 256;  // 8 warps; 8 lanes per W2 row, so 4 rows per warp instruction
+constexpr int kStepWarps = kStepThreads / kWarp;
+constexpr int kStepRounds = kFusedScanIds / (kStepWarps * 4);  // W2 rows per lane group, all loaded up front
 constexpr int kMaxPieces = kMaxFusedScanRank / 64;  // 16-byte pieces of a W2 row per lane (8 lanes a row)
+static_assert(kStepRounds * kStepWarps * 4 == kFusedScanIds, "a step CTA covers kFusedScanIds ids");
 
-// Grid (vocab chunk, request group): l = W2 e + U for ids of the chunk and requests first .. first+group-1 still
-// drafting; writes l to the markov rows and the chunk's partial (greedy best over finite logits, non-finite flag).
-__global__ void __launch_bounds__(kLogitThreads) fused_logits_kernel(ScanStepInputs in, ScanShape shape, int slot) {
-  extern __shared__ float e_shared[];  // [kGroup, rank]
-  __shared__ int active[kGroup];
-  __shared__ Best warp_best[kLogitWarps][kGroup];
-  __shared__ int warp_flags[kLogitWarps];
-  const int first = blockIdx.y * kGroup;
-  const int group = min(kGroup, in.count - first);
+// 16 bytes of W2, kept in L2 with evict-last priority when asked (the 9 steps of a scan reread all of W2).
+__device__ __forceinline__ uint4 load_w2(const bf16_t* address, bool keep) {
+  uint4 v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (keep) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(address), "l"(policy));
+    return v;
+  }
+#endif
+  v = __ldg(reinterpret_cast<const uint4*>(address));
+  return v;
+}
+
+// One Markov scan step in one launch. Grid (vocab chunk of kFusedScanIds ids, group of G requests): each lane's W2
+// pieces are loaded before anything else (before waiting for the previous step), then l = W2 W1[previous] + U_slot
+// for the chunk (fp32 dot, 8 lanes per W2 row), the corrected row written, the chunk's greedy best and non-finite
+// flag as a partial. The CTA that finishes a group last (a ticket counter, reset by that CTA) combines the group's
+// partials and runs finish_step for each of its requests: the two-stage combine is fixed, so the pick does not
+// depend on which CTA finishes last.
+template <int G>
+__global__ void __launch_bounds__(kStepThreads) scan_step_kernel(ScanStepInputs in, ScanShape shape, int slot,
+                                                                 int chunks) {
+  extern __shared__ float e_shared[];  // [G, rank]
+  __shared__ int active[G];
+  __shared__ Best warp_best[kStepWarps][G];
+  __shared__ int warp_flags[kStepWarps];
+  __shared__ int last;
+  __shared__ PickScratch s;
+  const int first = blockIdx.y * G;
+  const int group = min(G, in.count - first);
   const int rank = shape.rank;
   const int64_t V = shape.vocab;
-  if (threadIdx.x < kGroup) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int sub = lane / 8, part = lane % 8;
+  const int64_t chunk_first = static_cast<int64_t>(blockIdx.x) * kFusedScanIds;
+  int64_t ids[kStepRounds];
+  uint4 raw[kStepRounds][kMaxPieces];
+#pragma unroll
+  for (int j = 0; j < kStepRounds; ++j) {
+    ids[j] = chunk_first + (j * kStepWarps + warp) * 4 + sub;
+#pragma unroll
+    for (int c = 0; c < kMaxPieces; ++c) {
+      const int k = part * 8 + 64 * c;
+      raw[j][c] = ids[j] < V && k < rank ? load_w2(in.w2 + ids[j] * rank + k, in.keep_w2) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  let_next_kernel_start();
+  wait_for_previous_kernel();
+  // U for this lane's rows (every request of the group holds a row of U), then who is still drafting and e.
+  float base[kStepRounds][G];
+#pragma unroll
+  for (int j = 0; j < kStepRounds; ++j) {
+#pragma unroll
+    for (int r = 0; r < G; ++r) {
+      base[j][r] = r < group && ids[j] < V && part == 0
+                       ? in.base_logits[(static_cast<int64_t>(first + r) * shape.gamma + slot) * V + ids[j]]
+                       : 0.0f;
+    }
+  }
+  if (threadIdx.x < G) {
     const int i = first + threadIdx.x;
     active[threadIdx.x] = threadIdx.x < group && in.records[i].status == kScanOk && slot < in.requests[i].depth;
   }
   __syncthreads();
-  for (int index = threadIdx.x; index < kGroup * rank; index += blockDim.x) {
+  for (int index = threadIdx.x; index < G * rank; index += blockDim.x) {
     const int r = index / rank, j = index % rank;
     float value = 0.0f;
     if (active[r]) value = __bfloat162float(in.w1[static_cast<int64_t>(in.records[first + r].previous) * rank + j]);
     e_shared[index] = value;
   }
   __syncthreads();
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int sub = lane / 8, part = lane % 8;
-  const int64_t chunk_first = static_cast<int64_t>(blockIdx.x) * kFusedScanIds;
-  const int64_t chunk_end = min(chunk_first + kFusedScanIds, V);
-  Best best[kGroup];
+  Best best[G];
   int flags = 0;
 #pragma unroll
-  for (int r = 0; r < kGroup; ++r) best[r] = Best{0.0, -1};
-  for (int64_t row_first = chunk_first + warp * 4; row_first < chunk_end; row_first += kLogitWarps * 4) {
-    const int64_t id = row_first + sub;
-    float sums[kGroup];
+  for (int r = 0; r < G; ++r) best[r] = Best{0.0, -1};
 #pragma unroll
-    for (int r = 0; r < kGroup; ++r) sums[r] = 0.0f;
-    if (id < chunk_end) {
-      // All of this lane's 16-byte pieces of the W2 row in flight at once (rank <= 256: at most 4), then the dots.
-      const bf16_t* w = in.w2 + id * rank;
-      uint4 raw[kMaxPieces];
+  for (int j = 0; j < kStepRounds; ++j) {
+    float sums[G];
 #pragma unroll
-      for (int c = 0; c < kMaxPieces; ++c) {
-        const int k = part * 8 + 64 * c;
-        raw[c] = k < rank ? *reinterpret_cast<const uint4*>(w + k) : make_uint4(0, 0, 0, 0);
+    for (int r = 0; r < G; ++r) sums[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kMaxPieces; ++c) {
+      const int k = part * 8 + 64 * c;
+      if (k >= rank) break;
+      float weights[8];
+      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[j][c]);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 pair = __bfloat1622float2(pairs[q]);
+        weights[2 * q] = pair.x;
+        weights[2 * q + 1] = pair.y;
       }
 #pragma unroll
-      for (int c = 0; c < kMaxPieces; ++c) {
-        const int k = part * 8 + 64 * c;
-        if (k >= rank) break;
-        float weights[8];
-        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[c]);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float2 pair = __bfloat1622float2(pairs[q]);
-          weights[2 * q] = pair.x;
-          weights[2 * q + 1] = pair.y;
-        }
-#pragma unroll
-        for (int r = 0; r < kGroup; ++r) {
-          if (r < group) {
-            const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
-            const float4 lo = e[0], hi = e[1];
-            sums[r] = fmaf(weights[0], lo.x, sums[r]);
-            sums[r] = fmaf(weights[1], lo.y, sums[r]);
-            sums[r] = fmaf(weights[2], lo.z, sums[r]);
-            sums[r] = fmaf(weights[3], lo.w, sums[r]);
-            sums[r] = fmaf(weights[4], hi.x, sums[r]);
-            sums[r] = fmaf(weights[5], hi.y, sums[r]);
-            sums[r] = fmaf(weights[6], hi.z, sums[r]);
-            sums[r] = fmaf(weights[7], hi.w, sums[r]);
-          }
+      for (int r = 0; r < G; ++r) {
+        if (r < group) {
+          const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
+          const float4 lo = e[0], hi = e[1];
+          sums[r] = fmaf(weights[0], lo.x, sums[r]);
+          sums[r] = fmaf(weights[1], lo.y, sums[r]);
+          sums[r] = fmaf(weights[2], lo.z, sums[r]);
+          sums[r] = fmaf(weights[3], lo.w, sums[r]);
+          sums[r] = fmaf(weights[4], hi.x, sums[r]);
+          sums[r] = fmaf(weights[5], hi.y, sums[r]);
+          sums[r] = fmaf(weights[6], hi.z, sums[r]);
+          sums[r] = fmaf(weights[7], hi.w, sums[r]);
         }
       }
     }
 #pragma unroll
-    for (int r = 0; r < kGroup; ++r) {
+    for (int r = 0; r < G; ++r) {
       for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
     }
-    if (part == 0 && id < chunk_end) {
+    if (part == 0 && ids[j] < V) {
+      const int64_t id = ids[j];
 #pragma unroll
-      for (int r = 0; r < kGroup; ++r) {
+      for (int r = 0; r < G; ++r) {
         if (r >= group || !active[r]) continue;
         const int i = first + r;
-        float logit = sums[r] + in.base_logits[(static_cast<int64_t>(i) * shape.gamma + slot) * V + id];
-        if (slot == in.requests[i].nan_logit_slot && id == V / 2) logit = NAN;
+        float logit = sums[r] + base[j][r];
+        if (id == V / 2 && slot == in.requests[i].nan_logit_slot) logit = NAN;
         in.markov[static_cast<int64_t>(i) * V + id] = logit;
         if (isfinite(logit)) best[r] = better(best[r], Best{static_cast<double>(logit), static_cast<int32_t>(id)});
         else flags |= 1 << r;
       }
     }
   }
-  // The chunk's best per request: over the warp's lanes, then the warps in order.
+  // The chunk's best per request: over the warp's lanes, then the warps.
 #pragma unroll
-  for (int r = 0; r < kGroup; ++r) {
+  for (int r = 0; r < G; ++r) {
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
       const Best other{__shfl_xor_sync(0xffffffffu, best[r].value, offset),
                        __shfl_xor_sync(0xffffffffu, best[r].id, offset)};
@@ -379,35 +420,43 @@ __global__ void __launch_bounds__(kLogitThreads) fused_logits_kernel(ScanStepInp
     const int r = threadIdx.x;
     Best chunk_best{0.0, -1};
     int nonfinite = 0;
-    for (int w = 0; w < kLogitWarps; ++w) {
+    for (int w = 0; w < kStepWarps; ++w) {
       chunk_best = better(chunk_best, warp_best[w][r]);
       nonfinite |= (warp_flags[w] >> r) & 1;
     }
-    ScanPartial& out = in.partials[static_cast<int64_t>(first + r) * gridDim.x + blockIdx.x];
+    ScanPartial& out = in.partials[static_cast<int64_t>(first + r) * chunks + blockIdx.x];
     out.value = chunk_best.value;
     out.id = chunk_best.id;
     out.nonfinite = nonfinite;
+    __threadfence();  // the partial is visible device-wide before this CTA's ticket
   }
-}
-
-// One CTA per request: the chunks' partials (in chunk order), then finish_step.
-__global__ void __launch_bounds__(kPickThreads) fused_finish_kernel(ScanStepInputs in, ScanShape shape, int slot,
-                                                                    int chunks) {
-  __shared__ PickScratch s;
-  const int i = blockIdx.x;
-  const DeviceScanRequest request = in.requests[i];
-  DeviceScanRecord& record = in.records[i];
-  if (record.status != kScanOk || slot >= request.depth) return;  // uniform over the block
-  Best greedy{0.0, -1};
-  int nonfinite = 0;
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    const ScanPartial partial = in.partials[static_cast<int64_t>(i) * chunks + c];
-    nonfinite |= partial.nonfinite;
-    greedy = better(greedy, Best{partial.value, partial.id});
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int ticket = atomicAdd(&in.tickets[blockIdx.y], 1u);
+    last = ticket == gridDim.x - 1;
   }
-  nonfinite = __syncthreads_or(nonfinite);
-  if (!nonfinite) greedy = block_best(greedy, s);
-  finish_step(in, shape, slot, i, request, record, nonfinite, greedy, s);
+  __syncthreads();
+  if (!last) return;
+  // The group's last CTA: every partial and corrected row of the group is written (each CTA fenced before its
+  // ticket); reads below go to L2 (__ldcg), never a stale L1 line.
+  __threadfence();
+  if (threadIdx.x == 0) in.tickets[blockIdx.y] = 0;  // ready for the next step (the next launch waits for this one)
+  for (int r = 0; r < group; ++r) {
+    if (!active[r]) continue;  // uniform over the block
+    const int i = first + r;
+    Best greedy{0.0, -1};
+    int nonfinite = 0;
+    const ScanPartial* partials = in.partials + static_cast<int64_t>(i) * chunks;
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+      nonfinite |= __ldcg(&partials[c].nonfinite);
+      greedy = better(greedy, Best{__ldcg(&partials[c].value), __ldcg(&partials[c].id)});
+    }
+    nonfinite = __syncthreads_or(nonfinite);
+    if (!nonfinite) greedy = block_best(greedy, s);
+    const DeviceScanRequest request = in.requests[i];
+    finish_step(in, shape, slot, i, request, in.records[i], nonfinite, greedy, s);
+    __syncthreads();
+  }
 }
 
 __global__ void __launch_bounds__(kPickThreads) draw_rows_kernel(const float* logits, int64_t vocab,
@@ -445,25 +494,24 @@ Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot
                   "the fused Markov scan takes a rank that is a multiple of 8 up to " +
                       std::to_string(kMaxFusedScanRank) + ", not " + std::to_string(shape.rank));
   }
-  LS_RETURN_IF_ERROR(markov_fused_logits(inputs, shape, slot, stream));
-  return markov_fused_finish(inputs, shape, slot, stream);
-}
-
-Status markov_fused_logits(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
-  if (inputs.count == 0) return ok_status();
   const int chunks = static_cast<int>(fused_scan_chunks(shape.vocab));
-  const dim3 grid(chunks, (inputs.count + kGroup - 1) / kGroup);
-  const size_t bytes = sizeof(float) * kGroup * shape.rank;
-  fused_logits_kernel<<<grid, kLogitThreads, bytes, stream>>>(inputs, shape, slot);
-  LS_CUDA_TRY_LAUNCH("markov_step_fused logits");
-  return ok_status();
-}
-
-Status markov_fused_finish(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
-  if (inputs.count == 0) return ok_status();
-  const int chunks = static_cast<int>(fused_scan_chunks(shape.vocab));
-  fused_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
-  LS_CUDA_TRY_LAUNCH("markov_step_fused finish");
+  const bool single = inputs.count == 1;
+  const int group = single ? 1 : kFusedScanGroup;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(chunks, (inputs.count + group - 1) / group);
+  config.blockDim = dim3(kStepThreads);
+  config.dynamicSmemBytes = sizeof(float) * group * shape.rank;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = inputs.programmatic ? 1 : 0;
+  if (single) {
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, scan_step_kernel<1>, inputs, shape, slot, chunks));
+  } else {
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, scan_step_kernel<kFusedScanGroup>, inputs, shape, slot, chunks));
+  }
   return ok_status();
 }
 

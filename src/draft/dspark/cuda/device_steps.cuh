@@ -1,0 +1,72 @@
+// Device steps shared by the drafter's kernels: the SwiGLU value of two rounded outputs, one row's residual + RMSNorm,
+// and the programmatic dependent launch controls (sm_90; no-ops before it).
+#pragma once
+
+#include <cuda_bf16.h>
+
+namespace ls::dspark::cuda {
+
+// bf16(bf16(silu(g)) * u) for bf16-exact g and u: the arithmetic of swiglu and swiglu_stacked.
+__device__ __forceinline__ __nv_bfloat16 swiglu_value(float g, float u) {
+  const float silu = __bfloat162float(__float2bfloat16_rn(g / (1.0f + expf(-g))));
+  return __float2bfloat16_rn(silu * u);
+}
+
+// A kernel launched with programmatic stream serialization may start while the previous kernel drains; it waits
+// here (for that kernel's completion and memory) before reading anything the previous kernels wrote. Without the
+// launch attribute the wait returns at once.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets a programmatically launched next kernel start its prologue (loads of weights no kernel writes) now.
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
+// Threads of one residual_norm_row (the reduction tree over them fixes the double sum's order).
+inline constexpr int kRowThreads = 256;
+
+// Row `row` of x [rows, width]: x = bf16(x + delta) (delta may be null: x as is), then y = bf16(weight *
+// bf16(x * inverse_rms)) with the sum of squares in double over a tree of kRowThreads threads. Every thread of the
+// CTA calls it (those at or past kRowThreads only join the barriers); `partial` is shared [kRowThreads / 32]. delta
+// is read through L2 (other CTAs of the same launch may have written it).
+__device__ __forceinline__ void residual_norm_row(__nv_bfloat16* x, const __nv_bfloat16* delta, int64_t row,
+                                                  int64_t width, const float* weight, float eps, __nv_bfloat16* y,
+                                                  double* partial) {
+  const bool lane_of_row = threadIdx.x < kRowThreads;
+  __nv_bfloat16* in = x + row * width;
+  const __nv_bfloat16* add = delta ? delta + row * width : nullptr;
+  double sum_squares = 0;
+  if (lane_of_row) {
+    for (int64_t i = threadIdx.x; i < width; i += kRowThreads) {
+      float value = __bfloat162float(in[i]);
+      if (add) {
+        value = __bfloat162float(__float2bfloat16_rn(value + __bfloat162float(__ldcg(add + i))));
+        in[i] = __float2bfloat16_rn(value);
+      }
+      sum_squares += static_cast<double>(value) * value;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum_squares;
+  }
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < kRowThreads / 32; ++w) total += partial[w];
+  const float mean = static_cast<float>(total / static_cast<double>(width));
+  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+  __nv_bfloat16* out = y + row * width;
+  if (lane_of_row) {
+    for (int64_t i = threadIdx.x; i < width; i += kRowThreads) {
+      const float value = __bfloat162float(in[i]);
+      out[i] = __float2bfloat16_rn(weight[i] * __bfloat162float(__float2bfloat16_rn(value * inverse_rms)));
+    }
+  }
+  __syncthreads();  // partial may be reused by the next row
+}
+
+}  // namespace ls::dspark::cuda
