@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/features.h"
 #include "compute/cuda/keyed_draw.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
 #include "draft/dspark/cuda/device_steps.cuh"
@@ -506,7 +507,7 @@ Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = inputs.programmatic ? 1 : 0;
+  config.numAttrs = inputs.programmatic && ls::cuda::cuda_features().pdl ? 1 : 0;  // not on the portable sm_80 path
   if (single) {
     LS_CUDA_TRY(cudaLaunchKernelEx(&config, scan_step_kernel<1>, inputs, shape, slot, chunks));
   } else {

@@ -9,6 +9,7 @@
 // the stacked gate/up output (the bits of gemm + swiglu_stacked), or bf16 then residual + RMSNorm by the last CTA. Every W load is issued before the kernel waits for
 // the previous one (programmatic dependent launch, sm_90): W is never written, x is read only after the wait.
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/features.h"
 #include "draft/dspark/cuda/draft_kernels.h"
 #include "draft/dspark/cuda/device_steps.cuh"
 
@@ -138,7 +139,7 @@ Status launch(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStrea
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = programmatic ? 1 : 0;
+  config.numAttrs = programmatic && ls::cuda::cuda_features().pdl ? 1 : 0;  // not on the portable sm_80 path
   LS_CUDA_TRY(cudaLaunchKernelEx(&config, skinny_kernel<NT, WARPS, EPILOGUE>, args));
   return ok_status();
 }
