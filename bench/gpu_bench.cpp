@@ -203,15 +203,29 @@ void decode_gemm_table(double bandwidth) {
     }
     cudaMemset(w, 0x3c, bytes * copies);
     cudaMemset(x, 0x3c, 16 * shape.k * 2);
+    // The norm prologue's inputs (h, delta, weight) and its residual output: x itself serves as h and delta.
+    void* h_out = nullptr;
+    if (cudaMalloc(&h_out, 16 * shape.k * 2) != cudaSuccess) std::exit(1);
+    cuda::DecodeNorm norm;
+    norm.h = static_cast<const bf16*>(x);
+    norm.delta = static_cast<const bf16*>(x);
+    norm.h_out = static_cast<bf16*>(h_out);
+    norm.weight = static_cast<const bf16*>(x);
+    norm.eps = 1e-5f;
+    const bool norm_fits = cuda::decode_norm_fits(1, shape.k);
     for (const int64_t m : {1, 4, 16}) {
+      // -3: the staged launch with the residual add + RMSNorm in its prologue (gate_up with SwiGLU; one-slice only),
       // -2: the fused gate_up GEMM + SwiGLU (w1|w3 only), -1: the engine's pick, then every variant
       const bool gate_up = shape.n == 16384;
-      for (int variant = gate_up ? -2 : -1; variant < cuda::decode_variant_count(); ++variant) {
+      for (int variant = norm_fits ? -3 : (gate_up ? -2 : -1); variant < cuda::decode_variant_count(); ++variant) {
+        if (variant == -2 && !gate_up) continue;
         auto run = [&](int copy) {
           const cuda::DeviceMatrix matrix{static_cast<const bf16*>(w) + copy * shape.n * shape.k, nullptr, shape.n,
                                           shape.k};
           const bf16* xb = static_cast<const bf16*>(x);
           bf16* yb = static_cast<bf16*>(y);
+          if (variant == -3 && gate_up) return cuda::gemm_decode_norm_swiglu(engine, norm, m, matrix, yb, stream);
+          if (variant == -3) return cuda::gemm_decode_norm(engine, norm, m, {&matrix, 1}, {&yb, 1}, stream);
           if (variant == -2) return cuda::gemm_decode_swiglu(engine, xb, m, matrix, yb, stream);
           return variant < 0 ? engine.gemm(xb, m, matrix, yb, nullptr, stream)
                              : cuda::gemm_decode_variant(variant, xb, m, matrix, yb, nullptr, stream);
@@ -240,7 +254,8 @@ void decode_gemm_table(double bandwidth) {
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
         const double us = median(times), gbs = bytes / (us * 1e3);
-        const std::string name = variant == -2 ? std::string("fused + swiglu")
+        const std::string name = variant == -3   ? std::string(gate_up ? "norm + staged swiglu" : "norm + staged")
+                                 : variant == -2 ? std::string("fused + swiglu")
                                  : variant < 0 ? std::string("auto: ") + engine.tile_name(m, shape.n, shape.k)
                                                : cuda::decode_variant_name(variant);
         std::printf("  %-22s %3lld %-20s %8.2f %8.0f %5.0f%%\n", shape.what, static_cast<long long>(m), name.c_str(),
@@ -250,6 +265,7 @@ void decode_gemm_table(double bandwidth) {
     cudaFree(w);
     cudaFree(x);
     cudaFree(y);
+    cudaFree(h_out);
   }
   const cudaError_t error = cudaDeviceSynchronize();
   if (error != cudaSuccess) std::printf("decode GEMM table: %s\n", cudaGetErrorString(error));

@@ -57,6 +57,8 @@ __global__ void rms_norm_kernel(const b16* x, int64_t rows, int width, const b16
 }
 
 __global__ void add_residual_kernel(b16* h, const b16* delta, int64_t count) {
+  let_next_kernel_start();
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     h[i] = __float2bfloat16_rn(__fadd_rn(to_f(h[i]), to_f(delta[i])));
@@ -362,8 +364,7 @@ Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, floa
 
 Status add_residual(bf16* h, const bf16* delta, int64_t count, cudaStream_t stream) {
   if (count <= 0) return ok_status();
-  add_residual_kernel<<<grid_for(count), 256, 0, stream>>>(dev(h), dev(delta), count);
-  return check_launch("add_residual_kernel");
+  return launch_programmatic(add_residual_kernel, dim3(grid_for(count)), 256, 0, stream, dev(h), dev(delta), count);
 }
 
 Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const bf16* weight, float eps, bf16* y,
