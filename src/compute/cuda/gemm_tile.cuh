@@ -129,15 +129,16 @@ __device__ __forceinline__ void store_tile(const GemmArgs& args, const float (&a
 }
 
 // The wgmma tiles (gemm_wgmma.cu, sm_90a): 128 rows as two warpgroups of 64, BN = 256 or 128 columns (LargeDuo: two
-// CTAs per SM, one slice only; LargePair, TMA only: 128x128 in clusters of two row tiles multicasting W).
-enum class WgmmaTile { Wide, Large, LargeDuo, LargePair };
+// CTAs per SM, one slice only; LargePair / WidePair, TMA only: clusters of two row tiles multicasting W).
+enum class WgmmaTile { Wide, Large, LargeDuo, LargePair, WidePair };
 constexpr int kMaxWgmmaColumnTiles = 65535;  // column tiles are the grid's y (row tiles its x)
 // Launches tile `tile` in `mode` (Sliced: Large only); InvalidArgument where it cannot run.
 Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);
 // Shared-memory opt-in of the wgmma kernels (once, outside capture).
 void allow_wgmma_shared();
-// The warp-specialised TMA wgmma tiles (gemm_tma.cu; Wide 128x256 s4, Large / LargePair 128x128 s6): Plain (one
-// slice), Sliced (Large, LargePair: the second register set) or Split (Wide, Large: a cluster of one CTA per slice).
+// The warp-specialised TMA wgmma tiles (gemm_tma.cu; Wide / WidePair 128x256 s4, Large / LargePair 128x128 s6):
+// Plain (one slice), Sliced (Large, LargePair: the second register set) or Split (Wide, Large: a cluster of one CTA
+// per slice).
 Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);
 void allow_tma_shared();
 // Whether this build holds sm_90a code for the wgmma kernels (else they are never chosen).

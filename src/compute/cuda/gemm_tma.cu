@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
   if (tid == 0) {
     for (int s = 0; s < T::STAGES; ++s) {
       barrier_init(full + s * 8, 1);
-      barrier_init(empty + s * 8, PAIR ? 2 * T::THREADS / 32 : T::THREADS);  // pair: one arrival per warp of both
+      barrier_init(empty + s * 8, PAIR ? 2 * T::THREADS : T::THREADS);  // pair: the consumers of both CTAs
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -203,10 +203,9 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
       if (step > 0) {
         const uint32_t release = empty + ((step - 1) % T::STAGES) * 8;
         if constexpr (PAIR) {
-          if ((tid & 31) == 0) {  // wgmma.wait_group is warpgroup-wide: the warp's reads of the stage are done
-            barrier_arrive(release);
-            barrier_arrive_peer(release, pair_rank ^ 1);
-          }
+          // Every consumer thread (one arrival per warp, under a lane branch, had ptxas serialise the wgmmas: C7515).
+          barrier_arrive(release);
+          barrier_arrive_peer(release, pair_rank ^ 1);
         } else {
           barrier_arrive(release);
         }
@@ -323,10 +322,15 @@ Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t 
   if (tile == WgmmaTile::LargeDuo)
     return Status(ErrorCode::InvalidArgument, "gemm: no two-CTA TMA tile");
   if (tile == WgmmaTile::LargePair) {
-    // One slice runs the sliced kernel too (its one slice sum is the result): the plain pair kernel had ptxas
-    // serialise its wgmmas (C7515).
-    if (mode == Mode::Split) return Status(ErrorCode::InvalidArgument, "gemm: the TMA pair tile has no split mode");
-    return launch_tma_tile<TmaLargeTile, Mode::Sliced, true>(args, stream);
+    if (mode == Mode::Split) return Status(ErrorCode::InvalidArgument, "gemm: the TMA pair tiles have no split mode");
+    return mode == Mode::Sliced ? launch_tma_tile<TmaLargeTile, Mode::Sliced, true>(args, stream)
+                                : launch_tma_tile<TmaLargeTile, Mode::Plain, true>(args, stream);
+  }
+  if (tile == WgmmaTile::WidePair) {
+    if (mode != Mode::Plain)
+      return Status(ErrorCode::InvalidArgument, "gemm: the TMA 128x256 pair tile runs one slice only, K = " +
+                                                    std::to_string(args.k));
+    return launch_tma_tile<TmaWideTile, Mode::Plain, true>(args, stream);
   }
   switch (mode) {
     case Mode::Sliced: return launch_tma_tile<TmaLargeTile, Mode::Sliced>(args, stream);
@@ -344,6 +348,8 @@ void allow_tma_shared() {
   allow_tma<TmaLargeTile, Mode::Sliced>();
   allow_tma<TmaLargeTile, Mode::Split>();
   allow_tma<TmaLargeTile, Mode::Sliced, true>();
+  allow_tma<TmaLargeTile, Mode::Plain, true>();
+  allow_tma<TmaWideTile, Mode::Plain, true>();
 }
 
 }  // namespace ls::cuda::gemm_detail
