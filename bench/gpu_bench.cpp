@@ -386,16 +386,6 @@ int main(int argc, char** argv) {
     unfused_ms = ms_since(start) / o.decode_tokens;
     target->set_decode_norm_fusion(true);
   }
-  if (o.decode_only) {
-    std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms\n",
-                o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms);
-    if (o.decode_unfused) std::printf("  decode step, norm launches (unfused)  %.3f ms\n", unfused_ms);
-    for (auto [config, ms] : staged_ms)
-      std::printf("  decode step, narrow GEMMs %-16s %.3f ms (ratio %.2f)\n",
-                  cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + config),
-                  ms, floor_ms / ms);
-    return 0;
-  }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);
   target->reset_profile();
@@ -409,6 +399,17 @@ int main(int argc, char** argv) {
   const double profiled_ms = ms_since(profiled_start) / profiled;
   std::vector<std::pair<std::string, double>> decode_profile = target->profile();
   target->set_profiling(false);
+  if (o.decode_only) {
+    std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms\n",
+                o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms);
+    if (o.decode_unfused) std::printf("  decode step, norm launches (unfused)  %.3f ms\n", unfused_ms);
+    for (auto [config, ms] : staged_ms)
+      std::printf("  decode step, narrow GEMMs %-16s %.3f ms (ratio %.2f)\n",
+                  cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + config),
+                  ms, floor_ms / ms);
+    for (const auto& [kind, ms] : decode_profile) std::printf("  profile %-24s %8.3f ms\n", kind.c_str(), ms / profiled);
+    return 0;
+  }
 
   // Verify windows of r rows on the same stream, vs one row.
   std::vector<std::pair<int, double>> verify_ms;
