@@ -246,8 +246,8 @@ void profile_cuda(dspark::cuda::CudaDsparkDrafter& drafter, int depth, const std
 // The CUDA drafter: load, absorb of the context, then draft passes by streams (1..64) and depth, device times.
 // graphs: "on", "off" or "both" (each (streams, depth) timed eagerly and through CUDA graphs, after 2 untimed passes).
 // attention: the variants to time ("auto" or a list of warp, tile, split); scan: "fused", "gemm" or "both".
-// "on", "off" or "both" -> the values to run.
-std::vector<bool> parse_switch(const std::string& text, const char* on_name, const char* off_name) {
+// "both" -> {true, false}; else whether `text` is `on_name`.
+std::vector<bool> parse_switch(const std::string& text, const char* on_name) {
   if (text == "both") return {true, false};
   return {text == on_name};
 }
@@ -293,8 +293,8 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (const auto& [scan_name, fused] : parse_scan(scan))
     for (const bool engine : engine_gemms == "both" ? std::vector<bool>{false, true}
                                                     : std::vector<bool>{engine_gemms == "on"})
-    for (const bool skinny_on : parse_switch(skinny, "on", "off"))
-    for (const bool tuned : parse_switch(launch, "tuned", "plain"))
+    for (const bool skinny_on : parse_switch(skinny, "on"))
+    for (const bool tuned : parse_switch(launch, "tuned"))
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
       if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
       drafter.set_graphs(graphed);
