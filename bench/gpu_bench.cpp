@@ -7,6 +7,8 @@
 //   --decode-staged 0,1,..      also time the decode step with the narrow decode GEMMs on each staged configuration
 //   --decode-only               stop after the decode rows
 //   --decode-unfused            also time the decode step with the norm launches (norms not in the GEMM prologues)
+//   --decode-norm-configs 0,12  also time it with the norm launches on staged configurations g * 10 + s (group g,
+//                               SwiGLU s; set_decode_norm_configs)
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -48,6 +50,7 @@ struct Options {
   std::vector<int> decode_staged;  // staged decode GEMM configurations to time the decode step with (A/B)
   bool decode_only = false;        // stop after the decode rows
   bool decode_unfused = false;     // also time the decode step with the norm launches (no norms in GEMM prologues)
+  std::vector<int> decode_norm_configs;  // norm launch configurations g * 10 + s to time the decode step with
 };
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
@@ -292,6 +295,7 @@ int main(int argc, char** argv) {
     else if (arg == "--decode-staged") o.decode_staged = parse_list(next());
     else if (arg == "--decode-only") o.decode_only = true;
     else if (arg == "--decode-unfused") o.decode_unfused = true;
+    else if (arg == "--decode-norm-configs") o.decode_norm_configs = parse_list(next());
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
                            "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
@@ -374,6 +378,22 @@ int main(int argc, char** argv) {
   cuda::set_decode_staged_pick(-1);
   target->set_graphs(false);
   target->set_graphs(true);
+  std::vector<std::pair<int, double>> norm_config_ms;
+  for (const int gs : o.decode_norm_configs) {
+    cuda::set_decode_norm_configs(gs / 10, gs % 10);
+    target->set_graphs(false);
+    target->set_graphs(true);
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < o.decode_tokens; ++i) {
+      w.tokens = std::span<const int32_t>(&steps[i], 1);
+      check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
+      check(target->commit(1, 1), "commit");
+    }
+    norm_config_ms.push_back({gs, ms_since(start) / o.decode_tokens});
+  }
+  cuda::set_decode_norm_configs(0, 2);
+  target->set_graphs(false);
+  target->set_graphs(true);
   double unfused_ms = 0;
   if (o.decode_unfused) {
     target->set_decode_norm_fusion(false);
@@ -403,6 +423,11 @@ int main(int argc, char** argv) {
     std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms\n",
                 o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms);
     if (o.decode_unfused) std::printf("  decode step, norm launches (unfused)  %.3f ms\n", unfused_ms);
+    for (auto [gs, ms] : norm_config_ms)
+      std::printf("  decode step, norm launches on %s / %s: %.3f ms\n",
+                  cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + gs / 10),
+                  cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + gs % 10),
+                  ms);
     for (auto [config, ms] : staged_ms)
       std::printf("  decode step, narrow GEMMs %-16s %.3f ms (ratio %.2f)\n",
                   cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + config),

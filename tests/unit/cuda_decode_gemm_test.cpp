@@ -252,11 +252,14 @@ TEST(CudaDecodeGemm, TheNormInTheGemmPrologueGivesTheBitsOfTheNormLaunchThenTheG
         norm.h_out = with_delta ? h_out.data() : nullptr;
         norm.weight = c.weight.data();
         norm.eps = 1e-5f;
+        const int config = static_cast<int>(m + k) % decode_staged_config_count();  // every configuration in turn
+        set_decode_norm_configs(config, 2);
         ASSERT_TRUE(gemm_decode_norm(engine, norm, m, ws, got_ptr, nullptr).ok());
+        set_decode_norm_configs(0, 2);
         for (size_t i = 0; i < ns.size(); ++i) {
           const std::vector<bf16> a = download(got[i], m * ns[i]), b = download(want[i], m * ns[i]);
           EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(bf16) * a.size()), 0)
-              << "K " << k << " m " << m << " delta " << with_delta << " matrix " << i;
+              << "K " << k << " m " << m << " delta " << with_delta << " matrix " << i << " config " << config;
         }
         if (with_delta) {
           const std::vector<bf16> a = download(h_out, m * k), b = download(c.h_plain, m * k);
@@ -269,8 +272,9 @@ TEST(CudaDecodeGemm, TheNormInTheGemmPrologueGivesTheBitsOfTheNormLaunchThenTheG
     auto gate_up = upload(to_bf16(random_values(2 * f * k, 71 + k, 0.5f)));
     auto gate_up_bias = upload(random_values(2 * f, 72));
     const DeviceMatrix gu{gate_up.data(), gate_up_bias.data(), 2 * f, k};
-    for (const int64_t m : {1, 5, 16}) {
+    for (const int64_t m : {1, 5, 16, 3}) {
       NormCase c = norm_case(m, k, true, 80 + m + k);
+      set_decode_norm_configs(0, m == 3 || m == 16 ? 3 : 2);  // both 16-column configurations
       auto want = poisoned<bf16>(m * f), got = poisoned<bf16>(m * f), h_out = poisoned<bf16>(m * k);
       ASSERT_TRUE(gemm_decode_swiglu(engine, c.u.data(), m, gu, want.data(), nullptr).ok());
       DecodeNorm norm;
@@ -280,6 +284,7 @@ TEST(CudaDecodeGemm, TheNormInTheGemmPrologueGivesTheBitsOfTheNormLaunchThenTheG
       norm.weight = c.weight.data();
       norm.eps = 1e-5f;
       ASSERT_TRUE(gemm_decode_norm_swiglu(engine, norm, m, gu, got.data(), nullptr).ok());
+      set_decode_norm_configs(0, 2);
       const std::vector<bf16> a = download(got, m * f), b = download(want, m * f);
       EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(bf16) * a.size()), 0) << "swiglu K " << k << " m " << m;
       const std::vector<bf16> ha = download(h_out, m * k), hb = download(c.h_plain, m * k);

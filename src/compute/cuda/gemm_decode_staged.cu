@@ -280,6 +280,23 @@ Status launch_staged_config(const GemmArgs& args, int sm_count, int fallback, cu
   return launch_staged_kernel<WARPS, TILES, false>(launch, stream);
 }
 
+// The norm launches' configurations (kStagedNames; SwiGLU takes the 16-column ones, 2 or 3).
+int norm_group_config = 0, norm_swiglu_config = 2;
+
+Status launch_staged_index(int config, bool swiglu, StagedLaunch& launch, cudaStream_t stream) {
+  if (swiglu) {
+    if (config == 3) return launch_staged_kernel<2, 2, true>(launch, stream);
+    return launch_staged_kernel<1, 2, true>(launch, stream);
+  }
+  switch (config) {
+    case 0: return launch_staged_kernel<1, 1, false>(launch, stream);
+    case 1: return launch_staged_kernel<2, 1, false>(launch, stream);
+    case 2: return launch_staged_kernel<1, 2, false>(launch, stream);
+    case 3: return launch_staged_kernel<2, 2, false>(launch, stream);
+    default: return launch_staged_kernel<4, 1, false>(launch, stream);
+  }
+}
+
 template <int WARPS, int TILES, bool SWIGLU>
 void allow_staged_kernel_shared(int optin_bytes) {
   cudaFuncSetAttribute(decode_staged_kernel<WARPS, TILES, 8, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -312,6 +329,7 @@ void allow_staged_shared(int optin_bytes) {
   allow_staged_kernel_shared<2, 2, false>(optin_bytes);
   allow_staged_kernel_shared<4, 1, false>(optin_bytes);
   allow_staged_kernel_shared<1, 2, true>(optin_bytes);
+  allow_staged_kernel_shared<2, 2, true>(optin_bytes);
 }
 
 }  // namespace ls::cuda::gemm_detail
@@ -319,10 +337,15 @@ void allow_staged_shared(int optin_bytes) {
 namespace ls::cuda {
 
 bool decode_norm_fits(int64_t m, int64_t k) {
-  // the widest launch (gate_up + SwiGLU: 16 weight rows) must fit the device's shared memory
+  // the widest launch (2 warps x 16 weight rows) must fit the device's shared memory
   return m >= 1 && m <= 16 && k >= 8 && k % 8 == 0 && k <= gemm_detail::kUnslicedK &&
-         gemm_detail::staged_shared_bytes(1, 2, static_cast<int>(m), static_cast<int>(k)) <=
+         gemm_detail::staged_shared_bytes(2, 2, static_cast<int>(m), static_cast<int>(k)) <=
              gemm_detail::optin_shared_bytes;
+}
+
+void set_decode_norm_configs(int group_config, int swiglu_config) {
+  gemm_detail::norm_group_config = group_config >= 0 && group_config < gemm_detail::kStagedConfigs ? group_config : 0;
+  gemm_detail::norm_swiglu_config = swiglu_config == 3 ? 3 : 2;
 }
 
 namespace {
@@ -372,7 +395,7 @@ Status gemm_decode_norm(const GemmEngine& engine, const DecodeNorm& norm, int64_
                                            reinterpret_cast<__nv_bfloat16*>(ys[i]), nullptr, static_cast<int>(m),
                                            static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
   }
-  return gemm_detail::launch_staged_kernel<1, 1, false>(launch, stream);
+  return gemm_detail::launch_staged_index(gemm_detail::norm_group_config, false, launch, stream);
 }
 
 Status gemm_decode_norm_swiglu(const GemmEngine& engine, const DecodeNorm& norm, int64_t m,
@@ -388,7 +411,7 @@ Status gemm_decode_norm_swiglu(const GemmEngine& engine, const DecodeNorm& norm,
   launch.args[0] = gemm_detail::GemmArgs{nullptr, reinterpret_cast<const __nv_bfloat16*>(gate_up.w), gate_up.bias,
                                          reinterpret_cast<__nv_bfloat16*>(act), nullptr, static_cast<int>(m),
                                          static_cast<int>(gate_up.rows), static_cast<int>(gate_up.cols), 0};
-  return gemm_detail::launch_staged_kernel<1, 2, true>(launch, stream);
+  return gemm_detail::launch_staged_index(gemm_detail::norm_swiglu_config, true, launch, stream);
 }
 
 }  // namespace ls::cuda
