@@ -6,6 +6,7 @@
 # to $OUT; a summary table is printed last. Every step has a timeout inside one overall budget (LS_BUDGET_S).
 #
 #   here:     scripts/gpu-check.sh --stage          # build-gpu.sh, then .gpu/bin/binaries.tar.xz (carry .gpu/bin)
+#             LS_SM80=0 skips the second, portable set (compute_80 PTX only: tests + gpu_bench, in sm80/)
 #   GPU:      scripts/gpu-check.sh                   # OUT=$OUT from the device tool; LS_BIN=.gpu/bin
 #   extras:   .gpu/extra/NAME.sh run last, each under LS_EXTRA_S seconds (carry .gpu/extra too)
 #   dry run:  LS_DEVICE=cpu LS_BIN=build-gb OUT=/tmp/gc-out scripts/gpu-check.sh   # CPU binaries, tiny shapes
@@ -13,24 +14,27 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # --stage [DIR]: build here, then pack the stripped binaries (about 17 MB, too big to carry beside the 55 MB tree)
-# as DIR/binaries.tar.xz (a few MB); the run unpacks it into $LS_WORK.
+# as DIR/binaries.tar.xz (a few MB); the run unpacks it into $LS_WORK. A second set, lanespark_cuda_tests and
+# gpu_bench built for compute_80 PTX only (LS_CUDA_ARCHS=80-ptx, folder ${build}-sm80), goes in sm80/: on the H200
+# the driver JIT-compiles it, so every kernel takes its portable sm_80 path (issue 8).
 if [ "${1:-}" = "--stage" ]; then
   set -e
   stage=${2:-.gpu/bin}
   unpacked=.gpu/gpu-check-build
   export PATH=/usr/local/cuda/bin:$PATH
   build=${LS_GPU_BUILD_DIR:-build-gpu}
-  # CMake 3.25 has no C++20 flag for nvcc, so a fresh folder fails the CUDA20 dialect check: seed the flag before
-  # build-gpu.sh configures (a folder configured without it is reconfigured from scratch).
-  if ! grep -qs cuda_std_20 "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake; then
-    rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
-    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLS_CUDA=ON \
-      "-DLS_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a" \
-      -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 >/dev/null
-  fi
-  export LS_GPU_BUILD_DIR=$build
   rm -rf "$unpacked"
-  scripts/build-gpu.sh "$unpacked" lanespark lanespark_cuda_tests gpu_bench lanes_bench drafter_bench cuda_gemm_bench
+  LS_CUDA_ARCHS=90a LS_GPU_BUILD_DIR=$build scripts/build-gpu.sh "$unpacked" lanespark lanespark_cuda_tests gpu_bench \
+    lanes_bench drafter_bench cuda_gemm_bench
+  if [ "${LS_SM80:-1}" != 0 ]; then  # a failure here leaves the sm80 steps "missing", not the Hopper set unstaged
+    if LS_CUDA_ARCHS=80-ptx LS_GPU_BUILD_DIR=$build-sm80 scripts/build-gpu.sh "$unpacked/sm80" lanespark_cuda_tests \
+      gpu_bench; then
+      rm -rf "$unpacked/sm80/lib"  # the run's LD_LIBRARY_PATH has $BIN/lib
+    else
+      echo "gpu-check --stage: the sm80 (80-ptx) set did not build; its steps will be skipped" >&2
+      rm -rf "$unpacked/sm80"
+    fi
+  fi
   { git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)"; } \
     >"$unpacked/COMMIT" || true
   mkdir -p "$stage"
@@ -133,6 +137,10 @@ else
 fi
 LANESPARK=$(bin lanespark)
 J="$WORK/json"
+# The portable sm_80 set (--stage packs it in sm80/): compute_80 PTX that the driver JIT-compiles for this GPU (once;
+# the JIT cache keeps the kernels for the later steps).
+sm80_bin() { if [ -x "$BIN/sm80/$1" ]; then echo "$BIN/sm80/$1"; else echo "missing-sm80/$1"; fi; }
+export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$WORK/jit-cache} CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 rm -f "$J"/*.json
 
 # 1. The CUDA test binary (the CPU dry run has none: the synthetic-acceptance and real-target lanes tests stand in).
@@ -142,6 +150,12 @@ else
   step cpu_tests 150 "$J/cuda_tests.json" "$(bin lanespark_tests)" --gtest_output="json:$J/cuda_tests.json" \
     --gtest_filter='SyntheticAcceptance*:AcceptanceProfile*'
 fi
+# 1b. The portable sm_80 path (issue 8): the whole CUDA suite again from the compute_80-PTX binary, where no sm_90
+# feature may run (CudaFeatures.* checks that), so batch invariance, parity and drafted == plain hold on it too.
+if [ "$DEVICE" = cuda ]; then
+  step sm80_cuda_tests 200 "$J/sm80_cuda_tests.json" "$(sm80_bin lanespark_cuda_tests)" \
+    --gtest_output="json:$J/sm80_cuda_tests.json"
+fi
 
 # 2. lfm2.5-1.2b: synth target + drafter, gpu_bench, lanes_bench with synthetic acceptance.
 M12="$WORK/lfm2.5-1.2b"
@@ -149,6 +163,9 @@ step synth_1.2b 90 - "$LANESPARK" synth --shape lfm2.5-1.2b --out "$M12" --draft
   "${SMALL_SYNTH[@]}" "${SMALL_DRAFTER[@]}"
 if [ "$DEVICE" = cuda ]; then
   step gpu_bench_1.2b 90 "$J/gpu_bench_1.2b.json" "$(bin gpu_bench)" --model "$M12" --json "$J/gpu_bench_1.2b.json"
+  # The sm_80 path's rows: decode (1 stream, 16 streams, verify 1 and 16 rows) and prefill 2048 on the same model.
+  step sm80_gpu_bench_1.2b 90 "$J/sm80_gpu_bench_1.2b.json" "$(sm80_bin gpu_bench)" --model "$M12" --verify 1,16 \
+    --json "$J/sm80_gpu_bench_1.2b.json"
 else
   step cpu_bench_1.2b 90 "$J/gpu_bench_1.2b.json" "$(bin cpu_bench)" --model "$M12" --threads 2 --repeats 1 \
     --decode-tokens 4 --prefill 32 --verify 1,4 --json "$J/gpu_bench_1.2b.json"
@@ -226,7 +243,7 @@ print("\n== gpu-check summary: commit %s\n== %s" % (combined["commit"], combined
 print("\n| step | status | s |\n|---|---|---|")
 for entry in steps:
     print("| %s | %s | %d |" % (entry["name"], entry["status"], entry["seconds"]))
-for name in ("cuda_tests", "cpu_tests"):
+for name in ("cuda_tests", "sm80_cuda_tests", "cpu_tests"):
     tests = results.get(name)
     if tests:
         cases = [case for suite in tests.get("testsuites", []) for case in suite.get("testsuite", [])]
@@ -235,7 +252,7 @@ for name in ("cuda_tests", "cpu_tests"):
         print("\n%s: %s tests, %s failures, %d skipped %s" % (name, tests.get("tests"), tests.get("failures"), skipped,
               ("FAILED: " + ", ".join(failed[:12])) if failed else ""))
 for name, tables in results.items():
-    if not name.startswith(("gpu_bench", "cpu_bench")):
+    if not name.startswith(("gpu_bench", "cpu_bench", "sm80_gpu_bench")):
         continue
     flat = {key: value for key, value in tables.items() if isinstance(value, (int, float, str)) and len(str(value)) < 60}
     print("\n%s: %s" % (name, ", ".join("%s=%s" % item for item in list(flat.items())[:16])))
@@ -247,6 +264,11 @@ for name, tables in results.items():
               tables.get("prefill_tokens"), tables["prefill_ms"], 100.0 * tables["cublas_prefill_ms"] / tables["prefill_ms"]))
     if tables.get("verify_ms"):
         print("  verify ms by rows: " + ", ".join("%s: %.3f" % item for item in tables["verify_ms"].items()))
+hopper, portable = results.get("gpu_bench_1.2b") or {}, results.get("sm80_gpu_bench_1.2b") or {}
+for key, what in (("decode_ms", "decode 1 stream"), ("prefill_ms", "prefill")):
+    if hopper.get(key) and portable.get(key):
+        print("sm_80 path (compute_80 PTX) vs sm_90a, 1.2b %s: %.3f ms vs %.3f ms (%.2fx)" % (what, portable[key],
+              hopper[key], portable[key] / hopper[key]))
 for name, bench in results.items():
     if bench.get("bench") != "lanes":
         continue
