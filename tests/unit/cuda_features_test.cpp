@@ -88,7 +88,8 @@ TEST(CudaFeatures, LsCudaPortableIsOnForAnyValueButEmptyAndZero) {
 // slices than a cluster holds.
 std::vector<std::string> tile_names(const GemmEngine& engine) {
   std::vector<std::string> names;
-  const std::vector<int64_t> rows = {1, 2, 5, 8, 12, 16, 17, 32, 64, 65, 100, 128, 129, 256, 300, 512, 1000, 2048, 4096};
+  const std::vector<int64_t> rows = {1, 2, 5, 8, 12, 16, 17, 32, 64, 65,
+                                     100, 128, 129, 256, 300, 512, 1000, 2048, 4096};
   const std::vector<int64_t> outputs = {64, 512, 1000, 2048, 6144, 8192, 16384, 65536};
   const std::vector<int64_t> depths = {72, 1024, 2048, 2056, 4096, 8192, 9216};
   for (int tile = -1; tile < GemmEngine::tile_count(); ++tile) {

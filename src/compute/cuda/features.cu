@@ -42,7 +42,8 @@ CudaFeatures probe() {
   bool ran = cudaMalloc(&out, sizeof(host)) == cudaSuccess;
   if (ran) {
     probe_code_kernel<<<1, 1>>>(out);
-    ran = cudaGetLastError() == cudaSuccess && cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost) == cudaSuccess;
+    ran = cudaGetLastError() == cudaSuccess &&
+          cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost) == cudaSuccess;
     cudaFree(out);
   }
   cudaGetLastError();

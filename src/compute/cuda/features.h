@@ -17,7 +17,7 @@ struct CudaFeatures {
   int binary_version = 0;         // the probe kernel's cudaFuncAttributes, for logs: SASS arch x 10 ...
   int ptx_version = 0;            // ... and the virtual arch it came from
   bool forced_portable = false;   // LS_CUDA_PORTABLE asked for the portable path
-  int shared_optin = 0;           // shared memory a block may opt into, bytes (227 KB on 9.0, 163 on 8.0, 99 on 8.6/8.9)
+  int shared_optin = 0;           // shared memory a block may opt into: 227 KB on 9.0, 163 on 8.0, 99 on 8.6 / 8.9
   bool wgmma = false;             // wgmma tiles: sm_90a code on a 9.0 device
   bool tma = false;               // cp.async.bulk.tensor + mbarrier: sm_90 code on a 9.x+ device
   bool clusters = false;          // thread-block clusters and distributed shared memory (the split-mode GEMM)
