@@ -195,7 +195,8 @@ TEST(CudaDrafter, TheResidualNormAndStackedSwigluKernelsGiveTheUnfusedBits) {
 // contexts 5 / 40 / 300, layer 1 of 2; the split scratch and every output poisoned first): every output written
 // and finite, and each within a few bf16 ulps of the warp kernel (they differ only in how fp32 sums over keys are
 // grouped; the split one also combines its chunks' sums of exponentials). Split runs 32 chunks here, so a chunk
-// of the 12-key context is empty or holds a single key.
+// of the 12-key context is empty or holds a single key. The two-launch split (ticketed combine) gives the
+// three-launch bits.
 TEST(CudaDrafter, TheTileAndSplitAttentionKernelsAgreeWithTheWarpKernel) {
   LS_SKIP_WITHOUT_DEVICE();
   for (const int head_dim : {64, 32}) {
@@ -255,6 +256,23 @@ TEST(CudaDrafter, TheTileAndSplitAttentionKernelsAgreeWithTheWarpKernel) {
                                             cuda::SplitAttentionScratch{stats.data(), partials.data()},
                                             reinterpret_cast<cuda::bf16_t*>(split_out.data()), nullptr)
                     .ok());
+    // The two-launch split (the last CTA of each request and KV head adds the chunks) gives the three-launch bits,
+    // twice on one set of tickets (each last CTA resets its ticket).
+    auto tickets = ls::cuda::testing::upload(std::vector<unsigned int>(count * dims.kv_heads, 0u));
+    for (int run = 0; run < 2; ++run) {
+      auto two_launch_out = ls::cuda::testing::poisoned<bf16>(outputs);
+      ASSERT_TRUE(cuda::block_attention_split(q, device_requests.data(), count, gamma, dims, layer,
+                                              cuda::SplitAttentionScratch{stats.data(), partials.data(),
+                                                                          tickets.data()},
+                                              reinterpret_cast<cuda::bf16_t*>(two_launch_out.data()), nullptr)
+                      .ok());
+      const std::vector<bf16> two = ls::cuda::testing::download(two_launch_out, outputs);
+      std::vector<bf16> three(outputs);
+      ASSERT_EQ(cudaMemcpy(three.data(), split_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(count_bitwise_equal(two, three), static_cast<int>(outputs)) << "run " << run;
+      EXPECT_EQ(ls::cuda::testing::download(tickets, count * dims.kv_heads),
+                std::vector<unsigned int>(count * dims.kv_heads, 0u));
+    }
     std::vector<bf16> warp(outputs), tile(outputs), split(outputs);
     ASSERT_EQ(cudaMemcpy(warp.data(), warp_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(tile.data(), tile_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);

@@ -143,7 +143,9 @@ template <int kHeadDim, bool kValues>
 __global__ void __launch_bounds__(kTileThreads) attention_split_kernel(const bf16_t* q,
                                                                        const DeviceBlockRequest* requests, int gamma,
                                                                        AttentionDims dims, int layer, int chunks,
-                                                                       float* stats, float* partials) {
+                                                                       float* stats, float* partials,
+                                                                       unsigned int* tickets, bf16_t* combined) {
+  if (kValues) let_next_kernel_start();  // the o_proj GEMM may start loading its weights
   constexpr int kStride = kHeadDim + 1;
   constexpr int kOutputsPerThread = kMaxTileRows * kHeadDim / kTileThreads;
   extern __shared__ float shared[];
@@ -269,6 +271,22 @@ __global__ void __launch_bounds__(kTileThreads) attention_split_kernel(const bf1
     if (output >= rows * kHeadDim) break;
     out[output] = accumulated[k];
   }
+  if (!tickets) return;
+  // The pair's last CTA adds the chunks' partials in chunk order and rounds once (attention_combine_kernel's sums).
+  __shared__ int last;
+  __threadfence();  // this chunk's partials are visible device-wide before its ticket
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&tickets[pair_index], 1u) == static_cast<unsigned int>(chunks) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x == 0) tickets[pair_index] = 0;  // ready for the next launch
+  const float* first_chunk = partials + static_cast<int64_t>(pair_index) * chunks * rows * kHeadDim;
+  for (int output = threadIdx.x; output < rows * kHeadDim; output += blockDim.x) {
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; ++c) sum += __ldcg(first_chunk + static_cast<int64_t>(c) * rows * kHeadDim + output);
+    combined[global_row(output / kHeadDim) * kHeadDim + output % kHeadDim] = __float2bfloat16_rn(sum);
+  }
 }
 
 // One thread per output (request, slot, head, dim): the chunks' partials added in chunk order, rounded once.
@@ -327,16 +345,19 @@ Status block_attention_split(const bf16_t* q, const DeviceBlockRequest* requests
   const dim3 grid(count * dims.kv_heads * chunks), block(kTileThreads);
   if (dims.head_dim == 32) {
     attention_split_kernel<32, false><<<grid, block, bytes, stream>>>(q, requests, gamma, dims, layer, chunks,
-                                                                      scratch.stats, scratch.partials);
+                                                                      scratch.stats, scratch.partials, nullptr,
+                                                                      nullptr);
     attention_split_kernel<32, true><<<grid, block, bytes, stream>>>(q, requests, gamma, dims, layer, chunks,
-                                                                     scratch.stats, scratch.partials);
+                                                                     scratch.stats, scratch.partials,
+                                                                     scratch.tickets, out);
   } else {
     attention_split_kernel<kMaxTileHeadDim, false><<<grid, block, bytes, stream>>>(
-        q, requests, gamma, dims, layer, chunks, scratch.stats, scratch.partials);
+        q, requests, gamma, dims, layer, chunks, scratch.stats, scratch.partials, nullptr, nullptr);
     attention_split_kernel<kMaxTileHeadDim, true><<<grid, block, bytes, stream>>>(
-        q, requests, gamma, dims, layer, chunks, scratch.stats, scratch.partials);
+        q, requests, gamma, dims, layer, chunks, scratch.stats, scratch.partials, scratch.tickets, out);
   }
   LS_CUDA_TRY_LAUNCH("block_attention_split sweeps");
+  if (scratch.tickets) return ok_status();
   const int64_t outputs = static_cast<int64_t>(count) * gamma * dims.heads * dims.head_dim;
   attention_combine_kernel<<<static_cast<int>((outputs + 255) / 256), 256, 0, stream>>>(scratch.partials, count,
                                                                                          gamma, dims, chunks, out);

@@ -167,11 +167,24 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
   for (const auto& entry : activations) LS_RETURN_IF_ERROR(entry.buffer->allocate(entry.count, entry.name, counted));
   LS_RETURN_IF_ERROR(s.base_logits.allocate(rows * c.vocab_size, "block logits", counted));
   LS_RETURN_IF_ERROR(s.markov_logits.allocate(n * c.vocab_size, "markov logits", counted));
-  LS_RETURN_IF_ERROR(s.tokens.allocate(rows, "block tokens", counted));
-  LS_RETURN_IF_ERROR(s.positions.allocate(rows, "block positions", counted));
-  LS_RETURN_IF_ERROR(s.block_requests.allocate(n, "block requests", counted));
-  LS_RETURN_IF_ERROR(s.scan_requests.allocate(n, "scan requests", counted));
-  LS_RETURN_IF_ERROR(s.records.allocate(n, "scan records", counted));
+  {
+    const size_t sizes[5] = {rows * sizeof(int32_t), rows * sizeof(int32_t), n * sizeof(DeviceBlockRequest),
+                             n * sizeof(DeviceScanRequest), n * sizeof(DeviceScanRecord)};
+    size_t total = 0;
+    for (int part = 0; part < 5; ++part) {
+      s.offsets[part] = total;
+      total += (sizes[part] + 255) / 256 * 256;
+    }
+    LS_RETURN_IF_ERROR(s.inputs.allocate(total, "pass inputs", counted));
+    LS_RETURN_IF_ERROR(counted.step("pinned staging"));
+    LS_RETURN_IF_ERROR(staging_.reserve(total));
+    uint8_t* base = s.inputs.data();
+    s.tokens.pointer = reinterpret_cast<int32_t*>(base + s.offsets[0]);
+    s.positions.pointer = reinterpret_cast<int32_t*>(base + s.offsets[1]);
+    s.block_requests.pointer = reinterpret_cast<DeviceBlockRequest*>(base + s.offsets[2]);
+    s.scan_requests.pointer = reinterpret_cast<DeviceScanRequest*>(base + s.offsets[3]);
+    s.records.pointer = reinterpret_cast<DeviceScanRecord*>(base + s.offsets[4]);
+  }
   LS_RETURN_IF_ERROR(s.scan_partials.allocate(n * fused_scan_chunks(c.vocab_size), "scan partials", counted));
   LS_RETURN_IF_ERROR(s.scan_tickets.upload(std::vector<unsigned int>(fused_scan_groups(static_cast<int>(n)), 0u),
                                            "scan tickets", counted));
@@ -184,6 +197,8 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
     LS_RETURN_IF_ERROR(s.attention_partials.allocate(
         static_cast<size_t>(split_attention_partial_floats(most, c.block_size, dims)), "attention partials",
         counted));
+    LS_RETURN_IF_ERROR(s.attention_tickets.upload(std::vector<unsigned int>(n * c.num_kv_heads, 0u),
+                                                  "attention tickets", counted));
   }
   if (absorb_.taps.size() == 0) {
     constexpr size_t kChunk = 128;
@@ -302,19 +317,22 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   Status status = reserve_scratch(count, nullptr);
   if (!status.ok()) return fail_all(status);
   const cudaStream_t stream = stream_.get();
+  // The five inputs into pinned staging in the device layout, then one copy up to the end of the records used.
   const struct {
-    void* to;
     const void* from;
     size_t bytes;
-  } uploads[] = {{scratch_.tokens.data(), tokens.data(), tokens.size() * sizeof(int32_t)},
-                 {scratch_.positions.data(), positions.data(), positions.size() * sizeof(int32_t)},
-                 {scratch_.block_requests.data(), blocks.data(), blocks.size() * sizeof(DeviceBlockRequest)},
-                 {scratch_.scan_requests.data(), scans.data(), scans.size() * sizeof(DeviceScanRequest)},
-                 {scratch_.records.data(), records_.data(), records_.size() * sizeof(DeviceScanRecord)}};
-  for (const auto& upload : uploads) {
-    const cudaError_t error = cudaMemcpyAsync(upload.to, upload.from, upload.bytes, cudaMemcpyHostToDevice, stream);
-    if (error != cudaSuccess) return fail_all(ls::cuda::cuda_status(error, "draft upload"));
+  } uploads[] = {{tokens.data(), tokens.size() * sizeof(int32_t)},
+                 {positions.data(), positions.size() * sizeof(int32_t)},
+                 {blocks.data(), blocks.size() * sizeof(DeviceBlockRequest)},
+                 {scans.data(), scans.size() * sizeof(DeviceScanRequest)},
+                 {records_.data(), records_.size() * sizeof(DeviceScanRecord)}};
+  for (int part = 0; part < 5; ++part) {
+    std::memcpy(staging_.data() + scratch_.offsets[part], uploads[part].from, uploads[part].bytes);
   }
+  const size_t upload_bytes = scratch_.offsets[4] + uploads[4].bytes;
+  const cudaError_t uploaded =
+      cudaMemcpyAsync(scratch_.inputs.data(), staging_.data(), upload_bytes, cudaMemcpyHostToDevice, stream);
+  if (uploaded != cudaSuccess) return fail_all(ls::cuda::cuda_status(uploaded, "draft upload"));
   profile_.begin(stream);
   block_timer_.start(stream);
   status = run_shape({count, 0}, [&] { return block_pass(count); });
@@ -326,13 +344,16 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   }
   // The one copy back: every request's tokens, chances and failure flags.
   if (status.ok()) {
-    status = ls::cuda::cuda_status(cudaMemcpyAsync(records_.data(), scratch_.records.data(),
+    status = ls::cuda::cuda_status(cudaMemcpyAsync(staging_.data() + scratch_.offsets[4], scratch_.records.data(),
                                                    records_.size() * sizeof(DeviceScanRecord),
                                                    cudaMemcpyDeviceToHost, stream),
                                    "draft results copy");
   }
   const Status synced = ls::cuda::cuda_status(cudaStreamSynchronize(stream), "draft pass");
   if (status.ok()) status = synced;
+  if (status.ok()) {
+    std::memcpy(records_.data(), staging_.data() + scratch_.offsets[4], records_.size() * sizeof(DeviceScanRecord));
+  }
   if (!status.ok()) return fail_all(status);
   last_block_ms_ = block_timer_.elapsed_ms();
   last_scan_ms_ = scan_timer_.elapsed_ms();

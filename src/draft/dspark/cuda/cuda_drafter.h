@@ -68,16 +68,21 @@ struct DeviceBlockScratch {
   int64_t requests = 0;
   TrackedBuffer<bf16_t> hidden, normed, queries, keys, values, attended, projected, gate, up, final_hidden;
   TrackedBuffer<float> base_logits;  // [rows, V] fp32 U
-  TrackedBuffer<int32_t> tokens, positions;  // [rows]
-  TrackedBuffer<DeviceBlockRequest> block_requests;  // [requests]
-  TrackedBuffer<DeviceScanRequest> scan_requests;    // [requests]
-  TrackedBuffer<DeviceScanRecord> records;           // [requests]
+  // The pass's inputs in one allocation, uploaded by one copy from the same layout in pinned host memory:
+  // tokens, positions [rows], block_requests, scan_requests, records [requests] (records last: copied back).
+  TrackedBuffer<uint8_t> inputs;
+  size_t offsets[5] = {};  // byte offsets of the five parts in `inputs` (and the host staging)
+  DeviceSpan<int32_t> tokens, positions;
+  DeviceSpan<DeviceBlockRequest> block_requests;
+  DeviceSpan<DeviceScanRequest> scan_requests;
+  DeviceSpan<DeviceScanRecord> records;
   TrackedBuffer<bf16_t> markov_embeddings;           // [requests, r]
   TrackedBuffer<float> markov_logits;                // [requests, V]
   TrackedBuffer<ScanPartial> scan_partials;          // [requests, fused_scan_chunks(V)] the fused scan's chunk picks
   TrackedBuffer<unsigned int> scan_tickets;          // [fused_scan_groups(requests)] zero between steps
   TrackedBuffer<unsigned int> gemm_ticket;           // [1] the skinny residual-norm GEMMs' counter, zero between
   TrackedBuffer<float> attention_stats, attention_partials;  // the split attention's (split_attention_*_floats)
+  TrackedBuffer<unsigned int> attention_tickets;             // [requests, kv_heads] zero between launches
 };
 
 // Buffers of absorb(): up to kAbsorbChunkRows tap rows at a time.
@@ -222,6 +227,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool absorb_in_flight_ = false;  // an absorb_device() returned without waiting for its work (see settle())
   std::map<StreamId, std::unique_ptr<DeviceStreamContext>> streams_;
   std::vector<DeviceScanRecord> records_;  // host copy of the last scan
+  PinnedBytes staging_;                     // host side of the inputs upload and the records copy back
   int64_t last_rows_ = 0;
   int64_t nonfinite_drafts_ = 0;
   double last_block_ms_ = 0;

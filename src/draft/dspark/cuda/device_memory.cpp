@@ -38,6 +38,22 @@ Status DeviceStream::create() {
   return ok_status();
 }
 
+PinnedBytes::~PinnedBytes() {
+  if (data_) cudaFreeHost(data_);
+}
+
+Status PinnedBytes::reserve(size_t bytes) {
+  if (bytes <= size_) return ok_status();
+  if (data_) cudaFreeHost(data_);
+  data_ = nullptr;
+  size_ = 0;
+  void* fresh = nullptr;
+  LS_CUDA_TRY(cudaHostAlloc(&fresh, bytes, cudaHostAllocDefault));
+  data_ = static_cast<uint8_t*>(fresh);
+  size_ = bytes;
+  return ok_status();
+}
+
 DeviceTimer::~DeviceTimer() {
   if (start_) cudaEventDestroy(start_);
   if (stop_) cudaEventDestroy(stop_);

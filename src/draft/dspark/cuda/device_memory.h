@@ -69,6 +69,29 @@ class TrackedBuffer {
   ls::cuda::DeviceBuffer<T> buffer_;
 };
 
+// A typed view of part of a device allocation (the same data() as a TrackedBuffer's).
+template <typename T>
+struct DeviceSpan {
+  T* pointer = nullptr;
+  T* data() const { return pointer; }
+};
+
+// Page-locked host bytes (cudaHostAlloc): small uploads from them and copies back into them are plain DMA, no
+// staging through the driver; grown on demand (contents dropped), freed with the owner.
+class PinnedBytes {
+ public:
+  PinnedBytes() = default;
+  ~PinnedBytes();
+  PinnedBytes(const PinnedBytes&) = delete;
+  PinnedBytes& operator=(const PinnedBytes&) = delete;
+  Status reserve(size_t bytes);
+  uint8_t* data() const { return data_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // DeviceError naming the cuBLAS call and its status.
 Status cublas_status(cublasStatus_t status, const char* what);
 

@@ -103,6 +103,9 @@ Status block_attention_tile(const bf16_t* q, const DeviceBlockRequest* requests,
 struct SplitAttentionScratch {
   float* stats = nullptr;     // [count, kv_heads, chunks, rows] (max, total) pairs
   float* partials = nullptr;  // [count, kv_heads, chunks, rows, head_dim]
+  // [count, kv_heads] zero between launches: the values launch's last CTA of each (request, KV head) adds the
+  // chunks' partials itself (two launches, the same bits); null: the third, combine launch.
+  unsigned int* tickets = nullptr;
 };
 int split_attention_chunks(int count, int kv_heads);
 // Floats of stats and of partials the split kernel needs for up to `requests` requests (any count <= requests).
