@@ -157,8 +157,9 @@ class CudaDsparkDrafter final : public Drafter {
     programmatic_ = programmatic;
     graphs_.clear();
   }
-  // GEMMs of up to 16 rows through skinny_gemm (tensor cores, W streamed once, SwiGLU in the gate/up epilogue; on
-  // by default) or cuBLAS + swiglu_stacked.
+  // GEMMs of up to 16 rows through skinny_gemm (tensor cores, W streamed once, SwiGLU in the gate/up epilogue,
+  // residual + norm after o_proj and down_proj) or cuBLAS (the default: batch A of session 4 saw single-request
+  // drafts through skinny_gemm differ between two identical streams, cause not found, and a slower pass).
   void set_skinny_gemms(bool on) {
     skinny_gemms_ = on;
     graphs_.clear();
@@ -243,7 +244,7 @@ class CudaDsparkDrafter final : public Drafter {
   std::optional<bool> fused_scan_pin_;
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
-  bool skinny_gemms_ = true;
+  bool skinny_gemms_ = false;
   bool engine_gemms_ = false;
   ls::cuda::GemmEngine engine_;
   bool fused_block_ = true;

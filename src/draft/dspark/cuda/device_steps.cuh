@@ -69,4 +69,42 @@ __device__ __forceinline__ void residual_norm_row(__nv_bfloat16* x, const __nv_b
   __syncthreads();  // partial may be reused by the next row
 }
 
+// residual_norm_row done by one warp with the bits of the kRowThreads-thread CTA: lane l plays threads l + 32 w
+// (w = 0 .. kRowThreads / 32 - 1), each summing its elements in the same order; each virtual warp's butterfly is
+// the CTA's warp_sum and lane 0's results are added in warp order, as the CTA adds its partials.
+__device__ __forceinline__ void residual_norm_row_warp(__nv_bfloat16* x, const __nv_bfloat16* delta, int64_t row,
+                                                       int64_t width, const float* weight, float eps,
+                                                       __nv_bfloat16* y) {
+  constexpr int kVirtualWarps = kRowThreads / 32;
+  const int lane = threadIdx.x % 32;
+  __nv_bfloat16* in = x + row * width;
+  const __nv_bfloat16* add = delta ? delta + row * width : nullptr;
+  double sums[kVirtualWarps];
+#pragma unroll
+  for (int w = 0; w < kVirtualWarps; ++w) {
+    double sum_squares = 0;
+    for (int64_t i = lane + 32 * w; i < width; i += kRowThreads) {
+      float value = __bfloat162float(__ldcg(in + i));
+      if (add) {
+        value = __bfloat162float(__float2bfloat16_rn(value + __bfloat162float(__ldcg(add + i))));
+        in[i] = __float2bfloat16_rn(value);
+      }
+      sum_squares += static_cast<double>(value) * value;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
+    sums[w] = __shfl_sync(0xffffffffu, sum_squares, 0);
+  }
+  double total = 0;
+#pragma unroll
+  for (int w = 0; w < kVirtualWarps; ++w) total += sums[w];
+  const float mean = static_cast<float>(total / static_cast<double>(width));
+  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+  __syncwarp();
+  __nv_bfloat16* out = y + row * width;
+  for (int64_t i = lane; i < width; i += 32) {
+    const float value = __bfloat162float(in[i]);
+    out[i] = __float2bfloat16_rn(weight[i] * __bfloat162float(__float2bfloat16_rn(value * inverse_rms)));
+  }
+}
+
 }  // namespace ls::dspark::cuda

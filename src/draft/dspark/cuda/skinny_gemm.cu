@@ -31,8 +31,14 @@ __device__ __forceinline__ void mma(float (&acc)[4], uint32_t a0, uint32_t a1, u
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// W: read-only for the whole run (the non-coherent path).
 __device__ __forceinline__ uint4 load16(const bf16_t* address, bool inside) {
   return inside ? __ldg(reinterpret_cast<const uint4*>(address)) : make_uint4(0, 0, 0, 0);
+}
+
+// x: written by the kernel before (which may still have been running when this one started), read through L2.
+__device__ __forceinline__ uint4 load16_fresh(const bf16_t* address, bool inside) {
+  return inside ? __ldcg(reinterpret_cast<const uint4*>(address)) : make_uint4(0, 0, 0, 0);
 }
 
 // NT x-row tiles of 8 (rows <= 8 NT); WARPS warps split K. W row r of the CTA's 16: output column col0 + r, or for
@@ -40,7 +46,6 @@ __device__ __forceinline__ uint4 load16(const bf16_t* address, bool inside) {
 template <int NT, int WARPS, SkinnyEpilogue EPILOGUE>
 __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) {
   __shared__ float partial[WARPS][16][16];  // [warp][x row][W row]
-  __shared__ double norm_partial[kRowThreads / kWarp];
   __shared__ int last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int g = lane / 4, t = lane % 4;
@@ -77,8 +82,8 @@ __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) 
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
         const int x_row = 8 * n + g;
-        const uint4 x = load16(args.x + static_cast<int64_t>(x_row < args.rows ? x_row : 0) * args.k + k,
-                               x_row < args.rows && k < args.k);
+        const uint4 x = load16_fresh(args.x + static_cast<int64_t>(x_row < args.rows ? x_row : 0) * args.k + k,
+                                     x_row < args.rows && k < args.k);
         mma(acc[n], a[s].x, b[s].x, a[s].y, b[s].y, x.x, x.y);
         mma(acc[n], a[s].z, b[s].z, a[s].w, b[s].w, x.z, x.w);
       }
@@ -122,9 +127,10 @@ __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) 
     if (!last) return;
     __threadfence();
     if (threadIdx.x == 0) *args.ticket = 0;  // ready for the next launch (which waits for this one)
-    for (int r = 0; r < args.rows; ++r) {
-      residual_norm_row(args.hidden, static_cast<const bf16_t*>(args.y), r, args.n, args.norm_weight, args.eps,
-                        args.normed, norm_partial);
+    // A warp per row (the rows at once), each with the bits of residual_norm's CTA.
+    for (int r = threadIdx.x / kWarp; r < args.rows; r += WARPS) {
+      residual_norm_row_warp(args.hidden, static_cast<const bf16_t*>(args.y), r, args.n, args.norm_weight, args.eps,
+                             args.normed);
     }
   }
 }
