@@ -150,7 +150,9 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
       plan.depth += 1;
       plan.forced = plan.depth;
     } else if (has_confidence_) {
-      plan.depth = std::min(cap, plan.depth + options_.confidence_slack);
+      // The trim cuts what the confidences doubt, so asking the whole depth costs only the scan's last steps, and
+      // every pass of a round has the same depth (a CUDA drafter keeps one graph per request count and depth).
+      plan.depth = cap;
     }
   }
   // Probes draw on a budget: a share of each plain round's cost, banked up to one probe's cost, so at many
@@ -192,7 +194,10 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
 
 RoundCost Pricing::round_cost() const {
   return [this](int rows, int streams_with_extra, int deepest) {
-    return tables_.verify.ms(rows) + tables_.draft.ms(streams_with_extra, deepest) + overhead_ms_;
+    // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that.
+    const int depth =
+        has_confidence_ && streams_with_extra > 0 ? std::max(deepest, tables_.draft.max_depth()) : deepest;
+    return tables_.verify.ms(rows) + tables_.draft.ms(streams_with_extra, depth) + overhead_ms_;
   };
 }
 
@@ -265,7 +270,7 @@ void Pricing::observe_verify(int rows, double ms) {
 }
 
 void Pricing::observe_draft(int streams, int depth, double ms) {
-  if (!accept_measurement(draft_outliers_[{streams, depth}], ms, tables_.draft.ms(streams, depth))) return;
+  if (!accept_measurement(draft_outliers_in_a_row_, ms, tables_.draft.ms(streams, depth))) return;
   tables_.draft.observe(streams, depth, ms, options_.cost_rate);
 }
 

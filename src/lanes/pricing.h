@@ -27,7 +27,6 @@ struct PricingOptions {
   int probe_most_wait = 128;      // cap of the doubling wait
   double probe_budget = 0.05;     // probes may take this share of the plain rounds' time (banked up to one probe)
   int deeper_probe_every = 8;     // every n-th drafting decision asks one draft deeper than priced
-  int confidence_slack = 2;       // extra drafts asked when confidences can trim them at verify
   int absorb_amortize_rounds = 32;  // a stream's catch-up absorb is spread over up to this many future rounds
   // Tests and exactness checks: every drafting stream asks its whole cap each round and the trim keeps every draft
   // that fits the row budget, whatever the timings say (the tokens never change; only speed does).
@@ -101,7 +100,10 @@ class Pricing {
   bool batched_absorbs_ = false;
   double last_probe_ms_ = 0;    // the cost of the last probe priced
   std::vector<int> verify_outliers_;               // [rows] outliers in a row per verify entry
-  std::map<std::pair<int, int>, int> draft_outliers_;  // per (streams, depth)
+  // Outlier passes in a row over every (streams, depth) entry: passes whose shapes vary round by round (a CUDA
+  // drafter's graph per request count and depth) would otherwise never put three in a row on one entry, and a
+  // pass that really costs more than the load-time table (sampled scans, a busy device) would never be priced.
+  int draft_outliers_in_a_row_ = 0;
   double last_plain_round_ms_ = 0;
   ConfidenceCalibration calibration_;
   AcceptanceByDepth pooled_acceptance_;
