@@ -209,10 +209,23 @@ __device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, in
     const bf16_t* hidden = in.final_hidden + block_row * shape.hidden;
     const bf16_t* e = in.w1 ? in.w1 + static_cast<int64_t>(record.previous) * shape.rank
                             : in.embeddings + static_cast<int64_t>(i) * shape.rank;
+    // Each thread's terms j = t, t + blockDim, ... in that order; 8 of them loaded before any is added (one
+    // memory round trip per 8 terms instead of one per term).
+    constexpr int kBatch = 8;
+    const int terms = shape.hidden + shape.rank;
     double z = 0;
-    for (int j = threadIdx.x; j < shape.hidden + shape.rank; j += blockDim.x) {
-      const float x = j < shape.hidden ? __bfloat162float(hidden[j]) : __bfloat162float(e[j - shape.hidden]);
-      z += static_cast<double>(in.confidence_weight[j]) * x;
+    for (int first = threadIdx.x; first < terms; first += kBatch * blockDim.x) {
+      float xs[kBatch], ws[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = first + b * blockDim.x;
+        xs[b] = j >= terms ? 0.0f : (j < shape.hidden ? __bfloat162float(hidden[j]) : __bfloat162float(e[j - shape.hidden]));
+        ws[b] = j < terms ? in.confidence_weight[j] : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (first + b * static_cast<int>(blockDim.x) < terms) z += static_cast<double>(ws[b]) * xs[b];
+      }
     }
     z = block_sum(z, s) + in.confidence_bias;
     float logit = static_cast<float>(z);
@@ -448,9 +461,21 @@ __global__ void __launch_bounds__(kStepThreads) scan_step_kernel(ScanStepInputs 
     Best greedy{0.0, -1};
     int nonfinite = 0;
     const ScanPartial* partials = in.partials + static_cast<int64_t>(i) * chunks;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-      nonfinite |= __ldcg(&partials[c].nonfinite);
-      greedy = better(greedy, Best{__ldcg(&partials[c].value), __ldcg(&partials[c].id)});
+    // The better of two is a total order: the chunks' partials may be taken in any grouping (loaded 4 at a time).
+    for (int c = threadIdx.x; c < chunks; c += 4 * blockDim.x) {
+      ScanPartial taken[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int at = c + b * blockDim.x;
+        taken[b].nonfinite = at < chunks ? __ldcg(&partials[at].nonfinite) : 0;
+        taken[b].value = at < chunks ? __ldcg(&partials[at].value) : 0.0;
+        taken[b].id = at < chunks ? __ldcg(&partials[at].id) : -1;
+      }
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        nonfinite |= taken[b].nonfinite;
+        greedy = better(greedy, Best{taken[b].value, taken[b].id});
+      }
     }
     nonfinite = __syncthreads_or(nonfinite);
     if (!nonfinite) greedy = block_best(greedy, s);
