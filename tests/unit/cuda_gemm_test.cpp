@@ -125,8 +125,8 @@ TEST(CudaGemm, EveryRowIsBitwiseItsOneRowLaunchAtEveryWidthUpTo2048) {
 // disabled) until the H200 showed them bitwise (batch A, commit 91d1689); now every pinned test covers them.
 constexpr bool kWgmmaOnTrial = false;
 // wgmma 128x256, 128x128 (sliced K too), 128x128 x2, both split; TMA 128x256, 128x128 (sliced K too), both split,
-// 128x128 pair (sliced K too), 128x256 pair.
-constexpr size_t kWgmmaTiles = 11, kWgmmaSplitTiles = 4;
+// 128x128 pair (sliced K too), 128x256 pair, 128x256 persistent.
+constexpr size_t kWgmmaTiles = 12, kWgmmaSplitTiles = 4;
 bool is_wgmma(const std::string& name) { return name.find("wgmma") != std::string::npos; }
 // wgmma code is built for sm_90a only: it runs on compute capability 9.0, where this binary carries sm_90a code and
 // LS_CUDA_PORTABLE is off (features.h).

@@ -140,11 +140,12 @@ using StreamDeep = Tile<16, 64, 1, 4, 12>;
 // wgmma configurations (sm_90a, gemm_wgmma.cu): 128x256 one slice, 128x128 (a second register set for sliced K),
 // 128x128 two CTAs per SM (one slice), 128x256 and 128x128 in split mode; warp-specialised with TMA loads
 // (gemm_tma.cu): 128x256 (one slice), 128x128 (a second register set for sliced K), both in split mode, and 128x128 in
-// clusters of two row tiles that multicast the W loads (pair; 128x256 pair one slice only).
+// clusters of two row tiles that multicast the W loads (pair; 128x256 pair one slice only), 128x256 persistent (one
+// slice).
 enum class Choice {
   Decode, Medium, Medium128, Large, LargeDeep, Wide, Tall, Stream, StreamDeep, MediumDeep, SplitMedium128,
   SplitLarge, SplitStream, WgmmaWide, WgmmaLarge, WgmmaLargeDuo, WgmmaSplit, WgmmaSplitLarge, TmaWide, TmaLarge,
-  TmaSplit, TmaSplitLarge, TmaPair, TmaWidePair, Count
+  TmaSplit, TmaSplitLarge, TmaPair, TmaWidePair, TmaWideLoop, Count
 };
 
 // Whether a configuration computes the canonical order for (m, K) on this device: decode only up to 16 rows, the
@@ -163,6 +164,7 @@ bool valid(Choice choice, int64_t m, int64_t k, bool clusters, bool wgmma) {
     case Choice::TmaSplitLarge: return wgmma && clusters && slices <= kMaxClusterSlices;
     case Choice::TmaPair: return wgmma && clusters;
     case Choice::TmaWidePair: return wgmma && clusters && slices == 1;
+    case Choice::TmaWideLoop: return wgmma && slices == 1;
     case Choice::Decode: return m <= 16;
     case Choice::Stream:
     case Choice::StreamDeep: return m <= 16 && slices == 1;
@@ -288,6 +290,7 @@ const char* choice_name(Choice choice) {
     case Choice::TmaSplitLarge: return "wgmma tma 128x128x64 s6 split";
     case Choice::TmaPair: return "wgmma tma 128x128x64 s6 pair";
     case Choice::TmaWidePair: return "wgmma tma 128x256x64 s4 pair";
+    case Choice::TmaWideLoop: return "wgmma tma 128x256x64 s4 persistent";
     case Choice::Count: break;
   }
   return "?";
@@ -387,6 +390,7 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     case Choice::TmaPair:
       return launch_tma(WgmmaTile::LargePair, slice_count(args.k) > 1 ? Mode::Sliced : Mode::Plain, args, stream);
     case Choice::TmaWidePair: return launch_tma(WgmmaTile::WidePair, Mode::Plain, args, stream);
+    case Choice::TmaWideLoop: return launch_tma(WgmmaTile::WideLoop, Mode::Plain, args, stream);
     case Choice::Count: break;
   }
   return ok_status();

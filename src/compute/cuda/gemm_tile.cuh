@@ -129,8 +129,9 @@ __device__ __forceinline__ void store_tile(const GemmArgs& args, const float (&a
 }
 
 // The wgmma tiles (gemm_wgmma.cu, sm_90a): 128 rows as two warpgroups of 64, BN = 256 or 128 columns (LargeDuo: two
-// CTAs per SM, one slice only; LargePair / WidePair, TMA only: clusters of two row tiles multicasting W).
-enum class WgmmaTile { Wide, Large, LargeDuo, LargePair, WidePair };
+// CTAs per SM, one slice only; LargePair / WidePair, TMA only: clusters of two row tiles multicasting W; WideLoop,
+// TMA only: persistent 128x256 CTAs walking the output tiles).
+enum class WgmmaTile { Wide, Large, LargeDuo, LargePair, WidePair, WideLoop };
 constexpr int kMaxWgmmaColumnTiles = 65535;  // column tiles are the grid's y (row tiles its x)
 // Launches tile `tile` in `mode` (Sliced: Large only); InvalidArgument where it cannot run.
 Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);

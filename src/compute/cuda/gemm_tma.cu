@@ -6,8 +6,10 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "compute/cuda/gemm_tile.cuh"
 #include "compute/cuda/gemm_wgmma.cuh"
@@ -20,15 +22,16 @@ template <class T>
 constexpr int tma_threads() {
   return T::THREADS + 128;
 }
-// Sliced: a zero region [BN rows][128 bytes] after the stages, read by the +0 wgmma that restarts each later slice.
-template <class T, Mode MODE>
+// Sliced (and the persistent loop): a zero region [BN rows][128 bytes] after the stages, read by the +0 wgmma that
+// restarts each later slice (each later output tile).
+template <class T, Mode MODE, bool LOOP>
 constexpr int zero_bytes() {
-  return MODE == Mode::Sliced ? T::BN * 128 : 0;
+  return MODE == Mode::Sliced || LOOP ? T::BN * 128 : 0;
 }
 // Stages (1024-aligned), the zeros, then full[] and empty[] mbarriers.
-template <class T, Mode MODE>
+template <class T, Mode MODE, bool LOOP = false>
 constexpr int tma_shared_bytes() {
-  return T::SMEM_BYTES + zero_bytes<T, MODE>() + 1024 + 2 * T::STAGES * 8;
+  return T::SMEM_BYTES + zero_bytes<T, MODE, LOOP>() + 1024 + 2 * T::STAGES * 8;
 }
 #ifdef LS_WGMMA_DEVICE
 __device__ __forceinline__ void barrier_init(uint32_t bar, int count) {
@@ -102,7 +105,9 @@ __device__ __forceinline__ void consumer_barrier() {  // the two consumer warpgr
 // MODE: Plain (one chain over all of K), Sliced (the slices in turn: each later slice restarts from a +0 wgmma, its
 // sum folded into a second register set in slice order) or Split (this CTA computes slice split_slice() only; the
 // cluster adds the slice sums, gemm_tile.cuh). PAIR (Plain / Sliced): clusters of two row tiles share the W loads.
-template <class T, Mode MODE, bool PAIR>
+// LOOP (Plain): persistent CTAs walk output tiles t = blockIdx.x, + gridDim.x, ... (row tiles fastest); the ring of
+// stages runs on across tiles, so the producer loads the next tile while the consumers store this one.
+template <class T, Mode MODE, bool PAIR, bool LOOP>
 __global__ void __launch_bounds__(tma_threads<T>(), 1)
     tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, GemmArgs args) {
 #ifdef LS_WGMMA_DEVICE
@@ -110,13 +115,19 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
   static_assert(T::THREADS == 256, "consumer_barrier counts two warpgroups");
   constexpr bool SLICED = MODE == Mode::Sliced, SPLIT = MODE == Mode::Split;
   static_assert(!(PAIR && SPLIT), "a pair shares W within one slice");
+  static_assert(!LOOP || (MODE == Mode::Plain && !PAIR), "the persistent loop runs plain tiles");
   static_assert(!SPLIT || T::BM * T::BN * 4 <= T::SMEM_BYTES, "the slice sums fit the stages");
   extern __shared__ __align__(128) unsigned char shared_raw[];
   unsigned char* aligned = shared_raw + ((1024 - (smem_address(shared_raw) & 1023)) & 1023);
   const uint32_t stages = smem_address(aligned), zeros = stages + T::SMEM_BYTES;
-  const uint32_t full = zeros + zero_bytes<T, MODE>(), empty = full + T::STAGES * 8;  // mbarriers, 8 bytes each
+  const uint32_t full = zeros + zero_bytes<T, MODE, LOOP>(), empty = full + T::STAGES * 8;  // 8-byte mbarriers
   const int tid = threadIdx.x;
-  const int row0 = blockIdx.x * T::BM, col0 = blockIdx.y * T::BN;  // row tiles fastest, as gemm_wgmma.cu
+  // Output tiles ("jobs"): one per CTA from blockIdx (row tiles fastest, as gemm_wgmma.cu), or the persistent loop's.
+  const int row_tiles = (args.m + T::BM - 1) / T::BM;
+  const int jobs = LOOP ? row_tiles * ((args.n + T::BN - 1) / T::BN) : 1;
+  const int job_first = LOOP ? static_cast<int>(blockIdx.x) : 0, job_stride = LOOP ? static_cast<int>(gridDim.x) : 1;
+  auto job_row0 = [&](int job) { return LOOP ? (job % row_tiles) * T::BM : static_cast<int>(blockIdx.x) * T::BM; };
+  auto job_col0 = [&](int job) { return LOOP ? (job / row_tiles) * T::BN : static_cast<int>(blockIdx.y) * T::BN; };
   const int all_tiles = (args.k + kBlockK - 1) / kBlockK;
   const int first_tile = SPLIT ? split_slice() * kSliceTiles : 0;
   const int k_tiles = SPLIT && gridDim.z > 1 ? min(kSliceTiles, all_tiles - first_tile) : all_tiles;
@@ -128,8 +139,8 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if constexpr (SLICED) {
-    for (int i = tid; i < zero_bytes<T, MODE>() / 16; i += tma_threads<T>())
+  if constexpr (SLICED || LOOP) {
+    for (int i = tid; i < zero_bytes<T, MODE, LOOP>() / 16; i += tma_threads<T>())
       reinterpret_cast<uint4*>(aligned + T::SMEM_BYTES)[i] = make_uint4(0, 0, 0, 0);
     fence_proxy_async();  // the +0 wgmma reads the zeros through the async proxy
   }
@@ -142,22 +153,25 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
   if (tid >= T::THREADS) {  // producer warpgroup
     if constexpr (SLICED) registers_down<kProducerRegisters>();
     if (tid == T::THREADS) {
-      for (int step = 0; step < k_tiles; ++step) {
-        const int s = step % T::STAGES;
-        if constexpr (PAIR) {
-          if (step >= T::STAGES) barrier_wait_cluster(empty + s * 8, (step / T::STAGES - 1) & 1);
-        } else {
-          if (step >= T::STAGES) barrier_wait(empty + s * 8, (step / T::STAGES - 1) & 1);
-        }
-        const int kt = first_tile + (args.reverse_k ? k_tiles - 1 - step : step);
-        const uint32_t a = stages + s * T::STAGE_ELEMS * 2;
-        barrier_expect(full + s * 8, T::STAGE_ELEMS * 2);  // pair: x, this CTA's W half and the peer's
-        tma_load(a, &map_x, kt * kBlockK, row0, full + s * 8);
-        if constexpr (PAIR) {
-          const int half = static_cast<int>(pair_rank) * (T::BN / 2);
-          tma_load_both(a + (T::BM + half) * 128, &map_w, kt * kBlockK, col0 + half, full + s * 8);
-        } else {
-          tma_load(a + T::BM * 128, &map_w, kt * kBlockK, col0, full + s * 8);
+      for (int job = job_first, g0 = 0; job < jobs; job += job_stride, g0 += k_tiles) {
+        const int row0 = job_row0(job), col0 = job_col0(job);
+        for (int step = 0; step < k_tiles; ++step) {
+          const int g = g0 + step, s = g % T::STAGES;  // g: the ring's step over all of this CTA's output tiles
+          if constexpr (PAIR) {
+            if (g >= T::STAGES) barrier_wait_cluster(empty + s * 8, (g / T::STAGES - 1) & 1);
+          } else {
+            if (g >= T::STAGES) barrier_wait(empty + s * 8, (g / T::STAGES - 1) & 1);
+          }
+          const int kt = first_tile + (args.reverse_k ? k_tiles - 1 - step : step);
+          const uint32_t a = stages + s * T::STAGE_ELEMS * 2;
+          barrier_expect(full + s * 8, T::STAGE_ELEMS * 2);  // pair: x, this CTA's W half and the peer's
+          tma_load(a, &map_x, kt * kBlockK, row0, full + s * 8);
+          if constexpr (PAIR) {
+            const int half = static_cast<int>(pair_rank) * (T::BN / 2);
+            tma_load_both(a + (T::BM + half) * 128, &map_w, kt * kBlockK, col0 + half, full + s * 8);
+          } else {
+            tma_load(a + T::BM * 128, &map_w, kt * kBlockK, col0, full + s * 8);
+          }
         }
       }
     }
@@ -171,16 +185,16 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
     const int group = tid >> 7;
-    for (int step = 0; step < k_tiles; ++step) {
-      const int s = step % T::STAGES;
-      barrier_wait(full + s * 8, (step / T::STAGES) & 1);
+    // One K tile; RESTART: first a +0 wgmma, so the chain starts as from zeroed registers (a later slice, or each
+    // output tile of the persistent loop: peeled, a branch around it had ptxas serialise the loop's wgmmas, C7520).
+    auto k_step = [&](int g0, int step, auto restart) {
+      const int g = g0 + step, s = g % T::STAGES;
+      barrier_wait(full + s * 8, (g / T::STAGES) & 1);
       const uint32_t stage = stages + s * T::STAGE_ELEMS * 2;
       const uint32_t a_base = stage + group * 64 * 128, b_base = stage + T::BM * 128;
       wgmma_fence();
-      if constexpr (SLICED) {
-        if (step > 0 && step % kSliceTiles == 0)  // +0 everywhere: the new slice's chain starts as the first one did
-          wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(zeros), descriptor(zeros), 0);
-      }
+      if (decltype(restart)::value || (SLICED && step > 0 && step % kSliceTiles == 0))
+        wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(zeros), descriptor(zeros), 0);
 #pragma unroll
       for (int kk = 0; kk < kBlockK / 16; ++kk)
         wgmma_k16(Width<T::BN>{}, &acc[0][0][0], descriptor(a_base + kk * 32), descriptor(b_base + kk * 32), 1);
@@ -193,35 +207,46 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
 #pragma unroll
           for (int j = 0; j < T::NI; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) total[0][j][e] = first ? acc[0][j][e] : __fadd_rn(total[0][j][e], acc[0][j][e]);
+            for (int e = 0; e < 4; ++e)
+              total[0][j][e] = first ? acc[0][j][e] : __fadd_rn(total[0][j][e], acc[0][j][e]);
         } else {
           wgmma_wait<1>();
         }
       } else {
         wgmma_wait<1>();  // the previous step's wgmmas finished: hand their stage back
       }
-      if (step > 0) {
-        const uint32_t release = empty + ((step - 1) % T::STAGES) * 8;
+      if (g > 0) {
+        const uint32_t release = empty + ((g - 1) % T::STAGES) * 8;
         if constexpr (PAIR) {
-          // Every consumer thread (one arrival per warp, under a lane branch, had ptxas serialise the wgmmas: C7515).
+          // Every consumer thread (one arrival per warp, under a lane branch, had ptxas serialise the wgmmas:
+          // C7515).
           barrier_arrive(release);
           barrier_arrive_peer(release, pair_rank ^ 1);
         } else {
           barrier_arrive(release);
         }
       }
-    }
-    wgmma_wait<0>();
-    if constexpr (SPLIT) {
-      consumer_barrier();  // both warpgroups are done reading the stages: the slice sums go over them
-      write_part<T>(acc, reinterpret_cast<float*>(aligned));
-    } else if constexpr (SLICED) {
-      store_tile<T>(args, total, row0, col0);
-    } else {
-      store_tile<T>(args, acc, row0, col0);
+    };
+    for (int job = job_first, g0 = 0; job < jobs; job += job_stride, g0 += k_tiles) {
+      if constexpr (LOOP) {
+        k_step(g0, 0, std::true_type{});
+        for (int step = 1; step < k_tiles; ++step) k_step(g0, step, std::false_type{});
+      } else {
+        for (int step = 0; step < k_tiles; ++step) k_step(g0, step, std::false_type{});
+      }
+      wgmma_wait<0>();
+      if constexpr (SPLIT) {
+        consumer_barrier();  // both warpgroups are done reading the stages: the slice sums go over them
+        write_part<T>(acc, reinterpret_cast<float*>(aligned));
+      } else if constexpr (SLICED) {
+        store_tile<T>(args, total, job_row0(job), job_col0(job));
+      } else {
+        store_tile<T>(args, acc, job_row0(job), job_col0(job));
+      }
     }
   }
-  if constexpr (SPLIT) split_sum<T>(args, reinterpret_cast<float*>(aligned), row0, col0, tma_threads<T>());
+  if constexpr (SPLIT)
+    split_sum<T>(args, reinterpret_cast<float*>(aligned), job_row0(0), job_col0(0), tma_threads<T>());
   if constexpr (PAIR) cluster_sync_all();  // neither CTA leaves while the other may still arrive on its barriers
 #else
   __trap();  // the engine runs these only where wgmma_built() (sm_90a code on a 9.0 device)
@@ -268,7 +293,7 @@ Status encode(CUtensorMap* map, const void* base, int rows, int k, int box_rows)
   return ok_status();
 }
 
-template <class T, Mode MODE, bool PAIR = false>
+template <class T, Mode MODE, bool PAIR = false, bool LOOP = false>
 Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
   const int slices = slice_count(args.k);
   if (MODE == Mode::Plain && slices > 1)
@@ -287,10 +312,17 @@ Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
   LS_RETURN_IF_ERROR(encode(&map_w, args.w, args.n, args.k, PAIR ? T::BN / 2 : T::BN));
   cudaLaunchConfig_t config = {};
   const int row_tiles = (args.m + T::BM - 1) / T::BM;
-  config.gridDim = dim3(PAIR ? (row_tiles + 1) / 2 * 2 : row_tiles, (args.n + T::BN - 1) / T::BN,
-                        MODE == Mode::Split ? slices : 1);
+  const int column_tiles = (args.n + T::BN - 1) / T::BN;
+  config.gridDim = dim3(PAIR ? (row_tiles + 1) / 2 * 2 : row_tiles, column_tiles, MODE == Mode::Split ? slices : 1);
+  if constexpr (LOOP) {  // persistent: one CTA per SM at most
+    int device = 0, sm_count = 0;
+    LS_CUDA_TRY(cudaGetDevice(&device));
+    LS_CUDA_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+    config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(static_cast<int64_t>(row_tiles) * column_tiles,
+                                                                  std::max(sm_count, 1))));
+  }
   config.blockDim = dim3(tma_threads<T>());
-  config.dynamicSmemBytes = tma_shared_bytes<T, MODE>();
+  config.dynamicSmemBytes = tma_shared_bytes<T, MODE, LOOP>();
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeClusterDimension;
@@ -299,14 +331,14 @@ Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
   attribute[0].val.clusterDim.z = MODE == Mode::Split ? slices : 1;
   config.attrs = attribute;
   config.numAttrs = MODE == Mode::Split || PAIR ? 1 : 0;
-  LS_CUDA_TRY(cudaLaunchKernelEx(&config, tma_kernel<T, MODE, PAIR>, map_x, map_w, args));
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, tma_kernel<T, MODE, PAIR, LOOP>, map_x, map_w, args));
   return ok_status();
 }
 
-template <class T, Mode MODE, bool PAIR = false>
+template <class T, Mode MODE, bool PAIR = false, bool LOOP = false>
 void allow_tma() {
-  cudaFuncSetAttribute(tma_kernel<T, MODE, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       tma_shared_bytes<T, MODE>());
+  cudaFuncSetAttribute(tma_kernel<T, MODE, PAIR, LOOP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       tma_shared_bytes<T, MODE, LOOP>());
 }
 
 }  // namespace
@@ -325,6 +357,12 @@ Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t 
     if (mode == Mode::Split) return Status(ErrorCode::InvalidArgument, "gemm: the TMA pair tiles have no split mode");
     return mode == Mode::Sliced ? launch_tma_tile<TmaLargeTile, Mode::Sliced, true>(args, stream)
                                 : launch_tma_tile<TmaLargeTile, Mode::Plain, true>(args, stream);
+  }
+  if (tile == WgmmaTile::WideLoop) {
+    if (mode != Mode::Plain)
+      return Status(ErrorCode::InvalidArgument, "gemm: the persistent TMA 128x256 tile runs one slice only, K = " +
+                                                    std::to_string(args.k));
+    return launch_tma_tile<TmaWideTile, Mode::Plain, false, true>(args, stream);
   }
   if (tile == WgmmaTile::WidePair) {
     if (mode != Mode::Plain)
@@ -350,6 +388,7 @@ void allow_tma_shared() {
   allow_tma<TmaLargeTile, Mode::Sliced, true>();
   allow_tma<TmaLargeTile, Mode::Plain, true>();
   allow_tma<TmaWideTile, Mode::Plain, true>();
+  allow_tma<TmaWideTile, Mode::Plain, false, true>();
 }
 
 }  // namespace ls::cuda::gemm_detail

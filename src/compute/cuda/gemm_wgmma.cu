@@ -169,7 +169,7 @@ Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_
     return mode == Mode::Split ? launch_tile<WideTile, Mode::Split>(args, stream)
                                : launch_tile<WideTile, Mode::Plain>(args, stream);
   }
-  if (tile == WgmmaTile::LargePair || tile == WgmmaTile::WidePair)
+  if (tile == WgmmaTile::LargePair || tile == WgmmaTile::WidePair || tile == WgmmaTile::WideLoop)
     return Status(ErrorCode::InvalidArgument, "gemm: the pair tile loads through TMA only (launch_tma)");
   if (tile == WgmmaTile::LargeDuo) {
     if (sliced || mode != Mode::Plain)
