@@ -21,11 +21,11 @@ namespace {
 const std::string kNanoTarget = std::string(LS_SOURCE_DIR) + "/models/nano/target";
 const std::string kNanoDrafter = std::string(LS_SOURCE_DIR) + "/models/nano/drafter";
 
-std::unique_ptr<Target> nano_target() {
+std::unique_ptr<Target> nano_target(int max_rows = 128) {
   if (!std::filesystem::exists(kNanoTarget + "/config.json")) return nullptr;
   LoadOptions options;
   options.device = Device::Cuda;
-  options.max_rows = 128;
+  options.max_rows = max_rows;
   options.max_streams = 64;
   options.kv_pages = 2048;
   options.kv_page_size = 16;
@@ -82,18 +82,28 @@ TEST_P(CudaLanesDeviceTaps, DraftedRepliesWithTapsOnTheDeviceEqualPlainRepliesRu
 INSTANTIATE_TEST_SUITE_P(Nano, CudaLanesDeviceTaps,
                          ::testing::Values(std::pair{1, false}, std::pair{4, true}, std::pair{16, false}));
 
+// `count` token ids of a prompt, different per `seed`.
+std::vector<int32_t> prompt_ids(int count, int seed) {
+  std::vector<int32_t> ids;
+  for (int index = 0; index < count; ++index) ids.push_back(16 + (index * 97 + seed * 31 + index * index) % 4000);
+  return ids;
+}
+
 // Two streams' prompt rows through one target forward, tapped to the host and (same rows, fresh streams) left on
-// the device; the drafter absorbs the host taps stream by stream and the device taps in one batch.
-TEST(CudaLanesDeviceTaps, ABatchedDeviceAbsorbDraftsLikeHostAbsorbsOfTheSameRows) {
+// the device; the drafter absorbs the host taps stream by stream and the device taps in one batch. The second
+// case (100 + 60 rows) takes two chunks of the batched absorb, the second stream's rows split between them.
+class CudaLanesBatchedAbsorb : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(CudaLanesBatchedAbsorb, ABatchedDeviceAbsorbDraftsLikeHostAbsorbsOfTheSameRows) {
   LS_SKIP_WITHOUT_DEVICE();
-  auto target = nano_target();
+  auto target = nano_target(256);
   if (!target) GTEST_SKIP() << "no nano target";
   auto drafter = nano_drafter(*target);
   if (!drafter) GTEST_SKIP() << "no nano drafter";
   ASSERT_GE(drafter->facts().tap_device, 0);
   ASSERT_TRUE(target->set_taps(drafter->facts().tap_layers).ok());
-  const std::vector<int32_t> first = {11, 400, 23, 9, 1000, 77, 5, 300, 42, 8};
-  const std::vector<int32_t> second = {3, 99, 512, 64, 7, 1200};
+  const std::vector<int32_t> first = prompt_ids(GetParam().first, 1);
+  const std::vector<int32_t> second = prompt_ids(GetParam().second, 2);
   auto run = [&](StreamId a, StreamId b) {
     std::vector<Window> windows(2);
     windows[0].stream = a;
@@ -123,7 +133,8 @@ TEST(CudaLanesDeviceTaps, ABatchedDeviceAbsorbDraftsLikeHostAbsorbsOfTheSameRows
   ASSERT_NE(device->device_taps.data, nullptr);
   EXPECT_EQ(device->device_taps.row_values, static_cast<int64_t>(row_values));
   // A refusal (rows past the forward) absorbs nothing.
-  const TapRows outside[] = {{3, 0, 0, static_cast<int>(first.size())}, {4, 0, 14, 8}};
+  const TapRows outside[] = {{3, 0, 0, static_cast<int>(first.size())},
+                             {4, 0, static_cast<int64_t>(first.size() + second.size()) - 2, 8}};
   EXPECT_EQ(drafter->absorb_device(outside, device->device_taps).code(), ErrorCode::InvalidArgument);
   const TapRows both[] = {{3, 0, 0, static_cast<int>(first.size())},
                           {4, 0, static_cast<int64_t>(first.size()), static_cast<int>(second.size())}};
@@ -154,6 +165,8 @@ TEST(CudaLanesDeviceTaps, ABatchedDeviceAbsorbDraftsLikeHostAbsorbsOfTheSameRows
     EXPECT_EQ(from_host.tokens.front(), from_device.tokens.front()) << "stream " << index;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Nano, CudaLanesBatchedAbsorb, ::testing::Values(std::pair{10, 6}, std::pair{100, 60}));
 
 // A round of dormant streams asks for no taps: the forward then copies none (its graph is a plain forward's) and
 // returns no device taps, with the same draws as a forward of the same rows that taps.

@@ -1,6 +1,7 @@
 // The CUDA drafter's context: absorb() takes the target's tapped rows and projects them into the per-stream K/V
 // cache (reference/dspark.md §2.3: C = hidden_norm(fc F), K = RoPE(k_norm(k_proj C)), V = v_proj C).
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,8 +53,11 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
                                                   "reads device " + std::to_string(facts_.tap_device) + " with " +
                                                   std::to_string(in));
   }
+  // An earlier call still in flight reads the staging slots reused below.
+  LS_RETURN_IF_ERROR(settle());
   // Every check and every context's room first, so a refusal absorbs nothing.
   std::vector<DeviceStreamContext*> contexts;
+  int64_t total_rows = 0;
   for (const TapRows& piece : rows) {
     if (piece.rows < 0 || piece.first_row < 0 || piece.first_row + piece.rows > taps.rows) {
       return Status(ErrorCode::InvalidArgument, "tap rows " + std::to_string(piece.first_row) + " + " +
@@ -70,7 +74,14 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
     }
     LS_RETURN_IF_ERROR(reserve_context(context, piece.start - context.skipped + piece.rows + c.block_size));
     contexts.push_back(&context);
+    total_rows += piece.rows;
   }
+  // The uploads come from page-locked slots (one per chunk): a pageable upload would first wait for the stream.
+  const size_t pointer_bytes = static_cast<size_t>(2 * c.num_layers * kAbsorbChunkRows) * sizeof(bf16_t*);
+  const size_t slot_bytes = pointer_bytes + kAbsorbChunkRows * sizeof(int32_t);
+  const int64_t chunks = (total_rows + kAbsorbChunkRows - 1) / kAbsorbChunkRows;
+  LS_RETURN_IF_ERROR(absorb_staging_.reserve(static_cast<size_t>(std::max<int64_t>(chunks, 1)) * slot_bytes));
+  int64_t chunk_index = 0;
   if (absorb_.keys.size() == 0) {
     LS_RETURN_IF_ERROR(absorb_.keys.allocate(kAbsorbChunkRows * kv, "absorb keys"));
     LS_RETURN_IF_ERROR(absorb_.values.allocate(kAbsorbChunkRows * kv, "absorb values"));
@@ -125,9 +136,12 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
         }
       }
     }
-    LS_CUDA_TRY(cudaMemcpyAsync(absorb_.row_pointers.data(), row_pointers.data(),
-                                row_pointers.size() * sizeof(bf16_t*), cudaMemcpyHostToDevice, stream));
-    LS_CUDA_TRY(cudaMemcpyAsync(absorb_.positions.data(), positions.data(), filled * sizeof(int32_t),
+    uint8_t* slot = absorb_staging_.data() + chunk_index++ * slot_bytes;
+    std::memcpy(slot, row_pointers.data(), row_pointers.size() * sizeof(bf16_t*));
+    std::memcpy(slot + pointer_bytes, positions.data(), filled * sizeof(int32_t));
+    LS_CUDA_TRY(cudaMemcpyAsync(absorb_.row_pointers.data(), slot, row_pointers.size() * sizeof(bf16_t*),
+                                cudaMemcpyHostToDevice, stream));
+    LS_CUDA_TRY(cudaMemcpyAsync(absorb_.positions.data(), slot + pointer_bytes, filled * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream));
     // C = hidden_norm(fc(F)) for every row of the chunk at once.
     LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), filled, weights_.fc.values.data(), d, in, absorb_.fused.data(),

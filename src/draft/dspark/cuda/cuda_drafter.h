@@ -226,6 +226,7 @@ class CudaDsparkDrafter final : public Drafter {
   DeviceBlockScratch scratch_;
   DeviceAbsorbScratch absorb_;
   bool absorb_in_flight_ = false;  // an absorb_device() returned without waiting for its work (see settle())
+  PinnedBytes absorb_staging_;     // absorb_device()'s uploads (row pointers, positions), one slot per chunk
   std::map<StreamId, std::unique_ptr<DeviceStreamContext>> streams_;
   std::vector<DeviceScanRecord> records_;  // host copy of the last scan
   PinnedBytes staging_;                     // host side of the inputs upload and the records copy back
