@@ -410,6 +410,41 @@ TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
       EXPECT_EQ(download(ticket, 1)[0], 0u) << "the last CTA resets the ticket";
     }
   }
+  // On a stream of its own, launched programmatically right after the kernel that writes its x (residual_norm,
+  // which lets its dependents start at once): the bits of the same product on a finished x (an x load scheduled
+  // above the programmatic wait reads x before it is written: batch A's race).
+  {
+    const int rows = 9;
+    const int64_t n = 2048, k = 2048;
+    const std::vector<bf16> start = random_values(rng, rows * k, 3.0f);
+    auto w = upload(random_values(rng, n * k, 0.5f));
+    auto weight = upload(random_floats(rng, k, 0.5f, 1.5f));
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    std::vector<std::vector<float>> runs;
+    for (int run = 0; run < 3; ++run) {
+      auto hidden = upload(start);
+      auto x = poisoned<bf16>(rows * k);
+      auto y = poisoned<float>(rows * n);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_TRUE(cuda::residual_norm(reinterpret_cast<cuda::bf16_t*>(hidden.data()), nullptr, rows, k, weight.data(),
+                                      1e-5f, reinterpret_cast<cuda::bf16_t*>(x.data()), stream)
+                      .ok());
+      const cuda::SkinnyGemm args{reinterpret_cast<const cuda::bf16_t*>(x.data()), rows, k,
+                                  reinterpret_cast<const cuda::bf16_t*>(w.data()), n, y.data(), n,
+                                  cuda::SkinnyEpilogue::F32};
+      ASSERT_TRUE(cuda::skinny_gemm(args, run > 0, stream).ok());
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      runs.push_back(download(y, rows * n));
+    }
+    cudaStreamDestroy(stream);
+    for (int run = 1; run < 3; ++run) {
+      int equal = 0;
+      for (size_t i = 0; i < runs[0].size(); ++i)
+        equal += std::bit_cast<uint32_t>(runs[run][i]) == std::bit_cast<uint32_t>(runs[0][i]);
+      EXPECT_EQ(equal, static_cast<int>(runs[0].size())) << "programmatic run " << run;
+    }
+  }
   // Refusals: 17 rows, K not a multiple of 8, a residual norm without a ticket.
   const cuda::SkinnyGemm wide{nullptr, 17, 64, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::Bf16};
   EXPECT_EQ(cuda::skinny_gemm(wide, true, nullptr).code(), ErrorCode::InvalidArgument);

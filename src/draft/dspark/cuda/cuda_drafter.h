@@ -158,8 +158,8 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   // GEMMs of up to 16 rows through skinny_gemm (tensor cores, W streamed once, SwiGLU in the gate/up epilogue,
-  // residual + norm after o_proj and down_proj) or cuBLAS (the default: batch A of session 4 saw single-request
-  // drafts through skinny_gemm differ between two identical streams, cause not found, and a slower pass).
+  // residual + norm after o_proj and down_proj; the default) or cuBLAS. (Batch A of session 4 ran a build whose x
+  // loads ptxas had hoisted above the programmatic wait, a read-only load: drafts differed between identical streams.)
   void set_skinny_gemms(bool on) {
     skinny_gemms_ = on;
     graphs_.clear();
@@ -203,8 +203,9 @@ class CudaDsparkDrafter final : public Drafter {
   template <typename Enqueue>
   Status run_shape(std::pair<int, int> key, Enqueue&& enqueue);
   // y [rows, w.rows] = x [rows, w.cols] @ W^T, bf16 in, fp32 accumulate, y bf16 or fp32 with leading dimension ldy.
+  // `skinny`: false keeps cuBLAS for a short K (the scan's W2 product, K = rank: skinny_gemm was slower there).
   Status gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y, bool y_f32,
-              int64_t ldy);
+              int64_t ldy, bool skinny = true);
   // y [rows, ff] = swiglu of x [rows, d] times the stacked gate/up W [2 ff, d]: the skinny GEMM's epilogue, or the GEMM
   // into `stacked` [rows, 2 ff] then swiglu_stacked.
   Status gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d, bf16_t* stacked,
@@ -245,7 +246,7 @@ class CudaDsparkDrafter final : public Drafter {
   std::optional<bool> fused_scan_pin_;
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
-  bool skinny_gemms_ = false;
+  bool skinny_gemms_ = true;
   bool engine_gemms_ = false;
   ls::cuda::GemmEngine engine_;
   bool fused_block_ = true;

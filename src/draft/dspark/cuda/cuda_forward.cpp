@@ -5,9 +5,9 @@
 
 namespace ls::dspark::cuda {
 Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y,
-                               bool y_f32, int64_t ldy) {
+                               bool y_f32, int64_t ldy, bool skinny) {
   if (rows == 0) return ok_status();
-  if (skinny_gemms_ && !engine_gemms_ && skinny_gemm_supported(rows, w_cols)) {
+  if (skinny && skinny_gemms_ && !engine_gemms_ && skinny_gemm_supported(rows, w_cols)) {
     const SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
                           y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
     return skinny_gemm(args, programmatic_, stream_.get());
@@ -258,7 +258,7 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     LS_RETURN_IF_ERROR(markov_gather(weights_.markov_w1.data(), s.scan_requests.data(), s.records.data(), count,
                                      shape, slot, s.markov_embeddings.data(), stream));
     LS_RETURN_IF_ERROR(gemm(s.markov_embeddings.data(), count, weights_.markov_w2.values.data(), c.vocab_size,
-                            c.markov_rank, s.markov_logits.data(), true, c.vocab_size));
+                            c.markov_rank, s.markov_logits.data(), true, c.vocab_size, false));
     mark("scan gather + W2 GEMM");
     LS_RETURN_IF_ERROR(markov_pick(step, shape, slot, stream));
     mark("scan pick");

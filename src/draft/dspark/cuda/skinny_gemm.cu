@@ -36,7 +36,9 @@ __device__ __forceinline__ uint4 load16(const bf16_t* address, bool inside) {
   return inside ? __ldg(reinterpret_cast<const uint4*>(address)) : make_uint4(0, 0, 0, 0);
 }
 
-// x: written by the kernel before (which may still have been running when this one started), read through L2.
+// x: written by the kernel before (which may still have been running when this one started), read through L2 with
+// a coherent load: a read-only (nc) load may be scheduled above griddepcontrol.wait by ptxas (seen in batch A's
+// SASS: the first x load before ACQBULK), reading x before the previous kernel wrote it.
 __device__ __forceinline__ uint4 load16_fresh(const bf16_t* address, bool inside) {
   return inside ? __ldcg(reinterpret_cast<const uint4*>(address)) : make_uint4(0, 0, 0, 0);
 }
