@@ -350,16 +350,13 @@ __global__ void __launch_bounds__(kStepThreads) scan_step_kernel(ScanStepInputs 
                        : 0.0f;
     }
   }
-  if (threadIdx.x < G) {
-    const int i = first + threadIdx.x;
-    active[threadIdx.x] = threadIdx.x < group && in.records[i].status == kScanOk && slot < in.requests[i].depth;
-  }
-  __syncthreads();
+  // Who is still drafting and e = W1[previous], read together (one round trip before the W1 row).
   for (int index = threadIdx.x; index < G * rank; index += blockDim.x) {
     const int r = index / rank, j = index % rank;
-    float value = 0.0f;
-    if (active[r]) value = __bfloat162float(in.w1[static_cast<int64_t>(in.records[first + r].previous) * rank + j]);
-    e_shared[index] = value;
+    const int i = first + r;
+    const bool on = r < group && in.records[i].status == kScanOk && slot < in.requests[i].depth;
+    e_shared[index] = on ? __bfloat162float(in.w1[static_cast<int64_t>(in.records[i].previous) * rank + j]) : 0.0f;
+    if (j == 0) active[r] = on;
   }
   __syncthreads();
   Best best[G];
