@@ -1,4 +1,4 @@
-// The CUDA tile attention over long contexts: keys in 256-key chunks by absolute position, split over CTAs (chunk
+// The CUDA tile attention over long contexts: keys in 128-key chunks by absolute position, split over CTAs (chunk
 // states folded by the combine) or walked by one CTA (folded in place): every row's bits equal its one-row run across
 // the chunk edges at contexts up to 5000, near an fp64 reference; a planted chunk-edge fault shows; the timing.
 #ifdef LS_HAVE_CUDA
@@ -20,7 +20,7 @@ namespace {
 
 using namespace attention_testing;
 
-// Positions of a stream of `length` keys that the long-context tests check: both sides of every chunk edge (256 k),
+// Positions of a stream of `length` keys that the long-context tests check: both sides of every chunk edge (128 k),
 // the first and last, and every 331st.
 std::vector<int64_t> checked_positions(int64_t length) {
   std::vector<int64_t> at;
@@ -124,7 +124,7 @@ TEST(CudaAttentionChunks, EveryRowHasItsOneRowBitsAcrossChunkEdgesAtContextsUpTo
     const int most = 64 / (shape.heads / shape.kv_heads);
     for (const std::vector<Win>& wins : long_layouts(c)) {
       // automatic; splits pinned 2, 3 and 7 at rows per CTA 1 and the most; scratch for 8 chunks only (windows past
-      // 2048 keys walk unsplit beside split ones)
+      // 1024 keys walk unsplit beside split ones)
       differ += lc.differing(wins, run_forward(c, wins, Kernel::Tiles), checked);
       for (int splits : {2, 3, 7})
         for (int tile : {1, most})

@@ -144,7 +144,7 @@ struct Forward {
 };
 
 // Chunks of scratch the tests give a forward unless told otherwise: room for contexts up to 6144.
-constexpr int64_t kScratchChunks = 24;
+constexpr int64_t kScratchChunks = 48;
 
 // Runs one forward of the windows (output and scratch poisoned first); returns out [rows, heads * hd].
 inline std::vector<bf16> run_forward(const PagedCase& c, const std::vector<Win>& wins, Kernel kernel,

@@ -365,13 +365,28 @@ __global__ void attention_combine_kernel(TileArgs a) {
   float M = -INFINITY, L = 0.0f, O[PER_LANE];
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) O[i] = 0.0f;
-  for (int64_t c = 0; c < chunks; ++c, st += HD + 2) {
-    float fa, fb;
-    fold_chunk(M, L, st[0], st[1], fa, fb);
+  // groups of 8 chunks: every load of the group issued before the first fold (the folds stay in chunk order)
+  constexpr int G = 8;
+  for (int64_t c0 = 0; c0 < chunks; c0 += G, st += G * (HD + 2)) {
+    float m[G], l[G], o[G][PER_LANE];
 #pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) {
-      const int d = lane + 32 * i;
-      if (d < HD) O[i] = __fmaf_rn(O[i], fa, __fmul_rn(st[2 + d], fb));
+    for (int g = 0; g < G; ++g) {
+      const bool in = c0 + g < chunks;
+      m[g] = in ? st[g * (HD + 2)] : 0.0f;
+      l[g] = in ? st[g * (HD + 2) + 1] : 0.0f;
+#pragma unroll
+      for (int i = 0; i < PER_LANE; ++i) {
+        const int d = lane + 32 * i;
+        o[g][i] = in && d < HD ? st[g * (HD + 2) + 2 + d] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      if (c0 + g >= chunks) break;
+      float fa, fb;
+      fold_chunk(M, L, m[g], l[g], fa, fb);
+#pragma unroll
+      for (int i = 0; i < PER_LANE; ++i) O[i] = __fmaf_rn(O[i], fa, __fmul_rn(o[g][i], fb));
     }
   }
 #pragma unroll

@@ -54,10 +54,10 @@ Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const W
                  const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
                  const AttentionScratch& scratch = {});
 
-// Keys per chunk of the tile kernel (absolute positions [256 c, 256 c + 256)): every row's softmax state is built
+// Keys per chunk of the tile kernel (absolute positions [128 c, 128 c + 128)): every row's softmax state is built
 // per chunk and the chunk states are folded in chunk order (M = max; L = L a + l b; O = O a + o b with
 // a = exp(M_old - M), b = exp(m - M); out = O / L), by the walking CTA or by the combine after a split launch.
-constexpr int kAttentionChunkKeys = 256;
+constexpr int kAttentionChunkKeys = 128;
 // Floats of scratch that let forwards of up to `rows` rows split keys into up to `chunks` chunks.
 int64_t attention_scratch_floats(const KvShape& shape, int64_t rows, int64_t chunks);
 
