@@ -166,9 +166,22 @@ TEST(CudaDecodeGemm, QKAndVInOneLaunchGiveTheBitsOfThreeGemms) {
   }
 }
 
+// Puts the bench switches back to their defaults when a test ends, however it ends (a failed ASSERT returns early,
+// and the switches are process-wide: a pick left set would change every later test's GEMMs).
+struct DefaultPicksAtExit {
+  ~DefaultPicksAtExit() {
+    set_decode_staged_pick(-1);
+    set_decode_norm_configs(0, 2);
+  }
+};
+
 TEST(CudaDecodeGemm, TheEnginesStagedPicksGiveEveryRowTheBitsOfTheStreamingPicks) {
   LS_SKIP_WITHOUT_DEVICE();
+  const DefaultPicksAtExit defaults;
   const GemmEngine engine;
+  // The staged kernels took their shared-memory opt-in (else the picks fall back to streaming and this compares
+  // streaming with itself).
+  ASSERT_TRUE(decode_norm_fits(16, 2048));
   // The model's narrow one-slice shapes (out / q, k / v, conv in), an odd N with bias, a short K with a tail, and
   // the wide (16384) and sliced (8192) shapes that keep their streaming picks under the switch.
   const std::vector<std::tuple<int64_t, int64_t, bool>> shapes = {
@@ -221,6 +234,7 @@ NormCase norm_case(int64_t m, int64_t k, bool with_delta, uint64_t seed) {
 
 TEST(CudaDecodeGemm, TheNormInTheGemmPrologueGivesTheBitsOfTheNormLaunchThenTheGemm) {
   LS_SKIP_WITHOUT_DEVICE();
+  const DefaultPicksAtExit defaults;
   const GemmEngine engine;
   // K 2048 (the model, the CTA-per-row norm), 1000 (a 64-wide tail), 64 (the warp-per-row norm); three matrices as
   // q / k / v (one with bias, an odd N), rows 1..16, with and without the residual add.

@@ -231,6 +231,7 @@ TEST(CudaTargetFusedOps, NormsInTheDecodeGemmProloguesGiveTheUnfusedLogitsTapsAn
     CudaTarget& target = **made;
     const int taps[] = {0, 2, 4};
     ASSERT_TRUE(target.set_taps(taps).ok());
+    ASSERT_TRUE(cuda::decode_norm_fits(16, config.hidden_size));  // the fused path really runs
     std::vector<std::vector<uint32_t>> runs;
     // With logits (eager), then twice without (the second time from captured graphs), unfused then fused.
     for (const bool fused : {false, true}) {

@@ -61,14 +61,14 @@ union Chunk {
   __nv_bfloat162 pairs[4];
 };
 
-// x_rows [m, pitch] = RMSNorm(round(h + delta)) * weight (add_rms_norm's arithmetic; rms_norm's without delta): the
+// x_rows [m, pitch] = RMSNorm(round(h + delta)) * weight (add_rms_norm's arithmetic; rms_norm's without delta),
+// inverse_rms [m] fp32 beside it in dynamic shared memory (static shared memory would lower the opt-in limit): the
 // row values first (CTA 0 also writes them to h_out), then each row's inverse RMS by one warp in rms_norm_kernel's
 // order (lane l chains elements l, l + 32, ... in double, then the xor tree; up to 4 rows interleaved per warp),
 // then the normed values in place. Zero past K.
 template <int WARPS>
 __device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, int k, int k_pad, int pitch,
-                                               unsigned char* x_rows, bool write_h) {
-  __shared__ float inverse_rms[16];
+                                               unsigned char* x_rows, float* inverse_rms, bool write_h) {
   const int x_chunks = k_pad / 8;
   for (int index = threadIdx.x; index < m * x_chunks; index += 32 * WARPS) {
     const int row = index / x_chunks, at = (index % x_chunks) * 8;
@@ -177,7 +177,8 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, const StagedNo
   // the CTA (zero past K).
   wait_for_previous_kernel();
   if (norm.weight) {
-    stage_normed_x<WARPS>(norm, args.m, args.k, k_pad, pitch, x_rows, write_h);
+    stage_normed_x<WARPS>(norm, args.m, args.k, k_pad, pitch, x_rows,
+                          reinterpret_cast<float*>(x_rows + args.m * pitch), write_h);
   } else {
     const int x_chunks = k_pad / 8;
     for (int index = threadIdx.x; index < args.m * x_chunks; index += 32 * WARPS) {
@@ -250,8 +251,14 @@ __global__ void __launch_bounds__(32 * WARPS) decode_staged_kernel(StagedLaunch 
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_staged_shared
 
-// Shared memory of a staged launch: the weight rows of every warp, then x [m, pitch].
-int staged_shared_bytes(int warps, int tiles, int m, int k) { return (warps * 8 * tiles + m) * staged_pitch(k); }
+// Shared memory of a staged launch: the weight rows of every warp, then x [m, pitch], then the norm's inverse_rms
+// [16] fp32. All of it dynamic: the opt-in limit is for dynamic plus static bytes.
+int staged_shared_bytes(int warps, int tiles, int m, int k) {
+  return (warps * 8 * tiles + m) * staged_pitch(k) + 16 * static_cast<int>(sizeof(float));
+}
+
+// Whether every staged kernel took the shared-memory opt-in (else nothing launches them: the streaming kernels run).
+bool staged_ready = false;
 
 template <int WARPS, int TILES, bool SWIGLU>
 Status launch_staged_kernel(StagedLaunch& launch, cudaStream_t stream) {
@@ -272,7 +279,7 @@ Status launch_staged_kernel(StagedLaunch& launch, cudaStream_t stream) {
 
 template <int WARPS, int TILES>
 Status launch_staged_config(const GemmArgs& args, int sm_count, int fallback, cudaStream_t stream) {
-  if (staged_shared_bytes(WARPS, TILES, args.m, args.k) > optin_shared_bytes)
+  if (!staged_ready || staged_shared_bytes(WARPS, TILES, args.m, args.k) > optin_shared_bytes)
     return launch_stream_variant(fallback, args, sm_count, stream);
   StagedLaunch launch{};
   launch.args[0] = args;
@@ -298,11 +305,12 @@ Status launch_staged_index(int config, bool swiglu, StagedLaunch& launch, cudaSt
 }
 
 template <int WARPS, int TILES, bool SWIGLU>
-void allow_staged_kernel_shared(int optin_bytes) {
-  cudaFuncSetAttribute(decode_staged_kernel<WARPS, TILES, 8, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       optin_bytes);
-  cudaFuncSetAttribute(decode_staged_kernel<WARPS, TILES, 16, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       optin_bytes);
+bool allow_staged_kernel_shared(int optin_bytes) {
+  const bool eight = cudaFuncSetAttribute(decode_staged_kernel<WARPS, TILES, 8, SWIGLU>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes) == cudaSuccess;
+  const bool sixteen = cudaFuncSetAttribute(decode_staged_kernel<WARPS, TILES, 16, SWIGLU>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes) == cudaSuccess;
+  return eight && sixteen;
 }
 
 }  // namespace
@@ -323,13 +331,15 @@ Status launch_staged(int config, const GemmArgs& args, int sm_count, int fallbac
 
 void allow_staged_shared(int optin_bytes) {
   optin_shared_bytes = optin_bytes;
-  allow_staged_kernel_shared<1, 1, false>(optin_bytes);
-  allow_staged_kernel_shared<2, 1, false>(optin_bytes);
-  allow_staged_kernel_shared<1, 2, false>(optin_bytes);
-  allow_staged_kernel_shared<2, 2, false>(optin_bytes);
-  allow_staged_kernel_shared<4, 1, false>(optin_bytes);
-  allow_staged_kernel_shared<1, 2, true>(optin_bytes);
-  allow_staged_kernel_shared<2, 2, true>(optin_bytes);
+  bool ready = allow_staged_kernel_shared<1, 1, false>(optin_bytes);
+  ready = allow_staged_kernel_shared<2, 1, false>(optin_bytes) && ready;
+  ready = allow_staged_kernel_shared<1, 2, false>(optin_bytes) && ready;
+  ready = allow_staged_kernel_shared<2, 2, false>(optin_bytes) && ready;
+  ready = allow_staged_kernel_shared<4, 1, false>(optin_bytes) && ready;
+  ready = allow_staged_kernel_shared<1, 2, true>(optin_bytes) && ready;
+  ready = allow_staged_kernel_shared<2, 2, true>(optin_bytes) && ready;
+  cudaGetLastError();  // a refused opt-in is reported through staged_ready, not left for the next launch
+  staged_ready = ready;
 }
 
 }  // namespace ls::cuda::gemm_detail
@@ -338,7 +348,7 @@ namespace ls::cuda {
 
 bool decode_norm_fits(int64_t m, int64_t k) {
   // the widest launch (2 warps x 16 weight rows) must fit the device's shared memory
-  return m >= 1 && m <= 16 && k >= 8 && k % 8 == 0 && k <= gemm_detail::kUnslicedK &&
+  return gemm_detail::staged_ready && m >= 1 && m <= 16 && k >= 8 && k % 8 == 0 && k <= gemm_detail::kUnslicedK &&
          gemm_detail::staged_shared_bytes(2, 2, static_cast<int>(m), static_cast<int>(k)) <=
              gemm_detail::optin_shared_bytes;
 }
