@@ -6,6 +6,7 @@
 //   gpu_bench --decode-gemm     (the decode GEMM kernel's variants on the 1.2B decode shapes; no model)
 //   --decode-staged 0,1,..      also time the decode step with the narrow decode GEMMs on each staged configuration
 //   --decode-only               stop after the decode rows
+//   --attention-splits N        pin the target's decode attention splits (1 = never split; same bits)
 //   --decode-unfused            also time the decode step with the norm launches (norms not in the GEMM prologues)
 //   --decode-norm-configs 0,12  also time it with the norm launches on staged configurations g * 10 + s (group g,
 //                               SwiGLU s; set_decode_norm_configs)
@@ -49,6 +50,7 @@ struct Options {
   bool decode_gemm = false;  // time the decode GEMM variants only (no model)
   std::vector<int> decode_staged;  // staged decode GEMM configurations to time the decode step with (A/B)
   bool decode_only = false;        // stop after the decode rows
+  int attention_splits = 0;        // 0 = automatic
   bool decode_unfused = false;     // also time the decode step with the norm launches (no norms in GEMM prologues)
   std::vector<int> decode_norm_configs;  // norm launch configurations g * 10 + s to time the decode step with
 };
@@ -294,12 +296,13 @@ int main(int argc, char** argv) {
     else if (arg == "--decode-gemm") o.decode_gemm = true;
     else if (arg == "--decode-staged") o.decode_staged = parse_list(next());
     else if (arg == "--decode-only") o.decode_only = true;
+    else if (arg == "--attention-splits") o.attention_splits = std::atoi(next().c_str());
     else if (arg == "--decode-unfused") o.decode_unfused = true;
     else if (arg == "--decode-norm-configs") o.decode_norm_configs = parse_list(next());
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
                            "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
-                           "[--decode-unfused] | "
+                           "[--decode-unfused] [--attention-splits N] | "
                            "gpu_bench --decode-gemm\n");
       return 2;
     }
@@ -312,6 +315,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpu_bench: --model DIR is required\n");
     return 2;
   }
+  lfm2::gpu::set_attention_splits_for_bench(o.attention_splits);
   LoadOptions load;
   load.device = Device::Cuda;
   load.max_rows = std::max(o.prefill, 256);

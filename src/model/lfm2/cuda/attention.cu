@@ -411,10 +411,13 @@ int sm_count() {
 
 // Tiles since it passed on the H200 (batch A: fp64 reference, one-row bits, target splits; prefill 33x faster).
 std::atomic<int> chosen_kernel{static_cast<int>(AttentionKernel::Tiles)};
+std::atomic<int> bench_splits{0};
 
 }  // namespace
 
 void set_attention_kernel(AttentionKernel kernel) { chosen_kernel.store(static_cast<int>(kernel)); }
+
+void set_attention_splits_for_bench(int splits) { bench_splits.store(splits); }
 
 AttentionKernel attention_kernel() { return static_cast<AttentionKernel>(chosen_kernel.load()); }
 
@@ -490,7 +493,8 @@ Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const W
                  const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
                  const AttentionScratch& scratch) {
   if (attention_kernel() == AttentionKernel::Tiles && attention_tiles_supported(shape))
-    return attention_tiles(q, rows, row_window, windows, pages, shape, layer, out, stream, {}, scratch);
+    return attention_tiles(q, rows, row_window, windows, pages, shape, layer, out, stream,
+                           {0, false, bench_splits.load(), false}, scratch);
   return attention_rows(q, rows, row_window, windows, pages, shape, layer, out, stream);
 }
 

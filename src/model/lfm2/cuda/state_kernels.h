@@ -58,6 +58,8 @@ Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const W
 // per chunk and the chunk states are folded in chunk order (M = max; L = L a + l b; O = O a + o b with
 // a = exp(M_old - M), b = exp(m - M); out = O / L), by the walking CTA or by the combine after a split launch.
 constexpr int kAttentionChunkKeys = 128;
+// Benches: the splits attention() asks of the tile kernel (0 = automatic, 1 = never split; the same bits).
+void set_attention_splits_for_bench(int splits);
 // Floats of scratch that let forwards of up to `rows` rows split keys into up to `chunks` chunks.
 int64_t attention_scratch_floats(const KvShape& shape, int64_t rows, int64_t chunks);
 
