@@ -398,16 +398,18 @@ int main(int argc, char** argv) {
   cuda::set_decode_norm_configs(0, 2);
   target->set_graphs(false);
   target->set_graphs(true);
-  double unfused_ms = 0;
+  double unfused_ms = 0, mixers_fused_ms = 0;
   if (o.decode_unfused) {
-    target->set_decode_norm_fusion(false);
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < o.decode_tokens; ++i) {
-      w.tokens = std::span<const int32_t>(&steps[i], 1);
-      check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
-      check(target->commit(1, 1), "commit");
+    for (const bool mixers : {false, true}) {
+      target->set_decode_norm_fusion(mixers, false);
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < o.decode_tokens; ++i) {
+        w.tokens = std::span<const int32_t>(&steps[i], 1);
+        check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
+        check(target->commit(1, 1), "commit");
+      }
+      (mixers ? mixers_fused_ms : unfused_ms) = ms_since(start) / o.decode_tokens;
     }
-    unfused_ms = ms_since(start) / o.decode_tokens;
     target->set_decode_norm_fusion(true);
   }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
@@ -426,7 +428,9 @@ int main(int argc, char** argv) {
   if (o.decode_only) {
     std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms\n",
                 o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms);
-    if (o.decode_unfused) std::printf("  decode step, norm launches (unfused)  %.3f ms\n", unfused_ms);
+    if (o.decode_unfused)
+      std::printf("  decode step, norm launches (unfused)  %.3f ms; mixer norms fused, FFN norm launched %.3f ms\n",
+                  unfused_ms, mixers_fused_ms);
     for (auto [gs, ms] : norm_config_ms)
       std::printf("  decode step, norm launches on %s / %s: %.3f ms\n",
                   cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + gs / 10),

@@ -233,9 +233,10 @@ TEST(CudaTargetFusedOps, NormsInTheDecodeGemmProloguesGiveTheUnfusedLogitsTapsAn
     ASSERT_TRUE(target.set_taps(taps).ok());
     ASSERT_TRUE(cuda::decode_norm_fits(16, config.hidden_size));  // the fused path really runs
     std::vector<std::vector<uint32_t>> runs;
-    // With logits (eager), then twice without (the second time from captured graphs), unfused then fused.
-    for (const bool fused : {false, true}) {
-      target.set_decode_norm_fusion(fused);
+    // With logits (eager), then twice without (the second time from captured graphs): unfused, the mixers' norms
+    // fused, every norm fused.
+    for (const int fused : {0, 1, 2}) {
+      target.set_decode_norm_fusion(fused > 0, fused > 1);
       runs.push_back(run_bits(target, true));
       runs.push_back(run_bits(target, false));
       runs.push_back(run_bits(target, false));
@@ -247,7 +248,8 @@ TEST(CudaTargetFusedOps, NormsInTheDecodeGemmProloguesGiveTheUnfusedLogitsTapsAn
       ASSERT_EQ(runs[i].size(), want.size()) << (moe ? "moe" : "dense") << " run " << i;
       size_t differ = 0;
       for (size_t j = 0; j < want.size(); ++j) differ += runs[i][j] != want[j];
-      EXPECT_EQ(differ, 0u) << (moe ? "moe" : "dense") << " run " << i << " (3..5: fused; 2, 5: graphs)";
+      EXPECT_EQ(differ, 0u) << (moe ? "moe" : "dense") << " run " << i
+                            << " (3..5: mixers fused, 6..8: all; 2, 5, 8: graphs)";
     }
   }
 }

@@ -54,7 +54,9 @@ struct StagedLaunch {
   StagedNorm norm;
 };
 
-__device__ __forceinline__ uint32_t shared_word(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t shared_word(const unsigned char* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
 
 union Chunk {
   uint4 raw;
@@ -230,7 +232,8 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, const StagedNo
 #pragma unroll
     for (int half = 0; half < A_ROWS / 8; ++half)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) store_swiglu(args, r + 8 * half, c + e, out_n, acc[0][2 * half + e], acc[1][2 * half + e]);
+      for (int e = 0; e < 2; ++e)
+        store_swiglu(args, r + 8 * half, c + e, out_n, acc[0][2 * half + e], acc[1][2 * half + e]);
   } else {
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {

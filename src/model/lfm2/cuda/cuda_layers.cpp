@@ -18,7 +18,7 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
   const bool fuse = decode_norm_fusion_ && cuda::decode_norm_fits(rows, D);
   auto ffn_fused = [&](int layer) {
     const gpu::DeviceLayer& w = weights_.layers[layer];
-    return fuse && !w.moe && cuda::decode_swiglu_fits(rows, w.gate_up.view());
+    return fuse && decode_norm_fusion_ffn_ && !w.moe && cuda::decode_swiglu_fits(rows, w.gate_up.view());
   };
   int swaps = 0;
   for (int layer = 0; layer < c.num_layers && fuse; ++layer) swaps += (layer > 0 ? 1 : 0) + (ffn_fused(layer) ? 1 : 0);

@@ -65,9 +65,11 @@ class CudaTarget final : public Target {
   }
   int graph_count() const { return static_cast<int>(graphs_.size()); }
   // Up to 16 rows: each residual add + RMSNorm runs in the prologue of the decode GEMM it feeds (the same bits; on by
-  // default); off runs the norm launches (tests and benches compare the two).
-  void set_decode_norm_fusion(bool on) {
+  // default); off runs the norm launches (tests and benches compare the two); ffn false keeps the FFN's norm launch
+  // (and the streaming gate_up + SwiGLU kernel) while the mixers' norms stay fused.
+  void set_decode_norm_fusion(bool on, bool ffn = true) {
     decode_norm_fusion_ = on;
+    decode_norm_fusion_ffn_ = ffn;
     clear_graphs();
   }
 
@@ -141,6 +143,7 @@ class CudaTarget final : public Target {
   static constexpr size_t kMaxGraphs = 256;
   bool graphs_enabled_ = true;
   bool decode_norm_fusion_ = true;
+  bool decode_norm_fusion_ffn_ = true;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> sightings_;
 
