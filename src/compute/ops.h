@@ -130,6 +130,10 @@ void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first
 // holding the same values.
 void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const bf16* keys,
                const bf16* values, const AttentionShape& shape, float* out);
+// Bidirectional block attention: every row of q [rows, heads, hd] attends over the same keys/values 0 .. key_count-1
+// (no causal mask); row r's bits equal attention() of that row alone at first_position key_count - 1.
+void attention_block(const OpContext& ctx, const float* q, int64_t rows, int64_t key_count, const float* keys,
+                     const float* values, const AttentionShape& shape, float* out);
 
 // The double-gated depthwise causal short conv of one stream's rows.
 // bcx [rows, 3*width] = in_proj output (B | C | X); history [kernel-1, width] = the gated inputs z = B*X before row 0

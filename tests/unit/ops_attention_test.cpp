@@ -162,5 +162,35 @@ TEST(OpsAttention, HeadDim64MatchesTheReferenceAndIsBatchInvariantOnEveryPath) {
   }
 }
 
+TEST(OpsAttention, ABlockRowAttendsOverEveryKeyWithTheBitsOfItsOneRowCallAtTheLastPosition) {
+  constexpr AttentionShape shape{6, 2, 64, 0.125f};
+  ThreadPool pool(2);
+  const int64_t key_count = 41, rows = 7;
+  const int kv_width = shape.kv_heads * shape.head_dim, q_width = shape.heads * shape.head_dim;
+  for (bool scalar : {false, true}) {
+    std::optional<CpuFeaturesOverride> forced;
+    if (scalar) forced.emplace(CpuFeatures{cpu_features().avx2_fma, false, false});
+    for (NumericMode mode : kModes) {
+      const OpContext ctx{&pool, mode};
+      const std::vector<float> keys = stored(random_values(key_count * kv_width, 31, 2.0f), mode);
+      const std::vector<float> values = stored(random_values(key_count * kv_width, 32), mode);
+      const std::vector<float> q = stored(random_values(rows * q_width, 33, 2.0f), mode);
+      std::vector<float> block = poisoned(rows * q_width);
+      attention_block(ctx, q.data(), rows, key_count, keys.data(), values.data(), shape, block.data());
+      ASSERT_TRUE(all_finite(block));
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> alone = poisoned(q_width);
+        attention(ctx, q.data() + r * q_width, 1, key_count - 1, keys.data(), values.data(), shape, alone.data());
+        EXPECT_TRUE(bitwise_equal(alone.data(), block.data() + r * q_width, q_width))
+            << mode_name(mode) << (scalar ? " scalar" : " avx512") << " row " << r;
+      }
+      // The first row differs from a causal window's first row (it sees keys after its own position).
+      std::vector<float> causal = poisoned(rows * q_width);
+      attention(ctx, q.data(), rows, key_count - rows, keys.data(), values.data(), shape, causal.data());
+      EXPECT_FALSE(bitwise_equal(causal.data(), block.data(), q_width)) << mode_name(mode);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ls::compute

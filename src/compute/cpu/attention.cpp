@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/check.h"
 #include "compute/cpu/cpu_features.h"
 #include "compute/cpu/simd_avx512.h"
 #include "compute/ops.h"
@@ -100,9 +101,11 @@ LS_TARGET_AVX512 void attend_one_avx512(const OpContext& ctx, const float* query
   for (int i = 0; i < vectors; ++i) _mm512_storeu_ps(out + 16 * i, store16(round, acc[i]));
 }
 
+// Row r attends over keys 0 .. first_position + r (causal), or over keys 0 .. key_count - 1 for every row when
+// key_count > 0 (a bidirectional block): each (row, head) is the same attend_one call either way.
 template <typename Cached>
 void attention_over(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const Cached* keys,
-                    const Cached* values, const AttentionShape& shape, float* out) {
+                    const Cached* values, const AttentionShape& shape, float* out, int64_t key_count = 0) {
   const int group = shape.heads / shape.kv_heads;
   const int64_t items = rows * shape.heads;
   const bool vector = cpu_features().avx512 && shape.head_dim % 16 == 0 && shape.head_dim <= kMaxVectorHeadDim;
@@ -112,12 +115,11 @@ void attention_over(const OpContext& ctx, const float* q, int64_t rows, int64_t 
       const int64_t row = item / shape.heads;
       const int head = static_cast<int>(item % shape.heads);
       const int64_t offset = (row * shape.heads + head) * shape.head_dim;
+      const int64_t keys_seen = key_count > 0 ? key_count : first_position + row + 1;
       if (vector)
-        attend_one_avx512(ctx, q + offset, first_position + row + 1, keys, values, shape, head / group, scores,
-                          out + offset);
+        attend_one_avx512(ctx, q + offset, keys_seen, keys, values, shape, head / group, scores, out + offset);
       else
-        attend_one(ctx, q + offset, first_position + row + 1, keys, values, shape, head / group, scores,
-                   out + offset);
+        attend_one(ctx, q + offset, keys_seen, keys, values, shape, head / group, scores, out + offset);
     }
   };
   if (ctx.pool)
@@ -136,6 +138,13 @@ void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first
 void attention(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const bf16* keys,
                const bf16* values, const AttentionShape& shape, float* out) {
   attention_over(ctx, q, rows, first_position, keys, values, shape, out);
+}
+
+void attention_block(const OpContext& ctx, const float* q, int64_t rows, int64_t key_count, const float* keys,
+                     const float* values, const AttentionShape& shape, float* out) {
+  if (rows <= 0) return;
+  LS_CHECK(key_count > 0, "a block attends over at least one key");
+  attention_over(ctx, q, rows, 0, keys, values, shape, out, key_count);
 }
 
 }  // namespace ls::compute

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <vector>
 
 #include "compute/cpu/draft_ops.h"
 
@@ -13,14 +15,35 @@ constexpr int64_t kContextChunkRows = 64;  // taps projected per chunk, bounding
 
 bool neox(const DsparkConfig& config) { return config.rope_style == RopeStyle::NeoX; }
 
+// ys[i] [rows, ws[i].rows] = u [rows, d] @ ws[i]^T: one pool dispatch for the whole group when no matrix is int8
+// (matmul_group gives every column the bits of its own matmul).
+void apply_matrices(const compute::OpContext& ops, const float* u, int64_t rows,
+                    std::initializer_list<const DraftMatrix*> ws, std::initializer_list<float*> ys) {
+  bool dense = true;
+  for (const DraftMatrix* w : ws) dense = dense && !w->quantized();
+  if (!dense) {
+    auto y = ys.begin();
+    for (const DraftMatrix* w : ws) apply_matrix(ops, u, rows, *w, *y++);
+    return;
+  }
+  std::vector<compute::Matrix> views;
+  for (const DraftMatrix* w : ws) views.push_back(w->dense.view());
+  compute::matmul_group(ops, u, rows, views, std::vector<float*>(ys));
+}
+
+// keys [rows, kv] = RoPE(k_norm(keys)) in place: the projected keys made ready for the cache.
+void finish_keys(const ForwardContext& f, const DraftLayerWeights& layer, int64_t rows, const int64_t* positions,
+                 float* keys) {
+  const DsparkConfig& c = f.config;
+  compute::rms_norm(f.ops, keys, rows * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.norm_eps, keys);
+  compute::rope_rotate(f.ops, keys, rows, c.num_kv_heads, positions, f.rope, neox(c));
+}
+
 // K = RoPE(k_norm(k_proj u)) and V = v_proj u for `rows` rows of u [rows, d] at `positions`.
 void project_keys_values(const ForwardContext& f, const DraftLayerWeights& layer, const float* u, int64_t rows,
                          const int64_t* positions, float* keys, float* values) {
-  const DsparkConfig& c = f.config;
-  apply_matrix(f.ops, u, rows, layer.k_proj, keys);
-  compute::rms_norm(f.ops, keys, rows * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.norm_eps, keys);
-  compute::rope_rotate(f.ops, keys, rows, c.num_kv_heads, positions, f.rope, neox(c));
-  apply_matrix(f.ops, u, rows, layer.v_proj, values);
+  apply_matrices(f.ops, u, rows, {&layer.k_proj, &layer.v_proj}, {keys, values});
+  finish_keys(f, layer, rows, positions, keys);
 }
 
 }  // namespace
@@ -110,11 +133,12 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
     const DraftLayerWeights& layer = f.weights.layers[index];
     // Attention block: u = input_layernorm(X); Q = RoPE(q_norm(q_proj u)); K, V as the context's.
     compute::rms_norm(f.ops, s.hidden.data(), rows, d, layer.input_norm.data(), c.norm_eps, s.normed.data());
-    apply_matrix(f.ops, s.normed.data(), rows, layer.q_proj, s.queries.data());
+    apply_matrices(f.ops, s.normed.data(), rows, {&layer.q_proj, &layer.k_proj, &layer.v_proj},
+                   {s.queries.data(), s.keys.data(), s.values.data()});
     compute::rms_norm(f.ops, s.queries.data(), rows * c.num_heads, c.head_dim, layer.q_norm.data(), c.norm_eps,
                       s.queries.data());
     compute::rope_rotate(f.ops, s.queries.data(), rows, c.num_heads, positions.data(), f.rope, neox(c));
-    project_keys_values(f, layer, s.normed.data(), rows, positions.data(), s.keys.data(), s.values.data());
+    finish_keys(f, layer, rows, positions.data(), s.keys.data());
     for (int64_t i = 0; i < requests; ++i) {
       StreamContext& context = *contexts[i];
       const int64_t p = context.length - context.skipped;  // rows held (positions come from `positions`)
@@ -122,18 +146,14 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
       // keys 0 .. p+gamma-1: all context before the anchor and the whole block, with no causal mask.
       std::copy_n(s.keys.data() + i * gamma * kv, gamma * kv, context.keys[index].data() + p * kv);
       std::copy_n(s.values.data() + i * gamma * kv, gamma * kv, context.values[index].data() + p * kv);
-      for (int slot = 0; slot < gamma; ++slot) {
-        const int64_t row = i * gamma + slot;
-        compute::attention(f.ops, s.queries.data() + row * q, 1, p + gamma - 1, context.keys[index].data(),
-                           context.values[index].data(), shape, s.attended.data() + row * q);
-      }
+      compute::attention_block(f.ops, s.queries.data() + i * gamma * q, gamma, p + gamma, context.keys[index].data(),
+                               context.values[index].data(), shape, s.attended.data() + i * gamma * q);
     }
     apply_matrix(f.ops, s.attended.data(), rows, layer.o_proj, s.projected.data());
     compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), rows * d);
     // FFN block: X += down(silu(gate v) * up v), v = post_attention_layernorm(X).
     compute::rms_norm(f.ops, s.hidden.data(), rows, d, layer.post_norm.data(), c.norm_eps, s.normed.data());
-    apply_matrix(f.ops, s.normed.data(), rows, layer.gate_proj, s.gate.data());
-    apply_matrix(f.ops, s.normed.data(), rows, layer.up_proj, s.up.data());
+    apply_matrices(f.ops, s.normed.data(), rows, {&layer.gate_proj, &layer.up_proj}, {s.gate.data(), s.up.data()});
     compute::swiglu(f.ops, s.gate.data(), s.up.data(), rows * ff, s.gate.data());
     apply_matrix(f.ops, s.gate.data(), rows, layer.down_proj, s.projected.data());
     compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), rows * d);
