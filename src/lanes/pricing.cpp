@@ -180,7 +180,10 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // lose to plain) that buys nothing, so it waits for the longest wait, where it re-measures the drafter's
     // cost instead (a pass timed slow at load must not rule drafting out for good).
     const bool scouting = drafter_unproven && !stream.backoff.scouted;
-    if (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers[0], stream, caps[prober])) {
+    // The scout probes for every stream: its probe is worth it when the streams together could pay (a pass's
+    // fixed cost shared by many can pay where one stream's alone cannot).
+    const int alike = scouting ? static_cast<int>(drafting.size()) : 1;
+    if (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers[0], stream, caps[prober], alike)) {
       // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
       // trim to keep as the confidences justify (deeper acceptance gets measured too).
       plans[prober] = {has_confidence_ ? caps[prober] : 1, 1};
@@ -201,16 +204,21 @@ RoundCost Pricing::round_cost() const {
   };
 }
 
-bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int cap) const {
-  std::vector<RowOffer> alone(2);
-  alone[0] = pending_rows;
-  alone[1].fixed_rows = 0;
-  alone[1].fixed_expected = 0;
-  alone[1].chances.assign(std::max(cap, 1), 1.0f);
-  // Its catch-up spread over the few rounds such a stream would still run.
-  alone[1].activation_ms = activation_ms(stream, cap, alone[1].chances);
-  const Allocation best = allocate_rows(alone, max_rows_, round_cost(), options_.plain_margin);
-  return best.extra_rows[1] > 0;
+bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike) const {
+  std::vector<RowOffer> offers(1 + std::max(alike, 1));
+  offers[0] = pending_rows;
+  for (size_t index = 1; index < offers.size(); ++index) {
+    offers[index].fixed_rows = 0;
+    offers[index].fixed_expected = 0;
+    offers[index].chances.assign(std::max(cap, 1), 1.0f);
+    // Its catch-up spread over the few rounds such a stream would still run.
+    offers[index].activation_ms = activation_ms(stream, cap, offers[index].chances);
+  }
+  const Allocation best = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
+  for (size_t index = 1; index < offers.size(); ++index) {
+    if (best.extra_rows[index] > 0) return true;
+  }
+  return false;
 }
 
 bool Pricing::probe_affordable() const {
@@ -221,13 +229,21 @@ bool Pricing::probe_affordable() const {
 bool Pricing::could_draft(int round_streams, int cap) const {
   if (cap <= 0) return false;
   if (options_.always_draft) return true;
-  std::vector<RowOffer> offers(2);
-  offers[0].fixed_rows = std::clamp(round_streams, 1, max_rows_);
-  offers[0].fixed_expected = offers[0].fixed_rows;
-  offers[1].fixed_rows = 0;
-  offers[1].fixed_expected = 0;
-  offers[1].chances = pooled_acceptance_.chain(cap);
-  return allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin).extra_rows[1] > 0;
+  // Every stream of the round offering the same: a pass's fixed cost shared by all can pay where one's cannot.
+  const int streams = std::clamp(round_streams, 1, max_rows_);
+  std::vector<RowOffer> offers(1 + streams);
+  offers[0].fixed_rows = streams;
+  offers[0].fixed_expected = streams;
+  for (size_t index = 1; index < offers.size(); ++index) {
+    offers[index].fixed_rows = 0;
+    offers[index].fixed_expected = 0;
+    offers[index].chances = pooled_acceptance_.chain(cap);
+  }
+  const Allocation best = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
+  for (size_t index = 1; index < offers.size(); ++index) {
+    if (best.extra_rows[index] > 0) return true;
+  }
+  return false;
 }
 
 void Pricing::trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers,

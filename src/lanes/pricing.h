@@ -50,8 +50,8 @@ class Pricing {
   std::vector<DepthPlan> plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
                                      int round_streams);
 
-  // Whether a stream would be bought drafts at all among `round_streams` streams with the acceptance pooled so far
-  // (absorbs left out): a stream admitted when this says no does not tap its prompt.
+  // Whether drafts would be bought at all if all `round_streams` streams offered drafts with the acceptance pooled
+  // so far (absorbs left out): a stream admitted when this says no does not tap its prompt.
   bool could_draft(int round_streams, int cap) const;
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
   // stream its rows' share of that call, not a call of its own.
@@ -86,8 +86,8 @@ class Pricing {
   std::vector<float> depth_chances(const Stream& stream, int cap) const;
   RoundCost round_cost() const;
   // Whether `stream` would be bought drafts at all, next to the round's pending rows, if every one of its `cap`
-  // drafts landed (its catch-up absorb included).
-  bool could_pay(const RowOffer& pending_rows, const Stream& stream, int cap) const;
+  // drafts landed (its catch-up absorb included), drafting alongside `alike - 1` streams that offer the same.
+  bool could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike = 1) const;
   void trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers, const Allocation& allocation,
                     int round_streams) const;
 

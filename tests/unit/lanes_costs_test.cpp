@@ -46,6 +46,43 @@ TEST(LanesCosts, AOneOffSlowPassAmongFastOnesLeavesTheTablesAlone) {
   for (int streams = 1; streams <= 4; ++streams) EXPECT_DOUBLE_EQ(pricing.tables().draft.ms(streams, 7), 0.2);
 }
 
+TEST(LanesCosts, AtSixteenStreamsADrafterThatPaysOnlyWhenEveryStreamDraftsIsFoundAndBought) {
+  // Verifies of 10 ms + 0.5 ms a row, passes of 2 ms + 0.2 ms per stream and depth, every draft right: one stream
+  // drafting alone among 16 cannot repay a pass, all 16 together can (the lanes bench's fake pair: 1.23x). Before,
+  // the scout's probe was skipped because its stream alone could not pay even if always right, so the drafter was
+  // never proven and 16 streams decoded plainly (1.00x).
+  auto run = [](bool drafted) {
+    FixedClock clock;
+    FakeTargetOptions target_options;
+    target_options.max_rows = 64;
+    target_options.exact_width = 8;
+    target_options.clock = &clock;
+    FakeTarget target(target_options);
+    FakeDrafterOptions drafter_options;
+    drafter_options.max_depth = 7;
+    drafter_options.wrong_rate = 0.0;
+    drafter_options.clock = &clock;
+    FakeDrafter drafter(drafter_options);
+    auto lanes = Lanes::create(target, drafted ? &drafter : nullptr, LanesOptions{}, clock);
+    EXPECT_TRUE(lanes.ok());
+    std::vector<Arrival> arrivals;
+    for (int index = 0; index < 16; ++index) {
+      Arrival arrival;
+      arrival.request = make_fake_request(index, false, 64);
+      arrival.request.max_tokens = 256;
+      arrival.request.eos_ids = std::vector<int32_t>{};
+      arrivals.push_back(arrival);
+    }
+    const double start_ms = clock.now_ms();
+    auto replies = run_arrivals(**lanes, arrivals);
+    EXPECT_TRUE(replies.ok());
+    return clock.now_ms() - start_ms;
+  };
+  const double plain_ms = run(false);
+  const double drafted_ms = run(true);
+  EXPECT_LT(drafted_ms * 1.15, plain_ms) << "plain " << plain_ms << " ms, drafted " << drafted_ms << " ms";
+}
+
 TEST(LanesCosts, WithAConfidenceHeadEveryDraftingStreamAsksItsWholeDepth) {
   // The trim cuts what the confidences doubt, so a pass asks the drafter's whole depth: one pass shape per stream
   // count (before: the bought depth + 2, a different CUDA graph per depth, each captured in the rounds).

@@ -308,12 +308,12 @@ TEST(LanesPricing, WhileNothingIsKnownAboutTheDrafterTheScoutProbesAtItsFirstDec
 }
 
 TEST(LanesPricing, ADrafterThatCannotPayEvenIfAlwaysRightIsNotRunToProbeBeforeTheLongestWait) {
-  // A pass costs 40 ms against a 10 ms + 0.5 ms/row verify: even 6 landed drafts per stream cannot repay it.
-  // Probes that only re-measure the cost come after waits of 8 + 16 + 32 + 64 + 128 decisions; 200 tokens end
-  // first.
+  // A pass costs 80 ms against a 10 ms + 0.5 ms/row verify: even 6 landed drafts per stream for all 8 streams at
+  // once cannot repay it (56 tokens in 38 + 89.6 ms against 8 in 14 ms). Probes that only re-measure the cost come
+  // after waits of 8 + 16 + 32 + 64 + 128 decisions; 200 tokens end first.
   FixedClock clock;
   FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
-  drafter_options.draft_fixed_ms = 40.0;
+  drafter_options.draft_fixed_ms = 80.0;
   std::vector<Arrival> arrivals = long_prompt_requests(8, 40, 200);
   PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
   PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, arrivals);
