@@ -34,7 +34,10 @@ constexpr int64_t kColumnChunk = 16;  // columns per unit of thread work
 constexpr int kTileRows = 4;          // register tile: rows x columns of 16-lane accumulators
 constexpr int kTileColumns = 6;
 constexpr int kFewRowsColumns = 8;    // register tile width when fewer than kTileRows rows are left
-constexpr int64_t kVerifyRows = 16;   // up to this many rows, 3-row x 8-column tiles walk the columns once
+constexpr int64_t kVerifyRows = 16;   // up to this many rows, 2-row x 8-column tiles walk the columns once
+// Rows per verify tile: 2 x 8 accumulators + 8 weight vectors fit the 32 registers; 3 x 8 spilled (on this Zen 4
+// host a 2-row group ran 16-25% faster per row at 4..16 rows, thread CPU time; see docs/benchmarks.md).
+constexpr int64_t kVerifyGroupRows = 2;
 constexpr int64_t kPrefetchGroups = 2;  // how many 8-column groups ahead the verify path prefetches
 constexpr int64_t kColumnBlockBytes = 256 * 1024;  // weights of one column block, swept by every row quad
 constexpr size_t kMaxGroup = 4;                   // matrices in one matmul_group call
@@ -308,19 +311,19 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
     return;
   }
   if (row_end - row_begin <= kVerifyRows) {
-    // A verify window: each 8-column group streams from memory once and is reused from L1 by every 3-row group,
+    // A verify window: each 8-column group streams from memory once and is reused from L1 by every 2-row group,
     // while the group two ahead is prefetched into L2 a slice per row group (memory keeps streaming during compute).
-    const int64_t groups = (row_end - row_begin + 2) / 3;
+    const int64_t groups = (row_end - row_begin + kVerifyGroupRows - 1) / kVerifyGroupRows;
     const int64_t group_bytes = kFewRowsColumns * column_bytes;
     const int64_t slice = (group_bytes / groups + 63) / 64 * 64;
     for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns) {
       const int64_t ahead = col + kPrefetchGroups * kFewRowsColumns;
       const char* next = ahead < col_end ? tiles.weight_bytes(ahead) : nullptr;
-      for (int64_t group = 0, row = row_begin; row < row_end; ++group, row += 3) {
+      for (int64_t group = 0, row = row_begin; row < row_end; ++group, row += kVerifyGroupRows) {
         if (next)
           for (int64_t offset = group * slice; offset < std::min(group_bytes, (group + 1) * slice); offset += 64)
             _mm_prefetch(next + offset, _MM_HINT_T1);
-        tile_rows<kFewRowsColumns>(tiles, std::min<int64_t>(3, row_end - row), row, col,
+        tile_rows<kFewRowsColumns>(tiles, std::min<int64_t>(kVerifyGroupRows, row_end - row), row, col,
                                    std::min<int64_t>(kFewRowsColumns, col_end - col));
       }
     }
