@@ -150,8 +150,45 @@ TEST_F(DrafterTest, AStreamDraftsTheSameBitsAloneOrBesideOtherStreams) {
   const std::vector<float> together_logits(drafter->last_base_logits().begin(), drafter->last_base_logits().end());
   for (size_t index = 0; index < all.size(); ++index) {
     expect_same_draft(draft_one(*drafter, all[index]), together[index]);
+    // The head runs up to each pass's deepest request: compare the slots this request drafts.
     const std::span<const float> alone = drafter->last_base_logits();
-    EXPECT_EQ(std::memcmp(alone.data(), together_logits.data() + index * kBlock * kVocab, alone.size_bytes()), 0);
+    const size_t drafted = static_cast<size_t>(all[index].depth) * kVocab;
+    EXPECT_EQ(std::memcmp(alone.data(), together_logits.data() + index * kBlock * kVocab, drafted * sizeof(float)), 0);
+  }
+}
+
+TEST_F(DrafterTest, AShallowPassRunsTheHeadOnlyUpToItsDeepestRequestWithTheBitsOfAFullPass) {
+  std::unique_ptr<DsparkDrafter> drafter = load();
+  ASSERT_TRUE(drafter);
+  for (StreamId stream = 1; stream <= 3; ++stream)
+    ASSERT_TRUE(drafter->absorb(stream, 0, 9, testing::random_taps(9, kTapWidth, 40 + stream)).ok());
+  std::vector<DraftRequest> full, shallow;
+  for (StreamId stream = 1; stream <= 3; ++stream) {
+    full.push_back(request(stream, 9, 20 + stream));
+    shallow.push_back(request(stream, 9, 20 + stream, 1 + static_cast<int>(stream) % 2));  // depths 2, 1, 2
+  }
+  for (size_t count : {size_t{1}, size_t{3}}) {  // one request (in place) and several (packed through the head)
+    const std::span<const DraftRequest> some_full(full.data(), count), some_shallow(shallow.data(), count);
+    const std::vector<Draft> deep = drafter->draft(some_full);
+    const std::vector<float> deep_logits(drafter->last_base_logits().begin(), drafter->last_base_logits().end());
+    const std::vector<Draft> cut = drafter->draft(some_shallow);
+    const std::span<const float> cut_logits = drafter->last_base_logits();
+    ASSERT_EQ(cut_logits.size(), deep_logits.size());
+    const int deepest = count == 1 ? shallow[0].depth : 2;
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_TRUE(cut[i].status.ok()) << cut[i].status.to_string();
+      EXPECT_EQ(cut[i].tokens,
+                std::vector<int32_t>(deep[i].tokens.begin(), deep[i].tokens.begin() + shallow[i].depth));
+      for (int slot = 0; slot < kBlock; ++slot) {
+        const float* got = cut_logits.data() + (i * kBlock + slot) * kVocab;
+        if (slot < deepest) {
+          EXPECT_EQ(std::memcmp(got, deep_logits.data() + (i * kBlock + slot) * kVocab, kVocab * sizeof(float)), 0)
+              << count << " requests, request " << i << " slot " << slot;
+        } else {
+          EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[kVocab - 1])) << "slot " << slot << " past the deepest";
+        }
+      }
+    }
   }
 }
 

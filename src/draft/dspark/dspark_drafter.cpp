@@ -3,6 +3,7 @@
 
 #include "draft/dspark/shared_steps.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <utility>
@@ -133,7 +134,9 @@ std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) 
   Status status = reserve_block_scratch(scratch_, config_, rows, nullptr);
   const ForwardContext forward{config_, weights_, ops_, rope_};
   const auto block_start = std::chrono::steady_clock::now();
-  if (status.ok()) status = block_pass(forward, target_, contexts, anchors, scratch_);
+  int deepest = 0;  // the head runs only up to the deepest request's slots
+  for (size_t index : chosen) deepest = std::max(deepest, requests[index].depth);
+  if (status.ok()) status = block_pass(forward, target_, contexts, anchors, scratch_, deepest);
   last_block_ms_ = milliseconds_since(block_start);
   if (!status.ok()) {
     for (size_t index : chosen) results[index].status = status;

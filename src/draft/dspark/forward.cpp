@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <vector>
 
 #include "compute/cpu/draft_ops.h"
@@ -107,7 +108,7 @@ void project_context(const ForwardContext& f, const float* taps, int64_t rows, i
 }
 
 Status block_pass(const ForwardContext& f, const Target& target, std::span<StreamContext* const> contexts,
-                  std::span<const int32_t> anchors, BlockScratch& s) {
+                  std::span<const int32_t> anchors, BlockScratch& s, int head_slots) {
   const DsparkConfig& c = f.config;
   const int gamma = c.block_size;
   const int64_t requests = static_cast<int64_t>(anchors.size());
@@ -160,9 +161,33 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
   }
   // Hf = norm(X); U = Hf @ E^T through the target's tied head, fp32.
   compute::rms_norm(f.ops, s.hidden.data(), rows, d, f.weights.final_norm.data(), c.norm_eps, s.final_hidden.data());
-  return target.head(std::span<const float>(s.final_hidden.data(), static_cast<size_t>(rows * d)),
-                     static_cast<int>(rows),
-                     std::span<float>(s.logits.data(), static_cast<size_t>(rows) * c.vocab_size));
+  const int64_t V = c.vocab_size;
+  if (head_slots <= 0 || head_slots >= gamma) {
+    return target.head(std::span<const float>(s.final_hidden.data(), static_cast<size_t>(rows * d)),
+                       static_cast<int>(rows), std::span<float>(s.logits.data(), static_cast<size_t>(rows * V)));
+  }
+  // Only slots < head_slots of each request: packed into contiguous rows when several requests share the pass (a
+  // row's logits do not depend on which rows share the head call), then put back in place; the rest NaN.
+  const int64_t kept = requests * head_slots;
+  std::vector<float> packed_hidden, packed_logits;
+  const float* hidden = s.final_hidden.data();
+  float* logits = s.logits.data();
+  if (requests > 1) {
+    packed_hidden.resize(static_cast<size_t>(kept * d));
+    packed_logits.resize(static_cast<size_t>(kept * V));
+    for (int64_t i = 0; i < requests; ++i)
+      std::copy_n(s.final_hidden.data() + i * gamma * d, head_slots * d, packed_hidden.data() + i * head_slots * d);
+    hidden = packed_hidden.data();
+    logits = packed_logits.data();
+  }
+  LS_RETURN_IF_ERROR(target.head(std::span<const float>(hidden, static_cast<size_t>(kept * d)),
+                                 static_cast<int>(kept), std::span<float>(logits, static_cast<size_t>(kept * V))));
+  for (int64_t i = 0; i < requests; ++i) {
+    float* out = s.logits.data() + i * gamma * V;
+    if (requests > 1) std::copy_n(packed_logits.data() + i * head_slots * V, head_slots * V, out);
+    std::fill(out + head_slots * V, out + gamma * V, std::numeric_limits<float>::quiet_NaN());
+  }
+  return ok_status();
 }
 
 }  // namespace ls::dspark
