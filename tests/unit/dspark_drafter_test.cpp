@@ -157,7 +157,7 @@ TEST_F(DrafterTest, AStreamDraftsTheSameBitsAloneOrBesideOtherStreams) {
   }
 }
 
-TEST_F(DrafterTest, AShallowPassRunsTheHeadOnlyUpToItsDeepestRequestWithTheBitsOfAFullPass) {
+TEST_F(DrafterTest, AShallowPassRunsTheHeadAndALoneRequestsLastLayerOnlyUpToItsDepthWithTheBitsOfAFullPass) {
   std::unique_ptr<DsparkDrafter> drafter = load();
   ASSERT_TRUE(drafter);
   for (StreamId stream = 1; stream <= 3; ++stream)
@@ -171,8 +171,19 @@ TEST_F(DrafterTest, AShallowPassRunsTheHeadOnlyUpToItsDeepestRequestWithTheBitsO
     const std::span<const DraftRequest> some_full(full.data(), count), some_shallow(shallow.data(), count);
     const std::vector<Draft> deep = drafter->draft(some_full);
     const std::vector<float> deep_logits(drafter->last_base_logits().begin(), drafter->last_base_logits().end());
+    const std::vector<float> deep_hidden(drafter->last_final_hidden().begin(), drafter->last_final_hidden().end());
     const std::vector<Draft> cut = drafter->draft(some_shallow);
     const std::span<const float> cut_logits = drafter->last_base_logits();
+    const std::span<const float> cut_hidden = drafter->last_final_hidden();
+    ASSERT_EQ(cut_hidden.size(), deep_hidden.size());
+    // Hf: one request's last layer runs only its drafted slots (NaN past them); several requests keep every row.
+    for (size_t row = 0; row < count * kBlock; ++row) {
+      const float* got = cut_hidden.data() + row * kHidden;
+      if (count == 1 && static_cast<int>(row) >= shallow[0].depth)
+        EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[kHidden - 1])) << "Hf row " << row;
+      else
+        EXPECT_EQ(std::memcmp(got, deep_hidden.data() + row * kHidden, kHidden * sizeof(float)), 0) << "Hf row " << row;
+    }
     ASSERT_EQ(cut_logits.size(), deep_logits.size());
     const int deepest = count == 1 ? shallow[0].depth : 2;
     for (size_t i = 0; i < count; ++i) {

@@ -130,8 +130,12 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
 
   const compute::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  // One request drafting fewer than gamma slots: the last layer's queries, attention, o_proj and FFN run only over the
+  // drafted slots (the block's K/V still come from every row); the other rows of Hf are never read (NaN below).
+  const int64_t trimmed = requests == 1 && head_slots > 0 && head_slots < gamma ? head_slots : rows;
   for (int index = 0; index < c.num_layers; ++index) {
     const DraftLayerWeights& layer = f.weights.layers[index];
+    const int64_t live = index + 1 == c.num_layers ? trimmed : rows;  // rows whose outputs this layer needs
     // Attention block: u = input_layernorm(X); Q = RoPE(q_norm(q_proj u)); K, V as the context's.
     compute::rms_norm(f.ops, s.hidden.data(), rows, d, layer.input_norm.data(), c.norm_eps, s.normed.data());
     apply_matrices(f.ops, s.normed.data(), rows, {&layer.q_proj, &layer.k_proj, &layer.v_proj},
@@ -147,20 +151,24 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
       // keys 0 .. p+gamma-1: all context before the anchor and the whole block, with no causal mask.
       std::copy_n(s.keys.data() + i * gamma * kv, gamma * kv, context.keys[index].data() + p * kv);
       std::copy_n(s.values.data() + i * gamma * kv, gamma * kv, context.values[index].data() + p * kv);
-      compute::attention_block(f.ops, s.queries.data() + i * gamma * q, gamma, p + gamma, context.keys[index].data(),
-                               context.values[index].data(), shape, s.attended.data() + i * gamma * q);
+      compute::attention_block(f.ops, s.queries.data() + i * gamma * q, std::min<int64_t>(gamma, live), p + gamma,
+                               context.keys[index].data(), context.values[index].data(), shape,
+                               s.attended.data() + i * gamma * q);
     }
-    apply_matrix(f.ops, s.attended.data(), rows, layer.o_proj, s.projected.data());
-    compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), rows * d);
+    apply_matrix(f.ops, s.attended.data(), live, layer.o_proj, s.projected.data());
+    compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), live * d);
     // FFN block: X += down(silu(gate v) * up v), v = post_attention_layernorm(X).
-    compute::rms_norm(f.ops, s.hidden.data(), rows, d, layer.post_norm.data(), c.norm_eps, s.normed.data());
-    apply_matrices(f.ops, s.normed.data(), rows, {&layer.gate_proj, &layer.up_proj}, {s.gate.data(), s.up.data()});
-    compute::swiglu(f.ops, s.gate.data(), s.up.data(), rows * ff, s.gate.data());
-    apply_matrix(f.ops, s.gate.data(), rows, layer.down_proj, s.projected.data());
-    compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), rows * d);
+    compute::rms_norm(f.ops, s.hidden.data(), live, d, layer.post_norm.data(), c.norm_eps, s.normed.data());
+    apply_matrices(f.ops, s.normed.data(), live, {&layer.gate_proj, &layer.up_proj}, {s.gate.data(), s.up.data()});
+    compute::swiglu(f.ops, s.gate.data(), s.up.data(), live * ff, s.gate.data());
+    apply_matrix(f.ops, s.gate.data(), live, layer.down_proj, s.projected.data());
+    compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), live * d);
   }
   // Hf = norm(X); U = Hf @ E^T through the target's tied head, fp32.
-  compute::rms_norm(f.ops, s.hidden.data(), rows, d, f.weights.final_norm.data(), c.norm_eps, s.final_hidden.data());
+  compute::rms_norm(f.ops, s.hidden.data(), trimmed, d, f.weights.final_norm.data(), c.norm_eps,
+                    s.final_hidden.data());
+  std::fill(s.final_hidden.data() + trimmed * d, s.final_hidden.data() + rows * d,
+            std::numeric_limits<float>::quiet_NaN());
   const int64_t V = c.vocab_size;
   if (head_slots <= 0 || head_slots >= gamma) {
     return target.head(std::span<const float>(s.final_hidden.data(), static_cast<size_t>(rows * d)),

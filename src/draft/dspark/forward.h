@@ -49,7 +49,8 @@ void project_context(const ForwardContext& f, const float* taps, int64_t rows, i
 // positions p_i .. p_i+gamma-1 and attends to its context (exactly positions 0 .. p_i-1, contexts[i]->length == p_i,
 // capacity >= p_i + gamma) and its whole block. Writes Hf into scratch rows [i*gamma, (i+1)*gamma) and U = head(Hf)
 // into the first `head_slots` rows of each request (1 .. gamma; 0 = all): the other logits rows are NaN (no scan
-// reads a slot at or past its depth, so a pass needs the head only up to the deepest request).
+// reads a slot at or past its depth, so a pass needs the head only up to the deepest request). A single request
+// with head_slots < gamma also gets Hf only for those slots (the last layer skips the rest; NaN there).
 Status block_pass(const ForwardContext& f, const Target& target, std::span<StreamContext* const> contexts,
                   std::span<const int32_t> anchors, BlockScratch& s, int head_slots = 0);
 
