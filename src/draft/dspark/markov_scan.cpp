@@ -5,6 +5,9 @@
 #include <limits>
 #include <string>
 
+#include "compute/cpu/cpu_features.h"
+#include "compute/cpu/simd_avx512.h"
+
 namespace ls::dspark {
 namespace {
 
@@ -22,7 +25,7 @@ void markov_embedding(const compute::OwnedMatrix& w1, int32_t token, float* out)
 }
 
 // Greedy pick over corrected logits: the first maximum (ties to the lower id); counts non-finite values.
-int32_t argmax_checked(std::span<const float> logits, bool& all_finite) {
+int32_t argmax_scalar(std::span<const float> logits, bool& all_finite) {
   int32_t best = 0;
   float best_value = 0.0f;
   bool found = false;
@@ -42,6 +45,36 @@ int32_t argmax_checked(std::span<const float> logits, bool& all_finite) {
   return best;
 }
 
+// The same pick 16 lanes at a time: each lane keeps its first strictly larger finite value (so its lowest id among
+// equals), then the largest lane value wins with the lowest id among lanes holding it. -0 == +0 as in the scalar.
+LS_TARGET_AVX512 int32_t argmax_avx512(std::span<const float> logits, bool& all_finite) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512i step = _mm512_set1_epi32(16);
+  __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512i best_id = _mm512_set1_epi32(-1);
+  __m512i id = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __mmask16 nonfinite = 0;
+  for (int64_t k = 0; k < n; k += 16) {
+    const __mmask16 inside = n - k >= 16 ? __mmask16(0xffff) : _cvtu32_mask16((1u << (n - k)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(inside, logits.data() + k);
+    // finite: |v| < inf (false for NaN)
+    const __mmask16 finite = _mm512_mask_cmp_ps_mask(inside, _mm512_abs_ps(v), infinity, _CMP_LT_OQ);
+    nonfinite |= inside & ~finite;
+    const __mmask16 better = _mm512_mask_cmp_ps_mask(finite, v, best, _CMP_GT_OQ) |
+                             (finite & _mm512_cmp_epi32_mask(best_id, _mm512_set1_epi32(-1), _MM_CMPINT_EQ));
+    best = _mm512_mask_mov_ps(best, better, v);
+    best_id = _mm512_mask_mov_epi32(best_id, better, id);
+    id = _mm512_add_epi32(id, step);
+  }
+  all_finite = nonfinite == 0;
+  const __mmask16 found = _mm512_cmp_epi32_mask(best_id, _mm512_set1_epi32(-1), _MM_CMPINT_NE);
+  if (found == 0) return 0;
+  const float top = _mm512_mask_reduce_max_ps(found, best);
+  const __mmask16 at_top = _mm512_mask_cmp_ps_mask(found, best, _mm512_set1_ps(top), _CMP_EQ_OQ);
+  return _mm512_mask_reduce_min_epi32(at_top, best_id);
+}
+
 bool all_finite(std::span<const float> values) {
   for (float value : values)
     if (!std::isfinite(value)) return false;
@@ -49,6 +82,11 @@ bool all_finite(std::span<const float> values) {
 }
 
 }  // namespace
+
+int32_t first_finite_argmax(std::span<const float> logits, bool& all_finite) {
+  if (compute::cpu_features().avx512) return argmax_avx512(logits, all_finite);
+  return argmax_scalar(logits, all_finite);
+}
 
 void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const compute::OpContext& ops,
                  std::span<const ScanRequest> requests, const PlantedFaults& faults, std::span<Draft> results) {
@@ -91,7 +129,7 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
       bool finite = true;
       int32_t pick = 0;
       if (request.sampling.greedy()) {
-        pick = argmax_checked(logits, finite);
+        pick = first_finite_argmax(logits, finite);
       } else {
         finite = all_finite(logits);
         pick = draw_token(logits, request.sampling, request.anchor_position + slot + 1);

@@ -37,6 +37,10 @@ struct ScanRequest {
   const float* base_logits = nullptr;   // [block_size, V] U of this request's block (not modified)
 };
 
+// The greedy pick: the id of the first largest finite value (ties to the lower id; 0 when none is finite), and
+// whether every value was finite. AVX-512 when present, else scalar; the same answer either way.
+int32_t first_finite_argmax(std::span<const float> logits, bool& all_finite);
+
 // Runs the scan for every request, one batched W2 product per slot. results[i] answers requests[i].
 // `ops` is the caller's context; the scan itself always computes in fp32.
 void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const compute::OpContext& ops,
