@@ -85,5 +85,34 @@ TEST(OpsRope, SplittingRowsOverTwoThreadsGivesTheOneThreadBits) {
   }
 }
 
+// The fp32 NeoX rotation of x [rows, heads, 64] computed here from std::cos / std::sin of float angles.
+std::vector<float> neox_fp32(const std::vector<float>& input, int rows, int heads, const int64_t* positions,
+                             const RopeTable& table) {
+  std::vector<float> out(input.size());
+  for (int r = 0; r < rows; ++r)
+    for (int h = 0; h < heads; ++h)
+      for (int d = 0; d < 64; ++d) {
+        const float* v = input.data() + (r * heads + h) * 64;
+        const float angle = static_cast<float>(positions[r]) * table.inv_freq[d % 32];
+        const float rotated = d < 32 ? -v[d + 32] : v[d - 32];
+        const float a = v[d] * std::cos(angle), b = rotated * std::sin(angle);
+        out[(r * heads + h) * 64 + d] = a + b;
+      }
+  return out;
+}
+
+TEST(OpsRope, CachedAnglesFollowTheTableAndThePositionEvenWhenPositionsShareACacheSlot) {
+  const int heads = 2, rows = 4;
+  const RopeTable first = make_rope_table(64, 1e6), second = make_rope_table(64, 1e4);
+  const int64_t positions[rows] = {5, 517, 5, 1029};  // one slot of a 512-slot cache
+  const std::vector<float> input = random_values(rows * heads * 64, 3);
+  for (const RopeTable* table : {&first, &second, &first}) {
+    std::vector<float> x = input;
+    rope_neox(OpContext{nullptr, NumericMode::Fp32}, x.data(), rows, heads, positions, *table);
+    const std::vector<float> expected = neox_fp32(input, rows, heads, positions, *table);
+    EXPECT_TRUE(bitwise_equal(x.data(), expected.data(), x.size())) << (table == &first ? "theta 1e6" : "theta 1e4");
+  }
+}
+
 }  // namespace
 }  // namespace ls::compute

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "compute/cpu/rope_angles.h"
 #include "compute/ops.h"
 
 namespace ls::compute {
@@ -45,11 +46,10 @@ void rope_neox(const OpContext& ctx, float* x, int64_t rows, int heads, const in
   auto rotate_rows = [&](int64_t row_begin, int64_t row_end) {
     std::vector<float> cos_half(half), sin_half(half), rotated(head_dim);
     for (int64_t row = row_begin; row < row_end; ++row) {
-      const float position = static_cast<float>(positions[row]);
+      const RopeAngles angles = rope_angles(table, positions[row]);
       for (int i = 0; i < half; ++i) {
-        const float angle = position * table.inv_freq[i];
-        cos_half[i] = ctx.store(std::cos(angle));
-        sin_half[i] = ctx.store(std::sin(angle));
+        cos_half[i] = ctx.store(angles.cos[i]);
+        sin_half[i] = ctx.store(angles.sin[i]);
       }
       for (int head = 0; head < heads; ++head) {
         float* v = x + (row * heads + head) * head_dim;

@@ -3,20 +3,17 @@
 #include <vector>
 
 #include "compute/cpu/draft_ops.h"
+#include "compute/cpu/rope_angles.h"
 
 namespace ls::compute {
 
 void rope_rotate(const OpContext& ctx, float* x, int64_t rows, int heads, const int64_t* positions,
                  const RopeTable& table, bool neox) {
   const int head_dim = table.head_dim, half = head_dim / 2;
-  std::vector<float> cosines(half), sines(half);
   for (int64_t row = 0; row < rows; ++row) {
-    const float position = static_cast<float>(positions[row]);
-    for (int i = 0; i < half; ++i) {
-      const float angle = position * table.inv_freq[i];
-      cosines[i] = std::cos(angle);
-      sines[i] = std::sin(angle);
-    }
+    const RopeAngles angles = rope_angles(table, positions[row]);
+    const float* cosines = angles.cos;
+    const float* sines = angles.sin;
     for (int head = 0; head < heads; ++head) {
       float* v = x + (row * heads + head) * head_dim;
       for (int i = 0; i < half; ++i) {
