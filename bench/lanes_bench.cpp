@@ -5,7 +5,7 @@
 //             [--streams 1,4,8,16,32,64] [--tokens N] [--repeats N]
 //             [--prompts FILE [--prompt-tokens N] | --prompt-tokens N]   eval_prompts.json "code" prompts, or random
 //                                                                         ids (synth checkpoints have no tokenizer)
-//             [--drafter DIR [--drafter-device auto|cpu|cuda]           the DSpark drafter in DIR (auto: on --device,
+//             [--drafter DIR [--drafter-device auto|cpu|cuda] [--drafter-bits 0|8]   the DSpark drafter in DIR (auto: on --device,
 //              | --wrong-rate R]                                         the CPU if CUDA refuses), or a drafter
 //                                                                         replaying the plain reply (right at 1 - R)
 //             [--synthetic-acceptance MEAN] [--sampled 0|1] [--max-rows R] [--machine TEXT] [--commit SHA]
@@ -67,6 +67,7 @@ struct BenchOptions {
   std::string prompts_path;
   std::string device = "cpu";
   std::string drafter_device = "auto";  // auto: --device, falling back to the CPU (loudly) when CUDA refuses
+  int drafter_bits = 0;                 // --drafter-bits: 0 = bf16 as stored, 8 = int8 per row (CPU drafter)
   std::vector<int> streams = {1, 4, 8, 16};
   int prompt_tokens = 192;  // leading tokens of each eval prompt, or the length of random prompts
   int threads = 2;
@@ -482,6 +483,7 @@ int run(const BenchOptions& options) {
                                : options.drafter_device == "cuda" ? Device::Cuda
                                                                   : device;
       drafter_options.threads = options.threads;
+      drafter_options.bits = options.drafter_bits;
       drafter_options.max_streams = most_streams + 1;  // the lanes' cost timing adds one long scratch stream
       auto drafter = load_drafter(options.drafter_dir, *target, drafter_options);
       if (!drafter.ok() && options.drafter_device == "auto" && drafter_options.device == Device::Cuda) {
@@ -527,6 +529,7 @@ int run(const BenchOptions& options) {
               {"model", target ? options.model_dir : "fake"},
               {"drafter", dspark ? options.drafter_dir : (target ? "replay" : "fake")},
               {"drafter_device", drafter_device_used},
+              {"drafter_bits", options.drafter_bits},
               {"exact_width", target ? target->facts().exact_width : 8},
               {"drafter_max_depth", dspark ? dspark->facts().max_depth : 0},
               {"prompts", options.prompts_path.empty() ? "random ids" : options.prompts_path},
@@ -600,6 +603,7 @@ int main(int argc, char** argv) {
     else if (flag == "--threads") options.threads = std::atoi(value.c_str());
     else if (flag == "--device") options.device = value;
     else if (flag == "--drafter-device") options.drafter_device = value;
+    else if (flag == "--drafter-bits") options.drafter_bits = std::atoi(value.c_str());
     else if (flag == "--streams") options.streams = ls::parse_counts(value);
     else if (flag == "--synthetic-acceptance") options.synthetic_acceptance = std::atof(value.c_str());
     else if (flag == "--exact-width-probe") options.exact_width_probe = std::atoi(value.c_str());
@@ -619,7 +623,7 @@ int main(int argc, char** argv) {
   if (options.synthetic_acceptance != 0 && options.synthetic_acceptance < 1) usage_error = true;
   if (usage_error) {
     std::fprintf(stderr,
-                 "usage: lanes_bench [--model DIR [--device cpu|cuda] [--drafter DIR [--drafter-device auto|cpu|cuda]] "
+                 "usage: lanes_bench [--model DIR [--device cpu|cuda] [--drafter DIR [--drafter-device auto|cpu|cuda] [--drafter-bits 0|8]] "
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
