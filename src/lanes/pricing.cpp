@@ -93,6 +93,8 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     for (size_t index = 0; index < drafting.size(); ++index) plans[index].depth = std::max(0, caps[index]);
     return plans;
   }
+  // Outliers are one-offs: while no pass is measured (drafting priced out), their excess fades (halves in ~35).
+  pass_scale_ += 0.02 * (1.0 - pass_scale_);
   std::vector<RowOffer> offers(drafting.size() + 1);
   // The first offer stands for every stream's pending row in the next round.
   offers[0].fixed_rows = std::clamp(round_streams, 1, max_rows_);
@@ -162,7 +164,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   if (prober >= 0) {
     const Stream& stream = *drafting[prober];
     const int probe_depth = has_confidence_ ? caps[prober] : 1;
-    const double probe_ms = tables_.draft.ms(1, probe_depth) + tables_.absorb_ms(stream.unabsorbed_rows) +
+    const double probe_ms = draft_ms(1, probe_depth) + tables_.absorb_ms(stream.unabsorbed_rows) +
                             tables_.verify.ms(offers[0].fixed_rows + 1) - tables_.verify.ms(offers[0].fixed_rows);
     last_probe_ms_ = probe_ms;
     probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms, probe_ms);
@@ -200,7 +202,7 @@ RoundCost Pricing::round_cost() const {
     // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that.
     const int depth =
         has_confidence_ && streams_with_extra > 0 ? std::max(deepest, tables_.draft.max_depth()) : deepest;
-    return tables_.verify.ms(rows) + tables_.draft.ms(streams_with_extra, depth) + overhead_ms_;
+    return tables_.verify.ms(rows) + draft_ms(streams_with_extra, depth) + overhead_ms_;
   };
 }
 
@@ -286,9 +288,17 @@ void Pricing::observe_verify(int rows, double ms) {
 }
 
 void Pricing::observe_draft(int streams, int depth, double ms) {
-  if (!accept_measurement(draft_outliers_in_a_row_, ms, tables_.draft.ms(streams, depth))) return;
-  tables_.draft.observe(streams, depth, ms, options_.cost_rate);
+  const double table_ms = tables_.draft.ms(streams, depth);
+  const bool accepted = accept_measurement(draft_outliers_in_a_row_, ms, table_ms);
+  // Outliers left out of the table still cost what they cost: their excess, averaged over every pass, scales the
+  // priced pass (a CUDA drafter's first two passes of each new shape, one in two passes in a short run of many
+  // request counts, made passes cost 2-4x the table on average while every single one was left out).
+  const double ratio = accepted || table_ms <= 0 ? 1.0 : ms / table_ms;
+  pass_scale_ += options_.cost_rate * (ratio - pass_scale_);
+  if (accepted) tables_.draft.observe(streams, depth, ms, options_.cost_rate);
 }
+
+double Pricing::draft_ms(int streams, int depth) const { return tables_.draft.ms(streams, depth) * pass_scale_; }
 
 void Pricing::observe_absorb(int rows, double ms) {
   if (rows <= 0) return;

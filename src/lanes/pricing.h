@@ -72,6 +72,8 @@ class Pricing {
   void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
   // A drafter absorb of `rows` rows took `ms` (moves the call cost when short, the per-row cost when long).
   void observe_absorb(int rows, double ms);
+  // The pass cost pricing uses: the table times the average excess of the passes left out of it as outliers.
+  double draft_ms(int streams, int depth) const;
 
   // Acceptance by depth pooled over every stream: a new stream starts from it instead of the fixed prior.
   const AcceptanceByDepth& pooled_acceptance() const { return pooled_acceptance_; }
@@ -104,6 +106,7 @@ class Pricing {
   // drafter's graph per request count and depth) would otherwise never put three in a row on one entry, and a
   // pass that really costs more than the load-time table (sampled scans, a busy device) would never be priced.
   int draft_outliers_in_a_row_ = 0;
+  double pass_scale_ = 1.0;  // moving average of measured / table over every pass (1 for passes the table took)
   double last_plain_round_ms_ = 0;
   ConfidenceCalibration calibration_;
   AcceptanceByDepth pooled_acceptance_;

@@ -46,6 +46,25 @@ TEST(LanesCosts, AOneOffSlowPassAmongFastOnesLeavesTheTablesAlone) {
   for (int streams = 1; streams <= 4; ++streams) EXPECT_DOUBLE_EQ(pricing.tables().draft.ms(streams, 7), 0.2);
 }
 
+TEST(LanesCosts, PassesSlowOneTimeInTwoArePricedAtTheirMeanCostUntilTheyStopComing) {
+  // The H200's nano pair in a 64-token run at 16 streams: a CUDA drafter's first two passes of each new request
+  // count run eagerly and capture a graph, so about one pass in two cost 4x the table; each was an outlier (never
+  // three in a row), so the table kept the fast price and pricing drafted on at 0.52x of plain. The outliers'
+  // excess now scales the priced pass, and fades once no pass is measured.
+  Pricing pricing(flat_tables(), PricingOptions{}, 64, true);
+  for (int round = 0; round < 20; ++round) {
+    pricing.observe_draft(4, 7, 0.8);
+    pricing.observe_draft(4, 7, 0.2);
+  }
+  EXPECT_DOUBLE_EQ(pricing.tables().draft.ms(4, 7), 0.2);  // the table itself keeps the fast price
+  EXPECT_GT(pricing.draft_ms(4, 7), 0.4);
+  EXPECT_LT(pricing.draft_ms(4, 7), 0.6);
+  std::vector<Stream*> none;
+  std::vector<int> caps;
+  for (int decision = 0; decision < 300; ++decision) pricing.plan_depths(none, caps, 4);
+  EXPECT_LT(pricing.draft_ms(4, 7), 0.21);
+}
+
 TEST(LanesCosts, AtSixteenStreamsADrafterThatPaysOnlyWhenEveryStreamDraftsIsFoundAndBought) {
   // Verifies of 10 ms + 0.5 ms a row, passes of 2 ms + 0.2 ms per stream and depth, every draft right: one stream
   // drafting alone among 16 cannot repay a pass, all 16 together can (the lanes bench's fake pair: 1.23x). Before,
