@@ -413,7 +413,7 @@ int main(int argc, char** argv) {
     const bool profile = std::any_of(argv + 1, argv + argc, [](const char* arg) { return std::strcmp(arg, "--profile") == 0; });
     const int code = run_cuda(shape, dir, target, context, repeats, flag(argc, argv, "--graphs", "both"),
                               flag(argc, argv, "--attention", "auto"), flag(argc, argv, "--scan", "auto"),
-                              flag(argc, argv, "--engine-gemms", "off"), flag(argc, argv, "--skinny", "on"),
+                              flag(argc, argv, "--engine-gemms", "off"), flag(argc, argv, "--skinny", "off"),
                               flag(argc, argv, "--launch", "tuned"), profile, results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());

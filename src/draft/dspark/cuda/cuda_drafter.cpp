@@ -197,8 +197,6 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
     LS_RETURN_IF_ERROR(s.attention_partials.allocate(
         static_cast<size_t>(split_attention_partial_floats(most, c.block_size, dims)), "attention partials",
         counted));
-    LS_RETURN_IF_ERROR(s.attention_tickets.upload(std::vector<unsigned int>(n * c.num_kv_heads, 0u),
-                                                  "attention tickets", counted));
   }
   if (absorb_.taps.size() == 0) {
     constexpr size_t kChunk = 128;

@@ -72,8 +72,7 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
                                   s.attended.data(), stream_.get());
     case BlockAttentionKernel::Split:
       return block_attention_split(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                   SplitAttentionScratch{s.attention_stats.data(), s.attention_partials.data(),
-                                                         s.attention_tickets.data()},
+                                   SplitAttentionScratch{s.attention_stats.data(), s.attention_partials.data()},
                                    s.attended.data(), stream_.get());
     case BlockAttentionKernel::Warp:
       break;
