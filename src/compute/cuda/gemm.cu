@@ -202,19 +202,21 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, bool
   if (m <= 16) return slices == 1 && (wide || (m >= 12 && n >= 8192)) ? Choice::Stream : Choice::Decode;
   // Sliced K with clusters: every CTA streams one slice of its columns' weights once for all rows of its tile.
   const bool split = kSplitAutomatic && clusters && slices > 1 && slices <= kMaxClusterSlices;
-  if (m <= 64) return split ? Choice::SplitMedium128 : wide ? Choice::Medium128 : Choice::Medium;
-  // Sliced K above 64 rows through TMA (H200, batch A of session 4, 8192->2048; each pinned configuration bitwise the
-  // one-row launch there): the 128x128 tile walking the slices (second register set) wherever its CTAs reach a third
-  // of the SMs (m = 2048: 104 us = 80% of cuBLAS, the cp.async 128x256 split tile 290; m = 512: 46.6 against 58.8
-  // for the best split tile), else the TMA split tiles, 128x256 while its CTAs fill at most half the SMs (m = 128:
-  // 21.1 us against 37.1 mma.sync split), 128x128 above (m = 256: 37.5 against 61.3). More than 8 slices (no
-  // cluster holds them) walk the slices too.
-  if (kWgmmaAutomatic && wgmma && slices > 1 && k % 64 == 0 && n <= 128LL * kMaxWgmmaColumnTiles) {
+  // Sliced K through TMA (H200, batches A and B of session 4, 8192->2048; each pinned configuration bitwise the
+  // one-row launch there at m = 1..513): the 128x128 tile walking the slices (second register set) wherever its CTAs
+  // reach about 0.4 of the SMs (m = 2048: 105 us = 81% of cuBLAS, the cp.async 128x256 split tile 290; m = 512: 47
+  // against 59 for the best split tile; m = 384: 46.7 against 41.7 split), else the TMA split tiles: 128x128 where
+  // the 128x256 split CTAs fill between half and all of the SMs (m = 200 / 256: 37.2 / 37.3 us against 37.1 /
+  // 41.2), else 128x256 (m = 17..128: 19-21 us against 26-37 for the mma.sync split tiles; m = 384: 41.7 against
+  // 51.2). More than 8 slices (no cluster holds them) walk the slices too from 65 rows.
+  const bool tma_sliced = kWgmmaAutomatic && wgmma && slices > 1 && k % 64 == 0 && n <= 128LL * kMaxWgmmaColumnTiles;
+  if (tma_sliced && (split || m > 64)) {
     const int64_t large_ctas = ((m + 127) / 128) * ((n + 127) / 128);
-    const int64_t wide_ctas = ((m + 127) / 128) * ((n + 255) / 256);
-    if (!split || 3 * large_ctas >= sm_count) return Choice::TmaLarge;
-    return 2 * wide_ctas * slices <= sm_count ? Choice::TmaSplit : Choice::TmaSplitLarge;
+    const int64_t wide_split_ctas = ((m + 127) / 128) * ((n + 255) / 256) * slices;
+    if (!split || (m > 64 && 5 * large_ctas >= 2LL * sm_count)) return Choice::TmaLarge;
+    return 2 * wide_split_ctas > sm_count && wide_split_ctas <= sm_count ? Choice::TmaSplitLarge : Choice::TmaSplit;
   }
+  if (m <= 64) return split ? Choice::SplitMedium128 : wide ? Choice::Medium128 : Choice::Medium;
   // wgmma from 128 rows (H200, batch B of session 3): one slice, the TMA tiles beat every other configuration at
   // m = 128, 512, 2048 on 2048->2048/6144/16384/65536 (75-87% of cuBLAS at m = 2048), 128x256 where its CTAs reach
   // half the SMs; sliced K with a K tail, the 128x256 split tile (8192->2048: 290 us at m = 2048 against 317
