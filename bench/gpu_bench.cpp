@@ -7,7 +7,7 @@
 //   --decode-staged 0,1,..      also time the decode step with the narrow decode GEMMs on each staged configuration
 //   --decode-only               stop after the decode rows
 //   --attention-splits N        pin the target's decode attention splits (1 = never split; same bits)
-//   --decode-unfused            also time the decode step with the norm launches (norms not in the GEMM prologues)
+//   --decode-fused              also time the decode step with the norms in the staged GEMMs' prologues
 //   --decode-norm-configs 0,12  also time it with the norm launches on staged configurations g * 10 + s (group g,
 //                               SwiGLU s; set_decode_norm_configs)
 //
@@ -51,7 +51,7 @@ struct Options {
   std::vector<int> decode_staged;  // staged decode GEMM configurations to time the decode step with (A/B)
   bool decode_only = false;        // stop after the decode rows
   int attention_splits = 0;        // 0 = automatic
-  bool decode_unfused = false;     // also time the decode step with the norm launches (no norms in GEMM prologues)
+  bool decode_fused = false;       // also time the decode step with the norms in the GEMM prologues (mixers; all)
   std::vector<int> decode_norm_configs;  // norm launch configurations g * 10 + s to time the decode step with
 };
 
@@ -297,12 +297,12 @@ int main(int argc, char** argv) {
     else if (arg == "--decode-staged") o.decode_staged = parse_list(next());
     else if (arg == "--decode-only") o.decode_only = true;
     else if (arg == "--attention-splits") o.attention_splits = std::atoi(next().c_str());
-    else if (arg == "--decode-unfused") o.decode_unfused = true;
+    else if (arg == "--decode-fused") o.decode_fused = true;
     else if (arg == "--decode-norm-configs") o.decode_norm_configs = parse_list(next());
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
                            "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
-                           "[--decode-unfused] [--attention-splits N] | "
+                           "[--decode-fused] [--attention-splits N] | "
                            "gpu_bench --decode-gemm\n");
       return 2;
     }
@@ -385,6 +385,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, double>> norm_config_ms;
   for (const int gs : o.decode_norm_configs) {
     cuda::set_decode_norm_configs(gs / 10, gs % 10);
+    target->set_decode_norm_fusion(true);
     target->set_graphs(false);
     target->set_graphs(true);
     const Clock::time_point start = Clock::now();
@@ -396,21 +397,22 @@ int main(int argc, char** argv) {
     norm_config_ms.push_back({gs, ms_since(start) / o.decode_tokens});
   }
   cuda::set_decode_norm_configs(0, 2);
+  target->set_decode_norm_fusion(false);
   target->set_graphs(false);
   target->set_graphs(true);
-  double unfused_ms = 0, mixers_fused_ms = 0;
-  if (o.decode_unfused) {
-    for (const bool mixers : {false, true}) {
-      target->set_decode_norm_fusion(mixers, false);
+  double fused_ms = 0, mixers_fused_ms = 0;
+  if (o.decode_fused) {
+    for (const bool ffn : {false, true}) {
+      target->set_decode_norm_fusion(true, ffn);
       const Clock::time_point start = Clock::now();
       for (int i = 0; i < o.decode_tokens; ++i) {
         w.tokens = std::span<const int32_t>(&steps[i], 1);
         check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
         check(target->commit(1, 1), "commit");
       }
-      (mixers ? mixers_fused_ms : unfused_ms) = ms_since(start) / o.decode_tokens;
+      (ffn ? fused_ms : mixers_fused_ms) = ms_since(start) / o.decode_tokens;
     }
-    target->set_decode_norm_fusion(true);
+    target->set_decode_norm_fusion(false);
   }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);
@@ -428,9 +430,9 @@ int main(int argc, char** argv) {
   if (o.decode_only) {
     std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms\n",
                 o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms);
-    if (o.decode_unfused)
-      std::printf("  decode step, norm launches (unfused)  %.3f ms; mixer norms fused, FFN norm launched %.3f ms\n",
-                  unfused_ms, mixers_fused_ms);
+    if (o.decode_fused)
+      std::printf("  decode step, norms in the staged GEMMs' prologues %.3f ms; the mixers' only %.3f ms\n", fused_ms,
+                  mixers_fused_ms);
     for (auto [gs, ms] : norm_config_ms)
       std::printf("  decode step, norm launches on %s / %s: %.3f ms\n",
                   cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + gs / 10),
@@ -517,9 +519,9 @@ int main(int argc, char** argv) {
   std::printf("%-34s %9.3f ms %9.3f ms   (bytes/token %.1f MB, copy bw %.0f GB/s)\n", "decode step", decode_ms,
               floor_ms, per_token / 1e6, bandwidth / 1e9);
   std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step without graphs", eager_ms, floor_ms, floor_ms / eager_ms);
-  if (o.decode_unfused)
-    std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step, norm launches", unfused_ms, floor_ms,
-                floor_ms / unfused_ms);
+  if (o.decode_fused)
+    std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step, norms in GEMM prologues", fused_ms, floor_ms,
+                floor_ms / fused_ms);
   for (auto [config, ms] : staged_ms)
     std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n",
                 (std::string("decode step, ") +
