@@ -1,8 +1,10 @@
 // Device steps shared by the drafter's kernels: the SwiGLU value of two rounded outputs, one row's residual + RMSNorm,
-// and the programmatic dependent launch controls (sm_90; no-ops before it).
+// and (from compute/cuda/pdl.cuh) the programmatic dependent launch controls.
 #pragma once
 
 #include <cuda_bf16.h>
+
+#include "compute/cuda/pdl.cuh"
 
 namespace ls::dspark::cuda {
 
@@ -12,21 +14,9 @@ __device__ __forceinline__ __nv_bfloat16 swiglu_value(float g, float u) {
   return __float2bfloat16_rn(silu * u);
 }
 
-// A kernel launched with programmatic stream serialization may start while the previous kernel drains; it waits
-// here (for that kernel's completion and memory) before reading anything the previous kernels wrote. Without the
-// launch attribute the wait returns at once.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-// Lets a programmatically launched next kernel start its prologue (loads of weights no kernel writes) now.
-__device__ __forceinline__ void let_next_kernel_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
-#endif
-}
+// The programmatic dependent launch controls are the target's (compute/cuda/pdl.cuh).
+using ls::cuda::let_next_kernel_start;
+using ls::cuda::wait_for_previous_kernel;
 
 // Threads of one residual_norm_row (the reduction tree over them fixes the double sum's order).
 inline constexpr int kRowThreads = 256;
