@@ -347,23 +347,21 @@ int main(int argc, char** argv) {
   w.first_drawn_row = o.context - 1;
   check(target->forward(std::span<const Window>(&w, 1)).status(), "prompt");
   check(target->commit(1, o.context), "commit");
-  const Clock::time_point decode_start = Clock::now();
-  for (int i = 0; i < o.decode_tokens; ++i) {
-    w.tokens = std::span<const int32_t>(&steps[i], 1);
-    w.first_drawn_row = 0;
-    check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
-    check(target->commit(1, 1), "commit");
-  }
-  const double decode_ms = ms_since(decode_start) / o.decode_tokens;
+  w.first_drawn_row = 0;
+  // ms per decode step over the first `count` steps (one token each), as the target is set now.
+  const auto time_steps = [&](int count) {
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      w.tokens = std::span<const int32_t>(&steps[i], 1);
+      check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
+      check(target->commit(1, 1), "commit");
+    }
+    return ms_since(start) / count;
+  };
+  const double decode_ms = time_steps(o.decode_tokens);
   // The same steps without CUDA graphs (every op launched from the host).
   target->set_graphs(false);
-  const Clock::time_point eager_start = Clock::now();
-  for (int i = 0; i < o.decode_tokens; ++i) {
-    w.tokens = std::span<const int32_t>(&steps[i], 1);
-    check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
-    check(target->commit(1, 1), "commit");
-  }
-  const double eager_ms = ms_since(eager_start) / o.decode_tokens;
+  const double eager_ms = time_steps(o.decode_tokens);
   target->set_graphs(true);
   // The same steps (graphs) with the narrow decode GEMMs on each staged configuration asked for (same bits).
   std::vector<std::pair<int, double>> staged_ms;
@@ -371,13 +369,7 @@ int main(int argc, char** argv) {
     cuda::set_decode_staged_pick(config);
     target->set_graphs(false);  // drops the graphs captured with the other picks
     target->set_graphs(true);
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < o.decode_tokens; ++i) {
-      w.tokens = std::span<const int32_t>(&steps[i], 1);
-      check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
-      check(target->commit(1, 1), "commit");
-    }
-    staged_ms.push_back({config, ms_since(start) / o.decode_tokens});
+    staged_ms.push_back({config, time_steps(o.decode_tokens)});
   }
   cuda::set_decode_staged_pick(-1);
   target->set_graphs(false);
@@ -388,13 +380,7 @@ int main(int argc, char** argv) {
     target->set_decode_norm_fusion(true);
     target->set_graphs(false);
     target->set_graphs(true);
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < o.decode_tokens; ++i) {
-      w.tokens = std::span<const int32_t>(&steps[i], 1);
-      check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
-      check(target->commit(1, 1), "commit");
-    }
-    norm_config_ms.push_back({gs, ms_since(start) / o.decode_tokens});
+    norm_config_ms.push_back({gs, time_steps(o.decode_tokens)});
   }
   cuda::set_decode_norm_configs(0, 2);
   target->set_decode_norm_fusion(false);
@@ -404,13 +390,7 @@ int main(int argc, char** argv) {
   if (o.decode_fused) {
     for (const bool ffn : {false, true}) {
       target->set_decode_norm_fusion(true, ffn);
-      const Clock::time_point start = Clock::now();
-      for (int i = 0; i < o.decode_tokens; ++i) {
-        w.tokens = std::span<const int32_t>(&steps[i], 1);
-        check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
-        check(target->commit(1, 1), "commit");
-      }
-      (ffn ? fused_ms : mixers_fused_ms) = ms_since(start) / o.decode_tokens;
+      (ffn ? fused_ms : mixers_fused_ms) = time_steps(o.decode_tokens);
     }
     target->set_decode_norm_fusion(false);
   }
@@ -418,13 +398,7 @@ int main(int argc, char** argv) {
   target->set_profiling(true);
   target->reset_profile();
   const int profiled = std::min(32, o.decode_tokens);
-  const Clock::time_point profiled_start = Clock::now();
-  for (int i = 0; i < profiled; ++i) {
-    w.tokens = std::span<const int32_t>(&steps[i], 1);
-    check(target->forward(std::span<const Window>(&w, 1)).status(), "decode");
-    check(target->commit(1, 1), "commit");
-  }
-  const double profiled_ms = ms_since(profiled_start) / profiled;
+  const double profiled_ms = time_steps(profiled);
   std::vector<std::pair<std::string, double>> decode_profile = target->profile();
   target->set_profiling(false);
   if (o.decode_only) {
