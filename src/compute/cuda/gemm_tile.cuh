@@ -142,7 +142,5 @@ void allow_wgmma_shared();
 // per slice).
 Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);
 void allow_tma_shared();
-// Whether this build holds sm_90a code for the wgmma kernels (else they are never chosen).
-bool wgmma_built();
 
 }  // namespace ls::cuda::gemm_detail

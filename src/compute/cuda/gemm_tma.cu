@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
     split_sum<T>(args, reinterpret_cast<float*>(aligned), job_row0(0), job_col0(0), tma_threads<T>());
   if constexpr (PAIR) cluster_sync_all();  // neither CTA leaves while the other may still arrive on its barriers
 #else
-  __trap();  // the engine runs these only where wgmma_built() (sm_90a code on a 9.0 device)
+  __trap();  // the engine runs these only where cuda_features().wgmma (sm_90a code on a 9.0 device)
 #endif
 }
 

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) wgmma_kernel(GemmA
     store_tile<T>(args, acc, row0, col0);
   }
 #else
-  __trap();  // the engine runs these only where wgmma_built() (sm_90a code on a 9.0 device)
+  __trap();  // the engine runs these only where cuda_features().wgmma (sm_90a code on a 9.0 device)
 #endif
 }
 
@@ -149,14 +149,9 @@ Status launch_tile(const GemmArgs& args, cudaStream_t stream) {
 }
 
 template <class T, Mode MODE>
-void allow(int& binary_version) {
+void allow() {
   cudaFuncSetAttribute(wgmma_kernel<T, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes<T, MODE>());
-  cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, wgmma_kernel<T, MODE>) == cudaSuccess)
-    binary_version = std::min(binary_version, attributes.binaryVersion);
 }
-
-bool g_wgmma_built = false;
 
 }  // namespace
 
@@ -183,20 +178,12 @@ Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_
 }
 
 void allow_wgmma_shared() {
-  int binary_version = 1000;
-  allow<WideTile, Mode::Plain>(binary_version);
-  allow<WideTile, Mode::Split>(binary_version);
-  allow<LargeTile, Mode::Plain>(binary_version);
-  allow<LargeTile, Mode::Sliced>(binary_version);
-  allow<LargeTile, Mode::Split>(binary_version);
-  allow<LargeDuoTile, Mode::Plain>(binary_version);
-  int device = 0, major = 0, minor = 0;
-  g_wgmma_built = binary_version >= 90 && binary_version < 100 && cudaGetDevice(&device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-                  major == 9 && minor == 0;
+  allow<WideTile, Mode::Plain>();
+  allow<WideTile, Mode::Split>();
+  allow<LargeTile, Mode::Plain>();
+  allow<LargeTile, Mode::Sliced>();
+  allow<LargeTile, Mode::Split>();
+  allow<LargeDuoTile, Mode::Plain>();
 }
-
-bool wgmma_built() { return g_wgmma_built; }
 
 }  // namespace ls::cuda::gemm_detail
