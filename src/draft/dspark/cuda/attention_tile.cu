@@ -34,6 +34,21 @@ __device__ __forceinline__ void load_eight(const bf16_t* from, float* to) {
   }
 }
 
+// accumulated += probabilities [rows, tile] x values_tile [count, hd + 1] for this thread's outputs (j ascending).
+template <int kHeadDim, int kOutputsPerThread>
+__device__ __forceinline__ void add_tile_values(float (&accumulated)[kOutputsPerThread], int rows, int count,
+                                                const float* probabilities, const float* values_tile) {
+#pragma unroll
+  for (int k = 0; k < kOutputsPerThread; ++k) {
+    const int output = threadIdx.x + k * kTileThreads;
+    if (output >= rows * kHeadDim) break;
+    const int r = output / kHeadDim, dim = output % kHeadDim;
+    float sum = accumulated[k];
+    for (int j = 0; j < count; ++j) sum += probabilities[r * kTileKeys + j] * values_tile[j * (kHeadDim + 1) + dim];
+    accumulated[k] = sum;
+  }
+}
+
 // Shared memory: query [rows, hd], keys and values [tile, hd + 1] (padded: no bank conflicts when lanes walk keys),
 // probabilities [rows, tile], then row maxima and totals [rows].
 constexpr size_t tile_shared_bytes(int rows, int head_dim) {
@@ -115,15 +130,7 @@ __global__ void __launch_bounds__(kTileThreads) attention_tile_kernel(const bf16
           else row_total[r] = running;
         }
       } else {
-#pragma unroll
-        for (int k = 0; k < kOutputsPerThread; ++k) {
-          const int output = threadIdx.x + k * kTileThreads;
-          if (output >= rows * kHeadDim) break;
-          const int r = output / kHeadDim, dim = output % kHeadDim;
-          float sum = accumulated[k];
-          for (int j = 0; j < count; ++j) sum += probabilities[r * kTileKeys + j] * values_tile[j * kStride + dim];
-          accumulated[k] = sum;
-        }
+        add_tile_values<kHeadDim>(accumulated, rows, count, probabilities, values_tile);
       }
     }
   }
@@ -229,15 +236,7 @@ __global__ void __launch_bounds__(kTileThreads) attention_split_kernel(const bf1
     }
     __syncthreads();
     if constexpr (kValues) {
-#pragma unroll
-      for (int k = 0; k < kOutputsPerThread; ++k) {
-        const int output = threadIdx.x + k * kTileThreads;
-        if (output >= rows * kHeadDim) break;
-        const int r = output / kHeadDim, dim = output % kHeadDim;
-        float sum = accumulated[k];
-        for (int j = 0; j < count; ++j) sum += probabilities[r * kTileKeys + j] * values_tile[j * kStride + dim];
-        accumulated[k] = sum;
-      }
+      add_tile_values<kHeadDim>(accumulated, rows, count, probabilities, values_tile);
     } else {
       // Stats, one sweep: the row max so far, the total rescaled to it, then this tile's exponentials added.
       for (int r = threadIdx.x; r < rows; r += blockDim.x) {
