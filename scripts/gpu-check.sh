@@ -130,10 +130,12 @@ if [ "$DEVICE" = cuda ]; then
   read -r -a SMALL_SYNTH <<<"${LS_SYNTH_ARGS:-}" ; SMALL_DRAFTER=() ; THREADS=8 ; ROWS=256  # 256: issue 8's bound
   STREAMS=${LS_STREAMS:-1,4,8,16,32,64} ; TOKENS=${LS_TOKENS:-256} ; REPEATS=${LS_REPEATS:-3} ; PROMPT=128
   MOE_STREAMS=${LS_MOE_STREAMS:-1,4,8,16,32,64} ; MOE_TOKENS=128 ; NANO_TOKENS=64 ; CHECK_STREAMS=1,4,16 ; CHECK_TOKENS=32
+  NANO_STREAMS=1,4,8,16 ; NANO_REPEATS=3
 else
   SMALL_SYNTH=(--layers 3 --vocab 4096) ; SMALL_DRAFTER=(--drafter-layers 1) ; THREADS=2 ; ROWS=0
   STREAMS=${LS_STREAMS:-1,4} ; TOKENS=${LS_TOKENS:-12} ; REPEATS=${LS_REPEATS:-1} ; PROMPT=16
   MOE_STREAMS=${LS_MOE_STREAMS:-1} ; MOE_TOKENS=$TOKENS ; NANO_TOKENS=16 ; CHECK_STREAMS=1,4 ; CHECK_TOKENS=8
+  NANO_STREAMS=$CHECK_STREAMS ; NANO_REPEATS=1
 fi
 LANESPARK=$(bin lanespark)
 J="$WORK/json"
@@ -178,7 +180,7 @@ step lanes_1.2b 200 "$J/lanes_1.2b.json" "$LANES" --model "$M12" --drafter "$M12
 
 # 3. Exactness on the device: drafted == plain on the nano pair (its own drafter), greedy and seeded sampled.
 NANO=(--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json
-  --device "$DEVICE" --threads "$THREADS" --streams "$CHECK_STREAMS" --tokens "$NANO_TOKENS" --prompt-tokens 64 --repeats 1
+  --device "$DEVICE" --threads "$THREADS" --streams "$NANO_STREAMS" --tokens "$NANO_TOKENS" --prompt-tokens 64 --repeats "$NANO_REPEATS"
   --machine "$MACHINE" --commit "$COMMIT")
 step nano_greedy 60 "$J/nano_greedy.json" "$LANES" "${NANO[@]}" --json "$J/nano_greedy.json"
 step nano_sampled 60 "$J/nano_sampled.json" "$LANES" "${NANO[@]}" --sampled 1 --json "$J/nano_sampled.json"
