@@ -3,11 +3,14 @@
 //
 //   cpu_bench --model DIR [--threads 1,2] [--repeats 5] [--decode-tokens 32] [--prefill 128,512]
 //             [--verify 1,2,4,8,16] [--mode bf16|fp32] [--cpu-time 1] [--json PATH]
+//             [--drafter DIR [--context ROWS]]
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the
 // passes run before and after every decode repeat and at the end). "Paired": each decode repeat against the better
 // of the two read passes around it, median over repeats.
+// --drafter: a DSpark drafter next to the target, its 1-stream pass by depth (block pass and Markov scan apart) over
+// a context of ROWS absorbed rows, interleaved with 1-row and (depth+1)-row verifies so all share the host's phase.
 // GCC 12's AVX-512 headers trip -Wuninitialized inside their own _mm512_undefined_* helpers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -30,6 +33,7 @@
 #include "base/thread_pool.h"
 #include "compute/cpu/cpu_features.h"
 #include "compute/ops.h"
+#include "draft/dspark/dspark_drafter.h"
 #include "io/safetensors.h"
 #include "model/load.h"
 #include "bench_util.h"
@@ -44,7 +48,8 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string model, json_path;
+  std::string model, json_path, drafter;
+  int context = 192;  // rows the drafter absorbs before its passes are timed
   std::vector<int> threads = {1, 2}, prefill = {128, 512}, verify = {1, 2, 4, 8, 16};
   int repeats = 5, decode_tokens = 32;
   bool cpu_time = false;  // time 1-thread runs by the thread's CPU time (robust to other processes on the VM)
@@ -163,6 +168,69 @@ double timed_forward(Target& target, StreamId stream, const std::vector<int32_t>
   return ms;
 }
 
+// The drafter's 1-stream pass at every depth, split into block pass and scan, each depth's repeats interleaved with a
+// 1-row verify and a (depth + 1)-row verify (a round's window) of the target; medians. Times as timed_forward's.
+json bench_drafter(const Options& options, Target& target, int threads) {
+  DrafterOptions drafter_options;
+  drafter_options.threads = threads;
+  drafter_options.mode = options.mode;
+  drafter_options.max_streams = 1;
+  auto loaded = dspark::DsparkDrafter::load(options.drafter, target, drafter_options);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "drafter load failed: %s\n", loaded.status().to_string().c_str());
+    std::exit(1);
+  }
+  dspark::DsparkDrafter& drafter = **loaded;
+  const dspark::DsparkConfig& config = drafter.config();
+  const int vocab = target.facts().vocab_size;
+  const StreamId stream = 1u << 20;
+  // Taps of `context` rows, values of a residual stream's size (timing does not depend on them).
+  const int64_t width = static_cast<int64_t>(config.tap_count()) * config.hidden_size;
+  std::vector<float> taps(static_cast<size_t>(options.context * width));
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = static_cast<float>(uniform_open01(splitmix64(i)) * 4.0 - 2.0);
+  const auto absorb_start = Clock::now();
+  if (Status status = drafter.absorb(stream, 0, options.context, taps); !status.ok()) {
+    std::fprintf(stderr, "absorb failed: %s\n", status.to_string().c_str());
+    std::exit(1);
+  }
+  json result;
+  result["context"] = options.context;
+  result["absorb_ms"] = ms_since(absorb_start);
+  const StreamId target_stream = stream + 1;
+  timed_forward(target, target_stream, random_tokens(64, vocab, target_stream), 63, 64);
+  json depths = json::object();
+  for (int depth = 1; depth <= config.block_size; ++depth) {
+    std::vector<double> pass, block, scan, one_row, window;
+    for (int repeat = 0; repeat < options.repeats * 4; ++repeat) {
+      DraftRequest request;
+      request.stream = stream;
+      request.anchor_token = static_cast<int32_t>(splitmix64(repeat) % vocab);
+      request.anchor_position = options.context;
+      request.depth = depth;
+      const auto start = Clock::now();
+      const double cpu_start = thread_cpu_ms();
+      std::vector<Draft> drafts = drafter.draft(std::span<const DraftRequest>(&request, 1));
+      pass.push_back(g_cpu_time ? thread_cpu_ms() - cpu_start : ms_since(start));
+      if (!drafts[0].status.ok()) {
+        std::fprintf(stderr, "draft failed: %s\n", drafts[0].status.to_string().c_str());
+        std::exit(1);
+      }
+      block.push_back(drafter.last_block_ms());
+      scan.push_back(drafter.last_scan_ms());
+      one_row.push_back(timed_forward(target, target_stream, random_tokens(1, vocab, repeat), 0, 1));
+      window.push_back(
+          timed_forward(target, target_stream, random_tokens(depth + 1, vocab, repeat * 7 + depth), 0, 1));
+    }
+    depths[std::to_string(depth)] = {{"pass_ms", median(pass)},          {"block_ms", median(block)},
+                                     {"scan_ms", median(scan)},          {"verify_1_ms", median(one_row)},
+                                     {"verify_window_ms", median(window)}};
+  }
+  target.release(target_stream);
+  drafter.release(stream);
+  result["depths"] = depths;
+  return result;
+}
+
 json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   LoadOptions load;
   load.mode = options.mode;
@@ -234,6 +302,8 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   target.release(stream);
   result["verify"] = verify;
 
+  if (!options.drafter.empty()) result["drafter"] = bench_drafter(options, target, threads);
+
   for (int pass = 0; pass < std::max(options.repeats, 3); ++pass) reads.push_back(read_loop.pass_gb_s());
   const double bandwidth = *std::max_element(reads.begin(), reads.end());
   const double floor_tok_s = bandwidth * 1e9 / static_cast<double>(weight_bytes);
@@ -259,6 +329,8 @@ int main(int argc, char** argv) {
     else if (flag == "--cpu-time") options.cpu_time = value == "1";
     else if (flag == "--repeats") options.repeats = std::max(1, std::atoi(value.c_str()));
     else if (flag == "--decode-tokens") options.decode_tokens = std::max(1, std::atoi(value.c_str()));
+    else if (flag == "--drafter") options.drafter = value;
+    else if (flag == "--context") options.context = std::max(1, std::atoi(value.c_str()));
     else if (flag == "--mode") options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
     else { std::fprintf(stderr, "unknown flag %s\n", flag.c_str()); return 2; }
   }
@@ -300,6 +372,17 @@ int main(int argc, char** argv) {
       std::printf("  verify %2d rows  %8.2f ms  (%.2fx one row)\n", rows, entry["ms"].get<double>(),
                   entry["relative"].get<double>());
     }
+    if (!result.contains("drafter")) continue;
+    const json& drafter = result["drafter"];
+    std::printf("  drafter: absorb of %d rows %.2f ms (wall); 1 stream, by depth (block and scan by wall clock):\n",
+                drafter["context"].get<int>(), drafter["absorb_ms"].get<double>());
+    for (auto& [depth, entry] : drafter["depths"].items())
+      std::printf("    depth %s  pass %6.3f ms (block %6.3f, scan %6.3f)  verify 1 row %6.3f, %s+1 rows %6.3f ms  "
+                  "pass / verify(1) %.2f\n",
+                  depth.c_str(), entry["pass_ms"].get<double>(), entry["block_ms"].get<double>(),
+                  entry["scan_ms"].get<double>(), entry["verify_1_ms"].get<double>(), depth.c_str(),
+                  entry["verify_window_ms"].get<double>(),
+                  entry["pass_ms"].get<double>() / entry["verify_1_ms"].get<double>());
   }
   if (!options.json_path.empty()) std::ofstream(options.json_path) << report.dump(2) << "\n";
   return 0;

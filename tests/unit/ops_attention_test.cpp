@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/simd_avx512.h"
 
 #include "base/thread_pool.h"
 #include "ops_test_util.h"
@@ -189,6 +190,62 @@ TEST(OpsAttention, ABlockRowAttendsOverEveryKeyWithTheBitsOfItsOneRowCallAtTheLa
       attention(ctx, q.data(), rows, key_count - rows, keys.data(), values.data(), shape, causal.data());
       EXPECT_FALSE(bitwise_equal(causal.data(), block.data(), q_width)) << mode_name(mode);
     }
+  }
+}
+
+// The vector path runs the query heads of one KV head together (their value sums side by side) and scores keys eight
+// at a time. Each head must still get the bits of a one-head call: shapes with 1..5 heads per KV head, head sizes 64
+// and 128 (the register paths) and 48 (the general one), key counts 1..19 (every remainder of the 8-key groups).
+TEST(OpsAttention, EveryHeadGetsTheBitsOfItsOwnOneHeadCallWhateverItsGroupSize) {
+  for (int head_dim : {48, 64, 128})
+    for (int group = 1; group <= 5; ++group) {
+      const AttentionShape shape{2 * group, 2, head_dim, 0.125f};
+      const AttentionShape one{1, 1, head_dim, 0.125f};
+      for (int64_t key_count : {1, 7, 8, 9, 16, 19}) {
+        const int kv_width = shape.kv_heads * head_dim, q_width = shape.heads * head_dim;
+        const std::vector<float> keys = stored(random_values(key_count * kv_width, 41 + key_count, 2.0f), NumericMode::Bf16);
+        const std::vector<float> values = stored(random_values(key_count * kv_width, 42 + key_count), NumericMode::Bf16);
+        const std::vector<float> q = stored(random_values(q_width, 43 + group, 2.0f), NumericMode::Bf16);
+        std::vector<float> all = poisoned(q_width);
+        attention_block(OpContext{}, q.data(), 1, key_count, keys.data(), values.data(), shape, all.data());
+        ASSERT_TRUE(all_finite(all));
+        for (int h = 0; h < shape.heads; ++h) {
+          const int kv = h / group;
+          std::vector<float> head_keys, head_values;  // [key_count, head_dim] of KV head kv
+          for (int64_t j = 0; j < key_count; ++j) {
+            head_keys.insert(head_keys.end(), keys.begin() + j * kv_width + kv * head_dim,
+                             keys.begin() + j * kv_width + (kv + 1) * head_dim);
+            head_values.insert(head_values.end(), values.begin() + j * kv_width + kv * head_dim,
+                               values.begin() + j * kv_width + (kv + 1) * head_dim);
+          }
+          std::vector<float> alone = poisoned(head_dim);
+          attention_block(OpContext{}, q.data() + h * head_dim, 1, key_count, head_keys.data(), head_values.data(),
+                          one, alone.data());
+          EXPECT_TRUE(bitwise_equal(alone.data(), all.data() + h * head_dim, head_dim))
+              << "head_dim " << head_dim << " group " << group << " keys " << key_count << " head " << h;
+        }
+      }
+    }
+}
+
+LS_TARGET_AVX512 void reduce_both_ways(const float* values, float* one_by_one, float* eight_at_once) {
+  __m512 v[8];
+  for (int j = 0; j < 8; ++j) {
+    v[j] = _mm512_loadu_ps(values + 16 * j);
+    one_by_one[j] = simd::reduce_lanes(v[j]);
+  }
+  _mm256_storeu_ps(eight_at_once, simd::reduce_lanes8(v));
+}
+
+TEST(OpsAttention, TheEightVectorLaneTreeGivesTheBitsOfTheOneVectorTree) {
+  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    // values of mixed magnitudes, so that a different order of additions rounds differently
+    std::vector<float> values = random_values(128, 51 + seed);
+    for (size_t i = 0; i < values.size(); i += 3) values[i] *= 1e4f;
+    std::vector<float> one(8, 0.0f), eight = poisoned(8);
+    reduce_both_ways(values.data(), one.data(), eight.data());
+    EXPECT_TRUE(bitwise_equal(one.data(), eight.data(), 8)) << "seed " << seed;
   }
 }
 

@@ -53,52 +53,132 @@ void attend_one(const OpContext& ctx, const float* query, int64_t key_count, con
 
 constexpr int kMaxVectorHeadDim = 256;  // q of one head held in 16 registers at most
 
-// The same eager attention with 16-lane vectors; head_dim a multiple of 16, at most kMaxVectorHeadDim.
+// out [G, 16 * V] = store(sum over keys j in order of p[g][j] * value_j) for G heads sharing one KV head: G * V
+// accumulators in registers (independent chains), each value vector loaded once for all G heads.
+template <int V, int G, typename Cached>
+LS_TARGET_AVX512 void weigh_values(bool round, const float* p, int64_t p_stride, int64_t key_count,
+                                   const Cached* value, int64_t kv_stride, float* out) {
+  using namespace simd;
+  __m512 acc[G][V];
+  #pragma GCC unroll 16
+  for (int g = 0; g < G; ++g)
+    #pragma GCC unroll 16
+    for (int i = 0; i < V; ++i) acc[g][i] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < key_count; ++j, value += kv_stride) {
+    __m512 weight[G];
+    #pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) weight[g] = _mm512_set1_ps(p[g * p_stride + j]);
+    #pragma GCC unroll 16
+    for (int i = 0; i < V; ++i) {
+      const __m512 v = load16(value + 16 * i, 0xffff);
+      #pragma GCC unroll 16
+      for (int g = 0; g < G; ++g) acc[g][i] = _mm512_fmadd_ps(weight[g], v, acc[g][i]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int g = 0; g < G; ++g)
+    #pragma GCC unroll 16
+    for (int i = 0; i < V; ++i) _mm512_storeu_ps(out + g * 16 * V + 16 * i, store16(round, acc[g][i]));
+}
+
+// The same weighting for any head size (multiple of 16): one head, accumulators in memory.
 template <typename Cached>
-LS_TARGET_AVX512 void attend_one_avx512(const OpContext& ctx, const float* query, int64_t key_count,
-                                        const Cached* keys, const Cached* values, const AttentionShape& shape,
-                                        int kv_head, std::vector<float>& scores, float* out) {
+LS_TARGET_AVX512 void weigh_values_any(bool round, int vectors, const float* p, int64_t key_count, const Cached* value,
+                                       int64_t kv_stride, float* out) {
+  using namespace simd;
+  __m512 acc[kMaxVectorHeadDim / 16];
+  for (int i = 0; i < vectors; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < key_count; ++j, value += kv_stride) {
+    const __m512 weight = _mm512_set1_ps(p[j]);
+    for (int i = 0; i < vectors; ++i) acc[i] = _mm512_fmadd_ps(weight, load16(value + 16 * i, 0xffff), acc[i]);
+  }
+  for (int i = 0; i < vectors; ++i) _mm512_storeu_ps(out + 16 * i, store16(round, acc[i]));
+}
+
+// p [key_count] = softmax of one query head's scores over the keys, as eager attention computes it with 16-lane
+// vectors; head_dim a multiple of 16, at most kMaxVectorHeadDim. p is padded to a multiple of 16.
+template <typename Cached>
+LS_TARGET_AVX512 void attention_weights_avx512(bool round, const float* query, int64_t key_count, const Cached* keys,
+                                               const AttentionShape& shape, int kv_head, float* p) {
   using namespace simd;
   const int hd = shape.head_dim, vectors = hd / 16;
   const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * hd;
-  const bool round = ctx.rounds_to_bf16();
-  scores.resize((key_count + 15) / 16 * 16);
   __m512 q[kMaxVectorHeadDim / 16];
   for (int i = 0; i < vectors; ++i) q[i] = _mm512_loadu_ps(query + 16 * i);
   const Cached* key = keys + kv_head * hd;
-  for (int64_t j = 0; j < key_count; ++j, key += kv_stride) {
+  // Eight keys at a time (eight independent chains, one shuffled lane tree for all eight: the bits of reduce_lanes
+  // of each), then the keys left one at a time.
+  int64_t j = 0;
+  for (; j + 8 <= key_count; j += 8, key += 8 * kv_stride) {
+    __m512 acc[8];
+    #pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n) acc[n] = _mm512_mul_ps(q[0], load16(key + n * kv_stride, 0xffff));
+    for (int i = 1; i < vectors; ++i)
+      #pragma GCC unroll 8
+      for (int n = 0; n < 8; ++n) acc[n] = _mm512_fmadd_ps(q[i], load16(key + n * kv_stride + 16 * i, 0xffff), acc[n]);
+    _mm256_storeu_ps(p + j, reduce_lanes8(acc));
+  }
+  for (; j < key_count; ++j, key += kv_stride) {
     __m512 acc = _mm512_mul_ps(q[0], load16(key, 0xffff));
     for (int i = 1; i < vectors; ++i) acc = _mm512_fmadd_ps(q[i], load16(key + 16 * i, 0xffff), acc);
-    scores[j] = reduce_lanes(acc);
+    p[j] = reduce_lanes(acc);
   }
   // scores = store(store(raw) * scale); max; exp(s - max) summed in 16 lanes over 16-key chunks; p = store(e / total).
   const __m512 scale = _mm512_set1_ps(shape.scale);
   __m512 max16 = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < key_count; j += 16) {
     const __mmask16 mask = first_lanes(key_count - j);
-    const __m512 s = store16(round, _mm512_mul_ps(store16(round, load16(scores.data() + j, mask)), scale));
-    _mm512_storeu_ps(scores.data() + j, s);
+    const __m512 s = store16(round, _mm512_mul_ps(store16(round, load16(p + j, mask)), scale));
+    _mm512_storeu_ps(p + j, s);
     max16 = _mm512_mask_max_ps(max16, mask, max16, s);
   }
   const __m512 max_score = _mm512_set1_ps(_mm512_reduce_max_ps(max16));
   __m512 total16 = _mm512_setzero_ps();
   for (int64_t j = 0; j < key_count; j += 16) {
     const __mmask16 mask = first_lanes(key_count - j);
-    const __m512 e = _mm512_maskz_mov_ps(mask, exp16(_mm512_sub_ps(_mm512_loadu_ps(scores.data() + j), max_score)));
-    _mm512_storeu_ps(scores.data() + j, e);
+    const __m512 e = _mm512_maskz_mov_ps(mask, exp16(_mm512_sub_ps(_mm512_loadu_ps(p + j), max_score)));
+    _mm512_storeu_ps(p + j, e);
     total16 = _mm512_add_ps(total16, e);
   }
   const __m512 total = _mm512_set1_ps(reduce_lanes(total16));
   for (int64_t j = 0; j < key_count; j += 16)
-    _mm512_storeu_ps(scores.data() + j, store16(round, _mm512_div_ps(_mm512_loadu_ps(scores.data() + j), total)));
-  __m512 acc[kMaxVectorHeadDim / 16];
-  for (int i = 0; i < vectors; ++i) acc[i] = _mm512_setzero_ps();
+    _mm512_storeu_ps(p + j, store16(round, _mm512_div_ps(_mm512_loadu_ps(p + j), total)));
+}
+
+// The eager attention of `heads` consecutive query heads of one row that share KV head `kv_head`: each head's
+// weights, then their values (the heads together where their accumulators fit in registers). Every head gets the
+// bits it gets alone.
+template <typename Cached>
+LS_TARGET_AVX512 void attend_heads_avx512(const OpContext& ctx, const float* query, int heads, int64_t key_count,
+                                          const Cached* keys, const Cached* values, const AttentionShape& shape,
+                                          int kv_head, std::vector<float>& scores, float* out) {
+  const int hd = shape.head_dim, vectors = hd / 16;
+  const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * hd;
+  const bool round = ctx.rounds_to_bf16();
+  const int64_t padded = (key_count + 15) / 16 * 16;
+  scores.resize(heads * padded);
+  for (int g = 0; g < heads; ++g)
+    attention_weights_avx512(round, query + g * hd, key_count, keys, shape, kv_head, scores.data() + g * padded);
   const Cached* value = values + kv_head * hd;
-  for (int64_t j = 0; j < key_count; ++j, value += kv_stride) {
-    const __m512 p = _mm512_set1_ps(scores[j]);
-    for (int i = 0; i < vectors; ++i) acc[i] = _mm512_fmadd_ps(p, load16(value + 16 * i, 0xffff), acc[i]);
+  const float* p = scores.data();
+  if (vectors == 4) {
+    int g = 0;
+    for (; g + 4 <= heads; g += 4) weigh_values<4, 4>(round, p + g * padded, padded, key_count, value, kv_stride, out + g * hd);
+    switch (heads - g) {
+      case 3: return weigh_values<4, 3>(round, p + g * padded, padded, key_count, value, kv_stride, out + g * hd);
+      case 2: return weigh_values<4, 2>(round, p + g * padded, padded, key_count, value, kv_stride, out + g * hd);
+      case 1: return weigh_values<4, 1>(round, p + g * padded, padded, key_count, value, kv_stride, out + g * hd);
+      default: return;
+    }
   }
-  for (int i = 0; i < vectors; ++i) _mm512_storeu_ps(out + 16 * i, store16(round, acc[i]));
+  if (vectors == 8) {
+    int g = 0;
+    for (; g + 2 <= heads; g += 2) weigh_values<8, 2>(round, p + g * padded, padded, key_count, value, kv_stride, out + g * hd);
+    if (g < heads) weigh_values<8, 1>(round, p + g * padded, padded, key_count, value, kv_stride, out + g * hd);
+    return;
+  }
+  for (int g = 0; g < heads; ++g)
+    weigh_values_any(round, vectors, p + g * padded, key_count, value, kv_stride, out + g * hd);
 }
 
 // Row r attends over keys 0 .. first_position + r (causal), or over keys 0 .. key_count - 1 for every row when
@@ -107,17 +187,20 @@ template <typename Cached>
 void attention_over(const OpContext& ctx, const float* q, int64_t rows, int64_t first_position, const Cached* keys,
                     const Cached* values, const AttentionShape& shape, float* out, int64_t key_count = 0) {
   const int group = shape.heads / shape.kv_heads;
-  const int64_t items = rows * shape.heads;
   const bool vector = cpu_features().avx512 && shape.head_dim % 16 == 0 && shape.head_dim <= kMaxVectorHeadDim;
+  // Work items: (row, head), or (row, KV head) with its query heads together on the vector path.
+  const int per_item = vector ? group : 1;
+  const int64_t items = rows * (shape.heads / per_item);
   auto run = [&](int, int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t row = item / shape.heads;
-      const int head = static_cast<int>(item % shape.heads);
+      const int64_t row = item / (shape.heads / per_item);
+      const int head = static_cast<int>(item % (shape.heads / per_item)) * per_item;
       const int64_t offset = (row * shape.heads + head) * shape.head_dim;
       const int64_t keys_seen = key_count > 0 ? key_count : first_position + row + 1;
       if (vector)
-        attend_one_avx512(ctx, q + offset, keys_seen, keys, values, shape, head / group, scores, out + offset);
+        attend_heads_avx512(ctx, q + offset, group, keys_seen, keys, values, shape, head / group, scores,
+                            out + offset);
       else
         attend_one(ctx, q + offset, keys_seen, keys, values, shape, head / group, scores, out + offset);
     }

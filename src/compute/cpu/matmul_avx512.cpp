@@ -22,12 +22,15 @@
 
 #include "base/check.h"
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/simd_avx512.h"
 
-#define LS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 #define LS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
 
 namespace ls::compute {
 namespace {
+
+using simd::reduce_lanes;
+using simd::reduce_lanes8;
 
 constexpr int64_t kRowTile = 128;     // rows kept hot in L2 while a column block of weights is swept
 constexpr int64_t kColumnChunk = 16;  // columns per unit of thread work
@@ -42,17 +45,6 @@ constexpr int64_t kPrefetchGroups = 2;  // how many 8-column groups ahead the ve
 constexpr int64_t kColumnBlockBytes = 256 * 1024;  // weights of one column block, swept by every row quad
 constexpr size_t kMaxGroup = 4;                   // matrices in one matmul_group call
 constexpr int64_t kStreamChunkBytes = 128 * 1024;  // weights per chunk the threads claim when streaming (few rows)
-
-// The fixed lane tree: lane i + lane i+8, then i + i+4, then (0+2) and (1+3), then their sum.
-LS_TARGET_AVX512 inline float reduce_lanes(__m512 v) {
-  const __m256 low = _mm512_castps512_ps256(v);
-  const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  const __m256 s8 = _mm256_add_ps(low, high);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
 
 // Where a column's weights sit: value (c, k) at column(c) + (k / 32) * step + k % 32. Row-major: column(c) = c * K,
 // step 32. Packed panels (Matrix::packed): column(c) = panel c / 8 + (c % 8) * 32, step 8 * 32.
@@ -72,27 +64,6 @@ struct WeightLayout {
   }
   int64_t step() const { return packed ? kPackedColumns * kPackedDepth : kPackedDepth; }
 };
-
-// reduce_lanes of eight accumulators at once, as [8] fp32: the same additions of the same pairs (lane i + i+8, then
-// i + i+4, then (0+2) and (1+3), then their sum), done for eight vectors in shuffled registers.
-LS_TARGET_AVX512 inline __m256 reduce_lanes8(const __m512* a) {
-  // lanes i + i+8: [a0 | a1] as two 8-lane halves, and so on
-  const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a[1], 0x44), _mm512_shuffle_f32x4(a[0], a[1], 0xee));
-  const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a[2], a[3], 0x44), _mm512_shuffle_f32x4(a[2], a[3], 0xee));
-  const __m512 t45 = _mm512_add_ps(_mm512_shuffle_f32x4(a[4], a[5], 0x44), _mm512_shuffle_f32x4(a[4], a[5], 0xee));
-  const __m512 t67 = _mm512_add_ps(_mm512_shuffle_f32x4(a[6], a[7], 0x44), _mm512_shuffle_f32x4(a[6], a[7], 0xee));
-  // lanes i + i+4 of each half: quarter j of u0123 holds accumulator j, of u4567 accumulator 4 + j
-  const __m512 u0123 = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
-  const __m512 u4567 = _mm512_add_ps(_mm512_shuffle_f32x4(t45, t67, 0x88), _mm512_shuffle_f32x4(t45, t67, 0xdd));
-  // (0+2), (1+3) in each quarter: [a.(0+2), a.(1+3), b.(0+2), b.(1+3)] with a = acc j, b = acc 4 + j
-  const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u0123, u4567, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_ps(u0123, u4567, _MM_SHUFFLE(3, 2, 3, 2)));
-  // their sum: lane 0 of quarter j = acc j, lane 2 = acc 4 + j
-  const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(v, v, _MM_SHUFFLE(2, 2, 0, 0)),
-                                 _mm512_shuffle_ps(v, v, _MM_SHUFFLE(3, 3, 1, 1)));
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, w));
-}
 
 // ---- bf16 x bf16 -> fp32: 32 values of K per step, lane i holds the pair (2i, 2i+1) of every step ----
 

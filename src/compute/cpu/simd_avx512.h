@@ -26,6 +26,27 @@ LS_TARGET_AVX512 inline float reduce_lanes(__m512 v) {
   return _mm_cvtss_f32(s);
 }
 
+// reduce_lanes of eight vectors at once, as [8] fp32: the same additions of the same pairs (lane i + i+8, then i + i+4,
+// then (0+2) and (1+3), then their sum), done for eight vectors in shuffled registers, so entry j == reduce_lanes(a[j]).
+LS_TARGET_AVX512 inline __m256 reduce_lanes8(const __m512* a) {
+  // lanes i + i+8: [a0 | a1] as two 8-lane halves, and so on
+  const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a[1], 0x44), _mm512_shuffle_f32x4(a[0], a[1], 0xee));
+  const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a[2], a[3], 0x44), _mm512_shuffle_f32x4(a[2], a[3], 0xee));
+  const __m512 t45 = _mm512_add_ps(_mm512_shuffle_f32x4(a[4], a[5], 0x44), _mm512_shuffle_f32x4(a[4], a[5], 0xee));
+  const __m512 t67 = _mm512_add_ps(_mm512_shuffle_f32x4(a[6], a[7], 0x44), _mm512_shuffle_f32x4(a[6], a[7], 0xee));
+  // lanes i + i+4 of each half: quarter j of u0123 holds vector j, of u4567 vector 4 + j
+  const __m512 u0123 = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
+  const __m512 u4567 = _mm512_add_ps(_mm512_shuffle_f32x4(t45, t67, 0x88), _mm512_shuffle_f32x4(t45, t67, 0xdd));
+  // (0+2), (1+3) in each quarter: [a.(0+2), a.(1+3), b.(0+2), b.(1+3)] with a = vector j, b = vector 4 + j
+  const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u0123, u4567, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(u0123, u4567, _MM_SHUFFLE(3, 2, 3, 2)));
+  // their sum: lane 0 of quarter j = vector j, lane 2 = vector 4 + j
+  const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(v, v, _MM_SHUFFLE(2, 2, 0, 0)),
+                                 _mm512_shuffle_ps(v, v, _MM_SHUFFLE(3, 3, 1, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, w));
+}
+
 // Lane-wise float_to_bf16 (round to nearest even, NaN kept quiet), returned as the bf16-exact fp32 value.
 LS_TARGET_AVX512 inline __m512 round_bf16(__m512 value) {
   const __m512i bits = _mm512_castps_si512(value);
