@@ -24,7 +24,7 @@
 #include "compute/cpu/cpu_features.h"
 #include "compute/cpu/simd_avx512.h"
 
-#define LS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
+#define LS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
 
 namespace ls::compute {
 namespace {
