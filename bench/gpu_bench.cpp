@@ -8,8 +8,11 @@
 //   --decode-only               stop after the decode rows
 //   --attention-splits N        pin the target's decode attention splits (1 = never split; same bits)
 //   --decode-fused              also time the decode step with the norms in the staged GEMMs' prologues
+//   MoE models: the decode step is also timed with the routed experts on each expert_ffn path (same bits)
 //   --decode-norm-configs 0,12  also time it with the norm launches on staged configurations g * 10 + s (group g,
 //                               SwiGLU s; set_decode_norm_configs)
+//   --l2-prefetch-ab            also time the decode step with the streaming decode GEMMs' L2 weight prefetch on
+//   --verify-tiles-ab           also time the verify windows with the 17..64-row picks before the verify tiles
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -31,6 +34,7 @@
 
 #include "base/hash.h"
 #include "model/lfm2/cuda/cuda_target.h"
+#include "model/lfm2/cuda/state_kernels.h"
 #include "model/load.h"
 #include "bench_util.h"
 
@@ -53,6 +57,8 @@ struct Options {
   int attention_splits = 0;        // 0 = automatic
   bool decode_fused = false;       // also time the decode step with the norms in the GEMM prologues (mixers; all)
   std::vector<int> decode_norm_configs;  // norm launch configurations g * 10 + s to time the decode step with
+  bool l2_prefetch_ab = false;           // also time the decode step with the L2 weight prefetch
+  bool verify_tiles_ab = false;          // also time the verify windows with the older 17..64-row picks
 };
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
@@ -299,10 +305,12 @@ int main(int argc, char** argv) {
     else if (arg == "--attention-splits") o.attention_splits = std::atoi(next().c_str());
     else if (arg == "--decode-fused") o.decode_fused = true;
     else if (arg == "--decode-norm-configs") o.decode_norm_configs = parse_list(next());
+    else if (arg == "--l2-prefetch-ab") o.l2_prefetch_ab = true;
+    else if (arg == "--verify-tiles-ab") o.verify_tiles_ab = true;
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
                            "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
-                           "[--decode-fused] [--attention-splits N] | "
+                           "[--decode-fused] [--attention-splits N] [--l2-prefetch-ab] [--verify-tiles-ab] | "
                            "gpu_bench --decode-gemm\n");
       return 2;
     }
@@ -363,6 +371,17 @@ int main(int argc, char** argv) {
   target->set_graphs(false);
   const double eager_ms = time_steps(o.decode_tokens);
   target->set_graphs(true);
+  // The same steps (graphs) with the streaming decode GEMMs' L2 weight prefetch on (same bits), then off again.
+  double prefetch_ms = 0;
+  if (o.l2_prefetch_ab) {
+    cuda::set_decode_l2_prefetch(true);
+    target->set_graphs(false);  // drops the graphs captured without it
+    target->set_graphs(true);
+    prefetch_ms = time_steps(o.decode_tokens);
+    cuda::set_decode_l2_prefetch(false);
+    target->set_graphs(false);
+    target->set_graphs(true);
+  }
   // The same steps (graphs) with the narrow decode GEMMs on each staged configuration asked for (same bits).
   std::vector<std::pair<int, double>> staged_ms;
   for (const int config : o.decode_staged) {
@@ -394,6 +413,21 @@ int main(int argc, char** argv) {
     }
     target->set_decode_norm_fusion(false);
   }
+  // MoE: the same steps (graphs) with the routed experts on each expert_ffn path (same bits): the paths' A/B.
+  std::vector<std::pair<std::string, double>> expert_path_ms;
+  if (c.moe) {
+    using lfm2::gpu::ExpertFfnPath;
+    for (const ExpertFfnPath path : {ExpertFfnPath::FourLaunches, ExpertFfnPath::TwoLaunches, ExpertFfnPath::Streamed,
+                                     ExpertFfnPath::StreamedNarrow}) {
+      lfm2::gpu::pin_expert_ffn_path_for_test(path);
+      target->set_graphs(false);  // drops the graphs captured with the other path
+      target->set_graphs(true);
+      expert_path_ms.push_back({lfm2::gpu::expert_ffn_path_name(path), time_steps(o.decode_tokens)});
+    }
+    lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
+    target->set_graphs(false);
+    target->set_graphs(true);
+  }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);
   target->reset_profile();
@@ -404,6 +438,8 @@ int main(int argc, char** argv) {
   if (o.decode_only) {
     std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms\n",
                 o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms);
+    if (o.l2_prefetch_ab)
+      std::printf("  decode step, L2 weight prefetch %.3f ms (ratio %.2f)\n", prefetch_ms, floor_ms / prefetch_ms);
     if (o.decode_fused)
       std::printf("  decode step, norms in the staged GEMMs' prologues %.3f ms; the mixers' only %.3f ms\n", fused_ms,
                   mixers_fused_ms);
@@ -416,6 +452,8 @@ int main(int argc, char** argv) {
       std::printf("  decode step, narrow GEMMs %-16s %.3f ms (ratio %.2f)\n",
                   cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + config),
                   ms, floor_ms / ms);
+    for (const auto& [path, ms] : expert_path_ms)
+      std::printf("  decode step, experts %-22s %.3f ms (ratio %.2f)\n", path.c_str(), ms, floor_ms / ms);
     for (const auto& [kind, ms] : decode_profile) std::printf("  profile %-24s %8.3f ms\n", kind.c_str(), ms / profiled);
     return 0;
   }
@@ -426,6 +464,21 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
     w.tokens = window;
     verify_ms.push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
+  }
+  // The same windows with the picks before the verify tiles (17..64 rows; same bits), then the verify tiles again.
+  std::vector<std::pair<int, double>> verify_old_ms;
+  if (o.verify_tiles_ab) {
+    cuda::set_verify_tiles(false);
+    target->set_graphs(false);
+    target->set_graphs(true);
+    for (int rows : o.verify) {
+      const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
+      w.tokens = window;
+      verify_old_ms.push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
+    }
+    cuda::set_verify_tiles(true);
+    target->set_graphs(false);
+    target->set_graphs(true);
   }
   target->release(1);
 
@@ -493,6 +546,9 @@ int main(int argc, char** argv) {
   std::printf("%-34s %9.3f ms %9.3f ms   (bytes/token %.1f MB, copy bw %.0f GB/s)\n", "decode step", decode_ms,
               floor_ms, per_token / 1e6, bandwidth / 1e9);
   std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step without graphs", eager_ms, floor_ms, floor_ms / eager_ms);
+  if (o.l2_prefetch_ab)
+    std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step, L2 weight prefetch", prefetch_ms, floor_ms,
+                floor_ms / prefetch_ms);
   if (o.decode_fused)
     std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step, norms in GEMM prologues", fused_ms, floor_ms,
                 floor_ms / fused_ms);
@@ -502,6 +558,9 @@ int main(int argc, char** argv) {
                  cuda::decode_variant_name(cuda::decode_variant_count() - cuda::decode_staged_config_count() + config))
                     .c_str(),
                 ms, floor_ms, floor_ms / ms);
+  for (const auto& [path, ms] : expert_path_ms)
+    std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", ("decode step, experts " + path).c_str(), ms, floor_ms,
+                floor_ms / ms);
   std::printf("%-34s %9.1f tok/s\n", ("decode, " + std::to_string(o.streams) + " streams (total)").c_str(),
               o.streams * 1e3 / streams_ms);
   std::printf("%-34s %9.1f ms %9.1f ms %7.2f   (cuBLAS %.0f TFLOP/s)\n",
@@ -511,6 +570,9 @@ int main(int argc, char** argv) {
   for (auto [rows, ms] : verify_ms)
     std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows)).c_str(), ms, "",
                 ms / verify_ms.front().second);
+  for (auto [rows, ms] : verify_old_ms)
+    std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows) + ", older picks").c_str(),
+                ms, "", ms / verify_ms.front().second);
   double device_ms = 0;
   for (const auto& [kind, ms] : decode_profile) device_ms += ms / profiled;
   std::printf("decode step by op kind (device ms per token; %.3f ms device of %.3f ms wall with events):\n", device_ms,
@@ -528,6 +590,7 @@ int main(int argc, char** argv) {
     for (auto [rows, ms] : verify_ms) out["verify_ms"][std::to_string(rows)] = ms;
     for (const auto& [kind, ms] : decode_profile) out["decode_profile_ms"][kind] = ms / profiled;
     for (auto [config, ms] : staged_ms) out["decode_staged_ms"][std::to_string(config)] = ms;
+    for (const auto& [path, ms] : expert_path_ms) out["decode_expert_path_ms"][path] = ms;
     for (const auto& [kind, ms] : prefill_profile) out["prefill_profile_ms"][kind] = ms;
     std::ofstream(o.json_path) << out.dump(2) << "\n";
   }

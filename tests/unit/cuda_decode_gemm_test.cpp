@@ -172,8 +172,68 @@ struct DefaultPicksAtExit {
   ~DefaultPicksAtExit() {
     set_decode_staged_pick(-1);
     set_decode_norm_configs(0, 2);
+    set_decode_l2_prefetch(false);
   }
 };
+
+// With the L2 weight prefetch (sm_90: bulk prefetches of each item's weight rows before the programmatic wait; a
+// no-op elsewhere) every streaming variant, the fused SwiGLU and the q / k / v launch give the bits they give without
+// it: the model's one-slice and sliced shapes, a three-slice K with a tail and an odd N, a one-tile K, outputs
+// poisoned first.
+TEST(CudaDecodeGemm, WithTheL2PrefetchEveryStreamingLaunchGivesTheBitsItGivesWithout) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const DefaultPicksAtExit defaults;
+  const GemmEngine engine;
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {2048, 2048}, {6144, 2048}, {16384, 2048}, {2048, 8192}, {1001, 2056}, {40, 72}}) {
+    auto x = upload(to_bf16(random_values(16 * k, 91 + n, 2.0f)));
+    auto w = upload(to_bf16(random_values(n * k, 92 + k, 0.5f)));
+    const DeviceMatrix matrix{w.data(), nullptr, n, k};
+    for (int variant = 1; variant < decode_variant_count() - decode_staged_config_count(); ++variant) {
+      for (const int64_t m : {1, 9, 16}) {
+        set_decode_l2_prefetch(false);
+        auto want = poisoned<bf16>(m * n), got = poisoned<bf16>(m * n);
+        ASSERT_TRUE(gemm_decode_variant(variant, x.data(), m, matrix, want.data(), nullptr, nullptr).ok());
+        set_decode_l2_prefetch(true);
+        ASSERT_TRUE(gemm_decode_variant(variant, x.data(), m, matrix, got.data(), nullptr, nullptr).ok());
+        const std::vector<bf16> a = download(got, m * n), b = download(want, m * n);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(bf16) * a.size()), 0)
+            << decode_variant_name(variant) << ": N " << n << " K " << k << " m " << m;
+      }
+    }
+  }
+  // The fused gate_up + SwiGLU (the model's F = 8192) and q / k / v (2048, 512, 512), K = 2048.
+  constexpr int64_t k = 2048, f = 8192;
+  auto x = upload(to_bf16(random_values(16 * k, 95, 2.0f)));
+  auto gate_up = upload(to_bf16(random_values(2 * f * k, 96, 0.5f)));
+  const DeviceMatrix gu{gate_up.data(), nullptr, 2 * f, k};
+  std::vector<DeviceBuffer<bf16>> qkv_w;
+  std::vector<DeviceMatrix> qkv;
+  for (const int64_t n : {2048, 512, 512}) {
+    qkv_w.push_back(upload(to_bf16(random_values(n * k, 97 + n, 0.5f))));
+    qkv.push_back(DeviceMatrix{qkv_w.back().data(), nullptr, n, k});
+  }
+  for (const int64_t m : {1, 8, 16}) {
+    std::vector<std::vector<bf16>> outputs[2];
+    for (const bool prefetch : {false, true}) {
+      set_decode_l2_prefetch(prefetch);
+      auto act = poisoned<bf16>(m * f);
+      ASSERT_TRUE(gemm_decode_swiglu(engine, x.data(), m, gu, act.data(), nullptr).ok());
+      outputs[prefetch].push_back(download(act, m * f));
+      std::vector<DeviceBuffer<bf16>> ys;
+      std::vector<bf16*> y_ptr;
+      for (const DeviceMatrix& w : qkv) {
+        ys.push_back(poisoned<bf16>(m * w.rows));
+        y_ptr.push_back(ys.back().data());
+      }
+      ASSERT_TRUE(gemm_decode_group(engine, x.data(), m, qkv, y_ptr, nullptr).ok());
+      for (size_t i = 0; i < qkv.size(); ++i) outputs[prefetch].push_back(download(ys[i], m * qkv[i].rows));
+    }
+    for (size_t i = 0; i < outputs[0].size(); ++i)
+      EXPECT_EQ(std::memcmp(outputs[0][i].data(), outputs[1][i].data(), sizeof(bf16) * outputs[0][i].size()), 0)
+          << (i == 0 ? "swiglu" : "q / k / v matrix " + std::to_string(i - 1)) << " m " << m;
+  }
+}
 
 TEST(CudaDecodeGemm, TheEnginesStagedPicksGiveEveryRowTheBitsOfTheStreamingPicks) {
   LS_SKIP_WITHOUT_DEVICE();

@@ -127,6 +127,8 @@ constexpr bool kWgmmaOnTrial = false;
 // wgmma 128x256, 128x128 (sliced K too), 128x128 x2, both split; TMA 128x256, 128x128 (sliced K too), both split,
 // 128x128 pair (sliced K too), 128x256 pair, 128x256 persistent.
 constexpr size_t kWgmmaTiles = 12, kWgmmaSplitTiles = 4;
+// mma.sync split tiles: 64x128, 128x128, 16x128 and the verify tiles 32x32, 64x32.
+constexpr size_t kMmaSplitTiles = 5;
 bool is_wgmma(const std::string& name) { return name.find("wgmma") != std::string::npos; }
 // wgmma code is built for sm_90a only: it runs on compute capability 9.0, where this binary carries sm_90a code and
 // LS_CUDA_PORTABLE is off (features.h).
@@ -157,20 +159,20 @@ TEST(CudaGemm, EveryKernelConfigurationGivesTheOneRowBitsWhereverItMayRun) {
     split += name.find("split") != std::string::npos;
     wgmma_ran += is_wgmma(name);
   }
-  EXPECT_EQ(ran.size() + (clusters ? 0 : 3) + (wgmma ? 0 : kWgmmaTiles),
+  EXPECT_EQ(ran.size() + (clusters ? 0 : kMmaSplitTiles) + (wgmma ? 0 : kWgmmaTiles),
             static_cast<size_t>(GemmEngine::tile_count()));
   EXPECT_EQ(wgmma_ran, wgmma ? kWgmmaTiles : 0u);
   if (clusters) {
-    EXPECT_EQ(split, 3u + (wgmma ? kWgmmaSplitTiles : 0u));
+    EXPECT_EQ(split, kMmaSplitTiles + (wgmma ? kWgmmaSplitTiles : 0u));
   }
 }
 
-TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck) {
+TEST(CudaGemm, APlantedKOrderFaultAboveSixteenRowsIsCaughtByTheInvarianceCheck) {
   LS_SKIP_WITHOUT_DEVICE();
   GemmEngine engine;
   engine.set_fault_reverse_k_for_test(true);
-  const std::string failure = invariance_failure(engine, GemmCase{1024, 8192}, {1, 16, 64, 100});
-  EXPECT_NE(failure.find("m 100"), std::string::npos) << failure;
+  const std::string failure = invariance_failure(engine, GemmCase{1024, 8192}, {1, 16, 17, 64, 100});
+  EXPECT_NE(failure.find("m 17 "), std::string::npos) << failure;
   std::printf("planted fault caught: %s\n", failure.c_str());
   // The split configurations (each slice's tiles walked backwards in its own CTA) are caught alike. A pin that
   // cannot run at this shape gives way to the automatic pick (itself split), so count distinct split tiles.
@@ -189,6 +191,35 @@ TEST(CudaGemm, APlantedKOrderFaultAboveSixtyFourRowsIsCaughtByTheInvarianceCheck
   const bool clusters = cuda_features().clusters;  // split mode needs clusters (features.h)
   const bool wgmma = !kWgmmaOnTrial && device_runs_wgmma();
   EXPECT_EQ(split_tiles.size(), clusters ? 2u + (wgmma ? kWgmmaSplitTiles : 0u) : 0u);
+}
+
+// The verify tiles (17..64 rows) each pinned: every row of every window bitwise its one-row launch on the 1.2B's
+// one-slice and sliced shapes, a K tail with three slices and an odd N; the planted K-order fault red under each.
+TEST(CudaGemm, EveryVerifyTileGivesTheOneRowBitsAtSeventeenToSixtyFourRowsAndCatchesThePlantedFault) {
+  LS_SKIP_WITHOUT_DEVICE();
+  std::set<std::string> ran;
+  for (int tile = 0; tile < GemmEngine::tile_count(); ++tile) {
+    GemmEngine engine;
+    engine.pin_tile_for_test(tile);
+    const std::string name = engine.tile_name(17, 2048, 8192);
+    if (name.find("verify") == std::string::npos &&
+        std::string(engine.tile_name(17, 2048, 2048)).find("verify") == std::string::npos)
+      continue;
+    for (const GemmCase shape : {GemmCase{2048, 2048}, GemmCase{3072, 2048}, GemmCase{2048, 8192}, GemmCase{1001, 2056}}) {
+      const bool verify = std::string(engine.tile_name(24, shape.n, shape.k)).find("verify") != std::string::npos;
+      if (!verify) continue;  // the pin does not run here (one slice vs split)
+      EXPECT_EQ(invariance_failure(engine, shape, {1, 17, 24, 32, 48, 64}), "")
+          << "tile " << tile << " N " << shape.n << " K " << shape.k;
+      GemmEngine faulty = engine;
+      faulty.set_fault_reverse_k_for_test(true);
+      const std::string failure = invariance_failure(faulty, shape, {1, 24});
+      EXPECT_NE(failure.find("m 24 "), std::string::npos) << "tile " << tile << " K " << shape.k << ": " << failure;
+      EXPECT_NE(failure.find("verify"), std::string::npos) << failure;
+      ran.insert(engine.tile_name(24, shape.n, shape.k));
+    }
+  }
+  // 32x32, 64x32, 64x64, 64x16, and with clusters the two split ones.
+  EXPECT_EQ(ran.size(), cuda_features().clusters ? 6u : 4u);
 }
 
 // The largest |batch - one-row launch| over the largest |one-row launch| at width m: rounding-sized where only the

@@ -7,6 +7,7 @@
 // from distributed shared memory in slice order. All add alike.
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <string>
 
 #include "compute/cuda/gemm_tile.cuh"
@@ -135,6 +136,13 @@ using Tall = Tile<256, 128, 4, 2, 3>;
 // on the H200); 16x64 tiles, 4 warps, 12 stages (more bytes in flight for 8192-wide outputs).
 using Stream = Tile<16, 128, 1, 8, 6>;
 using StreamDeep = Tile<16, 64, 1, 4, 12>;
+// Verify windows (17..64 rows): every warp holds all BM rows (one to four m16 mma per weight fragment), so a CTA
+// streams its columns' weights once for all rows with x staged once per CTA; 16 (x 1 warp), 32 (x 2) or 64 (x 4)
+// columns per CTA, deep pipelines, every one under 99 KB of shared memory.
+using Verify32 = Tile<32, 32, 1, 2, 8>;
+using Verify64 = Tile<64, 32, 1, 2, 8>;
+using Verify64Wide = Tile<64, 64, 1, 4, 6>;
+using Verify64Narrow = Tile<64, 16, 1, 1, 8>;
 
 // Split configurations (sm_90 clusters, 2..8 slices): Medium128, Large and Stream tiles, one CTA per slice.
 // wgmma configurations (sm_90a, gemm_wgmma.cu): 128x256 one slice, 128x128 (a second register set for sliced K),
@@ -145,7 +153,8 @@ using StreamDeep = Tile<16, 64, 1, 4, 12>;
 enum class Choice {
   Decode, Medium, Medium128, Large, LargeDeep, Wide, Tall, Stream, StreamDeep, MediumDeep, SplitMedium128,
   SplitLarge, SplitStream, WgmmaWide, WgmmaLarge, WgmmaLargeDuo, WgmmaSplit, WgmmaSplitLarge, TmaWide, TmaLarge,
-  TmaSplit, TmaSplitLarge, TmaPair, TmaWidePair, TmaWideLoop, Count
+  TmaSplit, TmaSplitLarge, TmaPair, TmaWidePair, TmaWideLoop, Verify32, Verify64, Verify64Wide, Verify64Narrow,
+  SplitVerify32, SplitVerify64, Count
 };
 
 // Whether a configuration computes the canonical order for (m, K) on this device: decode only up to 16 rows, the
@@ -173,6 +182,12 @@ bool valid(Choice choice, int64_t m, int64_t k, bool clusters, bool wgmma) {
     case Choice::SplitStream: return m <= 16 && clusters && slices <= kMaxClusterSlices;
     case Choice::SplitMedium128:
     case Choice::SplitLarge: return clusters && slices <= kMaxClusterSlices;
+    case Choice::Verify32: return m <= 32;
+    case Choice::Verify64:
+    case Choice::Verify64Wide:
+    case Choice::Verify64Narrow: return m <= 64;
+    case Choice::SplitVerify32: return m <= 32 && clusters && slices > 1 && slices <= kMaxClusterSlices;
+    case Choice::SplitVerify64: return m <= 64 && clusters && slices > 1 && slices <= kMaxClusterSlices;
     case Choice::Count: return false;
     default: return true;
   }
@@ -193,6 +208,20 @@ constexpr bool kWgmmaAutomatic = true;
 // 130 at m = 17..64 with 64x128 tiles, 37-61 us against 117 at m = 100..256 and 316 against 417 at 2048 with
 // 128x128 tiles), while the decode kernel keeps m <= 16 (12-15 us against 17 split); unsplit, 64x64 tiles beat
 // 128x128 ones while those would not fill the SMs up to 128 rows; 128x128 beats 128x256 except on wide heads.
+// Whether 17..64 rows take the verify tiles (set_verify_tiles; else the picks before them).
+std::atomic<bool> verify_tiles{true};
+
+// The verify tiles' pick for 17..64 rows (Count: none, the older picks decide). Sliced K: a cluster of one CTA per
+// slice; one slice: 64 columns a CTA on wide outputs, else 32 (two warps), 32 rows where they hold the window.
+Choice choose_verify(int64_t m, int64_t n, int slices, bool clusters) {
+  if (slices > 1) {
+    if (!clusters || slices > kMaxClusterSlices) return Choice::Count;
+    return m <= 32 ? Choice::SplitVerify32 : Choice::SplitVerify64;
+  }
+  if (n >= 8192) return Choice::Verify64Wide;
+  return m <= 32 ? Choice::Verify32 : Choice::Verify64;
+}
+
 Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, bool wgmma, int pinned) {
   if (pinned >= 0 && pinned < static_cast<int>(Choice::Count) &&
       valid(static_cast<Choice>(pinned), m, k, clusters, wgmma))
@@ -200,6 +229,10 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, bool
   const int slices = slice_count(static_cast<int>(k));
   const bool wide = n >= 128LL * sm_count;
   if (m <= 16) return slices == 1 && (wide || (m >= 12 && n >= 8192)) ? Choice::Stream : Choice::Decode;
+  if (m <= 64 && verify_tiles.load(std::memory_order_relaxed)) {
+    const Choice verify = choose_verify(m, n, slices, clusters);
+    if (verify != Choice::Count) return verify;
+  }
   // Sliced K with clusters: every CTA streams one slice of its columns' weights once for all rows of its tile.
   const bool split = kSplitAutomatic && clusters && slices > 1 && slices <= kMaxClusterSlices;
   // Sliced K through TMA (H200, batches A and B of session 4, 8192->2048; each pinned configuration bitwise the
@@ -248,6 +281,12 @@ int tile_shared_bytes(Choice choice) {
     case Choice::Tall: return Tall::SMEM_BYTES;
     case Choice::Stream: return Stream::SMEM_BYTES;
     case Choice::StreamDeep: return StreamDeep::SMEM_BYTES;
+    case Choice::Verify32:
+    case Choice::SplitVerify32: return Verify32::SMEM_BYTES;
+    case Choice::Verify64:
+    case Choice::SplitVerify64: return Verify64::SMEM_BYTES;
+    case Choice::Verify64Wide: return Verify64Wide::SMEM_BYTES;
+    case Choice::Verify64Narrow: return Verify64Narrow::SMEM_BYTES;
     default: return 0;
   }
 }
@@ -293,6 +332,12 @@ const char* choice_name(Choice choice) {
     case Choice::TmaPair: return "wgmma tma 128x128x64 s6 pair";
     case Choice::TmaWidePair: return "wgmma tma 128x256x64 s4 pair";
     case Choice::TmaWideLoop: return "wgmma tma 128x256x64 s4 persistent";
+    case Choice::Verify32: return "verify 32x32x64 s8";
+    case Choice::Verify64: return "verify 64x32x64 s8";
+    case Choice::Verify64Wide: return "verify 64x64x64 s6";
+    case Choice::Verify64Narrow: return "verify 64x16x64 s8";
+    case Choice::SplitVerify32: return "verify 32x32x64 s8 split";
+    case Choice::SplitVerify64: return "verify 64x32x64 s8 split";
     case Choice::Count: break;
   }
   return "?";
@@ -318,6 +363,10 @@ void allow_shared_all(int optin_bytes) {
   allow_shared<Tall>();
   allow_shared<Stream, true>();
   allow_shared<StreamDeep>();
+  allow_shared<Verify32, true>();
+  allow_shared<Verify64, true>();
+  allow_shared<Verify64Wide>();
+  allow_shared<Verify64Narrow>();
   allow_wgmma_shared();
   allow_tma_shared();
   allow_decode_shared(optin_bytes);
@@ -347,6 +396,8 @@ const char* GemmEngine::tile_name(int64_t m, int64_t n, int64_t k) const {
 
 int GemmEngine::tile_count() { return static_cast<int>(Choice::Count); }
 
+void set_verify_tiles(bool on) { verify_tiles.store(on, std::memory_order_relaxed); }
+
 Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32,
                         cudaStream_t stream) const {
   if ((y_b16 == nullptr) == (y_f32 == nullptr))
@@ -364,7 +415,7 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     return Status(ErrorCode::InvalidArgument, "gemm needs y aligned to two outputs when N is even (pairs are stored)");
   GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
                 reinterpret_cast<__nv_bfloat16*>(y_b16), y_f32, static_cast<int>(m), static_cast<int>(w.rows),
-                static_cast<int>(w.cols), fault_reverse_k_ && m > 64 ? 1 : 0};
+                static_cast<int>(w.cols), fault_reverse_k_ && m > 16 ? 1 : 0};
   switch (fitting(choose(m, w.rows, w.cols, sm_count_, clusters_, wgmma_, pinned_tile_), shared_optin_)) {
     case Choice::Decode: return launch_decode(args, sm_count_, stream);
     case Choice::Medium: return launch<Medium>(args, stream);
@@ -393,6 +444,12 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
       return launch_tma(WgmmaTile::LargePair, slice_count(args.k) > 1 ? Mode::Sliced : Mode::Plain, args, stream);
     case Choice::TmaWidePair: return launch_tma(WgmmaTile::WidePair, Mode::Plain, args, stream);
     case Choice::TmaWideLoop: return launch_tma(WgmmaTile::WideLoop, Mode::Plain, args, stream);
+    case Choice::Verify32: return launch<Verify32>(args, stream);
+    case Choice::Verify64: return launch<Verify64>(args, stream);
+    case Choice::Verify64Wide: return launch<Verify64Wide>(args, stream);
+    case Choice::Verify64Narrow: return launch<Verify64Narrow>(args, stream);
+    case Choice::SplitVerify32: return launch_split<Verify32>(args, stream);
+    case Choice::SplitVerify64: return launch_split<Verify64>(args, stream);
     case Choice::Count: break;
   }
   return ok_status();

@@ -3,6 +3,7 @@
 // order (the canonical order of gemm_device.cuh). The variants (here, gemm_decode_stream.cu, gemm_decode_staged.cu)
 // differ only in warps per CTA, pipeline depth, columns per item and the x rows staged (8 when m <= 8: the mma's rows
 // 8..15 are zero registers); each output's chain (16-wide K steps ascending from 0 per slice) is the same in all.
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -146,6 +147,9 @@ int pick_stream_variant(const GemmArgs& args) {
 // Bench only: the staged configuration the engine's narrow one-slice picks take (-1: the streaming picks).
 std::atomic<int> staged_pick{-1};
 
+// Whether the streaming launches prefetch their weights into L2 before the programmatic wait.
+std::atomic<bool> l2_prefetch{false};
+
 Status launch_variant(int variant, const GemmArgs& args, int sm_count, cudaStream_t stream) {
   if (variant >= kStreamVariants)
     return launch_staged(variant - kStreamVariants, args, sm_count, pick_stream_variant(args), stream);
@@ -160,6 +164,14 @@ int pick_variant(const GemmArgs& args) {
 }
 
 }  // namespace
+
+int prefetch_tiles_for(int64_t n, int64_t k) {
+  if (!l2_prefetch.load(std::memory_order_relaxed) || !cuda_features().pdl || n < 1 || k < 1) return 0;
+  const int slices = slice_count(static_cast<int>(std::min<int64_t>(k, 1 << 24)));
+  const int64_t item_tiles = slices == 1 ? (k + kBlockK - 1) / kBlockK : kSliceTiles;
+  const int64_t tiles = kPrefetchBytes / (n * kBlockK * 2 * slices);  // per item: one slice of one weight row
+  return static_cast<int>(std::min<int64_t>(tiles, item_tiles));
+}
 
 Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
   return launch_variant(pick_variant(args), args, sm_count, stream);
@@ -183,6 +195,8 @@ const char* decode_variant_name(int variant) {
   return variant < gemm_detail::kStreamVariants ? gemm_detail::kStreamNames[variant]
                                                 : gemm_detail::kStagedNames[variant - gemm_detail::kStreamVariants];
 }
+
+void set_decode_l2_prefetch(bool on) { gemm_detail::l2_prefetch.store(on, std::memory_order_relaxed); }
 
 void set_decode_staged_pick(int config) {
   gemm_detail::staged_pick.store(config >= 0 && config < gemm_detail::kStagedConfigs ? config : -1,

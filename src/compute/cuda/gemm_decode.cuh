@@ -25,6 +25,19 @@ __device__ __forceinline__ void store_swiglu(const GemmArgs& args, int r, int c,
   args.y_b16[static_cast<int64_t>(r) * f + c] = __float2bfloat16_rn(__fmul_rn(silu, u));
 }
 
+// One bulk L2 prefetch of `bytes` (a multiple of 16, 16-byte aligned) from global memory (sm_90; a no-op before).
+__device__ __forceinline__ void prefetch_l2(const void* address, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(address), "r"(bytes) : "memory");
+#endif
+}
+
+// The K tiles per item a streaming launch of W [n, K] prefetches into L2 before its programmatic wait
+// (set_decode_l2_prefetch; 0 when off or without programmatic launches): as many as keep the launch's prefetched
+// weights within kPrefetchBytes, a share of the L2.
+constexpr int64_t kPrefetchBytes = 24LL << 20;
+int prefetch_tiles_for(int64_t n, int64_t k);
+
 // gemm_decode.cu: the first decode kernel (variant 0), any K.
 Status launch_first(const GemmArgs& args, int sm_count, cudaStream_t stream);
 

@@ -23,8 +23,12 @@ struct Stream {
 
 // SWIGLU (one slice, TILES = 2): W is gate_up [2F, K]; an item's first 8 rows are gate columns c.., its second 8
 // the up columns F + c..; the epilogue writes y_b16 [m, F] = swiglu's bits of the two rounded outputs.
+// prefetch_tiles > 0: before the programmatic wait each warp asks L2 for its items' weight tiles STAGES-1 ..
+// prefetch_tiles-1 (one bulk prefetch per weight row), so the weights stream in while the kernel before drains and
+// the pipeline then reads them from L2. The order of the chain is untouched.
 template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU>
-__device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, int groups, int block) {
+__device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, int groups, int block,
+                                            int prefetch_tiles) {
   using S = Stream<WARPS, STAGES, TILES, A_ROWS>;
   static_assert(!SWIGLU || TILES == 2, "SwiGLU items pair 8 gate and 8 up columns");
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;  // output columns per item
@@ -39,6 +43,18 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
   unsigned char* pipe = shared_raw + warp * STAGES * S::kStageBytes;
   const uint32_t pipe_base = smem_address(pipe);
   let_next_kernel_start();
+  for (int item = warp; prefetch_tiles >= STAGES && item < groups * slices; item += WARPS) {
+    const int first_tile = (item % slices) * slice_tiles;
+    const int to = min(min(slice_tiles, k_tiles - first_tile), prefetch_tiles);
+    if (to <= STAGES - 1) continue;
+    const int k0 = (first_tile + STAGES - 1) * kBlockK, k1 = min((first_tile + to) * kBlockK, args.k);
+    const int c_first = col0 + (item / slices) * kItemCols;
+    for (int w_row = lane; w_row < 8 * TILES; w_row += 32) {
+      const int out_c = c_first + (SWIGLU ? (w_row & 7) : w_row);
+      const int c = SWIGLU && w_row >= 8 ? out_n + out_c : out_c;
+      if (out_c < out_n) prefetch_l2(args.w + static_cast<int64_t>(c) * args.k + k0, (k1 - k0) * 2);
+    }
+  }
 
   // x rows m .. A_ROWS-1 stay zero in every stage: cleared once, never copied into.
   for (int i = lane; i < STAGES * (A_ROWS - args.m) * 8; i += 32) {
@@ -165,8 +181,9 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
 }
 
 template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false>
-__global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args, int slices, int groups) {
-  stream_body<WARPS, STAGES, TILES, A_ROWS, SWIGLU>(args, slices, groups, blockIdx.x);
+__global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args, int slices, int groups,
+                                                                    int prefetch_tiles) {
+  stream_body<WARPS, STAGES, TILES, A_ROWS, SWIGLU>(args, slices, groups, blockIdx.x, prefetch_tiles);
 }
 
 // Up to kGroupMax one-slice GEMMs of the same x in one launch: CTAs [first_block[i], first_block[i + 1]) run args[i].
@@ -175,13 +192,15 @@ struct GemmGroup {
   GemmArgs args[kGroupMax];
   int first_block[kGroupMax + 1];
   int count;
+  int prefetch_tiles;  // stream_body's L2 prefetch (0: none)
 };
 
 template <int WARPS, int STAGES, int A_ROWS>
 __global__ void __launch_bounds__(32 * WARPS) decode_group_kernel(GemmGroup group) {
   int i = 0;
   while (i + 1 < group.count && static_cast<int>(blockIdx.x) >= group.first_block[i + 1]) ++i;
-  stream_body<WARPS, STAGES, 1, A_ROWS, false>(group.args[i], 1, WARPS, blockIdx.x - group.first_block[i]);
+  stream_body<WARPS, STAGES, 1, A_ROWS, false>(group.args[i], 1, WARPS, blockIdx.x - group.first_block[i],
+                                               group.prefetch_tiles);
 }
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_stream_shared
@@ -201,7 +220,7 @@ Status launch_stream_rows(const GemmArgs& args, int sm_count, cudaStream_t strea
   const int smem = stream_shared_bytes<WARPS, STAGES, TILES, A_ROWS>(args, slices, groups);
   if (smem > optin_shared_bytes) return launch_first(args, sm_count, stream);  // very long K: the first kernel
   return launch_programmatic(decode_stream_kernel<WARPS, STAGES, TILES, A_ROWS>, ctas, 32 * WARPS, smem, stream, args,
-                             slices, groups);
+                             slices, groups, prefetch_tiles_for(args.n, args.k));
 }
 
 template <int WARPS, int STAGES, int TILES>
@@ -229,7 +248,7 @@ Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
   const int ctas = (f + cols - 1) / cols;
   constexpr int smem = Stream<kWarps, kStages, 2, A_ROWS>::kPipeBytes;
   return launch_programmatic(decode_stream_kernel<kWarps, kStages, 2, A_ROWS, true>, ctas, 32 * kWarps, smem, stream,
-                             args, 1, kWarps);
+                             args, 1, kWarps, prefetch_tiles_for(args.n, args.k));
 }
 
 // The grouped launch (q / k / v of an attention layer): 2 warps, 16 stages, 8 columns per item (many CTAs, deep
@@ -322,6 +341,7 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
   gemm_detail::GemmGroup group{};
   group.count = static_cast<int>(ws.size());
   constexpr int cols = gemm_detail::kGroupWarps * 8;
+  int64_t rows = 0;  // weight rows of the whole launch
   for (int i = 0; i < group.count; ++i) {
     const DeviceMatrix& w = ws[i];
     if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w.w)) % 16 != 0 ||
@@ -332,7 +352,9 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
                                           reinterpret_cast<__nv_bfloat16*>(ys[i]), nullptr, static_cast<int>(m),
                                           static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
     group.first_block[i + 1] = group.first_block[i] + static_cast<int>((w.rows + cols - 1) / cols);
+    rows += w.rows;
   }
+  group.prefetch_tiles = gemm_detail::prefetch_tiles_for(rows, ws[0].cols);
   if (m <= 8) return gemm_detail::launch_group_rows<8>(group, stream);
   return gemm_detail::launch_group_rows<16>(group, stream);
 }

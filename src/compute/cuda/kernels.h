@@ -39,7 +39,7 @@ class GemmEngine {
   Status gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32, cudaStream_t stream) const;
   // The tile configuration the engine picks for (m, N): a name for benches and logs.
   const char* tile_name(int64_t m, int64_t n, int64_t k) const;
-  // Test-only fault: when set, launches with m > 64 walk K (each slice's tiles) in descending order (breaks
+  // Test-only fault: when set, launches with m > 16 walk K (each slice's tiles) in descending order (breaks
   // invariance on purpose).
   void set_fault_reverse_k_for_test(bool on) { fault_reverse_k_ = on; }
   // Test/bench only: run kernel configuration `tile` (0 .. tile_count()-1) wherever it computes the canonical order
@@ -56,6 +56,10 @@ class GemmEngine {
   int pinned_tile_ = -1;
 };
 
+// Bench only (A/B): the engines' picks for 17..64 rows take the verify tiles (on, the default) or the picks before
+// them (off: split / 64-row tiles). Same bits either way; drop captured graphs after a change.
+void set_verify_tiles(bool on);
+
 // The decode kernel's configurations (m <= 16), for benches and tests: variants 0 .. decode_variant_count()-1, each
 // computing the canonical order (so every variant gives the bits of GemmEngine::gemm); y = x [m, K] @ W^T (+ bias).
 int decode_variant_count();
@@ -67,6 +71,9 @@ Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMa
 // decode_staged_config_count() on) instead of the streaming pick; -1 puts the streaming picks back. The bits are the
 // same either way; drop captured graphs after a change.
 void set_decode_staged_pick(int config);
+// Bench only (A/B): the streaming decode launches (variants 1..6, the fused SwiGLU and q / k / v launches) ask L2
+// for their weights before waiting on the kernel before them (sm_90; off by default). Same bits either way.
+void set_decode_l2_prefetch(bool on);
 int decode_staged_config_count();
 
 // act [m, F] = swiglu(gate, up) of (x [m, K] @ gate_up^T) for gate_up [2F, K] (gate rows, then up rows; optional
