@@ -1,7 +1,8 @@
 // The routed experts of a MoE layer in two launches (expert_ffn: gather in the gate|up row loads, SwiGLU in its
-// epilogue, the down GEMM launched programmatically with early weight tiles) against the four-launch path (gather,
-// gate|up GEMM, swiglu, down GEMM): bitwise, under every tensor-core tile, at row counts 1..256; every token's
-// outputs equal to its one-row run; a planted K-order fault in the fused launches turns the check red.
+// epilogue, the down GEMM launched programmatically with early weight tiles) and streamed (the decode expert kernels:
+// one warp's cp.async pipeline per (expert row chunk, column group) item, 16- or 8-column down items) against the
+// four-launch path (gather, gate|up GEMM, swiglu, down GEMM): bitwise, under every tensor-core tile, at row counts
+// 1..256; every token's outputs equal to its one-row run; a planted K-order fault in each path turns the check red.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -54,9 +55,9 @@ struct Outputs {
   Status status;
 };
 
-// Runs the experts of `rows` tokens (x rows of seed `x_seed` + token, routing from the token) on the current pin,
-// fused (expert_ffn) or as four launches.
-Outputs run(const Layer& layer, const std::vector<int>& tokens, bool fused) {
+// Runs the experts of `rows` tokens (x rows of seed `x_seed` + token, routing from the token) on the current kernel
+// pin: four launches called one by one, or expert_ffn with `path` pinned.
+Outputs run(const Layer& layer, const std::vector<int>& tokens, ExpertFfnPath path) {
   const int64_t rows = static_cast<int64_t>(tokens.size()), slots = rows * layer.k, D = layer.d, I = layer.i;
   std::vector<bf16> x;
   std::vector<int32_t> chosen;
@@ -79,7 +80,8 @@ Outputs run(const Layer& layer, const std::vector<int>& tokens, bool fused) {
   Outputs result;
   result.status = plan_experts(chosen_dev.data(), slots, layer.experts, offsets.data(), order.data(), nullptr);
   if (!result.status.ok()) return result;
-  if (fused) {
+  if (path != ExpertFfnPath::FourLaunches) {
+    pin_expert_ffn_path_for_test(path);
     ExpertFfn f;
     f.x = x_dev.data();
     f.rows = rows;
@@ -96,6 +98,7 @@ Outputs run(const Layer& layer, const std::vector<int>& tokens, bool fused) {
     f.act = act.data();
     f.out = out.data();
     result.status = expert_ffn(f, nullptr);
+    pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
   } else {
     Status s = gather_rows(x_dev.data(), order.data(), slots, static_cast<int>(D), layer.k, gathered.data(), nullptr);
     if (s.ok())
@@ -125,6 +128,7 @@ struct Pin {
   }
   ~Pin() {
     pin_expert_kernel_for_test(ExpertKernel::Automatic);
+    pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
     set_expert_fault_for_test(false);
   }
 };
@@ -144,6 +148,7 @@ int differing_rows(const std::vector<bf16>& a, const std::vector<bf16>& b, int64
 
 constexpr ExpertKernel kTiles[] = {ExpertKernel::Rows16, ExpertKernel::Rows16Narrow, ExpertKernel::Rows64,
                                    ExpertKernel::Rows128};
+constexpr ExpertFfnPath kStreamed[] = {ExpertFfnPath::Streamed, ExpertFfnPath::StreamedNarrow};
 
 TEST(CudaExpertFfn, TheTwoLaunchExpertsGiveTheFourLaunchBitsUnderEveryTileAtRowCounts1To256) {
   LS_SKIP_WITHOUT_DEVICE();
@@ -155,7 +160,8 @@ TEST(CudaExpertFfn, TheTwoLaunchExpertsGiveTheFourLaunchBitsUnderEveryTileAtRowC
       const Pin pin(kernel);
       int differ_out = 0, differ_act = 0, slots = 0;
       for (int m : {1, 2, 5, 16, 64, 256}) {
-        const Outputs fused = run(layer, tokens_of(m), true), plain = run(layer, tokens_of(m), false);
+        const Outputs fused = run(layer, tokens_of(m), ExpertFfnPath::TwoLaunches),
+                      plain = run(layer, tokens_of(m), ExpertFfnPath::FourLaunches);
         ASSERT_TRUE(fused.status.ok()) << fused.status.to_string();
         ASSERT_TRUE(plain.status.ok()) << plain.status.to_string();
         differ_out += differing_rows(fused.by_slot, plain.by_slot, shape.d);
@@ -168,6 +174,69 @@ TEST(CudaExpertFfn, TheTwoLaunchExpertsGiveTheFourLaunchBitsUnderEveryTileAtRowC
   }
 }
 
+TEST(CudaExpertFfn, TheStreamedExpertsGiveTheFourLaunchBitsAtRowCounts1To256) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct Shape { int experts, k; int64_t d, i; };
+  // K tails (D 264, I 200 not multiples of 64), a down N (264) that ends inside a 16-column item, experts hot
+  // enough for several row chunks of 8, and a wider shape
+  for (const Shape shape : {Shape{8, 2, 264, 200}, Shape{16, 4, 512, 384}}) {
+    const Layer layer = make_layer(shape.experts, shape.k, shape.d, shape.i, 15 + shape.d);
+    const Pin pin(ExpertKernel::Rows16);  // the four-launch reference (every tile gives its bits)
+    for (ExpertFfnPath path : kStreamed) {
+      int differ_out = 0, differ_act = 0, slots = 0;
+      for (int m : {1, 2, 5, 8, 16, 64, 256}) {
+        const Outputs streamed = run(layer, tokens_of(m), path),
+                      plain = run(layer, tokens_of(m), ExpertFfnPath::FourLaunches);
+        ASSERT_TRUE(streamed.status.ok()) << streamed.status.to_string();
+        ASSERT_TRUE(plain.status.ok()) << plain.status.to_string();
+        differ_out += differing_rows(streamed.by_slot, plain.by_slot, shape.d);
+        differ_act += differing_rows(streamed.act, plain.act, shape.i);
+        slots += m * shape.k;
+      }
+      EXPECT_EQ(differ_out, 0) << expert_ffn_path_name(path) << " D " << shape.d << ": of " << slots << " slots";
+      EXPECT_EQ(differ_act, 0) << expert_ffn_path_name(path) << " D " << shape.d << ": of " << slots << " slots";
+    }
+  }
+}
+
+TEST(CudaExpertFfn, EveryTokenGetsItsOneRowBitsFromTheStreamedExperts) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Layer layer = make_layer(8, 2, 264, 200, 78);
+  for (ExpertFfnPath path : kStreamed) {
+    int differ = 0, checked = 0;
+    for (int m : {4, 8, 64}) {
+      const std::vector<int> tokens = tokens_of(m);
+      const Outputs many = run(layer, tokens, path);
+      ASSERT_TRUE(many.status.ok()) << many.status.to_string();
+      for (int r = 0; r < m; r += (m > 8 ? 7 : 1)) {
+        const Outputs one = run(layer, {tokens[r]}, path);
+        ASSERT_TRUE(one.status.ok()) << one.status.to_string();
+        differ += std::memcmp(&many.by_slot[r * layer.k * layer.d], one.by_slot.data(),
+                              layer.k * layer.d * sizeof(bf16)) != 0;
+        ++checked;
+      }
+    }
+    EXPECT_EQ(differ, 0) << expert_ffn_path_name(path) << ": tokens differing from their one-row run, of " << checked;
+  }
+}
+
+TEST(CudaExpertFfn, APlantedOutOfOrderKWalkInTheStreamedExpertsTurnsTheCheckRed) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Layer layer = make_layer(8, 2, 1024, 512, 92);
+  for (ExpertFfnPath path : kStreamed) {
+    Outputs plain;
+    {
+      const Pin pin(ExpertKernel::Rows16);
+      plain = run(layer, tokens_of(4), ExpertFfnPath::FourLaunches);
+    }
+    const Pin faulty(ExpertKernel::Rows16, true);
+    const Outputs streamed = run(layer, tokens_of(4), path);
+    ASSERT_TRUE(streamed.status.ok()) << streamed.status.to_string();
+    EXPECT_GT(differing_rows(streamed.by_slot, plain.by_slot, layer.d), 0)
+        << expert_ffn_path_name(path) << ": the reversed K walk went unseen";
+  }
+}
+
 TEST(CudaExpertFfn, EveryTokenGetsItsOneRowBitsFromTheTwoLaunchExperts) {
   LS_SKIP_WITHOUT_DEVICE();
   const Layer layer = make_layer(8, 2, 264, 200, 77);
@@ -176,10 +245,10 @@ TEST(CudaExpertFfn, EveryTokenGetsItsOneRowBitsFromTheTwoLaunchExperts) {
     int differ = 0, checked = 0;
     for (int m : {16, 256}) {
       const std::vector<int> tokens = tokens_of(m);
-      const Outputs many = run(layer, tokens, true);
+      const Outputs many = run(layer, tokens, ExpertFfnPath::TwoLaunches);
       ASSERT_TRUE(many.status.ok()) << many.status.to_string();
       for (int r = 0; r < m; r += (m > 16 ? 9 : 1)) {
-        const Outputs one = run(layer, {tokens[r]}, true);
+        const Outputs one = run(layer, {tokens[r]}, ExpertFfnPath::TwoLaunches);
         ASSERT_TRUE(one.status.ok()) << one.status.to_string();
         differ += std::memcmp(&many.by_slot[r * layer.k * layer.d], one.by_slot.data(),
                               layer.k * layer.d * sizeof(bf16)) != 0;
@@ -197,10 +266,10 @@ TEST(CudaExpertFfn, APlantedOutOfOrderKWalkInTheTwoLaunchExpertsTurnsTheCheckRed
     Outputs plain;
     {
       const Pin pin(kernel);
-      plain = run(layer, tokens_of(16), false);
+      plain = run(layer, tokens_of(16), ExpertFfnPath::FourLaunches);
     }
     const Pin faulty(kernel, true);
-    const Outputs fused = run(layer, tokens_of(16), true);
+    const Outputs fused = run(layer, tokens_of(16), ExpertFfnPath::TwoLaunches);
     ASSERT_TRUE(fused.status.ok()) << fused.status.to_string();
     EXPECT_GT(differing_rows(fused.by_slot, plain.by_slot, layer.d), 0)
         << expert_kernel_name(kernel) << ": the reversed K walk went unseen";
@@ -208,10 +277,10 @@ TEST(CudaExpertFfn, APlantedOutOfOrderKWalkInTheTwoLaunchExpertsTurnsTheCheckRed
 }
 
 // Timing (LS_EXPERT_TIMING=1; never in the default suite): the routed experts of one LFM2-8B-A1B MoE layer (32
-// experts, top-4, D 2048, I 1792; constant weights: the values do not change the time) at 1, 4 and 16 rows, two
-// launches vs four (each after its plan launch, as in the target), 8 routings cycled so the weights come from memory;
-// GB/s = distinct routed experts' bytes / time.
-TEST(CudaExpertFfnTiming, TimesTheTwoLaunchAndFourLaunchExpertsAtThe8BShapesWhenAsked) {
+// experts, top-4, D 2048, I 1792; constant weights: the values do not change the time) at 1, 4, 8 and 16 rows on
+// every path (each after its plan launch, as in the target), 8 routings cycled so the weights come from memory;
+// GB/s = distinct routed experts' bytes / time of the fastest path.
+TEST(CudaExpertFfnTiming, TimesEveryExpertPathAtThe8BShapesWhenAsked) {
   LS_SKIP_WITHOUT_DEVICE();
   if (std::getenv("LS_EXPERT_TIMING") == nullptr) GTEST_SKIP() << "set LS_EXPERT_TIMING=1 to time";
   constexpr int E = 32, k = 4, kPatterns = 8;
@@ -228,8 +297,11 @@ TEST(CudaExpertFfnTiming, TimesTheTwoLaunchAndFourLaunchExpertsAtThe8BShapesWhen
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  std::printf("[expert ffn timing] rows, routed experts, four launches us, two launches us, GB/s (two)\n");
-  for (int64_t rows : {1, 4, 16}) {
+  constexpr ExpertFfnPath kPaths[] = {ExpertFfnPath::FourLaunches, ExpertFfnPath::TwoLaunches, ExpertFfnPath::Streamed,
+                                      ExpertFfnPath::StreamedNarrow};
+  std::printf("[expert ffn timing] rows, routed experts, us on: four launches, two launches, streamed, streamed "
+              "narrow; GB/s of the fastest\n");
+  for (int64_t rows : {1, 4, 8, 16}) {
     std::vector<DeviceBuffer<int32_t>> offsets(kPatterns), order(kPatterns), chosen_dev(kPatterns);
     double distinct = 0;
     for (int pattern = 0; pattern < kPatterns; ++pattern) {
@@ -251,37 +323,30 @@ TEST(CudaExpertFfnTiming, TimesTheTwoLaunchAndFourLaunchExpertsAtThe8BShapesWhen
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
-    double us[2];
-    for (int fused = 0; fused < 2; ++fused) {
+    double us[4], best = 1e30;
+    for (int v = 0; v < 4; ++v) {
+      pin_expert_ffn_path_for_test(kPaths[v]);
       auto launch = [&](int pattern) {
         const int64_t slots = rows * k;
-        // the plan right before, as in the target (the two-launch path's gate|up follows it programmatically)
+        // the plan right before, as in the target (the expert launches follow it programmatically)
         (void)plan_experts(chosen_dev[pattern].data(), slots, E, offsets[pattern].data(), order[pattern].data(),
                            nullptr);
-        if (fused) {
-          ExpertFfn f;
-          f.x = x.data();
-          f.rows = rows;
-          f.top_k = k;
-          f.offsets = offsets[pattern].data();
-          f.order = order[pattern].data();
-          f.experts = E;
-          f.w_gate_up = layer.gate_up.data();
-          f.w_down = layer.down.data();
-          f.hidden = D;
-          f.inter = I;
-          f.gathered = gathered.data();
-          f.gate_up = gate_up.data();
-          f.act = act.data();
-          f.out = out.data();
-          (void)expert_ffn(f, nullptr);
-        } else {
-          (void)gather_rows(x.data(), order[pattern].data(), slots, D, k, gathered.data(), nullptr);
-          (void)expert_gemm(gathered.data(), offsets[pattern].data(), E, rows, layer.gate_up.data(), 2 * I, D,
-                            gate_up.data(), nullptr);
-          (void)cuda::swiglu(gate_up.data(), gate_up.data() + I, slots, I, 2 * I, act.data(), nullptr);
-          (void)expert_gemm(act.data(), offsets[pattern].data(), E, rows, layer.down.data(), D, I, out.data(), nullptr);
-        }
+        ExpertFfn f;
+        f.x = x.data();
+        f.rows = rows;
+        f.top_k = k;
+        f.offsets = offsets[pattern].data();
+        f.order = order[pattern].data();
+        f.experts = E;
+        f.w_gate_up = layer.gate_up.data();
+        f.w_down = layer.down.data();
+        f.hidden = D;
+        f.inter = I;
+        f.gathered = gathered.data();
+        f.gate_up = gate_up.data();
+        f.act = act.data();
+        f.out = out.data();
+        EXPECT_TRUE(expert_ffn(f, nullptr).ok());
       };
       for (int pattern = 0; pattern < kPatterns; ++pattern) launch(pattern);
       constexpr int kIters = 80;
@@ -291,11 +356,13 @@ TEST(CudaExpertFfnTiming, TimesTheTwoLaunchAndFourLaunchExpertsAtThe8BShapesWhen
       ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
       float ms = 0;
       cudaEventElapsedTime(&ms, start, stop);
-      us[fused] = 1000.0 * ms / kIters;
+      us[v] = 1000.0 * ms / kIters;
+      best = std::min(best, us[v]);
     }
+    pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
     const double bytes = distinct / kPatterns * 3.0 * I * D * 2.0;
-    std::printf("[expert ffn timing] %3lld rows  %5.1f experts  four %8.1f us  two %8.1f us  %6.0f GB/s\n",
-                static_cast<long long>(rows), distinct / kPatterns, us[0], us[1], bytes / (us[1] * 1e3));
+    std::printf("[expert ffn timing] %3lld rows  %5.1f experts  %8.1f %8.1f %8.1f %8.1f us  %6.0f GB/s\n",
+                static_cast<long long>(rows), distinct / kPatterns, us[0], us[1], us[2], us[3], bytes / (best * 1e3));
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

@@ -1,6 +1,6 @@
-// CUDA MoE expert kernels of the target: the expert plan, the grouped expert GEMMs (scalar and tensor-core) and
-// the weighted scatter.
-#include "model/lfm2/cuda/state_kernels.h"
+// CUDA MoE expert kernels of the target: the grouped tensor-core expert GEMMs (expert_gemm, and the two-launch routed
+// experts: gate|up with the gather and SwiGLU, then down), their picks, pins and launch facts.
+#include "model/lfm2/cuda/expert_launch.h"
 
 #include <cuda_bf16.h>
 
@@ -17,73 +17,6 @@
 
 namespace ls::lfm2::gpu {
 namespace {
-
-constexpr int kExpertRows = 16;     // rows of one CTA
-constexpr int kExpertWarps = 8;
-constexpr int kExpertColsPerWarp = 2;
-constexpr int kExpertChunk = 256;   // K elements per chunk: 8 per lane
-constexpr int64_t kExpertMaxChunksInFlight = 16;  // row chunks of one expert run side by side (grid z)
-
-// CTA (column block, expert, z) runs the expert's row chunks z, z + gridDim.z, ... (chunks of kExpertRows rows).
-__global__ void __launch_bounds__(kExpertWarps * 32) expert_gemm_kernel(const bf16* x, const int32_t* offsets,
-                                                                        const bf16* w, int64_t n, int64_t k, bf16* y) {
-  const int expert = blockIdx.y;
-  const int64_t end = offsets[expert + 1];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kExpertWarps + warp) * kExpertColsPerWarp;
-  const bf16* we = w + static_cast<int64_t>(expert) * n * k;
-  __shared__ __align__(16) bf16 xs[kExpertRows][kExpertChunk];
-  for (int64_t begin = offsets[expert] + static_cast<int64_t>(blockIdx.z) * kExpertRows; begin < end;
-       begin += static_cast<int64_t>(gridDim.z) * kExpertRows) {
-    const int rows = static_cast<int>(end - begin < kExpertRows ? end - begin : kExpertRows);
-    float acc[kExpertColsPerWarp][kExpertRows];
-#pragma unroll
-    for (int c = 0; c < kExpertColsPerWarp; ++c)
-#pragma unroll
-      for (int r = 0; r < kExpertRows; ++r) acc[c][r] = 0.0f;
-    for (int64_t chunk = 0; chunk < k; chunk += kExpertChunk) {
-      __syncthreads();
-      for (int i = threadIdx.x; i < kExpertRows * kExpertChunk / 8; i += blockDim.x) {
-        const int r = i / (kExpertChunk / 8), e8 = (i % (kExpertChunk / 8)) * 8;
-        uint4 value = make_uint4(0, 0, 0, 0);
-        if (r < rows && chunk + e8 < k) value = *reinterpret_cast<const uint4*>(x + (begin + r) * k + chunk + e8);
-        *reinterpret_cast<uint4*>(&xs[r][e8]) = value;
-      }
-      __syncthreads();
-      const int64_t kk = chunk + lane * 8;
-      if (kk >= k) continue;
-#pragma unroll
-      for (int c = 0; c < kExpertColsPerWarp; ++c) {
-        const int64_t col = col0 + c;
-        if (col >= n) continue;
-        const uint4 packed = *reinterpret_cast<const uint4*>(we + col * k + kk);
-        const bf16* wv = reinterpret_cast<const bf16*>(&packed);
-        float wf[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) wf[j] = load(wv + j);
-#pragma unroll
-        for (int r = 0; r < kExpertRows; ++r) {
-          if (r < rows) {
-            float a = acc[c][r];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) a = __fmaf_rn(load(&xs[r][lane * 8 + j]), wf[j], a);
-            acc[c][r] = a;
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < kExpertColsPerWarp; ++c) {
-      const int64_t col = col0 + c;
-#pragma unroll
-      for (int r = 0; r < kExpertRows; ++r) {
-        float a = acc[c][r];
-        for (int offset = 16; offset > 0; offset >>= 1) a += __shfl_xor_sync(0xffffffffu, a, offset);
-        if (lane == 0 && r < rows && col < n) store(y + (begin + r) * n + col, a);
-      }
-    }
-  }
-}
 
 // ---- The grouped tensor-core expert GEMM ----
 // Every output is one fp32 accumulator fed with mma.sync m16n8k16 steps over K in ascending order (64-wide K tiles,
@@ -103,7 +36,6 @@ using Rows16Tile = Tile<16, 64, 1, 4, 8>;     // decode / verify: weights stream
 using Rows16NarrowTile = Tile<16, 32, 1, 2, 12>;  // twice the CTAs of Rows16, 12 stages
 using Rows64Tile = Tile<64, 128, 2, 4, 4>;
 using Rows128Tile = Tile<128, 128, 2, 4, 3>;  // prefill
-constexpr int kMaxTensorExperts = 1024;       // the CTA's row-tile prefix lives in shared memory
 
 struct ExpertArgs {
   const __nv_bfloat16* x;  // [slots, K], grouped by expert (or [tokens, K] gathered through `gather`)
@@ -334,8 +266,6 @@ constexpr bool kTensorCoreAutomatic = true;
 // golden test moved 3 of 576 router picks after the tensor-core default and the tile attention landed together;
 // which one moved them is not known yet, so the tiny models stay on batch A's green path).
 constexpr int64_t kTensorCoreMinK = 256;
-// expert_ffn takes the two-launch path up to this many rows (any path gives the same bits).
-constexpr int64_t kFusedMaxRows = 8;
 
 // Device facts and the shared-memory opt-ins, once per process (the first call is eager: the load probe).
 struct ExpertLaunchFacts {
@@ -366,6 +296,7 @@ const ExpertLaunchFacts& launch_facts() {
     facts.ctas_per_sm[1] = opt_in_and_occupancy<Rows64Tile>();
     facts.ctas_per_sm[2] = opt_in_and_occupancy<Rows128Tile>();
     facts.ctas_per_sm[3] = opt_in_and_occupancy<Rows16NarrowTile>();
+    allow_expert_stream_shared();
     cudaGetLastError();  // no device: the launch reports it
   });
   return facts;
@@ -384,17 +315,6 @@ Status launch_grouped(const ExpertArgs& args, int64_t max_rows_per_expert, int c
   LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(grouped_expert_kernel<T>, dim3(static_cast<unsigned>(ctas)),
                                                    T::THREADS, T::SMEM_BYTES, stream, args));
   LS_CUDA_TRY_LAUNCH("grouped_expert_kernel");
-  return ok_status();
-}
-
-Status launch_scalar(const bf16* x, const int32_t* offsets, int experts, int64_t max_rows_per_expert, const bf16* w,
-                     int64_t n, int64_t k, bf16* y, cudaStream_t stream) {
-  const int64_t cols_per_cta = kExpertWarps * kExpertColsPerWarp;
-  const dim3 grid(static_cast<unsigned>((n + cols_per_cta - 1) / cols_per_cta), static_cast<unsigned>(experts),
-                  static_cast<unsigned>(std::min<int64_t>(kExpertMaxChunksInFlight,
-                                                          (max_rows_per_expert + kExpertRows - 1) / kExpertRows)));
-  expert_gemm_kernel<<<grid, kExpertWarps * 32, 0, stream>>>(x, offsets, w, n, k, y);
-  LS_CUDA_TRY_LAUNCH("expert_gemm");
   return ok_status();
 }
 
@@ -426,17 +346,16 @@ ExpertKernel chosen_expert_kernel(int64_t max_rows_per_expert, int experts) {
   return ExpertKernel::Rows128;
 }
 
-namespace {
-
-// What a launch of this K runs: the pin, else the automatic pick, with K < kTensorCoreMinK kept on the scalar kernel.
-ExpertKernel kernel_for(int64_t max_rows_per_expert, int experts, int64_t k) {
+ExpertKernel expert_kernel_for(int64_t max_rows_per_expert, int experts, int64_t k) {
   const ExpertKernel kernel = chosen_expert_kernel(max_rows_per_expert, experts);
   if (g_pinned_kernel.load() == static_cast<int>(ExpertKernel::Automatic) && k < kTensorCoreMinK)
     return ExpertKernel::Scalar;
   return kernel;
 }
 
-}  // namespace
+bool expert_fault_for_test() { return g_fault_reverse_k.load(); }
+
+void expert_launch_setup() { (void)launch_facts(); }
 
 const char* expert_kernel_name(ExpertKernel kernel) {
   switch (kernel) {
@@ -458,9 +377,9 @@ Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t m
     return Status(ErrorCode::InvalidArgument, "expert_gemm: sizes out of range: N " + std::to_string(n) + ", K " +
                                                   std::to_string(k) + ", experts " + std::to_string(experts));
   if (max_rows_per_expert == 0) return ok_status();
-  const ExpertKernel kernel = kernel_for(max_rows_per_expert, experts, k);
+  const ExpertKernel kernel = expert_kernel_for(max_rows_per_expert, experts, k);
   if (kernel == ExpertKernel::Scalar)
-    return launch_scalar(x, offsets, experts, max_rows_per_expert, w, n, k, y, stream);
+    return launch_expert_scalar(x, offsets, experts, max_rows_per_expert, w, n, k, y, stream);
   if (experts > kMaxTensorExperts)
     return Status(ErrorCode::InvalidArgument, "expert_gemm: the tensor-core kernels take at most " +
                                                   std::to_string(kMaxTensorExperts) + " experts, got " +
@@ -474,25 +393,9 @@ Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t m
   return launch_tensor(kernel, args, max_rows_per_expert, stream);
 }
 
-Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
-  const int64_t slots = f.rows * f.top_k, D = f.hidden, I = f.inter;
-  if (f.rows == 0) return ok_status();
-  const ExpertKernel up_kernel = kernel_for(f.rows, f.experts, D), down_kernel = kernel_for(f.rows, f.experts, I);
-  // two launches up to 8 rows (H200, 8B layer: 40.2 vs 44.7 us at 1 row, 103 vs 106 at 4, 203 vs 197 at 16)
-  const bool fused = f.rows <= kFusedMaxRows && up_kernel == down_kernel && up_kernel != ExpertKernel::Scalar &&
-                     f.experts <= kMaxTensorExperts &&
-                     D % 8 == 0 && I % 8 == 0 && I <= (1 << 29) && D <= (1 << 24) && I <= (1 << 24);
-  if (!fused) {  // gather, gate|up GEMM, SwiGLU, down GEMM: four launches, the same bits
-    LS_RETURN_IF_ERROR(gather_rows(f.x, f.order, slots, static_cast<int>(D), f.top_k, f.gathered, stream));
-    LS_RETURN_IF_ERROR(expert_gemm(f.gathered, f.offsets, f.experts, f.rows, f.w_gate_up, 2 * I, D, f.gate_up, stream));
-    LS_RETURN_IF_ERROR(cuda::swiglu(f.gate_up, f.gate_up + I, slots, static_cast<int>(I), 2 * I, f.act, stream));
-    return expert_gemm(f.act, f.offsets, f.experts, f.rows, f.w_down, D, I, f.out, stream);
-  }
-  if ((reinterpret_cast<uintptr_t>(f.x) | reinterpret_cast<uintptr_t>(f.act) |
-       reinterpret_cast<uintptr_t>(f.w_gate_up) | reinterpret_cast<uintptr_t>(f.w_down)) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(f.out) % 4 != 0)
-    return Status(ErrorCode::InvalidArgument, "expert_ffn: x, act and W must be 16-byte aligned, out 4-byte aligned");
-  const int fault = g_fault_reverse_k.load() && f.rows > 1 ? 1 : 0;
+Status expert_ffn_two_launches(const ExpertFfn& f, ExpertKernel up_kernel, ExpertKernel down_kernel, int fault,
+                               cudaStream_t stream) {
+  const int64_t I = f.inter, D = f.hidden;
   // gate|up with the gather in its row loads and SwiGLU in its epilogue; then down, its weights staged early
   const ExpertArgs up{reinterpret_cast<const __nv_bfloat16*>(f.x), f.offsets,
                       reinterpret_cast<const __nv_bfloat16*>(f.w_gate_up), reinterpret_cast<__nv_bfloat16*>(f.act),

@@ -161,6 +161,17 @@ struct ExpertFfn {
 };
 Status expert_ffn(const ExpertFfn& ffn, cudaStream_t stream);
 
+// How expert_ffn runs its experts (every path gives the same bits). Automatic: two launches up to 8 rows on the
+// tensor-core kernels, four otherwise. Streamed: the decode expert kernels (expert_stream.cu: each warp streams one
+// (expert row chunk of 8, column group) item through its own cp.async pipeline), down items of 16 columns, or 8
+// under StreamedNarrow. The others are pins for tests and benches (any row count).
+enum class ExpertFfnPath { Automatic, FourLaunches, TwoLaunches, Streamed, StreamedNarrow };
+// What expert_ffn runs for this many rows (the pin, else the automatic pick; a tensor-core pick for both K assumed).
+ExpertFfnPath chosen_expert_ffn_path(int64_t rows);
+const char* expert_ffn_path_name(ExpertFfnPath path);
+// Process-wide pin (Automatic = none); tests and benches only.
+void pin_expert_ffn_path_for_test(ExpertFfnPath path);
+
 // The expert GEMM kernels. Automatic picks by the forward's rows; the others are pins for tests and benches.
 enum class ExpertKernel { Automatic, Scalar, Rows16, Rows64, Rows128, Rows16Narrow };
 // What expert_gemm runs for this launch (the pin, else the automatic pick).

@@ -1,0 +1,76 @@
+// The routed experts of a MoE layer after the plan (expert_ffn): which path runs (four launches, two launches on the
+// tensor-core tiles, or the streamed decode kernels), the path pin, and the four-launch path.
+#include <atomic>
+#include <cstdint>
+
+#include "compute/cuda/cuda_util.h"
+#include "compute/cuda/kernels.h"
+#include "model/lfm2/cuda/expert_launch.h"
+
+namespace ls::lfm2::gpu {
+namespace {
+
+std::atomic<int> g_pinned_path{static_cast<int>(ExpertFfnPath::Automatic)};
+
+// Two launches up to this many rows (H200, 8B layer alone: 40.2 vs 44.7 us at 1 row, 103 vs 106 at 4, 203 vs 197 at
+// 16); the A/B inside the target is gpu_bench's "decode step, experts ..." rows.
+constexpr int64_t kTwoLaunchMaxRows = 8;
+
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Gather, gate|up GEMM, SwiGLU, down GEMM (through f.gathered and f.gate_up).
+Status four_launches(const ExpertFfn& f, cudaStream_t stream) {
+  const int64_t slots = f.rows * f.top_k, D = f.hidden, I = f.inter;
+  LS_RETURN_IF_ERROR(gather_rows(f.x, f.order, slots, static_cast<int>(D), f.top_k, f.gathered, stream));
+  LS_RETURN_IF_ERROR(expert_gemm(f.gathered, f.offsets, f.experts, f.rows, f.w_gate_up, 2 * I, D, f.gate_up, stream));
+  LS_RETURN_IF_ERROR(cuda::swiglu(f.gate_up, f.gate_up + I, slots, static_cast<int>(I), 2 * I, f.act, stream));
+  return expert_gemm(f.act, f.offsets, f.experts, f.rows, f.w_down, D, I, f.out, stream);
+}
+
+}  // namespace
+
+void pin_expert_ffn_path_for_test(ExpertFfnPath path) { g_pinned_path = static_cast<int>(path); }
+
+ExpertFfnPath chosen_expert_ffn_path(int64_t rows) {
+  const auto pinned = static_cast<ExpertFfnPath>(g_pinned_path.load());
+  if (pinned != ExpertFfnPath::Automatic) return pinned;
+  return rows <= kTwoLaunchMaxRows ? ExpertFfnPath::TwoLaunches : ExpertFfnPath::FourLaunches;
+}
+
+const char* expert_ffn_path_name(ExpertFfnPath path) {
+  switch (path) {
+    case ExpertFfnPath::Automatic: return "automatic";
+    case ExpertFfnPath::FourLaunches: return "four launches";
+    case ExpertFfnPath::TwoLaunches: return "two launches";
+    case ExpertFfnPath::Streamed: return "streamed";
+    case ExpertFfnPath::StreamedNarrow: return "streamed, narrow down";
+  }
+  return "?";
+}
+
+Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
+  const int64_t D = f.hidden, I = f.inter;
+  if (f.rows == 0) return ok_status();
+  expert_launch_setup();
+  const ExpertKernel up_kernel = expert_kernel_for(f.rows, f.experts, D);
+  const ExpertKernel down_kernel = expert_kernel_for(f.rows, f.experts, I);
+  const bool fits = f.experts >= 1 && f.experts <= kMaxTensorExperts && D % 8 == 0 && I % 8 == 0 && I <= (1 << 29) && D <= (1 << 24) &&
+                    I <= (1 << 24) && aligned(f.x, 16) && aligned(f.act, 16) && aligned(f.w_gate_up, 16) &&
+                    aligned(f.w_down, 16) && aligned(f.out, 4);
+  const bool pinned = g_pinned_path.load() != static_cast<int>(ExpertFfnPath::Automatic);
+  ExpertFfnPath path = fits ? chosen_expert_ffn_path(f.rows) : ExpertFfnPath::FourLaunches;
+  // the tensor-core paths run where both GEMMs are on them (the automatic picks keep small K on the scalar kernel)
+  const bool tensor = up_kernel != ExpertKernel::Scalar && down_kernel != ExpertKernel::Scalar;
+  if (path == ExpertFfnPath::TwoLaunches && (!tensor || up_kernel != down_kernel)) path = ExpertFfnPath::FourLaunches;
+  if ((path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedNarrow) && !pinned && !tensor)
+    path = ExpertFfnPath::FourLaunches;
+  const int fault = expert_fault_for_test() && f.rows > 1 ? 1 : 0;
+  switch (path) {
+    case ExpertFfnPath::TwoLaunches: return expert_ffn_two_launches(f, up_kernel, down_kernel, fault, stream);
+    case ExpertFfnPath::Streamed: return expert_ffn_streamed(f, false, fault, stream);
+    case ExpertFfnPath::StreamedNarrow: return expert_ffn_streamed(f, true, fault, stream);
+    default: return four_launches(f, stream);
+  }
+}
+
+}  // namespace ls::lfm2::gpu

@@ -1,0 +1,34 @@
+// Host-side seams between the MoE expert files of the CUDA target (experts.cu, expert_scalar.cu, expert_stream.cu,
+// expert_ffn.cu): the picks, the test fault and the launches of each path. Not a public header.
+#pragma once
+
+#include <cstdint>
+
+#include "model/lfm2/cuda/state_kernels.h"
+
+namespace ls::lfm2::gpu {
+
+constexpr int kMaxTensorExperts = 1024;  // the tensor-core and streamed kernels keep a per-expert prefix in shared memory
+
+// What an expert GEMM of this K runs: the pin, else the automatic pick (K below 256 keeps the scalar kernel).
+ExpertKernel expert_kernel_for(int64_t max_rows_per_expert, int experts, int64_t k);
+// The planted K-order fault (set_expert_fault_for_test).
+bool expert_fault_for_test();
+
+// The scalar fp32 expert GEMM (expert_scalar.cu).
+Status launch_expert_scalar(const bf16* x, const int32_t* offsets, int experts, int64_t max_rows_per_expert,
+                            const bf16* w, int64_t n, int64_t k, bf16* y, cudaStream_t stream);
+
+// Two launches on tensor-core tiles `up` and `down` (experts.cu): gate|up with the gather and SwiGLU, then down.
+Status expert_ffn_two_launches(const ExpertFfn& f, ExpertKernel up, ExpertKernel down, int fault, cudaStream_t stream);
+
+// The streamed experts (expert_stream.cu): gate|up + SwiGLU, then down with its weights staged before it waits;
+// down items of 8 columns under narrow_down, else 16.
+Status expert_ffn_streamed(const ExpertFfn& f, bool narrow_down, int fault, cudaStream_t stream);
+// The streamed kernels' shared-memory opt-ins (once, eagerly: expert_launch_setup).
+void allow_expert_stream_shared();
+
+// Device facts and every expert kernel's shared-memory opt-in, once per process (experts.cu; call before capture).
+void expert_launch_setup();
+
+}  // namespace ls::lfm2::gpu
