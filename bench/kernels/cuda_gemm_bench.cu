@@ -214,6 +214,16 @@ int main(int argc, char** argv) {
       emit("%-12s %5lld %-15s %9.1f %8.0f %6.0f%% %8.1f %9.1f %8.1f %6.0f%%\n", shape.what, static_cast<long long>(m),
            engine.tile_name(m, shape.n, shape.k), own_ms * 1e3, own_gbs, 100.0 * own_gbs / read_gbs, flops / own_ms / 1e9,
            blas_ms * 1e3, flops / blas_ms / 1e9, 100.0 * blas_ms / own_ms);
+      // Decode rows: the engine's pick with the streaming launches' L2 weight prefetch, for the A/B.
+      if (m <= 16) {
+        set_decode_l2_prefetch(true);
+        const double prefetch_ms = graph_ms(own, count);
+        set_decode_l2_prefetch(false);
+        emit("%-12s %5lld %-15s %9.1f %8.0f %6.0f%% %8.1f %9s %8s %6.0f%%  (L2 prefetch)\n", shape.what,
+             static_cast<long long>(m), engine.tile_name(m, shape.n, shape.k), prefetch_ms * 1e3,
+             bytes / prefetch_ms / 1e6, 100.0 * bytes / prefetch_ms / 1e6 / read_gbs, flops / prefetch_ms / 1e9, "", "",
+             100.0 * blas_ms / prefetch_ms);
+      }
       // Verify windows (17..64 rows): the engine's pick before the verify tiles, for the A/B.
       if (m > 16 && m <= 64) {
         set_verify_tiles(false);
