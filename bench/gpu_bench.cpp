@@ -425,6 +425,11 @@ int main(int argc, char** argv) {
       expert_path_ms.push_back({lfm2::gpu::expert_ffn_path_name(path), time_steps(o.decode_tokens)});
     }
     lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
+    lfm2::gpu::set_moe_fused_launches(false);  // route, plan, scatter and sum as four launches (same bits)
+    target->set_graphs(false);
+    target->set_graphs(true);
+    expert_path_ms.push_back({"auto, route/combine unfused", time_steps(o.decode_tokens)});
+    lfm2::gpu::set_moe_fused_launches(true);
     target->set_graphs(false);
     target->set_graphs(true);
   }

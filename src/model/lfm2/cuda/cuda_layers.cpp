@@ -202,19 +202,39 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   const int64_t I = moe.expert_ffn_size, S = rows * k;
   LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.router.view(), router_logits_.data(), nullptr, stream_));
   LS_RETURN_IF_ERROR(mark("gemm"));
-  LS_RETURN_IF_ERROR(cuda::route_experts(router_logits_.data(), rows, E, k, moe.norm_topk_prob,
-                                         moe.routed_scaling_factor,
-                                         w.expert_bias.size() > 0 ? w.expert_bias.data() : nullptr, chosen_.data(),
-                                         route_weights_.data(), stream_));
-  LS_RETURN_IF_ERROR(mark("moe route + plan"));
-  if (expert_trace_) {
-    std::vector<int32_t> chosen(S);
-    LS_CUDA_TRY(cudaMemcpyAsync(chosen.data(), chosen_.data(), S * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-    LS_CUDA_TRY(cudaStreamSynchronize(stream_));
-    expert_trace_->insert(expert_trace_->end(), chosen.begin(), chosen.end());
+  // Few rows: routing + plan in one launch, and the combine in one launch below (the same bits).
+  const bool fused = gpu::moe_fused_launches() && !expert_trace_ && gpu::route_and_plan_fits(rows, E, k) &&
+                     gpu::combine_experts_fits(rows, k);
+  if (fused) {
+    gpu::RoutePlan plan;
+    plan.logits = router_logits_.data();
+    plan.rows = rows;
+    plan.experts = E;
+    plan.k = k;
+    plan.normalize = moe.norm_topk_prob;
+    plan.scaling = moe.routed_scaling_factor;
+    plan.expert_bias = w.expert_bias.size() > 0 ? w.expert_bias.data() : nullptr;
+    plan.chosen = chosen_.data();
+    plan.weights = route_weights_.data();
+    plan.offsets = expert_offsets_.data();
+    plan.order = expert_order_.data();
+    LS_RETURN_IF_ERROR(gpu::route_and_plan(plan, stream_));
+  } else {
+    LS_RETURN_IF_ERROR(cuda::route_experts(router_logits_.data(), rows, E, k, moe.norm_topk_prob,
+                                           moe.routed_scaling_factor,
+                                           w.expert_bias.size() > 0 ? w.expert_bias.data() : nullptr, chosen_.data(),
+                                           route_weights_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("moe route + plan"));
+    if (expert_trace_) {
+      std::vector<int32_t> chosen(S);
+      LS_CUDA_TRY(
+          cudaMemcpyAsync(chosen.data(), chosen_.data(), S * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+      LS_CUDA_TRY(cudaStreamSynchronize(stream_));
+      expert_trace_->insert(expert_trace_->end(), chosen.begin(), chosen.end());
+    }
+    // Group the (row, slot) choices by expert, run each expert on its rows, weigh back into slot order, sum.
+    LS_RETURN_IF_ERROR(gpu::plan_experts(chosen_.data(), S, E, expert_offsets_.data(), expert_order_.data(), stream_));
   }
-  // Group the (row, slot) choices by expert, run each expert on its rows, weigh back into slot order, sum.
-  LS_RETURN_IF_ERROR(gpu::plan_experts(chosen_.data(), S, E, expert_offsets_.data(), expert_order_.data(), stream_));
   LS_RETURN_IF_ERROR(mark("moe route + plan"));
   gpu::ExpertFfn ffn;  // gather + gate|up + SwiGLU + down (two launches on the tensor-core kernels)
   ffn.x = u_.data();
@@ -233,9 +253,14 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   ffn.out = expert_out_.data();  // [S, D]
   LS_RETURN_IF_ERROR(gpu::expert_ffn(ffn, stream_));
   LS_RETURN_IF_ERROR(mark("expert gemm"));
-  LS_RETURN_IF_ERROR(gpu::scatter_weighted(expert_out_.data(), expert_order_.data(), route_weights_.data(), S, D,
-                                           slots_.data(), stream_));
-  LS_RETURN_IF_ERROR(cuda::sum_slots(slots_.data(), rows, k, D, mix_.data(), stream_));
+  if (fused) {
+    LS_RETURN_IF_ERROR(gpu::combine_experts(expert_out_.data(), expert_offsets_.data(), E, expert_order_.data(),
+                                            route_weights_.data(), rows, k, D, mix_.data(), stream_));
+  } else {
+    LS_RETURN_IF_ERROR(gpu::scatter_weighted(expert_out_.data(), expert_order_.data(), route_weights_.data(), S, D,
+                                             slots_.data(), stream_));
+    LS_RETURN_IF_ERROR(cuda::sum_slots(slots_.data(), rows, k, D, mix_.data(), stream_));
+  }
   return mark("moe combine");
 }
 

@@ -1,38 +1,58 @@
-// CUDA MoE plumbing of the target: the expert plan (choices grouped by expert in slot order) and the weighted
-// scatter back into slot order.
+// CUDA MoE plumbing of the target: the expert plan (choices grouped by expert in slot order), the weighted scatter
+// back into slot order, and for few rows the routing + plan in one launch and the combine in one launch.
 #include "model/lfm2/cuda/state_kernels.h"
 
 #include <cuda_bf16.h>
 
+#include <atomic>
+#include <string>
+
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/pdl.cuh"
 #include "model/lfm2/cuda/state_device.cuh"
 
 namespace ls::lfm2::gpu {
 namespace {
 
-// One warp per expert (looping when experts > warps): a ballot scan keeps slot order inside the expert.
-__global__ void plan_experts_kernel(const int32_t* chosen, int64_t slot_count, int experts, int32_t* offsets,
-                                    int32_t* order) {
-  extern __shared__ int32_t counts[];  // [experts]
+constexpr int kRouteWarps = 8;           // warps of the one route + plan CTA
+constexpr int64_t kRouteMaxRows = 64;
+constexpr int kRouteMaxExperts = 256;
+constexpr int kCombineMaxSlots = 1024;
+
+std::atomic<bool> g_fused_launches{true};
+
+// The plan in one CTA (every warp): counts per expert by ballots over the slots (one warp per expert), offsets by
+// a shuffle scan in warp 0, then order: ascending slot index inside each expert. counts: shared [experts].
+__device__ void plan_in_block(const int32_t* chosen, int64_t slot_count, int experts, int32_t* counts,
+                              int32_t* offsets, int32_t* order) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (int e = warp; e < experts; e += warps) {
     int count = 0;
     for (int64_t base = 0; base < slot_count; base += 32) {
       const int64_t s = base + lane;
-      const unsigned mask = __ballot_sync(0xffffffffu, s < slot_count && chosen[s] == e);
-      count += __popc(mask);
+      count += __popc(__ballot_sync(0xffffffffu, s < slot_count && chosen[s] == e));
     }
     if (lane == 0) counts[e] = count;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int running = 0;
-    for (int e = 0; e < experts; ++e) {
-      offsets[e] = running;
-      running += counts[e];
-      counts[e] = offsets[e];
+  if (warp == 0) {  // exclusive prefix: offsets [experts + 1], counts becomes each expert's first position
+    int carry = 0;
+    for (int base = 0; base < experts; base += 32) {
+      const int e = base + lane;
+      const int own = e < experts ? counts[e] : 0;
+      int sum = own;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, sum, o);
+        if (lane >= o) sum += v;
+      }
+      if (e < experts) {
+        offsets[e] = carry + sum - own;
+        counts[e] = carry + sum - own;
+      }
+      carry += __shfl_sync(0xffffffffu, sum, 31);
     }
-    offsets[experts] = running;
+    if (lane == 0) offsets[experts] = carry;
   }
   __syncthreads();
   for (int e = warp; e < experts; e += warps) {
@@ -47,6 +67,74 @@ __global__ void plan_experts_kernel(const int32_t* chosen, int64_t slot_count, i
   }
 }
 
+__global__ void plan_experts_kernel(const int32_t* chosen, int64_t slot_count, int experts, int32_t* offsets,
+                                    int32_t* order) {
+  extern __shared__ int32_t counts[];  // [experts]
+  plan_in_block(chosen, slot_count, experts, counts, offsets, order);
+}
+
+// Routing as cuda::route_experts (sigmoid scores rounded to bf16, + bias, top-k by descending biased score with ties
+// to the lower id and NaN never picked, weights normalized and scaled with its roundings), one warp per row, then
+// the plan of every slot, in one CTA launched programmatically.
+__global__ void __launch_bounds__(kRouteWarps * 32) route_plan_kernel(RoutePlan a) {
+  extern __shared__ float route_shared[];  // per warp: score [experts], biased [experts]; then counts [experts]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int E = a.experts, k = a.k;
+  float* score = route_shared + static_cast<int64_t>(warp) * 2 * E;
+  float* biased = score + E;
+  ls::cuda::wait_for_previous_kernel();  // the router GEMM wrote the logits
+  ls::cuda::let_next_kernel_start();
+  for (int64_t row = warp; row < a.rows; row += kRouteWarps) {
+    for (int e = lane; e < E; e += 32) {
+      const float logit = load(a.logits + row * E + e);
+      const float s = round_bf16(__fdiv_rn(1.0f, __fadd_rn(1.0f, static_cast<float>(exp(static_cast<double>(-logit))))));
+      score[e] = s;
+      biased[e] = a.expert_bias ? __fadd_rn(s, a.expert_bias[e]) : s;
+    }
+    __syncwarp();
+    for (int slot = 0; slot < k; ++slot) {
+      int best = -1;  // this lane's best over e = lane + 32 i (the lowest id among equals), then across lanes
+      float value = 0.0f;
+      for (int e = lane; e < E; e += 32) {
+        const float v = biased[e];
+        if (!isnan(v) && (best < 0 || v > value)) {
+          best = e;
+          value = v;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const int other = __shfl_xor_sync(0xffffffffu, best, o);
+        const float other_value = __shfl_xor_sync(0xffffffffu, value, o);
+        if (other >= 0 && (best < 0 || other_value > value || (other_value == value && other < best))) {
+          best = other;
+          value = other_value;
+        }
+      }
+      if (lane == 0) {
+        a.chosen[row * k + slot] = best;
+        a.weights[row * k + slot] = best >= 0 ? score[best] : 0.0f;
+        if (best >= 0) biased[best] = __int_as_float(0x7fc00000);  // taken
+      }
+      __syncwarp();
+    }
+    if (lane == 0) {
+      float* w = a.weights + row * k;
+      if (a.normalize) {
+        float sum = 0.0f;
+        for (int slot = 0; slot < k; ++slot) sum = __fadd_rn(sum, w[slot]);
+        const float denominator = round_bf16(__fadd_rn(round_bf16(sum), 1e-6f));
+        for (int slot = 0; slot < k; ++slot) w[slot] = round_bf16(__fdiv_rn(w[slot], denominator));
+      }
+      for (int slot = 0; slot < k; ++slot) w[slot] = round_bf16(__fmul_rn(w[slot], a.scaling));
+    }
+    __syncwarp();
+  }
+  __syncthreads();  // every row's choices are written (and visible to the block)
+  int32_t* counts = reinterpret_cast<int32_t*>(route_shared + static_cast<int64_t>(kRouteWarps) * 2 * E);
+  plan_in_block(a.chosen, a.rows * k, E, counts, a.offsets, a.order);
+}
+
 __global__ void scatter_weighted_kernel(const bf16* out, const int32_t* order, const float* weights,
                                         int64_t slot_count, int width, bf16* slots) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -55,6 +143,35 @@ __global__ void scatter_weighted_kernel(const bf16* out, const int32_t* order, c
   const int d = static_cast<int>(i % width);
   const int32_t slot = order[p];
   store(slots + static_cast<int64_t>(slot) * width + d, load(out + i) * weights[slot]);
+}
+
+// scatter_weighted + cuda::sum_slots in one pass: each CTA inverts the plan's order in shared memory, then each
+// output sums its row's weighted slots in slot order (the same roundings).
+__global__ void combine_kernel(const bf16* out, const int32_t* offsets, int experts, const int32_t* order,
+                               const float* weights, int64_t rows, int k, int width, bf16* y) {
+  __shared__ int32_t position[kCombineMaxSlots];  // slot -> plan position, -1 where the plan left it out
+  ls::cuda::wait_for_previous_kernel();  // the down GEMM wrote out
+  ls::cuda::let_next_kernel_start();
+  const int slots = static_cast<int>(rows * k);
+  for (int s = threadIdx.x; s < slots; s += blockDim.x) position[s] = -1;
+  __syncthreads();
+  const int planned = offsets[experts];
+  for (int p = threadIdx.x; p < planned; p += blockDim.x) {
+    const int s = order[p];
+    if (s >= 0 && s < slots) position[s] = p;
+  }
+  __syncthreads();
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * width;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / width;
+    const int d = static_cast<int>(i % width);
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const int s = static_cast<int>(row) * k + j, p = position[s];
+      if (p >= 0) sum = __fadd_rn(sum, round_bf16(__fmul_rn(load(out + static_cast<int64_t>(p) * width + d), weights[s])));
+    }
+    store(y + i, sum);
+  }
 }
 
 }  // namespace
@@ -76,5 +193,41 @@ Status scatter_weighted(const bf16* out, const int32_t* order, const float* weig
   LS_CUDA_TRY_LAUNCH("scatter_weighted");
   return ok_status();
 }
+
+bool route_and_plan_fits(int64_t rows, int experts, int k) {
+  return rows >= 1 && rows <= kRouteMaxRows && experts >= 1 && experts <= kRouteMaxExperts && k >= 1 && k <= experts;
+}
+
+Status route_and_plan(const RoutePlan& a, cudaStream_t stream) {
+  if (!route_and_plan_fits(a.rows, a.experts, a.k))
+    return Status(ErrorCode::InvalidArgument, "route_and_plan takes 1.." + std::to_string(kRouteMaxRows) +
+                                                  " rows, 1.." + std::to_string(kRouteMaxExperts) +
+                                                  " experts and 1 <= k <= experts, got rows " +
+                                                  std::to_string(a.rows) + ", experts " + std::to_string(a.experts) +
+                                                  ", k " + std::to_string(a.k));
+  const int shared = static_cast<int>(sizeof(float)) * (kRouteWarps * 2 + 1) * a.experts;
+  LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(route_plan_kernel, dim3(1), kRouteWarps * 32, shared, stream, a));
+  LS_CUDA_TRY_LAUNCH("route_plan_kernel");
+  return ok_status();
+}
+
+bool combine_experts_fits(int64_t rows, int k) { return rows >= 1 && k >= 1 && rows * k <= kCombineMaxSlots; }
+
+Status combine_experts(const bf16* out, const int32_t* offsets, int experts, const int32_t* order,
+                       const float* weights, int64_t rows, int k, int width, bf16* y, cudaStream_t stream) {
+  if (!combine_experts_fits(rows, k) || width <= 0)
+    return Status(ErrorCode::InvalidArgument, "combine_experts takes at most " + std::to_string(kCombineMaxSlots) +
+                                                  " slots and a positive width, got rows " + std::to_string(rows) +
+                                                  " x k " + std::to_string(k) + ", width " + std::to_string(width));
+  const unsigned blocks = blocks_for(rows * width, 256);
+  LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(combine_kernel, dim3(blocks < 1024 ? blocks : 1024), 256, 0,
+                                                   stream, out, offsets, experts, order, weights, rows, k, width, y));
+  LS_CUDA_TRY_LAUNCH("combine_kernel");
+  return ok_status();
+}
+
+void set_moe_fused_launches(bool on) { g_fused_launches = on; }
+
+bool moe_fused_launches() { return g_fused_launches.load(); }
 
 }  // namespace ls::lfm2::gpu

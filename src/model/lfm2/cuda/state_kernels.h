@@ -182,6 +182,34 @@ void pin_expert_kernel_for_test(ExpertKernel kernel);
 // Test-only fault: the tensor-core kernels walk K tiles backwards when the launch allows more than one row per expert.
 void set_expert_fault_for_test(bool on);
 
+// Routing (cuda::route_experts' bits: chosen [rows, k], weights [rows, k]) and the plan of its rows * k choices
+// (plan_experts' offsets and order) in one launch of one CTA, launched programmatically; 1..64 rows, 1..256 experts.
+struct RoutePlan {
+  const bf16* logits = nullptr;  // [rows, experts] bf16, the router GEMM's output
+  int64_t rows = 0;
+  int experts = 0, k = 0;
+  bool normalize = false;
+  float scaling = 1.0f;
+  const float* expert_bias = nullptr;  // [experts] or null
+  int32_t* chosen = nullptr;           // [rows, k]
+  float* weights = nullptr;            // [rows, k]
+  int32_t* offsets = nullptr;          // [experts + 1]
+  int32_t* order = nullptr;            // [rows * k]
+};
+bool route_and_plan_fits(int64_t rows, int experts, int k);
+Status route_and_plan(const RoutePlan& plan, cudaStream_t stream);
+
+// y [rows, width] = scatter_weighted then cuda::sum_slots of the experts' out [slots, width] (plan order), in one
+// launch (the same bits); at most 1024 slots.
+bool combine_experts_fits(int64_t rows, int k);
+Status combine_experts(const bf16* out, const int32_t* offsets, int experts, const int32_t* order,
+                       const float* weights, int64_t rows, int k, int width, bf16* y, cudaStream_t stream);
+
+// Whether the target's MoE layers use route_and_plan and combine_experts where they fit (default) or the four
+// launches route_experts, plan_experts, scatter_weighted, sum_slots (the same bits); a switch for tests and benches.
+void set_moe_fused_launches(bool on);
+bool moe_fused_launches();
+
 // slots [order[p]] = round(out [p] * weights [order[p]]) for p < slot_count (rows of width D).
 Status scatter_weighted(const bf16* out, const int32_t* order, const float* weights, int64_t slot_count, int width,
                         bf16* slots, cudaStream_t stream);

@@ -1,0 +1,144 @@
+// The MoE layer's fused launches against the launches they replace, bitwise: route_and_plan (routing + plan in one
+// CTA) against cuda::route_experts then plan_experts, and combine_experts against scatter_weighted then
+// cuda::sum_slots; the refusals by number.
+#ifdef LS_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "base/hash.h"
+#include "compute/cuda/kernels.h"
+#include "cuda_test_util.h"
+#include "model/lfm2/cuda/state_kernels.h"
+
+namespace ls::lfm2::gpu {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::testing::download;
+using cuda::testing::poisoned;
+using cuda::testing::upload;
+
+// Values on a coarse grid (many exact ties among scores) or spread (few), in [-scale, scale].
+std::vector<bf16> random_bf16(size_t count, uint64_t seed, float scale, bool coarse) {
+  std::vector<bf16> out(count);
+  for (size_t i = 0; i < count; ++i) {
+    double v = (2.0 * uniform_open01(splitmix64(seed * 0x9E3779B97F4A7C15ull + i)) - 1.0) * scale;
+    if (coarse) v = static_cast<double>(static_cast<int>(v * 4.0)) / 4.0;
+    out[i] = float_to_bf16(static_cast<float>(v));
+  }
+  return out;
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+TEST(CudaMoeRoute, RouteAndPlanInOneLaunchGiveTheRouteAndPlanLaunchesBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct Case { int64_t rows; int experts, k; bool normalize, bias, coarse; float scaling; };
+  const Case cases[] = {{1, 32, 4, true, true, false, 1.0f},   {1, 32, 4, false, false, true, 2.5f},
+                        {7, 32, 4, true, false, true, 1.0f},   {16, 8, 2, true, true, true, 1.5f},
+                        {64, 64, 8, false, true, false, 1.0f}, {33, 256, 1, true, true, true, 1.0f},
+                        {5, 40, 40, true, false, true, 1.0f}};
+  int checked = 0;
+  for (const Case& c : cases) {
+    const int64_t slots = c.rows * c.k;
+    DeviceBuffer<bf16> logits = upload(random_bf16(c.rows * c.experts, 7 + c.rows, 4.0f, c.coarse));
+    std::vector<float> bias_host(c.experts);
+    for (int e = 0; e < c.experts; ++e) bias_host[e] = static_cast<float>(e % 3) * 0.25f;
+    DeviceBuffer<float> bias = upload(bias_host);
+    // the launches replaced
+    DeviceBuffer<int32_t> chosen_ref = poisoned<int32_t>(slots), offsets_ref = poisoned<int32_t>(c.experts + 1),
+                          order_ref = poisoned<int32_t>(slots);
+    DeviceBuffer<float> weights_ref = poisoned<float>(slots);
+    ASSERT_TRUE(cuda::route_experts(logits.data(), c.rows, c.experts, c.k, c.normalize, c.scaling,
+                                    c.bias ? bias.data() : nullptr, chosen_ref.data(), weights_ref.data(), nullptr)
+                    .ok());
+    ASSERT_TRUE(plan_experts(chosen_ref.data(), slots, c.experts, offsets_ref.data(), order_ref.data(), nullptr).ok());
+    // one launch
+    DeviceBuffer<int32_t> chosen = poisoned<int32_t>(slots), offsets = poisoned<int32_t>(c.experts + 1),
+                          order = poisoned<int32_t>(slots);
+    DeviceBuffer<float> weights = poisoned<float>(slots);
+    RoutePlan plan;
+    plan.logits = logits.data();
+    plan.rows = c.rows;
+    plan.experts = c.experts;
+    plan.k = c.k;
+    plan.normalize = c.normalize;
+    plan.scaling = c.scaling;
+    plan.expert_bias = c.bias ? bias.data() : nullptr;
+    plan.chosen = chosen.data();
+    plan.weights = weights.data();
+    plan.offsets = offsets.data();
+    plan.order = order.data();
+    ASSERT_TRUE(route_and_plan(plan, nullptr).ok());
+    EXPECT_TRUE(same_bits(download(chosen, slots), download(chosen_ref, slots))) << "rows " << c.rows << " E " << c.experts;
+    EXPECT_TRUE(same_bits(download(weights, slots), download(weights_ref, slots))) << "rows " << c.rows << " E " << c.experts;
+    EXPECT_TRUE(same_bits(download(offsets, c.experts + 1), download(offsets_ref, c.experts + 1)))
+        << "rows " << c.rows << " E " << c.experts;
+    EXPECT_TRUE(same_bits(download(order, slots), download(order_ref, slots))) << "rows " << c.rows << " E " << c.experts;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 7);
+}
+
+TEST(CudaMoeRoute, CombineInOneLaunchGivesTheScatterAndSumBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct Case { int64_t rows; int experts, k, width; };
+  for (const Case c : {Case{1, 32, 4, 2048}, Case{8, 32, 4, 2048}, Case{64, 16, 4, 264}, Case{256, 8, 4, 72}}) {
+    const int64_t slots = c.rows * c.k;
+    std::vector<int32_t> chosen_host;
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int j = 0; j < c.k; ++j) chosen_host.push_back(static_cast<int32_t>((r * 5 + j * 3 + (r % 3) * j) % c.experts));
+    DeviceBuffer<int32_t> chosen = upload(chosen_host), offsets = poisoned<int32_t>(c.experts + 1),
+                          order = poisoned<int32_t>(slots);
+    ASSERT_TRUE(plan_experts(chosen.data(), slots, c.experts, offsets.data(), order.data(), nullptr).ok());
+    // weights as the router gives them (bf16 values), outputs of mixed signs and magnitudes
+    std::vector<float> weights_host(slots);
+    for (int64_t s = 0; s < slots; ++s) weights_host[s] = bf16_to_float(float_to_bf16(0.1f + 0.37f * static_cast<float>(s % 7)));
+    DeviceBuffer<float> weights = upload(weights_host);
+    DeviceBuffer<bf16> out = upload(random_bf16(slots * c.width, 31 + c.rows, 8.0f, false));
+    DeviceBuffer<bf16> slot_rows = poisoned<bf16>(slots * c.width), y_ref = poisoned<bf16>(c.rows * c.width),
+                       y = poisoned<bf16>(c.rows * c.width);
+    ASSERT_TRUE(scatter_weighted(out.data(), order.data(), weights.data(), slots, c.width, slot_rows.data(), nullptr).ok());
+    ASSERT_TRUE(cuda::sum_slots(slot_rows.data(), c.rows, c.k, c.width, y_ref.data(), nullptr).ok());
+    ASSERT_TRUE(combine_experts(out.data(), offsets.data(), c.experts, order.data(), weights.data(), c.rows, c.k,
+                                c.width, y.data(), nullptr)
+                    .ok());
+    const std::vector<bf16> got = download(y, c.rows * c.width), want = download(y_ref, c.rows * c.width);
+    int differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits;
+    EXPECT_EQ(differ, 0) << "rows " << c.rows << " width " << c.width << ": of " << got.size() << " outputs";
+  }
+}
+
+TEST(CudaMoeRoute, RefusesTooManyRowsExpertsOrSlotsByNumber) {
+  LS_SKIP_WITHOUT_DEVICE();
+  RoutePlan plan;
+  plan.rows = 65;
+  plan.experts = 32;
+  plan.k = 4;
+  const Status rows = route_and_plan(plan, nullptr);
+  EXPECT_EQ(rows.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(rows.to_string().find("rows 65"), std::string::npos) << rows.to_string();
+  plan.rows = 1;
+  plan.experts = 257;
+  const Status experts = route_and_plan(plan, nullptr);
+  EXPECT_EQ(experts.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(experts.to_string().find("experts 257"), std::string::npos) << experts.to_string();
+  plan.experts = 4;
+  plan.k = 5;
+  EXPECT_EQ(route_and_plan(plan, nullptr).code(), ErrorCode::InvalidArgument);
+  const Status slots = combine_experts(nullptr, nullptr, 4, nullptr, nullptr, 257, 4, 64, nullptr, nullptr);
+  EXPECT_EQ(slots.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(slots.to_string().find("rows 257 x k 4"), std::string::npos) << slots.to_string();
+}
+
+}  // namespace
+}  // namespace ls::lfm2::gpu
+
+#endif  // LS_HAVE_CUDA
