@@ -233,6 +233,17 @@ int main(int argc, char** argv) {
         emit("%-12s %5lld %-15s %9.1f %8s %7s %8.1f %9s %8s %6.0f%%  (older pick)\n", shape.what,
              static_cast<long long>(m), older.c_str(), older_ms * 1e3, "", "", flops / older_ms / 1e9, "", "",
              100.0 * blas_ms / older_ms);
+        // The streaming kernel with 32 / 64 x rows a tile (set_decode_rows), where it takes K.
+        set_decode_rows(64);
+        const std::string streamed = engine.tile_name(m, shape.n, shape.k);
+        if (streamed.rfind("decode", 0) == 0) {
+          const double streamed_ms = graph_ms(own, count);
+          emit("%-12s %5lld %-15s %9.1f %8.0f %6.0f%% %8.1f %9s %8s %6.0f%%  (streamed rows)\n", shape.what,
+               static_cast<long long>(m), streamed.c_str(), streamed_ms * 1e3, bytes / streamed_ms / 1e6,
+               100.0 * bytes / streamed_ms / 1e6 / read_gbs, flops / streamed_ms / 1e9, "", "",
+               100.0 * blas_ms / streamed_ms);
+        }
+        set_decode_rows(16);
       }
       // Every other configuration that may run at this (m, K), pinned, for choosing the automatic pick.
       for (int tile = 0; tile < GemmEngine::tile_count(); ++tile) {

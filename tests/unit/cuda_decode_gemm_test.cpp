@@ -173,8 +173,100 @@ struct DefaultPicksAtExit {
     set_decode_staged_pick(-1);
     set_decode_norm_configs(0, 2);
     set_decode_l2_prefetch(false);
+    set_decode_rows(16);
   }
 };
+
+// The streaming kernel on verify windows (set_decode_rows(64): 32 / 64 x rows a tile): every row of the engine's
+// launch at 17..64 rows bitwise its one-row launch (fp32 and bf16 out; one slice, sliced, a three-slice K with a
+// tail, a one-tile K), the planted K-order fault red; the fused SwiGLU and q / k / v launches bitwise the verify
+// tiles' GEMMs (then swiglu) at those rows; 65 rows refused by number.
+TEST(CudaDecodeGemm, StreamedWindowsOfSeventeenToSixtyFourRowsGiveTheOneRowBitsAndCatchThePlantedFault) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const DefaultPicksAtExit defaults;
+  const GemmEngine engine;
+  const std::vector<int64_t> widths = {17, 24, 32, 33, 48, 64};
+  for (const auto& [n, k, with_bias] : std::vector<std::tuple<int64_t, int64_t, bool>>{
+           {2048, 2048, false}, {6144, 2048, true}, {2048, 8192, false}, {1001, 2056, true}, {40, 72, false}}) {
+    auto x = upload(to_bf16(random_values(64 * k, 111 + n, 2.0f)));
+    auto w = upload(to_bf16(random_values(n * k, 112 + k, 0.5f)));
+    auto bias = upload(random_values(n, 113));
+    const DeviceMatrix matrix{w.data(), with_bias ? bias.data() : nullptr, n, k};
+    set_decode_rows(16);
+    auto one = poisoned<float>(64 * n);
+    for (int64_t r = 0; r < 64; ++r)
+      ASSERT_TRUE(engine.gemm(x.data() + r * k, 1, matrix, nullptr, one.data() + r * n, nullptr).ok());
+    const std::vector<float> want = download(one, 64 * n);
+    set_decode_rows(64);
+    for (const int64_t m : widths) {
+      ASSERT_EQ(std::string(engine.tile_name(m, n, k)), "decode 8 warps") << "N " << n << " K " << k << " m " << m;
+      auto y = poisoned<float>(m * n);
+      auto y_b16 = poisoned<bf16>(m * n);
+      ASSERT_TRUE(engine.gemm(x.data(), m, matrix, nullptr, y.data(), nullptr).ok());
+      ASSERT_TRUE(engine.gemm(x.data(), m, matrix, y_b16.data(), nullptr, nullptr).ok());
+      EXPECT_EQ(first_differing_row(download(y, m * n), want, m, n), -1) << "N " << n << " K " << k << " m " << m;
+      const std::vector<bf16> got_b16 = download(y_b16, m * n);
+      size_t differ = 0;
+      for (size_t i = 0; i < got_b16.size(); ++i) differ += got_b16[i].bits != float_to_bf16(want[i]).bits;
+      EXPECT_EQ(differ, 0u) << "N " << n << " K " << k << " m " << m << " (bf16 out)";
+    }
+    GemmEngine faulty;
+    faulty.set_fault_reverse_k_for_test(true);
+    auto y = poisoned<float>(24 * n);
+    ASSERT_TRUE(faulty.gemm(x.data(), 24, matrix, nullptr, y.data(), nullptr).ok());
+    if (k > 64) {
+      EXPECT_NE(first_differing_row(download(y, 24 * n), want, 24, n), -1) << "N " << n << " K " << k;
+    }
+  }
+  // The fused launches against the verify tiles' GEMMs: gate_up (F = 1000 with bias, K = 2048) then swiglu; q / k / v.
+  constexpr int64_t k = 2048, f = 1000;
+  auto x = upload(to_bf16(random_values(64 * k, 121, 2.0f)));
+  auto gate_up = upload(to_bf16(random_values(2 * f * k, 122, 0.5f)));
+  auto gate_up_bias = upload(random_values(2 * f, 123));
+  const DeviceMatrix gu{gate_up.data(), gate_up_bias.data(), 2 * f, k};
+  std::vector<DeviceBuffer<bf16>> qkv_w;
+  std::vector<DeviceMatrix> qkv;
+  for (const int64_t n : {2048, 512, 264}) {
+    qkv_w.push_back(upload(to_bf16(random_values(n * k, 124 + n, 0.5f))));
+    qkv.push_back(DeviceMatrix{qkv_w.back().data(), nullptr, n, k});
+  }
+  for (const int64_t m : widths) {
+    set_decode_rows(16);
+    ASSERT_FALSE(decode_swiglu_fits(m, gu));
+    auto wide = poisoned<bf16>(m * 2 * f), want = poisoned<bf16>(m * f), got = poisoned<bf16>(m * f);
+    ASSERT_TRUE(engine.gemm(x.data(), m, gu, wide.data(), nullptr, nullptr).ok());
+    ASSERT_TRUE(swiglu(wide.data(), wide.data() + f, m, static_cast<int>(f), 2 * f, want.data(), nullptr).ok());
+    std::vector<std::vector<bf16>> want_qkv;
+    for (const DeviceMatrix& w : qkv) {
+      auto y = poisoned<bf16>(m * w.rows);
+      ASSERT_TRUE(engine.gemm(x.data(), m, w, y.data(), nullptr, nullptr).ok());
+      want_qkv.push_back(download(y, m * w.rows));
+    }
+    set_decode_rows(64);
+    ASSERT_TRUE(decode_swiglu_fits(m, gu) && decode_group_fits(m, qkv));
+    ASSERT_TRUE(gemm_decode_swiglu(engine, x.data(), m, gu, got.data(), nullptr).ok());
+    const std::vector<bf16> a = download(got, m * f), b = download(want, m * f);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(bf16) * a.size()), 0) << "swiglu m " << m;
+    std::vector<DeviceBuffer<bf16>> ys;
+    std::vector<bf16*> y_ptr;
+    for (const DeviceMatrix& w : qkv) {
+      ys.push_back(poisoned<bf16>(m * w.rows));
+      y_ptr.push_back(ys.back().data());
+    }
+    ASSERT_TRUE(gemm_decode_group(engine, x.data(), m, qkv, y_ptr, nullptr).ok());
+    for (size_t i = 0; i < qkv.size(); ++i) {
+      const std::vector<bf16> got_i = download(ys[i], m * qkv[i].rows);
+      EXPECT_EQ(std::memcmp(got_i.data(), want_qkv[i].data(), sizeof(bf16) * got_i.size()), 0)
+          << "q / k / v matrix " << i << " m " << m;
+    }
+  }
+  set_decode_rows(64);
+  auto act = poisoned<bf16>(65 * f);
+  const Status refused = gemm_decode_swiglu(engine, x.data(), 65, gu, act.data(), nullptr);
+  EXPECT_EQ(refused.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(refused.message().find("m 65"), std::string::npos) << refused.message();
+  EXPECT_FALSE(decode_group_fits(65, qkv));
+}
 
 // With the L2 weight prefetch (sm_90: bulk prefetches of each item's weight rows before the programmatic wait; a
 // no-op elsewhere) every streaming variant, the fused SwiGLU and the q / k / v launch give the bits they give without

@@ -174,7 +174,7 @@ bool valid(Choice choice, int64_t m, int64_t k, bool clusters, bool wgmma) {
     case Choice::TmaPair: return wgmma && clusters;
     case Choice::TmaWidePair: return wgmma && clusters && slices == 1;
     case Choice::TmaWideLoop: return wgmma && slices == 1;
-    case Choice::Decode: return m <= 16;
+    case Choice::Decode: return m <= 16 || (m <= 64 && slices <= kMaxClusterSlices);
     case Choice::Stream:
     case Choice::StreamDeep: return m <= 16 && slices == 1;
     case Choice::Wide:
@@ -229,6 +229,7 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, bool
   const int slices = slice_count(static_cast<int>(k));
   const bool wide = n >= 128LL * sm_count;
   if (m <= 16) return slices == 1 && (wide || (m >= 12 && n >= 8192)) ? Choice::Stream : Choice::Decode;
+  if (m <= decode_rows_max() && slices <= kMaxClusterSlices) return Choice::Decode;  // set_decode_rows(64)
   if (m <= 64 && verify_tiles.load(std::memory_order_relaxed)) {
     const Choice verify = choose_verify(m, n, slices, clusters);
     if (verify != Choice::Count) return verify;

@@ -44,6 +44,8 @@ Status launch_first(const GemmArgs& args, int sm_count, cudaStream_t stream);
 // gemm_decode_stream.cu: streaming variants 1..6 (decode_variant_name), any K (very long K falls back to the first
 // kernel); their shared-memory opt-ins (once, outside capture).
 Status launch_stream_variant(int variant, const GemmArgs& args, int sm_count, cudaStream_t stream);
+// Verify windows (17..64 rows, at most kMaxClusterSlices slices): the streaming kernel with 32 / 64 x rows a tile.
+Status launch_stream_many_rows(const GemmArgs& args, int sm_count, cudaStream_t stream);
 void allow_stream_shared(int optin_bytes);
 
 // gemm_decode_staged.cu: the staged kernels (one slice, K <= 2048): configuration `config` of kStagedConfigs; other

@@ -1,6 +1,7 @@
 // The streaming decode GEMM kernels (m <= 16): every (column group, slice) item is one warp's own cp.async
 // pipeline of STAGES K tiles, weights staged before the programmatic wait; the fused gate_up GEMM + SwiGLU and the
 // grouped q / k / v launch use the same body. Each output's chain is the canonical order of gemm_device.cuh.
+#include <atomic>
 #include <span>
 #include <string>
 
@@ -10,11 +11,11 @@ namespace ls::cuda::gemm_detail {
 namespace {
 
 // ---- The streaming variants: WARPS warps, STAGES tiles of K in flight per warp, TILES x 8 columns per item, A_ROWS
-// rows of x staged per tile (8 or 16). One slice: a CTA's items are WARPS column groups, one per warp, and each
-// warp stores its outputs itself. Sliced K: groups = max(1, WARPS / slices), items group * slices + slice, the slice
-// sums meet in shared memory [slices][A_ROWS][cols].
-// Programmatic dependent launch (sm_90): the streaming kernels are launched to start while the kernel before them
-// drains; each waits here for it (its completion and memory) before reading x or writing anything. Before the
+// rows of x staged per tile (8, 16, or 32 / 64 for verify windows: one m16 mma set per 16 rows on each weight
+// fragment). One slice: a CTA's items are WARPS column groups, one per warp, and each warp stores its outputs itself.
+// Sliced K: groups = max(1, WARPS / slices), items group * slices + slice, the slice sums meet in shared memory
+// [slices][A_ROWS][cols]. Programmatic dependent launch (sm_90): the streaming kernels start while the kernel before
+// them drains and stage their first weight tiles before waiting for it (its completion and memory).
 template <int WARPS, int STAGES, int TILES, int A_ROWS>
 struct Stream {
   static constexpr int kStageBytes = (A_ROWS + 8 * TILES) * 128;
@@ -31,6 +32,8 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
                                             int prefetch_tiles) {
   using S = Stream<WARPS, STAGES, TILES, A_ROWS>;
   static_assert(!SWIGLU || TILES == 2, "SwiGLU items pair 8 gate and 8 up columns");
+  static_assert(A_ROWS == 8 || A_ROWS % 16 == 0, "x rows: 8, or whole m16 sets");
+  constexpr int MI = A_ROWS >= 16 ? A_ROWS / 16 : 1;  // m16 mma sets per weight fragment
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;  // output columns per item
   const int out_n = SWIGLU ? args.n / 2 : args.n;
   extern __shared__ __align__(128) unsigned char shared_raw[];
@@ -94,9 +97,11 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
                    inside);
       }
     };
-    float acc[TILES][4];
+    float acc[MI][TILES][4];
 #pragma unroll
-    for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < TILES; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
     // Prologue: the weights first (no kernel writes them), then wait for the kernel that writes x, then x; all of
     // it is group 0 (the first tile waits for the whole prologue), then empty groups keep the count.
 #pragma unroll
@@ -119,12 +124,15 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
       const uint32_t a_base = pipe_base + (t % STAGES) * S::kStageBytes;
 #pragma unroll
       for (int kk = 0; kk < kBlockK / 16; ++kk) {
-        uint32_t a[4], b[TILES][2];
-        if constexpr (A_ROWS == 16) {
-          ldmatrix_x4(a_base + swizzled(lane & 15, kk * 2 + (lane >> 4)), a[0], a[1], a[2], a[3]);
+        uint32_t a[MI][4], b[TILES][2];
+        if constexpr (A_ROWS >= 16) {
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+            ldmatrix_x4(a_base + swizzled(i * 16 + (lane & 15), kk * 2 + (lane >> 4)), a[i][0], a[i][1], a[i][2],
+                        a[i][3]);
         } else {  // rows 0..7 at k 0..7 and 8..15; the mma's rows 8..15 are zero
-          ldmatrix_x2(a_base + swizzled(lane & 7, kk * 2 + ((lane >> 3) & 1)), a[0], a[2]);
-          a[1] = a[3] = 0u;
+          ldmatrix_x2(a_base + swizzled(lane & 7, kk * 2 + ((lane >> 3) & 1)), a[0][0], a[0][2]);
+          a[0][1] = a[0][3] = 0u;
         }
         if constexpr (TILES == 1) {
           ldmatrix_x2(a_base + swizzled(A_ROWS + (lane & 7), kk * 2 + ((lane >> 3) & 1)), b[0][0], b[0][1]);
@@ -135,32 +143,34 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
                         b[j][0], b[j][1], b[j + 1][0], b[j + 1][1]);
         }
 #pragma unroll
-        for (int j = 0; j < TILES; ++j) mma_bf16(acc[j], a, b[j]);
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < TILES; ++j) mma_bf16(acc[i][j], a[i], b[j]);
       }
     }
     wait_group<0>();
     __syncwarp();  // every lane is done reading the stages before the next item refills them
-    const int r = lane >> 2;
-    if constexpr (SWIGLU) {
-      const int c = c_first + (lane & 3) * 2;
+    constexpr int kHalves = A_ROWS >= 16 ? 2 : 1;  // 8-row halves of an m16 set that hold rows
 #pragma unroll
-      for (int half = 0; half < A_ROWS / 8; ++half)
-        for (int e = 0; e < 2; ++e)
-          store_swiglu(args, r + 8 * half, c + e, out_n, acc[0][2 * half + e], acc[1][2 * half + e]);
-    } else {
+    for (int i = 0; i < MI; ++i) {
 #pragma unroll
-      for (int j = 0; j < TILES; ++j) {
-        const int c = group * kItemCols + j * 8 + (lane & 3) * 2;  // column within the CTA
-        if (slices == 1) {
-          store_pair(args, r, col0 + c, acc[j][0], acc[j][1]);
-          if constexpr (A_ROWS == 16) store_pair(args, r + 8, col0 + c, acc[j][2], acc[j][3]);
+      for (int half = 0; half < kHalves; ++half) {
+        const int r = i * 16 + half * 8 + (lane >> 2);
+        if constexpr (SWIGLU) {
+          const int c = c_first + (lane & 3) * 2;
+          for (int e = 0; e < 2; ++e)
+            store_swiglu(args, r, c + e, out_n, acc[i][0][2 * half + e], acc[i][1][2 * half + e]);
         } else {
-          float* out = partial + static_cast<int64_t>(slice) * A_ROWS * cols;
-          out[r * cols + c] = acc[j][0];
-          out[r * cols + c + 1] = acc[j][1];
-          if constexpr (A_ROWS == 16) {
-            out[(r + 8) * cols + c] = acc[j][2];
-            out[(r + 8) * cols + c + 1] = acc[j][3];
+#pragma unroll
+          for (int j = 0; j < TILES; ++j) {
+            const int c = group * kItemCols + j * 8 + (lane & 3) * 2;  // column within the CTA
+            if (slices == 1) {
+              store_pair(args, r, col0 + c, acc[i][j][2 * half], acc[i][j][2 * half + 1]);
+            } else {
+              float* out = partial + static_cast<int64_t>(slice) * A_ROWS * cols;
+              out[r * cols + c] = acc[i][j][2 * half];
+              out[r * cols + c + 1] = acc[i][j][2 * half + 1];
+            }
           }
         }
       }
@@ -218,7 +228,10 @@ Status launch_stream_rows(const GemmArgs& args, int sm_count, cudaStream_t strea
   const int cols = groups * 8 * TILES;
   const int ctas = (args.n + cols - 1) / cols;
   const int smem = stream_shared_bytes<WARPS, STAGES, TILES, A_ROWS>(args, slices, groups);
-  if (smem > optin_shared_bytes) return launch_first(args, sm_count, stream);  // very long K: the first kernel
+  if (smem > optin_shared_bytes && args.m <= 16) return launch_first(args, sm_count, stream);  // very long K
+  if (smem > optin_shared_bytes)
+    return Status(ErrorCode::InvalidArgument, "streamed rows: " + std::to_string(smem) + " bytes of shared memory for K " +
+                                                  std::to_string(args.k) + " at " + std::to_string(args.m) + " rows");
   return launch_programmatic(decode_stream_kernel<WARPS, STAGES, TILES, A_ROWS>, ctas, 32 * WARPS, smem, stream, args,
                              slices, groups, prefetch_tiles_for(args.n, args.k));
 }
@@ -240,9 +253,11 @@ void allow_stream_kernel_shared(int optin_bytes) {
 // The fused gate_up GEMM + SwiGLU (one slice), items of 8 gate + 8 up columns: 4 warps x 8 stages for m <= 8 (two
 // CTAs per SM), 8 warps x 6 stages for more rows (one wave of one CTA per SM on 2048->16384: 31.2 -> ~20 us at m = 16
 // on the H200, batch A).
+// Verify windows: 4 warps, 8 stages at 32 rows, 4 at 64.
 template <int A_ROWS>
 Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
-  constexpr int kWarps = A_ROWS == 8 ? 4 : 8, kStages = A_ROWS == 8 ? 8 : 6;
+  constexpr int kWarps = A_ROWS == 16 ? 8 : 4;
+  constexpr int kStages = A_ROWS == 16 ? 6 : A_ROWS == 64 ? 4 : 8;
   const int f = args.n / 2;
   const int cols = kWarps * 8;
   const int ctas = (f + cols - 1) / cols;
@@ -251,15 +266,25 @@ Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
                              args, 1, kWarps, prefetch_tiles_for(args.n, args.k));
 }
 
-// The grouped launch (q / k / v of an attention layer): 2 warps, 16 stages, 8 columns per item (many CTAs, deep
-// pipelines for narrow outputs).
-constexpr int kGroupWarps = 2, kGroupStages = 16;
+// The grouped launch (q / k / v of an attention layer): 2 warps, 16 stages (10 at 64 rows), 8 columns per item
+// (many CTAs, deep pipelines for narrow outputs).
+constexpr int kGroupWarps = 2;
+constexpr int group_stages(int a_rows) { return a_rows == 64 ? 10 : 16; }
 
 template <int A_ROWS>
 Status launch_group_rows(const GemmGroup& group, cudaStream_t stream) {
-  constexpr int smem = Stream<kGroupWarps, kGroupStages, 1, A_ROWS>::kPipeBytes;
-  return launch_programmatic(decode_group_kernel<kGroupWarps, kGroupStages, A_ROWS>, group.first_block[group.count],
+  constexpr int kStages = group_stages(A_ROWS);
+  constexpr int smem = Stream<kGroupWarps, kStages, 1, A_ROWS>::kPipeBytes;
+  return launch_programmatic(decode_group_kernel<kGroupWarps, kStages, A_ROWS>, group.first_block[group.count],
                              32 * kGroupWarps, smem, stream, group);
+}
+
+// Verify windows (17..64 rows) on the streaming kernel, 16 columns an item: one slice 4 warps x 8 stages (32 rows)
+// or x 4 (64 rows); sliced K 8 warps (a warp per slice) x 4 or 2 stages.
+template <int A_ROWS>
+Status launch_stream_window(const GemmArgs& args, int sm_count, cudaStream_t stream) {
+  if (slice_count(args.k) > 1) return launch_stream_rows<8, A_ROWS == 32 ? 4 : 2, 2, A_ROWS>(args, sm_count, stream);
+  return launch_stream_rows<4, A_ROWS == 32 ? 8 : 4, 2, A_ROWS>(args, sm_count, stream);
 }
 
 }  // namespace
@@ -276,37 +301,65 @@ Status launch_stream_variant(int variant, const GemmArgs& args, int sm_count, cu
   }
 }
 
+Status launch_stream_many_rows(const GemmArgs& args, int sm_count, cudaStream_t stream) {
+  if (args.m <= 32) return launch_stream_window<32>(args, sm_count, stream);
+  return launch_stream_window<64>(args, sm_count, stream);
+}
+
+template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false>
+void allow_one_stream_kernel(int optin_bytes) {
+  cudaFuncSetAttribute(decode_stream_kernel<WARPS, STAGES, TILES, A_ROWS, SWIGLU>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+}
+
 void allow_stream_shared(int optin_bytes) {
   optin_shared_bytes = optin_bytes;
+  allow_one_stream_kernel<8, 4, 2, 32>(optin_bytes);
+  allow_one_stream_kernel<8, 2, 2, 64>(optin_bytes);
+  allow_one_stream_kernel<4, 8, 2, 32>(optin_bytes);
+  allow_one_stream_kernel<4, 4, 2, 64>(optin_bytes);
+  allow_one_stream_kernel<4, 8, 2, 32, true>(optin_bytes);
+  allow_one_stream_kernel<4, 4, 2, 64, true>(optin_bytes);
+  cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, group_stages(32), 32>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+  cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, group_stages(64), 64>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   allow_stream_kernel_shared<4, 8, 2>(optin_bytes);
   allow_stream_kernel_shared<4, 12, 1>(optin_bytes);
   allow_stream_kernel_shared<8, 6, 2>(optin_bytes);
   allow_stream_kernel_shared<8, 8, 1>(optin_bytes);
   allow_stream_kernel_shared<2, 16, 1>(optin_bytes);
   allow_stream_kernel_shared<1, 32, 1>(optin_bytes);
-  cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, kGroupStages, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       optin_bytes);
-  cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, kGroupStages, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       optin_bytes);
+  cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, group_stages(8), 8>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+  cudaFuncSetAttribute(decode_group_kernel<kGroupWarps, group_stages(16), 16>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<4, 8, 2, 8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<8, 6, 2, 16, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
 }
 
+// Verify windows may take the streaming kernels up to this many rows (set_decode_rows: 16 or 64).
+std::atomic<int> decode_rows{16};
+int decode_rows_max() { return decode_rows.load(std::memory_order_relaxed); }
+
 }  // namespace ls::cuda::gemm_detail
 
 namespace ls::cuda {
 
+void set_decode_rows(int max_rows) { gemm_detail::decode_rows.store(max_rows > 16 ? 64 : 16, std::memory_order_relaxed); }
+
 bool decode_swiglu_fits(int64_t m, const DeviceMatrix& gate_up) {
-  return m >= 1 && m <= 16 && gate_up.rows >= 2 && gate_up.rows % 2 == 0 && gate_up.rows <= (1LL << 30) &&
+  return m >= 1 && m <= gemm_detail::decode_rows_max() && gate_up.rows >= 2 && gate_up.rows % 2 == 0 && gate_up.rows <= (1LL << 30) &&
          gate_up.cols % 8 == 0 && gate_up.cols <= gemm_detail::kUnslicedK;
 }
 
 Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act,
                           cudaStream_t stream) {
   if (!decode_swiglu_fits(m, gate_up))
-    return Status(ErrorCode::InvalidArgument, "gemm_decode_swiglu takes 1..16 rows, an even N and K <= " +
+    return Status(ErrorCode::InvalidArgument, "gemm_decode_swiglu takes 1.." + std::to_string(gemm_detail::decode_rows_max()) +
+                                                  " rows, an even N and K <= " +
                                                   std::to_string(gemm_detail::kUnslicedK) + " (a multiple of 8), got m " +
                                                   std::to_string(m) + ", N " + std::to_string(gate_up.rows) + ", K " +
                                                   std::to_string(gate_up.cols));
@@ -318,11 +371,13 @@ Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, co
                              reinterpret_cast<__nv_bfloat16*>(act), nullptr, static_cast<int>(m),
                              static_cast<int>(gate_up.rows), static_cast<int>(gate_up.cols), 0};
   if (m <= 8) return gemm_detail::launch_swiglu_rows<8>(args, stream);
-  return gemm_detail::launch_swiglu_rows<16>(args, stream);
+  if (m <= 16) return gemm_detail::launch_swiglu_rows<16>(args, stream);
+  if (m <= 32) return gemm_detail::launch_swiglu_rows<32>(args, stream);
+  return gemm_detail::launch_swiglu_rows<64>(args, stream);
 }
 
 bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws) {
-  if (m < 1 || m > 16 || ws.empty() || ws.size() > static_cast<size_t>(gemm_detail::kGroupMax)) return false;
+  if (m < 1 || m > gemm_detail::decode_rows_max() || ws.empty() || ws.size() > static_cast<size_t>(gemm_detail::kGroupMax)) return false;
   for (const DeviceMatrix& w : ws)
     if (w.cols != ws[0].cols || w.cols % 8 != 0 || w.cols > gemm_detail::kUnslicedK || w.rows < 1 ||
         w.rows > (1 << 24))
@@ -333,7 +388,8 @@ bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws) {
 Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std::span<const DeviceMatrix> ws,
                          std::span<bf16* const> ys, cudaStream_t stream) {
   if (!decode_group_fits(m, ws) || ys.size() != ws.size())
-    return Status(ErrorCode::InvalidArgument, "gemm_decode_group takes 1..16 rows and 1.." +
+    return Status(ErrorCode::InvalidArgument, "gemm_decode_group takes 1.." + std::to_string(gemm_detail::decode_rows_max()) +
+                                                  " rows and 1.." +
                                                   std::to_string(gemm_detail::kGroupMax) +
                                                   " matrices of one K <= 2048 (a multiple of 8), got m " +
                                                   std::to_string(m) + ", " + std::to_string(ws.size()) + " matrices");
@@ -356,7 +412,9 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
   }
   group.prefetch_tiles = gemm_detail::prefetch_tiles_for(rows, ws[0].cols);
   if (m <= 8) return gemm_detail::launch_group_rows<8>(group, stream);
-  return gemm_detail::launch_group_rows<16>(group, stream);
+  if (m <= 16) return gemm_detail::launch_group_rows<16>(group, stream);
+  if (m <= 32) return gemm_detail::launch_group_rows<32>(group, stream);
+  return gemm_detail::launch_group_rows<64>(group, stream);
 }
 
 }  // namespace ls::cuda

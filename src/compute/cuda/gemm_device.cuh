@@ -128,8 +128,10 @@ __device__ __forceinline__ void store_pair(const GemmArgs& args, int r, int c, f
   }
 }
 
-// The decode kernel (m <= 16, gemm_decode.cu): launch, and its shared-memory opt-in (once, outside capture).
+// The decode kernel (m <= 16, gemm_decode.cu; 17..64 rows through the streaming kernel where decode_rows_max() is 64,
+// set_decode_rows): launch, and its shared-memory opt-in (once, outside capture).
 Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream);
+int decode_rows_max();
 void allow_decode_shared(int optin_bytes);
 
 }  // namespace ls::cuda::gemm_detail

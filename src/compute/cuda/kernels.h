@@ -59,6 +59,11 @@ class GemmEngine {
 // Bench only (A/B): the engines' picks for 17..64 rows take the verify tiles (on, the default) or the picks before
 // them (off: split / 64-row tiles). Same bits either way; drop captured graphs after a change.
 void set_verify_tiles(bool on);
+// Bench only (A/B): 17..64-row windows take the streaming decode kernel (32 / 64 x rows a tile: one weight stream, up
+// to four m16 mma sets on each fragment) for their GEMMs (K of at most 8 slices), the fused gate_up + SwiGLU and the
+// q / k / v launch (decode_swiglu_fits / decode_group_fits say yes) when max_rows is above 16; 16 (the default) keeps
+// them at 1..16 rows. Same bits either way; drop captured graphs after a change.
+void set_decode_rows(int max_rows);
 
 // The decode kernel's configurations (m <= 16), for benches and tests: variants 0 .. decode_variant_count()-1, each
 // computing the canonical order (so every variant gives the bits of GemmEngine::gemm); y = x [m, K] @ W^T (+ bias).
@@ -78,13 +83,15 @@ int decode_staged_config_count();
 
 // act [m, F] = swiglu(gate, up) of (x [m, K] @ gate_up^T) for gate_up [2F, K] (gate rows, then up rows; optional
 // bias [2F]): the bits of GemmEngine::gemm (bf16 out) then swiglu, in one launch. Only where decode_swiglu_fits
-// (1..16 rows, K <= 2048 a multiple of 8, an even N); `engine` must exist (its constructor sets shared-memory limits).
+// (1..16 rows, 64 after set_decode_rows(64); K <= 2048 a multiple of 8, an even N); `engine` must exist (its
+// constructor sets shared-memory limits).
 bool decode_swiglu_fits(int64_t m, const DeviceMatrix& gate_up);
 Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act,
                           cudaStream_t stream);
 
 // ys[i] [m, N_i] = x [m, K] @ ws[i]^T (+ bias), bf16 out, for up to 4 matrices of one K in one launch (q / k / v):
-// the bits of one GemmEngine::gemm each. Only where decode_group_fits (1..16 rows, K <= 2048 a multiple of 8).
+// the bits of one GemmEngine::gemm each. Only where decode_group_fits (1..16 rows, 64 after set_decode_rows(64); K
+// <= 2048 a multiple of 8).
 bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws);
 Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std::span<const DeviceMatrix> ws,
                          std::span<bf16* const> ys, cudaStream_t stream);
