@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "base/hash.h"
 #include "base/log.h"
 
 namespace ls {
@@ -25,7 +26,13 @@ Result<double> time_one_forward(Target& target, const Clock& clock, const Calibr
                                 std::vector<StreamId>& scratch) {
   const int windows_needed = (rows + options.width - 1) / options.width;
   while (static_cast<int>(scratch.size()) < windows_needed) scratch.push_back(options.scratch_base + scratch.size());
-  std::vector<int32_t> tokens(rows, 0);
+  // Distinct, spread token ids (a fixed pseudo-random sequence): an MoE target routes each row by its token, so
+  // repeated ids would route every row to the same few experts and time a verify far cheaper than real rows.
+  const uint64_t vocab = static_cast<uint64_t>(std::max(target.facts().vocab_size, 1));
+  std::vector<int32_t> tokens(rows);
+  for (int row = 0; row < rows; ++row) {
+    tokens[row] = static_cast<int32_t>(splitmix64(0x7e57ull + static_cast<uint64_t>(row)) % vocab);
+  }
   std::vector<Window> windows;
   int offset = 0;
   for (int index = 0; index < windows_needed; ++index) {

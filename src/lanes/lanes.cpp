@@ -125,8 +125,11 @@ std::vector<StreamEvent> Lanes::take_events() {
 
 Status Lanes::round() {
   const double round_start_ms = clock_.now_ms();
+  const int64_t prefills_before = stats_.prefill_forwards;
   Status status = admit();
+  const bool admitted = stats_.prefill_forwards != prefills_before;
   const double admitted_ms = clock_.now_ms();
+  ledger_ = RoundLedger{};
   std::vector<Stream*> streams = pick_streams();
   double verify_ms = 0;
   if (!streams.empty()) {
@@ -143,7 +146,12 @@ Status Lanes::round() {
     }
   }
   const double draft_ms = draft();
-  if (!streams.empty()) pricing_.observe_overhead(clock_.now_ms() - admitted_ms - verify_ms - draft_ms);
+  const double measured_ms = clock_.now_ms() - admitted_ms;
+  if (!streams.empty()) {
+    pricing_.observe_overhead(measured_ms - verify_ms - draft_ms - ledger_.drafter_ms);
+    // A round after prefills waits for their absorbs at its first settle: not a round the tables price.
+    if (!admitted) pricing_.observe_round(ledger_.drafting, ledger_.priced_ms, measured_ms);
+  }
   log_debug("round %lld: %zu streams, verify %.3f ms, draft %.3f ms, round %.3f ms (after admit)",
             static_cast<long long>(round_index_), streams.size(), verify_ms, draft_ms, clock_.now_ms() - admitted_ms);
   deliver();
@@ -198,6 +206,8 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
     if (stream.wants_taps) stats_.tap_rows += static_cast<int64_t>(windows[index].size());
     total_rows += static_cast<int>(windows[index].size());
   }
+  ledger_.priced_ms += pricing_.tables().verify.ms(total_rows) + pricing_.overhead_ms();
+  ledger_.drafting = ledger_.drafting || total_rows > static_cast<int>(streams.size());
   const double start_ms = clock_.now_ms();
   Result<Verified> verified = target_.forward(batch);
   const double elapsed_ms = clock_.now_ms() - start_ms;

@@ -96,6 +96,13 @@ class Lanes {
 
  private:
 
+  // What the current round has cost the drafter (settles, device absorbs) and what the tables price the round at.
+  struct RoundLedger {
+    bool drafting = false;   // it verified drafts, absorbed taps or ran a pass
+    double priced_ms = 0;    // verify + absorbs + pass by the tables, plus the host overhead
+    double drafter_ms = 0;   // settles and device absorbs (the pass and host absorbs are draft()'s)
+  };
+
   Status admit();
   std::vector<Stream*> pick_streams();
   Result<Verified> verify(std::span<Stream* const> streams, std::vector<std::vector<int32_t>>& windows);
@@ -145,6 +152,7 @@ class Lanes {
   std::map<StreamId, std::unique_ptr<Stream>> live_;
   std::vector<StreamEvent> events_;
   LanesStats stats_;
+  RoundLedger ledger_;
 };
 
 }  // namespace ls

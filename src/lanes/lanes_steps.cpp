@@ -203,6 +203,8 @@ bool Lanes::flush_taps(Stream& stream) {
     status = drafter_->absorb(stream.id, stream.unabsorbed_start, stream.unabsorbed_rows, stream.unabsorbed_taps);
     ++stats_.absorb_calls;
     stats_.absorbed_rows += stream.unabsorbed_rows;
+    ledger_.drafting = true;
+    ledger_.priced_ms += pricing_.absorb_ms(stream.unabsorbed_rows);
     if (status.ok()) {
       pricing_.observe_absorb(stream.unabsorbed_rows, clock_.now_ms() - start_ms);
       stream.drafter_end = stream.unabsorbed_start + stream.unabsorbed_rows;
@@ -263,12 +265,16 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
   rows.resize(kept);
   if (rows.empty()) {
     stats_.drafter_ms += clock_.now_ms() - call_start_ms;
+    ledger_.drafter_ms += clock_.now_ms() - call_start_ms;
     return;
   }
+  ledger_.drafting = true;
+  ledger_.priced_ms += pricing_.absorb_ms(total_rows);
   const double start_ms = clock_.now_ms();
   const Status status = drafter_->absorb_device(rows, verified.device_taps);
   const double end_ms = clock_.now_ms();
   stats_.drafter_ms += end_ms - call_start_ms;
+  ledger_.drafter_ms += end_ms - call_start_ms;
   log_debug("device absorb: %zu streams, %d rows, %.3f ms (restarts included %.3f ms)", rows.size(), total_rows,
             end_ms - start_ms, end_ms - call_start_ms);
   ++stats_.absorb_calls;
@@ -288,6 +294,7 @@ void Lanes::settle_drafter() {
   const double start_ms = clock_.now_ms();
   const Status status = drafter_->settle();
   stats_.drafter_ms += clock_.now_ms() - start_ms;
+  ledger_.drafter_ms += clock_.now_ms() - start_ms;
   if (status.ok()) return;
   log_warn("drafter: device absorb failed (%s); drafting stops", status.to_string().c_str());
   for (auto& [id, stream] : live_) {
@@ -385,6 +392,8 @@ double Lanes::draft() {
   }
   // Drafting that does not pay costs nothing: no pass when no stream bought a draft.
   if (requests.empty()) return clock_.now_ms() - start_ms;
+  ledger_.drafting = true;
+  ledger_.priced_ms += pricing_.draft_ms(static_cast<int>(requests.size()), deepest);
   const double pass_start_ms = clock_.now_ms();
   std::vector<Draft> drafts = drafter_->draft(requests);
   const double elapsed_ms = clock_.now_ms() - start_ms;

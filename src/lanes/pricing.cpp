@@ -104,6 +104,11 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   const bool drafter_unproven = pooled_acceptance_.explored_depth() == 0;
   std::vector<bool> offered(drafting.size(), false);
   bool scout_chosen = false;
+  // Dormant streams only, and the last such decision bought nothing: reprice them together only every n-th time.
+  const bool all_dormant = !drafting.empty() && std::all_of(drafting.begin(), drafting.end(),
+                                                             [](const Stream* stream) { return stream->dormant; });
+  const bool quiet = all_dormant && !drafter_unproven && options_.quiet_reprice_every > 1 &&
+                     quiet_decisions_ % options_.quiet_reprice_every != 0;
   for (size_t index = 0; index < drafting.size(); ++index) {
     const Stream& stream = *drafting[index];
     RowOffer& offer = offers[index + 1];
@@ -112,11 +117,21 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     if (caps[index] <= 0 || (drafter_unproven && scout_chosen)) continue;
     offered[index] = true;
     scout_chosen = true;
+    if (quiet) continue;
     offer.chances = depth_chances(stream, caps[index]);
     offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
-  Allocation allocation = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
-  if (log_level() == LogLevel::Debug) trace_depths(drafting, offers, allocation, round_streams);
+  Allocation allocation;
+  if (quiet) {
+    allocation.extra_rows.assign(offers.size(), 0);
+  } else {
+    allocation = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
+    ++depth_allocations_;
+    if (log_level() == LogLevel::Debug) trace_depths(drafting, offers, allocation, round_streams);
+  }
+  const bool bought = std::any_of(allocation.extra_rows.begin() + 1, allocation.extra_rows.end(),
+                                  [](int rows) { return rows > 0; });
+  quiet_decisions_ = all_dormant && !bought ? quiet_decisions_ + 1 : 0;
 
   std::vector<DepthPlan> plans(drafting.size());
   // Streams priced to zero probe one draft after a doubling wait; at most one probes per decision (the one
@@ -198,12 +213,35 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
 }
 
 RoundCost Pricing::round_cost() const {
-  return [this](int rows, int streams_with_extra, int deepest) {
+  const double factor = drafting_factor();
+  return [this, factor](int rows, int streams_with_extra, int deepest) {
+    if (streams_with_extra == 0) return tables_.verify.ms(rows) + overhead_ms_;
     // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that.
-    const int depth =
-        has_confidence_ && streams_with_extra > 0 ? std::max(deepest, tables_.draft.max_depth()) : deepest;
-    return tables_.verify.ms(rows) + draft_ms(streams_with_extra, depth) + overhead_ms_;
+    const int depth = has_confidence_ ? std::max(deepest, tables_.draft.max_depth()) : deepest;
+    // Taps absorbed on the device go in one call per forward whatever the number of drafting streams: a round that
+    // drafts at all pays that call (each stream's rows are in its activation).
+    const double absorb_call_ms = batched_absorbs_ && options_.measured_rounds ? tables_.absorb_call_ms : 0.0;
+    return factor * (tables_.verify.ms(rows) + draft_ms(streams_with_extra, depth) + absorb_call_ms + overhead_ms_);
   };
+}
+
+void Pricing::observe_round(bool drafting, double priced_ms, double measured_ms) {
+  if (priced_ms <= 0 || measured_ms < 0) return;
+  // One round's ratio is bounded so a single preempted round moves the average by at most a few rounds' worth.
+  const double ratio = std::min(measured_ms / priced_ms, 16.0);
+  if (drafting) {
+    drafting_round_ratio_ += options_.round_rate * (ratio - drafting_round_ratio_);
+  } else {
+    plain_round_ratio_ += options_.cost_rate * (ratio - plain_round_ratio_);
+  }
+}
+
+double Pricing::drafting_factor() const {
+  if (!options_.measured_rounds || plain_round_ratio_ <= 0) return 1.0;
+  // Drafting rounds cheaper than priced may make drafting look a little cheaper, never much.
+  constexpr double kLeast = 0.8;
+  constexpr double kMost = 16.0;
+  return std::clamp(drafting_round_ratio_ / plain_round_ratio_, kLeast, kMost);
 }
 
 bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike) const {

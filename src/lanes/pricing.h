@@ -31,6 +31,15 @@ struct PricingOptions {
   // Tests and exactness checks: every drafting stream asks its whole cap each round and the trim keeps every draft
   // that fits the row budget, whatever the timings say (the tokens never change; only speed does).
   bool always_draft = false;
+  // Measured rounds: whole rounds that drafted (verified drafts, absorbed or ran a pass) are timed against what the
+  // tables priced them at, and so are plain rounds; drafting is priced at the ratio of the two, so costs no table
+  // sees (a new shape's graph capture, an absorb's GPU work waited at the next sync) still stop drafting that loses.
+  bool measured_rounds = true;
+  double round_rate = 0.3;        // moving-average weight of a drafting round's measured / priced ratio
+  // Decisions over dormant streams only, after one that bought nothing, run the row allocator only every n-th time
+  // (the others are zero decisions, probes as usual): a round that buys nothing costs what a plain round costs
+  // (64 streams on the H200: +0.03 ms of host work a round, 1.5%). 1 = every decision (the fourth session's).
+  int quiet_reprice_every = 8;
 };
 
 struct DepthPlan {
@@ -70,6 +79,14 @@ class Pricing {
   void observe_draft(int streams, int depth, double ms);
   // Round time not explained by the verify and drafter tables (host work).
   void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
+  // A whole round (admission left out) took `measured_ms` where the tables priced it at `priced_ms` (verify, passes
+  // and absorbs by the tables, plus the host overhead); `drafting`: it verified drafts, absorbed or ran a pass.
+  void observe_round(bool drafting, double priced_ms, double measured_ms);
+  // What a drafting round really costs against its price, relative to plain rounds (1 until measured; 1 with
+  // measured_rounds off): pricing multiplies every drafting round's cost by it.
+  double drafting_factor() const;
+  // What the tables price a batched device absorb of `rows` rows at (one call for every tapping stream).
+  double absorb_ms(int rows) const { return tables_.absorb_ms(rows); }
   // A drafter absorb of `rows` rows took `ms` (moves the call cost when short, the per-row cost when long).
   void observe_absorb(int rows, double ms);
   // The pass cost pricing uses: the table times the average excess of the passes left out of it as outliers.
@@ -79,6 +96,8 @@ class Pricing {
   const AcceptanceByDepth& pooled_acceptance() const { return pooled_acceptance_; }
   const CostTables& tables() const { return tables_; }
   const PricingOptions& options() const { return options_; }
+  // Depth decisions that ran the row allocator (the others priced dormant streams to zero from the last one).
+  int64_t depth_allocations() const { return depth_allocations_; }
   double overhead_ms() const { return overhead_ms_; }
 
  private:
@@ -108,6 +127,10 @@ class Pricing {
   int draft_outliers_in_a_row_ = 0;
   double pass_scale_ = 1.0;  // moving average of measured / table over every pass (1 for passes the table took)
   double last_plain_round_ms_ = 0;
+  int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing
+  int64_t depth_allocations_ = 0;
+  double drafting_round_ratio_ = 1.0;  // moving average of measured / priced over drafting rounds
+  double plain_round_ratio_ = 1.0;     // the same over plain rounds
   ConfidenceCalibration calibration_;
   AcceptanceByDepth pooled_acceptance_;
 };

@@ -43,6 +43,9 @@ struct FakeTargetOptions {
   // With a clock: the first two forwards of each total row count cost this much more (a CUDA target runs a new
   // shape eagerly, then captures its graph; later forwards of the shape replay it).
   double new_shape_ms = 0.0;
+  // With a clock: each distinct token id of a forward costs this much more (an MoE target routes each token to its
+  // own experts, so a window of distinct tokens reads more expert weights than one of repeated tokens).
+  double distinct_token_ms = 0.0;
 };
 
 class FakeTarget final : public Target {
@@ -59,6 +62,8 @@ class FakeTarget final : public Target {
   Status head(std::span<const float> hidden, int rows, std::span<float> out) const override;
   bool keep_taps_on_device(bool on) override;
 
+  // From now on the first two forwards of each total row count cost `ms` more (a count seen twice already does not).
+  void set_new_shape_ms(double ms) { options_.new_shape_ms = ms; }
   int64_t forwards() const { return forwards_; }
   int64_t rows() const { return rows_; }
   // Rows whose taps were returned (windows with want_taps).
