@@ -1,6 +1,6 @@
 // The MoE layer's fused launches against the launches they replace, bitwise: route_and_plan (routing + plan in one
-// CTA) against cuda::route_experts then plan_experts, and combine_experts against scatter_weighted then
-// cuda::sum_slots; the refusals by number.
+// CTA, and with the router GEMM inside) against the GemmEngine, cuda::route_experts then plan_experts, and
+// combine_experts against scatter_weighted then cuda::sum_slots; the refusals by number.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -86,6 +86,57 @@ TEST(CudaMoeRoute, RouteAndPlanInOneLaunchGiveTheRouteAndPlanLaunchesBits) {
   EXPECT_EQ(checked, 7);
 }
 
+TEST(CudaMoeRoute, TheRouterGemmInsideRouteAndPlanGivesTheGemmEngineAndRouteLaunchBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const cuda::GemmEngine engine;
+  struct Case { int64_t rows; int experts, k; int64_t hidden; bool bias; };
+  // K tails (264 and 40 end inside a 64-wide tile; 2056, past one chain, is refused below), experts not a
+  // multiple of 8, rows across chunks of 8
+  for (const Case c : {Case{1, 32, 4, 2048, false}, Case{8, 32, 4, 2048, true}, Case{13, 36, 3, 264, true},
+                       Case{64, 256, 8, 40, false}}) {
+    const int64_t slots = c.rows * c.k;
+    DeviceBuffer<bf16> x = upload(random_bf16(c.rows * c.hidden, 50 + c.rows, 1.0f, false));
+    DeviceBuffer<bf16> router = upload(random_bf16(c.experts * c.hidden, 60 + c.experts, 0.05f, false));
+    std::vector<float> bias_host(c.experts);
+    for (int e = 0; e < c.experts; ++e) bias_host[e] = 0.01f * static_cast<float>(e % 5);
+    DeviceBuffer<float> router_bias = upload(bias_host);
+    const cuda::DeviceMatrix matrix{router.data(), c.bias ? router_bias.data() : nullptr, c.experts, c.hidden};
+    DeviceBuffer<bf16> logits_ref = poisoned<bf16>(c.rows * c.experts), logits = poisoned<bf16>(c.rows * c.experts);
+    DeviceBuffer<int32_t> chosen_ref = poisoned<int32_t>(slots), chosen = poisoned<int32_t>(slots);
+    DeviceBuffer<int32_t> offsets_ref = poisoned<int32_t>(c.experts + 1), offsets = poisoned<int32_t>(c.experts + 1);
+    DeviceBuffer<int32_t> order_ref = poisoned<int32_t>(slots), order = poisoned<int32_t>(slots);
+    DeviceBuffer<float> weights_ref = poisoned<float>(slots), weights = poisoned<float>(slots);
+    ASSERT_TRUE(engine.gemm(x.data(), c.rows, matrix, logits_ref.data(), nullptr, nullptr).ok());
+    ASSERT_TRUE(cuda::route_experts(logits_ref.data(), c.rows, c.experts, c.k, true, 1.0f, nullptr, chosen_ref.data(),
+                                    weights_ref.data(), nullptr)
+                    .ok());
+    ASSERT_TRUE(plan_experts(chosen_ref.data(), slots, c.experts, offsets_ref.data(), order_ref.data(), nullptr).ok());
+    RoutePlan plan;
+    plan.logits = logits.data();
+    plan.x = x.data();
+    plan.router = router.data();
+    plan.router_bias = c.bias ? router_bias.data() : nullptr;
+    plan.hidden = c.hidden;
+    plan.rows = c.rows;
+    plan.experts = c.experts;
+    plan.k = c.k;
+    plan.normalize = true;
+    plan.chosen = chosen.data();
+    plan.weights = weights.data();
+    plan.offsets = offsets.data();
+    plan.order = order.data();
+    ASSERT_TRUE(route_and_plan(plan, nullptr).ok());
+    const std::vector<bf16> got = download(logits, c.rows * c.experts), want = download(logits_ref, c.rows * c.experts);
+    int differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits;
+    EXPECT_EQ(differ, 0) << "rows " << c.rows << " E " << c.experts << " K " << c.hidden << ": logits of " << got.size();
+    EXPECT_TRUE(same_bits(download(chosen, slots), download(chosen_ref, slots))) << "rows " << c.rows;
+    EXPECT_TRUE(same_bits(download(weights, slots), download(weights_ref, slots))) << "rows " << c.rows;
+    EXPECT_TRUE(same_bits(download(offsets, c.experts + 1), download(offsets_ref, c.experts + 1))) << "rows " << c.rows;
+    EXPECT_TRUE(same_bits(download(order, slots), download(order_ref, slots))) << "rows " << c.rows;
+  }
+}
+
 TEST(CudaMoeRoute, CombineInOneLaunchGivesTheScatterAndSumBits) {
   LS_SKIP_WITHOUT_DEVICE();
   struct Case { int64_t rows; int experts, k, width; };
@@ -116,7 +167,7 @@ TEST(CudaMoeRoute, CombineInOneLaunchGivesTheScatterAndSumBits) {
   }
 }
 
-TEST(CudaMoeRoute, RefusesTooManyRowsExpertsOrSlotsByNumber) {
+TEST(CudaMoeRoute, RefusesTooManyRowsExpertsSlotsOrRouterKByNumber) {
   LS_SKIP_WITHOUT_DEVICE();
   RoutePlan plan;
   plan.rows = 65;
@@ -133,6 +184,13 @@ TEST(CudaMoeRoute, RefusesTooManyRowsExpertsOrSlotsByNumber) {
   plan.experts = 4;
   plan.k = 5;
   EXPECT_EQ(route_and_plan(plan, nullptr).code(), ErrorCode::InvalidArgument);
+  plan.k = 2;
+  DeviceBuffer<bf16> x = poisoned<bf16>(2056);
+  plan.x = x.data();
+  plan.hidden = 2056;  // past one canonical chain
+  const Status hidden = route_and_plan(plan, nullptr);
+  EXPECT_EQ(hidden.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(hidden.to_string().find("2056"), std::string::npos) << hidden.to_string();
   const Status slots = combine_experts(nullptr, nullptr, 4, nullptr, nullptr, 257, 4, 64, nullptr, nullptr);
   EXPECT_EQ(slots.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(slots.to_string().find("rows 257 x k 4"), std::string::npos) << slots.to_string();

@@ -200,14 +200,24 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   const io::MoeConfig& moe = *config_.moe;
   const int E = moe.num_experts, k = moe.experts_per_token, D = config_.hidden_size;
   const int64_t I = moe.expert_ffn_size, S = rows * k;
-  LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.router.view(), router_logits_.data(), nullptr, stream_));
-  LS_RETURN_IF_ERROR(mark("gemm"));
-  // Few rows: routing + plan in one launch, and the combine in one launch below (the same bits).
-  const bool fused = gpu::moe_fused_launches() && !expert_trace_ && gpu::route_and_plan_fits(rows, E, k) &&
-                     gpu::combine_experts_fits(rows, k);
+  // Few rows: routing + plan in one launch (level 2: the router GEMM too), and the combine in one launch below (the
+  // same bits).
+  const int level = expert_trace_ ? 0 : gpu::moe_fused_launches();
+  const bool fused = level >= 1 && gpu::route_and_plan_fits(rows, E, k) && gpu::combine_experts_fits(rows, k);
+  const bool router_inside = fused && level >= 2 && gpu::router_in_route_fits(D);
+  if (!router_inside) {
+    LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.router.view(), router_logits_.data(), nullptr, stream_));
+    LS_RETURN_IF_ERROR(mark("gemm"));
+  }
   if (fused) {
     gpu::RoutePlan plan;
     plan.logits = router_logits_.data();
+    if (router_inside) {
+      plan.x = u_.data();
+      plan.router = w.router.view().w;
+      plan.router_bias = w.router.view().bias;
+      plan.hidden = D;
+    }
     plan.rows = rows;
     plan.experts = E;
     plan.k = k;

@@ -5,9 +5,11 @@
 #include <cuda_bf16.h>
 
 #include <atomic>
+#include <mutex>
 #include <string>
 
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/gemm_device.cuh"
 #include "compute/cuda/pdl.cuh"
 #include "model/lfm2/cuda/state_device.cuh"
 
@@ -18,8 +20,91 @@ constexpr int kRouteWarps = 8;           // warps of the one route + plan CTA
 constexpr int64_t kRouteMaxRows = 64;
 constexpr int kRouteMaxExperts = 256;
 constexpr int kCombineMaxSlots = 1024;
+constexpr int kRouterMaxK = 2048;       // the router GEMM in the launch: K of one canonical chain
+constexpr int kRouterStages = 12;       // K tiles in flight per warp
+constexpr int kRouterStageBytes = 16 * 128;  // 8 x rows and 8 router rows of one 64-wide K tile
+constexpr int kRouterPipeBytes = kRouteWarps * kRouterStages * kRouterStageBytes;
 
-std::atomic<bool> g_fused_launches{true};
+std::atomic<int> g_fused_launches{1};
+
+namespace gd = ls::cuda::gemm_detail;
+
+// The router GEMM of the RoutePlan's rows in the route + plan CTA: logits [rows, E] = round(x @ router^T (+ bias)),
+// the GemmEngine's canonical chain for K <= 2048 (one accumulator, mma.sync m16n8k16 steps over K ascending from
+// zero, tail zero-filled). Items (row chunk of 8, 8 experts) go to warps, each a cp.async pipeline of K tiles; the
+// first item's router tiles are staged before the programmatic wait (the router is constant). Returns after the wait.
+__device__ void router_in_block(const RoutePlan& a, unsigned char* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int E = a.experts, D = a.hidden;
+  const int groups = (E + 7) / 8, k_tiles = (D + gd::kBlockK - 1) / gd::kBlockK;
+  const int items = groups * static_cast<int>((a.rows + 7) / 8);
+  const uint32_t pipe = gd::smem_address(smem) + warp * kRouterStages * kRouterStageBytes;
+  bool waited = false;
+  for (int item = warp; item < items; item += kRouteWarps) {
+    const int e0 = (item % groups) * 8;
+    const int64_t r0 = static_cast<int64_t>(item / groups) * 8;
+    const int rows = static_cast<int>(min(static_cast<int64_t>(8), a.rows - r0));
+    auto stage = [&](int t, bool weights) {  // 8 rows of 8 chunks: two per lane
+      const uint32_t base = pipe + (t % kRouterStages) * kRouterStageBytes;
+      const int k0 = t * gd::kBlockK;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int index = lane + 32 * h, row = index >> 3, part = index & 7, k = k0 + part * 8;
+        if (weights) {
+          const bool inside = e0 + row < E && k < D;
+          gd::copy_chunk(base + gd::swizzled(8 + row, part), a.router + (inside ? (e0 + row) * static_cast<int64_t>(D) + k : 0),
+                         inside);
+        } else {
+          const bool inside = row < rows && k < D;
+          gd::copy_chunk(base + gd::swizzled(row, part), a.x + (inside ? (r0 + row) * D + k : 0), inside);
+        }
+      }
+    };
+    for (int t = 0; t < kRouterStages - 1 && t < k_tiles; ++t) stage(t, true);
+    if (!waited) {
+      ls::cuda::wait_for_previous_kernel();  // the kernel before wrote x
+      ls::cuda::let_next_kernel_start();
+      waited = true;
+    }
+    for (int t = 0; t < kRouterStages - 1 && t < k_tiles; ++t) stage(t, false);
+    for (int t = 0; t < kRouterStages - 1; ++t) gd::commit_group();  // all of the prologue in the first group
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int t = 0; t < k_tiles; ++t) {
+      gd::wait_group<kRouterStages - 2>();
+      __syncwarp();
+      if (t + kRouterStages - 1 < k_tiles) {
+        stage(t + kRouterStages - 1, true);
+        stage(t + kRouterStages - 1, false);
+      }
+      gd::commit_group();
+      const uint32_t base = pipe + (t % kRouterStages) * kRouterStageBytes;
+#pragma unroll
+      for (int step = 0; step < gd::kBlockK / 16; ++step) {
+        uint32_t fa[4], fb[2];
+        gd::ldmatrix_x2(base + gd::swizzled(lane & 7, step * 2 + ((lane >> 3) & 1)), fa[0], fa[2]);
+        fa[1] = fa[3] = 0u;
+        gd::ldmatrix_x2(base + gd::swizzled(8 + (lane & 7), step * 2 + ((lane >> 3) & 1)), fb[0], fb[1]);
+        gd::mma_bf16(acc, fa, fb);
+      }
+    }
+    gd::wait_group<0>();
+    __syncwarp();
+    const int r = lane >> 2;
+    if (r < rows) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = e0 + (lane & 3) * 2 + e;
+        if (c >= E) continue;
+        const float v = a.router_bias ? __fadd_rn(acc[e], a.router_bias[c]) : acc[e];
+        reinterpret_cast<__nv_bfloat16*>(a.logits)[(r0 + r) * E + c] = __float2bfloat16_rn(v);
+      }
+    }
+  }
+  if (!waited) {
+    ls::cuda::wait_for_previous_kernel();
+    ls::cuda::let_next_kernel_start();
+  }
+}
 
 // The plan in one CTA (every warp): counts per expert by ballots over the slots (one warp per expert), offsets by
 // a shuffle scan in warp 0, then order: ascending slot index inside each expert. counts: shared [experts].
@@ -82,8 +167,13 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_plan_kernel(RoutePlan 
   const int E = a.experts, k = a.k;
   float* score = route_shared + static_cast<int64_t>(warp) * 2 * E;
   float* biased = score + E;
-  ls::cuda::wait_for_previous_kernel();  // the router GEMM wrote the logits
-  ls::cuda::let_next_kernel_start();
+  if (a.x) {  // the router GEMM first (its pipelines use the memory of the scores)
+    router_in_block(a, reinterpret_cast<unsigned char*>(route_shared));
+    __syncthreads();  // every logit is written and visible to the block
+  } else {
+    ls::cuda::wait_for_previous_kernel();  // the router GEMM wrote the logits
+    ls::cuda::let_next_kernel_start();
+  }
   for (int64_t row = warp; row < a.rows; row += kRouteWarps) {
     for (int e = lane; e < E; e += 32) {
       const float logit = load(a.logits + row * E + e);
@@ -205,10 +295,23 @@ Status route_and_plan(const RoutePlan& a, cudaStream_t stream) {
                                                   " experts and 1 <= k <= experts, got rows " +
                                                   std::to_string(a.rows) + ", experts " + std::to_string(a.experts) +
                                                   ", k " + std::to_string(a.k));
-  const int shared = static_cast<int>(sizeof(float)) * (kRouteWarps * 2 + 1) * a.experts;
+  if (a.x && !router_in_route_fits(a.hidden))
+    return Status(ErrorCode::InvalidArgument, "route_and_plan: the router GEMM takes K 8.." +
+                                                  std::to_string(kRouterMaxK) + " (a multiple of 8), got " +
+                                                  std::to_string(a.hidden));
+  static std::once_flag once;  // the opt-in for the router's pipelines (legal inside a capture too)
+  std::call_once(once, route_plan_setup);
+  int shared = static_cast<int>(sizeof(float)) * (kRouteWarps * 2 + 1) * a.experts;
+  if (a.x && shared < kRouterPipeBytes) shared = kRouterPipeBytes;
   LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(route_plan_kernel, dim3(1), kRouteWarps * 32, shared, stream, a));
   LS_CUDA_TRY_LAUNCH("route_plan_kernel");
   return ok_status();
+}
+
+bool router_in_route_fits(int64_t hidden) { return hidden >= 8 && hidden <= kRouterMaxK && hidden % 8 == 0; }
+
+void route_plan_setup() {
+  cudaFuncSetAttribute(route_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRouterPipeBytes);
 }
 
 bool combine_experts_fits(int64_t rows, int k) { return rows >= 1 && k >= 1 && rows * k <= kCombineMaxSlots; }
@@ -226,8 +329,8 @@ Status combine_experts(const bf16* out, const int32_t* offsets, int experts, con
   return ok_status();
 }
 
-void set_moe_fused_launches(bool on) { g_fused_launches = on; }
+void set_moe_fused_launches(int level) { g_fused_launches = level; }
 
-bool moe_fused_launches() { return g_fused_launches.load(); }
+int moe_fused_launches() { return g_fused_launches.load(); }
 
 }  // namespace ls::lfm2::gpu

@@ -184,8 +184,13 @@ void set_expert_fault_for_test(bool on);
 
 // Routing (cuda::route_experts' bits: chosen [rows, k], weights [rows, k]) and the plan of its rows * k choices
 // (plan_experts' offsets and order) in one launch of one CTA, launched programmatically; 1..64 rows, 1..256 experts.
+// With x set, the router GEMM runs first in the same launch (the GemmEngine's bits; hidden <= 2048).
 struct RoutePlan {
-  const bf16* logits = nullptr;  // [rows, experts] bf16, the router GEMM's output
+  bf16* logits = nullptr;        // [rows, experts] bf16: the router GEMM's output, or written here first (x set)
+  const bf16* x = nullptr;       // [rows, hidden] or null: the normed rows the router reads
+  const bf16* router = nullptr;  // [experts, hidden] under x
+  const float* router_bias = nullptr;  // [experts] or null
+  int64_t hidden = 0;
   int64_t rows = 0;
   int experts = 0, k = 0;
   bool normalize = false;
@@ -197,7 +202,10 @@ struct RoutePlan {
   int32_t* order = nullptr;            // [rows * k]
 };
 bool route_and_plan_fits(int64_t rows, int experts, int k);
+bool router_in_route_fits(int64_t hidden);
 Status route_and_plan(const RoutePlan& plan, cudaStream_t stream);
+// route_and_plan's shared-memory opt-in for the router in the launch (once, before any capture).
+void route_plan_setup();
 
 // y [rows, width] = scatter_weighted then cuda::sum_slots of the experts' out [slots, width] (plan order), in one
 // launch (the same bits); at most 1024 slots.
@@ -205,10 +213,11 @@ bool combine_experts_fits(int64_t rows, int k);
 Status combine_experts(const bf16* out, const int32_t* offsets, int experts, const int32_t* order,
                        const float* weights, int64_t rows, int k, int width, bf16* y, cudaStream_t stream);
 
-// Whether the target's MoE layers use route_and_plan and combine_experts where they fit (default) or the four
-// launches route_experts, plan_experts, scatter_weighted, sum_slots (the same bits); a switch for tests and benches.
-void set_moe_fused_launches(bool on);
-bool moe_fused_launches();
+// How the target's MoE layers route and combine (the same bits at every level), a switch for tests and benches:
+// 0: router GEMM, route_experts, plan_experts, scatter_weighted, sum_slots; 1 (default): router GEMM, route_and_plan,
+// combine_experts where they fit; 2: also the router GEMM inside route_and_plan where it fits.
+void set_moe_fused_launches(int level);
+int moe_fused_launches();
 
 // slots [order[p]] = round(out [p] * weights [order[p]]) for p < slot_count (rows of width D).
 Status scatter_weighted(const bf16* out, const int32_t* order, const float* weights, int64_t slot_count, int width,
