@@ -12,7 +12,8 @@
 //   --decode-norm-configs 0,12  also time it with the norm launches on staged configurations g * 10 + s (group g,
 //                               SwiGLU s; set_decode_norm_configs)
 //   --l2-prefetch-ab            also time the decode step with the streaming decode GEMMs' L2 weight prefetch on
-//   --verify-tiles-ab           also time the verify windows with the 17..64-row picks before the verify tiles
+//   --verify-tiles-ab           also time the verify windows with the 17..64-row picks before the verify tiles, and
+//                               with the streaming decode kernel there (set_decode_rows(64))
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -475,17 +476,25 @@ int main(int argc, char** argv) {
     verify_ms.push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
   }
   // The same windows with the picks before the verify tiles (17..64 rows; same bits), then the verify tiles again.
-  std::vector<std::pair<int, double>> verify_old_ms;
+  // Also with the streaming decode kernel on 17..64 rows (set_decode_rows(64): its GEMMs, fused SwiGLU and q / k / v).
+  std::vector<std::pair<int, double>> verify_old_ms, verify_streamed_ms;
   if (o.verify_tiles_ab) {
-    cuda::set_verify_tiles(false);
-    target->set_graphs(false);
-    target->set_graphs(true);
-    for (int rows : o.verify) {
-      const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
-      w.tokens = window;
-      verify_old_ms.push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
+    for (const bool streamed : {false, true}) {
+      if (streamed)
+        cuda::set_decode_rows(64);
+      else
+        cuda::set_verify_tiles(false);
+      target->set_graphs(false);
+      target->set_graphs(true);
+      for (int rows : o.verify) {
+        const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
+        w.tokens = window;
+        (streamed ? verify_streamed_ms : verify_old_ms)
+            .push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
+      }
+      cuda::set_verify_tiles(true);
+      cuda::set_decode_rows(16);
     }
-    cuda::set_verify_tiles(true);
     target->set_graphs(false);
     target->set_graphs(true);
   }
@@ -581,6 +590,9 @@ int main(int argc, char** argv) {
                 ms / verify_ms.front().second);
   for (auto [rows, ms] : verify_old_ms)
     std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows) + ", older picks").c_str(),
+                ms, "", ms / verify_ms.front().second);
+  for (auto [rows, ms] : verify_streamed_ms)
+    std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows) + ", streamed").c_str(),
                 ms, "", ms / verify_ms.front().second);
   double device_ms = 0;
   for (const auto& [kind, ms] : decode_profile) device_ms += ms / profiled;
