@@ -4,7 +4,7 @@
 //
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
-//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|both]
+//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|persistent|both|all]
 //                 [--engine-gemms off|on|both] [--skinny on|off|both] [--launch tuned|plain|both] [--profile]
 //                 (--skinny: GEMMs of <= 16 rows through skinny_gemm or cuBLAS; --launch: programmatic launches and the
 //                 scan's W2 L2 hint on (tuned) or off (plain))
@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -192,12 +193,22 @@ std::vector<std::pair<std::string, std::optional<dspark::cuda::BlockAttentionKer
   return out;
 }
 
-// "auto", "fused", "gemm" or "both" (fused, gemm) -> the scan pins.
-std::vector<std::pair<std::string, std::optional<bool>>> parse_scan(const std::string& text) {
-  if (text == "both") return {{"fused", true}, {"gemm", false}};
-  if (text == "fused") return {{"fused", true}};
-  if (text == "gemm") return {{"gemm", false}};
-  return {{"auto", std::nullopt}};
+// A scan choice: its name, the fused-step pin and the persistent-scan pin.
+struct ScanPin {
+  std::string name;
+  std::optional<bool> fused;
+  std::optional<bool> persistent;
+};
+
+// "auto", "fused", "gemm", "persistent", "both" (fused, gemm) or "all" (persistent, fused, gemm) -> the scan pins.
+std::vector<ScanPin> parse_scan(const std::string& text) {
+  const ScanPin persistent{"persistent", std::nullopt, true}, fused{"fused", true, false}, gemm{"gemm", false, false};
+  if (text == "all") return {persistent, fused, gemm};
+  if (text == "both") return {fused, gemm};
+  if (text == "fused") return {fused};
+  if (text == "gemm") return {gemm};
+  if (text == "persistent") return {persistent};
+  return {{"auto", std::nullopt, std::nullopt}};
 }
 
 // --profile: one eager pass per (streams, attention, scan) at full depth with an event after every launch; device
@@ -215,9 +226,10 @@ void profile_cuda(dspark::cuda::CudaDsparkDrafter& drafter, int depth, const std
       requests[stream].depth = depth;
     }
     for (const auto& [name, pin] : parse_attention(attention)) {
-      for (const bool fused : {true, false}) {
+      for (const ScanPin& scan : parse_scan("all")) {
         drafter.set_attention_kernel(pin);
-        drafter.set_fused_scan(fused);
+        drafter.set_fused_scan(scan.fused);
+        drafter.set_persistent_scan(scan.persistent);
         drafter.set_profile(true);
         drafter.draft(requests);
         drafter.draft(requests);
@@ -225,7 +237,7 @@ void profile_cuda(dspark::cuda::CudaDsparkDrafter& drafter, int depth, const std
         drafter.set_profile(false);
         std::string cells;
         double sum = 0;
-        json entry = {{"streams", streams}, {"attention", name}, {"fused_scan", fused}};
+        json entry = {{"streams", streams}, {"attention", name}, {"scan", scan.name}};
         for (const auto& [label, ms] : totals) {
           char cell[96];
           std::snprintf(cell, sizeof cell, "%s%s %.3f", cells.empty() ? "" : ", ", label.c_str(), ms);
@@ -233,7 +245,7 @@ void profile_cuda(dspark::cuda::CudaDsparkDrafter& drafter, int depth, const std
           sum += ms;
           entry["ms"][label] = ms;
         }
-        std::printf("| %d | %s | %s | %s | %.3f |\n", streams, name.c_str(), fused ? "fused" : "gemm", cells.c_str(),
+        std::printf("| %d | %s | %s | %s | %.3f |\n", streams, name.c_str(), scan.name.c_str(), cells.c_str(),
                     sum);
         results["profile"].push_back(entry);
       }
@@ -241,6 +253,7 @@ void profile_cuda(dspark::cuda::CudaDsparkDrafter& drafter, int depth, const std
   }
   drafter.set_attention_kernel(std::nullopt);
   drafter.set_fused_scan(std::nullopt);
+  drafter.set_persistent_scan(std::nullopt);
 }
 
 // The CUDA drafter: load, absorb of the context, then draft passes by streams (1..64) and depth, device times.
@@ -278,6 +291,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   const std::vector<float> taps = bench_taps(context, static_cast<int64_t>(shape.taps.size()) * shape.hidden);
   std::vector<double> absorb_ms;
   std::vector<std::string> table;
+  std::map<std::pair<int, int>, std::vector<Draft>> reference_drafts;  // (streams, depth) -> the first variant's
   for (int streams : {1, 4, 8, 16, 32, 64}) {
     for (int stream = 0; stream < streams; ++stream) {
       if (drafter.context_length(stream) == context) continue;
@@ -290,7 +304,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - absorb_start).count());
     }
     for (const auto& [attention_name, pin] : parse_attention(attention))
-    for (const auto& [scan_name, fused] : parse_scan(scan))
+    for (const auto& [scan_name, fused, persistent] : parse_scan(scan))
     for (const bool engine : engine_gemms == "both" ? std::vector<bool>{false, true}
                                                     : std::vector<bool>{engine_gemms == "on"})
     for (const bool skinny_on : parse_switch(skinny, "on"))
@@ -300,6 +314,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       drafter.set_graphs(graphed);
       drafter.set_attention_kernel(pin);
       drafter.set_fused_scan(fused);
+      drafter.set_persistent_scan(persistent);
       drafter.set_engine_gemms(engine);
       drafter.set_skinny_gemms(skinny_on);
       drafter.set_launch_tuning(tuned, tuned);
@@ -315,6 +330,27 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       // variant under test must not fail or drift), not fatal.
       std::vector<Draft> first = drafter.draft(requests);
       drafter.draft(requests);  // a graph is captured at the second sighting
+      {
+        // Variants against the first one timed for this (streams, depth): drafts with other tokens or chance bits
+        // (the persistent scan must give the fused step's bits; the GEMM scan may differ at near-ties).
+        std::vector<Draft>& reference = reference_drafts[{streams, depth}];
+        if (reference.empty()) {
+          reference = first;
+        } else {
+          int unlike = 0;
+          for (size_t i = 0; i < first.size(); ++i) {
+            const bool same_chances =
+                first[i].chances.size() == reference[i].chances.size() &&
+                std::memcmp(first[i].chances.data(), reference[i].chances.data(),
+                            first[i].chances.size() * sizeof(float)) == 0;
+            if (first[i].tokens != reference[i].tokens || !same_chances) ++unlike;
+          }
+          if (unlike) {
+            std::printf("note: streams %d depth %d scan %s graphs %d: %d of %zu drafts unlike the first variant's\n",
+                        streams, depth, scan_name.c_str(), graphed ? 1 : 0, unlike, first.size());
+          }
+        }
+      }
       int failed = 0, drifted = 0;
       for (int repeat = 0; repeat < repeats; ++repeat) {
         const auto pass_start = std::chrono::steady_clock::now();

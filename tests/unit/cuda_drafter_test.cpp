@@ -553,6 +553,204 @@ TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsor
   EXPECT_NE(gap.message().find("gap"), std::string::npos) << gap.message();
 }
 
+// The persistent scan (one cooperative launch for every slot, W2 held on chip) computes each logit with the fused
+// step's dot order, so greedy requests draft the same tokens and chance bits: alone (the one-request kernel) and in
+// groups of up to 8 with mixed depths (the group kernel), scratch poisoned before every pass; its graph (one per
+// request count, any depth) replays the eager bits at depths changing from call to call; sampled requests and
+// groups above 8 keep the other scans; a planted fault fails only its request, by name and slot.
+TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  DrafterOptions options = cuda_options();
+  options.max_streams = 12;
+  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, options);
+  ASSERT_TRUE(gpu);
+  gpu->set_graphs(false);
+  const DsparkConfig& c = gpu->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  std::vector<DraftRequest> requests;
+  std::mt19937 rng(21);
+  for (int i = 0; i < 10; ++i) {
+    const int length = 3 + 29 * i;
+    ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 500 + i)).ok());
+    DraftRequest request;
+    request.stream = i;
+    request.anchor_token = static_cast<int32_t>(rng() % c.vocab_size);
+    request.anchor_position = length;
+    request.depth = 1 + (i * 5) % c.block_size;
+    requests.push_back(request);
+  }
+  auto draft_with = [&](bool persistent, std::span<const DraftRequest> batch) {
+    gpu->set_fused_scan(persistent ? std::nullopt : std::optional<bool>(true));
+    gpu->set_persistent_scan(persistent);
+    EXPECT_EQ(gpu->persistent_scan(static_cast<int>(batch.size()), true), persistent);
+    EXPECT_TRUE(gpu->poison_scratch_for_test().ok());
+    return gpu->draft(batch);
+  };
+  auto expect_same = [&](const std::vector<Draft>& actual, const std::vector<Draft>& expected) {
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      SCOPED_TRACE("request " + std::to_string(i));
+      ASSERT_TRUE(actual[i].status.ok()) << actual[i].status.to_string();
+      ASSERT_TRUE(expected[i].status.ok()) << expected[i].status.to_string();
+      EXPECT_EQ(actual[i].tokens, expected[i].tokens);
+      ASSERT_EQ(actual[i].chances.size(), expected[i].chances.size());
+      for (size_t slot = 0; slot < actual[i].chances.size(); ++slot) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(actual[i].chances[slot]), std::bit_cast<uint32_t>(expected[i].chances[slot]))
+            << "slot " << slot;
+      }
+    }
+  };
+  // Alone, at full depth and at its own depth.
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE("single request " + std::to_string(i));
+    for (const int depth : {c.block_size, requests[i].depth}) {
+      DraftRequest single = requests[i];
+      single.depth = depth;
+      const std::span<const DraftRequest> one(&single, 1);
+      expect_same(draft_with(true, one), draft_with(false, one));
+    }
+  }
+  // Groups of 2, 5 and 8 requests (the group kernel), mixed depths.
+  for (const size_t size : {2, 5, 8}) {
+    SCOPED_TRACE("group of " + std::to_string(size));
+    const std::span<const DraftRequest> group(requests.data(), size);
+    expect_same(draft_with(true, group), draft_with(false, group));
+  }
+  // Sampled requests and groups above 8 keep the other scans.
+  EXPECT_FALSE(gpu->persistent_scan(1, false));
+  EXPECT_FALSE(gpu->persistent_scan(9, true));
+  // Graphs: one captured shape serves depths changing from call to call, with the eager bits.
+  gpu->set_persistent_scan(true);
+  gpu->set_fused_scan(std::nullopt);
+  const int64_t replays_before = gpu->graph_replays();
+  for (const int depth : {c.block_size, 2, c.block_size, 4, 1, c.block_size}) {
+    SCOPED_TRACE("graphed depth " + std::to_string(depth));
+    DraftRequest single = requests[1];
+    single.depth = depth;
+    const std::span<const DraftRequest> one(&single, 1);
+    gpu->set_graphs(false);
+    ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+    const std::vector<Draft> eager = gpu->draft(one);
+    gpu->set_graphs(true);
+    ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+    expect_same(gpu->draft(one), eager);
+  }
+  EXPECT_EQ(gpu->graph_failures(), 0);
+  // 6 graphed passes: the block pass and the scan each captured at the second and replayed from then on.
+  EXPECT_EQ(gpu->graph_replays() - replays_before, 2 * 5);
+  // Planted faults: the planted stream fails by name at its slot, the other drafts its unplanted tokens.
+  gpu->set_graphs(false);
+  const std::vector<Draft> clean = draft_with(true, std::span<const DraftRequest>(requests.data(), 2));
+  const std::pair<const char*, int PlantedFaults::*> kinds[] = {
+      {"non-finite draft logit", &PlantedFaults::nan_logit_slot},
+      {"non-finite draft confidence", &PlantedFaults::inf_confidence_slot},
+      {"outside vocabulary", &PlantedFaults::out_of_range_pick_slot}};
+  for (const auto& [message, field] : kinds) {
+    for (const int slot : {0, requests[1].depth - 1}) {
+      SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot));
+      DrafterOptions planted = options;
+      planted.faults.enabled = true;
+      planted.faults.stream = 1;
+      planted.faults.*field = slot;
+      std::unique_ptr<CudaDsparkDrafter> faulty = load_cuda(pair.drafter_dir, target, planted);
+      ASSERT_TRUE(faulty);
+      faulty->set_persistent_scan(true);
+      for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE(faulty->absorb(i, 0, requests[i].anchor_position,
+                                   testing::random_taps(requests[i].anchor_position, width, 500 + i))
+                        .ok());
+      }
+      ASSERT_TRUE(faulty->persistent_scan(2, true));
+      const std::vector<Draft> drafts = faulty->draft(std::span<const DraftRequest>(requests.data(), 2));
+      EXPECT_EQ(drafts[1].status.code(), ErrorCode::DraftNonfinite);
+      EXPECT_NE(drafts[1].status.message().find(message), std::string::npos) << drafts[1].status.message();
+      EXPECT_NE(drafts[1].status.message().find("slot " + std::to_string(slot)), std::string::npos);
+      ASSERT_TRUE(drafts[0].status.ok()) << drafts[0].status.to_string();
+      EXPECT_EQ(drafts[0].tokens, clean[0].tokens);
+      // Alone (the one-request kernel).
+      const std::vector<Draft> alone = faulty->draft(std::span<const DraftRequest>(&requests[1], 1));
+      EXPECT_EQ(alone[0].status.code(), ErrorCode::DraftNonfinite);
+      EXPECT_NE(alone[0].status.message().find("slot " + std::to_string(slot)), std::string::npos);
+    }
+  }
+}
+
+// absorb_device() replays a CUDA graph of a chunk's projections from a row count's second sighting: the same
+// sequence of device absorbs (several streams per call, a rollback, row counts repeating) through graphs and eagerly
+// leaves contexts that draft the same tokens and chance bits; the graphed drafter really replayed (5 absorb replays).
+TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> eager = load_cuda(pair.drafter_dir, target, cuda_options());
+  std::unique_ptr<CudaDsparkDrafter> graphed = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(eager && graphed);
+  eager->set_graphs(false);
+  const DsparkConfig& c = eager->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  constexpr int kRows = 48;
+  const std::vector<float> taps = testing::random_taps(kRows, width, 77);
+  std::vector<bf16> values(taps.size());
+  for (size_t i = 0; i < taps.size(); ++i) values[i] = float_to_bf16(taps[i]);
+  ls::cuda::DeviceBuffer<bf16> device_taps;
+  ASSERT_TRUE(device_taps.allocate(values.size()).ok());
+  ASSERT_EQ(cudaMemcpy(device_taps.data(), values.data(), values.size() * sizeof(bf16), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  DeviceTaps on_device;
+  on_device.data = device_taps.data();
+  on_device.device = eager->facts().tap_device;
+  on_device.rows = kRows;
+  on_device.row_values = width;
+  // Calls of 5 rows (streams 0 and 1) four times, 7 rows (stream 2) twice, then stream 0 rolled back by 2 rows.
+  std::vector<std::vector<TapRows>> calls;
+  for (int call = 0; call < 4; ++call) {
+    calls.push_back({{0, 3 * call, 3 * call, 3}, {1, 2 * call, 20 + 2 * call, 2}});
+  }
+  calls.push_back({{2, 0, 30, 7}});
+  calls.push_back({{2, 7, 37, 7}});
+  calls.push_back({{0, 10, 5, 4}, {1, 8, 1, 1}});
+  const int64_t replays_before = graphed->graph_replays();
+  for (CudaDsparkDrafter* drafter : {eager.get(), graphed.get()}) {
+    for (const std::vector<TapRows>& call : calls) {
+      ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
+      ASSERT_TRUE(drafter->absorb_device(call, on_device).ok());
+      ASSERT_TRUE(drafter->settle().ok());
+    }
+  }
+  // Row count 5: calls 1-4 and 7 (replays from the second); 7: calls 5 and 6.
+  EXPECT_EQ(graphed->graph_replays() - replays_before, 4 + 1);
+  EXPECT_EQ(graphed->graph_failures(), 0);
+  EXPECT_EQ(graphed->context_length(0), 14);
+  std::vector<DraftRequest> requests(3);
+  const int64_t lengths[] = {14, 9, 14};
+  for (int i = 0; i < 3; ++i) {
+    requests[i].stream = i;
+    requests[i].anchor_token = 40 + 7 * i;
+    requests[i].anchor_position = lengths[i];
+    requests[i].depth = c.block_size;
+  }
+  eager->set_graphs(false);
+  graphed->set_graphs(false);  // the drafts themselves eagerly on both: only the absorbs differ
+  const std::vector<Draft> expected = eager->draft(requests);
+  const std::vector<Draft> actual = graphed->draft(requests);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("stream " + std::to_string(i));
+    ASSERT_TRUE(expected[i].status.ok()) << expected[i].status.to_string();
+    ASSERT_TRUE(actual[i].status.ok()) << actual[i].status.to_string();
+    EXPECT_EQ(actual[i].tokens, expected[i].tokens);
+    for (int slot = 0; slot < c.block_size; ++slot) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(actual[i].chances[slot]), std::bit_cast<uint32_t>(expected[i].chances[slot]));
+    }
+  }
+  // The eager drafter's last pass is its own reference: U of the two agrees bit for bit.
+  const Result<std::vector<float>> expected_logits = eager->last_base_logits();
+  const Result<std::vector<float>> actual_logits = graphed->last_base_logits();
+  ASSERT_TRUE(expected_logits.ok() && actual_logits.ok());
+  EXPECT_EQ(*actual_logits, *expected_logits);
+}
+
 TEST(CudaDrafter, APlantedFaultFailsOnlyThePlantedRequestWithDraftNonfinite) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();

@@ -143,26 +143,8 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
                                 cudaMemcpyHostToDevice, stream));
     LS_CUDA_TRY(cudaMemcpyAsync(absorb_.positions.data(), slot + pointer_bytes, filled * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream));
-    // C = hidden_norm(fc(F)) for every row of the chunk at once.
-    LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), filled, weights_.fc.values.data(), d, in, absorb_.fused.data(),
-                            false, d));
-    LS_RETURN_IF_ERROR(rms_norm(absorb_.fused.data(), filled, d, weights_.hidden_norm.data(), c.norm_eps,
-                                absorb_.normed.data(), stream));
-    for (int index = 0; index < c.num_layers; ++index) {
-      const DeviceLayerWeights& layer = weights_.layers[index];
-      bf16_t* keys = absorb_.keys.data();
-      bf16_t* values = absorb_.values.data();
-      LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, layer.k_proj.values.data(), kv, d, keys, false, kv));
-      LS_RETURN_IF_ERROR(rms_norm(keys, filled * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.norm_eps, keys,
-                                  stream));
-      LS_RETURN_IF_ERROR(rope_rotate(keys, filled, c.num_kv_heads, c.head_dim, absorb_.positions.data(), 0,
-                                     weights_.inv_freq.data(), neox(c), stream));
-      LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, layer.v_proj.values.data(), kv, d, values, false, kv));
-      // One launch puts every stream's rows of this layer in place (a copy per stream per layer cost more to
-      // launch than the GEMMs took).
-      LS_RETURN_IF_ERROR(scatter_context_rows(keys, values, filled, kv, absorb_.row_pointers.data() + index * filled,
-                                              absorb_.row_pointers.data() + (layers + index) * filled, stream));
-    }
+    // The chunk's projections: eagerly, or (from a row count's second sighting) one CUDA graph replay.
+    LS_RETURN_IF_ERROR(run_shape({static_cast<int>(filled), kAbsorbGraphKey}, [&] { return absorb_chunk(filled); }));
   }
   // No wait here: the next pass queues behind this work on the drafter's stream, and settle() waits before the
   // target's next forward overwrites the taps read above.
@@ -170,6 +152,36 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
   for (size_t index = 0; index < rows.size(); ++index) {
     contexts[index]->length = rows[index].start + rows[index].rows;
   }
+  return ok_status();
+}
+
+Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
+  const DsparkConfig& c = config_;
+  const cudaStream_t stream = stream_.get();
+  const int64_t d = c.hidden_size, in = static_cast<int64_t>(c.tap_count()) * d, kv = c.kv_size();
+  const int64_t layers = c.num_layers;
+  // C = hidden_norm(fc(F)) for every row of the chunk at once.
+  LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), filled, weights_.fc.values.data(), d, in, absorb_.fused.data(),
+                          false, d));
+  LS_RETURN_IF_ERROR(rms_norm(absorb_.fused.data(), filled, d, weights_.hidden_norm.data(), c.norm_eps,
+                              absorb_.normed.data(), stream));
+  mark("absorb fc + norm");
+  for (int index = 0; index < c.num_layers; ++index) {
+    const DeviceLayerWeights& layer = weights_.layers[index];
+    bf16_t* keys = absorb_.keys.data();
+    bf16_t* values = absorb_.values.data();
+    LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, layer.k_proj.values.data(), kv, d, keys, false, kv));
+    LS_RETURN_IF_ERROR(rms_norm(keys, filled * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.norm_eps, keys,
+                                stream));
+    LS_RETURN_IF_ERROR(rope_rotate(keys, filled, c.num_kv_heads, c.head_dim, absorb_.positions.data(), 0,
+                                   weights_.inv_freq.data(), neox(c), stream));
+    LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, layer.v_proj.values.data(), kv, d, values, false, kv));
+    // One launch puts every stream's rows of this layer in place (a copy per stream per layer cost more to
+    // launch than the GEMMs took).
+    LS_RETURN_IF_ERROR(scatter_context_rows(keys, values, filled, kv, absorb_.row_pointers.data() + index * filled,
+                                            absorb_.row_pointers.data() + (layers + index) * filled, stream));
+  }
+  mark("absorb K/V");
   return ok_status();
 }
 

@@ -16,8 +16,6 @@ namespace {
 // The stream id the warm-up pass uses and releases (lanes never hand out this id).
 // cuBLAS workspace set on the handle (graph capture needs one set; 32 MiB is cuBLAS's own default on Hopper).
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-// Graph shapes kept at most (block: one per request count; scan: one per request count and depth).
-constexpr size_t kMaxGraphShapes = 1024;
 
 // A host matrix as bf16 values (bf16 as stored; fp32-stored checkpoints are rounded: the device runs bf16).
 std::vector<bf16_t> as_bf16(const compute::OwnedMatrix& matrix) {
@@ -136,6 +134,21 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   const compute::RopeTable rope = compute::make_rope_table(config.head_dim, config.rope_theta);
   LS_RETURN_IF_ERROR(upload_floats(rope.inv_freq, "rope inv_freq", w.inv_freq, steps));
   LS_RETURN_IF_ERROR(d.reserve_scratch(std::max(options.max_streams, 1), &steps));
+  {
+    // The persistent scan's plans (none where the shape or the device cannot take it) and their scratch.
+    const ScanShape shape = d.scan_shape();
+    d.scan_plans_[0] = persistent_scan_plan(shape, 1);
+    d.scan_plans_[1] = persistent_scan_plan(shape, kPersistentScanGroup);
+    int64_t partials = 0;
+    for (const PersistentScanPlan& plan : d.scan_plans_) {
+      partials = std::max<int64_t>(partials, static_cast<int64_t>(config.block_size) * plan.group * plan.grid);
+    }
+    if (partials > 0) {
+      LS_RETURN_IF_ERROR(d.scratch_.persistent_partials.allocate(static_cast<size_t>(partials),
+                                                                 "persistent scan partials", steps));
+      LS_RETURN_IF_ERROR(d.scratch_.scan_barrier.upload({0u, 0u}, "persistent scan barrier", steps));
+    }
+  }
   LS_RETURN_IF_ERROR(steps.step("warm-up"));
   LS_RETURN_IF_ERROR(d.warm_up());
   return drafter;
@@ -209,29 +222,6 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
   s.requests = requests;
   graphs_.clear();  // captured graphs hold the old scratch pointers
   return ok_status();
-}
-
-template <typename Enqueue>
-Status CudaDsparkDrafter::run_shape(std::pair<int, int> key, Enqueue&& enqueue) {
-  const cudaStream_t stream = stream_.get();
-  if (!graphs_on_ || profile_.on()) return enqueue();
-  auto found = graphs_.find(key);
-  if (found == graphs_.end()) {
-    if (graphs_.size() >= kMaxGraphShapes) return enqueue();
-    found = graphs_.emplace(key, GraphShape{}).first;
-  }
-  GraphShape& shape = found->second;
-  if (shape.failed || (!shape.exec.ready() && ++shape.sightings < 2)) return enqueue();
-  if (!shape.exec.ready()) {
-    // Second sighting: capture (nothing runs), then replay below; a capture that fails runs eagerly for good.
-    if (!shape.exec.capture(stream, enqueue).ok()) {
-      shape.failed = true;
-      ++graph_failures_;
-      return enqueue();
-    }
-  }
-  ++graph_replays_;
-  return shape.exec.launch(stream);
 }
 
 Status CudaDsparkDrafter::reserve_context(DeviceStreamContext& context, int64_t rows) {
@@ -335,9 +325,15 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   block_timer_.start(stream);
   status = run_shape({count, 0}, [&] { return block_pass(count); });
   block_timer_.stop(stream);
+  scan_all_greedy_ = std::all_of(scans.begin(), scans.end(), [](const DeviceScanRequest& scan) {
+    return scan.temperature <= 0.0f;
+  });
   if (status.ok()) {
     scan_timer_.start(stream);
-    status = run_shape({count, max_depth}, [&] { return markov_scan(count, max_depth); });
+    // The persistent scan reads each request's depth on the device: one graph for every depth.
+    const bool persistent = persistent_scan(count, scan_all_greedy_);
+    status = run_shape({count, persistent ? kPersistentScanKey : max_depth},
+                       [&] { return markov_scan(count, max_depth); });
     scan_timer_.stop(stream);
   }
   // The one copy back: every request's tokens, chances and failure flags.
@@ -371,6 +367,9 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
       case kScanNonfiniteLogit:
         draft.status = Status(ErrorCode::DraftNonfinite, "non-finite draft logit" + where);
         break;
+      case kScanBarrierTimeout:
+        draft.status = Status(ErrorCode::DeviceError, "the persistent Markov scan's grid barrier timed out" + where);
+        continue;
       case kScanNonfiniteConfidence:
         draft.status = Status(ErrorCode::DraftNonfinite, "non-finite draft confidence" + where);
         break;
@@ -407,6 +406,9 @@ Status CudaDsparkDrafter::poison_scratch_for_test() {
     LS_CUDA_TRY(cudaMemsetAsync(buffer->data(), 0xff, buffer->bytes(), stream_.get()));
   }
   LS_CUDA_TRY(cudaMemsetAsync(s.scan_partials.data(), 0xff, s.scan_partials.bytes(), stream_.get()));
+  if (s.persistent_partials.size() > 0) {
+    LS_CUDA_TRY(cudaMemsetAsync(s.persistent_partials.data(), 0xff, s.persistent_partials.bytes(), stream_.get()));
+  }
   LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
   return ok_status();
 }

@@ -81,6 +81,8 @@ struct DeviceBlockScratch {
   TrackedBuffer<ScanPartial> scan_partials;          // [requests, fused_scan_chunks(V)] the fused scan's chunk picks
   TrackedBuffer<unsigned int> scan_tickets;          // [fused_scan_groups(requests)] zero between steps
   TrackedBuffer<unsigned int> gemm_ticket;           // [1] the skinny residual-norm GEMMs' counter, zero between
+  TrackedBuffer<ScanPartial> persistent_partials;   // [gamma, group, grid] the persistent scan's CTA picks
+  TrackedBuffer<unsigned int> scan_barrier;          // [2] the persistent scan's barrier and timed-out flag
   TrackedBuffer<float> attention_stats, attention_partials;  // the split attention's (split_attention_*_floats)
 };
 
@@ -96,6 +98,12 @@ struct DeviceAbsorbScratch {
   TrackedBuffer<int32_t> positions;    // [chunk]
   TrackedBuffer<bf16_t*> row_pointers;  // [2, layers, chunk] each row's context K and V row, per layer
 };
+
+// Second parts of graph keys that are not a depth (the block pass is 0, a scan its depth).
+inline constexpr int kPersistentScanKey = -1;
+inline constexpr int kAbsorbGraphKey = -2;
+// Graph shapes kept at most.
+inline constexpr size_t kMaxGraphShapes = 1024;
 
 class CudaDsparkDrafter final : public Drafter {
  public:
@@ -177,6 +185,15 @@ class CudaDsparkDrafter final : public Drafter {
   }
   // Whether a scan of `count` requests takes the fused step: the pin, else a single request (where supported).
   bool fused_scan(int count) const;
+  // The persistent greedy scan (one cooperative launch for every slot, W2 on chip; scan_persistent.cu) for scans of
+  // up to kPersistentScanGroup greedy requests: pinned on or off, or automatic (nullopt: off until the H200 A/B).
+  // Its graph serves every depth (key (count, -1)).
+  void set_persistent_scan(std::optional<bool> on) {
+    persistent_scan_pin_ = on;
+    graphs_.clear();
+  }
+  // Whether a scan of `count` requests, all greedy or not, takes the persistent kernel.
+  bool persistent_scan(int count, bool all_greedy) const;
   // Bench: device time per launch label of each draft() call while on (passes then run eagerly).
   void set_profile(bool on) { profile_.set_on(on); }
   std::vector<std::pair<std::string, double>> last_profile() const { return profile_.totals(); }
@@ -189,6 +206,9 @@ class CudaDsparkDrafter final : public Drafter {
   Status reserve_context(DeviceStreamContext& context, int64_t rows);
   Status reserve_scratch(int64_t requests, InitSteps* steps);
   Status project_context(const float* taps, int64_t rows, int64_t start, DeviceStreamContext& context);
+  // absorb_device()'s projections of one chunk of `filled` rows (features, positions and row pointers in place):
+  // C = hidden_norm(fc F), then per layer K = RoPE(k_norm(k_proj C)) and V = v_proj C into each row's context.
+  Status absorb_chunk(int64_t filled);
   Status block_pass(int count);
   Status block_pass_unfused(int count);
   BlockAttentionKernel attention_kernel(int count) const;
@@ -235,7 +255,8 @@ class CudaDsparkDrafter final : public Drafter {
   int64_t nonfinite_drafts_ = 0;
   double last_block_ms_ = 0;
   double last_scan_ms_ = 0;
-  // Graph cache: key (request count, 0) for the block pass, (request count, depth) for the scan.
+  // Graph cache: key (request count, 0) for the block pass, (request count, depth) for the scan, (request count,
+  // kPersistentScanKey) for the persistent scan, (rows, kAbsorbGraphKey) for absorb_device()'s chunk projections.
   struct GraphShape {
     int sightings = 0;
     bool failed = false;
@@ -244,6 +265,9 @@ class CudaDsparkDrafter final : public Drafter {
   bool graphs_on_ = true;
   std::optional<BlockAttentionKernel> attention_pin_;
   std::optional<bool> fused_scan_pin_;
+  std::optional<bool> persistent_scan_pin_;
+  PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
+  bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
   bool skinny_gemms_ = false;
@@ -255,5 +279,28 @@ class CudaDsparkDrafter final : public Drafter {
   int64_t graph_replays_ = 0;
   int64_t graph_failures_ = 0;
 };
+
+template <typename Enqueue>
+inline Status CudaDsparkDrafter::run_shape(std::pair<int, int> key, Enqueue&& enqueue) {
+  const cudaStream_t stream = stream_.get();
+  if (!graphs_on_ || profile_.on()) return enqueue();
+  auto found = graphs_.find(key);
+  if (found == graphs_.end()) {
+    if (graphs_.size() >= kMaxGraphShapes) return enqueue();
+    found = graphs_.emplace(key, GraphShape{}).first;
+  }
+  GraphShape& shape = found->second;
+  if (shape.failed || (!shape.exec.ready() && ++shape.sightings < 2)) return enqueue();
+  if (!shape.exec.ready()) {
+    // Second sighting: capture (nothing runs), then replay below; a capture that fails runs eagerly for good.
+    if (!shape.exec.capture(stream, enqueue).ok()) {
+      shape.failed = true;
+      ++graph_failures_;
+      return enqueue();
+    }
+  }
+  ++graph_replays_;
+  return shape.exec.launch(stream);
+}
 
 }  // namespace ls::dspark::cuda

@@ -216,6 +216,12 @@ ScanShape CudaDsparkDrafter::scan_shape() const {
   return ScanShape{c.vocab_size, c.markov_rank, c.hidden_size, c.block_size, c.has_confidence};
 }
 
+bool CudaDsparkDrafter::persistent_scan(int count, bool all_greedy) const {
+  const PersistentScanPlan& plan = scan_plans_[count <= 1 ? 0 : 1];
+  if (!all_greedy || plan.grid == 0 || count > plan.group || scratch_.persistent_partials.size() == 0) return false;
+  return persistent_scan_pin_.value_or(false);
+}
+
 bool CudaDsparkDrafter::fused_scan(int count) const {
   if (!fused_scan_supported(scan_shape())) return false;
   return fused_scan_pin_ ? *fused_scan_pin_ : count == 1;
@@ -238,6 +244,16 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
   step.confidence_bias = weights_.confidence_bias;
   step.confidence_temperatures =
       weights_.confidence_temperatures.size() > 0 ? weights_.confidence_temperatures.data() : nullptr;
+  if (persistent_scan(count, scan_all_greedy_)) {
+    // One launch for every slot of every request (slots up to each request's depth, read on the device).
+    step.w1 = weights_.markov_w1.data();
+    step.w2 = weights_.markov_w2.values.data();
+    step.partials = s.persistent_partials.data();
+    LS_RETURN_IF_ERROR(markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], s.scan_barrier.data(),
+                                              stream));
+    mark("scan persistent");
+    return ok_status();
+  }
   if (fused_scan(count)) {
     // Per slot one launch: W1 gather + W2 product + U + chunk picks, the pick by each group's last CTA.
     step.w1 = weights_.markov_w1.data();

@@ -163,7 +163,13 @@ struct DeviceScanRequest {
   int32_t out_of_range_pick_slot = -1;
 };
 
-enum ScanStatus : int32_t { kScanOk = 0, kScanNonfiniteLogit = 1, kScanNonfiniteConfidence = 2, kScanPickOutOfRange = 3 };
+enum ScanStatus : int32_t {
+  kScanOk = 0,
+  kScanNonfiniteLogit = 1,
+  kScanNonfiniteConfidence = 2,
+  kScanPickOutOfRange = 3,
+  kScanBarrierTimeout = 4,  // the persistent scan's grid barrier waited too long (a device fault, not the drafts')
+};
 
 // The scan's running state and outputs of one request; the whole array is the one copy back to the host.
 struct DeviceScanRecord {
@@ -235,6 +241,24 @@ inline bool fused_scan_supported(const ScanShape& shape) {
 inline int64_t fused_scan_chunks(int64_t vocab) { return (vocab + kFusedScanIds - 1) / kFusedScanIds; }
 inline int fused_scan_groups(int count) { return count <= 1 ? 1 : (count + kFusedScanGroup - 1) / kFusedScanGroup; }
 Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
+
+// The persistent greedy scan (scan_persistent.cu): every slot of up to kPersistentScanGroup greedy requests in one
+// cooperative launch (slots up to each request's depth, read on the device: one graph serves every depth). W2 is
+// held on chip (registers + shared memory) for the whole scan; a grid barrier per slot; the logits, picks and chance
+// bits of markov_step_fused. Needs `partials` [gamma, plan.group, plan.grid] and `barrier` [2] (counter and timed-out
+// flag, zeroed by the launch sequence). Greedy requests only (the caller checks).
+inline constexpr int kPersistentScanGroup = 8;
+struct PersistentScanPlan {
+  int grid = 0;         // CTAs (all resident); 0: not supported for this shape on this device
+  int ids_per_cta = 0;  // vocab ids per CTA, a multiple of 32
+  int held_rounds = 0;  // 32-row rounds of W2 a CTA holds in shared memory (the rest: registers, then L2)
+  int group = 0;        // requests the kernel takes: 1, or kPersistentScanGroup
+  size_t shared_bytes = 0;
+};
+// The plan for `count` requests on the current device (grid 0 when the shape or the device cannot take it).
+PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count);
+Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
+                              unsigned int* barrier, cudaStream_t stream);
 
 // Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
 // with draw_token bit for bit. Greedy rows take the argmax.

@@ -1,0 +1,426 @@
+// The persistent greedy Markov scan: every slot of a scan in one cooperative launch, W2 held on chip for all slots.
+//
+// Grid: `grid` CTAs (all resident: a cooperative launch), CTA c owning vocab ids [c * ids, (c + 1) * ids). Each lane
+// keeps the W2 rows of its first register_rounds rounds in registers and copies the rest of the CTA's rows into
+// shared memory once, so W2 is read from memory once per scan, not once per slot. Per slot: e = W1[previous] (every
+// CTA knows the previous pick), l = W2 e + U_slot for the CTA's ids (the fused step's dot, the same fp32 order, so
+// the same bits), the CTA's greedy best and non-finite flag as a partial [slot][request][CTA], a grid barrier (a
+// counter zeroed before the launch), then every CTA combines all partials the same way and takes the same pick. CTA
+// 0 finishes the slot (confidence, flags, record: finish_step of the step kernels) after it has arrived at the
+// next slot's barrier, so the confidence overlaps the next slot's dot. Greedy requests only (a keyed draw needs the
+// whole corrected row in one CTA before the next slot).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "compute/cuda/cuda_util.h"
+#include "compute/cuda/features.h"
+#include "draft/dspark/cuda/draft_kernels.h"
+#include "draft/dspark/cuda/scan_pick.cuh"
+
+namespace ls::dspark::cuda {
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps; 8 lanes per W2 row, 4 rows per warp instruction, 32 rows per round
+constexpr int kWarps = kThreads / kWarp;
+constexpr int kRowsPerRound = kWarps * 4;
+constexpr int kPieces = kMaxFusedScanRank / 64;  // 16-byte pieces of a W2 row per lane
+constexpr long long kBarrierSpinCycles = 200'000'000;  // ~0.1 s at 2 GHz
+
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+  const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
+}
+
+__device__ __forceinline__ void copy_async_4(void* shared, const void* global) {
+  const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(global) : "memory");
+}
+
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits for every committed group but the newest one.
+__device__ __forceinline__ void wait_all_but_newest_copy() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* address) {
+  unsigned int value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+// sums[r] += the 8-lane share of W2 row . e_r, in the fused step's order (pieces in order, 8 fmaf each).
+template <int G>
+__device__ __forceinline__ void add_row_pieces(const uint4 (&pieces)[kPieces], const float* e_shared, int rank,
+                                               int part, int group, float (&sums)[G]) {
+#pragma unroll
+  for (int c = 0; c < kPieces; ++c) {
+    const int k = part * 8 + 64 * c;
+    if (k >= rank) break;
+    float weights[8];
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&pieces[c]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float2 pair = __bfloat1622float2(pairs[q]);
+      weights[2 * q] = pair.x;
+      weights[2 * q + 1] = pair.y;
+    }
+#pragma unroll
+    for (int r = 0; r < G; ++r) {
+      if (r < group) {
+        const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
+        const float4 lo = e[0], hi = e[1];
+        sums[r] = fmaf(weights[0], lo.x, sums[r]);
+        sums[r] = fmaf(weights[1], lo.y, sums[r]);
+        sums[r] = fmaf(weights[2], lo.z, sums[r]);
+        sums[r] = fmaf(weights[3], lo.w, sums[r]);
+        sums[r] = fmaf(weights[4], hi.x, sums[r]);
+        sums[r] = fmaf(weights[5], hi.y, sums[r]);
+        sums[r] = fmaf(weights[6], hi.z, sums[r]);
+        sums[r] = fmaf(weights[7], hi.w, sums[r]);
+      }
+    }
+  }
+}
+
+// The 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for request r), flags non-finite
+// logits and keeps the greedy best of each request drafting at this slot.
+template <int G>
+__device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, const float* u, int stride, int64_t vocab,
+                                         int slot, int part, int group, const int* active, const int* nan_slot,
+                                         Best (&best)[G], int& flags) {
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
+  }
+  if (part != 0 || id >= vocab) return;
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    if (r >= group || !active[r]) continue;
+    float logit = sums[r] + u[r * stride];
+    if (id == vocab / 2 && slot == nan_slot[r]) logit = NAN;
+    if (isfinite(logit)) best[r] = better(best[r], Best{static_cast<double>(logit), static_cast<int32_t>(id)});
+    else flags |= 1 << r;
+  }
+}
+
+template <int G, int RegisterRounds>
+__global__ void __launch_bounds__(kThreads, 2)
+    persistent_scan_kernel(ScanStepInputs in, ScanShape shape, int ids_per_cta, int held_rounds,
+                           unsigned int* barrier) {
+  extern __shared__ __align__(16) unsigned char dynamic[];
+  __shared__ PickScratch s;
+  __shared__ int32_t previous[G];
+  __shared__ int depth[G], stopped[G], active[G], finishing[G], nan_slot[G];
+  __shared__ Best warp_best[kWarps][G];
+  __shared__ int warp_flags[kWarps];
+  __shared__ Best combined[G];
+  __shared__ int combined_flags;
+  __shared__ int slots;
+  const int count = min(in.count, G);
+  const int64_t V = shape.vocab;
+  const int rank = shape.rank;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int sub = lane / 8, part = lane % 8;
+  const int rounds = ids_per_cta / kRowsPerRound;
+  // Shared memory: W2 rows held [held_rounds * 32, rank] bf16 | U staging [2][G][ids_per_cta] | e [G][rank].
+  bf16_t* w2_held = reinterpret_cast<bf16_t*>(dynamic);
+  float* u_stage = reinterpret_cast<float*>(dynamic + static_cast<size_t>(held_rounds) * kRowsPerRound * rank * 2);
+  float* e_shared = u_stage + 2 * G * ids_per_cta;
+  const int64_t first_id = static_cast<int64_t>(blockIdx.x) * ids_per_cta;
+  auto local_row = [&](int j) { return (j * kWarps + warp) * 4 + sub; };
+  // The next held_rounds rounds into shared memory, each lane its own pieces (it reads them back itself); rounds
+  // past those are read from L2 every slot (evict-last).
+  const int held_end = min(rounds, RegisterRounds + held_rounds);
+  for (int j = RegisterRounds; j < held_end; ++j) {
+    const int64_t id = first_id + local_row(j);
+#pragma unroll
+    for (int c = 0; c < kPieces; ++c) {
+      const int k = part * 8 + 64 * c;
+      if (k < rank && id < V) {
+        copy_async_16(w2_held + static_cast<int64_t>(local_row(j) - RegisterRounds * kRowsPerRound) * rank + k,
+                      in.w2 + id * rank + k);
+      }
+    }
+  }
+  uint4 raw[RegisterRounds][kPieces];
+#pragma unroll
+  for (int j = 0; j < RegisterRounds; ++j) {
+    const int64_t id = first_id + local_row(j);
+#pragma unroll
+    for (int c = 0; c < kPieces; ++c) {
+      const int k = part * 8 + 64 * c;
+      raw[j][c] = j < rounds && id < V && k < rank ? __ldg(reinterpret_cast<const uint4*>(in.w2 + id * rank + k))
+                                                   : make_uint4(0, 0, 0, 0);
+    }
+  }
+  if (threadIdx.x < G) {
+    const int r = threadIdx.x;
+    const bool real = r < count;
+    previous[r] = real ? in.records[r].previous : 0;
+    depth[r] = real ? in.requests[r].depth : 0;
+    nan_slot[r] = real ? in.requests[r].nan_logit_slot : -1;
+    stopped[r] = 0;
+  }
+  // U of a slot for the CTA's ids, every request (4-byte copies: a chunk's U need not be 16-byte aligned).
+  auto stage_u = [&](int slot) {
+    float* to = u_stage + (slot & 1) * G * ids_per_cta;
+    for (int index = threadIdx.x; index < count * ids_per_cta; index += kThreads) {
+      const int r = index / ids_per_cta, t = index % ids_per_cta;
+      const int64_t id = first_id + t;
+      if (id < V) copy_async_4(to + index, in.base_logits + (static_cast<int64_t>(r) * shape.gamma + slot) * V + id);
+    }
+  };
+  stage_u(0);
+  commit_copies();  // the held W2 rows and slot 0's U
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int most = 0;
+    for (int r = 0; r < count; ++r) most = max(most, depth[r]);
+    slots = min(most, shape.gamma);
+  }
+  __syncthreads();
+  const int total_slots = slots;
+  // CTA 0 ends slot `slot` for every request that drafted there: pick, confidence, flags, record.
+  auto finish = [&](int slot) {
+    for (int r = 0; r < count; ++r) {
+      if (!finishing[r] || in.records[r].status != kScanOk) continue;  // uniform over the CTA
+      const DeviceScanRequest request = in.requests[r];
+      finish_step(in, shape, slot, r, request, in.records[r], (combined_flags >> r) & 1, combined[r], s);
+      __syncthreads();
+    }
+  };
+  for (int slot = 0; slot < total_slots; ++slot) {
+    // Who drafts at this slot, and e = W1[previous].
+    for (int index = threadIdx.x; index < G * rank; index += kThreads) {
+      const int r = index / rank, j = index % rank;
+      const bool on = r < count && slot < depth[r] && !stopped[r];
+      e_shared[index] = on ? __bfloat162float(in.w1[static_cast<int64_t>(previous[r]) * rank + j]) : 0.0f;
+      if (j == 0) active[r] = on;
+    }
+    if (slot + 1 < total_slots) stage_u(slot + 1);
+    commit_copies();
+    wait_all_but_newest_copy();  // the held rows and this slot's U are in
+    __syncthreads();
+    const float* u = u_stage + (slot & 1) * G * ids_per_cta;
+    Best best[G];
+    int flags = 0;
+#pragma unroll
+    for (int r = 0; r < G; ++r) best[r] = Best{0.0, -1};
+#pragma unroll
+    for (int j = 0; j < RegisterRounds; ++j) {
+      if (j >= rounds) break;
+      float sums[G];
+#pragma unroll
+      for (int r = 0; r < G; ++r) sums[r] = 0.0f;
+      add_row_pieces<G>(raw[j], e_shared, rank, part, count, sums);
+      take_row<G>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active, nan_slot,
+                  best, flags);
+    }
+    for (int j = RegisterRounds; j < rounds; ++j) {
+      uint4 pieces[kPieces];
+      const int64_t id = first_id + local_row(j);
+      const bf16_t* row = j < held_end
+                              ? w2_held + static_cast<int64_t>(local_row(j) - RegisterRounds * kRowsPerRound) * rank
+                              : in.w2 + id * rank;
+#pragma unroll
+      for (int c = 0; c < kPieces; ++c) {
+        const int k = part * 8 + 64 * c;
+        pieces[c] = k >= rank || id >= V ? make_uint4(0, 0, 0, 0)
+                    : j < held_end       ? *reinterpret_cast<const uint4*>(row + k)
+                                         : load_w2(row + k, true);
+      }
+      float sums[G];
+#pragma unroll
+      for (int r = 0; r < G; ++r) sums[r] = 0.0f;
+      add_row_pieces<G>(pieces, e_shared, rank, part, count, sums);
+      take_row<G>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active, nan_slot,
+                  best, flags);
+    }
+    // The CTA's best per request: over the warp, then the warps; out as this slot's partial.
+#pragma unroll
+    for (int r = 0; r < G; ++r) {
+      for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+        const Best other{__shfl_xor_sync(0xffffffffu, best[r].value, offset),
+                         __shfl_xor_sync(0xffffffffu, best[r].id, offset)};
+        best[r] = better(best[r], other);
+      }
+      if (lane == 0) warp_best[warp][r] = best[r];
+    }
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) flags |= __shfl_xor_sync(0xffffffffu, flags, offset);
+    if (lane == 0) warp_flags[warp] = flags;
+    __syncthreads();
+    if (threadIdx.x < count && active[threadIdx.x]) {
+      const int r = threadIdx.x;
+      Best cta_best{0.0, -1};
+      int nonfinite = 0;
+      for (int w = 0; w < kWarps; ++w) {
+        cta_best = better(cta_best, warp_best[w][r]);
+        nonfinite |= (warp_flags[w] >> r) & 1;
+      }
+      ScanPartial& out = in.partials[(static_cast<int64_t>(slot) * G + r) * gridDim.x + blockIdx.x];
+      out.value = cta_best.value;
+      out.id = cta_best.id;
+      out.nonfinite = nonfinite;
+      __threadfence();  // the partial is visible device-wide before this CTA arrives
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(barrier, 1u);
+    // CTA 0 ends the previous slot while the others finish this one.
+    if (blockIdx.x == 0 && slot > 0) finish(slot - 1);
+    if (threadIdx.x == 0) {
+      // Bounded: a CTA that never arrives (it cannot happen under a cooperative launch) fails the scan by name
+      // instead of hanging the device (barrier[1] is the timed-out flag).
+      const unsigned int target = static_cast<unsigned int>(slot + 1) * gridDim.x;
+      const long long start = clock64();
+      while (load_acquire(barrier) < target) {
+        if (load_acquire(barrier + 1) != 0 || clock64() - start > kBarrierSpinCycles) {
+          atomicExch(barrier + 1, 1u);
+          break;
+        }
+      }
+      __threadfence();
+    }
+    __syncthreads();
+    // Every CTA combines all partials of the slot in the same way (a total order), so all take the same pick.
+    Best pick[G];
+    int nonfinite = 0;
+#pragma unroll
+    for (int r = 0; r < G; ++r) pick[r] = Best{0.0, -1};
+    for (int c = threadIdx.x; c < static_cast<int>(gridDim.x); c += kThreads) {
+#pragma unroll
+      for (int r = 0; r < G; ++r) {
+        if (r >= count || !active[r]) continue;
+        const ScanPartial* partial = in.partials + (static_cast<int64_t>(slot) * G + r) * gridDim.x + c;
+        nonfinite |= __ldcg(&partial->nonfinite) ? 1 << r : 0;
+        pick[r] = better(pick[r], Best{__ldcg(&partial->value), __ldcg(&partial->id)});
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < G; ++r) {
+      for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+        const Best other{__shfl_xor_sync(0xffffffffu, pick[r].value, offset),
+                         __shfl_xor_sync(0xffffffffu, pick[r].id, offset)};
+        pick[r] = better(pick[r], other);
+      }
+      if (lane == 0) warp_best[warp][r] = pick[r];
+    }
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
+    if (lane == 0) warp_flags[warp] = nonfinite;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int all_flags = 0;
+      for (int w = 0; w < kWarps; ++w) all_flags |= warp_flags[w];
+      combined_flags = all_flags;
+    }
+    if (threadIdx.x < G) {
+      const int r = threadIdx.x;
+      Best chosen{0.0, -1};
+      for (int w = 0; w < kWarps; ++w) chosen = better(chosen, warp_best[w][r]);
+      combined[r] = chosen;
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+      const int r = threadIdx.x;
+      finishing[r] = active[r];
+      if (active[r]) {
+        if ((combined_flags >> r) & 1) stopped[r] = 1;
+        else previous[r] = combined[r].id < 0 ? 0 : combined[r].id;
+      }
+    }
+    __syncthreads();
+  }
+  if (blockIdx.x == 0 && total_slots > 0) finish(total_slots - 1);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && load_acquire(barrier + 1) != 0) {
+    for (int r = 0; r < count; ++r) in.records[r].status = kScanBarrierTimeout;
+  }
+}
+
+// The kernel for a group size: 1 request (3 register rounds) or up to kPersistentScanGroup (2).
+constexpr int kSingleRegisterRounds = 3;
+constexpr int kGroupRegisterRounds = 2;
+
+}  // namespace
+
+PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
+  PersistentScanPlan plan;
+  if (!fused_scan_supported(shape) || count < 1 || count > kPersistentScanGroup || shape.vocab <= 0) return plan;
+  int device = 0, sms = 0, cooperative = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess || !cooperative ||
+      sms <= 0) {
+    cudaGetLastError();
+    return plan;
+  }
+  const bool single = count == 1;
+  const int group = single ? 1 : kPersistentScanGroup;
+  const int register_rounds = single ? kSingleRegisterRounds : kGroupRegisterRounds;
+  // Two CTAs per SM; each CTA's ids a whole number of 32-row rounds.
+  const int64_t wanted = 2 * static_cast<int64_t>(sms);
+  const int64_t per_cta = (shape.vocab + wanted - 1) / wanted;
+  const int ids = static_cast<int>((per_cta + kRowsPerRound - 1) / kRowsPerRound * kRowsPerRound);
+  const int grid = static_cast<int>((shape.vocab + ids - 1) / ids);
+  const void* kernel = single ? reinterpret_cast<const void*>(persistent_scan_kernel<1, kSingleRegisterRounds>)
+                              : reinterpret_cast<const void*>(
+                                    persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds>);
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return plan;
+  }
+  // Shared memory of two CTAs per SM: U staging and e first, then as many held W2 rounds as fit.
+  const size_t per_sm = static_cast<size_t>(ls::cuda::cuda_features().shared_optin) + 1024;
+  const size_t budget = per_sm / 2 - 1024 - attributes.sharedSizeBytes;
+  const size_t staging = sizeof(float) * (2 * static_cast<size_t>(group) * ids + static_cast<size_t>(group) * shape.rank);
+  const size_t round_bytes = static_cast<size_t>(kRowsPerRound) * shape.rank * 2;
+  const int rounds = ids / kRowsPerRound;
+  int held = 0;
+  if (budget > staging) held = static_cast<int>(std::min<size_t>((budget - staging) / round_bytes, rounds));
+  held = std::max(0, std::min(held, rounds - register_rounds));
+  const size_t bytes = staging + held * round_bytes;
+  int resident = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, bytes) != cudaSuccess ||
+      static_cast<int64_t>(resident) * sms < grid) {
+    cudaGetLastError();
+    return plan;
+  }
+  plan.grid = grid;
+  plan.ids_per_cta = ids;
+  plan.held_rounds = held;
+  plan.group = group;
+  plan.shared_bytes = bytes;
+  return plan;
+}
+
+Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
+                              unsigned int* barrier, cudaStream_t stream) {
+  if (inputs.count == 0) return ok_status();
+  if (plan.grid == 0 || inputs.count > plan.group) {
+    return Status(ErrorCode::UnsupportedDraftShape,
+                  "the persistent Markov scan has no plan for " + std::to_string(inputs.count) + " requests here");
+  }
+  LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(plan.grid);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = plan.shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeCooperative;
+  attribute[0].val.cooperative = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  if (plan.group == 1) {
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_scan_kernel<1, kSingleRegisterRounds>, inputs, shape,
+                                   plan.ids_per_cta, plan.held_rounds, barrier));
+  } else {
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds>,
+                                   inputs, shape, plan.ids_per_cta, plan.held_rounds, barrier));
+  }
+  return ok_status();
+}
+
+}  // namespace ls::dspark::cuda

@@ -1,0 +1,259 @@
+// The Markov scan's per-row pick code shared by the step kernels (scan_kernels.cu) and the persistent scan
+// (scan_persistent.cu): block reductions, the greedy argmax, the keyed draw of compute/sampling.cpp and the end of
+// a step (pick, confidence, failure flags, record). Included by CUDA sources only; internal linkage per file.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "compute/cuda/keyed_draw.cuh"
+#include "draft/dspark/cuda/draft_kernels.h"
+
+namespace ls::dspark::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kPickThreads = 1024;
+
+struct PickScratch {
+  double values[kWarp];
+  int32_t ids[kWarp];
+  unsigned int counts[256];
+  double masses[256];
+  uint64_t prefix;
+  double mass_above;
+  int64_t remaining;
+  int flag;
+};
+
+using ls::cuda::keyed::Best;
+using ls::cuda::keyed::better;
+using ls::cuda::keyed::gumbel;
+using ls::cuda::keyed::order_key;
+
+__device__ Best block_best(Best x, PickScratch& s) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    Best other{__shfl_xor_sync(0xffffffffu, x.value, offset), __shfl_xor_sync(0xffffffffu, x.id, offset)};
+    x = better(x, other);
+  }
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) {
+    s.values[warp] = x.value;
+    s.ids[warp] = x.id;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    Best y = lane < static_cast<int>(blockDim.x / kWarp) ? Best{s.values[lane], s.ids[lane]} : Best{0.0, -1};
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      Best other{__shfl_xor_sync(0xffffffffu, y.value, offset), __shfl_xor_sync(0xffffffffu, y.id, offset)};
+      y = better(y, other);
+    }
+    if (lane == 0) {
+      s.values[0] = y.value;
+      s.ids[0] = y.id;
+    }
+  }
+  __syncthreads();
+  const Best result{s.values[0], s.ids[0]};
+  __syncthreads();
+  return result;
+}
+
+__device__ double block_sum(double x, PickScratch& s) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) s.values[warp] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) total += s.values[w];
+    s.values[0] = total;
+  }
+  __syncthreads();
+  const double result = s.values[0];
+  __syncthreads();
+  return result;
+}
+
+// Greedy: the first maximum among non-NaN values (ties to the lower id); id -1 when every value is NaN.
+__device__ Best row_argmax(const float* row, int64_t vocab, PickScratch& s) {
+  Best best{0.0, -1};
+  for (int64_t id = threadIdx.x; id < vocab; id += blockDim.x) {
+    const float value = __ldcg(row + id);
+    if (!isnan(value)) best = better(best, Best{static_cast<double>(value), static_cast<int32_t>(id)});
+  }
+  return block_best(best, s);
+}
+
+// Radix descent over the 64-bit order keys of the candidates (non-NaN, key >= floor). With `masses` false it finds
+// the key of the k-th candidate (`goal` = k); with true, the key where the running probability mass (weights
+// exp((l - max) / T)) first reaches `goal`. Returns 0 when the goal is never reached (keep every candidate).
+__device__ uint64_t radix_threshold(const float* row, int64_t vocab, uint64_t floor, bool masses, double goal,
+                                    double max_logit, double temperature, PickScratch& s) {
+  if (threadIdx.x == 0) {
+    s.prefix = 0;
+    s.mass_above = 0;
+    s.remaining = static_cast<int64_t>(goal);
+    s.flag = 1;
+  }
+  __syncthreads();
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+      s.counts[b] = 0;
+      s.masses[b] = 0;
+    }
+    __syncthreads();
+    const uint64_t high_mask = shift == 56 ? 0 : ~0ull << (shift + 8);
+    const uint64_t prefix = s.prefix;
+    for (int64_t id = threadIdx.x; id < vocab; id += blockDim.x) {
+      const float logit = __ldcg(row + id);
+      if (isnan(logit)) continue;
+      const uint64_t key = order_key(logit, id);
+      if (key < floor || (key & high_mask) != (prefix & high_mask)) continue;
+      const int digit = static_cast<int>((key >> shift) & 0xff);
+      atomicAdd(&s.counts[digit], 1u);
+      if (masses) atomicAdd(&s.masses[digit], exp((static_cast<double>(logit) - max_logit) / temperature));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int chosen = -1, lowest = -1;
+      for (int b = 255; b >= 0; --b) {
+        if (s.counts[b] == 0) continue;
+        lowest = b;
+        if (masses ? s.mass_above + s.masses[b] >= goal : static_cast<int64_t>(s.counts[b]) >= s.remaining) {
+          chosen = b;
+          break;
+        }
+        if (masses) s.mass_above += s.masses[b];
+        else s.remaining -= s.counts[b];
+      }
+      if (chosen < 0 && shift == 56) s.flag = 0;  // never reached: no cut
+      if (chosen < 0) chosen = lowest;             // summation order shortfall: keep this whole prefix
+      if (chosen >= 0) s.prefix |= static_cast<uint64_t>(chosen) << shift;
+    }
+    __syncthreads();
+    if (s.flag == 0) break;
+  }
+  const uint64_t result = s.flag ? s.prefix : 0;
+  __syncthreads();
+  return result;
+}
+
+// draw_token of compute/sampling.cpp for one row held by the whole block. `greedy` is row_argmax's answer.
+__device__ int32_t keyed_pick(const float* row, int64_t vocab, const DeviceScanRequest& sampling, int64_t position,
+                              Best greedy, PickScratch& s) {
+  if (sampling.temperature <= 0.0f || vocab == 0) return greedy.id < 0 ? 0 : greedy.id;
+  if (greedy.id < 0) return 0;  // every logit NaN
+  const double temperature = sampling.temperature;
+  const bool use_top_k = sampling.top_k > 0 && sampling.top_k < vocab;
+  const bool use_top_p = sampling.top_p < 1.0f;
+  const bool use_min_p = sampling.min_p > 0.0f;
+  // The largest non-NaN logit survives top-k, so it is the candidates' max either way.
+  const double max_logit = greedy.value;
+  uint64_t floor = 0;
+  if (use_top_k) floor = radix_threshold(row, vocab, 0, false, sampling.top_k, max_logit, temperature, s);
+  if (use_top_p) {
+    double total = 0;
+    for (int64_t id = threadIdx.x; id < vocab; id += blockDim.x) {
+      const float logit = __ldcg(row + id);
+      if (!isnan(logit) && order_key(logit, id) >= floor) total += exp((static_cast<double>(logit) - max_logit) / temperature);
+    }
+    total = block_sum(total, s);
+    const uint64_t cut = radix_threshold(row, vocab, floor, true, static_cast<double>(sampling.top_p) * total,
+                                         max_logit, temperature, s);
+    if (cut > floor) floor = cut;
+  }
+  const double min_weight = sampling.min_p;
+  Best best{0.0, -1};
+  for (int64_t id = threadIdx.x; id < vocab; id += blockDim.x) {
+    const float logit = __ldcg(row + id);
+    if (isnan(logit) || order_key(logit, id) < floor) continue;
+    if (use_min_p && exp((static_cast<double>(logit) - max_logit) / temperature) < min_weight) continue;
+    const double scaled = static_cast<double>(logit) / temperature;
+    const double score = scaled + gumbel(sampling.seed, position, static_cast<int32_t>(id));
+    best = better(best, Best{score, static_cast<int32_t>(id)});
+  }
+  best = block_best(best, s);
+  return best.id < 0 ? greedy.id : best.id;
+}
+
+// The end of a scan step for request i, whose corrected logits are in its markov row: the pick (from the greedy best
+// over the finite logits, or the keyed draw), the confidence, the failure flags and the record. `nonfinite` and
+// `greedy` are uniform over the block.
+__device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, int slot, int i,
+                            const DeviceScanRequest& request, DeviceScanRecord& record, int nonfinite, Best greedy,
+                            PickScratch& s) {
+  const int64_t V = shape.vocab;
+  const float* row = in.markov + static_cast<int64_t>(i) * V;
+  int32_t pick = 0;
+  if (!nonfinite) pick = keyed_pick(row, V, request, request.anchor_position + slot + 1, greedy, s);
+  float chance = NAN;
+  bool confidence_finite = true;
+  if (shape.has_confidence) {
+    const int64_t block_row = static_cast<int64_t>(i) * shape.gamma + slot;
+    const bf16_t* hidden = in.final_hidden + block_row * shape.hidden;
+    const bf16_t* e = in.w1 ? in.w1 + static_cast<int64_t>(record.previous) * shape.rank
+                            : in.embeddings + static_cast<int64_t>(i) * shape.rank;
+    // Each thread's terms j = t, t + blockDim, ... in that order; 8 of them loaded before any is added (one
+    // memory round trip per 8 terms instead of one per term).
+    constexpr int kBatch = 8;
+    const int terms = shape.hidden + shape.rank;
+    double z = 0;
+    for (int first = threadIdx.x; first < terms; first += kBatch * blockDim.x) {
+      float xs[kBatch], ws[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = first + b * blockDim.x;
+        xs[b] = j >= terms ? 0.0f : (j < shape.hidden ? __bfloat162float(hidden[j]) : __bfloat162float(e[j - shape.hidden]));
+        ws[b] = j < terms ? in.confidence_weight[j] : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (first + b * static_cast<int>(blockDim.x) < terms) z += static_cast<double>(ws[b]) * xs[b];
+      }
+    }
+    z = block_sum(z, s) + in.confidence_bias;
+    float logit = static_cast<float>(z);
+    if (in.confidence_temperatures) logit /= in.confidence_temperatures[slot];
+    float confidence = 1.0f / (1.0f + expf(-logit));
+    if (slot == request.inf_confidence_slot) confidence = INFINITY;
+    confidence_finite = isfinite(confidence);
+    chance = record.running * confidence;
+  }
+  if (threadIdx.x != 0) return;
+  if (slot == request.out_of_range_pick_slot) pick = static_cast<int32_t>(V);
+  int32_t status = kScanOk;
+  if (nonfinite) status = kScanNonfiniteLogit;
+  else if (!confidence_finite) status = kScanNonfiniteConfidence;
+  else if (pick < 0 || pick >= V) status = kScanPickOutOfRange;
+  if (status != kScanOk) {
+    record.status = status;
+    record.failed_slot = slot;
+    record.failed_pick = pick;
+    return;
+  }
+  record.tokens[slot] = pick;
+  record.chances[slot] = chance;
+  if (shape.has_confidence) record.running = chance;
+  record.previous = pick;
+}
+
+// 16 bytes of W2, kept in L2 with evict-last priority when asked (the 9 steps of a scan reread all of W2).
+__device__ __forceinline__ uint4 load_w2(const bf16_t* address, bool keep) {
+  uint4 v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (keep) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(address), "l"(policy));
+    return v;
+  }
+#endif
+  v = __ldg(reinterpret_cast<const uint4*>(address));
+  return v;
+}
+
+}  // namespace
+}  // namespace ls::dspark::cuda
