@@ -269,7 +269,7 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
     return;
   }
   ledger_.drafting = true;
-  ledger_.priced_ms += pricing_.absorb_ms(total_rows);
+  ledger_.priced_ms += pricing_.batched_absorb_ms(total_rows);
   const double start_ms = clock_.now_ms();
   const Status status = drafter_->absorb_device(rows, verified.device_taps);
   const double end_ms = clock_.now_ms();
@@ -279,7 +279,10 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
             end_ms - start_ms, end_ms - call_start_ms);
   ++stats_.absorb_calls;
   stats_.absorbed_rows += total_rows;
-  if (status.ok()) pricing_.observe_absorb(total_rows, end_ms - start_ms);
+  if (status.ok()) {
+    pricing_.observe_absorb(total_rows, end_ms - start_ms);
+    pricing_.observe_batched_absorb(total_rows, end_ms - start_ms);
+  }
   for (size_t index = 0; index < rows.size(); ++index) {
     if (status.ok()) {
       streams[index]->drafter_end = rows[index].start + rows[index].rows;

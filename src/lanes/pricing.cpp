@@ -220,9 +220,16 @@ RoundCost Pricing::round_cost() const {
     const int depth = has_confidence_ ? std::max(deepest, tables_.draft.max_depth()) : deepest;
     // Taps absorbed on the device go in one call per forward whatever the number of drafting streams: a round that
     // drafts at all pays that call (each stream's rows are in its activation).
-    const double absorb_call_ms = batched_absorbs_ && options_.measured_rounds ? tables_.absorb_call_ms : 0.0;
+    const double absorb_call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
     return factor * (tables_.verify.ms(rows) + draft_ms(streams_with_extra, depth) + absorb_call_ms + overhead_ms_);
   };
+}
+
+void Pricing::observe_batched_absorb(int rows, double ms) {
+  const double call_ms = std::max(0.0, ms - tables_.absorb_ms_per_row * std::max(rows, 0));
+  batched_call_ms_ = batched_call_measured_ ? batched_call_ms_ + options_.cost_rate * (call_ms - batched_call_ms_)
+                                            : call_ms;
+  batched_call_measured_ = true;
 }
 
 void Pricing::observe_round(bool drafting, double priced_ms, double measured_ms) {

@@ -85,8 +85,12 @@ class Pricing {
   // What a drafting round really costs against its price, relative to plain rounds (1 until measured; 1 with
   // measured_rounds off): pricing multiplies every drafting round's cost by it.
   double drafting_factor() const;
-  // What the tables price a batched device absorb of `rows` rows at (one call for every tapping stream).
+  // What the tables price a host absorb of `rows` rows at (one call per stream).
   double absorb_ms(int rows) const { return tables_.absorb_ms(rows); }
+  // A batched device absorb (one call for every tapping stream) of `rows` rows took `ms`; the call's part is priced
+  // once for every round that drafts (0 until one is measured: the load-time call is timed on the host path).
+  void observe_batched_absorb(int rows, double ms);
+  double batched_absorb_ms(int rows) const { return batched_call_ms_ + tables_.absorb_ms_per_row * rows; }
   // A drafter absorb of `rows` rows took `ms` (moves the call cost when short, the per-row cost when long).
   void observe_absorb(int rows, double ms);
   // The pass cost pricing uses: the table times the average excess of the passes left out of it as outliers.
@@ -127,6 +131,8 @@ class Pricing {
   int draft_outliers_in_a_row_ = 0;
   double pass_scale_ = 1.0;  // moving average of measured / table over every pass (1 for passes the table took)
   double last_plain_round_ms_ = 0;
+  double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
+  bool batched_call_measured_ = false;
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing
   int64_t depth_allocations_ = 0;
   double drafting_round_ratio_ = 1.0;  // moving average of measured / priced over drafting rounds

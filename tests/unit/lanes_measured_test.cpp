@@ -55,20 +55,25 @@ CostTables paying_tables(double absorb_call_ms) {
 
 TEST(LanesMeasured, ABatchedDeviceAbsorbCallIsPricedOnceForARoundThatDrafts) {
   // Taps on the device: one absorb call per forward whatever the number of drafting streams. Before, pricing
-  // charged each stream only its rows' share, so a call dearer than the gain (the nano pair on the H200: 0.12-0.63
-  // ms a call against a 0.23 ms forward) was never priced.
+  // charged each stream only its rows' share, so a call dearer than the gain was never priced (the nano pair on the
+  // H200: 0.12 ms and more a call against a 0.23 ms forward). The call is priced as measured on the device (the
+  // load-time call is timed on the host path: 0.63 ms at 1 stream there), not before.
   PricingOptions options;
   options.depth_prior = {1.0, 1.0, 1.0, 1.0};
-  Pricing cheap(paying_tables(0.1), options, 64, false);
-  cheap.set_batched_absorbs(true);
-  EXPECT_TRUE(cheap.could_draft(4, 4));
-  Pricing dear(paying_tables(30.0), options, 64, false);
-  dear.set_batched_absorbs(true);
-  EXPECT_FALSE(dear.could_draft(4, 4));
+  Pricing pricing(paying_tables(30.0), options, 64, false);
+  pricing.set_batched_absorbs(true);
+  EXPECT_TRUE(pricing.could_draft(4, 4));  // the host path's call is not the batched one
+  pricing.observe_batched_absorb(8, 0.1);
+  EXPECT_TRUE(pricing.could_draft(4, 4));
+  EXPECT_NEAR(pricing.batched_absorb_ms(8), 0.1, 1e-9);
+  pricing.observe_batched_absorb(8, 30.0);
+  pricing.observe_batched_absorb(8, 30.0);
+  EXPECT_FALSE(pricing.could_draft(4, 4));
   // The fourth session's pricing (measured rounds off) does not see the call.
   options.measured_rounds = false;
   Pricing old(paying_tables(30.0), options, 64, false);
   old.set_batched_absorbs(true);
+  old.observe_batched_absorb(8, 30.0);
   EXPECT_TRUE(old.could_draft(4, 4));
 }
 
