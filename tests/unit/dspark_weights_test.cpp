@@ -1,10 +1,14 @@
 // Tests for DSpark weights: the manifest checked before reading, LiquidAI's full-size layouts, int8 and RoPE ops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
+#include "base/thread_pool.h"
+#include "compute/cpu/cpu_features.h"
 #include "compute/cpu/draft_ops.h"
 #include "draft/dspark/dspark_drafter.h"
 #include "draft/dspark/weights.h"
@@ -196,7 +200,7 @@ TEST(DsparkWeights, BitsEightQuantizesEachRowAndPeaksAtFinalSizePlusTheLargestMa
   for (int row = 0; row < 256; ++row) {
     for (int col = 0; col < 32; ++col) {
       const float w = stored[row * 32 + col];
-      EXPECT_LE(std::fabs(gate.codes[row * 32 + col] * gate.scales[row] - w), 0.5f * gate.scales[row] * 1.0001f);
+      EXPECT_LE(std::fabs(gate.code(row, col) * gate.scales[row] - w), 0.5f * gate.scales[row] * 1.0001f);
     }
   }
   const int64_t largest_bf16_matrix = 256 * 32 * 2;
@@ -223,6 +227,10 @@ TEST(DsparkInt8, QuantizedRowsKeepTheLargestMagnitudeAndZeroRowsStayZero) {
 }
 
 TEST(DsparkInt8, MatmulMatchesADoubleReferenceAndEveryRowIsBatchInvariant) {
+  // The fp32-activation paths (AVX2 and portable); the w8a8 path on VNNI CPUs is checked below.
+  const compute::CpuFeaturesOverride no_vnni(
+      compute::CpuFeatures{compute::cpu_features().avx2_fma, compute::cpu_features().avx512,
+                           compute::cpu_features().avx512_bf16, false});
   constexpr int64_t kRows = 13, kOut = 37, kIn = 83;  // odd sizes: tails on every path
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -249,6 +257,71 @@ TEST(DsparkInt8, MatmulMatchesADoubleReferenceAndEveryRowIsBatchInvariant) {
   std::vector<float> threaded(kRows * kOut, std::numeric_limits<float>::quiet_NaN());
   compute::matmul_int8(compute::OpContext{&pool}, x.data(), kRows, w, threaded.data());
   EXPECT_EQ(std::memcmp(threaded.data(), all.data(), all.size() * sizeof(float)), 0);
+}
+
+// The w8a8 kernel against a scalar model of its own arithmetic (bit for bit: the integer dots are exact), near a double
+// reference of the unquantized product, with every row the same alone, in a batch, on two threads and held as
+// panels; a row with a NaN gives NaN and leaves the other rows alone.
+TEST(DsparkInt8, VnniW8A8MatmulEqualsItsScalarModelBitForBitAndIsBatchInvariant) {
+  if (!compute::cpu_features().avx512_vnni) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  for (int64_t kIn : {83, 384}) {  // a K that is no multiple of 4 or 64, and the nano's
+    constexpr int64_t kRows = 11, kOut = 37;
+    std::mt19937 rng(static_cast<uint32_t>(20 + kIn));
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> x(kRows * kIn), scales(kOut);
+    std::vector<int8_t> codes(kOut * kIn);
+    for (float& v : x) v = uniform(rng) * (1.0f + 4.0f * std::fabs(uniform(rng)));
+    for (int64_t k = 0; k < kIn; ++k) x[3 * kIn + k] = 0.0f;  // a zero row
+    x[5 * kIn + 7] = std::numeric_limits<float>::quiet_NaN();  // a row with a NaN
+    for (int8_t& c : codes) c = static_cast<int8_t>(std::lround(uniform(rng) * 127));
+    for (float& s : scales) s = 0.01f + 0.02f * std::fabs(uniform(rng));
+    std::vector<int32_t> sums(kOut);
+    compute::sum_int8_codes(codes.data(), kOut, kIn, sums.data());
+    const std::vector<int8_t> panels = compute::pack_int8_panels(codes.data(), kOut, kIn);
+    const compute::Int8Matrix plain{codes.data(), scales.data(), kOut, kIn};
+    const compute::Int8Matrix packed{nullptr, scales.data(), kOut, kIn, sums.data(), panels.data()};
+    std::vector<float> all(kRows * kOut, std::numeric_limits<float>::quiet_NaN());
+    ASSERT_TRUE(compute::matmul_int8_vnni(compute::OpContext{}, x.data(), kRows, plain, all.data()));
+    for (int64_t row = 0; row < kRows; ++row) {
+      // the model: scale = max|x| / 127, code = round-half-even(x / scale) clamped, exact dot, float(dot) * s * w
+      float largest = 0.0f;
+      bool finite = true;
+      for (int64_t k = 0; k < kIn; ++k) {
+        finite = finite && std::isfinite(x[row * kIn + k]);
+        largest = std::max(largest, std::fabs(x[row * kIn + k]));
+      }
+      const float scale = largest / 127.0f;
+      for (int64_t col = 0; col < kOut; ++col) {
+        int64_t dot = 0;
+        double exact = 0, magnitude = 0;
+        for (int64_t k = 0; k < kIn; ++k) {
+          magnitude += std::abs(codes[col * kIn + k]) * static_cast<double>(scales[col]);
+          const float q = scale > 0.0f ? std::clamp(std::nearbyint(x[row * kIn + k] / scale), -127.0f, 127.0f) : 0.0f;
+          dot += static_cast<int64_t>(q) * codes[col * kIn + k];
+          exact += static_cast<double>(x[row * kIn + k]) * codes[col * kIn + k] * scales[col];
+        }
+        const float got = all[row * kOut + col];
+        if (!finite) {
+          EXPECT_TRUE(std::isnan(got)) << "row " << row;
+          continue;
+        }
+        const float model = static_cast<float>(dot) * scale * scales[col];
+        EXPECT_EQ(std::memcmp(&got, &model, sizeof(float)), 0) << "row " << row << " col " << col << ": " << got
+                                                               << " vs " << model;
+        // int8 activations: each x off by at most half its row's scale
+        EXPECT_NEAR(got, exact, 0.5 * scale * magnitude * 1.001 + 1e-5 * (1 + std::fabs(exact)));
+      }
+    }
+    for (int64_t row = 0; row < kRows; ++row) {
+      std::vector<float> one(kOut, std::numeric_limits<float>::quiet_NaN());
+      compute::matmul_int8(compute::OpContext{}, x.data() + row * kIn, 1, packed, one.data());
+      EXPECT_EQ(std::memcmp(one.data(), all.data() + row * kOut, kOut * sizeof(float)), 0) << "row " << row;
+    }
+    ThreadPool pool(2);
+    std::vector<float> threaded(kRows * kOut, std::numeric_limits<float>::quiet_NaN());
+    compute::matmul_int8(compute::OpContext{&pool}, x.data(), kRows, packed, threaded.data());
+    EXPECT_EQ(std::memcmp(threaded.data(), all.data(), all.size() * sizeof(float)), 0);
+  }
 }
 
 TEST(DsparkRope, InterleavedRotationEqualsNeoxOnPairPermutedValuesBitForBit) {

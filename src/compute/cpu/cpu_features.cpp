@@ -11,6 +11,7 @@ CpuFeatures detect_cpu_features() {
   features.avx512 = features.avx2_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vl");
   features.avx512_bf16 = features.avx512 && __builtin_cpu_supports("avx512bf16");
+  features.avx512_vnni = features.avx512 && __builtin_cpu_supports("avx512vnni");
   return features;
 }
 
@@ -29,6 +30,7 @@ CpuFeaturesOverride::CpuFeaturesOverride(const CpuFeatures& features) : previous
   features_.avx2_fma = features.avx2_fma && real.avx2_fma;
   features_.avx512 = features.avx512 && real.avx512;
   features_.avx512_bf16 = features.avx512_bf16 && real.avx512_bf16;
+  features_.avx512_vnni = features.avx512_vnni && real.avx512_vnni;
   override_features = &features_;
 }
 
@@ -39,6 +41,7 @@ std::string cpu_features_text() {
   std::string text;
   if (features.avx512) text += "avx512f avx512bw avx512vl ";
   if (features.avx512_bf16) text += "avx512bf16 ";
+  if (features.avx512_vnni) text += "avx512vnni ";
   if (features.avx2_fma) text += "avx2 fma";
   if (text.empty()) text = "portable";
   return text;

@@ -9,6 +9,7 @@ struct CpuFeatures {
   bool avx2_fma = false;     // AVX2 + FMA3
   bool avx512 = false;       // AVX-512 F + BW + VL (the 512-bit fp32 kernels)
   bool avx512_bf16 = false;  // AVX-512 BF16 (vdpbf16ps) on top of `avx512`
+  bool avx512_vnni = false;  // AVX-512 VNNI (vpdpbusd) on top of `avx512`
 };
 
 // This CPU's features (cached; the same answer for the life of the process).

@@ -96,6 +96,8 @@ void quantize_row_int8(std::span<const float> weights, std::span<int8_t> codes, 
 
 void matmul_int8(const OpContext& ctx, const float* x, int64_t rows, const Int8Matrix& w, float* y) {
   if (rows <= 0 || w.rows <= 0) return;
+  if (matmul_int8_vnni(ctx, x, rows, w, y)) return;
+  LS_CHECK(w.codes != nullptr, "int8 weights kept only as VNNI panels need an AVX-512 VNNI CPU");
   static const ColumnKernel column = choose_column_kernel();
   const int64_t chunks = (w.rows + kColumnChunk - 1) / kColumnChunk;
   auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {

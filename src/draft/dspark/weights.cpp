@@ -1,6 +1,8 @@
 // DSpark weights: manifest check, bf16-as-stored or int8-per-row loading one matrix at a time.
 #include "draft/dspark/weights.h"
 
+#include "compute/cpu/cpu_features.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -50,6 +52,7 @@ Status read_matrix(const io::Checkpoint& checkpoint, const std::string& name, in
   // bits 8: the matrix as stored in a temporary, quantized row by row into its final int8 buffer, then freed.
   LS_RETURN_IF_ERROR(steps.allocate(out.codes, count, name + " (int8 codes)"));
   LS_RETURN_IF_ERROR(steps.allocate(out.scales, static_cast<size_t>(rows), name + " (int8 scales)"));
+  LS_RETURN_IF_ERROR(steps.allocate(out.code_sums, static_cast<size_t>(rows), name + " (int8 code sums)"));
   std::vector<bf16> stored_b16;
   std::vector<float> stored_f32;
   if (stored_bf16) {
@@ -68,7 +71,15 @@ Status read_matrix(const io::Checkpoint& checkpoint, const std::string& name, in
     compute::quantize_row_int8(row_values, std::span<int8_t>(out.codes).subspan(static_cast<size_t>(row * cols), cols),
                                out.scales[row]);
   }
+  compute::sum_int8_codes(out.codes.data(), rows, cols, out.code_sums.data());
   steps.drop(static_cast<int64_t>(stored_b16.size() * sizeof(bf16) + stored_f32.size() * sizeof(float)));
+  if (compute::cpu_features().avx512_vnni) {  // the w8a8 kernel reads panels only: they replace the codes
+    const std::vector<int8_t> panels = compute::pack_int8_panels(out.codes.data(), rows, cols);
+    LS_RETURN_IF_ERROR(steps.allocate(out.panels, panels.size(), name + " (int8 panels)"));
+    std::copy(panels.begin(), panels.end(), out.panels.begin());
+    steps.drop(static_cast<int64_t>(out.codes.size()));
+    std::vector<int8_t>().swap(out.codes);
+  }
   return ok_status();
 }
 
@@ -76,12 +87,18 @@ Status read_matrix(const io::Checkpoint& checkpoint, const std::string& name, in
 
 int64_t DraftMatrix::bytes() const {
   return static_cast<int64_t>(dense.f32.size() * sizeof(float) + dense.b16.size() * sizeof(bf16) + codes.size() +
-                              scales.size() * sizeof(float));
+                              scales.size() * sizeof(float) + code_sums.size() * sizeof(int32_t) + panels.size());
+}
+
+int8_t DraftMatrix::code(int64_t row, int64_t col) const {
+  return codes.empty() ? compute::int8_panel_code(panels.data(), cols, row, col) : codes[row * cols + col];
 }
 
 void apply_matrix(const compute::OpContext& ctx, const float* x, int64_t rows, const DraftMatrix& w, float* y) {
   if (w.quantized()) {
-    compute::matmul_int8(ctx, x, rows, compute::Int8Matrix{w.codes.data(), w.scales.data(), w.rows, w.cols}, y);
+    const compute::Int8Matrix int8{w.codes.empty() ? nullptr : w.codes.data(), w.scales.data(), w.rows, w.cols,
+                                   w.code_sums.data(), w.panels.empty() ? nullptr : w.panels.data()};
+    compute::matmul_int8(ctx, x, rows, int8, y);
   } else {
     compute::matmul(ctx, x, rows, w.dense.view(), y);
   }

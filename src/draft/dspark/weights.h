@@ -17,12 +17,16 @@ namespace ls::dspark {
 // A dense matrix [rows, cols] (out x in): as stored (bf16; fp32 for F32/F16 checkpoints) or int8 per output row.
 struct DraftMatrix {
   compute::OwnedMatrix dense;  // bits 0
-  std::vector<int8_t> codes;   // bits 8: [rows, cols]
+  std::vector<int8_t> codes;   // bits 8 without AVX-512 VNNI: [rows, cols]
+  std::vector<int8_t> panels;  // bits 8 with AVX-512 VNNI, instead of codes: as compute::pack_int8_panels lays them out
   std::vector<float> scales;   // bits 8: [rows]
+  std::vector<int32_t> code_sums;  // bits 8: [rows] each row's codes summed (the w8a8 kernel's offset term)
   int64_t rows = 0;
   int64_t cols = 0;
 
-  bool quantized() const { return !codes.empty(); }
+  bool quantized() const { return !codes.empty() || !panels.empty(); }
+  // bits 8: the code of (row, col), wherever it is held.
+  int8_t code(int64_t row, int64_t col) const;
   int64_t bytes() const;
 };
 
