@@ -680,13 +680,17 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
 // absorb_device() replays a CUDA graph of a chunk's projections from a row count's second sighting: the same
 // sequence of device absorbs (several streams per call, a rollback, row counts repeating) through graphs and eagerly
 // leaves contexts that draft the same tokens and chance bits; the graphed drafter really replayed (5 absorb replays).
+// The fused absorb (one K/V GEMM for every layer, one heads launch) against the per-layer sequence: U within the
+// bf16 tolerance and the drafts equal up to a near-tie flip (the stacked GEMM may sum in another order).
 TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
   DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
   std::unique_ptr<CudaDsparkDrafter> eager = load_cuda(pair.drafter_dir, target, cuda_options());
   std::unique_ptr<CudaDsparkDrafter> graphed = load_cuda(pair.drafter_dir, target, cuda_options());
-  ASSERT_TRUE(eager && graphed);
+  std::unique_ptr<CudaDsparkDrafter> per_layer = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(eager && graphed && per_layer);
+  per_layer->set_fused_absorb(false);
   eager->set_graphs(false);
   const DsparkConfig& c = eager->config();
   const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
@@ -712,7 +716,7 @@ TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
   calls.push_back({{2, 7, 37, 7}});
   calls.push_back({{0, 10, 5, 4}, {1, 8, 1, 1}});
   const int64_t replays_before = graphed->graph_replays();
-  for (CudaDsparkDrafter* drafter : {eager.get(), graphed.get()}) {
+  for (CudaDsparkDrafter* drafter : {eager.get(), graphed.get(), per_layer.get()}) {
     for (const std::vector<TapRows>& call : calls) {
       ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
       ASSERT_TRUE(drafter->absorb_device(call, on_device).ok());
@@ -749,6 +753,22 @@ TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
   const Result<std::vector<float>> actual_logits = graphed->last_base_logits();
   ASSERT_TRUE(expected_logits.ok() && actual_logits.ok());
   EXPECT_EQ(*actual_logits, *expected_logits);
+  // The per-layer absorb.
+  per_layer->set_graphs(false);
+  const std::vector<Draft> unfused = per_layer->draft(requests);
+  const Result<std::vector<float>> unfused_logits = per_layer->last_base_logits();
+  ASSERT_TRUE(unfused_logits.ok());
+  EXPECT_LT(relative_error(*expected_logits, *unfused_logits), kBf16Tolerance);
+  int equal = 0, total = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(unfused[i].status.ok()) << unfused[i].status.to_string();
+    for (int slot = 0; slot < c.block_size; ++slot, ++total) {
+      if (unfused[i].tokens[slot] != expected[i].tokens[slot]) break;
+      ++equal;
+    }
+  }
+  std::printf("[ fused absorb ] %d of %d slots equal to the per-layer absorb before any flip\n", equal, total);
+  EXPECT_GE(equal * 10, total * 9) << equal << " of " << total;
 }
 
 TEST(CudaDrafter, APlantedFaultFailsOnlyThePlantedRequestWithDraftNonfinite) {

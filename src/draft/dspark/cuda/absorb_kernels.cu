@@ -1,4 +1,7 @@
-// The batched absorb's scatter: each row of a chunk's K and V to its own stream's context row, one launch a layer.
+// The batched absorb's kernels: each row of a chunk's K and V to its own stream's context row (one launch a layer),
+// or the fused heads (every layer's key norm + RoPE and value copy straight into the contexts, one launch).
+#include <string>
+
 #include "compute/cuda/cuda_util.h"
 #include "draft/dspark/cuda/absorb_kernels.h"
 
@@ -17,7 +20,69 @@ __global__ void scatter_rows_kernel(const bf16_t* keys, const bf16_t* values, in
   }
 }
 
+constexpr int kWarp = 32;
+constexpr int kHeadWarps = 8;
+constexpr int kMaxHeadDim = 128;
+
+__device__ __forceinline__ float round_bf16(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
+
+// One warp per (row, layer, K or V, head), lanes over the head (rms_norm_kernel's and rope_kernel's arithmetic).
+__global__ void __launch_bounds__(kHeadWarps * kWarp) absorb_heads_kernel(AbsorbHeads a) {
+  __shared__ float staged[kHeadWarps][kMaxHeadDim];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int per_row = a.layers * 2 * a.kv_heads;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kHeadWarps + warp;
+  if (item >= a.rows * per_row) return;
+  const int64_t row = item / per_row;
+  const int within = static_cast<int>(item % per_row);
+  const int layer = within / (2 * a.kv_heads), kind = within / a.kv_heads % 2, head = within % a.kv_heads;
+  const int hd = a.head_dim;
+  const bf16_t* in = a.kv + item * hd;
+  bf16_t* out = a.row_pointers[(static_cast<int64_t>(kind) * a.layers + layer) * a.rows + row] +
+                static_cast<int64_t>(head) * hd;
+  if (kind == 1) {  // a value head: copied as is
+    for (int i = lane; i < hd; i += kWarp) out[i] = in[i];
+    return;
+  }
+  const float* weight = a.k_norms + static_cast<int64_t>(layer) * hd;
+  double sum_squares = 0;
+  for (int i = lane; i < hd; i += kWarp) {
+    const double value = __bfloat162float(in[i]);
+    sum_squares += value * value;
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
+  const float mean = static_cast<float>(sum_squares / static_cast<double>(hd));
+  const float inverse_rms = 1.0f / sqrtf(mean + a.eps);
+  float* v = staged[warp];
+  for (int i = lane; i < hd; i += kWarp) v[i] = round_bf16(weight[i] * round_bf16(__bfloat162float(in[i]) * inverse_rms));
+  __syncwarp();
+  const int half = hd / 2;
+  const float position = static_cast<float>(a.positions[row]);
+  for (int pair = lane; pair < half; pair += kWarp) {
+    const float angle = position * a.inv_freq[pair];
+    const float cosine = cosf(angle), sine = sinf(angle);
+    const int ia = a.neox ? pair : 2 * pair, ib = a.neox ? pair + half : 2 * pair + 1;
+    const float x = v[ia], y = v[ib];
+    out[ia] = __float2bfloat16_rn(x * cosine - y * sine);
+    out[ib] = __float2bfloat16_rn(x * sine + y * cosine);
+  }
+}
+
 }  // namespace
+
+Status absorb_heads(const AbsorbHeads& args, cudaStream_t stream) {
+  if (args.rows == 0) return ok_status();
+  if (args.head_dim > kMaxHeadDim || args.head_dim % 2 != 0) {
+    return Status(ErrorCode::UnsupportedDraftShape, "absorb_heads takes an even head_dim up to " +
+                                                        std::to_string(kMaxHeadDim) + ", not " +
+                                                        std::to_string(args.head_dim));
+  }
+  const int64_t items = args.rows * args.layers * 2 * args.kv_heads;
+  const unsigned blocks = static_cast<unsigned>((items + kHeadWarps - 1) / kHeadWarps);
+  absorb_heads_kernel<<<blocks, kHeadWarps * kWarp, 0, stream>>>(args);
+  LS_CUDA_TRY_LAUNCH("absorb_heads");
+  return ok_status();
+}
 
 Status scatter_context_rows(const bf16_t* keys, const bf16_t* values, int64_t rows, int64_t width,
                             bf16_t* const* key_rows, bf16_t* const* value_rows, cudaStream_t stream) {

@@ -15,4 +15,21 @@ namespace ls::dspark::cuda {
 Status scatter_context_rows(const bf16_t* keys, const bf16_t* values, int64_t rows, int64_t width,
                             bf16_t* const* key_rows, bf16_t* const* value_rows, cudaStream_t stream);
 
+// The fused absorb's heads: kv [rows, layers, 2, kv_heads, head_dim] is one GEMM of the chunk's C with every
+// layer's k_proj and v_proj stacked. Key heads get the per-head RMSNorm with k_norms [layers, head_dim] (rms_norm's
+// arithmetic) and RoPE at positions[row] (rope_rotate's), value heads are copied; each goes to its row's context
+// row: row_pointers [2 (keys, values), layers, rows] (= rms_norm + rope_rotate + scatter_context_rows per layer).
+struct AbsorbHeads {
+  const bf16_t* kv = nullptr;
+  int64_t rows = 0;
+  int layers = 0, kv_heads = 0, head_dim = 0;
+  const float* k_norms = nullptr;
+  float eps = 0;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  bool neox = false;
+  bf16_t* const* row_pointers = nullptr;
+};
+Status absorb_heads(const AbsorbHeads& args, cudaStream_t stream);
+
 }  // namespace ls::dspark::cuda

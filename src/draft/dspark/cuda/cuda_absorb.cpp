@@ -87,6 +87,7 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
     LS_RETURN_IF_ERROR(absorb_.values.allocate(kAbsorbChunkRows * kv, "absorb values"));
     LS_RETURN_IF_ERROR(absorb_.positions.allocate(kAbsorbChunkRows, "absorb positions"));
     LS_RETURN_IF_ERROR(absorb_.row_pointers.allocate(2 * c.num_layers * kAbsorbChunkRows, "absorb row pointers"));
+    LS_RETURN_IF_ERROR(absorb_.context_kv.allocate(kAbsorbChunkRows * c.num_layers * 2 * kv, "absorb context K/V"));
   }
   const auto* source = static_cast<const bf16_t*>(taps.data);
   // Chunks of up to kAbsorbChunkRows rows across the pieces; a part is one piece's rows inside one chunk.
@@ -166,6 +167,26 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
   LS_RETURN_IF_ERROR(rms_norm(absorb_.fused.data(), filled, d, weights_.hidden_norm.data(), c.norm_eps,
                               absorb_.normed.data(), stream));
   mark("absorb fc + norm");
+  if (fused_absorb_) {
+    // Every layer's K and V in one GEMM, then one launch norms and rotates the keys and puts K and V in place.
+    LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, weights_.context_kv_proj.values.data(), layers * 2 * kv, d,
+                            absorb_.context_kv.data(), false, layers * 2 * kv));
+    AbsorbHeads heads;
+    heads.kv = absorb_.context_kv.data();
+    heads.rows = filled;
+    heads.layers = c.num_layers;
+    heads.kv_heads = c.num_kv_heads;
+    heads.head_dim = c.head_dim;
+    heads.k_norms = weights_.context_k_norms.data();
+    heads.eps = c.norm_eps;
+    heads.positions = absorb_.positions.data();
+    heads.inv_freq = weights_.inv_freq.data();
+    heads.neox = neox(c);
+    heads.row_pointers = absorb_.row_pointers.data();
+    LS_RETURN_IF_ERROR(absorb_heads(heads, stream));
+    mark("absorb K/V");
+    return ok_status();
+  }
   for (int index = 0; index < c.num_layers; ++index) {
     const DeviceLayerWeights& layer = weights_.layers[index];
     bf16_t* keys = absorb_.keys.data();

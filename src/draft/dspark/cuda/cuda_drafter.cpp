@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <utility>
 
 #include "compute/ops.h"
@@ -38,11 +39,11 @@ Status upload_matrix(const DraftMatrix& host, const std::string& name, DeviceWei
 }
 
 // Matrices with the same column count stacked by rows, uploaded as one [sum of rows, cols] bf16 matrix.
-Status upload_stacked(std::initializer_list<const DraftMatrix*> parts, const std::string& name,
-                      DeviceWeightMatrix& out, InitSteps& steps) {
+Status upload_stacked(std::span<const DraftMatrix* const> parts, const std::string& name, DeviceWeightMatrix& out,
+                      InitSteps& steps) {
   std::vector<bf16_t> values;
   out.rows = 0;
-  out.cols = (*parts.begin())->cols;
+  out.cols = parts.front()->cols;
   for (const DraftMatrix* part : parts) {
     LS_CHECK(!part->quantized() && part->cols == out.cols, "stacked drafter matrices are bf16 with equal columns");
     const std::vector<bf16_t> rows = as_bf16(part->dense);
@@ -99,19 +100,30 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     DeviceLayerWeights& to = w.layers[index];
     const std::string prefix = "layers." + std::to_string(index) + ".";
     LS_RETURN_IF_ERROR(upload_floats(from.input_norm, prefix + "input_layernorm", to.input_norm, steps));
-    LS_RETURN_IF_ERROR(upload_stacked({&from.q_proj, &from.k_proj, &from.v_proj}, prefix + "qkv_proj", to.qkv_proj,
-                                      steps));
+    const DraftMatrix* qkv[] = {&from.q_proj, &from.k_proj, &from.v_proj};
+    LS_RETURN_IF_ERROR(upload_stacked(qkv, prefix + "qkv_proj", to.qkv_proj, steps));
     LS_RETURN_IF_ERROR(upload_matrix(from.k_proj, prefix + "k_proj", to.k_proj, steps));
     LS_RETURN_IF_ERROR(upload_matrix(from.v_proj, prefix + "v_proj", to.v_proj, steps));
     LS_RETURN_IF_ERROR(upload_matrix(from.o_proj, prefix + "o_proj", to.o_proj, steps));
     LS_RETURN_IF_ERROR(upload_floats(from.q_norm, prefix + "q_norm", to.q_norm, steps));
     LS_RETURN_IF_ERROR(upload_floats(from.k_norm, prefix + "k_norm", to.k_norm, steps));
     LS_RETURN_IF_ERROR(upload_floats(from.post_norm, prefix + "post_attention_layernorm", to.post_norm, steps));
-    LS_RETURN_IF_ERROR(upload_stacked({&from.gate_proj, &from.up_proj}, prefix + "gate_up_proj", to.gate_up_proj,
-                                      steps));
+    const DraftMatrix* gate_up[] = {&from.gate_proj, &from.up_proj};
+    LS_RETURN_IF_ERROR(upload_stacked(gate_up, prefix + "gate_up_proj", to.gate_up_proj, steps));
     LS_RETURN_IF_ERROR(upload_matrix(from.down_proj, prefix + "down_proj", to.down_proj, steps));
   }
   LS_RETURN_IF_ERROR(upload_floats(host.final_norm, "norm.weight", w.final_norm, steps));
+  {
+    std::vector<const DraftMatrix*> kv;
+    std::vector<float> k_norms;
+    for (const DraftLayerWeights& layer : host.layers) {
+      kv.push_back(&layer.k_proj);
+      kv.push_back(&layer.v_proj);
+      k_norms.insert(k_norms.end(), layer.k_norm.begin(), layer.k_norm.end());
+    }
+    LS_RETURN_IF_ERROR(upload_stacked(kv, "context kv_proj (every layer)", w.context_kv_proj, steps));
+    LS_RETURN_IF_ERROR(upload_floats(k_norms, "context k_norms (every layer)", w.context_k_norms, steps));
+  }
   {
     DraftMatrix w1;
     w1.dense.f32 = host.markov_w1.f32;
@@ -397,7 +409,9 @@ Status CudaDsparkDrafter::poison_scratch_for_test() {
   DeviceBlockScratch& s = scratch_;
   for (TrackedBuffer<bf16_t>* buffer : {&s.hidden, &s.normed, &s.queries, &s.keys, &s.values, &s.attended,
                                         &s.projected, &s.gate, &s.up, &s.final_hidden, &s.markov_embeddings,
-                                        &absorb_.features, &absorb_.fused, &absorb_.normed}) {
+                                        &absorb_.features, &absorb_.fused, &absorb_.normed, &absorb_.keys,
+                                        &absorb_.values, &absorb_.context_kv}) {
+    if (buffer->size() == 0) continue;
     LS_CUDA_TRY(cudaMemsetAsync(buffer->data(), 0xff, buffer->bytes(), stream_.get()));
   }
   for (TrackedBuffer<float>* buffer :

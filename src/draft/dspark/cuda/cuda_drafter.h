@@ -43,6 +43,10 @@ struct DeviceDraftWeights {
   TrackedBuffer<float> hidden_norm;        // [d]
   std::vector<DeviceLayerWeights> layers;  // [num_layers]
   TrackedBuffer<float> final_norm;         // [d]
+  // absorb_device()'s fused projections: every layer's k_proj then v_proj stacked [layers * 2 kv, d] (one GEMM) and
+  // every layer's k_norm [layers, hd].
+  DeviceWeightMatrix context_kv_proj;
+  TrackedBuffer<float> context_k_norms;
   TrackedBuffer<bf16_t> markov_w1;         // [V, r]
   DeviceWeightMatrix markov_w2;            // [V, r]
   TrackedBuffer<float> confidence_weight;  // [d + r] or empty
@@ -97,6 +101,7 @@ struct DeviceAbsorbScratch {
   TrackedBuffer<bf16_t> keys, values;  // [chunk, kv_size]
   TrackedBuffer<int32_t> positions;    // [chunk]
   TrackedBuffer<bf16_t*> row_pointers;  // [2, layers, chunk] each row's context K and V row, per layer
+  TrackedBuffer<bf16_t> context_kv;     // [chunk, layers * 2 kv] the fused absorb's one GEMM output
 };
 
 // Second parts of graph keys that are not a depth (the block pass is 0, a scan its depth).
@@ -177,6 +182,12 @@ class CudaDsparkDrafter final : public Drafter {
   // The project's GemmEngine for GEMMs of up to 16 rows instead of cuBLAS (bench/test pin; off by default).
   void set_engine_gemms(bool on) {
     engine_gemms_ = on;
+    graphs_.clear();
+  }
+  // absorb_device()'s projections fused (one GEMM for every layer's K and V, one heads launch: 4 launches a chunk)
+  // or per layer (k GEMM, norm, RoPE, v GEMM, scatter: 2 + 5 x layers launches); on by default.
+  void set_fused_absorb(bool on) {
+    fused_absorb_ = on;
     graphs_.clear();
   }
   void set_fused_block(bool on) {
@@ -274,6 +285,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool engine_gemms_ = false;
   ls::cuda::GemmEngine engine_;
   bool fused_block_ = true;
+  bool fused_absorb_ = true;
   EventLog profile_;
   std::map<std::pair<int, int>, GraphShape> graphs_;
   int64_t graph_replays_ = 0;
