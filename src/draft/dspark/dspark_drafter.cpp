@@ -20,6 +20,32 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// weights.head = the target's tied embedding E [V, d] quantized, so that with int8 weights the block's head runs on the
+// int8 kernel too (E read through Target::embed, 256 rows at a time).
+Status quantize_target_head(DsparkWeights& weights, const DsparkConfig& config, const Target& target,
+                            InitSteps& steps) {
+  constexpr int64_t kChunk = 256;
+  const int64_t V = config.vocab_size, d = config.hidden_size;
+  std::vector<int32_t> ids(static_cast<size_t>(kChunk));
+  std::vector<float> rows(static_cast<size_t>(kChunk * d));
+  int64_t held = -1;  // the first id whose row `rows` holds
+  Status embedded;
+  LS_RETURN_IF_ERROR(quantize_draft_matrix(V, d, "head (the target's embedding)", weights.head, steps,
+                                           [&](int64_t row, float* values) {
+                                             const int64_t first = row / kChunk * kChunk;
+                                             if (first != held && embedded.ok()) {
+                                               const int64_t count = std::min(kChunk, V - first);
+                                               for (int64_t i = 0; i < count; ++i) ids[i] = static_cast<int32_t>(first + i);
+                                               embedded = target.embed(
+                                                   std::span<const int32_t>(ids.data(), static_cast<size_t>(count)),
+                                                   std::span<float>(rows.data(), static_cast<size_t>(count * d)));
+                                               held = first;
+                                             }
+                                             std::copy_n(rows.data() + (row - first) * d, d, values);
+                                           }));
+  return embedded;
+}
+
 }  // namespace
 
 DsparkDrafter::DsparkDrafter(DsparkConfig config, DsparkWeights weights, const Target& target,
@@ -44,6 +70,7 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config
                                                              InitSteps& steps) {
   LS_RETURN_IF_ERROR(check_draft_bits(options.bits));
   LS_RETURN_IF_ERROR(check_draft_fits_target(config, target.facts()));
+  if (options.bits == 8) LS_RETURN_IF_ERROR(quantize_target_head(weights, config, target, steps));
   LS_RETURN_IF_ERROR(steps.step("drafter state"));
   std::unique_ptr<DsparkDrafter> drafter(new DsparkDrafter(std::move(config), std::move(weights), target, options));
   const int64_t rows = static_cast<int64_t>(std::max(options.max_streams, 1)) * drafter->config_.block_size;

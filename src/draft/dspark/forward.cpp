@@ -47,6 +47,17 @@ void project_keys_values(const ForwardContext& f, const DraftLayerWeights& layer
   finish_keys(f, layer, rows, positions, keys);
 }
 
+// logits [rows, V] = hidden [rows, d] @ E^T in fp32: the target's tied head, or the drafter's int8 copy of E (bits 8).
+Status head_logits(const ForwardContext& f, const Target& target, const float* hidden, int64_t rows, float* logits) {
+  const int64_t d = f.config.hidden_size, V = f.config.vocab_size;
+  if (!f.weights.head.quantized())
+    return target.head(std::span<const float>(hidden, static_cast<size_t>(rows * d)), static_cast<int>(rows),
+                       std::span<float>(logits, static_cast<size_t>(rows * V)));
+  const compute::OpContext fp32{f.ops.pool, compute::NumericMode::Fp32};
+  apply_matrix(fp32, hidden, rows, f.weights.head, logits);
+  return ok_status();
+}
+
 }  // namespace
 
 Status reserve_block_scratch(BlockScratch& s, const DsparkConfig& c, int64_t rows, InitSteps* steps) {
@@ -170,10 +181,7 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
   std::fill(s.final_hidden.data() + trimmed * d, s.final_hidden.data() + rows * d,
             std::numeric_limits<float>::quiet_NaN());
   const int64_t V = c.vocab_size;
-  if (head_slots <= 0 || head_slots >= gamma) {
-    return target.head(std::span<const float>(s.final_hidden.data(), static_cast<size_t>(rows * d)),
-                       static_cast<int>(rows), std::span<float>(s.logits.data(), static_cast<size_t>(rows * V)));
-  }
+  if (head_slots <= 0 || head_slots >= gamma) return head_logits(f, target, s.final_hidden.data(), rows, s.logits.data());
   // Only slots < head_slots of each request: packed into contiguous rows when several requests share the pass (a
   // row's logits do not depend on which rows share the head call), then put back in place; the rest NaN.
   const int64_t kept = requests * head_slots;
@@ -188,8 +196,7 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
     hidden = packed_hidden.data();
     logits = packed_logits.data();
   }
-  LS_RETURN_IF_ERROR(target.head(std::span<const float>(hidden, static_cast<size_t>(kept * d)),
-                                 static_cast<int>(kept), std::span<float>(logits, static_cast<size_t>(kept * V))));
+  LS_RETURN_IF_ERROR(head_logits(f, target, hidden, kept, logits));
   for (int64_t i = 0; i < requests; ++i) {
     float* out = s.logits.data() + i * gamma * V;
     if (requests > 1) std::copy_n(packed_logits.data() + i * head_slots * V, head_slots * V, out);

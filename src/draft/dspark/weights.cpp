@@ -4,6 +4,7 @@
 #include "compute/cpu/cpu_features.h"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 
 namespace ls::dspark {
@@ -50,9 +51,6 @@ Status read_matrix(const io::Checkpoint& checkpoint, const std::string& name, in
     return checkpoint.read_f32(name, shape, out.dense.f32);
   }
   // bits 8: the matrix as stored in a temporary, quantized row by row into its final int8 buffer, then freed.
-  LS_RETURN_IF_ERROR(steps.allocate(out.codes, count, name + " (int8 codes)"));
-  LS_RETURN_IF_ERROR(steps.allocate(out.scales, static_cast<size_t>(rows), name + " (int8 scales)"));
-  LS_RETURN_IF_ERROR(steps.allocate(out.code_sums, static_cast<size_t>(rows), name + " (int8 code sums)"));
   std::vector<bf16> stored_b16;
   std::vector<float> stored_f32;
   if (stored_bf16) {
@@ -62,17 +60,39 @@ Status read_matrix(const io::Checkpoint& checkpoint, const std::string& name, in
     LS_RETURN_IF_ERROR(steps.allocate(stored_f32, count, name + " (fp32 staging)"));
     LS_RETURN_IF_ERROR(checkpoint.read_f32(name, shape, stored_f32));
   }
-  std::vector<float> row_values(static_cast<size_t>(cols));
-  for (int64_t row = 0; row < rows; ++row) {
+  auto row_values = [&](int64_t row, float* values) {
     for (int64_t col = 0; col < cols; ++col) {
       const size_t index = static_cast<size_t>(row * cols + col);
-      row_values[col] = stored_bf16 ? bf16_to_float(stored_b16[index]) : stored_f32[index];
+      values[col] = stored_bf16 ? bf16_to_float(stored_b16[index]) : stored_f32[index];
     }
-    compute::quantize_row_int8(row_values, std::span<int8_t>(out.codes).subspan(static_cast<size_t>(row * cols), cols),
+  };
+  auto free_staging = [&] {  // before the panels are made, so the staging and both code layouts never coexist
+    steps.drop(static_cast<int64_t>(stored_b16.size() * sizeof(bf16) + stored_f32.size() * sizeof(float)));
+    std::vector<bf16>().swap(stored_b16);
+    std::vector<float>().swap(stored_f32);
+  };
+  return quantize_draft_matrix(rows, cols, name, out, steps, row_values, free_staging);
+}
+
+}  // namespace
+
+Status quantize_draft_matrix(int64_t rows, int64_t cols, const std::string& name, DraftMatrix& out, InitSteps& steps,
+                             const std::function<void(int64_t row, float* values)>& row_values,
+                             const std::function<void()>& rows_read) {
+  const size_t count = static_cast<size_t>(rows * cols);
+  out.rows = out.dense.rows = rows;
+  out.cols = out.dense.cols = cols;
+  LS_RETURN_IF_ERROR(steps.allocate(out.codes, count, name + " (int8 codes)"));
+  LS_RETURN_IF_ERROR(steps.allocate(out.scales, static_cast<size_t>(rows), name + " (int8 scales)"));
+  LS_RETURN_IF_ERROR(steps.allocate(out.code_sums, static_cast<size_t>(rows), name + " (int8 code sums)"));
+  std::vector<float> values(static_cast<size_t>(cols));
+  for (int64_t row = 0; row < rows; ++row) {
+    row_values(row, values.data());
+    compute::quantize_row_int8(values, std::span<int8_t>(out.codes).subspan(static_cast<size_t>(row * cols), cols),
                                out.scales[row]);
   }
   compute::sum_int8_codes(out.codes.data(), rows, cols, out.code_sums.data());
-  steps.drop(static_cast<int64_t>(stored_b16.size() * sizeof(bf16) + stored_f32.size() * sizeof(float)));
+  if (rows_read) rows_read();
   if (compute::cpu_features().avx512_vnni) {  // the w8a8 kernel reads panels only: they replace the codes
     const std::vector<int8_t> panels = compute::pack_int8_panels(out.codes.data(), rows, cols);
     LS_RETURN_IF_ERROR(steps.allocate(out.panels, panels.size(), name + " (int8 panels)"));
@@ -82,8 +102,6 @@ Status read_matrix(const io::Checkpoint& checkpoint, const std::string& name, in
   }
   return ok_status();
 }
-
-}  // namespace
 
 int64_t DraftMatrix::bytes() const {
   return static_cast<int64_t>(dense.f32.size() * sizeof(float) + dense.b16.size() * sizeof(bf16) + codes.size() +
@@ -106,7 +124,7 @@ void apply_matrix(const compute::OpContext& ctx, const float* x, int64_t rows, c
 
 int64_t DsparkWeights::bytes() const {
   auto floats = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); };
-  int64_t total = fc.bytes() + floats(hidden_norm) + floats(final_norm) + markov_w2.bytes() +
+  int64_t total = fc.bytes() + head.bytes() + floats(hidden_norm) + floats(final_norm) + markov_w2.bytes() +
                   floats(confidence_weight) + (confidence_weight.empty() ? 0 : 4) +
                   static_cast<int64_t>(markov_w1.b16.size() * sizeof(bf16)) + floats(markov_w1.f32);
   for (const DraftLayerWeights& layer : layers) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,9 +57,17 @@ struct DsparkWeights {
   DraftMatrix markov_w2;                  // [V, r]
   std::vector<float> confidence_weight;   // [d + r] fp32, empty without a confidence head
   float confidence_bias = 0.0f;
+  DraftMatrix head;  // bits 8: the target's tied embedding E [V, d] quantized (the block's head); empty otherwise
 
   int64_t bytes() const;
 };
+
+// out = the int8 rows of a [rows, cols] matrix whose row r row_values(r, values [cols]) writes: codes (or, on AVX-512
+// VNNI, panels), scales and code sums, each allocation counted by `steps` under `name`; rows_read (may be empty) is
+// called once every row has been read, before the panels are made.
+Status quantize_draft_matrix(int64_t rows, int64_t cols, const std::string& name, DraftMatrix& out, InitSteps& steps,
+                             const std::function<void(int64_t row, float* values)>& row_values,
+                             const std::function<void()>& rows_read = {});
 
 // One expected tensor of the manifest (reference/dspark.md §3.2).
 struct ManifestEntry {
