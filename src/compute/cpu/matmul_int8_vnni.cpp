@@ -180,10 +180,14 @@ bool matmul_int8_vnni(const OpContext& ctx, const float* x, int64_t rows, const 
       }
     }
   };
-  if (ctx.pool)
-    ctx.pool->parallel_for(tiles, run);
-  else
+  // Few rows: tiles claimed one by one (a late or preempted worker costs its share, not a wait); many rows: one
+  // contiguous part per thread.
+  if (!ctx.pool)
     run(0, 0, tiles);
+  else if (rows <= 16)
+    ctx.pool->parallel_chunks(tiles, run);
+  else
+    ctx.pool->parallel_for(tiles, run);
   return true;
 }
 
