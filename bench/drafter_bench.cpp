@@ -5,7 +5,9 @@
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
 //   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|persistent|both|all]
-//                 [--engine-gemms off|on|both] [--skinny on|off|both] [--launch tuned|plain|both] [--profile]
+//                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny on|off|both]
+//                 [--launch tuned|plain|both] [--profile]
+//                 (--tuned-gemms: cublasLt GEMMs with each shape's algorithm picked by timing at its first pass)
 //                 (--skinny: GEMMs of <= 16 rows through skinny_gemm or cuBLAS; --launch: programmatic launches and the
 //                 scan's W2 L2 hint on (tuned) or off (plain))
 //                 (--profile: per-launch device ms of an eager pass at 1, 8, 64 streams for each variant)
@@ -267,7 +269,8 @@ std::vector<bool> parse_switch(const std::string& text, const char* on_name) {
 
 int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, int context, int repeats,
              const std::string& graphs, const std::string& attention, const std::string& scan,
-             const std::string& engine_gemms, const std::string& skinny, const std::string& launch, bool profile,
+             const std::string& engine_gemms, const std::string& tuned_gemms, const std::string& skinny,
+             const std::string& launch, bool profile,
              json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
@@ -307,6 +310,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (const auto& [scan_name, fused, persistent] : parse_scan(scan))
     for (const bool engine : engine_gemms == "both" ? std::vector<bool>{false, true}
                                                     : std::vector<bool>{engine_gemms == "on"})
+    for (const bool tuned_on : parse_switch(tuned_gemms, "on"))
     for (const bool skinny_on : parse_switch(skinny, "on"))
     for (const bool tuned : parse_switch(launch, "tuned"))
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
@@ -317,6 +321,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       drafter.set_persistent_scan(persistent);
       drafter.set_engine_gemms(engine);
       drafter.set_skinny_gemms(skinny_on);
+      drafter.set_tuned_gemms(tuned_on);
       drafter.set_launch_tuning(tuned, tuned);
       std::vector<DraftRequest> requests(streams);
       for (int stream = 0; stream < streams; ++stream) {
@@ -372,7 +377,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
                     streams, depth, graphed ? 1 : 0, skinny_on ? 1 : 0, failed, drifted);
       }
       char row[256];
-      const char* gemms = engine ? "engine" : (skinny_on && streams <= 1 ? "skinny" : "cublas");
+      const char* gemms = engine ? "engine" : (skinny_on && streams <= 1 ? "skinny" : (tuned_on ? "tuned" : "cublas"));
       std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f |",
                     graphed ? "on" : "off", attention_name.c_str(), scan_name.c_str(), gemms,
                     tuned ? "tuned" : "plain", streams, depth, median(block_ms),
@@ -398,7 +403,13 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
               static_cast<long long>(drafter.graph_replays()), static_cast<long long>(drafter.graph_failures()));
   std::printf("\n| device | graphs | attention | scan | GEMMs | launch | streams | depth | block pass ms | "
               "Markov scan ms | draft() wall ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  if (drafter.tuned_gemm_shapes() > 0) {
+    const auto [tuned_us, default_us] = drafter.tuned_gemm_us();
+    std::printf("\ntuned GEMMs: %zu shapes, summed device us of the picks %.1f vs cublasLt's first candidate %.1f\n",
+                drafter.tuned_gemm_shapes(), tuned_us, default_us);
+  }
   drafter.set_engine_gemms(false);
+  drafter.set_tuned_gemms(tuned_gemms == "on");  // the profile below: tuned GEMMs where asked for
   drafter.set_skinny_gemms(skinny != "off");  // the profile below: skinny GEMMs where asked for
   drafter.set_launch_tuning(true, true);
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
@@ -449,7 +460,8 @@ int main(int argc, char** argv) {
     const bool profile = std::any_of(argv + 1, argv + argc, [](const char* arg) { return std::strcmp(arg, "--profile") == 0; });
     const int code = run_cuda(shape, dir, target, context, repeats, flag(argc, argv, "--graphs", "both"),
                               flag(argc, argv, "--attention", "auto"), flag(argc, argv, "--scan", "auto"),
-                              flag(argc, argv, "--engine-gemms", "off"), flag(argc, argv, "--skinny", "off"),
+                              flag(argc, argv, "--engine-gemms", "off"), flag(argc, argv, "--tuned-gemms", "off"),
+                              flag(argc, argv, "--skinny", "off"),
                               flag(argc, argv, "--launch", "tuned"), profile, results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());

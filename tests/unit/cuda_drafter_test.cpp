@@ -474,25 +474,47 @@ TEST(CudaDrafter, TheFusedBlockPassGivesTheUnfusedHiddenLogitsAndDrafts) {
     requests.push_back(request);
   }
   // The unfused pass with cuBLAS, then the fused pass with cuBLAS (5 requests: 35 rows) and, on the first two
-  // requests (14 rows), with the engine's GEMMs against cuBLAS.
+  // requests (14 rows), with the engine's GEMMs against cuBLAS; then the cublasLt-tuned GEMMs against cuBLAS (5
+  // requests, tuned on the first pass), and the tuned pass through a graph with the eager tuned bits (its reductions
+  // are deterministic).
   struct Case {
     const char* name;
     size_t requests;
     bool engine;
+    bool tuned;
   };
-  for (const Case& which : {Case{"fused block", 5, false}, Case{"engine GEMMs", 2, true}}) {
+  for (const Case& which :
+       {Case{"fused block", 5, false, false}, Case{"engine GEMMs", 2, true, false}, Case{"tuned GEMMs", 5, false, true}}) {
     SCOPED_TRACE(which.name);
     const std::span<const DraftRequest> some(requests.data(), which.requests);
     gpu->set_engine_gemms(false);
-    gpu->set_fused_block(which.engine);
+    gpu->set_tuned_gemms(false);
+    gpu->set_fused_block(which.engine || which.tuned);
     ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
     const std::vector<Draft> reference = gpu->draft(some);
     const std::vector<float> reference_hidden = gpu->last_final_hidden().value();
     const std::vector<float> reference_logits = gpu->last_base_logits().value();
     gpu->set_engine_gemms(which.engine);
+    gpu->set_tuned_gemms(which.tuned);
     gpu->set_fused_block(true);
     ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
     const std::vector<Draft> fused = gpu->draft(some);
+    if (which.tuned) {
+      EXPECT_GT(gpu->tuned_gemm_shapes(), 0u);
+      gpu->set_graphs(true);
+      gpu->draft(some);  // the second sighting captures
+      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+      const std::vector<Draft> graphed = gpu->draft(some);
+      gpu->set_graphs(false);
+      EXPECT_EQ(gpu->graph_failures(), 0);
+      for (size_t i = 0; i < some.size(); ++i) {
+        ASSERT_TRUE(graphed[i].status.ok()) << graphed[i].status.to_string();
+        EXPECT_EQ(graphed[i].tokens, fused[i].tokens);
+        for (size_t slot = 0; slot < fused[i].chances.size(); ++slot) {
+          EXPECT_EQ(std::bit_cast<uint32_t>(graphed[i].chances[slot]), std::bit_cast<uint32_t>(fused[i].chances[slot]));
+        }
+      }
+    }
     const std::vector<float> hidden = gpu->last_final_hidden().value();
     const std::vector<float> logits = gpu->last_base_logits().value();
     const double hidden_error = relative_error(hidden, reference_hidden);
@@ -513,6 +535,7 @@ TEST(CudaDrafter, TheFusedBlockPassGivesTheUnfusedHiddenLogitsAndDrafts) {
     EXPECT_GE(equal * 10, total * 9);
   }
   gpu->set_engine_gemms(false);
+  gpu->set_tuned_gemms(false);
 }
 
 TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsorb) {

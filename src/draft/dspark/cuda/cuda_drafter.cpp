@@ -89,6 +89,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   LS_RETURN_IF_ERROR(d.cublas_workspace_.allocate(kCublasWorkspaceBytes, "cublas workspace", steps));
   LS_RETURN_IF_ERROR(cublas_status(
       cublasSetWorkspace(d.cublas_.get(), d.cublas_workspace_.data(), kCublasWorkspaceBytes), "cublasSetWorkspace"));
+  LS_RETURN_IF_ERROR(d.tuned_.create(d.cublas_workspace_.data(), kCublasWorkspaceBytes));
   LS_RETURN_IF_ERROR(d.block_timer_.create());
   LS_RETURN_IF_ERROR(d.scan_timer_.create());
   DeviceDraftWeights& w = d.weights_;

@@ -16,6 +16,7 @@
 #include "draft/dspark/config.h"
 #include "draft/dspark/cuda/device_memory.h"
 #include "draft/dspark/cuda/draft_kernels.h"
+#include "draft/dspark/cuda/tuned_gemm.h"
 #include "draft/dspark/weights.h"
 #include "draft/load.h"
 
@@ -184,6 +185,15 @@ class CudaDsparkDrafter final : public Drafter {
     engine_gemms_ = on;
     graphs_.clear();
   }
+  // GEMMs through cublasLt with each shape's algorithm picked by timing its heuristic candidates at the shape's
+  // first (eager) sighting (tuned_gemm.h; deterministic reductions only), else cuBLAS's default (off by default).
+  void set_tuned_gemms(bool on) {
+    tuned_gemms_ = on;
+    graphs_.clear();
+  }
+  size_t tuned_gemm_shapes() const { return tuned_.shapes(); }
+  // Summed device us of the tuned picks and of cublasLt's first candidate, over the shapes tuned (bench).
+  std::pair<double, double> tuned_gemm_us() const { return {tuned_.tuned_us(), tuned_.default_us()}; }
   // absorb_device()'s projections fused (one GEMM for every layer's K and V, one heads launch: 4 launches a chunk)
   // or per layer (k GEMM, norm, RoPE, v GEMM, scatter: 2 + 5 x layers launches); on by default.
   void set_fused_absorb(bool on) {
@@ -283,6 +293,8 @@ class CudaDsparkDrafter final : public Drafter {
   bool programmatic_ = true;
   bool skinny_gemms_ = false;
   bool engine_gemms_ = false;
+  bool tuned_gemms_ = false;
+  TunedGemms tuned_;
   ls::cuda::GemmEngine engine_;
   bool fused_block_ = true;
   bool fused_absorb_ = true;

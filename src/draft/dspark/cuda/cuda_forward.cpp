@@ -19,6 +19,10 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
                         y_f32 ? nullptr : static_cast<bf16*>(y), y_f32 ? static_cast<float*>(y) : nullptr,
                         stream_.get());
   }
+  if (tuned_gemms_ && tuned_.ready() &&
+      tuned_.gemm(x, rows, w, w_rows, w_cols, y, y_f32, ldy, stream_.get()).ok()) {
+    return ok_status();
+  }
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major y [rows, N] = x [rows, K] W^T is column-major y^T [N, rows] = W [N, K] (as K x N, transposed) x^T.
   return cublas_status(
