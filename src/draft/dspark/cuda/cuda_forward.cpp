@@ -1,6 +1,7 @@
 // The CUDA drafter's forward (reference/dspark.md §2.4-2.9): the block pass and the Markov scan; GEMMs via cuBLAS.
 #include <cmath>
 
+#include "base/log.h"
 #include "draft/dspark/cuda/cuda_drafter.h"
 
 namespace ls::dspark::cuda {
@@ -223,7 +224,8 @@ ScanShape CudaDsparkDrafter::scan_shape() const {
 bool CudaDsparkDrafter::persistent_scan(int count, bool all_greedy) const {
   const PersistentScanPlan& plan = scan_plans_[count <= 1 ? 0 : 1];
   if (!all_greedy || plan.grid == 0 || count > plan.group || scratch_.persistent_partials.size() == 0) return false;
-  return persistent_scan_pin_.value_or(false);
+  // Automatic: a single request (the group kernel waits for the H200 A/B), unless the fused step is pinned.
+  return persistent_scan_pin_.value_or(count == 1 && !fused_scan_pin_.has_value());
 }
 
 bool CudaDsparkDrafter::fused_scan(int count) const {
@@ -253,10 +255,19 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     step.w1 = weights_.markov_w1.data();
     step.w2 = weights_.markov_w2.values.data();
     step.partials = s.persistent_partials.data();
-    LS_RETURN_IF_ERROR(markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], s.scan_barrier.data(),
-                                              stream));
-    mark("scan persistent");
-    return ok_status();
+    const Status launched =
+        markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], s.scan_barrier.data(), stream);
+    if (launched.ok()) {
+      mark("scan persistent");
+      return ok_status();
+    }
+    // A refused launch enqueues no kernel: the persistent scan is off from now on and this scan takes the steps.
+    log_warn("cuda drafter: the persistent Markov scan was refused (%s); the scan runs its steps from now on",
+             launched.to_string().c_str());
+    for (PersistentScanPlan& plan : scan_plans_) plan = PersistentScanPlan{};
+    step.w1 = nullptr;
+    step.w2 = nullptr;
+    step.partials = nullptr;
   }
   if (fused_scan(count)) {
     // Per slot one launch: W1 gather + W2 product + U + chunk picks, the pick by each group's last CTA.
