@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/log.h"
+#include "compute/cpu/cpu_features.h"
 #include "draft/dspark/markov_scan.h"
 
 namespace ls::dspark {
@@ -70,7 +71,9 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config
                                                              InitSteps& steps) {
   LS_RETURN_IF_ERROR(check_draft_bits(options.bits));
   LS_RETURN_IF_ERROR(check_draft_fits_target(config, target.facts()));
-  if (options.bits == 8) LS_RETURN_IF_ERROR(quantize_target_head(weights, config, target, steps));
+  // Only where the w8a8 kernel runs: elsewhere the int8 GEMM widens codes to fp32 and the bf16 head is faster.
+  if (options.bits == 8 && compute::cpu_features().avx512_vnni)
+    LS_RETURN_IF_ERROR(quantize_target_head(weights, config, target, steps));
   LS_RETURN_IF_ERROR(steps.step("drafter state"));
   std::unique_ptr<DsparkDrafter> drafter(new DsparkDrafter(std::move(config), std::move(weights), target, options));
   const int64_t rows = static_cast<int64_t>(std::max(options.max_streams, 1)) * drafter->config_.block_size;
