@@ -3,7 +3,7 @@
 //
 //   cpu_bench --model DIR [--threads 1,2] [--repeats 5] [--decode-tokens 32] [--prefill 128,512]
 //             [--verify 1,2,4,8,16] [--mode bf16|fp32] [--cpu-time 1] [--json PATH]
-//             [--drafter DIR [--context ROWS]]
+//             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]]
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the
@@ -50,6 +50,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string model, json_path, drafter;
   int context = 192;  // rows the drafter absorbs before its passes are timed
+  int drafter_bits = 0;  // the drafter's --drafter-bits
   std::vector<int> threads = {1, 2}, prefill = {128, 512}, verify = {1, 2, 4, 8, 16};
   int repeats = 5, decode_tokens = 32;
   bool cpu_time = false;  // time 1-thread runs by the thread's CPU time (robust to other processes on the VM)
@@ -175,6 +176,7 @@ json bench_drafter(const Options& options, Target& target, int threads) {
   drafter_options.threads = threads;
   drafter_options.mode = options.mode;
   drafter_options.max_streams = 1;
+  drafter_options.bits = options.drafter_bits;
   auto loaded = dspark::DsparkDrafter::load(options.drafter, target, drafter_options);
   if (!loaded.ok()) {
     std::fprintf(stderr, "drafter load failed: %s\n", loaded.status().to_string().c_str());
@@ -195,6 +197,7 @@ json bench_drafter(const Options& options, Target& target, int threads) {
   }
   json result;
   result["context"] = options.context;
+  result["bits"] = options.drafter_bits;
   result["absorb_ms"] = ms_since(absorb_start);
   const StreamId target_stream = stream + 1;
   timed_forward(target, target_stream, random_tokens(64, vocab, target_stream), 63, 64);
@@ -334,6 +337,7 @@ int main(int argc, char** argv) {
     else if (flag == "--decode-tokens") options.decode_tokens = std::max(1, std::atoi(value.c_str()));
     else if (flag == "--drafter") options.drafter = value;
     else if (flag == "--context") options.context = std::max(1, std::atoi(value.c_str()));
+    else if (flag == "--drafter-bits") options.drafter_bits = std::atoi(value.c_str());
     else if (flag == "--mode") options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
     else { std::fprintf(stderr, "unknown flag %s\n", flag.c_str()); return 2; }
   }
@@ -377,8 +381,9 @@ int main(int argc, char** argv) {
     }
     if (!result.contains("drafter")) continue;
     const json& drafter = result["drafter"];
-    std::printf("  drafter: absorb of %d rows %.2f ms (wall); 1 stream, by depth (block and scan by wall clock):\n",
-                drafter["context"].get<int>(), drafter["absorb_ms"].get<double>());
+    std::printf("  drafter (bits %d): absorb of %d rows %.2f ms (wall); 1 stream, by depth (block and scan by wall "
+                "clock):\n",
+                drafter["bits"].get<int>(), drafter["context"].get<int>(), drafter["absorb_ms"].get<double>());
     for (auto& [depth, entry] : drafter["depths"].items())
       std::printf("    depth %s  pass %6.3f ms (block %6.3f, scan %6.3f)  verify 1 row %6.3f, %s+1 rows %6.3f ms  "
                   "pass / verify(1) %.2f\n",

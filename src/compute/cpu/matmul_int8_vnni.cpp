@@ -24,6 +24,7 @@ namespace {
 constexpr int64_t kPanelColumns = 16;  // columns per panel: one 16-lane int32 accumulator
 constexpr int kPanelsPerTile = 2;      // a tile: up to 8 rows x 2 panels (32 columns), 16 accumulators at most
 constexpr int kTileRows = 8;
+constexpr int64_t kPrefetchTiles = 2;  // how many tiles ahead the weights are prefetched
 
 int64_t quads(int64_t K) { return (K + 3) / 4; }
 
@@ -56,13 +57,19 @@ LS_TARGET_VNNI void quantize_row(const float* x, int64_t K, int64_t padded, uint
 // acc [MR][P] = sum over k of (x code + 128) * weight code for MR rows of xq (stride `padded`) and P panels from
 // `panels` (each quads(K) * 64 bytes).
 template <int MR, int P>
-LS_TARGET_VNNI void tile_vnni(const uint8_t* xq, int64_t padded, const int8_t* panels, int64_t K4, __m512i* out) {
+LS_TARGET_VNNI void tile_vnni(const uint8_t* xq, int64_t padded, const int8_t* panels, int64_t K4, __m512i* out,
+                              const int8_t* next, int64_t next_bytes) {
   __m512i acc[MR][P];
   #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
     #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) acc[m][p] = _mm512_setzero_si512();
+  // `next` (the weights a later tile reads) is prefetched one line per step, spread over this tile's steps, so the
+  // stream from memory keeps going while this tile computes.
+  const int64_t lines = next_bytes / 64, per_step = (lines + K4 - 1) / K4;
   for (int64_t j = 0; j < K4; ++j) {
+    for (int64_t line = j * per_step; line < std::min(lines, (j + 1) * per_step); ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(next + line * 64), _MM_HINT_T0);
     __m512i w[P];
     #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) w[p] = _mm512_loadu_si512(panels + (p * K4 + j) * 64);
@@ -82,16 +89,17 @@ LS_TARGET_VNNI void tile_vnni(const uint8_t* xq, int64_t padded, const int8_t* p
 }
 
 template <int P>
-void tile_rows(int64_t rows, const uint8_t* xq, int64_t padded, const int8_t* panels, int64_t K4, __m512i* out) {
+void tile_rows(int64_t rows, const uint8_t* xq, int64_t padded, const int8_t* panels, int64_t K4, __m512i* out,
+               const int8_t* next, int64_t next_bytes) {
   switch (rows) {
-    case 1: return tile_vnni<1, P>(xq, padded, panels, K4, out);
-    case 2: return tile_vnni<2, P>(xq, padded, panels, K4, out);
-    case 3: return tile_vnni<3, P>(xq, padded, panels, K4, out);
-    case 4: return tile_vnni<4, P>(xq, padded, panels, K4, out);
-    case 5: return tile_vnni<5, P>(xq, padded, panels, K4, out);
-    case 6: return tile_vnni<6, P>(xq, padded, panels, K4, out);
-    case 7: return tile_vnni<7, P>(xq, padded, panels, K4, out);
-    default: return tile_vnni<8, P>(xq, padded, panels, K4, out);
+    case 1: return tile_vnni<1, P>(xq, padded, panels, K4, out, next, next_bytes);
+    case 2: return tile_vnni<2, P>(xq, padded, panels, K4, out, next, next_bytes);
+    case 3: return tile_vnni<3, P>(xq, padded, panels, K4, out, next, next_bytes);
+    case 4: return tile_vnni<4, P>(xq, padded, panels, K4, out, next, next_bytes);
+    case 5: return tile_vnni<5, P>(xq, padded, panels, K4, out, next, next_bytes);
+    case 6: return tile_vnni<6, P>(xq, padded, panels, K4, out, next, next_bytes);
+    case 7: return tile_vnni<7, P>(xq, padded, panels, K4, out, next, next_bytes);
+    default: return tile_vnni<8, P>(xq, padded, panels, K4, out, next, next_bytes);
   }
 }
 
@@ -167,12 +175,18 @@ bool matmul_int8_vnni(const OpContext& ctx, const float* x, int64_t rows, const 
       const int64_t first_panel = tile * kPanelsPerTile;
       const int64_t width = std::min<int64_t>(kPanelsPerTile, panel_count - first_panel);
       const int8_t* tile_panels = panels + first_panel * K4 * 64;
+      // The tile kPrefetchTiles ahead (the panels are one contiguous run), while the first row group computes.
+      const int64_t ahead_panel = first_panel + kPrefetchTiles * kPanelsPerTile;
+      const int64_t ahead_bytes =
+          std::max<int64_t>(0, std::min<int64_t>(kPanelsPerTile, panel_count - ahead_panel)) * K4 * 64;
       for (int64_t row = 0; row < rows; row += kTileRows) {
         const int64_t count = std::min<int64_t>(kTileRows, rows - row);
+        const int8_t* next = panels + ahead_panel * K4 * 64;
+        const int64_t next_bytes = row == 0 ? ahead_bytes : 0;
         if (width == kPanelsPerTile)
-          tile_rows<kPanelsPerTile>(count, q + row * padded, padded, tile_panels, K4, dots);
+          tile_rows<kPanelsPerTile>(count, q + row * padded, padded, tile_panels, K4, dots, next, next_bytes);
         else
-          tile_rows<1>(count, q + row * padded, padded, tile_panels, K4, dots);
+          tile_rows<1>(count, q + row * padded, padded, tile_panels, K4, dots, next, next_bytes);
         for (int64_t m = 0; m < count; ++m)
           for (int64_t p = 0; p < width; ++p)
             finish_panel(&dots[m * kPanelsPerTile + p], code_sums, w.scales, row_scales[row + m], round,
