@@ -578,9 +578,9 @@ TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsor
 
 // The persistent scan (one cooperative launch for every slot, W2 held on chip) computes each logit with the fused
 // step's dot order, so greedy requests draft the same tokens and chance bits: alone (the one-request kernel) and in
-// groups of up to 8 with mixed depths (the group kernel), scratch poisoned before every pass; its graph (one per
-// request count, any depth) replays the eager bits at depths changing from call to call; sampled requests and
-// groups above 8 keep the other scans; a planted fault fails only its request, by name and slot.
+// groups of up to 8 with mixed depths (the group kernel; more requests: a launch per 8), scratch poisoned before
+// every pass; its graph (one per request count, any depth) replays the eager bits at depths changing from call to
+// call; sampled requests keep the other scans; a planted fault fails only its request, by name and slot.
 TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
@@ -635,15 +635,16 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
       expect_same(draft_with(true, one), draft_with(false, one));
     }
   }
-  // Groups of 2, 5 and 8 requests (the group kernel), mixed depths.
-  for (const size_t size : {2, 5, 8}) {
+  // Groups of 2, 5 and 8 requests (the group kernel), mixed depths, and 10 (two launches: 8 + 2).
+  for (const size_t size : {2, 5, 8, 10}) {
     SCOPED_TRACE("group of " + std::to_string(size));
     const std::span<const DraftRequest> group(requests.data(), size);
     expect_same(draft_with(true, group), draft_with(false, group));
   }
-  // Sampled requests and groups above 8 keep the other scans.
+  // Sampled requests keep the other scans.
+  gpu->set_persistent_scan(true);
   EXPECT_FALSE(gpu->persistent_scan(1, false));
-  EXPECT_FALSE(gpu->persistent_scan(9, true));
+  EXPECT_FALSE(gpu->persistent_scan(10, false));
   // Graphs: one captured shape serves depths changing from call to call, with the eager bits.
   gpu->set_persistent_scan(true);
   gpu->set_fused_scan(std::nullopt);

@@ -207,7 +207,8 @@ class CudaDsparkDrafter final : public Drafter {
   // Whether a scan of `count` requests takes the fused step: the pin, else a single request (where supported).
   bool fused_scan(int count) const;
   // The persistent greedy scan (one cooperative launch for every slot, W2 on chip; scan_persistent.cu) for scans of
-  // up to kPersistentScanGroup greedy requests: pinned on or off, or automatic (nullopt: a single request).
+  // greedy requests (one launch per kPersistentScanGroup requests): pinned on or off, or automatic (nullopt: a single
+  // request).
   // Its graph serves every depth (key (count, -1)).
   void set_persistent_scan(std::optional<bool> on) {
     persistent_scan_pin_ = on;

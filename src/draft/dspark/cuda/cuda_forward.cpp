@@ -223,7 +223,7 @@ ScanShape CudaDsparkDrafter::scan_shape() const {
 
 bool CudaDsparkDrafter::persistent_scan(int count, bool all_greedy) const {
   const PersistentScanPlan& plan = scan_plans_[count <= 1 ? 0 : 1];
-  if (!all_greedy || plan.grid == 0 || count > plan.group || scratch_.persistent_partials.size() == 0) return false;
+  if (!all_greedy || plan.grid == 0 || scratch_.persistent_partials.size() == 0) return false;
   // Automatic: a single request (the group kernel waits for the H200 A/B), unless the fused step is pinned.
   return persistent_scan_pin_.value_or(count == 1 && !fused_scan_pin_.has_value());
 }
@@ -255,12 +255,14 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     step.w1 = weights_.markov_w1.data();
     step.w2 = weights_.markov_w2.values.data();
     step.partials = s.persistent_partials.data();
+    int groups = 0;
     const Status launched =
-        markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], s.scan_barrier.data(), stream);
+        markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], s.scan_barrier.data(), stream, &groups);
     if (launched.ok()) {
       mark("scan persistent");
       return ok_status();
     }
+    if (groups > 0) return launched;  // some groups ran: their records moved on, no other scan may redo them
     // A refused launch enqueues no kernel: the persistent scan is off from now on and this scan takes the steps.
     log_warn("cuda drafter: the persistent Markov scan was refused (%s); the scan runs its steps from now on",
              launched.to_string().c_str());

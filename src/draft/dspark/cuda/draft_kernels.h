@@ -257,8 +257,10 @@ struct PersistentScanPlan {
 };
 // The plan for `count` requests on the current device (grid 0 when the shape or the device cannot take it).
 PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count);
+// More requests than plan.group take one launch per group, one after the other. `launched`: the kernels enqueued
+// (0 when it fails before any: the caller may then take another scan).
 Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
-                              unsigned int* barrier, cudaStream_t stream);
+                              unsigned int* barrier, cudaStream_t stream, int* launched);
 
 // Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
 // with draw_token bit for bit. Greedy rows take the argmax.

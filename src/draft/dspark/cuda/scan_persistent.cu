@@ -265,7 +265,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       __threadfence();  // the partial is visible device-wide before this CTA arrives
     }
     __syncthreads();
-    if (threadIdx.x == 0) atomicAdd(barrier, 1u);
+    if (threadIdx.x == 0) {
+      __threadfence();  // cumulative: the CTA's partials (seen through the barrier above) before the arrival
+      atomicAdd(barrier, 1u);
+    }
     // CTA 0 ends the previous slot while the others finish this one.
     if (blockIdx.x == 0 && slot > 0) finish(slot - 1);
     if (threadIdx.x == 0) {
@@ -396,13 +399,13 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
 }
 
 Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
-                              unsigned int* barrier, cudaStream_t stream) {
+                              unsigned int* barrier, cudaStream_t stream, int* launched) {
+  *launched = 0;
   if (inputs.count == 0) return ok_status();
-  if (plan.grid == 0 || inputs.count > plan.group) {
+  if (plan.grid == 0 || (plan.group == 1 && inputs.count > 1)) {
     return Status(ErrorCode::UnsupportedDraftShape,
                   "the persistent Markov scan has no plan for " + std::to_string(inputs.count) + " requests here");
   }
-  LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(plan.grid);
   config.blockDim = dim3(kThreads);
@@ -413,12 +416,23 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
   attribute[0].val.cooperative = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  if (plan.group == 1) {
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_scan_kernel<1, kSingleRegisterRounds>, inputs, shape,
-                                   plan.ids_per_cta, plan.held_rounds, barrier));
-  } else {
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds>,
-                                   inputs, shape, plan.ids_per_cta, plan.held_rounds, barrier));
+  // One launch per group of plan.group requests, one after the other (the partials and the barrier are reused).
+  for (int first = 0; first < inputs.count; first += plan.group) {
+    ScanStepInputs group = inputs;
+    group.count = std::min(plan.group, inputs.count - first);
+    group.requests += first;
+    group.records += first;
+    group.base_logits += static_cast<int64_t>(first) * shape.gamma * shape.vocab;
+    group.final_hidden += static_cast<int64_t>(first) * shape.gamma * shape.hidden;
+    LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
+    if (plan.group == 1) {
+      LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_scan_kernel<1, kSingleRegisterRounds>, group, shape,
+                                     plan.ids_per_cta, plan.held_rounds, barrier));
+    } else {
+      LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds>,
+                                     group, shape, plan.ids_per_cta, plan.held_rounds, barrier));
+    }
+    ++*launched;
   }
   return ok_status();
 }
