@@ -25,6 +25,9 @@ constexpr int64_t kPanelColumns = 16;  // columns per panel: one 16-lane int32 a
 constexpr int kPanelsPerTile = 2;      // a tile: up to 8 rows x 2 panels (32 columns), 16 accumulators at most
 constexpr int kTileRows = 8;
 constexpr int64_t kPrefetchTiles = 2;  // how many tiles ahead the weights are prefetched
+// Below this many multiply-adds (about 10 us on one thread) a call runs on the calling thread: waking the pool costs
+// more than it saves (a few-row absorb's k/v projections, the block's k/v at one stream).
+constexpr int64_t kInlineMultiplyAdds = int64_t{1} << 20;
 
 int64_t quads(int64_t K) { return (K + 3) / 4; }
 
@@ -196,7 +199,7 @@ bool matmul_int8_vnni(const OpContext& ctx, const float* x, int64_t rows, const 
   };
   // Few rows: tiles claimed one by one (a late or preempted worker costs its share, not a wait); many rows: one
   // contiguous part per thread.
-  if (!ctx.pool)
+  if (!ctx.pool || rows * N * K < kInlineMultiplyAdds)
     run(0, 0, tiles);
   else if (rows <= 16)
     ctx.pool->parallel_chunks(tiles, run);
