@@ -244,8 +244,8 @@ Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot
 
 // The persistent greedy scan (scan_persistent.cu): every slot of up to kPersistentScanGroup greedy requests in one
 // cooperative launch (slots up to each request's depth, read on the device: one graph serves every depth). W2 is
-// held on chip (registers + shared memory) for the whole scan; a grid barrier per slot; the logits, picks and chance
-// bits of markov_step_fused. Needs `partials` [gamma, plan.group, plan.grid] and `barrier` [2] (counter and timed-out
+// held on chip (registers + shared memory) for the whole scan; a grid barrier per slot; the confidences after the
+// last slot (a CTA each; `markov` rows hold them); the logits, picks and chance bits of markov_step_fused. Needs `partials` [gamma, plan.group, plan.grid] and `barrier` [2] (counter and timed-out
 // flag, zeroed by the launch sequence). Greedy requests only (the caller checks).
 inline constexpr int kPersistentScanGroup = 8;
 struct PersistentScanPlan {

@@ -5,10 +5,10 @@
 // shared memory once, so W2 is read from memory once per scan, not once per slot. Per slot: e = W1[previous] (every
 // CTA knows the previous pick), l = W2 e + U_slot for the CTA's ids (the fused step's dot, the same fp32 order, so
 // the same bits), the CTA's greedy best and non-finite flag as a partial [slot][request][CTA], a grid barrier (a
-// counter zeroed before the launch), then every CTA combines all partials the same way and takes the same pick. CTA
-// 0 finishes the slot (confidence, flags, record: finish_step of the step kernels) after it has arrived at the
-// next slot's barrier, so the confidence overlaps the next slot's dot. Greedy requests only (a keyed draw needs the
-// whole corrected row in one CTA before the next slot).
+// counter zeroed before the launch), then every CTA combines all partials the same way and takes the same pick and
+// keeps it. After the last slot the confidences of every (request, slot) are computed a CTA each (finish_step's
+// arithmetic), one more barrier, and CTA 0 writes the records slot by slot as finish_step does (so no slot waits for
+// a confidence). Greedy requests only (a keyed draw needs the whole corrected row in one CTA before the next slot).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -111,7 +111,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(16) unsigned char dynamic[];
   __shared__ PickScratch s;
   __shared__ int32_t previous[G];
-  __shared__ int depth[G], stopped[G], active[G], finishing[G], nan_slot[G];
+  __shared__ int depth[G], stopped[G], active[G], nan_slot[G];
+  __shared__ int32_t anchor[G];
+  // Per slot and request: the pick the scan went on with, and 0 not drafting / 1 drafted / 2 a non-finite logit.
+  __shared__ int32_t slot_pick[kMaxDeviceBlock][G];
+  __shared__ unsigned char slot_state[kMaxDeviceBlock][G];
   __shared__ Best warp_best[kWarps][G];
   __shared__ int warp_flags[kWarps];
   __shared__ Best combined[G];
@@ -158,6 +162,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int r = threadIdx.x;
     const bool real = r < count;
     previous[r] = real ? in.records[r].previous : 0;
+    anchor[r] = previous[r];
     depth[r] = real ? in.requests[r].depth : 0;
     nan_slot[r] = real ? in.requests[r].nan_logit_slot : -1;
     stopped[r] = 0;
@@ -181,14 +186,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
   const int total_slots = slots;
-  // CTA 0 ends slot `slot` for every request that drafted there: pick, confidence, flags, record.
-  auto finish = [&](int slot) {
-    for (int r = 0; r < count; ++r) {
-      if (!finishing[r] || in.records[r].status != kScanOk) continue;  // uniform over the CTA
-      const DeviceScanRequest request = in.requests[r];
-      finish_step(in, shape, slot, r, request, in.records[r], (combined_flags >> r) & 1, combined[r], s);
-      __syncthreads();
+  // Thread 0: waits until the barrier counter reaches `target` (bounded: a CTA that never arrives, which a
+  // cooperative launch rules out, fails the scan by name instead of hanging the device; barrier[1] is the flag).
+  auto wait_for = [&](unsigned int target) {
+    const long long start = clock64();
+    while (load_acquire(barrier) < target) {
+      if (load_acquire(barrier + 1) != 0 || clock64() - start > kBarrierSpinCycles) {
+        atomicExch(barrier + 1, 1u);
+        break;
+      }
     }
+    __threadfence();
   };
   for (int slot = 0; slot < total_slots; ++slot) {
     // Who drafts at this slot, and e = W1[previous].
@@ -269,21 +277,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       __threadfence();  // cumulative: the CTA's partials (seen through the barrier above) before the arrival
       atomicAdd(barrier, 1u);
     }
-    // CTA 0 ends the previous slot while the others finish this one.
-    if (blockIdx.x == 0 && slot > 0) finish(slot - 1);
-    if (threadIdx.x == 0) {
-      // Bounded: a CTA that never arrives (it cannot happen under a cooperative launch) fails the scan by name
-      // instead of hanging the device (barrier[1] is the timed-out flag).
-      const unsigned int target = static_cast<unsigned int>(slot + 1) * gridDim.x;
-      const long long start = clock64();
-      while (load_acquire(barrier) < target) {
-        if (load_acquire(barrier + 1) != 0 || clock64() - start > kBarrierSpinCycles) {
-          atomicExch(barrier + 1, 1u);
-          break;
-        }
-      }
-      __threadfence();
-    }
+    if (threadIdx.x == 0) wait_for(static_cast<unsigned int>(slot + 1) * gridDim.x);
     __syncthreads();
     // Every CTA combines all partials of the slot in the same way (a total order), so all take the same pick.
     Best pick[G];
@@ -325,17 +319,75 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
     if (threadIdx.x < G) {
       const int r = threadIdx.x;
-      finishing[r] = active[r];
+      const int32_t pick = combined[r].id < 0 ? 0 : combined[r].id;
+      int state = 0;
       if (active[r]) {
-        if ((combined_flags >> r) & 1) stopped[r] = 1;
-        else previous[r] = combined[r].id < 0 ? 0 : combined[r].id;
+        state = (combined_flags >> r) & 1 ? 2 : 1;
+        if (state == 2) stopped[r] = 1;
+        else previous[r] = pick;
       }
+      slot_pick[slot][r] = pick;
+      slot_state[slot][r] = static_cast<unsigned char>(state);
     }
     __syncthreads();
   }
-  if (blockIdx.x == 0 && total_slots > 0) finish(total_slots - 1);
-  if (blockIdx.x == 0 && threadIdx.x == 0 && load_acquire(barrier + 1) != 0) {
-    for (int r = 0; r < count; ++r) in.records[r].status = kScanBarrierTimeout;
+  // The confidences of every (request, slot) drafted, a CTA each (finish_step's arithmetic), into the request's
+  // markov row (unused by this scan), then one more barrier.
+  if (shape.has_confidence && total_slots > 0) {
+    for (int item = blockIdx.x; item < count * total_slots; item += gridDim.x) {
+      const int r = item / total_slots, slot = item % total_slots;
+      if (slot_state[slot][r] != 1) continue;  // uniform over the CTA
+      const int32_t from = slot == 0 ? anchor[r] : slot_pick[slot - 1][r];
+      const float confidence = step_confidence(in, shape, slot, r, in.w1 + static_cast<int64_t>(from) * rank,
+                                               slot == in.requests[r].inf_confidence_slot, s);
+      if (threadIdx.x == 0) {
+        in.markov[static_cast<int64_t>(r) * V + slot] = confidence;
+        __threadfence();
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(barrier, 1u);
+      wait_for(static_cast<unsigned int>(total_slots + 1) * gridDim.x);
+    }
+    __syncthreads();
+  }
+  // CTA 0 writes each request's record slot by slot as finish_step does: tokens, chances (the running product),
+  // and the first failure (non-finite logit, non-finite confidence, pick outside the vocabulary) by name and slot.
+  if (blockIdx.x != 0) return;
+  if (threadIdx.x < count) {
+    const int r = threadIdx.x;
+    DeviceScanRecord& record = in.records[r];
+    const DeviceScanRequest& request = in.requests[r];
+    for (int slot = 0; slot < total_slots; ++slot) {
+      const int state = slot_state[slot][r];
+      if (state == 0 || record.status != kScanOk) break;
+      int32_t pick = state == 2 ? 0 : slot_pick[slot][r];
+      float chance = NAN;
+      bool confidence_finite = true;
+      if (shape.has_confidence && state == 1) {
+        const float confidence = __ldcg(in.markov + static_cast<int64_t>(r) * V + slot);
+        confidence_finite = isfinite(confidence);
+        chance = record.running * confidence;
+      }
+      if (slot == request.out_of_range_pick_slot) pick = static_cast<int32_t>(V);
+      int32_t status = kScanOk;
+      if (state == 2) status = kScanNonfiniteLogit;
+      else if (!confidence_finite) status = kScanNonfiniteConfidence;
+      else if (pick < 0 || pick >= V) status = kScanPickOutOfRange;
+      if (status != kScanOk) {
+        record.status = status;
+        record.failed_slot = slot;
+        record.failed_pick = pick;
+        break;
+      }
+      record.tokens[slot] = pick;
+      record.chances[slot] = chance;
+      if (shape.has_confidence) record.running = chance;
+      record.previous = pick;
+    }
+    if (load_acquire(barrier + 1) != 0) record.status = kScanBarrierTimeout;
   }
 }
 
@@ -424,6 +476,7 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
     group.records += first;
     group.base_logits += static_cast<int64_t>(first) * shape.gamma * shape.vocab;
     group.final_hidden += static_cast<int64_t>(first) * shape.gamma * shape.hidden;
+    group.markov += static_cast<int64_t>(first) * shape.vocab;
     LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
     if (plan.group == 1) {
       LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_scan_kernel<1, kSingleRegisterRounds>, group, shape,

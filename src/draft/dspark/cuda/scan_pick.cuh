@@ -177,6 +177,37 @@ __device__ int32_t keyed_pick(const float* row, int64_t vocab, const DeviceScanR
   return best.id < 0 ? greedy.id : best.id;
 }
 
+// The fp32 confidence of request i at `slot`: sigmoid((w . [Hf_slot ; e] + b) / T_slot), the dot in double over the
+// block (each thread's terms j = t, t + blockDim, ..., 8 loaded before any is added, then block_sum); Inf when
+// planted. Every thread of the block calls it; all get the value.
+__device__ float step_confidence(const ScanStepInputs& in, const ScanShape& shape, int slot, int i, const bf16_t* e,
+                                 bool plant_inf, PickScratch& s) {
+  const int64_t block_row = static_cast<int64_t>(i) * shape.gamma + slot;
+  const bf16_t* hidden = in.final_hidden + block_row * shape.hidden;
+  constexpr int kBatch = 8;
+  const int terms = shape.hidden + shape.rank;
+  double z = 0;
+  for (int first = threadIdx.x; first < terms; first += kBatch * blockDim.x) {
+    float xs[kBatch], ws[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = first + b * blockDim.x;
+      xs[b] = j >= terms ? 0.0f : (j < shape.hidden ? __bfloat162float(hidden[j]) : __bfloat162float(e[j - shape.hidden]));
+      ws[b] = j < terms ? in.confidence_weight[j] : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (first + b * static_cast<int>(blockDim.x) < terms) z += static_cast<double>(ws[b]) * xs[b];
+    }
+  }
+  z = block_sum(z, s) + in.confidence_bias;
+  float logit = static_cast<float>(z);
+  if (in.confidence_temperatures) logit /= in.confidence_temperatures[slot];
+  float confidence = 1.0f / (1.0f + expf(-logit));
+  if (plant_inf) confidence = INFINITY;
+  return confidence;
+}
+
 // The end of a scan step for request i, whose corrected logits are in its markov row: the pick (from the greedy best
 // over the finite logits, or the keyed draw), the confidence, the failure flags and the record. `nonfinite` and
 // `greedy` are uniform over the block.
@@ -190,33 +221,9 @@ __device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, in
   float chance = NAN;
   bool confidence_finite = true;
   if (shape.has_confidence) {
-    const int64_t block_row = static_cast<int64_t>(i) * shape.gamma + slot;
-    const bf16_t* hidden = in.final_hidden + block_row * shape.hidden;
     const bf16_t* e = in.w1 ? in.w1 + static_cast<int64_t>(record.previous) * shape.rank
                             : in.embeddings + static_cast<int64_t>(i) * shape.rank;
-    // Each thread's terms j = t, t + blockDim, ... in that order; 8 of them loaded before any is added (one
-    // memory round trip per 8 terms instead of one per term).
-    constexpr int kBatch = 8;
-    const int terms = shape.hidden + shape.rank;
-    double z = 0;
-    for (int first = threadIdx.x; first < terms; first += kBatch * blockDim.x) {
-      float xs[kBatch], ws[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int j = first + b * blockDim.x;
-        xs[b] = j >= terms ? 0.0f : (j < shape.hidden ? __bfloat162float(hidden[j]) : __bfloat162float(e[j - shape.hidden]));
-        ws[b] = j < terms ? in.confidence_weight[j] : 0.0f;
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (first + b * static_cast<int>(blockDim.x) < terms) z += static_cast<double>(ws[b]) * xs[b];
-      }
-    }
-    z = block_sum(z, s) + in.confidence_bias;
-    float logit = static_cast<float>(z);
-    if (in.confidence_temperatures) logit /= in.confidence_temperatures[slot];
-    float confidence = 1.0f / (1.0f + expf(-logit));
-    if (slot == request.inf_confidence_slot) confidence = INFINITY;
+    const float confidence = step_confidence(in, shape, slot, i, e, slot == request.inf_confidence_slot, s);
     confidence_finite = isfinite(confidence);
     chance = record.running * confidence;
   }
