@@ -148,7 +148,9 @@ Status Lanes::round() {
   const double draft_ms = draft();
   const double measured_ms = clock_.now_ms() - admitted_ms;
   if (!streams.empty()) {
-    pricing_.observe_overhead(measured_ms - verify_ms - draft_ms - ledger_.drafter_ms);
+    // The host's own work (measured rounds: the device absorb calls after the commit are the drafter's).
+    const double absorb_ms = pricing_.options().measured_rounds ? ledger_.drafter_ms : 0.0;
+    pricing_.observe_overhead(measured_ms - verify_ms - draft_ms - absorb_ms);
     // A round after prefills waits for their absorbs at its first settle: not a round the tables price.
     if (!admitted) pricing_.observe_round(ledger_.drafting, ledger_.priced_ms, measured_ms);
   }

@@ -100,7 +100,7 @@ class Lanes {
   struct RoundLedger {
     bool drafting = false;   // it verified drafts, absorbed taps or ran a pass
     double priced_ms = 0;    // verify + absorbs + pass by the tables, plus the host overhead
-    double drafter_ms = 0;   // settles and device absorbs (the pass and host absorbs are draft()'s)
+    double drafter_ms = 0;   // device absorbs after the commit (settles are verify()'s, passes draft()'s)
   };
 
   Status admit();

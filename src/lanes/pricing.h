@@ -35,7 +35,7 @@ struct PricingOptions {
   // tables priced them at, and so are plain rounds; drafting is priced at the ratio of the two, so costs no table
   // sees (a new shape's graph capture, an absorb's GPU work waited at the next sync) still stop drafting that loses.
   bool measured_rounds = true;
-  double round_rate = 0.3;        // moving-average weight of a drafting round's measured / priced ratio
+  double round_rate = 0.2;        // moving-average weight of a drafting round's measured / priced ratio
   // Decisions over dormant streams only, after one that bought nothing, run the row allocator only every n-th time
   // (the others are zero decisions, probes as usual): a round that buys nothing costs what a plain round costs
   // (64 streams on the H200: +0.03 ms of host work a round, 1.5%). 1 = every decision (the fourth session's).
@@ -133,6 +133,7 @@ class Pricing {
   double last_plain_round_ms_ = 0;
   double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
   bool batched_call_measured_ = false;
+  int batched_call_outliers_ = 0;   // batched calls in a row dearer than twice the estimate
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing
   int64_t depth_allocations_ = 0;
   double drafting_round_ratio_ = 1.0;  // moving average of measured / priced over drafting rounds
