@@ -426,15 +426,15 @@ int main(int argc, char** argv) {
       expert_path_ms.push_back({lfm2::gpu::expert_ffn_path_name(path), time_steps(o.decode_tokens)});
     }
     lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
-    lfm2::gpu::set_moe_fused_launches(false);  // route, plan, scatter and sum as four launches (same bits)
+    lfm2::gpu::set_moe_fused_launches(0);  // router GEMM, route, plan, scatter and sum as five launches (same bits)
     target->set_graphs(false);
     target->set_graphs(true);
     expert_path_ms.push_back({"auto, route/combine unfused", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_fused_launches(2);  // the router GEMM inside the route + plan launch (same bits)
+    lfm2::gpu::set_moe_fused_launches(1);  // the router GEMM launched before the route + plan launch (same bits)
     target->set_graphs(false);
     target->set_graphs(true);
-    expert_path_ms.push_back({"auto, router in route + plan", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_fused_launches(1);
+    expert_path_ms.push_back({"auto, router GEMM launched", time_steps(o.decode_tokens)});
+    lfm2::gpu::set_moe_fused_launches(2);
     target->set_graphs(false);
     target->set_graphs(true);
   }

@@ -277,14 +277,14 @@ TEST(CudaExpertFfn, APlantedOutOfOrderKWalkInTheTwoLaunchExpertsTurnsTheCheckRed
 }
 
 // Timing (LS_EXPERT_TIMING=1; never in the default suite): the routed experts of one LFM2-8B-A1B MoE layer (32
-// experts, top-4, D 2048, I 1792; constant weights: the values do not change the time) at 1, 4, 8 and 16 rows on
+// experts, top-4, D 2048, I 1792; constant weights: the values do not change the time) at 1..64 rows on
 // every path (each after its plan launch, as in the target), 8 routings cycled so the weights come from memory;
 // GB/s = distinct routed experts' bytes / time of the fastest path.
 TEST(CudaExpertFfnTiming, TimesEveryExpertPathAtThe8BShapesWhenAsked) {
   LS_SKIP_WITHOUT_DEVICE();
   if (std::getenv("LS_EXPERT_TIMING") == nullptr) GTEST_SKIP() << "set LS_EXPERT_TIMING=1 to time";
   constexpr int E = 32, k = 4, kPatterns = 8;
-  constexpr int64_t D = 2048, I = 1792, kMaxRows = 16;
+  constexpr int64_t D = 2048, I = 1792, kMaxRows = 64;
   Layer layer{E, k, D, I, {}, {}};
   ASSERT_TRUE(layer.gate_up.allocate(E * 2 * I * D).ok());
   ASSERT_TRUE(layer.down.allocate(E * D * I).ok());
@@ -301,7 +301,7 @@ TEST(CudaExpertFfnTiming, TimesEveryExpertPathAtThe8BShapesWhenAsked) {
                                       ExpertFfnPath::StreamedNarrow};
   std::printf("[expert ffn timing] rows, routed experts, us on: four launches, two launches, streamed, streamed "
               "narrow; GB/s of the fastest\n");
-  for (int64_t rows : {1, 4, 8, 16}) {
+  for (int64_t rows : {1, 4, 8, 16, 32, 64}) {
     std::vector<DeviceBuffer<int32_t>> offsets(kPatterns), order(kPatterns), chosen_dev(kPatterns);
     double distinct = 0;
     for (int pattern = 0; pattern < kPatterns; ++pattern) {

@@ -204,7 +204,8 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   // same bits).
   const int level = expert_trace_ ? 0 : gpu::moe_fused_launches();
   const bool fused = level >= 1 && gpu::route_and_plan_fits(rows, E, k) && gpu::combine_experts_fits(rows, k);
-  const bool router_inside = fused && level >= 2 && gpu::router_in_route_fits(D);
+  // (the router inside up to 16 rows: one CTA streams it, 8 warps of (8 rows, 8 experts) items)
+  const bool router_inside = fused && level >= 2 && rows <= 16 && gpu::router_in_route_fits(D);
   if (!router_inside) {
     LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.router.view(), router_logits_.data(), nullptr, stream_));
     LS_RETURN_IF_ERROR(mark("gemm"));
@@ -246,7 +247,7 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
     LS_RETURN_IF_ERROR(gpu::plan_experts(chosen_.data(), S, E, expert_offsets_.data(), expert_order_.data(), stream_));
   }
   LS_RETURN_IF_ERROR(mark("moe route + plan"));
-  gpu::ExpertFfn ffn;  // gather + gate|up + SwiGLU + down (two launches on the tensor-core kernels)
+  gpu::ExpertFfn ffn;  // gather + gate|up + SwiGLU + down (two streamed launches at up to 16 rows)
   ffn.x = u_.data();
   ffn.rows = rows;
   ffn.top_k = k;

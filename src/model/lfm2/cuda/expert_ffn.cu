@@ -12,9 +12,11 @@ namespace {
 
 std::atomic<int> g_pinned_path{static_cast<int>(ExpertFfnPath::Automatic)};
 
-// Two launches up to this many rows (H200, 8B layer alone: 40.2 vs 44.7 us at 1 row, 103 vs 106 at 4, 203 vs 197 at
-// 16); the A/B inside the target is gpu_bench's "decode step, experts ..." rows.
-constexpr int64_t kTwoLaunchMaxRows = 8;
+// The streamed kernels up to this many rows, four launches above (H200 batch A of session 5, one 8B layer with its
+// plan launch, us at 1 / 4 / 8 / 16 rows: streamed 32.2 / 86.5 / 127.4 / 166.5, narrow down 32.5 / 98.7 / 147.1 /
+// 190.2, two launches 46.4 / 110.3 / 160.1 / 210.3, four 47.3 / 107.2 / 156.1 / 200.6; the 8B decode step 2.002 ms
+// streamed, 2.367 four launches, 2.510 two launches). Two launches stay a pin.
+constexpr int64_t kStreamedMaxRows = 16;
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
@@ -34,7 +36,7 @@ void pin_expert_ffn_path_for_test(ExpertFfnPath path) { g_pinned_path = static_c
 ExpertFfnPath chosen_expert_ffn_path(int64_t rows) {
   const auto pinned = static_cast<ExpertFfnPath>(g_pinned_path.load());
   if (pinned != ExpertFfnPath::Automatic) return pinned;
-  return rows <= kTwoLaunchMaxRows ? ExpertFfnPath::TwoLaunches : ExpertFfnPath::FourLaunches;
+  return rows <= kStreamedMaxRows ? ExpertFfnPath::Streamed : ExpertFfnPath::FourLaunches;
 }
 
 const char* expert_ffn_path_name(ExpertFfnPath path) {

@@ -25,7 +25,7 @@ constexpr int kRouterStages = 12;       // K tiles in flight per warp
 constexpr int kRouterStageBytes = 16 * 128;  // 8 x rows and 8 router rows of one 64-wide K tile
 constexpr int kRouterPipeBytes = kRouteWarps * kRouterStages * kRouterStageBytes;
 
-std::atomic<int> g_fused_launches{1};
+std::atomic<int> g_fused_launches{2};
 
 namespace gd = ls::cuda::gemm_detail;
 
