@@ -12,8 +12,8 @@
 //   --decode-norm-configs 0,12  also time it with the norm launches on staged configurations g * 10 + s (group g,
 //                               SwiGLU s; set_decode_norm_configs)
 //   --l2-prefetch-ab            also time the decode step with the streaming decode GEMMs' L2 weight prefetch on
-//   --verify-tiles-ab           also time the verify windows with the 17..64-row picks before the verify tiles, and
-//                               with the streaming decode kernel there (set_decode_rows(64))
+//   --verify-tiles-ab           also time the verify windows with the older 17..64-row picks, the verify tiles and
+//                               every window streamed (set_decode_rows 16 / set_verify_tiles / set_decode_rows 64)
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -475,26 +475,29 @@ int main(int argc, char** argv) {
     w.tokens = window;
     verify_ms.push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
   }
-  // The same windows with the picks before the verify tiles (17..64 rows; same bits), then the verify tiles again.
-  // Also with the streaming decode kernel on 17..64 rows (set_decode_rows(64): its GEMMs, fused SwiGLU and q / k / v).
-  std::vector<std::pair<int, double>> verify_old_ms, verify_streamed_ms;
-  if (o.verify_tiles_ab) {
-    for (const bool streamed : {false, true}) {
-      if (streamed)
-        cuda::set_decode_rows(64);
-      else
-        cuda::set_verify_tiles(false);
-      target->set_graphs(false);
-      target->set_graphs(true);
-      for (int rows : o.verify) {
-        const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
-        w.tokens = window;
-        (streamed ? verify_streamed_ms : verify_old_ms)
-            .push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
-      }
-      cuda::set_verify_tiles(true);
-      cuda::set_decode_rows(16);
+  // The windows under the other 17..64-row picks (same bits): the older picks (no streamed windows), the verify
+  // tiles, every window streamed (set_decode_rows(64): its GEMMs, fused SwiGLU and q / k / v).
+  struct VerifyPicks {
+    const char* name;
+    int decode_rows;
+    bool verify_tiles;
+  };
+  const VerifyPicks other_picks[] = {{"older picks", 16, false}, {"verify tiles", 16, true}, {"all streamed", 64, false}};
+  std::vector<std::pair<std::string, std::vector<std::pair<int, double>>>> verify_other_ms;
+  for (const VerifyPicks& picks : other_picks) {
+    if (!o.verify_tiles_ab) break;
+    cuda::set_decode_rows(picks.decode_rows);
+    cuda::set_verify_tiles(picks.verify_tiles);
+    target->set_graphs(false);
+    target->set_graphs(true);
+    verify_other_ms.push_back({picks.name, {}});
+    for (int rows : o.verify) {
+      const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
+      w.tokens = window;
+      verify_other_ms.back().second.push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
     }
+    cuda::set_decode_rows(32);
+    cuda::set_verify_tiles(false);
     target->set_graphs(false);
     target->set_graphs(true);
   }
@@ -588,12 +591,10 @@ int main(int argc, char** argv) {
   for (auto [rows, ms] : verify_ms)
     std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows)).c_str(), ms, "",
                 ms / verify_ms.front().second);
-  for (auto [rows, ms] : verify_old_ms)
-    std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows) + ", older picks").c_str(),
-                ms, "", ms / verify_ms.front().second);
-  for (auto [rows, ms] : verify_streamed_ms)
-    std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows) + ", streamed").c_str(),
-                ms, "", ms / verify_ms.front().second);
+  for (const auto& [name, times] : verify_other_ms)
+    for (auto [rows, ms] : times)
+      std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows) + ", " + name).c_str(),
+                  ms, "", ms / verify_ms.front().second);
   double device_ms = 0;
   for (const auto& [kind, ms] : decode_profile) device_ms += ms / profiled;
   std::printf("decode step by op kind (device ms per token; %.3f ms device of %.3f ms wall with events):\n", device_ms,

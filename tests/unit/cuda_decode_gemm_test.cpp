@@ -148,14 +148,14 @@ TEST(CudaDecodeGemm, QKAndVInOneLaunchGiveTheBitsOfThreeGemms) {
       }
     }
   }
-  // 17 rows, mixed K, five matrices: not taken, and refused by number.
-  auto x = poisoned<bf16>(17 * 128);
+  // 33 rows (32 is the default limit, set_decode_rows), mixed K, five matrices: not taken, and refused by number.
+  auto x = poisoned<bf16>(33 * 128);
   auto w = poisoned<bf16>(64 * 128);
-  auto y = poisoned<bf16>(17 * 64);
+  auto y = poisoned<bf16>(33 * 64);
   const DeviceMatrix a{w.data(), nullptr, 64, 64}, b{w.data(), nullptr, 64, 128};
   bf16* const ys[5] = {y.data(), y.data(), y.data(), y.data(), y.data()};
   const std::vector<std::pair<int64_t, std::vector<DeviceMatrix>>> refused_cases = {
-      {17, {a, a}}, {1, {a, b}}, {1, {a, a, a, a, a}}};
+      {33, {a, a}}, {1, {a, b}}, {1, {a, a, a, a, a}}};
   for (const auto& [m, ws] : refused_cases) {
     EXPECT_FALSE(decode_group_fits(m, ws));
     const Status refused = gemm_decode_group(engine, x.data(), m, ws, std::span<bf16* const>(ys, ws.size()), nullptr);
@@ -173,7 +173,7 @@ struct DefaultPicksAtExit {
     set_decode_staged_pick(-1);
     set_decode_norm_configs(0, 2);
     set_decode_l2_prefetch(false);
-    set_decode_rows(16);
+    set_decode_rows(32);
   }
 };
 

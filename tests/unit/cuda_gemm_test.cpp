@@ -197,12 +197,8 @@ TEST(CudaGemm, APlantedKOrderFaultAboveSixteenRowsIsCaughtByTheInvarianceCheck) 
 // one-slice and sliced shapes, a K tail with three slices and an odd N; the planted K-order fault red under each.
 TEST(CudaGemm, EveryVerifyTileGivesTheOneRowBitsAtSeventeenToSixtyFourRowsAndCatchesThePlantedFault) {
   LS_SKIP_WITHOUT_DEVICE();
-  // The older automatic picks while this runs, so a pin that gives way to the automatic pick never names a verify
-  // tile (only the verify pins run the shapes); the pins themselves run whatever the switch says.
-  struct VerifyTilesBackOn {
-    ~VerifyTilesBackOn() { set_verify_tiles(true); }
-  } back_on;
-  set_verify_tiles(false);
+  // The verify tiles are not automatic (set_verify_tiles), so a pin that gives way to the automatic pick never names
+  // one: only the verify pins run the shapes.
   std::set<std::string> ran;
   for (int tile = 0; tile < GemmEngine::tile_count(); ++tile) {
     GemmEngine engine;

@@ -208,8 +208,9 @@ constexpr bool kWgmmaAutomatic = true;
 // 130 at m = 17..64 with 64x128 tiles, 37-61 us against 117 at m = 100..256 and 316 against 417 at 2048 with
 // 128x128 tiles), while the decode kernel keeps m <= 16 (12-15 us against 17 split); unsplit, 64x64 tiles beat
 // 128x128 ones while those would not fill the SMs up to 128 rows; 128x128 beats 128x256 except on wide heads.
-// Whether 17..64 rows take the verify tiles (set_verify_tiles; else the picks before them).
-std::atomic<bool> verify_tiles{true};
+// Whether 17..64 rows take the verify tiles (set_verify_tiles; off: batch A of session 5 timed them slower than the
+// older picks on every 1.2B shape but 2048->2048 / 3072 / 6144 at 17..32 rows, where the streamed windows win).
+std::atomic<bool> verify_tiles{false};
 
 // The verify tiles' pick for 17..64 rows (Count: none, the older picks decide). Sliced K: a cluster of one CTA per
 // slice; one slice: 64 columns a CTA on wide outputs, else 32 (two warps), 32 rows where they hold the window.
@@ -229,7 +230,14 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, bool
   const int slices = slice_count(static_cast<int>(k));
   const bool wide = n >= 128LL * sm_count;
   if (m <= 16) return slices == 1 && (wide || (m >= 12 && n >= 8192)) ? Choice::Stream : Choice::Decode;
-  if (m <= decode_rows_max() && slices <= kMaxClusterSlices) return Choice::Decode;  // set_decode_rows(64)
+  // Streamed windows (set_decode_rows; H200, batch A of session 5, cuda_gemm_bench, us at m = 17 / 32 / 48 / 64
+  // against the older picks): sliced K (8192->2048) 13.1 / 13.2 / 16.9 / 18.4 against 17.5 / 18.2 / 18.3 / 19.0
+  // (TMA 128x256 split); one slice N < 8192 (2048->2048 / 3072 / 6144) 18.7-20.5 at 17..32 rows against 24.4-24.7
+  // (64x64 s4) but 28-31 at 48..64; N >= 8192 lose (2048->16384 40.7 against 30.2, the head 163 against 79).
+  const int rows = decode_rows_max();
+  if (m <= rows && slices <= kMaxClusterSlices && (rows == 64 || slices > 1 || (m <= 32 && n < 8192)))
+    return Choice::Decode;
+  if (rows >= 32 && m <= 64 && slices > 1 && slices <= kMaxClusterSlices) return Choice::Decode;
   if (m <= 64 && verify_tiles.load(std::memory_order_relaxed)) {
     const Choice verify = choose_verify(m, n, slices, clusters);
     if (verify != Choice::Count) return verify;

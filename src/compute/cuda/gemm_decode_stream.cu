@@ -266,10 +266,10 @@ Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
                              args, 1, kWarps, prefetch_tiles_for(args.n, args.k));
 }
 
-// The grouped launch (q / k / v of an attention layer): 2 warps, 16 stages (10 at 64 rows), 8 columns per item
-// (many CTAs, deep pipelines for narrow outputs).
+// The grouped launch (q / k / v of an attention layer): 2 warps, 16 stages (8 at 32 rows, 5 at 64: two CTAs an SM),
+// 8 columns per item (many CTAs, deep pipelines for narrow outputs).
 constexpr int kGroupWarps = 2;
-constexpr int group_stages(int a_rows) { return a_rows == 64 ? 10 : 16; }
+constexpr int group_stages(int a_rows) { return a_rows == 64 ? 5 : a_rows == 32 ? 8 : 16; }
 
 template <int A_ROWS>
 Status launch_group_rows(const GemmGroup& group, cudaStream_t stream) {
@@ -340,25 +340,31 @@ void allow_stream_shared(int optin_bytes) {
                        optin_bytes);
 }
 
-// Verify windows may take the streaming kernels up to this many rows (set_decode_rows: 16 or 64).
-std::atomic<int> decode_rows{16};
+// Verify windows take the streaming kernels up to this many rows (set_decode_rows: 16, 32 or 64).
+std::atomic<int> decode_rows{32};
 int decode_rows_max() { return decode_rows.load(std::memory_order_relaxed); }
+// The fused launches' row limits: q / k / v up to 32 rows at the default, SwiGLU (2048->16384 streamed loses) only
+// when every window is streamed.
+int group_rows_max() { return decode_rows_max(); }
+int swiglu_rows_max() { return decode_rows_max() == 64 ? 64 : 16; }
 
 }  // namespace ls::cuda::gemm_detail
 
 namespace ls::cuda {
 
-void set_decode_rows(int max_rows) { gemm_detail::decode_rows.store(max_rows > 16 ? 64 : 16, std::memory_order_relaxed); }
+void set_decode_rows(int max_rows) {
+  gemm_detail::decode_rows.store(max_rows > 32 ? 64 : max_rows > 16 ? 32 : 16, std::memory_order_relaxed);
+}
 
 bool decode_swiglu_fits(int64_t m, const DeviceMatrix& gate_up) {
-  return m >= 1 && m <= gemm_detail::decode_rows_max() && gate_up.rows >= 2 && gate_up.rows % 2 == 0 && gate_up.rows <= (1LL << 30) &&
+  return m >= 1 && m <= gemm_detail::swiglu_rows_max() && gate_up.rows >= 2 && gate_up.rows % 2 == 0 && gate_up.rows <= (1LL << 30) &&
          gate_up.cols % 8 == 0 && gate_up.cols <= gemm_detail::kUnslicedK;
 }
 
 Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act,
                           cudaStream_t stream) {
   if (!decode_swiglu_fits(m, gate_up))
-    return Status(ErrorCode::InvalidArgument, "gemm_decode_swiglu takes 1.." + std::to_string(gemm_detail::decode_rows_max()) +
+    return Status(ErrorCode::InvalidArgument, "gemm_decode_swiglu takes 1.." + std::to_string(gemm_detail::swiglu_rows_max()) +
                                                   " rows, an even N and K <= " +
                                                   std::to_string(gemm_detail::kUnslicedK) + " (a multiple of 8), got m " +
                                                   std::to_string(m) + ", N " + std::to_string(gate_up.rows) + ", K " +
@@ -377,7 +383,7 @@ Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, co
 }
 
 bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws) {
-  if (m < 1 || m > gemm_detail::decode_rows_max() || ws.empty() || ws.size() > static_cast<size_t>(gemm_detail::kGroupMax)) return false;
+  if (m < 1 || m > gemm_detail::group_rows_max() || ws.empty() || ws.size() > static_cast<size_t>(gemm_detail::kGroupMax)) return false;
   for (const DeviceMatrix& w : ws)
     if (w.cols != ws[0].cols || w.cols % 8 != 0 || w.cols > gemm_detail::kUnslicedK || w.rows < 1 ||
         w.rows > (1 << 24))
@@ -388,7 +394,7 @@ bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws) {
 Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std::span<const DeviceMatrix> ws,
                          std::span<bf16* const> ys, cudaStream_t stream) {
   if (!decode_group_fits(m, ws) || ys.size() != ws.size())
-    return Status(ErrorCode::InvalidArgument, "gemm_decode_group takes 1.." + std::to_string(gemm_detail::decode_rows_max()) +
+    return Status(ErrorCode::InvalidArgument, "gemm_decode_group takes 1.." + std::to_string(gemm_detail::group_rows_max()) +
                                                   " rows and 1.." +
                                                   std::to_string(gemm_detail::kGroupMax) +
                                                   " matrices of one K <= 2048 (a multiple of 8), got m " +

@@ -128,7 +128,7 @@ __device__ __forceinline__ void store_pair(const GemmArgs& args, int r, int c, f
   }
 }
 
-// The decode kernel (m <= 16, gemm_decode.cu; 17..64 rows through the streaming kernel where decode_rows_max() is 64,
+// The decode kernel (m <= 16, gemm_decode.cu; 17..decode_rows_max() rows through the streaming kernel,
 // set_decode_rows): launch, and its shared-memory opt-in (once, outside capture).
 Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream);
 int decode_rows_max();

@@ -56,13 +56,15 @@ class GemmEngine {
   int pinned_tile_ = -1;
 };
 
-// Bench only (A/B): the engines' picks for 17..64 rows take the verify tiles (on, the default) or the picks before
-// them (off: split / 64-row tiles). Same bits either way; drop captured graphs after a change.
+// Bench only (A/B): the engines' picks for 17..64 rows take the verify tiles (on) where the streamed windows do not
+// (set_decode_rows), or the picks before them (off, the default: split / 64-row tiles). Same bits either way; drop
+// captured graphs after a change.
 void set_verify_tiles(bool on);
-// Bench only (A/B): 17..64-row windows take the streaming decode kernel (32 / 64 x rows a tile: one weight stream, up
-// to four m16 mma sets on each fragment) for their GEMMs (K of at most 8 slices), the fused gate_up + SwiGLU and the
-// q / k / v launch (decode_swiglu_fits / decode_group_fits say yes) when max_rows is above 16; 16 (the default) keeps
-// them at 1..16 rows. Same bits either way; drop captured graphs after a change.
+// Bench only (A/B): which verify windows of 17..64 rows take the streaming decode kernel (32 / 64 x rows a tile: one
+// weight stream, up to four m16 mma sets on each fragment; K of at most 8 slices). 32 (the default, from the H200's
+// timings): GEMMs with sliced K up to 64 rows and one-slice N < 8192 up to 32, the q / k / v launch up to 32;
+// 64: every GEMM it takes and the fused gate_up + SwiGLU too, up to 64 rows; 16: none (the older picks). Same bits
+// either way; drop captured graphs after a change.
 void set_decode_rows(int max_rows);
 
 // The decode kernel's configurations (m <= 16), for benches and tests: variants 0 .. decode_variant_count()-1, each
@@ -90,7 +92,7 @@ Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, co
                           cudaStream_t stream);
 
 // ys[i] [m, N_i] = x [m, K] @ ws[i]^T (+ bias), bf16 out, for up to 4 matrices of one K in one launch (q / k / v):
-// the bits of one GemmEngine::gemm each. Only where decode_group_fits (1..16 rows, 64 after set_decode_rows(64); K
+// the bits of one GemmEngine::gemm each. Only where decode_group_fits (1..32 rows; 16 / 64 after set_decode_rows; K
 // <= 2048 a multiple of 8).
 bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws);
 Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std::span<const DeviceMatrix> ws,
