@@ -46,6 +46,7 @@ const char* expert_ffn_path_name(ExpertFfnPath path) {
     case ExpertFfnPath::TwoLaunches: return "two launches";
     case ExpertFfnPath::Streamed: return "streamed";
     case ExpertFfnPath::StreamedNarrow: return "streamed, narrow down";
+    case ExpertFfnPath::StreamedSmallCtas: return "streamed, 2-warp CTAs";
   }
   return "?";
 }
@@ -64,13 +65,15 @@ Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
   // the tensor-core paths run where both GEMMs are on them (the automatic picks keep small K on the scalar kernel)
   const bool tensor = up_kernel != ExpertKernel::Scalar && down_kernel != ExpertKernel::Scalar;
   if (path == ExpertFfnPath::TwoLaunches && (!tensor || up_kernel != down_kernel)) path = ExpertFfnPath::FourLaunches;
-  if ((path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedNarrow) && !pinned && !tensor)
+  if ((path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedNarrow ||
+       path == ExpertFfnPath::StreamedSmallCtas) && !pinned && !tensor)
     path = ExpertFfnPath::FourLaunches;
   const int fault = expert_fault_for_test() && f.rows > 1 ? 1 : 0;
   switch (path) {
     case ExpertFfnPath::TwoLaunches: return expert_ffn_two_launches(f, up_kernel, down_kernel, fault, stream);
-    case ExpertFfnPath::Streamed: return expert_ffn_streamed(f, false, fault, stream);
-    case ExpertFfnPath::StreamedNarrow: return expert_ffn_streamed(f, true, fault, stream);
+    case ExpertFfnPath::Streamed: return expert_ffn_streamed(f, 0, fault, stream);
+    case ExpertFfnPath::StreamedNarrow: return expert_ffn_streamed(f, 1, fault, stream);
+    case ExpertFfnPath::StreamedSmallCtas: return expert_ffn_streamed(f, 2, fault, stream);
     default: return four_launches(f, stream);
   }
 }

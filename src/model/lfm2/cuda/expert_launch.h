@@ -23,8 +23,8 @@ Status launch_expert_scalar(const bf16* x, const int32_t* offsets, int experts, 
 Status expert_ffn_two_launches(const ExpertFfn& f, ExpertKernel up, ExpertKernel down, int fault, cudaStream_t stream);
 
 // The streamed experts (expert_stream.cu): gate|up + SwiGLU, then down with its weights staged before it waits;
-// down items of 8 columns under narrow_down, else 16.
-Status expert_ffn_streamed(const ExpertFfn& f, bool narrow_down, int fault, cudaStream_t stream);
+// variant 0: 4-warp CTAs, down items of 16 columns; 1: down items of 8; 2: 2-warp CTAs.
+Status expert_ffn_streamed(const ExpertFfn& f, int variant, int fault, cudaStream_t stream);
 // The streamed kernels' shared-memory opt-ins (once, eagerly: expert_launch_setup).
 void allow_expert_stream_shared();
 

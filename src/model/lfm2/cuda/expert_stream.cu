@@ -184,10 +184,9 @@ __global__ void __launch_bounds__(32 * WARPS) expert_stream_kernel(StreamArgs a)
   }
 }
 
-// Gate|up: 4 warps x 8 stages (two CTAs per SM); down: 4 warps x 8 stages of 16 columns, or 4 x 12 of 8 (narrow).
-constexpr int kWarps = 4;
-
-template <int STAGES, int TILES, bool SWIGLU>
+// Variant 0: gate|up 4 warps x 8 stages (two CTAs per SM), down 4 warps x 8 stages of 16 columns; 1: down 4 x 12 of
+// 8 columns (narrow); 2: both 2 warps x 8 stages (48 KB CTAs, four per SM: the 1-row gate|up grid spread evenly).
+template <int STAGES, int TILES, bool SWIGLU, int kWarps = 4>
 Status launch_stream(const StreamArgs& a, int64_t max_chunks, cudaStream_t stream) {
   constexpr int smem = StreamShape<kWarps, STAGES, TILES>::kPipeBytes;
   const int item_cols = SWIGLU ? 8 : 8 * TILES, out_n = SWIGLU ? a.n / 2 : a.n;
@@ -199,7 +198,7 @@ Status launch_stream(const StreamArgs& a, int64_t max_chunks, cudaStream_t strea
   return ok_status();
 }
 
-template <int STAGES, int TILES, bool SWIGLU>
+template <int STAGES, int TILES, bool SWIGLU, int kWarps = 4>
 void allow_shared() {
   cudaFuncSetAttribute(expert_stream_kernel<kWarps, STAGES, TILES, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        StreamShape<kWarps, STAGES, TILES>::kPipeBytes);
@@ -211,20 +210,24 @@ void allow_expert_stream_shared() {
   allow_shared<8, 2, true>();
   allow_shared<8, 2, false>();
   allow_shared<12, 1, false>();
+  allow_shared<8, 2, true, 2>();
+  allow_shared<8, 2, false, 2>();
 }
 
-Status expert_ffn_streamed(const ExpertFfn& f, bool narrow_down, int fault, cudaStream_t stream) {
+Status expert_ffn_streamed(const ExpertFfn& f, int variant, int fault, cudaStream_t stream) {
   const int64_t slots = f.rows * f.top_k;
   // row chunks of 8: at most one partial chunk per routed expert plus the whole ones
   const int64_t max_chunks = std::min<int64_t>(f.experts, slots) + slots / kChunkRows;
   const StreamArgs up{reinterpret_cast<const __nv_bfloat16*>(f.x), f.offsets, f.order, f.top_k,
                       reinterpret_cast<const __nv_bfloat16*>(f.w_gate_up), reinterpret_cast<__nv_bfloat16*>(f.act),
                       f.experts, static_cast<int>(2 * f.inter), static_cast<int>(f.hidden), fault, 0};
-  LS_RETURN_IF_ERROR((launch_stream<8, 2, true>(up, max_chunks, stream)));
+  if (variant == 2) LS_RETURN_IF_ERROR((launch_stream<8, 2, true, 2>(up, max_chunks, stream)));
+  else LS_RETURN_IF_ERROR((launch_stream<8, 2, true>(up, max_chunks, stream)));
   const StreamArgs down{reinterpret_cast<const __nv_bfloat16*>(f.act), f.offsets, nullptr, 1,
                         reinterpret_cast<const __nv_bfloat16*>(f.w_down), reinterpret_cast<__nv_bfloat16*>(f.out),
                         f.experts, static_cast<int>(f.hidden), static_cast<int>(f.inter), fault, 1};
-  if (narrow_down) return launch_stream<12, 1, false>(down, max_chunks, stream);
+  if (variant == 1) return launch_stream<12, 1, false>(down, max_chunks, stream);
+  if (variant == 2) return launch_stream<8, 2, false, 2>(down, max_chunks, stream);
   return launch_stream<8, 2, false>(down, max_chunks, stream);
 }
 

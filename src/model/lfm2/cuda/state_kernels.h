@@ -164,9 +164,9 @@ Status expert_ffn(const ExpertFfn& ffn, cudaStream_t stream);
 // How expert_ffn runs its experts (every path gives the same bits). Automatic: streamed up to 16 rows where both
 // GEMMs would be on the tensor-core kernels (K >= 256), four launches otherwise. Streamed: the decode expert kernels
 // (expert_stream.cu: each warp streams one (expert row chunk of 8, column group) item through its own cp.async
-// pipeline), down items of 16 columns, or 8 under StreamedNarrow. The others are pins for tests and benches (any row
-// count).
-enum class ExpertFfnPath { Automatic, FourLaunches, TwoLaunches, Streamed, StreamedNarrow };
+// pipeline), down items of 16 columns, or 8 under StreamedNarrow; StreamedSmallCtas: 2-warp CTAs. The others are
+// pins for tests and benches (any row count).
+enum class ExpertFfnPath { Automatic, FourLaunches, TwoLaunches, Streamed, StreamedNarrow, StreamedSmallCtas };
 // What expert_ffn runs for this many rows (the pin, else the automatic pick; a tensor-core pick for both K assumed).
 ExpertFfnPath chosen_expert_ffn_path(int64_t rows);
 const char* expert_ffn_path_name(ExpertFfnPath path);
