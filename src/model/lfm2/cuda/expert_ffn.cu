@@ -57,8 +57,8 @@ Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
   expert_launch_setup();
   const ExpertKernel up_kernel = expert_kernel_for(f.rows, f.experts, D);
   const ExpertKernel down_kernel = expert_kernel_for(f.rows, f.experts, I);
-  const bool fits = f.experts >= 1 && f.experts <= kMaxTensorExperts && D % 8 == 0 && I % 8 == 0 && I <= (1 << 29) && D <= (1 << 24) &&
-                    I <= (1 << 24) && aligned(f.x, 16) && aligned(f.act, 16) && aligned(f.w_gate_up, 16) &&
+  const bool fits = f.experts >= 1 && f.experts <= kMaxTensorExperts && D % 8 == 0 && I % 8 == 0 &&
+                    D <= (1 << 24) && I <= (1 << 24) && aligned(f.x, 16) && aligned(f.act, 16) && aligned(f.w_gate_up, 16) &&
                     aligned(f.w_down, 16) && aligned(f.out, 4);
   const bool pinned = g_pinned_path.load() != static_cast<int>(ExpertFfnPath::Automatic);
   ExpertFfnPath path = fits ? chosen_expert_ffn_path(f.rows) : ExpertFfnPath::FourLaunches;

@@ -52,8 +52,8 @@ __device__ void router_in_block(const RoutePlan& a, unsigned char* smem) {
         const int index = lane + 32 * h, row = index >> 3, part = index & 7, k = k0 + part * 8;
         if (weights) {
           const bool inside = e0 + row < E && k < D;
-          gd::copy_chunk(base + gd::swizzled(8 + row, part), a.router + (inside ? (e0 + row) * static_cast<int64_t>(D) + k : 0),
-                         inside);
+          const int64_t at = inside ? (e0 + row) * static_cast<int64_t>(D) + k : 0;
+          gd::copy_chunk(base + gd::swizzled(8 + row, part), a.router + at, inside);
         } else {
           const bool inside = row < rows && k < D;
           gd::copy_chunk(base + gd::swizzled(row, part), a.x + (inside ? (r0 + row) * D + k : 0), inside);
@@ -177,7 +177,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_plan_kernel(RoutePlan 
   for (int64_t row = warp; row < a.rows; row += kRouteWarps) {
     for (int e = lane; e < E; e += 32) {
       const float logit = load(a.logits + row * E + e);
-      const float s = round_bf16(__fdiv_rn(1.0f, __fadd_rn(1.0f, static_cast<float>(exp(static_cast<double>(-logit))))));
+      const float e_neg = static_cast<float>(exp(static_cast<double>(-logit)));
+      const float s = round_bf16(__fdiv_rn(1.0f, __fadd_rn(1.0f, e_neg)));
       score[e] = s;
       biased[e] = a.expert_bias ? __fadd_rn(s, a.expert_bias[e]) : s;
     }
@@ -258,7 +259,8 @@ __global__ void combine_kernel(const bf16* out, const int32_t* offsets, int expe
     float sum = 0.0f;
     for (int j = 0; j < k; ++j) {
       const int s = static_cast<int>(row) * k + j, p = position[s];
-      if (p >= 0) sum = __fadd_rn(sum, round_bf16(__fmul_rn(load(out + static_cast<int64_t>(p) * width + d), weights[s])));
+      if (p >= 0)
+        sum = __fadd_rn(sum, round_bf16(__fmul_rn(load(out + static_cast<int64_t>(p) * width + d), weights[s])));
     }
     store(y + i, sum);
   }

@@ -132,8 +132,8 @@ Status plan_experts(const int32_t* chosen, int64_t slot_count, int experts, int3
 // [offsets[e], offsets[e+1]) (offsets read on the device: no host sync); W [experts, N, K] bf16; y rounded to bf16
 // once. max_rows_per_expert bounds the launch (rows of the forward). Each output's sum order is fixed whatever the
 // rows, so a row gets the same bits in a 1-row decode, a verify window and a prefill:
-// - tensor-core kernels (Rows16, Rows16Narrow, Rows64, Rows128): one fp32 accumulator fed with mma.sync m16n8k16 steps over K in ascending
-//   order (64-wide K tiles, tail zero-filled), the same chain in every tile shape;
+// - tensor-core kernels (Rows16, Rows16Narrow, Rows64, Rows128): one fp32 accumulator fed with mma.sync m16n8k16
+//   steps over K in ascending order (64-wide K tiles, tail zero-filled), the same chain in every tile shape;
 // - scalar kernel: lane l sums k = 256c + 8l + j in order, then a fixed butterfly.
 // K must be a multiple of 8 (InvalidArgument otherwise).
 Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t max_rows_per_expert, const bf16* w,
