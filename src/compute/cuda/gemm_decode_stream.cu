@@ -72,29 +72,44 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
     const int c_first = col0 + group * kItemCols;
     const int first_tile = slice * slice_tiles;
     const int tiles = min(slice_tiles, k_tiles - first_tile);
+    // Fixed per lane and item: the W chunks the lane copies (rows (lane >> 3) + 4 i, chunk lane & 7: 8 * TILES rows
+    // x 8 chunks, 4 rows per instruction) as pointers at the slice's first K element, their shared-memory offsets and
+    // whether the row is inside N; the tile loop adds only the tile's K offset (a warp's loop is a serial instruction
+    // stream, so its address arithmetic is paid in full).
+    const int chunk = lane & 7;
+    const int k_left = args.k - first_tile * kBlockK - chunk * 8;  // a chunk at tile offset koff is inside K below this
+    const __nv_bfloat16* w_src[2 * TILES];
+    uint32_t w_dst[2 * TILES];
+    bool w_in[2 * TILES];
+#pragma unroll
+    for (int i = 0; i < 2 * TILES; ++i) {
+      const int w_row = (lane >> 3) + 4 * i;
+      const int out_c = c_first + (SWIGLU ? (w_row & 7) : w_row);
+      const int c = SWIGLU && w_row >= 8 ? out_n + out_c : out_c;
+      w_in[i] = out_c < out_n;
+      w_src[i] = args.w + (w_in[i] ? static_cast<int64_t>(c) * args.k + first_tile * kBlockK + chunk * 8 : 0);
+      w_dst[i] = swizzled(A_ROWS + w_row, chunk);
+    }
+    const __nv_bfloat16* x_src = args.x + static_cast<int64_t>(lane >> 3) * args.k + first_tile * kBlockK + chunk * 8;
+    const int64_t x_step = 4 * static_cast<int64_t>(args.k);  // 4 rows of x
+    auto tile_offset = [&](int t) { return (args.reverse_k ? tiles - 1 - t : t) * kBlockK; };
     auto load_w = [&](int t, int stage) {
-      const int k_base = (first_tile + (args.reverse_k ? tiles - 1 - t : t)) * kBlockK;
+      const int koff = tile_offset(t);
       const uint32_t base = pipe_base + stage * S::kStageBytes;
 #pragma unroll
-      for (int i = 0; i < 2 * TILES; ++i) {  // W: 8 * TILES rows x 8 chunks, 4 rows per instruction
-        const int index = lane + 32 * i;
-        const int w_row = index >> 3, chunk = index & 7;
-        const int out_c = c_first + (SWIGLU ? (w_row & 7) : w_row), k = k_base + chunk * 8;
-        const int c = SWIGLU && w_row >= 8 ? out_n + out_c : out_c;
-        const bool inside = out_c < out_n && k < args.k;
-        copy_chunk(base + swizzled(A_ROWS + w_row, chunk),
-                   args.w + (static_cast<int64_t>(inside ? c : 0) * args.k + (inside ? k : 0)), inside);
+      for (int i = 0; i < 2 * TILES; ++i) {
+        const bool inside = w_in[i] && koff < k_left;
+        copy_chunk(base + w_dst[i], inside ? w_src[i] + koff : args.w, inside);
       }
     };
     auto load_x = [&](int t, int stage) {
-      const int k_base = (first_tile + (args.reverse_k ? tiles - 1 - t : t)) * kBlockK;
+      const int koff = tile_offset(t);
       const uint32_t base = pipe_base + stage * S::kStageBytes;
-      for (int index = lane; index < args.m * 8; index += 32) {  // x: rows < m
-        const int row = index >> 3, chunk = index & 7;
-        const int k = k_base + chunk * 8;
-        const bool inside = k < args.k;
-        copy_chunk(base + swizzled(row, chunk), args.x + (static_cast<int64_t>(row) * args.k + (inside ? k : 0)),
-                   inside);
+      const bool inside = koff < k_left;
+#pragma unroll
+      for (int j = 0; j < A_ROWS / 4; ++j) {  // x: rows (lane >> 3) + 4 j, those < m
+        const int row = (lane >> 3) + 4 * j;
+        if (row < args.m) copy_chunk(base + swizzled(row, chunk), inside ? x_src + j * x_step + koff : args.x, inside);
       }
     };
     float acc[MI][TILES][4];
@@ -113,15 +128,18 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
       if (s < tiles) load_x(s, s);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) commit_group();
+    int read_stage = 0, write_stage = STAGES - 1;  // t % STAGES and (t + STAGES - 1) % STAGES without a division
     for (int t = 0; t < tiles; ++t) {
       wait_group<STAGES - 2>();
       __syncwarp();
       if (t + STAGES - 1 < tiles) {
-        load_w(t + STAGES - 1, (t + STAGES - 1) % STAGES);
-        load_x(t + STAGES - 1, (t + STAGES - 1) % STAGES);
+        load_w(t + STAGES - 1, write_stage);
+        load_x(t + STAGES - 1, write_stage);
       }
       commit_group();
-      const uint32_t a_base = pipe_base + (t % STAGES) * S::kStageBytes;
+      const uint32_t a_base = pipe_base + read_stage * S::kStageBytes;
+      read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
+      write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
 #pragma unroll
       for (int kk = 0; kk < kBlockK / 16; ++kk) {
         uint32_t a[MI][4], b[TILES][2];
