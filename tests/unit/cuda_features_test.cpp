@@ -219,8 +219,9 @@ TEST(CudaFeatures, TheProbedFeaturesFollowThisDeviceThisBinaryAndTheEnvVar) {
       EXPECT_TRUE(f.portable()) << f.describe();
     }
   }
-  // The default engine follows the features: no split tile at 64 rows of sliced K without clusters, and one with.
-  const std::string name = GemmEngine().tile_name(64, 2048, 8192);
+  // The default engine follows the features: no split tile at 128 rows of sliced K without clusters, and one with
+  // (up to 64 rows the streaming decode kernel serves sliced K since session 5, clusters or not).
+  const std::string name = GemmEngine().tile_name(128, 2048, 8192);
   EXPECT_EQ(name.find("split") != std::string::npos, f.clusters) << name << " under " << f.describe();
   const std::string prefill = GemmEngine().tile_name(2048, 2048, 2048);
   EXPECT_EQ(prefill.find("wgmma") != std::string::npos, f.wgmma) << prefill << " under " << f.describe();
