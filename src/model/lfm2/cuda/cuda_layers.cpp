@@ -247,7 +247,7 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
     LS_RETURN_IF_ERROR(gpu::plan_experts(chosen_.data(), S, E, expert_offsets_.data(), expert_order_.data(), stream_));
   }
   LS_RETURN_IF_ERROR(mark("moe route + plan"));
-  gpu::ExpertFfn ffn;  // gather + gate|up + SwiGLU + down (two streamed launches at up to 16 rows)
+  gpu::ExpertFfn ffn;  // gather + gate|up + SwiGLU + down (two streamed launches at up to 32 rows)
   ffn.x = u_.data();
   ffn.rows = rows;
   ffn.top_k = k;

@@ -15,8 +15,9 @@ std::atomic<int> g_pinned_path{static_cast<int>(ExpertFfnPath::Automatic)};
 // The streamed kernels up to this many rows, four launches above (H200 batch A of session 5, one 8B layer with its
 // plan launch, us at 1 / 4 / 8 / 16 rows: streamed 32.2 / 86.5 / 127.4 / 166.5, narrow down 32.5 / 98.7 / 147.1 /
 // 190.2, two launches 46.4 / 110.3 / 160.1 / 210.3, four 47.3 / 107.2 / 156.1 / 200.6; the 8B decode step 2.002 ms
-// streamed, 2.367 four launches, 2.510 two launches). Two launches stay a pin.
-constexpr int64_t kStreamedMaxRows = 16;
+// streamed, 2.367 four launches, 2.510 two launches; batch B at 32 / 64 rows: streamed 182.2 / 223.7, four launches
+// 210.4 / 216.9). Two launches stay a pin.
+constexpr int64_t kStreamedMaxRows = 32;
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 

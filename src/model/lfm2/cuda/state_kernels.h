@@ -161,7 +161,7 @@ struct ExpertFfn {
 };
 Status expert_ffn(const ExpertFfn& ffn, cudaStream_t stream);
 
-// How expert_ffn runs its experts (every path gives the same bits). Automatic: streamed up to 16 rows where both
+// How expert_ffn runs its experts (every path gives the same bits). Automatic: streamed up to 32 rows where both
 // GEMMs would be on the tensor-core kernels (K >= 256), four launches otherwise. Streamed: the decode expert kernels
 // (expert_stream.cu: each warp streams one (expert row chunk of 8, column group) item through its own cp.async
 // pipeline), down items of 16 columns, or 8 under StreamedNarrow; StreamedSmallCtas: 2-warp CTAs. The others are
