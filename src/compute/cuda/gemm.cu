@@ -230,14 +230,15 @@ Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, bool
   const int slices = slice_count(static_cast<int>(k));
   const bool wide = n >= 128LL * sm_count;
   if (m <= 16) return slices == 1 && (wide || (m >= 12 && n >= 8192)) ? Choice::Stream : Choice::Decode;
-  // Streamed windows (set_decode_rows; H200, batch A of session 5, cuda_gemm_bench, us at m = 17 / 32 / 48 / 64
-  // against the older picks): sliced K (8192->2048) 13.1 / 13.2 / 16.9 / 18.4 against 17.5 / 18.2 / 18.3 / 19.0
-  // (TMA 128x256 split); one slice N < 8192 (2048->2048 / 3072 / 6144) 18.7-20.5 at 17..32 rows against 24.4-24.7
-  // (64x64 s4) but 28-31 at 48..64; N >= 8192 lose (2048->16384 40.7 against 30.2, the head 163 against 79).
+  // Streamed windows (set_decode_rows; H200, session 5, cuda_gemm_bench after 3cb76a1 (batch B), us at m = 17 / 32
+  // / 64 against the older picks): sliced K (8192->2048) 13.6 / 14.5 / 29.8 against 17.4 / 18.2 / 19.0 (TMA 128x256
+  // split); one slice N < 8192 (2048->2048 / 3072 / 6144) 23.7-27.4 at 17..32 rows against 24.4-24.7 (64x64 s4),
+  // 37-42 at 64; N >= 8192 lose (2048->16384 50.9 against 30.3, the head 201 against 79). End to end (gpu_bench,
+  // 1.2B verify windows, batch B) the streamed picks at 17 / 24 / 32 rows: 1.93 / 2.00 / 2.13 ms against 2.31 / 2.37
+  // / 2.42 (programmatic launches, q / k / v in one); streaming sliced K at 48 / 64 rows too: 2.67 / 2.85 against
+  // 2.55 / 2.72, so not.
   const int rows = decode_rows_max();
-  if (m <= rows && slices <= kMaxClusterSlices && (rows == 64 || slices > 1 || (m <= 32 && n < 8192)))
-    return Choice::Decode;
-  if (rows >= 32 && m <= 64 && slices > 1 && slices <= kMaxClusterSlices) return Choice::Decode;
+  if (m <= rows && slices <= kMaxClusterSlices && (rows == 64 || slices > 1 || n < 8192)) return Choice::Decode;
   if (m <= 64 && verify_tiles.load(std::memory_order_relaxed)) {
     const Choice verify = choose_verify(m, n, slices, clusters);
     if (verify != Choice::Count) return verify;

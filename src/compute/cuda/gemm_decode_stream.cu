@@ -93,23 +93,50 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
     const __nv_bfloat16* x_src = args.x + static_cast<int64_t>(lane >> 3) * args.k + first_tile * kBlockK + chunk * 8;
     const int64_t x_step = 4 * static_cast<int64_t>(args.k);  // 4 rows of x
     auto tile_offset = [&](int t) { return (args.reverse_k ? tiles - 1 - t : t) * kBlockK; };
+    // The fixed pointers are the 8-row launches' (decode, m <= 8: batch B 2048->2048 9.8 -> 8.8 us, the decode step
+    // 1.220 -> 1.082 ms); with 16..64 x rows they were slower (2048->2048 at m = 16 14.0 -> 15.3 us, streamed 17 rows
+    // 18.7 -> 23.7), so those keep the per-tile arithmetic. Same chunks either way.
     auto load_w = [&](int t, int stage) {
-      const int koff = tile_offset(t);
       const uint32_t base = pipe_base + stage * S::kStageBytes;
+      if constexpr (A_ROWS == 8) {
+        const int koff = tile_offset(t);
 #pragma unroll
-      for (int i = 0; i < 2 * TILES; ++i) {
-        const bool inside = w_in[i] && koff < k_left;
-        copy_chunk(base + w_dst[i], inside ? w_src[i] + koff : args.w, inside);
+        for (int i = 0; i < 2 * TILES; ++i) {
+          const bool inside = w_in[i] && koff < k_left;
+          copy_chunk(base + w_dst[i], inside ? w_src[i] + koff : args.w, inside);
+        }
+      } else {
+        const int k_base = (first_tile + (args.reverse_k ? tiles - 1 - t : t)) * kBlockK;
+#pragma unroll
+        for (int i = 0; i < 2 * TILES; ++i) {  // W: 8 * TILES rows x 8 chunks, 4 rows per instruction
+          const int index = lane + 32 * i;
+          const int w_row = index >> 3, k = k_base + (index & 7) * 8;
+          const int out_c = c_first + (SWIGLU ? (w_row & 7) : w_row);
+          const int c = SWIGLU && w_row >= 8 ? out_n + out_c : out_c;
+          const bool inside = out_c < out_n && k < args.k;
+          copy_chunk(base + swizzled(A_ROWS + w_row, index & 7),
+                     args.w + (static_cast<int64_t>(inside ? c : 0) * args.k + (inside ? k : 0)), inside);
+        }
       }
     };
     auto load_x = [&](int t, int stage) {
-      const int koff = tile_offset(t);
       const uint32_t base = pipe_base + stage * S::kStageBytes;
-      const bool inside = koff < k_left;
+      if constexpr (A_ROWS == 8) {
+        const int koff = tile_offset(t);
+        const bool inside = koff < k_left;
 #pragma unroll
-      for (int j = 0; j < A_ROWS / 4; ++j) {  // x: rows (lane >> 3) + 4 j, those < m
-        const int row = (lane >> 3) + 4 * j;
-        if (row < args.m) copy_chunk(base + swizzled(row, chunk), inside ? x_src + j * x_step + koff : args.x, inside);
+        for (int j = 0; j < A_ROWS / 4; ++j) {  // x: rows (lane >> 3) + 4 j, those < m
+          const int row = (lane >> 3) + 4 * j;
+          if (row < args.m) copy_chunk(base + swizzled(row, chunk), inside ? x_src + j * x_step + koff : args.x, inside);
+        }
+      } else {
+        const int k_base = (first_tile + (args.reverse_k ? tiles - 1 - t : t)) * kBlockK;
+        for (int index = lane; index < args.m * 8; index += 32) {  // x: rows < m
+          const int row = index >> 3, k = k_base + (index & 7) * 8;
+          const bool inside = k < args.k;
+          copy_chunk(base + swizzled(row, index & 7),
+                     args.x + (static_cast<int64_t>(row) * args.k + (inside ? k : 0)), inside);
+        }
       }
     };
     float acc[MI][TILES][4];

@@ -62,7 +62,7 @@ class GemmEngine {
 void set_verify_tiles(bool on);
 // Bench only (A/B): which verify windows of 17..64 rows take the streaming decode kernel (32 / 64 x rows a tile: one
 // weight stream, up to four m16 mma sets on each fragment; K of at most 8 slices). 32 (the default, from the H200's
-// timings): GEMMs with sliced K up to 64 rows and one-slice N < 8192 up to 32, the q / k / v launch up to 32;
+// timings): GEMMs with sliced K or one-slice N < 8192 up to 32 rows, the q / k / v launch up to 32;
 // 64: every GEMM it takes and the fused gate_up + SwiGLU too, up to 64 rows; 16: none (the older picks). Same bits
 // either way; drop captured graphs after a change.
 void set_decode_rows(int max_rows);
