@@ -11,9 +11,9 @@
 //             [--synthetic-acceptance MEAN] [--sampled 0|1] [--max-rows R] [--machine TEXT] [--commit SHA]
 //             [--taps device|host]                                         host: no device taps (A/B of the absorb path)
 //             [--debug 1]                                                  the lanes' pricing traces on stderr
-//             [--pricing new|old]                                          old: the fourth session's pricing (no
-//                                                                         measured rounds, no batched absorb call
-//                                                                         priced, every depth decision allocates)
+//             [--pricing new|old]                                          new: measured rounds (batched absorb
+//                                                                         call priced) and quiet repricing; old
+//                                                                         (default): the fourth session's pricing
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it
@@ -175,8 +175,8 @@ json tables_json(const CostTables& tables, int max_rows) {
 
 // --taps host: the lanes take taps through host memory even where the drafter could absorb them on the device.
 bool g_device_taps = true;
-// --pricing old: the fourth session's pricing, for an A/B in one run.
-bool g_old_pricing = false;
+// --pricing new: measured rounds and quiet repricing on (off by default), for an A/B in one run.
+bool g_new_pricing = false;
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
@@ -184,9 +184,9 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   LanesOptions lanes_options;
   lanes_options.max_rows = max_rows;
   lanes_options.device_taps = g_device_taps;
-  if (g_old_pricing) {
-    lanes_options.pricing.measured_rounds = false;
-    lanes_options.pricing.quiet_reprice_every = 1;
+  if (g_new_pricing) {
+    lanes_options.pricing.measured_rounds = true;
+    lanes_options.pricing.quiet_reprice_every = 8;
   }
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
@@ -619,7 +619,7 @@ int main(int argc, char** argv) {
     else if (flag == "--max-rows") options.max_rows = std::atoi(value.c_str());
     else if (flag == "--sampled") options.sampled = value == "1";
     else if (flag == "--taps") ls::g_device_taps = value != "host";
-    else if (flag == "--pricing") ls::g_old_pricing = value == "old";
+    else if (flag == "--pricing") ls::g_new_pricing = value == "new";
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
     else if (flag == "--commit") options.commit = value;

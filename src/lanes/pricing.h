@@ -34,12 +34,17 @@ struct PricingOptions {
   // Measured rounds: whole rounds that drafted (verified drafts, absorbed or ran a pass) are timed against what the
   // tables priced them at, and so are plain rounds; drafting is priced at the ratio of the two, so costs no table
   // sees (a new shape's graph capture, an absorb's GPU work waited at the next sync) still stop drafting that loses.
-  bool measured_rounds = true;
+  // Off by default: H200 batch B (bda0938) measured it slower than without (1.2B synth 0.69x / 0.83x / 1.06x /
+  // 0.78x at 8 / 16 / 32 / 64 streams against 0.76x / 0.87x / 1.33x / 0.97x; nano greedy 0.80x / 0.71x / 0.71x
+  // at 1 / 4 / 16 against 1.44x / 0.64x / 0.45x; nano sampled 0.84x / 0.71x / 0.74x against 0.74x / 0.65x /
+  // 0.69x). lanes_bench --pricing new turns it (and quiet_reprice_every = 8) on.
+  bool measured_rounds = false;
   double round_rate = 0.2;        // moving-average weight of a drafting round's measured / priced ratio
   // Decisions over dormant streams only, after one that bought nothing, run the row allocator only every n-th time
   // (the others are zero decisions, probes as usual): a round that buys nothing costs what a plain round costs
-  // (64 streams on the H200: +0.03 ms of host work a round, 1.5%). 1 = every decision (the fourth session's).
-  int quiet_reprice_every = 8;
+  // (64 streams on the H200: +0.03 ms of host work a round, 1.5%). 1 = every decision (the default; 8 with
+  // lanes_bench --pricing new, not shown to win on the H200).
+  int quiet_reprice_every = 1;
 };
 
 struct DepthPlan {

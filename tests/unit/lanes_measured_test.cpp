@@ -61,6 +61,7 @@ TEST(LanesMeasured, ABatchedDeviceAbsorbCallIsPricedOnceForARoundThatDrafts) {
   // load-time call is timed on the host path: 0.63 ms at 1 stream there), not before.
   PricingOptions options;
   options.depth_prior = {1.0, 1.0, 1.0, 1.0};
+  options.measured_rounds = true;
   Pricing pricing(paying_tables(30.0), options, 64, false);
   pricing.set_batched_absorbs(true);
   EXPECT_TRUE(pricing.could_draft(4, 4));  // the host path's call is not the batched one
@@ -85,7 +86,9 @@ TEST(LanesMeasured, ABatchedDeviceAbsorbCallIsPricedOnceForARoundThatDrafts) {
 }
 
 TEST(LanesMeasured, DraftingRoundsDearerThanPricedAndPlainRoundsAsPricedMakeDraftingDear) {
-  Pricing pricing(paying_tables(0.0), PricingOptions{}, 64, false);
+  PricingOptions options;
+  options.measured_rounds = true;
+  Pricing pricing(paying_tables(0.0), options, 64, false);
   EXPECT_DOUBLE_EQ(pricing.drafting_factor(), 1.0);
   for (int round = 0; round < 3; ++round) pricing.observe_round(true, 1.2, 3.6);
   // Three drafting rounds at 3x their price, each counted as 1.5x (a one-off capture must not stop drafting that
@@ -96,7 +99,7 @@ TEST(LanesMeasured, DraftingRoundsDearerThanPricedAndPlainRoundsAsPricedMakeDraf
   for (int round = 0; round < 69; ++round) pricing.observe_round(false, 1.0, 1.0);
   EXPECT_NEAR(pricing.drafting_factor(), 1.0 + excess * std::pow(0.99, 69), 1e-9);
   // Plain rounds dearer than priced by the same factor cancel it (a slow host slows both alike).
-  Pricing both(paying_tables(0.0), PricingOptions{}, 64, false);
+  Pricing both(paying_tables(0.0), options, 64, false);
   for (int round = 0; round < 40; ++round) {
     both.observe_round(false, 1.0, 2.0);
     both.observe_round(true, 1.0, 2.0);
