@@ -126,34 +126,7 @@ __global__ void __launch_bounds__(kStepThreads) scan_step_kernel(ScanStepInputs 
     float sums[G];
 #pragma unroll
     for (int r = 0; r < G; ++r) sums[r] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kMaxPieces; ++c) {
-      const int k = part * 8 + 64 * c;
-      if (k >= rank) break;
-      float weights[8];
-      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[j][c]);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float2 pair = __bfloat1622float2(pairs[q]);
-        weights[2 * q] = pair.x;
-        weights[2 * q + 1] = pair.y;
-      }
-#pragma unroll
-      for (int r = 0; r < G; ++r) {
-        if (r < group) {
-          const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
-          const float4 lo = e[0], hi = e[1];
-          sums[r] = fmaf(weights[0], lo.x, sums[r]);
-          sums[r] = fmaf(weights[1], lo.y, sums[r]);
-          sums[r] = fmaf(weights[2], lo.z, sums[r]);
-          sums[r] = fmaf(weights[3], lo.w, sums[r]);
-          sums[r] = fmaf(weights[4], hi.x, sums[r]);
-          sums[r] = fmaf(weights[5], hi.y, sums[r]);
-          sums[r] = fmaf(weights[6], hi.z, sums[r]);
-          sums[r] = fmaf(weights[7], hi.w, sums[r]);
-        }
-      }
-    }
+    add_row_pieces<G>(raw[j], e_shared, rank, part, group, sums);
 #pragma unroll
     for (int r = 0; r < G; ++r) {
       for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);

@@ -49,40 +49,6 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* address
   return value;
 }
 
-// sums[r] += the 8-lane share of W2 row . e_r, in the fused step's order (pieces in order, 8 fmaf each).
-template <int G>
-__device__ __forceinline__ void add_row_pieces(const uint4 (&pieces)[kPieces], const float* e_shared, int rank,
-                                               int part, int group, float (&sums)[G]) {
-#pragma unroll
-  for (int c = 0; c < kPieces; ++c) {
-    const int k = part * 8 + 64 * c;
-    if (k >= rank) break;
-    float weights[8];
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&pieces[c]);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float2 pair = __bfloat1622float2(pairs[q]);
-      weights[2 * q] = pair.x;
-      weights[2 * q + 1] = pair.y;
-    }
-#pragma unroll
-    for (int r = 0; r < G; ++r) {
-      if (r < group) {
-        const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
-        const float4 lo = e[0], hi = e[1];
-        sums[r] = fmaf(weights[0], lo.x, sums[r]);
-        sums[r] = fmaf(weights[1], lo.y, sums[r]);
-        sums[r] = fmaf(weights[2], lo.z, sums[r]);
-        sums[r] = fmaf(weights[3], lo.w, sums[r]);
-        sums[r] = fmaf(weights[4], hi.x, sums[r]);
-        sums[r] = fmaf(weights[5], hi.y, sums[r]);
-        sums[r] = fmaf(weights[6], hi.z, sums[r]);
-        sums[r] = fmaf(weights[7], hi.w, sums[r]);
-      }
-    }
-  }
-}
-
 // The 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for request r), flags non-finite
 // logits and keeps the greedy best of each request drafting at this slot.
 template <int G>
@@ -371,21 +337,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         confidence_finite = isfinite(confidence);
         chance = record.running * confidence;
       }
-      if (slot == request.out_of_range_pick_slot) pick = static_cast<int32_t>(V);
-      int32_t status = kScanOk;
-      if (state == 2) status = kScanNonfiniteLogit;
-      else if (!confidence_finite) status = kScanNonfiniteConfidence;
-      else if (pick < 0 || pick >= V) status = kScanPickOutOfRange;
-      if (status != kScanOk) {
-        record.status = status;
-        record.failed_slot = slot;
-        record.failed_pick = pick;
+      if (!record_slot(record, request, slot, pick, chance, state == 2, confidence_finite, shape.has_confidence, V))
         break;
-      }
-      record.tokens[slot] = pick;
-      record.chances[slot] = chance;
-      if (shape.has_confidence) record.running = chance;
-      record.previous = pick;
     }
     if (load_acquire(barrier + 1) != 0) record.status = kScanBarrierTimeout;
   }

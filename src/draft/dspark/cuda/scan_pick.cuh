@@ -208,6 +208,29 @@ __device__ float step_confidence(const ScanStepInputs& in, const ScanShape& shap
   return confidence;
 }
 
+// One slot of a request's record: the first failure by precedence (non-finite logit, non-finite confidence, pick
+// outside the vocabulary) by name and slot, else the pick and its chance (the running product). False on failure.
+__device__ __forceinline__ bool record_slot(DeviceScanRecord& record, const DeviceScanRequest& request, int slot,
+                                            int32_t pick, float chance, bool nonfinite, bool confidence_finite,
+                                            bool has_confidence, int64_t V) {
+  if (slot == request.out_of_range_pick_slot) pick = static_cast<int32_t>(V);
+  int32_t status = kScanOk;
+  if (nonfinite) status = kScanNonfiniteLogit;
+  else if (!confidence_finite) status = kScanNonfiniteConfidence;
+  else if (pick < 0 || pick >= V) status = kScanPickOutOfRange;
+  if (status != kScanOk) {
+    record.status = status;
+    record.failed_slot = slot;
+    record.failed_pick = pick;
+    return false;
+  }
+  record.tokens[slot] = pick;
+  record.chances[slot] = chance;
+  if (has_confidence) record.running = chance;
+  record.previous = pick;
+  return true;
+}
+
 // The end of a scan step for request i, whose corrected logits are in its markov row: the pick (from the greedy best
 // over the finite logits, or the keyed draw), the confidence, the failure flags and the record. `nonfinite` and
 // `greedy` are uniform over the block.
@@ -228,21 +251,42 @@ __device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, in
     chance = record.running * confidence;
   }
   if (threadIdx.x != 0) return;
-  if (slot == request.out_of_range_pick_slot) pick = static_cast<int32_t>(V);
-  int32_t status = kScanOk;
-  if (nonfinite) status = kScanNonfiniteLogit;
-  else if (!confidence_finite) status = kScanNonfiniteConfidence;
-  else if (pick < 0 || pick >= V) status = kScanPickOutOfRange;
-  if (status != kScanOk) {
-    record.status = status;
-    record.failed_slot = slot;
-    record.failed_pick = pick;
-    return;
+  record_slot(record, request, slot, pick, chance, nonfinite, confidence_finite, shape.has_confidence, V);
+}
+
+// sums[r] += the 8-lane share of W2 row . e_r, in the fused step's order (pieces in order, 8 fmaf each):
+// the step kernels and the persistent scan share it, so both add in this one order.
+template <int G, int PIECES>
+__device__ __forceinline__ void add_row_pieces(const uint4 (&pieces)[PIECES], const float* e_shared, int rank,
+                                               int part, int group, float (&sums)[G]) {
+#pragma unroll
+  for (int c = 0; c < PIECES; ++c) {
+    const int k = part * 8 + 64 * c;
+    if (k >= rank) break;
+    float weights[8];
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&pieces[c]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float2 pair = __bfloat1622float2(pairs[q]);
+      weights[2 * q] = pair.x;
+      weights[2 * q + 1] = pair.y;
+    }
+#pragma unroll
+    for (int r = 0; r < G; ++r) {
+      if (r < group) {
+        const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
+        const float4 lo = e[0], hi = e[1];
+        sums[r] = fmaf(weights[0], lo.x, sums[r]);
+        sums[r] = fmaf(weights[1], lo.y, sums[r]);
+        sums[r] = fmaf(weights[2], lo.z, sums[r]);
+        sums[r] = fmaf(weights[3], lo.w, sums[r]);
+        sums[r] = fmaf(weights[4], hi.x, sums[r]);
+        sums[r] = fmaf(weights[5], hi.y, sums[r]);
+        sums[r] = fmaf(weights[6], hi.z, sums[r]);
+        sums[r] = fmaf(weights[7], hi.w, sums[r]);
+      }
+    }
   }
-  record.tokens[slot] = pick;
-  record.chances[slot] = chance;
-  if (shape.has_confidence) record.running = chance;
-  record.previous = pick;
 }
 
 // 16 bytes of W2, kept in L2 with evict-last priority when asked (the 9 steps of a scan reread all of W2).
