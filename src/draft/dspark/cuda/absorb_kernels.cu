@@ -4,6 +4,7 @@
 
 #include "compute/cuda/cuda_util.h"
 #include "draft/dspark/cuda/absorb_kernels.h"
+#include "draft/dspark/cuda/device_steps.cuh"
 
 namespace ls::dspark::cuda {
 namespace {
@@ -24,8 +25,6 @@ constexpr int kWarp = 32;
 constexpr int kHeadWarps = 8;
 constexpr int kMaxHeadDim = 128;
 
-__device__ __forceinline__ float round_bf16(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
-
 // One warp per (row, layer, K or V, head), lanes over the head (rms_norm_kernel's and rope_kernel's arithmetic).
 __global__ void __launch_bounds__(kHeadWarps * kWarp) absorb_heads_kernel(AbsorbHeads a) {
   __shared__ float staged[kHeadWarps][kMaxHeadDim];
@@ -44,28 +43,8 @@ __global__ void __launch_bounds__(kHeadWarps * kWarp) absorb_heads_kernel(Absorb
     for (int i = lane; i < hd; i += kWarp) out[i] = in[i];
     return;
   }
-  const float* weight = a.k_norms + static_cast<int64_t>(layer) * hd;
-  double sum_squares = 0;
-  for (int i = lane; i < hd; i += kWarp) {
-    const double value = __bfloat162float(in[i]);
-    sum_squares += value * value;
-  }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
-  const float mean = static_cast<float>(sum_squares / static_cast<double>(hd));
-  const float inverse_rms = 1.0f / sqrtf(mean + a.eps);
-  float* v = staged[warp];
-  for (int i = lane; i < hd; i += kWarp) v[i] = round_bf16(weight[i] * round_bf16(__bfloat162float(in[i]) * inverse_rms));
-  __syncwarp();
-  const int half = hd / 2;
-  const float position = static_cast<float>(a.positions[row]);
-  for (int pair = lane; pair < half; pair += kWarp) {
-    const float angle = position * a.inv_freq[pair];
-    const float cosine = cosf(angle), sine = sinf(angle);
-    const int ia = a.neox ? pair : 2 * pair, ib = a.neox ? pair + half : 2 * pair + 1;
-    const float x = v[ia], y = v[ib];
-    out[ia] = __float2bfloat16_rn(x * cosine - y * sine);
-    out[ib] = __float2bfloat16_rn(x * sine + y * cosine);
-  }
+  norm_rope_head(in, a.k_norms + static_cast<int64_t>(layer) * hd, hd, a.eps, static_cast<float>(a.positions[row]),
+                 a.inv_freq, a.neox, staged[warp], out, lane);
 }
 
 }  // namespace

@@ -20,8 +20,6 @@ constexpr int kTileThreads = 256;
 constexpr int kMaxTileRows = 64;  // block slots x query heads per KV head
 constexpr int kMaxTileHeadDim = 64;
 
-__device__ __forceinline__ float round_bf16(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
-
 // Eight bf16 values (16 bytes, aligned) as floats.
 __device__ __forceinline__ void load_eight(const bf16_t* from, float* to) {
   const uint4 raw = *reinterpret_cast<const uint4*>(from);

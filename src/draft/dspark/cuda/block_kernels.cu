@@ -11,8 +11,6 @@ namespace {
 
 constexpr int kWarp = 32;
 
-__device__ __forceinline__ float round_bf16(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
-
 __device__ __forceinline__ float warp_sum(float value) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
   return value;
@@ -214,30 +212,8 @@ __global__ void __launch_bounds__(kHeadWarps * kWarp) qkv_heads_kernel(QkvHeads 
     for (int i = lane; i < hd; i += kWarp) out[i] = in[i];
     return;
   }
-  const float* weight = head < a.heads ? a.q_norm : a.k_norm;
-  double sum_squares = 0;
-  for (int i = lane; i < hd; i += kWarp) {
-    const double value = __bfloat162float(in[i]);
-    sum_squares += value * value;
-  }
-  sum_squares = warp_sum(sum_squares);
-  const float mean = static_cast<float>(sum_squares / static_cast<double>(hd));
-  const float inverse_rms = 1.0f / sqrtf(mean + a.eps);
-  float* v = staged[warp];
-  for (int i = lane; i < hd; i += kWarp) {
-    v[i] = round_bf16(weight[i] * round_bf16(__bfloat162float(in[i]) * inverse_rms));
-  }
-  __syncwarp();
-  const int half = hd / 2;
-  const float position = static_cast<float>(a.positions[row]);
-  for (int pair = lane; pair < half; pair += kWarp) {
-    const float angle = position * a.inv_freq[pair];
-    const float cosine = cosf(angle), sine = sinf(angle);
-    const int ia = a.neox ? pair : 2 * pair, ib = a.neox ? pair + half : 2 * pair + 1;
-    const float x = v[ia], y = v[ib];
-    out[ia] = __float2bfloat16_rn(x * cosine - y * sine);
-    out[ib] = __float2bfloat16_rn(x * sine + y * cosine);
-  }
+  norm_rope_head(in, head < a.heads ? a.q_norm : a.k_norm, hd, a.eps, static_cast<float>(a.positions[row]),
+                 a.inv_freq, a.neox, staged[warp], out, lane);
 }
 
 // One CTA per row: x = bf16(x + delta) (delta may be null: x as is), then y = rms_norm(x) with the sum of squares

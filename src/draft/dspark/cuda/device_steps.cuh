@@ -1,5 +1,5 @@
-// Device steps shared by the drafter's kernels: the SwiGLU value of two rounded outputs, one row's residual + RMSNorm,
-// and (from compute/cuda/pdl.cuh) the programmatic dependent launch controls.
+// Device steps shared by the drafter's kernels: the SwiGLU value of two rounded outputs, one head's norm + RoPE, one
+// row's residual + RMSNorm, and (from compute/cuda/pdl.cuh) the programmatic dependent launch controls.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,6 +17,42 @@ __device__ __forceinline__ __nv_bfloat16 swiglu_value(float g, float u) {
 // The programmatic dependent launch controls are the target's (compute/cuda/pdl.cuh).
 using ls::cuda::let_next_kernel_start;
 using ls::cuda::wait_for_previous_kernel;
+
+// bf16 rounding of an fp32 value, kept in fp32.
+__device__ __forceinline__ float round_bf16(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
+
+// One query or key head of hd values by a warp (lanes over the head): y = bf16(weight * bf16(x * inverse_rms)) with
+// the sum of squares in double over the warp's xor tree, staged in `normed` (hd floats of the warp's shared memory),
+// then RoPE at `position` (neox halves or interleaved pairs) into out. The block pass's q / k heads and the absorb's
+// key heads both call it, so a key cached by either has the same bits.
+__device__ __forceinline__ void norm_rope_head(const __nv_bfloat16* in, const float* weight, int hd, float eps,
+                                               float position, const float* inv_freq, bool neox, float* normed,
+                                               __nv_bfloat16* out, int lane) {
+  constexpr int kLanes = 32;
+  double sum_squares = 0;
+  for (int i = lane; i < hd; i += kLanes) {
+    const double value = __bfloat162float(in[i]);
+    sum_squares += value * value;
+  }
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
+    sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
+  }
+  const float mean = static_cast<float>(sum_squares / static_cast<double>(hd));
+  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+  for (int i = lane; i < hd; i += kLanes) {
+    normed[i] = round_bf16(weight[i] * round_bf16(__bfloat162float(in[i]) * inverse_rms));
+  }
+  __syncwarp();
+  const int half = hd / 2;
+  for (int pair = lane; pair < half; pair += kLanes) {
+    const float angle = position * inv_freq[pair];
+    const float cosine = cosf(angle), sine = sinf(angle);
+    const int ia = neox ? pair : 2 * pair, ib = neox ? pair + half : 2 * pair + 1;
+    const float x = normed[ia], y = normed[ib];
+    out[ia] = __float2bfloat16_rn(x * cosine - y * sine);
+    out[ib] = __float2bfloat16_rn(x * sine + y * cosine);
+  }
+}
 
 // Threads of one residual_norm_row (the reduction tree over them fixes the double sum's order).
 inline constexpr int kRowThreads = 256;

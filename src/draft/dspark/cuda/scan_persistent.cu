@@ -337,8 +337,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         confidence_finite = isfinite(confidence);
         chance = record.running * confidence;
       }
-      if (!record_slot(record, request, slot, pick, chance, state == 2, confidence_finite, shape.has_confidence, V))
-        break;
+      const bool nonfinite = state == 2;
+      if (!record_slot(record, request, slot, pick, chance, nonfinite, confidence_finite, shape.has_confidence, V)) break;
     }
     if (load_acquire(barrier + 1) != 0) record.status = kScanBarrierTimeout;
   }
