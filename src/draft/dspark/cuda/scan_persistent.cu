@@ -338,7 +338,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         chance = record.running * confidence;
       }
       const bool nonfinite = state == 2;
-      if (!record_slot(record, request, slot, pick, chance, nonfinite, confidence_finite, shape.has_confidence, V)) break;
+      const bool confident = shape.has_confidence;
+      if (!record_slot(record, request, slot, pick, chance, nonfinite, confidence_finite, confident, V)) break;
     }
     if (load_acquire(barrier + 1) != 0) record.status = kScanBarrierTimeout;
   }
