@@ -146,17 +146,7 @@ __global__ void __launch_bounds__(kStepThreads) scan_step_kernel(ScanStepInputs 
     }
   }
   // The chunk's best per request: over the warp's lanes, then the warps.
-#pragma unroll
-  for (int r = 0; r < G; ++r) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      const Best other{__shfl_xor_sync(0xffffffffu, best[r].value, offset),
-                       __shfl_xor_sync(0xffffffffu, best[r].id, offset)};
-      best[r] = better(best[r], other);
-    }
-    if (lane == 0) warp_best[warp][r] = best[r];
-  }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) flags |= __shfl_xor_sync(0xffffffffu, flags, offset);
-  if (lane == 0) warp_flags[warp] = flags;
+  warp_bests<G>(best, flags, lane, warp_best[warp], warp_flags[warp]);
   __syncthreads();
   if (threadIdx.x < group && active[threadIdx.x]) {
     const int r = threadIdx.x;

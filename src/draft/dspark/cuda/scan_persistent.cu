@@ -212,17 +212,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                   best, flags);
     }
     // The CTA's best per request: over the warp, then the warps; out as this slot's partial.
-#pragma unroll
-    for (int r = 0; r < G; ++r) {
-      for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-        const Best other{__shfl_xor_sync(0xffffffffu, best[r].value, offset),
-                         __shfl_xor_sync(0xffffffffu, best[r].id, offset)};
-        best[r] = better(best[r], other);
-      }
-      if (lane == 0) warp_best[warp][r] = best[r];
-    }
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) flags |= __shfl_xor_sync(0xffffffffu, flags, offset);
-    if (lane == 0) warp_flags[warp] = flags;
+    warp_bests<G>(best, flags, lane, warp_best[warp], warp_flags[warp]);
     __syncthreads();
     if (threadIdx.x < count && active[threadIdx.x]) {
       const int r = threadIdx.x;
@@ -259,17 +249,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         pick[r] = better(pick[r], Best{__ldcg(&partial->value), __ldcg(&partial->id)});
       }
     }
-#pragma unroll
-    for (int r = 0; r < G; ++r) {
-      for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-        const Best other{__shfl_xor_sync(0xffffffffu, pick[r].value, offset),
-                         __shfl_xor_sync(0xffffffffu, pick[r].id, offset)};
-        pick[r] = better(pick[r], other);
-      }
-      if (lane == 0) warp_best[warp][r] = pick[r];
-    }
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
-    if (lane == 0) warp_flags[warp] = nonfinite;
+    warp_bests<G>(pick, nonfinite, lane, warp_best[warp], warp_flags[warp]);
     __syncthreads();
     if (threadIdx.x == 0) {
       int all_flags = 0;

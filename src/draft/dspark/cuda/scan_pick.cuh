@@ -254,6 +254,24 @@ __device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, in
   record_slot(record, request, slot, pick, chance, nonfinite, confidence_finite, shape.has_confidence, V);
 }
 
+// Each request's best and the failure flags over the warp's lanes (xor trees), written by lane 0 to this warp's
+// slots of the CTA's shared [warps][G] bests and [warps] flags.
+template <int G>
+__device__ __forceinline__ void warp_bests(Best (&best)[G], int flags, int lane, Best (&warp_best)[G],
+                                           int& warp_flags) {
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      const Best other{__shfl_xor_sync(0xffffffffu, best[r].value, offset),
+                       __shfl_xor_sync(0xffffffffu, best[r].id, offset)};
+      best[r] = better(best[r], other);
+    }
+    if (lane == 0) warp_best[r] = best[r];
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) flags |= __shfl_xor_sync(0xffffffffu, flags, offset);
+  if (lane == 0) warp_flags = flags;
+}
+
 // sums[r] += the 8-lane share of W2 row . e_r, in the fused step's order (pieces in order, 8 fmaf each):
 // the step kernels and the persistent scan share it, so both add in this one order.
 template <int G, int PIECES>
