@@ -84,14 +84,7 @@ TEST(LanesCosts, AtSixteenStreamsADrafterThatPaysOnlyWhenEveryStreamDraftsIsFoun
     FakeDrafter drafter(drafter_options);
     auto lanes = Lanes::create(target, drafted ? &drafter : nullptr, LanesOptions{}, clock);
     EXPECT_TRUE(lanes.ok());
-    std::vector<Arrival> arrivals;
-    for (int index = 0; index < 16; ++index) {
-      Arrival arrival;
-      arrival.request = make_fake_request(index, false, 64);
-      arrival.request.max_tokens = 256;
-      arrival.request.eos_ids = std::vector<int32_t>{};
-      arrivals.push_back(arrival);
-    }
+    const std::vector<Arrival> arrivals = endless_arrivals(16, 64, 256);
     const double start_ms = clock.now_ms();
     auto replies = run_arrivals(**lanes, arrivals);
     EXPECT_TRUE(replies.ok());

@@ -179,14 +179,7 @@ TEST(LanesFairness, NoStreamStarvesAt64Streams) {
   FixedClock clock;
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
-  std::vector<Arrival> arrivals;
-  for (int index = 0; index < 64; ++index) {
-    Arrival arrival;
-    arrival.request = make_fake_request(index, index % 2 == 0, 64);
-    arrival.request.max_tokens = 80;
-    arrival.request.eos_ids = std::vector<int32_t>{};
-    arrivals.push_back(arrival);
-  }
+  const std::vector<Arrival> arrivals = endless_arrivals(64, 64, 80, [](int index) { return index % 2 == 0; });
   auto replies = run_arrivals(**lanes, arrivals);
   ASSERT_TRUE(replies.ok());
   std::vector<Reply> alone = run_each_alone_plain(options, arrivals);

@@ -137,14 +137,7 @@ ShapeRun new_shape_run(bool drafted, bool measured_rounds) {
   if (!lanes.ok()) return run;
   // From here on the shapes are new to the target (load-time timing ran on its own shapes, cheaply).
   target.set_new_shape_ms(60.0);
-  std::vector<Arrival> arrivals;
-  for (int index = 0; index < 4; ++index) {
-    Arrival arrival;
-    arrival.request = make_fake_request(index, false, 64);
-    arrival.request.max_tokens = 80;
-    arrival.request.eos_ids = std::vector<int32_t>{};
-    arrivals.push_back(arrival);
-  }
+  const std::vector<Arrival> arrivals = endless_arrivals(4, 64, 80);
   const double start_ms = clock.now_ms();
   auto replies = run_arrivals(**lanes, arrivals);
   EXPECT_TRUE(replies.ok());

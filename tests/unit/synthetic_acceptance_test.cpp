@@ -216,14 +216,8 @@ TEST(SyntheticAcceptanceDrafter, ThroughTheLanesWithFreeRowsTheMeasuredMeanIsThe
   target_options.clock = &clock;
   target_options.verify_fixed_ms = 10.0;
   target_options.verify_row_ms = 0.0;
-  std::vector<Arrival> arrivals;
-  for (int index = 0; index < 4; ++index) {
-    Arrival arrival;
-    arrival.request = make_fake_request(index, index % 2 == 1, target_options.shape.vocab_size);
-    arrival.request.max_tokens = 2500;
-    arrival.request.eos_ids = std::vector<int32_t>{};
-    arrivals.push_back(arrival);
-  }
+  const std::vector<Arrival> arrivals =
+      endless_arrivals(4, target_options.shape.vocab_size, 2500, [](int index) { return index % 2 == 1; });
   FakeTarget plain_target(target_options);
   const std::vector<Reply> plain = run_each_alone_plain(plain_target, arrivals);
   FakeDrafterOptions inner_options;

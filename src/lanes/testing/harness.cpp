@@ -111,4 +111,17 @@ std::vector<Arrival> staggered_arrivals(int streams, bool sampled, int vocab_siz
   return arrivals;
 }
 
+std::vector<Arrival> endless_arrivals(int streams, int vocab_size, int max_tokens,
+                                      const std::function<bool(int)>& sampled) {
+  std::vector<Arrival> arrivals;
+  for (int index = 0; index < streams; ++index) {
+    Arrival arrival;
+    arrival.request = make_fake_request(index, sampled && sampled(index), vocab_size);
+    arrival.request.max_tokens = max_tokens;
+    arrival.request.eos_ids = std::vector<int32_t>{};
+    arrivals.push_back(arrival);
+  }
+  return arrivals;
+}
+
 }  // namespace ls

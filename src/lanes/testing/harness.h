@@ -1,6 +1,7 @@
 // Test and benchmark helpers for the lanes on fakes: staggered arrivals, cancellations, and the plain-alone oracle.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "lanes/lanes.h"
@@ -37,5 +38,9 @@ Request make_fake_request(int index, bool sampled, int vocab_size);
 // `streams` fake requests arriving over rounds 0..2 (index % 3), max_tokens = tokens + index % 9, every fourth
 // with draft: false: the mix every exactness test runs.
 std::vector<Arrival> staggered_arrivals(int streams, bool sampled, int vocab_size, int tokens);
+// `streams` fake requests all at round 0 that stop only at max_tokens (no eos ids): long runs for cost and pricing
+// tests. `sampled(index)` picks the sampled ones (none when empty).
+std::vector<Arrival> endless_arrivals(int streams, int vocab_size, int max_tokens,
+                                      const std::function<bool(int)>& sampled = {});
 
 }  // namespace ls
