@@ -363,6 +363,51 @@ TEST(CudaDecodeGemm, TheEnginesStagedPicksGiveEveryRowTheBitsOfTheStreamingPicks
   set_decode_staged_pick(-1);
 }
 
+// Under each staged pick the grouped q / k / v launch runs the staged kernel (every weight staged before the wait):
+// each matrix's rows bitwise the streaming picks' separate GEMMs (1.2B q / k / v, odd N with a bias and a K tail).
+TEST(CudaDecodeGemm, UnderEachStagedPickQKAndVInOneLaunchGiveTheBitsOfThreeStreamingGemms) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const DefaultPicksAtExit defaults;
+  const GemmEngine engine;
+  ASSERT_TRUE(decode_norm_fits(16, 2048));  // the staged kernels took their opt-in (else this compares streaming)
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> groups = {{{2048, 512, 512}, 2048},
+                                                                        {{1001, 7, 64, 300}, 1000}};
+  for (const auto& [ns, k] : groups) {
+    for (const int64_t m : {1, 3, 8, 9, 16}) {
+      auto x = upload(to_bf16(random_values(m * k, 61 + m + k, 2.0f)));
+      std::vector<DeviceBuffer<bf16>> weights;
+      std::vector<DeviceBuffer<float>> biases;
+      std::vector<DeviceMatrix> matrices;
+      std::vector<std::vector<bf16>> want;
+      set_decode_staged_pick(-1);
+      for (size_t i = 0; i < ns.size(); ++i) {
+        weights.push_back(upload(to_bf16(random_values(ns[i] * k, 62 + i + k, 0.5f))));
+        biases.push_back(upload(random_values(ns[i], 63 + i)));
+        matrices.push_back(DeviceMatrix{weights[i].data(), i == 1 ? biases[i].data() : nullptr, ns[i], k});
+        auto plain = poisoned<bf16>(m * ns[i]);
+        ASSERT_TRUE(engine.gemm(x.data(), m, matrices[i], plain.data(), nullptr, nullptr).ok());
+        want.push_back(download(plain, m * ns[i]));
+      }
+      for (int config = 0; config < decode_staged_config_count(); ++config) {
+        set_decode_staged_pick(config);
+        std::vector<DeviceBuffer<bf16>> fused;
+        std::vector<bf16*> outputs;
+        for (size_t i = 0; i < ns.size(); ++i) {
+          fused.push_back(poisoned<bf16>(m * ns[i]));
+          outputs.push_back(fused[i].data());
+        }
+        ASSERT_TRUE(gemm_decode_group(engine, x.data(), m, matrices, outputs, nullptr).ok());
+        for (size_t i = 0; i < ns.size(); ++i) {
+          const std::vector<bf16> got = download(fused[i], m * ns[i]);
+          EXPECT_EQ(std::memcmp(got.data(), want[i].data(), sizeof(bf16) * got.size()), 0)
+              << decode_variant_name(decode_variant_count() - decode_staged_config_count() + config) << ": matrix "
+              << i << " of N " << ns[i] << ", K " << k << ", m " << m;
+        }
+      }
+    }
+  }
+}
+
 // The oracle of the norm prologue: h_out = round(h + delta) (or h alone), u = RMSNorm * weight by the norm launches.
 struct NormCase {
   DeviceBuffer<bf16> h, delta, weight, h_plain, u;

@@ -178,6 +178,8 @@ Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
   return launch_variant(pick_variant(args), args, sm_count, stream);
 }
 
+int staged_pick_now() { return staged_pick.load(std::memory_order_relaxed); }
+
 void allow_decode_shared(int optin_bytes) {
   cudaFuncSetAttribute(gemm_decode_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   cudaFuncSetAttribute(gemm_decode_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);

@@ -54,5 +54,11 @@ constexpr int kStagedConfigs = 5;
 extern const char* const kStagedNames[kStagedConfigs];
 Status launch_staged(int config, const GemmArgs& args, int sm_count, int fallback, cudaStream_t stream);
 void allow_staged_shared(int optin_bytes);
+// The grouped q / k / v launch (up to 4 matrices of one K over one x, no norm) on staged configuration `config`;
+// staged_group_fits says whether it can run there (one slice, m <= 16, the shared memory granted).
+bool staged_group_fits(int config, int m, int k);
+Status launch_staged_group(int config, const GemmArgs* args, int count, cudaStream_t stream);
+// gemm_decode.cu: the bench's staged pick (set_decode_staged_pick; -1: the streaming picks).
+int staged_pick_now();
 
 }  // namespace ls::cuda::gemm_detail

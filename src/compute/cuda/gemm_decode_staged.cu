@@ -71,25 +71,35 @@ union Chunk {
 template <int WARPS>
 __device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, int k, int k_pad, int pitch,
                                                unsigned char* x_rows, float* inverse_rms, bool write_h) {
-  const int x_chunks = k_pad / 8;
-  for (int index = threadIdx.x; index < m * x_chunks; index += 32 * WARPS) {
-    const int row = index / x_chunks, at = (index % x_chunks) * 8;
-    Chunk v;
-    v.raw = make_uint4(0, 0, 0, 0);
-    if (at < k) {
-      const int64_t offset = static_cast<int64_t>(row) * k + at;
-      v.raw = *reinterpret_cast<const uint4*>(norm.h + offset);
-      if (norm.delta) {
-        Chunk d;
-        d.raw = *reinterpret_cast<const uint4*>(norm.delta + offset);
+  const int x_chunks = k_pad / 8, total = m * x_chunks;
+  // kLoads chunks of h and delta per thread in flight before any store (a load-store loop waits one L2 round trip
+  // per chunk: session 4's prologue cost).
+  constexpr int kLoads = 4;
+  for (int first = threadIdx.x; first < total; first += 32 * WARPS * kLoads) {
+    Chunk v[kLoads], d[kLoads];
 #pragma unroll
-        for (int p = 0; p < 4; ++p)
-          v.pairs[p] = __floats2bfloat162_rn(__fadd_rn(__low2float(v.pairs[p]), __low2float(d.pairs[p])),
-                                             __fadd_rn(__high2float(v.pairs[p]), __high2float(d.pairs[p])));
-        if (write_h && norm.h_out) *reinterpret_cast<uint4*>(norm.h_out + offset) = v.raw;
+    for (int i = 0; i < kLoads; ++i) {
+      const int index = first + i * 32 * WARPS, row = index / x_chunks, at = (index % x_chunks) * 8;
+      v[i].raw = d[i].raw = make_uint4(0, 0, 0, 0);
+      if (index < total && at < k) {
+        const int64_t offset = static_cast<int64_t>(row) * k + at;
+        v[i].raw = *reinterpret_cast<const uint4*>(norm.h + offset);
+        if (norm.delta) d[i].raw = *reinterpret_cast<const uint4*>(norm.delta + offset);
       }
     }
-    *reinterpret_cast<uint4*>(x_rows + row * pitch + at * 2) = v.raw;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int index = first + i * 32 * WARPS, row = index / x_chunks, at = (index % x_chunks) * 8;
+      if (index >= total) continue;
+      if (norm.delta && at < k) {
+#pragma unroll
+        for (int p = 0; p < 4; ++p)
+          v[i].pairs[p] = __floats2bfloat162_rn(__fadd_rn(__low2float(v[i].pairs[p]), __low2float(d[i].pairs[p])),
+                                                __fadd_rn(__high2float(v[i].pairs[p]), __high2float(d[i].pairs[p])));
+        if (write_h && norm.h_out) *reinterpret_cast<uint4*>(norm.h_out + static_cast<int64_t>(row) * k + at) = v[i].raw;
+      }
+      *reinterpret_cast<uint4*>(x_rows + row * pitch + at * 2) = v[i].raw;
+    }
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -116,22 +126,52 @@ __device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, in
     }
   }
   __syncthreads();
-  for (int index = threadIdx.x; index < m * x_chunks; index += 32 * WARPS) {
-    const int row = index / x_chunks, at = (index % x_chunks) * 8;
-    if (at >= k) continue;
-    const float inv = inverse_rms[row];
-    Chunk v, w, out;
-    v.raw = *reinterpret_cast<const uint4*>(x_rows + row * pitch + at * 2);
-    w.raw = __ldg(reinterpret_cast<const uint4*>(norm.weight + at));
+  for (int first = threadIdx.x; first < total; first += 32 * WARPS * kLoads) {
+    Chunk w[kLoads];  // the norm weight's chunks, all loads in flight first
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const float lo = __fmul_rn(__low2float(w.pairs[p]),
-                                 __bfloat162float(__float2bfloat16_rn(__fmul_rn(__low2float(v.pairs[p]), inv))));
-      const float hi = __fmul_rn(__high2float(w.pairs[p]),
-                                 __bfloat162float(__float2bfloat16_rn(__fmul_rn(__high2float(v.pairs[p]), inv))));
-      out.pairs[p] = __floats2bfloat162_rn(lo, hi);
+    for (int i = 0; i < kLoads; ++i) {
+      const int index = first + i * 32 * WARPS, at = (index % x_chunks) * 8;
+      w[i].raw = index < total && at < k ? __ldg(reinterpret_cast<const uint4*>(norm.weight + at)) : make_uint4(0, 0, 0, 0);
     }
-    *reinterpret_cast<uint4*>(x_rows + row * pitch + at * 2) = out.raw;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int index = first + i * 32 * WARPS, row = index / x_chunks, at = (index % x_chunks) * 8;
+      if (index >= total || at >= k) continue;
+      const float inv = inverse_rms[row];
+      Chunk v, out;
+      v.raw = *reinterpret_cast<const uint4*>(x_rows + row * pitch + at * 2);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const float lo = __fmul_rn(__low2float(w[i].pairs[p]),
+                                   __bfloat162float(__float2bfloat16_rn(__fmul_rn(__low2float(v.pairs[p]), inv))));
+        const float hi = __fmul_rn(__high2float(w[i].pairs[p]),
+                                   __bfloat162float(__float2bfloat16_rn(__fmul_rn(__high2float(v.pairs[p]), inv))));
+        out.pairs[p] = __floats2bfloat162_rn(lo, hi);
+      }
+      *reinterpret_cast<uint4*>(x_rows + row * pitch + at * 2) = out.raw;
+    }
+  }
+}
+
+// x_rows [m, pitch] = x [m, k], zero from k to k_pad: kLoads chunks per thread in flight before their stores.
+template <int WARPS>
+__device__ __forceinline__ void stage_x(const __nv_bfloat16* x, int m, int k, int k_pad, int pitch,
+                                        unsigned char* x_rows) {
+  constexpr int kLoads = 8;
+  const int x_chunks = k_pad / 8, total = m * x_chunks;
+  for (int first = threadIdx.x; first < total; first += 32 * WARPS * kLoads) {
+    uint4 v[kLoads];
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int index = first + i * 32 * WARPS, row = index / x_chunks, at = (index % x_chunks) * 8;
+      v[i] = index < total && at < k ? *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(row) * k + at)
+                                     : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int index = first + i * 32 * WARPS, row = index / x_chunks, at = (index % x_chunks) * 8;
+      if (index < total) *reinterpret_cast<uint4*>(x_rows + row * pitch + at * 2) = v[i];
+    }
   }
 }
 
@@ -182,13 +222,7 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, const StagedNo
     stage_normed_x<WARPS>(norm, args.m, args.k, k_pad, pitch, x_rows,
                           reinterpret_cast<float*>(x_rows + args.m * pitch), write_h);
   } else {
-    const int x_chunks = k_pad / 8;
-    for (int index = threadIdx.x; index < args.m * x_chunks; index += 32 * WARPS) {
-      const int row = index / x_chunks, k = (index % x_chunks) * 8;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (k < args.k) v = *reinterpret_cast<const uint4*>(args.x + static_cast<int64_t>(row) * args.k + k);
-      *reinterpret_cast<uint4*>(x_rows + row * pitch + k * 2) = v;
-    }
+    stage_x<WARPS>(args.x, args.m, args.k, k_pad, pitch, x_rows);
   }
   __syncthreads();
 
@@ -330,6 +364,19 @@ Status launch_staged(int config, const GemmArgs& args, int sm_count, int fallbac
     case 3: return launch_staged_config<2, 2>(args, sm_count, fallback, stream);
     default: return launch_staged_config<4, 1>(args, sm_count, fallback, stream);
   }
+}
+
+bool staged_group_fits(int config, int m, int k) {
+  constexpr int kWarps[kStagedConfigs] = {1, 2, 1, 2, 4}, kTiles[kStagedConfigs] = {1, 1, 2, 2, 1};
+  if (config < 0 || config >= kStagedConfigs || m < 1 || m > 16 || slice_count(k) > 1 || !staged_ready) return false;
+  return staged_shared_bytes(kWarps[config], kTiles[config], m, k) <= optin_shared_bytes;
+}
+
+Status launch_staged_group(int config, const GemmArgs* args, int count, cudaStream_t stream) {
+  StagedLaunch launch{};
+  launch.count = count;
+  for (int i = 0; i < count; ++i) launch.args[i] = args[i];
+  return launch_staged_index(config, false, launch, stream);
 }
 
 void allow_staged_shared(int optin_bytes) {
