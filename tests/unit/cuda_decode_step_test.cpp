@@ -1,0 +1,120 @@
+// The 1.2B decode step under each decode-launch mode (streaming / staged GEMM picks, norms in the staged prologues):
+// every mode draws the tokens the default draws, and (LS_DECODE_STEP_MODEL set to a synth checkpoint) its ms a step.
+#ifdef LS_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/hash.h"
+#include "compute/cuda/kernels.h"
+#include "cuda_test_util.h"
+#include "model/lfm2/cuda/cuda_target.h"
+#include "model/load.h"
+
+namespace ls::lfm2 {
+namespace {
+
+// A decode-launch mode: the staged pick (-1: streaming), norms fused into the mixers' / FFN's GEMM prologues and the
+// staged configuration those launches take.
+struct DecodeMode {
+  const char* name;
+  int staged_pick;
+  bool fuse_mixers, fuse_ffn;
+  int norm_config;
+};
+
+// Puts the process-wide switches back however the test ends.
+struct DefaultSwitchesAtExit {
+  ~DefaultSwitchesAtExit() {
+    cuda::set_decode_staged_pick(-1);
+    cuda::set_decode_norm_configs(0, 2);
+  }
+};
+
+// Draws of `steps` one-token decode steps on a fresh stream after a `context`-token prompt, and ms per step over the
+// steps after the first 8 (graphs captured by then).
+struct StepRun {
+  std::vector<int32_t> draws;
+  double ms = 0;
+};
+
+StepRun run_steps(CudaTarget& target, StreamId stream, int context, int steps) {
+  StepRun run;
+  const int V = target.facts().vocab_size;
+  std::vector<int32_t> prompt(context), tokens(steps);
+  for (int i = 0; i < context; ++i) prompt[i] = static_cast<int32_t>(splitmix64(11 + i) % V);
+  for (int i = 0; i < steps; ++i) tokens[i] = static_cast<int32_t>(splitmix64(977 + i) % V);
+  Window w;
+  w.stream = stream;
+  w.tokens = prompt;
+  w.first_drawn_row = context - 1;
+  Result<Verified> v = target.forward(std::span<const Window>(&w, 1));
+  EXPECT_TRUE(v.ok()) << v.status().to_string();
+  if (!v.ok()) return run;
+  EXPECT_TRUE(target.commit(stream, context).ok());
+  w.first_drawn_row = 0;
+  std::chrono::steady_clock::time_point start;
+  for (int i = 0; i < steps; ++i) {
+    if (i == 8) start = std::chrono::steady_clock::now();
+    w.tokens = std::span<const int32_t>(&tokens[i], 1);
+    Result<Verified> step = target.forward(std::span<const Window>(&w, 1));
+    EXPECT_TRUE(step.ok()) << step.status().to_string();
+    if (!step.ok()) return run;
+    run.draws.push_back(step->draws[0]);
+    EXPECT_TRUE(target.commit(stream, 1).ok());
+  }
+  run.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / (steps - 8);
+  target.release(stream);
+  return run;
+}
+
+TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const char* dir = std::getenv("LS_DECODE_STEP_MODEL");
+  if (!dir) GTEST_SKIP() << "LS_DECODE_STEP_MODEL (a synth checkpoint, e.g. lfm2.5-1.2b) not set";
+  const DefaultSwitchesAtExit defaults;
+  LoadOptions options;
+  options.device = Device::Cuda;
+  options.max_rows = 256;
+  options.max_streams = 64;
+  auto loaded = load_target(dir, options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  auto* target = dynamic_cast<CudaTarget*>(loaded->get());
+  ASSERT_NE(target, nullptr);
+  const DecodeMode modes[] = {
+      {"streaming picks (default)", -1, false, false, 0},
+      {"staged 2w 8c", 1, false, false, 0},
+      {"staged 1w 8c", 0, false, false, 0},
+      {"staged 4w 8c", 4, false, false, 0},
+      {"mixer norms in staged 1w 8c", -1, true, false, 0},
+      {"mixer norms in staged 2w 8c", -1, true, false, 1},
+      {"mixer norms in 2w 8c + staged 2w 8c", 1, true, false, 1},
+      {"mixer norms in 1w 8c + staged 1w 8c", 0, true, false, 0},
+      {"all norms (2w 8c, swiglu 1w 16c) + staged 2w 8c", 1, true, true, 1},
+      {"streaming picks (default, again)", -1, false, false, 0},
+  };
+  const int context = 128, steps = 72;
+  std::vector<int32_t> want;
+  StreamId stream = 1;
+  for (const DecodeMode& mode : modes) {
+    cuda::set_decode_staged_pick(mode.staged_pick);
+    cuda::set_decode_norm_configs(mode.norm_config, 2);
+    target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
+    const StepRun run = run_steps(*target, stream++, context, steps);
+    ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps)) << mode.name;
+    if (want.empty()) want = run.draws;
+    EXPECT_EQ(run.draws, want) << mode.name << " draws other tokens than the default";
+    std::printf("decode step mode %-52s %.3f ms\n", mode.name, run.ms);
+  }
+}
+
+}  // namespace
+}  // namespace ls::lfm2
+
+#endif  // LS_HAVE_CUDA
