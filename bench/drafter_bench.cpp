@@ -6,7 +6,12 @@
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
 //   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|persistent|both|all]
 //                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny on|off|both]
-//                 [--launch tuned|plain|both] [--profile]
+//                 [--launch tuned|plain|both] [--profile] [--buckets on|off|both] [--streams 1,4,8,16,32,64]
+//                 [--pick single|split|both]
+//                 (--pick: the GEMM scan's pick in one CTA per request, or split over vocab chunks then a CTA)
+//                 (--buckets: request counts padded to request_bucket() with every bucket's graphs captured at
+//                 load (on), or exact counts with graphs captured at a shape's second sighting (off); the table's
+//                 "1st / 2nd wall" columns are the first two draft() calls of a shape, where captures land)
 //                 (--tuned-gemms: cublasLt GEMMs with each shape's algorithm picked by timing at its first pass)
 //                 (--skinny: GEMMs of <= 16 rows through skinny_gemm or cuBLAS; --launch: programmatic launches and the
 //                 scan's W2 L2 hint on (tuned) or off (plain))
@@ -25,6 +30,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -270,8 +276,8 @@ std::vector<bool> parse_switch(const std::string& text, const char* on_name) {
 int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, int context, int repeats,
              const std::string& graphs, const std::string& attention, const std::string& scan,
              const std::string& engine_gemms, const std::string& tuned_gemms, const std::string& skinny,
-             const std::string& launch, bool profile,
-             json& results) {
+             const std::string& launch, bool profile, const std::string& buckets, const std::string& pick,
+             const std::vector<int>& stream_counts, json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;
@@ -290,12 +296,18 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   const int64_t device_bytes = dspark::cuda::drafter_device_bytes();
   std::printf("\n| device | load s | device MiB (weights + scratch for 64 streams) |\n|---|---|---|\n");
   std::printf("| cuda | %.2f | %.1f |\n", load_s, device_bytes / 1048576.0);
-  results["loads"].push_back({{"device", "cuda"}, {"load_s", load_s}, {"device_bytes", device_bytes}});
+  std::printf("\ngraphs captured at load: %d (every request bucket up to %d: block pass, scans of every depth) in "
+              "%.1f ms\n", drafter.bucket_graphs_captured(), options.max_streams, drafter.bucket_capture_ms());
+  results["loads"].push_back({{"device", "cuda"}, {"load_s", load_s}, {"device_bytes", device_bytes},
+                              {"bucket_graphs", drafter.bucket_graphs_captured()},
+                              {"bucket_capture_ms", drafter.bucket_capture_ms()}});
   const std::vector<float> taps = bench_taps(context, static_cast<int64_t>(shape.taps.size()) * shape.hidden);
   std::vector<double> absorb_ms;
   std::vector<std::string> table;
   std::map<std::pair<int, int>, std::vector<Draft>> reference_drafts;  // (streams, depth) -> the first variant's
-  for (int streams : {1, 4, 8, 16, 32, 64}) {
+  // Pins applied only when they change (each setter drops the captured graphs); bucket graphs captured again then.
+  std::optional<std::tuple<int, int, int, bool, bool, bool, bool, bool, bool>> applied;
+  for (int streams : stream_counts) {
     for (int stream = 0; stream < streams; ++stream) {
       if (drafter.context_length(stream) == context) continue;
       const auto absorb_start = std::chrono::steady_clock::now();
@@ -313,16 +325,29 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (const bool tuned_on : parse_switch(tuned_gemms, "on"))
     for (const bool skinny_on : parse_switch(skinny, "on"))
     for (const bool tuned : parse_switch(launch, "tuned"))
+    for (const bool bucketed : parse_switch(buckets, "on"))
+    for (const bool split : parse_switch(pick, "split"))
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
       if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
       drafter.set_graphs(graphed);
-      drafter.set_attention_kernel(pin);
-      drafter.set_fused_scan(fused);
-      drafter.set_persistent_scan(persistent);
-      drafter.set_engine_gemms(engine);
-      drafter.set_skinny_gemms(skinny_on);
-      drafter.set_tuned_gemms(tuned_on);
-      drafter.set_launch_tuning(tuned, tuned);
+      const auto pins = std::make_tuple(pin ? static_cast<int>(*pin) : -1, fused ? int{*fused} : -1,
+                                        persistent ? int{*persistent} : -1, engine, skinny_on, tuned_on, tuned,
+                                        bucketed, split);
+      if (!applied || *applied != pins) {
+        applied = pins;
+        drafter.set_attention_kernel(pin);
+        drafter.set_fused_scan(fused);
+        drafter.set_persistent_scan(persistent);
+        drafter.set_engine_gemms(engine);
+        drafter.set_skinny_gemms(skinny_on);
+        drafter.set_tuned_gemms(tuned_on);
+        drafter.set_launch_tuning(tuned, tuned);
+        drafter.set_request_buckets(bucketed);
+        drafter.set_split_pick(split);
+        drafter.set_graphs(true);
+        drafter.capture_bucket_graphs();  // none when buckets are off: then the second sighting captures
+        drafter.set_graphs(graphed);
+      }
       std::vector<DraftRequest> requests(streams);
       for (int stream = 0; stream < streams; ++stream) {
         requests[stream].stream = stream;
@@ -333,8 +358,13 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       std::vector<double> block_ms, scan_ms, wall_ms;
       // Every pass drafts the same requests: a failed draft or tokens unlike the first pass's are counted (a
       // variant under test must not fail or drift), not fatal.
+      const auto first_start = std::chrono::steady_clock::now();
       std::vector<Draft> first = drafter.draft(requests);
-      drafter.draft(requests);  // a graph is captured at the second sighting
+      const auto second_start = std::chrono::steady_clock::now();
+      drafter.draft(requests);  // without buckets, a graph is captured at the second sighting
+      const auto second_end = std::chrono::steady_clock::now();
+      const double first_ms = std::chrono::duration<double, std::milli>(second_start - first_start).count();
+      const double second_ms = std::chrono::duration<double, std::milli>(second_end - second_start).count();
       {
         // Variants against the first one timed for this (streams, depth): drafts with other tokens or chance bits
         // (the persistent scan must give the fused step's bits; the GEMM scan may differ at near-ties).
@@ -376,12 +406,13 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
         std::printf("!! streams %d depth %d graphs %d skinny %d: %d failed drafts, %d drafts unlike the first pass\n",
                     streams, depth, graphed ? 1 : 0, skinny_on ? 1 : 0, failed, drifted);
       }
-      char row[256];
+      char row[320];
       const char* gemms = engine ? "engine" : (skinny_on && streams <= 1 ? "skinny" : (tuned_on ? "tuned" : "cublas"));
-      std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f |",
-                    graphed ? "on" : "off", attention_name.c_str(), scan_name.c_str(), gemms,
-                    tuned ? "tuned" : "plain", streams, depth, median(block_ms),
-                    median(scan_ms), median(wall_ms));
+      const std::string scan_cell = scan_name + (split ? " split" : "");
+      std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f | %.3f / %.3f |",
+                    graphed ? "on" : "off", bucketed ? "on" : "off", attention_name.c_str(), scan_cell.c_str(),
+                    gemms, tuned ? "tuned" : "plain", streams, depth, median(block_ms), median(scan_ms),
+                    median(wall_ms), first_ms, second_ms);
       table.push_back(row);
       results["runs"].push_back({{"device", "cuda"},
                                  {"graphs", graphed},
@@ -393,7 +424,11 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
                                  {"depth", depth},
                                  {"block_ms", median(block_ms)},
                                  {"scan_ms", median(scan_ms)},
-                                 {"wall_ms", median(wall_ms)}});
+                                 {"wall_ms", median(wall_ms)},
+                                 {"buckets", bucketed},
+                                 {"split_pick", split},
+                                 {"first_wall_ms", first_ms},
+                                 {"second_wall_ms", second_ms}});
     }
   }
   std::printf("\nabsorb of %d context rows: median %.3f ms (wall, host taps to device K/V)\n", context,
@@ -401,8 +436,8 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   results["absorb_ms"] = median(absorb_ms);
   std::printf("\ngraph replays %lld, graph capture failures %lld\n",
               static_cast<long long>(drafter.graph_replays()), static_cast<long long>(drafter.graph_failures()));
-  std::printf("\n| device | graphs | attention | scan | GEMMs | launch | streams | depth | block pass ms | "
-              "Markov scan ms | draft() wall ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| device | graphs | buckets | attention | scan | GEMMs | launch | streams | depth | block pass ms | "
+              "Markov scan ms | draft() wall ms | 1st / 2nd wall ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   if (drafter.tuned_gemm_shapes() > 0) {
     const auto [tuned_us, default_us] = drafter.tuned_gemm_us();
     std::printf("\ntuned GEMMs: %zu shapes, summed device us of the picks %.1f vs cublasLt's first candidate %.1f\n",
@@ -412,6 +447,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   drafter.set_tuned_gemms(tuned_gemms == "on");  // the profile below: tuned GEMMs where asked for
   drafter.set_skinny_gemms(skinny != "off");  // the profile below: skinny GEMMs where asked for
   drafter.set_launch_tuning(true, true);
+  drafter.set_request_buckets(true);
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
   if (profile) profile_cuda(drafter, shape.block, attention, results);
   return 0;
@@ -462,7 +498,9 @@ int main(int argc, char** argv) {
                               flag(argc, argv, "--attention", "auto"), flag(argc, argv, "--scan", "auto"),
                               flag(argc, argv, "--engine-gemms", "off"), flag(argc, argv, "--tuned-gemms", "off"),
                               flag(argc, argv, "--skinny", "off"),
-                              flag(argc, argv, "--launch", "tuned"), profile, results);
+                              flag(argc, argv, "--launch", "tuned"), profile, flag(argc, argv, "--buckets", "on"),
+                              flag(argc, argv, "--pick", "single"),
+                              parse_list(flag(argc, argv, "--streams", "1,4,8,16,32,64")), results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
     std::ofstream(json_path) << results.dump(2) << "\n";

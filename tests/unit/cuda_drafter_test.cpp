@@ -701,9 +701,9 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
   }
 }
 
-// absorb_device() replays a CUDA graph of a chunk's projections from a row count's second sighting: the same
+// absorb_device() replays a CUDA graph of a chunk's projections per row bucket (captured at its first call): the same
 // sequence of device absorbs (several streams per call, a rollback, row counts repeating) through graphs and eagerly
-// leaves contexts that draft the same tokens and chance bits; the graphed drafter really replayed (5 absorb replays).
+// leaves contexts that draft the same tokens and chance bits; the graphed drafter really replayed (7 absorb replays).
 // The fused absorb (one K/V GEMM for every layer, one heads launch) against the per-layer sequence: U within the
 // bf16 tolerance and the drafts equal up to a near-tie flip (the stacked GEMM may sum in another order).
 TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
@@ -747,8 +747,10 @@ TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
       ASSERT_TRUE(drafter->settle().ok());
     }
   }
-  // Row count 5: calls 1-4 and 7 (replays from the second); 7: calls 5 and 6.
-  EXPECT_EQ(graphed->graph_replays() - replays_before, 4 + 1);
+  // Row buckets 6 (calls 1-4 and 7, 5 rows each) and 8 (calls 5 and 6, 7 rows): captured at the first
+  // absorb_device(), so every call replays.
+  EXPECT_EQ(graphed->graph_replays() - replays_before, 7);
+  EXPECT_GT(graphed->absorb_graphs_captured(), 0);
   EXPECT_EQ(graphed->graph_failures(), 0);
   EXPECT_EQ(graphed->context_length(0), 14);
   std::vector<DraftRequest> requests(3);
@@ -959,14 +961,197 @@ TEST(CudaDrafter, CudaGraphsGiveTheSameTokensAndChanceBitsAsEagerLaunches) {
         same_bits(drafter->draft(cases[k]), eager[k]);
       }
     }
-    // Block and scan graph per shape, captured at the second sighting (the load's warm-up pass was the first of
-    // shape 0): phase 0 replays 3 + 2 + 2 times per graph, phase 1 (graphs kept) 3 times each.
-    EXPECT_EQ(drafter->graph_replays() - replays, phase == 0 ? 2 * (3 + 2 + 2) : 2 * 3 * 3);
+    // Block and scan graph per shape (request buckets 1, 3, 6), every one captured at load: each graphed pass
+    // replays both, in both phases (no capture inside a pass).
+    EXPECT_EQ(drafter->graph_replays() - replays, 2 * 3 * 3);
     EXPECT_EQ(drafter->graph_failures(), 0);
     // Grow every context (doubling moves some caches), so replays must read the new pointers and lengths.
     for (int i = 0; i < 5; ++i) {
       const int64_t held = drafter->context_length(i);
       ASSERT_TRUE(drafter->absorb(i, held, 70, testing::random_taps(70, width, 40 + i)).ok());
+    }
+  }
+}
+
+// Request counts run as their bucket (5 -> 6, 7 -> 8) with padding requests, and absorb rows as theirs (5 -> 6):
+// the real requests' tokens, chance bits and U rows equal, bit for bit, those of a pass whose bucket is filled by
+// real requests instead (same bucket, so the same GEMM shapes); exact counts (buckets off) draft the same tokens
+// up to a near-tie flip. A padding request writing into a real stream's rows turns this red.
+TEST(CudaDrafter, PaddingRequestsAndRowsLeaveEveryRealDraftsBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(drafter);
+  EXPECT_GT(drafter->bucket_graphs_captured(), 0) << "every bucket's graphs are captured at load";
+  const DsparkConfig& c = drafter->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  const int lengths[] = {9, 40, 131, 3, 70, 22, 57, 100};
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(drafter->absorb(i, 0, lengths[i], testing::random_taps(lengths[i], width, 300 + i)).ok());
+  }
+  const Sampling samplings[] = {Sampling{}, Sampling{0.8f, 0, 0.95f, 0.0f, 5}, Sampling{},
+                                Sampling{1.1f, 30, 1.0f, 0.05f, 9}};
+  auto requests = [&](int count) {
+    std::vector<DraftRequest> out(count);
+    for (int i = 0; i < count; ++i) {
+      out[i].stream = i;
+      out[i].anchor_token = 60 + 11 * i;
+      out[i].anchor_position = lengths[i];
+      out[i].depth = 1 + (i * 3) % c.block_size;
+      out[i].sampling = samplings[i % 4];
+    }
+    return out;
+  };
+  auto logits = [](const CudaDsparkDrafter& d) {
+    Result<std::vector<float>> u = d.last_base_logits();
+    EXPECT_TRUE(u.ok());
+    return u.ok() ? *u : std::vector<float>{};
+  };
+  for (const auto [count, bucket] : {std::pair{5, 6}, std::pair{7, 8}}) {
+    SCOPED_TRACE(std::to_string(count) + " requests in bucket " + std::to_string(bucket));
+    ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
+    const std::vector<Draft> padded = drafter->draft(requests(count));
+    EXPECT_EQ(drafter->last_pass_requests(), bucket);
+    const std::vector<float> padded_u = logits(*drafter);
+    ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
+    const std::vector<Draft> full = drafter->draft(requests(bucket));
+    EXPECT_EQ(drafter->last_pass_requests(), bucket);
+    const std::vector<float> full_u = logits(*drafter);
+    ASSERT_EQ(padded_u.size(), static_cast<size_t>(count) * c.block_size * c.vocab_size);
+    ASSERT_GE(full_u.size(), padded_u.size());
+    EXPECT_TRUE(std::equal(padded_u.begin(), padded_u.end(), full_u.begin())) << "U rows of the real requests";
+    for (int i = 0; i < count; ++i) {
+      ASSERT_TRUE(padded[i].status.ok()) << padded[i].status.to_string();
+      ASSERT_TRUE(full[i].status.ok()) << full[i].status.to_string();
+      EXPECT_EQ(padded[i].tokens, full[i].tokens) << "request " << i;
+      ASSERT_EQ(padded[i].chances.size(), full[i].chances.size());
+      for (size_t k = 0; k < padded[i].chances.size(); ++k) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(padded[i].chances[k]), std::bit_cast<uint32_t>(full[i].chances[k]))
+            << "request " << i << " slot " << k;
+      }
+    }
+    // Exact counts (the old path): U within the bf16 tolerance, drafts equal up to a near-tie flip.
+    drafter->set_request_buckets(false);
+    const std::vector<Draft> exact = drafter->draft(requests(count));
+    EXPECT_EQ(drafter->last_pass_requests(), count);
+    EXPECT_LT(relative_error(logits(*drafter), padded_u), kBf16Tolerance);
+    int equal = 0, total = 0;
+    for (int i = 0; i < count; ++i) {
+      ASSERT_TRUE(exact[i].status.ok()) << exact[i].status.to_string();
+      for (size_t k = 0; k < exact[i].tokens.size(); ++k, ++total) {
+        if (exact[i].tokens[k] != padded[i].tokens[k]) break;
+        ++equal;
+      }
+    }
+    EXPECT_GE(equal * 10, total * 9) << equal << " of " << total;
+    drafter->set_request_buckets(true);
+    drafter->capture_bucket_graphs();
+  }
+  // absorb_device(): 5 rows (padded to 6) against the same 5 rows plus a sixth of another stream.
+  constexpr int kRows = 6;
+  const std::vector<float> taps = testing::random_taps(kRows, width, 91);
+  std::vector<bf16> values(taps.size());
+  for (size_t i = 0; i < taps.size(); ++i) values[i] = float_to_bf16(taps[i]);
+  ls::cuda::DeviceBuffer<bf16> device_taps;
+  ASSERT_TRUE(device_taps.allocate(values.size()).ok());
+  ASSERT_EQ(cudaMemcpy(device_taps.data(), values.data(), values.size() * sizeof(bf16), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  DeviceTaps on_device;
+  on_device.data = device_taps.data();
+  on_device.device = drafter->facts().tap_device;
+  on_device.rows = kRows;
+  on_device.row_values = width;
+  std::unique_ptr<CudaDsparkDrafter> padded_absorb = load_cuda(pair.drafter_dir, target, cuda_options());
+  std::unique_ptr<CudaDsparkDrafter> full_absorb = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(padded_absorb && full_absorb);
+  const std::vector<TapRows> five = {{0, 0, 0, 3}, {1, 0, 3, 2}};
+  const std::vector<TapRows> six = {{0, 0, 0, 3}, {1, 0, 3, 2}, {2, 0, 5, 1}};
+  for (auto [d, call] : {std::pair{padded_absorb.get(), &five}, std::pair{full_absorb.get(), &six}}) {
+    ASSERT_TRUE(d->poison_scratch_for_test().ok());
+    const int64_t replays = d->graph_replays();
+    ASSERT_TRUE(d->absorb_device(*call, on_device).ok());
+    ASSERT_TRUE(d->settle().ok());
+    EXPECT_EQ(d->graph_replays() - replays, 1) << "row bucket 6's graph, captured at the first absorb_device()";
+  }
+  std::vector<DraftRequest> two(2);
+  for (int i = 0; i < 2; ++i) {
+    two[i].stream = i;
+    two[i].anchor_token = 17 + i;
+    two[i].anchor_position = 3 - i;
+    two[i].depth = c.block_size;
+  }
+  const std::vector<Draft> a = padded_absorb->draft(two);
+  const std::vector<Draft> b = full_absorb->draft(two);
+  EXPECT_EQ(logits(*padded_absorb), logits(*full_absorb)) << "contexts absorbed with and without padding rows";
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(a[i].status.ok() && b[i].status.ok());
+    EXPECT_EQ(a[i].tokens, b[i].tokens);
+  }
+}
+
+// The GEMM scan's pick in two launches (vocab chunks over many CTAs, then a CTA per request) drafts the tokens and
+// chance bits of the one-CTA pick: 1, 5 and 11 requests (buckets 1, 6, 12), greedy and sampled, depths 1..block,
+// through graphs, scratch poisoned before every pass; a planted NaN logit (id V/2: the second chunk) fails only its
+// stream, by name and slot.
+TEST(CudaDrafter, TheSplitPickDraftsTheTokensAndChanceBitsOfTheOneBlockPick) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  DrafterOptions options = cuda_options();
+  options.max_streams = 12;
+  options.faults.enabled = true;
+  options.faults.stream = 3;
+  options.faults.nan_logit_slot = 1;
+  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, options);
+  ASSERT_TRUE(gpu);
+  gpu->set_fused_scan(false);  // the GEMM scan for every count (no persistent or fused step)
+  const DsparkConfig& c = gpu->config();
+  ASSERT_GE(cuda::split_pick_chunks(c.vocab_size), 2) << "the test needs more than one chunk";
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  std::vector<DraftRequest> requests;
+  const Sampling samplings[] = {Sampling{}, Sampling{0.9f, 0, 0.9f, 0.0f, 3}, Sampling{1.3f, 20, 1.0f, 0.02f, 8}};
+  for (int i = 0; i < 11; ++i) {
+    const int length = 5 + 23 * i;
+    ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 800 + i)).ok());
+    DraftRequest request;
+    request.stream = i;
+    request.anchor_token = 200 + 13 * i;
+    request.anchor_position = length;
+    request.depth = 1 + i % c.block_size;
+    request.sampling = samplings[i % 3];
+    requests.push_back(request);
+  }
+  auto draft_with = [&](bool split, std::span<const DraftRequest> some) {
+    gpu->set_split_pick(split);
+    gpu->capture_bucket_graphs();
+    EXPECT_TRUE(gpu->poison_scratch_for_test().ok());
+    return gpu->draft(some);
+  };
+  for (const size_t count : {size_t{1}, size_t{5}, size_t{11}}) {
+    SCOPED_TRACE(std::to_string(count) + " requests");
+    const std::span<const DraftRequest> some(requests.data(), count);
+    const std::vector<Draft> one = draft_with(false, some);
+    const int64_t replays = gpu->graph_replays();
+    const std::vector<Draft> split = draft_with(true, some);
+    EXPECT_EQ(gpu->graph_replays() - replays, 2) << "block pass and scan replayed from the load-time capture";
+    for (size_t i = 0; i < count; ++i) {
+      if (requests[i].stream == 3) {
+        EXPECT_EQ(split[i].status.code(), ErrorCode::DraftNonfinite);
+        EXPECT_NE(split[i].status.message().find("non-finite draft logit at draft slot 1 of stream 3"),
+                  std::string::npos)
+            << split[i].status.message();
+        EXPECT_EQ(one[i].status.message(), split[i].status.message());
+        continue;
+      }
+      ASSERT_TRUE(one[i].status.ok()) << one[i].status.to_string();
+      ASSERT_TRUE(split[i].status.ok()) << split[i].status.to_string();
+      EXPECT_EQ(split[i].tokens, one[i].tokens) << "request " << i;
+      ASSERT_EQ(split[i].chances.size(), one[i].chances.size());
+      for (size_t k = 0; k < split[i].chances.size(); ++k) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(split[i].chances[k]), std::bit_cast<uint32_t>(one[i].chances[k]))
+            << "request " << i << " slot " << k;
+      }
     }
   }
 }

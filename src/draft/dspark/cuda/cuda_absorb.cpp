@@ -1,6 +1,7 @@
 // The CUDA drafter's context: absorb() takes the target's tapped rows and projects them into the per-stream K/V
 // cache (reference/dspark.md §2.3: C = hidden_norm(fc F), K = RoPE(k_norm(k_proj C)), V = v_proj C).
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -88,6 +89,8 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
     LS_RETURN_IF_ERROR(absorb_.positions.allocate(kAbsorbChunkRows, "absorb positions"));
     LS_RETURN_IF_ERROR(absorb_.row_pointers.allocate(2 * c.num_layers * kAbsorbChunkRows, "absorb row pointers"));
     LS_RETURN_IF_ERROR(absorb_.context_kv.allocate(kAbsorbChunkRows * c.num_layers * 2 * kv, "absorb context K/V"));
+    LS_RETURN_IF_ERROR(absorb_.sink.allocate(2 * c.num_layers * kAbsorbChunkRows * kv, "absorb padding sink"));
+    capture_absorb_graphs();
   }
   const auto* source = static_cast<const bf16_t*>(taps.data);
   // Chunks of up to kAbsorbChunkRows rows across the pieces; a part is one piece's rows inside one chunk.
@@ -123,29 +126,44 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
       }
     }
     if (filled == 0) break;
+    // The chunk runs its row bucket: padding rows (zero features, position 0) put their K and V into the sink.
+    const int64_t padded =
+        request_buckets_ ? std::min<int64_t>(request_bucket(static_cast<int>(filled)), kAbsorbChunkRows) : filled;
+    if (padded > filled) {
+      LS_CUDA_TRY(cudaMemsetAsync(absorb_.features.data() + filled * in, 0,
+                                  (padded - filled) * in * sizeof(bf16_t), stream));
+      positions.resize(static_cast<size_t>(padded), 0);
+    }
     // Where each row's K and V go, layer by layer: [keys | values][layer][chunk row].
     const int64_t layers = c.num_layers;
-    row_pointers.assign(static_cast<size_t>(2 * layers * filled), nullptr);
+    row_pointers.assign(static_cast<size_t>(2 * layers * padded), nullptr);
     for (int64_t index = 0; index < layers; ++index) {
       for (const Part& part : parts) {
         const TapRows& owner = rows[part.piece];
         DeviceStreamContext& context = *contexts[part.piece];
         for (int64_t row = 0; row < part.count; ++row) {
           const int64_t at = (index * context.capacity + owner.start - context.skipped + part.offset + row) * kv;
-          row_pointers[index * filled + part.chunk_row + row] = context.keys.data() + at;
-          row_pointers[(layers + index) * filled + part.chunk_row + row] = context.values.data() + at;
+          row_pointers[index * padded + part.chunk_row + row] = context.keys.data() + at;
+          row_pointers[(layers + index) * padded + part.chunk_row + row] = context.values.data() + at;
+        }
+      }
+      for (int64_t row = filled; row < padded; ++row) {
+        for (int64_t side = 0; side < 2; ++side) {
+          row_pointers[(side * layers + index) * padded + row] =
+              absorb_.sink.data() + ((side * layers + index) * kAbsorbChunkRows + row) * kv;
         }
       }
     }
     uint8_t* slot = absorb_staging_.data() + chunk_index++ * slot_bytes;
     std::memcpy(slot, row_pointers.data(), row_pointers.size() * sizeof(bf16_t*));
-    std::memcpy(slot + pointer_bytes, positions.data(), filled * sizeof(int32_t));
+    std::memcpy(slot + pointer_bytes, positions.data(), padded * sizeof(int32_t));
     LS_CUDA_TRY(cudaMemcpyAsync(absorb_.row_pointers.data(), slot, row_pointers.size() * sizeof(bf16_t*),
                                 cudaMemcpyHostToDevice, stream));
-    LS_CUDA_TRY(cudaMemcpyAsync(absorb_.positions.data(), slot + pointer_bytes, filled * sizeof(int32_t),
+    LS_CUDA_TRY(cudaMemcpyAsync(absorb_.positions.data(), slot + pointer_bytes, padded * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream));
-    // The chunk's projections: eagerly, or (from a row count's second sighting) one CUDA graph replay.
-    LS_RETURN_IF_ERROR(run_shape({static_cast<int>(filled), kAbsorbGraphKey}, [&] { return absorb_chunk(filled); }));
+    // The chunk's projections: one CUDA graph replay per row bucket (captured at the first absorb_device()), or
+    // eagerly (graphs off; exact row counts: from a row count's second sighting).
+    LS_RETURN_IF_ERROR(run_shape({static_cast<int>(padded), kAbsorbGraphKey}, [&] { return absorb_chunk(padded); }));
   }
   // No wait here: the next pass queues behind this work on the drafter's stream, and settle() waits before the
   // target's next forward overwrites the taps read above.
@@ -204,6 +222,17 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
   }
   mark("absorb K/V");
   return ok_status();
+}
+
+void CudaDsparkDrafter::capture_absorb_graphs() {
+  if (!request_buckets_ || tuned_gemms_) return;
+  const auto start = std::chrono::steady_clock::now();
+  int captured = 0;
+  for (int rows = 1; rows <= kAbsorbChunkRows; rows = request_bucket(rows + 1)) {
+    captured += capture_shape({rows, kAbsorbGraphKey}, [&] { return absorb_chunk(rows); });
+  }
+  absorb_graphs_captured_ = captured;
+  absorb_capture_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 Status CudaDsparkDrafter::settle() {

@@ -164,6 +164,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   }
   LS_RETURN_IF_ERROR(steps.step("warm-up"));
   LS_RETURN_IF_ERROR(d.warm_up());
+  d.capture_bucket_graphs();  // every bucket's graphs now, so no timed pass captures one
   return drafter;
 }
 
@@ -210,6 +211,11 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
     s.block_requests.pointer = reinterpret_cast<DeviceBlockRequest*>(base + s.offsets[2]);
     s.scan_requests.pointer = reinterpret_cast<DeviceScanRequest*>(base + s.offsets[3]);
     s.records.pointer = reinterpret_cast<DeviceScanRecord*>(base + s.offsets[4]);
+  }
+  {
+    const size_t pad = n * static_cast<size_t>(c.num_layers) * c.block_size * c.kv_size();
+    LS_RETURN_IF_ERROR(s.pad_keys.allocate(pad, "padding keys", counted));
+    LS_RETURN_IF_ERROR(s.pad_values.allocate(pad, "padding values", counted));
   }
   LS_RETURN_IF_ERROR(s.scan_partials.allocate(n * fused_scan_chunks(c.vocab_size), "scan partials", counted));
   LS_RETURN_IF_ERROR(s.scan_tickets.upload(std::vector<unsigned int>(fused_scan_groups(static_cast<int>(n)), 0u),
@@ -299,24 +305,41 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   last_rows_ = 0;
   if (chosen.empty()) return results;
   const int count = static_cast<int>(chosen.size());
+  // The pass runs the count's bucket: padding requests (depth 0, each with its own block-long cache) fill it.
+  const int padded = request_buckets_ ? request_bucket(count) : count;
+  const bool grows = padded > scratch_.requests;
+  Status status = reserve_scratch(padded, nullptr);
+  if (!status.ok()) {
+    for (size_t index : chosen) results[index].status = status;
+    return results;
+  }
+  if (grows) capture_bucket_graphs();  // the new scratch dropped every graph
+  {
+    const int64_t pad_stride = static_cast<int64_t>(config_.num_layers) * gamma * config_.kv_size();
+    for (int pad = 0; count + pad < padded; ++pad) {
+      blocks.push_back(DeviceBlockRequest{scratch_.pad_keys.data() + pad * pad_stride,
+                                          scratch_.pad_values.data() + pad * pad_stride, 0, gamma});
+      DeviceScanRequest scan;
+      scan.depth = 0;
+      scans.push_back(scan);
+    }
+  }
 
   auto fail_all = [&](const Status& status) {
     for (size_t index : chosen) results[index].status = status;
     return results;
   };
   // Block tokens [anchor, mask x (gamma-1)] per request and their absolute positions p_i + slot.
-  std::vector<int32_t> tokens(static_cast<size_t>(count) * gamma, config_.mask_token_id);
+  std::vector<int32_t> tokens(static_cast<size_t>(padded) * gamma, config_.mask_token_id);
   std::vector<int32_t> positions(tokens.size());
-  records_.assign(count, DeviceScanRecord{});
-  for (int i = 0; i < count; ++i) {
+  records_.assign(padded, DeviceScanRecord{});
+  for (int i = 0; i < padded; ++i) {
     tokens[i * gamma] = scans[i].anchor;
     // Rows held may be fewer than the positions covered (a restart): the block sits at the anchor's positions.
     for (int slot = 0; slot < gamma; ++slot)
       positions[i * gamma + slot] = static_cast<int32_t>(scans[i].anchor_position + slot);
     records_[i].previous = scans[i].anchor;
   }
-  Status status = reserve_scratch(count, nullptr);
-  if (!status.ok()) return fail_all(status);
   const cudaStream_t stream = stream_.get();
   // The five inputs into pinned staging in the device layout, then one copy up to the end of the records used.
   const struct {
@@ -336,7 +359,8 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   if (uploaded != cudaSuccess) return fail_all(ls::cuda::cuda_status(uploaded, "draft upload"));
   profile_.begin(stream);
   block_timer_.start(stream);
-  status = run_shape({count, 0}, [&] { return block_pass(count); });
+  last_pass_requests_ = padded;
+  status = run_shape({padded, 0}, [&] { return block_pass(padded); });
   block_timer_.stop(stream);
   scan_all_greedy_ = std::all_of(scans.begin(), scans.end(), [](const DeviceScanRequest& scan) {
     return scan.temperature <= 0.0f;
@@ -344,22 +368,22 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   if (status.ok()) {
     scan_timer_.start(stream);
     // The persistent scan reads each request's depth on the device: one graph for every depth.
-    const bool persistent = persistent_scan(count, scan_all_greedy_);
-    status = run_shape({count, persistent ? kPersistentScanKey : max_depth},
-                       [&] { return markov_scan(count, max_depth); });
+    const bool persistent = persistent_scan(padded, scan_all_greedy_);
+    status = run_shape({padded, persistent ? kPersistentScanKey : max_depth},
+                       [&] { return markov_scan(padded, max_depth); });
     scan_timer_.stop(stream);
   }
   // The one copy back: every request's tokens, chances and failure flags.
   if (status.ok()) {
     status = ls::cuda::cuda_status(cudaMemcpyAsync(staging_.data() + scratch_.offsets[4], scratch_.records.data(),
-                                                   records_.size() * sizeof(DeviceScanRecord),
+                                                   count * sizeof(DeviceScanRecord),
                                                    cudaMemcpyDeviceToHost, stream),
                                    "draft results copy");
   }
   const Status synced = ls::cuda::cuda_status(cudaStreamSynchronize(stream), "draft pass");
   if (status.ok()) status = synced;
   if (status.ok()) {
-    std::memcpy(records_.data(), staging_.data() + scratch_.offsets[4], records_.size() * sizeof(DeviceScanRecord));
+    std::memcpy(records_.data(), staging_.data() + scratch_.offsets[4], count * sizeof(DeviceScanRecord));
   }
   if (!status.ok()) return fail_all(status);
   last_block_ms_ = block_timer_.elapsed_ms();

@@ -2,6 +2,7 @@
 // pass per draft() call, the Markov scan as a fixed sequence of launches per slot, one copy of the results back.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -89,6 +90,9 @@ struct DeviceBlockScratch {
   TrackedBuffer<ScanPartial> persistent_partials;   // [gamma, group, grid] the persistent scan's CTA picks
   TrackedBuffer<unsigned int> scan_barrier;          // [2] the persistent scan's barrier and timed-out flag
   TrackedBuffer<float> attention_stats, attention_partials;  // the split attention's (split_attention_*_floats)
+  // Padding requests' own caches (a request count rounded up to its bucket): [requests, layers, block, kv] each, so
+  // a padding request's block K/V land in rows no real stream reads.
+  TrackedBuffer<bf16_t> pad_keys, pad_values;
 };
 
 // Buffers of absorb(): up to kAbsorbChunkRows tap rows at a time.
@@ -103,6 +107,7 @@ struct DeviceAbsorbScratch {
   TrackedBuffer<int32_t> positions;    // [chunk]
   TrackedBuffer<bf16_t*> row_pointers;  // [2, layers, chunk] each row's context K and V row, per layer
   TrackedBuffer<bf16_t> context_kv;     // [chunk, layers * 2 kv] the fused absorb's one GEMM output
+  TrackedBuffer<bf16_t> sink;           // [2, layers, chunk, kv] where padding rows' K and V go (read by nothing)
 };
 
 // Second parts of graph keys that are not a depth (the block pass is 0, a scan its depth).
@@ -110,6 +115,18 @@ inline constexpr int kPersistentScanKey = -1;
 inline constexpr int kAbsorbGraphKey = -2;
 // Graph shapes kept at most.
 inline constexpr size_t kMaxGraphShapes = 1024;
+
+// Request (and absorb row) count buckets: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5 times them). A
+// pass of `count` requests runs as the smallest bucket >= count, the rest padding requests (depth 0, own caches), so
+// a few graphs per depth serve every count and are captured once, outside timed rounds.
+inline int request_bucket(int count) {
+  int bucket = 1;
+  while (bucket < count) {
+    const int power = static_cast<int>(std::bit_floor(static_cast<unsigned>(bucket)));
+    bucket = bucket == power && bucket >= 2 ? power + power / 2 : 2 * power;
+  }
+  return bucket;
+}
 
 class CudaDsparkDrafter final : public Drafter {
  public:
@@ -151,6 +168,30 @@ class CudaDsparkDrafter final : public Drafter {
   bool graphs_on() const { return graphs_on_; }
   // Graph replays so far, and shapes whose capture failed (those run eagerly from then on).
   int64_t graph_replays() const { return graph_replays_; }
+  // Request counts rounded up to request_bucket() with padding requests (on by default; off runs the exact count,
+  // the old path, for the bench A/B). Drops the captured graphs.
+  void set_request_buckets(bool on) {
+    request_buckets_ = on;
+    graphs_.clear();
+  }
+  bool request_buckets() const { return request_buckets_; }
+  // The GEMM scan's pick in two launches (markov_pick_split: vocab chunks over many SMs, then a CTA per request) or
+  // one CTA per request (markov_pick, the default until the H200 A/B). The same bits either way.
+  void set_split_pick(bool on) {
+    split_pick_ = on;
+    graphs_.clear();
+  }
+  bool split_pick() const { return split_pick_; }
+  // Captures the block pass and the scan (every depth) of every request bucket the scratch holds, without running
+  // them (at load, and again when the scratch grows): graphs that exist are kept. Returns how many it captured.
+  int capture_bucket_graphs();
+  // Graphs captured by the last capture_bucket_graphs() / absorb bucket capture and the host ms they took.
+  int bucket_graphs_captured() const { return bucket_graphs_captured_; }
+  double bucket_capture_ms() const { return bucket_capture_ms_; }
+  int absorb_graphs_captured() const { return absorb_graphs_captured_; }
+  double absorb_capture_ms() const { return absorb_capture_ms_; }
+  // Requests the last draft() pass ran (its count rounded up to its bucket; padding included).
+  int last_pass_requests() const { return last_pass_requests_; }
   int64_t graph_failures() const { return graph_failures_; }
   // Pins the block attention variant (bench/test; nullopt = the automatic choice) and the scan's step (true:
   // markov_step_fused where supported, false: gather + cuBLAS W2 GEMM + markov_pick; nullopt: automatic).
@@ -244,6 +285,11 @@ class CudaDsparkDrafter final : public Drafter {
   // Runs `enqueue`'s launches for the graph shape `key`: eagerly, or captured (second sighting) and replayed.
   template <typename Enqueue>
   Status run_shape(std::pair<int, int> key, Enqueue&& enqueue);
+  // Captures `enqueue`'s launches as the graph of `key` now (nothing runs); true when a new graph was made.
+  template <typename Enqueue>
+  bool capture_shape(std::pair<int, int> key, Enqueue&& enqueue);
+  // absorb_device()'s chunk graphs for every row bucket up to the chunk (at its first use).
+  void capture_absorb_graphs();
   // y [rows, w.rows] = x [rows, w.cols] @ W^T, bf16 in, fp32 accumulate, y bf16 or fp32 with leading dimension ldy.
   // `skinny`: false keeps cuBLAS for a short K (the scan's W2 product, K = rank: skinny_gemm was slower there).
   Status gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y, bool y_f32,
@@ -303,6 +349,13 @@ class CudaDsparkDrafter final : public Drafter {
   std::map<std::pair<int, int>, GraphShape> graphs_;
   int64_t graph_replays_ = 0;
   int64_t graph_failures_ = 0;
+  bool request_buckets_ = true;
+  bool split_pick_ = false;
+  int bucket_graphs_captured_ = 0;
+  double bucket_capture_ms_ = 0;
+  int absorb_graphs_captured_ = 0;
+  double absorb_capture_ms_ = 0;
+  int last_pass_requests_ = 0;
 };
 
 template <typename Enqueue>
@@ -326,6 +379,24 @@ inline Status CudaDsparkDrafter::run_shape(std::pair<int, int> key, Enqueue&& en
   }
   ++graph_replays_;
   return shape.exec.launch(stream);
+}
+
+template <typename Enqueue>
+inline bool CudaDsparkDrafter::capture_shape(std::pair<int, int> key, Enqueue&& enqueue) {
+  if (!graphs_on_ || profile_.on()) return false;
+  auto found = graphs_.find(key);
+  if (found == graphs_.end()) {
+    if (graphs_.size() >= kMaxGraphShapes) return false;
+    found = graphs_.emplace(key, GraphShape{}).first;
+  }
+  GraphShape& shape = found->second;
+  if (shape.failed || shape.exec.ready()) return false;
+  if (!shape.exec.capture(stream_.get(), enqueue).ok()) {
+    shape.failed = true;
+    ++graph_failures_;
+    return false;
+  }
+  return true;
 }
 
 }  // namespace ls::dspark::cuda

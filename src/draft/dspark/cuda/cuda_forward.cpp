@@ -1,4 +1,5 @@
 // The CUDA drafter's forward (reference/dspark.md §2.4-2.9): the block pass and the Markov scan; GEMMs via cuBLAS.
+#include <chrono>
 #include <cmath>
 
 #include "base/log.h"
@@ -292,10 +293,46 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     LS_RETURN_IF_ERROR(gemm(s.markov_embeddings.data(), count, weights_.markov_w2.values.data(), c.vocab_size,
                             c.markov_rank, s.markov_logits.data(), true, c.vocab_size, false));
     mark("scan gather + W2 GEMM");
-    LS_RETURN_IF_ERROR(markov_pick(step, shape, slot, stream));
-    mark("scan pick");
+    if (split_pick_) {
+      step.partials = s.scan_partials.data();  // [count, fused_scan_chunks(V)] holds [count, split_pick_chunks(V)]
+      LS_RETURN_IF_ERROR(markov_pick_split(step, shape, slot, stream));
+      mark("scan split pick");
+    } else {
+      LS_RETURN_IF_ERROR(markov_pick(step, shape, slot, stream));
+      mark("scan pick");
+    }
   }
   return ok_status();
+}
+
+int CudaDsparkDrafter::capture_bucket_graphs() {
+  // Exact counts (the old path) keep the capture at a shape's second sighting; tuned GEMMs time their picks eagerly.
+  if (!graphs_on_ || profile_.on() || tuned_gemms_ || !request_buckets_) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  const bool all_greedy = scan_all_greedy_;
+  const int gamma = config_.block_size;
+  int captured = 0;
+  // Exactly the keys draft() asks for: the block pass per bucket; the persistent scan (one graph for every depth)
+  // where a bucket of greedy requests takes it, else the step scans per (bucket, depth), for greedy and sampled.
+  for (int bucket = 1; bucket <= scratch_.requests; bucket = request_bucket(bucket + 1)) {
+    captured += capture_shape({bucket, 0}, [&] { return block_pass(bucket); });
+    for (const bool greedy : {true, false}) {
+      scan_all_greedy_ = greedy;
+      if (persistent_scan(bucket, greedy)) {
+        captured += capture_shape({bucket, kPersistentScanKey}, [&] { return markov_scan(bucket, gamma); });
+        continue;
+      }
+      for (int depth = 1; depth <= gamma; ++depth) {
+        captured += capture_shape({bucket, depth}, [&] { return markov_scan(bucket, depth); });
+      }
+    }
+  }
+  scan_all_greedy_ = all_greedy;
+  if (absorb_.sink.size() > 0) capture_absorb_graphs();  // absorb_device() ran before the scratch grew
+  bucket_graphs_captured_ = captured;
+  bucket_capture_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return captured;
 }
 
 }  // namespace ls::dspark::cuda

@@ -224,6 +224,12 @@ struct ScanStepInputs {
   bool programmatic = true;         // launch allowed to overlap the previous kernel's tail (sm_90)
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
+// markov_pick in two launches (the same bits): grid (vocab chunk of kSplitPickIds ids, request) writes the corrected
+// logits and each chunk's greedy best and non-finite flag into `partials`, then a CTA per request combines them
+// and finishes the step. The one-CTA pick reads and writes a 256 KiB row on one SM; this spreads it.
+inline constexpr int kSplitPickIds = 4096;
+inline int64_t split_pick_chunks(int64_t vocab) { return (vocab + kSplitPickIds - 1) / kSplitPickIds; }
+Status markov_pick_split(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 
 // The fused scan step (one launch, no GEMM): grid (vocab chunk of kFusedScanIds ids, group of requests: 1 for a
 // single request, else kFusedScanGroup) computes l = W2 W1[previous] + U_slot for its chunk (fp32 dot, one W2 row read

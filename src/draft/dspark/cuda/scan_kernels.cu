@@ -56,6 +56,64 @@ __global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, S
   finish_step(in, shape, slot, i, request, record, nonfinite, greedy, s);
 }
 
+constexpr int kChunkPickThreads = 256;
+
+// markov_pick's first half for one vocab chunk of one request: the corrected logits written back, the chunk's
+// greedy best over its finite logits and its non-finite flag as a partial [request, chunk].
+__global__ void __launch_bounds__(kChunkPickThreads) pick_chunks_kernel(ScanStepInputs in, ScanShape shape, int slot,
+                                                                         int chunks) {
+  __shared__ PickScratch s;
+  const int i = blockIdx.y;
+  const DeviceScanRequest request = in.requests[i];
+  if (in.records[i].status != kScanOk || slot >= request.depth) return;  // uniform over the block
+  const int64_t V = shape.vocab;
+  float* row = in.markov + static_cast<int64_t>(i) * V;
+  const float* base = in.base_logits + (static_cast<int64_t>(i) * shape.gamma + slot) * V;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kSplitPickIds;
+  const int64_t end = first + kSplitPickIds < V ? first + kSplitPickIds : V;
+  int nonfinite = 0;
+  Best greedy{0.0, -1};
+  for (int64_t id = first + threadIdx.x; id < end; id += blockDim.x) {
+    float logit = row[id] + base[id];
+    if (slot == request.nan_logit_slot && id == V / 2) logit = NAN;
+    row[id] = logit;
+    if (isfinite(logit)) {
+      greedy = better(greedy, Best{static_cast<double>(logit), static_cast<int32_t>(id)});
+    } else {
+      nonfinite = 1;
+    }
+  }
+  nonfinite = __syncthreads_or(nonfinite);
+  greedy = block_best(greedy, s);
+  if (threadIdx.x == 0) {
+    ScanPartial& out = in.partials[static_cast<int64_t>(i) * chunks + blockIdx.x];
+    out.value = greedy.value;
+    out.id = greedy.id;
+    out.nonfinite = nonfinite;
+  }
+}
+
+// markov_pick's second half: a CTA per request combines its chunks' partials (the better of two is a total order,
+// so the greedy pick is the one-CTA pick's) and finishes the step.
+__global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInputs in, ScanShape shape, int slot,
+                                                                    int chunks) {
+  __shared__ PickScratch s;
+  const int i = blockIdx.x;
+  const DeviceScanRequest request = in.requests[i];
+  DeviceScanRecord& record = in.records[i];
+  if (record.status != kScanOk || slot >= request.depth) return;  // uniform over the block
+  int nonfinite = 0;
+  Best greedy{0.0, -1};
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const ScanPartial partial = in.partials[static_cast<int64_t>(i) * chunks + c];
+    nonfinite |= partial.nonfinite;
+    greedy = better(greedy, Best{partial.value, partial.id});
+  }
+  nonfinite = __syncthreads_or(nonfinite);
+  if (!nonfinite) greedy = block_best(greedy, s);
+  finish_step(in, shape, slot, i, request, record, nonfinite, greedy, s);
+}
+
 constexpr int kStepThreads = 256;  // 8 warps; 8 lanes per W2 row, so 4 rows per warp instruction
 constexpr int kStepWarps = kStepThreads / kWarp;
 constexpr int kStepRounds = kFusedScanIds / (kStepWarps * 4);  // W2 rows per lane group, all loaded up front
@@ -228,6 +286,16 @@ Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cuda
   if (inputs.count == 0) return ok_status();
   pick_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot);
   LS_CUDA_TRY_LAUNCH("markov_pick");
+  return ok_status();
+}
+
+Status markov_pick_split(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
+  if (inputs.count == 0) return ok_status();
+  const int chunks = static_cast<int>(split_pick_chunks(shape.vocab));
+  pick_chunks_kernel<<<dim3(chunks, inputs.count), kChunkPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
+  LS_CUDA_TRY_LAUNCH("markov_pick_split chunks");
+  pick_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
+  LS_CUDA_TRY_LAUNCH("markov_pick_split finish");
   return ok_status();
 }
 
