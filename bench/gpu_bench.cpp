@@ -434,7 +434,19 @@ int main(int argc, char** argv) {
     target->set_graphs(false);
     target->set_graphs(true);
     expert_path_ms.push_back({"auto, router GEMM launched", time_steps(o.decode_tokens)});
+    lfm2::gpu::set_moe_fused_launches(3);  // moe6: the combine inside the streamed down launch (same bits)
+    target->set_graphs(false);
+    target->set_graphs(true);
+    expert_path_ms.push_back({"auto, combine in down", time_steps(o.decode_tokens)});
+    lfm2::gpu::set_moe_router_preload(true);  // moe6: + the router staged whole before route + plan waits
+    target->set_graphs(false);
+    target->set_graphs(true);
+    expert_path_ms.push_back({"auto, combine in down, router preloaded", time_steps(o.decode_tokens)});
     lfm2::gpu::set_moe_fused_launches(2);
+    target->set_graphs(false);
+    target->set_graphs(true);
+    expert_path_ms.push_back({"auto, router preloaded", time_steps(o.decode_tokens)});
+    lfm2::gpu::set_moe_router_preload(false);
     target->set_graphs(false);
     target->set_graphs(true);
   }

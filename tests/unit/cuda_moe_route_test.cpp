@@ -86,14 +86,26 @@ TEST(CudaMoeRoute, RouteAndPlanInOneLaunchGiveTheRouteAndPlanLaunchesBits) {
   EXPECT_EQ(checked, 7);
 }
 
-TEST(CudaMoeRoute, TheRouterGemmInsideRouteAndPlanGivesTheGemmEngineAndRouteLaunchBits) {
+// Both ways of running the router inside: streamed through per-warp pipelines, and preloaded whole into shared
+// memory before the wait (set_moe_router_preload; up to 16 rows, the router and x rows within 192 KB).
+TEST(CudaMoeRoute, TheRouterGemmInsideRouteAndPlanGivesTheGemmEngineAndRouteLaunchBitsStreamedOrPreloaded) {
   LS_SKIP_WITHOUT_DEVICE();
   const cuda::GemmEngine engine;
-  struct Case { int64_t rows; int experts, k; int64_t hidden; bool bias; };
+  struct Case { int64_t rows; int experts, k; int64_t hidden; bool bias; bool preload; };
   // K tails (264 and 40 end inside a 64-wide tile; 2056, past one chain, is refused below), experts not a
-  // multiple of 8, rows across chunks of 8
-  for (const Case c : {Case{1, 32, 4, 2048, false}, Case{8, 32, 4, 2048, true}, Case{13, 36, 3, 264, true},
-                       Case{64, 256, 8, 40, false}}) {
+  // multiple of 8, rows across chunks of 8; 16 rows of the 8B router fill the preload's 192 KB exactly
+  for (const Case c : {Case{1, 32, 4, 2048, false, false}, Case{8, 32, 4, 2048, true, false},
+                       Case{13, 36, 3, 264, true, false}, Case{64, 256, 8, 40, false, false},
+                       Case{1, 32, 4, 2048, false, true}, Case{8, 32, 4, 2048, true, true},
+                       Case{16, 32, 4, 2048, true, true}, Case{13, 36, 3, 264, true, true},
+                       Case{3, 8, 2, 40, false, true}}) {
+    if (c.preload) {
+      ASSERT_TRUE(router_preload_fits(c.rows, c.experts, c.hidden)) << "rows " << c.rows;
+    }
+    struct PreloadScope {
+      explicit PreloadScope(bool on) { set_moe_router_preload(on); }
+      ~PreloadScope() { set_moe_router_preload(false); }
+    } preload_scope(c.preload);
     const int64_t slots = c.rows * c.k;
     DeviceBuffer<bf16> x = upload(random_bf16(c.rows * c.hidden, 50 + c.rows, 1.0f, false));
     DeviceBuffer<bf16> router = upload(random_bf16(c.experts * c.hidden, 60 + c.experts, 0.05f, false));
@@ -129,7 +141,8 @@ TEST(CudaMoeRoute, TheRouterGemmInsideRouteAndPlanGivesTheGemmEngineAndRouteLaun
     const std::vector<bf16> got = download(logits, c.rows * c.experts), want = download(logits_ref, c.rows * c.experts);
     int differ = 0;
     for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits;
-    EXPECT_EQ(differ, 0) << "rows " << c.rows << " E " << c.experts << " K " << c.hidden << ": logits of " << got.size();
+    EXPECT_EQ(differ, 0) << "rows " << c.rows << " E " << c.experts << " K " << c.hidden << " preload " << c.preload
+                         << ": logits of " << got.size();
     EXPECT_TRUE(same_bits(download(chosen, slots), download(chosen_ref, slots))) << "rows " << c.rows;
     EXPECT_TRUE(same_bits(download(weights, slots), download(weights_ref, slots))) << "rows " << c.rows;
     EXPECT_TRUE(same_bits(download(offsets, c.experts + 1), download(offsets_ref, c.experts + 1))) << "rows " << c.rows;
@@ -191,6 +204,9 @@ TEST(CudaMoeRoute, RefusesTooManyRowsExpertsSlotsOrRouterKByNumber) {
   const Status hidden = route_and_plan(plan, nullptr);
   EXPECT_EQ(hidden.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(hidden.to_string().find("2056"), std::string::npos) << hidden.to_string();
+  EXPECT_FALSE(router_preload_fits(17, 32, 2048)) << "17 rows";
+  EXPECT_FALSE(router_preload_fits(16, 40, 2048)) << "the 8B router with 40 experts: past 192 KB";
+  EXPECT_TRUE(router_preload_fits(16, 32, 2048));
   const Status slots = combine_experts(nullptr, nullptr, 4, nullptr, nullptr, 257, 4, 64, nullptr, nullptr);
   EXPECT_EQ(slots.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(slots.to_string().find("rows 257 x k 4"), std::string::npos) << slots.to_string();

@@ -262,9 +262,17 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   ffn.gate_up = expert_gate_up_.data();
   ffn.act = expert_act_.data();
   ffn.out = expert_out_.data();  // [S, D]
+  if (fused && level >= 3) {  // level 3: the combine inside the streamed down launch where it fits (the same bits)
+    ffn.weights = route_weights_.data();
+    ffn.y = mix_.data();
+    ffn.tickets = moe_tickets_.data();
+  }
+  const bool combined = gpu::expert_ffn_combines(ffn);
   LS_RETURN_IF_ERROR(gpu::expert_ffn(ffn, stream_));
   LS_RETURN_IF_ERROR(mark("expert gemm"));
-  if (fused) {
+  if (combined) {
+    // written by the down launch
+  } else if (fused) {
     LS_RETURN_IF_ERROR(gpu::combine_experts(expert_out_.data(), expert_offsets_.data(), E, expert_order_.data(),
                                             route_weights_.data(), rows, k, D, mix_.data(), stream_));
   } else {

@@ -122,6 +122,9 @@ Status CudaTarget::allocate(const LoadOptions& options) {
     LS_RETURN_IF_ERROR(expert_act_.allocate(S * I));
     LS_RETURN_IF_ERROR(expert_out_.allocate(S * D));
     LS_RETURN_IF_ERROR(slots_.allocate(S * D));
+    // the combine in the streamed down launch: its tickets start at zero and every launch leaves them at zero
+    LS_RETURN_IF_ERROR(moe_tickets_.allocate(gpu::expert_combine_tickets(D)));
+    LS_CUDA_TRY(cudaMemset(moe_tickets_.data(), 0, moe_tickets_.bytes()));
   }
   const int64_t G = head_group_;
   LS_RETURN_IF_ERROR(head_in_.allocate(G * D));

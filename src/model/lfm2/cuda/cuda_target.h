@@ -158,7 +158,7 @@ class CudaTarget final : public Target {
   cuda::DeviceBuffer<bf16> h_, u_, mix_, wide_, act_, q_raw_, k_raw_, q_, k_, v_, attn_, z_keep_;
   cuda::DeviceBuffer<float> attn_states_;  // split attention's chunk states (forwards of up to 64 rows)
   cuda::DeviceBuffer<bf16> router_logits_, expert_in_, expert_gate_up_, expert_act_, expert_out_, slots_;
-  cuda::DeviceBuffer<int32_t> chosen_, expert_offsets_, expert_order_;
+  cuda::DeviceBuffer<int32_t> chosen_, expert_offsets_, expert_order_, moe_tickets_;
   cuda::DeviceBuffer<float> route_weights_;
   cuda::DeviceBuffer<bf16> head_in_, head_normed_;
   cuda::DeviceBuffer<float> logits_, head_f32_;

@@ -52,15 +52,16 @@ const char* expert_ffn_path_name(ExpertFfnPath path) {
   return "?";
 }
 
-Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
+namespace {
+
+// The path expert_ffn runs (the pin or the automatic pick, moved to four launches where the others do not fit).
+ExpertFfnPath path_of(const ExpertFfn& f) {
   const int64_t D = f.hidden, I = f.inter;
-  if (f.rows == 0) return ok_status();
-  expert_launch_setup();
   const ExpertKernel up_kernel = expert_kernel_for(f.rows, f.experts, D);
   const ExpertKernel down_kernel = expert_kernel_for(f.rows, f.experts, I);
   const bool fits = f.experts >= 1 && f.experts <= kMaxTensorExperts && D % 8 == 0 && I % 8 == 0 &&
-                    D <= (1 << 24) && I <= (1 << 24) && aligned(f.x, 16) && aligned(f.act, 16) && aligned(f.w_gate_up, 16) &&
-                    aligned(f.w_down, 16) && aligned(f.out, 4);
+                    D <= (1 << 24) && I <= (1 << 24) && aligned(f.x, 16) && aligned(f.act, 16) &&
+                    aligned(f.w_gate_up, 16) && aligned(f.w_down, 16) && aligned(f.out, 4);
   const bool pinned = g_pinned_path.load() != static_cast<int>(ExpertFfnPath::Automatic);
   ExpertFfnPath path = fits ? chosen_expert_ffn_path(f.rows) : ExpertFfnPath::FourLaunches;
   // the tensor-core paths run where both GEMMs are on them (the automatic picks keep small K on the scalar kernel)
@@ -69,10 +70,26 @@ Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
   if ((path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedNarrow ||
        path == ExpertFfnPath::StreamedSmallCtas) && !pinned && !tensor)
     path = ExpertFfnPath::FourLaunches;
+  return path;
+}
+
+}  // namespace
+
+bool expert_ffn_combines(const ExpertFfn& f) {
+  return f.rows > 0 && f.y && f.weights && f.tickets && expert_stream_combine_fits(f.rows, f.top_k) &&
+         path_of(f) == ExpertFfnPath::Streamed;
+}
+
+Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
+  if (f.rows == 0) return ok_status();
+  expert_launch_setup();
+  const ExpertFfnPath path = path_of(f);
+  const ExpertKernel up_kernel = expert_kernel_for(f.rows, f.experts, f.hidden);
+  const ExpertKernel down_kernel = expert_kernel_for(f.rows, f.experts, f.inter);
   const int fault = expert_fault_for_test() && f.rows > 1 ? 1 : 0;
   switch (path) {
     case ExpertFfnPath::TwoLaunches: return expert_ffn_two_launches(f, up_kernel, down_kernel, fault, stream);
-    case ExpertFfnPath::Streamed: return expert_ffn_streamed(f, 0, fault, stream);
+    case ExpertFfnPath::Streamed: return expert_ffn_streamed(f, expert_ffn_combines(f) ? 3 : 0, fault, stream);
     case ExpertFfnPath::StreamedNarrow: return expert_ffn_streamed(f, 1, fault, stream);
     case ExpertFfnPath::StreamedSmallCtas: return expert_ffn_streamed(f, 2, fault, stream);
     default: return four_launches(f, stream);

@@ -25,7 +25,10 @@ constexpr int kRouterStages = 12;       // K tiles in flight per warp
 constexpr int kRouterStageBytes = 16 * 128;  // 8 x rows and 8 router rows of one 64-wide K tile
 constexpr int kRouterPipeBytes = kRouteWarps * kRouterStages * kRouterStageBytes;
 
+constexpr int64_t kPreloadMaxRows = 16;  // the preloaded router: x rows staged with it (a multiple of 8)
+
 std::atomic<int> g_fused_launches{2};
+std::atomic<bool> g_router_preload{false};
 
 namespace gd = ls::cuda::gemm_detail;
 
@@ -106,6 +109,67 @@ __device__ void router_in_block(const RoutePlan& a, unsigned char* smem) {
   }
 }
 
+// Bytes of the preloaded router (every K tile's router rows, experts rounded up to 8) and x rows (rounded up to 8).
+int64_t preload_bytes(int64_t rows, int experts, int64_t hidden) {
+  const int64_t k_tiles = (hidden + gd::kBlockK - 1) / gd::kBlockK;
+  return k_tiles * ((experts + 7) / 8 * 8 + (rows + 7) / 8 * 8) * 128;
+}
+
+// router_in_block's outputs and bits with the whole router staged in shared memory before the programmatic wait (it
+// is constant), so after the wait only the x rows are loaded: every CTA thread stages chunks, then each warp runs
+// its (row chunk of 8, 8 experts) items' chains from shared memory. Returns after the wait.
+__device__ void router_preloaded_in_block(const RoutePlan& a, unsigned char* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int E = a.experts, D = a.hidden, e8 = (E + 7) / 8 * 8;
+  const int rows8 = static_cast<int>((a.rows + 7) / 8 * 8);
+  const int groups = e8 / 8, k_tiles = (D + gd::kBlockK - 1) / gd::kBlockK;
+  const uint32_t w_base = gd::smem_address(smem), x_base = w_base + k_tiles * e8 * 128;
+  for (int i = threadIdx.x; i < k_tiles * e8 * 8; i += blockDim.x) {  // row t e8 + e: expert e's K tile t
+    const int row = i >> 3, part = i & 7, t = row / e8, e = row % e8, k = t * gd::kBlockK + part * 8;
+    const bool inside = e < E && k < D;
+    gd::copy_chunk(w_base + gd::swizzled(row, part), a.router + (inside ? static_cast<int64_t>(e) * D + k : 0),
+                   inside);
+  }
+  gd::commit_group();
+  ls::cuda::wait_for_previous_kernel();  // the kernel before wrote x
+  ls::cuda::let_next_kernel_start();
+  for (int i = threadIdx.x; i < k_tiles * rows8 * 8; i += blockDim.x) {  // row t rows8 + r: x row r's K tile t
+    const int row = i >> 3, part = i & 7, t = row / rows8, r = row % rows8, k = t * gd::kBlockK + part * 8;
+    const bool inside = r < a.rows && k < D;
+    gd::copy_chunk(x_base + gd::swizzled(row, part), a.x + (inside ? static_cast<int64_t>(r) * D + k : 0), inside);
+  }
+  gd::commit_group();
+  gd::wait_group<0>();
+  __syncthreads();
+  const int items = groups * (rows8 / 8);
+  for (int item = warp; item < items; item += kRouteWarps) {
+    const int e0 = (item % groups) * 8, r0 = (item / groups) * 8;
+    const int rows = static_cast<int>(min(static_cast<int64_t>(8), a.rows - r0));
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int t = 0; t < k_tiles; ++t) {
+#pragma unroll
+      for (int step = 0; step < gd::kBlockK / 16; ++step) {  // the same mma steps as router_in_block
+        uint32_t fa[4], fb[2];
+        const int chunk = step * 2 + ((lane >> 3) & 1);
+        gd::ldmatrix_x2(x_base + gd::swizzled(t * rows8 + r0 + (lane & 7), chunk), fa[0], fa[2]);
+        fa[1] = fa[3] = 0u;
+        gd::ldmatrix_x2(w_base + gd::swizzled(t * e8 + e0 + (lane & 7), chunk), fb[0], fb[1]);
+        gd::mma_bf16(acc, fa, fb);
+      }
+    }
+    const int r = lane >> 2;
+    if (r < rows) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = e0 + (lane & 3) * 2 + e;
+        if (c >= E) continue;
+        const float v = a.router_bias ? __fadd_rn(acc[e], a.router_bias[c]) : acc[e];
+        reinterpret_cast<__nv_bfloat16*>(a.logits)[(r0 + r) * E + c] = __float2bfloat16_rn(v);
+      }
+    }
+  }
+}
+
 // The plan in one CTA (every warp): counts per expert by ballots over the slots (one warp per expert), offsets by
 // a shuffle scan in warp 0, then order: ascending slot index inside each expert. counts: shared [experts].
 __device__ void plan_in_block(const int32_t* chosen, int64_t slot_count, int experts, int32_t* counts,
@@ -168,7 +232,10 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_plan_kernel(RoutePlan 
   float* score = route_shared + static_cast<int64_t>(warp) * 2 * E;
   float* biased = score + E;
   if (a.x) {  // the router GEMM first (its pipelines use the memory of the scores)
-    router_in_block(a, reinterpret_cast<unsigned char*>(route_shared));
+    if (a.preload_router)
+      router_preloaded_in_block(a, reinterpret_cast<unsigned char*>(route_shared));
+    else
+      router_in_block(a, reinterpret_cast<unsigned char*>(route_shared));
     __syncthreads();  // every logit is written and visible to the block
   } else {
     ls::cuda::wait_for_previous_kernel();  // the router GEMM wrote the logits
@@ -290,7 +357,9 @@ bool route_and_plan_fits(int64_t rows, int experts, int k) {
   return rows >= 1 && rows <= kRouteMaxRows && experts >= 1 && experts <= kRouteMaxExperts && k >= 1 && k <= experts;
 }
 
-Status route_and_plan(const RoutePlan& a, cudaStream_t stream) {
+Status route_and_plan(const RoutePlan& plan, cudaStream_t stream) {
+  RoutePlan a = plan;
+  a.preload_router = a.x && g_router_preload.load() && router_preload_fits(a.rows, a.experts, a.hidden);
   if (!route_and_plan_fits(a.rows, a.experts, a.k))
     return Status(ErrorCode::InvalidArgument, "route_and_plan takes 1.." + std::to_string(kRouteMaxRows) +
                                                   " rows, 1.." + std::to_string(kRouteMaxExperts) +
@@ -304,13 +373,22 @@ Status route_and_plan(const RoutePlan& a, cudaStream_t stream) {
   static std::once_flag once;  // the opt-in for the router's pipelines (legal inside a capture too)
   std::call_once(once, route_plan_setup);
   int shared = static_cast<int>(sizeof(float)) * (kRouteWarps * 2 + 1) * a.experts;
-  if (a.x && shared < kRouterPipeBytes) shared = kRouterPipeBytes;
+  if (a.x && shared < kRouterPipeBytes) shared = kRouterPipeBytes;  // (the preloaded router fits in it)
   LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(route_plan_kernel, dim3(1), kRouteWarps * 32, shared, stream, a));
   LS_CUDA_TRY_LAUNCH("route_plan_kernel");
   return ok_status();
 }
 
 bool router_in_route_fits(int64_t hidden) { return hidden >= 8 && hidden <= kRouterMaxK && hidden % 8 == 0; }
+
+bool router_preload_fits(int64_t rows, int experts, int64_t hidden) {
+  return router_in_route_fits(hidden) && rows >= 1 && rows <= kPreloadMaxRows && experts >= 1 &&
+         preload_bytes(rows, experts, hidden) <= kRouterPipeBytes;
+}
+
+void set_moe_router_preload(bool on) { g_router_preload = on; }
+
+bool moe_router_preload() { return g_router_preload.load(); }
 
 void route_plan_setup() {
   cudaFuncSetAttribute(route_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRouterPipeBytes);

@@ -1,7 +1,8 @@
 // The streamed decode experts of the CUDA target: every (expert row chunk of 8, column group) item is one warp's own
 // cp.async pipeline of K tiles; gate|up + SwiGLU, then down with its weight tiles staged before it waits. Each output
 // is the experts' canonical chain (mma.sync m16n8k16 steps over K ascending from zero, 64-wide tiles, tail
-// zero-filled, rounded once), so every row keeps its one-row bits.
+// zero-filled, rounded once), so every row keeps its one-row bits. Optionally the down launch also combines: the last
+// warp done with a column group weighs and sums each token's slots in slot order (combine_experts' bits).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -18,6 +19,8 @@ namespace {
 namespace gd = ls::cuda::gemm_detail;
 
 constexpr int kChunkRows = 8;  // rows of one expert per item: the mma's A rows 8..15 are zero
+constexpr int kDownCols = 16;  // columns of a down item (variant 0): one combine ticket each
+constexpr int kCombineSlots = 1024;  // tokens * k of a combining launch (the slot -> plan position table)
 
 struct StreamArgs {
   const __nv_bfloat16* x;   // gate|up: [tokens, K] read through gather; down: act [slots, K] in plan order
@@ -29,6 +32,13 @@ struct StreamArgs {
   int experts, n, k;
   int reverse_k;            // test-only fault: walk K tiles backwards
   int early;                // the offsets were final before the kernel before began: stage weights before waiting
+  // the combine (down, COMBINE): combined [tokens, n] = sum over slot j of round(y[position of slot t k + j] x
+  // weights[t k + j]) in slot order, by the last warp of each column group (tickets [groups]: zero before, zero after)
+  const int32_t* plan_order;  // [tokens * top_k] the plan's order (slot of each position)
+  const float* weights;       // [tokens * top_k] in slot order
+  __nv_bfloat16* combined;
+  int32_t* tickets;
+  int tokens, top_k;
 };
 
 // WARPS warps per CTA, STAGES K tiles in flight per warp, TILES x 8 weight rows per item.
@@ -38,16 +48,49 @@ struct StreamShape {
   static constexpr int kPipeBytes = WARPS * STAGES * kStageBytes;
 };
 
+// After a down item's stores: its ticket for column group `group`; the warp that takes the last of the group's
+// `chunks` tickets sums every token's weighted slots over the group's columns in slot order (combine_experts'
+// roundings), then sets the ticket back to zero for the next launch.
+__device__ void combine_if_last(const StreamArgs& a, const int* position, int c_first, int group, int chunks) {
+  const int lane = threadIdx.x & 31;
+  __threadfence();  // this lane's outputs are visible device-wide before the ticket
+  __syncwarp();
+  int last = 0;
+  if (lane == 0) last = atomicAdd(a.tickets + group, 1) == chunks - 1;
+  if (!__shfl_sync(0xffffffffu, last, 0)) return;
+  __threadfence();
+  // column pairs (n is even: a multiple of 8), read from L2 (the other warps' outputs)
+  const unsigned int* out = reinterpret_cast<const unsigned int*>(a.y);
+  for (int i = lane; i < a.tokens * (kDownCols / 2); i += 32) {
+    const int t = i / (kDownCols / 2), c = c_first + 2 * (i % (kDownCols / 2));
+    if (c >= a.n) continue;
+    float sum0 = 0.0f, sum1 = 0.0f;
+    for (int j = 0; j < a.top_k; ++j) {
+      const int s = t * a.top_k + j, p = position[s];
+      if (p < 0) continue;
+      const unsigned int pair = __ldcg(out + (static_cast<int64_t>(p) * a.n + c) / 2);
+      const float w = a.weights[s];
+      sum0 = __fadd_rn(sum0, round_bf16(__fmul_rn(__bfloat162float(__ushort_as_bfloat16(pair & 0xffffu)), w)));
+      sum1 = __fadd_rn(sum1, round_bf16(__fmul_rn(__bfloat162float(__ushort_as_bfloat16(pair >> 16)), w)));
+    }
+    a.combined[static_cast<int64_t>(t) * a.n + c] = __float2bfloat16_rn(sum0);
+    a.combined[static_cast<int64_t>(t) * a.n + c + 1] = __float2bfloat16_rn(sum1);
+  }
+  if (lane == 0) a.tickets[group] = 0;
+}
+
 // Items are numbered (row chunk, column group), groups fastest; row chunks are counted per expert on the device
 // (ceil(rows_e / 8)), so no host sync sizes the work. Under SWIGLU an item is 8 act columns: weight rows c.. (gate)
 // and N/2 + c.. (up); otherwise 8 * TILES output columns.
-template <int WARPS, int STAGES, int TILES, bool SWIGLU>
+template <int WARPS, int STAGES, int TILES, bool SWIGLU, bool COMBINE = false>
 __global__ void __launch_bounds__(32 * WARPS) expert_stream_kernel(StreamArgs a) {
   using Shape = StreamShape<WARPS, STAGES, TILES>;
   static_assert(!SWIGLU || TILES == 2, "a SwiGLU item pairs 8 gate and 8 up rows");
+  static_assert(!COMBINE || (!SWIGLU && TILES * 8 == kDownCols), "the combine rides on 16-column down items");
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
   extern __shared__ __align__(128) unsigned char shared_raw[];
   __shared__ int chunk_end[kMaxTensorExperts];  // row chunks of experts 0..e
+  __shared__ int position[COMBINE ? kCombineSlots : 1];  // slot -> plan position, -1 where the plan left it out
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (!a.early) {  // the kernel before wrote the offsets: nothing to stage before it is done
     ls::cuda::wait_for_previous_kernel();
@@ -67,10 +110,25 @@ __global__ void __launch_bounds__(32 * WARPS) expert_stream_kernel(StreamArgs a)
       carry += __shfl_sync(0xffffffffu, chunks, 31);
     }
   }
+  if constexpr (COMBINE) {  // the plan is final here (an early launch: it was before the kernel before began)
+    const int slots = a.tokens * a.top_k;
+    for (int s = threadIdx.x; s < slots; s += blockDim.x) position[s] = -1;
+    __syncthreads();
+    const int planned = a.offsets[a.experts];
+    for (int p = threadIdx.x; p < planned; p += blockDim.x) {
+      const int s = a.plan_order[p];
+      if (s >= 0 && s < slots) position[s] = p;
+    }
+  }
   __syncthreads();
   const int out_n = SWIGLU ? a.n / 2 : a.n;
   const int groups = (out_n + kItemCols - 1) / kItemCols;
   const int64_t items = static_cast<int64_t>(chunk_end[a.experts - 1]) * groups;
+  if (COMBINE && items == 0 && blockIdx.x == 0) {  // nothing planned: every token's sum is empty
+    ls::cuda::wait_for_previous_kernel();  // writes only after the kernel before is done
+    for (int64_t i = threadIdx.x; i < static_cast<int64_t>(a.tokens) * a.n; i += blockDim.x)
+      a.combined[i] = __float2bfloat16_rn(0.0f);
+  }
   const int k_tiles = (a.k + gd::kBlockK - 1) / gd::kBlockK;
   const uint32_t pipe = gd::smem_address(shared_raw) + warp * STAGES * Shape::kStageBytes;
   bool waited = !a.early;
@@ -162,46 +220,50 @@ __global__ void __launch_bounds__(32 * WARPS) expert_stream_kernel(StreamArgs a)
     __syncwarp();  // every lane is done reading the stages before the next item refills them
     // c0, c1 at (row lane / 4, columns 2 (lane % 4) + {0, 1}); c2, c3 are the zero rows 8..15
     const int r = lane >> 2;
-    if (r >= rows) continue;
-    const int64_t p = row0 + r;
-    if constexpr (SWIGLU) {
+    if (r < rows) {
+      const int64_t p = row0 + r;
+      if constexpr (SWIGLU) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {  // cuda::swiglu's arithmetic on the two rounded outputs
-        const int c = c_first + (lane & 3) * 2 + e;
-        if (c >= out_n) continue;
-        const float g = round_bf16(acc[0][e]), u = round_bf16(acc[1][e]);
-        const float silu = round_bf16(__fdiv_rn(g, __fadd_rn(1.0f, static_cast<float>(exp(static_cast<double>(-g))))));
-        a.y[p * out_n + c] = __float2bfloat16_rn(__fmul_rn(silu, u));
-      }
-    } else {
+        for (int e = 0; e < 2; ++e) {  // cuda::swiglu's arithmetic on the two rounded outputs
+          const int c = c_first + (lane & 3) * 2 + e;
+          if (c >= out_n) continue;
+          const float g = round_bf16(acc[0][e]), u = round_bf16(acc[1][e]);
+          const float silu =
+              round_bf16(__fdiv_rn(g, __fadd_rn(1.0f, static_cast<float>(exp(static_cast<double>(-g))))));
+          a.y[p * out_n + c] = __float2bfloat16_rn(__fmul_rn(silu, u));
+        }
+      } else {
 #pragma unroll
-      for (int j = 0; j < TILES; ++j) {
-        const int c = c_first + j * 8 + (lane & 3) * 2;
-        if (c < a.n) a.y[p * a.n + c] = __float2bfloat16_rn(acc[j][0]);
-        if (c + 1 < a.n) a.y[p * a.n + c + 1] = __float2bfloat16_rn(acc[j][1]);
+        for (int j = 0; j < TILES; ++j) {
+          const int c = c_first + j * 8 + (lane & 3) * 2;
+          if (c < a.n) a.y[p * a.n + c] = __float2bfloat16_rn(acc[j][0]);
+          if (c + 1 < a.n) a.y[p * a.n + c + 1] = __float2bfloat16_rn(acc[j][1]);
+        }
       }
     }
+    if constexpr (COMBINE)
+      combine_if_last(a, position, c_first, static_cast<int>(item % groups), chunk_end[a.experts - 1]);
   }
 }
 
 // Variant 0: gate|up 4 warps x 8 stages (two CTAs per SM), down 4 warps x 8 stages of 16 columns; 1: down 4 x 12 of
 // 8 columns (narrow); 2: both 2 warps x 8 stages (48 KB CTAs, four per SM: the 1-row gate|up grid spread evenly).
-template <int STAGES, int TILES, bool SWIGLU, int kWarps = 4>
+template <int STAGES, int TILES, bool SWIGLU, int kWarps = 4, bool COMBINE = false>
 Status launch_stream(const StreamArgs& a, int64_t max_chunks, cudaStream_t stream) {
   constexpr int smem = StreamShape<kWarps, STAGES, TILES>::kPipeBytes;
   const int item_cols = SWIGLU ? 8 : 8 * TILES, out_n = SWIGLU ? a.n / 2 : a.n;
   const int64_t bound = max_chunks * ((out_n + item_cols - 1) / item_cols);
   const int64_t ctas = std::clamp<int64_t>((bound + kWarps - 1) / kWarps, 1, 65535);
-  LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(expert_stream_kernel<kWarps, STAGES, TILES, SWIGLU>,
+  LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(expert_stream_kernel<kWarps, STAGES, TILES, SWIGLU, COMBINE>,
                                                    dim3(static_cast<unsigned>(ctas)), 32 * kWarps, smem, stream, a));
   LS_CUDA_TRY_LAUNCH("expert_stream_kernel");
   return ok_status();
 }
 
-template <int STAGES, int TILES, bool SWIGLU, int kWarps = 4>
+template <int STAGES, int TILES, bool SWIGLU, int kWarps = 4, bool COMBINE = false>
 void allow_shared() {
-  cudaFuncSetAttribute(expert_stream_kernel<kWarps, STAGES, TILES, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       StreamShape<kWarps, STAGES, TILES>::kPipeBytes);
+  cudaFuncSetAttribute(expert_stream_kernel<kWarps, STAGES, TILES, SWIGLU, COMBINE>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, StreamShape<kWarps, STAGES, TILES>::kPipeBytes);
 }
 
 }  // namespace
@@ -212,7 +274,12 @@ void allow_expert_stream_shared() {
   allow_shared<12, 1, false>();
   allow_shared<8, 2, true, 2>();
   allow_shared<8, 2, false, 2>();
+  allow_shared<8, 2, false, 4, true>();
 }
+
+bool expert_stream_combine_fits(int64_t rows, int top_k) { return rows * top_k <= kCombineSlots; }
+
+int64_t expert_combine_tickets(int64_t hidden) { return (hidden + kDownCols - 1) / kDownCols; }
 
 Status expert_ffn_streamed(const ExpertFfn& f, int variant, int fault, cudaStream_t stream) {
   const int64_t slots = f.rows * f.top_k;
@@ -220,12 +287,16 @@ Status expert_ffn_streamed(const ExpertFfn& f, int variant, int fault, cudaStrea
   const int64_t max_chunks = std::min<int64_t>(f.experts, slots) + slots / kChunkRows;
   const StreamArgs up{reinterpret_cast<const __nv_bfloat16*>(f.x), f.offsets, f.order, f.top_k,
                       reinterpret_cast<const __nv_bfloat16*>(f.w_gate_up), reinterpret_cast<__nv_bfloat16*>(f.act),
-                      f.experts, static_cast<int>(2 * f.inter), static_cast<int>(f.hidden), fault, 0};
+                      f.experts, static_cast<int>(2 * f.inter), static_cast<int>(f.hidden), fault, 0,
+                      nullptr, nullptr, nullptr, nullptr, 0, 0};
   if (variant == 2) LS_RETURN_IF_ERROR((launch_stream<8, 2, true, 2>(up, max_chunks, stream)));
   else LS_RETURN_IF_ERROR((launch_stream<8, 2, true>(up, max_chunks, stream)));
   const StreamArgs down{reinterpret_cast<const __nv_bfloat16*>(f.act), f.offsets, nullptr, 1,
                         reinterpret_cast<const __nv_bfloat16*>(f.w_down), reinterpret_cast<__nv_bfloat16*>(f.out),
-                        f.experts, static_cast<int>(f.hidden), static_cast<int>(f.inter), fault, 1};
+                        f.experts, static_cast<int>(f.hidden), static_cast<int>(f.inter), fault, 1,
+                        f.order, f.weights, reinterpret_cast<__nv_bfloat16*>(f.y), f.tickets,
+                        static_cast<int>(f.rows), f.top_k};
+  if (variant == 3) return launch_stream<8, 2, false, 4, true>(down, max_chunks, stream);
   if (variant == 1) return launch_stream<12, 1, false>(down, max_chunks, stream);
   if (variant == 2) return launch_stream<8, 2, false, 2>(down, max_chunks, stream);
   return launch_stream<8, 2, false>(down, max_chunks, stream);

@@ -158,8 +158,19 @@ struct ExpertFfn {
   bf16* gate_up = nullptr;           // [slots, 2I] scratch of the four-launch path
   bf16* act = nullptr;               // [slots, I]
   bf16* out = nullptr;               // [slots, D]
+  // Optional, the combine in the streamed down launch (expert_ffn_combines): y [rows, D] = combine_experts(out, ...)
+  // written by the last warp done with each 16-column group; tickets [expert_combine_tickets(D)] zero before (as
+  // allocated zeroed) and left zero after.
+  const float* weights = nullptr;    // [rows * top_k] route weights in slot order
+  bf16* y = nullptr;                 // [rows, D]
+  int32_t* tickets = nullptr;
 };
 Status expert_ffn(const ExpertFfn& ffn, cudaStream_t stream);
+// Whether expert_ffn writes ffn.y itself (y, weights and tickets set, the streamed path with 16-column down items,
+// at most 1024 slots); otherwise the caller combines.
+bool expert_ffn_combines(const ExpertFfn& ffn);
+// Ticket counters the combine in the down launch needs for hidden size D.
+int64_t expert_combine_tickets(int64_t hidden);
 
 // How expert_ffn runs its experts (every path gives the same bits). Automatic: streamed up to 32 rows where both
 // GEMMs would be on the tensor-core kernels (K >= 256), four launches otherwise. Streamed: the decode expert kernels
@@ -201,9 +212,15 @@ struct RoutePlan {
   float* weights = nullptr;            // [rows, k]
   int32_t* offsets = nullptr;          // [experts + 1]
   int32_t* order = nullptr;            // [rows * k]
+  bool preload_router = false;         // set by route_and_plan: the whole router staged before the wait (same bits)
 };
 bool route_and_plan_fits(int64_t rows, int experts, int k);
 bool router_in_route_fits(int64_t hidden);
+// Whether the router in route_and_plan can be staged whole in shared memory before its programmatic wait (up to 16
+// rows; router and x rows within the launch's 192 KB); and the switch for it (off by default; tests and benches).
+bool router_preload_fits(int64_t rows, int experts, int64_t hidden);
+void set_moe_router_preload(bool on);
+bool moe_router_preload();
 Status route_and_plan(const RoutePlan& plan, cudaStream_t stream);
 // route_and_plan's shared-memory opt-in for the router in the launch (once, before any capture).
 void route_plan_setup();
@@ -217,7 +234,8 @@ Status combine_experts(const bf16* out, const int32_t* offsets, int experts, con
 // How the target's MoE layers route and combine (the same bits at every level), a switch for tests and benches:
 // 0: router GEMM, route_experts, plan_experts, scatter_weighted, sum_slots; 1: router GEMM, route_and_plan,
 // combine_experts where they fit; 2 (default): also the router GEMM inside route_and_plan where it fits (H200 batch A,
-// 8B decode step: 2.434 ms at 2 vs 2.509 at 1 and 2.530 at 0, two-launch experts).
+// 8B decode step: 2.434 ms at 2 vs 2.509 at 1 and 2.530 at 0, two-launch experts); 3: also the combine inside the
+// streamed down launch where expert_ffn_combines.
 void set_moe_fused_launches(int level);
 int moe_fused_launches();
 
