@@ -11,6 +11,10 @@
 //             [--synthetic-acceptance MEAN] [--sampled 0|1] [--max-rows R] [--machine TEXT] [--commit SHA]
 //             [--taps device|host]                                         host: no device taps (A/B of the absorb path)
 //             [--debug 1]                                                  the lanes' pricing traces on stderr
+//             [--trim round|verify]                                        verify: the trim prices rows against the
+//                                                                         verify alone (before session 6)
+//             [--admit scout|all]                                          all: every prompt tapped while the drafter
+//                                                                         is unproven where the prior pays (before 6)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
@@ -177,6 +181,10 @@ json tables_json(const CostTables& tables, int max_rows) {
 bool g_device_taps = true;
 // --pricing new: measured rounds and quiet repricing on (off by default), for an A/B in one run.
 bool g_new_pricing = false;
+// --trim verify: the trim prices rows against the verify alone (the fifth session's), not verify + pass.
+bool g_trim_prices_pass = true;
+// --admit all: every prompt is tapped while the drafter is unproven where the prior pays (the fifth session's).
+bool g_scout_prompt_only = true;
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
@@ -188,6 +196,8 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
     lanes_options.pricing.measured_rounds = true;
     lanes_options.pricing.quiet_reprice_every = 8;
   }
+  lanes_options.pricing.trim_prices_pass = g_trim_prices_pass;
+  lanes_options.scout_prompt_only = g_scout_prompt_only;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   if (tables != nullptr && drafter != nullptr) *tables = tables_json(lanes->pricing().tables(), lanes->max_rows());
@@ -620,6 +630,8 @@ int main(int argc, char** argv) {
     else if (flag == "--sampled") options.sampled = value == "1";
     else if (flag == "--taps") ls::g_device_taps = value != "host";
     else if (flag == "--pricing") ls::g_new_pricing = value == "new";
+    else if (flag == "--trim") ls::g_trim_prices_pass = value != "verify";
+    else if (flag == "--admit") ls::g_scout_prompt_only = value != "all";
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
     else if (flag == "--commit") options.commit = value;
@@ -637,7 +649,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

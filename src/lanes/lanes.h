@@ -31,6 +31,10 @@ struct LanesOptions {
   int measure_width = 0;      // > 0: measure the exact width up to this at setup (model/exact_width.h)
   int prefill_rows = 0;       // rows per prefill forward; 0 = the target's max_rows
   bool device_taps = true;    // keep taps on the target's device when the drafter can absorb them there
+  // Until a draft is verified, only the scout (the first drafting stream admitted) taps its prompt; the others start
+  // dormant and wake on merit once the scout has proven the drafter. false: every prompt is tapped where the prior
+  // says drafting pays (the fifth session's: 8389 rows tapped and absorbed at 64 streams on the H200, for nothing).
+  bool scout_prompt_only = true;
   PricingOptions pricing;
   CalibrationOptions calibration;  // max_rows, width, max_streams, max_depth are filled in by create()
 };

@@ -58,10 +58,11 @@ Status Lanes::admit() {
   }
   // A stream admitted while drafting cannot pay at this many streams (acceptance pooled over earlier streams)
   // starts dormant: its prompt is not tapped; should it probe later, its context restarts there. Until a draft was
-  // verified nothing is known about the drafter: every prompt is tapped, so the scout measures it over a whole
-  // context (a scout restarted over a few rows would measure the restart's loss and rule drafting out for all).
-  // When even the prior acceptance cannot pay at this many streams, only one stream (the scout) taps its prompt
-  // before the drafter is proven; the others start dormant and wake on merit should the scout prove it.
+  // verified nothing is known about the drafter: the scout taps its whole prompt, so it measures the drafter over a
+  // whole context (a scout restarted over a few rows would measure the restart's loss and rule drafting out for all).
+  // Before the drafter is proven only one stream (the scout) taps its prompt (LanesOptions::scout_prompt_only; else
+  // only where even the prior cannot pay at this many streams); the others start dormant and wake on merit should
+  // the scout prove it: a stream that never drafts never costs a tap row or an absorb.
   const bool drafter_proven = pricing_.pooled_acceptance().explored_depth() > 0;
   bool scout_tapping = false;
   for (const auto& [id, live] : live_) {
@@ -71,7 +72,8 @@ Status Lanes::admit() {
     if (!stream->drafting || !restarts_) continue;
     const int streams = std::min({static_cast<int>(live_.size()), options_.max_streams, max_rows_});
     const bool pays = pricing_.could_draft(streams, draft_cap(*stream));
-    stream->dormant = !pays && (drafter_proven || scout_tapping);
+    const bool scout_only = options_.scout_prompt_only || !pays;
+    stream->dormant = drafter_proven ? !pays : scout_tapping && scout_only;
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
     stats_.dormant_entries += stream->dormant;
@@ -331,19 +333,30 @@ void Lanes::update_dormancy(Stream& stream, int depth, bool probe) {
 }
 
 void Lanes::choose_tapping(std::span<Stream* const> streams) {
-  // The dormant stream closest to its probe (ties: admission order) taps, so a probe drafts over recent rows.
+  // The dormant stream due to probe this round (the longest past its wait; ties: admission order) taps, so its probe
+  // drafts over the rows of this round.
   Stream* next_prober = nullptr;
   int most_overdue = -1;
   for (Stream* stream : streams) {
     stream->wants_taps = stream->drafting && !stream->dormant;
     if (!stream->drafting || !stream->dormant) continue;
-    const int overdue = stream->backoff.zero_rounds + 1 - std::max(stream->backoff.wait, 1);
-    if (overdue >= -1 && overdue > most_overdue) {
+    // Due at this round's decision (its taps are kept or absorbed after this verify, before the decision); a wait
+    // not started yet is the first wait, as plan_depths counts it.
+    const int wait = stream->backoff.wait > 0 ? stream->backoff.wait : options_.pricing.probe_first_wait;
+    const int overdue = stream->backoff.zero_rounds + 1 - std::max(wait, 1);
+    if (overdue >= 0 && overdue > most_overdue) {
       most_overdue = overdue;
       next_prober = stream;
     }
   }
-  if (next_prober != nullptr && pricing_.probe_affordable()) next_prober->wants_taps = true;
+  // Before the drafter is proven only the scout probes (plan_depths offers no other stream).
+  const bool drafter_proven = pricing_.pooled_acceptance().explored_depth() > 0;
+  if (next_prober == nullptr || !drafter_proven || !pricing_.probe_affordable()) return;
+  // Only where the probe will run: a skipped probe's taps (and their device absorb) would be paid for nothing.
+  int round_streams = 0;
+  for (const auto& [id, live] : live_) round_streams += live->prefilled && !live->finished();
+  round_streams = std::min({round_streams, options_.max_streams, max_rows_});
+  if (pricing_.probe_would_run(*next_prober, draft_cap(*next_prober), round_streams)) next_prober->wants_taps = true;
 }
 
 double Lanes::draft() {
@@ -378,9 +391,12 @@ double Lanes::draft() {
     Stream& stream = *drafting[index];
     // A dormant stream bought drafts on their merit wakes: it taps from the next round and drafts from the one
     // after, over the rows it kept since, rather than drafting now over a context that ends in skipped rows.
-    const bool waking = depth > 0 && stream.dormant && plans[index].forced == 0 && stream.unabsorbed_rows == 0 &&
-                        stream.drafter_end < stream.committed;
-    update_dormancy(stream, depth, plans[index].forced > 0);
+    // (A deeper probe's forced drafts are bought on merit too: only a probe drafts over the rows it tapped for it.)
+    // Rows held from an older round do not reach the anchor either: drafting over them would be blind.
+    const int64_t context_end =
+        stream.unabsorbed_rows > 0 ? stream.unabsorbed_start + stream.unabsorbed_rows : stream.drafter_end;
+    const bool waking = depth > 0 && stream.dormant && !plans[index].probe && context_end < stream.committed;
+    update_dormancy(stream, depth, plans[index].probe);
     if (depth <= 0 || waking) continue;
     const double absorb_start_ms = clock_.now_ms();
     absorbed_rows += stream.unabsorbed_rows;

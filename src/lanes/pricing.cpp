@@ -37,9 +37,22 @@ void Pricing::trim(std::span<Stream* const> streams) const {
     for (int row = 0; row < forced; ++row) offers[index].fixed_expected += chances[row];
     offers[index].chances.assign(chances.begin() + forced, chances.end());
   }
+  // A round costs its verify plus the drafter pass that follows it whatever the trim keeps (the streams holding
+  // drafts draft again), so rows are bought against the whole round: priced against the verify alone, the last
+  // drafts of a deep window looked dear next to a nearly flat verify and the 1.2B's windows at one stream were cut
+  // to about 7 drafts of 9 on the H200 (AtOneStreamTheWindowIsAsDeepAsTheChancesAndCostsSay...).
+  int holding = 0;
+  int deepest_held = 0;
+  for (const Stream* stream : streams) {
+    if (stream->held_drafts.empty()) continue;
+    ++holding;
+    deepest_held = std::max(deepest_held, static_cast<int>(stream->held_drafts.size()));
+  }
+  const int pass_depth = has_confidence_ ? std::max(deepest_held, tables_.draft.max_depth()) : deepest_held;
+  const double pass_ms = holding > 0 && options_.trim_prices_pass ? draft_ms(holding, pass_depth) : 0.0;
   // With always_draft every row costs the same, so rows are bought while they fit.
   auto cost = [&](int rows, int, int) {
-    return options_.always_draft ? 1.0 : tables_.verify.ms(rows) + overhead_ms_;
+    return options_.always_draft ? 1.0 : tables_.verify.ms(rows) + overhead_ms_ + pass_ms;
   };
   Allocation allocation = allocate_rows(offers, max_rows_, cost, 1.0);
   for (size_t index = 0; index < streams.size(); ++index) {
@@ -104,6 +117,10 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   const bool drafter_unproven = pooled_acceptance_.explored_depth() == 0;
   std::vector<bool> offered(drafting.size(), false);
   bool scout_chosen = false;
+  bool any_awake = false;
+  for (size_t index = 0; index < drafting.size(); ++index) {
+    any_awake = any_awake || (caps[index] > 0 && !drafting[index]->dormant);
+  }
   // Dormant streams only, and the last such decision bought nothing: reprice them together only every n-th time.
   const bool all_dormant = !drafting.empty() && std::all_of(drafting.begin(), drafting.end(),
                                                              [](const Stream* stream) { return stream->dormant; });
@@ -115,6 +132,8 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     offer.fixed_rows = 0;
     offer.fixed_expected = 0;
     if (caps[index] <= 0 || (drafter_unproven && scout_chosen)) continue;
+    // The scout is the stream that tapped its prompt (the others wait dormant): a dormant one only if none did.
+    if (drafter_unproven && stream.dormant && any_awake) continue;
     offered[index] = true;
     scout_chosen = true;
     if (quiet) continue;
@@ -203,7 +222,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     if (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers[0], stream, caps[prober], alike)) {
       // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
       // trim to keep as the confidences justify (deeper acceptance gets measured too).
-      plans[prober] = {has_confidence_ ? caps[prober] : 1, 1};
+      plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
     }
     stream.backoff.scouted = true;
     stream.backoff.zero_rounds = 0;
@@ -289,6 +308,17 @@ bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int 
 bool Pricing::probe_affordable() const {
   if (pooled_acceptance_.explored_depth() == 0) return true;  // the scout probes whatever the budget
   return probe_credit_ms_ + options_.probe_budget * last_plain_round_ms_ >= last_probe_ms_;
+}
+
+bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) const {
+  if (cap <= 0) return false;
+  if (options_.always_draft || pooled_acceptance_.explored_depth() == 0) return true;
+  const int wait = stream.backoff.wait == 0 ? options_.probe_first_wait : stream.backoff.wait;
+  if (wait >= options_.probe_most_wait) return true;
+  RowOffer pending_rows;
+  pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
+  pending_rows.fixed_expected = pending_rows.fixed_rows;
+  return could_pay(pending_rows, stream, cap);
 }
 
 bool Pricing::could_draft(int round_streams, int cap) const {

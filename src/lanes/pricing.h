@@ -31,6 +31,9 @@ struct PricingOptions {
   // Tests and exactness checks: every drafting stream asks its whole cap each round and the trim keeps every draft
   // that fits the row budget, whatever the timings say (the tokens never change; only speed does).
   bool always_draft = false;
+  // The trim prices rows against the whole round (verify + the drafter pass that follows), not the verify alone.
+  // false: the fifth session's trim (lanes_bench --trim verify), for an A/B in one run.
+  bool trim_prices_pass = true;
   // Measured rounds: whole rounds that drafted (verified drafts, absorbed or ran a pass) are timed against what the
   // tables priced them at, and so are plain rounds; drafting is priced at the ratio of the two, so costs no table
   // sees (a new shape's graph capture, an absorb's GPU work waited at the next sync) still stop drafting that loses.
@@ -50,6 +53,7 @@ struct PricingOptions {
 struct DepthPlan {
   int depth = 0;   // drafts to ask for
   int forced = 0;  // leading drafts the next trim must keep (probes)
+  bool probe = false;  // a probe of a stream priced to zero (not drafts bought on their merit)
 };
 
 class Pricing {
@@ -73,6 +77,10 @@ class Pricing {
   // Whether the probe budget would let the stream due to probe probe at the next decision (a dormant stream taps
   // only then, so one that waits for the budget costs nothing meanwhile).
   bool probe_affordable() const;
+  // Whether the probe of dormant `stream` would run at the next decision with `round_streams` streams: at the
+  // longest wait, or where the stream could pay if every draft landed (else the probe is skipped, and the taps a
+  // dormant stream takes for it would be wasted: 25 tap rounds and device absorbs for 2 passes at 16 streams).
+  bool probe_would_run(const Stream& stream, int cap, int round_streams) const;
   // The chances trim prices a stream's held drafts with: [held] cumulative.
   std::vector<float> held_chances(const Stream& stream) const;
   // A verify offered `proposed` drafts of the stream and `accepted` landed.

@@ -148,18 +148,90 @@ TEST(LanesDormant, BeforeAnyDraftIsVerifiedOnlyTheScoutTapsItsPromptWhereThePrio
   EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
 }
 
-TEST(LanesDormant, WhereThePriorPaysEveryPromptIsTappedBeforeTheDrafterIsProven) {
-  // The same pair at 2 streams (cheap rows, cheap passes): every stream may draft, so every prompt is tapped.
+TEST(LanesDormant, WithScoutPromptOnlyOffWhereThePriorPaysEveryPromptIsTappedBeforeTheDrafterIsProven) {
+  // The fifth session's admission (LanesOptions::scout_prompt_only = false, lanes_bench --admit all): at 2 streams
+  // (cheap rows, cheap passes) every stream may draft, so every prompt is tapped; by default only the scout's is.
+  auto tapped = [](bool scout_prompt_only) {
+    FixedClock clock;
+    FakeTarget target(costed_target(clock, 0.5));
+    FakeDrafter drafter(costed_drafter(clock, 0.0, 0.2));
+    LanesOptions options;
+    options.scout_prompt_only = scout_prompt_only;
+    auto lanes = Lanes::create(target, &drafter, options, clock);
+    EXPECT_TRUE(lanes.ok());
+    const int64_t setup_tap_rows = target.tap_rows();
+    for (const Arrival& arrival : requests(2, 10, 40)) (*lanes)->submit(arrival.request);
+    EXPECT_TRUE((*lanes)->round().ok());
+    EXPECT_EQ((*lanes)->stats().dormant_entries, scout_prompt_only ? 1 : 0);
+    return target.tap_rows() - setup_tap_rows;
+  };
+  EXPECT_EQ(tapped(false), 2 * 10 + 2);
+  EXPECT_EQ(tapped(true), 10 + 1);  // the scout's prompt and first row (no other stream probes before it)
+}
+
+TEST(LanesDormant, StreamsThatAreNotDraftingTakeNoTapRowsAndNoAbsorbCalls) {
+  // 1.2B at 64 streams on the H200 (ebbe22d): the prior said drafting could pay, so every prompt was tapped and
+  // absorbed before the drafter was proven (8389 rows in 9 calls, about 20 ms), the scout's probe landed nothing
+  // and no stream ever drafted (0.99x). Here 16 streams with 40-token prompts, cheap rows and passes (the prior
+  // pays), and a drafter that is always wrong: only the scout's prompt and the probes' rows may reach the drafter.
   FixedClock clock;
   FakeTarget target(costed_target(clock, 0.5));
-  FakeDrafter drafter(costed_drafter(clock, 0.0, 0.2));
+  FakeDrafter drafter(costed_drafter(clock, 1.0, 0.2));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
   const int64_t setup_tap_rows = target.tap_rows();
-  for (const Arrival& arrival : requests(2, 10, 40)) (*lanes)->submit(arrival.request);
-  ASSERT_TRUE((*lanes)->round().ok());
-  EXPECT_EQ(target.tap_rows() - setup_tap_rows, 2 * 10 + 2);
-  EXPECT_EQ((*lanes)->stats().dormant_entries, 0);
+  const int64_t setup_absorbs = drafter.absorbs();
+  const int64_t setup_absorbed = drafter.absorbed_rows();
+  const std::vector<Arrival> arrivals = requests(16, 40, 200);
+  auto replies = run_arrivals(**lanes, arrivals);
+  ASSERT_TRUE(replies.ok());
+  const LanesStats& stats = (*lanes)->stats();
+  EXPECT_EQ(stats.drafter_faults, 0);
+  EXPECT_EQ(stats.drafts_accepted, 0);
+  // Every row the lanes verified or prefilled: 16 * 40 prompt rows and about 16 * 200 verify rows.
+  const int64_t tap_rows = target.tap_rows() - setup_tap_rows;
+  const int64_t absorbed = drafter.absorbed_rows() - setup_absorbed;
+  EXPECT_LE(tap_rows, 40 + 2 * stats.drafter_passes + 8) << tap_rows << " tap rows, " << stats.drafter_passes
+                                                        << " passes";
+  EXPECT_LE(absorbed, tap_rows);
+  EXPECT_LE(drafter.absorbs() - setup_absorbs, stats.drafter_passes) << "absorb calls";
+  EXPECT_EQ(stats.tap_rows, tap_rows);
+  EXPECT_LT(stats.drafter_passes, 12);
+}
+
+TEST(LanesDormant, ARoundThatBuysNoDraftsCallsTheDrafterZeroTimes) {
+  // Host and device taps: in every round without a drafter pass (and 3 rounds past the last one), the drafter sees
+  // no absorb, restart or device absorb either (a probe's taps are taken only in the round its probe runs; at 16 streams on the H200 27 absorb
+  // calls and 50 restarts came with 2 passes: probes tapped for, then skipped).
+  for (bool device_taps : {false, true}) {
+    FixedClock clock;
+    FakeTargetOptions target_options = costed_target(clock, 2.0);
+    target_options.device_taps = device_taps;
+    FakeTarget target(target_options);
+    FakeDrafterOptions drafter_options = costed_drafter(clock, 0.5, 2.0);
+    drafter_options.device_taps = device_taps;
+    FakeDrafter drafter(drafter_options);
+    auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+    ASSERT_TRUE(lanes.ok());
+    ASSERT_EQ((*lanes)->device_taps(), device_taps);
+    for (const Arrival& arrival : requests(16, 24, 300)) (*lanes)->submit(arrival.request);
+    auto calls = [&] { return drafter.absorbs() + drafter.device_absorbs() + drafter.restarts() + drafter.passes(); };
+    int quiet_rounds = 0;
+    int last_pass_round = 0;
+    for (int round = 0; !(*lanes)->idle(); ++round) {
+      const int64_t passes = drafter.passes();
+      const int64_t before = calls();
+      ASSERT_TRUE((*lanes)->round().ok());
+      if (drafter.passes() != passes) last_pass_round = round;
+      // A stream that drafted keeps tapping through 2 unpaid decisions before it goes dormant (its context stays
+      // whole through a single unpaid round); with device taps those rows are absorbed as they come.
+      if (round == 0 || round - last_pass_round <= 2) continue;
+      ++quiet_rounds;
+      EXPECT_EQ(calls(), before) << "round " << round << (device_taps ? " (device taps)" : " (host taps)");
+    }
+    EXPECT_GT(quiet_rounds, 200);
+    EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
+  }
 }
 
 TEST(LanesDormant, OnTheFakesARoundsTimeIsItsForwardsPlusItsDrafterCallsAndNothingElse) {

@@ -147,7 +147,9 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
     const bool new_shape = ++shape_sightings_[total_rows] <= 2;
     std::set<int32_t> distinct;
     for (const Window& window : windows) distinct.insert(window.tokens.begin(), window.tokens.end());
+    const double wide_rows = std::max(0.0, static_cast<double>(total_rows - options_.verify_wide_from));
     options_.clock->advance_ms(options_.verify_fixed_ms + options_.verify_row_ms * static_cast<double>(total_rows) +
+                               options_.verify_wide_row_ms * wide_rows +
                                (new_shape ? options_.new_shape_ms : 0.0) +
                                options_.distinct_token_ms * static_cast<double>(distinct.size()));
   }

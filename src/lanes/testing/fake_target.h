@@ -38,6 +38,10 @@ struct FakeTargetOptions {
   FixedClock* clock = nullptr;  // when set, each forward advances it by verify_fixed_ms + verify_row_ms * rows
   double verify_fixed_ms = 10.0;
   double verify_row_ms = 0.5;
+  // With a clock: each row past the first `verify_wide_from` of a forward costs this much more (a GPU verify is
+  // nearly flat up to a tile of rows, then steeper).
+  int verify_wide_from = 0;
+  double verify_wide_row_ms = 0.0;
   int fail_forward_at = -1;     // planted fault: the n-th forward (0-based) fails with Internal
   bool device_taps = false;     // keep_taps_on_device(true) is granted: taps stay in the target (kFakeTapDevice)
   // With a clock: the first two forwards of each total row count cost this much more (a CUDA target runs a new
