@@ -483,9 +483,12 @@ TEST(CudaDecodeGemm, TheNormInTheGemmPrologueGivesTheBitsOfTheNormLaunchThenTheG
     auto gate_up = upload(to_bf16(random_values(2 * f * k, 71 + k, 0.5f)));
     auto gate_up_bias = upload(random_values(2 * f, 72));
     const DeviceMatrix gu{gate_up.data(), gate_up_bias.data(), 2 * f, k};
-    for (const int64_t m : {1, 5, 16, 3}) {
+    // Swiglu configurations: both 16-column staged ones, and 4 (the streaming kernel with the norm staged once per
+    // CTA as swizzled K tiles: 8 x rows up to m = 8, 16 above).
+    for (const auto& [m, swiglu_config] : std::vector<std::pair<int64_t, int>>{
+             {1, 2}, {5, 2}, {16, 3}, {3, 3}, {1, 4}, {5, 4}, {8, 4}, {9, 4}, {16, 4}}) {
       NormCase c = norm_case(m, k, true, 80 + m + k);
-      set_decode_norm_configs(0, m == 3 || m == 16 ? 3 : 2);  // both 16-column configurations
+      set_decode_norm_configs(0, swiglu_config);
       auto want = poisoned<bf16>(m * f), got = poisoned<bf16>(m * f), h_out = poisoned<bf16>(m * k);
       ASSERT_TRUE(gemm_decode_swiglu(engine, c.u.data(), m, gu, want.data(), nullptr).ok());
       DecodeNorm norm;
@@ -497,9 +500,11 @@ TEST(CudaDecodeGemm, TheNormInTheGemmPrologueGivesTheBitsOfTheNormLaunchThenTheG
       ASSERT_TRUE(gemm_decode_norm_swiglu(engine, norm, m, gu, got.data(), nullptr).ok());
       set_decode_norm_configs(0, 2);
       const std::vector<bf16> a = download(got, m * f), b = download(want, m * f);
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(bf16) * a.size()), 0) << "swiglu K " << k << " m " << m;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(bf16) * a.size()), 0)
+          << "swiglu config " << swiglu_config << " K " << k << " m " << m;
       const std::vector<bf16> ha = download(h_out, m * k), hb = download(c.h_plain, m * k);
-      EXPECT_EQ(std::memcmp(ha.data(), hb.data(), sizeof(bf16) * ha.size()), 0) << "swiglu K " << k << " m " << m;
+      EXPECT_EQ(std::memcmp(ha.data(), hb.data(), sizeof(bf16) * ha.size()), 0)
+          << "swiglu config " << swiglu_config << " K " << k << " m " << m << ": h";
     }
   }
 }

@@ -26,7 +26,7 @@ struct DecodeMode {
   const char* name;
   int staged_pick;
   bool fuse_mixers, fuse_ffn;
-  int norm_config;
+  int norm_config;  // swiglu config * 10 + group config (set_decode_norm_configs; swiglu 0: 2)
 };
 
 // Puts the process-wide switches back however the test ends.
@@ -97,6 +97,9 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
       {"mixer norms in 2w 8c + staged 2w 8c", 1, true, false, 1},
       {"mixer norms in 1w 8c + staged 1w 8c", 0, true, false, 0},
       {"all norms (2w 8c, swiglu 1w 16c) + staged 2w 8c", 1, true, true, 1},
+      {"all norms (swiglu streamed), streaming picks", -1, true, true, 40},
+      {"all norms (2w 8c, swiglu streamed) + staged 2w 8c", 1, true, true, 41},
+      {"all norms (1w 8c, swiglu streamed) + staged 1w 8c", 0, true, true, 40},
       {"streaming picks (default, again)", -1, false, false, 0},
   };
   const int context = 128, steps = 72;
@@ -104,7 +107,7 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
   StreamId stream = 1;
   for (const DecodeMode& mode : modes) {
     cuda::set_decode_staged_pick(mode.staged_pick);
-    cuda::set_decode_norm_configs(mode.norm_config, 2);
+    cuda::set_decode_norm_configs(mode.norm_config % 10, mode.norm_config >= 10 ? mode.norm_config / 10 : 2);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
     const StepRun run = run_steps(*target, stream++, context, steps);
     ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps)) << mode.name;

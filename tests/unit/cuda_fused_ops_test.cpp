@@ -234,13 +234,15 @@ TEST(CudaTargetFusedOps, NormsInTheDecodeGemmProloguesGiveTheUnfusedLogitsTapsAn
     ASSERT_TRUE(cuda::decode_norm_fits(16, config.hidden_size));  // the fused path really runs
     std::vector<std::vector<uint32_t>> runs;
     // With logits (eager), then twice without (the second time from captured graphs): unfused, the mixers' norms
-    // fused, every norm fused.
-    for (const int fused : {0, 1, 2}) {
+    // fused, every norm fused (the FFN's on the staged SwiGLU kernel, then on the streaming one: swiglu config 4).
+    for (const int fused : {0, 1, 2, 3}) {
+      cuda::set_decode_norm_configs(0, fused == 3 ? 4 : 2);
       target.set_decode_norm_fusion(fused > 0, fused > 1);
       runs.push_back(run_bits(target, true));
       runs.push_back(run_bits(target, false));
       runs.push_back(run_bits(target, false));
     }
+    cuda::set_decode_norm_configs(0, 2);
     EXPECT_GT(target.graph_count(), 0);
     ASSERT_FALSE(runs[0].empty());
     for (size_t i = 1; i < runs.size(); ++i) {
@@ -249,7 +251,7 @@ TEST(CudaTargetFusedOps, NormsInTheDecodeGemmProloguesGiveTheUnfusedLogitsTapsAn
       size_t differ = 0;
       for (size_t j = 0; j < want.size(); ++j) differ += runs[i][j] != want[j];
       EXPECT_EQ(differ, 0u) << (moe ? "moe" : "dense") << " run " << i
-                            << " (3..5: mixers fused, 6..8: all; 2, 5, 8: graphs)";
+                            << " (3..5: mixers fused, 6..8: all, 9..11: all, SwiGLU streamed; 2, 5, 8, 11: graphs)";
     }
   }
 }

@@ -2,6 +2,7 @@
 // dependent launch, the fused SwiGLU store, and each file's launchers. Included by CUDA sources only.
 #pragma once
 
+#include "compute/cuda/decode_norm.cuh"
 #include "compute/cuda/gemm_device.cuh"
 #include "compute/cuda/pdl.cuh"
 
@@ -47,6 +48,9 @@ Status launch_stream_variant(int variant, const GemmArgs& args, int sm_count, cu
 // Verify windows (17..64 rows, at most kMaxClusterSlices slices): the streaming kernel with 32 / 64 x rows a tile.
 Status launch_stream_many_rows(const GemmArgs& args, int sm_count, cudaStream_t stream);
 void allow_stream_shared(int optin_bytes);
+// The fused gate_up GEMM + SwiGLU (m <= 16) with the residual add + RMSNorm in its prologue: every CTA stages the
+// normed x once in shared memory (swizzled K tiles), the warps stream only weights (set_decode_norm_configs(g, 4)).
+Status launch_stream_norm_swiglu(const GemmArgs& args, const StagedNorm& norm, cudaStream_t stream);
 
 // gemm_decode_staged.cu: the staged kernels (one slice, K <= 2048): configuration `config` of kStagedConfigs; other
 // shapes, or more shared memory than the device allows, run `fallback` (a streaming variant).

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "compute/cuda/decode_norm.cuh"
 #include "compute/cuda/gemm_decode.cuh"
 
 namespace ls::cuda::gemm_detail {
@@ -40,13 +41,6 @@ __device__ __forceinline__ void wait_groups_left(int left) {
 // A staged launch: up to kStagedMax matrices of one K over the same x (q / k / v), CTAs [first_block[i],
 // first_block[i + 1]) run args[i]; x is args[0].x, or the norm prologue's output when norm.weight is set.
 constexpr int kStagedMax = 4;
-struct StagedNorm {
-  const __nv_bfloat16* h;       // [m, K] residual stream
-  const __nv_bfloat16* delta;   // [m, K] added to h first, or null
-  __nv_bfloat16* h_out;         // [m, K] round(h + delta), written by CTA 0, or null
-  const __nv_bfloat16* weight;  // [K] RMSNorm weight; null: no prologue
-  float eps;
-};
 struct StagedLaunch {
   GemmArgs args[kStagedMax];
   int first_block[kStagedMax + 1];
@@ -56,101 +50,6 @@ struct StagedLaunch {
 
 __device__ __forceinline__ uint32_t shared_word(const unsigned char* p) {
   return *reinterpret_cast<const uint32_t*>(p);
-}
-
-union Chunk {
-  uint4 raw;
-  __nv_bfloat162 pairs[4];
-};
-
-// x_rows [m, pitch] = RMSNorm(round(h + delta)) * weight (add_rms_norm's arithmetic; rms_norm's without delta),
-// inverse_rms [m] fp32 beside it in dynamic shared memory (static shared memory would lower the opt-in limit): the
-// row values first (CTA 0 also writes them to h_out), then each row's inverse RMS by one warp in rms_norm_kernel's
-// order (lane l chains elements l, l + 32, ... in double, then the xor tree; up to 4 rows interleaved per warp),
-// then the normed values in place. Zero past K.
-template <int WARPS>
-__device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, int k, int k_pad, int pitch,
-                                               unsigned char* x_rows, float* inverse_rms, bool write_h) {
-  const int x_chunks = k_pad / 8, total = m * x_chunks;
-  // kLoads chunks of h and delta per thread in flight before any store (a load-store loop waits one L2 round trip
-  // per chunk: session 4's prologue cost).
-  constexpr int kLoads = 4;
-  for (int first = threadIdx.x; first < total; first += 32 * WARPS * kLoads) {
-    Chunk v[kLoads], d[kLoads];
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int index = first + i * 32 * WARPS, row = index / x_chunks, at = (index % x_chunks) * 8;
-      v[i].raw = d[i].raw = make_uint4(0, 0, 0, 0);
-      if (index < total && at < k) {
-        const int64_t offset = static_cast<int64_t>(row) * k + at;
-        v[i].raw = *reinterpret_cast<const uint4*>(norm.h + offset);
-        if (norm.delta) d[i].raw = *reinterpret_cast<const uint4*>(norm.delta + offset);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int index = first + i * 32 * WARPS, row = index / x_chunks, at = (index % x_chunks) * 8;
-      if (index >= total) continue;
-      if (norm.delta && at < k) {
-#pragma unroll
-        for (int p = 0; p < 4; ++p)
-          v[i].pairs[p] = __floats2bfloat162_rn(__fadd_rn(__low2float(v[i].pairs[p]), __low2float(d[i].pairs[p])),
-                                                __fadd_rn(__high2float(v[i].pairs[p]), __high2float(d[i].pairs[p])));
-        if (write_h && norm.h_out) *reinterpret_cast<uint4*>(norm.h_out + static_cast<int64_t>(row) * k + at) = v[i].raw;
-      }
-      *reinterpret_cast<uint4*>(x_rows + row * pitch + at * 2) = v[i].raw;
-    }
-  }
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int row0 = warp * 4; row0 < m; row0 += WARPS * 4) {
-    double sum[4] = {0, 0, 0, 0};
-    for (int i = lane; i < k; i += 32) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        if (row0 + r < m) {
-          const double v = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(x_rows + (row0 + r) * pitch)[i]);
-          sum[r] = __dadd_rn(sum[r], __dmul_rn(v, v));
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1)
-        sum[r] = __dadd_rn(sum[r], __shfl_xor_sync(0xffffffffu, sum[r], offset));
-      if (lane == 0 && row0 + r < m) {
-        const float mean = static_cast<float>(sum[r] / static_cast<double>(k));
-        inverse_rms[row0 + r] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, norm.eps)));
-      }
-    }
-  }
-  __syncthreads();
-  for (int first = threadIdx.x; first < total; first += 32 * WARPS * kLoads) {
-    Chunk w[kLoads];  // the norm weight's chunks, all loads in flight first
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int index = first + i * 32 * WARPS, at = (index % x_chunks) * 8;
-      w[i].raw = index < total && at < k ? __ldg(reinterpret_cast<const uint4*>(norm.weight + at)) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int index = first + i * 32 * WARPS, row = index / x_chunks, at = (index % x_chunks) * 8;
-      if (index >= total || at >= k) continue;
-      const float inv = inverse_rms[row];
-      Chunk v, out;
-      v.raw = *reinterpret_cast<const uint4*>(x_rows + row * pitch + at * 2);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const float lo = __fmul_rn(__low2float(w[i].pairs[p]),
-                                   __bfloat162float(__float2bfloat16_rn(__fmul_rn(__low2float(v.pairs[p]), inv))));
-        const float hi = __fmul_rn(__high2float(w[i].pairs[p]),
-                                   __bfloat162float(__float2bfloat16_rn(__fmul_rn(__high2float(v.pairs[p]), inv))));
-        out.pairs[p] = __floats2bfloat162_rn(lo, hi);
-      }
-      *reinterpret_cast<uint4*>(x_rows + row * pitch + at * 2) = out.raw;
-    }
-  }
 }
 
 // x_rows [m, pitch] = x [m, k], zero from k to k_pad: kLoads chunks per thread in flight before their stores.
@@ -219,8 +118,8 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, const StagedNo
   // the CTA (zero past K).
   wait_for_previous_kernel();
   if (norm.weight) {
-    stage_normed_x<WARPS>(norm, args.m, args.k, k_pad, pitch, x_rows,
-                          reinterpret_cast<float*>(x_rows + args.m * pitch), write_h);
+    stage_normed_x<32 * WARPS>(norm, args.m, args.k, k_pad, x_rows, PitchedRows{pitch},
+                               reinterpret_cast<float*>(x_rows + args.m * pitch), write_h);
   } else {
     stage_x<WARPS>(args.x, args.m, args.k, k_pad, pitch, x_rows);
   }
@@ -405,7 +304,7 @@ bool decode_norm_fits(int64_t m, int64_t k) {
 
 void set_decode_norm_configs(int group_config, int swiglu_config) {
   gemm_detail::norm_group_config = group_config >= 0 && group_config < gemm_detail::kStagedConfigs ? group_config : 0;
-  gemm_detail::norm_swiglu_config = swiglu_config == 3 ? 3 : 2;
+  gemm_detail::norm_swiglu_config = swiglu_config == 3 || swiglu_config == 4 ? swiglu_config : 2;
 }
 
 namespace {
@@ -471,6 +370,8 @@ Status gemm_decode_norm_swiglu(const GemmEngine& engine, const DecodeNorm& norm,
   launch.args[0] = gemm_detail::GemmArgs{nullptr, reinterpret_cast<const __nv_bfloat16*>(gate_up.w), gate_up.bias,
                                          reinterpret_cast<__nv_bfloat16*>(act), nullptr, static_cast<int>(m),
                                          static_cast<int>(gate_up.rows), static_cast<int>(gate_up.cols), 0};
+  if (gemm_detail::norm_swiglu_config == 4)  // the streaming SwiGLU kernel with the norm prologue
+    return gemm_detail::launch_stream_norm_swiglu(launch.args[0], launch.norm, stream);
   return gemm_detail::launch_staged_index(gemm_detail::norm_swiglu_config, true, launch, stream);
 }
 

@@ -16,9 +16,10 @@ namespace {
 // Sliced K: groups = max(1, WARPS / slices), items group * slices + slice, the slice sums meet in shared memory
 // [slices][A_ROWS][cols]. Programmatic dependent launch (sm_90): the streaming kernels start while the kernel before
 // them drains and stage their first weight tiles before waiting for it (its completion and memory).
-template <int WARPS, int STAGES, int TILES, int A_ROWS>
+template <int WARPS, int STAGES, int TILES, int A_ROWS, bool NORM = false>
 struct Stream {
-  static constexpr int kStageBytes = (A_ROWS + 8 * TILES) * 128;
+  static constexpr int kWRow0 = NORM ? 0 : A_ROWS;  // a stage's first weight row (NORM: x lives outside the stages)
+  static constexpr int kStageBytes = (kWRow0 + 8 * TILES) * 128;
   static constexpr int kPipeBytes = WARPS * STAGES * kStageBytes;
 };
 
@@ -27,10 +28,14 @@ struct Stream {
 // prefetch_tiles > 0: before the programmatic wait each warp asks L2 for its items' weight tiles STAGES-1 ..
 // prefetch_tiles-1 (one bulk prefetch per weight row), so the weights stream in while the kernel before drains and
 // the pipeline then reads them from L2. The order of the chain is untouched.
-template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU>
+// NORM (one slice, one item per warp): after the wait the CTA stages x = RMSNorm(round(h + delta)) * weight [A_ROWS,
+// K] once, as swizzled K tiles after the stages (decode_norm.cuh, add_rms_norm's bits; CTA 0 writes h_out), and the
+// A fragments come from there; the stages hold weights only.
+template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU, bool NORM = false>
 __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, int groups, int block,
-                                            int prefetch_tiles) {
-  using S = Stream<WARPS, STAGES, TILES, A_ROWS>;
+                                            int prefetch_tiles, const StagedNorm& norm) {
+  using S = Stream<WARPS, STAGES, TILES, A_ROWS, NORM>;
+  static_assert(!NORM || A_ROWS <= 16, "the norm prologue serves decode rows");
   static_assert(!SWIGLU || TILES == 2, "SwiGLU items pair 8 gate and 8 up columns");
   static_assert(A_ROWS == 8 || A_ROWS % 16 == 0, "x rows: 8, or whole m16 sets");
   constexpr int MI = A_ROWS >= 16 ? A_ROWS / 16 : 1;  // m16 mma sets per weight fragment
@@ -43,6 +48,7 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
   const int cols = groups * kItemCols;
   const int col0 = block * cols;
   float* partial = reinterpret_cast<float*>(shared_raw + S::kPipeBytes);
+  unsigned char* x_tiles = shared_raw + S::kPipeBytes;  // NORM: [k_tiles][A_ROWS] swizzled rows (one slice: no partial)
   unsigned char* pipe = shared_raw + warp * STAGES * S::kStageBytes;
   const uint32_t pipe_base = smem_address(pipe);
   let_next_kernel_start();
@@ -60,7 +66,7 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
   }
 
   // x rows m .. A_ROWS-1 stay zero in every stage: cleared once, never copied into.
-  for (int i = lane; i < STAGES * (A_ROWS - args.m) * 8; i += 32) {
+  for (int i = lane; !NORM && i < STAGES * (A_ROWS - args.m) * 8; i += 32) {
     const int stage = i / ((A_ROWS - args.m) * 8), rest = i % ((A_ROWS - args.m) * 8);
     *reinterpret_cast<uint4*>(pipe + stage * S::kStageBytes + (args.m + rest / 8) * 128 + (rest % 8) * 16) =
         make_uint4(0, 0, 0, 0);
@@ -88,7 +94,7 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
       const int c = SWIGLU && w_row >= 8 ? out_n + out_c : out_c;
       w_in[i] = out_c < out_n;
       w_src[i] = args.w + (w_in[i] ? static_cast<int64_t>(c) * args.k + first_tile * kBlockK + chunk * 8 : 0);
-      w_dst[i] = swizzled(A_ROWS + w_row, chunk);
+      w_dst[i] = swizzled(S::kWRow0 + w_row, chunk);
     }
     const __nv_bfloat16* x_src = args.x + static_cast<int64_t>(lane >> 3) * args.k + first_tile * kBlockK + chunk * 8;
     const int64_t x_step = 4 * static_cast<int64_t>(args.k);  // 4 rows of x
@@ -114,12 +120,13 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
           const int out_c = c_first + (SWIGLU ? (w_row & 7) : w_row);
           const int c = SWIGLU && w_row >= 8 ? out_n + out_c : out_c;
           const bool inside = out_c < out_n && k < args.k;
-          copy_chunk(base + swizzled(A_ROWS + w_row, index & 7),
+          copy_chunk(base + swizzled(S::kWRow0 + w_row, index & 7),
                      args.w + (static_cast<int64_t>(inside ? c : 0) * args.k + (inside ? k : 0)), inside);
         }
       }
     };
     auto load_x = [&](int t, int stage) {
+      if constexpr (NORM) return;  // x is staged once, normed, in x_tiles
       const uint32_t base = pipe_base + stage * S::kStageBytes;
       if constexpr (A_ROWS == 8) {
         const int koff = tile_offset(t);
@@ -150,6 +157,16 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
     for (int s = 0; s < STAGES - 1; ++s)
       if (s < tiles) load_w(s, s);
     wait_for_previous_kernel();
+    if constexpr (NORM) {  // every warp has exactly one item (one slice, groups = WARPS): the CTA meets here once
+      for (int i = threadIdx.x; i < k_tiles * (A_ROWS - args.m) * 8; i += 32 * WARPS) {  // rows m.. stay zero
+        const int tile = i / ((A_ROWS - args.m) * 8), rest = i % ((A_ROWS - args.m) * 8);
+        *reinterpret_cast<uint4*>(x_tiles + tile * A_ROWS * 128 + swizzled(args.m + rest / 8, rest % 8)) =
+            make_uint4(0, 0, 0, 0);
+      }
+      stage_normed_x<32 * WARPS>(norm, args.m, args.k, k_tiles * kBlockK, x_tiles, SwizzledTiles<A_ROWS>{},
+                                 reinterpret_cast<float*>(x_tiles + k_tiles * A_ROWS * 128), block == 0);
+      __syncthreads();
+    }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s)
       if (s < tiles) load_x(s, s);
@@ -164,7 +181,9 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
         load_x(t + STAGES - 1, write_stage);
       }
       commit_group();
-      const uint32_t a_base = pipe_base + read_stage * S::kStageBytes;
+      const uint32_t a_base = pipe_base + read_stage * S::kStageBytes;  // the stage: W (and x unless NORM)
+      const uint32_t x_base =
+          NORM ? smem_address(x_tiles) + (first_tile + (args.reverse_k ? tiles - 1 - t : t)) * A_ROWS * 128 : a_base;
       read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
       write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
 #pragma unroll
@@ -173,18 +192,18 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
         if constexpr (A_ROWS >= 16) {
 #pragma unroll
           for (int i = 0; i < MI; ++i)
-            ldmatrix_x4(a_base + swizzled(i * 16 + (lane & 15), kk * 2 + (lane >> 4)), a[i][0], a[i][1], a[i][2],
+            ldmatrix_x4(x_base + swizzled(i * 16 + (lane & 15), kk * 2 + (lane >> 4)), a[i][0], a[i][1], a[i][2],
                         a[i][3]);
         } else {  // rows 0..7 at k 0..7 and 8..15; the mma's rows 8..15 are zero
-          ldmatrix_x2(a_base + swizzled(lane & 7, kk * 2 + ((lane >> 3) & 1)), a[0][0], a[0][2]);
+          ldmatrix_x2(x_base + swizzled(lane & 7, kk * 2 + ((lane >> 3) & 1)), a[0][0], a[0][2]);
           a[0][1] = a[0][3] = 0u;
         }
         if constexpr (TILES == 1) {
-          ldmatrix_x2(a_base + swizzled(A_ROWS + (lane & 7), kk * 2 + ((lane >> 3) & 1)), b[0][0], b[0][1]);
+          ldmatrix_x2(a_base + swizzled(S::kWRow0 + (lane & 7), kk * 2 + ((lane >> 3) & 1)), b[0][0], b[0][1]);
         } else {
 #pragma unroll
           for (int j = 0; j < TILES; j += 2)
-            ldmatrix_x4(a_base + swizzled(A_ROWS + j * 8 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)),
+            ldmatrix_x4(a_base + swizzled(S::kWRow0 + j * 8 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)),
                         b[j][0], b[j][1], b[j + 1][0], b[j + 1][1]);
         }
 #pragma unroll
@@ -238,7 +257,13 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
 template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false>
 __global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args, int slices, int groups,
                                                                     int prefetch_tiles) {
-  stream_body<WARPS, STAGES, TILES, A_ROWS, SWIGLU>(args, slices, groups, blockIdx.x, prefetch_tiles);
+  stream_body<WARPS, STAGES, TILES, A_ROWS, SWIGLU>(args, slices, groups, blockIdx.x, prefetch_tiles, StagedNorm{});
+}
+
+// The fused gate_up GEMM + SwiGLU with the norm prologue (one slice).
+template <int WARPS, int STAGES, int A_ROWS>
+__global__ void __launch_bounds__(32 * WARPS) decode_stream_norm_kernel(GemmArgs args, StagedNorm norm) {
+  stream_body<WARPS, STAGES, 2, A_ROWS, true, true>(args, 1, WARPS, blockIdx.x, 0, norm);
 }
 
 // Up to kGroupMax one-slice GEMMs of the same x in one launch: CTAs [first_block[i], first_block[i + 1]) run args[i].
@@ -255,7 +280,7 @@ __global__ void __launch_bounds__(32 * WARPS) decode_group_kernel(GemmGroup grou
   int i = 0;
   while (i + 1 < group.count && static_cast<int>(blockIdx.x) >= group.first_block[i + 1]) ++i;
   stream_body<WARPS, STAGES, 1, A_ROWS, false>(group.args[i], 1, WARPS, blockIdx.x - group.first_block[i],
-                                               group.prefetch_tiles);
+                                               group.prefetch_tiles, StagedNorm{});
 }
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_stream_shared
@@ -311,6 +336,19 @@ Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
                              args, 1, kWarps, prefetch_tiles_for(args.n, args.k));
 }
 
+// The same with the norm prologue: W-only stages, x [A_ROWS, K] normed once per CTA after them, then inverse_rms.
+template <int A_ROWS>
+Status launch_norm_swiglu_rows(const GemmArgs& args, const StagedNorm& norm, cudaStream_t stream) {
+  constexpr int kWarps = A_ROWS == 16 ? 8 : 4;
+  constexpr int kStages = A_ROWS == 16 ? 6 : 8;
+  const int f = args.n / 2, cols = kWarps * 8, ctas = (f + cols - 1) / cols;
+  const int k_tiles = (args.k + kBlockK - 1) / kBlockK;
+  const int smem = Stream<kWarps, kStages, 2, A_ROWS, true>::kPipeBytes + k_tiles * A_ROWS * 128 +
+                   16 * static_cast<int>(sizeof(float));
+  return launch_programmatic(decode_stream_norm_kernel<kWarps, kStages, A_ROWS>, ctas, 32 * kWarps, smem, stream,
+                             args, norm);
+}
+
 // The grouped launch (q / k / v of an attention layer): 2 warps, 16 stages (8 at 32 rows, 5 at 64: two CTAs an SM),
 // 8 columns per item (many CTAs, deep pipelines for narrow outputs).
 constexpr int kGroupWarps = 2;
@@ -344,6 +382,11 @@ Status launch_stream_variant(int variant, const GemmArgs& args, int sm_count, cu
     case 6: return launch_stream<1, 32, 1>(args, sm_count, stream);  // a whole K = 2048 item in flight at once
     default: return launch_first(args, sm_count, stream);
   }
+}
+
+Status launch_stream_norm_swiglu(const GemmArgs& args, const StagedNorm& norm, cudaStream_t stream) {
+  if (args.m <= 8) return launch_norm_swiglu_rows<8>(args, norm, stream);
+  return launch_norm_swiglu_rows<16>(args, norm, stream);
 }
 
 Status launch_stream_many_rows(const GemmArgs& args, int sm_count, cudaStream_t stream) {
@@ -383,6 +426,8 @@ void allow_stream_shared(int optin_bytes) {
                        optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<8, 6, 2, 16, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
+  cudaFuncSetAttribute(decode_stream_norm_kernel<4, 8, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+  cudaFuncSetAttribute(decode_stream_norm_kernel<8, 6, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
 }
 
 // Verify windows take the streaming kernels up to this many rows (set_decode_rows: 16, 32 or 64).

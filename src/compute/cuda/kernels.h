@@ -116,7 +116,8 @@ Status gemm_decode_norm(const GemmEngine& engine, const DecodeNorm& norm, int64_
 Status gemm_decode_norm_swiglu(const GemmEngine& engine, const DecodeNorm& norm, int64_t m,
                                const DeviceMatrix& gate_up, bf16* act, cudaStream_t stream);
 // Bench only: the staged configurations (as set_decode_staged_pick numbers them) the norm launches take: any for
-// gemm_decode_norm (default 0), 2 or 3 (16 columns a warp) for gemm_decode_norm_swiglu (default 2). Same bits.
+// gemm_decode_norm (default 0), 2 or 3 (16 columns a warp) for gemm_decode_norm_swiglu (default 2), or 4: the
+// streaming SwiGLU kernel with the norm staged once per CTA (weights streamed, not staged). Same bits.
 void set_decode_norm_configs(int group_config, int swiglu_config);
 
 // y [rows, width] = RMSNorm(x) * weight (CPU Bf16 rounding: round(w * round(x * inv_rms))); also per head.
