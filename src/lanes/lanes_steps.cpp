@@ -72,7 +72,8 @@ Status Lanes::admit() {
     if (!stream->drafting || !restarts_) continue;
     const int streams = std::min({static_cast<int>(live_.size()), options_.max_streams, max_rows_});
     const bool pays = pricing_.could_draft(streams, draft_cap(*stream));
-    const bool scout_only = options_.scout_prompt_only || !pays;
+    // always_draft (exactness checks) drafts every stream from its first round: every prompt is tapped.
+    const bool scout_only = (options_.scout_prompt_only && !options_.pricing.always_draft) || !pays;
     stream->dormant = drafter_proven ? !pays : scout_tapping && scout_only;
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
