@@ -1,9 +1,11 @@
 // The 1.2B decode step under each decode-launch mode (streaming / staged GEMM picks, norms in the staged prologues):
-// every mode draws the tokens the default draws, and (LS_DECODE_STEP_MODEL set to a synth checkpoint) its ms a step.
+// every mode draws the tokens the default draws (steps and verify windows), and (LS_DECODE_STEP_MODEL set to a synth
+// checkpoint) its ms a step and a window of 4 / 8 / 16 rows.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,8 +42,9 @@ struct DefaultSwitchesAtExit {
 // Draws of `steps` one-token decode steps on a fresh stream after a `context`-token prompt, and ms per step over the
 // steps after the first 8 (graphs captured by then).
 struct StepRun {
-  std::vector<int32_t> draws;
-  double ms = 0;
+  std::vector<int32_t> draws;      // the steps' draws, then each window's (its first forward)
+  double ms = 0;                   // per decode step
+  std::vector<double> window_ms;   // per verify window of 4, 8, 16 rows
 };
 
 StepRun run_steps(CudaTarget& target, StreamId stream, int context, int steps) {
@@ -70,6 +73,22 @@ StepRun run_steps(CudaTarget& target, StreamId stream, int context, int steps) {
     EXPECT_TRUE(target.commit(stream, 1).ok());
   }
   run.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / (steps - 8);
+  // Verify windows of 4, 8 and 16 rows (one row committed after each, as the bench does): median ms of 16 after 4.
+  for (const int rows : {4, 8, 16}) {
+    w.tokens = std::span<const int32_t>(tokens.data(), rows);
+    std::vector<double> times;
+    for (int i = 0; i < 20; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      Result<Verified> window = target.forward(std::span<const Window>(&w, 1));
+      EXPECT_TRUE(window.ok()) << window.status().to_string();
+      if (!window.ok()) return run;
+      if (i >= 4) times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      if (i == 0) run.draws.insert(run.draws.end(), window->draws.begin(), window->draws.end());
+      EXPECT_TRUE(target.commit(stream, 1).ok());
+    }
+    std::sort(times.begin(), times.end());
+    run.window_ms.push_back(times[times.size() / 2]);
+  }
   target.release(stream);
   return run;
 }
@@ -110,10 +129,12 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
     cuda::set_decode_norm_configs(mode.norm_config % 10, mode.norm_config >= 10 ? mode.norm_config / 10 : 2);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
     const StepRun run = run_steps(*target, stream++, context, steps);
-    ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps)) << mode.name;
+    ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps + 4 + 8 + 16)) << mode.name;
+    ASSERT_EQ(run.window_ms.size(), 3u) << mode.name;
     if (want.empty()) want = run.draws;
     EXPECT_EQ(run.draws, want) << mode.name << " draws other tokens than the default";
-    std::printf("decode step mode %-52s %.3f ms\n", mode.name, run.ms);
+    std::printf("decode step mode %-52s %.3f ms; verify 4 / 8 / 16 rows %.3f / %.3f / %.3f ms\n", mode.name, run.ms,
+                run.window_ms[0], run.window_ms[1], run.window_ms[2]);
   }
 }
 
