@@ -7,7 +7,8 @@
 //   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|persistent|both|all]
 //                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny on|off|both]
 //                 [--launch tuned|plain|both] [--profile] [--buckets on|off|both] [--streams 1,4,8,16,32,64]
-//                 [--pick single|split|both]
+//                 [--pick single|split|both] [--attention-chunks 0,8,16]
+//                 (--attention-chunks: the split attention's key chunks per request and KV head, 0 = automatic)
 //                 (--pick: the GEMM scan's pick in one CTA per request, or split over vocab chunks then a CTA)
 //                 (--buckets: request counts padded to request_bucket() with every bucket's graphs captured at
 //                 load (on), or exact counts with graphs captured at a shape's second sighting (off); the table's
@@ -277,6 +278,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
              const std::string& graphs, const std::string& attention, const std::string& scan,
              const std::string& engine_gemms, const std::string& tuned_gemms, const std::string& skinny,
              const std::string& launch, bool profile, const std::string& buckets, const std::string& pick,
+             const std::vector<int>& attention_chunks,
              const std::vector<int>& stream_counts, json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
@@ -296,17 +298,19 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   const int64_t device_bytes = dspark::cuda::drafter_device_bytes();
   std::printf("\n| device | load s | device MiB (weights + scratch for 64 streams) |\n|---|---|---|\n");
   std::printf("| cuda | %.2f | %.1f |\n", load_s, device_bytes / 1048576.0);
-  std::printf("\ngraphs captured at load: %d (every request bucket up to %d: block pass, scans of every depth) in "
-              "%.1f ms\n", drafter.bucket_graphs_captured(), options.max_streams, drafter.bucket_capture_ms());
+  std::printf("\ngraphs captured at load: %d (every request bucket up to %d: block pass, scans of every depth) + %d "
+              "(absorb row buckets) in %.1f ms\n", drafter.bucket_graphs_captured(), options.max_streams,
+              drafter.absorb_graphs_captured(), drafter.bucket_capture_ms());
   results["loads"].push_back({{"device", "cuda"}, {"load_s", load_s}, {"device_bytes", device_bytes},
                               {"bucket_graphs", drafter.bucket_graphs_captured()},
+                              {"absorb_graphs", drafter.absorb_graphs_captured()},
                               {"bucket_capture_ms", drafter.bucket_capture_ms()}});
   const std::vector<float> taps = bench_taps(context, static_cast<int64_t>(shape.taps.size()) * shape.hidden);
   std::vector<double> absorb_ms;
   std::vector<std::string> table;
   std::map<std::pair<int, int>, std::vector<Draft>> reference_drafts;  // (streams, depth) -> the first variant's
   // Pins applied only when they change (each setter drops the captured graphs); bucket graphs captured again then.
-  std::optional<std::tuple<int, int, int, bool, bool, bool, bool, bool, bool>> applied;
+  std::optional<std::tuple<int, int, int, bool, bool, bool, bool, bool, bool, int>> applied;
   for (int streams : stream_counts) {
     for (int stream = 0; stream < streams; ++stream) {
       if (drafter.context_length(stream) == context) continue;
@@ -327,12 +331,13 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (const bool tuned : parse_switch(launch, "tuned"))
     for (const bool bucketed : parse_switch(buckets, "on"))
     for (const bool split : parse_switch(pick, "split"))
+    for (const int chunks : attention_chunks)
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
       if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
       drafter.set_graphs(graphed);
       const auto pins = std::make_tuple(pin ? static_cast<int>(*pin) : -1, fused ? int{*fused} : -1,
                                         persistent ? int{*persistent} : -1, engine, skinny_on, tuned_on, tuned,
-                                        bucketed, split);
+                                        bucketed, split, chunks);
       if (!applied || *applied != pins) {
         applied = pins;
         drafter.set_attention_kernel(pin);
@@ -344,6 +349,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
         drafter.set_launch_tuning(tuned, tuned);
         drafter.set_request_buckets(bucketed);
         drafter.set_split_pick(split);
+        drafter.set_attention_chunks(chunks);
         drafter.set_graphs(true);
         drafter.capture_bucket_graphs();  // none when buckets are off: then the second sighting captures
         drafter.set_graphs(graphed);
@@ -409,8 +415,9 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       char row[320];
       const char* gemms = engine ? "engine" : (skinny_on && streams <= 1 ? "skinny" : (tuned_on ? "tuned" : "cublas"));
       const std::string scan_cell = scan_name + (split ? " split" : "");
+      const std::string attention_cell = attention_name + (chunks > 0 ? " /" + std::to_string(chunks) : "");
       std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f | %.3f / %.3f |",
-                    graphed ? "on" : "off", bucketed ? "on" : "off", attention_name.c_str(), scan_cell.c_str(),
+                    graphed ? "on" : "off", bucketed ? "on" : "off", attention_cell.c_str(), scan_cell.c_str(),
                     gemms, tuned ? "tuned" : "plain", streams, depth, median(block_ms), median(scan_ms),
                     median(wall_ms), first_ms, second_ms);
       table.push_back(row);
@@ -427,6 +434,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
                                  {"wall_ms", median(wall_ms)},
                                  {"buckets", bucketed},
                                  {"split_pick", split},
+                                 {"attention_chunks", chunks},
                                  {"first_wall_ms", first_ms},
                                  {"second_wall_ms", second_ms}});
     }
@@ -448,6 +456,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   drafter.set_skinny_gemms(skinny != "off");  // the profile below: skinny GEMMs where asked for
   drafter.set_launch_tuning(true, true);
   drafter.set_request_buckets(true);
+  drafter.set_attention_chunks(0);
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
   if (profile) profile_cuda(drafter, shape.block, attention, results);
   return 0;
@@ -500,6 +509,7 @@ int main(int argc, char** argv) {
                               flag(argc, argv, "--skinny", "off"),
                               flag(argc, argv, "--launch", "tuned"), profile, flag(argc, argv, "--buckets", "on"),
                               flag(argc, argv, "--pick", "single"),
+                              parse_list(flag(argc, argv, "--attention-chunks", "0")),
                               parse_list(flag(argc, argv, "--streams", "1,4,8,16,32,64")), results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());

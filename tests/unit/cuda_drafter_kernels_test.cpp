@@ -273,11 +273,24 @@ TEST(CudaDrafter, TheTileAndSplitAttentionKernelsAgreeWithTheWarpKernel) {
       EXPECT_EQ(ls::cuda::testing::download(tickets, count * dims.kv_heads),
                 std::vector<unsigned int>(count * dims.kv_heads, 0u));
     }
+    // Fewer chunks pinned (3, and 1: one chunk holds every key), outputs poisoned first.
+    std::vector<bf16> split_pinned[2];
+    for (int which = 0; which < 2; ++which) {
+      auto pinned_out = ls::cuda::testing::poisoned<bf16>(outputs);
+      cuda::SplitAttentionScratch pinned{stats.data(), partials.data()};
+      pinned.chunks = which == 0 ? 3 : 1;
+      ASSERT_TRUE(cuda::block_attention_split(q, device_requests.data(), count, gamma, dims, layer, pinned,
+                                              reinterpret_cast<cuda::bf16_t*>(pinned_out.data()), nullptr)
+                      .ok());
+      split_pinned[which] = ls::cuda::testing::download(pinned_out, outputs);
+    }
     std::vector<bf16> warp(outputs), tile(outputs), split(outputs);
     ASSERT_EQ(cudaMemcpy(warp.data(), warp_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(tile.data(), tile_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(split.data(), split_out.data(), outputs * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (const auto& [name, other] : {std::pair{"tile", &tile}, std::pair{"split", &split}}) {
+    for (const auto& [name, other] : {std::pair{"tile", &tile}, std::pair{"split", &split},
+                                      std::pair{"split 3 chunks", &split_pinned[0]},
+                                      std::pair{"split 1 chunk", &split_pinned[1]}}) {
       double worst = 0;
       int bitwise = 0;
       for (size_t i = 0; i < outputs; ++i) {

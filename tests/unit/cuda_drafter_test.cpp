@@ -747,8 +747,8 @@ TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
       ASSERT_TRUE(drafter->settle().ok());
     }
   }
-  // Row buckets 6 (calls 1-4 and 7, 5 rows each) and 8 (calls 5 and 6, 7 rows): captured at the first
-  // absorb_device(), so every call replays.
+  // Row buckets 6 (calls 1-4 and 7, 5 rows each) and 8 (calls 5 and 6, 7 rows): captured at load, so every call
+  // replays.
   EXPECT_EQ(graphed->graph_replays() - replays_before, 7);
   EXPECT_GT(graphed->absorb_graphs_captured(), 0);
   EXPECT_EQ(graphed->graph_failures(), 0);
@@ -1072,7 +1072,7 @@ TEST(CudaDrafter, PaddingRequestsAndRowsLeaveEveryRealDraftsBits) {
     const int64_t replays = d->graph_replays();
     ASSERT_TRUE(d->absorb_device(*call, on_device).ok());
     ASSERT_TRUE(d->settle().ok());
-    EXPECT_EQ(d->graph_replays() - replays, 1) << "row bucket 6's graph, captured at the first absorb_device()";
+    EXPECT_EQ(d->graph_replays() - replays, 1) << "row bucket 6's graph, captured at load";
   }
   std::vector<DraftRequest> two(2);
   for (int i = 0; i < 2; ++i) {

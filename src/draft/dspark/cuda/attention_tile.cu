@@ -336,7 +336,8 @@ Status block_attention_split(const bf16_t* q, const DeviceBlockRequest* requests
                                                         std::to_string(dims.heads / dims.kv_heads) + " at head_dim " +
                                                         std::to_string(dims.head_dim));
   }
-  const int chunks = split_attention_chunks(count, dims.kv_heads);
+  const int automatic = split_attention_chunks(count, dims.kv_heads);
+  const int chunks = scratch.chunks > 0 ? std::min(scratch.chunks, automatic) : automatic;
   const int rows = gamma * (dims.heads / dims.kv_heads);
   const size_t bytes = tile_shared_bytes(rows, dims.head_dim);
   const dim3 grid(count * dims.kv_heads * chunks), block(kTileThreads);

@@ -83,15 +83,7 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
   const int64_t chunks = (total_rows + kAbsorbChunkRows - 1) / kAbsorbChunkRows;
   LS_RETURN_IF_ERROR(absorb_staging_.reserve(static_cast<size_t>(std::max<int64_t>(chunks, 1)) * slot_bytes));
   int64_t chunk_index = 0;
-  if (absorb_.keys.size() == 0) {
-    LS_RETURN_IF_ERROR(absorb_.keys.allocate(kAbsorbChunkRows * kv, "absorb keys"));
-    LS_RETURN_IF_ERROR(absorb_.values.allocate(kAbsorbChunkRows * kv, "absorb values"));
-    LS_RETURN_IF_ERROR(absorb_.positions.allocate(kAbsorbChunkRows, "absorb positions"));
-    LS_RETURN_IF_ERROR(absorb_.row_pointers.allocate(2 * c.num_layers * kAbsorbChunkRows, "absorb row pointers"));
-    LS_RETURN_IF_ERROR(absorb_.context_kv.allocate(kAbsorbChunkRows * c.num_layers * 2 * kv, "absorb context K/V"));
-    LS_RETURN_IF_ERROR(absorb_.sink.allocate(2 * c.num_layers * kAbsorbChunkRows * kv, "absorb padding sink"));
-    capture_absorb_graphs();
-  }
+  LS_RETURN_IF_ERROR(reserve_device_absorb(nullptr));
   const auto* source = static_cast<const bf16_t*>(taps.data);
   // Chunks of up to kAbsorbChunkRows rows across the pieces; a part is one piece's rows inside one chunk.
   struct Part {
@@ -222,6 +214,23 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
   }
   mark("absorb K/V");
   return ok_status();
+}
+
+Status CudaDsparkDrafter::reserve_device_absorb(InitSteps* steps) {
+  if (absorb_.sink.size() > 0) return ok_status();
+  const DsparkConfig& c = config_;
+  const int64_t kv = c.kv_size();
+  InitSteps unplanned;
+  InitSteps& counted = steps ? *steps : unplanned;
+  LS_RETURN_IF_ERROR(absorb_.keys.allocate(kAbsorbChunkRows * kv, "absorb keys", counted));
+  LS_RETURN_IF_ERROR(absorb_.values.allocate(kAbsorbChunkRows * kv, "absorb values", counted));
+  LS_RETURN_IF_ERROR(absorb_.positions.allocate(kAbsorbChunkRows, "absorb positions", counted));
+  LS_RETURN_IF_ERROR(
+      absorb_.row_pointers.allocate(2 * c.num_layers * kAbsorbChunkRows, "absorb row pointers", counted));
+  LS_RETURN_IF_ERROR(
+      absorb_.context_kv.allocate(kAbsorbChunkRows * c.num_layers * 2 * kv, "absorb context K/V", counted));
+  LS_RETURN_IF_ERROR(absorb_.sink.allocate(2 * c.num_layers * kAbsorbChunkRows * kv, "absorb padding sink", counted));
+  return ok_status();  // the graphs: capture_bucket_graphs() (at load, and when the scratch grows)
 }
 
 void CudaDsparkDrafter::capture_absorb_graphs() {

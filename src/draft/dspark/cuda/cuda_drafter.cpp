@@ -162,9 +162,10 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
       LS_RETURN_IF_ERROR(d.scratch_.scan_barrier.upload({0u, 0u}, "persistent scan barrier", steps));
     }
   }
+  LS_RETURN_IF_ERROR(d.reserve_device_absorb(&steps));
   LS_RETURN_IF_ERROR(steps.step("warm-up"));
   LS_RETURN_IF_ERROR(d.warm_up());
-  d.capture_bucket_graphs();  // every bucket's graphs now, so no timed pass captures one
+  d.capture_bucket_graphs();  // every bucket's graphs (and the absorb's) now, so no timed round captures one
   return drafter;
 }
 

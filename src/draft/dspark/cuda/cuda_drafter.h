@@ -182,8 +182,15 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   bool split_pick() const { return split_pick_; }
-  // Captures the block pass and the scan (every depth) of every request bucket the scratch holds, without running
-  // them (at load, and again when the scratch grows): graphs that exist are kept. Returns how many it captured.
+  // The split attention's key chunks per (request, KV head): 0 = automatic (split_attention_chunks), else at most
+  // that (bench A/B at short contexts).
+  void set_attention_chunks(int chunks) {
+    attention_chunks_ = chunks;
+    graphs_.clear();
+  }
+  // Captures the block pass and the scan (every depth) of every request bucket the scratch holds and absorb_device()'s
+  // chunk of every row bucket, without running them (at load, and again when the scratch grows): graphs that exist
+  // are kept. Returns how many block / scan graphs it captured.
   int capture_bucket_graphs();
   // Graphs captured by the last capture_bucket_graphs() / absorb bucket capture and the host ms they took.
   int bucket_graphs_captured() const { return bucket_graphs_captured_; }
@@ -288,8 +295,10 @@ class CudaDsparkDrafter final : public Drafter {
   // Captures `enqueue`'s launches as the graph of `key` now (nothing runs); true when a new graph was made.
   template <typename Enqueue>
   bool capture_shape(std::pair<int, int> key, Enqueue&& enqueue);
-  // absorb_device()'s chunk graphs for every row bucket up to the chunk (at its first use).
+  // absorb_device()'s chunk graphs for every row bucket up to the chunk (at load, after its scratch).
   void capture_absorb_graphs();
+  // absorb_device()'s scratch (K/V, positions, row pointers, the fused K/V, the padding sink), reserved at load.
+  Status reserve_device_absorb(InitSteps* steps);
   // y [rows, w.rows] = x [rows, w.cols] @ W^T, bf16 in, fp32 accumulate, y bf16 or fp32 with leading dimension ldy.
   // `skinny`: false keeps cuBLAS for a short K (the scan's W2 product, K = rank: skinny_gemm was slower there).
   Status gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y, bool y_f32,
@@ -351,6 +360,7 @@ class CudaDsparkDrafter final : public Drafter {
   int64_t graph_failures_ = 0;
   bool request_buckets_ = true;
   bool split_pick_ = false;
+  int attention_chunks_ = 0;
   int bucket_graphs_captured_ = 0;
   double bucket_capture_ms_ = 0;
   int absorb_graphs_captured_ = 0;

@@ -78,7 +78,8 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
                                   s.attended.data(), stream_.get());
     case BlockAttentionKernel::Split:
       return block_attention_split(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                   SplitAttentionScratch{s.attention_stats.data(), s.attention_partials.data()},
+                                   SplitAttentionScratch{s.attention_stats.data(), s.attention_partials.data(),
+                                                         nullptr, attention_chunks_},
                                    s.attended.data(), stream_.get());
     case BlockAttentionKernel::Warp:
       break;
@@ -328,7 +329,7 @@ int CudaDsparkDrafter::capture_bucket_graphs() {
     }
   }
   scan_all_greedy_ = all_greedy;
-  if (absorb_.sink.size() > 0) capture_absorb_graphs();  // absorb_device() ran before the scratch grew
+  if (absorb_.sink.size() > 0) capture_absorb_graphs();
   bucket_graphs_captured_ = captured;
   bucket_capture_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

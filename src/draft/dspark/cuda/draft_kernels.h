@@ -108,6 +108,9 @@ struct SplitAttentionScratch {
   // batch B timed the ticketed one slower, 0.195 vs 0.171 ms of attention at 1 stream, context 512, eager: one CTA
   // per pair adds every chunk, where the combine launch spreads the outputs over the device).
   unsigned int* tickets = nullptr;
+  // Key chunks per (request, KV head): 0 = split_attention_chunks(count, kv_heads); a pin takes at most that (the
+  // scratch is sized for it).
+  int chunks = 0;
 };
 int split_attention_chunks(int count, int kv_heads);
 // Floats of stats and of partials the split kernel needs for up to `requests` requests (any count <= requests).
