@@ -419,7 +419,8 @@ int main(int argc, char** argv) {
   if (c.moe) {
     using lfm2::gpu::ExpertFfnPath;
     for (const ExpertFfnPath path : {ExpertFfnPath::FourLaunches, ExpertFfnPath::TwoLaunches, ExpertFfnPath::Streamed,
-                                     ExpertFfnPath::StreamedNarrow, ExpertFfnPath::StreamedSmallCtas}) {
+                                     ExpertFfnPath::StreamedNarrow, ExpertFfnPath::StreamedSmallCtas,
+                                     ExpertFfnPath::StreamedShallow}) {
       lfm2::gpu::pin_expert_ffn_path_for_test(path);
       target->set_graphs(false);  // drops the graphs captured with the other path
       target->set_graphs(true);

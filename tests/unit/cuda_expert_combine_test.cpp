@@ -55,7 +55,8 @@ struct Combined {
 
 // The experts of `tokens` (x and routing from each token) on the streamed path, then y either from the down launch
 // (in_down) or from combine_experts after it.
-Combined run(const Layer& layer, const std::vector<int>& tokens, bool in_down, Drop drop) {
+Combined run(const Layer& layer, const std::vector<int>& tokens, bool in_down, Drop drop,
+             ExpertFfnPath path = ExpertFfnPath::Streamed) {
   const int64_t rows = static_cast<int64_t>(tokens.size()), slots = rows * layer.k, D = layer.d, I = layer.i;
   std::vector<bf16> x;
   std::vector<int32_t> chosen;
@@ -86,7 +87,7 @@ Combined run(const Layer& layer, const std::vector<int>& tokens, bool in_down, D
   cudaMemset(tickets.data(), 0, tickets.bytes());
   result.status = plan_experts(chosen_dev.data(), slots, layer.experts, offsets.data(), order.data(), nullptr);
   if (!result.status.ok()) return result;
-  pin_expert_ffn_path_for_test(ExpertFfnPath::Streamed);
+  pin_expert_ffn_path_for_test(path);
   ExpertFfn f;
   f.x = x_dev.data();
   f.rows = rows;
@@ -150,7 +151,10 @@ TEST(CudaExpertCombine, TheCombineInTheDownLaunchGivesTheCombineLaunchBitsAtRowC
     for (const Drop drop : {Drop::None, Drop::SomeSlots, Drop::Every}) {
       int differ = 0, rows_checked = 0, tickets_left = 0;
       for (int m : {1, 2, 3, 5, 8, 16, 32}) {
-        const Combined fused = run(layer, tokens_of(m), true, drop), plain = run(layer, tokens_of(m), false, drop);
+        // the combine on the 8-stage (Streamed) and 6-stage (StreamedShallow) kernels vs the combine launch
+        const ExpertFfnPath path = m % 2 == 0 ? ExpertFfnPath::StreamedShallow : ExpertFfnPath::Streamed;
+        const Combined fused = run(layer, tokens_of(m), true, drop, path),
+                       plain = run(layer, tokens_of(m), false, drop);
         ASSERT_TRUE(fused.status.ok()) << fused.status.to_string();
         ASSERT_TRUE(plain.status.ok()) << plain.status.to_string();
         ASSERT_TRUE(fused.combined_in_down) << "rows " << m;
@@ -214,6 +218,8 @@ TEST(CudaExpertCombine, TheDownLaunchCombinesOnlyOnTheStreamedPathUpTo1024Slots)
   f.rows = 257;
   EXPECT_FALSE(expert_ffn_combines(f)) << "1028 slots";
   f.rows = 1;
+  pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedShallow);
+  EXPECT_TRUE(expert_ffn_combines(f)) << "6 stages";
   pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedNarrow);
   EXPECT_FALSE(expert_ffn_combines(f)) << "8-column down items";
   pin_expert_ffn_path_for_test(ExpertFfnPath::FourLaunches);
@@ -250,7 +256,8 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  std::printf("[expert combine timing] rows, us per layer (plan + experts + combine): combine launch, in down\n");
+  std::printf("[expert combine timing] rows, us per layer (plan + experts + combine): streamed + combine launch, "
+              "streamed with the combine in down, the same two on 6 stages\n");
   for (int64_t rows : {1, 2, 4, 8, 16, 32}) {
     std::vector<DeviceBuffer<int32_t>> offsets(kPatterns), order(kPatterns), chosen_dev(kPatterns);
     for (int pattern = 0; pattern < kPatterns; ++pattern) {
@@ -261,8 +268,10 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
       offsets[pattern] = poisoned<int32_t>(E + 1);
       order[pattern] = poisoned<int32_t>(rows * k);
     }
-    double us[2];
-    for (int v = 0; v < 2; ++v) {
+    double us[4];
+    for (int v = 0; v < 4; ++v) {
+      const bool in_down = v % 2 == 1;
+      pin_expert_ffn_path_for_test(v < 2 ? ExpertFfnPath::Streamed : ExpertFfnPath::StreamedShallow);
       auto launch = [&](int pattern) {
         (void)plan_experts(chosen_dev[pattern].data(), rows * k, E, offsets[pattern].data(), order[pattern].data(),
                            nullptr);
@@ -279,13 +288,13 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
         f.inter = I;
         f.act = act.data();
         f.out = out.data();
-        if (v == 1) {
+        if (in_down) {
           f.weights = weights.data();
           f.y = y.data();
           f.tickets = tickets.data();
         }
         EXPECT_TRUE(expert_ffn(f, nullptr).ok());
-        if (v == 0) {
+        if (!in_down) {
           EXPECT_TRUE(combine_experts(out.data(), offsets[pattern].data(), E, order[pattern].data(), weights.data(),
                                       rows, k, static_cast<int>(D), y.data(), nullptr)
                           .ok());
@@ -301,7 +310,9 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
       cudaEventElapsedTime(&ms, start, stop);
       us[v] = 1000.0 * ms / kIters;
     }
-    std::printf("[expert combine timing] %3lld rows  %8.1f %8.1f us\n", static_cast<long long>(rows), us[0], us[1]);
+    pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
+    std::printf("[expert combine timing] %3lld rows  %8.1f %8.1f %8.1f %8.1f us\n", static_cast<long long>(rows), us[0],
+                us[1], us[2], us[3]);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

@@ -48,6 +48,7 @@ const char* expert_ffn_path_name(ExpertFfnPath path) {
     case ExpertFfnPath::Streamed: return "streamed";
     case ExpertFfnPath::StreamedNarrow: return "streamed, narrow down";
     case ExpertFfnPath::StreamedSmallCtas: return "streamed, 2-warp CTAs";
+    case ExpertFfnPath::StreamedShallow: return "streamed, 6 stages";
   }
   return "?";
 }
@@ -68,7 +69,7 @@ ExpertFfnPath path_of(const ExpertFfn& f) {
   const bool tensor = up_kernel != ExpertKernel::Scalar && down_kernel != ExpertKernel::Scalar;
   if (path == ExpertFfnPath::TwoLaunches && (!tensor || up_kernel != down_kernel)) path = ExpertFfnPath::FourLaunches;
   if ((path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedNarrow ||
-       path == ExpertFfnPath::StreamedSmallCtas) && !pinned && !tensor)
+       path == ExpertFfnPath::StreamedSmallCtas || path == ExpertFfnPath::StreamedShallow) && !pinned && !tensor)
     path = ExpertFfnPath::FourLaunches;
   return path;
 }
@@ -76,8 +77,9 @@ ExpertFfnPath path_of(const ExpertFfn& f) {
 }  // namespace
 
 bool expert_ffn_combines(const ExpertFfn& f) {
+  const ExpertFfnPath path = path_of(f);
   return f.rows > 0 && f.y && f.weights && f.tickets && expert_stream_combine_fits(f.rows, f.top_k) &&
-         path_of(f) == ExpertFfnPath::Streamed;
+         (path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedShallow);
 }
 
 Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
@@ -89,9 +91,10 @@ Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
   const int fault = expert_fault_for_test() && f.rows > 1 ? 1 : 0;
   switch (path) {
     case ExpertFfnPath::TwoLaunches: return expert_ffn_two_launches(f, up_kernel, down_kernel, fault, stream);
-    case ExpertFfnPath::Streamed: return expert_ffn_streamed(f, expert_ffn_combines(f) ? 3 : 0, fault, stream);
-    case ExpertFfnPath::StreamedNarrow: return expert_ffn_streamed(f, 1, fault, stream);
-    case ExpertFfnPath::StreamedSmallCtas: return expert_ffn_streamed(f, 2, fault, stream);
+    case ExpertFfnPath::Streamed: return expert_ffn_streamed(f, 0, expert_ffn_combines(f), fault, stream);
+    case ExpertFfnPath::StreamedNarrow: return expert_ffn_streamed(f, 1, false, fault, stream);
+    case ExpertFfnPath::StreamedSmallCtas: return expert_ffn_streamed(f, 2, false, fault, stream);
+    case ExpertFfnPath::StreamedShallow: return expert_ffn_streamed(f, 3, expert_ffn_combines(f), fault, stream);
     default: return four_launches(f, stream);
   }
 }

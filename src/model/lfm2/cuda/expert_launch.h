@@ -23,9 +23,9 @@ Status launch_expert_scalar(const bf16* x, const int32_t* offsets, int experts, 
 Status expert_ffn_two_launches(const ExpertFfn& f, ExpertKernel up, ExpertKernel down, int fault, cudaStream_t stream);
 
 // The streamed experts (expert_stream.cu): gate|up + SwiGLU, then down with its weights staged before it waits;
-// variant 0: 4-warp CTAs, down items of 16 columns; 1: down items of 8; 2: 2-warp CTAs; 3: variant 0 with the combine
-// into f.y in the down launch (expert_stream_combine_fits).
-Status expert_ffn_streamed(const ExpertFfn& f, int variant, int fault, cudaStream_t stream);
+// variant 0: 4-warp CTAs of 8 stages, down items of 16 columns; 1: down items of 8; 2: 2-warp CTAs; 3: 6 stages (three
+// CTAs per SM). combine (variants 0 and 3): also the combine into f.y in the down launch (expert_stream_combine_fits).
+Status expert_ffn_streamed(const ExpertFfn& f, int variant, bool combine, int fault, cudaStream_t stream);
 // Whether the down launch can combine this many slots (its slot -> plan position table).
 bool expert_stream_combine_fits(int64_t rows, int top_k);
 // The streamed kernels' shared-memory opt-ins (once, eagerly: expert_launch_setup).

@@ -88,9 +88,11 @@ __global__ void __launch_bounds__(32 * WARPS) expert_stream_kernel(StreamArgs a)
   static_assert(!SWIGLU || TILES == 2, "a SwiGLU item pairs 8 gate and 8 up rows");
   static_assert(!COMBINE || (!SWIGLU && TILES * 8 == kDownCols), "the combine rides on 16-column down items");
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
+  // the warps' pipelines, then chunk_end [experts] (row chunks of experts 0..e), then under COMBINE position
+  // [tokens * top_k] (slot -> plan position, -1 where the plan left it out): sized at launch (stream_shared_bytes)
   extern __shared__ __align__(128) unsigned char shared_raw[];
-  __shared__ int chunk_end[kMaxTensorExperts];  // row chunks of experts 0..e
-  __shared__ int position[COMBINE ? kCombineSlots : 1];  // slot -> plan position, -1 where the plan left it out
+  int* chunk_end = reinterpret_cast<int*>(shared_raw + Shape::kPipeBytes);
+  int* position = chunk_end + a.experts;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (!a.early) {  // the kernel before wrote the offsets: nothing to stage before it is done
     ls::cuda::wait_for_previous_kernel();
@@ -247,10 +249,18 @@ __global__ void __launch_bounds__(32 * WARPS) expert_stream_kernel(StreamArgs a)
 }
 
 // Variant 0: gate|up 4 warps x 8 stages (two CTAs per SM), down 4 warps x 8 stages of 16 columns; 1: down 4 x 12 of
-// 8 columns (narrow); 2: both 2 warps x 8 stages (48 KB CTAs, four per SM: the 1-row gate|up grid spread evenly).
+// 8 columns (narrow); 2: both 2 warps x 8 stages (48 KB CTAs, four per SM: the 1-row gate|up grid spread evenly);
+// 3: both 4 warps x 6 stages (72 KB CTAs, three per SM: the down CTAs resident beside the 1-row gate|up grid, staging
+// their first weight tiles while it runs).
+// Dynamic shared memory of a launch: the pipelines, chunk_end and (COMBINE) the position table; at most max_bytes.
+template <int WARPS, int STAGES, int TILES, bool COMBINE>
+int stream_shared_bytes(int experts, int slots) {
+  return StreamShape<WARPS, STAGES, TILES>::kPipeBytes + 4 * experts + (COMBINE ? 4 * slots : 0);
+}
+
 template <int STAGES, int TILES, bool SWIGLU, int kWarps = 4, bool COMBINE = false>
 Status launch_stream(const StreamArgs& a, int64_t max_chunks, cudaStream_t stream) {
-  constexpr int smem = StreamShape<kWarps, STAGES, TILES>::kPipeBytes;
+  const int smem = stream_shared_bytes<kWarps, STAGES, TILES, COMBINE>(a.experts, a.tokens * a.top_k);
   const int item_cols = SWIGLU ? 8 : 8 * TILES, out_n = SWIGLU ? a.n / 2 : a.n;
   const int64_t bound = max_chunks * ((out_n + item_cols - 1) / item_cols);
   const int64_t ctas = std::clamp<int64_t>((bound + kWarps - 1) / kWarps, 1, 65535);
@@ -263,7 +273,8 @@ Status launch_stream(const StreamArgs& a, int64_t max_chunks, cudaStream_t strea
 template <int STAGES, int TILES, bool SWIGLU, int kWarps = 4, bool COMBINE = false>
 void allow_shared() {
   cudaFuncSetAttribute(expert_stream_kernel<kWarps, STAGES, TILES, SWIGLU, COMBINE>,
-                       cudaFuncAttributeMaxDynamicSharedMemorySize, StreamShape<kWarps, STAGES, TILES>::kPipeBytes);
+                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       stream_shared_bytes<kWarps, STAGES, TILES, COMBINE>(kMaxTensorExperts, kCombineSlots));
 }
 
 }  // namespace
@@ -275,13 +286,16 @@ void allow_expert_stream_shared() {
   allow_shared<8, 2, true, 2>();
   allow_shared<8, 2, false, 2>();
   allow_shared<8, 2, false, 4, true>();
+  allow_shared<6, 2, true>();
+  allow_shared<6, 2, false>();
+  allow_shared<6, 2, false, 4, true>();
 }
 
 bool expert_stream_combine_fits(int64_t rows, int top_k) { return rows * top_k <= kCombineSlots; }
 
 int64_t expert_combine_tickets(int64_t hidden) { return (hidden + kDownCols - 1) / kDownCols; }
 
-Status expert_ffn_streamed(const ExpertFfn& f, int variant, int fault, cudaStream_t stream) {
+Status expert_ffn_streamed(const ExpertFfn& f, int variant, bool combine, int fault, cudaStream_t stream) {
   const int64_t slots = f.rows * f.top_k;
   // row chunks of 8: at most one partial chunk per routed expert plus the whole ones
   const int64_t max_chunks = std::min<int64_t>(f.experts, slots) + slots / kChunkRows;
@@ -290,13 +304,16 @@ Status expert_ffn_streamed(const ExpertFfn& f, int variant, int fault, cudaStrea
                       f.experts, static_cast<int>(2 * f.inter), static_cast<int>(f.hidden), fault, 0,
                       nullptr, nullptr, nullptr, nullptr, 0, 0};
   if (variant == 2) LS_RETURN_IF_ERROR((launch_stream<8, 2, true, 2>(up, max_chunks, stream)));
+  else if (variant == 3) LS_RETURN_IF_ERROR((launch_stream<6, 2, true>(up, max_chunks, stream)));
   else LS_RETURN_IF_ERROR((launch_stream<8, 2, true>(up, max_chunks, stream)));
   const StreamArgs down{reinterpret_cast<const __nv_bfloat16*>(f.act), f.offsets, nullptr, 1,
                         reinterpret_cast<const __nv_bfloat16*>(f.w_down), reinterpret_cast<__nv_bfloat16*>(f.out),
                         f.experts, static_cast<int>(f.hidden), static_cast<int>(f.inter), fault, 1,
                         f.order, f.weights, reinterpret_cast<__nv_bfloat16*>(f.y), f.tickets,
                         static_cast<int>(f.rows), f.top_k};
-  if (variant == 3) return launch_stream<8, 2, false, 4, true>(down, max_chunks, stream);
+  if (variant == 3 && combine) return launch_stream<6, 2, false, 4, true>(down, max_chunks, stream);
+  if (variant == 3) return launch_stream<6, 2, false>(down, max_chunks, stream);
+  if (combine) return launch_stream<8, 2, false, 4, true>(down, max_chunks, stream);
   if (variant == 1) return launch_stream<12, 1, false>(down, max_chunks, stream);
   if (variant == 2) return launch_stream<8, 2, false, 2>(down, max_chunks, stream);
   return launch_stream<8, 2, false>(down, max_chunks, stream);

@@ -166,8 +166,8 @@ struct ExpertFfn {
   int32_t* tickets = nullptr;
 };
 Status expert_ffn(const ExpertFfn& ffn, cudaStream_t stream);
-// Whether expert_ffn writes ffn.y itself (y, weights and tickets set, the streamed path with 16-column down items,
-// at most 1024 slots); otherwise the caller combines.
+// Whether expert_ffn writes ffn.y itself (y, weights and tickets set, the streamed path with 16-column down items:
+// Streamed or StreamedShallow, at most 1024 slots); otherwise the caller combines.
 bool expert_ffn_combines(const ExpertFfn& ffn);
 // Ticket counters the combine in the down launch needs for hidden size D.
 int64_t expert_combine_tickets(int64_t hidden);
@@ -175,9 +175,12 @@ int64_t expert_combine_tickets(int64_t hidden);
 // How expert_ffn runs its experts (every path gives the same bits). Automatic: streamed up to 32 rows where both
 // GEMMs would be on the tensor-core kernels (K >= 256), four launches otherwise. Streamed: the decode expert kernels
 // (expert_stream.cu: each warp streams one (expert row chunk of 8, column group) item through its own cp.async
-// pipeline), down items of 16 columns, or 8 under StreamedNarrow; StreamedSmallCtas: 2-warp CTAs. The others are
-// pins for tests and benches (any row count).
-enum class ExpertFfnPath { Automatic, FourLaunches, TwoLaunches, Streamed, StreamedNarrow, StreamedSmallCtas };
+// pipeline), down items of 16 columns, or 8 under StreamedNarrow; StreamedSmallCtas: 2-warp CTAs; StreamedShallow: 6
+// stages a warp (three CTAs per SM, so the down CTAs stage weights beside the gate|up grid). The others are pins for
+// tests and benches (any row count).
+enum class ExpertFfnPath {
+  Automatic, FourLaunches, TwoLaunches, Streamed, StreamedNarrow, StreamedSmallCtas, StreamedShallow
+};
 // What expert_ffn runs for this many rows (the pin, else the automatic pick; a tensor-core pick for both K assumed).
 ExpertFfnPath chosen_expert_ffn_path(int64_t rows);
 const char* expert_ffn_path_name(ExpertFfnPath path);
