@@ -7,7 +7,9 @@
 //   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|persistent|both|all]
 //                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny on|off|both]
 //                 [--launch tuned|plain|both] [--profile] [--buckets on|off|both] [--streams 1,4,8,16,32,64]
-//                 [--pick single|split|both] [--attention-chunks 0,8,16]
+//                 [--pick single|split|both] [--attention-chunks 0,8,16] [--skinny-parts 0,2,10]
+//                 (--skinny-parts: skinny_gemm per GEMM kind, a mask per variant: 1 q/k/v and head, 2 gate/up + SwiGLU,
+//                 4 o/down + residual norm epilogue, 8 o/down then the norm launch; overrides --skinny)
 //                 (--attention-chunks: the split attention's key chunks per request and KV head, 0 = automatic)
 //                 (--pick: the GEMM scan's pick in one CTA per request, or split over vocab chunks then a CTA)
 //                 (--buckets: request counts padded to request_bucket() with every bucket's graphs captured at
@@ -278,7 +280,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
              const std::string& graphs, const std::string& attention, const std::string& scan,
              const std::string& engine_gemms, const std::string& tuned_gemms, const std::string& skinny,
              const std::string& launch, bool profile, const std::string& buckets, const std::string& pick,
-             const std::vector<int>& attention_chunks,
+             const std::vector<int>& attention_chunks, const std::vector<int>& skinny_parts,
              const std::vector<int>& stream_counts, json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
@@ -310,7 +312,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   std::vector<std::string> table;
   std::map<std::pair<int, int>, std::vector<Draft>> reference_drafts;  // (streams, depth) -> the first variant's
   // Pins applied only when they change (each setter drops the captured graphs); bucket graphs captured again then.
-  std::optional<std::tuple<int, int, int, bool, bool, bool, bool, bool, bool, int>> applied;
+  std::optional<std::tuple<int, int, int, bool, int, bool, bool, bool, bool, int>> applied;
   for (int streams : stream_counts) {
     for (int stream = 0; stream < streams; ++stream) {
       if (drafter.context_length(stream) == context) continue;
@@ -327,7 +329,9 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (const bool engine : engine_gemms == "both" ? std::vector<bool>{false, true}
                                                     : std::vector<bool>{engine_gemms == "on"})
     for (const bool tuned_on : parse_switch(tuned_gemms, "on"))
-    for (const bool skinny_on : parse_switch(skinny, "on"))
+    for (const int parts : skinny_parts.empty() ? (skinny == "both" ? std::vector<int>{7, 0}
+                                                                     : std::vector<int>{skinny == "on" ? 7 : 0})
+                                                : skinny_parts)
     for (const bool tuned : parse_switch(launch, "tuned"))
     for (const bool bucketed : parse_switch(buckets, "on"))
     for (const bool split : parse_switch(pick, "split"))
@@ -335,8 +339,9 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
       if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
       drafter.set_graphs(graphed);
+      const bool skinny_on = parts != 0;
       const auto pins = std::make_tuple(pin ? static_cast<int>(*pin) : -1, fused ? int{*fused} : -1,
-                                        persistent ? int{*persistent} : -1, engine, skinny_on, tuned_on, tuned,
+                                        persistent ? int{*persistent} : -1, engine, parts, tuned_on, tuned,
                                         bucketed, split, chunks);
       if (!applied || *applied != pins) {
         applied = pins;
@@ -344,7 +349,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
         drafter.set_fused_scan(fused);
         drafter.set_persistent_scan(persistent);
         drafter.set_engine_gemms(engine);
-        drafter.set_skinny_gemms(skinny_on);
+        drafter.set_skinny_parts(parts);
         drafter.set_tuned_gemms(tuned_on);
         drafter.set_launch_tuning(tuned, tuned);
         drafter.set_request_buckets(bucketed);
@@ -413,7 +418,10 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
                     streams, depth, graphed ? 1 : 0, skinny_on ? 1 : 0, failed, drifted);
       }
       char row[320];
-      const char* gemms = engine ? "engine" : (skinny_on && streams <= 1 ? "skinny" : (tuned_on ? "tuned" : "cublas"));
+      const std::string gemm_name = engine ? "engine"
+                                    : (skinny_on && streams <= 1 ? "skinny" + std::to_string(parts)
+                                                                 : (tuned_on ? "tuned" : "cublas"));
+      const char* gemms = gemm_name.c_str();
       const std::string scan_cell = scan_name + (split ? " split" : "");
       const std::string attention_cell = attention_name + (chunks > 0 ? " /" + std::to_string(chunks) : "");
       std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f | %.3f / %.3f |",
@@ -510,6 +518,9 @@ int main(int argc, char** argv) {
                               flag(argc, argv, "--launch", "tuned"), profile, flag(argc, argv, "--buckets", "on"),
                               flag(argc, argv, "--pick", "single"),
                               parse_list(flag(argc, argv, "--attention-chunks", "0")),
+                              flag(argc, argv, "--skinny-parts", "").empty()
+                                  ? std::vector<int>{}
+                                  : parse_list(flag(argc, argv, "--skinny-parts", "")),
                               parse_list(flag(argc, argv, "--streams", "1,4,8,16,32,64")), results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());

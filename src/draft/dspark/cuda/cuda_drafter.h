@@ -222,8 +222,13 @@ class CudaDsparkDrafter final : public Drafter {
   // residual + norm after o_proj and down_proj) or cuBLAS (the default: batch B timed the skinny pass at 0.904 ms
   // against 0.533 at 1 stream; its residual-norm epilogue is a serial chain of loads in one CTA). (Batch A ran a
   // build whose x loads ptxas had hoisted above the programmatic wait: drafts differed between identical streams.)
-  void set_skinny_gemms(bool on) {
-    skinny_gemms_ = on;
+  void set_skinny_gemms(bool on) { set_skinny_parts(on ? kSkinnyPlain | kSkinnySwiglu | kSkinnyResidualNorm : 0); }
+  // Which GEMMs of up to 16 rows take skinny_gemm (bench A/B, session 6): kSkinnyPlain the plain ones (q/k/v, head U),
+  // kSkinnySwiglu gate/up with the SwiGLU epilogue, kSkinnyResidualNorm o/down with the residual-norm epilogue,
+  // kSkinnyThenNorm o/down as a plain skinny GEMM then the residual_norm launch; 0 = cuBLAS everywhere.
+  static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyResidualNorm = 4, kSkinnyThenNorm = 8;
+  void set_skinny_parts(int parts) {
+    skinny_parts_ = parts;
     graphs_.clear();
   }
   // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
@@ -347,7 +352,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
-  bool skinny_gemms_ = false;
+  int skinny_parts_ = 0;
   bool engine_gemms_ = false;
   bool tuned_gemms_ = false;
   TunedGemms tuned_;

@@ -9,7 +9,7 @@ namespace ls::dspark::cuda {
 Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y,
                                bool y_f32, int64_t ldy, bool skinny) {
   if (rows == 0) return ok_status();
-  if (skinny && skinny_gemms_ && !engine_gemms_ && skinny_gemm_supported(rows, w_cols)) {
+  if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ && skinny_gemm_supported(rows, w_cols)) {
     const SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
                           y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
     return skinny_gemm(args, programmatic_, stream_.get());
@@ -38,7 +38,7 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
 Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d,
                                       bf16_t* stacked, bf16_t* y) {
   if (rows == 0) return ok_status();
-  if (skinny_gemms_ && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
+  if ((skinny_parts_ & kSkinnySwiglu) && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
     const SkinnyGemm args{x, static_cast<int>(rows), d, w, 2 * ff, y, ff, SkinnyEpilogue::Swiglu};
     return skinny_gemm(args, programmatic_, stream_.get());
   }
@@ -49,7 +49,7 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
 Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
                                              bf16_t* projected, bf16_t* hidden, const float* weight, bf16_t* normed) {
   if (rows == 0) return ok_status();
-  if (skinny_gemms_ && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
+  if ((skinny_parts_ & kSkinnyResidualNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
     SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::ResidualNorm};
     args.hidden = hidden;
     args.norm_weight = weight;
@@ -58,7 +58,12 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
     args.ticket = scratch_.gemm_ticket.data();
     return skinny_gemm(args, programmatic_, stream_.get());
   }
-  LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d));
+  if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
+    const SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16};
+    LS_RETURN_IF_ERROR(skinny_gemm(args, programmatic_, stream_.get()));
+  } else {
+    LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d, false));
+  }
   return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get());
 }
 
