@@ -68,6 +68,11 @@ void Pricing::trim(std::span<Stream* const> streams) const {
                 static_cast<int>(stream.held_drafts.size()) + 1,
                 tables_.verify.ms(static_cast<int>(stream.held_drafts.size()) + 1));
     }
+    if (keep == 0 && stream.held_forced == 0 && !stream.held_drafts.empty()) {
+      stream.doubted_chances = held_chances(stream);
+    } else if (keep > 0) {
+      stream.doubted_chances.clear();
+    }
     stream.held_drafts.resize(keep);
     if (stream.held_chances.size() > keep) stream.held_chances.resize(keep);
   }
@@ -94,7 +99,14 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   // confidences doubt before they cost a verify row, so the whole chain is priced.
   const AcceptanceByDepth& acceptance =
       stream.acceptance.explored_depth() > 0 ? stream.acceptance : pooled_acceptance_;
-  if (has_confidence_) return acceptance.chain(cap);
+  if (has_confidence_) {
+    std::vector<float> chances = acceptance.chain(cap);
+    // The last pass's drafts were all cut by the trim: its confidences are what the next pass will likely say.
+    for (size_t index = 0; index < chances.size() && !stream.doubted_chances.empty(); ++index) {
+      chances[index] = std::min(chances[index], stream.doubted_chances[std::min(index, stream.doubted_chances.size() - 1)]);
+    }
+    return chances;
+  }
   const int explored = std::max(stream.acceptance.explored_depth(), pooled_acceptance_.explored_depth());
   return acceptance.chain(std::min(cap, explored + 2));
 }

@@ -75,6 +75,10 @@ struct Stream {
   std::vector<int32_t> held_drafts;   // [k] for positions committed+1 .. committed+k
   std::vector<float> held_chances;    // [k] cumulative acceptance estimates of held_drafts
   int held_forced = 0;                // leading held drafts a probe forces into the window
+  // The calibrated chances of the last held drafts when the trim cut every one of them (the drafter's confidences
+  // doubted them all); empty once a trim keeps a draft. The depth decision prices no better than these, else a
+  // drafter whose confidences say "hopeless" is run every round for drafts no verify ever takes.
+  std::vector<float> doubted_chances;
   bool needs_draft = false;           // its state moved since the last draft pass
   // Kept rows' taps not yet given to the drafter: absorbed lazily, right before the stream's next draft, so a
   // stream priced to plain costs the drafter nothing. [unabsorbed_rows, tap_layers, hidden] fp32.

@@ -431,6 +431,23 @@ TEST(LanesPricing, AtOneStreamWithNearlyFlatVerifyAConfidentDrafterIsBoughtItsWh
                                     << drafted.stats.windows_with_drafts << " windows";
 }
 
+TEST(LanesPricing, ADrafterWhoseConfidencesDoubtEveryDraftIsNotRunEveryRound) {
+  // Always wrong, and its confidences say so (0.05 a draft): the trim cuts every held draft, so no draft is ever
+  // verified and the measured acceptance never falls from the prior. Before, the depth decision priced on that
+  // acceptance alone and bought a full pass for every stream every round, for drafts no verify took (a pass a
+  // round at 64 streams on the fakes); now it prices no better than the confidences of the drafts the trim cut.
+  FixedClock clock;
+  FakeDrafterOptions drafter_options = costed_drafter(clock, 1.0);
+  drafter_options.confidences = true;
+  PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, long_requests(4, 300));
+  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, long_requests(4, 300));
+  ASSERT_EQ(drafted.tokens, plain.tokens);
+  EXPECT_LT(drafted.drafter_passes * 5, drafted.stats.rounds)
+      << drafted.drafter_passes << " passes in " << drafted.stats.rounds << " rounds, "
+      << drafted.stats.drafts_verified << " drafts verified";
+  EXPECT_LT(drafted.ms, plain.ms * 1.05) << "plain " << plain.ms << " ms, drafted " << drafted.ms << " ms";
+}
+
 TEST(LanesPricing, AtOneStreamTheWindowIsAsDeepAsTheChancesAndCostsSayAndItsTokensMatchTheFormula) {
   // The 1.2B's round on the H200 at one stream: a verify of 1 row 1.07 ms, of 10 rows 1.22 ms; a depth-9 pass 0.73
   // ms, the device absorb call 0.1 ms (verify nearly flat to 8 rows, 3x steeper past them). Drafts land with q = 0.79 each (what
