@@ -27,6 +27,11 @@ std::vector<float> Pricing::held_chances(const Stream& stream) const {
 }
 
 void Pricing::trim(std::span<Stream* const> streams) const {
+  // A round in which no stream holds drafts has nothing to trim (a round of plain or dormant streams costs no more
+  // host work than plain's).
+  if (std::all_of(streams.begin(), streams.end(), [](const Stream* stream) { return stream->held_drafts.empty(); })) {
+    return;
+  }
   std::vector<RowOffer> offers(streams.size());
   for (size_t index = 0; index < streams.size(); ++index) {
     const Stream& stream = *streams[index];
