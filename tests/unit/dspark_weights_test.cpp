@@ -181,6 +181,51 @@ TEST(DsparkWeights, BitsZeroKeepsTheStoredBf16ValuesBitForBit) {
   EXPECT_EQ(steps.peak_bytes(), weights->bytes());  // bits 0 reads straight into the final buffers
 }
 
+// The drafter packs its bf16 matrices into the kernels' panels (one huge-page arena, fc, the layers, W2): every matrix
+// gives a window of 1..9 rows (a block of 7 and the absorb's few rows) the bits of its row-major weights.
+TEST(DsparkWeights, PackedBf16MatricesGiveEveryRowTheBitsOfTheRowMajorWeights) {
+  TempDir dir;
+  ASSERT_TRUE(testing::write_small_drafter(dir.path(), testing::small_drafter_config(), 5).ok());
+  Result<std::unique_ptr<io::Checkpoint>> checkpoint = io::Checkpoint::open(dir.path());
+  ASSERT_TRUE(checkpoint.ok());
+  const DsparkConfig config = parse(testing::small_drafter_config());
+  InitSteps steps;
+  Result<DsparkWeights> weights = load_draft_weights(**checkpoint, config, 0, steps);
+  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+  const DsparkWeights row_major = *weights;
+  const int packed = pack_draft_weights(*weights);
+  if (!compute::cpu_features().avx512) {
+    EXPECT_EQ(packed, 0);
+    GTEST_SKIP() << "no AVX-512: the drafter's matrices stay row-major";
+  }
+  ASSERT_EQ(packed, 2 + 7 * config.num_layers);  // fc, 7 per layer, W2
+  std::vector<std::pair<const DraftMatrix*, const DraftMatrix*>> pairs = {{&weights->fc, &row_major.fc},
+                                                                          {&weights->markov_w2, &row_major.markov_w2}};
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    const DraftLayerWeights &a = weights->layers[layer], &b = row_major.layers[layer];
+    for (auto [x, y] : {std::pair{&a.q_proj, &b.q_proj}, {&a.k_proj, &b.k_proj}, {&a.v_proj, &b.v_proj},
+                        {&a.o_proj, &b.o_proj}, {&a.gate_proj, &b.gate_proj}, {&a.up_proj, &b.up_proj},
+                        {&a.down_proj, &b.down_proj}})
+      pairs.push_back({x, y});
+  }
+  ThreadPool pool(2);
+  const compute::OpContext ctx{&pool, compute::NumericMode::Bf16};
+  for (const auto& [packed_matrix, plain] : pairs) {
+    ASSERT_NE(packed_matrix->dense.view().packed, nullptr);
+    ASSERT_EQ(plain->dense.view().packed, nullptr);
+    for (int64_t rows : {1, 3, 4, 5, 6, 7, 9}) {
+      std::vector<float> x(static_cast<size_t>(rows * plain->cols));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = round_to_bf16(std::sin(0.37f * static_cast<float>(i + rows)));
+      std::vector<float> got(static_cast<size_t>(rows * plain->rows), std::numeric_limits<float>::quiet_NaN());
+      std::vector<float> want(got.size(), 0.0f);
+      apply_matrix(ctx, x.data(), rows, *packed_matrix, got.data());
+      apply_matrix(ctx, x.data(), rows, *plain, want.data());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << plain->rows << "x" << plain->cols << " at " << rows << " rows";
+    }
+  }
+}
+
 TEST(DsparkWeights, BitsEightQuantizesEachRowAndPeaksAtFinalSizePlusTheLargestMatrix) {
   TempDir dir;
   json layout = testing::small_drafter_config();

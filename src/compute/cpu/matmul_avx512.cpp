@@ -42,6 +42,11 @@ constexpr int64_t kVerifyRows = 16;   // up to this many rows, 2-row x 8-column 
 // host a 2-row group ran 16-25% faster per row at 4..16 rows, thread CPU time; see docs/benchmarks.md).
 constexpr int64_t kVerifyGroupRows = 2;
 constexpr int64_t kPrefetchGroups = 2;  // how many 8-column groups ahead the verify path prefetches
+// Up to this many rows a verify window takes no software prefetch: the hardware prefetcher keeps up with its compute,
+// and a prefetch per line cost 30-40% of the tiles' rate with the weights in cache (this host, cpu7: 4 rows 55 -> 87
+// GMAC/s hot; a nano verify of 4 / 5 rows 1.45 / 1.74 -> 1.36 / 1.58 ms, one thread). From 7 rows (the drafter's
+// block) the prefetch pays: without it a cold pass ran 10-50% slower.
+constexpr int64_t kUnprefetchedVerifyRows = 6;
 constexpr int64_t kColumnBlockBytes = 256 * 1024;  // weights of one column block, swept by every row quad
 constexpr size_t kMaxGroup = 4;                   // matrices in one matmul_group call
 constexpr int64_t kStreamChunkBytes = 128 * 1024;  // weights per chunk the threads claim when streaming (few rows)
@@ -279,6 +284,16 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
   if (row_end - row_begin < kTileRows) {
     for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns)
       tile_rows<kFewRowsColumns>(tiles, row_end - row_begin, row_begin, col, std::min<int64_t>(kFewRowsColumns, col_end - col));
+    return;
+  }
+  if (row_end - row_begin <= kUnprefetchedVerifyRows) {
+    // A short verify window: each 8-column group runs every row (2-row tiles, 3 for the last three rows) while it is
+    // in L1, streaming the weights once.
+    for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns)
+      for (int64_t row = row_begin, take = 0; row < row_end; row += take) {
+        take = row_end - row == 3 ? 3 : std::min<int64_t>(kVerifyGroupRows, row_end - row);
+        tile_rows<kFewRowsColumns>(tiles, take, row, col, std::min<int64_t>(kFewRowsColumns, col_end - col));
+      }
     return;
   }
   if (row_end - row_begin <= kVerifyRows) {

@@ -74,6 +74,7 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config
   // Only where the w8a8 kernel runs: elsewhere the int8 GEMM widens codes to fp32 and the bf16 head is faster.
   if (options.bits == 8 && compute::cpu_features().avx512_vnni)
     LS_RETURN_IF_ERROR(quantize_target_head(weights, config, target, steps));
+  pack_draft_weights(weights);  // the panels the AVX-512 kernels stream (no-op elsewhere and for int8 matrices)
   LS_RETURN_IF_ERROR(steps.step("drafter state"));
   std::unique_ptr<DsparkDrafter> drafter(new DsparkDrafter(std::move(config), std::move(weights), target, options));
   const int64_t rows = static_cast<int64_t>(std::max(options.max_streams, 1)) * drafter->config_.block_size;

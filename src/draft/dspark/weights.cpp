@@ -122,6 +122,16 @@ void apply_matrix(const compute::OpContext& ctx, const float* x, int64_t rows, c
   }
 }
 
+int pack_draft_weights(DsparkWeights& weights) {
+  std::vector<compute::OwnedMatrix*> order = {&weights.fc.dense};
+  for (DraftLayerWeights& layer : weights.layers)
+    for (DraftMatrix* m : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
+                           &layer.up_proj, &layer.down_proj})
+      order.push_back(&m->dense);
+  order.push_back(&weights.markov_w2.dense);
+  return compute::pack_for_cpu(order);
+}
+
 int64_t DsparkWeights::bytes() const {
   auto floats = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); };
   int64_t total = fc.bytes() + head.bytes() + floats(hidden_norm) + floats(final_norm) + markov_w2.bytes() +

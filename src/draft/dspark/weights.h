@@ -69,6 +69,11 @@ Status quantize_draft_matrix(int64_t rows, int64_t cols, const std::string& name
                              const std::function<void(int64_t row, float* values)>& row_values,
                              const std::function<void()>& rows_read = {});
 
+// Packs every bf16 dense matrix into the CPU kernels' panels, in one huge-page arena in the order a round reads them
+// (fc, then each layer's q, k, v, o, gate, up, down, then W2), so a cold pass streams one contiguous run instead of
+// row-major rows on small pages; the same bits (matmul gives a row the same bits packed or not). Returns how many.
+int pack_draft_weights(DsparkWeights& weights);
+
 // One expected tensor of the manifest (reference/dspark.md §3.2).
 struct ManifestEntry {
   std::string name;
