@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -210,6 +212,60 @@ TEST(CudaMoeRoute, RefusesTooManyRowsExpertsSlotsOrRouterKByNumber) {
   const Status slots = combine_experts(nullptr, nullptr, 4, nullptr, nullptr, 257, 4, 64, nullptr, nullptr);
   EXPECT_EQ(slots.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(slots.to_string().find("rows 257 x k 4"), std::string::npos) << slots.to_string();
+}
+
+// Timing (LS_EXPERT_TIMING=1; never in the default suite): route_and_plan with the router inside at the 8B shapes
+// (32 experts, top-4, D 2048) back to back, 416 routers cycled (52 MB, past the L2) so the router comes from memory;
+// the router streamed through the warps' pipelines vs preloaded whole before the wait.
+TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenAsked) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (std::getenv("LS_EXPERT_TIMING") == nullptr) GTEST_SKIP() << "set LS_EXPERT_TIMING=1 to time";
+  constexpr int E = 32, k = 4, kRouters = 416, kIters = 832;
+  constexpr int64_t D = 2048, kMaxRows = 16;
+  DeviceBuffer<bf16> routers, logits, x = upload(random_bf16(kMaxRows * D, 5, 1.0f, false));
+  ASSERT_TRUE(routers.allocate(kRouters * E * D).ok() && logits.allocate(kMaxRows * E).ok());
+  ASSERT_EQ(cudaMemset(routers.data(), 0x3C, routers.bytes()), cudaSuccess);
+  DeviceBuffer<int32_t> chosen = poisoned<int32_t>(kMaxRows * k), offsets = poisoned<int32_t>(E + 1),
+                        order = poisoned<int32_t>(kMaxRows * k);
+  DeviceBuffer<float> weights = poisoned<float>(kMaxRows * k);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::printf("[route timing] rows, us per route + plan launch (router inside): streamed, preloaded\n");
+  for (int64_t rows : {1, 4, 16}) {
+    double us[2];
+    for (int v = 0; v < 2; ++v) {
+      set_moe_router_preload(v == 1);
+      auto launch = [&](int i) {
+        RoutePlan plan;
+        plan.logits = logits.data();
+        plan.x = x.data();
+        plan.router = routers.data() + static_cast<int64_t>(i % kRouters) * E * D;
+        plan.hidden = D;
+        plan.rows = rows;
+        plan.experts = E;
+        plan.k = k;
+        plan.normalize = true;
+        plan.chosen = chosen.data();
+        plan.weights = weights.data();
+        plan.offsets = offsets.data();
+        plan.order = order.data();
+        EXPECT_TRUE(route_and_plan(plan, nullptr).ok());
+      };
+      for (int i = 0; i < 16; ++i) launch(i);
+      cudaEventRecord(start);
+      for (int i = 0; i < kIters; ++i) launch(i);
+      cudaEventRecord(stop);
+      ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      us[v] = 1000.0 * ms / kIters;
+    }
+    set_moe_router_preload(false);
+    std::printf("[route timing] %3lld rows  %7.2f %7.2f us\n", static_cast<long long>(rows), us[0], us[1]);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
 }
 
 }  // namespace
