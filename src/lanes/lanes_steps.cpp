@@ -74,7 +74,11 @@ Status Lanes::admit() {
     const bool pays = pricing_.could_draft(streams, draft_cap(*stream));
     // always_draft (exactness checks) drafts every stream from its first round: every prompt is tapped.
     const bool scout_only = (options_.scout_prompt_only && !options_.pricing.always_draft) || !pays;
-    stream->dormant = drafter_proven ? !pays : scout_tapping && scout_only;
+    // Where even an always-right drafter could not pay at this many streams the scout's probe would be skipped:
+    // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
+    const bool hopeless = !drafter_proven && options_.scout_prompt_only &&
+                          !pricing_.could_draft(streams, draft_cap(*stream), /*always_right=*/true);
+    stream->dormant = hopeless || (drafter_proven ? !pays : scout_tapping && scout_only);
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
     stats_.dormant_entries += stream->dormant;

@@ -338,7 +338,7 @@ bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) 
   return could_pay(pending_rows, stream, cap);
 }
 
-bool Pricing::could_draft(int round_streams, int cap) const {
+bool Pricing::could_draft(int round_streams, int cap, bool always_right) const {
   if (cap <= 0) return false;
   if (options_.always_draft) return true;
   // Every stream of the round offering the same: a pass's fixed cost shared by all can pay where one's cannot.
@@ -349,7 +349,11 @@ bool Pricing::could_draft(int round_streams, int cap) const {
   for (size_t index = 1; index < offers.size(); ++index) {
     offers[index].fixed_rows = 0;
     offers[index].fixed_expected = 0;
-    offers[index].chances = pooled_acceptance_.chain(cap);
+    if (always_right) {
+      offers[index].chances.assign(cap, 1.0f);
+    } else {
+      offers[index].chances = pooled_acceptance_.chain(cap);
+    }
   }
   const Allocation best = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
   for (size_t index = 1; index < offers.size(); ++index) {

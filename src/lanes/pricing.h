@@ -70,7 +70,9 @@ class Pricing {
 
   // Whether drafts would be bought at all if all `round_streams` streams offered drafts with the acceptance pooled
   // so far (absorbs left out): a stream admitted when this says no does not tap its prompt.
-  bool could_draft(int round_streams, int cap) const;
+  // `always_right`: as if every draft landed (when even that cannot pay, no stream needs its prompt tapped: the
+  // scout's probe would be skipped too).
+  bool could_draft(int round_streams, int cap, bool always_right = false) const;
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
   // stream its rows' share of that call, not a call of its own.
   void set_batched_absorbs(bool on) { batched_absorbs_ = on; }
