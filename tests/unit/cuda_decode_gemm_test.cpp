@@ -345,7 +345,7 @@ TEST(CudaDecodeGemm, TheEnginesStagedPicksGiveEveryRowTheBitsOfTheStreamingPicks
     auto bias = upload(random_values(n, 43));
     const DeviceMatrix matrix{w.data(), with_bias ? bias.data() : nullptr, n, k};
     for (const int64_t m : {1, 3, 8, 9, 16}) {
-      set_decode_staged_pick(-1);
+      set_decode_staged_pick(-2);  // the streaming picks only
       auto want = poisoned<bf16>(m * n);
       ASSERT_TRUE(engine.gemm(x.data(), m, matrix, want.data(), nullptr, nullptr).ok());
       const std::vector<bf16> want_host = download(want, m * n);
@@ -358,6 +358,12 @@ TEST(CudaDecodeGemm, TheEnginesStagedPicksGiveEveryRowTheBitsOfTheStreamingPicks
             << decode_variant_name(decode_variant_count() - decode_staged_config_count() + config) << ": N " << n
             << " K " << k << " m " << m;
       }
+      set_decode_staged_pick(-1);  // the automatic picks: staged or streaming, the same bits
+      auto automatic = poisoned<bf16>(m * n);
+      ASSERT_TRUE(engine.gemm(x.data(), m, matrix, automatic.data(), nullptr, nullptr).ok());
+      const std::vector<bf16> automatic_host = download(automatic, m * n);
+      EXPECT_EQ(std::memcmp(automatic_host.data(), want_host.data(), sizeof(bf16) * m * n), 0)
+          << "automatic picks: N " << n << " K " << k << " m " << m;
     }
   }
   set_decode_staged_pick(-1);
@@ -379,7 +385,7 @@ TEST(CudaDecodeGemm, UnderEachStagedPickQKAndVInOneLaunchGiveTheBitsOfThreeStrea
       std::vector<DeviceBuffer<float>> biases;
       std::vector<DeviceMatrix> matrices;
       std::vector<std::vector<bf16>> want;
-      set_decode_staged_pick(-1);
+      set_decode_staged_pick(-2);  // the streaming picks only
       for (size_t i = 0; i < ns.size(); ++i) {
         weights.push_back(upload(to_bf16(random_values(ns[i] * k, 62 + i + k, 0.5f))));
         biases.push_back(upload(random_values(ns[i], 63 + i)));

@@ -22,8 +22,8 @@
 namespace ls::lfm2 {
 namespace {
 
-// A decode-launch mode: the staged pick (-1: streaming), norms fused into the mixers' / FFN's GEMM prologues and the
-// staged configuration those launches take.
+// A decode-launch mode: the staged pick (set_decode_staged_pick: -1 automatic, -2 streaming only), norms fused into
+// the mixers' / FFN's GEMM prologues and the staged configuration those launches take.
 struct DecodeMode {
   const char* name;
   int staged_pick;
@@ -107,19 +107,20 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
   auto* target = dynamic_cast<CudaTarget*>(loaded->get());
   ASSERT_NE(target, nullptr);
   const DecodeMode modes[] = {
-      {"streaming picks (default)", -1, false, false, 0},
+      {"default picks", -1, false, false, 0},
+      {"streaming picks only (the old path)", -2, false, false, 0},
       {"staged 2w 8c", 1, false, false, 0},
       {"staged 1w 8c", 0, false, false, 0},
       {"staged 4w 8c", 4, false, false, 0},
-      {"mixer norms in staged 1w 8c", -1, true, false, 0},
-      {"mixer norms in staged 2w 8c", -1, true, false, 1},
+      {"mixer norms in staged 1w 8c", -2, true, false, 0},
+      {"mixer norms in staged 2w 8c", -2, true, false, 1},
       {"mixer norms in 2w 8c + staged 2w 8c", 1, true, false, 1},
       {"mixer norms in 1w 8c + staged 1w 8c", 0, true, false, 0},
       {"all norms (2w 8c, swiglu 1w 16c) + staged 2w 8c", 1, true, true, 1},
-      {"all norms (swiglu streamed), streaming picks", -1, true, true, 40},
+      {"all norms (swiglu streamed), streaming picks", -2, true, true, 40},
       {"all norms (2w 8c, swiglu streamed) + staged 2w 8c", 1, true, true, 41},
       {"all norms (1w 8c, swiglu streamed) + staged 1w 8c", 0, true, true, 40},
-      {"streaming picks (default, again)", -1, false, false, 0},
+      {"default picks (again)", -1, false, false, 0},
   };
   const int context = 128, steps = 72;
   std::vector<int32_t> want;

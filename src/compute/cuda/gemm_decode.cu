@@ -144,7 +144,11 @@ int pick_stream_variant(const GemmArgs& args) {
   return args.m <= 8 ? 2 : 1;
 }
 
-// Bench only: the staged configuration the engine's narrow one-slice picks take (-1: the streaming picks).
+// The automatic staged pick: the staged configuration the engine's narrow one-slice decode GEMMs (and the grouped
+// q / k / v launch) take up to kAutoStagedRows rows; -1: none (the streaming picks).
+constexpr int kAutoStagedConfig = -1, kAutoStagedRows = 1;
+// set_decode_staged_pick: a configuration pinned for every decode width (>= 0), the automatic picks (-1), or the
+// streaming picks only (-2, the path before the staged picks).
 std::atomic<int> staged_pick{-1};
 
 // Whether the streaming launches prefetch their weights into L2 before the programmatic wait.
@@ -158,7 +162,7 @@ Status launch_variant(int variant, const GemmArgs& args, int sm_count, cudaStrea
 }
 
 int pick_variant(const GemmArgs& args) {
-  const int staged = staged_pick.load(std::memory_order_relaxed);
+  const int staged = staged_config_for(args.m);
   if (staged >= 0 && slice_count(args.k) == 1 && args.n < 8192) return kStreamVariants + staged;
   return pick_stream_variant(args);
 }
@@ -178,7 +182,11 @@ Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
   return launch_variant(pick_variant(args), args, sm_count, stream);
 }
 
-int staged_pick_now() { return staged_pick.load(std::memory_order_relaxed); }
+int staged_config_for(int m) {
+  const int pick = staged_pick.load(std::memory_order_relaxed);
+  if (pick >= 0) return pick;
+  return pick == -1 && m <= kAutoStagedRows ? kAutoStagedConfig : -1;
+}
 
 void allow_decode_shared(int optin_bytes) {
   cudaFuncSetAttribute(gemm_decode_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
@@ -202,7 +210,7 @@ const char* decode_variant_name(int variant) {
 void set_decode_l2_prefetch(bool on) { gemm_detail::l2_prefetch.store(on, std::memory_order_relaxed); }
 
 void set_decode_staged_pick(int config) {
-  gemm_detail::staged_pick.store(config >= 0 && config < gemm_detail::kStagedConfigs ? config : -1,
+  gemm_detail::staged_pick.store(config >= 0 && config < gemm_detail::kStagedConfigs ? config : config == -2 ? -2 : -1,
                                  std::memory_order_relaxed);
 }
 

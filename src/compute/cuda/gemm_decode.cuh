@@ -62,7 +62,8 @@ void allow_staged_shared(int optin_bytes);
 // staged_group_fits says whether it can run there (one slice, m <= 16, the shared memory granted).
 bool staged_group_fits(int config, int m, int k);
 Status launch_staged_group(int config, const GemmArgs* args, int count, cudaStream_t stream);
-// gemm_decode.cu: the bench's staged pick (set_decode_staged_pick; -1: the streaming picks).
-int staged_pick_now();
+// gemm_decode.cu: the staged configuration a decode launch of m rows takes (set_decode_staged_pick, or the automatic
+// pick); -1: the streaming kernels.
+int staged_config_for(int m);
 
 }  // namespace ls::cuda::gemm_detail

@@ -506,7 +506,7 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
     group.first_block[i + 1] = group.first_block[i] + static_cast<int>((w.rows + cols - 1) / cols);
     rows += w.rows;
   }
-  const int staged = gemm_detail::staged_pick_now();  // bench A/B: the staged kernel, all weights before the wait
+  const int staged = gemm_detail::staged_config_for(static_cast<int>(m));  // all weights before the wait
   if (staged >= 0 && gemm_detail::staged_group_fits(staged, static_cast<int>(m), static_cast<int>(ws[0].cols)))
     return gemm_detail::launch_staged_group(staged, group.args, group.count, stream);
   group.prefetch_tiles = gemm_detail::prefetch_tiles_for(rows, ws[0].cols);

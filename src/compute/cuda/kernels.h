@@ -73,10 +73,11 @@ int decode_variant_count();
 const char* decode_variant_name(int variant);
 Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32,
                            cudaStream_t stream);
-// Bench only (gpu_bench --decode-staged): the engine's narrow one-slice decode GEMMs (N < 8192, K <= 2048) take
-// staged configuration `config` (0 .. decode_staged_config_count()-1; variants decode_variant_count() -
-// decode_staged_config_count() on) instead of the streaming pick; -1 puts the streaming picks back. The bits are the
-// same either way; drop captured graphs after a change.
+// Benches and tests (gpu_bench --decode-staged): the engine's narrow one-slice decode GEMMs (N < 8192, K <= 2048)
+// and the grouped q / k / v launch take staged configuration `config` (0 .. decode_staged_config_count()-1; variants
+// decode_variant_count() - decode_staged_config_count() on) at every width up to 16 rows; -1 puts the automatic
+// picks back (the default), -2 the streaming picks only (the path before the staged picks). The bits are the same
+// either way; drop captured graphs after a change.
 void set_decode_staged_pick(int config);
 // Bench only (A/B): the streaming decode launches (variants 1..6, the fused SwiGLU and q / k / v launches) ask L2
 // for their weights before waiting on the kernel before them (sm_90; off by default). Same bits either way.
