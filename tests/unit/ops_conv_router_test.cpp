@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/thread_pool.h"
+#include "compute/cpu/cpu_features.h"
 #include "ops_test_util.h"
 
 namespace ls::compute {
@@ -92,6 +93,39 @@ TEST(OpsShortConv, SplittingChannelsOverTwoThreadsGivesTheOneThreadBits) {
     EXPECT_TRUE(bitwise_equal(z1.data(), z2.data(), z1.size()));
     EXPECT_TRUE(bitwise_equal(y1.data(), y2.data(), y1.size()));
   }
+}
+
+// The AVX-512 kernel (16 channels at a time, products never fused into the sums) gives the scalar loop's bits, for
+// 1..9 rows (a decode step, verify windows) over history, earlier passes of the window and this pass, with and
+// without a bias, at a width with a partial last vector.
+TEST(OpsShortConv, TheAvx512KernelGivesTheScalarLoopsBitsInBothModes) {
+  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512: only the scalar loop runs";
+  for (NumericMode mode : kModes)
+    for (int64_t rows : {1, 2, 4, 9})
+      for (bool with_bias : {false, true}) {
+        const int width = 37;
+        const OpContext ctx{nullptr, mode};
+        const std::vector<float> bcx = stored(random_values(rows * 3 * width, 31 + rows, 2.0f), mode);
+        const std::vector<float> weight = stored(random_values(width * kKernel, 32), mode);
+        const std::vector<float> bias = stored(random_values(width, 33), mode);
+        const std::vector<float> start = stored(random_values(2 * width, 34), mode);
+        const std::vector<float> before = stored(random_values(1 * width, 35), mode);  // one row of an earlier pass
+        const ShortConvInput input{bcx.data(),    rows, width, kKernel, start.data(), before.data(), 1, weight.data(),
+                                   with_bias ? bias.data() : nullptr};
+        std::vector<float> z_vector = poisoned(rows * width), y_vector = poisoned(rows * width);
+        std::vector<float> z_scalar = poisoned(rows * width), y_scalar = poisoned(rows * width);
+        short_conv(ctx, input, z_vector.data(), y_vector.data());
+        {
+          CpuFeatures scalar = cpu_features();
+          scalar.avx512 = scalar.avx512_bf16 = scalar.avx512_vnni = false;
+          const CpuFeaturesOverride forced(scalar);
+          short_conv(ctx, input, z_scalar.data(), y_scalar.data());
+        }
+        ASSERT_TRUE(all_finite(y_vector)) << mode_name(mode) << " rows " << rows;
+        EXPECT_TRUE(bitwise_equal(z_vector.data(), z_scalar.data(), z_vector.size())) << mode_name(mode) << " " << rows;
+        EXPECT_TRUE(bitwise_equal(y_vector.data(), y_scalar.data(), y_vector.size()))
+            << mode_name(mode) << " rows " << rows << (with_bias ? " with bias" : "");
+      }
 }
 
 TEST(OpsRouter, PicksTopKByBiasedScoreInDescendingOrderAndWeighsByUnbiasedScores) {
