@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/thread_pool.h"
+#include "compute/cpu/cpu_features.h"
 #include "ops_test_util.h"
 
 namespace ls::compute {
@@ -83,6 +84,31 @@ TEST(OpsRope, SplittingRowsOverTwoThreadsGivesTheOneThreadBits) {
     rope_neox(OpContext{&pool, mode}, split.data(), rows, heads, positions.data(), table);
     EXPECT_TRUE(bitwise_equal(alone.data(), split.data(), alone.size())) << mode_name(mode);
   }
+}
+
+// The AVX-512 rotation (16 lanes, the scalar loop's products, roundings and sums; never fused) gives the scalar
+// loop's bits in both modes, for head sizes 64 and 128 and values that include zeros, signed zeros and large ones.
+TEST(OpsRope, TheAvx512RotationGivesTheScalarLoopsBits) {
+  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512: only the scalar loop runs";
+  for (NumericMode mode : kModes)
+    for (int hd : {64, 128}) {
+      const int heads = 3, rows = 5;
+      const RopeTable table = make_rope_table(hd, 1e6);
+      std::vector<float> vector = stored(random_values(rows * heads * hd, 41 + hd, 30.0f), mode);
+      vector[3] = 0.0f;
+      vector[hd / 2 + 3] = -0.0f;
+      std::vector<float> scalar = vector;
+      const int64_t positions[rows] = {0, 1, 200, 4095, 123456};
+      rope_neox(OpContext{nullptr, mode}, vector.data(), rows, heads, positions, table);
+      {
+        CpuFeatures plain = cpu_features();
+        plain.avx512 = plain.avx512_bf16 = plain.avx512_vnni = false;
+        const CpuFeaturesOverride forced(plain);
+        rope_neox(OpContext{nullptr, mode}, scalar.data(), rows, heads, positions, table);
+      }
+      ASSERT_TRUE(all_finite(vector));
+      EXPECT_TRUE(bitwise_equal(vector.data(), scalar.data(), vector.size())) << mode_name(mode) << " hd " << hd;
+    }
 }
 
 // The fp32 NeoX rotation of x [rows, heads, 64] computed here from std::cos / std::sin of float angles.

@@ -3,7 +3,9 @@
 #include <vector>
 
 #include "base/check.h"
+#include "compute/cpu/cpu_features.h"
 #include "compute/cpu/rope_angles.h"
+#include "compute/cpu/simd_avx512.h"
 #include "compute/ops.h"
 
 namespace ls::compute {
@@ -19,6 +21,34 @@ constexpr float kInvFreq64Theta1e6[32] = {
     0x1.094564p-15f, 0x1.58863ap-16f, 0x1.bf749ep-17f, 0x1.2291c6p-17f, 0x1.796182p-18f, 0x1.ea20e0p-19f,
     0x1.3e47c8p-19f, 0x1.9d5ef2p-20f,
 };
+
+// A product kept as it is (no fused multiply-add may absorb it: the scalar loop rounds each product before the sum).
+LS_TARGET_AVX512 inline __m512 unfused(__m512 product) {
+  __asm__("" : "+v"(product));
+  return product;
+}
+
+// One row's heads rotated 16 lanes at a time (half a multiple of 16): the scalar loop's products, roundings and sum per
+// element, in its order. cos_half / sin_half [half] are already stored.
+LS_TARGET_AVX512 void rotate_heads_avx512(bool round, float* x, int heads, int half, const float* cos_half,
+                                          const float* sin_half) {
+  using namespace simd;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int head = 0; head < heads; ++head) {
+    float* low = x + int64_t{head} * 2 * half;  // v[0 .. half), rotated as -v[half ..]
+    float* high = low + half;                    // v[half .. 2 half), rotated as v[0 ..]
+    for (int i = 0; i < half; i += 16) {
+      const __m512 c = _mm512_loadu_ps(cos_half + i), s = _mm512_loadu_ps(sin_half + i);
+      const __m512 a = _mm512_loadu_ps(low + i), b = _mm512_loadu_ps(high + i);
+      const __m512 low_c = store16(round, unfused(_mm512_mul_ps(a, c)));
+      const __m512 low_s = store16(round, unfused(_mm512_mul_ps(_mm512_xor_ps(b, sign), s)));
+      const __m512 high_c = store16(round, unfused(_mm512_mul_ps(b, c)));
+      const __m512 high_s = store16(round, unfused(_mm512_mul_ps(a, s)));
+      _mm512_storeu_ps(low + i, store16(round, _mm512_add_ps(low_c, low_s)));
+      _mm512_storeu_ps(high + i, store16(round, _mm512_add_ps(high_c, high_s)));
+    }
+  }
+}
 
 }  // namespace
 
@@ -43,6 +73,7 @@ RopeTable make_rope_table(int head_dim, double theta) {
 void rope_neox(const OpContext& ctx, float* x, int64_t rows, int heads, const int64_t* positions,
                const RopeTable& table) {
   const int head_dim = table.head_dim, half = head_dim / 2;
+  const bool vector = cpu_features().avx512 && half % 16 == 0;
   auto rotate_rows = [&](int64_t row_begin, int64_t row_end) {
     std::vector<float> cos_half(half), sin_half(half), rotated(head_dim);
     for (int64_t row = row_begin; row < row_end; ++row) {
@@ -50,6 +81,11 @@ void rope_neox(const OpContext& ctx, float* x, int64_t rows, int heads, const in
       for (int i = 0; i < half; ++i) {
         cos_half[i] = ctx.store(angles.cos[i]);
         sin_half[i] = ctx.store(angles.sin[i]);
+      }
+      if (vector) {
+        rotate_heads_avx512(ctx.rounds_to_bf16(), x + row * heads * head_dim, heads, half, cos_half.data(),
+                            sin_half.data());
+        continue;
       }
       for (int head = 0; head < heads; ++head) {
         float* v = x + (row * heads + head) * head_dim;
