@@ -414,5 +414,34 @@ TEST(DsparkRope, InterleavedRotationEqualsNeoxOnPairPermutedValuesBitForBit) {
   }
 }
 
+// The AVX-512 interleaved rotation (8 pairs at a time, products never fused) gives the scalar loop's bits in both
+// modes at the drafters' head size 64 and at 16, over positions from 0 to past the angle cache, signed zeros included.
+TEST(DsparkRope, TheAvx512InterleavedRotationGivesTheScalarLoopsBits) {
+  if (!compute::cpu_features().avx512) GTEST_SKIP() << "no AVX-512: only the scalar loop runs";
+  for (int head_dim : {16, 64})
+    for (compute::NumericMode mode : {compute::NumericMode::Fp32, compute::NumericMode::Bf16}) {
+      const int heads = 3, rows = 5;
+      const compute::RopeTable table = compute::make_rope_table(head_dim, 1e6);
+      const int64_t positions[rows] = {0, 9, 511, 4000, 70001};
+      std::mt19937 rng(head_dim);
+      std::uniform_real_distribution<float> uniform(-40.0f, 40.0f);
+      std::vector<float> vector(static_cast<size_t>(rows * heads * head_dim));
+      for (float& v : vector) v = mode == compute::NumericMode::Bf16 ? round_to_bf16(uniform(rng)) : uniform(rng);
+      vector[2] = 0.0f;
+      vector[3] = -0.0f;
+      std::vector<float> scalar = vector;
+      const compute::OpContext ctx{nullptr, mode};
+      compute::rope_rotate(ctx, vector.data(), rows, heads, positions, table, /*neox=*/false);
+      {
+        compute::CpuFeatures plain = compute::cpu_features();
+        plain.avx512 = plain.avx512_bf16 = plain.avx512_vnni = false;
+        const compute::CpuFeaturesOverride forced(plain);
+        compute::rope_rotate(ctx, scalar.data(), rows, heads, positions, table, /*neox=*/false);
+      }
+      EXPECT_EQ(std::memcmp(vector.data(), scalar.data(), vector.size() * sizeof(float)), 0)
+          << "head size " << head_dim << (mode == compute::NumericMode::Bf16 ? " bf16" : " fp32");
+    }
+}
+
 }  // namespace
 }  // namespace ls::dspark
