@@ -495,6 +495,36 @@ struct Best {
   }
 };
 
+// The Best of values [width] offered in column order from `first_column` on, 16 columns at a time: each lane keeps its
+// first largest non-NaN value, then the largest over the lanes wins with ties to the lowest column -- the column the
+// one-by-one scan ends on (+0 and -0 tie there as here).
+LS_TARGET_AVX512 Best best_of(const float* values, int64_t width, int32_t first_column) {
+  __m512 best = _mm512_setzero_ps();
+  __m512i best_column = _mm512_setzero_si512();
+  __mmask16 found = 0;
+  __m512i column = _mm512_add_epi32(_mm512_set1_epi32(first_column),
+                                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i step = _mm512_set1_epi32(16);
+  for (int64_t col = 0; col < width; col += 16) {
+    const __mmask16 inside = simd::first_lanes(width - col);
+    const __m512 v = _mm512_maskz_loadu_ps(inside, values + col);
+    const __mmask16 number = _mm512_mask_cmp_ps_mask(inside, v, v, _CMP_ORD_Q);  // not NaN
+    const __mmask16 better = number & (~found | _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ));
+    best = _mm512_mask_mov_ps(best, better, v);
+    best_column = _mm512_mask_mov_epi32(best_column, better, column);
+    found |= number;
+    column = _mm512_add_epi32(column, step);
+  }
+  Best result;
+  if (found == 0) return result;
+  const float top = _mm512_mask_reduce_max_ps(found, best);
+  const __mmask16 at_top = _mm512_mask_cmp_ps_mask(found, best, _mm512_set1_ps(top), _CMP_EQ_OQ);
+  result.found = true;
+  result.column = _mm512_mask_reduce_min_epi32(at_top, best_column);
+  result.value = values[result.column - first_column];
+  return result;
+}
+
 }  // namespace
 
 bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, int32_t* best) {
@@ -517,11 +547,8 @@ bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, co
       outputs.resize(rows * width);
       const Matrix slice = column_slice(w, col_begin, col_end);
       run_columns(prepare(slice, x, kinds.x_bf16, outputs.data()), kinds.is_bf16, rows, round, 0, width);
-      for (int64_t row = 0; row < rows; ++row) {
-        Best& found = chunk_best[chunk * rows + row];
-        for (int64_t col = 0; col < width; ++col)
-          found.offer(outputs[row * width + col], static_cast<int32_t>(col_begin + col));
-      }
+      for (int64_t row = 0; row < rows; ++row)
+        chunk_best[chunk * rows + row] = best_of(outputs.data() + row * width, width, static_cast<int32_t>(col_begin));
     }
   };
   if (ctx.pool)
