@@ -287,11 +287,13 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
     return;
   }
   if (row_end - row_begin <= kUnprefetchedVerifyRows) {
-    // A short verify window: each 8-column group runs every row (2-row tiles, 3 for the last three rows) while it is
-    // in L1, streaming the weights once.
+    // A short verify window: each 8-column group runs every row while it is in L1, streaming the weights once: 2-row
+    // tiles, but 3 + 2 for five rows (the first tile of a group, the one that waits on memory, the wider: a cold
+    // 5-row verify 1.40-1.45 -> 1.23-1.29 ms against 2 + 3, one thread).
     for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns)
       for (int64_t row = row_begin, take = 0; row < row_end; row += take) {
-        take = row_end - row == 3 ? 3 : std::min<int64_t>(kVerifyGroupRows, row_end - row);
+        const int64_t left = row_end - row;
+        take = left == 5 || left == 3 ? 3 : std::min<int64_t>(kVerifyGroupRows, left);
         tile_rows<kFewRowsColumns>(tiles, take, row, col, std::min<int64_t>(kFewRowsColumns, col_end - col));
       }
     return;
