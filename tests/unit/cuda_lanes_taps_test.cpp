@@ -13,6 +13,7 @@
 #include "draft/load.h"
 #include "lanes/lanes.h"
 #include "lanes/testing/harness.h"
+#include "model/lfm2/cuda/cuda_target.h"
 #include "model/load.h"
 
 namespace ls {
@@ -167,6 +168,58 @@ TEST_P(CudaLanesBatchedAbsorb, ABatchedDeviceAbsorbDraftsLikeHostAbsorbsOfTheSam
 }
 
 INSTANTIATE_TEST_SUITE_P(Nano, CudaLanesBatchedAbsorb, ::testing::Values(std::pair{10, 6}, std::pair{100, 60}));
+
+// Setting the same tap layers again (every Lanes::create does) keeps the captured graphs; other layers drop them.
+// Before, each drafted lanes_bench run cleared every graph of the shared target, plain's included, and paid every
+// shape's eager run and capture again inside its timed rounds.
+TEST(CudaLanesDeviceTaps, SettingTheSameTapLayersAgainKeepsTheCapturedGraphs) {
+  LS_SKIP_WITHOUT_DEVICE();
+  auto loaded = nano_target();
+  if (!loaded) GTEST_SKIP() << "no nano target";
+  auto* target = dynamic_cast<lfm2::CudaTarget*>(loaded.get());
+  ASSERT_NE(target, nullptr);
+  const std::vector<int> layers = {1, 3};
+  ASSERT_TRUE(target->set_taps(layers).ok());
+  const std::vector<int32_t> prompt = {11, 400, 23};
+  std::vector<Window> windows(2);
+  std::vector<int32_t> pending(2, 0);
+  for (int index = 0; index < 2; ++index) {
+    windows[index].stream = 40 + index;
+    windows[index].tokens = prompt;
+  }
+  Result<Verified> prefill = target->forward(windows);
+  ASSERT_TRUE(prefill.ok()) << prefill.status().to_string();
+  for (int index = 0; index < 2; ++index) {
+    ASSERT_TRUE(target->commit(windows[index].stream, 3).ok());
+    pending[index] = prefill->draws[prefill->row_begin[index] + 2];
+  }
+  int64_t position = 3;
+  auto step = [&]() {
+    for (int index = 0; index < 2; ++index) {
+      windows[index].tokens = std::span<const int32_t>(&pending[index], 1);
+      windows[index].start_position = position;
+      windows[index].want_taps = index == 0;
+    }
+    Result<Verified> verified = target->forward(windows);
+    ASSERT_TRUE(verified.ok()) << verified.status().to_string();
+    for (int index = 0; index < 2; ++index) {
+      ASSERT_TRUE(target->commit(windows[index].stream, 1).ok());
+      pending[index] = verified->draws[verified->row_begin[index]];
+    }
+    ++position;
+  };
+  for (int round = 0; round < 3; ++round) step();
+  const int graphs = target->graph_count();
+  ASSERT_GT(graphs, 0);
+  ASSERT_TRUE(target->set_taps(layers).ok());
+  EXPECT_EQ(target->graph_count(), graphs);
+  step();
+  EXPECT_EQ(target->graph_count(), graphs);  // replayed, not captured again
+  ASSERT_TRUE(target->set_taps(std::vector<int>{1, 4}).ok());
+  EXPECT_EQ(target->graph_count(), 0);
+  step();
+  for (int index = 0; index < 2; ++index) target->release(windows[index].stream);
+}
 
 // A round of dormant streams asks for no taps: the forward then copies none (its graph is a plain forward's) and
 // returns no device taps, with the same draws as a forward of the same rows that taps.
