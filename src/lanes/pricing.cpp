@@ -107,8 +107,9 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   if (has_confidence_) {
     std::vector<float> chances = acceptance.chain(cap);
     // The last pass's drafts were all cut by the trim: its confidences are what the next pass will likely say.
-    for (size_t index = 0; index < chances.size() && !stream.doubted_chances.empty(); ++index) {
-      chances[index] = std::min(chances[index], stream.doubted_chances[std::min(index, stream.doubted_chances.size() - 1)]);
+    const std::vector<float>& doubted = stream.doubted_chances;
+    for (size_t index = 0; index < chances.size() && !doubted.empty(); ++index) {
+      chances[index] = std::min(chances[index], doubted[std::min(index, doubted.size() - 1)]);
     }
     return chances;
   }
