@@ -29,6 +29,8 @@ struct DecodeMode {
   int staged_pick;
   bool fuse_mixers, fuse_ffn;
   int norm_config;  // swiglu config * 10 + group config (set_decode_norm_configs; swiglu 0: 2)
+  int narrow_variant = -1;  // set_decode_narrow_pick: the variant, and N up to narrow_max_n (negative: N = -max only)
+  int narrow_max_n = 0;
 };
 
 // Puts the process-wide switches back however the test ends.
@@ -36,6 +38,7 @@ struct DefaultSwitchesAtExit {
   ~DefaultSwitchesAtExit() {
     cuda::set_decode_staged_pick(-1);
     cuda::set_decode_norm_configs(0, 2);
+    cuda::set_decode_narrow_pick(-1, 0);
   }
 };
 
@@ -106,27 +109,29 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   auto* target = dynamic_cast<CudaTarget*>(loaded->get());
   ASSERT_NE(target, nullptr);
+  // Batch s6A: every staged pick and every norm prologue lost end to end (1.09-1.35 ms against 1.057); now the
+  // narrow picks one shape class at a time (set_decode_narrow_pick: variant, N limit).
   const DecodeMode modes[] = {
       {"default picks", -1, false, false, 0},
       {"streaming picks only (the old path)", -2, false, false, 0},
-      {"staged 2w 8c", 1, false, false, 0},
-      {"staged 1w 8c", 0, false, false, 0},
-      {"staged 4w 8c", 4, false, false, 0},
-      {"mixer norms in staged 1w 8c", -2, true, false, 0},
-      {"mixer norms in staged 2w 8c", -2, true, false, 1},
-      {"mixer norms in 2w 8c + staged 2w 8c", 1, true, false, 1},
-      {"mixer norms in 1w 8c + staged 1w 8c", 0, true, false, 0},
-      {"all norms (2w 8c, swiglu 1w 16c) + staged 2w 8c", 1, true, true, 1},
-      {"all norms (swiglu streamed), streaming picks", -2, true, true, 40},
-      {"all norms (2w 8c, swiglu streamed) + staged 2w 8c", 1, true, true, 41},
-      {"all norms (1w 8c, swiglu streamed) + staged 1w 8c", 0, true, true, 40},
+      {"N <= 2048 on staged 2w 8c", -1, false, false, 0, 8, 2048},
+      {"N <= 2048 on staged 1w 8c", -1, false, false, 0, 7, 2048},
+      {"N <= 2048 on stream 2w s16 8c", -1, false, false, 0, 5, 2048},
+      {"N <= 2048 on stream 1w s32 8c", -1, false, false, 0, 6, 2048},
+      {"N <= 6144 on stream 2w s16 8c", -1, false, false, 0, 5, 6144},
+      {"N <= 6144 on stream 8w s8 8c", -1, false, false, 0, 4, 6144},
+      {"N <= 6144 on stream 4w s8 16c", -1, false, false, 0, 1, 6144},
+      {"6144 only on stream 2w s16 8c", -1, false, false, 0, 5, -6144},
+      {"staged 2w 8c (pinned, every width)", 1, false, false, 0},
       {"default picks (again)", -1, false, false, 0},
   };
+
   const int context = 128, steps = 72;
   std::vector<int32_t> want;
   StreamId stream = 1;
   for (const DecodeMode& mode : modes) {
     cuda::set_decode_staged_pick(mode.staged_pick);
+    cuda::set_decode_narrow_pick(mode.narrow_variant, mode.narrow_max_n);
     cuda::set_decode_norm_configs(mode.norm_config % 10, mode.norm_config >= 10 ? mode.norm_config / 10 : 2);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
     const StepRun run = run_steps(*target, stream++, context, steps);

@@ -79,6 +79,11 @@ Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMa
 // picks back (the default), -2 the streaming picks only (the path before the staged picks). The bits are the same
 // either way; drop captured graphs after a change.
 void set_decode_staged_pick(int config);
+// Bench only (A/B): one-slice decode GEMMs of N <= max_n (< 8192; max_n < 0: N = -max_n only) at m <= 8 take decode
+// variant `variant` (any of decode_variant_count(), staged ones included) unless a staged pick is pinned; -1 puts the
+// automatic picks back.
+// Same bits; drop captured graphs after a change.
+void set_decode_narrow_pick(int variant, int64_t max_n);
 // Bench only (A/B): the streaming decode launches (variants 1..6, the fused SwiGLU and q / k / v launches) ask L2
 // for their weights before waiting on the kernel before them (sm_90; off by default). Same bits either way.
 void set_decode_l2_prefetch(bool on);
