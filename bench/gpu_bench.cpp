@@ -439,17 +439,15 @@ int main(int argc, char** argv) {
     target->set_graphs(false);
     target->set_graphs(true);
     expert_path_ms.push_back({"auto, combine in down", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_router_preload(true);  // moe6: + the router staged whole before route + plan waits
+    lfm2::gpu::set_moe_fused_launches(2);
+    lfm2::gpu::set_moe_router_preload(false);  // moe6: session 5's router streamed through the route CTA's warps
     target->set_graphs(false);
     target->set_graphs(true);
-    expert_path_ms.push_back({"auto, combine in down, router preloaded", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_fused_launches(2);
+    expert_path_ms.push_back({"auto, router streamed", time_steps(o.decode_tokens)});
+    lfm2::gpu::set_moe_router_preload(true);  // the default (router preloaded) again, right after the old path
     target->set_graphs(false);
     target->set_graphs(true);
     expert_path_ms.push_back({"auto, router preloaded", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_router_preload(false);
-    target->set_graphs(false);
-    target->set_graphs(true);
   }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);

@@ -105,8 +105,9 @@ TEST(CudaMoeRoute, TheRouterGemmInsideRouteAndPlanGivesTheGemmEngineAndRouteLaun
       ASSERT_TRUE(router_preload_fits(c.rows, c.experts, c.hidden)) << "rows " << c.rows;
     }
     struct PreloadScope {
-      explicit PreloadScope(bool on) { set_moe_router_preload(on); }
-      ~PreloadScope() { set_moe_router_preload(false); }
+      explicit PreloadScope(bool on) : before(moe_router_preload()) { set_moe_router_preload(on); }
+      ~PreloadScope() { set_moe_router_preload(before); }
+      bool before;
     } preload_scope(c.preload);
     const int64_t slots = c.rows * c.k;
     DeviceBuffer<bf16> x = upload(random_bf16(c.rows * c.hidden, 50 + c.rows, 1.0f, false));
@@ -231,6 +232,7 @@ TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenA
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
+  const bool preload_before = moe_router_preload();
   std::printf("[route timing] rows, us per route + plan launch (router inside): streamed, preloaded\n");
   for (int64_t rows : {1, 4, 16}) {
     double us[2];
@@ -261,7 +263,7 @@ TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenA
       cudaEventElapsedTime(&ms, start, stop);
       us[v] = 1000.0 * ms / kIters;
     }
-    set_moe_router_preload(false);
+    set_moe_router_preload(preload_before);
     std::printf("[route timing] %3lld rows  %7.2f %7.2f us\n", static_cast<long long>(rows), us[0], us[1]);
   }
   cudaEventDestroy(start);

@@ -28,16 +28,19 @@ struct MoeMode {
 // The streamed experts pinned (the small model's K is below the automatic tensor-core pick) and the MoE launches of
 // `mode`, for one scope.
 struct ModeScope {
-  explicit ModeScope(MoeMode mode) {
+  explicit ModeScope(MoeMode mode)
+      : level_before(gpu::moe_fused_launches()), preload_before(gpu::moe_router_preload()) {
     gpu::pin_expert_ffn_path_for_test(gpu::ExpertFfnPath::Streamed);
     gpu::set_moe_fused_launches(mode.level);
     gpu::set_moe_router_preload(mode.preload);
   }
   ~ModeScope() {
     gpu::pin_expert_ffn_path_for_test(gpu::ExpertFfnPath::Automatic);
-    gpu::set_moe_fused_launches(2);
-    gpu::set_moe_router_preload(false);
+    gpu::set_moe_fused_launches(level_before);
+    gpu::set_moe_router_preload(preload_before);
   }
+  int level_before;
+  bool preload_before;
 };
 
 std::unique_ptr<CudaTarget> moe_target() {
