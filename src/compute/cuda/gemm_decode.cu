@@ -161,17 +161,24 @@ Status launch_variant(int variant, const GemmArgs& args, int sm_count, cudaStrea
   return launch_first(args, sm_count, stream);
 }
 
-// Bench A/B (set_decode_narrow_pick): the variant one-slice decode GEMMs of N <= narrow_max_n at m <= 8 take
-// (-1: the picks above).
+// The automatic narrow pick: one-slice decode GEMMs of kAutoNarrowMinN <= N <= kAutoNarrowMaxN at m <= 8 take
+// variant kAutoNarrowVariant (-1: none, the picks above).
+constexpr int kAutoNarrowVariant = -1, kAutoNarrowMinN = 0, kAutoNarrowMaxN = 0;
+// set_decode_narrow_pick: a variant pinned for narrow_min_n <= N <= narrow_max_n (>= 0), the automatic narrow pick
+// (-1), none (-2). set_decode_staged_pick(-2) (the old path) also drops the automatic one.
 std::atomic<int> narrow_variant{-1}, narrow_max_n{0}, narrow_min_n{0};
 
 int pick_variant(const GemmArgs& args) {
   const int staged = staged_config_for(args.m);
   if (staged >= 0 && slice_count(args.k) == 1 && args.n < 8192) return kStreamVariants + staged;
-  const int narrow = narrow_variant.load(std::memory_order_relaxed);
-  if (narrow >= 0 && args.m <= 8 && slice_count(args.k) == 1 && args.n <= narrow_max_n.load(std::memory_order_relaxed) &&
-      args.n >= narrow_min_n.load(std::memory_order_relaxed))
-    return narrow;
+  int narrow = narrow_variant.load(std::memory_order_relaxed);
+  int low = narrow_min_n.load(std::memory_order_relaxed), high = narrow_max_n.load(std::memory_order_relaxed);
+  if (narrow == -1 && staged_pick.load(std::memory_order_relaxed) != -2) {
+    narrow = kAutoNarrowVariant;
+    low = kAutoNarrowMinN;
+    high = kAutoNarrowMaxN;
+  }
+  if (narrow >= 0 && args.m <= 8 && slice_count(args.k) == 1 && args.n >= low && args.n <= high) return narrow;
   return pick_stream_variant(args);
 }
 
@@ -227,7 +234,7 @@ void set_decode_narrow_pick(int variant, int64_t max_n) {
   const int limit = static_cast<int>(std::min<int64_t>(max_n < 0 ? -max_n : max_n, 8191));
   gemm_detail::narrow_max_n.store(limit, std::memory_order_relaxed);
   gemm_detail::narrow_min_n.store(max_n < 0 ? limit : 0, std::memory_order_relaxed);  // negative: N = -max_n only
-  gemm_detail::narrow_variant.store(valid ? variant : -1, std::memory_order_relaxed);
+  gemm_detail::narrow_variant.store(valid ? variant : variant == -2 ? -2 : -1, std::memory_order_relaxed);
 }
 int decode_staged_config_count() { return gemm_detail::kStagedConfigs; }
 

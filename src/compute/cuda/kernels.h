@@ -81,7 +81,7 @@ Status gemm_decode_variant(int variant, const bf16* x, int64_t m, const DeviceMa
 void set_decode_staged_pick(int config);
 // Bench only (A/B): one-slice decode GEMMs of N <= max_n (< 8192; max_n < 0: N = -max_n only) at m <= 8 take decode
 // variant `variant` (any of decode_variant_count(), staged ones included) unless a staged pick is pinned; -1 puts the
-// automatic picks back.
+// automatic narrow pick back (the default), -2 none (set_decode_staged_pick(-2), the old path, drops it too).
 // Same bits; drop captured graphs after a change.
 void set_decode_narrow_pick(int variant, int64_t max_n);
 // Bench only (A/B): the streaming decode launches (variants 1..6, the fused SwiGLU and q / k / v launches) ask L2
