@@ -5,7 +5,7 @@
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
 //   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|persistent|both|all]
-//                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny on|off|both]
+//                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny auto|on|off|both]
 //                 [--launch tuned|plain|both] [--profile] [--buckets on|off|both] [--streams 1,4,8,16,32,64]
 //                 [--pick single|split|both] [--attention-chunks 0,8,16] [--skinny-parts 0,2,10]
 //                 (--skinny-parts: skinny_gemm per GEMM kind, a mask per variant: 1 q/k/v and head, 2 gate/up + SwiGLU,
@@ -329,9 +329,11 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (const bool engine : engine_gemms == "both" ? std::vector<bool>{false, true}
                                                     : std::vector<bool>{engine_gemms == "on"})
     for (const bool tuned_on : parse_switch(tuned_gemms, "on"))
-    for (const int parts : skinny_parts.empty() ? (skinny == "both" ? std::vector<int>{7, 0}
-                                                                     : std::vector<int>{skinny == "on" ? 7 : 0})
-                                                : skinny_parts)
+    for (const int parts : !skinny_parts.empty() ? skinny_parts
+                           : skinny == "both"    ? std::vector<int>{7, 0}
+                           : skinny == "on"      ? std::vector<int>{7}
+                           : skinny == "off"     ? std::vector<int>{0}
+                                                 : std::vector<int>{dspark::cuda::CudaDsparkDrafter::kDefaultSkinnyParts})
     for (const bool tuned : parse_switch(launch, "tuned"))
     for (const bool bucketed : parse_switch(buckets, "on"))
     for (const bool split : parse_switch(pick, "split"))
@@ -461,7 +463,8 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   }
   drafter.set_engine_gemms(false);
   drafter.set_tuned_gemms(tuned_gemms == "on");  // the profile below: tuned GEMMs where asked for
-  drafter.set_skinny_gemms(skinny != "off");  // the profile below: skinny GEMMs where asked for
+  // The profile below: skinny GEMMs where asked for, else the default parts.
+  drafter.set_skinny_parts(skinny == "on" ? 7 : skinny == "off" ? 0 : dspark::cuda::CudaDsparkDrafter::kDefaultSkinnyParts);
   drafter.set_launch_tuning(true, true);
   drafter.set_request_buckets(true);
   drafter.set_attention_chunks(0);
@@ -514,9 +517,9 @@ int main(int argc, char** argv) {
     const int code = run_cuda(shape, dir, target, context, repeats, flag(argc, argv, "--graphs", "both"),
                               flag(argc, argv, "--attention", "auto"), flag(argc, argv, "--scan", "auto"),
                               flag(argc, argv, "--engine-gemms", "off"), flag(argc, argv, "--tuned-gemms", "off"),
-                              flag(argc, argv, "--skinny", "off"),
+                              flag(argc, argv, "--skinny", "auto"),
                               flag(argc, argv, "--launch", "tuned"), profile, flag(argc, argv, "--buckets", "on"),
-                              flag(argc, argv, "--pick", "single"),
+                              flag(argc, argv, "--pick", "split"),
                               parse_list(flag(argc, argv, "--attention-chunks", "0")),
                               flag(argc, argv, "--skinny-parts", "").empty()
                                   ? std::vector<int>{}

@@ -176,7 +176,8 @@ class CudaDsparkDrafter final : public Drafter {
   }
   bool request_buckets() const { return request_buckets_; }
   // The GEMM scan's pick in two launches (markov_pick_split: vocab chunks over many SMs, then a CTA per request) or
-  // one CTA per request (markov_pick, the default until the H200 A/B). The same bits either way.
+  // one CTA per request (markov_pick). The same bits either way. On by default since batch s6A: depth 9 scan 0.220
+  // / 0.231 / 0.241 / 0.420 ms at 4 / 8 / 16 / 64 streams against 0.396 / 0.427 / 0.440 / 0.524.
   void set_split_pick(bool on) {
     split_pick_ = on;
     graphs_.clear();
@@ -218,15 +219,19 @@ class CudaDsparkDrafter final : public Drafter {
     programmatic_ = programmatic;
     graphs_.clear();
   }
-  // GEMMs of up to 16 rows through skinny_gemm (tensor cores, W streamed once, SwiGLU in the gate/up epilogue,
-  // residual + norm after o_proj and down_proj) or cuBLAS (the default: batch B timed the skinny pass at 0.904 ms
-  // against 0.533 at 1 stream; its residual-norm epilogue is a serial chain of loads in one CTA). (Batch A ran a
-  // build whose x loads ptxas had hoisted above the programmatic wait: drafts differed between identical streams.)
+  // Every GEMM of up to 16 rows through skinny_gemm (tensor cores, W streamed once, SwiGLU in the gate/up epilogue,
+  // residual + norm after o_proj and down_proj) or none (session 4's batch B timed that whole skinny pass at 0.904
+  // ms against 0.533 at 1 stream; its residual-norm epilogue is a serial chain of loads in one CTA). (Session 4's
+  // batch A ran a build whose x loads ptxas had hoisted above the programmatic wait: drafts differed between
+  // identical streams.)
   void set_skinny_gemms(bool on) { set_skinny_parts(on ? kSkinnyPlain | kSkinnySwiglu | kSkinnyResidualNorm : 0); }
   // Which GEMMs of up to 16 rows take skinny_gemm (bench A/B, session 6): kSkinnyPlain the plain ones (q/k/v, head U),
   // kSkinnySwiglu gate/up with the SwiGLU epilogue, kSkinnyResidualNorm o/down with the residual-norm epilogue,
-  // kSkinnyThenNorm o/down as a plain skinny GEMM then the residual_norm launch; 0 = cuBLAS everywhere.
+  // kSkinnyThenNorm o/down as a plain skinny GEMM then the residual_norm launch; 0 = cuBLAS everywhere. The default,
+  // kSkinnyThenNorm, by batch s6A at 1 stream (graphed block pass 0.480 ms against cuBLAS's 0.492; gate/up + SwiGLU
+  // skinny 0.504).
   static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyResidualNorm = 4, kSkinnyThenNorm = 8;
+  static constexpr int kDefaultSkinnyParts = kSkinnyThenNorm;
   void set_skinny_parts(int parts) {
     skinny_parts_ = parts;
     graphs_.clear();
@@ -352,7 +357,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
-  int skinny_parts_ = 0;
+  int skinny_parts_ = kDefaultSkinnyParts;
   bool engine_gemms_ = false;
   bool tuned_gemms_ = false;
   TunedGemms tuned_;
@@ -364,7 +369,7 @@ class CudaDsparkDrafter final : public Drafter {
   int64_t graph_replays_ = 0;
   int64_t graph_failures_ = 0;
   bool request_buckets_ = true;
-  bool split_pick_ = false;
+  bool split_pick_ = true;
   int attention_chunks_ = 0;
   int bucket_graphs_captured_ = 0;
   double bucket_capture_ms_ = 0;
