@@ -229,6 +229,8 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
     plan.weights = route_weights_.data();
     plan.offsets = expert_offsets_.data();
     plan.order = expert_order_.data();
+    plan.prefetch_gate_up = w.experts_gate_up.data();  // used under set_moe_expert_prefetch only
+    plan.inter = I;
     LS_RETURN_IF_ERROR(gpu::route_and_plan(plan, stream_));
   } else {
     LS_RETURN_IF_ERROR(cuda::route_experts(router_logits_.data(), rows, E, k, moe.norm_topk_prob,
