@@ -230,7 +230,7 @@ TEST(CudaMoeRoute, TheExpertL2PrefetchLeavesRouteAndPlanBitsAndTheLaunchClean) {
   std::vector<std::vector<int32_t>> ints[2];
   std::vector<std::vector<float>> floats[2];
   for (int prefetch = 0; prefetch < 2; ++prefetch) {
-    set_moe_expert_prefetch(prefetch == 1);
+    set_moe_expert_prefetch(prefetch);  // 1 MB: the whole half
     DeviceBuffer<bf16> logits = poisoned<bf16>(rows * E);
     DeviceBuffer<int32_t> chosen = poisoned<int32_t>(slots), offsets = poisoned<int32_t>(E + 1),
                           order = poisoned<int32_t>(slots);
@@ -252,7 +252,7 @@ TEST(CudaMoeRoute, TheExpertL2PrefetchLeavesRouteAndPlanBitsAndTheLaunchClean) {
     plan.prefetch_gate_up = gate_up.data();
     plan.inter = I;
     const Status status = route_and_plan(plan, nullptr);
-    set_moe_expert_prefetch(false);
+    set_moe_expert_prefetch(0);
     ASSERT_TRUE(status.ok()) << status.to_string();
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ints[prefetch] = {download(chosen, slots), download(offsets, E + 1), download(order, slots)};

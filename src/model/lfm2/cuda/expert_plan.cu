@@ -28,11 +28,11 @@ constexpr int kRouterPipeBytes = kRouteWarps * kRouterStages * kRouterStageBytes
 constexpr int64_t kPreloadMaxRows = 16;  // the preloaded router: x rows staged with it (a multiple of 8)
 
 constexpr int kPrefetchSlots = 8;           // the expert L2 prefetch: slots whose experts are prefetched
-constexpr int kPrefetchBytes = 1 << 20;    // of each gate and up half
+constexpr int64_t kPrefetchUnit = 1 << 20;  // of each gate and up half: set_moe_expert_prefetch's megabytes
 constexpr int kPrefetchPiece = 64 << 10;   // one bulk prefetch
 
 std::atomic<int> g_fused_launches{2};
-std::atomic<bool> g_expert_prefetch{false};
+std::atomic<int> g_expert_prefetch_mb{0};
 // the router preloaded where it fits (H200 batch s6A, 8B decode step with graphs: 1.778 ms preloaded vs 1.840 ms
 // streamed; with the combine in down 1.835 vs 1.906)
 std::atomic<bool> g_router_preload{true};
@@ -297,12 +297,12 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_plan_kernel(RoutePlan 
   }
   __syncthreads();  // every row's choices are written (and visible to the block)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (a.prefetch_gate_up) {  // the first slots' experts: the first kPrefetchBytes of their gate and up halves into L2
+  if (a.prefetch_gate_up) {  // the first slots' experts: the first pieces of their gate and up halves into L2
     const int slots = static_cast<int>(min(a.rows * k, static_cast<int64_t>(kPrefetchSlots)));
     const int64_t half = a.inter * a.hidden * 2;  // bytes of one half of an expert's gate|up
-    constexpr int kPieces = kPrefetchBytes / kPrefetchPiece;
-    for (int i = threadIdx.x; i < slots * 2 * kPieces; i += blockDim.x) {
-      const int s = i / (2 * kPieces), h = (i / kPieces) % 2, piece = i % kPieces;
+    const int pieces = a.prefetch_pieces;
+    for (int i = threadIdx.x; i < slots * 2 * pieces; i += blockDim.x) {
+      const int s = i / (2 * pieces), h = (i / pieces) % 2, piece = i % pieces;
       const int e = a.chosen[s];
       if (e < 0) continue;
       const char* p = reinterpret_cast<const char*>(a.prefetch_gate_up) + e * 2 * half + h * half +
@@ -383,9 +383,11 @@ Status route_and_plan(const RoutePlan& plan, cudaStream_t stream) {
   RoutePlan a = plan;
   a.preload_router = a.x && g_router_preload.load() && router_preload_fits(a.rows, a.experts, a.hidden);
   // the L2 prefetch of the routed experts' first gate|up bytes (sm_90; experts of at least 1 MB a half, 16-aligned)
-  if (!g_expert_prefetch.load() || !ls::cuda::cuda_features().pdl || a.inter * a.hidden * 2 < kPrefetchBytes ||
+  const int64_t prefetch = g_expert_prefetch_mb.load() * kPrefetchUnit;
+  if (prefetch <= 0 || !ls::cuda::cuda_features().pdl || a.inter * a.hidden * 2 < prefetch ||
       reinterpret_cast<uintptr_t>(a.prefetch_gate_up) % 16 != 0)
     a.prefetch_gate_up = nullptr;
+  a.prefetch_pieces = static_cast<int>(prefetch / kPrefetchPiece);
   if (!route_and_plan_fits(a.rows, a.experts, a.k))
     return Status(ErrorCode::InvalidArgument, "route_and_plan takes 1.." + std::to_string(kRouteMaxRows) +
                                                   " rows, 1.." + std::to_string(kRouteMaxExperts) +
@@ -414,7 +416,7 @@ bool router_preload_fits(int64_t rows, int experts, int64_t hidden) {
 
 void set_moe_router_preload(bool on) { g_router_preload = on; }
 
-void set_moe_expert_prefetch(bool on) { g_expert_prefetch = on; }
+void set_moe_expert_prefetch(int megabytes) { g_expert_prefetch_mb = megabytes; }
 
 bool moe_router_preload() { return g_router_preload.load(); }
 

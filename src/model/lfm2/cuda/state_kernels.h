@@ -219,6 +219,7 @@ struct RoutePlan {
   // or null: the experts' gate|up weights [experts, 2 inter, hidden], for the L2 prefetch (set_moe_expert_prefetch)
   const bf16* prefetch_gate_up = nullptr;
   int64_t inter = 0;
+  int prefetch_pieces = 0;  // set by route_and_plan: 64 KB bulk prefetches per half
 };
 bool route_and_plan_fits(int64_t rows, int experts, int k);
 bool router_in_route_fits(int64_t hidden);
@@ -228,9 +229,9 @@ bool router_in_route_fits(int64_t hidden);
 bool router_preload_fits(int64_t rows, int experts, int64_t hidden);
 void set_moe_router_preload(bool on);
 bool moe_router_preload();
-// Bench switch (off by default): route_and_plan bulk-prefetches into L2 the first MB of the gate and up halves of the
-// first 8 slots' experts right after routing (sm_90, prefetch_gate_up set, experts of at least 1 MB a half).
-void set_moe_expert_prefetch(bool on);
+// Bench switch (0, off, by default): route_and_plan bulk-prefetches into L2 the first `megabytes` MB of the gate and
+// up halves of the first 8 slots' experts right after routing (sm_90, prefetch_gate_up set, halves at least that big).
+void set_moe_expert_prefetch(int megabytes);
 Status route_and_plan(const RoutePlan& plan, cudaStream_t stream);
 // route_and_plan's shared-memory opt-in for the router in the launch (once, before any capture).
 void route_plan_setup();
