@@ -17,6 +17,8 @@
 
 namespace ls {
 
+class ThreadPool;
+
 using StreamId = uint64_t;
 
 struct Window {
@@ -83,6 +85,10 @@ class Target {
   // Asks the target to leave every row's taps on its device (Verified::device_taps, `taps` empty) instead of copying
   // them to the host; returns whether it will. Off again with false.
   virtual bool keep_taps_on_device(bool on) { return !on; }
+  // CPU targets: the thread pool their forwards run on, which a CPU drafter of the same thread count shares (the
+  // lanes never run a forward and a drafter call at once), so two idle pools do not spin against each other; null
+  // elsewhere.
+  virtual ThreadPool* cpu_pool() const { return nullptr; }
 };
 
 }  // namespace ls

@@ -215,6 +215,32 @@ TEST_F(DrafterTest, ThreadCountDoesNotChangeTheDraft) {
   expect_same_draft(draft_one(*one, request(1, 9, 3)), draft_one(*two, request(1, 9, 3)));
 }
 
+// Beside a CPU target whose pool has the drafter's thread count the drafter runs on that pool (no second pool whose
+// idle worker spins against the target's); other thread counts keep a pool of their own; the drafts are the same bits.
+TEST_F(DrafterTest, ADrafterSharesTheTargetsPoolOfTheSameThreadCountAndDraftsTheSameBits) {
+  ThreadPool two(2), three(3);
+  DrafterOptions options;
+  options.threads = 2;
+  target_.pool = &two;
+  std::unique_ptr<DsparkDrafter> sharing = load(options);
+  target_.pool = &three;
+  std::unique_ptr<DsparkDrafter> own = load(options);
+  target_.pool = nullptr;
+  std::unique_ptr<DsparkDrafter> alone = load();  // one thread: no pool at all
+  ASSERT_TRUE(sharing && own && alone);
+  EXPECT_EQ(sharing->pool(), &two);
+  ASSERT_NE(own->pool(), nullptr);
+  EXPECT_NE(own->pool(), &three);
+  EXPECT_EQ(own->pool()->size(), 2);
+  EXPECT_EQ(alone->pool(), nullptr);
+  const std::vector<float> taps = testing::random_taps(9, kTapWidth, 12);
+  for (DsparkDrafter* drafter : {sharing.get(), own.get(), alone.get()})
+    ASSERT_TRUE(drafter->absorb(1, 0, 9, taps).ok());
+  const Draft reference = draft_one(*alone, request(1, 9, 5));
+  expect_same_draft(draft_one(*sharing, request(1, 9, 5)), reference);
+  expect_same_draft(draft_one(*own, request(1, 9, 5)), reference);
+}
+
 TEST_F(DrafterTest, SampledDraftsAreKeyedBySeedAndPosition) {
   std::unique_ptr<DsparkDrafter> drafter = load();
   ASSERT_TRUE(drafter);

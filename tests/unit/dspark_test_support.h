@@ -17,6 +17,7 @@
 #include "draft/dspark/config.h"
 #include "draft/dspark/weights.h"
 #include "io/safetensors.h"
+#include "base/thread_pool.h"
 #include "model/target.h"
 
 namespace ls::dspark::testing {
@@ -61,7 +62,10 @@ class EmbeddingTarget final : public Target {
     return ok_status();
   }
 
+  ThreadPool* cpu_pool() const override { return pool; }
+
   int state_calls = 0;  // calls that would change a real target's state
+  ThreadPool* pool = nullptr;  // the pool a CPU target would share with its drafter, or none
 
  private:
   std::vector<float> embedding_;

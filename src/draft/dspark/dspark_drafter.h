@@ -49,6 +49,8 @@ class DsparkDrafter final : public Drafter {
   std::span<const float> last_base_logits() const;
   // Wall time of the last draft() call's block pass (embed, layers, final norm, head) and Markov scan, in ms.
   double last_block_ms() const { return last_block_ms_; }
+  // The pool its passes and absorbs run on: the target's (Target::cpu_pool, same thread count), its own, or none.
+  const ThreadPool* pool() const { return ops_.pool; }
   double last_scan_ms() const { return last_scan_ms_; }
 
  private:

@@ -23,6 +23,7 @@ class Lfm2Target final : public Target {
   void release(StreamId stream) override;
   Status embed(std::span<const int32_t> tokens, std::span<float> out) const override;
   Status head(std::span<const float> hidden, int rows, std::span<float> out) const override;
+  ThreadPool* cpu_pool() const override { return &model_->pool(); }
 
   // Records the measured exact width (model/exact_width.h).
   void set_exact_width(int width) { facts_.exact_width = width; }
