@@ -449,11 +449,12 @@ TEST(LanesPricing, ADrafterWhoseConfidencesDoubtEveryDraftIsNotRunEveryRound) {
 }
 
 TEST(LanesPricing, AtOneStreamTheWindowIsAsDeepAsTheChancesAndCostsSayAndItsTokensMatchTheFormula) {
-  // The 1.2B's round on the H200 at one stream: a verify of 1 row 1.07 ms, of 10 rows 1.22 ms; a depth-9 pass 0.73
-  // ms, the device absorb call 0.1 ms (verify nearly flat to 8 rows, 3x steeper past them). Drafts land with q = 0.79 each (what
-  // the synthetic 5.02 profile, q = 0.8327, realized on the bench's one stream) and the confidences say so. A round costs verify + pass whatever the trim keeps, so every draft up to 9 pays: the
-  // trim must price rows against the whole round, not the verify alone (which cut windows to about 7 drafts).
-  // Every window's tokens must match the formula 1 + q + ... + q^d for its depth d, within noise.
+  // The 1.2B's round on the H200 at one stream: a verify of 1 row 1.07 ms, of 10 rows 1.22 ms; a depth-9 pass
+  // 0.73 ms, the device absorb call 0.1 ms (verify nearly flat to 8 rows, 3x steeper past them). Drafts land with
+  // q = 0.79 each (what the synthetic 5.02 profile, q = 0.8327, realized on the bench's one stream) and the
+  // confidences say so. A round costs verify + pass whatever the trim keeps, so every draft up to 9 pays: the trim
+  // must price rows against the whole round, not the verify alone (which cut windows to 7.7 drafts here, 7.0 on the
+  // H200). Every window's tokens must match the formula 1 + q + ... + q^d for its depth d, within noise.
   FixedClock clock;
   FakeTargetOptions target_options;
   target_options.max_rows = 64;
