@@ -448,15 +448,6 @@ int main(int argc, char** argv) {
     target->set_graphs(false);
     target->set_graphs(true);
     expert_path_ms.push_back({"auto, router preloaded", time_steps(o.decode_tokens)});
-    for (int mb : {1, 2}) {  // moe6: the routed experts' first gate and up MB into L2 right after routing
-      lfm2::gpu::set_moe_expert_prefetch(mb);
-      target->set_graphs(false);
-      target->set_graphs(true);
-      expert_path_ms.push_back({"auto, experts' " + std::to_string(mb) + " MB to L2", time_steps(o.decode_tokens)});
-    }
-    lfm2::gpu::set_moe_expert_prefetch(0);
-    target->set_graphs(false);
-    target->set_graphs(true);
   }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);
