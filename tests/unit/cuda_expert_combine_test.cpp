@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/hash.h"
+#include "cuda_expert_test_util.h"
 #include "cuda_test_util.h"
 #include "model/lfm2/cuda/state_kernels.h"
 
@@ -23,25 +24,9 @@ using cuda::DeviceBuffer;
 using cuda::testing::download;
 using cuda::testing::poisoned;
 using cuda::testing::upload;
-
-std::vector<bf16> random_bf16(size_t count, uint64_t seed, float scale) {
-  std::vector<bf16> out(count);
-  for (size_t i = 0; i < count; ++i)
-    out[i] = float_to_bf16(
-        static_cast<float>((2.0 * uniform_open01(splitmix64(seed * 0x9E3779B97F4A7C15ull + i)) - 1.0) * scale));
-  return out;
-}
-
-struct Layer {
-  int experts, k;
-  int64_t d, i;
-  DeviceBuffer<bf16> gate_up, down;  // [E, 2I, D], [E, D, I]
-};
-
-Layer make_layer(int experts, int k, int64_t d, int64_t i, uint64_t seed) {
-  return Layer{experts, k, d, i, upload(random_bf16(experts * 2 * i * d, seed, 0.06f)),
-               upload(random_bf16(experts * d * i, seed + 1, 0.06f))};
-}
+using testing::Layer;
+using testing::make_layer;
+using testing::random_bf16;
 
 // Which slots the plan leaves out (their expert -1, as routing gives for NaN scores).
 enum class Drop { None, SomeSlots, Every };
@@ -58,26 +43,12 @@ struct Combined {
 Combined run(const Layer& layer, const std::vector<int>& tokens, bool in_down, Drop drop,
              ExpertFfnPath path = ExpertFfnPath::Streamed) {
   const int64_t rows = static_cast<int64_t>(tokens.size()), slots = rows * layer.k, D = layer.d, I = layer.i;
-  std::vector<bf16> x;
-  std::vector<int32_t> chosen;
-  std::vector<float> weights;
-  for (int t : tokens) {
-    const std::vector<bf16> row = random_bf16(D, 1000 + t, 1.0f);
-    x.insert(x.end(), row.begin(), row.end());
-    std::vector<int32_t> left(layer.experts);
-    for (int e = 0; e < layer.experts; ++e) left[e] = e;
-    for (int j = 0; j < layer.k; ++j) {  // distinct experts, token 3 hot on expert 0 first
-      const size_t at = t % 3 == 0 && j == 0 ? 0 : splitmix64(t * 131 + j) % left.size();
-      const bool dropped = drop == Drop::Every || (drop == Drop::SomeSlots && t % 4 == 1 && j == layer.k - 1);
-      chosen.push_back(dropped ? -1 : left[at]);
-      left.erase(left.begin() + static_cast<int64_t>(at));
-      const double u = uniform_open01(splitmix64(t * 17 + j));
-      weights.push_back(bf16_to_float(float_to_bf16(0.05f + 0.9f * static_cast<float>(u))));
-    }
-  }
-  DeviceBuffer<bf16> x_dev = upload(x);
-  DeviceBuffer<int32_t> chosen_dev = upload(chosen);
-  DeviceBuffer<float> weights_dev = upload(weights);
+  const testing::RoutedTokens routed = testing::route_tokens(layer, tokens, [&](int t, int j) {
+    return drop == Drop::Every || (drop == Drop::SomeSlots && t % 4 == 1 && j == layer.k - 1);
+  });
+  DeviceBuffer<bf16> x_dev = upload(routed.x);
+  DeviceBuffer<int32_t> chosen_dev = upload(routed.chosen);
+  DeviceBuffer<float> weights_dev = upload(routed.weights);
   DeviceBuffer<int32_t> offsets = poisoned<int32_t>(layer.experts + 1), order = poisoned<int32_t>(slots);
   DeviceBuffer<bf16> act = poisoned<bf16>(slots * I), out = poisoned<bf16>(slots * D), y = poisoned<bf16>(rows * D);
   DeviceBuffer<int32_t> tickets;

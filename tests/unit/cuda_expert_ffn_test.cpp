@@ -16,6 +16,7 @@
 
 #include "base/hash.h"
 #include "compute/cuda/kernels.h"
+#include "cuda_expert_test_util.h"
 #include "cuda_test_util.h"
 #include "model/lfm2/cuda/state_kernels.h"
 
@@ -26,27 +27,9 @@ using cuda::DeviceBuffer;
 using cuda::testing::download;
 using cuda::testing::poisoned;
 using cuda::testing::upload;
-
-std::vector<bf16> random_bf16(size_t count, uint64_t seed, float scale) {
-  std::vector<bf16> out(count);
-  for (size_t i = 0; i < count; ++i)
-    out[i] = float_to_bf16(
-        static_cast<float>((2.0 * uniform_open01(splitmix64(seed * 0x9E3779B97F4A7C15ull + i)) - 1.0) * scale));
-  return out;
-}
-
-// A MoE layer's experts: E experts, top-k, hidden D, expert width I, weights on the device.
-struct Layer {
-  int experts, k;
-  int64_t d, i;
-  DeviceBuffer<bf16> gate_up, down;  // [E, 2I, D], [E, D, I]
-};
-
-Layer make_layer(int experts, int k, int64_t d, int64_t i, uint64_t seed) {
-  Layer layer{experts, k, d, i, upload(random_bf16(experts * 2 * i * d, seed, 0.06f)),
-              upload(random_bf16(experts * d * i, seed + 1, 0.06f))};
-  return layer;
-}
+using testing::Layer;
+using testing::make_layer;
+using testing::random_bf16;
 
 // One forward's outputs: per (token, slot) the down row [D] (slot order), and act [slots, I] in plan order.
 struct Outputs {
@@ -59,21 +42,9 @@ struct Outputs {
 // pin: four launches called one by one, or expert_ffn with `path` pinned.
 Outputs run(const Layer& layer, const std::vector<int>& tokens, ExpertFfnPath path) {
   const int64_t rows = static_cast<int64_t>(tokens.size()), slots = rows * layer.k, D = layer.d, I = layer.i;
-  std::vector<bf16> x;
-  std::vector<int32_t> chosen;
-  for (int t : tokens) {
-    const std::vector<bf16> row = random_bf16(D, 1000 + t, 1.0f);
-    x.insert(x.end(), row.begin(), row.end());
-    std::vector<int32_t> left(layer.experts);
-    for (int e = 0; e < layer.experts; ++e) left[e] = e;
-    for (int j = 0; j < layer.k; ++j) {  // distinct experts, token 3 hot on expert 0 first
-      size_t at = t % 3 == 0 && j == 0 ? 0 : splitmix64(t * 131 + j) % left.size();
-      chosen.push_back(left[at]);
-      left.erase(left.begin() + static_cast<int64_t>(at));
-    }
-  }
-  DeviceBuffer<bf16> x_dev = upload(x);
-  DeviceBuffer<int32_t> chosen_dev = upload(chosen);
+  const testing::RoutedTokens routed = testing::route_tokens(layer, tokens);
+  DeviceBuffer<bf16> x_dev = upload(routed.x);
+  DeviceBuffer<int32_t> chosen_dev = upload(routed.chosen);
   DeviceBuffer<int32_t> offsets = poisoned<int32_t>(layer.experts + 1), order = poisoned<int32_t>(slots);
   DeviceBuffer<bf16> gathered = poisoned<bf16>(slots * D), gate_up = poisoned<bf16>(slots * 2 * I);
   DeviceBuffer<bf16> act = poisoned<bf16>(slots * I), out = poisoned<bf16>(slots * D);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/hash.h"
+#include "cuda_expert_test_util.h"
 #include "cuda_test_util.h"
 #include "model/lfm2/cuda/cuda_target.h"
 #include "model/lfm2/cuda/state_kernels.h"
@@ -46,12 +47,7 @@ struct KernelPin {
   }
 };
 
-std::vector<bf16> random_bf16(size_t count, uint64_t seed, float scale) {
-  std::vector<bf16> out(count);
-  for (size_t i = 0; i < count; ++i)
-    out[i] = float_to_bf16(static_cast<float>((2.0 * uniform_open01(splitmix64(seed * 0x9E3779B97F4A7C15ull + i)) - 1.0) * scale));
-  return out;
-}
+using testing::random_bf16;
 
 // How tokens pick their k distinct experts.
 enum class Load { Uniform, OneHot, EmptyExperts };
