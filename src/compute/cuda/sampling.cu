@@ -6,6 +6,8 @@
 // in id order, the kept mass in probability order) are added one by one here too, by one thread, so they round alike.
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "compute/cuda/kernels.h"
@@ -16,6 +18,7 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kChunk = 2048;  // candidates sorted / summed per round in shared memory
+constexpr int kDefaultMode = 0;  // kLegacy until an H200 batch shows the fast machinery draws alike and wins
 
 using keyed::Best;
 using keyed::better;
@@ -26,6 +29,8 @@ struct Shared {
   unsigned int histogram[256];
   Best best[kThreads / 32];
   double partial[kThreads / 32];
+  uint64_t key_and[kThreads / 32];
+  uint64_t key_or[kThreads / 32];
   uint64_t select_prefix;
   uint64_t select_rank;
   unsigned int count;
@@ -61,6 +66,23 @@ __device__ unsigned int block_count(bool mine, Shared& s) {
   return total;
 }
 
+// The block's sum of one count per thread (one reduction, not one per 256 ids).
+__device__ unsigned int block_sum(unsigned int mine, Shared& s) {
+  mine = __reduce_add_sync(0xffffffffu, mine);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.partial[threadIdx.x >> 5] = mine;
+  __syncthreads();
+  unsigned int total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) total += static_cast<unsigned int>(s.partial[w]);
+  return total;
+}
+
+// Bits every candidate key shares: the AND and the OR of the keys `keeps` admits (AND = ~0, OR = 0 when none).
+struct KeyBits {
+  uint64_t all_and = ~0ull;
+  uint64_t all_or = 0;
+};
+
 // The row's filters so far: NaN never survives; then keys >= top-k cut and >= top-p cut; then min-p.
 struct Filter {
   uint64_t min_key = 0;   // top-k and top-p cut
@@ -74,6 +96,87 @@ struct Filter {
     return !use_min_p || !(weight(logit) < min_p);
   }
 };
+
+template <typename F>
+__device__ KeyBits block_key_bits(const float* row, int vocab, const F& filter, Shared& s) {
+  uint64_t a = ~0ull, o = 0;
+  for (int id = threadIdx.x; id < vocab; id += kThreads) {
+    const float logit = row[id];
+    if (!filter.keeps(logit, id)) continue;
+    const uint64_t key = order_key(logit, id);
+    a &= key;
+    o |= key;
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    a &= __shfl_xor_sync(0xffffffffu, a, offset);
+    o |= __shfl_xor_sync(0xffffffffu, o, offset);
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    s.key_and[threadIdx.x >> 5] = a;
+    s.key_or[threadIdx.x >> 5] = o;
+  }
+  __syncthreads();
+  KeyBits bits;
+  for (int w = 0; w < kThreads / 32; ++w) {
+    bits.all_and &= s.key_and[w];
+    bits.all_or |= s.key_or[w];
+  }
+  return bits;
+}
+
+// select_rank, faster: digits every candidate shares (per `bits`) take no pass, and each warp adds one count per
+// distinct digit (flat rows put nearly every key in one bin, where one atomic per id serialises).
+template <typename F>
+__device__ uint64_t select_rank_fast(const float* row, int vocab, const F& filter, unsigned int rank, KeyBits bits,
+                                     Shared& s) {
+  uint64_t prefix = 0, prefix_mask = 0;
+  const uint64_t varying = bits.all_and ^ bits.all_or;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    if (((varying >> shift) & 0xff) == 0) {  // one digit for all: the rank stays
+      prefix |= bits.all_and & (0xffull << shift);
+      prefix_mask |= 0xffull << shift;
+      continue;
+    }
+    for (int b = threadIdx.x; b < 256; b += kThreads) s.histogram[b] = 0;
+    __syncthreads();
+    for (int base = 0; base < vocab; base += kThreads) {
+      const int id = base + threadIdx.x;
+      bool in = false;
+      unsigned int digit = 0;
+      if (id < vocab) {
+        const float logit = row[id];
+        if (filter.keeps(logit, id)) {
+          const uint64_t key = order_key(logit, id);
+          in = (key & prefix_mask) == prefix;
+          digit = static_cast<unsigned int>((key >> shift) & 0xff);
+        }
+      }
+      const unsigned int active = __ballot_sync(0xffffffffu, in);
+      if (in) {
+        const unsigned int group = __match_any_sync(active, digit);
+        if ((threadIdx.x & 31) == static_cast<unsigned int>(__ffs(group) - 1)) atomicAdd(&s.histogram[digit], __popc(group));
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned int above = 0;
+      int digit = 255;
+      for (; digit > 0; --digit) {
+        if (rank < above + s.histogram[digit]) break;
+        above += s.histogram[digit];
+      }
+      s.select_prefix = prefix | (static_cast<uint64_t>(digit) << shift);
+      s.select_rank = rank - above;
+    }
+    __syncthreads();
+    prefix = s.select_prefix;
+    rank = static_cast<unsigned int>(s.select_rank);
+    prefix_mask |= 0xffull << shift;
+    __syncthreads();
+  }
+  return prefix;
+}
 
 // The key of the candidate with descending rank `rank` (0 = best) among those `filter` keeps (8 passes of 8 bits).
 __device__ uint64_t select_rank(const float* row, int vocab, const Filter& filter, unsigned int rank, Shared& s) {
@@ -147,6 +250,11 @@ __device__ int32_t greedy_row(const float* row, int vocab, Shared& s) {
   return all.id < 0 ? 0 : all.id;
 }
 
+// Kernel variants (LS_SAMPLER): the original counting / selecting machinery, the faster one, and the faster one
+// with a planted fault (the top-p cut one candidate late) that the flat-row tests must catch.
+enum Mode : int { kLegacy = 0, kFast = 1, kFastPlantedFault = 2 };
+
+template <int kMode>
 __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int vocab, const RowDraw* draws,
                                                         int32_t* out_tokens) {
   extern __shared__ __align__(16) unsigned char shared_raw[];
@@ -164,8 +272,14 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
   const bool use_min_p = draw.min_p > 0.0f;
   Filter filter;
   filter.temperature = draw.temperature;
+  constexpr bool fast = kMode != kLegacy;
   if (use_top_k) {
     const unsigned int alive = [&] {
+      if constexpr (fast) {
+        unsigned int mine = 0;
+        for (int id = threadIdx.x; id < vocab; id += kThreads) mine += !isnan(row[id]);
+        return block_sum(mine, s);
+      }
       unsigned int n = 0;
       for (int base = 0; base < vocab; base += kThreads) {
         const int id = base + threadIdx.x;
@@ -173,8 +287,13 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
       }
       return n;
     }();
-    if (alive > static_cast<unsigned int>(draw.top_k))
-      filter.min_key = select_rank(row, vocab, filter, static_cast<unsigned int>(draw.top_k - 1), s);
+    if (alive > static_cast<unsigned int>(draw.top_k)) {
+      if constexpr (fast)
+        filter.min_key = select_rank_fast(row, vocab, filter, static_cast<unsigned int>(draw.top_k - 1),
+                                          block_key_bits(row, vocab, filter, s), s);
+      else
+        filter.min_key = select_rank(row, vocab, filter, static_cast<unsigned int>(draw.top_k - 1), s);
+    }
   }
   if (use_top_p || use_min_p) {
     Best mine{0.0, -1};
@@ -185,9 +304,15 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
   }
   if (use_top_p) {
     unsigned int alive = 0;
-    for (int base = 0; base < vocab; base += kThreads) {
-      const int id = base + threadIdx.x;
-      alive += block_count(id < vocab && filter.keeps(row[id], id), s);
+    if constexpr (fast) {
+      unsigned int mine = 0;
+      for (int id = threadIdx.x; id < vocab; id += kThreads) mine += filter.keeps(row[id], id);
+      alive = block_sum(mine, s);
+    } else {
+      for (int base = 0; base < vocab; base += kThreads) {
+        const int id = base + threadIdx.x;
+        alive += block_count(id < vocab && filter.keeps(row[id], id), s);
+      }
     }
     // Normaliser: survivors' weights added in ascending id order by one thread. Few survivors (top-k) are first
     // packed in id order so the one thread adds only them.
@@ -235,16 +360,46 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
     double mass = 0;  // thread 0's running sum
     uint64_t upper = ~0ull, cut = 0;
     bool done = false;
+    KeyBits bits;
+    if constexpr (fast) {
+      if (alive > static_cast<unsigned int>(kChunk)) bits = block_key_bits(row, vocab, filter, s);
+    }
     for (unsigned int first = 0; first < alive && !done; first += kChunk) {
       const unsigned int last = min(alive, first + kChunk) - 1;
-      const uint64_t lower = select_rank(row, vocab, filter, last, s);
+      uint64_t lower = 0;
+      if constexpr (fast) {
+        // One chunk holds every survivor: its lower bound is the smallest key, no selection needed.
+        lower = alive <= static_cast<unsigned int>(kChunk) ? 0 : select_rank_fast(row, vocab, filter, last, bits, s);
+      } else {
+        lower = select_rank(row, vocab, filter, last, s);
+      }
       for (int i = threadIdx.x; i < kChunk; i += kThreads) s.chunk_keys[i] = 0;
       if (threadIdx.x == 0) s.count = 0;
       __syncthreads();
-      for (int id = threadIdx.x; id < vocab; id += kThreads) {
-        if (!filter.keeps(row[id], id)) continue;
-        const uint64_t key = order_key(row[id], id);
-        if (key >= lower && (first == 0 || key < upper)) s.chunk_keys[atomicAdd(&s.count, 1u)] = key;
+      if constexpr (fast) {
+        for (int base = 0; base < vocab; base += kThreads) {  // one slot reservation per warp
+          const int id = base + threadIdx.x;
+          uint64_t key = 0;
+          bool in = false;
+          if (id < vocab && filter.keeps(row[id], id)) {
+            key = order_key(row[id], id);
+            in = key >= lower && (first == 0 || key < upper);
+          }
+          const unsigned int votes = __ballot_sync(0xffffffffu, in);
+          if (votes == 0) continue;
+          const unsigned int lane = threadIdx.x & 31;
+          const unsigned int leader = __ffs(votes) - 1;
+          unsigned int at = 0;
+          if (lane == leader) at = atomicAdd(&s.count, static_cast<unsigned int>(__popc(votes)));
+          at = __shfl_sync(0xffffffffu, at, leader);
+          if (in) s.chunk_keys[at + __popc(votes & ((1u << lane) - 1u))] = key;
+        }
+      } else {
+        for (int id = threadIdx.x; id < vocab; id += kThreads) {
+          if (!filter.keeps(row[id], id)) continue;
+          const uint64_t key = order_key(row[id], id);
+          if (key >= lower && (first == 0 || key < upper)) s.chunk_keys[atomicAdd(&s.count, 1u)] = key;
+        }
       }
       sort_chunk_descending(s);
       const int n = static_cast<int>(last - first + 1);
@@ -254,7 +409,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
         for (int i = 0; i < n; ++i) {
           mass += s.chunk_weights[i];
           if (mass >= target) {
-            s.chunk_keys[0] = s.chunk_keys[i];
+            s.chunk_keys[0] = s.chunk_keys[kMode == kFastPlantedFault ? min(i + 1, n - 1) : i];
             s.flag = 1;
             break;
           }
@@ -283,6 +438,16 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
   if (threadIdx.x == 0) out_tokens[r] = token;
 }
 
+// The kernel variant from LS_SAMPLER ("legacy", "fast", "fast-planted-fault"), read at every launch so tests and
+// benches can switch it; unset = the default.
+int sampler_mode() {
+  const char* value = std::getenv("LS_SAMPLER");
+  if (value == nullptr) return kDefaultMode;
+  if (std::strcmp(value, "legacy") == 0) return kLegacy;
+  if (std::strcmp(value, "fast-planted-fault") == 0) return kFastPlantedFault;
+  return kFast;
+}
+
 }  // namespace
 
 size_t DrawScratch::bytes_needed(int64_t, int) { return 0; }  // the draw keeps everything in shared memory
@@ -301,7 +466,19 @@ Status draw_rows(const float* logits, int64_t rows, int vocab, const RowDraw* dr
   if (vocab <= 0 || rows > 0x7fffffff)
     return Status(ErrorCode::InvalidArgument,
                   "draw_rows: rows " + std::to_string(rows) + ", vocab " + std::to_string(vocab));
-  draw_kernel<<<static_cast<unsigned>(rows), kThreads, sizeof(Shared), stream>>>(logits, vocab, draws, out_tokens);
+  switch (sampler_mode()) {
+    case kLegacy:
+      draw_kernel<kLegacy><<<static_cast<unsigned>(rows), kThreads, sizeof(Shared), stream>>>(logits, vocab, draws,
+                                                                                              out_tokens);
+      break;
+    case kFastPlantedFault:
+      draw_kernel<kFastPlantedFault><<<static_cast<unsigned>(rows), kThreads, sizeof(Shared), stream>>>(
+          logits, vocab, draws, out_tokens);
+      break;
+    default:
+      draw_kernel<kFast><<<static_cast<unsigned>(rows), kThreads, sizeof(Shared), stream>>>(logits, vocab, draws,
+                                                                                            out_tokens);
+  }
   LS_CUDA_TRY_LAUNCH("draw_kernel");
   return ok_status();
 }

@@ -1,0 +1,259 @@
+// The device keyed sampler on flat rows (every logit within 1e-3, vocab 65536: the top-p walk's worst case) against
+// the CPU sampler, under each kernel variant (LS_SAMPLER), plus rows whose draw flips if the top-p / top-k cut moves
+// by one candidate; and an opt-in timing (LS_SAMPLER_TIMING=1) of the variants.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/hash.h"
+#include "compute/sampling.h"
+
+#ifdef LS_HAVE_CUDA
+#include "compute/cuda/kernels.h"
+#include "cuda_test_util.h"
+#endif
+
+namespace ls {
+namespace {
+
+constexpr int kVocab = 65536;
+
+// A flat row: 0.01 + up to 1e-3 (float steps there are ~1e-9, so ties are rare).
+std::vector<float> flat_row(uint64_t seed) {
+  std::vector<float> row(kVocab);
+  for (int i = 0; i < kVocab; ++i)
+    row[i] = 0.01f + static_cast<float>(uniform_open01(splitmix64(seed * 0x9e3779b97f4a7c15ull + i)) * 1e-3);
+  return row;
+}
+
+struct FlatCase {
+  Sampling sampling;
+  int64_t position = 0;
+};
+
+// The settings under test: top_p 0.9 / 0.99 with and without top-k and min-p, temperature 0.6 and 1.1.
+std::vector<FlatCase> flat_cases() {
+  std::vector<FlatCase> cases;
+  int n = 0;
+  for (const float top_p : {0.9f, 0.99f, 1.0f})
+    for (const int top_k : {0, 5000, 40000})
+      for (const float min_p : {0.0f, 0.05f}) {
+        if (top_p == 1.0f && top_k == 0 && min_p == 0.0f) continue;
+        FlatCase c;
+        c.sampling = Sampling{n % 2 == 0 ? 0.6f : 1.1f, top_k, top_p, min_p, splitmix64(1000 + n)};
+        c.position = 17 + 31 * n;
+        cases.push_back(c);
+        ++n;
+      }
+  return cases;
+}
+
+// Whether top-k or top-p cuts a flat row (min-p alone keeps every id of it).
+bool has_cut(const FlatCase& c) { return c.sampling.top_p < 1.0f || c.sampling.top_k > 0; }
+
+int32_t cpu_draw(const std::vector<float>& row, const FlatCase& c) {
+  return draw_token(std::span<const float>(row.data(), row.size()), c.sampling, c.position);
+}
+
+// A pair of rows for `c` whose draw sits on the cut: the key's favourite id (largest Gumbel noise) moved to the last
+// surviving rank (`inside`, drawn) and to the first cut rank (`outside`, not drawn), found by bisection on its rank.
+struct Borderline {
+  std::vector<float> inside, outside;
+  int32_t favourite = -1;
+  int rank = -1;
+};
+
+Borderline borderline_rows(const FlatCase& c, uint64_t seed) {
+  const std::vector<float> base = flat_row(seed);
+  std::vector<int32_t> order(kVocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return base[a] != base[b] ? base[a] > base[b] : a < b; });
+  Borderline out;
+  double best = -1e300;
+  for (int32_t id = 0; id < kVocab; ++id) {
+    const double g = sampling_gumbel(c.sampling.seed, c.position, id);
+    if (g > best) best = g, out.favourite = id;
+  }
+  auto placed = [&](int rank) {  // the favourite swaps logits with the id at `rank`
+    std::vector<float> row = base;
+    std::swap(row[out.favourite], row[order[rank]]);
+    return row;
+  };
+  int lo = 0, hi = kVocab - 1;  // drawn at lo; find the largest such rank
+  if (cpu_draw(placed(lo), c) != out.favourite || cpu_draw(placed(hi), c) == out.favourite) return out;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (cpu_draw(placed(mid), c) == out.favourite ? lo : hi) = mid;
+  }
+  out.rank = lo;
+  out.inside = placed(lo);
+  out.outside = placed(lo + 1);
+  return out;
+}
+
+// borderline_rows of every flat case with a cut (rank -1 for the others), found once per binary.
+const std::vector<Borderline>& borderlines() {
+  static const std::vector<Borderline> all = [] {
+    const std::vector<FlatCase> cases = flat_cases();
+    std::vector<Borderline> out(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i)
+      if (has_cut(cases[i])) out[i] = borderline_rows(cases[i], 500 + i);
+    return out;
+  }();
+  return all;
+}
+
+TEST(FlatSamplerRows, BorderlineRowsDrawTheFavouriteOnlyInsideTheCpuCut) {
+  const std::vector<FlatCase> cases = flat_cases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (!has_cut(cases[i])) continue;
+    const Borderline& b = borderlines()[i];
+    ASSERT_GE(b.rank, 0) << "case " << i;
+    EXPECT_EQ(cpu_draw(b.inside, cases[i]), b.favourite) << "case " << i;
+    EXPECT_NE(cpu_draw(b.outside, cases[i]), b.favourite) << "case " << i;
+    if (cases[i].sampling.top_p < 1.0f && cases[i].sampling.top_k == 0) {
+      EXPECT_GT(b.rank, 40000) << "case " << i << ": a flat row's top-p cut keeps most of the vocab";
+    }
+  }
+}
+
+#ifdef LS_HAVE_CUDA
+
+using cuda::DrawScratch;
+using cuda::RowDraw;
+using cuda::testing::download;
+using cuda::testing::poisoned;
+using cuda::testing::upload;
+
+// The device's draws of `rows` (flattened [n, kVocab]) for `cases` under the kernel variant `mode` (LS_SAMPLER).
+std::vector<int32_t> device_draws(const std::vector<float>& rows, const std::vector<FlatCase>& cases,
+                                  const char* mode) {
+  std::vector<RowDraw> draws;
+  for (const FlatCase& c : cases)
+    draws.push_back(RowDraw{c.sampling.temperature, c.sampling.top_k, c.sampling.top_p, c.sampling.min_p,
+                            c.sampling.seed, c.position});
+  const int64_t n = static_cast<int64_t>(cases.size());
+  auto dev_rows = cuda::testing::upload(rows);
+  auto dev_draws = upload(draws);
+  auto out = poisoned<int32_t>(n);
+  DrawScratch scratch;
+  EXPECT_TRUE(scratch.reserve(n, kVocab).ok());
+  setenv("LS_SAMPLER", mode, 1);
+  EXPECT_TRUE(cuda::draw_rows(dev_rows.data(), n, kVocab, dev_draws.data(), out.data(), scratch, nullptr).ok());
+  const std::vector<int32_t> tokens = download(out, n);
+  unsetenv("LS_SAMPLER");
+  return tokens;
+}
+
+// Flat rows, plain and borderline, for every case: the rows, their cases and the CPU's tokens.
+struct FlatBatch {
+  std::vector<float> rows;
+  std::vector<FlatCase> cases;
+  std::vector<int32_t> cpu;
+  std::vector<bool> outside;  // the row is a borderline row with the favourite just past a top-p cut
+};
+
+const FlatBatch& flat_batch() {
+  static const FlatBatch batch = [] {
+    FlatBatch b;
+    auto add = [&](const std::vector<float>& row, const FlatCase& c, bool outside) {
+      b.rows.insert(b.rows.end(), row.begin(), row.end());
+      b.cases.push_back(c);
+      b.cpu.push_back(cpu_draw(row, c));
+      b.outside.push_back(outside);
+    };
+    const std::vector<FlatCase> cases = flat_cases();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      add(flat_row(900 + i), cases[i], false);
+      const Borderline& border = borderlines()[i];
+      if (border.rank < 0) continue;
+      add(border.inside, cases[i], false);
+      add(border.outside, cases[i], cases[i].sampling.top_p < 1.0f);
+    }
+    return b;
+  }();
+  return batch;
+}
+
+TEST(CudaSampler, FlatRowsDrawTheCpuTokenWithEitherKernelVariant) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const FlatBatch& b = flat_batch();
+  ASSERT_GE(b.cases.size(), 40u);
+  for (const char* mode : {"legacy", "fast"}) {
+    const std::vector<int32_t> gpu = device_draws(b.rows, b.cases, mode);
+    for (size_t r = 0; r < b.cases.size(); ++r) {
+      const Sampling& s = b.cases[r].sampling;
+      EXPECT_EQ(gpu[r], b.cpu[r]) << mode << " row " << r << " T " << s.temperature << " top_k " << s.top_k
+                                  << " top_p " << s.top_p << " min_p " << s.min_p;
+    }
+  }
+}
+
+TEST(CudaSampler, APlantedTopPCutOneCandidateLateIsCaughtByTheBorderlineRows) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const FlatBatch& b = flat_batch();
+  const std::vector<int32_t> gpu = device_draws(b.rows, b.cases, "fast-planted-fault");
+  int outside = 0, caught = 0;
+  for (size_t r = 0; r < b.cases.size(); ++r)
+    if (b.outside[r]) ++outside, caught += gpu[r] != b.cpu[r];
+  ASSERT_GE(outside, 6);
+  EXPECT_GE(caught, outside / 2) << "of " << outside << " rows with the favourite just past the top-p cut";
+}
+
+// Opt-in timing: one flat 65536-token row with top_p 0.9 (and 16 such rows), per kernel variant, median of 15.
+TEST(CudaSampler, TimesTheFlatTopPRowPerVariantWhenAsked) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (std::getenv("LS_SAMPLER_TIMING") == nullptr) GTEST_SKIP() << "set LS_SAMPLER_TIMING=1";
+  for (const int rows : {1, 16}) {
+    std::vector<float> logits;
+    std::vector<RowDraw> draws;
+    for (int r = 0; r < rows; ++r) {
+      const std::vector<float> row = flat_row(7000 + r);
+      logits.insert(logits.end(), row.begin(), row.end());
+      draws.push_back(RowDraw{0.6f + 0.03f * r, r % 3 == 1 ? 8 : 0, 0.9f, r % 5 == 3 ? 0.05f : 0.0f,
+                              splitmix64(r), 100 + r});
+    }
+    auto dev_logits = upload(logits);
+    auto dev_draws = upload(draws);
+    auto out = poisoned<int32_t>(rows);
+    DrawScratch scratch;
+    ASSERT_TRUE(scratch.reserve(rows, kVocab).ok());
+    std::vector<std::vector<int32_t>> tokens;
+    for (const char* mode : {"legacy", "fast"}) {
+      setenv("LS_SAMPLER", mode, 1);
+      cudaEvent_t start, stop;
+      cudaEventCreate(&start);
+      cudaEventCreate(&stop);
+      std::vector<float> ms;
+      for (int it = 0; it < 16; ++it) {
+        cudaEventRecord(start);
+        ASSERT_TRUE(cuda::draw_rows(dev_logits.data(), rows, kVocab, dev_draws.data(), out.data(), scratch, nullptr).ok());
+        cudaEventRecord(stop);
+        cudaEventSynchronize(stop);
+        float t = 0;
+        cudaEventElapsedTime(&t, start, stop);
+        if (it > 0) ms.push_back(t);  // the first launch warms up
+      }
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      unsetenv("LS_SAMPLER");
+      std::sort(ms.begin(), ms.end());
+      std::printf("sampler_timing rows %d top_p 0.9 flat vocab %d %s: median %.3f ms (min %.3f)\n", rows, kVocab, mode,
+                  ms[ms.size() / 2], ms.front());
+      tokens.push_back(download(out, rows));
+    }
+    EXPECT_EQ(tokens[0], tokens[1]) << rows << " rows: the variants draw alike";
+  }
+}
+
+#endif  // LS_HAVE_CUDA
+
+}  // namespace
+}  // namespace ls
