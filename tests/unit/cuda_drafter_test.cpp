@@ -108,6 +108,26 @@ std::unique_ptr<CudaDsparkDrafter> load_cuda(const std::string& dir, Target& tar
 }
 
 // max |a - b| / max |b|.
+// `rows` random tap rows of `width` values (seed `seed`) as bf16 on the device, described for absorb_device().
+struct UploadedTaps {
+  ls::cuda::DeviceBuffer<bf16> buffer;
+  DeviceTaps taps;
+};
+UploadedTaps upload_taps(int rows, int64_t width, uint32_t seed, int device) {
+  const std::vector<float> taps = testing::random_taps(rows, width, seed);
+  std::vector<bf16> values(taps.size());
+  for (size_t i = 0; i < taps.size(); ++i) values[i] = float_to_bf16(taps[i]);
+  UploadedTaps out;
+  EXPECT_TRUE(out.buffer.allocate(values.size()).ok());
+  EXPECT_EQ(cudaMemcpy(out.buffer.data(), values.data(), values.size() * sizeof(bf16), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  out.taps.data = out.buffer.data();
+  out.taps.device = device;
+  out.taps.rows = rows;
+  out.taps.row_values = width;
+  return out;
+}
+
 double relative_error(std::span<const float> actual, std::span<const float> expected) {
   EXPECT_EQ(actual.size(), expected.size());
   double largest = 0, error = 0;
@@ -719,18 +739,8 @@ TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
   const DsparkConfig& c = eager->config();
   const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
   constexpr int kRows = 48;
-  const std::vector<float> taps = testing::random_taps(kRows, width, 77);
-  std::vector<bf16> values(taps.size());
-  for (size_t i = 0; i < taps.size(); ++i) values[i] = float_to_bf16(taps[i]);
-  ls::cuda::DeviceBuffer<bf16> device_taps;
-  ASSERT_TRUE(device_taps.allocate(values.size()).ok());
-  ASSERT_EQ(cudaMemcpy(device_taps.data(), values.data(), values.size() * sizeof(bf16), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  DeviceTaps on_device;
-  on_device.data = device_taps.data();
-  on_device.device = eager->facts().tap_device;
-  on_device.rows = kRows;
-  on_device.row_values = width;
+  const UploadedTaps uploaded = upload_taps(kRows, width, 77, eager->facts().tap_device);
+  const DeviceTaps& on_device = uploaded.taps;
   // Calls of 5 rows (streams 0 and 1) four times, 7 rows (stream 2) twice, then stream 0 rolled back by 2 rows.
   std::vector<std::vector<TapRows>> calls;
   for (int call = 0; call < 4; ++call) {
@@ -1008,7 +1018,7 @@ TEST(CudaDrafter, PaddingRequestsAndRowsLeaveEveryRealDraftsBits) {
     EXPECT_TRUE(u.ok());
     return u.ok() ? *u : std::vector<float>{};
   };
-  for (const auto [count, bucket] : {std::pair{5, 6}, std::pair{7, 8}}) {
+  for (const auto& [count, bucket] : {std::pair{5, 6}, std::pair{7, 8}}) {
     SCOPED_TRACE(std::to_string(count) + " requests in bucket " + std::to_string(bucket));
     ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
     const std::vector<Draft> padded = drafter->draft(requests(count));
@@ -1050,18 +1060,8 @@ TEST(CudaDrafter, PaddingRequestsAndRowsLeaveEveryRealDraftsBits) {
   }
   // absorb_device(): 5 rows (padded to 6) against the same 5 rows plus a sixth of another stream.
   constexpr int kRows = 6;
-  const std::vector<float> taps = testing::random_taps(kRows, width, 91);
-  std::vector<bf16> values(taps.size());
-  for (size_t i = 0; i < taps.size(); ++i) values[i] = float_to_bf16(taps[i]);
-  ls::cuda::DeviceBuffer<bf16> device_taps;
-  ASSERT_TRUE(device_taps.allocate(values.size()).ok());
-  ASSERT_EQ(cudaMemcpy(device_taps.data(), values.data(), values.size() * sizeof(bf16), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  DeviceTaps on_device;
-  on_device.data = device_taps.data();
-  on_device.device = drafter->facts().tap_device;
-  on_device.rows = kRows;
-  on_device.row_values = width;
+  const UploadedTaps uploaded = upload_taps(kRows, width, 91, drafter->facts().tap_device);
+  const DeviceTaps& on_device = uploaded.taps;
   std::unique_ptr<CudaDsparkDrafter> padded_absorb = load_cuda(pair.drafter_dir, target, cuda_options());
   std::unique_ptr<CudaDsparkDrafter> full_absorb = load_cuda(pair.drafter_dir, target, cuda_options());
   ASSERT_TRUE(padded_absorb && full_absorb);
