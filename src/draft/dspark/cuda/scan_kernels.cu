@@ -28,6 +28,22 @@ __global__ void gather_kernel(const bf16_t* w1, const DeviceScanRequest* request
   }
 }
 
+// Adds the base logits into ids [first, end) of the request's Markov row (writing them back; the planted NaN at
+// V / 2 for the fault test), keeping the thread's greedy best over finite logits and flagging non-finite ones.
+__device__ void correct_and_scan(float* row, const float* base, int64_t first, int64_t end, int slot,
+                                 const DeviceScanRequest& request, int64_t V, Best& greedy, int& nonfinite) {
+  for (int64_t id = first + threadIdx.x; id < end; id += blockDim.x) {
+    float logit = row[id] + base[id];
+    if (slot == request.nan_logit_slot && id == V / 2) logit = NAN;
+    row[id] = logit;
+    if (isfinite(logit)) {
+      greedy = better(greedy, Best{static_cast<double>(logit), static_cast<int32_t>(id)});
+    } else {
+      nonfinite = 1;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, ScanShape shape, int slot) {
   __shared__ PickScratch s;
   const int i = blockIdx.x;
@@ -41,16 +57,7 @@ __global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, S
   // (when any is non-finite the request fails, so the pick does not matter then).
   int nonfinite = 0;
   Best greedy{0.0, -1};
-  for (int64_t id = threadIdx.x; id < V; id += blockDim.x) {
-    float logit = row[id] + base[id];
-    if (slot == request.nan_logit_slot && id == V / 2) logit = NAN;
-    row[id] = logit;
-    if (isfinite(logit)) {
-      greedy = better(greedy, Best{static_cast<double>(logit), static_cast<int32_t>(id)});
-    } else {
-      nonfinite = 1;
-    }
-  }
+  correct_and_scan(row, base, 0, V, slot, request, V, greedy, nonfinite);
   nonfinite = __syncthreads_or(nonfinite);
   if (!nonfinite) greedy = block_best(greedy, s);
   finish_step(in, shape, slot, i, request, record, nonfinite, greedy, s);
@@ -73,16 +80,7 @@ __global__ void __launch_bounds__(kChunkPickThreads) pick_chunks_kernel(ScanStep
   const int64_t end = first + kSplitPickIds < V ? first + kSplitPickIds : V;
   int nonfinite = 0;
   Best greedy{0.0, -1};
-  for (int64_t id = first + threadIdx.x; id < end; id += blockDim.x) {
-    float logit = row[id] + base[id];
-    if (slot == request.nan_logit_slot && id == V / 2) logit = NAN;
-    row[id] = logit;
-    if (isfinite(logit)) {
-      greedy = better(greedy, Best{static_cast<double>(logit), static_cast<int32_t>(id)});
-    } else {
-      nonfinite = 1;
-    }
-  }
+  correct_and_scan(row, base, first, end, slot, request, V, greedy, nonfinite);
   nonfinite = __syncthreads_or(nonfinite);
   greedy = block_best(greedy, s);
   if (threadIdx.x == 0) {
