@@ -27,6 +27,9 @@ using keyed::order_key;
 
 struct Shared {
   unsigned int histogram[256];
+  unsigned int level_histogram[8][256];  // the walk's select histograms per digit, kept while the prefix repeats
+  uint64_t level_prefix[8];
+  int level_valid[8];
   Best best[kThreads / 32];
   double partial[kThreads / 32];
   uint64_t key_and[kThreads / 32];
@@ -125,11 +128,13 @@ __device__ KeyBits block_key_bits(const float* row, int vocab, const F& filter, 
   return bits;
 }
 
-// select_rank, faster: digits every candidate shares (per `bits`) take no pass, and each warp adds one count per
-// distinct digit (flat rows put nearly every key in one bin, where one atomic per id serialises).
+// select_rank, faster: digits every candidate shares (per `bits`) take no pass, a warp with many candidates adds
+// one count per distinct digit (flat rows put nearly every key in one bin, where one atomic per id serialises), and
+// with `cache` a digit's histogram is reused while its prefix repeats (the walk's selects share one filter; the
+// caller clears s.level_valid when the filter changes).
 template <typename F>
 __device__ uint64_t select_rank_fast(const float* row, int vocab, const F& filter, unsigned int rank, KeyBits bits,
-                                     Shared& s) {
+                                     bool cache, Shared& s) {
   uint64_t prefix = 0, prefix_mask = 0;
   const uint64_t varying = bits.all_and ^ bits.all_or;
   for (int shift = 56; shift >= 0; shift -= 8) {
@@ -138,33 +143,44 @@ __device__ uint64_t select_rank_fast(const float* row, int vocab, const F& filte
       prefix_mask |= 0xffull << shift;
       continue;
     }
-    for (int b = threadIdx.x; b < 256; b += kThreads) s.histogram[b] = 0;
-    __syncthreads();
-    for (int base = 0; base < vocab; base += kThreads) {
-      const int id = base + threadIdx.x;
-      bool in = false;
-      unsigned int digit = 0;
-      if (id < vocab) {
-        const float logit = row[id];
-        if (filter.keeps(logit, id)) {
-          const uint64_t key = order_key(logit, id);
-          in = (key & prefix_mask) == prefix;
-          digit = static_cast<unsigned int>((key >> shift) & 0xff);
+    const int level = shift >> 3;
+    unsigned int* histogram = cache ? s.level_histogram[level] : s.histogram;
+    if (!(cache && s.level_valid[level] != 0 && s.level_prefix[level] == prefix)) {
+      for (int b = threadIdx.x; b < 256; b += kThreads) histogram[b] = 0;
+      __syncthreads();
+      for (int base = 0; base < vocab; base += kThreads) {
+        const int id = base + threadIdx.x;
+        bool in = false;
+        unsigned int digit = 0;
+        if (id < vocab) {
+          const float logit = row[id];
+          if (filter.keeps(logit, id)) {
+            const uint64_t key = order_key(logit, id);
+            in = (key & prefix_mask) == prefix;
+            digit = static_cast<unsigned int>((key >> shift) & 0xff);
+          }
+        }
+        const unsigned int active = __ballot_sync(0xffffffffu, in);
+        if (!in) continue;
+        if (__popc(active) < 8) {
+          atomicAdd(&histogram[digit], 1u);
+        } else {
+          const unsigned int group = __match_any_sync(active, digit);
+          if ((threadIdx.x & 31) == static_cast<unsigned int>(__ffs(group) - 1)) atomicAdd(&histogram[digit], __popc(group));
         }
       }
-      const unsigned int active = __ballot_sync(0xffffffffu, in);
-      if (in) {
-        const unsigned int group = __match_any_sync(active, digit);
-        if ((threadIdx.x & 31) == static_cast<unsigned int>(__ffs(group) - 1)) atomicAdd(&s.histogram[digit], __popc(group));
+      __syncthreads();
+      if (cache && threadIdx.x == 0) {
+        s.level_prefix[level] = prefix;
+        s.level_valid[level] = 1;
       }
     }
-    __syncthreads();
     if (threadIdx.x == 0) {
       unsigned int above = 0;
       int digit = 255;
       for (; digit > 0; --digit) {
-        if (rank < above + s.histogram[digit]) break;
-        above += s.histogram[digit];
+        if (rank < above + histogram[digit]) break;
+        above += histogram[digit];
       }
       s.select_prefix = prefix | (static_cast<uint64_t>(digit) << shift);
       s.select_rank = rank - above;
@@ -290,7 +306,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
     if (alive > static_cast<unsigned int>(draw.top_k)) {
       if constexpr (fast)
         filter.min_key = select_rank_fast(row, vocab, filter, static_cast<unsigned int>(draw.top_k - 1),
-                                          block_key_bits(row, vocab, filter, s), s);
+                                          block_key_bits(row, vocab, filter, s), false, s);
       else
         filter.min_key = select_rank(row, vocab, filter, static_cast<unsigned int>(draw.top_k - 1), s);
     }
@@ -353,6 +369,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
     if (threadIdx.x == 0) {
       s.scalar = static_cast<double>(draw.top_p) * total;
       s.flag = 0;
+      for (int level = 0; level < 8; ++level) s.level_valid[level] = 0;  // the walk's filter is new
     }
     __syncthreads();
     const double target = s.scalar;
@@ -369,7 +386,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
       uint64_t lower = 0;
       if constexpr (fast) {
         // One chunk holds every survivor: its lower bound is the smallest key, no selection needed.
-        lower = alive <= static_cast<unsigned int>(kChunk) ? 0 : select_rank_fast(row, vocab, filter, last, bits, s);
+        lower = alive <= static_cast<unsigned int>(kChunk) ? 0 : select_rank_fast(row, vocab, filter, last, bits, true, s);
       } else {
         lower = select_rank(row, vocab, filter, last, s);
       }
