@@ -39,6 +39,20 @@ std::atomic<bool> g_router_preload{true};
 
 namespace gd = ls::cuda::gemm_detail;
 
+// A warp's mma accumulators (rows r0.., experts e0..e0+7) plus the router bias, rounded to bf16 router logits.
+__device__ void store_router_logits(const RoutePlan& a, const float (&acc)[4], int lane, int rows, int64_t r0,
+                                    int e0, int E) {
+  const int r = lane >> 2;
+  if (r >= rows) return;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int c = e0 + (lane & 3) * 2 + e;
+    if (c >= E) continue;
+    const float v = a.router_bias ? __fadd_rn(acc[e], a.router_bias[c]) : acc[e];
+    reinterpret_cast<__nv_bfloat16*>(a.logits)[(r0 + r) * E + c] = __float2bfloat16_rn(v);
+  }
+}
+
 // The router GEMM of the RoutePlan's rows in the route + plan CTA: logits [rows, E] = round(x @ router^T (+ bias)),
 // the GemmEngine's canonical chain for K <= 2048 (one accumulator, mma.sync m16n8k16 steps over K ascending from
 // zero, tail zero-filled). Items (row chunk of 8, 8 experts) go to warps, each a cp.async pipeline of K tiles; the
@@ -99,16 +113,7 @@ __device__ void router_in_block(const RoutePlan& a, unsigned char* smem) {
     }
     gd::wait_group<0>();
     __syncwarp();
-    const int r = lane >> 2;
-    if (r < rows) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = e0 + (lane & 3) * 2 + e;
-        if (c >= E) continue;
-        const float v = a.router_bias ? __fadd_rn(acc[e], a.router_bias[c]) : acc[e];
-        reinterpret_cast<__nv_bfloat16*>(a.logits)[(r0 + r) * E + c] = __float2bfloat16_rn(v);
-      }
-    }
+    store_router_logits(a, acc, lane, rows, r0, e0, E);
   }
   if (!waited) {
     ls::cuda::wait_for_previous_kernel();
@@ -164,16 +169,7 @@ __device__ void router_preloaded_in_block(const RoutePlan& a, unsigned char* sme
         gd::mma_bf16(acc, fa, fb);
       }
     }
-    const int r = lane >> 2;
-    if (r < rows) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = e0 + (lane & 3) * 2 + e;
-        if (c >= E) continue;
-        const float v = a.router_bias ? __fadd_rn(acc[e], a.router_bias[c]) : acc[e];
-        reinterpret_cast<__nv_bfloat16*>(a.logits)[(r0 + r) * E + c] = __float2bfloat16_rn(v);
-      }
-    }
+    store_router_logits(a, acc, lane, rows, r0, e0, E);
   }
 }
 
