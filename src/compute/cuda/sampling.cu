@@ -36,6 +36,8 @@ struct Shared {
   uint64_t key_or[kThreads / 32];
   uint64_t select_prefix;
   uint64_t select_rank;
+  uint64_t bin_key[256];  // a key the last fresh select pass counted in each bin (the bin's only one when its count is 1)
+  int select_done;
   unsigned int count;
   uint64_t chunk_keys[kChunk];
   double chunk_weights[kChunk];
@@ -145,17 +147,19 @@ __device__ uint64_t select_rank_fast(const float* row, int vocab, const F& filte
     }
     const int level = shift >> 3;
     unsigned int* histogram = cache ? s.level_histogram[level] : s.histogram;
-    if (!(cache && s.level_valid[level] != 0 && s.level_prefix[level] == prefix)) {
+    const bool fresh = !(cache && s.level_valid[level] != 0 && s.level_prefix[level] == prefix);
+    if (fresh) {
       for (int b = threadIdx.x; b < 256; b += kThreads) histogram[b] = 0;
       __syncthreads();
       for (int base = 0; base < vocab; base += kThreads) {
         const int id = base + threadIdx.x;
         bool in = false;
         unsigned int digit = 0;
+        uint64_t key = 0;
         if (id < vocab) {
           const float logit = row[id];
           if (filter.keeps(logit, id)) {
-            const uint64_t key = order_key(logit, id);
+            key = order_key(logit, id);
             in = (key & prefix_mask) == prefix;
             digit = static_cast<unsigned int>((key >> shift) & 0xff);
           }
@@ -164,9 +168,13 @@ __device__ uint64_t select_rank_fast(const float* row, int vocab, const F& filte
         if (!in) continue;
         if (__popc(active) < 8) {
           atomicAdd(&histogram[digit], 1u);
+          s.bin_key[digit] = key;
         } else {
           const unsigned int group = __match_any_sync(active, digit);
-          if ((threadIdx.x & 31) == static_cast<unsigned int>(__ffs(group) - 1)) atomicAdd(&histogram[digit], __popc(group));
+          if ((threadIdx.x & 31) == static_cast<unsigned int>(__ffs(group) - 1)) {
+            atomicAdd(&histogram[digit], __popc(group));
+            s.bin_key[digit] = key;
+          }
         }
       }
       __syncthreads();
@@ -182,14 +190,18 @@ __device__ uint64_t select_rank_fast(const float* row, int vocab, const F& filte
         if (rank < above + histogram[digit]) break;
         above += histogram[digit];
       }
-      s.select_prefix = prefix | (static_cast<uint64_t>(digit) << shift);
+      // A bin of one counted in this pass: its key is the answer, the lower digits need no passes.
+      s.select_done = fresh && histogram[digit] == 1u;
+      s.select_prefix = s.select_done ? s.bin_key[digit] : prefix | (static_cast<uint64_t>(digit) << shift);
       s.select_rank = rank - above;
     }
     __syncthreads();
     prefix = s.select_prefix;
     rank = static_cast<unsigned int>(s.select_rank);
     prefix_mask |= 0xffull << shift;
+    const bool done = s.select_done != 0;
     __syncthreads();
+    if (done) return prefix;
   }
   return prefix;
 }
