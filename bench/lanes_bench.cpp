@@ -17,6 +17,8 @@
 //                                                                         is unproven where the prior pays (before 6)
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
+//             [--probe group|alone]                                        alone: a dormant stream's probe runs only
+//                                                                         where it alone could pay (before lanes7)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
@@ -189,6 +191,8 @@ bool g_trim_prices_pass = true;
 bool g_scout_prompt_only = true;
 // --quiet-reprice N: decisions over dormant streams only run the row allocator every N-th time (0 = the default).
 int g_quiet_reprice_every = 0;
+// --probe alone: a dormant stream's probe is gated on its own stream alone paying (the first half of session 6).
+bool g_group_probes = true;
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
@@ -203,6 +207,7 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   lanes_options.pricing.trim_prices_pass = g_trim_prices_pass;
   lanes_options.scout_prompt_only = g_scout_prompt_only;
   if (g_quiet_reprice_every > 0) lanes_options.pricing.quiet_reprice_every = g_quiet_reprice_every;
+  lanes_options.pricing.group_probes = g_group_probes;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   if (tables != nullptr && drafter != nullptr) *tables = tables_json(lanes->pricing().tables(), lanes->max_rows());
@@ -638,6 +643,7 @@ int main(int argc, char** argv) {
     else if (flag == "--trim") ls::g_trim_prices_pass = value != "verify";
     else if (flag == "--admit") ls::g_scout_prompt_only = value != "all";
     else if (flag == "--quiet-reprice") ls::g_quiet_reprice_every = std::atoi(value.c_str());
+    else if (flag == "--probe") ls::g_group_probes = value != "alone";
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
     else if (flag == "--commit") options.commit = value;
@@ -655,7 +661,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

@@ -344,6 +344,7 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
   int most_overdue = -1;
   for (Stream* stream : streams) {
     stream->wants_taps = stream->drafting && !stream->dormant;
+    stream->group_prober = false;
     if (!stream->drafting || !stream->dormant) continue;
     // Due at this round's decision (its taps are kept or absorbed after this verify, before the decision); a wait
     // not started yet is the first wait, as plan_depths counts it.
@@ -356,12 +357,27 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
   }
   // Before the drafter is proven only the scout probes (plan_depths offers no other stream).
   const bool drafter_proven = pricing_.pooled_acceptance().explored_depth() > 0;
-  if (next_prober == nullptr || !drafter_proven || !pricing_.probe_affordable()) return;
-  // Only where the probe will run: a skipped probe's taps (and their device absorb) would be paid for nothing.
   int round_streams = 0;
   for (const auto& [id, live] : live_) round_streams += live->prefilled && !live->finished();
   round_streams = std::min({round_streams, options_.max_streams, max_rows_});
-  if (pricing_.probe_would_run(*next_prober, draft_cap(*next_prober), round_streams)) next_prober->wants_taps = true;
+  bool probe_taps = false;
+  if (next_prober != nullptr && drafter_proven && pricing_.probe_affordable() &&
+      pricing_.probe_would_run(*next_prober, draft_cap(*next_prober), round_streams)) {
+    // Only where the probe will run: a skipped probe's taps (and their device absorb) would be paid for nothing.
+    next_prober->wants_taps = true;
+    probe_taps = true;
+  }
+  if (probe_taps || !drafter_proven || !pricing_.group_probe_due()) return;
+  // A group probe will run at this decision (no stream's own probe does): the dormant stream that waited longest
+  // taps and plan_depths has it probe, over this round's rows.
+  Stream* longest = nullptr;
+  for (Stream* stream : streams) {
+    if (!stream->drafting || !stream->dormant) continue;
+    if (longest == nullptr || stream->backoff.zero_rounds > longest->backoff.zero_rounds) longest = stream;
+  }
+  if (longest == nullptr || !pricing_.group_probe_would_run(*longest, draft_cap(*longest), round_streams)) return;
+  longest->wants_taps = true;
+  longest->group_prober = true;
 }
 
 double Lanes::draft() {

@@ -16,6 +16,7 @@ Pricing::Pricing(CostTables tables, PricingOptions options, int max_rows, bool h
       has_confidence_(has_confidence),
       calibration_(static_cast<int>(std::max<size_t>(options_.depth_prior.size(), 16))) {
   pooled_acceptance_.reset(options_.depth_prior);
+  group_wait_ = std::max(options_.probe_first_wait, 1);
 }
 
 std::vector<float> Pricing::held_chances(const Stream& stream) const {
@@ -246,7 +247,34 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     stream.backoff.zero_rounds = 0;
     if (!scouting) stream.backoff.wait = std::min(stream.backoff.wait * 2, options_.probe_most_wait);
   }
+  if (!drafter_unproven) plan_group_probe(drafting, caps, bought, plans);
   return plans;
+}
+
+void Pricing::plan_group_probe(std::span<Stream* const> drafting, std::span<const int> caps, bool bought,
+                               std::vector<DepthPlan>& plans) {
+  if (!options_.group_probes || options_.always_draft) return;
+  if (bought || std::any_of(plans.begin(), plans.end(), [](const DepthPlan& plan) { return plan.depth > 0; })) {
+    // Drafts bought or a probe run this decision: the pool is being measured.
+    group_zero_decisions_ = 0;
+    if (bought) group_wait_ = options_.probe_first_wait;
+    return;
+  }
+  const bool due = group_probe_due();
+  ++group_zero_decisions_;
+  if (!due) return;
+  // The stream Lanes::choose_tapping tapped for it (group_probe_would_run said yes there), so the probe drafts over
+  // this round's rows, never blind past skipped ones.
+  int prober = -1;
+  for (size_t index = 0; index < drafting.size(); ++index) {
+    if (drafting[index]->group_prober && caps[index] > 0) prober = static_cast<int>(index);
+  }
+  if (prober < 0) return;
+  Stream& stream = *drafting[prober];
+  plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
+  stream.backoff.zero_rounds = 0;
+  group_zero_decisions_ = 0;
+  group_wait_ = std::min(group_wait_ * 2, options_.probe_most_wait);
 }
 
 RoundCost Pricing::round_cost() const {
@@ -337,6 +365,20 @@ bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) 
   pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
   pending_rows.fixed_expected = pending_rows.fixed_rows;
   return could_pay(pending_rows, stream, cap);
+}
+
+bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_streams) const {
+  if (cap <= 0 || !group_probe_due()) return false;
+  RowOffer pending_rows;
+  pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
+  pending_rows.fixed_expected = pending_rows.fixed_rows;
+  // Where the stream alone could pay its own probes measure it; the group's is for where only streams together can.
+  return !could_pay(pending_rows, stream, cap) && could_pay(pending_rows, stream, cap, pending_rows.fixed_rows);
+}
+
+bool Pricing::group_probe_due() const {
+  return options_.group_probes && !options_.always_draft && pooled_acceptance_.explored_depth() > 0 &&
+         group_zero_decisions_ + 1 >= group_wait_;
 }
 
 bool Pricing::could_draft(int round_streams, int cap, bool always_right) const {
@@ -430,6 +472,8 @@ void Pricing::observe_absorb(int rows, double ms) {
 }
 
 void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
+  // A draft landed: the pool is worth re-measuring soon (a group probe's wait starts over).
+  if (accepted > 0) group_wait_ = options_.probe_first_wait;
   stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
   pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {

@@ -45,9 +45,16 @@ struct PricingOptions {
   double round_rate = 0.2;        // moving-average weight of a drafting round's measured / priced ratio
   // Decisions over dormant streams only, after one that bought nothing, run the row allocator only every n-th time
   // (the others are zero decisions, probes as usual): a round that buys nothing costs what a plain round costs
-  // (64 streams on the H200: +0.03 ms of host work a round, 1.5%). 1 = every decision (the default; 8 with
-  // lanes_bench --pricing new, not shown to win on the H200).
-  int quiet_reprice_every = 1;
+  // (64 streams on the H200: +0.03 ms of host work a round, 1.5%; s6B 16 streams, nothing drafted for 255 rounds:
+  // host 0.0205 vs plain 0.0110 ms a round). 8: the default since lanes7 (a waking waits at most 8 rounds; probes
+  // run as usual); 1 = every decision (the sixth session's first half: lanes_bench --quiet-reprice 1).
+  int quiet_reprice_every = 8;
+  // Group probes: while no stream drafts, the pooled acceptance (what every dormant stream is priced with) is
+  // re-measured by one stream's probe on a doubling wait of its own (first wait, doubling to the longest; a landed
+  // draft starts it over), run where the round's streams drafting together could pay if every draft landed. At 16
+  // streams on the H200 (s6B) one stream alone could never pay, so after one unlucky scout probe no stream probed
+  // again for 255 rounds and drafting never resumed. false: only the per-stream probes (lanes_bench --probe alone).
+  bool group_probes = true;
 };
 
 struct DepthPlan {
@@ -83,6 +90,11 @@ class Pricing {
   // longest wait, or where the stream could pay if every draft landed (else the probe is skipped, and the taps a
   // dormant stream takes for it would be wasted: 25 tap rounds and device absorbs for 2 passes at 16 streams).
   bool probe_would_run(const Stream& stream, int cap, int round_streams) const;
+  // Whether a group probe (PricingOptions::group_probes) is due at the next decision.
+  bool group_probe_due() const;
+  // Whether `stream` would run a group probe at the next decision: due, the stream alone could not pay, and the
+  // round's `round_streams` streams drafting together could if every draft landed.
+  bool group_probe_would_run(const Stream& stream, int cap, int round_streams) const;
   // The chances trim prices a stream's held drafts with: [held] cumulative.
   std::vector<float> held_chances(const Stream& stream) const;
   // A verify offered `proposed` drafts of the stream and `accepted` landed.
@@ -125,6 +137,9 @@ class Pricing {
   // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
   std::vector<float> depth_chances(const Stream& stream, int cap) const;
   RoundCost round_cost() const;
+  // After a decision that bought nothing and ran no probe: one stream probes for the pool when the group wait is up.
+  void plan_group_probe(std::span<Stream* const> drafting, std::span<const int> caps, bool bought,
+                        std::vector<DepthPlan>& plans);
   // Whether `stream` would be bought drafts at all, next to the round's pending rows, if every one of its `cap`
   // drafts landed (its catch-up absorb included), drafting alongside `alike - 1` streams that offer the same.
   bool could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike = 1) const;
@@ -150,6 +165,8 @@ class Pricing {
   bool batched_call_measured_ = false;
   int batched_call_outliers_ = 0;   // batched calls in a row dearer than twice the estimate
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing
+  int group_zero_decisions_ = 0;    // decisions in a row that bought nothing and ran no probe (group probes)
+  int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a landing)
   int64_t depth_allocations_ = 0;
   double drafting_round_ratio_ = 1.0;  // moving average of measured / priced over drafting rounds
   double plain_round_ratio_ = 1.0;     // the same over plain rounds

@@ -134,6 +134,9 @@ ShapeRun new_shape_run(bool drafted, bool measured_rounds) {
   // The fifth session's trim (verify alone), which measured rounds were made against: the whole-round trim keeps
   // more rows, so old pricing loses less here (1874 against 2021 ms; plain 1146) and measured rounds gain less.
   options.pricing.trim_prices_pass = false;
+  // Every decision repriced, as when measured rounds were made (quiet repricing, the default since lanes7, delays
+  // wakings by up to 8 decisions: here measured rounds then keep 74 windows against 147, a hair over half).
+  options.pricing.quiet_reprice_every = 1;
   auto lanes = Lanes::create(target, drafted ? &drafter : nullptr, options, clock);
   EXPECT_TRUE(lanes.ok());
   ShapeRun run;

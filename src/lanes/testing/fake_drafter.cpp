@@ -171,7 +171,7 @@ Draft FakeDrafter::draft_one(const DraftRequest& request, bool faulty) {
     fake_logits(options_.shape, hash, logits);
     const int32_t truth = draw_token(logits, request.sampling, position + 1);
     const bool hopeless = options_.hopeless_from >= 0 && depth_index >= options_.hopeless_from;
-    const bool wrong = hopeless || uniform_open01(splitmix64(hash ^ 0xd1ce)) < options_.wrong_rate;
+    const bool wrong = hopeless || pass_wrong_ || uniform_open01(splitmix64(hash ^ 0xd1ce)) < options_.wrong_rate;
     token = wrong ? (truth + 1) % options_.shape.vocab_size : truth;
     chance *= hopeless ? 0.01 : std::max(0.05, 1.0 - options_.wrong_rate);
     draft.tokens.push_back(token);
@@ -206,6 +206,8 @@ std::vector<Draft> FakeDrafter::draft(std::span<const DraftRequest> requests) {
     }
   }
   ++passes_;
+  pass_wrong_ = forced_wrong_passes_ > 0;
+  if (pass_wrong_) --forced_wrong_passes_;
   widest_pass_ = std::max<int64_t>(widest_pass_, static_cast<int64_t>(requests.size()));
   std::vector<Draft> drafts;
   int deepest = 0;

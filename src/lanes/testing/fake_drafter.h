@@ -63,6 +63,8 @@ class FakeDrafter final : public Drafter {
   int64_t absorbed_rows() const { return absorbed_rows_; }
   int64_t device_absorbs() const { return device_absorbs_; }
   int64_t restarts() const { return restarts_; }
+  // Every draft of the next `passes` passes is wrong (an unlucky first probe, whatever the wrong rate).
+  void force_wrong_passes(int passes) { forced_wrong_passes_ = passes; }
   int64_t passes() const { return passes_; }
   int64_t requests() const { return requests_; }
   int64_t widest_pass() const { return widest_pass_; }
@@ -98,6 +100,8 @@ class FakeDrafter final : public Drafter {
   int64_t device_absorbs_ = 0;
   int64_t restarts_ = 0;
   int64_t passes_ = 0;
+  int forced_wrong_passes_ = 0;  // passes still to come whose drafts are all wrong
+  bool pass_wrong_ = false;      // the pass being answered is one of them
   int64_t requests_ = 0;
   int64_t widest_pass_ = 0;
   int64_t faults_planted_ = 0;
