@@ -472,8 +472,6 @@ void Pricing::observe_absorb(int rows, double ms) {
 }
 
 void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
-  // A draft landed: the pool is worth re-measuring soon (a group probe's wait starts over).
-  if (accepted > 0) group_wait_ = options_.probe_first_wait;
   stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
   pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {

@@ -50,8 +50,8 @@ struct PricingOptions {
   // run as usual); 1 = every decision (the sixth session's first half: lanes_bench --quiet-reprice 1).
   int quiet_reprice_every = 8;
   // Group probes: while no stream drafts, the pooled acceptance (what every dormant stream is priced with) is
-  // re-measured by one stream's probe on a doubling wait of its own (first wait, doubling to the longest; a landed
-  // draft starts it over), run where the round's streams drafting together could pay if every draft landed. At 16
+  // re-measured by one stream's probe on a doubling wait of its own (first wait, doubling to the longest; a decision
+  // that buys drafts starts it over), run where the round's streams drafting together could pay if every draft landed. At 16
   // streams on the H200 (s6B) one stream alone could never pay, so after one unlucky scout probe no stream probed
   // again for 255 rounds and drafting never resumed. false: only the per-stream probes (lanes_bench --probe alone).
   bool group_probes = true;
@@ -166,7 +166,7 @@ class Pricing {
   int batched_call_outliers_ = 0;   // batched calls in a row dearer than twice the estimate
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing
   int group_zero_decisions_ = 0;    // decisions in a row that bought nothing and ran no probe (group probes)
-  int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a landing)
+  int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a purchase)
   int64_t depth_allocations_ = 0;
   double drafting_round_ratio_ = 1.0;  // moving average of measured / priced over drafting rounds
   double plain_round_ratio_ = 1.0;     // the same over plain rounds
