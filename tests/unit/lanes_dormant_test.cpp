@@ -12,23 +12,8 @@
 namespace ls {
 namespace {
 
-FakeTargetOptions costed_target(FixedClock& clock, double row_ms) {
-  FakeTargetOptions options;
-  options.max_rows = 128;
-  options.exact_width = 8;
-  options.clock = &clock;
-  options.verify_fixed_ms = 10.0;
-  options.verify_row_ms = row_ms;
-  return options;
-}
-
 FakeDrafterOptions costed_drafter(FixedClock& clock, double wrong_rate, double row_ms) {
-  FakeDrafterOptions options;
-  options.max_depth = 6;
-  options.wrong_rate = wrong_rate;
-  options.clock = &clock;
-  options.draft_fixed_ms = 2.0;
-  options.draft_row_ms = row_ms;
+  FakeDrafterOptions options = costed_fake_drafter(clock, wrong_rate, row_ms);
   options.absorb_call_ms = 0.1;
   options.absorb_row_ms = 0.05;
   return options;
@@ -52,7 +37,7 @@ TEST(LanesDormant, AStreamPricedToZeroGetsNoTapRowsAndNoAbsorbsAfterItsProbes) {
   // rows in a hundred and the drafter absorbs as few (before: every row of every drafting stream was tapped, held
   // and, every 512 rows, absorbed).
   FixedClock clock;
-  FakeTarget target(costed_target(clock, 0.5));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
   FakeDrafter drafter(costed_drafter(clock, 1.0, 0.2));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
@@ -83,7 +68,7 @@ TEST(LanesDormant, AStreamPricedToZeroGetsNoTapRowsAndNoAbsorbsAfterItsProbes) {
 
 TEST(LanesDormant, DraftFalseStreamsAskTheTargetForNoTaps) {
   FixedClock clock;
-  FakeTarget target(costed_target(clock, 0.5));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
   FakeDrafter drafter(costed_drafter(clock, 0.2, 0.2));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
@@ -103,7 +88,7 @@ TEST(LanesDormant, AStreamResumingAfterDormancyDraftsWithAValidContextAndStaysEx
   // resumes alone: its context restarts past the rows it skipped, the fake drafter (which checks every absorbed
   // row's position and history) accepts the rows after the restart, and its drafts land again.
   FixedClock clock;
-  FakeTarget target(costed_target(clock, 2.0));
+  FakeTarget target(costed_fake_target(clock, 10.0, 2.0, 128));
   FakeDrafter drafter(costed_drafter(clock, 0.0, 2.0));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
@@ -111,7 +96,7 @@ TEST(LanesDormant, AStreamResumingAfterDormancyDraftsWithAValidContextAndStaysEx
   arrivals[0].request.max_tokens = 300;
   auto replies = run_arrivals(**lanes, arrivals);
   ASSERT_TRUE(replies.ok());
-  std::vector<Reply> alone = run_each_alone_plain(costed_target(clock, 2.0), arrivals);
+  std::vector<Reply> alone = run_each_alone_plain(costed_fake_target(clock, 10.0, 2.0, 128), arrivals);
   for (size_t index = 0; index < arrivals.size(); ++index) {
     EXPECT_EQ((*replies)[index].tokens, alone[index].tokens) << "stream " << index;
   }
@@ -133,7 +118,7 @@ TEST(LanesDormant, WhereEvenAnAlwaysRightDrafterCannotPayAtThisManyStreamsNoProm
   // fault follows). With only 2 streams the same pair can pay, and the scout taps its prompt (10 rows).
   auto run = [](int streams, int64_t& tap_rows) {
     FixedClock clock;
-    FakeTarget target(costed_target(clock, 2.0));
+    FakeTarget target(costed_fake_target(clock, 10.0, 2.0, 128));
     FakeDrafter drafter(costed_drafter(clock, 0.0, 2.0));
     auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
     EXPECT_TRUE(lanes.ok());
@@ -159,7 +144,7 @@ TEST(LanesDormant, WithScoutPromptOnlyOffWhereThePriorPaysEveryPromptIsTappedBef
   // (cheap rows, cheap passes) every stream may draft, so every prompt is tapped; by default only the scout's is.
   auto tapped = [](bool scout_prompt_only) {
     FixedClock clock;
-    FakeTarget target(costed_target(clock, 0.5));
+    FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
     FakeDrafter drafter(costed_drafter(clock, 0.0, 0.2));
     LanesOptions options;
     options.scout_prompt_only = scout_prompt_only;
@@ -181,7 +166,7 @@ TEST(LanesDormant, StreamsThatAreNotDraftingTakeNoTapRowsAndNoAbsorbCalls) {
   // and no stream ever drafted (0.99x). Here 16 streams with 40-token prompts, cheap rows and passes (the prior
   // pays), and a drafter that is always wrong: only the scout's prompt and the probes' rows may reach the drafter.
   FixedClock clock;
-  FakeTarget target(costed_target(clock, 0.5));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
   FakeDrafter drafter(costed_drafter(clock, 1.0, 0.2));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
@@ -211,7 +196,7 @@ TEST(LanesDormant, ARoundThatBuysNoDraftsCallsTheDrafterZeroTimes) {
   // calls and 50 restarts came with 2 passes: probes tapped for, then skipped).
   for (bool device_taps : {false, true}) {
     FixedClock clock;
-    FakeTargetOptions target_options = costed_target(clock, 2.0);
+    FakeTargetOptions target_options = costed_fake_target(clock, 10.0, 2.0, 128);
     target_options.device_taps = device_taps;
     FakeTarget target(target_options);
     FakeDrafterOptions drafter_options = costed_drafter(clock, 0.5, 2.0);
@@ -244,7 +229,7 @@ TEST(LanesDormant, OnTheFakesARoundsTimeIsItsForwardsPlusItsDrafterCallsAndNothi
   // The fakes advance the fixed clock only inside forwards, absorbs and passes, so the lanes' own host work reads 0:
   // the round split the benchmark reports must account for every advanced millisecond in the right bucket.
   FixedClock clock;
-  FakeTarget target(costed_target(clock, 0.5));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
   FakeDrafter drafter(costed_drafter(clock, 0.2, 0.2));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
@@ -264,7 +249,7 @@ TEST(LanesDormant, OnTheFakesARoundsTimeIsItsForwardsPlusItsDrafterCallsAndNothi
 
 TEST(LanesDormant, ADrafterThatCannotRestartIsHandedEveryKeptRowAsBefore) {
   FixedClock clock;
-  FakeTarget target(costed_target(clock, 0.5));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
   FakeDrafterOptions drafter_options = costed_drafter(clock, 1.0, 0.2);
   drafter_options.restarts = false;
   FakeDrafter drafter(drafter_options);
@@ -287,7 +272,7 @@ TEST(LanesDormant, RoundsOfDormantStreamsRunTheRowAllocatorOnlyEveryEighthDecisi
   // dormant streams only, after one that bought nothing, reprices them together only every 8th time.
   auto allocations_per_round = [](int reprice_every) {
     FixedClock clock;
-    FakeTarget target(costed_target(clock, 0.5));
+    FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
     FakeDrafter drafter(costed_drafter(clock, 1.0, 0.2));
     LanesOptions options;
     options.pricing.quiet_reprice_every = reprice_every;

@@ -24,26 +24,6 @@ struct PricedRun {
   int64_t tokens = 0;
 };
 
-FakeTargetOptions costed_target(FixedClock& clock) {
-  FakeTargetOptions options;
-  options.max_rows = 64;
-  options.exact_width = 8;
-  options.clock = &clock;
-  options.verify_fixed_ms = 10.0;
-  options.verify_row_ms = 0.5;
-  return options;
-}
-
-FakeDrafterOptions costed_drafter(FixedClock& clock, double wrong_rate) {
-  FakeDrafterOptions options;
-  options.max_depth = 6;
-  options.wrong_rate = wrong_rate;
-  options.clock = &clock;
-  options.draft_fixed_ms = 2.0;
-  options.draft_row_ms = 0.2;
-  return options;
-}
-
 std::vector<Arrival> long_requests(int streams, int max_tokens) {
   std::vector<Arrival> arrivals;
   for (int index = 0; index < streams; ++index) {
@@ -85,8 +65,8 @@ PricedRun priced_run(FixedClock& clock, const FakeTargetOptions& target_options,
 TEST(LanesPricing, AnAlwaysWrongDrafterStopsBuyingDraftsAndKeepsPlainThroughput) {
   FixedClock clock;
   std::vector<Arrival> arrivals = long_requests(4, 400);
-  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_target(clock), costed_drafter(clock, 1.0), arrivals);
+  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), costed_fake_drafter(clock, 1.0), arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   EXPECT_EQ(drafted.stats.drafts_accepted, 0);
   // Throughput within 3% of plain: a few early rounds pay for the prior, then only sparse probes.
@@ -102,10 +82,10 @@ TEST(LanesPricing, AlwaysDraftBuysEveryDraftOfAnAlwaysWrongDrafterAndKeepsTheTok
   // Pricing would stop buying (the test above); always_draft (tests, --draft-always) keeps verifying full windows.
   FixedClock clock;
   std::vector<Arrival> arrivals = long_requests(2, 120);
-  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
+  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
   LanesOptions options;
   options.pricing.always_draft = true;
-  PricedRun drafted = priced_run(clock, costed_target(clock), costed_drafter(clock, 1.0), arrivals, options);
+  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), costed_fake_drafter(clock, 1.0), arrivals, options);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   for (size_t i = 0; i < plain.replies.size(); ++i) EXPECT_EQ(plain.replies[i].tokens, drafted.replies[i].tokens);
   EXPECT_EQ(drafted.stats.drafts_accepted, 0);
@@ -119,8 +99,8 @@ TEST(LanesPricing, AnAlwaysRightDrafterIsBoughtUpToTheCostOptimalDepth) {
   // optimum is the deepest window the pair allows, 6 drafts (drafter depth 6, exact width 8).
   FixedClock clock;
   std::vector<Arrival> arrivals = long_requests(1, 600);
-  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_target(clock), costed_drafter(clock, 0.0), arrivals);
+  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), costed_fake_drafter(clock, 0.0), arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   const int64_t full_windows = drafted.windows_by_drawn_rows[7];
   EXPECT_GT(full_windows * 10, drafted.stats.windows_verified * 9)
@@ -134,10 +114,10 @@ TEST(LanesPricing, APartlyRightDrafterSettlesNearTheAnalyticOptimalDepth) {
   // E(d) = sum_{j<=d} 0.8^j; rate(d) = E(d) / (a + b (d + 1) + c + e d): d = 0 .. 6 give
   // 0.167, 0.232, 0.271, 0.288, 0.292, 0.289, 0.282 tokens / ms, so the optimum is 4 with 3 .. 5 within 1.5%.
   FixedClock clock;
-  FakeTargetOptions target = costed_target(clock);
+  FakeTargetOptions target = costed_fake_target(clock, 10.0, 0.5);
   target.verify_fixed_ms = 5.0;
   target.verify_row_ms = 1.0;
-  FakeDrafterOptions drafter = costed_drafter(clock, 0.2);
+  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.2);
   drafter.draft_fixed_ms = 0.5;
   drafter.draft_row_ms = 0.25;
   std::vector<Arrival> arrivals = long_requests(1, 3000);
@@ -155,19 +135,19 @@ TEST(LanesPricing, APartlyRightDrafterSettlesNearTheAnalyticOptimalDepth) {
 
 TEST(LanesPricing, ConfidencesSayingPositionKIsHopelessKeepRowsPastKUnbought) {
   FixedClock clock;
-  FakeDrafterOptions drafter = costed_drafter(clock, 0.0);
+  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.0);
   drafter.confidences = true;
   drafter.hopeless_from = 2;  // drafts 3 .. 6 are always wrong and their confidence says 0.01
   std::vector<Arrival> arrivals = long_requests(2, 300);
-  PricedRun drafted = priced_run(clock, costed_target(clock), drafter, arrivals);
+  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter, arrivals);
   EXPECT_EQ(drafted.windows_by_drawn_rows.rbegin()->first, 3) << "a window verified a draft past position 2";
   EXPECT_GT(drafted.windows_by_drawn_rows[3] * 10, drafted.stats.windows_verified * 8);
 }
 
 TEST(LanesPricing, AStreamPricedToZeroProbesAgainAfterADoublingWait) {
   FixedClock clock;
-  FakeTarget target(costed_target(clock));
-  FakeDrafter drafter(costed_drafter(clock, 1.0));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
+  FakeDrafter drafter(costed_fake_drafter(clock, 1.0));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
   Request request = make_fake_request(0, false, 64);
@@ -191,8 +171,8 @@ TEST(LanesPricing, AStreamPricedToZeroProbesAgainAfterADoublingWait) {
 
 TEST(LanesPricing, NoDrafterPassRunsWhenNoStreamMayDraft) {
   FixedClock clock;
-  FakeTarget target(costed_target(clock));
-  FakeDrafter drafter(costed_drafter(clock, 0.0));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
+  FakeDrafter drafter(costed_fake_drafter(clock, 0.0));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
   const int64_t setup_passes = drafter.passes();
@@ -205,8 +185,8 @@ TEST(LanesPricing, NoDrafterPassRunsWhenNoStreamMayDraft) {
 
 TEST(LanesPricing, LoadTimingRecoversTheFakeCostModel) {
   FixedClock clock;
-  FakeTarget target(costed_target(clock));
-  FakeDrafter drafter(costed_drafter(clock, 0.0));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
+  FakeDrafter drafter(costed_fake_drafter(clock, 0.0));
   LanesOptions options;
   options.max_streams = 16;
   auto lanes = Lanes::create(target, &drafter, options, clock);
@@ -222,8 +202,8 @@ TEST(LanesPricing, LoadTimingRecoversTheFakeCostModel) {
 
 TEST(LanesPricing, LoadTimingRecoversTheFakeAbsorbCostAsACallPlusRows) {
   FixedClock clock;
-  FakeTarget target(costed_target(clock));
-  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.absorb_call_ms = 0.7;
   drafter_options.absorb_row_ms = 0.05;
   FakeDrafter drafter(drafter_options);
@@ -252,10 +232,10 @@ TEST(LanesPricing, AOneOffCatchUpAbsorbDoesNotMoveThePerPassDrafterCost) {
   // dear for the rest of the reply. Every observed pass is the fake's exact 2 + 0.2 * depth, so the table
   // must still say so at the end, and the absorb costs must still be the fake's.
   FixedClock clock;
-  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.absorb_call_ms = 0.1;
   drafter_options.absorb_row_ms = 0.2;
-  FakeTarget target(costed_target(clock));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
   FakeDrafter drafter(drafter_options);
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
@@ -274,9 +254,9 @@ TEST(LanesPricing, AOneOffCatchUpAbsorbDoesNotMoveThePerPassDrafterCost) {
 
 TEST(LanesPricing, UntilADraftIsVerifiedOnlyOneStreamPaysItsCatchUpAbsorb) {
   FixedClock clock;
-  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.absorb_row_ms = 0.01;
-  FakeTarget target(costed_target(clock));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
   FakeDrafter drafter(drafter_options);
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
@@ -303,9 +283,9 @@ TEST(LanesPricing, WhileNothingIsKnownAboutTheDrafterTheScoutProbesAtItsFirstDec
   // A 15 ms pass: the prior's chances do not buy drafts (2.5 tokens for 27 ms against 1 token for 10.5 ms), but
   // an always-right drafter would (7 tokens for 30 ms): the scout probes at once instead of after 8 rounds.
   FixedClock clock;
-  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.draft_fixed_ms = 15.0;
-  FakeTarget target(costed_target(clock));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
   FakeDrafter drafter(drafter_options);
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
@@ -320,11 +300,11 @@ TEST(LanesPricing, ADrafterThatCannotPayEvenIfAlwaysRightIsNotRunToProbeBeforeTh
   // once cannot repay it (56 tokens in 38 + 89.6 ms against 8 in 14 ms). Probes that only re-measure the cost come
   // after waits of 8 + 16 + 32 + 64 + 128 decisions; 200 tokens end first.
   FixedClock clock;
-  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.draft_fixed_ms = 80.0;
   std::vector<Arrival> arrivals = long_prompt_requests(8, 40, 200);
-  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, arrivals);
+  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   EXPECT_EQ(drafted.drafter_passes, 0);
   EXPECT_EQ(drafted.stats.drafts_verified, 0);
@@ -336,12 +316,12 @@ TEST(LanesPricing, AProbeWhoseCatchUpAbsorbTheReplyCannotRepayIsSkipped) {
   // to spread it over, 83 ms each: even an always-right drafter would lose to plain, so no probe is paid (a
   // drafter that cannot restart past the prompt must absorb all of it first).
   FixedClock clock;
-  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.absorb_row_ms = 5.0;
   drafter_options.restarts = false;
   std::vector<Arrival> arrivals = long_prompt_requests(1, 200, 100);
-  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, arrivals);
+  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   EXPECT_EQ(drafted.drafter_passes, 0);
   EXPECT_DOUBLE_EQ(drafted.ms, plain.ms);
@@ -352,11 +332,11 @@ TEST(LanesPricing, ADrafterThatRestartsSkipsACatchUpTheReplyCannotRepayAndDrafts
   // probe comes the drafter restarts on the few rows tapped since; the fake drafter loses nothing by that, so
   // drafting pays and beats plain without ever absorbing the prompt.
   FixedClock clock;
-  FakeDrafterOptions drafter_options = costed_drafter(clock, 0.0);
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.absorb_row_ms = 5.0;
   std::vector<Arrival> arrivals = long_prompt_requests(1, 200, 100);
-  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, arrivals);
+  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   for (size_t i = 0; i < plain.replies.size(); ++i) EXPECT_EQ(plain.replies[i].tokens, drafted.replies[i].tokens);
   EXPECT_GE(drafted.stats.drafter_restarts, 1);
@@ -369,11 +349,11 @@ TEST(LanesPricing, ProbesTakeAtMostTheirBudgetOfTheTimeWhenEachCostsACatchUpAbso
   // 12 ms round. Four always-wrong streams probing on their own doubling waits would add about a tenth to the
   // run; the budget (5% of the plain rounds' time) keeps them within a few percent of plain.
   FixedClock clock;
-  FakeDrafterOptions drafter_options = costed_drafter(clock, 1.0);
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 1.0);
   drafter_options.absorb_row_ms = 0.3;
   std::vector<Arrival> arrivals = long_prompt_requests(4, 40, 300);
-  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, arrivals);
+  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   EXPECT_GE(drafted.drafter_passes, 3);  // the scout and later probes still run
   EXPECT_LT(drafted.ms, plain.ms * 1.05) << "plain " << plain.ms << " ms, drafted " << drafted.ms << " ms";
@@ -383,8 +363,8 @@ TEST(LanesPricing, StreamsPricedToZeroProbeOneAtATime) {
   // An always-wrong drafter at 8 streams: once pricing has turned drafting off, every drafter pass is one
   // stream's probe, never a pass where every stream pays its catch-up absorb at once.
   FixedClock clock;
-  FakeTarget target(costed_target(clock));
-  FakeDrafter drafter(costed_drafter(clock, 1.0));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
+  FakeDrafter drafter(costed_fake_drafter(clock, 1.0));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
   for (Arrival& arrival : long_prompt_requests(8, 40, 400)) (*lanes)->submit(arrival.request);
@@ -437,10 +417,10 @@ TEST(LanesPricing, ADrafterWhoseConfidencesDoubtEveryDraftIsNotRunEveryRound) {
   // acceptance alone and bought a full pass for every stream every round, for drafts no verify took (a pass a
   // round at 64 streams on the fakes); now it prices no better than the confidences of the drafts the trim cut.
   FixedClock clock;
-  FakeDrafterOptions drafter_options = costed_drafter(clock, 1.0);
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 1.0);
   drafter_options.confidences = true;
-  PricedRun drafted = priced_run(clock, costed_target(clock), drafter_options, long_requests(4, 300));
-  PricedRun plain = priced_run(clock, costed_target(clock), std::nullopt, long_requests(4, 300));
+  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, long_requests(4, 300));
+  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, long_requests(4, 300));
   ASSERT_EQ(drafted.tokens, plain.tokens);
   EXPECT_LT(drafted.drafter_passes * 5, drafted.stats.rounds)
       << drafted.drafter_passes << " passes in " << drafted.stats.rounds << " rounds, "

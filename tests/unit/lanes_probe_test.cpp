@@ -11,29 +11,10 @@
 namespace ls {
 namespace {
 
-// 16 streams where only the group pays: a verify costs 10 ms + 0.25 ms a row, a pass 2 ms + 0.2 ms a draft row.
-// One stream drafting alone at 16 streams cannot beat plain even if every draft landed; all of them drafting
-// three deep at 83% a draft gain about 1.15x (the 1.2B at 16 streams on the H200 in miniature).
-FakeTargetOptions group_target(FixedClock& clock) {
-  FakeTargetOptions options;
-  options.max_rows = 64;
-  options.exact_width = 8;
-  options.clock = &clock;
-  options.verify_fixed_ms = 10.0;
-  options.verify_row_ms = 0.25;
-  return options;
-}
-
-FakeDrafterOptions group_drafter(FixedClock& clock, double wrong_rate) {
-  FakeDrafterOptions options;
-  options.max_depth = 6;
-  options.wrong_rate = wrong_rate;
-  options.clock = &clock;
-  options.draft_fixed_ms = 2.0;
-  options.draft_row_ms = 0.2;
-  return options;
-}
-
+// The runs below are 16 streams where only the group pays: costed_fake_target(clock, 10.0, 0.25) (a verify costs
+// 10 ms + 0.25 ms a row) and costed_fake_drafter (a pass 2 ms + 0.2 ms a draft row). One stream drafting alone at
+// 16 streams cannot beat plain even if every draft landed; all of them drafting three deep at 83% a draft gain
+// about 1.15x (the 1.2B at 16 streams on the H200 in miniature).
 struct ProbeRun {
   std::vector<int> pass_rounds;     // rounds that ran a drafter pass
   std::vector<int> pass_requests;   // requests in each of them
@@ -45,8 +26,8 @@ struct ProbeRun {
 
 ProbeRun run_streams(FixedClock& clock, bool with_drafter, int wrong_passes, double wrong_rate = 0.17,
                      bool group_probes = true) {
-  FakeTarget target(group_target(clock));
-  FakeDrafter drafter(group_drafter(clock, wrong_rate));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.25));
+  FakeDrafter drafter(costed_fake_drafter(clock, wrong_rate));
   LanesOptions options;
   options.pricing.group_probes = group_probes;
   auto lanes = Lanes::create(target, with_drafter ? &drafter : nullptr, options, clock);
@@ -117,8 +98,8 @@ TEST(LanesProbe, ByDefaultRoundsOfDormantStreamsRunTheRowAllocatorAtMostEveryEig
   // allocator pricing every dormant stream every round. By default a decision over dormant streams only, after one
   // that bought nothing, reprices them only every 8th time.
   FixedClock clock;
-  FakeTarget target(group_target(clock));
-  FakeDrafter drafter(group_drafter(clock, 1.0));
+  FakeTarget target(costed_fake_target(clock, 10.0, 0.25));
+  FakeDrafter drafter(costed_fake_drafter(clock, 1.0));
   auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok());
   for (int index = 0; index < 16; ++index) {

@@ -124,4 +124,24 @@ std::vector<Arrival> endless_arrivals(int streams, int vocab_size, int max_token
   return arrivals;
 }
 
+FakeTargetOptions costed_fake_target(FixedClock& clock, double fixed_ms, double row_ms, int max_rows) {
+  FakeTargetOptions options;
+  options.max_rows = max_rows;
+  options.exact_width = 8;
+  options.clock = &clock;
+  options.verify_fixed_ms = fixed_ms;
+  options.verify_row_ms = row_ms;
+  return options;
+}
+
+FakeDrafterOptions costed_fake_drafter(FixedClock& clock, double wrong_rate, double row_ms) {
+  FakeDrafterOptions options;
+  options.max_depth = 6;
+  options.wrong_rate = wrong_rate;
+  options.clock = &clock;
+  options.draft_fixed_ms = 2.0;
+  options.draft_row_ms = row_ms;
+  return options;
+}
+
 }  // namespace ls

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "lanes/lanes.h"
+#include "lanes/testing/fake_drafter.h"
 #include "lanes/testing/fake_target.h"
 
 namespace ls {
@@ -42,5 +43,11 @@ std::vector<Arrival> staggered_arrivals(int streams, bool sampled, int vocab_siz
 // tests. `sampled(index)` picks the sampled ones (none when empty).
 std::vector<Arrival> endless_arrivals(int streams, int vocab_size, int max_tokens,
                                       const std::function<bool(int)>& sampled = {});
+
+// A fake target on `clock` whose verify costs `fixed_ms` + `row_ms` a row (exact up to 8 rows a window).
+FakeTargetOptions costed_fake_target(FixedClock& clock, double fixed_ms, double row_ms, int max_rows = 64);
+
+// A fake drafter on `clock`, up to 6 deep, wrong at `wrong_rate`, whose pass costs 2 ms + `row_ms` a draft row.
+FakeDrafterOptions costed_fake_drafter(FixedClock& clock, double wrong_rate, double row_ms = 0.2);
 
 }  // namespace ls
