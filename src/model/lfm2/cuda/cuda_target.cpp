@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -17,17 +16,6 @@ namespace {
 constexpr int kHeadGroupRows = 256;  // drawn rows sent through the head together (bounds the logits buffer)
 
 size_t align16(size_t bytes) { return (bytes + 15) & ~size_t{15}; }
-
-// The sighting at which a tapping forward's shape is captured (LS_TAPPED_GRAPH_SIGHTINGS, default 2 like every
-// shape): probes tap in rows counts seen once or twice, and each capture costs milliseconds inside its round.
-int tapped_capture_sighting() {
-  static const int sighting = [] {
-    const char* value = std::getenv("LS_TAPPED_GRAPH_SIGHTINGS");
-    const int parsed = value ? std::atoi(value) : 0;
-    return parsed >= 2 ? parsed : 2;
-  }();
-  return sighting;
-}
 
 }  // namespace
 
@@ -316,13 +304,12 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   const GraphKey key{rows, static_cast<int64_t>(windows.size()), drawn, commit_count,
                      tap_this_forward_ ? tap_count : 0};
   const bool graphable = graphs_enabled_ && fresh_slots.empty() && !any_logits && !expert_trace_ && !profiling_;
-  const int capture_at = std::get<4>(key) > 0 ? tapped_capture_sighting() : 2;
-  if (graphable && (graphs_.count(key) > 0 || ++sightings_[key] >= capture_at)) {
+  if (graphable && (graphs_.count(key) > 0 || ++sightings_[key] >= 2)) {
     auto found = graphs_.find(key);
     if (found == graphs_.end()) {
       if (graphs_.size() >= kMaxGraphs) {
         clear_graphs();
-        sightings_[key] = capture_at;
+        sightings_[key] = 2;
       }
       LS_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       const Status enqueued = enqueue();
