@@ -59,19 +59,7 @@ Combined run(const Layer& layer, const std::vector<int>& tokens, bool in_down, D
   result.status = plan_experts(chosen_dev.data(), slots, layer.experts, offsets.data(), order.data(), nullptr);
   if (!result.status.ok()) return result;
   pin_expert_ffn_path_for_test(path);
-  ExpertFfn f;
-  f.x = x_dev.data();
-  f.rows = rows;
-  f.top_k = layer.k;
-  f.offsets = offsets.data();
-  f.order = order.data();
-  f.experts = layer.experts;
-  f.w_gate_up = layer.gate_up.data();
-  f.w_down = layer.down.data();
-  f.hidden = D;
-  f.inter = I;
-  f.act = act.data();
-  f.out = out.data();
+  ExpertFfn f = testing::layer_ffn(layer, x_dev.data(), rows, offsets.data(), order.data(), act.data(), out.data());
   if (in_down) {
     f.weights = weights_dev.data();
     f.y = y.data();
@@ -246,19 +234,8 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
       auto launch = [&](int pattern) {
         (void)plan_experts(chosen_dev[pattern].data(), rows * k, E, offsets[pattern].data(), order[pattern].data(),
                            nullptr);
-        ExpertFfn f;
-        f.x = x.data();
-        f.rows = rows;
-        f.top_k = k;
-        f.offsets = offsets[pattern].data();
-        f.order = order[pattern].data();
-        f.experts = E;
-        f.w_gate_up = layer.gate_up.data();
-        f.w_down = layer.down.data();
-        f.hidden = D;
-        f.inter = I;
-        f.act = act.data();
-        f.out = out.data();
+        ExpertFfn f = testing::layer_ffn(layer, x.data(), rows, offsets[pattern].data(), order[pattern].data(),
+                                         act.data(), out.data());
         if (in_down) {
           f.weights = weights.data();
           f.y = y.data();

@@ -53,21 +53,9 @@ Outputs run(const Layer& layer, const std::vector<int>& tokens, ExpertFfnPath pa
   if (!result.status.ok()) return result;
   if (path != ExpertFfnPath::FourLaunches) {
     pin_expert_ffn_path_for_test(path);
-    ExpertFfn f;
-    f.x = x_dev.data();
-    f.rows = rows;
-    f.top_k = layer.k;
-    f.offsets = offsets.data();
-    f.order = order.data();
-    f.experts = layer.experts;
-    f.w_gate_up = layer.gate_up.data();
-    f.w_down = layer.down.data();
-    f.hidden = D;
-    f.inter = I;
+    ExpertFfn f = testing::layer_ffn(layer, x_dev.data(), rows, offsets.data(), order.data(), act.data(), out.data());
     f.gathered = gathered.data();
     f.gate_up = gate_up.data();
-    f.act = act.data();
-    f.out = out.data();
     result.status = expert_ffn(f, nullptr);
     pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
   } else {
@@ -304,21 +292,10 @@ TEST(CudaExpertFfnTiming, TimesEveryExpertPathAtThe8BShapesWhenAsked) {
         // the plan right before, as in the target (the expert launches follow it programmatically)
         (void)plan_experts(chosen_dev[pattern].data(), slots, E, offsets[pattern].data(), order[pattern].data(),
                            nullptr);
-        ExpertFfn f;
-        f.x = x.data();
-        f.rows = rows;
-        f.top_k = k;
-        f.offsets = offsets[pattern].data();
-        f.order = order[pattern].data();
-        f.experts = E;
-        f.w_gate_up = layer.gate_up.data();
-        f.w_down = layer.down.data();
-        f.hidden = D;
-        f.inter = I;
+        ExpertFfn f = testing::layer_ffn(layer, x.data(), rows, offsets[pattern].data(), order[pattern].data(),
+                                         act.data(), out.data());
         f.gathered = gathered.data();
         f.gate_up = gate_up.data();
-        f.act = act.data();
-        f.out = out.data();
         EXPECT_TRUE(expert_ffn(f, nullptr).ok());
       };
       for (int pattern = 0; pattern < kPatterns; ++pattern) launch(pattern);

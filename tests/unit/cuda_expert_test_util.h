@@ -10,6 +10,7 @@
 #include "base/bf16.h"
 #include "base/hash.h"
 #include "cuda_test_util.h"
+#include "model/lfm2/cuda/state_kernels.h"
 
 namespace ls::lfm2::gpu::testing {
 
@@ -32,6 +33,26 @@ struct Layer {
 inline Layer make_layer(int experts, int k, int64_t d, int64_t i, uint64_t seed) {
   return Layer{experts, k, d, i, cuda::testing::upload(random_bf16(experts * 2 * i * d, seed, 0.06f)),
                cuda::testing::upload(random_bf16(experts * d * i, seed + 1, 0.06f))};
+}
+
+// expert_ffn's arguments for `rows` tokens of x through `layer` under a plan (offsets, order), writing act and out;
+// the caller adds the path's own buffers (gathered / gate_up, or weights / y / tickets for the combine in down).
+inline ExpertFfn layer_ffn(const Layer& layer, const bf16* x, int64_t rows, const int32_t* offsets,
+                           const int32_t* order, bf16* act, bf16* out) {
+  ExpertFfn f;
+  f.x = x;
+  f.rows = rows;
+  f.top_k = layer.k;
+  f.offsets = offsets;
+  f.order = order;
+  f.experts = layer.experts;
+  f.w_gate_up = layer.gate_up.data();
+  f.w_down = layer.down.data();
+  f.hidden = layer.d;
+  f.inter = layer.i;
+  f.act = act;
+  f.out = out;
+  return f;
 }
 
 // Each token's x row (seed 1000 + token), its k experts and combine weights; a slot `dropped(t, j)` says is -1.
