@@ -1,7 +1,8 @@
 // The combine inside the streamed down launch (expert_ffn with y, weights and tickets: the last warp done with a
 // column group weighs and sums each token's slots in slot order) against the streamed experts followed by the
 // combine_experts launch: bitwise, at 1..32 rows, with slots the plan left out; every token's row equal to its one-row
-// run; the tickets left at zero; a planted K-order fault turns it red; the timing of both when asked.
+// run; the tickets left at zero; a planted K-order fault turns it red; the timing of both when asked. Also the lean
+// down launch combining per column group (moe7).
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -157,6 +158,58 @@ TEST(CudaExpertCombine, APlantedOutOfOrderKWalkWithTheCombineInTheDownLaunchTurn
   EXPECT_GT(differing_rows(fused.y, plain.y, layer.d), 0) << "the reversed K walk went unseen";
 }
 
+// moe7: the lean down launch combining (a CTA per column group runs the group's row chunks, then sums each token's
+// slots over the group's columns in slot order): the combine launch's bits where it combines (a row chunk a warp),
+// with slots left out of the plan, on poisoned y; each token's row its one-row run; the planted K fault red.
+TEST(CudaExpertCombine, TheLeanDownLaunchCombiningItsColumnGroupsGivesTheCombineLaunchBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct Shape { int experts, k; int64_t d, i; };
+  for (const Shape shape : {Shape{8, 2, 264, 200}, Shape{16, 4, 512, 384}, Shape{6, 1, 136, 72}}) {
+    const Layer layer = make_layer(shape.experts, shape.k, shape.d, shape.i, 35 + shape.d);
+    for (const Drop drop : {Drop::None, Drop::SomeSlots, Drop::Every}) {
+      int differ = 0, rows_checked = 0;
+      for (int m = 1; m * shape.k <= 4; ++m) {  // the rows whose row chunks fit one a warp
+        const Combined fused = run(layer, tokens_of(m), true, drop, ExpertFfnPath::StreamedLeanCombine),
+                       plain = run(layer, tokens_of(m), false, drop);
+        ASSERT_TRUE(fused.status.ok()) << fused.status.to_string();
+        ASSERT_TRUE(plain.status.ok()) << plain.status.to_string();
+        ASSERT_TRUE(fused.combined_in_down) << "rows " << m << ", k " << shape.k;
+        differ += differing_rows(fused.y, plain.y, shape.d);
+        rows_checked += m;
+      }
+      EXPECT_EQ(differ, 0) << "D " << shape.d << " drop " << static_cast<int>(drop) << ": of " << rows_checked;
+    }
+    // one row chunk a warp at most: more rows leave the combine to the caller
+    const Combined wide = run(layer, tokens_of(4 / shape.k + 1), true, Drop::None, ExpertFfnPath::StreamedLeanCombine);
+    ASSERT_TRUE(wide.status.ok()) << wide.status.to_string();
+    EXPECT_FALSE(wide.combined_in_down) << "D " << shape.d;
+  }
+  // each token of a 4-row forward (k 1: four row chunks) equals its one-row run
+  const Layer layer = make_layer(6, 1, 136, 72, 82);
+  const std::vector<int> tokens = tokens_of(4);
+  const Combined many = run(layer, tokens, true, Drop::SomeSlots, ExpertFfnPath::StreamedLeanCombine);
+  ASSERT_TRUE(many.status.ok()) << many.status.to_string();
+  int differ = 0;
+  for (int r = 0; r < 4; ++r) {
+    const Combined one = run(layer, {tokens[r]}, true, Drop::SomeSlots, ExpertFfnPath::StreamedLeanCombine);
+    ASSERT_TRUE(one.status.ok()) << one.status.to_string();
+    differ += std::memcmp(&many.y[r * layer.d], one.y.data(), layer.d * sizeof(bf16)) != 0;
+  }
+  EXPECT_EQ(differ, 0) << "tokens differing from their one-row run, of 4";
+}
+
+TEST(CudaExpertCombine, APlantedOutOfOrderKWalkWithTheLeanDownLaunchCombiningTurnsTheCheckRed) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Layer layer = make_layer(8, 2, 1024, 512, 94);
+  const Combined plain = run(layer, tokens_of(2), false, Drop::None);
+  ASSERT_TRUE(plain.status.ok()) << plain.status.to_string();
+  const FaultScope fault(true);
+  const Combined fused = run(layer, tokens_of(2), true, Drop::None, ExpertFfnPath::StreamedLeanCombine);
+  ASSERT_TRUE(fused.status.ok()) << fused.status.to_string();
+  ASSERT_TRUE(fused.combined_in_down);
+  EXPECT_GT(differing_rows(fused.y, plain.y, layer.d), 0) << "the reversed K walk went unseen";
+}
+
 TEST(CudaExpertCombine, TheDownLaunchCombinesOnlyOnTheStreamedPathUpTo1024Slots) {
   LS_SKIP_WITHOUT_DEVICE();
   DeviceBuffer<bf16> any = poisoned<bf16>(64);
@@ -181,6 +234,16 @@ TEST(CudaExpertCombine, TheDownLaunchCombinesOnlyOnTheStreamedPathUpTo1024Slots)
   EXPECT_TRUE(expert_ffn_combines(f)) << "6 stages";
   pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedNarrow);
   EXPECT_FALSE(expert_ffn_combines(f)) << "8-column down items";
+  pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLean);
+  EXPECT_FALSE(expert_ffn_combines(f)) << "lean streamed experts";
+  pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLeanCombine);
+  EXPECT_TRUE(expert_ffn_combines(f)) << "lean, combining down: 1 row of top-4 is 4 row chunks, one a warp";
+  f.rows = 2;
+  EXPECT_FALSE(expert_ffn_combines(f)) << "lean, combining down: 2 rows of top-4 may be 8 row chunks";
+  f.rows = 1;
+  f.weights = nullptr;
+  EXPECT_FALSE(expert_ffn_combines(f)) << "lean, combining down: no weights";
+  f.weights = weights.data();
   pin_expert_ffn_path_for_test(ExpertFfnPath::FourLaunches);
   EXPECT_FALSE(expert_ffn_combines(f)) << "four launches";
   pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
@@ -216,7 +279,8 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   std::printf("[expert combine timing] rows, us per layer (plan + experts + combine): streamed + combine launch, "
-              "streamed with the combine in down, the same two on 6 stages\n");
+              "streamed with the combine in down, the same two on 6 stages, lean + combine launch, lean with the "
+              "combine in down (1 row)\n");
   for (int64_t rows : {1, 2, 4, 8, 16, 32}) {
     std::vector<DeviceBuffer<int32_t>> offsets(kPatterns), order(kPatterns), chosen_dev(kPatterns);
     for (int pattern = 0; pattern < kPatterns; ++pattern) {
@@ -227,10 +291,13 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
       offsets[pattern] = poisoned<int32_t>(E + 1);
       order[pattern] = poisoned<int32_t>(rows * k);
     }
-    double us[4];
-    for (int v = 0; v < 4; ++v) {
+    double us[6];
+    constexpr ExpertFfnPath kPaths[] = {ExpertFfnPath::Streamed,        ExpertFfnPath::Streamed,
+                                        ExpertFfnPath::StreamedShallow, ExpertFfnPath::StreamedShallow,
+                                        ExpertFfnPath::StreamedLean,    ExpertFfnPath::StreamedLeanCombine};
+    for (int v = 0; v < 6; ++v) {
       const bool in_down = v % 2 == 1;
-      pin_expert_ffn_path_for_test(v < 2 ? ExpertFfnPath::Streamed : ExpertFfnPath::StreamedShallow);
+      pin_expert_ffn_path_for_test(kPaths[v]);
       auto launch = [&](int pattern) {
         (void)plan_experts(chosen_dev[pattern].data(), rows * k, E, offsets[pattern].data(), order[pattern].data(),
                            nullptr);
@@ -241,8 +308,9 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
           f.y = y.data();
           f.tickets = tickets.data();
         }
+        const bool combined = expert_ffn_combines(f);
         EXPECT_TRUE(expert_ffn(f, nullptr).ok());
-        if (!in_down) {
+        if (!combined) {
           EXPECT_TRUE(combine_experts(out.data(), offsets[pattern].data(), E, order[pattern].data(), weights.data(),
                                       rows, k, static_cast<int>(D), y.data(), nullptr)
                           .ok());
@@ -259,8 +327,8 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
       us[v] = 1000.0 * ms / kIters;
     }
     pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
-    std::printf("[expert combine timing] %3lld rows  %8.1f %8.1f %8.1f %8.1f us\n", static_cast<long long>(rows), us[0],
-                us[1], us[2], us[3]);
+    std::printf("[expert combine timing] %3lld rows  %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f us\n",
+                static_cast<long long>(rows), us[0], us[1], us[2], us[3], us[4], us[5]);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

@@ -107,8 +107,9 @@ int differing_rows(const std::vector<bf16>& a, const std::vector<bf16>& b, int64
 
 constexpr ExpertKernel kTiles[] = {ExpertKernel::Rows16, ExpertKernel::Rows16Narrow, ExpertKernel::Rows64,
                                    ExpertKernel::Rows128};
-constexpr ExpertFfnPath kStreamed[] = {ExpertFfnPath::Streamed, ExpertFfnPath::StreamedNarrow,
-                                       ExpertFfnPath::StreamedSmallCtas, ExpertFfnPath::StreamedShallow};
+constexpr ExpertFfnPath kStreamed[] = {ExpertFfnPath::Streamed,          ExpertFfnPath::StreamedNarrow,
+                                       ExpertFfnPath::StreamedSmallCtas, ExpertFfnPath::StreamedShallow,
+                                       ExpertFfnPath::StreamedLean,      ExpertFfnPath::StreamedLeanPrefetch};
 
 TEST(CudaExpertFfn, TheTwoLaunchExpertsGiveTheFourLaunchBitsUnderEveryTileAtRowCounts1To256) {
   LS_SKIP_WITHOUT_DEVICE();
@@ -257,11 +258,14 @@ TEST(CudaExpertFfnTiming, TimesEveryExpertPathAtThe8BShapesWhenAsked) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  constexpr ExpertFfnPath kPaths[] = {ExpertFfnPath::FourLaunches, ExpertFfnPath::TwoLaunches, ExpertFfnPath::Streamed,
-                                      ExpertFfnPath::StreamedNarrow, ExpertFfnPath::StreamedSmallCtas,
-                                      ExpertFfnPath::StreamedShallow};
+  constexpr ExpertFfnPath kPaths[] = {ExpertFfnPath::FourLaunches,      ExpertFfnPath::TwoLaunches,
+                                      ExpertFfnPath::Streamed,          ExpertFfnPath::StreamedNarrow,
+                                      ExpertFfnPath::StreamedSmallCtas, ExpertFfnPath::StreamedShallow,
+                                      ExpertFfnPath::StreamedLean,      ExpertFfnPath::StreamedLeanPrefetch};
+  constexpr int kPathCount = sizeof(kPaths) / sizeof(kPaths[0]);
   std::printf("[expert ffn timing] rows, routed experts, us on: four launches, two launches, streamed, streamed "
-              "narrow, streamed 2-warp CTAs, streamed 6 stages; GB/s of the fastest\n");
+              "narrow, streamed 2-warp CTAs, streamed 6 stages, streamed lean, lean + down to L2; GB/s of the "
+              "fastest\n");
   for (int64_t rows : {1, 4, 8, 16, 32, 64}) {
     std::vector<DeviceBuffer<int32_t>> offsets(kPatterns), order(kPatterns), chosen_dev(kPatterns);
     double distinct = 0;
@@ -284,8 +288,8 @@ TEST(CudaExpertFfnTiming, TimesEveryExpertPathAtThe8BShapesWhenAsked) {
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
-    double us[6], best = 1e30;
-    for (int v = 0; v < 6; ++v) {
+    double us[kPathCount], best = 1e30;
+    for (int v = 0; v < kPathCount; ++v) {
       pin_expert_ffn_path_for_test(kPaths[v]);
       auto launch = [&](int pattern) {
         const int64_t slots = rows * k;
@@ -311,9 +315,9 @@ TEST(CudaExpertFfnTiming, TimesEveryExpertPathAtThe8BShapesWhenAsked) {
     }
     pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
     const double bytes = distinct / kPatterns * 3.0 * I * D * 2.0;
-    std::printf("[expert ffn timing] %3lld rows  %5.1f experts  %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f us  %6.0f GB/s\n",
-                static_cast<long long>(rows), distinct / kPatterns, us[0], us[1], us[2], us[3], us[4], us[5],
-                bytes / (best * 1e3));
+    std::printf("[expert ffn timing] %3lld rows  %5.1f experts ", static_cast<long long>(rows), distinct / kPatterns);
+    for (int v = 0; v < kPathCount; ++v) std::printf(" %8.1f", us[v]);
+    std::printf(" us  %6.0f GB/s\n", bytes / (best * 1e3));
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

@@ -3,7 +3,7 @@
 // session-5 launches, on the small random MoE model with the streamed experts pinned: every row's logits, taps and
 // draw bitwise the one-row run of the old launches, at window widths 1..16 and 4 streams x 16 rows per forward. (The
 // planted faults are in cuda_expert_combine_test.cpp: this model's K is one 64-wide tile, so a reversed K walk is
-// the same walk here.)
+// the same walk here.) Also the lean streamed experts (moe7), and their down launch combining at 1 and 2 rows.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -23,6 +23,7 @@ namespace {
 struct MoeMode {
   int level;
   bool preload;
+  gpu::ExpertFfnPath path = gpu::ExpertFfnPath::Streamed;
 };
 
 // The streamed experts pinned (the small model's K is below the automatic tensor-core pick) and the MoE launches of
@@ -30,7 +31,7 @@ struct MoeMode {
 struct ModeScope {
   explicit ModeScope(MoeMode mode)
       : level_before(gpu::moe_fused_launches()), preload_before(gpu::moe_router_preload()) {
-    gpu::pin_expert_ffn_path_for_test(gpu::ExpertFfnPath::Streamed);
+    gpu::pin_expert_ffn_path_for_test(mode.path);
     gpu::set_moe_fused_launches(mode.level);
     gpu::set_moe_router_preload(mode.preload);
   }
@@ -120,15 +121,20 @@ TEST(CudaMoeTarget, TheCombineInTheDownLaunchAndThePreloadedRouterGiveTheOneRowB
     oracle_four = run(*target, 4, 32, 1);
   }
   ASSERT_EQ(oracle_four.size(), 4u);
-  for (const MoeMode mode : {MoeMode{3, false}, MoeMode{2, true}, MoeMode{3, true}}) {
+  // moe7: the lean streamed experts, and their down launch combining (1 and 2 rows; wider windows combine apart)
+  for (const MoeMode mode : {MoeMode{3, false}, MoeMode{2, true}, MoeMode{3, true},
+                             MoeMode{2, true, gpu::ExpertFfnPath::StreamedLean},
+                             MoeMode{3, true, gpu::ExpertFfnPath::StreamedLeanCombine}}) {
     const ModeScope scope(mode);
     for (int width : {1, 2, 5, 8, 16}) {
       EXPECT_EQ(differing(run(*target, 1, 32, width), oracle_one), 0)
-          << "level " << mode.level << " preload " << mode.preload << ", windows of " << width << ", one stream";
+          << "level " << mode.level << " preload " << mode.preload << " " << gpu::expert_ffn_path_name(mode.path)
+          << ", windows of " << width << ", one stream";
     }
     // 4 streams x 16 rows: 64 rows a forward, the most route + plan and the combine in the down launch take
     EXPECT_EQ(differing(run(*target, 4, 32, 16), oracle_four), 0)
-        << "level " << mode.level << " preload " << mode.preload << ", 4 streams of 16-row windows";
+        << "level " << mode.level << " preload " << mode.preload << " " << gpu::expert_ffn_path_name(mode.path)
+        << ", 4 streams of 16-row windows";
   }
 }
 

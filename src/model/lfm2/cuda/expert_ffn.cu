@@ -49,6 +49,9 @@ const char* expert_ffn_path_name(ExpertFfnPath path) {
     case ExpertFfnPath::StreamedNarrow: return "streamed, narrow down";
     case ExpertFfnPath::StreamedSmallCtas: return "streamed, 2-warp CTAs";
     case ExpertFfnPath::StreamedShallow: return "streamed, 6 stages";
+    case ExpertFfnPath::StreamedLean: return "streamed lean";
+    case ExpertFfnPath::StreamedLeanPrefetch: return "streamed lean, down to L2";
+    case ExpertFfnPath::StreamedLeanCombine: return "streamed lean, combine in down";
   }
   return "?";
 }
@@ -69,7 +72,10 @@ ExpertFfnPath path_of(const ExpertFfn& f) {
   const bool tensor = up_kernel != ExpertKernel::Scalar && down_kernel != ExpertKernel::Scalar;
   if (path == ExpertFfnPath::TwoLaunches && (!tensor || up_kernel != down_kernel)) path = ExpertFfnPath::FourLaunches;
   if ((path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedNarrow ||
-       path == ExpertFfnPath::StreamedSmallCtas || path == ExpertFfnPath::StreamedShallow) && !pinned && !tensor)
+       path == ExpertFfnPath::StreamedSmallCtas || path == ExpertFfnPath::StreamedShallow ||
+       path == ExpertFfnPath::StreamedLean || path == ExpertFfnPath::StreamedLeanPrefetch ||
+       path == ExpertFfnPath::StreamedLeanCombine) &&
+      !pinned && !tensor)
     path = ExpertFfnPath::FourLaunches;
   return path;
 }
@@ -78,6 +84,7 @@ ExpertFfnPath path_of(const ExpertFfn& f) {
 
 bool expert_ffn_combines(const ExpertFfn& f) {
   const ExpertFfnPath path = path_of(f);
+  if (path == ExpertFfnPath::StreamedLeanCombine) return expert_lean_combine_fits(f);
   return f.rows > 0 && f.y && f.weights && f.tickets && expert_stream_combine_fits(f.rows, f.top_k) &&
          (path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedShallow);
 }
@@ -95,6 +102,9 @@ Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
     case ExpertFfnPath::StreamedNarrow: return expert_ffn_streamed(f, 1, false, fault, stream);
     case ExpertFfnPath::StreamedSmallCtas: return expert_ffn_streamed(f, 2, false, fault, stream);
     case ExpertFfnPath::StreamedShallow: return expert_ffn_streamed(f, 3, expert_ffn_combines(f), fault, stream);
+    case ExpertFfnPath::StreamedLean: return expert_ffn_lean(f, false, false, fault, stream);
+    case ExpertFfnPath::StreamedLeanPrefetch: return expert_ffn_lean(f, true, false, fault, stream);
+    case ExpertFfnPath::StreamedLeanCombine: return expert_ffn_lean(f, false, true, fault, stream);
     default: return four_launches(f, stream);
   }
 }

@@ -31,6 +31,14 @@ bool expert_stream_combine_fits(int64_t rows, int top_k);
 // The streamed kernels' shared-memory opt-ins (once, eagerly: expert_launch_setup).
 void allow_expert_stream_shared();
 
+// The lean streamed experts (expert_lean.cu): variant 0's items and bits with the address arithmetic out of the K
+// loop; prefetch_down: each gate|up item prefetches its share of its expert's down weights into L2; combine (where
+// expert_lean_combine_fits): a down CTA per column group runs its row chunks and combines them into f.y.
+Status expert_ffn_lean(const ExpertFfn& f, bool prefetch_down, bool combine, int fault, cudaStream_t stream);
+// Whether the lean down launch can combine: y and weights set, at most one row chunk a warp (1 row at top-4).
+bool expert_lean_combine_fits(const ExpertFfn& f);
+void allow_expert_lean_shared();
+
 // Device facts and every expert kernel's shared-memory opt-in, once per process (experts.cu; call before capture).
 void expert_launch_setup();
 

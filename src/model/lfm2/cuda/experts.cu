@@ -297,6 +297,7 @@ const ExpertLaunchFacts& launch_facts() {
     facts.ctas_per_sm[2] = opt_in_and_occupancy<Rows128Tile>();
     facts.ctas_per_sm[3] = opt_in_and_occupancy<Rows16NarrowTile>();
     allow_expert_stream_shared();
+    allow_expert_lean_shared();
     cudaGetLastError();  // no device: the launch reports it
   });
   return facts;

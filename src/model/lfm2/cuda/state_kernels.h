@@ -167,7 +167,8 @@ struct ExpertFfn {
 };
 Status expert_ffn(const ExpertFfn& ffn, cudaStream_t stream);
 // Whether expert_ffn writes ffn.y itself (y, weights and tickets set, the streamed path with 16-column down items:
-// Streamed or StreamedShallow, at most 1024 slots); otherwise the caller combines.
+// Streamed or StreamedShallow, at most 1024 slots; or y and weights set on StreamedLeanCombine where its combine
+// fits); otherwise the caller combines.
 bool expert_ffn_combines(const ExpertFfn& ffn);
 // Ticket counters the combine in the down launch needs for hidden size D.
 int64_t expert_combine_tickets(int64_t hidden);
@@ -176,10 +177,14 @@ int64_t expert_combine_tickets(int64_t hidden);
 // GEMMs would be on the tensor-core kernels (K >= 256), four launches otherwise. Streamed: the decode expert kernels
 // (expert_stream.cu: each warp streams one (expert row chunk of 8, column group) item through its own cp.async
 // pipeline), down items of 16 columns, or 8 under StreamedNarrow; StreamedSmallCtas: 2-warp CTAs; StreamedShallow: 6
-// stages a warp (three CTAs per SM, so the down CTAs stage weights beside the gate|up grid). The others are pins for
-// tests and benches (any row count).
+// stages a warp (three CTAs per SM, so the down CTAs stage weights beside the gate|up grid); StreamedLean: Streamed's
+// items with the per-tile address arithmetic out of the K loop (expert_lean.cu); StreamedLeanPrefetch: also each
+// gate|up item prefetching its share of its expert's down weights into L2; StreamedLeanCombine: lean, and where one
+// row chunk a warp covers the forward (1 row at top-4) one down CTA per column group that also combines into y
+// (weights and y set; no tickets). The others are pins for tests and benches (any row count).
 enum class ExpertFfnPath {
-  Automatic, FourLaunches, TwoLaunches, Streamed, StreamedNarrow, StreamedSmallCtas, StreamedShallow
+  Automatic, FourLaunches, TwoLaunches, Streamed, StreamedNarrow, StreamedSmallCtas, StreamedShallow, StreamedLean,
+  StreamedLeanPrefetch, StreamedLeanCombine
 };
 // What expert_ffn runs for this many rows (the pin, else the automatic pick; a tensor-core pick for both K assumed).
 ExpertFfnPath chosen_expert_ffn_path(int64_t rows);
