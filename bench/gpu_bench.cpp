@@ -420,7 +420,8 @@ int main(int argc, char** argv) {
     using lfm2::gpu::ExpertFfnPath;
     for (const ExpertFfnPath path : {ExpertFfnPath::FourLaunches, ExpertFfnPath::TwoLaunches, ExpertFfnPath::Streamed,
                                      ExpertFfnPath::StreamedNarrow, ExpertFfnPath::StreamedSmallCtas,
-                                     ExpertFfnPath::StreamedShallow}) {
+                                     ExpertFfnPath::StreamedShallow, ExpertFfnPath::StreamedLean,
+                                     ExpertFfnPath::StreamedLeanPrefetch}) {
       lfm2::gpu::pin_expert_ffn_path_for_test(path);
       target->set_graphs(false);  // drops the graphs captured with the other path
       target->set_graphs(true);
@@ -448,6 +449,17 @@ int main(int argc, char** argv) {
     target->set_graphs(false);
     target->set_graphs(true);
     expert_path_ms.push_back({"auto, router preloaded", time_steps(o.decode_tokens)});
+    // moe7: the lean streamed experts whose down launch combines (level 3 sets y and weights; 1 row), then the default
+    lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLeanCombine);
+    lfm2::gpu::set_moe_fused_launches(3);
+    target->set_graphs(false);
+    target->set_graphs(true);
+    expert_path_ms.push_back({"lean, combine in down", time_steps(o.decode_tokens)});
+    lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
+    lfm2::gpu::set_moe_fused_launches(2);
+    target->set_graphs(false);
+    target->set_graphs(true);
+    expert_path_ms.push_back({"auto again", time_steps(o.decode_tokens)});
   }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);
