@@ -4,10 +4,11 @@
 //
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
-//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split] [--scan auto|fused|gemm|persistent|both|all]
+//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split,cooperative] [--scan auto|fused|gemm|persistent|both|all]
 //                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny auto|on|off|both]
 //                 [--launch tuned|plain|both] [--profile] [--buckets on|off|both] [--streams 1,4,8,16,32,64]
-//                 [--pick single|split|both] [--attention-chunks 0,8,16] [--skinny-parts 0,2,10]
+//                 [--pick single|split|both] [--attention-chunks 0,8,16] [--skinny-parts 0,2,10] [--block-pdl off|on|both]
+//                 (--block-pdl: the block pass's own kernels launched programmatically, set_block_programmatic)
 //                 (--skinny-parts: skinny_gemm per GEMM kind, a mask per variant: 1 q/k/v and head, 2 gate/up + SwiGLU,
 //                 4 o/down + residual norm epilogue, 8 o/down then the norm launch; overrides --skinny)
 //                 (--attention-chunks: the split attention's key chunks per request and KV head, 0 = automatic)
@@ -199,6 +200,7 @@ std::vector<std::pair<std::string, std::optional<dspark::cuda::BlockAttentionKer
     if (item == "warp") out.emplace_back(item, Kernel::Warp);
     else if (item == "tile") out.emplace_back(item, Kernel::Tile);
     else if (item == "split") out.emplace_back(item, Kernel::Split);
+    else if (item == "cooperative") out.emplace_back(item, Kernel::Cooperative);
     else out.emplace_back("auto", std::nullopt);
   }
   return out;
@@ -281,7 +283,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
              const std::string& engine_gemms, const std::string& tuned_gemms, const std::string& skinny,
              const std::string& launch, bool profile, const std::string& buckets, const std::string& pick,
              const std::vector<int>& attention_chunks, const std::vector<int>& skinny_parts,
-             const std::vector<int>& stream_counts, json& results) {
+             const std::vector<int>& stream_counts, const std::string& block_pdl, json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;
@@ -312,7 +314,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   std::vector<std::string> table;
   std::map<std::pair<int, int>, std::vector<Draft>> reference_drafts;  // (streams, depth) -> the first variant's
   // Pins applied only when they change (each setter drops the captured graphs); bucket graphs captured again then.
-  std::optional<std::tuple<int, int, int, bool, int, bool, bool, bool, bool, int>> applied;
+  std::optional<std::tuple<int, int, int, bool, int, bool, bool, bool, bool, int, bool>> applied;
   for (int streams : stream_counts) {
     for (int stream = 0; stream < streams; ++stream) {
       if (drafter.context_length(stream) == context) continue;
@@ -338,13 +340,14 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (const bool bucketed : parse_switch(buckets, "on"))
     for (const bool split : parse_switch(pick, "split"))
     for (const int chunks : attention_chunks)
+    for (const bool pdl : parse_switch(block_pdl, "on"))
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
       if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
       drafter.set_graphs(graphed);
       const bool skinny_on = parts != 0;
       const auto pins = std::make_tuple(pin ? static_cast<int>(*pin) : -1, fused ? int{*fused} : -1,
                                         persistent ? int{*persistent} : -1, engine, parts, tuned_on, tuned,
-                                        bucketed, split, chunks);
+                                        bucketed, split, chunks, pdl);
       if (!applied || *applied != pins) {
         applied = pins;
         drafter.set_attention_kernel(pin);
@@ -357,6 +360,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
         drafter.set_request_buckets(bucketed);
         drafter.set_split_pick(split);
         drafter.set_attention_chunks(chunks);
+        drafter.set_block_programmatic(pdl);
         drafter.set_graphs(true);
         drafter.capture_bucket_graphs();  // none when buckets are off: then the second sighting captures
         drafter.set_graphs(graphed);
@@ -425,7 +429,8 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
                                                                  : (tuned_on ? "tuned" : "cublas"));
       const char* gemms = gemm_name.c_str();
       const std::string scan_cell = scan_name + (split ? " split" : "");
-      const std::string attention_cell = attention_name + (chunks > 0 ? " /" + std::to_string(chunks) : "");
+      const std::string attention_cell =
+          attention_name + (chunks > 0 ? " /" + std::to_string(chunks) : "") + (pdl ? " pdl" : "");
       std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f | %.3f / %.3f |",
                     graphed ? "on" : "off", bucketed ? "on" : "off", attention_cell.c_str(), scan_cell.c_str(),
                     gemms, tuned ? "tuned" : "plain", streams, depth, median(block_ms), median(scan_ms),
@@ -445,6 +450,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
                                  {"buckets", bucketed},
                                  {"split_pick", split},
                                  {"attention_chunks", chunks},
+                                 {"block_pdl", pdl},
                                  {"first_wall_ms", first_ms},
                                  {"second_wall_ms", second_ms}});
     }
@@ -468,6 +474,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   drafter.set_launch_tuning(true, true);
   drafter.set_request_buckets(true);
   drafter.set_attention_chunks(0);
+  drafter.set_block_programmatic(false);
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
   if (profile) profile_cuda(drafter, shape.block, attention, results);
   return 0;
@@ -524,7 +531,8 @@ int main(int argc, char** argv) {
                               flag(argc, argv, "--skinny-parts", "").empty()
                                   ? std::vector<int>{}
                                   : parse_list(flag(argc, argv, "--skinny-parts", "")),
-                              parse_list(flag(argc, argv, "--streams", "1,4,8,16,32,64")), results);
+                              parse_list(flag(argc, argv, "--streams", "1,4,8,16,32,64")),
+                              flag(argc, argv, "--block-pdl", "off"), results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
     std::ofstream(json_path) << results.dump(2) << "\n";

@@ -197,7 +197,7 @@ TEST(CudaDrafter, TheResidualNormAndStackedSwigluKernelsGiveTheUnfusedBits) {
 // grouped; the split one also combines its chunks' sums of exponentials). Split runs 32 chunks here, so a chunk
 // of the 12-key context is empty or holds a single key. The two-launch split (ticketed combine) gives the
 // three-launch bits.
-TEST(CudaDrafter, TheTileAndSplitAttentionKernelsAgreeWithTheWarpKernel) {
+TEST(CudaDrafter, TheTileAndSplitAttentionKernelsAgreeWithTheWarpKernelAndTheOneLaunchSplitGivesTheSplitBits) {
   LS_SKIP_WITHOUT_DEVICE();
   for (const int head_dim : {64, 32}) {
     const int gamma = 7, layers = 2, layer = 1;
@@ -273,6 +273,43 @@ TEST(CudaDrafter, TheTileAndSplitAttentionKernelsAgreeWithTheWarpKernel) {
       EXPECT_EQ(ls::cuda::testing::download(tickets, count * dims.kv_heads),
                 std::vector<unsigned int>(count * dims.kv_heads, 0u));
     }
+    // The one-launch split (a barrier of each pair's chunk CTAs between the phases) gives the three-launch bits, at
+    // the automatic chunks and at 3 and 1, twice on one set of counters (each pair's last CTA resets its counter).
+    if (cuda::block_attention_cooperative_supported(count, gamma, dims, 0)) {
+      const int pairs = count * dims.kv_heads;
+      auto barriers = ls::cuda::testing::upload(std::vector<unsigned int>(pairs + 1, 0u));
+      for (const int chunks : {0, 3, 1}) {
+        auto three_out = ls::cuda::testing::poisoned<bf16>(outputs);
+        ASSERT_TRUE(cuda::block_attention_split(q, device_requests.data(), count, gamma, dims, layer,
+                                                cuda::SplitAttentionScratch{stats.data(), partials.data(), nullptr,
+                                                                            chunks},
+                                                reinterpret_cast<cuda::bf16_t*>(three_out.data()), nullptr)
+                        .ok());
+        const std::vector<bf16> three = ls::cuda::testing::download(three_out, outputs);
+        for (int run = 0; run < 2; ++run) {
+          auto one_out = ls::cuda::testing::poisoned<bf16>(outputs);
+          cuda::SplitAttentionScratch scratch{stats.data(), partials.data(), nullptr, chunks, barriers.data()};
+          ASSERT_TRUE(cuda::block_attention_cooperative(q, device_requests.data(), count, gamma, dims, layer,
+                                                        scratch, reinterpret_cast<cuda::bf16_t*>(one_out.data()),
+                                                        nullptr)
+                          .ok());
+          const std::vector<bf16> one = ls::cuda::testing::download(one_out, outputs);
+          EXPECT_EQ(count_bitwise_equal(one, three), static_cast<int>(outputs)) << "chunks " << chunks << " run "
+                                                                                 << run;
+          EXPECT_EQ(ls::cuda::testing::download(barriers, pairs + 1), std::vector<unsigned int>(pairs + 1, 0u));
+        }
+      }
+      std::printf("[ attention ] head_dim %d: one-launch split vs three launches checked at chunks auto, 3, 1\n",
+                  head_dim);
+    } else {
+      ADD_FAILURE() << "the one-launch split does not fit " << count << " requests on this device";
+    }
+    // Without counters it refuses by name.
+    EXPECT_EQ(cuda::block_attention_cooperative(q, device_requests.data(), count, gamma, dims, layer,
+                                                cuda::SplitAttentionScratch{stats.data(), partials.data()},
+                                                reinterpret_cast<cuda::bf16_t*>(split_out.data()), nullptr)
+                  .code(),
+              ErrorCode::UnsupportedDraftShape);
     // Fewer chunks pinned (3, and 1: one chunk holds every key), outputs poisoned first.
     std::vector<bf16> split_pinned[2];
     for (int which = 0; which < 2; ++which) {

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <tuple>
 
 #include "compute/cuda/cuda_util.h"
 #include "draft/dspark/cuda/cuda_drafter.h"
@@ -276,6 +278,7 @@ TEST(CudaDrafter, GpuPicksEqualTheCpuBf16DrafterOnTheNanoPairForRandomContexts) 
     bool fused;
   } variants[] = {{"automatic attention, fused scan", std::nullopt, true},
                   {"split attention", cuda::BlockAttentionKernel::Split, true},
+                  {"one-launch split attention", cuda::BlockAttentionKernel::Cooperative, true},
                   {"tile attention", cuda::BlockAttentionKernel::Tile, true},
                   {"warp attention, GEMM scan", cuda::BlockAttentionKernel::Warp, false}};
   for (const auto& variant : variants) {
@@ -1152,6 +1155,80 @@ TEST(CudaDrafter, TheSplitPickDraftsTheTokensAndChanceBitsOfTheOneBlockPick) {
         EXPECT_EQ(std::bit_cast<uint32_t>(split[i].chances[k]), std::bit_cast<uint32_t>(one[i].chances[k]))
             << "request " << i << " slot " << k;
       }
+    }
+  }
+}
+
+// Session 7's launch variants change no bit: the block kernels launched programmatically (each waits for the kernel
+// before it), the split attention in one cooperative launch, and both, eagerly and through graphs, give the default
+// pass's Hf, U, tokens and chance bits, for one request and for five (scratch poisoned before every pass).
+TEST(CudaDrafter, ProgrammaticBlockLaunchesAndTheOneLaunchAttentionGiveTheDefaultBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(gpu);
+  const DsparkConfig& c = gpu->config();
+  const cuda::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
+  ASSERT_TRUE(cuda::block_attention_cooperative_supported(5, c.block_size, dims, 0));
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  std::vector<DraftRequest> requests;
+  for (int i = 0; i < 5; ++i) {
+    const int length = 6 + 61 * i;
+    ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 700 + i)).ok());
+    DraftRequest request;
+    request.stream = i;
+    request.anchor_token = 300 + 17 * i;
+    request.anchor_position = length;
+    request.depth = i == 2 ? 3 : c.block_size;
+    if (i == 3) request.sampling = Sampling{0.9f, 0, 0.95f, 0.0f, 5};
+    requests.push_back(request);
+  }
+  struct Pass {
+    std::vector<Draft> drafts;
+    std::vector<float> hidden, logits;
+  };
+  auto pass = [&](std::span<const DraftRequest> some) {
+    EXPECT_TRUE(gpu->poison_scratch_for_test().ok());
+    Pass out;
+    out.drafts = gpu->draft(some);
+    out.hidden = gpu->last_final_hidden().value();
+    out.logits = gpu->last_base_logits().value();
+    return out;
+  };
+  auto same_bits = [](const Pass& a, const Pass& b) {
+    ASSERT_EQ(a.hidden.size(), b.hidden.size());
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    EXPECT_EQ(std::memcmp(a.hidden.data(), b.hidden.data(), a.hidden.size() * sizeof(float)), 0) << "Hf bits";
+    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)), 0) << "U bits";
+    ASSERT_EQ(a.drafts.size(), b.drafts.size());
+    for (size_t i = 0; i < a.drafts.size(); ++i) {
+      ASSERT_TRUE(a.drafts[i].status.ok()) << a.drafts[i].status.to_string();
+      EXPECT_EQ(a.drafts[i].tokens, b.drafts[i].tokens) << "request " << i;
+      ASSERT_EQ(a.drafts[i].chances.size(), b.drafts[i].chances.size());
+      for (size_t k = 0; k < a.drafts[i].chances.size(); ++k) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(a.drafts[i].chances[k]), std::bit_cast<uint32_t>(b.drafts[i].chances[k]))
+            << "request " << i << " slot " << k;
+      }
+    }
+  };
+  for (const size_t count : {size_t{1}, size_t{5}}) {
+    const std::span<const DraftRequest> some(requests.data(), count);
+    gpu->set_attention_kernel(std::nullopt);
+    gpu->set_block_programmatic(false);
+    const Pass reference = pass(some);
+    for (const auto& [name, cooperative, programmatic] :
+         {std::tuple{"programmatic", false, true}, std::tuple{"one-launch attention", true, false},
+          std::tuple{"both", true, true}}) {
+      SCOPED_TRACE(std::string(name) + ", " + std::to_string(count) + " requests");
+      gpu->set_attention_kernel(cooperative ? std::optional(cuda::BlockAttentionKernel::Cooperative) : std::nullopt);
+      gpu->set_block_programmatic(programmatic);
+      const int64_t failures = gpu->graph_failures();
+      for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
+        SCOPED_TRACE("sighting " + std::to_string(sighting));
+        same_bits(pass(some), reference);
+      }
+      EXPECT_EQ(gpu->graph_failures(), failures);
     }
   }
 }

@@ -189,6 +189,8 @@ constexpr int kHeadWarps = 8;
 
 __global__ void __launch_bounds__(kHeadWarps * kWarp) qkv_heads_kernel(QkvHeads a) {
   __shared__ float staged[kHeadWarps][kMaxHeadDim];
+  let_next_kernel_start();    // the attention's stats sweep may start
+  wait_for_previous_kernel();  // after a programmatic launch: the q/k/v GEMM's output is complete
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int heads_per_row = a.heads + 2 * a.kv_heads;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kHeadWarps + warp;
@@ -221,6 +223,7 @@ __global__ void __launch_bounds__(kHeadWarps * kWarp) qkv_heads_kernel(QkvHeads 
 __global__ void __launch_bounds__(kRowThreads) residual_norm_kernel(bf16_t* x, const bf16_t* delta, int64_t width,
                                                                     const float* weight, float eps, bf16_t* y) {
   let_next_kernel_start();  // the next GEMM may start loading its weights
+  wait_for_previous_kernel();  // after a programmatic launch: x and delta are complete
   __shared__ double partial[kRowThreads / kWarp];
   residual_norm_row(x, delta, blockIdx.x, width, weight, eps, y, partial);
 }
@@ -228,6 +231,7 @@ __global__ void __launch_bounds__(kRowThreads) residual_norm_kernel(bf16_t* x, c
 // out [rows, width] = bf16(bf16(silu(gate)) * up) from the stacked gate/up GEMM output [rows, 2 * width].
 __global__ void swiglu_stacked_kernel(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out) {
   let_next_kernel_start();  // the next GEMM may start loading its weights
+  wait_for_previous_kernel();  // after a programmatic launch: the gate/up GEMM's output is complete
   const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (index >= rows * width) return;
   const int64_t row = index / width, column = index % width;
@@ -245,21 +249,34 @@ Status qkv_heads(const QkvHeads& args, cudaStream_t stream) {
                                                         std::to_string(args.head_dim));
   }
   const int64_t items = args.rows * (args.heads + 2 * args.kv_heads);
+  if (args.programmatic) {
+    return ls::cuda::launch_programmatic(qkv_heads_kernel, dim3(blocks_for(items, kHeadWarps)), kHeadWarps * kWarp, 0,
+                                         stream, args);
+  }
   qkv_heads_kernel<<<blocks_for(items, kHeadWarps), kHeadWarps * kWarp, 0, stream>>>(args);
   LS_CUDA_TRY_LAUNCH("qkv_heads");
   return ok_status();
 }
 
 Status residual_norm(bf16_t* x, const bf16_t* delta, int64_t rows, int64_t width, const float* weight, float eps,
-                     bf16_t* y, cudaStream_t stream) {
+                     bf16_t* y, cudaStream_t stream, bool programmatic) {
   if (rows == 0) return ok_status();
+  if (programmatic) {
+    return ls::cuda::launch_programmatic(residual_norm_kernel, dim3(static_cast<unsigned>(rows)), kRowThreads, 0,
+                                         stream, x, delta, width, weight, eps, y);
+  }
   residual_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, delta, width, weight, eps, y);
   LS_CUDA_TRY_LAUNCH("residual_norm");
   return ok_status();
 }
 
-Status swiglu_stacked(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out, cudaStream_t stream) {
+Status swiglu_stacked(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out, cudaStream_t stream,
+                      bool programmatic) {
   if (rows == 0) return ok_status();
+  if (programmatic) {
+    return ls::cuda::launch_programmatic(swiglu_stacked_kernel, dim3(blocks_for(rows * width, 256)), 256, 0, stream,
+                                         gate_up, rows, width, out);
+  }
   swiglu_stacked_kernel<<<blocks_for(rows * width, 256), 256, 0, stream>>>(gate_up, rows, width, out);
   LS_CUDA_TRY_LAUNCH("swiglu_stacked");
   return ok_status();

@@ -90,6 +90,7 @@ struct DeviceBlockScratch {
   TrackedBuffer<ScanPartial> persistent_partials;   // [gamma, group, grid] the persistent scan's CTA picks
   TrackedBuffer<unsigned int> scan_barrier;          // [2] the persistent scan's barrier and timed-out flag
   TrackedBuffer<float> attention_stats, attention_partials;  // the split attention's (split_attention_*_floats)
+  TrackedBuffer<unsigned int> attention_barriers;  // [requests * kv_heads + 1] the one-launch split's, zero at first
   // Padding requests' own caches (a request count rounded up to its bucket): [requests, layers, block, kv] each, so
   // a padding request's block K/V land in rows no real stream reads.
   TrackedBuffer<bf16_t> pad_keys, pad_values;
@@ -258,6 +259,13 @@ class CudaDsparkDrafter final : public Drafter {
     fused_absorb_ = on;
     graphs_.clear();
   }
+  // The block pass's own kernels (q/k/v heads, the split attention's launches, residual norms, SwiGLU) launched to
+  // overlap the previous kernel's tail (programmatic dependent launch; each waits before reading): the same bits;
+  // off by default until an H200 batch times it (session 7).
+  void set_block_programmatic(bool on) {
+    block_programmatic_ = on;
+    graphs_.clear();
+  }
   void set_fused_block(bool on) {
     fused_block_ = on;
     graphs_.clear();
@@ -357,6 +365,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
+  bool block_programmatic_ = false;
   int skinny_parts_ = kDefaultSkinnyParts;
   bool engine_gemms_ = false;
   bool tuned_gemms_ = false;
@@ -371,6 +380,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool request_buckets_ = true;
   bool split_pick_ = true;
   int attention_chunks_ = 0;
+  std::vector<bool> cooperative_attention_fits_;  // [count] the one-launch attention's grid is resident at once
   int bucket_graphs_captured_ = 0;
   double bucket_capture_ms_ = 0;
   int absorb_graphs_captured_ = 0;

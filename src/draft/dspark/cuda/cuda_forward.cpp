@@ -43,7 +43,7 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
     return skinny_gemm(args, programmatic_, stream_.get());
   }
   LS_RETURN_IF_ERROR(gemm(x, rows, w, 2 * ff, d, stacked, false, 2 * ff));
-  return swiglu_stacked(stacked, rows, ff, y, stream_.get());
+  return swiglu_stacked(stacked, rows, ff, y, stream_.get(), block_programmatic_);
 }
 
 Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
@@ -64,7 +64,8 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
   } else {
     LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d, false));
   }
-  return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get());
+  return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get(),
+                       block_programmatic_);
 }
 
 BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
@@ -81,10 +82,20 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
     case BlockAttentionKernel::Tile:
       return block_attention_tile(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
                                   s.attended.data(), stream_.get());
+    case BlockAttentionKernel::Cooperative:
+      if (s.attention_barriers.size() > 0 && static_cast<size_t>(count) < cooperative_attention_fits_.size() &&
+          cooperative_attention_fits_[count]) {
+        return block_attention_cooperative(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
+                                           SplitAttentionScratch{s.attention_stats.data(), s.attention_partials.data(),
+                                                                 nullptr, attention_chunks_,
+                                                                 s.attention_barriers.data()},
+                                           s.attended.data(), stream_.get());
+      }
+      [[fallthrough]];  // not every CTA of this grid fits at once here: the three launches
     case BlockAttentionKernel::Split:
       return block_attention_split(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
                                    SplitAttentionScratch{s.attention_stats.data(), s.attention_partials.data(),
-                                                         nullptr, attention_chunks_},
+                                                         nullptr, attention_chunks_, nullptr, block_programmatic_},
                                    s.attended.data(), stream_.get());
     case BlockAttentionKernel::Warp:
       break;
@@ -131,6 +142,7 @@ Status CudaDsparkDrafter::block_pass(int count) {
     heads.requests = s.block_requests.data();
     heads.layer = index;
     heads.queries = s.queries.data();
+    heads.programmatic = block_programmatic_;
     LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
     mark("q/k norm + RoPE");
     LS_RETURN_IF_ERROR(attend(count, dims, index));

@@ -69,15 +69,19 @@ struct QkvHeads {
   const DeviceBlockRequest* requests = nullptr;  // keys/values go to rows p + slot of `layer`
   int layer = 0;
   bf16_t* queries = nullptr;  // [rows, heads, head_dim]
+  bool programmatic = false;  // launched to overlap the previous kernel's tail (it waits before reading)
 };
 // q heads: rms_norm(q_norm) + rope_rotate -> queries; k heads: the same with k_norm -> the cache; v heads copied to
 // the cache (= rms_norm, rope_rotate twice and scatter_block_kv).
 Status qkv_heads(const QkvHeads& args, cudaStream_t stream);
 // x = bf16(x + delta) when delta is non-null, then y = rms_norm(x) (= add_residual + rms_norm, a CTA per row).
+// `programmatic` (here and below): launched to overlap the previous kernel's tail; the kernel waits for it before
+// reading or writing anything (the same bits).
 Status residual_norm(bf16_t* x, const bf16_t* delta, int64_t rows, int64_t width, const float* weight, float eps,
-                     bf16_t* y, cudaStream_t stream);
+                     bf16_t* y, cudaStream_t stream, bool programmatic = false);
 // out [rows, width] = swiglu(gate_up[:, :width], gate_up[:, width:]) of the stacked gate/up output [rows, 2 width].
-Status swiglu_stacked(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out, cudaStream_t stream);
+Status swiglu_stacked(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out, cudaStream_t stream,
+                      bool programmatic = false);
 // Copies each request's block K/V [gamma, kv_size] into its cache rows p .. p+gamma-1 of `layer`.
 Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBlockRequest* requests, int count,
                         int gamma, int kv_size, int layer, cudaStream_t stream);
@@ -85,8 +89,10 @@ Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBl
 // (context, then the block): eager softmax with the CPU's bf16 roundings. q, out [count * gamma, heads, head_dim].
 // The variants: Warp (a warp per block slot and head, lanes over keys; the one measured on the H200), Tile
 // (attention_tile.cu: a CTA per request and KV head over shared-memory K/V tiles, sums in key order) and Split
-// (attention_tile.cu: Tile's CTA split over key chunks, so few requests still fill the device; needs scratch).
-enum class BlockAttentionKernel { Warp, Tile, Split };
+// (attention_split.cu: Tile's CTA split over key chunks, so few requests still fill the device; needs scratch);
+// Cooperative (attention_split.cu: Split's three launches as one cooperative launch, the same bits; needs
+// scratch.barriers).
+enum class BlockAttentionKernel { Warp, Tile, Split, Cooperative };
 // The drafter's pick: Split where the tile shapes are supported, else Warp.
 BlockAttentionKernel choose_block_attention(int count, int gamma, AttentionDims dims);
 Status block_attention_warp(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
@@ -111,6 +117,11 @@ struct SplitAttentionScratch {
   // Key chunks per (request, KV head): 0 = split_attention_chunks(count, kv_heads); a pin takes at most that (the
   // scratch is sized for it).
   int chunks = 0;
+  // The cooperative variant's [count * kv_heads] pair counters and a sticky broken flag after them, zero before the
+  // first launch (each launch's last CTA of a pair resets its counter).
+  unsigned int* barriers = nullptr;
+  // The three launches each launched to overlap the previous kernel's tail (each waits before reading).
+  bool programmatic = false;
 };
 int split_attention_chunks(int count, int kv_heads);
 // Floats of stats and of partials the split kernel needs for up to `requests` requests (any count <= requests).
@@ -119,6 +130,15 @@ int64_t split_attention_partial_floats(int requests, int gamma, AttentionDims di
 Status block_attention_split(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                              AttentionDims dims, int layer, SplitAttentionScratch scratch, bf16_t* out,
                              cudaStream_t stream);
+// Whether the one-launch split takes `count` requests here: the tile shapes fit and every CTA of the grid (count x
+// kv_heads x chunks, `chunks` as SplitAttentionScratch::chunks) is resident at once on this device.
+bool block_attention_cooperative_supported(int count, int gamma, AttentionDims dims, int chunks);
+// Split in one cooperative launch: per chunk the stats, a barrier of the pair's chunk CTAs, the values, a second
+// barrier, then each chunk CTA adds its share of the outputs over the chunks in chunk order. The three launches'
+// bits. A barrier that times out (a device fault) leaves NaN outputs from then on, so the drafts fail by name.
+Status block_attention_cooperative(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                                   AttentionDims dims, int layer, SplitAttentionScratch scratch, bf16_t* out,
+                                   cudaStream_t stream);
 
 // ---- Few-row GEMMs (skinny_gemm.cu) ----
 
