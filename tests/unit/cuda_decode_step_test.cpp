@@ -31,6 +31,8 @@ struct DecodeMode {
   int norm_config;  // swiglu config * 10 + group config (set_decode_norm_configs; swiglu 0: 2)
   int narrow_variant = -1;  // set_decode_narrow_pick: the variant, and N up to narrow_max_n (negative: N = -max only)
   int narrow_max_n = 0;
+  bool tail_norms = false;  // set_decode_tail: norms in the GEMMs' last CTAs, the FFN's gate_up MB prefetched to L2
+  int tail_l2_mb = 0;
 };
 
 // Puts the process-wide switches back however the test ends.
@@ -109,21 +111,18 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   auto* target = dynamic_cast<CudaTarget*>(loaded->get());
   ASSERT_NE(target, nullptr);
-  // Batch s6A: every staged pick and every norm prologue lost end to end (1.09-1.35 ms against 1.057); now the
-  // narrow picks one shape class at a time (set_decode_narrow_pick: variant, N limit).
+  // Batches s6A / s6B: every staged pick, norm prologue and narrow pick lost or tied end to end (1.05-1.35 ms
+  // against 1.057); session 7: the decode tails (set_decode_tail), the default in between.
   const DecodeMode modes[] = {
       {"default picks", -1, false, false, 0},
-      {"streaming picks only (the old path)", -2, false, false, 0},
-      {"N <= 2048 on staged 2w 8c", -1, false, false, 0, 8, 2048},
-      {"N <= 2048 on staged 1w 8c", -1, false, false, 0, 7, 2048},
-      {"N <= 2048 on stream 2w s16 8c", -1, false, false, 0, 5, 2048},
-      {"N <= 2048 on stream 1w s32 8c", -1, false, false, 0, 6, 2048},
-      {"N <= 6144 on stream 2w s16 8c", -1, false, false, 0, 5, 6144},
-      {"N <= 6144 on stream 8w s8 8c", -1, false, false, 0, 4, 6144},
-      {"N <= 6144 on stream 4w s8 16c", -1, false, false, 0, 1, 6144},
-      {"6144 only on stream 2w s16 8c", -1, false, false, 0, 5, -6144},
-      {"staged 2w 8c (pinned, every width)", 1, false, false, 0},
+      {"tail norms", -1, false, false, 0, -1, 0, true, 0},
+      {"L2 gate_up 16 MB", -1, false, false, 0, -1, 0, false, 16},
+      {"L2 gate_up 32 MB", -1, false, false, 0, -1, 0, false, 32},
+      {"tail norms + L2 16 MB", -1, false, false, 0, -1, 0, true, 16},
+      {"tail norms + L2 32 MB", -1, false, false, 0, -1, 0, true, 32},
       {"default picks (again)", -1, false, false, 0},
+      {"tail norms (again)", -1, false, false, 0, -1, 0, true, 0},
+      {"streaming picks only (the old path)", -2, false, false, 0},
   };
 
   const int context = 128, steps = 72;
@@ -134,6 +133,7 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
     cuda::set_decode_narrow_pick(mode.narrow_variant, mode.narrow_max_n);
     cuda::set_decode_norm_configs(mode.norm_config % 10, mode.norm_config >= 10 ? mode.norm_config / 10 : 2);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
+    target->set_decode_tail(mode.tail_norms, mode.tail_l2_mb);
     const StepRun run = run_steps(*target, stream++, context, steps);
     ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps + 4 + 8 + 16)) << mode.name;
     ASSERT_EQ(run.window_ms.size(), 3u) << mode.name;

@@ -11,6 +11,7 @@
 
 #include "compute/cuda/kernels.h"
 #include "compute/cuda/pdl.cuh"
+#include "compute/cuda/row_norm.cuh"
 
 namespace ls::cuda {
 namespace {
@@ -128,20 +129,7 @@ __device__ __forceinline__ float chunk_at(const Chunk& c, int e) {
 
 // inverse_rms of the row held in shared memory `values` [width] fp32, computed by warp 0 (rms_norm_kernel's order).
 __device__ __forceinline__ void row_inverse_rms(const float* values, int width, float eps, float* result) {
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
-  double sum = 0;
-#pragma unroll 8
-  for (int i = lane; i < width; i += 32) {
-    const double v = values[i];
-    sum = __dadd_rn(sum, __dmul_rn(v, v));
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-  if (lane == 0) {
-    const float mean = static_cast<float>(sum / static_cast<double>(width));
-    *result = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-  }
+  if (threadIdx.x < 32) warp_inverse_rms(values, width, eps, result);
 }
 
 // y = RMSNorm(row) * weight for one row per CTA; ADD: the row is round(h + delta), written back to h first.

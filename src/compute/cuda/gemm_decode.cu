@@ -184,6 +184,8 @@ int pick_variant(const GemmArgs& args) {
 
 }  // namespace
 
+int stream_variant_for(const GemmArgs& args) { return pick_stream_variant(args); }
+
 int prefetch_tiles_for(int64_t n, int64_t k) {
   if (!l2_prefetch.load(std::memory_order_relaxed) || !cuda_features().pdl || n < 1 || k < 1) return 0;
   const int slices = slice_count(static_cast<int>(std::min<int64_t>(k, 1 << 24)));
@@ -208,6 +210,7 @@ void allow_decode_shared(int optin_bytes) {
   cudaFuncSetAttribute(gemm_decode_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   allow_stream_shared(optin_bytes);
   allow_staged_shared(optin_bytes);
+  allow_tail_shared(optin_bytes);
 }
 
 }  // namespace ls::cuda::gemm_detail

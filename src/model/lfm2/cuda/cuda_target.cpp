@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -50,6 +51,12 @@ Result<std::unique_ptr<CudaTarget>> CudaTarget::create(io::ModelConfig config, c
   LS_CUDA_TRY(cudaStreamCreateWithFlags(&target->stream_, cudaStreamNonBlocking));
   LS_ASSIGN_OR_RETURN(target->weights_, gpu::upload_weights(target->config_, weights));
   LS_RETURN_IF_ERROR(target->allocate(options));
+  if (const char* tail = std::getenv("LS_DECODE_TAIL")) {  // benches: "norms", "l2=MB", "norms,l2=MB"
+    const std::string spec = tail;
+    const size_t l2 = spec.find("l2=");
+    target->set_decode_tail(spec.find("norms") != std::string::npos,
+                            l2 == std::string::npos ? 0 : std::atoi(spec.c_str() + l2 + 3));
+  }
   return target;
 }
 
@@ -126,6 +133,8 @@ Status CudaTarget::allocate(const LoadOptions& options) {
     LS_RETURN_IF_ERROR(moe_tickets_.allocate(gpu::expert_combine_tickets(D)));
     LS_CUDA_TRY(cudaMemset(moe_tickets_.data(), 0, moe_tickets_.bytes()));
   }
+  LS_RETURN_IF_ERROR(tail_ticket_.allocate(1));  // decode tails: zero between launches, every launch leaves it so
+  LS_CUDA_TRY(cudaMemset(tail_ticket_.data(), 0, tail_ticket_.bytes()));
   const int64_t G = head_group_;
   LS_RETURN_IF_ERROR(head_in_.allocate(G * D));
   LS_RETURN_IF_ERROR(head_normed_.allocate(G * D));
