@@ -161,10 +161,20 @@ TEST(CudaExpertCombine, APlantedOutOfOrderKWalkWithTheCombineInTheDownLaunchTurn
 // moe7: the lean down launch combining (a CTA per column group runs the group's row chunks, then sums each token's
 // slots over the group's columns in slot order): the combine launch's bits where it combines (a row chunk a warp),
 // with slots left out of the plan, on poisoned y; each token's row its one-row run; the planted K fault red.
+struct LeanPrefetchScope {
+  explicit LeanPrefetchScope(bool on) { set_moe_lean_down_prefetch(on); }
+  ~LeanPrefetchScope() { set_moe_lean_down_prefetch(false); }
+};
+
 TEST(CudaExpertCombine, TheLeanDownLaunchCombiningItsColumnGroupsGivesTheCombineLaunchBits) {
   LS_SKIP_WITHOUT_DEVICE();
   struct Shape { int experts, k; int64_t d, i; };
-  for (const Shape shape : {Shape{8, 2, 264, 200}, Shape{16, 4, 512, 384}, Shape{6, 1, 136, 72}}) {
+  struct Case { Shape shape; bool prefetch; };  // with and without the down weights prefetched from gate|up
+  for (const Case one_case : {Case{{8, 2, 264, 200}, false}, Case{{16, 4, 512, 384}, false},
+                              Case{{6, 1, 136, 72}, false}, Case{{8, 2, 264, 200}, true},
+                              Case{{16, 4, 512, 384}, true}}) {
+    const Shape shape = one_case.shape;
+    const LeanPrefetchScope prefetch(one_case.prefetch);
     const Layer layer = make_layer(shape.experts, shape.k, shape.d, shape.i, 35 + shape.d);
     for (const Drop drop : {Drop::None, Drop::SomeSlots, Drop::Every}) {
       int differ = 0, rows_checked = 0;
@@ -177,7 +187,8 @@ TEST(CudaExpertCombine, TheLeanDownLaunchCombiningItsColumnGroupsGivesTheCombine
         differ += differing_rows(fused.y, plain.y, shape.d);
         rows_checked += m;
       }
-      EXPECT_EQ(differ, 0) << "D " << shape.d << " drop " << static_cast<int>(drop) << ": of " << rows_checked;
+      EXPECT_EQ(differ, 0) << "D " << shape.d << " drop " << static_cast<int>(drop) << " prefetch "
+                           << one_case.prefetch << ": of " << rows_checked;
     }
     // one row chunk a warp at most: more rows leave the combine to the caller
     const Combined wide = run(layer, tokens_of(4 / shape.k + 1), true, Drop::None, ExpertFfnPath::StreamedLeanCombine);

@@ -34,6 +34,12 @@ Status four_launches(const ExpertFfn& f, cudaStream_t stream) {
 
 void pin_expert_ffn_path_for_test(ExpertFfnPath path) { g_pinned_path = static_cast<int>(path); }
 
+namespace {
+std::atomic<bool> g_lean_down_prefetch{false};
+}  // namespace
+
+void set_moe_lean_down_prefetch(bool on) { g_lean_down_prefetch = on; }
+
 ExpertFfnPath chosen_expert_ffn_path(int64_t rows) {
   const auto pinned = static_cast<ExpertFfnPath>(g_pinned_path.load());
   if (pinned != ExpertFfnPath::Automatic) return pinned;
@@ -102,9 +108,9 @@ Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
     case ExpertFfnPath::StreamedNarrow: return expert_ffn_streamed(f, 1, false, fault, stream);
     case ExpertFfnPath::StreamedSmallCtas: return expert_ffn_streamed(f, 2, false, fault, stream);
     case ExpertFfnPath::StreamedShallow: return expert_ffn_streamed(f, 3, expert_ffn_combines(f), fault, stream);
-    case ExpertFfnPath::StreamedLean: return expert_ffn_lean(f, false, false, fault, stream);
+    case ExpertFfnPath::StreamedLean: return expert_ffn_lean(f, g_lean_down_prefetch, false, fault, stream);
     case ExpertFfnPath::StreamedLeanPrefetch: return expert_ffn_lean(f, true, false, fault, stream);
-    case ExpertFfnPath::StreamedLeanCombine: return expert_ffn_lean(f, false, true, fault, stream);
+    case ExpertFfnPath::StreamedLeanCombine: return expert_ffn_lean(f, g_lean_down_prefetch, true, fault, stream);
     default: return four_launches(f, stream);
   }
 }
