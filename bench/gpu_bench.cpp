@@ -479,6 +479,11 @@ int main(int argc, char** argv) {
     target->set_graphs(false);
     target->set_graphs(true);
     expert_path_ms.push_back({"lean, combine in down", time_steps(o.decode_tokens)});
+    lfm2::gpu::set_moe_lean_down_prefetch(true);  // and the down weights prefetched into L2 from gate|up
+    target->set_graphs(false);
+    target->set_graphs(true);
+    expert_path_ms.push_back({"lean, combine in down, down to L2", time_steps(o.decode_tokens)});
+    lfm2::gpu::set_moe_lean_down_prefetch(false);
     lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
     lfm2::gpu::set_moe_fused_launches(2);
     target->set_graphs(false);
