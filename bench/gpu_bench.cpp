@@ -395,16 +395,25 @@ int main(int argc, char** argv) {
       const char* name;
       bool norms;
       int l2_mb;
+      bool pdl;  // lfm2::gpu::set_programmatic_state_launches
     };
-    const TailMode modes[] = {{"tails off (default)", false, 0},   {"tail norms", true, 0},
-                              {"L2 gate_up 16 MB", false, 16},    {"L2 gate_up 32 MB", false, 32},
-                              {"tail norms + L2 16 MB", true, 16}, {"tail norms + L2 32 MB", true, 32},
-                              {"tails off (default)", false, 0},   {"tail norms", true, 0}};
+    const TailMode modes[] = {{"tails off (default)", false, 0, false},
+                              {"programmatic conv/kv/attn", false, 0, true},
+                              {"tail norms", true, 0, false},
+                              {"tail norms + programmatic", true, 0, true},
+                              {"L2 gate_up 16 MB", false, 16, false},
+                              {"L2 gate_up 32 MB", false, 32, false},
+                              {"norms + prog. + L2 16 MB", true, 16, true},
+                              {"norms + prog. + L2 32 MB", true, 32, true},
+                              {"tails off (default, again)", false, 0, false},
+                              {"tail norms + prog. (again)", true, 0, true}};
     for (const TailMode& mode : modes) {
-      target->set_decode_tail(mode.norms, mode.l2_mb);
+      lfm2::gpu::set_programmatic_state_launches(mode.pdl);
+      target->set_decode_tail(mode.norms, mode.l2_mb);  // drops the graphs
       time_steps(4);
       tail_ms.push_back({mode.name, time_steps(o.decode_tokens)});
     }
+    lfm2::gpu::set_programmatic_state_launches(false);
     target->set_decode_tail(false, 0);
   }
   // The same steps (graphs) with the narrow decode GEMMs on each staged configuration asked for (same bits).

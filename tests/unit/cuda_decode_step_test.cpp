@@ -33,6 +33,7 @@ struct DecodeMode {
   int narrow_max_n = 0;
   bool tail_norms = false;  // set_decode_tail: norms in the GEMMs' last CTAs, the FFN's gate_up MB prefetched to L2
   int tail_l2_mb = 0;
+  bool programmatic_state = false;  // gpu::set_programmatic_state_launches
 };
 
 // Puts the process-wide switches back however the test ends.
@@ -41,6 +42,7 @@ struct DefaultSwitchesAtExit {
     cuda::set_decode_staged_pick(-1);
     cuda::set_decode_norm_configs(0, 2);
     cuda::set_decode_narrow_pick(-1, 0);
+    gpu::set_programmatic_state_launches(false);
   }
 };
 
@@ -115,13 +117,14 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
   // against 1.057); session 7: the decode tails (set_decode_tail), the default in between.
   const DecodeMode modes[] = {
       {"default picks", -1, false, false, 0},
+      {"programmatic conv / kv / attention", -1, false, false, 0, -1, 0, false, 0, true},
       {"tail norms", -1, false, false, 0, -1, 0, true, 0},
+      {"tail norms + programmatic", -1, false, false, 0, -1, 0, true, 0, true},
       {"L2 gate_up 16 MB", -1, false, false, 0, -1, 0, false, 16},
-      {"L2 gate_up 32 MB", -1, false, false, 0, -1, 0, false, 32},
-      {"tail norms + L2 16 MB", -1, false, false, 0, -1, 0, true, 16},
-      {"tail norms + L2 32 MB", -1, false, false, 0, -1, 0, true, 32},
+      {"tail norms + programmatic + L2 16 MB", -1, false, false, 0, -1, 0, true, 16, true},
+      {"tail norms + programmatic + L2 32 MB", -1, false, false, 0, -1, 0, true, 32, true},
       {"default picks (again)", -1, false, false, 0},
-      {"tail norms (again)", -1, false, false, 0, -1, 0, true, 0},
+      {"tail norms + programmatic (again)", -1, false, false, 0, -1, 0, true, 0, true},
       {"streaming picks only (the old path)", -2, false, false, 0},
   };
 
@@ -133,6 +136,7 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
     cuda::set_decode_narrow_pick(mode.narrow_variant, mode.narrow_max_n);
     cuda::set_decode_norm_configs(mode.norm_config % 10, mode.norm_config >= 10 ? mode.norm_config / 10 : 2);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
+    gpu::set_programmatic_state_launches(mode.programmatic_state);
     target->set_decode_tail(mode.tail_norms, mode.tail_l2_mb);
     const StepRun run = run_steps(*target, stream++, context, steps);
     ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps + 4 + 8 + 16)) << mode.name;

@@ -224,7 +224,7 @@ std::vector<uint32_t> tail_run_bits(Target& target, bool logits) {
   return bits;
 }
 
-TEST(CudaDecodeTail, TheTargetWithTailNormsAndL2PrefetchGivesTheLogitsTapsAndDrawsOfTheNormLaunches) {
+TEST(CudaDecodeTail, TheTargetWithTailNormsL2PrefetchAndProgrammaticLaunchesGivesTheLogitsTapsAndDrawsOfTheDefault) {
   LS_SKIP_WITHOUT_DEVICE();
   for (const bool moe : {false, true}) {
     const io::ModelConfig config = testing::small_config(moe);
@@ -239,14 +239,17 @@ TEST(CudaDecodeTail, TheTargetWithTailNormsAndL2PrefetchGivesTheLogitsTapsAndDra
     ASSERT_TRUE(target.set_taps(taps).ok());
     std::vector<std::vector<uint32_t>> runs;
     // Per mode: with logits (eager), then twice without (the second time from captured graphs).
-    const std::tuple<bool, int> modes[] = {{false, 0}, {true, 0}, {false, 1}, {true, 1}};
-    for (const auto& [norms, l2_mb] : modes) {
+    // (norms, L2 MB, programmatic conv / kv / attention launches)
+    const std::tuple<bool, int, bool> modes[] = {{false, 0, false}, {true, 0, false}, {false, 1, true}, {true, 1, true}};
+    for (const auto& [norms, l2_mb, programmatic] : modes) {
+      gpu::set_programmatic_state_launches(programmatic);
       target.set_decode_tail(norms, l2_mb);
       runs.push_back(tail_run_bits(target, true));
       runs.push_back(tail_run_bits(target, false));
       runs.push_back(tail_run_bits(target, false));
     }
     target.set_decode_tail(false, 0);
+    gpu::set_programmatic_state_launches(false);
     EXPECT_GT(target.graph_count(), 0);
     ASSERT_FALSE(runs[0].empty());
     for (size_t i = 1; i < runs.size(); ++i) {
@@ -255,7 +258,8 @@ TEST(CudaDecodeTail, TheTargetWithTailNormsAndL2PrefetchGivesTheLogitsTapsAndDra
       size_t differ = 0;
       for (size_t j = 0; j < want.size(); ++j) differ += runs[i][j] != want[j];
       EXPECT_EQ(differ, 0u) << (moe ? "moe" : "dense") << " run " << i
-                            << " (3..5: tail norms, 6..8: L2 prefetch, 9..11: both; 2, 5, 8, 11: graphs)";
+                            << " (3..5: tail norms, 6..8: L2 prefetch + programmatic launches, 9..11: all three; 2, 5, "
+                               "8, 11: graphs)";
     }
   }
 }

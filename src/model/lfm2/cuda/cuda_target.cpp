@@ -51,8 +51,9 @@ Result<std::unique_ptr<CudaTarget>> CudaTarget::create(io::ModelConfig config, c
   LS_CUDA_TRY(cudaStreamCreateWithFlags(&target->stream_, cudaStreamNonBlocking));
   LS_ASSIGN_OR_RETURN(target->weights_, gpu::upload_weights(target->config_, weights));
   LS_RETURN_IF_ERROR(target->allocate(options));
-  if (const char* tail = std::getenv("LS_DECODE_TAIL")) {  // benches: "norms", "l2=MB", "norms,l2=MB"
+  if (const char* tail = std::getenv("LS_DECODE_TAIL")) {  // benches: "norms", "l2=MB", "pdl", joined by commas
     const std::string spec = tail;
+    if (spec.find("pdl") != std::string::npos) gpu::set_programmatic_state_launches(true);  // process-wide
     const size_t l2 = spec.find("l2=");
     target->set_decode_tail(spec.find("norms") != std::string::npos,
                             l2 == std::string::npos ? 0 : std::atoi(spec.c_str() + l2 + 3));

@@ -76,8 +76,8 @@ class CudaTarget final : public Target {
   // Up to 16 rows, norm launches unfused (issue 8: fewer kernel boundaries): norms on, each residual add + RMSNorm
   // after a mixer's last GEMM or a dense FFN's down GEMM runs in that GEMM's last CTA (cuda::gemm_decode_tail, the
   // same bits) instead of its own launch; l2_mb > 0: the mixer's last GEMM also asks L2 for the first l2_mb MB of
-  // the dense FFN's gate_up. Off by default until an H200 batch times it; LS_DECODE_TAIL ("norms", "l2=MB",
-  // "norms,l2=MB") sets it at load for benches.
+  // the dense FFN's gate_up. Off by default until an H200 batch times it; LS_DECODE_TAIL ("norms", "l2=MB", "pdl":
+  // gpu::set_programmatic_state_launches, joined by commas) sets it at load for benches.
   void set_decode_tail(bool norms, int l2_mb) {
     decode_tail_norms_ = norms;
     decode_tail_l2_mb_ = l2_mb > 0 ? l2_mb : 0;
