@@ -10,7 +10,8 @@
 //                 [--pick single|split|both] [--attention-chunks 0,8,16] [--skinny-parts 0,2,10] [--block-pdl off|on|both]
 //                 (--block-pdl: the block pass's own kernels launched programmatically, set_block_programmatic)
 //                 (--skinny-parts: skinny_gemm per GEMM kind, a mask per variant: 1 q/k/v and head, 2 gate/up + SwiGLU,
-//                 4 o/down + residual norm epilogue, 8 o/down then the norm launch; overrides --skinny)
+//                 4 o/down + residual norm epilogue, 8 o/down then the norm launch, 16 two W tiles a CTA where wide;
+//                 overrides --skinny)
 //                 (--attention-chunks: the split attention's key chunks per request and KV head, 0 = automatic)
 //                 (--pick: the GEMM scan's pick in one CTA per request, or split over vocab chunks then a CTA)
 //                 (--buckets: request counts padded to request_bucket() with every bucket's graphs captured at

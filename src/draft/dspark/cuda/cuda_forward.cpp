@@ -10,8 +10,9 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
                                bool y_f32, int64_t ldy, bool skinny) {
   if (rows == 0) return ok_status();
   if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ && skinny_gemm_supported(rows, w_cols)) {
-    const SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
-                          y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
+    SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
+                    y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
+    args.wide = (skinny_parts_ & kSkinnyWide) != 0;
     return skinny_gemm(args, programmatic_, stream_.get());
   }
   if (engine_gemms_ && rows <= 16 && ldy == w_rows && w_cols % 8 == 0) {
@@ -39,7 +40,8 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
                                       bf16_t* stacked, bf16_t* y) {
   if (rows == 0) return ok_status();
   if ((skinny_parts_ & kSkinnySwiglu) && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
-    const SkinnyGemm args{x, static_cast<int>(rows), d, w, 2 * ff, y, ff, SkinnyEpilogue::Swiglu};
+    SkinnyGemm args{x, static_cast<int>(rows), d, w, 2 * ff, y, ff, SkinnyEpilogue::Swiglu};
+    args.wide = (skinny_parts_ & kSkinnyWide) != 0;
     return skinny_gemm(args, programmatic_, stream_.get());
   }
   LS_RETURN_IF_ERROR(gemm(x, rows, w, 2 * ff, d, stacked, false, 2 * ff));
