@@ -19,6 +19,13 @@
 //                                                                         every N-th time (PricingOptions)
 //             [--probe group|alone]                                        alone: a dormant stream's probe runs only
 //                                                                         where it alone could pay (before lanes7)
+//             [--absorb-call free|priced]                                  priced: a batched device absorb call is
+//                                                                         priced in every drafting round (lanes8)
+//             [--deep-chances prior|confidence]                            confidence: depths no verify reached are
+//                                                                         priced with calibrated confidences (lanes8)
+//             [--group-budget off|on]                                      on: group probes draw on the probe budget
+//                                                                         (lanes8)
+//             [--rules old|new]                                            new: the three lanes8 rules above on
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
@@ -193,6 +200,12 @@ bool g_scout_prompt_only = true;
 int g_quiet_reprice_every = 0;
 // --probe alone: a dormant stream's probe is gated on its own stream alone paying (the first half of session 6).
 bool g_group_probes = true;
+// --absorb-call priced: PricingOptions::price_absorb_call (lanes8; off by default until an H200 batch shows it wins).
+bool g_price_absorb_call = false;
+// --deep-chances confidence: PricingOptions::confidence_for_unexplored (lanes8; off by default, as above).
+bool g_confidence_for_unexplored = false;
+// --group-budget on: PricingOptions::budget_group_probes (lanes8; off by default, as above).
+bool g_budget_group_probes = false;
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
@@ -208,6 +221,9 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   lanes_options.scout_prompt_only = g_scout_prompt_only;
   if (g_quiet_reprice_every > 0) lanes_options.pricing.quiet_reprice_every = g_quiet_reprice_every;
   lanes_options.pricing.group_probes = g_group_probes;
+  lanes_options.pricing.price_absorb_call = g_price_absorb_call;
+  lanes_options.pricing.confidence_for_unexplored = g_confidence_for_unexplored;
+  lanes_options.pricing.budget_group_probes = g_budget_group_probes;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   if (tables != nullptr && drafter != nullptr) *tables = tables_json(lanes->pricing().tables(), lanes->max_rows());
@@ -259,6 +275,40 @@ json stats_json(const LanesStats& stats) {
           {"round_ms", stats.round_ms},
           {"forward_ms", stats.forward_ms},
           {"drafter_ms", stats.drafter_ms}};
+}
+
+// Where one run's decode time went (the first round left out): verify forwards by kind (quiet / tap-only / with
+// drafts: count and mean ms), slow ones' time above the verify table, the drafter's passes / absorbs / settles (ms
+// in all), host work, and the first round (prefill) and the wall outside the rounds (ms).
+json phases_json(const Measured& run) {
+  const LanesStats& s = run.stats;
+  const LanesStats& f = run.first_round;
+  auto mean = [](double ms, int64_t count) { return count > 0 ? ms / double(count) : 0.0; };
+  const int64_t quiet = s.quiet_forwards - f.quiet_forwards;
+  const int64_t tap_only = s.tap_only_forwards - f.tap_only_forwards;
+  const int64_t drafts = s.draft_forwards - f.draft_forwards;
+  return {{"quiet_forwards", quiet},
+          {"quiet_forward_ms", mean(s.quiet_forward_ms - f.quiet_forward_ms, quiet)},
+          {"tap_only_forwards", tap_only},
+          {"tap_only_forward_ms", mean(s.tap_only_forward_ms - f.tap_only_forward_ms, tap_only)},
+          {"draft_forwards", drafts},
+          {"draft_forward_ms", mean(s.draft_forward_ms - f.draft_forward_ms, drafts)},
+          {"slow_forwards", s.slow_forwards - f.slow_forwards},
+          {"slow_forward_excess_ms", s.slow_forward_excess_ms - f.slow_forward_excess_ms},
+          {"pass_ms", s.pass_ms - f.pass_ms},
+          {"absorb_ms", s.absorb_ms - f.absorb_ms},
+          {"settle_ms", s.settle_ms - f.settle_ms},
+          {"host_ms", (s.round_ms - s.forward_ms - s.drafter_ms) - (f.round_ms - f.forward_ms - f.drafter_ms)},
+          {"first_round_ms", run.first_round_ms},
+          {"outside_rounds_ms", run.ms - s.round_ms}};
+}
+
+// The run of median time among `runs`.
+const Measured& median_run(const std::vector<Measured>& runs) {
+  std::vector<size_t> order(runs.size());
+  for (size_t index = 0; index < order.size(); ++index) order[index] = index;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return runs[a].ms < runs[b].ms; });
+  return runs[order[(order.size() - 1) / 2]];
 }
 
 // One table row from the plain and drafted runs of one stream count (medians over repeats).
@@ -318,7 +368,9 @@ json row_json(int streams, const std::vector<Measured>& plain, const std::vector
           {"drafted_stats", stats_json(stats)},
           {"plain_stats", stats_json(plain.front().stats)},
           {"plain_round", split(plain)},
-          {"drafted_round", split(drafted)}};
+          {"drafted_round", split(drafted)},
+          {"plain_phases", phases_json(median_run(plain))},
+          {"drafted_phases", phases_json(median_run(drafted))}};
 }
 
 // Where a decode round's time goes in each arm (medians), and the tables pricing started from.
@@ -330,6 +382,18 @@ void print_split(const json& row) {
               plain["forward_ms"].get<double>(), plain["host_ms"].get<double>(), drafted["forward_ms"].get<double>(),
               drafted["drafter_ms"].get<double>(), drafted["host_ms"].get<double>(), plain["wall_ms"].get<double>(),
               drafted["wall_ms"].get<double>());
+  for (const char* arm : {"plain", "drafted"}) {
+    const json& p = row[std::string(arm) + "_phases"];
+    std::printf("        %s run phases (median run, decode): forwards quiet %lld x %.4f, tap-only %lld x %.4f, with drafts"
+                " %lld x %.4f ms, slow %lld (+%.2f ms); drafter ms passes %.2f absorbs %.2f settles %.2f; host %.2f;"
+                " first round %.2f, outside rounds %.2f ms\n",
+                arm, static_cast<long long>(p["quiet_forwards"].get<int64_t>()), p["quiet_forward_ms"].get<double>(),
+                static_cast<long long>(p["tap_only_forwards"].get<int64_t>()), p["tap_only_forward_ms"].get<double>(),
+                static_cast<long long>(p["draft_forwards"].get<int64_t>()), p["draft_forward_ms"].get<double>(),
+                static_cast<long long>(p["slow_forwards"].get<int64_t>()), p["slow_forward_excess_ms"].get<double>(),
+                p["pass_ms"].get<double>(), p["absorb_ms"].get<double>(), p["settle_ms"].get<double>(),
+                p["host_ms"].get<double>(), p["first_round_ms"].get<double>(), p["outside_rounds_ms"].get<double>());
+  }
   if (row.contains("tables")) {
     const json& tables = row["tables"];
     std::string verify;
@@ -644,6 +708,13 @@ int main(int argc, char** argv) {
     else if (flag == "--admit") ls::g_scout_prompt_only = value != "all";
     else if (flag == "--quiet-reprice") ls::g_quiet_reprice_every = std::atoi(value.c_str());
     else if (flag == "--probe") ls::g_group_probes = value != "alone";
+    else if (flag == "--absorb-call") ls::g_price_absorb_call = value == "priced";
+    else if (flag == "--deep-chances") ls::g_confidence_for_unexplored = value == "confidence";
+    else if (flag == "--group-budget") ls::g_budget_group_probes = value == "on";
+    else if (flag == "--rules") {
+      const bool on = value == "new";
+      ls::g_price_absorb_call = ls::g_confidence_for_unexplored = ls::g_budget_group_probes = on;
+    }
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
     else if (flag == "--commit") options.commit = value;
@@ -661,7 +732,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--absorb-call free|priced] [--deep-chances prior|confidence] [--group-budget off|on] [--rules old|new] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

@@ -30,6 +30,18 @@ int AcceptanceByDepth::explored_depth() const {
   return depth;
 }
 
+int AcceptanceByDepth::observations(int depth_index) const {
+  if (depth_index < 0 || depth_index >= static_cast<int>(observations_.size())) return 0;
+  return observations_[depth_index];
+}
+
+void AcceptanceByDepth::seed_unobserved(std::span<const double> conditionals) {
+  const size_t depths = std::min(conditionals.size(), conditional_.size());
+  for (size_t index = 0; index < depths; ++index) {
+    if (observations_[index] == 0) conditional_[index] = std::clamp(conditionals[index], 0.0, 1.0);
+  }
+}
+
 double AcceptanceByDepth::conditional(int depth_index) const {
   if (conditional_.empty()) return 0.0;
   return conditional_[std::min<size_t>(depth_index, conditional_.size() - 1)];
@@ -57,7 +69,33 @@ std::vector<double> conditional_from_chain(std::span<const float> chances) {
 }
 
 ConfidenceCalibration::ConfidenceCalibration(int max_depth)
-    : predicted_(std::max(max_depth, 1), 0.5), observed_(std::max(max_depth, 1), 0.5) {}
+    : predicted_(std::max(max_depth, 1), 0.5), observed_(std::max(max_depth, 1), 0.5), outcomes_(std::max(max_depth, 1), 0) {}
+
+double ConfidenceCalibration::scale(int depth_index) const {
+  int bin = std::min<int>(std::max(depth_index, 0), static_cast<int>(predicted_.size()) - 1);
+  while (bin > 0 && outcomes_[bin] == 0) --bin;
+  if (outcomes_[bin] == 0) return 1.0;
+  return std::clamp(observed_[bin] / std::max(predicted_[bin], 1e-6), 0.1, 10.0);
+}
+
+void PooledConfidence::observe(std::span<const float> raw_chances, double rate) {
+  const std::vector<double> conditional = conditional_from_chain(raw_chances);
+  for (size_t index = 0; index < conditional.size(); ++index) {
+    if (index >= conditional_.size()) {
+      conditional_.push_back(conditional[index]);  // the first draft this deep starts the average
+    } else {
+      conditional_[index] += rate * (conditional[index] - conditional_[index]);
+    }
+  }
+}
+
+std::vector<double> PooledConfidence::calibrated(const ConfidenceCalibration& calibration) const {
+  std::vector<double> result(conditional_.size());
+  for (size_t index = 0; index < result.size(); ++index) {
+    result[index] = std::min(1.0, conditional_[index] * calibration.scale(static_cast<int>(index)));
+  }
+  return result;
+}
 
 std::vector<float> ConfidenceCalibration::calibrate(std::span<const float> raw_chances) const {
   std::vector<double> conditional = conditional_from_chain(raw_chances);
@@ -79,6 +117,7 @@ void ConfidenceCalibration::observe(std::span<const float> raw_chances, int acce
     const size_t bin = std::min(index, predicted_.size() - 1);
     predicted_[bin] += rate * (conditional[index] - predicted_[bin]);
     observed_[bin] += rate * ((accepted > static_cast<int>(index) ? 1.0 : 0.0) - observed_[bin]);
+    ++outcomes_[bin];
   }
 }
 

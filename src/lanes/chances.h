@@ -24,6 +24,11 @@ class AcceptanceByDepth {
   std::vector<float> chain(int depth) const;
   double conditional(int depth_index) const;
   std::span<const double> conditionals() const { return conditional_; }
+  // Outcomes seen at a depth (0 past the table).
+  int observations(int depth_index) const;
+  // Depths never observed take `conditionals` [depths] instead of what they held (the prior): a drafter's calibrated
+  // confidences are a better start there than a fixed prior (PricingOptions::confidence_for_unexplored).
+  void seed_unobserved(std::span<const double> conditionals);
 
  private:
   std::vector<double> conditional_;  // [depths] p[j]
@@ -38,10 +43,26 @@ class ConfidenceCalibration {
   std::vector<float> calibrate(std::span<const float> raw_chances) const;
   // A round verified drafts whose raw chain chances were `raw_chances` [proposed]; `accepted` landed.
   void observe(std::span<const float> raw_chances, int accepted, double rate);
+  // observed / predicted at a depth, clamped to [0.1, 10]; a depth never verified takes the deepest verified one's
+  // (1 before any).
+  double scale(int depth_index) const;
 
  private:
   std::vector<double> predicted_;  // [depths] moving average of the raw conditional confidence
   std::vector<double> observed_;   // [depths] moving average of the outcome (1 landed, 0 not)
+  std::vector<int> outcomes_;      // [depths] outcomes seen
+};
+
+// The drafter's raw conditional confidences by depth, a moving average over every draft it made (trimmed ones too):
+// what it believes about depths no verify has reached yet.
+class PooledConfidence {
+ public:
+  void observe(std::span<const float> raw_chances, double rate);
+  // [depths] calibrated conditionals (raw average x the calibration's scale); empty before any draft.
+  std::vector<double> calibrated(const ConfidenceCalibration& calibration) const;
+
+ private:
+  std::vector<double> conditional_;  // [depths] moving average of the raw conditional confidence
 };
 
 // Raw chain chances -> conditional confidences: c[0] = chance[0], c[j] = chance[j] / chance[j-1] (0 after a 0).

@@ -148,8 +148,11 @@ Status Lanes::round() {
   const double draft_ms = draft();
   const double measured_ms = clock_.now_ms() - admitted_ms;
   if (!streams.empty()) {
-    // The host's own work (measured rounds: the device absorb calls after the commit are the drafter's).
-    const double absorb_ms = pricing_.options().measured_rounds ? ledger_.drafter_ms : 0.0;
+    // The host's own work: the device absorb calls after the commit are the drafter's (measured rounds, priced
+    // absorb calls). Counted as host work, a drafting round's call raised the price of every round, plain's too, by
+    // the overhead's average: drafting looked cheaper next to plain the dearer its absorb calls were.
+    const double absorb_ms =
+        pricing_.options().measured_rounds || pricing_.options().price_absorb_call ? ledger_.drafter_ms : 0.0;
     pricing_.observe_overhead(measured_ms - verify_ms - draft_ms - absorb_ms);
     // A round after prefills waits for their absorbs at its first settle: not a round the tables price.
     if (!admitted) pricing_.observe_round(ledger_.drafting, ledger_.priced_ms, measured_ms);
@@ -208,13 +211,30 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
     if (stream.wants_taps) stats_.tap_rows += static_cast<int64_t>(windows[index].size());
     total_rows += static_cast<int>(windows[index].size());
   }
-  ledger_.priced_ms += pricing_.tables().verify.ms(total_rows) + pricing_.overhead_ms();
-  ledger_.drafting = ledger_.drafting || total_rows > static_cast<int>(streams.size());
+  const double table_ms = pricing_.tables().verify.ms(total_rows);
+  ledger_.priced_ms += table_ms + pricing_.overhead_ms();
+  const bool with_drafts = total_rows > static_cast<int>(streams.size());
+  ledger_.drafting = ledger_.drafting || with_drafts;
+  const bool tapping = std::any_of(streams.begin(), streams.end(), [](const Stream* stream) { return stream->wants_taps; });
   const double start_ms = clock_.now_ms();
   Result<Verified> verified = target_.forward(batch);
   const double elapsed_ms = clock_.now_ms() - start_ms;
   ++stats_.verify_forwards;
   stats_.forward_ms += elapsed_ms;
+  if (with_drafts) {
+    ++stats_.draft_forwards;
+    stats_.draft_forward_ms += elapsed_ms;
+  } else if (tapping) {
+    ++stats_.tap_only_forwards;
+    stats_.tap_only_forward_ms += elapsed_ms;
+  } else {
+    ++stats_.quiet_forwards;
+    stats_.quiet_forward_ms += elapsed_ms;
+  }
+  if (table_ms > 0 && elapsed_ms > 1.5 * table_ms) {
+    ++stats_.slow_forwards;
+    stats_.slow_forward_excess_ms += elapsed_ms - table_ms;
+  }
   if (verified.ok()) pricing_.observe_verify(total_rows, elapsed_ms);
   return verified;
 }

@@ -63,6 +63,21 @@ struct LanesStats {
   double round_ms = 0;
   double forward_ms = 0;
   double drafter_ms = 0;
+  // Where a drafted run's time goes (lanes_bench's phase line). Verify forwards by kind: quiet (no window taps or
+  // verifies drafts: plain's forward), tap-only (some window taps, none verifies drafts), with drafts; and slow ones
+  // (over 1.5x the verify table for their rows: a CUDA target's first sightings of a shape, eager then captured),
+  // with their time above the table. The drafter's time split: passes, absorb calls (restarts included), settles.
+  int64_t quiet_forwards = 0;
+  double quiet_forward_ms = 0;
+  int64_t tap_only_forwards = 0;
+  double tap_only_forward_ms = 0;
+  int64_t draft_forwards = 0;
+  double draft_forward_ms = 0;
+  int64_t slow_forwards = 0;
+  double slow_forward_excess_ms = 0;
+  double pass_ms = 0;
+  double absorb_ms = 0;
+  double settle_ms = 0;
 };
 
 class Lanes {

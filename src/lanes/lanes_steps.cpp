@@ -63,7 +63,7 @@ Status Lanes::admit() {
   // Before the drafter is proven only one stream (the scout) taps its prompt (LanesOptions::scout_prompt_only; else
   // only where even the prior cannot pay at this many streams); the others start dormant and wake on merit should
   // the scout prove it: a stream that never drafts never costs a tap row or an absorb.
-  const bool drafter_proven = pricing_.pooled_acceptance().explored_depth() > 0;
+  const bool drafter_proven = pricing_.drafter_proven();
   bool scout_tapping = false;
   for (const auto& [id, live] : live_) {
     scout_tapping = scout_tapping || (live->prefilled && live->drafting && !live->dormant && !live->finished());
@@ -227,6 +227,7 @@ bool Lanes::flush_taps(Stream& stream) {
     if (status.ok()) stream.drafter_end = stream.committed;
   }
   stats_.drafter_ms += clock_.now_ms() - flush_start_ms;
+  stats_.absorb_ms += clock_.now_ms() - flush_start_ms;
   if (status.ok()) return true;
   drop_drafting(stream);
   return false;
@@ -258,7 +259,7 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
     stream.drafter_open = true;
     if (rows[index].start > stream.drafter_end) {
       ++stats_.drafter_restarts;
-      if (!drafter_->restart(stream.id, rows[index].start).ok()) {
+        if (!drafter_->restart(stream.id, rows[index].start).ok()) {
         drop_drafting(stream);
         continue;
       }
@@ -272,6 +273,7 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
   rows.resize(kept);
   if (rows.empty()) {
     stats_.drafter_ms += clock_.now_ms() - call_start_ms;
+    stats_.absorb_ms += clock_.now_ms() - call_start_ms;
     ledger_.drafter_ms += clock_.now_ms() - call_start_ms;
     return;
   }
@@ -281,6 +283,7 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
   const Status status = drafter_->absorb_device(rows, verified.device_taps);
   const double end_ms = clock_.now_ms();
   stats_.drafter_ms += end_ms - call_start_ms;
+  stats_.absorb_ms += end_ms - call_start_ms;
   ledger_.drafter_ms += end_ms - call_start_ms;
   log_debug("device absorb: %zu streams, %d rows, %.3f ms (restarts included %.3f ms)", rows.size(), total_rows,
             end_ms - start_ms, end_ms - call_start_ms);
@@ -290,7 +293,7 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
     // Measured rounds: a batched call (a first sighting of a row count captures a graph: 17.6 ms for 64 rows on
     // the H200) is priced as a call of its own, not spread over its rows as a per-row cost (it priced each row at
     // 20x its cost, and every drafting stream's activation with it: 64 streams never drafted).
-    if (pricing_.options().measured_rounds) {
+    if (pricing_.options().measured_rounds || pricing_.options().price_absorb_call) {
       pricing_.observe_batched_absorb(total_rows, end_ms - start_ms);
     } else {
       pricing_.observe_absorb(total_rows, end_ms - start_ms);
@@ -310,6 +313,7 @@ void Lanes::settle_drafter() {
   const double start_ms = clock_.now_ms();
   const Status status = drafter_->settle();
   stats_.drafter_ms += clock_.now_ms() - start_ms;
+  stats_.settle_ms += clock_.now_ms() - start_ms;
   if (status.ok()) return;
   log_warn("drafter: device absorb failed (%s); drafting stops", status.to_string().c_str());
   for (auto& [id, stream] : live_) {
@@ -356,7 +360,7 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
     }
   }
   // Before the drafter is proven only the scout probes (plan_depths offers no other stream).
-  const bool drafter_proven = pricing_.pooled_acceptance().explored_depth() > 0;
+  const bool drafter_proven = pricing_.drafter_proven();
   int round_streams = 0;
   for (const auto& [id, live] : live_) round_streams += live->prefilled && !live->finished();
   round_streams = std::min({round_streams, options_.max_streams, max_rows_});
@@ -443,6 +447,7 @@ double Lanes::draft() {
   std::vector<Draft> drafts = drafter_->draft(requests);
   const double elapsed_ms = clock_.now_ms() - start_ms;
   stats_.drafter_ms += clock_.now_ms() - pass_start_ms;
+  stats_.pass_ms += clock_.now_ms() - pass_start_ms;
   ++stats_.drafter_passes;
   log_debug("draft pass: %zu streams, deepest %d, %.3f ms of which absorb %.3f ms (%d rows)", requests.size(),
             deepest, elapsed_ms, absorb_ms, absorbed_rows);
@@ -463,7 +468,10 @@ double Lanes::draft() {
       continue;
     }
     stream.held_drafts = drafts[index].tokens;
-    if (has_confidence) stream.held_chances = drafts[index].chances;
+    if (has_confidence) {
+      stream.held_chances = drafts[index].chances;
+      pricing_.observe_confidences(stream.held_chances);
+    }
     stream.held_forced = forced[index];
   }
   return elapsed_ms;

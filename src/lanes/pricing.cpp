@@ -105,8 +105,23 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   // confidences doubt before they cost a verify row, so the whole chain is priced.
   const AcceptanceByDepth& acceptance =
       stream.acceptance.explored_depth() > 0 ? stream.acceptance : pooled_acceptance_;
+  const bool per_depth = options_.confidence_for_unexplored;
+  // Per depth: the stream's own outcomes where it has some, else the pool's (seeded from the confidences).
+  auto conditional = [&](int index) {
+    return stream.acceptance.observations(index) > 0 ? stream.acceptance.conditional(index)
+                                                      : pooled_acceptance_.conditional(index);
+  };
+  auto merged_chain = [&](int depth) {
+    std::vector<float> chances(std::max(depth, 0));
+    double product = 1.0;
+    for (int index = 0; index < depth; ++index) {
+      product *= conditional(index);
+      chances[index] = static_cast<float>(product);
+    }
+    return chances;
+  };
   if (has_confidence_) {
-    std::vector<float> chances = acceptance.chain(cap);
+    std::vector<float> chances = per_depth ? merged_chain(cap) : acceptance.chain(cap);
     // The last pass's drafts were all cut by the trim: its confidences are what the next pass will likely say.
     const std::vector<float>& doubted = stream.doubted_chances;
     for (size_t index = 0; index < chances.size() && !doubted.empty(); ++index) {
@@ -115,7 +130,8 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
     return chances;
   }
   const int explored = std::max(stream.acceptance.explored_depth(), pooled_acceptance_.explored_depth());
-  return acceptance.chain(std::min(cap, explored + 2));
+  const int depth = std::min(cap, explored + 2);
+  return per_depth ? merged_chain(depth) : acceptance.chain(depth);
 }
 
 std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
@@ -133,7 +149,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   offers[0].fixed_expected = offers[0].fixed_rows;
   // Until some draft was verified, nothing is known about the drafter: one stream pays its catch-up and probes
   // for all, instead of every stream paying to learn the same thing.
-  const bool drafter_unproven = pooled_acceptance_.explored_depth() == 0;
+  const bool drafter_unproven = !drafter_proven();
   std::vector<bool> offered(drafting.size(), false);
   bool scout_chosen = false;
   bool any_awake = false;
@@ -217,7 +233,8 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   if (prober >= 0) {
     const Stream& stream = *drafting[prober];
     const int probe_depth = has_confidence_ ? caps[prober] : 1;
-    const double probe_ms = draft_ms(1, probe_depth) + tables_.absorb_ms(stream.unabsorbed_rows) +
+    const double call_ms = batched_absorbs_ && options_.price_absorb_call ? batched_call_ms_ : 0.0;
+    const double probe_ms = draft_ms(1, probe_depth) + tables_.absorb_ms(stream.unabsorbed_rows) + call_ms +
                             tables_.verify.ms(offers[0].fixed_rows + 1) - tables_.verify.ms(offers[0].fixed_rows);
     last_probe_ms_ = probe_ms;
     probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms, probe_ms);
@@ -271,6 +288,11 @@ void Pricing::plan_group_probe(std::span<Stream* const> drafting, std::span<cons
   }
   if (prober < 0) return;
   Stream& stream = *drafting[prober];
+  if (options_.budget_group_probes) {
+    int round_streams = 0;
+    for (const Stream* other : drafting) round_streams += !other->finished();
+    probe_credit_ms_ -= probe_cost_ms(caps[prober], round_streams);
+  }
   plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
   stream.backoff.zero_rounds = 0;
   group_zero_decisions_ = 0;
@@ -285,7 +307,8 @@ RoundCost Pricing::round_cost() const {
     const int depth = has_confidence_ ? std::max(deepest, tables_.draft.max_depth()) : deepest;
     // Taps absorbed on the device go in one call per forward whatever the number of drafting streams: a round that
     // drafts at all pays that call (each stream's rows are in its activation).
-    const double absorb_call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
+    const double absorb_call_ms =
+        batched_absorbs_ && (options_.measured_rounds || options_.price_absorb_call) ? batched_call_ms_ : 0.0;
     return factor * (tables_.verify.ms(rows) + draft_ms(streams_with_extra, depth) + absorb_call_ms + overhead_ms_);
   };
 }
@@ -352,13 +375,13 @@ bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int 
 }
 
 bool Pricing::probe_affordable() const {
-  if (pooled_acceptance_.explored_depth() == 0) return true;  // the scout probes whatever the budget
+  if (!drafter_proven()) return true;  // the scout probes whatever the budget
   return probe_credit_ms_ + options_.probe_budget * last_plain_round_ms_ >= last_probe_ms_;
 }
 
 bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) const {
   if (cap <= 0) return false;
-  if (options_.always_draft || pooled_acceptance_.explored_depth() == 0) return true;
+  if (options_.always_draft || !drafter_proven()) return true;
   const int wait = stream.backoff.wait == 0 ? options_.probe_first_wait : stream.backoff.wait;
   if (wait >= options_.probe_most_wait) return true;
   RowOffer pending_rows;
@@ -373,11 +396,22 @@ bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_str
   pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
   pending_rows.fixed_expected = pending_rows.fixed_rows;
   // Where the stream alone could pay its own probes measure it; the group's is for where only streams together can.
+  if (options_.budget_group_probes &&
+      probe_credit_ms_ + options_.probe_budget * last_plain_round_ms_ < probe_cost_ms(cap, pending_rows.fixed_rows)) {
+    return false;
+  }
   return !could_pay(pending_rows, stream, cap) && could_pay(pending_rows, stream, cap, pending_rows.fixed_rows);
 }
 
+double Pricing::probe_cost_ms(int cap, int round_streams) const {
+  const int rows = std::clamp(round_streams, 1, max_rows_);
+  const int depth = has_confidence_ ? cap : 1;
+  const double call_ms = batched_absorbs_ && (options_.measured_rounds || options_.price_absorb_call) ? batched_call_ms_ : 0.0;
+  return draft_ms(1, depth) + tables_.verify.ms(std::min(rows + depth, max_rows_)) - tables_.verify.ms(rows) + call_ms;
+}
+
 bool Pricing::group_probe_due() const {
-  return options_.group_probes && !options_.always_draft && pooled_acceptance_.explored_depth() > 0 &&
+  return options_.group_probes && !options_.always_draft && drafter_proven() &&
          group_zero_decisions_ + 1 >= group_wait_;
 }
 
@@ -471,7 +505,18 @@ void Pricing::observe_absorb(int rows, double ms) {
   }
 }
 
+void Pricing::observe_confidences(std::span<const float> raw_chances) {
+  if (!has_confidence_ || !options_.confidence_for_unexplored) return;
+  pooled_confidence_.observe(raw_chances, options_.acceptance_rate);
+  pooled_acceptance_.seed_unobserved(pooled_confidence_.calibrated(calibration_));
+}
+
 void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
+  if (has_confidence_ && options_.confidence_for_unexplored) {
+    // A depth's first outcomes move the confidences' estimate; they do not replace it.
+    pooled_acceptance_.seed_unobserved(pooled_confidence_.calibrated(calibration_));
+    stream.acceptance.seed_unobserved(pooled_acceptance_.conditionals());
+  }
   stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
   pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {

@@ -55,6 +55,18 @@ struct PricingOptions {
   // streams on the H200 (s6B) one stream alone could never pay, so after one unlucky scout probe no stream probed
   // again for 255 rounds and drafting never resumed. false: only the per-stream probes (lanes_bench --probe alone).
   bool group_probes = true;
+  // Seventh session (lanes8), off until an H200 batch shows them winning (lanes_bench --rules new):
+  // A batched device absorb call (one per forward that taps) is priced once for every round that drafts, at the
+  // fastest call measured (before: free unless measured_rounds; on the nano pair a call costs about half a forward).
+  bool price_absorb_call = false;
+  // With a confidence head, depths no verify has reached yet are priced with the drafter's calibrated confidences
+  // (averaged over every draft it made) instead of the fixed prior (0.5-0.6 past depth 4), and every pooled depth
+  // starts its average there: a probe's few outcomes move it, they do not replace it (the 1.2B at 16 streams on the
+  // H200: a q = 0.83 drafter priced at the prior past the depths its probes reached never looked worth a group round).
+  bool confidence_for_unexplored = false;
+  // Group probes draw on the probe budget like a stream's own probes (before: on their doubling wait alone, 3 probe
+  // rounds in a 64-token nano run, ~10% of its time at 16 streams).
+  bool budget_group_probes = false;
 };
 
 struct DepthPlan {
@@ -95,10 +107,15 @@ class Pricing {
   // Whether `stream` would run a group probe at the next decision: due, the stream alone could not pay, and the
   // round's `round_streams` streams drafting together could if every draft landed.
   bool group_probe_would_run(const Stream& stream, int cap, int round_streams) const;
+  // What one stream's probe of `cap` drafts costs next to `round_streams` pending rows (pass, its verify rows, the
+  // batched absorb call where priced).
+  double probe_cost_ms(int cap, int round_streams) const;
   // The chances trim prices a stream's held drafts with: [held] cumulative.
   std::vector<float> held_chances(const Stream& stream) const;
   // A verify offered `proposed` drafts of the stream and `accepted` landed.
   void observe_acceptance(Stream& stream, int proposed, int accepted);
+  // The drafter proposed drafts with these raw chain chances (every draft of a pass, before the trim).
+  void observe_confidences(std::span<const float> raw_chances);
   // Measured forwards and passes move the tables; one-off slow ones (a CUDA target's first forwards of a new shape,
   // run eagerly then captured as a graph; a preempted host) are left out unless they come three in a row, so they
   // cannot make wide windows look dear for good (they would never be bought again to be re-measured).
@@ -125,6 +142,8 @@ class Pricing {
 
   // Acceptance by depth pooled over every stream: a new stream starts from it instead of the fixed prior.
   const AcceptanceByDepth& pooled_acceptance() const { return pooled_acceptance_; }
+  // Some draft has been verified: the scout's work is done.
+  bool drafter_proven() const { return pooled_acceptance_.explored_depth() > 0; }
   const CostTables& tables() const { return tables_; }
   const PricingOptions& options() const { return options_; }
   // Depth decisions that ran the row allocator (the others priced dormant streams to zero from the last one).
@@ -171,6 +190,7 @@ class Pricing {
   double drafting_round_ratio_ = 1.0;  // moving average of measured / priced over drafting rounds
   double plain_round_ratio_ = 1.0;     // the same over plain rounds
   ConfidenceCalibration calibration_;
+  PooledConfidence pooled_confidence_;
   AcceptanceByDepth pooled_acceptance_;
 };
 

@@ -33,6 +33,7 @@ Status FakeDrafter::restart(StreamId stream, int64_t position) {
                                                   std::to_string(held) + " positions held");
   }
   ++restarts_;
+  restarted_.insert(stream);
   history.tokens.resize(position, -1);
   history.hashes.resize(position, kPoisonedRow);  // unknown: skipped
   return ok_status();
@@ -171,7 +172,10 @@ Draft FakeDrafter::draft_one(const DraftRequest& request, bool faulty) {
     fake_logits(options_.shape, hash, logits);
     const int32_t truth = draw_token(logits, request.sampling, position + 1);
     const bool hopeless = options_.hopeless_from >= 0 && depth_index >= options_.hopeless_from;
-    const bool wrong = hopeless || pass_wrong_ || uniform_open01(splitmix64(hash ^ 0xd1ce)) < options_.wrong_rate;
+    const double wrong_rate = options_.restarted_wrong_rate >= 0 && restarted_.count(request.stream) > 0
+                                  ? options_.restarted_wrong_rate
+                                  : options_.wrong_rate;
+    const bool wrong = hopeless || pass_wrong_ || uniform_open01(splitmix64(hash ^ 0xd1ce)) < wrong_rate;
     token = wrong ? (truth + 1) % options_.shape.vocab_size : truth;
     chance *= hopeless ? 0.01 : std::max(0.05, 1.0 - options_.wrong_rate);
     draft.tokens.push_back(token);
@@ -230,6 +234,7 @@ void FakeDrafter::release(StreamId stream) {
   auto counted = release_counts_.find(stream);
   if (counted != release_counts_.end()) ++counted->second;
   histories_.erase(stream);
+  restarted_.erase(stream);
 }
 
 }  // namespace ls
