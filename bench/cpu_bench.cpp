@@ -3,7 +3,7 @@
 //
 //   cpu_bench --model DIR [--threads 1,2] [--repeats 5] [--decode-tokens 32] [--prefill 128,512]
 //             [--verify 1,2,4,8,16] [--mode bf16|fp32] [--cpu-time 1] [--json PATH]
-//             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]]
+//             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 1,0] [--round ROWS,DEPTH [--rounds N]]
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the
@@ -11,6 +11,10 @@
 // of the two read passes around it, median over repeats.
 // --drafter: a DSpark drafter next to the target, its 1-stream pass by depth (block pass and Markov scan apart) over
 // a context of ROWS absorbed rows, interleaved with 1-row and (depth+1)-row verifies so all share the host's phase.
+// --fused 7,0: the verify windows and the drafter's passes are timed once per arm in every repeat, the few-row fused
+// steps of each arm's mask on in turn (compute/cpu/fused_ops.h: 1 swiglu, 2 residual, 4 conv; 0 none), so the arms
+// share the host's phase; the first arm is the one the summary lines report, the others follow as "arm" lines.
+// --round ROWS,DEPTH (with --drafter): only 1-stream rounds in a round's order instead (cpu_bench_round.h).
 // GCC 12's AVX-512 headers trip -Wuninitialized inside their own _mm512_undefined_* helpers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -32,11 +36,13 @@
 #include "base/hash.h"
 #include "base/thread_pool.h"
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/fused_ops.h"
 #include "compute/ops.h"
 #include "draft/dspark/dspark_drafter.h"
 #include "io/safetensors.h"
 #include "model/load.h"
 #include "bench_util.h"
+#include "cpu_bench_round.h"
 
 using ls::bench::median;
 using ls::bench::parse_list;
@@ -52,6 +58,9 @@ struct Options {
   int context = 192;  // rows the drafter absorbs before its passes are timed
   int drafter_bits = 0;  // the drafter's --drafter-bits
   std::vector<int> threads = {1, 2}, prefill = {128, 512}, verify = {1, 2, 4, 8, 16};
+  std::vector<int> fused = {1};  // the fusion arms timed in turn (1 on, 0 off)
+  std::vector<int> round;        // ROWS, DEPTH of --round (empty: no round mode)
+  int rounds = 400;
   int repeats = 5, decode_tokens = 32;
   bool cpu_time = false;  // time 1-thread runs by the thread's CPU time (robust to other processes on the VM)
   compute::NumericMode mode = compute::NumericMode::Bf16;
@@ -204,7 +213,11 @@ json bench_drafter(const Options& options, Target& target, int threads) {
   json depths = json::object();
   for (int depth = 1; depth <= config.block_size; ++depth) {
     std::vector<double> pass, block, scan, one_row, window;
-    for (int repeat = 0; repeat < options.repeats * 4; ++repeat) {
+    const size_t arms = options.fused.size();
+    std::vector<std::vector<double>> arm_pass(arms), arm_window(arms);
+    for (int repeat = 0; repeat < options.repeats * 4 * static_cast<int>(arms); ++repeat) {
+      const size_t arm = static_cast<size_t>(repeat) % arms;
+      compute::set_cpu_fusion_steps(static_cast<unsigned>(options.fused[arm]));
       DraftRequest request;
       request.stream = stream;
       request.anchor_token = static_cast<int32_t>(splitmix64(repeat) % vocab);
@@ -218,18 +231,33 @@ json bench_drafter(const Options& options, Target& target, int threads) {
         std::fprintf(stderr, "draft failed: %s\n", drafts[0].status.to_string().c_str());
         std::exit(1);
       }
+      arm_pass[arm].push_back(pass.back());
+      const double window_ms =
+          timed_forward(target, target_stream, random_tokens(depth + 1, vocab, repeat * 7 + depth), 0, 1);
+      arm_window[arm].push_back(window_ms);
+      if (arm != 0) {
+        pass.pop_back();
+        continue;
+      }
       block.push_back(drafter.last_block_ms());
       scan.push_back(drafter.last_scan_ms());
       one_row.push_back(timed_forward(target, target_stream, random_tokens(1, vocab, repeat), 0, 1));
-      window.push_back(
-          timed_forward(target, target_stream, random_tokens(depth + 1, vocab, repeat * 7 + depth), 0, 1));
+      window.push_back(window_ms);
     }
+    compute::set_cpu_fusion_steps(static_cast<unsigned>(options.fused[0]));
     auto best = [](const std::vector<double>& times) { return *std::min_element(times.begin(), times.end()); };
     depths[std::to_string(depth)] = {{"pass_ms", median(pass)},          {"block_ms", median(block)},
                                      {"scan_ms", median(scan)},          {"verify_1_ms", median(one_row)},
                                      {"verify_window_ms", median(window)}, {"best_pass_ms", best(pass)},
                                      {"best_block_ms", best(block)},     {"best_scan_ms", best(scan)},
                                      {"best_verify_1_ms", best(one_row)}, {"best_verify_window_ms", best(window)}};
+    for (size_t arm = 0; arm < arms; ++arm) {
+      const std::string name = "fused_" + std::to_string(options.fused[arm]);
+      depths[std::to_string(depth)][name + "_pass_ms"] = median(arm_pass[arm]);
+      depths[std::to_string(depth)][name + "_verify_window_ms"] = median(arm_window[arm]);
+      depths[std::to_string(depth)][name + "_best_pass_ms"] = best(arm_pass[arm]);
+      depths[std::to_string(depth)][name + "_best_verify_window_ms"] = best(arm_window[arm]);
+    }
   }
   target.release(target_stream);
   drafter.release(stream);
@@ -253,6 +281,17 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   json result;
   result["threads"] = threads;
   result["timing"] = g_cpu_time ? "thread cpu time" : "wall clock";
+  if (options.round.size() == 2 && !options.drafter.empty()) {
+    bench::RoundPlan plan;
+    plan.rows = options.round[0];
+    plan.depth = options.round[1];
+    plan.rounds = options.rounds;
+    plan.context = options.context;
+    plan.fused = options.fused;
+    plan.cpu_time = g_cpu_time;
+    result["rounds"] = bench::bench_rounds(plan, target, options.drafter, threads, options.drafter_bits);
+    return result;
+  }
 
   // The read loop runs before and after every decode repeat and at the end; the floor is its best pass (strict),
   // and each decode repeat is also paired with the better of the passes around it (the VM's bandwidth swings with
@@ -297,14 +336,24 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   const StreamId stream = next_stream++;
   timed_forward(target, stream, random_tokens(64, vocab, stream), 63, 64);
   double one_row_ms = 0;
+  const size_t arms = options.fused.size();
   for (int rows : options.verify) {
-    std::vector<double> times;
+    std::vector<std::vector<double>> times(arms);
     for (int repeat = 0; repeat < options.repeats * 4; ++repeat)
-      times.push_back(timed_forward(target, stream, random_tokens(rows, vocab, stream * 31 + repeat), 0, 1));
-    const double ms = median(times);
+      for (size_t arm = 0; arm < arms; ++arm) {
+        compute::set_cpu_fusion_steps(static_cast<unsigned>(options.fused[arm]));
+        times[arm].push_back(timed_forward(target, stream, random_tokens(rows, vocab, stream * 31 + repeat), 0, 1));
+      }
+    const double ms = median(times[0]);
     if (one_row_ms == 0) one_row_ms = ms;  // the first width listed (1) is the base
     verify[std::to_string(rows)] = {{"ms", ms}, {"relative", ms / one_row_ms}};
+    for (size_t arm = 0; arm < arms; ++arm) {
+      verify[std::to_string(rows)]["fused_" + std::to_string(options.fused[arm]) + "_ms"] = median(times[arm]);
+      verify[std::to_string(rows)]["fused_" + std::to_string(options.fused[arm]) + "_best_ms"] =
+          *std::min_element(times[arm].begin(), times[arm].end());
+    }
   }
+  compute::set_cpu_fusion_steps(static_cast<unsigned>(options.fused[0]));
   target.release(stream);
   result["verify"] = verify;
 
@@ -338,6 +387,9 @@ int main(int argc, char** argv) {
     else if (flag == "--drafter") options.drafter = value;
     else if (flag == "--context") options.context = std::max(1, std::atoi(value.c_str()));
     else if (flag == "--drafter-bits") options.drafter_bits = std::atoi(value.c_str());
+    else if (flag == "--fused") options.fused = parse_list(value);
+    else if (flag == "--round") options.round = parse_list(value);
+    else if (flag == "--rounds") options.rounds = std::max(1, std::atoi(value.c_str()));
     else if (flag == "--mode") options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
     else { std::fprintf(stderr, "unknown flag %s\n", flag.c_str()); return 2; }
   }
@@ -362,6 +414,19 @@ int main(int argc, char** argv) {
   for (int threads : options.threads) {
     const json result = bench_threads(options, threads, weight_bytes);
     report["runs"].push_back(result);
+    if (result.contains("rounds")) {
+      const json& rounds = result["rounds"];
+      std::printf("\nthreads %d: 1-stream rounds (verify %d rows, commit 2, absorb 2, pass depth %d), medians (best):\n",
+                  threads, rounds["rows"].get<int>(), rounds["depth"].get<int>());
+      for (int arm : options.fused) {
+        const json& a = rounds["fused_" + std::to_string(arm)];
+        std::printf("  fused %d: verify %.3f (%.3f)  absorb %.3f  pass %.3f (%.3f)  round %.3f (%.3f) ms\n", arm,
+                    a["verify_ms"].get<double>(), a["best_verify_ms"].get<double>(), a["absorb_ms"].get<double>(),
+                    a["pass_ms"].get<double>(), a["best_pass_ms"].get<double>(), a["round_ms"].get<double>(),
+                    a["best_round_ms"].get<double>());
+      }
+      continue;
+    }
     std::printf("\nthreads %d (%s): read %.1f GB/s -> floor %.1f tok/s\n", threads,
                 result["timing"].get<std::string>().c_str(), result["read_gb_s"].get<double>(),
                 result["floor_tok_s"].get<double>());
@@ -376,8 +441,13 @@ int main(int argc, char** argv) {
       std::printf("  prefill %-6s  %8.1f tok/s\n", tokens.c_str(), rate.get<double>());
     for (int rows : options.verify) {
       const json& entry = result["verify"][std::to_string(rows)];
-      std::printf("  verify %2d rows  %8.2f ms  (%.2fx one row)\n", rows, entry["ms"].get<double>(),
+      std::printf("  verify %2d rows  %8.3f ms  (%.2fx one row)", rows, entry["ms"].get<double>(),
                   entry["relative"].get<double>());
+      if (options.fused.size() > 1)
+        for (int arm : options.fused)
+          std::printf("  fused %d: %.3f ms (best %.3f)", arm, entry["fused_" + std::to_string(arm) + "_ms"].get<double>(),
+                      entry["fused_" + std::to_string(arm) + "_best_ms"].get<double>());
+      std::printf("\n");
     }
     if (!result.contains("drafter")) continue;
     const json& drafter = result["drafter"];
@@ -391,6 +461,17 @@ int main(int argc, char** argv) {
                   entry["scan_ms"].get<double>(), entry["verify_1_ms"].get<double>(), depth.c_str(),
                   entry["verify_window_ms"].get<double>(),
                   entry["pass_ms"].get<double>() / entry["verify_1_ms"].get<double>());
+    if (options.fused.size() > 1)
+      for (auto& [depth, entry] : drafter["depths"].items()) {
+        std::printf("    depth %s arms:", depth.c_str());
+        for (int arm : options.fused)
+          std::printf("  fused %d: pass %.3f (best %.3f) ms, %s+1 rows %.3f (best %.3f) ms", arm,
+                      entry["fused_" + std::to_string(arm) + "_pass_ms"].get<double>(),
+                      entry["fused_" + std::to_string(arm) + "_best_pass_ms"].get<double>(), depth.c_str(),
+                      entry["fused_" + std::to_string(arm) + "_verify_window_ms"].get<double>(),
+                      entry["fused_" + std::to_string(arm) + "_best_verify_window_ms"].get<double>());
+        std::printf("\n");
+      }
     std::printf("  the same, best of the repeats (the least disturbed by other processes):\n");
     for (auto& [depth, entry] : drafter["depths"].items())
       std::printf("    depth %s  pass %6.3f ms (block %6.3f, scan %6.3f)  verify 1 row %6.3f, %s+1 rows %6.3f ms  "

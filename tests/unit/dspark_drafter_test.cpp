@@ -190,6 +190,10 @@ TEST_F(DrafterTest, AShallowPassRunsTheHeadAndALoneRequestsLastLayerOnlyUpToItsD
       ASSERT_TRUE(cut[i].status.ok()) << cut[i].status.to_string();
       EXPECT_EQ(cut[i].tokens,
                 std::vector<int32_t>(deep[i].tokens.begin(), deep[i].tokens.begin() + shallow[i].depth));
+      // The confidences of the kept slots too (the lanes' trim prices them), bit for bit.
+      ASSERT_EQ(cut[i].chances.size(), static_cast<size_t>(shallow[i].depth));
+      EXPECT_EQ(std::memcmp(cut[i].chances.data(), deep[i].chances.data(), cut[i].chances.size() * sizeof(float)), 0)
+          << count << " requests, request " << i;
       for (int slot = 0; slot < kBlock; ++slot) {
         const float* got = cut_logits.data() + (i * kBlock + slot) * kVocab;
         if (slot < deepest) {

@@ -192,7 +192,7 @@ void attention_over(const OpContext& ctx, const float* q, int64_t rows, int64_t 
   const int per_item = vector ? group : 1;
   const int64_t items = rows * (shape.heads / per_item);
   auto run = [&](int, int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    thread_local std::vector<float> scores;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t row = item / (shape.heads / per_item);
       const int head = static_cast<int>(item % (shape.heads / per_item)) * per_item;
@@ -205,8 +205,10 @@ void attention_over(const OpContext& ctx, const float* q, int64_t rows, int64_t 
         attend_one(ctx, q + offset, keys_seen, keys, values, shape, head / group, scores, out + offset);
     }
   };
+  // Items are claimed one at a time (parallel_chunks): a worker that is late (or preempted on a busy host) costs
+  // its items' time, not a wait for it at the end; each item's bits do not depend on who runs it.
   if (ctx.pool)
-    ctx.pool->parallel_for(items, run);
+    ctx.pool->parallel_chunks(items, run);
   else
     run(0, 0, items);
 }

@@ -16,6 +16,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -50,6 +51,17 @@ constexpr int64_t kUnprefetchedVerifyRows = 6;
 constexpr int64_t kColumnBlockBytes = 256 * 1024;  // weights of one column block, swept by every row quad
 constexpr size_t kMaxGroup = 4;                   // matrices in one matmul_group call
 constexpr int64_t kStreamChunkBytes = 128 * 1024;  // weights per chunk the threads claim when streaming (few rows)
+
+// kStreamChunkBytes, or LS_CPU_CHUNK_KB KiB when set at start (A/B timing of the chunk size; any size gives the same
+// bits: chunks split columns).
+int64_t stream_chunk_bytes() {
+  static const int64_t bytes = [] {
+    const char* text = std::getenv("LS_CPU_CHUNK_KB");
+    const int64_t kib = text ? std::atoll(text) : 0;
+    return kib > 0 ? kib * 1024 : kStreamChunkBytes;
+  }();
+  return bytes;
+}
 
 // Where a column's weights sit: value (c, k) at column(c) + (k / 32) * step + k % 32. Row-major: column(c) = c * K,
 // step 32. Packed panels (Matrix::packed): column(c) = panel c / 8 + (c % 8) * 32, step 8 * 32.
@@ -420,8 +432,8 @@ struct Prepared {
   int64_t first_chunk = 0;
 };
 
-Prepared prepare(const Matrix& w, const float* x, const uint16_t* x_bf16, float* y) {
-  const int64_t K = w.cols, N = w.rows;
+Prepared prepare(const Matrix& w, const float* x, const uint16_t* x_bf16, float* y, int64_t ldy = 0) {
+  const int64_t K = w.cols, N = ldy > 0 ? ldy : w.rows;  // N: the output's row stride
   const bool packed = w.b16 && w.packed;
   const uint16_t* w_bits = reinterpret_cast<const uint16_t*>(packed ? w.packed : w.b16);
   const WeightLayout<uint16_t> bf16_layout{w_bits, K, packed};
@@ -433,7 +445,7 @@ Prepared prepare(const Matrix& w, const float* x, const uint16_t* x_bf16, float*
 void run_columns(const Prepared& m, const uint8_t* is_bf16, int64_t rows, bool round, int64_t col_begin,
                  int64_t col_end) {
   const Matrix& w = *m.w;
-  const int64_t K = w.cols, N = w.rows;
+  const int64_t K = w.cols, ldy = m.bf16_tiles.ldy;
   for (int64_t tile_begin = 0; tile_begin < rows; tile_begin += kRowTile) {
     const int64_t tile_end = std::min(rows, tile_begin + kRowTile);
     // Runs of rows that take the same kernel.
@@ -449,7 +461,7 @@ void run_columns(const Prepared& m, const uint8_t* is_bf16, int64_t rows, bool r
       run_begin = run_end;
     }
     for (int64_t row = tile_begin; row < tile_end; ++row)
-      finish_outputs(m.bf16_tiles.y + row * N, w.bias, col_begin, col_end, round);
+      finish_outputs(m.bf16_tiles.y + row * ldy, w.bias, col_begin, col_end, round);
   }
 }
 
@@ -471,6 +483,8 @@ RowKinds row_kinds(const float* x, int64_t rows, int64_t K, bool bf16_weights) {
   return RowKinds{x_bf16.data(), row_is_bf16.data()};
 }
 
+}  // namespace
+
 // Columns [begin, end) of w as a matrix of their own (begin a multiple of kPackedColumns): the same weights.
 Matrix column_slice(const Matrix& w, int64_t begin, int64_t end) {
   Matrix slice = w;
@@ -481,6 +495,8 @@ Matrix column_slice(const Matrix& w, int64_t begin, int64_t end) {
   if (w.packed) slice.packed = w.packed + begin / kPackedColumns * panel_values(kPackedColumns, w.cols);
   return slice;
 }
+
+namespace {
 
 // The best column of one row so far, as greedy_token scans: NaN never wins, then strictly greater (ties to the lower
 // column, since columns come in ascending order).
@@ -538,7 +554,7 @@ bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, co
   const bool round = ctx.rounds_to_bf16();
   // Columns go out in chunks (as a streaming matmul's); each chunk's outputs land in a small per-thread buffer and
   // only its best column per row is kept, [chunks, rows]; the chunks' bests are then met in column order.
-  const int64_t chunk_columns = std::max(kColumnChunk, kStreamChunkBytes / (2 * K) / kColumnChunk * kColumnChunk);
+  const int64_t chunk_columns = std::max(kColumnChunk, stream_chunk_bytes() / (2 * K) / kColumnChunk * kColumnChunk);
   const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
   std::vector<Best> chunk_best(chunks * rows);
   auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
@@ -596,7 +612,7 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
   // not hold the others up. Many rows (prefill) are compute-bound: one contiguous part of each matrix per thread.
   const bool streaming = rows <= kVerifyRows;
   const int64_t chunk_columns =
-      streaming ? std::max(kColumnChunk, kStreamChunkBytes / (2 * K) / kColumnChunk * kColumnChunk) : kColumnChunk;
+      streaming ? std::max(kColumnChunk, stream_chunk_bytes() / (2 * K) / kColumnChunk * kColumnChunk) : kColumnChunk;
   std::array<Prepared, kMaxGroup> prepared;
   int64_t chunks = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -629,6 +645,36 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
       });
     }
   }
+  return true;
+}
+
+bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t rows, std::span<const Matrix> ws,
+                                std::span<float* const> ys, int64_t ldy,
+                                const std::function<void(int64_t col_begin, int64_t col_end)>& then) {
+  if (!cpu_features().avx512 || !ctx.pool || ctx.pool->size() == 1 || rows <= 0 || rows > kVerifyRows) return false;
+  LS_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= kMaxGroup,
+           "a fused matmul has one output per matrix, 1 to 4 of them");
+  const int64_t K = ws[0].cols, N = ws[0].rows;
+  bool any_b16 = false;
+  for (const Matrix& w : ws) {
+    LS_CHECK((w.f32 != nullptr) != (w.b16 != nullptr), "a matrix holds exactly one of fp32 or bf16 weights");
+    LS_CHECK(w.cols == K && w.rows == N, "the matrices of a fused matmul share K and N");
+    any_b16 = any_b16 || w.b16;
+  }
+  const RowKinds kinds = row_kinds(x, rows, K, any_b16);
+  const bool round = ctx.rounds_to_bf16();
+  const int64_t count = static_cast<int64_t>(ws.size());
+  // Chunks of ~kStreamChunkBytes of weights in all, the same columns of every matrix.
+  const int64_t chunk_columns =
+      std::max(kColumnChunk, stream_chunk_bytes() / (2 * K * count) / kColumnChunk * kColumnChunk);
+  std::array<Prepared, kMaxGroup> prepared;
+  for (int64_t i = 0; i < count; ++i) prepared[i] = prepare(ws[i], x, kinds.x_bf16, ys[i], ldy);
+  const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
+  ctx.pool->parallel_chunks(chunks, [&](int, int64_t chunk, int64_t) {
+    const int64_t col_begin = chunk * chunk_columns, col_end = std::min(N, col_begin + chunk_columns);
+    for (int64_t i = 0; i < count; ++i) run_columns(prepared[i], kinds.is_bf16, rows, round, col_begin, col_end);
+    then(col_begin, col_end);
+  });
   return true;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "compute/ops.h"
@@ -15,6 +16,18 @@ bool matmul_avx512(const OpContext& ctx, const float* x, int64_t rows, const Mat
 // matmul_avx512 of up to 4 matrices sharing K (and the input x) in one pool call; false without AVX-512.
 bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std::span<const Matrix> ws,
                          std::span<float* const> ys);
+
+// ys[i] = x @ ws[i]^T (row stride ldy, or ws[i].rows when 0) for up to 4 matrices of the same shape, in one pool call
+// whose chunks are the same columns of every matrix; the thread that finished columns [col_begin, col_end) of all of
+// them then runs then(col_begin, col_end). The bits of matmul(). Only few-row calls (a verify window, a draft block)
+// on a pool of 2+ threads with AVX-512: false (nothing done) otherwise, and the caller runs its unfused sequence.
+bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t rows, std::span<const Matrix> ws,
+                                std::span<float* const> ys, int64_t ldy,
+                                const std::function<void(int64_t col_begin, int64_t col_end)>& then);
+
+// Output columns [begin, end) of w (its rows begin .. end-1) as a matrix of their own, sharing the weights (and the
+// packed panels: begin must be a multiple of kPackedColumns).
+Matrix column_slice(const Matrix& w, int64_t begin, int64_t end);
 
 // matmul_argmax on the AVX-512 kernels; false (nothing done) without AVX-512.
 bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w, int32_t* best);

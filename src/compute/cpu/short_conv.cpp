@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/fused_ops.h"
 #include "compute/cpu/simd_avx512.h"
 #include "compute/ops.h"
 
@@ -106,6 +107,11 @@ void run_channels(const OpContext& ctx, const ShortConvInput& in, int64_t begin,
 }
 
 }  // namespace
+
+void short_conv_range(const OpContext& ctx, const ShortConvInput& input, int64_t begin, int64_t end, float* z,
+                      float* y) {
+  run_channels(ctx, input, begin, end, z, y);
+}
 
 void short_conv(const OpContext& ctx, const ShortConvInput& in, float* z, float* y) {
   if (!ctx.pool || in.rows < kParallelRows) return run_channels(ctx, in, 0, in.width, z, y);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compute/cpu/draft_ops.h"
+#include "compute/cpu/fused_ops.h"
 
 namespace ls::dspark {
 namespace {
@@ -30,6 +31,26 @@ void apply_matrices(const compute::OpContext& ops, const float* u, int64_t rows,
   std::vector<compute::Matrix> views;
   for (const DraftMatrix* w : ws) views.push_back(w->dense.view());
   compute::matmul_group(ops, u, rows, views, std::vector<float*>(ys));
+}
+
+// h [rows, w.rows] += u [rows, w.cols] @ w^T as a residual add (y [rows, w.rows] scratch): fused into the GEMM's pool
+// call for few rows when w is dense.
+void project_add(const compute::OpContext& ops, const float* u, int64_t rows, const DraftMatrix& w, float* y,
+                 float* h) {
+  if (!w.quantized() && compute::matmul_add_residual(ops, u, rows, w.dense.view(), y, h)) return;
+  apply_matrix(ops, u, rows, w, y);
+  compute::add_residual(ops, h, y, rows * w.rows);
+}
+
+// gate [rows, ffn] = silu(gate_proj u) * up_proj u (up [rows, ffn] scratch): one pool call for few rows when dense.
+void gated_ffn_input(const compute::OpContext& ops, const DraftLayerWeights& layer, const float* u, int64_t rows,
+                     float* gate, float* up) {
+  const bool dense = !layer.gate_proj.quantized() && !layer.up_proj.quantized();
+  if (dense && compute::matmul_swiglu(ops, u, rows, layer.gate_proj.dense.view(), layer.up_proj.dense.view(), gate,
+                                      up, gate))
+    return;
+  apply_matrices(ops, u, rows, {&layer.gate_proj, &layer.up_proj}, {gate, up});
+  compute::swiglu(ops, gate, up, rows * layer.gate_proj.rows, gate);
 }
 
 // keys [rows, kv] = RoPE(k_norm(keys)) in place: the projected keys made ready for the cache.
@@ -124,7 +145,7 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
   const int gamma = c.block_size;
   const int64_t requests = static_cast<int64_t>(anchors.size());
   const int64_t rows = requests * gamma;
-  const int64_t d = c.hidden_size, q = c.q_size(), kv = c.kv_size(), ff = c.ffn_size;
+  const int64_t d = c.hidden_size, q = c.q_size(), kv = c.kv_size();
   LS_CHECK(s.rows >= rows, "block scratch reserved for every row of the pass");
   if (rows == 0) return ok_status();
 
@@ -166,14 +187,11 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
                                context.keys[index].data(), context.values[index].data(), shape,
                                s.attended.data() + i * gamma * q);
     }
-    apply_matrix(f.ops, s.attended.data(), live, layer.o_proj, s.projected.data());
-    compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), live * d);
+    project_add(f.ops, s.attended.data(), live, layer.o_proj, s.projected.data(), s.hidden.data());
     // FFN block: X += down(silu(gate v) * up v), v = post_attention_layernorm(X).
     compute::rms_norm(f.ops, s.hidden.data(), live, d, layer.post_norm.data(), c.norm_eps, s.normed.data());
-    apply_matrices(f.ops, s.normed.data(), live, {&layer.gate_proj, &layer.up_proj}, {s.gate.data(), s.up.data()});
-    compute::swiglu(f.ops, s.gate.data(), s.up.data(), live * ff, s.gate.data());
-    apply_matrix(f.ops, s.gate.data(), live, layer.down_proj, s.projected.data());
-    compute::add_residual(f.ops, s.hidden.data(), s.projected.data(), live * d);
+    gated_ffn_input(f.ops, layer, s.normed.data(), live, s.gate.data(), s.up.data());
+    project_add(f.ops, s.gate.data(), live, layer.down_proj, s.projected.data(), s.hidden.data());
   }
   // Hf = norm(X); U = Hf @ E^T through the target's tied head, fp32.
   compute::rms_norm(f.ops, s.hidden.data(), trimmed, d, f.weights.final_norm.data(), c.norm_eps,

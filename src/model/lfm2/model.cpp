@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "compute/cpu/fused_ops.h"
 
 namespace ls::lfm2 {
 
@@ -82,17 +83,18 @@ void Model::run_pass(std::span<const int32_t> tokens, std::span<const Segment> s
     // operator_norm -> mixer (ShortConv or attention) -> residual
     compute::rms_norm(ctx(), h, rows, D, w.operator_norm.data(), eps, u_.data());
     if (w.kind == io::LayerKind::Conv)
-      short_conv_block(layer, conv_slot_[layer], u_.data(), segments, mix_.data());
+      short_conv_block(layer, conv_slot_[layer], u_.data(), segments, h);
     else
-      attention_block(layer, kv_slot_[layer], u_.data(), segments, mix_.data());
-    compute::add_residual(ctx(), h, mix_.data(), rows * D);
+      attention_block(layer, kv_slot_[layer], u_.data(), segments, h);
     // ffn_norm -> SwiGLU or MoE -> residual
     compute::rms_norm(ctx(), h, rows, D, w.ffn_norm.data(), eps, u_.data());
-    if (w.moe)
+    if (w.moe) {
       moe_block(layer, u_.data(), rows, mix_.data());
-    else
-      ffn_block(w.w1, w.w3, w.w2, u_.data(), rows, mix_.data());
-    compute::add_residual(ctx(), h, mix_.data(), rows * D);
+      compute::add_residual(ctx(), h, mix_.data(), rows * D);
+    } else {
+      ffn_act(w.w1, w.w3, u_.data(), rows);
+      project_add(w.w2, act_.data(), rows, h);
+    }
     // taps: this layer's output, before the final norm
     const int64_t tap_count = static_cast<int64_t>(tap_layers.size());
     for (int64_t t = 0; t < tap_count; ++t)
@@ -101,13 +103,20 @@ void Model::run_pass(std::span<const int32_t> tokens, std::span<const Segment> s
   }
 }
 
-void Model::short_conv_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* mix) {
+void Model::project_add(const OwnedMatrix& w, const float* in, int64_t rows, float* h) {
+  mix_.resize(rows * w.rows);
+  if (compute::matmul_add_residual(ctx(), in, rows, w.view(), mix_.data(), h)) return;
+  compute::matmul(ctx(), in, rows, w.view(), mix_.data());
+  compute::add_residual(ctx(), h, mix_.data(), rows * w.rows);
+}
+
+void Model::short_conv_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* h) {
   const LayerWeights& w = weights_.layers[layer];
   const int64_t D = config_.hidden_size;
   const int64_t rows = static_cast<int64_t>(positions_.size());
   wide_.resize(rows * 3 * D);  // [rows, 3D] B | C | x
   act_.resize(rows * D);       // [rows, D] y = C * conv(B * x)
-  compute::matmul(ctx(), u, rows, w.conv_in_proj.view(), wide_.data());
+  conv_inputs_.clear();
   for (const Segment& segment : segments) {
     std::vector<float>& z = segment.stream->window_z[slot];  // [window rows, D]
     z.resize((segment.rows_before + segment.rows) * D);
@@ -121,12 +130,25 @@ void Model::short_conv_block(int layer, int slot, const float* u, std::span<cons
     input.rows_before = segment.rows_before;
     input.conv_weight = w.conv_kernel.data();
     input.conv_bias = w.conv_bias.empty() ? nullptr : w.conv_bias.data();
-    compute::short_conv(ctx(), input, z.data() + segment.rows_before * D, act_.data() + segment.row_offset * D);
+    conv_inputs_.push_back(input);
   }
-  compute::matmul(ctx(), act_.data(), rows, w.conv_out_proj.view(), mix);
+  // Each segment's z rows of this window and its y rows in act_.
+  auto z_out = [&](size_t i) { return segments[i].stream->window_z[slot].data() + segments[i].rows_before * D; };
+  auto y_out = [&](size_t i) { return act_.data() + segments[i].row_offset * D; };
+  const bool fused = compute::matmul_conv_in(ctx(), u, rows, w.conv_in_proj.view(), wide_.data(),
+                                             [&](int64_t begin, int64_t end) {
+    const compute::OpContext here{nullptr, mode()};
+    for (size_t i = 0; i < conv_inputs_.size(); ++i)
+      compute::short_conv_range(here, conv_inputs_[i], begin, end, z_out(i), y_out(i));
+  });
+  if (!fused) {
+    compute::matmul(ctx(), u, rows, w.conv_in_proj.view(), wide_.data());
+    for (size_t i = 0; i < conv_inputs_.size(); ++i) compute::short_conv(ctx(), conv_inputs_[i], z_out(i), y_out(i));
+  }
+  project_add(w.conv_out_proj, act_.data(), rows, h);
 }
 
-void Model::attention_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* mix) {
+void Model::attention_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* h) {
   const LayerWeights& w = weights_.layers[layer];
   const int H = config_.num_heads, KV = config_.num_kv_heads, hd = config_.head_dim;
   const int64_t rows = static_cast<int64_t>(positions_.size());
@@ -168,20 +190,25 @@ void Model::attention_block(int layer, int slot, const float* u, std::span<const
                          cache.values_f32.data(), shape, out);
     }
   }
-  compute::matmul(ctx(), attn_.data(), rows, w.attn_out_proj.view(), mix);
+  project_add(w.attn_out_proj, attn_.data(), rows, h);
 }
 
-void Model::ffn_block(const OwnedMatrix& w1, const OwnedMatrix& w3, const OwnedMatrix& w2, const float* v,
-                      int64_t rows, float* out) {
+void Model::ffn_act(const OwnedMatrix& w1, const OwnedMatrix& w3, const float* v, int64_t rows) {
   const int64_t F = w1.rows;
   gate_.resize(rows * F);  // [rows, F] w1 v
   up_.resize(rows * F);    // [rows, F] w3 v
   act_.resize(rows * F);   // [rows, F] silu(w1 v) * w3 v
+  if (compute::matmul_swiglu(ctx(), v, rows, w1.view(), w3.view(), gate_.data(), up_.data(), act_.data())) return;
   // gate and up in one pool call (packed side by side: one stream)
   const compute::Matrix gate_up[] = {w1.view(), w3.view()};
   float* const gate_up_out[] = {gate_.data(), up_.data()};
   compute::matmul_group(ctx(), v, rows, gate_up, gate_up_out);
   compute::swiglu(ctx(), gate_.data(), up_.data(), rows * F, act_.data());
+}
+
+void Model::ffn_block(const OwnedMatrix& w1, const OwnedMatrix& w3, const OwnedMatrix& w2, const float* v,
+                      int64_t rows, float* out) {
+  ffn_act(w1, w3, v, rows);
   compute::matmul(ctx(), act_.data(), rows, w2.view(), out);
 }
 

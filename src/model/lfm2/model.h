@@ -65,10 +65,14 @@ class Model {
 
  private:
   compute::OpContext ctx() const { return compute::OpContext{&pool_, weights_.mode}; }
-  // mix [rows, D] = ShortConv(u) for layer `layer` (conv slot `slot`).
-  void short_conv_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* mix);
-  // mix [rows, D] = Attention(u) for layer `layer` (KV slot `slot`).
-  void attention_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* mix);
+  // h [rows, D] += ShortConv(u) for layer `layer` (conv slot `slot`).
+  void short_conv_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* h);
+  // h [rows, D] += Attention(u) for layer `layer` (KV slot `slot`).
+  void attention_block(int layer, int slot, const float* u, std::span<const Segment> segments, float* h);
+  // h [rows, w.rows] += in [rows, w.cols] @ w^T, a residual add (fused into the GEMM's pool call for few rows).
+  void project_add(const OwnedMatrix& w, const float* in, int64_t rows, float* h);
+  // act_ [rows, F] = silu(w1 v) * w3 v.
+  void ffn_act(const OwnedMatrix& w1, const OwnedMatrix& w3, const float* v, int64_t rows);
   // out [rows, D] = SwiGLU FFN of v.
   void ffn_block(const OwnedMatrix& w1, const OwnedMatrix& w3, const OwnedMatrix& w2, const float* v, int64_t rows,
                  float* out);
@@ -87,6 +91,7 @@ class Model {
   std::vector<float> h_, u_, mix_, wide_, q_, k_, v_, attn_, gate_, up_, act_;
   std::vector<float> router_logits_, route_weights_, slots_, expert_in_, expert_out_;
   std::vector<int32_t> route_chosen_;
+  std::vector<compute::ShortConvInput> conv_inputs_;  // per segment of the current conv layer
   std::vector<int32_t>* expert_trace_ = nullptr;
   std::vector<int64_t> positions_;
 };
