@@ -124,6 +124,7 @@ TEST(CudaMoeTarget, TheCombineInTheDownLaunchAndThePreloadedRouterGiveTheOneRowB
   // moe7: the lean streamed experts, and their down launch combining (1 and 2 rows; wider windows combine apart)
   for (const MoeMode mode : {MoeMode{3, false}, MoeMode{2, true}, MoeMode{3, true},
                              MoeMode{2, true, gpu::ExpertFfnPath::StreamedLean},
+                             MoeMode{2, true, gpu::ExpertFfnPath::StreamedLeanCombine},
                              MoeMode{3, true, gpu::ExpertFfnPath::StreamedLeanCombine}}) {
     const ModeScope scope(mode);
     for (int width : {1, 2, 5, 8, 16}) {

@@ -301,10 +301,10 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   ffn.gate_up = expert_gate_up_.data();
   ffn.act = expert_act_.data();
   ffn.out = expert_out_.data();  // [S, D]
-  if (fused && level >= 3) {  // level 3: the combine inside the streamed down launch where it fits (the same bits)
-    ffn.weights = route_weights_.data();
+  if (fused) {  // the combine inside the down launch where the path does it (expert_ffn_combines; the same bits):
+    ffn.weights = route_weights_.data();  // the lean combining path's at any level, the ticketed one's at level 3
     ffn.y = mix_.data();
-    ffn.tickets = moe_tickets_.data();
+    if (level >= 3) ffn.tickets = moe_tickets_.data();
   }
   const bool combined = gpu::expert_ffn_combines(ffn);
   LS_RETURN_IF_ERROR(gpu::expert_ffn(ffn, stream_));
