@@ -395,21 +395,24 @@ int main(int argc, char** argv) {
       const char* name;
       bool norms;
       int l2_mb;
-      bool pdl;  // lfm2::gpu::set_programmatic_state_launches
+      bool pdl;   // lfm2::gpu::set_programmatic_state_launches
+      bool conv;  // the ShortConv in the in_proj GEMM's tail
     };
-    const TailMode modes[] = {{"tails off (default)", false, 0, false},
-                              {"programmatic conv/kv/attn", false, 0, true},
-                              {"tail norms", true, 0, false},
-                              {"tail norms + programmatic", true, 0, true},
-                              {"L2 gate_up 16 MB", false, 16, false},
-                              {"L2 gate_up 32 MB", false, 32, false},
-                              {"norms + prog. + L2 16 MB", true, 16, true},
-                              {"norms + prog. + L2 32 MB", true, 32, true},
-                              {"tails off (default, again)", false, 0, false},
-                              {"tail norms + prog. (again)", true, 0, true}};
+    const TailMode modes[] = {{"tails off (default)", false, 0, false, false},
+                              {"programmatic conv/kv/attn", false, 0, true, false},
+                              {"tail norms", true, 0, false, false},
+                              {"tail conv", false, 0, false, true},
+                              {"tail norms + conv", true, 0, false, true},
+                              {"tail norms + conv + prog.", true, 0, true, true},
+                              {"L2 gate_up 16 MB", false, 16, false, false},
+                              {"L2 gate_up 32 MB", false, 32, false, false},
+                              {"norms+conv+prog. + L2 16 MB", true, 16, true, true},
+                              {"norms+conv+prog. + L2 32 MB", true, 32, true, true},
+                              {"tails off (default, again)", false, 0, false, false},
+                              {"norms+conv+prog. (again)", true, 0, true, true}};
     for (const TailMode& mode : modes) {
       lfm2::gpu::set_programmatic_state_launches(mode.pdl);
-      target->set_decode_tail(mode.norms, mode.l2_mb);  // drops the graphs
+      target->set_decode_tail(mode.norms, mode.l2_mb, mode.conv);  // drops the graphs
       time_steps(4);
       tail_ms.push_back({mode.name, time_steps(o.decode_tokens)});
     }

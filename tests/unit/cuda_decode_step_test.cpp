@@ -34,6 +34,7 @@ struct DecodeMode {
   bool tail_norms = false;  // set_decode_tail: norms in the GEMMs' last CTAs, the FFN's gate_up MB prefetched to L2
   int tail_l2_mb = 0;
   bool programmatic_state = false;  // gpu::set_programmatic_state_launches
+  bool tail_conv = false;           // the ShortConv in the in_proj GEMM's tail
 };
 
 // Puts the process-wide switches back however the test ends.
@@ -119,12 +120,13 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
       {"default picks", -1, false, false, 0},
       {"programmatic conv / kv / attention", -1, false, false, 0, -1, 0, false, 0, true},
       {"tail norms", -1, false, false, 0, -1, 0, true, 0},
-      {"tail norms + programmatic", -1, false, false, 0, -1, 0, true, 0, true},
+      {"tail conv", -1, false, false, 0, -1, 0, false, 0, false, true},
+      {"tail norms + conv + programmatic", -1, false, false, 0, -1, 0, true, 0, true, true},
       {"L2 gate_up 16 MB", -1, false, false, 0, -1, 0, false, 16},
-      {"tail norms + programmatic + L2 16 MB", -1, false, false, 0, -1, 0, true, 16, true},
-      {"tail norms + programmatic + L2 32 MB", -1, false, false, 0, -1, 0, true, 32, true},
+      {"tail norms + conv + programmatic + L2 16 MB", -1, false, false, 0, -1, 0, true, 16, true, true},
+      {"tail norms + conv + programmatic + L2 32 MB", -1, false, false, 0, -1, 0, true, 32, true, true},
       {"default picks (again)", -1, false, false, 0},
-      {"tail norms + programmatic (again)", -1, false, false, 0, -1, 0, true, 0, true},
+      {"tail norms + conv + programmatic (again)", -1, false, false, 0, -1, 0, true, 0, true, true},
       {"streaming picks only (the old path)", -2, false, false, 0},
   };
 
@@ -137,7 +139,7 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
     cuda::set_decode_norm_configs(mode.norm_config % 10, mode.norm_config >= 10 ? mode.norm_config / 10 : 2);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
     gpu::set_programmatic_state_launches(mode.programmatic_state);
-    target->set_decode_tail(mode.tail_norms, mode.tail_l2_mb);
+    target->set_decode_tail(mode.tail_norms, mode.tail_l2_mb, mode.tail_conv);
     const StepRun run = run_steps(*target, stream++, context, steps);
     ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps + 4 + 8 + 16)) << mode.name;
     ASSERT_EQ(run.window_ms.size(), 3u) << mode.name;

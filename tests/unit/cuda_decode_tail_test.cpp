@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "compute/cuda/kernels.h"
 #include "cuda_test_util.h"
 #include "lfm2_test_util.h"
+#include "model/lfm2/cuda/conv_tail.h"
 #include "model/lfm2/cuda/cuda_target.h"
 #include "model/lfm2/weights.h"
 #include "model/load.h"
@@ -195,6 +197,87 @@ TEST(CudaDecodeTail, ShapesTheTailDoesNotTakeRunTheTwoLaunchesWithTheSameBits) {
 namespace ls::lfm2 {
 namespace {
 
+using compute::testing::random_values;
+
+// The conv tail: in_proj [3D, K] then ShortConv (3 taps) over windows of two streams (rows of a window reading the
+// rows before them, the first ones the stream's history), against the GEMM launch then the short_conv launch.
+TEST(CudaDecodeTail, TheConvTailGivesTheBitsOfTheInProjGemmThenTheShortConvLaunch) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const cuda::GemmEngine engine;
+  gpu::allow_conv_tail_shared();
+  auto ticket = cuda::testing::upload(std::vector<unsigned>{0u});
+  const int D = 2048, K = 2048, taps = 3, conv_layers = 2, slots = 3;
+  auto w = cuda::testing::upload(cuda::testing::to_bf16(random_values(int64_t{3} * D * K, 41, 0.5f)));
+  auto history = cuda::testing::upload(
+      cuda::testing::to_bf16(random_values(int64_t{slots} * conv_layers * (taps - 1) * D, 42, 2.0f)));
+  auto conv_weight = cuda::testing::upload(random_values(int64_t{D} * taps, 43));
+  auto conv_bias = cuda::testing::upload(random_values(D, 44));
+  const cuda::DeviceMatrix in_proj{w.data(), nullptr, 3 * D, K};
+  for (const int rows : {1, 3, 9, 16}) {
+    // two windows: slot 2 with the first rows / 2 (at least 1) rows, slot 0 with the rest (possibly none)
+    const int first = std::max(1, rows / 2);
+    std::vector<gpu::WindowInfo> infos(2);
+    infos[0].first_row = 0;
+    infos[0].rows = first;
+    infos[0].slot = 2;
+    infos[1].first_row = first;
+    infos[1].rows = rows - first;
+    infos[1].slot = 0;
+    std::vector<int32_t> row_window(rows);
+    for (int r = 0; r < rows; ++r) row_window[r] = r < first ? 0 : 1;
+    auto windows_dev = cuda::testing::upload(infos);
+    auto row_window_dev = cuda::testing::upload(row_window);
+    auto x = cuda::testing::upload(cuda::testing::to_bf16(random_values(int64_t{rows} * K, 45 + rows, 2.0f)));
+    gpu::ConvArgs args;
+    args.rows = rows;
+    args.width = D;
+    args.kernel = taps;
+    args.conv_layers = conv_layers;
+    args.conv_slot = 1;
+    args.history = history.data();
+    args.conv_weight = conv_weight.data();
+    args.conv_bias = rows % 2 ? conv_bias.data() : nullptr;
+    std::vector<bf16> want[3], got[3];  // bcx, z, y
+    for (const bool tail : {false, true}) {
+      auto bcx = cuda::testing::poisoned<bf16>(int64_t{rows} * 3 * D);
+      auto z = cuda::testing::poisoned<bf16>(int64_t{rows} * D), y = cuda::testing::poisoned<bf16>(int64_t{rows} * D);
+      args.bcx = bcx.data();
+      if (tail) {
+        ASSERT_TRUE(gpu::conv_tail_fits(x.data(), in_proj, args, ticket.data())) << rows << " rows";
+        ASSERT_TRUE(gpu::gemm_conv_tail(engine, x.data(), in_proj, args, row_window_dev.data(), windows_dev.data(),
+                                        z.data(), y.data(), ticket.data(), nullptr)
+                        .ok());
+      } else {
+        ASSERT_TRUE(engine.gemm(x.data(), rows, in_proj, bcx.data(), nullptr, nullptr).ok());
+        ASSERT_TRUE(gpu::short_conv(args, row_window_dev.data(), windows_dev.data(), z.data(), y.data(), nullptr).ok());
+      }
+      std::vector<bf16>* out = tail ? got : want;
+      out[0] = cuda::testing::download(bcx, int64_t{rows} * 3 * D);
+      out[1] = cuda::testing::download(z, int64_t{rows} * D);
+      out[2] = cuda::testing::download(y, int64_t{rows} * D);
+    }
+    EXPECT_EQ(cuda::differing(got[0], want[0]), 0u) << rows << " rows: bcx";
+    EXPECT_EQ(cuda::differing(got[1], want[1]), 0u) << rows << " rows: z";
+    EXPECT_EQ(cuda::differing(got[2], want[2]), 0u) << rows << " rows: y";
+    size_t nan = 0;
+    for (const bf16 v : got[2]) nan += std::isnan(bf16_to_float(v));
+    EXPECT_EQ(nan, 0u) << rows << " rows: every output written";
+    EXPECT_EQ(cuda::testing::download(ticket, 1)[0], 0u) << "the ticket is left at zero";
+  }
+  gpu::ConvArgs seventeen;
+  seventeen.rows = 17;
+  seventeen.width = D;
+  seventeen.kernel = taps;
+  EXPECT_FALSE(gpu::conv_tail_fits(w.data(), in_proj, seventeen, ticket.data())) << "17 rows";
+  seventeen.rows = 1;
+  seventeen.bcx = w.data();
+  seventeen.kernel = 5;
+  EXPECT_FALSE(gpu::conv_tail_fits(w.data(), in_proj, seventeen, ticket.data())) << "5 taps";
+  seventeen.kernel = taps;
+  EXPECT_FALSE(gpu::conv_tail_fits(w.data(), in_proj, seventeen, nullptr)) << "no ticket";
+  EXPECT_TRUE(gpu::conv_tail_fits(w.data(), in_proj, seventeen, ticket.data())) << "1 row";
+}
+
 // Every drawn row's logits (bits, when asked for), draw and taps (bits): a 20-row prompt (above 16 rows: no tails),
 // then windows of 1, 5, 16, 1, 3 and 1 rows, each committed whole; greedy on stream 1, sampled on 2.
 std::vector<uint32_t> tail_run_bits(Target& target, bool logits) {
@@ -239,11 +322,12 @@ TEST(CudaDecodeTail, TheTargetWithTailNormsL2PrefetchAndProgrammaticLaunchesGive
     ASSERT_TRUE(target.set_taps(taps).ok());
     std::vector<std::vector<uint32_t>> runs;
     // Per mode: with logits (eager), then twice without (the second time from captured graphs).
-    // (norms, L2 MB, programmatic conv / kv / attention launches)
-    const std::tuple<bool, int, bool> modes[] = {{false, 0, false}, {true, 0, false}, {false, 1, true}, {true, 1, true}};
-    for (const auto& [norms, l2_mb, programmatic] : modes) {
+    // (norms, L2 MB, programmatic conv / kv / attention launches, conv tail)
+    const std::tuple<bool, int, bool, bool> modes[] = {
+        {false, 0, false, false}, {true, 0, false, true}, {false, 1, true, false}, {true, 1, true, true}};
+    for (const auto& [norms, l2_mb, programmatic, conv] : modes) {
       gpu::set_programmatic_state_launches(programmatic);
-      target.set_decode_tail(norms, l2_mb);
+      target.set_decode_tail(norms, l2_mb, conv);
       runs.push_back(tail_run_bits(target, true));
       runs.push_back(tail_run_bits(target, false));
       runs.push_back(tail_run_bits(target, false));
@@ -258,7 +342,7 @@ TEST(CudaDecodeTail, TheTargetWithTailNormsL2PrefetchAndProgrammaticLaunchesGive
       size_t differ = 0;
       for (size_t j = 0; j < want.size(); ++j) differ += runs[i][j] != want[j];
       EXPECT_EQ(differ, 0u) << (moe ? "moe" : "dense") << " run " << i
-                            << " (3..5: tail norms, 6..8: L2 prefetch + programmatic launches, 9..11: all three; 2, 5, "
+                            << " (3..5: tail norms + conv, 6..8: L2 prefetch + programmatic launches, 9..11: all; 2, 5, "
                                "8, 11: graphs)";
     }
   }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "model/lfm2/cuda/cuda_target.h"
+#include "model/lfm2/cuda/conv_tail.h"
 
 namespace ls::lfm2 {
 
@@ -160,16 +161,8 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const c
   const gpu::DeviceLayer& w = weights_.layers[layer];
   const int D = config_.hidden_size;
   const int slot = conv_slot_[layer];
-  if (norm) {  // in_proj of the norm's output, the norm in the GEMM's prologue
-    const cuda::DeviceMatrix in_proj = w.in_proj.view();
-    bf16* const out = wide_.data();
-    LS_RETURN_IF_ERROR(cuda::gemm_decode_norm(gemm_, *norm, rows, {&in_proj, 1}, {&out, 1}, stream_));  // [rows, 3D]
-  } else {
-    LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_));  // [rows, 3D]
-  }
-  LS_RETURN_IF_ERROR(mark("gemm"));
   gpu::ConvArgs args;
-  args.bcx = wide_.data();
+  args.bcx = wide_.data();  // [rows, 3D]
   args.rows = rows;
   args.width = D;
   args.kernel = config_.conv_kernel;
@@ -179,9 +172,24 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const c
   args.conv_weight = w.conv_kernel.data();
   args.conv_bias = w.conv_bias.size() > 0 ? w.conv_bias.data() : nullptr;
   bf16* z = z_keep_.data() + static_cast<int64_t>(slot) * max_rows_ * D;
-  LS_RETURN_IF_ERROR(gpu::short_conv(args, device_at<int32_t>(meta.row_window), device_at<gpu::WindowInfo>(meta.windows),
-                                     z, act_.data(), stream_));
-  LS_RETURN_IF_ERROR(mark("short conv"));
+  const int32_t* row_window = device_at<int32_t>(meta.row_window);
+  const gpu::WindowInfo* windows = device_at<gpu::WindowInfo>(meta.windows);
+  if (!norm && decode_tail_conv_ && rows <= 16) {  // in_proj, then the conv in its last CTA (the same bits)
+    LS_RETURN_IF_ERROR(gpu::gemm_conv_tail(gemm_, u_.data(), w.in_proj.view(), args, row_window, windows, z,
+                                           act_.data(), tail_ticket_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("gemm"));
+  } else {
+    if (norm) {  // in_proj of the norm's output, the norm in the GEMM's prologue
+      const cuda::DeviceMatrix in_proj = w.in_proj.view();
+      bf16* const out = wide_.data();
+      LS_RETURN_IF_ERROR(cuda::gemm_decode_norm(gemm_, *norm, rows, {&in_proj, 1}, {&out, 1}, stream_));
+    } else {
+      LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_));
+    }
+    LS_RETURN_IF_ERROR(mark("gemm"));
+    LS_RETURN_IF_ERROR(gpu::short_conv(args, row_window, windows, z, act_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("short conv"));
+  }
   LS_RETURN_IF_ERROR(gemm_out(act_.data(), rows, w.conv_out.view(), mix_.data()));
   return mark("gemm");
 }

@@ -77,10 +77,12 @@ class CudaTarget final : public Target {
   // after a mixer's last GEMM or a dense FFN's down GEMM runs in that GEMM's last CTA (cuda::gemm_decode_tail, the
   // same bits) instead of its own launch; l2_mb > 0: the mixer's last GEMM also asks L2 for the first l2_mb MB of
   // the dense FFN's gate_up. Off by default until an H200 batch times it; LS_DECODE_TAIL ("norms", "l2=MB", "pdl":
-  // gpu::set_programmatic_state_launches, joined by commas) sets it at load for benches.
-  void set_decode_tail(bool norms, int l2_mb) {
+  // gpu::set_programmatic_state_launches, "conv", joined by commas) sets it at load for benches.
+  // conv: the ShortConv runs in the last CTA of the conv layer's in_proj GEMM (gpu::gemm_conv_tail) instead.
+  void set_decode_tail(bool norms, int l2_mb, bool conv = false) {
     decode_tail_norms_ = norms;
     decode_tail_l2_mb_ = l2_mb > 0 ? l2_mb : 0;
+    decode_tail_conv_ = conv;
     clear_graphs();
   }
 
@@ -160,6 +162,7 @@ class CudaTarget final : public Target {
   bool decode_norm_fusion_ffn_ = true;
   bool decode_tail_norms_ = false;
   int decode_tail_l2_mb_ = 0;
+  bool decode_tail_conv_ = false;
   cuda::DecodeTail tail_next_;  // what the next gemm_out runs after its GEMM (run_layers sets it)
   bool tail_normed_ = false;
   cuda::DeviceBuffer<unsigned> tail_ticket_;  // [1] the tail launches' ticket (zero between launches)
