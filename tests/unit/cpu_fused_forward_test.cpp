@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "compute/cpu/fused_ops.h"
+#include "compute/cpu/matmul_avx512.h"
 #include "draft/dspark/dspark_drafter.h"
 #include "dspark_test_support.h"
 #include "lfm2_test_util.h"
@@ -14,11 +15,18 @@ namespace {
 
 constexpr int kTapCount = 3;
 
-// Restores the fused steps chosen before the test when it ends.
+// Restores the fused steps and the chunk size chosen before the test when it ends.
 struct FusionRestore {
-  ~FusionRestore() { compute::set_cpu_fusion_steps(before); }
+  ~FusionRestore() {
+    compute::set_cpu_fusion_steps(before);
+    compute::set_stream_chunk_bytes(chunk_bytes);
+  }
   unsigned before = compute::cpu_fusion_steps();
+  int64_t chunk_bytes = compute::set_stream_chunk_bytes(0);
 };
+
+// The chunk sizes the tests run at: the default, and one small enough that every call splits into many chunks.
+constexpr int64_t kChunkBytes[] = {0, 512};
 
 // Feeds `tokens` to two streams side by side (one forward per turn: both streams' windows, widths cycling), with
 // fusion switched as asked; every row's logits, taps and draws of both streams.
@@ -63,7 +71,9 @@ TEST(CpuFusedForward, TargetWindowsOfEveryWidthGiveTheBitsOfTheUnfusedForwardAtT
   FusionRestore restore;
   for (compute::NumericMode mode : lfm2::testing::kModes)
     for (bool moe : {false, true})
-      for (int threads : {2, 3}) {
+      for (int threads : {2, 3})
+        for (int64_t chunk_bytes : kChunkBytes) {
+        compute::set_stream_chunk_bytes(chunk_bytes);
         std::unique_ptr<lfm2::Lfm2Target> target = lfm2::testing::small_target(moe, mode, threads);
         const std::vector<int32_t> tokens = lfm2::testing::random_tokens(60, 5 + threads);
         const lfm2::testing::RowOutputs fused = run_windows(*target, tokens, true, 10);
@@ -75,18 +85,20 @@ TEST(CpuFusedForward, TargetWindowsOfEveryWidthGiveTheBitsOfTheUnfusedForwardAtT
           differing += !lfm2::testing::same_bits(fused.logits[row], unfused.logits[row]) ||
                        !lfm2::testing::same_bits(fused.taps[row], unfused.taps[row]) ||
                        fused.draws[row] != unfused.draws[row];
-        EXPECT_EQ(differing, 0) << (moe ? "moe" : "dense") << " threads=" << threads
+        EXPECT_EQ(differing, 0) << (moe ? "moe" : "dense") << " threads=" << threads << " chunk=" << chunk_bytes
                                 << (mode == compute::NumericMode::Bf16 ? " bf16" : " fp32");
       }
 }
 
-TEST(CpuFusedForward, DrafterBlocksGiveTheBitsOfTheUnfusedPassAtEveryDepth) {
+TEST(CpuFusedForward, DrafterBlocksAndScansGiveTheBitsOfTheUnfusedPassAtEveryDepthGreedyAndSampled) {
   FusionRestore restore;
   dspark::testing::TempDir dir;
   ASSERT_TRUE(dspark::testing::write_small_drafter(dir.path(), dspark::testing::small_drafter_config(), 31).ok());
   constexpr int kVocab = 96, kHidden = 32, kBlock = 4;
   dspark::testing::EmbeddingTarget target(dspark::testing::random_embedding(kVocab, kHidden, 9), kVocab, kHidden, 4);
-  for (int threads : {2, 3}) {
+  for (int threads : {2, 3})
+    for (int64_t chunk_bytes : kChunkBytes) {
+    compute::set_stream_chunk_bytes(chunk_bytes);  // 512 bytes: the scan's W2 call in 6 chunks of 16 ids
     DrafterOptions options;
     options.threads = threads;
     options.max_streams = 2;
@@ -103,6 +115,7 @@ TEST(CpuFusedForward, DrafterBlocksGiveTheBitsOfTheUnfusedPassAtEveryDepth) {
           requests[i].anchor_token = static_cast<int32_t>(7 + depth + i);
           requests[i].anchor_position = 11;
           requests[i].depth = depth;
+          if (i == 1) requests[i].sampling = Sampling{0.8f, 0, 0.95f, 0.0f, 17};  // a sampled request beside
         }
         std::vector<std::vector<float>> hidden, logits;
         std::vector<std::vector<Draft>> drafts;
@@ -112,7 +125,8 @@ TEST(CpuFusedForward, DrafterBlocksGiveTheBitsOfTheUnfusedPassAtEveryDepth) {
           hidden.emplace_back(drafter.last_final_hidden().begin(), drafter.last_final_hidden().end());
           logits.emplace_back(drafter.last_base_logits().begin(), drafter.last_base_logits().end());
         }
-        const std::string where = "threads=" + std::to_string(threads) + " depth=" + std::to_string(depth) +
+        const std::string where = "threads=" + std::to_string(threads) + " chunk=" + std::to_string(chunk_bytes) +
+                                  " depth=" + std::to_string(depth) +
                                   " requests=" + std::to_string(count);
         EXPECT_TRUE(lfm2::testing::same_bits(hidden[0], hidden[1])) << where;
         EXPECT_TRUE(lfm2::testing::same_bits(logits[0], logits[1])) << where;

@@ -22,6 +22,7 @@ bool fuses(unsigned step) { return (fusion_mask().load(std::memory_order_relaxed
 
 }  // namespace
 
+bool fuses_markov_scan() { return fuses(kFuseScan); }
 unsigned cpu_fusion_steps() { return fusion_mask().load(std::memory_order_relaxed); }
 bool cpu_fusion() { return fusion_mask().load(std::memory_order_relaxed) != 0; }
 void set_cpu_fusion(bool on) { fusion_mask().store(on ? kFuseAll : 0u, std::memory_order_relaxed); }

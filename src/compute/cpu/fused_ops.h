@@ -14,11 +14,14 @@ namespace ls::compute {
 // Which fused steps run: LS_CPU_FUSED=<mask> at start or set_cpu_fusion_steps(mask) picks them (0 = the unfused
 // sequences), for A/B timing in one process and for the tests that pin the bits. Off by default until a quiet-host
 // A/B shows them faster (the seventh session's runs on a loaded host were not conclusive: docs/lanes.md, cpu8).
-constexpr unsigned kFuseSwiglu = 1, kFuseResidual = 2, kFuseConv = 4, kFuseAll = 7, kFuseDefault = 0;
+constexpr unsigned kFuseSwiglu = 1, kFuseResidual = 2, kFuseConv = 4, kFuseScan = 8, kFuseAll = 15;
+constexpr unsigned kFuseDefault = 0;
 bool cpu_fusion();  // any step fused
 unsigned cpu_fusion_steps();
 void set_cpu_fusion(bool on);  // all or none
 void set_cpu_fusion_steps(unsigned steps);
+// Whether the drafter's Markov scan fuses its slot step (W2, the base logits' add, the greedy pick) into one call.
+bool fuses_markov_scan();
 
 // act [rows, F] = swiglu(x @ w1^T, x @ w3^T), with gate / up [rows, F] as scratch (act may be gate).
 bool matmul_swiglu(const OpContext& ctx, const float* x, int64_t rows, const Matrix& w1, const Matrix& w3,

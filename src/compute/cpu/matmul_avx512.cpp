@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -51,17 +52,19 @@ constexpr int64_t kUnprefetchedVerifyRows = 6;
 constexpr int64_t kColumnBlockBytes = 256 * 1024;  // weights of one column block, swept by every row quad
 constexpr size_t kMaxGroup = 4;                   // matrices in one matmul_group call
 constexpr int64_t kStreamChunkBytes = 128 * 1024;  // weights per chunk the threads claim when streaming (few rows)
+constexpr int64_t kRunLeadBytes = 2048;  // a fused chunk's later weight runs: bytes fetched ahead at the chunk's start
 
 // kStreamChunkBytes, or LS_CPU_CHUNK_KB KiB when set at start (A/B timing of the chunk size; any size gives the same
 // bits: chunks split columns).
-int64_t stream_chunk_bytes() {
-  static const int64_t bytes = [] {
+std::atomic<int64_t>& chunk_bytes_setting() {
+  static std::atomic<int64_t> bytes{[] {
     const char* text = std::getenv("LS_CPU_CHUNK_KB");
     const int64_t kib = text ? std::atoll(text) : 0;
     return kib > 0 ? kib * 1024 : kStreamChunkBytes;
-  }();
+  }()};
   return bytes;
 }
+int64_t stream_chunk_bytes() { return chunk_bytes_setting().load(std::memory_order_relaxed); }
 
 // Where a column's weights sit: value (c, k) at column(c) + (k / 32) * step + k % 32. Row-major: column(c) = c * K,
 // step 32. Packed panels (Matrix::packed): column(c) = panel c / 8 + (c % 8) * 32, step 8 * 32.
@@ -414,6 +417,10 @@ bool pack_for_cpu(OwnedMatrix& matrix) {
   return pack_for_cpu(std::span<OwnedMatrix* const>(&one, 1)) == 1;
 }
 
+int64_t set_stream_chunk_bytes(int64_t bytes) {
+  return chunk_bytes_setting().exchange(bytes > 0 ? bytes : kStreamChunkBytes, std::memory_order_relaxed);
+}
+
 const char* matmul_avx512_name() {
   const CpuFeatures& features = cpu_features();
   if (features.avx512_bf16) return "avx512-bf16";
@@ -672,6 +679,13 @@ bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t ro
   const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
   ctx.pool->parallel_chunks(chunks, [&](int, int64_t chunk, int64_t) {
     const int64_t col_begin = chunk * chunk_columns, col_end = std::min(N, col_begin + chunk_columns);
+    // The chunk reads one run of weights per matrix: the first lines of the later runs are fetched ahead, so each
+    // run after the first does not start on a cold stream (the hardware prefetcher needs a few misses to lock on).
+    for (int64_t i = 1; i < count; ++i) {
+      if (!ws[i].b16) continue;
+      const char* start = prepared[i].bf16_tiles.weight_bytes(col_begin);
+      for (int64_t offset = 0; offset < kRunLeadBytes; offset += 64) _mm_prefetch(start + offset, _MM_HINT_T0);
+    }
     for (int64_t i = 0; i < count; ++i) run_columns(prepared[i], kinds.is_bf16, rows, round, col_begin, col_end);
     then(col_begin, col_end);
   });

@@ -25,6 +25,10 @@ bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t ro
                                 std::span<float* const> ys, int64_t ldy,
                                 const std::function<void(int64_t col_begin, int64_t col_end)>& then);
 
+// Sets the weight bytes per chunk that few-row calls hand out (default 128 KiB, or LS_CPU_CHUNK_KB at start; 0 =
+// the default) and returns the previous setting: for A/B timing and for tests that need many chunks. Same bits.
+int64_t set_stream_chunk_bytes(int64_t bytes);
+
 // Output columns [begin, end) of w (its rows begin .. end-1) as a matrix of their own, sharing the weights (and the
 // packed panels: begin must be a multiple of kPackedColumns).
 Matrix column_slice(const Matrix& w, int64_t begin, int64_t end);

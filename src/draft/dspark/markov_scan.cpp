@@ -6,6 +6,8 @@
 #include <string>
 
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/fused_ops.h"
+#include "compute/cpu/matmul_avx512.h"
 #include "compute/cpu/simd_avx512.h"
 
 namespace ls::dspark {
@@ -81,6 +83,15 @@ bool all_finite(std::span<const float> values) {
   return true;
 }
 
+// One chunk's part of a greedy pick: its first finite maximum, if any, and whether all its values were finite.
+struct ChunkPick {
+  bool seen = false;
+  bool found = false;
+  bool all_finite = true;
+  int32_t id = 0;
+  float value = 0;
+};
+
 }  // namespace
 
 int32_t first_finite_argmax(std::span<const float> logits, bool& all_finite) {
@@ -99,6 +110,12 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
   std::vector<float> corrected(static_cast<size_t>(count * V));   // [count, V] l = U_s + W2 e
   std::vector<float> running(static_cast<size_t>(count), 1.0f);
   std::vector<char> active(static_cast<size_t>(count));
+  // The fused slot step's state: W2 as one dense matrix, and per request a pick per 16 columns (chunks start there).
+  const bool w2_dense = !weights.markov_w2.quantized();
+  const compute::Matrix w2_view = weights.markov_w2.dense.view();
+  float* const corrected_out = corrected.data();
+  const int64_t pick_slots = (V + 15) / 16;
+  std::vector<ChunkPick> chunk_picks(static_cast<size_t>(count * pick_slots));
   int max_depth = 0;
   for (int64_t i = 0; i < count; ++i) {
     previous[i] = requests[i].anchor;
@@ -116,19 +133,56 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
         std::fill_n(embeddings.data() + i * r, r, 0.0f);
       }
     }
-    apply_matrix(fp32, embeddings.data(), count, weights.markov_w2, corrected.data());
+    // Few rows on a pool: W2's pool call also adds the base logits and finds each greedy request's pick per chunk
+    // of columns (the same adds; the chunks' first maxima met in id order are first_finite_argmax's pick).
+    const bool fused =
+        !faults.enabled && w2_dense && compute::fuses_markov_scan() &&
+        compute::matmul_columns_then_avx512(
+            fp32, embeddings.data(), count, std::span<const compute::Matrix>(&w2_view, 1),
+            std::span<float* const>(&corrected_out, 1), 0, [&](int64_t begin, int64_t end) {
+              for (int64_t i = 0; i < count; ++i) {
+                if (!active[i]) continue;
+                float* logits = corrected.data() + i * V;
+                const float* base = requests[i].base_logits + slot * V;
+                for (int64_t id = begin; id < end; ++id) logits[id] += base[id];
+                if (!requests[i].sampling.greedy()) continue;
+                ChunkPick& part = chunk_picks[i * pick_slots + begin / 16];
+                const int32_t at = first_finite_argmax(
+                    std::span<const float>(logits + begin, static_cast<size_t>(end - begin)), part.all_finite);
+                part.seen = true;
+                part.found = std::isfinite(logits[begin + at]);
+                part.id = static_cast<int32_t>(begin) + at;
+                part.value = logits[begin + at];
+              }
+            });
+    if (!fused) apply_matrix(fp32, embeddings.data(), count, weights.markov_w2, corrected.data());
     for (int64_t i = 0; i < count; ++i) {
       if (!active[i]) continue;
       const ScanRequest& request = requests[i];
       const bool planted = faults.enabled && faults.stream == request.stream;
       std::span<float> logits(corrected.data() + i * V, static_cast<size_t>(V));
       const float* base = request.base_logits + slot * V;
-      for (int64_t id = 0; id < V; ++id) logits[id] += base[id];
+      if (!fused)
+        for (int64_t id = 0; id < V; ++id) logits[id] += base[id];
       if (planted && faults.nan_logit_slot == slot) logits[V / 2] = std::numeric_limits<float>::quiet_NaN();
 
       bool finite = true;
       int32_t pick = 0;
-      if (request.sampling.greedy()) {
+      if (request.sampling.greedy() && fused) {
+        bool found = false;
+        float best = 0;
+        for (int64_t k = 0; k < pick_slots; ++k) {
+          ChunkPick& part = chunk_picks[i * pick_slots + k];
+          if (!part.seen) continue;
+          finite = finite && part.all_finite;
+          if (part.found && (!found || part.value > best)) {
+            found = true;
+            best = part.value;
+            pick = part.id;
+          }
+          part = ChunkPick{};
+        }
+      } else if (request.sampling.greedy()) {
         pick = first_finite_argmax(logits, finite);
       } else {
         finite = all_finite(logits);
