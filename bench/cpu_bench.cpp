@@ -3,7 +3,8 @@
 //
 //   cpu_bench --model DIR [--threads 1,2] [--repeats 5] [--decode-tokens 32] [--prefill 128,512]
 //             [--verify 1,2,4,8,16] [--mode bf16|fp32] [--cpu-time 1] [--json PATH]
-//             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 1,0] [--round ROWS,DEPTH [--rounds N]]
+//             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
+//             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--round-gap-us US]]
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the
@@ -60,7 +61,9 @@ struct Options {
   std::vector<int> threads = {1, 2}, prefill = {128, 512}, verify = {1, 2, 4, 8, 16};
   std::vector<int> fused = {1};  // the fusion arms timed in turn (1 on, 0 off)
   std::vector<int> round;        // ROWS, DEPTH of --round (empty: no round mode)
-  int rounds = 400;
+  std::vector<int> spins;        // --spin-us: pool spin budgets crossed with the fusion arms (round mode)
+  std::vector<int> chunk_kib;    // --chunk-kb: few-row chunk sizes crossed with them (round mode)
+  int rounds = 400, round_gap_us = 0;
   int repeats = 5, decode_tokens = 32;
   bool cpu_time = false;  // time 1-thread runs by the thread's CPU time (robust to other processes on the VM)
   compute::NumericMode mode = compute::NumericMode::Bf16;
@@ -289,6 +292,9 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
     plan.context = options.context;
     plan.fused = options.fused;
     plan.cpu_time = g_cpu_time;
+    plan.spins = options.spins;
+    plan.chunk_kib = options.chunk_kib;
+    plan.gap_us = options.round_gap_us;
     result["rounds"] = bench::bench_rounds(plan, target, options.drafter, threads, options.drafter_bits);
     return result;
   }
@@ -390,6 +396,9 @@ int main(int argc, char** argv) {
     else if (flag == "--fused") options.fused = parse_list(value);
     else if (flag == "--round") options.round = parse_list(value);
     else if (flag == "--rounds") options.rounds = std::max(1, std::atoi(value.c_str()));
+    else if (flag == "--spin-us") options.spins = parse_list(value);
+    else if (flag == "--chunk-kb") options.chunk_kib = parse_list(value);
+    else if (flag == "--round-gap-us") options.round_gap_us = std::max(0, std::atoi(value.c_str()));
     else if (flag == "--mode") options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
     else { std::fprintf(stderr, "unknown flag %s\n", flag.c_str()); return 2; }
   }
@@ -418,9 +427,10 @@ int main(int argc, char** argv) {
       const json& rounds = result["rounds"];
       std::printf("\nthreads %d: 1-stream rounds (verify %d rows, commit 2, absorb 2, pass depth %d), medians (best):\n",
                   threads, rounds["rows"].get<int>(), rounds["depth"].get<int>());
-      for (int arm : options.fused) {
-        const json& a = rounds["fused_" + std::to_string(arm)];
-        std::printf("  fused %d: verify %.3f (%.3f)  absorb %.3f  pass %.3f (%.3f)  round %.3f (%.3f) ms\n", arm,
+      for (const json& arm : rounds["arms"]) {
+        const json& a = rounds[arm.get<std::string>()];
+        std::printf("  %-16s verify %.3f (%.3f)  absorb %.3f  pass %.3f (%.3f)  round %.3f (%.3f) ms\n",
+                    arm.get<std::string>().c_str(),
                     a["verify_ms"].get<double>(), a["best_verify_ms"].get<double>(), a["absorb_ms"].get<double>(),
                     a["pass_ms"].get<double>(), a["best_pass_ms"].get<double>(), a["round_ms"].get<double>(),
                     a["best_round_ms"].get<double>());

@@ -1,5 +1,7 @@
 // cpu_bench --round ROWS,DEPTH: 1-stream rounds in a round's order (verify a window of ROWS tapped rows, commit 2,
-// absorb their taps, draft DEPTH), each phase timed by wall clock, with the --fused arms taken in turn round by round
+// absorb their taps, draft DEPTH), each phase timed by wall clock, with the arms (--fused masks x --spin-us pool spin
+// budgets x --chunk-kb few-row chunk sizes; --round-gap-us of busy host work before each phase, as the lanes' own
+// work) taken in turn round by round
 // so every arm sees the same phase of a shared host. Medians and bests per arm. With --cpu-time 1 at one thread, the
 // calling thread's CPU time instead (robust to other processes). Part of cpu_bench (not a test).
 #pragma once
@@ -14,7 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/thread_pool.h"
 #include "compute/cpu/fused_ops.h"
+#include "compute/cpu/matmul_avx512.h"
 #include "draft/dspark/dspark_drafter.h"
 #include "model/target.h"
 
@@ -26,6 +30,9 @@ struct RoundPlan {
   int rounds = 400;      // rounds per arm
   int context = 192;     // prompt rows before the first round
   std::vector<int> fused = {1};
+  std::vector<int> spins;  // pool spin budgets (us) crossed with `fused` (empty: leave the pool's as it is)
+  std::vector<int> chunk_kib;  // few-row chunk sizes (KiB) crossed with the others (empty: as set)
+  int gap_us = 0;          // host work between the phases, busy on the calling thread (as the lanes' own work)
   bool cpu_time = false;  // time by the calling thread's CPU time (one thread)
 };
 
@@ -78,12 +85,36 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
   check(target.commit(stream, plan.context), "prompt commit");
   check(drafter.absorb(stream, 0, plan.context, prompt->taps), "prompt absorb");
   int64_t position = plan.context;
-  const size_t arms = plan.fused.size();
+  // Arms: every fusion mask with every spin budget, taken in turn round by round.
+  struct Arm {
+    int fused, spin, chunk;
+    std::string name() const {
+      return "fused_" + std::to_string(fused) + (spin >= 0 ? "_spin_" + std::to_string(spin) : "") +
+             (chunk > 0 ? "_chunk_" + std::to_string(chunk) : "");
+    }
+  };
+  std::vector<Arm> arm_list;
+  for (int fused : plan.fused)
+    for (int spin : plan.spins.empty() ? std::vector<int>{-1} : plan.spins)
+      for (int chunk : plan.chunk_kib.empty() ? std::vector<int>{0} : plan.chunk_kib)
+        arm_list.push_back({fused, spin, chunk});
+  const int64_t chunk_before = compute::set_stream_chunk_bytes(0);
+  compute::set_stream_chunk_bytes(chunk_before);
+  const int spin_before = ThreadPool::spin_microseconds();
+  auto host_gap = [&] {
+    const double until = now() + plan.gap_us / 1000.0;
+    while (now() < until) {
+    }
+  };
+  const size_t arms = arm_list.size();
   std::vector<std::vector<double>> verify(arms), absorb(arms), pass(arms), round(arms);
   std::vector<int32_t> row_tokens(plan.rows);
   for (int r = 0; r < plan.rounds * static_cast<int>(arms); ++r) {
     const size_t arm = static_cast<size_t>(r) % arms;
-    compute::set_cpu_fusion_steps(static_cast<unsigned>(plan.fused[arm]));
+    compute::set_cpu_fusion_steps(static_cast<unsigned>(arm_list[arm].fused));
+    if (arm_list[arm].spin >= 0) ThreadPool::set_spin_microseconds(arm_list[arm].spin);
+    if (arm_list[arm].chunk > 0) compute::set_stream_chunk_bytes(int64_t{arm_list[arm].chunk} * 1024);
+    host_gap();
     for (int i = 0; i < plan.rows; ++i) row_tokens[i] = static_cast<int32_t>(splitmix64(r * 131 + i) % vocab);
     window.tokens = row_tokens;
     window.first_drawn_row = 0;
@@ -92,11 +123,13 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     check(verified.status(), "verify");
     const double t1 = now();
     const int kept = std::min(2, plan.rows);
+    host_gap();
     check(target.commit(stream, kept), "commit");
     check(drafter.absorb(stream, position,  kept,
                          std::span<const float>(verified->taps.data(), static_cast<size_t>(kept * tap_width))),
           "absorb");
     position += kept;
+    host_gap();
     const double t2 = now();
     DraftRequest request;
     request.stream = stream;
@@ -106,10 +139,11 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     std::vector<Draft> drafts = drafter.draft(std::span<const DraftRequest>(&request, 1));
     check(drafts[0].status, "draft");
     const double t3 = now();
+    const double gaps = 2 * plan.gap_us / 1000.0;  // the host work inside [t1, t2) is not the absorb's
     verify[arm].push_back(ms(t0, t1));
-    absorb[arm].push_back(ms(t1, t2));
+    absorb[arm].push_back(ms(t1, t2) - gaps);
     pass[arm].push_back(ms(t2, t3));
-    round[arm].push_back(ms(t0, t3));
+    round[arm].push_back(ms(t0, t3) - gaps);
     if (position + plan.rows + 16 >= 4000) {  // start over before the context limit
       target.release(stream);
       drafter.release(stream);
@@ -123,6 +157,8 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     }
   }
   compute::set_cpu_fusion_steps(static_cast<unsigned>(plan.fused[0]));
+  ThreadPool::set_spin_microseconds(spin_before);
+  compute::set_stream_chunk_bytes(chunk_before);
   target.release(stream);
   drafter.release(stream);
   nlohmann::json result;
@@ -130,7 +166,8 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
   result["depth"] = plan.depth;
   for (size_t arm = 0; arm < arms; ++arm) {
     auto best = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
-    result["fused_" + std::to_string(plan.fused[arm])] = {
+    result["arms"].push_back(arm_list[arm].name());
+    result[arm_list[arm].name()] = {
         {"verify_ms", round_median(verify[arm])}, {"absorb_ms", round_median(absorb[arm])},
         {"pass_ms", round_median(pass[arm])},     {"round_ms", round_median(round[arm])},
         {"best_verify_ms", best(verify[arm])},    {"best_pass_ms", best(pass[arm])},

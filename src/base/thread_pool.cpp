@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "base/check.h"
 
@@ -20,10 +21,19 @@ void part_range(int64_t count, int parts, int part, int64_t& begin, int64_t& end
   end = begin + base + (part < extra ? 1 : 0);
 }
 
+std::atomic<int>& spin_setting() {
+  static std::atomic<int> microseconds{[] {
+    const char* text = std::getenv("LS_POOL_SPIN_US");
+    return text && std::atoi(text) >= 0 ? std::atoi(text) : ThreadPool::kSpinMicroseconds;
+  }()};
+  return microseconds;
+}
+
 // Spins until `ready()` or the spin budget runs out; returns ready().
 template <typename Ready>
 bool spin_until(Ready ready) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(ThreadPool::kSpinMicroseconds);
+  const int budget = spin_setting().load(std::memory_order_relaxed);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(budget);
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
@@ -47,6 +57,12 @@ int64_t claim(std::atomic<uint64_t>& bounds, bool from_front) {
   }
 }
 }  // namespace
+
+int ThreadPool::set_spin_microseconds(int microseconds) {
+  return spin_setting().exchange(std::max(microseconds, 0), std::memory_order_relaxed);
+}
+
+int ThreadPool::spin_microseconds() { return spin_setting().load(std::memory_order_relaxed); }
 
 ThreadPool::ThreadPool(int threads) : shares_(std::max(threads, 1)) {
   LS_CHECK(threads >= 1, "a thread pool needs at least one thread");

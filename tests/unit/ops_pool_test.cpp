@@ -74,5 +74,34 @@ TEST(OpsPool, ChunkedAndStaticCallsMixBackToBackAndAfterIdleGaps) {
   }
 }
 
+// The spin budget (LS_POOL_SPIN_US / set_spin_microseconds): with none every call wakes sleeping workers through the
+// condition variable, with a long one they never sleep; both run every chunk exactly once, and the setter hands back
+// the previous budget.
+TEST(OpsPool, AnySpinBudgetFromNoneToLongRunsEveryCallAndTheSetterReturnsThePreviousOne) {
+  const int before = ThreadPool::spin_microseconds();
+  for (int spin : {0, 1000}) {
+    const int previous = ThreadPool::set_spin_microseconds(spin);
+    EXPECT_EQ(ThreadPool::spin_microseconds(), spin);
+    ThreadPool pool(3);
+    int64_t expected = 0;
+    std::atomic<int64_t> total{0};
+    for (int call = 0; call < 200; ++call) {
+      const int64_t count = 1 + call % 11;
+      if (call % 20 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (call % 2 == 0) {
+        pool.parallel_chunks(count, [&](int, int64_t chunk, int64_t) { total.fetch_add(chunk + 1); });
+      } else {
+        pool.parallel_for(count, [&](int, int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) total.fetch_add(i + 1);
+        });
+      }
+      expected += count * (count + 1) / 2;
+      ASSERT_EQ(total.load(), expected) << "spin " << spin << " us, call " << call;
+    }
+    EXPECT_EQ(ThreadPool::set_spin_microseconds(previous), spin);
+  }
+  EXPECT_EQ(ThreadPool::spin_microseconds(), before);
+}
+
 }  // namespace
 }  // namespace ls
