@@ -1,6 +1,6 @@
 // cpu_bench --round ROWS,DEPTH: 1-stream rounds in a round's order (verify a window of ROWS tapped rows, commit 2,
 // absorb their taps, draft DEPTH), each phase timed by wall clock, with the arms (--fused masks x --spin-us pool spin
-// budgets x --chunk-kb few-row chunk sizes; --round-gap-us of busy host work before each phase, as the lanes' own
+// budgets x --chunk-kb few-row chunk sizes x --prefetch verify prefetch settings; --round-gap-us of busy host work before each phase, as the lanes' own
 // work) taken in turn round by round
 // so every arm sees the same phase of a shared host. Medians and bests per arm. With --cpu-time 1 at one thread, the
 // calling thread's CPU time instead (robust to other processes). Part of cpu_bench (not a test).
@@ -29,9 +29,11 @@ struct RoundPlan {
   int depth = 7;         // the pass's depth
   int rounds = 400;      // rounds per arm
   int context = 192;     // prompt rows before the first round
+  int span = 128;        // positions a stream grows by before it starts over at the prompt (contexts stay short)
   std::vector<int> fused = {1};
   std::vector<int> spins;  // pool spin budgets (us) crossed with `fused` (empty: leave the pool's as it is)
   std::vector<int> chunk_kib;  // few-row chunk sizes (KiB) crossed with the others (empty: as set)
+  std::vector<int> prefetch;   // verify prefetch as ROWS*10+GROUPS (e.g. 62 = default, 12 = from 2 rows, 2 ahead)
   int gap_us = 0;          // host work between the phases, busy on the calling thread (as the lanes' own work)
   bool cpu_time = false;  // time by the calling thread's CPU time (one thread)
 };
@@ -87,19 +89,22 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
   int64_t position = plan.context;
   // Arms: every fusion mask with every spin budget, taken in turn round by round.
   struct Arm {
-    int fused, spin, chunk;
+    int fused, spin, chunk, prefetch;
     std::string name() const {
       return "fused_" + std::to_string(fused) + (spin >= 0 ? "_spin_" + std::to_string(spin) : "") +
-             (chunk > 0 ? "_chunk_" + std::to_string(chunk) : "");
+             (chunk > 0 ? "_chunk_" + std::to_string(chunk) : "") +
+             (prefetch >= 0 ? "_pf_" + std::to_string(prefetch) : "");
     }
   };
   std::vector<Arm> arm_list;
   for (int fused : plan.fused)
     for (int spin : plan.spins.empty() ? std::vector<int>{-1} : plan.spins)
       for (int chunk : plan.chunk_kib.empty() ? std::vector<int>{0} : plan.chunk_kib)
-        arm_list.push_back({fused, spin, chunk});
+        for (int prefetch : plan.prefetch.empty() ? std::vector<int>{-1} : plan.prefetch)
+          arm_list.push_back({fused, spin, chunk, prefetch});
   const int64_t chunk_before = compute::set_stream_chunk_bytes(0);
   compute::set_stream_chunk_bytes(chunk_before);
+  compute::set_verify_prefetch(-1, 0);
   const int spin_before = ThreadPool::spin_microseconds();
   auto host_gap = [&] {
     const double until = now() + plan.gap_us / 1000.0;
@@ -114,6 +119,7 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     compute::set_cpu_fusion_steps(static_cast<unsigned>(arm_list[arm].fused));
     if (arm_list[arm].spin >= 0) ThreadPool::set_spin_microseconds(arm_list[arm].spin);
     if (arm_list[arm].chunk > 0) compute::set_stream_chunk_bytes(int64_t{arm_list[arm].chunk} * 1024);
+    if (arm_list[arm].prefetch >= 0) compute::set_verify_prefetch(arm_list[arm].prefetch / 10, arm_list[arm].prefetch % 10);
     host_gap();
     for (int i = 0; i < plan.rows; ++i) row_tokens[i] = static_cast<int32_t>(splitmix64(r * 131 + i) % vocab);
     window.tokens = row_tokens;
@@ -144,7 +150,7 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     absorb[arm].push_back(ms(t1, t2) - gaps);
     pass[arm].push_back(ms(t2, t3));
     round[arm].push_back(ms(t0, t3) - gaps);
-    if (position + plan.rows + 16 >= 4000) {  // start over before the context limit
+    if (position >= plan.context + plan.span) {  // start over: every arm sees contexts of context .. context + span
       target.release(stream);
       drafter.release(stream);
       window.tokens = tokens;
@@ -159,6 +165,7 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
   compute::set_cpu_fusion_steps(static_cast<unsigned>(plan.fused[0]));
   ThreadPool::set_spin_microseconds(spin_before);
   compute::set_stream_chunk_bytes(chunk_before);
+  compute::set_verify_prefetch(-1, 0);
   target.release(stream);
   drafter.release(stream);
   nlohmann::json result;

@@ -66,6 +66,11 @@ std::atomic<int64_t>& chunk_bytes_setting() {
 }
 int64_t stream_chunk_bytes() { return chunk_bytes_setting().load(std::memory_order_relaxed); }
 
+// The verify path's prefetch: windows of more than `unprefetched` rows prefetch `groups` 8-column groups ahead
+// (kUnprefetchedVerifyRows, kPrefetchGroups; set_verify_prefetch for A/B timing: the bits never depend on it).
+std::atomic<int64_t> g_unprefetched_rows{kUnprefetchedVerifyRows};
+std::atomic<int64_t> g_prefetch_groups{kPrefetchGroups};
+
 // Where a column's weights sit: value (c, k) at column(c) + (k / 32) * step + k % 32. Row-major: column(c) = c * K,
 // step 32. Packed panels (Matrix::packed): column(c) = panel c / 8 + (c % 8) * 32, step 8 * 32.
 template <typename Weight>
@@ -301,7 +306,7 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
       tile_rows<kFewRowsColumns>(tiles, row_end - row_begin, row_begin, col, std::min<int64_t>(kFewRowsColumns, col_end - col));
     return;
   }
-  if (row_end - row_begin <= kUnprefetchedVerifyRows) {
+  if (row_end - row_begin <= g_unprefetched_rows.load(std::memory_order_relaxed)) {
     // A short verify window: each 8-column group runs every row while it is in L1, streaming the weights once: 2-row
     // tiles, but 3 + 2 for five rows (the first tile of a group, the one that waits on memory, the wider: a cold
     // 5-row verify 1.40-1.45 -> 1.23-1.29 ms against 2 + 3, one thread).
@@ -320,7 +325,7 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
     const int64_t group_bytes = kFewRowsColumns * column_bytes;
     const int64_t slice = (group_bytes / groups + 63) / 64 * 64;
     for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns) {
-      const int64_t ahead = col + kPrefetchGroups * kFewRowsColumns;
+      const int64_t ahead = col + g_prefetch_groups.load(std::memory_order_relaxed) * kFewRowsColumns;
       const char* next = ahead < col_end ? tiles.weight_bytes(ahead) : nullptr;
       for (int64_t group = 0, row = row_begin; row < row_end; ++group, row += kVerifyGroupRows) {
         if (next)
@@ -415,6 +420,11 @@ int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
 bool pack_for_cpu(OwnedMatrix& matrix) {
   OwnedMatrix* one = &matrix;
   return pack_for_cpu(std::span<OwnedMatrix* const>(&one, 1)) == 1;
+}
+
+void set_verify_prefetch(int64_t unprefetched_rows, int64_t groups) {
+  g_unprefetched_rows.store(unprefetched_rows >= 0 ? unprefetched_rows : kUnprefetchedVerifyRows);
+  g_prefetch_groups.store(groups > 0 ? groups : kPrefetchGroups);
 }
 
 int64_t set_stream_chunk_bytes(int64_t bytes) {

@@ -29,6 +29,10 @@ bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t ro
 // the default) and returns the previous setting: for A/B timing and for tests that need many chunks. Same bits.
 int64_t set_stream_chunk_bytes(int64_t bytes);
 
+// The few-row verify path's software prefetch, for A/B timing (same bits): windows of up to `unprefetched_rows` rows
+// (default 6; -1 = default) take none, wider ones prefetch `groups` 8-column groups ahead (default 2; 0 = default).
+void set_verify_prefetch(int64_t unprefetched_rows, int64_t groups);
+
 // Output columns [begin, end) of w (its rows begin .. end-1) as a matrix of their own, sharing the weights (and the
 // packed panels: begin must be a multiple of kPackedColumns).
 Matrix column_slice(const Matrix& w, int64_t begin, int64_t end);
