@@ -231,7 +231,7 @@ class CudaDsparkDrafter final : public Drafter {
   // kSkinnyThenNorm o/down as a plain skinny GEMM then the residual_norm launch; 0 = cuBLAS everywhere. The default,
   // kSkinnyThenNorm, by batch s6A at 1 stream (graphed block pass 0.480 ms against cuBLAS's 0.492; gate/up + SwiGLU
   // skinny 0.504).
-  // kSkinnyWide (session 7): those with more than 1024 one-tile CTAs (gate/up, the head) take two W tiles a CTA (x
+  // kSkinnyWide (session 7): those with at least 1024 one-tile CTAs (gate/up, the head) take two W tiles a CTA (x
   // read half as often, the same bits).
   static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyResidualNorm = 4, kSkinnyThenNorm = 8,
                        kSkinnyWide = 16;

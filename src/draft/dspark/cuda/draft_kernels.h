@@ -164,7 +164,7 @@ struct SkinnyGemm {
   float eps = 0;
   bf16_t* normed = nullptr;             // [rows, n] rms_norm(x)
   unsigned int* ticket = nullptr;       // one counter, zero between launches
-  // Two 16-row W tiles a CTA where more than 1024 one-tile CTAs would run (gate/up, the head): each x fragment
+  // Two 16-row W tiles a CTA where at least 1024 one-tile CTAs would run (gate/up, the head): each x fragment
   // serves both, so x is read from L2 half as often; the same warps and K order, so the same bits (session 7).
   bool wide = false;
 };

@@ -185,9 +185,9 @@ Status launch_warps(const SkinnyGemm& args, int64_t ctas, bool programmatic, cud
 
 template <SkinnyEpilogue EPILOGUE>
 Status launch_tiles(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
-  // Two W tiles a CTA only where that still leaves more than 512 CTAs (gate/up, the head): x read half as often.
+  // Two W tiles a CTA only where that still leaves at least 512 CTAs (gate/up, the head): x read half as often.
   if constexpr (EPILOGUE != SkinnyEpilogue::ResidualNorm) {
-    if (args.wide && ctas > 1024) {
+    if (args.wide && ctas >= 1024) {
       if (args.rows <= 8) return launch_warps<1, EPILOGUE, 2>(args, ctas, programmatic, stream);
       return launch_warps<2, EPILOGUE, 2>(args, ctas, programmatic, stream);
     }
