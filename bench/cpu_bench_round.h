@@ -150,7 +150,7 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     absorb[arm].push_back(ms(t1, t2) - gaps);
     pass[arm].push_back(ms(t2, t3));
     round[arm].push_back(ms(t0, t3) - gaps);
-    if (position >= plan.context + plan.span) {  // start over: every arm sees contexts of context .. context + span
+    if (position >= std::min(plan.context + plan.span, 4000)) {  // start over: every arm sees contexts of context .. context + span
       target.release(stream);
       drafter.release(stream);
       window.tokens = tokens;
