@@ -23,8 +23,10 @@
 //                                                                         priced in every drafting round (lanes8)
 //             [--deep-chances prior|confidence]                            confidence: depths no verify reached are
 //                                                                         priced with calibrated confidences (lanes8)
-//             [--group-budget off|on]                                      on: group probes draw on the probe budget
+//             [--group-budget off|on] [--row-buckets off|on]                                      on: group probes draw on the probe budget
 //                                                                         (lanes8)
+//             [--row-buckets off|on]                                       on: the trim keeps verify totals of pending
+//                                                                         rows + 0,1,2,3,4,6,8,12,16,.. (lanes8)
 //             [--rules old|new]                                            new: the three lanes8 rules above on
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
 //                                                                         call priced) and quiet repricing; old
@@ -206,6 +208,8 @@ bool g_price_absorb_call = false;
 bool g_confidence_for_unexplored = false;
 // --group-budget on: PricingOptions::budget_group_probes (lanes8; off by default, as above).
 bool g_budget_group_probes = false;
+// --row-buckets on: PricingOptions::bucket_verify_rows (lanes8; off by default, as above).
+bool g_bucket_verify_rows = false;
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
@@ -224,6 +228,7 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   lanes_options.pricing.price_absorb_call = g_price_absorb_call;
   lanes_options.pricing.confidence_for_unexplored = g_confidence_for_unexplored;
   lanes_options.pricing.budget_group_probes = g_budget_group_probes;
+  lanes_options.pricing.bucket_verify_rows = g_bucket_verify_rows;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   if (tables != nullptr && drafter != nullptr) *tables = tables_json(lanes->pricing().tables(), lanes->max_rows());
@@ -711,6 +716,7 @@ int main(int argc, char** argv) {
     else if (flag == "--absorb-call") ls::g_price_absorb_call = value == "priced";
     else if (flag == "--deep-chances") ls::g_confidence_for_unexplored = value == "confidence";
     else if (flag == "--group-budget") ls::g_budget_group_probes = value == "on";
+    else if (flag == "--row-buckets") ls::g_bucket_verify_rows = value == "on";
     else if (flag == "--rules") {
       const bool on = value == "new";
       ls::g_price_absorb_call = ls::g_confidence_for_unexplored = ls::g_budget_group_probes = on;

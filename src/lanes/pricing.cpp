@@ -60,7 +60,12 @@ void Pricing::trim(std::span<Stream* const> streams) const {
   auto cost = [&](int rows, int, int) {
     return options_.always_draft ? 1.0 : tables_.verify.ms(rows) + overhead_ms_ + pass_ms;
   };
-  Allocation allocation = allocate_rows(offers, max_rows_, cost, 1.0);
+  const int pending_rows = static_cast<int>(streams.size());
+  auto bucketed = [pending_rows](int total_rows) { return bucketed_extra_rows(total_rows - pending_rows); };
+  Allocation allocation =
+      allocate_rows(offers, max_rows_, cost, 1.0,
+                    options_.bucket_verify_rows && !options_.always_draft ? std::function<bool(int)>(bucketed)
+                                                                          : std::function<bool(int)>());
   for (size_t index = 0; index < streams.size(); ++index) {
     Stream& stream = *streams[index];
     const size_t keep = std::min(stream.held_drafts.size(),

@@ -67,6 +67,10 @@ struct PricingOptions {
   // Group probes draw on the probe budget like a stream's own probes (before: on their doubling wait alone, 3 probe
   // rounds in a 64-token nano run, ~10% of its time at 16 streams).
   bool budget_group_probes = false;
+  // The trim keeps only verify totals of the streams' pending rows plus 0, 1, 2, 3, 4, 6, 8, 12, 16, ... draft rows
+  // (bucketed_extra_rows): a CUDA target runs each new forward shape eagerly, then captures it, so a short run whose
+  // trims pick a new total every few rounds pays those one-offs inside its rounds.
+  bool bucket_verify_rows = false;
 };
 
 struct DepthPlan {

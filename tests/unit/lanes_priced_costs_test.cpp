@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "lanes/allocator.h"
 #include "lanes/lanes.h"
 #include "lanes/testing/fake_drafter.h"
 #include "lanes/testing/fake_target.h"
@@ -53,6 +54,7 @@ LanesOptions new_rules(bool on) {
   options.pricing.price_absorb_call = on;
   options.pricing.confidence_for_unexplored = on;
   options.pricing.budget_group_probes = on;
+  options.pricing.bucket_verify_rows = on;
   return options;
 }
 
@@ -124,6 +126,50 @@ TEST(LanesPricedCosts, GroupProbesOfADrafterThatNeverLandsTakeAtMostTheProbeBudg
   EXPECT_LT(new_run.passes, old_run.passes) << "passes: wait alone " << old_run.passes << ", budget " << new_run.passes;
   EXPECT_LT(new_run.ms, plain.ms * 1.06) << "plain " << plain.ms << " ms, budget " << new_run.ms << " ms (wait alone "
                                          << old_run.ms << " ms)";
+}
+
+TEST(LanesPricedCosts, WhereEachNewVerifyShapeCostsAOneOffBucketedTrimsUseFewerShapesAndRunFaster) {
+  // 16 streams, a drafter right 80% of the time, and the first two forwards of every shape (total rows, windows) 20 ms
+  // dearer (a CUDA target's eager run, then its graph capture): a trim free to pick any of 16..112 rows pays that again
+  // and again.
+  FixedClock clock;
+  FakeTargetOptions target_options = costed_fake_target(clock, 10.0, 0.1, 128);
+  target_options.new_shape_ms = 20.0;
+  target_options.shape_by_windows = true;
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.2, 0.05);
+  drafter_options.confidences = true;
+  std::vector<Arrival> arrivals = endless_arrivals(16, target_options.shape.vocab_size, 120);
+  size_t shapes[2] = {0, 0};
+  double ms[2] = {0, 0};
+  std::vector<std::vector<int32_t>> tokens[2];
+  for (int bucketed = 0; bucketed < 2; ++bucketed) {
+    FakeTarget target(target_options);
+    FakeDrafter drafter(drafter_options);
+    LanesOptions options;
+    options.pricing.bucket_verify_rows = bucketed == 1;
+    auto lanes = Lanes::create(target, &drafter, options, clock);
+    ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
+    const size_t setup_shapes = target.shapes_seen();
+    const double start_ms = clock.now_ms();
+    auto replies = run_arrivals(**lanes, arrivals);
+    ASSERT_TRUE(replies.ok());
+    ms[bucketed] = clock.now_ms() - start_ms;
+    shapes[bucketed] = target.shapes_seen() - setup_shapes;
+    for (const Reply& reply : *replies) tokens[bucketed].push_back(reply.tokens);
+    EXPECT_GT((*lanes)->stats().drafts_accepted, 100) << "bucketed " << bucketed;
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+  EXPECT_LT(shapes[1], shapes[0]) << "new shapes: free " << shapes[0] << ", bucketed " << shapes[1];
+  EXPECT_LT(ms[1], ms[0]) << "free " << ms[0] << " ms, bucketed " << ms[1] << " ms";
+}
+
+TEST(LanesPricedCosts, BucketedExtraRowsArePowersOfTwoAndOneAndAHalfTimesThem) {
+  std::vector<int> bucketed;
+  for (int rows = 0; rows <= 64; ++rows) {
+    if (bucketed_extra_rows(rows)) bucketed.push_back(rows);
+  }
+  EXPECT_EQ(bucketed, (std::vector<int>{0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}));
+  EXPECT_FALSE(bucketed_extra_rows(-1));
 }
 
 TEST(LanesPricedCosts, WithTheSeventhSessionsRulesEveryReplyEqualsItsRequestRunAlonePlainGreedyAndSampled) {

@@ -144,7 +144,9 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
   }
   rows_ += total_rows;
   if (options_.clock != nullptr) {
-    const bool new_shape = ++shape_sightings_[total_rows] <= 2;
+    const int64_t shape = options_.shape_by_windows ? int64_t{total_rows} * 4096 + static_cast<int64_t>(windows.size())
+                                                    : int64_t{total_rows};
+    const bool new_shape = ++shape_sightings_[shape] <= 2;
     std::set<int32_t> distinct;
     for (const Window& window : windows) distinct.insert(window.tokens.begin(), window.tokens.end());
     const double wide_rows = std::max(0.0, static_cast<double>(total_rows - options_.verify_wide_from));

@@ -47,6 +47,7 @@ struct FakeTargetOptions {
   // With a clock: the first two forwards of each total row count cost this much more (a CUDA target runs a new
   // shape eagerly, then captures its graph; later forwards of the shape replay it).
   double new_shape_ms = 0.0;
+  bool shape_by_windows = false;  // a shape is (total rows, windows), as a CUDA target's graph key (else total rows)
   // With a clock: each distinct token id of a forward costs this much more (an MoE target routes each token to its
   // own experts, so a window of distinct tokens reads more expert weights than one of repeated tokens).
   double distinct_token_ms = 0.0;
@@ -68,6 +69,8 @@ class FakeTarget final : public Target {
 
   // From now on the first two forwards of each total row count cost `ms` more (a count seen twice already does not).
   void set_new_shape_ms(double ms) { options_.new_shape_ms = ms; }
+  // Distinct total row counts of the forwards so far.
+  size_t shapes_seen() const { return shape_sightings_.size(); }
   int64_t forwards() const { return forwards_; }
   int64_t rows() const { return rows_; }
   // Rows whose taps were returned (windows with want_taps).
@@ -96,7 +99,7 @@ class FakeTarget final : public Target {
   std::map<StreamId, int> release_counts_;
   std::map<int, int64_t> windows_by_drawn_rows_;
   bool keep_on_device_ = false;
-  std::map<int64_t, int> shape_sightings_;  // forwards seen per total row count
+  std::map<int64_t, int> shape_sightings_;  // keyed by total rows (times 4096 plus windows with shape_by_windows)  // forwards seen per total row count
   std::vector<float> device_taps_;  // [rows, taps, hidden] of the last forward while taps stay "on the device" 
   int64_t forwards_ = 0;
   int64_t rows_ = 0;
