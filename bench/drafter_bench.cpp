@@ -10,8 +10,8 @@
 //                 [--pick single|split|both] [--attention-chunks 0,8,16] [--skinny-parts 0,2,10] [--block-pdl off|on|both]
 //                 (--block-pdl: the block pass's own kernels launched programmatically, set_block_programmatic)
 //                 (--skinny-parts: skinny_gemm per GEMM kind, a mask per variant: 1 q/k/v and head, 2 gate/up + SwiGLU,
-//                 4 o/down + residual norm epilogue, 8 o/down then the norm launch, 16 two W tiles a CTA where wide;
-//                 overrides --skinny)
+//                 4 o/down + residual norm epilogue, 8 o/down then the norm launch, 16 two W tiles a CTA where wide,
+//                 32 up to 48 rows (2..5 streams) instead of 16; overrides --skinny)
 //                 (--attention-chunks: the split attention's key chunks per request and KV head, 0 = automatic)
 //                 (--pick: the GEMM scan's pick in one CTA per request, or split over vocab chunks then a CTA)
 //                 (--buckets: request counts padded to request_bucket() with every bucket's graphs captured at
@@ -426,7 +426,8 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       }
       char row[320];
       const std::string gemm_name = engine ? "engine"
-                                    : (skinny_on && streams <= 1 ? "skinny" + std::to_string(parts)
+                                    : (skinny_on && streams * shape.block <= ((parts & 32) ? 48 : 16)
+                                           ? "skinny" + std::to_string(parts)
                                                                  : (tuned_on ? "tuned" : "cublas"));
       const char* gemms = gemm_name.c_str();
       const std::string scan_cell = scan_name + (split ? " split" : "");

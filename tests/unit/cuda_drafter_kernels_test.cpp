@@ -359,7 +359,8 @@ TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
   const struct {
     int rows;
     int64_t n, k;
-  } cases[] = {{1, 48, 200}, {5, 130, 1032}, {8, 64, 256}, {9, 272, 2048}, {16, 40, 96}, {9, 32, 6144}};
+  } cases[] = {{1, 48, 200},   {5, 130, 1032}, {8, 64, 256},   {9, 272, 2048},
+               {16, 40, 96},   {9, 32, 6144},  {20, 130, 1032}, {36, 272, 2048}, {48, 40, 264}};
   for (const auto& shape : cases) {
     SCOPED_TRACE("rows " + std::to_string(shape.rows) + " n " + std::to_string(shape.n) + " k " +
                  std::to_string(shape.k));
@@ -526,8 +527,8 @@ TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
           << "epilogue " << static_cast<int>(epilogue);
     }
   }
-  // Refusals: 17 rows, K not a multiple of 8, a residual norm without a ticket.
-  const cuda::SkinnyGemm wide{nullptr, 17, 64, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::Bf16};
+  // Refusals: 49 rows, K not a multiple of 8, a residual norm without a ticket.
+  const cuda::SkinnyGemm wide{nullptr, 49, 64, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::Bf16};
   EXPECT_EQ(cuda::skinny_gemm(wide, true, nullptr).code(), ErrorCode::InvalidArgument);
   const cuda::SkinnyGemm odd{nullptr, 4, 60, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::Bf16};
   EXPECT_EQ(cuda::skinny_gemm(odd, true, nullptr).code(), ErrorCode::InvalidArgument);

@@ -233,9 +233,12 @@ class CudaDsparkDrafter final : public Drafter {
   // skinny 0.504).
   // kSkinnyWide (session 7): those with at least 1024 one-tile CTAs (gate/up, the head) take two W tiles a CTA (x
   // read half as often, the same bits).
+  // kSkinnyTall (session 7): those parts up to kSkinnyMaxRows rows (2..5 requests), not only up to 16.
   static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyResidualNorm = 4, kSkinnyThenNorm = 8,
-                       kSkinnyWide = 16;
+                       kSkinnyWide = 16, kSkinnyTall = 32;
   static constexpr int kDefaultSkinnyParts = kSkinnyThenNorm;
+  // The most rows the skinny parts take (16, or kSkinnyMaxRows with kSkinnyTall).
+  int skinny_rows() const { return (skinny_parts_ & kSkinnyTall) ? kSkinnyMaxRows : 16; }
   void set_skinny_parts(int parts) {
     skinny_parts_ = parts;
     graphs_.clear();

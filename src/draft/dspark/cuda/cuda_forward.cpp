@@ -9,7 +9,8 @@ namespace ls::dspark::cuda {
 Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y,
                                bool y_f32, int64_t ldy, bool skinny) {
   if (rows == 0) return ok_status();
-  if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ && skinny_gemm_supported(rows, w_cols)) {
+  if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ &&
+      skinny_gemm_supported(rows, w_cols, skinny_rows())) {
     SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
                     y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
     args.wide = (skinny_parts_ & kSkinnyWide) != 0;
@@ -39,7 +40,7 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
 Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d,
                                       bf16_t* stacked, bf16_t* y) {
   if (rows == 0) return ok_status();
-  if ((skinny_parts_ & kSkinnySwiglu) && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
+  if ((skinny_parts_ & kSkinnySwiglu) && !engine_gemms_ && skinny_gemm_supported(rows, d, skinny_rows())) {
     SkinnyGemm args{x, static_cast<int>(rows), d, w, 2 * ff, y, ff, SkinnyEpilogue::Swiglu};
     args.wide = (skinny_parts_ & kSkinnyWide) != 0;
     return skinny_gemm(args, programmatic_, stream_.get());
@@ -51,7 +52,7 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
 Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
                                              bf16_t* projected, bf16_t* hidden, const float* weight, bf16_t* normed) {
   if (rows == 0) return ok_status();
-  if ((skinny_parts_ & kSkinnyResidualNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
+  if ((skinny_parts_ & kSkinnyResidualNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k, skinny_rows())) {
     SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::ResidualNorm};
     args.hidden = hidden;
     args.norm_weight = weight;
@@ -60,7 +61,7 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
     args.ticket = scratch_.gemm_ticket.data();
     return skinny_gemm(args, programmatic_, stream_.get());
   }
-  if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
+  if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k, skinny_rows())) {
     const SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16};
     LS_RETURN_IF_ERROR(skinny_gemm(args, programmatic_, stream_.get()));
   } else {

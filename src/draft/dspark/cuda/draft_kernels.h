@@ -142,7 +142,7 @@ Status block_attention_cooperative(const bf16_t* q, const DeviceBlockRequest* re
 
 // ---- Few-row GEMMs (skinny_gemm.cu) ----
 
-// y [rows, n] = x [rows, k] W^T (W [n, k] bf16, fp32 accumulate) for rows <= 16 on the tensor cores, W streamed once
+// y [rows, n] = x [rows, k] W^T (W [n, k] bf16, fp32 accumulate) for rows <= 48 on the tensor cores, W streamed once
 // (the drafter's GEMMs at one or two requests). Epilogues: bf16 or fp32 y with leading dimension ldy, or SwiGLU of the
 // stacked gate/up W [2F, k]: y [rows, F] = swiglu(bf16(x gate^T), bf16(x up^T)) (the bits of the GEMM's bf16 output
 // followed by swiglu_stacked), or ResidualNorm: y bf16 [rows, n], then the launch's last CTA (a ticket counter, reset
@@ -168,7 +168,11 @@ struct SkinnyGemm {
   // serves both, so x is read from L2 half as often; the same warps and K order, so the same bits (session 7).
   bool wide = false;
 };
-inline bool skinny_gemm_supported(int64_t rows, int64_t k) { return rows >= 1 && rows <= 16 && k % 8 == 0; }
+// Up to 16 rows by default; up to kSkinnyMaxRows (2..5 requests' blocks) where the caller allows it (session 7).
+inline constexpr int kSkinnyMaxRows = 48;
+inline bool skinny_gemm_supported(int64_t rows, int64_t k, int64_t max_rows = 16) {
+  return rows >= 1 && rows <= max_rows && rows <= kSkinnyMaxRows && k % 8 == 0;
+}
 // `programmatic`: launched to overlap the previous kernel's tail (its W loads go first; x is read after the wait).
 Status skinny_gemm(const SkinnyGemm& args, bool programmatic, cudaStream_t stream);
 

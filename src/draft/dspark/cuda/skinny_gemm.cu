@@ -1,4 +1,5 @@
-// The drafter's few-row GEMMs (rows <= 16: one or two requests' block rows) on the tensor cores, streaming W once.
+// The drafter's few-row GEMMs (rows <= 16: one request's block rows; up to 48 when allowed) on the tensor cores,
+// streaming W once.
 //
 // y [rows, n] = x [rows, k] W^T with W [n, k] bf16 (a checkpoint's [out, in]). A CTA owns 16 output columns (W rows),
 // its warps split K in pieces of 128; each lane loads 16 bytes of two W rows per 32-wide K step straight into the
@@ -49,7 +50,7 @@ __device__ __forceinline__ uint4 load16_fresh(const bf16_t* address, bool inside
 // up column F + c0 + 8 m + r - 8.
 template <int NT, int WARPS, SkinnyEpilogue EPILOGUE, int MT>
 __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) {
-  __shared__ float partial[WARPS][16][16 * MT];  // [warp][x row][W row of the CTA's tiles]
+  __shared__ float partial[WARPS][8 * NT][16 * MT];  // [warp][x row][W row of the CTA's tiles]
   __shared__ int last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int g = lane / 4, t = lane % 4;
@@ -178,8 +179,11 @@ Status launch(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStrea
 // The warps are chosen from the one-tile CTA count, so a wider CTA (MT 2) keeps every output's sum order.
 template <int NT, SkinnyEpilogue EPILOGUE, int MT>
 Status launch_warps(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
-  // Few column tiles (o_proj, down_proj, q/k/v): 16 warps a CTA, so each SM still keeps 16 warps' loads in flight.
-  if (ctas <= 512) return launch<NT, 16, EPILOGUE, MT>(args, ctas, programmatic, stream);
+  // Few column tiles (o_proj, down_proj, q/k/v): 16 warps a CTA, so each SM still keeps 16 warps' loads in flight
+  // (up to 16 rows; taller x keeps 8 warps: the partial sums' shared memory).
+  if constexpr (NT <= 2) {
+    if (ctas <= 512) return launch<NT, 16, EPILOGUE, MT>(args, ctas, programmatic, stream);
+  }
   return launch<NT, 8, EPILOGUE, MT>(args, ctas, programmatic, stream);
 }
 
@@ -187,23 +191,25 @@ template <SkinnyEpilogue EPILOGUE>
 Status launch_tiles(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
   // Two W tiles a CTA only where that still leaves at least 512 CTAs (gate/up, the head): x read half as often.
   if constexpr (EPILOGUE != SkinnyEpilogue::ResidualNorm) {
-    if (args.wide && ctas >= 1024) {
+    if (args.wide && ctas >= 1024 && args.rows <= 16) {
       if (args.rows <= 8) return launch_warps<1, EPILOGUE, 2>(args, ctas, programmatic, stream);
       return launch_warps<2, EPILOGUE, 2>(args, ctas, programmatic, stream);
     }
   }
   if (args.rows <= 8) return launch_warps<1, EPILOGUE, 1>(args, ctas, programmatic, stream);
-  return launch_warps<2, EPILOGUE, 1>(args, ctas, programmatic, stream);
+  if (args.rows <= 16) return launch_warps<2, EPILOGUE, 1>(args, ctas, programmatic, stream);
+  if (args.rows <= 32) return launch_warps<4, EPILOGUE, 1>(args, ctas, programmatic, stream);
+  return launch_warps<6, EPILOGUE, 1>(args, ctas, programmatic, stream);
 }
 
 }  // namespace
 
 Status skinny_gemm(const SkinnyGemm& args, bool programmatic, cudaStream_t stream) {
   if (args.rows == 0) return ok_status();
-  if (!skinny_gemm_supported(args.rows, args.k) ||
+  if (!skinny_gemm_supported(args.rows, args.k, kSkinnyMaxRows) ||
       (args.epilogue == SkinnyEpilogue::Swiglu && args.n % 2 != 0) ||
       (args.epilogue == SkinnyEpilogue::ResidualNorm && (args.ticket == nullptr || args.ldy != args.n))) {
-    return Status(ErrorCode::InvalidArgument, "skinny_gemm takes 1..16 rows and K a multiple of 8 (SwiGLU: even n; residual norm: "
+    return Status(ErrorCode::InvalidArgument, "skinny_gemm takes 1..48 rows and K a multiple of 8 (SwiGLU: even n; residual norm: "
                                               "a ticket and ldy = n), "
                                               "not " + std::to_string(args.rows) + " rows, K " +
                                                   std::to_string(args.k) + ", n " + std::to_string(args.n));
