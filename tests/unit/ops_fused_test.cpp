@@ -8,6 +8,7 @@
 
 #include "base/thread_pool.h"
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/matmul_avx512.h"
 #include "ops_test_util.h"
 
 namespace ls::compute {
@@ -172,6 +173,34 @@ TEST(OpsFused, SwitchedOffOrTooManyRowsTheStepsDeclineAndWriteNothing) {
       EXPECT_EQ(matmul_swiglu(ctx, x.data(), rows, w.view(), w.view(), y.data(), h.data(), y.data()), expected);
       if (!expected) EXPECT_TRUE(std::isnan(y[0]) && std::isnan(h[0])) << "rows=" << rows;
     }
+  }
+}
+
+// Many-row calls give the same bits whether their column chunks are split statically or claimed one at a time.
+TEST(OpsFused, ManyRowCallsGiveTheSameBitsSplitStaticallyOrClaimedChunkByChunk) {
+  ThreadPool two(2), three(3);
+  for (NumericMode mode : {NumericMode::Bf16, NumericMode::Fp32}) {
+    OwnedMatrix w1 = random_matrix(200, 96, 51, mode), w3 = random_matrix(120, 96, 52, mode);
+    if (mode == NumericMode::Bf16) pack_for_cpu(w1);
+    for (int64_t rows : {17, 64, 130})
+      for (ThreadPool* pool : {&two, &three}) {
+        const OpContext ctx{pool, mode};
+        const std::vector<float> x = activations(rows, 96, 53 + rows, mode);
+        std::vector<std::vector<float>> outs;
+        for (bool chunked : {false, true}) {
+          set_many_rows_chunked(chunked);
+          std::vector<float> y1 = poisoned(rows * 200), y3 = poisoned(rows * 120);
+          const Matrix views[] = {w1.view(), w3.view()};
+          float* const ys[] = {y1.data(), y3.data()};
+          matmul_group(ctx, x.data(), rows, views, ys);
+          ASSERT_TRUE(all_finite(y1) && all_finite(y3)) << rows;
+          y1.insert(y1.end(), y3.begin(), y3.end());
+          outs.push_back(y1);
+        }
+        set_many_rows_chunked(false);
+        EXPECT_TRUE(bitwise_equal(outs[0].data(), outs[1].data(), outs[0].size()))
+            << "rows=" << rows << " threads=" << pool->size();
+      }
   }
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "base/thread_pool.h"
 #include "ops_test_util.h"
@@ -105,6 +106,27 @@ TEST(OpsSumSlots, SumsEachRowsSlotsInSlotOrderWithOneRounding) {
                                                  sum_slots(OpContext{nullptr, mode}, in, rows, k, width, y);
                                                }),
               0);
+  }
+}
+
+// store_activations (16 lanes at a time where AVX-512 runs) rounds every value as round_to_bf16 does, bit for bit:
+// ties to even, NaN kept quiet, infinities, denormals, and a tail shorter than a vector; Fp32 mode leaves them as is.
+TEST(OpsStore, Bf16ModeRoundsEveryValueAsRoundToBf16IncludingTiesNanAndTails) {
+  std::vector<float> values = random_values(1000, 61, 100.0f);
+  const uint32_t specials[] = {0x3f808000u,  // a tie: rounds down to even
+                               0x3f818000u,  // a tie: rounds up to even
+                               0x7fc00001u, 0xffa00000u,  // quiet and signalling NaN
+                               0x7f800000u, 0xff800000u,  // infinities
+                               0x00000001u, 0x807fffffu,  // denormals
+                               0x7f7fffffu};              // rounds up to infinity
+  for (size_t i = 0; i < std::size(specials); ++i) std::memcpy(&values[3 + 40 * i], &specials[i], sizeof(float));
+  for (size_t count : {size_t{1000}, size_t{997}, size_t{5}}) {
+    std::vector<float> got(values.begin(), values.begin() + count), expected = got, untouched = got;
+    for (float& value : expected) value = round_to_bf16(value);
+    store_activations(OpContext{nullptr, NumericMode::Bf16}, got);
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), count * sizeof(float)), 0) << count << " values";
+    store_activations(OpContext{nullptr, NumericMode::Fp32}, untouched);
+    EXPECT_EQ(std::memcmp(untouched.data(), values.data(), count * sizeof(float)), 0) << count << " values";
   }
 }
 

@@ -71,6 +71,15 @@ int64_t stream_chunk_bytes() { return chunk_bytes_setting().load(std::memory_ord
 std::atomic<int64_t> g_unprefetched_rows{kUnprefetchedVerifyRows};
 std::atomic<int64_t> g_prefetch_groups{kPrefetchGroups};
 
+// Many-row calls split each matrix's 16-column chunks statically (as before) unless LS_CPU_CHUNKED_ROWS=1 at start or
+// set_many_rows_chunked(true) makes them claim the chunks one at a time (A/B timing; the bits never depend on it;
+// 2-thread prefills of 64-200 rows on the loaded host came out either way by 10-30 %).
+std::atomic<bool> g_many_rows_chunked{[] {
+  const char* text = std::getenv("LS_CPU_CHUNKED_ROWS");
+  return text && text[0] == '1';
+}()};
+bool many_rows_chunked() { return g_many_rows_chunked.load(std::memory_order_relaxed); }
+
 // Where a column's weights sit: value (c, k) at column(c) + (k / 32) * step + k % 32. Row-major: column(c) = c * K,
 // step 32. Packed panels (Matrix::packed): column(c) = panel c / 8 + (c % 8) * 32, step 8 * 32.
 template <typename Weight>
@@ -422,6 +431,8 @@ bool pack_for_cpu(OwnedMatrix& matrix) {
   return pack_for_cpu(std::span<OwnedMatrix* const>(&one, 1)) == 1;
 }
 
+void set_many_rows_chunked(bool on) { g_many_rows_chunked.store(on); }
+
 void set_verify_prefetch(int64_t unprefetched_rows, int64_t groups) {
   g_unprefetched_rows.store(unprefetched_rows >= 0 ? unprefetched_rows : kUnprefetchedVerifyRows);
   g_prefetch_groups.store(groups > 0 ? groups : kPrefetchGroups);
@@ -650,9 +661,11 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
                   std::min(N, (end - m.first_chunk) * chunk_columns));
     }
   };
+  // Many rows: a static split per matrix, or (set_many_rows_chunked) one claimed chunk at a time, so that a worker
+  // still waking from sleep (~80 us on the development VM) or preempted costs its chunks' time instead of a wait.
   if (!ctx.pool) {
     run(0, 0, chunks);
-  } else if (streaming) {
+  } else if (streaming || many_rows_chunked()) {
     ctx.pool->parallel_chunks(chunks, run);
   } else {
     for (size_t i = 0; i < count; ++i) {

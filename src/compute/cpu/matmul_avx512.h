@@ -33,6 +33,10 @@ int64_t set_stream_chunk_bytes(int64_t bytes);
 // (default 6; -1 = default) take none, wider ones prefetch `groups` 8-column groups ahead (default 2; 0 = default).
 void set_verify_prefetch(int64_t unprefetched_rows, int64_t groups);
 
+// Whether many-row calls (more than a verify window's rows) split their column chunks statically per matrix (default)
+// or claim them one at a time (LS_CPU_CHUNKED_ROWS=1): for A/B timing; the same bits either way.
+void set_many_rows_chunked(bool on);
+
 // Output columns [begin, end) of w (its rows begin .. end-1) as a matrix of their own, sharing the weights (and the
 // packed panels: begin must be a multiple of kPackedColumns).
 Matrix column_slice(const Matrix& w, int64_t begin, int64_t end);
