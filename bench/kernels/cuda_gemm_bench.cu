@@ -2,18 +2,20 @@
 // plus the device sampler. Usage: cuda_gemm_bench [table.txt [shapes [widths [filter]]]] (prints the table, writes
 // it to the file; shapes, e.g. 8192->2048 or 2048->6144,8192->2048, times those shapes only; widths, e.g. 128,2048, those m
 // only, and then skips the sampler; filter, "+text" / "-text": only the pinned configurations whose name has / has
-// not text).
+// not text). cuda_gemm_bench --chain: what a kernel boundary costs in a graph (chain_bench).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "base/hash.h"
 #include "compute/cuda/kernels.h"
+#include "compute/cuda/pdl.cuh"
 
 using namespace ls;
 using namespace ls::cuda;
@@ -119,9 +121,107 @@ double graph_ms(F body, int count) {
   return samples[samples.size() / 2];
 }
 
+__global__ void empty_kernel() {}
+
+__global__ void empty_programmatic_kernel() {
+  let_next_kernel_start();
+  wait_for_previous_kernel();
+}
+
+// --chain (issue 8, what a kernel boundary costs inside a decode step): chains of `kChain` launches captured in one
+// CUDA graph on a non-blocking stream, us per launch (median of 15 replays): empty kernels plain / programmatic, the
+// 1-row add_rms_norm (2048), the 1-row GEMM 2048->2048 with one weight copy (L2-resident) and with 48 (DRAM), each
+// reading the previous one's output, and the decode layer's norm -> GEMM pairs.
+int chain_bench() {
+  constexpr int kChain = 96, kCopies = 48;
+  constexpr int64_t D = 2048;
+  cudaStream_t stream = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const GemmEngine engine;
+  DeviceBuffer<__nv_bfloat16> w, a, b, weight;
+  check(w.allocate(kCopies * D * D));
+  check(a.allocate(D));
+  check(b.allocate(D));
+  check(weight.allocate(D));
+  fill_kernel<<<1024, 256>>>(w.data(), kCopies * D * D, 1);
+  fill_kernel<<<8, 256>>>(a.data(), D, 2);
+  fill_kernel<<<8, 256>>>(b.data(), D, 3);
+  fill_kernel<<<8, 256>>>(weight.data(), D, 4);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  bf16* x = reinterpret_cast<bf16*>(a.data());
+  bf16* y = reinterpret_cast<bf16*>(b.data());
+  const bf16* gain = reinterpret_cast<const bf16*>(weight.data());
+  auto matrix = [&](int i) {
+    return DeviceMatrix{reinterpret_cast<const bf16*>(w.data()) + (i % kCopies) * D * D, nullptr, D, D};
+  };
+  auto one = [&](int i) { return DeviceMatrix{reinterpret_cast<const bf16*>(w.data()), nullptr, D, D}; };
+  struct Case {
+    const char* name;
+    int launches_per_step;
+    std::function<Status(int)> step;
+  };
+  const Case cases[] = {
+      {"empty kernel, plain launch", 1,
+       [&](int) {
+         empty_kernel<<<1, 32, 0, stream>>>();
+         return ok_status();
+       }},
+      {"empty kernel, programmatic", 1,
+       [&](int) { return launch_programmatic(empty_programmatic_kernel, dim3(1), 32, 0, stream); }},
+      {"empty kernel x 132 CTAs, programmatic", 1,
+       [&](int) { return launch_programmatic(empty_programmatic_kernel, dim3(132), 128, 0, stream); }},
+      {"add_rms_norm 1 x 2048", 1, [&](int) { return add_rms_norm(x, y, 1, D, gain, 1e-5f, y, stream); }},
+      {"GEMM 2048->2048 m 1, W in L2", 1,
+       [&](int i) { return engine.gemm(i % 2 ? y : x, 1, one(i), i % 2 ? x : y, nullptr, stream); }},
+      {"GEMM 2048->2048 m 1, W from DRAM", 1,
+       [&](int i) { return engine.gemm(i % 2 ? y : x, 1, matrix(i), i % 2 ? x : y, nullptr, stream); }},
+      {"add_rms_norm + GEMM (DRAM), per pair", 2,
+       [&](int i) {
+         const Status norm = add_rms_norm(x, y, 1, D, gain, 1e-5f, y, stream);
+         if (!norm.ok()) return norm;
+         return engine.gemm(y, 1, matrix(i), x, nullptr, stream);
+       }},
+  };
+  std::printf("kernel chains (%d launches in one graph; us per launch):\n", kChain);
+  for (const Case& c : cases) {
+    check(c.step(0));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < kChain / c.launches_per_step; ++i) check(c.step(i));
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    cudaEvent_t start, stop;
+    CHECK_CUDA(cudaEventCreate(&start));
+    CHECK_CUDA(cudaEventCreate(&stop));
+    std::vector<double> us;
+    for (int r = 0; r < 15; ++r) {
+      CHECK_CUDA(cudaEventRecord(start, stream));
+      CHECK_CUDA(cudaGraphLaunch(exec, stream));
+      CHECK_CUDA(cudaEventRecord(stop, stream));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      us.push_back(ms * 1e3 / kChain);
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("  %-40s %7.2f us\n", c.name, us[us.size() / 2]);
+    CHECK_CUDA(cudaEventDestroy(start));
+    CHECK_CUDA(cudaEventDestroy(stop));
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+  }
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--chain") return chain_bench();
   std::string table;
   auto emit = [&](const char* format, auto... args) {
     char line[512];

@@ -332,9 +332,9 @@ TEST(CudaDecodeTail, TheTargetWithTailNormsL2PrefetchAndProgrammaticLaunchesGive
       runs.push_back(tail_run_bits(target, false));
       runs.push_back(tail_run_bits(target, false));
     }
+    EXPECT_GT(target.graph_count(), 0);  // (before the reset below drops them)
     target.set_decode_tail(false, 0);
     gpu::set_programmatic_state_launches(false);
-    EXPECT_GT(target.graph_count(), 0);
     ASSERT_FALSE(runs[0].empty());
     for (size_t i = 1; i < runs.size(); ++i) {
       const std::vector<uint32_t>& want = runs[i % 3 == 0 ? 0 : 1];
