@@ -64,10 +64,11 @@ def python_prompts(tokenizer, count: int, max_prompt_tokens: int, seed: int, wor
     files = sorted((it for it in files if not corpus.held_out(it[1])), key=lambda it: (corpus.h64(it[1]), it[1]))
     code, chats = [], []
     with multiprocessing.Pool(workers) as pool:
+        # Drain every result rather than terminate the pool with tasks in flight (corpus.py does the same): a busy
+        # pool killed this way left defunct workers and hung a 2-GPU run here for its whole 600 s budget.
         for result in pool.imap(corpus.parse_python, files, chunksize=32):
             if len(code) >= count // 2 and len(chats) >= count - count // 2:
-                pool.terminate()
-                break
+                continue
             if result is None:
                 continue
             rel, text, module, objects = result
