@@ -27,7 +27,7 @@
 //                                                                         (lanes8)
 //             [--row-buckets off|on]                                       on: the trim keeps verify totals of pending
 //                                                                         rows + 0,1,2,3,4,6,8,12,16,.. (lanes8)
-//             [--rules old|new]                                            new: the three lanes8 rules above on
+//             [--rules old|new]                                            new: --absorb-call priced --group-budget on
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
@@ -204,8 +204,8 @@ int g_quiet_reprice_every = 0;
 bool g_group_probes = true;
 // --absorb-call priced: PricingOptions::price_absorb_call (lanes8; off by default until an H200 batch shows it wins).
 bool g_price_absorb_call = false;
-// --deep-chances confidence: PricingOptions::confidence_for_unexplored (lanes8; off by default, as above).
-bool g_confidence_for_unexplored = false;
+// --deep-chances prior: PricingOptions::confidence_for_unexplored off (lanes8; on by default since s7A).
+bool g_confidence_for_unexplored = true;
 // --group-budget on: PricingOptions::budget_group_probes (lanes8; off by default, as above).
 bool g_budget_group_probes = false;
 // --row-buckets on: PricingOptions::bucket_verify_rows (lanes8; off by default, as above).
@@ -719,7 +719,7 @@ int main(int argc, char** argv) {
     else if (flag == "--row-buckets") ls::g_bucket_verify_rows = value == "on";
     else if (flag == "--rules") {
       const bool on = value == "new";
-      ls::g_price_absorb_call = ls::g_confidence_for_unexplored = ls::g_budget_group_probes = on;
+      ls::g_price_absorb_call = ls::g_budget_group_probes = on;
     }
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;

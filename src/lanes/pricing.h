@@ -63,7 +63,9 @@ struct PricingOptions {
   // (averaged over every draft it made) instead of the fixed prior (0.5-0.6 past depth 4), and every pooled depth
   // starts its average there: a probe's few outcomes move it, they do not replace it (the 1.2B at 16 streams on the
   // H200: a q = 0.83 drafter priced at the prior past the depths its probes reached never looked worth a group round).
-  bool confidence_for_unexplored = false;
+  // On by default since H200 batch s7A (1.2B synth at 16 streams, same binary: 1.31x with 64 passes against 0.96x
+  // with 7; lanes_bench --deep-chances prior for the old rule).
+  bool confidence_for_unexplored = true;
   // Group probes draw on the probe budget like a stream's own probes (before: on their doubling wait alone, 3 probe
   // rounds in a 64-token nano run, ~10% of its time at 16 streams).
   bool budget_group_probes = false;

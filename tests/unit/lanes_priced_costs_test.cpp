@@ -99,7 +99,9 @@ TEST(LanesPricedCosts, WhereOnlyDeepWindowsPayAConfidentDrafterIsBoughtDeepWindo
   Outcome plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
   LanesOptions new_options;
   new_options.pricing.confidence_for_unexplored = true;
-  Outcome old_run = run_lanes(clock, target, drafter, arrivals, LanesOptions{});
+  LanesOptions old_options;
+  old_options.pricing.confidence_for_unexplored = false;
+  Outcome old_run = run_lanes(clock, target, drafter, arrivals, old_options);
   Outcome new_run = run_lanes(clock, target, drafter, arrivals, new_options);
   ASSERT_EQ(tokens_of(old_run), tokens_of(plain));
   ASSERT_EQ(tokens_of(new_run), tokens_of(plain));
