@@ -40,6 +40,13 @@ std::atomic<bool> g_lean_down_prefetch{false};
 
 void set_moe_lean_down_prefetch(bool on) { g_lean_down_prefetch = on; }
 
+namespace {
+std::atomic<int> g_expert_l2{0};
+}  // namespace
+
+void set_moe_expert_l2(int mode) { g_expert_l2 = mode; }
+int moe_expert_l2() { return g_expert_l2.load(); }
+
 ExpertFfnPath chosen_expert_ffn_path(int64_t rows) {
   const auto pinned = static_cast<ExpertFfnPath>(g_pinned_path.load());
   if (pinned != ExpertFfnPath::Automatic) return pinned;

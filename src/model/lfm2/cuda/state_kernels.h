@@ -169,6 +169,10 @@ struct ExpertFfn {
   const float* weights = nullptr;    // [rows * top_k] route weights in slot order
   bf16* y = nullptr;                 // [rows, D]
   int32_t* tickets = nullptr;
+  // Optional: up to three weight ranges of the next launches (the next layer's mixer projections) the lean paths
+  // prefetch into L2 from the gate|up launch under set_moe_expert_l2(2).
+  const bf16* l2_next[3] = {nullptr, nullptr, nullptr};
+  int64_t l2_next_bytes[3] = {0, 0, 0};
 };
 Status expert_ffn(const ExpertFfn& ffn, cudaStream_t stream);
 // Whether expert_ffn writes ffn.y itself (y, weights and tickets set, the streamed path with 16-column down items:
@@ -198,6 +202,10 @@ const char* expert_ffn_path_name(ExpertFfnPath path);
 void pin_expert_ffn_path_for_test(ExpertFfnPath path);
 // Bench switch (off): StreamedLean and StreamedLeanCombine also prefetch the down weights into L2 from gate|up.
 void set_moe_lean_down_prefetch(bool on);
+// Bench switch for the lean paths (0, off, by default; the same bits): 1: the expert weight loads marked evict-first
+// in L2; 2: also the gate|up CTAs prefetching ExpertFfn::l2_next into L2 before their programmatic wait.
+void set_moe_expert_l2(int mode);
+int moe_expert_l2();
 
 // The expert GEMM kernels. Automatic picks by the forward's rows; the others are pins for tests and benches.
 enum class ExpertKernel { Automatic, Scalar, Rows16, Rows64, Rows128, Rows16Narrow };
