@@ -496,6 +496,22 @@ int main(int argc, char** argv) {
     target->set_graphs(true);
     expert_path_ms.push_back({"lean, combine in down, down to L2", time_steps(o.decode_tokens)});
     lfm2::gpu::set_moe_lean_down_prefetch(false);
+    for (const int l2 : {1, 2}) {  // moe7: expert loads evict-first in L2; and the next layer's mixer weights into L2
+      lfm2::gpu::set_moe_expert_l2(l2);
+      target->set_graphs(false);
+      target->set_graphs(true);
+      expert_path_ms.push_back({l2 == 1 ? "lean, combine in down, evict-first" : "lean, combine in down, next layer to L2",
+                                time_steps(o.decode_tokens)});
+    }
+    lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLean);
+    target->set_graphs(false);
+    target->set_graphs(true);
+    expert_path_ms.push_back({"lean, next layer to L2", time_steps(o.decode_tokens)});
+    lfm2::gpu::set_moe_expert_l2(0);
+    lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLeanCombine);
+    target->set_graphs(false);
+    target->set_graphs(true);
+    expert_path_ms.push_back({"lean, combine in down (again)", time_steps(o.decode_tokens)});
     lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
     lfm2::gpu::set_moe_fused_launches(2);
     target->set_graphs(false);
