@@ -372,6 +372,7 @@ int main(int argc, char** argv) {
     return ms_since(start) / count;
   };
   const double decode_ms = time_steps(o.decode_tokens);
+  const int step_kernels = target->last_graph_kernels();  // the decode step's graph (captured by now)
   // The same steps without CUDA graphs (every op launched from the host).
   target->set_graphs(false);
   const double eager_ms = time_steps(o.decode_tokens);
@@ -414,7 +415,8 @@ int main(int argc, char** argv) {
       lfm2::gpu::set_programmatic_state_launches(mode.pdl);
       target->set_decode_tail(mode.norms, mode.l2_mb, mode.conv);  // drops the graphs
       time_steps(4);
-      tail_ms.push_back({mode.name, time_steps(o.decode_tokens)});
+      const double ms = time_steps(o.decode_tokens);
+      tail_ms.push_back({std::string(mode.name) + " (" + std::to_string(target->last_graph_kernels()) + " k)", ms});
     }
     lfm2::gpu::set_programmatic_state_launches(false);
     target->set_decode_tail(false, 0);
@@ -526,8 +528,8 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, double>> decode_profile = target->profile();
   target->set_profiling(false);
   if (o.decode_only) {
-    std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms\n",
-                o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms);
+    std::printf("gpu_bench %s: decode step %.3f ms (floor %.3f ms, ratio %.2f), without graphs %.3f ms, %d kernels\n",
+                o.model.c_str(), decode_ms, floor_ms, floor_ms / decode_ms, eager_ms, step_kernels);
     if (o.l2_prefetch_ab)
       std::printf("  decode step, L2 weight prefetch %.3f ms (ratio %.2f)\n", prefetch_ms, floor_ms / prefetch_ms);
     if (o.decode_fused)
@@ -545,7 +547,7 @@ int main(int argc, char** argv) {
     for (const auto& [path, ms] : expert_path_ms)
       std::printf("  decode step, experts %-22s %.3f ms (ratio %.2f)\n", path.c_str(), ms, floor_ms / ms);
     for (const auto& [name, ms] : tail_ms)
-      std::printf("  decode step, %-28s %.3f ms (ratio %.2f)\n", name.c_str(), ms, floor_ms / ms);
+      std::printf("  decode step, %-36s %.3f ms (ratio %.2f)\n", name.c_str(), ms, floor_ms / ms);
     for (const auto& [kind, ms] : decode_profile) std::printf("  profile %-24s %8.3f ms\n", kind.c_str(), ms / profiled);
     return 0;
   }
@@ -649,6 +651,7 @@ int main(int argc, char** argv) {
   std::printf("%-34s %9.3f ms %9.3f ms   (bytes/token %.1f MB, copy bw %.0f GB/s)\n", "decode step", decode_ms,
               floor_ms, per_token / 1e6, bandwidth / 1e9);
   std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step without graphs", eager_ms, floor_ms, floor_ms / eager_ms);
+  std::printf("%-34s %9d\n", "kernels per decode step (graph)", step_kernels);
   if (o.l2_prefetch_ab)
     std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step, L2 weight prefetch", prefetch_ms, floor_ms,
                 floor_ms / prefetch_ms);

@@ -333,6 +333,16 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
         LS_RETURN_IF_ERROR(enqueued);
         LS_CUDA_TRY(ended);
       }
+      size_t nodes = 0;  // the kernel launches of the captured forward (benches: the boundaries of a step)
+      if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) {
+        std::vector<cudaGraphNode_t> list(nodes);
+        int kernels = 0;
+        cudaGraphNodeType type;
+        if (nodes > 0 && cudaGraphGetNodes(graph, list.data(), &nodes) == cudaSuccess)
+          for (const cudaGraphNode_t node : list)
+            kernels += cudaGraphNodeGetType(node, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel;
+        last_graph_kernels_ = kernels;
+      }
       cudaGraphExec_t exec = nullptr;
       const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);

@@ -64,6 +64,8 @@ class CudaTarget final : public Target {
     if (!on) clear_graphs();
   }
   int graph_count() const { return static_cast<int>(graphs_.size()); }
+  // Kernel nodes of the graph captured last (benches: the kernel boundaries of a decode step); 0 before any.
+  int last_graph_kernels() const { return last_graph_kernels_; }
   // Up to 16 rows: each residual add + RMSNorm runs in the prologue of the decode GEMM it feeds (the same bits; off by
   // default: the staged kernels it needs measured slower on the H200, batch B of session 4: decode 2.36 ms against
   // 1.28 with the norm launches); ffn false keeps the FFN's norm launch (and the streaming gate_up + SwiGLU kernel)
@@ -165,6 +167,7 @@ class CudaTarget final : public Target {
   bool decode_tail_conv_ = false;
   cuda::DecodeTail tail_next_;  // what the next gemm_out runs after its GEMM (run_layers sets it)
   bool tail_normed_ = false;
+  int last_graph_kernels_ = 0;
   cuda::DeviceBuffer<unsigned> tail_ticket_;  // [1] the tail launches' ticket (zero between launches)
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> sightings_;
