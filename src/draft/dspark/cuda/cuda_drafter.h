@@ -202,7 +202,8 @@ class CudaDsparkDrafter final : public Drafter {
   // Requests the last draft() pass ran (its count rounded up to its bucket; padding included).
   int last_pass_requests() const { return last_pass_requests_; }
   int64_t graph_failures() const { return graph_failures_; }
-  // Pins the block attention variant (bench/test; nullopt = the automatic choice) and the scan's step (true:
+  // Pins the block attention variant (bench/test; nullopt = the automatic choice: Cooperative where its grid is
+  // resident at once, else Split; Split pinned is the old path) and the scan's step (true:
   // markov_step_fused where supported, false: gather + cuBLAS W2 GEMM + markov_pick; nullopt: automatic).
   // (Each drops the captured graphs, which hold the launches of the old choice.)
   void set_attention_kernel(std::optional<BlockAttentionKernel> kernel) {
@@ -265,9 +266,10 @@ class CudaDsparkDrafter final : public Drafter {
     fused_absorb_ = on;
     graphs_.clear();
   }
-  // The block pass's own kernels (q/k/v heads, the split attention's launches, residual norms, SwiGLU) launched to
-  // overlap the previous kernel's tail (programmatic dependent launch; each waits before reading): the same bits;
-  // off by default until an H200 batch times it (session 7).
+  // The block pass's own kernels (q/k/v heads, residual norms, SwiGLU) launched to overlap the previous kernel's tail
+  // (programmatic dependent launch; each waits before reading): the same bits; off by default until an H200 batch
+  // times it (session 7; s7A with the split attention's launches programmatic too: 0.476 vs 0.481 ms at 1 stream
+  // with the one-launch attention, +45 us at 4 streams from those attention launches, which no longer take it).
   void set_block_programmatic(bool on) {
     block_programmatic_ = on;
     graphs_.clear();
