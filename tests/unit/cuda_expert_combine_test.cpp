@@ -260,9 +260,12 @@ TEST(CudaExpertCombine, TheDownLaunchCombinesOnlyOnTheStreamedPathUpTo1024Slots)
   pin_expert_ffn_path_for_test(ExpertFfnPath::FourLaunches);
   EXPECT_FALSE(expert_ffn_combines(f)) << "four launches";
   pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
-  EXPECT_TRUE(expert_ffn_combines(f)) << "the automatic pick at 1 row is streamed";
+  EXPECT_TRUE(expert_ffn_combines(f)) << "the automatic pick at 1 row is lean, combining in down";
   f.tickets = nullptr;
+  EXPECT_TRUE(expert_ffn_combines(f)) << "the lean down launch combines without tickets";
+  pin_expert_ffn_path_for_test(ExpertFfnPath::Streamed);
   EXPECT_FALSE(expert_ffn_combines(f)) << "no tickets";
+  pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
   EXPECT_EQ(expert_combine_tickets(2048), 128);
   EXPECT_EQ(expert_combine_tickets(264), 17);
 }

@@ -18,6 +18,11 @@ std::atomic<int> g_pinned_path{static_cast<int>(ExpertFfnPath::Automatic)};
 // streamed, 2.367 four launches, 2.510 two launches; batch B at 32 / 64 rows: streamed 182.2 / 223.7, four launches
 // 210.4 / 216.9). Two launches stay a pin.
 constexpr int64_t kStreamedMaxRows = 32;
+// Which streamed path (moe7, H200 batch s7A: one 8B layer, plan + experts + combine, eager, us at 1 / 2 / 4 / 16 /
+// 32 rows: streamed + combine launch 35.0 / 56.3 / 87.7 / 169.6 / 183.6, lean + combine launch 34.7 / 55.3 / 85.4 /
+// 165.9 / 180.5, lean combining in its down launch at 1 row 32.7; the 8B decode step 1.734 ms lean combining, 1.736
+// lean, 1.748 streamed): the lean kernels, whose down launch combines where one row chunk a warp covers the forward.
+constexpr ExpertFfnPath kStreamedPick = ExpertFfnPath::StreamedLeanCombine;
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
@@ -50,7 +55,7 @@ int moe_expert_l2() { return g_expert_l2.load(); }
 ExpertFfnPath chosen_expert_ffn_path(int64_t rows) {
   const auto pinned = static_cast<ExpertFfnPath>(g_pinned_path.load());
   if (pinned != ExpertFfnPath::Automatic) return pinned;
-  return rows <= kStreamedMaxRows ? ExpertFfnPath::Streamed : ExpertFfnPath::FourLaunches;
+  return rows <= kStreamedMaxRows ? kStreamedPick : ExpertFfnPath::FourLaunches;
 }
 
 const char* expert_ffn_path_name(ExpertFfnPath path) {

@@ -182,8 +182,8 @@ bool expert_ffn_combines(const ExpertFfn& ffn);
 // Ticket counters the combine in the down launch needs for hidden size D.
 int64_t expert_combine_tickets(int64_t hidden);
 
-// How expert_ffn runs its experts (every path gives the same bits). Automatic: streamed up to 32 rows where both
-// GEMMs would be on the tensor-core kernels (K >= 256), four launches otherwise. Streamed: the decode expert kernels
+// How expert_ffn runs its experts (every path gives the same bits). Automatic: StreamedLeanCombine up to 32 rows
+// where both GEMMs would be on the tensor-core kernels (K >= 256; since moe7, was Streamed), four launches otherwise. Streamed: the decode expert kernels
 // (expert_stream.cu: each warp streams one (expert row chunk of 8, column group) item through its own cp.async
 // pipeline), down items of 16 columns, or 8 under StreamedNarrow; StreamedSmallCtas: 2-warp CTAs; StreamedShallow: 6
 // stages a warp (three CTAs per SM, so the down CTAs stage weights beside the gate|up grid); StreamedLean: Streamed's
