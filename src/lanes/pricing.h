@@ -60,7 +60,7 @@ struct PricingOptions {
   // fastest call measured (before: free unless measured_rounds; on the nano pair a call costs about half a forward).
   bool price_absorb_call = false;
   // With a confidence head, depths no verify has reached yet are priced with the drafter's calibrated confidences
-  // (averaged over every draft it made) instead of the fixed prior (0.5-0.6 past depth 4), and every pooled depth
+  // (averaged over every draft it made) where they beat the fixed prior (0.5-0.6 past depth 4), and every pooled depth
   // starts its average there: a probe's few outcomes move it, they do not replace it (the 1.2B at 16 streams on the
   // H200: a q = 0.83 drafter priced at the prior past the depths its probes reached never looked worth a group round).
   // On by default since H200 batch s7A (1.2B synth at 16 streams, same binary: 1.31x with 64 passes against 0.96x
@@ -159,6 +159,8 @@ class Pricing {
  private:
   // What drafting this round costs the stream in absorbs: the call and its window's rows, plus its catch-up spread.
   double activation_ms(const Stream& stream, int cap, std::span<const float> chances) const;
+  // What a depth no verify has reached is priced at (confidence_for_unexplored): [depths] conditionals.
+  std::vector<double> unexplored_conditionals() const;
   // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
   std::vector<float> depth_chances(const Stream& stream, int cap) const;
   RoundCost round_cost() const;

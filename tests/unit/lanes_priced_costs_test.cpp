@@ -109,6 +109,30 @@ TEST(LanesPricedCosts, WhereOnlyDeepWindowsPayAConfidentDrafterIsBoughtDeepWindo
   EXPECT_LT(new_run.ms, old_run.ms * 0.9) << "prior " << old_run.ms << " ms, confidences " << new_run.ms << " ms";
 }
 
+TEST(LanesPricedCosts, AnUnderconfidentHeadDoesNotPriceUnexploredDepthsBelowThePrior) {
+  // One stream; the drafter lands 90% of its drafts but its head reports 40%. The depths no verify has reached are
+  // priced at the better of the prior and the calibrated confidences, so drafting starts as it does with the prior
+  // (the DSpark nano pair's head is underconfident: priced at its confidences alone, its one-stream greedy win of
+  // 1.63x fell to 0.86x in H200 batch s7A).
+  FixedClock clock;
+  FakeTargetOptions target = costed_fake_target(clock, 10.0, 0.5);
+  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.1);
+  drafter.confidences = true;
+  drafter.reported_wrong_rate = 0.6;
+  drafter.draft_fixed_ms = 8.0;
+  std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, 300);
+  Outcome plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
+  LanesOptions prior_options;
+  prior_options.pricing.confidence_for_unexplored = false;
+  Outcome prior_run = run_lanes(clock, target, drafter, arrivals, prior_options);
+  Outcome new_run = run_lanes(clock, target, drafter, arrivals, LanesOptions{});
+  ASSERT_EQ(tokens_of(new_run), tokens_of(plain));
+  ASSERT_GT(prior_run.stats.windows_with_drafts, 20);
+  EXPECT_GE(new_run.stats.windows_with_drafts * 10, prior_run.stats.windows_with_drafts * 9)
+      << "drafted windows: prior " << prior_run.stats.windows_with_drafts << ", new " << new_run.stats.windows_with_drafts;
+  EXPECT_LT(new_run.ms, plain.ms * 0.8) << "plain " << plain.ms << " ms, new " << new_run.ms << " ms";
+}
+
 TEST(LanesPricedCosts, GroupProbesOfADrafterThatNeverLandsTakeAtMostTheProbeBudgetWhenTheyDrawOnIt) {
   // 16 streams where only the group pays (a verify 10 ms + 0.25 ms a row; a pass 20 ms + 0.05 ms a draft row), a
   // drafter that is always wrong: every group probe (a pass and its verify rows, ~22 ms against a 14 ms plain round)

@@ -177,7 +177,8 @@ Draft FakeDrafter::draft_one(const DraftRequest& request, bool faulty) {
                                   : options_.wrong_rate;
     const bool wrong = hopeless || pass_wrong_ || uniform_open01(splitmix64(hash ^ 0xd1ce)) < wrong_rate;
     token = wrong ? (truth + 1) % options_.shape.vocab_size : truth;
-    chance *= hopeless ? 0.01 : std::max(0.05, 1.0 - options_.wrong_rate);
+    const double reported = options_.reported_wrong_rate >= 0 ? options_.reported_wrong_rate : options_.wrong_rate;
+    chance *= hopeless ? 0.01 : std::max(0.05, 1.0 - reported);
     draft.tokens.push_back(token);
     draft.chances.push_back(options_.confidences ? static_cast<float>(chance)
                                                  : std::numeric_limits<float>::quiet_NaN());

@@ -30,6 +30,7 @@ struct FakeDrafterOptions {
   double wrong_rate = 0.2;            // chance a draft is wrong, keyed by history and depth (0 = always right)
   int hopeless_from = -1;             // depth index from which every draft is wrong (and, with confidences, says so)
   bool confidences = false;           // report chances (else they are NaN)
+  double reported_wrong_rate = -1;    // >= 0: the chances report this rate, not wrong_rate (an underconfident head)
   FixedClock* clock = nullptr;        // when set, each pass advances it by fixed + per_row * streams * deepest
   double draft_fixed_ms = 2.0;
   double draft_row_ms = 0.2;
