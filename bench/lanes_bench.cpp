@@ -21,8 +21,9 @@
 //                                                                         where it alone could pay (before lanes7)
 //             [--absorb-call free|priced]                                  priced: a batched device absorb call is
 //                                                                         priced in every drafting round (lanes8)
-//             [--deep-chances prior|confidence]                            confidence: depths no verify reached are
-//                                                                         priced with calibrated confidences (lanes8)
+//             [--deep-chances prior|confidence]                            confidence (the default since s7A): depths
+//                                                                         no verify reached are priced at the better of
+//                                                                         the prior and the calibrated confidences
 //             [--group-budget off|on] [--row-buckets off|on]                                      on: group probes draw on the probe budget
 //                                                                         (lanes8)
 //             [--row-buckets off|on]                                       on: the trim keeps verify totals of pending
