@@ -4,7 +4,6 @@
 #include "draft/dspark/shared_steps.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <span>
@@ -71,16 +70,6 @@ CudaDsparkDrafter::CudaDsparkDrafter(const DsparkConfig& config, const bf16_t* e
   facts_.restarts = true;
   int device = 0;
   if (cudaGetDevice(&device) == cudaSuccess) facts_.tap_device = device;
-  // H200 A/B hook for the lanes benches (as LS_SAMPLER is for the sampler; drafts change speed, never tokens):
-  // LS_DRAFTER_ATTENTION=cooperative|split pins the block attention until a batch decides the default.
-  if (const char* pin = std::getenv("LS_DRAFTER_ATTENTION")) {
-    if (std::strcmp(pin, "cooperative") == 0) attention_pin_ = BlockAttentionKernel::Cooperative;
-    if (std::strcmp(pin, "split") == 0) attention_pin_ = BlockAttentionKernel::Split;
-  }
-  // LS_DRAFTER_BLOCK_PDL=1|0: the block pass's own kernels launched programmatically (set_block_programmatic).
-  if (const char* pin = std::getenv("LS_DRAFTER_BLOCK_PDL")) block_programmatic_ = std::strcmp(pin, "1") == 0;
-  // LS_DRAFTER_SKINNY_PARTS=N: set_skinny_parts(N) (e.g. 9: q/k/v, head and absorb's GEMMs skinny too).
-  if (const char* pin = std::getenv("LS_DRAFTER_SKINNY_PARTS")) skinny_parts_ = std::atoi(pin);
 }
 
 CudaDsparkDrafter::~CudaDsparkDrafter() {

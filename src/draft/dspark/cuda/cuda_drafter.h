@@ -267,9 +267,9 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   // The block pass's own kernels (q/k/v heads, residual norms, SwiGLU) launched to overlap the previous kernel's tail
-  // (programmatic dependent launch; each waits before reading): the same bits; off by default until an H200 batch
-  // times it (session 7; s7A with the split attention's launches programmatic too: 0.476 vs 0.481 ms at 1 stream
-  // with the one-launch attention, +45 us at 4 streams from those attention launches, which no longer take it).
+  // (programmatic dependent launch; each waits before reading): the same bits; off by default (session 7; s7A with
+  // the split attention's launches programmatic too: +45 us at 4 streams from those, which no longer take it; s7B
+  // without them: 0.483 vs 0.484 ms at 1 stream, 0.568 vs 0.569 at 4, so it stays off).
   void set_block_programmatic(bool on) {
     block_programmatic_ = on;
     graphs_.clear();

@@ -76,8 +76,8 @@ BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
   if (attention_pin_) return *attention_pin_;
   const BlockAttentionKernel automatic = choose_block_attention(count, c.block_size, dims);
-  // The split in one cooperative launch wherever its grid is resident at once (the same bits; batch s7A at 1
-  // stream: block pass 0.481 vs 0.488 ms).
+  // The split in one cooperative launch wherever its grid is resident at once (the same bits; block pass at 1 stream
+  // 0.481 vs 0.488 ms in batch s7A, 0.484 vs 0.491 in s7B).
   const bool fits =
       static_cast<size_t>(count) < cooperative_attention_fits_.size() && cooperative_attention_fits_[count];
   return automatic == BlockAttentionKernel::Split && fits ? BlockAttentionKernel::Cooperative : automatic;
