@@ -278,35 +278,6 @@ TEST(CudaDecodeTail, TheConvTailGivesTheBitsOfTheInProjGemmThenTheShortConvLaunc
   EXPECT_TRUE(gpu::conv_tail_fits(w.data(), in_proj, seventeen, ticket.data())) << "1 row";
 }
 
-// Every drawn row's logits (bits, when asked for), draw and taps (bits): a 20-row prompt (above 16 rows: no tails),
-// then windows of 1, 5, 16, 1, 3 and 1 rows, each committed whole; greedy on stream 1, sampled on 2.
-std::vector<uint32_t> tail_run_bits(Target& target, bool logits) {
-  std::vector<uint32_t> bits;
-  const std::vector<int32_t> tokens = testing::random_tokens(200, 5, target.facts().vocab_size);
-  size_t done = 0;
-  for (const int rows : {20, 1, 5, 16, 1, 3, 1}) {
-    std::vector<Window> windows(2);
-    for (int s = 0; s < 2; ++s) {
-      windows[s].stream = 1 + s;
-      windows[s].tokens = std::span<const int32_t>(tokens.data() + done + 7 * s, rows);
-      windows[s].want_logits = logits;
-      windows[s].sampling.temperature = s == 0 ? 0.0f : 0.8f;
-      windows[s].sampling.seed = 11;
-    }
-    Result<Verified> v = target.forward(windows);
-    EXPECT_TRUE(v.ok()) << v.status().to_string();
-    if (!v.ok()) return bits;
-    for (const float f : v->logits) bits.push_back(std::bit_cast<uint32_t>(f));
-    for (const float f : v->taps) bits.push_back(std::bit_cast<uint32_t>(f));
-    for (const int32_t d : v->draws) bits.push_back(static_cast<uint32_t>(d));
-    for (int s = 0; s < 2; ++s) EXPECT_TRUE(target.commit(1 + s, rows).ok());
-    done += rows;
-  }
-  target.release(1);
-  target.release(2);
-  return bits;
-}
-
 TEST(CudaDecodeTail, TheTargetWithTailNormsL2PrefetchAndProgrammaticLaunchesGivesTheLogitsTapsAndDrawsOfTheDefault) {
   LS_SKIP_WITHOUT_DEVICE();
   for (const bool moe : {false, true}) {
@@ -328,9 +299,9 @@ TEST(CudaDecodeTail, TheTargetWithTailNormsL2PrefetchAndProgrammaticLaunchesGive
     for (const auto& [norms, l2_mb, programmatic, conv] : modes) {
       gpu::set_programmatic_state_launches(programmatic);
       target.set_decode_tail(norms, l2_mb, conv);
-      runs.push_back(tail_run_bits(target, true));
-      runs.push_back(tail_run_bits(target, false));
-      runs.push_back(tail_run_bits(target, false));
+      runs.push_back(testing::window_run_bits(target, true));
+      runs.push_back(testing::window_run_bits(target, false));
+      runs.push_back(testing::window_run_bits(target, false));
     }
     EXPECT_GT(target.graph_count(), 0);  // (before the reset below drops them)
     target.set_decode_tail(false, 0);

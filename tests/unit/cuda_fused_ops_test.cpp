@@ -189,35 +189,6 @@ TEST(CudaTargetFusedOps, QkNormPlusRopeGivesTheBitsOfTwoNormsAndTwoRopes) {
 namespace ls::lfm2 {
 namespace {
 
-// Every drawn row's logits (bits, when asked for), draw and taps (bits) of a run: a 20-row prompt (above 16 rows:
-// never fused), then windows of 1, 5, 16, 1, 3 and 1 rows, each committed whole; greedy on stream 1, sampled on 2.
-std::vector<uint32_t> run_bits(Target& target, bool logits) {
-  std::vector<uint32_t> bits;
-  const std::vector<int32_t> tokens = testing::random_tokens(200, 5, target.facts().vocab_size);
-  size_t done = 0;
-  for (const int rows : {20, 1, 5, 16, 1, 3, 1}) {
-    std::vector<Window> windows(2);
-    for (int s = 0; s < 2; ++s) {
-      windows[s].stream = 1 + s;
-      windows[s].tokens = std::span<const int32_t>(tokens.data() + done + 7 * s, rows);
-      windows[s].want_logits = logits;
-      windows[s].sampling.temperature = s == 0 ? 0.0f : 0.8f;
-      windows[s].sampling.seed = 11;
-    }
-    Result<Verified> v = target.forward(windows);
-    EXPECT_TRUE(v.ok()) << v.status().to_string();
-    if (!v.ok()) return bits;
-    for (const float f : v->logits) bits.push_back(std::bit_cast<uint32_t>(f));
-    for (const float f : v->taps) bits.push_back(std::bit_cast<uint32_t>(f));
-    for (const int32_t d : v->draws) bits.push_back(static_cast<uint32_t>(d));
-    for (int s = 0; s < 2; ++s) EXPECT_TRUE(target.commit(1 + s, rows).ok());
-    done += rows;
-  }
-  target.release(1);
-  target.release(2);
-  return bits;
-}
-
 TEST(CudaTargetFusedOps, NormsInTheDecodeGemmProloguesGiveTheUnfusedLogitsTapsAndDraws) {
   LS_SKIP_WITHOUT_DEVICE();
   for (const bool moe : {false, true}) {
@@ -238,9 +209,9 @@ TEST(CudaTargetFusedOps, NormsInTheDecodeGemmProloguesGiveTheUnfusedLogitsTapsAn
     for (const int fused : {0, 1, 2, 3}) {
       cuda::set_decode_norm_configs(0, fused == 3 ? 4 : 2);
       target.set_decode_norm_fusion(fused > 0, fused > 1);
-      runs.push_back(run_bits(target, true));
-      runs.push_back(run_bits(target, false));
-      runs.push_back(run_bits(target, false));
+      runs.push_back(testing::window_run_bits(target, true));
+      runs.push_back(testing::window_run_bits(target, false));
+      runs.push_back(testing::window_run_bits(target, false));
     }
     cuda::set_decode_norm_configs(0, 2);
     EXPECT_GT(target.graph_count(), 0);

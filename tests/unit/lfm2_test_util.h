@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/hash.h"
@@ -98,5 +100,35 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 }
 
 constexpr NumericMode kModes[] = {NumericMode::Fp32, NumericMode::Bf16};
+
+// Every drawn row's logits (bits, when asked for), taps and draws of a two-stream run: a 20-row prompt (above 16
+// rows: no decode-only path runs), then windows of 1, 5, 16, 1, 3 and 1 rows, each committed whole; greedy on stream
+// 1, sampled on stream 2. Two modes of one target give equal vectors iff they give the same bits.
+inline std::vector<uint32_t> window_run_bits(Target& target, bool logits) {
+  std::vector<uint32_t> bits;
+  const std::vector<int32_t> tokens = random_tokens(200, 5, target.facts().vocab_size);
+  size_t done = 0;
+  for (const int rows : {20, 1, 5, 16, 1, 3, 1}) {
+    std::vector<Window> windows(2);
+    for (int s = 0; s < 2; ++s) {
+      windows[s].stream = 1 + s;
+      windows[s].tokens = std::span<const int32_t>(tokens.data() + done + 7 * s, rows);
+      windows[s].want_logits = logits;
+      windows[s].sampling.temperature = s == 0 ? 0.0f : 0.8f;
+      windows[s].sampling.seed = 11;
+    }
+    Result<Verified> v = target.forward(windows);
+    EXPECT_TRUE(v.ok()) << v.status().to_string();
+    if (!v.ok()) return bits;
+    for (const float f : v->logits) bits.push_back(std::bit_cast<uint32_t>(f));
+    for (const float f : v->taps) bits.push_back(std::bit_cast<uint32_t>(f));
+    for (const int32_t d : v->draws) bits.push_back(static_cast<uint32_t>(d));
+    for (int s = 0; s < 2; ++s) EXPECT_TRUE(target.commit(1 + s, rows).ok());
+    done += rows;
+  }
+  target.release(1);
+  target.release(2);
+  return bits;
+}
 
 }  // namespace ls::lfm2::testing
