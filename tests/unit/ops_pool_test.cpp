@@ -55,13 +55,15 @@ TEST(OpsPool, ALateWorkersShareIsTakenByTheOthersInsteadOfWaitedFor) {
   EXPECT_GE(joined, 1) << "the worker never joined: the stall was not exercised";
 }
 
-TEST(OpsPool, ChunkedAndStaticCallsMixBackToBackAndAfterIdleGaps) {
-  ThreadPool pool(3);
+// `calls` calls on `pool`, alternating parallel_chunks and parallel_for over 1 + call % `widths` items, with a nap
+// every `nap_every` calls (the workers go to sleep); succeeds iff every call ran each of its items exactly once.
+::testing::AssertionResult mixed_calls_run_every_item_once(ThreadPool& pool, int calls, int widths, int nap_every,
+                                                          std::chrono::microseconds nap) {
   int64_t expected = 0;
   std::atomic<int64_t> total{0};
-  for (int call = 0; call < 600; ++call) {
-    const int64_t count = 1 + call % 37;
-    if (call % 50 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));  // workers go to sleep
+  for (int call = 0; call < calls; ++call) {
+    const int64_t count = 1 + call % widths;
+    if (call % nap_every == 0) std::this_thread::sleep_for(nap);
     if (call % 2 == 0) {
       pool.parallel_chunks(count, [&](int, int64_t chunk, int64_t) { total.fetch_add(chunk + 1); });
     } else {
@@ -70,8 +72,15 @@ TEST(OpsPool, ChunkedAndStaticCallsMixBackToBackAndAfterIdleGaps) {
       });
     }
     expected += count * (count + 1) / 2;
-    ASSERT_EQ(total.load(), expected) << "call " << call;
+    if (total.load() != expected)
+      return ::testing::AssertionFailure() << "call " << call << ": sum " << total.load() << ", want " << expected;
   }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(OpsPool, ChunkedAndStaticCallsMixBackToBackAndAfterIdleGaps) {
+  ThreadPool pool(3);
+  EXPECT_TRUE(mixed_calls_run_every_item_once(pool, 600, 37, 50, std::chrono::microseconds(300)));
 }
 
 // The spin budget (LS_POOL_SPIN_US / set_spin_microseconds): with none every call wakes sleeping workers through the
@@ -83,21 +92,8 @@ TEST(OpsPool, AnySpinBudgetFromNoneToLongRunsEveryCallAndTheSetterReturnsThePrev
     const int previous = ThreadPool::set_spin_microseconds(spin);
     EXPECT_EQ(ThreadPool::spin_microseconds(), spin);
     ThreadPool pool(3);
-    int64_t expected = 0;
-    std::atomic<int64_t> total{0};
-    for (int call = 0; call < 200; ++call) {
-      const int64_t count = 1 + call % 11;
-      if (call % 20 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
-      if (call % 2 == 0) {
-        pool.parallel_chunks(count, [&](int, int64_t chunk, int64_t) { total.fetch_add(chunk + 1); });
-      } else {
-        pool.parallel_for(count, [&](int, int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) total.fetch_add(i + 1);
-        });
-      }
-      expected += count * (count + 1) / 2;
-      ASSERT_EQ(total.load(), expected) << "spin " << spin << " us, call " << call;
-    }
+    EXPECT_TRUE(mixed_calls_run_every_item_once(pool, 200, 11, 20, std::chrono::microseconds(200)))
+        << "spin " << spin << " us";
     EXPECT_EQ(ThreadPool::set_spin_microseconds(previous), spin);
   }
   EXPECT_EQ(ThreadPool::spin_microseconds(), before);
