@@ -1,9 +1,9 @@
 // cpu_bench --round ROWS,DEPTH: 1-stream rounds in a round's order (verify a window of ROWS tapped rows, commit 2,
 // absorb their taps, draft DEPTH), each phase timed by wall clock, with the arms (--fused masks x --spin-us pool spin
-// budgets x --chunk-kb few-row chunk sizes x --prefetch verify prefetch settings; --round-gap-us of busy host work before each phase, as the lanes' own
-// work) taken in turn round by round
-// so every arm sees the same phase of a shared host. Medians and bests per arm. With --cpu-time 1 at one thread, the
-// calling thread's CPU time instead (robust to other processes). Part of cpu_bench (not a test).
+// budgets x --chunk-kb few-row chunk sizes x --prefetch verify prefetch settings; --round-gap-us of busy host work
+// before each phase, as the lanes' own work) taken in turn round by round so every arm sees the same phase of a
+// shared host. Medians and bests per arm. With --cpu-time 1 at one thread, the calling thread's CPU time instead
+// (robust to other processes). Part of cpu_bench (not a test).
 #pragma once
 
 #include <time.h>
@@ -75,17 +75,20 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     std::fprintf(stderr, "%s failed: %s\n", what, status.to_string().c_str());
     std::exit(1);
   };
-  // The prompt, tapped and absorbed.
+  // The prompt, tapped and absorbed (again each time the stream starts over).
   std::vector<int32_t> tokens(plan.context);
   for (int i = 0; i < plan.context; ++i) tokens[i] = static_cast<int32_t>(splitmix64(i + 1) % vocab);
   Window window;
   window.stream = stream;
-  window.tokens = tokens;
-  window.first_drawn_row = plan.context - 1;
-  Result<Verified> prompt = target.forward(std::span<const Window>(&window, 1));
-  check(prompt.status(), "prompt forward");
-  check(target.commit(stream, plan.context), "prompt commit");
-  check(drafter.absorb(stream, 0, plan.context, prompt->taps), "prompt absorb");
+  auto feed_prompt = [&] {
+    window.tokens = tokens;
+    window.first_drawn_row = plan.context - 1;
+    Result<Verified> prompt = target.forward(std::span<const Window>(&window, 1));
+    check(prompt.status(), "prompt forward");
+    check(target.commit(stream, plan.context), "prompt commit");
+    check(drafter.absorb(stream, 0, plan.context, prompt->taps), "prompt absorb");
+  };
+  feed_prompt();
   int64_t position = plan.context;
   // Arms: every fusion mask with every spin budget, taken in turn round by round.
   struct Arm {
@@ -119,7 +122,8 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     compute::set_cpu_fusion_steps(static_cast<unsigned>(arm_list[arm].fused));
     if (arm_list[arm].spin >= 0) ThreadPool::set_spin_microseconds(arm_list[arm].spin);
     if (arm_list[arm].chunk > 0) compute::set_stream_chunk_bytes(int64_t{arm_list[arm].chunk} * 1024);
-    if (arm_list[arm].prefetch >= 0) compute::set_verify_prefetch(arm_list[arm].prefetch / 10, arm_list[arm].prefetch % 10);
+    if (const int prefetch = arm_list[arm].prefetch; prefetch >= 0)
+      compute::set_verify_prefetch(prefetch / 10, prefetch % 10);
     host_gap();
     for (int i = 0; i < plan.rows; ++i) row_tokens[i] = static_cast<int32_t>(splitmix64(r * 131 + i) % vocab);
     window.tokens = row_tokens;
@@ -150,15 +154,11 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     absorb[arm].push_back(ms(t1, t2) - gaps);
     pass[arm].push_back(ms(t2, t3));
     round[arm].push_back(ms(t0, t3) - gaps);
-    if (position >= std::min(plan.context + plan.span, 4000)) {  // start over: every arm sees contexts of context .. context + span
+    // Start over, so every arm sees contexts of context .. context + span.
+    if (position >= std::min(plan.context + plan.span, 4000)) {
       target.release(stream);
       drafter.release(stream);
-      window.tokens = tokens;
-      window.first_drawn_row = plan.context - 1;
-      Result<Verified> again = target.forward(std::span<const Window>(&window, 1));
-      check(again.status(), "prompt forward");
-      check(target.commit(stream, plan.context), "prompt commit");
-      check(drafter.absorb(stream, 0, plan.context, again->taps), "prompt absorb");
+      feed_prompt();
       position = plan.context;
     }
   }
