@@ -131,4 +131,19 @@ inline std::vector<uint32_t> window_run_bits(Target& target, bool logits) {
   return bits;
 }
 
+// Runs recorded three per mode by window_run_bits (with logits, then twice without: the third from captured graphs):
+// succeeds iff every run has the bits of the first mode's run of the same kind (with / without logits).
+inline ::testing::AssertionResult runs_match_the_first_mode(const std::vector<std::vector<uint32_t>>& runs) {
+  if (runs.empty() || runs[0].empty()) return ::testing::AssertionFailure() << "no bits recorded";
+  for (size_t i = 1; i < runs.size(); ++i) {
+    const std::vector<uint32_t>& want = runs[i % 3 == 0 ? 0 : 1];
+    if (runs[i].size() != want.size())
+      return ::testing::AssertionFailure() << "run " << i << ": " << runs[i].size() << " values, want " << want.size();
+    size_t differ = 0;
+    for (size_t j = 0; j < want.size(); ++j) differ += runs[i][j] != want[j];
+    if (differ != 0) return ::testing::AssertionFailure() << "run " << i << ": " << differ << " values differ";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace ls::lfm2::testing
