@@ -194,11 +194,17 @@ def drafter_config(target_config, tokenizer, args) -> DSparkConfig:
 def train(args, target, tokenizer, sequences: list[dict], log) -> DSparkDrafter:
     device = args.device
     torch.manual_seed(args.seed)
-    config = drafter_config(target.config, tokenizer, args)
-    drafter = DSparkDrafter(config).to(device)
+    if args.init:
+        # Continue a trained drafter (its own config: layers, block size, taps) on this run's data and schedule.
+        drafter = DSparkDrafter.load(args.init, device=device)
+        config = drafter.config
+        config.confidence_temperatures = None  # fitted again by calibrate_confidence.py for the new weights
+    else:
+        config = drafter_config(target.config, tokenizer, args)
+        drafter = DSparkDrafter(config).to(device)
     embedding = target_embedding(target).float()
     params = sum(p.numel() for p in drafter.parameters())
-    log({"event": "drafter", "params": params, "config": config.to_json_dict()})
+    log({"event": "drafter", "params": params, "init": args.init, "config": config.to_json_dict()})
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     warmup = max(1, int(0.04 * args.steps))
 
@@ -256,6 +262,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=192)
     parser.add_argument("--gen-batch", type=int, default=2048)
     parser.add_argument("--calibration-fraction", type=float, default=0.04)
+    parser.add_argument("--init", default=None, help="a trained drafter directory to continue from (its config wins "
+                        "over --layers/--ffn-mult/...)")
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--ffn-mult", type=int, default=3)
