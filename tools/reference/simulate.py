@@ -45,7 +45,8 @@ def drafts_at_every_anchor(drafter: DSparkDrafter, taps, tokens, draws, prompt_l
                            temperature: float = 0.0, seed: int = 0, chunk: int = 256) -> AnchorDrafts:
     """taps [S, m*d_t], tokens/draws [S]; anchors p in [prompt_length, length - gamma] so every slot's draw is known."""
     gamma = drafter.config.block_size
-    anchors = torch.arange(prompt_length, length - gamma + 1, device=tokens.device)
+    # A response shorter than gamma has no anchor (arange refuses an end before its start).
+    anchors = torch.arange(prompt_length, max(prompt_length, length - gamma + 1), device=tokens.device)
     picks, z = [], []
     for begin in range(0, anchors.numel(), chunk):
         part = anchors[begin:begin + chunk]
