@@ -519,6 +519,13 @@ int main(int argc, char** argv) {
     target->set_graphs(false);
     target->set_graphs(true);
     expert_path_ms.push_back({"auto again", time_steps(o.decode_tokens)});
+    for (const bool lean : {true, false, true}) {  // moe8: the lean route + plan (set_moe_route_lean), A/B/A
+      lfm2::gpu::set_moe_route_lean(lean);
+      target->set_graphs(false);
+      target->set_graphs(true);
+      expert_path_ms.push_back({lean ? "auto, route lean" : "auto, route as before", time_steps(o.decode_tokens)});
+    }
+    lfm2::gpu::set_moe_route_lean(false);
   }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);

@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "base/hash.h"
@@ -153,6 +156,146 @@ TEST(CudaMoeRoute, TheRouterGemmInsideRouteAndPlanGivesTheGemmEngineAndRouteLaun
   }
 }
 
+// The lean route + plan (moe8) against the GemmEngine, cuda::route_experts and plan_experts: logits, choices,
+// weights, offsets and order bitwise, outputs poisoned first. Ties from coarse grids (and saturated sigmoids at K
+// 2048), experts not a multiple of 8 or 32 and up to 256 (8 a lane), k up to E (more slots than lanes), NaN router
+// biases (those experts never picked: with k = E the last choices are none and left out of the plan), K tails.
+TEST(CudaMoeRoute, TheLeanRouteAndPlanGivesTheGemmEngineRouteAndPlanLaunchBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const cuda::GemmEngine engine;
+  struct Case { int64_t rows; int experts, k; int64_t hidden; bool coarse, expert_bias, normalize; float scaling;
+                int nan_every; };
+  std::vector<Case> cases;
+  for (int64_t rows = 1; rows <= 16; ++rows) cases.push_back({rows, 32, 4, 2048, rows % 5 == 0, true, true, 1.0f, 0});
+  for (const Case c : {Case{7, 36, 3, 264, true, true, false, 2.5f, 0}, Case{16, 8, 2, 40, true, false, true, 1.0f, 0},
+                       Case{5, 40, 40, 64, true, true, true, 1.0f, 0}, Case{3, 8, 8, 64, false, true, true, 1.0f, 3},
+                       Case{2, 256, 1, 40, false, true, true, 1.0f, 0}, Case{12, 70, 6, 128, true, false, true, 1.5f, 7}})
+    cases.push_back(c);
+  int checked = 0;
+  for (const Case& c : cases) {
+    ASSERT_TRUE(route_lean_fits(c.rows, c.experts, c.k, c.hidden)) << "rows " << c.rows << " E " << c.experts;
+    const int64_t slots = c.rows * c.k;
+    DeviceBuffer<bf16> x = upload(random_bf16(c.rows * c.hidden, 80 + c.rows, 1.0f, c.coarse));
+    DeviceBuffer<bf16> router = upload(random_bf16(c.experts * c.hidden, 90 + c.experts, c.coarse ? 1.0f : 0.05f,
+                                                   c.coarse));
+    std::vector<float> router_bias_host(c.experts), expert_bias_host(c.experts);
+    for (int e = 0; e < c.experts; ++e) {
+      router_bias_host[e] = c.nan_every > 0 && e % c.nan_every == 2 ? std::nanf("") : 0.01f * static_cast<float>(e % 5);
+      expert_bias_host[e] = static_cast<float>(e % 3) * 0.25f;
+    }
+    DeviceBuffer<float> router_bias = upload(router_bias_host), expert_bias = upload(expert_bias_host);
+    const float* bias = c.expert_bias ? expert_bias.data() : nullptr;
+    const cuda::DeviceMatrix matrix{router.data(), router_bias.data(), c.experts, c.hidden};
+    DeviceBuffer<bf16> logits_ref = poisoned<bf16>(c.rows * c.experts), logits = poisoned<bf16>(c.rows * c.experts);
+    DeviceBuffer<int32_t> chosen_ref = poisoned<int32_t>(slots), chosen = poisoned<int32_t>(slots);
+    DeviceBuffer<int32_t> offsets_ref = poisoned<int32_t>(c.experts + 1), offsets = poisoned<int32_t>(c.experts + 1);
+    DeviceBuffer<int32_t> order_ref = poisoned<int32_t>(slots), order = poisoned<int32_t>(slots);
+    DeviceBuffer<float> weights_ref = poisoned<float>(slots), weights = poisoned<float>(slots);
+    ASSERT_TRUE(engine.gemm(x.data(), c.rows, matrix, logits_ref.data(), nullptr, nullptr).ok());
+    ASSERT_TRUE(cuda::route_experts(logits_ref.data(), c.rows, c.experts, c.k, c.normalize, c.scaling, bias,
+                                    chosen_ref.data(), weights_ref.data(), nullptr)
+                    .ok());
+    ASSERT_TRUE(plan_experts(chosen_ref.data(), slots, c.experts, offsets_ref.data(), order_ref.data(), nullptr).ok());
+    RoutePlan plan;
+    plan.logits = logits.data();
+    plan.x = x.data();
+    plan.router = router.data();
+    plan.router_bias = router_bias.data();
+    plan.hidden = c.hidden;
+    plan.rows = c.rows;
+    plan.experts = c.experts;
+    plan.k = c.k;
+    plan.normalize = c.normalize;
+    plan.scaling = c.scaling;
+    plan.expert_bias = bias;
+    plan.chosen = chosen.data();
+    plan.weights = weights.data();
+    plan.offsets = offsets.data();
+    plan.order = order.data();
+    const Status status = route_and_plan_lean(plan, nullptr);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    const std::vector<bf16> got = download(logits, c.rows * c.experts), want = download(logits_ref, c.rows * c.experts);
+    int differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits;
+    const std::string where = "rows " + std::to_string(c.rows) + " E " + std::to_string(c.experts) + " k " +
+                              std::to_string(c.k) + " K " + std::to_string(c.hidden);
+    EXPECT_EQ(differ, 0) << where << ": logits of " << got.size();
+    const std::vector<int32_t> chosen_host = download(chosen, slots);
+    EXPECT_TRUE(same_bits(chosen_host, download(chosen_ref, slots))) << where;
+    EXPECT_TRUE(same_bits(download(weights, slots), download(weights_ref, slots))) << where;
+    EXPECT_TRUE(same_bits(download(offsets, c.experts + 1), download(offsets_ref, c.experts + 1))) << where;
+    EXPECT_TRUE(same_bits(download(order, slots), download(order_ref, slots))) << where;
+    if (c.nan_every > 0) {
+      EXPECT_EQ(std::count(chosen_host.begin(), chosen_host.end(), -1) > 0, c.k == c.experts) << where;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 22);
+}
+
+// route_and_plan runs the lean kernel under set_moe_route_lean (and the old one past 16 rows): the same bits as
+// with the switch off, on the 8B router shape; the lean refusals by number.
+TEST(CudaMoeRoute, TheLeanSwitchGivesTheOldRouteAndPlanBitsAndTheLeanKernelRefusesByNumber) {
+  LS_SKIP_WITHOUT_DEVICE();
+  constexpr int E = 32, k = 4;
+  constexpr int64_t D = 2048;
+  for (const int64_t rows : {1, 16, 17}) {
+    const int64_t slots = rows * k;
+    DeviceBuffer<bf16> x = upload(random_bf16(rows * D, 100 + rows, 1.0f, false));
+    DeviceBuffer<bf16> router = upload(random_bf16(E * D, 101, 0.05f, false));
+    std::vector<std::vector<int32_t>> ints[2];
+    std::vector<float> floats[2];
+    for (int lean = 0; lean < 2; ++lean) {
+      DeviceBuffer<bf16> logits = poisoned<bf16>(rows * E);
+      DeviceBuffer<int32_t> chosen = poisoned<int32_t>(slots), offsets = poisoned<int32_t>(E + 1),
+                            order = poisoned<int32_t>(slots);
+      DeviceBuffer<float> weights = poisoned<float>(slots);
+      RoutePlan plan;
+      plan.logits = logits.data();
+      plan.x = x.data();
+      plan.router = router.data();
+      plan.hidden = D;
+      plan.rows = rows;
+      plan.experts = E;
+      plan.k = k;
+      plan.normalize = true;
+      plan.chosen = chosen.data();
+      plan.weights = weights.data();
+      plan.offsets = offsets.data();
+      plan.order = order.data();
+      const bool before = moe_route_lean();
+      set_moe_route_lean(lean == 1);
+      const Status status = route_and_plan(plan, nullptr);
+      set_moe_route_lean(before);
+      ASSERT_TRUE(status.ok()) << status.to_string();
+      std::vector<bf16> logit_bits = download(logits, rows * E);
+      std::vector<int32_t> logit_ints(logit_bits.size());
+      for (size_t i = 0; i < logit_bits.size(); ++i) logit_ints[i] = logit_bits[i].bits;
+      ints[lean] = {logit_ints, download(chosen, slots), download(offsets, E + 1), download(order, slots)};
+      floats[lean] = download(weights, slots);
+    }
+    for (size_t i = 0; i < ints[0].size(); ++i) EXPECT_TRUE(same_bits(ints[0][i], ints[1][i])) << "rows " << rows << " output " << i;
+    EXPECT_TRUE(same_bits(floats[0], floats[1])) << "rows " << rows;
+  }
+  EXPECT_FALSE(route_lean_fits(17, 32, 4, 2048));
+  EXPECT_FALSE(route_lean_fits(4, 257, 4, 2048));
+  EXPECT_FALSE(route_lean_fits(16, 40, 4, 2048)) << "the 8B router with 40 experts and 16 rows: past the shared memory";
+  EXPECT_TRUE(route_lean_fits(16, 32, 4, 2048));
+  DeviceBuffer<bf16> x = poisoned<bf16>(17 * 2048);
+  RoutePlan plan;
+  plan.x = x.data();
+  plan.hidden = 2048;
+  plan.rows = 17;
+  plan.experts = 32;
+  plan.k = 4;
+  const Status rows = route_and_plan_lean(plan, nullptr);
+  EXPECT_EQ(rows.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(rows.to_string().find("rows 17"), std::string::npos) << rows.to_string();
+  plan.rows = 4;
+  plan.x = nullptr;
+  EXPECT_EQ(route_and_plan_lean(plan, nullptr).code(), ErrorCode::InvalidArgument) << "no x: no router GEMM to run";
+}
+
 TEST(CudaMoeRoute, CombineInOneLaunchGivesTheScatterAndSumBits) {
   LS_SKIP_WITHOUT_DEVICE();
   struct Case { int64_t rows; int experts, k, width; };
@@ -265,7 +408,7 @@ TEST(CudaMoeRoute, TheExpertL2PrefetchLeavesRouteAndPlanBitsAndTheLaunchClean) {
 
 // Timing (LS_EXPERT_TIMING=1; never in the default suite): route_and_plan with the router inside at the 8B shapes
 // (32 experts, top-4, D 2048) back to back, 416 routers cycled (52 MB, past the L2) so the router comes from memory;
-// the router streamed through the warps' pipelines vs preloaded whole before the wait.
+// the router streamed through the warps' pipelines vs preloaded whole before the wait vs the lean kernel (moe8).
 TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenAsked) {
   LS_SKIP_WITHOUT_DEVICE();
   if (std::getenv("LS_EXPERT_TIMING") == nullptr) GTEST_SKIP() << "set LS_EXPERT_TIMING=1 to time";
@@ -280,12 +423,13 @@ TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenA
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  const bool preload_before = moe_router_preload();
-  std::printf("[route timing] rows, us per route + plan launch (router inside): streamed, preloaded\n");
+  const bool preload_before = moe_router_preload(), lean_before = moe_route_lean();
+  std::printf("[route timing] rows, us per route + plan launch (router inside): streamed, preloaded, lean\n");
   for (int64_t rows : {1, 4, 16}) {
-    double us[2];
-    for (int v = 0; v < 2; ++v) {
-      set_moe_router_preload(v == 1);
+    double us[3];
+    for (int v = 0; v < 3; ++v) {
+      set_moe_router_preload(v >= 1);
+      set_moe_route_lean(v == 2);
       auto launch = [&](int i) {
         RoutePlan plan;
         plan.logits = logits.data();
@@ -312,7 +456,8 @@ TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenA
       us[v] = 1000.0 * ms / kIters;
     }
     set_moe_router_preload(preload_before);
-    std::printf("[route timing] %3lld rows  %7.2f %7.2f us\n", static_cast<long long>(rows), us[0], us[1]);
+    set_moe_route_lean(lean_before);
+    std::printf("[route timing] %3lld rows  %7.2f %7.2f %7.2f us\n", static_cast<long long>(rows), us[0], us[1], us[2]);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

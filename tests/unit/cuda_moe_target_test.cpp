@@ -3,7 +3,8 @@
 // session-5 launches, on the small random MoE model with the streamed experts pinned: every row's logits, taps and
 // draw bitwise the one-row run of the old launches, at window widths 1..16 and 4 streams x 16 rows per forward. (The
 // planted faults are in cuda_expert_combine_test.cpp: this model's K is one 64-wide tile, so a reversed K walk is
-// the same walk here.) Also the lean streamed experts (moe7), and their down launch combining at 1 and 2 rows.
+// the same walk here.) Also the lean streamed experts (moe7), and their down launch combining at 1 and 2 rows, and the
+// lean route + plan (moe8; up to 16 rows a forward, the old kernel past that).
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -24,14 +25,17 @@ struct MoeMode {
   int level;
   bool preload;
   gpu::ExpertFfnPath path = gpu::ExpertFfnPath::Streamed;
+  bool lean_route = false;  // moe8: the lean route + plan (set_moe_route_lean)
 };
 
 // The streamed experts pinned (the small model's K is below the automatic tensor-core pick) and the MoE launches of
 // `mode`, for one scope.
 struct ModeScope {
   explicit ModeScope(MoeMode mode)
-      : level_before(gpu::moe_fused_launches()), preload_before(gpu::moe_router_preload()) {
+      : level_before(gpu::moe_fused_launches()), preload_before(gpu::moe_router_preload()),
+        lean_before(gpu::moe_route_lean()) {
     gpu::pin_expert_ffn_path_for_test(mode.path);
+    gpu::set_moe_route_lean(mode.lean_route);
     gpu::set_moe_fused_launches(mode.level);
     gpu::set_moe_router_preload(mode.preload);
   }
@@ -39,9 +43,10 @@ struct ModeScope {
     gpu::pin_expert_ffn_path_for_test(gpu::ExpertFfnPath::Automatic);
     gpu::set_moe_fused_launches(level_before);
     gpu::set_moe_router_preload(preload_before);
+    gpu::set_moe_route_lean(lean_before);
   }
   int level_before;
-  bool preload_before;
+  bool preload_before, lean_before;
 };
 
 std::unique_ptr<CudaTarget> moe_target() {
@@ -125,17 +130,18 @@ TEST(CudaMoeTarget, TheCombineInTheDownLaunchAndThePreloadedRouterGiveTheOneRowB
   for (const MoeMode mode : {MoeMode{3, false}, MoeMode{2, true}, MoeMode{3, true},
                              MoeMode{2, true, gpu::ExpertFfnPath::StreamedLean},
                              MoeMode{2, true, gpu::ExpertFfnPath::StreamedLeanCombine},
-                             MoeMode{3, true, gpu::ExpertFfnPath::StreamedLeanCombine}}) {
+                             MoeMode{3, true, gpu::ExpertFfnPath::StreamedLeanCombine},
+                             MoeMode{2, true, gpu::ExpertFfnPath::StreamedLeanCombine, true}}) {
     const ModeScope scope(mode);
     for (int width : {1, 2, 5, 8, 16}) {
       EXPECT_EQ(differing(run(*target, 1, 32, width), oracle_one), 0)
           << "level " << mode.level << " preload " << mode.preload << " " << gpu::expert_ffn_path_name(mode.path)
-          << ", windows of " << width << ", one stream";
+          << " lean route " << mode.lean_route << ", windows of " << width << ", one stream";
     }
     // 4 streams x 16 rows: 64 rows a forward, the most route + plan and the combine in the down launch take
     EXPECT_EQ(differing(run(*target, 4, 32, 16), oracle_four), 0)
         << "level " << mode.level << " preload " << mode.preload << " " << gpu::expert_ffn_path_name(mode.path)
-        << ", 4 streams of 16-row windows";
+        << " lean route " << mode.lean_route << ", 4 streams of 16-row windows";
   }
 }
 

@@ -11,6 +11,7 @@
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/gemm_device.cuh"
 #include "compute/cuda/pdl.cuh"
+#include "model/lfm2/cuda/expert_router.cuh"
 #include "model/lfm2/cuda/state_device.cuh"
 
 namespace ls::lfm2::gpu {
@@ -38,20 +39,9 @@ std::atomic<int> g_expert_prefetch_mb{0};
 std::atomic<bool> g_router_preload{true};
 
 namespace gd = ls::cuda::gemm_detail;
-
-// A warp's mma accumulators (rows r0.., experts e0..e0+7) plus the router bias, rounded to bf16 router logits.
-__device__ void store_router_logits(const RoutePlan& a, const float (&acc)[4], int lane, int rows, int64_t r0,
-                                    int e0, int E) {
-  const int r = lane >> 2;
-  if (r >= rows) return;
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int c = e0 + (lane & 3) * 2 + e;
-    if (c >= E) continue;
-    const float v = a.router_bias ? __fadd_rn(acc[e], a.router_bias[c]) : acc[e];
-    reinterpret_cast<__nv_bfloat16*>(a.logits)[(r0 + r) * E + c] = __float2bfloat16_rn(v);
-  }
-}
+using route_detail::preload_bytes;
+using route_detail::router_preloaded_in_block;
+using route_detail::store_router_logits;
 
 // The router GEMM of the RoutePlan's rows in the route + plan CTA: logits [rows, E] = round(x @ router^T (+ bias)),
 // the GemmEngine's canonical chain for K <= 2048 (one accumulator, mma.sync m16n8k16 steps over K ascending from
@@ -113,63 +103,11 @@ __device__ void router_in_block(const RoutePlan& a, unsigned char* smem) {
     }
     gd::wait_group<0>();
     __syncwarp();
-    store_router_logits(a, acc, lane, rows, r0, e0, E);
+    store_router_logits(a, acc, lane, rows, r0, e0, E, nullptr);
   }
   if (!waited) {
     ls::cuda::wait_for_previous_kernel();
     ls::cuda::let_next_kernel_start();
-  }
-}
-
-// Bytes of the preloaded router (every K tile's router rows, experts rounded up to 8) and x rows (rounded up to 8).
-int64_t preload_bytes(int64_t rows, int experts, int64_t hidden) {
-  const int64_t k_tiles = (hidden + gd::kBlockK - 1) / gd::kBlockK;
-  return k_tiles * ((experts + 7) / 8 * 8 + (rows + 7) / 8 * 8) * 128;
-}
-
-// router_in_block's outputs and bits with the whole router staged in shared memory before the programmatic wait (it
-// is constant), so after the wait only the x rows are loaded: every CTA thread stages chunks, then each warp runs
-// its (row chunk of 8, 8 experts) items' chains from shared memory. Returns after the wait.
-__device__ void router_preloaded_in_block(const RoutePlan& a, unsigned char* smem) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int E = a.experts, D = a.hidden, e8 = (E + 7) / 8 * 8;
-  const int rows8 = static_cast<int>((a.rows + 7) / 8 * 8);
-  const int groups = e8 / 8, k_tiles = (D + gd::kBlockK - 1) / gd::kBlockK;
-  const uint32_t w_base = gd::smem_address(smem), x_base = w_base + k_tiles * e8 * 128;
-  for (int i = threadIdx.x; i < k_tiles * e8 * 8; i += blockDim.x) {  // row t e8 + e: expert e's K tile t
-    const int row = i >> 3, part = i & 7, t = row / e8, e = row % e8, k = t * gd::kBlockK + part * 8;
-    const bool inside = e < E && k < D;
-    gd::copy_chunk(w_base + gd::swizzled(row, part), a.router + (inside ? static_cast<int64_t>(e) * D + k : 0),
-                   inside);
-  }
-  gd::commit_group();
-  ls::cuda::wait_for_previous_kernel();  // the kernel before wrote x
-  ls::cuda::let_next_kernel_start();
-  for (int i = threadIdx.x; i < k_tiles * rows8 * 8; i += blockDim.x) {  // row t rows8 + r: x row r's K tile t
-    const int row = i >> 3, part = i & 7, t = row / rows8, r = row % rows8, k = t * gd::kBlockK + part * 8;
-    const bool inside = r < a.rows && k < D;
-    gd::copy_chunk(x_base + gd::swizzled(row, part), a.x + (inside ? static_cast<int64_t>(r) * D + k : 0), inside);
-  }
-  gd::commit_group();
-  gd::wait_group<0>();
-  __syncthreads();
-  const int items = groups * (rows8 / 8);
-  for (int item = warp; item < items; item += kRouteWarps) {
-    const int e0 = (item % groups) * 8, r0 = (item / groups) * 8;
-    const int rows = static_cast<int>(min(static_cast<int64_t>(8), a.rows - r0));
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int t = 0; t < k_tiles; ++t) {
-#pragma unroll
-      for (int step = 0; step < gd::kBlockK / 16; ++step) {  // the same mma steps as router_in_block
-        uint32_t fa[4], fb[2];
-        const int chunk = step * 2 + ((lane >> 3) & 1);
-        gd::ldmatrix_x2(x_base + gd::swizzled(t * rows8 + r0 + (lane & 7), chunk), fa[0], fa[2]);
-        fa[1] = fa[3] = 0u;
-        gd::ldmatrix_x2(w_base + gd::swizzled(t * e8 + e0 + (lane & 7), chunk), fb[0], fb[1]);
-        gd::mma_bf16(acc, fa, fb);
-      }
-    }
-    store_router_logits(a, acc, lane, rows, r0, e0, E);
   }
 }
 
@@ -236,7 +174,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_plan_kernel(RoutePlan 
   float* biased = score + E;
   if (a.x) {  // the router GEMM first (its pipelines use the memory of the scores)
     if (a.preload_router)
-      router_preloaded_in_block(a, reinterpret_cast<unsigned char*>(route_shared));
+      router_preloaded_in_block(a, reinterpret_cast<unsigned char*>(route_shared), nullptr);
     else
       router_in_block(a, reinterpret_cast<unsigned char*>(route_shared));
     __syncthreads();  // every logit is written and visible to the block
@@ -376,6 +314,8 @@ bool route_and_plan_fits(int64_t rows, int experts, int k) {
 }
 
 Status route_and_plan(const RoutePlan& plan, cudaStream_t stream) {
+  if (plan.x && moe_route_lean() && route_lean_fits(plan.rows, plan.experts, plan.k, plan.hidden))
+    return route_and_plan_lean(plan, stream);
   RoutePlan a = plan;
   a.preload_router = a.x && g_router_preload.load() && router_preload_fits(a.rows, a.experts, a.hidden);
   // the L2 prefetch of the routed experts' first gate|up bytes (sm_90; experts of at least 1 MB a half, 16-aligned)

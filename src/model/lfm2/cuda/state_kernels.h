@@ -253,6 +253,16 @@ bool moe_router_preload();
 // up halves of the first 8 slots' experts right after routing (sm_90, prefetch_gate_up set, halves at least that big).
 void set_moe_expert_prefetch(int megabytes);
 Status route_and_plan(const RoutePlan& plan, cudaStream_t stream);
+// The lean route + plan (expert_route.cu; the same outputs and bits): the preloaded router, then the logits, choices
+// and weights kept in shared memory, each row's top k by one warp in one pass (each expert's rank), the plan by one
+// warp without block syncs; x set, 1..16 rows, 1..256 experts, within the block's shared memory. set_moe_route_lean (off by default
+// until an H200 batch times it) makes route_and_plan run it where it fits.
+bool route_lean_fits(int64_t rows, int experts, int k, int64_t hidden);
+Status route_and_plan_lean(const RoutePlan& plan, cudaStream_t stream);
+void set_moe_route_lean(bool on);
+bool moe_route_lean();
+// The lean kernel's shared-memory opt-in (once; also done by route_lean_fits).
+void route_lean_setup();
 // route_and_plan's shared-memory opt-in for the router in the launch (once, before any capture).
 void route_plan_setup();
 
