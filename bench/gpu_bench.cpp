@@ -12,6 +12,7 @@
 //   --decode-norm-configs 0,12  also time it with the norm launches on staged configurations g * 10 + s (group g,
 //                               SwiGLU s; set_decode_norm_configs)
 //   --l2-prefetch-ab            also time the decode step with the streaming decode GEMMs' L2 weight prefetch on
+//   --pipe-ab                   also time the decode step (and the verify windows) on the pipeline decode GEMM
 //   --decode-tail-ab            also time the decode step with the decode tails (norms in the GEMMs' last CTAs, the
 //                               FFN's gate_up prefetched into L2; set_decode_tail), interleaved with the default
 //   --verify-tiles-ab           also time the verify windows with the older 17..64-row picks, the verify tiles and
@@ -63,6 +64,7 @@ struct Options {
   bool l2_prefetch_ab = false;           // also time the decode step with the L2 weight prefetch
   bool decode_tail_ab = false;           // also time the decode step with the decode tails
   bool verify_tiles_ab = false;          // also time the verify windows with the older 17..64-row picks
+  bool pipe_ab = false;                  // also time the decode step and verify windows on the pipeline decode GEMM
 };
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
@@ -311,11 +313,12 @@ int main(int argc, char** argv) {
     else if (arg == "--decode-norm-configs") o.decode_norm_configs = parse_list(next());
     else if (arg == "--l2-prefetch-ab") o.l2_prefetch_ab = true;
     else if (arg == "--decode-tail-ab") o.decode_tail_ab = true;
+    else if (arg == "--pipe-ab") o.pipe_ab = true;
     else if (arg == "--verify-tiles-ab") o.verify_tiles_ab = true;
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
                            "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
-                           "[--decode-fused] [--attention-splits N] [--l2-prefetch-ab] [--decode-tail-ab] [--verify-tiles-ab] | "
+                           "[--decode-fused] [--attention-splits N] [--l2-prefetch-ab] [--decode-tail-ab] [--verify-tiles-ab] [--pipe-ab] | "
                            "gpu_bench --decode-gemm\n");
       return 2;
     }
@@ -420,6 +423,29 @@ int main(int argc, char** argv) {
     }
     lfm2::gpu::set_programmatic_state_launches(false);
     target->set_decode_tail(false, 0);
+  }
+  // The same steps (graphs) on the pipeline decode GEMM (set_decode_pipeline; same bits) at rings of 96 / 48 / 160
+  // KB, interleaved with the streaming kernels so drift shows; printed as measured.
+  if (o.pipe_ab) {
+    struct PipeMode {
+      const char* name;
+      bool on;
+      int ring_kb;
+    };
+    const PipeMode modes[] = {{"streaming kernels (old)", false, 0}, {"pipeline, ring 96 KB", true, 96},
+                              {"pipeline, ring 48 KB", true, 48},    {"pipeline, ring 160 KB", true, 160},
+                              {"streaming kernels (old, again)", false, 0}, {"pipeline, ring 96 KB (again)", true, 96}};
+    for (const PipeMode& mode : modes) {
+      cuda::set_decode_pipeline(mode.on, -1, mode.ring_kb);
+      target->set_graphs(false);  // drops the graphs captured under the other mode
+      target->set_graphs(true);
+      time_steps(4);
+      const double ms = time_steps(o.decode_tokens);
+      std::printf("pipe A/B: decode step, %-32s %.3f ms (ratio %.2f)\n", mode.name, ms, floor_ms / ms);
+    }
+    cuda::set_decode_pipeline(false);
+    target->set_graphs(false);
+    target->set_graphs(true);
   }
   // The same steps (graphs) with the narrow decode GEMMs on each staged configuration asked for (same bits).
   std::vector<std::pair<int, double>> staged_ms;
@@ -565,6 +591,21 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
     w.tokens = window;
     verify_ms.push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
+  }
+  // The same windows on the pipeline decode GEMM (up to 16 rows; same bits).
+  if (o.pipe_ab) {
+    cuda::set_decode_pipeline(true);
+    target->set_graphs(false);
+    target->set_graphs(true);
+    for (int rows : o.verify) {
+      const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
+      w.tokens = window;
+      std::printf("pipe A/B: verify window %d rows, pipeline %.3f ms\n", rows,
+                  time_forward(*target, {w}, o.repeats * 4, false));
+    }
+    cuda::set_decode_pipeline(false);
+    target->set_graphs(false);
+    target->set_graphs(true);
   }
   // The windows under the other 17..64-row picks (same bits): the older picks (no streamed windows), the verify
   // tiles, every window streamed (set_decode_rows(64): its GEMMs, fused SwiGLU and q / k / v).

@@ -2,7 +2,8 @@
 // plus the device sampler. Usage: cuda_gemm_bench [table.txt [shapes [widths [filter]]]] (prints the table, writes
 // it to the file; shapes, e.g. 8192->2048 or 2048->6144,8192->2048, times those shapes only; widths, e.g. 128,2048, those m
 // only, and then skips the sampler; filter, "+text" / "-text": only the pinned configurations whose name has / has
-// not text). cuda_gemm_bench --chain: what a kernel boundary costs in a graph (chain_bench).
+// not text). cuda_gemm_bench --chain: what a kernel boundary costs in a graph (chain_bench). cuda_gemm_bench --pipe
+// [widths]: the pipeline decode GEMM against the streaming kernels (pipe_bench).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -218,10 +219,83 @@ int chain_bench() {
   return 0;
 }
 
+// --pipe [widths] (issue 8, session 8): the weight-streaming pipeline decode GEMM against the streaming kernels
+// on the 1.2B decode shapes, back-to-back launches over weight copies (> 512 MiB, DRAM) in one graph; us and TB/s of
+// weights; the automatic pipeline configuration at rings of 48 / 96 / 160 KB, then every configuration pinned.
+int pipe_bench(const std::vector<int64_t>& widths) {
+  const GemmEngine engine;
+  struct Shape {
+    int64_t n, k;
+    bool swiglu;
+    const char* what;
+  };
+  const Shape shapes[] = {{2048, 2048, false, "2048->2048"},  {6144, 2048, false, "2048->6144"},
+                          {3072, 2048, false, "2048->3072"},  {2048, 8192, false, "8192->2048"},
+                          {16384, 2048, true, "2048->16384 swiglu"}, {8192, 2048, false, "2048->8192"}};
+  std::printf("pipeline decode GEMM (us per launch, TB/s of weights; old = streaming kernels):\n");
+  std::printf("%-20s %4s %-28s %9s %7s\n", "shape", "m", "kernel", "us", "TB/s");
+  for (const Shape& shape : shapes) {
+    const size_t elems = shape.n * shape.k;
+    const int copies = static_cast<int>(std::max<size_t>(2, (1ull << 29) / (elems * 2) + 1));
+    std::vector<DeviceBuffer<bf16>> weights(copies);
+    for (int c = 0; c < copies; ++c) {
+      check(weights[c].allocate(elems));
+      fill(weights[c].data(), elems, 2000 + c);
+    }
+    DeviceBuffer<bf16> x, y;
+    check(x.allocate(16 * shape.k));
+    check(y.allocate(16 * shape.n));
+    fill(x.data(), 16 * shape.k, 9);
+    for (const int64_t m : widths) {
+      auto matrix = [&](int i) { return DeviceMatrix{weights[i % copies].data(), nullptr, shape.n, shape.k}; };
+      auto run = [&](int i, cudaStream_t stream) {
+        if (shape.swiglu) check(gemm_decode_swiglu(engine, x.data(), m, matrix(i), y.data(), stream));
+        else check(engine.gemm(x.data(), m, matrix(i), y.data(), nullptr, stream));
+      };
+      auto row = [&](const std::string& name, double ms) {
+        std::printf("%-20s %4lld %-28s %9.2f %7.2f\n", shape.what, static_cast<long long>(m), name.c_str(), ms * 1e3,
+                    2.0 * elems / ms / 1e9);
+      };
+      set_decode_pipeline(false);
+      row("old", graph_ms(run, 40));
+      for (const int ring : {48, 96, 160}) {
+        set_decode_pipeline(true, -1, ring);
+        row("pipe auto, ring " + std::to_string(ring) + " KB", graph_ms(run, 40));
+      }
+      for (int config = 0; config < decode_pipe_config_count(); ++config) {
+        const bool swiglu_config = config >= decode_pipe_config_count() - 2;
+        if (swiglu_config != shape.swiglu) continue;
+        auto pinned = [&](int i, cudaStream_t stream) {
+          check(gemm_decode_pipe(engine, config, x.data(), m, matrix(i), y.data(), nullptr, stream));
+        };
+        set_decode_pipeline(false);
+        if (!gemm_decode_pipe(engine, config, x.data(), m, matrix(0), y.data(), nullptr, nullptr).ok()) continue;
+        row(std::string(decode_pipe_config_name(config)) + ", ring 96 KB", graph_ms(pinned, 40));
+      }
+      set_decode_pipeline(false);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--chain") return chain_bench();
+  if (argc > 1 && std::string(argv[1]) == "--pipe") {
+    std::vector<int64_t> widths = {1, 4, 8, 16};
+    if (argc > 2) {
+      widths.clear();
+      const std::string list = argv[2];
+      for (size_t at = 0; at < list.size();) {
+        const size_t comma = list.find(',', at);
+        widths.push_back(std::atoll(list.substr(at, comma - at).c_str()));
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+      }
+    }
+    return pipe_bench(widths);
+  }
   std::string table;
   auto emit = [&](const char* format, auto... args) {
     char line[512];

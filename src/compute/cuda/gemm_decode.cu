@@ -195,6 +195,7 @@ int prefetch_tiles_for(int64_t n, int64_t k) {
 }
 
 Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
+  if (args.m <= 16 && pipe_enabled() && pipe_fits(args, false)) return launch_pipe(-1, args, stream);
   if (args.m > 16) return launch_stream_many_rows(args, sm_count, stream);
   return launch_variant(pick_variant(args), args, sm_count, stream);
 }
@@ -211,6 +212,7 @@ void allow_decode_shared(int optin_bytes) {
   allow_stream_shared(optin_bytes);
   allow_staged_shared(optin_bytes);
   allow_tail_shared(optin_bytes);
+  allow_pipe_shared(optin_bytes);
 }
 
 }  // namespace ls::cuda::gemm_detail

@@ -56,6 +56,21 @@ int stream_variant_for(const GemmArgs& args);
 // normed x once in shared memory (swizzled K tiles), the warps stream only weights (set_decode_norm_configs(g, 4)).
 Status launch_stream_norm_swiglu(const GemmArgs& args, const StagedNorm& norm, cudaStream_t stream);
 
+// gemm_decode_pipe.cu: the weight-streaming pipeline (m <= 16, sm_90, K a multiple of 64, slices dividing the
+// configuration's warps): kPipeConfigs configurations (pipe_config_name), the last two the fused gate_up + SwiGLU.
+constexpr int kPipeConfigs = 7;
+const char* pipe_config_name(int config);
+void allow_pipe_shared(int optin_bytes);
+bool pipe_enabled();  // set_decode_pipeline
+// Whether the automatic (or pinned) configuration takes this GEMM (swiglu: args.n = 2F, y_b16 [m, F]).
+bool pipe_fits(const GemmArgs& args, bool swiglu);
+// Configuration `config` (-1: the automatic plain one); refuses by number what it does not take.
+Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream);
+Status launch_pipe_swiglu(const GemmArgs& args, cudaStream_t stream);
+// q / k / v (up to 4 matrices of one x and one unsliced K) in one launch.
+bool pipe_group_fits(const GemmArgs* args, int count);
+Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream);
+
 // gemm_decode_staged.cu: the staged kernels (one slice, K <= 2048): configuration `config` of kStagedConfigs; other
 // shapes, or more shared memory than the device allows, run `fallback` (a streaming variant).
 constexpr int kStagedConfigs = 5;

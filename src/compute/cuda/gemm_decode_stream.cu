@@ -222,6 +222,8 @@ Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, co
                              reinterpret_cast<const __nv_bfloat16*>(gate_up.w), gate_up.bias,
                              reinterpret_cast<__nv_bfloat16*>(act), nullptr, static_cast<int>(m),
                              static_cast<int>(gate_up.rows), static_cast<int>(gate_up.cols), 0};
+  if (m <= 16 && gemm_detail::pipe_enabled() && gemm_detail::pipe_fits(args, true))
+    return gemm_detail::launch_pipe_swiglu(args, stream);
   if (m <= 8) return gemm_detail::launch_swiglu_rows<8>(args, stream);
   if (m <= 16) return gemm_detail::launch_swiglu_rows<16>(args, stream);
   if (m <= 32) return gemm_detail::launch_swiglu_rows<32>(args, stream);
@@ -262,6 +264,8 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
     group.first_block[i + 1] = group.first_block[i] + static_cast<int>((w.rows + cols - 1) / cols);
     rows += w.rows;
   }
+  if (m <= 16 && gemm_detail::pipe_enabled() && gemm_detail::pipe_group_fits(group.args, group.count))
+    return gemm_detail::launch_pipe_group(group.args, group.count, stream);
   const int staged = gemm_detail::staged_config_for(static_cast<int>(m));  // all weights before the wait
   if (staged >= 0 && gemm_detail::staged_group_fits(staged, static_cast<int>(m), static_cast<int>(ws[0].cols)))
     return gemm_detail::launch_staged_group(staged, group.args, group.count, stream);

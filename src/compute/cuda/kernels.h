@@ -89,6 +89,22 @@ void set_decode_narrow_pick(int variant, int64_t max_n);
 void set_decode_l2_prefetch(bool on);
 int decode_staged_config_count();
 
+// The weight-streaming pipeline decode GEMM (sm_90; docs/cuda.md "Decode GEMM as a weight pipeline"): a producer
+// warp streams W (and x) rows with cp.async.bulk into a ring of mbarrier stages, consumer warps run each output's
+// chain in the canonical order, so the bits are GemmEngine::gemm's. set_decode_pipeline(true) routes the engine's
+// decode GEMMs (m <= 16), gemm_decode_swiglu and gemm_decode_group there wherever it fits (K a multiple of 64, 1, 2,
+// 4 or 8 slices); false (the default) keeps the streaming kernels. pinned_config >= 0 pins a configuration where it
+// fits (bench), ring_kb > 0 sets the ring's bytes per CTA (default 96 KB). Same bits; drop captured graphs after a
+// change.
+void set_decode_pipeline(bool on, int pinned_config = -1, int ring_kb = 0);
+bool decode_pipeline_on();
+int decode_pipe_config_count();
+const char* decode_pipe_config_name(int config);
+// y = x [m, K] @ W^T (+ bias) on pipeline configuration `config` (-1: automatic); the last two configurations are
+// the fused gate_up + SwiGLU (W = gate_up [2F, K], y_b16 = act [m, F]). Refuses by number what it does not take.
+Status gemm_decode_pipe(const GemmEngine& engine, int config, const bf16* x, int64_t m, const DeviceMatrix& w,
+                        bf16* y_b16, float* y_f32, cudaStream_t stream);
+
 // act [m, F] = swiglu(gate, up) of (x [m, K] @ gate_up^T) for gate_up [2F, K] (gate rows, then up rows; optional
 // bias [2F]): the bits of GemmEngine::gemm (bf16 out) then swiglu, in one launch. Only where decode_swiglu_fits
 // (1..16 rows, 64 after set_decode_rows(64); K <= 2048 a multiple of 8, an even N); `engine` must exist (its
