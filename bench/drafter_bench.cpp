@@ -4,11 +4,14 @@
 //
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
-//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split,cooperative] [--scan auto|fused|gemm|persistent|both|all]
+//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split,cooperative]
+//                 [--scan auto|fused|gemm|persistent|counter|flags|handoff|both|all]
 //                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny auto|on|off|both]
 //                 [--launch tuned|plain|both] [--profile] [--buckets on|off|both] [--streams 1,4,8,16,32,64]
-//                 [--pick single|split|both] [--attention-chunks 0,8,16] [--skinny-parts 0,2,10] [--block-pdl off|on|both]
-//                 (--block-pdl: the block pass's own kernels launched programmatically, set_block_programmatic)
+//                 [--pick single|split|both] [--attention-chunks 0,8,16] [--skinny-parts 0,2,10]
+//                 [--loads serial|batched|both]
+//                 (--loads: the split attention's and the residual norms' loads one at a time or batched,
+//                 set_batched_loads; the same bits; default: the drafter's own)
 //                 (--skinny-parts: skinny_gemm per GEMM kind, a mask per variant: 1 q/k/v and head, 2 gate/up + SwiGLU,
 //                 4 o/down + residual norm epilogue, 8 o/down then the norm launch, 16 two W tiles a CTA where wide,
 //                 32 up to 48 rows (2..5 streams) instead of 16; overrides --skinny)
@@ -207,22 +210,31 @@ std::vector<std::pair<std::string, std::optional<dspark::cuda::BlockAttentionKer
   return out;
 }
 
-// A scan choice: its name, the fused-step pin and the persistent-scan pin.
+// A scan choice: its name, the fused-step pin, the persistent-scan pin and its handoff (nullopt: the default).
 struct ScanPin {
   std::string name;
   std::optional<bool> fused;
   std::optional<bool> persistent;
+  std::optional<dspark::cuda::PersistentHandoff> handoff;
 };
 
-// "auto", "fused", "gemm", "persistent", "both" (fused, gemm) or "all" (persistent, fused, gemm) -> the scan pins.
+// "auto", "fused", "gemm", "persistent", "counter" / "flags" (the persistent scan with that handoff), "handoff"
+// (counter, flags), "both" (fused, gemm) or "all" (persistent, fused, gemm) -> the scan pins.
 std::vector<ScanPin> parse_scan(const std::string& text) {
-  const ScanPin persistent{"persistent", std::nullopt, true}, fused{"fused", true, false}, gemm{"gemm", false, false};
+  using dspark::cuda::PersistentHandoff;
+  const ScanPin persistent{"persistent", std::nullopt, true, std::nullopt}, fused{"fused", true, false, std::nullopt},
+      gemm{"gemm", false, false, std::nullopt};
+  const ScanPin counter{"counter", std::nullopt, true, PersistentHandoff::Counter},
+      flags{"flags", std::nullopt, true, PersistentHandoff::Flags};
   if (text == "all") return {persistent, fused, gemm};
   if (text == "both") return {fused, gemm};
   if (text == "fused") return {fused};
   if (text == "gemm") return {gemm};
   if (text == "persistent") return {persistent};
-  return {{"auto", std::nullopt, std::nullopt}};
+  if (text == "counter") return {counter};
+  if (text == "flags") return {flags};
+  if (text == "handoff") return {counter, flags};
+  return {{"auto", std::nullopt, std::nullopt, std::nullopt}};
 }
 
 // --profile: one eager pass per (streams, attention, scan) at full depth with an event after every launch; device
@@ -284,7 +296,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
              const std::string& engine_gemms, const std::string& tuned_gemms, const std::string& skinny,
              const std::string& launch, bool profile, const std::string& buckets, const std::string& pick,
              const std::vector<int>& attention_chunks, const std::vector<int>& skinny_parts,
-             const std::vector<int>& stream_counts, const std::string& block_pdl, json& results) {
+             const std::vector<int>& stream_counts, const std::string& loads_pin, json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;
@@ -315,7 +327,9 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   std::vector<std::string> table;
   std::map<std::pair<int, int>, std::vector<Draft>> reference_drafts;  // (streams, depth) -> the first variant's
   // Pins applied only when they change (each setter drops the captured graphs); bucket graphs captured again then.
-  std::optional<std::tuple<int, int, int, bool, int, bool, bool, bool, bool, int, bool>> applied;
+  std::optional<std::tuple<int, int, int, bool, int, bool, bool, bool, bool, int, bool, int>> applied;
+  const dspark::cuda::PersistentHandoff default_handoff = drafter.persistent_handoff();
+  const bool default_batched = drafter.batched_loads();
   for (int streams : stream_counts) {
     for (int stream = 0; stream < streams; ++stream) {
       if (drafter.context_length(stream) == context) continue;
@@ -328,7 +342,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - absorb_start).count());
     }
     for (const auto& [attention_name, pin] : parse_attention(attention))
-    for (const auto& [scan_name, fused, persistent] : parse_scan(scan))
+    for (const auto& [scan_name, fused, persistent, handoff] : parse_scan(scan))
     for (const bool engine : engine_gemms == "both" ? std::vector<bool>{false, true}
                                                     : std::vector<bool>{engine_gemms == "on"})
     for (const bool tuned_on : parse_switch(tuned_gemms, "on"))
@@ -341,19 +355,22 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
     for (const bool bucketed : parse_switch(buckets, "on"))
     for (const bool split : parse_switch(pick, "split"))
     for (const int chunks : attention_chunks)
-    for (const bool pdl : parse_switch(block_pdl, "on"))
+    for (const bool batched : loads_pin.empty() ? std::vector<bool>{default_batched}
+                                                       : parse_switch(loads_pin, "batched"))
     for (int depth : {1, 3, shape.block}) for (const bool graphed : {false, true}) {
       if ((graphed && graphs == "off") || (!graphed && graphs == "on")) continue;
       drafter.set_graphs(graphed);
       const bool skinny_on = parts != 0;
       const auto pins = std::make_tuple(pin ? static_cast<int>(*pin) : -1, fused ? int{*fused} : -1,
                                         persistent ? int{*persistent} : -1, engine, parts, tuned_on, tuned,
-                                        bucketed, split, chunks, pdl);
+                                        bucketed, split, chunks, batched,
+                                        static_cast<int>(handoff.value_or(default_handoff)));
       if (!applied || *applied != pins) {
         applied = pins;
         drafter.set_attention_kernel(pin);
         drafter.set_fused_scan(fused);
         drafter.set_persistent_scan(persistent);
+        drafter.set_persistent_handoff(handoff.value_or(default_handoff));
         drafter.set_engine_gemms(engine);
         drafter.set_skinny_parts(parts);
         drafter.set_tuned_gemms(tuned_on);
@@ -361,7 +378,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
         drafter.set_request_buckets(bucketed);
         drafter.set_split_pick(split);
         drafter.set_attention_chunks(chunks);
-        drafter.set_block_programmatic(pdl);
+        drafter.set_batched_loads(batched);
         drafter.set_graphs(true);
         drafter.capture_bucket_graphs();  // none when buckets are off: then the second sighting captures
         drafter.set_graphs(graphed);
@@ -432,7 +449,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       const char* gemms = gemm_name.c_str();
       const std::string scan_cell = scan_name + (split ? " split" : "");
       const std::string attention_cell =
-          attention_name + (chunks > 0 ? " /" + std::to_string(chunks) : "") + (pdl ? " pdl" : "");
+          attention_name + (chunks > 0 ? " /" + std::to_string(chunks) : "") + (batched ? " batched" : "");
       std::snprintf(row, sizeof row, "| cuda | %s | %s | %s | %s | %s | %s | %d | %d | %.3f | %.3f | %.3f | %.3f / %.3f |",
                     graphed ? "on" : "off", bucketed ? "on" : "off", attention_cell.c_str(), scan_cell.c_str(),
                     gemms, tuned ? "tuned" : "plain", streams, depth, median(block_ms), median(scan_ms),
@@ -452,7 +469,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
                                  {"buckets", bucketed},
                                  {"split_pick", split},
                                  {"attention_chunks", chunks},
-                                 {"block_pdl", pdl},
+                                 {"batched_loads", batched},
                                  {"first_wall_ms", first_ms},
                                  {"second_wall_ms", second_ms}});
     }
@@ -534,7 +551,7 @@ int main(int argc, char** argv) {
                                   ? std::vector<int>{}
                                   : parse_list(flag(argc, argv, "--skinny-parts", "")),
                               parse_list(flag(argc, argv, "--streams", "1,4,8,16,32,64")),
-                              flag(argc, argv, "--block-pdl", "off"), results);
+                              flag(argc, argv, "--loads", ""), results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
     std::ofstream(json_path) << results.dump(2) << "\n";

@@ -43,7 +43,7 @@ int count_bitwise_equal(const std::vector<bf16>& a, const std::vector<bf16>& b) 
 
 // The fused heads step against rms_norm + rope_rotate (q and k) + scatter_block_kv on fresh random data, both
 // head layouts (interleaved and NeoX) and two head sizes: queries and every cache row bit for bit, and the cache
-// rows outside the block untouched.
+// rows outside the block untouched; with each lane's loads one at a time and batched (session 8).
 TEST(CudaDrafter, TheQkvHeadsKernelGivesTheBitsOfNormRopeAndScatter) {
   LS_SKIP_WITHOUT_DEVICE();
   using ls::cuda::testing::download;
@@ -94,43 +94,54 @@ TEST(CudaDrafter, TheQkvHeadsKernelGivesTheBitsOfNormRopeAndScatter) {
       ASSERT_TRUE(cuda::scatter_block_kv(rk, reinterpret_cast<cuda::bf16_t*>(ref_v.data()), reference_device.data(),
                                          count, gamma, static_cast<int>(kv), layer, nullptr)
                       .ok());
-      auto queries = ls::cuda::testing::poisoned<bf16>(static_cast<size_t>(rows * q));
-      cuda::QkvHeads args;
-      args.qkv = reinterpret_cast<const cuda::bf16_t*>(qkv.data());
-      args.rows = rows;
-      args.gamma = gamma;
-      args.heads = heads;
-      args.kv_heads = kv_heads;
-      args.head_dim = head_dim;
-      args.q_norm = q_norm.data();
-      args.k_norm = k_norm.data();
-      args.eps = 1e-5f;
-      args.positions = positions.data();
-      args.inv_freq = inv_freq.data();
-      args.neox = neox;
-      args.requests = fused_device.data();
-      args.layer = layer;
-      args.queries = reinterpret_cast<cuda::bf16_t*>(queries.data());
-      ASSERT_TRUE(cuda::qkv_heads(args, nullptr).ok());
-      const std::vector<bf16> fused_q = download(queries, static_cast<size_t>(rows * q));
-      const std::vector<bf16> reference_q = download(ref_q, static_cast<size_t>(rows * q));
-      EXPECT_EQ(count_bitwise_equal(fused_q, reference_q), static_cast<int>(rows * q)) << "queries";
-      int differing_cache = 0, written = 0;
-      for (int k = 0; k < 2 * count; ++k) {
-        const std::vector<bf16> fused = download(caches[(k / 2) * 4 + k % 2], cache_start.size());
-        const std::vector<bf16> reference = download(caches[(k / 2) * 4 + 2 + k % 2], cache_start.size());
-        differing_cache += static_cast<int>(cache_start.size()) - count_bitwise_equal(fused, reference);
-        written += static_cast<int>(cache_start.size()) - count_bitwise_equal(fused, cache_start);
+      for (const bool batched : {false, true}) {  // session 8: each lane's loads at once, the same bits
+        SCOPED_TRACE(batched ? "batched loads" : "loads one at a time");
+        for (int i = 0; i < count; ++i) {  // the fused caches back to their start
+          for (int which = 0; which < 2; ++which) {
+            cudaMemcpy(caches[4 * i + which].data(), cache_start.data(), cache_start.size() * 2,
+                       cudaMemcpyHostToDevice);
+          }
+        }
+        auto queries = ls::cuda::testing::poisoned<bf16>(static_cast<size_t>(rows * q));
+        cuda::QkvHeads args;
+        args.batched = batched;
+        args.qkv = reinterpret_cast<const cuda::bf16_t*>(qkv.data());
+        args.rows = rows;
+        args.gamma = gamma;
+        args.heads = heads;
+        args.kv_heads = kv_heads;
+        args.head_dim = head_dim;
+        args.q_norm = q_norm.data();
+        args.k_norm = k_norm.data();
+        args.eps = 1e-5f;
+        args.positions = positions.data();
+        args.inv_freq = inv_freq.data();
+        args.neox = neox;
+        args.requests = fused_device.data();
+        args.layer = layer;
+        args.queries = reinterpret_cast<cuda::bf16_t*>(queries.data());
+        ASSERT_TRUE(cuda::qkv_heads(args, nullptr).ok());
+        const std::vector<bf16> fused_q = download(queries, static_cast<size_t>(rows * q));
+        const std::vector<bf16> reference_q = download(ref_q, static_cast<size_t>(rows * q));
+        EXPECT_EQ(count_bitwise_equal(fused_q, reference_q), static_cast<int>(rows * q)) << "queries";
+        int differing_cache = 0, written = 0;
+        for (int k = 0; k < 2 * count; ++k) {
+          const std::vector<bf16> fused = download(caches[(k / 2) * 4 + k % 2], cache_start.size());
+          const std::vector<bf16> reference = download(caches[(k / 2) * 4 + 2 + k % 2], cache_start.size());
+          differing_cache += static_cast<int>(cache_start.size()) - count_bitwise_equal(fused, reference);
+          written += static_cast<int>(cache_start.size()) - count_bitwise_equal(fused, cache_start);
+        }
+        EXPECT_EQ(differing_cache, 0) << "cache bits differ from the unfused scatter";
+        EXPECT_GT(written, static_cast<int>(rows * kv)) << "the block K/V reached the caches";
       }
-      EXPECT_EQ(differing_cache, 0) << "cache bits differ from the unfused scatter";
-      EXPECT_GT(written, static_cast<int>(rows * kv)) << "the block K/V reached the caches";
     }
   }
 }
 
 // residual_norm against add_residual + rms_norm, and swiglu_stacked against swiglu, on fresh random rows with the
 // outputs poisoned: the residual and SwiGLU bit for bit; the norm within one bf16 rounding (its double sum of
-// squares is a CTA tree here, a warp's there) and nearly always bitwise.
+// squares is a CTA tree here, a warp's there) and nearly always bitwise; residual_norm with its loads batched gives
+// its one-at-a-time bits.
 TEST(CudaDrafter, TheResidualNormAndStackedSwigluKernelsGiveTheUnfusedBits) {
   LS_SKIP_WITHOUT_DEVICE();
   using ls::cuda::testing::download;
@@ -170,6 +181,29 @@ TEST(CudaDrafter, TheResidualNormAndStackedSwigluKernelsGiveTheUnfusedBits) {
                   .ok());
   EXPECT_GE(count_bitwise_equal(download(plain_y, rows * width), ry) * 100, static_cast<int>(rows * width) * 99);
   EXPECT_EQ(count_bitwise_equal(download(reference_x, rows * width), rxs), static_cast<int>(rows * width));
+  // Batched loads (session 8) give the one-at-a-time bits of x and y, with and without delta, at the drafter's
+  // width, a ragged one and one past the batched rows' limit (4096: it falls back to the loop).
+  for (const int64_t w : {int64_t{2048}, int64_t{1000}, int64_t{5000}}) {
+    for (const bool with_delta : {true, false}) {
+      SCOPED_TRACE("width " + std::to_string(w) + (with_delta ? ", delta" : ", no delta"));
+      const std::vector<bf16> start = random_values(rng, rows * w, 4.0f);
+      auto adds = upload(random_values(rng, rows * w, 1.0f));
+      auto scale = upload(random_floats(rng, w, 0.5f, 1.5f));
+      auto one_x = upload(start), batched_x = upload(start);
+      auto one_y = ls::cuda::testing::poisoned<bf16>(rows * w), batched_y = ls::cuda::testing::poisoned<bf16>(rows * w);
+      const auto* add = with_delta ? reinterpret_cast<const cuda::bf16_t*>(adds.data()) : nullptr;
+      ASSERT_TRUE(cuda::residual_norm(reinterpret_cast<cuda::bf16_t*>(one_x.data()), add, rows, w, scale.data(), 1e-5f,
+                                      reinterpret_cast<cuda::bf16_t*>(one_y.data()), nullptr, false, false)
+                      .ok());
+      ASSERT_TRUE(cuda::residual_norm(reinterpret_cast<cuda::bf16_t*>(batched_x.data()), add, rows, w, scale.data(),
+                                      1e-5f, reinterpret_cast<cuda::bf16_t*>(batched_y.data()), nullptr, false, true)
+                      .ok());
+      EXPECT_EQ(count_bitwise_equal(download(batched_x, rows * w), download(one_x, rows * w)),
+                static_cast<int>(rows * w));
+      EXPECT_EQ(count_bitwise_equal(download(batched_y, rows * w), download(one_y, rows * w)),
+                static_cast<int>(rows * w));
+    }
+  }
 
   const int64_t ff = 384;
   const std::vector<bf16> gate_up_values = random_values(rng, rows * 2 * ff, 6.0f);
@@ -286,20 +320,37 @@ TEST(CudaDrafter, TheTileAndSplitAttentionKernelsAgreeWithTheWarpKernelAndTheOne
                                                 reinterpret_cast<cuda::bf16_t*>(three_out.data()), nullptr)
                         .ok());
         const std::vector<bf16> three = ls::cuda::testing::download(three_out, outputs);
-        for (int run = 0; run < 2; ++run) {
+        // The three launches with batched loads (session 8) give the same bits, stats and partials poisoned.
+        {
+          auto batched_out = ls::cuda::testing::poisoned<bf16>(outputs);
+          cudaMemset(stats.data(), 0xff, cuda::split_attention_stat_floats(count, gamma, dims) * 4);
+          cudaMemset(partials.data(), 0xff, cuda::split_attention_partial_floats(count, gamma, dims) * 4);
+          cuda::SplitAttentionScratch scratch{stats.data(), partials.data(), nullptr, chunks};
+          scratch.batched_loads = true;
+          ASSERT_TRUE(cuda::block_attention_split(q, device_requests.data(), count, gamma, dims, layer, scratch,
+                                                  reinterpret_cast<cuda::bf16_t*>(batched_out.data()), nullptr)
+                          .ok());
+          EXPECT_EQ(count_bitwise_equal(ls::cuda::testing::download(batched_out, outputs), three),
+                    static_cast<int>(outputs))
+              << "three launches, batched loads, chunks " << chunks;
+        }
+        for (int run = 0; run < 4; ++run) {
+          const bool batched = run >= 2;  // the one launch with its loads one at a time, then batched
           auto one_out = ls::cuda::testing::poisoned<bf16>(outputs);
           cuda::SplitAttentionScratch scratch{stats.data(), partials.data(), nullptr, chunks, barriers.data()};
+          scratch.batched_loads = batched;
           ASSERT_TRUE(cuda::block_attention_cooperative(q, device_requests.data(), count, gamma, dims, layer,
                                                         scratch, reinterpret_cast<cuda::bf16_t*>(one_out.data()),
                                                         nullptr)
                           .ok());
           const std::vector<bf16> one = ls::cuda::testing::download(one_out, outputs);
-          EXPECT_EQ(count_bitwise_equal(one, three), static_cast<int>(outputs)) << "chunks " << chunks << " run "
-                                                                                 << run;
+          EXPECT_EQ(count_bitwise_equal(one, three), static_cast<int>(outputs))
+              << "chunks " << chunks << " run " << run << (batched ? " batched loads" : "");
           EXPECT_EQ(ls::cuda::testing::download(barriers, pairs + 1), std::vector<unsigned int>(pairs + 1, 0u));
         }
       }
-      std::printf("[ attention ] head_dim %d: one-launch split vs three launches checked at chunks auto, 3, 1\n",
+      std::printf("[ attention ] head_dim %d: one-launch split and batched loads vs three launches checked at chunks "
+                  "auto, 3, 1\n",
                   head_dim);
     } else {
       ADD_FAILURE() << "the one-launch split does not fit " << count << " requests on this device";

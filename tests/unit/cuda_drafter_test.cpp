@@ -29,6 +29,7 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 using cuda::CudaDsparkDrafter;
+using cuda::PersistentHandoff;
 
 constexpr double kBf16Tolerance = 2e-2;  // the CPU bf16 parity tolerance (docs/drafter.md)
 
@@ -603,7 +604,8 @@ TEST(CudaDrafter, RollbackByAbsorbingAtAnEarlierStartGivesTheDraftsOfAFreshAbsor
 // step's dot order, so greedy requests draft the same tokens and chance bits: alone (the one-request kernel) and in
 // groups of up to 8 with mixed depths (the group kernel; more requests: a launch per 8), scratch poisoned before
 // every pass; its graph (one per request count, any depth) replays the eager bits at depths changing from call to
-// call; sampled requests keep the other scans; a planted fault fails only its request, by name and slot.
+// call; sampled requests keep the other scans; a planted fault fails only its request, by name and slot. All of it
+// with both handoffs of a slot's CTA picks (counter barrier, flagged words).
 TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
@@ -648,55 +650,64 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
       }
     }
   };
-  // Alone, at full depth and at its own depth.
-  for (int i = 0; i < 4; ++i) {
-    SCOPED_TRACE("single request " + std::to_string(i));
-    for (const int depth : {c.block_size, requests[i].depth}) {
-      DraftRequest single = requests[i];
+  // Both handoffs of a slot's CTA picks (the counter barrier, session 5; the flagged words, session 8).
+  for (const PersistentHandoff handoff : {PersistentHandoff::Counter, PersistentHandoff::Flags}) {
+    SCOPED_TRACE(handoff == PersistentHandoff::Flags ? "flagged handoff" : "counter handoff");
+    gpu->set_persistent_handoff(handoff);
+    gpu->set_graphs(false);
+    // Alone, at full depth and at its own depth.
+    for (int i = 0; i < 4; ++i) {
+      SCOPED_TRACE("single request " + std::to_string(i));
+      for (const int depth : {c.block_size, requests[i].depth}) {
+        DraftRequest single = requests[i];
+        single.depth = depth;
+        const std::span<const DraftRequest> one(&single, 1);
+        expect_same(draft_with(true, one), draft_with(false, one));
+      }
+    }
+    // Groups of 2, 5 and 8 requests (the group kernel), mixed depths, and 10 (two launches: 8 + 2).
+    for (const size_t size : {2, 5, 8, 10}) {
+      SCOPED_TRACE("group of " + std::to_string(size));
+      const std::span<const DraftRequest> group(requests.data(), size);
+      expect_same(draft_with(true, group), draft_with(false, group));
+    }
+    // Sampled requests keep the other scans.
+    gpu->set_persistent_scan(true);
+    EXPECT_FALSE(gpu->persistent_scan(1, false));
+    EXPECT_FALSE(gpu->persistent_scan(10, false));
+    // Graphs: one captured shape serves depths changing from call to call, with the eager bits.
+    gpu->set_persistent_scan(true);
+    gpu->set_fused_scan(std::nullopt);
+    const int64_t replays_before = gpu->graph_replays();
+    for (const int depth : {c.block_size, 2, c.block_size, 4, 1, c.block_size}) {
+      SCOPED_TRACE("graphed depth " + std::to_string(depth));
+      DraftRequest single = requests[1];
       single.depth = depth;
       const std::span<const DraftRequest> one(&single, 1);
-      expect_same(draft_with(true, one), draft_with(false, one));
+      gpu->set_graphs(false);
+      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+      const std::vector<Draft> eager = gpu->draft(one);
+      gpu->set_graphs(true);
+      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+      expect_same(gpu->draft(one), eager);
     }
+    EXPECT_EQ(gpu->graph_failures(), 0);
+    // 6 graphed passes: the block pass and the scan each captured at the second and replayed from then on.
+    EXPECT_EQ(gpu->graph_replays() - replays_before, 2 * 5);
   }
-  // Groups of 2, 5 and 8 requests (the group kernel), mixed depths, and 10 (two launches: 8 + 2).
-  for (const size_t size : {2, 5, 8, 10}) {
-    SCOPED_TRACE("group of " + std::to_string(size));
-    const std::span<const DraftRequest> group(requests.data(), size);
-    expect_same(draft_with(true, group), draft_with(false, group));
-  }
-  // Sampled requests keep the other scans.
-  gpu->set_persistent_scan(true);
-  EXPECT_FALSE(gpu->persistent_scan(1, false));
-  EXPECT_FALSE(gpu->persistent_scan(10, false));
-  // Graphs: one captured shape serves depths changing from call to call, with the eager bits.
-  gpu->set_persistent_scan(true);
-  gpu->set_fused_scan(std::nullopt);
-  const int64_t replays_before = gpu->graph_replays();
-  for (const int depth : {c.block_size, 2, c.block_size, 4, 1, c.block_size}) {
-    SCOPED_TRACE("graphed depth " + std::to_string(depth));
-    DraftRequest single = requests[1];
-    single.depth = depth;
-    const std::span<const DraftRequest> one(&single, 1);
-    gpu->set_graphs(false);
-    ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
-    const std::vector<Draft> eager = gpu->draft(one);
-    gpu->set_graphs(true);
-    ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
-    expect_same(gpu->draft(one), eager);
-  }
-  EXPECT_EQ(gpu->graph_failures(), 0);
-  // 6 graphed passes: the block pass and the scan each captured at the second and replayed from then on.
-  EXPECT_EQ(gpu->graph_replays() - replays_before, 2 * 5);
   // Planted faults: the planted stream fails by name at its slot, the other drafts its unplanted tokens.
   gpu->set_graphs(false);
+  gpu->set_persistent_handoff(PersistentHandoff::Counter);
   const std::vector<Draft> clean = draft_with(true, std::span<const DraftRequest>(requests.data(), 2));
   const std::pair<const char*, int PlantedFaults::*> kinds[] = {
       {"non-finite draft logit", &PlantedFaults::nan_logit_slot},
       {"non-finite draft confidence", &PlantedFaults::inf_confidence_slot},
       {"outside vocabulary", &PlantedFaults::out_of_range_pick_slot}};
-  for (const auto& [message, field] : kinds) {
+  for (const auto& [message, field] : kinds)
+  for (const PersistentHandoff handoff : {PersistentHandoff::Counter, PersistentHandoff::Flags}) {
     for (const int slot : {0, requests[1].depth - 1}) {
-      SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot));
+      SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot) +
+                   (handoff == PersistentHandoff::Flags ? ", flagged handoff" : ", counter handoff"));
       DrafterOptions planted = options;
       planted.faults.enabled = true;
       planted.faults.stream = 1;
@@ -704,6 +715,7 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
       std::unique_ptr<CudaDsparkDrafter> faulty = load_cuda(pair.drafter_dir, target, planted);
       ASSERT_TRUE(faulty);
       faulty->set_persistent_scan(true);
+      faulty->set_persistent_handoff(handoff);
       for (int i = 0; i < 2; ++i) {
         ASSERT_TRUE(faulty->absorb(i, 0, requests[i].anchor_position,
                                    testing::random_taps(requests[i].anchor_position, width, 500 + i))
@@ -1162,7 +1174,7 @@ TEST(CudaDrafter, TheSplitPickDraftsTheTokensAndChanceBitsOfTheOneBlockPick) {
 // Session 7's launch variants change no bit: the block kernels launched programmatically (each waits for the kernel
 // before it), the split attention in one cooperative launch, both, and the automatic choice, eagerly and through
 // graphs, give the three-launch pass's Hf, U, tokens and chance bits, for one request and for five (scratch poisoned
-// before every pass).
+// before every pass); so do session 8's batched attention loads (three launches, one launch, automatic).
 TEST(CudaDrafter, ProgrammaticBlockLaunchesAndTheOneLaunchAttentionGiveTheDefaultBits) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
@@ -1219,16 +1231,20 @@ TEST(CudaDrafter, ProgrammaticBlockLaunchesAndTheOneLaunchAttentionGiveTheDefaul
     const std::span<const DraftRequest> some(requests.data(), count);
     gpu->set_attention_kernel(cuda::BlockAttentionKernel::Split);
     gpu->set_block_programmatic(false);
+    gpu->set_batched_loads(false);
     const Pass reference = pass(some);
-    for (const auto& [name, cooperative, programmatic] :
-         {std::tuple{"programmatic", false, true}, std::tuple{"one-launch attention", true, false},
-          std::tuple{"both", true, true}, std::tuple{"automatic", false, false}}) {
+    for (const auto& [name, cooperative, programmatic, batched] :
+         {std::tuple{"programmatic", false, true, false}, std::tuple{"one-launch attention", true, false, false},
+          std::tuple{"both", true, true, false}, std::tuple{"automatic", false, false, false},
+          std::tuple{"batched loads", false, false, true}, std::tuple{"one-launch, batched loads", true, false, true},
+          std::tuple{"automatic, batched loads", false, false, true}}) {
       SCOPED_TRACE(std::string(name) + ", " + std::to_string(count) + " requests");
-      const bool automatic = std::string(name) == "automatic";
+      const bool automatic = std::string(name).starts_with("automatic");
       gpu->set_attention_kernel(automatic     ? std::nullopt
                                 : cooperative ? std::optional(cuda::BlockAttentionKernel::Cooperative)
                                               : std::optional(cuda::BlockAttentionKernel::Split));
       gpu->set_block_programmatic(programmatic);
+      gpu->set_batched_loads(batched);
       const int64_t failures = gpu->graph_failures();
       for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
         SCOPED_TRACE("sighting " + std::to_string(sighting));

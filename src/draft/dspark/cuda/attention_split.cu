@@ -1,7 +1,8 @@
 // Block attention, split variant: the tile CTA (attention_tile.cu) spread over key chunks so that few requests still
 // fill the device: per-chunk stats, then per-chunk probabilities times values, then the chunks' partials added in
 // chunk order; three launches, or (session 7) one cooperative launch with a barrier of each (request, KV head)'s
-// chunk CTAs between the phases: the same arithmetic in the same order, so the same bits.
+// chunk CTAs between the phases: the same arithmetic in the same order, so the same bits. Session 8: each variant
+// also with its loads batched (SplitAttentionScratch::batched_loads), again the same bits.
 #include <algorithm>
 #include <cmath>
 
@@ -21,7 +22,7 @@ using namespace attention_tiles;
 // the max) -> stats. kValues true: the row's max and total from every chunk's stats (total = sum over chunks in
 // order of t_c exp(m_c - max)), then the probabilities (rounded to bf16) times values over the chunk -> partials.
 // The stats are read through L2 (the cooperative kernel reads what other CTAs of its own launch wrote).
-template <int kHeadDim, bool kValues>
+template <int kHeadDim, bool kValues, bool kBatched>
 __device__ __forceinline__ void split_chunk_sweep(const bf16_t* q, const DeviceBlockRequest* requests, int gamma,
                                                   AttentionDims dims, int layer, int chunks, int chunk,
                                                   int pair_index, float* stats, float* partials, float* shared) {
@@ -51,11 +52,42 @@ __device__ __forceinline__ void split_chunk_sweep(const bf16_t* q, const DeviceB
     const int slot = r / group, g = r % group;
     return (static_cast<int64_t>(request_index) * gamma + slot) * dims.heads + kv_head * group + g;
   };
-  for (int index = threadIdx.x; index < rows * kHeadDim; index += blockDim.x) {
-    query[index] = __bfloat162float(q[global_row(index / kHeadDim) * kHeadDim + index % kHeadDim]);
+  if constexpr (kBatched) {
+    // 16-byte loads: eight query values a thread (at most two loads a thread: rows <= 64, head_dim <= 64).
+    constexpr int kEights = kHeadDim / 8;
+    for (int index = threadIdx.x; index < rows * kEights; index += blockDim.x) {
+      const int r = index / kEights, d8 = (index % kEights) * 8;
+      float eight[8];
+      load_eight(q + global_row(r) * kHeadDim + d8, eight);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) query[r * kHeadDim + d8 + i] = eight[i];
+    }
+  } else {
+    for (int index = threadIdx.x; index < rows * kHeadDim; index += blockDim.x) {
+      query[index] = __bfloat162float(q[global_row(index / kHeadDim) * kHeadDim + index % kHeadDim]);
+    }
   }
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-    if (kValues) {
+    if (kValues && kBatched) {
+      // Every chunk's stats loaded at once, then the old loops' arithmetic in chunk order.
+      float2 stat[kMaxSplitChunks];
+#pragma unroll
+      for (int c = 0; c < kMaxSplitChunks; ++c) {
+        stat[c] = c < chunks ? __ldcg(&chunk_stats[c * rows + r]) : make_float2(-INFINITY, 0.0f);
+      }
+      float largest = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < kMaxSplitChunks; ++c) {
+        if (c < chunks) largest = fmaxf(largest, stat[c].x);
+      }
+      float total = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kMaxSplitChunks; ++c) {
+        if (c < chunks && stat[c].y > 0.0f) total += stat[c].y * expf(stat[c].x - largest);
+      }
+      row_max[r] = largest;
+      row_total[r] = total;
+    } else if (kValues) {
       float largest = -INFINITY;
       for (int c = 0; c < chunks; ++c) largest = fmaxf(largest, __ldcg(&chunk_stats[c * rows + r]).x);
       float total = 0.0f;
@@ -149,7 +181,26 @@ __device__ __forceinline__ int64_t pair_output_row(int pair_index, int r, int ga
   return (static_cast<int64_t>(request_index) * gamma + slot) * dims.heads + kv_head * group + g;
 }
 
-template <int kHeadDim, bool kValues>
+// The chunks' partials of one output added in chunk order (from `first`, `stride` apart), rounded by the caller;
+// batched: every load issued before the first add (the same sum).
+template <bool kBatched>
+__device__ __forceinline__ float add_chunk_partials(const float* first, int64_t stride, int chunks) {
+  float sum = 0.0f;
+  if constexpr (kBatched) {
+    float part[kMaxSplitChunks];
+#pragma unroll
+    for (int c = 0; c < kMaxSplitChunks; ++c) part[c] = c < chunks ? __ldcg(first + c * stride) : 0.0f;
+#pragma unroll
+    for (int c = 0; c < kMaxSplitChunks; ++c) {
+      if (c < chunks) sum += part[c];
+    }
+  } else {
+    for (int c = 0; c < chunks; ++c) sum += __ldcg(first + c * stride);
+  }
+  return sum;
+}
+
+template <int kHeadDim, bool kValues, bool kBatched>
 __global__ void __launch_bounds__(kTileThreads) attention_split_kernel(const bf16_t* q,
                                                                        const DeviceBlockRequest* requests, int gamma,
                                                                        AttentionDims dims, int layer, int chunks,
@@ -160,8 +211,8 @@ __global__ void __launch_bounds__(kTileThreads) attention_split_kernel(const bf1
   extern __shared__ float shared[];
   const int chunk = blockIdx.x % chunks;
   const int pair_index = blockIdx.x / chunks;  // request * kv_heads + kv_head
-  split_chunk_sweep<kHeadDim, kValues>(q, requests, gamma, dims, layer, chunks, chunk, pair_index, stats, partials,
-                                       shared);
+  split_chunk_sweep<kHeadDim, kValues, kBatched>(q, requests, gamma, dims, layer, chunks, chunk, pair_index, stats,
+                                                 partials, shared);
   if (!kValues || !tickets) return;
   // The pair's last CTA adds the chunks' partials in chunk order and rounds once (attention_combine_kernel's sums).
   const int rows = gamma * (dims.heads / dims.kv_heads);
@@ -175,8 +226,7 @@ __global__ void __launch_bounds__(kTileThreads) attention_split_kernel(const bf1
   if (threadIdx.x == 0) tickets[pair_index] = 0;  // ready for the next launch
   const float* first_chunk = partials + static_cast<int64_t>(pair_index) * chunks * rows * kHeadDim;
   for (int output = threadIdx.x; output < rows * kHeadDim; output += blockDim.x) {
-    float sum = 0.0f;
-    for (int c = 0; c < chunks; ++c) sum += __ldcg(first_chunk + static_cast<int64_t>(c) * rows * kHeadDim + output);
+    const float sum = add_chunk_partials<kBatched>(first_chunk + output, static_cast<int64_t>(rows) * kHeadDim, chunks);
     combined[pair_output_row(pair_index, output / kHeadDim, gamma, dims) * kHeadDim + output % kHeadDim] =
         __float2bfloat16_rn(sum);
   }
@@ -209,7 +259,7 @@ __device__ __forceinline__ bool pair_barrier(unsigned int* counter, unsigned int
 // CTAs, the values sweep, a second barrier, then chunk c adds its share of the pair's outputs over the chunks in
 // chunk order (the combine launch's sums). barriers: [pairs] counters (each reset by the pair's last CTA to leave)
 // and a sticky broken flag at [pairs].
-template <int kHeadDim>
+template <int kHeadDim, bool kBatched>
 __global__ void __launch_bounds__(kTileThreads) attention_cooperative_kernel(const bf16_t* q,
                                                                              const DeviceBlockRequest* requests,
                                                                              int gamma, AttentionDims dims, int layer,
@@ -227,22 +277,19 @@ __global__ void __launch_bounds__(kTileThreads) attention_cooperative_kernel(con
   unsigned int* broken = barriers + pairs;
   bool ok = __ldcg(broken) == 0;
   if (ok) {
-    split_chunk_sweep<kHeadDim, false>(q, requests, gamma, dims, layer, chunks, chunk, pair_index, stats, partials,
-                                       shared);
+    split_chunk_sweep<kHeadDim, false, kBatched>(q, requests, gamma, dims, layer, chunks, chunk, pair_index, stats,
+                                                 partials, shared);
     ok = pair_barrier(counter, chunks);
   }
   if (ok) {
-    split_chunk_sweep<kHeadDim, true>(q, requests, gamma, dims, layer, chunks, chunk, pair_index, stats, partials,
-                                      shared);
+    split_chunk_sweep<kHeadDim, true, kBatched>(q, requests, gamma, dims, layer, chunks, chunk, pair_index, stats,
+                                                partials, shared);
     ok = pair_barrier(counter, 2 * chunks);
   }
   let_next_kernel_start();  // the o_proj GEMM may start loading its weights
   const float* first_chunk = partials + static_cast<int64_t>(pair_index) * chunks * outputs;
   for (int output = share_begin + threadIdx.x; output < share_end; output += blockDim.x) {
-    float sum = ok ? 0.0f : NAN;
-    if (ok) {
-      for (int c = 0; c < chunks; ++c) sum += __ldcg(first_chunk + static_cast<int64_t>(c) * outputs + output);
-    }
+    const float sum = ok ? add_chunk_partials<kBatched>(first_chunk + output, outputs, chunks) : NAN;
     out[pair_output_row(pair_index, output / kHeadDim, gamma, dims) * kHeadDim + output % kHeadDim] =
         __float2bfloat16_rn(sum);
   }
@@ -256,6 +303,7 @@ __global__ void __launch_bounds__(kTileThreads) attention_cooperative_kernel(con
 }
 
 // One thread per output (request, slot, head, dim): the chunks' partials added in chunk order, rounded once.
+template <bool kBatched>
 __global__ void attention_combine_kernel(const float* partials, int count, int gamma, AttentionDims dims, int chunks,
                                          bf16_t* out) {
   let_next_kernel_start();  // the next GEMM may start loading its weights
@@ -272,9 +320,7 @@ __global__ void attention_combine_kernel(const float* partials, int count, int g
   const int kv_head = head / group, r = slot * group + head % group;
   const float* from = partials + ((static_cast<int64_t>(request_index) * dims.kv_heads + kv_head) * chunks) * rows * hd +
                       static_cast<int64_t>(r) * hd + dim;
-  float sum = 0.0f;
-  for (int c = 0; c < chunks; ++c) sum += from[static_cast<int64_t>(c) * rows * hd];
-  out[index] = __float2bfloat16_rn(sum);
+  out[index] = __float2bfloat16_rn(add_chunk_partials<kBatched>(from, static_cast<int64_t>(rows) * hd, chunks));
 }
 
 }  // namespace
@@ -322,39 +368,60 @@ Status block_attention_split(const bf16_t* q, const DeviceBlockRequest* requests
     return ok_status();
   };
   unsigned int* tickets = scratch.tickets;
-  if (dims.head_dim == 32) {
-    LS_RETURN_IF_ERROR(launch(attention_split_kernel<32, false>, grid, kTileThreads, bytes, q, requests, gamma, dims,
-                              layer, chunks, scratch.stats, scratch.partials, static_cast<unsigned int*>(nullptr),
+  // The sweeps for a head size and load pattern, then (without tickets) the combine launch.
+  auto sweeps = [&](auto stats_kernel, auto values_kernel, auto combine_kernel) -> Status {
+    LS_RETURN_IF_ERROR(launch(stats_kernel, grid, kTileThreads, bytes, q, requests, gamma, dims, layer, chunks,
+                              scratch.stats, scratch.partials, static_cast<unsigned int*>(nullptr),
                               static_cast<bf16_t*>(nullptr)));
-    LS_RETURN_IF_ERROR(launch(attention_split_kernel<32, true>, grid, kTileThreads, bytes, q, requests, gamma, dims,
-                              layer, chunks, scratch.stats, scratch.partials, tickets, out));
-  } else {
-    LS_RETURN_IF_ERROR(launch(attention_split_kernel<kMaxTileHeadDim, false>, grid, kTileThreads, bytes, q, requests,
-                              gamma, dims, layer, chunks, scratch.stats, scratch.partials,
-                              static_cast<unsigned int*>(nullptr), static_cast<bf16_t*>(nullptr)));
-    LS_RETURN_IF_ERROR(launch(attention_split_kernel<kMaxTileHeadDim, true>, grid, kTileThreads, bytes, q, requests,
-                              gamma, dims, layer, chunks, scratch.stats, scratch.partials, tickets, out));
+    LS_RETURN_IF_ERROR(launch(values_kernel, grid, kTileThreads, bytes, q, requests, gamma, dims, layer, chunks,
+                              scratch.stats, scratch.partials, tickets, out));
+    if (tickets) return ok_status();
+    return launch(combine_kernel, dim3(static_cast<unsigned int>((outputs + 255) / 256)), 256, 0,
+                  static_cast<const float*>(scratch.partials), count, gamma, dims, chunks, out);
+  };
+  constexpr int kHd = kMaxTileHeadDim;
+  if (scratch.batched_loads) {
+    if (dims.head_dim == 32) {
+      return sweeps(attention_split_kernel<32, false, true>, attention_split_kernel<32, true, true>,
+                    attention_combine_kernel<true>);
+    }
+    return sweeps(attention_split_kernel<kHd, false, true>, attention_split_kernel<kHd, true, true>,
+                  attention_combine_kernel<true>);
   }
-  if (tickets) return ok_status();
-  return launch(attention_combine_kernel, dim3(static_cast<unsigned int>((outputs + 255) / 256)), 256, 0,
-                static_cast<const float*>(scratch.partials), count, gamma, dims, chunks, out);
+  if (dims.head_dim == 32) {
+    return sweeps(attention_split_kernel<32, false, false>, attention_split_kernel<32, true, false>,
+                  attention_combine_kernel<false>);
+  }
+  return sweeps(attention_split_kernel<kHd, false, false>, attention_split_kernel<kHd, true, false>,
+                attention_combine_kernel<false>);
 }
 
 namespace {
 
-// CTAs of the cooperative kernel one SM holds (0: not known yet or not launchable), per head size.
+using CooperativeKernel = void (*)(const bf16_t*, const DeviceBlockRequest*, int, AttentionDims, int, int, float*,
+                                   float*, unsigned int*, int, bf16_t*);
+
+// The cooperative kernel for a head size and load pattern.
+CooperativeKernel cooperative_kernel(int head_dim, bool batched) {
+  if (head_dim == 32) return batched ? attention_cooperative_kernel<32, true> : attention_cooperative_kernel<32, false>;
+  constexpr int kHd = kMaxTileHeadDim;
+  return batched ? attention_cooperative_kernel<kHd, true> : attention_cooperative_kernel<kHd, false>;
+}
+
+// CTAs of the cooperative kernel one SM holds (0: not known yet or not launchable), per head size: the fewer of the
+// two load patterns' (so a fit holds for either).
 int cooperative_resident(int head_dim, size_t bytes) {
-  int resident = 0;
-  const cudaError_t status =
-      head_dim == 32 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, attention_cooperative_kernel<32>,
-                                                                     kTileThreads, bytes)
-                     : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                           &resident, attention_cooperative_kernel<kMaxTileHeadDim>, kTileThreads, bytes);
-  if (status != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
+  int fewest = 0;
+  for (const bool batched : {false, true}) {
+    int resident = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, cooperative_kernel(head_dim, batched), kTileThreads,
+                                                      bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    fewest = batched ? std::min(fewest, resident) : resident;
   }
-  return resident;
+  return fewest;
 }
 
 }  // namespace
@@ -401,13 +468,8 @@ Status block_attention_cooperative(const bf16_t* q, const DeviceBlockRequest* re
   attribute[0].val.cooperative = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  if (dims.head_dim == 32) {
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, attention_cooperative_kernel<32>, q, requests, gamma, dims, layer, chunks,
-                                   scratch.stats, scratch.partials, scratch.barriers, pairs, out));
-  } else {
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, attention_cooperative_kernel<kMaxTileHeadDim>, q, requests, gamma, dims,
-                                   layer, chunks, scratch.stats, scratch.partials, scratch.barriers, pairs, out));
-  }
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, cooperative_kernel(dims.head_dim, scratch.batched_loads), q, requests, gamma,
+                                 dims, layer, chunks, scratch.stats, scratch.partials, scratch.barriers, pairs, out));
   return ok_status();
 }
 

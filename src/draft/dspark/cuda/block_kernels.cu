@@ -187,6 +187,7 @@ __global__ void block_attention_kernel(const bf16_t* q, const DeviceBlockRequest
 constexpr int kMaxHeadDim = 128;
 constexpr int kHeadWarps = 8;
 
+template <bool kBatched>
 __global__ void __launch_bounds__(kHeadWarps * kWarp) qkv_heads_kernel(QkvHeads a) {
   __shared__ float staged[kHeadWarps][kMaxHeadDim];
   let_next_kernel_start();    // the attention's stats sweep may start
@@ -214,18 +215,28 @@ __global__ void __launch_bounds__(kHeadWarps * kWarp) qkv_heads_kernel(QkvHeads 
     for (int i = lane; i < hd; i += kWarp) out[i] = in[i];
     return;
   }
-  norm_rope_head(in, head < a.heads ? a.q_norm : a.k_norm, hd, a.eps, static_cast<float>(a.positions[row]),
-                 a.inv_freq, a.neox, staged[warp], out, lane);
+  if constexpr (kBatched) {
+    norm_rope_head_batched(in, head < a.heads ? a.q_norm : a.k_norm, hd, a.eps, static_cast<float>(a.positions[row]),
+                           a.inv_freq, a.neox, staged[warp], out, lane);
+  } else {
+    norm_rope_head(in, head < a.heads ? a.q_norm : a.k_norm, hd, a.eps, static_cast<float>(a.positions[row]),
+                   a.inv_freq, a.neox, staged[warp], out, lane);
+  }
 }
 
 // One CTA per row: x = bf16(x + delta) (delta may be null: x as is), then y = rms_norm(x) with the sum of squares
 // in double (tree over the CTA).
+template <bool kBatched>
 __global__ void __launch_bounds__(kRowThreads) residual_norm_kernel(bf16_t* x, const bf16_t* delta, int64_t width,
                                                                     const float* weight, float eps, bf16_t* y) {
   let_next_kernel_start();  // the next GEMM may start loading its weights
   wait_for_previous_kernel();  // after a programmatic launch: x and delta are complete
   __shared__ double partial[kRowThreads / kWarp];
-  residual_norm_row(x, delta, blockIdx.x, width, weight, eps, y, partial);
+  if constexpr (kBatched) {
+    residual_norm_row_batched(x, delta, blockIdx.x, width, weight, eps, y, partial);
+  } else {
+    residual_norm_row(x, delta, blockIdx.x, width, weight, eps, y, partial);
+  }
 }
 
 // out [rows, width] = bf16(bf16(silu(gate)) * up) from the stacked gate/up GEMM output [rows, 2 * width].
@@ -249,23 +260,25 @@ Status qkv_heads(const QkvHeads& args, cudaStream_t stream) {
                                                         std::to_string(args.head_dim));
   }
   const int64_t items = args.rows * (args.heads + 2 * args.kv_heads);
+  const auto kernel = args.batched ? qkv_heads_kernel<true> : qkv_heads_kernel<false>;
   if (args.programmatic) {
-    return ls::cuda::launch_programmatic(qkv_heads_kernel, dim3(blocks_for(items, kHeadWarps)), kHeadWarps * kWarp, 0,
-                                         stream, args);
+    return ls::cuda::launch_programmatic(kernel, dim3(blocks_for(items, kHeadWarps)), kHeadWarps * kWarp, 0, stream,
+                                         args);
   }
-  qkv_heads_kernel<<<blocks_for(items, kHeadWarps), kHeadWarps * kWarp, 0, stream>>>(args);
+  kernel<<<blocks_for(items, kHeadWarps), kHeadWarps * kWarp, 0, stream>>>(args);
   LS_CUDA_TRY_LAUNCH("qkv_heads");
   return ok_status();
 }
 
 Status residual_norm(bf16_t* x, const bf16_t* delta, int64_t rows, int64_t width, const float* weight, float eps,
-                     bf16_t* y, cudaStream_t stream, bool programmatic) {
+                     bf16_t* y, cudaStream_t stream, bool programmatic, bool batched) {
   if (rows == 0) return ok_status();
+  const auto kernel = batched ? residual_norm_kernel<true> : residual_norm_kernel<false>;
   if (programmatic) {
-    return ls::cuda::launch_programmatic(residual_norm_kernel, dim3(static_cast<unsigned>(rows)), kRowThreads, 0,
-                                         stream, x, delta, width, weight, eps, y);
+    return ls::cuda::launch_programmatic(kernel, dim3(static_cast<unsigned>(rows)), kRowThreads, 0, stream, x, delta,
+                                         width, weight, eps, y);
   }
-  residual_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, delta, width, weight, eps, y);
+  kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, delta, width, weight, eps, y);
   LS_CUDA_TRY_LAUNCH("residual_norm");
   return ok_status();
 }

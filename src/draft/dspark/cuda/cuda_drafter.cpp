@@ -4,6 +4,7 @@
 #include "draft/dspark/shared_steps.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <span>
@@ -70,6 +71,14 @@ CudaDsparkDrafter::CudaDsparkDrafter(const DsparkConfig& config, const bf16_t* e
   facts_.restarts = true;
   int device = 0;
   if (cudaGetDevice(&device) == cudaSuccess) facts_.tap_device = device;
+  // Session 8 H200 A/B hook for the lanes benches only (removed once a batch decides, as session 7's were; drafts
+  // change speed, never tokens): LS_DRAFTER_SCAN_HANDOFF=flags|counter pins the persistent scan's handoff.
+  if (const char* pin = std::getenv("LS_DRAFTER_SCAN_HANDOFF")) {
+    if (std::strcmp(pin, "flags") == 0) persistent_handoff_ = PersistentHandoff::Flags;
+    if (std::strcmp(pin, "counter") == 0) persistent_handoff_ = PersistentHandoff::Counter;
+  }
+  // LS_DRAFTER_LOADS=batched|serial pins set_batched_loads.
+  if (const char* pin = std::getenv("LS_DRAFTER_LOADS")) batched_loads_ = std::strcmp(pin, "batched") == 0;
 }
 
 CudaDsparkDrafter::~CudaDsparkDrafter() {
@@ -154,7 +163,8 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     d.scan_plans_[1] = persistent_scan_plan(shape, kPersistentScanGroup);
     int64_t partials = 0;
     for (const PersistentScanPlan& plan : d.scan_plans_) {
-      partials = std::max<int64_t>(partials, static_cast<int64_t>(config.block_size) * plan.group * plan.grid);
+      // The counter handoff's 16-byte partials, or the flagged handoff's 8-byte words (one more slot's worth).
+      partials = std::max<int64_t>(partials, static_cast<int64_t>(config.block_size + 1) * plan.group * plan.grid + 1);
     }
     if (partials > 0) {
       LS_RETURN_IF_ERROR(d.scratch_.persistent_partials.allocate(static_cast<size_t>(partials),

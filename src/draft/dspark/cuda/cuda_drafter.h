@@ -87,7 +87,7 @@ struct DeviceBlockScratch {
   TrackedBuffer<ScanPartial> scan_partials;          // [requests, fused_scan_chunks(V)] the fused scan's chunk picks
   TrackedBuffer<unsigned int> scan_tickets;          // [fused_scan_groups(requests)] zero between steps
   TrackedBuffer<unsigned int> gemm_ticket;           // [1] the skinny residual-norm GEMMs' counter, zero between
-  TrackedBuffer<ScanPartial> persistent_partials;   // [gamma, group, grid] the persistent scan's CTA picks
+  TrackedBuffer<ScanPartial> persistent_partials;   // [gamma + 1, group, grid] + 1 the persistent scan's CTA picks
   TrackedBuffer<unsigned int> scan_barrier;          // [2] the persistent scan's barrier and timed-out flag
   TrackedBuffer<float> attention_stats, attention_partials;  // the split attention's (split_attention_*_floats)
   TrackedBuffer<unsigned int> attention_barriers;  // [requests * kv_heads + 1] the one-launch split's, zero at first
@@ -288,6 +288,20 @@ class CudaDsparkDrafter final : public Drafter {
     persistent_scan_pin_ = on;
     graphs_.clear();
   }
+  // Each thread's loads issued at once in the split attention (SplitAttentionScratch::batched_loads), the residual
+  // norms (residual_norm_row_batched) and the q/k heads (norm_rope_head_batched) (session 8, the same bits), or one
+  // at a time (the old path).
+  void set_batched_loads(bool on) {
+    batched_loads_ = on;
+    graphs_.clear();
+  }
+  bool batched_loads() const { return batched_loads_; }
+  // How the persistent scan's CTAs meet each slot (the same bits): Flags (session 8) or Counter (the old path).
+  void set_persistent_handoff(PersistentHandoff handoff) {
+    persistent_handoff_ = handoff;
+    graphs_.clear();
+  }
+  PersistentHandoff persistent_handoff() const { return persistent_handoff_; }
   // Whether a scan of `count` requests, all greedy or not, takes the persistent kernel.
   bool persistent_scan(int count, bool all_greedy) const;
   // Bench: device time per launch label of each draft() call while on (passes then run eagerly).
@@ -369,6 +383,8 @@ class CudaDsparkDrafter final : public Drafter {
   std::optional<BlockAttentionKernel> attention_pin_;
   std::optional<bool> fused_scan_pin_;
   std::optional<bool> persistent_scan_pin_;
+  PersistentHandoff persistent_handoff_ = PersistentHandoff::Counter;
+  bool batched_loads_ = false;
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_keep_w2_ = true;

@@ -68,7 +68,7 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
     LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d, false));
   }
   return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get(),
-                       block_programmatic_);
+                       block_programmatic_, batched_loads_);
 }
 
 BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
@@ -93,18 +93,19 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
     case BlockAttentionKernel::Cooperative:
       if (s.attention_barriers.size() > 0 && static_cast<size_t>(count) < cooperative_attention_fits_.size() &&
           cooperative_attention_fits_[count]) {
+        SplitAttentionScratch scratch{s.attention_stats.data(), s.attention_partials.data(), nullptr,
+                                      attention_chunks_, s.attention_barriers.data()};
+        scratch.batched_loads = batched_loads_;
         return block_attention_cooperative(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                           SplitAttentionScratch{s.attention_stats.data(), s.attention_partials.data(),
-                                                                 nullptr, attention_chunks_,
-                                                                 s.attention_barriers.data()},
-                                           s.attended.data(), stream_.get());
+                                           scratch, s.attended.data(), stream_.get());
       }
       [[fallthrough]];  // not every CTA of this grid fits at once here: the three launches
-    case BlockAttentionKernel::Split:
-      return block_attention_split(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                   SplitAttentionScratch{s.attention_stats.data(), s.attention_partials.data(),
-                                                         nullptr, attention_chunks_},
+    case BlockAttentionKernel::Split: {
+      SplitAttentionScratch scratch{s.attention_stats.data(), s.attention_partials.data(), nullptr, attention_chunks_};
+      scratch.batched_loads = batched_loads_;
+      return block_attention_split(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer, scratch,
                                    s.attended.data(), stream_.get());
+    }
     case BlockAttentionKernel::Warp:
       break;
   }
@@ -125,7 +126,7 @@ Status CudaDsparkDrafter::block_pass(int count) {
   LS_RETURN_IF_ERROR(embed_tokens(embedding_, s.tokens.data(), rows, d, s.hidden.data(), stream));
   mark("embed");
   LS_RETURN_IF_ERROR(residual_norm(s.hidden.data(), nullptr, rows, d, weights_.layers[0].input_norm.data(),
-                                   c.norm_eps, s.normed.data(), stream));
+                                   c.norm_eps, s.normed.data(), stream, false, batched_loads_));
   mark("norms");
   for (int index = 0; index < c.num_layers; ++index) {
     const DeviceLayerWeights& layer = weights_.layers[index];
@@ -151,6 +152,7 @@ Status CudaDsparkDrafter::block_pass(int count) {
     heads.layer = index;
     heads.queries = s.queries.data();
     heads.programmatic = block_programmatic_;
+    heads.batched = batched_loads_;
     LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
     mark("q/k norm + RoPE");
     LS_RETURN_IF_ERROR(attend(count, dims, index));
@@ -284,7 +286,8 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     step.partials = s.persistent_partials.data();
     int groups = 0;
     const Status launched =
-        markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], s.scan_barrier.data(), stream, &groups);
+        markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], persistent_handoff_,
+                               s.scan_barrier.data(), stream, &groups);
     if (launched.ok()) {
       mark("scan persistent");
       return ok_status();

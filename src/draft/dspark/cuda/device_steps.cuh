@@ -54,6 +54,57 @@ __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16* in, const fl
   }
 }
 
+// norm_rope_head with each lane's loads (its elements of the head, their weights, its RoPE frequencies) issued at
+// once: the same arithmetic in the same order, so the same bits (session 8). hd <= 128.
+__device__ __forceinline__ void norm_rope_head_batched(const __nv_bfloat16* in, const float* weight, int hd, float eps,
+                                                       float position, const float* inv_freq, bool neox,
+                                                       float* normed, __nv_bfloat16* out, int lane) {
+  constexpr int kLanes = 32, kMost = 4;  // elements a lane holds (hd <= 128)
+  const int half = hd / 2;
+  float values[kMost], weights[kMost], frequencies[kMost / 2];
+#pragma unroll
+  for (int k = 0; k < kMost; ++k) {
+    const int i = lane + k * kLanes;
+    values[k] = i < hd ? __bfloat162float(in[i]) : 0.0f;
+    weights[k] = i < hd ? weight[i] : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kMost / 2; ++k) {
+    const int pair = lane + k * kLanes;
+    frequencies[k] = pair < half ? inv_freq[pair] : 0.0f;
+  }
+  double sum_squares = 0;
+#pragma unroll
+  for (int k = 0; k < kMost; ++k) {
+    if (lane + k * kLanes >= hd) break;
+    const double value = values[k];
+    sum_squares += value * value;
+  }
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
+    sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
+  }
+  const float mean = static_cast<float>(sum_squares / static_cast<double>(hd));
+  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+#pragma unroll
+  for (int k = 0; k < kMost; ++k) {
+    const int i = lane + k * kLanes;
+    if (i >= hd) break;
+    normed[i] = round_bf16(weights[k] * round_bf16(values[k] * inverse_rms));
+  }
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < kMost / 2; ++k) {
+    const int pair = lane + k * kLanes;
+    if (pair >= half) break;
+    const float angle = position * frequencies[k];
+    const float cosine = cosf(angle), sine = sinf(angle);
+    const int ia = neox ? pair : 2 * pair, ib = neox ? pair + half : 2 * pair + 1;
+    const float x = normed[ia], y = normed[ib];
+    out[ia] = __float2bfloat16_rn(x * cosine - y * sine);
+    out[ib] = __float2bfloat16_rn(x * sine + y * cosine);
+  }
+}
+
 // Threads of one residual_norm_row (the reduction tree over them fixes the double sum's order).
 inline constexpr int kRowThreads = 256;
 
@@ -90,6 +141,64 @@ __device__ __forceinline__ void residual_norm_row(__nv_bfloat16* x, const __nv_b
     for (int64_t i = threadIdx.x; i < width; i += kRowThreads) {
       const float value = __bfloat162float(in[i]);
       out[i] = __float2bfloat16_rn(weight[i] * __bfloat162float(__float2bfloat16_rn(value * inverse_rms)));
+    }
+  }
+  __syncthreads();  // partial may be reused by the next row
+}
+
+// residual_norm_row with every load a thread makes issued at once (x, delta and weight elements into registers:
+// rows up to kRowThreads * kMaxRowLoads wide, wider rows take residual_norm_row) and the normed pass reading the
+// kept values instead of x again: the same arithmetic in the same order, so the same bits (session 8; the loop
+// above waits for each element's load in turn, its store to x possibly aliasing the next load).
+inline constexpr int kMaxRowLoads = 16;
+__device__ __forceinline__ void residual_norm_row_batched(__nv_bfloat16* x, const __nv_bfloat16* delta, int64_t row,
+                                                          int64_t width, const float* weight, float eps,
+                                                          __nv_bfloat16* y, double* partial) {
+  if (width > static_cast<int64_t>(kRowThreads) * kMaxRowLoads) {
+    residual_norm_row(x, delta, row, width, weight, eps, y, partial);
+    return;
+  }
+  const bool lane_of_row = threadIdx.x < kRowThreads;
+  __nv_bfloat16* in = x + row * width;
+  const __nv_bfloat16* add = delta ? delta + row * width : nullptr;
+  float values[kMaxRowLoads], weights[kMaxRowLoads];
+  __nv_bfloat16 added[kMaxRowLoads];
+  double sum_squares = 0;
+  if (lane_of_row) {
+#pragma unroll
+    for (int k = 0; k < kMaxRowLoads; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kRowThreads;
+      values[k] = i < width ? __bfloat162float(in[i]) : 0.0f;
+      added[k] = add && i < width ? __ldcg(add + i) : __float2bfloat16_rn(0.0f);
+      weights[k] = i < width ? weight[i] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kMaxRowLoads; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kRowThreads;
+      if (i >= width) break;
+      float value = values[k];
+      if (add) {
+        value = __bfloat162float(__float2bfloat16_rn(value + __bfloat162float(added[k])));
+        in[i] = __float2bfloat16_rn(value);
+        values[k] = value;
+      }
+      sum_squares += static_cast<double>(value) * value;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum_squares;
+  }
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < kRowThreads / 32; ++w) total += partial[w];
+  const float mean = static_cast<float>(total / static_cast<double>(width));
+  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+  __nv_bfloat16* out = y + row * width;
+  if (lane_of_row) {
+#pragma unroll
+    for (int k = 0; k < kMaxRowLoads; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kRowThreads;
+      if (i >= width) break;
+      out[i] = __float2bfloat16_rn(weights[k] * __bfloat162float(__float2bfloat16_rn(values[k] * inverse_rms)));
     }
   }
   __syncthreads();  // partial may be reused by the next row

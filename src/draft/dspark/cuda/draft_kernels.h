@@ -70,15 +70,17 @@ struct QkvHeads {
   int layer = 0;
   bf16_t* queries = nullptr;  // [rows, heads, head_dim]
   bool programmatic = false;  // launched to overlap the previous kernel's tail (it waits before reading)
+  bool batched = false;       // session 8: each lane's loads issued at once (norm_rope_head_batched, the same bits)
 };
 // q heads: rms_norm(q_norm) + rope_rotate -> queries; k heads: the same with k_norm -> the cache; v heads copied to
 // the cache (= rms_norm, rope_rotate twice and scatter_block_kv).
 Status qkv_heads(const QkvHeads& args, cudaStream_t stream);
 // x = bf16(x + delta) when delta is non-null, then y = rms_norm(x) (= add_residual + rms_norm, a CTA per row).
 // `programmatic` (here and below): launched to overlap the previous kernel's tail; the kernel waits for it before
-// reading or writing anything (the same bits).
+// reading or writing anything (the same bits). `batched` (session 8): each thread's loads issued at once
+// (residual_norm_row_batched, the same bits).
 Status residual_norm(bf16_t* x, const bf16_t* delta, int64_t rows, int64_t width, const float* weight, float eps,
-                     bf16_t* y, cudaStream_t stream, bool programmatic = false);
+                     bf16_t* y, cudaStream_t stream, bool programmatic = false, bool batched = false);
 // out [rows, width] = swiglu(gate_up[:, :width], gate_up[:, width:]) of the stacked gate/up output [rows, 2 width].
 Status swiglu_stacked(const bf16_t* gate_up, int64_t rows, int64_t width, bf16_t* out, cudaStream_t stream,
                       bool programmatic = false);
@@ -124,7 +126,12 @@ struct SplitAttentionScratch {
   // leaves it off: batch s7A timed it slower (block pass +16 us at 1 stream, +45 us at 4: the early CTAs of the next
   // sweep hold their shared memory while they wait).
   bool programmatic = false;
+  // Session 8: the loads each thread makes in a row (queries, the other chunks' stats, the chunks' partials in the
+  // combine) issued together before the arithmetic (16-byte query loads; stats and partials into registers), the
+  // same arithmetic in the same order, so the same bits; false: the loop of single loads (the old path).
+  bool batched_loads = false;
 };
+inline constexpr int kMaxSplitChunks = 32;  // split_attention_chunks' most
 int split_attention_chunks(int count, int kv_heads);
 // Floats of stats and of partials the split kernel needs for up to `requests` requests (any count <= requests).
 int64_t split_attention_stat_floats(int requests, int gamma, AttentionDims dims);
@@ -295,10 +302,20 @@ struct PersistentScanPlan {
 };
 // The plan for `count` requests on the current device (grid 0 when the shape or the device cannot take it).
 PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count);
+// How a slot's CTA picks meet (the same bits either way): Counter (session 5) writes each partial, fences, adds to
+// one counter that thread 0 of every CTA spins on, then reads all partials; Flags (session 8) writes each CTA's
+// pick as one 64-bit word (arrived bit, non-finite bit, id, value) with no fence, and every thread of every CTA
+// spins on its own CTAs' words (the words zeroed by a memset before the launch).
+enum class PersistentHandoff { Counter, Flags };
+// 64-bit words the Flags handoff uses in `partials` (which must hold them): [gamma][group][grid] picks, [grid]
+// confidence arrivals, one timed-out word.
+inline int64_t persistent_flag_words(const ScanShape& shape, const PersistentScanPlan& plan) {
+  return (static_cast<int64_t>(shape.gamma) + 1) * plan.group * plan.grid + 1;
+}
 // More requests than plan.group take one launch per group, one after the other. `launched`: the kernels enqueued
 // (0 when it fails before any: the caller may then take another scan).
 Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
-                              unsigned int* barrier, cudaStream_t stream, int* launched);
+                              PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched);
 
 // Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
 // with draw_token bit for bit. Greedy rows take the argmax.

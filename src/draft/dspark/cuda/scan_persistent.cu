@@ -5,10 +5,11 @@
 // shared memory once, so W2 is read from memory once per scan, not once per slot. Per slot: e = W1[previous] (every
 // CTA knows the previous pick), l = W2 e + U_slot for the CTA's ids (the fused step's dot, the same fp32 order, so
 // the same bits), the CTA's greedy best and non-finite flag as a partial [slot][request][CTA], a grid barrier (a
-// counter zeroed before the launch), then every CTA combines all partials the same way and takes the same pick and
-// keeps it. After the last slot the confidences of every (request, slot) are computed a CTA each (finish_step's
-// arithmetic), one more barrier, and CTA 0 writes the records slot by slot as finish_step does (so no slot waits for
-// a confidence). Greedy requests only (a keyed draw needs the whole corrected row in one CTA before the next slot).
+// counter zeroed before the launch; or, session 8, each CTA's pick as one flagged word every thread spins on), then
+// every CTA combines all partials the same way and takes the same pick and keeps it. After the last slot the
+// confidences of every (request, slot) are computed a CTA each (finish_step's arithmetic), one more barrier, and
+// CTA 0 writes the records slot by slot as finish_step does (so no slot waits for a confidence). Greedy requests
+// only (a keyed draw needs the whole corrected row in one CTA before the next slot).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -49,6 +50,50 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* address
   return value;
 }
 
+// The flagged handoff's word: bit 63 arrived, bit 62 a non-finite logit, bits 32..61 the best id + 1 (0: none),
+// bits 0..31 the best value (a float's bits: the logits are floats, so Best's double round-trips exactly).
+constexpr uint64_t kWordArrived = 1ull << 63;
+
+__device__ __forceinline__ uint64_t pack_partial(Best best, int nonfinite) {
+  uint64_t word = kWordArrived | (nonfinite ? 1ull << 62 : 0);
+  if (best.id >= 0) {
+    word |= static_cast<uint64_t>(static_cast<uint32_t>(best.id) + 1u) << 32;
+    word |= __float_as_uint(static_cast<float>(best.value));
+  }
+  return word;
+}
+
+__device__ __forceinline__ Best unpack_partial(uint64_t word) {
+  const int32_t id = static_cast<int32_t>((word >> 32) & 0x3fffffffu) - 1;
+  return id < 0 ? Best{0.0, -1} : Best{static_cast<double>(__uint_as_float(static_cast<uint32_t>(word))), id};
+}
+
+__device__ __forceinline__ void store_relaxed(uint64_t* address, uint64_t value) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;\n" ::"l"(address), "l"(value) : "memory");
+}
+
+__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* address) {
+  uint64_t value;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(value) : "l"(address) : "memory");
+  return value;
+}
+
+// Spins until the word has arrived (bounded like the counter barrier: past ~0.1 s, or once another thread timed
+// out, it raises the timed-out word and gives up: the word then reads as no pick).
+__device__ __forceinline__ uint64_t wait_for_word(const uint64_t* address, uint64_t* timeout) {
+  uint64_t word = load_relaxed(address);
+  if (word & kWordArrived) return word;
+  const long long start = clock64();
+  for (unsigned int spin = 1; !(word & kWordArrived); ++spin) {
+    if (spin % 64 == 0 && (load_relaxed(timeout) != 0 || clock64() - start > kBarrierSpinCycles)) {
+      store_relaxed(timeout, 1);
+      return 0;
+    }
+    word = load_relaxed(address);
+  }
+  return word;
+}
+
 // The 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for request r), flags non-finite
 // logits and keeps the greedy best of each request drafting at this slot.
 template <int G>
@@ -70,7 +115,9 @@ __device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, const flo
   }
 }
 
-template <int G, int RegisterRounds>
+// Flagged: the handoff through words (pack_partial) in `in.partials`, zeroed before the launch, instead of the
+// counter `barrier`.
+template <int G, int RegisterRounds, bool Flagged>
 __global__ void __launch_bounds__(kThreads, 2)
     persistent_scan_kernel(ScanStepInputs in, ScanShape shape, int ids_per_cta, int held_rounds,
                            unsigned int* barrier) {
@@ -152,6 +199,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
   const int total_slots = slots;
+  // The flagged handoff's words: [gamma][G][grid] partials, [grid] confidence arrivals, the timed-out word.
+  uint64_t* words = reinterpret_cast<uint64_t*>(in.partials);
+  uint64_t* timeout = words + static_cast<int64_t>(shape.gamma + 1) * G * gridDim.x;
   // Thread 0: waits until the barrier counter reaches `target` (bounded: a CTA that never arrives, which a
   // cooperative launch rules out, fails the scan by name instead of hanging the device; barrier[1] is the flag).
   auto wait_for = [&](unsigned int target) {
@@ -222,19 +272,26 @@ __global__ void __launch_bounds__(kThreads, 2)
         cta_best = better(cta_best, warp_best[w][r]);
         nonfinite |= (warp_flags[w] >> r) & 1;
       }
-      ScanPartial& out = in.partials[(static_cast<int64_t>(slot) * G + r) * gridDim.x + blockIdx.x];
-      out.value = cta_best.value;
-      out.id = cta_best.id;
-      out.nonfinite = nonfinite;
-      __threadfence();  // the partial is visible device-wide before this CTA arrives
+      const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + blockIdx.x;
+      if constexpr (Flagged) {
+        store_relaxed(words + index, pack_partial(cta_best, nonfinite));  // the word is the whole message
+      } else {
+        ScanPartial& out = in.partials[index];
+        out.value = cta_best.value;
+        out.id = cta_best.id;
+        out.nonfinite = nonfinite;
+        __threadfence();  // the partial is visible device-wide before this CTA arrives
+      }
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();  // cumulative: the CTA's partials (seen through the barrier above) before the arrival
-      atomicAdd(barrier, 1u);
+    if constexpr (!Flagged) {
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence();  // cumulative: the CTA's partials (seen through the barrier above) before the arrival
+        atomicAdd(barrier, 1u);
+      }
+      if (threadIdx.x == 0) wait_for(static_cast<unsigned int>(slot + 1) * gridDim.x);
+      __syncthreads();
     }
-    if (threadIdx.x == 0) wait_for(static_cast<unsigned int>(slot + 1) * gridDim.x);
-    __syncthreads();
     // Every CTA combines all partials of the slot in the same way (a total order), so all take the same pick.
     Best pick[G];
     int nonfinite = 0;
@@ -244,11 +301,20 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int r = 0; r < G; ++r) {
         if (r >= count || !active[r]) continue;
-        const ScanPartial* partial = in.partials + (static_cast<int64_t>(slot) * G + r) * gridDim.x + c;
-        nonfinite |= __ldcg(&partial->nonfinite) ? 1 << r : 0;
-        pick[r] = better(pick[r], Best{__ldcg(&partial->value), __ldcg(&partial->id)});
+        const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + c;
+        if constexpr (Flagged) {
+          // Each thread waits for its CTAs' words itself (no counter, no fence: a word arrives whole or not yet).
+          const uint64_t word = wait_for_word(words + index, timeout);
+          nonfinite |= ((word >> 62) & 1) ? 1 << r : 0;
+          pick[r] = better(pick[r], unpack_partial(word));
+        } else {
+          const ScanPartial* partial = in.partials + index;
+          nonfinite |= __ldcg(&partial->nonfinite) ? 1 << r : 0;
+          pick[r] = better(pick[r], Best{__ldcg(&partial->value), __ldcg(&partial->id)});
+        }
       }
     }
+    if constexpr (Flagged) __syncthreads();  // every thread past its CTA-best reads of warp_best before the reuse
     warp_bests<G>(pick, nonfinite, lane, warp_best[warp], warp_flags[warp]);
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -292,7 +358,17 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if constexpr (Flagged) {
+      // Only CTA 0 reads the confidences: each CTA raises its word after a fence, CTA 0 waits for every word.
+      uint64_t* arrived = words + static_cast<int64_t>(shape.gamma) * G * gridDim.x;
+      if (threadIdx.x == 0) {
+        __threadfence();
+        store_relaxed(arrived + blockIdx.x, kWordArrived);
+      }
+      if (blockIdx.x != 0) return;
+      for (int c = threadIdx.x; c < static_cast<int>(gridDim.x); c += kThreads) wait_for_word(arrived + c, timeout);
+      __threadfence();
+    } else if (threadIdx.x == 0) {
       __threadfence();
       atomicAdd(barrier, 1u);
       wait_for(static_cast<unsigned int>(total_slots + 1) * gridDim.x);
@@ -321,7 +397,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       const bool confident = shape.has_confidence;
       if (!record_slot(record, request, slot, pick, chance, nonfinite, confidence_finite, confident, V)) break;
     }
-    if (load_acquire(barrier + 1) != 0) record.status = kScanBarrierTimeout;
+    if (load_acquire(Flagged ? reinterpret_cast<unsigned int*>(timeout) : barrier + 1) != 0) {
+      record.status = kScanBarrierTimeout;
+    }
   }
 }
 
@@ -333,7 +411,10 @@ constexpr int kGroupRegisterRounds = 2;
 
 PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   PersistentScanPlan plan;
-  if (!fused_scan_supported(shape) || count < 1 || count > kPersistentScanGroup || shape.vocab <= 0) return plan;
+  if (!fused_scan_supported(shape) || count < 1 || count > kPersistentScanGroup || shape.vocab <= 0 ||
+      shape.vocab >= (int64_t{1} << 30)) {
+    return plan;  // (the flagged handoff's words carry id + 1 in 30 bits)
+  }
   int device = 0, sms = 0, cooperative = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
@@ -350,17 +431,21 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   const int64_t per_cta = (shape.vocab + wanted - 1) / wanted;
   const int ids = static_cast<int>((per_cta + kRowsPerRound - 1) / kRowsPerRound * kRowsPerRound);
   const int grid = static_cast<int>((shape.vocab + ids - 1) / ids);
-  const void* kernel = single ? reinterpret_cast<const void*>(persistent_scan_kernel<1, kSingleRegisterRounds>)
-                              : reinterpret_cast<const void*>(
-                                    persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds>);
-  cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+  using Kernel = void (*)(ScanStepInputs, ScanShape, int, int, unsigned int*);
+  const Kernel kernels[2] = {single ? persistent_scan_kernel<1, kSingleRegisterRounds, false>
+                                    : persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds, false>,
+                             single ? persistent_scan_kernel<1, kSingleRegisterRounds, true>
+                                    : persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds, true>};
+  cudaFuncAttributes attributes[2] = {};
+  if (cudaFuncGetAttributes(&attributes[0], kernels[0]) != cudaSuccess ||
+      cudaFuncGetAttributes(&attributes[1], kernels[1]) != cudaSuccess) {
     cudaGetLastError();
     return plan;
   }
-  // Shared memory of two CTAs per SM: U staging and e first, then as many held W2 rounds as fit.
+  // Shared memory of two CTAs per SM: U staging and e first, then as many held W2 rounds as fit (both handoffs).
   const size_t per_sm = static_cast<size_t>(ls::cuda::cuda_features().shared_optin) + 1024;
-  const size_t budget = per_sm / 2 - 1024 - attributes.sharedSizeBytes;
+  const size_t static_bytes = std::max(attributes[0].sharedSizeBytes, attributes[1].sharedSizeBytes);
+  const size_t budget = per_sm / 2 - 1024 - static_bytes;
   const size_t staging = sizeof(float) * (2 * static_cast<size_t>(group) * ids + static_cast<size_t>(group) * shape.rank);
   const size_t round_bytes = static_cast<size_t>(kRowsPerRound) * shape.rank * 2;
   const int rounds = ids / kRowsPerRound;
@@ -368,13 +453,15 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   if (budget > staging) held = static_cast<int>(std::min<size_t>((budget - staging) / round_bytes, rounds));
   held = std::max(0, std::min(held, rounds - register_rounds));
   const size_t bytes = staging + held * round_bytes;
-  int resident = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
-          cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, bytes) != cudaSuccess ||
-      static_cast<int64_t>(resident) * sms < grid) {
-    cudaGetLastError();
-    return plan;
+  for (const Kernel kernel : kernels) {
+    int resident = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, bytes) != cudaSuccess ||
+        static_cast<int64_t>(resident) * sms < grid) {
+      cudaGetLastError();
+      return plan;
+    }
   }
   plan.grid = grid;
   plan.ids_per_cta = ids;
@@ -385,7 +472,7 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
 }
 
 Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
-                              unsigned int* barrier, cudaStream_t stream, int* launched) {
+                              PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched) {
   *launched = 0;
   if (inputs.count == 0) return ok_status();
   if (plan.grid == 0 || (plan.group == 1 && inputs.count > 1)) {
@@ -411,12 +498,18 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
     group.base_logits += static_cast<int64_t>(first) * shape.gamma * shape.vocab;
     group.final_hidden += static_cast<int64_t>(first) * shape.gamma * shape.hidden;
     group.markov += static_cast<int64_t>(first) * shape.vocab;
-    LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
-    if (plan.group == 1) {
-      LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_scan_kernel<1, kSingleRegisterRounds>, group, shape,
-                                     plan.ids_per_cta, plan.held_rounds, barrier));
+    const bool single = plan.group == 1;
+    if (handoff == PersistentHandoff::Flags) {
+      LS_CUDA_TRY(cudaMemsetAsync(group.partials, 0, persistent_flag_words(shape, plan) * sizeof(uint64_t), stream));
+      LS_CUDA_TRY(cudaLaunchKernelEx(&config,
+                                     single ? persistent_scan_kernel<1, kSingleRegisterRounds, true>
+                                            : persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds, true>,
+                                     group, shape, plan.ids_per_cta, plan.held_rounds, barrier));
     } else {
-      LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds>,
+      LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
+      LS_CUDA_TRY(cudaLaunchKernelEx(&config,
+                                     single ? persistent_scan_kernel<1, kSingleRegisterRounds, false>
+                                            : persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds, false>,
                                      group, shape, plan.ids_per_cta, plan.held_rounds, barrier));
     }
     ++*launched;
