@@ -33,18 +33,27 @@ TEST(OpsPool, ALateWorkersShareIsTakenByTheOthersInsteadOfWaitedFor) {
   ThreadPool pool(2);
   constexpr int64_t kCount = 64;
   int joined = 0;  // attempts in which the worker took a chunk (and stalled in it)
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // Attempts until the worker has joined once: on a loaded host it may wake only after the caller ran every chunk.
+  for (int attempt = 0; attempt < 20 && joined == 0; ++attempt) {
     std::vector<std::atomic<int>> runs(kCount);
     std::atomic<int> by_worker[2] = {0, 0};
+    std::atomic<int64_t> done{0};
     pool.parallel_chunks(kCount, [&](int worker, int64_t chunk, int64_t) {
-      // The worker stalls inside the first chunk it takes (as if preempted); the caller must finish the rest.
-      if (worker == 1 && by_worker[1].load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      // Each chunk takes ~0.5 ms, so the worker has long woken and joined before the caller could finish alone.
+      // The worker stalls inside the first chunk it takes (as if preempted) until the caller has run every other
+      // chunk; a static split would leave it 32 chunks after the stall (the 2 s bound keeps that case finite).
+      if (worker == 1 && by_worker[1].load() == 0) {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (done.load() < kCount - 1 && std::chrono::steady_clock::now() < give_up) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      }
+      // Each chunk takes ~0.5 ms, so the worker usually wakes and joins before the caller could finish alone.
       const auto busy_until = std::chrono::steady_clock::now() + std::chrono::microseconds(500);
       while (std::chrono::steady_clock::now() < busy_until) {
       }
       by_worker[worker].fetch_add(1);
       runs[chunk].fetch_add(1);
+      done.fetch_add(1);
     });
     for (int64_t chunk = 0; chunk < kCount; ++chunk) ASSERT_EQ(runs[chunk].load(), 1) << "chunk " << chunk;
     // A static split would leave 32 chunks to the stalled worker.
