@@ -19,16 +19,13 @@
 //                                                                         every N-th time (PricingOptions)
 //             [--probe group|alone]                                        alone: a dormant stream's probe runs only
 //                                                                         where it alone could pay (before lanes7)
-//             [--absorb-call free|priced]                                  priced: a batched device absorb call is
-//                                                                         priced in every drafting round (lanes8)
 //             [--deep-chances prior|confidence]                            confidence (the default since s7A): depths
 //                                                                         no verify reached are priced at the better of
 //                                                                         the prior and the calibrated confidences
-//             [--group-budget off|on] [--row-buckets off|on]                                      on: group probes draw on the probe budget
-//                                                                         (lanes8)
-//             [--row-buckets off|on]                                       on: the trim keeps verify totals of pending
-//                                                                         rows + 0,1,2,3,4,6,8,12,16,.. (lanes8)
-//             [--rules old|new]                                            new: --absorb-call priced --group-budget on
+//             [--depth-ask whole|priced]                                   priced: the depth a drafting stream asks is
+//                                                                         priced with the pass's depth axis (lanes9)
+//             [--probe-value off|on]                                       on: probes only where they pay their way
+//                                                                         (lanes9, PricingOptions::probes_pay_their_way)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
@@ -203,14 +200,12 @@ bool g_scout_prompt_only = true;
 int g_quiet_reprice_every = 0;
 // --probe alone: a dormant stream's probe is gated on its own stream alone paying (the first half of session 6).
 bool g_group_probes = true;
-// --absorb-call priced: PricingOptions::price_absorb_call (lanes8; off by default until an H200 batch shows it wins).
-bool g_price_absorb_call = false;
 // --deep-chances prior: PricingOptions::confidence_for_unexplored off (lanes8; on by default since s7A).
 bool g_confidence_for_unexplored = true;
-// --group-budget on: PricingOptions::budget_group_probes (lanes8; off by default, as above).
-bool g_budget_group_probes = false;
-// --row-buckets on: PricingOptions::bucket_verify_rows (lanes8; off by default, as above).
-bool g_bucket_verify_rows = false;
+// --depth-ask priced|whole: PricingOptions::price_depth_asked (lanes9), the library's default unless given.
+int g_price_depth_asked = -1;
+// --probe-value on|off: PricingOptions::probes_pay_their_way (lanes9), the library's default unless given.
+int g_probes_pay_their_way = -1;
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
@@ -226,10 +221,9 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   lanes_options.scout_prompt_only = g_scout_prompt_only;
   if (g_quiet_reprice_every > 0) lanes_options.pricing.quiet_reprice_every = g_quiet_reprice_every;
   lanes_options.pricing.group_probes = g_group_probes;
-  lanes_options.pricing.price_absorb_call = g_price_absorb_call;
   lanes_options.pricing.confidence_for_unexplored = g_confidence_for_unexplored;
-  lanes_options.pricing.budget_group_probes = g_budget_group_probes;
-  lanes_options.pricing.bucket_verify_rows = g_bucket_verify_rows;
+  if (g_price_depth_asked >= 0) lanes_options.pricing.price_depth_asked = g_price_depth_asked == 1;
+  if (g_probes_pay_their_way >= 0) lanes_options.pricing.probes_pay_their_way = g_probes_pay_their_way == 1;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   if (tables != nullptr && drafter != nullptr) *tables = tables_json(lanes->pricing().tables(), lanes->max_rows());
@@ -714,14 +708,9 @@ int main(int argc, char** argv) {
     else if (flag == "--admit") ls::g_scout_prompt_only = value != "all";
     else if (flag == "--quiet-reprice") ls::g_quiet_reprice_every = std::atoi(value.c_str());
     else if (flag == "--probe") ls::g_group_probes = value != "alone";
-    else if (flag == "--absorb-call") ls::g_price_absorb_call = value == "priced";
     else if (flag == "--deep-chances") ls::g_confidence_for_unexplored = value == "confidence";
-    else if (flag == "--group-budget") ls::g_budget_group_probes = value == "on";
-    else if (flag == "--row-buckets") ls::g_bucket_verify_rows = value == "on";
-    else if (flag == "--rules") {
-      const bool on = value == "new";
-      ls::g_price_absorb_call = ls::g_budget_group_probes = on;
-    }
+    else if (flag == "--depth-ask") ls::g_price_depth_asked = value == "priced" ? 1 : 0;
+    else if (flag == "--probe-value") ls::g_probes_pay_their_way = value == "on" ? 1 : 0;
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
     else if (flag == "--commit") options.commit = value;
@@ -739,7 +728,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--absorb-call free|priced] [--deep-chances prior|confidence] [--group-budget off|on] [--rules old|new] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

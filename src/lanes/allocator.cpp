@@ -7,15 +7,7 @@
 
 namespace ls {
 
-bool bucketed_extra_rows(int extra_rows) {
-  if (extra_rows <= 4) return extra_rows >= 0;
-  int power = 1;
-  while (power * 2 <= extra_rows) power *= 2;
-  return extra_rows == power || extra_rows * 2 == power * 3;
-}
-
-Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const RoundCost& cost, double zero_margin,
-                         const std::function<bool(int total_rows)>& allowed) {
+Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const RoundCost& cost, double zero_margin) {
   Allocation best;
   best.extra_rows.assign(offers.size(), 0);
   for (const RowOffer& offer : offers) {
@@ -57,7 +49,6 @@ Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const R
     if (counts[index] < static_cast<int>(offers[index].chances.size())) {
       heap.push({offers[index].chances[counts[index]], index});
     }
-    if (allowed && !allowed(rows)) continue;
     const double ms = cost(rows, streams_with_extra, deepest) + activation_ms;
     const double candidate = rate(expected, ms);
     if (candidate > best_score) {

@@ -31,12 +31,6 @@ struct Allocation {
 // Greedy marginal purchase: because chances are non-increasing along each chain, taking the highest chance first
 // gives the best set of rows at every total; the total with the best rate wins. The zero-extra rate is multiplied
 // by `zero_margin` (>= 1 makes drafting beat plain by that factor before it is bought).
-// `allowed` (optional): only totals it accepts are candidates (the zero-extra total always is).
-Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const RoundCost& cost, double zero_margin,
-                         const std::function<bool(int total_rows)>& allowed = {});
-
-// Draft rows beyond the windows' pending rows that a bucketed verify may carry: 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, ...
-// (powers of two and 1.5x them), so a run's verify forwards take few distinct shapes.
-bool bucketed_extra_rows(int extra_rows);
+Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const RoundCost& cost, double zero_margin);
 
 }  // namespace ls

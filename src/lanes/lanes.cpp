@@ -151,8 +151,7 @@ Status Lanes::round() {
     // The host's own work: the device absorb calls after the commit are the drafter's (measured rounds, priced
     // absorb calls). Counted as host work, a drafting round's call raised the price of every round, plain's too, by
     // the overhead's average: drafting looked cheaper next to plain the dearer its absorb calls were.
-    const double absorb_ms =
-        pricing_.options().measured_rounds || pricing_.options().price_absorb_call ? ledger_.drafter_ms : 0.0;
+    const double absorb_ms = pricing_.options().measured_rounds ? ledger_.drafter_ms : 0.0;
     pricing_.observe_overhead(measured_ms - verify_ms - draft_ms - absorb_ms);
     // A round after prefills waits for their absorbs at its first settle: not a round the tables price.
     if (!admitted) pricing_.observe_round(ledger_.drafting, ledger_.priced_ms, measured_ms);
@@ -234,6 +233,7 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
   if (table_ms > 0 && elapsed_ms > 1.5 * table_ms) {
     ++stats_.slow_forwards;
     stats_.slow_forward_excess_ms += elapsed_ms - table_ms;
+    pricing_.observe_slow_forward(elapsed_ms - table_ms);
   }
   if (verified.ok()) pricing_.observe_verify(total_rows, elapsed_ms);
   return verified;

@@ -76,8 +76,10 @@ Status Lanes::admit() {
     const bool scout_only = (options_.scout_prompt_only && !options_.pricing.always_draft) || !pays;
     // Where even an always-right drafter could not pay at this many streams the scout's probe would be skipped:
     // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
+    // Probes that pay their way: where the streams could not pay at the chances pricing has (the prior).
+    const bool always_right = !options_.pricing.probes_pay_their_way;
     const bool hopeless = !drafter_proven && options_.scout_prompt_only &&
-                          !pricing_.could_draft(streams, draft_cap(*stream), /*always_right=*/true);
+                          !pricing_.could_draft(streams, draft_cap(*stream), always_right);
     stream->dormant = hopeless || (drafter_proven ? !pays : scout_tapping && scout_only);
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
@@ -293,7 +295,7 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
     // Measured rounds: a batched call (a first sighting of a row count captures a graph: 17.6 ms for 64 rows on
     // the H200) is priced as a call of its own, not spread over its rows as a per-row cost (it priced each row at
     // 20x its cost, and every drafting stream's activation with it: 64 streams never drafted).
-    if (pricing_.options().measured_rounds || pricing_.options().price_absorb_call) {
+    if (pricing_.options().measured_rounds) {
       pricing_.observe_batched_absorb(total_rows, end_ms - start_ms);
     } else {
       pricing_.observe_absorb(total_rows, end_ms - start_ms);

@@ -54,18 +54,15 @@ void Pricing::trim(std::span<Stream* const> streams) const {
     ++holding;
     deepest_held = std::max(deepest_held, static_cast<int>(stream->held_drafts.size()));
   }
-  const int pass_depth = has_confidence_ ? std::max(deepest_held, tables_.draft.max_depth()) : deepest_held;
+  // With the depth asked priced, the next pass asks about what this one did; else the whole block.
+  const bool whole_block = has_confidence_ && !options_.price_depth_asked;
+  const int pass_depth = whole_block ? std::max(deepest_held, tables_.draft.max_depth()) : deepest_held;
   const double pass_ms = holding > 0 && options_.trim_prices_pass ? draft_ms(holding, pass_depth) : 0.0;
   // With always_draft every row costs the same, so rows are bought while they fit.
   auto cost = [&](int rows, int, int) {
     return options_.always_draft ? 1.0 : tables_.verify.ms(rows) + overhead_ms_ + pass_ms;
   };
-  const int pending_rows = static_cast<int>(streams.size());
-  auto bucketed = [pending_rows](int total_rows) { return bucketed_extra_rows(total_rows - pending_rows); };
-  Allocation allocation =
-      allocate_rows(offers, max_rows_, cost, 1.0,
-                    options_.bucket_verify_rows && !options_.always_draft ? std::function<bool(int)>(bucketed)
-                                                                          : std::function<bool(int)>());
+  Allocation allocation = allocate_rows(offers, max_rows_, cost, 1.0);
   for (size_t index = 0; index < streams.size(); ++index) {
     Stream& stream = *streams[index];
     const size_t keep = std::min(stream.held_drafts.size(),
@@ -225,12 +222,13 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
       // measures depth itself: there the slack below lets the trim decide).
       plan.depth += 1;
       plan.forced = plan.depth;
-    } else if (has_confidence_) {
+    } else if (has_confidence_ && !options_.price_depth_asked) {
       // The trim cuts what the confidences doubt, so asking the whole depth costs only the scan's last steps, and
       // every pass of a round has the same depth (a CUDA drafter keeps one graph per request count and depth).
       plan.depth = cap;
     }
   }
+  if (has_confidence_ && options_.price_depth_asked) ask_priced_depths(drafting, caps, plans);
   // Probes draw on a budget: a share of each plain round's cost, banked up to one probe's cost, so at many
   // streams (where every stream would probe on its own schedule) probing stays a small part of the time.
   const double plain_round_ms = round_cost()(offers[0].fixed_rows, 0, 0);
@@ -238,8 +236,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   if (prober >= 0) {
     const Stream& stream = *drafting[prober];
     const int probe_depth = has_confidence_ ? caps[prober] : 1;
-    const double call_ms = batched_absorbs_ && options_.price_absorb_call ? batched_call_ms_ : 0.0;
-    const double probe_ms = draft_ms(1, probe_depth) + tables_.absorb_ms(stream.unabsorbed_rows) + call_ms +
+    const double probe_ms = draft_ms(1, probe_depth) + tables_.absorb_ms(stream.unabsorbed_rows) +
                             tables_.verify.ms(offers[0].fixed_rows + 1) - tables_.verify.ms(offers[0].fixed_rows);
     last_probe_ms_ = probe_ms;
     probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms, probe_ms);
@@ -260,7 +257,12 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // The scout probes for every stream: its probe is worth it when the streams together could pay (a pass's
     // fixed cost shared by many can pay where one stream's alone cannot).
     const int alike = scouting ? static_cast<int>(drafting.size()) : 1;
-    if (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers[0], stream, caps[prober], alike)) {
+    // Probes that pay their way: the scout's where the streams could pay at the chances pricing has, a stream's
+    // own only where its window could win what it costs (not even at the longest wait).
+    const bool worth = !options_.probes_pay_their_way ||
+                       (scouting ? could_pay(offers[0], stream, caps[prober], alike, /*always_right=*/false)
+                                 : probe_pays(stream, caps[prober], offers[0].fixed_rows));
+    if (worth && (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers[0], stream, caps[prober], alike))) {
       // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
       // trim to keep as the confidences justify (deeper acceptance gets measured too).
       plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
@@ -293,11 +295,6 @@ void Pricing::plan_group_probe(std::span<Stream* const> drafting, std::span<cons
   }
   if (prober < 0) return;
   Stream& stream = *drafting[prober];
-  if (options_.budget_group_probes) {
-    int round_streams = 0;
-    for (const Stream* other : drafting) round_streams += !other->finished();
-    probe_credit_ms_ -= probe_cost_ms(caps[prober], round_streams);
-  }
   plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
   stream.backoff.zero_rounds = 0;
   group_zero_decisions_ = 0;
@@ -308,12 +305,13 @@ RoundCost Pricing::round_cost() const {
   const double factor = drafting_factor();
   return [this, factor](int rows, int streams_with_extra, int deepest) {
     if (streams_with_extra == 0) return tables_.verify.ms(rows) + overhead_ms_;
-    // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that.
-    const int depth = has_confidence_ ? std::max(deepest, tables_.draft.max_depth()) : deepest;
+    // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that; with the
+    // depth asked priced, the pass costs the deepest depth bought.
+    const bool whole_block = has_confidence_ && !options_.price_depth_asked;
+    const int depth = whole_block ? std::max(deepest, tables_.draft.max_depth()) : deepest;
     // Taps absorbed on the device go in one call per forward whatever the number of drafting streams: a round that
     // drafts at all pays that call (each stream's rows are in its activation).
-    const double absorb_call_ms =
-        batched_absorbs_ && (options_.measured_rounds || options_.price_absorb_call) ? batched_call_ms_ : 0.0;
+    const double absorb_call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
     return factor * (tables_.verify.ms(rows) + draft_ms(streams_with_extra, depth) + absorb_call_ms + overhead_ms_);
   };
 }
@@ -362,13 +360,18 @@ double Pricing::drafting_factor() const {
   return std::clamp(drafting_round_ratio_ / plain_round_ratio_, kLeast, kMost);
 }
 
-bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike) const {
+bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike,
+                        bool always_right) const {
   std::vector<RowOffer> offers(1 + std::max(alike, 1));
   offers[0] = pending_rows;
   for (size_t index = 1; index < offers.size(); ++index) {
     offers[index].fixed_rows = 0;
     offers[index].fixed_expected = 0;
-    offers[index].chances.assign(std::max(cap, 1), 1.0f);
+    if (always_right) {
+      offers[index].chances.assign(std::max(cap, 1), 1.0f);
+    } else {
+      offers[index].chances = pooled_acceptance_.chain(std::max(cap, 1));
+    }
     // Its catch-up spread over the few rounds such a stream would still run.
     offers[index].activation_ms = activation_ms(stream, cap, offers[index].chances);
   }
@@ -388,6 +391,7 @@ bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) 
   if (cap <= 0) return false;
   if (options_.always_draft || !drafter_proven()) return true;
   const int wait = stream.backoff.wait == 0 ? options_.probe_first_wait : stream.backoff.wait;
+  if (options_.probes_pay_their_way && !probe_pays(stream, cap, std::clamp(round_streams, 1, max_rows_))) return false;
   if (wait >= options_.probe_most_wait) return true;
   RowOffer pending_rows;
   pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
@@ -400,19 +404,54 @@ bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_str
   RowOffer pending_rows;
   pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
   pending_rows.fixed_expected = pending_rows.fixed_rows;
-  // Where the stream alone could pay its own probes measure it; the group's is for where only streams together can.
-  if (options_.budget_group_probes &&
-      probe_credit_ms_ + options_.probe_budget * last_plain_round_ms_ < probe_cost_ms(cap, pending_rows.fixed_rows)) {
-    return false;
-  }
-  return !could_pay(pending_rows, stream, cap) && could_pay(pending_rows, stream, cap, pending_rows.fixed_rows);
+  // Where the stream alone could pay its own probes measure it; the group's is for where only streams together can
+  // (probes that pay their way: at the chances pricing has, not only if every draft landed).
+  return !could_pay(pending_rows, stream, cap) &&
+         could_pay(pending_rows, stream, cap, pending_rows.fixed_rows, !options_.probes_pay_their_way);
 }
 
 double Pricing::probe_cost_ms(int cap, int round_streams) const {
   const int rows = std::clamp(round_streams, 1, max_rows_);
   const int depth = has_confidence_ ? cap : 1;
-  const double call_ms = batched_absorbs_ && (options_.measured_rounds || options_.price_absorb_call) ? batched_call_ms_ : 0.0;
+  const double call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
   return draft_ms(1, depth) + tables_.verify.ms(std::min(rows + depth, max_rows_)) - tables_.verify.ms(rows) + call_ms;
+}
+
+bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const {
+  if (cap <= 0) return false;
+  const int rows = std::clamp(round_streams, 1, max_rows_);
+  const int depth = has_confidence_ ? cap : 1;
+  // Every draft landing wins `depth` tokens, each worth what plain pays a token at this many streams.
+  const double plain_token_ms = (tables_.verify.ms(rows) + overhead_ms_) / rows;
+  // Its absorb: a batched call's share (the call itself where measured) or a host call with the stream's rows.
+  const double absorb_ms = batched_absorbs_ ? batched_call_ms_ + tables_.absorb_ms_per_row * (stream.unabsorbed_rows + 1)
+                                            : tables_.absorb_ms(stream.unabsorbed_rows + 1);
+  const double cost_ms = draft_ms(1, depth) + tables_.verify.ms(std::min(rows + depth, max_rows_)) -
+                         tables_.verify.ms(rows) + absorb_ms + one_off_ms_;
+  return depth * plain_token_ms > cost_ms;
+}
+
+void Pricing::observe_slow_forward(double excess_ms) {
+  if (excess_ms <= 0) return;
+  one_off_ms_ = slow_forwards_seen_++ == 0 ? excess_ms : one_off_ms_ + options_.cost_rate * (excess_ms - one_off_ms_);
+}
+
+void Pricing::ask_priced_depths(std::span<Stream* const> drafting, std::span<const int> caps,
+                                std::vector<DepthPlan>& plans) const {
+  // One depth a pass: the deepest bought on merit (the pass was priced at it), so every stream of the round asks
+  // it; every full_depth_every-th drafting decision of a stream asks its whole cap (the trim keeps what the
+  // confidences justify), so depths past the bought one keep being measured. Probes ask their cap already.
+  int deepest = 0;
+  for (const DepthPlan& plan : plans) {
+    if (!plan.probe) deepest = std::max(deepest, plan.depth);
+  }
+  for (size_t index = 0; index < drafting.size(); ++index) {
+    DepthPlan& plan = plans[index];
+    if (plan.probe || plan.depth <= 0) continue;
+    const int every = options_.full_depth_every;
+    const bool full = every > 0 && drafting[index]->backoff.drafted_rounds % every == 0;
+    plan.depth = full ? caps[index] : std::min(deepest, caps[index]);
+  }
 }
 
 bool Pricing::group_probe_due() const {

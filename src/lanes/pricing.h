@@ -55,24 +55,28 @@ struct PricingOptions {
   // streams on the H200 (s6B) one stream alone could never pay, so after one unlucky scout probe no stream probed
   // again for 255 rounds and drafting never resumed. false: only the per-stream probes (lanes_bench --probe alone).
   bool group_probes = true;
-  // Seventh session (lanes8), off until an H200 batch shows them winning (lanes_bench --rules new):
-  // A batched device absorb call (one per forward that taps) is priced once for every round that drafts, at the
-  // fastest call measured (before: free unless measured_rounds; on the nano pair a call costs about half a forward).
-  bool price_absorb_call = false;
-  // With a confidence head, depths no verify has reached yet are priced with the drafter's calibrated confidences
-  // (averaged over every draft it made) where they beat the fixed prior (0.5-0.6 past depth 4), and every pooled depth
+  // Seventh session (lanes8). With a confidence head, depths no verify has reached yet are priced with the drafter's
+  // calibrated confidences (averaged over every draft it made) where they beat the fixed prior (0.5-0.6 past depth 4), and every pooled depth
   // starts its average there: a probe's few outcomes move it, they do not replace it (the 1.2B at 16 streams on the
   // H200: a q = 0.83 drafter priced at the prior past the depths its probes reached never looked worth a group round).
   // On by default since H200 batch s7A (1.2B synth at 16 streams, same binary: 1.31x with 64 passes against 0.96x
   // with 7; lanes_bench --deep-chances prior for the old rule).
   bool confidence_for_unexplored = true;
-  // Group probes draw on the probe budget like a stream's own probes (before: on their doubling wait alone, 3 probe
-  // rounds in a 64-token nano run, ~10% of its time at 16 streams).
-  bool budget_group_probes = false;
-  // The trim keeps only verify totals of the streams' pending rows plus 0, 1, 2, 3, 4, 6, 8, 12, 16, ... draft rows
-  // (bucketed_extra_rows): a CUDA target runs each new forward shape eagerly, then captures it, so a short run whose
-  // trims pick a new total every few rounds pays those one-offs inside its rounds.
-  bool bucket_verify_rows = false;
+  // Eighth session (lanes9). With a confidence head, the depth a drafting stream asks is priced with the pass
+  // table's depth axis (the deepest depth bought against verify + draft_ms(streams, depth) of the whole round),
+  // and every `full_depth_every`-th drafting decision of a stream asks its whole cap so deeper acceptance stays
+  // measured. The CPU DSpark pass runs the head, the scan and a lone request's last layer only for the slots asked
+  // (nano, 2 threads: ~0.1-0.15 ms of a ~0.9 ms pass between depth 3 and 7). false: every drafting stream asks its
+  // whole cap (lanes_bench --depth-ask whole).
+  bool price_depth_asked = false;
+  int full_depth_every = 4;       // 0: never (a test's planted fault)
+  // Probes that pay their way (lanes_bench --probe-value on): a stream's own probe runs only where the tokens its
+  // window could win if every draft landed, at plain's ms a token for this many streams, exceed what it costs (its
+  // pass, its verify rows, its absorb, and the mean one-off of a slow forward measured so far); the scout's and the
+  // group probes, and the scout's prompt taps, only where the round's streams drafting together could pay at the
+  // chances pricing has (the prior or better), not only if every draft landed. The nano pair on the H200 at 4-16
+  // streams: a 7-draft window wins at most 7 x 0.05 ms next to a 0.19 ms pass and a 0.2 ms forward.
+  bool probes_pay_their_way = false;
 };
 
 struct DepthPlan {
@@ -116,6 +120,13 @@ class Pricing {
   // What one stream's probe of `cap` drafts costs next to `round_streams` pending rows (pass, its verify rows, the
   // batched absorb call where priced).
   double probe_cost_ms(int cap, int round_streams) const;
+  // Whether `stream`'s own probe of `cap` drafts next to `round_streams` pending rows pays its way: the tokens its
+  // window wins if every draft lands, at plain's ms a token, against its pass, verify rows, absorb and one-off.
+  bool probe_pays(const Stream& stream, int cap, int round_streams) const;
+  // A verify forward took `excess_ms` over its table entry (a new shape's eager run and capture): the mean one-off
+  // a probe's new shape costs (probes_pay_their_way).
+  void observe_slow_forward(double excess_ms);
+  double one_off_ms() const { return one_off_ms_; }
   // The chances trim prices a stream's held drafts with: [held] cumulative.
   std::vector<float> held_chances(const Stream& stream) const;
   // A verify offered `proposed` drafts of the stream and `accepted` landed.
@@ -169,7 +180,12 @@ class Pricing {
                         std::vector<DepthPlan>& plans);
   // Whether `stream` would be bought drafts at all, next to the round's pending rows, if every one of its `cap`
   // drafts landed (its catch-up absorb included), drafting alongside `alike - 1` streams that offer the same.
-  bool could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike = 1) const;
+  // `always_right` false: at the pooled chances instead (what pricing expects, the prior or better).
+  bool could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike = 1,
+                 bool always_right = true) const;
+  // price_depth_asked: every stream bought drafts asks the round's deepest bought depth, its cap every n-th time.
+  void ask_priced_depths(std::span<Stream* const> drafting, std::span<const int> caps,
+                         std::vector<DepthPlan>& plans) const;
   void trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers, const Allocation& allocation,
                     int round_streams) const;
 
@@ -189,6 +205,8 @@ class Pricing {
   double pass_scale_ = 1.0;  // moving average of measured / table over every pass (1 for passes the table took)
   double last_plain_round_ms_ = 0;
   double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
+  double one_off_ms_ = 0;           // moving average of a slow forward's excess over its table entry
+  int64_t slow_forwards_seen_ = 0;
   bool batched_call_measured_ = false;
   int batched_call_outliers_ = 0;   // batched calls in a row dearer than twice the estimate
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing

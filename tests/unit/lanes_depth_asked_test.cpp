@@ -1,0 +1,187 @@
+// The eighth session's pricing rules on fakes (lanes9): the depth a drafting stream asks priced with the pass table's
+// depth axis, and probes that pay their way. Each runs the old rule against the new on one cost model.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lanes/lanes.h"
+#include "lanes/testing/fake_drafter.h"
+#include "lanes/testing/fake_target.h"
+#include "lanes/testing/harness.h"
+
+namespace ls {
+namespace {
+
+struct PricedRun {
+  double ms = 0;  // fixed-clock time from after setup to the end
+  LanesStats stats;
+  std::vector<std::vector<int32_t>> tokens;
+  int64_t passes = 0;                  // drafter passes after setup
+  std::map<int, int64_t> passes_by_depth;  // after setup
+  int deep_outcomes = 0;               // verify outcomes seen at the sixth draft (pooled)
+};
+
+PricedRun run_lanes(FixedClock& clock, const FakeTargetOptions& target_options,
+              const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals,
+              const LanesOptions& options) {
+  FakeTarget target(target_options);
+  std::optional<FakeDrafter> drafter;
+  if (drafter_options) drafter.emplace(*drafter_options);
+  auto lanes = Lanes::create(target, drafter ? &*drafter : nullptr, options, clock);
+  EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
+  PricedRun run;
+  if (!lanes.ok()) return run;
+  const double start_ms = clock.now_ms();
+  const int64_t setup_passes = drafter ? drafter->passes() : 0;
+  const std::map<int, int64_t> setup_by_depth = drafter ? drafter->passes_by_depth() : std::map<int, int64_t>{};
+  auto replies = run_arrivals(**lanes, arrivals);
+  EXPECT_TRUE(replies.ok());
+  run.ms = clock.now_ms() - start_ms;
+  run.stats = (*lanes)->stats();
+  if (drafter) {
+    run.passes = drafter->passes() - setup_passes;
+    for (const auto& [depth, passes] : drafter->passes_by_depth()) {
+      const auto before = setup_by_depth.find(depth);
+      run.passes_by_depth[depth] = passes - (before == setup_by_depth.end() ? 0 : before->second);
+    }
+  }
+  run.deep_outcomes = (*lanes)->pricing().pooled_acceptance().observations(5);
+  if (replies.ok()) {
+    for (const Reply& reply : *replies) run.tokens.push_back(reply.tokens);
+  }
+  return run;
+}
+
+LanesOptions depth_rule(bool priced, int full_depth_every = 4) {
+  LanesOptions options;
+  options.pricing.price_depth_asked = priced;
+  options.pricing.full_depth_every = full_depth_every;
+  return options;
+}
+
+std::string by_depth(const PricedRun& run) {
+  std::string text;
+  for (const auto& [depth, passes] : run.passes_by_depth) {
+    text += std::to_string(depth) + ":" + std::to_string(passes) + " ";
+  }
+  return text;
+}
+
+TEST(LanesDepthAsked, WhereADeepPassCostsMoreOneStreamAsksTheDepthItBuysAndBeatsAskingTheWholeBlock) {
+  // One stream; a verify 10 ms + 0.5 ms a row; a pass 2 ms + 3 ms a draft row (the CPU pass's head and scan run
+  // only for the slots asked); a drafter right 75% of the time, and saying so. Asked its whole 6 deep, a pass costs
+  // 20 ms and a drafting round gains little over plain's 10.5 ms a token; asked 2-3 deep it costs 8-11 ms.
+  FixedClock clock;
+  FakeTargetOptions target = costed_fake_target(clock, 10.0, 0.5);
+  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.25, 3.0);
+  drafter.confidences = true;
+  std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, 300);
+  PricedRun plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
+  PricedRun whole = run_lanes(clock, target, drafter, arrivals, depth_rule(false));
+  PricedRun priced = run_lanes(clock, target, drafter, arrivals, depth_rule(true));
+  ASSERT_EQ(whole.tokens, plain.tokens);
+  ASSERT_EQ(priced.tokens, plain.tokens);
+  EXPECT_LT(priced.ms, plain.ms * 0.9) << "plain " << plain.ms << " ms, priced depth " << priced.ms << " ms";
+  EXPECT_LT(priced.ms, whole.ms * 0.95) << "whole block " << whole.ms << " ms (passes by depth " << by_depth(whole)
+                                       << "), priced depth " << priced.ms << " ms (" << by_depth(priced) << ")";
+  int64_t shallow = 0;
+  for (const auto& [depth, passes] : priced.passes_by_depth) shallow += depth <= 4 ? passes : 0;
+  EXPECT_GT(shallow * 2, priced.passes) << by_depth(priced);
+}
+
+TEST(LanesDepthAsked, WithTheDepthAskedPricedEveryFourthDraftingDecisionStillAsksTheWholeCap) {
+  // One stream; a verify 10 ms + 0.5 ms a row; a pass 2 ms + 1 ms a draft row; right 80% of the time. The bought
+  // depth is shallower than the cap, so without the periodic whole-cap ask (full_depth_every 0, a planted fault)
+  // the sixth draft is never verified after the scout's probe and its acceptance never measured again.
+  FixedClock clock;
+  FakeTargetOptions target = costed_fake_target(clock, 10.0, 0.5);
+  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.2, 1.0);
+  drafter.confidences = true;
+  std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, 400);
+  PricedRun every_fourth = run_lanes(clock, target, drafter, arrivals, depth_rule(true, 4));
+  PricedRun never = run_lanes(clock, target, drafter, arrivals, depth_rule(true, 0));
+  ASSERT_EQ(every_fourth.tokens, never.tokens);
+  const int64_t full_every_fourth = every_fourth.passes_by_depth[drafter.max_depth];
+  const int64_t full_never = never.passes_by_depth[drafter.max_depth];
+  EXPECT_GE(full_every_fourth * 5, every_fourth.passes) << by_depth(every_fourth);
+  EXPECT_LE(full_never * 20, never.passes) << by_depth(never);
+  EXPECT_GT(every_fourth.deep_outcomes, never.deep_outcomes + 5)
+      << "outcomes at the sixth draft: every fourth " << every_fourth.deep_outcomes << ", never " << never.deep_outcomes;
+}
+
+LanesOptions probe_rule(bool pays) {
+  LanesOptions options;
+  options.pricing.probes_pay_their_way = pays;
+  return options;
+}
+
+TEST(LanesProbeValue, WhereNeitherAProbeNorTheGroupAtThePriorCanPayNoProbeRunsAndTheRunCostsWhatPlainDoes) {
+  // Four streams, a launch-bound verify (10 ms + 0.05 ms a row: the nano target on the H200 in miniature), a pass
+  // 25 ms + 0.2 ms a draft row, a drafter right 50% of the time and 15% after a restart. If every draft landed, four
+  // streams drafting 7 deep would pay (32 tokens in 42 ms against plain's 4 in 10.2); at the prior's chances they
+  // would not (14.6 in 42), and one probe window wins at most 7 x 2.55 ms against its 26.4 ms pass.
+  FixedClock clock;
+  FakeTargetOptions target = costed_fake_target(clock, 10.0, 0.05);
+  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.5, 0.2);
+  drafter.draft_fixed_ms = 25.0;
+  drafter.restarted_wrong_rate = 0.85;
+  drafter.confidences = true;
+  std::vector<Arrival> arrivals = endless_arrivals(4, target.shape.vocab_size, 120);
+  PricedRun plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
+  PricedRun old_run = run_lanes(clock, target, drafter, arrivals, probe_rule(false));
+  PricedRun new_run = run_lanes(clock, target, drafter, arrivals, probe_rule(true));
+  ASSERT_EQ(old_run.tokens, plain.tokens);
+  ASSERT_EQ(new_run.tokens, plain.tokens);
+  EXPECT_GT(old_run.passes, 0);
+  EXPECT_GT(old_run.ms, plain.ms * 1.01) << "plain " << plain.ms << " ms, probes on the tables " << old_run.ms;
+  EXPECT_EQ(new_run.passes, 0);
+  EXPECT_EQ(new_run.stats.tap_rows, 0);
+  EXPECT_LT(new_run.ms, plain.ms * 1.001) << "plain " << plain.ms << " ms, probes that pay " << new_run.ms << " ms";
+}
+
+TEST(LanesProbeValue, ProbesThatPayTheirWayStillFindAndBuyADrafterThatPaysAtOneStream) {
+  // One stream, a verify 10 ms + 0.5 ms a row, a pass 2 ms + 0.2 ms a draft row, right 80% of the time.
+  FixedClock clock;
+  FakeTargetOptions target = costed_fake_target(clock, 10.0, 0.5);
+  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.2);
+  drafter.confidences = true;
+  std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, 300);
+  PricedRun plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
+  PricedRun new_run = run_lanes(clock, target, drafter, arrivals, probe_rule(true));
+  ASSERT_EQ(new_run.tokens, plain.tokens);
+  EXPECT_GT(new_run.stats.windows_with_drafts, 50);
+  EXPECT_LT(new_run.ms, plain.ms * 0.7) << "plain " << plain.ms << " ms, probes that pay " << new_run.ms << " ms";
+}
+
+TEST(LanesProbeValue, AStreamsOwnProbePaysOnlyWhereItsWindowCanWinItsPassItsRowsAndTheMeanOneOff) {
+  // The arithmetic of Pricing::probe_pays on fixed tables: 4 pending rows at 10 ms (2.5 ms a token), a 6-draft
+  // probe wins at most 15 ms; its pass costs 2 + 0.2 x 6 = 3.2 ms and its 6 rows 3 ms.
+  FixedClock clock;
+  FakeTargetOptions target = costed_fake_target(clock, 10.0, 0.5);
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.2);
+  drafter_options.confidences = true;
+  FakeTarget fake_target(target);
+  FakeDrafter drafter(drafter_options);
+  auto lanes = Lanes::create(fake_target, &drafter, probe_rule(true), clock);
+  ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
+  Pricing pricing = (*lanes)->pricing();
+  Stream stream;
+  const int rows = 4;
+  EXPECT_TRUE(pricing.probe_pays(stream, 6, rows));
+  const double plain_token_ms = pricing.tables().verify.ms(rows) / rows + pricing.overhead_ms() / rows;
+  const double cost_ms = pricing.draft_ms(1, 6) + pricing.tables().verify.ms(rows + 6) - pricing.tables().verify.ms(rows) +
+                         pricing.tables().absorb_ms(1);
+  const double margin_ms = 6 * plain_token_ms - cost_ms;
+  ASSERT_GT(margin_ms, 1.0);
+  // A slow forward's excess (a new shape's one-off) above the margin makes the same probe not pay.
+  pricing.observe_slow_forward(margin_ms + 0.5);
+  EXPECT_NEAR(pricing.one_off_ms(), margin_ms + 0.5, 1e-9);
+  EXPECT_FALSE(pricing.probe_pays(stream, 6, rows));
+  EXPECT_FALSE(pricing.probe_pays(stream, 0, rows));
+}
+
+}  // namespace
+}  // namespace ls
