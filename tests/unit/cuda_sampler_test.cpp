@@ -1,6 +1,7 @@
 // The device keyed sampler on flat rows (every logit within 1e-3, vocab 65536: the top-p walk's worst case) against
 // the CPU sampler, under each kernel variant (LS_SAMPLER), plus rows whose draw flips if the top-p / top-k cut moves
-// by one candidate; and an opt-in timing (LS_SAMPLER_TIMING=1) of the variants.
+// by one candidate, near-tie rows whose cut only one-by-one sums decide (cuda_sampler_near_ties.h), the planted
+// faults they catch, and an opt-in timing (LS_SAMPLER_TIMING=1) of the variants.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "base/hash.h"
 #include "compute/sampling.h"
+#include "cuda_sampler_near_ties.h"
 
 #ifdef LS_HAVE_CUDA
 #include "compute/cuda/kernels.h"
@@ -124,6 +126,73 @@ TEST(FlatSamplerRows, BorderlineRowsDrawTheFavouriteOnlyInsideTheCpuCut) {
   }
 }
 
+// The id with the largest Gumbel noise for (seed, position): drawn whenever it survives a flat row's cut.
+int32_t favourite_id(const Sampling& sampling, int64_t position) {
+  int32_t favourite = 0;
+  double best = -1e300;
+  for (int32_t id = 0; id < kVocab; ++id) {
+    const double g = sampling_gumbel(sampling.seed, position, id);
+    if (g > best) best = g, favourite = id;
+  }
+  return favourite;
+}
+
+struct NearTieCase {
+  Sampling sampling;
+  int64_t position = 0;
+  near_ties::NearTie tie;
+};
+
+// Near ties for top-p 0.9 / 0.99 at temperatures 0.6-1.1, at least 8 of them and 4 with a split row, found once.
+const std::vector<NearTieCase>& near_tie_cases() {
+  static const std::vector<NearTieCase> all = [] {
+    std::vector<NearTieCase> out;
+    const float temperatures[] = {0.6f, 1.1f, 0.8f, 1.1f};
+    const float top_ps[] = {0.9f, 0.9f, 0.99f, 0.99f};
+    int splits = 0;
+    for (uint64_t seed = 0; seed < 48 && (out.size() < 8 || splits < 4); ++seed) {
+      NearTieCase c;
+      c.sampling = Sampling{temperatures[seed % 4], 0, top_ps[seed % 4], 0.0f, splitmix64(7700 + seed)};
+      c.position = 5 + static_cast<int64_t>(seed);
+      if (!near_ties::build_near_tie(flat_row(3000 + seed), c.sampling, favourite_id(c.sampling, c.position), c.tie))
+        continue;
+      splits += c.tie.split_ok;
+      out.push_back(std::move(c));
+    }
+    return out;
+  }();
+  return all;
+}
+
+int32_t cpu_draw(const std::vector<float>& row, const NearTieCase& c) {
+  return draw_token(std::span<const float>(row.data(), row.size()), c.sampling, c.position);
+}
+
+TEST(FlatSamplerRows, NearTieRowsPutTheCpuTopPCutWithinAHairOfItsTargetWithTheFavouriteOnTheBoundary) {
+  const std::vector<NearTieCase>& cases = near_tie_cases();
+  ASSERT_GE(cases.size(), 8u);
+  int splits = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const near_ties::NearTie& t = cases[i].tie;
+    // The device's bound band is (8 n + 64) 2^-53 total (~6e-11 total); its tree sums and target sit within
+    // ~3e-11 total of the one-by-one ones, so gaps under 1e-11 total cannot be decided by them.
+    EXPECT_LE(t.seq_gap_cut, 1e-11 * t.total) << "case " << i;
+    EXPECT_LE(t.seq_gap_kept, 1e-11 * t.total) << "case " << i;
+    EXPECT_NE(cpu_draw(t.just_cut, cases[i]), t.favourite) << "case " << i;
+    EXPECT_EQ(cpu_draw(t.just_kept, cases[i]), t.favourite) << "case " << i;
+    if (std::getenv("LS_NEAR_TIE_DUMP"))
+      std::printf("case %zu: boundary %d gaps %.3g %.3g total %.6f split %d margin %.3g kept %d exact %d\n", i,
+                  t.boundary, t.seq_gap_cut, t.seq_gap_kept, t.total, t.split_ok, t.split_margin, t.split_seq_kept,
+                  t.split_exact_kept);
+    if (!t.split_ok) continue;
+    ++splits;
+    EXPECT_EQ(cpu_draw(t.split, cases[i]) == t.favourite, t.split_seq_kept == t.boundary + 1) << "case " << i;
+    EXPECT_NE(t.split_seq_kept, t.split_exact_kept) << "case " << i;
+  }
+  std::printf("near ties: %zu cases, %d with a split row\n", cases.size(), splits);
+  EXPECT_GE(splits, 4) << "rows where one-by-one and exact sums cut differently";
+}
+
 #ifdef LS_HAVE_CUDA
 
 using cuda::DrawScratch;
@@ -186,7 +255,7 @@ TEST(CudaSampler, FlatRowsDrawTheCpuTokenWithEitherKernelVariant) {
   LS_SKIP_WITHOUT_DEVICE();
   const FlatBatch& b = flat_batch();
   ASSERT_GE(b.cases.size(), 40u);
-  for (const char* mode : {"legacy", "fast"}) {
+  for (const char* mode : {"legacy", "bounded"}) {
     const std::vector<int32_t> gpu = device_draws(b.rows, b.cases, mode);
     for (size_t r = 0; r < b.cases.size(); ++r) {
       const Sampling& s = b.cases[r].sampling;
@@ -199,12 +268,66 @@ TEST(CudaSampler, FlatRowsDrawTheCpuTokenWithEitherKernelVariant) {
 TEST(CudaSampler, APlantedTopPCutOneCandidateLateIsCaughtByTheBorderlineRows) {
   LS_SKIP_WITHOUT_DEVICE();
   const FlatBatch& b = flat_batch();
-  const std::vector<int32_t> gpu = device_draws(b.rows, b.cases, "fast-planted-fault");
+  const std::vector<int32_t> gpu = device_draws(b.rows, b.cases, "bounded-cut-planted-late");
   int outside = 0, caught = 0;
   for (size_t r = 0; r < b.cases.size(); ++r)
     if (b.outside[r]) ++outside, caught += gpu[r] != b.cpu[r];
   ASSERT_GE(outside, 6);
   EXPECT_GE(caught, outside / 2) << "of " << outside << " rows with the favourite just past the top-p cut";
+}
+
+// The near-tie rows (just cut, just kept, split) of every case, flattened, with their cases and CPU tokens.
+struct NearTieBatch {
+  std::vector<float> rows;
+  std::vector<FlatCase> cases;
+  std::vector<int32_t> cpu;
+  std::vector<bool> split;
+};
+
+const NearTieBatch& near_tie_batch() {
+  static const NearTieBatch batch = [] {
+    NearTieBatch b;
+    for (const NearTieCase& c : near_tie_cases()) {
+      auto add = [&](const std::vector<float>& row, bool split) {
+        b.rows.insert(b.rows.end(), row.begin(), row.end());
+        b.cases.push_back(FlatCase{c.sampling, c.position});
+        b.cpu.push_back(cpu_draw(row, c));
+        b.split.push_back(split);
+      };
+      add(c.tie.just_cut, false);
+      add(c.tie.just_kept, false);
+      if (c.tie.split_ok) add(c.tie.split, true);
+    }
+    return b;
+  }();
+  return batch;
+}
+
+TEST(CudaSampler, NearTieRowsDrawTheCpuTokenOnEveryPathByFallingBackToOneByOneSums) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const NearTieBatch& b = near_tie_batch();
+  ASSERT_GE(b.cases.size(), 16u);
+  for (const char* mode : {"legacy", "bounded"}) {
+    const std::vector<int32_t> gpu = device_draws(b.rows, b.cases, mode);
+    for (size_t r = 0; r < b.cases.size(); ++r)
+      EXPECT_EQ(gpu[r], b.cpu[r]) << mode << " near-tie row " << r << " T " << b.cases[r].sampling.temperature
+                                  << " top_p " << b.cases[r].sampling.top_p;
+  }
+}
+
+TEST(CudaSampler, APlantedZeroBoundBandIsCaughtByTheNearTieRows) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const NearTieBatch& b = near_tie_batch();
+  const std::vector<int32_t> gpu = device_draws(b.rows, b.cases, "bounded-band-planted-zero");
+  int splits = 0, caught = 0, others_caught = 0;
+  for (size_t r = 0; r < b.cases.size(); ++r) {
+    if (b.split[r]) ++splits, caught += gpu[r] != b.cpu[r];
+    else others_caught += gpu[r] != b.cpu[r];
+  }
+  std::printf("zero band: %d of %d split rows and %d of %zu just-cut / just-kept rows draw off the CPU\n", caught,
+              splits, others_caught, b.cases.size() - splits);
+  ASSERT_GE(splits, 4);
+  EXPECT_GE(caught, splits / 2) << "of " << splits << " rows where exact sums cut off the one-by-one cut";
 }
 
 // Opt-in timing: one flat 65536-token row with top_p 0.9 (and 16 such rows), per kernel variant, median of 15.
@@ -226,7 +349,7 @@ TEST(CudaSampler, TimesTheFlatTopPRowPerVariantWhenAsked) {
     DrawScratch scratch;
     ASSERT_TRUE(scratch.reserve(rows, kVocab).ok());
     std::vector<std::vector<int32_t>> tokens;
-    for (const char* mode : {"legacy", "fast"}) {
+    for (const char* mode : {"legacy", "bounded"}) {
       setenv("LS_SAMPLER", mode, 1);
       cudaEvent_t start, stop;
       cudaEventCreate(&start);

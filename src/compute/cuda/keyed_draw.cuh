@@ -14,13 +14,27 @@ __device__ __forceinline__ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The (seed, position) part of every token's key: mix(mix(seed) ^ position).
+__device__ __forceinline__ uint64_t row_key(uint64_t seed, int64_t position) {
+  return mix(mix(seed) ^ static_cast<uint64_t>(position));
+}
+
+// The 53 uniform bits of `token`'s key under `row_key` (the key >> 11).
+__device__ __forceinline__ uint64_t uniform_bits(uint64_t row_key, int32_t token) {
+  return mix(row_key ^ static_cast<uint64_t>(static_cast<uint32_t>(token))) >> 11;
+}
+
+// u = (bits + 0.5) 2^-53, as ls::uniform_open01.
+__device__ __forceinline__ double uniform_of_bits(uint64_t bits) {
+  return __dmul_rn(static_cast<double>(bits) + 0.5, 1.0 / 9007199254740992.0);
+}
+
+// -log(-log u) for u = uniform_of_bits(bits).
+__device__ __forceinline__ double gumbel_of_bits(uint64_t bits) { return -log(-log(uniform_of_bits(bits))); }
+
 // -log(-log u) with u from the (seed, position, token) key, as ls::sampling_gumbel.
 __device__ __forceinline__ double gumbel(uint64_t seed, int64_t position, int32_t token) {
-  uint64_t key = mix(seed);
-  key = mix(key ^ static_cast<uint64_t>(position));
-  key = mix(key ^ static_cast<uint64_t>(static_cast<uint32_t>(token)));
-  const double u = __dmul_rn(static_cast<double>(key >> 11) + 0.5, 1.0 / 9007199254740992.0);
-  return -log(-log(u));
+  return gumbel_of_bits(uniform_bits(row_key(seed, position), token));
 }
 
 // Candidate order as one integer, larger = earlier: larger logit first, then lower id (+0 and -0 compare equal, as
