@@ -140,8 +140,8 @@ TEST(CudaDrafter, TheQkvHeadsKernelGivesTheBitsOfNormRopeAndScatter) {
 
 // residual_norm against add_residual + rms_norm, and swiglu_stacked against swiglu, on fresh random rows with the
 // outputs poisoned: the residual and SwiGLU bit for bit; the norm within one bf16 rounding (its double sum of
-// squares is a CTA tree here, a warp's there) and nearly always bitwise; residual_norm with its loads batched gives
-// its one-at-a-time bits.
+// squares is a CTA tree here, a warp's there) and nearly always bitwise; residual_norm and rms_norm with their
+// loads batched give their one-at-a-time bits (rms_norm also in place).
 TEST(CudaDrafter, TheResidualNormAndStackedSwigluKernelsGiveTheUnfusedBits) {
   LS_SKIP_WITHOUT_DEVICE();
   using ls::cuda::testing::download;
@@ -202,6 +202,21 @@ TEST(CudaDrafter, TheResidualNormAndStackedSwigluKernelsGiveTheUnfusedBits) {
                 static_cast<int>(rows * w));
       EXPECT_EQ(count_bitwise_equal(download(batched_y, rows * w), download(one_y, rows * w)),
                 static_cast<int>(rows * w));
+      // rms_norm (a warp per row) batched, into y and in place (as the absorb's key heads), against one at a time.
+      auto* source = reinterpret_cast<cuda::bf16_t*>(one_x.data());
+      auto norm_one = ls::cuda::testing::poisoned<bf16>(rows * w);
+      auto norm_batched = ls::cuda::testing::poisoned<bf16>(rows * w);
+      ASSERT_TRUE(cuda::rms_norm(source, rows, w, scale.data(), 1e-5f,
+                                 reinterpret_cast<cuda::bf16_t*>(norm_one.data()), nullptr, false)
+                      .ok());
+      ASSERT_TRUE(cuda::rms_norm(source, rows, w, scale.data(), 1e-5f,
+                                 reinterpret_cast<cuda::bf16_t*>(norm_batched.data()), nullptr, true)
+                      .ok());
+      const std::vector<bf16> expected_norm = download(norm_one, rows * w);
+      EXPECT_EQ(count_bitwise_equal(download(norm_batched, rows * w), expected_norm), static_cast<int>(rows * w));
+      ASSERT_TRUE(cuda::rms_norm(source, rows, w, scale.data(), 1e-5f, source, nullptr, true).ok());
+      EXPECT_EQ(count_bitwise_equal(download(one_x, rows * w), expected_norm), static_cast<int>(rows * w))
+          << "in place";
     }
   }
 

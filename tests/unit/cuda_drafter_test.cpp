@@ -740,7 +740,8 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
 // sequence of device absorbs (several streams per call, a rollback, row counts repeating) through graphs and eagerly
 // leaves contexts that draft the same tokens and chance bits; the graphed drafter really replayed (7 absorb replays).
 // The fused absorb (one K/V GEMM for every layer, one heads launch) against the per-layer sequence: U within the
-// bf16 tolerance and the drafts equal up to a near-tie flip (the stacked GEMM may sum in another order).
+// bf16 tolerance and the drafts equal up to a near-tie flip (the stacked GEMM may sum in another order). A drafter
+// with every load batched (session 8) leaves the eager drafter's bits.
 TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
@@ -748,8 +749,12 @@ TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
   std::unique_ptr<CudaDsparkDrafter> eager = load_cuda(pair.drafter_dir, target, cuda_options());
   std::unique_ptr<CudaDsparkDrafter> graphed = load_cuda(pair.drafter_dir, target, cuda_options());
   std::unique_ptr<CudaDsparkDrafter> per_layer = load_cuda(pair.drafter_dir, target, cuda_options());
-  ASSERT_TRUE(eager && graphed && per_layer);
+  std::unique_ptr<CudaDsparkDrafter> batched = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(eager && graphed && per_layer && batched);
   per_layer->set_fused_absorb(false);
+  eager->set_batched_loads(false);
+  graphed->set_batched_loads(false);
+  batched->set_batched_loads(true);
   eager->set_graphs(false);
   const DsparkConfig& c = eager->config();
   const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
@@ -765,7 +770,7 @@ TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
   calls.push_back({{2, 7, 37, 7}});
   calls.push_back({{0, 10, 5, 4}, {1, 8, 1, 1}});
   const int64_t replays_before = graphed->graph_replays();
-  for (CudaDsparkDrafter* drafter : {eager.get(), graphed.get(), per_layer.get()}) {
+  for (CudaDsparkDrafter* drafter : {eager.get(), graphed.get(), per_layer.get(), batched.get()}) {
     for (const std::vector<TapRows>& call : calls) {
       ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
       ASSERT_TRUE(drafter->absorb_device(call, on_device).ok());
@@ -804,6 +809,21 @@ TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
   const Result<std::vector<float>> actual_logits = graphed->last_base_logits();
   ASSERT_TRUE(expected_logits.ok() && actual_logits.ok());
   EXPECT_EQ(*actual_logits, *expected_logits);
+  // Session 8's batched loads (the absorbs' hidden norm and key heads graphed, then the pass's norms, heads and
+  // attention): the eager drafter's tokens, chance and U bits.
+  const std::vector<Draft> batched_drafts = batched->draft(requests);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("batched loads, stream " + std::to_string(i));
+    ASSERT_TRUE(batched_drafts[i].status.ok()) << batched_drafts[i].status.to_string();
+    EXPECT_EQ(batched_drafts[i].tokens, expected[i].tokens);
+    for (int slot = 0; slot < c.block_size; ++slot) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(batched_drafts[i].chances[slot]),
+                std::bit_cast<uint32_t>(expected[i].chances[slot]));
+    }
+  }
+  const Result<std::vector<float>> batched_logits = batched->last_base_logits();
+  ASSERT_TRUE(batched_logits.ok());
+  EXPECT_EQ(*batched_logits, *expected_logits);
   // The per-layer absorb.
   per_layer->set_graphs(false);
   const std::vector<Draft> unfused = per_layer->draft(requests);

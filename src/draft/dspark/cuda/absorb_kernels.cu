@@ -26,6 +26,7 @@ constexpr int kHeadWarps = 8;
 constexpr int kMaxHeadDim = 128;
 
 // One warp per (row, layer, K or V, head), lanes over the head (rms_norm_kernel's and rope_kernel's arithmetic).
+template <bool kBatched>
 __global__ void __launch_bounds__(kHeadWarps * kWarp) absorb_heads_kernel(AbsorbHeads a) {
   __shared__ float staged[kHeadWarps][kMaxHeadDim];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -43,8 +44,14 @@ __global__ void __launch_bounds__(kHeadWarps * kWarp) absorb_heads_kernel(Absorb
     for (int i = lane; i < hd; i += kWarp) out[i] = in[i];
     return;
   }
-  norm_rope_head(in, a.k_norms + static_cast<int64_t>(layer) * hd, hd, a.eps, static_cast<float>(a.positions[row]),
-                 a.inv_freq, a.neox, staged[warp], out, lane);
+  const float* norm = a.k_norms + static_cast<int64_t>(layer) * hd;
+  if constexpr (kBatched) {
+    norm_rope_head_batched(in, norm, hd, a.eps, static_cast<float>(a.positions[row]), a.inv_freq, a.neox,
+                           staged[warp], out, lane);
+  } else {
+    norm_rope_head(in, norm, hd, a.eps, static_cast<float>(a.positions[row]), a.inv_freq, a.neox, staged[warp], out,
+                   lane);
+  }
 }
 
 }  // namespace
@@ -58,7 +65,8 @@ Status absorb_heads(const AbsorbHeads& args, cudaStream_t stream) {
   }
   const int64_t items = args.rows * args.layers * 2 * args.kv_heads;
   const unsigned blocks = static_cast<unsigned>((items + kHeadWarps - 1) / kHeadWarps);
-  absorb_heads_kernel<<<blocks, kHeadWarps * kWarp, 0, stream>>>(args);
+  const auto kernel = args.batched ? absorb_heads_kernel<true> : absorb_heads_kernel<false>;
+  kernel<<<blocks, kHeadWarps * kWarp, 0, stream>>>(args);
   LS_CUDA_TRY_LAUNCH("absorb_heads");
   return ok_status();
 }

@@ -29,6 +29,7 @@ struct AbsorbHeads {
   const float* inv_freq = nullptr;
   bool neox = false;
   bf16_t* const* row_pointers = nullptr;
+  bool batched = false;  // session 8: each lane's loads issued at once (norm_rope_head_batched, the same bits)
 };
 Status absorb_heads(const AbsorbHeads& args, cudaStream_t stream);
 

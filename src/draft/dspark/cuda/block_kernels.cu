@@ -35,7 +35,11 @@ __global__ void round_kernel(const float* in, int64_t count, bf16_t* out) {
   if (index < count) out[index] = __float2bfloat16_rn(in[index]);
 }
 
-// One warp per row.
+// One warp per row. kBatched (session 8): each lane's loads issued kNormBatch at a time (the loop below waits for
+// each in turn: its store may alias the next load, y being x in place for the key heads), the same arithmetic in
+// the same order, so the same bits.
+constexpr int kNormBatch = 16;
+template <bool kBatched>
 __global__ void rms_norm_kernel(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps,
                                 bf16_t* y) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -43,17 +47,52 @@ __global__ void rms_norm_kernel(const bf16_t* x, int64_t rows, int64_t width, co
   if (row >= rows) return;
   const bf16_t* in = x + row * width;
   double sum_squares = 0;
-  for (int64_t i = lane; i < width; i += kWarp) {
-    const double value = __bfloat162float(in[i]);
-    sum_squares += value * value;
+  if constexpr (kBatched) {
+    for (int64_t base = lane; base < width; base += kWarp * kNormBatch) {
+      float values[kNormBatch];
+#pragma unroll
+      for (int k = 0; k < kNormBatch; ++k) {
+        const int64_t i = base + k * kWarp;
+        values[k] = i < width ? __bfloat162float(in[i]) : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kNormBatch; ++k) {
+        if (base + k * kWarp >= width) break;
+        const double value = values[k];
+        sum_squares += value * value;
+      }
+    }
+  } else {
+    for (int64_t i = lane; i < width; i += kWarp) {
+      const double value = __bfloat162float(in[i]);
+      sum_squares += value * value;
+    }
   }
   sum_squares = warp_sum(sum_squares);
   const float mean = static_cast<float>(sum_squares / static_cast<double>(width));
   const float inverse_rms = 1.0f / sqrtf(mean + eps);
   bf16_t* out = y + row * width;
-  for (int64_t i = lane; i < width; i += kWarp) {
-    const float value = __bfloat162float(in[i]);
-    out[i] = __float2bfloat16_rn(weight[i] * round_bf16(value * inverse_rms));
+  if constexpr (kBatched) {
+    for (int64_t base = lane; base < width; base += kWarp * kNormBatch) {
+      float values[kNormBatch], weights[kNormBatch];
+#pragma unroll
+      for (int k = 0; k < kNormBatch; ++k) {
+        const int64_t i = base + k * kWarp;
+        values[k] = i < width ? __bfloat162float(in[i]) : 0.0f;
+        weights[k] = i < width ? weight[i] : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kNormBatch; ++k) {
+        const int64_t i = base + k * kWarp;
+        if (i >= width) break;
+        out[i] = __float2bfloat16_rn(weights[k] * round_bf16(values[k] * inverse_rms));
+      }
+    }
+  } else {
+    for (int64_t i = lane; i < width; i += kWarp) {
+      const float value = __bfloat162float(in[i]);
+      out[i] = __float2bfloat16_rn(weight[i] * round_bf16(value * inverse_rms));
+    }
   }
 }
 
@@ -311,11 +350,11 @@ Status round_to_bf16(const float* in, int64_t count, bf16_t* out, cudaStream_t s
 }
 
 Status rms_norm(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps, bf16_t* y,
-                cudaStream_t stream) {
+                cudaStream_t stream, bool batched) {
   if (rows == 0) return ok_status();
   constexpr int kWarpsPerBlock = 8;
-  rms_norm_kernel<<<blocks_for(rows, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, stream>>>(x, rows, width, weight,
-                                                                                          eps, y);
+  const auto kernel = batched ? rms_norm_kernel<true> : rms_norm_kernel<false>;
+  kernel<<<blocks_for(rows, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, stream>>>(x, rows, width, weight, eps, y);
   LS_CUDA_TRY_LAUNCH("rms_norm");
   return ok_status();
 }

@@ -289,8 +289,8 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   // Each thread's loads issued at once in the split attention (SplitAttentionScratch::batched_loads), the residual
-  // norms (residual_norm_row_batched) and the q/k heads (norm_rope_head_batched) (session 8, the same bits), or one
-  // at a time (the old path).
+  // norms (residual_norm_row_batched), the q/k heads (norm_rope_head_batched) and the absorb's hidden norm and key
+  // heads (session 8, the same bits), or one at a time (the old path).
   void set_batched_loads(bool on) {
     batched_loads_ = on;
     graphs_.clear();
