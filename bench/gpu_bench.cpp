@@ -425,18 +425,20 @@ int main(int argc, char** argv) {
     target->set_decode_tail(false, 0);
   }
   // The same steps (graphs) on the pipeline decode GEMM (set_decode_pipeline; same bits) at rings of 96 / 48 / 160
-  // KB, interleaved with the streaming kernels so drift shows; printed as measured.
+  // KB and chunks of 2 / 4 / 1 K tiles, interleaved with the streaming kernels so drift shows; printed as measured.
   if (o.pipe_ab) {
     struct PipeMode {
       const char* name;
       bool on;
-      int ring_kb;
+      int ring_kb, chunk;
     };
-    const PipeMode modes[] = {{"streaming kernels (old)", false, 0}, {"pipeline, ring 96 KB", true, 96},
-                              {"pipeline, ring 48 KB", true, 48},    {"pipeline, ring 160 KB", true, 160},
-                              {"streaming kernels (old, again)", false, 0}, {"pipeline, ring 96 KB (again)", true, 96}};
+    const PipeMode modes[] = {{"streaming kernels (old)", false, 0, 2},       {"pipeline, ring 96 KB", true, 96, 2},
+                              {"pipeline, ring 48 KB", true, 48, 2},          {"pipeline, ring 160 KB", true, 160, 2},
+                              {"pipeline, ring 96 KB, chunk 4", true, 96, 4}, {"pipeline, ring 96 KB, chunk 1", true, 96, 1},
+                              {"streaming kernels (old, again)", false, 0, 2}, {"pipeline, ring 96 KB (again)", true, 96, 2}};
     for (const PipeMode& mode : modes) {
       cuda::set_decode_pipeline(mode.on, -1, mode.ring_kb);
+      cuda::set_decode_pipe_chunk(mode.chunk);
       target->set_graphs(false);  // drops the graphs captured under the other mode
       target->set_graphs(true);
       time_steps(4);
@@ -444,6 +446,7 @@ int main(int argc, char** argv) {
       std::printf("pipe A/B: decode step, %-32s %.3f ms (ratio %.2f)\n", mode.name, ms, floor_ms / ms);
     }
     cuda::set_decode_pipeline(false);
+    cuda::set_decode_pipe_chunk(2);
     target->set_graphs(false);
     target->set_graphs(true);
   }

@@ -262,6 +262,12 @@ int pipe_bench(const std::vector<int64_t>& widths) {
         set_decode_pipeline(true, -1, ring);
         row("pipe auto, ring " + std::to_string(ring) + " KB", graph_ms(run, 40));
       }
+      for (const int chunk : {1, 4}) {
+        set_decode_pipeline(true);
+        set_decode_pipe_chunk(chunk);
+        row("pipe auto, chunk " + std::to_string(chunk) + " tiles", graph_ms(run, 40));
+        set_decode_pipe_chunk(2);
+      }
       for (int config = 0; config < decode_pipe_config_count(); ++config) {
         const bool swiglu_config = config >= decode_pipe_config_count() - 2;
         if (swiglu_config != shape.swiglu) continue;

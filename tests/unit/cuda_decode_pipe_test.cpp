@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "compute/cuda/kernels.h"
@@ -28,10 +29,14 @@ using testing::upload;
 // set_decode_pipeline for one scope, the switch as it was after it (LS_DECODE_PIPE may have set it for the run; a
 // failed assertion must not leave it changed for later tests).
 struct PipelineScope {
-  explicit PipelineScope(bool on, int config = -1, int ring_kb = 0) : was_on(decode_pipeline_on()) {
+  explicit PipelineScope(bool on, int config = -1, int ring_kb = 0, int chunk = 2) : was_on(decode_pipeline_on()) {
     set_decode_pipeline(on, config, ring_kb);
+    set_decode_pipe_chunk(chunk);
   }
-  ~PipelineScope() { set_decode_pipeline(was_on); }
+  ~PipelineScope() {
+    set_decode_pipeline(was_on);
+    set_decode_pipe_chunk(2);
+  }
   bool was_on;
 };
 
@@ -152,7 +157,7 @@ TEST(CudaDecodePipe, TheFusedSwigluConfigurationsGiveTheBitsOfTheGemmThenSwiglu)
   }
 }
 
-TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAtEveryRingSize) {
+TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAtEveryRingAndChunkSize) {
   LS_SKIP_WITHOUT_DEVICE();
   if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
   const GemmEngine engine;
@@ -179,8 +184,8 @@ TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAt
     auto y_down = poisoned<bf16>(m * 2048);
     ASSERT_TRUE(engine.gemm(down_x.data(), m, down, y_down.data(), nullptr, nullptr).ok());
     const std::vector<bf16> want_down = download(y_down, m * 2048);
-    for (const int ring_kb : {0, 24, 160}) {
-      const PipelineScope on(true, -1, ring_kb);
+    for (const auto& [ring_kb, chunk] : std::vector<std::pair<int, int>>{{0, 2}, {24, 1}, {160, 4}, {96, 8}}) {
+      const PipelineScope on(true, -1, ring_kb, chunk);
       std::vector<DeviceBuffer<bf16>> outs;
       std::vector<bf16*> pointers;
       for (size_t i = 0; i < ns.size(); ++i) {
@@ -191,18 +196,18 @@ TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAt
       for (size_t i = 0; i < ns.size(); ++i) {
         const std::vector<bf16> got = download(outs[i], m * ns[i]);
         EXPECT_EQ(std::memcmp(got.data(), want[i].data(), sizeof(bf16) * m * ns[i]), 0)
-            << "q / k / v matrix " << i << " m " << m << " ring " << ring_kb << " KB";
+            << "q / k / v matrix " << i << " m " << m << " ring " << ring_kb << " KB chunk " << chunk;
         auto single = poisoned<bf16>(m * ns[i]);
         ASSERT_TRUE(engine.gemm(x.data(), m, matrices[i], single.data(), nullptr, nullptr).ok());
         const std::vector<bf16> got_single = download(single, m * ns[i]);
         EXPECT_EQ(std::memcmp(got_single.data(), want[i].data(), sizeof(bf16) * m * ns[i]), 0)
-            << "engine gemm N " << ns[i] << " m " << m << " ring " << ring_kb << " KB";
+            << "engine gemm N " << ns[i] << " m " << m << " ring " << ring_kb << " KB chunk " << chunk;
       }
       auto got_down = poisoned<bf16>(m * 2048);
       ASSERT_TRUE(engine.gemm(down_x.data(), m, down, got_down.data(), nullptr, nullptr).ok());
       const std::vector<bf16> got = download(got_down, m * 2048);
       EXPECT_EQ(std::memcmp(got.data(), want_down.data(), sizeof(bf16) * m * 2048), 0)
-          << "engine gemm 8192->2048 m " << m << " ring " << ring_kb << " KB";
+          << "engine gemm 8192->2048 m " << m << " ring " << ring_kb << " KB chunk " << chunk;
     }
   }
 }

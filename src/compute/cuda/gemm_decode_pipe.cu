@@ -13,9 +13,9 @@
 namespace ls::cuda::gemm_detail {
 namespace {
 
-constexpr int kChunkK = 128;                  // K elements of one stage row: two 64-wide tiles
-constexpr int kChunkTiles = kChunkK / kBlockK;
-constexpr int kPitch = kChunkK * 2 + 16;      // bytes per stage row: the 16-byte pad keeps 8 rows' ldmatrix conflict-free
+// A stage row holds `chunk` 64-wide K tiles (set_decode_pipe_chunk: 1, 2, 4 or 8; default 2) of one x or W row, in
+// chunk * 128 + 16 bytes: the 16-byte pad keeps any 8 rows' ldmatrix conflict-free.
+constexpr int pitch_of(int chunk) { return chunk * kBlockK * 2 + 16; }
 constexpr int kMaxStages = 16;
 constexpr int kBarrierBytes = 2 * kMaxStages * 8;  // full[kMaxStages] then empty[kMaxStages] mbarriers
 constexpr int kPipeGroupMax = 4;
@@ -57,7 +57,7 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, int byt
 // of slice s, then per item its 8 * TILES W rows of that chunk; x rows m..15 that ldmatrix reads alias later rows of
 // the stage: they feed only output rows >= m, which are never stored (mma rows are independent).
 template <int CW, int TILES, int A_ROWS, bool SWIGLU>
-__global__ void __launch_bounds__(32 * (CW + 1)) decode_pipe_kernel(PipeGroup group, int stages) {
+__global__ void __launch_bounds__(32 * (CW + 1)) decode_pipe_kernel(PipeGroup group, int stages, int chunk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
   constexpr int kWRows = 8 * TILES;
@@ -72,12 +72,13 @@ __global__ void __launch_bounds__(32 * (CW + 1)) decode_pipe_kernel(PipeGroup gr
   const int groups = CW / slices;  // column groups per CTA (the host checks CW % slices == 0)
   const int k_tiles = args.k / kBlockK;  // the host checks K % 64 == 0
   const int slice_tiles = slices == 1 ? k_tiles : kSliceTiles;
-  const int chunks = (slice_tiles + kChunkTiles - 1) / kChunkTiles;  // slice 0 is the longest
+  const int chunks = (slice_tiles + chunk - 1) / chunk;  // slice 0 is the longest
+  const int pitch = pitch_of(chunk);
   const int out_n = SWIGLU ? args.n / 2 : args.n;
   const int cols = groups * kItemCols;
   const int col0 = block * cols;
   const int stage_rows = slices * m + CW * kWRows;
-  const int stage_bytes = stage_rows * kPitch;
+  const int stage_bytes = stage_rows * pitch;
   const uint32_t bars = smem_address(shared_raw);
   const uint32_t ring = bars + kBarrierBytes;
   auto full = [&](int s) { return bars + 8 * s; };
@@ -93,10 +94,10 @@ __global__ void __launch_bounds__(32 * (CW + 1)) decode_pipe_kernel(PipeGroup gr
   }
   __syncthreads();
 
-  // Tiles of chunk t in slice s (0..2).
+  // Tiles of chunk t in slice s (0..chunk).
   auto chunk_tiles = [&](int s, int t) {
     const int tiles = min(slice_tiles, k_tiles - s * slice_tiles);
-    return max(0, min(kChunkTiles, tiles - t * kChunkTiles));
+    return max(0, min(chunk, tiles - t * chunk));
   };
 
   if (warp == CW) {  // ---- producer: row copies; copy i of a stage: x rows (slice, row) first, then W rows
@@ -130,17 +131,17 @@ __global__ void __launch_bounds__(32 * (CW + 1)) decode_pipe_kernel(PipeGroup gr
           const int slice = i / m, row = i % m;
           const int tiles = chunk_tiles(slice, t);
           if (tiles > 0)
-            bulk_copy(base + i * kPitch,
-                      args.x + static_cast<int64_t>(row) * args.k + (slice * slice_tiles + t * kChunkTiles) * kBlockK,
+            bulk_copy(base + i * pitch,
+                      args.x + static_cast<int64_t>(row) * args.k + (slice * slice_tiles + t * chunk) * kBlockK,
                       tiles * kBlockK * 2, full(s));
         } else if (with_w) {
           const int index = i - slices * m;
           const int c = w_row(index);
           const int tiles = chunk_tiles((index / kWRows) % slices, t);
           if (c >= 0 && tiles > 0)
-            bulk_copy(base + i * kPitch,
+            bulk_copy(base + i * pitch,
                       args.w + static_cast<int64_t>(c) * args.k +
-                          (((index / kWRows) % slices) * slice_tiles + t * kChunkTiles) * kBlockK,
+                          (((index / kWRows) % slices) * slice_tiles + t * chunk) * kBlockK,
                       tiles * kBlockK * 2, full(s));
         }
       }
@@ -168,9 +169,9 @@ __global__ void __launch_bounds__(32 * (CW + 1)) decode_pipe_kernel(PipeGroup gr
     float acc[TILES][4];
 #pragma unroll
     for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    const uint32_t a_off = (slice * m + (A_ROWS == 8 ? (lane & 7) : (lane & 15))) * kPitch +
+    const uint32_t a_off = (slice * m + (A_ROWS == 8 ? (lane & 7) : (lane & 15))) * pitch +
                            (A_ROWS == 8 ? ((lane >> 3) & 1) : (lane >> 4)) * 16;
-    const uint32_t b_off = (slices * m + warp * kWRows + (lane & 7) + (TILES == 2 ? ((lane >> 4) << 3) : 0)) * kPitch +
+    const uint32_t b_off = (slices * m + warp * kWRows + (lane & 7) + (TILES == 2 ? ((lane >> 4) << 3) : 0)) * pitch +
                            ((lane >> 3) & 1) * 16;
     for (int t = 0; t < chunks; ++t) {
       const int s = t % stages;
@@ -259,7 +260,7 @@ bool pipe_from_env() {
   return value != nullptr && value[0] != 0 && std::string(value) != "0";
 }
 std::atomic<bool> pipe_on{pipe_from_env()};
-std::atomic<int> pipe_pinned{-1}, pipe_ring_kb{0};
+std::atomic<int> pipe_pinned{-1}, pipe_ring_kb{0}, pipe_chunk{2};
 constexpr int kDefaultRingBytes = 96 * 1024;
 
 int ring_bytes() {
@@ -271,7 +272,7 @@ int ring_bytes() {
 int pipe_shared_bytes(int config, int m, int k, int ring, int* stages) {
   const PipeShape& shape = kPipeShapes[config];
   const int slices = slice_count(k);
-  const int stage_bytes = (slices * m + shape.cw * 8 * shape.tiles) * kPitch;
+  const int stage_bytes = (slices * m + shape.cw * 8 * shape.tiles) * pitch_of(pipe_chunk.load(std::memory_order_relaxed));
   const int count = std::clamp(ring / stage_bytes, 2, kMaxStages);
   if (stages) *stages = count;
   const int item_cols = config >= kPlainConfigs ? 8 : 8 * shape.tiles;
@@ -284,9 +285,9 @@ template <int CW, int TILES, bool SWIGLU>
 Status launch_shape(const PipeGroup& group, int ctas, int smem, int stages, cudaStream_t stream) {
   if (group.args[0].m <= 8)
     return launch_programmatic(decode_pipe_kernel<CW, TILES, 8, SWIGLU>, ctas, 32 * (CW + 1), smem, stream, group,
-                               stages);
+                               stages, pipe_chunk.load(std::memory_order_relaxed));
   return launch_programmatic(decode_pipe_kernel<CW, TILES, 16, SWIGLU>, ctas, 32 * (CW + 1), smem, stream, group,
-                             stages);
+                             stages, pipe_chunk.load(std::memory_order_relaxed));
 }
 
 template <int CW, int TILES, bool SWIGLU>
@@ -423,6 +424,10 @@ void set_decode_pipeline(bool on, int pinned_config, int ring_kb) {
 }
 
 bool decode_pipeline_on() { return gemm_detail::pipe_enabled(); }
+
+void set_decode_pipe_chunk(int tiles) {
+  gemm_detail::pipe_chunk.store(tiles == 1 || tiles == 4 || tiles == 8 ? tiles : 2, std::memory_order_relaxed);
+}
 
 int decode_pipe_config_count() { return gemm_detail::kPipeConfigs; }
 

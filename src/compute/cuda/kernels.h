@@ -98,6 +98,8 @@ int decode_staged_config_count();
 // change.
 void set_decode_pipeline(bool on, int pinned_config = -1, int ring_kb = 0);
 bool decode_pipeline_on();
+// Bench: K tiles of 64 per stage row of the pipeline (1, 2, 4 or 8; anything else: 2, the default). Same bits.
+void set_decode_pipe_chunk(int tiles);
 int decode_pipe_config_count();
 const char* decode_pipe_config_name(int config);
 // y = x [m, K] @ W^T (+ bias) on pipeline configuration `config` (-1: automatic); the last two configurations are
