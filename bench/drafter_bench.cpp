@@ -13,8 +13,7 @@
 //                 (--loads: the split attention's and the residual norms' loads one at a time or batched,
 //                 set_batched_loads; the same bits; default: the drafter's own)
 //                 (--skinny-parts: skinny_gemm per GEMM kind, a mask per variant: 1 q/k/v and head, 2 gate/up + SwiGLU,
-//                 4 o/down + residual norm epilogue, 8 o/down then the norm launch, 16 two W tiles a CTA where wide,
-//                 32 up to 48 rows (2..5 streams) instead of 16; overrides --skinny)
+//                 4 o/down + residual norm epilogue, 8 o/down then the norm launch; overrides --skinny)
 //                 (--attention-chunks: the split attention's key chunks per request and KV head, 0 = automatic)
 //                 (--pick: the GEMM scan's pick in one CTA per request, or split over vocab chunks then a CTA)
 //                 (--buckets: request counts padded to request_bucket() with every bucket's graphs captured at
@@ -443,7 +442,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
       }
       char row[320];
       const std::string gemm_name = engine ? "engine"
-                                    : (skinny_on && streams * shape.block <= ((parts & 32) ? 48 : 16)
+                                    : (skinny_on && streams * shape.block <= 16
                                            ? "skinny" + std::to_string(parts)
                                                                  : (tuned_on ? "tuned" : "cublas"));
       const char* gemms = gemm_name.c_str();
@@ -493,7 +492,6 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   drafter.set_launch_tuning(true, true);
   drafter.set_request_buckets(true);
   drafter.set_attention_chunks(0);
-  drafter.set_block_programmatic(false);
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
   if (profile) profile_cuda(drafter, shape.block, attention, results);
   return 0;

@@ -425,8 +425,7 @@ TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
   const struct {
     int rows;
     int64_t n, k;
-  } cases[] = {{1, 48, 200},   {5, 130, 1032}, {8, 64, 256},   {9, 272, 2048},
-               {16, 40, 96},   {9, 32, 6144},  {20, 130, 1032}, {36, 272, 2048}, {48, 40, 264}};
+  } cases[] = {{1, 48, 200}, {5, 130, 1032}, {8, 64, 256}, {9, 272, 2048}, {16, 40, 96}, {9, 32, 6144}};
   for (const auto& shape : cases) {
     SCOPED_TRACE("rows " + std::to_string(shape.rows) + " n " + std::to_string(shape.n) + " k " +
                  std::to_string(shape.k));
@@ -562,40 +561,9 @@ TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
       EXPECT_EQ(equal, static_cast<int>(runs[0].size())) << "programmatic run " << run;
     }
   }
-  // Two W tiles a CTA (wide, where more than 1024 one-tile CTAs run; an odd count, so the last CTA's second tile is
-  // past n): the bits of one tile a CTA in the fp32, bf16 and SwiGLU epilogues, outputs poisoned first.
-  for (const int rows : {1, 9, 16}) {
-    SCOPED_TRACE("wide, rows " + std::to_string(rows));
-    const int64_t n = 16 * 1025 + 8, k = 264;
-    auto x = upload(random_values(rng, rows * k, 2.0f));
-    auto w = upload(random_values(rng, n * k, 0.5f));
-    const auto* xd = reinterpret_cast<const cuda::bf16_t*>(x.data());
-    const auto* wd = reinterpret_cast<const cuda::bf16_t*>(w.data());
-    for (const cuda::SkinnyEpilogue epilogue :
-         {cuda::SkinnyEpilogue::F32, cuda::SkinnyEpilogue::Bf16, cuda::SkinnyEpilogue::Swiglu}) {
-      const bool swiglu = epilogue == cuda::SkinnyEpilogue::Swiglu;
-      const int64_t columns = swiglu ? n / 2 : n;
-      const size_t words = static_cast<size_t>(rows * columns) * (epilogue == cuda::SkinnyEpilogue::F32 ? 2 : 1);
-      std::vector<bf16> outs[2];  // fp32 outputs compared as pairs of bf16-sized words
-      for (const bool wide : {false, true}) {
-        auto y = poisoned<bf16>(words);
-        cuda::SkinnyGemm args{xd, rows, k, wd, n, y.data(), columns, epilogue};
-        args.wide = wide;
-        ASSERT_TRUE(cuda::skinny_gemm(args, true, nullptr).ok());
-        outs[wide] = download(y, words);
-      }
-      const size_t per = epilogue == cuda::SkinnyEpilogue::F32 ? 2 : 1;  // an fp32 output is poison only whole
-      for (size_t i = 0; i < words; i += per) {
-        ASSERT_FALSE(outs[0][i].bits == 0xffff && outs[0][i + per - 1].bits == 0xffff) << "output " << i / per
-                                                                                         << " unwritten";
-      }
-      EXPECT_EQ(count_bitwise_equal(outs[1], outs[0]), static_cast<int>(words))
-          << "epilogue " << static_cast<int>(epilogue);
-    }
-  }
-  // Refusals: 49 rows, K not a multiple of 8, a residual norm without a ticket.
-  const cuda::SkinnyGemm wide{nullptr, 49, 64, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::Bf16};
-  EXPECT_EQ(cuda::skinny_gemm(wide, true, nullptr).code(), ErrorCode::InvalidArgument);
+  // Refusals: 17 rows, K not a multiple of 8, a residual norm without a ticket.
+  const cuda::SkinnyGemm tall{nullptr, 17, 64, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::Bf16};
+  EXPECT_EQ(cuda::skinny_gemm(tall, true, nullptr).code(), ErrorCode::InvalidArgument);
   const cuda::SkinnyGemm odd{nullptr, 4, 60, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::Bf16};
   EXPECT_EQ(cuda::skinny_gemm(odd, true, nullptr).code(), ErrorCode::InvalidArgument);
   const cuda::SkinnyGemm unticketed{nullptr, 4, 64, nullptr, 16, nullptr, 16, cuda::SkinnyEpilogue::ResidualNorm};

@@ -1191,11 +1191,11 @@ TEST(CudaDrafter, TheSplitPickDraftsTheTokensAndChanceBitsOfTheOneBlockPick) {
   }
 }
 
-// Session 7's launch variants change no bit: the block kernels launched programmatically (each waits for the kernel
-// before it), the split attention in one cooperative launch, both, and the automatic choice, eagerly and through
-// graphs, give the three-launch pass's Hf, U, tokens and chance bits, for one request and for five (scratch poisoned
-// before every pass); so do session 8's batched attention loads (three launches, one launch, automatic).
-TEST(CudaDrafter, ProgrammaticBlockLaunchesAndTheOneLaunchAttentionGiveTheDefaultBits) {
+// The split attention in one cooperative launch (session 7) and every load batched (session 8: attention, residual
+// norms, q/k heads; with three launches, one launch and the automatic choice), eagerly and through graphs, give the
+// three-launch pass's Hf, U, tokens and chance bits, for one request and for five (scratch poisoned before every
+// pass).
+TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
   DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
@@ -1250,20 +1250,17 @@ TEST(CudaDrafter, ProgrammaticBlockLaunchesAndTheOneLaunchAttentionGiveTheDefaul
   for (const size_t count : {size_t{1}, size_t{5}}) {
     const std::span<const DraftRequest> some(requests.data(), count);
     gpu->set_attention_kernel(cuda::BlockAttentionKernel::Split);
-    gpu->set_block_programmatic(false);
     gpu->set_batched_loads(false);
     const Pass reference = pass(some);
-    for (const auto& [name, cooperative, programmatic, batched] :
-         {std::tuple{"programmatic", false, true, false}, std::tuple{"one-launch attention", true, false, false},
-          std::tuple{"both", true, true, false}, std::tuple{"automatic", false, false, false},
-          std::tuple{"batched loads", false, false, true}, std::tuple{"one-launch, batched loads", true, false, true},
-          std::tuple{"automatic, batched loads", false, false, true}}) {
+    for (const auto& [name, cooperative, batched] :
+         {std::tuple{"one-launch attention", true, false}, std::tuple{"automatic", false, false},
+          std::tuple{"batched loads", false, true}, std::tuple{"one-launch, batched loads", true, true},
+          std::tuple{"automatic, batched loads", false, true}}) {
       SCOPED_TRACE(std::string(name) + ", " + std::to_string(count) + " requests");
       const bool automatic = std::string(name).starts_with("automatic");
       gpu->set_attention_kernel(automatic     ? std::nullopt
                                 : cooperative ? std::optional(cuda::BlockAttentionKernel::Cooperative)
                                               : std::optional(cuda::BlockAttentionKernel::Split));
-      gpu->set_block_programmatic(programmatic);
       gpu->set_batched_loads(batched);
       const int64_t failures = gpu->graph_failures();
       for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed

@@ -232,14 +232,9 @@ class CudaDsparkDrafter final : public Drafter {
   // kSkinnyThenNorm o/down as a plain skinny GEMM then the residual_norm launch; 0 = cuBLAS everywhere. The default,
   // kSkinnyThenNorm, by batch s6A at 1 stream (graphed block pass 0.480 ms against cuBLAS's 0.492; gate/up + SwiGLU
   // skinny 0.504).
-  // kSkinnyWide (session 7): those with at least 1024 one-tile CTAs (gate/up, the head) take two W tiles a CTA (x
-  // read half as often, the same bits).
-  // kSkinnyTall (session 7): those parts up to kSkinnyMaxRows rows (2..5 requests), not only up to 16.
-  static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyResidualNorm = 4, kSkinnyThenNorm = 8,
-                       kSkinnyWide = 16, kSkinnyTall = 32;
+  // (Session 7's kSkinnyWide, two W tiles a CTA, and kSkinnyTall, up to 48 rows, lost both batches: removed.)
+  static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyResidualNorm = 4, kSkinnyThenNorm = 8;
   static constexpr int kDefaultSkinnyParts = kSkinnyThenNorm;
-  // The most rows the skinny parts take (16, or kSkinnyMaxRows with kSkinnyTall).
-  int skinny_rows() const { return (skinny_parts_ & kSkinnyTall) ? kSkinnyMaxRows : 16; }
   void set_skinny_parts(int parts) {
     skinny_parts_ = parts;
     graphs_.clear();
@@ -264,14 +259,6 @@ class CudaDsparkDrafter final : public Drafter {
   // or per layer (k GEMM, norm, RoPE, v GEMM, scatter: 2 + 5 x layers launches); on by default.
   void set_fused_absorb(bool on) {
     fused_absorb_ = on;
-    graphs_.clear();
-  }
-  // The block pass's own kernels (q/k/v heads, residual norms, SwiGLU) launched to overlap the previous kernel's tail
-  // (programmatic dependent launch; each waits before reading): the same bits; off by default (session 7; s7A with
-  // the split attention's launches programmatic too: +45 us at 4 streams from those, which no longer take it; s7B
-  // without them: 0.483 vs 0.484 ms at 1 stream, 0.568 vs 0.569 at 4, so it stays off).
-  void set_block_programmatic(bool on) {
-    block_programmatic_ = on;
     graphs_.clear();
   }
   void set_fused_block(bool on) {
@@ -389,7 +376,6 @@ class CudaDsparkDrafter final : public Drafter {
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
-  bool block_programmatic_ = false;
   int skinny_parts_ = kDefaultSkinnyParts;
   bool engine_gemms_ = false;
   bool tuned_gemms_ = false;

@@ -10,10 +10,9 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
                                bool y_f32, int64_t ldy, bool skinny) {
   if (rows == 0) return ok_status();
   if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ &&
-      skinny_gemm_supported(rows, w_cols, skinny_rows())) {
-    SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
-                    y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
-    args.wide = (skinny_parts_ & kSkinnyWide) != 0;
+      skinny_gemm_supported(rows, w_cols)) {
+    const SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
+                          y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
     return skinny_gemm(args, programmatic_, stream_.get());
   }
   if (engine_gemms_ && rows <= 16 && ldy == w_rows && w_cols % 8 == 0) {
@@ -40,19 +39,18 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
 Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d,
                                       bf16_t* stacked, bf16_t* y) {
   if (rows == 0) return ok_status();
-  if ((skinny_parts_ & kSkinnySwiglu) && !engine_gemms_ && skinny_gemm_supported(rows, d, skinny_rows())) {
-    SkinnyGemm args{x, static_cast<int>(rows), d, w, 2 * ff, y, ff, SkinnyEpilogue::Swiglu};
-    args.wide = (skinny_parts_ & kSkinnyWide) != 0;
+  if ((skinny_parts_ & kSkinnySwiglu) && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
+    const SkinnyGemm args{x, static_cast<int>(rows), d, w, 2 * ff, y, ff, SkinnyEpilogue::Swiglu};
     return skinny_gemm(args, programmatic_, stream_.get());
   }
   LS_RETURN_IF_ERROR(gemm(x, rows, w, 2 * ff, d, stacked, false, 2 * ff));
-  return swiglu_stacked(stacked, rows, ff, y, stream_.get(), block_programmatic_);
+  return swiglu_stacked(stacked, rows, ff, y, stream_.get());
 }
 
 Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
                                              bf16_t* projected, bf16_t* hidden, const float* weight, bf16_t* normed) {
   if (rows == 0) return ok_status();
-  if ((skinny_parts_ & kSkinnyResidualNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k, skinny_rows())) {
+  if ((skinny_parts_ & kSkinnyResidualNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
     SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::ResidualNorm};
     args.hidden = hidden;
     args.norm_weight = weight;
@@ -61,14 +59,14 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
     args.ticket = scratch_.gemm_ticket.data();
     return skinny_gemm(args, programmatic_, stream_.get());
   }
-  if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k, skinny_rows())) {
+  if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
     const SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16};
     LS_RETURN_IF_ERROR(skinny_gemm(args, programmatic_, stream_.get()));
   } else {
     LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d, false));
   }
-  return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get(),
-                       block_programmatic_, batched_loads_);
+  return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get(), false,
+                       batched_loads_);
 }
 
 BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
@@ -151,7 +149,6 @@ Status CudaDsparkDrafter::block_pass(int count) {
     heads.requests = s.block_requests.data();
     heads.layer = index;
     heads.queries = s.queries.data();
-    heads.programmatic = block_programmatic_;
     heads.batched = batched_loads_;
     LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
     mark("q/k norm + RoPE");

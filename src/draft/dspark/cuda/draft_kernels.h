@@ -174,15 +174,11 @@ struct SkinnyGemm {
   float eps = 0;
   bf16_t* normed = nullptr;             // [rows, n] rms_norm(x)
   unsigned int* ticket = nullptr;       // one counter, zero between launches
-  // Two 16-row W tiles a CTA where at least 1024 one-tile CTAs would run (gate/up, the head): each x fragment
-  // serves both, so x is read from L2 half as often; the same warps and K order, so the same bits (session 7).
-  bool wide = false;
 };
-// Up to 16 rows by default; up to kSkinnyMaxRows (2..5 requests' blocks) where the caller allows it (session 7).
-inline constexpr int kSkinnyMaxRows = 48;
-inline bool skinny_gemm_supported(int64_t rows, int64_t k, int64_t max_rows = 16) {
-  return rows >= 1 && rows <= max_rows && rows <= kSkinnyMaxRows && k % 8 == 0;
-}
+// Up to 16 rows (one request's block). (Session 7's two W tiles a CTA and 48-row x tiles were slower in both
+// batches and are gone since session 8.)
+inline constexpr int kSkinnyMaxRows = 16;
+inline bool skinny_gemm_supported(int64_t rows, int64_t k) { return rows >= 1 && rows <= kSkinnyMaxRows && k % 8 == 0; }
 // `programmatic`: launched to overlap the previous kernel's tail (its W loads go first; x is read after the wait).
 Status skinny_gemm(const SkinnyGemm& args, bool programmatic, cudaStream_t stream);
 

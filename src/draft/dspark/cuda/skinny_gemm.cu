@@ -1,5 +1,4 @@
-// The drafter's few-row GEMMs (rows <= 16: one request's block rows; up to 48 when allowed) on the tensor cores,
-// streaming W once.
+// The drafter's few-row GEMMs (rows <= 16: one request's block rows) on the tensor cores, streaming W once.
 //
 // y [rows, n] = x [rows, k] W^T with W [n, k] bf16 (a checkpoint's [out, in]). A CTA owns 16 output columns (W rows),
 // its warps split K in pieces of 128; each lane loads 16 bytes of two W rows per 32-wide K step straight into the
@@ -7,8 +6,9 @@
 // m16n8k16 mmas), and x's B registers are loaded with the same permutation, so the products are the same and only
 // the fp32 summation order differs from cuBLAS (the drafter's GEMMs need not be batch invariant: drafts change speed,
 // never tokens). The warps' sums meet in shared memory in warp order, then the epilogue: bf16, fp32, or SwiGLU of
-// the stacked gate/up output (the bits of gemm + swiglu_stacked), or bf16 then residual + RMSNorm by the last CTA. Every W load is issued before the kernel waits for
-// the previous one (programmatic dependent launch, sm_90): W is never written, x is read only after the wait.
+// the stacked gate/up output (the bits of gemm + swiglu_stacked), or bf16 then residual + RMSNorm by the last CTA.
+// Every W load is issued before the kernel waits for the previous one (programmatic dependent launch, sm_90): W is
+// never written, x is read only after the wait.
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/features.h"
 #include "draft/dspark/cuda/draft_kernels.h"
@@ -44,51 +44,36 @@ __device__ __forceinline__ uint4 load16_fresh(const bf16_t* address, bool inside
   return inside ? __ldcg(reinterpret_cast<const uint4*>(address)) : make_uint4(0, 0, 0, 0);
 }
 
-// NT x-row tiles of 8 (rows <= 8 NT); WARPS warps split K; MT tiles of 16 W rows a CTA (MT > 1: each x fragment
-// loaded once for MT tiles, so x is read from L2 MT times less; each output's sum has the same order for any MT). W
-// row r of tile m: output column first + 16 m + r, or for SwiGLU r < 8 the gate column c0 + 8 m + r and r >= 8 the
-// up column F + c0 + 8 m + r - 8.
-template <int NT, int WARPS, SkinnyEpilogue EPILOGUE, int MT>
+// NT x-row tiles of 8 (rows <= 8 NT); WARPS warps split K. W row r of the CTA's tile: output column first + r, or
+// for SwiGLU r < 8 the gate column c0 + r and r >= 8 the up column F + c0 + r - 8.
+template <int NT, int WARPS, SkinnyEpilogue EPILOGUE>
 __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) {
-  __shared__ float partial[WARPS][8 * NT][16 * MT];  // [warp][x row][W row of the CTA's tiles]
+  __shared__ float partial[WARPS][8 * NT][16];  // [warp][x row][W row of the CTA's tile]
   __shared__ int last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int g = lane / 4, t = lane % 4;
   const bool swiglu = EPILOGUE == SkinnyEpilogue::Swiglu;
   const int64_t half = args.n / 2;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * (swiglu ? 8 : 16) * MT;
-  const bf16_t* wa[MT];
-  const bf16_t* wb[MT];
-  bool a_inside[MT], b_inside[MT];
-#pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    const int64_t tile = first + (swiglu ? 8 : 16) * m;
-    const int64_t row_a = tile + g;  // W rows of this lane
-    const int64_t row_b = swiglu ? half + tile + g : tile + g + 8;
-    a_inside[m] = swiglu ? tile + g < half : row_a < args.n;
-    b_inside[m] = swiglu ? tile + g < half : row_b < args.n;
-    wa[m] = args.w + (a_inside[m] ? row_a : 0) * args.k;
-    wb[m] = args.w + (b_inside[m] ? row_b : 0) * args.k;
-  }
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (swiglu ? 8 : 16);
+  const int64_t row_a = first + g;  // W rows of this lane
+  const int64_t row_b = swiglu ? half + first + g : first + g + 8;
+  const bool a_inside = swiglu ? first + g < half : row_a < args.n;
+  const bool b_inside = swiglu ? first + g < half : row_b < args.n;
+  const bf16_t* wa = args.w + (a_inside ? row_a : 0) * args.k;
+  const bf16_t* wb = args.w + (b_inside ? row_b : 0) * args.k;
   const int64_t pieces = (args.k + kPiece - 1) / kPiece;
   let_next_kernel_start();
-  float acc[MT][NT][4];
+  float acc[NT][4];
 #pragma unroll
-  for (int m = 0; m < MT; ++m) {
-#pragma unroll
-    for (int n = 0; n < NT; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
-  }
+  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   bool waited = false;
   for (int64_t piece = warp; piece < pieces; piece += WARPS) {
-    uint4 a[MT][kStepsPerPiece], b[MT][kStepsPerPiece];
+    uint4 a[kStepsPerPiece], b[kStepsPerPiece];
 #pragma unroll
     for (int s = 0; s < kStepsPerPiece; ++s) {
       const int64_t k = piece * kPiece + s * kStep + 8 * t;
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        a[m][s] = load16(wa[m] + k, a_inside[m] && k < args.k);
-        b[m][s] = load16(wb[m] + k, b_inside[m] && k < args.k);
-      }
+      a[s] = load16(wa + k, a_inside && k < args.k);
+      b[s] = load16(wb + k, b_inside && k < args.k);
     }
     if (!waited) {
       wait_for_previous_kernel();
@@ -102,41 +87,33 @@ __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) 
         const int x_row = 8 * n + g;
         const uint4 x = load16_fresh(args.x + static_cast<int64_t>(x_row < args.rows ? x_row : 0) * args.k + k,
                                      x_row < args.rows && k < args.k);
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          mma(acc[m][n], a[m][s].x, b[m][s].x, a[m][s].y, b[m][s].y, x.x, x.y);
-          mma(acc[m][n], a[m][s].z, b[m][s].z, a[m][s].w, b[m][s].w, x.z, x.w);
-        }
+        mma(acc[n], a[s].x, b[s].x, a[s].y, b[s].y, x.x, x.y);
+        mma(acc[n], a[s].z, b[s].z, a[s].w, b[s].w, x.z, x.w);
       }
     }
   }
   if (!waited) wait_for_previous_kernel();
-  // acc[m][n]: c0 = (W row g, x row 8n + 2t), c1 = (g, 8n + 2t + 1), c2 = (g + 8, 8n + 2t), c3 = (g + 8, 8n + 2t + 1).
+  // acc[n]: c0 = (W row g, x row 8n + 2t), c1 = (g, 8n + 2t + 1), c2 = (g + 8, 8n + 2t), c3 = (g + 8, 8n + 2t + 1).
 #pragma unroll
-  for (int m = 0; m < MT; ++m) {
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      partial[warp][8 * n + 2 * t][16 * m + g] = acc[m][n][0];
-      partial[warp][8 * n + 2 * t + 1][16 * m + g] = acc[m][n][1];
-      partial[warp][8 * n + 2 * t][16 * m + g + 8] = acc[m][n][2];
-      partial[warp][8 * n + 2 * t + 1][16 * m + g + 8] = acc[m][n][3];
-    }
+  for (int n = 0; n < NT; ++n) {
+    partial[warp][8 * n + 2 * t][g] = acc[n][0];
+    partial[warp][8 * n + 2 * t + 1][g] = acc[n][1];
+    partial[warp][8 * n + 2 * t][g + 8] = acc[n][2];
+    partial[warp][8 * n + 2 * t + 1][g + 8] = acc[n][3];
   }
   __syncthreads();
-  const int cols = (swiglu ? 8 : 16) * MT;  // output columns of the CTA
+  const int cols = swiglu ? 8 : 16;  // output columns of the CTA
   const int outputs = 8 * NT * cols;
   for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
     const int r = o / cols, c = o % cols;
     if (r >= args.rows) continue;
-    // The partial column of output c: tile c / 16 (c / 8 for SwiGLU's gate, its up 8 further).
-    const int pc = swiglu ? 16 * (c / 8) + c % 8 : c;
-    float sum = partial[0][r][pc];
-    for (int w = 1; w < WARPS; ++w) sum += partial[w][r][pc];
+    float sum = partial[0][r][c];
+    for (int w = 1; w < WARPS; ++w) sum += partial[w][r][c];
     const int64_t column = first + c;
     if constexpr (EPILOGUE == SkinnyEpilogue::Swiglu) {
       if (column >= half) continue;
-      float up = partial[0][r][pc + 8];
-      for (int w = 1; w < WARPS; ++w) up += partial[w][r][pc + 8];
+      float up = partial[0][r][c + 8];
+      for (int w = 1; w < WARPS; ++w) up += partial[w][r][c + 8];
       static_cast<bf16_t*>(args.y)[r * args.ldy + column] =
           swiglu_value(__bfloat162float(__float2bfloat16_rn(sum)), __bfloat162float(__float2bfloat16_rn(up)));
     } else if constexpr (EPILOGUE == SkinnyEpilogue::F32) {
@@ -161,10 +138,10 @@ __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) 
   }
 }
 
-template <int NT, int WARPS, SkinnyEpilogue EPILOGUE, int MT>
+template <int NT, int WARPS, SkinnyEpilogue EPILOGUE>
 Status launch(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned int>((ctas + MT - 1) / MT));
+  config.gridDim = dim3(static_cast<unsigned int>(ctas));
   config.blockDim = dim3(WARPS * kWarp);
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
@@ -172,47 +149,34 @@ Status launch(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStrea
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = programmatic && ls::cuda::cuda_features().pdl ? 1 : 0;  // not on the portable sm_80 path
-  LS_CUDA_TRY(cudaLaunchKernelEx(&config, skinny_kernel<NT, WARPS, EPILOGUE, MT>, args));
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, skinny_kernel<NT, WARPS, EPILOGUE>, args));
   return ok_status();
 }
 
-// The warps are chosen from the one-tile CTA count, so a wider CTA (MT 2) keeps every output's sum order.
-template <int NT, SkinnyEpilogue EPILOGUE, int MT>
+// Few column tiles (o_proj, down_proj, q/k/v): 16 warps a CTA, so each SM still keeps 16 warps' loads in flight.
+template <int NT, SkinnyEpilogue EPILOGUE>
 Status launch_warps(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
-  // Few column tiles (o_proj, down_proj, q/k/v): 16 warps a CTA, so each SM still keeps 16 warps' loads in flight
-  // (up to 16 rows; taller x keeps 8 warps: the partial sums' shared memory).
-  if constexpr (NT <= 2) {
-    if (ctas <= 512) return launch<NT, 16, EPILOGUE, MT>(args, ctas, programmatic, stream);
-  }
-  return launch<NT, 8, EPILOGUE, MT>(args, ctas, programmatic, stream);
+  if (ctas <= 512) return launch<NT, 16, EPILOGUE>(args, ctas, programmatic, stream);
+  return launch<NT, 8, EPILOGUE>(args, ctas, programmatic, stream);
 }
 
 template <SkinnyEpilogue EPILOGUE>
 Status launch_tiles(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
-  // Two W tiles a CTA only where that still leaves at least 512 CTAs (gate/up, the head): x read half as often.
-  if constexpr (EPILOGUE != SkinnyEpilogue::ResidualNorm) {
-    if (args.wide && ctas >= 1024 && args.rows <= 16) {
-      if (args.rows <= 8) return launch_warps<1, EPILOGUE, 2>(args, ctas, programmatic, stream);
-      return launch_warps<2, EPILOGUE, 2>(args, ctas, programmatic, stream);
-    }
-  }
-  if (args.rows <= 8) return launch_warps<1, EPILOGUE, 1>(args, ctas, programmatic, stream);
-  if (args.rows <= 16) return launch_warps<2, EPILOGUE, 1>(args, ctas, programmatic, stream);
-  if (args.rows <= 32) return launch_warps<4, EPILOGUE, 1>(args, ctas, programmatic, stream);
-  return launch_warps<6, EPILOGUE, 1>(args, ctas, programmatic, stream);
+  if (args.rows <= 8) return launch_warps<1, EPILOGUE>(args, ctas, programmatic, stream);
+  return launch_warps<2, EPILOGUE>(args, ctas, programmatic, stream);
 }
 
 }  // namespace
 
 Status skinny_gemm(const SkinnyGemm& args, bool programmatic, cudaStream_t stream) {
   if (args.rows == 0) return ok_status();
-  if (!skinny_gemm_supported(args.rows, args.k, kSkinnyMaxRows) ||
-      (args.epilogue == SkinnyEpilogue::Swiglu && args.n % 2 != 0) ||
+  if (!skinny_gemm_supported(args.rows, args.k) || (args.epilogue == SkinnyEpilogue::Swiglu && args.n % 2 != 0) ||
       (args.epilogue == SkinnyEpilogue::ResidualNorm && (args.ticket == nullptr || args.ldy != args.n))) {
-    return Status(ErrorCode::InvalidArgument, "skinny_gemm takes 1..48 rows and K a multiple of 8 (SwiGLU: even n; residual norm: "
-                                              "a ticket and ldy = n), "
-                                              "not " + std::to_string(args.rows) + " rows, K " +
-                                                  std::to_string(args.k) + ", n " + std::to_string(args.n));
+    return Status(ErrorCode::InvalidArgument,
+                  "skinny_gemm takes 1.." + std::to_string(kSkinnyMaxRows) +
+                      " rows and K a multiple of 8 (SwiGLU: even n; residual norm: a ticket and ldy = n), not " +
+                      std::to_string(args.rows) + " rows, K " + std::to_string(args.k) + ", n " +
+                      std::to_string(args.n));
   }
   switch (args.epilogue) {
     case SkinnyEpilogue::Swiglu:
