@@ -481,80 +481,33 @@ int main(int argc, char** argv) {
     }
     target->set_decode_norm_fusion(false);
   }
-  // MoE: the same steps (graphs) with the routed experts on each expert_ffn path (same bits): the paths' A/B.
+  // MoE: the same steps (graphs) with the routed experts and route + plan on each path (same bits): the A/B. moe8:
+  // the lean route + plan against the default, interleaved (A/B/A/B), and session 6's streamed experts; the variants
+  // that never won are gone (docs/cuda.md has their numbers).
   std::vector<std::pair<std::string, double>> expert_path_ms;
   if (c.moe) {
     using lfm2::gpu::ExpertFfnPath;
-    for (const ExpertFfnPath path : {ExpertFfnPath::FourLaunches, ExpertFfnPath::TwoLaunches, ExpertFfnPath::Streamed,
-                                     ExpertFfnPath::StreamedNarrow, ExpertFfnPath::StreamedSmallCtas,
-                                     ExpertFfnPath::StreamedShallow, ExpertFfnPath::StreamedLean,
-                                     ExpertFfnPath::StreamedLeanPrefetch}) {
-      lfm2::gpu::pin_expert_ffn_path_for_test(path);
+    struct MoeRow {
+      const char* name;
+      ExpertFfnPath path;
+      bool lean_route;
+    };
+    const MoeRow moe_rows[] = {{"auto", ExpertFfnPath::Automatic, false},
+                               {"auto, route lean", ExpertFfnPath::Automatic, true},
+                               {"streamed (session 6)", ExpertFfnPath::Streamed, false},
+                               {"auto again", ExpertFfnPath::Automatic, false},
+                               {"auto, route lean again", ExpertFfnPath::Automatic, true}};
+    for (const MoeRow& row : moe_rows) {
+      lfm2::gpu::pin_expert_ffn_path_for_test(row.path);
+      lfm2::gpu::set_moe_route_lean(row.lean_route);
       target->set_graphs(false);  // drops the graphs captured with the other path
       target->set_graphs(true);
-      expert_path_ms.push_back({lfm2::gpu::expert_ffn_path_name(path), time_steps(o.decode_tokens)});
+      expert_path_ms.push_back({row.name, time_steps(o.decode_tokens)});
     }
     lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
-    lfm2::gpu::set_moe_fused_launches(0);  // router GEMM, route, plan, scatter and sum as five launches (same bits)
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"auto, route/combine unfused", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_fused_launches(1);  // the router GEMM launched before the route + plan launch (same bits)
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"auto, router GEMM launched", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_fused_launches(3);  // moe6: the combine inside the streamed down launch (same bits)
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"auto, combine in down", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_fused_launches(2);
-    lfm2::gpu::set_moe_router_preload(false);  // moe6: session 5's router streamed through the route CTA's warps
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"auto, router streamed", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_router_preload(true);  // the default (router preloaded) again, right after the old path
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"auto, router preloaded", time_steps(o.decode_tokens)});
-    // moe7: the lean streamed experts whose down launch combines (level 3 sets y and weights; 1 row), then the default
-    lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLeanCombine);
-    lfm2::gpu::set_moe_fused_launches(3);
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"lean, combine in down", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_lean_down_prefetch(true);  // and the down weights prefetched into L2 from gate|up
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"lean, combine in down, down to L2", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_lean_down_prefetch(false);
-    for (const int l2 : {1, 2}) {  // moe7: expert loads evict-first in L2; and the next layer's mixer weights into L2
-      lfm2::gpu::set_moe_expert_l2(l2);
-      target->set_graphs(false);
-      target->set_graphs(true);
-      expert_path_ms.push_back({l2 == 1 ? "lean, combine in down, evict-first" : "lean, combine in down, next layer to L2",
-                                time_steps(o.decode_tokens)});
-    }
-    lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLean);
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"lean, next layer to L2", time_steps(o.decode_tokens)});
-    lfm2::gpu::set_moe_expert_l2(0);
-    lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLeanCombine);
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"lean, combine in down (again)", time_steps(o.decode_tokens)});
-    lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
-    lfm2::gpu::set_moe_fused_launches(2);
-    target->set_graphs(false);
-    target->set_graphs(true);
-    expert_path_ms.push_back({"auto again", time_steps(o.decode_tokens)});
-    for (const bool lean : {true, false, true}) {  // moe8: the lean route + plan (set_moe_route_lean), A/B/A
-      lfm2::gpu::set_moe_route_lean(lean);
-      target->set_graphs(false);
-      target->set_graphs(true);
-      expert_path_ms.push_back({lean ? "auto, route lean" : "auto, route as before", time_steps(o.decode_tokens)});
-    }
     lfm2::gpu::set_moe_route_lean(false);
+    target->set_graphs(false);
+    target->set_graphs(true);
   }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);

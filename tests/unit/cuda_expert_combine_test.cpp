@@ -111,9 +111,8 @@ TEST(CudaExpertCombine, TheCombineInTheDownLaunchGivesTheCombineLaunchBitsAtRowC
     for (const Drop drop : {Drop::None, Drop::SomeSlots, Drop::Every}) {
       int differ = 0, rows_checked = 0, tickets_left = 0;
       for (int m : {1, 2, 3, 5, 8, 16, 32}) {
-        // the combine on the 8-stage (Streamed) and 6-stage (StreamedShallow) kernels vs the combine launch
-        const ExpertFfnPath path = m % 2 == 0 ? ExpertFfnPath::StreamedShallow : ExpertFfnPath::Streamed;
-        const Combined fused = run(layer, tokens_of(m), true, drop, path),
+        // the combine in the streamed down launch vs the combine launch
+        const Combined fused = run(layer, tokens_of(m), true, drop, ExpertFfnPath::Streamed),
                        plain = run(layer, tokens_of(m), false, drop);
         ASSERT_TRUE(fused.status.ok()) << fused.status.to_string();
         ASSERT_TRUE(plain.status.ok()) << plain.status.to_string();
@@ -161,20 +160,10 @@ TEST(CudaExpertCombine, APlantedOutOfOrderKWalkWithTheCombineInTheDownLaunchTurn
 // moe7: the lean down launch combining (a CTA per column group runs the group's row chunks, then sums each token's
 // slots over the group's columns in slot order): the combine launch's bits where it combines (a row chunk a warp),
 // with slots left out of the plan, on poisoned y; each token's row its one-row run; the planted K fault red.
-struct LeanPrefetchScope {
-  explicit LeanPrefetchScope(bool on) { set_moe_lean_down_prefetch(on); }
-  ~LeanPrefetchScope() { set_moe_lean_down_prefetch(false); }
-};
-
 TEST(CudaExpertCombine, TheLeanDownLaunchCombiningItsColumnGroupsGivesTheCombineLaunchBits) {
   LS_SKIP_WITHOUT_DEVICE();
   struct Shape { int experts, k; int64_t d, i; };
-  struct Case { Shape shape; bool prefetch; };  // with and without the down weights prefetched from gate|up
-  for (const Case one_case : {Case{{8, 2, 264, 200}, false}, Case{{16, 4, 512, 384}, false},
-                              Case{{6, 1, 136, 72}, false}, Case{{8, 2, 264, 200}, true},
-                              Case{{16, 4, 512, 384}, true}}) {
-    const Shape shape = one_case.shape;
-    const LeanPrefetchScope prefetch(one_case.prefetch);
+  for (const Shape shape : {Shape{8, 2, 264, 200}, Shape{16, 4, 512, 384}, Shape{6, 1, 136, 72}}) {
     const Layer layer = make_layer(shape.experts, shape.k, shape.d, shape.i, 35 + shape.d);
     for (const Drop drop : {Drop::None, Drop::SomeSlots, Drop::Every}) {
       int differ = 0, rows_checked = 0;
@@ -187,8 +176,7 @@ TEST(CudaExpertCombine, TheLeanDownLaunchCombiningItsColumnGroupsGivesTheCombine
         differ += differing_rows(fused.y, plain.y, shape.d);
         rows_checked += m;
       }
-      EXPECT_EQ(differ, 0) << "D " << shape.d << " drop " << static_cast<int>(drop) << " prefetch "
-                           << one_case.prefetch << ": of " << rows_checked;
+      EXPECT_EQ(differ, 0) << "D " << shape.d << " drop " << static_cast<int>(drop) << ": of " << rows_checked;
     }
     // one row chunk a warp at most: more rows leave the combine to the caller
     const Combined wide = run(layer, tokens_of(4 / shape.k + 1), true, Drop::None, ExpertFfnPath::StreamedLeanCombine);
@@ -243,10 +231,6 @@ TEST(CudaExpertCombine, TheDownLaunchCombinesOnlyOnTheStreamedPathUpTo1024Slots)
   f.rows = 257;
   EXPECT_FALSE(expert_ffn_combines(f)) << "1028 slots";
   f.rows = 1;
-  pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedShallow);
-  EXPECT_TRUE(expert_ffn_combines(f)) << "6 stages";
-  pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedNarrow);
-  EXPECT_FALSE(expert_ffn_combines(f)) << "8-column down items";
   pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLean);
   EXPECT_FALSE(expert_ffn_combines(f)) << "lean streamed experts";
   pin_expert_ffn_path_for_test(ExpertFfnPath::StreamedLeanCombine);
@@ -295,8 +279,7 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   std::printf("[expert combine timing] rows, us per layer (plan + experts + combine): streamed + combine launch, "
-              "streamed with the combine in down, the same two on 6 stages, lean + combine launch, lean with the "
-              "combine in down (1 row)\n");
+              "streamed with the combine in down, lean + combine launch, lean with the combine in down (1 row)\n");
   for (int64_t rows : {1, 2, 4, 8, 16, 32}) {
     std::vector<DeviceBuffer<int32_t>> offsets(kPatterns), order(kPatterns), chosen_dev(kPatterns);
     for (int pattern = 0; pattern < kPatterns; ++pattern) {
@@ -307,11 +290,10 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
       offsets[pattern] = poisoned<int32_t>(E + 1);
       order[pattern] = poisoned<int32_t>(rows * k);
     }
-    double us[6];
-    constexpr ExpertFfnPath kPaths[] = {ExpertFfnPath::Streamed,        ExpertFfnPath::Streamed,
-                                        ExpertFfnPath::StreamedShallow, ExpertFfnPath::StreamedShallow,
-                                        ExpertFfnPath::StreamedLean,    ExpertFfnPath::StreamedLeanCombine};
-    for (int v = 0; v < 6; ++v) {
+    double us[4];
+    constexpr ExpertFfnPath kPaths[] = {ExpertFfnPath::Streamed, ExpertFfnPath::Streamed, ExpertFfnPath::StreamedLean,
+                                        ExpertFfnPath::StreamedLeanCombine};
+    for (int v = 0; v < 4; ++v) {
       const bool in_down = v % 2 == 1;
       pin_expert_ffn_path_for_test(kPaths[v]);
       auto launch = [&](int pattern) {
@@ -343,8 +325,8 @@ TEST(CudaExpertCombineTiming, TimesTheCombineLaunchAgainstTheCombineInTheDownLau
       us[v] = 1000.0 * ms / kIters;
     }
     pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
-    std::printf("[expert combine timing] %3lld rows  %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f us\n",
-                static_cast<long long>(rows), us[0], us[1], us[2], us[3], us[4], us[5]);
+    std::printf("[expert combine timing] %3lld rows  %8.1f %8.1f %8.1f %8.1f us\n", static_cast<long long>(rows), us[0],
+                us[1], us[2], us[3]);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

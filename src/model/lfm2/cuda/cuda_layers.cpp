@@ -274,8 +274,6 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
     plan.weights = route_weights_.data();
     plan.offsets = expert_offsets_.data();
     plan.order = expert_order_.data();
-    plan.prefetch_gate_up = w.experts_gate_up.data();  // used under set_moe_expert_prefetch only
-    plan.inter = I;
     LS_RETURN_IF_ERROR(gpu::route_and_plan(plan, stream_));
   } else {
     LS_RETURN_IF_ERROR(cuda::route_experts(router_logits_.data(), rows, E, k, moe.norm_topk_prob,
@@ -309,16 +307,6 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   ffn.gate_up = expert_gate_up_.data();
   ffn.act = expert_act_.data();
   ffn.out = expert_out_.data();  // [S, D]
-  if (layer + 1 < config_.num_layers) {  // the next layer's mixer projections (L2 prefetch under set_moe_expert_l2)
-    const gpu::DeviceLayer& next = weights_.layers[layer + 1];
-    const gpu::DeviceMat* mats[3] = {&next.in_proj, nullptr, nullptr};
-    if (next.kind == io::LayerKind::Attention) mats[0] = &next.q_proj, mats[1] = &next.k_proj, mats[2] = &next.v_proj;
-    for (int r = 0; r < 3; ++r) {
-      if (!mats[r]) continue;
-      ffn.l2_next[r] = mats[r]->w.data();
-      ffn.l2_next_bytes[r] = mats[r]->rows * mats[r]->cols * static_cast<int64_t>(sizeof(bf16));
-    }
-  }
   if (fused) {  // the combine inside the down launch where the path does it (expert_ffn_combines; the same bits):
     ffn.weights = route_weights_.data();  // the lean combining path's at any level, the ticketed one's at level 3
     ffn.y = mix_.data();

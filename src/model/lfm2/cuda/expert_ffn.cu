@@ -1,4 +1,4 @@
-// The routed experts of a MoE layer after the plan (expert_ffn): which path runs (four launches, two launches on the
+// The routed experts of a MoE layer after the plan (expert_ffn): which path runs (four launches on the grouped
 // tensor-core tiles, or the streamed decode kernels), the path pin, and the four-launch path.
 #include <atomic>
 #include <cstdint>
@@ -16,7 +16,8 @@ std::atomic<int> g_pinned_path{static_cast<int>(ExpertFfnPath::Automatic)};
 // plan launch, us at 1 / 4 / 8 / 16 rows: streamed 32.2 / 86.5 / 127.4 / 166.5, narrow down 32.5 / 98.7 / 147.1 /
 // 190.2, two launches 46.4 / 110.3 / 160.1 / 210.3, four 47.3 / 107.2 / 156.1 / 200.6; the 8B decode step 2.002 ms
 // streamed, 2.367 four launches, 2.510 two launches; batch B at 32 / 64 rows: streamed 182.2 / 223.7, four launches
-// 210.4 / 216.9). Two launches stay a pin.
+// 210.4 / 216.9). The variants that never won (two launches, narrow down items, 2-warp CTAs, 6 stages, the lean
+// down-weight L2 prefetch, evict-first loads) were removed in session 8.
 constexpr int64_t kStreamedMaxRows = 32;
 // Which streamed path (moe7, H200 batch s7A: one 8B layer, plan + experts + combine, eager, us at 1 / 2 / 4 / 16 /
 // 32 rows: streamed + combine launch 35.0 / 56.3 / 87.7 / 169.6 / 183.6, lean + combine launch 34.7 / 55.3 / 85.4 /
@@ -39,19 +40,6 @@ Status four_launches(const ExpertFfn& f, cudaStream_t stream) {
 
 void pin_expert_ffn_path_for_test(ExpertFfnPath path) { g_pinned_path = static_cast<int>(path); }
 
-namespace {
-std::atomic<bool> g_lean_down_prefetch{false};
-}  // namespace
-
-void set_moe_lean_down_prefetch(bool on) { g_lean_down_prefetch = on; }
-
-namespace {
-std::atomic<int> g_expert_l2{0};
-}  // namespace
-
-void set_moe_expert_l2(int mode) { g_expert_l2 = mode; }
-int moe_expert_l2() { return g_expert_l2.load(); }
-
 ExpertFfnPath chosen_expert_ffn_path(int64_t rows) {
   const auto pinned = static_cast<ExpertFfnPath>(g_pinned_path.load());
   if (pinned != ExpertFfnPath::Automatic) return pinned;
@@ -62,13 +50,8 @@ const char* expert_ffn_path_name(ExpertFfnPath path) {
   switch (path) {
     case ExpertFfnPath::Automatic: return "automatic";
     case ExpertFfnPath::FourLaunches: return "four launches";
-    case ExpertFfnPath::TwoLaunches: return "two launches";
     case ExpertFfnPath::Streamed: return "streamed";
-    case ExpertFfnPath::StreamedNarrow: return "streamed, narrow down";
-    case ExpertFfnPath::StreamedSmallCtas: return "streamed, 2-warp CTAs";
-    case ExpertFfnPath::StreamedShallow: return "streamed, 6 stages";
     case ExpertFfnPath::StreamedLean: return "streamed lean";
-    case ExpertFfnPath::StreamedLeanPrefetch: return "streamed lean, down to L2";
     case ExpertFfnPath::StreamedLeanCombine: return "streamed lean, combine in down";
   }
   return "?";
@@ -86,15 +69,10 @@ ExpertFfnPath path_of(const ExpertFfn& f) {
                     aligned(f.w_gate_up, 16) && aligned(f.w_down, 16) && aligned(f.out, 4);
   const bool pinned = g_pinned_path.load() != static_cast<int>(ExpertFfnPath::Automatic);
   ExpertFfnPath path = fits ? chosen_expert_ffn_path(f.rows) : ExpertFfnPath::FourLaunches;
-  // the tensor-core paths run where both GEMMs are on them (the automatic picks keep small K on the scalar kernel)
+  // the streamed paths run where both GEMMs would be on the tensor-core kernels (the automatic picks keep small K on
+  // the scalar kernel) or under a pin
   const bool tensor = up_kernel != ExpertKernel::Scalar && down_kernel != ExpertKernel::Scalar;
-  if (path == ExpertFfnPath::TwoLaunches && (!tensor || up_kernel != down_kernel)) path = ExpertFfnPath::FourLaunches;
-  if ((path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedNarrow ||
-       path == ExpertFfnPath::StreamedSmallCtas || path == ExpertFfnPath::StreamedShallow ||
-       path == ExpertFfnPath::StreamedLean || path == ExpertFfnPath::StreamedLeanPrefetch ||
-       path == ExpertFfnPath::StreamedLeanCombine) &&
-      !pinned && !tensor)
-    path = ExpertFfnPath::FourLaunches;
+  if (path != ExpertFfnPath::FourLaunches && !pinned && !tensor) path = ExpertFfnPath::FourLaunches;
   return path;
 }
 
@@ -104,25 +82,18 @@ bool expert_ffn_combines(const ExpertFfn& f) {
   const ExpertFfnPath path = path_of(f);
   if (path == ExpertFfnPath::StreamedLeanCombine) return expert_lean_combine_fits(f);
   return f.rows > 0 && f.y && f.weights && f.tickets && expert_stream_combine_fits(f.rows, f.top_k) &&
-         (path == ExpertFfnPath::Streamed || path == ExpertFfnPath::StreamedShallow);
+         path == ExpertFfnPath::Streamed;
 }
 
 Status expert_ffn(const ExpertFfn& f, cudaStream_t stream) {
   if (f.rows == 0) return ok_status();
   expert_launch_setup();
   const ExpertFfnPath path = path_of(f);
-  const ExpertKernel up_kernel = expert_kernel_for(f.rows, f.experts, f.hidden);
-  const ExpertKernel down_kernel = expert_kernel_for(f.rows, f.experts, f.inter);
   const int fault = expert_fault_for_test() && f.rows > 1 ? 1 : 0;
   switch (path) {
-    case ExpertFfnPath::TwoLaunches: return expert_ffn_two_launches(f, up_kernel, down_kernel, fault, stream);
-    case ExpertFfnPath::Streamed: return expert_ffn_streamed(f, 0, expert_ffn_combines(f), fault, stream);
-    case ExpertFfnPath::StreamedNarrow: return expert_ffn_streamed(f, 1, false, fault, stream);
-    case ExpertFfnPath::StreamedSmallCtas: return expert_ffn_streamed(f, 2, false, fault, stream);
-    case ExpertFfnPath::StreamedShallow: return expert_ffn_streamed(f, 3, expert_ffn_combines(f), fault, stream);
-    case ExpertFfnPath::StreamedLean: return expert_ffn_lean(f, g_lean_down_prefetch, false, fault, stream);
-    case ExpertFfnPath::StreamedLeanPrefetch: return expert_ffn_lean(f, true, false, fault, stream);
-    case ExpertFfnPath::StreamedLeanCombine: return expert_ffn_lean(f, g_lean_down_prefetch, true, fault, stream);
+    case ExpertFfnPath::Streamed: return expert_ffn_streamed(f, expert_ffn_combines(f), fault, stream);
+    case ExpertFfnPath::StreamedLean: return expert_ffn_lean(f, false, fault, stream);
+    case ExpertFfnPath::StreamedLeanCombine: return expert_ffn_lean(f, true, fault, stream);
     default: return four_launches(f, stream);
   }
 }

@@ -1,5 +1,5 @@
 // Host-side seams between the MoE expert files of the CUDA target (experts.cu, expert_scalar.cu, expert_stream.cu,
-// expert_ffn.cu): the picks, the test fault and the launches of each path. Not a public header.
+// expert_lean.cu, expert_ffn.cu): the picks, the test fault and the launches of each path. Not a public header.
 #pragma once
 
 #include <cstdint>
@@ -19,22 +19,19 @@ bool expert_fault_for_test();
 Status launch_expert_scalar(const bf16* x, const int32_t* offsets, int experts, int64_t max_rows_per_expert,
                             const bf16* w, int64_t n, int64_t k, bf16* y, cudaStream_t stream);
 
-// Two launches on tensor-core tiles `up` and `down` (experts.cu): gate|up with the gather and SwiGLU, then down.
-Status expert_ffn_two_launches(const ExpertFfn& f, ExpertKernel up, ExpertKernel down, int fault, cudaStream_t stream);
-
-// The streamed experts (expert_stream.cu): gate|up + SwiGLU, then down with its weights staged before it waits;
-// variant 0: 4-warp CTAs of 8 stages, down items of 16 columns; 1: down items of 8; 2: 2-warp CTAs; 3: 6 stages (three
-// CTAs per SM). combine (variants 0 and 3): also the combine into f.y in the down launch (expert_stream_combine_fits).
-Status expert_ffn_streamed(const ExpertFfn& f, int variant, bool combine, int fault, cudaStream_t stream);
+// The streamed experts (expert_stream.cu): gate|up + SwiGLU, then down with its weights staged before it waits (4-warp
+// CTAs of 8 stages, down items of 16 columns); combine: also the combine into f.y in the down launch, by tickets
+// (expert_stream_combine_fits).
+Status expert_ffn_streamed(const ExpertFfn& f, bool combine, int fault, cudaStream_t stream);
 // Whether the down launch can combine this many slots (its slot -> plan position table).
 bool expert_stream_combine_fits(int64_t rows, int top_k);
 // The streamed kernels' shared-memory opt-ins (once, eagerly: expert_launch_setup).
 void allow_expert_stream_shared();
 
-// The lean streamed experts (expert_lean.cu): variant 0's items and bits with the address arithmetic out of the K
-// loop; prefetch_down: each gate|up item prefetches its share of its expert's down weights into L2; combine (where
-// expert_lean_combine_fits): a down CTA per column group runs its row chunks and combines them into f.y.
-Status expert_ffn_lean(const ExpertFfn& f, bool prefetch_down, bool combine, int fault, cudaStream_t stream);
+// The lean streamed experts (expert_lean.cu): the streamed items and bits with the address arithmetic out of the K
+// loop; combine (where expert_lean_combine_fits): a down CTA per column group runs its row chunks and combines them
+// into f.y.
+Status expert_ffn_lean(const ExpertFfn& f, bool combine, int fault, cudaStream_t stream);
 // Whether the lean down launch can combine: y and weights set, at most one row chunk a warp (1 row at top-4).
 bool expert_lean_combine_fits(const ExpertFfn& f);
 void allow_expert_lean_shared();

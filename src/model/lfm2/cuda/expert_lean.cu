@@ -3,10 +3,8 @@
 // arithmetic out of the K loop (each lane's weight / x chunk pointers, shared offsets and bounds fixed per item; the
 // tile adds its K offset; stage indices by counters) and the fragments read four 8x8 matrices per ldmatrix. A warp's
 // loop is one serial instruction stream, so its address arithmetic is paid in full (the dense decode GEMMs were
-// issue-bound on it: docs/cuda.md). Optionally each gate|up item, once its weights are read, prefetches its share of
-// its expert's down weights into L2 (one bulk prefetch), so the down launch reads them from L2. Under
-// set_moe_expert_l2 the weight loads are marked evict-first and the gate|up CTAs prefetch the next layer's mixer
-// projections into L2 before their wait (route + plan leaves the memory idle).
+// issue-bound on it: docs/cuda.md). Optionally the down launch combines: a CTA per column group runs the group's
+// row chunks, then sums each token's slots over its columns (where one row chunk a warp covers the forward).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -37,40 +35,13 @@ struct LeanArgs {
   int experts, n, k;
   int reverse_k;            // test-only fault: walk K tiles backwards
   int early;                // the offsets were final before the kernel before began: stage weights before waiting
-  // gate|up only, or null: the down weights [experts, prefetch_n, N / 2]; the first row chunk's item of column
-  // group g of an expert prefetches rows [g prefetch_n / groups, (g + 1) prefetch_n / groups) of its expert into L2
-  const __nv_bfloat16* prefetch_w;
-  int prefetch_n;
   // down under COMBINE: combined [tokens, n] = sum over slot j of round(y[position of slot t k + j] x weights[t k +
   // j]) in slot order (combine_experts' roundings), by the CTA that ran the column group's every chunk
   const int32_t* plan_order;  // [tokens * top_k] the plan's order (slot of each position)
   const float* weights;       // [tokens * top_k] in slot order
   __nv_bfloat16* combined;
   int tokens, top_k;
-  int evict_first;  // the weight loads marked evict-first in L2 (each expert is read once a forward)
-  // gate|up, or null: up to three ranges the launch's CTAs bulk-prefetch into L2 before their wait (the next
-  // layer's mixer projections, so its first GEMM reads L2 while route + plan leaves the memory idle)
-  const char* l2_next[3];
-  int64_t l2_next_bytes[3];
 };
-
-// cp.async of 16 bytes (zero-filled when not inside) with an L2 cache policy.
-__device__ __forceinline__ void copy_chunk_hinted(uint32_t dst, const void* src, bool inside, uint64_t policy) {
-  const int bytes = inside ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(bytes),
-               "l"(policy));
-}
-
-// `bytes` (a multiple of 16 from a 16-byte aligned address) into L2: one bulk prefetch on sm_90, else lines by lane.
-__device__ __forceinline__ void prefetch_to_l2(const char* p, int64_t bytes, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (lane == 0 && bytes > 0)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(static_cast<int>(bytes)) : "memory");
-#else
-  for (int64_t off = static_cast<int64_t>(lane) * 128; off < bytes; off += 32 * 128)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p + off));
-#endif
-}
 
 // Items are numbered (row chunk, column group), groups fastest, as in expert_stream_kernel. Under COMBINE (down
 // only) a CTA takes whole column groups: its warps run the group's row chunks, then its threads combine the group's
@@ -83,14 +54,6 @@ __global__ void __launch_bounds__(32 * kWarps) expert_lean_kernel(LeanArgs a) {
   int* chunk_end = reinterpret_cast<int*>(shared_raw + kPipeBytes);  // [experts]: row chunks of experts 0..e
   int* position = chunk_end + a.experts;  // COMBINE: [tokens * top_k] slot -> plan position, -1 if left out
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (warp < 3 && a.l2_next_bytes[warp] > 0) {  // constant weights: before the wait; this CTA's share of range warp
-    const int64_t total = a.l2_next_bytes[warp];
-    const int64_t share = ((total + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
-    const int64_t begin = static_cast<int64_t>(blockIdx.x) * share;
-    if (begin < total) prefetch_to_l2(a.l2_next[warp] + begin, min(share, total - begin), lane);
-  }
-  uint64_t policy = 0;
-  if (a.evict_first) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   if (!a.early) {  // the kernel before wrote the offsets: nothing to stage before it is done
     ls::cuda::wait_for_previous_kernel();
     ls::cuda::let_next_kernel_start();
@@ -182,10 +145,7 @@ __global__ void __launch_bounds__(32 * kWarps) expert_lean_kernel(LeanArgs a) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const bool inside = w_in[i] && koff < k_left;
-        if (a.evict_first)
-          copy_chunk_hinted(base + w_dst[i], w_src[i] + (inside ? koff : 0), inside, policy);
-        else
-          gd::copy_chunk(base + w_dst[i], w_src[i] + (inside ? koff : 0), inside);  // w_src: in bounds at 0
+        gd::copy_chunk(base + w_dst[i], w_src[i] + (inside ? koff : 0), inside);  // w_src: in bounds at 0
       }
     };
     auto stage_x = [&](int t, int stage) {
@@ -240,14 +200,6 @@ __global__ void __launch_bounds__(32 * kWarps) expert_lean_kernel(LeanArgs a) {
     }
     gd::wait_group<0>();
     __syncwarp();  // every lane is done reading the stages before the next item refills them
-    if (SWIGLU && a.prefetch_w && chunk_in_expert == 0) {  // this group's share of the expert's down weights
-      const int64_t row_bytes = static_cast<int64_t>(out_n) * 2;
-      const int64_t r0 = static_cast<int64_t>(group) * a.prefetch_n / groups;
-      const int64_t r1 = static_cast<int64_t>(group + 1) * a.prefetch_n / groups;
-      prefetch_to_l2(reinterpret_cast<const char*>(a.prefetch_w) +
-                         (static_cast<int64_t>(expert) * a.prefetch_n + r0) * row_bytes,
-                     (r1 - r0) * row_bytes, lane);
-    }
     // c0, c1 at (row lane / 4, columns 2 (lane % 4) + {0, 1}); c2, c3 are the zero rows 8..15
     const int r = lane >> 2;
     if (r < rows) {
@@ -340,29 +292,18 @@ bool expert_lean_combine_fits(const ExpertFfn& f) {
   return f.rows > 0 && f.y && f.weights && max_chunks_of(f) <= kCombineChunks && f.rows * f.top_k <= kCombineSlots;
 }
 
-Status expert_ffn_lean(const ExpertFfn& f, bool prefetch_down, bool combine, int fault, cudaStream_t stream) {
-  const int l2_mode = moe_expert_l2();
+Status expert_ffn_lean(const ExpertFfn& f, bool combine, int fault, cudaStream_t stream) {
   const int64_t max_chunks = max_chunks_of(f);
   combine = combine && expert_lean_combine_fits(f);
-  // the bulk prefetch needs 16-byte aligned rows of the down weights (I a multiple of 8, as every streamed path)
-  const bool prefetch = prefetch_down && reinterpret_cast<uintptr_t>(f.w_down) % 16 == 0 && f.inter % 8 == 0;
   const LeanArgs up{reinterpret_cast<const __nv_bfloat16*>(f.x), f.offsets, f.order, f.top_k,
                     reinterpret_cast<const __nv_bfloat16*>(f.w_gate_up), reinterpret_cast<__nv_bfloat16*>(f.act),
                     f.experts, static_cast<int>(2 * f.inter), static_cast<int>(f.hidden), fault, 0,
-                    prefetch ? reinterpret_cast<const __nv_bfloat16*>(f.w_down) : nullptr,
-                    static_cast<int>(f.hidden), nullptr, nullptr, nullptr, 0, 0, l2_mode >= 1 ? 1 : 0, {}, {}};
-  LeanArgs up_l2 = up;
-  for (int r = 0; r < 3 && l2_mode >= 2; ++r) {  // whole 16-byte pieces of 16-byte aligned ranges
-    if (!f.l2_next[r] || reinterpret_cast<uintptr_t>(f.l2_next[r]) % 16 != 0) continue;
-    up_l2.l2_next[r] = reinterpret_cast<const char*>(f.l2_next[r]);
-    up_l2.l2_next_bytes[r] = f.l2_next_bytes[r] / 16 * 16;
-  }
-  LS_RETURN_IF_ERROR(launch_lean<true>(up_l2, max_chunks, stream));
+                    nullptr, nullptr, nullptr, 0, 0};
+  LS_RETURN_IF_ERROR(launch_lean<true>(up, max_chunks, stream));
   const LeanArgs down{reinterpret_cast<const __nv_bfloat16*>(f.act), f.offsets, nullptr, 1,
                       reinterpret_cast<const __nv_bfloat16*>(f.w_down), reinterpret_cast<__nv_bfloat16*>(f.out),
-                      f.experts, static_cast<int>(f.hidden), static_cast<int>(f.inter), fault, 1, nullptr, 0,
-                      f.order, f.weights, reinterpret_cast<__nv_bfloat16*>(f.y), static_cast<int>(f.rows), f.top_k,
-                      l2_mode >= 1 ? 1 : 0, {}, {}};
+                      f.experts, static_cast<int>(f.hidden), static_cast<int>(f.inter), fault, 1,
+                      f.order, f.weights, reinterpret_cast<__nv_bfloat16*>(f.y), static_cast<int>(f.rows), f.top_k};
   if (combine) return launch_lean<false, true>(down, max_chunks, stream);
   return launch_lean<false>(down, max_chunks, stream);
 }

@@ -28,12 +28,7 @@ constexpr int kRouterPipeBytes = kRouteWarps * kRouterStages * kRouterStageBytes
 
 constexpr int64_t kPreloadMaxRows = 16;  // the preloaded router: x rows staged with it (a multiple of 8)
 
-constexpr int kPrefetchSlots = 8;           // the expert L2 prefetch: slots whose experts are prefetched
-constexpr int64_t kPrefetchUnit = 1 << 20;  // of each gate and up half: set_moe_expert_prefetch's megabytes
-constexpr int kPrefetchPiece = 64 << 10;   // one bulk prefetch
-
 std::atomic<int> g_fused_launches{2};
-std::atomic<int> g_expert_prefetch_mb{0};
 // the router preloaded where it fits (H200 batch s6A, 8B decode step with graphs: 1.778 ms preloaded vs 1.840 ms
 // streamed; with the combine in down 1.835 vs 1.906)
 std::atomic<bool> g_router_preload{true};
@@ -230,21 +225,6 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_plan_kernel(RoutePlan 
     __syncwarp();
   }
   __syncthreads();  // every row's choices are written (and visible to the block)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (a.prefetch_gate_up) {  // the first slots' experts: the first pieces of their gate and up halves into L2
-    const int slots = static_cast<int>(min(a.rows * k, static_cast<int64_t>(kPrefetchSlots)));
-    const int64_t half = a.inter * a.hidden * 2;  // bytes of one half of an expert's gate|up
-    const int pieces = a.prefetch_pieces;
-    for (int i = threadIdx.x; i < slots * 2 * pieces; i += blockDim.x) {
-      const int s = i / (2 * pieces), h = (i / pieces) % 2, piece = i % pieces;
-      const int e = a.chosen[s];
-      if (e < 0) continue;
-      const char* p = reinterpret_cast<const char*>(a.prefetch_gate_up) + e * 2 * half + h * half +
-                      static_cast<int64_t>(piece) * kPrefetchPiece;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(kPrefetchPiece) : "memory");
-    }
-  }
-#endif
   int32_t* counts = reinterpret_cast<int32_t*>(route_shared + static_cast<int64_t>(kRouteWarps) * 2 * E);
   plan_in_block(a.chosen, a.rows * k, E, counts, a.offsets, a.order);
 }
@@ -318,12 +298,6 @@ Status route_and_plan(const RoutePlan& plan, cudaStream_t stream) {
     return route_and_plan_lean(plan, stream);
   RoutePlan a = plan;
   a.preload_router = a.x && g_router_preload.load() && router_preload_fits(a.rows, a.experts, a.hidden);
-  // the L2 prefetch of the routed experts' first gate|up bytes (sm_90; experts of at least 1 MB a half, 16-aligned)
-  const int64_t prefetch = g_expert_prefetch_mb.load() * kPrefetchUnit;
-  if (prefetch <= 0 || !ls::cuda::cuda_features().pdl || a.inter * a.hidden * 2 < prefetch ||
-      reinterpret_cast<uintptr_t>(a.prefetch_gate_up) % 16 != 0)
-    a.prefetch_gate_up = nullptr;
-  a.prefetch_pieces = static_cast<int>(prefetch / kPrefetchPiece);
   if (!route_and_plan_fits(a.rows, a.experts, a.k))
     return Status(ErrorCode::InvalidArgument, "route_and_plan takes 1.." + std::to_string(kRouteMaxRows) +
                                                   " rows, 1.." + std::to_string(kRouteMaxExperts) +
@@ -351,8 +325,6 @@ bool router_preload_fits(int64_t rows, int experts, int64_t hidden) {
 }
 
 void set_moe_router_preload(bool on) { g_router_preload = on; }
-
-void set_moe_expert_prefetch(int megabytes) { g_expert_prefetch_mb = megabytes; }
 
 bool moe_router_preload() { return g_router_preload.load(); }
 

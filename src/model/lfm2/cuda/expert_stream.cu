@@ -248,10 +248,8 @@ __global__ void __launch_bounds__(32 * WARPS) expert_stream_kernel(StreamArgs a)
   }
 }
 
-// Variant 0: gate|up 4 warps x 8 stages (two CTAs per SM), down 4 warps x 8 stages of 16 columns; 1: down 4 x 12 of
-// 8 columns (narrow); 2: both 2 warps x 8 stages (48 KB CTAs, four per SM: the 1-row gate|up grid spread evenly);
-// 3: both 4 warps x 6 stages (72 KB CTAs, three per SM: the down CTAs resident beside the 1-row gate|up grid, staging
-// their first weight tiles while it runs).
+// Gate|up 4 warps x 8 stages (two CTAs per SM), down 4 warps x 8 stages of 16 columns (the narrow-down, 2-warp and
+// 6-stage variants never won in the 8B step and were removed in session 8).
 // Dynamic shared memory of a launch: the pipelines, chunk_end and (COMBINE) the position table; at most max_bytes.
 template <int WARPS, int STAGES, int TILES, bool COMBINE>
 int stream_shared_bytes(int experts, int slots) {
@@ -282,20 +280,14 @@ void allow_shared() {
 void allow_expert_stream_shared() {
   allow_shared<8, 2, true>();
   allow_shared<8, 2, false>();
-  allow_shared<12, 1, false>();
-  allow_shared<8, 2, true, 2>();
-  allow_shared<8, 2, false, 2>();
   allow_shared<8, 2, false, 4, true>();
-  allow_shared<6, 2, true>();
-  allow_shared<6, 2, false>();
-  allow_shared<6, 2, false, 4, true>();
 }
 
 bool expert_stream_combine_fits(int64_t rows, int top_k) { return rows * top_k <= kCombineSlots; }
 
 int64_t expert_combine_tickets(int64_t hidden) { return (hidden + kDownCols - 1) / kDownCols; }
 
-Status expert_ffn_streamed(const ExpertFfn& f, int variant, bool combine, int fault, cudaStream_t stream) {
+Status expert_ffn_streamed(const ExpertFfn& f, bool combine, int fault, cudaStream_t stream) {
   const int64_t slots = f.rows * f.top_k;
   // row chunks of 8: at most one partial chunk per routed expert plus the whole ones
   const int64_t max_chunks = std::min<int64_t>(f.experts, slots) + slots / kChunkRows;
@@ -303,19 +295,13 @@ Status expert_ffn_streamed(const ExpertFfn& f, int variant, bool combine, int fa
                       reinterpret_cast<const __nv_bfloat16*>(f.w_gate_up), reinterpret_cast<__nv_bfloat16*>(f.act),
                       f.experts, static_cast<int>(2 * f.inter), static_cast<int>(f.hidden), fault, 0,
                       nullptr, nullptr, nullptr, nullptr, 0, 0};
-  if (variant == 2) LS_RETURN_IF_ERROR((launch_stream<8, 2, true, 2>(up, max_chunks, stream)));
-  else if (variant == 3) LS_RETURN_IF_ERROR((launch_stream<6, 2, true>(up, max_chunks, stream)));
-  else LS_RETURN_IF_ERROR((launch_stream<8, 2, true>(up, max_chunks, stream)));
+  LS_RETURN_IF_ERROR((launch_stream<8, 2, true>(up, max_chunks, stream)));
   const StreamArgs down{reinterpret_cast<const __nv_bfloat16*>(f.act), f.offsets, nullptr, 1,
                         reinterpret_cast<const __nv_bfloat16*>(f.w_down), reinterpret_cast<__nv_bfloat16*>(f.out),
                         f.experts, static_cast<int>(f.hidden), static_cast<int>(f.inter), fault, 1,
                         f.order, f.weights, reinterpret_cast<__nv_bfloat16*>(f.y), f.tickets,
                         static_cast<int>(f.rows), f.top_k};
-  if (variant == 3 && combine) return launch_stream<6, 2, false, 4, true>(down, max_chunks, stream);
-  if (variant == 3) return launch_stream<6, 2, false>(down, max_chunks, stream);
   if (combine) return launch_stream<8, 2, false, 4, true>(down, max_chunks, stream);
-  if (variant == 1) return launch_stream<12, 1, false>(down, max_chunks, stream);
-  if (variant == 2) return launch_stream<8, 2, false, 2>(down, max_chunks, stream);
   return launch_stream<8, 2, false>(down, max_chunks, stream);
 }
 

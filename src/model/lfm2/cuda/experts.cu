@@ -1,5 +1,5 @@
-// CUDA MoE expert kernels of the target: the grouped tensor-core expert GEMMs (expert_gemm, and the two-launch routed
-// experts: gate|up with the gather and SwiGLU, then down), their picks, pins and launch facts.
+// CUDA MoE expert kernels of the target: the grouped tensor-core expert GEMMs (expert_gemm), their picks, pins and
+// launch facts.
 #include "model/lfm2/cuda/expert_launch.h"
 
 #include <cuda_bf16.h>
@@ -38,40 +38,18 @@ using Rows64Tile = Tile<64, 128, 2, 4, 4>;
 using Rows128Tile = Tile<128, 128, 2, 4, 3>;  // prefill
 
 struct ExpertArgs {
-  const __nv_bfloat16* x;  // [slots, K], grouped by expert (or [tokens, K] gathered through `gather`)
+  const __nv_bfloat16* x;  // [slots, K], grouped by expert
   const int32_t* offsets;  // [experts + 1]
   const __nv_bfloat16* w;  // [experts, N, K]
-  __nv_bfloat16* y;        // [slots, N] (or [slots, act_width] under act_width)
+  __nv_bfloat16* y;        // [slots, N]
   int experts, n, k;
   int reverse_k;           // test-only fault: walk K tiles backwards
-  const int32_t* gather;   // or null: A row p is x row gather[p] / gather_divisor (the plan's order: no gathered copy)
-  int gather_divisor;
-  int act_width;           // or 0: W is gate|up [2I, K] with I = act_width; y = swiglu(gate, up) [slots, I]
-  int early;               // the launch before is the gate|up expert GEMM of the same plan: the offsets are final,
-                           // so weight tiles are staged before waiting for it
 };
-
-// Load parts of a stage.
-enum StagePart { kBoth, kRowsOnly, kWeightsOnly };
-
-// Weight row of tile column j: plain col0 + j; under act_width the first BN/2 columns are gate rows col0 + j and the
-// rest up rows I + col0 + j - BN/2 (col0 counts act columns), so a tile holds both halves of its act columns.
-template <class T>
-__device__ __forceinline__ int weight_row(const ExpertArgs& a, int col0, int j, bool& inside) {
-  if (a.act_width == 0) {
-    inside = col0 + j < a.n;
-    return col0 + j;
-  }
-  const int half = T::BN / 2, c = col0 + (j < half ? j : j - half);
-  inside = c < a.act_width;
-  return j < half ? c : a.act_width + c;
-}
 
 // Loads K tile `kt`: A = rows [row0, row_end) of x (zero past row_end), B = the expert's weight rows of tile col0.
 template <class T>
 __device__ __forceinline__ void load_expert_stage(const ExpertArgs& a, uint32_t base, int64_t row0, int64_t row_end,
-                                                  const __nv_bfloat16* we, int col0, int kt, int tid,
-                                                  StagePart part = kBoth) {
+                                                  const __nv_bfloat16* we, int col0, int kt, int tid) {
   const int k0 = kt * kBlockK;
   constexpr int kChunks = (T::BM + T::BN) * (kBlockK / 8);
 #pragma unroll
@@ -79,56 +57,20 @@ __device__ __forceinline__ void load_expert_stage(const ExpertArgs& a, uint32_t 
     const int index = tid + i * T::THREADS;
     if (kChunks % T::THREADS != 0 && index >= kChunks) break;
     const int row = index >> 3, chunk = index & 7;
-    if ((part == kRowsOnly && row >= T::BM) || (part == kWeightsOnly && row < T::BM)) continue;
     const int k = k0 + chunk * 8;
     const __nv_bfloat16* src;
     bool inside;
     if (row < T::BM) {
       const int64_t r = row0 + row;
       inside = r < row_end && k < a.k;
-      const int64_t source = inside && a.gather ? a.gather[r] / a.gather_divisor : r;
-      src = a.x + (inside ? source * a.k + k : 0);
+      src = a.x + (inside ? r * a.k + k : 0);
     } else {
-      const int c = weight_row<T>(a, col0, row - T::BM, inside);
-      inside = inside && k < a.k;
+      const int c = col0 + row - T::BM;
+      inside = c < a.n && k < a.k;
       src = we + (inside ? static_cast<int64_t>(c) * a.k + k : 0);
     }
     copy_chunk(base + swizzled(row, chunk), src, inside);
   }
-}
-
-// expf through double, as cuda::swiglu computes it (the same bits).
-__device__ __forceinline__ float exp_through_double(float v) {
-  return static_cast<float>(exp(static_cast<double>(v)));
-}
-
-// Under act_width: the tile's gate|up outputs rounded to bf16 in shared memory (as the gate|up GEMM stores them),
-// then act = bf16(bf16(g / (1 + exp(-g))) * u), cuda::swiglu's arithmetic, for the tile's BN/2 act columns.
-template <class T>
-__device__ __forceinline__ void swiglu_epilogue(const ExpertArgs& a, const float (&acc)[T::MI][T::NI][4], int64_t row0,
-                                int64_t row_end, int col0, int warp_m, int warp_n, int lane, unsigned char* smem) {
-  __nv_bfloat16* tile = reinterpret_cast<__nv_bfloat16*>(smem);  // [BM][BN]
-#pragma unroll
-  for (int i = 0; i < T::MI; ++i)
-#pragma unroll
-    for (int j = 0; j < T::NI; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = warp_m * T::WM + i * 16 + (lane >> 2) + (e >> 1) * 8;
-        const int c = warp_n * T::WN + j * 8 + (lane & 3) * 2 + (e & 1);
-        tile[r * T::BN + c] = __float2bfloat16_rn(acc[i][j][e]);
-      }
-  __syncthreads();
-  constexpr int half = T::BN / 2;
-  for (int index = threadIdx.x; index < T::BM * half; index += T::THREADS) {
-    const int r = index / half, j = index % half;
-    if (row0 + r >= row_end || col0 + j >= a.act_width) continue;
-    const float g = __bfloat162float(tile[r * T::BN + j]);
-    const float silu = round_bf16(__fdiv_rn(g, __fadd_rn(1.0f, exp_through_double(-g))));
-    a.y[(row0 + r) * a.act_width + col0 + j] =
-        __float2bfloat16_rn(__fmul_rn(silu, __bfloat162float(tile[r * T::BN + half + j])));
-  }
-  __syncthreads();  // the tile is read before the next item stages into the same memory
 }
 
 // Persistent CTAs walk the items (row tile of one expert, column tile), columns fastest. Row tiles are counted on
@@ -139,12 +81,8 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
   __shared__ int tile_end[kMaxTensorExperts];  // row tiles of experts 0..e
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / T::WARPS_N, warp_n = warp % T::WARPS_N;
-  // programmatic launch: wait for the kernel before (it wrote the offsets or x) unless the offsets are final already
-  if (!a.early) {
-    ls::cuda::wait_for_previous_kernel();
-    ls::cuda::let_next_kernel_start();
-  }
-  bool waited = !a.early;
+  ls::cuda::wait_for_previous_kernel();  // programmatic launch: the kernel before wrote the offsets or x
+  ls::cuda::let_next_kernel_start();
   if (warp == 0) {
     int carry = 0;
     for (int base = 0; base < a.experts; base += 32) {
@@ -160,7 +98,7 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
     }
   }
   __syncthreads();
-  const int col_tiles = a.act_width ? (a.act_width + T::BN / 2 - 1) / (T::BN / 2) : (a.n + T::BN - 1) / T::BN;
+  const int col_tiles = (a.n + T::BN - 1) / T::BN;
   const int64_t items = static_cast<int64_t>(tile_end[a.experts - 1]) * col_tiles;
   const int k_tiles = (a.k + kBlockK - 1) / kBlockK;
   const uint32_t shared_base = smem_address(shared_raw);
@@ -168,7 +106,7 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int row_tile = static_cast<int>(item / col_tiles);
-    const int col0 = static_cast<int>(item % col_tiles) * (a.act_width ? T::BN / 2 : T::BN);
+    const int col0 = static_cast<int>(item % col_tiles) * T::BN;
     int lo = 0, hi = a.experts - 1;  // the first expert whose tile_end exceeds row_tile
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
@@ -188,28 +126,11 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
       for (int j = 0; j < T::NI; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    if (!waited) {  // the first item of an early launch: weight tiles first (one group), then wait, then x
 #pragma unroll
-      for (int s = 0; s < T::STAGES - 1; ++s)
-        if (s < k_tiles)
-          load_expert_stage<T>(a, shared_base + s * kStageBytes, row0, row_end, we, col0, tile_at(s), tid,
-                               kWeightsOnly);
+    for (int s = 0; s < T::STAGES - 1; ++s) {
+      if (s < k_tiles)
+        load_expert_stage<T>(a, shared_base + s * kStageBytes, row0, row_end, we, col0, tile_at(s), tid);
       commit_group();
-      ls::cuda::wait_for_previous_kernel();
-      waited = true;
-#pragma unroll
-      for (int s = 0; s < T::STAGES - 1; ++s) {
-        if (s < k_tiles)
-          load_expert_stage<T>(a, shared_base + s * kStageBytes, row0, row_end, we, col0, tile_at(s), tid, kRowsOnly);
-        commit_group();
-      }
-    } else {
-#pragma unroll
-      for (int s = 0; s < T::STAGES - 1; ++s) {
-        if (s < k_tiles)
-          load_expert_stage<T>(a, shared_base + s * kStageBytes, row0, row_end, we, col0, tile_at(s), tid);
-        commit_group();
-      }
     }
     for (int step = 0; step < k_tiles; ++step) {
       wait_group<T::STAGES - 2>();
@@ -225,10 +146,6 @@ __global__ void __launch_bounds__(T::THREADS) grouped_expert_kernel(ExpertArgs a
     }
     wait_group<0>();
     __syncthreads();  // every warp is done reading the stages before the next item refills them
-    if (a.act_width) {
-      swiglu_epilogue<T>(a, acc, row0, row_end, col0, warp_m, warp_n, lane, shared_raw);
-      continue;
-    }
     // c0,c1 at (lane/4, 2*(lane%4)+{0,1}); c2,c3 8 rows down; one rounding to bf16.
     const bool pairs = (a.n & 1) == 0;
 #pragma unroll
@@ -307,8 +224,7 @@ const ExpertLaunchFacts& launch_facts() {
 template <class T>
 Status launch_grouped(const ExpertArgs& args, int64_t max_rows_per_expert, int ctas_per_sm, cudaStream_t stream) {
   const ExpertLaunchFacts& facts = launch_facts();
-  const int64_t col_tiles =
-      args.act_width ? (args.act_width + T::BN / 2 - 1) / (T::BN / 2) : (args.n + T::BN - 1) / T::BN;
+  const int64_t col_tiles = (args.n + T::BN - 1) / T::BN;
   const int64_t item_bound = static_cast<int64_t>(args.experts) * ((max_rows_per_expert + T::BM - 1) / T::BM) *
                              col_tiles;
   const int64_t ctas = std::min<int64_t>(item_bound, static_cast<int64_t>(facts.sm_count) * ctas_per_sm);
@@ -390,23 +306,8 @@ Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t m
     return Status(ErrorCode::InvalidArgument, "expert_gemm: x and W must be 16-byte aligned, y 4-byte aligned");
   const ExpertArgs args{reinterpret_cast<const __nv_bfloat16*>(x), offsets, reinterpret_cast<const __nv_bfloat16*>(w),
                         reinterpret_cast<__nv_bfloat16*>(y), experts, static_cast<int>(n), static_cast<int>(k),
-                        g_fault_reverse_k.load() && max_rows_per_expert > 1 ? 1 : 0, nullptr, 1, 0, 0};
+                        g_fault_reverse_k.load() && max_rows_per_expert > 1 ? 1 : 0};
   return launch_tensor(kernel, args, max_rows_per_expert, stream);
-}
-
-Status expert_ffn_two_launches(const ExpertFfn& f, ExpertKernel up_kernel, ExpertKernel down_kernel, int fault,
-                               cudaStream_t stream) {
-  const int64_t I = f.inter, D = f.hidden;
-  // gate|up with the gather in its row loads and SwiGLU in its epilogue; then down, its weights staged early
-  const ExpertArgs up{reinterpret_cast<const __nv_bfloat16*>(f.x), f.offsets,
-                      reinterpret_cast<const __nv_bfloat16*>(f.w_gate_up), reinterpret_cast<__nv_bfloat16*>(f.act),
-                      f.experts, static_cast<int>(2 * I), static_cast<int>(D), fault, f.order, f.top_k,
-                      static_cast<int>(I), 0};
-  LS_RETURN_IF_ERROR(launch_tensor(up_kernel, up, f.rows, stream));
-  const ExpertArgs down{reinterpret_cast<const __nv_bfloat16*>(f.act), f.offsets,
-                        reinterpret_cast<const __nv_bfloat16*>(f.w_down), reinterpret_cast<__nv_bfloat16*>(f.out),
-                        f.experts, static_cast<int>(D), static_cast<int>(I), fault, nullptr, 1, 0, 1};
-  return launch_tensor(down_kernel, down, f.rows, stream);
 }
 
 }  // namespace ls::lfm2::gpu

@@ -145,10 +145,10 @@ Status expert_gemm(const bf16* x, const int32_t* offsets, int experts, int64_t m
                    int64_t n, int64_t k, bf16* y, cudaStream_t stream);
 
 // The routed experts of a MoE layer after the plan: out [slots, D] (grouped by expert, as expert_gemm's y) =
-// swiglu(x[order[p] / top_k] @ Wgu_e^T) @ Wd_e^T. On the tensor-core kernels two launches: gate|up with the gather in
-// its row loads and SwiGLU in its epilogue (act [slots, I]), then down, launched programmatically with its weight
-// tiles staged before it waits for gate|up; otherwise gather_rows, expert_gemm, cuda::swiglu, expert_gemm (through
-// `gathered` [slots, D] and `gate_up` [slots, 2I]). Both give the same bits.
+// swiglu(x[order[p] / top_k] @ Wgu_e^T) @ Wd_e^T. Few rows: the streamed kernels, gate|up with the gather in its row
+// loads and SwiGLU in registers (act [slots, I]), then down, launched programmatically with its weight tiles staged
+// before it waits for gate|up; otherwise gather_rows, expert_gemm, cuda::swiglu, expert_gemm (through `gathered`
+// [slots, D] and `gate_up` [slots, 2I]). Every path gives the same bits (ExpertFfnPath).
 struct ExpertFfn {
   const bf16* x = nullptr;  // [rows, D] the layer's normed rows
   int64_t rows = 0;
@@ -169,43 +169,28 @@ struct ExpertFfn {
   const float* weights = nullptr;    // [rows * top_k] route weights in slot order
   bf16* y = nullptr;                 // [rows, D]
   int32_t* tickets = nullptr;
-  // Optional: up to three weight ranges of the next launches (the next layer's mixer projections) the lean paths
-  // prefetch into L2 from the gate|up launch under set_moe_expert_l2(2).
-  const bf16* l2_next[3] = {nullptr, nullptr, nullptr};
-  int64_t l2_next_bytes[3] = {0, 0, 0};
 };
 Status expert_ffn(const ExpertFfn& ffn, cudaStream_t stream);
-// Whether expert_ffn writes ffn.y itself (y, weights and tickets set, the streamed path with 16-column down items:
-// Streamed or StreamedShallow, at most 1024 slots; or y and weights set on StreamedLeanCombine where its combine
-// fits); otherwise the caller combines.
+// Whether expert_ffn writes ffn.y itself (y, weights and tickets set on Streamed, at most 1024 slots; or y and
+// weights set on StreamedLeanCombine where its combine fits); otherwise the caller combines.
 bool expert_ffn_combines(const ExpertFfn& ffn);
 // Ticket counters the combine in the down launch needs for hidden size D.
 int64_t expert_combine_tickets(int64_t hidden);
 
 // How expert_ffn runs its experts (every path gives the same bits). Automatic: StreamedLeanCombine up to 32 rows
-// where both GEMMs would be on the tensor-core kernels (K >= 256; since moe7, was Streamed), four launches otherwise. Streamed: the decode expert kernels
-// (expert_stream.cu: each warp streams one (expert row chunk of 8, column group) item through its own cp.async
-// pipeline), down items of 16 columns, or 8 under StreamedNarrow; StreamedSmallCtas: 2-warp CTAs; StreamedShallow: 6
-// stages a warp (three CTAs per SM, so the down CTAs stage weights beside the gate|up grid); StreamedLean: Streamed's
-// items with the per-tile address arithmetic out of the K loop (expert_lean.cu); StreamedLeanPrefetch: also each
-// gate|up item prefetching its share of its expert's down weights into L2; StreamedLeanCombine: lean, and where one
-// row chunk a warp covers the forward (1 row at top-4) one down CTA per column group that also combines into y
-// (weights and y set; no tickets). The others are pins for tests and benches (any row count).
-enum class ExpertFfnPath {
-  Automatic, FourLaunches, TwoLaunches, Streamed, StreamedNarrow, StreamedSmallCtas, StreamedShallow, StreamedLean,
-  StreamedLeanPrefetch, StreamedLeanCombine
-};
+// where both GEMMs would be on the tensor-core kernels (K >= 256; since moe7, was Streamed), four launches otherwise
+// (gather, gate|up expert_gemm, SwiGLU, down expert_gemm). Streamed: the decode expert kernels (expert_stream.cu:
+// each warp streams one (expert row chunk of 8, column group) item through its own cp.async pipeline, down items of
+// 16 columns); StreamedLean: Streamed's items with the per-tile address arithmetic out of the K loop
+// (expert_lean.cu); StreamedLeanCombine: lean, and where one row chunk a warp covers the forward (1 row at top-4)
+// one down CTA per column group that also combines into y (weights and y set; no tickets). The others are pins for
+// tests and benches (any row count).
+enum class ExpertFfnPath { Automatic, FourLaunches, Streamed, StreamedLean, StreamedLeanCombine };
 // What expert_ffn runs for this many rows (the pin, else the automatic pick; a tensor-core pick for both K assumed).
 ExpertFfnPath chosen_expert_ffn_path(int64_t rows);
 const char* expert_ffn_path_name(ExpertFfnPath path);
 // Process-wide pin (Automatic = none); tests and benches only.
 void pin_expert_ffn_path_for_test(ExpertFfnPath path);
-// Bench switch (off): StreamedLean and StreamedLeanCombine also prefetch the down weights into L2 from gate|up.
-void set_moe_lean_down_prefetch(bool on);
-// Bench switch for the lean paths (0, off, by default; the same bits): 1: the expert weight loads marked evict-first
-// in L2; 2: also the gate|up CTAs prefetching ExpertFfn::l2_next into L2 before their programmatic wait.
-void set_moe_expert_l2(int mode);
-int moe_expert_l2();
 
 // The expert GEMM kernels. Automatic picks by the forward's rows; the others are pins for tests and benches.
 enum class ExpertKernel { Automatic, Scalar, Rows16, Rows64, Rows128, Rows16Narrow };
@@ -236,10 +221,6 @@ struct RoutePlan {
   int32_t* offsets = nullptr;          // [experts + 1]
   int32_t* order = nullptr;            // [rows * k]
   bool preload_router = false;         // set by route_and_plan: the whole router staged before the wait (same bits)
-  // or null: the experts' gate|up weights [experts, 2 inter, hidden], for the L2 prefetch (set_moe_expert_prefetch)
-  const bf16* prefetch_gate_up = nullptr;
-  int64_t inter = 0;
-  int prefetch_pieces = 0;  // set by route_and_plan: 64 KB bulk prefetches per half
 };
 bool route_and_plan_fits(int64_t rows, int experts, int k);
 bool router_in_route_fits(int64_t hidden);
@@ -249,9 +230,6 @@ bool router_in_route_fits(int64_t hidden);
 bool router_preload_fits(int64_t rows, int experts, int64_t hidden);
 void set_moe_router_preload(bool on);
 bool moe_router_preload();
-// Bench switch (0, off, by default): route_and_plan bulk-prefetches into L2 the first `megabytes` MB of the gate and
-// up halves of the first 8 slots' experts right after routing (sm_90, prefetch_gate_up set, halves at least that big).
-void set_moe_expert_prefetch(int megabytes);
 Status route_and_plan(const RoutePlan& plan, cudaStream_t stream);
 // The lean route + plan (expert_route.cu; the same outputs and bits): the preloaded router, then the logits, choices
 // and weights kept in shared memory, each row's top k by one warp in one pass (each expert's rank), the plan by one
