@@ -22,7 +22,10 @@ using namespace attention_tiles;
 // the max) -> stats. kValues true: the row's max and total from every chunk's stats (total = sum over chunks in
 // order of t_c exp(m_c - max)), then the probabilities (rounded to bf16) times values over the chunk -> partials.
 // The stats are read through L2 (the cooperative kernel reads what other CTAs of its own launch wrote).
-template <int kHeadDim, bool kValues, bool kBatched>
+// kResident (the one-launch kernel with batched loads): the two sweeps run in one CTA, so a chunk of at most one
+// tile keeps its queries, keys and values in shared memory from the stats sweep (which loads the values too) to the
+// values sweep, which then loads nothing but the stats.
+template <int kHeadDim, bool kValues, bool kBatched, bool kResident = false>
 __device__ __forceinline__ void split_chunk_sweep(const bf16_t* q, const DeviceBlockRequest* requests, int gamma,
                                                   AttentionDims dims, int layer, int chunks, int chunk,
                                                   int pair_index, float* stats, float* partials, float* shared) {
@@ -52,7 +55,10 @@ __device__ __forceinline__ void split_chunk_sweep(const bf16_t* q, const DeviceB
     const int slot = r / group, g = r % group;
     return (static_cast<int64_t>(request_index) * gamma + slot) * dims.heads + kv_head * group + g;
   };
-  if constexpr (kBatched) {
+  const bool resident = kResident && end - begin <= kTileKeys;  // the same for every thread of the CTA
+  if (kValues && resident) {
+    // The stats sweep left the queries and the chunk's keys and values in shared memory.
+  } else if constexpr (kBatched) {
     // 16-byte loads: eight query values a thread (at most two loads a thread: rows <= 64, head_dim <= 64).
     constexpr int kEights = kHeadDim / 8;
     for (int index = threadIdx.x; index < rows * kEights; index += blockDim.x) {
@@ -107,16 +113,17 @@ __device__ __forceinline__ void split_chunk_sweep(const bf16_t* q, const DeviceB
   for (int64_t first = begin; first < end; first += kTileKeys) {
     const int count = end - first < kTileKeys ? static_cast<int>(end - first) : kTileKeys;
     __syncthreads();  // the last tile's readers are done
-    // 16-byte loads: 8 bf16 of one key (or value) row a thread.
+    // 16-byte loads: 8 bf16 of one key (or value) row a thread (the values in the stats sweep too when resident).
     constexpr int kChunks = kHeadDim / 8;
-    for (int index = threadIdx.x; index < count * kChunks; index += blockDim.x) {
+    const bool load_values = kValues || resident;
+    for (int index = threadIdx.x; !(kValues && resident) && index < count * kChunks; index += blockDim.x) {
       const int j = index / kChunks, c8 = (index % kChunks) * 8;
       const int64_t at = (first + j) * kv_size + c8;
       float eight[8];
       load_eight(keys + at, eight);
 #pragma unroll
       for (int i = 0; i < 8; ++i) keys_tile[j * kStride + c8 + i] = eight[i];
-      if (kValues) {
+      if (load_values) {
         load_eight(values + at, eight);
 #pragma unroll
         for (int i = 0; i < 8; ++i) values_tile[j * kStride + c8 + i] = eight[i];
@@ -277,13 +284,13 @@ __global__ void __launch_bounds__(kTileThreads) attention_cooperative_kernel(con
   unsigned int* broken = barriers + pairs;
   bool ok = __ldcg(broken) == 0;
   if (ok) {
-    split_chunk_sweep<kHeadDim, false, kBatched>(q, requests, gamma, dims, layer, chunks, chunk, pair_index, stats,
-                                                 partials, shared);
+    split_chunk_sweep<kHeadDim, false, kBatched, kBatched>(q, requests, gamma, dims, layer, chunks, chunk, pair_index,
+                                                           stats, partials, shared);
     ok = pair_barrier(counter, chunks);
   }
   if (ok) {
-    split_chunk_sweep<kHeadDim, true, kBatched>(q, requests, gamma, dims, layer, chunks, chunk, pair_index, stats,
-                                                partials, shared);
+    split_chunk_sweep<kHeadDim, true, kBatched, kBatched>(q, requests, gamma, dims, layer, chunks, chunk, pair_index,
+                                                          stats, partials, shared);
     ok = pair_barrier(counter, 2 * chunks);
   }
   let_next_kernel_start();  // the o_proj GEMM may start loading its weights
