@@ -26,6 +26,8 @@
 //                                                                         priced with the pass's depth axis (lanes9)
 //             [--probe-value off|on]                                       on: probes only where they pay their way
 //                                                                         (lanes9, PricingOptions::probes_pay_their_way)
+//             [--pass-timing alone|after-forward]                          after-forward: each load-time pass timed
+//                                                                         right after a target forward (lanes9)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
@@ -206,6 +208,8 @@ bool g_confidence_for_unexplored = true;
 int g_price_depth_asked = -1;
 // --probe-value on|off: PricingOptions::probes_pay_their_way (lanes9), the library's default unless given.
 int g_probes_pay_their_way = -1;
+// --pass-timing after-forward|alone: CalibrationOptions::pass_after_forward (lanes9), the default unless given.
+int g_pass_after_forward = -1;
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
@@ -224,6 +228,7 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   lanes_options.pricing.confidence_for_unexplored = g_confidence_for_unexplored;
   if (g_price_depth_asked >= 0) lanes_options.pricing.price_depth_asked = g_price_depth_asked == 1;
   if (g_probes_pay_their_way >= 0) lanes_options.pricing.probes_pay_their_way = g_probes_pay_their_way == 1;
+  if (g_pass_after_forward >= 0) lanes_options.calibration.pass_after_forward = g_pass_after_forward == 1;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   if (tables != nullptr && drafter != nullptr) *tables = tables_json(lanes->pricing().tables(), lanes->max_rows());
@@ -711,6 +716,7 @@ int main(int argc, char** argv) {
     else if (flag == "--deep-chances") ls::g_confidence_for_unexplored = value == "confidence";
     else if (flag == "--depth-ask") ls::g_price_depth_asked = value == "priced" ? 1 : 0;
     else if (flag == "--probe-value") ls::g_probes_pay_their_way = value == "on" ? 1 : 0;
+    else if (flag == "--pass-timing") ls::g_pass_after_forward = value == "after-forward" ? 1 : 0;
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
     else if (flag == "--commit") options.commit = value;
@@ -728,7 +734,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--pass-timing alone|after-forward] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

@@ -160,6 +160,11 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
   target.release(long_scratch);
   drafter.release(long_scratch);
   std::vector<TimedPoint> points;
+  // pass_after_forward: one-row windows of their own scratch streams, forwarded (and committed) before each pass.
+  CalibrationOptions forward_options = options;
+  forward_options.scratch_base = options.scratch_base + (StreamId{2} << 20);
+  forward_options.width = 1;
+  std::vector<StreamId> forward_scratch;
   for (int streams : stream_counts) {
     for (int depth : depths) {
       if (!status.ok()) break;
@@ -171,7 +176,9 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
         requests[index].depth = depth;
       }
       double fastest = std::numeric_limits<double>::infinity();
-      for (int run = 0; run <= options.repeats; ++run) {
+      for (int run = 0; run <= options.repeats && status.ok(); ++run) {
+        if (options.pass_after_forward) status = time_one_forward(target, clock, forward_options, streams,
+                                                                  forward_scratch).status();
         const double start_ms = clock.now_ms();
         std::vector<Draft> drafts = drafter.draft(requests);
         if (run > 0) fastest = std::min(fastest, clock.now_ms() - start_ms);
@@ -183,6 +190,7 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
     target.release(draft_options.scratch_base + index);
     drafter.release(draft_options.scratch_base + index);
   }
+  for (StreamId stream : forward_scratch) target.release(stream);
   if (!status.ok()) return status;
   return points;
 }

@@ -21,6 +21,10 @@ struct CalibrationOptions {
   int context_tokens = 8;    // prompt length of each scratch stream the drafter is timed on
   int long_context_tokens = 128;  // rows of the one long absorb timed (a catch-up), at most max_rows
   StreamId scratch_base = StreamId{1} << 62;  // scratch stream ids, far from request ids
+  // Each timed pass right after a target forward of one row per request (as in a round, where the verify has just
+  // streamed the target's weights through the caches): on the 2-core CPU the nano pass ran ~2x its load-time
+  // entry in rounds. false: passes back to back (lanes_bench --pass-timing alone).
+  bool pass_after_forward = false;
 };
 
 // Times forwards at a few row counts and drafter passes on a (streams, depth) grid, on scratch streams that are
