@@ -13,8 +13,6 @@
 //                               SwiGLU s; set_decode_norm_configs)
 //   --l2-prefetch-ab            also time the decode step with the streaming decode GEMMs' L2 weight prefetch on
 //   --pipe-ab                   also time the decode step (and the verify windows) on the pipeline decode GEMM
-//   --decode-tail-ab            also time the decode step with the decode tails (norms in the GEMMs' last CTAs, the
-//                               FFN's gate_up prefetched into L2; set_decode_tail), interleaved with the default
 //   --verify-tiles-ab           also time the verify windows with the older 17..64-row picks, the verify tiles and
 //                               every window streamed (set_decode_rows 16 / set_verify_tiles / set_decode_rows 64)
 //
@@ -62,7 +60,6 @@ struct Options {
   bool decode_fused = false;       // also time the decode step with the norms in the GEMM prologues (mixers; all)
   std::vector<int> decode_norm_configs;  // norm launch configurations g * 10 + s to time the decode step with
   bool l2_prefetch_ab = false;           // also time the decode step with the L2 weight prefetch
-  bool decode_tail_ab = false;           // also time the decode step with the decode tails
   bool verify_tiles_ab = false;          // also time the verify windows with the older 17..64-row picks
   bool pipe_ab = false;                  // also time the decode step and verify windows on the pipeline decode GEMM
 };
@@ -312,13 +309,12 @@ int main(int argc, char** argv) {
     else if (arg == "--decode-fused") o.decode_fused = true;
     else if (arg == "--decode-norm-configs") o.decode_norm_configs = parse_list(next());
     else if (arg == "--l2-prefetch-ab") o.l2_prefetch_ab = true;
-    else if (arg == "--decode-tail-ab") o.decode_tail_ab = true;
     else if (arg == "--pipe-ab") o.pipe_ab = true;
     else if (arg == "--verify-tiles-ab") o.verify_tiles_ab = true;
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
                            "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
-                           "[--decode-fused] [--attention-splits N] [--l2-prefetch-ab] [--decode-tail-ab] [--verify-tiles-ab] [--pipe-ab] | "
+                           "[--decode-fused] [--attention-splits N] [--l2-prefetch-ab] [--verify-tiles-ab] [--pipe-ab] | "
                            "gpu_bench --decode-gemm\n");
       return 2;
     }
@@ -390,39 +386,6 @@ int main(int argc, char** argv) {
     cuda::set_decode_l2_prefetch(false);
     target->set_graphs(false);
     target->set_graphs(true);
-  }
-  // The same steps (graphs) under each decode-tail mode (same bits), the default in between so drift shows; each
-  // mode's graphs captured by 4 untimed steps first.
-  std::vector<std::pair<std::string, double>> tail_ms;
-  if (o.decode_tail_ab) {
-    struct TailMode {
-      const char* name;
-      bool norms;
-      int l2_mb;
-      bool pdl;   // lfm2::gpu::set_programmatic_state_launches
-      bool conv;  // the ShortConv in the in_proj GEMM's tail
-    };
-    const TailMode modes[] = {{"tails off (default)", false, 0, false, false},
-                              {"programmatic conv/kv/attn", false, 0, true, false},
-                              {"tail norms", true, 0, false, false},
-                              {"tail conv", false, 0, false, true},
-                              {"tail norms + conv", true, 0, false, true},
-                              {"tail norms + conv + prog.", true, 0, true, true},
-                              {"L2 gate_up 16 MB", false, 16, false, false},
-                              {"L2 gate_up 32 MB", false, 32, false, false},
-                              {"norms+conv+prog. + L2 16 MB", true, 16, true, true},
-                              {"norms+conv+prog. + L2 32 MB", true, 32, true, true},
-                              {"tails off (default, again)", false, 0, false, false},
-                              {"norms+conv+prog. (again)", true, 0, true, true}};
-    for (const TailMode& mode : modes) {
-      lfm2::gpu::set_programmatic_state_launches(mode.pdl);
-      target->set_decode_tail(mode.norms, mode.l2_mb, mode.conv);  // drops the graphs
-      time_steps(4);
-      const double ms = time_steps(o.decode_tokens);
-      tail_ms.push_back({std::string(mode.name) + " (" + std::to_string(target->last_graph_kernels()) + " k)", ms});
-    }
-    lfm2::gpu::set_programmatic_state_launches(false);
-    target->set_decode_tail(false, 0);
   }
   // The same steps (graphs) on the pipeline decode GEMM (set_decode_pipeline; same bits) at rings of 96 / 48 / 160
   // KB and chunks of 2 / 4 / 1 K tiles, interleaved with the streaming kernels so drift shows; printed as measured.
@@ -535,8 +498,6 @@ int main(int argc, char** argv) {
                   ms, floor_ms / ms);
     for (const auto& [path, ms] : expert_path_ms)
       std::printf("  decode step, experts %-22s %.3f ms (ratio %.2f)\n", path.c_str(), ms, floor_ms / ms);
-    for (const auto& [name, ms] : tail_ms)
-      std::printf("  decode step, %-36s %.3f ms (ratio %.2f)\n", name.c_str(), ms, floor_ms / ms);
     for (const auto& [kind, ms] : decode_profile) std::printf("  profile %-24s %8.3f ms\n", kind.c_str(), ms / profiled);
     return 0;
   }
@@ -659,8 +620,6 @@ int main(int argc, char** argv) {
   if (o.l2_prefetch_ab)
     std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step, L2 weight prefetch", prefetch_ms, floor_ms,
                 floor_ms / prefetch_ms);
-  for (const auto& [name, ms] : tail_ms)
-    std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", ("decode step, " + name).c_str(), ms, floor_ms, floor_ms / ms);
   if (o.decode_fused)
     std::printf("%-34s %9.3f ms %9.3f ms %7.2f\n", "decode step, norms in GEMM prologues", fused_ms, floor_ms,
                 floor_ms / fused_ms);

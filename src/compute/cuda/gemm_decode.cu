@@ -211,7 +211,6 @@ void allow_decode_shared(int optin_bytes) {
   cudaFuncSetAttribute(gemm_decode_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   allow_stream_shared(optin_bytes);
   allow_staged_shared(optin_bytes);
-  allow_tail_shared(optin_bytes);
   allow_pipe_shared(optin_bytes);
 }
 

@@ -48,8 +48,6 @@ Status launch_stream_variant(int variant, const GemmArgs& args, int sm_count, cu
 // Verify windows (17..64 rows, at most kMaxClusterSlices slices): the streaming kernel with 32 / 64 x rows a tile.
 Status launch_stream_many_rows(const GemmArgs& args, int sm_count, cudaStream_t stream);
 void allow_stream_shared(int optin_bytes);
-// gemm_decode_tail.cu: the tail launches' shared-memory opt-ins (once, outside capture).
-void allow_tail_shared(int optin_bytes);
 // gemm_decode.cu: the streaming variant (1..3) a decode GEMM of (m, N, K) takes without pins.
 int stream_variant_for(const GemmArgs& args);
 // The fused gate_up GEMM + SwiGLU (m <= 16) with the residual add + RMSNorm in its prologue: every CTA stages the

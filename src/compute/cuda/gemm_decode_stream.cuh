@@ -1,7 +1,6 @@
 // The streaming decode GEMM body (m <= 16, and 32 / 64 x rows for verify windows): every (column group, slice) item
-// is one warp's own cp.async pipeline of STAGES K tiles, weights staged before the programmatic wait. Shared by the
-// streaming kernels (gemm_decode_stream.cu) and the launches with a tail (gemm_decode_tail.cu). Included by CUDA
-// sources only.
+// is one warp's own cp.async pipeline of STAGES K tiles, weights staged before the programmatic wait (the streaming
+// kernels of gemm_decode_stream.cu). Included by CUDA sources only.
 #pragma once
 
 #include "compute/cuda/gemm_decode.cuh"

@@ -144,26 +144,6 @@ Status gemm_decode_norm_swiglu(const GemmEngine& engine, const DecodeNorm& norm,
 // streaming SwiGLU kernel with the norm staged once per CTA (weights streamed, not staged). Same bits.
 void set_decode_norm_configs(int group_config, int swiglu_config);
 
-// What a decode GEMM y = x @ W^T does after its outputs, in the same launch (issue 8: fewer kernel boundaries).
-// Norm (h set): the last CTA to finish (a ticket counter) runs h = round(h + y), norm_out = RMSNorm(h) * weight:
-// add_rms_norm's bits, without its launch. L2 (l2_next set): before its programmatic wait every CTA asks L2 for a
-// share of l2_next [l2_next_bytes] (weights a later launch reads; no bits change).
-struct DecodeTail {
-  bf16* h = nullptr;             // [m, N] residual, or null: no norm
-  const bf16* weight = nullptr;  // [N]
-  float eps = 0;
-  bf16* norm_out = nullptr;      // [m, N], aliasing neither h nor y
-  unsigned* ticket = nullptr;    // device counter at zero (left at zero); one per stream of launches
-  const void* l2_next = nullptr;
-  int64_t l2_next_bytes = 0;
-};
-// Whether gemm_decode_tail runs as one launch (1..16 rows, bf16 out, N and K multiples of 8, 16-byte aligned
-// pointers, the norm rows fitting shared memory); elsewhere it runs the GEMM and add_rms_norm launches.
-bool decode_tail_fits(int64_t m, const DeviceMatrix& w, const bf16* x, const bf16* y, const DecodeTail& tail);
-// y [m, N] = x @ W^T (+ bias), bf16 (GemmEngine::gemm's bits), then the tail.
-Status gemm_decode_tail(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y,
-                        const DecodeTail& tail, cudaStream_t stream);
-
 // y [rows, width] = RMSNorm(x) * weight (CPU Bf16 rounding: round(w * round(x * inv_rms))); also per head.
 Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, float eps, bf16* y, cudaStream_t stream);
 

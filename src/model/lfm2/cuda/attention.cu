@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
   __shared__ __align__(16) bf16 kbuf[2][BN][HD + 8];
   __shared__ __align__(16) bf16 vbuf[2][BN][HD + 8];
   ls::cuda::let_next_kernel_start();  // the combine, or the output GEMM staging its weights (both wait for us)
-  ls::cuda::wait_for_previous_kernel();  // launched programmatically (set_programmatic_state_launches), else a no-op
+  ls::cuda::wait_for_previous_kernel();  // a no-op after a plain launch
   const int group = a.shape.heads / a.shape.kv_heads;
   const int kv_head = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -472,19 +472,11 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
                       tiling.fault_early_chunk_edges, static_cast<int>(splits), static_cast<int>(cap),
                       scratch.states};
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(splits));
-  if (programmatic_state_launches()) {
-    auto tile_kernel = shape.head_dim == 16   ? attention_tile_kernel<16>
-                       : shape.head_dim == 32 ? attention_tile_kernel<32>
-                       : shape.head_dim == 64 ? attention_tile_kernel<64>
-                                              : attention_tile_kernel<128>;
-    LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(tile_kernel, grid, kTileWarps * 32, 0, stream, args));
-  } else {
-    switch (shape.head_dim) {
-      case 16: attention_tile_kernel<16><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
-      case 32: attention_tile_kernel<32><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
-      case 64: attention_tile_kernel<64><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
-      default: attention_tile_kernel<128><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
-    }
+  switch (shape.head_dim) {
+    case 16: attention_tile_kernel<16><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
+    case 32: attention_tile_kernel<32><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
+    case 64: attention_tile_kernel<64><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
+    default: attention_tile_kernel<128><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
   }
   LS_CUDA_TRY_LAUNCH("attention tiles");
   if (splits == 1) return ok_status();

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "model/lfm2/cuda/cuda_target.h"
-#include "model/lfm2/cuda/conv_tail.h"
 
 namespace ls::lfm2 {
 
@@ -57,29 +56,8 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
     return mark("taps");
   };
   const bf16* pending_delta = nullptr;  // layer 0's operator_norm has no residual add before it
-  // Up to 16 rows (set_decode_tail): the norm after a mixer's last GEMM / a dense FFN's down GEMM runs in that
-  // GEMM's last CTA (tail_normed_ says it did); the mixer's last GEMM may prefetch the FFN's gate_up into L2.
-  const bool tail = !fuse && rows <= 16 && (decode_tail_norms_ || decode_tail_l2_mb_ > 0);
-  auto set_tail = [&](const bf16* norm_weight, const cuda::DeviceMatrix* prefetch) {
-    tail_next_ = cuda::DecodeTail{};
-    if (!tail) return;
-    if (decode_tail_norms_ && norm_weight) {
-      tail_next_.h = h;
-      tail_next_.weight = norm_weight;
-      tail_next_.eps = c.norm_eps;
-      tail_next_.norm_out = u_.data();
-      tail_next_.ticket = tail_ticket_.data();
-    }
-    if (decode_tail_l2_mb_ > 0 && prefetch) {
-      tail_next_.l2_next = prefetch->w;
-      tail_next_.l2_next_bytes =
-          std::min<int64_t>(int64_t{decode_tail_l2_mb_} << 20, prefetch->rows * prefetch->cols * int64_t{sizeof(bf16)});
-    }
-  };
-  tail_normed_ = false;
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const gpu::DeviceLayer& w = weights_.layers[layer];
-    const cuda::DeviceMatrix gate_up = w.gate_up.view();
     // residual + operator_norm -> mixer
     if (fuse) {
       const cuda::DecodeNorm norm = norm_fused(pending_delta, w.operator_norm.data());
@@ -88,13 +66,12 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
       else
         LS_RETURN_IF_ERROR(mixer_attention(layer, rows, meta, &norm));
       swap_if(pending_delta);
-    } else if (!tail_normed_) {  // (else the previous down GEMM's tail ran it)
+    } else {
       LS_RETURN_IF_ERROR(norm_now(pending_delta, w.operator_norm.data()));
       LS_RETURN_IF_ERROR(mark("elementwise"));
     }
     if (layer > 0) LS_RETURN_IF_ERROR(copy_taps_of(layer - 1));
     if (!fuse) {
-      set_tail(w.ffn_norm.data(), w.moe ? nullptr : &gate_up);
       if (w.kind == io::LayerKind::Conv)
         LS_RETURN_IF_ERROR(mixer_conv(layer, rows, meta, nullptr));
       else
@@ -110,16 +87,10 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
       LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.down.view(), mix_.data(), nullptr, stream_));
       LS_RETURN_IF_ERROR(mark("gemm"));
     } else {
-      if (!tail_normed_) {
-        LS_RETURN_IF_ERROR(norm_now(mix_.data(), w.ffn_norm.data()));
-        LS_RETURN_IF_ERROR(mark("elementwise"));
-      }
-      const bool next = !w.moe && layer + 1 < c.num_layers;  // a MoE FFN leaves the next norm to its launch
-      set_tail(next ? weights_.layers[layer + 1].operator_norm.data() : nullptr, nullptr);
-      tail_normed_ = false;
+      LS_RETURN_IF_ERROR(norm_now(mix_.data(), w.ffn_norm.data()));
+      LS_RETURN_IF_ERROR(mark("elementwise"));
       LS_RETURN_IF_ERROR(w.moe ? ffn_moe(layer, rows) : ffn_dense(layer, rows));
     }
-    tail_next_ = cuda::DecodeTail{};
     pending_delta = mix_.data();
   }
   if (c.num_layers > 0) {
@@ -150,11 +121,7 @@ Status CudaTarget::ffn_dense(int layer, int64_t rows) {
 }
 
 Status CudaTarget::gemm_out(const bf16* x, int64_t rows, const cuda::DeviceMatrix& w, bf16* y) {
-  const cuda::DecodeTail tail = tail_next_;
-  tail_next_ = cuda::DecodeTail{};
-  tail_normed_ = tail.h != nullptr;
-  if (tail.h == nullptr && tail.l2_next == nullptr) return gemm_.gemm(x, rows, w, y, nullptr, stream_);
-  return cuda::gemm_decode_tail(gemm_, x, rows, w, y, tail, stream_);
+  return gemm_.gemm(x, rows, w, y, nullptr, stream_);
 }
 
 Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const cuda::DecodeNorm* norm) {
@@ -174,22 +141,16 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const c
   bf16* z = z_keep_.data() + static_cast<int64_t>(slot) * max_rows_ * D;
   const int32_t* row_window = device_at<int32_t>(meta.row_window);
   const gpu::WindowInfo* windows = device_at<gpu::WindowInfo>(meta.windows);
-  if (!norm && decode_tail_conv_ && rows <= 16) {  // in_proj, then the conv in its last CTA (the same bits)
-    LS_RETURN_IF_ERROR(gpu::gemm_conv_tail(gemm_, u_.data(), w.in_proj.view(), args, row_window, windows, z,
-                                           act_.data(), tail_ticket_.data(), stream_));
-    LS_RETURN_IF_ERROR(mark("gemm"));
+  if (norm) {  // in_proj of the norm's output, the norm in the GEMM's prologue
+    const cuda::DeviceMatrix in_proj = w.in_proj.view();
+    bf16* const out = wide_.data();
+    LS_RETURN_IF_ERROR(cuda::gemm_decode_norm(gemm_, *norm, rows, {&in_proj, 1}, {&out, 1}, stream_));
   } else {
-    if (norm) {  // in_proj of the norm's output, the norm in the GEMM's prologue
-      const cuda::DeviceMatrix in_proj = w.in_proj.view();
-      bf16* const out = wide_.data();
-      LS_RETURN_IF_ERROR(cuda::gemm_decode_norm(gemm_, *norm, rows, {&in_proj, 1}, {&out, 1}, stream_));
-    } else {
-      LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_));
-    }
-    LS_RETURN_IF_ERROR(mark("gemm"));
-    LS_RETURN_IF_ERROR(gpu::short_conv(args, row_window, windows, z, act_.data(), stream_));
-    LS_RETURN_IF_ERROR(mark("short conv"));
+    LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_));
   }
+  LS_RETURN_IF_ERROR(mark("gemm"));
+  LS_RETURN_IF_ERROR(gpu::short_conv(args, row_window, windows, z, act_.data(), stream_));
+  LS_RETURN_IF_ERROR(mark("short conv"));
   LS_RETURN_IF_ERROR(gemm_out(act_.data(), rows, w.conv_out.view(), mix_.data()));
   return mark("gemm");
 }

@@ -1,6 +1,5 @@
 // CudaTarget: pools sized at load, windows validated and staged in one upload, draws/taps/logits back in one sync.
 #include "model/lfm2/cuda/cuda_target.h"
-#include "model/lfm2/cuda/conv_tail.h"
 
 #include "model/window_checks.h"
 
@@ -52,14 +51,6 @@ Result<std::unique_ptr<CudaTarget>> CudaTarget::create(io::ModelConfig config, c
   LS_CUDA_TRY(cudaStreamCreateWithFlags(&target->stream_, cudaStreamNonBlocking));
   LS_ASSIGN_OR_RETURN(target->weights_, gpu::upload_weights(target->config_, weights));
   LS_RETURN_IF_ERROR(target->allocate(options));
-  if (const char* tail = std::getenv("LS_DECODE_TAIL")) {  // benches: "norms", "l2=MB", "pdl", joined by commas
-    const std::string spec = tail;
-    if (spec.find("pdl") != std::string::npos) gpu::set_programmatic_state_launches(true);  // process-wide
-    const size_t l2 = spec.find("l2=");
-    target->set_decode_tail(spec.find("norms") != std::string::npos,
-                            l2 == std::string::npos ? 0 : std::atoi(spec.c_str() + l2 + 3),
-                            spec.find("conv") != std::string::npos);
-  }
   return target;
 }
 
@@ -136,9 +127,6 @@ Status CudaTarget::allocate(const LoadOptions& options) {
     LS_RETURN_IF_ERROR(moe_tickets_.allocate(gpu::expert_combine_tickets(D)));
     LS_CUDA_TRY(cudaMemset(moe_tickets_.data(), 0, moe_tickets_.bytes()));
   }
-  gpu::allow_conv_tail_shared();  // the conv tail kernels' opt-ins, once, before any capture
-  LS_RETURN_IF_ERROR(tail_ticket_.allocate(1));  // decode tails: zero between launches, every launch leaves it so
-  LS_CUDA_TRY(cudaMemset(tail_ticket_.data(), 0, tail_ticket_.bytes()));
   const int64_t G = head_group_;
   LS_RETURN_IF_ERROR(head_in_.allocate(G * D));
   LS_RETURN_IF_ERROR(head_normed_.allocate(G * D));

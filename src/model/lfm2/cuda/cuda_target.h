@@ -75,18 +75,6 @@ class CudaTarget final : public Target {
     decode_norm_fusion_ffn_ = ffn;
     clear_graphs();
   }
-  // Up to 16 rows, norm launches unfused (issue 8: fewer kernel boundaries): norms on, each residual add + RMSNorm
-  // after a mixer's last GEMM or a dense FFN's down GEMM runs in that GEMM's last CTA (cuda::gemm_decode_tail, the
-  // same bits) instead of its own launch; l2_mb > 0: the mixer's last GEMM also asks L2 for the first l2_mb MB of
-  // the dense FFN's gate_up. Off by default until an H200 batch times it; LS_DECODE_TAIL ("norms", "l2=MB", "pdl":
-  // gpu::set_programmatic_state_launches, "conv", joined by commas) sets it at load for benches.
-  // conv: the ShortConv runs in the last CTA of the conv layer's in_proj GEMM (gpu::gemm_conv_tail) instead.
-  void set_decode_tail(bool norms, int l2_mb, bool conv = false) {
-    decode_tail_norms_ = norms;
-    decode_tail_l2_mb_ = l2_mb > 0 ? l2_mb : 0;
-    decode_tail_conv_ = conv;
-    clear_graphs();
-  }
 
  private:
   struct StreamState {
@@ -117,8 +105,7 @@ class CudaTarget final : public Target {
   Status mixer_conv(int layer, int64_t rows, const Meta& meta, const cuda::DecodeNorm* norm);
   Status mixer_attention(int layer, int64_t rows, const Meta& meta, const cuda::DecodeNorm* norm);
   Status ffn_dense(int layer, int64_t rows);
-  // A mixer's last GEMM / the dense FFN's down GEMM: with tail_next_ set, the tail launch (and tail_next_ cleared,
-  // tail_normed_ saying whether it ran the norm); else GemmEngine::gemm.
+  // A mixer's last GEMM / the dense FFN's down GEMM (GemmEngine::gemm; the decode tails of session 7 are gone).
   Status gemm_out(const bf16* x, int64_t rows, const cuda::DeviceMatrix& w, bf16* y);
   Status ffn_moe(int layer, int64_t rows);
   // Final norm + head + keyed draw of n drawn rows (indices into h at meta.drawn); logits of wanted rows to `verified`.
@@ -162,13 +149,7 @@ class CudaTarget final : public Target {
   bool graphs_enabled_ = true;
   bool decode_norm_fusion_ = false;
   bool decode_norm_fusion_ffn_ = true;
-  bool decode_tail_norms_ = false;
-  int decode_tail_l2_mb_ = 0;
-  bool decode_tail_conv_ = false;
-  cuda::DecodeTail tail_next_;  // what the next gemm_out runs after its GEMM (run_layers sets it)
-  bool tail_normed_ = false;
   int last_graph_kernels_ = 0;
-  cuda::DeviceBuffer<unsigned> tail_ticket_;  // [1] the tail launches' ticket (zero between launches)
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> sightings_;
 

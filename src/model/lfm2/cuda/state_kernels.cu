@@ -4,7 +4,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/pdl.cuh"
@@ -88,21 +87,12 @@ __global__ void gather_rows_kernel(const bf16* src, const int32_t* index, int64_
   dst[i] = src[static_cast<int64_t>(index[row] / divisor) * width + i % width];
 }
 
-std::atomic<bool> programmatic_state{false};
-
 }  // namespace
-
-void set_programmatic_state_launches(bool on) { programmatic_state.store(on, std::memory_order_relaxed); }
-bool programmatic_state_launches() { return programmatic_state.load(std::memory_order_relaxed); }
 
 Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                 const int32_t* pages, const KvShape& shape, KvLayer layer, cudaStream_t stream) {
   const int kv_width = shape.kv_heads * shape.head_dim;
   if (rows == 0) return ok_status();
-  if (programmatic_state_launches())
-    return ls::cuda::launch_programmatic(write_kv_kernel, dim3(blocks_for(rows * kv_width, 256)), 256, 0, stream, k, v,
-                                         rows, row_window, windows, pages, shape.page_size, kv_width, layer.keys,
-                                         layer.values);
   write_kv_kernel<<<blocks_for(rows * kv_width, 256), 256, 0, stream>>>(k, v, rows, row_window, windows, pages,
                                                                           shape.page_size, kv_width, layer.keys,
                                                                           layer.values);
@@ -113,9 +103,6 @@ Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_w
 Status short_conv(const ConvArgs& args, const int32_t* row_window, const WindowInfo* windows, bf16* z, bf16* y,
                   cudaStream_t stream) {
   if (args.rows == 0) return ok_status();
-  if (programmatic_state_launches())
-    return ls::cuda::launch_programmatic(short_conv_kernel, dim3(blocks_for(args.rows * args.width, 256)), 256, 0,
-                                         stream, args, row_window, windows, z, y);
   short_conv_kernel<<<blocks_for(args.rows * args.width, 256), 256, 0, stream>>>(args, row_window, windows, z, y);
   LS_CUDA_TRY_LAUNCH("short_conv");
   return ok_status();

@@ -39,11 +39,6 @@ struct KvShape {
 };
 
 // Writes the rows' k, v [rows, kv_width] into their streams' pages at their positions.
-// Bench A/B (issue 8, session 7; off by default until an H200 batch times it): write_kv, short_conv and the
-// attention tile kernel launched programmatically (each waits for the kernel before it first thing, and lets the
-// next one start at once), so the GEMM after them stages its weights while they run. Same bits.
-void set_programmatic_state_launches(bool on);
-bool programmatic_state_launches();
 Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                 const int32_t* pages, const KvShape& shape, KvLayer layer, cudaStream_t stream);
 
