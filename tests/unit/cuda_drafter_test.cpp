@@ -752,9 +752,14 @@ TEST(CudaDrafter, DeviceAbsorbsThroughGraphsLeaveTheContextsOfEagerAbsorbs) {
   std::unique_ptr<CudaDsparkDrafter> batched = load_cuda(pair.drafter_dir, target, cuda_options());
   ASSERT_TRUE(eager && graphed && per_layer && batched);
   per_layer->set_fused_absorb(false);
-  eager->set_batched_loads(false);
-  graphed->set_batched_loads(false);
+  // The reference drafters load one at a time (the old path); a pin drops the graphs, so the graphed one captures its
+  // buckets again as at load.
+  for (CudaDsparkDrafter* drafter : {eager.get(), graphed.get(), per_layer.get()}) {
+    drafter->set_batched_loads(false);
+    drafter->capture_bucket_graphs();
+  }
   batched->set_batched_loads(true);
+  batched->capture_bucket_graphs();
   eager->set_graphs(false);
   const DsparkConfig& c = eager->config();
   const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;

@@ -4,7 +4,6 @@
 #include "draft/dspark/shared_steps.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <span>
@@ -71,14 +70,6 @@ CudaDsparkDrafter::CudaDsparkDrafter(const DsparkConfig& config, const bf16_t* e
   facts_.restarts = true;
   int device = 0;
   if (cudaGetDevice(&device) == cudaSuccess) facts_.tap_device = device;
-  // Session 8 H200 A/B hook for the lanes benches only (removed once a batch decides, as session 7's were; drafts
-  // change speed, never tokens): LS_DRAFTER_SCAN_HANDOFF=flags|counter pins the persistent scan's handoff.
-  if (const char* pin = std::getenv("LS_DRAFTER_SCAN_HANDOFF")) {
-    if (std::strcmp(pin, "flags") == 0) persistent_handoff_ = PersistentHandoff::Flags;
-    if (std::strcmp(pin, "counter") == 0) persistent_handoff_ = PersistentHandoff::Counter;
-  }
-  // LS_DRAFTER_LOADS=batched|serial pins set_batched_loads.
-  if (const char* pin = std::getenv("LS_DRAFTER_LOADS")) batched_loads_ = std::strcmp(pin, "batched") == 0;
 }
 
 CudaDsparkDrafter::~CudaDsparkDrafter() {
