@@ -170,6 +170,19 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   return drafter;
 }
 
+void CudaDsparkDrafter::fit_cooperative_attention() {
+  // Which request counts the one-launch attention takes here at the chunks in use (asked now, outside any capture:
+  // no occupancy query inside one).
+  const DsparkConfig& c = config_;
+  const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
+  const size_t n = static_cast<size_t>(scratch_.requests);
+  cooperative_attention_fits_.assign(n + 1, false);
+  for (size_t count = 1; count <= n; ++count) {
+    cooperative_attention_fits_[count] =
+        block_attention_cooperative_supported(static_cast<int>(count), c.block_size, dims, attention_chunks_);
+  }
+}
+
 Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
   if (requests <= scratch_.requests) return ok_status();
   const DsparkConfig& c = config_;
@@ -233,12 +246,6 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
         counted));
     LS_RETURN_IF_ERROR(s.attention_barriers.upload(std::vector<unsigned int>(n * c.num_kv_heads + 1, 0u),
                                                    "attention barriers", counted));
-    // Which request counts the one-launch attention takes here (asked now: no occupancy query inside a capture).
-    cooperative_attention_fits_.assign(n + 1, false);
-    for (size_t count = 1; count <= n; ++count) {
-      cooperative_attention_fits_[count] =
-          block_attention_cooperative_supported(static_cast<int>(count), c.block_size, dims, 0);
-    }
   }
   if (absorb_.taps.size() == 0) {
     constexpr size_t kChunk = 128;
@@ -249,6 +256,7 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
     LS_RETURN_IF_ERROR(absorb_.normed.allocate(kChunk * c.hidden_size, "absorb normed", counted));
   }
   s.requests = requests;
+  if (s.attention_barriers.size() > 0) fit_cooperative_attention();
   graphs_.clear();  // captured graphs hold the old scratch pointers
   return ok_status();
 }

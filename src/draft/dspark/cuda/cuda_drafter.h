@@ -189,6 +189,7 @@ class CudaDsparkDrafter final : public Drafter {
   void set_attention_chunks(int chunks) {
     attention_chunks_ = chunks;
     graphs_.clear();
+    if (!cooperative_attention_fits_.empty()) fit_cooperative_attention();  // fewer chunks: more counts fit at once
   }
   // Captures the block pass and the scan (every depth) of every request bucket the scratch holds and absorb_device()'s
   // chunk of every row bucket, without running them (at load, and again when the scratch grows): graphs that exist
@@ -393,6 +394,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool split_pick_ = true;
   int attention_chunks_ = 0;
   std::vector<bool> cooperative_attention_fits_;  // [count] the one-launch attention's grid is resident at once
+  void fit_cooperative_attention();              // fills cooperative_attention_fits_ for the chunks in use
   int bucket_graphs_captured_ = 0;
   double bucket_capture_ms_ = 0;
   int absorb_graphs_captured_ = 0;
