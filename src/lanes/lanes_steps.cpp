@@ -76,10 +76,8 @@ Status Lanes::admit() {
     const bool scout_only = (options_.scout_prompt_only && !options_.pricing.always_draft) || !pays;
     // Where even an always-right drafter could not pay at this many streams the scout's probe would be skipped:
     // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
-    // Probes that pay their way: where the streams could not pay at the chances pricing has (the prior).
-    const bool always_right = !options_.pricing.probes_pay_their_way;
     const bool hopeless = !drafter_proven && options_.scout_prompt_only &&
-                          !pricing_.could_draft(streams, draft_cap(*stream), always_right);
+                          !pricing_.could_draft(streams, draft_cap(*stream), /*always_right=*/true);
     stream->dormant = hopeless || (drafter_proven ? !pays : scout_tapping && scout_only);
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;

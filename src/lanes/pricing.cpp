@@ -257,11 +257,11 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // The scout probes for every stream: its probe is worth it when the streams together could pay (a pass's
     // fixed cost shared by many can pay where one stream's alone cannot).
     const int alike = scouting ? static_cast<int>(drafting.size()) : 1;
-    // Probes that pay their way: the scout's where the streams could pay at the chances pricing has, a stream's
-    // own only where its window could win what it costs (not even at the longest wait).
-    const bool worth = !options_.probes_pay_their_way ||
-                       (scouting ? could_pay(offers[0], stream, caps[prober], alike, /*always_right=*/false)
-                                 : probe_pays(stream, caps[prober], offers[0].fixed_rows));
+    // Probes that pay their way: a stream's own only where its window could win what it costs (not even at the
+    // longest wait). The scout's stays on the always-right test: before any draft there are no confidences, and at
+    // the prior a confident drafter at 16 streams would never be found (LanesPricedCosts.WhereOnlyDeepWindowsPay...).
+    const bool worth = !options_.probes_pay_their_way || scouting ||
+                       probe_pays(stream, caps[prober], offers[0].fixed_rows);
     if (worth && (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers[0], stream, caps[prober], alike))) {
       // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
       // trim to keep as the confidences justify (deeper acceptance gets measured too).
@@ -370,7 +370,7 @@ bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int 
     if (always_right) {
       offers[index].chances.assign(std::max(cap, 1), 1.0f);
     } else {
-      offers[index].chances = pooled_acceptance_.chain(std::max(cap, 1));
+      offers[index].chances = hopeful_chain(std::max(cap, 1));
     }
     // Its catch-up spread over the few rounds such a stream would still run.
     offers[index].activation_ms = activation_ms(stream, cap, offers[index].chances);
@@ -421,14 +421,15 @@ bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const
   if (cap <= 0) return false;
   const int rows = std::clamp(round_streams, 1, max_rows_);
   const int depth = has_confidence_ ? cap : 1;
-  // Every draft landing wins `depth` tokens, each worth what plain pays a token at this many streams.
+  // Every draft landing wins `cap` tokens (a probe without confidences verifies one draft, but measures the first
+  // step of a chain that may grow to the cap), each worth what plain pays a token at this many streams.
   const double plain_token_ms = (tables_.verify.ms(rows) + overhead_ms_) / rows;
   // Its absorb: a batched call's share (the call itself where measured) or a host call with the stream's rows.
   const double absorb_ms = batched_absorbs_ ? batched_call_ms_ + tables_.absorb_ms_per_row * (stream.unabsorbed_rows + 1)
                                             : tables_.absorb_ms(stream.unabsorbed_rows + 1);
   const double cost_ms = draft_ms(1, depth) + tables_.verify.ms(std::min(rows + depth, max_rows_)) -
                          tables_.verify.ms(rows) + absorb_ms + one_off_ms_;
-  return depth * plain_token_ms > cost_ms;
+  return cap * plain_token_ms > cost_ms;
 }
 
 void Pricing::observe_slow_forward(double excess_ms) {
@@ -547,6 +548,24 @@ void Pricing::observe_absorb(int rows, double ms) {
     tables_.absorb_ms_per_row =
         std::max(0.0, tables_.absorb_ms_per_row + options_.cost_rate * (per_row - tables_.absorb_ms_per_row));
   }
+}
+
+std::vector<float> Pricing::hopeful_chain(int depth) const {
+  // A group probe re-measures a pool that bad luck may have pulled down (an unlucky scout probe at 16 streams), so it
+  // is judged on the better of the pool and a hopeful estimate: the drafter's calibrated confidences where it reports
+  // them (the nano pair's head, calibrated by its windows, says what its drafts land), else the prior.
+  const std::vector<double> confidences = has_confidence_ ? pooled_confidence_.calibrated(calibration_)
+                                                          : std::vector<double>{};
+  const std::vector<double>& hopeful = confidences.empty() ? options_.depth_prior : confidences;
+  std::vector<float> chances(std::max(depth, 0));
+  double product = 1.0;
+  for (int index = 0; index < depth; ++index) {
+    double conditional = pooled_acceptance_.conditional(index);
+    if (!hopeful.empty()) conditional = std::max(conditional, hopeful[std::min<size_t>(index, hopeful.size() - 1)]);
+    product *= conditional;
+    chances[index] = static_cast<float>(product);
+  }
+  return chances;
 }
 
 std::vector<double> Pricing::unexplored_conditionals() const {

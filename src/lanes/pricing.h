@@ -67,16 +67,20 @@ struct PricingOptions {
   // and every `full_depth_every`-th drafting decision of a stream asks its whole cap so deeper acceptance stays
   // measured. The CPU DSpark pass runs the head, the scan and a lone request's last layer only for the slots asked
   // (nano, 2 threads: ~0.1-0.15 ms of a ~0.9 ms pass between depth 3 and 7). false: every drafting stream asks its
-  // whole cap (lanes_bench --depth-ask whole).
+  // whole cap (lanes_bench --depth-ask whole). Off: it loses where drafting does not pay, because a cheaper pass
+  // makes pricing buy more of it (H200 s8A nano sampled 0.44 / 0.51x at 4 / 8 streams against 0.71 / 0.74x; the
+  // 1.2B synth at 1 stream 2.31x against 2.41x; CPU nano at 1 stream 13-20 passes in two of four runs, 0.72-0.81x).
   bool price_depth_asked = false;
   int full_depth_every = 4;       // 0: never (a test's planted fault)
   // Probes that pay their way (lanes_bench --probe-value on): a stream's own probe runs only where the tokens its
   // window could win if every draft landed, at plain's ms a token for this many streams, exceed what it costs (its
-  // pass, its verify rows, its absorb, and the mean one-off of a slow forward measured so far); the scout's and the
-  // group probes, and the scout's prompt taps, only where the round's streams drafting together could pay at the
-  // chances pricing has (the prior or better), not only if every draft landed. The nano pair on the H200 at 4-16
-  // streams: a 7-draft window wins at most 7 x 0.05 ms next to a 0.19 ms pass and a 0.2 ms forward.
-  bool probes_pay_their_way = false;
+  // pass, its verify rows, its absorb, and the mean one-off of a slow forward measured so far); a group probe only
+  // where the round's streams drafting together could pay at the hopeful chances (the pool, or the calibrated
+  // confidences where better; the prior without a head), not only if every draft landed (the scout keeps that test). The nano pair on the
+  // H200 at 4-16 streams: a 7-draft window wins at most 7 x 0.05 ms next to a 0.19 ms pass and a 0.2 ms forward.
+  // On by default since H200 batch s8A (nano greedy 1.85 / 0.77 / 0.86 / 0.81x at 1 / 4 / 8 / 16 streams against 1.81 / 0.73 /
+  // 0.72 / 0.72x, 3 passes instead of 6 at 8 and 16; the 1.2B synth at 16 streams 1.29x either way).
+  bool probes_pay_their_way = true;
 };
 
 struct DepthPlan {
@@ -172,6 +176,8 @@ class Pricing {
   double activation_ms(const Stream& stream, int cap, std::span<const float> chances) const;
   // What a depth no verify has reached is priced at (confidence_for_unexplored): [depths] conditionals.
   std::vector<double> unexplored_conditionals() const;
+  // Chain chances at the better of the pooled acceptance and the calibrated confidences (else the prior): [depth].
+  std::vector<float> hopeful_chain(int depth) const;
   // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
   std::vector<float> depth_chances(const Stream& stream, int cap) const;
   RoundCost round_cost() const;
@@ -180,7 +186,7 @@ class Pricing {
                         std::vector<DepthPlan>& plans);
   // Whether `stream` would be bought drafts at all, next to the round's pending rows, if every one of its `cap`
   // drafts landed (its catch-up absorb included), drafting alongside `alike - 1` streams that offer the same.
-  // `always_right` false: at the pooled chances instead (what pricing expects, the prior or better).
+  // `always_right` false: at the hopeful chances instead (hopeful_chain).
   bool could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike = 1,
                  bool always_right = true) const;
   // price_depth_asked: every stream bought drafts asks the round's deepest bought depth, its cap every n-th time.

@@ -118,11 +118,12 @@ LanesOptions probe_rule(bool pays) {
   return options;
 }
 
-TEST(LanesProbeValue, WhereNeitherAProbeNorTheGroupAtThePriorCanPayNoProbeRunsAndTheRunCostsWhatPlainDoes) {
+TEST(LanesProbeValue, WhereNeitherAProbeNorTheGroupAtThePriorCanPayOnlyTheScoutProbes) {
   // Four streams, a launch-bound verify (10 ms + 0.05 ms a row: the nano target on the H200 in miniature), a pass
   // 25 ms + 0.2 ms a draft row, a drafter right 50% of the time and 15% after a restart. If every draft landed, four
-  // streams drafting 7 deep would pay (32 tokens in 42 ms against plain's 4 in 10.2); at the prior's chances they
-  // would not (14.6 in 42), and one probe window wins at most 7 x 2.55 ms against its 26.4 ms pass.
+  // streams drafting 6 deep would pay (28 tokens in 41 ms against plain's 4 in 10.2); at the prior's chances they
+  // would not (14 in 41), and one probe window wins at most 6 x 2.55 ms against its 26.2 ms pass. The scout still
+  // probes once (before any draft there are no confidences to judge a group by: it keeps the always-right test).
   FixedClock clock;
   FakeTargetOptions target = costed_fake_target(clock, 10.0, 0.05);
   FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.5, 0.2);
@@ -137,9 +138,9 @@ TEST(LanesProbeValue, WhereNeitherAProbeNorTheGroupAtThePriorCanPayNoProbeRunsAn
   ASSERT_EQ(new_run.tokens, plain.tokens);
   EXPECT_GT(old_run.passes, 0);
   EXPECT_GT(old_run.ms, plain.ms * 1.01) << "plain " << plain.ms << " ms, probes on the tables " << old_run.ms;
-  EXPECT_EQ(new_run.passes, 0);
-  EXPECT_EQ(new_run.stats.tap_rows, 0);
-  EXPECT_LT(new_run.ms, plain.ms * 1.001) << "plain " << plain.ms << " ms, probes that pay " << new_run.ms << " ms";
+  EXPECT_LE(new_run.passes, 1);
+  EXPECT_LT(new_run.ms, plain.ms * 1.025) << "plain " << plain.ms << " ms, probes that pay " << new_run.ms << " ms";
+  EXPECT_LT(new_run.ms, old_run.ms) << "probes on the tables " << old_run.ms << " ms, probes that pay " << new_run.ms;
 }
 
 TEST(LanesProbeValue, ProbesThatPayTheirWayStillFindAndBuyADrafterThatPaysAtOneStream) {
