@@ -429,7 +429,7 @@ bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const
                                             : tables_.absorb_ms(stream.unabsorbed_rows + 1);
   const double cost_ms = draft_ms(1, depth) + tables_.verify.ms(std::min(rows + depth, max_rows_)) -
                          tables_.verify.ms(rows) + absorb_ms + one_off_ms_;
-  return cap * plain_token_ms > cost_ms;
+  return cap * plain_token_ms >= cost_ms;  // (a clock that never moves: every probe pays)
 }
 
 void Pricing::observe_slow_forward(double excess_ms) {
