@@ -107,10 +107,16 @@ TEST(CudaMoeRoute, TheRouterGemmInsideRouteAndPlanGivesTheGemmEngineAndRouteLaun
     if (c.preload) {
       ASSERT_TRUE(router_preload_fits(c.rows, c.experts, c.hidden)) << "rows " << c.rows;
     }
-    struct PreloadScope {
-      explicit PreloadScope(bool on) : before(moe_router_preload()) { set_moe_router_preload(on); }
-      ~PreloadScope() { set_moe_router_preload(before); }
-      bool before;
+    struct PreloadScope {  // the old kernel (the lean one, the default, has its own test below)
+      explicit PreloadScope(bool on) : before(moe_router_preload()), lean_before(moe_route_lean()) {
+        set_moe_router_preload(on);
+        set_moe_route_lean(false);
+      }
+      ~PreloadScope() {
+        set_moe_router_preload(before);
+        set_moe_route_lean(lean_before);
+      }
+      bool before, lean_before;
     } preload_scope(c.preload);
     const int64_t slots = c.rows * c.k;
     DeviceBuffer<bf16> x = upload(random_bf16(c.rows * c.hidden, 50 + c.rows, 1.0f, false));
@@ -169,7 +175,8 @@ TEST(CudaMoeRoute, TheLeanRouteAndPlanGivesTheGemmEngineRouteAndPlanLaunchBits) 
   for (int64_t rows = 1; rows <= 16; ++rows) cases.push_back({rows, 32, 4, 2048, rows % 5 == 0, true, true, 1.0f, 0});
   for (const Case c : {Case{7, 36, 3, 264, true, true, false, 2.5f, 0}, Case{16, 8, 2, 40, true, false, true, 1.0f, 0},
                        Case{5, 40, 40, 64, true, true, true, 1.0f, 0}, Case{3, 8, 8, 64, false, true, true, 1.0f, 3},
-                       Case{2, 256, 1, 40, false, true, true, 1.0f, 0}, Case{12, 70, 6, 128, true, false, true, 1.5f, 7}})
+                       Case{2, 256, 1, 40, false, true, true, 1.0f, 0},
+                       Case{12, 70, 6, 128, true, false, true, 1.5f, 7}})
     cases.push_back(c);
   int checked = 0;
   for (const Case& c : cases) {
@@ -234,7 +241,8 @@ TEST(CudaMoeRoute, TheLeanRouteAndPlanGivesTheGemmEngineRouteAndPlanLaunchBits) 
 }
 
 // route_and_plan runs the lean kernel under set_moe_route_lean (and the old one past 16 rows): the same bits as
-// with the switch off, on the 8B router shape; the lean refusals by number.
+// with the switch off, also with the router's loads kept in L2 (set_moe_router_keep_in_l2), on the 8B router shape;
+// the lean refusals by number.
 TEST(CudaMoeRoute, TheLeanSwitchGivesTheOldRouteAndPlanBitsAndTheLeanKernelRefusesByNumber) {
   LS_SKIP_WITHOUT_DEVICE();
   constexpr int E = 32, k = 4;
@@ -243,9 +251,9 @@ TEST(CudaMoeRoute, TheLeanSwitchGivesTheOldRouteAndPlanBitsAndTheLeanKernelRefus
     const int64_t slots = rows * k;
     DeviceBuffer<bf16> x = upload(random_bf16(rows * D, 100 + rows, 1.0f, false));
     DeviceBuffer<bf16> router = upload(random_bf16(E * D, 101, 0.05f, false));
-    std::vector<std::vector<int32_t>> ints[2];
-    std::vector<float> floats[2];
-    for (int lean = 0; lean < 2; ++lean) {
+    std::vector<std::vector<int32_t>> ints[3];
+    std::vector<float> floats[3];
+    for (int lean = 0; lean < 3; ++lean) {  // old kernel, lean, lean with the router kept in L2
       DeviceBuffer<bf16> logits = poisoned<bf16>(rows * E);
       DeviceBuffer<int32_t> chosen = poisoned<int32_t>(slots), offsets = poisoned<int32_t>(E + 1),
                             order = poisoned<int32_t>(slots);
@@ -264,9 +272,11 @@ TEST(CudaMoeRoute, TheLeanSwitchGivesTheOldRouteAndPlanBitsAndTheLeanKernelRefus
       plan.offsets = offsets.data();
       plan.order = order.data();
       const bool before = moe_route_lean();
-      set_moe_route_lean(lean == 1);
+      set_moe_route_lean(lean >= 1);
+      set_moe_router_keep_in_l2(lean == 2);
       const Status status = route_and_plan(plan, nullptr);
       set_moe_route_lean(before);
+      set_moe_router_keep_in_l2(false);
       ASSERT_TRUE(status.ok()) << status.to_string();
       std::vector<bf16> logit_bits = download(logits, rows * E);
       std::vector<int32_t> logit_ints(logit_bits.size());
@@ -274,8 +284,11 @@ TEST(CudaMoeRoute, TheLeanSwitchGivesTheOldRouteAndPlanBitsAndTheLeanKernelRefus
       ints[lean] = {logit_ints, download(chosen, slots), download(offsets, E + 1), download(order, slots)};
       floats[lean] = download(weights, slots);
     }
-    for (size_t i = 0; i < ints[0].size(); ++i) EXPECT_TRUE(same_bits(ints[0][i], ints[1][i])) << "rows " << rows << " output " << i;
-    EXPECT_TRUE(same_bits(floats[0], floats[1])) << "rows " << rows;
+    for (int lean = 1; lean < 3; ++lean) {
+      for (size_t i = 0; i < ints[0].size(); ++i)
+        EXPECT_TRUE(same_bits(ints[0][i], ints[lean][i])) << "rows " << rows << " mode " << lean << " output " << i;
+      EXPECT_TRUE(same_bits(floats[0], floats[lean])) << "rows " << rows << " mode " << lean;
+    }
   }
   EXPECT_FALSE(route_lean_fits(17, 32, 4, 2048));
   EXPECT_FALSE(route_lean_fits(4, 257, 4, 2048));
@@ -360,7 +373,9 @@ TEST(CudaMoeRoute, RefusesTooManyRowsExpertsSlotsOrRouterKByNumber) {
 
 // Timing (LS_EXPERT_TIMING=1; never in the default suite): route_and_plan with the router inside at the 8B shapes
 // (32 experts, top-4, D 2048) back to back, 416 routers cycled (52 MB, past the L2) so the router comes from memory;
-// the router streamed through the warps' pipelines vs preloaded whole before the wait vs the lean kernel (moe8).
+// the router streamed through the warps' pipelines vs preloaded whole before the wait vs the lean kernel (moe8); then
+// the lean kernel at K 512 (a quarter of the router's 128-step mma chain: the difference is the chain's cost) and with
+// one router for every launch (in L2: the difference is the preload from memory, where it is not hidden).
 TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenAsked) {
   LS_SKIP_WITHOUT_DEVICE();
   if (std::getenv("LS_EXPERT_TIMING") == nullptr) GTEST_SKIP() << "set LS_EXPERT_TIMING=1 to time";
@@ -376,18 +391,21 @@ TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenA
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   const bool preload_before = moe_router_preload(), lean_before = moe_route_lean();
-  std::printf("[route timing] rows, us per route + plan launch (router inside): streamed, preloaded, lean\n");
+  std::printf("[route timing] rows, us per route + plan launch (router inside): streamed, preloaded, lean, lean at K "
+              "512, lean with one router (L2)\n");
   for (int64_t rows : {1, 4, 16}) {
-    double us[3];
-    for (int v = 0; v < 3; ++v) {
+    double us[5];
+    for (int v = 0; v < 5; ++v) {
       set_moe_router_preload(v >= 1);
-      set_moe_route_lean(v == 2);
+      set_moe_route_lean(v >= 2);
+      const int64_t hidden = v == 3 ? 512 : D;
+      const int routers_cycled = v == 4 ? 1 : kRouters;
       auto launch = [&](int i) {
         RoutePlan plan;
         plan.logits = logits.data();
         plan.x = x.data();
-        plan.router = routers.data() + static_cast<int64_t>(i % kRouters) * E * D;
-        plan.hidden = D;
+        plan.router = routers.data() + static_cast<int64_t>(i % routers_cycled) * E * D;
+        plan.hidden = hidden;
         plan.rows = rows;
         plan.experts = E;
         plan.k = k;
@@ -409,7 +427,8 @@ TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenA
     }
     set_moe_router_preload(preload_before);
     set_moe_route_lean(lean_before);
-    std::printf("[route timing] %3lld rows  %7.2f %7.2f %7.2f us\n", static_cast<long long>(rows), us[0], us[1], us[2]);
+    std::printf("[route timing] %3lld rows  %7.2f %7.2f %7.2f %7.2f %7.2f us\n", static_cast<long long>(rows), us[0],
+                us[1], us[2], us[3], us[4]);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

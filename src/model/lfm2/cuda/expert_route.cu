@@ -24,7 +24,10 @@ constexpr int kLeanWarps = 8;
 constexpr int64_t kLeanMaxRows = 16;
 constexpr int kLeanMaxExperts = 256;
 
-std::atomic<bool> g_route_lean{false};
+// the lean kernel where it fits (H200 batch s8A: route + plan alone 8.47 vs 8.69 us at 1 row, 13.46 vs 14.08 at 16
+// rows; the 8B decode step a tie, 1.721 / 1.722 vs 1.716 / 1.721 ms; all MoE tests green)
+std::atomic<bool> g_route_lean{true};
+std::atomic<bool> g_router_keep_in_l2{false};
 int g_shared_optin = 0;  // bytes of dynamic shared memory a block may opt into (route_lean_setup)
 
 // Shared memory after the preloaded router and x rows: logits (then scores) [rows, E] f32, chosen [rows k] i32,
@@ -33,7 +36,7 @@ int64_t lean_shared_bytes(int64_t rows, int experts, int k, int64_t hidden) {
   return route_detail::preload_bytes(rows, experts, hidden) + 4 * (2 * rows * experts + 2 * rows * k + experts);
 }
 
-__global__ void __launch_bounds__(kLeanWarps * 32) route_plan_lean_kernel(RoutePlan a) {
+__global__ void __launch_bounds__(kLeanWarps * 32) route_plan_lean_kernel(RoutePlan a, bool keep_router_in_l2) {
   extern __shared__ __align__(128) unsigned char shared_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int E = a.experts, k = a.k, rows = static_cast<int>(a.rows), slots = rows * k;
@@ -42,7 +45,8 @@ __global__ void __launch_bounds__(kLeanWarps * 32) route_plan_lean_kernel(RouteP
   float* weight = reinterpret_cast<float*>(chosen + slots);
   int* first = reinterpret_cast<int*>(weight + slots);
   float* biased = reinterpret_cast<float*>(first + E);
-  route_detail::router_preloaded_in_block(a, shared_raw, logit);  // waits for the kernel before, lets the next start
+  // waits for the kernel before, lets the next start
+  route_detail::router_preloaded_in_block(a, shared_raw, logit, keep_router_in_l2);
   __syncthreads();  // every logit is in shared memory
   // Routing as cuda::route_experts: sigmoid scores rounded to bf16, + bias, the top k by descending biased score with
   // ties to the lower id and NaN never picked, weights normalized and scaled with its roundings. One warp a row; no
@@ -147,6 +151,8 @@ bool route_lean_fits(int64_t rows, int experts, int k, int64_t hidden) {
 
 void set_moe_route_lean(bool on) { g_route_lean = on; }
 
+void set_moe_router_keep_in_l2(bool on) { g_router_keep_in_l2 = on; }
+
 bool moe_route_lean() { return g_route_lean.load(); }
 
 Status route_and_plan_lean(const RoutePlan& a, cudaStream_t stream) {
@@ -159,7 +165,8 @@ Status route_and_plan_lean(const RoutePlan& a, cudaStream_t stream) {
                       std::to_string(a.hidden));
   const int shared = static_cast<int>(lean_shared_bytes(a.rows, a.experts, a.k, a.hidden));
   LS_RETURN_IF_ERROR(
-      ls::cuda::launch_programmatic(route_plan_lean_kernel, dim3(1), kLeanWarps * 32, shared, stream, a));
+      ls::cuda::launch_programmatic(route_plan_lean_kernel, dim3(1), kLeanWarps * 32, shared, stream, a,
+                                    g_router_keep_in_l2.load()));
   LS_CUDA_TRY_LAUNCH("route_plan_lean_kernel");
   return ok_status();
 }

@@ -228,12 +228,16 @@ bool moe_router_preload();
 Status route_and_plan(const RoutePlan& plan, cudaStream_t stream);
 // The lean route + plan (expert_route.cu; the same outputs and bits): the preloaded router, then the logits, choices
 // and weights kept in shared memory, each row's top k by one warp in one pass (each expert's rank), the plan by one
-// warp without block syncs; x set, 1..16 rows, 1..256 experts, within the block's shared memory. set_moe_route_lean (off by default
-// until an H200 batch times it) makes route_and_plan run it where it fits.
+// warp without block syncs; x set, 1..16 rows, 1..256 experts, within the block's shared memory.
+// set_moe_route_lean (on by default since batch s8A; off selects the old kernel) makes route_and_plan run it where
+// it fits.
 bool route_lean_fits(int64_t rows, int experts, int k, int64_t hidden);
 Status route_and_plan_lean(const RoutePlan& plan, cudaStream_t stream);
 void set_moe_route_lean(bool on);
 bool moe_route_lean();
+// Bench switch (off; the same bits): the lean kernel's router preload marked evict-last in L2, so each layer's
+// router (128 KB on the 8B, 2.8 MB for 22 layers) stays in L2 across steps while the experts stream through it.
+void set_moe_router_keep_in_l2(bool on);
 // The lean kernel's shared-memory opt-in (once; also done by route_lean_fits).
 void route_lean_setup();
 // route_and_plan's shared-memory opt-in for the router in the launch (once, before any capture).
