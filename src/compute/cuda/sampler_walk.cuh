@@ -46,6 +46,9 @@ struct Shared {
   uint64_t key_max[kWarps];
   unsigned int bin_count[kWarps][kBins];
   double bin_mass[kWarps][kBins];
+  unsigned int total_count[kBins];  // the bins summed over warps (warp 0's lanes, one bin each)
+  double total_mass[kBins];
+  uint64_t total_and, total_or;
   Walk walk;
   uint64_t select_prefix;
   uint64_t select_rank;
@@ -109,17 +112,56 @@ __device__ uint64_t warp_max(uint64_t x) {
   return x;
 }
 
+// Calls visit(id, logit) for this thread's share of the row, 16 ids per round from loads issued together (four
+// float4 where the row allows, else 16 floats), so the loads' latency overlaps (one block per row has only 16 warps
+// to hide it). Every lane of a warp visits equally often: slots past the row visit id >= vocab with a NaN logit.
+template <typename Visit>
+__device__ __forceinline__ void for_row(const float* row, int vocab, const Visit& visit) {
+  constexpr int kLoads = 4;
+  const float nan = __int_as_float(0x7fffffff);
+  if ((vocab & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    const int quads = vocab / 4;
+    for (int base = 0; base < quads; base += kThreads * kLoads) {
+      float4 v[kLoads];
+#pragma unroll
+      for (int k = 0; k < kLoads; ++k) {
+        const int q = base + k * kThreads + static_cast<int>(threadIdx.x);
+        v[k] = q < quads ? row4[q] : make_float4(nan, nan, nan, nan);
+      }
+#pragma unroll
+      for (int k = 0; k < kLoads; ++k) {
+        const int id = 4 * (base + k * kThreads + static_cast<int>(threadIdx.x));
+        visit(id, v[k].x);
+        visit(id + 1, v[k].y);
+        visit(id + 2, v[k].z);
+        visit(id + 3, v[k].w);
+      }
+    }
+  } else {
+    for (int base = 0; base < vocab; base += kThreads * 4 * kLoads) {
+      float v[4 * kLoads];
+#pragma unroll
+      for (int k = 0; k < 4 * kLoads; ++k) {
+        const int id = base + k * kThreads + static_cast<int>(threadIdx.x);
+        v[k] = id < vocab ? row[id] : nan;
+      }
+#pragma unroll
+      for (int k = 0; k < 4 * kLoads; ++k) visit(base + k * kThreads + static_cast<int>(threadIdx.x), v[k]);
+    }
+  }
+}
+
 __device__ SetStats set_stats(const float* row, int vocab, const Filter& filter, Shared& s) {
   SetStats mine;
-  for (int id = threadIdx.x; id < vocab; id += kThreads) {
-    const float logit = row[id];
-    if (!filter.keeps(logit, id)) continue;
+  for_row(row, vocab, [&](int id, float logit) {
+    if (!filter.keeps(logit, id)) return;
     const uint64_t key = order_key(logit, id);
     ++mine.count;
     mine.all_and &= key;
     mine.all_or |= key;
     mine.max_key = max(mine.max_key, key);
-  }
+  });
   const unsigned int count = __reduce_add_sync(0xffffffffu, mine.count);
   const uint64_t a = warp_and(mine.all_and), o = warp_or(mine.all_or), m = warp_max(mine.max_key);
   __syncthreads();
@@ -201,23 +243,19 @@ __device__ void walk_pass(const float* row, int vocab, const Filter& filter, Sha
     }
   } else {
     const bool gather = w.source == kGatherFromRow;
-    for (int base = 0; base < vocab; base += kThreads) {
-      const int id = base + threadIdx.x;
+    for_row(row, vocab, [&](int id, float logit) {
       bool in = false;
       uint64_t key = 0;
       double weight = 0;
-      if (id < vocab) {
-        const float logit = row[id];
-        if (filter.keeps(logit, id)) {
-          key = order_key(logit, id);
-          in = (key & w.mask) == w.prefix;
-          if (kMass && in) weight = filter.weight(logit);
-        }
+      if (filter.keeps(logit, id)) {  // NaN past the row
+        key = order_key(logit, id);
+        in = (key & w.mask) == w.prefix;
+        if (kMass && in) weight = filter.weight(logit);
       }
       if (in) sums.add(key, static_cast<int>((key >> w.shift) & (kBins - 1)), weight);
-      if (!gather) continue;
+      if (!gather) return;
       const unsigned int votes = __ballot_sync(0xffffffffu, in);  // one slot reservation per warp
-      if (votes == 0) continue;
+      if (votes == 0) return;
       const unsigned int lane = threadIdx.x & 31, leader = __ffs(votes) - 1;
       unsigned int at = 0;
       if (lane == leader) at = atomicAdd(&s.count, static_cast<unsigned int>(__popc(votes)));
@@ -226,34 +264,46 @@ __device__ void walk_pass(const float* row, int vocab, const Filter& filter, Sha
         s.chunk_keys[at] = key;
         s.chunk_weights[at] = weight;
       }
-    }
+    });
   }
   __syncthreads();
   sums.store(s);
   __syncthreads();
 }
 
-// Thread 0 after a pass: totals the bins, picks the digit holding the rank / the mass goal, narrows the keys in play
-// and ends the walk when one key is left (by mass: decided only if the bounds put the goal off both its sides).
+// Warp 0 after a pass: its lanes total the bins over the warps, then lane 0 picks the digit holding the rank / the
+// mass goal, narrows the keys in play and ends the walk when one key is left (by mass: decided only if the bounds
+// put the goal off both its sides).
 template <bool kMass>
 __device__ void walk_step(Shared& s) {
+  const int lane = threadIdx.x & 31;
+  if (lane < kBins) {
+    unsigned int c = 0;
+    double m = 0;
+    for (int warp = 0; warp < kWarps; ++warp) {
+      c += s.bin_count[warp][lane];
+      if constexpr (kMass) m += s.bin_mass[warp][lane];
+    }
+    s.total_count[lane] = c;
+    s.total_mass[lane] = m;
+  } else if (lane == kBins) {
+    uint64_t a = ~0ull, o = 0;
+    for (int warp = 0; warp < kWarps; ++warp) a &= s.key_and[warp], o |= s.key_or[warp];
+    s.total_and = a;
+    s.total_or = o;
+  }
+  __syncwarp();
+  if (lane != 0) return;
   Walk& w = s.walk;
-  unsigned int count[kBins];
-  double mass[kBins];
+  const unsigned int* count = s.total_count;
+  const double* mass = s.total_mass;
+  const uint64_t a = s.total_and, o = s.total_or;
   unsigned int n = 0;
-  uint64_t a = ~0ull, o = 0;
   double pass_mass = 0;  // the bins' sum, best digit first
   for (int b = kBins - 1; b >= 0; --b) {
-    count[b] = 0;
-    mass[b] = 0;
-    for (int warp = 0; warp < kWarps; ++warp) {
-      count[b] += s.bin_count[warp][b];
-      if constexpr (kMass) mass[b] += s.bin_mass[warp][b];
-    }
     n += count[b];
     pass_mass += mass[b];
   }
-  for (int warp = 0; warp < kWarps; ++warp) a &= s.key_and[warp], o |= s.key_or[warp];
   if (w.source == kGatherFromRow) {
     w.list_size = s.count;
     w.source = kFromList;
@@ -350,7 +400,7 @@ __device__ int run_walk(const float* row, int vocab, const Filter& filter, const
     __syncthreads();
     if (s.walk.state != kWalking) break;
     walk_pass<kMass>(row, vocab, filter, s);
-    if (threadIdx.x == 0) walk_step<kMass>(s);
+    if (threadIdx.x < 32) walk_step<kMass>(s);
   }
   const int state = s.walk.state;
   key = s.walk.key;
@@ -367,25 +417,25 @@ __device__ double gumbel_reach(double gap) {
 
 // The Gumbel max (logit / T + noise, ties to the lower id) over the candidates `filter` keeps, where every
 // candidate's logit / T is at most `scaled_max`: a candidate's noise is computed only if its u is large enough to
-// beat the thread's best so far (u's bits are a cheap hash; the logs are not).
+// beat the thread's best so far (u's bits are a cheap hash; the logs are not). Any visiting order gives the same
+// answer: a skipped candidate scores strictly below the best, and `better` orders (score, id) totally.
 __device__ Best pruned_gumbel_best(const float* row, int vocab, const Filter& filter, const RowDraw& draw,
                                    double scaled_max) {
   const uint64_t key = keyed::row_key(draw.seed, draw.position);
   const double temperature = draw.temperature;
   Best mine{0.0, -1};
   double reach = 2.0;  // 1 - u above this cannot win; 2 = every candidate is computed
-  for (int id = threadIdx.x; id < vocab; id += kThreads) {
-    const float logit = row[id];
-    if (!filter.keeps(logit, id)) continue;
+  for_row(row, vocab, [&](int id, float logit) {
+    if (!filter.keeps(logit, id)) return;
     const uint64_t bits = keyed::uniform_bits(key, id);
-    if (1.0 - keyed::uniform_of_bits(bits) > reach) continue;
+    if (1.0 - keyed::uniform_of_bits(bits) > reach) return;
     const double scaled = static_cast<double>(logit) / temperature;
     const Best next = better(mine, Best{scaled + keyed::gumbel_of_bits(bits), id});
     if (next.id != mine.id) {
       mine = next;
       reach = gumbel_reach(mine.value - scaled_max);
     }
-  }
+  });
   return mine;
 }
 
