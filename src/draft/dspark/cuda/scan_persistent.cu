@@ -18,6 +18,7 @@
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/features.h"
 #include "draft/dspark/cuda/draft_kernels.h"
+#include "draft/dspark/cuda/scan_handoff.cuh"
 #include "draft/dspark/cuda/scan_pick.cuh"
 
 namespace ls::dspark::cuda {
@@ -27,7 +28,6 @@ constexpr int kThreads = 256;  // 8 warps; 8 lanes per W2 row, 4 rows per warp i
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kRowsPerRound = kWarps * 4;
 constexpr int kPieces = kMaxFusedScanRank / 64;  // 16-byte pieces of a W2 row per lane
-constexpr long long kBarrierSpinCycles = 200'000'000;  // ~0.1 s at 2 GHz
 
 __device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
   const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
@@ -48,50 +48,6 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* address
   unsigned int value;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
   return value;
-}
-
-// The flagged handoff's word: bit 63 arrived, bit 62 a non-finite logit, bits 32..61 the best id + 1 (0: none),
-// bits 0..31 the best value (a float's bits: the logits are floats, so Best's double round-trips exactly).
-constexpr uint64_t kWordArrived = 1ull << 63;
-
-__device__ __forceinline__ uint64_t pack_partial(Best best, int nonfinite) {
-  uint64_t word = kWordArrived | (nonfinite ? 1ull << 62 : 0);
-  if (best.id >= 0) {
-    word |= static_cast<uint64_t>(static_cast<uint32_t>(best.id) + 1u) << 32;
-    word |= __float_as_uint(static_cast<float>(best.value));
-  }
-  return word;
-}
-
-__device__ __forceinline__ Best unpack_partial(uint64_t word) {
-  const int32_t id = static_cast<int32_t>((word >> 32) & 0x3fffffffu) - 1;
-  return id < 0 ? Best{0.0, -1} : Best{static_cast<double>(__uint_as_float(static_cast<uint32_t>(word))), id};
-}
-
-__device__ __forceinline__ void store_relaxed(uint64_t* address, uint64_t value) {
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;\n" ::"l"(address), "l"(value) : "memory");
-}
-
-__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* address) {
-  uint64_t value;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(value) : "l"(address) : "memory");
-  return value;
-}
-
-// Spins until the word has arrived (bounded like the counter barrier: past ~0.1 s, or once another thread timed
-// out, it raises the timed-out word and gives up: the word then reads as no pick).
-__device__ __forceinline__ uint64_t wait_for_word(const uint64_t* address, uint64_t* timeout) {
-  uint64_t word = load_relaxed(address);
-  if (word & kWordArrived) return word;
-  const long long start = clock64();
-  for (unsigned int spin = 1; !(word & kWordArrived); ++spin) {
-    if (spin % 64 == 0 && (load_relaxed(timeout) != 0 || clock64() - start > kBarrierSpinCycles)) {
-      store_relaxed(timeout, 1);
-      return 0;
-    }
-    word = load_relaxed(address);
-  }
-  return word;
 }
 
 // The 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for request r), flags non-finite
@@ -446,7 +402,8 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   const size_t per_sm = static_cast<size_t>(ls::cuda::cuda_features().shared_optin) + 1024;
   const size_t static_bytes = std::max(attributes[0].sharedSizeBytes, attributes[1].sharedSizeBytes);
   const size_t budget = per_sm / 2 - 1024 - static_bytes;
-  const size_t staging = sizeof(float) * (2 * static_cast<size_t>(group) * ids + static_cast<size_t>(group) * shape.rank);
+  const size_t staging =
+      sizeof(float) * (2 * static_cast<size_t>(group) * ids + static_cast<size_t>(group) * shape.rank);
   const size_t round_bytes = static_cast<size_t>(kRowsPerRound) * shape.rank * 2;
   const int rounds = ids / kRowsPerRound;
   int held = 0;
