@@ -387,18 +387,18 @@ int main(int argc, char** argv) {
     target->set_graphs(false);
     target->set_graphs(true);
   }
-  // The same steps (graphs) on the pipeline decode GEMM (set_decode_pipeline; same bits) at rings of 96 / 48 / 160
-  // KB and chunks of 2 / 4 / 1 K tiles, interleaved with the streaming kernels so drift shows; printed as measured.
+  // The same steps (graphs) on the pipeline decode GEMM (set_decode_pipeline; same bits) at rings of 128 / 64 / 192
+  // KB and chunks of 8 / 4 / 16 K tiles, interleaved with the streaming kernels so drift shows; printed as measured.
   if (o.pipe_ab) {
     struct PipeMode {
       const char* name;
       bool on;
       int ring_kb, chunk;
     };
-    const PipeMode modes[] = {{"streaming kernels (old)", false, 0, 2},       {"pipeline, ring 96 KB", true, 96, 2},
-                              {"pipeline, ring 48 KB", true, 48, 2},          {"pipeline, ring 160 KB", true, 160, 2},
-                              {"pipeline, ring 96 KB, chunk 4", true, 96, 4}, {"pipeline, ring 96 KB, chunk 1", true, 96, 1},
-                              {"streaming kernels (old, again)", false, 0, 2}, {"pipeline, ring 96 KB (again)", true, 96, 2}};
+    const PipeMode modes[] = {{"streaming kernels (old)", false, 0, 0},        {"pipeline, ring 128 KB", true, 128, 0},
+                              {"pipeline, ring 64 KB", true, 64, 0},           {"pipeline, ring 192 KB", true, 192, 0},
+                              {"pipeline, ring 128 KB, chunk 4", true, 128, 4}, {"pipeline, ring 128 KB, chunk 16", true, 128, 16},
+                              {"streaming kernels (old, again)", false, 0, 0},  {"pipeline, ring 128 KB (again)", true, 128, 0}};
     for (const PipeMode& mode : modes) {
       cuda::set_decode_pipeline(mode.on, -1, mode.ring_kb);
       cuda::set_decode_pipe_chunk(mode.chunk);
@@ -409,7 +409,7 @@ int main(int argc, char** argv) {
       std::printf("pipe A/B: decode step, %-32s %.3f ms (ratio %.2f)\n", mode.name, ms, floor_ms / ms);
     }
     cuda::set_decode_pipeline(false);
-    cuda::set_decode_pipe_chunk(2);
+    cuda::set_decode_pipe_chunk(0);
     target->set_graphs(false);
     target->set_graphs(true);
   }

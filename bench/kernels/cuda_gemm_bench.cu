@@ -221,7 +221,8 @@ int chain_bench() {
 
 // --pipe [widths] (issue 8, session 8): the weight-streaming pipeline decode GEMM against the streaming kernels
 // on the 1.2B decode shapes, back-to-back launches over weight copies (> 512 MiB, DRAM) in one graph; us and TB/s of
-// weights; the automatic pipeline configuration at rings of 48 / 96 / 160 KB, then every configuration pinned.
+// weights; the automatic pipeline configuration at rings of 48 / 96 / 160 KB and chunks of 4 / 16 K tiles, then every
+// configuration pinned.
 int pipe_bench(const std::vector<int64_t>& widths) {
   const GemmEngine engine;
   struct Shape {
@@ -262,11 +263,11 @@ int pipe_bench(const std::vector<int64_t>& widths) {
         set_decode_pipeline(true, -1, ring);
         row("pipe auto, ring " + std::to_string(ring) + " KB", graph_ms(run, 40));
       }
-      for (const int chunk : {1, 4}) {
+      for (const int chunk : {4, 16}) {
         set_decode_pipeline(true);
         set_decode_pipe_chunk(chunk);
         row("pipe auto, chunk " + std::to_string(chunk) + " tiles", graph_ms(run, 40));
-        set_decode_pipe_chunk(2);
+        set_decode_pipe_chunk(0);
       }
       for (int config = 0; config < decode_pipe_config_count(); ++config) {
         const bool swiglu_config = config >= decode_pipe_config_count() - 2;
@@ -276,7 +277,7 @@ int pipe_bench(const std::vector<int64_t>& widths) {
         };
         set_decode_pipeline(false);
         if (!gemm_decode_pipe(engine, config, x.data(), m, matrix(0), y.data(), nullptr, nullptr).ok()) continue;
-        row(std::string(decode_pipe_config_name(config)) + ", ring 96 KB", graph_ms(pinned, 40));
+        row(std::string(decode_pipe_config_name(config)) + ", ring 128 KB, chunk 8", graph_ms(pinned, 40));
       }
       set_decode_pipeline(false);
     }

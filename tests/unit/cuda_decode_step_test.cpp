@@ -117,10 +117,10 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
   // GEMM (set_decode_pipeline), the default in between.
   const DecodeMode modes[] = {
       {"default picks", -1, false, false, 0},
-      {"pipeline decode GEMM, ring 96 KB", -1, false, false, 0, -1, 0, true, 96},
-      {"pipeline decode GEMM, ring 160 KB", -1, false, false, 0, -1, 0, true, 160},
+      {"pipeline decode GEMM, ring 128 KB", -1, false, false, 0, -1, 0, true, 128},
+      {"pipeline decode GEMM, ring 64 KB", -1, false, false, 0, -1, 0, true, 64},
       {"default picks (again)", -1, false, false, 0},
-      {"pipeline decode GEMM, ring 96 KB (again)", -1, false, false, 0, -1, 0, true, 96},
+      {"pipeline decode GEMM, ring 128 KB (again)", -1, false, false, 0, -1, 0, true, 128},
       {"streaming picks only (the old path)", -2, false, false, 0},
   };
 

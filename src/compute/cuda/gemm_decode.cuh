@@ -54,9 +54,9 @@ int stream_variant_for(const GemmArgs& args);
 // normed x once in shared memory (swizzled K tiles), the warps stream only weights (set_decode_norm_configs(g, 4)).
 Status launch_stream_norm_swiglu(const GemmArgs& args, const StagedNorm& norm, cudaStream_t stream);
 
-// gemm_decode_pipe.cu: the weight-streaming pipeline (m <= 16, sm_90, K a multiple of 64, slices dividing the
-// configuration's warps): kPipeConfigs configurations (pipe_config_name), the last two the fused gate_up + SwiGLU.
-constexpr int kPipeConfigs = 7;
+// gemm_decode_pipe.cu: the weight-streaming pipeline (m <= 16, sm_90, K a multiple of 64): kPipeConfigs
+// configurations (pipe_config_name), the last two the fused gate_up + SwiGLU.
+constexpr int kPipeConfigs = 6;
 const char* pipe_config_name(int config);
 void allow_pipe_shared(int optin_bytes);
 bool pipe_enabled();  // set_decode_pipeline

@@ -92,13 +92,12 @@ int decode_staged_config_count();
 // The weight-streaming pipeline decode GEMM (sm_90; docs/cuda.md "Decode GEMM as a weight pipeline"): a producer
 // warp streams W (and x) rows with cp.async.bulk into a ring of mbarrier stages, consumer warps run each output's
 // chain in the canonical order, so the bits are GemmEngine::gemm's. set_decode_pipeline(true) routes the engine's
-// decode GEMMs (m <= 16), gemm_decode_swiglu and gemm_decode_group there wherever it fits (K a multiple of 64, 1, 2,
-// 4 or 8 slices); false (the default) keeps the streaming kernels. pinned_config >= 0 pins a configuration where it
-// fits (bench), ring_kb > 0 sets the ring's bytes per CTA (default 96 KB). Same bits; drop captured graphs after a
-// change.
+// decode GEMMs (m <= 16), gemm_decode_swiglu and gemm_decode_group there wherever it fits (K a multiple of 64);
+// false (the default) keeps the streaming kernels. pinned_config >= 0 pins a configuration where it fits (bench),
+// ring_kb > 0 sets the rings' bytes per CTA (default 128 KB). Same bits; drop captured graphs after a change.
 void set_decode_pipeline(bool on, int pinned_config = -1, int ring_kb = 0);
 bool decode_pipeline_on();
-// Bench: K tiles of 64 per stage row of the pipeline (1, 2, 4 or 8; anything else: 2, the default). Same bits.
+// Bench: K tiles of 64 per stage row (one row copy) of the pipeline (4, 16; anything else: 8, the default). Same bits.
 void set_decode_pipe_chunk(int tiles);
 int decode_pipe_config_count();
 const char* decode_pipe_config_name(int config);
