@@ -262,7 +262,8 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // the prior a confident drafter at 16 streams would never be found (LanesPricedCosts.WhereOnlyDeepWindowsPay...).
     const bool worth = !options_.probes_pay_their_way || scouting ||
                        probe_pays(stream, caps[prober], offers[0].fixed_rows);
-    if (worth && (stream.backoff.wait >= options_.probe_most_wait || could_pay(offers[0], stream, caps[prober], alike))) {
+    const bool longest_wait = stream.backoff.wait >= options_.probe_most_wait;
+    if (worth && (longest_wait || could_pay(offers[0], stream, caps[prober], alike))) {
       // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
       // trim to keep as the confidences justify (deeper acceptance gets measured too).
       plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
@@ -273,32 +274,6 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   }
   if (!drafter_unproven) plan_group_probe(drafting, caps, bought, plans);
   return plans;
-}
-
-void Pricing::plan_group_probe(std::span<Stream* const> drafting, std::span<const int> caps, bool bought,
-                               std::vector<DepthPlan>& plans) {
-  if (!options_.group_probes || options_.always_draft) return;
-  if (bought || std::any_of(plans.begin(), plans.end(), [](const DepthPlan& plan) { return plan.depth > 0; })) {
-    // Drafts bought or a probe run this decision: the pool is being measured.
-    group_zero_decisions_ = 0;
-    if (bought) group_wait_ = options_.probe_first_wait;
-    return;
-  }
-  const bool due = group_probe_due();
-  ++group_zero_decisions_;
-  if (!due) return;
-  // The stream Lanes::choose_tapping tapped for it (group_probe_would_run said yes there), so the probe drafts over
-  // this round's rows, never blind past skipped ones.
-  int prober = -1;
-  for (size_t index = 0; index < drafting.size(); ++index) {
-    if (drafting[index]->group_prober && caps[index] > 0) prober = static_cast<int>(index);
-  }
-  if (prober < 0) return;
-  Stream& stream = *drafting[prober];
-  plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
-  stream.backoff.zero_rounds = 0;
-  group_zero_decisions_ = 0;
-  group_wait_ = std::min(group_wait_ * 2, options_.probe_most_wait);
 }
 
 RoundCost Pricing::round_cost() const {
@@ -360,83 +335,6 @@ double Pricing::drafting_factor() const {
   return std::clamp(drafting_round_ratio_ / plain_round_ratio_, kLeast, kMost);
 }
 
-bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike,
-                        bool always_right) const {
-  std::vector<RowOffer> offers(1 + std::max(alike, 1));
-  offers[0] = pending_rows;
-  for (size_t index = 1; index < offers.size(); ++index) {
-    offers[index].fixed_rows = 0;
-    offers[index].fixed_expected = 0;
-    if (always_right) {
-      offers[index].chances.assign(std::max(cap, 1), 1.0f);
-    } else {
-      offers[index].chances = hopeful_chain(std::max(cap, 1));
-    }
-    // Its catch-up spread over the few rounds such a stream would still run.
-    offers[index].activation_ms = activation_ms(stream, cap, offers[index].chances);
-  }
-  const Allocation best = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
-  for (size_t index = 1; index < offers.size(); ++index) {
-    if (best.extra_rows[index] > 0) return true;
-  }
-  return false;
-}
-
-bool Pricing::probe_affordable() const {
-  if (!drafter_proven()) return true;  // the scout probes whatever the budget
-  return probe_credit_ms_ + options_.probe_budget * last_plain_round_ms_ >= last_probe_ms_;
-}
-
-bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) const {
-  if (cap <= 0) return false;
-  if (options_.always_draft || !drafter_proven()) return true;
-  const int wait = stream.backoff.wait == 0 ? options_.probe_first_wait : stream.backoff.wait;
-  if (options_.probes_pay_their_way && !probe_pays(stream, cap, std::clamp(round_streams, 1, max_rows_))) return false;
-  if (wait >= options_.probe_most_wait) return true;
-  RowOffer pending_rows;
-  pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
-  pending_rows.fixed_expected = pending_rows.fixed_rows;
-  return could_pay(pending_rows, stream, cap);
-}
-
-bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_streams) const {
-  if (cap <= 0 || !group_probe_due()) return false;
-  RowOffer pending_rows;
-  pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
-  pending_rows.fixed_expected = pending_rows.fixed_rows;
-  // Where the stream alone could pay its own probes measure it; the group's is for where only streams together can
-  // (probes that pay their way: at the chances pricing has, not only if every draft landed).
-  return !could_pay(pending_rows, stream, cap) &&
-         could_pay(pending_rows, stream, cap, pending_rows.fixed_rows, !options_.probes_pay_their_way);
-}
-
-double Pricing::probe_cost_ms(int cap, int round_streams) const {
-  const int rows = std::clamp(round_streams, 1, max_rows_);
-  const int depth = has_confidence_ ? cap : 1;
-  const double call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
-  return draft_ms(1, depth) + tables_.verify.ms(std::min(rows + depth, max_rows_)) - tables_.verify.ms(rows) + call_ms;
-}
-
-bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const {
-  if (cap <= 0) return false;
-  const int rows = std::clamp(round_streams, 1, max_rows_);
-  const int depth = has_confidence_ ? cap : 1;
-  // Every draft landing wins `cap` tokens (a probe without confidences verifies one draft, but measures the first
-  // step of a chain that may grow to the cap), each worth what plain pays a token at this many streams.
-  const double plain_token_ms = (tables_.verify.ms(rows) + overhead_ms_) / rows;
-  // Its absorb: a batched call's share (the call itself where measured) or a host call with the stream's rows.
-  const double absorb_ms = batched_absorbs_ ? batched_call_ms_ + tables_.absorb_ms_per_row * (stream.unabsorbed_rows + 1)
-                                            : tables_.absorb_ms(stream.unabsorbed_rows + 1);
-  const double cost_ms = draft_ms(1, depth) + tables_.verify.ms(std::min(rows + depth, max_rows_)) -
-                         tables_.verify.ms(rows) + absorb_ms + one_off_ms_;
-  return cap * plain_token_ms >= cost_ms;  // (a clock that never moves: every probe pays)
-}
-
-void Pricing::observe_slow_forward(double excess_ms) {
-  if (excess_ms <= 0) return;
-  one_off_ms_ = slow_forwards_seen_++ == 0 ? excess_ms : one_off_ms_ + options_.cost_rate * (excess_ms - one_off_ms_);
-}
-
 void Pricing::ask_priced_depths(std::span<Stream* const> drafting, std::span<const int> caps,
                                 std::vector<DepthPlan>& plans) const {
   // One depth a pass: the deepest bought on merit (the pass was priced at it), so every stream of the round asks
@@ -453,35 +351,6 @@ void Pricing::ask_priced_depths(std::span<Stream* const> drafting, std::span<con
     const bool full = every > 0 && drafting[index]->backoff.drafted_rounds % every == 0;
     plan.depth = full ? caps[index] : std::min(deepest, caps[index]);
   }
-}
-
-bool Pricing::group_probe_due() const {
-  return options_.group_probes && !options_.always_draft && drafter_proven() &&
-         group_zero_decisions_ + 1 >= group_wait_;
-}
-
-bool Pricing::could_draft(int round_streams, int cap, bool always_right) const {
-  if (cap <= 0) return false;
-  if (options_.always_draft) return true;
-  // Every stream of the round offering the same: a pass's fixed cost shared by all can pay where one's cannot.
-  const int streams = std::clamp(round_streams, 1, max_rows_);
-  std::vector<RowOffer> offers(1 + streams);
-  offers[0].fixed_rows = streams;
-  offers[0].fixed_expected = streams;
-  for (size_t index = 1; index < offers.size(); ++index) {
-    offers[index].fixed_rows = 0;
-    offers[index].fixed_expected = 0;
-    if (always_right) {
-      offers[index].chances.assign(cap, 1.0f);
-    } else {
-      offers[index].chances = pooled_acceptance_.chain(cap);
-    }
-  }
-  const Allocation best = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
-  for (size_t index = 1; index < offers.size(); ++index) {
-    if (best.extra_rows[index] > 0) return true;
-  }
-  return false;
 }
 
 void Pricing::trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers,
@@ -548,24 +417,6 @@ void Pricing::observe_absorb(int rows, double ms) {
     tables_.absorb_ms_per_row =
         std::max(0.0, tables_.absorb_ms_per_row + options_.cost_rate * (per_row - tables_.absorb_ms_per_row));
   }
-}
-
-std::vector<float> Pricing::hopeful_chain(int depth) const {
-  // A group probe re-measures a pool that bad luck may have pulled down (an unlucky scout probe at 16 streams), so it
-  // is judged on the better of the pool and a hopeful estimate: the drafter's calibrated confidences where it reports
-  // them (the nano pair's head, calibrated by its windows, says what its drafts land), else the prior.
-  const std::vector<double> confidences = has_confidence_ ? pooled_confidence_.calibrated(calibration_)
-                                                          : std::vector<double>{};
-  const std::vector<double>& hopeful = confidences.empty() ? options_.depth_prior : confidences;
-  std::vector<float> chances(std::max(depth, 0));
-  double product = 1.0;
-  for (int index = 0; index < depth; ++index) {
-    double conditional = pooled_acceptance_.conditional(index);
-    if (!hopeful.empty()) conditional = std::max(conditional, hopeful[std::min<size_t>(index, hopeful.size() - 1)]);
-    product *= conditional;
-    chances[index] = static_cast<float>(product);
-  }
-  return chances;
 }
 
 std::vector<double> Pricing::unexplored_conditionals() const {

@@ -76,10 +76,11 @@ struct PricingOptions {
   // window could win if every draft landed, at plain's ms a token for this many streams, exceed what it costs (its
   // pass, its verify rows, its absorb, and the mean one-off of a slow forward measured so far); a group probe only
   // where the round's streams drafting together could pay at the hopeful chances (the pool, or the calibrated
-  // confidences where better; the prior without a head), not only if every draft landed (the scout keeps that test). The nano pair on the
-  // H200 at 4-16 streams: a 7-draft window wins at most 7 x 0.05 ms next to a 0.19 ms pass and a 0.2 ms forward.
-  // On by default since H200 batch s8A (nano greedy 1.85 / 0.77 / 0.86 / 0.81x at 1 / 4 / 8 / 16 streams against 1.81 / 0.73 /
-  // 0.72 / 0.72x, 3 passes instead of 6 at 8 and 16; the 1.2B synth at 16 streams 1.29x either way).
+  // confidences where better; the prior without a head), not only if every draft landed (the scout keeps that
+  // test). The nano pair on the H200 at 4-16 streams: a 7-draft window wins at most 7 x 0.05 ms next to a 0.19 ms
+  // pass and a 0.2 ms forward. On by default since H200 batch s8A (nano greedy 1.85 / 0.77 / 0.86 / 0.81x at
+  // 1 / 4 / 8 / 16 streams against 1.81 / 0.73 / 0.72 / 0.72x, 3 passes instead of 6 at 8 and 16; the 1.2B synth
+  // at 16 streams 1.29x either way).
   bool probes_pay_their_way = true;
 };
 

@@ -109,7 +109,8 @@ TEST(LanesDepthAsked, WithTheDepthAskedPricedEveryFourthDraftingDecisionStillAsk
   EXPECT_GE(full_every_fourth * 5, every_fourth.passes) << by_depth(every_fourth);
   EXPECT_LE(full_never * 20, never.passes) << by_depth(never);
   EXPECT_GT(every_fourth.deep_outcomes, never.deep_outcomes + 5)
-      << "outcomes at the sixth draft: every fourth " << every_fourth.deep_outcomes << ", never " << never.deep_outcomes;
+      << "outcomes at the sixth draft: every fourth " << every_fourth.deep_outcomes << ", never "
+      << never.deep_outcomes;
 }
 
 LanesOptions probe_rule(bool pays) {
@@ -173,8 +174,9 @@ TEST(LanesProbeValue, AStreamsOwnProbePaysOnlyWhereItsWindowCanWinItsPassItsRows
   const int rows = 4;
   EXPECT_TRUE(pricing.probe_pays(stream, 6, rows));
   const double plain_token_ms = pricing.tables().verify.ms(rows) / rows + pricing.overhead_ms() / rows;
-  const double cost_ms = pricing.draft_ms(1, 6) + pricing.tables().verify.ms(rows + 6) - pricing.tables().verify.ms(rows) +
-                         pricing.tables().absorb_ms(1);
+  const VerifyCosts& verify = pricing.tables().verify;
+  const double cost_ms =
+      pricing.draft_ms(1, 6) + verify.ms(rows + 6) - verify.ms(rows) + pricing.tables().absorb_ms(1);
   const double margin_ms = 6 * plain_token_ms - cost_ms;
   ASSERT_GT(margin_ms, 1.0);
   // A slow forward's excess (a new shape's one-off) above the margin makes the same probe not pay.
