@@ -330,7 +330,39 @@ TEST(CudaSampler, APlantedZeroBoundBandIsCaughtByTheNearTieRows) {
   EXPECT_GE(caught, splits / 2) << "of " << splits << " rows where exact sums cut off the one-by-one cut";
 }
 
-// Opt-in timing: one flat 65536-token row with top_p 0.9 (and 16 such rows), per kernel variant, median of 15.
+// Median milliseconds of draw_rows over `rows` rows under the kernel variant `mode` (15 launches after a warm-up),
+// with the tokens of the last launch.
+float median_draw_ms(const cuda::DeviceBuffer<float>& logits, const std::vector<RowDraw>& draws, const char* mode,
+                     std::vector<int32_t>& tokens) {
+  const int64_t rows = static_cast<int64_t>(draws.size());
+  auto dev_draws = upload(draws);
+  auto out = poisoned<int32_t>(rows);
+  DrawScratch scratch;
+  EXPECT_TRUE(scratch.reserve(rows, kVocab).ok());
+  setenv("LS_SAMPLER", mode, 1);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms;
+  for (int it = 0; it < 16; ++it) {
+    cudaEventRecord(start);
+    EXPECT_TRUE(cuda::draw_rows(logits.data(), rows, kVocab, dev_draws.data(), out.data(), scratch, nullptr).ok());
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    if (it > 0) ms.push_back(t);  // the first launch warms up
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  unsetenv("LS_SAMPLER");
+  tokens = download(out, rows);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Opt-in timing, per kernel variant: one flat 65536-token row with top_p 0.9 (and 16 such rows, mixed with top-k
+// and min-p); then 1 and 132 rows (one per SM) of flat and of wide (uniform 0..12) logits per filter setting.
 TEST(CudaSampler, TimesTheFlatTopPRowPerVariantWhenAsked) {
   LS_SKIP_WITHOUT_DEVICE();
   if (std::getenv("LS_SAMPLER_TIMING") == nullptr) GTEST_SKIP() << "set LS_SAMPLER_TIMING=1";
@@ -344,35 +376,43 @@ TEST(CudaSampler, TimesTheFlatTopPRowPerVariantWhenAsked) {
                               splitmix64(r), 100 + r});
     }
     auto dev_logits = upload(logits);
-    auto dev_draws = upload(draws);
-    auto out = poisoned<int32_t>(rows);
-    DrawScratch scratch;
-    ASSERT_TRUE(scratch.reserve(rows, kVocab).ok());
-    std::vector<std::vector<int32_t>> tokens;
-    for (const char* mode : {"legacy", "bounded"}) {
-      setenv("LS_SAMPLER", mode, 1);
-      cudaEvent_t start, stop;
-      cudaEventCreate(&start);
-      cudaEventCreate(&stop);
-      std::vector<float> ms;
-      for (int it = 0; it < 16; ++it) {
-        cudaEventRecord(start);
-        ASSERT_TRUE(cuda::draw_rows(dev_logits.data(), rows, kVocab, dev_draws.data(), out.data(), scratch, nullptr).ok());
-        cudaEventRecord(stop);
-        cudaEventSynchronize(stop);
-        float t = 0;
-        cudaEventElapsedTime(&t, start, stop);
-        if (it > 0) ms.push_back(t);  // the first launch warms up
-      }
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
-      unsetenv("LS_SAMPLER");
-      std::sort(ms.begin(), ms.end());
-      std::printf("sampler_timing rows %d top_p 0.9 flat vocab %d %s: median %.3f ms (min %.3f)\n", rows, kVocab, mode,
-                  ms[ms.size() / 2], ms.front());
-      tokens.push_back(download(out, rows));
+    std::vector<std::vector<int32_t>> tokens(2);
+    for (int v = 0; v < 2; ++v) {
+      const char* mode = v == 0 ? "legacy" : "bounded";
+      const float ms = median_draw_ms(dev_logits, draws, mode, tokens[v]);
+      std::printf("sampler_timing rows %d top_p 0.9 flat vocab %d %s: median %.3f ms\n", rows, kVocab, mode, ms);
     }
     EXPECT_EQ(tokens[0], tokens[1]) << rows << " rows: the variants draw alike";
+  }
+  struct Setting {
+    const char* name;
+    int top_k;
+    float top_p, min_p;
+  };
+  const Setting settings[] = {{"no filter", 0, 1.0f, 0.0f}, {"top-k 50 + top-p 0.9", 50, 0.9f, 0.0f},
+                              {"top-p 0.9", 0, 0.9f, 0.0f}, {"min-p 0.05", 0, 1.0f, 0.05f}};
+  for (const bool flat : {true, false}) {
+    for (const int rows : {1, 132}) {
+      std::vector<float> logits;
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> row = flat_row(8000 + r);
+        if (!flat)
+          for (int i = 0; i < kVocab; ++i) row[i] = static_cast<float>(uniform_open01(splitmix64(r * 131071ull + i)) * 12.0);
+        logits.insert(logits.end(), row.begin(), row.end());
+      }
+      auto dev_logits = upload(logits);
+      for (const Setting& setting : settings) {
+        std::vector<RowDraw> draws;
+        for (int r = 0; r < rows; ++r)
+          draws.push_back(RowDraw{0.8f, setting.top_k, setting.top_p, setting.min_p, splitmix64(50 + r), 7 + r});
+        std::vector<std::vector<int32_t>> tokens(2);
+        const float legacy = median_draw_ms(dev_logits, draws, "legacy", tokens[0]);
+        const float bounded = median_draw_ms(dev_logits, draws, "bounded", tokens[1]);
+        std::printf("sampler_timing %s rows %d %s: legacy %.3f ms bounded %.3f ms\n", flat ? "flat" : "wide", rows,
+                    setting.name, legacy, bounded);
+        EXPECT_EQ(tokens[0], tokens[1]) << setting.name << ": the variants draw alike";
+      }
+    }
   }
 }
 
