@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
   const int stage_bytes = (m + kWRows) * pitch;
   const uint32_t bars = smem_address(shared_raw) + warp * kMaxStages * 8;
   const uint32_t ring = smem_address(shared_raw) + kBarrierBytes + warp * stages * stage_bytes;
-  float* partial = reinterpret_cast<float*>(shared_raw + kBarrierBytes + WARPS * stages * stage_bytes);
+  const int active = min(WARPS, items);  // warps with items: only they have rings
+  float* partial = reinterpret_cast<float*>(shared_raw + kBarrierBytes + active * stages * stage_bytes);
   let_next_kernel_start();
   if (threadIdx.x < WARPS * stages) bar_init(smem_address(shared_raw) + ((threadIdx.x / stages) * kMaxStages +
                                                                          threadIdx.x % stages) * 8, 1);
@@ -264,11 +265,12 @@ int pipe_shared_bytes(int config, int m, int k, int groups, int* stages) {
   const PipeShape& shape = kPipeShapes[config];
   const int slices = slice_count(k);
   const int stage_bytes = (m + 8 * shape.tiles) * pitch_of(pipe_chunk.load(std::memory_order_relaxed));
-  const int count = std::clamp(ring_bytes() / (shape.warps * stage_bytes), 2, kMaxStages);
+  const int active = std::min(shape.warps, groups * slices);  // warps with items (the others have no ring)
+  const int count = std::clamp(ring_bytes() / (active * stage_bytes), 2, kMaxStages);
   if (stages) *stages = count;
   const int a_rows = m <= 8 ? 8 : 16;
   const int partial = slices == 1 ? 0 : slices * a_rows * groups * item_cols_of(config) * 4;
-  return kBarrierBytes + shape.warps * count * stage_bytes + partial;
+  return kBarrierBytes + active * count * stage_bytes + partial;
 }
 
 template <int WARPS, int TILES, bool SWIGLU>
