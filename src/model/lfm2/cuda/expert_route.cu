@@ -24,8 +24,9 @@ constexpr int kLeanWarps = 8;
 constexpr int64_t kLeanMaxRows = 16;
 constexpr int kLeanMaxExperts = 256;
 
-// the lean kernel where it fits (H200 batch s8A: route + plan alone 8.47 vs 8.69 us at 1 row, 13.46 vs 14.08 at 16
-// rows; the 8B decode step a tie, 1.721 / 1.722 vs 1.716 / 1.721 ms; all MoE tests green)
+// the lean kernel where it fits (H200 batch s8B, interleaved in one gpu_bench run: the 8B decode step 1.692 / 1.701 ms
+// lean vs 1.725 / 1.733 ms old; route + plan alone 7.23 vs 8.59 us at 1 row, 12.36 vs 14.05 at 16; s8A had the
+// step a tie and 8.47 vs 8.69 us alone; every MoE test green in both)
 std::atomic<bool> g_route_lean{true};
 std::atomic<bool> g_router_keep_in_l2{false};
 int g_shared_optin = 0;  // bytes of dynamic shared memory a block may opt into (route_lean_setup)
