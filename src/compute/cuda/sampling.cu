@@ -312,8 +312,12 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
     token = greedy_row(row, vocab, s);
   } else if constexpr (kMode == kLegacy) {
     token = legacy_row(row, vocab, draw, s);
-  } else {
+  } else if (draw.top_p < 1.0f || (draw.top_k > 0 && draw.top_k < vocab)) {
     token = bounded_row<kMode>(row, vocab, draw, s);
+  } else {
+    // No cut to find (no filter, or min-p alone): legacy's single pass over the row was as fast for one row and
+    // 2.7-3.9x faster for 132 rows at once in batch s8B (0.116 / 0.173 ms against 0.449 / 0.459).
+    token = legacy_row(row, vocab, draw, s);
   }
   if (threadIdx.x == 0) out_tokens[r] = token;
 }
