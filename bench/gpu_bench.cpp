@@ -392,15 +392,18 @@ int main(int argc, char** argv) {
   if (o.pipe_ab) {
     struct PipeMode {
       const char* name;
-      bool on;
+      bool on, narrow;
       int ring_kb, chunk;
     };
-    const PipeMode modes[] = {{"streaming kernels (old)", false, 0, 0},        {"pipeline, ring 128 KB", true, 128, 0},
-                              {"pipeline, ring 64 KB", true, 64, 0},           {"pipeline, ring 192 KB", true, 192, 0},
-                              {"pipeline, ring 128 KB, chunk 4", true, 128, 4}, {"pipeline, ring 128 KB, chunk 16", true, 128, 16},
-                              {"streaming kernels (old, again)", false, 0, 0},  {"pipeline, ring 128 KB (again)", true, 128, 0}};
+    const PipeMode modes[] = {{"streaming kernels (old)", false, false, 0, 0},
+                              {"default: pipeline one-row narrow", false, true, 0, 0},
+                              {"pipeline everywhere, chunk 16", true, true, 128, 0},
+                              {"pipeline everywhere, chunk 8", true, true, 128, 8},
+                              {"streaming kernels (old, again)", false, false, 0, 0},
+                              {"default (again)", false, true, 0, 0}};
     for (const PipeMode& mode : modes) {
       cuda::set_decode_pipeline(mode.on, -1, mode.ring_kb);
+      cuda::set_decode_pipe_narrow(mode.narrow);
       cuda::set_decode_pipe_chunk(mode.chunk);
       target->set_graphs(false);  // drops the graphs captured under the other mode
       target->set_graphs(true);
@@ -409,6 +412,7 @@ int main(int argc, char** argv) {
       std::printf("pipe A/B: decode step, %-32s %.3f ms (ratio %.2f)\n", mode.name, ms, floor_ms / ms);
     }
     cuda::set_decode_pipeline(false);
+    cuda::set_decode_pipe_narrow(true);
     cuda::set_decode_pipe_chunk(0);
     target->set_graphs(false);
     target->set_graphs(true);

@@ -258,12 +258,15 @@ int pipe_bench(const std::vector<int64_t>& widths) {
                     2.0 * elems / ms / 1e9);
       };
       set_decode_pipeline(false);
+      set_decode_pipe_narrow(false);
       row("old", graph_ms(run, 40));
+      set_decode_pipe_narrow(true);
+      row("default (narrow one-row pick)", graph_ms(run, 40));
       for (const int ring : {48, 96, 160}) {
         set_decode_pipeline(true, -1, ring);
         row("pipe auto, ring " + std::to_string(ring) + " KB", graph_ms(run, 40));
       }
-      for (const int chunk : {4, 16}) {
+      for (const int chunk : {4, 8}) {
         set_decode_pipeline(true);
         set_decode_pipe_chunk(chunk);
         row("pipe auto, chunk " + std::to_string(chunk) + " tiles", graph_ms(run, 40));
@@ -277,7 +280,7 @@ int pipe_bench(const std::vector<int64_t>& widths) {
         };
         set_decode_pipeline(false);
         if (!gemm_decode_pipe(engine, config, x.data(), m, matrix(0), y.data(), nullptr, nullptr).ok()) continue;
-        row(std::string(decode_pipe_config_name(config)) + ", ring 128 KB, chunk 8", graph_ms(pinned, 40));
+        row(std::string(decode_pipe_config_name(config)) + ", ring 128 KB, chunk 16", graph_ms(pinned, 40));
       }
       set_decode_pipeline(false);
     }

@@ -29,15 +29,18 @@ using testing::upload;
 // set_decode_pipeline for one scope, the switch as it was after it (LS_DECODE_PIPE may have set it for the run; a
 // failed assertion must not leave it changed for later tests).
 struct PipelineScope {
-  explicit PipelineScope(bool on, int config = -1, int ring_kb = 0, int chunk = 0) : was_on(decode_pipeline_on()) {
+  explicit PipelineScope(bool on, int config = -1, int ring_kb = 0, int chunk = 0)
+      : was_on(decode_pipeline_on()), was_narrow(decode_pipe_narrow_on()) {
     set_decode_pipeline(on, config, ring_kb);
+    set_decode_pipe_narrow(on);  // off: the streaming kernels everywhere (the oracles)
     set_decode_pipe_chunk(chunk);
   }
   ~PipelineScope() {
     set_decode_pipeline(was_on);
+    set_decode_pipe_narrow(was_narrow);
     set_decode_pipe_chunk(0);  // the default
   }
-  bool was_on;
+  bool was_on, was_narrow;
 };
 
 // The plain configurations (the last two are the fused SwiGLU ones).
@@ -91,6 +94,10 @@ TEST(CudaDecodePipe, EveryConfigurationGivesEachRowOfOneToSixteenTheBitsOfItsOne
         auto y = poisoned<float>(m * n);
         auto y16 = poisoned<bf16>(m * n);
         const Status status = gemm_decode_pipe(engine, config, x.data(), m, matrix, nullptr, y.data(), nullptr);
+        if (!decode_pipe_fits(config, m, matrix)) {  // more shared memory than the device has: refused
+          EXPECT_EQ(status.code(), ErrorCode::InvalidArgument) << decode_pipe_config_name(config) << " m " << m;
+          continue;
+        }
         ASSERT_TRUE(status.ok()) << decode_pipe_config_name(config) << " N " << n << " K " << k << ": "
                                  << status.message();
         ASSERT_TRUE(gemm_decode_pipe(engine, config, x.data(), m, matrix, y16.data(), nullptr, nullptr).ok());
@@ -134,6 +141,7 @@ TEST(CudaDecodePipe, TheFusedSwigluConfigurationsGiveTheBitsOfTheGemmThenSwiglu)
       ASSERT_TRUE(swiglu(gemm_out.data(), gemm_out.data() + f, m, static_cast<int>(f), n, plain.data(), nullptr).ok());
       const std::vector<bf16> want = download(plain, m * f);
       for (int config = plain_configs(); config < decode_pipe_config_count(); ++config) {
+        if (!decode_pipe_fits(config, m, matrix)) continue;  // more shared memory than the device has
         auto fused = poisoned<bf16>(m * f);
         ASSERT_TRUE(gemm_decode_pipe(engine, config, x.data(), m, matrix, fused.data(), nullptr, nullptr).ok())
             << decode_pipe_config_name(config);

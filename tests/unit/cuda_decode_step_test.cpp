@@ -33,6 +33,7 @@ struct DecodeMode {
   int narrow_max_n = 0;
   bool pipeline = false;  // cuda::set_decode_pipeline: the weight-streaming pipeline decode GEMM, its ring's KB
   int pipe_ring_kb = 0;
+  bool no_narrow = false;  // set_decode_pipe_narrow(false): not even the automatic narrow pick (the old path)
 };
 
 // Puts the process-wide switches back however the test ends.
@@ -42,6 +43,7 @@ struct DefaultSwitchesAtExit {
     cuda::set_decode_norm_configs(0, 2);
     cuda::set_decode_narrow_pick(-1, 0);
     cuda::set_decode_pipeline(false);
+    cuda::set_decode_pipe_narrow(true);
   }
 };
 
@@ -116,11 +118,11 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
   // against 1.057); session 7's decode tails lost too and are gone (docs/cuda.md). Session 8: the pipeline decode
   // GEMM (set_decode_pipeline), the default in between.
   const DecodeMode modes[] = {
-      {"default picks", -1, false, false, 0},
-      {"pipeline decode GEMM, ring 128 KB", -1, false, false, 0, -1, 0, true, 128},
-      {"pipeline decode GEMM, ring 64 KB", -1, false, false, 0, -1, 0, true, 64},
+      {"default picks (pipeline for one-row narrow GEMMs)", -1, false, false, 0},
+      {"no pipeline (the streaming kernels)", -1, false, false, 0, -1, 0, false, 0, true},
+      {"pipeline decode GEMM everywhere, ring 128 KB", -1, false, false, 0, -1, 0, true, 128},
       {"default picks (again)", -1, false, false, 0},
-      {"pipeline decode GEMM, ring 128 KB (again)", -1, false, false, 0, -1, 0, true, 128},
+      {"no pipeline (again)", -1, false, false, 0, -1, 0, false, 0, true},
       {"streaming picks only (the old path)", -2, false, false, 0},
   };
 
@@ -132,6 +134,7 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
     cuda::set_decode_narrow_pick(mode.narrow_variant, mode.narrow_max_n);
     cuda::set_decode_norm_configs(mode.norm_config % 10, mode.norm_config >= 10 ? mode.norm_config / 10 : 2);
     cuda::set_decode_pipeline(mode.pipeline, -1, mode.pipe_ring_kb);
+    cuda::set_decode_pipe_narrow(!mode.no_narrow);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
     const StepRun run = run_steps(*target, stream++, context, steps);
     ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps + 4 + 8 + 16)) << mode.name;

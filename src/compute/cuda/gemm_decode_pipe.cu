@@ -245,7 +245,16 @@ bool pipe_from_env() {
   return value != nullptr && value[0] != 0 && std::string(value) != "0";
 }
 std::atomic<bool> pipe_on{pipe_from_env()};
-std::atomic<int> pipe_pinned{-1}, pipe_ring_kb{0}, pipe_chunk{8};
+// The automatic narrow pick (batch s8B, us at m = 1, the streaming kernels -> the pipeline, chunk 16: 2048->2048
+// 8.84 -> 5.92, 2048->3072 9.13 -> 6.44; wider and sliced shapes no better): one-row, one-slice GEMMs of N <= 4096
+// (o_proj, conv out_proj, q / k / v) take the pipeline; LS_DECODE_PIPE=0 or set_decode_pipe_narrow(false): none.
+bool narrow_from_env() {
+  const char* value = std::getenv("LS_DECODE_PIPE");
+  return value == nullptr || std::string(value) != "0";
+}
+std::atomic<bool> pipe_narrow{narrow_from_env()};
+constexpr int kNarrowMaxN = 4096;
+std::atomic<int> pipe_pinned{-1}, pipe_ring_kb{0}, pipe_chunk{16};
 constexpr int kDefaultRingBytes = 128 * 1024;
 
 int ring_bytes() {
@@ -348,10 +357,13 @@ void allow_pipe_shared(int optin_bytes) {
   allow_shape<2, 2, true>(optin_bytes);
 }
 
-bool pipe_enabled() { return pipe_on.load(std::memory_order_relaxed); }
+bool pipe_enabled() { return pipe_on.load(std::memory_order_relaxed) || pipe_narrow.load(std::memory_order_relaxed); }
 
 bool pipe_fits(const GemmArgs& args, bool swiglu) {
   if (args.reverse_k) return false;
+  if (!pipe_on.load(std::memory_order_relaxed) &&
+      (swiglu || args.m != 1 || slice_count(args.k) > 1 || args.n > kNarrowMaxN))
+    return false;  // the automatic narrow pick only
   const int config = config_for(swiglu, args.m, args.k, args.n);
   return shape_fits(config, args.m, args.k, args.n);
 }
@@ -383,6 +395,7 @@ bool pipe_group_fits(const GemmArgs* args, int count) {
   if (count < 1 || count > kPipeGroupMax) return false;
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += args[i].n;
+  if (!pipe_on.load(std::memory_order_relaxed) && (args[0].m != 1 || rows > kNarrowMaxN)) return false;
   const int config = config_for(false, args[0].m, args[0].k, rows);
   return shape_fits(config, args[0].m, args[0].k, rows) && slice_count(args[0].k) == 1;
 }
@@ -412,10 +425,18 @@ void set_decode_pipeline(bool on, int pinned_config, int ring_kb) {
   gemm_detail::pipe_ring_kb.store(std::clamp(ring_kb, 0, 200), std::memory_order_relaxed);
 }
 
-bool decode_pipeline_on() { return gemm_detail::pipe_enabled(); }
+bool decode_pipeline_on() { return gemm_detail::pipe_on.load(std::memory_order_relaxed); }
+
+void set_decode_pipe_narrow(bool on) { gemm_detail::pipe_narrow.store(on, std::memory_order_relaxed); }
+bool decode_pipe_narrow_on() { return gemm_detail::pipe_narrow.load(std::memory_order_relaxed); }
+
+bool decode_pipe_fits(int config, int64_t m, const DeviceMatrix& w) {
+  return m >= 1 && m <= 16 && w.rows >= 1 && w.rows <= (1LL << 30) && w.cols <= (1LL << 24) &&
+         gemm_detail::shape_fits(config, static_cast<int>(m), static_cast<int>(w.cols), w.rows);
+}
 
 void set_decode_pipe_chunk(int tiles) {
-  gemm_detail::pipe_chunk.store(tiles == 4 || tiles == 16 ? tiles : 8, std::memory_order_relaxed);
+  gemm_detail::pipe_chunk.store(tiles == 4 || tiles == 8 ? tiles : 16, std::memory_order_relaxed);
 }
 
 int decode_pipe_config_count() { return gemm_detail::kPipeConfigs; }

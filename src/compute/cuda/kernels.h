@@ -97,8 +97,15 @@ int decode_staged_config_count();
 // ring_kb > 0 sets the rings' bytes per CTA (default 128 KB). Same bits; drop captured graphs after a change.
 void set_decode_pipeline(bool on, int pinned_config = -1, int ring_kb = 0);
 bool decode_pipeline_on();
-// Bench: K tiles of 64 per stage row (one row copy) of the pipeline (4, 16; anything else: 8, the default). Same bits.
+// Bench: K tiles of 64 per stage row (one row copy) of the pipeline (4, 8; anything else: 16, the default). Same bits.
 void set_decode_pipe_chunk(int tiles);
+// The automatic narrow pick (on by default since batch s8B; LS_DECODE_PIPE=0 turns it off): one-row, one-slice
+// decode GEMMs of N <= 4096 and the one-row q / k / v launch take the pipeline even with set_decode_pipeline(false).
+// Same bits; drop captured graphs after a change.
+void set_decode_pipe_narrow(bool on);
+bool decode_pipe_narrow_on();
+// Whether gemm_decode_pipe takes configuration `config` for m rows of W (shape, K, shared memory).
+bool decode_pipe_fits(int config, int64_t m, const DeviceMatrix& w);
 int decode_pipe_config_count();
 const char* decode_pipe_config_name(int config);
 // y = x [m, K] @ W^T (+ bias) on pipeline configuration `config` (-1: automatic); the last two configurations are
