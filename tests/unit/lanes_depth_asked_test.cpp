@@ -15,43 +15,18 @@
 namespace ls {
 namespace {
 
-struct PricedRun {
-  double ms = 0;  // fixed-clock time from after setup to the end
-  LanesStats stats;
-  std::vector<std::vector<int32_t>> tokens;
-  int64_t passes = 0;                  // drafter passes after setup
-  std::map<int, int64_t> passes_by_depth;  // after setup
-  int deep_outcomes = 0;               // verify outcomes seen at the sixth draft (pooled)
+// A run, and the verify outcomes pricing pooled at the sixth draft.
+struct PricedRun : FakeRun {
+  int deep_outcomes = 0;
 };
 
 PricedRun run_lanes(FixedClock& clock, const FakeTargetOptions& target_options,
-              const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals,
-              const LanesOptions& options) {
-  FakeTarget target(target_options);
-  std::optional<FakeDrafter> drafter;
-  if (drafter_options) drafter.emplace(*drafter_options);
-  auto lanes = Lanes::create(target, drafter ? &*drafter : nullptr, options, clock);
-  EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
+                    const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals,
+                    const LanesOptions& options) {
   PricedRun run;
-  if (!lanes.ok()) return run;
-  const double start_ms = clock.now_ms();
-  const int64_t setup_passes = drafter ? drafter->passes() : 0;
-  const std::map<int, int64_t> setup_by_depth = drafter ? drafter->passes_by_depth() : std::map<int, int64_t>{};
-  auto replies = run_arrivals(**lanes, arrivals);
-  EXPECT_TRUE(replies.ok());
-  run.ms = clock.now_ms() - start_ms;
-  run.stats = (*lanes)->stats();
-  if (drafter) {
-    run.passes = drafter->passes() - setup_passes;
-    for (const auto& [depth, passes] : drafter->passes_by_depth()) {
-      const auto before = setup_by_depth.find(depth);
-      run.passes_by_depth[depth] = passes - (before == setup_by_depth.end() ? 0 : before->second);
-    }
-  }
-  run.deep_outcomes = (*lanes)->pricing().pooled_acceptance().observations(5);
-  if (replies.ok()) {
-    for (const Reply& reply : *replies) run.tokens.push_back(reply.tokens);
-  }
+  static_cast<FakeRun&>(run) = run_fakes(clock, target_options, drafter_options, arrivals, options, [&](const Lanes& lanes) {
+    run.deep_outcomes = lanes.pricing().pooled_acceptance().observations(5);
+  });
   return run;
 }
 
@@ -82,14 +57,14 @@ TEST(LanesDepthAsked, WhereADeepPassCostsMoreOneStreamAsksTheDepthItBuysAndBeats
   PricedRun plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
   PricedRun whole = run_lanes(clock, target, drafter, arrivals, depth_rule(false));
   PricedRun priced = run_lanes(clock, target, drafter, arrivals, depth_rule(true));
-  ASSERT_EQ(whole.tokens, plain.tokens);
-  ASSERT_EQ(priced.tokens, plain.tokens);
+  ASSERT_EQ(reply_tokens(whole), reply_tokens(plain));
+  ASSERT_EQ(reply_tokens(priced), reply_tokens(plain));
   EXPECT_LT(priced.ms, plain.ms * 0.9) << "plain " << plain.ms << " ms, priced depth " << priced.ms << " ms";
   EXPECT_LT(priced.ms, whole.ms * 0.95) << "whole block " << whole.ms << " ms (passes by depth " << by_depth(whole)
                                        << "), priced depth " << priced.ms << " ms (" << by_depth(priced) << ")";
   int64_t shallow = 0;
   for (const auto& [depth, passes] : priced.passes_by_depth) shallow += depth <= 4 ? passes : 0;
-  EXPECT_GT(shallow * 2, priced.passes) << by_depth(priced);
+  EXPECT_GT(shallow * 2, priced.drafter_passes) << by_depth(priced);
 }
 
 TEST(LanesDepthAsked, WithTheDepthAskedPricedEveryFourthDraftingDecisionStillAsksTheWholeCap) {
@@ -103,11 +78,11 @@ TEST(LanesDepthAsked, WithTheDepthAskedPricedEveryFourthDraftingDecisionStillAsk
   std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, 400);
   PricedRun every_fourth = run_lanes(clock, target, drafter, arrivals, depth_rule(true, 4));
   PricedRun never = run_lanes(clock, target, drafter, arrivals, depth_rule(true, 0));
-  ASSERT_EQ(every_fourth.tokens, never.tokens);
+  ASSERT_EQ(reply_tokens(every_fourth), reply_tokens(never));
   const int64_t full_every_fourth = every_fourth.passes_by_depth[drafter.max_depth];
   const int64_t full_never = never.passes_by_depth[drafter.max_depth];
-  EXPECT_GE(full_every_fourth * 5, every_fourth.passes) << by_depth(every_fourth);
-  EXPECT_LE(full_never * 20, never.passes) << by_depth(never);
+  EXPECT_GE(full_every_fourth * 5, every_fourth.drafter_passes) << by_depth(every_fourth);
+  EXPECT_LE(full_never * 20, never.drafter_passes) << by_depth(never);
   EXPECT_GT(every_fourth.deep_outcomes, never.deep_outcomes + 5)
       << "outcomes at the sixth draft: every fourth " << every_fourth.deep_outcomes << ", never "
       << never.deep_outcomes;
@@ -135,11 +110,11 @@ TEST(LanesProbeValue, WhereNeitherAProbeNorTheGroupAtThePriorCanPayOnlyTheScoutP
   PricedRun plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
   PricedRun old_run = run_lanes(clock, target, drafter, arrivals, probe_rule(false));
   PricedRun new_run = run_lanes(clock, target, drafter, arrivals, probe_rule(true));
-  ASSERT_EQ(old_run.tokens, plain.tokens);
-  ASSERT_EQ(new_run.tokens, plain.tokens);
-  EXPECT_GT(old_run.passes, 0);
+  ASSERT_EQ(reply_tokens(old_run), reply_tokens(plain));
+  ASSERT_EQ(reply_tokens(new_run), reply_tokens(plain));
+  EXPECT_GT(old_run.drafter_passes, 0);
   EXPECT_GT(old_run.ms, plain.ms * 1.01) << "plain " << plain.ms << " ms, probes on the tables " << old_run.ms;
-  EXPECT_LE(new_run.passes, 1);
+  EXPECT_LE(new_run.drafter_passes, 1);
   EXPECT_LT(new_run.ms, plain.ms * 1.025) << "plain " << plain.ms << " ms, probes that pay " << new_run.ms << " ms";
   EXPECT_LT(new_run.ms, old_run.ms) << "probes on the tables " << old_run.ms << " ms, probes that pay " << new_run.ms;
 }
@@ -153,7 +128,7 @@ TEST(LanesProbeValue, ProbesThatPayTheirWayStillFindAndBuyADrafterThatPaysAtOneS
   std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, 300);
   PricedRun plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
   PricedRun new_run = run_lanes(clock, target, drafter, arrivals, probe_rule(true));
-  ASSERT_EQ(new_run.tokens, plain.tokens);
+  ASSERT_EQ(reply_tokens(new_run), reply_tokens(plain));
   EXPECT_GT(new_run.stats.windows_with_drafts, 50);
   EXPECT_LT(new_run.ms, plain.ms * 0.7) << "plain " << plain.ms << " ms, probes that pay " << new_run.ms << " ms";
 }

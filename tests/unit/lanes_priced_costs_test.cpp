@@ -14,40 +14,6 @@
 namespace ls {
 namespace {
 
-struct Outcome {
-  double ms = 0;  // fixed-clock time from after setup to the end
-  LanesStats stats;
-  std::vector<Reply> replies;
-  int64_t passes = 0;  // drafter passes after setup
-};
-
-Outcome run_lanes(FixedClock& clock, const FakeTargetOptions& target_options,
-              const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals,
-              const LanesOptions& options) {
-  FakeTarget target(target_options);
-  std::optional<FakeDrafter> drafter;
-  if (drafter_options) drafter.emplace(*drafter_options);
-  auto lanes = Lanes::create(target, drafter ? &*drafter : nullptr, options, clock);
-  EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
-  Outcome run;
-  if (!lanes.ok()) return run;
-  const double start_ms = clock.now_ms();
-  const int64_t setup_passes = drafter ? drafter->passes() : 0;
-  auto replies = run_arrivals(**lanes, arrivals);
-  EXPECT_TRUE(replies.ok());
-  run.ms = clock.now_ms() - start_ms;
-  run.stats = (*lanes)->stats();
-  run.passes = drafter ? drafter->passes() - setup_passes : 0;
-  if (replies.ok()) run.replies = *replies;
-  return run;
-}
-
-std::vector<std::vector<int32_t>> tokens_of(const Outcome& run) {
-  std::vector<std::vector<int32_t>> tokens;
-  for (const Reply& reply : run.replies) tokens.push_back(reply.tokens);
-  return tokens;
-}
-
 LanesOptions new_rules(bool on) {
   LanesOptions options;
   options.pricing.confidence_for_unexplored = on;
@@ -67,15 +33,15 @@ TEST(LanesPricedCosts, WhereOnlyDeepWindowsPayAConfidentDrafterIsBoughtDeepWindo
   drafter.draft_fixed_ms = 20.0;
   drafter.confidences = true;
   std::vector<Arrival> arrivals = endless_arrivals(16, target.shape.vocab_size, 300);
-  Outcome plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
+  FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals, LanesOptions{});
   LanesOptions new_options;
   new_options.pricing.confidence_for_unexplored = true;
   LanesOptions old_options;
   old_options.pricing.confidence_for_unexplored = false;
-  Outcome old_run = run_lanes(clock, target, drafter, arrivals, old_options);
-  Outcome new_run = run_lanes(clock, target, drafter, arrivals, new_options);
-  ASSERT_EQ(tokens_of(old_run), tokens_of(plain));
-  ASSERT_EQ(tokens_of(new_run), tokens_of(plain));
+  FakeRun old_run = run_fakes(clock, target, drafter, arrivals, old_options);
+  FakeRun new_run = run_fakes(clock, target, drafter, arrivals, new_options);
+  ASSERT_EQ(reply_tokens(old_run), reply_tokens(plain));
+  ASSERT_EQ(reply_tokens(new_run), reply_tokens(plain));
   EXPECT_LT(new_run.ms, plain.ms * 0.85) << "plain " << plain.ms << " ms, confidences " << new_run.ms << " ms";
   EXPECT_LT(new_run.ms, old_run.ms * 0.9) << "prior " << old_run.ms << " ms, confidences " << new_run.ms << " ms";
 }
@@ -92,12 +58,12 @@ TEST(LanesPricedCosts, AnUnderconfidentHeadDoesNotPriceUnexploredDepthsBelowTheP
   drafter.reported_wrong_rate = 0.6;
   drafter.draft_fixed_ms = 8.0;
   std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, 300);
-  Outcome plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
+  FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals, LanesOptions{});
   LanesOptions prior_options;
   prior_options.pricing.confidence_for_unexplored = false;
-  Outcome prior_run = run_lanes(clock, target, drafter, arrivals, prior_options);
-  Outcome new_run = run_lanes(clock, target, drafter, arrivals, LanesOptions{});
-  ASSERT_EQ(tokens_of(new_run), tokens_of(plain));
+  FakeRun prior_run = run_fakes(clock, target, drafter, arrivals, prior_options);
+  FakeRun new_run = run_fakes(clock, target, drafter, arrivals, LanesOptions{});
+  ASSERT_EQ(reply_tokens(new_run), reply_tokens(plain));
   ASSERT_GT(prior_run.stats.windows_with_drafts, 20);
   EXPECT_GE(new_run.stats.windows_with_drafts * 10, prior_run.stats.windows_with_drafts * 9)
       << "drafted windows: prior " << prior_run.stats.windows_with_drafts << ", new " << new_run.stats.windows_with_drafts;

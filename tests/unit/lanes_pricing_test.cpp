@@ -15,15 +15,6 @@
 namespace ls {
 namespace {
 
-struct PricedRun {
-  double ms = 0;  // fixed-clock time from after setup to the end
-  LanesStats stats;
-  std::map<int, int64_t> windows_by_drawn_rows;
-  int64_t drafter_passes = 0;  // after setup
-  std::vector<Reply> replies;
-  int64_t tokens = 0;
-};
-
 std::vector<Arrival> long_requests(int streams, int max_tokens) {
   std::vector<Arrival> arrivals;
   for (int index = 0; index < streams; ++index) {
@@ -35,38 +26,11 @@ std::vector<Arrival> long_requests(int streams, int max_tokens) {
   return arrivals;
 }
 
-PricedRun priced_run(FixedClock& clock, const FakeTargetOptions& target_options,
-                     const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals,
-                     const LanesOptions& options = {}) {
-  FakeTarget target(target_options);
-  std::optional<FakeDrafter> drafter;
-  if (drafter_options) drafter.emplace(*drafter_options);
-  auto lanes = Lanes::create(target, drafter ? &*drafter : nullptr, options, clock);
-  EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
-  PricedRun run;
-  if (!lanes.ok()) return run;
-  const double start_ms = clock.now_ms();
-  const int64_t setup_passes = drafter ? drafter->passes() : 0;
-  const auto setup_windows = target.windows_by_drawn_rows();
-  auto replies = run_arrivals(**lanes, arrivals);
-  EXPECT_TRUE(replies.ok());
-  run.ms = clock.now_ms() - start_ms;
-  run.stats = (*lanes)->stats();
-  run.windows_by_drawn_rows = target.windows_by_drawn_rows();
-  for (auto [rows, count] : setup_windows) {
-    if ((run.windows_by_drawn_rows[rows] -= count) == 0) run.windows_by_drawn_rows.erase(rows);
-  }
-  run.drafter_passes = drafter ? drafter->passes() - setup_passes : 0;
-  if (replies.ok()) run.replies = *replies;
-  for (const Reply& reply : run.replies) run.tokens += static_cast<int64_t>(reply.tokens.size());
-  return run;
-}
-
 TEST(LanesPricing, AnAlwaysWrongDrafterStopsBuyingDraftsAndKeepsPlainThroughput) {
   FixedClock clock;
   std::vector<Arrival> arrivals = long_requests(4, 400);
-  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), costed_fake_drafter(clock, 1.0), arrivals);
+  FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), costed_fake_drafter(clock, 1.0), arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   EXPECT_EQ(drafted.stats.drafts_accepted, 0);
   // Throughput within 3% of plain: a few early rounds pay for the prior, then only sparse probes.
@@ -82,10 +46,10 @@ TEST(LanesPricing, AlwaysDraftBuysEveryDraftOfAnAlwaysWrongDrafterAndKeepsTheTok
   // Pricing would stop buying (the test above); always_draft (tests, --draft-always) keeps verifying full windows.
   FixedClock clock;
   std::vector<Arrival> arrivals = long_requests(2, 120);
-  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
   LanesOptions options;
   options.pricing.always_draft = true;
-  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), costed_fake_drafter(clock, 1.0), arrivals, options);
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), costed_fake_drafter(clock, 1.0), arrivals, options);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   for (size_t i = 0; i < plain.replies.size(); ++i) EXPECT_EQ(plain.replies[i].tokens, drafted.replies[i].tokens);
   EXPECT_EQ(drafted.stats.drafts_accepted, 0);
@@ -99,8 +63,8 @@ TEST(LanesPricing, AnAlwaysRightDrafterIsBoughtUpToTheCostOptimalDepth) {
   // optimum is the deepest window the pair allows, 6 drafts (drafter depth 6, exact width 8).
   FixedClock clock;
   std::vector<Arrival> arrivals = long_requests(1, 600);
-  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), costed_fake_drafter(clock, 0.0), arrivals);
+  FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), costed_fake_drafter(clock, 0.0), arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   const int64_t full_windows = drafted.windows_by_drawn_rows[7];
   EXPECT_GT(full_windows * 10, drafted.stats.windows_verified * 9)
@@ -121,8 +85,8 @@ TEST(LanesPricing, APartlyRightDrafterSettlesNearTheAnalyticOptimalDepth) {
   drafter.draft_fixed_ms = 0.5;
   drafter.draft_row_ms = 0.25;
   std::vector<Arrival> arrivals = long_requests(1, 3000);
-  PricedRun plain = priced_run(clock, target, std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, target, drafter, arrivals);
+  FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals);
+  FakeRun drafted = run_fakes(clock, target, drafter, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   const double mean_drafts =
       static_cast<double>(drafted.stats.drafts_verified) / static_cast<double>(drafted.stats.windows_verified);
@@ -139,7 +103,7 @@ TEST(LanesPricing, ConfidencesSayingPositionKIsHopelessKeepRowsPastKUnbought) {
   drafter.confidences = true;
   drafter.hopeless_from = 2;  // drafts 3 .. 6 are always wrong and their confidence says 0.01
   std::vector<Arrival> arrivals = long_requests(2, 300);
-  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter, arrivals);
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), drafter, arrivals);
   EXPECT_EQ(drafted.windows_by_drawn_rows.rbegin()->first, 3) << "a window verified a draft past position 2";
   EXPECT_GT(drafted.windows_by_drawn_rows[3] * 10, drafted.stats.windows_verified * 8);
 }
@@ -303,8 +267,8 @@ TEST(LanesPricing, ADrafterThatCannotPayEvenIfAlwaysRightIsNotRunToProbeBeforeTh
   FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.draft_fixed_ms = 80.0;
   std::vector<Arrival> arrivals = long_prompt_requests(8, 40, 200);
-  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
+  FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   EXPECT_EQ(drafted.drafter_passes, 0);
   EXPECT_EQ(drafted.stats.drafts_verified, 0);
@@ -320,8 +284,8 @@ TEST(LanesPricing, AProbeWhoseCatchUpAbsorbTheReplyCannotRepayIsSkipped) {
   drafter_options.absorb_row_ms = 5.0;
   drafter_options.restarts = false;
   std::vector<Arrival> arrivals = long_prompt_requests(1, 200, 100);
-  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
+  FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   EXPECT_EQ(drafted.drafter_passes, 0);
   EXPECT_DOUBLE_EQ(drafted.ms, plain.ms);
@@ -335,8 +299,8 @@ TEST(LanesPricing, ADrafterThatRestartsSkipsACatchUpTheReplyCannotRepayAndDrafts
   FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.absorb_row_ms = 5.0;
   std::vector<Arrival> arrivals = long_prompt_requests(1, 200, 100);
-  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
+  FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   for (size_t i = 0; i < plain.replies.size(); ++i) EXPECT_EQ(plain.replies[i].tokens, drafted.replies[i].tokens);
   EXPECT_GE(drafted.stats.drafter_restarts, 1);
@@ -352,8 +316,8 @@ TEST(LanesPricing, ProbesTakeAtMostTheirBudgetOfTheTimeWhenEachCostsACatchUpAbso
   FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 1.0);
   drafter_options.absorb_row_ms = 0.3;
   std::vector<Arrival> arrivals = long_prompt_requests(4, 40, 300);
-  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
-  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
+  FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   EXPECT_GE(drafted.drafter_passes, 3);  // the scout and later probes still run
   EXPECT_LT(drafted.ms, plain.ms * 1.05) << "plain " << plain.ms << " ms, drafted " << drafted.ms << " ms";
@@ -403,7 +367,7 @@ TEST(LanesPricing, AtOneStreamWithNearlyFlatVerifyAConfidentDrafterIsBoughtItsWh
   drafter_options.draft_row_ms = 0.01;
   drafter_options.absorb_call_ms = 0.7;
   drafter_options.absorb_row_ms = 0.001;
-  PricedRun drafted = priced_run(clock, target_options, drafter_options, long_requests(1, 400));
+  FakeRun drafted = run_fakes(clock, target_options, drafter_options, long_requests(1, 400));
   ASSERT_GT(drafted.stats.windows_with_drafts, 0);
   const double drafts_per_window =
       static_cast<double>(drafted.stats.drafts_verified) / static_cast<double>(drafted.stats.windows_with_drafts);
@@ -419,8 +383,8 @@ TEST(LanesPricing, ADrafterWhoseConfidencesDoubtEveryDraftIsNotRunEveryRound) {
   FixedClock clock;
   FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 1.0);
   drafter_options.confidences = true;
-  PricedRun drafted = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, long_requests(4, 300));
-  PricedRun plain = priced_run(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, long_requests(4, 300));
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, long_requests(4, 300));
+  FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, long_requests(4, 300));
   ASSERT_EQ(drafted.tokens, plain.tokens);
   EXPECT_LT(drafted.drafter_passes * 5, drafted.stats.rounds)
       << drafted.drafter_passes << " passes in " << drafted.stats.rounds << " rounds, "
@@ -455,7 +419,7 @@ TEST(LanesPricing, AtOneStreamTheWindowIsAsDeepAsTheChancesAndCostsSayAndItsToke
   drafter_options.absorb_call_ms = 0.1;
   drafter_options.absorb_row_ms = 0.002;
   constexpr int kTokens = 3000;
-  PricedRun drafted = priced_run(clock, target_options, drafter_options, long_requests(1, kTokens));
+  FakeRun drafted = run_fakes(clock, target_options, drafter_options, long_requests(1, kTokens));
   ASSERT_EQ(drafted.tokens, kTokens);
   ASSERT_GT(drafted.stats.windows_with_drafts, 0);
   const double drafts_per_window =

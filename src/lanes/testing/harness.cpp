@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "base/check.h"
 #include "base/clock.h"
 #include "base/hash.h"
 
@@ -142,6 +143,51 @@ FakeDrafterOptions costed_fake_drafter(FixedClock& clock, double wrong_rate, dou
   options.draft_fixed_ms = 2.0;
   options.draft_row_ms = row_ms;
   return options;
+}
+
+
+namespace {
+// `after` minus `before`, entries that reach zero dropped.
+std::map<int, int64_t> counts_since(const std::map<int, int64_t>& before, std::map<int, int64_t> after) {
+  for (auto [key, count] : before) {
+    if ((after[key] -= count) == 0) after.erase(key);
+  }
+  return after;
+}
+}  // namespace
+
+FakeRun run_fakes(FixedClock& clock, const FakeTargetOptions& target_options,
+                  const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals,
+                  const LanesOptions& options, const std::function<void(const Lanes&)>& after) {
+  FakeTarget target(target_options);
+  std::optional<FakeDrafter> drafter;
+  if (drafter_options) drafter.emplace(*drafter_options);
+  auto lanes = Lanes::create(target, drafter ? &*drafter : nullptr, options, clock);
+  LS_CHECK(lanes.ok(), lanes.status().to_string().c_str());
+  FakeRun run;
+  const double start_ms = clock.now_ms();
+  const int64_t setup_passes = drafter ? drafter->passes() : 0;
+  const std::map<int, int64_t> setup_by_depth = drafter ? drafter->passes_by_depth() : std::map<int, int64_t>{};
+  const std::map<int, int64_t> setup_windows = target.windows_by_drawn_rows();
+  auto replies = run_arrivals(**lanes, arrivals);
+  LS_CHECK(replies.ok(), replies.status().to_string().c_str());
+  run.ms = clock.now_ms() - start_ms;
+  run.stats = (*lanes)->stats();
+  run.windows_by_drawn_rows = counts_since(setup_windows, target.windows_by_drawn_rows());
+  if (drafter) {
+    run.drafter_passes = drafter->passes() - setup_passes;
+    run.passes_by_depth = counts_since(setup_by_depth, drafter->passes_by_depth());
+  }
+  run.replies = *replies;
+  for (const Reply& reply : run.replies) run.tokens += static_cast<int64_t>(reply.tokens.size());
+  if (after) after(**lanes);
+  return run;
+}
+
+std::vector<std::vector<int32_t>> reply_tokens(const FakeRun& run) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (const Reply& reply : run.replies) tokens.push_back(reply.tokens);
+  return tokens;
 }
 
 }  // namespace ls

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <vector>
 
 #include "lanes/lanes.h"
@@ -49,5 +51,25 @@ FakeTargetOptions costed_fake_target(FixedClock& clock, double fixed_ms, double 
 
 // A fake drafter on `clock`, up to 6 deep, wrong at `wrong_rate`, whose pass costs 2 ms + `row_ms` a draft row.
 FakeDrafterOptions costed_fake_drafter(FixedClock& clock, double wrong_rate, double row_ms = 0.2);
+
+// One run of the lanes over fakes on `clock`, counted from after Lanes::create (its load-time timing passes and
+// windows left out): what pricing tests compare between an old and a new rule.
+struct FakeRun {
+  double ms = 0;  // fixed-clock time to the end of the run
+  LanesStats stats;
+  std::vector<Reply> replies;
+  int64_t tokens = 0;  // over every reply
+  int64_t drafter_passes = 0;
+  std::map<int, int64_t> passes_by_depth;
+  std::map<int, int64_t> windows_by_drawn_rows;
+};
+
+// Runs `arrivals` on a fresh fake target (and drafter, if given); `after` sees the lanes before they go.
+FakeRun run_fakes(FixedClock& clock, const FakeTargetOptions& target_options,
+                  const std::optional<FakeDrafterOptions>& drafter_options, const std::vector<Arrival>& arrivals,
+                  const LanesOptions& options = {}, const std::function<void(const Lanes&)>& after = {});
+
+// Each reply's tokens, in arrival order.
+std::vector<std::vector<int32_t>> reply_tokens(const FakeRun& run);
 
 }  // namespace ls
