@@ -449,33 +449,29 @@ int main(int argc, char** argv) {
     target->set_decode_norm_fusion(false);
   }
   // MoE: the same steps (graphs) with the routed experts and route + plan on each path (same bits): the A/B. moe8:
-  // the lean route + plan (the default since s8A) against the old kernel and with the router kept in L2, interleaved
-  // (A/B/C/A/B/C); the variants that never won are gone (docs/cuda.md has their numbers).
+  // the lean route + plan (the default since s8A) against the old kernel, interleaved (A/B/A/B); the
+  // router kept in L2 (s8) and the variants that never won are gone (docs/cuda.md has their numbers).
   std::vector<std::pair<std::string, double>> expert_path_ms;
   if (c.moe) {
     using lfm2::gpu::ExpertFfnPath;
     struct MoeRow {
       const char* name;
       ExpertFfnPath path;
-      bool lean_route, router_in_l2;
+      bool lean_route;
     };
-    const MoeRow moe_rows[] = {{"auto (route lean)", ExpertFfnPath::Automatic, true, false},
-                               {"auto, route as before", ExpertFfnPath::Automatic, false, false},
-                               {"auto, router kept in L2", ExpertFfnPath::Automatic, true, true},
-                               {"auto again", ExpertFfnPath::Automatic, true, false},
-                               {"auto, route as before again", ExpertFfnPath::Automatic, false, false},
-                               {"auto, router kept in L2 again", ExpertFfnPath::Automatic, true, true}};
+    const MoeRow moe_rows[] = {{"auto (route lean)", ExpertFfnPath::Automatic, true},
+                               {"auto, route as before", ExpertFfnPath::Automatic, false},
+                               {"auto again", ExpertFfnPath::Automatic, true},
+                               {"auto, route as before again", ExpertFfnPath::Automatic, false}};
     for (const MoeRow& row : moe_rows) {
       lfm2::gpu::pin_expert_ffn_path_for_test(row.path);
       lfm2::gpu::set_moe_route_lean(row.lean_route);
-      lfm2::gpu::set_moe_router_keep_in_l2(row.router_in_l2);
       target->set_graphs(false);  // drops the graphs captured with the other path
       target->set_graphs(true);
       expert_path_ms.push_back({row.name, time_steps(o.decode_tokens)});
     }
     lfm2::gpu::pin_expert_ffn_path_for_test(ExpertFfnPath::Automatic);
     lfm2::gpu::set_moe_route_lean(true);
-    lfm2::gpu::set_moe_router_keep_in_l2(false);
     target->set_graphs(false);
     target->set_graphs(true);
   }

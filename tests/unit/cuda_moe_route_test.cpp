@@ -42,6 +42,64 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+// One route + plan's outputs on the device, poisoned, and a plan that writes them.
+struct RouteOutputs {
+  RouteOutputs(int64_t rows, int experts, int k)
+      : rows(rows), experts(experts), k(k), slots(rows * k), logits(poisoned<bf16>(rows * experts)),
+        chosen(poisoned<int32_t>(slots)), offsets(poisoned<int32_t>(experts + 1)), order(poisoned<int32_t>(slots)),
+        weights(poisoned<float>(slots)) {}
+  // route + plan of logits (or of x times router when x is set) into these outputs
+  RoutePlan plan(const bf16* x = nullptr, const bf16* router = nullptr, int64_t hidden = 0) {
+    RoutePlan p;
+    p.logits = logits.data();
+    p.x = x;
+    p.router = router;
+    p.hidden = hidden;
+    p.rows = rows;
+    p.experts = experts;
+    p.k = k;
+    p.normalize = true;
+    p.chosen = chosen.data();
+    p.weights = weights.data();
+    p.offsets = offsets.data();
+    p.order = order.data();
+    return p;
+  }
+  // the launches route_and_plan replaces: cuda::route_experts then plan_experts over these logits
+  Status route_and_plan_apart(const RoutePlan& p) {
+    LS_RETURN_IF_ERROR(cuda::route_experts(logits.data(), rows, experts, k, p.normalize, p.scaling, p.expert_bias,
+                                           chosen.data(), weights.data(), nullptr));
+    return plan_experts(chosen.data(), slots, experts, offsets.data(), order.data(), nullptr);
+  }
+  int64_t rows;
+  int experts, k;
+  int64_t slots;
+  DeviceBuffer<bf16> logits;
+  DeviceBuffer<int32_t> chosen, offsets, order;
+  DeviceBuffer<float> weights;
+};
+
+// Every output of got equal to want's, bitwise (the logits too where with_logits).
+void expect_same_route(const RouteOutputs& got, const RouteOutputs& want, bool with_logits, const std::string& where) {
+  if (with_logits) {
+    const std::vector<bf16> a = download(got.logits, got.rows * got.experts),
+                            b = download(want.logits, want.rows * want.experts);
+    int differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += a[i].bits != b[i].bits;
+    EXPECT_EQ(differ, 0) << where << ": logits of " << a.size();
+  }
+  EXPECT_TRUE(same_bits(download(got.chosen, got.slots), download(want.chosen, want.slots))) << where << ": chosen";
+  EXPECT_TRUE(same_bits(download(got.weights, got.slots), download(want.weights, want.slots))) << where << ": weights";
+  EXPECT_TRUE(same_bits(download(got.offsets, got.experts + 1), download(want.offsets, want.experts + 1)))
+      << where << ": offsets";
+  EXPECT_TRUE(same_bits(download(got.order, got.slots), download(want.order, want.slots))) << where << ": order";
+}
+
+std::string where(int64_t rows, int experts, int k, int64_t hidden) {
+  return "rows " + std::to_string(rows) + " E " + std::to_string(experts) + " k " + std::to_string(k) + " K " +
+         std::to_string(hidden);
+}
+
 TEST(CudaMoeRoute, RouteAndPlanInOneLaunchGiveTheRouteAndPlanLaunchesBits) {
   LS_SKIP_WITHOUT_DEVICE();
   struct Case { int64_t rows; int experts, k; bool normalize, bias, coarse; float scaling; };
@@ -51,41 +109,21 @@ TEST(CudaMoeRoute, RouteAndPlanInOneLaunchGiveTheRouteAndPlanLaunchesBits) {
                         {5, 40, 40, true, false, true, 1.0f}};
   int checked = 0;
   for (const Case& c : cases) {
-    const int64_t slots = c.rows * c.k;
-    DeviceBuffer<bf16> logits = upload(random_bf16(c.rows * c.experts, 7 + c.rows, 4.0f, c.coarse));
+    const std::vector<bf16> logits = random_bf16(c.rows * c.experts, 7 + c.rows, 4.0f, c.coarse);
     std::vector<float> bias_host(c.experts);
     for (int e = 0; e < c.experts; ++e) bias_host[e] = static_cast<float>(e % 3) * 0.25f;
     DeviceBuffer<float> bias = upload(bias_host);
-    // the launches replaced
-    DeviceBuffer<int32_t> chosen_ref = poisoned<int32_t>(slots), offsets_ref = poisoned<int32_t>(c.experts + 1),
-                          order_ref = poisoned<int32_t>(slots);
-    DeviceBuffer<float> weights_ref = poisoned<float>(slots);
-    ASSERT_TRUE(cuda::route_experts(logits.data(), c.rows, c.experts, c.k, c.normalize, c.scaling,
-                                    c.bias ? bias.data() : nullptr, chosen_ref.data(), weights_ref.data(), nullptr)
-                    .ok());
-    ASSERT_TRUE(plan_experts(chosen_ref.data(), slots, c.experts, offsets_ref.data(), order_ref.data(), nullptr).ok());
-    // one launch
-    DeviceBuffer<int32_t> chosen = poisoned<int32_t>(slots), offsets = poisoned<int32_t>(c.experts + 1),
-                          order = poisoned<int32_t>(slots);
-    DeviceBuffer<float> weights = poisoned<float>(slots);
-    RoutePlan plan;
-    plan.logits = logits.data();
-    plan.rows = c.rows;
-    plan.experts = c.experts;
-    plan.k = c.k;
+    RouteOutputs want(c.rows, c.experts, c.k), got(c.rows, c.experts, c.k);
+    for (RouteOutputs* out : {&want, &got})
+      ASSERT_EQ(cudaMemcpy(out->logits.data(), logits.data(), logits.size() * sizeof(bf16), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    RoutePlan plan = got.plan();
     plan.normalize = c.normalize;
     plan.scaling = c.scaling;
     plan.expert_bias = c.bias ? bias.data() : nullptr;
-    plan.chosen = chosen.data();
-    plan.weights = weights.data();
-    plan.offsets = offsets.data();
-    plan.order = order.data();
+    ASSERT_TRUE(want.route_and_plan_apart(plan).ok());
     ASSERT_TRUE(route_and_plan(plan, nullptr).ok());
-    EXPECT_TRUE(same_bits(download(chosen, slots), download(chosen_ref, slots))) << "rows " << c.rows << " E " << c.experts;
-    EXPECT_TRUE(same_bits(download(weights, slots), download(weights_ref, slots))) << "rows " << c.rows << " E " << c.experts;
-    EXPECT_TRUE(same_bits(download(offsets, c.experts + 1), download(offsets_ref, c.experts + 1)))
-        << "rows " << c.rows << " E " << c.experts;
-    EXPECT_TRUE(same_bits(download(order, slots), download(order_ref, slots))) << "rows " << c.rows << " E " << c.experts;
+    expect_same_route(got, want, true, where(c.rows, c.experts, c.k, 0));
     ++checked;
   }
   EXPECT_EQ(checked, 7);
@@ -118,47 +156,19 @@ TEST(CudaMoeRoute, TheRouterGemmInsideRouteAndPlanGivesTheGemmEngineAndRouteLaun
       }
       bool before, lean_before;
     } preload_scope(c.preload);
-    const int64_t slots = c.rows * c.k;
     DeviceBuffer<bf16> x = upload(random_bf16(c.rows * c.hidden, 50 + c.rows, 1.0f, false));
     DeviceBuffer<bf16> router = upload(random_bf16(c.experts * c.hidden, 60 + c.experts, 0.05f, false));
     std::vector<float> bias_host(c.experts);
     for (int e = 0; e < c.experts; ++e) bias_host[e] = 0.01f * static_cast<float>(e % 5);
     DeviceBuffer<float> router_bias = upload(bias_host);
     const cuda::DeviceMatrix matrix{router.data(), c.bias ? router_bias.data() : nullptr, c.experts, c.hidden};
-    DeviceBuffer<bf16> logits_ref = poisoned<bf16>(c.rows * c.experts), logits = poisoned<bf16>(c.rows * c.experts);
-    DeviceBuffer<int32_t> chosen_ref = poisoned<int32_t>(slots), chosen = poisoned<int32_t>(slots);
-    DeviceBuffer<int32_t> offsets_ref = poisoned<int32_t>(c.experts + 1), offsets = poisoned<int32_t>(c.experts + 1);
-    DeviceBuffer<int32_t> order_ref = poisoned<int32_t>(slots), order = poisoned<int32_t>(slots);
-    DeviceBuffer<float> weights_ref = poisoned<float>(slots), weights = poisoned<float>(slots);
-    ASSERT_TRUE(engine.gemm(x.data(), c.rows, matrix, logits_ref.data(), nullptr, nullptr).ok());
-    ASSERT_TRUE(cuda::route_experts(logits_ref.data(), c.rows, c.experts, c.k, true, 1.0f, nullptr, chosen_ref.data(),
-                                    weights_ref.data(), nullptr)
-                    .ok());
-    ASSERT_TRUE(plan_experts(chosen_ref.data(), slots, c.experts, offsets_ref.data(), order_ref.data(), nullptr).ok());
-    RoutePlan plan;
-    plan.logits = logits.data();
-    plan.x = x.data();
-    plan.router = router.data();
+    RouteOutputs want(c.rows, c.experts, c.k), got(c.rows, c.experts, c.k);
+    RoutePlan plan = got.plan(x.data(), router.data(), c.hidden);
     plan.router_bias = c.bias ? router_bias.data() : nullptr;
-    plan.hidden = c.hidden;
-    plan.rows = c.rows;
-    plan.experts = c.experts;
-    plan.k = c.k;
-    plan.normalize = true;
-    plan.chosen = chosen.data();
-    plan.weights = weights.data();
-    plan.offsets = offsets.data();
-    plan.order = order.data();
+    ASSERT_TRUE(engine.gemm(x.data(), c.rows, matrix, want.logits.data(), nullptr, nullptr).ok());
+    ASSERT_TRUE(want.route_and_plan_apart(plan).ok());
     ASSERT_TRUE(route_and_plan(plan, nullptr).ok());
-    const std::vector<bf16> got = download(logits, c.rows * c.experts), want = download(logits_ref, c.rows * c.experts);
-    int differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits;
-    EXPECT_EQ(differ, 0) << "rows " << c.rows << " E " << c.experts << " K " << c.hidden << " preload " << c.preload
-                         << ": logits of " << got.size();
-    EXPECT_TRUE(same_bits(download(chosen, slots), download(chosen_ref, slots))) << "rows " << c.rows;
-    EXPECT_TRUE(same_bits(download(weights, slots), download(weights_ref, slots))) << "rows " << c.rows;
-    EXPECT_TRUE(same_bits(download(offsets, c.experts + 1), download(offsets_ref, c.experts + 1))) << "rows " << c.rows;
-    EXPECT_TRUE(same_bits(download(order, slots), download(order_ref, slots))) << "rows " << c.rows;
+    expect_same_route(got, want, true, where(c.rows, c.experts, c.k, c.hidden) + " preload " + std::to_string(c.preload));
   }
 }
 
@@ -181,7 +191,6 @@ TEST(CudaMoeRoute, TheLeanRouteAndPlanGivesTheGemmEngineRouteAndPlanLaunchBits) 
   int checked = 0;
   for (const Case& c : cases) {
     ASSERT_TRUE(route_lean_fits(c.rows, c.experts, c.k, c.hidden)) << "rows " << c.rows << " E " << c.experts;
-    const int64_t slots = c.rows * c.k;
     DeviceBuffer<bf16> x = upload(random_bf16(c.rows * c.hidden, 80 + c.rows, 1.0f, c.coarse));
     DeviceBuffer<bf16> router = upload(random_bf16(c.experts * c.hidden, 90 + c.experts, c.coarse ? 1.0f : 0.05f,
                                                    c.coarse));
@@ -191,49 +200,22 @@ TEST(CudaMoeRoute, TheLeanRouteAndPlanGivesTheGemmEngineRouteAndPlanLaunchBits) 
       expert_bias_host[e] = static_cast<float>(e % 3) * 0.25f;
     }
     DeviceBuffer<float> router_bias = upload(router_bias_host), expert_bias = upload(expert_bias_host);
-    const float* bias = c.expert_bias ? expert_bias.data() : nullptr;
     const cuda::DeviceMatrix matrix{router.data(), router_bias.data(), c.experts, c.hidden};
-    DeviceBuffer<bf16> logits_ref = poisoned<bf16>(c.rows * c.experts), logits = poisoned<bf16>(c.rows * c.experts);
-    DeviceBuffer<int32_t> chosen_ref = poisoned<int32_t>(slots), chosen = poisoned<int32_t>(slots);
-    DeviceBuffer<int32_t> offsets_ref = poisoned<int32_t>(c.experts + 1), offsets = poisoned<int32_t>(c.experts + 1);
-    DeviceBuffer<int32_t> order_ref = poisoned<int32_t>(slots), order = poisoned<int32_t>(slots);
-    DeviceBuffer<float> weights_ref = poisoned<float>(slots), weights = poisoned<float>(slots);
-    ASSERT_TRUE(engine.gemm(x.data(), c.rows, matrix, logits_ref.data(), nullptr, nullptr).ok());
-    ASSERT_TRUE(cuda::route_experts(logits_ref.data(), c.rows, c.experts, c.k, c.normalize, c.scaling, bias,
-                                    chosen_ref.data(), weights_ref.data(), nullptr)
-                    .ok());
-    ASSERT_TRUE(plan_experts(chosen_ref.data(), slots, c.experts, offsets_ref.data(), order_ref.data(), nullptr).ok());
-    RoutePlan plan;
-    plan.logits = logits.data();
-    plan.x = x.data();
-    plan.router = router.data();
+    RouteOutputs want(c.rows, c.experts, c.k), got(c.rows, c.experts, c.k);
+    RoutePlan plan = got.plan(x.data(), router.data(), c.hidden);
     plan.router_bias = router_bias.data();
-    plan.hidden = c.hidden;
-    plan.rows = c.rows;
-    plan.experts = c.experts;
-    plan.k = c.k;
     plan.normalize = c.normalize;
     plan.scaling = c.scaling;
-    plan.expert_bias = bias;
-    plan.chosen = chosen.data();
-    plan.weights = weights.data();
-    plan.offsets = offsets.data();
-    plan.order = order.data();
+    plan.expert_bias = c.expert_bias ? expert_bias.data() : nullptr;
+    ASSERT_TRUE(engine.gemm(x.data(), c.rows, matrix, want.logits.data(), nullptr, nullptr).ok());
+    ASSERT_TRUE(want.route_and_plan_apart(plan).ok());
     const Status status = route_and_plan_lean(plan, nullptr);
     ASSERT_TRUE(status.ok()) << status.to_string();
-    const std::vector<bf16> got = download(logits, c.rows * c.experts), want = download(logits_ref, c.rows * c.experts);
-    int differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits;
-    const std::string where = "rows " + std::to_string(c.rows) + " E " + std::to_string(c.experts) + " k " +
-                              std::to_string(c.k) + " K " + std::to_string(c.hidden);
-    EXPECT_EQ(differ, 0) << where << ": logits of " << got.size();
-    const std::vector<int32_t> chosen_host = download(chosen, slots);
-    EXPECT_TRUE(same_bits(chosen_host, download(chosen_ref, slots))) << where;
-    EXPECT_TRUE(same_bits(download(weights, slots), download(weights_ref, slots))) << where;
-    EXPECT_TRUE(same_bits(download(offsets, c.experts + 1), download(offsets_ref, c.experts + 1))) << where;
-    EXPECT_TRUE(same_bits(download(order, slots), download(order_ref, slots))) << where;
+    expect_same_route(got, want, true, where(c.rows, c.experts, c.k, c.hidden));
     if (c.nan_every > 0) {
-      EXPECT_EQ(std::count(chosen_host.begin(), chosen_host.end(), -1) > 0, c.k == c.experts) << where;
+      const std::vector<int32_t> chosen_host = download(got.chosen, got.slots);
+      EXPECT_EQ(std::count(chosen_host.begin(), chosen_host.end(), -1) > 0, c.k == c.experts)
+          << where(c.rows, c.experts, c.k, c.hidden);
     }
     ++checked;
   }
@@ -241,54 +223,23 @@ TEST(CudaMoeRoute, TheLeanRouteAndPlanGivesTheGemmEngineRouteAndPlanLaunchBits) 
 }
 
 // route_and_plan runs the lean kernel under set_moe_route_lean (and the old one past 16 rows): the same bits as
-// with the switch off, also with the router's loads kept in L2 (set_moe_router_keep_in_l2), on the 8B router shape;
-// the lean refusals by number.
+// with the switch off, on the 8B router shape; the lean refusals by number.
 TEST(CudaMoeRoute, TheLeanSwitchGivesTheOldRouteAndPlanBitsAndTheLeanKernelRefusesByNumber) {
   LS_SKIP_WITHOUT_DEVICE();
   constexpr int E = 32, k = 4;
   constexpr int64_t D = 2048;
   for (const int64_t rows : {1, 16, 17}) {
-    const int64_t slots = rows * k;
     DeviceBuffer<bf16> x = upload(random_bf16(rows * D, 100 + rows, 1.0f, false));
     DeviceBuffer<bf16> router = upload(random_bf16(E * D, 101, 0.05f, false));
-    std::vector<std::vector<int32_t>> ints[3];
-    std::vector<float> floats[3];
-    for (int lean = 0; lean < 3; ++lean) {  // old kernel, lean, lean with the router kept in L2
-      DeviceBuffer<bf16> logits = poisoned<bf16>(rows * E);
-      DeviceBuffer<int32_t> chosen = poisoned<int32_t>(slots), offsets = poisoned<int32_t>(E + 1),
-                            order = poisoned<int32_t>(slots);
-      DeviceBuffer<float> weights = poisoned<float>(slots);
-      RoutePlan plan;
-      plan.logits = logits.data();
-      plan.x = x.data();
-      plan.router = router.data();
-      plan.hidden = D;
-      plan.rows = rows;
-      plan.experts = E;
-      plan.k = k;
-      plan.normalize = true;
-      plan.chosen = chosen.data();
-      plan.weights = weights.data();
-      plan.offsets = offsets.data();
-      plan.order = order.data();
+    RouteOutputs old_kernel(rows, E, k), lean(rows, E, k);
+    for (RouteOutputs* out : {&old_kernel, &lean}) {
       const bool before = moe_route_lean();
-      set_moe_route_lean(lean >= 1);
-      set_moe_router_keep_in_l2(lean == 2);
-      const Status status = route_and_plan(plan, nullptr);
+      set_moe_route_lean(out == &lean);
+      const Status status = route_and_plan(out->plan(x.data(), router.data(), D), nullptr);
       set_moe_route_lean(before);
-      set_moe_router_keep_in_l2(false);
       ASSERT_TRUE(status.ok()) << status.to_string();
-      std::vector<bf16> logit_bits = download(logits, rows * E);
-      std::vector<int32_t> logit_ints(logit_bits.size());
-      for (size_t i = 0; i < logit_bits.size(); ++i) logit_ints[i] = logit_bits[i].bits;
-      ints[lean] = {logit_ints, download(chosen, slots), download(offsets, E + 1), download(order, slots)};
-      floats[lean] = download(weights, slots);
     }
-    for (int lean = 1; lean < 3; ++lean) {
-      for (size_t i = 0; i < ints[0].size(); ++i)
-        EXPECT_TRUE(same_bits(ints[0][i], ints[lean][i])) << "rows " << rows << " mode " << lean << " output " << i;
-      EXPECT_TRUE(same_bits(floats[0], floats[lean])) << "rows " << rows << " mode " << lean;
-    }
+    expect_same_route(lean, old_kernel, true, where(rows, E, k, D));
   }
   EXPECT_FALSE(route_lean_fits(17, 32, 4, 2048));
   EXPECT_FALSE(route_lean_fits(4, 257, 4, 2048));
@@ -381,12 +332,9 @@ TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenA
   if (std::getenv("LS_EXPERT_TIMING") == nullptr) GTEST_SKIP() << "set LS_EXPERT_TIMING=1 to time";
   constexpr int E = 32, k = 4, kRouters = 416, kIters = 832;
   constexpr int64_t D = 2048, kMaxRows = 16;
-  DeviceBuffer<bf16> routers, logits, x = upload(random_bf16(kMaxRows * D, 5, 1.0f, false));
-  ASSERT_TRUE(routers.allocate(kRouters * E * D).ok() && logits.allocate(kMaxRows * E).ok());
+  DeviceBuffer<bf16> routers, x = upload(random_bf16(kMaxRows * D, 5, 1.0f, false));
+  ASSERT_TRUE(routers.allocate(kRouters * E * D).ok());
   ASSERT_EQ(cudaMemset(routers.data(), 0x3C, routers.bytes()), cudaSuccess);
-  DeviceBuffer<int32_t> chosen = poisoned<int32_t>(kMaxRows * k), offsets = poisoned<int32_t>(E + 1),
-                        order = poisoned<int32_t>(kMaxRows * k);
-  DeviceBuffer<float> weights = poisoned<float>(kMaxRows * k);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -400,21 +348,10 @@ TEST(CudaMoeRouteTiming, TimesRouteAndPlanWithTheRouterStreamedAndPreloadedWhenA
       set_moe_route_lean(v >= 2);
       const int64_t hidden = v == 3 ? 512 : D;
       const int routers_cycled = v == 4 ? 1 : kRouters;
+      RouteOutputs out(rows, E, k);
       auto launch = [&](int i) {
-        RoutePlan plan;
-        plan.logits = logits.data();
-        plan.x = x.data();
-        plan.router = routers.data() + static_cast<int64_t>(i % routers_cycled) * E * D;
-        plan.hidden = hidden;
-        plan.rows = rows;
-        plan.experts = E;
-        plan.k = k;
-        plan.normalize = true;
-        plan.chosen = chosen.data();
-        plan.weights = weights.data();
-        plan.offsets = offsets.data();
-        plan.order = order.data();
-        EXPECT_TRUE(route_and_plan(plan, nullptr).ok());
+        const bf16* router = routers.data() + static_cast<int64_t>(i % routers_cycled) * E * D;
+        EXPECT_TRUE(route_and_plan(out.plan(x.data(), router, hidden), nullptr).ok());
       };
       for (int i = 0; i < 16; ++i) launch(i);
       cudaEventRecord(start);

@@ -28,7 +28,6 @@ constexpr int kLeanMaxExperts = 256;
 // lean vs 1.725 / 1.733 ms old; route + plan alone 7.23 vs 8.59 us at 1 row, 12.36 vs 14.05 at 16; s8A had the
 // step a tie and 8.47 vs 8.69 us alone; every MoE test green in both)
 std::atomic<bool> g_route_lean{true};
-std::atomic<bool> g_router_keep_in_l2{false};
 int g_shared_optin = 0;  // bytes of dynamic shared memory a block may opt into (route_lean_setup)
 
 // Shared memory after the preloaded router and x rows: logits (then scores) [rows, E] f32, chosen [rows k] i32,
@@ -37,7 +36,7 @@ int64_t lean_shared_bytes(int64_t rows, int experts, int k, int64_t hidden) {
   return route_detail::preload_bytes(rows, experts, hidden) + 4 * (2 * rows * experts + 2 * rows * k + experts);
 }
 
-__global__ void __launch_bounds__(kLeanWarps * 32) route_plan_lean_kernel(RoutePlan a, bool keep_router_in_l2) {
+__global__ void __launch_bounds__(kLeanWarps * 32) route_plan_lean_kernel(RoutePlan a) {
   extern __shared__ __align__(128) unsigned char shared_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int E = a.experts, k = a.k, rows = static_cast<int>(a.rows), slots = rows * k;
@@ -47,7 +46,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32) route_plan_lean_kernel(RouteP
   int* first = reinterpret_cast<int*>(weight + slots);
   float* biased = reinterpret_cast<float*>(first + E);
   // waits for the kernel before, lets the next start
-  route_detail::router_preloaded_in_block(a, shared_raw, logit, keep_router_in_l2);
+  route_detail::router_preloaded_in_block(a, shared_raw, logit);
   __syncthreads();  // every logit is in shared memory
   // Routing as cuda::route_experts: sigmoid scores rounded to bf16, + bias, the top k by descending biased score with
   // ties to the lower id and NaN never picked, weights normalized and scaled with its roundings. One warp a row; no
@@ -152,8 +151,6 @@ bool route_lean_fits(int64_t rows, int experts, int k, int64_t hidden) {
 
 void set_moe_route_lean(bool on) { g_route_lean = on; }
 
-void set_moe_router_keep_in_l2(bool on) { g_router_keep_in_l2 = on; }
-
 bool moe_route_lean() { return g_route_lean.load(); }
 
 Status route_and_plan_lean(const RoutePlan& a, cudaStream_t stream) {
@@ -166,8 +163,7 @@ Status route_and_plan_lean(const RoutePlan& a, cudaStream_t stream) {
                       std::to_string(a.hidden));
   const int shared = static_cast<int>(lean_shared_bytes(a.rows, a.experts, a.k, a.hidden));
   LS_RETURN_IF_ERROR(
-      ls::cuda::launch_programmatic(route_plan_lean_kernel, dim3(1), kLeanWarps * 32, shared, stream, a,
-                                    g_router_keep_in_l2.load()));
+      ls::cuda::launch_programmatic(route_plan_lean_kernel, dim3(1), kLeanWarps * 32, shared, stream, a));
   LS_CUDA_TRY_LAUNCH("route_plan_lean_kernel");
   return ok_status();
 }

@@ -37,34 +37,22 @@ __device__ __forceinline__ void store_router_logits(const RoutePlan& a, const fl
   }
 }
 
-// cp.async of 16 bytes (zero-filled when not inside) marked evict-last in L2 (policy from createpolicy).
-__device__ __forceinline__ void copy_chunk_evict_last(uint32_t dst, const void* src, bool inside, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-               "r"(inside ? 16 : 0), "l"(policy));
-}
-
 // The router staged whole in shared memory (smem, preload_bytes) before the programmatic wait (it is constant), the
 // x rows after it; then each warp runs its (row chunk of 8, 8 experts) items' chains from shared memory. Every CTA
-// thread stages chunks; keep_in_l2: the router's loads marked evict-last in L2 (the next step's preload of this
-// layer's router then hits L2 instead of DRAM). Returns after the wait with every item's logits stored by its warp
+// thread stages chunks. Returns after the wait with every item's logits stored by its warp
 // (no block sync after).
 __device__ __forceinline__ void router_preloaded_in_block(const RoutePlan& a, unsigned char* smem,
-                                                          float* logits_shared, bool keep_in_l2 = false) {
+                                                          float* logits_shared) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int E = a.experts, D = static_cast<int>(a.hidden), e8 = (E + 7) / 8 * 8;
   const int rows8 = static_cast<int>((a.rows + 7) / 8 * 8);
   const int groups = e8 / 8, k_tiles = (D + gd::kBlockK - 1) / gd::kBlockK;
   const uint32_t w_base = gd::smem_address(smem), x_base = w_base + k_tiles * e8 * 128;
-  uint64_t policy = 0;
-  if (keep_in_l2) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
   for (int i = threadIdx.x; i < k_tiles * e8 * 8; i += blockDim.x) {  // row t e8 + e: expert e's K tile t
     const int row = i >> 3, part = i & 7, t = row / e8, e = row % e8, k = t * gd::kBlockK + part * 8;
     const bool inside = e < E && k < D;
     const bf16* src = a.router + (inside ? static_cast<int64_t>(e) * D + k : 0);
-    if (keep_in_l2)
-      copy_chunk_evict_last(w_base + gd::swizzled(row, part), src, inside, policy);
-    else
-      gd::copy_chunk(w_base + gd::swizzled(row, part), src, inside);
+    gd::copy_chunk(w_base + gd::swizzled(row, part), src, inside);
   }
   gd::commit_group();
   ls::cuda::wait_for_previous_kernel();  // the kernel before wrote x

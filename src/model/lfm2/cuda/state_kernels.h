@@ -235,9 +235,6 @@ bool route_lean_fits(int64_t rows, int experts, int k, int64_t hidden);
 Status route_and_plan_lean(const RoutePlan& plan, cudaStream_t stream);
 void set_moe_route_lean(bool on);
 bool moe_route_lean();
-// Bench switch (off; the same bits): the lean kernel's router preload marked evict-last in L2, so each layer's
-// router (128 KB on the 8B, 2.8 MB for 22 layers) stays in L2 across steps while the experts stream through it.
-void set_moe_router_keep_in_l2(bool on);
 // The lean kernel's shared-memory opt-in (once; also done by route_lean_fits).
 void route_lean_setup();
 // route_and_plan's shared-memory opt-in for the router in the launch (once, before any capture).
