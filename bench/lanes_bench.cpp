@@ -26,6 +26,10 @@
 //                                                                         priced with the pass's depth axis (lanes9)
 //             [--probe-value off|on]                                       on: probes only where they pay their way
 //                                                                         (lanes9, PricingOptions::probes_pay_their_way)
+//             [--pass-modes off|on]                                        on: passes priced per sampling mode,
+//                                                                         sampled ones timed at load (lanes10)
+//             [--group-check N]                                            a due group probe that would not run is
+//                                                                         asked again every N rounds (lanes10)
 //             [--pass-timing alone|after-forward]                          after-forward: each load-time pass timed
 //                                                                         right after a target forward (lanes9)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
@@ -183,8 +187,14 @@ json tables_json(const CostTables& tables, int max_rows) {
     if (streams > tables.draft.max_streams() || deepest < 1) continue;
     draft.push_back({streams, tables.draft.ms(streams, 1), tables.draft.ms(streams, deepest)});
   }
+  json sampled = json::array();  // [streams, ms at the deepest] of sampled passes (timed with --pass-modes on)
+  for (int streams : {1, 2, 4, 8, 16, 32, 64}) {
+    if (tables.sampled_draft.empty() || streams > tables.sampled_draft.max_streams() || deepest < 1) continue;
+    sampled.push_back({streams, tables.sampled_draft.ms(streams, deepest)});
+  }
   return {{"verify_ms", verify},
           {"draft_ms", draft},
+          {"sampled_draft_ms", sampled},
           {"draft_max_depth", deepest},
           {"absorb_call_ms", tables.absorb_call_ms},
           {"absorb_ms_per_row", tables.absorb_ms_per_row}};
@@ -208,6 +218,10 @@ bool g_confidence_for_unexplored = true;
 int g_price_depth_asked = -1;
 // --probe-value on|off: PricingOptions::probes_pay_their_way (lanes9), the library's default unless given.
 int g_probes_pay_their_way = -1;
+// --pass-modes on|off: PricingOptions::pass_cost_per_mode (lanes10), the library's default unless given.
+int g_pass_cost_per_mode = -1;
+// --group-check N: PricingOptions::group_check_every (lanes10), the library's default unless given.
+int g_group_check_every = 0;
 // --pass-timing after-forward|alone: CalibrationOptions::pass_after_forward (lanes9), the default unless given.
 int g_pass_after_forward = -1;
 
@@ -228,6 +242,8 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   lanes_options.pricing.confidence_for_unexplored = g_confidence_for_unexplored;
   if (g_price_depth_asked >= 0) lanes_options.pricing.price_depth_asked = g_price_depth_asked == 1;
   if (g_probes_pay_their_way >= 0) lanes_options.pricing.probes_pay_their_way = g_probes_pay_their_way == 1;
+  if (g_pass_cost_per_mode >= 0) lanes_options.pricing.pass_cost_per_mode = g_pass_cost_per_mode == 1;
+  if (g_group_check_every > 0) lanes_options.pricing.group_check_every = g_group_check_every;
   if (g_pass_after_forward >= 0) lanes_options.calibration.pass_after_forward = g_pass_after_forward == 1;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
@@ -413,6 +429,12 @@ void print_split(const json& row) {
                     point[2].get<double>());
       draft += piece;
     }
+    std::string sampled;
+    for (const json& point : tables["sampled_draft_ms"]) {
+      std::snprintf(piece, sizeof piece, " %d:%.3f", point[0].get<int>(), point[1].get<double>());
+      sampled += piece;
+    }
+    if (!sampled.empty()) draft += "; sampled (deepest)" + sampled;
     std::printf("        load-time tables: verify ms by rows%s; pass ms by streams (depth 1/%d)%s; absorb %.4f ms + %.5f "
                 "ms/row\n",
                 verify.c_str(), tables["draft_max_depth"].get<int>(), draft.c_str(),
@@ -716,6 +738,8 @@ int main(int argc, char** argv) {
     else if (flag == "--deep-chances") ls::g_confidence_for_unexplored = value == "confidence";
     else if (flag == "--depth-ask") ls::g_price_depth_asked = value == "priced" ? 1 : 0;
     else if (flag == "--probe-value") ls::g_probes_pay_their_way = value == "on" ? 1 : 0;
+    else if (flag == "--pass-modes") ls::g_pass_cost_per_mode = value == "on" ? 1 : 0;
+    else if (flag == "--group-check") ls::g_group_check_every = std::atoi(value.c_str());
     else if (flag == "--pass-timing") ls::g_pass_after_forward = value == "after-forward" ? 1 : 0;
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
@@ -734,7 +758,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--pass-timing alone|after-forward] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--pass-modes off|on] [--group-check N] [--pass-timing alone|after-forward] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

@@ -132,7 +132,8 @@ Result<double> time_long_absorb(Target& target, Drafter& drafter, const Clock& c
 }
 
 Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, const Clock& clock,
-                                           const CalibrationOptions& options, CostTables& tables) {
+                                           const CalibrationOptions& options, CostTables& tables,
+                                           std::vector<TimedPoint>& sampled_points) {
   std::set<int> stream_counts = {1, options.max_streams};
   for (int streams : {4, 16}) {
     if (streams < options.max_streams) stream_counts.insert(streams);
@@ -165,25 +166,37 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
   forward_options.scratch_base = options.scratch_base + (StreamId{2} << 20);
   forward_options.width = 1;
   std::vector<StreamId> forward_scratch;
+  // The fastest of `repeats` passes (after one untimed) of `streams` scratch requests at `depth`.
+  auto time_pass = [&](int streams, int depth, bool sampled) {
+    std::vector<DraftRequest> requests(streams);
+    for (int index = 0; index < streams; ++index) {
+      requests[index].stream = draft_options.scratch_base + index;
+      requests[index].anchor_token = 0;
+      requests[index].anchor_position = options.context_tokens;
+      requests[index].depth = depth;
+      if (sampled) requests[index].sampling = {0.8f, 0, 0.9f, 0.0f, 0x5eedull + static_cast<uint64_t>(index)};
+    }
+    double fastest = std::numeric_limits<double>::infinity();
+    for (int run = 0; run <= options.repeats && status.ok(); ++run) {
+      if (options.pass_after_forward) status = time_one_forward(target, clock, forward_options, streams,
+                                                                forward_scratch).status();
+      const double start_ms = clock.now_ms();
+      std::vector<Draft> drafts = drafter.draft(requests);
+      if (run > 0) fastest = std::min(fastest, clock.now_ms() - start_ms);
+    }
+    return fastest;
+  };
   for (int streams : stream_counts) {
     for (int depth : depths) {
       if (!status.ok()) break;
-      std::vector<DraftRequest> requests(streams);
-      for (int index = 0; index < streams; ++index) {
-        requests[index].stream = draft_options.scratch_base + index;
-        requests[index].anchor_token = 0;
-        requests[index].anchor_position = options.context_tokens;
-        requests[index].depth = depth;
-      }
-      double fastest = std::numeric_limits<double>::infinity();
-      for (int run = 0; run <= options.repeats && status.ok(); ++run) {
-        if (options.pass_after_forward) status = time_one_forward(target, clock, forward_options, streams,
-                                                                  forward_scratch).status();
-        const double start_ms = clock.now_ms();
-        std::vector<Draft> drafts = drafter.draft(requests);
-        if (run > 0) fastest = std::min(fastest, clock.now_ms() - start_ms);
-      }
-      points.push_back({streams, depth, fastest});
+      points.push_back({streams, depth, time_pass(streams, depth, false)});
+    }
+    if (!options.sampled_passes || !status.ok()) continue;
+    // Sampled passes at the deepest depth; the other depths scale with the greedy ones.
+    const double greedy_ms = points.back().ms;
+    const double ratio = greedy_ms > 0 ? time_pass(streams, options.max_depth, true) / greedy_ms : 1.0;
+    for (size_t index = points.size() - depths.size(); index < points.size(); ++index) {
+      sampled_points.push_back({streams, points[index].depth, points[index].ms * ratio});
     }
   }
   for (int index = 0; index < options.max_streams; ++index) {
@@ -202,9 +215,11 @@ Result<CostTables> time_costs(Target& target, Drafter* drafter, const Clock& clo
   LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> verify_points, time_verify(target, clock, options));
   tables.verify.init(options.max_rows, verify_points);
   if (drafter != nullptr && options.max_depth >= 1) {
+    std::vector<TimedPoint> sampled_points;
     LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> draft_points,
-                        time_draft(target, *drafter, clock, options, tables));
+                        time_draft(target, *drafter, clock, options, tables, sampled_points));
     tables.draft.init(options.max_streams, options.max_depth, draft_points);
+    if (!sampled_points.empty()) tables.sampled_draft.init(options.max_streams, options.max_depth, sampled_points);
   }
   return tables;
 }

@@ -25,6 +25,10 @@ struct CalibrationOptions {
   // streamed the target's weights through the caches): on the 2-core CPU the nano pass ran ~2x its load-time
   // entry in rounds. false: passes back to back (lanes_bench --pass-timing alone).
   bool pass_after_forward = false;
+  // Also time passes of sampled requests (temperature 0.8, top-p 0.9) at every timed stream count at the deepest
+  // depth; the sampled table is the greedy one scaled by their ratio per stream count (Lanes::create asks for it
+  // with PricingOptions::pass_cost_per_mode).
+  bool sampled_passes = true;
 };
 
 // Times forwards at a few row counts and drafter passes on a (streams, depth) grid, on scratch streams that are

@@ -38,6 +38,7 @@ class DraftCosts {
   double ms(int streams, int depth) const;  // 0 when streams or depth is 0
   void observe(int streams, int depth, double measured_ms, double rate);
   int max_streams() const { return max_streams_; }
+  bool empty() const { return ms_.empty(); }
   int max_depth() const { return max_depth_; }
 
  private:
@@ -57,6 +58,7 @@ class DraftCosts {
 struct CostTables {
   VerifyCosts verify;
   DraftCosts draft;               // empty without a drafter; the pass alone, absorbs not included
+  DraftCosts sampled_draft;       // the same with sampled requests (empty unless timed: sampled_passes)
   double absorb_call_ms = 0;      // one absorb call
   double absorb_ms_per_row = 0;   // each row of an absorb on top of the call
   double absorb_ms(int rows) const { return rows > 0 ? absorb_call_ms + absorb_ms_per_row * rows : 0.0; }

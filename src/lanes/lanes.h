@@ -167,6 +167,7 @@ class Lanes {
   StreamId next_id_ = 1;
   int64_t next_admission_ = 0;
   int64_t round_index_ = 0;
+  int64_t next_group_check_round_ = 0;  // choose_tapping asks whether a due group probe runs from this round on
   std::deque<std::unique_ptr<Stream>> waiting_;
   std::map<StreamId, std::unique_ptr<Stream>> live_;
   std::vector<StreamEvent> events_;

@@ -71,13 +71,14 @@ Status Lanes::admit() {
   for (Stream* stream : admitted) {
     if (!stream->drafting || !restarts_) continue;
     const int streams = std::min({static_cast<int>(live_.size()), options_.max_streams, max_rows_});
-    const bool pays = pricing_.could_draft(streams, draft_cap(*stream));
+    const PassMode mode = pricing_.mode_of(*stream);
+    const bool pays = pricing_.could_draft(streams, draft_cap(*stream), false, mode);
     // always_draft (exactness checks) drafts every stream from its first round: every prompt is tapped.
     const bool scout_only = (options_.scout_prompt_only && !options_.pricing.always_draft) || !pays;
     // Where even an always-right drafter could not pay at this many streams the scout's probe would be skipped:
     // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
     const bool hopeless = !drafter_proven && options_.scout_prompt_only &&
-                          !pricing_.could_draft(streams, draft_cap(*stream), /*always_right=*/true);
+                          !pricing_.could_draft(streams, draft_cap(*stream), /*always_right=*/true, mode);
     stream->dormant = hopeless || (drafter_proven ? !pays : scout_tapping && scout_only);
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
@@ -372,6 +373,10 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
     probe_taps = true;
   }
   if (probe_taps || !drafter_proven || !pricing_.group_probe_due()) return;
+  // A group probe due that would not run is asked again only every quiet_reprice_every rounds: while nothing drafts
+  // its answer rarely changes, and asking (two allocator runs over every stream's offer) was most of the drafted
+  // arm's host work over plain's (16 streams: ~25 us a round on the development host).
+  if (options_.pricing.group_check_every > 1 && round_index_ < next_group_check_round_) return;
   // A group probe will run at this decision (no stream's own probe does): the dormant stream that waited longest
   // taps and plan_depths has it probe, over this round's rows.
   Stream* longest = nullptr;
@@ -379,7 +384,11 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
     if (!stream->drafting || !stream->dormant) continue;
     if (longest == nullptr || stream->backoff.zero_rounds > longest->backoff.zero_rounds) longest = stream;
   }
-  if (longest == nullptr || !pricing_.group_probe_would_run(*longest, draft_cap(*longest), round_streams)) return;
+  if (longest == nullptr) return;
+  if (!pricing_.group_probe_would_run(*longest, draft_cap(*longest), round_streams)) {
+    next_group_check_round_ = round_index_ + std::max(options_.pricing.group_check_every, 1);
+    return;
+  }
   longest->wants_taps = true;
   longest->group_prober = true;
 }
@@ -452,7 +461,7 @@ double Lanes::draft() {
   log_debug("draft pass: %zu streams, deepest %d, %.3f ms of which absorb %.3f ms (%d rows)", requests.size(),
             deepest, elapsed_ms, absorb_ms, absorbed_rows);
   // The table holds the pass alone: absorbs are priced by rows (a one-off catch-up must not inflate every pass).
-  pricing_.observe_draft(static_cast<int>(requests.size()), deepest, elapsed_ms - absorb_ms);
+  pricing_.observe_draft(static_cast<int>(requests.size()), deepest, elapsed_ms - absorb_ms, pricing_.mode_of(owners));
   const bool has_confidence = drafter_->facts().has_confidence;
   const int vocab_size = target_.facts().vocab_size;
   for (size_t index = 0; index < owners.size(); ++index) {

@@ -17,6 +17,19 @@ Pricing::Pricing(CostTables tables, PricingOptions options, int max_rows, bool h
       calibration_(static_cast<int>(std::max<size_t>(options_.depth_prior.size(), 16))) {
   pooled_acceptance_.reset(options_.depth_prior);
   group_wait_ = std::max(options_.probe_first_wait, 1);
+  // Until sampled passes are timed or measured they are priced as greedy ones.
+  sampled_.table = tables_.sampled_draft.empty() ? tables_.draft : tables_.sampled_draft;
+}
+
+PassMode Pricing::mode_of(const Stream& stream) const {
+  return options_.pass_cost_per_mode && !stream.request.sampling.greedy() ? PassMode::Sampled : PassMode::Greedy;
+}
+
+PassMode Pricing::mode_of(std::span<Stream* const> streams) const {
+  for (const Stream* stream : streams) {
+    if (mode_of(*stream) == PassMode::Sampled) return PassMode::Sampled;
+  }
+  return PassMode::Greedy;
 }
 
 std::vector<float> Pricing::held_chances(const Stream& stream) const {
@@ -49,15 +62,17 @@ void Pricing::trim(std::span<Stream* const> streams) const {
   // to about 7 drafts of 9 on the H200 (AtOneStreamTheWindowIsAsDeepAsTheChancesAndCostsSay...).
   int holding = 0;
   int deepest_held = 0;
-  for (const Stream* stream : streams) {
+  PassMode mode = PassMode::Greedy;
+  for (Stream* stream : streams) {
     if (stream->held_drafts.empty()) continue;
     ++holding;
+    if (mode_of(*stream) == PassMode::Sampled) mode = PassMode::Sampled;
     deepest_held = std::max(deepest_held, static_cast<int>(stream->held_drafts.size()));
   }
   // With the depth asked priced, the next pass asks about what this one did; else the whole block.
   const bool whole_block = has_confidence_ && !options_.price_depth_asked;
   const int pass_depth = whole_block ? std::max(deepest_held, tables_.draft.max_depth()) : deepest_held;
-  const double pass_ms = holding > 0 && options_.trim_prices_pass ? draft_ms(holding, pass_depth) : 0.0;
+  const double pass_ms = holding > 0 && options_.trim_prices_pass ? draft_ms(holding, pass_depth, mode) : 0.0;
   // With always_draft every row costs the same, so rows are bought while they fit.
   auto cost = [&](int rows, int, int) {
     return options_.always_draft ? 1.0 : tables_.verify.ms(rows) + overhead_ms_ + pass_ms;
@@ -145,6 +160,9 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   }
   // Outliers are one-offs: while no pass is measured (drafting priced out), their excess fades (halves in ~35).
   pass_scale_ += 0.02 * (1.0 - pass_scale_);
+  sampled_.scale += 0.02 * (1.0 - sampled_.scale);
+  // One pass serves every stream bought drafts: with a sampled one among them it is priced as sampled.
+  const PassMode mode = mode_of(drafting);
   std::vector<RowOffer> offers(drafting.size() + 1);
   // The first offer stands for every stream's pending row in the next round.
   offers[0].fixed_rows = std::clamp(round_streams, 1, max_rows_);
@@ -181,7 +199,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   if (quiet) {
     allocation.extra_rows.assign(offers.size(), 0);
   } else {
-    allocation = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
+    allocation = allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
     ++depth_allocations_;
     if (log_level() == LogLevel::Debug) trace_depths(drafting, offers, allocation, round_streams);
   }
@@ -231,12 +249,12 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   if (has_confidence_ && options_.price_depth_asked) ask_priced_depths(drafting, caps, plans);
   // Probes draw on a budget: a share of each plain round's cost, banked up to one probe's cost, so at many
   // streams (where every stream would probe on its own schedule) probing stays a small part of the time.
-  const double plain_round_ms = round_cost()(offers[0].fixed_rows, 0, 0);
+  const double plain_round_ms = round_cost(mode)(offers[0].fixed_rows, 0, 0);
   last_plain_round_ms_ = plain_round_ms;
   if (prober >= 0) {
     const Stream& stream = *drafting[prober];
     const int probe_depth = has_confidence_ ? caps[prober] : 1;
-    const double probe_ms = draft_ms(1, probe_depth) + tables_.absorb_ms(stream.unabsorbed_rows) +
+    const double probe_ms = draft_ms(1, probe_depth, mode_of(stream)) + tables_.absorb_ms(stream.unabsorbed_rows) +
                             tables_.verify.ms(offers[0].fixed_rows + 1) - tables_.verify.ms(offers[0].fixed_rows);
     last_probe_ms_ = probe_ms;
     probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms, probe_ms);
@@ -276,9 +294,9 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   return plans;
 }
 
-RoundCost Pricing::round_cost() const {
+RoundCost Pricing::round_cost(PassMode mode) const {
   const double factor = drafting_factor();
-  return [this, factor](int rows, int streams_with_extra, int deepest) {
+  return [this, factor, mode](int rows, int streams_with_extra, int deepest) {
     if (streams_with_extra == 0) return tables_.verify.ms(rows) + overhead_ms_;
     // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that; with the
     // depth asked priced, the pass costs the deepest depth bought.
@@ -287,7 +305,7 @@ RoundCost Pricing::round_cost() const {
     // Taps absorbed on the device go in one call per forward whatever the number of drafting streams: a round that
     // drafts at all pays that call (each stream's rows are in its activation).
     const double absorb_call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
-    return factor * (tables_.verify.ms(rows) + draft_ms(streams_with_extra, depth) + absorb_call_ms + overhead_ms_);
+    return factor * (tables_.verify.ms(rows) + draft_ms(streams_with_extra, depth, mode) + absorb_call_ms + overhead_ms_);
   };
 }
 
@@ -392,7 +410,11 @@ void Pricing::observe_verify(int rows, double ms) {
   tables_.verify.observe(rows, ms, options_.cost_rate);
 }
 
-void Pricing::observe_draft(int streams, int depth, double ms) {
+void Pricing::observe_draft(int streams, int depth, double ms, PassMode mode) {
+  if (options_.pass_cost_per_mode && mode == PassMode::Sampled) {
+    observe_sampled_pass(streams, depth, ms);
+    return;
+  }
   const double table_ms = tables_.draft.ms(streams, depth);
   const bool accepted = accept_measurement(draft_outliers_in_a_row_, ms, table_ms);
   // Outliers left out of the table still cost what they cost: their excess, averaged over every pass, scales the
@@ -403,7 +425,30 @@ void Pricing::observe_draft(int streams, int depth, double ms) {
   if (accepted) tables_.draft.observe(streams, depth, ms, options_.cost_rate);
 }
 
-double Pricing::draft_ms(int streams, int depth) const { return tables_.draft.ms(streams, depth) * pass_scale_; }
+double Pricing::draft_ms(int streams, int depth, PassMode mode) const {
+  if (options_.pass_cost_per_mode && mode == PassMode::Sampled) return sampled_.table.ms(streams, depth) * sampled_.scale;
+  return tables_.draft.ms(streams, depth) * pass_scale_;
+}
+
+void Pricing::observe_sampled_pass(int streams, int depth, double ms) {
+  // As greedy passes (outliers left out of the table unless three come in a row, their excess scaling the price),
+  // and: two passes in a row far above the table are not a new shape's one-off (an eager run, then a capture, each
+  // at most once a shape and cheaper than this) but what sampled passes cost: the scale jumps to the lesser of the
+  // two ratios at once instead of creeping toward them.
+  constexpr double kFarRatio = 3.0;
+  constexpr int kFarToJump = 2;
+  const double table_ms = sampled_.table.ms(streams, depth);
+  const bool accepted = accept_measurement(sampled_.outliers_in_a_row, ms, table_ms);
+  const double ratio = table_ms > 0 ? ms / table_ms : 1.0;
+  if (ratio > kFarRatio) {
+    sampled_.far_least = sampled_.far_in_a_row++ == 0 ? ratio : std::min(sampled_.far_least, ratio);
+  } else {
+    sampled_.far_in_a_row = 0;
+  }
+  sampled_.scale += options_.cost_rate * ((accepted ? 1.0 : ratio) - sampled_.scale);
+  if (sampled_.far_in_a_row >= kFarToJump) sampled_.scale = std::max(sampled_.scale, sampled_.far_least);
+  if (accepted) sampled_.table.observe(streams, depth, ms, options_.cost_rate);
+}
 
 void Pricing::observe_absorb(int rows, double ms) {
   if (rows <= 0) return;

@@ -82,7 +82,21 @@ struct PricingOptions {
   // 1 / 4 / 8 / 16 streams against 1.81 / 0.73 / 0.72 / 0.72x, 3 passes instead of 6 at 8 and 16; the 1.2B synth
   // at 16 streams 1.29x either way).
   bool probes_pay_their_way = true;
+  // Ninth session (lanes10). Passes priced per sampling mode: a pass with a sampled request is priced from its own
+  // table (timed at load with sampled requests, CalibrationOptions::sampled_passes) and its own outlier scale, which
+  // jumps to the measured ratio after two passes in a row far above it (the EMA took 5-8 passes to see the H200's
+  // 1.2B sampled pass at ~4.5 ms against a 0.69 ms greedy table). Greedy passes are priced as before.
+  // false: one table for both (lanes_bench --pass-modes off).
+  bool pass_cost_per_mode = false;
+  // A group probe that is due but would not run is asked again only every n-th round (1: every round, the eighth
+  // session's; each ask is two allocator runs over every stream's offer: ~25 us a round at 16 streams on the
+  // development host, the drafted arm's host work over plain's). lanes_bench --group-check N.
+  int group_check_every = 1;
 };
+
+// What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
+// vocabulary) can cost several times a greedy argmax.
+enum class PassMode { Greedy = 0, Sampled = 1 };
 
 struct DepthPlan {
   int depth = 0;   // drafts to ask for
@@ -95,6 +109,11 @@ class Pricing {
   Pricing() = default;
   Pricing(CostTables tables, PricingOptions options, int max_rows, bool has_confidence);
 
+  // The mode a stream's passes are priced in (Greedy for every stream with pass_cost_per_mode off).
+  PassMode mode_of(const Stream& stream) const;
+  // The mode of a pass over these streams: Sampled when any of them is.
+  PassMode mode_of(std::span<Stream* const> streams) const;
+
   // Trim: cuts each stream's held drafts to the rows worth verifying this round (streams in round order).
   void trim(std::span<Stream* const> streams) const;
   // Depth: drafts to ask for each of `drafting` (streams whose state moved), with `round_streams` streams expected
@@ -106,7 +125,7 @@ class Pricing {
   // so far (absorbs left out): a stream admitted when this says no does not tap its prompt.
   // `always_right`: as if every draft landed (when even that cannot pay, no stream needs its prompt tapped: the
   // scout's probe would be skipped too).
-  bool could_draft(int round_streams, int cap, bool always_right = false) const;
+  bool could_draft(int round_streams, int cap, bool always_right = false, PassMode mode = PassMode::Greedy) const;
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
   // stream its rows' share of that call, not a call of its own.
   void set_batched_absorbs(bool on) { batched_absorbs_ = on; }
@@ -124,7 +143,7 @@ class Pricing {
   bool group_probe_would_run(const Stream& stream, int cap, int round_streams) const;
   // What one stream's probe of `cap` drafts costs next to `round_streams` pending rows (pass, its verify rows, the
   // batched absorb call where priced).
-  double probe_cost_ms(int cap, int round_streams) const;
+  double probe_cost_ms(int cap, int round_streams, PassMode mode = PassMode::Greedy) const;
   // Whether `stream`'s own probe of `cap` drafts next to `round_streams` pending rows pays its way: the tokens its
   // window wins if every draft lands, at plain's ms a token, against its pass, verify rows, absorb and one-off.
   bool probe_pays(const Stream& stream, int cap, int round_streams) const;
@@ -142,7 +161,7 @@ class Pricing {
   // run eagerly then captured as a graph; a preempted host) are left out unless they come three in a row, so they
   // cannot make wide windows look dear for good (they would never be bought again to be re-measured).
   void observe_verify(int rows, double ms);
-  void observe_draft(int streams, int depth, double ms);
+  void observe_draft(int streams, int depth, double ms, PassMode mode = PassMode::Greedy);
   // Round time not explained by the verify and drafter tables (host work).
   void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
   // A whole round (admission left out) took `measured_ms` where the tables priced it at `priced_ms` (verify, passes
@@ -159,8 +178,10 @@ class Pricing {
   double batched_absorb_ms(int rows) const { return batched_call_ms_ + tables_.absorb_ms_per_row * rows; }
   // A drafter absorb of `rows` rows took `ms` (moves the call cost when short, the per-row cost when long).
   void observe_absorb(int rows, double ms);
-  // The pass cost pricing uses: the table times the average excess of the passes left out of it as outliers.
-  double draft_ms(int streams, int depth) const;
+  // The pass cost pricing uses: the mode's table times the average excess of the passes left out of it as outliers.
+  double draft_ms(int streams, int depth, PassMode mode = PassMode::Greedy) const;
+  // The sampled mode's table (the greedy one's copy until timed or measured; pass_cost_per_mode).
+  const DraftCosts& sampled_draft_table() const { return sampled_.table; }
 
   // Acceptance by depth pooled over every stream: a new stream starts from it instead of the fixed prior.
   const AcceptanceByDepth& pooled_acceptance() const { return pooled_acceptance_; }
@@ -170,6 +191,8 @@ class Pricing {
   const PricingOptions& options() const { return options_; }
   // Depth decisions that ran the row allocator (the others priced dormant streams to zero from the last one).
   int64_t depth_allocations() const { return depth_allocations_; }
+  // Times group_probe_would_run priced a group round (host work of rounds that draft nothing).
+  int64_t group_checks() const { return group_checks_; }
   double overhead_ms() const { return overhead_ms_; }
 
  private:
@@ -181,7 +204,7 @@ class Pricing {
   std::vector<float> hopeful_chain(int depth) const;
   // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
   std::vector<float> depth_chances(const Stream& stream, int cap) const;
-  RoundCost round_cost() const;
+  RoundCost round_cost(PassMode mode = PassMode::Greedy) const;
   // After a decision that bought nothing and ran no probe: one stream probes for the pool when the group wait is up.
   void plan_group_probe(std::span<Stream* const> drafting, std::span<const int> caps, bool bought,
                         std::vector<DepthPlan>& plans);
@@ -190,6 +213,8 @@ class Pricing {
   // `always_right` false: at the hopeful chances instead (hopeful_chain).
   bool could_pay(const RowOffer& pending_rows, const Stream& stream, int cap, int alike = 1,
                  bool always_right = true) const;
+  // A sampled pass measured at `ratio` times its table: two in a row far above it set the mode's scale at once.
+  void observe_sampled_pass(int streams, int depth, double ms);
   // price_depth_asked: every stream bought drafts asks the round's deepest bought depth, its cap every n-th time.
   void ask_priced_depths(std::span<Stream* const> drafting, std::span<const int> caps,
                          std::vector<DepthPlan>& plans) const;
@@ -210,6 +235,15 @@ class Pricing {
   // pass that really costs more than the load-time table (sampled scans, a busy device) would never be priced.
   int draft_outliers_in_a_row_ = 0;
   double pass_scale_ = 1.0;  // moving average of measured / table over every pass (1 for passes the table took)
+  // Sampled passes (pass_cost_per_mode): their own table, outlier run and scale, and the run of passes far above it.
+  struct ModePasses {
+    DraftCosts table;
+    double scale = 1.0;
+    int outliers_in_a_row = 0;
+    int far_in_a_row = 0;       // passes in a row above kFarRatio x the table
+    double far_least = 0;       // the least ratio of that run
+  };
+  ModePasses sampled_;
   double last_plain_round_ms_ = 0;
   double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
   double one_off_ms_ = 0;           // moving average of a slow forward's excess over its table entry
@@ -220,6 +254,7 @@ class Pricing {
   int group_zero_decisions_ = 0;    // decisions in a row that bought nothing and ran no probe (group probes)
   int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a purchase)
   int64_t depth_allocations_ = 0;
+  mutable int64_t group_checks_ = 0;
   double drafting_round_ratio_ = 1.0;  // moving average of measured / priced over drafting rounds
   double plain_round_ratio_ = 1.0;     // the same over plain rounds
   ConfidenceCalibration calibration_;

@@ -37,18 +37,15 @@ bool Pricing::could_pay(const RowOffer& pending_rows, const Stream& stream, int 
                         bool always_right) const {
   std::vector<RowOffer> offers(1 + std::max(alike, 1));
   offers[0] = pending_rows;
-  for (size_t index = 1; index < offers.size(); ++index) {
-    offers[index].fixed_rows = 0;
-    offers[index].fixed_expected = 0;
-    if (always_right) {
-      offers[index].chances.assign(std::max(cap, 1), 1.0f);
-    } else {
-      offers[index].chances = hopeful_chain(std::max(cap, 1));
-    }
-    // Its catch-up spread over the few rounds such a stream would still run.
-    offers[index].activation_ms = activation_ms(stream, cap, offers[index].chances);
-  }
-  const Allocation best = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
+  // Every alike stream offers the same chain and activation (computed once: hopeful_chain calibrates every depth).
+  RowOffer offer;
+  offer.fixed_rows = 0;
+  offer.fixed_expected = 0;
+  offer.chances = always_right ? std::vector<float>(std::max(cap, 1), 1.0f) : hopeful_chain(std::max(cap, 1));
+  // Its catch-up spread over the few rounds such a stream would still run.
+  offer.activation_ms = activation_ms(stream, cap, offer.chances);
+  for (size_t index = 1; index < offers.size(); ++index) offers[index] = offer;
+  const Allocation best = allocate_rows(offers, max_rows_, round_cost(mode_of(stream)), options_.plain_margin);
   for (size_t index = 1; index < offers.size(); ++index) {
     if (best.extra_rows[index] > 0) return true;
   }
@@ -74,6 +71,7 @@ bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) 
 
 bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_streams) const {
   if (cap <= 0 || !group_probe_due()) return false;
+  ++group_checks_;
   RowOffer pending_rows;
   pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
   pending_rows.fixed_expected = pending_rows.fixed_rows;
@@ -83,11 +81,12 @@ bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_str
          could_pay(pending_rows, stream, cap, pending_rows.fixed_rows, !options_.probes_pay_their_way);
 }
 
-double Pricing::probe_cost_ms(int cap, int round_streams) const {
+double Pricing::probe_cost_ms(int cap, int round_streams, PassMode mode) const {
   const int rows = std::clamp(round_streams, 1, max_rows_);
   const int depth = has_confidence_ ? cap : 1;
   const double call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
-  return draft_ms(1, depth) + tables_.verify.ms(std::min(rows + depth, max_rows_)) - tables_.verify.ms(rows) + call_ms;
+  return draft_ms(1, depth, mode) + tables_.verify.ms(std::min(rows + depth, max_rows_)) - tables_.verify.ms(rows) +
+         call_ms;
 }
 
 bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const {
@@ -101,7 +100,7 @@ bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const
   const int absorb_rows = stream.unabsorbed_rows + 1;
   const double absorb_ms = batched_absorbs_ ? batched_call_ms_ + tables_.absorb_ms_per_row * absorb_rows
                                             : tables_.absorb_ms(absorb_rows);
-  const double cost_ms = draft_ms(1, depth) + tables_.verify.ms(std::min(rows + depth, max_rows_)) -
+  const double cost_ms = draft_ms(1, depth, mode_of(stream)) + tables_.verify.ms(std::min(rows + depth, max_rows_)) -
                          tables_.verify.ms(rows) + absorb_ms + one_off_ms_;
   return cap * plain_token_ms >= cost_ms;  // (a clock that never moves: every probe pays)
 }
@@ -116,7 +115,7 @@ bool Pricing::group_probe_due() const {
          group_zero_decisions_ + 1 >= group_wait_;
 }
 
-bool Pricing::could_draft(int round_streams, int cap, bool always_right) const {
+bool Pricing::could_draft(int round_streams, int cap, bool always_right, PassMode mode) const {
   if (cap <= 0) return false;
   if (options_.always_draft) return true;
   // Every stream of the round offering the same: a pass's fixed cost shared by all can pay where one's cannot.
@@ -133,7 +132,7 @@ bool Pricing::could_draft(int round_streams, int cap, bool always_right) const {
       offers[index].chances = pooled_acceptance_.chain(cap);
     }
   }
-  const Allocation best = allocate_rows(offers, max_rows_, round_cost(), options_.plain_margin);
+  const Allocation best = allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
   for (size_t index = 1; index < offers.size(); ++index) {
     if (best.extra_rows[index] > 0) return true;
   }

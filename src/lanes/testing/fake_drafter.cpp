@@ -216,7 +216,9 @@ std::vector<Draft> FakeDrafter::draft(std::span<const DraftRequest> requests) {
   widest_pass_ = std::max<int64_t>(widest_pass_, static_cast<int64_t>(requests.size()));
   std::vector<Draft> drafts;
   int deepest = 0;
+  bool sampled = false;
   for (const DraftRequest& request : requests) {
+    sampled = sampled || !request.sampling.greedy();
     const int64_t index = requests_++;
     const bool faulty = options_.fault != FakeDraftFault::None && options_.fault != FakeDraftFault::AbsorbError &&
                         options_.fault_every > 0 && index % options_.fault_every == options_.fault_every - 1;
@@ -225,8 +227,9 @@ std::vector<Draft> FakeDrafter::draft(std::span<const DraftRequest> requests) {
   }
   ++passes_by_depth_[deepest];
   if (options_.clock != nullptr) {
-    options_.clock->advance_ms(options_.draft_fixed_ms +
-                               options_.draft_row_ms * static_cast<double>(requests.size()) * deepest);
+    const double factor = sampled ? options_.sampled_pass_factor : 1.0;
+    options_.clock->advance_ms(factor * (options_.draft_fixed_ms +
+                                         options_.draft_row_ms * static_cast<double>(requests.size()) * deepest));
   }
   return drafts;
 }
