@@ -45,6 +45,11 @@ __device__ __forceinline__ uint64_t order_key(float logit, int64_t id) {
   return (static_cast<uint64_t>(bits) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
 }
 
+// The id an order key was made from.
+__device__ __forceinline__ int32_t id_of_key(uint64_t key) {
+  return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
+}
+
 struct Best {
   double value;
   int32_t id;  // -1 = none yet

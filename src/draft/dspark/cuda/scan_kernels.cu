@@ -1,12 +1,17 @@
 // The fused Markov scan step on the device: W1 gather, corrected logits, greedy or keyed pick, confidence, failure flags.
 //
-// The keyed pick is compute/sampling.cpp's draw_token done by one thread block per row: candidates are ordered by
-// the key (logit desc, id asc) packed into 64 bits, top-k is the k-th largest key and top-p the key where the
-// probability mass first reaches top_p * total (both found by 8-bit radix descent), min-p a weight floor, then the
-// Gumbel-max over the survivors in double with ties to the lower id. Only the top-p sums differ in order from the
-// CPU (tree vs sequential), which can move the cut only when the mass lands within rounding of the target.
+// The keyed pick is compute/sampling.cpp's draw_token done by one thread block per row (scan_pick.cuh, variants in
+// scan_pick.h): candidates are ordered by the key (logit desc, id asc) packed into 64 bits. The radix variant finds
+// top-k as the k-th largest key and top-p as the key where the probability mass first reaches top_p * total (8-bit
+// radix descents; its top-p sums differ in order from the CPU's, which can move the cut when the mass lands within
+// rounding of the target), then the Gumbel max over the survivors. The verified variant (session 9) takes the
+// pruned Gumbel max first and checks only whether top-p keeps the winner, by bounded float sums or, where the
+// bound cannot decide, the CPU's one-by-one sums.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/features.h"
@@ -14,6 +19,7 @@
 #include "draft/dspark/cuda/device_steps.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
 #include "draft/dspark/cuda/scan_pick.cuh"
+#include "draft/dspark/cuda/scan_pick.h"
 
 namespace ls::dspark::cuda {
 namespace {
@@ -44,7 +50,7 @@ __device__ void correct_and_scan(float* row, const float* base, int64_t first, i
   }
 }
 
-__global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, ScanShape shape, int slot) {
+__global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, ScanShape shape, int slot, int mode) {
   __shared__ PickScratch s;
   const int i = blockIdx.x;
   const DeviceScanRequest request = in.requests[i];
@@ -60,7 +66,7 @@ __global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, S
   correct_and_scan(row, base, 0, V, slot, request, V, greedy, nonfinite);
   nonfinite = __syncthreads_or(nonfinite);
   if (!nonfinite) greedy = block_best(greedy, s);
-  finish_step(in, shape, slot, i, request, record, nonfinite, greedy, s);
+  finish_step<kPickThreads>(in, shape, slot, i, request, record, nonfinite, greedy, mode, s);
 }
 
 constexpr int kChunkPickThreads = 256;
@@ -94,7 +100,7 @@ __global__ void __launch_bounds__(kChunkPickThreads) pick_chunks_kernel(ScanStep
 // markov_pick's second half: a CTA per request combines its chunks' partials (the better of two is a total order,
 // so the greedy pick is the one-CTA pick's) and finishes the step.
 __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInputs in, ScanShape shape, int slot,
-                                                                    int chunks) {
+                                                                    int chunks, int mode) {
   __shared__ PickScratch s;
   const int i = blockIdx.x;
   const DeviceScanRequest request = in.requests[i];
@@ -109,7 +115,7 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
   }
   nonfinite = __syncthreads_or(nonfinite);
   if (!nonfinite) greedy = block_best(greedy, s);
-  finish_step(in, shape, slot, i, request, record, nonfinite, greedy, s);
+  finish_step<kPickThreads>(in, shape, slot, i, request, record, nonfinite, greedy, mode, s);
 }
 
 constexpr int kStepThreads = 256;  // 8 warps; 8 lanes per W2 row, so 4 rows per warp instruction
@@ -126,7 +132,7 @@ static_assert(kStepRounds * kStepWarps * 4 == kFusedScanIds, "a step CTA covers 
 // depend on which CTA finishes last.
 template <int G>
 __global__ void __launch_bounds__(kStepThreads) scan_step_kernel(ScanStepInputs in, ScanShape shape, int slot,
-                                                                 int chunks) {
+                                                                 int chunks, int mode) {
   extern __shared__ float e_shared[];  // [G, rank]
   __shared__ int active[G];
   __shared__ Best warp_best[kStepWarps][G];
@@ -254,23 +260,47 @@ __global__ void __launch_bounds__(kStepThreads) scan_step_kernel(ScanStepInputs 
     nonfinite = __syncthreads_or(nonfinite);
     if (!nonfinite) greedy = block_best(greedy, s);
     const DeviceScanRequest request = in.requests[i];
-    finish_step(in, shape, slot, i, request, in.records[i], nonfinite, greedy, s);
+    finish_step<kStepThreads>(in, shape, slot, i, request, in.records[i], nonfinite, greedy, mode, s);
     __syncthreads();
   }
 }
 
-__global__ void __launch_bounds__(kPickThreads) draw_rows_kernel(const float* logits, int64_t vocab,
-                                                                 const DeviceScanRequest* samplings,
-                                                                 const int64_t* positions, int32_t* picks) {
+template <int Threads>
+__global__ void __launch_bounds__(Threads) draw_rows_kernel(const float* logits, int64_t vocab,
+                                                            const DeviceScanRequest* samplings,
+                                                            const int64_t* positions, int32_t* picks, int mode) {
   __shared__ PickScratch s;
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   const Best greedy = row_argmax(row, vocab, s);
   const DeviceScanRequest sampling = samplings[blockIdx.x];
-  const int32_t pick = keyed_pick(row, vocab, sampling, positions[blockIdx.x], greedy, s);
+  const int32_t pick = draft_pick<Threads>(row, vocab, sampling, positions[blockIdx.x], greedy, mode, s);
   if (threadIdx.x == 0) picks[blockIdx.x] = pick;
 }
 
 }  // namespace
+
+// Batch s9A decides the default; radix stays selectable until a batch shows the verified pick's win.
+constexpr DraftPickMode kDefaultPickMode = DraftPickMode::Verified;
+
+DraftPickMode draft_pick_mode() {
+  const char* value = std::getenv("LS_DRAFT_PICK");
+  if (value == nullptr) return kDefaultPickMode;
+  for (const DraftPickMode mode : {DraftPickMode::Radix, DraftPickMode::Verified,
+                                   DraftPickMode::VerifiedBandPlantedZero, DraftPickMode::VerifiedFallbackForced}) {
+    if (std::strcmp(value, draft_pick_name(mode)) == 0) return mode;
+  }
+  return kDefaultPickMode;
+}
+
+const char* draft_pick_name(DraftPickMode mode) {
+  switch (mode) {
+    case DraftPickMode::Radix: return "radix";
+    case DraftPickMode::Verified: return "verified";
+    case DraftPickMode::VerifiedBandPlantedZero: return "verified-band-planted-zero";
+    case DraftPickMode::VerifiedFallbackForced: return "verified-fallback-forced";
+  }
+  return "?";
+}
 
 Status markov_gather(const bf16_t* w1, const DeviceScanRequest* requests, const DeviceScanRecord* records, int count,
                      ScanShape shape, int slot, bf16_t* embeddings, cudaStream_t stream) {
@@ -282,7 +312,7 @@ Status markov_gather(const bf16_t* w1, const DeviceScanRequest* requests, const 
 
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
   if (inputs.count == 0) return ok_status();
-  pick_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot);
+  pick_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, static_cast<int>(draft_pick_mode()));
   LS_CUDA_TRY_LAUNCH("markov_pick");
   return ok_status();
 }
@@ -292,7 +322,8 @@ Status markov_pick_split(const ScanStepInputs& inputs, ScanShape shape, int slot
   const int chunks = static_cast<int>(split_pick_chunks(shape.vocab));
   pick_chunks_kernel<<<dim3(chunks, inputs.count), kChunkPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
   LS_CUDA_TRY_LAUNCH("markov_pick_split chunks");
-  pick_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
+  pick_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks,
+                                                                 static_cast<int>(draft_pick_mode()));
   LS_CUDA_TRY_LAUNCH("markov_pick_split finish");
   return ok_status();
 }
@@ -306,6 +337,7 @@ Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot
   }
   const int chunks = static_cast<int>(fused_scan_chunks(shape.vocab));
   const bool single = inputs.count == 1;
+  const int mode = static_cast<int>(draft_pick_mode());
   const int group = single ? 1 : kFusedScanGroup;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(chunks, (inputs.count + group - 1) / group);
@@ -318,18 +350,34 @@ Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot
   config.attrs = attribute;
   config.numAttrs = inputs.programmatic && ls::cuda::cuda_features().pdl ? 1 : 0;  // not on the portable sm_80 path
   if (single) {
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, scan_step_kernel<1>, inputs, shape, slot, chunks));
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, scan_step_kernel<1>, inputs, shape, slot, chunks, mode));
   } else {
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, scan_step_kernel<kFusedScanGroup>, inputs, shape, slot, chunks));
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, scan_step_kernel<kFusedScanGroup>, inputs, shape, slot, chunks, mode));
   }
   return ok_status();
 }
 
 Status draw_rows_on_device(const float* logits, int rows, int64_t vocab, const DeviceScanRequest* samplings,
                            const int64_t* positions, int32_t* picks, cudaStream_t stream) {
+  return draw_rows_with(logits, rows, vocab, samplings, positions, picks, draft_pick_mode(), kPickThreads, stream);
+}
+
+Status draw_rows_with(const float* logits, int rows, int64_t vocab, const DeviceScanRequest* samplings,
+                      const int64_t* positions, int32_t* picks, DraftPickMode mode, int threads,
+                      cudaStream_t stream) {
   if (rows == 0) return ok_status();
-  draw_rows_kernel<<<rows, kPickThreads, 0, stream>>>(logits, vocab, samplings, positions, picks);
-  LS_CUDA_TRY_LAUNCH("draw_rows_on_device");
+  if (threads != kPickThreads && threads != kStepThreads) {
+    return Status(ErrorCode::InvalidArgument, "draw_rows_with: CTAs of " + std::to_string(threads) +
+                                                  " threads (the scan's are " + std::to_string(kStepThreads) +
+                                                  " and " + std::to_string(kPickThreads) + ")");
+  }
+  const int m = static_cast<int>(mode);
+  if (threads == kPickThreads) {
+    draw_rows_kernel<kPickThreads><<<rows, kPickThreads, 0, stream>>>(logits, vocab, samplings, positions, picks, m);
+  } else {
+    draw_rows_kernel<kStepThreads><<<rows, kStepThreads, 0, stream>>>(logits, vocab, samplings, positions, picks, m);
+  }
+  LS_CUDA_TRY_LAUNCH("draw_rows_with");
   return ok_status();
 }
 

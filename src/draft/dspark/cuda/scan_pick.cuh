@@ -1,12 +1,14 @@
 // The Markov scan's per-row pick code shared by the step kernels (scan_kernels.cu) and the persistent scan
-// (scan_persistent.cu): block reductions, the greedy argmax, the keyed draw of compute/sampling.cpp and the end of
-// a step (pick, confidence, failure flags, record). Included by CUDA sources only; internal linkage per file.
+// (scan_persistent.cu): block reductions, the greedy argmax, the keyed draw of compute/sampling.cpp (the radix
+// variant and session 9's verified one, scan_pick.h) and the end of a step (pick, confidence, failure flags,
+// record). Included by CUDA sources only; internal linkage per file.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "compute/cuda/keyed_draw.cuh"
+#include "compute/cuda/sampler_walk.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
 
 namespace ls::dspark::cuda {
@@ -14,22 +16,30 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kPickThreads = 1024;
+constexpr int kBatchKeys = 256;  // keys the verified pick's one-by-one fallback sorts and adds per batch
 
 struct PickScratch {
   double values[kWarp];
   int32_t ids[kWarp];
   unsigned int counts[256];
   double masses[256];
+  uint64_t batch[kBatchKeys];
   uint64_t prefix;
   double mass_above;
+  double exact;
   int64_t remaining;
+  unsigned int gathered;
   int flag;
 };
+
+// The kernels' pick variant (DraftPickMode of scan_pick.h as an int kernel argument).
+enum PickMode : int { kPickRadix = 0, kPickVerified = 1, kPickBandPlantedZero = 2, kPickFallbackForced = 3 };
 
 using ls::cuda::keyed::Best;
 using ls::cuda::keyed::better;
 using ls::cuda::keyed::gumbel;
 using ls::cuda::keyed::order_key;
+using ls::cuda::keyed::id_of_key;
 
 __device__ Best block_best(Best x, PickScratch& s) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
@@ -88,8 +98,10 @@ __device__ Best row_argmax(const float* row, int64_t vocab, PickScratch& s) {
 // Radix descent over the 64-bit order keys of the candidates (non-NaN, key >= floor). With `masses` false it finds
 // the key of the k-th candidate (`goal` = k); with true, the key where the running probability mass (weights
 // exp((l - max) / T)) first reaches `goal`. Returns 0 when the goal is never reached (keep every candidate).
+// `ceiling` (exclusive) bounds the keys from above as `floor` (inclusive) does from below.
 __device__ uint64_t radix_threshold(const float* row, int64_t vocab, uint64_t floor, bool masses, double goal,
-                                    double max_logit, double temperature, PickScratch& s) {
+                                    double max_logit, double temperature, PickScratch& s,
+                                    uint64_t ceiling = ~0ull) {
   if (threadIdx.x == 0) {
     s.prefix = 0;
     s.mass_above = 0;
@@ -116,7 +128,7 @@ __device__ uint64_t radix_threshold(const float* row, int64_t vocab, uint64_t fl
       int digit = -1;
       if (!isnan(logit)) {
         const uint64_t key = order_key(logit, id);
-        if (key >= floor && (key & high_mask) == (prefix & high_mask)) digit = static_cast<int>((key >> shift) & 0xff);
+        if (key >= floor && key < ceiling && (key & high_mask) == (prefix & high_mask)) digit = static_cast<int>((key >> shift) & 0xff);
       }
       const unsigned int peers = __match_any_sync(0xffffffffu, digit);
       if (digit < 0) continue;
@@ -192,6 +204,249 @@ __device__ int32_t keyed_pick(const float* row, int64_t vocab, const DeviceScanR
   return best.id < 0 ? greedy.id : best.id;
 }
 
+// ---- The verified keyed draw (session 9) ----
+//
+// draw_token keeps top-k, then top-p (a prefix in candidate order: candidate c survives iff the CPU's one-by-one
+// mass of the candidates above it is below top_p x the one-by-one normaliser), then min-p, and draws the Gumbel max
+// of the survivors. So: take the pruned Gumbel max over the top-k and min-p survivors first; if top-p keeps that
+// winner it is the draw; if top-p cuts it, it cuts every key at or below it too, so exclude those and take the max
+// again (the winner is a survivor with chance >= top_p, so ~1.1 rounds). Whether top-p keeps the winner is decided
+// by float weights summed in double with a bound on every error (weights, sums, products) against the CPU's
+// one-by-one sums of double weights; where the bound cannot decide (the target within ~1e-6 of the mass above the
+// winner) by those one-by-one sums themselves. Two passes over the row for most rows instead of the radix
+// variant's ~10 passes of double exps and a noise per survivor.
+
+// Calls visit(id, logit) for this thread's ids of the row (blockDim.x == Threads), loaded from L2 (the fused step's
+// last CTA reads rows other CTAs wrote), 8 ids a round from two float4 where the row allows; ids past the row
+// come with a NaN logit.
+template <int Threads, typename Visit>
+__device__ __forceinline__ void for_ids(const float* row, int64_t vocab, const Visit& visit) {
+  if ((vocab & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    const int64_t quads = vocab / 4;
+    const float4 none = make_float4(NAN, NAN, NAN, NAN);
+    for (int64_t q = threadIdx.x; q < quads; q += 2 * Threads) {
+      const float4 a = __ldcg(row4 + q);
+      const float4 b = q + Threads < quads ? __ldcg(row4 + q + Threads) : none;
+      const int64_t first = 4 * q, second = 4 * (q + Threads);
+      visit(first, a.x);
+      visit(first + 1, a.y);
+      visit(first + 2, a.z);
+      visit(first + 3, a.w);
+      visit(second, b.x);
+      visit(second + 1, b.y);
+      visit(second + 2, b.z);
+      visit(second + 3, b.w);
+    }
+  } else {
+    for (int64_t id = threadIdx.x; id < vocab; id += Threads) visit(id, __ldcg(row + id));
+  }
+}
+
+// A candidate's weight exp((l - max) / T) as a float (the argument rounded to float, expf), and an upper bound on
+// its distance from the CPU's double weight in units of 2^-24: wf (2 |arg| + 8) (the argument's rounding moves
+// the weight by <= |arg| 2^-24 relative, expf by <= 2 ulp = 4 units; twice that). Weights below 2^-126 (denormal
+// or zero) are off by at most 2^-126 each, which the band adds per candidate.
+struct FloatWeight {
+  float weight;
+  float error;
+};
+__device__ __forceinline__ FloatWeight float_weight(float logit, double max_logit, double inverse_temperature) {
+  const float arg = static_cast<float>((static_cast<double>(logit) - max_logit) * inverse_temperature);
+  const float weight = expf(arg);
+  return FloatWeight{weight, weight > 0.0f ? weight * (2.0f * fabsf(arg) + 8.0f) : 0.0f};
+}
+
+// The CPU's normaliser: the candidates' (keys >= floor) double weights added one by one in id order (warp 0 adds;
+// a non-candidate adds +0, which leaves the sum's bits alone).
+template <int Threads>
+__device__ double one_by_one_total(const float* row, int64_t vocab, uint64_t floor, double max_logit,
+                                   double temperature, PickScratch& s) {
+  if (threadIdx.x < kWarp) {
+    double total = 0;
+    for (int64_t base = 0; base < vocab; base += kWarp) {
+      const int64_t id = base + threadIdx.x;
+      const float logit = id < vocab ? __ldcg(row + id) : NAN;
+      double weight = 0;
+      if (!isnan(logit) && order_key(logit, id) >= floor) weight = exp((static_cast<double>(logit) - max_logit) / temperature);
+      for (int lane = 0; lane < kWarp; ++lane) total += __shfl_sync(0xffffffffu, weight, lane);
+    }
+    if (threadIdx.x == 0) s.exact = total;
+  }
+  __syncthreads();
+  const double total = s.exact;
+  __syncthreads();
+  return total;
+}
+
+// Sorts s.batch descending (bitonic; empty slots hold 0 and sink to the end).
+template <int Threads>
+__device__ void sort_batch_descending(PickScratch& s) {
+  for (int size = 2; size <= kBatchKeys; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < kBatchKeys; i += Threads) {
+        const int j = i ^ stride;
+        if (j <= i) continue;
+        const bool descending = (i & size) == 0;
+        const uint64_t a = s.batch[i], b = s.batch[j];
+        if (descending ? a < b : a > b) {
+          s.batch[i] = b;
+          s.batch[j] = a;
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Whether the CPU's top-p keeps the candidate with order key `winner`, by its own sums: the one-by-one
+// normaliser, then the candidates above the winner best-first, kBatchKeys at a time (each batch bounded by a radix
+// select, sorted, added by thread 0) until the running mass reaches top_p x normaliser (cut) or they run out (kept).
+template <int Threads>
+__device__ bool one_by_one_keeps(const float* row, int64_t vocab, uint64_t floor, uint64_t winner, double max_logit,
+                                 double temperature, float top_p, PickScratch& s) {
+  const double target = static_cast<double>(top_p) * one_by_one_total<Threads>(row, vocab, floor, max_logit, temperature, s);
+  const uint64_t lower = floor > winner ? floor : winner + 1;
+  uint64_t upper = ~0ull;  // keys in play: [lower, upper)
+  double mass = 0;         // thread 0's running sum
+  for (;;) {
+    double mine = 0;
+    for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
+      if (isnan(logit)) return;
+      const uint64_t key = order_key(logit, id);
+      if (key >= lower && key < upper) mine += 1;
+    });
+    const double count = block_sum(mine, s);
+    if (count == 0) return true;
+    const int take = count < kBatchKeys ? static_cast<int>(count) : kBatchKeys;
+    const uint64_t bottom = radix_threshold(row, vocab, lower, false, take, max_logit, temperature, s, upper);
+    for (int i = threadIdx.x; i < kBatchKeys; i += Threads) s.batch[i] = 0;
+    if (threadIdx.x == 0) s.gathered = 0;
+    __syncthreads();
+    for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
+      if (isnan(logit)) return;
+      const uint64_t key = order_key(logit, id);
+      if (key >= bottom && key < upper) {
+        const unsigned int at = atomicAdd(&s.gathered, 1u);
+        if (at < kBatchKeys) s.batch[at] = key;
+      }
+    });
+    sort_batch_descending<Threads>(s);
+    if (threadIdx.x == 0) {
+      s.flag = 0;
+      for (int i = 0; i < take; ++i) {
+        const int32_t id = id_of_key(s.batch[i]);
+        mass += exp((static_cast<double>(__ldcg(row + id)) - max_logit) / temperature);
+        if (mass >= target) {
+          s.flag = 1;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+    const bool cut = s.flag != 0;
+    __syncthreads();
+    if (cut) return false;
+    upper = bottom;
+  }
+}
+
+// draw_token of compute/sampling.cpp for one row held by the whole block (blockDim.x == Threads), the verified
+// way (above). `greedy` is the row's argmax (its value the max logit); `mode` a PickMode other than kPickRadix.
+template <int Threads>
+__device__ int32_t verified_pick(const float* row, int64_t vocab, const DeviceScanRequest& sampling,
+                                 int64_t position, Best greedy, int mode, PickScratch& s) {
+  if (sampling.temperature <= 0.0f || vocab == 0) return greedy.id < 0 ? 0 : greedy.id;
+  if (greedy.id < 0) return 0;  // every logit NaN
+  const double temperature = sampling.temperature;
+  const bool use_top_k = sampling.top_k > 0 && sampling.top_k < vocab;
+  const bool use_top_p = sampling.top_p < 1.0f;
+  const double max_logit = greedy.value;  // the largest logit survives top-k
+  ls::cuda::Filter filter;
+  filter.temperature = temperature;
+  filter.max_logit = max_logit;
+  if (use_top_k) filter.min_key = radix_threshold(row, vocab, 0, false, sampling.top_k, max_logit, temperature, s);
+  if (sampling.min_p > 0.0f) filter.set_min_p(sampling.min_p);
+  const uint64_t floor = filter.min_key;
+  const double inverse_temperature = 1.0 / temperature;
+  const double scaled_max = max_logit / temperature;
+  const uint64_t row_key = ls::cuda::keyed::row_key(sampling.seed, position);
+  uint64_t excluded = 0;  // keys at or below it are cut by top-p (0: none; no candidate's key is 0)
+  double total = 0, error = 0, count = 0;
+  bool first = true;
+  for (;;) {
+    // The pruned Gumbel max over the candidates above `excluded` (and, the first time, the float normaliser).
+    Best mine{0.0, -1};
+    double reach = 2.0;  // 1 - u above this cannot win
+    double my_total = 0, my_error = 0, my_count = 0;
+    const bool sums = first && use_top_p;
+    for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
+      if (isnan(logit)) return;
+      const uint64_t key = order_key(logit, id);
+      if (key < floor) return;
+      if (sums) {
+        const FloatWeight w = float_weight(logit, max_logit, inverse_temperature);
+        my_total += w.weight;
+        my_error += w.error;
+        my_count += 1;
+      }
+      if (key <= excluded || !filter.keeps(logit, static_cast<int32_t>(id))) return;
+      const uint64_t bits = ls::cuda::keyed::uniform_bits(row_key, static_cast<int32_t>(id));
+      if (1.0 - ls::cuda::keyed::uniform_of_bits(bits) > reach) return;
+      const double scaled = static_cast<double>(logit) / temperature;
+      const Best next = better(mine, Best{scaled + ls::cuda::keyed::gumbel_of_bits(bits), static_cast<int32_t>(id)});
+      if (next.id != mine.id) {
+        mine = next;
+        reach = ls::cuda::gumbel_reach(mine.value - scaled_max);
+      }
+    });
+    if (sums) {
+      total = block_sum(my_total, s);
+      error = block_sum(my_error, s);
+      count = block_sum(my_count, s);
+    }
+    first = false;
+    const Best winner = block_best(mine, s);
+    if (winner.id < 0) return greedy.id;  // min-p left no survivor: draw_token takes the greedy token
+    if (!use_top_p) return winner.id;
+    // The float mass of the candidates above the winner.
+    const uint64_t winner_key = order_key(__ldcg(row + winner.id), winner.id);
+    double my_above = 0;
+    for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
+      if (isnan(logit)) return;
+      const uint64_t key = order_key(logit, id);
+      if (key >= floor && key > winner_key) my_above += float_weight(logit, max_logit, inverse_temperature).weight;
+    });
+    const double above = block_sum(my_above, s);
+    // Target c = top_p x total. The float weights are within `error` 2^-24 of the CPU's (all of them, so of any
+    // subset too); any two orders of adding n terms differ by <= 2 (n - 1) u of the sum; the products a few u more;
+    // weights below 2^-126 are off by <= 2^-126 each. The band covers all of it twice over.
+    const double target = static_cast<double>(sampling.top_p) * total;
+    double band = (1.0 + sampling.top_p) * 1.01 * error * 0x1p-24 + (16.0 * count + 128.0) * 0x1p-53 * total +
+                  count * 0x1p-124;
+    if (mode == kPickBandPlantedZero) band = 0;
+    bool keeps = false;
+    if (mode != kPickFallbackForced && total > 0 && isfinite(total) && above + band < target) {
+      keeps = true;
+    } else if (mode != kPickFallbackForced && total > 0 && isfinite(total) && above - band >= target) {
+      keeps = false;
+    } else {
+      keeps = one_by_one_keeps<Threads>(row, vocab, floor, winner_key, max_logit, temperature, sampling.top_p, s);
+    }
+    if (keeps) return winner.id;
+    excluded = winner_key;
+  }
+}
+
+// The keyed pick of the variant `mode` (PickMode).
+template <int Threads>
+__device__ int32_t draft_pick(const float* row, int64_t vocab, const DeviceScanRequest& sampling, int64_t position,
+                              Best greedy, int mode, PickScratch& s) {
+  if (mode == kPickRadix) return keyed_pick(row, vocab, sampling, position, greedy, s);
+  return verified_pick<Threads>(row, vocab, sampling, position, greedy, mode, s);
+}
+
 // The fp32 confidence of request i at `slot`: sigmoid((w . [Hf_slot ; e] + b) / T_slot), the dot in double over the
 // block (each thread's terms j = t, t + blockDim, ..., 8 loaded before any is added, then block_sum); Inf when
 // planted. Every thread of the block calls it; all get the value.
@@ -248,14 +503,15 @@ __device__ __forceinline__ bool record_slot(DeviceScanRecord& record, const Devi
 
 // The end of a scan step for request i, whose corrected logits are in its markov row: the pick (from the greedy best
 // over the finite logits, or the keyed draw), the confidence, the failure flags and the record. `nonfinite` and
-// `greedy` are uniform over the block.
+// `greedy` are uniform over the block; `mode` the pick variant (PickMode), Threads the block size.
+template <int Threads>
 __device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, int slot, int i,
                             const DeviceScanRequest& request, DeviceScanRecord& record, int nonfinite, Best greedy,
-                            PickScratch& s) {
+                            int mode, PickScratch& s) {
   const int64_t V = shape.vocab;
   const float* row = in.markov + static_cast<int64_t>(i) * V;
   int32_t pick = 0;
-  if (!nonfinite) pick = keyed_pick(row, V, request, request.anchor_position + slot + 1, greedy, s);
+  if (!nonfinite) pick = draft_pick<Threads>(row, V, request, request.anchor_position + slot + 1, greedy, mode, s);
   float chance = NAN;
   bool confidence_finite = true;
   if (shape.has_confidence) {

@@ -1,0 +1,35 @@
+// The Markov scan's keyed pick variants (scan_pick.cuh) as host code sees them: the variant switch (LS_DRAFT_PICK)
+// and a test hook that draws rows with a chosen variant and CTA size.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "draft/dspark/cuda/draft_kernels.h"
+
+namespace ls::dspark::cuda {
+
+// How a sampled scan step draws its pick (all are compute::draw_token on the corrected logits):
+// Radix (sessions 3-8): top-k and top-p cuts by 8-bit radix descents with a double exp per id per pass, then the
+//   Gumbel noise of every survivor (its top-p masses are summed in atomic order).
+// Verified (session 9): the pruned Gumbel max first, then only whether the winner survives top-p, decided by
+//   float weights summed in double with an error bound, the one-by-one sums where the bound cannot decide; a cut
+//   winner excludes every key at or below it and the max is taken again.
+// VerifiedBandPlantedZero: Verified with the bound band zero (the tree sums decide alone; tests must catch it).
+// VerifiedFallbackForced: Verified deciding every top-p check by the one-by-one sums.
+enum class DraftPickMode : int { Radix = 0, Verified = 1, VerifiedBandPlantedZero = 2, VerifiedFallbackForced = 3 };
+
+// LS_DRAFT_PICK ("radix", "verified", "verified-band-planted-zero", "verified-fallback-forced"), read at every
+// launch; unset or unknown = the default.
+DraftPickMode draft_pick_mode();
+const char* draft_pick_name(DraftPickMode mode);
+
+// Test hook: draw_rows_on_device with the variant `mode` in CTAs of `threads` (256: the fused step's CTA; 1024: the
+// pick kernels'), for comparing each with draw_token bit for bit.
+Status draw_rows_with(const float* logits, int rows, int64_t vocab, const DeviceScanRequest* samplings,
+                      const int64_t* positions, int32_t* picks, DraftPickMode mode, int threads,
+                      cudaStream_t stream);
+
+}  // namespace ls::dspark::cuda
