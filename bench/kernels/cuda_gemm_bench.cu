@@ -3,7 +3,7 @@
 // it to the file; shapes, e.g. 8192->2048 or 2048->6144,8192->2048, times those shapes only; widths, e.g. 128,2048, those m
 // only, and then skips the sampler; filter, "+text" / "-text": only the pinned configurations whose name has / has
 // not text). cuda_gemm_bench --chain: what a kernel boundary costs in a graph (chain_bench). cuda_gemm_bench --pipe
-// [widths]: the pipeline decode GEMM against the streaming kernels (pipe_bench).
+// [widths]: the pipeline decode GEMM (row and tensor copies) against the streaming kernels (pipe_bench).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -219,10 +219,11 @@ int chain_bench() {
   return 0;
 }
 
-// --pipe [widths] (issue 8, session 8): the weight-streaming pipeline decode GEMM against the streaming kernels
-// on the 1.2B decode shapes, back-to-back launches over weight copies (> 512 MiB, DRAM) in one graph; us and TB/s of
-// weights; the automatic pipeline configuration at rings of 48 / 96 / 160 KB and chunks of 4 / 16 K tiles, then every
-// configuration pinned.
+// --pipe [widths] (issue 8, sessions 8-9): the pipeline decode GEMM (row copies, and tensor copies of the weights:
+// set_decode_pipe_tma 1 = one 3D box a stage, 2 = a 2D box per K tile) against the streaming kernels on the 1.2B
+// decode shapes (and the 65536-wide head), back-to-back launches over weight copies (> 512 MiB, DRAM) in one graph;
+// us, TB/s of weights and the share of 4.2 TB/s; the automatic configuration at chunks of 16 / 8 / 4 K tiles and
+// rings of 96 / 200 KB, then every configuration pinned.
 int pipe_bench(const std::vector<int64_t>& widths) {
   const GemmEngine engine;
   struct Shape {
@@ -232,9 +233,10 @@ int pipe_bench(const std::vector<int64_t>& widths) {
   };
   const Shape shapes[] = {{2048, 2048, false, "2048->2048"},  {6144, 2048, false, "2048->6144"},
                           {3072, 2048, false, "2048->3072"},  {2048, 8192, false, "8192->2048"},
-                          {16384, 2048, true, "2048->16384 swiglu"}, {8192, 2048, false, "2048->8192"}};
-  std::printf("pipeline decode GEMM (us per launch, TB/s of weights; old = streaming kernels):\n");
-  std::printf("%-20s %4s %-28s %9s %7s\n", "shape", "m", "kernel", "us", "TB/s");
+                          {16384, 2048, true, "2048->16384 swiglu"}, {8192, 2048, false, "2048->8192"},
+                          {65536, 2048, false, "2048->65536 head"}};
+  std::printf("pipeline decode GEMM (us per launch, TB/s of weights, share of 4.2 TB/s; old = streaming kernels):\n");
+  std::printf("%-20s %4s %-34s %9s %7s %6s\n", "shape", "m", "kernel", "us", "TB/s", "of 4.2");
   for (const Shape& shape : shapes) {
     const size_t elems = shape.n * shape.k;
     const int copies = static_cast<int>(std::max<size_t>(2, (1ull << 29) / (elems * 2) + 1));
@@ -247,42 +249,63 @@ int pipe_bench(const std::vector<int64_t>& widths) {
     check(x.allocate(16 * shape.k));
     check(y.allocate(16 * shape.n));
     fill(x.data(), 16 * shape.k, 9);
+    const bool head = shape.n >= 65536;
     for (const int64_t m : widths) {
+      if (head && m > 1) continue;
       auto matrix = [&](int i) { return DeviceMatrix{weights[i % copies].data(), nullptr, shape.n, shape.k}; };
       auto run = [&](int i, cudaStream_t stream) {
         if (shape.swiglu) check(gemm_decode_swiglu(engine, x.data(), m, matrix(i), y.data(), stream));
         else check(engine.gemm(x.data(), m, matrix(i), y.data(), nullptr, stream));
       };
       auto row = [&](const std::string& name, double ms) {
-        std::printf("%-20s %4lld %-28s %9.2f %7.2f\n", shape.what, static_cast<long long>(m), name.c_str(), ms * 1e3,
-                    2.0 * elems / ms / 1e9);
+        const double tbs = 2.0 * elems / ms / 1e9;
+        std::printf("%-20s %4lld %-34s %9.2f %7.2f %6.2f\n", shape.what, static_cast<long long>(m), name.c_str(),
+                    ms * 1e3, tbs, tbs / 4.2);
       };
+      set_decode_pipe_tma(0);
       set_decode_pipeline(false);
       set_decode_pipe_narrow(false);
       row("old", graph_ms(run, 40));
       set_decode_pipe_narrow(true);
-      row("default (narrow one-row pick)", graph_ms(run, 40));
-      for (const int ring : {48, 96, 160}) {
-        set_decode_pipeline(true, -1, ring);
-        row("pipe auto, ring " + std::to_string(ring) + " KB", graph_ms(run, 40));
+      if (!head) row("default (narrow one-row pick)", graph_ms(run, 40));
+      set_decode_pipeline(true);
+      if (!head) row("rows pipe auto, chunk 16", graph_ms(run, 40));
+      for (const int mode : {1, 2}) {
+        set_decode_pipe_tma(mode);
+        const std::string name = mode == 1 ? "tma 3d" : "tma 2d";
+        for (const int chunk : mode == 1 ? std::vector<int>{16, 8, 4} : std::vector<int>{8}) {
+          set_decode_pipeline(true);
+          set_decode_pipe_chunk(chunk);
+          if (!head) row(name + " auto, chunk " + std::to_string(chunk), graph_ms(run, 40));
+          if (mode == 1 && chunk == 8 && !head)
+            for (const int ring : {96, 200}) {
+              set_decode_pipeline(true, -1, ring);
+              row(name + " auto, chunk 8, ring " + std::to_string(ring) + " KB", graph_ms(run, 40));
+            }
+          set_decode_pipe_chunk(0);
+        }
+        for (int config = 0; config < decode_pipe_config_count(); ++config) {
+          const bool swiglu_config = config >= decode_pipe_config_count() - 2;
+          if (swiglu_config != shape.swiglu || (mode == 2 && !head)) continue;
+          auto pinned = [&](int i, cudaStream_t stream) {
+            check(gemm_decode_pipe(engine, config, x.data(), m, matrix(i), y.data(), nullptr, stream));
+          };
+          set_decode_pipeline(false);
+          set_decode_pipe_chunk(8);
+          const Status status = gemm_decode_pipe(engine, config, x.data(), m, matrix(0), y.data(), nullptr, nullptr);
+          if (!status.ok()) {
+            std::printf("%-20s %4lld %-34s refused: %s\n", shape.what, static_cast<long long>(m),
+                        (name + " " + decode_pipe_config_name(config)).c_str(), status.message().c_str());
+            continue;
+          }
+          row(name + " " + decode_pipe_config_name(config) + ", chunk 8", graph_ms(pinned, 40));
+          set_decode_pipe_chunk(0);
+        }
       }
-      for (const int chunk : {4, 8}) {
-        set_decode_pipeline(true);
-        set_decode_pipe_chunk(chunk);
-        row("pipe auto, chunk " + std::to_string(chunk) + " tiles", graph_ms(run, 40));
-        set_decode_pipe_chunk(0);
-      }
-      for (int config = 0; config < decode_pipe_config_count(); ++config) {
-        const bool swiglu_config = config >= decode_pipe_config_count() - 2;
-        if (swiglu_config != shape.swiglu) continue;
-        auto pinned = [&](int i, cudaStream_t stream) {
-          check(gemm_decode_pipe(engine, config, x.data(), m, matrix(i), y.data(), nullptr, stream));
-        };
-        set_decode_pipeline(false);
-        if (!gemm_decode_pipe(engine, config, x.data(), m, matrix(0), y.data(), nullptr, nullptr).ok()) continue;
-        row(std::string(decode_pipe_config_name(config)) + ", ring 128 KB, chunk 16", graph_ms(pinned, 40));
-      }
+      set_decode_pipe_chunk(0);
+      set_decode_pipe_tma(0);
       set_decode_pipeline(false);
+      set_decode_pipe_narrow(true);
     }
   }
   return 0;

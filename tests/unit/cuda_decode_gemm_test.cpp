@@ -2,34 +2,14 @@
 // gate_up GEMM + SwiGLU and the grouped q / k / v launch give the bits of the separate launches.
 #ifdef LS_HAVE_CUDA
 
-#include <gtest/gtest.h>
-
-#include <cstring>
-#include <string>
 #include <span>
-#include <tuple>
-#include <utility>
-#include <vector>
 
-#include "compute/cuda/kernels.h"
-#include "cuda_test_util.h"
-#include "ops_test_util.h"
+#include "cuda_decode_test_util.h"
 
 namespace ls::cuda {
 namespace {
 
-using compute::testing::random_values;
-using testing::download;
-using testing::poisoned;
-using testing::to_bf16;
-using testing::upload;
-
-// The first row whose bits differ between `got` [m, n] and `want` [m, n], or -1.
-int64_t first_differing_row(const std::vector<float>& got, const std::vector<float>& want, int64_t m, int64_t n) {
-  for (int64_t r = 0; r < m; ++r)
-    if (std::memcmp(got.data() + r * n, want.data() + r * n, sizeof(float) * n) != 0) return r;
-  return -1;
-}
+using namespace decode_testing;  // NOLINT: the decode tests' shared helpers
 
 TEST(CudaDecodeGemm, EveryVariantGivesEachRowTheBitsOfItsOneRowLaunchAtOneToSixteenRows) {
   LS_SKIP_WITHOUT_DEVICE();

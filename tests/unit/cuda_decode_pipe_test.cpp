@@ -1,30 +1,17 @@
-// The weight-streaming pipeline decode GEMM (gemm_decode_pipe.cu): every configuration gives each row of 1..16 the
-// bits of the one-row streaming launch and of a 256-row launch, close to an fp64 reference; the fused SwiGLU and
-// q / k / v launches and the engine's routing under set_decode_pipeline keep the bits; refusals carry the numbers.
+// The weight-streaming pipeline decode GEMM (gemm_decode_pipe.cu, with row copies or tensor copies of the weights:
+// gemm_decode_tma.cu): every configuration under every copy mode gives each row of 1..16 the bits of the one-row
+// streaming launch and of a 256-row launch, close to an fp64 reference; the fused SwiGLU and q / k / v launches and
+// the engine's routing under set_decode_pipeline keep the bits; refusals carry the numbers.
 #ifdef LS_HAVE_CUDA
 
-#include <gtest/gtest.h>
-
 #include <cmath>
-#include <cstring>
-#include <string>
-#include <tuple>
-#include <utility>
-#include <vector>
 
-#include "compute/cuda/kernels.h"
-#include "cuda_test_util.h"
-#include "ops_test_util.h"
+#include "cuda_decode_test_util.h"
 
 namespace ls::cuda {
 namespace {
 
-using compute::testing::random_values;
-using testing::download;
-using testing::poisoned;
-using testing::to_bf16;
-using testing::to_float;
-using testing::upload;
+using namespace decode_testing;  // NOLINT: the decode tests' shared helpers
 
 // set_decode_pipeline for one scope, the switch as it was after it (LS_DECODE_PIPE may have set it for the run; a
 // failed assertion must not leave it changed for later tests).
@@ -42,6 +29,15 @@ struct PipelineScope {
   }
   bool was_on, was_narrow;
 };
+
+// set_decode_pipe_tma for one scope (0 row copies, 1 one 3D tensor box a stage, 2 a 2D box per K tile).
+struct CopyScope {
+  explicit CopyScope(int mode) : was(decode_pipe_tma()) { set_decode_pipe_tma(mode); }
+  ~CopyScope() { set_decode_pipe_tma(was); }
+  int was;
+};
+constexpr int kCopyModes[] = {0, 1, 2};
+const char* copy_name(int mode) { return mode == 0 ? "row copies" : mode == 1 ? "3D tensor boxes" : "2D tensor boxes"; }
 
 // The plain configurations (the last two are the fused SwiGLU ones).
 int plain_configs() { return decode_pipe_config_count() - 2; }
@@ -69,8 +65,8 @@ TEST(CudaDecodePipe, EveryConfigurationGivesEachRowOfOneToSixteenTheBitsOfItsOne
   // (N, K, bias): the narrow projection, N odd, a column tail, the down projection (8 slices), 4 and 3 slices, a
   // chunk tail (K = 192), the smallest K.
   const std::vector<std::tuple<int64_t, int64_t, bool>> shapes = {
-      {2048, 2048, false}, {1001, 2048, true}, {72, 8192, false}, {136, 4096, true}, {24, 3072, false},
-      {264, 192, false}, {40, 64, true}};
+      {2048, 2048, false}, {1001, 2048, true}, {72, 8192, false}, {136, 4096, true},
+      {24, 3072, false},   {264, 192, false},  {40, 64, true}};
   constexpr int64_t kRows = 256;
   for (const auto& [n, k, with_bias] : shapes) {
     const std::vector<bf16> x_host = to_bf16(random_values(kRows * k, 61 + n + k, 2.0f));
@@ -88,37 +84,42 @@ TEST(CudaDecodePipe, EveryConfigurationGivesEachRowOfOneToSixteenTheBitsOfItsOne
     ASSERT_TRUE(engine.gemm(x.data(), kRows, matrix, nullptr, wide.data(), nullptr).ok());
     const std::vector<float> want = download(one, 16 * n), want_wide = download(wide, kRows * n);
     ASSERT_EQ(std::memcmp(want.data(), want_wide.data(), sizeof(float) * 16 * n), 0) << "N " << n << " K " << k;
-    int ran = 0;
-    for (int config = 0; config < plain_configs(); ++config) {
-      for (int64_t m = 1; m <= 16; ++m) {
-        auto y = poisoned<float>(m * n);
-        auto y16 = poisoned<bf16>(m * n);
-        const Status status = gemm_decode_pipe(engine, config, x.data(), m, matrix, nullptr, y.data(), nullptr);
-        if (!decode_pipe_fits(config, m, matrix)) {  // more shared memory than the device has: refused
-          EXPECT_EQ(status.code(), ErrorCode::InvalidArgument) << decode_pipe_config_name(config) << " m " << m;
-          continue;
-        }
-        ASSERT_TRUE(status.ok()) << decode_pipe_config_name(config) << " N " << n << " K " << k << ": "
-                                 << status.message();
-        ASSERT_TRUE(gemm_decode_pipe(engine, config, x.data(), m, matrix, y16.data(), nullptr, nullptr).ok());
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        ++ran;
-        const std::vector<float> got = download(y, m * n);
-        for (int64_t r = 0; r < m; ++r)
-          ASSERT_EQ(std::memcmp(got.data() + r * n, want.data() + r * n, sizeof(float) * n), 0)
-              << decode_pipe_config_name(config) << ": N " << n << " K " << k << " m " << m << " row " << r;
-        const std::vector<bf16> got16 = download(y16, m * n);
-        for (int64_t i = 0; i < m * n; ++i)
-          ASSERT_EQ(got16[i].bits, float_to_bf16(want[i]).bits)
-              << decode_pipe_config_name(config) << ": N " << n << " K " << k << " m " << m << " bf16 output " << i;
-        if (m == 16) {
-          const std::vector<bf16> x16(x_host.begin(), x_host.begin() + 16 * k);
-          EXPECT_LT(normwise_error(got, x16, w_host, bias_host, m, n, k), 1e-3)
-              << decode_pipe_config_name(config) << ": N " << n << " K " << k;
+    for (const int mode : kCopyModes) {
+      const CopyScope copies(mode);
+      int ran = 0;
+      for (int config = 0; config < plain_configs(); ++config) {
+        for (int64_t m = 1; m <= 16; ++m) {
+          auto y = poisoned<float>(m * n);
+          auto y16 = poisoned<bf16>(m * n);
+          const Status status = gemm_decode_pipe(engine, config, x.data(), m, matrix, nullptr, y.data(), nullptr);
+          if (!decode_pipe_fits(config, m, matrix)) {  // more shared memory than the device has: refused
+            EXPECT_EQ(status.code(), ErrorCode::InvalidArgument) << decode_pipe_config_name(config) << " m " << m;
+            continue;
+          }
+          ASSERT_TRUE(status.ok()) << decode_pipe_config_name(config) << " (" << copy_name(mode) << ") N " << n << " K "
+                                   << k << ": " << status.message();
+          ASSERT_TRUE(gemm_decode_pipe(engine, config, x.data(), m, matrix, y16.data(), nullptr, nullptr).ok());
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ++ran;
+          const std::vector<float> got = download(y, m * n);
+          for (int64_t r = 0; r < m; ++r)
+            ASSERT_EQ(std::memcmp(got.data() + r * n, want.data() + r * n, sizeof(float) * n), 0)
+                << decode_pipe_config_name(config) << " (" << copy_name(mode) << "): N " << n << " K " << k << " m "
+                << m << " row " << r;
+          const std::vector<bf16> got16 = download(y16, m * n);
+          for (int64_t i = 0; i < m * n; ++i)
+            ASSERT_EQ(got16[i].bits, float_to_bf16(want[i]).bits)
+                << decode_pipe_config_name(config) << " (" << copy_name(mode) << "): N " << n << " K " << k << " m "
+                << m << " bf16 output " << i;
+          if (m == 16) {
+            const std::vector<bf16> x16(x_host.begin(), x_host.begin() + 16 * k);
+            EXPECT_LT(normwise_error(got, x16, w_host, bias_host, m, n, k), 1e-3)
+                << decode_pipe_config_name(config) << ": N " << n << " K " << k;
+          }
         }
       }
+      EXPECT_GE(ran, 16) << "N " << n << " K " << k << " (" << copy_name(mode) << "): no configuration ran";
     }
-    EXPECT_GE(ran, 16) << "N " << n << " K " << k << ": no configuration ran";
   }
 }
 
@@ -127,8 +128,8 @@ TEST(CudaDecodePipe, TheFusedSwigluConfigurationsGiveTheBitsOfTheGemmThenSwiglu)
   if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
   const GemmEngine engine;
   const PipelineScope off(false);  // the oracles: the streaming kernels
-  for (const auto& [f, k, with_bias] : std::vector<std::tuple<int64_t, int64_t, bool>>{
-           {8192, 2048, false}, {1001, 2048, true}, {40, 192, false}}) {
+  for (const auto& [f, k, with_bias] :
+       std::vector<std::tuple<int64_t, int64_t, bool>>{{8192, 2048, false}, {1001, 2048, true}, {40, 192, false}}) {
     const int64_t n = 2 * f;
     for (const int64_t m : {1, 3, 8, 9, 16}) {
       auto x = upload(to_bf16(random_values(m * k, 71 + m + k, 2.0f)));
@@ -140,22 +141,27 @@ TEST(CudaDecodePipe, TheFusedSwigluConfigurationsGiveTheBitsOfTheGemmThenSwiglu)
       ASSERT_TRUE(engine.gemm(x.data(), m, matrix, gemm_out.data(), nullptr, nullptr).ok());
       ASSERT_TRUE(swiglu(gemm_out.data(), gemm_out.data() + f, m, static_cast<int>(f), n, plain.data(), nullptr).ok());
       const std::vector<bf16> want = download(plain, m * f);
-      for (int config = plain_configs(); config < decode_pipe_config_count(); ++config) {
-        if (!decode_pipe_fits(config, m, matrix)) continue;  // more shared memory than the device has
-        auto fused = poisoned<bf16>(m * f);
-        ASSERT_TRUE(gemm_decode_pipe(engine, config, x.data(), m, matrix, fused.data(), nullptr, nullptr).ok())
-            << decode_pipe_config_name(config);
-        const std::vector<bf16> got = download(fused, m * f);
-        size_t differ = 0;
-        for (size_t i = 0; i < want.size(); ++i) differ += want[i].bits != got[i].bits;
-        EXPECT_EQ(differ, 0u) << decode_pipe_config_name(config) << ": F " << f << " K " << k << " m " << m;
-      }
-      {  // the engine's fused launch routed to the pipeline
-        const PipelineScope on(true);
-        auto routed = poisoned<bf16>(m * f);
-        ASSERT_TRUE(gemm_decode_swiglu(engine, x.data(), m, matrix, routed.data(), nullptr).ok());
-        const std::vector<bf16> got = download(routed, m * f);
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(bf16) * m * f), 0) << "routed: F " << f << " m " << m;
+      for (const int mode : kCopyModes) {
+        const CopyScope copies(mode);
+        for (int config = plain_configs(); config < decode_pipe_config_count(); ++config) {
+          if (!decode_pipe_fits(config, m, matrix)) continue;  // more shared memory than the device has
+          auto fused = poisoned<bf16>(m * f);
+          ASSERT_TRUE(gemm_decode_pipe(engine, config, x.data(), m, matrix, fused.data(), nullptr, nullptr).ok())
+              << decode_pipe_config_name(config);
+          const std::vector<bf16> got = download(fused, m * f);
+          size_t differ = 0;
+          for (size_t i = 0; i < want.size(); ++i) differ += want[i].bits != got[i].bits;
+          EXPECT_EQ(differ, 0u) << decode_pipe_config_name(config) << " (" << copy_name(mode) << "): F " << f << " K "
+                                << k << " m " << m;
+        }
+        {  // the engine's fused launch routed to the pipeline
+          const PipelineScope on(true);
+          auto routed = poisoned<bf16>(m * f);
+          ASSERT_TRUE(gemm_decode_swiglu(engine, x.data(), m, matrix, routed.data(), nullptr).ok());
+          const std::vector<bf16> got = download(routed, m * f);
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(bf16) * m * f), 0)
+              << "routed (" << copy_name(mode) << "): F " << f << " m " << m;
+        }
       }
     }
   }
@@ -188,31 +194,36 @@ TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAt
     auto y_down = poisoned<bf16>(m * 2048);
     ASSERT_TRUE(engine.gemm(down_x.data(), m, down, y_down.data(), nullptr, nullptr).ok());
     const std::vector<bf16> want_down = download(y_down, m * 2048);
-    for (const auto& [ring_kb, chunk] : std::vector<std::pair<int, int>>{{0, 8}, {24, 4}, {160, 16}, {96, 0}}) {
-      const PipelineScope on(true, -1, ring_kb, chunk);
-      std::vector<DeviceBuffer<bf16>> outs;
-      std::vector<bf16*> pointers;
-      for (size_t i = 0; i < ns.size(); ++i) {
-        outs.push_back(poisoned<bf16>(m * ns[i]));
-        pointers.push_back(outs[i].data());
+    for (const auto& [ring_kb, chunk] : std::vector<std::pair<int, int>>{{0, 8}, {24, 4}, {160, 16}, {96, 0}})
+      for (const int mode : kCopyModes) {
+        const PipelineScope on(true, -1, ring_kb, chunk);
+        const CopyScope copies(mode);
+        std::vector<DeviceBuffer<bf16>> outs;
+        std::vector<bf16*> pointers;
+        for (size_t i = 0; i < ns.size(); ++i) {
+          outs.push_back(poisoned<bf16>(m * ns[i]));
+          pointers.push_back(outs[i].data());
+        }
+        ASSERT_TRUE(gemm_decode_group(engine, x.data(), m, matrices, pointers, nullptr).ok());
+        for (size_t i = 0; i < ns.size(); ++i) {
+          const std::vector<bf16> got = download(outs[i], m * ns[i]);
+          EXPECT_EQ(std::memcmp(got.data(), want[i].data(), sizeof(bf16) * m * ns[i]), 0)
+              << "q / k / v matrix " << i << " m " << m << " ring " << ring_kb << " KB chunk " << chunk << " "
+              << copy_name(mode);
+          auto single = poisoned<bf16>(m * ns[i]);
+          ASSERT_TRUE(engine.gemm(x.data(), m, matrices[i], single.data(), nullptr, nullptr).ok());
+          const std::vector<bf16> got_single = download(single, m * ns[i]);
+          EXPECT_EQ(std::memcmp(got_single.data(), want[i].data(), sizeof(bf16) * m * ns[i]), 0)
+              << "engine gemm N " << ns[i] << " m " << m << " ring " << ring_kb << " KB chunk " << chunk << " "
+              << copy_name(mode);
+        }
+        auto got_down = poisoned<bf16>(m * 2048);
+        ASSERT_TRUE(engine.gemm(down_x.data(), m, down, got_down.data(), nullptr, nullptr).ok());
+        const std::vector<bf16> got = download(got_down, m * 2048);
+        EXPECT_EQ(std::memcmp(got.data(), want_down.data(), sizeof(bf16) * m * 2048), 0)
+            << "engine gemm 8192->2048 m " << m << " ring " << ring_kb << " KB chunk " << chunk << " "
+            << copy_name(mode);
       }
-      ASSERT_TRUE(gemm_decode_group(engine, x.data(), m, matrices, pointers, nullptr).ok());
-      for (size_t i = 0; i < ns.size(); ++i) {
-        const std::vector<bf16> got = download(outs[i], m * ns[i]);
-        EXPECT_EQ(std::memcmp(got.data(), want[i].data(), sizeof(bf16) * m * ns[i]), 0)
-            << "q / k / v matrix " << i << " m " << m << " ring " << ring_kb << " KB chunk " << chunk;
-        auto single = poisoned<bf16>(m * ns[i]);
-        ASSERT_TRUE(engine.gemm(x.data(), m, matrices[i], single.data(), nullptr, nullptr).ok());
-        const std::vector<bf16> got_single = download(single, m * ns[i]);
-        EXPECT_EQ(std::memcmp(got_single.data(), want[i].data(), sizeof(bf16) * m * ns[i]), 0)
-            << "engine gemm N " << ns[i] << " m " << m << " ring " << ring_kb << " KB chunk " << chunk;
-      }
-      auto got_down = poisoned<bf16>(m * 2048);
-      ASSERT_TRUE(engine.gemm(down_x.data(), m, down, got_down.data(), nullptr, nullptr).ok());
-      const std::vector<bf16> got = download(got_down, m * 2048);
-      EXPECT_EQ(std::memcmp(got.data(), want_down.data(), sizeof(bf16) * m * 2048), 0)
-          << "engine gemm 8192->2048 m " << m << " ring " << ring_kb << " KB chunk " << chunk;
-    }
   }
 }
 
@@ -227,11 +238,11 @@ TEST(CudaDecodePipe, RefusesSeventeenRowsKOffSixtyFourSlicedSwigluAndAnUnknownCo
     int64_t m, k;
     std::string says;
   };
-  const std::vector<Case> cases = {{0, 17, 64, "m 17"},
-                                   {0, 1, 72, "K 72"},
-                                   {plain_configs(), 1, 3072, "K 3072"},  // SwiGLU takes one slice only
-                                   {decode_pipe_config_count(), 1, 64, "config " +
-                                                                         std::to_string(decode_pipe_config_count())}};
+  const std::vector<Case> cases = {
+      {0, 17, 64, "m 17"},
+      {0, 1, 72, "K 72"},
+      {plain_configs(), 1, 3072, "K 3072"},  // SwiGLU takes one slice only
+      {decode_pipe_config_count(), 1, 64, "config " + std::to_string(decode_pipe_config_count())}};
   for (const Case& c : cases) {
     const DeviceMatrix matrix{w.data(), nullptr, 64, c.k};
     const Status refused = gemm_decode_pipe(engine, c.config, x.data(), c.m, matrix, y.data(), nullptr, nullptr);

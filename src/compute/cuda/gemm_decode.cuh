@@ -56,7 +56,7 @@ Status launch_stream_norm_swiglu(const GemmArgs& args, const StagedNorm& norm, c
 
 // gemm_decode_pipe.cu: the weight-streaming pipeline (m <= 16, sm_90, K a multiple of 64): kPipeConfigs
 // configurations (pipe_config_name), the last two the fused gate_up + SwiGLU.
-constexpr int kPipeConfigs = 6;
+constexpr int kPipeConfigs = 7;
 const char* pipe_config_name(int config);
 void allow_pipe_shared(int optin_bytes);
 bool pipe_enabled();  // set_decode_pipeline
@@ -68,6 +68,16 @@ Status launch_pipe_swiglu(const GemmArgs& args, cudaStream_t stream);
 // q / k / v (up to 4 matrices of one x and one unsliced K) in one launch.
 bool pipe_group_fits(const GemmArgs* args, int count);
 Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream);
+
+// gemm_decode_tma.cu: the pipeline with tensor copies of the weights (set_decode_pipe_tma), for configurations of
+// `warps` x `tiles` (SwiGLU: 2 tiles, gate and up). tma_pipe_plan: the launch's shared memory, its stages per warp
+// and K tiles per stage (at most chunk_asked) out. tma_pipe_maps_ok: whether the driver makes the weight map.
+int tma_pipe_plan(int warps, int tiles, bool swiglu, int m, int k, int groups, int ring_bytes, int chunk_asked,
+                  int* stages, int* chunk);
+bool tma_pipe_maps_ok(const GemmArgs& args, int tiles, bool swiglu, int chunk, bool three_d);
+Status launch_tma_pipe(int warps, int tiles, bool swiglu, const GemmArgs* args, const int* first_block, int count,
+                       int groups, int ring_bytes, int chunk_asked, bool three_d, cudaStream_t stream);
+void allow_tma_pipe_shared(int optin_bytes);
 
 // gemm_decode_staged.cu: the staged kernels (one slice, K <= 2048): configuration `config` of kStagedConfigs; other
 // shapes, or more shared memory than the device allows, run `fallback` (a streaming variant).

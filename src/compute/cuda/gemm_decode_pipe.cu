@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "compute/cuda/gemm_async.cuh"
 #include "compute/cuda/gemm_decode.cuh"
 
 namespace ls::cuda::gemm_detail {
@@ -29,28 +30,6 @@ struct PipeGroup {
   int first_block[kPipeGroupMax + 1];
   int count;
 };
-
-__device__ __forceinline__ void bar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void bar_expect(uint32_t bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// `bytes` (a multiple of 16) from global `src` to shared `dst`, counted on `bar` when they land.
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, int bytes, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
 
 // WARPS warps, each its own producer and consumer: a warp walks its items (w, w + WARPS, .. of the CTA's groups x
 // slices; item = group * slices + slice) chunk by chunk through its own ring of `stages` stages. A stage holds the
@@ -86,7 +65,7 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
   const int active = min(WARPS, items);  // warps with items: only they have rings
   float* partial = reinterpret_cast<float*>(shared_raw + kBarrierBytes + active * stages * stage_bytes);
   let_next_kernel_start();
-  if (threadIdx.x < WARPS * stages) bar_init(smem_address(shared_raw) + ((threadIdx.x / stages) * kMaxStages +
+  if (threadIdx.x < WARPS * stages) barrier_init(smem_address(shared_raw) + ((threadIdx.x / stages) * kMaxStages +
                                                                          threadIdx.x % stages) * 8, 1);
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
@@ -128,7 +107,7 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
   int primed = 0;
   for (; primed < stages && issue_item < items; ++primed) {
     const int bytes = __reduce_add_sync(0xffffffffu, lane_copy(issue_item, issue_c, primed, true, true, true));
-    if (lane == 0) bar_expect(bars + 8 * primed, bytes);
+    if (lane == 0) barrier_expect(bars + 8 * primed, bytes);
     __syncwarp();
     lane_copy(issue_item, issue_c, primed, true, false, false);
     advance(issue_item, issue_c);
@@ -150,7 +129,7 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
   int item = warp, c = 0;
   for (int u = 0; item < items; ++u) {
     const int stage = u % stages;
-    bar_wait(bars + 8 * stage, (u / stages) & 1);
+    barrier_wait(bars + 8 * stage, (u / stages) & 1);
     const int tiles = unit_tiles(item, c);
     const uint32_t base = ring + stage * stage_bytes;
     for (int tile = 0; tile < tiles; ++tile) {
@@ -175,9 +154,9 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
     }
     __syncwarp();  // every lane's ldmatrix of this stage is done before the refill lands in it
     if (issue_item < items) {
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      fence_proxy_async_shared();
       const int bytes = __reduce_add_sync(0xffffffffu, lane_copy(issue_item, issue_c, stage, true, true, true));
-      if (lane == 0) bar_expect(bars + 8 * stage, bytes);
+      if (lane == 0) barrier_expect(bars + 8 * stage, bytes);
       __syncwarp();
       lane_copy(issue_item, issue_c, stage, true, true, false);
       advance(issue_item, issue_c);
@@ -232,10 +211,11 @@ struct PipeShape {
   int warps, tiles;
   const char* name;
 };
-constexpr int kPlainConfigs = 4;
-constexpr PipeShape kPipeShapes[kPipeConfigs] = {{4, 1, "pipe 4w 8c"}, {4, 2, "pipe 4w 16c"}, {2, 1, "pipe 2w 8c"},
-                                                 {8, 1, "pipe 8w 8c"}, {4, 2, "pipe 4w swiglu"},
-                                                 {2, 2, "pipe 2w swiglu"}};
+constexpr int kPlainConfigs = 5;
+constexpr PipeShape kPipeShapes[kPipeConfigs] = {{4, 1, "pipe 4w 8c"},     {4, 2, "pipe 4w 16c"},
+                                                 {2, 1, "pipe 2w 8c"},     {8, 1, "pipe 8w 8c"},
+                                                 {8, 2, "pipe 8w 16c"},    {4, 2, "pipe 4w swiglu"},
+                                                 {8, 2, "pipe 8w swiglu"}};
 
 int optin_bytes_granted = 0;
 int device_sms = 132;
@@ -256,10 +236,20 @@ std::atomic<bool> pipe_narrow{narrow_from_env()};
 constexpr int kNarrowMaxN = 4096;
 std::atomic<int> pipe_pinned{-1}, pipe_ring_kb{0}, pipe_chunk{16};
 constexpr int kDefaultRingBytes = 128 * 1024;
+// Tensor copies of the weights (gemm_decode_tma.cu; session 9, on trial): LS_DECODE_TMA=1 one 3D box a stage, =2 one
+// 2D box per K tile; 0 (unset): row copies. The routing (narrow / everywhere) is the pipeline's either way.
+int tma_from_env() {
+  const char* value = std::getenv("LS_DECODE_TMA");
+  if (value == nullptr) return 0;
+  return std::string(value) == "1" ? 1 : std::string(value) == "2" ? 2 : 0;
+}
+std::atomic<int> pipe_tma{tma_from_env()};
+constexpr int kDefaultTmaRingBytes = 192 * 1024;
 
+int tma_mode() { return pipe_tma.load(std::memory_order_relaxed); }
 int ring_bytes() {
   const int kb = pipe_ring_kb.load(std::memory_order_relaxed);
-  return kb > 0 ? kb * 1024 : kDefaultRingBytes;
+  return kb > 0 ? kb * 1024 : tma_mode() != 0 ? kDefaultTmaRingBytes : kDefaultRingBytes;
 }
 int item_cols_of(int config) { return config >= kPlainConfigs ? 8 : 8 * kPipeShapes[config].tiles; }
 
@@ -272,6 +262,9 @@ int groups_for(int config, int64_t columns) {
 // Shared memory of a launch of configuration `config` (m rows, K, `groups` per CTA); stages per warp out.
 int pipe_shared_bytes(int config, int m, int k, int groups, int* stages) {
   const PipeShape& shape = kPipeShapes[config];
+  if (tma_mode() != 0)
+    return tma_pipe_plan(shape.warps, shape.tiles, config >= kPlainConfigs, m, k, groups, ring_bytes(),
+                         pipe_chunk.load(std::memory_order_relaxed), stages, nullptr);
   const int slices = slice_count(k);
   const int stage_bytes = (m + 8 * shape.tiles) * pitch_of(pipe_chunk.load(std::memory_order_relaxed));
   const int active = std::min(shape.warps, groups * slices);  // warps with items (the others have no ring)
@@ -302,7 +295,7 @@ void allow_shape(int optin) {
 // The automatic configuration: SwiGLU 4 warps; sliced K 8 warps x 8 columns; one slice 16 columns an item from
 // 8192 outputs, else 8.
 int auto_config(bool swiglu, int slices, int64_t rows) {
-  if (swiglu) return 4;
+  if (swiglu) return kPlainConfigs;
   if (slices > 1) return 3;
   return rows >= 8192 ? 1 : 0;
 }
@@ -320,14 +313,35 @@ Status launch_config(int config, const PipeGroup& group, int groups, cudaStream_
   const GemmArgs& a = group.args[0];
   const int smem = pipe_shared_bytes(config, a.m, a.k, groups, &stages);
   const int ctas = group.first_block[group.count];
+  if (tma_mode() != 0) {
+    const PipeShape& shape = kPipeShapes[config];
+    return launch_tma_pipe(shape.warps, shape.tiles, config >= kPlainConfigs, group.args, group.first_block,
+                           group.count, groups, ring_bytes(), pipe_chunk.load(std::memory_order_relaxed),
+                           tma_mode() == 1, stream);
+  }
   switch (config) {
     case 0: return launch_shape<4, 1, false>(group, ctas, groups, smem, stages, stream);
     case 1: return launch_shape<4, 2, false>(group, ctas, groups, smem, stages, stream);
     case 2: return launch_shape<2, 1, false>(group, ctas, groups, smem, stages, stream);
     case 3: return launch_shape<8, 1, false>(group, ctas, groups, smem, stages, stream);
-    case 4: return launch_shape<4, 2, true>(group, ctas, groups, smem, stages, stream);
-    default: return launch_shape<2, 2, true>(group, ctas, groups, smem, stages, stream);
+    case 4: return launch_shape<8, 2, false>(group, ctas, groups, smem, stages, stream);
+    case 5: return launch_shape<4, 2, true>(group, ctas, groups, smem, stages, stream);
+    default: return launch_shape<8, 2, true>(group, ctas, groups, smem, stages, stream);
   }
+}
+
+// Tensor copies: whether the driver makes the weight map(s) configuration `config` reads for `args` (cached).
+bool maps_ok(int config, const GemmArgs* args, int count) {
+  if (tma_mode() == 0) return true;
+  const PipeShape& shape = kPipeShapes[config];
+  const bool swiglu = config >= kPlainConfigs;
+  int chunk = 0;
+  tma_pipe_plan(shape.warps, shape.tiles, swiglu, args[0].m, args[0].k,
+                groups_for(config, swiglu ? args[0].n / 2 : args[0].n), ring_bytes(),
+                pipe_chunk.load(std::memory_order_relaxed), nullptr, &chunk);
+  for (int i = 0; i < count; ++i)
+    if (!tma_pipe_maps_ok(args[i], shape.tiles, swiglu, chunk, tma_mode() == 1)) return false;
+  return true;
 }
 
 // The configuration a launch takes: the pinned one (when it fits and is of the launch's kind), else the automatic.
@@ -353,8 +367,10 @@ void allow_pipe_shared(int optin_bytes) {
   allow_shape<4, 2, false>(optin_bytes);
   allow_shape<2, 1, false>(optin_bytes);
   allow_shape<8, 1, false>(optin_bytes);
+  allow_shape<8, 2, false>(optin_bytes);
   allow_shape<4, 2, true>(optin_bytes);
-  allow_shape<2, 2, true>(optin_bytes);
+  allow_shape<8, 2, true>(optin_bytes);
+  allow_tma_pipe_shared(optin_bytes);
 }
 
 bool pipe_enabled() { return pipe_on.load(std::memory_order_relaxed) || pipe_narrow.load(std::memory_order_relaxed); }
@@ -365,7 +381,7 @@ bool pipe_fits(const GemmArgs& args, bool swiglu) {
       (swiglu || args.m != 1 || slice_count(args.k) > 1 || args.n > kNarrowMaxN))
     return false;  // the automatic narrow pick only
   const int config = config_for(swiglu, args.m, args.k, args.n);
-  return shape_fits(config, args.m, args.k, args.n);
+  return shape_fits(config, args.m, args.k, args.n) && maps_ok(config, &args, 1);
 }
 
 Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream) {
@@ -397,7 +413,7 @@ bool pipe_group_fits(const GemmArgs* args, int count) {
   for (int i = 0; i < count; ++i) rows += args[i].n;
   if (!pipe_on.load(std::memory_order_relaxed) && (args[0].m != 1 || rows > kNarrowMaxN)) return false;
   const int config = config_for(false, args[0].m, args[0].k, rows);
-  return shape_fits(config, args[0].m, args[0].k, rows) && slice_count(args[0].k) == 1;
+  return shape_fits(config, args[0].m, args[0].k, rows) && slice_count(args[0].k) == 1 && maps_ok(config, args, count);
 }
 
 Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream) {
@@ -434,6 +450,11 @@ bool decode_pipe_fits(int config, int64_t m, const DeviceMatrix& w) {
   return m >= 1 && m <= 16 && w.rows >= 1 && w.rows <= (1LL << 30) && w.cols <= (1LL << 24) &&
          gemm_detail::shape_fits(config, static_cast<int>(m), static_cast<int>(w.cols), w.rows);
 }
+
+void set_decode_pipe_tma(int mode) {
+  gemm_detail::pipe_tma.store(mode == 1 || mode == 2 ? mode : 0, std::memory_order_relaxed);
+}
+int decode_pipe_tma() { return gemm_detail::pipe_tma.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_chunk(int tiles) {
   gemm_detail::pipe_chunk.store(tiles == 4 || tiles == 8 ? tiles : 16, std::memory_order_relaxed);

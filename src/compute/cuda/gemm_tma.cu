@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "compute/cuda/gemm_async.cuh"
 #include "compute/cuda/gemm_tile.cuh"
 #include "compute/cuda/gemm_wgmma.cuh"
 
@@ -34,32 +35,6 @@ constexpr int tma_shared_bytes() {
   return T::SMEM_BYTES + zero_bytes<T, MODE, LOOP>() + 1024 + 2 * T::STAGES * 8;
 }
 #ifdef LS_WGMMA_DEVICE
-__device__ __forceinline__ void barrier_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void barrier_expect(uint32_t bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void barrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the phase of parity `parity` of the barrier has completed.
-__device__ __forceinline__ void barrier_wait(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// Box [rows, 64] of a [rows, K] bf16 map at (k, row) -> shared `dst`, completing bytes on `bar`.
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int k, int row, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar)
-      : "memory");
-}
 // Pair: the CTAs of a cluster of two (adjacent row tiles, one column tile) each load half of the W box and multicast
 // it to both; a stage is refilled once the consumers of both CTAs handed it back.
 __device__ __forceinline__ void tma_load_both(uint32_t dst, const CUtensorMap* map, int k, int row, uint32_t bar) {
@@ -376,6 +351,23 @@ Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t 
     case Mode::Plain: break;
   }
   return launch_tma_tile<TmaLargeTile, Mode::Plain>(args, stream);
+}
+
+Status encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                       const cuuint32_t* box) {
+  const EncodeTiled function = encoder();
+  if (function == nullptr) return Status(ErrorCode::DeviceUnavailable, "gemm: no cuTensorMapEncodeTiled in the driver");
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result = function(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, static_cast<cuuint32_t>(rank),
+                                   const_cast<void*>(base), dims, strides, box, element_strides,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    return Status(ErrorCode::InvalidArgument, "gemm: " + std::to_string(rank) + "D tensor map refused (error " +
+                                                  std::to_string(result) + ") for dims " + std::to_string(dims[0]) +
+                                                  " x " + std::to_string(dims[1]) +
+                                                  (rank > 2 ? " x " + std::to_string(dims[2]) : std::string()));
+  return ok_status();
 }
 
 void allow_tma_shared() {
