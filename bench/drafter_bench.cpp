@@ -4,7 +4,7 @@
 //
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
-//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split,cooperative]
+//   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split,cooperative,head]
 //                 [--scan auto|fused|gemm|persistent|counter|flags|handoff|both|all]
 //                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny auto|on|off|both]
 //                 [--launch tuned|plain|both] [--profile] [--buckets on|off|both] [--streams 1,4,8,16,32,64]
@@ -204,6 +204,7 @@ std::vector<std::pair<std::string, std::optional<dspark::cuda::BlockAttentionKer
     else if (item == "tile") out.emplace_back(item, Kernel::Tile);
     else if (item == "split") out.emplace_back(item, Kernel::Split);
     else if (item == "cooperative") out.emplace_back(item, Kernel::Cooperative);
+    else if (item == "head") out.emplace_back(item, Kernel::Head);
     else out.emplace_back("auto", std::nullopt);
   }
   return out;

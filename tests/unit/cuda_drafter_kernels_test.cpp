@@ -1,6 +1,7 @@
 // The CUDA drafter's kernels against their references on fresh random data, outputs poisoned first: the tile and
 // split block attention against the warp kernel, the fused q/k/v heads step against norm + RoPE + scatter, and
-// residual + norm and the stacked SwiGLU against the unfused launches, the skinny GEMM against an fp64 reference.
+// residual + norm and the stacked SwiGLU against the unfused launches, the skinny GEMM against an fp64 reference;
+// the head attention (session 9) against the split bit for bit.
 #include <gtest/gtest.h>
 
 #ifdef LS_HAVE_CUDA
@@ -408,6 +409,87 @@ TEST(CudaDrafter, TheTileAndSplitAttentionKernelsAgreeWithTheWarpKernelAndTheOne
       EXPECT_GE(bitwise * 10, static_cast<int>(outputs) * 8) << name;
     }
   }
+}
+
+// The head attention kernel (session 9: a CTA per request and query head over every key with the split's chunk
+// arithmetic) against the three-launch split on the same random caches, outputs poisoned first: bit for bit at the
+// automatic chunks and pinned 7, 3 and 1, for two head sizes and two group shapes (the 1.2B drafter's 32 / 8 heads at
+// block 9), contexts 5 / 40 / 300 / 3000 (3000 keys take several score windows, and at one chunk a chunk spans
+// windows), all requests at once and the longest alone (its automatic chunks differ). Shapes it does not take are
+// refused by name.
+TEST(CudaDrafter, TheHeadAttentionKernelGivesTheSplitBitsAtEveryChunkCountAndAcrossScoreWindows) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct Shape {
+    int gamma, heads, kv_heads, head_dim;
+  };
+  for (const Shape shape : {Shape{7, 8, 2, 64}, Shape{7, 8, 2, 32}, Shape{9, 32, 8, 64}}) {
+    SCOPED_TRACE("block " + std::to_string(shape.gamma) + ", heads " + std::to_string(shape.heads) + " / " +
+                 std::to_string(shape.kv_heads) + ", head_dim " + std::to_string(shape.head_dim));
+    const int gamma = shape.gamma, layers = 2, layer = 1;
+    const cuda::AttentionDims dims{shape.heads, shape.kv_heads, shape.head_dim,
+                                   1.0f / std::sqrt(static_cast<float>(shape.head_dim))};
+    ASSERT_TRUE(cuda::block_attention_head_supported(gamma, dims));
+    ASSERT_TRUE(cuda::block_attention_tile_supported(gamma, dims));
+    const int64_t kv = static_cast<int64_t>(dims.kv_heads) * dims.head_dim;
+    const int64_t lengths[] = {3000, 5, 40, 300};
+    std::mt19937 rng(7 + shape.head_dim + shape.heads);
+    std::vector<ls::cuda::DeviceBuffer<bf16>> caches;
+    std::vector<cuda::DeviceBlockRequest> requests;
+    for (const int64_t length : lengths) {
+      const int64_t capacity = length + gamma + 5;
+      for (int which = 0; which < 2; ++which) {
+        caches.push_back(ls::cuda::testing::upload(random_values(rng, static_cast<size_t>(layers * capacity * kv), 2.0f)));
+      }
+      const size_t n = caches.size();
+      requests.push_back(cuda::DeviceBlockRequest{reinterpret_cast<cuda::bf16_t*>(caches[n - 2].data()),
+                                                  reinterpret_cast<cuda::bf16_t*>(caches[n - 1].data()), length,
+                                                  capacity});
+    }
+    auto device_requests = ls::cuda::testing::upload(requests);
+    const int most = static_cast<int>(requests.size());
+    const size_t most_outputs = static_cast<size_t>(most) * gamma * dims.heads * dims.head_dim;
+    auto device_queries = ls::cuda::testing::upload(random_values(rng, most_outputs, 2.0f));
+    const auto* q = reinterpret_cast<const cuda::bf16_t*>(device_queries.data());
+    ls::cuda::DeviceBuffer<float> stats =
+        ls::cuda::testing::poisoned<float>(cuda::split_attention_stat_floats(most, gamma, dims));
+    ls::cuda::DeviceBuffer<float> partials =
+        ls::cuda::testing::poisoned<float>(cuda::split_attention_partial_floats(most, gamma, dims));
+    for (const int count : {most, 1}) {
+      const size_t outputs = static_cast<size_t>(count) * gamma * dims.heads * dims.head_dim;
+      for (const int chunks : {0, 7, 3, 1}) {
+        SCOPED_TRACE(std::to_string(count) + " requests, chunks " + std::to_string(chunks));
+        auto split_out = ls::cuda::testing::poisoned<bf16>(outputs);
+        auto head_out = ls::cuda::testing::poisoned<bf16>(outputs);
+        ASSERT_TRUE(cuda::block_attention_split(q, device_requests.data(), count, gamma, dims, layer,
+                                                cuda::SplitAttentionScratch{stats.data(), partials.data(), nullptr,
+                                                                            chunks},
+                                                reinterpret_cast<cuda::bf16_t*>(split_out.data()), nullptr)
+                        .ok());
+        const Status head = cuda::block_attention_head(q, device_requests.data(), count, gamma, dims, layer, chunks,
+                                                       reinterpret_cast<cuda::bf16_t*>(head_out.data()), nullptr);
+        ASSERT_TRUE(head.ok()) << head.to_string();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<bf16> split = ls::cuda::testing::download(split_out, outputs);
+        const std::vector<bf16> by_head = ls::cuda::testing::download(head_out, outputs);
+        size_t first_difference = outputs;
+        for (size_t i = 0; i < outputs; ++i) {
+          ASSERT_TRUE(std::isfinite(bf16_to_float(split[i]))) << "split output " << i << " unwritten or non-finite";
+          if (first_difference == outputs && split[i].bits != by_head[i].bits) first_difference = i;
+        }
+        EXPECT_EQ(count_bitwise_equal(by_head, split), static_cast<int>(outputs))
+            << "first difference at output " << first_difference;
+      }
+    }
+    std::printf("[ attention ] head kernel vs split: block %d, heads %d / %d, head_dim %d bitwise at chunks auto, 7, "
+                "3, 1\n",
+                gamma, dims.heads, dims.kv_heads, dims.head_dim);
+  }
+  // Refused by name: a head size it is not built for, a block past 32 slots.
+  const cuda::AttentionDims odd{8, 2, 16, 0.25f};
+  const Status refused = cuda::block_attention_head(nullptr, nullptr, 1, 7, odd, 0, 0, nullptr, nullptr);
+  EXPECT_EQ(refused.code(), ErrorCode::UnsupportedDraftShape);
+  EXPECT_NE(refused.to_string().find("head_dim 16"), std::string::npos) << refused.to_string();
+  EXPECT_FALSE(cuda::block_attention_head_supported(33, cuda::AttentionDims{8, 2, 64, 0.125f}));
 }
 
 // The skinny GEMM (rows <= 16, tensor cores, K order permuted within each step) against an fp64 reference of the

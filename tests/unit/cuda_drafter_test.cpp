@@ -1196,10 +1196,10 @@ TEST(CudaDrafter, TheSplitPickDraftsTheTokensAndChanceBitsOfTheOneBlockPick) {
   }
 }
 
-// The split attention in one cooperative launch (session 7) and every load batched (session 8: attention, residual
-// norms, q/k heads; with three launches, one launch and the automatic choice), eagerly and through graphs, give the
-// three-launch pass's Hf, U, tokens and chance bits, for one request and for five (scratch poisoned before every
-// pass).
+// The split attention in one cooperative launch (session 7), every load batched (session 8: attention, residual
+// norms, q/k heads; with three launches, one launch and the automatic choice) and the head attention (session 9, a
+// CTA per request and query head), eagerly and through graphs, give the three-launch pass's Hf, U, tokens and chance
+// bits, for one request and for five (scratch poisoned before every pass).
 TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
@@ -1211,6 +1211,7 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
   // One request's grid is resident at once (so the one-launch kernel runs); five requests' may not be on every
   // device (then the three launches run: the same bits either way).
   ASSERT_TRUE(cuda::block_attention_cooperative_supported(1, c.block_size, dims, 0));
+  ASSERT_TRUE(cuda::block_attention_head_supported(c.block_size, dims));
   const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
   std::vector<DraftRequest> requests;
   for (int i = 0; i < 5; ++i) {
@@ -1257,15 +1258,17 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
     gpu->set_attention_kernel(cuda::BlockAttentionKernel::Split);
     gpu->set_batched_loads(false);
     const Pass reference = pass(some);
-    for (const auto& [name, cooperative, batched] :
-         {std::tuple{"one-launch attention", true, false}, std::tuple{"automatic", false, false},
-          std::tuple{"batched loads", false, true}, std::tuple{"one-launch, batched loads", true, true},
-          std::tuple{"automatic, batched loads", false, true}}) {
+    using Kernel = cuda::BlockAttentionKernel;
+    for (const auto& [name, kernel, batched] :
+         {std::tuple{"one-launch attention", std::optional(Kernel::Cooperative), false},
+          std::tuple{"automatic", std::optional<Kernel>(), false},
+          std::tuple{"batched loads", std::optional(Kernel::Split), true},
+          std::tuple{"one-launch, batched loads", std::optional(Kernel::Cooperative), true},
+          std::tuple{"automatic, batched loads", std::optional<Kernel>(), true},
+          std::tuple{"head attention", std::optional(Kernel::Head), true},
+          std::tuple{"head attention, serial loads", std::optional(Kernel::Head), false}}) {
       SCOPED_TRACE(std::string(name) + ", " + std::to_string(count) + " requests");
-      const bool automatic = std::string(name).starts_with("automatic");
-      gpu->set_attention_kernel(automatic     ? std::nullopt
-                                : cooperative ? std::optional(cuda::BlockAttentionKernel::Cooperative)
-                                              : std::optional(cuda::BlockAttentionKernel::Split));
+      gpu->set_attention_kernel(kernel);
       gpu->set_batched_loads(batched);
       const int64_t failures = gpu->graph_failures();
       for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed

@@ -85,6 +85,12 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
   DeviceBlockScratch& s = scratch_;
   const int gamma = config_.block_size;
   switch (attention_kernel(count)) {
+    case BlockAttentionKernel::Head:
+      if (block_attention_head_supported(gamma, dims)) {
+        return block_attention_head(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
+                                    attention_chunks_, s.attended.data(), stream_.get());
+      }
+      break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Tile:
       return block_attention_tile(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
                                   s.attended.data(), stream_.get());

@@ -108,6 +108,23 @@ __device__ __forceinline__ void norm_rope_head_batched(const __nv_bfloat16* in, 
 // Threads of one residual_norm_row (the reduction tree over them fixes the double sum's order).
 inline constexpr int kRowThreads = 256;
 
+// A row's 1 / sqrt(mean square + eps) from each of kRowThreads threads' double sum of squares: a butterfly within
+// each warp, then the warps' sums added in warp order (the one reduction tail of residual_norm_row and its batched
+// form). Every thread of the CTA calls it (those at or past kRowThreads only join the barrier); `partial` is shared
+// [kRowThreads / 32].
+__device__ __forceinline__ float row_inverse_rms(double sum_squares, bool lane_of_row, int64_t width, float eps,
+                                                 double* partial) {
+  if (lane_of_row) {
+    for (int offset = 16; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum_squares;
+  }
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < kRowThreads / 32; ++w) total += partial[w];
+  const float mean = static_cast<float>(total / static_cast<double>(width));
+  return 1.0f / sqrtf(mean + eps);
+}
+
 // Row `row` of x [rows, width]: x = bf16(x + delta) (delta may be null: x as is), then y = bf16(weight *
 // bf16(x * inverse_rms)) with the sum of squares in double over a tree of kRowThreads threads. Every thread of the
 // CTA calls it (those at or past kRowThreads only join the barriers); `partial` is shared [kRowThreads / 32]. delta
@@ -128,14 +145,8 @@ __device__ __forceinline__ void residual_norm_row(__nv_bfloat16* x, const __nv_b
       }
       sum_squares += static_cast<double>(value) * value;
     }
-    for (int offset = 16; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum_squares;
   }
-  __syncthreads();
-  double total = 0;
-  for (int w = 0; w < kRowThreads / 32; ++w) total += partial[w];
-  const float mean = static_cast<float>(total / static_cast<double>(width));
-  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+  const float inverse_rms = row_inverse_rms(sum_squares, lane_of_row, width, eps, partial);
   __nv_bfloat16* out = y + row * width;
   if (lane_of_row) {
     for (int64_t i = threadIdx.x; i < width; i += kRowThreads) {
@@ -184,14 +195,8 @@ __device__ __forceinline__ void residual_norm_row_batched(__nv_bfloat16* x, cons
       }
       sum_squares += static_cast<double>(value) * value;
     }
-    for (int offset = 16; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum_squares;
   }
-  __syncthreads();
-  double total = 0;
-  for (int w = 0; w < kRowThreads / 32; ++w) total += partial[w];
-  const float mean = static_cast<float>(total / static_cast<double>(width));
-  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+  const float inverse_rms = row_inverse_rms(sum_squares, lane_of_row, width, eps, partial);
   __nv_bfloat16* out = y + row * width;
   if (lane_of_row) {
 #pragma unroll

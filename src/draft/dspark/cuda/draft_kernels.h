@@ -94,8 +94,9 @@ Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBl
 // (attention_tile.cu: a CTA per request and KV head over shared-memory K/V tiles, sums in key order) and Split
 // (attention_split.cu: Tile's CTA split over key chunks, so few requests still fill the device; needs scratch);
 // Cooperative (attention_split.cu: Split's three launches as one cooperative launch, the same bits; needs
-// scratch.barriers).
-enum class BlockAttentionKernel { Warp, Tile, Split, Cooperative };
+// scratch.barriers); Head (attention_head.cu, session 9: a CTA per request and query head over every key with Split's
+// chunk arithmetic, so Split's bits, in one launch without scratch).
+enum class BlockAttentionKernel { Warp, Tile, Split, Cooperative, Head };
 // The drafter's pick: Split where the tile shapes are supported, else Warp.
 BlockAttentionKernel choose_block_attention(int count, int gamma, AttentionDims dims);
 Status block_attention_warp(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
@@ -149,6 +150,15 @@ bool block_attention_cooperative_supported(int count, int gamma, AttentionDims d
 Status block_attention_cooperative(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                                    AttentionDims dims, int layer, SplitAttentionScratch scratch, bf16_t* out,
                                    cudaStream_t stream);
+
+// Head (session 9): grid (request, query head), one CTA over keys 0 .. p+gamma-1 with the chunks Split would use for
+// `count` requests (`chunks` as SplitAttentionScratch::chunks): the scores once into shared memory (a window of
+// whole chunks or whole tiles at a time; recomputed for the values when the keys take more than one window), each
+// (row, chunk)'s stats by one thread, the rows' totals combined in chunk order, the values in key order with the
+// chunks' partials added in chunk order. Split's bits (tested). Takes gamma <= 32 at head_dim 32 or 64.
+bool block_attention_head_supported(int gamma, AttentionDims dims);
+Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream);
 
 // ---- Few-row GEMMs (skinny_gemm.cu) ----
 

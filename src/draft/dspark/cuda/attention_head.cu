@@ -1,0 +1,307 @@
+// Block attention, head variant (session 9): one CTA per (request, query head) over every key of its request, with
+// the split's chunk arithmetic (attention_split.cu: the same chunks of L = ceil(keys / chunks) keys, the same 32-key
+// tiles inside each chunk, the same per-chunk stats, the same combine and the same chunk-ordered sum of partials), so
+// the split's bits, in one launch with no barrier between CTAs and no global round trip: the scores are computed once
+// into shared memory (twice when the keys do not fit one window, as the split does), the stats of each (row, chunk)
+// by one thread, the values in key order per output with the chunks' partials added as each chunk ends.
+#include <algorithm>
+#include <cmath>
+
+#include "compute/cuda/cuda_util.h"
+#include "draft/dspark/cuda/attention_tile.cuh"
+#include "draft/dspark/cuda/device_steps.cuh"
+#include "draft/dspark/cuda/draft_kernels.h"
+
+namespace ls::dspark::cuda {
+namespace {
+
+using attention_tiles::kTileKeys;
+using attention_tiles::load_eight;
+
+constexpr int kHeadThreads = 256;
+constexpr int kStageKeys = 128;      // K (or V) rows staged in shared memory at a time
+constexpr int kWindowFloats = 8192;  // scores a CTA holds: [gamma, window], window = this / gamma (multiple of 32)
+constexpr int kMaxGroupRows = 12;    // query rows one thread scores against its key (each key read once per group)
+constexpr int kMaxQuadsPerThread = 2;  // 4-dim output quads a thread accumulates: gamma x head_dim / 4 <= 512
+
+// Keys a window of scores covers from `first`: whole chunks when a chunk fits (first is then a chunk start), else
+// whole 32-key tiles of one chunk (first is then the chunk's start plus a multiple of the window), so no tile of any
+// chunk straddles two windows.
+__device__ __forceinline__ int window_end(int first, int key_count, int chunk_keys, int window) {
+  if (chunk_keys <= window) return min(key_count, first + (window / chunk_keys) * chunk_keys);
+  const int chunk_end = min(key_count, (first / chunk_keys + 1) * chunk_keys);
+  return min(chunk_end, first + window);
+}
+
+// Everything one CTA works on (floats, in this order): its queries [gamma, hd], a K/V stage [kStageKeys, hd + 4]
+// (16-byte rows; lanes walking keys hit every bank once per quarter warp), scores [gamma, window + 1] (the odd
+// stride spreads rows over banks), per (row, chunk) max and total [gamma, chunks] each, per row max and total
+// [gamma] each.
+struct HeadShared {
+  float* query;
+  float* stage;
+  float* scores;
+  float* chunk_max;
+  float* chunk_total;
+  float* row_max;
+  float* row_total;
+};
+
+__host__ __device__ inline size_t head_shared_floats(int gamma, int head_dim, int chunks, int window) {
+  return static_cast<size_t>(gamma) * head_dim + static_cast<size_t>(kStageKeys) * (head_dim + 4) +
+         static_cast<size_t>(gamma) * (window + 1) + 2 * static_cast<size_t>(gamma) * chunks +
+         2 * static_cast<size_t>(gamma);
+}
+
+// Rows [piece, piece + count) of a [keys, kv_size] cache slice into the stage (16-byte loads).
+template <int kHeadDim>
+__device__ __forceinline__ void stage_rows(float* stage, const bf16_t* from, int kv_size, int piece, int count) {
+  constexpr int kStride = kHeadDim + 4, kEights = kHeadDim / 8;
+  for (int index = threadIdx.x; index < count * kEights; index += blockDim.x) {
+    const int j = index / kEights, c8 = (index % kEights) * 8;
+    float eight[8];
+    load_eight(from + static_cast<int64_t>(piece + j) * kv_size + c8, eight);
+    float4* to = reinterpret_cast<float4*>(stage + j * kStride + c8);
+    to[0] = make_float4(eight[0], eight[1], eight[2], eight[3]);
+    to[1] = make_float4(eight[4], eight[5], eight[6], eight[7]);
+  }
+}
+
+// scores [r, k - first] = bf16(bf16(q_r . key_k) x scale) for keys [first, last): the split's score arithmetic
+// (fp32 products added in dimension order from zero), a thread per (key, group of rows) reading its key four
+// dimensions at a time, the keys staged kStageKeys at a time.
+template <int kHeadDim>
+__device__ __forceinline__ void score_window(const HeadShared& s, const bf16_t* keys, int kv_size, int gamma,
+                                             int stride, float scale, int first, int last) {
+  constexpr int kStride = kHeadDim + 4;
+  const int groups = (gamma + kMaxGroupRows - 1) / kMaxGroupRows;
+  const int group_rows = (gamma + groups - 1) / groups;
+  for (int piece = first; piece < last; piece += kStageKeys) {
+    const int count = min(kStageKeys, last - piece);
+    __syncthreads();  // the stage's last readers are done
+    stage_rows<kHeadDim>(s.stage, keys, kv_size, piece, count);
+    __syncthreads();
+    for (int task = threadIdx.x; task < groups * count; task += blockDim.x) {
+      const int group = task / count, j = task % count;
+      const int r0 = group * group_rows, rows = min(gamma - r0, group_rows);
+      float sum[kMaxGroupRows];
+#pragma unroll
+      for (int i = 0; i < kMaxGroupRows; ++i) sum[i] = 0.0f;
+      const float* key = s.stage + j * kStride;
+#pragma unroll 4
+      for (int dim = 0; dim < kHeadDim; dim += 4) {
+        const float4 k = *reinterpret_cast<const float4*>(key + dim);
+#pragma unroll
+        for (int i = 0; i < kMaxGroupRows; ++i) {
+          if (i < rows) {
+            const float4 q = *reinterpret_cast<const float4*>(s.query + (r0 + i) * kHeadDim + dim);
+            sum[i] += q.x * k.x;
+            sum[i] += q.y * k.y;
+            sum[i] += q.z * k.z;
+            sum[i] += q.w * k.w;
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kMaxGroupRows; ++i) {
+        if (i < rows) s.scores[(r0 + i) * stride + (piece - first) + j] = round_bf16(round_bf16(sum[i]) * scale);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Each (row, chunk)'s max and sum of exponentials over the chunk's tiles inside [first, last), one thread each: the
+// split's one-sweep stats (per tile: the max so far, the total rescaled to it, the tile's exponentials added in key
+// order), the multiply and the adds kept apart as the split's shared-memory steps keep them.
+__device__ __forceinline__ void window_stats(const HeadShared& s, int gamma, int chunks, int chunk_keys,
+                                             int key_count, int stride, int first, int last) {
+  for (int index = threadIdx.x; index < gamma * chunks; index += blockDim.x) {
+    const int r = index / chunks, c = index % chunks;
+    const int begin = min(key_count, c * chunk_keys), end = min(key_count, begin + chunk_keys);
+    const int low = max(begin, first), high = min(end, last);
+    if (low >= high) continue;
+    const float* score = s.scores + r * stride - first;
+    float most = s.chunk_max[index], total = s.chunk_total[index];
+    for (int tile = low; tile < high; tile += kTileKeys) {
+      const int count = min(kTileKeys, high - tile);
+      float largest = most;
+      for (int j = 0; j < count; ++j) largest = fmaxf(largest, score[tile + j]);
+      total = __fmul_rn(total, expf(most - largest));
+      most = largest;
+      for (int j = 0; j < count; ++j) total = __fadd_rn(total, expf(score[tile + j] - most));
+    }
+    s.chunk_max[index] = most;
+    s.chunk_total[index] = total;
+  }
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kHeadThreads) attention_head_kernel(const bf16_t* q,
+                                                                      const DeviceBlockRequest* requests, int gamma,
+                                                                      AttentionDims dims, int layer, int chunks,
+                                                                      int window, bf16_t* out) {
+  extern __shared__ float4 shared_quads[];
+  constexpr int kStride = kHeadDim + 4, kEights = kHeadDim / 8, kQuads = kHeadDim / 4;
+  const int stride = window + 1;
+  HeadShared s;
+  s.query = reinterpret_cast<float*>(shared_quads);
+  s.stage = s.query + gamma * kHeadDim;  // 16-byte aligned: gamma * hd is a multiple of 4
+  s.scores = s.stage + kStageKeys * kStride;
+  s.chunk_max = s.scores + gamma * stride;
+  s.chunk_total = s.chunk_max + gamma * chunks;
+  s.row_max = s.chunk_total + gamma * chunks;
+  s.row_total = s.row_max + gamma;
+  const int request_index = blockIdx.x / dims.heads, head = blockIdx.x % dims.heads;
+  const int kv_head = head / (dims.heads / dims.kv_heads);
+  const DeviceBlockRequest request = requests[request_index];
+  const int kv_size = dims.kv_heads * kHeadDim;
+  const int64_t layer_offset = static_cast<int64_t>(layer) * request.capacity * kv_size + kv_head * kHeadDim;
+  const bf16_t* keys = request.keys + layer_offset;
+  const bf16_t* values = request.values + layer_offset;
+  const int key_count = static_cast<int>(request.length) + gamma;
+  const int chunk_keys = (key_count + chunks - 1) / chunks;
+  auto output_row = [&](int r) { return (static_cast<int64_t>(request_index) * gamma + r) * dims.heads + head; };
+  for (int index = threadIdx.x; index < gamma * kEights; index += blockDim.x) {
+    const int r = index / kEights, d8 = (index % kEights) * 8;
+    float eight[8];
+    load_eight(q + output_row(r) * kHeadDim + d8, eight);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s.query[r * kHeadDim + d8 + i] = eight[i];
+  }
+  for (int index = threadIdx.x; index < gamma * chunks; index += blockDim.x) {
+    s.chunk_max[index] = -INFINITY;
+    s.chunk_total[index] = 0.0f;
+  }
+  // Sweep 1: scores, then each (row, chunk)'s stats, window by window (score_window's first barrier publishes the
+  // queries and the cleared stats).
+  int windows = 0;
+  for (int first = 0, last = 0; first < key_count; first = last, ++windows) {
+    last = window_end(first, key_count, chunk_keys, window);
+    score_window<kHeadDim>(s, keys, kv_size, gamma, stride, dims.scale, first, last);
+    window_stats(s, gamma, chunks, chunk_keys, key_count, stride, first, last);
+    __syncthreads();  // stats read the scores the next window overwrites
+  }
+  // The row's max and total from its chunks' stats in chunk order (the split's combine).
+  for (int r = threadIdx.x; r < gamma; r += blockDim.x) {
+    float largest = -INFINITY;
+    for (int c = 0; c < chunks; ++c) largest = fmaxf(largest, s.chunk_max[r * chunks + c]);
+    float total = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+      const float2 stat = make_float2(s.chunk_max[r * chunks + c], s.chunk_total[r * chunks + c]);
+      if (stat.y > 0.0f) total += stat.y * expf(stat.x - largest);
+    }
+    s.row_max[r] = largest;
+    s.row_total[r] = total;
+  }
+  __syncthreads();
+  // Sweep 2: probabilities (bf16) times values, a thread per (row, 4 dims): per output the chunk's partial from
+  // zero in key order, added to the output's sum (from zero, chunk order) when the chunk ends. (Chunks past the last
+  // key hold no key: their zero partials would not change the sum.)
+  const int tasks = gamma * kQuads;
+  float partial[kMaxQuadsPerThread][4], sum[kMaxQuadsPerThread][4];
+#pragma unroll
+  for (int t = 0; t < kMaxQuadsPerThread; ++t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[t][i] = sum[t][i] = 0.0f;
+  }
+  int chunk_end = chunk_keys;
+  for (int first = 0, last = 0; first < key_count; first = last) {
+    last = window_end(first, key_count, chunk_keys, window);
+    if (windows > 1) score_window<kHeadDim>(s, keys, kv_size, gamma, stride, dims.scale, first, last);
+    const int span = last - first;
+    for (int index = threadIdx.x; index < gamma * span; index += blockDim.x) {
+      const int r = index / span, j = index % span;
+      float* score = &s.scores[r * stride + j];
+      *score = round_bf16(expf(*score - s.row_max[r]) / s.row_total[r]);
+    }
+    for (int piece = first; piece < last; piece += kStageKeys) {
+      const int count = min(kStageKeys, last - piece);
+      __syncthreads();  // the probabilities are written and the stage's last readers are done
+      stage_rows<kHeadDim>(s.stage, values, kv_size, piece, count);
+      __syncthreads();
+      for (int key = piece; key < piece + count;) {
+        const int stop = min(piece + count, chunk_end);
+#pragma unroll
+        for (int t = 0; t < kMaxQuadsPerThread; ++t) {
+          const int task = threadIdx.x + t * blockDim.x;
+          if (task >= tasks) break;
+          const int r = task / kQuads, d4 = (task % kQuads) * 4;
+          const float* probability = s.scores + r * stride - first;
+          float a = partial[t][0], b = partial[t][1], c = partial[t][2], d = partial[t][3];
+          for (int j = key; j < stop; ++j) {
+            const float p = probability[j];
+            const float4 v = *reinterpret_cast<const float4*>(s.stage + (j - piece) * kStride + d4);
+            a += p * v.x;
+            b += p * v.y;
+            c += p * v.z;
+            d += p * v.w;
+          }
+          partial[t][0] = a;
+          partial[t][1] = b;
+          partial[t][2] = c;
+          partial[t][3] = d;
+        }
+        key = stop;
+        if (key == chunk_end) {
+#pragma unroll
+          for (int t = 0; t < kMaxQuadsPerThread; ++t) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              sum[t][i] += partial[t][i];
+              partial[t][i] = 0.0f;
+            }
+          }
+          chunk_end += chunk_keys;
+        }
+      }
+    }
+    __syncthreads();  // the next window's scores overwrite these probabilities
+  }
+#pragma unroll
+  for (int t = 0; t < kMaxQuadsPerThread; ++t) {
+    const int task = threadIdx.x + t * blockDim.x;
+    if (task >= tasks) break;
+    const int r = task / kQuads, d4 = (task % kQuads) * 4;
+    bf16_t* to = out + output_row(r) * kHeadDim + d4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      to[i] = __float2bfloat16_rn(sum[t][i] + partial[t][i]);  // the last chunk's partial when it ended short
+    }
+  }
+}
+
+int head_window(int gamma) { return std::max(kTileKeys, kWindowFloats / gamma / kTileKeys * kTileKeys); }
+
+}  // namespace
+
+bool block_attention_head_supported(int gamma, AttentionDims dims) {
+  return gamma >= 1 && gamma <= kMaxDeviceBlock && dims.kv_heads > 0 && dims.heads % dims.kv_heads == 0 &&
+         (dims.head_dim == 32 || dims.head_dim == 64) &&
+         gamma * dims.head_dim / 4 <= kHeadThreads * kMaxQuadsPerThread;
+}
+
+Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream) {
+  if (count == 0) return ok_status();
+  if (!block_attention_head_supported(gamma, dims)) {
+    return Status(ErrorCode::UnsupportedDraftShape, "the head attention kernel does not take block " +
+                                                        std::to_string(gamma) + " at head_dim " +
+                                                        std::to_string(dims.head_dim));
+  }
+  const int automatic = split_attention_chunks(count, dims.kv_heads);
+  const int used = chunks > 0 ? std::min(chunks, automatic) : automatic;
+  const int window = head_window(gamma);
+  const size_t bytes = sizeof(float) * head_shared_floats(gamma, dims.head_dim, used, window);
+  const int threads = kHeadThreads;
+  const dim3 grid(static_cast<unsigned int>(count * dims.heads));
+  auto launch = [&](auto kernel) -> Status {
+    LS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    kernel<<<grid, threads, bytes, stream>>>(q, requests, gamma, dims, layer, used, window, out);
+    LS_CUDA_TRY_LAUNCH("block_attention_head");
+    return ok_status();
+  };
+  return dims.head_dim == 32 ? launch(attention_head_kernel<32>) : launch(attention_head_kernel<64>);
+}
+
+}  // namespace ls::dspark::cuda
