@@ -30,6 +30,8 @@
 //                                                                         sampled ones timed at load (lanes10)
 //             [--group-check N]                                            a due group probe that would not run is
 //                                                                         asked again every N rounds (lanes10)
+//             [--restart-scout off|defer|alone]                            restarted contexts priced apart, one
+//                                                                         restart scout first (lanes10)
 //             [--pass-timing alone|after-forward]                          after-forward: each load-time pass timed
 //                                                                         right after a target forward (lanes9)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
@@ -222,6 +224,8 @@ int g_probes_pay_their_way = -1;
 int g_pass_cost_per_mode = -1;
 // --group-check N: PricingOptions::group_check_every (lanes10), the library's default unless given.
 int g_group_check_every = 0;
+// --restart-scout on|off: PricingOptions::restart_scout (lanes10), the library's default unless given.
+int g_restart_scout = -1;
 // --pass-timing after-forward|alone: CalibrationOptions::pass_after_forward (lanes9), the default unless given.
 int g_pass_after_forward = -1;
 
@@ -244,6 +248,7 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   if (g_probes_pay_their_way >= 0) lanes_options.pricing.probes_pay_their_way = g_probes_pay_their_way == 1;
   if (g_pass_cost_per_mode >= 0) lanes_options.pricing.pass_cost_per_mode = g_pass_cost_per_mode == 1;
   if (g_group_check_every > 0) lanes_options.pricing.group_check_every = g_group_check_every;
+  if (g_restart_scout >= 0) lanes_options.pricing.restart_scout = static_cast<PricingOptions::RestartScout>(g_restart_scout);
   if (g_pass_after_forward >= 0) lanes_options.calibration.pass_after_forward = g_pass_after_forward == 1;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
@@ -740,6 +745,7 @@ int main(int argc, char** argv) {
     else if (flag == "--probe-value") ls::g_probes_pay_their_way = value == "on" ? 1 : 0;
     else if (flag == "--pass-modes") ls::g_pass_cost_per_mode = value == "on" ? 1 : 0;
     else if (flag == "--group-check") ls::g_group_check_every = std::atoi(value.c_str());
+    else if (flag == "--restart-scout") ls::g_restart_scout = value == "defer" ? 1 : value == "alone" ? 2 : 0;
     else if (flag == "--pass-timing") ls::g_pass_after_forward = value == "after-forward" ? 1 : 0;
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
@@ -758,7 +764,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--pass-modes off|on] [--group-check N] [--pass-timing alone|after-forward] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--pass-modes off|on] [--group-check N] [--restart-scout off|defer|alone] [--pass-timing alone|after-forward] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

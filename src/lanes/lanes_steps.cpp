@@ -204,6 +204,7 @@ bool Lanes::flush_taps(Stream& stream) {
     status = drafter_->restart(stream.id, from);
     ++stats_.drafter_restarts;
     if (status.ok()) stream.drafter_end = from;
+    stream.restarted = true;
   }
   if (status.ok() && stream.unabsorbed_rows > 0) {
     stream.drafter_open = true;
@@ -226,6 +227,7 @@ bool Lanes::flush_taps(Stream& stream) {
     status = drafter_->restart(stream.id, stream.committed);
     ++stats_.drafter_restarts;
     if (status.ok()) stream.drafter_end = stream.committed;
+    stream.restarted = true;
   }
   stats_.drafter_ms += clock_.now_ms() - flush_start_ms;
   stats_.absorb_ms += clock_.now_ms() - flush_start_ms;
@@ -265,6 +267,7 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
         continue;
       }
       stream.drafter_end = rows[index].start;
+      stream.restarted = true;
     }
     streams[kept] = &stream;
     rows[kept++] = rows[index];

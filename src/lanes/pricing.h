@@ -92,6 +92,20 @@ struct PricingOptions {
   // session's; each ask is two allocator runs over every stream's offer: ~25 us a round at 16 streams on the
   // development host, the drafted arm's host work over plain's). lanes_bench --group-check N.
   int group_check_every = 1;
+  // Restarted contexts priced apart (lanes10). A dormant stream drafts over a context that restarted past the rows it
+  // skipped, which a DSpark drafter drafts from far worse than from a whole one (the nano pair on the H200: after
+  // the scout's probe over its whole prompt the pool bought every dormant stream drafts; restarted, they landed 5-11
+  // of 30-114, and the group round cost 8-16 streams 2-3 ms of a 16-20 ms run). With a restart scout, restarted
+  // windows are pooled apart (learning fast from their first outcomes: rate 1/(n+2) until it reaches
+  // acceptance_rate), streams that need or had a restart are priced from that pool once it was measured, and until
+  // then only one stream that needs a restart drafts (the restart scout):
+  //   Defer: the purchase is priced with every stream offered (a pass that pays only when shared is still found);
+  //          of those bought only the restart scout drafts, the others wait for its window.
+  //   Alone: only the restart scout is offered among them (nothing is bought unless it pays with the streams that
+  //          hold whole contexts; a group probe measures restarted contexts otherwise).
+  // Off: every stream is priced from one pool (lanes_bench --restart-scout off|defer|alone).
+  enum class RestartScout { Off, Defer, Alone };
+  RestartScout restart_scout = RestartScout::Off;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -113,6 +127,10 @@ class Pricing {
   PassMode mode_of(const Stream& stream) const;
   // The mode of a pass over these streams: Sampled when any of them is.
   PassMode mode_of(std::span<Stream* const> streams) const;
+  // Whether `stream` drafts (or would) over a restarted context: priced from the restart pool (restart_scout).
+  bool prices_as_restarted(const Stream& stream) const;
+  // Windows drafted over restarted contexts verified so far (restart_scout).
+  int64_t restart_windows() const { return restart_windows_; }
 
   // Trim: cuts each stream's held drafts to the rows worth verifying this round (streams in round order).
   void trim(std::span<Stream* const> streams) const;
@@ -244,6 +262,8 @@ class Pricing {
     double far_least = 0;       // the least ratio of that run
   };
   ModePasses sampled_;
+  AcceptanceByDepth restart_acceptance_;  // windows drafted over restarted contexts (restart_scout)
+  int64_t restart_windows_ = 0;
   double last_plain_round_ms_ = 0;
   double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
   double one_off_ms_ = 0;           // moving average of a slow forward's excess over its table entry

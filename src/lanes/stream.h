@@ -93,6 +93,8 @@ struct Stream {
   bool group_prober = false;          // tapping this round for a group probe (PricingOptions::group_probes)
   int zero_decisions = 0;             // depth decisions in a row that gave it no drafts
   int64_t drafter_end = 0;            // positions the drafter's context reaches (absorbed or skipped by a restart)
+  bool restarted = false;             // its drafter context restarted past skipped rows (it drafts without them)
+  int restarted_windows = 0;          // windows with drafts verified since (PricingOptions::restart_scout)
 
   int64_t last_served_round = -1;
   AcceptanceByDepth acceptance;

@@ -62,5 +62,52 @@ TEST(LanesQuietRounds, ADueGroupProbeThatWouldNotRunIsAskedAgainOnlyEveryEighthR
   EXPECT_LT(new_run.ms, old_run.ms * 1.01) << "every round " << old_run.ms << " ms";
 }
 
+LanesOptions restart_scout(PricingOptions::RestartScout scout) {
+  LanesOptions options;
+  options.pricing.restart_scout = scout;
+  return options;
+}
+
+TEST(LanesQuietRounds, WhereRestartedContextsDraftBadlyARestartScoutKeepsTheOtherDormantStreamsFromAGroupRound) {
+  // 8 streams of 64 tokens: the scout's probe over its whole prompt lands well, the pool then buys every dormant
+  // stream drafts; restarted (their prompts were never tapped), they land 15% a draft. With one pool, a group round
+  // of restarted streams: 3 passes, 70 drafts, ~0.85x plain on this pair. With a restart scout one restarted stream
+  // drafts first and its window prices the rest.
+  NanoLike pair;
+  const std::vector<Arrival> arrivals = pair.arrivals(8, 64);
+  const FakeRun plain = run_fakes(pair.clock, pair.target, std::nullopt, arrivals, LanesOptions{});
+  const FakeRun off = run_fakes(pair.clock, pair.target, pair.drafter, arrivals,
+                                restart_scout(PricingOptions::RestartScout::Off));
+  const FakeRun defer = run_fakes(pair.clock, pair.target, pair.drafter, arrivals,
+                                  restart_scout(PricingOptions::RestartScout::Defer));
+  const FakeRun alone = run_fakes(pair.clock, pair.target, pair.drafter, arrivals,
+                                  restart_scout(PricingOptions::RestartScout::Alone));
+  for (const FakeRun* run : {&off, &defer, &alone}) ASSERT_EQ(reply_tokens(*run), reply_tokens(plain));
+  EXPECT_GE(off.stats.drafter_restarts, 6);
+  EXPECT_LE(defer.stats.drafter_restarts, 2);
+  EXPECT_LE(alone.stats.drafter_restarts, 2);
+  EXPECT_LT(defer.stats.drafts_verified, off.stats.drafts_verified / 2);
+  EXPECT_LT(alone.ms, off.ms * 0.93) << "one pool " << off.ms << " ms, plain " << plain.ms << " ms";
+  EXPECT_LT(defer.ms, off.ms) << "one pool " << off.ms << " ms, plain " << plain.ms << " ms";
+}
+
+TEST(LanesQuietRounds, WithADeferredRestartScoutADrafterThatPaysOnlyWhenSixteenStreamsDraftIsStillFound) {
+  // Verifies of 10 ms + 0.5 ms a row, passes of 2 ms + 0.2 ms per stream and depth, every draft right also after a
+  // restart: one stream alone cannot repay a pass, all 16 together can (LanesCosts.AtSixteenStreams...). Deferring
+  // the other restarted streams until the restart scout's window costs a few rounds, not the win.
+  FixedClock clock;
+  FakeTargetOptions target = costed_fake_target(clock, 10.0, 0.5);
+  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.0);
+  drafter.max_depth = 7;
+  const std::vector<Arrival> arrivals = endless_arrivals(16, target.shape.vocab_size, 256);
+  const FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals, LanesOptions{});
+  const FakeRun off = run_fakes(clock, target, drafter, arrivals, restart_scout(PricingOptions::RestartScout::Off));
+  const FakeRun defer = run_fakes(clock, target, drafter, arrivals, restart_scout(PricingOptions::RestartScout::Defer));
+  ASSERT_EQ(reply_tokens(defer), reply_tokens(plain));
+  EXPECT_LT(off.ms * 1.15, plain.ms) << "plain " << plain.ms << " ms, one pool " << off.ms << " ms";
+  EXPECT_LT(defer.ms * 1.15, plain.ms) << "plain " << plain.ms << " ms, deferred " << defer.ms << " ms";
+  EXPECT_LT(defer.ms, off.ms * 1.05) << "one pool " << off.ms << " ms, deferred " << defer.ms << " ms";
+}
+
 }  // namespace
 }  // namespace ls
