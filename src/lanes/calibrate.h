@@ -25,9 +25,9 @@ struct CalibrationOptions {
   // streamed the target's weights through the caches): on the 2-core CPU the nano pass ran ~2x its load-time
   // entry in rounds. false: passes back to back (lanes_bench --pass-timing alone).
   bool pass_after_forward = false;
-  // Also time passes of sampled requests (temperature 0.8, top-p 0.9) at every timed stream count at the deepest
-  // depth; the sampled table is the greedy one scaled by their ratio per stream count (Lanes::create asks for it
-  // with PricingOptions::pass_cost_per_mode).
+  // Also time passes of sampled requests (temperature 0.8, every second one with top-p 0.9 too) at every timed
+  // stream count at the deepest depth; the sampled table is the greedy one scaled by their ratio per stream count
+  // (Lanes::create asks for it with PricingOptions::pass_cost_per_mode).
   bool sampled_passes = true;
 };
 
