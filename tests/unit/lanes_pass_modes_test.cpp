@@ -73,6 +73,29 @@ TEST(LanesPassModes, GreedyStreamsArePricedExactlyAsWithOneTable) {
   EXPECT_NEAR(new_greedy.ms, old_greedy.ms, 1e-6);
 }
 
+TEST(LanesPassModes, TheLoadTimeTimingTimesSampledPassesOnlyWhenPassesArePricedPerMode) {
+  Case c;
+  FakeTarget target(c.target);
+  FakeDrafter drafter(c.drafter);
+  LanesOptions options;
+  options.pricing.pass_cost_per_mode = true;
+  auto lanes = Lanes::create(target, &drafter, options, c.clock);
+  ASSERT_TRUE(lanes.ok());
+  const CostTables& tables = (*lanes)->pricing().tables();
+  ASSERT_FALSE(tables.sampled_draft.empty());
+  for (int depth : {1, 3, 6}) {
+    EXPECT_NEAR(tables.sampled_draft.ms(1, depth), 8.0 * tables.draft.ms(1, depth), 1e-9) << "depth " << depth;
+  }
+  EXPECT_NEAR((*lanes)->pricing().draft_ms(1, 6, PassMode::Sampled), 8.0 * 5.2, 1e-9);
+  options.pricing.pass_cost_per_mode = false;
+  FakeTarget shared_target(c.target);
+  FakeDrafter shared_drafter(c.drafter);
+  auto shared = Lanes::create(shared_target, &shared_drafter, options, c.clock);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_TRUE((*shared)->pricing().tables().sampled_draft.empty());
+  EXPECT_NEAR((*shared)->pricing().draft_ms(1, 6, PassMode::Sampled), 5.2, 1e-9);
+}
+
 TEST(LanesPassModes, TwoSampledPassesFarAboveTheTableSetTheScaleOneOffsDoNot) {
   CostTables tables;
   const std::vector<TimedPoint> verify = {{1, 0, 1.0}, {64, 0, 2.0}};
