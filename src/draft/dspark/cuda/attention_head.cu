@@ -5,6 +5,7 @@
 // into shared memory (twice when the keys do not fit one window, as the split does), the stats of each (row, chunk)
 // by one thread, the values in key order per output with the chunks' partials added as each chunk ends.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "compute/cuda/cuda_util.h"
@@ -295,8 +296,15 @@ Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests,
   const size_t bytes = sizeof(float) * head_shared_floats(gamma, dims.head_dim, used, window);
   const int threads = kHeadThreads;
   const dim3 grid(static_cast<unsigned int>(count * dims.heads));
+  // The shared-memory limit raised once per head size to the most asked so far (the first launch of a shape runs
+  // eagerly, before any capture of it).
+  static std::atomic<size_t> allowed[2];
   auto launch = [&](auto kernel) -> Status {
-    LS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    std::atomic<size_t>& limit = allowed[dims.head_dim == 32 ? 0 : 1];
+    if (bytes > limit.load()) {
+      LS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+      limit.store(bytes);
+    }
     kernel<<<grid, threads, bytes, stream>>>(q, requests, gamma, dims, layer, used, window, out);
     LS_CUDA_TRY_LAUNCH("block_attention_head");
     return ok_status();
