@@ -130,8 +130,10 @@ static_assert(kStepRounds * kStepWarps * 4 == kFusedScanIds, "a step CTA covers 
 // flag as a partial. The CTA that finishes a group last (a ticket counter, reset by that CTA) combines the group's
 // partials and runs finish_step for each of its requests: the two-stage combine is fixed, so the pick does not
 // depend on which CTA finishes last.
+// The minimum resident CTAs cap the registers at the GEMV's own needs (sessions 5-8: 60 for one request, 80 for a
+// group), so the keyed pick in the last CTA (spilling there) does not cost the GEMV its occupancy.
 template <int G>
-__global__ void __launch_bounds__(kStepThreads) scan_step_kernel(ScanStepInputs in, ScanShape shape, int slot,
+__global__ void __launch_bounds__(kStepThreads, G == 1 ? 4 : 3) scan_step_kernel(ScanStepInputs in, ScanShape shape, int slot,
                                                                  int chunks, int mode) {
   extern __shared__ float e_shared[];  // [G, rank]
   __shared__ int active[G];

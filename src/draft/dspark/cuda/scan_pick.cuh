@@ -217,26 +217,24 @@ __device__ int32_t keyed_pick(const float* row, int64_t vocab, const DeviceScanR
 // variant's ~10 passes of double exps and a noise per survivor.
 
 // Calls visit(id, logit) for this thread's ids of the row (blockDim.x == Threads), loaded from L2 (the fused step's
-// last CTA reads rows other CTAs wrote), 8 ids a round from two float4 where the row allows; ids past the row
-// come with a NaN logit.
+// last CTA reads rows other CTAs wrote), 4 ids a round from a float4 where the row allows (the next float4 loaded
+// before the 4 visits). Kept lean: the fused step kernel's registers are the max over its GEMV and this pick.
 template <int Threads, typename Visit>
 __device__ __forceinline__ void for_ids(const float* row, int64_t vocab, const Visit& visit) {
   if ((vocab & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
     const float4* row4 = reinterpret_cast<const float4*>(row);
-    const int64_t quads = vocab / 4;
-    const float4 none = make_float4(NAN, NAN, NAN, NAN);
-    for (int64_t q = threadIdx.x; q < quads; q += 2 * Threads) {
-      const float4 a = __ldcg(row4 + q);
-      const float4 b = q + Threads < quads ? __ldcg(row4 + q + Threads) : none;
-      const int64_t first = 4 * q, second = 4 * (q + Threads);
-      visit(first, a.x);
-      visit(first + 1, a.y);
-      visit(first + 2, a.z);
-      visit(first + 3, a.w);
-      visit(second, b.x);
-      visit(second + 1, b.y);
-      visit(second + 2, b.z);
-      visit(second + 3, b.w);
+    const int quads = static_cast<int>(vocab / 4);
+    int q = threadIdx.x;
+    float4 next = q < quads ? __ldcg(row4 + q) : make_float4(0, 0, 0, 0);
+#pragma unroll 1
+    for (; q < quads; q += Threads) {
+      const float4 v = next;
+      if (q + Threads < quads) next = __ldcg(row4 + q + Threads);
+      const int64_t first = 4 * static_cast<int64_t>(q);
+      visit(first, v.x);
+      visit(first + 1, v.y);
+      visit(first + 2, v.z);
+      visit(first + 3, v.w);
     }
   } else {
     for (int64_t id = threadIdx.x; id < vocab; id += Threads) visit(id, __ldcg(row + id));
@@ -352,10 +350,15 @@ __device__ bool one_by_one_keeps(const float* row, int64_t vocab, uint64_t floor
   }
 }
 
+// logit / T plus the Gumbel noise of `bits`.
+__device__ __forceinline__ double noisy_score(float logit, double temperature, uint64_t bits) {
+  return static_cast<double>(logit) / temperature + ls::cuda::keyed::gumbel_of_bits(bits);
+}
+
 // draw_token of compute/sampling.cpp for one row held by the whole block (blockDim.x == Threads), the verified
 // way (above). `greedy` is the row's argmax (its value the max logit); `mode` a PickMode other than kPickRadix.
 template <int Threads>
-__device__ int32_t verified_pick(const float* row, int64_t vocab, const DeviceScanRequest& sampling,
+__device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, const DeviceScanRequest& sampling,
                                  int64_t position, Best greedy, int mode, PickScratch& s) {
   if (sampling.temperature <= 0.0f || vocab == 0) return greedy.id < 0 ? 0 : greedy.id;
   if (greedy.id < 0) return 0;  // every logit NaN
@@ -394,8 +397,7 @@ __device__ int32_t verified_pick(const float* row, int64_t vocab, const DeviceSc
       if (key <= excluded || !filter.keeps(logit, static_cast<int32_t>(id))) return;
       const uint64_t bits = ls::cuda::keyed::uniform_bits(row_key, static_cast<int32_t>(id));
       if (1.0 - ls::cuda::keyed::uniform_of_bits(bits) > reach) return;
-      const double scaled = static_cast<double>(logit) / temperature;
-      const Best next = better(mine, Best{scaled + ls::cuda::keyed::gumbel_of_bits(bits), static_cast<int32_t>(id)});
+      const Best next = better(mine, Best{noisy_score(logit, temperature, bits), static_cast<int32_t>(id)});
       if (next.id != mine.id) {
         mine = next;
         reach = ls::cuda::gumbel_reach(mine.value - scaled_max);
