@@ -142,6 +142,9 @@ __global__ void __launch_bounds__(kHeadThreads) attention_head_kernel(const bf16
                                                                       const DeviceBlockRequest* requests, int gamma,
                                                                       AttentionDims dims, int layer, int chunks,
                                                                       int window, bf16_t* out) {
+  // The next kernel (the o_proj GEMM, launched programmatic at one request) may start loading its weights on the SMs
+  // this grid leaves idle; it waits for this grid's completion before reading the outputs.
+  let_next_kernel_start();
   extern __shared__ float4 shared_quads[];
   constexpr int kStride = kHeadDim + 4, kEights = kHeadDim / 8, kQuads = kHeadDim / 4;
   const int stride = window + 1;
