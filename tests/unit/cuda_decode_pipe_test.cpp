@@ -36,8 +36,16 @@ struct CopyScope {
   ~CopyScope() { set_decode_pipe_tma(was); }
   int was;
 };
+// set_decode_pipe_tma_classes for one scope.
+struct ClassesScope {
+  explicit ClassesScope(int classes) : was(decode_pipe_tma_classes()) { set_decode_pipe_tma_classes(classes); }
+  ~ClassesScope() { set_decode_pipe_tma_classes(was); }
+  int was;
+};
 constexpr int kCopyModes[] = {0, 1, 2};
-const char* copy_name(int mode) { return mode == 0 ? "row copies" : mode == 1 ? "3D tensor boxes" : "2D tensor boxes"; }
+const char* copy_name(int mode) {
+  return mode == 0 ? "row copies" : mode == 1 ? "3D tensor boxes" : mode == 2 ? "2D tensor boxes" : "automatic classes";
+}
 
 // The plain configurations (the last two are the fused SwiGLU ones).
 int plain_configs() { return decode_pipe_config_count() - 2; }
@@ -154,13 +162,24 @@ TEST(CudaDecodePipe, TheFusedSwigluConfigurationsGiveTheBitsOfTheGemmThenSwiglu)
           EXPECT_EQ(differ, 0u) << decode_pipe_config_name(config) << " (" << copy_name(mode) << "): F " << f << " K "
                                 << k << " m " << m;
         }
-        {  // the engine's fused launch routed to the pipeline
+        {  // the engine's fused launch routed to the pipeline, and (one row) by the automatic SwiGLU class
           const PipelineScope on(true);
           auto routed = poisoned<bf16>(m * f);
           ASSERT_TRUE(gemm_decode_swiglu(engine, x.data(), m, matrix, routed.data(), nullptr).ok());
           const std::vector<bf16> got = download(routed, m * f);
           EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(bf16) * m * f), 0)
               << "routed (" << copy_name(mode) << "): F " << f << " m " << m;
+        }
+        if (mode == 0) {
+          const PipelineScope off_but_auto(false);
+          set_decode_pipe_narrow(true);  // restored by the scope
+          const CopyScope by_class(-1);
+          const ClassesScope classes(kDecodeTmaSwiglu);
+          auto routed = poisoned<bf16>(m * f);
+          ASSERT_TRUE(gemm_decode_swiglu(engine, x.data(), m, matrix, routed.data(), nullptr).ok());
+          const std::vector<bf16> got = download(routed, m * f);
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(bf16) * m * f), 0)
+              << "routed by the automatic SwiGLU class: F " << f << " m " << m;
         }
       }
     }
@@ -195,9 +214,12 @@ TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAt
     ASSERT_TRUE(engine.gemm(down_x.data(), m, down, y_down.data(), nullptr, nullptr).ok());
     const std::vector<bf16> want_down = download(y_down, m * 2048);
     for (const auto& [ring_kb, chunk] : std::vector<std::pair<int, int>>{{0, 8}, {24, 4}, {160, 16}, {96, 0}})
-      for (const int mode : kCopyModes) {
-        const PipelineScope on(true, -1, ring_kb, chunk);
+      for (const int mode : {0, 1, 2, -1}) {
+        // mode -1: the pipeline switch off, the automatic picks on, every one-row class on 3D boxes by default
+        const PipelineScope on(mode >= 0, -1, ring_kb, chunk);
+        if (mode < 0) set_decode_pipe_narrow(true);  // restored by the scope
         const CopyScope copies(mode);
+        const ClassesScope classes(mode < 0 ? 15 : 0);
         std::vector<DeviceBuffer<bf16>> outs;
         std::vector<bf16*> pointers;
         for (size_t i = 0; i < ns.size(); ++i) {

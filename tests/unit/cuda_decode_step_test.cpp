@@ -34,7 +34,8 @@ struct DecodeMode {
   bool pipeline = false;  // cuda::set_decode_pipeline: the weight-streaming pipeline decode GEMM, its ring's KB
   int pipe_ring_kb = 0;
   bool no_narrow = false;  // set_decode_pipe_narrow(false): not even the automatic narrow pick (the old path)
-  int tma = 0;  // set_decode_pipe_tma: the pipeline's weights as row copies (0), 3D (1) or 2D (2) tensor boxes
+  int tma = -1;  // set_decode_pipe_tma: the pipeline's weights as row copies (0), 3D (1) or 2D (2) tensor boxes
+  int tma_classes = 0;  // with tma -1: the one-row shape classes (kDecodeTma*) that take 3D boxes automatically
 };
 
 // Puts the process-wide switches back however the test ends.
@@ -45,7 +46,8 @@ struct DefaultSwitchesAtExit {
     cuda::set_decode_narrow_pick(-1, 0);
     cuda::set_decode_pipeline(false);
     cuda::set_decode_pipe_narrow(true);
-    cuda::set_decode_pipe_tma(0);
+    cuda::set_decode_pipe_tma(-1);
+    cuda::set_decode_pipe_tma_classes(0);
   }
 };
 
@@ -126,6 +128,9 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
       {"pipeline everywhere, 3D tensor copies", -1, false, false, 0, -1, 0, true, 0, false, 1},
       {"pipeline everywhere, 2D tensor copies", -1, false, false, 0, -1, 0, true, 0, false, 2},
       {"pipeline one-row narrow, 3D tensor copies", -1, false, false, 0, -1, 0, false, 0, false, 1},
+      {"default + 3D boxes for wide, SwiGLU, sliced one-row GEMMs", -1, false, false, 0, -1, 0, false, 0, false, -1,
+       cuda::kDecodeTmaWide | cuda::kDecodeTmaSwiglu | cuda::kDecodeTmaSliced},
+      {"default + 3D boxes for every one-row GEMM", -1, false, false, 0, -1, 0, false, 0, false, -1, 15},
       {"default picks (again)", -1, false, false, 0},
       {"no pipeline (again)", -1, false, false, 0, -1, 0, false, 0, true},
       {"streaming picks only (the old path)", -2, false, false, 0},
@@ -141,6 +146,7 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
     cuda::set_decode_pipeline(mode.pipeline, -1, mode.pipe_ring_kb);
     cuda::set_decode_pipe_narrow(!mode.no_narrow);
     cuda::set_decode_pipe_tma(mode.tma);
+    cuda::set_decode_pipe_tma_classes(mode.tma_classes);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
     const StepRun run = run_steps(*target, stream++, context, steps);
     ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps + 4 + 8 + 16)) << mode.name;

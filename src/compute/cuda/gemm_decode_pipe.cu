@@ -237,19 +237,31 @@ constexpr int kNarrowMaxN = 4096;
 std::atomic<int> pipe_pinned{-1}, pipe_ring_kb{0}, pipe_chunk{16};
 constexpr int kDefaultRingBytes = 128 * 1024;
 // Tensor copies of the weights (gemm_decode_tma.cu; session 9, on trial): LS_DECODE_TMA=1 one 3D box a stage, =2 one
-// 2D box per K tile; 0 (unset): row copies. The routing (narrow / everywhere) is the pipeline's either way.
+// 2D box per K tile, =0 row copies, for every pipeline launch; unset (-1): one-row launches of the classes in
+// tma_classes take 3D boxes (and the pipeline, with the automatic picks on), the others row copies.
 int tma_from_env() {
   const char* value = std::getenv("LS_DECODE_TMA");
-  if (value == nullptr) return 0;
+  if (value == nullptr || value[0] == 0) return -1;
   return std::string(value) == "1" ? 1 : std::string(value) == "2" ? 2 : 0;
 }
 std::atomic<int> pipe_tma{tma_from_env()};
+std::atomic<int> tma_classes{0};  // kDecodeTma* bits (kernels.h)
 constexpr int kDefaultTmaRingBytes = 192 * 1024;
 
-int tma_mode() { return pipe_tma.load(std::memory_order_relaxed); }
-int ring_bytes() {
+// The copies a launch of m rows x K -> rows (SwiGLU: 2F) outputs takes: 0 rows, 1 3D boxes, 2 2D boxes.
+int copies_of(int m, int k, int64_t rows, bool swiglu) {
+  const int mode = pipe_tma.load(std::memory_order_relaxed);
+  if (mode >= 0) return mode;
+  if (m != 1) return 0;
+  const int shape_class = swiglu                ? kDecodeTmaSwiglu
+                          : slice_count(k) > 1  ? kDecodeTmaSliced
+                          : rows > kNarrowMaxN ? kDecodeTmaWide
+                                               : kDecodeTmaNarrow;
+  return (tma_classes.load(std::memory_order_relaxed) & shape_class) != 0 ? 1 : 0;
+}
+int ring_bytes(int copies) {
   const int kb = pipe_ring_kb.load(std::memory_order_relaxed);
-  return kb > 0 ? kb * 1024 : tma_mode() != 0 ? kDefaultTmaRingBytes : kDefaultRingBytes;
+  return kb > 0 ? kb * 1024 : copies != 0 ? kDefaultTmaRingBytes : kDefaultRingBytes;
 }
 int item_cols_of(int config) { return config >= kPlainConfigs ? 8 : 8 * kPipeShapes[config].tiles; }
 
@@ -260,15 +272,15 @@ int groups_for(int config, int64_t columns) {
 }
 
 // Shared memory of a launch of configuration `config` (m rows, K, `groups` per CTA); stages per warp out.
-int pipe_shared_bytes(int config, int m, int k, int groups, int* stages) {
+int pipe_shared_bytes(int config, int m, int k, int groups, int* stages, int copies) {
   const PipeShape& shape = kPipeShapes[config];
-  if (tma_mode() != 0)
-    return tma_pipe_plan(shape.warps, shape.tiles, config >= kPlainConfigs, m, k, groups, ring_bytes(),
+  if (copies != 0)
+    return tma_pipe_plan(shape.warps, shape.tiles, config >= kPlainConfigs, m, k, groups, ring_bytes(copies),
                          pipe_chunk.load(std::memory_order_relaxed), stages, nullptr);
   const int slices = slice_count(k);
   const int stage_bytes = (m + 8 * shape.tiles) * pitch_of(pipe_chunk.load(std::memory_order_relaxed));
   const int active = std::min(shape.warps, groups * slices);  // warps with items (the others have no ring)
-  const int count = std::clamp(ring_bytes() / (active * stage_bytes), 2, kMaxStages);
+  const int count = std::clamp(ring_bytes(0) / (active * stage_bytes), 2, kMaxStages);
   if (stages) *stages = count;
   const int a_rows = m <= 8 ? 8 : 16;
   const int partial = slices == 1 ? 0 : slices * a_rows * groups * item_cols_of(config) * 4;
@@ -304,20 +316,24 @@ bool shape_fits(int config, int m, int k, int64_t n) {
   if (config < 0 || config >= kPipeConfigs || m < 1 || m > 16 || k % kBlockK != 0 || k < kBlockK || n < 1) return false;
   if (config >= kPlainConfigs && slice_count(k) > 1) return false;
   if (!cuda_features().tma || !cuda_features().pdl) return false;
-  const int groups = groups_for(config, config >= kPlainConfigs ? n / 2 : n);
-  return pipe_shared_bytes(config, m, k, groups, nullptr) <= optin_bytes_granted;
+  const bool swiglu = config >= kPlainConfigs;
+  const int groups = groups_for(config, swiglu ? n / 2 : n);
+  return pipe_shared_bytes(config, m, k, groups, nullptr, copies_of(m, k, n, swiglu)) <= optin_bytes_granted;
 }
 
 Status launch_config(int config, const PipeGroup& group, int groups, cudaStream_t stream) {
   int stages = 0;
   const GemmArgs& a = group.args[0];
-  const int smem = pipe_shared_bytes(config, a.m, a.k, groups, &stages);
+  int64_t rows = 0;
+  for (int i = 0; i < group.count; ++i) rows += group.args[i].n;
+  const int copies = copies_of(a.m, a.k, rows, config >= kPlainConfigs);
+  const int smem = pipe_shared_bytes(config, a.m, a.k, groups, &stages, copies);
   const int ctas = group.first_block[group.count];
-  if (tma_mode() != 0) {
+  if (copies != 0) {
     const PipeShape& shape = kPipeShapes[config];
     return launch_tma_pipe(shape.warps, shape.tiles, config >= kPlainConfigs, group.args, group.first_block,
-                           group.count, groups, ring_bytes(), pipe_chunk.load(std::memory_order_relaxed),
-                           tma_mode() == 1, stream);
+                           group.count, groups, ring_bytes(copies), pipe_chunk.load(std::memory_order_relaxed),
+                           copies == 1, stream);
   }
   switch (config) {
     case 0: return launch_shape<4, 1, false>(group, ctas, groups, smem, stages, stream);
@@ -332,15 +348,17 @@ Status launch_config(int config, const PipeGroup& group, int groups, cudaStream_
 
 // Tensor copies: whether the driver makes the weight map(s) configuration `config` reads for `args` (cached).
 bool maps_ok(int config, const GemmArgs* args, int count) {
-  if (tma_mode() == 0) return true;
   const PipeShape& shape = kPipeShapes[config];
   const bool swiglu = config >= kPlainConfigs;
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) rows += args[i].n;
+  const int copies = copies_of(args[0].m, args[0].k, rows, swiglu);
+  if (copies == 0) return true;
   int chunk = 0;
-  tma_pipe_plan(shape.warps, shape.tiles, swiglu, args[0].m, args[0].k,
-                groups_for(config, swiglu ? args[0].n / 2 : args[0].n), ring_bytes(),
-                pipe_chunk.load(std::memory_order_relaxed), nullptr, &chunk);
+  tma_pipe_plan(shape.warps, shape.tiles, swiglu, args[0].m, args[0].k, groups_for(config, swiglu ? rows / 2 : rows),
+                ring_bytes(copies), pipe_chunk.load(std::memory_order_relaxed), nullptr, &chunk);
   for (int i = 0; i < count; ++i)
-    if (!tma_pipe_maps_ok(args[i], shape.tiles, swiglu, chunk, tma_mode() == 1)) return false;
+    if (!tma_pipe_maps_ok(args[i], shape.tiles, swiglu, chunk, copies == 1)) return false;
   return true;
 }
 
@@ -375,11 +393,17 @@ void allow_pipe_shared(int optin_bytes) {
 
 bool pipe_enabled() { return pipe_on.load(std::memory_order_relaxed) || pipe_narrow.load(std::memory_order_relaxed); }
 
+// The automatic picks (set_decode_pipe_narrow): one-row launches of one slice and at most kNarrowMaxN outputs, and
+// with tensor copies by default those of the classes in tma_classes.
+bool auto_pick(int m, int k, int64_t rows, bool swiglu) {
+  if (!pipe_narrow.load(std::memory_order_relaxed) || m != 1) return false;
+  if (!swiglu && slice_count(k) == 1 && rows <= kNarrowMaxN) return true;
+  return pipe_tma.load(std::memory_order_relaxed) < 0 && copies_of(m, k, rows, swiglu) != 0;
+}
+
 bool pipe_fits(const GemmArgs& args, bool swiglu) {
   if (args.reverse_k) return false;
-  if (!pipe_on.load(std::memory_order_relaxed) &&
-      (swiglu || args.m != 1 || slice_count(args.k) > 1 || args.n > kNarrowMaxN))
-    return false;  // the automatic narrow pick only
+  if (!pipe_on.load(std::memory_order_relaxed) && !auto_pick(args.m, args.k, args.n, swiglu)) return false;
   const int config = config_for(swiglu, args.m, args.k, args.n);
   return shape_fits(config, args.m, args.k, args.n) && maps_ok(config, &args, 1);
 }
@@ -411,7 +435,7 @@ bool pipe_group_fits(const GemmArgs* args, int count) {
   if (count < 1 || count > kPipeGroupMax) return false;
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += args[i].n;
-  if (!pipe_on.load(std::memory_order_relaxed) && (args[0].m != 1 || rows > kNarrowMaxN)) return false;
+  if (!pipe_on.load(std::memory_order_relaxed) && !auto_pick(args[0].m, args[0].k, rows, false)) return false;
   const int config = config_for(false, args[0].m, args[0].k, rows);
   return shape_fits(config, args[0].m, args[0].k, rows) && slice_count(args[0].k) == 1 && maps_ok(config, args, count);
 }
@@ -452,9 +476,11 @@ bool decode_pipe_fits(int config, int64_t m, const DeviceMatrix& w) {
 }
 
 void set_decode_pipe_tma(int mode) {
-  gemm_detail::pipe_tma.store(mode == 1 || mode == 2 ? mode : 0, std::memory_order_relaxed);
+  gemm_detail::pipe_tma.store(mode >= 0 && mode <= 2 ? mode : -1, std::memory_order_relaxed);
 }
 int decode_pipe_tma() { return gemm_detail::pipe_tma.load(std::memory_order_relaxed); }
+void set_decode_pipe_tma_classes(int classes) { gemm_detail::tma_classes.store(classes & 15, std::memory_order_relaxed); }
+int decode_pipe_tma_classes() { return gemm_detail::tma_classes.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_chunk(int tiles) {
   gemm_detail::pipe_chunk.store(tiles == 4 || tiles == 8 ? tiles : 16, std::memory_order_relaxed);

@@ -99,10 +99,19 @@ void set_decode_pipeline(bool on, int pinned_config = -1, int ring_kb = 0);
 bool decode_pipeline_on();
 // Bench: K tiles of 64 per stage row (one row copy) of the pipeline (4, 8; anything else: 16, the default). Same bits.
 void set_decode_pipe_chunk(int tiles);
-// The pipeline's weight copies (session 9, on trial; LS_DECODE_TMA sets it for a process): 0 row copies (default),
-// 1 one TMA tensor box [8 or 16 rows, chunk K tiles] a stage, 2 one 2D box per K tile. Routing and bits unchanged.
+// The pipeline's weight copies (session 9, on trial; LS_DECODE_TMA sets it for a process): 0 row copies, 1 one TMA
+// tensor box [8 or 16 rows, chunk K tiles] a stage, 2 one 2D box per K tile, for every pipeline launch; -1 (the
+// default): one-row launches of the shape classes in set_decode_pipe_tma_classes (kDecodeTma* bits) take the pipeline
+// with 3D boxes while the automatic picks are on (set_decode_pipe_narrow), the rest row copies. Same bits always;
+// drop captured graphs after a change.
+constexpr int kDecodeTmaNarrow = 1;  // one slice, N <= 4096 (o_proj, out_proj, q / k / v)
+constexpr int kDecodeTmaWide = 2;    // one slice, N > 4096 (in_proj)
+constexpr int kDecodeTmaSwiglu = 4;  // the fused gate_up + SwiGLU
+constexpr int kDecodeTmaSliced = 8;  // K > 2048 (down)
 void set_decode_pipe_tma(int mode);
 int decode_pipe_tma();
+void set_decode_pipe_tma_classes(int classes);
+int decode_pipe_tma_classes();
 // The automatic narrow pick (on by default since batch s8B; LS_DECODE_PIPE=0 turns it off): one-row, one-slice
 // decode GEMMs of N <= 4096 and the one-row q / k / v launch take the pipeline even with set_decode_pipeline(false).
 // Same bits; drop captured graphs after a change.
