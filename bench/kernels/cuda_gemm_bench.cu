@@ -268,6 +268,11 @@ int pipe_bench(const std::vector<int64_t>& widths) {
       row("old", graph_ms(run, 40));
       set_decode_pipe_narrow(true);
       if (!head) row("default (narrow one-row pick)", graph_ms(run, 40));
+      set_decode_pipe_tma(-1);
+      set_decode_pipe_tma_classes(15);
+      if (!head) row("default + 3D boxes for every class", graph_ms(run, 40));
+      set_decode_pipe_tma_classes(0);
+      set_decode_pipe_tma(0);
       set_decode_pipeline(true);
       if (!head) row("rows pipe auto, chunk 16", graph_ms(run, 40));
       for (const int mode : {1, 2}) {
@@ -303,7 +308,7 @@ int pipe_bench(const std::vector<int64_t>& widths) {
         }
       }
       set_decode_pipe_chunk(0);
-      set_decode_pipe_tma(0);
+      set_decode_pipe_tma(-1);
       set_decode_pipeline(false);
       set_decode_pipe_narrow(true);
     }
