@@ -44,6 +44,7 @@
 #include "io/safetensors.h"
 #include "model/load.h"
 #include "bench_util.h"
+#include "cpu_bench_pass.h"
 #include "cpu_bench_round.h"
 
 using ls::bench::median;
@@ -264,6 +265,7 @@ json bench_drafter(const Options& options, Target& target, int threads) {
       depths[std::to_string(depth)][name + "_best_verify_window_ms"] = best(arm_window[arm]);
     }
   }
+  result["pass_profile"] = bench::profile_pass(drafter, stream, options.context, vocab, options.repeats * 8);
   target.release(target_stream);
   drafter.release(stream);
   result["depths"] = depths;
@@ -470,6 +472,7 @@ int main(int argc, char** argv) {
     std::printf("  drafter (bits %d): absorb of %d rows %.2f ms (wall); 1 stream, by depth (block and scan by wall "
                 "clock):\n",
                 drafter["bits"].get<int>(), drafter["context"].get<int>(), drafter["absorb_ms"].get<double>());
+    if (drafter.contains("pass_profile")) bench::print_pass_profile(drafter["pass_profile"]);
     for (auto& [depth, entry] : drafter["depths"].items())
       std::printf("    depth %s  pass %6.3f ms (block %6.3f, scan %6.3f)  verify 1 row %6.3f, %s+1 rows %6.3f ms  "
                   "pass / verify(1) %.2f\n",

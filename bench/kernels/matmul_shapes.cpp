@@ -3,10 +3,13 @@
 //
 //   matmul_shapes [--rows 1,8,128] [--threads 1,2] [--repeats 7] [--mode bf16|fp32] [--cpu-time 1]
 //   matmul_shapes --decode-sequence 1 [--threads 1,2] [--repeats 7] [--cpu-time 1]
+//   matmul_shapes --nano 1 [--rows 1,2,4,8,16] [--threads 2] [--arms 0,1] [--prefetch 0,62] [--repeats 31]
+//                 [--cpu-time 1] [--json PATH]
 //
 // --decode-sequence: every layer matrix of one LFM2-350M decode token (distinct, packed as the model packs them,
 // 0.7 GB: nothing stays in L3) run as 1-row GEMVs in the forward's order, against a streaming read loop over 1 GiB
 // in the same run: how close the GEMVs alone come to the memory floor.
+// --nano: the nano pair's verify and drafter-pass GEMMs by rows, each small-M kernel arm in turn (kernels/nano_gemm.h).
 // GCC 12's AVX-512 headers trip -Wuninitialized inside their own _mm512_undefined_* helpers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -29,6 +32,7 @@
 #include "compute/cpu/cpu_features.h"
 #include "compute/ops.h"
 #include "../bench_util.h"
+#include "nano_gemm.h"
 
 using ls::bench::median;
 using ls::bench::parse_list;
@@ -167,12 +171,19 @@ int main(int argc, char** argv) {
   int repeats = 7;
   bool cpu_time = false;
   NumericMode mode = NumericMode::Bf16;
-  bool sequence = false;
+  bool sequence = false, nano = false;
+  bench::nano::Options nano_options;
+  std::string json_path;
+  bool rows_given = false, threads_given = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--rows") row_counts = parse_list(value);
-    else if (flag == "--threads") thread_counts = parse_list(value);
-    else if (flag == "--repeats") repeats = std::atoi(value.c_str());
+    if (flag == "--rows") row_counts = parse_list(value), rows_given = true;
+    else if (flag == "--threads") thread_counts = parse_list(value), threads_given = true;
+    else if (flag == "--repeats") repeats = std::atoi(value.c_str()), nano_options.repeats = repeats;
+    else if (flag == "--nano") nano = value == "1";
+    else if (flag == "--arms") nano_options.arms = parse_list(value);
+    else if (flag == "--prefetch") nano_options.prefetch = parse_list(value);
+    else if (flag == "--json") json_path = value;
     else if (flag == "--cpu-time") cpu_time = value == "1";
     else if (flag == "--decode-sequence") sequence = value == "1";
     else if (flag == "--mode") mode = value == "fp32" ? NumericMode::Fp32 : NumericMode::Bf16;
@@ -180,6 +191,13 @@ int main(int argc, char** argv) {
   }
   std::printf("kernel %s (cpu: %s), mode %s\n", matmul_kernel_name(), cpu_features_text().c_str(),
               mode == NumericMode::Bf16 ? "bf16" : "fp32");
+  if (nano) {
+    if (rows_given) nano_options.rows = row_counts;
+    if (threads_given) nano_options.threads = thread_counts;
+    nano_options.cpu_time = cpu_time;
+    nano_options.json_path = json_path;
+    return bench::nano::run(nano_options);
+  }
   if (sequence) {
     run_decode_sequence(thread_counts, repeats, cpu_time);
     return 0;

@@ -4,13 +4,10 @@
 // other rows, and fp32 weights, take fp32 FMA. The choice is made per row from that row's values alone.
 #include "compute/cpu/matmul_avx512.h"
 
-// Register tiles must be fully unrolled (-O2 does not) so that the accumulators live in registers.
 // GCC 12's AVX-512 headers trip -Wuninitialized inside their own _mm512_undefined_* helpers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
-
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
@@ -20,25 +17,21 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "base/check.h"
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/matmul_avx512_tiles.h"
 #include "compute/cpu/simd_avx512.h"
-
-#define LS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
 
 namespace ls::compute {
 namespace {
 
-using simd::reduce_lanes;
-using simd::reduce_lanes8;
+using namespace avx512;
 
 constexpr int64_t kRowTile = 128;     // rows kept hot in L2 while a column block of weights is swept
 constexpr int64_t kColumnChunk = 16;  // columns per unit of thread work
-constexpr int kTileRows = 4;          // register tile: rows x columns of 16-lane accumulators
-constexpr int kTileColumns = 6;
-constexpr int kFewRowsColumns = 8;    // register tile width when fewer than kTileRows rows are left
 constexpr int64_t kVerifyRows = 16;   // up to this many rows, 2-row x 8-column tiles walk the columns once
 // Rows per verify tile: 2 x 8 accumulators + 8 weight vectors fit the 32 registers; 3 x 8 spilled (on this Zen 4
 // host a 2-row group ran 16-25% faster per row at 4..16 rows, thread CPU time; see docs/benchmarks.md).
@@ -80,89 +73,29 @@ std::atomic<bool> g_many_rows_chunked{[] {
 }()};
 bool many_rows_chunked() { return g_many_rows_chunked.load(std::memory_order_relaxed); }
 
-// Where a column's weights sit: value (c, k) at column(c) + (k / 32) * step + k % 32. Row-major: column(c) = c * K,
-// step 32. Packed panels (Matrix::packed): column(c) = panel c / 8 + (c % 8) * 32, step 8 * 32.
-template <typename Weight>
-struct WeightLayout {
-  const Weight* base = nullptr;
-  int64_t K = 0;
-  bool packed = false;
-  int64_t panel_values = 0;  // values per panel when packed: ceil(K / 32) * 32 * 8
-  WeightLayout() = default;
-  WeightLayout(const Weight* base_, int64_t K_, bool packed_)
-      : base(base_), K(K_), packed(packed_),
-        panel_values(packed_ ? (K_ + kPackedDepth - 1) / kPackedDepth * kPackedDepth * kPackedColumns : 0) {}
-  const Weight* column(int64_t c) const {
-    if (!packed) return base + c * K;
-    return base + (c / kPackedColumns) * panel_values + (c % kPackedColumns) * kPackedDepth;
-  }
-  int64_t step() const { return packed ? kPackedColumns * kPackedDepth : kPackedDepth; }
-};
+// The few-row kernel's options, a mask (set_small_m_kernel, LS_CPU_SMALL_M at start; A/B timing, the bits never depend
+// on it). kSmallMChunks: windows of r rows claim chunks of stream_chunk_bytes() / min(r, 8) (at least
+// kMinWindowChunkBytes) and the verify prefetch runs past a chunk's end (a thread's next chunk is mostly the next
+// columns); without it every call takes chunks of stream_chunk_bytes() and the prefetch stops at a chunk's end (a
+// window's chunk costs r rows of compute, and a 384-column matrix in 160-column chunks (160, 160, 64) left a thread
+// idle for up to a third of the call). kSmallMPanels: 1-3 rows against packed weights run whole panels per call
+// (panels_bf16) instead of a tile call per panel.
+constexpr int kSmallMChunks = 1, kSmallMPanels = 2;
+constexpr int kSmallMDefault = 0;
+constexpr int64_t kMinWindowChunkBytes = 16 * 1024;
+std::atomic<int> g_small_m{[] {
+  const char* text = std::getenv("LS_CPU_SMALL_M");
+  return text ? std::atoi(text) : kSmallMDefault;
+}()};
+bool small_m(int option) { return (g_small_m.load(std::memory_order_relaxed) & option) != 0; }
 
-// ---- bf16 x bf16 -> fp32: 32 values of K per step, lane i holds the pair (2i, 2i+1) of every step ----
-
-template <int MR, int NR>
-LS_TARGET_AVX512_BF16 void tile_bf16(const uint16_t* x, const WeightLayout<uint16_t>& layout, int64_t col, int64_t K,
-                                     int64_t ldy, float* y) {
-  const uint16_t* w[NR];
-  #pragma GCC unroll 16
-  for (int n = 0; n < NR; ++n) w[n] = layout.column(col + n);
-  const int64_t step = layout.step();
-  __m512 acc[MR][NR];
-  #pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
-    #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
-  int64_t k = 0, offset = 0;
-  if (layout.packed && col % kPackedColumns + NR <= kPackedColumns) {
-    // Every column of the tile in one panel: one pointer, the columns at fixed 64-byte displacements (fewer
-    // instructions per step than NR pointers; the same loads and the same arithmetic).
-    const uint16_t* panel = w[0];
-    for (; k + 32 <= K; k += 32, offset += step) {
-      __m512bh wv[NR];
-      #pragma GCC unroll 16
-      for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_loadu_si512(panel + offset + n * kPackedDepth);
-      #pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) {
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
-        #pragma GCC unroll 16
-        for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
-      }
-    }
-  }
-  for (; k + 32 <= K; k += 32, offset += step) {
-    __m512bh wv[NR];
-    #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_loadu_si512(w[n] + offset);
-    #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
-      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
-      #pragma GCC unroll 16
-      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
-    }
-  }
-  if (k < K) {  // zero-filled tail: the same extra step for every row
-    const __mmask32 mask = _cvtu32_mask32((1u << (K - k)) - 1u);
-    __m512bh wv[NR];
-    #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) wv[n] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w[n] + offset);
-    #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
-      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + m * K + k);
-      #pragma GCC unroll 16
-      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
-    }
-  }
-  if constexpr (NR == 8) {
-    #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) _mm256_storeu_ps(y + m * ldy, reduce_lanes8(acc[m]));
-  } else {
-    #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m)
-      #pragma GCC unroll 16
-      for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_lanes(acc[m][n]);
-  }
+// Weight bytes per claimed chunk for a few-row call of `rows` rows.
+int64_t window_chunk_bytes(int64_t rows) {
+  const int64_t bytes = stream_chunk_bytes();
+  if (!small_m(kSmallMChunks) || rows <= 1) return bytes;
+  return std::max(std::min(bytes, kMinWindowChunkBytes), bytes / std::min<int64_t>(rows, 8));
 }
+
 
 // x [rows, K] as bf16 bits (truncated); returns whether the row was bf16-exact (the truncation lost nothing).
 LS_TARGET_AVX512 bool row_to_bf16(const float* x, int64_t K, uint16_t* out) {
@@ -183,60 +116,6 @@ LS_TARGET_AVX512 bool row_to_bf16(const float* x, int64_t K, uint16_t* out) {
   return _mm512_test_epi32_mask(lost, lost) == 0;
 }
 
-// ---- fp32 x against fp32 or bf16 weights: 16 values of K per step, FMA ----
-
-template <typename Weight>
-LS_TARGET_AVX512 inline __m512 load_weights16(const Weight* w, __mmask16 mask) {
-  if constexpr (sizeof(Weight) == 2) {
-    const __m256i raw = _mm256_maskz_loadu_epi16(mask, w);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-  } else {
-    return _mm512_maskz_loadu_ps(mask, w);
-  }
-}
-
-template <int MR, int NR, typename Weight>
-LS_TARGET_AVX512 void tile_fp32(const float* x, const WeightLayout<Weight>& layout, int64_t col, int64_t K,
-                                int64_t ldy, float* y) {
-  const Weight* w[NR];
-  #pragma GCC unroll 16
-  for (int n = 0; n < NR; ++n) w[n] = layout.column(col + n);
-  const int64_t step = layout.step();
-  __m512 acc[MR][NR];
-  #pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
-    #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
-  const __mmask16 all = 0xffff;
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    __m512 wv[NR];
-    #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w[n] + (k / 32) * step + k % 32, all);
-    #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
-      const __m512 xv = _mm512_loadu_ps(x + m * K + k);
-      #pragma GCC unroll 16
-      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_fmadd_ps(xv, wv[n], acc[m][n]);
-    }
-  }
-  if (k < K) {
-    const __mmask16 mask = _cvtu32_mask16((1u << (K - k)) - 1u);
-    __m512 wv[NR];
-    #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) wv[n] = load_weights16(w[n] + (k / 32) * step + k % 32, mask);
-    #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) {
-      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + m * K + k);
-      #pragma GCC unroll 16
-      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_fmadd_ps(xv, wv[n], acc[m][n]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
-    #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_lanes(acc[m][n]);
-}
 
 // out [col_begin, col_end) += bias, then rounded to bf16 when asked: float_to_bf16 bit for bit (NaN kept quiet).
 LS_TARGET_AVX512 void finish_outputs(float* out, const float* bias, int64_t col_begin, int64_t col_end, bool round) {
@@ -260,57 +139,21 @@ LS_TARGET_AVX512 void finish_outputs(float* out, const float* bias, int64_t col_
   }
 }
 
-// ---- tiling over a block of rows x columns (any tiling gives a row the same bits) ----
-
-struct Bf16Tiles {
-  const uint16_t* x;  // [rows, K] bf16 bits
-  WeightLayout<uint16_t> w;  // [N, K] bf16 bits
-  int64_t K, ldy;
-  float* y;
-  const char* weight_bytes(int64_t col) const { return reinterpret_cast<const char*>(w.column(col)); }
-  template <int MR, int NR>
-  void run(int64_t row, int64_t col) const {
-    tile_bf16<MR, NR>(x + row * K, w, col, K, ldy, y + row * ldy + col);
-  }
-};
-
-template <typename Weight>
-struct Fp32Tiles {
-  const float* x;   // [rows, K]
-  WeightLayout<Weight> w;  // [N, K]
-  int64_t K, ldy;
-  float* y;
-  const char* weight_bytes(int64_t col) const { return reinterpret_cast<const char*>(w.column(col)); }
-  template <int MR, int NR>
-  void run(int64_t row, int64_t col) const {
-    tile_fp32<MR, NR>(x + row * K, w, col, K, ldy, y + row * ldy + col);
-  }
-};
-
-// Runs the MR x NR tile at (row, col), or the narrowest tile that covers `width` < NR columns.
-template <int MR, int NR, typename Tiles>
-void narrow_tile(const Tiles& tiles, int64_t row, int64_t col, int64_t width) {
-  if constexpr (NR > 1)
-    if (width < NR) return narrow_tile<MR, NR - 1>(tiles, row, col, width);
-  tiles.template run<MR, NR>(row, col);
-}
-
-template <int NR, typename Tiles>
-void tile_rows(const Tiles& tiles, int64_t rows, int64_t row, int64_t col, int64_t width) {
-  switch (rows) {
-    case 1: return narrow_tile<1, NR>(tiles, row, col, width);
-    case 2: return narrow_tile<2, NR>(tiles, row, col, width);
-    case 3: return narrow_tile<3, NR>(tiles, row, col, width);
-    default: return narrow_tile<kTileRows, NR>(tiles, row, col, width);
-  }
-}
 
 // y [rows, cols] of one block. Few rows (decode, small verify): wide tiles, every weight streamed once. Many rows:
 // a block of columns whose weights fit in L2 is swept by every row quad, so each y row is written in whole lines.
+// Verify windows prefetch weights up to column prefetch_end (col_end, or the matrix's end when chunks are consecutive).
 template <typename Tiles>
 void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end,
-           int64_t column_bytes) {
+           int64_t column_bytes, int64_t prefetch_end) {
   if (row_end - row_begin < kTileRows) {
+    if constexpr (std::is_same_v<Tiles, Bf16Tiles>) {
+      // Packed bf16 weights: whole panels in one call (panels_bf16), then any last partial panel as before.
+      const int64_t panels_end = col_begin + (col_end - col_begin) / kFewRowsColumns * kFewRowsColumns;
+      if (small_m(kSmallMPanels) && panels_end > col_begin &&
+          tiles.run_panels(row_end - row_begin, row_begin, col_begin, panels_end))
+        col_begin = panels_end;
+    }
     for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns)
       tile_rows<kFewRowsColumns>(tiles, row_end - row_begin, row_begin, col, std::min<int64_t>(kFewRowsColumns, col_end - col));
     return;
@@ -335,7 +178,7 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
     const int64_t slice = (group_bytes / groups + 63) / 64 * 64;
     for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns) {
       const int64_t ahead = col + g_prefetch_groups.load(std::memory_order_relaxed) * kFewRowsColumns;
-      const char* next = ahead < col_end ? tiles.weight_bytes(ahead) : nullptr;
+      const char* next = ahead < prefetch_end ? tiles.weight_bytes(ahead) : nullptr;
       for (int64_t group = 0, row = row_begin; row < row_end; ++group, row += kVerifyGroupRows) {
         if (next)
           for (int64_t offset = group * slice; offset < std::min(group_bytes, (group + 1) * slice); offset += 64)
@@ -365,71 +208,9 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
   }
 }
 
-// `bytes` of anonymous memory starting on a 2 MiB boundary with transparent huge pages asked for (streaming the
-// weights then takes far fewer TLB misses: ~35% more read bandwidth on the development VM). The mapping ends at the
-// last 4 KiB page of the buffer, so a partial last huge page falls back to small pages instead of wasting memory.
-std::shared_ptr<bf16> huge_page_buffer(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20, kPage = 4096;
-  const size_t length = (bytes + kPage - 1) / kPage * kPage;
-  void* mapped = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  LS_CHECK(mapped != MAP_FAILED, "out of memory packing a weight matrix");
-  const uintptr_t raw = reinterpret_cast<uintptr_t>(mapped);
-  const uintptr_t start = (raw + kHuge - 1) / kHuge * kHuge;
-  if (start > raw) munmap(mapped, start - raw);
-  const uintptr_t tail = start + length, raw_end = raw + length + kHuge;
-  if (raw_end > tail) munmap(reinterpret_cast<void*>(tail), raw_end - tail);
-  madvise(reinterpret_cast<void*>(start), length, MADV_HUGEPAGE);  // best effort: small pages if refused
-  return std::shared_ptr<bf16>(reinterpret_cast<bf16*>(start),
-                               [length](bf16* p) { munmap(static_cast<void*>(p), length); });
-}
-
-// The panel layout's length in values (Matrix::packed) for a [N, K] matrix.
-int64_t panel_values(int64_t N, int64_t K) {
-  const int64_t depth = (K + kPackedDepth - 1) / kPackedDepth * kPackedDepth;
-  return (N + kPackedColumns - 1) / kPackedColumns * depth * kPackedColumns;
-}
-
-// Writes the panels of the bf16 matrix `view` to `out` [panel_values(N, K)].
-void pack_panels(const Matrix& view, bf16* out) {
-  const int64_t N = view.rows, K = view.cols;
-  const int64_t depth = (K + kPackedDepth - 1) / kPackedDepth * kPackedDepth;
-  const int64_t panels = (N + kPackedColumns - 1) / kPackedColumns;
-  for (int64_t panel = 0; panel < panels; ++panel)
-    for (int64_t k = 0; k < depth; k += kPackedDepth)
-      for (int64_t n = 0; n < kPackedColumns; ++n) {
-        const int64_t col = panel * kPackedColumns + n;
-        for (int64_t i = 0; i < kPackedDepth; ++i)
-          *out++ = col < N && k + i < K ? view.b16[col * K + k + i] : bf16{};
-      }
-}
-
 }  // namespace
 
-int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
-  if (!cpu_features().avx512) return 0;
-  std::vector<OwnedMatrix*> chosen;
-  std::vector<int64_t> offsets;  // in values; each panel set starts on a 64-byte boundary
-  int64_t total = 0;
-  for (OwnedMatrix* matrix : matrices) {
-    const Matrix view = matrix->view();
-    if (!view.b16 || view.rows <= 0 || view.cols <= 0) continue;
-    chosen.push_back(matrix);
-    offsets.push_back(total);
-    total += (panel_values(view.rows, view.cols) + 31) / 32 * 32;
-  }
-  if (chosen.empty()) return 0;
-  std::shared_ptr<bf16> arena = huge_page_buffer(static_cast<size_t>(total) * sizeof(bf16));
-  for (size_t i = 0; i < chosen.size(); ++i) {
-    pack_panels(chosen[i]->view(), arena.get() + offsets[i]);
-    chosen[i]->packed = std::shared_ptr<const bf16>(arena, arena.get() + offsets[i]);  // shares the arena
-  }
-  return static_cast<int>(chosen.size());
-}
-
-bool pack_for_cpu(OwnedMatrix& matrix) {
-  OwnedMatrix* one = &matrix;
-  return pack_for_cpu(std::span<OwnedMatrix* const>(&one, 1)) == 1;
-}
+int set_small_m_kernel(int arm) { return g_small_m.exchange(arm >= 0 ? arm : kSmallMDefault); }
 
 void set_many_rows_chunked(bool on) { g_many_rows_chunked.store(on); }
 
@@ -474,6 +255,8 @@ void run_columns(const Prepared& m, const uint8_t* is_bf16, int64_t rows, bool r
                  int64_t col_end) {
   const Matrix& w = *m.w;
   const int64_t K = w.cols, ldy = m.bf16_tiles.ldy;
+  // kSmallMChunks: the verify prefetch runs past the chunk (a thread's next chunk is mostly the next columns).
+  const int64_t prefetch_end = small_m(kSmallMChunks) ? w.rows : col_end;
   for (int64_t tile_begin = 0; tile_begin < rows; tile_begin += kRowTile) {
     const int64_t tile_end = std::min(rows, tile_begin + kRowTile);
     // Runs of rows that take the same kernel.
@@ -481,11 +264,11 @@ void run_columns(const Prepared& m, const uint8_t* is_bf16, int64_t rows, bool r
       int64_t run_end = run_begin + 1;
       while (run_end < tile_end && is_bf16[run_end] == is_bf16[run_begin]) ++run_end;
       if (is_bf16[run_begin])
-        block(m.bf16_tiles, run_begin, run_end, col_begin, col_end, 2 * K);
+        block(m.bf16_tiles, run_begin, run_end, col_begin, col_end, 2 * K, prefetch_end);
       else if (w.b16)
-        block(m.bf16_weight_tiles, run_begin, run_end, col_begin, col_end, 2 * K);
+        block(m.bf16_weight_tiles, run_begin, run_end, col_begin, col_end, 2 * K, prefetch_end);
       else
-        block(m.fp32_tiles, run_begin, run_end, col_begin, col_end, 4 * K);
+        block(m.fp32_tiles, run_begin, run_end, col_begin, col_end, 4 * K, prefetch_end);
       run_begin = run_end;
     }
     for (int64_t row = tile_begin; row < tile_end; ++row)
@@ -511,17 +294,6 @@ RowKinds row_kinds(const float* x, int64_t rows, int64_t K, bool bf16_weights) {
   return RowKinds{x_bf16.data(), row_is_bf16.data()};
 }
 
-}  // namespace
-
-// Columns [begin, end) of w as a matrix of their own (begin a multiple of kPackedColumns): the same weights.
-Matrix column_slice(const Matrix& w, int64_t begin, int64_t end) {
-  Matrix slice = w;
-  slice.rows = end - begin;
-  if (w.f32) slice.f32 = w.f32 + begin * w.cols;
-  if (w.b16) slice.b16 = w.b16 + begin * w.cols;
-  if (w.bias) slice.bias = w.bias + begin;
-  if (w.packed) slice.packed = w.packed + begin / kPackedColumns * panel_values(kPackedColumns, w.cols);
-  return slice;
 }
 
 namespace {
@@ -582,7 +354,8 @@ bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, co
   const bool round = ctx.rounds_to_bf16();
   // Columns go out in chunks (as a streaming matmul's); each chunk's outputs land in a small per-thread buffer and
   // only its best column per row is kept, [chunks, rows]; the chunks' bests are then met in column order.
-  const int64_t chunk_columns = std::max(kColumnChunk, stream_chunk_bytes() / (2 * K) / kColumnChunk * kColumnChunk);
+  const int64_t chunk_columns =
+      std::max(kColumnChunk, window_chunk_bytes(rows) / (2 * K) / kColumnChunk * kColumnChunk);
   const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
   std::vector<Best> chunk_best(chunks * rows);
   auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
@@ -640,7 +413,8 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
   // not hold the others up. Many rows (prefill) are compute-bound: one contiguous part of each matrix per thread.
   const bool streaming = rows <= kVerifyRows;
   const int64_t chunk_columns =
-      streaming ? std::max(kColumnChunk, stream_chunk_bytes() / (2 * K) / kColumnChunk * kColumnChunk) : kColumnChunk;
+      streaming ? std::max(kColumnChunk, window_chunk_bytes(rows) / (2 * K) / kColumnChunk * kColumnChunk)
+                : kColumnChunk;
   std::array<Prepared, kMaxGroup> prepared;
   int64_t chunks = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -696,7 +470,7 @@ bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t ro
   const int64_t count = static_cast<int64_t>(ws.size());
   // Chunks of ~kStreamChunkBytes of weights in all, the same columns of every matrix.
   const int64_t chunk_columns =
-      std::max(kColumnChunk, stream_chunk_bytes() / (2 * K * count) / kColumnChunk * kColumnChunk);
+      std::max(kColumnChunk, window_chunk_bytes(rows) / (2 * K * count) / kColumnChunk * kColumnChunk);
   std::array<Prepared, kMaxGroup> prepared;
   for (int64_t i = 0; i < count; ++i) prepared[i] = prepare(ws[i], x, kinds.x_bf16, ys[i], ldy);
   const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;

@@ -33,6 +33,11 @@ int64_t set_stream_chunk_bytes(int64_t bytes);
 // (default 6; -1 = default) take none, wider ones prefetch `groups` 8-column groups ahead (default 2; 0 = default).
 void set_verify_prefetch(int64_t unprefetched_rows, int64_t groups);
 
+// The few-row kernel's options, a mask for A/B timing (the same bits): 1 = verify windows of r rows claim chunks r
+// times smaller (r up to 8) and prefetch past a chunk's end, 2 = 1-3 rows against packed weights run whole panels in
+// one call; 0 = neither; -1 = the default. Returns the previous mask.
+int set_small_m_kernel(int arm);
+
 // Whether many-row calls (more than a verify window's rows) split their column chunks statically per matrix (default)
 // or claim them one at a time (LS_CPU_CHUNKED_ROWS=1): for A/B timing; the same bits either way.
 void set_many_rows_chunked(bool on);

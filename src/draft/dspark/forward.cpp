@@ -2,6 +2,8 @@
 #include "draft/dspark/forward.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -14,6 +16,27 @@ namespace ls::dspark {
 namespace {
 
 constexpr int64_t kContextChunkRows = 64;  // taps projected per chunk, bounding absorb's temporaries
+
+std::atomic<PassProfile*> g_profile{nullptr};
+
+// Adds the wall time from construction to the next lap() (or destruction) to a profile field, when profiling.
+class OpTimer {
+ public:
+  OpTimer() : profile_(g_profile.load(std::memory_order_relaxed)) {
+    if (profile_) start_ = std::chrono::steady_clock::now();
+  }
+  // Adds the time since the last lap to `field` of the profile.
+  void lap(double PassProfile::*field) {
+    if (!profile_) return;
+    const auto now = std::chrono::steady_clock::now();
+    profile_->*field += std::chrono::duration<double, std::milli>(now - start_).count();
+    start_ = now;
+  }
+
+ private:
+  PassProfile* profile_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 bool neox(const DsparkConfig& config) { return config.rope_style == RopeStyle::NeoX; }
 
@@ -80,6 +103,9 @@ Status head_logits(const ForwardContext& f, const Target& target, const float* h
 }
 
 }  // namespace
+
+void set_pass_profile(PassProfile* profile) { g_profile.store(profile); }
+PassProfile* pass_profile() { return g_profile.load(std::memory_order_relaxed); }
 
 Status reserve_block_scratch(BlockScratch& s, const DsparkConfig& c, int64_t rows, InitSteps* steps) {
   if (rows <= s.rows) return ok_status();
@@ -156,9 +182,12 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
     tokens[i * gamma] = anchors[i];
     for (int slot = 0; slot < gamma; ++slot) positions[i * gamma + slot] = contexts[i]->length + slot;
   }
+  OpTimer timer;
+  if (PassProfile* profile = pass_profile()) ++profile->passes;
   // X0 = E[tokens] in the model dtype (the target's shared embedding).
   LS_RETURN_IF_ERROR(target.embed(tokens, std::span<float>(s.hidden.data(), static_cast<size_t>(rows * d))));
   compute::store_activations(f.ops, std::span<float>(s.hidden.data(), static_cast<size_t>(rows * d)));
+  timer.lap(&PassProfile::embed);
 
   const compute::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
@@ -170,12 +199,15 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
     const int64_t live = index + 1 == c.num_layers ? trimmed : rows;  // rows whose outputs this layer needs
     // Attention block: u = input_layernorm(X); Q = RoPE(q_norm(q_proj u)); K, V as the context's.
     compute::rms_norm(f.ops, s.hidden.data(), rows, d, layer.input_norm.data(), c.norm_eps, s.normed.data());
+    timer.lap(&PassProfile::norms);
     apply_matrices(f.ops, s.normed.data(), rows, {&layer.q_proj, &layer.k_proj, &layer.v_proj},
                    {s.queries.data(), s.keys.data(), s.values.data()});
+    timer.lap(&PassProfile::qkv);
     compute::rms_norm(f.ops, s.queries.data(), rows * c.num_heads, c.head_dim, layer.q_norm.data(), c.norm_eps,
                       s.queries.data());
     compute::rope_rotate(f.ops, s.queries.data(), rows, c.num_heads, positions.data(), f.rope, neox(c));
     finish_keys(f, layer, rows, positions.data(), s.keys.data());
+    timer.lap(&PassProfile::rope);
     for (int64_t i = 0; i < requests; ++i) {
       StreamContext& context = *contexts[i];
       const int64_t p = context.length - context.skipped;  // rows held (positions come from `positions`)
@@ -187,19 +219,29 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
                                context.keys[index].data(), context.values[index].data(), shape,
                                s.attended.data() + i * gamma * q);
     }
+    timer.lap(&PassProfile::attention);
     project_add(f.ops, s.attended.data(), live, layer.o_proj, s.projected.data(), s.hidden.data());
+    timer.lap(&PassProfile::o_proj);
     // FFN block: X += down(silu(gate v) * up v), v = post_attention_layernorm(X).
     compute::rms_norm(f.ops, s.hidden.data(), live, d, layer.post_norm.data(), c.norm_eps, s.normed.data());
+    timer.lap(&PassProfile::norms);
     gated_ffn_input(f.ops, layer, s.normed.data(), live, s.gate.data(), s.up.data());
+    timer.lap(&PassProfile::ffn_in);
     project_add(f.ops, s.gate.data(), live, layer.down_proj, s.projected.data(), s.hidden.data());
+    timer.lap(&PassProfile::ffn_down);
   }
   // Hf = norm(X); U = Hf @ E^T through the target's tied head, fp32.
   compute::rms_norm(f.ops, s.hidden.data(), trimmed, d, f.weights.final_norm.data(), c.norm_eps,
                     s.final_hidden.data());
   std::fill(s.final_hidden.data() + trimmed * d, s.final_hidden.data() + rows * d,
             std::numeric_limits<float>::quiet_NaN());
+  timer.lap(&PassProfile::norms);
   const int64_t V = c.vocab_size;
-  if (head_slots <= 0 || head_slots >= gamma) return head_logits(f, target, s.final_hidden.data(), rows, s.logits.data());
+  if (head_slots <= 0 || head_slots >= gamma) {
+    const Status status = head_logits(f, target, s.final_hidden.data(), rows, s.logits.data());
+    timer.lap(&PassProfile::head);
+    return status;
+  }
   // Only slots < head_slots of each request: packed into contiguous rows when several requests share the pass (a
   // row's logits do not depend on which rows share the head call), then put back in place; the rest NaN.
   const int64_t kept = requests * head_slots;
@@ -215,6 +257,7 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
     logits = packed_logits.data();
   }
   LS_RETURN_IF_ERROR(head_logits(f, target, hidden, kept, logits));
+  timer.lap(&PassProfile::head);
   for (int64_t i = 0; i < requests; ++i) {
     float* out = s.logits.data() + i * gamma * V;
     if (requests > 1) std::copy_n(packed_logits.data() + i * head_slots * V, head_slots * V, out);

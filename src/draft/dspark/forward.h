@@ -54,4 +54,14 @@ void project_context(const ForwardContext& f, const float* taps, int64_t rows, i
 Status block_pass(const ForwardContext& f, const Target& target, std::span<StreamContext* const> contexts,
                   std::span<const int32_t> anchors, BlockScratch& s, int head_slots = 0);
 
+// Wall time by op of the block passes and scans run while a profile is set (cpu_bench's pass profile; none by default:
+// then each op costs one null check). Summed over calls; `passes` counts block passes.
+struct PassProfile {
+  double embed = 0, norms = 0, qkv = 0, rope = 0, attention = 0, o_proj = 0, ffn_in = 0, ffn_down = 0, head = 0;
+  double scan_w2 = 0, scan_pick = 0;  // the Markov scan: W2 e (+ the base logits' add), then pick and confidence
+  int passes = 0;
+};
+void set_pass_profile(PassProfile* profile);
+PassProfile* pass_profile();
+
 }  // namespace ls::dspark

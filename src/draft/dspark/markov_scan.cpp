@@ -1,6 +1,7 @@
 // The Markov scan: serial slots, batched over requests; confidence head in fp32; DraftNonfinite on any bad value.
 #include "draft/dspark/markov_scan.h"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -9,6 +10,7 @@
 #include "compute/cpu/fused_ops.h"
 #include "compute/cpu/matmul_avx512.h"
 #include "compute/cpu/simd_avx512.h"
+#include "draft/dspark/forward.h"
 
 namespace ls::dspark {
 namespace {
@@ -124,7 +126,13 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
     results[i].chances.clear();
     if (active[i]) max_depth = std::max(max_depth, requests[i].depth);
   }
+  PassProfile* const profile = pass_profile();
+  using ProfileClock = std::chrono::steady_clock;
+  auto since = [](ProfileClock::time_point start) {
+    return std::chrono::duration<double, std::milli>(ProfileClock::now() - start).count();
+  };
   for (int slot = 0; slot < max_depth; ++slot) {
+    const ProfileClock::time_point slot_start = profile ? ProfileClock::now() : ProfileClock::time_point{};
     for (int64_t i = 0; i < count; ++i) {
       if (active[i] && slot >= requests[i].depth) active[i] = 0;
       if (active[i]) {
@@ -156,6 +164,8 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
               }
             });
     if (!fused) apply_matrix(fp32, embeddings.data(), count, weights.markov_w2, corrected.data());
+    const ProfileClock::time_point pick_start = profile ? ProfileClock::now() : ProfileClock::time_point{};
+    if (profile) profile->scan_w2 += since(slot_start);
     for (int64_t i = 0; i < count; ++i) {
       if (!active[i]) continue;
       const ScanRequest& request = requests[i];
@@ -230,6 +240,7 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
       results[i].chances.push_back(chance);
       previous[i] = pick;
     }
+    if (profile) profile->scan_pick += since(pick_start);
   }
 }
 
