@@ -9,7 +9,7 @@
 #include <string>
 
 #include "compute/cuda/gemm_async.cuh"
-#include "compute/cuda/gemm_decode.cuh"
+#include "compute/cuda/gemm_decode_pipe.cuh"
 
 namespace ls::cuda::gemm_detail {
 namespace {
@@ -70,18 +70,11 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
 
-  auto item_chunks = [&](int item) {
-    const int tiles = min(slice_tiles, k_tiles - (item % slices) * slice_tiles);
-    return (tiles + chunk - 1) / chunk;
-  };
-  auto unit_tiles = [&](int item, int c) {
-    const int tiles = min(slice_tiles, k_tiles - (item % slices) * slice_tiles);
-    return min(chunk, tiles - c * chunk);
-  };
+  const PipeWalk walk{slices, k_tiles, slice_tiles, chunk, WARPS};
   // This lane's copy of unit (item, c) into stage `stage`: x row `lane` (lane < m) or W row lane - m; its bytes.
   auto lane_copy = [&](int item, int c, int stage, bool with_w, bool with_x, bool count_only) {
-    const int tiles = unit_tiles(item, c);
-    const int64_t k0 = static_cast<int64_t>((item % slices) * slice_tiles + c * chunk) * kBlockK;
+    const int tiles = walk.tiles(item, c);
+    const int64_t k0 = static_cast<int64_t>(walk.first_tile(item, c)) * kBlockK;
     const uint32_t dst = ring + stage * stage_bytes + lane * pitch;
     if (lane < m) {
       if (!count_only && with_x) bulk_copy(dst, args.x + static_cast<int64_t>(lane) * args.k + k0, tiles * 128, bars + 8 * stage);
@@ -97,12 +90,6 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
   };
   // Unit cursors: (item, chunk) in the warp's order.
   int issue_item = warp, issue_c = 0;
-  auto advance = [&](int& item, int& c) {
-    if (++c == item_chunks(item)) {
-      c = 0;
-      item += WARPS;
-    }
-  };
   // Prologue: the weights of the first `stages` units, the wait for the kernel before, then their x.
   int primed = 0;
   for (; primed < stages && issue_item < items; ++primed) {
@@ -110,14 +97,14 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
     if (lane == 0) barrier_expect(bars + 8 * primed, bytes);
     __syncwarp();
     lane_copy(issue_item, issue_c, primed, true, false, false);
-    advance(issue_item, issue_c);
+    walk.advance(issue_item, issue_c);
   }
   wait_for_previous_kernel();
   {
     int item = warp, c = 0;
     for (int u = 0; u < primed; ++u) {
       lane_copy(item, c, u, false, true, false);
-      advance(item, c);
+      walk.advance(item, c);
     }
   }
 
@@ -130,7 +117,7 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
   for (int u = 0; item < items; ++u) {
     const int stage = u % stages;
     barrier_wait(bars + 8 * stage, (u / stages) & 1);
-    const int tiles = unit_tiles(item, c);
+    const int tiles = walk.tiles(item, c);
     const uint32_t base = ring + stage * stage_bytes;
     for (int tile = 0; tile < tiles; ++tile) {
 #pragma unroll
@@ -159,48 +146,15 @@ __global__ void __launch_bounds__(32 * WARPS) decode_pipe_kernel(PipeGroup group
       if (lane == 0) barrier_expect(bars + 8 * stage, bytes);
       __syncwarp();
       lane_copy(issue_item, issue_c, stage, true, true, false);
-      advance(issue_item, issue_c);
+      walk.advance(issue_item, issue_c);
     }
-    if (c + 1 == item_chunks(item)) {  // the item's chain is done: its outputs
-      constexpr int kHalves = A_ROWS == 16 ? 2 : 1;
-      const int group_index = item / slices, slice = item % slices;
-      const int c_first = col0 + group_index * kItemCols;
-#pragma unroll
-      for (int half = 0; half < kHalves; ++half) {
-        const int r = half * 8 + (lane >> 2);
-        if constexpr (SWIGLU) {
-          for (int e = 0; e < 2; ++e)
-            store_swiglu(args, r, c_first + (lane & 3) * 2 + e, out_n, acc[0][2 * half + e], acc[1][2 * half + e]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < TILES; ++j) {
-            const int cc = group_index * kItemCols + j * 8 + (lane & 3) * 2;  // column within the CTA
-            if (slices == 1) {
-              store_pair(args, r, col0 + cc, acc[j][2 * half], acc[j][2 * half + 1]);
-            } else {
-              float* out = partial + static_cast<int64_t>(slice) * A_ROWS * cols;
-              out[r * cols + cc] = acc[j][2 * half];
-              out[r * cols + cc + 1] = acc[j][2 * half + 1];
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    }
-    advance(item, c);
+    if (c + 1 == walk.chunks(item))  // the item's chain is done: its outputs
+      finish_item<TILES, A_ROWS, SWIGLU>(args, acc, item, slices, col0, cols, out_n, partial, lane);
+    walk.advance(item, c);
   }
   if (slices == 1) return;
   __syncthreads();
-  for (int o = threadIdx.x; o < m * cols / 2; o += 32 * WARPS) {
-    const int r = o / (cols / 2), cc = (o % (cols / 2)) * 2;
-    float v0 = partial[r * cols + cc], v1 = partial[r * cols + cc + 1];
-    for (int s = 1; s < slices; ++s) {
-      v0 = __fadd_rn(v0, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + cc]);
-      v1 = __fadd_rn(v1, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + cc + 1]);
-    }
-    store_pair(args, r, col0 + cc, v0, v1);
-  }
+  add_slices<A_ROWS>(args, partial, slices, col0, cols, 32 * WARPS);
 #else
   __trap();  // sm_90 only: the host never launches it elsewhere
 #endif

@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "compute/cuda/gemm_async.cuh"
-#include "compute/cuda/gemm_decode.cuh"
+#include "compute/cuda/gemm_decode_pipe.cuh"
 
 namespace ls::cuda::gemm_detail {
 namespace {
@@ -85,32 +85,24 @@ __global__ void __launch_bounds__(32 * WARPS)
   __syncthreads();
   if (lane == 0 && warp < items) tma_prefetch_map(map);
 
-  auto item_chunks = [&](int item) {
-    const int tiles = min(slice_tiles, k_tiles - (item % slices) * slice_tiles);
-    return (tiles + chunk - 1) / chunk;
-  };
-  auto unit_tiles = [&](int item, int c) {
-    const int tiles = min(slice_tiles, k_tiles - (item % slices) * slice_tiles);
-    return min(chunk, tiles - c * chunk);
-  };
-  auto first_tile = [&](int item, int c) { return (item % slices) * slice_tiles + c * chunk; };
+  const PipeWalk walk{slices, k_tiles, slice_tiles, chunk, WARPS};
   // The bytes unit (item, c) brings: whole W boxes (zeros outside W count too), then its x rows.
   auto unit_bytes = [&](int item, int c) {
-    const int tiles = unit_tiles(item, c);
+    const int tiles = walk.tiles(item, c);
     const int w = three_d ? w_bytes : tiles * kBoxRows * 128 * (SWIGLU ? 2 : 1);
     return w + m * tiles * 128;
   };
   // Lane 0: the expectation and the W box(es) of unit (item, c) into stage `stage`.
   auto copy_w = [&](int item, int c, int stage) {
     const uint32_t dst = ring + stage * stage_bytes, bar = bars + 8 * stage;
-    const int tile0 = first_tile(item, c);
+    const int tile0 = walk.first_tile(item, c);
     const int row0 = col0 + (item / slices) * kItemCols;  // SwiGLU: the gate rows; the up rows at out_n + row0
     barrier_expect(bar, unit_bytes(item, c));
     if (three_d) {
       tma_load_3d(dst, map, 0, row0, tile0, bar);
       if constexpr (SWIGLU) tma_load_3d(dst + w_bytes / 2, map, 0, out_n + row0, tile0, bar);
     } else {
-      const int tiles = unit_tiles(item, c);
+      const int tiles = walk.tiles(item, c);
       for (int t = 0; t < tiles; ++t) {
         tma_load(dst + t * kBoxRows * 128, map, (tile0 + t) * kBlockK, row0, bar);
         if constexpr (SWIGLU) tma_load(dst + w_bytes / 2 + t * 8 * 128, map, (tile0 + t) * kBlockK, out_n + row0, bar);
@@ -120,22 +112,16 @@ __global__ void __launch_bounds__(32 * WARPS)
   // Lane l < m: x row l of unit (item, c) into stage `stage`.
   auto copy_x = [&](int item, int c, int stage) {
     if (lane >= m) return;
-    const int64_t k0 = static_cast<int64_t>(first_tile(item, c)) * kBlockK;
+    const int64_t k0 = static_cast<int64_t>(walk.first_tile(item, c)) * kBlockK;
     bulk_copy(ring + stage * stage_bytes + w_bytes + lane * x_pitch, args.x + static_cast<int64_t>(lane) * args.k + k0,
-              unit_tiles(item, c) * 128, bars + 8 * stage);
+              walk.tiles(item, c) * 128, bars + 8 * stage);
   };
   int issue_item = warp, issue_c = 0;
-  auto advance = [&](int& item, int& c) {
-    if (++c == item_chunks(item)) {
-      c = 0;
-      item += WARPS;
-    }
-  };
   // Prologue: the weights of the first `stages` units, the wait for the kernel before, then their x.
   int primed = 0;
   for (; primed < stages && issue_item < items; ++primed) {
     if (lane == 0) copy_w(issue_item, issue_c, primed);
-    advance(issue_item, issue_c);
+    walk.advance(issue_item, issue_c);
   }
   __syncwarp();  // the expectations are set before any x copy can land
   wait_for_previous_kernel();
@@ -143,7 +129,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     int item = warp, c = 0;
     for (int u = 0; u < primed; ++u) {
       copy_x(item, c, u);
-      advance(item, c);
+      walk.advance(item, c);
     }
   }
 
@@ -161,7 +147,7 @@ __global__ void __launch_bounds__(32 * WARPS)
   for (int u = 0; item < items; ++u) {
     const int stage = u % stages;
     barrier_wait(bars + 8 * stage, (u / stages) & 1);
-    const int tiles = unit_tiles(item, c);
+    const int tiles = walk.tiles(item, c);
     const uint32_t base = ring + stage * stage_bytes;
     for (int tile = 0; tile < tiles; ++tile) {
       const uint32_t a_tile = base + a_off + tile * 128, b_tile = base + b_off + tile * kBoxRows * 128;
@@ -190,48 +176,15 @@ __global__ void __launch_bounds__(32 * WARPS)
       if (lane == 0) copy_w(issue_item, issue_c, stage);
       __syncwarp();
       copy_x(issue_item, issue_c, stage);
-      advance(issue_item, issue_c);
+      walk.advance(issue_item, issue_c);
     }
-    if (c + 1 == item_chunks(item)) {  // the item's chain is done: its outputs
-      constexpr int kHalves = A_ROWS == 16 ? 2 : 1;
-      const int group_index = item / slices, slice = item % slices;
-      const int c_first = col0 + group_index * kItemCols;
-#pragma unroll
-      for (int half = 0; half < kHalves; ++half) {
-        const int r = half * 8 + (lane >> 2);
-        if constexpr (SWIGLU) {
-          for (int e = 0; e < 2; ++e)
-            store_swiglu(args, r, c_first + (lane & 3) * 2 + e, out_n, acc[0][2 * half + e], acc[1][2 * half + e]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < TILES; ++j) {
-            const int cc = group_index * kItemCols + j * 8 + (lane & 3) * 2;  // column within the CTA
-            if (slices == 1) {
-              store_pair(args, r, col0 + cc, acc[j][2 * half], acc[j][2 * half + 1]);
-            } else {
-              float* out = partial + static_cast<int64_t>(slice) * A_ROWS * cols;
-              out[r * cols + cc] = acc[j][2 * half];
-              out[r * cols + cc + 1] = acc[j][2 * half + 1];
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    }
-    advance(item, c);
+    if (c + 1 == walk.chunks(item))  // the item's chain is done: its outputs
+      finish_item<TILES, A_ROWS, SWIGLU>(args, acc, item, slices, col0, cols, out_n, partial, lane);
+    walk.advance(item, c);
   }
   if (slices == 1) return;
   __syncthreads();
-  for (int o = threadIdx.x; o < m * cols / 2; o += 32 * WARPS) {
-    const int r = o / (cols / 2), cc = (o % (cols / 2)) * 2;
-    float v0 = partial[r * cols + cc], v1 = partial[r * cols + cc + 1];
-    for (int s = 1; s < slices; ++s) {
-      v0 = __fadd_rn(v0, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + cc]);
-      v1 = __fadd_rn(v1, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + cc + 1]);
-    }
-    store_pair(args, r, col0 + cc, v0, v1);
-  }
+  add_slices<A_ROWS>(args, partial, slices, col0, cols, 32 * WARPS);
 #else
   __trap();  // sm_90 only: the host never launches it elsewhere
 #endif
