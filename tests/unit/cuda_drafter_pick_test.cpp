@@ -2,7 +2,9 @@
 // flat 65536-token rows) under every filter mix, in the fused step's 256-thread CTA and the pick kernels' 1024, with
 // the verified variant, its one-by-one fallback forced, and the radix variant; near-tie rows (the CPU's top-p cut
 // within a hair of its target, the Gumbel favourite on the boundary: cuda_sampler_near_ties.h) that only the
-// one-by-one sums decide, which a planted zero bound band gets wrong. Opt-in timing (LS_DRAFT_PICK_TIMING=1).
+// one-by-one sums decide, which a planted zero bound band gets wrong; the same rows through the scan's own pick
+// launches (markov_pick, markov_pick_split with the first round spread over vocab chunks or not). Opt-in timing
+// (LS_DRAFT_PICK_TIMING=1).
 #include <gtest/gtest.h>
 
 #ifdef LS_HAVE_CUDA
@@ -124,6 +126,87 @@ Rows fresh_rows(bool wide_vocab_flat) {
   return rows;
 }
 
+// Sets an environment variable for the scope (the pick launches read theirs at every launch).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// The rows' picks through a scan step's own launches: each row a request at depth 1 whose Markov row holds it and
+// whose U row is zero (the step adds them), no confidence head; `split` markov_pick_split, else markov_pick.
+std::vector<int32_t> scan_step_picks(const Rows& rows, bool split, float* ms = nullptr, int repeats = 1) {
+  const int count = rows.count();
+  ScanShape shape;
+  shape.vocab = rows.vocab;
+  shape.rank = 8;
+  shape.hidden = 8;
+  shape.gamma = 1;
+  shape.has_confidence = false;
+  std::vector<DeviceScanRequest> requests = rows.samplings;
+  for (int r = 0; r < count; ++r) {
+    requests[r].depth = 1;
+    requests[r].anchor_position = rows.positions[r] - 1;  // slot 0 draws at anchor_position + 1
+  }
+  DeviceBuffer<DeviceScanRequest> device_requests = upload(requests);
+  DeviceBuffer<DeviceScanRecord> records = upload(std::vector<DeviceScanRecord>(count));
+  DeviceBuffer<float> markov = upload(rows.logits);
+  DeviceBuffer<float> base = upload(std::vector<float>(rows.logits.size(), 0.0f));
+  DeviceBuffer<ScanPartial> partials =
+      ls::cuda::testing::poisoned<ScanPartial>(static_cast<size_t>(count) * fused_scan_chunks(rows.vocab));
+  ScanStepInputs in;
+  in.requests = device_requests.data();
+  in.records = records.data();
+  in.count = count;
+  in.markov = markov.data();
+  in.base_logits = base.data();
+  in.partials = partials.data();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start);
+  for (int r = 0; r < repeats; ++r) {  // a repeat redraws the same rows (U is zero, the depth stays 1)
+    EXPECT_TRUE((split ? markov_pick_split(in, shape, 0, nullptr) : markov_pick(in, shape, 0, nullptr)).ok());
+  }
+  cudaEventRecord(stop);
+  EXPECT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+  float elapsed = 0;
+  cudaEventElapsedTime(&elapsed, start, stop);
+  if (ms) *ms = elapsed / repeats;
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  const std::vector<DeviceScanRecord> out = ls::cuda::testing::download(records, count);
+  std::vector<int32_t> picks(count);
+  for (int r = 0; r < count; ++r) {
+    EXPECT_EQ(out[r].status, kScanOk) << "row " << r;
+    picks[r] = out[r].status == kScanOk ? out[r].tokens[0] : -1;
+  }
+  return picks;
+}
+
+// Every scan launch that picks (one CTA a row; split with and without the spread first round) under `mode`.
+void expect_scan_steps_draw_cpu_tokens(const Rows& rows, DraftPickMode mode) {
+  ScopedEnv pick("LS_DRAFT_PICK", draft_pick_name(mode));
+  for (const int variant : {0, 1, 2}) {
+    ScopedEnv spread("LS_DRAFT_PICK_SPREAD", variant == 2 ? "1" : "0");
+    SCOPED_TRACE(std::string(draft_pick_name(mode)) + (variant == 0 ? ", markov_pick" : ", markov_pick_split") +
+                 (variant == 2 ? " spread" : "") + ", vocab " + std::to_string(rows.vocab));
+    const std::vector<int32_t> picks = scan_step_picks(rows, variant != 0);
+    for (int r = 0; r < rows.count(); ++r) EXPECT_EQ(picks[r], rows.cpu[r]) << "row " << r;
+  }
+}
+
 void expect_cpu_tokens(const Rows& rows, DraftPickMode mode, int threads) {
   SCOPED_TRACE(std::string(draft_pick_name(mode)) + ", " + std::to_string(threads) + " threads, vocab " +
                std::to_string(rows.vocab));
@@ -143,6 +226,8 @@ TEST(CudaDrafterPick, FreshRandomRowsDrawTheCpuTokenInBothCtaSizesWithTheVerifie
     expect_cpu_tokens(rows, DraftPickMode::Verified, threads);
     expect_cpu_tokens(rows, DraftPickMode::VerifiedFallbackForced, threads);
   }
+  expect_scan_steps_draw_cpu_tokens(rows, DraftPickMode::Verified);
+  expect_scan_steps_draw_cpu_tokens(rows, DraftPickMode::VerifiedFallbackForced);
 }
 
 TEST(CudaDrafterPick, FreshFlatRowsOfTheFullVocabDrawTheCpuTokenWithEveryVariant) {
@@ -152,6 +237,7 @@ TEST(CudaDrafterPick, FreshFlatRowsOfTheFullVocabDrawTheCpuTokenWithEveryVariant
     expect_cpu_tokens(rows, DraftPickMode::Verified, threads);
     expect_cpu_tokens(rows, DraftPickMode::Radix, threads);
   }
+  expect_scan_steps_draw_cpu_tokens(rows, DraftPickMode::Verified);
   // The forced fallback adds up to ~59000 weights one by one per row: a few rows, the larger CTA only.
   Rows few;
   few.vocab = rows.vocab;
@@ -209,6 +295,7 @@ TEST(CudaDrafterPick, NearTieRowsDrawTheCpuTokenByFallingBackToOneByOneSums) {
   EXPECT_GT(differing, 0);
   expect_cpu_tokens(rows, DraftPickMode::Verified, 1024);
   expect_cpu_tokens(rows, DraftPickMode::Verified, 256);
+  expect_scan_steps_draw_cpu_tokens(rows, DraftPickMode::Verified);
 }
 
 TEST(CudaDrafterPick, APlantedZeroBoundBandIsCaughtByTheNearTieRows) {
@@ -220,6 +307,13 @@ TEST(CudaDrafterPick, APlantedZeroBoundBandIsCaughtByTheNearTieRows) {
   for (int r = 0; r < rows.count(); ++r) wrong += picks[r] != rows.cpu[r];
   std::printf("zero band: %d of %d near-tie rows drawn off the CPU token\n", wrong, rows.count());
   EXPECT_GT(wrong, 0) << "the tree sums alone cannot decide a near tie: the planted fault must show";
+  // The same fault in the spread first round of the split pick.
+  ScopedEnv pick("LS_DRAFT_PICK", draft_pick_name(DraftPickMode::VerifiedBandPlantedZero));
+  ScopedEnv spread("LS_DRAFT_PICK_SPREAD", "1");
+  const std::vector<int32_t> split = scan_step_picks(rows, true);
+  int split_wrong = 0;
+  for (int r = 0; r < rows.count(); ++r) split_wrong += split[r] != rows.cpu[r];
+  EXPECT_GT(split_wrong, 0);
 }
 
 TEST(CudaDrafterPick, AnUnsupportedCtaSizeIsRefusedByName) {
@@ -262,6 +356,19 @@ TEST(CudaDrafterPick, TimesTheSampledPickPerVariantWhenAsked) {
           EXPECT_EQ(picks[0], rows.cpu);
           EXPECT_EQ(picks[1], rows.cpu);
         }
+        // The scan's split pick launches (chunk partials, [spread first round], a CTA per request), per step.
+        std::string line;
+        for (const int variant : {0, 1, 2}) {
+          ScopedEnv pick("LS_DRAFT_PICK", variant == 0 ? "radix" : "verified");
+          ScopedEnv spread("LS_DRAFT_PICK_SPREAD", variant == 2 ? "1" : "0");
+          float ms = 0;
+          scan_step_picks(rows, true, &ms, 3);
+          EXPECT_EQ(scan_step_picks(rows, true, &ms, 20), rows.cpu);
+          line += std::string(variant == 0 ? " radix " : variant == 1 ? " verified " : " verified+spread ") +
+                  std::to_string(ms);
+        }
+        std::printf("draft_pick_timing %s rows %d %s markov_pick_split step ms:%s\n", flat ? "flat" : "wide", count,
+                    temperature > 0 ? "top-p 0.9 T 0.8" : "greedy", line.c_str());
       }
     }
   }

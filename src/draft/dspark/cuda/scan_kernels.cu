@@ -97,11 +97,51 @@ __global__ void __launch_bounds__(kChunkPickThreads) pick_chunks_kernel(ScanStep
   }
 }
 
-// markov_pick's second half: a CTA per request combines its chunks' partials (the better of two is a total order,
-// so the greedy pick is the one-CTA pick's) and finishes the step.
-__global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInputs in, ScanShape shape, int slot,
-                                                                    int chunks, int mode) {
+// The spread first rounds of markov_pick_split: [count, chunks, 3] partials after the [count, chunks] greedy ones
+// (the buffer holds [count, fused_scan_chunks(V)], 64 per split chunk): (total, count), (error), (winner).
+__device__ __forceinline__ ScanPartial* spread_partials(const ScanStepInputs& in, int chunks, int i, int chunk) {
+  return in.partials + static_cast<int64_t>(in.count) * chunks + (static_cast<int64_t>(i) * chunks + chunk) * 3;
+}
+
+// markov_pick_split's middle launch (spread, verified picks): per (vocab chunk, sampled request without top-k) the
+// row's max from the chunks' greedy partials, then the verified pick's first round over the chunk's ids.
+__global__ void __launch_bounds__(kChunkPickThreads) pick_sums_kernel(ScanStepInputs in, ScanShape shape, int slot,
+                                                                       int chunks) {
   __shared__ PickScratch s;
+  const int i = blockIdx.y;
+  const DeviceScanRequest request = in.requests[i];
+  const int64_t V = shape.vocab;
+  if (in.records[i].status != kScanOk || slot >= request.depth || !spreadable(request, V)) return;  // uniform
+  int nonfinite = 0;
+  Best greedy{0.0, -1};
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const ScanPartial* partial = in.partials + static_cast<int64_t>(i) * chunks + c;
+    nonfinite |= __ldcg(&partial->nonfinite);
+    greedy = better(greedy, Best{__ldcg(&partial->value), __ldcg(&partial->id)});
+  }
+  if (__syncthreads_or(nonfinite)) return;  // the step fails; nothing is drawn
+  greedy = block_best(greedy, s);
+  if (greedy.id < 0) return;
+  const float* row = in.markov + static_cast<int64_t>(i) * V;
+  const PickSetup p = pick_setup(request, request.anchor_position + slot + 1, greedy.value, 0);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kSplitPickIds;
+  const int64_t end = first + kSplitPickIds < V ? first + kSplitPickIds : V;
+  const GumbelRound round = gumbel_round<kChunkPickThreads>(row, first, end, p, 0, p.use_top_p, s);
+  if (threadIdx.x == 0) {
+    ScanPartial* out = spread_partials(in, chunks, i, blockIdx.x);
+    out[0] = ScanPartial{round.total, static_cast<int32_t>(round.count), 0};
+    out[1] = ScanPartial{round.error, -1, 0};
+    out[2] = ScanPartial{round.winner.value, round.winner.id, 0};
+  }
+}
+
+// markov_pick_split's last launch: a CTA per request combines its chunks' partials (the better of two is a total
+// order, so the greedy pick is the one-CTA pick's; with `spread`, the first rounds added in chunk order) and
+// finishes the step.
+__global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInputs in, ScanShape shape, int slot,
+                                                                    int chunks, int mode, int spread) {
+  __shared__ PickScratch s;
+  __shared__ GumbelRound given;
   const int i = blockIdx.x;
   const DeviceScanRequest request = in.requests[i];
   DeviceScanRecord& record = in.records[i];
@@ -115,7 +155,21 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
   }
   nonfinite = __syncthreads_or(nonfinite);
   if (!nonfinite) greedy = block_best(greedy, s);
-  finish_step<kPickThreads>(in, shape, slot, i, request, record, nonfinite, greedy, mode, s);
+  const bool spread_here = spread && !nonfinite && greedy.id >= 0 && spreadable(request, shape.vocab);
+  if (spread_here && threadIdx.x == 0) {
+    GumbelRound all{0, 0, 0, Best{0.0, -1}};
+    for (int c = 0; c < chunks; ++c) {
+      const ScanPartial* part = spread_partials(in, chunks, i, c);
+      all.total += __ldcg(&part[0].value);
+      all.count += __ldcg(&part[0].id);
+      all.error += __ldcg(&part[1].value);
+      all.winner = better(all.winner, Best{__ldcg(&part[2].value), __ldcg(&part[2].id)});
+    }
+    given = all;
+  }
+  __syncthreads();
+  finish_step<kPickThreads>(in, shape, slot, i, request, record, nonfinite, greedy, mode, s,
+                            spread_here ? &given : nullptr);
 }
 
 constexpr int kStepThreads = 256;  // 8 warps; 8 lanes per W2 row, so 4 rows per warp instruction
@@ -275,7 +329,7 @@ __global__ void __launch_bounds__(Threads) draw_rows_kernel(const float* logits,
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   const Best greedy = row_argmax(row, vocab, s);
   const DeviceScanRequest sampling = samplings[blockIdx.x];
-  const int32_t pick = draft_pick<Threads>(row, vocab, sampling, positions[blockIdx.x], greedy, mode, s);
+  const int32_t pick = draft_pick<Threads>(row, vocab, sampling, positions[blockIdx.x], greedy, mode, nullptr, s);
   if (threadIdx.x == 0) picks[blockIdx.x] = pick;
 }
 
@@ -292,6 +346,15 @@ DraftPickMode draft_pick_mode() {
     if (std::strcmp(value, draft_pick_name(mode)) == 0) return mode;
   }
   return kDefaultPickMode;
+}
+
+// Batch s9B decides the default.
+constexpr bool kDefaultPickSpread = false;
+
+bool draft_pick_spread() {
+  const char* value = std::getenv("LS_DRAFT_PICK_SPREAD");
+  if (value == nullptr || value[0] == '\0') return kDefaultPickSpread;
+  return value[0] == '1';
 }
 
 const char* draft_pick_name(DraftPickMode mode) {
@@ -324,8 +387,17 @@ Status markov_pick_split(const ScanStepInputs& inputs, ScanShape shape, int slot
   const int chunks = static_cast<int>(split_pick_chunks(shape.vocab));
   pick_chunks_kernel<<<dim3(chunks, inputs.count), kChunkPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
   LS_CUDA_TRY_LAUNCH("markov_pick_split chunks");
-  pick_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks,
-                                                                 static_cast<int>(draft_pick_mode()));
+  const DraftPickMode mode = draft_pick_mode();
+  // The spread first round writes [count, chunks, 3] partials after the greedy ones: 4 x chunks per request must
+  // fit the buffer's fused_scan_chunks(V) per request.
+  const bool spread = mode != DraftPickMode::Radix && draft_pick_spread() &&
+                      4 * static_cast<int64_t>(chunks) <= fused_scan_chunks(shape.vocab);
+  if (spread) {
+    pick_sums_kernel<<<dim3(chunks, inputs.count), kChunkPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
+    LS_CUDA_TRY_LAUNCH("markov_pick_split sums");
+  }
+  pick_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks, static_cast<int>(mode),
+                                                                 spread ? 1 : 0);
   LS_CUDA_TRY_LAUNCH("markov_pick_split finish");
   return ok_status();
 }

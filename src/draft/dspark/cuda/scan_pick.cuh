@@ -216,29 +216,33 @@ __device__ int32_t keyed_pick(const float* row, int64_t vocab, const DeviceScanR
 // winner) by those one-by-one sums themselves. Two passes over the row for most rows instead of the radix
 // variant's ~10 passes of double exps and a noise per survivor.
 
-// Calls visit(id, logit) for this thread's ids of the row (blockDim.x == Threads), loaded from L2 (the fused step's
-// last CTA reads rows other CTAs wrote), 4 ids a round from a float4 where the row allows (the next float4 loaded
-// before the 4 visits). Kept lean: the fused step kernel's registers are the max over its GEMV and this pick.
+// Calls visit(id, logit) for this thread's ids in [begin, end) of the row (blockDim.x == Threads), loaded from L2
+// (the fused step's last CTA reads rows other CTAs wrote), 4 ids a round from a float4 where the range allows (the
+// next float4 loaded before the 4 visits). Kept lean: the pick's registers count in every kernel that holds it.
 template <int Threads, typename Visit>
-__device__ __forceinline__ void for_ids(const float* row, int64_t vocab, const Visit& visit) {
-  if ((vocab & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+__device__ __forceinline__ void for_ids(const float* row, int64_t begin, int64_t end, const Visit& visit) {
+  if (((begin | end) & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
     const float4* row4 = reinterpret_cast<const float4*>(row);
-    const int quads = static_cast<int>(vocab / 4);
-    int q = threadIdx.x;
+    const int64_t quads = end / 4;
+    int64_t q = begin / 4 + threadIdx.x;
     float4 next = q < quads ? __ldcg(row4 + q) : make_float4(0, 0, 0, 0);
 #pragma unroll 1
     for (; q < quads; q += Threads) {
       const float4 v = next;
       if (q + Threads < quads) next = __ldcg(row4 + q + Threads);
-      const int64_t first = 4 * static_cast<int64_t>(q);
+      const int64_t first = 4 * q;
       visit(first, v.x);
       visit(first + 1, v.y);
       visit(first + 2, v.z);
       visit(first + 3, v.w);
     }
   } else {
-    for (int64_t id = threadIdx.x; id < vocab; id += Threads) visit(id, __ldcg(row + id));
+    for (int64_t id = begin + threadIdx.x; id < end; id += Threads) visit(id, __ldcg(row + id));
   }
+}
+template <int Threads, typename Visit>
+__device__ __forceinline__ void for_ids(const float* row, int64_t vocab, const Visit& visit) {
+  for_ids<Threads>(row, int64_t{0}, vocab, visit);
 }
 
 // A candidate's weight exp((l - max) / T) as a float (the argument rounded to float, expf), and an upper bound on
@@ -355,70 +359,104 @@ __device__ __forceinline__ double noisy_score(float logit, double temperature, u
   return static_cast<double>(logit) / temperature + ls::cuda::keyed::gumbel_of_bits(bits);
 }
 
+// What the verified pick needs of a row besides the row: its filters, max and Gumbel key.
+struct PickSetup {
+  ls::cuda::Filter filter;  // min_key: the top-k cut (0: none); min-p
+  double temperature = 1, inverse_temperature = 1, scaled_max = 0;
+  uint64_t row_key = 0;
+  bool use_top_p = false;
+};
+__device__ __forceinline__ PickSetup pick_setup(const DeviceScanRequest& sampling, int64_t position, double max_logit,
+                                                uint64_t top_k_floor) {
+  PickSetup p;
+  p.temperature = sampling.temperature;
+  p.inverse_temperature = 1.0 / p.temperature;
+  p.scaled_max = max_logit / p.temperature;
+  p.filter.temperature = p.temperature;
+  p.filter.max_logit = max_logit;
+  p.filter.min_key = top_k_floor;
+  if (sampling.min_p > 0.0f) p.filter.set_min_p(sampling.min_p);
+  p.row_key = ls::cuda::keyed::row_key(sampling.seed, position);
+  p.use_top_p = sampling.top_p < 1.0f;
+  return p;
+}
+
+// A Gumbel round's result over ids [begin, end): the pruned Gumbel max over the candidates above `excluded`
+// (top-k and min-p kept) and, with `sums`, the top-k survivors' float normaliser, its error bound (units of 2^-24)
+// and their count. Block-wide; a slice of the row's results combine by adding and by `better` (any grouping).
+struct GumbelRound {  // plain (a __shared__ copy takes no constructor)
+  double total, error, count;
+  Best winner;
+};
+template <int Threads>
+__device__ __noinline__ GumbelRound gumbel_round(const float* row, int64_t begin, int64_t end, const PickSetup& p,
+                                    uint64_t excluded, bool sums, PickScratch& s) {
+  Best mine{0.0, -1};
+  double reach = 2.0;  // 1 - u above this cannot win
+  double my_total = 0, my_error = 0, my_count = 0;
+  const uint64_t floor = p.filter.min_key;
+  for_ids<Threads>(row, begin, end, [&](int64_t id, float logit) {
+    if (isnan(logit)) return;
+    const uint64_t key = order_key(logit, id);
+    if (key < floor) return;
+    if (sums) {
+      const FloatWeight w = float_weight(logit, p.filter.max_logit, p.inverse_temperature);
+      my_total += w.weight;
+      my_error += w.error;
+      my_count += 1;
+    }
+    if (key <= excluded || !p.filter.keeps(logit, static_cast<int32_t>(id))) return;
+    const uint64_t bits = ls::cuda::keyed::uniform_bits(p.row_key, static_cast<int32_t>(id));
+    if (1.0 - ls::cuda::keyed::uniform_of_bits(bits) > reach) return;
+    const Best next = better(mine, Best{noisy_score(logit, p.temperature, bits), static_cast<int32_t>(id)});
+    if (next.id != mine.id) {
+      mine = next;
+      reach = ls::cuda::gumbel_reach(mine.value - p.scaled_max);
+    }
+  });
+  GumbelRound round{0, 0, 0, Best{0.0, -1}};
+  if (sums) {
+    round.total = block_sum(my_total, s);
+    round.error = block_sum(my_error, s);
+    round.count = block_sum(my_count, s);
+  }
+  round.winner = block_best(mine, s);
+  return round;
+}
+
+// Whether the verified pick's first round may be spread over a row's vocab chunks (pick_sums_kernel): sampled,
+// no top-k (its cut needs the whole row first).
+__device__ __forceinline__ bool spreadable(const DeviceScanRequest& sampling, int64_t vocab) {
+  return sampling.temperature > 0.0f && !(sampling.top_k > 0 && sampling.top_k < vocab);
+}
+
 // draw_token of compute/sampling.cpp for one row held by the whole block (blockDim.x == Threads), the verified
-// way (above). `greedy` is the row's argmax (its value the max logit); `mode` a PickMode other than kPickRadix.
+// way (above). `greedy` is the row's argmax (its value the max logit); `mode` a PickMode other than kPickRadix;
+// `given`, when not null, the first round already taken over the row's chunks (spreadable rows only).
 template <int Threads>
 __device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, const DeviceScanRequest& sampling,
-                                 int64_t position, Best greedy, int mode, PickScratch& s) {
+                                              int64_t position, Best greedy, int mode, const GumbelRound* given,
+                                              PickScratch& s) {
   if (sampling.temperature <= 0.0f || vocab == 0) return greedy.id < 0 ? 0 : greedy.id;
   if (greedy.id < 0) return 0;  // every logit NaN
-  const double temperature = sampling.temperature;
   const bool use_top_k = sampling.top_k > 0 && sampling.top_k < vocab;
-  const bool use_top_p = sampling.top_p < 1.0f;
   const double max_logit = greedy.value;  // the largest logit survives top-k
-  ls::cuda::Filter filter;
-  filter.temperature = temperature;
-  filter.max_logit = max_logit;
-  if (use_top_k) filter.min_key = radix_threshold(row, vocab, 0, false, sampling.top_k, max_logit, temperature, s);
-  if (sampling.min_p > 0.0f) filter.set_min_p(sampling.min_p);
-  const uint64_t floor = filter.min_key;
-  const double inverse_temperature = 1.0 / temperature;
-  const double scaled_max = max_logit / temperature;
-  const uint64_t row_key = ls::cuda::keyed::row_key(sampling.seed, position);
-  uint64_t excluded = 0;  // keys at or below it are cut by top-p (0: none; no candidate's key is 0)
-  double total = 0, error = 0, count = 0;
-  bool first = true;
+  uint64_t floor = 0;
+  if (use_top_k) floor = radix_threshold(row, vocab, 0, false, sampling.top_k, max_logit, sampling.temperature, s);
+  const PickSetup p = pick_setup(sampling, position, max_logit, floor);
+  GumbelRound round = given ? *given : gumbel_round<Threads>(row, 0, vocab, p, 0, p.use_top_p, s);
+  const double total = round.total, error = round.error, count = round.count;
   for (;;) {
-    // The pruned Gumbel max over the candidates above `excluded` (and, the first time, the float normaliser).
-    Best mine{0.0, -1};
-    double reach = 2.0;  // 1 - u above this cannot win
-    double my_total = 0, my_error = 0, my_count = 0;
-    const bool sums = first && use_top_p;
-    for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
-      if (isnan(logit)) return;
-      const uint64_t key = order_key(logit, id);
-      if (key < floor) return;
-      if (sums) {
-        const FloatWeight w = float_weight(logit, max_logit, inverse_temperature);
-        my_total += w.weight;
-        my_error += w.error;
-        my_count += 1;
-      }
-      if (key <= excluded || !filter.keeps(logit, static_cast<int32_t>(id))) return;
-      const uint64_t bits = ls::cuda::keyed::uniform_bits(row_key, static_cast<int32_t>(id));
-      if (1.0 - ls::cuda::keyed::uniform_of_bits(bits) > reach) return;
-      const Best next = better(mine, Best{noisy_score(logit, temperature, bits), static_cast<int32_t>(id)});
-      if (next.id != mine.id) {
-        mine = next;
-        reach = ls::cuda::gumbel_reach(mine.value - scaled_max);
-      }
-    });
-    if (sums) {
-      total = block_sum(my_total, s);
-      error = block_sum(my_error, s);
-      count = block_sum(my_count, s);
-    }
-    first = false;
-    const Best winner = block_best(mine, s);
+    const Best winner = round.winner;
     if (winner.id < 0) return greedy.id;  // min-p left no survivor: draw_token takes the greedy token
-    if (!use_top_p) return winner.id;
+    if (!p.use_top_p) return winner.id;
     // The float mass of the candidates above the winner.
     const uint64_t winner_key = order_key(__ldcg(row + winner.id), winner.id);
     double my_above = 0;
     for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
       if (isnan(logit)) return;
       const uint64_t key = order_key(logit, id);
-      if (key >= floor && key > winner_key) my_above += float_weight(logit, max_logit, inverse_temperature).weight;
+      if (key >= floor && key > winner_key) my_above += float_weight(logit, max_logit, p.inverse_temperature).weight;
     });
     const double above = block_sum(my_above, s);
     // Target c = top_p x total. The float weights are within `error` 2^-24 of the CPU's (all of them, so of any
@@ -434,19 +472,20 @@ __device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, c
     } else if (mode != kPickFallbackForced && total > 0 && isfinite(total) && above - band >= target) {
       keeps = false;
     } else {
-      keeps = one_by_one_keeps<Threads>(row, vocab, floor, winner_key, max_logit, temperature, sampling.top_p, s);
+      keeps = one_by_one_keeps<Threads>(row, vocab, floor, winner_key, max_logit, p.temperature, sampling.top_p, s);
     }
     if (keeps) return winner.id;
-    excluded = winner_key;
+    // Top-p cuts the winner, so every key at or below it: the max again over the keys above it.
+    round = gumbel_round<Threads>(row, 0, vocab, p, winner_key, false, s);
   }
 }
 
-// The keyed pick of the variant `mode` (PickMode).
+// The keyed pick of the variant `mode` (PickMode); `given` as verified_pick's.
 template <int Threads>
 __device__ int32_t draft_pick(const float* row, int64_t vocab, const DeviceScanRequest& sampling, int64_t position,
-                              Best greedy, int mode, PickScratch& s) {
+                              Best greedy, int mode, const GumbelRound* given, PickScratch& s) {
   if (mode == kPickRadix) return keyed_pick(row, vocab, sampling, position, greedy, s);
-  return verified_pick<Threads>(row, vocab, sampling, position, greedy, mode, s);
+  return verified_pick<Threads>(row, vocab, sampling, position, greedy, mode, given, s);
 }
 
 // The fp32 confidence of request i at `slot`: sigmoid((w . [Hf_slot ; e] + b) / T_slot), the dot in double over the
@@ -505,15 +544,18 @@ __device__ __forceinline__ bool record_slot(DeviceScanRecord& record, const Devi
 
 // The end of a scan step for request i, whose corrected logits are in its markov row: the pick (from the greedy best
 // over the finite logits, or the keyed draw), the confidence, the failure flags and the record. `nonfinite` and
-// `greedy` are uniform over the block; `mode` the pick variant (PickMode), Threads the block size.
+// `greedy` are uniform over the block; `mode` the pick variant (PickMode), Threads the block size; `given` the
+// verified pick's first round when pick_sums_kernel took it.
 template <int Threads>
 __device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, int slot, int i,
                             const DeviceScanRequest& request, DeviceScanRecord& record, int nonfinite, Best greedy,
-                            int mode, PickScratch& s) {
+                            int mode, PickScratch& s, const GumbelRound* given = nullptr) {
   const int64_t V = shape.vocab;
   const float* row = in.markov + static_cast<int64_t>(i) * V;
   int32_t pick = 0;
-  if (!nonfinite) pick = draft_pick<Threads>(row, V, request, request.anchor_position + slot + 1, greedy, mode, s);
+  if (!nonfinite) {
+    pick = draft_pick<Threads>(row, V, request, request.anchor_position + slot + 1, greedy, mode, given, s);
+  }
   float chance = NAN;
   bool confidence_finite = true;
   if (shape.has_confidence) {
