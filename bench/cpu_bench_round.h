@@ -34,6 +34,7 @@ struct RoundPlan {
   std::vector<int> spins;  // pool spin budgets (us) crossed with `fused` (empty: leave the pool's as it is)
   std::vector<int> chunk_kib;  // few-row chunk sizes (KiB) crossed with the others (empty: as set)
   std::vector<int> prefetch;   // verify prefetch as ROWS*10+GROUPS (e.g. 62 = default, 12 = from 2 rows, 2 ahead)
+  std::vector<int> small_m;    // set_small_m_kernel masks crossed with the others (empty: as set)
   int gap_us = 0;          // host work between the phases, busy on the calling thread (as the lanes' own work)
   bool cpu_time = false;  // time by the calling thread's CPU time (one thread)
 };
@@ -92,11 +93,12 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
   int64_t position = plan.context;
   // Arms: every fusion mask with every spin budget, taken in turn round by round.
   struct Arm {
-    int fused, spin, chunk, prefetch;
+    int fused, spin, chunk, prefetch, small_m;
     std::string name() const {
       return "fused_" + std::to_string(fused) + (spin >= 0 ? "_spin_" + std::to_string(spin) : "") +
              (chunk > 0 ? "_chunk_" + std::to_string(chunk) : "") +
-             (prefetch >= 0 ? "_pf_" + std::to_string(prefetch) : "");
+             (prefetch >= 0 ? "_pf_" + std::to_string(prefetch) : "") +
+             (small_m >= 0 ? "_sm_" + std::to_string(small_m) : "");
     }
   };
   std::vector<Arm> arm_list;
@@ -104,7 +106,8 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     for (int spin : plan.spins.empty() ? std::vector<int>{-1} : plan.spins)
       for (int chunk : plan.chunk_kib.empty() ? std::vector<int>{0} : plan.chunk_kib)
         for (int prefetch : plan.prefetch.empty() ? std::vector<int>{-1} : plan.prefetch)
-          arm_list.push_back({fused, spin, chunk, prefetch});
+          for (int small_m : plan.small_m.empty() ? std::vector<int>{-1} : plan.small_m)
+            arm_list.push_back({fused, spin, chunk, prefetch, small_m});
   const int64_t chunk_before = compute::set_stream_chunk_bytes(0);
   compute::set_stream_chunk_bytes(chunk_before);
   compute::set_verify_prefetch(-1, 0);
@@ -124,6 +127,7 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     if (arm_list[arm].chunk > 0) compute::set_stream_chunk_bytes(int64_t{arm_list[arm].chunk} * 1024);
     if (const int prefetch = arm_list[arm].prefetch; prefetch >= 0)
       compute::set_verify_prefetch(prefetch / 10, prefetch % 10);
+    if (arm_list[arm].small_m >= 0) compute::set_small_m_kernel(arm_list[arm].small_m);
     host_gap();
     for (int i = 0; i < plan.rows; ++i) row_tokens[i] = static_cast<int32_t>(splitmix64(r * 131 + i) % vocab);
     window.tokens = row_tokens;
@@ -166,6 +170,7 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
   ThreadPool::set_spin_microseconds(spin_before);
   compute::set_stream_chunk_bytes(chunk_before);
   compute::set_verify_prefetch(-1, 0);
+  if (!plan.small_m.empty()) compute::set_small_m_kernel(-1);
   target.release(stream);
   drafter.release(stream);
   nlohmann::json result;

@@ -171,7 +171,9 @@ TEST(OpsFused, SwitchedOffOrTooManyRowsTheStepsDeclineAndWriteNothing) {
       const bool expected = switched_on && applies(rows, two);
       EXPECT_EQ(matmul_add_residual(ctx, x.data(), rows, w.view(), y.data(), h.data()), expected) << rows;
       EXPECT_EQ(matmul_swiglu(ctx, x.data(), rows, w.view(), w.view(), y.data(), h.data(), y.data()), expected);
-      if (!expected) EXPECT_TRUE(std::isnan(y[0]) && std::isnan(h[0])) << "rows=" << rows;
+      if (!expected) {
+        EXPECT_TRUE(std::isnan(y[0]) && std::isnan(h[0])) << "rows=" << rows;
+      }
     }
   }
 }

@@ -78,10 +78,12 @@ bool many_rows_chunked() { return g_many_rows_chunked.load(std::memory_order_rel
 // kMinWindowChunkBytes) and the verify prefetch runs past a chunk's end (a thread's next chunk is mostly the next
 // columns); without it every call takes chunks of stream_chunk_bytes() and the prefetch stops at a chunk's end (a
 // window's chunk costs r rows of compute, and a 384-column matrix in 160-column chunks (160, 160, 64) left a thread
-// idle for up to a third of the call). kSmallMPanels: 1-3 rows against packed weights run whole panels per call
-// (panels_bf16) instead of a tile call per panel.
+// idle for up to a third of the call). kSmallMPanels: rows against packed weights run whole panels per call
+// (panels_bf16 for 1-3 rows, verify_panels_bf16 for 4-16) instead of a tile call per panel and row group. Both on by
+// default since the quiet-host A/B of the ninth session (nano pair, 2 threads, 1-stream rounds interleaved: verify 8 +
+// pass 7 2.009 -> 1.942 ms, verify 4 + pass 3 1.539 -> 1.478, verify 2 + pass 1 1.453 -> 1.346; docs/benchmarks.md).
 constexpr int kSmallMChunks = 1, kSmallMPanels = 2;
-constexpr int kSmallMDefault = 0;
+constexpr int kSmallMDefault = kSmallMChunks | kSmallMPanels;
 constexpr int64_t kMinWindowChunkBytes = 16 * 1024;
 std::atomic<int> g_small_m{[] {
   const char* text = std::getenv("LS_CPU_SMALL_M");
@@ -157,6 +159,18 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
     for (int64_t col = col_begin; col < col_end; col += kFewRowsColumns)
       tile_rows<kFewRowsColumns>(tiles, row_end - row_begin, row_begin, col, std::min<int64_t>(kFewRowsColumns, col_end - col));
     return;
+  }
+  if constexpr (std::is_same_v<Tiles, Bf16Tiles>) {
+    // Packed bf16 weights: a verify window's whole panels in one call (verify_panels_bf16: the same groups, prefetch
+    // and bits), then any last partial panel as below.
+    const int64_t panels_end = col_begin + (col_end - col_begin) / kFewRowsColumns * kFewRowsColumns;
+    if (small_m(kSmallMPanels) && row_end - row_begin <= kVerifyRows && panels_end > col_begin &&
+        tiles.run_verify_panels(row_end - row_begin, row_begin, col_begin, panels_end, prefetch_end,
+                                g_unprefetched_rows.load(std::memory_order_relaxed),
+                                g_prefetch_groups.load(std::memory_order_relaxed))) {
+      if (panels_end == col_end) return;
+      col_begin = panels_end;
+    }
   }
   if (row_end - row_begin <= g_unprefetched_rows.load(std::memory_order_relaxed)) {
     // A short verify window: each 8-column group runs every row while it is in L1, streaming the weights once: 2-row

@@ -4,6 +4,7 @@
 // Register tiles must be fully unrolled (-O2 does not) so that the accumulators live in registers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "compute/cpu/simd_avx512.h"
@@ -104,46 +105,96 @@ LS_TARGET_AVX512_BF16 void tile_bf16(const uint16_t* x, const WeightLayout<uint1
   }
 }
 
-// MR rows x the whole panels of [col, col_end) of a packed layout (col and col_end multiples of 8), one panel after
-// another in one call: per panel the loads and arithmetic of tile_bf16<MR, 8> (so its bits), without a call and an
-// address computation per panel (at K = 64, the drafter's Markov W2, those cost more than the 16 dot products).
+// MR rows x one 8-column panel of a packed layout: the loads and arithmetic of tile_bf16<MR, 8> (so its bits), inlined
+// into the panel loops below (no call and no column address computation per tile).
+template <int MR, bool kHoldWeights>
+LS_TARGET_AVX512_BF16 __attribute__((always_inline)) inline void panel_bf16(const uint16_t* x, const uint16_t* panel,
+                                                                          int64_t K, int64_t step, __mmask32 tail,
+                                                                          int64_t ldy, float* y) {
+  __m512 acc[MR][8];
+  #pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+    #pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n) acc[m][n] = _mm512_setzero_ps();
+  int64_t k = 0, offset = 0;
+  for (; k + 32 <= K; k += 32, offset += step) {
+    __m512bh wv[8];
+    #pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n) {
+      wv[n] = (__m512bh)_mm512_loadu_si512(panel + offset + n * kPackedDepth);
+      // Held in a register for every row: GCC otherwise reloads it per row in the panel loop at MR = 2 (1.8 -> 2.6
+      // dot products per ns hot). Not in the verify loop, whose groups run faster as GCC schedules them (2.0 -> 2.9).
+      if constexpr (kHoldWeights) asm("" : "+v"(wv[n]));
+    }
+    #pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
+      #pragma GCC unroll 8
+      for (int n = 0; n < 8; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
+    }
+  }
+  if (k < K) {  // zero-filled tail, as tile_bf16's
+    __m512bh wv[8];
+    #pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n) wv[n] = (__m512bh)_mm512_maskz_loadu_epi16(tail, panel + offset + n * kPackedDepth);
+    #pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(tail, x + m * K + k);
+      #pragma GCC unroll 8
+      for (int n = 0; n < 8; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m) _mm256_storeu_ps(y + m * ldy, reduce_lanes8(acc[m]));
+}
+
+LS_TARGET_AVX512_BF16 inline __mmask32 tail_mask(int64_t K) { return _cvtu32_mask32(K % 32 ? (1u << (K % 32)) - 1u : 0u); }
+
+// MR rows x the whole panels of [col, col_end) (col and col_end multiples of 8), one panel after another in one call
+// (at K = 64, the drafter's Markov W2, a call and an address computation per panel cost more than its 16 dot products).
 template <int MR>
 LS_TARGET_AVX512_BF16 void panels_bf16(const uint16_t* x, const WeightLayout<uint16_t>& layout, int64_t col,
                                        int64_t col_end, int64_t K, int64_t ldy, float* y) {
-  const int64_t step = layout.step(), full = K / 32 * 32;
-  const __mmask32 tail = _cvtu32_mask32(K > full ? (1u << (K - full)) - 1u : 0u);
+  const int64_t step = layout.step();
+  const __mmask32 tail = tail_mask(K);
   const uint16_t* panel = layout.column(col);
+  for (; col < col_end; col += kPackedColumns, panel += layout.panel_values, y += kPackedColumns)
+    panel_bf16<MR, true>(x, panel, K, step, tail, ldy, y);
+}
+
+// A verify window of `rows` (4..16) rows x the whole panels of [col, col_end), each panel run by every row group while
+// it is in L1, in the groups and with the prefetch of the tile path (block() in matmul_avx512.cpp): windows of up to
+// `unprefetched` rows in 2-row groups (3 + 2 for five, 3 for three left), none prefetched; wider ones in 2-row groups,
+// the panel `groups` panels ahead (below prefetch_end) fetched into L2 a slice per row group.
+LS_TARGET_AVX512_BF16 inline void verify_panels_bf16(const uint16_t* x, const WeightLayout<uint16_t>& layout,
+                                                     int64_t rows, int64_t col, int64_t col_end, int64_t prefetch_end,
+                                                     int64_t K, int64_t ldy, float* y, int64_t unprefetched,
+                                                     int64_t groups) {
+  const int64_t step = layout.step();
+  const __mmask32 tail = tail_mask(K);
+  const uint16_t* panel = layout.column(col);
+  const bool prefetch = rows > unprefetched;
+  const int64_t row_groups = (rows + 1) / 2, panel_bytes = layout.panel_values * 2;
+  const int64_t slice = (panel_bytes / row_groups + 63) / 64 * 64;
   for (; col < col_end; col += kPackedColumns, panel += layout.panel_values, y += kPackedColumns) {
-    __m512 acc[MR][8];
-    #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m)
-      #pragma GCC unroll 8
-      for (int n = 0; n < 8; ++n) acc[m][n] = _mm512_setzero_ps();
-    int64_t k = 0, offset = 0;
-    for (; k < full; k += 32, offset += step) {
-      __m512bh wv[8];
-      #pragma GCC unroll 8
-      for (int n = 0; n < 8; ++n) wv[n] = (__m512bh)_mm512_loadu_si512(panel + offset + n * kPackedDepth);
-      #pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) {
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
-        #pragma GCC unroll 8
-        for (int n = 0; n < 8; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
-      }
+    const char* next = prefetch && col + groups * kPackedColumns < prefetch_end
+                           ? reinterpret_cast<const char*>(panel + groups * layout.panel_values)
+                           : nullptr;
+    for (int64_t row = 0, group = 0, take = 0; row < rows; row += take, ++group) {
+      const int64_t left = rows - row;
+      take = !prefetch && (left == 5 || left == 3) ? 3 : std::min<int64_t>(2, left);
+      if (next)
+        for (int64_t offset = group * slice; offset < std::min(panel_bytes, (group + 1) * slice); offset += 64)
+          _mm_prefetch(next + offset, _MM_HINT_T1);
+      const uint16_t* xr = x + row * K;
+      float* yr = y + row * ldy;
+      if (take == 3)
+        panel_bf16<3, false>(xr, panel, K, step, tail, ldy, yr);
+      else if (take == 2)
+        panel_bf16<2, false>(xr, panel, K, step, tail, ldy, yr);
+      else
+        panel_bf16<1, false>(xr, panel, K, step, tail, ldy, yr);
     }
-    if (k < K) {  // zero-filled tail, as tile_bf16's
-      __m512bh wv[8];
-      #pragma GCC unroll 8
-      for (int n = 0; n < 8; ++n) wv[n] = (__m512bh)_mm512_maskz_loadu_epi16(tail, panel + offset + n * kPackedDepth);
-      #pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) {
-        const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(tail, x + m * K + k);
-        #pragma GCC unroll 8
-        for (int n = 0; n < 8; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
-      }
-    }
-    #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) _mm256_storeu_ps(y + m * ldy, reduce_lanes8(acc[m]));
   }
 }
 
@@ -225,6 +276,14 @@ struct Bf16Tiles {
       case 3: panels_bf16<3>(xr, w, col, col_end, K, ldy, yr); return true;
       default: return false;
     }
+  }
+  // A verify window (verify_panels_bf16) x the whole panels of [col, col_end): false (nothing done) when not packed.
+  bool run_verify_panels(int64_t rows, int64_t row, int64_t col, int64_t col_end, int64_t prefetch_end,
+                         int64_t unprefetched, int64_t groups) const {
+    if (!w.packed || col % kPackedColumns != 0) return false;
+    verify_panels_bf16(x + row * K, w, rows, col, col_end, prefetch_end, K, ldy, y + row * ldy + col, unprefetched,
+                       groups);
+    return true;
   }
 };
 
