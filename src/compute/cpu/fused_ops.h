@@ -12,10 +12,12 @@
 namespace ls::compute {
 
 // Which fused steps run: LS_CPU_FUSED=<mask> at start or set_cpu_fusion_steps(mask) picks them (0 = the unfused
-// sequences), for A/B timing in one process and for the tests that pin the bits. Off by default until a quiet-host
-// A/B shows them faster (the seventh session's runs on a loaded host were not conclusive: docs/lanes.md, cpu8).
+// sequences), for A/B timing in one process and for the tests that pin the bits. By default only the scan's slot step
+// (ninth session, nano pair, 2 threads, interleaved 1-stream rounds: the pass 1-5 % cheaper in 4 of 4 runs, its add
+// and pick no longer serial); the forward's steps lost there (verify 4 rows 0.88 -> 1.12 ms with 1 + 2 + 4), as on
+// the loaded host of the seventh session (docs/lanes.md, cpu8).
 constexpr unsigned kFuseSwiglu = 1, kFuseResidual = 2, kFuseConv = 4, kFuseScan = 8, kFuseAll = 15;
-constexpr unsigned kFuseDefault = 0;
+constexpr unsigned kFuseDefault = kFuseScan;
 bool cpu_fusion();  // any step fused
 unsigned cpu_fusion_steps();
 void set_cpu_fusion(bool on);  // all or none
