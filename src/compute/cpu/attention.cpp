@@ -3,6 +3,7 @@
 // chunks), the scalar loop otherwise; a bf16 cache is widened to fp32, so it gives the bits of an fp32 cache.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "base/check.h"
@@ -53,6 +54,16 @@ void attend_one(const OpContext& ctx, const float* query, int64_t key_count, con
 
 constexpr int kMaxVectorHeadDim = 256;  // q of one head held in 16 registers at most
 
+// The raw scores of a KV head's query heads together (default) or one head at a time (LS_CPU_ATTN_GROUPED=0 at start,
+// for A/B timing; the same bits).
+bool grouped_scores() {
+  static const bool grouped = [] {
+    const char* text = std::getenv("LS_CPU_ATTN_GROUPED");
+    return !(text && text[0] == '0');
+  }();
+  return grouped;
+}
+
 // out [G, 16 * V] = store(sum over keys j in order of p[g][j] * value_j) for G heads sharing one KV head: G * V
 // accumulators in registers (independent chains), each value vector loaded once for all G heads.
 template <int V, int G, typename Cached>
@@ -95,19 +106,17 @@ LS_TARGET_AVX512 void weigh_values_any(bool round, int vectors, const float* p, 
   for (int i = 0; i < vectors; ++i) _mm512_storeu_ps(out + 16 * i, store16(round, acc[i]));
 }
 
-// p [key_count] = softmax of one query head's scores over the keys, as eager attention computes it with 16-lane
-// vectors; head_dim a multiple of 16, at most kMaxVectorHeadDim. p is padded to a multiple of 16.
+// p [key_count] = one query head's raw scores q . k over the keys: eight keys at a time (eight independent chains, one
+// shuffled lane tree for all eight: the bits of reduce_lanes of each), then the keys left one at a time.
 template <typename Cached>
-LS_TARGET_AVX512 void attention_weights_avx512(bool round, const float* query, int64_t key_count, const Cached* keys,
-                                               const AttentionShape& shape, int kv_head, float* p) {
+LS_TARGET_AVX512 void raw_scores_avx512(const float* query, int64_t key_count, const Cached* keys,
+                                        const AttentionShape& shape, int kv_head, float* p) {
   using namespace simd;
   const int hd = shape.head_dim, vectors = hd / 16;
   const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * hd;
   __m512 q[kMaxVectorHeadDim / 16];
   for (int i = 0; i < vectors; ++i) q[i] = _mm512_loadu_ps(query + 16 * i);
   const Cached* key = keys + kv_head * hd;
-  // Eight keys at a time (eight independent chains, one shuffled lane tree for all eight: the bits of reduce_lanes
-  // of each), then the keys left one at a time.
   int64_t j = 0;
   for (; j + 8 <= key_count; j += 8, key += 8 * kv_stride) {
     __m512 acc[8];
@@ -123,7 +132,50 @@ LS_TARGET_AVX512 void attention_weights_avx512(bool round, const float* query, i
     for (int i = 1; i < vectors; ++i) acc = _mm512_fmadd_ps(q[i], load16(key + 16 * i, 0xffff), acc);
     p[j] = reduce_lanes(acc);
   }
-  // scores = store(store(raw) * scale); max; exp(s - max) summed in 16 lanes over 16-key chunks; p = store(e / total).
+}
+
+// The raw scores of G query heads (query, query + hd, ...) sharing KV head kv_head, into p + g * p_stride: each key
+// vector loaded (and widened) once for all G heads, each (head, key) the same products in the same order as
+// raw_scores_avx512's, so the same bits.
+template <int G, typename Cached>
+LS_TARGET_AVX512 void grouped_raw_scores_avx512(const float* query, int64_t key_count, const Cached* keys,
+                                                const AttentionShape& shape, int kv_head, float* p, int64_t p_stride) {
+  using namespace simd;
+  const int hd = shape.head_dim, vectors = hd / 16;
+  const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * hd;
+  const Cached* key = keys + kv_head * hd;
+  int64_t j = 0;
+  for (; j + 8 <= key_count; j += 8, key += 8 * kv_stride) {
+    __m512 acc[G][8];
+    #pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n) {
+      const __m512 k = load16(key + n * kv_stride, 0xffff);
+      #pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[g][n] = _mm512_mul_ps(_mm512_loadu_ps(query + g * hd), k);
+    }
+    for (int i = 1; i < vectors; ++i)
+      #pragma GCC unroll 8
+      for (int n = 0; n < 8; ++n) {
+        const __m512 k = load16(key + n * kv_stride + 16 * i, 0xffff);
+        #pragma GCC unroll 4
+        for (int g = 0; g < G; ++g) acc[g][n] = _mm512_fmadd_ps(_mm512_loadu_ps(query + g * hd + 16 * i), k, acc[g][n]);
+      }
+    #pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) _mm256_storeu_ps(p + g * p_stride + j, reduce_lanes8(acc[g]));
+  }
+  for (; j < key_count; ++j, key += kv_stride)
+    for (int g = 0; g < G; ++g) {
+      const float* qg = query + g * hd;
+      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qg), load16(key, 0xffff));
+      for (int i = 1; i < vectors; ++i) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + 16 * i), load16(key + 16 * i, 0xffff), acc);
+      p[g * p_stride + j] = reduce_lanes(acc);
+    }
+}
+
+// p [key_count] (raw scores in, padded to a multiple of 16) = their softmax as eager attention computes it: scores =
+// store(store(raw) * scale); max; exp(s - max) summed in 16 lanes over 16-key chunks; p = store(e / total).
+LS_TARGET_AVX512 void softmax_scores_avx512(bool round, int64_t key_count, const AttentionShape& shape, float* p) {
+  using namespace simd;
   const __m512 scale = _mm512_set1_ps(shape.scale);
   __m512 max16 = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < key_count; j += 16) {
@@ -157,8 +209,15 @@ LS_TARGET_AVX512 void attend_heads_avx512(const OpContext& ctx, const float* que
   const bool round = ctx.rounds_to_bf16();
   const int64_t padded = (key_count + 15) / 16 * 16;
   scores.resize(heads * padded);
-  for (int g = 0; g < heads; ++g)
-    attention_weights_avx512(round, query + g * hd, key_count, keys, shape, kv_head, scores.data() + g * padded);
+  // Raw scores: the group's heads together where their 8 x G accumulators fit in registers (G <= 3), else one by one.
+  if (heads == 3 && grouped_scores())
+    grouped_raw_scores_avx512<3>(query, key_count, keys, shape, kv_head, scores.data(), padded);
+  else if (heads == 2 && grouped_scores())
+    grouped_raw_scores_avx512<2>(query, key_count, keys, shape, kv_head, scores.data(), padded);
+  else
+    for (int g = 0; g < heads; ++g)
+      raw_scores_avx512(query + g * hd, key_count, keys, shape, kv_head, scores.data() + g * padded);
+  for (int g = 0; g < heads; ++g) softmax_scores_avx512(round, key_count, shape, scores.data() + g * padded);
   const Cached* value = values + kv_head * hd;
   const float* p = scores.data();
   if (vectors == 4) {
