@@ -82,7 +82,11 @@ bool many_rows_chunked() { return g_many_rows_chunked.load(std::memory_order_rel
 // (panels_bf16 for 1-3 rows, verify_panels_bf16 for 4-16) instead of a tile call per panel and row group. Both on by
 // default since the quiet-host A/B of the ninth session (nano pair, 2 threads, 1-stream rounds interleaved: verify 8 +
 // pass 7 2.009 -> 1.942 ms, verify 4 + pass 3 1.539 -> 1.478, verify 2 + pass 1 1.453 -> 1.346; docs/benchmarks.md).
-constexpr int kSmallMChunks = 1, kSmallMPanels = 2;
+// kSmallMGroups (with kSmallMPanels): verify windows in row groups fixed per row count (verify_groups_bf16: 3s then
+// 2s, the weights held in registers) instead of 2-row groups chosen at run time. Off by default: hot it runs 3.2 dot
+// products per ns at 5-16 rows (against 2.1-3.0), but in the nano GEMMs' round order (weights from L3 / memory, one
+// thread, CPU time) only 5-7 rows gained (2-7 %) and 8 rows lost 2-3 % (11 % with 2 + 2 + 2 + 2).
+constexpr int kSmallMChunks = 1, kSmallMPanels = 2, kSmallMGroups = 4;
 constexpr int kSmallMDefault = kSmallMChunks | kSmallMPanels;
 constexpr int64_t kMinWindowChunkBytes = 16 * 1024;
 std::atomic<int> g_small_m{[] {
@@ -99,47 +103,8 @@ int64_t window_chunk_bytes(int64_t rows) {
 }
 
 
-// x [rows, K] as bf16 bits (truncated); returns whether the row was bf16-exact (the truncation lost nothing).
-LS_TARGET_AVX512 bool row_to_bf16(const float* x, int64_t K, uint16_t* out) {
-  __m512i lost = _mm512_setzero_si512();
-  const __m512i low_half = _mm512_set1_epi32(0xffff);
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    const __m512i bits = _mm512_loadu_si512(x + k);
-    lost = _mm512_or_si512(lost, _mm512_and_si512(bits, low_half));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
-  }
-  if (k < K) {
-    const __mmask16 mask = _cvtu32_mask16((1u << (K - k)) - 1u);
-    const __m512i bits = _mm512_maskz_loadu_epi32(mask, x + k);
-    lost = _mm512_or_si512(lost, _mm512_and_si512(bits, low_half));
-    _mm256_mask_storeu_epi16(out + k, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
-  }
-  return _mm512_test_epi32_mask(lost, lost) == 0;
-}
 
 
-// out [col_begin, col_end) += bias, then rounded to bf16 when asked: float_to_bf16 bit for bit (NaN kept quiet).
-LS_TARGET_AVX512 void finish_outputs(float* out, const float* bias, int64_t col_begin, int64_t col_end, bool round) {
-  if (!bias && !round) return;
-  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), high = _mm512_set1_epi32(0xffff0000);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), infinity = _mm512_set1_epi32(0x7f800000);
-  const __m512i quiet = _mm512_set1_epi32(0x00400000);
-  for (int64_t col = col_begin; col < col_end; col += 16) {
-    const __mmask16 mask = col + 16 <= col_end ? __mmask16(0xffff) : _cvtu32_mask16((1u << (col_end - col)) - 1u);
-    __m512 value = _mm512_maskz_loadu_ps(mask, out + col);
-    if (bias) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, bias + col));
-    if (round) {
-      const __m512i bits = _mm512_castps_si512(value);
-      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
-      const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(half, lsb)), high);
-      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, abs_mask), infinity);
-      const __m512i quieted = _mm512_or_si512(_mm512_and_si512(bits, high), quiet);
-      value = _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quieted));
-    }
-    _mm512_mask_storeu_ps(out + col, mask, value);
-  }
-}
 
 
 // y [rows, cols] of one block. Few rows (decode, small verify): wide tiles, every weight streamed once. Many rows:
@@ -167,7 +132,7 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
     if (small_m(kSmallMPanels) && row_end - row_begin <= kVerifyRows && panels_end > col_begin &&
         tiles.run_verify_panels(row_end - row_begin, row_begin, col_begin, panels_end, prefetch_end,
                                 g_unprefetched_rows.load(std::memory_order_relaxed),
-                                g_prefetch_groups.load(std::memory_order_relaxed))) {
+                                g_prefetch_groups.load(std::memory_order_relaxed), small_m(kSmallMGroups))) {
       if (panels_end == col_end) return;
       col_begin = panels_end;
     }
