@@ -82,11 +82,13 @@ bool many_rows_chunked() { return g_many_rows_chunked.load(std::memory_order_rel
 // (panels_bf16 for 1-3 rows, verify_panels_bf16 for 4-16) instead of a tile call per panel and row group. Both on by
 // default since the quiet-host A/B of the ninth session (nano pair, 2 threads, 1-stream rounds interleaved: verify 8 +
 // pass 7 2.009 -> 1.942 ms, verify 4 + pass 3 1.539 -> 1.478, verify 2 + pass 1 1.453 -> 1.346; docs/benchmarks.md).
-// kSmallMGroups (with kSmallMPanels): verify windows in row groups fixed per row count (verify_groups_bf16: 3s then
-// 2s, the weights held in registers) instead of 2-row groups chosen at run time. Off by default: hot it runs 3.2 dot
-// products per ns at 5-16 rows (against 2.1-3.0), but in the nano GEMMs' round order (weights from L3 / memory, one
-// thread, CPU time) only 5-7 rows gained (2-7 %) and 8 rows lost 2-3 % (11 % with 2 + 2 + 2 + 2).
-constexpr int kSmallMChunks = 1, kSmallMPanels = 2, kSmallMGroups = 4;
+// kSmallMGroups / kSmallMWideGroups (with kSmallMPanels): verify windows of 4-7 / 8-16 rows in row groups fixed per
+// row count (verify_groups_bf16: 3s then 2s, the weights held in registers) instead of 2-row groups chosen at run time.
+// Hot they run 3.2 dot products per ns at 5-16 rows (against 2.1-3.0); in the nano GEMMs' round order (weights from
+// L3 / memory, one thread, CPU time) 4-7 rows gained 0.5-7 % (the drafter's 7-row block 3-5 %) and 8 rows lost 2-3 %
+// (11 % with 2 + 2 + 2 + 2); 2-thread rounds with 4-7 rows on (mask 7 against 3) were inconclusive on the loaded host
+// (load 3: pass medians 3 of 5 better, the quietest run 0.785 -> 0.890 ms worse), so both stay off.
+constexpr int kSmallMChunks = 1, kSmallMPanels = 2, kSmallMGroups = 4, kSmallMWideGroups = 8;
 constexpr int kSmallMDefault = kSmallMChunks | kSmallMPanels;
 constexpr int64_t kMinWindowChunkBytes = 16 * 1024;
 std::atomic<int> g_small_m{[] {
@@ -132,7 +134,8 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
     if (small_m(kSmallMPanels) && row_end - row_begin <= kVerifyRows && panels_end > col_begin &&
         tiles.run_verify_panels(row_end - row_begin, row_begin, col_begin, panels_end, prefetch_end,
                                 g_unprefetched_rows.load(std::memory_order_relaxed),
-                                g_prefetch_groups.load(std::memory_order_relaxed), small_m(kSmallMGroups))) {
+                                g_prefetch_groups.load(std::memory_order_relaxed),
+                                small_m(row_end - row_begin <= 7 ? kSmallMGroups : kSmallMWideGroups))) {
       if (panels_end == col_end) return;
       col_begin = panels_end;
     }
