@@ -61,7 +61,7 @@ struct Options {
   int context = 192;  // rows the drafter absorbs before its passes are timed
   int drafter_bits = 0;  // the drafter's --drafter-bits
   std::vector<int> threads = {1, 2}, prefill = {128, 512}, verify = {1, 2, 4, 8, 16};
-  std::vector<int> fused = {1};  // the fusion arms timed in turn (1 on, 0 off)
+  std::vector<int> fused = {static_cast<int>(compute::kFuseDefault)};  // fusion masks timed in turn (the engine's)
   std::vector<int> round;        // ROWS, DEPTH of --round (empty: no round mode)
   std::vector<int> spins;        // --spin-us: pool spin budgets crossed with the fusion arms (round mode)
   std::vector<int> chunk_kib;    // --chunk-kb: few-row chunk sizes crossed with them (round mode)
