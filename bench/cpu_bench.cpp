@@ -4,8 +4,8 @@
 //   cpu_bench --model DIR [--threads 1,2] [--repeats 5] [--decode-tokens 32] [--prefill 128,512]
 //             [--verify 1,2,4,8,16] [--mode bf16|fp32] [--cpu-time 1] [--json PATH]
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
-//             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12] [--small-m 0,3]
-//              [--round-gap-us US] [--span POSITIONS]]
+//             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
+//              [--small-m 0,3] [--round-gap-us US] [--span POSITIONS]]
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the

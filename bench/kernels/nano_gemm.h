@@ -129,10 +129,12 @@ inline int run(const Options& options) {
   const Sequences s = make_sequences();
   const int64_t max_rows = *std::max_element(options.rows.begin(), options.rows.end());
   std::vector<float> x(max_rows * 1152);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = round_to_bf16(static_cast<float>(uniform_open01(splitmix64(i + 7)) - 0.5));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = round_to_bf16(static_cast<float>(uniform_open01(splitmix64(i + 7)) - 0.5));
   nlohmann::json report = nlohmann::json::array();
   std::printf("nano GEMMs per row: target layers %.2fM MAC (%zu calls), drafter layers %.2fM (%zu calls), head %.2fM;"
-              " arms/prefetch: set_small_m_kernel mask (1 finer window chunks, 2 whole panels per call) / set_verify_prefetch\n",
+              " arms/prefetch: set_small_m_kernel mask (1 finer window chunks, 2 whole panels per call, 4/8 fixed groups)"
+              " / set_verify_prefetch\n",
               s.target_macs / 1e6, s.target.size(), s.drafter_macs / 1e6, s.drafter.size(), s.head_macs / 1e6);
   std::printf("%-8s %4s %4s %5s %10s %10s %9s %12s %9s\n", "part", "thr", "rows", "arm", "median ms", "best ms",
               "GMAC/s", "x 1-row arm", "bitwise");
@@ -189,11 +191,13 @@ inline int run(const Options& options) {
           const double best = *std::min_element(times[a][part].begin(), times[a][part].end());
           const double part_macs = part < 4 ? macs[part] : macs[0] + macs[1] + macs[2] + macs[3];
           if (part < 4 && rows == 1) one_row[a][part] = ms;
-          const double base = part < 4 ? one_row[a][part] : one_row[a][0] + one_row[a][1] + one_row[a][2] + one_row[a][3];
+          const double base =
+              part < 4 ? one_row[a][part] : one_row[a][0] + one_row[a][1] + one_row[a][2] + one_row[a][3];
           const double ratio = base > 0 ? ms / base : 0;
           const char* name = part < 4 ? names[part] : "round";
           std::printf("%-8s %4d %4d %2d/%02d %10.4f %10.4f %9.1f %12.2f %9s\n", name, threads, rows,
-                      arm_list[a].chunks, arm_list[a].prefetch, ms, best, part_macs * rows / ms / 1e6, ratio, same ? "same" : "DIFFER");
+                      arm_list[a].chunks, arm_list[a].prefetch, ms, best, part_macs * rows / ms / 1e6, ratio,
+                      same ? "same" : "DIFFER");
           report.push_back({{"part", name}, {"threads", threads}, {"rows", rows}, {"arm", arm_list[a].chunks},
                             {"prefetch", arm_list[a].prefetch},
                             {"median_ms", ms}, {"best_ms", best}, {"gmacs", part_macs * rows / ms / 1e6},

@@ -167,7 +167,8 @@ LS_TARGET_AVX512 void grouped_raw_scores_avx512(const float* query, int64_t key_
     for (int g = 0; g < G; ++g) {
       const float* qg = query + g * hd;
       __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qg), load16(key, 0xffff));
-      for (int i = 1; i < vectors; ++i) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + 16 * i), load16(key + 16 * i, 0xffff), acc);
+      for (int i = 1; i < vectors; ++i)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + 16 * i), load16(key + 16 * i, 0xffff), acc);
       p[g * p_stride + j] = reduce_lanes(acc);
     }
 }

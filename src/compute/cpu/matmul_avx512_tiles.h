@@ -150,7 +150,10 @@ LS_TARGET_AVX512_BF16 __attribute__((always_inline)) inline void panel_bf16(cons
   for (int m = 0; m < MR; ++m) _mm256_storeu_ps(y + m * ldy, reduce_lanes8(acc[m]));
 }
 
-LS_TARGET_AVX512_BF16 inline __mmask32 tail_mask(int64_t K) { return _cvtu32_mask32(K % 32 ? (1u << (K % 32)) - 1u : 0u); }
+// The lanes of a K-tail step (K % 32 values; none when K is a multiple of 32).
+LS_TARGET_AVX512_BF16 inline __mmask32 tail_mask(int64_t K) {
+  return _cvtu32_mask32(K % 32 ? (1u << (K % 32)) - 1u : 0u);
+}
 
 // MR rows x the whole panels of [col, col_end) (col and col_end multiples of 8), one panel after another in one call
 // (at K = 64, the drafter's Markov W2, a call and an address computation per panel cost more than its 16 dot products).
@@ -346,7 +349,8 @@ LS_TARGET_AVX512 inline bool row_to_bf16(const float* x, int64_t K, uint16_t* ou
 }
 
 // out [col_begin, col_end) += bias, then rounded to bf16 when asked: float_to_bf16 bit for bit (NaN kept quiet).
-LS_TARGET_AVX512 inline void finish_outputs(float* out, const float* bias, int64_t col_begin, int64_t col_end, bool round) {
+LS_TARGET_AVX512 inline void finish_outputs(float* out, const float* bias, int64_t col_begin, int64_t col_end,
+                                             bool round) {
   if (!bias && !round) return;
   const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), high = _mm512_set1_epi32(0xffff0000);
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), infinity = _mm512_set1_epi32(0x7f800000);
