@@ -86,8 +86,8 @@ bool many_rows_chunked() { return g_many_rows_chunked.load(std::memory_order_rel
 // row count (verify_groups_bf16: 3s then 2s, the weights held in registers) instead of 2-row groups chosen at run time.
 // Hot they run 3.2 dot products per ns at 5-16 rows (against 2.1-3.0); in the nano GEMMs' round order (weights from
 // L3 / memory, one thread, CPU time) 4-7 rows gained 0.5-7 % (the drafter's 7-row block 3-5 %) and 8 rows lost 2-3 %
-// (11 % with 2 + 2 + 2 + 2); 2-thread rounds with 4-7 rows on (mask 7 against 3) were inconclusive on the loaded host
-// (load 3: pass medians 3 of 5 better, the quietest run 0.785 -> 0.890 ms worse), so both stay off.
+// (11 % with 2 + 2 + 2 + 2); in 2-thread rounds (15:11 UTC, mask 7 against 3, interleaved) the pass's 7-row block got
+// slower in all four round shapes (medians 0.82 -> 0.95, 0.75 -> 0.86, 0.91 -> 0.98, 0.91 -> 1.01 ms), so both stay off.
 constexpr int kSmallMChunks = 1, kSmallMPanels = 2, kSmallMGroups = 4, kSmallMWideGroups = 8;
 constexpr int kSmallMDefault = kSmallMChunks | kSmallMPanels;
 constexpr int64_t kMinWindowChunkBytes = 16 * 1024;
