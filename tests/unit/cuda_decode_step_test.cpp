@@ -35,7 +35,8 @@ struct DecodeMode {
   int pipe_ring_kb = 0;
   bool no_narrow = false;  // set_decode_pipe_narrow(false): not even the automatic narrow pick (the old path)
   int tma = -1;  // set_decode_pipe_tma: the pipeline's weights as row copies (0), 3D (1) or 2D (2) tensor boxes
-  int tma_classes = 0;  // with tma -1: the one-row shape classes (kDecodeTma*) that take 3D boxes automatically
+  int tma_classes = cuda::kDecodeTmaWide | cuda::kDecodeTmaSliced;  // with tma -1: the one-row shape classes
+                                                                     // (kDecodeTma*) taking 3D boxes automatically
 };
 
 // Puts the process-wide switches back however the test ends.
@@ -47,7 +48,7 @@ struct DefaultSwitchesAtExit {
     cuda::set_decode_pipeline(false);
     cuda::set_decode_pipe_narrow(true);
     cuda::set_decode_pipe_tma(-1);
-    cuda::set_decode_pipe_tma_classes(0);
+    cuda::set_decode_pipe_tma_classes(cuda::kDecodeTmaWide | cuda::kDecodeTmaSliced);
   }
 };
 
@@ -122,15 +123,19 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
   // against 1.057); session 7's decode tails lost too and are gone (docs/cuda.md). Session 8: the pipeline decode
   // GEMM (set_decode_pipeline), the default in between.
   const DecodeMode modes[] = {
-      {"default picks (pipeline for one-row narrow GEMMs)", -1, false, false, 0},
+      {"default picks (row copies narrow, 3D boxes wide and sliced)", -1, false, false, 0},
       {"no pipeline (the streaming kernels)", -1, false, false, 0, -1, 0, false, 0, true},
       {"pipeline decode GEMM everywhere, ring 128 KB", -1, false, false, 0, -1, 0, true, 128},
       {"pipeline everywhere, 3D tensor copies", -1, false, false, 0, -1, 0, true, 0, false, 1},
       {"pipeline everywhere, 2D tensor copies", -1, false, false, 0, -1, 0, true, 0, false, 2},
       {"pipeline one-row narrow, 3D tensor copies", -1, false, false, 0, -1, 0, false, 0, false, 1},
-      {"default + 3D boxes for wide, SwiGLU, sliced one-row GEMMs", -1, false, false, 0, -1, 0, false, 0, false, -1,
-       cuda::kDecodeTmaWide | cuda::kDecodeTmaSwiglu | cuda::kDecodeTmaSliced},
+      {"session 8 default (row copies for one-row narrow GEMMs only)", -1, false, false, 0, -1, 0, false, 0, false, -1, 0},
+      {"default, 3D boxes for wide one-row GEMMs only", -1, false, false, 0, -1, 0, false, 0, false, -1,
+       cuda::kDecodeTmaWide},
+      {"default + 3D boxes for SwiGLU one-row GEMMs", -1, false, false, 0, -1, 0, false, 0, false, -1,
+       cuda::kDecodeTmaWide | cuda::kDecodeTmaSliced | cuda::kDecodeTmaSwiglu},
       {"default + 3D boxes for every one-row GEMM", -1, false, false, 0, -1, 0, false, 0, false, -1, 15},
+      {"session 8 default (again)", -1, false, false, 0, -1, 0, false, 0, false, -1, 0},
       {"default picks (again)", -1, false, false, 0},
       {"no pipeline (again)", -1, false, false, 0, -1, 0, false, 0, true},
       {"streaming picks only (the old path)", -2, false, false, 0},

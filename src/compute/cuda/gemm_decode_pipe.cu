@@ -199,7 +199,16 @@ int tma_from_env() {
   return std::string(value) == "1" ? 1 : std::string(value) == "2" ? 2 : 0;
 }
 std::atomic<int> pipe_tma{tma_from_env()};
-std::atomic<int> tma_classes{0};  // kDecodeTma* bits (kernels.h)
+// The classes taking 3D boxes by default (kDecodeTma* bits, kernels.h; LS_DECODE_TMA_CLASSES overrides): one-row
+// wide and sliced launches (batch s9A, us at m = 1, old -> 3D boxes: 2048->6144 10.96 -> 9.32, 8192->2048 9.78 ->
+// 9.56); narrow ones keep row copies (2048->2048 5.92 against 6.66 at best), SwiGLU the streaming kernel (17.50
+// against 17.62).
+int tma_classes_from_env() {
+  const char* value = std::getenv("LS_DECODE_TMA_CLASSES");
+  if (value == nullptr || value[0] == 0) return kDecodeTmaWide | kDecodeTmaSliced;
+  return std::atoi(value) & 15;
+}
+std::atomic<int> tma_classes{tma_classes_from_env()};
 constexpr int kDefaultTmaRingBytes = 192 * 1024;
 
 // The copies a launch of m rows x K -> rows (SwiGLU: 2F) outputs takes: 0 rows, 1 3D boxes, 2 2D boxes.
@@ -258,9 +267,16 @@ void allow_shape(int optin) {
                        optin);
 }
 
-// The automatic configuration: SwiGLU 4 warps; sliced K 8 warps x 8 columns; one slice 16 columns an item from
-// 8192 outputs, else 8.
-int auto_config(bool swiglu, int slices, int64_t rows) {
+// The automatic configuration. Row copies: SwiGLU 4 warps; sliced K 8 warps x 8 columns; one slice 16 columns an
+// item from 8192 outputs, else 8. Tensor copies (batch s9A, cuda_gemm_bench --pipe, us at m = 1 against the old
+// kernels): SwiGLU 8 warps (17.6 / 17.5), sliced K 8 warps x 16 columns (8192->2048 9.56 / 9.78), one slice above
+// 4096 outputs 4 warps x 16 columns (2048->6144 9.32 / 10.96, 2048->8192 9.62 / 11.82), narrower 4 x 8.
+int auto_config(bool swiglu, int slices, int64_t rows, int copies) {
+  if (copies != 0) {
+    if (swiglu) return kPlainConfigs + 1;
+    if (slices > 1) return 4;
+    return rows > kNarrowMaxN ? 1 : 0;
+  }
   if (swiglu) return kPlainConfigs;
   if (slices > 1) return 3;
   return rows >= 8192 ? 1 : 0;
@@ -320,7 +336,7 @@ bool maps_ok(int config, const GemmArgs* args, int count) {
 int config_for(bool swiglu, int m, int k, int64_t rows) {
   const int pinned = pipe_pinned.load(std::memory_order_relaxed);
   if (pinned >= 0 && (pinned >= kPlainConfigs) == swiglu && shape_fits(pinned, m, k, rows)) return pinned;
-  return auto_config(swiglu, slice_count(k), rows);
+  return auto_config(swiglu, slice_count(k), rows, copies_of(m, k, rows, swiglu));
 }
 
 }  // namespace

@@ -101,9 +101,9 @@ bool decode_pipeline_on();
 void set_decode_pipe_chunk(int tiles);
 // The pipeline's weight copies (session 9, on trial; LS_DECODE_TMA sets it for a process): 0 row copies, 1 one TMA
 // tensor box [8 or 16 rows, chunk K tiles] a stage, 2 one 2D box per K tile, for every pipeline launch; -1 (the
-// default): one-row launches of the shape classes in set_decode_pipe_tma_classes (kDecodeTma* bits) take the pipeline
-// with 3D boxes while the automatic picks are on (set_decode_pipe_narrow), the rest row copies. Same bits always;
-// drop captured graphs after a change.
+// default): one-row launches of the shape classes in set_decode_pipe_tma_classes (kDecodeTma* bits; default wide |
+// sliced, LS_DECODE_TMA_CLASSES sets it for a process) take the pipeline with 3D boxes while the automatic picks are
+// on (set_decode_pipe_narrow), the rest row copies. Same bits always; drop captured graphs after a change.
 constexpr int kDecodeTmaNarrow = 1;  // one slice, N <= 4096 (o_proj, out_proj, q / k / v)
 constexpr int kDecodeTmaWide = 2;    // one slice, N > 4096 (in_proj)
 constexpr int kDecodeTmaSwiglu = 4;  // the fused gate_up + SwiGLU
