@@ -226,6 +226,7 @@ int chain_bench() {
 // rings of 96 / 200 KB, then every configuration pinned.
 int pipe_bench(const std::vector<int64_t>& widths) {
   const GemmEngine engine;
+  const int default_classes = decode_pipe_tma_classes();
   struct Shape {
     int64_t n, k;
     bool swiglu;
@@ -267,11 +268,12 @@ int pipe_bench(const std::vector<int64_t>& widths) {
       set_decode_pipe_narrow(false);
       row("old", graph_ms(run, 40));
       set_decode_pipe_narrow(true);
-      if (!head) row("default (narrow one-row pick)", graph_ms(run, 40));
+      if (!head) row("session 8 default (rows, narrow)", graph_ms(run, 40));
       set_decode_pipe_tma(-1);
+      if (!head) row("default (3D boxes wide and sliced)", graph_ms(run, 40));
       set_decode_pipe_tma_classes(15);
       if (!head) row("default + 3D boxes for every class", graph_ms(run, 40));
-      set_decode_pipe_tma_classes(0);
+      set_decode_pipe_tma_classes(default_classes);
       set_decode_pipe_tma(0);
       set_decode_pipeline(true);
       if (!head) row("rows pipe auto, chunk 16", graph_ms(run, 40));
