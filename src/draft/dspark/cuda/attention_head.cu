@@ -22,7 +22,7 @@ using attention_tiles::load_eight;
 constexpr int kHeadThreads = 256;
 constexpr int kStageKeys = 128;      // K (or V) rows staged in shared memory at a time
 constexpr int kWindowFloats = 8192;  // scores a CTA holds: [gamma, window], window = this / gamma (multiple of 32)
-constexpr int kMaxGroupRows = 12;    // query rows one thread scores against its key (each key read once per group)
+constexpr int kMaxGroupRows = 10;    // query rows one thread scores against its key (each key read once per group)
 constexpr int kMaxQuadsPerThread = 2;  // 4-dim output quads a thread accumulates: gamma x head_dim / 4 <= 512
 
 // Keys a window of scores covers from `first`: whole chunks when a chunk fits (first is then a chunk start), else
@@ -54,17 +54,33 @@ __host__ __device__ inline size_t head_shared_floats(int gamma, int head_dim, in
          2 * static_cast<size_t>(gamma);
 }
 
-// Rows [piece, piece + count) of a [keys, kv_size] cache slice into the stage (16-byte loads).
+// Rows [piece, piece + count) of a [keys, kv_size] cache slice into the stage: every 16-byte load a thread makes
+// issued before the first store (the stores could alias the loads, so a load-store loop waits out each load in turn).
 template <int kHeadDim>
 __device__ __forceinline__ void stage_rows(float* stage, const bf16_t* from, int kv_size, int piece, int count) {
   constexpr int kStride = kHeadDim + 4, kEights = kHeadDim / 8;
-  for (int index = threadIdx.x; index < count * kEights; index += blockDim.x) {
-    const int j = index / kEights, c8 = (index % kEights) * 8;
-    float eight[8];
-    load_eight(from + static_cast<int64_t>(piece + j) * kv_size + c8, eight);
-    float4* to = reinterpret_cast<float4*>(stage + j * kStride + c8);
-    to[0] = make_float4(eight[0], eight[1], eight[2], eight[3]);
-    to[1] = make_float4(eight[4], eight[5], eight[6], eight[7]);
+  constexpr int kLoads = kStageKeys * kEights / kHeadThreads;  // blockDim.x == kHeadThreads
+  uint4 raw[kLoads];
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    const int index = threadIdx.x + k * kHeadThreads;
+    if (index < count * kEights) {
+      const int j = index / kEights, c8 = (index % kEights) * 8;
+      raw[k] = *reinterpret_cast<const uint4*>(from + static_cast<int64_t>(piece + j) * kv_size + c8);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    const int index = threadIdx.x + k * kHeadThreads;
+    if (index < count * kEights) {
+      const int j = index / kEights, c8 = (index % kEights) * 8;
+      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[k]);
+      const float2 a = __bfloat1622float2(pairs[0]), b = __bfloat1622float2(pairs[1]);
+      const float2 c = __bfloat1622float2(pairs[2]), d = __bfloat1622float2(pairs[3]);
+      float4* to = reinterpret_cast<float4*>(stage + j * kStride + c8);
+      to[0] = make_float4(a.x, a.y, b.x, b.y);
+      to[1] = make_float4(c.x, c.y, d.x, d.y);
+    }
   }
 }
 
@@ -138,7 +154,7 @@ __device__ __forceinline__ void window_stats(const HeadShared& s, int gamma, int
 }
 
 template <int kHeadDim>
-__global__ void __launch_bounds__(kHeadThreads) attention_head_kernel(const bf16_t* q,
+__global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const bf16_t* q,
                                                                       const DeviceBlockRequest* requests, int gamma,
                                                                       AttentionDims dims, int layer, int chunks,
                                                                       int window, bf16_t* out) {
@@ -186,17 +202,28 @@ __global__ void __launch_bounds__(kHeadThreads) attention_head_kernel(const bf16
     window_stats(s, gamma, chunks, chunk_keys, key_count, stride, first, last);
     __syncthreads();  // stats read the scores the next window overwrites
   }
-  // The row's max and total from its chunks' stats in chunk order (the split's combine).
-  for (int r = threadIdx.x; r < gamma; r += blockDim.x) {
-    float largest = -INFINITY;
-    for (int c = 0; c < chunks; ++c) largest = fmaxf(largest, s.chunk_max[r * chunks + c]);
+  // The row's max and total from its chunks' stats in chunk order (the split's combine), a warp per row: lane c holds
+  // chunk c (chunks <= 32); the max over the lanes (the order of a max does not matter: a zero's sign never changes
+  // exp(x - max)); each chunk's exponential by its lane, then the total's adds in chunk order by every lane.
+  static_assert(kMaxSplitChunks <= 32);
+  for (int r = threadIdx.x / 32; r < gamma; r += blockDim.x / 32) {
+    const int lane = threadIdx.x % 32;
+    const float most = lane < chunks ? s.chunk_max[r * chunks + lane] : -INFINITY;
+    const float part = lane < chunks ? s.chunk_total[r * chunks + lane] : 0.0f;
+    float largest = most;
+    for (int offset = 16; offset > 0; offset /= 2) {
+      largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+    }
+    const float scaled = part > 0.0f ? expf(most - largest) : 0.0f;
     float total = 0.0f;
     for (int c = 0; c < chunks; ++c) {
-      const float2 stat = make_float2(s.chunk_max[r * chunks + c], s.chunk_total[r * chunks + c]);
-      if (stat.y > 0.0f) total += stat.y * expf(stat.x - largest);
+      const float stat_total = __shfl_sync(0xffffffffu, part, c), exponential = __shfl_sync(0xffffffffu, scaled, c);
+      if (stat_total > 0.0f) total += stat_total * exponential;
     }
-    s.row_max[r] = largest;
-    s.row_total[r] = total;
+    if (lane == 0) {
+      s.row_max[r] = largest;
+      s.row_total[r] = total;
+    }
   }
   __syncthreads();
   // Sweep 2: probabilities (bf16) times values, a thread per (row, 4 dims): per output the chunk's partial from
