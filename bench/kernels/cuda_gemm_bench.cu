@@ -306,6 +306,12 @@ int pipe_bench(const std::vector<int64_t>& widths) {
             continue;
           }
           row(name + " " + decode_pipe_config_name(config) + ", chunk 8", graph_ms(pinned, 40));
+          if (mode == 1 && (config == 1 || config == 4)) {  // a ring small enough for two CTAs an SM
+            set_decode_pipeline(false, -1, 96);
+            if (gemm_decode_pipe(engine, config, x.data(), m, matrix(0), y.data(), nullptr, nullptr).ok())
+              row(name + " " + decode_pipe_config_name(config) + ", ring 96 KB", graph_ms(pinned, 40));
+            set_decode_pipeline(false);
+          }
           set_decode_pipe_chunk(0);
         }
       }
