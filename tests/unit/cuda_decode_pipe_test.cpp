@@ -71,9 +71,9 @@ TEST(CudaDecodePipe, EveryConfigurationGivesEachRowOfOneToSixteenTheBitsOfItsOne
   const GemmEngine engine;
   const PipelineScope off(false);  // the oracles: the streaming kernels
   // (N, K, bias): the narrow projection, N odd, a column tail, the down projection (8 slices), 4 and 3 slices, a
-  // chunk tail (K = 192), the smallest K.
+  // chunk tail (K = 192), the smallest K, the wide in_proj (3 column groups a CTA).
   const std::vector<std::tuple<int64_t, int64_t, bool>> shapes = {
-      {2048, 2048, false}, {1001, 2048, true}, {72, 8192, false}, {136, 4096, true},
+      {2048, 2048, false}, {6144, 2048, true}, {1001, 2048, true}, {72, 8192, false}, {136, 4096, true},
       {24, 3072, false},   {264, 192, false},  {40, 64, true}};
   constexpr int64_t kRows = 256;
   for (const auto& [n, k, with_bias] : shapes) {
