@@ -153,7 +153,7 @@ __device__ __forceinline__ void window_stats(const HeadShared& s, int gamma, int
   }
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kQuadsPerThread>
 __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const bf16_t* q,
                                                                       const DeviceBlockRequest* requests, int gamma,
                                                                       AttentionDims dims, int layer, int chunks,
@@ -230,9 +230,9 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
   // zero in key order, added to the output's sum (from zero, chunk order) when the chunk ends. (Chunks past the last
   // key hold no key: their zero partials would not change the sum.)
   const int tasks = gamma * kQuads;
-  float partial[kMaxQuadsPerThread][4], sum[kMaxQuadsPerThread][4];
+  float partial[kQuadsPerThread][4], sum[kQuadsPerThread][4];
 #pragma unroll
-  for (int t = 0; t < kMaxQuadsPerThread; ++t) {
+  for (int t = 0; t < kQuadsPerThread; ++t) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[t][i] = sum[t][i] = 0.0f;
   }
@@ -254,12 +254,13 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
       for (int key = piece; key < piece + count;) {
         const int stop = min(piece + count, chunk_end);
 #pragma unroll
-        for (int t = 0; t < kMaxQuadsPerThread; ++t) {
+        for (int t = 0; t < kQuadsPerThread; ++t) {
           const int task = threadIdx.x + t * blockDim.x;
           if (task >= tasks) break;
           const int r = task / kQuads, d4 = (task % kQuads) * 4;
           const float* probability = s.scores + r * stride - first;
           float a = partial[t][0], b = partial[t][1], c = partial[t][2], d = partial[t][3];
+#pragma unroll 4
           for (int j = key; j < stop; ++j) {
             const float p = probability[j];
             const float4 v = *reinterpret_cast<const float4*>(s.stage + (j - piece) * kStride + d4);
@@ -276,7 +277,7 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
         key = stop;
         if (key == chunk_end) {
 #pragma unroll
-          for (int t = 0; t < kMaxQuadsPerThread; ++t) {
+          for (int t = 0; t < kQuadsPerThread; ++t) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               sum[t][i] += partial[t][i];
@@ -290,7 +291,7 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
     __syncthreads();  // the next window's scores overwrite these probabilities
   }
 #pragma unroll
-  for (int t = 0; t < kMaxQuadsPerThread; ++t) {
+  for (int t = 0; t < kQuadsPerThread; ++t) {
     const int task = threadIdx.x + t * blockDim.x;
     if (task >= tasks) break;
     const int r = task / kQuads, d4 = (task % kQuads) * 4;
@@ -328,9 +329,10 @@ Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests,
   const dim3 grid(static_cast<unsigned int>(count * dims.heads));
   // The shared-memory limit raised once per head size to the most asked so far (the first launch of a shape runs
   // eagerly, before any capture of it).
-  static std::atomic<size_t> allowed[2];
+  static std::atomic<size_t> allowed[4];
   auto launch = [&](auto kernel) -> Status {
-    std::atomic<size_t>& limit = allowed[dims.head_dim == 32 ? 0 : 1];
+    std::atomic<size_t>& limit =
+        allowed[(dims.head_dim == 32 ? 0 : 1) + (gamma * dims.head_dim / 4 <= kHeadThreads ? 0 : 2)];
     if (bytes > limit.load()) {
       LS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
       limit.store(bytes);
@@ -339,7 +341,11 @@ Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests,
     LS_CUDA_TRY_LAUNCH("block_attention_head");
     return ok_status();
   };
-  return dims.head_dim == 32 ? launch(attention_head_kernel<32>) : launch(attention_head_kernel<64>);
+  // One 4-dim output quad a thread where gamma x head_dim / 4 fits the CTA (the 1.2B drafter's 9 x 16), else two.
+  if (gamma * dims.head_dim / 4 <= kHeadThreads) {
+    return dims.head_dim == 32 ? launch(attention_head_kernel<32, 1>) : launch(attention_head_kernel<64, 1>);
+  }
+  return dims.head_dim == 32 ? launch(attention_head_kernel<32, 2>) : launch(attention_head_kernel<64, 2>);
 }
 
 }  // namespace ls::dspark::cuda
