@@ -90,8 +90,9 @@ struct PricingOptions {
   bool pass_cost_per_mode = false;
   // A group probe that is due but would not run is asked again only every n-th round (1: every round, the eighth
   // session's; each ask is two allocator runs over every stream's offer: ~25 us a round at 16 streams on the
-  // development host, the drafted arm's host work over plain's). lanes_bench --group-check N.
-  int group_check_every = 1;
+  // development host, the drafted arm's host work over plain's). lanes_bench --group-check N. 8 by default since
+  // H200 batch s9A (with the restart scout, below).
+  int group_check_every = 8;
   // Restarted contexts priced apart (lanes10). A dormant stream drafts over a context that restarted past the rows it
   // skipped, which a DSpark drafter drafts from far worse than from a whole one (the nano pair on the H200: after
   // the scout's probe over its whole prompt the pool bought every dormant stream drafts; restarted, they landed 5-11
@@ -104,8 +105,13 @@ struct PricingOptions {
   //   Alone: only the restart scout is offered among them (nothing is bought unless it pays with the streams that
   //          hold whole contexts; a group probe measures restarted contexts otherwise).
   // Off: every stream is priced from one pool (lanes_bench --restart-scout off|defer|alone).
+  // Alone by default since H200 batch s9A (same binary, 5 repeats, decode speedup at 1 / 4 / 8 / 16 streams):
+  //   nano greedy    off 1.74 / 0.82 / 0.80 / 0.81x, defer 1.76 / 0.89 / 0.88 / 0.88x, alone 1.70 / 0.89 / 0.90 / 0.85x
+  //   nano sampled   off 0.89 / 0.80 / 0.82 / 0.79x, defer 0.95 / 0.87 / 0.93 / 0.85x, alone 0.95 / 0.90 / 0.91 / 0.92x
+  //                  (both with pass_cost_per_mode)
+  //   1.2B synth greedy at 4 / 16: off 1.58 / 1.30x, defer 1.48x / (timed out), alone 1.58 / 1.30x.
   enum class RestartScout { Off, Defer, Alone };
-  RestartScout restart_scout = RestartScout::Off;
+  RestartScout restart_scout = RestartScout::Alone;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered

@@ -222,7 +222,11 @@ TEST(LanesPricing, UntilADraftIsVerifiedOnlyOneStreamPaysItsCatchUpAbsorb) {
   drafter_options.absorb_row_ms = 0.01;
   FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
   FakeDrafter drafter(drafter_options);
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  // One pool for every stream (no restart scout): the restarted streams wake together (the restart scout's rounds:
+  // LanesQuietRounds).
+  LanesOptions options;
+  options.pricing.restart_scout = PricingOptions::RestartScout::Off;
+  auto lanes = Lanes::create(target, &drafter, options, clock);
   ASSERT_TRUE(lanes.ok());
   for (Arrival& arrival : long_prompt_requests(4, 40, 200)) (*lanes)->submit(arrival.request);
   const int64_t setup_requests = drafter.requests();
