@@ -324,14 +324,24 @@ TEST(CudaDrafterPick, AnUnsupportedCtaSizeIsRefusedByName) {
   EXPECT_NE(status.to_string().find("512"), std::string::npos) << status.to_string();
 }
 
-// Opt-in timing: flat and wide (uniform 0..12) 65536-token rows at 1, 4 and 16 rows, greedy and top-p 0.9 at T 0.8,
-// per variant and CTA size (the fused step's 256, the pick kernels' 1024); a scan pass of depth 9 takes 9 of these.
+// Opt-in timing: flat and wide (uniform 0..12) 65536-token rows at 1 and 16 rows, greedy and the lanes bench's
+// sampled mix (T only, top-k 8, top-p 0.9, min-p 0.05), per variant and CTA size (the fused step's 256, the pick
+// kernels' 1024) and through the split pick's launches; a scan pass of depth 9 takes 9 of these.
 TEST(CudaDrafterPick, TimesTheSampledPickPerVariantWhenAsked) {
   LS_SKIP_WITHOUT_DEVICE();
   if (std::getenv("LS_DRAFT_PICK_TIMING") == nullptr) GTEST_SKIP() << "set LS_DRAFT_PICK_TIMING=1";
   for (const bool flat : {true, false}) {
-    for (const int count : {1, 4, 16}) {
-      for (const float temperature : {0.0f, 0.8f}) {
+    for (const int count : {1, 16}) {
+      struct Setting {
+        const char* name;
+        Sampling sampling;
+      };
+      const Setting settings[] = {{"greedy", Sampling{0.0f, 0, 1.0f, 0.0f, 0}},
+                                  {"top-p 0.9 T 0.8", Sampling{0.8f, 0, 0.9f, 0.0f, 0}},
+                                  {"top-k 8 T 0.8", Sampling{0.8f, 8, 1.0f, 0.0f, 0}},
+                                  {"T 0.6", Sampling{0.6f, 0, 1.0f, 0.0f, 0}},
+                                  {"min-p 0.05 T 1", Sampling{1.0f, 0, 1.0f, 0.05f, 0}}};
+      for (const Setting& setting : settings) {
         Rows rows;
         rows.vocab = 65536;
         for (int r = 0; r < count; ++r) {
@@ -340,7 +350,9 @@ TEST(CudaDrafterPick, TimesTheSampledPickPerVariantWhenAsked) {
             for (int64_t i = 0; i < rows.vocab; ++i)
               row[i] = static_cast<float>(uniform_open01(splitmix64(r * 131071ull + i)) * 12.0);
           }
-          rows.add(row, Sampling{temperature, 0, 0.9f, 0.0f, splitmix64(77 + r)}, 40 + r);
+          Sampling sampling = setting.sampling;
+          sampling.seed = splitmix64(77 + r);
+          rows.add(row, sampling, 40 + r);
         }
         for (const int threads : {256, 1024}) {
           std::vector<std::vector<int32_t>> picks;
@@ -352,7 +364,7 @@ TEST(CudaDrafterPick, TimesTheSampledPickPerVariantWhenAsked) {
             line += std::string(" ") + draft_pick_name(mode) + " " + std::to_string(ms);
           }
           std::printf("draft_pick_timing %s rows %d %s threads %d ms:%s\n", flat ? "flat" : "wide", count,
-                      temperature > 0 ? "top-p 0.9 T 0.8" : "greedy", threads, line.c_str());
+                      setting.name, threads, line.c_str());
           EXPECT_EQ(picks[0], rows.cpu);
           EXPECT_EQ(picks[1], rows.cpu);
         }
@@ -368,7 +380,7 @@ TEST(CudaDrafterPick, TimesTheSampledPickPerVariantWhenAsked) {
                   std::to_string(ms);
         }
         std::printf("draft_pick_timing %s rows %d %s markov_pick_split step ms:%s\n", flat ? "flat" : "wide", count,
-                    temperature > 0 ? "top-p 0.9 T 0.8" : "greedy", line.c_str());
+                    setting.name, line.c_str());
       }
     }
   }

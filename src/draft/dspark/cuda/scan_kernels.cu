@@ -71,10 +71,17 @@ __global__ void __launch_bounds__(kPickThreads) pick_kernel(ScanStepInputs in, S
 
 constexpr int kChunkPickThreads = 256;
 
+// The spread first rounds of markov_pick_split: [count, chunks, 3] partials after the [count, chunks] greedy ones
+// (the buffer holds [count, fused_scan_chunks(V)], 64 per split chunk): (total, count), (error), (winner), the
+// sums relative to the chunk's own max.
+__device__ __forceinline__ ScanPartial* spread_partials(const ScanStepInputs& in, int chunks, int i, int chunk) {
+  return in.partials + static_cast<int64_t>(in.count) * chunks + (static_cast<int64_t>(i) * chunks + chunk) * 3;
+}
+
 // markov_pick's first half for one vocab chunk of one request: the corrected logits written back, the chunk's
 // greedy best over its finite logits and its non-finite flag as a partial [request, chunk].
 __global__ void __launch_bounds__(kChunkPickThreads) pick_chunks_kernel(ScanStepInputs in, ScanShape shape, int slot,
-                                                                         int chunks) {
+                                                                         int chunks, int spread) {
   __shared__ PickScratch s;
   const int i = blockIdx.y;
   const DeviceScanRequest request = in.requests[i];
@@ -95,37 +102,10 @@ __global__ void __launch_bounds__(kChunkPickThreads) pick_chunks_kernel(ScanStep
     out.id = greedy.id;
     out.nonfinite = nonfinite;
   }
-}
-
-// The spread first rounds of markov_pick_split: [count, chunks, 3] partials after the [count, chunks] greedy ones
-// (the buffer holds [count, fused_scan_chunks(V)], 64 per split chunk): (total, count), (error), (winner).
-__device__ __forceinline__ ScanPartial* spread_partials(const ScanStepInputs& in, int chunks, int i, int chunk) {
-  return in.partials + static_cast<int64_t>(in.count) * chunks + (static_cast<int64_t>(i) * chunks + chunk) * 3;
-}
-
-// markov_pick_split's middle launch (spread, verified picks): per (vocab chunk, sampled request without top-k) the
-// row's max from the chunks' greedy partials, then the verified pick's first round over the chunk's ids.
-__global__ void __launch_bounds__(kChunkPickThreads) pick_sums_kernel(ScanStepInputs in, ScanShape shape, int slot,
-                                                                       int chunks) {
-  __shared__ PickScratch s;
-  const int i = blockIdx.y;
-  const DeviceScanRequest request = in.requests[i];
-  const int64_t V = shape.vocab;
-  if (in.records[i].status != kScanOk || slot >= request.depth || !spreadable(request, V)) return;  // uniform
-  int nonfinite = 0;
-  Best greedy{0.0, -1};
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    const ScanPartial* partial = in.partials + static_cast<int64_t>(i) * chunks + c;
-    nonfinite |= __ldcg(&partial->nonfinite);
-    greedy = better(greedy, Best{__ldcg(&partial->value), __ldcg(&partial->id)});
-  }
-  if (__syncthreads_or(nonfinite)) return;  // the step fails; nothing is drawn
-  greedy = block_best(greedy, s);
-  if (greedy.id < 0) return;
-  const float* row = in.markov + static_cast<int64_t>(i) * V;
+  // Spread (verified picks): the first round over the chunk, its weights relative to the chunk's max (the row's
+  // is not known yet; the last launch rescales). The corrected logits written above are this CTA's own.
+  if (!spread || nonfinite || greedy.id < 0 || !spreadable(request, V)) return;  // uniform over the block
   const PickSetup p = pick_setup(request, request.anchor_position + slot + 1, greedy.value, 0);
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kSplitPickIds;
-  const int64_t end = first + kSplitPickIds < V ? first + kSplitPickIds : V;
   const GumbelRound round = gumbel_round<kChunkPickThreads>(row, first, end, p, 0, p.use_top_p, s);
   if (threadIdx.x == 0) {
     ScanPartial* out = spread_partials(in, chunks, i, blockIdx.x);
@@ -157,12 +137,15 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
   if (!nonfinite) greedy = block_best(greedy, s);
   const bool spread_here = spread && !nonfinite && greedy.id >= 0 && spreadable(request, shape.vocab);
   if (spread_here && threadIdx.x == 0) {
+    // Chunk order; each chunk's sums rescaled from its own max m to the row's: x exp((m - max) / T).
     GumbelRound all{0, 0, 0, Best{0.0, -1}};
+    const double temperature = request.temperature;
     for (int c = 0; c < chunks; ++c) {
       const ScanPartial* part = spread_partials(in, chunks, i, c);
-      all.total += __ldcg(&part[0].value);
+      const double scale = exp((in.partials[static_cast<int64_t>(i) * chunks + c].value - greedy.value) / temperature);
+      all.total += scale * __ldcg(&part[0].value);
       all.count += __ldcg(&part[0].id);
-      all.error += __ldcg(&part[1].value);
+      all.error += scale * __ldcg(&part[1].value);
       all.winner = better(all.winner, Best{__ldcg(&part[2].value), __ldcg(&part[2].id)});
     }
     given = all;
@@ -348,8 +331,9 @@ DraftPickMode draft_pick_mode() {
   return kDefaultPickMode;
 }
 
-// Batch s9B decides the default.
-constexpr bool kDefaultPickSpread = false;
+// On since batch s9A (a flat top-p 0.9 row's split step 0.142 -> 0.060 ms with the round in an extra launch;
+// now folded into the chunk launch: greedy steps pay nothing).
+constexpr bool kDefaultPickSpread = true;
 
 bool draft_pick_spread() {
   const char* value = std::getenv("LS_DRAFT_PICK_SPREAD");
@@ -385,17 +369,14 @@ Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cuda
 Status markov_pick_split(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
   if (inputs.count == 0) return ok_status();
   const int chunks = static_cast<int>(split_pick_chunks(shape.vocab));
-  pick_chunks_kernel<<<dim3(chunks, inputs.count), kChunkPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
-  LS_CUDA_TRY_LAUNCH("markov_pick_split chunks");
   const DraftPickMode mode = draft_pick_mode();
   // The spread first round writes [count, chunks, 3] partials after the greedy ones: 4 x chunks per request must
   // fit the buffer's fused_scan_chunks(V) per request.
   const bool spread = mode != DraftPickMode::Radix && draft_pick_spread() &&
                       4 * static_cast<int64_t>(chunks) <= fused_scan_chunks(shape.vocab);
-  if (spread) {
-    pick_sums_kernel<<<dim3(chunks, inputs.count), kChunkPickThreads, 0, stream>>>(inputs, shape, slot, chunks);
-    LS_CUDA_TRY_LAUNCH("markov_pick_split sums");
-  }
+  pick_chunks_kernel<<<dim3(chunks, inputs.count), kChunkPickThreads, 0, stream>>>(inputs, shape, slot, chunks,
+                                                                                  spread ? 1 : 0);
+  LS_CUDA_TRY_LAUNCH("markov_pick_split chunks");
   pick_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks, static_cast<int>(mode),
                                                                  spread ? 1 : 0);
   LS_CUDA_TRY_LAUNCH("markov_pick_split finish");

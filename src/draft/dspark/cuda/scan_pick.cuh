@@ -16,7 +16,7 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kPickThreads = 1024;
-constexpr int kBatchKeys = 256;  // keys the verified pick's one-by-one fallback sorts and adds per batch
+constexpr int kBatchKeys = 256;  // keys the verified pick gathers and sorts at once (select_key, the fallback)
 
 struct PickScratch {
   double values[kWarp];
@@ -98,10 +98,8 @@ __device__ Best row_argmax(const float* row, int64_t vocab, PickScratch& s) {
 // Radix descent over the 64-bit order keys of the candidates (non-NaN, key >= floor). With `masses` false it finds
 // the key of the k-th candidate (`goal` = k); with true, the key where the running probability mass (weights
 // exp((l - max) / T)) first reaches `goal`. Returns 0 when the goal is never reached (keep every candidate).
-// `ceiling` (exclusive) bounds the keys from above as `floor` (inclusive) does from below.
 __device__ uint64_t radix_threshold(const float* row, int64_t vocab, uint64_t floor, bool masses, double goal,
-                                    double max_logit, double temperature, PickScratch& s,
-                                    uint64_t ceiling = ~0ull) {
+                                    double max_logit, double temperature, PickScratch& s) {
   if (threadIdx.x == 0) {
     s.prefix = 0;
     s.mass_above = 0;
@@ -128,7 +126,7 @@ __device__ uint64_t radix_threshold(const float* row, int64_t vocab, uint64_t fl
       int digit = -1;
       if (!isnan(logit)) {
         const uint64_t key = order_key(logit, id);
-        if (key >= floor && key < ceiling && (key & high_mask) == (prefix & high_mask)) digit = static_cast<int>((key >> shift) & 0xff);
+        if (key >= floor && (key & high_mask) == (prefix & high_mask)) digit = static_cast<int>((key >> shift) & 0xff);
       }
       const unsigned int peers = __match_any_sync(0xffffffffu, digit);
       if (digit < 0) continue;
@@ -302,6 +300,105 @@ __device__ void sort_batch_descending(PickScratch& s) {
   __syncthreads();
 }
 
+// Like for_ids over the whole row, but every lane of a warp visits equally often (ids past the row with a NaN
+// logit), for warp-wide votes inside `visit`.
+template <int Threads, typename Visit>
+__device__ __forceinline__ void for_ids_uniform(const float* row, int64_t vocab, const Visit& visit) {
+  if ((vocab & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    const int64_t quads = vocab / 4;
+    for (int64_t base = 0; base < quads; base += Threads) {
+      const int64_t q = base + threadIdx.x;
+      const float4 v = q < quads ? __ldcg(row4 + q) : make_float4(NAN, NAN, NAN, NAN);
+      visit(4 * q, v.x);
+      visit(4 * q + 1, v.y);
+      visit(4 * q + 2, v.z);
+      visit(4 * q + 3, v.w);
+    }
+  } else {
+    for (int64_t base = 0; base < vocab; base += Threads) {
+      const int64_t id = base + threadIdx.x;
+      visit(id, id < vocab ? __ldcg(row + id) : NAN);
+    }
+  }
+}
+
+// The `goal`-th largest order key (goal >= 1) among the candidates with floor <= key < ceiling; 0 when there are
+// fewer. 8-bit radix passes (warp-aggregated counts, 4 ids a lane a round) until the keys in play fit s.batch,
+// then those are gathered, sorted and read off: 3-4 row passes on a flat row instead of the radix variant's 8.
+template <int Threads>
+__device__ uint64_t select_key(const float* row, int64_t vocab, uint64_t floor, uint64_t ceiling, int64_t goal,
+                               PickScratch& s) {
+  if (threadIdx.x == 0) {
+    s.prefix = 0;
+    s.remaining = goal;
+    s.flag = 1;  // 1 walking, 0 fewer than goal, 2 gather
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp;
+  uint64_t mask = 0;  // the prefix's fixed bytes
+  int flag = 1;
+  for (int shift = 56; shift >= 0 && flag == 1; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += Threads) s.counts[b] = 0;
+    __syncthreads();
+    const uint64_t prefix = s.prefix;
+    for_ids_uniform<Threads>(row, vocab, [&](int64_t id, float logit) {
+      int digit = -1;
+      if (!isnan(logit)) {
+        const uint64_t key = order_key(logit, id);
+        if (key >= floor && key < ceiling && (key & mask) == prefix) digit = static_cast<int>((key >> shift) & 0xff);
+      }
+      const unsigned int peers = __match_any_sync(0xffffffffu, digit);
+      if (digit >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s.counts[digit], static_cast<unsigned int>(__popc(peers)));
+    });
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int chosen = -1;
+      for (int b = 255; b >= 0; --b) {
+        if (s.counts[b] == 0) continue;
+        if (static_cast<int64_t>(s.counts[b]) >= s.remaining) {
+          chosen = b;
+          break;
+        }
+        s.remaining -= s.counts[b];
+      }
+      if (chosen < 0) {
+        s.flag = 0;
+      } else {
+        s.prefix |= static_cast<uint64_t>(chosen) << shift;
+        if (shift > 0 && s.counts[chosen] <= static_cast<unsigned int>(kBatchKeys)) s.flag = 2;
+      }
+    }
+    mask |= 0xffull << shift;
+    __syncthreads();
+    flag = s.flag;
+  }
+  if (flag == 0) {
+    __syncthreads();
+    return 0;
+  }
+  if (flag == 2) {  // the keys in play (at most kBatchKeys) gathered and sorted
+    const uint64_t prefix = s.prefix;
+    for (int i = threadIdx.x; i < kBatchKeys; i += Threads) s.batch[i] = 0;
+    if (threadIdx.x == 0) s.gathered = 0;
+    __syncthreads();
+    for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
+      if (isnan(logit)) return;
+      const uint64_t key = order_key(logit, id);
+      if (key >= floor && key < ceiling && (key & mask) == prefix) {
+        const unsigned int at = atomicAdd(&s.gathered, 1u);
+        if (at < kBatchKeys) s.batch[at] = key;
+      }
+    });
+    sort_batch_descending<Threads>(s);
+    if (threadIdx.x == 0) s.prefix = s.batch[s.remaining - 1];
+    __syncthreads();
+  }
+  const uint64_t result = s.prefix;
+  __syncthreads();
+  return result;
+}
+
 // Whether the CPU's top-p keeps the candidate with order key `winner`, by its own sums: the one-by-one
 // normaliser, then the candidates above the winner best-first, kBatchKeys at a time (each batch bounded by a radix
 // select, sorted, added by thread 0) until the running mass reaches top_p x normaliser (cut) or they run out (kept).
@@ -322,7 +419,7 @@ __device__ bool one_by_one_keeps(const float* row, int64_t vocab, uint64_t floor
     const double count = block_sum(mine, s);
     if (count == 0) return true;
     const int take = count < kBatchKeys ? static_cast<int>(count) : kBatchKeys;
-    const uint64_t bottom = radix_threshold(row, vocab, lower, false, take, max_logit, temperature, s, upper);
+    const uint64_t bottom = select_key<Threads>(row, vocab, lower, upper, take, s);
     for (int i = threadIdx.x; i < kBatchKeys; i += Threads) s.batch[i] = 0;
     if (threadIdx.x == 0) s.gathered = 0;
     __syncthreads();
@@ -359,53 +456,53 @@ __device__ __forceinline__ double noisy_score(float logit, double temperature, u
   return static_cast<double>(logit) / temperature + ls::cuda::keyed::gumbel_of_bits(bits);
 }
 
-// What the verified pick needs of a row besides the row: its filters, max and Gumbel key.
+// What a Gumbel round needs of a row besides the row: the top-k cut, the weights' reference logit (the row's max,
+// or a chunk's own max when the chunks' sums are rescaled later), the temperature and the Gumbel key.
 struct PickSetup {
-  ls::cuda::Filter filter;  // min_key: the top-k cut (0: none); min-p
-  double temperature = 1, inverse_temperature = 1, scaled_max = 0;
+  uint64_t floor = 0;  // the top-k cut (0: none)
+  double reference = 0, temperature = 1, inverse_temperature = 1, scaled_max = 0;
   uint64_t row_key = 0;
   bool use_top_p = false;
 };
-__device__ __forceinline__ PickSetup pick_setup(const DeviceScanRequest& sampling, int64_t position, double max_logit,
+__device__ __forceinline__ PickSetup pick_setup(const DeviceScanRequest& sampling, int64_t position, double reference,
                                                 uint64_t top_k_floor) {
   PickSetup p;
+  p.floor = top_k_floor;
+  p.reference = reference;
   p.temperature = sampling.temperature;
   p.inverse_temperature = 1.0 / p.temperature;
-  p.scaled_max = max_logit / p.temperature;
-  p.filter.temperature = p.temperature;
-  p.filter.max_logit = max_logit;
-  p.filter.min_key = top_k_floor;
-  if (sampling.min_p > 0.0f) p.filter.set_min_p(sampling.min_p);
+  p.scaled_max = reference / p.temperature;
   p.row_key = ls::cuda::keyed::row_key(sampling.seed, position);
   p.use_top_p = sampling.top_p < 1.0f;
   return p;
 }
 
-// A Gumbel round's result over ids [begin, end): the pruned Gumbel max over the candidates above `excluded`
-// (top-k and min-p kept) and, with `sums`, the top-k survivors' float normaliser, its error bound (units of 2^-24)
-// and their count. Block-wide; a slice of the row's results combine by adding and by `better` (any grouping).
+// A Gumbel round's result over ids [begin, end): the pruned Gumbel max over the top-k survivors above `excluded`
+// and, with `sums`, their float normaliser (weights relative to p.reference), its error bound (units of 2^-24)
+// and their count. Min-p is not applied here: like top-p it cuts a suffix in candidate order, so the winner is
+// checked against both (verified_pick). Block-wide; slices combine by adding (rescaled) and by `better`.
 struct GumbelRound {  // plain (a __shared__ copy takes no constructor)
   double total, error, count;
   Best winner;
 };
 template <int Threads>
 __device__ __noinline__ GumbelRound gumbel_round(const float* row, int64_t begin, int64_t end, const PickSetup& p,
-                                    uint64_t excluded, bool sums, PickScratch& s) {
+                                                 uint64_t excluded, bool sums, PickScratch& s) {
   Best mine{0.0, -1};
   double reach = 2.0;  // 1 - u above this cannot win
   double my_total = 0, my_error = 0, my_count = 0;
-  const uint64_t floor = p.filter.min_key;
+  const uint64_t floor = p.floor;
   for_ids<Threads>(row, begin, end, [&](int64_t id, float logit) {
     if (isnan(logit)) return;
     const uint64_t key = order_key(logit, id);
     if (key < floor) return;
     if (sums) {
-      const FloatWeight w = float_weight(logit, p.filter.max_logit, p.inverse_temperature);
+      const FloatWeight w = float_weight(logit, p.reference, p.inverse_temperature);
       my_total += w.weight;
       my_error += w.error;
       my_count += 1;
     }
-    if (key <= excluded || !p.filter.keeps(logit, static_cast<int32_t>(id))) return;
+    if (key <= excluded) return;
     const uint64_t bits = ls::cuda::keyed::uniform_bits(p.row_key, static_cast<int32_t>(id));
     if (1.0 - ls::cuda::keyed::uniform_of_bits(bits) > reach) return;
     const Best next = better(mine, Best{noisy_score(logit, p.temperature, bits), static_cast<int32_t>(id)});
@@ -424,15 +521,16 @@ __device__ __noinline__ GumbelRound gumbel_round(const float* row, int64_t begin
   return round;
 }
 
-// Whether the verified pick's first round may be spread over a row's vocab chunks (pick_sums_kernel): sampled,
-// no top-k (its cut needs the whole row first).
+// Whether the verified pick's first round may be spread over a row's vocab chunks (markov_pick_split's chunk
+// launch): sampled, no top-k (its cut needs the whole row first).
 __device__ __forceinline__ bool spreadable(const DeviceScanRequest& sampling, int64_t vocab) {
   return sampling.temperature > 0.0f && !(sampling.top_k > 0 && sampling.top_k < vocab);
 }
 
 // draw_token of compute/sampling.cpp for one row held by the whole block (blockDim.x == Threads), the verified
 // way (above). `greedy` is the row's argmax (its value the max logit); `mode` a PickMode other than kPickRadix;
-// `given`, when not null, the first round already taken over the row's chunks (spreadable rows only).
+// `given`, when not null, the first round already taken over the row's chunks (spreadable rows only; its sums
+// rescaled to the row's max).
 template <int Threads>
 __device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, const DeviceScanRequest& sampling,
                                               int64_t position, Best greedy, int mode, const GumbelRound* given,
@@ -442,40 +540,49 @@ __device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, c
   const bool use_top_k = sampling.top_k > 0 && sampling.top_k < vocab;
   const double max_logit = greedy.value;  // the largest logit survives top-k
   uint64_t floor = 0;
-  if (use_top_k) floor = radix_threshold(row, vocab, 0, false, sampling.top_k, max_logit, sampling.temperature, s);
+  if (use_top_k) floor = select_key<Threads>(row, vocab, 0, ~0ull, sampling.top_k, s);
   const PickSetup p = pick_setup(sampling, position, max_logit, floor);
+  // Min-p of one candidate, as samp8's filter decides it (bands, then the double weight).
+  ls::cuda::Filter min_p;
+  min_p.temperature = p.temperature;
+  min_p.max_logit = max_logit;
+  const bool use_min_p = sampling.min_p > 0.0f;
+  if (use_min_p) min_p.set_min_p(sampling.min_p);
   GumbelRound round = given ? *given : gumbel_round<Threads>(row, 0, vocab, p, 0, p.use_top_p, s);
   const double total = round.total, error = round.error, count = round.count;
   for (;;) {
     const Best winner = round.winner;
-    if (winner.id < 0) return greedy.id;  // min-p left no survivor: draw_token takes the greedy token
-    if (!p.use_top_p) return winner.id;
-    // The float mass of the candidates above the winner.
-    const uint64_t winner_key = order_key(__ldcg(row + winner.id), winner.id);
-    double my_above = 0;
-    for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
-      if (isnan(logit)) return;
-      const uint64_t key = order_key(logit, id);
-      if (key >= floor && key > winner_key) my_above += float_weight(logit, max_logit, p.inverse_temperature).weight;
-    });
-    const double above = block_sum(my_above, s);
-    // Target c = top_p x total. The float weights are within `error` 2^-24 of the CPU's (all of them, so of any
-    // subset too); any two orders of adding n terms differ by <= 2 (n - 1) u of the sum; the products a few u more;
-    // weights below 2^-126 are off by <= 2^-126 each. The band covers all of it twice over.
-    const double target = static_cast<double>(sampling.top_p) * total;
-    double band = (1.0 + sampling.top_p) * 1.01 * error * 0x1p-24 + (16.0 * count + 128.0) * 0x1p-53 * total +
-                  count * 0x1p-124;
-    if (mode == kPickBandPlantedZero) band = 0;
-    bool keeps = false;
-    if (mode != kPickFallbackForced && total > 0 && isfinite(total) && above + band < target) {
-      keeps = true;
-    } else if (mode != kPickFallbackForced && total > 0 && isfinite(total) && above - band >= target) {
-      keeps = false;
-    } else {
-      keeps = one_by_one_keeps<Threads>(row, vocab, floor, winner_key, max_logit, p.temperature, sampling.top_p, s);
+    if (winner.id < 0) return greedy.id;  // no survivor: draw_token takes the greedy token
+    const float winner_logit = __ldcg(row + winner.id);
+    const uint64_t winner_key = order_key(winner_logit, winner.id);
+    bool keeps = !use_min_p || min_p.keeps(winner_logit, winner.id);
+    if (keeps && p.use_top_p) {
+      // The float mass of the candidates above the winner.
+      double my_above = 0;
+      for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
+        if (isnan(logit)) return;
+        const uint64_t key = order_key(logit, id);
+        if (key >= floor && key > winner_key) my_above += float_weight(logit, max_logit, p.inverse_temperature).weight;
+      });
+      const double above = block_sum(my_above, s);
+      // Target c = top_p x total. The float weights are within `error` 2^-24 of the CPU's (all of them, so of any
+      // subset too); any two orders of adding n terms differ by <= 2 (n - 1) u of the sum; the products and a
+      // spread round's rescaling (<= (n + 4) u total: w |arg| <= 1/e, total >= 1) a few u more; weights below
+      // 2^-126 are off by <= 2^-126 each. The band covers all of it twice over.
+      const double target = static_cast<double>(sampling.top_p) * total;
+      double band = (1.0 + sampling.top_p) * 1.01 * error * 0x1p-24 + (24.0 * count + 160.0) * 0x1p-53 * total +
+                    count * 0x1p-124;
+      if (mode == kPickBandPlantedZero) band = 0;
+      if (mode != kPickFallbackForced && total > 0 && isfinite(total) && above + band < target) {
+        keeps = true;
+      } else if (mode != kPickFallbackForced && total > 0 && isfinite(total) && above - band >= target) {
+        keeps = false;
+      } else {
+        keeps = one_by_one_keeps<Threads>(row, vocab, floor, winner_key, max_logit, p.temperature, sampling.top_p, s);
+      }
     }
     if (keeps) return winner.id;
-    // Top-p cuts the winner, so every key at or below it: the max again over the keys above it.
+    // Top-p or min-p cuts the winner, so every key at or below it: the max again over the keys above it.
     round = gumbel_round<Threads>(row, 0, vocab, p, winner_key, false, s);
   }
 }

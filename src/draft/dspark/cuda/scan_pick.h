@@ -25,9 +25,9 @@ enum class DraftPickMode : int { Radix = 0, Verified = 1, VerifiedBandPlantedZer
 // launch; unset or unknown = the default.
 DraftPickMode draft_pick_mode();
 const char* draft_pick_name(DraftPickMode mode);
-// LS_DRAFT_PICK_SPREAD ("1" on, "0" off; read at every launch): markov_pick_split takes the verified pick's first
-// round (the Gumbel max and the normaliser over the whole row) in an extra launch over every (vocab chunk,
-// request), so the per-request CTA only checks the winner (rows without top-k).
+// LS_DRAFT_PICK_SPREAD ("1" on, the default; "0" off; read at every launch): markov_pick_split's chunk launch also
+// takes the verified pick's first round (the Gumbel max, the normaliser relative to the chunk's max) over each
+// (vocab chunk, request), so the per-request CTA only rescales, adds and checks the winner (rows without top-k).
 bool draft_pick_spread();
 
 // Test hook: draw_rows_on_device with the variant `mode` in CTAs of `threads` (256: the fused step's CTA; 1024: the
