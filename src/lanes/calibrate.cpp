@@ -23,7 +23,7 @@ std::vector<int> timed_row_counts(int max_rows) {
 
 // Runs one forward of `rows` rows split into windows of at most `width` rows on scratch streams, then commits all.
 Result<double> time_one_forward(Target& target, const Clock& clock, const CalibrationOptions& options, int rows,
-                                std::vector<StreamId>& scratch) {
+                                std::vector<StreamId>& scratch, bool sampled = false) {
   const int windows_needed = (rows + options.width - 1) / options.width;
   while (static_cast<int>(scratch.size()) < windows_needed) scratch.push_back(options.scratch_base + scratch.size());
   // Distinct, spread token ids (a fixed pseudo-random sequence): an MoE target routes each row by its token, so
@@ -40,6 +40,8 @@ Result<double> time_one_forward(Target& target, const Clock& clock, const Calibr
     Window window;
     window.stream = scratch[index];
     window.tokens = std::span<const int32_t>(tokens).subspan(offset, window_rows);
+    // Sampled: temperature 0.8, every second window also top-p 0.9 (as the sampled passes below).
+    if (sampled) window.sampling = {0.8f, 0, index % 2 == 1 ? 0.9f : 1.0f, 0.0f, 0x5eedull + static_cast<uint64_t>(index)};
     windows.push_back(window);
     offset += window_rows;
   }
@@ -52,14 +54,15 @@ Result<double> time_one_forward(Target& target, const Clock& clock, const Calibr
   return elapsed_ms;
 }
 
-Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, const CalibrationOptions& options) {
+Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, const CalibrationOptions& options,
+                                            bool sampled = false) {
   std::vector<TimedPoint> points;
   std::vector<StreamId> scratch;
   Status status;
   for (int rows : timed_row_counts(options.max_rows)) {
     double fastest = std::numeric_limits<double>::infinity();
     for (int run = 0; run <= options.repeats && status.ok(); ++run) {
-      Result<double> elapsed = time_one_forward(target, clock, options, rows, scratch);
+      Result<double> elapsed = time_one_forward(target, clock, options, rows, scratch, sampled);
       if (!elapsed.ok()) {
         status = elapsed.status();
         break;
@@ -217,6 +220,10 @@ Result<CostTables> time_costs(Target& target, Drafter* drafter, const Clock& clo
   CostTables tables;
   LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> verify_points, time_verify(target, clock, options));
   tables.verify.init(options.max_rows, verify_points);
+  if (drafter != nullptr && options.sampled_passes) {
+    LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> sampled_points, time_verify(target, clock, options, true));
+    tables.sampled_verify.init(options.max_rows, sampled_points);
+  }
   if (drafter != nullptr && options.max_depth >= 1) {
     std::vector<TimedPoint> sampled_points;
     LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> draft_points,

@@ -23,6 +23,7 @@ class VerifyCosts {
   // fast again (it does not stick to rows that, looking dear, would never be bought to be re-measured).
   void observe(int rows, double measured_ms, double rate);
   int max_rows() const { return static_cast<int>(ms_.size()) - 1; }
+  bool empty() const { return ms_.empty(); }
 
  private:
   void refresh();
@@ -59,6 +60,7 @@ struct CostTables {
   VerifyCosts verify;
   DraftCosts draft;               // empty without a drafter; the pass alone, absorbs not included
   DraftCosts sampled_draft;       // the same with sampled requests (empty unless timed: sampled_passes)
+  VerifyCosts sampled_verify;     // verify with sampled windows (empty unless timed: sampled_passes)
   double absorb_call_ms = 0;      // one absorb call
   double absorb_ms_per_row = 0;   // each row of an absorb on top of the call
   double absorb_ms(int rows) const { return rows > 0 ? absorb_call_ms + absorb_ms_per_row * rows : 0.0; }

@@ -211,7 +211,8 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
     if (stream.wants_taps) stats_.tap_rows += static_cast<int64_t>(windows[index].size());
     total_rows += static_cast<int>(windows[index].size());
   }
-  const double table_ms = pricing_.tables().verify.ms(total_rows);
+  const PassMode mode = pricing_.mode_of(streams);
+  const double table_ms = pricing_.verify_ms(total_rows, mode);
   ledger_.priced_ms += table_ms + pricing_.overhead_ms();
   const bool with_drafts = total_rows > static_cast<int>(streams.size());
   ledger_.drafting = ledger_.drafting || with_drafts;
@@ -236,7 +237,7 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
     stats_.slow_forward_excess_ms += elapsed_ms - table_ms;
     pricing_.observe_slow_forward(elapsed_ms - table_ms);
   }
-  if (verified.ok()) pricing_.observe_verify(total_rows, elapsed_ms);
+  if (verified.ok()) pricing_.observe_verify(total_rows, elapsed_ms, mode);
   return verified;
 }
 

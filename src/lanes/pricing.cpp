@@ -19,6 +19,11 @@ Pricing::Pricing(CostTables tables, PricingOptions options, int max_rows, bool h
   group_wait_ = std::max(options_.probe_first_wait, 1);
   // Until sampled passes are timed or measured they are priced as greedy ones.
   sampled_.table = tables_.sampled_draft.empty() ? tables_.draft : tables_.sampled_draft;
+  sampled_verify_ = tables_.sampled_verify.empty() ? tables_.verify : tables_.sampled_verify;
+}
+
+double Pricing::verify_ms(int rows, PassMode mode) const {
+  return options_.pass_cost_per_mode && mode == PassMode::Sampled ? sampled_verify_.ms(rows) : tables_.verify.ms(rows);
 }
 
 PassMode Pricing::mode_of(const Stream& stream) const {
@@ -81,9 +86,11 @@ void Pricing::trim(std::span<Stream* const> streams) const {
   const bool whole_block = has_confidence_ && !options_.price_depth_asked;
   const int pass_depth = whole_block ? std::max(deepest_held, tables_.draft.max_depth()) : deepest_held;
   const double pass_ms = holding > 0 && options_.trim_prices_pass ? draft_ms(holding, pass_depth, mode) : 0.0;
-  // With always_draft every row costs the same, so rows are bought while they fit.
+  // With always_draft every row costs the same, so rows are bought while they fit. A sampled window makes the
+  // whole verify sampled.
+  const PassMode verify_mode = mode_of(streams);
   auto cost = [&](int rows, int, int) {
-    return options_.always_draft ? 1.0 : tables_.verify.ms(rows) + overhead_ms_ + pass_ms;
+    return options_.always_draft ? 1.0 : verify_ms(rows, verify_mode) + overhead_ms_ + pass_ms;
   };
   Allocation allocation = allocate_rows(offers, max_rows_, cost, 1.0);
   for (size_t index = 0; index < streams.size(); ++index) {
@@ -293,7 +300,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     const Stream& stream = *drafting[prober];
     const int probe_depth = has_confidence_ ? caps[prober] : 1;
     const double probe_ms = draft_ms(1, probe_depth, mode_of(stream)) + tables_.absorb_ms(stream.unabsorbed_rows) +
-                            tables_.verify.ms(offers[0].fixed_rows + 1) - tables_.verify.ms(offers[0].fixed_rows);
+                            verify_ms(offers[0].fixed_rows + 1, mode) - verify_ms(offers[0].fixed_rows, mode);
     last_probe_ms_ = probe_ms;
     probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms, probe_ms);
     const bool scouting = drafter_unproven && !stream.backoff.scouted;
@@ -335,7 +342,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
 RoundCost Pricing::round_cost(PassMode mode) const {
   const double factor = drafting_factor();
   return [this, factor, mode](int rows, int streams_with_extra, int deepest) {
-    if (streams_with_extra == 0) return tables_.verify.ms(rows) + overhead_ms_;
+    if (streams_with_extra == 0) return verify_ms(rows, mode) + overhead_ms_;
     // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that; with the
     // depth asked priced, the pass costs the deepest depth bought.
     const bool whole_block = has_confidence_ && !options_.price_depth_asked;
@@ -343,7 +350,7 @@ RoundCost Pricing::round_cost(PassMode mode) const {
     // Taps absorbed on the device go in one call per forward whatever the number of drafting streams: a round that
     // drafts at all pays that call (each stream's rows are in its activation).
     const double absorb_call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
-    return factor * (tables_.verify.ms(rows) + draft_ms(streams_with_extra, depth, mode) + absorb_call_ms + overhead_ms_);
+    return factor * (verify_ms(rows, mode) + draft_ms(streams_with_extra, depth, mode) + absorb_call_ms + overhead_ms_);
   };
 }
 
@@ -441,11 +448,14 @@ bool accept_measurement(int& outliers_in_a_row, double ms, double table_ms) {
 }
 }  // namespace
 
-void Pricing::observe_verify(int rows, double ms) {
+void Pricing::observe_verify(int rows, double ms, PassMode mode) {
   if (rows < 1) return;
-  if (verify_outliers_.size() <= static_cast<size_t>(rows)) verify_outliers_.resize(rows + 1, 0);
-  if (!accept_measurement(verify_outliers_[rows], ms, tables_.verify.ms(rows))) return;
-  tables_.verify.observe(rows, ms, options_.cost_rate);
+  const bool sampled = options_.pass_cost_per_mode && mode == PassMode::Sampled;
+  std::vector<int>& outliers = sampled ? sampled_verify_outliers_ : verify_outliers_;
+  VerifyCosts& table = sampled ? sampled_verify_ : tables_.verify;
+  if (outliers.size() <= static_cast<size_t>(rows)) outliers.resize(rows + 1, 0);
+  if (!accept_measurement(outliers[rows], ms, table.ms(rows))) return;
+  table.observe(rows, ms, options_.cost_rate);
 }
 
 void Pricing::observe_draft(int streams, int depth, double ms, PassMode mode) {

@@ -82,8 +82,9 @@ struct PricingOptions {
   // 1 / 4 / 8 / 16 streams against 1.81 / 0.73 / 0.72 / 0.72x, 3 passes instead of 6 at 8 and 16; the 1.2B synth
   // at 16 streams 1.29x either way).
   bool probes_pay_their_way = true;
-  // Ninth session (lanes10). Passes priced per sampling mode: a pass with a sampled request is priced from its own
-  // table (timed at load with sampled requests, CalibrationOptions::sampled_passes) and its own outlier scale, which
+  // Ninth session (lanes10). Costs priced per sampling mode: a pass with a sampled request, and a verify with a sampled
+  // window, are priced from their own tables (timed at load with sampled requests and windows,
+  // CalibrationOptions::sampled_passes, and corrected online apart from greedy ones); sampled passes keep their own outlier scale, which
   // jumps to the measured ratio after two passes in a row far above it (the EMA took 5-8 passes to see the H200's
   // 1.2B sampled pass at ~4.5 ms against a 0.69 ms greedy table). Greedy passes are priced as before.
   // false: one table for both (lanes_bench --pass-modes off).
@@ -184,7 +185,10 @@ class Pricing {
   // Measured forwards and passes move the tables; one-off slow ones (a CUDA target's first forwards of a new shape,
   // run eagerly then captured as a graph; a preempted host) are left out unless they come three in a row, so they
   // cannot make wide windows look dear for good (they would never be bought again to be re-measured).
-  void observe_verify(int rows, double ms);
+  void observe_verify(int rows, double ms, PassMode mode = PassMode::Greedy);
+  // What pricing takes a verify of `rows` rows to cost: a forward with a sampled window from its own table
+  // (pass_cost_per_mode: the target draws sampled rows dearer than argmax rows).
+  double verify_ms(int rows, PassMode mode = PassMode::Greedy) const;
   void observe_draft(int streams, int depth, double ms, PassMode mode = PassMode::Greedy);
   // Round time not explained by the verify and drafter tables (host work).
   void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
@@ -268,6 +272,8 @@ class Pricing {
     double far_least = 0;       // the least ratio of that run
   };
   ModePasses sampled_;
+  VerifyCosts sampled_verify_;                     // verifies with a sampled window (pass_cost_per_mode)
+  std::vector<int> sampled_verify_outliers_;
   AcceptanceByDepth restart_acceptance_;  // windows drafted over restarted contexts (restart_scout)
   int64_t restart_windows_ = 0;
   double last_plain_round_ms_ = 0;

@@ -96,6 +96,31 @@ TEST(LanesPassModes, TheLoadTimeTimingTimesSampledPassesOnlyWhenPassesArePricedP
   EXPECT_NEAR((*shared)->pricing().draft_ms(1, 6, PassMode::Sampled), 5.2, 1e-9);
 }
 
+TEST(LanesPassModes, VerifiesWithSampledWindowsArePricedFromTheirOwnTable) {
+  // A target that draws a sampled row 0.5 ms dearer than an argmax row: timed at load with sampled windows, a verify
+  // of r rows with a sampled window is priced 0.5 ms x r dearer; greedy verifies as before; one table without it.
+  Case c;
+  c.target.sampled_row_ms = 0.5;
+  FakeTarget target(c.target);
+  FakeDrafter drafter(c.drafter);
+  LanesOptions options;
+  options.pricing.pass_cost_per_mode = true;
+  auto lanes = Lanes::create(target, &drafter, options, c.clock);
+  ASSERT_TRUE(lanes.ok());
+  const Pricing& pricing = (*lanes)->pricing();
+  for (int rows : {1, 4, 7, 16}) {
+    EXPECT_NEAR(pricing.verify_ms(rows, PassMode::Sampled), pricing.verify_ms(rows, PassMode::Greedy) + 0.5 * rows, 1e-9)
+        << rows << " rows";
+    EXPECT_NEAR(pricing.verify_ms(rows, PassMode::Greedy), 10.0 + 0.5 * rows, 1e-9) << rows << " rows";
+  }
+  options.pricing.pass_cost_per_mode = false;
+  FakeTarget shared_target(c.target);
+  FakeDrafter shared_drafter(c.drafter);
+  auto shared = Lanes::create(shared_target, &shared_drafter, options, c.clock);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_NEAR((*shared)->pricing().verify_ms(7, PassMode::Sampled), 10.0 + 0.5 * 7, 1e-9);
+}
+
 TEST(LanesPassModes, TwoSampledPassesFarAboveTheTableSetTheScaleOneOffsDoNot) {
   CostTables tables;
   const std::vector<TimedPoint> verify = {{1, 0, 1.0}, {64, 0, 2.0}};

@@ -150,10 +150,15 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
     std::set<int32_t> distinct;
     for (const Window& window : windows) distinct.insert(window.tokens.begin(), window.tokens.end());
     const double wide_rows = std::max(0.0, static_cast<double>(total_rows - options_.verify_wide_from));
+    double sampled_rows = 0;
+    for (const Window& window : windows) {
+      if (!window.sampling.greedy()) sampled_rows += static_cast<double>(window.tokens.size());
+    }
     options_.clock->advance_ms(options_.verify_fixed_ms + options_.verify_row_ms * static_cast<double>(total_rows) +
                                options_.verify_wide_row_ms * wide_rows +
                                (new_shape ? options_.new_shape_ms : 0.0) +
-                               options_.distinct_token_ms * static_cast<double>(distinct.size()));
+                               options_.distinct_token_ms * static_cast<double>(distinct.size()) +
+                               options_.sampled_row_ms * sampled_rows);
   }
   return verified;
 }

@@ -51,6 +51,7 @@ struct FakeTargetOptions {
   // With a clock: each distinct token id of a forward costs this much more (an MoE target routes each token to its
   // own experts, so a window of distinct tokens reads more expert weights than one of repeated tokens).
   double distinct_token_ms = 0.0;
+  double sampled_row_ms = 0.0;    // with a clock: each row of a sampled window costs this much more (its draw)
 };
 
 class FakeTarget final : public Target {
