@@ -557,21 +557,27 @@ __device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, c
     const uint64_t winner_key = order_key(winner_logit, winner.id);
     bool keeps = !use_min_p || min_p.keeps(winner_logit, winner.id);
     if (keeps && p.use_top_p) {
-      // The float mass of the candidates above the winner.
-      double my_above = 0;
+      // The float mass of the candidates above the winner (weights relative to the row's max) and its error bound.
+      double my_above = 0, my_above_error = 0;
       for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
         if (isnan(logit)) return;
         const uint64_t key = order_key(logit, id);
-        if (key >= floor && key > winner_key) my_above += float_weight(logit, max_logit, p.inverse_temperature).weight;
+        if (key >= floor && key > winner_key) {
+          const FloatWeight w = float_weight(logit, max_logit, p.inverse_temperature);
+          my_above += w.weight;
+          my_above_error += w.error;
+        }
       });
       const double above = block_sum(my_above, s);
-      // Target c = top_p x total. The float weights are within `error` 2^-24 of the CPU's (all of them, so of any
-      // subset too); any two orders of adding n terms differ by <= 2 (n - 1) u of the sum; the products and a
-      // spread round's rescaling (<= (n + 4) u total: w |arg| <= 1/e, total >= 1) a few u more; weights below
-      // 2^-126 are off by <= 2^-126 each. The band covers all of it twice over.
+      const double above_error = block_sum(my_above_error, s);
+      // Target c = top_p x total. The float weights of `above` are within above_error 2^-24 of the CPU's, those of
+      // `total` within `error` 2^-24 (a spread round's relative to each chunk's max); any two orders of adding n
+      // terms differ by <= 2 (n - 1) u of the sum; the products and a spread round's rescaling (<= (n + 4) u total:
+      // w |arg| <= 1/e, total >= 1) a few u more; weights below 2^-126 are off by <= 2^-126 each. The band covers
+      // all of it, the u terms twice over.
       const double target = static_cast<double>(sampling.top_p) * total;
-      double band = (1.0 + sampling.top_p) * 1.01 * error * 0x1p-24 + (24.0 * count + 160.0) * 0x1p-53 * total +
-                    count * 0x1p-124;
+      double band = 1.01 * (above_error + sampling.top_p * error) * 0x1p-24 +
+                    (24.0 * count + 160.0) * 0x1p-53 * total + count * 0x1p-124;
       if (mode == kPickBandPlantedZero) band = 0;
       if (mode != kPickFallbackForced && total > 0 && isfinite(total) && above + band < target) {
         keeps = true;
