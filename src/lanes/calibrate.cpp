@@ -41,7 +41,8 @@ Result<double> time_one_forward(Target& target, const Clock& clock, const Calibr
     window.stream = scratch[index];
     window.tokens = std::span<const int32_t>(tokens).subspan(offset, window_rows);
     // Sampled: temperature 0.8, every second window also top-p 0.9 (as the sampled passes below).
-    if (sampled) window.sampling = {0.8f, 0, index % 2 == 1 ? 0.9f : 1.0f, 0.0f, 0x5eedull + static_cast<uint64_t>(index)};
+    const float top_p = index % 2 == 1 ? 0.9f : 1.0f;
+    if (sampled) window.sampling = {0.8f, 0, top_p, 0.0f, 0x5eedull + static_cast<uint64_t>(index)};
     windows.push_back(window);
     offset += window_rows;
   }

@@ -82,12 +82,12 @@ struct PricingOptions {
   // 1 / 4 / 8 / 16 streams against 1.81 / 0.73 / 0.72 / 0.72x, 3 passes instead of 6 at 8 and 16; the 1.2B synth
   // at 16 streams 1.29x either way).
   bool probes_pay_their_way = true;
-  // Ninth session (lanes10). Costs priced per sampling mode: a pass with a sampled request, and a verify with a sampled
-  // window, are priced from their own tables (timed at load with sampled requests and windows,
-  // CalibrationOptions::sampled_passes, and corrected online apart from greedy ones); sampled passes keep their own outlier scale, which
-  // jumps to the measured ratio after two passes in a row far above it (the EMA took 5-8 passes to see the H200's
-  // 1.2B sampled pass at ~4.5 ms against a 0.69 ms greedy table). Greedy passes are priced as before.
-  // false: one table for both (lanes_bench --pass-modes off).
+  // Ninth session (lanes10). Costs priced per sampling mode: a pass with a sampled request, and a verify with a
+  // sampled window, are priced from their own tables (timed at load with sampled requests and windows,
+  // CalibrationOptions::sampled_passes, and corrected online apart from greedy ones); sampled passes keep their own
+  // outlier scale, which jumps to the measured ratio after two passes in a row far above it (the EMA took 5-8 passes
+  // to see the H200's 1.2B sampled pass at ~4.5 ms against a 0.69 ms greedy table). Greedy rounds are priced as
+  // before. false: one table for both (lanes_bench --pass-modes off).
   bool pass_cost_per_mode = false;
   // A group probe that is due but would not run is asked again only every n-th round (1: every round, the eighth
   // session's; each ask is two allocator runs over every stream's offer: ~25 us a round at 16 streams on the

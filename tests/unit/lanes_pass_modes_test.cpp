@@ -109,8 +109,8 @@ TEST(LanesPassModes, VerifiesWithSampledWindowsArePricedFromTheirOwnTable) {
   ASSERT_TRUE(lanes.ok());
   const Pricing& pricing = (*lanes)->pricing();
   for (int rows : {1, 4, 7, 16}) {
-    EXPECT_NEAR(pricing.verify_ms(rows, PassMode::Sampled), pricing.verify_ms(rows, PassMode::Greedy) + 0.5 * rows, 1e-9)
-        << rows << " rows";
+    const double greedy_ms = pricing.verify_ms(rows, PassMode::Greedy);
+    EXPECT_NEAR(pricing.verify_ms(rows, PassMode::Sampled), greedy_ms + 0.5 * rows, 1e-9) << rows << " rows";
     EXPECT_NEAR(pricing.verify_ms(rows, PassMode::Greedy), 10.0 + 0.5 * rows, 1e-9) << rows << " rows";
   }
   options.pricing.pass_cost_per_mode = false;
