@@ -99,7 +99,7 @@ std::vector<float> flat_row(int64_t vocab, uint64_t seed, float base = 0.01f) {
 // (no top-p: exact ties put a top-p cut on a rounding boundary), and flat 65536-token rows.
 Rows fresh_rows(bool wide_vocab_flat) {
   Rows rows;
-  rows.vocab = wide_vocab_flat ? 65536 : 4099;
+  rows.vocab = wide_vocab_flat ? 65536 : 8195;  // 8195: three split chunks, the last a partial one
   std::mt19937_64 rng(fresh_seed());
   std::normal_distribution<float> normal(0.0f, 3.0f);
   const Sampling settings[] = {{0.8f, 0, 0.9f, 0.0f, 0},   {1.0f, 0, 0.99f, 0.0f, 0}, {0.6f, 50, 0.9f, 0.0f, 0},

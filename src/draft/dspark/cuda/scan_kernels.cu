@@ -77,6 +77,18 @@ constexpr int kChunkPickThreads = 256;
 __device__ __forceinline__ ScanPartial* spread_partials(const ScanStepInputs& in, int chunks, int i, int chunk) {
   return in.partials + static_cast<int64_t>(in.count) * chunks + (static_cast<int64_t>(i) * chunks + chunk) * 3;
 }
+// Then [count, chunks, kSpreadTopK] keys: each chunk's own top-k keys (top-k rows), their number in the chunk's
+// first spread partial's id.
+__device__ __forceinline__ uint64_t* spread_keys(const ScanStepInputs& in, int chunks, int i, int chunk) {
+  uint64_t* base = reinterpret_cast<uint64_t*>(in.partials + static_cast<int64_t>(in.count) * chunks * 4);
+  return base + (static_cast<int64_t>(i) * chunks + chunk) * kSpreadTopK;
+}
+// The split pick's spread parts (a bit mask kernel argument): the first round, the top-k set.
+constexpr int kSpreadRound = 1, kSpreadTopKSet = 2;
+// Whether a request's top-k set is spread (the chunks' own top-k keys merged by the request's CTA).
+__device__ __forceinline__ bool spread_top_k(const DeviceScanRequest& r, int64_t vocab) {
+  return r.temperature > 0.0f && r.top_k > 0 && r.top_k < vocab && r.top_k <= kSpreadTopK;
+}
 
 // markov_pick's first half for one vocab chunk of one request: the corrected logits written back, the chunk's
 // greedy best over its finite logits and its non-finite flag as a partial [request, chunk].
@@ -104,7 +116,23 @@ __global__ void __launch_bounds__(kChunkPickThreads) pick_chunks_kernel(ScanStep
   }
   // Spread (verified picks): the first round over the chunk, its weights relative to the chunk's max (the row's
   // is not known yet; the last launch rescales). The corrected logits written above are this CTA's own.
-  if (!spread || nonfinite || greedy.id < 0 || !spreadable(request, V)) return;  // uniform over the block
+  if (!spread || nonfinite || greedy.id < 0) return;  // uniform over the block
+  if (spread_top_k(request, V)) {
+    if (!(spread & kSpreadTopKSet)) return;
+    // The chunk's own top-k keys (all of its keys when it holds fewer).
+    const uint64_t bottom = select_key<kChunkPickThreads>(row, first, end, 0, ~0ull, request.top_k, s);
+    if (threadIdx.x == 0) s.gathered = 0;
+    __syncthreads();
+    uint64_t* keys = spread_keys(in, chunks, i, blockIdx.x);
+    for_ids<kChunkPickThreads>(row, first, end, [&](int64_t id, float logit) {
+      const uint64_t key = order_key(logit, id);  // every logit here is finite
+      if (key >= bottom) keys[atomicAdd(&s.gathered, 1u)] = key;
+    });
+    __syncthreads();
+    if (threadIdx.x == 0) spread_partials(in, chunks, i, blockIdx.x)[0].id = static_cast<int32_t>(s.gathered);
+    return;
+  }
+  if (!(spread & kSpreadRound) || !spreadable(request, V)) return;
   const PickSetup p = pick_setup(request, request.anchor_position + slot + 1, greedy.value, 0);
   const GumbelRound round = gumbel_round<kChunkPickThreads>(row, first, end, p, 0, p.use_top_p, s);
   if (threadIdx.x == 0) {
@@ -122,6 +150,7 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
                                                                     int chunks, int mode, int spread) {
   __shared__ PickScratch s;
   __shared__ GumbelRound given;
+  __shared__ uint64_t merged[kSpreadKeys];
   const int i = blockIdx.x;
   const DeviceScanRequest request = in.requests[i];
   DeviceScanRecord& record = in.records[i];
@@ -135,7 +164,7 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
   }
   nonfinite = __syncthreads_or(nonfinite);
   if (!nonfinite) greedy = block_best(greedy, s);
-  const bool spread_here = spread && !nonfinite && greedy.id >= 0 && spreadable(request, shape.vocab);
+  const bool spread_here = (spread & kSpreadRound) && !nonfinite && greedy.id >= 0 && spreadable(request, shape.vocab);
   if (spread_here && threadIdx.x == 0) {
     // Chunk order; each chunk's sums rescaled from its own max m to the row's: x exp((m - max) / T).
     GumbelRound all{0, 0, 0, Best{0.0, -1}};
@@ -151,8 +180,36 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
     given = all;
   }
   __syncthreads();
+  int32_t pick = -1;
+  if ((spread & kSpreadTopKSet) && !nonfinite && greedy.id >= 0 && spread_top_k(request, shape.vocab)) {
+    // The chunks' own top-k keys merged (sorted descending): the row's top-k set is the first top_k of them.
+    for (int at = threadIdx.x; at < kSpreadKeys; at += kPickThreads) {
+      const int c = at / kSpreadTopK, j = at % kSpreadTopK;
+      merged[at] = c < chunks && j < __ldcg(&spread_partials(in, chunks, i, c)[0].id)
+                       ? __ldcg(spread_keys(in, chunks, i, c) + j)
+                       : 0;
+    }
+    for (int size = 2; size <= kSpreadKeys; size <<= 1) {
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        __syncthreads();
+        for (int a = threadIdx.x; a < kSpreadKeys; a += kPickThreads) {
+          const int b = a ^ stride;
+          if (b <= a) continue;
+          const bool descending = (a & size) == 0;
+          const uint64_t x = merged[a], y = merged[b];
+          if (descending ? x < y : x > y) {
+            merged[a] = y;
+            merged[b] = x;
+          }
+        }
+      }
+    }
+    __syncthreads();
+    pick = small_set_pick(in.markov + static_cast<int64_t>(i) * shape.vocab, merged, request.top_k, request,
+                          request.anchor_position + slot + 1, greedy, s);
+  }
   finish_step<kPickThreads>(in, shape, slot, i, request, record, nonfinite, greedy, mode, s,
-                            spread_here ? &given : nullptr);
+                            spread_here ? &given : nullptr, pick);
 }
 
 constexpr int kStepThreads = 256;  // 8 warps; 8 lanes per W2 row, so 4 rows per warp instruction
@@ -370,15 +427,21 @@ Status markov_pick_split(const ScanStepInputs& inputs, ScanShape shape, int slot
   if (inputs.count == 0) return ok_status();
   const int chunks = static_cast<int>(split_pick_chunks(shape.vocab));
   const DraftPickMode mode = draft_pick_mode();
-  // The spread first round writes [count, chunks, 3] partials after the greedy ones: 4 x chunks per request must
-  // fit the buffer's fused_scan_chunks(V) per request.
-  const bool spread = mode != DraftPickMode::Radix && draft_pick_spread() &&
-                      4 * static_cast<int64_t>(chunks) <= fused_scan_chunks(shape.vocab);
+  // The spread rounds write [count, chunks, 3] partials after the greedy ones, then [count, chunks, kSpreadTopK]
+  // keys: (4 + kSpreadTopK / 2) x chunks per request must fit the buffer's fused_scan_chunks(V) per request, and
+  // the merge takes chunks x kSpreadTopK keys.
+  const bool on = mode != DraftPickMode::Radix && draft_pick_spread();
+  const int64_t room = fused_scan_chunks(shape.vocab);
+  const int spread = (on && 4 * static_cast<int64_t>(chunks) <= room ? kSpreadRound : 0) |
+                     (on && (4 + kSpreadTopK / 2) * static_cast<int64_t>(chunks) <= room &&
+                              chunks * kSpreadTopK <= kSpreadKeys
+                          ? kSpreadTopKSet
+                          : 0);
   pick_chunks_kernel<<<dim3(chunks, inputs.count), kChunkPickThreads, 0, stream>>>(inputs, shape, slot, chunks,
-                                                                                  spread ? 1 : 0);
+                                                                                  spread);
   LS_CUDA_TRY_LAUNCH("markov_pick_split chunks");
   pick_finish_kernel<<<inputs.count, kPickThreads, 0, stream>>>(inputs, shape, slot, chunks, static_cast<int>(mode),
-                                                                 spread ? 1 : 0);
+                                                                 spread);
   LS_CUDA_TRY_LAUNCH("markov_pick_split finish");
   return ok_status();
 }

@@ -303,11 +303,11 @@ __device__ void sort_batch_descending(PickScratch& s) {
 // Like for_ids over the whole row, but every lane of a warp visits equally often (ids past the row with a NaN
 // logit), for warp-wide votes inside `visit`.
 template <int Threads, typename Visit>
-__device__ __forceinline__ void for_ids_uniform(const float* row, int64_t vocab, const Visit& visit) {
-  if ((vocab & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+__device__ __forceinline__ void for_ids_uniform(const float* row, int64_t begin, int64_t vocab, const Visit& visit) {
+  if (((begin | vocab) & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
     const float4* row4 = reinterpret_cast<const float4*>(row);
     const int64_t quads = vocab / 4;
-    for (int64_t base = 0; base < quads; base += Threads) {
+    for (int64_t base = begin / 4; base < quads; base += Threads) {
       const int64_t q = base + threadIdx.x;
       const float4 v = q < quads ? __ldcg(row4 + q) : make_float4(NAN, NAN, NAN, NAN);
       visit(4 * q, v.x);
@@ -316,7 +316,7 @@ __device__ __forceinline__ void for_ids_uniform(const float* row, int64_t vocab,
       visit(4 * q + 3, v.w);
     }
   } else {
-    for (int64_t base = 0; base < vocab; base += Threads) {
+    for (int64_t base = begin; base < vocab; base += Threads) {
       const int64_t id = base + threadIdx.x;
       visit(id, id < vocab ? __ldcg(row + id) : NAN);
     }
@@ -327,8 +327,8 @@ __device__ __forceinline__ void for_ids_uniform(const float* row, int64_t vocab,
 // fewer. 8-bit radix passes (warp-aggregated counts, 4 ids a lane a round) until the keys in play fit s.batch,
 // then those are gathered, sorted and read off: 3-4 row passes on a flat row instead of the radix variant's 8.
 template <int Threads>
-__device__ uint64_t select_key(const float* row, int64_t vocab, uint64_t floor, uint64_t ceiling, int64_t goal,
-                               PickScratch& s) {
+__device__ uint64_t select_key(const float* row, int64_t begin, int64_t vocab, uint64_t floor, uint64_t ceiling,
+                               int64_t goal, PickScratch& s) {
   if (threadIdx.x == 0) {
     s.prefix = 0;
     s.remaining = goal;
@@ -342,7 +342,7 @@ __device__ uint64_t select_key(const float* row, int64_t vocab, uint64_t floor, 
     for (int b = threadIdx.x; b < 256; b += Threads) s.counts[b] = 0;
     __syncthreads();
     const uint64_t prefix = s.prefix;
-    for_ids_uniform<Threads>(row, vocab, [&](int64_t id, float logit) {
+    for_ids_uniform<Threads>(row, begin, vocab, [&](int64_t id, float logit) {
       int digit = -1;
       if (!isnan(logit)) {
         const uint64_t key = order_key(logit, id);
@@ -382,7 +382,7 @@ __device__ uint64_t select_key(const float* row, int64_t vocab, uint64_t floor, 
     for (int i = threadIdx.x; i < kBatchKeys; i += Threads) s.batch[i] = 0;
     if (threadIdx.x == 0) s.gathered = 0;
     __syncthreads();
-    for_ids<Threads>(row, vocab, [&](int64_t id, float logit) {
+    for_ids<Threads>(row, begin, vocab, [&](int64_t id, float logit) {
       if (isnan(logit)) return;
       const uint64_t key = order_key(logit, id);
       if (key >= floor && key < ceiling && (key & mask) == prefix) {
@@ -419,7 +419,7 @@ __device__ bool one_by_one_keeps(const float* row, int64_t vocab, uint64_t floor
     const double count = block_sum(mine, s);
     if (count == 0) return true;
     const int take = count < kBatchKeys ? static_cast<int>(count) : kBatchKeys;
-    const uint64_t bottom = select_key<Threads>(row, vocab, lower, upper, take, s);
+    const uint64_t bottom = select_key<Threads>(row, 0, vocab, lower, upper, take, s);
     for (int i = threadIdx.x; i < kBatchKeys; i += Threads) s.batch[i] = 0;
     if (threadIdx.x == 0) s.gathered = 0;
     __syncthreads();
@@ -540,7 +540,7 @@ __device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, c
   const bool use_top_k = sampling.top_k > 0 && sampling.top_k < vocab;
   const double max_logit = greedy.value;  // the largest logit survives top-k
   uint64_t floor = 0;
-  if (use_top_k) floor = select_key<Threads>(row, vocab, 0, ~0ull, sampling.top_k, s);
+  if (use_top_k) floor = select_key<Threads>(row, 0, vocab, 0, ~0ull, sampling.top_k, s);
   const PickSetup p = pick_setup(sampling, position, max_logit, floor);
   // Min-p of one candidate, as samp8's filter decides it (bands, then the double weight).
   ls::cuda::Filter min_p;
@@ -591,6 +591,59 @@ __device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, c
     // Top-p or min-p cuts the winner, so every key at or below it: the max again over the keys above it.
     round = gumbel_round<Threads>(row, 0, vocab, p, winner_key, false, s);
   }
+}
+
+// Top-k up to this many is spread too: the split pick's chunks send their own top-k keys, the request's CTA merges
+// them into the row's top-k set and draws over that set with the CPU's own arithmetic (small_set_pick).
+constexpr int kSpreadTopK = 64;
+constexpr int kSpreadKeys = 1024;  // the merge's capacity: chunks x kSpreadTopK
+
+// draw_token over a known top-k set: keys[0, k) the survivors' order keys sorted descending (k <= kSpreadTopK), the
+// CPU's own arithmetic: double weights, the normaliser one by one in id order, the kept prefix best-first, min-p,
+// the Gumbel max (ties to the lower id). Every thread of the block calls it; all get the pick.
+__device__ int32_t small_set_pick(const float* row, const uint64_t* keys, int k, const DeviceScanRequest& sampling,
+                                  int64_t position, Best greedy, PickScratch& s) {
+  const double temperature = sampling.temperature;
+  const double max_logit = greedy.value;
+  const int j = threadIdx.x;
+  int32_t id = -1;
+  float logit = 0;
+  double weight = 0;
+  if (j < k) {
+    id = id_of_key(keys[j]);
+    logit = __ldcg(row + id);
+    weight = exp((static_cast<double>(logit) - max_logit) / temperature);
+    int by_id = 0;  // this candidate's place in id order
+    for (int other = 0; other < k; ++other) by_id += id_of_key(keys[other]) < id;
+    s.masses[j] = weight;             // best-first
+    s.masses[kSpreadTopK + by_id] = weight;  // id order
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int kept = k;
+    if (sampling.top_p < 1.0f) {
+      double total = 0;
+      for (int i = 0; i < k; ++i) total += s.masses[kSpreadTopK + i];
+      const double target = static_cast<double>(sampling.top_p) * total;
+      double mass = 0;
+      for (int i = 0; i < k; ++i) {
+        mass += s.masses[i];
+        if (mass >= target) {
+          kept = i + 1;
+          break;
+        }
+      }
+    }
+    s.remaining = kept;
+  }
+  __syncthreads();
+  const int kept = static_cast<int>(s.remaining);
+  Best mine{0.0, -1};
+  if (j < kept && !(sampling.min_p > 0.0f && weight < static_cast<double>(sampling.min_p))) {
+    mine = Best{static_cast<double>(logit) / temperature + ls::cuda::keyed::gumbel(sampling.seed, position, id), id};
+  }
+  const Best best = block_best(mine, s);
+  return best.id < 0 ? greedy.id : best.id;
 }
 
 // The keyed pick of the variant `mode` (PickMode); `given` as verified_pick's.
@@ -658,16 +711,19 @@ __device__ __forceinline__ bool record_slot(DeviceScanRecord& record, const Devi
 // The end of a scan step for request i, whose corrected logits are in its markov row: the pick (from the greedy best
 // over the finite logits, or the keyed draw), the confidence, the failure flags and the record. `nonfinite` and
 // `greedy` are uniform over the block; `mode` the pick variant (PickMode), Threads the block size; `given` the
-// verified pick's first round when pick_sums_kernel took it.
+// verified pick's first round when the split pick's chunks took it; `given_pick` (>= 0) the pick already drawn.
 template <int Threads>
 __device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, int slot, int i,
                             const DeviceScanRequest& request, DeviceScanRecord& record, int nonfinite, Best greedy,
-                            int mode, PickScratch& s, const GumbelRound* given = nullptr) {
+                            int mode, PickScratch& s, const GumbelRound* given = nullptr,
+                            int32_t given_pick = -1) {
   const int64_t V = shape.vocab;
   const float* row = in.markov + static_cast<int64_t>(i) * V;
   int32_t pick = 0;
   if (!nonfinite) {
-    pick = draft_pick<Threads>(row, V, request, request.anchor_position + slot + 1, greedy, mode, given, s);
+    pick = given_pick >= 0 ? given_pick
+                           : draft_pick<Threads>(row, V, request, request.anchor_position + slot + 1, greedy, mode,
+                                                 given, s);
   }
   float chance = NAN;
   bool confidence_finite = true;
