@@ -220,7 +220,7 @@ int chain_bench() {
 }
 
 // --pipe [widths] (issue 8, sessions 8-9): the pipeline decode GEMM (row copies, and tensor copies of the weights:
-// set_decode_pipe_tma 1 = one 3D box a stage, 2 = a 2D box per K tile) against the streaming kernels on the 1.2B
+// set_decode_pipe_tma 1 = one 3D box a stage) against the streaming kernels on the 1.2B
 // decode shapes (and the 65536-wide head), back-to-back launches over weight copies (> 512 MiB, DRAM) in one graph;
 // us, TB/s of weights and the share of 4.2 TB/s; the automatic configuration at chunks of 16 / 8 / 4 K tiles and
 // rings of 96 / 200 KB, then every configuration pinned.
@@ -277,9 +277,9 @@ int pipe_bench(const std::vector<int64_t>& widths) {
       set_decode_pipe_tma(0);
       set_decode_pipeline(true);
       if (!head) row("rows pipe auto, chunk 16", graph_ms(run, 40));
-      for (const int mode : {1, 2}) {
+      for (const int mode : {1}) {
         set_decode_pipe_tma(mode);
-        const std::string name = mode == 1 ? "tma 3d" : "tma 2d";
+        const std::string name = "tma 3d";
         for (const int chunk : mode == 1 ? std::vector<int>{16, 8, 4} : std::vector<int>{8}) {
           set_decode_pipeline(true);
           set_decode_pipe_chunk(chunk);
@@ -293,7 +293,7 @@ int pipe_bench(const std::vector<int64_t>& widths) {
         }
         for (int config = 0; config < decode_pipe_config_count(); ++config) {
           const bool swiglu_config = config >= decode_pipe_config_count() - 2;
-          if (swiglu_config != shape.swiglu || (mode == 2 && !head)) continue;
+          if (swiglu_config != shape.swiglu) continue;
           auto pinned = [&](int i, cudaStream_t stream) {
             check(gemm_decode_pipe(engine, config, x.data(), m, matrix(i), y.data(), nullptr, stream));
           };

@@ -30,7 +30,7 @@ struct PipelineScope {
   bool was_on, was_narrow;
 };
 
-// set_decode_pipe_tma for one scope (0 row copies, 1 one 3D tensor box a stage, 2 a 2D box per K tile).
+// set_decode_pipe_tma for one scope (0 row copies, 1 one 3D tensor box a stage, -1 by class).
 struct CopyScope {
   explicit CopyScope(int mode) : was(decode_pipe_tma()) { set_decode_pipe_tma(mode); }
   ~CopyScope() { set_decode_pipe_tma(was); }
@@ -42,9 +42,9 @@ struct ClassesScope {
   ~ClassesScope() { set_decode_pipe_tma_classes(was); }
   int was;
 };
-constexpr int kCopyModes[] = {0, 1, 2};
+constexpr int kCopyModes[] = {0, 1};
 const char* copy_name(int mode) {
-  return mode == 0 ? "row copies" : mode == 1 ? "3D tensor boxes" : mode == 2 ? "2D tensor boxes" : "automatic classes";
+  return mode == 0 ? "row copies" : mode == 1 ? "3D tensor boxes" : "automatic classes";
 }
 
 // The plain configurations (the last two are the fused SwiGLU ones).
@@ -214,7 +214,7 @@ TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAt
     ASSERT_TRUE(engine.gemm(down_x.data(), m, down, y_down.data(), nullptr, nullptr).ok());
     const std::vector<bf16> want_down = download(y_down, m * 2048);
     for (const auto& [ring_kb, chunk] : std::vector<std::pair<int, int>>{{0, 8}, {24, 4}, {160, 16}, {96, 0}})
-      for (const int mode : {0, 1, 2, -1}) {
+      for (const int mode : {0, 1, -1}) {
         // mode -1: the pipeline switch off, the automatic picks on, every one-row class on 3D boxes by default
         const PipelineScope on(mode >= 0, -1, ring_kb, chunk);
         if (mode < 0) set_decode_pipe_narrow(true);  // restored by the scope

@@ -34,7 +34,7 @@ struct DecodeMode {
   bool pipeline = false;  // cuda::set_decode_pipeline: the weight-streaming pipeline decode GEMM, its ring's KB
   int pipe_ring_kb = 0;
   bool no_narrow = false;  // set_decode_pipe_narrow(false): not even the automatic narrow pick (the old path)
-  int tma = -1;  // set_decode_pipe_tma: the pipeline's weights as row copies (0), 3D (1) or 2D (2) tensor boxes
+  int tma = -1;  // set_decode_pipe_tma: the pipeline's weights as row copies (0) or 3D tensor boxes (1)
   int tma_classes = cuda::kDecodeTmaWide | cuda::kDecodeTmaSliced;  // with tma -1: the one-row shape classes
                                                                      // (kDecodeTma*) taking 3D boxes automatically
 };
@@ -127,7 +127,6 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
       {"no pipeline (the streaming kernels)", -1, false, false, 0, -1, 0, false, 0, true},
       {"pipeline decode GEMM everywhere, ring 128 KB", -1, false, false, 0, -1, 0, true, 128},
       {"pipeline everywhere, 3D tensor copies", -1, false, false, 0, -1, 0, true, 0, false, 1},
-      {"pipeline everywhere, 2D tensor copies", -1, false, false, 0, -1, 0, true, 0, false, 2},
       {"pipeline one-row narrow, 3D tensor copies", -1, false, false, 0, -1, 0, false, 0, false, 1},
       {"session 8 default (row copies for one-row narrow GEMMs only)", -1, false, false, 0, -1, 0, false, 0, false, -1, 0},
       {"default, 3D boxes for wide one-row GEMMs only", -1, false, false, 0, -1, 0, false, 0, false, -1,

@@ -74,9 +74,9 @@ Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream);
 // and K tiles per stage (at most chunk_asked) out. tma_pipe_maps_ok: whether the driver makes the weight map.
 int tma_pipe_plan(int warps, int tiles, bool swiglu, int m, int k, int groups, int ring_bytes, int chunk_asked,
                   int* stages, int* chunk);
-bool tma_pipe_maps_ok(const GemmArgs& args, int tiles, bool swiglu, int chunk, bool three_d);
+bool tma_pipe_maps_ok(const GemmArgs& args, int tiles, bool swiglu, int chunk);
 Status launch_tma_pipe(int warps, int tiles, bool swiglu, const GemmArgs* args, const int* first_block, int count,
-                       int groups, int ring_bytes, int chunk_asked, bool three_d, cudaStream_t stream);
+                       int groups, int ring_bytes, int chunk_asked, cudaStream_t stream);
 void allow_tma_pipe_shared(int optin_bytes);
 
 // gemm_decode_staged.cu: the staged kernels (one slice, K <= 2048): configuration `config` of kStagedConfigs; other

@@ -190,13 +190,13 @@ std::atomic<bool> pipe_narrow{narrow_from_env()};
 constexpr int kNarrowMaxN = 4096;
 std::atomic<int> pipe_pinned{-1}, pipe_ring_kb{0}, pipe_chunk{16};
 constexpr int kDefaultRingBytes = 128 * 1024;
-// Tensor copies of the weights (gemm_decode_tma.cu; session 9, on trial): LS_DECODE_TMA=1 one 3D box a stage, =2 one
-// 2D box per K tile, =0 row copies, for every pipeline launch; unset (-1): one-row launches of the classes in
-// tma_classes take 3D boxes (and the pipeline, with the automatic picks on), the others row copies.
+// Tensor copies of the weights (gemm_decode_tma.cu; session 9): LS_DECODE_TMA=1 one 3D box a stage, =0 row copies, for
+// every pipeline launch; unset (-1): one-row launches of the classes in tma_classes take 3D boxes (and the pipeline,
+// with the automatic picks on), the others row copies.
 int tma_from_env() {
   const char* value = std::getenv("LS_DECODE_TMA");
   if (value == nullptr || value[0] == 0) return -1;
-  return std::string(value) == "1" ? 1 : std::string(value) == "2" ? 2 : 0;
+  return std::string(value) == "1" ? 1 : 0;
 }
 std::atomic<int> pipe_tma{tma_from_env()};
 // The classes taking 3D boxes by default (kDecodeTma* bits, kernels.h; LS_DECODE_TMA_CLASSES overrides): one-row
@@ -211,7 +211,7 @@ int tma_classes_from_env() {
 std::atomic<int> tma_classes{tma_classes_from_env()};
 constexpr int kDefaultTmaRingBytes = 192 * 1024;
 
-// The copies a launch of m rows x K -> rows (SwiGLU: 2F) outputs takes: 0 rows, 1 3D boxes, 2 2D boxes.
+// The copies a launch of m rows x K -> rows (SwiGLU: 2F) outputs takes: 0 rows, 1 3D boxes.
 int copies_of(int m, int k, int64_t rows, bool swiglu) {
   const int mode = pipe_tma.load(std::memory_order_relaxed);
   if (mode >= 0) return mode;
@@ -303,7 +303,7 @@ Status launch_config(int config, const PipeGroup& group, int groups, cudaStream_
     const PipeShape& shape = kPipeShapes[config];
     return launch_tma_pipe(shape.warps, shape.tiles, config >= kPlainConfigs, group.args, group.first_block,
                            group.count, groups, ring_bytes(copies), pipe_chunk.load(std::memory_order_relaxed),
-                           copies == 1, stream);
+                           stream);
   }
   switch (config) {
     case 0: return launch_shape<4, 1, false>(group, ctas, groups, smem, stages, stream);
@@ -328,7 +328,7 @@ bool maps_ok(int config, const GemmArgs* args, int count) {
   tma_pipe_plan(shape.warps, shape.tiles, swiglu, args[0].m, args[0].k, groups_for(config, swiglu ? rows / 2 : rows),
                 ring_bytes(copies), pipe_chunk.load(std::memory_order_relaxed), nullptr, &chunk);
   for (int i = 0; i < count; ++i)
-    if (!tma_pipe_maps_ok(args[i], shape.tiles, swiglu, chunk, copies == 1)) return false;
+    if (!tma_pipe_maps_ok(args[i], shape.tiles, swiglu, chunk)) return false;
   return true;
 }
 
@@ -446,7 +446,7 @@ bool decode_pipe_fits(int config, int64_t m, const DeviceMatrix& w) {
 }
 
 void set_decode_pipe_tma(int mode) {
-  gemm_detail::pipe_tma.store(mode >= 0 && mode <= 2 ? mode : -1, std::memory_order_relaxed);
+  gemm_detail::pipe_tma.store(mode == 0 || mode == 1 ? mode : -1, std::memory_order_relaxed);
 }
 int decode_pipe_tma() { return gemm_detail::pipe_tma.load(std::memory_order_relaxed); }
 void set_decode_pipe_tma_classes(int classes) { gemm_detail::tma_classes.store(classes & 15, std::memory_order_relaxed); }

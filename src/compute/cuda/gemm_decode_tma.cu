@@ -1,6 +1,7 @@
 // The pipeline decode GEMM with tensor copies (m <= 16, sm_90; issue 8, session 9; set_decode_pipe_tma): the items,
 // rings and canonical chains of gemm_decode_pipe.cu, but a stage's weights arrive as one TMA box [8 or 16 rows,
-// chunk K tiles] (128-byte swizzle, read by ldmatrix without bank conflicts) or one 2D box per K tile, so a warp
+// chunk K tiles] (128-byte swizzle, read by ldmatrix without bank conflicts; one 2D box per K tile lost everywhere in
+// batch s9A and is gone), so a warp
 // issues one or two weight copies a stage instead of one per row. x rows still come as bulk row copies after the
 // programmatic wait. Same bits as every other decode kernel at any m.
 #include <algorithm>
@@ -20,14 +21,13 @@ constexpr int kTmaMaxWarps = 8;
 constexpr int kTmaBarrierBytes = kTmaMaxWarps * kTmaMaxStages * 8;  // full[warp][stage] mbarriers
 
 // Up to kTmaGroupMax GEMMs of one x and one K in one launch (q / k / v), each with its weight map: CTAs
-// [first_block[i], first_block[i + 1]) run args[i]. three_d: one 3D box a stage, else one 2D box per K tile.
+// [first_block[i], first_block[i + 1]) run args[i].
 constexpr int kTmaGroupMax = 4;
 struct TmaPipeGroup {
   CUtensorMap w[kTmaGroupMax];
   GemmArgs args[kTmaGroupMax];
   int first_block[kTmaGroupMax + 1];
   int count;
-  int three_d;
 };
 
 // W rows a box holds (SwiGLU: two boxes a stage, 8 gate rows and the matching 8 up rows).
@@ -58,7 +58,6 @@ __global__ void __launch_bounds__(32 * WARPS)
   while (gi + 1 < group.count && static_cast<int>(blockIdx.x) >= group.first_block[gi + 1]) ++gi;
   const GemmArgs args = group.args[gi];
   const CUtensorMap* map = &group.w[gi];
-  const bool three_d = group.three_d != 0;
   const int block = blockIdx.x - group.first_block[gi];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int m = args.m;
@@ -89,8 +88,7 @@ __global__ void __launch_bounds__(32 * WARPS)
   // The bytes unit (item, c) brings: whole W boxes (zeros outside W count too), then its x rows.
   auto unit_bytes = [&](int item, int c) {
     const int tiles = walk.tiles(item, c);
-    const int w = three_d ? w_bytes : tiles * kBoxRows * 128 * (SWIGLU ? 2 : 1);
-    return w + m * tiles * 128;
+    return w_bytes + m * tiles * 128;
   };
   // Lane 0: the expectation and the W box(es) of unit (item, c) into stage `stage`.
   auto copy_w = [&](int item, int c, int stage) {
@@ -98,16 +96,8 @@ __global__ void __launch_bounds__(32 * WARPS)
     const int tile0 = walk.first_tile(item, c);
     const int row0 = col0 + (item / slices) * kItemCols;  // SwiGLU: the gate rows; the up rows at out_n + row0
     barrier_expect(bar, unit_bytes(item, c));
-    if (three_d) {
-      tma_load_3d(dst, map, 0, row0, tile0, bar);
-      if constexpr (SWIGLU) tma_load_3d(dst + w_bytes / 2, map, 0, out_n + row0, tile0, bar);
-    } else {
-      const int tiles = walk.tiles(item, c);
-      for (int t = 0; t < tiles; ++t) {
-        tma_load(dst + t * kBoxRows * 128, map, (tile0 + t) * kBlockK, row0, bar);
-        if constexpr (SWIGLU) tma_load(dst + w_bytes / 2 + t * 8 * 128, map, (tile0 + t) * kBlockK, out_n + row0, bar);
-      }
-    }
+    tma_load_3d(dst, map, 0, row0, tile0, bar);
+    if constexpr (SWIGLU) tma_load_3d(dst + w_bytes / 2, map, 0, out_n + row0, tile0, bar);
   };
   // Lane l < m: x row l of unit (item, c) into stage `stage`.
   auto copy_x = [&](int item, int c, int stage) {
@@ -192,12 +182,12 @@ __global__ void __launch_bounds__(32 * WARPS)
 
 // The weight maps, made once per (matrix, box) and kept: a map is a function of the address, the shape and the box
 // alone, so an entry stays right for any later matrix at the same address and shape.
-using MapKey = std::tuple<const void*, int, int, int, int, bool>;  // W, rows, K, box rows, chunk, 3D
+using MapKey = std::tuple<const void*, int, int, int, int>;  // W, rows, K, box rows, chunk
 std::mutex map_mutex;
 std::map<MapKey, CUtensorMap> map_cache;
 
-Status weight_map(CUtensorMap* out, const GemmArgs& args, int box_rows, int chunk, bool three_d) {
-  const MapKey key{args.w, args.n, args.k, box_rows, three_d ? chunk : 0, three_d};
+Status weight_map(CUtensorMap* out, const GemmArgs& args, int box_rows, int chunk) {
+  const MapKey key{args.w, args.n, args.k, box_rows, chunk};
   std::lock_guard<std::mutex> lock(map_mutex);
   const auto found = map_cache.find(key);
   if (found != map_cache.end()) {
@@ -206,17 +196,11 @@ Status weight_map(CUtensorMap* out, const GemmArgs& args, int box_rows, int chun
   }
   CUtensorMap map;
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(args.k) * 2;
-  if (three_d) {  // [K / 64 tiles][rows][64]: a box lands as [chunk][box rows][128 bytes]
-    const cuuint64_t dims[3] = {kBlockK, static_cast<cuuint64_t>(args.n), static_cast<cuuint64_t>(args.k / kBlockK)};
-    const cuuint64_t strides[2] = {row_bytes, kBlockK * 2};
-    const cuuint32_t box[3] = {kBlockK, static_cast<cuuint32_t>(box_rows), static_cast<cuuint32_t>(chunk)};
-    LS_RETURN_IF_ERROR(encode_bf16_map(&map, args.w, 3, dims, strides, box));
-  } else {
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(args.k), static_cast<cuuint64_t>(args.n)};
-    const cuuint64_t strides[1] = {row_bytes};
-    const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(box_rows)};
-    LS_RETURN_IF_ERROR(encode_bf16_map(&map, args.w, 2, dims, strides, box));
-  }
+  // [K / 64 tiles][rows][64]: a box lands as [chunk][box rows][128 bytes]
+  const cuuint64_t dims[3] = {kBlockK, static_cast<cuuint64_t>(args.n), static_cast<cuuint64_t>(args.k / kBlockK)};
+  const cuuint64_t strides[2] = {row_bytes, kBlockK * 2};
+  const cuuint32_t box[3] = {kBlockK, static_cast<cuuint32_t>(box_rows), static_cast<cuuint32_t>(chunk)};
+  LS_RETURN_IF_ERROR(encode_bf16_map(&map, args.w, 3, dims, strides, box));
   map_cache.emplace(key, map);
   *out = map;
   return ok_status();
@@ -258,13 +242,13 @@ int tma_pipe_plan(int warps, int tiles, bool swiglu, int m, int k, int groups, i
   return 1024 + active * count * stage + kTmaBarrierBytes + partial;
 }
 
-bool tma_pipe_maps_ok(const GemmArgs& args, int tiles, bool swiglu, int chunk, bool three_d) {
+bool tma_pipe_maps_ok(const GemmArgs& args, int tiles, bool swiglu, int chunk) {
   CUtensorMap map;
-  return weight_map(&map, args, box_rows_of(tiles, swiglu), chunk, three_d).ok();
+  return weight_map(&map, args, box_rows_of(tiles, swiglu), chunk).ok();
 }
 
 Status launch_tma_pipe(int warps, int tiles, bool swiglu, const GemmArgs* args, const int* first_block, int count,
-                       int groups, int ring_bytes, int chunk_asked, bool three_d, cudaStream_t stream) {
+                       int groups, int ring_bytes, int chunk_asked, cudaStream_t stream) {
   if (count < 1 || count > kTmaGroupMax)
     return Status(ErrorCode::InvalidArgument, "decode pipeline (tensor copies): " + std::to_string(count) +
                                                   " matrices in one launch, at most " + std::to_string(kTmaGroupMax));
@@ -273,10 +257,9 @@ Status launch_tma_pipe(int warps, int tiles, bool swiglu, const GemmArgs* args, 
                                  &chunk);
   TmaPipeGroup group{};
   group.count = count;
-  group.three_d = three_d ? 1 : 0;
   for (int i = 0; i < count; ++i) {
     group.args[i] = args[i];
-    LS_RETURN_IF_ERROR(weight_map(&group.w[i], args[i], box_rows_of(tiles, swiglu), chunk, three_d));
+    LS_RETURN_IF_ERROR(weight_map(&group.w[i], args[i], box_rows_of(tiles, swiglu), chunk));
   }
   for (int i = 0; i <= count; ++i) group.first_block[i] = first_block[i];
   const int ctas = first_block[count];

@@ -99,8 +99,8 @@ void set_decode_pipeline(bool on, int pinned_config = -1, int ring_kb = 0);
 bool decode_pipeline_on();
 // Bench: K tiles of 64 per stage row (one row copy) of the pipeline (4, 8; anything else: 16, the default). Same bits.
 void set_decode_pipe_chunk(int tiles);
-// The pipeline's weight copies (session 9, on trial; LS_DECODE_TMA sets it for a process): 0 row copies, 1 one TMA
-// tensor box [8 or 16 rows, chunk K tiles] a stage, 2 one 2D box per K tile, for every pipeline launch; -1 (the
+// The pipeline's weight copies (session 9; LS_DECODE_TMA sets it for a process): 0 row copies, 1 one TMA tensor box
+// [8 or 16 rows, chunk K tiles] a stage (3D boxes), for every pipeline launch; -1 (the
 // default): one-row launches of the shape classes in set_decode_pipe_tma_classes (kDecodeTma* bits; default wide |
 // sliced, LS_DECODE_TMA_CLASSES sets it for a process) take the pipeline with 3D boxes while the automatic picks are
 // on (set_decode_pipe_narrow), the rest row copies. Same bits always; drop captured graphs after a change.
