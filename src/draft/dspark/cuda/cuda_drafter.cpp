@@ -4,9 +4,7 @@
 #include "draft/dspark/shared_steps.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <limits>
 #include <span>
 #include <utility>
@@ -166,14 +164,6 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     }
   }
   LS_RETURN_IF_ERROR(d.reserve_device_absorb(&steps));
-  // Bench A/B only (session 9; goes once a batch has decided): LS_DRAFTER_ATTENTION=head|split|cooperative pins the
-  // block attention for a whole run before the load-time captures (lanes_bench has no drafter pins).
-  if (const char* pin = std::getenv("LS_DRAFTER_ATTENTION")) {
-    const std::string name(pin);
-    if (name == "head") d.attention_pin_ = BlockAttentionKernel::Head;
-    if (name == "split") d.attention_pin_ = BlockAttentionKernel::Split;
-    if (name == "cooperative") d.attention_pin_ = BlockAttentionKernel::Cooperative;
-  }
   LS_RETURN_IF_ERROR(steps.step("warm-up"));
   LS_RETURN_IF_ERROR(d.warm_up());
   d.capture_bucket_graphs();  // every bucket's graphs (and the absorb's) now, so no timed round captures one

@@ -203,8 +203,9 @@ class CudaDsparkDrafter final : public Drafter {
   // Requests the last draft() pass ran (its count rounded up to its bucket; padding included).
   int last_pass_requests() const { return last_pass_requests_; }
   int64_t graph_failures() const { return graph_failures_; }
-  // Pins the block attention variant (bench/test; nullopt = the automatic choice: Cooperative where its grid is
-  // resident at once, else Split; Split pinned is the old path) and the scan's step (true:
+  // Pins the block attention variant (bench/test; nullopt = the automatic choice: Head from kHeadAttentionRequests
+  // requests up (session 9), else Cooperative where its grid is resident at once, else Split; Split pinned is the
+  // old path) and the scan's step (true:
   // markov_step_fused where supported, false: gather + cuBLAS W2 GEMM + markov_pick; nullopt: automatic).
   // (Each drops the captured graphs, which hold the launches of the old choice.)
   void set_attention_kernel(std::optional<BlockAttentionKernel> kernel) {

@@ -74,6 +74,15 @@ BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
   if (attention_pin_) return *attention_pin_;
   const BlockAttentionKernel automatic = choose_block_attention(count, c.block_size, dims);
+  // The head kernel from kHeadAttentionRequests up (the split's bits). Batch s9B, graphed block pass at depth 9,
+  // one-launch split -> head: 16 streams 0.662 -> 0.552 ms at context 128, 1.114 -> 0.859 at 512, 2.862 -> 2.726 at
+  // 2000; 64 streams 1.894 -> 1.641 at 128. Below that it loses at long contexts (one CTA per head does every key):
+  // 1 stream 0.434 -> 0.468 at 512 and 0.523 -> 1.021 at 2000, 4 streams 1.000 -> 1.081 at 2000 (it wins at 128:
+  // 0.423 -> 0.378 at 1 stream, 0.457 -> 0.402 at 4), and a graph cannot choose by context.
+  if (count >= kHeadAttentionRequests && automatic == BlockAttentionKernel::Split &&
+      block_attention_head_supported(c.block_size, dims)) {
+    return BlockAttentionKernel::Head;
+  }
   // The split in one cooperative launch wherever its grid is resident at once (the same bits; block pass at 1 stream
   // 0.481 vs 0.488 ms in batch s7A, 0.484 vs 0.491 in s7B).
   const bool fits =

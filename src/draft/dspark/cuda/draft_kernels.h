@@ -157,6 +157,8 @@ Status block_attention_cooperative(const bf16_t* q, const DeviceBlockRequest* re
 // (row, chunk)'s stats by one thread, the rows' totals combined in chunk order, the values in key order with the
 // chunks' partials added in chunk order. Split's bits (tested). Takes gamma <= 32 at head_dim 32 or 64.
 bool block_attention_head_supported(int gamma, AttentionDims dims);
+// The drafter's automatic attention takes Head from this many requests (block pass buckets) up (batch s9B).
+inline constexpr int kHeadAttentionRequests = 16;
 Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                             AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream);
 
