@@ -60,9 +60,17 @@ Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, 
   std::vector<TimedPoint> points;
   std::vector<StreamId> scratch;
   Status status;
-  for (int rows : timed_row_counts(options.max_rows)) {
+  // Sampled windows (an extra table, load time): fewer row counts, one timed run after the untimed one.
+  std::vector<int> row_counts = timed_row_counts(options.max_rows);
+  if (sampled) {
+    std::erase_if(row_counts, [&](int rows) {
+      return rows != 1 && rows != options.max_rows && rows != 4 && rows != 16 && rows != 64;
+    });
+  }
+  const int repeats = sampled ? std::min(options.repeats, 1) : options.repeats;
+  for (int rows : row_counts) {
     double fastest = std::numeric_limits<double>::infinity();
-    for (int run = 0; run <= options.repeats && status.ok(); ++run) {
+    for (int run = 0; run <= repeats && status.ok(); ++run) {
       Result<double> elapsed = time_one_forward(target, clock, options, rows, scratch, sampled);
       if (!elapsed.ok()) {
         status = elapsed.status();
@@ -184,7 +192,8 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
       if (sampled) requests[index].sampling = {0.8f, 0, top_p, 0.0f, 0x5eedull + static_cast<uint64_t>(index)};
     }
     double fastest = std::numeric_limits<double>::infinity();
-    for (int run = 0; run <= options.repeats && status.ok(); ++run) {
+    const int repeats = sampled ? std::min(options.repeats, 1) : options.repeats;  // sampled: load time
+    for (int run = 0; run <= repeats && status.ok(); ++run) {
       if (options.pass_after_forward) status = time_one_forward(target, clock, forward_options, streams,
                                                                 forward_scratch).status();
       const double start_ms = clock.now_ms();
@@ -222,7 +231,10 @@ Result<CostTables> time_costs(Target& target, Drafter* drafter, const Clock& clo
   LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> verify_points, time_verify(target, clock, options));
   tables.verify.init(options.max_rows, verify_points);
   if (drafter != nullptr && options.sampled_passes) {
-    LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> sampled_points, time_verify(target, clock, options, true));
+    // Scratch ids of their own (every id lives, and is released, once).
+    CalibrationOptions sampled_options = options;
+    sampled_options.scratch_base = options.scratch_base + (StreamId{3} << 20);
+    LS_ASSIGN_OR_RETURN(std::vector<TimedPoint> sampled_points, time_verify(target, clock, sampled_options, true));
     tables.sampled_verify.init(options.max_rows, sampled_points);
   }
   if (drafter != nullptr && options.max_depth >= 1) {

@@ -87,8 +87,11 @@ struct PricingOptions {
   // CalibrationOptions::sampled_passes, and corrected online apart from greedy ones); sampled passes keep their own
   // outlier scale, which jumps to the measured ratio after two passes in a row far above it (the EMA took 5-8 passes
   // to see the H200's 1.2B sampled pass at ~4.5 ms against a 0.69 ms greedy table). Greedy rounds are priced as
-  // before. false: one table for both (lanes_bench --pass-modes off).
-  bool pass_cost_per_mode = false;
+  // before. false: one table for both (lanes_bench --pass-modes off). On by default since H200 batch s9B (same
+  // binary, sampled, decode speedup at 1 / 4 / 8 / 16 streams): nano 0.95 / 0.93 / 0.97 / 0.94x against
+  // 0.92 / 0.86 / 0.88 / 0.85x with one table; the 1.2B synth (128 tokens) 0.96 / 0.98 / - / 1.01x against
+  // 0.97 / 0.87 / - / 0.90x.
+  bool pass_cost_per_mode = true;
   // A group probe that is due but would not run is asked again only every n-th round (1: every round, the eighth
   // session's; each ask is two allocator runs over every stream's offer: ~25 us a round at 16 streams on the
   // development host, the drafted arm's host work over plain's). lanes_bench --group-check N. 8 by default since
