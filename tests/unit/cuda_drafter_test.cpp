@@ -1198,13 +1198,15 @@ TEST(CudaDrafter, TheSplitPickDraftsTheTokensAndChanceBitsOfTheOneBlockPick) {
 
 // The split attention in one cooperative launch (session 7), every load batched (session 8: attention, residual
 // norms, q/k heads; with three launches, one launch and the automatic choice) and the head attention (session 9, a
-// CTA per request and query head), eagerly and through graphs, give the three-launch pass's Hf, U, tokens and chance
-// bits, for one request and for five (scratch poisoned before every pass).
+// CTA per request and query head; the automatic choice at 16 requests), eagerly and through graphs, give the
+// three-launch pass's Hf, U, tokens and chance bits, for 1, 5 and 16 requests (scratch poisoned before every pass).
 TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
   DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
-  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, cuda_options());
+  DrafterOptions options = cuda_options();
+  options.max_streams = 16;
+  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, options);
   ASSERT_TRUE(gpu);
   const DsparkConfig& c = gpu->config();
   const cuda::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
@@ -1214,8 +1216,8 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
   ASSERT_TRUE(cuda::block_attention_head_supported(c.block_size, dims));
   const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
   std::vector<DraftRequest> requests;
-  for (int i = 0; i < 5; ++i) {
-    const int length = 6 + 61 * i;
+  for (int i = 0; i < 16; ++i) {  // 16 requests: the automatic attention is the head kernel there (session 9)
+    const int length = 6 + 61 * (i % 5) + i;
     ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 700 + i)).ok());
     DraftRequest request;
     request.stream = i;
@@ -1253,7 +1255,7 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
       }
     }
   };
-  for (const size_t count : {size_t{1}, size_t{5}}) {
+  for (const size_t count : {size_t{1}, size_t{5}, size_t{16}}) {
     const std::span<const DraftRequest> some(requests.data(), count);
     gpu->set_attention_kernel(cuda::BlockAttentionKernel::Split);
     gpu->set_batched_loads(false);
