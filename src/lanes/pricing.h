@@ -109,13 +109,16 @@ struct PricingOptions {
   //   Alone: only the restart scout is offered among them (nothing is bought unless it pays with the streams that
   //          hold whole contexts; a group probe measures restarted contexts otherwise).
   // Off: every stream is priced from one pool (lanes_bench --restart-scout off|defer|alone).
-  // Alone by default since H200 batch s9A (same binary, 5 repeats, decode speedup at 1 / 4 / 8 / 16 streams):
+  // H200 batch s9A (same binary, 5 repeats, decode speedup at 1 / 4 / 8 / 16 streams):
   //   nano greedy    off 1.74 / 0.82 / 0.80 / 0.81x, defer 1.76 / 0.89 / 0.88 / 0.88x, alone 1.70 / 0.89 / 0.90 / 0.85x
   //   nano sampled   off 0.89 / 0.80 / 0.82 / 0.79x, defer 0.95 / 0.87 / 0.93 / 0.85x, alone 0.95 / 0.90 / 0.91 / 0.92x
   //                  (both with pass_cost_per_mode)
   //   1.2B synth greedy at 4 / 16: off 1.58 / 1.30x, defer 1.48x / (timed out), alone 1.58 / 1.30x.
+  // Alone was the default for batch s9B: the nano pair held its gain (greedy 0.89 / 0.91 / 0.90x against 0.86 / 0.82 /
+  // 0.85x), but gpu-check's 1.2B synth at 8 streams fell to 0.99x (2 passes; s9A 1.16x, 66 passes): a scout and one
+  // restarted stream of 8 do not pay a pass, and the one pool never got to buy the group. Off again by default.
   enum class RestartScout { Off, Defer, Alone };
-  RestartScout restart_scout = RestartScout::Alone;
+  RestartScout restart_scout = RestartScout::Off;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
