@@ -94,9 +94,9 @@ struct PricingOptions {
   bool pass_cost_per_mode = true;
   // A group probe that is due but would not run is asked again only every n-th round (1: every round, the eighth
   // session's; each ask is two allocator runs over every stream's offer: ~25 us a round at 16 streams on the
-  // development host, the drafted arm's host work over plain's). lanes_bench --group-check N. 8 by default since
-  // H200 batch s9A (with the restart scout, below).
-  int group_check_every = 8;
+  // development host, the drafted arm's host work over plain's). lanes_bench --group-check N. 8 went with the restart
+  // scout in batches s9A/s9B (not timed apart); 1 by default with the restart scout off.
+  int group_check_every = 1;
   // Restarted contexts priced apart (lanes10). A dormant stream drafts over a context that restarted past the rows it
   // skipped, which a DSpark drafter drafts from far worse than from a whole one (the nano pair on the H200: after
   // the scout's probe over its whole prompt the pool bought every dormant stream drafts; restarted, they landed 5-11
