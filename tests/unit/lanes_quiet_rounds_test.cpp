@@ -115,32 +115,14 @@ TEST(LanesQuietRounds, WithTheNinthSessionsRulesEveryReplyEqualsItsRequestRunAlo
   for (auto scout : {PricingOptions::RestartScout::Defer, PricingOptions::RestartScout::Alone}) {
     for (bool sampled : {false, true}) {
       for (bool device : {false, true}) {
-        FixedClock clock;
-        FakeTargetOptions target_options = costed_fake_target(clock, 10.0, 0.5);
-        target_options.device_taps = device;
-        FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.2);
-        drafter_options.device_taps = device;
-        drafter_options.confidences = true;
-        drafter_options.restarted_wrong_rate = 0.6;
-        drafter_options.sampled_pass_factor = 3.0;
-        const std::vector<Arrival> arrivals = staggered_arrivals(16, sampled, target_options.shape.vocab_size, 40);
-        const std::vector<Reply> alone = run_each_alone_plain(target_options, arrivals);
         LanesOptions options = restart_scout(scout);
         options.pricing.pass_cost_per_mode = true;
         options.pricing.group_check_every = 8;
-        FakeTarget target(target_options);
-        FakeDrafter drafter(drafter_options);
-        auto lanes = Lanes::create(target, &drafter, options, clock);
-        ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
-        auto replies = run_arrivals(**lanes, arrivals);
-        ASSERT_TRUE(replies.ok());
-        ASSERT_EQ(replies->size(), alone.size());
-        for (size_t index = 0; index < alone.size(); ++index) {
-          EXPECT_EQ((*replies)[index].tokens, alone[index].tokens) << "stream " << index << " sampled " << sampled;
-        }
-        EXPECT_GT((*lanes)->stats().drafts_verified, 0) << "sampled " << sampled << " device " << device;
+        const ExactnessRun run = run_exactness_case(sampled, device, options, 3.0);
+        EXPECT_EQ(reply_tokens(run.drafted), run.alone) << "sampled " << sampled << " device " << device;
+        EXPECT_GT(run.drafted.stats.drafts_verified, 0) << "sampled " << sampled << " device " << device;
         // (Sampled passes at 3x rarely pay here: the restarted paths are the greedy runs'.)
-        if (!sampled) EXPECT_GT((*lanes)->stats().drafter_restarts, 0) << "device " << device;
+        if (!sampled) EXPECT_GT(run.drafted.stats.drafter_restarts, 0) << "device " << device;
       }
     }
   }

@@ -190,4 +190,21 @@ std::vector<std::vector<int32_t>> reply_tokens(const FakeRun& run) {
   return tokens;
 }
 
+ExactnessRun run_exactness_case(bool sampled, bool device_taps, const LanesOptions& options,
+                                double sampled_pass_factor) {
+  FixedClock clock;
+  FakeTargetOptions target_options = costed_fake_target(clock, 10.0, 0.5);
+  target_options.device_taps = device_taps;
+  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.2);
+  drafter_options.device_taps = device_taps;
+  drafter_options.confidences = true;
+  drafter_options.restarted_wrong_rate = 0.6;
+  drafter_options.sampled_pass_factor = sampled_pass_factor;
+  const std::vector<Arrival> arrivals = staggered_arrivals(16, sampled, target_options.shape.vocab_size, 40);
+  ExactnessRun run;
+  for (const Reply& reply : run_each_alone_plain(target_options, arrivals)) run.alone.push_back(reply.tokens);
+  run.drafted = run_fakes(clock, target_options, drafter_options, arrivals, options);
+  return run;
+}
+
 }  // namespace ls

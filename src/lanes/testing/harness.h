@@ -72,4 +72,15 @@ FakeRun run_fakes(FixedClock& clock, const FakeTargetOptions& target_options,
 // Each reply's tokens, in arrival order.
 std::vector<std::vector<int32_t>> reply_tokens(const FakeRun& run);
 
+// The pricing rules' exactness case: 16 staggered streams (every fourth draft: false) of greedy or sampled requests
+// on a costed fake target (10 ms + 0.5 ms a row) and a fake drafter 20 % wrong (60 % on restarted contexts) with
+// confidences and host or device taps, its sampled passes `sampled_pass_factor` times dearer: the run under
+// `options`, and each request's tokens run alone without a drafter.
+struct ExactnessRun {
+  FakeRun drafted;
+  std::vector<std::vector<int32_t>> alone;
+};
+ExactnessRun run_exactness_case(bool sampled, bool device_taps, const LanesOptions& options,
+                                double sampled_pass_factor = 1.0);
+
 }  // namespace ls
