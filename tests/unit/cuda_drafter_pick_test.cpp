@@ -57,22 +57,12 @@ std::vector<int32_t> device_picks(const Rows& rows, DraftPickMode mode, int thre
   DeviceBuffer<DeviceScanRequest> samplings = upload(rows.samplings);
   DeviceBuffer<int64_t> positions = upload(rows.positions);
   DeviceBuffer<int32_t> picks = ls::cuda::testing::poisoned<int32_t>(rows.count());
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start);
-  for (int r = 0; r < repeats; ++r) {
+  const float per_call = ls::cuda::testing::device_ms_per_call(repeats, [&] {
     EXPECT_TRUE(draw_rows_with(logits.data(), rows.count(), rows.vocab, samplings.data(), positions.data(),
                                picks.data(), mode, threads, nullptr)
                     .ok());
-  }
-  cudaEventRecord(stop);
-  EXPECT_EQ(cudaEventSynchronize(stop), cudaSuccess);
-  float elapsed = 0;
-  cudaEventElapsedTime(&elapsed, start, stop);
-  if (ms) *ms = elapsed / repeats;
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  });
+  if (ms) *ms = per_call;
   return ls::cuda::testing::download(picks, rows.count());
 }
 
@@ -172,20 +162,11 @@ std::vector<int32_t> scan_step_picks(const Rows& rows, bool split, float* ms = n
   in.markov = markov.data();
   in.base_logits = base.data();
   in.partials = partials.data();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start);
-  for (int r = 0; r < repeats; ++r) {  // a repeat redraws the same rows (U is zero, the depth stays 1)
+  // a repeat redraws the same rows (U is zero, the depth stays 1)
+  const float per_call = ls::cuda::testing::device_ms_per_call(repeats, [&] {
     EXPECT_TRUE((split ? markov_pick_split(in, shape, 0, nullptr) : markov_pick(in, shape, 0, nullptr)).ok());
-  }
-  cudaEventRecord(stop);
-  EXPECT_EQ(cudaEventSynchronize(stop), cudaSuccess);
-  float elapsed = 0;
-  cudaEventElapsedTime(&elapsed, start, stop);
-  if (ms) *ms = elapsed / repeats;
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  });
+  if (ms) *ms = per_call;
   const std::vector<DeviceScanRecord> out = ls::cuda::testing::download(records, count);
   std::vector<int32_t> picks(count);
   for (int r = 0; r < count; ++r) {

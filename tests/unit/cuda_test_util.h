@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "base/bf16.h"
@@ -61,6 +62,22 @@ inline std::vector<float> to_float(const std::vector<bf16>& values) {
 inline std::vector<float> bf16_exact(std::vector<float> values) {
   for (float& v : values) v = round_to_bf16(v);
   return values;
+}
+
+// Device ms per call of `launch` (repeats calls back to back between two events on the default stream).
+inline float device_ms_per_call(int repeats, const std::function<void()>& launch) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start);
+  for (int r = 0; r < repeats; ++r) launch();
+  cudaEventRecord(stop);
+  EXPECT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+  float elapsed = 0;
+  cudaEventElapsedTime(&elapsed, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return elapsed / static_cast<float>(repeats);
 }
 
 }  // namespace ls::cuda::testing
