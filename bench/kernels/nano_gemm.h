@@ -133,7 +133,7 @@ inline int run(const Options& options) {
     x[i] = round_to_bf16(static_cast<float>(uniform_open01(splitmix64(i + 7)) - 0.5));
   nlohmann::json report = nlohmann::json::array();
   std::printf("nano GEMMs per row: target layers %.2fM MAC (%zu calls), drafter layers %.2fM (%zu calls), head %.2fM;"
-              " arms/prefetch: set_small_m_kernel mask (1 finer window chunks, 2 whole panels per call, 4/8 fixed groups)"
+              " arms/prefetch: set_small_m_kernel mask (1 finer window chunks, 2 whole panels per call)"
               " / set_verify_prefetch\n",
               s.target_macs / 1e6, s.target.size(), s.drafter_macs / 1e6, s.drafter.size(), s.head_macs / 1e6);
   std::printf("%-8s %4s %4s %5s %10s %10s %9s %12s %9s\n", "part", "thr", "rows", "arm", "median ms", "best ms",

@@ -16,7 +16,7 @@ struct ArmGuard {
   ~ArmGuard() { set_small_m_kernel(-1); }
 };
 
-constexpr int kArms[] = {0, 1, 2, 3, 6, 7, 15};
+constexpr int kArms[] = {0, 1, 2, 3};
 
 TEST(OpsSmallM, EveryArmGivesEveryWindowRowTheBitsOfItsOneRowCallPackedAndRowMajor) {
   if (!cpu_features().avx512_bf16) GTEST_SKIP() << "no AVX-512 BF16: the small-M arms do not run";

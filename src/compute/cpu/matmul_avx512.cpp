@@ -82,13 +82,8 @@ bool many_rows_chunked() { return g_many_rows_chunked.load(std::memory_order_rel
 // (panels_bf16 for 1-3 rows, verify_panels_bf16 for 4-16) instead of a tile call per panel and row group. Both on by
 // default since the quiet-host A/B of the ninth session (nano pair, 2 threads, 1-stream rounds interleaved: verify 8 +
 // pass 7 2.009 -> 1.942 ms, verify 4 + pass 3 1.539 -> 1.478, verify 2 + pass 1 1.453 -> 1.346; docs/benchmarks.md).
-// kSmallMGroups / kSmallMWideGroups (with kSmallMPanels): verify windows of 4-7 / 8-16 rows in row groups fixed per
-// row count (verify_groups_bf16: 3s then 2s, the weights held in registers) instead of 2-row groups chosen at run time.
-// Hot they run 3.2 dot products per ns at 5-16 rows (against 2.1-3.0); in the nano GEMMs' round order (weights from
-// L3 / memory, one thread, CPU time) 4-7 rows gained 0.5-7 % (the drafter's 7-row block 3-5 %) and 8 rows lost 2-3 %
-// (11 % with 2 + 2 + 2 + 2); in 2-thread rounds (15:11 UTC, mask 7 against 3, interleaved) the pass's 7-row block got
-// slower in all four round shapes (medians 0.82 -> 0.95, 0.75 -> 0.86, 0.91 -> 0.98, 0.91 -> 1.01 ms), so both stay off.
-constexpr int kSmallMChunks = 1, kSmallMPanels = 2, kSmallMGroups = 4, kSmallMWideGroups = 8;
+// Fixed row groups per window width (session 9, bits 4 / 8) lost in 2-thread rounds and are gone (docs/benchmarks.md).
+constexpr int kSmallMChunks = 1, kSmallMPanels = 2;
 constexpr int kSmallMDefault = kSmallMChunks | kSmallMPanels;
 constexpr int64_t kMinWindowChunkBytes = 16 * 1024;
 std::atomic<int> g_small_m{[] {
@@ -134,8 +129,7 @@ void block(const Tiles& tiles, int64_t row_begin, int64_t row_end, int64_t col_b
     if (small_m(kSmallMPanels) && row_end - row_begin <= kVerifyRows && panels_end > col_begin &&
         tiles.run_verify_panels(row_end - row_begin, row_begin, col_begin, panels_end, prefetch_end,
                                 g_unprefetched_rows.load(std::memory_order_relaxed),
-                                g_prefetch_groups.load(std::memory_order_relaxed),
-                                small_m(row_end - row_begin <= 7 ? kSmallMGroups : kSmallMWideGroups))) {
+                                g_prefetch_groups.load(std::memory_order_relaxed))) {
       if (panels_end == col_end) return;
       col_begin = panels_end;
     }

@@ -203,75 +203,6 @@ LS_TARGET_AVX512_BF16 inline void verify_panels_bf16(const uint16_t* x, const We
   }
 }
 
-// The first row of group i of the groups G... (compile time).
-template <int... G>
-constexpr int group_row(size_t i) {
-  constexpr int rows[] = {G...};
-  int row = 0;
-  for (size_t k = 0; k < i; ++k) row += rows[k];
-  return row;
-}
-
-// One panel's row groups G... (indices I...), each group's slice of the prefetched panel first.
-template <int... G, size_t... I>
-LS_TARGET_AVX512_BF16 __attribute__((always_inline)) inline void panel_groups(
-    std::integer_sequence<int, G...>, std::index_sequence<I...>, const uint16_t* x, const uint16_t* panel,
-    const char* next, int64_t panel_bytes, int64_t slice, int64_t K, int64_t step, __mmask32 tail, int64_t ldy,
-    float* y) {
-  constexpr int rows[] = {G...};
-  auto prefetch = [&](int64_t group) {
-    for (int64_t offset = group * slice; offset < std::min(panel_bytes, (group + 1) * slice); offset += 64)
-      _mm_prefetch(next + offset, _MM_HINT_T1);
-  };
-  (((next ? prefetch(static_cast<int64_t>(I)) : void()),
-    panel_bf16<rows[I], true>(x + group_row<G...>(I) * K, panel, K, step, tail, ldy, y + group_row<G...>(I) * ldy)),
-   ...);
-}
-
-// A verify window's whole panels in row groups fixed at compile time (G... rows each, 3 first: the group that waits on
-// memory the widest), every weight vector held in a register for its group: 87 % of the dot-product peak hot (3 + 3
-// + 2 for 8 rows: 3.16 per ns against verify_panels_bf16's 2.80). With `ahead` > 0 the panel `ahead` panels on (below
-// prefetch_end) is fetched into L2 a slice per group. The bits of every other grouping.
-template <int... G>
-LS_TARGET_AVX512_BF16 void grouped_panels_bf16(const uint16_t* x, const WeightLayout<uint16_t>& layout, int64_t col,
-                                               int64_t col_end, int64_t prefetch_end, int64_t K, int64_t ldy,
-                                               float* y, int64_t ahead) {
-  constexpr size_t kGroups = sizeof...(G);
-  const int64_t step = layout.step();
-  const __mmask32 tail = tail_mask(K);
-  const uint16_t* panel = layout.column(col);
-  const int64_t panel_bytes = layout.panel_values * 2;
-  const int64_t slice = (panel_bytes / static_cast<int64_t>(kGroups) + 63) / 64 * 64;
-  for (; col < col_end; col += kPackedColumns, panel += layout.panel_values, y += kPackedColumns) {
-    const char* next = ahead > 0 && col + ahead * kPackedColumns < prefetch_end
-                           ? reinterpret_cast<const char*>(panel + ahead * layout.panel_values)
-                           : nullptr;
-    panel_groups(std::integer_sequence<int, G...>{}, std::make_index_sequence<kGroups>{}, x, panel, next, panel_bytes,
-                 slice, K, step, tail, ldy, y);
-  }
-}
-
-// grouped_panels_bf16 for a window of `rows` (4..16) rows: groups of 3, then 2s (never a lone row).
-LS_TARGET_AVX512_BF16 inline void verify_groups_bf16(const uint16_t* x, const WeightLayout<uint16_t>& layout,
-                                                     int64_t rows, int64_t col, int64_t col_end, int64_t prefetch_end,
-                                                     int64_t K, int64_t ldy, float* y, int64_t ahead) {
-  switch (rows) {
-    case 4: return grouped_panels_bf16<2, 2>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 5: return grouped_panels_bf16<3, 2>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 6: return grouped_panels_bf16<3, 3>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 7: return grouped_panels_bf16<3, 2, 2>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 8: return grouped_panels_bf16<3, 3, 2>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 9: return grouped_panels_bf16<3, 3, 3>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 10: return grouped_panels_bf16<3, 3, 2, 2>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 11: return grouped_panels_bf16<3, 3, 3, 2>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 12: return grouped_panels_bf16<3, 3, 3, 3>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 13: return grouped_panels_bf16<3, 3, 3, 2, 2>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 14: return grouped_panels_bf16<3, 3, 3, 3, 2>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    case 15: return grouped_panels_bf16<3, 3, 3, 3, 3>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-    default: return grouped_panels_bf16<3, 3, 3, 3, 2, 2>(x, layout, col, col_end, prefetch_end, K, ldy, y, ahead);
-  }
-}
-
 // ---- fp32 x against fp32 or bf16 weights: 16 values of K per step, FMA ----
 
 template <typename Weight>
@@ -396,15 +327,9 @@ struct Bf16Tiles {
     }
   }
   // A verify window (verify_panels_bf16) x the whole panels of [col, col_end): false (nothing done) when not packed.
-  // fixed_groups: verify_groups_bf16 instead (the same bits).
   bool run_verify_panels(int64_t rows, int64_t row, int64_t col, int64_t col_end, int64_t prefetch_end,
-                         int64_t unprefetched, int64_t groups, bool fixed_groups) const {
+                         int64_t unprefetched, int64_t groups) const {
     if (!w.packed || col % kPackedColumns != 0) return false;
-    if (fixed_groups) {
-      verify_groups_bf16(x + row * K, w, rows, col, col_end, prefetch_end, K, ldy, y + row * ldy + col,
-                         rows > unprefetched ? groups : 0);
-      return true;
-    }
     verify_panels_bf16(x + row * K, w, rows, col, col_end, prefetch_end, K, ldy, y + row * ldy + col, unprefetched,
                        groups);
     return true;
