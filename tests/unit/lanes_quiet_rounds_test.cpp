@@ -122,7 +122,9 @@ TEST(LanesQuietRounds, WithTheNinthSessionsRulesEveryReplyEqualsItsRequestRunAlo
         EXPECT_EQ(reply_tokens(run.drafted), run.alone) << "sampled " << sampled << " device " << device;
         EXPECT_GT(run.drafted.stats.drafts_verified, 0) << "sampled " << sampled << " device " << device;
         // (Sampled passes at 3x rarely pay here: the restarted paths are the greedy runs'.)
-        if (!sampled) EXPECT_GT(run.drafted.stats.drafter_restarts, 0) << "device " << device;
+        if (!sampled) {
+          EXPECT_GT(run.drafted.stats.drafter_restarts, 0) << "device " << device;
+        }
       }
     }
   }
