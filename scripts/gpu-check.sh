@@ -129,13 +129,13 @@ if [ "$DEVICE" = cuda ]; then
   # LS_SYNTH_ARGS (e.g. "--layers 2 --vocab 1024") shrinks the shapes for a smoke test of the command lines.
   read -r -a SMALL_SYNTH <<<"${LS_SYNTH_ARGS:-}" ; SMALL_DRAFTER=() ; THREADS=8 ; ROWS=256  # 256: issue 8's bound
   STREAMS=${LS_STREAMS:-1,4,8,16,32,64} ; TOKENS=${LS_TOKENS:-256} ; REPEATS=${LS_REPEATS:-3} ; PROMPT=128
-  MOE_STREAMS=${LS_MOE_STREAMS:-1,4,8,16,32,64} ; MOE_TOKENS=128 ; NANO_TOKENS=64 ; CHECK_STREAMS=1,4,16 ; CHECK_TOKENS=32
-  NANO_STREAMS=1,4,8,16 ; NANO_REPEATS=3
+  MOE_STREAMS=${LS_MOE_STREAMS:-1,4,8,16,32,64} ; MOE_TOKENS=128 ; NANO_TOKENS=64 ; CHECK_STREAMS=1,4,16 ; CHECK_TOKENS=128
+  NANO_STREAMS=1,4,8,16 ; NANO_REPEATS=5 ; CHECK_REPEATS=3
 else
   SMALL_SYNTH=(--layers 3 --vocab 4096) ; SMALL_DRAFTER=(--drafter-layers 1) ; THREADS=2 ; ROWS=0
   STREAMS=${LS_STREAMS:-1,4} ; TOKENS=${LS_TOKENS:-12} ; REPEATS=${LS_REPEATS:-1} ; PROMPT=16
   MOE_STREAMS=${LS_MOE_STREAMS:-1} ; MOE_TOKENS=$TOKENS ; NANO_TOKENS=16 ; CHECK_STREAMS=1,4 ; CHECK_TOKENS=8
-  NANO_STREAMS=$CHECK_STREAMS ; NANO_REPEATS=1
+  NANO_STREAMS=$CHECK_STREAMS ; NANO_REPEATS=1 ; CHECK_REPEATS=1
 fi
 LANESPARK=$(bin lanespark)
 J="$WORK/json"
@@ -184,8 +184,11 @@ NANO=(--model models/nano/target --drafter models/nano/drafter --prompts models/
   --machine "$MACHINE" --commit "$COMMIT")
 step nano_greedy 60 "$J/nano_greedy.json" "$LANES" "${NANO[@]}" --json "$J/nano_greedy.json"
 step nano_sampled 60 "$J/nano_sampled.json" "$LANES" "${NANO[@]}" --sampled 1 --json "$J/nano_sampled.json"
+# Longer replies (4x): the probes and first-sighting graph captures a 64-token reply pays count for less.
+step nano_greedy_long 60 "$J/nano_greedy_long.json" "$LANES" "${NANO[@]}" --tokens $((NANO_TOKENS * 4)) --repeats 3 \
+  --json "$J/nano_greedy_long.json"
 step synth_1.2b_sampled 60 "$J/lanes_1.2b_sampled.json" "$LANES" --model "$M12" --drafter "$M12-dspark" \
-  --device "$DEVICE" --threads "$THREADS" --streams "$CHECK_STREAMS" --tokens "$CHECK_TOKENS" --repeats 1 \
+  --device "$DEVICE" --threads "$THREADS" --streams "$CHECK_STREAMS" --tokens "$CHECK_TOKENS" --repeats "$CHECK_REPEATS" \
   --prompt-tokens 32 --sampled 1 \
   --synthetic-acceptance "$ACCEPT" --machine "$MACHINE" --commit "$COMMIT" --json "$J/lanes_1.2b_sampled.json"
 
