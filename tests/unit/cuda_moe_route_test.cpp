@@ -1,6 +1,7 @@
 // The MoE layer's fused launches against the launches they replace, bitwise: route_and_plan (routing + plan in one
 // CTA, and with the router GEMM inside) against the GemmEngine, cuda::route_experts then plan_experts, and
-// combine_experts against scatter_weighted then cuda::sum_slots; the refusals by number.
+// combine_experts against scatter_weighted then cuda::sum_slots; the residual add + RMSNorm inside the lean route +
+// plan against cuda::add_rms_norm then route + plan; the refusals by number.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -258,6 +259,93 @@ TEST(CudaMoeRoute, TheLeanSwitchGivesTheOldRouteAndPlanBitsAndTheLeanKernelRefus
   plan.rows = 4;
   plan.x = nullptr;
   EXPECT_EQ(route_and_plan_lean(plan, nullptr).code(), ErrorCode::InvalidArgument) << "no x: no router GEMM to run";
+}
+
+// The residual add + RMSNorm inside the lean route + plan (step10) against cuda::add_rms_norm then the lean route +
+// plan on its output: the new residual h, the normed rows x, logits, choices, weights, offsets and order bitwise,
+// outputs poisoned first; rows 1..16, K tails (264, 40: x tiles partly zero), experts not a multiple of 8.
+// fault: the planted one rounding instead of two (the check must see it).
+int norm_in_route_differences(bool fault) {
+  const cuda::GemmEngine engine;
+  struct Case { int64_t rows; int experts, k; int64_t hidden; };
+  std::vector<Case> cases;
+  for (int64_t rows = 1; rows <= 16; ++rows) cases.push_back({rows, 32, 4, 2048});
+  for (const Case c : {Case{7, 36, 3, 264}, Case{16, 8, 2, 40}, Case{3, 70, 6, 1024}}) cases.push_back(c);
+  int differ = 0;
+  for (const Case& c : cases) {
+    const std::string at = where(c.rows, c.experts, c.k, c.hidden);
+    const int64_t n = c.rows * c.hidden;
+    const std::vector<bf16> h_host = random_bf16(n, 110 + c.rows, 3.0f, false);
+    DeviceBuffer<bf16> delta = upload(random_bf16(n, 120 + c.rows, 0.5f, false));
+    DeviceBuffer<bf16> weight = upload(random_bf16(c.hidden, 130, 2.0f, false));
+    DeviceBuffer<bf16> router = upload(random_bf16(c.experts * c.hidden, 140 + c.experts, 0.05f, false));
+    DeviceBuffer<bf16> h_want = upload(h_host), h_got = upload(h_host);
+    DeviceBuffer<bf16> x_want = poisoned<bf16>(n), x_got = poisoned<bf16>(n);
+    RouteOutputs want(c.rows, c.experts, c.k), got(c.rows, c.experts, c.k);
+    constexpr float kEps = 1e-5f;
+    EXPECT_TRUE(cuda::add_rms_norm(h_want.data(), delta.data(), c.rows, static_cast<int>(c.hidden), weight.data(), kEps,
+                                   x_want.data(), nullptr)
+                    .ok());
+    const cuda::DeviceMatrix matrix{router.data(), nullptr, c.experts, c.hidden};
+    RoutePlan plan = got.plan(x_got.data(), router.data(), c.hidden);
+    EXPECT_TRUE(engine.gemm(x_want.data(), c.rows, matrix, want.logits.data(), nullptr, nullptr).ok());
+    EXPECT_TRUE(want.route_and_plan_apart(plan).ok());
+    plan.norm_h = h_got.data();
+    plan.norm_delta = delta.data();
+    plan.norm_weight = weight.data();
+    plan.norm_eps = kEps;
+    plan.norm_out = x_got.data();
+    plan.norm_fault_for_test = fault;
+    EXPECT_TRUE(route_norm_fits(plan)) << at;
+    const Status status = route_and_plan(plan, nullptr);
+    EXPECT_TRUE(status.ok()) << at << ": " << status.to_string();
+    auto count = [&](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+      int d = 0;
+      for (size_t i = 0; i < a.size(); ++i) d += a[i].bits != b[i].bits;
+      return d;
+    };
+    const int h_differ = count(download(h_got, n), download(h_want, n));
+    const int x_differ = count(download(x_got, n), download(x_want, n));
+    differ += h_differ + x_differ;
+    if (!fault) {
+      EXPECT_EQ(h_differ, 0) << at << ": residual of " << n;
+      EXPECT_EQ(x_differ, 0) << at << ": normed rows of " << n;
+      expect_same_route(got, want, true, at);
+    }
+  }
+  return differ;
+}
+
+TEST(CudaMoeRoute, TheNormInsideTheLeanRouteGivesTheAddRmsNormThenRouteBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  EXPECT_EQ(norm_in_route_differences(false), 0);
+}
+
+TEST(CudaMoeRoute, APlantedOneRoundingInTheNormInsideTheRouteTurnsTheCheckRed) {
+  LS_SKIP_WITHOUT_DEVICE();
+  EXPECT_GT(norm_in_route_differences(true), 0);
+}
+
+TEST(CudaMoeRoute, TheNormInsideRouteIsRefusedOffTheLeanKernelAndOnUnalignedRows) {
+  LS_SKIP_WITHOUT_DEVICE();
+  DeviceBuffer<bf16> rows = poisoned<bf16>(17 * 2048 + 8), weight = poisoned<bf16>(2048);
+  RouteOutputs out(17, 32, 4);
+  RoutePlan plan = out.plan(rows.data(), rows.data(), 2048);
+  plan.norm_h = rows.data();
+  plan.norm_delta = rows.data();
+  plan.norm_weight = weight.data();
+  plan.norm_out = rows.data();
+  EXPECT_FALSE(route_norm_fits(plan)) << "17 rows: past the lean kernel";
+  const Status wide = route_and_plan(plan, nullptr);
+  EXPECT_EQ(wide.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(wide.to_string().find("lean kernel only"), std::string::npos) << wide.to_string();
+  plan.rows = 4;
+  EXPECT_TRUE(route_norm_fits(plan));
+  plan.norm_delta = rows.data() + 4;  // 8 bytes off
+  EXPECT_FALSE(route_norm_fits(plan));
+  const Status unaligned = route_and_plan_lean(plan, nullptr);
+  EXPECT_EQ(unaligned.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(unaligned.to_string().find("16-byte aligned"), std::string::npos) << unaligned.to_string();
 }
 
 TEST(CudaMoeRoute, CombineInOneLaunchGivesTheScatterAndSumBits) {

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "compute/cuda/head_norm_rope.cuh"
 #include "compute/cuda/kernels.h"
 #include "compute/cuda/pdl.cuh"
 #include "compute/cuda/row_norm.cuh"
@@ -163,10 +164,7 @@ __global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16
     const int q = threadIdx.x + c * kRowThreads;
     if (q >= chunks) continue;
     if constexpr (ADD) {
-#pragma unroll
-      for (int p = 0; p < 4; ++p)
-        v[c].pairs[p] = __floats2bfloat162_rn(__fadd_rn(__low2float(v[c].pairs[p]), __low2float(d[c].pairs[p])),
-                                              __fadd_rn(__high2float(v[c].pairs[p]), __high2float(d[c].pairs[p])));
+      add_chunk(v[c].raw, d[c].raw);
       *reinterpret_cast<uint4*>(h + at + q * 8) = v[c].raw;
     }
 #pragma unroll
@@ -180,15 +178,7 @@ __global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16
   for (int c = 0; c < kRowChunks; ++c) {
     const int q = threadIdx.x + c * kRowThreads;
     if (q >= chunks) continue;
-    Chunk out;
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const float lo = __fmul_rn(__low2float(w[c].pairs[p]), round_bf16(__fmul_rn(__low2float(v[c].pairs[p]), inv)));
-      const float hi =
-          __fmul_rn(__high2float(w[c].pairs[p]), round_bf16(__fmul_rn(__high2float(v[c].pairs[p]), inv)));
-      out.pairs[p] = __floats2bfloat162_rn(lo, hi);
-    }
-    *reinterpret_cast<uint4*>(y + at + q * 8) = out.raw;
+    *reinterpret_cast<uint4*>(y + at + q * 8) = norm_chunk(v[c].raw, w[c].raw, inv);
   }
 }
 
@@ -200,53 +190,24 @@ bool row_kernel_fits(int width, std::initializer_list<const void*> pointers) {
   return true;
 }
 
-// ---- Fused per-head q/k RMSNorm + NeoX RoPE: a warp per head, 8 heads per CTA, grid (rows, head groups) ----
-// Lane l holds elements l + 32 j (j < J = head_dim / 32) in registers: the norm's lane chain is rms_norm_kernel's,
-// and with head_dim a multiple of 64 each RoPE pair (i, i + head_dim / 2) is the lane's own (j, j + J / 2).
+// ---- Fused per-head q/k RMSNorm + NeoX RoPE: a warp per head (head_norm_rope.cuh), 8 heads per CTA, grid (rows,
+// head groups) ----
 constexpr int kHeadWarps = 8;
 
 template <int J>
 __global__ void __launch_bounds__(32 * kHeadWarps) qk_norm_rope_kernel(QkNormRope a) {
-  const int lane = threadIdx.x & 31;
   const int head = blockIdx.y * kHeadWarps + (threadIdx.x >> 5);
   let_next_kernel_start();
   wait_for_previous_kernel();
   if (head >= a.q_heads + a.k_heads) return;
   const int64_t row = blockIdx.x;
-  constexpr int hd = 32 * J, half = hd / 2;
+  constexpr int hd = 32 * J;
   const bool is_q = head < a.q_heads;
   const int h = is_q ? head : head - a.q_heads;
   const int64_t at = (row * (is_q ? a.q_heads : a.k_heads) + h) * hd;
-  const b16* in = reinterpret_cast<const b16*>(is_q ? a.q_raw : a.k_raw) + at;
-  const b16* weight = reinterpret_cast<const b16*>(is_q ? a.q_weight : a.k_weight);
-  b16* out = reinterpret_cast<b16*>(is_q ? a.q : a.k) + at;
-  float x[J], w[J];
-#pragma unroll
-  for (int j = 0; j < J; ++j) {
-    x[j] = to_f(in[lane + 32 * j]);
-    w[j] = to_f(weight[lane + 32 * j]);
-  }
-  double sum = 0;
-#pragma unroll
-  for (int j = 0; j < J; ++j) sum = __dadd_rn(sum, __dmul_rn(static_cast<double>(x[j]), static_cast<double>(x[j])));
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-  const float mean = static_cast<float>(sum / static_cast<double>(hd));
-  const float inverse_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.eps)));
-  float n[J];  // the normed head, bf16 values (rms_norm's output)
-#pragma unroll
-  for (int j = 0; j < J; ++j) n[j] = round_bf16(__fmul_rn(w[j], round_bf16(__fmul_rn(x[j], inverse_rms))));
-  const float position = static_cast<float>(a.positions[row]);
-#pragma unroll
-  for (int j = 0; j < J / 2; ++j) {
-    const int i = lane + 32 * j;
-    const float angle = __fmul_rn(position, a.inv_freq[i]);
-    const float c = round_bf16(static_cast<float>(cos(static_cast<double>(angle))));
-    const float s = round_bf16(static_cast<float>(sin(static_cast<double>(angle))));
-    const float lo = n[j], hi = n[j + J / 2];
-    out[i] = __float2bfloat16_rn(__fadd_rn(round_bf16(__fmul_rn(lo, c)), round_bf16(__fmul_rn(-hi, s))));
-    out[i + half] = __float2bfloat16_rn(__fadd_rn(round_bf16(__fmul_rn(hi, c)), round_bf16(__fmul_rn(lo, s))));
-  }
+  head_norm_rope<J>(reinterpret_cast<const b16*>(is_q ? a.q_raw : a.k_raw) + at,
+                    reinterpret_cast<const b16*>(is_q ? a.q_weight : a.k_weight), a.eps,
+                    static_cast<float>(a.positions[row]), a.inv_freq, reinterpret_cast<b16*>(is_q ? a.q : a.k) + at);
 }
 
 // ---- Routing: one warp per row; scores in shared memory; k rounds of a warp argmax (ties to the lower id) ----

@@ -296,6 +296,10 @@ bool route_and_plan_fits(int64_t rows, int experts, int k) {
 Status route_and_plan(const RoutePlan& plan, cudaStream_t stream) {
   if (plan.x && moe_route_lean() && route_lean_fits(plan.rows, plan.experts, plan.k, plan.hidden))
     return route_and_plan_lean(plan, stream);
+  if (plan.norm_h)
+    return Status(ErrorCode::InvalidArgument, "route_and_plan: the norm inside runs on the lean kernel only (x set, "
+                                              "set_moe_route_lean, route_lean_fits), got rows " +
+                                                  std::to_string(plan.rows) + ", K " + std::to_string(plan.hidden));
   RoutePlan a = plan;
   a.preload_router = a.x && g_router_preload.load() && router_preload_fits(a.rows, a.experts, a.hidden);
   if (!route_and_plan_fits(a.rows, a.experts, a.k))

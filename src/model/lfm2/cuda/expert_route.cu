@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -32,10 +33,24 @@ int g_shared_optin = 0;  // bytes of dynamic shared memory a block may opt into 
 
 // Shared memory after the preloaded router and x rows: logits (then scores) [rows, E] f32, chosen [rows k] i32,
 // weights [rows k] f32, first [E] i32 (each expert's first plan position), biased scores [rows, E] f32.
-int64_t lean_shared_bytes(int64_t rows, int experts, int k, int64_t hidden) {
+// With the norm inside, its weight and inverse rms follow at the next 16-byte boundary.
+__host__ __device__ int64_t lean_shared_bytes(int64_t rows, int experts, int k, int64_t hidden) {
   return route_detail::preload_bytes(rows, experts, hidden) + 4 * (2 * rows * experts + 2 * rows * k + experts);
 }
+__host__ __device__ int64_t norm_offset(int64_t rows, int experts, int k, int64_t hidden) {
+  return (lean_shared_bytes(rows, experts, k, hidden) + 15) / 16 * 16;
+}
+int64_t lean_norm_shared_bytes(int64_t rows, int experts, int k, int64_t hidden) {
+  return norm_offset(rows, experts, k, hidden) + route_detail::norm_bytes(rows, hidden);
+}
 
+// the norm inside route + plan: off until a batch shows it wins (LS_MOE_NORM_ROUTE=1 turns it on)
+std::atomic<bool> g_norm_in_route{[] {
+  const char* env = std::getenv("LS_MOE_NORM_ROUTE");
+  return env != nullptr && std::string(env) == "1";
+}()};
+
+template <bool NORM>
 __global__ void __launch_bounds__(kLeanWarps * 32) route_plan_lean_kernel(RoutePlan a) {
   extern __shared__ __align__(128) unsigned char shared_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -45,8 +60,9 @@ __global__ void __launch_bounds__(kLeanWarps * 32) route_plan_lean_kernel(RouteP
   float* weight = reinterpret_cast<float*>(chosen + slots);
   int* first = reinterpret_cast<int*>(weight + slots);
   float* biased = reinterpret_cast<float*>(first + E);
-  // waits for the kernel before, lets the next start
-  route_detail::router_preloaded_in_block(a, shared_raw, logit);
+  // waits for the kernel before, lets the next start (NORM: makes x from h and delta first)
+  route_detail::router_preloaded_in_block<NORM>(a, shared_raw, logit,
+                                                shared_raw + norm_offset(a.rows, E, k, a.hidden));
   __syncthreads();  // every logit is in shared memory
   // Routing as cuda::route_experts: sigmoid scores rounded to bf16, + bias, the top k by descending biased score with
   // ties to the lower id and NaN never picked, weights normalized and scaled with its roundings. One warp a row; no
@@ -136,7 +152,9 @@ void route_lean_setup() {
     int device = 0, optin = 0;
     if (cudaGetDevice(&device) == cudaSuccess &&
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-        cudaFuncSetAttribute(route_plan_lean_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) ==
+        cudaFuncSetAttribute(route_plan_lean_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) ==
+            cudaSuccess &&
+        cudaFuncSetAttribute(route_plan_lean_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) ==
             cudaSuccess)
       g_shared_optin = optin;
     cudaGetLastError();  // no device: the lean kernel does not fit, route_and_plan reports the launch
@@ -148,6 +166,18 @@ bool route_lean_fits(int64_t rows, int experts, int k, int64_t hidden) {
   return rows >= 1 && rows <= kLeanMaxRows && experts >= 1 && experts <= kLeanMaxExperts && k >= 1 &&
          k <= experts && router_in_route_fits(hidden) && lean_shared_bytes(rows, experts, k, hidden) <= g_shared_optin;
 }
+
+bool route_norm_fits(const RoutePlan& a) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return a.norm_h && a.norm_delta && a.norm_weight && a.norm_out && aligned(a.norm_h) && aligned(a.norm_delta) &&
+         aligned(a.norm_weight) && aligned(a.norm_out) && a.hidden % 8 == 0 &&
+         route_lean_fits(a.rows, a.experts, a.k, a.hidden) &&
+         lean_norm_shared_bytes(a.rows, a.experts, a.k, a.hidden) <= g_shared_optin;
+}
+
+void set_moe_norm_in_route(bool on) { g_norm_in_route = on; }
+
+bool moe_norm_in_route() { return g_norm_in_route.load(); }
 
 void set_moe_route_lean(bool on) { g_route_lean = on; }
 
@@ -161,9 +191,21 @@ Status route_and_plan_lean(const RoutePlan& a, cudaStream_t stream) {
                       std::to_string(g_shared_optin) + " bytes of shared memory, got rows " + std::to_string(a.rows) +
                       ", experts " + std::to_string(a.experts) + ", k " + std::to_string(a.k) + ", K " +
                       std::to_string(a.hidden));
+  if (a.norm_h) {  // the norm inside
+    if (!route_norm_fits(a))
+      return Status(ErrorCode::InvalidArgument,
+                    "route_and_plan_lean: the norm inside takes h, delta, weight and out 16-byte aligned and K a "
+                    "multiple of 8 within " + std::to_string(g_shared_optin) + " bytes of shared memory, got K " +
+                        std::to_string(a.hidden) + ", rows " + std::to_string(a.rows));
+    const int shared = static_cast<int>(lean_norm_shared_bytes(a.rows, a.experts, a.k, a.hidden));
+    LS_RETURN_IF_ERROR(
+        ls::cuda::launch_programmatic(route_plan_lean_kernel<true>, dim3(1), kLeanWarps * 32, shared, stream, a));
+    LS_CUDA_TRY_LAUNCH("route_plan_lean_kernel");
+    return ok_status();
+  }
   const int shared = static_cast<int>(lean_shared_bytes(a.rows, a.experts, a.k, a.hidden));
   LS_RETURN_IF_ERROR(
-      ls::cuda::launch_programmatic(route_plan_lean_kernel, dim3(1), kLeanWarps * 32, shared, stream, a));
+      ls::cuda::launch_programmatic(route_plan_lean_kernel<false>, dim3(1), kLeanWarps * 32, shared, stream, a));
   LS_CUDA_TRY_LAUNCH("route_plan_lean_kernel");
   return ok_status();
 }

@@ -4,8 +4,12 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/head_norm_rope.cuh"
 #include "compute/cuda/pdl.cuh"
 #include "model/lfm2/cuda/state_device.cuh"
 
@@ -26,6 +30,41 @@ __global__ void write_kv_kernel(const bf16* k, const bf16* v, int64_t rows, cons
   const int64_t at = key_row(pages + w.page_begin, position, page_size) * kv_width + e;
   keys[at] = k[row * kv_width + e];
   values[at] = v[row * kv_width + e];
+}
+
+// qk_norm_rope_kv: a warp per head of q | k | v, 8 per CTA, grid (rows, head groups).
+constexpr int kQkKvWarps = 8;
+
+template <int J>
+__global__ void __launch_bounds__(32 * kQkKvWarps)
+    qk_norm_rope_kv_kernel(cuda::QkNormRope a, const bf16* v, const int32_t* row_window, const WindowInfo* windows,
+                           const int32_t* pages, int page_size, bf16* keys, bf16* values, int slot_shift) {
+  using b16 = __nv_bfloat16;
+  constexpr int hd = 32 * J;
+  const int head = blockIdx.y * kQkKvWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  ls::cuda::let_next_kernel_start();
+  ls::cuda::wait_for_previous_kernel();
+  if (head >= a.q_heads + 2 * a.k_heads) return;
+  const int64_t row = blockIdx.x;
+  const float position = static_cast<float>(a.positions[row]);
+  if (head < a.q_heads) {
+    const int64_t at = (row * a.q_heads + head) * hd;
+    ls::cuda::head_norm_rope<J>(reinterpret_cast<const b16*>(a.q_raw) + at, reinterpret_cast<const b16*>(a.q_weight),
+                                a.eps, position, a.inv_freq, reinterpret_cast<b16*>(a.q) + at);
+    return;
+  }
+  const int kv_width = a.k_heads * hd;
+  const WindowInfo w = windows[row_window[row]];
+  const int64_t slot = key_row(pages + w.page_begin, w.committed + (row - w.first_row), page_size) + slot_shift;
+  const int h = head < a.q_heads + a.k_heads ? head - a.q_heads : head - a.q_heads - a.k_heads;
+  const int64_t in = row * kv_width + h * hd, out = slot * kv_width + h * hd;
+  if (head < a.q_heads + a.k_heads) {
+    ls::cuda::head_norm_rope<J>(reinterpret_cast<const b16*>(a.k_raw) + in, reinterpret_cast<const b16*>(a.k_weight),
+                                a.eps, position, a.inv_freq, reinterpret_cast<b16*>(keys) + out);
+  } else {
+#pragma unroll
+    for (int j = 0; j < J; ++j) values[out + lane + 32 * j] = v[in + lane + 32 * j];
+  }
 }
 
 __global__ void short_conv_kernel(ConvArgs a, const int32_t* row_window, const WindowInfo* windows, bf16* z,
@@ -97,6 +136,49 @@ Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_w
                                                                           shape.page_size, kv_width, layer.keys,
                                                                           layer.values);
   LS_CUDA_TRY_LAUNCH("write_kv");
+  return ok_status();
+}
+
+namespace {
+// the fused q/k norm + KV write: off until a batch shows it wins (LS_QK_KV=1 turns it on)
+std::atomic<bool> g_qk_kv{[] {
+  const char* env = std::getenv("LS_QK_KV");
+  return env != nullptr && std::string(env) == "1";
+}()};
+}  // namespace
+
+void set_qk_norm_rope_writes_kv(bool on) { g_qk_kv = on; }
+
+bool qk_norm_rope_writes_kv() { return g_qk_kv.load(); }
+
+Status qk_norm_rope_kv(const cuda::QkNormRope& a, const bf16* v, const int32_t* row_window,
+                       const WindowInfo* windows, const int32_t* pages, const KvShape& shape, KvLayer layer,
+                       cudaStream_t stream, bool fault_next_slot_for_test) {
+  if (a.rows <= 0) return ok_status();
+  if (a.k_heads != shape.kv_heads || a.head_dim != shape.head_dim || a.rows > 0x7fffffff)
+    return Status(ErrorCode::InvalidArgument, "qk_norm_rope_kv: k heads " + std::to_string(a.k_heads) + " x " +
+                                                  std::to_string(a.head_dim) + " against the cache's " +
+                                                  std::to_string(shape.kv_heads) + " x " +
+                                                  std::to_string(shape.head_dim) + ", rows " + std::to_string(a.rows));
+  const int heads = a.q_heads + 2 * a.k_heads, shift = fault_next_slot_for_test ? 1 : 0;
+  const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>((heads + kQkKvWarps - 1) / kQkKvWarps));
+  auto launch = [&](auto kernel) {
+    return ls::cuda::launch_programmatic(kernel, grid, 32 * kQkKvWarps, 0, stream, a, v, row_window, windows, pages,
+                                         shape.page_size, layer.keys, layer.values, shift);
+  };
+  switch (a.head_dim) {
+    case 64: LS_RETURN_IF_ERROR(launch(qk_norm_rope_kv_kernel<2>)); break;
+    case 128: LS_RETURN_IF_ERROR(launch(qk_norm_rope_kv_kernel<4>)); break;
+    case 256: LS_RETURN_IF_ERROR(launch(qk_norm_rope_kv_kernel<8>)); break;
+    default: {  // head sizes whose RoPE pairs are not lane-local: the two launches (the same bits by definition)
+      cuda::QkNormRope two = a;
+      if (!two.k) return Status(ErrorCode::InvalidArgument, "qk_norm_rope_kv: head_dim " +
+                                                                std::to_string(a.head_dim) + " needs args.k scratch");
+      LS_RETURN_IF_ERROR(cuda::qk_norm_rope(two, stream));
+      return write_kv(a.k, v, a.rows, row_window, windows, pages, shape, layer, stream);
+    }
+  }
+  LS_CUDA_TRY_LAUNCH("qk_norm_rope_kv_kernel");
   return ok_status();
 }
 

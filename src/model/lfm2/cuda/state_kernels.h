@@ -12,6 +12,7 @@
 
 #include "base/bf16.h"
 #include "base/status.h"
+#include "compute/cuda/kernels.h"
 
 namespace ls::lfm2::gpu {
 
@@ -41,6 +42,17 @@ struct KvShape {
 // Writes the rows' k, v [rows, kv_width] into their streams' pages at their positions.
 Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                 const int32_t* pages, const KvShape& shape, KvLayer layer, cudaStream_t stream);
+
+// q/k norm + RoPE with the KV write in the same launch (step10): q to args.q (cuda::qk_norm_rope's bits), each
+// row's normed k heads and its v row (v [rows, kv_width]) straight into the stream's pages at write_kv's places;
+// args.k is not written. head_dim 64 / 128 / 256 (qk_norm_rope's lane-local RoPE), else the two launches.
+// fault_next_slot_for_test: a planted fault, keys one slot late.
+Status qk_norm_rope_kv(const cuda::QkNormRope& args, const bf16* v, const int32_t* row_window,
+                       const WindowInfo* windows, const int32_t* pages, const KvShape& shape, KvLayer layer,
+                       cudaStream_t stream, bool fault_next_slot_for_test = false);
+// The target's choice (off by default until a batch shows it wins; LS_QK_KV=1 turns it on for a process).
+void set_qk_norm_rope_writes_kv(bool on);
+bool qk_norm_rope_writes_kv();
 
 // out [rows, heads*hd] = causal GQA attention of q [rows, heads*hd] over each row's stream keys 0 .. its position
 // (CPU Bf16 rounding: dot, scaled score and p rounded to bf16; fp32 softmax and accumulation).
@@ -216,6 +228,15 @@ struct RoutePlan {
   int32_t* offsets = nullptr;          // [experts + 1]
   int32_t* order = nullptr;            // [rows * k]
   bool preload_router = false;         // set by route_and_plan: the whole router staged before the wait (same bits)
+  // Optional, the lean kernel only (route_norm_fits): the residual add + RMSNorm that makes x, first in the launch
+  // with cuda::add_rms_norm's bits: norm_h [rows, hidden] becomes round(norm_h + norm_delta) in place and x =
+  // RMSNorm(norm_h) * norm_weight is written to norm_out (set x = norm_out) and read by the router from shared memory.
+  bf16* norm_h = nullptr;
+  const bf16* norm_delta = nullptr;
+  const bf16* norm_weight = nullptr;
+  float norm_eps = 0.0f;
+  bf16* norm_out = nullptr;
+  bool norm_fault_for_test = false;  // planted fault: x = round(weight * h * inverse_rms) with one rounding, not two
 };
 bool route_and_plan_fits(int64_t rows, int experts, int k);
 bool router_in_route_fits(int64_t hidden);
@@ -237,6 +258,13 @@ void set_moe_route_lean(bool on);
 bool moe_route_lean();
 // The lean kernel's shared-memory opt-in (once; also done by route_lean_fits).
 void route_lean_setup();
+// The MoE layer's residual add + ffn RMSNorm inside the lean route + plan (RoutePlan::norm_*), one launch and one
+// boundary fewer a MoE layer; the same bits. Where it fits: the lean kernel's rows, experts and k, hidden a multiple
+// of 8 within the block's shared memory with the norm weight, every norm pointer 16-byte aligned. The switch (off by
+// default until a batch shows it wins; LS_MOE_NORM_ROUTE=1 turns it on for a process) makes the target use it.
+bool route_norm_fits(const RoutePlan& plan);
+void set_moe_norm_in_route(bool on);
+bool moe_norm_in_route();
 // route_and_plan's shared-memory opt-in for the router in the launch (once, before any capture).
 void route_plan_setup();
 
