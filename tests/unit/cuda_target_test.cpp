@@ -33,6 +33,7 @@ TEST(DeviceFlag, AcceptsCpuAndCudaAndRefusesOtherNamesByName) {
 #include "lanes/testing/recorded_drafter.h"
 #include "lfm2_test_util.h"
 #include "model/lfm2/cuda/cuda_target.h"
+#include "model/lfm2/cuda/state_kernels.h"
 #include "model/load.h"
 
 namespace ls::lfm2 {
@@ -223,6 +224,50 @@ TEST(CudaTarget, NanoTargetIsBatchInvariantAcrossWidthsAndStreams) {
   if (!target) GTEST_SKIP() << "no nano target";
   EXPECT_EQ(target->facts().exact_width, 16) << "the load-time probe must find every width up to 16 exact";
   EXPECT_EQ(check_many_streams(*target, 16, 24, 16), 256);
+}
+
+// step10's launch switches, both on (the ffn residual add + norm inside the lean route + plan; the q/k norm + RoPE
+// writing k and v straight into the pages): the default launches' one-row bits, then every row of 16 streams in
+// windows up to 16 rows (256-row forwards) equal to the one-row run, on the small dense and MoE targets (head_dim 16:
+// the KV write's two-launch fallback) and the nano target (head_dim 64: the one launch). Graphs dropped at each
+// switch (a captured graph keeps the launches it was captured with).
+TEST(CudaTarget, TheStep10LaunchSwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndStream) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct Switches {
+    Switches(CudaTarget& target, bool on)
+        : target(target), norm_before(gpu::moe_norm_in_route()), qk_kv_before(gpu::qk_norm_rope_writes_kv()) {
+      set(on, on);
+    }
+    ~Switches() { set(norm_before, qk_kv_before); }
+    void set(bool norm, bool qk_kv) {
+      gpu::set_moe_norm_in_route(norm);
+      gpu::set_qk_norm_rope_writes_kv(qk_kv);
+      target.set_graphs(false);
+      target.set_graphs(true);
+    }
+    CudaTarget& target;
+    bool norm_before, qk_kv_before;
+  };
+  std::vector<std::unique_ptr<Target>> targets;
+  targets.push_back(small_cuda_target(false));
+  targets.push_back(small_cuda_target(true));
+  targets.push_back(nano_cuda_target());
+  int checked = 0;
+  for (const std::unique_ptr<Target>& target : targets) {
+    auto* cuda_target = dynamic_cast<CudaTarget*>(target.get());
+    if (cuda_target == nullptr) continue;  // no nano target in this checkout
+    const std::vector<int32_t> tokens = testing::random_tokens(24, 5, target->facts().vocab_size);
+    std::vector<RowBits> oracle;
+    {
+      const Switches off(*cuda_target, false);
+      oracle = one_row_oracle(*target, 1, tokens, stream_sampling(1));
+    }
+    const Switches on(*cuda_target, true);
+    EXPECT_TRUE(one_row_oracle(*target, 1, tokens, stream_sampling(1)) == oracle) << "target " << checked;
+    EXPECT_EQ(check_many_streams(*target, 16, 24, 16), 256) << "target " << checked;
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);
 }
 
 // The lanes split a long prompt by the rows other streams leave (lanes_steps.cpp): any split must give the same bits.

@@ -2,11 +2,39 @@
 // MoE -> residual (each residual add fused with the norm after it), taps copied on the device; all launches on the
 // target's stream, no host sync.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "model/lfm2/cuda/cuda_target.h"
 
 namespace ls::lfm2 {
+
+const char* CudaTarget::step_op_name(StepOp op) {
+  static const char* const names[] = {"norm", "qk_norm", "write_kv", "attention", "conv", "mixer_in", "mixer_out",
+                                      "gate_up", "down", "route", "experts", "combine"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(StepOp::Count));
+  return names[static_cast<uint32_t>(op)];
+}
+
+uint32_t CudaTarget::step_twice_from_env() {
+  const char* env = std::getenv("LS_STEP_TWICE");
+  if (env == nullptr) return 0;
+  uint32_t mask = 0;
+  std::string list = std::string(env) + ",";
+  for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+    const std::string name = list.substr(at, comma - at);
+    bool known = name.empty();
+    for (uint32_t op = 0; op < static_cast<uint32_t>(StepOp::Count); ++op)
+      if (name == step_op_name(static_cast<StepOp>(op))) {
+        mask |= 1u << op;
+        known = true;
+      }
+    if (!known) std::fprintf(stderr, "LS_STEP_TWICE: no op kind '%s' (ignored)\n", name.c_str());
+  }
+  return mask;
+}
 
 Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
   const io::ModelConfig& c = config_;
@@ -30,8 +58,9 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
   LS_RETURN_IF_ERROR(mark("elementwise"));
   // The norm that feeds the next GEMM: run now (unfused, into u_) or by that GEMM (fused, reading h and delta).
   auto norm_now = [&](const bf16* delta, const bf16* weight) -> Status {
-    if (delta) return cuda::add_rms_norm(h, delta, rows, D, weight, c.norm_eps, u_.data(), stream_);
-    return cuda::rms_norm(h, rows, D, weight, c.norm_eps, u_.data(), stream_);
+    if (delta) LS_RETURN_IF_ERROR(cuda::add_rms_norm(h, delta, rows, D, weight, c.norm_eps, u_.data(), stream_));
+    if (!delta || doubled(StepOp::Norm)) return cuda::rms_norm(h, rows, D, weight, c.norm_eps, u_.data(), stream_);
+    return ok_status();
   };
   auto norm_fused = [&](const bf16* delta, const bf16* weight) {
     cuda::DecodeNorm norm;
@@ -86,10 +115,12 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
       LS_RETURN_IF_ERROR(mark("gemm"));
       LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.down.view(), mix_.data(), nullptr, stream_));
       LS_RETURN_IF_ERROR(mark("gemm"));
+    } else if (w.moe) {
+      LS_RETURN_IF_ERROR(ffn_moe(layer, rows, h, mix_.data()));
     } else {
       LS_RETURN_IF_ERROR(norm_now(mix_.data(), w.ffn_norm.data()));
       LS_RETURN_IF_ERROR(mark("elementwise"));
-      LS_RETURN_IF_ERROR(w.moe ? ffn_moe(layer, rows) : ffn_dense(layer, rows));
+      LS_RETURN_IF_ERROR(ffn_dense(layer, rows));
     }
     pending_delta = mix_.data();
   }
@@ -107,7 +138,9 @@ Status CudaTarget::ffn_dense(int layer, int64_t rows) {
   const int64_t F = w.down.cols;
   if (cuda::decode_swiglu_fits(rows, w.gate_up.view())) {
     // few rows: gate_up GEMM + SwiGLU in one launch (the same bits)
-    LS_RETURN_IF_ERROR(cuda::gemm_decode_swiglu(gemm_, u_.data(), rows, w.gate_up.view(), act_.data(), stream_));
+    LS_RETURN_IF_ERROR(twice(StepOp::GateUp, [&] {
+      return cuda::gemm_decode_swiglu(gemm_, u_.data(), rows, w.gate_up.view(), act_.data(), stream_);
+    }));
     LS_RETURN_IF_ERROR(mark("gemm"));
   } else {
     LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.gate_up.view(), wide_.data(), nullptr, stream_));  // [rows, 2F]
@@ -116,7 +149,7 @@ Status CudaTarget::ffn_dense(int layer, int64_t rows) {
         cuda::swiglu(wide_.data(), wide_.data() + F, rows, static_cast<int>(F), 2 * F, act_.data(), stream_));
     LS_RETURN_IF_ERROR(mark("elementwise"));
   }
-  LS_RETURN_IF_ERROR(gemm_out(act_.data(), rows, w.down.view(), mix_.data()));
+  LS_RETURN_IF_ERROR(twice(StepOp::Down, [&] { return gemm_out(act_.data(), rows, w.down.view(), mix_.data()); }));
   return mark("gemm");
 }
 
@@ -146,12 +179,16 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const c
     bf16* const out = wide_.data();
     LS_RETURN_IF_ERROR(cuda::gemm_decode_norm(gemm_, *norm, rows, {&in_proj, 1}, {&out, 1}, stream_));
   } else {
-    LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_));
+    LS_RETURN_IF_ERROR(twice(StepOp::MixerIn, [&] {
+      return gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_);
+    }));
   }
   LS_RETURN_IF_ERROR(mark("gemm"));
-  LS_RETURN_IF_ERROR(gpu::short_conv(args, row_window, windows, z, act_.data(), stream_));
+  LS_RETURN_IF_ERROR(
+      twice(StepOp::Conv, [&] { return gpu::short_conv(args, row_window, windows, z, act_.data(), stream_); }));
   LS_RETURN_IF_ERROR(mark("short conv"));
-  LS_RETURN_IF_ERROR(gemm_out(act_.data(), rows, w.conv_out.view(), mix_.data()));
+  LS_RETURN_IF_ERROR(
+      twice(StepOp::MixerOut, [&] { return gemm_out(act_.data(), rows, w.conv_out.view(), mix_.data()); }));
   return mark("gemm");
 }
 
@@ -164,7 +201,8 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta, co
   if (norm) {  // q, k and v in one launch, the norm in its prologue (the same bits)
     LS_RETURN_IF_ERROR(cuda::gemm_decode_norm(gemm_, *norm, rows, qkv, qkv_out, stream_));
   } else if (cuda::decode_group_fits(rows, qkv)) {  // few rows: q, k and v in one launch (the same bits)
-    LS_RETURN_IF_ERROR(cuda::gemm_decode_group(gemm_, u_.data(), rows, qkv, qkv_out, stream_));
+    LS_RETURN_IF_ERROR(
+        twice(StepOp::MixerIn, [&] { return cuda::gemm_decode_group(gemm_, u_.data(), rows, qkv, qkv_out, stream_); }));
   } else {
     for (int i = 0; i < 3; ++i) LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, qkv[i], qkv_out[i], nullptr, stream_));
   }
@@ -184,24 +222,35 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta, co
   qk.eps = c.norm_eps;
   qk.positions = device_at<int64_t>(meta.positions);
   qk.inv_freq = weights_.inv_freq.data();
-  LS_RETURN_IF_ERROR(cuda::qk_norm_rope(qk, stream_));
-  LS_RETURN_IF_ERROR(mark("elementwise"));
   const int64_t layer_elements = int64_t{kv_pages_} * kv_shape_.page_size * KV * hd;
   bf16* base = kv_pool_.data() + int64_t{kv_slot_[layer]} * 2 * layer_elements;
   const gpu::KvLayer kv{base, base + layer_elements};
   const int32_t* row_window = device_at<int32_t>(meta.row_window);
   const gpu::WindowInfo* windows = device_at<gpu::WindowInfo>(meta.windows);
   const int32_t* pages = device_at<int32_t>(meta.pages);
-  LS_RETURN_IF_ERROR(gpu::write_kv(k_.data(), v_.data(), rows, row_window, windows, pages, kv_shape_, kv, stream_));
+  if (gpu::qk_norm_rope_writes_kv()) {  // one launch: q, and k and v straight into the pages (the same bits)
+    LS_RETURN_IF_ERROR(twice(StepOp::QkNorm, [&] {
+      return gpu::qk_norm_rope_kv(qk, v_.data(), row_window, windows, pages, kv_shape_, kv, stream_);
+    }));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
+  } else {
+    LS_RETURN_IF_ERROR(twice(StepOp::QkNorm, [&] { return cuda::qk_norm_rope(qk, stream_); }));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
+    LS_RETURN_IF_ERROR(twice(StepOp::WriteKv, [&] {
+      return gpu::write_kv(k_.data(), v_.data(), rows, row_window, windows, pages, kv_shape_, kv, stream_);
+    }));
+  }
   const gpu::AttentionScratch scratch{attn_states_.data(), static_cast<int64_t>(attn_states_.size())};
-  LS_RETURN_IF_ERROR(
-      gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_, scratch));
+  LS_RETURN_IF_ERROR(twice(StepOp::Attention, [&] {
+    return gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_, scratch);
+  }));
   LS_RETURN_IF_ERROR(mark("attention"));
-  LS_RETURN_IF_ERROR(gemm_out(attn_.data(), rows, w.attn_out.view(), mix_.data()));
+  LS_RETURN_IF_ERROR(
+      twice(StepOp::MixerOut, [&] { return gemm_out(attn_.data(), rows, w.attn_out.view(), mix_.data()); }));
   return mark("gemm");
 }
 
-Status CudaTarget::ffn_moe(int layer, int64_t rows) {
+Status CudaTarget::ffn_moe(int layer, int64_t rows, bf16* h, const bf16* delta) {
   const gpu::DeviceLayer& w = weights_.layers[layer];
   const io::MoeConfig& moe = *config_.moe;
   const int E = moe.num_experts, k = moe.experts_per_token, D = config_.hidden_size;
@@ -212,12 +261,30 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
   const bool fused = level >= 1 && gpu::route_and_plan_fits(rows, E, k) && gpu::combine_experts_fits(rows, k);
   // (the router inside up to 16 rows: one CTA streams it, 8 warps of (8 rows, 8 experts) items)
   const bool router_inside = fused && level >= 2 && rows <= 16 && gpu::router_in_route_fits(D);
+  gpu::RoutePlan plan;
+  if (router_inside && gpu::moe_norm_in_route() && gpu::moe_route_lean()) {  // the norm inside route + plan
+    plan.norm_h = h;
+    plan.norm_delta = delta;
+    plan.norm_weight = w.ffn_norm.data();
+    plan.norm_eps = config_.norm_eps;
+    plan.norm_out = u_.data();
+    plan.rows = rows;
+    plan.experts = E;
+    plan.k = k;
+    plan.hidden = D;
+    if (!gpu::route_norm_fits(plan)) plan.norm_h = nullptr;
+  }
+  if (!plan.norm_h) {
+    LS_RETURN_IF_ERROR(cuda::add_rms_norm(h, delta, rows, D, w.ffn_norm.data(), config_.norm_eps, u_.data(), stream_));
+    if (doubled(StepOp::Norm))
+      LS_RETURN_IF_ERROR(cuda::rms_norm(h, rows, D, w.ffn_norm.data(), config_.norm_eps, u_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("elementwise"));
+  }
   if (!router_inside) {
     LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.router.view(), router_logits_.data(), nullptr, stream_));
     LS_RETURN_IF_ERROR(mark("gemm"));
   }
   if (fused) {
-    gpu::RoutePlan plan;
     plan.logits = router_logits_.data();
     if (router_inside) {
       plan.x = u_.data();
@@ -235,7 +302,9 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
     plan.weights = route_weights_.data();
     plan.offsets = expert_offsets_.data();
     plan.order = expert_order_.data();
+    // (doubled, the norm inside runs once: it updates h in place)
     LS_RETURN_IF_ERROR(gpu::route_and_plan(plan, stream_));
+    if (doubled(StepOp::Route) && !plan.norm_h) LS_RETURN_IF_ERROR(gpu::route_and_plan(plan, stream_));
   } else {
     LS_RETURN_IF_ERROR(cuda::route_experts(router_logits_.data(), rows, E, k, moe.norm_topk_prob,
                                            moe.routed_scaling_factor,
@@ -274,13 +343,15 @@ Status CudaTarget::ffn_moe(int layer, int64_t rows) {
     if (level >= 3) ffn.tickets = moe_tickets_.data();
   }
   const bool combined = gpu::expert_ffn_combines(ffn);
-  LS_RETURN_IF_ERROR(gpu::expert_ffn(ffn, stream_));
+  LS_RETURN_IF_ERROR(twice(StepOp::Experts, [&] { return gpu::expert_ffn(ffn, stream_); }));
   LS_RETURN_IF_ERROR(mark("expert gemm"));
   if (combined) {
     // written by the down launch
   } else if (fused) {
-    LS_RETURN_IF_ERROR(gpu::combine_experts(expert_out_.data(), expert_offsets_.data(), E, expert_order_.data(),
-                                            route_weights_.data(), rows, k, D, mix_.data(), stream_));
+    LS_RETURN_IF_ERROR(twice(StepOp::Combine, [&] {
+      return gpu::combine_experts(expert_out_.data(), expert_offsets_.data(), E, expert_order_.data(),
+                                  route_weights_.data(), rows, k, D, mix_.data(), stream_);
+    }));
   } else {
     LS_RETURN_IF_ERROR(gpu::scatter_weighted(expert_out_.data(), expert_order_.data(), route_weights_.data(), S, D,
                                              slots_.data(), stream_));

@@ -107,10 +107,25 @@ class CudaTarget final : public Target {
   Status ffn_dense(int layer, int64_t rows);
   // A mixer's last GEMM / the dense FFN's down GEMM (GemmEngine::gemm; the decode tails of session 7 are gone).
   Status gemm_out(const bf16* x, int64_t rows, const cuda::DeviceMatrix& w, bf16* y);
-  Status ffn_moe(int layer, int64_t rows);
+  // The residual add + ffn_norm (h += delta; u_ = RMSNorm(h)) and the MoE FFN; the norm inside route + plan where
+  // gpu::moe_norm_in_route() and it fits, else its own launch first (the same bits).
+  Status ffn_moe(int layer, int64_t rows, bf16* h, const bf16* delta);
   // Final norm + head + keyed draw of n drawn rows (indices into h at meta.drawn); logits of wanted rows to `verified`.
   Status draw(int64_t n, const Meta& meta, const std::vector<int64_t>& drawn_rows, const std::vector<char>& wants,
               Verified& verified);
+  // Benches only (LS_STEP_TWICE, a comma list of step_op_name()s, read at load): the named op kinds are launched
+  // twice, so the graphed step's growth is that kind's cost on the step's critical path. Every kind doubled is
+  // idempotent (the same inputs and outputs; a residual add + norm is doubled by a second rms_norm of the new h).
+  enum class StepOp : uint32_t { Norm, QkNorm, WriteKv, Attention, Conv, MixerIn, MixerOut, GateUp, Down, Route,
+                                 Experts, Combine, Count };
+  static const char* step_op_name(StepOp op);
+  static uint32_t step_twice_from_env();
+  bool doubled(StepOp op) const { return (step_twice_ >> static_cast<uint32_t>(op)) & 1u; }
+  template <typename Launch>
+  Status twice(StepOp op, const Launch& launch) {
+    LS_RETURN_IF_ERROR(launch());
+    return doubled(op) ? launch() : ok_status();
+  }
   // Profiling: records an event closing the op kind `label` (no-op when off).
   Status mark(const char* label);
   Status collect_profile();
@@ -150,6 +165,7 @@ class CudaTarget final : public Target {
   bool decode_norm_fusion_ = false;
   bool decode_norm_fusion_ffn_ = true;
   int last_graph_kernels_ = 0;
+  uint32_t step_twice_ = step_twice_from_env();
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> sightings_;
 
