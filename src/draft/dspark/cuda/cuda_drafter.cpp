@@ -4,6 +4,7 @@
 #include "draft/dspark/shared_steps.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <span>
@@ -90,6 +91,13 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   LS_RETURN_IF_ERROR(cublas_status(
       cublasSetWorkspace(d.cublas_.get(), d.cublas_workspace_.data(), kCublasWorkspaceBytes), "cublasSetWorkspace"));
   LS_RETURN_IF_ERROR(d.tuned_.create(d.cublas_workspace_.data(), kCublasWorkspaceBytes));
+  LS_RETURN_IF_ERROR(d.prefetch_branch_.create());
+  if (const char* head = std::getenv("LS_DRAFTER_SHORT_HEAD"); head && *head) {
+    d.short_context_head_ = std::strcmp(head, "0") != 0;
+  }
+  if (const char* megabytes = std::getenv("LS_DRAFTER_L2_PREFETCH_MB"); megabytes && *megabytes) {
+    d.l2_prefetch_bytes_ = std::max<int64_t>(0, std::atoll(megabytes)) << 20;
+  }
   LS_RETURN_IF_ERROR(d.block_timer_.create());
   LS_RETURN_IF_ERROR(d.scan_timer_.create());
   DeviceDraftWeights& w = d.weights_;
@@ -290,6 +298,7 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   std::vector<DeviceScanRequest> scans;
   const int gamma = config_.block_size;
   int max_depth = 0;
+  int64_t most_keys = 0;  // the longest request's keys (context rows + block): the attention's choice below 16
   for (size_t index = 0; index < requests.size(); ++index) {
     const DraftRequest& request = requests[index];
     auto found = streams_.find(request.stream);
@@ -300,6 +309,7 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
     if (status.ok()) status = reserve_context(*context, context->rows() + gamma);
     if (!status.ok()) continue;
     chosen.push_back(index);
+    most_keys = std::max(most_keys, context->rows() + gamma);
     blocks.push_back(
         DeviceBlockRequest{context->keys.data(), context->values.data(), context->rows(), context->capacity});
     DeviceScanRequest scan;
@@ -378,7 +388,8 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   profile_.begin(stream);
   block_timer_.start(stream);
   last_pass_requests_ = padded;
-  status = run_shape({padded, 0}, [&] { return block_pass(padded); });
+  long_context_ = most_keys > short_context_keys(padded);
+  status = run_shape({padded, block_pass_key(padded, long_context_)}, [&] { return block_pass(padded); });
   block_timer_.stop(stream);
   scan_all_greedy_ = std::all_of(scans.begin(), scans.end(), [](const DeviceScanRequest& scan) {
     return scan.temperature <= 0.0f;

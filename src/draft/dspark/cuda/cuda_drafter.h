@@ -114,6 +114,14 @@ struct DeviceAbsorbScratch {
 // Second parts of graph keys that are not a depth (the block pass is 0, a scan its depth).
 inline constexpr int kPersistentScanKey = -1;
 inline constexpr int kAbsorbGraphKey = -2;
+// The block pass of fewer than kHeadAttentionRequests requests whose longest holds more than short_context_keys()
+// keys (its own graph: the attention kernel differs by context there, and a graph cannot choose).
+inline constexpr int kLongContextBlockKey = -3;
+// Keys (context + block) per request up to which the head attention beats the split below kHeadAttentionRequests
+// requests: ~320 a request (batch s9B, graphed block pass: 1 stream 0.378 vs 0.423 ms at context 128, 0.468 vs
+// 0.434 at 512; 4 streams 0.501 vs 0.600 at 512, 1.081 vs 1.000 at 2000: crossings near 350 and 1300 keys).
+inline constexpr int64_t kHeadKeysPerRequest = 320;
+inline int64_t short_context_keys(int count) { return kHeadKeysPerRequest * count; }
 // Graph shapes kept at most.
 inline constexpr size_t kMaxGraphShapes = 1024;
 
@@ -204,14 +212,22 @@ class CudaDsparkDrafter final : public Drafter {
   int last_pass_requests() const { return last_pass_requests_; }
   int64_t graph_failures() const { return graph_failures_; }
   // Pins the block attention variant (bench/test; nullopt = the automatic choice: Head from kHeadAttentionRequests
-  // requests up (session 9), else Cooperative where its grid is resident at once, else Split; Split pinned is the
-  // old path) and the scan's step (true:
+  // requests up (session 9) and, with set_short_context_head on, below that while the longest request holds at
+  // most short_context_keys(count) keys (session 10), else Cooperative where its grid is resident at once, else
+  // Split; Split pinned is the old path) and the scan's step (true:
   // markov_step_fused where supported, false: gather + cuBLAS W2 GEMM + markov_pick; nullopt: automatic).
   // (Each drops the captured graphs, which hold the launches of the old choice.)
   void set_attention_kernel(std::optional<BlockAttentionKernel> kernel) {
     attention_pin_ = kernel;
     graphs_.clear();
   }
+  // The head attention below kHeadAttentionRequests requests at short contexts (above; off by default until a batch
+  // shows it wins: LS_DRAFTER_SHORT_HEAD=1 at load or true here).
+  void set_short_context_head(bool on) {
+    short_context_head_ = on;
+    graphs_.clear();
+  }
+  bool short_context_head() const { return short_context_head_; }
   void set_fused_scan(std::optional<bool> on) {
     fused_scan_pin_ = on;
     graphs_.clear();
@@ -295,6 +311,17 @@ class CudaDsparkDrafter final : public Drafter {
   PersistentHandoff persistent_handoff() const { return persistent_handoff_; }
   // Whether a scan of `count` requests, all greedy or not, takes the persistent kernel.
   bool persistent_scan(int count, bool all_greedy) const;
+  // Weight prefetch into L2 while each layer's attention runs (session 10; off by default until a batch shows a
+  // gain): a side-stream launch asks L2 for up to `bytes` of the GEMM weights that follow the attention (o_proj,
+  // then an even share of gate_up's rows, then of down_proj's), so they stream while DRAM would sit idle. 0 = off.
+  // The same bits either way. `planted_store` (tests only) makes the launch flip a weight bit instead of one
+  // prefetch, so the bit test can be seen to turn red. LS_DRAFTER_L2_PREFETCH_MB sets the bytes at load.
+  void set_l2_prefetch(int64_t bytes, bool planted_store = false) {
+    l2_prefetch_bytes_ = bytes;
+    l2_prefetch_planted_ = planted_store;
+    graphs_.clear();
+  }
+  int64_t l2_prefetch() const { return l2_prefetch_bytes_; }
   // Bench: device time per launch label of each draft() call while on (passes then run eagerly).
   void set_profile(bool on) { profile_.set_on(on); }
   std::vector<std::pair<std::string, double>> last_profile() const { return profile_.totals(); }
@@ -313,8 +340,16 @@ class CudaDsparkDrafter final : public Drafter {
   Status block_pass(int count);
   Status block_pass_unfused(int count);
   BlockAttentionKernel attention_kernel(int count) const;
+  // The block pass's graph key part for `count` requests: kLongContextBlockKey where the attention then differs
+  // by context (long_context), else 0.
+  int block_pass_key(int count, bool long_context) const {
+    return long_context && short_context_head_ && count < kHeadAttentionRequests ? kLongContextBlockKey : 0;
+  }
   // Block attention of `layer` by attention_kernel(count): queries -> attended.
   Status attend(int count, const AttentionDims& dims, int layer);
+  // Forks layer `layer`'s weight prefetch (set_l2_prefetch) onto the side branch; true when it forked.
+  Result<bool> prefetch_layer_weights(int layer);
+
   // Profiling: closes the span of the launches enqueued since the last mark under `label`.
   void mark(const char* label) { profile_.mark(label, stream_.get()); }
   ScanShape scan_shape() const;
@@ -386,7 +421,12 @@ class CudaDsparkDrafter final : public Drafter {
   TunedGemms tuned_;
   ls::cuda::GemmEngine engine_;
   bool fused_block_ = true;
+  bool short_context_head_ = false;
+  bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)
   bool fused_absorb_ = true;
+  int64_t l2_prefetch_bytes_ = 0;
+  bool l2_prefetch_planted_ = false;
+  SideBranch prefetch_branch_;  // the L2 prefetch's side stream
   EventLog profile_;
   std::map<std::pair<int, int>, GraphShape> graphs_;
   int64_t graph_replays_ = 0;

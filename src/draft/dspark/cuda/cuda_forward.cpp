@@ -1,6 +1,8 @@
 // The CUDA drafter's forward (reference/dspark.md §2.4-2.9): the block pass and the Markov scan; GEMMs via cuBLAS.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <vector>
 
 #include "base/log.h"
 #include "draft/dspark/cuda/cuda_drafter.h"
@@ -79,8 +81,9 @@ BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
   // 2000; 64 streams 1.894 -> 1.641 at 128. Below that it loses at long contexts (one CTA per head does every key):
   // 1 stream 0.434 -> 0.468 at 512 and 0.523 -> 1.021 at 2000, 4 streams 1.000 -> 1.081 at 2000 (it wins at 128:
   // 0.423 -> 0.378 at 1 stream, 0.457 -> 0.402 at 4), and a graph cannot choose by context.
-  if (count >= kHeadAttentionRequests && automatic == BlockAttentionKernel::Split &&
-      block_attention_head_supported(c.block_size, dims)) {
+  // Fewer requests take it while every request's keys are few (session 10; the graph is keyed by long_context_).
+  const bool head_pays = count >= kHeadAttentionRequests || (short_context_head_ && !long_context_);
+  if (head_pays && automatic == BlockAttentionKernel::Split && block_attention_head_supported(c.block_size, dims)) {
     return BlockAttentionKernel::Head;
   }
   // The split in one cooperative launch wherever its grid is resident at once (the same bits; block pass at 1 stream
@@ -135,6 +138,7 @@ Status CudaDsparkDrafter::block_pass(int count) {
   const int64_t rows = static_cast<int64_t>(count) * gamma;
   const int64_t d = c.hidden_size, q = c.q_size(), kv = c.kv_size(), ff = c.ffn_size, V = c.vocab_size;
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  bool prefetching = false;  // a weight prefetch forked onto the side branch (joined before the head)
   // X0 = E[tokens]; u = input_layernorm(X0).
   LS_RETURN_IF_ERROR(embed_tokens(embedding_, s.tokens.data(), rows, d, s.hidden.data(), stream));
   mark("embed");
@@ -167,6 +171,8 @@ Status CudaDsparkDrafter::block_pass(int count) {
     heads.batched = batched_loads_;
     LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
     mark("q/k norm + RoPE");
+    LS_ASSIGN_OR_RETURN(const bool forked, prefetch_layer_weights(index));
+    prefetching = prefetching || forked;
     LS_RETURN_IF_ERROR(attend(count, dims, index));
     mark("attention");
     // X += o; v = post_attention_layernorm(X); X += down(silu(gate v) * up v) with gate/up as one GEMM.
@@ -185,10 +191,34 @@ Status CudaDsparkDrafter::block_pass(int count) {
         last ? s.final_hidden.data() : s.normed.data()));
     mark("down GEMM + residual norm");
   }
+  // The prefetches rejoin before the head (a capture must end on the main stream; they are long done by now).
+  if (prefetching) LS_RETURN_IF_ERROR(prefetch_branch_.join(stream));
   // U = Hf @ E^T through the target's tied embedding, fp32.
   LS_RETURN_IF_ERROR(gemm(s.final_hidden.data(), rows, embedding_, V, d, s.base_logits.data(), true, V));
   mark("head GEMM (U)");
   return ok_status();
+}
+
+Result<bool> CudaDsparkDrafter::prefetch_layer_weights(int layer) {
+  if (l2_prefetch_bytes_ <= 0 || !prefetch_branch_.ready()) return false;
+  const DeviceLayerWeights& w = weights_.layers[layer];
+  // In the order the pass reads them after the attention: all of o_proj, then shares of gate_up and down_proj in
+  // eighths of their rows, as far as the budget goes.
+  int64_t budget = l2_prefetch_bytes_;
+  std::vector<L2PrefetchSpan> spans;
+  for (const DeviceWeightMatrix* matrix : {&w.o_proj, &w.gate_up_proj, &w.down_proj}) {
+    const int64_t row_bytes = matrix->cols * static_cast<int64_t>(sizeof(bf16_t));
+    const int64_t bytes = matrix->rows * row_bytes;
+    const int eighths = static_cast<int>(std::min<int64_t>(8, bytes > 0 ? budget * 8 / bytes : 0));
+    if (eighths <= 0) break;
+    spans.push_back(L2PrefetchSpan{matrix->values.data(), matrix->rows, row_bytes, eighths});
+    budget -= bytes * eighths / 8;
+  }
+  if (spans.empty()) return false;
+  const cudaStream_t side = prefetch_branch_.fork(stream_.get());
+  if (side == nullptr) return false;  // no fork: the pass runs without its prefetch (the same bits)
+  LS_RETURN_IF_ERROR(prefetch_l2_spans(spans, l2_prefetch_planted_, side));
+  return true;
 }
 
 // The unfused sequence (17 launches a layer), kept as the fused pass's reference.
@@ -355,8 +385,14 @@ int CudaDsparkDrafter::capture_bucket_graphs() {
   int captured = 0;
   // Exactly the keys draft() asks for: the block pass per bucket; the persistent scan (one graph for every depth)
   // where a bucket of greedy requests takes it, else the step scans per (bucket, depth), for greedy and sampled.
+  const bool long_context = long_context_;
   for (int bucket = 1; bucket <= scratch_.requests; bucket = request_bucket(bucket + 1)) {
+    long_context_ = false;
     captured += capture_shape({bucket, 0}, [&] { return block_pass(bucket); });
+    if (block_pass_key(bucket, true) != 0) {
+      long_context_ = true;
+      captured += capture_shape({bucket, kLongContextBlockKey}, [&] { return block_pass(bucket); });
+    }
     for (const bool greedy : {true, false}) {
       scan_all_greedy_ = greedy;
       if (persistent_scan(bucket, greedy)) {
@@ -369,6 +405,7 @@ int CudaDsparkDrafter::capture_bucket_graphs() {
     }
   }
   scan_all_greedy_ = all_greedy;
+  long_context_ = long_context;
   if (absorb_.sink.size() > 0) capture_absorb_graphs();
   bucket_graphs_captured_ = captured;
   bucket_capture_ms_ =

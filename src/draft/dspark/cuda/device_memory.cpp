@@ -74,6 +74,32 @@ double DeviceTimer::elapsed_ms() const {
   return ms;
 }
 
+SideBranch::~SideBranch() {
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+}
+
+Status SideBranch::create() {
+  LS_RETURN_IF_ERROR(side_.create());
+  LS_CUDA_TRY(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  LS_CUDA_TRY(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  return ok_status();
+}
+
+cudaStream_t SideBranch::fork(cudaStream_t main) {
+  if (cudaEventRecord(fork_, main) != cudaSuccess || cudaStreamWaitEvent(side_.get(), fork_, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return side_.get();
+}
+
+Status SideBranch::join(cudaStream_t main) {
+  LS_CUDA_TRY(cudaEventRecord(join_, side_.get()));
+  LS_CUDA_TRY(cudaStreamWaitEvent(main, join_, 0));
+  return ok_status();
+}
+
 EventLog::~EventLog() {
   for (cudaEvent_t event : events_) cudaEventDestroy(event);
 }

@@ -189,6 +189,27 @@ class DeviceTimer {
   cudaEvent_t stop_ = nullptr;
 };
 
+// A side stream that work forks onto from a main stream and joins back from (graph capture follows the fork into
+// the side stream; the join must come before the capture ends).
+class SideBranch {
+ public:
+  SideBranch() = default;
+  ~SideBranch();
+  SideBranch(const SideBranch&) = delete;
+  SideBranch& operator=(const SideBranch&) = delete;
+  Status create();
+  bool ready() const { return fork_ != nullptr; }
+  // The side stream, after the work enqueued on `main` so far (null when the fork failed).
+  cudaStream_t fork(cudaStream_t main);
+  // `main` waits for everything enqueued on the side stream so far.
+  Status join(cudaStream_t main);
+
+ private:
+  DeviceStream side_;
+  cudaEvent_t fork_ = nullptr;
+  cudaEvent_t join_ = nullptr;
+};
+
 // Profiling of an eager pass: an event recorded after each launch, device time per label (bench only).
 class EventLog {
  public:

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 
 #include "base/status.h"
 
@@ -161,6 +162,21 @@ bool block_attention_head_supported(int gamma, AttentionDims dims);
 inline constexpr int kHeadAttentionRequests = 16;
 Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                             AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream);
+
+// ---- Weight prefetch into L2 (l2_prefetch.cu) ----
+
+// Rows of a weight matrix to ask L2 for: of `rows` rows of `row_bytes` from `base`, every row r with r % 8 < eighths
+// (an even share of each column tile a GEMM streams). Rows and base 16-byte aligned.
+struct L2PrefetchSpan {
+  const void* base = nullptr;
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+  int eighths = 8;
+};
+inline constexpr int kMaxL2PrefetchSpans = 4;
+// Issues the spans' prefetches (one small launch; it ends before the data arrives) and changes no memory.
+// `planted_store` (tests only) flips a bit of the first row instead, so a bit test can see the branch misbehave.
+Status prefetch_l2_spans(std::span<const L2PrefetchSpan> spans, bool planted_store, cudaStream_t stream);
 
 // ---- Few-row GEMMs (skinny_gemm.cu) ----
 
