@@ -23,6 +23,10 @@
 //                 (--skinny: GEMMs of <= 16 rows through skinny_gemm or cuBLAS; --launch: programmatic launches and the
 //                 scan's W2 L2 hint on (tuned) or off (plain))
 //                 (--profile: per-launch device ms of an eager pass at 1, 8, 64 streams for each variant)
+//                 [--rounds N [--round-blocks B] [--round-depth D] [--round-settings 0,40,0:head]]: instead of
+//                 the table, lanes-like rounds at the first --streams count (absorb_device of ~5.5 rows, then a
+//                 pass), timed piece by piece, each setting ("MiB" of set_l2_prefetch, ":head" for
+//                 set_short_context_head) in B interleaved blocks of N rounds
 // Memory: "loader peak" is the loader's own byte count (final weights + the one staged matrix); "peak anon RSS"
 // samples RssAnon every millisecond during the load (file pages of the mapped checkpoint excluded); run one
 // --bits per process for a clean RSS baseline.
@@ -55,9 +59,15 @@
 #endif
 
 #include "bench_util.h"
+#ifdef LS_HAVE_CUDA
+#include "drafter_rounds.h"
+#endif
 
 using ls::bench::median;
 using ls::bench::parse_list;
+#ifdef LS_HAVE_CUDA
+using ls::bench::RoundOptions;
+#endif
 
 namespace {
 
@@ -296,7 +306,8 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
              const std::string& engine_gemms, const std::string& tuned_gemms, const std::string& skinny,
              const std::string& launch, bool profile, const std::string& buckets, const std::string& pick,
              const std::vector<int>& attention_chunks, const std::vector<int>& skinny_parts,
-             const std::vector<int>& stream_counts, const std::string& loads_pin, json& results) {
+             const std::vector<int>& stream_counts, const std::string& loads_pin, const RoundOptions* rounds,
+             json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;
@@ -318,6 +329,12 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   std::printf("\ngraphs captured at load: %d (every request bucket up to %d: block pass, scans of every depth) + %d "
               "(absorb row buckets) in %.1f ms\n", drafter.bucket_graphs_captured(), options.max_streams,
               drafter.absorb_graphs_captured(), drafter.bucket_capture_ms());
+  if (rounds) {
+    RoundOptions options = *rounds;
+    options.context = context;
+    options.tap_width = static_cast<int>(shape.taps.size()) * shape.hidden;
+    return ls::bench::run_drafter_rounds(drafter, options, results);
+  }
   results["loads"].push_back({{"device", "cuda"}, {"load_s", load_s}, {"device_bytes", device_bytes},
                               {"bucket_graphs", drafter.bucket_graphs_captured()},
                               {"absorb_graphs", drafter.absorb_graphs_captured()},
@@ -539,6 +556,15 @@ int main(int argc, char** argv) {
   if (device == "cuda") {
 #ifdef LS_HAVE_CUDA
     const bool profile = std::any_of(argv + 1, argv + argc, [](const char* arg) { return std::strcmp(arg, "--profile") == 0; });
+    const int rounds = std::stoi(flag(argc, argv, "--rounds", "0"));
+    RoundOptions round_options;
+    round_options.rounds = rounds;
+    round_options.blocks = std::stoi(flag(argc, argv, "--round-blocks", "3"));
+    round_options.depth = std::stoi(flag(argc, argv, "--round-depth", std::to_string(shape.block).c_str()));
+    round_options.streams = parse_list(flag(argc, argv, "--streams", "1")).front();
+    round_options.settings.clear();
+    std::stringstream settings(flag(argc, argv, "--round-settings", "0"));
+    for (std::string item; std::getline(settings, item, ',');) round_options.settings.push_back(item);
     const int code = run_cuda(shape, dir, target, context, repeats, flag(argc, argv, "--graphs", "both"),
                               flag(argc, argv, "--attention", "auto"), flag(argc, argv, "--scan", "auto"),
                               flag(argc, argv, "--engine-gemms", "off"), flag(argc, argv, "--tuned-gemms", "off"),
@@ -550,7 +576,7 @@ int main(int argc, char** argv) {
                                   ? std::vector<int>{}
                                   : parse_list(flag(argc, argv, "--skinny-parts", "")),
                               parse_list(flag(argc, argv, "--streams", "1,4,8,16,32,64")),
-                              flag(argc, argv, "--loads", ""), results);
+                              flag(argc, argv, "--loads", ""), rounds > 0 ? &round_options : nullptr, results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
     std::ofstream(json_path) << results.dump(2) << "\n";

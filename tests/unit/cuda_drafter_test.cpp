@@ -1200,6 +1200,40 @@ TEST(CudaDrafter, TheSplitPickDraftsTheTokensAndChanceBitsOfTheOneBlockPick) {
 // norms, q/k heads; with three launches, one launch and the automatic choice) and the head attention (session 9, a
 // CTA per request and query head; the automatic choice at 16 requests), eagerly and through graphs, give the
 // three-launch pass's Hf, U, tokens and chance bits, for 1, 5 and 16 requests (scratch poisoned before every pass).
+// One pass's outputs: the drafts, Hf and U (fp32 copies of the device values).
+struct PassBits {
+  std::vector<Draft> drafts;
+  std::vector<float> hidden, logits;
+};
+
+// A pass over scratch poisoned first (a value the pass fails to write cannot pass for a result).
+PassBits poisoned_pass(CudaDsparkDrafter& gpu, std::span<const DraftRequest> requests) {
+  EXPECT_TRUE(gpu.poison_scratch_for_test().ok());
+  PassBits out;
+  out.drafts = gpu.draft(requests);
+  out.hidden = gpu.last_final_hidden().value();
+  out.logits = gpu.last_base_logits().value();
+  return out;
+}
+
+// Hf, U, tokens and chances bit for bit.
+void expect_same_pass_bits(const PassBits& a, const PassBits& b) {
+  ASSERT_EQ(a.hidden.size(), b.hidden.size());
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  EXPECT_EQ(std::memcmp(a.hidden.data(), b.hidden.data(), a.hidden.size() * sizeof(float)), 0) << "Hf bits";
+  EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)), 0) << "U bits";
+  ASSERT_EQ(a.drafts.size(), b.drafts.size());
+  for (size_t i = 0; i < a.drafts.size(); ++i) {
+    ASSERT_TRUE(a.drafts[i].status.ok()) << a.drafts[i].status.to_string();
+    EXPECT_EQ(a.drafts[i].tokens, b.drafts[i].tokens) << "request " << i;
+    ASSERT_EQ(a.drafts[i].chances.size(), b.drafts[i].chances.size());
+    for (size_t k = 0; k < a.drafts[i].chances.size(); ++k) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(a.drafts[i].chances[k]), std::bit_cast<uint32_t>(b.drafts[i].chances[k]))
+          << "request " << i << " slot " << k;
+    }
+  }
+}
+
 TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
   LS_SKIP_WITHOUT_DEVICE();
   const Pair pair = nano_pair();
@@ -1227,39 +1261,12 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
     if (i == 3) request.sampling = Sampling{0.9f, 0, 0.95f, 0.0f, 5};
     requests.push_back(request);
   }
-  struct Pass {
-    std::vector<Draft> drafts;
-    std::vector<float> hidden, logits;
-  };
-  auto pass = [&](std::span<const DraftRequest> some) {
-    EXPECT_TRUE(gpu->poison_scratch_for_test().ok());
-    Pass out;
-    out.drafts = gpu->draft(some);
-    out.hidden = gpu->last_final_hidden().value();
-    out.logits = gpu->last_base_logits().value();
-    return out;
-  };
-  auto same_bits = [](const Pass& a, const Pass& b) {
-    ASSERT_EQ(a.hidden.size(), b.hidden.size());
-    ASSERT_EQ(a.logits.size(), b.logits.size());
-    EXPECT_EQ(std::memcmp(a.hidden.data(), b.hidden.data(), a.hidden.size() * sizeof(float)), 0) << "Hf bits";
-    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)), 0) << "U bits";
-    ASSERT_EQ(a.drafts.size(), b.drafts.size());
-    for (size_t i = 0; i < a.drafts.size(); ++i) {
-      ASSERT_TRUE(a.drafts[i].status.ok()) << a.drafts[i].status.to_string();
-      EXPECT_EQ(a.drafts[i].tokens, b.drafts[i].tokens) << "request " << i;
-      ASSERT_EQ(a.drafts[i].chances.size(), b.drafts[i].chances.size());
-      for (size_t k = 0; k < a.drafts[i].chances.size(); ++k) {
-        EXPECT_EQ(std::bit_cast<uint32_t>(a.drafts[i].chances[k]), std::bit_cast<uint32_t>(b.drafts[i].chances[k]))
-            << "request " << i << " slot " << k;
-      }
-    }
-  };
+  auto pass = [&](std::span<const DraftRequest> some) { return poisoned_pass(*gpu, some); };
   for (const size_t count : {size_t{1}, size_t{5}, size_t{16}}) {
     const std::span<const DraftRequest> some(requests.data(), count);
     gpu->set_attention_kernel(cuda::BlockAttentionKernel::Split);
     gpu->set_batched_loads(false);
-    const Pass reference = pass(some);
+    const PassBits reference = pass(some);
     using Kernel = cuda::BlockAttentionKernel;
     for (const auto& [name, kernel, batched] :
          {std::tuple{"one-launch attention", std::optional(Kernel::Cooperative), false},
@@ -1275,11 +1282,100 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
       const int64_t failures = gpu->graph_failures();
       for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
         SCOPED_TRACE("sighting " + std::to_string(sighting));
-        same_bits(pass(some), reference);
+        expect_same_pass_bits(pass(some), reference);
       }
       EXPECT_EQ(gpu->graph_failures(), failures);
     }
   }
+}
+
+TEST(CudaDrafter, TheShortContextHeadChoiceGivesTheSplitBitsOnBothSidesOfItsKeyBound) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(gpu);
+  const DsparkConfig& c = gpu->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  // Two requests (bucket 2): the bound is short_context_keys(2) keys; the longer request crosses it below.
+  const int64_t bound = cuda::short_context_keys(2);
+  const int lengths[2] = {40, static_cast<int>(bound) - c.block_size - 3};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(gpu->absorb(i, 0, lengths[i], testing::random_taps(lengths[i], width, 950 + i)).ok());
+  }
+  for (const int grown : {0, 6}) {  // keys bound - 3 (short: the head kernel), then bound + 3 (long: the split)
+    SCOPED_TRACE("longest request holds " + std::to_string(lengths[1] + grown + c.block_size) + " keys, bound " +
+                 std::to_string(bound));
+    if (grown > 0) {
+      ASSERT_TRUE(gpu->absorb(1, lengths[1], grown, testing::random_taps(grown, width, 990)).ok());
+    }
+    std::vector<DraftRequest> requests(2);
+    for (int i = 0; i < 2; ++i) {
+      requests[i].stream = i;
+      requests[i].anchor_token = 77 + 5 * i;
+      requests[i].anchor_position = gpu->context_length(i);
+      requests[i].depth = c.block_size;
+    }
+    requests[1].sampling = Sampling{0.7f, 0, 1.0f, 0.0f, 9};
+    gpu->set_short_context_head(false);
+    gpu->set_attention_kernel(cuda::BlockAttentionKernel::Split);
+    const PassBits reference = poisoned_pass(*gpu, requests);
+    gpu->set_attention_kernel(std::nullopt);
+    gpu->set_short_context_head(true);
+    EXPECT_GT(gpu->capture_bucket_graphs(), 0);  // both key classes of every bucket, as at load
+    const int64_t replays = gpu->graph_replays(), failures = gpu->graph_failures();
+    for (int sighting = 0; sighting < 2; ++sighting) expect_same_pass_bits(poisoned_pass(*gpu, requests), reference);
+    EXPECT_EQ(gpu->graph_replays(), replays + 4) << "block pass and scan graphs replayed twice each";
+    EXPECT_EQ(gpu->graph_failures(), failures);
+  }
+}
+
+TEST(CudaDrafter, TheL2WeightPrefetchLeavesEveryPassBitAndAPlantedStoreTurnsItRed) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const Pair pair = nano_pair();
+  DeviceEmbeddingTarget target(pair.embedding, pair.vocab, pair.hidden, pair.layers);
+  std::unique_ptr<CudaDsparkDrafter> gpu = load_cuda(pair.drafter_dir, target, cuda_options());
+  ASSERT_TRUE(gpu);
+  const DsparkConfig& c = gpu->config();
+  const int64_t width = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
+  std::vector<DraftRequest> requests;
+  for (int i = 0; i < 5; ++i) {
+    const int length = 9 + 57 * i;
+    ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 900 + i)).ok());
+    DraftRequest request;
+    request.stream = i;
+    request.anchor_token = 200 + 31 * i;
+    request.anchor_position = length;
+    request.depth = i == 1 ? 4 : c.block_size;
+    if (i == 2) request.sampling = Sampling{0.8f, 0, 0.9f, 0.0f, 3};
+    requests.push_back(request);
+  }
+  // The nano layer's o_proj is ~0.5 MiB: 1 MiB prefetches it and shares of gate_up; 256 MiB every row of all three.
+  for (const size_t count : {size_t{1}, size_t{5}}) {
+    const std::span<const DraftRequest> some(requests.data(), count);
+    gpu->set_l2_prefetch(0);
+    const PassBits reference = poisoned_pass(*gpu, some);
+    for (const int64_t megabytes : {int64_t{1}, int64_t{256}}) {
+      SCOPED_TRACE(std::to_string(megabytes) + " MiB, " + std::to_string(count) + " requests");
+      gpu->set_l2_prefetch(megabytes << 20);
+      const int64_t failures = gpu->graph_failures();
+      for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
+        SCOPED_TRACE("sighting " + std::to_string(sighting));
+        expect_same_pass_bits(poisoned_pass(*gpu, some), reference);
+      }
+      EXPECT_EQ(gpu->graph_failures(), failures);
+    }
+  }
+  // The planted store flips a bit of each layer's o_proj once per pass: the first pass must differ (the test can
+  // fail), and the weights are wrong from then on, so this comes last.
+  const std::span<const DraftRequest> one(requests.data(), 1);
+  gpu->set_l2_prefetch(0);
+  const PassBits reference = poisoned_pass(*gpu, one);
+  gpu->set_l2_prefetch(int64_t{256} << 20, /*planted_store=*/true);
+  const PassBits planted = poisoned_pass(*gpu, one);
+  ASSERT_EQ(planted.hidden.size(), reference.hidden.size());
+  EXPECT_NE(std::memcmp(planted.hidden.data(), reference.hidden.data(), reference.hidden.size() * sizeof(float)), 0)
+      << "a pass whose prefetch branch stored into o_proj gave the reference's Hf: the bit test cannot see it";
 }
 
 }  // namespace

@@ -1,0 +1,158 @@
+// drafter_bench --rounds: the drafter's side of a lanes round (absorb of the accepted rows' device taps, then one
+// graphed pass), timed piece by piece, with settings compared block by block (interleaved).
+#ifdef LS_HAVE_CUDA
+#include "drafter_rounds.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "base/hash.h"
+#include "bench_util.h"
+#include "compute/cuda/cuda_util.h"
+
+namespace ls::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Rows each round absorbs (the accepted tokens' taps; lanes_1.2b at 1 stream absorbed 6.6 rows a call).
+constexpr int kRowPattern[] = {6, 4, 8, 5, 7, 3, 9, 6};
+constexpr int kPatternLength = sizeof(kRowPattern) / sizeof(kRowPattern[0]);
+constexpr int kMaxRoundRows = 16;
+constexpr int kUntimedRounds = 2;
+
+struct Samples {
+  std::vector<double> absorb_call;  // absorb_device()'s host ms (it returns without waiting)
+  std::vector<double> draft_wall;   // draft() right after the absorb (the lanes' order): it waits for the absorb too
+  std::vector<double> absorb_wait;  // settle() right after the absorb: the rest of the absorb's device work
+  std::vector<double> draft_alone;  // draft() after that settle
+  std::vector<double> block, scan;  // device ms of the pass's block and scan (every round)
+  int failed = 0;
+};
+
+}  // namespace
+
+int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOptions& options, nlohmann::json& json) {
+  const int64_t width = options.tap_width;
+  std::vector<bf16> host_rows(static_cast<size_t>(kMaxRoundRows * width));
+  for (size_t i = 0; i < host_rows.size(); ++i) {
+    host_rows[i] = float_to_bf16(static_cast<float>(2 * uniform_open01(splitmix64(i + 11)) - 1));
+  }
+  cuda::DeviceBuffer<bf16> device_rows;
+  if (Status status = device_rows.allocate(host_rows.size()); !status.ok()) {
+    std::fprintf(stderr, "%s\n", status.to_string().c_str());
+    return 1;
+  }
+  if (cudaMemcpy(device_rows.data(), host_rows.data(), host_rows.size() * sizeof(bf16), cudaMemcpyHostToDevice) !=
+      cudaSuccess) {
+    std::fprintf(stderr, "rounds: tap upload failed\n");
+    return 1;
+  }
+  DeviceTaps taps;
+  taps.data = device_rows.data();
+  cudaGetDevice(&taps.device);
+  taps.rows = kMaxRoundRows;
+  taps.row_values = width;
+  std::vector<float> context_taps(static_cast<size_t>(options.context * width));
+  for (size_t i = 0; i < context_taps.size(); ++i) {
+    context_taps[i] = static_cast<float>(2 * uniform_open01(splitmix64(i + 5)) - 1);
+  }
+  const int64_t loaded_prefetch = drafter.l2_prefetch();
+  const bool loaded_head = drafter.short_context_head();
+  std::map<std::string, Samples> by_setting;
+  StreamId next_stream = 5000;
+  for (int block = 0; block < options.blocks; ++block) {
+    for (const std::string& setting : options.settings) {
+      drafter.set_l2_prefetch(static_cast<int64_t>(std::atoi(setting.c_str())) << 20);
+      drafter.set_short_context_head(setting.find(":head") != std::string::npos);
+      drafter.capture_bucket_graphs();  // outside the timed rounds, as at load
+      Samples& samples = by_setting[setting];
+      std::vector<StreamId> ids;
+      std::vector<int64_t> positions;
+      for (int s = 0; s < options.streams; ++s) {
+        ids.push_back(next_stream++);
+        positions.push_back(options.context);
+        if (Status status = drafter.absorb(ids.back(), 0, options.context, context_taps); !status.ok()) {
+          std::fprintf(stderr, "%s\n", status.to_string().c_str());
+          return 1;
+        }
+      }
+      for (int round = -kUntimedRounds; round < options.rounds; ++round) {
+        const int rows = kRowPattern[(round + kUntimedRounds) % kPatternLength];
+        const bool timed = round >= 0, split = timed && round % 2 == 1;
+        std::vector<TapRows> pieces;
+        for (int s = 0; s < options.streams; ++s) pieces.push_back(TapRows{ids[s], positions[s], 0, rows});
+        const Clock::time_point absorb_start = Clock::now();
+        const Status absorbed = drafter.absorb_device(pieces, taps);
+        const double absorb_ms = ms_since(absorb_start);
+        double wait_ms = 0;
+        if (split) {
+          const Clock::time_point wait_start = Clock::now();
+          if (!drafter.settle().ok()) ++samples.failed;
+          wait_ms = ms_since(wait_start);
+        }
+        if (!absorbed.ok()) {
+          std::fprintf(stderr, "%s\n", absorbed.to_string().c_str());
+          return 1;
+        }
+        std::vector<DraftRequest> requests(options.streams);
+        for (int s = 0; s < options.streams; ++s) {
+          positions[s] += rows;
+          requests[s].stream = ids[s];
+          requests[s].anchor_token = 100 + s;
+          requests[s].anchor_position = positions[s];
+          requests[s].depth = options.depth;
+        }
+        const Clock::time_point draft_start = Clock::now();
+        const std::vector<Draft> drafts = drafter.draft(requests);
+        const double draft_ms = ms_since(draft_start);
+        for (const Draft& draft : drafts) samples.failed += draft.status.ok() ? 0 : 1;
+        if (!drafter.settle().ok()) ++samples.failed;
+        if (!timed) continue;
+        samples.absorb_call.push_back(absorb_ms);
+        (split ? samples.draft_alone : samples.draft_wall).push_back(draft_ms);
+        if (split) samples.absorb_wait.push_back(wait_ms);
+        samples.block.push_back(drafter.last_block_ms());
+        samples.scan.push_back(drafter.last_scan_ms());
+      }
+      for (StreamId id : ids) drafter.release(id);
+    }
+  }
+  drafter.set_l2_prefetch(loaded_prefetch);
+  drafter.set_short_context_head(loaded_head);
+  std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
+              "(interleaved), medians in ms\n",
+              options.streams, options.context, options.depth, options.blocks, options.rounds);
+  std::printf("| setting (L2 prefetch MiB[:head]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+              "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& setting : options.settings) {
+    const Samples& s = by_setting[setting];
+    const double gaps = median(s.draft_alone) - median(s.block) - median(s.scan);
+    std::printf("| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %d |\n", setting.c_str(), median(s.absorb_call),
+                median(s.draft_wall), median(s.absorb_wait), median(s.draft_alone), median(s.block), median(s.scan),
+                gaps, s.failed);
+    json["rounds"].push_back({{"setting", setting},
+                              {"streams", options.streams},
+                              {"context", options.context},
+                              {"depth", options.depth},
+                              {"absorb_call_ms", median(s.absorb_call)},
+                              {"draft_after_absorb_ms", median(s.draft_wall)},
+                              {"absorb_wait_ms", median(s.absorb_wait)},
+                              {"draft_alone_ms", median(s.draft_alone)},
+                              {"block_ms", median(s.block)},
+                              {"scan_ms", median(s.scan)},
+                              {"failed", s.failed}});
+  }
+  return 0;
+}
+
+}  // namespace ls::bench
+#endif  // LS_HAVE_CUDA

@@ -1,0 +1,31 @@
+// drafter_bench --rounds: the drafter's side of a lanes round at few streams, timed piece by piece.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "draft/dspark/cuda/cuda_drafter.h"
+
+namespace ls::bench {
+
+struct RoundOptions {
+  int rounds = 40;           // rounds per block (each block starts a fresh stream at `context` rows)
+  int blocks = 3;            // blocks per setting, the settings interleaved block by block
+  int context = 128;         // rows held before a block's first round
+  int depth = 9;             // drafts asked per round
+  int streams = 1;           // streams drafting together
+  int tap_width = 0;         // taps x hidden: one tap row's values
+  // Settings to compare, each "MB" (set_l2_prefetch in MiB) with ":head" for set_short_context_head(true), e.g.
+  // {"0", "40", "0:head"}; every other pin stays the drafter's own.
+  std::vector<std::string> settings = {"0"};
+};
+
+// Runs blocks of rounds (absorb_device of the accepted rows' taps, then draft() at `depth`, as the lanes do) and
+// prints per setting the medians of: the absorb call's host ms, the draft() wall, its block pass and scan device
+// ms, and (every other round, with a settle() between them) the absorb's own wait. Results go to json["rounds"].
+int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOptions& options, nlohmann::json& json);
+
+}  // namespace ls::bench
