@@ -43,24 +43,34 @@ __global__ void __launch_bounds__(32 * kQkKvWarps)
   constexpr int hd = 32 * J;
   const int head = blockIdx.y * kQkKvWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   ls::cuda::let_next_kernel_start();
-  ls::cuda::wait_for_previous_kernel();
-  if (head >= a.q_heads + 2 * a.k_heads) return;
+  // Before the wait, what the kernel before does not write: positions, pages and windows (staged before the
+  // forward's first kernel), the norm weights, cos and sin (off the critical path: the double cos / sin).
+  const bool valid = head < a.q_heads + 2 * a.k_heads;
   const int64_t row = blockIdx.x;
-  const float position = static_cast<float>(a.positions[row]);
-  if (head < a.q_heads) {
+  const bool is_q = head < a.q_heads, is_k = !is_q && head < a.q_heads + a.k_heads;
+  ls::cuda::HeadRope<J> rope;
+  int64_t slot = 0;
+  if (valid && (is_q || is_k))
+    rope = ls::cuda::head_rope_prepare<J>(reinterpret_cast<const b16*>(is_q ? a.q_weight : a.k_weight),
+                                          static_cast<float>(a.positions[row]), a.inv_freq);
+  if (valid && !is_q) {
+    const WindowInfo w = windows[row_window[row]];
+    slot = key_row(pages + w.page_begin, w.committed + (row - w.first_row), page_size) + slot_shift;
+  }
+  ls::cuda::wait_for_previous_kernel();
+  if (!valid) return;
+  if (is_q) {
     const int64_t at = (row * a.q_heads + head) * hd;
-    ls::cuda::head_norm_rope<J>(reinterpret_cast<const b16*>(a.q_raw) + at, reinterpret_cast<const b16*>(a.q_weight),
-                                a.eps, position, a.inv_freq, reinterpret_cast<b16*>(a.q) + at);
+    ls::cuda::head_norm_rope_apply<J>(reinterpret_cast<const b16*>(a.q_raw) + at, a.eps, rope,
+                                      reinterpret_cast<b16*>(a.q) + at);
     return;
   }
   const int kv_width = a.k_heads * hd;
-  const WindowInfo w = windows[row_window[row]];
-  const int64_t slot = key_row(pages + w.page_begin, w.committed + (row - w.first_row), page_size) + slot_shift;
-  const int h = head < a.q_heads + a.k_heads ? head - a.q_heads : head - a.q_heads - a.k_heads;
+  const int h = is_k ? head - a.q_heads : head - a.q_heads - a.k_heads;
   const int64_t in = row * kv_width + h * hd, out = slot * kv_width + h * hd;
-  if (head < a.q_heads + a.k_heads) {
-    ls::cuda::head_norm_rope<J>(reinterpret_cast<const b16*>(a.k_raw) + in, reinterpret_cast<const b16*>(a.k_weight),
-                                a.eps, position, a.inv_freq, reinterpret_cast<b16*>(keys) + out);
+  if (is_k) {
+    ls::cuda::head_norm_rope_apply<J>(reinterpret_cast<const b16*>(a.k_raw) + in, a.eps, rope,
+                                      reinterpret_cast<b16*>(keys) + out);
   } else {
 #pragma unroll
     for (int j = 0; j < J; ++j) values[out + lane + 32 * j] = v[in + lane + 32 * j];
@@ -94,6 +104,53 @@ __global__ void short_conv_kernel(ConvArgs a, const int32_t* row_window, const W
     sum = __fmaf_rn(a.conv_weight[d * K + tap], value, sum);
   }
   if (a.conv_bias) sum += a.conv_bias[d];
+  store(z + row * D + d, own_z);
+  const float c = load(a.bcx + row * 3 * D + D + d);
+  store(y + row * D + d, c * round_bf16(sum));
+}
+
+// short_conv_kernel's arithmetic with everything the kernel before does not write loaded before the programmatic
+// wait (the window record, the conv weights and bias, the history taps: staged or committed before the forward's
+// first kernel); after it only the bcx rows the in_proj GEMM wrote. K taps (LFM2: 3).
+template <int K>
+__global__ void short_conv_early_kernel(ConvArgs a, const int32_t* row_window, const WindowInfo* windows, bf16* z,
+                                        bf16* y) {
+  ls::cuda::let_next_kernel_start();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool inside = i < a.rows * a.width;
+  const int64_t row = inside ? i / a.width : 0;
+  const int d = static_cast<int>(i % a.width);
+  const int D = a.width;
+  float weight[K], history[K], bias = 0.0f;
+  int64_t first_row = 0, in_window = 0;
+  if (inside) {
+    const WindowInfo w = windows[row_window[row]];
+    first_row = w.first_row;
+    in_window = row - w.first_row;
+    const bf16* h = a.history + ((static_cast<int64_t>(w.slot) * a.conv_layers + a.conv_slot) * (K - 1)) * D;
+#pragma unroll
+    for (int tap = 0; tap < K; ++tap) {
+      weight[tap] = a.conv_weight[d * K + (a.fault_reversed_taps_for_test ? K - 1 - tap : tap)];
+      const int64_t source = in_window - (K - 1) + tap;
+      history[tap] = source < 0 ? load(h + (K - 1 + source) * D + d) : 0.0f;
+    }
+    if (a.conv_bias) bias = a.conv_bias[d];
+  }
+  ls::cuda::wait_for_previous_kernel();
+  if (!inside) return;
+  float sum = 0.0f, own_z = 0.0f;
+#pragma unroll
+  for (int tap = 0; tap < K; ++tap) {
+    const int64_t source = in_window - (K - 1) + tap;
+    float value = history[tap];
+    if (source >= 0) {
+      const bf16* bcx = a.bcx + (first_row + source) * 3 * D;
+      value = round_bf16(load(bcx + d) * load(bcx + 2 * D + d));  // z = B * X, the same bits every time
+    }
+    if (tap == K - 1) own_z = value;
+    sum = __fmaf_rn(weight[tap], value, sum);
+  }
+  if (a.conv_bias) sum += bias;
   store(z + row * D + d, own_z);
   const float c = load(a.bcx + row * 3 * D + D + d);
   store(y + row * D + d, c * round_bf16(sum));
@@ -145,6 +202,11 @@ std::atomic<bool> g_qk_kv{[] {
   const char* env = std::getenv("LS_QK_KV");
   return env != nullptr && std::string(env) == "1";
 }()};
+// short_conv's early loads (programmatic launch): off until a batch shows them win (LS_CONV_EARLY=1 turns them on)
+std::atomic<bool> g_conv_early{[] {
+  const char* env = std::getenv("LS_CONV_EARLY");
+  return env != nullptr && std::string(env) == "1";
+}()};
 }  // namespace
 
 void set_qk_norm_rope_writes_kv(bool on) { g_qk_kv = on; }
@@ -182,9 +244,23 @@ Status qk_norm_rope_kv(const cuda::QkNormRope& a, const bf16* v, const int32_t* 
   return ok_status();
 }
 
+void set_short_conv_early(bool on) { g_conv_early = on; }
+
+bool short_conv_early() { return g_conv_early.load(); }
+
 Status short_conv(const ConvArgs& args, const int32_t* row_window, const WindowInfo* windows, bf16* z, bf16* y,
                   cudaStream_t stream) {
   if (args.rows == 0) return ok_status();
+  if (g_conv_early.load() && args.kernel >= 2 && args.kernel <= 4) {
+    const unsigned blocks = blocks_for(args.rows * args.width, 256);
+    auto kernel = args.kernel == 2 ? short_conv_early_kernel<2>
+                  : args.kernel == 3 ? short_conv_early_kernel<3>
+                                     : short_conv_early_kernel<4>;
+    LS_RETURN_IF_ERROR(
+        ls::cuda::launch_programmatic(kernel, dim3(blocks), 256, 0, stream, args, row_window, windows, z, y));
+    LS_CUDA_TRY_LAUNCH("short_conv_early");
+    return ok_status();
+  }
   short_conv_kernel<<<blocks_for(args.rows * args.width, 256), 256, 0, stream>>>(args, row_window, windows, z, y);
   LS_CUDA_TRY_LAUNCH("short_conv");
   return ok_status();

@@ -117,9 +117,14 @@ struct ConvArgs {
   const bf16* history = nullptr;
   const float* conv_weight = nullptr;
   const float* conv_bias = nullptr;
+  bool fault_reversed_taps_for_test = false;  // planted fault (the early kernel only): the taps' weights reversed
 };
 Status short_conv(const ConvArgs& args, const int32_t* row_window, const WindowInfo* windows, bf16* z, bf16* y,
                   cudaStream_t stream);
+// short_conv launched programmatically with the window records, conv weights, bias and history taps loaded before
+// its wait (the same bits; kernel 2..4): off by default until a batch shows it wins, LS_CONV_EARLY=1 turns it on.
+void set_short_conv_early(bool on);
+bool short_conv_early();
 
 // One kept window: the conv history of `slot` becomes the last K-1 of [history, z rows first_row .. +kept-1].
 struct ConvCommit {
