@@ -90,16 +90,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps) gemm_decode_kernel(GemmArgs
     out[(r + 8) * cols + c + 1] = acc[3];
   }
   __syncthreads();
-  // Slice sums added in slice order, then bias and one rounding (store_pair), two columns per thread.
-  for (int o = threadIdx.x; o < args.m * cols / 2; o += blockDim.x) {
-    const int r = o / (cols / 2), c = (o % (cols / 2)) * 2;
-    float v0 = partial[r * cols + c], v1 = partial[r * cols + c + 1];
-    for (int s = 1; s < slices; ++s) {
-      v0 = __fadd_rn(v0, partial[(static_cast<int64_t>(s) * 16 + r) * cols + c]);
-      v1 = __fadd_rn(v1, partial[(static_cast<int64_t>(s) * 16 + r) * cols + c + 1]);
-    }
-    store_pair(args, r, col0 + c, v0, v1);
-  }
+  add_slices<16>(args, partial, slices, col0, cols, blockDim.x);
 }
 
 // Column groups of 8 per decode CTA: enough that the CTA's 8 warps each get an item.

@@ -26,6 +26,22 @@ __device__ __forceinline__ void store_swiglu(const GemmArgs& args, int r, int c,
   args.y_b16[static_cast<int64_t>(r) * f + c] = __float2bfloat16_rn(__fmul_rn(silu, u));
 }
 
+// Sliced K, after every warp's items and a CTA barrier (every decode kernel): each output's slice sums added in slice order
+// (((s0 + s1) + s2) + ..), stored with one rounding; `threads` threads share the outputs.
+template <int A_ROWS>
+__device__ __forceinline__ void add_slices(const GemmArgs& args, const float* partial, int slices, int col0, int cols,
+                                           int threads) {
+  for (int o = threadIdx.x; o < args.m * cols / 2; o += threads) {
+    const int r = o / (cols / 2), cc = (o % (cols / 2)) * 2;
+    float v0 = partial[r * cols + cc], v1 = partial[r * cols + cc + 1];
+    for (int s = 1; s < slices; ++s) {
+      v0 = __fadd_rn(v0, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + cc]);
+      v1 = __fadd_rn(v1, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + cc + 1]);
+    }
+    store_pair(args, r, col0 + cc, v0, v1);
+  }
+}
+
 // One bulk L2 prefetch of `bytes` (a multiple of 16, 16-byte aligned) from global memory (sm_90; a no-op before).
 __device__ __forceinline__ void prefetch_l2(const void* address, int bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -68,16 +84,6 @@ Status launch_pipe_swiglu(const GemmArgs& args, cudaStream_t stream);
 // q / k / v (up to 4 matrices of one x and one unsliced K) in one launch.
 bool pipe_group_fits(const GemmArgs* args, int count);
 Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream);
-
-// gemm_decode_tma.cu: the pipeline with tensor copies of the weights (set_decode_pipe_tma), for configurations of
-// `warps` x `tiles` (SwiGLU: 2 tiles, gate and up). tma_pipe_plan: the launch's shared memory, its stages per warp
-// and K tiles per stage (at most chunk_asked) out. tma_pipe_maps_ok: whether the driver makes the weight map.
-int tma_pipe_plan(int warps, int tiles, bool swiglu, int m, int k, int groups, int ring_bytes, int chunk_asked,
-                  int* stages, int* chunk);
-bool tma_pipe_maps_ok(const GemmArgs& args, int tiles, bool swiglu, int chunk);
-Status launch_tma_pipe(int warps, int tiles, bool swiglu, const GemmArgs* args, const int* first_block, int count,
-                       int groups, int ring_bytes, int chunk_asked, cudaStream_t stream);
-void allow_tma_pipe_shared(int optin_bytes);
 
 // gemm_decode_staged.cu: the staged kernels (one slice, K <= 2048): configuration `config` of kStagedConfigs; other
 // shapes, or more shared memory than the device allows, run `fallback` (a streaming variant).

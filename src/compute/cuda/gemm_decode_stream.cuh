@@ -239,16 +239,7 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
   }
   if (slices == 1) return;
   __syncthreads();
-  // Slice sums added in slice order, then bias and one rounding (store_pair), two columns per thread.
-  for (int o = threadIdx.x; o < args.m * cols / 2; o += blockDim.x) {
-    const int r = o / (cols / 2), c = (o % (cols / 2)) * 2;
-    float v0 = partial[r * cols + c], v1 = partial[r * cols + c + 1];
-    for (int s = 1; s < slices; ++s) {
-      v0 = __fadd_rn(v0, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + c]);
-      v1 = __fadd_rn(v1, partial[(static_cast<int64_t>(s) * A_ROWS + r) * cols + c + 1]);
-    }
-    store_pair(args, r, col0 + c, v0, v1);
-  }
+  add_slices<A_ROWS>(args, partial, slices, col0, cols, blockDim.x);
 }
 
 }  // namespace ls::cuda::gemm_detail

@@ -117,6 +117,19 @@ int decode_pipe_tma_classes();
 // Same bits; drop captured graphs after a change.
 void set_decode_pipe_narrow(bool on);
 bool decode_pipe_narrow_on();
+// Session 10 (LS_DECODE_PIPE_ROWS / LS_DECODE_PIPE_X set them for a process): the automatic picks above take launches
+// of 1..max_rows rows (default 1) as they take one-row ones, by class; x is copied once per CTA into shared memory
+// (mode 1: wherever it fits; -1, the default: for launches of more than one row where it fits; 0: never, each stage
+// brings its unit's x rows). Same bits; drop captured graphs after a change.
+void set_decode_pipe_rows(int max_rows);
+int decode_pipe_rows();
+void set_decode_pipe_x(int mode);
+int decode_pipe_x();
+// Tests: whether the engine's decode GEMM of m rows of W (swiglu: gemm_decode_swiglu's W) runs on the pipeline under
+// the switches as set now, and (x_once) whether that launch copies x once.
+bool decode_pipe_routes(int64_t m, const DeviceMatrix& w, bool swiglu, bool* x_once = nullptr);
+// Tests: gemm_decode_pipe's launches that copy x once walk each unit's K tiles backwards (a planted K-order fault).
+void set_decode_pipe_fault_for_test(bool on);
 // Whether gemm_decode_pipe takes configuration `config` for m rows of W (shape, K, shared memory).
 bool decode_pipe_fits(int config, int64_t m, const DeviceMatrix& w);
 int decode_pipe_config_count();
