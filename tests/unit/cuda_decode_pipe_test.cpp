@@ -30,19 +30,21 @@ struct PipelineScope {
   bool was_on, was_narrow;
 };
 
-// set_decode_pipe_tma for one scope (0 row copies, 1 one 3D tensor box a stage, -1 by class).
-struct CopyScope {
-  explicit CopyScope(int mode) : was(decode_pipe_tma()) { set_decode_pipe_tma(mode); }
-  ~CopyScope() { set_decode_pipe_tma(was); }
+// One of the pipeline's int switches (set_decode_pipe_tma / _tma_classes / _x / _rows) set for one scope, put back as
+// it was after it however the test ends.
+template <int (*GET)(), void (*SET)(int)>
+struct SwitchScope {
+  explicit SwitchScope(int value) : was(GET()) { SET(value); }
+  ~SwitchScope() { SET(was); }
   int was;
 };
-// set_decode_pipe_tma_classes for one scope.
-struct ClassesScope {
-  explicit ClassesScope(int classes) : was(decode_pipe_tma_classes()) { set_decode_pipe_tma_classes(classes); }
-  ~ClassesScope() { set_decode_pipe_tma_classes(was); }
-  int was;
-};
+using CopyScope = SwitchScope<decode_pipe_tma, set_decode_pipe_tma>;  // 0 row copies, 1 3D boxes, -1 by class
+using ClassesScope = SwitchScope<decode_pipe_tma_classes, set_decode_pipe_tma_classes>;
+using XScope = SwitchScope<decode_pipe_x, set_decode_pipe_x>;  // 0 x per stage, 1 x once, -1 once above one row
+using RowsScope = SwitchScope<decode_pipe_rows, set_decode_pipe_rows>;  // the automatic picks' rows
 constexpr int kCopyModes[] = {0, 1};
+constexpr int kXModes[] = {0, 1};
+const char* x_name(int mode) { return mode == 0 ? "x per stage" : mode == 1 ? "x once" : "x once above one row"; }
 const char* copy_name(int mode) {
   return mode == 0 ? "row copies" : mode == 1 ? "3D tensor boxes" : "automatic classes";
 }
@@ -92,8 +94,9 @@ TEST(CudaDecodePipe, EveryConfigurationGivesEachRowOfOneToSixteenTheBitsOfItsOne
     ASSERT_TRUE(engine.gemm(x.data(), kRows, matrix, nullptr, wide.data(), nullptr).ok());
     const std::vector<float> want = download(one, 16 * n), want_wide = download(wide, kRows * n);
     ASSERT_EQ(std::memcmp(want.data(), want_wide.data(), sizeof(float) * 16 * n), 0) << "N " << n << " K " << k;
-    for (const int mode : kCopyModes) {
+    for (const auto& [mode, x_mode] : std::vector<std::pair<int, int>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}}) {
       const CopyScope copies(mode);
+      const XScope x_where(x_mode);
       int ran = 0;
       for (int config = 0; config < plain_configs(); ++config) {
         for (int64_t m = 1; m <= 16; ++m) {
@@ -104,21 +107,21 @@ TEST(CudaDecodePipe, EveryConfigurationGivesEachRowOfOneToSixteenTheBitsOfItsOne
             EXPECT_EQ(status.code(), ErrorCode::InvalidArgument) << decode_pipe_config_name(config) << " m " << m;
             continue;
           }
-          ASSERT_TRUE(status.ok()) << decode_pipe_config_name(config) << " (" << copy_name(mode) << ") N " << n << " K "
-                                   << k << ": " << status.message();
+          ASSERT_TRUE(status.ok()) << decode_pipe_config_name(config) << " (" << copy_name(mode) << ", "
+                                   << x_name(x_mode) << ") N " << n << " K " << k << ": " << status.message();
           ASSERT_TRUE(gemm_decode_pipe(engine, config, x.data(), m, matrix, y16.data(), nullptr, nullptr).ok());
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           ++ran;
           const std::vector<float> got = download(y, m * n);
           for (int64_t r = 0; r < m; ++r)
             ASSERT_EQ(std::memcmp(got.data() + r * n, want.data() + r * n, sizeof(float) * n), 0)
-                << decode_pipe_config_name(config) << " (" << copy_name(mode) << "): N " << n << " K " << k << " m "
-                << m << " row " << r;
+                << decode_pipe_config_name(config) << " (" << copy_name(mode) << ", " << x_name(x_mode) << "): N " << n
+                << " K " << k << " m " << m << " row " << r;
           const std::vector<bf16> got16 = download(y16, m * n);
           for (int64_t i = 0; i < m * n; ++i)
             ASSERT_EQ(got16[i].bits, float_to_bf16(want[i]).bits)
-                << decode_pipe_config_name(config) << " (" << copy_name(mode) << "): N " << n << " K " << k << " m "
-                << m << " bf16 output " << i;
+                << decode_pipe_config_name(config) << " (" << copy_name(mode) << ", " << x_name(x_mode) << "): N " << n
+                << " K " << k << " m " << m << " bf16 output " << i;
           if (m == 16) {
             const std::vector<bf16> x16(x_host.begin(), x_host.begin() + 16 * k);
             EXPECT_LT(normwise_error(got, x16, w_host, bias_host, m, n, k), 1e-3)
@@ -126,7 +129,8 @@ TEST(CudaDecodePipe, EveryConfigurationGivesEachRowOfOneToSixteenTheBitsOfItsOne
           }
         }
       }
-      EXPECT_GE(ran, 16) << "N " << n << " K " << k << " (" << copy_name(mode) << "): no configuration ran";
+      EXPECT_GE(ran, 16) << "N " << n << " K " << k << " (" << copy_name(mode) << ", " << x_name(x_mode)
+                         << "): no configuration ran";
     }
   }
 }
@@ -151,17 +155,19 @@ TEST(CudaDecodePipe, TheFusedSwigluConfigurationsGiveTheBitsOfTheGemmThenSwiglu)
       const std::vector<bf16> want = download(plain, m * f);
       for (const int mode : kCopyModes) {
         const CopyScope copies(mode);
-        for (int config = plain_configs(); config < decode_pipe_config_count(); ++config) {
-          if (!decode_pipe_fits(config, m, matrix)) continue;  // more shared memory than the device has
-          auto fused = poisoned<bf16>(m * f);
-          ASSERT_TRUE(gemm_decode_pipe(engine, config, x.data(), m, matrix, fused.data(), nullptr, nullptr).ok())
-              << decode_pipe_config_name(config);
-          const std::vector<bf16> got = download(fused, m * f);
-          size_t differ = 0;
-          for (size_t i = 0; i < want.size(); ++i) differ += want[i].bits != got[i].bits;
-          EXPECT_EQ(differ, 0u) << decode_pipe_config_name(config) << " (" << copy_name(mode) << "): F " << f << " K "
-                                << k << " m " << m;
-        }
+        for (int config = plain_configs(); config < decode_pipe_config_count(); ++config)
+          for (const int x_mode : kXModes) {
+            const XScope x_where(x_mode);
+            if (!decode_pipe_fits(config, m, matrix)) continue;  // more shared memory than the device has
+            auto fused = poisoned<bf16>(m * f);
+            ASSERT_TRUE(gemm_decode_pipe(engine, config, x.data(), m, matrix, fused.data(), nullptr, nullptr).ok())
+                << decode_pipe_config_name(config);
+            const std::vector<bf16> got = download(fused, m * f);
+            size_t differ = 0;
+            for (size_t i = 0; i < want.size(); ++i) differ += want[i].bits != got[i].bits;
+            EXPECT_EQ(differ, 0u) << decode_pipe_config_name(config) << " (" << copy_name(mode) << ", "
+                                  << x_name(x_mode) << "): F " << f << " K " << k << " m " << m;
+          }
         {  // the engine's fused launch routed to the pipeline, and (one row) by the automatic SwiGLU class
           const PipelineScope on(true);
           auto routed = poisoned<bf16>(m * f);
@@ -214,12 +220,14 @@ TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAt
     ASSERT_TRUE(engine.gemm(down_x.data(), m, down, y_down.data(), nullptr, nullptr).ok());
     const std::vector<bf16> want_down = download(y_down, m * 2048);
     for (const auto& [ring_kb, chunk] : std::vector<std::pair<int, int>>{{0, 8}, {24, 4}, {160, 16}, {96, 0}})
-      for (const int mode : {0, 1, -1}) {
-        // mode -1: the pipeline switch off, the automatic picks on, every one-row class on 3D boxes by default
+      for (const int mode : {0, 1, -1, -2, -3}) {
+        // mode -1: the pipeline switch off, the automatic picks on, every one-row class on 3D boxes by default; -2:
+        // the automatic picks up to 16 rows, the default classes; -3: the same with every class on 3D boxes
         const PipelineScope on(mode >= 0, -1, ring_kb, chunk);
         if (mode < 0) set_decode_pipe_narrow(true);  // restored by the scope
-        const CopyScope copies(mode);
-        const ClassesScope classes(mode < 0 ? 15 : 0);
+        const CopyScope copies(std::max(mode, -1));
+        const ClassesScope classes(mode == -1 || mode == -3 ? 15 : mode == -2 ? decode_pipe_tma_classes() : 0);
+        const RowsScope rows(mode <= -2 ? 16 : 1);
         std::vector<DeviceBuffer<bf16>> outs;
         std::vector<bf16*> pointers;
         for (size_t i = 0; i < ns.size(); ++i) {
@@ -246,6 +254,75 @@ TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAt
             << "engine gemm 8192->2048 m " << m << " ring " << ring_kb << " KB chunk " << chunk << " "
             << copy_name(mode);
       }
+  }
+}
+
+TEST(CudaDecodePipe, UpToSixteenRowsTheDecodeShapesTakeThePipelineWithXOnceKeepTheirBitsAndAPlantedKFaultIsCaught) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
+  const GemmEngine engine;
+  const PipelineScope off(false);  // the oracles: the streaming kernels
+  // The 1.2B's decode shapes (N, K, SwiGLU): o_proj / out_proj, k / v, conv in_proj, down (8 slices), gate_up.
+  const std::vector<std::tuple<int64_t, int64_t, bool>> shapes = {
+      {2048, 2048, false}, {512, 2048, false}, {6144, 2048, false}, {2048, 8192, false}, {16384, 2048, true}};
+  int routed_once = 0;
+  for (const auto& [n, k, swiglu] : shapes) {
+    auto x = upload(to_bf16(random_values(16 * k, 91 + n + k, 2.0f)));
+    auto w = upload(to_bf16(random_values(n * k, 92 + n, 0.5f)));
+    const DeviceMatrix matrix{w.data(), nullptr, n, k};
+    const int64_t out_n = swiglu ? n / 2 : n;
+    auto run = [&](int64_t m, bf16* y) {
+      return swiglu ? gemm_decode_swiglu(engine, x.data(), m, matrix, y, nullptr)
+                    : engine.gemm(x.data(), m, matrix, y, nullptr, nullptr);
+    };
+    for (const int64_t m : {2, 3, 4, 8, 9, 16}) {
+      auto y = poisoned<bf16>(m * out_n);
+      ASSERT_TRUE(run(m, y.data()).ok());
+      const std::vector<bf16> want = download(y, m * out_n);
+      for (const int classes : {decode_pipe_tma_classes(), 15}) {
+        const PipelineScope automatic(false);
+        set_decode_pipe_narrow(true);  // restored by the scope
+        const RowsScope rows(16);
+        const ClassesScope by_class(classes);
+        bool x_once = false;
+        const bool routed = decode_pipe_routes(m, matrix, swiglu, &x_once);
+        if (!swiglu && k == 2048 && n <= 4096) {  // the narrow shapes always fit, x once too
+          EXPECT_TRUE(routed && x_once) << "N " << n << " m " << m << " classes " << classes;
+        }
+        routed_once += routed && x_once;
+        auto got = poisoned<bf16>(m * out_n);
+        ASSERT_TRUE(run(m, got.data()).ok());
+        EXPECT_EQ(std::memcmp(download(got, m * out_n).data(), want.data(), sizeof(bf16) * m * out_n), 0)
+            << "N " << n << " K " << k << (swiglu ? " SwiGLU" : "") << " m " << m << " classes " << classes
+            << (routed ? x_once ? " (pipeline, x once)" : " (pipeline, x per stage)" : " (streaming)");
+      }
+    }
+  }
+  EXPECT_GE(routed_once, 36) << "few launches took the pipeline with x once";
+  // The planted fault (each unit's K tiles walked backwards with x once) turns the one-slice and the sliced chains red
+  // (3D boxes: the sliced shape's row copies do not fit); x per stage never reads the flag.
+  const CopyScope boxes(1);
+  for (const int64_t k : {2048, 8192}) {
+    auto x = upload(to_bf16(random_values(4 * k, 97 + k, 2.0f)));
+    auto w = upload(to_bf16(random_values(2048 * k, 98, 0.5f)));
+    const DeviceMatrix matrix{w.data(), nullptr, 2048, k};
+    auto y = poisoned<float>(4 * 2048);
+    ASSERT_TRUE(engine.gemm(x.data(), 4, matrix, nullptr, y.data(), nullptr).ok());
+    const std::vector<float> want = download(y, 4 * 2048);
+    for (const int x_mode : kXModes) {
+      const XScope x_where(x_mode);
+      set_decode_pipe_fault_for_test(true);
+      auto got = poisoned<float>(4 * 2048);
+      const Status status = gemm_decode_pipe(engine, -1, x.data(), 4, matrix, nullptr, got.data(), nullptr);
+      set_decode_pipe_fault_for_test(false);
+      ASSERT_TRUE(status.ok()) << status.message();
+      const int64_t differs = first_differing_row(download(got, 4 * 2048), want, 4, 2048);
+      if (x_mode == 1) {
+        EXPECT_GE(differs, 0) << "K " << k << ": the planted fault went unseen";
+      } else {
+        EXPECT_EQ(differs, -1) << "K " << k << ": x per stage read the fault flag";
+      }
+    }
   }
 }
 

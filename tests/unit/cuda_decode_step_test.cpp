@@ -27,8 +27,8 @@ namespace {
 struct DecodeMode {
   const char* name;
   int staged_pick;
-  bool fuse_mixers, fuse_ffn;
-  int norm_config;  // swiglu config * 10 + group config (set_decode_norm_configs; swiglu 0: 2)
+  bool fuse_mixers = false, fuse_ffn = false;
+  int norm_config = 0;  // swiglu config * 10 + group config (set_decode_norm_configs; swiglu 0: 2)
   int narrow_variant = -1;  // set_decode_narrow_pick: the variant, and N up to narrow_max_n (negative: N = -max only)
   int narrow_max_n = 0;
   bool pipeline = false;  // cuda::set_decode_pipeline: the weight-streaming pipeline decode GEMM, its ring's KB
@@ -37,6 +37,8 @@ struct DecodeMode {
   int tma = -1;  // set_decode_pipe_tma: the pipeline's weights as row copies (0) or 3D tensor boxes (1)
   int tma_classes = cuda::kDecodeTmaWide | cuda::kDecodeTmaSliced;  // with tma -1: the one-row shape classes
                                                                      // (kDecodeTma*) taking 3D boxes automatically
+  int pipe_rows = 1;  // set_decode_pipe_rows: the automatic picks' rows
+  int pipe_x = -1;    // set_decode_pipe_x: x per stage (0), once (1), once above one row (-1)
 };
 
 // Puts the process-wide switches back however the test ends.
@@ -49,6 +51,8 @@ struct DefaultSwitchesAtExit {
     cuda::set_decode_pipe_narrow(true);
     cuda::set_decode_pipe_tma(-1);
     cuda::set_decode_pipe_tma_classes(cuda::kDecodeTmaWide | cuda::kDecodeTmaSliced);
+    cuda::set_decode_pipe_rows(1);
+    cuda::set_decode_pipe_x(-1);
   }
 };
 
@@ -136,6 +140,14 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
       {"default + 3D boxes for every one-row GEMM", -1, false, false, 0, -1, 0, false, 0, false, -1, 15},
       {"session 8 default (again)", -1, false, false, 0, -1, 0, false, 0, false, -1, 0},
       {"default picks (again)", -1, false, false, 0},
+      {.name = "pipeline up to 16 rows, x once above one row", .staged_pick = -1, .pipe_rows = 16},
+      {.name = "pipeline up to 16 rows, x per stage", .staged_pick = -1, .pipe_rows = 16, .pipe_x = 0},
+      {.name = "pipeline up to 16 rows, x once at every width", .staged_pick = -1, .pipe_rows = 16, .pipe_x = 1},
+      {.name = "default, x once at one row too", .staged_pick = -1, .pipe_x = 1},
+      {.name = "pipeline up to 16 rows, every class on 3D boxes", .staged_pick = -1, .tma_classes = 15,
+       .pipe_rows = 16},
+      {"default picks (third)", -1, false, false, 0},
+      {.name = "pipeline up to 16 rows, x once above one row (again)", .staged_pick = -1, .pipe_rows = 16},
       {"no pipeline (again)", -1, false, false, 0, -1, 0, false, 0, true},
       {"streaming picks only (the old path)", -2, false, false, 0},
   };
@@ -151,6 +163,8 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
     cuda::set_decode_pipe_narrow(!mode.no_narrow);
     cuda::set_decode_pipe_tma(mode.tma);
     cuda::set_decode_pipe_tma_classes(mode.tma_classes);
+    cuda::set_decode_pipe_rows(mode.pipe_rows);
+    cuda::set_decode_pipe_x(mode.pipe_x);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
     const StepRun run = run_steps(*target, stream++, context, steps);
     ASSERT_EQ(run.draws.size(), static_cast<size_t>(steps + 4 + 8 + 16)) << mode.name;
