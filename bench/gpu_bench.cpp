@@ -15,6 +15,8 @@
 //   --pipe-ab                   also time the decode step (and the verify windows) on the pipeline decode GEMM
 //   --verify-tiles-ab           also time the verify windows with the older 17..64-row picks, the verify tiles and
 //                               every window streamed (set_decode_rows 16 / set_verify_tiles / set_decode_rows 64)
+//   --pipe-rows-ab              also time the verify windows (and the decode step) with the pipeline's automatic
+//                               picks up to 16 rows (x once / per stage), interleaved with the default
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -62,6 +64,7 @@ struct Options {
   bool l2_prefetch_ab = false;           // also time the decode step with the L2 weight prefetch
   bool verify_tiles_ab = false;          // also time the verify windows with the older 17..64-row picks
   bool pipe_ab = false;                  // also time the decode step and verify windows on the pipeline decode GEMM
+  bool pipe_rows_ab = false;             // also time them with the pipeline's automatic picks up to 16 rows
 };
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
@@ -311,10 +314,12 @@ int main(int argc, char** argv) {
     else if (arg == "--l2-prefetch-ab") o.l2_prefetch_ab = true;
     else if (arg == "--pipe-ab") o.pipe_ab = true;
     else if (arg == "--verify-tiles-ab") o.verify_tiles_ab = true;
+    else if (arg == "--pipe-rows-ab") o.pipe_rows_ab = true;
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
                            "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
-                           "[--decode-fused] [--attention-splits N] [--l2-prefetch-ab] [--verify-tiles-ab] [--pipe-ab] | "
+                           "[--decode-fused] [--attention-splits N] [--l2-prefetch-ab] [--verify-tiles-ab] [--pipe-ab] "
+                           "[--pipe-rows-ab] | "
                            "gpu_bench --decode-gemm\n");
       return 2;
     }
@@ -524,6 +529,60 @@ int main(int argc, char** argv) {
                   time_forward(*target, {w}, o.repeats * 4, false));
     }
     cuda::set_decode_pipeline(false);
+    target->set_graphs(false);
+    target->set_graphs(true);
+  }
+  // The same windows and steps with the pipeline's automatic picks up to 16 rows (session 10; same bits), each mode
+  // twice, interleaved with the default, printed as measured.
+  if (o.pipe_rows_ab) {
+    struct RowsMode {
+      const char* name;
+      int rows, x;
+    };
+    const RowsMode modes[] = {{"default", 1, -1},          {"rows 16, x once above one row", 16, -1},
+                              {"rows 16, x per stage", 16, 0}, {"rows 16, x once at every width", 16, 1},
+                              {"default, x once at one row", 1, 1}};
+    for (int again = 0; again < 2; ++again)
+      for (const RowsMode& mode : modes) {
+        cuda::set_decode_pipe_rows(mode.rows);
+        cuda::set_decode_pipe_x(mode.x);
+        target->set_graphs(false);  // drops the graphs captured under the other mode
+        target->set_graphs(true);
+        std::string line;
+        for (int rows : o.verify) {
+          const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
+          w.tokens = window;
+          char cell[48];
+          std::snprintf(cell, sizeof cell, " %d: %.3f", rows, time_forward(*target, {w}, o.repeats * 4, false));
+          line += cell;
+        }
+        w.first_drawn_row = 0;
+        time_steps(4);
+        std::printf("pipe rows A/B: %-32s decode step %.3f ms; verify ms by rows%s\n", mode.name,
+                    time_steps(o.decode_tokens), line.c_str());
+      }
+    // Where a window's time goes (device ms by op kind, events around every op) at 1 and 8 rows, both picks.
+    for (const int rows_limit : {1, 16}) {
+      cuda::set_decode_pipe_rows(rows_limit);
+      for (const int rows : {1, 8}) {
+        const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
+        w.tokens = window;
+        target->set_profiling(true);
+        target->reset_profile();
+        const double ms = time_forward(*target, {w}, 8, false);
+        std::string line;
+        for (const auto& [kind, kind_ms] : target->profile()) {
+          char cell[64];
+          std::snprintf(cell, sizeof cell, " %s %.3f;", kind.c_str(), kind_ms / 8);
+          line += cell;
+        }
+        target->set_profiling(false);
+        std::printf("pipe rows A/B: profile, picks up to %d rows, %d-row window (%.3f ms with events):%s\n",
+                    rows_limit, rows, ms, line.c_str());
+      }
+    }
+    cuda::set_decode_pipe_rows(1);
+    cuda::set_decode_pipe_x(-1);
     target->set_graphs(false);
     target->set_graphs(true);
   }

@@ -3,7 +3,8 @@
 // it to the file; shapes, e.g. 8192->2048 or 2048->6144,8192->2048, times those shapes only; widths, e.g. 128,2048, those m
 // only, and then skips the sampler; filter, "+text" / "-text": only the pinned configurations whose name has / has
 // not text). cuda_gemm_bench --chain: what a kernel boundary costs in a graph (chain_bench). cuda_gemm_bench --pipe
-// [widths]: the pipeline decode GEMM (row and tensor copies) against the streaming kernels (pipe_bench).
+// [widths]: the pipeline decode GEMM (row and tensor copies) against the streaming kernels (pipe_bench); --pipe-rows
+// [widths]: only the automatic picks up to 16 rows against the default and the streaming kernels.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -224,7 +225,9 @@ int chain_bench() {
 // decode shapes (and the 65536-wide head), back-to-back launches over weight copies (> 512 MiB, DRAM) in one graph;
 // us, TB/s of weights and the share of 4.2 TB/s; the automatic configuration at chunks of 16 / 8 / 4 K tiles and
 // rings of 96 / 200 KB, then every configuration pinned.
-int pipe_bench(const std::vector<int64_t>& widths) {
+// quick (--pipe-rows): only the automatic picks up to 16 rows (session 10: x once / per stage, every class on 3D
+// boxes) between the old kernels and the default, in that order and again.
+int pipe_bench(const std::vector<int64_t>& widths, bool quick) {
   const GemmEngine engine;
   const int default_classes = decode_pipe_tma_classes();
   struct Shape {
@@ -263,6 +266,26 @@ int pipe_bench(const std::vector<int64_t>& widths) {
         std::printf("%-20s %4lld %-34s %9.2f %7.2f %6.2f\n", shape.what, static_cast<long long>(m), name.c_str(),
                     ms * 1e3, tbs, tbs / 4.2);
       };
+      if (quick) {
+        for (int again = 0; again < 2; ++again) {
+          set_decode_pipe_narrow(false);
+          row("old", graph_ms(run, 40));
+          set_decode_pipe_narrow(true);
+          row("default", graph_ms(run, 40));
+          set_decode_pipe_rows(16);
+          row("rows 16, x once above one row", graph_ms(run, 40));
+          set_decode_pipe_x(0);
+          row("rows 16, x per stage", graph_ms(run, 40));
+          set_decode_pipe_x(1);
+          row("rows 16, x once (one row too)", graph_ms(run, 40));
+          set_decode_pipe_x(-1);
+          set_decode_pipe_tma_classes(15);
+          row("rows 16, every class 3D boxes", graph_ms(run, 40));
+          set_decode_pipe_tma_classes(default_classes);
+          set_decode_pipe_rows(1);
+        }
+        continue;
+      }
       set_decode_pipe_tma(0);
       set_decode_pipeline(false);
       set_decode_pipe_narrow(false);
@@ -328,7 +351,7 @@ int pipe_bench(const std::vector<int64_t>& widths) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--chain") return chain_bench();
-  if (argc > 1 && std::string(argv[1]) == "--pipe") {
+  if (argc > 1 && (std::string(argv[1]) == "--pipe" || std::string(argv[1]) == "--pipe-rows")) {
     std::vector<int64_t> widths = {1, 4, 8, 16};
     if (argc > 2) {
       widths.clear();
@@ -340,7 +363,7 @@ int main(int argc, char** argv) {
         at = comma + 1;
       }
     }
-    return pipe_bench(widths);
+    return pipe_bench(widths, std::string(argv[1]) == "--pipe-rows");
   }
   std::string table;
   auto emit = [&](const char* format, auto... args) {
