@@ -79,7 +79,11 @@ Status Lanes::admit() {
     // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
     const bool hopeless = !drafter_proven && options_.scout_prompt_only &&
                           !pricing_.could_draft(streams, draft_cap(*stream), /*always_right=*/true, mode);
-    stream->dormant = hopeless || (drafter_proven ? !pays : scout_tapping && scout_only);
+    // Exploration its run cannot repay (PricingOptions::explore_repay): no prompt tapped, no scout.
+    const bool unrepaid = !pricing_.exploration_repays(streams, draft_cap(*stream), stream->remaining(),
+                                                       static_cast<int>(stream->request.prompt.size()), mode);
+    stream->dormant = hopeless || unrepaid ||
+                      (!options_.tap_every_prompt && (drafter_proven ? !pays : scout_tapping && scout_only));
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
     stats_.dormant_entries += stream->dormant;

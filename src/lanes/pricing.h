@@ -108,7 +108,10 @@ struct PricingOptions {
   //          of those bought only the restart scout drafts, the others wait for its window.
   //   Alone: only the restart scout is offered among them (nothing is bought unless it pays with the streams that
   //          hold whole contexts; a group probe measures restarted contexts otherwise).
-  // Off: every stream is priced from one pool (lanes_bench --restart-scout off|defer|alone).
+  //   Fallback: Alone first; where the lone offer buys nothing, priced as Defer (every stream offered, only the
+  //          restart scout of those bought drafts): the 1.2B at 8 streams, where a scout and one restarted stream do
+  //          not pay a pass but all 8 do, keeps drafting (lanes11).
+  // Off: every stream is priced from one pool (lanes_bench --restart-scout off|defer|alone|fallback).
   // H200 batch s9A (same binary, 5 repeats, decode speedup at 1 / 4 / 8 / 16 streams):
   //   nano greedy    off 1.74 / 0.82 / 0.80 / 0.81x, defer 1.76 / 0.89 / 0.88 / 0.88x, alone 1.70 / 0.89 / 0.90 / 0.85x
   //   nano sampled   off 0.89 / 0.80 / 0.82 / 0.79x, defer 0.95 / 0.87 / 0.93 / 0.85x, alone 0.95 / 0.90 / 0.91 / 0.92x
@@ -117,8 +120,15 @@ struct PricingOptions {
   // Alone was the default for batch s9B: the nano pair held its gain (greedy 0.89 / 0.91 / 0.90x against 0.86 / 0.82 /
   // 0.85x), but gpu-check's 1.2B synth at 8 streams fell to 0.99x (2 passes; s9A 1.16x, 66 passes): a scout and one
   // restarted stream of 8 do not pay a pass, and the one pool never got to buy the group. Off again by default.
-  enum class RestartScout { Off, Defer, Alone };
+  enum class RestartScout { Off, Defer, Alone, Fallback };
   RestartScout restart_scout = RestartScout::Off;
+  // Exploration that its run can repay (lanes11). Before any draft was verified, the scout (its prompt's taps, its
+  // probe, the new forward shapes they bring) runs only where drafting at the prior, every stream of the round
+  // offering, would save at least `explore_repay` times that one-off over the tokens the streams have left. The nano
+  // pair on the H200 at 8-16 streams, 64 tokens: the prior's best round beats plain by 4-15 %, about 2 ms of a 14-16
+  // ms run, while scouting (taps, absorbs, passes, new shapes) cost 2-4 ms and nothing it found paid. 0: off
+  // (lanes_bench --explore-gate X).
+  double explore_repay = 0;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -157,6 +167,12 @@ class Pricing {
   // `always_right`: as if every draft landed (when even that cannot pay, no stream needs its prompt tapped: the
   // scout's probe would be skipped too).
   bool could_draft(int round_streams, int cap, bool always_right = false, PassMode mode = PassMode::Greedy) const;
+  // Whether exploring the drafter (PricingOptions::explore_repay) can pay back within `tokens_left` tokens a stream:
+  // the time the prior's best round of `round_streams` streams saves against plain, over that many rounds, against
+  // the scout's one-off (a probe, absorbing `absorb_rows` rows, a new shape's eager forward and capture). True when
+  // the gate is off or the drafter is proven.
+  bool exploration_repays(int round_streams, int cap, int tokens_left, int absorb_rows,
+                          PassMode mode = PassMode::Greedy) const;
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
   // stream its rows' share of that call, not a call of its own.
   void set_batched_absorbs(bool on) { batched_absorbs_ = on; }
@@ -239,6 +255,9 @@ class Pricing {
   // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
   std::vector<float> depth_chances(const Stream& stream, int cap) const;
   RoundCost round_cost(PassMode mode = PassMode::Greedy) const;
+  // The best round if all `round_streams` streams offered `cap` drafts at the pooled chances (every one landing
+  // with `always_right`), next to their pending rows.
+  Allocation pooled_round(int round_streams, int cap, bool always_right, PassMode mode) const;
   // After a decision that bought nothing and ran no probe: one stream probes for the pool when the group wait is up.
   void plan_group_probe(std::span<Stream* const> drafting, std::span<const int> caps, bool bought,
                         std::vector<DepthPlan>& plans);

@@ -116,9 +116,7 @@ bool Pricing::group_probe_due() const {
          group_zero_decisions_ + 1 >= group_wait_;
 }
 
-bool Pricing::could_draft(int round_streams, int cap, bool always_right, PassMode mode) const {
-  if (cap <= 0) return false;
-  if (options_.always_draft) return true;
+Allocation Pricing::pooled_round(int round_streams, int cap, bool always_right, PassMode mode) const {
   // Every stream of the round offering the same: a pass's fixed cost shared by all can pay where one's cannot.
   const int streams = std::clamp(round_streams, 1, max_rows_);
   std::vector<RowOffer> offers(1 + streams);
@@ -133,11 +131,30 @@ bool Pricing::could_draft(int round_streams, int cap, bool always_right, PassMod
       offers[index].chances = pooled_acceptance_.chain(cap);
     }
   }
-  const Allocation best = allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
-  for (size_t index = 1; index < offers.size(); ++index) {
-    if (best.extra_rows[index] > 0) return true;
-  }
-  return false;
+  return allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
+}
+
+bool Pricing::could_draft(int round_streams, int cap, bool always_right, PassMode mode) const {
+  if (cap <= 0) return false;
+  if (options_.always_draft) return true;
+  const Allocation best = pooled_round(round_streams, cap, always_right, mode);
+  return best.total_rows > std::clamp(round_streams, 1, max_rows_);
+}
+
+bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, int absorb_rows, PassMode mode) const {
+  if (options_.explore_repay <= 0 || options_.always_draft || drafter_proven()) return true;
+  if (cap <= 0 || tokens_left <= 0) return false;
+  const int streams = std::clamp(round_streams, 1, max_rows_);
+  const double plain_ms = round_cost(mode)(streams, 0, 0);
+  const Allocation best = pooled_round(streams, cap, false, mode);
+  if (best.total_rows <= streams || plain_ms <= 0 || best.tokens_per_ms <= 0) return false;
+  // A token costs plain_ms / streams plainly and 1 / tokens_per_ms drafted: the saving per round of plain.
+  const double saved_share = 1.0 - (static_cast<double>(streams) / plain_ms) / best.tokens_per_ms;
+  const double gain_ms = saved_share * plain_ms * tokens_left;
+  // The scout's one-off: its probe (pass and verify rows), its prompt's absorb, and a new forward shape (eager, then
+  // captured: about a forward each on a CUDA target).
+  const double one_off_ms = probe_cost_ms(cap, streams, mode) + tables_.absorb_ms(absorb_rows) + 2 * plain_ms;
+  return gain_ms >= options_.explore_repay * one_off_ms;
 }
 
 std::vector<float> Pricing::hopeful_chain(int depth) const {

@@ -12,38 +12,10 @@
 namespace ls {
 namespace {
 
-// The nano pair on the H200, roughly: a launch-bound verify (0.19 ms + 1 us a row, new shapes 0.3 ms dearer twice),
-// a pass 0.14 ms + 4 us a draft row, drafts right 75% (15% after a restart), device taps, 64-token prompts.
-struct NanoLike {
-  FixedClock clock;
-  FakeTargetOptions target = costed_fake_target(clock, 0.19, 0.001, 128);
-  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.25, 0.004);
-  NanoLike() {
-    target.exact_width = 16;
-    target.new_shape_ms = 0.3;
-    target.shape_by_windows = true;
-    target.device_taps = true;
-    drafter.max_depth = 7;
-    drafter.draft_fixed_ms = 0.14;
-    drafter.confidences = true;
-    drafter.restarted_wrong_rate = 0.85;
-    drafter.absorb_call_ms = 0.04;
-    drafter.absorb_row_ms = 0.0002;
-    drafter.device_taps = true;
-  }
-  std::vector<Arrival> arrivals(int streams, int tokens) const {
-    std::vector<Arrival> arrivals = endless_arrivals(streams, target.shape.vocab_size, tokens);
-    for (Arrival& arrival : arrivals) {
-      while (arrival.request.prompt.size() < 64) arrival.request.prompt.push_back(17 + arrival.request.prompt.size());
-    }
-    return arrivals;
-  }
-};
-
 TEST(LanesQuietRounds, ADueGroupProbeThatWouldNotRunIsAskedAgainOnlyEveryEighthRound) {
   // 16 streams, 256 tokens: after the first rounds nothing drafts; a group probe is due and would not run, and asking
   // every round (two allocator runs over 16 offers) was most of the drafted arm's host work over plain's.
-  NanoLike pair;
+  NanoLikeFakes pair;
   const std::vector<Arrival> arrivals = pair.arrivals(16, 256);
   auto run = [&](int every, int64_t& checks) {
     LanesOptions options;
@@ -73,7 +45,7 @@ TEST(LanesQuietRounds, WhereRestartedContextsDraftBadlyARestartScoutKeepsTheOthe
   // stream drafts; restarted (their prompts were never tapped), they land 15% a draft. With one pool, a group round
   // of restarted streams: 3 passes, 70 drafts, ~0.85x plain on this pair. With a restart scout one restarted stream
   // drafts first and its window prices the rest.
-  NanoLike pair;
+  NanoLikeFakes pair;
   const std::vector<Arrival> arrivals = pair.arrivals(8, 64);
   const FakeRun plain = run_fakes(pair.clock, pair.target, std::nullopt, arrivals, LanesOptions{});
   const FakeRun off = run_fakes(pair.clock, pair.target, pair.drafter, arrivals,
@@ -82,12 +54,19 @@ TEST(LanesQuietRounds, WhereRestartedContextsDraftBadlyARestartScoutKeepsTheOthe
                                   restart_scout(PricingOptions::RestartScout::Defer));
   const FakeRun alone = run_fakes(pair.clock, pair.target, pair.drafter, arrivals,
                                   restart_scout(PricingOptions::RestartScout::Alone));
-  for (const FakeRun* run : {&off, &defer, &alone}) ASSERT_EQ(reply_tokens(*run), reply_tokens(plain));
+  const FakeRun fallback = run_fakes(pair.clock, pair.target, pair.drafter, arrivals,
+                                     restart_scout(PricingOptions::RestartScout::Fallback));
+  for (const FakeRun* run : {&off, &defer, &alone, &fallback}) ASSERT_EQ(reply_tokens(*run), reply_tokens(plain));
   EXPECT_GE(off.stats.drafter_restarts, 6);
   EXPECT_LE(defer.stats.drafter_restarts, 2);
   EXPECT_LE(alone.stats.drafter_restarts, 2);
+  EXPECT_LE(fallback.stats.drafter_restarts, 2);
   EXPECT_LT(defer.stats.drafts_verified, off.stats.drafts_verified / 2);
   EXPECT_LT(alone.ms, off.ms * 0.93) << "one pool " << off.ms << " ms, plain " << plain.ms << " ms";
+  // Fallback: where the lone offer buys nothing, one restarted window is bought with every stream offered (a pass
+  // more than Alone), still not the group round of restarted streams.
+  EXPECT_LT(fallback.ms, off.ms) << "one pool " << off.ms << " ms, plain " << plain.ms << " ms";
+  EXPECT_LE(fallback.stats.drafts_verified, off.stats.drafts_verified / 2);
   EXPECT_LT(defer.ms, off.ms) << "one pool " << off.ms << " ms, plain " << plain.ms << " ms";
 }
 
@@ -112,7 +91,8 @@ TEST(LanesQuietRounds, WithADeferredRestartScoutADrafterThatPaysOnlyWhenSixteenS
 TEST(LanesQuietRounds, WithTheNinthSessionsRulesEveryReplyEqualsItsRequestRunAlonePlainGreedyAndSampled) {
   // Staggered arrivals, every fourth stream with draft: false, host and device taps, both restart scouts, passes
   // priced per mode (sampled ones 3x dearer), group probes asked every 8th round.
-  for (auto scout : {PricingOptions::RestartScout::Defer, PricingOptions::RestartScout::Alone}) {
+  for (auto scout : {PricingOptions::RestartScout::Defer, PricingOptions::RestartScout::Alone,
+                     PricingOptions::RestartScout::Fallback}) {
     for (bool sampled : {false, true}) {
       for (bool device : {false, true}) {
         LanesOptions options = restart_scout(scout);

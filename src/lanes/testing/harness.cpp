@@ -145,6 +145,28 @@ FakeDrafterOptions costed_fake_drafter(FixedClock& clock, double wrong_rate, dou
   return options;
 }
 
+NanoLikeFakes::NanoLikeFakes()
+    : target(costed_fake_target(clock, 0.19, 0.001, 128)), drafter(costed_fake_drafter(clock, 0.25, 0.004)) {
+  target.exact_width = 16;
+  target.new_shape_ms = 0.3;
+  target.shape_by_windows = true;
+  target.device_taps = true;
+  drafter.max_depth = 7;
+  drafter.draft_fixed_ms = 0.14;
+  drafter.confidences = true;
+  drafter.restarted_wrong_rate = 0.85;
+  drafter.absorb_call_ms = 0.04;
+  drafter.absorb_row_ms = 0.0002;
+  drafter.device_taps = true;
+}
+
+std::vector<Arrival> NanoLikeFakes::arrivals(int streams, int tokens) const {
+  std::vector<Arrival> arrivals = endless_arrivals(streams, target.shape.vocab_size, tokens);
+  for (Arrival& arrival : arrivals) {
+    while (arrival.request.prompt.size() < 64) arrival.request.prompt.push_back(17 + arrival.request.prompt.size());
+  }
+  return arrivals;
+}
 
 namespace {
 // `after` minus `before`, entries that reach zero dropped.

@@ -72,6 +72,17 @@ FakeRun run_fakes(FixedClock& clock, const FakeTargetOptions& target_options,
 // Each reply's tokens, in arrival order.
 std::vector<std::vector<int32_t>> reply_tokens(const FakeRun& run);
 
+// The nano pair on the H200, roughly: a launch-bound verify (0.19 ms + 1 us a row, new shapes 0.3 ms dearer twice),
+// a pass 0.14 ms + 4 us a draft row, drafts right 75% (15% after a restart), device taps, 64-token prompts.
+struct NanoLikeFakes {
+  FixedClock clock;
+  FakeTargetOptions target;
+  FakeDrafterOptions drafter;
+  NanoLikeFakes();
+  // `streams` endless requests of `tokens` tokens with 64-token prompts.
+  std::vector<Arrival> arrivals(int streams, int tokens) const;
+};
+
 // The pricing rules' exactness case: 16 staggered streams (every fourth draft: false) of greedy or sampled requests
 // on a costed fake target (10 ms + 0.5 ms a row) and a fake drafter 20 % wrong (60 % on restarted contexts) with
 // confidences and host or device taps, its sampled passes `sampled_pass_factor` times dearer: the run under
