@@ -66,12 +66,14 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   }
   const int64_t loaded_prefetch = drafter.l2_prefetch();
   const bool loaded_head = drafter.short_context_head();
+  const int loaded_stage = drafter.head_stage_keys();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
     for (const std::string& setting : options.settings) {
       drafter.set_l2_prefetch(static_cast<int64_t>(std::atoi(setting.c_str())) << 20);
       drafter.set_short_context_head(setting.find(":head") != std::string::npos);
+      drafter.set_head_stage_keys(setting.find(":s256") != std::string::npos ? 256 : 128);
       drafter.capture_bucket_graphs();  // outside the timed rounds, as at load
       Samples& samples = by_setting[setting];
       std::vector<StreamId> ids;
@@ -127,10 +129,11 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   }
   drafter.set_l2_prefetch(loaded_prefetch);
   drafter.set_short_context_head(loaded_head);
+  drafter.set_head_stage_keys(loaded_stage);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

@@ -18,8 +18,8 @@ struct RoundOptions {
   int depth = 9;             // drafts asked per round
   int streams = 1;           // streams drafting together
   int tap_width = 0;         // taps x hidden: one tap row's values
-  // Settings to compare, each "MB" (set_l2_prefetch in MiB) with ":head" for set_short_context_head(true), e.g.
-  // {"0", "40", "0:head"}; every other pin stays the drafter's own.
+  // Settings to compare, each "MB" (set_l2_prefetch in MiB) with ":head" for set_short_context_head(true) and
+  // ":s256" for set_head_stage_keys(256), e.g. {"0", "40", "0:head", "0:head:s256"}; other pins stay the drafter's.
   std::vector<std::string> settings = {"0"};
 };
 

@@ -456,8 +456,10 @@ TEST(CudaDrafter, TheHeadAttentionKernelGivesTheSplitBitsAtEveryChunkCountAndAcr
         ls::cuda::testing::poisoned<float>(cuda::split_attention_partial_floats(most, gamma, dims));
     for (const int count : {most, 1}) {
       const size_t outputs = static_cast<size_t>(count) * gamma * dims.heads * dims.head_dim;
-      for (const int chunks : {0, 7, 3, 1}) {
-        SCOPED_TRACE(std::to_string(count) + " requests, chunks " + std::to_string(chunks));
+      for (const auto& [chunks, stage] : {std::pair{0, 128}, std::pair{7, 128}, std::pair{3, 128}, std::pair{1, 128},
+                                          std::pair{0, 256}, std::pair{3, 256}, std::pair{1, 256}}) {
+        SCOPED_TRACE(std::to_string(count) + " requests, chunks " + std::to_string(chunks) + ", stages of " +
+                     std::to_string(stage) + " keys");
         auto split_out = ls::cuda::testing::poisoned<bf16>(outputs);
         auto head_out = ls::cuda::testing::poisoned<bf16>(outputs);
         ASSERT_TRUE(cuda::block_attention_split(q, device_requests.data(), count, gamma, dims, layer,
@@ -466,7 +468,8 @@ TEST(CudaDrafter, TheHeadAttentionKernelGivesTheSplitBitsAtEveryChunkCountAndAcr
                                                 reinterpret_cast<cuda::bf16_t*>(split_out.data()), nullptr)
                         .ok());
         const Status head = cuda::block_attention_head(q, device_requests.data(), count, gamma, dims, layer, chunks,
-                                                       reinterpret_cast<cuda::bf16_t*>(head_out.data()), nullptr);
+                                                       reinterpret_cast<cuda::bf16_t*>(head_out.data()), nullptr,
+                                                       stage);
         ASSERT_TRUE(head.ok()) << head.to_string();
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const std::vector<bf16> split = ls::cuda::testing::download(split_out, outputs);
@@ -481,7 +484,7 @@ TEST(CudaDrafter, TheHeadAttentionKernelGivesTheSplitBitsAtEveryChunkCountAndAcr
       }
     }
     std::printf("[ attention ] head kernel vs split: block %d, heads %d / %d, head_dim %d bitwise at chunks auto, 7, "
-                "3, 1\n",
+                "3, 1 (128-key stages) and auto, 3, 1 (256)\n",
                 gamma, dims.heads, dims.kv_heads, dims.head_dim);
   }
   // Refused by name: a head size it is not built for, a block past 32 slots.
@@ -489,6 +492,9 @@ TEST(CudaDrafter, TheHeadAttentionKernelGivesTheSplitBitsAtEveryChunkCountAndAcr
   const Status refused = cuda::block_attention_head(nullptr, nullptr, 1, 7, odd, 0, 0, nullptr, nullptr);
   EXPECT_EQ(refused.code(), ErrorCode::UnsupportedDraftShape);
   EXPECT_NE(refused.to_string().find("head_dim 16"), std::string::npos) << refused.to_string();
+  const Status odd_stage = cuda::block_attention_head(nullptr, nullptr, 1, 7, cuda::AttentionDims{8, 2, 64, 0.125f}, 0,
+                                                      0, nullptr, nullptr, 192);
+  EXPECT_EQ(odd_stage.code(), ErrorCode::InvalidArgument) << odd_stage.to_string();
   EXPECT_FALSE(cuda::block_attention_head_supported(33, cuda::AttentionDims{8, 2, 64, 0.125f}));
 }
 

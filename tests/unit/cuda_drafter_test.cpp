@@ -1275,10 +1275,12 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
           std::tuple{"one-launch, batched loads", std::optional(Kernel::Cooperative), true},
           std::tuple{"automatic, batched loads", std::optional<Kernel>(), true},
           std::tuple{"head attention", std::optional(Kernel::Head), true},
-          std::tuple{"head attention, serial loads", std::optional(Kernel::Head), false}}) {
+          std::tuple{"head attention, serial loads", std::optional(Kernel::Head), false},
+          std::tuple{"head attention, 256-key stages", std::optional(Kernel::Head), true}}) {
       SCOPED_TRACE(std::string(name) + ", " + std::to_string(count) + " requests");
       gpu->set_attention_kernel(kernel);
       gpu->set_batched_loads(batched);
+      gpu->set_head_stage_keys(std::string(name).find("256") != std::string::npos ? 256 : 128);
       const int64_t failures = gpu->graph_failures();
       for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
         SCOPED_TRACE("sighting " + std::to_string(sighting));

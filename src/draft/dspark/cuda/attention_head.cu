@@ -20,7 +20,9 @@ using attention_tiles::kTileKeys;
 using attention_tiles::load_eight;
 
 constexpr int kHeadThreads = 256;
-constexpr int kStageKeys = 128;      // K (or V) rows staged in shared memory at a time
+// K (or V) rows staged in shared memory at a time: 128 (session 9) or 256 (session 10: up to 247 context rows at
+// block 9 in one trip each; a template parameter, the same bits).
+constexpr int kStageKeys = 128;
 constexpr int kWindowFloats = 8192;  // scores a CTA holds: [gamma, window], window = this / gamma (multiple of 32)
 constexpr int kMaxGroupRows = 10;    // query rows one thread scores against its key (each key read once per group)
 constexpr int kMaxQuadsPerThread = 2;  // 4-dim output quads a thread accumulates: gamma x head_dim / 4 <= 512
@@ -48,18 +50,18 @@ struct HeadShared {
   float* row_total;
 };
 
-__host__ __device__ inline size_t head_shared_floats(int gamma, int head_dim, int chunks, int window) {
-  return static_cast<size_t>(gamma) * head_dim + static_cast<size_t>(kStageKeys) * (head_dim + 4) +
+__host__ __device__ inline size_t head_shared_floats(int gamma, int head_dim, int chunks, int window, int stage) {
+  return static_cast<size_t>(gamma) * head_dim + static_cast<size_t>(stage) * (head_dim + 4) +
          static_cast<size_t>(gamma) * (window + 1) + 2 * static_cast<size_t>(gamma) * chunks +
          2 * static_cast<size_t>(gamma);
 }
 
 // Rows [piece, piece + count) of a [keys, kv_size] cache slice into the stage: every 16-byte load a thread makes
 // issued before the first store (the stores could alias the loads, so a load-store loop waits out each load in turn).
-template <int kHeadDim>
+template <int kHeadDim, int kStage>
 __device__ __forceinline__ void stage_rows(float* stage, const bf16_t* from, int kv_size, int piece, int count) {
   constexpr int kStride = kHeadDim + 4, kEights = kHeadDim / 8;
-  constexpr int kLoads = kStageKeys * kEights / kHeadThreads;  // blockDim.x == kHeadThreads
+  constexpr int kLoads = kStage * kEights / kHeadThreads;  // blockDim.x == kHeadThreads
   uint4 raw[kLoads];
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
@@ -86,17 +88,17 @@ __device__ __forceinline__ void stage_rows(float* stage, const bf16_t* from, int
 
 // scores [r, k - first] = bf16(bf16(q_r . key_k) x scale) for keys [first, last): the split's score arithmetic
 // (fp32 products added in dimension order from zero), a thread per (key, group of rows) reading its key four
-// dimensions at a time, the keys staged kStageKeys at a time.
-template <int kHeadDim>
+// dimensions at a time, the keys staged kStage at a time.
+template <int kHeadDim, int kStage>
 __device__ __forceinline__ void score_window(const HeadShared& s, const bf16_t* keys, int kv_size, int gamma,
                                              int stride, float scale, int first, int last) {
   constexpr int kStride = kHeadDim + 4;
   const int groups = (gamma + kMaxGroupRows - 1) / kMaxGroupRows;
   const int group_rows = (gamma + groups - 1) / groups;
-  for (int piece = first; piece < last; piece += kStageKeys) {
-    const int count = min(kStageKeys, last - piece);
+  for (int piece = first; piece < last; piece += kStage) {
+    const int count = min(kStage, last - piece);
     __syncthreads();  // the stage's last readers are done
-    stage_rows<kHeadDim>(s.stage, keys, kv_size, piece, count);
+    stage_rows<kHeadDim, kStage>(s.stage, keys, kv_size, piece, count);
     __syncthreads();
     for (int task = threadIdx.x; task < groups * count; task += blockDim.x) {
       const int group = task / count, j = task % count;
@@ -153,7 +155,7 @@ __device__ __forceinline__ void window_stats(const HeadShared& s, int gamma, int
   }
 }
 
-template <int kHeadDim, int kQuadsPerThread>
+template <int kHeadDim, int kQuadsPerThread, int kStage>
 __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const bf16_t* q,
                                                                       const DeviceBlockRequest* requests, int gamma,
                                                                       AttentionDims dims, int layer, int chunks,
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
   HeadShared s;
   s.query = reinterpret_cast<float*>(shared_quads);
   s.stage = s.query + gamma * kHeadDim;  // 16-byte aligned: gamma * hd is a multiple of 4
-  s.scores = s.stage + kStageKeys * kStride;
+  s.scores = s.stage + kStage * kStride;
   s.chunk_max = s.scores + gamma * stride;
   s.chunk_total = s.chunk_max + gamma * chunks;
   s.row_max = s.chunk_total + gamma * chunks;
@@ -198,7 +200,7 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
   int windows = 0;
   for (int first = 0, last = 0; first < key_count; first = last, ++windows) {
     last = window_end(first, key_count, chunk_keys, window);
-    score_window<kHeadDim>(s, keys, kv_size, gamma, stride, dims.scale, first, last);
+    score_window<kHeadDim, kStage>(s, keys, kv_size, gamma, stride, dims.scale, first, last);
     window_stats(s, gamma, chunks, chunk_keys, key_count, stride, first, last);
     __syncthreads();  // stats read the scores the next window overwrites
   }
@@ -239,17 +241,17 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
   int chunk_end = chunk_keys;
   for (int first = 0, last = 0; first < key_count; first = last) {
     last = window_end(first, key_count, chunk_keys, window);
-    if (windows > 1) score_window<kHeadDim>(s, keys, kv_size, gamma, stride, dims.scale, first, last);
+    if (windows > 1) score_window<kHeadDim, kStage>(s, keys, kv_size, gamma, stride, dims.scale, first, last);
     const int span = last - first;
     for (int index = threadIdx.x; index < gamma * span; index += blockDim.x) {
       const int r = index / span, j = index % span;
       float* score = &s.scores[r * stride + j];
       *score = round_bf16(expf(*score - s.row_max[r]) / s.row_total[r]);
     }
-    for (int piece = first; piece < last; piece += kStageKeys) {
-      const int count = min(kStageKeys, last - piece);
+    for (int piece = first; piece < last; piece += kStage) {
+      const int count = min(kStage, last - piece);
       __syncthreads();  // the probabilities are written and the stage's last readers are done
-      stage_rows<kHeadDim>(s.stage, values, kv_size, piece, count);
+      stage_rows<kHeadDim, kStage>(s.stage, values, kv_size, piece, count);
       __syncthreads();
       for (int key = piece; key < piece + count;) {
         const int stop = min(piece + count, chunk_end);
@@ -314,7 +316,8 @@ bool block_attention_head_supported(int gamma, AttentionDims dims) {
 }
 
 Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
-                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream) {
+                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
+                            int stage_keys) {
   if (count == 0) return ok_status();
   if (!block_attention_head_supported(gamma, dims)) {
     return Status(ErrorCode::UnsupportedDraftShape, "the head attention kernel does not take block " +
@@ -324,15 +327,20 @@ Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests,
   const int automatic = split_attention_chunks(count, dims.kv_heads);
   const int used = chunks > 0 ? std::min(chunks, automatic) : automatic;
   const int window = head_window(gamma);
-  const size_t bytes = sizeof(float) * head_shared_floats(gamma, dims.head_dim, used, window);
+  if (stage_keys != kStageKeys && stage_keys != 2 * kStageKeys) {
+    return Status(ErrorCode::InvalidArgument, "head attention stages of " + std::to_string(stage_keys) +
+                                                  " keys (128 or 256)");
+  }
+  const bool wide = stage_keys == 2 * kStageKeys;
+  const size_t bytes = sizeof(float) * head_shared_floats(gamma, dims.head_dim, used, window, stage_keys);
   const int threads = kHeadThreads;
   const dim3 grid(static_cast<unsigned int>(count * dims.heads));
   // The shared-memory limit raised once per head size to the most asked so far (the first launch of a shape runs
   // eagerly, before any capture of it).
-  static std::atomic<size_t> allowed[4];
+  static std::atomic<size_t> allowed[8];
   auto launch = [&](auto kernel) -> Status {
-    std::atomic<size_t>& limit =
-        allowed[(dims.head_dim == 32 ? 0 : 1) + (gamma * dims.head_dim / 4 <= kHeadThreads ? 0 : 2)];
+    std::atomic<size_t>& limit = allowed[(dims.head_dim == 32 ? 0 : 1) +
+                                         (gamma * dims.head_dim / 4 <= kHeadThreads ? 0 : 2) + (wide ? 4 : 0)];
     if (bytes > limit.load()) {
       LS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
       limit.store(bytes);
@@ -342,10 +350,20 @@ Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests,
     return ok_status();
   };
   // One 4-dim output quad a thread where gamma x head_dim / 4 fits the CTA (the 1.2B drafter's 9 x 16), else two.
+  constexpr int kWide = 2 * kStageKeys;
   if (gamma * dims.head_dim / 4 <= kHeadThreads) {
-    return dims.head_dim == 32 ? launch(attention_head_kernel<32, 1>) : launch(attention_head_kernel<64, 1>);
+    if (wide) {
+      return dims.head_dim == 32 ? launch(attention_head_kernel<32, 1, kWide>)
+                                 : launch(attention_head_kernel<64, 1, kWide>);
+    }
+    return dims.head_dim == 32 ? launch(attention_head_kernel<32, 1, kStageKeys>)
+                               : launch(attention_head_kernel<64, 1, kStageKeys>);
   }
-  return dims.head_dim == 32 ? launch(attention_head_kernel<32, 2>) : launch(attention_head_kernel<64, 2>);
+  if (wide) {
+    return dims.head_dim == 32 ? launch(attention_head_kernel<32, 2, kWide>) : launch(attention_head_kernel<64, 2, kWide>);
+  }
+  return dims.head_dim == 32 ? launch(attention_head_kernel<32, 2, kStageKeys>)
+                             : launch(attention_head_kernel<64, 2, kStageKeys>);
 }
 
 }  // namespace ls::dspark::cuda

@@ -228,6 +228,13 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   bool short_context_head() const { return short_context_head_; }
+  // K / V rows the head attention stages per trip: 128 (session 9, the default) or 256 (session 10's A/B: a block
+  // of 9 over up to 247 context rows in one trip each; LS_DRAFTER_HEAD_STAGE=256 at load). The same bits.
+  void set_head_stage_keys(int keys) {
+    head_stage_keys_ = keys;
+    graphs_.clear();
+  }
+  int head_stage_keys() const { return head_stage_keys_; }
   void set_fused_scan(std::optional<bool> on) {
     fused_scan_pin_ = on;
     graphs_.clear();
@@ -422,6 +429,7 @@ class CudaDsparkDrafter final : public Drafter {
   ls::cuda::GemmEngine engine_;
   bool fused_block_ = true;
   bool short_context_head_ = false;
+  int head_stage_keys_ = 128;
   bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)
   bool fused_absorb_ = true;
   int64_t l2_prefetch_bytes_ = 0;

@@ -100,7 +100,7 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
     case BlockAttentionKernel::Head:
       if (block_attention_head_supported(gamma, dims)) {
         return block_attention_head(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                    attention_chunks_, s.attended.data(), stream_.get());
+                                    attention_chunks_, s.attended.data(), stream_.get(), head_stage_keys_);
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Tile:

@@ -160,8 +160,10 @@ Status block_attention_cooperative(const bf16_t* q, const DeviceBlockRequest* re
 bool block_attention_head_supported(int gamma, AttentionDims dims);
 // The drafter's automatic attention takes Head from this many requests (block pass buckets) up (batch s9B).
 inline constexpr int kHeadAttentionRequests = 16;
+// `stage_keys`: K / V rows staged in shared memory per trip, 128 or 256 (session 10; the same bits).
 Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
-                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream);
+                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
+                            int stage_keys = 128);
 
 // ---- Weight prefetch into L2 (l2_prefetch.cu) ----
 
