@@ -225,7 +225,12 @@ bool maps_ok(int config, const GemmArgs* args, int count) {
 int config_for(bool swiglu, int m, int k, int64_t rows) {
   const int pinned = pipe_pinned.load(std::memory_order_relaxed);
   if (pinned >= 0 && (pinned >= kPlainConfigs) == swiglu && shape_fits(pinned, m, k, rows)) return pinned;
-  return auto_config(swiglu, slice_count(k), rows, copies_of(m, k, rows, swiglu));
+  const int config = auto_config(swiglu, slice_count(k), rows, copies_of(m, k, rows, swiglu));
+  // Many rows: a 16-column configuration whose stages no longer fit (down with x per stage) gives way to its
+  // 8-column twin of the same warps.
+  const int twin = config == 4 ? 3 : config == 1 ? 0 : -1;
+  if (m > 1 && twin >= 0 && !shape_fits(config, m, k, rows) && shape_fits(twin, m, k, rows)) return twin;
+  return config;
 }
 
 // Whether the launch config_for picks for `args` copies x once.
