@@ -50,6 +50,32 @@ __device__ __forceinline__ int32_t id_of_key(uint64_t key) {
   return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
 }
 
+// A candidate's weight exp((l - max) / T) as a float (the argument rounded to float, expf), and an upper bound on
+// its distance from the CPU's double weight in units of 2^-24: wf (2 |arg| + 8) (the argument's rounding moves
+// the weight by <= |arg| 2^-24 relative, expf by <= 2 ulp = 4 units; twice that). Weights below 2^-126 (denormal
+// or zero) are off by at most 2^-126 each, which the band adds per candidate.
+struct FloatWeight {
+  float weight;
+  float error;
+};
+__device__ __forceinline__ FloatWeight float_weight(float logit, double max_logit, double inverse_temperature) {
+  const float arg = static_cast<float>((static_cast<double>(logit) - max_logit) * inverse_temperature);
+  const float weight = expf(arg);
+  return FloatWeight{weight, weight > 0.0f ? weight * (2.0f * fabsf(arg) + 8.0f) : 0.0f};
+}
+
+// The verified top-p check's band (session 9): a winner whose float mass above sits below top_p x total minus
+// it is kept, above plus it cut, by the CPU's one-by-one sums too. The float weights of `above` are within
+// above_error 2^-24 of the CPU's, those of `total` within total_error 2^-24 (relative to each chunk's max when the
+// sums were spread and rescaled); any two orders of adding n terms differ by <= 2 (n - 1) u of the sum; the
+// products and a rescaling (<= (n + 4) u total) a few u more; weights below 2^-126 are off by <= 2^-126 each. The
+// band covers all of it, the u terms twice over.
+__device__ __forceinline__ double top_p_band(double above_error, double total_error, float top_p, double count,
+                                             double total) {
+  return 1.01 * (above_error + top_p * total_error) * 0x1p-24 + (24.0 * count + 160.0) * 0x1p-53 * total +
+         count * 0x1p-124;
+}
+
 struct Best {
   double value;
   int32_t id;  // -1 = none yet

@@ -40,6 +40,8 @@ using ls::cuda::keyed::better;
 using ls::cuda::keyed::gumbel;
 using ls::cuda::keyed::order_key;
 using ls::cuda::keyed::id_of_key;
+using ls::cuda::keyed::FloatWeight;
+using ls::cuda::keyed::float_weight;
 
 __device__ Best block_best(Best x, PickScratch& s) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
@@ -241,20 +243,6 @@ __device__ __forceinline__ void for_ids(const float* row, int64_t begin, int64_t
 template <int Threads, typename Visit>
 __device__ __forceinline__ void for_ids(const float* row, int64_t vocab, const Visit& visit) {
   for_ids<Threads>(row, int64_t{0}, vocab, visit);
-}
-
-// A candidate's weight exp((l - max) / T) as a float (the argument rounded to float, expf), and an upper bound on
-// its distance from the CPU's double weight in units of 2^-24: wf (2 |arg| + 8) (the argument's rounding moves
-// the weight by <= |arg| 2^-24 relative, expf by <= 2 ulp = 4 units; twice that). Weights below 2^-126 (denormal
-// or zero) are off by at most 2^-126 each, which the band adds per candidate.
-struct FloatWeight {
-  float weight;
-  float error;
-};
-__device__ __forceinline__ FloatWeight float_weight(float logit, double max_logit, double inverse_temperature) {
-  const float arg = static_cast<float>((static_cast<double>(logit) - max_logit) * inverse_temperature);
-  const float weight = expf(arg);
-  return FloatWeight{weight, weight > 0.0f ? weight * (2.0f * fabsf(arg) + 8.0f) : 0.0f};
 }
 
 // The CPU's normaliser: the candidates' (keys >= floor) double weights added one by one in id order (warp 0 adds;
@@ -570,14 +558,10 @@ __device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, c
       });
       const double above = block_sum(my_above, s);
       const double above_error = block_sum(my_above_error, s);
-      // Target c = top_p x total. The float weights of `above` are within above_error 2^-24 of the CPU's, those of
-      // `total` within `error` 2^-24 (a spread round's relative to each chunk's max); any two orders of adding n
-      // terms differ by <= 2 (n - 1) u of the sum; the products and a spread round's rescaling (<= (n + 4) u total:
-      // w |arg| <= 1/e, total >= 1) a few u more; weights below 2^-126 are off by <= 2^-126 each. The band covers
-      // all of it, the u terms twice over.
+      // Target c = top_p x total, decided outside the band (keyed::top_p_band; a spread round's rescaling is
+      // within (n + 4) u total: w |arg| <= 1/e, total >= 1).
       const double target = static_cast<double>(sampling.top_p) * total;
-      double band = 1.01 * (above_error + sampling.top_p * error) * 0x1p-24 +
-                    (24.0 * count + 160.0) * 0x1p-53 * total + count * 0x1p-124;
+      double band = ls::cuda::keyed::top_p_band(above_error, error, sampling.top_p, count, total);
       if (mode == kPickBandPlantedZero) band = 0;
       if (mode != kPickFallbackForced && total > 0 && isfinite(total) && above + band < target) {
         keeps = true;
