@@ -116,22 +116,21 @@ Rows fresh_rows(bool wide_vocab_flat) {
   return rows;
 }
 
-// Sets an environment variable for the scope (the pick launches read theirs at every launch).
-class ScopedEnv {
+// Pins the scan launches' pick variant and spread for a scope (the process's own back after).
+class ScopedPick {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
+  ScopedPick(DraftPickMode mode, bool spread) : mode_(draft_pick_mode()), spread_(draft_pick_spread()) {
+    set_draft_pick_mode(mode);
+    set_draft_pick_spread(spread);
   }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
+  ~ScopedPick() {
+    set_draft_pick_mode(mode_);
+    set_draft_pick_spread(spread_);
   }
 
  private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
+  DraftPickMode mode_;
+  bool spread_;
 };
 
 // The rows' picks through a scan step's own launches: each row a request at depth 1 whose Markov row holds it and
@@ -178,9 +177,8 @@ std::vector<int32_t> scan_step_picks(const Rows& rows, bool split, float* ms = n
 
 // Every scan launch that picks (one CTA a row; split with and without the spread first round) under `mode`.
 void expect_scan_steps_draw_cpu_tokens(const Rows& rows, DraftPickMode mode) {
-  ScopedEnv pick("LS_DRAFT_PICK", draft_pick_name(mode));
   for (const int variant : {0, 1, 2}) {
-    ScopedEnv spread("LS_DRAFT_PICK_SPREAD", variant == 2 ? "1" : "0");
+    ScopedPick pick(mode, variant == 2);
     SCOPED_TRACE(std::string(draft_pick_name(mode)) + (variant == 0 ? ", markov_pick" : ", markov_pick_split") +
                  (variant == 2 ? " spread" : "") + ", vocab " + std::to_string(rows.vocab));
     const std::vector<int32_t> picks = scan_step_picks(rows, variant != 0);
@@ -289,12 +287,22 @@ TEST(CudaDrafterPick, APlantedZeroBoundBandIsCaughtByTheNearTieRows) {
   std::printf("zero band: %d of %d near-tie rows drawn off the CPU token\n", wrong, rows.count());
   EXPECT_GT(wrong, 0) << "the tree sums alone cannot decide a near tie: the planted fault must show";
   // The same fault in the spread first round of the split pick.
-  ScopedEnv pick("LS_DRAFT_PICK", draft_pick_name(DraftPickMode::VerifiedBandPlantedZero));
-  ScopedEnv spread("LS_DRAFT_PICK_SPREAD", "1");
+  ScopedPick pick(DraftPickMode::VerifiedBandPlantedZero, true);
   const std::vector<int32_t> split = scan_step_picks(rows, true);
   int split_wrong = 0;
   for (int r = 0; r < rows.count(); ++r) split_wrong += split[r] != rows.cpu[r];
   EXPECT_GT(split_wrong, 0);
+}
+
+// The planted faults are for tests only: LS_DRAFT_PICK names only the real variants.
+TEST(CudaDrafterPick, TheEnvironmentNamesOnlyTheRealPickVariants) {
+  EXPECT_EQ(draft_pick_mode_named("radix"), DraftPickMode::Radix);
+  EXPECT_EQ(draft_pick_mode_named("verified"), DraftPickMode::Verified);
+  const DraftPickMode fallback = draft_pick_mode_named(nullptr);
+  EXPECT_EQ(fallback, DraftPickMode::Verified);
+  EXPECT_EQ(draft_pick_mode_named(draft_pick_name(DraftPickMode::VerifiedBandPlantedZero)), fallback);
+  EXPECT_EQ(draft_pick_mode_named(draft_pick_name(DraftPickMode::VerifiedFallbackForced)), fallback);
+  EXPECT_EQ(draft_pick_mode_named("bogus"), fallback);
 }
 
 TEST(CudaDrafterPick, AnUnsupportedCtaSizeIsRefusedByName) {
@@ -352,8 +360,7 @@ TEST(CudaDrafterPick, TimesTheSampledPickPerVariantWhenAsked) {
         // The scan's split pick launches (chunk partials, [spread first round], a CTA per request), per step.
         std::string line;
         for (const int variant : {0, 1, 2}) {
-          ScopedEnv pick("LS_DRAFT_PICK", variant == 0 ? "radix" : "verified");
-          ScopedEnv spread("LS_DRAFT_PICK_SPREAD", variant == 2 ? "1" : "0");
+          ScopedPick pick(variant == 0 ? DraftPickMode::Radix : DraftPickMode::Verified, variant == 2);
           float ms = 0;
           scan_step_picks(rows, true, &ms, 3);
           EXPECT_EQ(scan_step_picks(rows, true, &ms, 20), rows.cpu);

@@ -7,6 +7,7 @@
 // rounding of the target), then the Gumbel max over the survivors. The verified variant (session 9) takes the
 // pruned Gumbel max first and checks only whether top-p keeps the winner, by bounded float sums or, where the
 // bound cannot decide, the CPU's one-by-one sums.
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -375,27 +376,40 @@ __global__ void __launch_bounds__(Threads) draw_rows_kernel(const float* logits,
 
 }  // namespace
 
+namespace {
+
 // Batch s9A decides the default; radix stays selectable until a batch shows the verified pick's win.
 constexpr DraftPickMode kDefaultPickMode = DraftPickMode::Verified;
 
-DraftPickMode draft_pick_mode() {
-  const char* value = std::getenv("LS_DRAFT_PICK");
-  if (value == nullptr) return kDefaultPickMode;
-  for (const DraftPickMode mode : {DraftPickMode::Radix, DraftPickMode::Verified,
-                                   DraftPickMode::VerifiedBandPlantedZero, DraftPickMode::VerifiedFallbackForced}) {
-    if (std::strcmp(value, draft_pick_name(mode)) == 0) return mode;
-  }
-  return kDefaultPickMode;
-}
+DraftPickMode pick_mode_from_env() { return draft_pick_mode_named(std::getenv("LS_DRAFT_PICK")); }
 
 // On since batch s9A (a flat top-p 0.9 row's split step 0.142 -> 0.060 ms with the round in an extra launch;
 // now folded into the chunk launch: greedy steps pay nothing).
 constexpr bool kDefaultPickSpread = true;
 
-bool draft_pick_spread() {
+bool pick_spread_from_env() {
   const char* value = std::getenv("LS_DRAFT_PICK_SPREAD");
   if (value == nullptr || value[0] == '\0') return kDefaultPickSpread;
   return value[0] == '1';
+}
+
+std::atomic<int> pick_mode{static_cast<int>(pick_mode_from_env())};
+std::atomic<bool> pick_spread{pick_spread_from_env()};
+
+}  // namespace
+
+DraftPickMode draft_pick_mode() { return static_cast<DraftPickMode>(pick_mode.load(std::memory_order_relaxed)); }
+void set_draft_pick_mode(DraftPickMode mode) { pick_mode.store(static_cast<int>(mode)); }
+
+bool draft_pick_spread() { return pick_spread.load(std::memory_order_relaxed); }
+void set_draft_pick_spread(bool on) { pick_spread.store(on); }
+
+DraftPickMode draft_pick_mode_named(const char* value) {
+  if (value == nullptr) return kDefaultPickMode;
+  for (const DraftPickMode mode : {DraftPickMode::Radix, DraftPickMode::Verified}) {
+    if (std::strcmp(value, draft_pick_name(mode)) == 0) return mode;
+  }
+  return kDefaultPickMode;
 }
 
 const char* draft_pick_name(DraftPickMode mode) {

@@ -21,14 +21,20 @@ namespace ls::dspark::cuda {
 // VerifiedFallbackForced: Verified deciding every top-p check by the one-by-one sums.
 enum class DraftPickMode : int { Radix = 0, Verified = 1, VerifiedBandPlantedZero = 2, VerifiedFallbackForced = 3 };
 
-// LS_DRAFT_PICK ("radix", "verified", "verified-band-planted-zero", "verified-fallback-forced"), read at every
-// launch; unset or unknown = the default.
+// The variant the scan's launches take: LS_DRAFT_PICK ("radix" or "verified"; unset or unknown = the default) read
+// once, or set_draft_pick_mode; the planted faults (tests only) only through the setter. Drop captured graphs
+// after a change.
 DraftPickMode draft_pick_mode();
+void set_draft_pick_mode(DraftPickMode mode);
 const char* draft_pick_name(DraftPickMode mode);
-// LS_DRAFT_PICK_SPREAD ("1" on, the default; "0" off; read at every launch): markov_pick_split's chunk launch also
-// takes the verified pick's first round (the Gumbel max, the normaliser relative to the chunk's max) over each
-// (vocab chunk, request), so the per-request CTA only rescales, adds and checks the winner (rows without top-k).
+// LS_DRAFT_PICK's reading of `value`: "radix" or "verified"; anything else (null, a planted fault's name) the default.
+DraftPickMode draft_pick_mode_named(const char* value);
+// Whether markov_pick_split's chunk launch also takes the verified pick's first round (the Gumbel max, the
+// normaliser relative to the chunk's max) over each (vocab chunk, request), so the per-request CTA only rescales,
+// adds and checks the winner (rows without top-k): LS_DRAFT_PICK_SPREAD ("1" on, the default; "0" off) read once,
+// or set_draft_pick_spread.
 bool draft_pick_spread();
+void set_draft_pick_spread(bool on);
 
 // Test hook: draw_rows_on_device with the variant `mode` in CTAs of `threads` (256: the fused step's CTA; 1024: the
 // pick kernels'), for comparing each with draw_token bit for bit.
