@@ -244,17 +244,40 @@ struct RowDraw {
   int64_t position = 0;
 };
 
-// Device scratch for draw_rows, sized for up to `rows` x `vocab` (grows on demand; call outside graph capture).
+// Device scratch for draw_rows, sized for up to `rows` x `vocab` (grows on demand; call outside graph capture): the
+// split draw's per-row tickets (zeroed here, left at zero by every draw) and its chunk partials. One stream at a time.
 class DrawScratch {
  public:
   Status reserve(int64_t rows, int vocab);
   void* data() const { return buffer_.data(); }
   size_t bytes() const { return buffer_.bytes(); }
+  int64_t rows() const { return rows_; }
+  // The bytes the tickets of `rows` rows take (the partials follow them).
+  static size_t ticket_bytes(int64_t rows);
   static size_t bytes_needed(int64_t rows, int vocab);
 
  private:
   DeviceBuffer<unsigned char> buffer_;
+  int64_t rows_ = 0;
 };
+
+// The draw's kernel (each draws draw_token's tokens): Legacy (sessions 1-7, one CTA a row, one-by-one sums), Bounded
+// (session 8, one CTA a row, the radix walk with bounded tree sums), Split (session 10: a row spread over CTAs of
+// 4096 ids, the verified draw; a launch whose scratch does not hold its rows takes Bounded). LS_SAMPLER ("legacy",
+// "bounded", "split") sets it for a process; the planted faults (tests only) only through set_sampler_kernel. Drop
+// captured graphs after a change.
+enum class SamplerKernel : int {
+  Legacy = 0,
+  Bounded = 1,
+  BoundedBandPlantedZero = 2,  // the bound band zero: tree sums decide near ties alone
+  BoundedCutPlantedLate = 3,   // the top-p cut one candidate late
+  Split = 4,
+  SplitBandPlantedZero = 5,    // the verified check's band zero: float sums decide near ties alone
+};
+void set_sampler_kernel(SamplerKernel kernel);
+SamplerKernel sampler_kernel();
+// LS_SAMPLER's reading of `value`: "legacy", "bounded", "split"; anything else (null, a planted name) the default.
+SamplerKernel sampler_kernel_named(const char* value);
 
 // out_tokens [rows] = compute::draw_token(logits row, draws[row]) for logits [rows, vocab] fp32; draws [rows] is
 // a DEVICE array. Greedy rows: argmax, ties to the lower id, NaN never wins. scratch must be reserved for (rows,

@@ -93,6 +93,41 @@ struct Filter {
   }
 };
 
+__device__ Best block_best(Best mine, Shared& s) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    Best other{__shfl_xor_sync(0xffffffffu, mine.value, offset), __shfl_xor_sync(0xffffffffu, mine.id, offset)};
+    mine = better(mine, other);
+  }
+  const int warp = threadIdx.x >> 5;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.best[warp] = mine;
+  __syncthreads();
+  Best all = s.best[0];
+  for (int w = 1; w < kThreads / 32; ++w) all = better(all, s.best[w]);
+  return all;
+}
+
+__device__ unsigned int block_count(bool mine, Shared& s) {
+  unsigned int votes = __popc(__ballot_sync(0xffffffffu, mine));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.partial[threadIdx.x >> 5] = votes;
+  __syncthreads();
+  unsigned int total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) total += static_cast<unsigned int>(s.partial[w]);
+  return total;
+}
+
+// The block's sum of one double a thread: warp butterflies, then the warps in a fixed order.
+__device__ double block_sum(double mine, Shared& s) {
+  for (int offset = 16; offset > 0; offset >>= 1) mine += __shfl_xor_sync(0xffffffffu, mine, offset);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.partial[threadIdx.x >> 5] = mine;
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < kWarps; ++w) total += s.partial[w];
+  return total;
+}
+
 // Count, AND, OR and largest key of the candidates `filter` keeps (count 0: AND ~0, OR 0, max 0).
 struct SetStats {
   unsigned int count = 0;

@@ -8,42 +8,20 @@
 // a fraction ~1e-6 of flat rows) it adds the sums one by one, as the `legacy` path does for every row.
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "compute/cuda/kernels.h"
 #include "compute/cuda/keyed_draw.cuh"
+#include "compute/cuda/sampler_split.cuh"
 #include "compute/cuda/sampler_walk.cuh"
 
 namespace ls::cuda {
 namespace {
 
 using keyed::gumbel;
-
-__device__ Best block_best(Best mine, Shared& s) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    Best other{__shfl_xor_sync(0xffffffffu, mine.value, offset), __shfl_xor_sync(0xffffffffu, mine.id, offset)};
-    mine = better(mine, other);
-  }
-  const int warp = threadIdx.x >> 5;
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) s.best[warp] = mine;
-  __syncthreads();
-  Best all = s.best[0];
-  for (int w = 1; w < kThreads / 32; ++w) all = better(all, s.best[w]);
-  return all;
-}
-
-__device__ unsigned int block_count(bool mine, Shared& s) {
-  unsigned int votes = __popc(__ballot_sync(0xffffffffu, mine));
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) s.partial[threadIdx.x >> 5] = votes;
-  __syncthreads();
-  unsigned int total = 0;
-  for (int w = 0; w < kThreads / 32; ++w) total += static_cast<unsigned int>(s.partial[w]);
-  return total;
-}
 
 // The key of the candidate with descending rank `rank` (0 = best) among those `filter` keeps (8 passes of 8 bits).
 __device__ uint64_t select_rank(const float* row, int vocab, const Filter& filter, unsigned int rank, Shared& s) {
@@ -215,11 +193,22 @@ __device__ uint64_t next_key_below(const float* row, int vocab, const Filter& fi
   return below == 0 ? key : below;
 }
 
-// Kernel variants (LS_SAMPLER): `legacy` (every sum one by one, select by 8-bit radix passes, every survivor's
-// noise computed), `bounded` (sampler_walk.cuh), and two planted faults of `bounded` that the tests must catch:
-// the bound band set to zero (tree sums decide near-ties alone) and the top-p cut one candidate late.
-enum Mode : int { kLegacy = 0, kBounded = 1, kBoundedBandPlantedZero = 2, kBoundedCutPlantedLate = 3 };
+// Kernel variants (SamplerKernel, kernels.h): `legacy` (every sum one by one, select by 8-bit radix passes, every
+// survivor's noise computed), `bounded` (sampler_walk.cuh), `split` (sampler_split.cuh), and planted faults the
+// tests must catch: the bound band set to zero (tree or float sums decide near-ties alone), the top-p cut one
+// candidate late.
+enum Mode : int {
+  kLegacy = 0,
+  kBounded = 1,
+  kBoundedBandPlantedZero = 2,
+  kBoundedCutPlantedLate = 3,
+  kSplit = 4,
+  kSplitBandPlantedZero = 5
+};
 constexpr int kDefaultMode = kBounded;  // batch s8A: every sampler test green, a flat top-p row 8.54 -> 0.37 ms
+static_assert(kSplit == static_cast<int>(SamplerKernel::Split) &&
+                  kSplitBandPlantedZero == static_cast<int>(SamplerKernel::SplitBandPlantedZero),
+              "the kernel variants are SamplerKernel's numbers");
 
 // The legacy row: counts by block votes, top-k and the top-p walk by one-by-one sums, every survivor's noise.
 __device__ int32_t legacy_row(const float* row, int vocab, const RowDraw& draw, Shared& s) {
@@ -322,17 +311,123 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* logits, int
   if (threadIdx.x == 0) out_tokens[r] = token;
 }
 
-// The kernel variant from LS_SAMPLER ("legacy", "bounded", "bounded-band-planted-zero", "bounded-cut-planted-late"),
-// read at every launch so tests and benches can switch it; unset or unknown = the default.
-int sampler_mode() {
-  const char* value = std::getenv("LS_SAMPLER");
-  if (value == nullptr) return kDefaultMode;
-  if (std::strcmp(value, "legacy") == 0) return kLegacy;
-  if (std::strcmp(value, "bounded") == 0) return kBounded;
-  if (std::strcmp(value, "bounded-band-planted-zero") == 0) return kBoundedBandPlantedZero;
-  if (std::strcmp(value, "bounded-cut-planted-late") == 0) return kBoundedCutPlantedLate;
-  return kDefaultMode;
+// The verified draw of a row whose chunks took the first round (sampler_split.cuh): the winner, min-p on it, top-p
+// by its float mass above outside the band (one by one inside it), the max again above a cut winner.
+template <int kMode>
+__device__ int32_t verified_row(const float* row, int vocab, const RowDraw& draw, const ChunkPartial* parts,
+                                int chunks, Best greedy, Shared& s) {
+  const double temperature = draw.temperature, max_logit = greedy.value;
+  double total = 0, error = 0, count = 0;  // chunk order, each chunk's sums rescaled from its max to the row's
+  Best winner{0.0, -1};
+  for (int c = 0; c < chunks; ++c) {
+    const double chunk_max = __ldcg(&parts[c].greedy.value);
+    if (__ldcg(&parts[c].greedy.id) < 0) continue;  // every logit NaN
+    const double scale = exp((chunk_max - max_logit) / temperature);
+    total += scale * __ldcg(&parts[c].total);
+    error += scale * __ldcg(&parts[c].error);
+    count += __ldcg(&parts[c].count);
+    winner = better(winner, Best{__ldcg(&parts[c].winner.value), __ldcg(&parts[c].winner.id)});
+  }
+  const bool use_top_p = draw.top_p < 1.0f;
+  Filter min_p;
+  min_p.temperature = temperature;
+  min_p.max_logit = max_logit;
+  if (draw.min_p > 0.0f) min_p.set_min_p(draw.min_p);
+  for (;;) {
+    if (winner.id < 0) return greedy.id;  // nothing survives: draw_token takes the greedy token
+    const float winner_logit = row[winner.id];
+    const uint64_t winner_key = order_key(winner_logit, winner.id);
+    bool keeps = min_p.keeps(winner_logit, winner.id);
+    if (keeps && use_top_p) {
+      double above = 0, above_error = 0;
+      mass_above(row, vocab, winner_key, max_logit, 1.0 / temperature, above, above_error, s);
+      const double target = static_cast<double>(draw.top_p) * total;
+      const double band =
+          kMode == kSplitBandPlantedZero ? 0.0 : keyed::top_p_band(above_error, error, draw.top_p, count, total);
+      const bool decidable = total > 0 && isfinite(total);
+      if (decidable && above + band < target) {
+        keeps = true;
+      } else if (decidable && above - band >= target) {
+        keeps = false;
+      } else {
+        Filter exact;
+        exact.temperature = temperature;
+        exact.max_logit = max_logit;
+        top_p_one_by_one(row, vocab, exact, static_cast<unsigned int>(count), draw.top_p, s);
+        keeps = winner_key >= exact.min_key;
+      }
+    }
+    if (keeps) return winner.id;
+    // Top-p or min-p cuts the winner, so every key at or below it: the max again over the keys above it.
+    Filter above_winner;
+    above_winner.min_key = winner_key + 1;
+    winner = block_best(pruned_gumbel_best(row, vocab, above_winner, draw, max_logit / temperature), s);
+  }
 }
+
+// The split draw: grid (chunk of kSplitIds ids, row); each chunk CTA leaves its partial, the row's last one draws.
+// Two CTAs an SM at least: the registers the rare paths of the last CTA (bounded_row, the fallbacks) want would
+// leave one, and the chunk work needs few.
+template <int kMode>
+__global__ void __launch_bounds__(kThreads, 2) split_draw_kernel(const float* logits, int vocab, const RowDraw* draws,
+                                                              int32_t* out_tokens, ChunkPartial* partials,
+                                                              unsigned int* tickets) {
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  Shared& s = *reinterpret_cast<Shared*>(shared_raw);
+  const int64_t r = blockIdx.y;
+  const int chunks = static_cast<int>(gridDim.x);
+  const float* row = logits + r * vocab;
+  const RowDraw draw = draws[r];
+  const int kind = split_row_kind(draw, vocab, chunks);
+  ChunkIds ids;
+  ids.begin = static_cast<int64_t>(blockIdx.x) * kSplitIds;
+  ids.end = min(static_cast<int64_t>(vocab), ids.begin + kSplitIds);
+  ids.quads = ((ids.begin | ids.end) & 3) == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0;
+  float v[kSplitSlots];
+  load_chunk(row, ids, v);
+  Best mine{0.0, -1};
+#pragma unroll
+  for (int j = 0; j < kSplitSlots; ++j)
+    if (!isnan(v[j])) mine = better(mine, Best{v[j], static_cast<int32_t>(ids.id(j))});
+  const Best greedy = block_best(mine, s);
+  ChunkPartial* parts = partials + r * chunks;
+  ChunkPartial* out = parts + blockIdx.x;
+  if (kind == kSplitTopKSet) {
+    uint64_t keys[kSplitSlots];
+#pragma unroll
+    for (int j = 0; j < kSplitSlots; ++j) keys[j] = isnan(v[j]) ? 0 : order_key(v[j], ids.id(j));
+    chunk_top_keys(keys, draw.top_k, out, s);
+  } else if (kind == kSplitVerified && greedy.id >= 0) {
+    chunk_gumbel_round(v, ids, draw, greedy.value, draw.top_p < 1.0f, out, s);
+  }
+  if (threadIdx.x == 0) out->greedy = greedy;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    s.flag = atomicAdd(&tickets[r], 1u) == static_cast<unsigned int>(chunks - 1);
+    __threadfence();
+  }
+  __syncthreads();
+  if (!s.flag) return;  // uniform: the row's last chunk CTA goes on
+  if (threadIdx.x == 0) tickets[r] = 0;
+  Best best{0.0, -1};
+  for (int c = 0; c < chunks; ++c) best = better(best, Best{__ldcg(&parts[c].greedy.value), __ldcg(&parts[c].greedy.id)});
+  int32_t token = best.id < 0 ? 0 : best.id;
+  if (kind != kSplitGreedy && best.id >= 0) {
+    if (kind == kSplitWhole) {
+      token = bounded_row<kBounded>(row, vocab, draw, s);
+    } else if (kind == kSplitTopKSet) {
+      const int n = merge_top_keys(parts, chunks, draw.top_k, s);
+      token = small_set_draw(row, s.chunk_keys + kSplitMergeKeys, n, draw, best.value, best.id, s);
+    } else {
+      token = verified_row<kMode>(row, vocab, draw, parts, chunks, best, s);
+    }
+  }
+  if (threadIdx.x == 0) out_tokens[r] = token;
+}
+
+// The kernel variant: LS_SAMPLER read once (sampler_kernel_named), or set_sampler_kernel.
+std::atomic<int> sampler_mode{static_cast<int>(sampler_kernel_named(std::getenv("LS_SAMPLER")))};
 
 template <int kMode>
 void launch(const float* logits, int64_t rows, int vocab, const RowDraw* draws, int32_t* out_tokens,
@@ -341,28 +436,71 @@ void launch(const float* logits, int64_t rows, int vocab, const RowDraw* draws, 
                                                                                         out_tokens);
 }
 
+size_t split_partial_bytes(int64_t rows, int vocab) {
+  return static_cast<size_t>(rows) * split_chunks(vocab) * sizeof(ChunkPartial);
+}
+
+template <int kMode>
+void launch_split(const float* logits, int64_t rows, int vocab, const RowDraw* draws, int32_t* out_tokens,
+                  const DrawScratch& scratch, cudaStream_t stream) {
+  // A ticket per reserved row (zeroed at allocation; each row's last CTA zeroes its own again), then the partials.
+  auto* base = static_cast<unsigned char*>(scratch.data());
+  auto* tickets = reinterpret_cast<unsigned int*>(base);
+  auto* partials = reinterpret_cast<ChunkPartial*>(base + DrawScratch::ticket_bytes(scratch.rows()));
+  const dim3 grid(static_cast<unsigned>(split_chunks(vocab)), static_cast<unsigned>(rows));
+  split_draw_kernel<kMode><<<grid, kThreads, sizeof(Shared), stream>>>(logits, vocab, draws, out_tokens, partials,
+                                                                      tickets);
+}
+
 }  // namespace
 
-size_t DrawScratch::bytes_needed(int64_t, int) { return 0; }  // the draw keeps everything in shared memory
+SamplerKernel sampler_kernel_named(const char* value) {
+  if (value != nullptr && std::strcmp(value, "legacy") == 0) return SamplerKernel::Legacy;
+  if (value != nullptr && std::strcmp(value, "bounded") == 0) return SamplerKernel::Bounded;
+  if (value != nullptr && std::strcmp(value, "split") == 0) return SamplerKernel::Split;
+  return static_cast<SamplerKernel>(kDefaultMode);
+}
+void set_sampler_kernel(SamplerKernel kernel) { sampler_mode.store(static_cast<int>(kernel)); }
+SamplerKernel sampler_kernel() { return static_cast<SamplerKernel>(sampler_mode.load()); }
+
+size_t DrawScratch::ticket_bytes(int64_t rows) { return (static_cast<size_t>(rows) * sizeof(unsigned int) + 255) / 256 * 256; }
+
+size_t DrawScratch::bytes_needed(int64_t rows, int vocab) {
+  if (rows <= 0 || vocab <= 0) return 0;
+  return ticket_bytes(rows) + split_partial_bytes(rows, vocab);
+}
 
 Status DrawScratch::reserve(int64_t rows, int vocab) {
   if (rows < 0 || vocab < 0) return Status(ErrorCode::InvalidArgument, "DrawScratch::reserve of negative size");
-  const size_t needed = bytes_needed(rows, vocab);
-  if (needed > buffer_.bytes()) return buffer_.allocate(needed);
+  if (rows <= rows_ && bytes_needed(rows_, vocab) <= buffer_.bytes()) return ok_status();
+  const int64_t keep = rows > rows_ ? rows : rows_;
+  const size_t needed = bytes_needed(keep, vocab);
+  rows_ = 0;
+  LS_RETURN_IF_ERROR(buffer_.allocate(needed));
+  LS_CUDA_TRY(cudaMemset(buffer_.data(), 0, needed));  // the split draw's tickets start at zero
+  rows_ = keep;
   return ok_status();
 }
 
 Status draw_rows(const float* logits, int64_t rows, int vocab, const RowDraw* draws, int32_t* out_tokens,
                  const DrawScratch& scratch, cudaStream_t stream) {
-  (void)scratch;
   if (rows <= 0) return ok_status();
   if (vocab <= 0 || rows > 0x7fffffff)
     return Status(ErrorCode::InvalidArgument,
                   "draw_rows: rows " + std::to_string(rows) + ", vocab " + std::to_string(vocab));
-  switch (sampler_mode()) {
+  int mode = sampler_mode.load(std::memory_order_relaxed);
+  // The split draw needs its scratch (reserved for at least these rows) and a grid row per row.
+  const bool split_fits = rows <= scratch.rows() && rows <= 65535 &&
+                          scratch.bytes() >= DrawScratch::ticket_bytes(scratch.rows()) + split_partial_bytes(rows, vocab);
+  if ((mode == kSplit || mode == kSplitBandPlantedZero) && !split_fits) mode = kBounded;
+  switch (mode) {
     case kLegacy: launch<kLegacy>(logits, rows, vocab, draws, out_tokens, stream); break;
     case kBoundedBandPlantedZero: launch<kBoundedBandPlantedZero>(logits, rows, vocab, draws, out_tokens, stream); break;
     case kBoundedCutPlantedLate: launch<kBoundedCutPlantedLate>(logits, rows, vocab, draws, out_tokens, stream); break;
+    case kSplit: launch_split<kSplit>(logits, rows, vocab, draws, out_tokens, scratch, stream); break;
+    case kSplitBandPlantedZero:
+      launch_split<kSplitBandPlantedZero>(logits, rows, vocab, draws, out_tokens, scratch, stream);
+      break;
     default: launch<kBounded>(logits, rows, vocab, draws, out_tokens, stream);
   }
   LS_CUDA_TRY_LAUNCH("draw_kernel");
