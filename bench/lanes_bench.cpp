@@ -36,6 +36,9 @@
 //             [--explore-gate X]                                           the scout only where the prior's gain over
 //                                                                         the tokens left is X times its one-off
 //                                                                         (lanes11; 0 = off)
+//             [--shapes priced|free]                                       priced: the trim charges a verify total
+//                                                                         not yet seen twice a new shape's one-off
+//                                                                         (lanes11)
 //             [--pass-timing alone|after-forward]                          after-forward: each load-time pass timed
 //                                                                         right after a target forward (lanes9)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
@@ -235,6 +238,8 @@ int g_group_check_every = 0;
 int g_restart_scout = -1;
 // --explore-gate X: PricingOptions::explore_repay (lanes11; 0 = off), the library's default unless given.
 double g_explore_repay = -1;
+// --shapes priced|free: PricingOptions::price_new_shapes (lanes11), the library's default unless given.
+int g_price_new_shapes = -1;
 // --pass-timing after-forward|alone: CalibrationOptions::pass_after_forward (lanes9), the default unless given.
 int g_pass_after_forward = -1;
 
@@ -258,6 +263,7 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   if (g_probes_pay_their_way >= 0) lanes_options.pricing.probes_pay_their_way = g_probes_pay_their_way == 1;
   if (g_pass_cost_per_mode >= 0) lanes_options.pricing.pass_cost_per_mode = g_pass_cost_per_mode == 1;
   if (g_group_check_every > 0) lanes_options.pricing.group_check_every = g_group_check_every;
+  if (g_price_new_shapes >= 0) lanes_options.pricing.price_new_shapes = g_price_new_shapes == 1;
   if (g_explore_repay >= 0) lanes_options.pricing.explore_repay = g_explore_repay;
   if (g_restart_scout >= 0) lanes_options.pricing.restart_scout = static_cast<PricingOptions::RestartScout>(g_restart_scout);
   if (g_pass_after_forward >= 0) lanes_options.calibration.pass_after_forward = g_pass_after_forward == 1;
@@ -760,6 +766,7 @@ int main(int argc, char** argv) {
     else if (flag == "--pass-modes") ls::g_pass_cost_per_mode = value == "on" ? 1 : 0;
     else if (flag == "--group-check") ls::g_group_check_every = std::atoi(value.c_str());
     else if (flag == "--restart-scout") ls::g_restart_scout = value == "defer" ? 1 : value == "alone" ? 2 : value == "fallback" ? 3 : 0;
+    else if (flag == "--shapes") ls::g_price_new_shapes = value == "priced" ? 1 : 0;
     else if (flag == "--explore-gate") ls::g_explore_repay = std::atof(value.c_str());
     else if (flag == "--pass-timing") ls::g_pass_after_forward = value == "after-forward" ? 1 : 0;
     else if (flag == "--debug") debug = value == "1";
@@ -779,7 +786,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all|every] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--pass-modes off|on] [--group-check N] [--restart-scout off|defer|alone|fallback] [--explore-gate X] [--pass-timing alone|after-forward] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all|every] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--pass-modes off|on] [--group-check N] [--restart-scout off|defer|alone|fallback] [--explore-gate X] [--shapes priced|free] [--pass-timing alone|after-forward] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

@@ -98,8 +98,15 @@ void Pricing::trim(std::span<Stream* const> streams) const {
   // With always_draft every row costs the same, so rows are bought while they fit. A sampled window makes the
   // whole verify sampled.
   const PassMode verify_mode = mode_of(streams);
+  // price_new_shapes: a total not yet seen twice with this many windows is run eagerly or captured (a one-off).
+  const int windows = static_cast<int>(streams.size());
+  auto one_off = [&](int rows) {
+    if (!options_.price_new_shapes) return 0.0;
+    const auto seen = shape_sightings_.find({rows, windows});
+    return seen != shape_sightings_.end() && seen->second >= 2 ? 0.0 : one_off_ms_;
+  };
   auto cost = [&](int rows, int, int) {
-    return options_.always_draft ? 1.0 : verify_ms(rows, verify_mode) + overhead_ms_ + pass_ms;
+    return options_.always_draft ? 1.0 : verify_ms(rows, verify_mode) + overhead_ms_ + pass_ms + one_off(rows);
   };
   Allocation allocation = allocate_rows(offers, max_rows_, cost, 1.0);
   for (size_t index = 0; index < streams.size(); ++index) {

@@ -129,6 +129,12 @@ struct PricingOptions {
   // ms run, while scouting (taps, absorbs, passes, new shapes) cost 2-4 ms and nothing it found paid. 0: off
   // (lanes_bench --explore-gate X).
   double explore_repay = 0;
+  // New forward shapes priced in the trim (lanes11). A CUDA target runs a verify of a (rows, windows) shape it has not
+  // seen eagerly and captures it the second time: both forwards cost about a forward more (the nano pair on the H200:
+  // 2-4 slow forwards, +1-1.4 ms of a 14-17 ms run). The trim charges a total not yet seen twice the mean one-off of
+  // the slow forwards measured so far, so a round keeps a shape already captured unless its extra drafts repay one.
+  // false: the totals are chosen by rate alone (lanes_bench --shapes priced|free).
+  bool price_new_shapes = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -197,6 +203,8 @@ class Pricing {
   // A verify forward took `excess_ms` over its table entry (a new shape's eager run and capture): the mean one-off
   // a probe's new shape costs (probes_pay_their_way).
   void observe_slow_forward(double excess_ms);
+  // A verify forward of `rows` rows over `windows` windows ran (price_new_shapes counts the sightings of each shape).
+  void observe_shape(int rows, int windows);
   double one_off_ms() const { return one_off_ms_; }
   // The chances trim prices a stream's held drafts with: [held] cumulative.
   std::vector<float> held_chances(const Stream& stream) const;
@@ -305,6 +313,7 @@ class Pricing {
   double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
   double one_off_ms_ = 0;           // moving average of a slow forward's excess over its table entry
   int64_t slow_forwards_seen_ = 0;
+  std::map<std::pair<int, int>, int> shape_sightings_;  // (rows, windows) -> verify forwards seen (price_new_shapes)
   bool batched_call_measured_ = false;
   int batched_call_outliers_ = 0;   // batched calls in a row dearer than twice the estimate
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing

@@ -111,6 +111,10 @@ void Pricing::observe_slow_forward(double excess_ms) {
   one_off_ms_ = slow_forwards_seen_++ == 0 ? excess_ms : one_off_ms_ + options_.cost_rate * (excess_ms - one_off_ms_);
 }
 
+void Pricing::observe_shape(int rows, int windows) {
+  if (options_.price_new_shapes) ++shape_sightings_[{rows, windows}];
+}
+
 bool Pricing::group_probe_due() const {
   return options_.group_probes && !options_.always_draft && drafter_proven() &&
          group_zero_decisions_ + 1 >= group_wait_;
