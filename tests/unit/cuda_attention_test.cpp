@@ -140,6 +140,48 @@ TEST(CudaAttention, APlantedBlockOrderFaultTurnsTheInvarianceCheckRed) {
   EXPECT_GT(differ, total / 4) << "the swapped block order went unseen in " << total << " rows";
 }
 
+// The tile kernel launched early (set_attention_tiles_early, step10: programmatic, each CTA's first block of keys of
+// earlier positions staged before its wait): the default launch's bits on every layout, split or not, rows per CTA
+// pinned too; and the planted block-order fault still seen under it.
+TEST(CudaAttention, TheEarlyTileLaunchGivesTheDefaultBitsAndStillSeesAPlantedBlockOrderFault) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct EarlyScope {
+    EarlyScope() : before(attention_tiles_early()) {}
+    ~EarlyScope() { set_attention_tiles_early(before); }
+    bool before;
+  } scope;
+  auto bits_differ = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+    int n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += a[i].bits != b[i].bits;
+    return n;
+  };
+  for (const Shape& shape : kShapes) {
+    const PagedCase c = make_case(shape, {300, 129, 200}, 31 + shape.heads);
+    int differ = 0, forwards = 0;
+    for (const std::vector<Win>& wins : layouts(c))
+      for (const AttentionTiling& tiling : {AttentionTiling{}, AttentionTiling{1, false, 2, false},
+                                            AttentionTiling{0, false, 7, false}, AttentionTiling{0, false, 1, false}}) {
+        set_attention_tiles_early(false);
+        const std::vector<bf16> want = run_forward(c, wins, Kernel::Tiles, tiling);
+        set_attention_tiles_early(true);
+        differ += bits_differ(run_forward(c, wins, Kernel::Tiles, tiling), want);
+        ++forwards;
+      }
+    EXPECT_EQ(differ, 0) << name(shape) << ": outputs differing from the default launch over " << forwards
+                         << " forwards";
+  }
+  set_attention_tiles_early(true);
+  const PagedCase c = make_case({32, 8, 64}, {300, 129, 200}, 5);
+  const auto alone = rows_alone(c);
+  const auto all = layouts(c);
+  int differ = 0, total = 0;
+  for (size_t i = all.size() - 5; i < all.size(); ++i) {
+    differ += differing_rows(c, alone, all[i], run_forward(c, all[i], Kernel::Tiles, {0, true, 0, false}));
+    for (const Win& w : all[i]) total += static_cast<int>(w.rows);
+  }
+  EXPECT_GT(differ, total / 4) << "the swapped block order went unseen under the early launch in " << total << " rows";
+}
+
 TEST(CudaAttention, TheTileKernelRefusesShapesItCannotRunTooManyRowsPerCtaAndSplitsWithoutScratchByName) {
   LS_SKIP_WITHOUT_DEVICE();
   const PagedCase c = make_case({4, 2, 16}, {40}, 3);

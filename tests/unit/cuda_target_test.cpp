@@ -227,7 +227,8 @@ TEST(CudaTarget, NanoTargetIsBatchInvariantAcrossWidthsAndStreams) {
 }
 
 // step10's launch switches, all on (the ffn residual add + norm inside the lean route + plan; the q/k norm + RoPE
-// writing k and v straight into the pages; the ShortConv's early loads): the default launches' one-row bits, then every row of 16 streams in
+// writing k and v straight into the pages; the ShortConv's and the attention tiles' early loads): the default
+// launches' one-row bits, then every row of 16 streams in
 // windows up to 16 rows (256-row forwards) equal to the one-row run, on the small dense and MoE targets (head_dim 16:
 // the KV write's two-launch fallback) and the nano target (head_dim 64: the one launch). Graphs dropped at each
 // switch (a captured graph keeps the launches it was captured with).
@@ -236,19 +237,23 @@ TEST(CudaTarget, TheStep10LaunchSwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndS
   struct Switches {
     Switches(CudaTarget& target, bool on)
         : target(target), norm_before(gpu::moe_norm_in_route()), qk_kv_before(gpu::qk_norm_rope_writes_kv()),
-          conv_before(gpu::short_conv_early()) {
+          conv_before(gpu::short_conv_early()), attention_before(gpu::attention_tiles_early()) {
       set(on, on, on);
     }
-    ~Switches() { set(norm_before, qk_kv_before, conv_before); }
-    void set(bool norm, bool qk_kv, bool conv) {
+    ~Switches() {
+      set(norm_before, qk_kv_before, conv_before);
+      gpu::set_attention_tiles_early(attention_before);
+    }
+    void set(bool norm, bool qk_kv, bool early) {  // early: the ShortConv's and the attention tiles'
       gpu::set_moe_norm_in_route(norm);
       gpu::set_qk_norm_rope_writes_kv(qk_kv);
-      gpu::set_short_conv_early(conv);
+      gpu::set_short_conv_early(early);
+      gpu::set_attention_tiles_early(early);
       target.set_graphs(false);
       target.set_graphs(true);
     }
     CudaTarget& target;
-    bool norm_before, qk_kv_before, conv_before;
+    bool norm_before, qk_kv_before, conv_before, attention_before;
   };
   std::vector<std::unique_ptr<Target>> targets;
   targets.push_back(small_cuda_target(false));

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "compute/cuda/cuda_util.h"
@@ -77,6 +79,7 @@ struct TileArgs {
   int splits;        // CTAs per (row tile, KV head) along the chunks (gridDim.z); 1 = never split
   int chunk_cap;     // chunks per (row, head) the scratch holds
   float* states;     // [rows, heads, chunk_cap, HD + 2] fp32: (m, l, O) of each chunk of split windows
+  bool early;        // launched programmatically: the first block's committed keys staged before the wait
 };
 
 // Whether a window's rows are split over CTAs by chunk (the tile kernel and the combine decide alike).
@@ -95,17 +98,20 @@ __device__ __forceinline__ void fold_chunk(float& M, float& L, float m, float l,
   M = top;
 }
 
-// Stages keys/values of block b ([BN, HD] each) with cp.async; keys at or past key_count become zeros. page_shift:
-// log2 of a power-of-two page size (a shift and a mask instead of a 64-bit division), else -1.
+// Stages keys/values of block b ([BN, HD] each) with cp.async, those in [from, to); keys at or past key_count
+// become zeros. page_shift: log2 of a power-of-two page size (a shift and a mask instead of a 64-bit division), else
+// -1.
 template <int HD, int BN>
 __device__ void stage_tile(const TileArgs& a, const int32_t* pages, int page_shift, int64_t key_count, int kv_head,
-                           int64_t b, bf16 (*kdst)[HD + 8], bf16 (*vdst)[HD + 8]) {
+                           int64_t b, bf16 (*kdst)[HD + 8], bf16 (*vdst)[HD + 8], int64_t from = 0,
+                           int64_t to = INT64_MAX) {
   constexpr int parts = HD / 8;
   const int kv_width = a.shape.kv_heads * HD;
   for (int i = threadIdx.x; i < BN * parts; i += blockDim.x) {
     const int t = i / parts, part = i % parts;
     const int64_t j = b * BN + t;
     if (j < key_count) {
+      if (j < from || j >= to) continue;
       const int32_t jj = static_cast<int32_t>(j);  // positions fit in 31 bits
       const int64_t slot = page_shift >= 0 ? (static_cast<int64_t>(pages[jj >> page_shift]) << page_shift) +
                                                  (jj & (a.shape.page_size - 1))
@@ -137,7 +143,10 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
   __shared__ __align__(16) bf16 kbuf[2][BN][HD + 8];
   __shared__ __align__(16) bf16 vbuf[2][BN][HD + 8];
   ls::cuda::let_next_kernel_start();  // the combine, or the output GEMM staging its weights (both wait for us)
-  ls::cuda::wait_for_previous_kernel();  // a no-op after a plain launch
+  // early: the wait comes after the first block's committed keys are staged (keys of earlier forwards; the window
+  // records are staged before the forward's first kernel); q and this forward's keys only after it
+  bool waited = !a.early;
+  if (waited) ls::cuda::wait_for_previous_kernel();  // a no-op after a plain launch
   const int group = a.shape.heads / a.shape.kv_heads;
   const int kv_head = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -191,6 +200,15 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
       const int64_t c = chunk_of(b) + step;
       return c < chunks ? c * CB : -1;
     };
+    int64_t b = first_chunk * CB;
+    if (waited) {
+      stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(b), kbuf[0], vbuf[0]);
+    } else {
+      stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(b), kbuf[0], vbuf[0], 0, w.committed);
+      ls::cuda::wait_for_previous_kernel();
+      waited = true;
+      stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(b), kbuf[0], vbuf[0], w.committed);
+    }
     // q fragments (A operand): rows quad_row / quad_row + 8, dims 2 quad_col (+8) of each 16-dim step
     uint32_t qf[KS][4];
 #pragma unroll
@@ -211,8 +229,6 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
       for (int e = 0; e < 4; ++e) o[t][e] = fo[t][e] = 0.0f;
     float run_max[2] = {-INFINITY, -INFINITY}, run_sum[2] = {0.0f, 0.0f};
     float fold_max[2] = {-INFINITY, -INFINITY}, fold_sum[2] = {0.0f, 0.0f};
-    int64_t b = first_chunk * CB;
-    stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(b), kbuf[0], vbuf[0]);
     for (int buf = 0; b >= 0; buf ^= 1) {
       const int64_t nb = next_block(b);
       if (nb >= 0)
@@ -413,12 +429,22 @@ int sm_count() {
 // Tiles since it passed on the H200 (batch A: fp64 reference, one-row bits, target splits; prefill 33x faster).
 std::atomic<int> chosen_kernel{static_cast<int>(AttentionKernel::Tiles)};
 std::atomic<int> bench_splits{0};
+// the tile kernel launched early (programmatic, committed keys staged before its wait): off until a batch shows it
+// wins (LS_ATTENTION_EARLY=1 turns it on)
+std::atomic<bool> attention_early{[] {
+  const char* env = std::getenv("LS_ATTENTION_EARLY");
+  return env != nullptr && std::string(env) == "1";
+}()};
 
 }  // namespace
 
 void set_attention_kernel(AttentionKernel kernel) { chosen_kernel.store(static_cast<int>(kernel)); }
 
 void set_attention_splits_for_bench(int splits) { bench_splits.store(splits); }
+
+void set_attention_tiles_early(bool on) { attention_early.store(on); }
+
+bool attention_tiles_early() { return attention_early.load(); }
 
 AttentionKernel attention_kernel() { return static_cast<AttentionKernel>(chosen_kernel.load()); }
 
@@ -468,16 +494,19 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
   if (splits == 0) splits = std::min<int64_t>({kAutoSplits, cap, (4LL * sm_count() + tiles * shape.kv_heads - 1) /
                                                                     (tiles * shape.kv_heads)});
   if (splits < 2 || cap < 2) splits = 1;
+  const bool early = attention_early.load();
   const TileArgs args{q,    rows, row_window, windows, pages, shape, layer, out, tile, tiling.fault_swap_first_blocks,
                       tiling.fault_early_chunk_edges, static_cast<int>(splits), static_cast<int>(cap),
-                      scratch.states};
+                      scratch.states, early};
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(splits));
-  switch (shape.head_dim) {
-    case 16: attention_tile_kernel<16><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
-    case 32: attention_tile_kernel<32><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
-    case 64: attention_tile_kernel<64><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
-    default: attention_tile_kernel<128><<<grid, kTileWarps * 32, 0, stream>>>(args); break;
-  }
+  auto tile_kernel = shape.head_dim == 16   ? attention_tile_kernel<16>
+                     : shape.head_dim == 32 ? attention_tile_kernel<32>
+                     : shape.head_dim == 64 ? attention_tile_kernel<64>
+                                            : attention_tile_kernel<128>;
+  if (early)
+    LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(tile_kernel, grid, kTileWarps * 32, 0, stream, args));
+  else
+    tile_kernel<<<grid, kTileWarps * 32, 0, stream>>>(args);
   LS_CUDA_TRY_LAUNCH("attention tiles");
   if (splits == 1) return ok_status();
   const dim3 combine_blocks(blocks_for(rows * shape.heads, 4));
