@@ -127,17 +127,25 @@ TEST(CudaAttention, EveryRowHasItsOneRowBitsInWindowsOf2To16RowsAndInForwardsOf2
   }
 }
 
-TEST(CudaAttention, APlantedBlockOrderFaultTurnsTheInvarianceCheckRed) {
-  LS_SKIP_WITHOUT_DEVICE();
+// The planted swapped block order on the big forwards: rows differing from their one-row run, of `total` rows.
+int block_order_fault_differences(int& total) {
   const PagedCase c = make_case({32, 8, 64}, {300, 129, 200}, 5);
   const auto alone = rows_alone(c);
   const auto all = layouts(c);
-  int differ = 0, total = 0;
+  int differ = 0;
+  total = 0;
   for (size_t i = all.size() - 5; i < all.size(); ++i) {
     differ += differing_rows(c, alone, all[i], run_forward(c, all[i], Kernel::Tiles, {0, true, 0, false}));
     for (const Win& w : all[i]) total += static_cast<int>(w.rows);
   }
-  EXPECT_GT(differ, total / 4) << "the swapped block order went unseen in " << total << " rows";
+  return differ;
+}
+
+TEST(CudaAttention, APlantedBlockOrderFaultTurnsTheInvarianceCheckRed) {
+  LS_SKIP_WITHOUT_DEVICE();
+  int total = 0;
+  EXPECT_GT(block_order_fault_differences(total), total / 4) << "the swapped block order went unseen in " << total
+                                                             << " rows";
 }
 
 // The tile kernel launched early (set_attention_tiles_early, step10: programmatic, each CTA's first block of keys of
@@ -171,15 +179,9 @@ TEST(CudaAttention, TheEarlyTileLaunchGivesTheDefaultBitsAndStillSeesAPlantedBlo
                          << " forwards";
   }
   set_attention_tiles_early(true);
-  const PagedCase c = make_case({32, 8, 64}, {300, 129, 200}, 5);
-  const auto alone = rows_alone(c);
-  const auto all = layouts(c);
-  int differ = 0, total = 0;
-  for (size_t i = all.size() - 5; i < all.size(); ++i) {
-    differ += differing_rows(c, alone, all[i], run_forward(c, all[i], Kernel::Tiles, {0, true, 0, false}));
-    for (const Win& w : all[i]) total += static_cast<int>(w.rows);
-  }
-  EXPECT_GT(differ, total / 4) << "the swapped block order went unseen under the early launch in " << total << " rows";
+  int total = 0;
+  EXPECT_GT(block_order_fault_differences(total), total / 4)
+      << "the swapped block order went unseen under the early launch in " << total << " rows";
 }
 
 TEST(CudaAttention, TheTileKernelRefusesShapesItCannotRunTooManyRowsPerCtaAndSplitsWithoutScratchByName) {
