@@ -18,6 +18,7 @@
 
 #ifdef LS_HAVE_CUDA
 #include "compute/cuda/kernels.h"
+#include "cuda_sampler_pin.h"
 #include "cuda_test_util.h"
 
 namespace ls {
@@ -26,15 +27,7 @@ namespace {
 using cuda::DrawScratch;
 using cuda::RowDraw;
 using cuda::SamplerKernel;
-using cuda::testing::download;
-using cuda::testing::poisoned;
-using cuda::testing::upload;
-
-struct PinKernel {
-  SamplerKernel before = cuda::sampler_kernel();
-  explicit PinKernel(SamplerKernel kernel) { cuda::set_sampler_kernel(kernel); }
-  ~PinKernel() { cuda::set_sampler_kernel(before); }
-};
+using namespace cuda::testing;  // upload, poisoned, download, ScopedSamplerKernel
 
 // Rows of one kind each: continuous wide logits (0..spread), flat ones (within 1e-3), or few distinct values (ties).
 std::vector<float> random_rows(int rows, int vocab, uint64_t seed) {
@@ -85,7 +78,7 @@ std::string describe(const RowDraw& d) {
 
 TEST(CudaSamplerSplit, RandomRowsDrawTheCpuTokenAtOneAndSeveralChunksAndRowCountsOnOneScratch) {
   LS_SKIP_WITHOUT_DEVICE();
-  PinKernel pin(SamplerKernel::Split);
+  ScopedSamplerKernel pin(SamplerKernel::Split);
   for (const int vocab : {1000, 4099, 8195, 65536}) {
     const int rows = vocab == 65536 ? 40 : 72;
     std::vector<float> logits = random_rows(rows, vocab, 31 + vocab);
@@ -127,7 +120,7 @@ TEST(CudaSamplerSplit, TheEnvironmentNamesOnlyTheRealKernels) {
 
 TEST(CudaSamplerSplit, AllNanRowsAndAScratchTooSmallStillDrawTheCpuToken) {
   LS_SKIP_WITHOUT_DEVICE();
-  PinKernel pin(SamplerKernel::Split);
+  ScopedSamplerKernel pin(SamplerKernel::Split);
   const int vocab = 9000;
   std::vector<float> logits = random_rows(6, vocab, 99);
   std::fill_n(logits.begin(), vocab, std::nanf(""));  // row 0 all NaN
@@ -152,7 +145,7 @@ TEST(CudaSamplerSplit, AllNanRowsAndAScratchTooSmallStillDrawTheCpuToken) {
 // Median ms of draw_rows (15 launches after a warm-up) under `kernel`, with the last launch's tokens.
 float median_ms(const cuda::DeviceBuffer<float>& logits, const std::vector<RowDraw>& draws, int vocab,
                 SamplerKernel kernel, std::vector<int32_t>& tokens) {
-  PinKernel pin(kernel);
+  ScopedSamplerKernel pin(kernel);
   const int rows = static_cast<int>(draws.size());
   auto dev_draws = upload(draws);
   auto out = poisoned<int32_t>(rows);

@@ -19,6 +19,7 @@
 
 #ifdef LS_HAVE_CUDA
 #include "compute/cuda/kernels.h"
+#include "cuda_sampler_pin.h"
 #include "cuda_test_util.h"
 #endif
 
@@ -200,14 +201,8 @@ using cuda::RowDraw;
 using cuda::SamplerKernel;
 using cuda::testing::download;
 using cuda::testing::poisoned;
+using cuda::testing::ScopedSamplerKernel;
 using cuda::testing::upload;
-
-// Pins the sampler's kernel for a scope (the process's own back after).
-struct ScopedSamplerKernel {
-  SamplerKernel before = cuda::sampler_kernel();
-  explicit ScopedSamplerKernel(SamplerKernel kernel) { cuda::set_sampler_kernel(kernel); }
-  ~ScopedSamplerKernel() { cuda::set_sampler_kernel(before); }
-};
 
 const char* kernel_name(SamplerKernel kernel) {
   switch (kernel) {

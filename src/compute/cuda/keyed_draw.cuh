@@ -76,6 +76,42 @@ __device__ __forceinline__ double top_p_band(double above_error, double total_er
          count * 0x1p-124;
 }
 
+// A member j < n of a known candidate set whose order keys are keys [0, n), descending (the merged top-k sets): its
+// id, logit and the CPU's double weight exp((l - max) / T), stored best-first at weights[j] and in id order at
+// weights[stride + its place by id] (the CPU's two summation orders).
+struct SetMember {
+  int32_t id;
+  float logit;
+  double weight;
+};
+__device__ __forceinline__ SetMember set_member(const float* row, const uint64_t* keys, int n, int j,
+                                                double max_logit, double temperature, double* weights, int stride) {
+  SetMember m;
+  m.id = id_of_key(keys[j]);
+  m.logit = __ldcg(row + m.id);
+  m.weight = exp((static_cast<double>(m.logit) - max_logit) / temperature);
+  int by_id = 0;
+  for (int other = 0; other < n; ++other) by_id += id_of_key(keys[other]) < m.id;
+  weights[j] = m.weight;
+  weights[stride + by_id] = m.weight;
+  return m;
+}
+
+// draw_token's top-p over such a set (one thread): the normaliser one by one in id order, then the kept prefix
+// best-first until its mass reaches top_p x the normaliser; the kept count.
+__device__ __forceinline__ int set_kept(const double* weights, int stride, int n, float top_p) {
+  if (!(top_p < 1.0f)) return n;
+  double total = 0;
+  for (int i = 0; i < n; ++i) total += weights[stride + i];
+  const double target = static_cast<double>(top_p) * total;
+  double mass = 0;
+  for (int i = 0; i < n; ++i) {
+    mass += weights[i];
+    if (mass >= target) return i + 1;
+  }
+  return n;
+}
+
 struct Best {
   double value;
   int32_t id;  // -1 = none yet

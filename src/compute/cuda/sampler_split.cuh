@@ -253,41 +253,15 @@ __device__ int32_t small_set_draw(const float* row, const uint64_t* keys, int n,
                                   double max_logit, int32_t greedy, Shared& s) {
   const double temperature = draw.temperature;
   const int j = threadIdx.x;
-  int32_t id = -1;
-  float logit = 0;
-  double weight = 0;
-  if (j < n) {
-    id = keyed::id_of_key(keys[j]);
-    logit = row[id];
-    weight = exp((static_cast<double>(logit) - max_logit) / temperature);
-    int by_id = 0;
-    for (int other = 0; other < n; ++other) by_id += keyed::id_of_key(keys[other]) < id;
-    s.chunk_weights[j] = weight;
-    s.chunk_weights[kSplitTopK + by_id] = weight;
-  }
+  keyed::SetMember m{-1, 0.0f, 0.0};
+  if (j < n) m = keyed::set_member(row, keys, n, j, max_logit, temperature, s.chunk_weights, kSplitTopK);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int kept = n;
-    if (draw.top_p < 1.0f) {
-      double total = 0;
-      for (int i = 0; i < n; ++i) total += s.chunk_weights[kSplitTopK + i];
-      const double target = static_cast<double>(draw.top_p) * total;
-      double mass = 0;
-      for (int i = 0; i < n; ++i) {
-        mass += s.chunk_weights[i];
-        if (mass >= target) {
-          kept = i + 1;
-          break;
-        }
-      }
-    }
-    s.flag = kept;
-  }
+  if (threadIdx.x == 0) s.flag = keyed::set_kept(s.chunk_weights, kSplitTopK, n, draw.top_p);
   __syncthreads();
   const int kept = s.flag;
   Best mine{0.0, -1};
-  if (j < kept && !(draw.min_p > 0.0f && weight < static_cast<double>(draw.min_p)))
-    mine = Best{static_cast<double>(logit) / temperature + keyed::gumbel(draw.seed, draw.position, id), id};
+  if (j < kept && !(draw.min_p > 0.0f && m.weight < static_cast<double>(draw.min_p)))
+    mine = Best{static_cast<double>(m.logit) / temperature + keyed::gumbel(draw.seed, draw.position, m.id), m.id};
   const Best best = block_best(mine, s);
   return best.id < 0 ? greedy : best.id;
 }

@@ -588,43 +588,17 @@ constexpr int kSpreadKeys = 1024;  // the merge's capacity: chunks x kSpreadTopK
 __device__ int32_t small_set_pick(const float* row, const uint64_t* keys, int k, const DeviceScanRequest& sampling,
                                   int64_t position, Best greedy, PickScratch& s) {
   const double temperature = sampling.temperature;
-  const double max_logit = greedy.value;
   const int j = threadIdx.x;
-  int32_t id = -1;
-  float logit = 0;
-  double weight = 0;
-  if (j < k) {
-    id = id_of_key(keys[j]);
-    logit = __ldcg(row + id);
-    weight = exp((static_cast<double>(logit) - max_logit) / temperature);
-    int by_id = 0;  // this candidate's place in id order
-    for (int other = 0; other < k; ++other) by_id += id_of_key(keys[other]) < id;
-    s.masses[j] = weight;             // best-first
-    s.masses[kSpreadTopK + by_id] = weight;  // id order
-  }
+  ls::cuda::keyed::SetMember m{-1, 0.0f, 0.0};
+  if (j < k) m = ls::cuda::keyed::set_member(row, keys, k, j, greedy.value, temperature, s.masses, kSpreadTopK);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int kept = k;
-    if (sampling.top_p < 1.0f) {
-      double total = 0;
-      for (int i = 0; i < k; ++i) total += s.masses[kSpreadTopK + i];
-      const double target = static_cast<double>(sampling.top_p) * total;
-      double mass = 0;
-      for (int i = 0; i < k; ++i) {
-        mass += s.masses[i];
-        if (mass >= target) {
-          kept = i + 1;
-          break;
-        }
-      }
-    }
-    s.remaining = kept;
-  }
+  if (threadIdx.x == 0) s.remaining = ls::cuda::keyed::set_kept(s.masses, kSpreadTopK, k, sampling.top_p);
   __syncthreads();
   const int kept = static_cast<int>(s.remaining);
   Best mine{0.0, -1};
-  if (j < kept && !(sampling.min_p > 0.0f && weight < static_cast<double>(sampling.min_p))) {
-    mine = Best{static_cast<double>(logit) / temperature + ls::cuda::keyed::gumbel(sampling.seed, position, id), id};
+  if (j < kept && !(sampling.min_p > 0.0f && m.weight < static_cast<double>(sampling.min_p))) {
+    mine = Best{static_cast<double>(m.logit) / temperature + ls::cuda::keyed::gumbel(sampling.seed, position, m.id),
+                m.id};
   }
   const Best best = block_best(mine, s);
   return best.id < 0 ? greedy.id : best.id;
