@@ -82,8 +82,9 @@ Status Lanes::admit() {
     // Exploration its run cannot repay (PricingOptions::explore_repay): no prompt tapped, no scout.
     const bool unrepaid = !pricing_.exploration_repays(streams, draft_cap(*stream), stream->remaining(),
                                                        static_cast<int>(stream->request.prompt.size()), mode);
+    // tap_every_prompt: while the drafter is unproven every prompt is tapped; once proven, where drafting pays.
     stream->dormant = hopeless || unrepaid ||
-                      (!options_.tap_every_prompt && (drafter_proven ? !pays : scout_tapping && scout_only));
+                      (drafter_proven ? !pays : !options_.tap_every_prompt && scout_tapping && scout_only);
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
     stats_.dormant_entries += stream->dormant;
