@@ -1,6 +1,7 @@
 // The CUDA target's row ops: RMSNorm (a CTA per wide row, a warp per narrow one) in its defined arithmetic, the
-// fused ops (residual add + RMSNorm; q/k norm + RoPE) giving the bits of the unfused ones, and the target with its
-// norms in the decode GEMMs' prologues giving the unfused forward's bits.
+// fused ops (residual add + RMSNorm; q/k norm + RoPE; the drawn rows' gather + last add + final norm) giving the bits
+// of the unfused ones, and the target with its norms in the decode GEMMs' prologues giving the unfused forward's
+// bits.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -16,6 +17,8 @@
 #include "base/hash.h"
 
 #include "compute/cuda/kernels.h"
+#include "compute/cuda/row_gather_norm.h"
+#include "model/lfm2/cuda/state_kernels.h"
 #include "lfm2_test_util.h"
 #include "model/lfm2/cuda/cuda_target.h"
 #include "model/lfm2/weights.h"
@@ -181,6 +184,56 @@ TEST(CudaTargetFusedOps, QkNormPlusRopeGivesTheBitsOfTwoNormsAndTwoRopes) {
   const Status refused = qk_norm_rope(odd, nullptr);
   EXPECT_EQ(refused.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(refused.message().find("63"), std::string::npos) << refused.message();
+}
+
+// The drawn rows' gather + last residual add + final norm in one launch (gather_rms_norm, step10) against
+// add_residual on every row, the gather, then rms_norm: the normed rows bitwise (and without delta: the gather then
+// rms_norm), outputs poisoned first, rows drawn out of order and twice; the planted left-out add must show.
+int gather_norm_differences(bool fault) {
+  int differ = 0;
+  for (const int width : {2048, 264, 6144}) {
+    const int64_t rows = 9;
+    const std::vector<int32_t> index_host = {8, 0, 3, 3, 5};
+    const int64_t n = static_cast<int64_t>(index_host.size());
+    const std::vector<bf16> h_host = random_bf16(rows * width, 21 + width, 4.0f);
+    auto h = upload(h_host), h_added = upload(h_host);
+    auto delta = upload(random_bf16(rows * width, 22 + width, 1.0f));
+    auto weight = upload(random_bf16(width, 23 + width));
+    auto index = upload(index_host);
+    auto gathered = poisoned(n * width), want = poisoned(n * width), got = poisoned(n * width);
+    auto want_plain = poisoned(n * width), got_plain = poisoned(n * width);
+    EXPECT_TRUE(add_residual(h_added.data(), delta.data(), rows * width, nullptr).ok());
+    EXPECT_TRUE(lfm2::gpu::gather_rows(h_added.data(), index.data(), n, width, 1, gathered.data(), nullptr).ok());
+    EXPECT_TRUE(rms_norm(gathered.data(), n, width, weight.data(), 1e-5f, want.data(), nullptr).ok());
+    EXPECT_TRUE(lfm2::gpu::gather_rows(h.data(), index.data(), n, width, 1, gathered.data(), nullptr).ok());
+    EXPECT_TRUE(rms_norm(gathered.data(), n, width, weight.data(), 1e-5f, want_plain.data(), nullptr).ok());
+    EXPECT_TRUE(gather_rms_norm(h.data(), delta.data(), index.data(), n, width, weight.data(), 1e-5f, got.data(),
+                                nullptr, fault)
+                    .ok());
+    EXPECT_TRUE(
+        gather_rms_norm(h.data(), nullptr, index.data(), n, width, weight.data(), 1e-5f, got_plain.data(), nullptr).ok());
+    const size_t with_add = differing(download(got, n * width), download(want, n * width));
+    const size_t plain = differing(download(got_plain, n * width), download(want_plain, n * width));
+    const size_t h_moved = differing(download(h, rows * width), h_host);
+    if (!fault) {
+      EXPECT_EQ(with_add, 0u) << "width " << width << ": with the add";
+      EXPECT_EQ(plain, 0u) << "width " << width << ": without";
+      EXPECT_EQ(h_moved, 0u) << "width " << width << ": h is not written";
+    }
+    differ += static_cast<int>(with_add + plain + h_moved);
+  }
+  return differ;
+}
+
+TEST(CudaTargetFusedOps, TheGatherResidualAddAndFinalNormInOneLaunchGiveTheThreeLaunchesBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  EXPECT_EQ(gather_norm_differences(false), 0);
+  EXPECT_FALSE(gather_rms_norm_fits(1000, nullptr, nullptr, nullptr, nullptr)) << "not a multiple of 8";
+}
+
+TEST(CudaTargetFusedOps, APlantedLeftOutResidualAddInTheGatherNormTurnsTheCheckRed) {
+  LS_SKIP_WITHOUT_DEVICE();
+  EXPECT_GT(gather_norm_differences(true), 0);
 }
 
 }  // namespace

@@ -227,24 +227,28 @@ TEST(CudaTarget, NanoTargetIsBatchInvariantAcrossWidthsAndStreams) {
 }
 
 // step10's launch switches, all on (the ffn residual add + norm inside the lean route + plan; the q/k norm + RoPE
-// writing k and v straight into the pages; the ShortConv's and the attention tiles' early loads): the default
-// launches' one-row bits, then every row of 16 streams in
+// writing k and v straight into the pages; the ShortConv's and the attention tiles' early loads; the last residual
+// add in the draw's final norm): the default launches' one-row bits, then every row of 16 streams in
 // windows up to 16 rows (256-row forwards) equal to the one-row run, on the small dense and MoE targets (head_dim 16:
-// the KV write's two-launch fallback) and the nano target (head_dim 64: the one launch). Graphs dropped at each
+// the KV write's two-launch fallback), the nano target (head_dim 64: the one launch) and a small dense target
+// without taps (the final norm fused: taps of the last layer keep the add's launch). Graphs dropped at each
 // switch (a captured graph keeps the launches it was captured with).
 TEST(CudaTarget, TheStep10LaunchSwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndStream) {
   LS_SKIP_WITHOUT_DEVICE();
   struct Switches {
     Switches(CudaTarget& target, bool on)
         : target(target), norm_before(gpu::moe_norm_in_route()), qk_kv_before(gpu::qk_norm_rope_writes_kv()),
-          conv_before(gpu::short_conv_early()), attention_before(gpu::attention_tiles_early()) {
+          conv_before(gpu::short_conv_early()), attention_before(gpu::attention_tiles_early()),
+          final_before(CudaTarget::final_norm_fused()) {
       set(on, on, on);
     }
     ~Switches() {
       set(norm_before, qk_kv_before, conv_before);
       gpu::set_attention_tiles_early(attention_before);
+      CudaTarget::set_final_norm_fused(final_before);
     }
-    void set(bool norm, bool qk_kv, bool early) {  // early: the ShortConv's and the attention tiles'
+    void set(bool norm, bool qk_kv, bool early) {  // early: the ShortConv's and the attention tiles'; norm: the final's
+      CudaTarget::set_final_norm_fused(norm);
       gpu::set_moe_norm_in_route(norm);
       gpu::set_qk_norm_rope_writes_kv(qk_kv);
       gpu::set_short_conv_early(early);
@@ -253,12 +257,18 @@ TEST(CudaTarget, TheStep10LaunchSwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndS
       target.set_graphs(true);
     }
     CudaTarget& target;
-    bool norm_before, qk_kv_before, conv_before, attention_before;
+    bool norm_before, qk_kv_before, conv_before, attention_before, final_before;
   };
   std::vector<std::unique_ptr<Target>> targets;
   targets.push_back(small_cuda_target(false));
   targets.push_back(small_cuda_target(true));
   targets.push_back(nano_cuda_target());
+  {  // no taps: the last residual add goes into the draw's final norm
+    const io::ModelConfig config = testing::small_config(false);
+    auto made = CudaTarget::create(config, random_weights(config, NumericMode::Bf16, 9), cuda_options());
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    targets.push_back(std::move(made).value());
+  }
   int checked = 0;
   for (const std::unique_ptr<Target>& target : targets) {
     auto* cuda_target = dynamic_cast<CudaTarget*>(target.get());
@@ -274,7 +284,7 @@ TEST(CudaTarget, TheStep10LaunchSwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndS
     EXPECT_EQ(check_many_streams(*target, 16, 24, 16), 256) << "target " << checked;
     ++checked;
   }
-  EXPECT_GE(checked, 2);
+  EXPECT_GE(checked, 3);
 }
 
 // The lanes split a long prompt by the rows other streams leave (lanes_steps.cpp): any split must give the same bits.

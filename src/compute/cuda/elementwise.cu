@@ -11,6 +11,7 @@
 
 #include "compute/cuda/head_norm_rope.cuh"
 #include "compute/cuda/kernels.h"
+#include "compute/cuda/row_gather_norm.h"
 #include "compute/cuda/pdl.cuh"
 #include "compute/cuda/row_norm.cuh"
 
@@ -134,14 +135,16 @@ __device__ __forceinline__ void row_inverse_rms(const float* values, int width, 
 }
 
 // y = RMSNorm(row) * weight for one row per CTA; ADD: the row is round(h + delta), written back to h first.
-template <bool ADD>
+// GATHER: CTA i reads row index[i] (a staged index: loaded before the wait) and writes y row i; h is not written.
+template <bool ADD, bool GATHER = false>
 __global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16* h, const b16* __restrict__ delta,
                                                                int width, const b16* __restrict__ weight, float eps,
-                                                               b16* y) {
+                                                               b16* y, const int32_t* index) {
   extern __shared__ float row_values[];  // [width]
   __shared__ float inverse_rms;
   let_next_kernel_start();
-  const int64_t at = static_cast<int64_t>(blockIdx.x) * width;
+  const int64_t at = static_cast<int64_t>(GATHER ? index[blockIdx.x] : blockIdx.x) * width;
+  const int64_t out_at = static_cast<int64_t>(blockIdx.x) * width;
   const int chunks = width / 8;
   const b16* in = (ADD ? h : x) + at;
   Chunk v[kRowChunks], w[kRowChunks], d[kRowChunks];
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16
     if (q >= chunks) continue;
     if constexpr (ADD) {
       add_chunk(v[c].raw, d[c].raw);
-      *reinterpret_cast<uint4*>(h + at + q * 8) = v[c].raw;
+      if constexpr (!GATHER) *reinterpret_cast<uint4*>(h + at + q * 8) = v[c].raw;
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e) row_values[q * 8 + e] = chunk_at(v[c], e);
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16
   for (int c = 0; c < kRowChunks; ++c) {
     const int q = threadIdx.x + c * kRowThreads;
     if (q >= chunks) continue;
-    *reinterpret_cast<uint4*>(y + at + q * 8) = norm_chunk(v[c].raw, w[c].raw, inv);
+    *reinterpret_cast<uint4*>(y + out_at + q * 8) = norm_chunk(v[c].raw, w[c].raw, inv);
   }
 }
 
@@ -304,7 +307,8 @@ Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, floa
   if (rows <= 0x7fffffff && row_kernel_fits(width, {x, weight, y})) {
     return launch_programmatic(row_norm_kernel<false>, dim3(static_cast<unsigned>(rows)), kRowThreads,
                                static_cast<int>(sizeof(float)) * width, stream, dev(x), static_cast<b16*>(nullptr),
-                               static_cast<const b16*>(nullptr), width, dev(weight), eps, dev(y));
+                               static_cast<const b16*>(nullptr), width, dev(weight), eps, dev(y),
+                               static_cast<const int32_t*>(nullptr));
   }
   rms_norm_kernel<<<blocks_for(rows, kWarpRows), 32 * kWarpRows, 0, stream>>>(dev(x), rows, width, dev(weight), eps,
                                                                                dev(y));
@@ -327,7 +331,28 @@ Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const b
   }
   return launch_programmatic(row_norm_kernel<true>, dim3(static_cast<unsigned>(rows)), kRowThreads,
                              static_cast<int>(sizeof(float)) * width, stream, static_cast<const b16*>(nullptr), dev(h),
-                             dev(delta), width, dev(weight), eps, dev(y));
+                             dev(delta), width, dev(weight), eps, dev(y), static_cast<const int32_t*>(nullptr));
+}
+
+bool gather_rms_norm_fits(int width, const bf16* h, const bf16* delta, const bf16* weight, const bf16* y) {
+  return row_kernel_fits(width, {h, delta ? delta : h, weight, y});
+}
+
+Status gather_rms_norm(const bf16* h, const bf16* delta, const int32_t* index, int64_t n, int width,
+                       const bf16* weight, float eps, bf16* y, cudaStream_t stream, bool fault_no_add_for_test) {
+  if (n <= 0) return ok_status();
+  if (n > 0x7fffffff || !gather_rms_norm_fits(width, h, delta, weight, y))
+    return Status(ErrorCode::InvalidArgument, "gather_rms_norm: width " + std::to_string(width) +
+                                                  " (a multiple of 8, 256.." + std::to_string(kRowThreads * kRowChunks * 8) +
+                                                  ") and 16-byte aligned rows, rows " + std::to_string(n));
+  const int shared = static_cast<int>(sizeof(float)) * width;
+  if (delta && !fault_no_add_for_test)
+    return launch_programmatic(row_norm_kernel<true, true>, dim3(static_cast<unsigned>(n)), kRowThreads, shared,
+                               stream, static_cast<const b16*>(nullptr), const_cast<b16*>(dev(h)), dev(delta), width,
+                               dev(weight), eps, dev(y), index);
+  return launch_programmatic(row_norm_kernel<false, true>, dim3(static_cast<unsigned>(n)), kRowThreads, shared, stream,
+                             dev(h), static_cast<b16*>(nullptr), static_cast<const b16*>(nullptr), width, dev(weight),
+                             eps, dev(y), index);
 }
 
 Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream) {

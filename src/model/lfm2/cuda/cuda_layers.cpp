@@ -2,12 +2,15 @@
 // MoE -> residual (each residual add fused with the norm after it), taps copied on the device; all launches on the
 // target's stream, no host sync.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <utility>
 
 #include "model/lfm2/cuda/cuda_target.h"
+
+#include "compute/cuda/row_gather_norm.h"
 
 namespace ls::lfm2 {
 
@@ -17,6 +20,18 @@ const char* CudaTarget::step_op_name(StepOp op) {
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(StepOp::Count));
   return names[static_cast<uint32_t>(op)];
 }
+
+namespace {
+// the gather + last residual add + final norm in one launch: off until a batch shows it wins (LS_FINAL_NORM=1)
+std::atomic<bool> g_final_norm{[] {
+  const char* env = std::getenv("LS_FINAL_NORM");
+  return env != nullptr && std::string(env) == "1";
+}()};
+}  // namespace
+
+void CudaTarget::set_final_norm_fused(bool on) { g_final_norm = on; }
+
+bool CudaTarget::final_norm_fused() { return g_final_norm.load(); }
 
 uint32_t CudaTarget::step_twice_from_env() {
   const char* env = std::getenv("LS_STEP_TWICE");
@@ -124,10 +139,20 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
     }
     pending_delta = mix_.data();
   }
+  // The last residual add: its own launch, or (LS_FINAL_NORM=1, where no tap of the last layer wants h) in the
+  // draw's gather + final norm (final_delta_).
+  final_delta_ = nullptr;
   if (c.num_layers > 0) {
-    LS_RETURN_IF_ERROR(cuda::add_residual(h, mix_.data(), rows * D, stream_));
-    LS_RETURN_IF_ERROR(mark("elementwise"));
-    LS_RETURN_IF_ERROR(copy_taps_of(c.num_layers - 1));
+    const bool last_tapped =
+        tap_this_forward_ && std::find(taps_.begin(), taps_.end(), c.num_layers - 1) != taps_.end();
+    if (final_norm_fused() && !last_tapped &&
+        cuda::gather_rms_norm_fits(D, h, mix_.data(), weights_.final_norm.data(), head_normed_.data())) {
+      final_delta_ = mix_.data();
+    } else {
+      LS_RETURN_IF_ERROR(cuda::add_residual(h, mix_.data(), rows * D, stream_));
+      LS_RETURN_IF_ERROR(mark("elementwise"));
+      LS_RETURN_IF_ERROR(copy_taps_of(c.num_layers - 1));
+    }
   }
   LS_CHECK(h == h_.data(), "the final residual is in h_");
   return ok_status();

@@ -11,6 +11,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "compute/cuda/row_gather_norm.h"
+
 namespace ls::lfm2 {
 namespace {
 
@@ -434,10 +436,16 @@ Status CudaTarget::draw(int64_t n, const Meta& meta, const std::vector<int64_t>&
   std::vector<float> host_logits;
   for (int64_t g = 0; g < n; g += head_group_) {
     const int64_t count = std::min<int64_t>(head_group_, n - g);
-    LS_RETURN_IF_ERROR(gpu::gather_rows(h_.data(), device_at<int32_t>(meta.drawn) + g, count, static_cast<int>(D), 1,
-                                        head_in_.data(), stream_));
-    LS_RETURN_IF_ERROR(cuda::rms_norm(head_in_.data(), count, static_cast<int>(D), weights_.final_norm.data(),
-                                      config_.norm_eps, head_normed_.data(), stream_));
+    if (final_delta_ != nullptr) {  // the gather, the last residual add and the final norm in one launch
+      LS_RETURN_IF_ERROR(cuda::gather_rms_norm(h_.data(), final_delta_, device_at<int32_t>(meta.drawn) + g, count,
+                                               static_cast<int>(D), weights_.final_norm.data(), config_.norm_eps,
+                                               head_normed_.data(), stream_));
+    } else {
+      LS_RETURN_IF_ERROR(gpu::gather_rows(h_.data(), device_at<int32_t>(meta.drawn) + g, count, static_cast<int>(D),
+                                          1, head_in_.data(), stream_));
+      LS_RETURN_IF_ERROR(cuda::rms_norm(head_in_.data(), count, static_cast<int>(D), weights_.final_norm.data(),
+                                        config_.norm_eps, head_normed_.data(), stream_));
+    }
     LS_RETURN_IF_ERROR(mark("elementwise"));
     LS_RETURN_IF_ERROR(gemm_.gemm(head_normed_.data(), count, weights_.head().view(), nullptr, logits_.data(), stream_));
     LS_RETURN_IF_ERROR(mark("head gemm"));

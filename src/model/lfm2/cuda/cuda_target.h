@@ -70,6 +70,11 @@ class CudaTarget final : public Target {
   // default: the staged kernels it needs measured slower on the H200, batch B of session 4: decode 2.36 ms against
   // 1.28 with the norm launches); ffn false keeps the FFN's norm launch (and the streaming gate_up + SwiGLU kernel)
   // while the mixers' norms are fused. Tests and benches compare the modes.
+  // The drawn rows' gather, the last residual add and the final norm in one launch where no tap of the last layer
+  // wants the final residual (the same bits; off by default until a batch shows it wins; LS_FINAL_NORM=1 turns it on
+  // for a process). Process-wide, read at each forward's enqueue.
+  static void set_final_norm_fused(bool on);
+  static bool final_norm_fused();
   void set_decode_norm_fusion(bool on, bool ffn = true) {
     decode_norm_fusion_ = on;
     decode_norm_fusion_ffn_ = ffn;
@@ -166,6 +171,7 @@ class CudaTarget final : public Target {
   bool decode_norm_fusion_ffn_ = true;
   int last_graph_kernels_ = 0;
   uint32_t step_twice_ = step_twice_from_env();
+  const bf16* final_delta_ = nullptr;  // set by run_layers: the last residual add left to the draw's final norm
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> sightings_;
 
