@@ -358,8 +358,9 @@ __device__ int32_t verified_row(const float* row, int vocab, const RowDraw& draw
       }
     }
     if (keeps) return winner.id;
-    // Top-p or min-p cuts the winner, so every key at or below it: the max again over the keys above it.
-    Filter above_winner;
+    // Top-p or min-p cuts the winner, so every key at or below it: the max again over the keys above it (min-p
+    // applied there too, so it cuts at most once).
+    Filter above_winner = min_p;
     above_winner.min_key = winner_key + 1;
     winner = block_best(pruned_gumbel_best(row, vocab, above_winner, draw, max_logit / temperature), s);
   }
