@@ -148,8 +148,8 @@ TEST(CudaAttention, APlantedBlockOrderFaultTurnsTheInvarianceCheckRed) {
                                                              << " rows";
 }
 
-// The tile kernel launched early (set_attention_tiles_early, step10: programmatic, each CTA's first block of keys of
-// earlier positions staged before its wait): the default launch's bits on every layout, split or not, rows per CTA
+// The tile kernel launched early (set_attention_tiles_early, step10: programmatic, each CTA's first two blocks of keys
+// of earlier positions staged before its wait): the default launch's bits on every layout, split or not, rows per CTA
 // pinned too; and the planted block-order fault still seen under it.
 TEST(CudaAttention, TheEarlyTileLaunchGivesTheDefaultBitsAndStillSeesAPlantedBlockOrderFault) {
   LS_SKIP_WITHOUT_DEVICE();

@@ -79,7 +79,7 @@ struct TileArgs {
   int splits;        // CTAs per (row tile, KV head) along the chunks (gridDim.z); 1 = never split
   int chunk_cap;     // chunks per (row, head) the scratch holds
   float* states;     // [rows, heads, chunk_cap, HD + 2] fp32: (m, l, O) of each chunk of split windows
-  bool early;        // launched programmatically: the first block's committed keys staged before the wait
+  bool early;        // launched programmatically: the first two blocks' committed keys staged before the wait
 };
 
 // Whether a window's rows are split over CTAs by chunk (the tile kernel and the combine decide alike).
@@ -143,8 +143,8 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
   __shared__ __align__(16) bf16 kbuf[2][BN][HD + 8];
   __shared__ __align__(16) bf16 vbuf[2][BN][HD + 8];
   ls::cuda::let_next_kernel_start();  // the combine, or the output GEMM staging its weights (both wait for us)
-  // early: the wait comes after the first block's committed keys are staged (keys of earlier forwards; the window
-  // records are staged before the forward's first kernel); q and this forward's keys only after it
+  // early: the wait comes after the first two blocks' committed keys are staged (keys of earlier forwards, into both
+  // buffers; the window records are staged before the forward's first kernel); q and this forward's keys after it
   bool waited = !a.early;
   if (waited) ls::cuda::wait_for_previous_kernel();  // a no-op after a plain launch
   const int group = a.shape.heads / a.shape.kv_heads;
@@ -201,13 +201,20 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
       return c < chunks ? c * CB : -1;
     };
     int64_t b = first_chunk * CB;
+    bool next_staged = false;  // early: the second block is staged too (both buffers), before and after the wait
     if (waited) {
       stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(b), kbuf[0], vbuf[0]);
     } else {
+      const int64_t nb = next_block(b);
       stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(b), kbuf[0], vbuf[0], 0, w.committed);
+      if (nb >= 0)
+        stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(nb), kbuf[1], vbuf[1], 0, w.committed);
       ls::cuda::wait_for_previous_kernel();
       waited = true;
       stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(b), kbuf[0], vbuf[0], w.committed);
+      if (nb >= 0)
+        stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(nb), kbuf[1], vbuf[1], w.committed);
+      next_staged = nb >= 0;
     }
     // q fragments (A operand): rows quad_row / quad_row + 8, dims 2 quad_col (+8) of each 16-dim step
     uint32_t qf[KS][4];
@@ -231,10 +238,11 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
     float fold_max[2] = {-INFINITY, -INFINITY}, fold_sum[2] = {0.0f, 0.0f};
     for (int buf = 0; b >= 0; buf ^= 1) {
       const int64_t nb = next_block(b);
-      if (nb >= 0)
+      if (nb >= 0 && !next_staged)
         stage_tile<HD, BN>(a, pages, page_shift, key_count, kv_head, block_at(nb), kbuf[buf ^ 1], vbuf[buf ^ 1]);
       else
         asm volatile("cp.async.commit_group;\n" ::);
+      next_staged = false;
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
       const int64_t kb = block_at(b);

@@ -84,8 +84,8 @@ int64_t attention_scratch_floats(const KvShape& shape, int64_t rows, int64_t chu
 enum class AttentionKernel { Rows, Tiles };
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
-// The tile kernel launched programmatically, each CTA's first key block staged (its keys of earlier forwards) before
-// the wait for the kernel before (the same bits): off by default until a batch shows it wins, LS_ATTENTION_EARLY=1
+// The tile kernel launched programmatically, each CTA's first two key blocks staged (their keys of earlier forwards)
+// before the wait for the kernel before (the same bits): off by default until a batch shows it wins, LS_ATTENTION_EARLY=1
 // turns it on.
 void set_attention_tiles_early(bool on);
 bool attention_tiles_early();
