@@ -95,6 +95,9 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   if (const char* head = std::getenv("LS_DRAFTER_SHORT_HEAD"); head && *head) {
     d.short_context_head_ = std::strcmp(head, "0") != 0;
   }
+  if (const char* fold = std::getenv("LS_DRAFTER_FOLD_HEADS"); fold && std::strcmp(fold, "1") == 0) {
+    d.fold_heads_ = true;
+  }
   if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && std::strcmp(stage, "256") == 0) {
     d.head_stage_keys_ = 256;
   }

@@ -235,6 +235,15 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int head_stage_keys() const { return head_stage_keys_; }
+  // The q/k heads (norm + RoPE of q and of the block's k, v copied) folded into the head attention wherever the
+  // head kernel runs: one launch a layer less, the same bits (session 10; off by default until a batch shows it
+  // wins: LS_DRAFTER_FOLD_HEADS=1 at load). `planted_raw_keys` (tests only) leaves the block's keys un-normed.
+  void set_fold_heads(bool on, bool planted_raw_keys = false) {
+    fold_heads_ = on;
+    fold_heads_planted_ = planted_raw_keys;
+    graphs_.clear();
+  }
+  bool fold_heads() const { return fold_heads_; }
   void set_fused_scan(std::optional<bool> on) {
     fused_scan_pin_ = on;
     graphs_.clear();
@@ -352,8 +361,9 @@ class CudaDsparkDrafter final : public Drafter {
   int block_pass_key(int count, bool long_context) const {
     return long_context && short_context_head_ && count < kHeadAttentionRequests ? kLongContextBlockKey : 0;
   }
-  // Block attention of `layer` by attention_kernel(count): queries -> attended.
-  Status attend(int count, const AttentionDims& dims, int layer);
+  // Block attention of `layer` by attention_kernel(count): queries -> attended (`folded`: the head kernel takes
+  // the q/k heads from the q/k/v GEMM output itself, set_fold_heads).
+  Status attend(int count, const AttentionDims& dims, int layer, const QkvHeads* folded = nullptr);
   // Forks layer `layer`'s weight prefetch (set_l2_prefetch) onto the side branch; true when it forked.
   Result<bool> prefetch_layer_weights(int layer);
 
@@ -430,6 +440,8 @@ class CudaDsparkDrafter final : public Drafter {
   bool fused_block_ = true;
   bool short_context_head_ = false;
   int head_stage_keys_ = 128;
+  bool fold_heads_ = false;
+  bool fold_heads_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)
   bool fused_absorb_ = true;
   int64_t l2_prefetch_bytes_ = 0;

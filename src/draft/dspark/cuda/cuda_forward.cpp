@@ -93,14 +93,14 @@ BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
   return automatic == BlockAttentionKernel::Split && fits ? BlockAttentionKernel::Cooperative : automatic;
 }
 
-Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer) {
+Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer, const QkvHeads* folded) {
   DeviceBlockScratch& s = scratch_;
   const int gamma = config_.block_size;
   switch (attention_kernel(count)) {
     case BlockAttentionKernel::Head:
       if (block_attention_head_supported(gamma, dims)) {
         return block_attention_head(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                    attention_chunks_, s.attended.data(), stream_.get(), head_stage_keys_);
+                                    attention_chunks_, s.attended.data(), stream_.get(), head_stage_keys_, folded);
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Tile:
@@ -169,11 +169,17 @@ Status CudaDsparkDrafter::block_pass(int count) {
     heads.layer = index;
     heads.queries = s.queries.data();
     heads.batched = batched_loads_;
-    LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
-    mark("q/k norm + RoPE");
+    heads.planted_raw_keys = fold_heads_planted_;
+    // Folded into the head attention (set_fold_heads) or a launch of their own.
+    const bool folded =
+        fold_heads_ && attention_kernel(count) == BlockAttentionKernel::Head && block_attention_head_supported(gamma, dims);
+    if (!folded) {
+      LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
+      mark("q/k norm + RoPE");
+    }
     LS_ASSIGN_OR_RETURN(const bool forked, prefetch_layer_weights(index));
     prefetching = prefetching || forked;
-    LS_RETURN_IF_ERROR(attend(count, dims, index));
+    LS_RETURN_IF_ERROR(attend(count, dims, index, folded ? &heads : nullptr));
     mark("attention");
     // X += o; v = post_attention_layernorm(X); X += down(silu(gate v) * up v) with gate/up as one GEMM.
     LS_RETURN_IF_ERROR(gemm_residual_norm(s.attended.data(), rows, layer.o_proj.values.data(), d, q,

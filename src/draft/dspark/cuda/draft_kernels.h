@@ -73,6 +73,7 @@ struct QkvHeads {
   bf16_t* queries = nullptr;  // [rows, heads, head_dim]
   bool programmatic = false;  // launched to overlap the previous kernel's tail (it waits before reading)
   bool batched = false;       // session 8: each lane's loads issued at once (norm_rope_head_batched, the same bits)
+  bool planted_raw_keys = false;  // tests only, folded into the head attention: the block's keys left un-normed
 };
 // q heads: rms_norm(q_norm) + rope_rotate -> queries; k heads: the same with k_norm -> the cache; v heads copied to
 // the cache (= rms_norm, rope_rotate twice and scatter_block_kv).
@@ -160,10 +161,12 @@ Status block_attention_cooperative(const bf16_t* q, const DeviceBlockRequest* re
 bool block_attention_head_supported(int gamma, AttentionDims dims);
 // The drafter's automatic attention takes Head from this many requests (block pass buckets) up (batch s9B).
 inline constexpr int kHeadAttentionRequests = 16;
-// `stage_keys`: K / V rows staged in shared memory per trip, 128 or 256 (session 10; the same bits).
+// `stage_keys`: K / V rows staged in shared memory per trip, 128 or 256 (session 10; the same bits). `heads`
+// (session 10): the q/k heads folded in: the queries and the block's K / V come from heads->qkv through qkv_heads'
+// arithmetic (q unused; nothing is written to the caches' block rows), so the bits of qkv_heads then this kernel.
 Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                             AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
-                            int stage_keys = 128);
+                            int stage_keys = 128, const QkvHeads* heads = nullptr);
 
 // ---- Weight prefetch into L2 (l2_prefetch.cu) ----
 
