@@ -228,7 +228,8 @@ int gather_norm_differences(bool fault) {
 TEST(CudaTargetFusedOps, TheGatherResidualAddAndFinalNormInOneLaunchGiveTheThreeLaunchesBits) {
   LS_SKIP_WITHOUT_DEVICE();
   EXPECT_EQ(gather_norm_differences(false), 0);
-  EXPECT_FALSE(gather_rms_norm_fits(1000, nullptr, nullptr, nullptr, nullptr)) << "not a multiple of 8";
+  EXPECT_FALSE(gather_rms_norm_fits(1004, nullptr, nullptr, nullptr, nullptr)) << "not a multiple of 8";
+  EXPECT_FALSE(gather_rms_norm_fits(200, nullptr, nullptr, nullptr, nullptr)) << "narrower than the CTA kernel's rows";
 }
 
 TEST(CudaTargetFusedOps, APlantedLeftOutResidualAddInTheGatherNormTurnsTheCheckRed) {

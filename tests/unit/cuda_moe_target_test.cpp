@@ -4,8 +4,8 @@
 // draw bitwise the one-row run of the old launches, at window widths 1..16 and 4 streams x 16 rows per forward. (The
 // planted faults are in cuda_expert_combine_test.cpp: this model's K is one 64-wide tile, so a reversed K walk is
 // the same walk here.) Also the lean streamed experts (moe7), and their down launch combining at 1 and 2 rows, and the
-// lean route + plan (moe8; up to 16 rows a forward, the old kernel past that), and with the residual add + ffn norm
-// inside it (step10; the norm launch past 16 rows).
+// lean route + plan (moe8; up to 16 rows a forward, the old kernel past that) with the residual add + ffn norm
+// inside it (step10; the norm launch past 16 rows and under the old kernel).
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -26,8 +26,7 @@ struct MoeMode {
   int level;
   bool preload;
   gpu::ExpertFfnPath path = gpu::ExpertFfnPath::Streamed;
-  bool lean_route = false;  // moe8: the lean route + plan (set_moe_route_lean)
-  bool norm_in_route = false;  // step10: the residual add + ffn norm inside the lean route + plan
+  bool lean_route = false;  // moe8: the lean route + plan (set_moe_route_lean; with the ffn norm inside since step10)
 };
 
 // The streamed experts pinned (the small model's K is below the automatic tensor-core pick) and the MoE launches of
@@ -35,9 +34,8 @@ struct MoeMode {
 struct ModeScope {
   explicit ModeScope(MoeMode mode)
       : level_before(gpu::moe_fused_launches()), preload_before(gpu::moe_router_preload()),
-        lean_before(gpu::moe_route_lean()), norm_before(gpu::moe_norm_in_route()) {
+        lean_before(gpu::moe_route_lean()) {
     gpu::pin_expert_ffn_path_for_test(mode.path);
-    gpu::set_moe_norm_in_route(mode.norm_in_route);
     gpu::set_moe_route_lean(mode.lean_route);
     gpu::set_moe_fused_launches(mode.level);
     gpu::set_moe_router_preload(mode.preload);
@@ -47,10 +45,9 @@ struct ModeScope {
     gpu::set_moe_fused_launches(level_before);
     gpu::set_moe_router_preload(preload_before);
     gpu::set_moe_route_lean(lean_before);
-    gpu::set_moe_norm_in_route(norm_before);
   }
   int level_before;
-  bool preload_before, lean_before, norm_before;
+  bool preload_before, lean_before;
 };
 
 std::unique_ptr<CudaTarget> moe_target() {
@@ -136,20 +133,17 @@ TEST(CudaMoeTarget, TheCombineInTheDownLaunchAndThePreloadedRouterGiveTheOneRowB
                              MoeMode{2, true, gpu::ExpertFfnPath::StreamedLeanCombine},
                              MoeMode{3, true, gpu::ExpertFfnPath::StreamedLeanCombine},
                              MoeMode{2, true, gpu::ExpertFfnPath::StreamedLeanCombine, true},
-                             MoeMode{2, true, gpu::ExpertFfnPath::StreamedLeanCombine, true, true},
-                             MoeMode{3, true, gpu::ExpertFfnPath::StreamedLean, true, true}}) {
+                             MoeMode{3, true, gpu::ExpertFfnPath::StreamedLean, true}}) {
     const ModeScope scope(mode);
     for (int width : {1, 2, 5, 8, 16}) {
       EXPECT_EQ(differing(run(*target, 1, 32, width), oracle_one), 0)
           << "level " << mode.level << " preload " << mode.preload << " " << gpu::expert_ffn_path_name(mode.path)
-          << " lean route " << mode.lean_route << " norm in route " << mode.norm_in_route << ", windows of " << width
-          << ", one stream";
+          << " lean route " << mode.lean_route << ", windows of " << width << ", one stream";
     }
     // 4 streams x 16 rows: 64 rows a forward, the most route + plan and the combine in the down launch take
     EXPECT_EQ(differing(run(*target, 4, 32, 16), oracle_four), 0)
         << "level " << mode.level << " preload " << mode.preload << " " << gpu::expert_ffn_path_name(mode.path)
-        << " lean route " << mode.lean_route << " norm in route " << mode.norm_in_route
-        << ", 4 streams of 16-row windows";
+        << " lean route " << mode.lean_route << ", 4 streams of 16-row windows";
   }
 }
 

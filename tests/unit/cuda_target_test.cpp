@@ -226,9 +226,8 @@ TEST(CudaTarget, NanoTargetIsBatchInvariantAcrossWidthsAndStreams) {
   EXPECT_EQ(check_many_streams(*target, 16, 24, 16), 256);
 }
 
-// step10's launch switches, all on (the ffn residual add + norm inside the lean route + plan; the q/k norm + RoPE
-// writing k and v straight into the pages; the ShortConv's and the attention tiles' early loads; the last residual
-// add in the draw's final norm): the default launches' one-row bits, then every row of 16 streams in
+// step10's launch switches, all on (the ShortConv's and the attention tiles' early loads; the last residual add in
+// the draw's final norm): the default launches' one-row bits, then every row of 16 streams in
 // windows up to 16 rows (256-row forwards) equal to the one-row run, on the small dense and MoE targets (head_dim 16:
 // the KV write's two-launch fallback), the nano target (head_dim 64: the one launch) and a small dense target
 // without taps (the final norm fused: taps of the last layer keep the add's launch). Graphs dropped at each
@@ -237,27 +236,20 @@ TEST(CudaTarget, TheStep10LaunchSwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndS
   LS_SKIP_WITHOUT_DEVICE();
   struct Switches {
     Switches(CudaTarget& target, bool on)
-        : target(target), norm_before(gpu::moe_norm_in_route()), qk_kv_before(gpu::qk_norm_rope_writes_kv()),
-          conv_before(gpu::short_conv_early()), attention_before(gpu::attention_tiles_early()),
+        : target(target), conv_before(gpu::short_conv_early()), attention_before(gpu::attention_tiles_early()),
           final_before(CudaTarget::final_norm_fused()) {
       set(on, on, on);
     }
-    ~Switches() {
-      set(norm_before, qk_kv_before, conv_before);
-      gpu::set_attention_tiles_early(attention_before);
-      CudaTarget::set_final_norm_fused(final_before);
-    }
-    void set(bool norm, bool qk_kv, bool early) {  // early: the ShortConv's and the attention tiles'; norm: the final's
-      CudaTarget::set_final_norm_fused(norm);
-      gpu::set_moe_norm_in_route(norm);
-      gpu::set_qk_norm_rope_writes_kv(qk_kv);
-      gpu::set_short_conv_early(early);
-      gpu::set_attention_tiles_early(early);
+    ~Switches() { set(conv_before, attention_before, final_before); }
+    void set(bool conv, bool attention, bool final_norm) {
+      gpu::set_short_conv_early(conv);
+      gpu::set_attention_tiles_early(attention);
+      CudaTarget::set_final_norm_fused(final_norm);
       target.set_graphs(false);
       target.set_graphs(true);
     }
     CudaTarget& target;
-    bool norm_before, qk_kv_before, conv_before, attention_before, final_before;
+    bool conv_before, attention_before, final_before;
   };
   std::vector<std::unique_ptr<Target>> targets;
   targets.push_back(small_cuda_target(false));

@@ -113,7 +113,7 @@ class CudaTarget final : public Target {
   // A mixer's last GEMM / the dense FFN's down GEMM (GemmEngine::gemm; the decode tails of session 7 are gone).
   Status gemm_out(const bf16* x, int64_t rows, const cuda::DeviceMatrix& w, bf16* y);
   // The residual add + ffn_norm (h += delta; u_ = RMSNorm(h)) and the MoE FFN; the norm inside route + plan where
-  // gpu::moe_norm_in_route() and it fits, else its own launch first (the same bits).
+  // it fits (the lean kernel, up to 16 rows), else its own launch first (the same bits).
   Status ffn_moe(int layer, int64_t rows, bf16* h, const bf16* delta);
   // Final norm + head + keyed draw of n drawn rows (indices into h at meta.drawn); logits of wanted rows to `verified`.
   Status draw(int64_t n, const Meta& meta, const std::vector<int64_t>& drawn_rows, const std::vector<char>& wants,
@@ -121,7 +121,7 @@ class CudaTarget final : public Target {
   // Benches only (LS_STEP_TWICE, a comma list of step_op_name()s, read at load): the named op kinds are launched
   // twice, so the graphed step's growth is that kind's cost on the step's critical path. Every kind doubled is
   // idempotent (the same inputs and outputs; a residual add + norm is doubled by a second rms_norm of the new h).
-  enum class StepOp : uint32_t { Norm, QkNorm, WriteKv, Attention, Conv, MixerIn, MixerOut, GateUp, Down, Route,
+  enum class StepOp : uint32_t { Norm, QkNorm, Attention, Conv, MixerIn, MixerOut, GateUp, Down, Route,
                                  Experts, Combine, Count };
   static const char* step_op_name(StepOp op);
   static uint32_t step_twice_from_env();

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -43,12 +42,6 @@ __host__ __device__ int64_t norm_offset(int64_t rows, int experts, int k, int64_
 int64_t lean_norm_shared_bytes(int64_t rows, int experts, int k, int64_t hidden) {
   return norm_offset(rows, experts, k, hidden) + route_detail::norm_bytes(rows, hidden);
 }
-
-// the norm inside route + plan: off until a batch shows it wins (LS_MOE_NORM_ROUTE=1 turns it on)
-std::atomic<bool> g_norm_in_route{[] {
-  const char* env = std::getenv("LS_MOE_NORM_ROUTE");
-  return env != nullptr && std::string(env) == "1";
-}()};
 
 template <bool NORM>
 __global__ void __launch_bounds__(kLeanWarps * 32) route_plan_lean_kernel(RoutePlan a) {
@@ -174,10 +167,6 @@ bool route_norm_fits(const RoutePlan& a) {
          route_lean_fits(a.rows, a.experts, a.k, a.hidden) &&
          lean_norm_shared_bytes(a.rows, a.experts, a.k, a.hidden) <= g_shared_optin;
 }
-
-void set_moe_norm_in_route(bool on) { g_norm_in_route = on; }
-
-bool moe_norm_in_route() { return g_norm_in_route.load(); }
 
 void set_moe_route_lean(bool on) { g_route_lean = on; }
 

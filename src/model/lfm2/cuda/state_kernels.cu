@@ -197,21 +197,12 @@ Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_w
 }
 
 namespace {
-// the fused q/k norm + KV write: off until a batch shows it wins (LS_QK_KV=1 turns it on)
-std::atomic<bool> g_qk_kv{[] {
-  const char* env = std::getenv("LS_QK_KV");
-  return env != nullptr && std::string(env) == "1";
-}()};
 // short_conv's early loads (programmatic launch): off until a batch shows them win (LS_CONV_EARLY=1 turns them on)
 std::atomic<bool> g_conv_early{[] {
   const char* env = std::getenv("LS_CONV_EARLY");
   return env != nullptr && std::string(env) == "1";
 }()};
 }  // namespace
-
-void set_qk_norm_rope_writes_kv(bool on) { g_qk_kv = on; }
-
-bool qk_norm_rope_writes_kv() { return g_qk_kv.load(); }
 
 Status qk_norm_rope_kv(const cuda::QkNormRope& a, const bf16* v, const int32_t* row_window,
                        const WindowInfo* windows, const int32_t* pages, const KvShape& shape, KvLayer layer,

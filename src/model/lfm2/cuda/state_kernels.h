@@ -46,13 +46,11 @@ Status write_kv(const bf16* k, const bf16* v, int64_t rows, const int32_t* row_w
 // q/k norm + RoPE with the KV write in the same launch (step10): q to args.q (cuda::qk_norm_rope's bits), each
 // row's normed k heads and its v row (v [rows, kv_width]) straight into the stream's pages at write_kv's places;
 // args.k is not written. head_dim 64 / 128 / 256 (qk_norm_rope's lane-local RoPE), else the two launches.
-// fault_next_slot_for_test: a planted fault, keys one slot late.
+// fault_next_slot_for_test: a planted fault, keys one slot late. The target's attention layers run it (since H200
+// batch s10A: the 1.2B decode step 17 us faster than qk_norm_rope then write_kv).
 Status qk_norm_rope_kv(const cuda::QkNormRope& args, const bf16* v, const int32_t* row_window,
                        const WindowInfo* windows, const int32_t* pages, const KvShape& shape, KvLayer layer,
                        cudaStream_t stream, bool fault_next_slot_for_test = false);
-// The target's choice (off by default until a batch shows it wins; LS_QK_KV=1 turns it on for a process).
-void set_qk_norm_rope_writes_kv(bool on);
-bool qk_norm_rope_writes_kv();
 
 // out [rows, heads*hd] = causal GQA attention of q [rows, heads*hd] over each row's stream keys 0 .. its position
 // (CPU Bf16 rounding: dot, scaled score and p rounded to bf16; fp32 softmax and accumulation).
@@ -270,11 +268,9 @@ bool moe_route_lean();
 void route_lean_setup();
 // The MoE layer's residual add + ffn RMSNorm inside the lean route + plan (RoutePlan::norm_*), one launch and one
 // boundary fewer a MoE layer; the same bits. Where it fits: the lean kernel's rows, experts and k, hidden a multiple
-// of 8 within the block's shared memory with the norm weight, every norm pointer 16-byte aligned. The switch (off by
-// default until a batch shows it wins; LS_MOE_NORM_ROUTE=1 turns it on for a process) makes the target use it.
+// of 8 within the block's shared memory with the norm weight, every norm pointer 16-byte aligned. The target uses it
+// wherever it fits (since H200 batch s10A: ~2 us a MoE layer faster than the norm launch).
 bool route_norm_fits(const RoutePlan& plan);
-void set_moe_norm_in_route(bool on);
-bool moe_norm_in_route();
 // route_and_plan's shared-memory opt-in for the router in the launch (once, before any capture).
 void route_plan_setup();
 
