@@ -223,6 +223,25 @@ TEST(CudaSamplerSplit, DISABLED_TimesTheDrawPerSettingAndRowCount) {
   }
 }
 
+// For a profiler (ncu -k regex:split_draw): 16 wide rows (uniform 0..12, T 0.8) under min-p 0.05 and top-p 0.9, the
+// settings whose winner cuts cost the split draw most in batch s10A, three launches each, tokens checked.
+TEST(CudaSamplerSplit, DISABLED_LaunchesWideCutRowsForAProfiler) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const int vocab = 65536, rows = 16;
+  std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+  for (size_t i = 0; i < logits.size(); ++i)
+    logits[i] = static_cast<float>(uniform_open01(splitmix64(i * 0x9e3779b97f4a7c15ull + 3)) * 12.0);
+  auto dev_logits = upload(logits);
+  for (const bool min_p : {true, false}) {
+    std::vector<RowDraw> draws(rows);
+    for (int r = 0; r < rows; ++r)
+      draws[r] = RowDraw{0.8f, 0, min_p ? 1.0f : 0.9f, min_p ? 0.05f : 0.0f, splitmix64(50 + r), 7 + r};
+    std::vector<int32_t> tokens;
+    median_ms(dev_logits, draws, vocab, SamplerKernel::Split, tokens);
+    EXPECT_EQ(tokens, cpu_draws(logits, draws, vocab)) << (min_p ? "min-p" : "top-p");
+  }
+}
+
 }  // namespace
 }  // namespace ls
 
