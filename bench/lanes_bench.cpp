@@ -13,9 +13,8 @@
 //             [--debug 1]                                                  the lanes' pricing traces on stderr
 //             [--trim round|verify]                                        verify: the trim prices rows against the
 //                                                                         verify alone (before session 6)
-//             [--admit scout|all|every]                                    all: every prompt tapped while the drafter
-//                                                                         is unproven where the prior pays (before 6);
-//                                                                         every: every prompt tapped (lanes11)
+//             [--admit scout|all]                                          all: every prompt tapped while the drafter
+//                                                                         is unproven where the prior pays (before 6)
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
 //             [--probe group|alone]                                        alone: a dormant stream's probe runs only
@@ -29,16 +28,12 @@
 //                                                                         (lanes9, PricingOptions::probes_pay_their_way)
 //             [--pass-modes off|on]                                        on: passes priced per sampling mode,
 //                                                                         sampled ones timed at load (lanes10)
-//             [--group-check N]                                            a due group probe that would not run is
-//                                                                         asked again every N rounds (lanes10)
-//             [--restart-scout off|defer|alone|fallback]                   restarted contexts priced apart, one
+//             [--restart-scout off|defer|alone]                            restarted contexts priced apart, one
 //                                                                         restart scout first (lanes10)
-//             [--explore-gate X]                                           the scout only where the prior's gain over
-//                                                                         the tokens left is X times its one-off
-//                                                                         (lanes11; 0 = off)
-//             [--shapes priced|free]                                       priced: the trim charges a verify total
-//                                                                         not yet seen twice a new shape's one-off
-//                                                                         (lanes11)
+//             [--explore-gate X[,Y]]                                       the scout only where the prior's gain over
+//                                                                         the tokens left is X times its one-off, or
+//                                                                         an always-right one's Y times (lanes11;
+//                                                                         0 = off; default 3,15)
 //             [--pass-timing alone|after-forward]                          after-forward: each load-time pass timed
 //                                                                         right after a target forward (lanes9)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
@@ -217,8 +212,6 @@ bool g_new_pricing = false;
 bool g_trim_prices_pass = true;
 // --admit all: every prompt is tapped while the drafter is unproven where the prior pays (the fifth session's).
 bool g_scout_prompt_only = true;
-// --admit every: every drafting stream taps its prompt (LanesOptions::tap_every_prompt, lanes11).
-bool g_tap_every_prompt = false;
 // --quiet-reprice N: decisions over dormant streams only run the row allocator every N-th time (0 = the default).
 int g_quiet_reprice_every = 0;
 // --probe alone: a dormant stream's probe is gated on its own stream alone paying (the first half of session 6).
@@ -231,15 +224,12 @@ int g_price_depth_asked = -1;
 int g_probes_pay_their_way = -1;
 // --pass-modes on|off: PricingOptions::pass_cost_per_mode (lanes10), the library's default unless given.
 int g_pass_cost_per_mode = -1;
-// --group-check N: PricingOptions::group_check_every (lanes10), the library's default unless given.
-int g_group_check_every = 0;
-// --restart-scout off|defer|alone|fallback: PricingOptions::restart_scout (lanes10; fallback lanes11), the library's
-// default unless given.
+// --restart-scout off|defer|alone: PricingOptions::restart_scout (lanes10), the library's default unless given.
 int g_restart_scout = -1;
-// --explore-gate X: PricingOptions::explore_repay (lanes11; 0 = off), the library's default unless given.
+// --explore-gate X[,Y]: PricingOptions::explore_repay (and explore_repay_if_right) (lanes11; 0 = off), the library's
+// defaults unless given.
 double g_explore_repay = -1;
-// --shapes priced|free: PricingOptions::price_new_shapes (lanes11), the library's default unless given.
-int g_price_new_shapes = -1;
+double g_explore_repay_if_right = -1;
 // --pass-timing after-forward|alone: CalibrationOptions::pass_after_forward (lanes9), the default unless given.
 int g_pass_after_forward = -1;
 
@@ -255,16 +245,14 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   }
   lanes_options.pricing.trim_prices_pass = g_trim_prices_pass;
   lanes_options.scout_prompt_only = g_scout_prompt_only;
-  lanes_options.tap_every_prompt = g_tap_every_prompt;
   if (g_quiet_reprice_every > 0) lanes_options.pricing.quiet_reprice_every = g_quiet_reprice_every;
   lanes_options.pricing.group_probes = g_group_probes;
   lanes_options.pricing.confidence_for_unexplored = g_confidence_for_unexplored;
   if (g_price_depth_asked >= 0) lanes_options.pricing.price_depth_asked = g_price_depth_asked == 1;
   if (g_probes_pay_their_way >= 0) lanes_options.pricing.probes_pay_their_way = g_probes_pay_their_way == 1;
   if (g_pass_cost_per_mode >= 0) lanes_options.pricing.pass_cost_per_mode = g_pass_cost_per_mode == 1;
-  if (g_group_check_every > 0) lanes_options.pricing.group_check_every = g_group_check_every;
-  if (g_price_new_shapes >= 0) lanes_options.pricing.price_new_shapes = g_price_new_shapes == 1;
   if (g_explore_repay >= 0) lanes_options.pricing.explore_repay = g_explore_repay;
+  if (g_explore_repay_if_right >= 0) lanes_options.pricing.explore_repay_if_right = g_explore_repay_if_right;
   if (g_restart_scout >= 0) lanes_options.pricing.restart_scout = static_cast<PricingOptions::RestartScout>(g_restart_scout);
   if (g_pass_after_forward >= 0) lanes_options.calibration.pass_after_forward = g_pass_after_forward == 1;
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
@@ -754,20 +742,19 @@ int main(int argc, char** argv) {
     else if (flag == "--taps") ls::g_device_taps = value != "host";
     else if (flag == "--pricing") ls::g_new_pricing = value == "new";
     else if (flag == "--trim") ls::g_trim_prices_pass = value != "verify";
-    else if (flag == "--admit") {
-      ls::g_scout_prompt_only = value != "all";
-      ls::g_tap_every_prompt = value == "every";
-    }
+    else if (flag == "--admit") ls::g_scout_prompt_only = value != "all";
     else if (flag == "--quiet-reprice") ls::g_quiet_reprice_every = std::atoi(value.c_str());
     else if (flag == "--probe") ls::g_group_probes = value != "alone";
     else if (flag == "--deep-chances") ls::g_confidence_for_unexplored = value == "confidence";
     else if (flag == "--depth-ask") ls::g_price_depth_asked = value == "priced" ? 1 : 0;
     else if (flag == "--probe-value") ls::g_probes_pay_their_way = value == "on" ? 1 : 0;
     else if (flag == "--pass-modes") ls::g_pass_cost_per_mode = value == "on" ? 1 : 0;
-    else if (flag == "--group-check") ls::g_group_check_every = std::atoi(value.c_str());
-    else if (flag == "--restart-scout") ls::g_restart_scout = value == "defer" ? 1 : value == "alone" ? 2 : value == "fallback" ? 3 : 0;
-    else if (flag == "--shapes") ls::g_price_new_shapes = value == "priced" ? 1 : 0;
-    else if (flag == "--explore-gate") ls::g_explore_repay = std::atof(value.c_str());
+    else if (flag == "--restart-scout") ls::g_restart_scout = value == "defer" ? 1 : value == "alone" ? 2 : 0;
+    else if (flag == "--explore-gate") {
+      ls::g_explore_repay = std::atof(value.c_str());
+      const size_t comma = value.find(',');
+      if (comma != std::string::npos) ls::g_explore_repay_if_right = std::atof(value.c_str() + comma + 1);
+    }
     else if (flag == "--pass-timing") ls::g_pass_after_forward = value == "after-forward" ? 1 : 0;
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
@@ -786,7 +773,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all|every] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--pass-modes off|on] [--group-check N] [--restart-scout off|defer|alone|fallback] [--explore-gate X] [--shapes priced|free] [--pass-timing alone|after-forward] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
+                 "[--sampled 0|1] [--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] [--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] [--pass-timing alone|after-forward] [--debug 0|1] [--machine TEXT] [--commit SHA] [--json PATH]\n");
     return 2;
   }
   return ls::run(options);

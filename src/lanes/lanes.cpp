@@ -238,7 +238,6 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
     pricing_.observe_slow_forward(elapsed_ms - table_ms);
   }
   if (verified.ok()) pricing_.observe_verify(total_rows, elapsed_ms, mode);
-  pricing_.observe_shape(total_rows, static_cast<int>(streams.size()));
   return verified;
 }
 

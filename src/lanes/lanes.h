@@ -35,11 +35,6 @@ struct LanesOptions {
   // dormant and wake on merit once the scout has proven the drafter. false: every prompt is tapped where the prior
   // says drafting pays (the fifth session's: 8389 rows tapped and absorbed at 64 streams on the H200, for nothing).
   bool scout_prompt_only = true;
-  // While the drafter is unproven every drafting stream taps its prompt at admission (none starts dormant unless even
-  // an always-right drafter could not pay; once proven, where drafting pays): the streams the scout's window wakes
-  // draft over whole contexts instead of restarting past their untapped prompts (the nano pair on the H200:
-  // restarted contexts landed 5-11 of 30-114). lanes_bench --admit every (lanes11).
-  bool tap_every_prompt = false;
   PricingOptions pricing;
   CalibrationOptions calibration;  // max_rows, width, max_streams, max_depth are filled in by create()
 };
@@ -172,7 +167,6 @@ class Lanes {
   StreamId next_id_ = 1;
   int64_t next_admission_ = 0;
   int64_t round_index_ = 0;
-  int64_t next_group_check_round_ = 0;  // choose_tapping asks whether a due group probe runs from this round on
   std::deque<std::unique_ptr<Stream>> waiting_;
   std::map<StreamId, std::unique_ptr<Stream>> live_;
   std::vector<StreamEvent> events_;

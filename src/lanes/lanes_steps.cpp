@@ -82,9 +82,7 @@ Status Lanes::admit() {
     // Exploration its run cannot repay (PricingOptions::explore_repay): no prompt tapped, no scout.
     const bool unrepaid = !pricing_.exploration_repays(streams, draft_cap(*stream), stream->remaining(),
                                                        static_cast<int>(stream->request.prompt.size()), mode);
-    // tap_every_prompt: while the drafter is unproven every prompt is tapped; once proven, where drafting pays.
-    stream->dormant = hopeless || unrepaid ||
-                      (drafter_proven ? !pays : !options_.tap_every_prompt && scout_tapping && scout_only);
+    stream->dormant = hopeless || unrepaid || (drafter_proven ? !pays : scout_tapping && scout_only);
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
     stats_.dormant_entries += stream->dormant;
@@ -381,10 +379,6 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
     probe_taps = true;
   }
   if (probe_taps || !drafter_proven || !pricing_.group_probe_due()) return;
-  // A group probe due that would not run is asked again only every quiet_reprice_every rounds: while nothing drafts
-  // its answer rarely changes, and asking (two allocator runs over every stream's offer) was most of the drafted
-  // arm's host work over plain's (16 streams: ~25 us a round on the development host).
-  if (options_.pricing.group_check_every > 1 && round_index_ < next_group_check_round_) return;
   // A group probe will run at this decision (no stream's own probe does): the dormant stream that waited longest
   // taps and plan_depths has it probe, over this round's rows.
   Stream* longest = nullptr;
@@ -393,10 +387,7 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
     if (longest == nullptr || stream->backoff.zero_rounds > longest->backoff.zero_rounds) longest = stream;
   }
   if (longest == nullptr) return;
-  if (!pricing_.group_probe_would_run(*longest, draft_cap(*longest), round_streams)) {
-    next_group_check_round_ = round_index_ + std::max(options_.pricing.group_check_every, 1);
-    return;
-  }
+  if (!pricing_.group_probe_would_run(*longest, draft_cap(*longest), round_streams)) return;
   longest->wants_taps = true;
   longest->group_prober = true;
 }

@@ -8,18 +8,6 @@
 #include "lanes/allocator.h"
 
 namespace ls {
-namespace {
-
-// The offers with those of the streams `held_back` (offer index - 1) left empty: they buy no rows.
-std::vector<RowOffer> offers_without(std::span<const RowOffer> offers, const std::vector<bool>& held_back) {
-  std::vector<RowOffer> kept(offers.begin(), offers.end());
-  for (size_t index = 0; index < held_back.size(); ++index) {
-    if (held_back[index]) kept[index + 1] = RowOffer{0, 0.0, {}, 0.0};
-  }
-  return kept;
-}
-
-}  // namespace
 
 Pricing::Pricing(CostTables tables, PricingOptions options, int max_rows, bool has_confidence)
     : tables_(std::move(tables)),
@@ -98,15 +86,8 @@ void Pricing::trim(std::span<Stream* const> streams) const {
   // With always_draft every row costs the same, so rows are bought while they fit. A sampled window makes the
   // whole verify sampled.
   const PassMode verify_mode = mode_of(streams);
-  // price_new_shapes: a total not yet seen twice with this many windows is run eagerly or captured (a one-off).
-  const int windows = static_cast<int>(streams.size());
-  auto one_off = [&](int rows) {
-    if (!options_.price_new_shapes) return 0.0;
-    const auto seen = shape_sightings_.find({rows, windows});
-    return seen != shape_sightings_.end() && seen->second >= 2 ? 0.0 : one_off_ms_;
-  };
   auto cost = [&](int rows, int, int) {
-    return options_.always_draft ? 1.0 : verify_ms(rows, verify_mode) + overhead_ms_ + pass_ms + one_off(rows);
+    return options_.always_draft ? 1.0 : verify_ms(rows, verify_mode) + overhead_ms_ + pass_ms;
   };
   Allocation allocation = allocate_rows(offers, max_rows_, cost, 1.0);
   for (size_t index = 0; index < streams.size(); ++index) {
@@ -211,17 +192,15 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   }
   const bool explore = !drafter_unproven || exploration_repays(round_streams, widest_cap, most_left, 0, mode);
   std::vector<bool> offered(drafting.size(), false);
-  std::vector<bool> held_back(drafting.size(), false);  // RestartScout::Fallback: priced only if the lone offer is not
   bool scout_chosen = false;
   bool any_awake = false;
   for (size_t index = 0; index < drafting.size(); ++index) {
     any_awake = any_awake || (caps[index] > 0 && !drafting[index]->dormant);
   }
-  // RestartScout::Alone / Fallback: until a restarted window is verified one stream that needs a restart is offered
-  // drafts (an awake restarted one if any, else the first).
-  using Scout = PricingOptions::RestartScout;
+  // RestartScout::Alone: until a restarted window is verified one stream that needs a restart is offered drafts (an
+  // awake restarted one if any, else the first).
   int lone_restart = -1;
-  if ((options_.restart_scout == Scout::Alone || options_.restart_scout == Scout::Fallback) && restart_windows_ == 0) {
+  if (options_.restart_scout == PricingOptions::RestartScout::Alone && restart_windows_ == 0) {
     for (size_t index = 0; index < drafting.size(); ++index) {
       if (caps[index] <= 0 || !prices_as_restarted(*drafting[index])) continue;
       const bool awake = !drafting[index]->dormant;
@@ -242,36 +221,19 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     if (caps[index] <= 0 || !explore || (drafter_unproven && scout_chosen)) continue;
     // The scout is the stream that tapped its prompt (the others wait dormant): a dormant one only if none did.
     if (drafter_unproven && stream.dormant && any_awake) continue;
-    const bool lone_only = lone_restart >= 0 && static_cast<int>(index) != lone_restart && prices_as_restarted(stream);
-    // Fallback keeps the others' offers aside: they are priced only if the lone offer buys nothing.
-    if (lone_only && (options_.restart_scout != Scout::Fallback || drafter_unproven || quiet)) continue;
-    held_back[index] = lone_only;
-    offered[index] = !lone_only;
-    scout_chosen = scout_chosen || !lone_only;
+    if (lone_restart >= 0 && static_cast<int>(index) != lone_restart && prices_as_restarted(stream)) continue;
+    offered[index] = true;
+    scout_chosen = true;
     if (quiet) continue;
     offer.chances = depth_chances(stream, caps[index]);
     offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
   Allocation allocation;
-  bool fell_back = false;
   if (quiet) {
     allocation.extra_rows.assign(offers.size(), 0);
   } else {
-    const bool any_held = std::find(held_back.begin(), held_back.end(), true) != held_back.end();
-    allocation = any_held ? allocate_rows(offers_without(offers, held_back), max_rows_, round_cost(mode),
-                                          options_.plain_margin)
-                          : allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
+    allocation = allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
     ++depth_allocations_;
-    const bool lone_bought = std::any_of(allocation.extra_rows.begin() + 1, allocation.extra_rows.end(),
-                                         [](int rows) { return rows > 0; });
-    if (any_held && !lone_bought) {
-      // RestartScout::Fallback: the lone offer bought nothing (a scout and one restarted stream of 8 do not pay the
-      // 1.2B's pass): priced with every stream offered, as Defer, so a pass that pays only when shared is found.
-      allocation = allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
-      ++depth_allocations_;
-      fell_back = true;
-      for (size_t index = 0; index < drafting.size(); ++index) offered[index] = offered[index] || held_back[index];
-    }
     if (log_level() == LogLevel::Debug) trace_depths(drafting, offers, allocation, round_streams);
   }
   const bool bought = std::any_of(allocation.extra_rows.begin() + 1, allocation.extra_rows.end(),
@@ -283,7 +245,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   // until its window says what restarted contexts land. The purchase itself is priced with every stream offered, so
   // a pass that pays only when shared (16 streams of the 1.2B) is still found.
   int restart_scout = -1;
-  if ((options_.restart_scout == Scout::Defer || fell_back) && restart_windows_ == 0) {
+  if (options_.restart_scout == PricingOptions::RestartScout::Defer && restart_windows_ == 0) {
     for (size_t index = 0; index < drafting.size(); ++index) {
       if (allocation.extra_rows[index + 1] <= 0 || !prices_as_restarted(*drafting[index])) continue;
       const bool awake = !drafting[index]->dormant;

@@ -92,11 +92,6 @@ struct PricingOptions {
   // 0.92 / 0.86 / 0.88 / 0.85x with one table; the 1.2B synth (128 tokens) 0.96 / 0.98 / - / 1.01x against
   // 0.97 / 0.87 / - / 0.90x.
   bool pass_cost_per_mode = true;
-  // A group probe that is due but would not run is asked again only every n-th round (1: every round, the eighth
-  // session's; each ask is two allocator runs over every stream's offer: ~25 us a round at 16 streams on the
-  // development host, the drafted arm's host work over plain's). lanes_bench --group-check N. 8 went with the restart
-  // scout in batches s9A/s9B (not timed apart); 1 by default with the restart scout off.
-  int group_check_every = 1;
   // Restarted contexts priced apart (lanes10). A dormant stream drafts over a context that restarted past the rows it
   // skipped, which a DSpark drafter drafts from far worse than from a whole one (the nano pair on the H200: after
   // the scout's probe over its whole prompt the pool bought every dormant stream drafts; restarted, they landed 5-11
@@ -108,10 +103,7 @@ struct PricingOptions {
   //          of those bought only the restart scout drafts, the others wait for its window.
   //   Alone: only the restart scout is offered among them (nothing is bought unless it pays with the streams that
   //          hold whole contexts; a group probe measures restarted contexts otherwise).
-  //   Fallback: Alone first; where the lone offer buys nothing, priced as Defer (every stream offered, only the
-  //          restart scout of those bought drafts): the 1.2B at 8 streams, where a scout and one restarted stream do
-  //          not pay a pass but all 8 do, keeps drafting (lanes11).
-  // Off: every stream is priced from one pool (lanes_bench --restart-scout off|defer|alone|fallback).
+  // Off: every stream is priced from one pool (lanes_bench --restart-scout off|defer|alone).
   // H200 batch s9A (same binary, 5 repeats, decode speedup at 1 / 4 / 8 / 16 streams):
   //   nano greedy    off 1.74 / 0.82 / 0.80 / 0.81x, defer 1.76 / 0.89 / 0.88 / 0.88x, alone 1.70 / 0.89 / 0.90 / 0.85x
   //   nano sampled   off 0.89 / 0.80 / 0.82 / 0.79x, defer 0.95 / 0.87 / 0.93 / 0.85x, alone 0.95 / 0.90 / 0.91 / 0.92x
@@ -120,21 +112,22 @@ struct PricingOptions {
   // Alone was the default for batch s9B: the nano pair held its gain (greedy 0.89 / 0.91 / 0.90x against 0.86 / 0.82 /
   // 0.85x), but gpu-check's 1.2B synth at 8 streams fell to 0.99x (2 passes; s9A 1.16x, 66 passes): a scout and one
   // restarted stream of 8 do not pay a pass, and the one pool never got to buy the group. Off again by default.
-  enum class RestartScout { Off, Defer, Alone, Fallback };
+  enum class RestartScout { Off, Defer, Alone };
   RestartScout restart_scout = RestartScout::Off;
   // Exploration that its run can repay (lanes11). Before any draft was verified, the scout (its prompt's taps, its
   // probe, the new forward shapes they bring) runs only where drafting at the prior, every stream of the round
   // offering, would save at least `explore_repay` times that one-off over the tokens the streams have left. The nano
   // pair on the H200 at 8-16 streams, 64 tokens: the prior's best round beats plain by 4-15 %, about 2 ms of a 14-16
-  // ms run, while scouting (taps, absorbs, passes, new shapes) cost 2-4 ms and nothing it found paid. 0: off
-  // (lanes_bench --explore-gate X).
-  double explore_repay = 0;
-  // New forward shapes priced in the trim (lanes11). A CUDA target runs a verify of a (rows, windows) shape it has not
-  // seen eagerly and captures it the second time: both forwards cost about a forward more (the nano pair on the H200:
-  // 2-4 slow forwards, +1-1.4 ms of a 14-17 ms run). The trim charges a total not yet seen twice the mean one-off of
-  // the slow forwards measured so far, so a round keeps a shape already captured unless its extra drafts repay one.
-  // false: the totals are chosen by rate alone (lanes_bench --shapes priced|free).
-  bool price_new_shapes = false;
+  // ms run, while scouting (taps, absorbs, passes, new shapes) cost 2-4 ms and nothing it found paid. 3 by default
+  // since H200 batch s10A (same binary, decode speedup at 1 / 4 / 8 / 16 streams): nano greedy 1.69 / 0.81 / 0.98 /
+  // 0.97x against 1.76 / 0.81 / 0.81 / 0.85x ungated, nano sampled 0.98 / 0.98 / 0.98 / 0.97x against 0.90 / 0.86 /
+  // 0.76 / 0.82x, the 1.2B synth greedy at 8 streams 1.21x against 1.20x, sampled at 1 / 4 / 16 1.00 / 1.00 / 1.00x
+  // against 1.11 / 1.03 / 0.94x. 0: off (lanes_bench --explore-gate X).
+  double explore_repay = 3;
+  // ... or where an always-right drafter's gain would repay this many times the one-off: a confident drafter the
+  // prior undersells, in runs long enough to find it (the 1.2B at 16-64 streams, where only deep windows pay; the
+  // nano pair's 64-token runs reach 5-11x). lanes_bench --explore-gate X,Y.
+  double explore_repay_if_right = 15;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -203,8 +196,6 @@ class Pricing {
   // A verify forward took `excess_ms` over its table entry (a new shape's eager run and capture): the mean one-off
   // a probe's new shape costs (probes_pay_their_way).
   void observe_slow_forward(double excess_ms);
-  // A verify forward of `rows` rows over `windows` windows ran (price_new_shapes counts the sightings of each shape).
-  void observe_shape(int rows, int windows);
   double one_off_ms() const { return one_off_ms_; }
   // The chances trim prices a stream's held drafts with: [held] cumulative.
   std::vector<float> held_chances(const Stream& stream) const;
@@ -313,7 +304,16 @@ class Pricing {
   double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
   double one_off_ms_ = 0;           // moving average of a slow forward's excess over its table entry
   int64_t slow_forwards_seen_ = 0;
-  std::map<std::pair<int, int>, int> shape_sightings_;  // (rows, windows) -> verify forwards seen (price_new_shapes)
+  // The last exploration_repays that said no: it says no again for as many streams, the same cap, mode and absorb
+  // rows and no more tokens left, without an allocator run (rounds of an unexplored drafter cost what plain's do).
+  struct ClosedGate {
+    int streams = -1;
+    int cap = -1;
+    int absorb_rows = -1;
+    PassMode mode = PassMode::Greedy;
+    int tokens_left = 0;
+  };
+  mutable ClosedGate closed_gate_;
   bool batched_call_measured_ = false;
   int batched_call_outliers_ = 0;   // batched calls in a row dearer than twice the estimate
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing

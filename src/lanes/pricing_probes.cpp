@@ -111,10 +111,6 @@ void Pricing::observe_slow_forward(double excess_ms) {
   one_off_ms_ = slow_forwards_seen_++ == 0 ? excess_ms : one_off_ms_ + options_.cost_rate * (excess_ms - one_off_ms_);
 }
 
-void Pricing::observe_shape(int rows, int windows) {
-  if (options_.price_new_shapes) ++shape_sightings_[{rows, windows}];
-}
-
 bool Pricing::group_probe_due() const {
   return options_.group_probes && !options_.always_draft && drafter_proven() &&
          group_zero_decisions_ + 1 >= group_wait_;
@@ -149,16 +145,30 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
   if (options_.explore_repay <= 0 || options_.always_draft || drafter_proven()) return true;
   if (cap <= 0 || tokens_left <= 0) return false;
   const int streams = std::clamp(round_streams, 1, max_rows_);
+  const ClosedGate& closed = closed_gate_;
+  if (closed.streams == streams && closed.cap == cap && closed.absorb_rows == absorb_rows && closed.mode == mode &&
+      tokens_left <= closed.tokens_left) {
+    return false;
+  }
   const double plain_ms = round_cost(mode)(streams, 0, 0);
-  const Allocation best = pooled_round(streams, cap, false, mode);
-  if (best.total_rows <= streams || plain_ms <= 0 || best.tokens_per_ms <= 0) return false;
-  // A token costs plain_ms / streams plainly and 1 / tokens_per_ms drafted: the saving per round of plain.
-  const double saved_share = 1.0 - (static_cast<double>(streams) / plain_ms) / best.tokens_per_ms;
-  const double gain_ms = saved_share * plain_ms * tokens_left;
+  if (plain_ms <= 0) return true;  // (a clock that never moves: exploring costs nothing)
   // The scout's one-off: its probe (pass and verify rows), its prompt's absorb, and a new forward shape (eager, then
   // captured: about a forward each on a CUDA target).
   const double one_off_ms = probe_cost_ms(cap, streams, mode) + tables_.absorb_ms(absorb_rows) + 2 * plain_ms;
-  return gain_ms >= options_.explore_repay * one_off_ms;
+  // What the best round saves over the tokens left: a token costs plain_ms / streams plainly, 1 / tokens_per_ms
+  // drafted.
+  auto gain_ms = [&](bool always_right) {
+    const Allocation best = pooled_round(streams, cap, always_right, mode);
+    if (best.total_rows <= streams || best.tokens_per_ms <= 0) return 0.0;
+    const double saved_share = 1.0 - (static_cast<double>(streams) / plain_ms) / best.tokens_per_ms;
+    return saved_share * plain_ms * tokens_left;
+  };
+  if (gain_ms(false) >= options_.explore_repay * one_off_ms) return true;
+  if (options_.explore_repay_if_right > 0 && gain_ms(true) >= options_.explore_repay_if_right * one_off_ms) {
+    return true;
+  }
+  closed_gate_ = {streams, cap, absorb_rows, mode, tokens_left};
+  return false;
 }
 
 std::vector<float> Pricing::hopeful_chain(int depth) const {

@@ -90,6 +90,7 @@ TEST(LanesDepthAsked, WithTheDepthAskedPricedEveryFourthDraftingDecisionStillAsk
 
 LanesOptions probe_rule(bool pays) {
   LanesOptions options;
+  options.pricing.explore_repay = 0;  // the probe rules under test, not lanes11's exploration gate
   options.pricing.probes_pay_their_way = pays;
   return options;
 }

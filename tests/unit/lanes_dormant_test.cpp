@@ -120,7 +120,9 @@ TEST(LanesDormant, WhereEvenAnAlwaysRightDrafterCannotPayAtThisManyStreamsNoProm
     FixedClock clock;
     FakeTarget target(costed_fake_target(clock, 10.0, 2.0, 128));
     FakeDrafter drafter(costed_drafter(clock, 0.0, 2.0));
-    auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+    LanesOptions options;
+    options.pricing.explore_repay = 0;  // the always-right rule under test, not lanes11's exploration gate
+    auto lanes = Lanes::create(target, &drafter, options, clock);
     EXPECT_TRUE(lanes.ok());
     const int64_t setup_tap_rows = target.tap_rows();
     const std::vector<Arrival> arrivals = requests(streams, 10, 40);
