@@ -26,8 +26,8 @@
 //                 [--rounds N [--round-blocks B] [--round-depth D] [--round-settings 0,40,0:head]]: instead of
 //                 the table, lanes-like rounds at the first --streams count (absorb_device of ~5.5 rows, then a
 //                 pass), timed piece by piece, each setting ("MiB" of set_l2_prefetch, ":head" for
-//                 set_short_context_head, ":s256" for set_head_stage_keys(256), ":fold" for set_fold_heads) in B
-//                 interleaved blocks of N rounds
+//                 set_short_context_head, ":s256" for set_head_stage_keys(256), ":fold" for set_fold_heads, ":held"
+//                 for set_held_norms) in B interleaved blocks of N rounds
 // Memory: "loader peak" is the loader's own byte count (final weights + the one staged matrix); "peak anon RSS"
 // samples RssAnon every millisecond during the load (file pages of the mapped checkpoint excluded); run one
 // --bits per process for a clean RSS baseline.

@@ -68,6 +68,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_head = drafter.short_context_head();
   const int loaded_stage = drafter.head_stage_keys();
   const bool loaded_fold = drafter.fold_heads();
+  const bool loaded_held = drafter.held_norms();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -76,6 +77,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       drafter.set_short_context_head(setting.find(":head") != std::string::npos);
       drafter.set_head_stage_keys(setting.find(":s256") != std::string::npos ? 256 : 128);
       drafter.set_fold_heads(setting.find(":fold") != std::string::npos);
+      drafter.set_held_norms(setting.find(":held") != std::string::npos);
       drafter.capture_bucket_graphs();  // outside the timed rounds, as at load
       Samples& samples = by_setting[setting];
       std::vector<StreamId> ids;
@@ -133,10 +135,11 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_short_context_head(loaded_head);
   drafter.set_head_stage_keys(loaded_stage);
   drafter.set_fold_heads(loaded_fold);
+  drafter.set_held_norms(loaded_held);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:fold]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:fold][:held]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

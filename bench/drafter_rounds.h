@@ -19,8 +19,8 @@ struct RoundOptions {
   int streams = 1;           // streams drafting together
   int tap_width = 0;         // taps x hidden: one tap row's values
   // Settings to compare, each "MB" (set_l2_prefetch in MiB) with ":head" for set_short_context_head(true) and
-  // ":s256" for set_head_stage_keys(256), ":fold" for set_fold_heads(true), e.g. {"0", "40", "0:head:s256:fold"};
-  // other pins stay the drafter's own.
+  // ":s256" for set_head_stage_keys(256), ":fold" for set_fold_heads(true), ":held" for set_held_norms(true), e.g.
+  // {"0", "40", "0:head:s256:fold"}; other pins stay the drafter's own.
   std::vector<std::string> settings = {"0"};
 };
 

@@ -96,6 +96,42 @@ __global__ void rms_norm_kernel(const bf16_t* x, int64_t rows, int64_t width, co
   }
 }
 
+// rms_norm_kernel for widths up to kWarp x kNormHeld (session 10): each lane loads its whole share of x and of
+// the weight at once and keeps it (one round trip a row, not two per kNormBatch), then the same sum in the same
+// lane order and the same outputs, so the same bits; in place too (every load before the first store).
+constexpr int kNormHeld = 64;
+__global__ void rms_norm_held_kernel(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps,
+                                     bf16_t* y) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const bf16_t* in = x + row * width;
+  float values[kNormHeld], weights[kNormHeld];
+#pragma unroll
+  for (int k = 0; k < kNormHeld; ++k) {
+    const int64_t i = lane + k * kWarp;
+    values[k] = i < width ? __bfloat162float(in[i]) : 0.0f;
+    weights[k] = i < width ? weight[i] : 0.0f;
+  }
+  double sum_squares = 0;
+#pragma unroll
+  for (int k = 0; k < kNormHeld; ++k) {
+    if (lane + k * kWarp >= width) break;
+    const double value = values[k];
+    sum_squares += value * value;
+  }
+  sum_squares = warp_sum(sum_squares);
+  const float mean = static_cast<float>(sum_squares / static_cast<double>(width));
+  const float inverse_rms = 1.0f / sqrtf(mean + eps);
+  bf16_t* out = y + row * width;
+#pragma unroll
+  for (int k = 0; k < kNormHeld; ++k) {
+    const int64_t i = lane + k * kWarp;
+    if (i >= width) break;
+    out[i] = __float2bfloat16_rn(weights[k] * round_bf16(values[k] * inverse_rms));
+  }
+}
+
 // One thread per (row, head, pair).
 __global__ void rope_kernel(bf16_t* x, int64_t rows, int heads, int head_dim, const int32_t* positions,
                             int64_t first_position, const float* inv_freq, bool neox) {
@@ -350,10 +386,11 @@ Status round_to_bf16(const float* in, int64_t count, bf16_t* out, cudaStream_t s
 }
 
 Status rms_norm(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps, bf16_t* y,
-                cudaStream_t stream, bool batched) {
+                cudaStream_t stream, bool batched, bool held) {
   if (rows == 0) return ok_status();
   constexpr int kWarpsPerBlock = 8;
-  const auto kernel = batched ? rms_norm_kernel<true> : rms_norm_kernel<false>;
+  const bool holds = held && width <= kWarp * kNormHeld;
+  const auto kernel = holds ? rms_norm_held_kernel : batched ? rms_norm_kernel<true> : rms_norm_kernel<false>;
   kernel<<<blocks_for(rows, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, stream>>>(x, rows, width, weight, eps, y);
   LS_CUDA_TRY_LAUNCH("rms_norm");
   return ok_status();

@@ -98,6 +98,9 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   if (const char* fold = std::getenv("LS_DRAFTER_FOLD_HEADS"); fold && std::strcmp(fold, "1") == 0) {
     d.fold_heads_ = true;
   }
+  if (const char* held = std::getenv("LS_DRAFTER_HELD_NORM"); held && std::strcmp(held, "1") == 0) {
+    d.held_norms_ = true;
+  }
   if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && std::strcmp(stage, "256") == 0) {
     d.head_stage_keys_ = 256;
   }

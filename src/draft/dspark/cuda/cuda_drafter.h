@@ -117,11 +117,12 @@ inline constexpr int kAbsorbGraphKey = -2;
 // The block pass of fewer than kHeadAttentionRequests requests whose longest holds more than short_context_keys()
 // keys (its own graph: the attention kernel differs by context there, and a graph cannot choose).
 inline constexpr int kLongContextBlockKey = -3;
-// Keys (context + block) per request up to which the head attention beats the split below kHeadAttentionRequests
-// requests: ~320 a request (batch s9B, graphed block pass: 1 stream 0.378 vs 0.423 ms at context 128, 0.468 vs
-// 0.434 at 512; 4 streams 0.501 vs 0.600 at 512, 1.081 vs 1.000 at 2000: crossings near 350 and 1300 keys).
+// Keys (context + block) per request up to which the head attention beats the split from 2 to 15 requests: ~320 a
+// request (batch s9B, graphed block pass at 4 streams: 0.501 vs 0.600 ms at context 512, 1.081 vs 1.000 at 2000).
+// Not at one request: batch s10A's lanes-like rounds (context 128..350) had the head pass 0.4306 ms against the
+// split's 0.4261 there (4 streams: 0.4346 against 0.4685 with 256-key stages and folded heads).
 inline constexpr int64_t kHeadKeysPerRequest = 320;
-inline int64_t short_context_keys(int count) { return kHeadKeysPerRequest * count; }
+inline int64_t short_context_keys(int count) { return count >= 2 ? kHeadKeysPerRequest * count : 0; }
 // Graph shapes kept at most.
 inline constexpr size_t kMaxGraphShapes = 1024;
 
@@ -244,6 +245,14 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   bool fold_heads() const { return fold_heads_; }
+  // The absorb's hidden norm with each lane's share of the row held in registers (rms_norm `held`: one load round
+  // trip a row, the same bits; batch s10A's ncu had the batched form at 10.4 us for 6 rows of 2048, on every round's
+  // critical path). Off by default until a batch shows it wins; LS_DRAFTER_HELD_NORM=1 at load.
+  void set_held_norms(bool on) {
+    held_norms_ = on;
+    graphs_.clear();
+  }
+  bool held_norms() const { return held_norms_; }
   void set_fused_scan(std::optional<bool> on) {
     fused_scan_pin_ = on;
     graphs_.clear();
@@ -442,6 +451,7 @@ class CudaDsparkDrafter final : public Drafter {
   int head_stage_keys_ = 128;
   bool fold_heads_ = false;
   bool fold_heads_planted_ = false;
+  bool held_norms_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)
   bool fused_absorb_ = true;
   int64_t l2_prefetch_bytes_ = 0;

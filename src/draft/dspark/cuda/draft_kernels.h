@@ -45,9 +45,10 @@ Status embed_tokens(const bf16_t* table, const int32_t* tokens, int64_t rows, in
 // out [count] = bf16(in [count]) (round to nearest even).
 Status round_to_bf16(const float* in, int64_t count, bf16_t* out, cudaStream_t stream);
 // y [rows, width] = bf16(weight * bf16(x * inverse_rms)); sum of squares in double; y may alias x. `batched`
-// (session 8): each lane's loads issued 16 at a time (the same bits).
+// (session 8): each lane's loads issued 16 at a time (the same bits). `held` (session 10): up to width 2048 each lane
+// loads and keeps its whole share of x and the weight at once (the same bits; wider rows take the other forms).
 Status rms_norm(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps, bf16_t* y,
-                cudaStream_t stream, bool batched = false);
+                cudaStream_t stream, bool batched = false, bool held = false);
 // Rotates x [rows, heads, head_dim] in place at positions[row] (or first_position + row when positions is null):
 // fp32 cos/sin of position * inv_freq, interleaved pairs (2i, 2i+1) unless neox, one rounding.
 Status rope_rotate(bf16_t* x, int64_t rows, int heads, int head_dim, const int32_t* positions, int64_t first_position,
