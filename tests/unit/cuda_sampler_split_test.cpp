@@ -103,7 +103,8 @@ TEST(CudaSamplerSplit, RandomRowsDrawTheCpuTokenAtOneAndSeveralChunksAndRowCount
                                   dev_draws.data() + first, out.data(), scratch, nullptr).ok());
       const std::vector<int32_t> gpu = download(out, n);
       for (int r = 0; r < n; ++r)
-        EXPECT_EQ(gpu[r], cpu[first + r]) << "vocab " << vocab << " row " << first + r << " " << describe(draws[first + r]);
+        EXPECT_EQ(gpu[r], cpu[first + r]) << "vocab " << vocab << " row " << first + r << " "
+                                          << describe(draws[first + r]);
     }
   }
 }
@@ -140,27 +141,6 @@ TEST(CudaSamplerSplit, AllNanRowsAndAScratchTooSmallStillDrawTheCpuToken) {
     ASSERT_TRUE(cuda::draw_rows(dev_logits.data(), 6, vocab, dev_draws.data(), out.data(), scratch, nullptr).ok());
     EXPECT_EQ(download(out, 6), cpu) << "scratch for " << reserved << " rows";
   }
-}
-
-// Median ms of draw_rows (15 launches after a warm-up) under `kernel`, with the last launch's tokens.
-float median_ms(const cuda::DeviceBuffer<float>& logits, const std::vector<RowDraw>& draws, int vocab,
-                SamplerKernel kernel, std::vector<int32_t>& tokens) {
-  ScopedSamplerKernel pin(kernel);
-  const int rows = static_cast<int>(draws.size());
-  auto dev_draws = upload(draws);
-  auto out = poisoned<int32_t>(rows);
-  DrawScratch scratch;
-  EXPECT_TRUE(scratch.reserve(rows, vocab).ok());
-  std::vector<float> ms;
-  for (int it = 0; it < 16; ++it) {
-    const float t = cuda::testing::device_ms_per_call(1, [&] {
-      EXPECT_TRUE(cuda::draw_rows(logits.data(), rows, vocab, dev_draws.data(), out.data(), scratch, nullptr).ok());
-    });
-    if (it > 0) ms.push_back(t);
-  }
-  tokens = download(out, rows);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 // Opt-in timing: 65536-id rows (flat: within 1e-3, the synth models; wide: 0..12) at 1 / 4 / 8 / 16 / 64 rows, per
@@ -209,9 +189,9 @@ TEST(CudaSamplerSplit, DISABLED_TimesTheDrawPerSettingAndRowCount) {
         std::vector<float> bounded_ms, split_ms;
         for (int round = 0; round < 3; ++round) {
           std::vector<int32_t> tokens;
-          bounded_ms.push_back(median_ms(dev_logits, draws, vocab, SamplerKernel::Bounded, tokens));
+          bounded_ms.push_back(median_draw_ms(dev_logits, draws, vocab, SamplerKernel::Bounded, tokens));
           EXPECT_EQ(tokens, cpu) << setting.name << " bounded";
-          split_ms.push_back(median_ms(dev_logits, draws, vocab, SamplerKernel::Split, tokens));
+          split_ms.push_back(median_draw_ms(dev_logits, draws, vocab, SamplerKernel::Split, tokens));
           EXPECT_EQ(tokens, cpu) << setting.name << " split";
         }
         std::sort(bounded_ms.begin(), bounded_ms.end());
@@ -237,7 +217,7 @@ TEST(CudaSamplerSplit, DISABLED_LaunchesWideCutRowsForAProfiler) {
     for (int r = 0; r < rows; ++r)
       draws[r] = RowDraw{0.8f, 0, min_p ? 1.0f : 0.9f, min_p ? 0.05f : 0.0f, splitmix64(50 + r), 7 + r};
     std::vector<int32_t> tokens;
-    median_ms(dev_logits, draws, vocab, SamplerKernel::Split, tokens);
+    median_draw_ms(dev_logits, draws, vocab, SamplerKernel::Split, tokens);
     EXPECT_EQ(tokens, cpu_draws(logits, draws, vocab)) << (min_p ? "min-p" : "top-p");
   }
 }

@@ -1,7 +1,7 @@
 // The device keyed sampler on flat rows (every logit within 1e-3, vocab 65536: the top-p walk's worst case) against
-// the CPU sampler, under each kernel variant (cuda::SamplerKernel), plus rows whose draw flips if the top-p / top-k cut moves
-// by one candidate, near-tie rows whose cut only one-by-one sums decide (cuda_sampler_near_ties.h), the planted
-// faults they catch, and an opt-in timing (LS_SAMPLER_TIMING=1) of the variants.
+// the CPU sampler, under each kernel variant (cuda::SamplerKernel), plus rows whose draw flips if the top-p / top-k
+// cut moves by one candidate, near-tie rows whose cut only one-by-one sums decide (cuda_sampler_near_ties.h), the
+// planted faults they catch, and an opt-in timing (LS_SAMPLER_TIMING=1) of the variants.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -200,6 +200,7 @@ using cuda::DrawScratch;
 using cuda::RowDraw;
 using cuda::SamplerKernel;
 using cuda::testing::download;
+using cuda::testing::median_draw_ms;
 using cuda::testing::poisoned;
 using cuda::testing::ScopedSamplerKernel;
 using cuda::testing::upload;
@@ -325,7 +326,8 @@ TEST(CudaSampler, NearTieRowsDrawTheCpuTokenOnEveryPathByFallingBackToOneByOneSu
   for (const SamplerKernel mode : kKernels) {
     const std::vector<int32_t> gpu = device_draws(b.rows, b.cases, mode);
     for (size_t r = 0; r < b.cases.size(); ++r)
-      EXPECT_EQ(gpu[r], b.cpu[r]) << kernel_name(mode) << " near-tie row " << r << " T " << b.cases[r].sampling.temperature
+      EXPECT_EQ(gpu[r], b.cpu[r]) << kernel_name(mode) << " near-tie row " << r << " T "
+                                  << b.cases[r].sampling.temperature
                                   << " top_p " << b.cases[r].sampling.top_p;
   }
 }
@@ -357,36 +359,6 @@ TEST(CudaSampler, ThePlantedZeroBandOfTheSplitDrawIsCaughtByTheNearTieRows) {
   EXPECT_GE(caught, static_cast<int>(b.cases.size()) / 4);
 }
 
-// Median milliseconds of draw_rows over `rows` rows under the kernel variant `mode` (15 launches after a warm-up),
-// with the tokens of the last launch.
-float median_draw_ms(const cuda::DeviceBuffer<float>& logits, const std::vector<RowDraw>& draws, SamplerKernel mode,
-                     std::vector<int32_t>& tokens) {
-  const int64_t rows = static_cast<int64_t>(draws.size());
-  auto dev_draws = upload(draws);
-  auto out = poisoned<int32_t>(rows);
-  DrawScratch scratch;
-  EXPECT_TRUE(scratch.reserve(rows, kVocab).ok());
-  ScopedSamplerKernel pin(mode);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> ms;
-  for (int it = 0; it < 16; ++it) {
-    cudaEventRecord(start);
-    EXPECT_TRUE(cuda::draw_rows(logits.data(), rows, kVocab, dev_draws.data(), out.data(), scratch, nullptr).ok());
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    if (it > 0) ms.push_back(t);  // the first launch warms up
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  tokens = download(out, rows);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 // Opt-in timing, per kernel variant: one flat 65536-token row with top_p 0.9 (and 16 such rows, mixed with top-k
 // and min-p); then 1 and 132 rows (one per SM) of flat and of wide (uniform 0..12) logits per filter setting.
 TEST(CudaSampler, TimesTheFlatTopPRowPerVariantWhenAsked) {
@@ -404,7 +376,7 @@ TEST(CudaSampler, TimesTheFlatTopPRowPerVariantWhenAsked) {
     auto dev_logits = upload(logits);
     std::vector<std::vector<int32_t>> tokens(3);
     for (int v = 0; v < 3; ++v) {
-      const float ms = median_draw_ms(dev_logits, draws, kKernels[v], tokens[v]);
+      const float ms = median_draw_ms(dev_logits, draws, kVocab, kKernels[v], tokens[v]);
       std::printf("sampler_timing rows %d top_p 0.9 flat vocab %d %s: median %.3f ms\n", rows, kVocab,
                   kernel_name(kKernels[v]), ms);
     }
@@ -433,9 +405,9 @@ TEST(CudaSampler, TimesTheFlatTopPRowPerVariantWhenAsked) {
         for (int r = 0; r < rows; ++r)
           draws.push_back(RowDraw{0.8f, setting.top_k, setting.top_p, setting.min_p, splitmix64(50 + r), 7 + r});
         std::vector<std::vector<int32_t>> tokens(3);
-        const float legacy = median_draw_ms(dev_logits, draws, SamplerKernel::Legacy, tokens[0]);
-        const float bounded = median_draw_ms(dev_logits, draws, SamplerKernel::Bounded, tokens[1]);
-        const float split = median_draw_ms(dev_logits, draws, SamplerKernel::Split, tokens[2]);
+        const float legacy = median_draw_ms(dev_logits, draws, kVocab, SamplerKernel::Legacy, tokens[0]);
+        const float bounded = median_draw_ms(dev_logits, draws, kVocab, SamplerKernel::Bounded, tokens[1]);
+        const float split = median_draw_ms(dev_logits, draws, kVocab, SamplerKernel::Split, tokens[2]);
         std::printf("sampler_timing %s rows %d %s: legacy %.3f ms bounded %.3f ms split %.3f ms\n",
                     flat ? "flat" : "wide", rows, setting.name, legacy, bounded, split);
         EXPECT_EQ(tokens[0], tokens[1]) << setting.name << ": the variants draw alike";
