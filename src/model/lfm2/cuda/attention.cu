@@ -378,13 +378,18 @@ template <int HD>
 __global__ void attention_combine_kernel(TileArgs a) {
   constexpr int PER_LANE = (HD + 31) / 32;
   const int lane = threadIdx.x & 31;
-  ls::cuda::wait_for_previous_kernel();  // launched programmatically after the tile kernel
+  // launched programmatically after the tile kernel; early: the window lookup (staged records) before the wait.
+  // Every thread waits before it may leave: the output GEMM after this launch waits for its completion only, so
+  // that completion must come after the tile kernel's.
+  if (!a.early) ls::cuda::wait_for_previous_kernel();
   ls::cuda::let_next_kernel_start();
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  if (pair >= a.rows * a.shape.heads) return;
-  const int64_t row = pair / a.shape.heads;
-  const WindowInfo w = a.windows[a.row_window[row]];
-  if (!window_split(w, a.splits, a.chunk_cap)) return;
+  const bool live = pair < a.rows * a.shape.heads;
+  const int64_t row = live ? pair / a.shape.heads : 0;
+  const WindowInfo w = live ? a.windows[a.row_window[row]] : WindowInfo{};
+  const bool split = live && window_split(w, a.splits, a.chunk_cap);
+  if (a.early) ls::cuda::wait_for_previous_kernel();
+  if (!split) return;
   const int64_t chunks = (w.committed + (row - w.first_row)) / kAttentionChunkKeys + 1;
   const float* st = a.states + pair * a.chunk_cap * (HD + 2);
   float M = -INFINITY, L = 0.0f, O[PER_LANE];
