@@ -64,10 +64,15 @@ int tma_classes_from_env() {
 }
 std::atomic<int> tma_classes{tma_classes_from_env()};
 constexpr int kDefaultTmaRingBytes = 192 * 1024;
-// The automatic picks' rows (session 10; set_decode_pipe_rows, LS_DECODE_PIPE_ROWS): launches of 1..pipe_rows rows
-// take the pipeline by class as one-row launches do. x copied once per CTA (set_decode_pipe_x, LS_DECODE_PIPE_X): 0
-// per stage, 1 once wherever it fits, -1 once for launches of more than one row where it fits.
-std::atomic<int> pipe_rows{std::clamp(env_int("LS_DECODE_PIPE_ROWS", 1), 1, 16)};
+// The automatic picks' rows (session 10; set_decode_pipe_rows, LS_DECODE_PIPE_ROWS; default 16): launches of 2..16
+// rows of one slice and no SwiGLU take the pipeline by class as one-row launches do (batch s10A, cuda_gemm_bench
+// --pipe-rows, us at m = 2 / 8 / 16, streaming -> pipeline: 2048->2048 8.86 / 9.56 / 11.43 -> 5.63 / 6.74 / 8.24,
+// 2048->3072 9.17 / 10.42 / 11.34 -> 6.14 / 7.41 / 8.94, 2048->6144 11.07 / 11.94 / 12.15 -> 9.73 / 10.86 / 11.82);
+// sliced K and SwiGLU above one row stay on the streaming kernels (8192->2048 at 16 rows 10.3 against 17.4).
+// x copied once per CTA (set_decode_pipe_x, LS_DECODE_PIPE_X): 0 per stage, 1 once wherever it fits, -1 (default)
+// once with row copies and with boxes above two rows (s10A: 2048->2048 at one row 7.1 -> 4.6 us, the step 0.98-0.99
+// -> 0.963-0.967 ms; one-row boxes lose with x once, 2048->6144 9.2 -> 9.8, and two-row ones 9.7 -> 10.1).
+std::atomic<int> pipe_rows{std::clamp(env_int("LS_DECODE_PIPE_ROWS", 16), 1, 16)};
 std::atomic<int> pipe_x{std::clamp(env_int("LS_DECODE_PIPE_X", -1), -1, 1)};
 // set_decode_pipe_fault_for_test: gemm_decode_pipe's launches with x once walk each unit's K tiles backwards.
 std::atomic<bool> pipe_fault{false};
@@ -120,7 +125,7 @@ PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k
 PipePlan plan_for(int config, int m, int k, int groups, int copies) {
   const PipeShape& shape = kPipeShapes[config];
   const int x_mode = pipe_x.load(std::memory_order_relaxed);
-  if (x_mode == 1 || (x_mode < 0 && m > 1)) {
+  if (x_mode == 1 || (x_mode < 0 && (copies == 0 || m > 2))) {
     const PipePlan once = plan_with(shape, copies != 0, true, m, k, groups);
     if (once.smem <= optin_bytes_granted) return once;
   }
@@ -261,10 +266,12 @@ void allow_pipe_shared(int optin_bytes) {
 
 bool pipe_enabled() { return pipe_on.load(std::memory_order_relaxed) || pipe_narrow.load(std::memory_order_relaxed); }
 
-// The automatic picks (set_decode_pipe_narrow): launches of up to pipe_rows rows (one by default) of one slice and at
-// most kNarrowMaxN outputs, and with tensor copies by default those of the classes in tma_classes.
+// The automatic picks (set_decode_pipe_narrow): launches of up to pipe_rows rows of one slice and at most
+// kNarrowMaxN outputs, and with tensor copies by default those of the classes in tma_classes (above one row only one
+// slice and no SwiGLU).
 bool auto_pick(int m, int k, int64_t rows, bool swiglu) {
   if (!pipe_narrow.load(std::memory_order_relaxed) || m > pipe_rows.load(std::memory_order_relaxed)) return false;
+  if (m > 1 && (swiglu || slice_count(k) > 1)) return false;
   if (!swiglu && slice_count(k) == 1 && rows <= kNarrowMaxN) return true;
   return pipe_tma.load(std::memory_order_relaxed) < 0 && copies_of(m, k, rows, swiglu) != 0;
 }

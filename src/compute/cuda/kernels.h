@@ -118,9 +118,10 @@ int decode_pipe_tma_classes();
 void set_decode_pipe_narrow(bool on);
 bool decode_pipe_narrow_on();
 // Session 10 (LS_DECODE_PIPE_ROWS / LS_DECODE_PIPE_X set them for a process): the automatic picks above take launches
-// of 1..max_rows rows (default 1) as they take one-row ones, by class; x is copied once per CTA into shared memory
-// (mode 1: wherever it fits; -1, the default: for launches of more than one row where it fits; 0: never, each stage
-// brings its unit's x rows). Same bits; drop captured graphs after a change.
+// of 2..max_rows rows (default 16; 1: one-row launches only) of one slice and no SwiGLU as they take one-row ones, by
+// class; x is copied once per CTA into shared memory (mode 1: wherever it fits; -1, the default: with row copies, and
+// with tensor boxes above two rows, where it fits; 0: never, each stage brings its unit's x rows). Same bits; drop
+// captured graphs after a change.
 void set_decode_pipe_rows(int max_rows);
 int decode_pipe_rows();
 void set_decode_pipe_x(int mode);
