@@ -15,8 +15,9 @@
 //   --pipe-ab                   also time the decode step (and the verify windows) on the pipeline decode GEMM
 //   --verify-tiles-ab           also time the verify windows with the older 17..64-row picks, the verify tiles and
 //                               every window streamed (set_decode_rows 16 / set_verify_tiles / set_decode_rows 64)
-//   --pipe-rows-ab              also time the verify windows (and the decode step) with the pipeline's automatic
-//                               picks up to 16 rows (x once / per stage), interleaved with the default
+//   --pipe-rows-ab              also time the verify windows (and the decode step) with the pipeline's picks of
+//                               session 9 (one-row launches, x per stage) and other x modes, interleaved with the
+//                               default (one-slice launches up to 16 rows, x once with row copies), fresh streams
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -340,15 +341,28 @@ int main(int argc, char** argv) {
       const char* name;
       int rows, x;
     };
-    const RowsMode modes[] = {{"default", 1, -1},          {"rows 16, x once above one row", 16, -1},
-                              {"rows 16, x per stage", 16, 0}, {"rows 16, x once at every width", 16, 1},
-                              {"default, x once at one row", 1, 1}};
+    const int default_rows = cuda::decode_pipe_rows(), default_x = cuda::decode_pipe_x();
+    const RowsMode modes[] = {{"default", default_rows, default_x},
+                              {"one-row picks, x per stage (s9)", 1, 0},
+                              {"one-row picks, x by default", 1, default_x},
+                              {"rows 16, x per stage", 16, 0},
+                              {"rows 16, x once everywhere", 16, 1}};
+    // Each mode on a fresh stream after the same prompt, so the windows see the same context in every mode.
+    const auto fresh_prompt = [&] {
+      target->release(1);
+      w.tokens = prompt;
+      w.first_drawn_row = o.context - 1;
+      check(target->forward(std::span<const Window>(&w, 1)).status(), "prompt");
+      check(target->commit(1, o.context), "commit");
+      w.first_drawn_row = 0;
+    };
     for (int again = 0; again < 2; ++again)
       for (const RowsMode& mode : modes) {
         cuda::set_decode_pipe_rows(mode.rows);
         cuda::set_decode_pipe_x(mode.x);
         target->set_graphs(false);  // drops the graphs captured under the other mode
         target->set_graphs(true);
+        fresh_prompt();
         std::string line;
         for (int rows : o.verify) {
           const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
@@ -357,7 +371,6 @@ int main(int argc, char** argv) {
           std::snprintf(cell, sizeof cell, " %d: %.3f", rows, time_forward(*target, {w}, o.repeats * 4, false));
           line += cell;
         }
-        w.first_drawn_row = 0;
         time_steps(4);
         std::printf("pipe rows A/B: %-32s decode step %.3f ms; verify ms by rows%s\n", mode.name,
                     time_steps(o.decode_tokens), line.c_str());
@@ -365,6 +378,8 @@ int main(int argc, char** argv) {
     // Where a window's time goes (device ms by op kind, events around every op) at 1 and 8 rows, both picks.
     for (const int rows_limit : {1, 16}) {
       cuda::set_decode_pipe_rows(rows_limit);
+      cuda::set_decode_pipe_x(rows_limit == 1 ? 0 : default_x);
+      fresh_prompt();
       for (const int rows : {1, 8}) {
         const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
         w.tokens = window;
@@ -378,12 +393,12 @@ int main(int argc, char** argv) {
           line += cell;
         }
         target->set_profiling(false);
-        std::printf("pipe rows A/B: profile, picks up to %d rows, %d-row window (%.3f ms with events):%s\n",
-                    rows_limit, rows, ms, line.c_str());
+        std::printf("pipe rows A/B: profile, %s, %d-row window (%.3f ms with events):%s\n",
+                    rows_limit == 1 ? "s9 picks" : "default", rows, ms, line.c_str());
       }
     }
-    cuda::set_decode_pipe_rows(1);
-    cuda::set_decode_pipe_x(-1);
+    cuda::set_decode_pipe_rows(default_rows);
+    cuda::set_decode_pipe_x(default_x);
     target->set_graphs(false);
     target->set_graphs(true);
   }
