@@ -242,6 +242,8 @@ class Pricing {
   int64_t depth_allocations() const { return depth_allocations_; }
   // Times group_probe_would_run priced a group round (host work of rounds that draft nothing).
   int64_t group_checks() const { return group_checks_; }
+  // Allocator runs exploration_repays made (a closed gate is remembered: rounds of an unexplored drafter make none).
+  int64_t gate_allocations() const { return gate_allocations_; }
   double overhead_ms() const { return overhead_ms_; }
 
  private:
@@ -304,8 +306,9 @@ class Pricing {
   double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
   double one_off_ms_ = 0;           // moving average of a slow forward's excess over its table entry
   int64_t slow_forwards_seen_ = 0;
-  // The last exploration_repays that said no: it says no again for as many streams, the same cap, mode and absorb
-  // rows and no more tokens left, without an allocator run (rounds of an unexplored drafter cost what plain's do).
+  // The last exploration_repays that said no: it says no again for as many streams, no deeper cap, the same mode and
+  // absorb rows and no more tokens left, without an allocator run (rounds of an unexplored drafter cost what plain's
+  // do).
   struct ClosedGate {
     int streams = -1;
     int cap = -1;
@@ -314,6 +317,7 @@ class Pricing {
     int tokens_left = 0;
   };
   mutable ClosedGate closed_gate_;
+  mutable int64_t gate_allocations_ = 0;
   bool batched_call_measured_ = false;
   int batched_call_outliers_ = 0;   // batched calls in a row dearer than twice the estimate
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing

@@ -146,7 +146,7 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
   if (cap <= 0 || tokens_left <= 0) return false;
   const int streams = std::clamp(round_streams, 1, max_rows_);
   const ClosedGate& closed = closed_gate_;
-  if (closed.streams == streams && closed.cap == cap && closed.absorb_rows == absorb_rows && closed.mode == mode &&
+  if (closed.streams == streams && cap <= closed.cap && closed.absorb_rows == absorb_rows && closed.mode == mode &&
       tokens_left <= closed.tokens_left) {
     return false;
   }
@@ -159,6 +159,7 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
   // drafted.
   auto gain_ms = [&](bool always_right) {
     const Allocation best = pooled_round(streams, cap, always_right, mode);
+    ++gate_allocations_;
     if (best.total_rows <= streams || best.tokens_per_ms <= 0) return 0.0;
     const double saved_share = 1.0 - (static_cast<double>(streams) / plain_ms) / best.tokens_per_ms;
     return saved_share * plain_ms * tokens_left;

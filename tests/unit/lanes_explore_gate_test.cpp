@@ -24,7 +24,10 @@ TEST(LanesExploreGate, SixteenShortStreamsOfTheNanoLikePairDoNotScoutAndCostWhat
   const std::vector<Arrival> arrivals = pair.arrivals(16, 64);
   const FakeRun plain = run_fakes(pair.clock, pair.target, std::nullopt, arrivals, LanesOptions{});
   const FakeRun open = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, gate(0));
-  const FakeRun gated = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, gate(2));
+  int64_t gate_allocations = 0;
+  const FakeRun gated = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, gate(2), [&](const Lanes& lanes) {
+    gate_allocations = lanes.pricing().gate_allocations();
+  });
   ASSERT_EQ(reply_tokens(open), reply_tokens(plain));
   ASSERT_EQ(reply_tokens(gated), reply_tokens(plain));
   EXPECT_GT(open.stats.tap_rows, 0);
@@ -32,6 +35,9 @@ TEST(LanesExploreGate, SixteenShortStreamsOfTheNanoLikePairDoNotScoutAndCostWhat
   EXPECT_EQ(gated.stats.drafter_passes, 0);
   EXPECT_LT(gated.ms, open.ms) << "open " << open.ms << " ms, plain " << plain.ms << " ms";
   EXPECT_LT(gated.ms, plain.ms * 1.001) << "plain " << plain.ms << " ms";
+  // A closed gate is remembered: its allocator runs do not grow with the rounds (64) or the streams admitted (16).
+  EXPECT_GT(gated.stats.rounds, 60);
+  EXPECT_LE(gate_allocations, 8);
 }
 
 TEST(LanesExploreGate, OneAndFourStreamsStillScoutAndLongerRunsRepayWhatShortOnesDoNot) {
