@@ -112,6 +112,28 @@ __device__ __forceinline__ int set_kept(const double* weights, int stride, int n
   return n;
 }
 
+// Sorts keys[0, N) descending (bitonic; empty slots hold 0 and sink to the end), every thread of the block taking
+// part (blockDim.x == Threads); the block is synchronised on return.
+template <int N, int Threads>
+__device__ void sort_descending(uint64_t* keys) {
+  for (int size = 2; size <= N; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < N; i += Threads) {
+        const int j = i ^ stride;
+        if (j <= i) continue;
+        const bool descending = (i & size) == 0;
+        const uint64_t a = keys[i], b = keys[j];
+        if (descending ? a < b : a > b) {
+          keys[i] = b;
+          keys[j] = a;
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
 struct Best {
   double value;
   int32_t id;  // -1 = none yet

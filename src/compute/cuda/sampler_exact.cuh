@@ -43,24 +43,8 @@ __device__ uint64_t select_rank(const float* row, int vocab, const Filter& filte
   return prefix;
 }
 
-// Sorts s.chunk_keys[0, kChunk) descending (bitonic; unused slots hold 0 and sink to the end).
-__device__ void sort_chunk_descending(Shared& s) {
-  for (int size = 2; size <= kChunk; size <<= 1)
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      __syncthreads();
-      for (int i = threadIdx.x; i < kChunk; i += kThreads) {
-        const int j = i ^ stride;
-        if (j <= i) continue;
-        const bool descending = (i & size) == 0;
-        const uint64_t a = s.chunk_keys[i], b = s.chunk_keys[j];
-        if (descending ? a < b : a > b) {
-          s.chunk_keys[i] = b;
-          s.chunk_keys[j] = a;
-        }
-      }
-    }
-  __syncthreads();
-}
+// Sorts s.chunk_keys[0, kChunk) descending (unused slots hold 0 and sink to the end).
+__device__ void sort_chunk_descending(Shared& s) { keyed::sort_descending<kChunk, kThreads>(s.chunk_keys); }
 
 __device__ int32_t key_id(uint64_t key) { return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key)); }
 

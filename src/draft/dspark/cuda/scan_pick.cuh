@@ -267,25 +267,10 @@ __device__ double one_by_one_total(const float* row, int64_t vocab, uint64_t flo
   return total;
 }
 
-// Sorts s.batch descending (bitonic; empty slots hold 0 and sink to the end).
+// Sorts s.batch descending (empty slots hold 0 and sink to the end).
 template <int Threads>
 __device__ void sort_batch_descending(PickScratch& s) {
-  for (int size = 2; size <= kBatchKeys; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      __syncthreads();
-      for (int i = threadIdx.x; i < kBatchKeys; i += Threads) {
-        const int j = i ^ stride;
-        if (j <= i) continue;
-        const bool descending = (i & size) == 0;
-        const uint64_t a = s.batch[i], b = s.batch[j];
-        if (descending ? a < b : a > b) {
-          s.batch[i] = b;
-          s.batch[j] = a;
-        }
-      }
-    }
-  }
-  __syncthreads();
+  ls::cuda::keyed::sort_descending<kBatchKeys, Threads>(s.batch);
 }
 
 // Like for_ids over the whole row, but every lane of a warp visits equally often (ids past the row with a NaN
