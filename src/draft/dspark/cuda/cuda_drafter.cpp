@@ -92,17 +92,15 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
       cublasSetWorkspace(d.cublas_.get(), d.cublas_workspace_.data(), kCublasWorkspaceBytes), "cublasSetWorkspace"));
   LS_RETURN_IF_ERROR(d.tuned_.create(d.cublas_workspace_.data(), kCublasWorkspaceBytes));
   LS_RETURN_IF_ERROR(d.prefetch_branch_.create());
-  if (const char* head = std::getenv("LS_DRAFTER_SHORT_HEAD"); head && *head) {
-    d.short_context_head_ = std::strcmp(head, "0") != 0;
-  }
-  if (const char* fold = std::getenv("LS_DRAFTER_FOLD_HEADS"); fold && std::strcmp(fold, "1") == 0) {
-    d.fold_heads_ = true;
-  }
-  if (const char* held = std::getenv("LS_DRAFTER_HELD_NORM"); held && std::strcmp(held, "1") == 0) {
-    d.held_norms_ = true;
-  }
-  if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && std::strcmp(stage, "256") == 0) {
-    d.head_stage_keys_ = 256;
+  // The session-10 switches' A/B pins at load: "0" off, "1" on (LS_DRAFTER_HEAD_STAGE: 128 or 256).
+  auto pin = [](const char* name, bool& value) {
+    if (const char* text = std::getenv(name); text && *text) value = std::strcmp(text, "0") != 0;
+  };
+  pin("LS_DRAFTER_SHORT_HEAD", d.short_context_head_);
+  pin("LS_DRAFTER_FOLD_HEADS", d.fold_heads_);
+  pin("LS_DRAFTER_HELD_NORM", d.held_norms_);
+  if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && *stage) {
+    d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;
   }
   if (const char* megabytes = std::getenv("LS_DRAFTER_L2_PREFETCH_MB"); megabytes && *megabytes) {
     d.l2_prefetch_bytes_ = std::max<int64_t>(0, std::atoll(megabytes)) << 20;
