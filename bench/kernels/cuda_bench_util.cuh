@@ -32,6 +32,29 @@ inline void check(const Status& status) {
 // p [n] = random bf16 in [-0.05, 0.05) from `seed` (cuda_decode_bench.cu).
 void fill(bf16* p, size_t n, uint64_t seed);
 
+// Median ms of one replay of `exec` on `stream` over `samples` replays (after one untimed).
+inline double replay_ms(cudaGraphExec_t exec, cudaStream_t stream, int samples) {
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> times;
+  for (int s = 0; s < samples; ++s) {
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // Median ms per GEMM when `count` launches are replayed from one CUDA graph (no launch gaps from the host).
 template <class F>
 double graph_ms(F body, int count) {
@@ -43,26 +66,11 @@ double graph_ms(F body, int count) {
   for (int i = 0; i < count; ++i) body(i, stream);
   CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
   CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  CHECK_CUDA(cudaGraphLaunch(exec, stream));
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  std::vector<double> samples;
-  for (int s = 0; s < 11; ++s) {
-    CHECK_CUDA(cudaEventRecord(start, stream));
-    CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    CHECK_CUDA(cudaEventRecord(stop, stream));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    samples.push_back(ms / count);
-  }
-  std::sort(samples.begin(), samples.end());
+  const double ms = replay_ms(exec, stream, 11) / count;
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
-  return samples[samples.size() / 2];
+  return ms;
 }
 
 // The pipeline decode GEMM against the streaming kernels (cuda_decode_bench.cu): every arm at `widths` rows, or

@@ -104,25 +104,7 @@ int chain_bench() {
     for (int i = 0; i < kChain / c.launches_per_step; ++i) check(c.step(i));
     CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    cudaEvent_t start, stop;
-    CHECK_CUDA(cudaEventCreate(&start));
-    CHECK_CUDA(cudaEventCreate(&stop));
-    std::vector<double> us;
-    for (int r = 0; r < 15; ++r) {
-      CHECK_CUDA(cudaEventRecord(start, stream));
-      CHECK_CUDA(cudaGraphLaunch(exec, stream));
-      CHECK_CUDA(cudaEventRecord(stop, stream));
-      CHECK_CUDA(cudaEventSynchronize(stop));
-      float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-      us.push_back(ms * 1e3 / kChain);
-    }
-    std::sort(us.begin(), us.end());
-    std::printf("  %-40s %7.2f us\n", c.name, us[us.size() / 2]);
-    CHECK_CUDA(cudaEventDestroy(start));
-    CHECK_CUDA(cudaEventDestroy(stop));
+    std::printf("  %-40s %7.2f us\n", c.name, replay_ms(exec, stream, 15) * 1e3 / kChain);
     CHECK_CUDA(cudaGraphExecDestroy(exec));
     CHECK_CUDA(cudaGraphDestroy(graph));
   }
