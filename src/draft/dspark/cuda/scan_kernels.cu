@@ -183,24 +183,15 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
   __syncthreads();
   int32_t pick = -1;
   if ((spread & kSpreadTopKSet) && !nonfinite && greedy.id >= 0 && spread_top_k(request, shape.vocab)) {
-    // The chunks' own top-k keys gathered; a key's place in the row's order is the number of gathered keys above
-    // it (broadcast reads of shared memory, no sort), and the row's top-k set is the first top_k places.
+    // The chunks' own top-k keys merged (sorted descending): the row's top-k set is the first top_k of them.
     for (int at = threadIdx.x; at < kSpreadKeys; at += kPickThreads) {
       const int c = at / kSpreadTopK, j = at % kSpreadTopK;
       merged[at] = c < chunks && j < __ldcg(&spread_partials(in, chunks, i, c)[0].id)
                        ? __ldcg(spread_keys(in, chunks, i, c) + j)
                        : 0;
     }
-    __syncthreads();
-    for (int at = threadIdx.x; at < kSpreadKeys; at += kPickThreads) {
-      const uint64_t key = merged[at];
-      if (key == 0) continue;
-      int above = 0;
-      for (int b = 0; b < kSpreadKeys; ++b) above += merged[b] > key;
-      if (above < request.top_k) s.batch[above] = key;
-    }
-    __syncthreads();
-    pick = small_set_pick(in.markov + static_cast<int64_t>(i) * shape.vocab, s.batch, request.top_k, request,
+    ls::cuda::keyed::sort_descending<kSpreadKeys, kPickThreads>(merged);
+    pick = small_set_pick(in.markov + static_cast<int64_t>(i) * shape.vocab, merged, request.top_k, request,
                           request.anchor_position + slot + 1, greedy, s);
   }
   finish_step<kPickThreads>(in, shape, slot, i, request, record, nonfinite, greedy, mode, s,

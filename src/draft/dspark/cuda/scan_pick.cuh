@@ -452,17 +452,15 @@ __device__ __forceinline__ PickSetup pick_setup(const DeviceScanRequest& samplin
 
 // A Gumbel round's result over ids [begin, end): the pruned Gumbel max over the top-k survivors above `excluded`
 // and, with `sums`, their float normaliser (weights relative to p.reference), its error bound (units of 2^-24)
-// and their count. Min-p is not applied to the first round: like top-p it cuts a suffix in candidate order, so the
-// winner is checked against both (verified_pick); a later round takes `min_p` (the Gumbel max among the keys it
-// keeps). Block-wide; slices combine by adding (rescaled) and by `better`.
+// and their count. Min-p is not applied here: like top-p it cuts a suffix in candidate order, so the winner is
+// checked against both (verified_pick). Block-wide; slices combine by adding (rescaled) and by `better`.
 struct GumbelRound {  // plain (a __shared__ copy takes no constructor)
   double total, error, count;
   Best winner;
 };
 template <int Threads>
 __device__ __noinline__ GumbelRound gumbel_round(const float* row, int64_t begin, int64_t end, const PickSetup& p,
-                                                 uint64_t excluded, bool sums, PickScratch& s,
-                                                 const ls::cuda::Filter* min_p = nullptr) {
+                                                 uint64_t excluded, bool sums, PickScratch& s) {
   Best mine{0.0, -1};
   double reach = 2.0;  // 1 - u above this cannot win
   double my_total = 0, my_error = 0, my_count = 0;
@@ -477,7 +475,7 @@ __device__ __noinline__ GumbelRound gumbel_round(const float* row, int64_t begin
       my_error += w.error;
       my_count += 1;
     }
-    if (key <= excluded || (min_p != nullptr && !min_p->keeps(logit, static_cast<int32_t>(id)))) return;
+    if (key <= excluded) return;
     const uint64_t bits = ls::cuda::keyed::uniform_bits(p.row_key, static_cast<int32_t>(id));
     if (1.0 - ls::cuda::keyed::uniform_of_bits(bits) > reach) return;
     const Best next = better(mine, Best{noisy_score(logit, p.temperature, bits), static_cast<int32_t>(id)});
@@ -559,9 +557,8 @@ __device__ __noinline__ int32_t verified_pick(const float* row, int64_t vocab, c
       }
     }
     if (keeps) return winner.id;
-    // Top-p or min-p cuts the winner, so every key at or below it: the max again over the keys above it, min-p
-    // applied there (the row's max is known here), so min-p cuts at most one round.
-    round = gumbel_round<Threads>(row, 0, vocab, p, winner_key, false, s, use_min_p ? &min_p : nullptr);
+    // Top-p or min-p cuts the winner, so every key at or below it: the max again over the keys above it.
+    round = gumbel_round<Threads>(row, 0, vocab, p, winner_key, false, s);
   }
 }
 
