@@ -71,8 +71,8 @@ class CudaTarget final : public Target {
   // 1.28 with the norm launches); ffn false keeps the FFN's norm launch (and the streaming gate_up + SwiGLU kernel)
   // while the mixers' norms are fused. Tests and benches compare the modes.
   // The drawn rows' gather, the last residual add and the final norm in one launch where no tap of the last layer
-  // wants the final residual (the same bits; off by default until a batch shows it wins; LS_FINAL_NORM=1 turns it on
-  // for a process). Process-wide, read at each forward's enqueue.
+  // wants the final residual (the same bits; the default since H200 batch s10B; LS_FINAL_NORM=0 or the setter keeps
+  // the three launches). Process-wide, read at each forward's enqueue.
   static void set_final_norm_fused(bool on);
   static bool final_norm_fused();
   void set_decode_norm_fusion(bool on, bool ffn = true) {

@@ -83,8 +83,8 @@ enum class AttentionKernel { Rows, Tiles };
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
 // The tile kernel launched programmatically, each CTA's first two key blocks staged (their keys of earlier forwards)
-// before the wait for the kernel before (the same bits): off by default until a batch shows it wins, LS_ATTENTION_EARLY=1
-// turns it on.
+// before the wait for the kernel before (the same bits): the default since H200 batch s10B; LS_ATTENTION_EARLY=0 (or
+// the setter) is the plain launch.
 void set_attention_tiles_early(bool on);
 bool attention_tiles_early();
 // Whether the tile kernel takes this shape (head_dim 16/32/64/128, at most 64 query heads per KV head).
@@ -125,7 +125,8 @@ struct ConvArgs {
 Status short_conv(const ConvArgs& args, const int32_t* row_window, const WindowInfo* windows, bf16* z, bf16* y,
                   cudaStream_t stream);
 // short_conv launched programmatically with the window records, conv weights, bias and history taps loaded before
-// its wait (the same bits; kernel 2..4): off by default until a batch shows it wins, LS_CONV_EARLY=1 turns it on.
+// its wait (the same bits; kernel 2..4): the default since H200 batch s10B; LS_CONV_EARLY=0 (or the setter) is the
+// plain launch.
 void set_short_conv_early(bool on);
 bool short_conv_early();
 
