@@ -263,10 +263,10 @@ class DrawScratch {
 };
 
 // The draw's kernel (each draws draw_token's tokens): Legacy (sessions 1-7, one CTA a row, one-by-one sums), Bounded
-// (session 8, one CTA a row, the radix walk with bounded tree sums), Split (session 10: a row spread over CTAs of
-// 4096 ids, the verified draw; a launch whose scratch does not hold its rows takes Bounded). LS_SAMPLER ("legacy",
-// "bounded", "split") sets it for a process; the planted faults (tests only) only through set_sampler_kernel. Drop
-// captured graphs after a change.
+// (session 8, one CTA a row, the radix walk with bounded tree sums), Split (session 10, the default since batch
+// s10B: a row spread over CTAs of 4096 ids, the verified draw; a launch whose scratch does not hold its rows takes
+// Bounded). LS_SAMPLER ("legacy", "bounded", "split") sets it for a process; the planted faults (tests only) only
+// through set_sampler_kernel. Drop captured graphs after a change.
 enum class SamplerKernel : int {
   Legacy = 0,
   Bounded = 1,

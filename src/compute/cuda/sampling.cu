@@ -39,7 +39,10 @@ enum Mode : int {
   kSplit = 4,
   kSplitBandPlantedZero = 5
 };
-constexpr int kDefaultMode = kBounded;  // batch s8A: every sampler test green, a flat top-p row 8.54 -> 0.37 ms
+// Split since batch s10B (interleaved A/B, synth 1.2B): plain sampled decoding 980 / 2810 / 10345 -> 1075 / 3647 /
+// 12589 tok/s at 1 / 4 / 16 streams, greedy 1-1.5 % faster at 1-64 streams; a flat top-p row 0.333 -> 0.052 ms.
+// LS_SAMPLER=bounded keeps the one-CTA-a-row walk (batch s8A).
+constexpr int kDefaultMode = kSplit;
 static_assert(kSplit == static_cast<int>(SamplerKernel::Split) &&
                   kSplitBandPlantedZero == static_cast<int>(SamplerKernel::SplitBandPlantedZero),
               "the kernel variants are SamplerKernel's numbers");
