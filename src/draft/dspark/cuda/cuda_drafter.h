@@ -222,23 +222,26 @@ class CudaDsparkDrafter final : public Drafter {
     attention_pin_ = kernel;
     graphs_.clear();
   }
-  // The head attention below kHeadAttentionRequests requests at short contexts (above; off by default until a batch
-  // shows it wins: LS_DRAFTER_SHORT_HEAD=1 at load or true here).
+  // The head attention below kHeadAttentionRequests requests at short contexts (above; on by default since batch
+  // s10B's rounds at 4 streams: block pass 0.4685 -> 0.4537 ms at context 128, with 256-key stages 0.4339;
+  // LS_DRAFTER_SHORT_HEAD=0 at load or false here is the old choice).
   void set_short_context_head(bool on) {
     short_context_head_ = on;
     graphs_.clear();
   }
   bool short_context_head() const { return short_context_head_; }
-  // K / V rows the head attention stages per trip: 128 (session 9, the default) or 256 (session 10's A/B: a block
-  // of 9 over up to 247 context rows in one trip each; LS_DRAFTER_HEAD_STAGE=256 at load). The same bits.
+  // K / V rows the head attention stages per trip: 256 (the default since batch s10B: a block of 9 over up to 247
+  // context rows in one trip each; 16 streams 0.6520 -> 0.6276 ms, 4 streams with the short head 0.4537 -> 0.4339)
+  // or 128 (session 9; LS_DRAFTER_HEAD_STAGE=128 at load). The same bits.
   void set_head_stage_keys(int keys) {
     head_stage_keys_ = keys;
     graphs_.clear();
   }
   int head_stage_keys() const { return head_stage_keys_; }
   // The q/k heads (norm + RoPE of q and of the block's k, v copied) folded into the head attention wherever the
-  // head kernel runs: one launch a layer less, the same bits (session 10; off by default until a batch shows it
-  // wins: LS_DRAFTER_FOLD_HEADS=1 at load). `planted_raw_keys` (tests only) leaves the block's keys un-normed.
+  // head kernel runs: one launch a layer less, the same bits (session 10; off: batch s10B had no gain, 16 streams
+  // 0.6548 vs 0.6520 ms, 4 streams 0.4507 vs 0.4537; LS_DRAFTER_FOLD_HEADS=1 at load). `planted_raw_keys` (tests
+  // only) leaves the block's keys un-normed.
   void set_fold_heads(bool on, bool planted_raw_keys = false) {
     fold_heads_ = on;
     fold_heads_planted_ = planted_raw_keys;
@@ -247,7 +250,8 @@ class CudaDsparkDrafter final : public Drafter {
   bool fold_heads() const { return fold_heads_; }
   // The absorb's hidden norm with each lane's share of the row held in registers (rms_norm `held`: one load round
   // trip a row, the same bits; batch s10A's ncu had the batched form at 10.4 us for 6 rows of 2048, on every round's
-  // critical path). Off by default until a batch shows it wins; LS_DRAFTER_HELD_NORM=1 at load.
+  // critical path). On by default since batch s10B (absorb wait 0.0433 -> 0.0400 ms at 1 stream, 0.0557 -> 0.0507 at
+  // 64); LS_DRAFTER_HELD_NORM=0 at load is the old form.
   void set_held_norms(bool on) {
     held_norms_ = on;
     graphs_.clear();
@@ -336,8 +340,8 @@ class CudaDsparkDrafter final : public Drafter {
   PersistentHandoff persistent_handoff() const { return persistent_handoff_; }
   // Whether a scan of `count` requests, all greedy or not, takes the persistent kernel.
   bool persistent_scan(int count, bool all_greedy) const;
-  // Weight prefetch into L2 while each layer's attention runs (session 10; off by default until a batch shows a
-  // gain): a side-stream launch asks L2 for up to `bytes` of the GEMM weights that follow the attention (o_proj,
+  // Weight prefetch into L2 while each layer's attention runs (session 10; 40 MiB by default since batches s10A /
+  // s10B, passes of one request only: block pass 0.4267 -> 0.4189 ms): a side-stream launch asks L2 for up to `bytes` of the GEMM weights that follow the attention (o_proj,
   // then an even share of gate_up's rows, then of down_proj's), so they stream while DRAM would sit idle. 0 = off.
   // The same bits either way. `planted_store` (tests only) makes the launch flip a weight bit instead of one
   // prefetch, so the bit test can be seen to turn red. LS_DRAFTER_L2_PREFETCH_MB sets the bytes at load.
@@ -373,8 +377,9 @@ class CudaDsparkDrafter final : public Drafter {
   // Block attention of `layer` by attention_kernel(count): queries -> attended (`folded`: the head kernel takes
   // the q/k heads from the q/k/v GEMM output itself, set_fold_heads).
   Status attend(int count, const AttentionDims& dims, int layer, const QkvHeads* folded = nullptr);
-  // Forks layer `layer`'s weight prefetch (set_l2_prefetch) onto the side branch; true when it forked.
-  Result<bool> prefetch_layer_weights(int layer);
+  // Forks layer `layer`'s weight prefetch (set_l2_prefetch; a pass of one request only) onto the side branch; true
+  // when it forked.
+  Result<bool> prefetch_layer_weights(int count, int layer);
 
   // Profiling: closes the span of the launches enqueued since the last mark under `label`.
   void mark(const char* label) { profile_.mark(label, stream_.get()); }
@@ -447,14 +452,14 @@ class CudaDsparkDrafter final : public Drafter {
   TunedGemms tuned_;
   ls::cuda::GemmEngine engine_;
   bool fused_block_ = true;
-  bool short_context_head_ = false;
-  int head_stage_keys_ = 128;
+  bool short_context_head_ = true;  // since batch s10B
+  int head_stage_keys_ = 256;  // since batch s10B
   bool fold_heads_ = false;
   bool fold_heads_planted_ = false;
-  bool held_norms_ = false;
+  bool held_norms_ = true;  // since batch s10B
   bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)
   bool fused_absorb_ = true;
-  int64_t l2_prefetch_bytes_ = 0;
+  int64_t l2_prefetch_bytes_ = int64_t{40} << 20;  // since batch s10B
   bool l2_prefetch_planted_ = false;
   SideBranch prefetch_branch_;  // the L2 prefetch's side stream
   EventLog profile_;
