@@ -41,7 +41,6 @@ struct SwitchScope {
 using CopyScope = SwitchScope<decode_pipe_tma, set_decode_pipe_tma>;  // 0 row copies, 1 3D boxes, -1 by class
 using ClassesScope = SwitchScope<decode_pipe_tma_classes, set_decode_pipe_tma_classes>;
 using XScope = SwitchScope<decode_pipe_x, set_decode_pipe_x>;  // 0 x per stage, 1 x once, -1 by default
-using RowsScope = SwitchScope<decode_pipe_rows, set_decode_pipe_rows>;  // the automatic picks' rows
 constexpr int kCopyModes[] = {0, 1};
 constexpr int kXModes[] = {0, 1};
 const char* x_name(int mode) { return mode == 0 ? "x per stage" : mode == 1 ? "x once" : "x by default"; }
@@ -220,14 +219,13 @@ TEST(CudaDecodePipe, UnderTheSwitchTheEnginesGemmsAndTheQKVLaunchKeepTheirBitsAt
     ASSERT_TRUE(engine.gemm(down_x.data(), m, down, y_down.data(), nullptr, nullptr).ok());
     const std::vector<bf16> want_down = download(y_down, m * 2048);
     for (const auto& [ring_kb, chunk] : std::vector<std::pair<int, int>>{{0, 8}, {24, 4}, {160, 16}, {96, 0}})
-      for (const int mode : {0, 1, -1, -2, -3}) {
-        // mode -1: the pipeline switch off, the automatic picks on, every one-row class on 3D boxes by default; -2:
-        // the automatic picks up to 16 rows, the default classes; -3: the same with every class on 3D boxes
+      for (const int mode : {0, 1, -2, -3}) {
+        // mode -2: the pipeline switch off, the automatic picks on (up to 16 rows), the default classes; -3: the same
+        // with every class on 3D boxes
         const PipelineScope on(mode >= 0, -1, ring_kb, chunk);
         if (mode < 0) set_decode_pipe_narrow(true);  // restored by the scope
         const CopyScope copies(std::max(mode, -1));
-        const ClassesScope classes(mode == -1 || mode == -3 ? 15 : mode == -2 ? decode_pipe_tma_classes() : 0);
-        const RowsScope rows(mode <= -2 ? 16 : 1);
+        const ClassesScope classes(mode == -3 ? 15 : mode == -2 ? decode_pipe_tma_classes() : 0);
         std::vector<DeviceBuffer<bf16>> outs;
         std::vector<bf16*> pointers;
         for (size_t i = 0; i < ns.size(); ++i) {
@@ -281,7 +279,6 @@ TEST(CudaDecodePipe, UpToSixteenRowsTheOneSliceDecodeShapesTakeThePipelineKeepTh
       for (const int classes : {decode_pipe_tma_classes(), 15}) {
         const PipelineScope automatic(false);
         set_decode_pipe_narrow(true);  // restored by the scope
-        const RowsScope rows(16);
         const ClassesScope by_class(classes);
         bool x_once = false;
         const bool routed = decode_pipe_routes(m, matrix, swiglu, &x_once);

@@ -37,7 +37,6 @@ struct DecodeMode {
   int tma = -1;  // set_decode_pipe_tma: the pipeline's weights as row copies (0) or 3D tensor boxes (1)
   int tma_classes = cuda::kDecodeTmaWide | cuda::kDecodeTmaSliced;  // with tma -1: the one-row shape classes
                                                                      // (kDecodeTma*) taking 3D boxes automatically
-  int pipe_rows = 16;  // set_decode_pipe_rows: the automatic picks' rows
   int pipe_x = -1;     // set_decode_pipe_x: x per stage (0), once (1), by default (-1)
 };
 
@@ -51,7 +50,6 @@ struct DefaultSwitchesAtExit {
     cuda::set_decode_pipe_narrow(true);
     cuda::set_decode_pipe_tma(-1);
     cuda::set_decode_pipe_tma_classes(cuda::kDecodeTmaWide | cuda::kDecodeTmaSliced);
-    cuda::set_decode_pipe_rows(16);
     cuda::set_decode_pipe_x(-1);
   }
 };
@@ -125,23 +123,22 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
   ASSERT_NE(target, nullptr);
   // Batches s6A / s6B: every staged pick, norm prologue and narrow pick lost or tied end to end (1.05-1.35 ms
   // against 1.057); session 7's decode tails lost too and are gone (docs/cuda.md). Session 8: the pipeline decode
-  // GEMM (set_decode_pipeline); session 10: its picks up to 16 rows and x once (set_decode_pipe_rows / _x).
+  // GEMM (set_decode_pipeline); session 10: its picks up to 16 rows (session 9's one-row picks lost in s10B and are
+  // gone) and x once (set_decode_pipe_x).
   const DecodeMode modes[] = {
       {"default picks (one-slice launches up to 16 rows, x once with row copies)", -1, false, false, 0},
       {"no pipeline (the streaming kernels)", -1, false, false, 0, -1, 0, false, 0, true},
-      {.name = "session 9 picks (one-row launches, x per stage)", .staged_pick = -1, .pipe_rows = 1, .pipe_x = 0},
-      {.name = "one-row launches, x by default", .staged_pick = -1, .pipe_rows = 1},
       {.name = "up to 16 rows, x per stage", .staged_pick = -1, .pipe_x = 0},
       {.name = "up to 16 rows, x once everywhere", .staged_pick = -1, .pipe_x = 1},
       {"pipeline decode GEMM everywhere, ring 128 KB", -1, false, false, 0, -1, 0, true, 128},
       {"pipeline everywhere, 3D tensor copies", -1, false, false, 0, -1, 0, true, 0, false, 1},
       {"default + 3D boxes for every class", -1, false, false, 0, -1, 0, false, 0, false, -1, 15},
       {"session 8 classes (row copies only)", -1, false, false, 0, -1, 0, false, 0, false, -1, 0},
-      {.name = "session 9 picks (again)", .staged_pick = -1, .pipe_rows = 1, .pipe_x = 0},
+      {.name = "up to 16 rows, x once everywhere (again)", .staged_pick = -1, .pipe_x = 1},
       {"default picks (again)", -1, false, false, 0},
       {"no pipeline (again)", -1, false, false, 0, -1, 0, false, 0, true},
       {"streaming picks only (the old path)", -2, false, false, 0},
-      {.name = "session 9 picks (third)", .staged_pick = -1, .pipe_rows = 1, .pipe_x = 0},
+      {.name = "up to 16 rows, x once everywhere (third)", .staged_pick = -1, .pipe_x = 1},
       {"default picks (third)", -1, false, false, 0},
   };
 
@@ -156,7 +153,6 @@ TEST(CudaDecodeStep, EveryDecodeLaunchModeDrawsTheDefaultsTokensOnTheSynthModel)
     cuda::set_decode_pipe_narrow(!mode.no_narrow);
     cuda::set_decode_pipe_tma(mode.tma);
     cuda::set_decode_pipe_tma_classes(mode.tma_classes);
-    cuda::set_decode_pipe_rows(mode.pipe_rows);
     cuda::set_decode_pipe_x(mode.pipe_x);
     target->set_decode_norm_fusion(mode.fuse_mixers, mode.fuse_ffn);  // drops the graphs of the other mode
     const StepRun run = run_steps(*target, stream++, context, steps);

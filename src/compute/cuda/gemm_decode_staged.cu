@@ -255,7 +255,7 @@ const char* const kStagedNames[kStagedConfigs] = {"staged 1w 8c", "staged 2w 8c"
                                                   "staged 4w 8c"};
 
 Status launch_staged(int config, const GemmArgs& args, int sm_count, int fallback, cudaStream_t stream) {
-  if (slice_count(args.k) > 1 || args.m > 16) return launch_stream_variant(fallback, args, sm_count, stream);
+  if (slice_count(args.k, args.n) > 1 || args.m > 16) return launch_stream_variant(fallback, args, sm_count, stream);
   switch (config) {
     case 0: return launch_staged_config<1, 1>(args, sm_count, fallback, stream);
     case 1: return launch_staged_config<2, 1>(args, sm_count, fallback, stream);
@@ -267,7 +267,9 @@ Status launch_staged(int config, const GemmArgs& args, int sm_count, int fallbac
 
 bool staged_group_fits(int config, int m, int k) {
   constexpr int kWarps[kStagedConfigs] = {1, 2, 1, 2, 4}, kTiles[kStagedConfigs] = {1, 1, 2, 2, 1};
-  if (config < 0 || config >= kStagedConfigs || m < 1 || m > 16 || slice_count(k) > 1 || !staged_ready) return false;
+  // One chain only: under the narrow-slice order a K above one slice may be sliced for some N, so none is taken.
+  if (config < 0 || config >= kStagedConfigs || m < 1 || m > 16 || k > kUnslicedK || !staged_ready) return false;
+  if (narrow_slices_on() && k > kSliceK) return false;
   return staged_shared_bytes(kWarps[config], kTiles[config], m, k) <= optin_shared_bytes;
 }
 
@@ -297,7 +299,9 @@ namespace ls::cuda {
 
 bool decode_norm_fits(int64_t m, int64_t k) {
   // the widest launch (2 warps x 16 weight rows) must fit the device's shared memory
-  return gemm_detail::staged_ready && m >= 1 && m <= 16 && k >= 8 && k % 8 == 0 && k <= gemm_detail::kUnslicedK &&
+  // one chain only (the narrow-slice order slices K above 1024 for the q / k / v widths)
+  const int64_t one_chain = gemm_detail::narrow_slices_on() ? gemm_detail::kSliceK : gemm_detail::kUnslicedK;
+  return gemm_detail::staged_ready && m >= 1 && m <= 16 && k >= 8 && k % 8 == 0 && k <= one_chain &&
          gemm_detail::staged_shared_bytes(2, 2, static_cast<int>(m), static_cast<int>(k)) <=
              gemm_detail::optin_shared_bytes;
 }

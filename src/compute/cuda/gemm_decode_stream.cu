@@ -49,7 +49,7 @@ int stream_shared_bytes(const GemmArgs& args, int slices, int groups) {
 
 template <int WARPS, int STAGES, int TILES, int A_ROWS>
 Status launch_stream_rows(const GemmArgs& args, int sm_count, cudaStream_t stream) {
-  const int slices = slice_count(args.k);
+  const int slices = slice_count(args.k, args.n);
   const int groups = slices == 1 ? WARPS : (WARPS / slices > 1 ? WARPS / slices : 1);
   const int cols = groups * 8 * TILES;
   const int ctas = (args.n + cols - 1) / cols;
@@ -122,7 +122,8 @@ Status launch_group_rows(const GemmGroup& group, cudaStream_t stream) {
 // or x 4 (64 rows); sliced K 8 warps (a warp per slice) x 4 or 2 stages.
 template <int A_ROWS>
 Status launch_stream_window(const GemmArgs& args, int sm_count, cudaStream_t stream) {
-  if (slice_count(args.k) > 1) return launch_stream_rows<8, A_ROWS == 32 ? 4 : 2, 2, A_ROWS>(args, sm_count, stream);
+  if (slice_count(args.k, args.n) > 1)
+    return launch_stream_rows<8, A_ROWS == 32 ? 4 : 2, 2, A_ROWS>(args, sm_count, stream);
   return launch_stream_rows<4, A_ROWS == 32 ? 8 : 4, 2, A_ROWS>(args, sm_count, stream);
 }
 
@@ -204,7 +205,8 @@ void set_decode_rows(int max_rows) {
 
 bool decode_swiglu_fits(int64_t m, const DeviceMatrix& gate_up) {
   return m >= 1 && m <= gemm_detail::swiglu_rows_max() && gate_up.rows >= 2 && gate_up.rows % 2 == 0 && gate_up.rows <= (1LL << 30) &&
-         gate_up.cols % 8 == 0 && gate_up.cols <= gemm_detail::kUnslicedK;
+         gate_up.cols % 8 == 0 && gate_up.cols <= gemm_detail::kUnslicedK &&
+         gemm_detail::slice_count(static_cast<int>(gate_up.cols), static_cast<int>(gate_up.rows)) == 1;
 }
 
 Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act,
@@ -230,13 +232,32 @@ Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, co
   return gemm_detail::launch_swiglu_rows<64>(args, stream);
 }
 
+namespace {
+// The launch's GemmArgs for matrix i (x and ys may be null: fit checks).
+gemm_detail::GemmArgs group_args(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y) {
+  return gemm_detail::GemmArgs{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w),
+                               w.bias, reinterpret_cast<__nv_bfloat16*>(y), nullptr, static_cast<int>(m),
+                               static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
+}
+// Under the narrow-slice order the streaming group kernel (one chain) cannot take sliced matrices; the pipeline can.
+bool group_pipe_fits(int64_t m, std::span<const DeviceMatrix> ws) {
+  if (m > 16 || !gemm_detail::pipe_enabled()) return false;
+  gemm_detail::GemmArgs args[gemm_detail::kGroupMax];
+  for (size_t i = 0; i < ws.size(); ++i) args[i] = group_args(nullptr, m, ws[i], nullptr);
+  return gemm_detail::pipe_group_fits(args, static_cast<int>(ws.size()));
+}
+}  // namespace
+
 bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws) {
   if (m < 1 || m > gemm_detail::group_rows_max() || ws.empty() || ws.size() > static_cast<size_t>(gemm_detail::kGroupMax)) return false;
-  for (const DeviceMatrix& w : ws)
+  bool sliced = false;
+  for (const DeviceMatrix& w : ws) {
     if (w.cols != ws[0].cols || w.cols % 8 != 0 || w.cols > gemm_detail::kUnslicedK || w.rows < 1 ||
         w.rows > (1 << 24))
       return false;
-  return true;
+    sliced = sliced || gemm_detail::slice_count(static_cast<int>(w.cols), static_cast<int>(w.rows)) > 1;
+  }
+  return !sliced || group_pipe_fits(m, ws);
 }
 
 Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std::span<const DeviceMatrix> ws,
@@ -257,10 +278,7 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
     if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w.w)) % 16 != 0 ||
         (w.rows % 2 == 0 && reinterpret_cast<uintptr_t>(ys[i]) % 4 != 0))
       return Status(ErrorCode::InvalidArgument, "gemm_decode_group needs 16-byte aligned x and W, y aligned to pairs");
-    group.args[i] = gemm_detail::GemmArgs{reinterpret_cast<const __nv_bfloat16*>(x),
-                                          reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
-                                          reinterpret_cast<__nv_bfloat16*>(ys[i]), nullptr, static_cast<int>(m),
-                                          static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
+    group.args[i] = group_args(x, m, w, ys[i]);
     group.first_block[i + 1] = group.first_block[i] + static_cast<int>((w.rows + cols - 1) / cols);
     rows += w.rows;
   }
