@@ -1,5 +1,6 @@
-// What the decode-GEMM tests share (cuda_decode_gemm_test.cpp, cuda_decode_pipe_test.cpp): gtest, the kernels' API,
-// the CUDA test helpers under short names, and the first row whose bits differ.
+// What the decode-GEMM tests share (cuda_decode_gemm_test.cpp, cuda_decode_staged_test.cpp, cuda_decode_pipe_test.cpp):
+// gtest, the kernels' API, the CUDA test helpers under short names, the first row whose bits differ and the switches
+// put back at a test's end.
 #pragma once
 #ifdef LS_HAVE_CUDA
 
@@ -32,6 +33,17 @@ inline int64_t first_differing_row(const std::vector<float>& got, const std::vec
     if (std::memcmp(got.data() + r * n, want.data() + r * n, sizeof(float) * n) != 0) return r;
   return -1;
 }
+
+// Puts the bench switches back to their defaults when a test ends, however it ends (a failed ASSERT returns early,
+// and the switches are process-wide: a pick left set would change every later test's GEMMs).
+struct DefaultPicksAtExit {
+  ~DefaultPicksAtExit() {
+    set_decode_staged_pick(-1);
+    set_decode_norm_configs(0, 2);
+    set_decode_l2_prefetch(false);
+    set_decode_rows(32);
+  }
+};
 
 }  // namespace ls::cuda::decode_testing
 
