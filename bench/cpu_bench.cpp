@@ -17,15 +17,8 @@
 // steps of each arm's mask on in turn (compute/cpu/fused_ops.h: 1 swiglu, 2 residual, 4 conv; 0 none), so the arms
 // share the host's phase; the first arm is the one the summary lines report, the others follow as "arm" lines.
 // --round ROWS,DEPTH (with --drafter): only 1-stream rounds in a round's order instead (cpu_bench_round.h).
-// GCC 12's AVX-512 headers trip -Wuninitialized inside their own _mm512_undefined_* helpers.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -44,17 +37,22 @@
 #include "io/safetensors.h"
 #include "model/load.h"
 #include "bench_util.h"
+#include "cpu_bench_floor.h"
 #include "cpu_bench_pass.h"
+#include "cpu_bench_print.h"
 #include "cpu_bench_round.h"
 
+using ls::bench::Clock;
 using ls::bench::median;
+using ls::bench::ms_since;
 using ls::bench::parse_list;
+using ls::bench::ReadLoop;
+using ls::bench::thread_cpu_ms;
 
 namespace {
 
 using namespace ls;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string model, json_path, drafter;
@@ -73,81 +71,7 @@ struct Options {
   compute::NumericMode mode = compute::NumericMode::Bf16;
 };
 
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-// CPU time of the calling thread in ms.
-double thread_cpu_ms() {
-  timespec now;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return now.tv_sec * 1e3 + now.tv_nsec / 1e6;
-}
-
 bool g_cpu_time = false;  // --cpu-time 1 with one thread: forwards are timed by CPU time
-
-// Sums `count` floats with eight independent 16-lane accumulators (512 bytes per step, plain loads: no
-// non-temporal hints), so the loop is bound by memory and not by the add latency.
-__attribute__((target("avx512f"))) double sum_stream(const float* data, int64_t count) {
-  __m512 acc[8];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  for (int64_t i = 0; i + 128 <= count; i += 128) {
-    #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) acc[j] = _mm512_add_ps(acc[j], _mm512_load_ps(data + i + 16 * j));
-  }
-  for (int j = 1; j < 8; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
-  return _mm512_reduce_add_ps(acc[0]);
-}
-
-// The streaming read loop of the floor: `threads` threads (a pool of its own) each summing its contiguous part of a
-// 1 GiB buffer (>> the 32 MiB L3). 2 MiB-aligned with transparent huge pages asked for, as the packed weights are
-// (fewer TLB misses: the best read rate the VM gives, so the floor is not flattered by a slower buffer).
-class ReadLoop {
- public:
-  explicit ReadLoop(int threads) : pool_(threads), threads_(threads), sums_(threads) {
-    const int64_t count = (int64_t{1} << 30) / sizeof(float);
-    const size_t huge = size_t{2} << 20;
-    length_ = count * sizeof(float) + huge;
-    mapped_ = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mapped_ == MAP_FAILED) {
-      std::fprintf(stderr, "cannot map the 1 GiB bandwidth buffer\n");
-      std::exit(1);
-    }
-    data_ = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(mapped_) + huge - 1) / huge * huge);
-    madvise(data_, count * sizeof(float), MADV_HUGEPAGE);
-    part_ = count / threads / 128 * 128;
-    // Each thread first touches (and so maps) its own part.
-    pool_.parallel_for(threads, [&](int, int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) std::fill(data_ + t * part_, data_ + (t + 1) * part_, 1.0f);
-    });
-    pass_gb_s();  // the first pass warms the TLB and the pool
-  }
-  ~ReadLoop() { munmap(mapped_, length_); }
-  ReadLoop(const ReadLoop&) = delete;
-  ReadLoop& operator=(const ReadLoop&) = delete;
-
-  // GB/s of one pass over the whole buffer (thread CPU time with --cpu-time 1 at one thread).
-  double pass_gb_s() {
-    const auto start = Clock::now();
-    const double cpu_start = thread_cpu_ms();
-    pool_.parallel_for(threads_, [&](int, int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) sums_[t] = sum_stream(data_ + t * part_, part_);
-    });
-    const double ms = g_cpu_time ? thread_cpu_ms() - cpu_start : ms_since(start);
-    volatile double sink = sums_[0];
-    (void)sink;
-    return static_cast<double>(part_ * threads_) * sizeof(float) / ms / 1e6;
-  }
-
- private:
-  ThreadPool pool_;
-  int threads_;
-  std::vector<double> sums_;
-  void* mapped_ = nullptr;
-  size_t length_ = 0;
-  float* data_ = nullptr;
-  int64_t part_ = 0;
-};
 
 int64_t checkpoint_weight_bytes(const std::string& directory) {
   auto checkpoint = io::Checkpoint::open(directory);
@@ -310,7 +234,7 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   // The read loop runs before and after every decode repeat and at the end; the floor is its best pass (strict),
   // and each decode repeat is also paired with the better of the passes around it (the VM's bandwidth swings with
   // other tenants, so a ratio of things measured seconds apart can err either way).
-  ReadLoop read_loop(threads);
+  ReadLoop read_loop(threads, g_cpu_time);
   std::vector<double> reads = {read_loop.pass_gb_s()};
   std::vector<double> paired;  // decode rate / floor of the read passes around it
 
@@ -434,74 +358,7 @@ int main(int argc, char** argv) {
   for (int threads : options.threads) {
     const json result = bench_threads(options, threads, weight_bytes);
     report["runs"].push_back(result);
-    if (result.contains("rounds")) {
-      const json& rounds = result["rounds"];
-      std::printf("\nthreads %d: 1-stream rounds (verify %d rows, commit 2, absorb 2, pass depth %d), medians (best):\n",
-                  threads, rounds["rows"].get<int>(), rounds["depth"].get<int>());
-      for (const json& arm : rounds["arms"]) {
-        const json& a = rounds[arm.get<std::string>()];
-        std::printf("  %-16s verify %.3f (%.3f)  absorb %.3f  pass %.3f (%.3f)  round %.3f (%.3f) ms\n",
-                    arm.get<std::string>().c_str(),
-                    a["verify_ms"].get<double>(), a["best_verify_ms"].get<double>(), a["absorb_ms"].get<double>(),
-                    a["pass_ms"].get<double>(), a["best_pass_ms"].get<double>(), a["round_ms"].get<double>(),
-                    a["best_round_ms"].get<double>());
-      }
-      continue;
-    }
-    std::printf("\nthreads %d (%s): read %.1f GB/s -> floor %.1f tok/s\n", threads,
-                result["timing"].get<std::string>().c_str(), result["read_gb_s"].get<double>(),
-                result["floor_tok_s"].get<double>());
-    std::printf("  decode          %8.1f tok/s  (%.0f%% of floor; %.0f%% paired with the read passes around each "
-                "repeat)\n",
-                result["decode_tok_s"].get<double>(), 100.0 * result["decode_fraction_of_floor"].get<double>(),
-                100.0 * result["decode_fraction_of_floor_paired"].get<double>());
-    const std::vector<double> passes = result["read_passes_gb_s"].get<std::vector<double>>();
-    std::printf("  read passes     %.1f .. %.1f GB/s over the run\n", *std::min_element(passes.begin(), passes.end()),
-                *std::max_element(passes.begin(), passes.end()));
-    for (auto& [tokens, rate] : result["prefill_tok_s"].items())
-      std::printf("  prefill %-6s  %8.1f tok/s\n", tokens.c_str(), rate.get<double>());
-    for (int rows : options.verify) {
-      const json& entry = result["verify"][std::to_string(rows)];
-      std::printf("  verify %2d rows  %8.3f ms  (%.2fx one row)", rows, entry["ms"].get<double>(),
-                  entry["relative"].get<double>());
-      if (options.fused.size() > 1)
-        for (int arm : options.fused)
-          std::printf("  fused %d: %.3f ms (best %.3f)", arm, entry["fused_" + std::to_string(arm) + "_ms"].get<double>(),
-                      entry["fused_" + std::to_string(arm) + "_best_ms"].get<double>());
-      std::printf("\n");
-    }
-    if (!result.contains("drafter")) continue;
-    const json& drafter = result["drafter"];
-    std::printf("  drafter (bits %d): absorb of %d rows %.2f ms (wall); 1 stream, by depth (block and scan by wall "
-                "clock):\n",
-                drafter["bits"].get<int>(), drafter["context"].get<int>(), drafter["absorb_ms"].get<double>());
-    if (drafter.contains("pass_profile")) bench::print_pass_profile(drafter["pass_profile"]);
-    for (auto& [depth, entry] : drafter["depths"].items())
-      std::printf("    depth %s  pass %6.3f ms (block %6.3f, scan %6.3f)  verify 1 row %6.3f, %s+1 rows %6.3f ms  "
-                  "pass / verify(1) %.2f\n",
-                  depth.c_str(), entry["pass_ms"].get<double>(), entry["block_ms"].get<double>(),
-                  entry["scan_ms"].get<double>(), entry["verify_1_ms"].get<double>(), depth.c_str(),
-                  entry["verify_window_ms"].get<double>(),
-                  entry["pass_ms"].get<double>() / entry["verify_1_ms"].get<double>());
-    if (options.fused.size() > 1)
-      for (auto& [depth, entry] : drafter["depths"].items()) {
-        std::printf("    depth %s arms:", depth.c_str());
-        for (int arm : options.fused)
-          std::printf("  fused %d: pass %.3f (best %.3f) ms, %s+1 rows %.3f (best %.3f) ms", arm,
-                      entry["fused_" + std::to_string(arm) + "_pass_ms"].get<double>(),
-                      entry["fused_" + std::to_string(arm) + "_best_pass_ms"].get<double>(), depth.c_str(),
-                      entry["fused_" + std::to_string(arm) + "_verify_window_ms"].get<double>(),
-                      entry["fused_" + std::to_string(arm) + "_best_verify_window_ms"].get<double>());
-        std::printf("\n");
-      }
-    std::printf("  the same, best of the repeats (the least disturbed by other processes):\n");
-    for (auto& [depth, entry] : drafter["depths"].items())
-      std::printf("    depth %s  pass %6.3f ms (block %6.3f, scan %6.3f)  verify 1 row %6.3f, %s+1 rows %6.3f ms  "
-                  "pass / verify(1) %.2f\n",
-                  depth.c_str(), entry["best_pass_ms"].get<double>(), entry["best_block_ms"].get<double>(),
-                  entry["best_scan_ms"].get<double>(), entry["best_verify_1_ms"].get<double>(), depth.c_str(),
-                  entry["best_verify_window_ms"].get<double>(),
-                  entry["best_pass_ms"].get<double>() / entry["best_verify_1_ms"].get<double>());
+    bench::print_run(result, threads, options.verify, options.fused);
   }
   if (!options.json_path.empty()) std::ofstream(options.json_path) << report.dump(2) << "\n";
   return 0;
