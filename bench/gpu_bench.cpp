@@ -97,6 +97,22 @@ double time_forward(Target& target, std::vector<Window> windows, int repeats, bo
   return median(times);
 }
 
+// Milliseconds of a prefill of `prompt` on stream 7 (released after each), median of 3.
+double time_prefill(Target& target, const std::vector<int32_t>& prompt) {
+  std::vector<double> times;
+  for (int i = 0; i < 3; ++i) {
+    Window pw;
+    pw.stream = 7;
+    pw.tokens = prompt;
+    pw.first_drawn_row = static_cast<int>(prompt.size()) - 1;
+    const Clock::time_point start = Clock::now();
+    check(target.forward(std::span<const Window>(&pw, 1)).status(), "prefill");
+    times.push_back(ms_since(start));
+    target.release(7);
+  }
+  return median(times);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -302,18 +318,21 @@ int main(int argc, char** argv) {
   if (o.order_ab) arms.push_back({default_slices == 2 ? "one chain" : "two slices", 3 - default_slices, default_x});
   if (o.pipe_x_ab) arms.push_back({"x once everywhere", default_slices, 1});
   const double cublas_ms = arms.empty() || !o.ab_prefill ? 0.0 : cublas_prefill(c, o.prefill).first * 1e3;
+  const auto fresh_prompt = [&] {  // stream 1 again after the same prompt
+    target->release(1);
+    w.tokens = prompt;
+    w.first_drawn_row = o.context - 1;
+    check(target->forward(std::span<const Window>(&w, 1)).status(), "prompt");
+    check(target->commit(1, o.context), "commit");
+    w.first_drawn_row = 0;
+  };
   for (int round = 0; round < static_cast<int>(arms.empty() ? 0 : o.ab_rounds); ++round)
     for (const Arm& arm : arms) {
       cuda::set_gemm_k2048_slices(arm.k2048_slices);
       cuda::set_decode_pipe_x(arm.pipe_x);
       target->set_graphs(false);  // drops the graphs captured under the other arm
       target->set_graphs(true);
-      target->release(1);
-      w.tokens = prompt;
-      w.first_drawn_row = o.context - 1;
-      check(target->forward(std::span<const Window>(&w, 1)).status(), "prompt");
-      check(target->commit(1, o.context), "commit");
-      w.first_drawn_row = 0;
+      fresh_prompt();
       time_steps(4);
       const double step_ms = time_steps(o.decode_tokens);
       std::string line;
@@ -325,21 +344,9 @@ int main(int argc, char** argv) {
         line += cell;
       }
       if (o.ab_prefill) {
-        const std::vector<int32_t> long_prompt = tokens_for(o.prefill, 4, V);
-        std::vector<double> times;
-        for (int i = 0; i < 3; ++i) {
-          Window pw;
-          pw.stream = 7;
-          pw.tokens = long_prompt;
-          pw.first_drawn_row = o.prefill - 1;
-          const Clock::time_point start = Clock::now();
-          check(target->forward(std::span<const Window>(&pw, 1)).status(), "prefill");
-          times.push_back(ms_since(start));
-          target->release(7);
-        }
+        const double ms = time_prefill(*target, tokens_for(o.prefill, 4, V));
         char cell[96];
-        std::snprintf(cell, sizeof cell, "; prefill %d: %.2f ms (%.2f of cuBLAS)", o.prefill, median(times),
-                      cublas_ms / median(times));
+        std::snprintf(cell, sizeof cell, "; prefill %d: %.2f ms (%.2f of cuBLAS)", o.prefill, ms, cublas_ms / ms);
         line += cell;
       }
       std::printf("A/B round %d, %-18s decode step %.3f ms (ratio %.2f); verify ms by rows%s\n", round + 1,
@@ -351,12 +358,7 @@ int main(int argc, char** argv) {
     cuda::set_decode_pipe_x(default_x);
     target->set_graphs(false);
     target->set_graphs(true);
-    target->release(1);
-    w.tokens = prompt;
-    w.first_drawn_row = o.context - 1;
-    check(target->forward(std::span<const Window>(&w, 1)).status(), "prompt");
-    check(target->commit(1, o.context), "commit");
-    w.first_drawn_row = 0;
+    fresh_prompt();
   }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);
@@ -460,18 +462,7 @@ int main(int argc, char** argv) {
 
   // Prefill of `prefill` tokens vs cuBLAS on the same projections.
   const std::vector<int32_t> long_prompt = tokens_for(o.prefill, 4, V);
-  std::vector<double> prefill_times;
-  for (int i = 0; i < 3; ++i) {
-    Window pw;
-    pw.stream = 7;
-    pw.tokens = long_prompt;
-    pw.first_drawn_row = o.prefill - 1;
-    const Clock::time_point start = Clock::now();
-    check(target->forward(std::span<const Window>(&pw, 1)).status(), "prefill");
-    prefill_times.push_back(ms_since(start));
-    target->release(7);
-  }
-  const double prefill_ms = median(prefill_times);
+  const double prefill_ms = time_prefill(*target, long_prompt);
   target->set_profiling(true);
   target->reset_profile();
   Window pw;
