@@ -67,8 +67,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const int64_t loaded_prefetch = drafter.l2_prefetch();
   const bool loaded_head = drafter.short_context_head();
   const int loaded_stage = drafter.head_stage_keys();
-  const bool loaded_fold = drafter.fold_heads();
-  const bool loaded_held = drafter.held_norms();
+  const bool loaded_split = drafter.sampled_split();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -76,8 +75,11 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       drafter.set_l2_prefetch(static_cast<int64_t>(std::atoi(setting.c_str())) << 20);
       drafter.set_short_context_head(setting.find(":head") != std::string::npos);
       drafter.set_head_stage_keys(setting.find(":s256") != std::string::npos ? 256 : 128);
-      drafter.set_fold_heads(setting.find(":fold") != std::string::npos);
-      drafter.set_held_norms(setting.find(":held") != std::string::npos);
+      drafter.set_sampled_split(setting.find(":split") != std::string::npos);
+      // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9.
+      Sampling sampling;
+      if (setting.find(":samp") != std::string::npos) sampling.temperature = 0.6f;
+      if (setting.find(":topp") != std::string::npos) sampling = Sampling{0.8f, 0, 0.9f, 0.0f, 0};
       drafter.capture_bucket_graphs();  // outside the timed rounds, as at load
       Samples& samples = by_setting[setting];
       std::vector<StreamId> ids;
@@ -115,6 +117,8 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
           requests[s].anchor_token = 100 + s;
           requests[s].anchor_position = positions[s];
           requests[s].depth = options.depth;
+          requests[s].sampling = sampling;
+          requests[s].sampling.seed = static_cast<uint64_t>(round + 1000 * s);
         }
         const Clock::time_point draft_start = Clock::now();
         const std::vector<Draft> drafts = drafter.draft(requests);
@@ -134,12 +138,11 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_l2_prefetch(loaded_prefetch);
   drafter.set_short_context_head(loaded_head);
   drafter.set_head_stage_keys(loaded_stage);
-  drafter.set_fold_heads(loaded_fold);
-  drafter.set_held_norms(loaded_held);
+  drafter.set_sampled_split(loaded_split);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:fold][:held]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp][:split]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

@@ -27,19 +27,6 @@ constexpr int kWindowFloats = 8192;  // scores a CTA holds: [gamma, window], win
 constexpr int kMaxGroupRows = 10;    // query rows one thread scores against its key (each key read once per group)
 constexpr int kMaxQuadsPerThread = 2;  // 4-dim output quads a thread accumulates: gamma x head_dim / 4 <= 512
 
-// The q/k heads' inputs when they are folded into the attention (a null qkv: the queries come ready from q).
-struct FoldedHeads {
-  const bf16_t* qkv = nullptr;  // [rows, heads + 2 kv_heads, hd] the stacked q/k/v GEMM output
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  float eps = 0;
-  const int32_t* positions = nullptr;  // [rows]
-  const float* inv_freq = nullptr;
-  bool neox = false;
-  bool batched = false;
-  bool planted_raw_keys = false;  // tests only: the block's keys un-normed and un-rotated
-};
-
 // Keys a window of scores covers from `first`: whole chunks when a chunk fits (first is then a chunk start), else
 // whole 32-key tiles of one chunk (first is then the chunk's start plus a multiple of the window), so no tile of any
 // chunk straddles two windows.
@@ -50,16 +37,12 @@ __device__ __forceinline__ int window_end(int first, int key_count, int chunk_ke
 }
 
 // Everything one CTA works on (floats, in this order): its queries [gamma, hd], a K/V stage [kStageKeys, hd + 4]
-// (16-byte rows; lanes walking keys hit every bank once per quarter warp), the folded heads' per-warp norm staging
-// [warps, hd] and their bf16 q / k / v rows [3, gamma, hd] (session 10, used when the q/k heads are folded in),
-// scores [gamma, window + 1] (the odd stride spreads rows over banks), per (row, chunk) max and total
-// [gamma, chunks] each, per row max and total [gamma] each.
-constexpr int kHeadWarps = kHeadThreads / 32;
+// (16-byte rows; lanes walking keys hit every bank once per quarter warp), scores [gamma, window + 1] (the odd
+// stride spreads rows over banks), per (row, chunk) max and total [gamma, chunks] each, per row max and total [gamma]
+// each.
 struct HeadShared {
   float* query;
   float* stage;
-  float* fold_norm;
-  bf16_t* block;
   float* scores;
   float* chunk_max;
   float* chunk_total;
@@ -68,20 +51,15 @@ struct HeadShared {
 };
 
 __host__ __device__ inline size_t head_shared_floats(int gamma, int head_dim, int chunks, int window, int stage) {
-  const size_t block_floats = (3 * static_cast<size_t>(gamma) * head_dim / 2 + 3) / 4 * 4;  // bf16 [3, gamma, hd]
-  const size_t fold = static_cast<size_t>(kHeadWarps) * head_dim + block_floats;
-  return static_cast<size_t>(gamma) * head_dim + static_cast<size_t>(stage) * (head_dim + 4) + fold +
+  return static_cast<size_t>(gamma) * head_dim + static_cast<size_t>(stage) * (head_dim + 4) +
          static_cast<size_t>(gamma) * (window + 1) + 2 * static_cast<size_t>(gamma) * chunks +
          2 * static_cast<size_t>(gamma);
 }
 
 // Rows [piece, piece + count) of a [keys, kv_size] cache slice into the stage: every 16-byte load a thread makes
 // issued before the first store (the stores could alias the loads, so a load-store loop waits out each load in turn).
-// Keys from `held` on (the block's rows) come from `block` [gamma, hd] in shared memory when it is set (the folded
-// heads), else from the cache like the rest.
 template <int kHeadDim, int kStage>
-__device__ __forceinline__ void stage_rows(float* stage, const bf16_t* from, int kv_size, int piece, int count,
-                                           const bf16_t* block, int held) {
+__device__ __forceinline__ void stage_rows(float* stage, const bf16_t* from, int kv_size, int piece, int count) {
   constexpr int kStride = kHeadDim + 4, kEights = kHeadDim / 8;
   constexpr int kLoads = kStage * kEights / kHeadThreads;  // blockDim.x == kHeadThreads
   uint4 raw[kLoads];
@@ -90,10 +68,7 @@ __device__ __forceinline__ void stage_rows(float* stage, const bf16_t* from, int
     const int index = threadIdx.x + k * kHeadThreads;
     if (index < count * kEights) {
       const int j = index / kEights, c8 = (index % kEights) * 8;
-      const int key = piece + j;
-      raw[k] = block != nullptr && key >= held
-                   ? *reinterpret_cast<const uint4*>(block + (key - held) * kHeadDim + c8)
-                   : *reinterpret_cast<const uint4*>(from + static_cast<int64_t>(key) * kv_size + c8);
+      raw[k] = *reinterpret_cast<const uint4*>(from + static_cast<int64_t>(piece + j) * kv_size + c8);
     }
   }
 #pragma unroll
@@ -116,15 +91,14 @@ __device__ __forceinline__ void stage_rows(float* stage, const bf16_t* from, int
 // dimensions at a time, the keys staged kStage at a time.
 template <int kHeadDim, int kStage>
 __device__ __forceinline__ void score_window(const HeadShared& s, const bf16_t* keys, int kv_size, int gamma,
-                                             int stride, float scale, int first, int last, const bf16_t* block,
-                                             int held) {
+                                             int stride, float scale, int first, int last) {
   constexpr int kStride = kHeadDim + 4;
   const int groups = (gamma + kMaxGroupRows - 1) / kMaxGroupRows;
   const int group_rows = (gamma + groups - 1) / groups;
   for (int piece = first; piece < last; piece += kStage) {
     const int count = min(kStage, last - piece);
     __syncthreads();  // the stage's last readers are done
-    stage_rows<kHeadDim, kStage>(s.stage, keys, kv_size, piece, count, block, held);
+    stage_rows<kHeadDim, kStage>(s.stage, keys, kv_size, piece, count);
     __syncthreads();
     for (int task = threadIdx.x; task < groups * count; task += blockDim.x) {
       const int group = task / count, j = task % count;
@@ -181,43 +155,11 @@ __device__ __forceinline__ void window_stats(const HeadShared& s, int gamma, int
   }
 }
 
-// The folded q/k heads (session 10; qkv_heads' arithmetic, so its bits): warps over this CTA's gamma query rows of
-// `head` and the block's gamma key and value rows of `kv_head`, from the stacked q/k/v GEMM output, into s.block
-// [q | k | v][gamma, hd] bf16: q and k normed and rotated by norm_rope_head (its batched form as qkv_heads takes it),
-// v copied. Every CTA of a KV head group computes the same block K/V for itself; nothing goes to the cache (the
-// block's rows there are scratch no one reads).
-template <int kHeadDim>
-__device__ __forceinline__ void fold_heads(const FoldedHeads& fold, const HeadShared& s, int request_index, int head,
-                                           int kv_head, int gamma, const AttentionDims& dims) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int heads_per_row = dims.heads + 2 * dims.kv_heads;
-  for (int task = warp; task < 3 * gamma; task += kHeadWarps) {
-    const int part = task / gamma, r = task % gamma;  // part 0: query, 1: key, 2: value
-    const int64_t row = static_cast<int64_t>(request_index) * gamma + r;
-    const int column = part == 0 ? head : dims.heads + (part - 1) * dims.kv_heads + kv_head;
-    const bf16_t* in = fold.qkv + (row * heads_per_row + column) * kHeadDim;
-    bf16_t* to = s.block + (part * gamma + r) * kHeadDim;
-    if (part == 2 || (part == 1 && fold.planted_raw_keys)) {
-      for (int i = lane; i < kHeadDim; i += 32) to[i] = in[i];
-    } else if (fold.batched) {
-      norm_rope_head_batched(in, part == 0 ? fold.q_norm : fold.k_norm, kHeadDim, fold.eps,
-                             static_cast<float>(fold.positions[row]), fold.inv_freq, fold.neox,
-                             s.fold_norm + warp * kHeadDim, to, lane);
-    } else {
-      norm_rope_head(in, part == 0 ? fold.q_norm : fold.k_norm, kHeadDim, fold.eps,
-                     static_cast<float>(fold.positions[row]), fold.inv_freq, fold.neox,
-                     s.fold_norm + warp * kHeadDim, to, lane);
-    }
-    __syncwarp();  // the warp's norm staging is read before its next task writes it
-  }
-  __syncthreads();
-}
-
 template <int kHeadDim, int kQuadsPerThread, int kStage>
 __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const bf16_t* q,
                                                                       const DeviceBlockRequest* requests, int gamma,
                                                                       AttentionDims dims, int layer, int chunks,
-                                                                      int window, bf16_t* out, FoldedHeads fold) {
+                                                                      int window, bf16_t* out) {
   // The next kernel (the o_proj GEMM, launched programmatic at one request) may start loading its weights on the SMs
   // this grid leaves idle; it waits for this grid's completion before reading the outputs.
   let_next_kernel_start();
@@ -227,9 +169,7 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
   HeadShared s;
   s.query = reinterpret_cast<float*>(shared_quads);
   s.stage = s.query + gamma * kHeadDim;  // 16-byte aligned: gamma * hd is a multiple of 4
-  s.fold_norm = s.stage + kStage * kStride;
-  s.block = reinterpret_cast<bf16_t*>(s.fold_norm + kHeadWarps * kHeadDim);  // 16-byte aligned: hd % 8 == 0
-  s.scores = s.fold_norm + kHeadWarps * kHeadDim + (3 * gamma * kHeadDim / 2 + 3) / 4 * 4;
+  s.scores = s.stage + kStage * kStride;
   s.chunk_max = s.scores + gamma * stride;
   s.chunk_total = s.chunk_max + gamma * chunks;
   s.row_max = s.chunk_total + gamma * chunks;
@@ -244,24 +184,12 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
   const int key_count = static_cast<int>(request.length) + gamma;
   const int chunk_keys = (key_count + chunks - 1) / chunks;
   auto output_row = [&](int r) { return (static_cast<int64_t>(request_index) * gamma + r) * dims.heads + head; };
-  const int held = static_cast<int>(request.length);
-  const bf16_t* block_keys = nullptr;
-  const bf16_t* block_values = nullptr;
-  if (fold.qkv != nullptr) {
-    fold_heads<kHeadDim>(fold, s, request_index, head, kv_head, gamma, dims);
-    block_keys = s.block + gamma * kHeadDim;
-    block_values = s.block + 2 * gamma * kHeadDim;
-    for (int index = threadIdx.x; index < gamma * kHeadDim; index += blockDim.x) {
-      s.query[index] = __bfloat162float(s.block[index]);
-    }
-  } else {
-    for (int index = threadIdx.x; index < gamma * kEights; index += blockDim.x) {
-      const int r = index / kEights, d8 = (index % kEights) * 8;
-      float eight[8];
-      load_eight(q + output_row(r) * kHeadDim + d8, eight);
+  for (int index = threadIdx.x; index < gamma * kEights; index += blockDim.x) {
+    const int r = index / kEights, d8 = (index % kEights) * 8;
+    float eight[8];
+    load_eight(q + output_row(r) * kHeadDim + d8, eight);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s.query[r * kHeadDim + d8 + i] = eight[i];
-    }
+    for (int i = 0; i < 8; ++i) s.query[r * kHeadDim + d8 + i] = eight[i];
   }
   for (int index = threadIdx.x; index < gamma * chunks; index += blockDim.x) {
     s.chunk_max[index] = -INFINITY;
@@ -272,7 +200,7 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
   int windows = 0;
   for (int first = 0, last = 0; first < key_count; first = last, ++windows) {
     last = window_end(first, key_count, chunk_keys, window);
-    score_window<kHeadDim, kStage>(s, keys, kv_size, gamma, stride, dims.scale, first, last, block_keys, held);
+    score_window<kHeadDim, kStage>(s, keys, kv_size, gamma, stride, dims.scale, first, last);
     window_stats(s, gamma, chunks, chunk_keys, key_count, stride, first, last);
     __syncthreads();  // stats read the scores the next window overwrites
   }
@@ -314,7 +242,7 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
   for (int first = 0, last = 0; first < key_count; first = last) {
     last = window_end(first, key_count, chunk_keys, window);
     if (windows > 1) {
-      score_window<kHeadDim, kStage>(s, keys, kv_size, gamma, stride, dims.scale, first, last, block_keys, held);
+      score_window<kHeadDim, kStage>(s, keys, kv_size, gamma, stride, dims.scale, first, last);
     }
     const int span = last - first;
     for (int index = threadIdx.x; index < gamma * span; index += blockDim.x) {
@@ -325,7 +253,7 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
     for (int piece = first; piece < last; piece += kStage) {
       const int count = min(kStage, last - piece);
       __syncthreads();  // the probabilities are written and the stage's last readers are done
-      stage_rows<kHeadDim, kStage>(s.stage, values, kv_size, piece, count, block_values, held);
+      stage_rows<kHeadDim, kStage>(s.stage, values, kv_size, piece, count);
       __syncthreads();
       for (int key = piece; key < piece + count;) {
         const int stop = min(piece + count, chunk_end);
@@ -391,7 +319,7 @@ bool block_attention_head_supported(int gamma, AttentionDims dims) {
 
 Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                             AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
-                            int stage_keys, const QkvHeads* heads) {
+                            int stage_keys) {
   if (count == 0) return ok_status();
   if (!block_attention_head_supported(gamma, dims)) {
     return Status(ErrorCode::UnsupportedDraftShape, "the head attention kernel does not take block " +
@@ -406,15 +334,6 @@ Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests,
                                                   " keys (128 or 256)");
   }
   const bool wide = stage_keys == 2 * kStageKeys;
-  FoldedHeads fold;
-  if (heads != nullptr) {
-    if (heads->heads != dims.heads || heads->kv_heads != dims.kv_heads || heads->head_dim != dims.head_dim ||
-        heads->gamma != gamma) {
-      return Status(ErrorCode::InvalidArgument, "folded q/k heads of another shape than the attention's");
-    }
-    fold = FoldedHeads{heads->qkv,       heads->q_norm, heads->k_norm,  heads->eps,
-                       heads->positions, heads->inv_freq, heads->neox, heads->batched, heads->planted_raw_keys};
-  }
   const size_t bytes = sizeof(float) * head_shared_floats(gamma, dims.head_dim, used, window, stage_keys);
   const int threads = kHeadThreads;
   const dim3 grid(static_cast<unsigned int>(count * dims.heads));
@@ -428,7 +347,7 @@ Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests,
       LS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
       limit.store(bytes);
     }
-    kernel<<<grid, threads, bytes, stream>>>(q, requests, gamma, dims, layer, used, window, out, fold);
+    kernel<<<grid, threads, bytes, stream>>>(q, requests, gamma, dims, layer, used, window, out);
     LS_CUDA_TRY_LAUNCH("block_attention_head");
     return ok_status();
   };

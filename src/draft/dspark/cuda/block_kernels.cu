@@ -35,36 +35,34 @@ __global__ void round_kernel(const float* in, int64_t count, bf16_t* out) {
   if (index < count) out[index] = __float2bfloat16_rn(in[index]);
 }
 
-// One warp per row. kBatched (session 8): each lane's loads issued kNormBatch at a time (the loop below waits for
-// each in turn: its store may alias the next load, y being x in place for the key heads), the same arithmetic in
-// the same order, so the same bits.
+// One warp per row, each lane's values of the row kBatch at a time (lane + k x kWarp, k < kBatch): 1 is the
+// one-at-a-time reference, 16 the batched loads (session 8: the loop waits for each batch in turn), 64 holds a row
+// of up to 2048 (session 10). Where one batch covers the row its values and weights are kept for the output (one
+// load round trip a row; every load before the first store, so y may be x), else the output loop loads them again.
+// The same sum in the same lane order and the same outputs at every kBatch, so the same bits.
 constexpr int kNormBatch = 16;
-template <bool kBatched>
+constexpr int kNormHeld = 64;
+template <int kBatch>
 __global__ void rms_norm_kernel(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps,
                                 bf16_t* y) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
   const bf16_t* in = x + row * width;
+  const bool held = width <= kWarp * kBatch;
+  float values[kBatch], weights[kBatch];
   double sum_squares = 0;
-  if constexpr (kBatched) {
-    for (int64_t base = lane; base < width; base += kWarp * kNormBatch) {
-      float values[kNormBatch];
+  for (int64_t base = lane; base < width; base += kWarp * kBatch) {
 #pragma unroll
-      for (int k = 0; k < kNormBatch; ++k) {
-        const int64_t i = base + k * kWarp;
-        values[k] = i < width ? __bfloat162float(in[i]) : 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < kNormBatch; ++k) {
-        if (base + k * kWarp >= width) break;
-        const double value = values[k];
-        sum_squares += value * value;
-      }
+    for (int k = 0; k < kBatch; ++k) {
+      const int64_t i = base + k * kWarp;
+      values[k] = i < width ? __bfloat162float(in[i]) : 0.0f;
+      weights[k] = held && i < width ? weight[i] : 0.0f;
     }
-  } else {
-    for (int64_t i = lane; i < width; i += kWarp) {
-      const double value = __bfloat162float(in[i]);
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (base + k * kWarp >= width) break;
+      const double value = values[k];
       sum_squares += value * value;
     }
   }
@@ -72,63 +70,21 @@ __global__ void rms_norm_kernel(const bf16_t* x, int64_t rows, int64_t width, co
   const float mean = static_cast<float>(sum_squares / static_cast<double>(width));
   const float inverse_rms = 1.0f / sqrtf(mean + eps);
   bf16_t* out = y + row * width;
-  if constexpr (kBatched) {
-    for (int64_t base = lane; base < width; base += kWarp * kNormBatch) {
-      float values[kNormBatch], weights[kNormBatch];
+  for (int64_t base = lane; base < width; base += kWarp * kBatch) {
+    if (!held) {
 #pragma unroll
-      for (int k = 0; k < kNormBatch; ++k) {
+      for (int k = 0; k < kBatch; ++k) {
         const int64_t i = base + k * kWarp;
         values[k] = i < width ? __bfloat162float(in[i]) : 0.0f;
         weights[k] = i < width ? weight[i] : 0.0f;
       }
-#pragma unroll
-      for (int k = 0; k < kNormBatch; ++k) {
-        const int64_t i = base + k * kWarp;
-        if (i >= width) break;
-        out[i] = __float2bfloat16_rn(weights[k] * round_bf16(values[k] * inverse_rms));
-      }
     }
-  } else {
-    for (int64_t i = lane; i < width; i += kWarp) {
-      const float value = __bfloat162float(in[i]);
-      out[i] = __float2bfloat16_rn(weight[i] * round_bf16(value * inverse_rms));
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int64_t i = base + k * kWarp;
+      if (i >= width) break;
+      out[i] = __float2bfloat16_rn(weights[k] * round_bf16(values[k] * inverse_rms));
     }
-  }
-}
-
-// rms_norm_kernel for widths up to kWarp x kNormHeld (session 10): each lane loads its whole share of x and of
-// the weight at once and keeps it (one round trip a row, not two per kNormBatch), then the same sum in the same
-// lane order and the same outputs, so the same bits; in place too (every load before the first store).
-constexpr int kNormHeld = 64;
-__global__ void rms_norm_held_kernel(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps,
-                                     bf16_t* y) {
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (row >= rows) return;
-  const bf16_t* in = x + row * width;
-  float values[kNormHeld], weights[kNormHeld];
-#pragma unroll
-  for (int k = 0; k < kNormHeld; ++k) {
-    const int64_t i = lane + k * kWarp;
-    values[k] = i < width ? __bfloat162float(in[i]) : 0.0f;
-    weights[k] = i < width ? weight[i] : 0.0f;
-  }
-  double sum_squares = 0;
-#pragma unroll
-  for (int k = 0; k < kNormHeld; ++k) {
-    if (lane + k * kWarp >= width) break;
-    const double value = values[k];
-    sum_squares += value * value;
-  }
-  sum_squares = warp_sum(sum_squares);
-  const float mean = static_cast<float>(sum_squares / static_cast<double>(width));
-  const float inverse_rms = 1.0f / sqrtf(mean + eps);
-  bf16_t* out = y + row * width;
-#pragma unroll
-  for (int k = 0; k < kNormHeld; ++k) {
-    const int64_t i = lane + k * kWarp;
-    if (i >= width) break;
-    out[i] = __float2bfloat16_rn(weights[k] * round_bf16(values[k] * inverse_rms));
   }
 }
 
@@ -386,11 +342,13 @@ Status round_to_bf16(const float* in, int64_t count, bf16_t* out, cudaStream_t s
 }
 
 Status rms_norm(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps, bf16_t* y,
-                cudaStream_t stream, bool batched, bool held) {
+                cudaStream_t stream, bool batched) {
   if (rows == 0) return ok_status();
   constexpr int kWarpsPerBlock = 8;
-  const bool holds = held && width <= kWarp * kNormHeld;
-  const auto kernel = holds ? rms_norm_held_kernel : batched ? rms_norm_kernel<true> : rms_norm_kernel<false>;
+  // Batched: rows of up to 512 in one batch of 16, up to 2048 held in one of 64 (batch s10B: the absorb's hidden
+  // norm 0.0433 -> 0.0400 ms a round against batches of 16), wider in batches of 16.
+  const bool holds = width > kWarp * kNormBatch && width <= kWarp * kNormHeld;
+  const auto kernel = !batched ? rms_norm_kernel<1> : holds ? rms_norm_kernel<kNormHeld> : rms_norm_kernel<kNormBatch>;
   kernel<<<blocks_for(rows, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, stream>>>(x, rows, width, weight, eps, y);
   LS_CUDA_TRY_LAUNCH("rms_norm");
   return ok_status();

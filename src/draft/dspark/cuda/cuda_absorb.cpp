@@ -175,7 +175,7 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
   LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), filled, weights_.fc.values.data(), d, in, absorb_.fused.data(),
                           false, d));
   LS_RETURN_IF_ERROR(rms_norm(absorb_.fused.data(), filled, d, weights_.hidden_norm.data(), c.norm_eps,
-                              absorb_.normed.data(), stream, batched_loads_, held_norms_));
+                              absorb_.normed.data(), stream, batched_loads_));
   mark("absorb fc + norm");
   if (fused_absorb_) {
     // Every layer's K and V in one GEMM, then one launch norms and rotates the keys and puts K and V in place.
@@ -274,7 +274,7 @@ Status CudaDsparkDrafter::project_context(const float* taps, int64_t rows, int64
     LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), count, weights_.fc.values.data(), d, in, absorb_.fused.data(),
                             false, d));
     LS_RETURN_IF_ERROR(rms_norm(absorb_.fused.data(), count, d, weights_.hidden_norm.data(), c.norm_eps,
-                                absorb_.normed.data(), stream, batched_loads_, held_norms_));
+                                absorb_.normed.data(), stream, batched_loads_));
     for (int index = 0; index < c.num_layers; ++index) {
       const DeviceLayerWeights& layer = weights_.layers[index];
       // K = RoPE(k_norm(k_proj C)) and V = v_proj C, written straight into the cache rows start+first ...

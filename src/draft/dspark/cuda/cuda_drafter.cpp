@@ -97,8 +97,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     if (const char* text = std::getenv(name); text && *text) value = std::strcmp(text, "0") != 0;
   };
   pin("LS_DRAFTER_SHORT_HEAD", d.short_context_head_);
-  pin("LS_DRAFTER_FOLD_HEADS", d.fold_heads_);
-  pin("LS_DRAFTER_HELD_NORM", d.held_norms_);
+  pin("LS_DRAFTER_SAMPLED_SPLIT", d.sampled_split_);
   if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && *stage) {
     d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;
   }

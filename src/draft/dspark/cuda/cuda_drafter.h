@@ -120,7 +120,7 @@ inline constexpr int kLongContextBlockKey = -3;
 // Keys (context + block) per request up to which the head attention beats the split from 2 to 15 requests: ~320 a
 // request (batch s9B, graphed block pass at 4 streams: 0.501 vs 0.600 ms at context 512, 1.081 vs 1.000 at 2000).
 // Not at one request: batch s10A's lanes-like rounds (context 128..350) had the head pass 0.4306 ms against the
-// split's 0.4261 there (4 streams: 0.4346 against 0.4685 with 256-key stages and folded heads).
+// split's 0.4261 there (4 streams: 0.4346 against 0.4685 with 256-key stages and session 10's folded q/k heads).
 inline constexpr int64_t kHeadKeysPerRequest = 320;
 inline int64_t short_context_keys(int count) { return count >= 2 ? kHeadKeysPerRequest * count : 0; }
 // Graph shapes kept at most.
@@ -238,25 +238,16 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int head_stage_keys() const { return head_stage_keys_; }
-  // The q/k heads (norm + RoPE of q and of the block's k, v copied) folded into the head attention wherever the
-  // head kernel runs: one launch a layer less, the same bits (session 10; off: batch s10B had no gain, 16 streams
-  // 0.6548 vs 0.6520 ms, 4 streams 0.4507 vs 0.4537; LS_DRAFTER_FOLD_HEADS=1 at load). `planted_raw_keys` (tests
-  // only) leaves the block's keys un-normed.
-  void set_fold_heads(bool on, bool planted_raw_keys = false) {
-    fold_heads_ = on;
-    fold_heads_planted_ = planted_raw_keys;
+  // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
+  // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
+  // 0.18-0.32 ms a step in batch s10B). Off by default until a batch decides; LS_DRAFTER_SAMPLED_SPLIT=1 at load.
+  // `planted_base` (tests only) adds U twice.
+  void set_sampled_split(bool on, bool planted_base = false) {
+    sampled_split_ = on;
+    sampled_split_planted_ = planted_base;
     graphs_.clear();
   }
-  bool fold_heads() const { return fold_heads_; }
-  // The absorb's hidden norm with each lane's share of the row held in registers (rms_norm `held`: one load round
-  // trip a row, the same bits; batch s10A's ncu had the batched form at 10.4 us for 6 rows of 2048, on every round's
-  // critical path). On by default since batch s10B (absorb wait 0.0433 -> 0.0400 ms at 1 stream, 0.0557 -> 0.0507 at
-  // 64); LS_DRAFTER_HELD_NORM=0 at load is the old form.
-  void set_held_norms(bool on) {
-    held_norms_ = on;
-    graphs_.clear();
-  }
-  bool held_norms() const { return held_norms_; }
+  bool sampled_split() const { return sampled_split_; }
   void set_fused_scan(std::optional<bool> on) {
     fused_scan_pin_ = on;
     graphs_.clear();
@@ -374,9 +365,8 @@ class CudaDsparkDrafter final : public Drafter {
   int block_pass_key(int count, bool long_context) const {
     return long_context && short_context_head_ && count < kHeadAttentionRequests ? kLongContextBlockKey : 0;
   }
-  // Block attention of `layer` by attention_kernel(count): queries -> attended (`folded`: the head kernel takes
-  // the q/k heads from the q/k/v GEMM output itself, set_fold_heads).
-  Status attend(int count, const AttentionDims& dims, int layer, const QkvHeads* folded = nullptr);
+  // Block attention of `layer` by attention_kernel(count): queries -> attended.
+  Status attend(int count, const AttentionDims& dims, int layer);
   // Forks layer `layer`'s weight prefetch (set_l2_prefetch; a pass of one request only) onto the side branch; true
   // when it forked.
   Result<bool> prefetch_layer_weights(int count, int layer);
@@ -454,9 +444,8 @@ class CudaDsparkDrafter final : public Drafter {
   bool fused_block_ = true;
   bool short_context_head_ = true;  // since batch s10B
   int head_stage_keys_ = 256;  // since batch s10B
-  bool fold_heads_ = false;
-  bool fold_heads_planted_ = false;
-  bool held_norms_ = true;  // since batch s10B
+  bool sampled_split_ = false;
+  bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)
   bool fused_absorb_ = true;
   int64_t l2_prefetch_bytes_ = int64_t{40} << 20;  // since batch s10B

@@ -93,14 +93,14 @@ BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
   return automatic == BlockAttentionKernel::Split && fits ? BlockAttentionKernel::Cooperative : automatic;
 }
 
-Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer, const QkvHeads* folded) {
+Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer) {
   DeviceBlockScratch& s = scratch_;
   const int gamma = config_.block_size;
   switch (attention_kernel(count)) {
     case BlockAttentionKernel::Head:
       if (block_attention_head_supported(gamma, dims)) {
         return block_attention_head(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                    attention_chunks_, s.attended.data(), stream_.get(), head_stage_keys_, folded);
+                                    attention_chunks_, s.attended.data(), stream_.get(), head_stage_keys_);
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Tile:
@@ -169,17 +169,11 @@ Status CudaDsparkDrafter::block_pass(int count) {
     heads.layer = index;
     heads.queries = s.queries.data();
     heads.batched = batched_loads_;
-    heads.planted_raw_keys = fold_heads_planted_;
-    // Folded into the head attention (set_fold_heads) or a launch of their own.
-    const bool folded =
-        fold_heads_ && attention_kernel(count) == BlockAttentionKernel::Head && block_attention_head_supported(gamma, dims);
-    if (!folded) {
-      LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
-      mark("q/k norm + RoPE");
-    }
+    LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
+    mark("q/k norm + RoPE");
     LS_ASSIGN_OR_RETURN(const bool forked, prefetch_layer_weights(count, index));
     prefetching = prefetching || forked;
-    LS_RETURN_IF_ERROR(attend(count, dims, index, folded ? &heads : nullptr));
+    LS_RETURN_IF_ERROR(attend(count, dims, index));
     mark("attention");
     // X += o; v = post_attention_layernorm(X); X += down(silu(gate v) * up v) with gate/up as one GEMM.
     LS_RETURN_IF_ERROR(gemm_residual_norm(s.attended.data(), rows, layer.o_proj.values.data(), d, q,
@@ -359,6 +353,16 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     step.tickets = s.scan_tickets.data();
     step.keep_w2 = scan_keep_w2_;
     step.programmatic = programmatic_;
+    if (sampled_split_ && !scan_all_greedy_ && count == 1) {
+      // The same product, then the keyed draw spread over vocab chunks (its bits: markov_product_fused).
+      for (int slot = 0; slot < max_depth; ++slot) {
+        LS_RETURN_IF_ERROR(markov_product_fused(step, shape, slot, sampled_split_planted_, stream));
+        mark("scan fused product");
+        LS_RETURN_IF_ERROR(markov_pick_split(step, shape, slot, stream));
+        mark("scan split pick");
+      }
+      return ok_status();
+    }
     for (int slot = 0; slot < max_depth; ++slot) {
       LS_RETURN_IF_ERROR(markov_step_fused(step, shape, slot, stream));
       mark("scan fused step");

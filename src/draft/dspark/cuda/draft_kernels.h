@@ -45,10 +45,10 @@ Status embed_tokens(const bf16_t* table, const int32_t* tokens, int64_t rows, in
 // out [count] = bf16(in [count]) (round to nearest even).
 Status round_to_bf16(const float* in, int64_t count, bf16_t* out, cudaStream_t stream);
 // y [rows, width] = bf16(weight * bf16(x * inverse_rms)); sum of squares in double; y may alias x. `batched`
-// (session 8): each lane's loads issued 16 at a time (the same bits). `held` (session 10): up to width 2048 each lane
-// loads and keeps its whole share of x and the weight at once (the same bits; wider rows take the other forms).
+// (sessions 8 and 10): each lane's loads issued at once, its whole share of a row of up to 2048 (held for the
+// output), 16 at a time for wider rows (the same bits as one at a time, the reference).
 Status rms_norm(const bf16_t* x, int64_t rows, int64_t width, const float* weight, float eps, bf16_t* y,
-                cudaStream_t stream, bool batched = false, bool held = false);
+                cudaStream_t stream, bool batched = false);
 // Rotates x [rows, heads, head_dim] in place at positions[row] (or first_position + row when positions is null):
 // fp32 cos/sin of position * inv_freq, interleaved pairs (2i, 2i+1) unless neox, one rounding.
 Status rope_rotate(bf16_t* x, int64_t rows, int heads, int head_dim, const int32_t* positions, int64_t first_position,
@@ -74,7 +74,6 @@ struct QkvHeads {
   bf16_t* queries = nullptr;  // [rows, heads, head_dim]
   bool programmatic = false;  // launched to overlap the previous kernel's tail (it waits before reading)
   bool batched = false;       // session 8: each lane's loads issued at once (norm_rope_head_batched, the same bits)
-  bool planted_raw_keys = false;  // tests only, folded into the head attention: the block's keys left un-normed
 };
 // q heads: rms_norm(q_norm) + rope_rotate -> queries; k heads: the same with k_norm -> the cache; v heads copied to
 // the cache (= rms_norm, rope_rotate twice and scatter_block_kv).
@@ -162,12 +161,10 @@ Status block_attention_cooperative(const bf16_t* q, const DeviceBlockRequest* re
 bool block_attention_head_supported(int gamma, AttentionDims dims);
 // The drafter's automatic attention takes Head from this many requests (block pass buckets) up (batch s9B).
 inline constexpr int kHeadAttentionRequests = 16;
-// `stage_keys`: K / V rows staged in shared memory per trip, 128 or 256 (session 10; the same bits). `heads`
-// (session 10): the q/k heads folded in: the queries and the block's K / V come from heads->qkv through qkv_heads'
-// arithmetic (q unused; nothing is written to the caches' block rows), so the bits of qkv_heads then this kernel.
+// `stage_keys`: K / V rows staged in shared memory per trip, 128 or 256 (session 10; the same bits).
 Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                             AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
-                            int stage_keys = 128, const QkvHeads* heads = nullptr);
+                            int stage_keys = 128);
 
 // ---- Weight prefetch into L2 (l2_prefetch.cu) ----
 
@@ -317,6 +314,11 @@ inline bool fused_scan_supported(const ScanShape& shape) {
 inline int64_t fused_scan_chunks(int64_t vocab) { return (vocab + kFusedScanIds - 1) / kFusedScanIds; }
 inline int fused_scan_groups(int count) { return count <= 1 ? 1 : (count + kFusedScanGroup - 1) / kFusedScanGroup; }
 Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
+// The one-request fused step's W2 W1[previous] alone (its fp32 dot order), written raw into `markov` for
+// markov_pick_split, which adds U as the fused step does: the fused step's logits and picks, with the keyed draw
+// spread over SMs instead of one 256-thread CTA. `planted_base` (tests only) adds U here too (the pick then twice).
+Status markov_product_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, bool planted_base,
+                            cudaStream_t stream);
 
 // The persistent greedy scan (scan_persistent.cu): every slot of up to kPersistentScanGroup greedy requests in one
 // cooperative launch (slots up to each request's depth, read on the device: one graph serves every depth). W2 is

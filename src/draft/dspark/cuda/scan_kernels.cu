@@ -7,11 +7,8 @@
 // rounding of the target), then the Gumbel max over the survivors. The verified variant (session 9) takes the
 // pruned Gumbel max first and checks only whether top-p keeps the winner, by bounded float sums or, where the
 // bound cannot decide, the CPU's one-by-one sums.
-#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "compute/cuda/cuda_util.h"
@@ -198,7 +195,7 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
                             spread_here ? &given : nullptr, pick);
 }
 
-constexpr int kStepThreads = 256;  // 8 warps; 8 lanes per W2 row, so 4 rows per warp instruction
+// kStepThreads (scan_pick.cuh): 8 warps; 8 lanes per W2 row, so 4 rows per warp instruction.
 constexpr int kStepWarps = kStepThreads / kWarp;
 constexpr int kStepRounds = kFusedScanIds / (kStepWarps * 4);  // W2 rows per lane group, all loaded up front
 constexpr int kMaxPieces = kMaxFusedScanRank / 64;  // 16-byte pieces of a W2 row per lane (8 lanes a row)
@@ -212,7 +209,9 @@ static_assert(kStepRounds * kStepWarps * 4 == kFusedScanIds, "a step CTA covers 
 // depend on which CTA finishes last.
 // The minimum resident CTAs cap the registers at the GEMV's own needs (sessions 5-8: 60 for one request, 80 for a
 // group), so the keyed pick in the last CTA (spilling there) does not cost the GEMV its occupancy.
-template <int G>
+// ProductOnly (one request, markov_product_fused): only W2 e in the same order, written raw for markov_pick_split
+// (no U, partials or pick; `mode` != 0 plants U into the product, which the pick then adds again: tests only).
+template <int G, bool ProductOnly = false>
 __global__ void __launch_bounds__(kStepThreads, G == 1 ? 4 : 3) scan_step_kernel(ScanStepInputs in, ScanShape shape, int slot,
                                                                  int chunks, int mode) {
   extern __shared__ float e_shared[];  // [G, rank]
@@ -247,7 +246,7 @@ __global__ void __launch_bounds__(kStepThreads, G == 1 ? 4 : 3) scan_step_kernel
   for (int j = 0; j < kStepRounds; ++j) {
 #pragma unroll
     for (int r = 0; r < G; ++r) {
-      base[j][r] = r < group && ids[j] < V && part == 0
+      base[j][r] = r < group && ids[j] < V && part == 0 && (!ProductOnly || mode != 0)
                        ? in.base_logits[(static_cast<int64_t>(first + r) * shape.gamma + slot) * V + ids[j]]
                        : 0.0f;
     }
@@ -275,6 +274,12 @@ __global__ void __launch_bounds__(kStepThreads, G == 1 ? 4 : 3) scan_step_kernel
     for (int r = 0; r < G; ++r) {
       for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
     }
+    if (ProductOnly) {
+      if (part == 0 && ids[j] < V && active[0]) {
+        in.markov[static_cast<int64_t>(first) * V + ids[j]] = mode == 0 ? sums[0] : sums[0] + base[j][0];
+      }
+      continue;
+    }
     if (part == 0 && ids[j] < V) {
       const int64_t id = ids[j];
 #pragma unroll
@@ -289,6 +294,7 @@ __global__ void __launch_bounds__(kStepThreads, G == 1 ? 4 : 3) scan_step_kernel
       }
     }
   }
+  if (ProductOnly) return;
   // The chunk's best per request: over the warp's lanes, then the warps.
   warp_bests<G>(best, flags, lane, warp_best[warp], warp_flags[warp]);
   __syncthreads();
@@ -347,65 +353,8 @@ __global__ void __launch_bounds__(kStepThreads, G == 1 ? 4 : 3) scan_step_kernel
   }
 }
 
-template <int Threads>
-__global__ void __launch_bounds__(Threads) draw_rows_kernel(const float* logits, int64_t vocab,
-                                                            const DeviceScanRequest* samplings,
-                                                            const int64_t* positions, int32_t* picks, int mode) {
-  __shared__ PickScratch s;
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  const Best greedy = row_argmax(row, vocab, s);
-  const DeviceScanRequest sampling = samplings[blockIdx.x];
-  const int32_t pick = draft_pick<Threads>(row, vocab, sampling, positions[blockIdx.x], greedy, mode, nullptr, s);
-  if (threadIdx.x == 0) picks[blockIdx.x] = pick;
-}
-
 }  // namespace
 
-namespace {
-
-// Batch s9A decides the default; radix stays selectable until a batch shows the verified pick's win.
-constexpr DraftPickMode kDefaultPickMode = DraftPickMode::Verified;
-
-DraftPickMode pick_mode_from_env() { return draft_pick_mode_named(std::getenv("LS_DRAFT_PICK")); }
-
-// On since batch s9A (a flat top-p 0.9 row's split step 0.142 -> 0.060 ms with the round in an extra launch;
-// now folded into the chunk launch: greedy steps pay nothing).
-constexpr bool kDefaultPickSpread = true;
-
-bool pick_spread_from_env() {
-  const char* value = std::getenv("LS_DRAFT_PICK_SPREAD");
-  if (value == nullptr || value[0] == '\0') return kDefaultPickSpread;
-  return value[0] == '1';
-}
-
-std::atomic<int> pick_mode{static_cast<int>(pick_mode_from_env())};
-std::atomic<bool> pick_spread{pick_spread_from_env()};
-
-}  // namespace
-
-DraftPickMode draft_pick_mode() { return static_cast<DraftPickMode>(pick_mode.load(std::memory_order_relaxed)); }
-void set_draft_pick_mode(DraftPickMode mode) { pick_mode.store(static_cast<int>(mode)); }
-
-bool draft_pick_spread() { return pick_spread.load(std::memory_order_relaxed); }
-void set_draft_pick_spread(bool on) { pick_spread.store(on); }
-
-DraftPickMode draft_pick_mode_named(const char* value) {
-  if (value == nullptr) return kDefaultPickMode;
-  for (const DraftPickMode mode : {DraftPickMode::Radix, DraftPickMode::Verified}) {
-    if (std::strcmp(value, draft_pick_name(mode)) == 0) return mode;
-  }
-  return kDefaultPickMode;
-}
-
-const char* draft_pick_name(DraftPickMode mode) {
-  switch (mode) {
-    case DraftPickMode::Radix: return "radix";
-    case DraftPickMode::Verified: return "verified";
-    case DraftPickMode::VerifiedBandPlantedZero: return "verified-band-planted-zero";
-    case DraftPickMode::VerifiedFallbackForced: return "verified-fallback-forced";
-  }
-  return "?";
-}
 
 Status markov_gather(const bf16_t* w1, const DeviceScanRequest* requests, const DeviceScanRecord* records, int count,
                      ScanShape shape, int slot, bf16_t* embeddings, cudaStream_t stream) {
@@ -445,17 +394,11 @@ Status markov_pick_split(const ScanStepInputs& inputs, ScanShape shape, int slot
   return ok_status();
 }
 
-Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
-  if (inputs.count == 0) return ok_status();
-  if (!fused_scan_supported(shape)) {
-    return Status(ErrorCode::UnsupportedDraftShape,
-                  "the fused Markov scan takes a rank that is a multiple of 8 up to " +
-                      std::to_string(kMaxFusedScanRank) + ", not " + std::to_string(shape.rank));
-  }
+// One scan step kernel over (vocab chunk, group of `group` requests), launched programmatically where allowed.
+template <typename Kernel>
+Status launch_step(Kernel kernel, const ScanStepInputs& inputs, ScanShape shape, int slot, int group, int mode,
+                   cudaStream_t stream) {
   const int chunks = static_cast<int>(fused_scan_chunks(shape.vocab));
-  const bool single = inputs.count == 1;
-  const int mode = static_cast<int>(draft_pick_mode());
-  const int group = single ? 1 : kFusedScanGroup;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(chunks, (inputs.count + group - 1) / group);
   config.blockDim = dim3(kStepThreads);
@@ -466,36 +409,28 @@ Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = inputs.programmatic && ls::cuda::cuda_features().pdl ? 1 : 0;  // not on the portable sm_80 path
-  if (single) {
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, scan_step_kernel<1>, inputs, shape, slot, chunks, mode));
-  } else {
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, scan_step_kernel<kFusedScanGroup>, inputs, shape, slot, chunks, mode));
-  }
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, inputs, shape, slot, chunks, mode));
   return ok_status();
 }
 
-Status draw_rows_on_device(const float* logits, int rows, int64_t vocab, const DeviceScanRequest* samplings,
-                           const int64_t* positions, int32_t* picks, cudaStream_t stream) {
-  return draw_rows_with(logits, rows, vocab, samplings, positions, picks, draft_pick_mode(), kPickThreads, stream);
+Status markov_step_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream) {
+  if (inputs.count == 0) return ok_status();
+  if (!fused_scan_supported(shape)) {
+    return Status(ErrorCode::UnsupportedDraftShape,
+                  "the fused Markov scan takes a rank that is a multiple of 8 up to " +
+                      std::to_string(kMaxFusedScanRank) + ", not " + std::to_string(shape.rank));
+  }
+  const int mode = static_cast<int>(draft_pick_mode());
+  if (inputs.count == 1) return launch_step(scan_step_kernel<1>, inputs, shape, slot, 1, mode, stream);
+  return launch_step(scan_step_kernel<kFusedScanGroup>, inputs, shape, slot, kFusedScanGroup, mode, stream);
 }
 
-Status draw_rows_with(const float* logits, int rows, int64_t vocab, const DeviceScanRequest* samplings,
-                      const int64_t* positions, int32_t* picks, DraftPickMode mode, int threads,
-                      cudaStream_t stream) {
-  if (rows == 0) return ok_status();
-  if (threads != kPickThreads && threads != kStepThreads) {
-    return Status(ErrorCode::InvalidArgument, "draw_rows_with: CTAs of " + std::to_string(threads) +
-                                                  " threads (the scan's are " + std::to_string(kStepThreads) +
-                                                  " and " + std::to_string(kPickThreads) + ")");
+Status markov_product_fused(const ScanStepInputs& inputs, ScanShape shape, int slot, bool planted_base,
+                            cudaStream_t stream) {
+  if (inputs.count != 1 || !fused_scan_supported(shape)) {
+    return Status(ErrorCode::InvalidArgument, "markov_product_fused takes one request of a fused-scan rank");
   }
-  const int m = static_cast<int>(mode);
-  if (threads == kPickThreads) {
-    draw_rows_kernel<kPickThreads><<<rows, kPickThreads, 0, stream>>>(logits, vocab, samplings, positions, picks, m);
-  } else {
-    draw_rows_kernel<kStepThreads><<<rows, kStepThreads, 0, stream>>>(logits, vocab, samplings, positions, picks, m);
-  }
-  LS_CUDA_TRY_LAUNCH("draw_rows_with");
-  return ok_status();
+  return launch_step(scan_step_kernel<1, true>, inputs, shape, slot, 1, planted_base ? 1 : 0, stream);
 }
 
 }  // namespace ls::dspark::cuda

@@ -16,6 +16,7 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kPickThreads = 1024;
+constexpr int kStepThreads = 256;  // the fused scan step's CTA (its last CTA picks with 256 threads)
 constexpr int kBatchKeys = 256;  // keys the verified pick gathers and sorts at once (select_key, the fallback)
 
 struct PickScratch {
