@@ -148,10 +148,11 @@ TEST(CudaAttention, APlantedBlockOrderFaultTurnsTheInvarianceCheckRed) {
                                                              << " rows";
 }
 
-// The tile kernel launched early (set_attention_tiles_early, step10: programmatic, each CTA's first two blocks of keys
-// of earlier positions staged before its wait): the default launch's bits on every layout, split or not, rows per CTA
-// pinned too; and the planted block-order fault still seen under it.
-TEST(CudaAttention, TheEarlyTileLaunchGivesTheDefaultBitsAndStillSeesAPlantedBlockOrderFault) {
+// The tile kernel launched early (step10: programmatic, each CTA's first two blocks of keys of earlier positions staged
+// before its wait; the only launch up to 256 rows since s10final): the bits of the plain instance the prefill runs
+// (set_attention_tiles_early(false), tests only) on every layout, split or not, rows per CTA pinned too; and the
+// planted block-order fault still seen under it.
+TEST(CudaAttention, TheEarlyTileLaunchGivesThePlainInstanceBitsAndStillSeesAPlantedBlockOrderFault) {
   LS_SKIP_WITHOUT_DEVICE();
   struct EarlyScope {
     EarlyScope() : before(attention_tiles_early()) {}
@@ -175,7 +176,7 @@ TEST(CudaAttention, TheEarlyTileLaunchGivesTheDefaultBitsAndStillSeesAPlantedBlo
         differ += bits_differ(run_forward(c, wins, Kernel::Tiles, tiling), want);
         ++forwards;
       }
-    EXPECT_EQ(differ, 0) << name(shape) << ": outputs differing from the default launch over " << forwards
+    EXPECT_EQ(differ, 0) << name(shape) << ": outputs differing from the plain instance over " << forwards
                          << " forwards";
   }
   set_attention_tiles_early(true);

@@ -1,7 +1,7 @@
-// The target's ShortConv launched early (set_short_conv_early, step10: the window records, weights, bias and history
-// taps loaded before the programmatic wait) against the default launch: z and y bitwise on random inputs, windows of
-// 1..16 rows over streams whose histories are in other slots, outputs poisoned first; a planted reversed-taps fault
-// turns the check red.
+// The target's ShortConv, launched early (step10: the window records, weights, bias and history taps loaded before the
+// programmatic wait; the only launch for kernel 2..4 since s10final), against the plain kernel that other kernel sizes
+// take (set_short_conv_early(false), tests only): z and y bitwise on random inputs, windows of 1..16 rows over streams
+// whose histories are in other slots, outputs poisoned first; a planted reversed-taps fault turns the check red.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>
@@ -28,7 +28,7 @@ struct EarlyScope {
   bool before;
 };
 
-// z and y outputs that differ between the early and the default launch, over kernels 2..4 and two widths.
+// z and y outputs that differ between the early launch and the plain kernel, over kernels 2..4 and two widths.
 int early_differences(bool fault) {
   int differ = 0;
   for (const int K : {2, 3, 4})
@@ -95,7 +95,7 @@ int early_differences(bool fault) {
   return differ;
 }
 
-TEST(CudaTargetConv, TheEarlyShortConvGivesTheDefaultLaunchBits) {
+TEST(CudaTargetConv, TheEarlyShortConvGivesThePlainKernelBits) {
   LS_SKIP_WITHOUT_DEVICE();
   EXPECT_EQ(early_differences(false), 0);
 }

@@ -22,13 +22,11 @@ const char* CudaTarget::step_op_name(StepOp op) {
 }
 
 namespace {
-// the gather + last residual add + final norm in one launch: the default since H200 batch s10B (alone 0.945 / 0.942 /
-// 0.935 ms against 0.947 / 0.942 / 0.946; with the early ShortConv and attention 0.909 / 0.911 / 0.909);
-// LS_FINAL_NORM=0 is the three launches
-std::atomic<bool> g_final_norm{[] {
-  const char* env = std::getenv("LS_FINAL_NORM");
-  return env == nullptr || std::string(env) != "0";
-}()};
+// the gather + last residual add + final norm in one launch: the only launch where no tap of the last layer wants h
+// since H200 batch s10final (with the early ShortConv and attention 0.892-0.893 ms against 0.932-0.938 for the three
+// old launches, three pairs); false (tests only) runs the add, gather and norm launches (the tapped case's) as its
+// reference
+std::atomic<bool> g_final_norm{true};
 }  // namespace
 
 void CudaTarget::set_final_norm_fused(bool on) { g_final_norm = on; }
@@ -142,7 +140,7 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
     pending_delta = mix_.data();
   }
   // The last residual add: in the draw's gather + final norm (final_delta_) where no tap of the last layer wants h,
-  // else its own launch (and LS_FINAL_NORM=0).
+  // else its own launch.
   final_delta_ = nullptr;
   if (c.num_layers > 0) {
     const bool last_tapped =
@@ -261,7 +259,8 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta, co
     return gpu::qk_norm_rope_kv(qk, v_.data(), row_window, windows, pages, kv_shape_, kv, stream_);
   }));
   LS_RETURN_IF_ERROR(mark("elementwise"));
-  const gpu::AttentionScratch scratch{attn_states_.data(), static_cast<int64_t>(attn_states_.size())};
+  const gpu::AttentionScratch scratch{attn_states_.data(), static_cast<int64_t>(attn_states_.size()),
+                                      attn_tickets_.data(), static_cast<int64_t>(attn_tickets_.size())};
   LS_RETURN_IF_ERROR(twice(StepOp::Attention, [&] {
     return gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_, scratch);
   }));

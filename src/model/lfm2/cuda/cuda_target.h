@@ -71,8 +71,8 @@ class CudaTarget final : public Target {
   // 1.28 with the norm launches); ffn false keeps the FFN's norm launch (and the streaming gate_up + SwiGLU kernel)
   // while the mixers' norms are fused. Tests and benches compare the modes.
   // The drawn rows' gather, the last residual add and the final norm in one launch where no tap of the last layer
-  // wants the final residual (the same bits; the default since H200 batch s10B; LS_FINAL_NORM=0 or the setter keeps
-  // the three launches). Process-wide, read at each forward's enqueue.
+  // wants the final residual (the same bits; the only launch there since H200 batch s10final). Tests only: false
+  // runs the three launches (the tapped case's) as its reference. Process-wide, read at each forward's enqueue.
   static void set_final_norm_fused(bool on);
   static bool final_norm_fused();
   void set_decode_norm_fusion(bool on, bool ffn = true) {
@@ -184,6 +184,7 @@ class CudaTarget final : public Target {
   cuda::DeviceBuffer<bf16> h_alt_;  // [16, D]: the residual's second buffer for fused decode norms
   cuda::DeviceBuffer<bf16> h_, u_, mix_, wide_, act_, q_raw_, k_raw_, q_, k_, v_, attn_, z_keep_;
   cuda::DeviceBuffer<float> attn_states_;  // split attention's chunk states (forwards of up to 64 rows)
+  cuda::DeviceBuffer<int32_t> attn_tickets_;  // the ticket fold's counters (zero between launches)
   cuda::DeviceBuffer<bf16> router_logits_, expert_in_, expert_gate_up_, expert_act_, expert_out_, slots_;
   cuda::DeviceBuffer<int32_t> chosen_, expert_offsets_, expert_order_, moe_tickets_;
   cuda::DeviceBuffer<float> route_weights_;
