@@ -35,7 +35,7 @@ __global__ void attention_combine_kernel(TileArgs a) {
   const bool live = pair < a.rows * a.shape.heads;
   const int64_t row = live ? pair / a.shape.heads : 0;
   const WindowInfo w = live ? a.windows[a.row_window[row]] : WindowInfo{};
-  const bool split = live && window_split(w, a.splits, a.chunk_cap);
+  const bool split = live && window_split(w, a);
   if (a.early) ls::cuda::wait_for_previous_kernel();
   if (!split) return;
   fold_states<HD, false>(a, pair, (w.committed + (row - w.first_row)) / kAttentionChunkKeys + 1, lane);
@@ -67,6 +67,12 @@ std::atomic<bool> attention_ticket{[] {
   const char* env = std::getenv("LS_ATTENTION_TICKET");
   return env != nullptr && std::string(env) == "1";
 }()};
+// windows of fewer chunks walked by one CTA, not split (step11; any value gives the same bits): 2 splits every window
+// past one chunk (the default); LS_ATTENTION_SPLIT_FROM=N or the setter
+std::atomic<int> attention_split_from{[] {
+  const char* env = std::getenv("LS_ATTENTION_SPLIT_FROM");
+  return env != nullptr ? std::max(2, std::atoi(env)) : 2;
+}()};
 
 }  // namespace
 
@@ -83,6 +89,8 @@ void set_attention_ticket(bool on) { attention_ticket.store(on); }
 bool attention_ticket_fold() { return attention_ticket.load(); }
 
 int64_t attention_ticket_count(const KvShape& shape, int64_t rows) { return rows * shape.kv_heads; }
+
+void set_attention_split_from(int chunks) { attention_split_from.store(std::max(2, chunks)); }
 
 AttentionKernel attention_kernel() { return static_cast<AttentionKernel>(chosen_kernel.load()); }
 
@@ -140,7 +148,8 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
                       tiles * shape.kv_heads <= scratch.ticket_count;
   const TileArgs args{q,    rows, row_window, windows, pages, shape, layer, out, tile, tiling.fault_swap_first_blocks,
                       tiling.fault_early_chunk_edges, static_cast<int>(splits), static_cast<int>(cap),
-                      scratch.states, early, ticket ? scratch.tickets : nullptr, tiling.fault_ticket_last_chunk};
+                      scratch.states, early, ticket ? scratch.tickets : nullptr, tiling.fault_ticket_last_chunk,
+                      attention_split_from.load()};
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(splits));
   auto pick = [](int head_dim, auto early, auto ticket) {
     constexpr bool E = decltype(early)::value, T = decltype(ticket)::value;

@@ -76,12 +76,14 @@ struct TileArgs {
   bool early;        // launched programmatically: the first two blocks' committed keys staged before the wait
   int32_t* tickets;  // the ticket instance: [row tiles, KV heads] counters, zero before and after each launch
   bool fault_ticket;  // planted fault: the ticket fold leaves out each pair's last chunk
+  int split_from;     // windows of at least this many chunks (>= 2) are split, shorter ones walked by one CTA
 };
 
-// Whether a window's rows are split over CTAs by chunk (the tile kernel and the combine decide alike).
-__device__ __forceinline__ bool window_split(const WindowInfo& w, int splits, int chunk_cap) {
+// Whether a window's rows are split over CTAs by chunk (the tile kernel, the combine and the ticket fold decide
+// alike).
+__device__ __forceinline__ bool window_split(const WindowInfo& w, const TileArgs& a) {
   const int64_t chunks = (w.committed + w.rows - 1) / kAttentionChunkKeys + 1;
-  return splits > 1 && chunks > 1 && chunks <= chunk_cap;
+  return a.splits > 1 && chunks >= a.split_from && chunks <= a.chunk_cap;
 }
 
 // Folds a chunk state (m, l) into the running one (M, L); returns the factors of the old O and the chunk's O.
@@ -159,7 +161,7 @@ __device__ __forceinline__ void fold_if_last(const TileArgs& a, int64_t r0, int6
   for (int64_t p = warp; p < (r_end - r0) * group; p += kTileWarps) {
     const int64_t row = r0 + p / group;
     const WindowInfo w = a.windows[a.row_window[row]];
-    if (!window_split(w, a.splits, a.chunk_cap)) continue;  // warp-uniform
+    if (!window_split(w, a)) continue;  // warp-uniform
     const int64_t chunks = (w.committed + (row - w.first_row)) / kAttentionChunkKeys + 1;
     fold_states<HD, true>(a, row * a.shape.heads + kv_head * group + p % group, chunks - (a.fault_ticket ? 1 : 0),
                           lane);
@@ -231,7 +233,7 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
     const WindowInfo w = a.windows[a.row_window[seg]];
     const int64_t seg_end = w.first_row + w.rows < r_end ? w.first_row + w.rows : r_end;
     seg = seg_end;
-    const bool split = window_split(w, a.splits, a.chunk_cap);  // CTA-uniform
+    const bool split = window_split(w, a);  // CTA-uniform
     const int64_t blocks = (w.committed + (seg_end - 1 - w.first_row)) / BN + 1;
     const int64_t chunks = (blocks + CB - 1) / CB;
     const int64_t step = split ? a.splits : 1;
