@@ -7,7 +7,7 @@
 
 #include "compute/cuda/cuda_util.h"
 #include "draft/dspark/cuda/draft_kernels.h"
-#include "draft/dspark/cuda/scan_pick.cuh"
+#include "draft/dspark/cuda/scan_verified.cuh"
 #include "draft/dspark/cuda/scan_pick.h"
 
 namespace ls::dspark::cuda {

@@ -16,7 +16,7 @@
 #include "compute/cuda/keyed_draw.cuh"
 #include "draft/dspark/cuda/device_steps.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
-#include "draft/dspark/cuda/scan_pick.cuh"
+#include "draft/dspark/cuda/scan_finish.cuh"
 #include "draft/dspark/cuda/scan_pick.h"
 
 namespace ls::dspark::cuda {

@@ -19,7 +19,7 @@
 #include "compute/cuda/features.h"
 #include "draft/dspark/cuda/draft_kernels.h"
 #include "draft/dspark/cuda/scan_handoff.cuh"
-#include "draft/dspark/cuda/scan_pick.cuh"
+#include "draft/dspark/cuda/scan_finish.cuh"
 
 namespace ls::dspark::cuda {
 namespace {

@@ -1,5 +1,5 @@
-// The Markov scan's keyed pick variants (scan_pick.cuh) as host code sees them: the variant switch (LS_DRAFT_PICK)
-// and a test hook that draws rows with a chosen variant and CTA size.
+// The Markov scan's keyed pick variants (scan_pick.cuh, scan_verified.cuh) as host code sees them: the variant
+// switch (LS_DRAFT_PICK) and a test hook that draws rows with a chosen variant and CTA size.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,0 +1,168 @@
+// The end of a Markov scan step (pick, confidence, failure flags, record) and the step kernels' W2 row pieces,
+// shared by scan_kernels.cu and scan_persistent.cu. Included by CUDA sources only; internal linkage per file.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "draft/dspark/cuda/scan_verified.cuh"
+
+namespace ls::dspark::cuda {
+namespace {
+
+// The fp32 confidence of request i at `slot`: sigmoid((w . [Hf_slot ; e] + b) / T_slot), the dot in double over the
+// block (each thread's terms j = t, t + blockDim, ..., 8 loaded before any is added, then block_sum); Inf when
+// planted. Every thread of the block calls it; all get the value.
+__device__ float step_confidence(const ScanStepInputs& in, const ScanShape& shape, int slot, int i, const bf16_t* e,
+                                 bool plant_inf, PickScratch& s) {
+  const int64_t block_row = static_cast<int64_t>(i) * shape.gamma + slot;
+  const bf16_t* hidden = in.final_hidden + block_row * shape.hidden;
+  constexpr int kBatch = 8;
+  const int terms = shape.hidden + shape.rank;
+  double z = 0;
+  for (int first = threadIdx.x; first < terms; first += kBatch * blockDim.x) {
+    float xs[kBatch], ws[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = first + b * blockDim.x;
+      xs[b] = j >= terms ? 0.0f : (j < shape.hidden ? __bfloat162float(hidden[j]) : __bfloat162float(e[j - shape.hidden]));
+      ws[b] = j < terms ? in.confidence_weight[j] : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (first + b * static_cast<int>(blockDim.x) < terms) z += static_cast<double>(ws[b]) * xs[b];
+    }
+  }
+  z = block_sum(z, s) + in.confidence_bias;
+  float logit = static_cast<float>(z);
+  if (in.confidence_temperatures) logit /= in.confidence_temperatures[slot];
+  float confidence = 1.0f / (1.0f + expf(-logit));
+  if (plant_inf) confidence = INFINITY;
+  return confidence;
+}
+
+// One slot of a request's record: the first failure by precedence (non-finite logit, non-finite confidence, pick
+// outside the vocabulary) by name and slot, else the pick and its chance (the running product). False on failure.
+__device__ __forceinline__ bool record_slot(DeviceScanRecord& record, const DeviceScanRequest& request, int slot,
+                                            int32_t pick, float chance, bool nonfinite, bool confidence_finite,
+                                            bool has_confidence, int64_t V) {
+  if (slot == request.out_of_range_pick_slot) pick = static_cast<int32_t>(V);
+  int32_t status = kScanOk;
+  if (nonfinite) status = kScanNonfiniteLogit;
+  else if (!confidence_finite) status = kScanNonfiniteConfidence;
+  else if (pick < 0 || pick >= V) status = kScanPickOutOfRange;
+  if (status != kScanOk) {
+    record.status = status;
+    record.failed_slot = slot;
+    record.failed_pick = pick;
+    return false;
+  }
+  record.tokens[slot] = pick;
+  record.chances[slot] = chance;
+  if (has_confidence) record.running = chance;
+  record.previous = pick;
+  return true;
+}
+
+// The end of a scan step for request i, whose corrected logits are in its markov row: the pick (from the greedy best
+// over the finite logits, or the keyed draw), the confidence, the failure flags and the record. `nonfinite` and
+// `greedy` are uniform over the block; `mode` the pick variant (PickMode), Threads the block size; `given` the
+// verified pick's first round when the split pick's chunks took it; `given_pick` (>= 0) the pick already drawn.
+template <int Threads>
+__device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, int slot, int i,
+                            const DeviceScanRequest& request, DeviceScanRecord& record, int nonfinite, Best greedy,
+                            int mode, PickScratch& s, const GumbelRound* given = nullptr,
+                            int32_t given_pick = -1) {
+  const int64_t V = shape.vocab;
+  const float* row = in.markov + static_cast<int64_t>(i) * V;
+  int32_t pick = 0;
+  if (!nonfinite) {
+    pick = given_pick >= 0 ? given_pick
+                           : draft_pick<Threads>(row, V, request, request.anchor_position + slot + 1, greedy, mode,
+                                                 given, s);
+  }
+  float chance = NAN;
+  bool confidence_finite = true;
+  if (shape.has_confidence) {
+    const bf16_t* e = in.w1 ? in.w1 + static_cast<int64_t>(record.previous) * shape.rank
+                            : in.embeddings + static_cast<int64_t>(i) * shape.rank;
+    const float confidence = step_confidence(in, shape, slot, i, e, slot == request.inf_confidence_slot, s);
+    confidence_finite = isfinite(confidence);
+    chance = record.running * confidence;
+  }
+  if (threadIdx.x != 0) return;
+  record_slot(record, request, slot, pick, chance, nonfinite, confidence_finite, shape.has_confidence, V);
+}
+
+// Each request's best and the failure flags over the warp's lanes (xor trees), written by lane 0 to this warp's
+// slots of the CTA's shared [warps][G] bests and [warps] flags.
+template <int G>
+__device__ __forceinline__ void warp_bests(Best (&best)[G], int flags, int lane, Best (&warp_best)[G],
+                                           int& warp_flags) {
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      const Best other{__shfl_xor_sync(0xffffffffu, best[r].value, offset),
+                       __shfl_xor_sync(0xffffffffu, best[r].id, offset)};
+      best[r] = better(best[r], other);
+    }
+    if (lane == 0) warp_best[r] = best[r];
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) flags |= __shfl_xor_sync(0xffffffffu, flags, offset);
+  if (lane == 0) warp_flags = flags;
+}
+
+// sums[r] += the 8-lane share of W2 row . e_r, in the fused step's order (pieces in order, 8 fmaf each):
+// the step kernels and the persistent scan share it, so both add in this one order.
+template <int G, int PIECES>
+__device__ __forceinline__ void add_row_pieces(const uint4 (&pieces)[PIECES], const float* e_shared, int rank,
+                                               int part, int group, float (&sums)[G]) {
+#pragma unroll
+  for (int c = 0; c < PIECES; ++c) {
+    const int k = part * 8 + 64 * c;
+    if (k >= rank) break;
+    float weights[8];
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&pieces[c]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float2 pair = __bfloat1622float2(pairs[q]);
+      weights[2 * q] = pair.x;
+      weights[2 * q + 1] = pair.y;
+    }
+#pragma unroll
+    for (int r = 0; r < G; ++r) {
+      if (r < group) {
+        const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
+        const float4 lo = e[0], hi = e[1];
+        sums[r] = fmaf(weights[0], lo.x, sums[r]);
+        sums[r] = fmaf(weights[1], lo.y, sums[r]);
+        sums[r] = fmaf(weights[2], lo.z, sums[r]);
+        sums[r] = fmaf(weights[3], lo.w, sums[r]);
+        sums[r] = fmaf(weights[4], hi.x, sums[r]);
+        sums[r] = fmaf(weights[5], hi.y, sums[r]);
+        sums[r] = fmaf(weights[6], hi.z, sums[r]);
+        sums[r] = fmaf(weights[7], hi.w, sums[r]);
+      }
+    }
+  }
+}
+
+// 16 bytes of W2, kept in L2 with evict-last priority when asked (the 9 steps of a scan reread all of W2).
+__device__ __forceinline__ uint4 load_w2(const bf16_t* address, bool keep) {
+  uint4 v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (keep) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(address), "l"(policy));
+    return v;
+  }
+#endif
+  v = __ldg(reinterpret_cast<const uint4*>(address));
+  return v;
+}
+
+}  // namespace
+}  // namespace ls::dspark::cuda
