@@ -186,17 +186,20 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   // explore_repay: before the drafter is proven, nothing is offered where exploring it cannot pay back in this run.
   int widest_cap = 0;
   int most_left = 0;
+  bool any_awake = false;
+  int widest_prompt = 0;  // untapped: every drafting stream is dormant (gate_prices_prompt)
   for (size_t index = 0; index < drafting.size(); ++index) {
     widest_cap = std::max(widest_cap, caps[index]);
     most_left = std::max(most_left, drafting[index]->remaining());
+    any_awake = any_awake || (caps[index] > 0 && !drafting[index]->dormant);
+    widest_prompt = std::max(widest_prompt, static_cast<int>(drafting[index]->request.prompt.size()));
   }
-  const bool explore = !drafter_unproven || exploration_repays(round_streams, widest_cap, most_left, 0, mode);
+  // gate_prices_prompt: a scout that never tapped its prompt is priced as admission priced it, with the prompt's
+  // absorb (admission's closed gate is then remembered here too, without an allocator run).
+  const int gate_rows = options_.gate_prices_prompt && !any_awake ? widest_prompt : 0;
+  const bool explore = !drafter_unproven || exploration_repays(round_streams, widest_cap, most_left, gate_rows, mode);
   std::vector<bool> offered(drafting.size(), false);
   bool scout_chosen = false;
-  bool any_awake = false;
-  for (size_t index = 0; index < drafting.size(); ++index) {
-    any_awake = any_awake || (caps[index] > 0 && !drafting[index]->dormant);
-  }
   // RestartScout::Alone: until a restarted window is verified one stream that needs a restart is offered drafts (an
   // awake restarted one if any, else the first).
   int lone_restart = -1;

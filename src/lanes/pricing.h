@@ -128,6 +128,19 @@ struct PricingOptions {
   // prior undersells, in runs long enough to find it (the 1.2B at 16-64 streams, where only deep windows pay; the
   // nano pair's 64-token runs reach 5-11x). lanes_bench --explore-gate X,Y.
   double explore_repay_if_right = 15;
+  // Eleventh session (lanes12). A due group probe that would not run (the round's streams could not pay together
+  // even at the hopeful chances) waits a doubling wait like one that ran, instead of being asked again every round:
+  // the answer moves only with verified drafts or passes, and asking costs two allocator runs over every stream's
+  // offer (the nano pair's 256-token runs on the H200, s10final: host work +2.1 ms of a 56 ms run at 16 streams once
+  // the scout had proven the drafter; 246 group checks in 255 rounds on the nano-like fakes). lanes_bench
+  // --group-check backoff|every.
+  bool group_check_backoff = false;
+  // Eleventh session (lanes12). While the drafter is unproven and no stream tapped its prompt (admission's gate said
+  // no), the depth decision prices the scout's one-off with the widest untapped prompt's absorb, as admission did,
+  // instead of none: before, admission shut the gate and the depth decision opened it, so the dormant scout probed
+  // over a context without its prompt (the synth 1.2B sampled at 1 stream, s10B: 0.95x, 4 passes). lanes_bench
+  // --gate-prompt on|off.
+  bool gate_prices_prompt = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered

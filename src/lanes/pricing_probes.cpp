@@ -25,7 +25,15 @@ void Pricing::plan_group_probe(std::span<Stream* const> drafting, std::span<cons
   for (size_t index = 0; index < drafting.size(); ++index) {
     if (drafting[index]->group_prober && caps[index] > 0) prober = static_cast<int>(index);
   }
-  if (prober < 0) return;
+  if (prober < 0) {
+    // group_check_backoff: no stream was tapped for it, so it would not run (or no stream could probe); its answer
+    // moves only with verified drafts or passes, so it is asked again after a doubling wait, not every round.
+    if (options_.group_check_backoff) {
+      group_zero_decisions_ = 0;
+      group_wait_ = std::min(group_wait_ * 2, options_.probe_most_wait);
+    }
+    return;
+  }
   Stream& stream = *drafting[prober];
   plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
   stream.backoff.zero_rounds = 0;
