@@ -1,0 +1,65 @@
+// lanes_bench's A/B switches (see lanes_bench.cpp's usage for what each flag selects).
+#include "lanes_bench_switches.h"
+
+#include <cstdlib>
+
+namespace ls::bench {
+
+bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
+  if (flag == "--taps") device_taps = value != "host";
+  else if (flag == "--pricing") new_pricing = value == "new";
+  else if (flag == "--trim") trim_prices_pass = value != "verify";
+  else if (flag == "--admit") scout_prompt_only = value != "all";
+  else if (flag == "--quiet-reprice") quiet_reprice_every = std::atoi(value.c_str());
+  else if (flag == "--probe") group_probes = value != "alone";
+  else if (flag == "--deep-chances") confidence_for_unexplored = value == "confidence";
+  else if (flag == "--depth-ask") price_depth_asked = value == "priced" ? 1 : 0;
+  else if (flag == "--probe-value") probes_pay_their_way = value == "on" ? 1 : 0;
+  else if (flag == "--pass-modes") pass_cost_per_mode = value == "on" ? 1 : 0;
+  else if (flag == "--restart-scout") restart_scout = value == "defer" ? 1 : value == "alone" ? 2 : 0;
+  else if (flag == "--explore-gate") {
+    explore_repay = std::atof(value.c_str());
+    const size_t comma = value.find(',');
+    if (comma != std::string::npos) explore_repay_if_right = std::atof(value.c_str() + comma + 1);
+  }
+  else if (flag == "--pass-timing") pass_after_forward = value == "after-forward" ? 1 : 0;
+  else if (flag == "--group-check") group_check_backoff = value == "backoff" ? 1 : 0;
+  else if (flag == "--gate-prompt") gate_prices_prompt = value == "on" ? 1 : 0;
+  else if (flag == "--sampled-timing") sampled_timing_repeats = value == "repeats" ? 1 : 0;
+  else return false;
+  return true;
+}
+
+void LanesSwitches::apply(LanesOptions& options) const {
+  PricingOptions& pricing = options.pricing;
+  options.device_taps = device_taps;
+  if (new_pricing) {
+    pricing.measured_rounds = true;
+    pricing.quiet_reprice_every = 8;
+  }
+  pricing.trim_prices_pass = trim_prices_pass;
+  options.scout_prompt_only = scout_prompt_only;
+  if (quiet_reprice_every > 0) pricing.quiet_reprice_every = quiet_reprice_every;
+  pricing.group_probes = group_probes;
+  pricing.confidence_for_unexplored = confidence_for_unexplored;
+  if (price_depth_asked >= 0) pricing.price_depth_asked = price_depth_asked == 1;
+  if (probes_pay_their_way >= 0) pricing.probes_pay_their_way = probes_pay_their_way == 1;
+  if (pass_cost_per_mode >= 0) pricing.pass_cost_per_mode = pass_cost_per_mode == 1;
+  if (explore_repay >= 0) pricing.explore_repay = explore_repay;
+  if (explore_repay_if_right >= 0) pricing.explore_repay_if_right = explore_repay_if_right;
+  if (restart_scout >= 0) pricing.restart_scout = static_cast<PricingOptions::RestartScout>(restart_scout);
+  if (pass_after_forward >= 0) options.calibration.pass_after_forward = pass_after_forward == 1;
+  if (group_check_backoff >= 0) pricing.group_check_backoff = group_check_backoff == 1;
+  if (gate_prices_prompt >= 0) pricing.gate_prices_prompt = gate_prices_prompt == 1;
+  if (sampled_timing_repeats >= 0) options.calibration.sampled_repeats_as_greedy = sampled_timing_repeats == 1;
+}
+
+const char* lanes_switches_usage() {
+  return "[--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] "
+         "[--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] "
+         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
+         "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
+         "[--sampled-timing once|repeats]";
+}
+
+}  // namespace ls::bench

@@ -1,0 +1,40 @@
+// lanes_bench's A/B switches: the lanes' pricing rules by flag, so every arm of an A/B runs in one binary.
+#pragma once
+
+#include <string>
+
+#include "lanes/lanes.h"
+
+namespace ls::bench {
+
+// Each field is "the library's default" until its flag is given (-1 / unset), so a run without flags prices exactly
+// as the engine does.
+struct LanesSwitches {
+  bool device_taps = true;              // --taps host: no device taps (A/B of the absorb path)
+  bool new_pricing = false;             // --pricing new: measured rounds and quiet repricing
+  bool trim_prices_pass = true;         // --trim verify: the trim prices rows against the verify alone (before 6)
+  bool scout_prompt_only = true;        // --admit all: every prompt tapped while the drafter is unproven (before 6)
+  int quiet_reprice_every = 0;          // --quiet-reprice N (0 = the default)
+  bool group_probes = true;             // --probe alone: only per-stream probes (before lanes7)
+  bool confidence_for_unexplored = true;  // --deep-chances prior|confidence (lanes8)
+  int price_depth_asked = -1;           // --depth-ask whole|priced (lanes9)
+  int probes_pay_their_way = -1;        // --probe-value off|on (lanes9)
+  int pass_cost_per_mode = -1;          // --pass-modes off|on (lanes10)
+  int restart_scout = -1;               // --restart-scout off|defer|alone (lanes10)
+  double explore_repay = -1;            // --explore-gate X[,Y] (lanes11; 0 = off)
+  double explore_repay_if_right = -1;
+  int pass_after_forward = -1;          // --pass-timing alone|after-forward (lanes9)
+  int group_check_backoff = -1;         // --group-check every|backoff (lanes12)
+  int gate_prices_prompt = -1;          // --gate-prompt off|on (lanes12)
+  int sampled_timing_repeats = -1;      // --sampled-timing once|repeats (lanes12)
+
+  // Takes `flag value` when it is one of the switches (false: not a switch flag).
+  bool parse(const std::string& flag, const std::string& value);
+  // The lanes' options for one drafted (or plain) run under these switches.
+  void apply(LanesOptions& options) const;
+};
+
+// The switch flags for a usage line.
+const char* lanes_switches_usage();
+
+}  // namespace ls::bench
