@@ -75,7 +75,7 @@ TEST(CudaGemmSlices, TheOrderSlicesOnlyTheNarrowWidthsStaysCloseToFp64AndChanges
         diff += (got - sum) * (got - sum);
         norm += sum * sum;
       }
-    EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "N " << shape.n << " K " << shape.k;
+    EXPECT_LT(std::sqrt(diff / norm), 1e-4) << "N " << shape.n << " K " << shape.k;
   }
 }
 
