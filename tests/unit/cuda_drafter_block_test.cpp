@@ -95,10 +95,8 @@ TEST(CudaDrafter, TheFusedBlockPassGivesTheUnfusedHiddenLogitsAndDrafts) {
 // three-launch pass's Hf, U, tokens and chance bits, for 1, 5 and 16 requests (scratch poisoned before every pass).
 TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
   LS_SKIP_WITHOUT_DEVICE();
-  DrafterOptions options = cuda_options();
-  options.max_streams = 16;
   NanoDrafter nano;
-  ASSERT_TRUE(nano.load(options));
+  ASSERT_TRUE(nano.load(cuda_options(16)));
   auto& [target, gpu, c, width] = nano;
   const cuda::AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
   // One request's grid is resident at once (so the one-launch kernel runs); five requests' may not be on every

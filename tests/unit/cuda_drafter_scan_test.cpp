@@ -20,10 +20,8 @@ using cuda::PersistentHandoff;
 // agree, the chance bits are equal (the confidence reads the same e = W1[previous] either way).
 TEST(CudaDrafter, TheFusedScanDraftsTheTokensAndChanceBitsOfTheGemmScan) {
   LS_SKIP_WITHOUT_DEVICE();
-  DrafterOptions options = cuda_options();
-  options.max_streams = 12;
   NanoDrafter nano;
-  ASSERT_TRUE(nano.load(options));
+  ASSERT_TRUE(nano.load(cuda_options(12)));
   auto& [target, gpu, c, width] = nano;
   gpu->set_graphs(false);
   // 11 requests: two request groups of the fused kernel (8 + 3), mixed depths, greedy and sampled.
@@ -168,10 +166,8 @@ TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
 // with both handoffs of a slot's CTA picks (counter barrier, flagged words).
 TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
   LS_SKIP_WITHOUT_DEVICE();
-  DrafterOptions options = cuda_options();
-  options.max_streams = 12;
   NanoDrafter nano;
-  ASSERT_TRUE(nano.load(options));
+  ASSERT_TRUE(nano.load(cuda_options(12)));
   auto& [target, gpu, c, width] = nano;
   gpu->set_graphs(false);
   std::vector<DraftRequest> requests;
@@ -246,7 +242,7 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
     for (const int slot : {0, requests[1].depth - 1}) {
       SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot) +
                    (handoff == PersistentHandoff::Flags ? ", flagged handoff" : ", counter handoff"));
-      DrafterOptions planted = options;
+      DrafterOptions planted = cuda_options(12);
       planted.faults.enabled = true;
       planted.faults.stream = 1;
       planted.faults.*field = slot;
@@ -280,8 +276,7 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
 // stream, by name and slot.
 TEST(CudaDrafter, TheSplitPickDraftsTheTokensAndChanceBitsOfTheOneBlockPick) {
   LS_SKIP_WITHOUT_DEVICE();
-  DrafterOptions options = cuda_options();
-  options.max_streams = 12;
+  DrafterOptions options = cuda_options(12);
   options.faults.enabled = true;
   options.faults.stream = 3;
   options.faults.nan_logit_slot = 1;

@@ -1,4 +1,4 @@
-// Shared by the CUDA drafter tests (cuda_drafter_*_test.cpp): the nano pair on the device as one fixture, a target
+// Shared by the CUDA drafter tests (cuda_drafter_*_test.cpp): the nano pair on the device (NanoDrafter), a target
 // whose embedding lives on the device, uploads of random taps, and the bit and tolerance comparisons of drafts.
 // Near-tie rule (as the CPU bf16 parity test): a pick is compared while the reference's top-2 margin (relative to
 // the row's largest magnitude) is above twice the bf16 tolerance; after a legitimate near-tie flip the chain differs.
@@ -85,10 +85,11 @@ inline Pair read_pair(const std::filesystem::path& target_dir, const std::filesy
   return pair;
 }
 
-inline DrafterOptions cuda_options() {
+// A CUDA drafter's options for up to `max_streams` streams.
+inline DrafterOptions cuda_options(int max_streams = 8) {
   DrafterOptions options;
   options.device = Device::Cuda;
-  options.max_streams = 8;
+  options.max_streams = max_streams;
   return options;
 }
 
