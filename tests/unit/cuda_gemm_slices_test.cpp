@@ -1,8 +1,8 @@
 // The narrow-slice order (set_gemm_k2048_slices(2), LS_GEMM_K2048_SLICES=2; session 11, on trial): K in (1024, 2048]
 // with 256 <= N <= 4096 as two 1024-wide slices added in slice order. Under it every row of every width and every
 // pinned configuration is bitwise its one-row launch, the one-row launches of 1..16 rows run on the pipeline with
-// their two chains, the grouped q / k / v launch keeps the bits, the planted K-order faults are caught, and the
-// shapes outside the range keep the one-chain bits.
+// their two chains, the grouped q / k / v launch (pipeline and streaming) and the staged picks keep the bits, the
+// planted K-order faults are caught, and the shapes outside the range keep the one-chain bits.
 #ifdef LS_HAVE_CUDA
 
 #include <cmath>
@@ -160,42 +160,61 @@ TEST(CudaGemmSlices, OneToSixteenRowsRunOnThePipelineWithTwoChainsAndAPlantedFau
   }
 }
 
-TEST(CudaGemmSlices, TheGroupedQkvLaunchKeepsEachMatrixsOneRowBitsAndLeavesWiderWindowsToTheEngine) {
+TEST(CudaGemmSlices, TheGroupedQkvLaunchAndTheStagedPicksKeepEachMatrixsOneRowBits) {
   LS_SKIP_WITHOUT_DEVICE();
   const OrderScope two(2);
   const GemmEngine engine;
-  constexpr int64_t kK = 2048, kRows = 16;
+  constexpr int64_t kK = 2048, kRows = 32;
   const int64_t widths[3] = {2048, 512, 512};
   auto x = upload(to_bf16(random_values(kRows * kK, 61)));
   std::vector<DeviceBuffer<bf16>> ws;
   std::vector<DeviceMatrix> matrices;
   for (int i = 0; i < 3; ++i) ws.push_back(upload(to_bf16(random_values(widths[i] * kK, 62 + i, 0.5f))));
   for (int i = 0; i < 3; ++i) matrices.push_back(DeviceMatrix{ws[i].data(), nullptr, widths[i], kK});
-  std::vector<std::vector<float>> want;
-  for (int i = 0; i < 3; ++i) want.push_back(one_row_launches(x, kRows, matrices[i]));
-  const bool pipeline = cuda_features().tma && cuda_features().pdl;
-  for (int64_t m = 1; m <= kRows; ++m) {
-    // The grouped launch takes sliced matrices on the pipeline only (its streaming kernel has one chain).
-    ASSERT_EQ(decode_group_fits(m, matrices), pipeline) << "m " << m;
-    if (!pipeline) break;
+  std::vector<std::vector<float>> want;  // the bf16 store of each one-row launch's fp32 sums
+  for (int i = 0; i < 3; ++i) want.push_back(to_float(to_bf16(one_row_launches(x, kRows, matrices[i]))));
+  // `label` launches of m rows into ys[i] [m, N_i] against want.
+  const auto check = [&](int64_t m, const std::vector<DeviceBuffer<bf16>>& ys, const std::string& label) {
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> got = to_float(download(ys[i], m * widths[i]));
+      EXPECT_EQ(std::memcmp(got.data(), want[i].data(), sizeof(float) * got.size()), 0)
+          << label << " m " << m << " matrix " << i;
+    }
+  };
+  // The grouped launch: the pipeline up to 16 rows, the streaming group kernel (a warp a slice) up to 32.
+  for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 24, 32}) {
+    ASSERT_TRUE(decode_group_fits(m, matrices)) << "m " << m;
     std::vector<DeviceBuffer<bf16>> ys;
     std::vector<bf16*> outs;
     for (int i = 0; i < 3; ++i) ys.push_back(poisoned<bf16>(m * widths[i]));
     for (int i = 0; i < 3; ++i) outs.push_back(ys[i].data());
-    ASSERT_TRUE(gemm_decode_group(engine, x.data(), m, matrices, outs, nullptr).ok());
-    for (int i = 0; i < 3; ++i) {
-      const std::vector<float> got = to_float(download(ys[i], m * widths[i]));
-      for (int64_t j = 0; j < m * widths[i]; ++j) {
-        const float rounded = to_float(to_bf16(std::vector<float>{want[i][j]}))[0];  // the bf16 store of the fp32 sum
-        ASSERT_EQ(std::memcmp(&got[j], &rounded, sizeof(float)), 0) << "m " << m << " matrix " << i << " at " << j;
+    ASSERT_TRUE(gemm_decode_group(engine, x.data(), m, matrices, outs, nullptr).ok()) << "m " << m;
+    check(m, ys, "q / k / v group");
+  }
+  // Every staged configuration (each warp's two chains in turn), the engine's launches and the grouped one, with the
+  // pipeline's automatic picks off (they come first).
+  const bool narrow_was = decode_pipe_narrow_on();
+  set_decode_pipe_narrow(false);
+  for (int config = 0; config < decode_staged_config_count(); ++config) {
+    set_decode_staged_pick(config);
+    for (int64_t m : {1, 7, 16}) {
+      std::vector<DeviceBuffer<bf16>> ys, grouped;
+      std::vector<bf16*> outs;
+      for (int i = 0; i < 3; ++i) {
+        ys.push_back(poisoned<bf16>(m * widths[i]));
+        grouped.push_back(poisoned<bf16>(m * widths[i]));
+        outs.push_back(grouped[i].data());
+        EXPECT_TRUE(engine.gemm(x.data(), m, matrices[i], ys[i].data(), nullptr, nullptr).ok());
       }
+      EXPECT_TRUE(gemm_decode_group(engine, x.data(), m, matrices, outs, nullptr).ok());
+      check(m, ys, "staged " + std::to_string(config));
+      check(m, grouped, "staged group " + std::to_string(config));
     }
   }
-  EXPECT_FALSE(decode_group_fits(17, matrices));  // the engine's launches a matrix at a time
-  // The fused gate_up + SwiGLU (N = 2F beyond the range) keeps one chain, so it still fits.
+  set_decode_staged_pick(-1);
+  set_decode_pipe_narrow(narrow_was);
+  // The fused gate_up + SwiGLU (N = 2F beyond the range) keeps one chain and still fits.
   EXPECT_TRUE(decode_swiglu_fits(1, DeviceMatrix{ws[0].data(), nullptr, 16384, kK}));
-  const OrderScope one(1);
-  EXPECT_TRUE(decode_group_fits(17, matrices));
 }
 
 }  // namespace

@@ -22,21 +22,23 @@ __global__ void __launch_bounds__(32 * WARPS) decode_stream_norm_kernel(GemmArgs
   stream_body<WARPS, STAGES, 2, A_ROWS, true, true>(args, 1, WARPS, blockIdx.x, 0, norm);
 }
 
-// Up to kGroupMax one-slice GEMMs of the same x in one launch: CTAs [first_block[i], first_block[i + 1]) run args[i].
+// Up to kGroupMax GEMMs of the same x and K in one launch: CTAs [first_block[i], first_block[i + 1]) run args[i]; one
+// slice, or (the narrow-slice order) two for every matrix, a warp each.
 constexpr int kGroupMax = 4;
 struct GemmGroup {
   GemmArgs args[kGroupMax];
   int first_block[kGroupMax + 1];
   int count;
   int prefetch_tiles;  // stream_body's L2 prefetch (0: none)
+  int slices;          // of every matrix (slice_count)
 };
 
 template <int WARPS, int STAGES, int A_ROWS>
 __global__ void __launch_bounds__(32 * WARPS) decode_group_kernel(GemmGroup group) {
   int i = 0;
   while (i + 1 < group.count && static_cast<int>(blockIdx.x) >= group.first_block[i + 1]) ++i;
-  stream_body<WARPS, STAGES, 1, A_ROWS, false>(group.args[i], 1, WARPS, blockIdx.x - group.first_block[i],
-                                               group.prefetch_tiles, StagedNorm{});
+  stream_body<WARPS, STAGES, 1, A_ROWS, false>(group.args[i], group.slices, WARPS / group.slices,
+                                               blockIdx.x - group.first_block[i], group.prefetch_tiles, StagedNorm{});
 }
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_stream_shared
@@ -113,7 +115,8 @@ constexpr int group_stages(int a_rows) { return a_rows == 64 ? 5 : a_rows == 32 
 template <int A_ROWS>
 Status launch_group_rows(const GemmGroup& group, cudaStream_t stream) {
   constexpr int kStages = group_stages(A_ROWS);
-  constexpr int smem = Stream<kGroupWarps, kStages, 1, A_ROWS>::kPipeBytes;
+  const int partial = group.slices == 1 ? 0 : group.slices * A_ROWS * (kGroupWarps / group.slices) * 8 * 4;
+  const int smem = Stream<kGroupWarps, kStages, 1, A_ROWS>::kPipeBytes + partial;
   return launch_programmatic(decode_group_kernel<kGroupWarps, kStages, A_ROWS>, group.first_block[group.count],
                              32 * kGroupWarps, smem, stream, group);
 }
@@ -239,25 +242,18 @@ gemm_detail::GemmArgs group_args(const bf16* x, int64_t m, const DeviceMatrix& w
                                w.bias, reinterpret_cast<__nv_bfloat16*>(y), nullptr, static_cast<int>(m),
                                static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
 }
-// Under the narrow-slice order the streaming group kernel (one chain) cannot take sliced matrices; the pipeline can.
-bool group_pipe_fits(int64_t m, std::span<const DeviceMatrix> ws) {
-  if (m > 16 || !gemm_detail::pipe_enabled()) return false;
-  gemm_detail::GemmArgs args[gemm_detail::kGroupMax];
-  for (size_t i = 0; i < ws.size(); ++i) args[i] = group_args(nullptr, m, ws[i], nullptr);
-  return gemm_detail::pipe_group_fits(args, static_cast<int>(ws.size()));
+int slices_of(const DeviceMatrix& w) {
+  return gemm_detail::slice_count(static_cast<int>(w.cols), static_cast<int>(w.rows));
 }
 }  // namespace
 
 bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws) {
   if (m < 1 || m > gemm_detail::group_rows_max() || ws.empty() || ws.size() > static_cast<size_t>(gemm_detail::kGroupMax)) return false;
-  bool sliced = false;
-  for (const DeviceMatrix& w : ws) {
+  for (const DeviceMatrix& w : ws)  // one K, and one slice count (narrow-slice order: the widths inside its range)
     if (w.cols != ws[0].cols || w.cols % 8 != 0 || w.cols > gemm_detail::kUnslicedK || w.rows < 1 ||
-        w.rows > (1 << 24))
+        w.rows > (1 << 24) || slices_of(w) != slices_of(ws[0]))
       return false;
-    sliced = sliced || gemm_detail::slice_count(static_cast<int>(w.cols), static_cast<int>(w.rows)) > 1;
-  }
-  return !sliced || group_pipe_fits(m, ws);
+  return true;
 }
 
 Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std::span<const DeviceMatrix> ws,
@@ -271,7 +267,8 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
   (void)engine;  // made first: its constructor set the kernels' shared-memory opt-ins
   gemm_detail::GemmGroup group{};
   group.count = static_cast<int>(ws.size());
-  constexpr int cols = gemm_detail::kGroupWarps * 8;
+  group.slices = slices_of(ws[0]);
+  const int cols = gemm_detail::kGroupWarps / group.slices * 8;
   int64_t rows = 0;  // weight rows of the whole launch
   for (int i = 0; i < group.count; ++i) {
     const DeviceMatrix& w = ws[i];
