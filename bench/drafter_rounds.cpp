@@ -76,10 +76,12 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       drafter.set_short_context_head(setting.find(":head") != std::string::npos);
       drafter.set_head_stage_keys(setting.find(":s256") != std::string::npos ? 256 : 128);
       drafter.set_sampled_split(setting.find(":split") != std::string::npos);
-      // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9.
+      // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
+      // ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
       if (setting.find(":samp") != std::string::npos) sampling.temperature = 0.6f;
       if (setting.find(":topp") != std::string::npos) sampling = Sampling{0.8f, 0, 0.9f, 0.0f, 0};
+      const bool mix = setting.find(":mix") != std::string::npos;
       drafter.capture_bucket_graphs();  // outside the timed rounds, as at load
       Samples& samples = by_setting[setting];
       std::vector<StreamId> ids;
@@ -118,6 +120,12 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
           requests[s].anchor_position = positions[s];
           requests[s].depth = options.depth;
           requests[s].sampling = sampling;
+          if (mix) {  // lanes_bench's sampled mix (make_fake_request): T, then top-k, top-p, min-p by stream
+            requests[s].sampling.temperature = 0.6f + 0.1f * static_cast<float>(s % 6);
+            if (s % 3 == 1) requests[s].sampling.top_k = 8;
+            if (s % 4 == 2) requests[s].sampling.top_p = 0.9f;
+            if (s % 5 == 3) requests[s].sampling.min_p = 0.05f;
+          }
           requests[s].sampling.seed = static_cast<uint64_t>(round + 1000 * s);
         }
         const Clock::time_point draft_start = Clock::now();
@@ -142,7 +150,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp][:split]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:mix][:split]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {
