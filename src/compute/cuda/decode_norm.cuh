@@ -9,6 +9,7 @@
 
 #include "compute/cuda/decode_norm_schedule.h"
 #include "compute/cuda/gemm_device.cuh"
+#include "compute/cuda/row_norm.cuh"
 
 namespace ls::cuda::gemm_detail {
 
@@ -184,10 +185,7 @@ __device__ __forceinline__ void stage_normed_x_held(const StagedNorm& norm, int 
       const int index = first + i * THREADS, row = index / x_chunks, at = (index % x_chunks) * 8;
       if (index >= total) continue;
       if (norm.delta && at < k) {
-#pragma unroll
-        for (int p = 0; p < 4; ++p)
-          v[i].pairs[p] = __floats2bfloat162_rn(__fadd_rn(__low2float(v[i].pairs[p]), __low2float(d[i].pairs[p])),
-                                                __fadd_rn(__high2float(v[i].pairs[p]), __high2float(d[i].pairs[p])));
+        add_chunk(v[i].raw, d[i].raw);
         if (write_h && norm.h_out) *reinterpret_cast<uint4*>(norm.h_out + static_cast<int64_t>(row) * k + at) = v[i].raw;
       }
       *reinterpret_cast<uint4*>(x_rows + layout(row, at)) = v[i].raw;
@@ -237,18 +235,8 @@ __device__ __forceinline__ void stage_normed_x_held(const StagedNorm& norm, int 
     for (int i = 0; i < kLoads; ++i) {
       const int index = first + i * THREADS, row = index / x_chunks, at = (index % x_chunks) * 8;
       if (index >= total || at >= k) continue;
-      const float inv = inverse_rms[row];
-      Chunk v, out;
-      v.raw = *reinterpret_cast<const uint4*>(x_rows + layout(row, at));
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const float lo = __fmul_rn(__low2float(w[i].pairs[p]),
-                                   __bfloat162float(__float2bfloat16_rn(__fmul_rn(__low2float(v.pairs[p]), inv))));
-        const float hi = __fmul_rn(__high2float(w[i].pairs[p]),
-                                   __bfloat162float(__float2bfloat16_rn(__fmul_rn(__high2float(v.pairs[p]), inv))));
-        out.pairs[p] = __floats2bfloat162_rn(lo, hi);
-      }
-      *reinterpret_cast<uint4*>(x_rows + layout(row, at)) = out.raw;
+      *reinterpret_cast<uint4*>(x_rows + layout(row, at)) =
+          norm_chunk(*reinterpret_cast<const uint4*>(x_rows + layout(row, at)), w[i].raw, inverse_rms[row]);
     }
   }
 }
