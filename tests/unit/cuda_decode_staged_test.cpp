@@ -12,9 +12,18 @@ namespace {
 
 using namespace decode_testing;  // NOLINT: the decode tests' shared helpers
 
+// The pipeline's automatic picks off for a scope (they come before the staged picks: with them on, the narrow shapes
+// of up to 16 rows would run on the pipeline under every staged pick), as they were after it.
+struct NoPipelinePicks {
+  NoPipelinePicks() : was(decode_pipe_narrow_on()) { set_decode_pipe_narrow(false); }
+  ~NoPipelinePicks() { set_decode_pipe_narrow(was); }
+  bool was;
+};
+
 TEST(CudaDecodeGemm, TheEnginesStagedPicksGiveEveryRowTheBitsOfTheStreamingPicks) {
   LS_SKIP_WITHOUT_DEVICE();
   const DefaultPicksAtExit defaults;
+  const NoPipelinePicks staged_first;
   const GemmEngine engine;
   // The staged kernels took their shared-memory opt-in (else the picks fall back to streaming and this compares
   // streaming with itself).
@@ -59,6 +68,7 @@ TEST(CudaDecodeGemm, TheEnginesStagedPicksGiveEveryRowTheBitsOfTheStreamingPicks
 TEST(CudaDecodeGemm, UnderEachStagedPickQKAndVInOneLaunchGiveTheBitsOfThreeStreamingGemms) {
   LS_SKIP_WITHOUT_DEVICE();
   const DefaultPicksAtExit defaults;
+  const NoPipelinePicks staged_first;
   const GemmEngine engine;
   ASSERT_TRUE(decode_norm_fits(16, 2048));  // the staged kernels took their opt-in (else this compares streaming)
   const std::vector<std::pair<std::vector<int64_t>, int64_t>> groups = {{{2048, 512, 512}, 2048},
