@@ -211,6 +211,31 @@ TEST(CudaGemmSlices, TheGroupedQkvLaunchAndTheStagedPicksKeepEachMatrixsOneRowBi
       check(m, grouped, "staged group " + std::to_string(config));
     }
   }
+  // The planted fault (one chain where the order says two) turns the staged and the streaming group launches red.
+  set_gemm_slices_fault_for_test(true);
+  for (const int64_t m : {7, 24}) {  // staged pick 0 at 7 rows, the streaming group at 24
+    set_decode_staged_pick(m <= 16 ? 0 : -1);
+    std::vector<DeviceBuffer<bf16>> ys, grouped;
+    std::vector<bf16*> outs;
+    for (int i = 0; i < 3; ++i) {
+      ys.push_back(poisoned<bf16>(m * widths[i]));
+      grouped.push_back(poisoned<bf16>(m * widths[i]));
+      outs.push_back(grouped[i].data());
+    }
+    EXPECT_TRUE(gemm_decode_group(engine, x.data(), m, matrices, outs, nullptr).ok());
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> got = to_float(download(grouped[i], m * widths[i]));
+      EXPECT_NE(std::memcmp(got.data(), want[i].data(), sizeof(float) * got.size()), 0)
+          << "the planted fault left the " << (m <= 16 ? "staged" : "streaming") << " group's matrix " << i
+          << " unchanged";
+    }
+    if (m > 16) continue;
+    EXPECT_TRUE(engine.gemm(x.data(), m, matrices[0], ys[0].data(), nullptr, nullptr).ok());
+    const std::vector<float> got = to_float(download(ys[0], m * widths[0]));
+    EXPECT_NE(std::memcmp(got.data(), want[0].data(), sizeof(float) * got.size()), 0)
+        << "the planted fault left the staged launch unchanged";
+  }
+  set_gemm_slices_fault_for_test(false);
   set_decode_staged_pick(-1);
   set_decode_pipe_narrow(narrow_was);
   // The fused gate_up + SwiGLU (N = 2F beyond the range) keeps one chain and still fits.

@@ -22,13 +22,15 @@ int k2048_slices_from_env() {
   const char* value = std::getenv("LS_GEMM_K2048_SLICES");
   return value != nullptr && std::atoi(value) == 2 ? 2 : 1;
 }
-std::atomic<bool> narrow_slices{k2048_slices_from_env() == 2};
+std::atomic<bool> narrow_slices{k2048_slices_from_env() == 2}, slices_fault{false};
 }  // namespace
 bool narrow_slices_on() { return narrow_slices.load(std::memory_order_relaxed); }
+bool slices_fault_on() { return slices_fault.load(std::memory_order_relaxed); }
 }  // namespace gemm_detail
 
 void set_gemm_k2048_slices(int slices) { gemm_detail::narrow_slices.store(slices == 2, std::memory_order_relaxed); }
 int gemm_k2048_slices() { return gemm_detail::narrow_slices_on() ? 2 : 1; }
+void set_gemm_slices_fault_for_test(bool on) { gemm_detail::slices_fault.store(on, std::memory_order_relaxed); }
 
 namespace {
 

@@ -218,7 +218,7 @@ bool staged_ready = false;
 template <int WARPS, int TILES, bool SWIGLU>
 Status launch_staged_kernel(StagedLaunch& launch, cudaStream_t stream) {
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
-  launch.narrow_slices = narrow_slices_on();
+  launch.narrow_slices = narrow_slices_on() && !slices_fault_on();
   launch.first_block[0] = 0;
   for (int i = 0; i < launch.count; ++i) {
     const int out_n = SWIGLU ? launch.args[i].n / 2 : launch.args[i].n;

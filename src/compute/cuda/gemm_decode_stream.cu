@@ -267,7 +267,7 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
   (void)engine;  // made first: its constructor set the kernels' shared-memory opt-ins
   gemm_detail::GemmGroup group{};
   group.count = static_cast<int>(ws.size());
-  group.slices = slices_of(ws[0]);
+  group.slices = gemm_detail::slices_fault_on() ? 1 : slices_of(ws[0]);
   const int cols = gemm_detail::kGroupWarps / group.slices * 8;
   int64_t rows = 0;  // weight rows of the whole launch
   for (int i = 0; i < group.count; ++i) {

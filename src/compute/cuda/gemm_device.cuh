@@ -29,6 +29,9 @@ __host__ __device__ inline int slice_count(int k, int n, bool narrow_slices) {
 }
 // The process's order (gemm.cu): whether the narrow-slice order is on, and slice_count under it.
 bool narrow_slices_on();
+// set_gemm_slices_fault_for_test: the staged and streaming q / k / v group launches run one chain where the order
+// says two.
+bool slices_fault_on();
 inline int slice_count(int k, int n) { return slice_count(k, n, narrow_slices_on()); }
 
 // A tile configuration: BM x BN outputs per CTA, WARPS_M x WARPS_N warps, STAGES tiles of K in flight.

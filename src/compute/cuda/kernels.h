@@ -62,6 +62,9 @@ class GemmEngine {
 // may flip it between launches that are not compared with each other; drop captured graphs after a change).
 void set_gemm_k2048_slices(int slices);
 int gemm_k2048_slices();
+// Tests: a planted order fault: the staged and the streaming q / k / v group launches compute one chain for K = 2048
+// where the narrow-slice order says two slices.
+void set_gemm_slices_fault_for_test(bool on);
 
 // Bench only (A/B): the engines' picks for 17..64 rows take the verify tiles (on) where the streamed windows do not
 // (set_decode_rows), or the picks before them (off, the default: split / 64-row tiles). Same bits either way; drop
