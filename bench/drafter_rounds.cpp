@@ -68,6 +68,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_head = drafter.short_context_head();
   const int loaded_stage = drafter.head_stage_keys();
   const bool loaded_split = drafter.sampled_split();
+  const bool loaded_keyed = drafter.keyed_scan_on();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -76,6 +77,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       drafter.set_short_context_head(setting.find(":head") != std::string::npos);
       drafter.set_head_stage_keys(setting.find(":s256") != std::string::npos ? 256 : 128);
       drafter.set_sampled_split(setting.find(":split") != std::string::npos);
+      drafter.set_keyed_scan(setting.find(":keyed") != std::string::npos);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
@@ -147,10 +149,11 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_short_context_head(loaded_head);
   drafter.set_head_stage_keys(loaded_stage);
   drafter.set_sampled_split(loaded_split);
+  drafter.set_keyed_scan(loaded_keyed);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:mix][:split]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:mix][:split][:keyed]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

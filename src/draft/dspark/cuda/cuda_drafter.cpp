@@ -98,6 +98,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   };
   pin("LS_DRAFTER_SHORT_HEAD", d.short_context_head_);
   pin("LS_DRAFTER_SAMPLED_SPLIT", d.sampled_split_);
+  pin("LS_DRAFTER_KEYED_SCAN", d.keyed_scan_);
   if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && *stage) {
     d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;
   }
@@ -287,11 +288,16 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   scan_all_greedy_ = std::all_of(scans.begin(), scans.end(), [](const DeviceScanRequest& scan) {
     return scan.temperature <= 0.0f;
   });
+  const int64_t vocab = config_.vocab_size;
+  scan_all_plain_ = std::all_of(scans.begin(), scans.end(), [&](const DeviceScanRequest& scan) {
+    return scan.temperature <= 0.0f || plain_gumbel_draw(scan, vocab);
+  });
   if (status.ok()) {
     scan_timer_.start(stream);
     // The persistent scan reads each request's depth on the device: one graph for every depth.
     const bool persistent = persistent_scan(padded, scan_all_greedy_);
-    status = run_shape({padded, persistent ? kPersistentScanKey : max_depth},
+    const bool keyed = keyed_scan(padded);
+    status = run_shape({padded, persistent ? kPersistentScanKey : keyed ? kKeyedScanKey : max_depth},
                        [&] { return markov_scan(padded, max_depth); });
     scan_timer_.stop(stream);
   }

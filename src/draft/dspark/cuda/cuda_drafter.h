@@ -33,6 +33,13 @@ inline constexpr int kAbsorbGraphKey = -2;
 // The block pass of fewer than kHeadAttentionRequests requests whose longest holds more than short_context_keys()
 // keys (its own graph: the attention kernel differs by context there, and a graph cannot choose).
 inline constexpr int kLongContextBlockKey = -3;
+// The keyed persistent scan (set_keyed_scan) of sampled requests without cuts.
+inline constexpr int kKeyedScanKey = -4;
+// Whether a sampled request's draw is the plain Gumbel max of its logits: a temperature, no top-k, top-p or min-p.
+inline bool plain_gumbel_draw(const DeviceScanRequest& scan, int64_t vocab) {
+  return scan.temperature > 0.0f && (scan.top_k <= 0 || scan.top_k >= vocab) && scan.top_p >= 1.0f &&
+         scan.min_p <= 0.0f;
+}
 // Keys (context + block) per request up to which the head attention beats the split from 2 to 15 requests: ~320 a
 // request (batch s9B, graphed block pass at 4 streams: 0.501 vs 0.600 ms at context 512, 1.081 vs 1.000 at 2000).
 // Not at one request: batch s10A's lanes-like rounds (context 128..350) had the head pass 0.4306 ms against the
@@ -164,6 +171,18 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   bool sampled_split() const { return sampled_split_; }
+  // Sampled requests whose draw is the plain Gumbel max (plain_gumbel_draw), alone or with greedy ones, in the
+  // persistent scan with their keyed draw inside (markov_scan_persistent `keyed`; the verified pick's bits) instead
+  // of the step scans, wherever the greedy requests of that count would take it. Off by default until a batch
+  // decides; LS_DRAFTER_KEYED_SCAN=1 at load. `planted_shift` (tests only) draws at positions shifted by it.
+  void set_keyed_scan(bool on, int planted_shift = 0) {
+    keyed_scan_ = on;
+    keyed_scan_planted_ = planted_shift;
+    graphs_.clear();
+  }
+  bool keyed_scan_on() const { return keyed_scan_; }
+  // Whether a scan of `count` requests of the current pass takes the keyed persistent scan.
+  bool keyed_scan(int count) const;
   void set_fused_scan(std::optional<bool> on) {
     fused_scan_pin_ = on;
     graphs_.clear();
@@ -350,6 +369,9 @@ class CudaDsparkDrafter final : public Drafter {
   bool batched_loads_ = true;                                         // since batch s8A (below)
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
+  bool scan_all_plain_ = false;       // ... all greedy or sampled without cuts (plain_gumbel_draw)
+  bool keyed_scan_ = false;
+  int keyed_scan_planted_ = 0;
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
   int skinny_parts_ = kDefaultSkinnyParts;

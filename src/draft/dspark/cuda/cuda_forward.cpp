@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "draft/dspark/cuda/cuda_drafter.h"
+#include "draft/dspark/cuda/scan_pick.h"
 
 namespace ls::dspark::cuda {
 Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y,
@@ -301,6 +302,14 @@ bool CudaDsparkDrafter::persistent_scan(int count, bool all_greedy) const {
   return persistent_scan_pin_.value_or(count == 1 && !fused_scan_pin_.has_value());
 }
 
+bool CudaDsparkDrafter::keyed_scan(int count) const {
+  // The persistent scan with the plain Gumbel max for requests with a temperature and no cuts (the verified pick's
+  // draw for them; the radix variant is not the verified one's bits).
+  const PersistentScanPlan& plan = scan_plans_[count <= 1 ? 0 : 1];
+  return keyed_scan_ && !scan_all_greedy_ && scan_all_plain_ && plan.keyed && persistent_scan(count, true) &&
+         draft_pick_mode() != DraftPickMode::Radix;
+}
+
 bool CudaDsparkDrafter::fused_scan(int count) const {
   if (!fused_scan_supported(scan_shape())) return false;
   return fused_scan_pin_ ? *fused_scan_pin_ : count == 1;
@@ -323,15 +332,17 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
   step.confidence_bias = weights_.confidence_bias;
   step.confidence_temperatures =
       weights_.confidence_temperatures.size() > 0 ? weights_.confidence_temperatures.data() : nullptr;
-  if (persistent_scan(count, scan_all_greedy_)) {
+  const bool keyed = keyed_scan(count);
+  if (persistent_scan(count, scan_all_greedy_) || keyed) {
     // One launch for every slot of every request (slots up to each request's depth, read on the device).
     step.w1 = weights_.markov_w1.data();
     step.w2 = weights_.markov_w2.values.data();
     step.partials = s.persistent_partials.data();
+    step.planted_keyed_shift = keyed_scan_planted_;
     int groups = 0;
     const Status launched =
         markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], persistent_handoff_,
-                               s.scan_barrier.data(), stream, &groups);
+                               s.scan_barrier.data(), stream, &groups, keyed);
     if (launched.ok()) {
       mark("scan persistent");
       return ok_status();
@@ -392,7 +403,7 @@ int CudaDsparkDrafter::capture_bucket_graphs() {
   // Exact counts (the old path) keep the capture at a shape's second sighting; tuned GEMMs time their picks eagerly.
   if (!graphs_on_ || profile_.on() || tuned_gemms_ || !request_buckets_) return 0;
   const auto start = std::chrono::steady_clock::now();
-  const bool all_greedy = scan_all_greedy_;
+  const bool all_greedy = scan_all_greedy_, all_plain = scan_all_plain_;
   const int gamma = config_.block_size;
   int captured = 0;
   // Exactly the keys draft() asks for: the block pass per bucket; the persistent scan (one graph for every depth)
@@ -411,12 +422,18 @@ int CudaDsparkDrafter::capture_bucket_graphs() {
         captured += capture_shape({bucket, kPersistentScanKey}, [&] { return markov_scan(bucket, gamma); });
         continue;
       }
+      scan_all_plain_ = true;  // sampled requests without cuts may take the keyed persistent scan
+      if (keyed_scan(bucket)) {
+        captured += capture_shape({bucket, kKeyedScanKey}, [&] { return markov_scan(bucket, gamma); });
+      }
+      scan_all_plain_ = false;
       for (int depth = 1; depth <= gamma; ++depth) {
         captured += capture_shape({bucket, depth}, [&] { return markov_scan(bucket, depth); });
       }
     }
   }
   scan_all_greedy_ = all_greedy;
+  scan_all_plain_ = all_plain;
   long_context_ = long_context;
   if (absorb_.sink.size() > 0) capture_absorb_graphs();
   bucket_graphs_captured_ = captured;

@@ -289,6 +289,7 @@ struct ScanStepInputs {
   unsigned int* tickets = nullptr;  // [fused_scan_groups(count)]
   bool keep_w2 = true;              // W2 loads with L2 evict-last priority
   bool programmatic = true;         // launch allowed to overlap the previous kernel's tail (sm_90)
+  int planted_keyed_shift = 0;      // tests only: the keyed persistent scan draws at positions shifted by this
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 // markov_pick in two launches (the same bits): grid (vocab chunk of kSplitPickIds ids, request) writes the corrected
@@ -332,6 +333,7 @@ struct PersistentScanPlan {
   int held_rounds = 0;  // 32-row rounds of W2 a CTA holds in shared memory (the rest: registers, then L2)
   int group = 0;        // requests the kernel takes: 1, or kPersistentScanGroup
   size_t shared_bytes = 0;
+  bool keyed = false;   // the keyed instances (markov_scan_persistent `keyed`) are resident at this plan too
 };
 // The plan for `count` requests on the current device (grid 0 when the shape or the device cannot take it).
 PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count);
@@ -346,9 +348,12 @@ inline int64_t persistent_flag_words(const ScanShape& shape, const PersistentSca
   return (static_cast<int64_t>(shape.gamma) + 1) * plan.group * plan.grid + 1;
 }
 // More requests than plan.group take one launch per group, one after the other. `launched`: the kernels enqueued
-// (0 when it fails before any: the caller may then take another scan).
+// (0 when it fails before any: the caller may then take another scan). `keyed` (session 11): requests with a
+// temperature take the plain Gumbel max of their logits (draw_token's draw for rows without top-k, top-p or min-p:
+// the caller checks that every request is greedy or such), the verified pick's bits.
 Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
-                              PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched);
+                              PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched,
+                              bool keyed = false);
 
 // Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
 // with draw_token bit for bit. Greedy rows take the argmax.

@@ -51,11 +51,18 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* address
 }
 
 // The 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for request r), flags non-finite
-// logits and keeps the greedy best of each request drafting at this slot.
-template <int G>
-__device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, const float* u, int stride, int64_t vocab,
+// logits and keeps the greedy best of each request drafting at this slot. Keyed (session 11): a request with a
+// temperature (keyed[r].temperature > 0: no top-k, top-p or min-p, the caller checks) keeps the best Gumbel score
+// of its finite logits instead, verified_pick's round over a row without cuts (the plain Gumbel max of draw_token),
+// and its logit goes back into u for the flagged handoff's word.
+struct KeyedSlot {
+  double temperature;  // 0: greedy
+  uint64_t row_key;    // keyed::row_key(seed, position of this slot's draw)
+};
+template <int G, bool Keyed>
+__device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, float* u, int stride, int64_t vocab,
                                          int slot, int part, int group, const int* active, const int* nan_slot,
-                                         Best (&best)[G], int& flags) {
+                                         const KeyedSlot* keyed, Best (&best)[G], int& flags) {
 #pragma unroll
   for (int r = 0; r < G; ++r) {
     for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
@@ -66,14 +73,25 @@ __device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, const flo
     if (r >= group || !active[r]) continue;
     float logit = sums[r] + u[r * stride];
     if (id == vocab / 2 && slot == nan_slot[r]) logit = NAN;
-    if (isfinite(logit)) best[r] = better(best[r], Best{static_cast<double>(logit), static_cast<int32_t>(id)});
-    else flags |= 1 << r;
+    if (isfinite(logit)) {
+      double value = logit;
+      if (Keyed && keyed[r].temperature > 0) {
+        value = noisy_score(logit, keyed[r].temperature,
+                            ls::cuda::keyed::uniform_bits(keyed[r].row_key, static_cast<int32_t>(id)));
+      }
+      best[r] = better(best[r], Best{value, static_cast<int32_t>(id)});
+    } else {
+      flags |= 1 << r;
+    }
+    if (Keyed) u[r * stride] = logit;
   }
 }
 
 // Flagged: the handoff through words (pack_partial) in `in.partials`, zeroed before the launch, instead of the
 // counter `barrier`.
-template <int G, int RegisterRounds, bool Flagged>
+// Keyed: requests with a temperature and no cuts take their Gumbel max (take_row); the flagged word then carries the
+// winner's logit, from which every reader computes its score again.
+template <int G, int RegisterRounds, bool Flagged, bool Keyed = false>
 __global__ void __launch_bounds__(kThreads, 2)
     persistent_scan_kernel(ScanStepInputs in, ScanShape shape, int ids_per_cta, int held_rounds,
                            unsigned int* barrier) {
@@ -82,6 +100,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ int32_t previous[G];
   __shared__ int depth[G], stopped[G], active[G], nan_slot[G];
   __shared__ int32_t anchor[G];
+  __shared__ KeyedSlot keyed[G];
   // Per slot and request: the pick the scan went on with, and 0 not drafting / 1 drafted / 2 a non-finite logit.
   __shared__ int32_t slot_pick[kMaxDeviceBlock][G];
   __shared__ unsigned char slot_state[kMaxDeviceBlock][G];
@@ -171,7 +190,16 @@ __global__ void __launch_bounds__(kThreads, 2)
     __threadfence();
   };
   for (int slot = 0; slot < total_slots; ++slot) {
-    // Who drafts at this slot, and e = W1[previous].
+    // Who drafts at this slot, and e = W1[previous] (and the keyed draws' temperature and row key).
+    if (Keyed && threadIdx.x < G) {
+      const int r = threadIdx.x;
+      const bool sampled = r < count && in.requests[r].temperature > 0.0f;
+      keyed[r].temperature = sampled ? in.requests[r].temperature : 0.0;
+      keyed[r].row_key =
+          sampled ? ls::cuda::keyed::row_key(in.requests[r].seed,
+                                             in.requests[r].anchor_position + slot + 1 + in.planted_keyed_shift)
+                  : 0;
+    }
     for (int index = threadIdx.x; index < G * rank; index += kThreads) {
       const int r = index / rank, j = index % rank;
       const bool on = r < count && slot < depth[r] && !stopped[r];
@@ -182,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     commit_copies();
     wait_all_but_newest_copy();  // the held rows and this slot's U are in
     __syncthreads();
-    const float* u = u_stage + (slot & 1) * G * ids_per_cta;
+    float* u = u_stage + (slot & 1) * G * ids_per_cta;
     Best best[G];
     int flags = 0;
 #pragma unroll
@@ -194,8 +222,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int r = 0; r < G; ++r) sums[r] = 0.0f;
       add_row_pieces<G>(raw[j], e_shared, rank, part, count, sums);
-      take_row<G>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active, nan_slot,
-                  best, flags);
+      take_row<G, Keyed>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active,
+                         nan_slot, keyed, best, flags);
     }
     for (int j = RegisterRounds; j < rounds; ++j) {
       uint4 pieces[kPieces];
@@ -214,8 +242,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int r = 0; r < G; ++r) sums[r] = 0.0f;
       add_row_pieces<G>(pieces, e_shared, rank, part, count, sums);
-      take_row<G>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active, nan_slot,
-                  best, flags);
+      take_row<G, Keyed>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active,
+                         nan_slot, keyed, best, flags);
     }
     // The CTA's best per request: over the warp, then the warps; out as this slot's partial.
     warp_bests<G>(best, flags, lane, warp_best[warp], warp_flags[warp]);
@@ -230,6 +258,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + blockIdx.x;
       if constexpr (Flagged) {
+        // A keyed request's word carries its winner's logit (a float; its score is computed again from it).
+        if (Keyed && keyed[r].temperature > 0 && cta_best.id >= 0) {
+          cta_best.value = u[r * ids_per_cta + (cta_best.id - first_id)];
+        }
         store_relaxed(words + index, pack_partial(cta_best, nonfinite));  // the word is the whole message
       } else {
         ScanPartial& out = in.partials[index];
@@ -262,7 +294,12 @@ __global__ void __launch_bounds__(kThreads, 2)
           // Each thread waits for its CTAs' words itself (no counter, no fence: a word arrives whole or not yet).
           const uint64_t word = wait_for_word(words + index, timeout);
           nonfinite |= ((word >> 62) & 1) ? 1 << r : 0;
-          pick[r] = better(pick[r], unpack_partial(word));
+          Best taken = unpack_partial(word);
+          if (Keyed && keyed[r].temperature > 0 && taken.id >= 0) {
+            taken.value = noisy_score(static_cast<float>(taken.value), keyed[r].temperature,
+                                      ls::cuda::keyed::uniform_bits(keyed[r].row_key, taken.id));
+          }
+          pick[r] = better(pick[r], taken);
         } else {
           const ScanPartial* partial = in.partials + index;
           nonfinite |= __ldcg(&partial->nonfinite) ? 1 << r : 0;
@@ -363,6 +400,18 @@ __global__ void __launch_bounds__(kThreads, 2)
 constexpr int kSingleRegisterRounds = 3;
 constexpr int kGroupRegisterRounds = 2;
 
+using PersistentKernel = void (*)(ScanStepInputs, ScanShape, int, int, unsigned int*);
+
+PersistentKernel persistent_kernel(bool single, bool flagged, bool keyed) {
+  constexpr int kG = kPersistentScanGroup, kS = kSingleRegisterRounds, kR = kGroupRegisterRounds;
+  if (keyed) {
+    if (single) return flagged ? persistent_scan_kernel<1, kS, true, true> : persistent_scan_kernel<1, kS, false, true>;
+    return flagged ? persistent_scan_kernel<kG, kR, true, true> : persistent_scan_kernel<kG, kR, false, true>;
+  }
+  if (single) return flagged ? persistent_scan_kernel<1, kS, true> : persistent_scan_kernel<1, kS, false>;
+  return flagged ? persistent_scan_kernel<kG, kR, true> : persistent_scan_kernel<kG, kR, false>;
+}
+
 }  // namespace
 
 PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
@@ -387,20 +436,20 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   const int64_t per_cta = (shape.vocab + wanted - 1) / wanted;
   const int ids = static_cast<int>((per_cta + kRowsPerRound - 1) / kRowsPerRound * kRowsPerRound);
   const int grid = static_cast<int>((shape.vocab + ids - 1) / ids);
-  using Kernel = void (*)(ScanStepInputs, ScanShape, int, int, unsigned int*);
-  const Kernel kernels[2] = {single ? persistent_scan_kernel<1, kSingleRegisterRounds, false>
-                                    : persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds, false>,
-                             single ? persistent_scan_kernel<1, kSingleRegisterRounds, true>
-                                    : persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds, true>};
-  cudaFuncAttributes attributes[2] = {};
-  if (cudaFuncGetAttributes(&attributes[0], kernels[0]) != cudaSuccess ||
-      cudaFuncGetAttributes(&attributes[1], kernels[1]) != cudaSuccess) {
-    cudaGetLastError();
-    return plan;
+  // Both handoffs, then both keyed instances (planned alike; plan.keyed when they too are resident at once).
+  const PersistentKernel kernels[4] = {persistent_kernel(single, false, false), persistent_kernel(single, true, false),
+                                       persistent_kernel(single, false, true), persistent_kernel(single, true, true)};
+  cudaFuncAttributes attributes[4] = {};
+  for (int k = 0; k < 4; ++k) {
+    if (cudaFuncGetAttributes(&attributes[k], kernels[k]) != cudaSuccess) {
+      cudaGetLastError();
+      return plan;
+    }
   }
   // Shared memory of two CTAs per SM: U staging and e first, then as many held W2 rounds as fit (both handoffs).
   const size_t per_sm = static_cast<size_t>(ls::cuda::cuda_features().shared_optin) + 1024;
-  const size_t static_bytes = std::max(attributes[0].sharedSizeBytes, attributes[1].sharedSizeBytes);
+  const size_t static_bytes = std::max({attributes[0].sharedSizeBytes, attributes[1].sharedSizeBytes,
+                                        attributes[2].sharedSizeBytes, attributes[3].sharedSizeBytes});
   const size_t budget = per_sm / 2 - 1024 - static_bytes;
   const size_t staging =
       sizeof(float) * (2 * static_cast<size_t>(group) * ids + static_cast<size_t>(group) * shape.rank);
@@ -410,16 +459,19 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   if (budget > staging) held = static_cast<int>(std::min<size_t>((budget - staging) / round_bytes, rounds));
   held = std::max(0, std::min(held, rounds - register_rounds));
   const size_t bytes = staging + held * round_bytes;
-  for (const Kernel kernel : kernels) {
+  bool keyed = true;
+  for (int k = 0; k < 4; ++k) {
     int resident = 0;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
+    if (cudaFuncSetAttribute(kernels[k], cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
             cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, bytes) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernels[k], kThreads, bytes) != cudaSuccess ||
         static_cast<int64_t>(resident) * sms < grid) {
       cudaGetLastError();
-      return plan;
+      if (k < 2) return plan;
+      keyed = false;  // the greedy scan stands without its keyed instances
     }
   }
+  plan.keyed = keyed;
   plan.grid = grid;
   plan.ids_per_cta = ids;
   plan.held_rounds = held;
@@ -429,10 +481,11 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
 }
 
 Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
-                              PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched) {
+                              PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched,
+                              bool keyed) {
   *launched = 0;
   if (inputs.count == 0) return ok_status();
-  if (plan.grid == 0 || (plan.group == 1 && inputs.count > 1)) {
+  if (plan.grid == 0 || (plan.group == 1 && inputs.count > 1) || (keyed && !plan.keyed)) {
     return Status(ErrorCode::UnsupportedDraftShape,
                   "the persistent Markov scan has no plan for " + std::to_string(inputs.count) + " requests here");
   }
@@ -455,20 +508,14 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
     group.base_logits += static_cast<int64_t>(first) * shape.gamma * shape.vocab;
     group.final_hidden += static_cast<int64_t>(first) * shape.gamma * shape.hidden;
     group.markov += static_cast<int64_t>(first) * shape.vocab;
-    const bool single = plan.group == 1;
-    if (handoff == PersistentHandoff::Flags) {
+    const bool single = plan.group == 1, flagged = handoff == PersistentHandoff::Flags;
+    if (flagged) {
       LS_CUDA_TRY(cudaMemsetAsync(group.partials, 0, persistent_flag_words(shape, plan) * sizeof(uint64_t), stream));
-      LS_CUDA_TRY(cudaLaunchKernelEx(&config,
-                                     single ? persistent_scan_kernel<1, kSingleRegisterRounds, true>
-                                            : persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds, true>,
-                                     group, shape, plan.ids_per_cta, plan.held_rounds, barrier));
     } else {
       LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
-      LS_CUDA_TRY(cudaLaunchKernelEx(&config,
-                                     single ? persistent_scan_kernel<1, kSingleRegisterRounds, false>
-                                            : persistent_scan_kernel<kPersistentScanGroup, kGroupRegisterRounds, false>,
-                                     group, shape, plan.ids_per_cta, plan.held_rounds, barrier));
     }
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_kernel(single, flagged, keyed), group, shape, plan.ids_per_cta,
+                                   plan.held_rounds, barrier));
     ++*launched;
   }
   return ok_status();

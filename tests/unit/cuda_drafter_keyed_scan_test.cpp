@@ -1,0 +1,116 @@
+// The keyed persistent scan (set_keyed_scan, session 11): sampled requests without top-k, top-p or min-p take the
+// persistent scan with their Gumbel max inside, and draft the tokens and chance bits of the fused step (whose last
+// CTA draws with the verified pick), alone and in groups with greedy requests, with both handoffs, eagerly and
+// graphed; requests with a cut keep the step scans; a draw planted one position late turns it red.
+// Shared setup: cuda_drafter_test_util.h.
+#include <gtest/gtest.h>
+
+#ifdef LS_HAVE_CUDA
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_drafter_test_util.h"
+
+namespace ls::dspark {
+namespace {
+
+using namespace cuda_test;
+using cuda::PersistentHandoff;
+
+TEST(CudaDrafterKeyedScan, PlainSampledRequestsDraftTheFusedStepsTokensAndChanceBitsInThePersistentScan) {
+  LS_SKIP_WITHOUT_DEVICE();
+  NanoDrafter nano;
+  ASSERT_TRUE(nano.load(cuda_options(12)));
+  auto& [target, gpu, c, width] = nano;
+  std::vector<DraftRequest> requests;
+  std::mt19937 rng(static_cast<uint32_t>(std::random_device{}()));
+  for (int i = 0; i < 10; ++i) {
+    const int length = 4 + 31 * i;
+    ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 900 + i)).ok());
+    // Even requests sampled at temperatures 0.3 .. 1.9 (top-k at or above the vocabulary is no cut), odd greedy.
+    const Sampling sampling = i % 2 == 0 ? Sampling{0.3f + 0.4f * static_cast<float>(i / 2),
+                                                    i == 4 ? c.vocab_size : 0, 1.0f, 0.0f, rng()}
+                                         : Sampling{};
+    requests.push_back(request_at(i, length, static_cast<int32_t>(rng() % c.vocab_size),
+                                  1 + (i * 5) % c.block_size, sampling));
+  }
+  auto draft_with = [&](bool keyed, std::span<const DraftRequest> batch) {
+    gpu->set_keyed_scan(keyed);
+    gpu->set_persistent_scan(keyed && batch.size() > 1 ? std::optional<bool>(true) : std::nullopt);
+    gpu->set_fused_scan(keyed ? std::nullopt : std::optional<bool>(true));
+    EXPECT_TRUE(gpu->poison_scratch_for_test().ok());
+    return gpu->draft(batch);
+  };
+  for (const PersistentHandoff handoff : {PersistentHandoff::Counter, PersistentHandoff::Flags}) {
+    SCOPED_TRACE(handoff == PersistentHandoff::Flags ? "flagged handoff" : "counter handoff");
+    gpu->set_persistent_handoff(handoff);
+    gpu->set_graphs(false);
+    // Alone at full depth (the one-request kernel), each sampled request.
+    for (int i = 0; i < 10; i += 2) {
+      SCOPED_TRACE("single request " + std::to_string(i));
+      DraftRequest single = requests[i];
+      single.depth = c.block_size;
+      const std::span<const DraftRequest> one(&single, 1);
+      expect_same_drafts(draft_with(true, one), draft_with(false, one));
+    }
+    // Groups with greedy requests, mixed depths (the group kernel, pinned): 2, 5, 8, and 10 (8 + 2).
+    for (const size_t size : {2, 5, 8, 10}) {
+      SCOPED_TRACE("group of " + std::to_string(size));
+      const std::span<const DraftRequest> group(requests.data(), size);
+      expect_same_drafts(draft_with(true, group), draft_with(false, group));
+    }
+    // Graphed: the keyed graph replays the eager bits at changing depths.
+    gpu->set_keyed_scan(true);
+    gpu->set_persistent_scan(std::nullopt);
+    gpu->set_fused_scan(std::nullopt);
+    for (const int depth : {c.block_size, 3, c.block_size, 1, c.block_size}) {
+      SCOPED_TRACE("graphed depth " + std::to_string(depth));
+      DraftRequest single = requests[2];
+      single.depth = depth;
+      const std::span<const DraftRequest> one(&single, 1);
+      gpu->set_graphs(false);
+      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+      const std::vector<Draft> eager = gpu->draft(one);
+      gpu->set_graphs(true);
+      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+      expect_same_drafts(gpu->draft(one), eager);
+    }
+    EXPECT_EQ(gpu->graph_failures(), 0);
+  }
+  // Which passes take it: a plain sampled request alone, not one with top-p, top-k or min-p, not with the switch off.
+  gpu->set_graphs(false);
+  gpu->set_keyed_scan(true);
+  for (const auto& [sampling, expected] : {std::pair{Sampling{0.8f, 0, 1.0f, 0.0f, 3}, true},
+                                           std::pair{Sampling{0.8f, 0, 0.9f, 0.0f, 3}, false},
+                                           std::pair{Sampling{0.8f, 5, 1.0f, 0.0f, 3}, false},
+                                           std::pair{Sampling{0.8f, 0, 1.0f, 0.05f, 3}, false}}) {
+    DraftRequest single = requests[0];
+    single.sampling = sampling;
+    ASSERT_TRUE(gpu->draft(std::span<const DraftRequest>(&single, 1))[0].status.ok());
+    EXPECT_EQ(gpu->keyed_scan(1), expected) << "top_p " << sampling.top_p << " top_k " << sampling.top_k
+                                            << " min_p " << sampling.min_p;
+  }
+  // Planted: every keyed draw one position late; some of the five single requests must draft other tokens.
+  int differing = 0;
+  for (int i = 0; i < 10; i += 2) {
+    DraftRequest single = requests[i];
+    single.depth = c.block_size;
+    const std::span<const DraftRequest> one(&single, 1);
+    const std::vector<Draft> reference = draft_with(false, one);
+    gpu->set_fused_scan(std::nullopt);
+    gpu->set_persistent_scan(std::nullopt);
+    gpu->set_keyed_scan(true, /*planted_shift=*/1);
+    const std::vector<Draft> planted = gpu->draft(one);
+    ASSERT_TRUE(planted[0].status.ok());
+    EXPECT_TRUE(gpu->keyed_scan(1));
+    differing += planted[0].tokens != reference[0].tokens;
+  }
+  EXPECT_GT(differing, 0) << "a draw one position late gave every token of the fused step";
+  gpu->set_keyed_scan(false);
+}
+
+}  // namespace
+}  // namespace ls::dspark
+#endif  // LS_HAVE_CUDA
