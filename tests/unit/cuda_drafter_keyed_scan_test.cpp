@@ -1,8 +1,8 @@
 // The keyed persistent scan (set_keyed_scan, session 11): sampled requests without top-k, top-p or min-p take the
 // persistent scan with their Gumbel max inside, and draft the tokens and chance bits of the fused step (whose last
 // CTA draws with the verified pick), alone and in groups with greedy requests, with both handoffs, eagerly and
-// graphed; requests with a cut keep the step scans; a draw planted one position late turns it red.
-// Shared setup: cuda_drafter_test_util.h.
+// graphed; requests with a cut keep the step scans; a draw planted one position late turns it red. And the sampled
+// split (set_sampled_split) in the drafter against the fused step. Shared setup: cuda_drafter_test_util.h.
 #include <gtest/gtest.h>
 
 #ifdef LS_HAVE_CUDA
@@ -109,6 +109,39 @@ TEST(CudaDrafterKeyedScan, PlainSampledRequestsDraftTheFusedStepsTokensAndChance
   }
   EXPECT_GT(differing, 0) << "a draw one position late gave every token of the fused step";
   gpu->set_keyed_scan(false);
+}
+
+// The sampled split (set_sampled_split, session 11) in the drafter: a single sampled request of every filter mix
+// drafts the fused step's tokens and chance bits with it on, eagerly and graphed (captured, replayed).
+TEST(CudaDrafterKeyedScan, TheSampledSplitDraftsTheFusedStepsTokensAndChanceBitsForASingleRequest) {
+  LS_SKIP_WITHOUT_DEVICE();
+  NanoDrafter nano;
+  ASSERT_TRUE(nano.load(cuda_options(4)));
+  auto& [target, gpu, c, width] = nano;
+  const int length = 77;
+  ASSERT_TRUE(gpu->absorb(0, 0, length, testing::random_taps(length, width, 41)).ok());
+  std::mt19937 rng(static_cast<uint32_t>(std::random_device{}()));
+  for (const Sampling& sampling : {Sampling{0.7f, 0, 1.0f, 0.0f, rng()}, Sampling{1.0f, 0, 0.9f, 0.0f, rng()},
+                                   Sampling{0.9f, 8, 1.0f, 0.0f, rng()}, Sampling{1.2f, 0, 1.0f, 0.05f, rng()},
+                                   Sampling{0.8f, 40, 0.8f, 0.02f, rng()}}) {
+    SCOPED_TRACE("T " + std::to_string(sampling.temperature) + " top_k " + std::to_string(sampling.top_k) +
+                 " top_p " + std::to_string(sampling.top_p) + " min_p " + std::to_string(sampling.min_p));
+    const DraftRequest request = request_at(0, length, static_cast<int32_t>(rng() % c.vocab_size), c.block_size,
+                                            sampling);
+    const std::span<const DraftRequest> one(&request, 1);
+    gpu->set_graphs(false);
+    gpu->set_sampled_split(false);
+    ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+    const std::vector<Draft> reference = gpu->draft(one);
+    gpu->set_sampled_split(true);
+    for (const bool graphs : {false, true, true, true}) {  // eager, then first sighting, capture, replay
+      gpu->set_graphs(graphs);
+      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
+      expect_same_drafts(gpu->draft(one), reference);
+    }
+  }
+  EXPECT_EQ(gpu->graph_failures(), 0);
+  gpu->set_sampled_split(false);
 }
 
 }  // namespace
