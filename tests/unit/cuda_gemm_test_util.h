@@ -3,25 +3,15 @@
 #pragma once
 #ifdef LS_HAVE_CUDA
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "compute/cuda/kernels.h"
-#include "cuda_test_util.h"
-#include "ops_test_util.h"
+#include "cuda_decode_test_util.h"
 
 namespace ls::cuda::gemm_testing {
 
-using compute::testing::random_values;
-using ls::cuda::testing::download;
-using ls::cuda::testing::poisoned;
-using ls::cuda::testing::to_bf16;
-using ls::cuda::testing::to_float;
-using ls::cuda::testing::upload;
+using namespace decode_testing;  // NOLINT: gtest, the kernels' API and the CUDA test helpers under short names
 
 struct GemmCase {
   int64_t n, k;
