@@ -1,9 +1,9 @@
 // The tile kernel's ticket fold (set_attention_ticket, step11: the last CTA of each (row tile, KV head) folds the split
 // pairs' chunk states, no combine launch): the combine's bits on decode rows, verify windows and short windows across
 // chunk edges, split automatically and pinned, rows per CTA 1 and the most; every launch leaves its tickets at zero (a
-// second launch on the same counters, output poisoned again, gives the same bits); so do windows of 2 or 3 chunks walked
-// by one CTA (set_attention_split_from 3 / 4); a planted fault (each pair's last chunk left out of the fold) turns the
-// check red.
+// second launch on the same counters, output poisoned again, gives the same bits); so do windows of 2 or 3 chunks
+// walked by one CTA (set_attention_split_from 3 / 4); a planted fault (each pair's last chunk left out of the fold)
+// turns the check red.
 #ifdef LS_HAVE_CUDA
 
 #include <gtest/gtest.h>

@@ -1,7 +1,8 @@
 // The decode GEMMs' norm prologue under the held schedule (set_decode_norm_held, step11: the norm weight loaded with
-// the first rows' h and delta and kept in registers, 8 chunks a thread in flight, the chain's loads batched): the bits
-// of the norm launch then the GEMM (the unfused composition that stays), h_out the residual add's, at 1..16 rows, every
-// staged configuration and the streaming SwiGLU one; a planted fault (the neighbour slot's weight) turns it red.
+// the first rows' h and delta and kept in registers, 16 chunks a thread in flight, the chain's loads batched; one-warp
+// launches only, the others keep the plain schedule): the bits of the norm launch then the GEMM (the unfused
+// composition that stays), h_out the residual add's, at 1..16 rows, every staged configuration and the streaming SwiGLU
+// one; a planted fault (the neighbour slot's weight) turns the one-warp launch red.
 #ifdef LS_HAVE_CUDA
 
 #include <vector>
@@ -62,13 +63,14 @@ bool same(const DeviceBuffer<bf16>& a, const DeviceBuffer<bf16>& b, int64_t coun
   return std::memcmp(x.data(), y.data(), sizeof(bf16) * count) == 0;
 }
 
-// Outputs (and h_out) of the grouped launch under the held schedule that differ from the composition, over K 2048 /
-// 1000 / 64, rows `widths`, with and without the residual add, the staged configurations in turn.
-int grouped_differences(bool fault, const std::vector<int64_t>& widths) {
+// Outputs (and h_out) of the grouped launch under the held schedule that differ from the composition, over K `ks`,
+// rows `widths`, with and without the residual add, on each of the staged configurations `configs`.
+int grouped_differences(bool fault, const std::vector<int64_t>& ks, const std::vector<int64_t>& widths,
+                        const std::vector<int>& configs) {
   const HeldScope held(fault);
   const GemmEngine engine;
   int differences = 0;
-  for (const int64_t k : {2048, 1000, 64}) {
+  for (const int64_t k : ks) {
     const std::vector<int64_t> ns = {264, 72, 1001};
     std::vector<DeviceBuffer<bf16>> w;
     std::vector<DeviceMatrix> ws;
@@ -77,42 +79,44 @@ int grouped_differences(bool fault, const std::vector<int64_t>& widths) {
       w.push_back(upload(to_bf16(random_values(ns[i] * k, 152 + i + k, 0.5f))));
       ws.push_back(DeviceMatrix{w.back().data(), i == 0 ? bias.data() : nullptr, ns[i], k});
     }
-    for (const int64_t m : widths) {
-      for (const bool with_delta : {false, true}) {
-        const Inputs c = inputs(m, k, with_delta, 160 + m + k);
-        std::vector<DeviceBuffer<bf16>> want, got;
-        std::vector<bf16*> want_ptr, got_ptr;
-        for (const int64_t n : ns) {
-          want.push_back(poisoned<bf16>(m * n));
-          got.push_back(poisoned<bf16>(m * n));
-          want_ptr.push_back(want.back().data());
-          got_ptr.push_back(got.back().data());
-        }
-        EXPECT_TRUE(gemm_decode_group(engine, c.u.data(), m, ws, want_ptr, nullptr).ok());
-        auto h_out = poisoned<bf16>(m * k);
-        const int config = static_cast<int>(m + k) % decode_staged_config_count();
-        set_decode_norm_configs(config, 2);
-        EXPECT_TRUE(gemm_decode_norm(engine, decode_norm(c, with_delta, h_out.data()), m, ws, got_ptr, nullptr).ok());
-        for (size_t i = 0; i < ns.size(); ++i)
-          if (!same(got[i], want[i], m * ns[i])) {
-            ++differences;
-            if (!fault)
-              ADD_FAILURE() << "K " << k << " m " << m << " delta " << with_delta << " matrix " << i << " config "
-                            << config;
+    for (const int64_t m : widths)
+      for (const int config : configs)
+        for (const bool with_delta : {false, true}) {
+          const Inputs c = inputs(m, k, with_delta, 160 + m + k);
+          std::vector<DeviceBuffer<bf16>> want, got;
+          std::vector<bf16*> want_ptr, got_ptr;
+          for (const int64_t n : ns) {
+            want.push_back(poisoned<bf16>(m * n));
+            got.push_back(poisoned<bf16>(m * n));
+            want_ptr.push_back(want.back().data());
+            got_ptr.push_back(got.back().data());
           }
-        if (with_delta && !same(h_out, c.h_plain, m * k)) {
-          ++differences;
-          ADD_FAILURE() << "K " << k << " m " << m << ": h_out";  // the fault is in the scaling, never in h
+          EXPECT_TRUE(gemm_decode_group(engine, c.u.data(), m, ws, want_ptr, nullptr).ok());
+          auto h_out = poisoned<bf16>(m * k);
+          set_decode_norm_configs(config, 2);
+          const DecodeNorm norm = decode_norm(c, with_delta, h_out.data());
+          EXPECT_TRUE(gemm_decode_norm(engine, norm, m, ws, got_ptr, nullptr).ok());
+          for (size_t i = 0; i < ns.size(); ++i)
+            if (!same(got[i], want[i], m * ns[i])) {
+              ++differences;
+              if (!fault)
+                ADD_FAILURE() << "K " << k << " m " << m << " delta " << with_delta << " matrix " << i << " config "
+                              << config;
+            }
+          if (with_delta && !same(h_out, c.h_plain, m * k)) {
+            ++differences;
+            ADD_FAILURE() << "K " << k << " m " << m << ": h_out";  // the fault is in the scaling, never in h
+          }
         }
-      }
-    }
   }
   return differences;
 }
 
 TEST(CudaDecodeNormHeld, TheGroupedLaunchGivesTheBitsOfTheNormLaunchThenTheGemm) {
   LS_SKIP_WITHOUT_DEVICE();
-  EXPECT_EQ(grouped_differences(false, {1, 2, 7, 8, 9, 16}), 0);
+  std::vector<int> configs;
+  for (int config = 0; config < decode_staged_config_count(); ++config) configs.push_back(config);
+  EXPECT_EQ(grouped_differences(false, {2048, 1000, 64}, {1, 2, 7, 8, 9, 16}, configs), 0);
 }
 
 TEST(CudaDecodeNormHeld, GateUpWithSwigluGivesTheBitsOfTheNormLaunchThenTheSwigluGemm) {
@@ -140,7 +144,8 @@ TEST(CudaDecodeNormHeld, GateUpWithSwigluGivesTheBitsOfTheNormLaunchThenTheSwigl
 
 TEST(CudaDecodeNormHeld, APlantedNeighbourWeightFaultTurnsTheCheckRed) {
   LS_SKIP_WITHOUT_DEVICE();
-  EXPECT_GT(grouped_differences(true, {1, 16}), 0);
+  // configuration 0 (one warp, the default); K 2048: each thread's 8 weight slots are 8 different columns
+  EXPECT_GT(grouped_differences(true, {2048}, {1, 16}, {0}), 0);
 }
 
 }  // namespace

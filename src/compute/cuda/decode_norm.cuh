@@ -63,10 +63,13 @@ __device__ __forceinline__ void stage_normed_x_held(const StagedNorm& norm, int 
 template <int THREADS, class Layout>
 __device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, int k, int k_pad, unsigned char* x_rows,
                                                Layout layout, float* inverse_rms, bool write_h) {
-  // the held schedule where a thread's weight chunks repeat every pass of 8 chunks (x_chunks divides 8 THREADS)
-  if (norm.held && (8 * THREADS) % (k_pad / 8) == 0) {
-    stage_normed_x_held<THREADS>(norm, m, k, k_pad, x_rows, layout, inverse_rms, write_h);
-    return;
+  // the held schedule in one-warp CTAs (the default staged norm launches; compiled into no other kernel: it takes
+  // ~240 registers a thread) where a thread's weight chunks repeat every pass of 8 chunks (x_chunks divides 8 THREADS)
+  if constexpr (THREADS == 32) {
+    if (norm.held && (8 * THREADS) % (k_pad / 8) == 0) {
+      stage_normed_x_held<THREADS>(norm, m, k, k_pad, x_rows, layout, inverse_rms, write_h);
+      return;
+    }
   }
   constexpr int WARPS = THREADS / 32;
   const int x_chunks = k_pad / 8, total = m * x_chunks;
@@ -151,24 +154,27 @@ __device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, in
   }
 }
 
-// The held schedule of stage_normed_x (the same arithmetic, order and output, so the same bits): passes of 8 chunks a
-// thread; in the first, the norm weight's chunks this thread will scale are loaded with the rows' h and delta (one L2
-// round trip) and kept in registers (with 8 THREADS a multiple of the row's chunks, slot i of every pass is the same
-// column); the chain's shared loads 16 ahead of its double adds; the scaling reads the weights from registers.
+// The held schedule of stage_normed_x (the same arithmetic, order and output, so the same bits): h and delta in passes
+// of 16 chunks a thread; in the first, the norm weight's chunks this thread will scale are loaded with them (one L2
+// round trip) and kept in registers (with 8 THREADS a multiple of the row's chunks, slot i of every 8-chunk pass is
+// the same column); the chain's shared loads 16 ahead of its double adds; the scaling reads the weights from
+// registers.
 template <int THREADS, class Layout>
 __device__ __forceinline__ void stage_normed_x_held(const StagedNorm& norm, int m, int k, int k_pad,
                                                     unsigned char* x_rows, Layout layout, float* inverse_rms,
                                                     bool write_h) {
-  constexpr int WARPS = THREADS / 32, kLoads = 8;
+  // kLoads weight slots; 2 kLoads chunks of h and delta a thread in flight (a verify window's rows: half the round
+  // trips)
+  constexpr int WARPS = THREADS / 32, kLoads = 8, kPassLoads = 2 * kLoads;
   const int x_chunks = k_pad / 8, total = m * x_chunks;
   Chunk w[kLoads];
-  for (int first = threadIdx.x; first < total; first += THREADS * kLoads) {
-    Chunk v[kLoads], d[kLoads];
+  for (int first = threadIdx.x; first < total; first += THREADS * kPassLoads) {
+    Chunk v[kPassLoads], d[kPassLoads];
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
+    for (int i = 0; i < kPassLoads; ++i) {
       const int index = first + i * THREADS, row = index / x_chunks, at = (index % x_chunks) * 8;
       v[i].raw = d[i].raw = make_uint4(0, 0, 0, 0);
-      if (first == threadIdx.x) {
+      if (first == threadIdx.x && i < kLoads) {
         // the weight of slot i (planted fault: the neighbour slot's); zero past K and for slots past the rows
         const int column = ((threadIdx.x + (norm.fault ? (i + 1) % kLoads : i) * THREADS) % x_chunks) * 8;
         w[i].raw = index < total && column < k ? __ldg(reinterpret_cast<const uint4*>(norm.weight + column))
@@ -181,12 +187,13 @@ __device__ __forceinline__ void stage_normed_x_held(const StagedNorm& norm, int 
       }
     }
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
+    for (int i = 0; i < kPassLoads; ++i) {
       const int index = first + i * THREADS, row = index / x_chunks, at = (index % x_chunks) * 8;
       if (index >= total) continue;
       if (norm.delta && at < k) {
         add_chunk(v[i].raw, d[i].raw);
-        if (write_h && norm.h_out) *reinterpret_cast<uint4*>(norm.h_out + static_cast<int64_t>(row) * k + at) = v[i].raw;
+        if (write_h && norm.h_out)
+          *reinterpret_cast<uint4*>(norm.h_out + static_cast<int64_t>(row) * k + at) = v[i].raw;
       }
       *reinterpret_cast<uint4*>(x_rows + layout(row, at)) = v[i].raw;
     }
@@ -205,9 +212,8 @@ __device__ __forceinline__ void stage_normed_x_held(const StagedNorm& norm, int 
 #pragma unroll
         for (int j = 0; j < kAhead; ++j) {
           const int i = i0 + 32 * j;
-          x[r][j] = row0 + r < m && i < k
-                        ? __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(x_rows + layout(row0 + r, i - i % 8))[i % 8])
-                        : 0.0f;
+          const auto* chunk = reinterpret_cast<const __nv_bfloat16*>(x_rows + layout(row0 + r, i - i % 8));
+          x[r][j] = row0 + r < m && i < k ? __bfloat162float(chunk[i % 8]) : 0.0f;
         }
 #pragma unroll
       for (int j = 0; j < kAhead; ++j)
