@@ -69,7 +69,7 @@ std::atomic<bool> attention_ticket{[] {
 }()};
 // windows of fewer chunks walked by one CTA, not split (step11; any value gives the same bits): 2 splits every window
 // past one chunk (the default); LS_ATTENTION_SPLIT_FROM=N or the setter
-std::atomic<int> attention_split_from{[] {
+std::atomic<int> attention_split_from_chunks{[] {
   const char* env = std::getenv("LS_ATTENTION_SPLIT_FROM");
   return env != nullptr ? std::max(2, std::atoi(env)) : 2;
 }()};
@@ -90,7 +90,9 @@ bool attention_ticket_fold() { return attention_ticket.load(); }
 
 int64_t attention_ticket_count(const KvShape& shape, int64_t rows) { return rows * shape.kv_heads; }
 
-void set_attention_split_from(int chunks) { attention_split_from.store(std::max(2, chunks)); }
+void set_attention_split_from(int chunks) { attention_split_from_chunks.store(std::max(2, chunks)); }
+
+int attention_split_from() { return attention_split_from_chunks.load(); }
 
 AttentionKernel attention_kernel() { return static_cast<AttentionKernel>(chosen_kernel.load()); }
 
@@ -149,7 +151,7 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
   const TileArgs args{q,    rows, row_window, windows, pages, shape, layer, out, tile, tiling.fault_swap_first_blocks,
                       tiling.fault_early_chunk_edges, static_cast<int>(splits), static_cast<int>(cap),
                       scratch.states, early, ticket ? scratch.tickets : nullptr, tiling.fault_ticket_last_chunk,
-                      attention_split_from.load()};
+                      attention_split_from_chunks.load()};
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(splits));
   auto pick = [](int head_dim, auto early, auto ticket) {
     constexpr bool E = decltype(early)::value, T = decltype(ticket)::value;

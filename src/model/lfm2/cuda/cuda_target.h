@@ -80,6 +80,7 @@ class CudaTarget final : public Target {
     decode_norm_fusion_ffn_ = ffn;
     clear_graphs();
   }
+  bool decode_norm_fusion() const { return decode_norm_fusion_; }
 
  private:
   struct StreamState {

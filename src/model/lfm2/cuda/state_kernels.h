@@ -99,6 +99,7 @@ int64_t attention_ticket_count(const KvShape& shape, int64_t rows);
 // Benches: windows of fewer than `chunks` chunks (at least 2, the default) are walked by one CTA instead of split (the
 // same bits); LS_ATTENTION_SPLIT_FROM=N (read once) or the setter.
 void set_attention_split_from(int chunks);
+int attention_split_from();
 // Whether the tile kernel takes this shape (head_dim 16/32/64/128, at most 64 query heads per KV head).
 bool attention_tiles_supported(const KvShape& shape);
 
