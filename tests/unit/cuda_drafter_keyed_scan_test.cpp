@@ -36,6 +36,7 @@ TEST(CudaDrafterKeyedScan, PlainSampledRequestsDraftTheFusedStepsTokensAndChance
     requests.push_back(request_at(i, length, static_cast<int32_t>(rng() % c.vocab_size),
                                   1 + (i * 5) % c.block_size, sampling));
   }
+  gpu->set_sampled_split(false);  // the reference: the fused step itself (its last CTA draws)
   auto draft_with = [&](bool keyed, std::span<const DraftRequest> batch) {
     gpu->set_keyed_scan(keyed);
     gpu->set_persistent_scan(keyed && batch.size() > 1 ? std::optional<bool>(true) : std::nullopt);
@@ -108,7 +109,6 @@ TEST(CudaDrafterKeyedScan, PlainSampledRequestsDraftTheFusedStepsTokensAndChance
     differing += planted[0].tokens != reference[0].tokens;
   }
   EXPECT_GT(differing, 0) << "a draw one position late gave every token of the fused step";
-  gpu->set_keyed_scan(false);
 }
 
 // The sampled split (set_sampled_split, session 11) in the drafter: a single sampled request of every filter mix
@@ -120,6 +120,7 @@ TEST(CudaDrafterKeyedScan, TheSampledSplitDraftsTheFusedStepsTokensAndChanceBits
   auto& [target, gpu, c, width] = nano;
   const int length = 77;
   ASSERT_TRUE(gpu->absorb(0, 0, length, testing::random_taps(length, width, 41)).ok());
+  gpu->set_keyed_scan(false);  // plain requests would take the keyed persistent scan first
   std::mt19937 rng(static_cast<uint32_t>(std::random_device{}()));
   for (const Sampling& sampling : {Sampling{0.7f, 0, 1.0f, 0.0f, rng()}, Sampling{1.0f, 0, 0.9f, 0.0f, rng()},
                                    Sampling{0.9f, 8, 1.0f, 0.0f, rng()}, Sampling{1.2f, 0, 1.0f, 0.05f, rng()},
@@ -141,7 +142,6 @@ TEST(CudaDrafterKeyedScan, TheSampledSplitDraftsTheFusedStepsTokensAndChanceBits
     }
   }
   EXPECT_EQ(gpu->graph_failures(), 0);
-  gpu->set_sampled_split(false);
 }
 
 }  // namespace

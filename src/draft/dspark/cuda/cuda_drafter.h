@@ -163,8 +163,9 @@ class CudaDsparkDrafter final : public Drafter {
   int head_stage_keys() const { return head_stage_keys_; }
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
   // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
-  // 0.18-0.32 ms a step in batch s10B). Off by default until a batch decides; LS_DRAFTER_SAMPLED_SPLIT=1 at load.
-  // `planted_base` (tests only) adds U twice.
+  // 0.18-0.32 ms a step in batch s10B). On by default since batch s11A's interleaved rounds (1 stream, depth 9,
+  // top-p 0.9: draft() 3.45 -> 1.21 ms, scan 2.95 -> 0.74; T 0.6: 2.75 -> 0.96, lanes 1.00 -> 1.97x);
+  // LS_DRAFTER_SAMPLED_SPLIT=0 at load or false here is the old step. `planted_base` (tests only) adds U twice.
   void set_sampled_split(bool on, bool planted_base = false) {
     sampled_split_ = on;
     sampled_split_planted_ = planted_base;
@@ -173,8 +174,10 @@ class CudaDsparkDrafter final : public Drafter {
   bool sampled_split() const { return sampled_split_; }
   // Sampled requests whose draw is the plain Gumbel max (plain_gumbel_draw), alone or with greedy ones, in the
   // persistent scan with their keyed draw inside (markov_scan_persistent `keyed`; the verified pick's bits) instead
-  // of the step scans, wherever the greedy requests of that count would take it. Off by default until a batch
-  // decides; LS_DRAFTER_KEYED_SCAN=1 at load. `planted_shift` (tests only) draws at positions shifted by it.
+  // of the step scans, wherever the greedy requests of that count would take it. On by default since batch s11A
+  // (1 stream, T 0.6, depth 9: scan 0.187 ms against the split's 0.508 and the fused step's 2.293, greedy 0.134;
+  // lanes sampled 1 stream 2.26x against the split's 1.97x); LS_DRAFTER_KEYED_SCAN=0 at load or false here is
+  // the step scans. `planted_shift` (tests only) draws at positions shifted by it.
   void set_keyed_scan(bool on, int planted_shift = 0) {
     keyed_scan_ = on;
     keyed_scan_planted_ = planted_shift;
@@ -370,7 +373,7 @@ class CudaDsparkDrafter final : public Drafter {
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_all_plain_ = false;       // ... all greedy or sampled without cuts (plain_gumbel_draw)
-  bool keyed_scan_ = false;
+  bool keyed_scan_ = true;  // since batch s11A
   int keyed_scan_planted_ = 0;
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
@@ -382,7 +385,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool fused_block_ = true;
   bool short_context_head_ = true;  // since batch s10B
   int head_stage_keys_ = 256;  // since batch s10B
-  bool sampled_split_ = false;
+  bool sampled_split_ = true;  // since batch s11A
   bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)
   bool fused_absorb_ = true;
