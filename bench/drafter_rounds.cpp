@@ -79,10 +79,12 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       drafter.set_sampled_split(setting.find(":split") != std::string::npos);
       drafter.set_keyed_scan(setting.find(":keyed") != std::string::npos);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
-      // ":mix" lanes_bench's sampled mix over the streams.
+      // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
       if (setting.find(":samp") != std::string::npos) sampling.temperature = 0.6f;
       if (setting.find(":topp") != std::string::npos) sampling = Sampling{0.8f, 0, 0.9f, 0.0f, 0};
+      if (setting.find(":topk") != std::string::npos) sampling = Sampling{0.7f, 8, 1.0f, 0.0f, 0};
+      if (setting.find(":minp") != std::string::npos) sampling = Sampling{0.9f, 0, 1.0f, 0.05f, 0};
       const bool mix = setting.find(":mix") != std::string::npos;
       drafter.capture_bucket_graphs();  // outside the timed rounds, as at load
       Samples& samples = by_setting[setting];
@@ -153,7 +155,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:mix][:split][:keyed]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {
