@@ -1,7 +1,8 @@
 // A single sampled request's scan as the fused step's product alone then markov_pick_split (set_sampled_split,
 // session 11) against the fused step it replaces: fresh random W1 / W2 / U / Hf / confidence head, one request at
 // full depth under each filter mix, both scans from poisoned buffers; the records (tokens, chance bits, running
-// product, flags) and the last slot's corrected logits must be the same bytes. A planted U added twice must differ.
+// product, flags) and the last slot's corrected logits must be the same bytes, with the finish kernel's spread
+// combine staged or not. A planted U added twice must differ, and a staged combine without its last chunk.
 #include <gtest/gtest.h>
 
 #ifdef LS_HAVE_CUDA
@@ -107,6 +108,7 @@ TEST(CudaDrafterScanSplit, TheFusedProductThenTheSplitPickGivesTheFusedStepsReco
   std::mt19937 rng(static_cast<uint32_t>(seed));
   const DraftPickMode loaded_mode = draft_pick_mode();
   const bool loaded_spread = draft_pick_spread();
+  const bool loaded_staged = draft_pick_staged();
   // T only, top-k (spread set and not), top-p, min-p, every filter, greedy.
   const struct {
     float temperature;
@@ -118,8 +120,11 @@ TEST(CudaDrafterScanSplit, TheFusedProductThenTheSplitPickGivesTheFusedStepsReco
   // 8195: a partial last chunk and odd rows (scalar loads); rank 64 and 256 (the fused scan's largest).
   for (const auto& [vocab, rank] : {std::pair<int64_t, int>{8195, 64}, std::pair<int64_t, int>{20000, 256}}) {
     const ScanFixture fixture(vocab, rank, 96, 9, rng);
-    for (const bool spread : {true, false}) {
+    // Spread with the finish kernel's combine staged (session 11) or not, and not spread.
+    for (const int variant : {0, 1, 2}) {
+      const bool spread = variant < 2;
       set_draft_pick_spread(spread);
+      set_draft_pick_staged(variant == 1);
       // The verified pick only: the radix variant sums its top-p masses in atomic order (scan_pick.h), so two
       // runs of it need not agree even on one path.
       for (const DraftPickMode mode : {DraftPickMode::Verified, DraftPickMode::VerifiedFallbackForced}) {
@@ -135,7 +140,7 @@ TEST(CudaDrafterScanSplit, TheFusedProductThenTheSplitPickGivesTheFusedStepsReco
           request.min_p = s.min_p;
           request.seed = rng();
           SCOPED_TRACE("vocab " + std::to_string(vocab) + " rank " + std::to_string(rank) + ", " +
-                       draft_pick_name(mode) + (spread ? " spread" : "") + ", T " + std::to_string(s.temperature) +
+                       draft_pick_name(mode) + (spread ? " spread" : "") + (variant == 1 ? " staged" : "") + ", T " + std::to_string(s.temperature) +
                        " top_k " + std::to_string(s.top_k) + " top_p " + std::to_string(s.top_p) + " min_p " +
                        std::to_string(s.min_p));
           const ScanResult fused = run_scan(fixture, request, Scan::FusedStep);
@@ -152,10 +157,31 @@ TEST(CudaDrafterScanSplit, TheFusedProductThenTheSplitPickGivesTheFusedStepsReco
       }
     }
   }
-  set_draft_pick_mode(loaded_mode);
-  set_draft_pick_spread(loaded_spread);
   // U added twice moves every logit: no run may keep the fused step's bytes.
   EXPECT_EQ(planted_equal, 0) << "of " << planted_runs << ": the planted U gave the fused step's record";
+  // The staged combine leaving its last chunk out (a fifth of the row's mass at vocab 20000) moves top-p decisions:
+  // some top-p request over fresh rows must draft other tokens than the fused step.
+  set_draft_pick_mode(DraftPickMode::Verified);
+  set_draft_pick_spread(true);
+  int staged_differs = 0;
+  const ScanFixture fixture(20000, 64, 96, 9, rng);
+  for (int run = 0; run < 12; ++run) {
+    DeviceScanRequest request;
+    request.anchor = static_cast<int32_t>(rng() % 20000);
+    request.depth = fixture.shape.gamma;
+    request.anchor_position = 10 + rng() % 5000;
+    request.temperature = 1.0f;
+    request.top_p = 0.5f;
+    request.seed = rng();
+    set_draft_pick_staged(false);
+    const ScanResult fused = run_scan(fixture, request, Scan::FusedStep);
+    set_draft_pick_staged(true, /*planted_skip_last=*/true);
+    staged_differs += !same_bytes(fused, run_scan(fixture, request, Scan::ProductThenSplit));
+  }
+  EXPECT_GT(staged_differs, 0) << "the staged combine without its last chunk gave the fused step's records";
+  set_draft_pick_mode(loaded_mode);
+  set_draft_pick_spread(loaded_spread);
+  set_draft_pick_staged(loaded_staged);
 }
 
 }  // namespace

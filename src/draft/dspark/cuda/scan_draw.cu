@@ -40,8 +40,15 @@ bool pick_spread_from_env() {
   return value[0] == '1';
 }
 
+bool pick_staged_from_env() {
+  const char* value = std::getenv("LS_DRAFT_PICK_STAGED");
+  return value != nullptr && value[0] == '1';
+}
+
 std::atomic<int> pick_mode{static_cast<int>(pick_mode_from_env())};
 std::atomic<bool> pick_spread{pick_spread_from_env()};
+std::atomic<bool> pick_staged{pick_staged_from_env()};
+std::atomic<bool> pick_staged_planted{false};
 
 }  // namespace
 
@@ -50,6 +57,13 @@ void set_draft_pick_mode(DraftPickMode mode) { pick_mode.store(static_cast<int>(
 
 bool draft_pick_spread() { return pick_spread.load(std::memory_order_relaxed); }
 void set_draft_pick_spread(bool on) { pick_spread.store(on); }
+
+bool draft_pick_staged() { return pick_staged.load(std::memory_order_relaxed); }
+void set_draft_pick_staged(bool on, bool planted_skip_last) {
+  pick_staged.store(on);
+  pick_staged_planted.store(on && planted_skip_last);
+}
+bool draft_pick_staged_planted() { return pick_staged_planted.load(std::memory_order_relaxed); }
 
 DraftPickMode draft_pick_mode_named(const char* value) {
   if (value == nullptr) return kDefaultPickMode;

@@ -82,7 +82,11 @@ __device__ __forceinline__ uint64_t* spread_keys(const ScanStepInputs& in, int c
   return base + (static_cast<int64_t>(i) * chunks + chunk) * kSpreadTopK;
 }
 // The split pick's spread parts (a bit mask kernel argument): the first round, the top-k set.
-constexpr int kSpreadRound = 1, kSpreadTopKSet = 2;
+// kSpreadStaged (session 11): the finish kernel's combine of the first rounds with every chunk's terms loaded and
+// rescaled in parallel into shared memory (up to kStagedChunks chunks), then added in chunk order by one thread.
+// kSpreadStagedPlanted (tests only): the staged adds leave the last chunk out.
+constexpr int kSpreadRound = 1, kSpreadTopKSet = 2, kSpreadStaged = 4, kSpreadStagedPlanted = 8;
+constexpr int kStagedChunks = 64;
 // Whether a request's top-k set is spread (the chunks' own top-k keys merged by the request's CTA).
 __device__ __forceinline__ bool spread_top_k(const DeviceScanRequest& r, int64_t vocab) {
   return r.temperature > 0.0f && r.top_k > 0 && r.top_k < vocab && r.top_k <= kSpreadTopK;
@@ -149,6 +153,8 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
   __shared__ PickScratch s;
   __shared__ GumbelRound given;
   __shared__ uint64_t merged[kSpreadKeys];
+  __shared__ double staged_total[kStagedChunks], staged_error[kStagedChunks], staged_winner[kStagedChunks];
+  __shared__ int32_t staged_count[kStagedChunks], staged_id[kStagedChunks];
   const int i = blockIdx.x;
   const DeviceScanRequest request = in.requests[i];
   DeviceScanRecord& record = in.records[i];
@@ -163,7 +169,33 @@ __global__ void __launch_bounds__(kPickThreads) pick_finish_kernel(ScanStepInput
   nonfinite = __syncthreads_or(nonfinite);
   if (!nonfinite) greedy = block_best(greedy, s);
   const bool spread_here = (spread & kSpreadRound) && !nonfinite && greedy.id >= 0 && spreadable(request, shape.vocab);
-  if (spread_here && threadIdx.x == 0) {
+  if (spread_here && (spread & kSpreadStaged) && chunks <= kStagedChunks) {
+    // The same terms as below (each chunk's scale and products by its own thread), then the same adds in chunk
+    // order: the same bits without a chain of dependent L2 loads and exps in one thread.
+    const double temperature = request.temperature;
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+      const ScanPartial* part = spread_partials(in, chunks, i, c);
+      const double scale =
+          exp((__ldcg(&in.partials[static_cast<int64_t>(i) * chunks + c].value) - greedy.value) / temperature);
+      staged_total[c] = scale * __ldcg(&part[0].value);
+      staged_count[c] = __ldcg(&part[0].id);
+      staged_error[c] = scale * __ldcg(&part[1].value);
+      staged_winner[c] = __ldcg(&part[2].value);
+      staged_id[c] = __ldcg(&part[2].id);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      GumbelRound all{0, 0, 0, Best{0.0, -1}};
+      const int added = spread & kSpreadStagedPlanted ? chunks - 1 : chunks;
+      for (int c = 0; c < added; ++c) {
+        all.total += staged_total[c];
+        all.count += staged_count[c];
+        all.error += staged_error[c];
+        all.winner = better(all.winner, Best{staged_winner[c], staged_id[c]});
+      }
+      given = all;
+    }
+  } else if (spread_here && threadIdx.x == 0) {
     // Chunk order; each chunk's sums rescaled from its own max m to the row's: x exp((m - max) / T).
     GumbelRound all{0, 0, 0, Best{0.0, -1}};
     const double temperature = request.temperature;
@@ -355,7 +387,6 @@ __global__ void __launch_bounds__(kStepThreads, G == 1 ? 4 : 3) scan_step_kernel
 
 }  // namespace
 
-
 Status markov_gather(const bf16_t* w1, const DeviceScanRequest* requests, const DeviceScanRecord* records, int count,
                      ScanShape shape, int slot, bf16_t* embeddings, cudaStream_t stream) {
   if (count == 0) return ok_status();
@@ -384,7 +415,9 @@ Status markov_pick_split(const ScanStepInputs& inputs, ScanShape shape, int slot
                      (on && (4 + kSpreadTopK / 2) * static_cast<int64_t>(chunks) <= room &&
                               chunks * kSpreadTopK <= kSpreadKeys
                           ? kSpreadTopKSet
-                          : 0);
+                          : 0) |
+                     (on && draft_pick_staged() ? kSpreadStaged : 0) |
+                     (on && draft_pick_staged_planted() ? kSpreadStagedPlanted : 0);
   pick_chunks_kernel<<<dim3(chunks, inputs.count), kChunkPickThreads, 0, stream>>>(inputs, shape, slot, chunks,
                                                                                   spread);
   LS_CUDA_TRY_LAUNCH("markov_pick_split chunks");

@@ -35,6 +35,13 @@ DraftPickMode draft_pick_mode_named(const char* value);
 // or set_draft_pick_spread.
 bool draft_pick_spread();
 void set_draft_pick_spread(bool on);
+// Whether markov_pick_split's finish kernel stages the spread first rounds' terms in parallel before one thread adds
+// them in chunk order (session 11, the same bits): LS_DRAFT_PICK_STAGED ("1" on; off by default until a batch
+// decides) read once, or set_draft_pick_staged.
+bool draft_pick_staged();
+// `planted_skip_last` (tests only): the staged adds leave the last chunk out.
+void set_draft_pick_staged(bool on, bool planted_skip_last = false);
+bool draft_pick_staged_planted();
 
 // Test hook: draw_rows_on_device with the variant `mode` in CTAs of `threads` (256: the fused step's CTA; 1024: the
 // pick kernels'), for comparing each with draw_token bit for bit.
