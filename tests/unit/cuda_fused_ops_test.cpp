@@ -16,7 +16,6 @@
 
 #include "base/hash.h"
 
-#include "compute/cuda/decode_norm_schedule.h"
 #include "compute/cuda/kernels.h"
 #include "compute/cuda/row_gather_norm.h"
 #include "model/lfm2/cuda/state_kernels.h"
@@ -260,24 +259,19 @@ TEST(CudaTargetFusedOps, NormsInTheDecodeGemmProloguesGiveTheUnfusedLogitsTapsAn
     ASSERT_TRUE(cuda::decode_norm_fits(16, config.hidden_size));  // the fused path really runs
     std::vector<std::vector<uint32_t>> runs;
     // With logits (eager), then twice without (the second time from captured graphs): unfused, the mixers' norms
-    // fused, every norm fused (the FFN's on the staged SwiGLU kernel, then on the streaming one: swiglu config 4),
-    // every norm fused on the held prologue schedule (step11, set_decode_norm_held).
-    const bool held_before = cuda::decode_norm_held();
-    for (const int fused : {0, 1, 2, 3, 4}) {
+    // fused, every norm fused (the FFN's on the staged SwiGLU kernel, then on the streaming one: swiglu config 4).
+    for (const int fused : {0, 1, 2, 3}) {
       cuda::set_decode_norm_configs(0, fused == 3 ? 4 : 2);
-      cuda::set_decode_norm_held(fused == 4);
       target.set_decode_norm_fusion(fused > 0, fused > 1);
       runs.push_back(testing::window_run_bits(target, true));
       runs.push_back(testing::window_run_bits(target, false));
       runs.push_back(testing::window_run_bits(target, false));
     }
     cuda::set_decode_norm_configs(0, 2);
-    cuda::set_decode_norm_held(held_before);
     EXPECT_GT(target.graph_count(), 0);
     EXPECT_TRUE(testing::runs_match_the_first_mode(runs))
         << (moe ? "moe" : "dense")
-        << " (3..5: mixers fused, 6..8: all, 9..11: all, SwiGLU streamed, 12..14: all, held; 2, 5, 8, 11, 14: "
-           "graphs)";
+        << " (3..5: mixers fused, 6..8: all, 9..11: all, SwiGLU streamed; 2, 5, 8, 11: graphs)";
   }
 }
 

@@ -7,9 +7,7 @@
 
 #include <cstdint>
 
-#include "compute/cuda/decode_norm_schedule.h"
 #include "compute/cuda/gemm_device.cuh"
-#include "compute/cuda/row_norm.cuh"
 
 namespace ls::cuda::gemm_detail {
 
@@ -19,18 +17,6 @@ struct StagedNorm {
   __nv_bfloat16* h_out;         // [m, K] round(h + delta), written by CTA 0, or null
   const __nv_bfloat16* weight;  // [K] RMSNorm weight; null: no prologue
   float eps;
-  bool held;   // the held schedule (decode_norm_schedule.h), taken from the switch when built on the host
-  bool fault;  // tests only: the held schedule's planted fault
-  __host__ __device__ StagedNorm() : h(nullptr), delta(nullptr), h_out(nullptr), weight(nullptr), eps(0), held(false),
-                                     fault(false) {}
-  __host__ __device__ StagedNorm(const __nv_bfloat16* h, const __nv_bfloat16* delta, __nv_bfloat16* h_out,
-                                 const __nv_bfloat16* weight, float eps)
-      : h(h), delta(delta), h_out(h_out), weight(weight), eps(eps), held(false), fault(false) {
-#ifndef __CUDA_ARCH__
-    held = decode_norm_held();
-    fault = held && decode_norm_fault_for_test();
-#endif
-  }
 };
 
 // Layouts: the byte offset of element (row, k) in shared memory; a chunk of 8 at k % 8 == 0 is 16 contiguous bytes.
@@ -56,21 +42,8 @@ union Chunk {
 // order (lane l chains elements l, l + 32, ... in double, then the xor tree; up to 4 rows interleaved per warp),
 // then the normed values in place. Zero past K.
 template <int THREADS, class Layout>
-__device__ __forceinline__ void stage_normed_x_held(const StagedNorm& norm, int m, int k, int k_pad,
-                                                    unsigned char* x_rows, Layout layout, float* inverse_rms,
-                                                    bool write_h);
-
-template <int THREADS, class Layout>
 __device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, int k, int k_pad, unsigned char* x_rows,
                                                Layout layout, float* inverse_rms, bool write_h) {
-  // the held schedule in one-warp CTAs (the default staged norm launches; compiled into no other kernel: it takes
-  // ~240 registers a thread) where a thread's weight chunks repeat every pass of 8 chunks (x_chunks divides 8 THREADS)
-  if constexpr (THREADS == 32) {
-    if (norm.held && (8 * THREADS) % (k_pad / 8) == 0) {
-      stage_normed_x_held<THREADS>(norm, m, k, k_pad, x_rows, layout, inverse_rms, write_h);
-      return;
-    }
-  }
   constexpr int WARPS = THREADS / 32;
   const int x_chunks = k_pad / 8, total = m * x_chunks;
   // kLoads chunks of h and delta per thread in flight before any store (a load-store loop waits one L2 round trip
@@ -150,99 +123,6 @@ __device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, in
         out.pairs[p] = __floats2bfloat162_rn(lo, hi);
       }
       *reinterpret_cast<uint4*>(x_rows + layout(row, at)) = out.raw;
-    }
-  }
-}
-
-// The held schedule of stage_normed_x (the same arithmetic, order and output, so the same bits): h and delta in passes
-// of 16 chunks a thread; in the first, the norm weight's chunks this thread will scale are loaded with them (one L2
-// round trip) and kept in registers (with 8 THREADS a multiple of the row's chunks, slot i of every 8-chunk pass is
-// the same column); the chain's shared loads 16 ahead of its double adds; the scaling reads the weights from
-// registers.
-template <int THREADS, class Layout>
-__device__ __forceinline__ void stage_normed_x_held(const StagedNorm& norm, int m, int k, int k_pad,
-                                                    unsigned char* x_rows, Layout layout, float* inverse_rms,
-                                                    bool write_h) {
-  // kLoads weight slots; 2 kLoads chunks of h and delta a thread in flight (a verify window's rows: half the round
-  // trips)
-  constexpr int WARPS = THREADS / 32, kLoads = 8, kPassLoads = 2 * kLoads;
-  const int x_chunks = k_pad / 8, total = m * x_chunks;
-  Chunk w[kLoads];
-  for (int first = threadIdx.x; first < total; first += THREADS * kPassLoads) {
-    Chunk v[kPassLoads], d[kPassLoads];
-#pragma unroll
-    for (int i = 0; i < kPassLoads; ++i) {
-      const int index = first + i * THREADS, row = index / x_chunks, at = (index % x_chunks) * 8;
-      v[i].raw = d[i].raw = make_uint4(0, 0, 0, 0);
-      if (first == threadIdx.x && i < kLoads) {
-        // the weight of slot i (planted fault: the neighbour slot's); zero past K and for slots past the rows
-        const int column = ((threadIdx.x + (norm.fault ? (i + 1) % kLoads : i) * THREADS) % x_chunks) * 8;
-        w[i].raw = index < total && column < k ? __ldg(reinterpret_cast<const uint4*>(norm.weight + column))
-                                               : make_uint4(0, 0, 0, 0);
-      }
-      if (index < total && at < k) {
-        const int64_t offset = static_cast<int64_t>(row) * k + at;
-        v[i].raw = *reinterpret_cast<const uint4*>(norm.h + offset);
-        if (norm.delta) d[i].raw = *reinterpret_cast<const uint4*>(norm.delta + offset);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kPassLoads; ++i) {
-      const int index = first + i * THREADS, row = index / x_chunks, at = (index % x_chunks) * 8;
-      if (index >= total) continue;
-      if (norm.delta && at < k) {
-        add_chunk(v[i].raw, d[i].raw);
-        if (write_h && norm.h_out)
-          *reinterpret_cast<uint4*>(norm.h_out + static_cast<int64_t>(row) * k + at) = v[i].raw;
-      }
-      *reinterpret_cast<uint4*>(x_rows + layout(row, at)) = v[i].raw;
-    }
-  }
-  __syncthreads();
-  // each row's squares: lane l chains elements l, l + 32, .. in double (up to 4 rows a warp, each its own chain),
-  // then the xor tree; 16 elements a row loaded before their adds
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  constexpr int kAhead = 16;
-  for (int row0 = warp * 4; row0 < m; row0 += WARPS * 4) {
-    double sum[4] = {0, 0, 0, 0};
-    for (int i0 = lane; i0 < k; i0 += 32 * kAhead) {
-      float x[4][kAhead];
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int j = 0; j < kAhead; ++j) {
-          const int i = i0 + 32 * j;
-          const auto* chunk = reinterpret_cast<const __nv_bfloat16*>(x_rows + layout(row0 + r, i - i % 8));
-          x[r][j] = row0 + r < m && i < k ? __bfloat162float(chunk[i % 8]) : 0.0f;
-        }
-#pragma unroll
-      for (int j = 0; j < kAhead; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          // past K (or the rows) the square is +0, and +0 added to a sum of squares leaves it as it is
-          const double v = x[r][j];
-          sum[r] = __dadd_rn(sum[r], __dmul_rn(v, v));
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1)
-        sum[r] = __dadd_rn(sum[r], __shfl_xor_sync(0xffffffffu, sum[r], offset));
-      if (lane == 0 && row0 + r < m) {
-        const float mean = static_cast<float>(sum[r] / static_cast<double>(k));
-        inverse_rms[row0 + r] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, norm.eps)));
-      }
-    }
-  }
-  __syncthreads();
-  for (int first = threadIdx.x; first < total; first += THREADS * kLoads) {
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int index = first + i * THREADS, row = index / x_chunks, at = (index % x_chunks) * 8;
-      if (index >= total || at >= k) continue;
-      *reinterpret_cast<uint4*>(x_rows + layout(row, at)) =
-          norm_chunk(*reinterpret_cast<const uint4*>(x_rows + layout(row, at)), w[i].raw, inverse_rms[row]);
     }
   }
 }

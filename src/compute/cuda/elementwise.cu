@@ -5,13 +5,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 #include <string>
 
-#include "compute/cuda/decode_norm_schedule.h"
 #include "compute/cuda/head_norm_rope.cuh"
 #include "compute/cuda/kernels.h"
 #include "compute/cuda/row_gather_norm.h"
@@ -302,18 +299,7 @@ int grid_for(int64_t count) {
 const b16* dev(const bf16* p) { return reinterpret_cast<const b16*>(p); }
 b16* dev(bf16* p) { return reinterpret_cast<b16*>(p); }
 
-std::atomic<bool> g_norm_held{[] {
-  const char* env = std::getenv("LS_NORM_HELD");
-  return env != nullptr && std::string(env) == "1";
-}()};
-std::atomic<bool> g_norm_fault{false};
-
 }  // namespace
-
-void set_decode_norm_held(bool on) { g_norm_held = on; }
-bool decode_norm_held() { return g_norm_held.load(); }
-void set_decode_norm_fault_for_test(bool on) { g_norm_fault = on; }
-bool decode_norm_fault_for_test() { return g_norm_fault.load(); }
 
 Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, float eps, bf16* y, cudaStream_t stream) {
   if (rows <= 0) return ok_status();
