@@ -130,13 +130,6 @@ struct Forward {
                          : AttentionScratch{};
   }
 
-  // The ticket fold's counters for this forward, zero (after give_scratch).
-  void give_tickets(const PagedCase& c) {
-    tickets = cuda::testing::upload(std::vector<int32_t>(attention_ticket_count(c.kv_shape(), rows), 0));
-    scratch.tickets = tickets.data();
-    scratch.ticket_count = attention_ticket_count(c.kv_shape(), rows);
-  }
-
   Status launch(const PagedCase& c, Kernel kernel, AttentionTiling tiling = {}) {
     const KvLayer layer{c.dev_keys.data(), c.dev_values.data()};
     return kernel == Kernel::Rows ? attention_rows(q.data(), rows, row_window.data(), windows.data(),
@@ -147,7 +140,6 @@ struct Forward {
   }
 
   DeviceBuffer<float> states;
-  DeviceBuffer<int32_t> tickets;
   AttentionScratch scratch;
 };
 

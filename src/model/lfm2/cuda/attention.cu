@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -38,7 +37,7 @@ __global__ void attention_combine_kernel(TileArgs a) {
   const bool split = live && window_split(w, a);
   if (a.early) ls::cuda::wait_for_previous_kernel();
   if (!split) return;
-  fold_states<HD, false>(a, pair, (w.committed + (row - w.first_row)) / kAttentionChunkKeys + 1, lane);
+  fold_states<HD>(a, pair, (w.committed + (row - w.first_row)) / kAttentionChunkKeys + 1, lane);
 }
 
 int sm_count() {
@@ -61,18 +60,6 @@ std::atomic<int> bench_splits{0};
 // there since H200 batch s10final (with the early ShortConv and the final gather norm 0.892-0.893 ms against
 // 0.932-0.938 for the three old launches, three pairs); false (tests only) runs the plain instance as its reference
 std::atomic<bool> attention_early{true};
-// the split pairs folded by the tile kernel's last CTA per (row tile, KV head) instead of the combine launch (step11,
-// the same bits); LS_ATTENTION_TICKET=1 or the setter, off until a batch times it
-std::atomic<bool> attention_ticket{[] {
-  const char* env = std::getenv("LS_ATTENTION_TICKET");
-  return env != nullptr && std::string(env) == "1";
-}()};
-// windows of fewer chunks walked by one CTA, not split (step11; any value gives the same bits): 2 splits every window
-// past one chunk (the default); LS_ATTENTION_SPLIT_FROM=N or the setter
-std::atomic<int> attention_split_from_chunks{[] {
-  const char* env = std::getenv("LS_ATTENTION_SPLIT_FROM");
-  return env != nullptr ? std::max(2, std::atoi(env)) : 2;
-}()};
 
 }  // namespace
 
@@ -84,15 +71,6 @@ void set_attention_tiles_early(bool on) { attention_early.store(on); }
 
 bool attention_tiles_early() { return attention_early.load(); }
 
-void set_attention_ticket(bool on) { attention_ticket.store(on); }
-
-bool attention_ticket_fold() { return attention_ticket.load(); }
-
-int64_t attention_ticket_count(const KvShape& shape, int64_t rows) { return rows * shape.kv_heads; }
-
-void set_attention_split_from(int chunks) { attention_split_from_chunks.store(std::max(2, chunks)); }
-
-int attention_split_from() { return attention_split_from_chunks.load(); }
 
 AttentionKernel attention_kernel() { return static_cast<AttentionKernel>(chosen_kernel.load()); }
 
@@ -145,30 +123,24 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
   // early only where it won (decode and verify forwards, up to issue 8's 256 rows a round); prefill chunks take the
   // plain instance (the same bits)
   const bool early = attention_early.load() && rows <= 256;
-  // the ticket fold (early launches that split, with tickets for every (row tile, KV head)): no combine launch
-  const bool ticket = early && splits > 1 && attention_ticket.load() && scratch.tickets != nullptr &&
-                      tiles * shape.kv_heads <= scratch.ticket_count;
   const TileArgs args{q,    rows, row_window, windows, pages, shape, layer, out, tile, tiling.fault_swap_first_blocks,
                       tiling.fault_early_chunk_edges, static_cast<int>(splits), static_cast<int>(cap),
-                      scratch.states, early, ticket ? scratch.tickets : nullptr, tiling.fault_ticket_last_chunk,
-                      attention_split_from_chunks.load()};
+                      scratch.states, early};
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(splits));
-  auto pick = [](int head_dim, auto early, auto ticket) {
-    constexpr bool E = decltype(early)::value, T = decltype(ticket)::value;
-    return head_dim == 16   ? attention_tile_kernel<16, E, T>
-           : head_dim == 32 ? attention_tile_kernel<32, E, T>
-           : head_dim == 64 ? attention_tile_kernel<64, E, T>
-                            : attention_tile_kernel<128, E, T>;
+  auto pick = [](int head_dim, auto early) {
+    constexpr bool E = decltype(early)::value;
+    return head_dim == 16   ? attention_tile_kernel<16, E>
+           : head_dim == 32 ? attention_tile_kernel<32, E>
+           : head_dim == 64 ? attention_tile_kernel<64, E>
+                            : attention_tile_kernel<128, E>;
   };
-  auto tile_kernel = ticket  ? pick(shape.head_dim, std::true_type{}, std::true_type{})
-                     : early ? pick(shape.head_dim, std::true_type{}, std::false_type{})
-                             : pick(shape.head_dim, std::false_type{}, std::false_type{});
+  auto tile_kernel = early ? pick(shape.head_dim, std::true_type{}) : pick(shape.head_dim, std::false_type{});
   if (early)
     LS_RETURN_IF_ERROR(ls::cuda::launch_programmatic(tile_kernel, grid, kTileWarps * 32, 0, stream, args));
   else
     tile_kernel<<<grid, kTileWarps * 32, 0, stream>>>(args);
   LS_CUDA_TRY_LAUNCH("attention tiles");
-  if (splits == 1 || ticket) return ok_status();
+  if (splits == 1) return ok_status();
   const dim3 combine_blocks(blocks_for(rows * shape.heads, 4));
   auto combine = shape.head_dim == 16   ? attention_combine_kernel<16>
                  : shape.head_dim == 32 ? attention_combine_kernel<32>

@@ -74,16 +74,12 @@ struct TileArgs {
   int chunk_cap;     // chunks per (row, head) the scratch holds
   float* states;     // [rows, heads, chunk_cap, HD + 2] fp32: (m, l, O) of each chunk of split windows
   bool early;        // launched programmatically: the first two blocks' committed keys staged before the wait
-  int32_t* tickets;  // the ticket instance: [row tiles, KV heads] counters, zero before and after each launch
-  bool fault_ticket;  // planted fault: the ticket fold leaves out each pair's last chunk
-  int split_from;     // windows of at least this many chunks (>= 2) are split, shorter ones walked by one CTA
 };
 
-// Whether a window's rows are split over CTAs by chunk (the tile kernel, the combine and the ticket fold decide
-// alike).
+// Whether a window's rows are split over CTAs by chunk (the tile kernel and the combine decide alike).
 __device__ __forceinline__ bool window_split(const WindowInfo& w, const TileArgs& a) {
   const int64_t chunks = (w.committed + w.rows - 1) / kAttentionChunkKeys + 1;
-  return a.splits > 1 && chunks >= a.split_from && chunks <= a.chunk_cap;
+  return a.splits > 1 && chunks > 1 && chunks <= a.chunk_cap;
 }
 
 // Folds a chunk state (m, l) into the running one (M, L); returns the factors of the old O and the chunk's O.
@@ -96,16 +92,12 @@ __device__ __forceinline__ void fold_chunk(float& M, float& L, float m, float l,
   M = top;
 }
 
-// The fold of one (row, head) pair's stored chunk states 0 .. chunks - 1 in chunk order (fold_chunk), out = O / L; a
-// warp per pair. L2: the states read past L1 (the ticket fold reads what other CTAs of the same launch stored). Groups
-// of 8 chunks: every load of the group issued before the first fold (the folds stay in chunk order).
-template <int HD, bool L2>
+// The combine's fold of one (row, head) pair's stored chunk states 0 .. chunks - 1 in chunk order (fold_chunk, as
+// the walking CTA does), out = O / L; a warp per pair. Groups of 8 chunks: every load of the group issued before the
+// first fold (the folds stay in chunk order).
+template <int HD>
 __device__ __forceinline__ void fold_states(const TileArgs& a, int64_t pair, int64_t chunks, int lane) {
   constexpr int PER_LANE = (HD + 31) / 32;
-  auto load = [](const float* p) {
-    if constexpr (L2) return __ldcg(p);
-    else return *p;
-  };
   const float* st = a.states + pair * a.chunk_cap * (HD + 2);
   float M = -INFINITY, L = 0.0f, O[PER_LANE];
 #pragma unroll
@@ -116,12 +108,12 @@ __device__ __forceinline__ void fold_states(const TileArgs& a, int64_t pair, int
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const bool in = c0 + g < chunks;
-      m[g] = in ? load(st + g * (HD + 2)) : 0.0f;
-      l[g] = in ? load(st + g * (HD + 2) + 1) : 0.0f;
+      m[g] = in ? st[g * (HD + 2)] : 0.0f;
+      l[g] = in ? st[g * (HD + 2) + 1] : 0.0f;
 #pragma unroll
       for (int i = 0; i < PER_LANE; ++i) {
         const int d = lane + 32 * i;
-        o[g][i] = in && d < HD ? load(st + g * (HD + 2) + 2 + d) : 0.0f;
+        o[g][i] = in && d < HD ? st[g * (HD + 2) + 2 + d] : 0.0f;
       }
     }
 #pragma unroll
@@ -137,34 +129,6 @@ __device__ __forceinline__ void fold_states(const TileArgs& a, int64_t pair, int
   for (int i = 0; i < PER_LANE; ++i) {
     const int d = lane + 32 * i;
     if (d < HD) store(a.out + pair * HD + d, __fdiv_rn(O[i], L));
-  }
-}
-
-// The ticket instance's end: every CTA of a (row tile, KV head) takes a ticket once its chunk states are stored; the
-// CTA with the last one folds the split pairs of its rows and heads (fold_states, the combine's arithmetic, so the
-// combine's bits) and sets the ticket back to zero for the next launch. No combine launch follows.
-template <int HD>
-__device__ __forceinline__ void fold_if_last(const TileArgs& a, int64_t r0, int64_t r_end, int kv_head) {
-  __shared__ int last;
-  __threadfence();  // this thread's chunk states are visible device-wide before the CTA's ticket
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t* ticket = a.tickets + static_cast<int64_t>(blockIdx.x) * gridDim.y + kv_head;
-    last = atomicAdd(ticket, 1) == static_cast<int>(gridDim.z) - 1;
-    if (last) *ticket = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int group = a.shape.heads / a.shape.kv_heads;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int64_t p = warp; p < (r_end - r0) * group; p += kTileWarps) {
-    const int64_t row = r0 + p / group;
-    const WindowInfo w = a.windows[a.row_window[row]];
-    if (!window_split(w, a)) continue;  // warp-uniform
-    const int64_t chunks = (w.committed + (row - w.first_row)) / kAttentionChunkKeys + 1;
-    fold_states<HD, true>(a, row * a.shape.heads + kv_head * group + p % group, chunks - (a.fault_ticket ? 1 : 0),
-                          lane);
   }
 }
 
@@ -203,11 +167,9 @@ __device__ void stage_tile(const TileArgs& a, const int32_t* pages, int page_shi
 // folded into the running one (unsplit window: z = 0 walks every chunk, writes out) or stored (split window: z
 // walks chunks z, z + splits, ..; the combine folds them).
 // EARLY is a template parameter, not a run-time flag: with the flag, the plain kernel's code made the 1.2B's 2048-row
-// prefill 4 % slower (11.6 -> 12.1 ms, bisected on the H200 to ed0dfce); the plain instance is the old kernel. TICKET
-// (early instances only): the split pairs folded by the last CTA of each (row tile, KV head), fold_if_last.
-template <int HD, bool EARLY, bool TICKET = false>
+// prefill 4 % slower (11.6 -> 12.1 ms, bisected on the H200 to ed0dfce); the plain instance is the old kernel.
+template <int HD, bool EARLY>
 __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArgs a) {
-  static_assert(EARLY || !TICKET, "the ticket instance is an early one");
   constexpr int BN = tile_block_keys<HD>();
   constexpr int KS = HD / 16;  // k steps of q . k
   constexpr int NT = BN / 8;   // score tiles of 8 keys
@@ -442,7 +404,6 @@ __global__ void __launch_bounds__(kTileWarps * 32) attention_tile_kernel(TileArg
     }
     __syncthreads();
   }
-  if constexpr (TICKET) fold_if_last<HD>(a, r0, r_end, kv_head);
 }
 
 }  // namespace ls::lfm2::gpu::tile_detail

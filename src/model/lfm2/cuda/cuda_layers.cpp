@@ -259,8 +259,7 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta, co
     return gpu::qk_norm_rope_kv(qk, v_.data(), row_window, windows, pages, kv_shape_, kv, stream_);
   }));
   LS_RETURN_IF_ERROR(mark("elementwise"));
-  const gpu::AttentionScratch scratch{attn_states_.data(), static_cast<int64_t>(attn_states_.size()),
-                                      attn_tickets_.data(), static_cast<int64_t>(attn_tickets_.size())};
+  const gpu::AttentionScratch scratch{attn_states_.data(), static_cast<int64_t>(attn_states_.size())};
   LS_RETURN_IF_ERROR(twice(StepOp::Attention, [&] {
     return gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_, scratch);
   }));

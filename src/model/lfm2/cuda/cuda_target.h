@@ -80,7 +80,6 @@ class CudaTarget final : public Target {
     decode_norm_fusion_ffn_ = ffn;
     clear_graphs();
   }
-  bool decode_norm_fusion() const { return decode_norm_fusion_; }
 
  private:
   struct StreamState {
@@ -185,7 +184,6 @@ class CudaTarget final : public Target {
   cuda::DeviceBuffer<bf16> h_alt_;  // [16, D]: the residual's second buffer for fused decode norms
   cuda::DeviceBuffer<bf16> h_, u_, mix_, wide_, act_, q_raw_, k_raw_, q_, k_, v_, attn_, z_keep_;
   cuda::DeviceBuffer<float> attn_states_;  // split attention's chunk states (forwards of up to 64 rows)
-  cuda::DeviceBuffer<int32_t> attn_tickets_;  // the ticket fold's counters (zero between launches)
   cuda::DeviceBuffer<bf16> router_logits_, expert_in_, expert_gate_up_, expert_act_, expert_out_, slots_;
   cuda::DeviceBuffer<int32_t> chosen_, expert_offsets_, expert_order_, moe_tickets_;
   cuda::DeviceBuffer<float> route_weights_;

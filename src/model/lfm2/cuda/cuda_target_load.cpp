@@ -101,9 +101,6 @@ Status CudaTarget::allocate(const LoadOptions& options) {
     LS_RETURN_IF_ERROR(attn_.allocate(R * q_width));
     // split decode attention: up to 64 rows x 64 chunks of keys (more rows or chunks walk unsplit, same bits)
     LS_RETURN_IF_ERROR(attn_states_.allocate(gpu::attention_scratch_floats(kv_shape_, std::min<int64_t>(R, 64), 64)));
-    // the ticket fold's counters (forwards that split: up to 64 rows); every launch leaves them at zero
-    LS_RETURN_IF_ERROR(attn_tickets_.allocate(gpu::attention_ticket_count(kv_shape_, std::min<int64_t>(R, 64))));
-    LS_CUDA_TRY(cudaMemset(attn_tickets_.data(), 0, attn_tickets_.bytes()));
     LS_RETURN_IF_ERROR(k_raw_.allocate(R * kv_width));
     LS_RETURN_IF_ERROR(k_.allocate(R * kv_width));
     LS_RETURN_IF_ERROR(v_.allocate(R * kv_width));

@@ -59,8 +59,6 @@ Status qk_norm_rope_kv(const cuda::QkNormRope& args, const bf16* v, const int32_
 struct AttentionScratch {
   float* states = nullptr;
   int64_t floats = 0;
-  int32_t* tickets = nullptr;  // the ticket fold's counters, zero (each launch leaves them at zero); none = combine
-  int64_t ticket_count = 0;
 };
 Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                  const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
@@ -89,17 +87,6 @@ AttentionKernel attention_kernel();
 // H200 batch s10final. Tests only: false runs the plain instance (the prefill's) at every row count, as its reference.
 void set_attention_tiles_early(bool on);
 bool attention_tiles_early();
-// Split windows folded by the tile kernel itself (step11): each CTA takes a ticket once its chunk states are stored
-// and the last of each (row tile, KV head) folds them in chunk order (the combine's arithmetic, the same bits), so
-// no combine launch follows. Early launches with tickets in the scratch (attention_ticket_count of them for forwards
-// of up to `rows` rows). LS_ATTENTION_TICKET=1 (read once) or the setter; off until a batch times it.
-void set_attention_ticket(bool on);
-bool attention_ticket_fold();
-int64_t attention_ticket_count(const KvShape& shape, int64_t rows);
-// Benches: windows of fewer than `chunks` chunks (at least 2, the default) are walked by one CTA instead of split (the
-// same bits); LS_ATTENTION_SPLIT_FROM=N (read once) or the setter.
-void set_attention_split_from(int chunks);
-int attention_split_from();
 // Whether the tile kernel takes this shape (head_dim 16/32/64/128, at most 64 query heads per KV head).
 bool attention_tiles_supported(const KvShape& shape);
 
@@ -107,13 +94,12 @@ bool attention_tiles_supported(const KvShape& shape);
 // along the chunks (0 = automatic from the rows and the scratch, 1 = never split; windows of one chunk or of more
 // chunks than the scratch holds are never split), and planted faults the invariance tests must catch: the first two
 // key blocks walked in swapped order by CTAs of more than one row; chunk edges one key block early in CTAs that
-// walk every chunk (the unsplit path); the ticket fold leaving out each pair's last chunk.
+// walk every chunk (the unsplit path).
 struct AttentionTiling {
   int tile_rows = 0;
   bool fault_swap_first_blocks = false;
   int splits = 0;
   bool fault_early_chunk_edges = false;
-  bool fault_ticket_last_chunk = false;  // the ticket fold leaves out each pair's last chunk
 };
 Status attention_rows(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                       const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream);
