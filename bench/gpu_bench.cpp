@@ -15,10 +15,7 @@
 //   --pipe-ab                   also time the decode step (and the verify windows) on the pipeline decode GEMM
 //   --verify-tiles-ab           also time the verify windows with the older 17..64-row picks, the verify tiles and
 //                               every window streamed (set_decode_rows 16 / set_verify_tiles / set_decode_rows 64)
-//   --order-ab                  arms: the default and the other order for K = 2048 (set_gemm_k2048_slices 1 / 2)
-//   --pipe-x-ab                 arms: the default and the pipeline's x copied once everywhere (set_decode_pipe_x 1)
-//   --ab-rounds N --ab-prefill  the arms' rounds (3), interleaved, each on a fresh stream: decode step, the --verify
-//                               windows and (--ab-prefill) the prefill against cuBLAS
+//   --verify-profile            device ms by op kind of each --verify window (events around every op)
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -70,10 +67,7 @@ struct Options {
   bool l2_prefetch_ab = false;           // also time the decode step with the L2 weight prefetch
   bool verify_tiles_ab = false;          // also time the verify windows with the older 17..64-row picks
   bool pipe_ab = false;                  // also time the decode step and verify windows on the pipeline decode GEMM
-  bool order_ab = false;   // arms: the default and the other K = 2048 order (set_gemm_k2048_slices)
-  bool pipe_x_ab = false;  // arms: the default and x copied once everywhere (set_decode_pipe_x)
-  int ab_rounds = 3;       // rounds of the arms, interleaved
-  bool ab_prefill = false;  // the arms time the prefill too
+  bool verify_profile = false;           // device ms by op kind of each verify window
 };
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
@@ -136,15 +130,12 @@ int main(int argc, char** argv) {
     else if (arg == "--l2-prefetch-ab") o.l2_prefetch_ab = true;
     else if (arg == "--pipe-ab") o.pipe_ab = true;
     else if (arg == "--verify-tiles-ab") o.verify_tiles_ab = true;
-    else if (arg == "--order-ab") o.order_ab = true;
-    else if (arg == "--pipe-x-ab") o.pipe_x_ab = true;
-    else if (arg == "--ab-rounds") o.ab_rounds = std::max(1, std::atoi(next().c_str()));
-    else if (arg == "--ab-prefill") o.ab_prefill = true;
+    else if (arg == "--verify-profile") o.verify_profile = true;
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
                            "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
                            "[--decode-fused] [--attention-splits N] [--l2-prefetch-ab] [--verify-tiles-ab] [--pipe-ab] "
-                           "[--order-ab | --pipe-x-ab] [--ab-rounds N] [--ab-prefill] | "
+                           "[--verify-profile] | "
                            "gpu_bench --decode-gemm\n");
       return 2;
     }
@@ -305,61 +296,6 @@ int main(int argc, char** argv) {
     target->set_graphs(false);
     target->set_graphs(true);
   }
-  // Interleaved arms (same bits within an arm; --order-ab, --pipe-x-ab): each arm on a fresh stream after the same
-  // prompt, its graphs captured anew; the decode step, the verify windows and (--ab-prefill) the prefill, round by
-  // round, printed as measured.
-  struct Arm {
-    std::string name;
-    int k2048_slices, pipe_x;
-  };
-  std::vector<Arm> arms;
-  const int default_slices = cuda::gemm_k2048_slices(), default_x = cuda::decode_pipe_x();
-  if (o.order_ab || o.pipe_x_ab) arms.push_back({"default", default_slices, default_x});
-  if (o.order_ab) arms.push_back({default_slices == 2 ? "one chain" : "two slices", 3 - default_slices, default_x});
-  if (o.pipe_x_ab) arms.push_back({"x once everywhere", default_slices, 1});
-  const double cublas_ms = arms.empty() || !o.ab_prefill ? 0.0 : cublas_prefill(c, o.prefill).first * 1e3;
-  const auto fresh_prompt = [&] {  // stream 1 again after the same prompt
-    target->release(1);
-    w.tokens = prompt;
-    w.first_drawn_row = o.context - 1;
-    check(target->forward(std::span<const Window>(&w, 1)).status(), "prompt");
-    check(target->commit(1, o.context), "commit");
-    w.first_drawn_row = 0;
-  };
-  for (int round = 0; round < static_cast<int>(arms.empty() ? 0 : o.ab_rounds); ++round)
-    for (const Arm& arm : arms) {
-      cuda::set_gemm_k2048_slices(arm.k2048_slices);
-      cuda::set_decode_pipe_x(arm.pipe_x);
-      target->set_graphs(false);  // drops the graphs captured under the other arm
-      target->set_graphs(true);
-      fresh_prompt();
-      time_steps(4);
-      const double step_ms = time_steps(o.decode_tokens);
-      std::string line;
-      for (int rows : o.verify) {
-        const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
-        w.tokens = window;
-        char cell[48];
-        std::snprintf(cell, sizeof cell, " %d: %.3f", rows, time_forward(*target, {w}, o.repeats * 4, false));
-        line += cell;
-      }
-      if (o.ab_prefill) {
-        const double ms = time_prefill(*target, tokens_for(o.prefill, 4, V));
-        char cell[96];
-        std::snprintf(cell, sizeof cell, "; prefill %d: %.2f ms (%.2f of cuBLAS)", o.prefill, ms, cublas_ms / ms);
-        line += cell;
-      }
-      std::printf("A/B round %d, %-18s decode step %.3f ms (ratio %.2f); verify ms by rows%s\n", round + 1,
-                  arm.name.c_str(), step_ms, floor_ms / step_ms, line.c_str());
-      std::fflush(stdout);
-    }
-  if (!arms.empty()) {
-    cuda::set_gemm_k2048_slices(default_slices);
-    cuda::set_decode_pipe_x(default_x);
-    target->set_graphs(false);
-    target->set_graphs(true);
-    fresh_prompt();
-  }
   // The same steps again with every op bracketed by events: device ms per token by op kind.
   target->set_profiling(true);
   target->reset_profile();
@@ -396,6 +332,22 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
     w.tokens = window;
     verify_ms.push_back({rows, time_forward(*target, {w}, o.repeats * 4, false)});
+  }
+  // Where each window's time goes (--verify-profile): device ms by op kind, events around every op, 8 windows.
+  for (int rows : o.verify_profile ? o.verify : std::vector<int>{}) {
+    const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
+    w.tokens = window;
+    target->set_profiling(true);
+    target->reset_profile();
+    const double ms = time_forward(*target, {w}, 8, false);
+    std::string line;
+    for (const auto& [kind, kind_ms] : target->profile()) {
+      char cell[64];
+      std::snprintf(cell, sizeof cell, " %s %.3f;", kind.c_str(), kind_ms / 8);
+      line += cell;
+    }
+    target->set_profiling(false);
+    std::printf("verify profile, %d-row window (%.3f ms with events):%s\n", rows, ms, line.c_str());
   }
   // The same windows on the pipeline decode GEMM (up to 16 rows; same bits).
   if (o.pipe_ab) {

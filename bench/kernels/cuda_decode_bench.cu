@@ -118,7 +118,7 @@ int chain_bench() {
 // us, TB/s of weights and the share of 4.2 TB/s; the automatic configuration at chunks of 16 / 8 / 4 K tiles and
 // rings of 96 / 200 KB, then every configuration pinned.
 // quick (--pipe-rows): the old kernels, the default (session 10: one-slice launches up to 16 rows, x once with row
-// copies), x once everywhere, the other K = 2048 order (session 11) and every class on boxes, in that order and again.
+// copies) and every class on boxes, in that order and again.
 int pipe_bench(const std::vector<int64_t>& widths, bool quick) {
   const GemmEngine engine;
   const int default_classes = decode_pipe_tma_classes();
@@ -159,18 +159,11 @@ int pipe_bench(const std::vector<int64_t>& widths, bool quick) {
                     ms * 1e3, tbs, tbs / 4.2);
       };
       if (quick) {
-        const int default_x = decode_pipe_x(), default_slices = gemm_k2048_slices();
         for (int again = 0; again < 2; ++again) {
           set_decode_pipe_narrow(false);
           row("old", graph_ms(run, 40));
           set_decode_pipe_narrow(true);
           row("default", graph_ms(run, 40));
-          set_decode_pipe_x(1);
-          row("x once everywhere", graph_ms(run, 40));
-          set_decode_pipe_x(default_x);
-          set_gemm_k2048_slices(default_slices == 2 ? 1 : 2);
-          row(default_slices == 2 ? "one chain (K <= 2048)" : "two slices (K 2048, N <= 4096)", graph_ms(run, 40));
-          set_gemm_k2048_slices(default_slices);
           set_decode_pipe_tma_classes(15);
           row("every class 3D boxes", graph_ms(run, 40));
           set_decode_pipe_tma_classes(default_classes);

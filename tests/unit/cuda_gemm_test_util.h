@@ -1,5 +1,5 @@
-// What the GEMM bit tests share (cuda_gemm_test.cpp, cuda_gemm_slices_test.cpp): a launch into poisoned outputs and
-// the invariance check (every row of every width bitwise the automatic one-row launch).
+// What the GEMM bit tests share (cuda_gemm_test.cpp; session 11's narrow-slice order tests used it too): a launch into
+// poisoned outputs and the invariance check (every row of every width bitwise the automatic one-row launch).
 #pragma once
 #ifdef LS_HAVE_CUDA
 

@@ -4,34 +4,15 @@
 // ascending order; the slice sums are added in slice order, ((s0 + s1) + s2) + ..., then the bias. The decode
 // kernel (m <= 16) gives each slice to its own warp; the tile kernel walks the slices in turn with a second register
 // set, or (split mode, sm_90 clusters) gives each slice to its own CTA of a cluster and adds the CTAs' slice sums
-// from distributed shared memory in slice order. All add alike. The narrow-slice order on trial (session 11,
-// set_gemm_k2048_slices; gemm_device.cuh) cuts K = 2048 into two slices for the narrow widths: slice_count(K, N).
+// from distributed shared memory in slice order. All add alike.
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <string>
 
 #include "compute/cuda/gemm_tile.cuh"
 
 namespace ls::cuda {
-namespace gemm_detail {
-namespace {
-int k2048_slices_from_env() {
-  const char* value = std::getenv("LS_GEMM_K2048_SLICES");
-  return value != nullptr && std::atoi(value) == 2 ? 2 : 1;
-}
-std::atomic<bool> narrow_slices{k2048_slices_from_env() == 2}, slices_fault{false};
-}  // namespace
-bool narrow_slices_on() { return narrow_slices.load(std::memory_order_relaxed); }
-bool slices_fault_on() { return slices_fault.load(std::memory_order_relaxed); }
-}  // namespace gemm_detail
-
-void set_gemm_k2048_slices(int slices) { gemm_detail::narrow_slices.store(slices == 2, std::memory_order_relaxed); }
-int gemm_k2048_slices() { return gemm_detail::narrow_slices_on() ? 2 : 1; }
-void set_gemm_slices_fault_for_test(bool on) { gemm_detail::slices_fault.store(on, std::memory_order_relaxed); }
-
 namespace {
 
 using namespace gemm_detail;
@@ -103,7 +84,7 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(GemmArgs args) {
 
 template <class T>
 Status launch(const GemmArgs& args, cudaStream_t stream) {
-  const int slices = slice_count(args.k, args.n);
+  const int slices = slice_count(args.k);
   const dim3 grid((args.n + T::BN - 1) / T::BN, (args.m + T::BM - 1) / T::BM);
   // Tiles above 128x128 have no registers for a second set: valid() gives them unsliced K only.
   constexpr bool kCanSlice = T::BM * T::BN <= 128 * 128;
@@ -125,7 +106,7 @@ Status launch(const GemmArgs& args, cudaStream_t stream) {
 // Split mode: grid (column tiles, row tiles, slices), one cluster of `slices` CTAs per output tile.
 template <class T>
 Status launch_split(const GemmArgs& args, cudaStream_t stream) {
-  const int slices = slice_count(args.k, args.n);
+  const int slices = slice_count(args.k);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((args.n + T::BN - 1) / T::BN, (args.m + T::BM - 1) / T::BM, slices);
   config.blockDim = dim3(T::THREADS);
@@ -178,8 +159,8 @@ enum class Choice {
 
 // Whether a configuration computes the canonical order for (m, K) on this device: decode only up to 16 rows, the
 // big tiles only for one slice, split mode only with clusters and at most kMaxClusterSlices slices.
-bool valid(Choice choice, int64_t m, int64_t n, int64_t k, bool clusters, bool wgmma) {
-  const int slices = slice_count(static_cast<int>(k), static_cast<int>(std::min<int64_t>(n, 1 << 30)));
+bool valid(Choice choice, int64_t m, int64_t k, bool clusters, bool wgmma) {
+  const int slices = slice_count(static_cast<int>(k));
   switch (choice) {
     case Choice::WgmmaWide:
     case Choice::WgmmaLargeDuo:
@@ -244,9 +225,9 @@ Choice choose_verify(int64_t m, int64_t n, int slices, bool clusters) {
 
 Choice choose(int64_t m, int64_t n, int64_t k, int sm_count, bool clusters, bool wgmma, int pinned) {
   if (pinned >= 0 && pinned < static_cast<int>(Choice::Count) &&
-      valid(static_cast<Choice>(pinned), m, n, k, clusters, wgmma))
+      valid(static_cast<Choice>(pinned), m, k, clusters, wgmma))
     return static_cast<Choice>(pinned);
-  const int slices = slice_count(static_cast<int>(k), static_cast<int>(std::min<int64_t>(n, 1 << 30)));
+  const int slices = slice_count(static_cast<int>(k));
   const bool wide = n >= 128LL * sm_count;
   if (m <= 16) return slices == 1 && (wide || (m >= 12 && n >= 8192)) ? Choice::Stream : Choice::Decode;
   // Streamed windows (set_decode_rows; H200, session 5, cuda_gemm_bench after 3cb76a1 (batch B), us at m = 17 / 32
@@ -466,11 +447,11 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
     case Choice::WgmmaSplitLarge: return launch_wgmma(WgmmaTile::Large, Mode::Split, args, stream);
     case Choice::TmaWide: return launch_tma(WgmmaTile::Wide, Mode::Plain, args, stream);
     case Choice::TmaLarge:
-      return launch_tma(WgmmaTile::Large, slice_count(args.k, args.n) > 1 ? Mode::Sliced : Mode::Plain, args, stream);
+      return launch_tma(WgmmaTile::Large, slice_count(args.k) > 1 ? Mode::Sliced : Mode::Plain, args, stream);
     case Choice::TmaSplit: return launch_tma(WgmmaTile::Wide, Mode::Split, args, stream);
     case Choice::TmaSplitLarge: return launch_tma(WgmmaTile::Large, Mode::Split, args, stream);
     case Choice::TmaPair:
-      return launch_tma(WgmmaTile::LargePair, slice_count(args.k, args.n) > 1 ? Mode::Sliced : Mode::Plain, args, stream);
+      return launch_tma(WgmmaTile::LargePair, slice_count(args.k) > 1 ? Mode::Sliced : Mode::Plain, args, stream);
     case Choice::TmaWidePair: return launch_tma(WgmmaTile::WidePair, Mode::Plain, args, stream);
     case Choice::TmaWideLoop: return launch_tma(WgmmaTile::WideLoop, Mode::Plain, args, stream);
     case Choice::Verify32: return launch<Verify32>(args, stream);

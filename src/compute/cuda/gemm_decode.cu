@@ -108,7 +108,7 @@ Status launch_decode_stages(const GemmArgs& args, int slices, int groups, int ct
 
 // Variant 0: deep pipelines (one CTA per SM) when the CTAs fit one wave; else two CTAs per SM with 4 stages each.
 Status launch_first(const GemmArgs& args, int sm_count, cudaStream_t stream) {
-  const int slices = slice_count(args.k, args.n);
+  const int slices = slice_count(args.k);
   const int groups = decode_groups(slices);
   const int ctas = (args.n + groups * 8 - 1) / (groups * 8);
   if (ctas <= sm_count) return launch_decode_stages<8>(args, slices, groups, ctas, stream);
@@ -130,7 +130,7 @@ const char* const kStreamNames[kStreamVariants] = {"decode 8w s4/8 8c", "stream 
 // (2048->6144 / 2048 / 512) 17.6 / 17.5 / 17.4 -> 4w s12 8c 12.0 / 9.6 / 9.5 at m <= 8, 4w s8 16c 12.2 / 11.3 /
 // 11.3 at m = 16 (first kernel 22.3 / 22.1 / 21.9).
 int pick_stream_variant(const GemmArgs& args) {
-  if (slice_count(args.k, args.n) > 1) return 3;
+  if (slice_count(args.k) > 1) return 3;
   if (args.n >= 8192) return args.m <= 8 ? 1 : 3;
   return args.m <= 8 ? 2 : 1;
 }
@@ -161,7 +161,7 @@ std::atomic<int> narrow_variant{-1}, narrow_max_n{0}, narrow_min_n{0};
 
 int pick_variant(const GemmArgs& args) {
   const int staged = staged_config_for(args.m);
-  if (staged >= 0 && slice_count(args.k, args.n) == 1 && args.n < 8192) return kStreamVariants + staged;
+  if (staged >= 0 && slice_count(args.k) == 1 && args.n < 8192) return kStreamVariants + staged;
   int narrow = narrow_variant.load(std::memory_order_relaxed);
   int low = narrow_min_n.load(std::memory_order_relaxed), high = narrow_max_n.load(std::memory_order_relaxed);
   if (narrow == -1 && staged_pick.load(std::memory_order_relaxed) != -2) {
@@ -169,7 +169,7 @@ int pick_variant(const GemmArgs& args) {
     low = kAutoNarrowMinN;
     high = kAutoNarrowMaxN;
   }
-  if (narrow >= 0 && args.m <= 8 && slice_count(args.k, args.n) == 1 && args.n >= low && args.n <= high) return narrow;
+  if (narrow >= 0 && args.m <= 8 && slice_count(args.k) == 1 && args.n >= low && args.n <= high) return narrow;
   return pick_stream_variant(args);
 }
 
@@ -179,8 +179,7 @@ int stream_variant_for(const GemmArgs& args) { return pick_stream_variant(args);
 
 int prefetch_tiles_for(int64_t n, int64_t k) {
   if (!l2_prefetch.load(std::memory_order_relaxed) || !cuda_features().pdl || n < 1 || k < 1) return 0;
-  const int slices =
-      slice_count(static_cast<int>(std::min<int64_t>(k, 1 << 24)), static_cast<int>(std::min<int64_t>(n, 1 << 30)));
+  const int slices = slice_count(static_cast<int>(std::min<int64_t>(k, 1 << 24)));
   const int64_t item_tiles = slices == 1 ? (k + kBlockK - 1) / kBlockK : kSliceTiles;
   const int64_t tiles = kPrefetchBytes / (n * kBlockK * 2 * slices);  // per item: one slice of one weight row
   return static_cast<int>(std::min<int64_t>(tiles, item_tiles));

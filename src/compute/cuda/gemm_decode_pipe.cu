@@ -64,16 +64,18 @@ int tma_classes_from_env() {
 }
 std::atomic<int> tma_classes{tma_classes_from_env()};
 constexpr int kDefaultTmaRingBytes = 192 * 1024;
-// The automatic picks take 2..16 rows of K <= 2048 and no SwiGLU by class as they take one row (session 10; batch
+// The automatic picks take 2..16 rows of one slice and no SwiGLU by class as they take one row (session 10; batch
 // s10A, cuda_gemm_bench --pipe-rows, us at m = 2 / 8 / 16, streaming -> pipeline: 2048->2048 8.86 / 9.56 / 11.43 ->
 // 5.63 / 6.74 / 8.24, 2048->3072 9.17 / 10.42 / 11.34 -> 6.14 / 7.41 / 8.94, 2048->6144 11.07 / 11.94 / 12.15 ->
 // 9.73 / 10.86 / 11.82; s10B interleaved, the 1.2B step 0.963 -> 0.930 ms, verify 8 / 16 rows 1.076 / 1.219 -> 1.000
-// / 1.104, so session 11 removed the one-row-only switch); K > 2048 and SwiGLU above one row stay on the streaming
+// / 1.104, so session 11 removed the one-row-only switch); sliced K and SwiGLU above one row stay on the streaming
 // kernels (8192->2048 at 16 rows 10.3 against 17.4).
-// x copied once per CTA (set_decode_pipe_x, LS_DECODE_PIPE_X): 0 per stage, 1 once wherever it fits, -1 (default)
-// once with row copies and with boxes above two rows (s10A: 2048->2048 at one row 7.1 -> 4.6 us, the step 0.98-0.99
-// -> 0.963-0.967 ms; one-row boxes lose with x once, 2048->6144 9.2 -> 9.8, and two-row ones 9.7 -> 10.1).
-std::atomic<int> pipe_x{std::clamp(env_int("LS_DECODE_PIPE_X", -1), -1, 1)};
+// x copied once per CTA (set_decode_pipe_x, tests only): 0 per stage, 1 once wherever it fits, -1 (the picks) once
+// with row copies and with boxes above two rows (s10A: 2048->2048 at one row 7.1 -> 4.6 us, the step 0.98-0.99 ->
+// 0.963-0.967 ms; one-row boxes lose with x once, 2048->6144 9.2 -> 9.8, and two-row ones 9.7 -> 10.1; s11A
+// interleaved, x once everywhere against the picks: the 1.2B step 0.906-0.910 against 0.894-0.898 ms, so
+// LS_DECODE_PIPE_X is gone and 1 / 0 stay only for the tests of every configuration).
+std::atomic<int> pipe_x{-1};
 // set_decode_pipe_fault_for_test: gemm_decode_pipe's launches with x once walk each unit's K tiles backwards.
 std::atomic<bool> pipe_fault{false};
 
@@ -82,7 +84,7 @@ int copies_of(int m, int k, int64_t rows, bool swiglu) {
   const int mode = pipe_tma.load(std::memory_order_relaxed);
   if (mode >= 0) return mode;
   const int shape_class = swiglu                ? kDecodeTmaSwiglu
-                          : k > kUnslicedK      ? kDecodeTmaSliced
+                          : slice_count(k) > 1  ? kDecodeTmaSliced
                           : rows > kNarrowMaxN ? kDecodeTmaWide
                                                : kDecodeTmaNarrow;
   return (tma_classes.load(std::memory_order_relaxed) & shape_class) != 0 ? 1 : 0;
@@ -92,12 +94,6 @@ int ring_bytes(int copies) {
   return kb > 0 ? kb * 1024 : copies != 0 ? kDefaultTmaRingBytes : kDefaultRingBytes;
 }
 int item_cols_of(int config) { return config >= kPlainConfigs ? 8 : 8 * kPipeShapes[config].tiles; }
-// The most slices any matrix of a launch has (the partial sums' shared memory).
-int group_slices(const GemmArgs* args, int count) {
-  int slices = 1;
-  for (int i = 0; i < count; ++i) slices = std::max(slices, slice_count(args[i].k, args[i].n));
-  return slices;
-}
 
 // Column groups per CTA for `columns` output columns (SwiGLU: F): about one CTA per SM.
 int groups_for(int config, int64_t columns) {
@@ -110,7 +106,8 @@ struct PipePlan {
   int smem, stages, chunk;
   bool x_once;
 };
-PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int slices, int groups) {
+PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups) {
+  const int slices = slice_count(k);
   const int active = std::min(shape.warps, groups * slices);  // warps with items (the others have no ring)
   const int a_rows = m <= 8 ? 8 : 16;
   const int partial = slices == 1 ? 0 : slices * a_rows * groups * 8 * shape.tiles * 4;
@@ -126,14 +123,14 @@ PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k
   return {fixed + active * stages * stage, stages, chunk, x_once};
 }
 // x once where the switch asks for it and it fits, else per stage.
-PipePlan plan_for(int config, int m, int k, int slices, int groups, int copies) {
+PipePlan plan_for(int config, int m, int k, int groups, int copies) {
   const PipeShape& shape = kPipeShapes[config];
   const int x_mode = pipe_x.load(std::memory_order_relaxed);
   if (x_mode == 1 || (x_mode < 0 && (copies == 0 || m > 2))) {
-    const PipePlan once = plan_with(shape, copies != 0, true, m, k, slices, groups);
+    const PipePlan once = plan_with(shape, copies != 0, true, m, k, groups);
     if (once.smem <= optin_bytes_granted) return once;
   }
-  return plan_with(shape, copies != 0, false, m, k, slices, groups);
+  return plan_with(shape, copies != 0, false, m, k, groups);
 }
 
 template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU>
@@ -177,12 +174,10 @@ void allow_copies(int optin) {
   allow_shape<BOXES, X_ONCE, 8, 2, true>(optin);
 }
 
-// The automatic configuration. Row copies: SwiGLU 4 warps; sliced K 8 warps x 8 columns (K = 2048 under the
-// narrow-slice order too: twice the items of one slice, each half the chain, so a CTA's items meet warps enough for
-// them, e.g. q / k / v's 6); one slice 16 columns an item from 8192 outputs, else 8.
-// Tensor copies (batch s9A, cuda_gemm_bench --pipe, us at m = 1 against the old kernels): SwiGLU 8 warps (17.6 /
-// 17.5), sliced K 8 warps x 16 columns (8192->2048 9.56 / 9.78), one slice above 4096 outputs 4 warps x 16 columns
-// (2048->6144 9.32 / 10.96, 2048->8192 9.62 / 11.82), narrower 4 x 8.
+// The automatic configuration. Row copies: SwiGLU 4 warps; sliced K 8 warps x 8 columns; one slice 16 columns an
+// item from 8192 outputs, else 8. Tensor copies (batch s9A, cuda_gemm_bench --pipe, us at m = 1 against the old
+// kernels): SwiGLU 8 warps (17.6 / 17.5), sliced K 8 warps x 16 columns (8192->2048 9.56 / 9.78), one slice above
+// 4096 outputs 4 warps x 16 columns (2048->6144 9.32 / 10.96, 2048->8192 9.62 / 11.82), narrower 4 x 8.
 int auto_config(bool swiglu, int slices, int64_t rows, int copies) {
   if (copies != 0) {
     if (swiglu) return kPlainConfigs + 1;
@@ -196,12 +191,11 @@ int auto_config(bool swiglu, int slices, int64_t rows, int copies) {
 
 bool shape_fits(int config, int m, int k, int64_t n) {
   if (config < 0 || config >= kPipeConfigs || m < 1 || m > 16 || k % kBlockK != 0 || k < kBlockK || n < 1) return false;
-  const int slices = slice_count(k, static_cast<int>(std::min<int64_t>(n, 1 << 30)));
-  if (config >= kPlainConfigs && slices > 1) return false;
+  if (config >= kPlainConfigs && slice_count(k) > 1) return false;
   if (!cuda_features().tma || !cuda_features().pdl) return false;
   const bool swiglu = config >= kPlainConfigs;
   const int groups = groups_for(config, swiglu ? n / 2 : n);
-  return plan_for(config, m, k, slices, groups, copies_of(m, k, n, swiglu)).smem <= optin_bytes_granted;
+  return plan_for(config, m, k, groups, copies_of(m, k, n, swiglu)).smem <= optin_bytes_granted;
 }
 
 Status launch_config(int config, const PipeGroup& group, int groups, cudaStream_t stream) {
@@ -209,8 +203,7 @@ Status launch_config(int config, const PipeGroup& group, int groups, cudaStream_
   int64_t rows = 0;
   for (int i = 0; i < group.count; ++i) rows += group.args[i].n;
   const bool swiglu = config >= kPlainConfigs;
-  const PipePlan plan = plan_for(config, a.m, a.k, group_slices(group.args, group.count), groups,
-                                 copies_of(a.m, a.k, rows, swiglu));
+  const PipePlan plan = plan_for(config, a.m, a.k, groups, copies_of(a.m, a.k, rows, swiglu));
   if (copies_of(a.m, a.k, rows, swiglu) == 0)
     return plan.x_once ? launch_copies<false, true>(config, group, groups, plan, stream)
                        : launch_copies<false, false>(config, group, groups, plan, stream);
@@ -229,8 +222,7 @@ bool maps_ok(int config, const GemmArgs* args, int count) {
   for (int i = 0; i < count; ++i) rows += args[i].n;
   const int copies = copies_of(args[0].m, args[0].k, rows, swiglu);
   if (copies == 0) return true;
-  const PipePlan plan = plan_for(config, args[0].m, args[0].k, group_slices(args, count),
-                                 groups_for(config, swiglu ? rows / 2 : rows), copies);
+  const PipePlan plan = plan_for(config, args[0].m, args[0].k, groups_for(config, swiglu ? rows / 2 : rows), copies);
   CUtensorMap maps[kPipeGroupMax];
   return pipe_weight_maps(maps, args, count, 8 * kPipeShapes[config].tiles / (swiglu ? 2 : 1), plan.chunk).ok();
 }
@@ -239,8 +231,7 @@ bool maps_ok(int config, const GemmArgs* args, int count) {
 int config_for(bool swiglu, int m, int k, int64_t rows) {
   const int pinned = pipe_pinned.load(std::memory_order_relaxed);
   if (pinned >= 0 && (pinned >= kPlainConfigs) == swiglu && shape_fits(pinned, m, k, rows)) return pinned;
-  const int slices = slice_count(k, static_cast<int>(std::min<int64_t>(rows, 1 << 30)));
-  const int config = auto_config(swiglu, slices, rows, copies_of(m, k, rows, swiglu));
+  const int config = auto_config(swiglu, slice_count(k), rows, copies_of(m, k, rows, swiglu));
   // Many rows: a 16-column configuration whose stages no longer fit (down with x per stage) gives way to its
   // 8-column twin of the same warps.
   const int twin = config == 4 ? 3 : config == 1 ? 0 : -1;
@@ -251,8 +242,8 @@ int config_for(bool swiglu, int m, int k, int64_t rows) {
 // Whether the launch config_for picks for `args` copies x once.
 bool routed_x_once(const GemmArgs& args, bool swiglu) {
   const int config = config_for(swiglu, args.m, args.k, args.n);
-  return plan_for(config, args.m, args.k, slice_count(args.k, args.n),
-                  groups_for(config, swiglu ? args.n / 2 : args.n), copies_of(args.m, args.k, args.n, swiglu))
+  return plan_for(config, args.m, args.k, groups_for(config, swiglu ? args.n / 2 : args.n),
+                  copies_of(args.m, args.k, args.n, swiglu))
       .x_once;
 }
 
@@ -276,13 +267,13 @@ void allow_pipe_shared(int optin_bytes) {
 
 bool pipe_enabled() { return pipe_on.load(std::memory_order_relaxed) || pipe_narrow.load(std::memory_order_relaxed); }
 
-// The automatic picks (set_decode_pipe_narrow): launches of up to 16 rows of K <= 2048 and at most kNarrowMaxN
-// outputs, and with tensor copies by default those of the classes in tma_classes (above one row only K <= 2048 and
-// no SwiGLU).
+// The automatic picks (set_decode_pipe_narrow): launches of up to 16 rows of one slice and at most
+// kNarrowMaxN outputs, and with tensor copies by default those of the classes in tma_classes (above one row only one
+// slice and no SwiGLU).
 bool auto_pick(int m, int k, int64_t rows, bool swiglu) {
   if (!pipe_narrow.load(std::memory_order_relaxed) || m > 16) return false;
-  if (m > 1 && (swiglu || k > kUnslicedK)) return false;
-  if (!swiglu && k <= kUnslicedK && rows <= kNarrowMaxN) return true;
+  if (m > 1 && (swiglu || slice_count(k) > 1)) return false;
+  if (!swiglu && slice_count(k) == 1 && rows <= kNarrowMaxN) return true;
   return pipe_tma.load(std::memory_order_relaxed) < 0 && copies_of(m, k, rows, swiglu) != 0;
 }
 
@@ -306,7 +297,6 @@ Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream) {
   PipeGroup group{};
   group.args[0] = args;
   group.count = 1;
-  group.narrow_slices = narrow_slices_on();
   const int groups = groups_for(config, out_n);
   const int cols = groups * item_cols_of(config);
   group.first_block[1] = (out_n + cols - 1) / cols;
@@ -323,18 +313,12 @@ bool pipe_group_fits(const GemmArgs* args, int count) {
   for (int i = 0; i < count; ++i) rows += args[i].n;
   if (!pipe_on.load(std::memory_order_relaxed) && !auto_pick(args[0].m, args[0].k, rows, false)) return false;
   const int config = config_for(false, args[0].m, args[0].k, rows);
-  // One plan for the launch: every matrix's slices as the whole launch's (the q / k / v widths all sit inside or
-  // all outside the narrow-slice range), and no K of several 1024-wide slices (the grouped launch never took one).
-  const int slices = slice_count(args[0].k, static_cast<int>(std::min<int64_t>(rows, 1 << 30)));
-  for (int i = 0; i < count; ++i)
-    if (slice_count(args[i].k, args[i].n) != slices) return false;
-  return args[0].k <= kUnslicedK && shape_fits(config, args[0].m, args[0].k, rows) && maps_ok(config, args, count);
+  return shape_fits(config, args[0].m, args[0].k, rows) && slice_count(args[0].k) == 1 && maps_ok(config, args, count);
 }
 
 Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream) {
   PipeGroup group{};
   group.count = count;
-  group.narrow_slices = narrow_slices_on();
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += args[i].n;
   const int config = config_for(false, args[0].m, args[0].k, rows);

@@ -27,7 +27,6 @@ struct PipeGroup {
   GemmArgs args[kPipeGroupMax];
   int first_block[kPipeGroupMax + 1];
   int count;
-  bool narrow_slices;  // the process's order (slice_count) when the launch was made
 };
 struct BoxGroup : PipeGroup {
   CUtensorMap w[kPipeGroupMax];
@@ -122,7 +121,7 @@ __global__ void __launch_bounds__(32 * WARPS)
   const int block = blockIdx.x - group.first_block[gi];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int m = args.m;
-  const int slices = slice_count(args.k, args.n, group.narrow_slices);
+  const int slices = slice_count(args.k);
   const int items = groups * slices;
   const int k_tiles = args.k / kBlockK;  // the host checks K % 64 == 0
   const int slice_tiles = slices == 1 ? k_tiles : kSliceTiles;

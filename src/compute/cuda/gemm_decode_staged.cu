@@ -1,4 +1,4 @@
-// The staged decode GEMM (m <= 16, K <= 2048; two slices under the narrow-slice order): each warp owns TILES column groups of 8 and copies their
+// The staged decode GEMM (m <= 16, one slice: K <= 2048): each warp owns TILES column groups of 8 and copies their
 // whole weight share [8 TILES, K] into shared memory before the programmatic wait (cp.async, one commit group per 256
 // of K), so the weights stream while the kernel before it still runs; after the wait the CTA copies x [m, K] once,
 // and each warp runs its chains from shared memory, starting on a K group as soon as it has landed. Fragments come
@@ -46,7 +46,6 @@ struct StagedLaunch {
   int first_block[kStagedMax + 1];
   int count;
   StagedNorm norm;
-  bool narrow_slices;  // the process's order when the launch was made (slice_count)
 };
 
 __device__ __forceinline__ uint32_t shared_word(const unsigned char* p) {
@@ -78,8 +77,7 @@ __device__ __forceinline__ void stage_x(const __nv_bfloat16* x, int m, int k, in
 // One CTA's work on `args`: warp w of CTA `block` owns output columns [(block WARPS + w) C, + C), C = 8 TILES
 // (SWIGLU: C = 8, its two tiles the gate rows c.. and the up rows F + c.. of gate_up [2F, K]).
 template <int WARPS, int TILES, int A_ROWS, bool SWIGLU>
-__device__ __forceinline__ void staged_body(const GemmArgs& args, const StagedNorm& norm, int block, bool write_h,
-                                            bool narrow_slices) {
+__device__ __forceinline__ void staged_body(const GemmArgs& args, const StagedNorm& norm, int block, bool write_h) {
   static_assert(kGroups <= 8, "wait_groups_left covers 8 groups");
   static_assert(!SWIGLU || TILES == 2, "SwiGLU items pair 8 gate and 8 up columns");
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
@@ -134,23 +132,12 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, const StagedNo
   const unsigned char* a_lo = x_rows + (lo_inside ? r : 0) * pitch + q * 4;
   const unsigned char* a_hi = x_rows + (hi_inside ? r + 8 : 0) * pitch + q * 4;
   const unsigned char* b_row = w_rows + r * pitch + q * 4;
-  float acc[TILES][4], first[TILES][4];
+  float acc[TILES][4];
 #pragma unroll
   for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  // The narrow-slice order: the second 1024-wide slice is its own chain from 0, added to the first's after it.
-  const bool two_slices = slice_count(args.k, args.n, narrow_slices) == 2;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
     if (g * kStepsPerGroup >= steps) break;
-    if (g == kSliceK / kGroupK && two_slices) {
-#pragma unroll
-      for (int j = 0; j < TILES; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          first[j][e] = acc[j][e];
-          acc[j][e] = 0.0f;
-        }
-    }
     wait_groups_left(kGroups - 1 - g);
     __syncwarp();
 #pragma unroll
@@ -172,12 +159,6 @@ __device__ __forceinline__ void staged_body(const GemmArgs& args, const StagedNo
     }
   }
   wait_groups_left(0);  // nothing may be left in flight at exit
-  if (two_slices) {
-#pragma unroll
-    for (int j = 0; j < TILES; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[j][e] = __fadd_rn(first[j][e], acc[j][e]);
-  }
 
   if constexpr (SWIGLU) {
     const int c = c_first + q * 2;
@@ -201,7 +182,7 @@ __global__ void __launch_bounds__(32 * WARPS) decode_staged_kernel(StagedLaunch 
   int i = 0;
   while (i + 1 < launch.count && static_cast<int>(blockIdx.x) >= launch.first_block[i + 1]) ++i;
   staged_body<WARPS, TILES, A_ROWS, SWIGLU>(launch.args[i], launch.norm, blockIdx.x - launch.first_block[i],
-                                            blockIdx.x == 0, launch.narrow_slices);
+                                            blockIdx.x == 0);
 }
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_staged_shared
@@ -218,7 +199,6 @@ bool staged_ready = false;
 template <int WARPS, int TILES, bool SWIGLU>
 Status launch_staged_kernel(StagedLaunch& launch, cudaStream_t stream) {
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
-  launch.narrow_slices = narrow_slices_on() && !slices_fault_on();
   launch.first_block[0] = 0;
   for (int i = 0; i < launch.count; ++i) {
     const int out_n = SWIGLU ? launch.args[i].n / 2 : launch.args[i].n;
@@ -275,7 +255,7 @@ const char* const kStagedNames[kStagedConfigs] = {"staged 1w 8c", "staged 2w 8c"
                                                   "staged 4w 8c"};
 
 Status launch_staged(int config, const GemmArgs& args, int sm_count, int fallback, cudaStream_t stream) {
-  if (args.k > kUnslicedK || args.m > 16) return launch_stream_variant(fallback, args, sm_count, stream);
+  if (slice_count(args.k) > 1 || args.m > 16) return launch_stream_variant(fallback, args, sm_count, stream);
   switch (config) {
     case 0: return launch_staged_config<1, 1>(args, sm_count, fallback, stream);
     case 1: return launch_staged_config<2, 1>(args, sm_count, fallback, stream);
@@ -287,7 +267,7 @@ Status launch_staged(int config, const GemmArgs& args, int sm_count, int fallbac
 
 bool staged_group_fits(int config, int m, int k) {
   constexpr int kWarps[kStagedConfigs] = {1, 2, 1, 2, 4}, kTiles[kStagedConfigs] = {1, 1, 2, 2, 1};
-  if (config < 0 || config >= kStagedConfigs || m < 1 || m > 16 || k > kUnslicedK || !staged_ready) return false;
+  if (config < 0 || config >= kStagedConfigs || m < 1 || m > 16 || slice_count(k) > 1 || !staged_ready) return false;
   return staged_shared_bytes(kWarps[config], kTiles[config], m, k) <= optin_shared_bytes;
 }
 

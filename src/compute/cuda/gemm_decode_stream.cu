@@ -22,23 +22,21 @@ __global__ void __launch_bounds__(32 * WARPS) decode_stream_norm_kernel(GemmArgs
   stream_body<WARPS, STAGES, 2, A_ROWS, true, true>(args, 1, WARPS, blockIdx.x, 0, norm);
 }
 
-// Up to kGroupMax GEMMs of the same x and K in one launch: CTAs [first_block[i], first_block[i + 1]) run args[i]; one
-// slice, or (the narrow-slice order) two for every matrix, a warp each.
+// Up to kGroupMax one-slice GEMMs of the same x in one launch: CTAs [first_block[i], first_block[i + 1]) run args[i].
 constexpr int kGroupMax = 4;
 struct GemmGroup {
   GemmArgs args[kGroupMax];
   int first_block[kGroupMax + 1];
   int count;
   int prefetch_tiles;  // stream_body's L2 prefetch (0: none)
-  int slices;          // of every matrix (slice_count)
 };
 
 template <int WARPS, int STAGES, int A_ROWS>
 __global__ void __launch_bounds__(32 * WARPS) decode_group_kernel(GemmGroup group) {
   int i = 0;
   while (i + 1 < group.count && static_cast<int>(blockIdx.x) >= group.first_block[i + 1]) ++i;
-  stream_body<WARPS, STAGES, 1, A_ROWS, false>(group.args[i], group.slices, WARPS / group.slices,
-                                               blockIdx.x - group.first_block[i], group.prefetch_tiles, StagedNorm{});
+  stream_body<WARPS, STAGES, 1, A_ROWS, false>(group.args[i], 1, WARPS, blockIdx.x - group.first_block[i],
+                                               group.prefetch_tiles, StagedNorm{});
 }
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_stream_shared
@@ -51,7 +49,7 @@ int stream_shared_bytes(const GemmArgs& args, int slices, int groups) {
 
 template <int WARPS, int STAGES, int TILES, int A_ROWS>
 Status launch_stream_rows(const GemmArgs& args, int sm_count, cudaStream_t stream) {
-  const int slices = slice_count(args.k, args.n);
+  const int slices = slice_count(args.k);
   const int groups = slices == 1 ? WARPS : (WARPS / slices > 1 ? WARPS / slices : 1);
   const int cols = groups * 8 * TILES;
   const int ctas = (args.n + cols - 1) / cols;
@@ -115,8 +113,7 @@ constexpr int group_stages(int a_rows) { return a_rows == 64 ? 5 : a_rows == 32 
 template <int A_ROWS>
 Status launch_group_rows(const GemmGroup& group, cudaStream_t stream) {
   constexpr int kStages = group_stages(A_ROWS);
-  const int partial = group.slices == 1 ? 0 : group.slices * A_ROWS * (kGroupWarps / group.slices) * 8 * 4;
-  const int smem = Stream<kGroupWarps, kStages, 1, A_ROWS>::kPipeBytes + partial;
+  constexpr int smem = Stream<kGroupWarps, kStages, 1, A_ROWS>::kPipeBytes;
   return launch_programmatic(decode_group_kernel<kGroupWarps, kStages, A_ROWS>, group.first_block[group.count],
                              32 * kGroupWarps, smem, stream, group);
 }
@@ -125,8 +122,7 @@ Status launch_group_rows(const GemmGroup& group, cudaStream_t stream) {
 // or x 4 (64 rows); sliced K 8 warps (a warp per slice) x 4 or 2 stages.
 template <int A_ROWS>
 Status launch_stream_window(const GemmArgs& args, int sm_count, cudaStream_t stream) {
-  if (slice_count(args.k, args.n) > 1)
-    return launch_stream_rows<8, A_ROWS == 32 ? 4 : 2, 2, A_ROWS>(args, sm_count, stream);
+  if (slice_count(args.k) > 1) return launch_stream_rows<8, A_ROWS == 32 ? 4 : 2, 2, A_ROWS>(args, sm_count, stream);
   return launch_stream_rows<4, A_ROWS == 32 ? 8 : 4, 2, A_ROWS>(args, sm_count, stream);
 }
 
@@ -208,8 +204,7 @@ void set_decode_rows(int max_rows) {
 
 bool decode_swiglu_fits(int64_t m, const DeviceMatrix& gate_up) {
   return m >= 1 && m <= gemm_detail::swiglu_rows_max() && gate_up.rows >= 2 && gate_up.rows % 2 == 0 && gate_up.rows <= (1LL << 30) &&
-         gate_up.cols % 8 == 0 && gate_up.cols <= gemm_detail::kUnslicedK &&
-         gemm_detail::slice_count(static_cast<int>(gate_up.cols), static_cast<int>(gate_up.rows)) == 1;
+         gate_up.cols % 8 == 0 && gate_up.cols <= gemm_detail::kUnslicedK;
 }
 
 Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act,
@@ -235,23 +230,11 @@ Status gemm_decode_swiglu(const GemmEngine& engine, const bf16* x, int64_t m, co
   return gemm_detail::launch_swiglu_rows<64>(args, stream);
 }
 
-namespace {
-// The launch's GemmArgs for matrix i (x and ys may be null: fit checks).
-gemm_detail::GemmArgs group_args(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y) {
-  return gemm_detail::GemmArgs{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w),
-                               w.bias, reinterpret_cast<__nv_bfloat16*>(y), nullptr, static_cast<int>(m),
-                               static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
-}
-int slices_of(const DeviceMatrix& w) {
-  return gemm_detail::slice_count(static_cast<int>(w.cols), static_cast<int>(w.rows));
-}
-}  // namespace
-
 bool decode_group_fits(int64_t m, std::span<const DeviceMatrix> ws) {
   if (m < 1 || m > gemm_detail::group_rows_max() || ws.empty() || ws.size() > static_cast<size_t>(gemm_detail::kGroupMax)) return false;
-  for (const DeviceMatrix& w : ws)  // one K, and one slice count (narrow-slice order: the widths inside its range)
+  for (const DeviceMatrix& w : ws)
     if (w.cols != ws[0].cols || w.cols % 8 != 0 || w.cols > gemm_detail::kUnslicedK || w.rows < 1 ||
-        w.rows > (1 << 24) || slices_of(w) != slices_of(ws[0]))
+        w.rows > (1 << 24))
       return false;
   return true;
 }
@@ -267,15 +250,17 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
   (void)engine;  // made first: its constructor set the kernels' shared-memory opt-ins
   gemm_detail::GemmGroup group{};
   group.count = static_cast<int>(ws.size());
-  group.slices = gemm_detail::slices_fault_on() ? 1 : slices_of(ws[0]);
-  const int cols = gemm_detail::kGroupWarps / group.slices * 8;
+  constexpr int cols = gemm_detail::kGroupWarps * 8;
   int64_t rows = 0;  // weight rows of the whole launch
   for (int i = 0; i < group.count; ++i) {
     const DeviceMatrix& w = ws[i];
     if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w.w)) % 16 != 0 ||
         (w.rows % 2 == 0 && reinterpret_cast<uintptr_t>(ys[i]) % 4 != 0))
       return Status(ErrorCode::InvalidArgument, "gemm_decode_group needs 16-byte aligned x and W, y aligned to pairs");
-    group.args[i] = group_args(x, m, w, ys[i]);
+    group.args[i] = gemm_detail::GemmArgs{reinterpret_cast<const __nv_bfloat16*>(x),
+                                          reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
+                                          reinterpret_cast<__nv_bfloat16*>(ys[i]), nullptr, static_cast<int>(m),
+                                          static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
     group.first_block[i + 1] = group.first_block[i] + static_cast<int>((w.rows + cols - 1) / cols);
     rows += w.rows;
   }

@@ -16,23 +16,7 @@ constexpr int kUnslicedK = 2048;  // K up to this is one slice
 constexpr int kSliceTiles = kSliceK / kBlockK;
 constexpr int kMaxClusterSlices = 8;  // split mode: one CTA per slice, at most the portable cluster size
 
-// The narrow-slice order (set_gemm_k2048_slices(2), LS_GEMM_K2048_SLICES=2; session 11, on trial): K in (1024, 2048]
-// with kNarrowSliceMinN <= N <= kNarrowSliceMaxN (o_proj, conv out_proj, q / k / v) is cut into 1024-wide slices too,
-// so a one-row launch runs two 64-step chains side by side instead of one of 128. A function of (K, N) alone, so
-// every m still computes it; the MoE router's fused launches (N = 32, expert_plan.cu) and the fused gate_up
-// (N = 2F) keep one chain under either order.
-constexpr int kNarrowSliceMinN = 256;
-constexpr int kNarrowSliceMaxN = 4096;
-__host__ __device__ inline int slice_count(int k, int n, bool narrow_slices) {
-  if (k > kUnslicedK) return (k + kSliceK - 1) / kSliceK;
-  return narrow_slices && k > kSliceK && n >= kNarrowSliceMinN && n <= kNarrowSliceMaxN ? 2 : 1;
-}
-// The process's order (gemm.cu): whether the narrow-slice order is on, and slice_count under it.
-bool narrow_slices_on();
-// set_gemm_slices_fault_for_test: the staged and streaming q / k / v group launches run one chain where the order
-// says two.
-bool slices_fault_on();
-inline int slice_count(int k, int n) { return slice_count(k, n, narrow_slices_on()); }
+__host__ __device__ inline int slice_count(int k) { return k <= kUnslicedK ? 1 : (k + kSliceK - 1) / kSliceK; }
 
 // A tile configuration: BM x BN outputs per CTA, WARPS_M x WARPS_N warps, STAGES tiles of K in flight.
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>

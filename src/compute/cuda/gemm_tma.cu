@@ -270,7 +270,7 @@ Status encode(CUtensorMap* map, const void* base, int rows, int k, int box_rows)
 
 template <class T, Mode MODE, bool PAIR = false, bool LOOP = false>
 Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
-  const int slices = slice_count(args.k, args.n);
+  const int slices = slice_count(args.k);
   if (MODE == Mode::Plain && slices > 1)
     return Status(ErrorCode::InvalidArgument, "gemm: the plain TMA wgmma tiles run one slice only, K = " +
                                                   std::to_string(args.k));

@@ -127,7 +127,7 @@ constexpr int shared_bytes() {
 
 template <class T, Mode MODE>
 Status launch_tile(const GemmArgs& args, cudaStream_t stream) {
-  const int slices = slice_count(args.k, args.n);
+  const int slices = slice_count(args.k);
   if ((args.n + T::BN - 1) / T::BN > kMaxWgmmaColumnTiles)
     return Status(ErrorCode::InvalidArgument, "gemm: N = " + std::to_string(args.n) +
                                                   " is more column tiles than the wgmma grid holds (" +
@@ -156,7 +156,7 @@ void allow() {
 }  // namespace
 
 Status launch_wgmma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream) {
-  const bool sliced = slice_count(args.k, args.n) > 1;
+  const bool sliced = slice_count(args.k) > 1;
   if (tile == WgmmaTile::Wide) {
     if (sliced && mode != Mode::Split)
       return Status(ErrorCode::InvalidArgument, "gemm: the 128x256 wgmma tile cannot add K = " +

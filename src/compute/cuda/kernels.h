@@ -56,16 +56,6 @@ class GemmEngine {
   int pinned_tile_ = -1;
 };
 
-// The canonical order for K in (1024, 2048] (session 11, on trial; LS_GEMM_K2048_SLICES sets it for a process): 1
-// (the default) one chain, 2 two 1024-wide slices added in slice order for N in [256, 4096] (wider and narrower
-// outputs keep one chain). One order for every GEMM of the process: set it before the first GEMM (tests and benches
-// may flip it between launches that are not compared with each other; drop captured graphs after a change).
-void set_gemm_k2048_slices(int slices);
-int gemm_k2048_slices();
-// Tests: a planted order fault: the staged and the streaming q / k / v group launches compute one chain for K = 2048
-// where the narrow-slice order says two slices.
-void set_gemm_slices_fault_for_test(bool on);
-
 // Bench only (A/B): the engines' picks for 17..64 rows take the verify tiles (on) where the streamed windows do not
 // (set_decode_rows), or the picks before them (off, the default: split / 64-row tiles). Same bits either way; drop
 // captured graphs after a change.
@@ -123,14 +113,14 @@ int decode_pipe_tma();
 void set_decode_pipe_tma_classes(int classes);
 int decode_pipe_tma_classes();
 // The automatic picks (on by default since batch s8B; LS_DECODE_PIPE=0 turns them off): decode GEMMs of 1..16 rows
-// with K <= 2048 and N <= 4096 and the q / k / v launch of 1..16 rows take the pipeline even with
+// of one slice and N <= 4096 and the q / k / v launch of 1..16 rows take the pipeline even with
 // set_decode_pipeline(false), and by class (set_decode_pipe_tma_classes) one-row wide / sliced ones and wide ones of
 // 2..16 rows (session 10). Same bits; drop captured graphs after a change.
 void set_decode_pipe_narrow(bool on);
 bool decode_pipe_narrow_on();
-// Session 10 (LS_DECODE_PIPE_X sets it for a process): x is copied once per CTA into shared memory (mode 1: wherever
-// it fits; -1, the default: with row copies, and with tensor boxes above two rows, where it fits; 0: never, each stage
-// brings its unit's x rows). Same bits; drop captured graphs after a change.
+// Tests (session 10; LS_DECODE_PIPE_X is gone after s11A): x is copied once per CTA into shared memory (mode 1:
+// wherever it fits; -1, the default: with row copies, and with tensor boxes above two rows, where it fits; 0: never,
+// each stage brings its unit's x rows). Same bits; drop captured graphs after a change.
 void set_decode_pipe_x(int mode);
 int decode_pipe_x();
 // Tests: whether the engine's decode GEMM of m rows of W (swiglu: gemm_decode_swiglu's W) runs on the pipeline under
