@@ -13,8 +13,10 @@
 //             [--debug 1]                                                  the lanes' pricing traces on stderr
 //             [--trim round|verify]                                        verify: the trim prices rows against the
 //                                                                         verify alone (before session 6)
-//             [--admit scout|all]                                          all: every prompt tapped while the drafter
-//                                                                         is unproven where the prior pays (before 6)
+//             [--admit scout|all|whole[:SHARE]]                            all: every prompt tapped while the drafter
+//                                                                         is unproven where the prior pays (before
+//                                                                         6); whole: only where its round saves
+//                                                                         SHARE (0.10) of plain's time (lanes12)
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
 //             [--probe group|alone]                                        alone: a dormant stream's probe runs only
@@ -37,8 +39,9 @@
 //             [--pass-timing alone|after-forward]                          after-forward: each load-time pass timed
 //                                                                         right after a target forward (lanes9)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
-//             [--group-check every|backoff]                                backoff: a due group probe that would not
-//                                                                         run waits a doubling wait (lanes12)
+//             [--group-check every|backoff]                                backoff (the default since s11A): a due
+//                                                                         group probe that would not run waits a
+//                                                                         doubling wait (lanes12)
 //             [--gate-prompt off|on]                                       on: the exploration gate prices a dormant
 //                                                                         scout's untapped prompt as admission did
 //                                                                         (lanes12)

@@ -9,7 +9,12 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   if (flag == "--taps") device_taps = value != "host";
   else if (flag == "--pricing") new_pricing = value == "new";
   else if (flag == "--trim") trim_prices_pass = value != "verify";
-  else if (flag == "--admit") scout_prompt_only = value != "all";
+  else if (flag == "--admit") {
+    const bool whole = value.rfind("whole", 0) == 0;
+    scout_prompt_only = value != "all" && !whole;
+    const size_t colon = value.find(':');
+    if (whole) whole_context_share = colon == std::string::npos ? 0.10 : std::atof(value.c_str() + colon + 1);
+  }
   else if (flag == "--quiet-reprice") quiet_reprice_every = std::atoi(value.c_str());
   else if (flag == "--probe") group_probes = value != "alone";
   else if (flag == "--deep-chances") confidence_for_unexplored = value == "confidence";
@@ -39,6 +44,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   }
   pricing.trim_prices_pass = trim_prices_pass;
   options.scout_prompt_only = scout_prompt_only;
+  if (whole_context_share >= 0) pricing.whole_context_share = whole_context_share;
   if (quiet_reprice_every > 0) pricing.quiet_reprice_every = quiet_reprice_every;
   pricing.group_probes = group_probes;
   pricing.confidence_for_unexplored = confidence_for_unexplored;
@@ -55,9 +61,9 @@ void LanesSwitches::apply(LanesOptions& options) const {
 }
 
 const char* lanes_switches_usage() {
-  return "[--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all] [--quiet-reprice N] "
-         "[--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] [--probe-value off|on] "
-         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
+  return "[--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all|whole[:SHARE]] "
+         "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
+         "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
          "[--sampled-timing once|repeats]";
 }

@@ -145,8 +145,14 @@ Allocation Pricing::pooled_round(int round_streams, int cap, bool always_right, 
 bool Pricing::could_draft(int round_streams, int cap, bool always_right, PassMode mode) const {
   if (cap <= 0) return false;
   if (options_.always_draft) return true;
-  const Allocation best = pooled_round(round_streams, cap, always_right, mode);
-  return best.total_rows > std::clamp(round_streams, 1, max_rows_);
+  const int streams = std::clamp(round_streams, 1, max_rows_);
+  const Allocation best = pooled_round(streams, cap, always_right, mode);
+  if (best.total_rows <= streams) return false;
+  if (always_right || drafter_proven() || options_.whole_context_share <= 0) return true;
+  // whole_context_share: the prior's round must save that share of plain's time a token.
+  const double plain_ms = round_cost(mode)(streams, 0, 0);
+  return plain_ms > 0 && best.tokens_per_ms > 0 &&
+         1.0 - (streams / plain_ms) / best.tokens_per_ms >= options_.whole_context_share;
 }
 
 bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, int absorb_rows, PassMode mode) const {
