@@ -47,6 +47,8 @@
 //                                                                         (lanes12)
 //             [--sampled-timing once|repeats]                              repeats: sampled passes and verifies timed
 //                                                                         at load as often as greedy ones (lanes12)
+//             [--closed-gate full|fast]                                    fast: a decision behind a closed gate skips
+//                                                                         its offers and allocator run (lanes12)
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
 //

@@ -198,6 +198,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   // absorb (admission's closed gate is then remembered here too, without an allocator run).
   const int gate_rows = options_.gate_prices_prompt && !any_awake ? widest_prompt : 0;
   const bool explore = !drafter_unproven || exploration_repays(round_streams, widest_cap, most_left, gate_rows, mode);
+  if (!explore && options_.closed_gate_fast) return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
   std::vector<bool> offered(drafting.size(), false);
   bool scout_chosen = false;
   // RestartScout::Alone: until a restarted window is verified one stream that needs a restart is offered drafts (an
@@ -345,6 +346,21 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   }
   if (!drafter_unproven) plan_group_probe(drafting, caps, bought, plans);
   return plans;
+}
+
+std::vector<DepthPlan> Pricing::closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode) {
+  // What the full decision does when nothing is offered, without its offers and allocator run: no stream is bought
+  // drafts or probes; waits start, dormant-only decisions are counted, and the probe budget banks a plain round.
+  const bool all_dormant = std::all_of(drafting.begin(), drafting.end(), [](const Stream* s) { return s->dormant; });
+  quiet_decisions_ = all_dormant ? quiet_decisions_ + 1 : 0;
+  for (Stream* stream : drafting) {
+    if (stream->backoff.wait == 0) stream->backoff.wait = options_.probe_first_wait;
+  }
+  const double plain_round_ms = verify_ms(pending_rows, mode) + overhead_ms_;
+  last_plain_round_ms_ = plain_round_ms;
+  probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms,
+                              options_.probe_budget * plain_round_ms * options_.probe_most_wait);
+  return std::vector<DepthPlan>(drafting.size());
 }
 
 RoundCost Pricing::round_cost(PassMode mode) const {
