@@ -19,6 +19,19 @@ namespace {
 using namespace cuda_test;
 using cuda::PersistentHandoff;
 
+// `request` alone drafts `reference`'s tokens and chance bits eagerly, then at its first graphed sighting, its
+// capture and a replay (scratch poisoned before each pass).
+void expect_eager_and_graphed(CudaDsparkDrafter& gpu, const DraftRequest& request,
+                              const std::vector<Draft>& reference) {
+  const std::span<const DraftRequest> one(&request, 1);
+  for (const bool graphs : {false, true, true, true}) {
+    SCOPED_TRACE(graphs ? "graphed" : "eager");
+    gpu.set_graphs(graphs);
+    ASSERT_TRUE(gpu.poison_scratch_for_test().ok());
+    expect_same_drafts(gpu.draft(one), reference);
+  }
+}
+
 TEST(CudaDrafterKeyedScan, PlainSampledRequestsDraftTheFusedStepsTokensAndChanceBitsInThePersistentScan) {
   LS_SKIP_WITHOUT_DEVICE();
   NanoDrafter nano;
@@ -62,21 +75,16 @@ TEST(CudaDrafterKeyedScan, PlainSampledRequestsDraftTheFusedStepsTokensAndChance
       const std::span<const DraftRequest> group(requests.data(), size);
       expect_same_drafts(draft_with(true, group), draft_with(false, group));
     }
-    // Graphed: the keyed graph replays the eager bits at changing depths.
-    gpu->set_keyed_scan(true);
-    gpu->set_persistent_scan(std::nullopt);
-    gpu->set_fused_scan(std::nullopt);
-    for (const int depth : {c.block_size, 3, c.block_size, 1, c.block_size}) {
-      SCOPED_TRACE("graphed depth " + std::to_string(depth));
+    // Graphed: the keyed graph (one for every depth) replays the fused step's bits at changing depths.
+    for (const int depth : {c.block_size, 3, 1}) {
+      SCOPED_TRACE("depth " + std::to_string(depth));
       DraftRequest single = requests[2];
       single.depth = depth;
-      const std::span<const DraftRequest> one(&single, 1);
-      gpu->set_graphs(false);
-      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
-      const std::vector<Draft> eager = gpu->draft(one);
-      gpu->set_graphs(true);
-      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
-      expect_same_drafts(gpu->draft(one), eager);
+      const std::vector<Draft> reference = draft_with(false, std::span<const DraftRequest>(&single, 1));
+      gpu->set_keyed_scan(true);
+      gpu->set_persistent_scan(std::nullopt);
+      gpu->set_fused_scan(std::nullopt);
+      expect_eager_and_graphed(*gpu, single, reference);
     }
     EXPECT_EQ(gpu->graph_failures(), 0);
   }
@@ -129,17 +137,12 @@ TEST(CudaDrafterKeyedScan, TheSampledSplitDraftsTheFusedStepsTokensAndChanceBits
                  " top_p " + std::to_string(sampling.top_p) + " min_p " + std::to_string(sampling.min_p));
     const DraftRequest request = request_at(0, length, static_cast<int32_t>(rng() % c.vocab_size), c.block_size,
                                             sampling);
-    const std::span<const DraftRequest> one(&request, 1);
     gpu->set_graphs(false);
     gpu->set_sampled_split(false);
     ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
-    const std::vector<Draft> reference = gpu->draft(one);
+    const std::vector<Draft> reference = gpu->draft(std::span<const DraftRequest>(&request, 1));
     gpu->set_sampled_split(true);
-    for (const bool graphs : {false, true, true, true}) {  // eager, then first sighting, capture, replay
-      gpu->set_graphs(graphs);
-      ASSERT_TRUE(gpu->poison_scratch_for_test().ok());
-      expect_same_drafts(gpu->draft(one), reference);
-    }
+    expect_eager_and_graphed(*gpu, request, reference);
   }
   EXPECT_EQ(gpu->graph_failures(), 0);
 }
