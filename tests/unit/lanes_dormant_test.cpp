@@ -122,6 +122,7 @@ TEST(LanesDormant, WhereEvenAnAlwaysRightDrafterCannotPayAtThisManyStreamsNoProm
     FakeDrafter drafter(costed_drafter(clock, 0.0, 2.0));
     LanesOptions options;
     options.pricing.explore_repay = 0;  // the always-right rule under test, not lanes11's exploration gate
+    options.scout_prompt_only = true;   // (the rule holds with the scout alone)
     auto lanes = Lanes::create(target, &drafter, options, clock);
     EXPECT_TRUE(lanes.ok());
     const int64_t setup_tap_rows = target.tap_rows();

@@ -30,6 +30,7 @@ ProbeRun run_streams(FixedClock& clock, bool with_drafter, int wrong_passes, dou
   FakeDrafter drafter(costed_fake_drafter(clock, wrong_rate));
   LanesOptions options;
   options.pricing.group_probes = group_probes;
+  options.scout_prompt_only = true;  // one probe by the scout, whatever whole contexts the prior might buy
   auto lanes = Lanes::create(target, with_drafter ? &drafter : nullptr, options, clock);
   EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
   ProbeRun run;

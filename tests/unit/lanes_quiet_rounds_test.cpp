@@ -16,6 +16,7 @@ LanesOptions restart_scout(PricingOptions::RestartScout scout) {
   LanesOptions options;
   options.pricing.restart_scout = scout;
   options.pricing.explore_repay = 0;  // the scouts under test run whatever the run can repay (lanes11's gate)
+  options.scout_prompt_only = true;   // restarted contexts under test (no prompt tapped but the scout's)
   return options;
 }
 

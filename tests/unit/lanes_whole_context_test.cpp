@@ -10,6 +10,13 @@
 namespace ls {
 namespace {
 
+// The scout alone (the eleventh session's default) against every prompt where the prior saves `share`.
+LanesOptions scout_alone() {
+  LanesOptions options;
+  options.scout_prompt_only = true;
+  return options;
+}
+
 LanesOptions whole(double share) {
   LanesOptions options;
   options.scout_prompt_only = false;
@@ -22,7 +29,7 @@ TEST(LanesWholeContext, FourStreamsWhereThePriorSavesMuchTapEveryPromptAndBeatTh
   // (0.90x of plain on these fakes); with every prompt tapped they draft over whole contexts.
   NanoLikeFakes pair;
   const std::vector<Arrival> arrivals = pair.arrivals(4, 256);
-  const FakeRun scout = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, LanesOptions{});
+  const FakeRun scout = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, scout_alone());
   const FakeRun every = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, whole(0.15));
   ASSERT_EQ(reply_tokens(every), reply_tokens(scout));
   EXPECT_GT(scout.stats.drafter_restarts, 0);
@@ -37,7 +44,7 @@ TEST(LanesWholeContext, EightStreamsWhereThePriorSavesLittleKeepTheScoutAlone) {
   // against the scout's 0.95x). At a 15 % share only the scout taps, exactly as without the rule.
   NanoLikeFakes pair;
   const std::vector<Arrival> arrivals = pair.arrivals(8, 256);
-  const FakeRun scout = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, LanesOptions{});
+  const FakeRun scout = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, scout_alone());
   const FakeRun share = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, whole(0.15));
   const FakeRun any = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, whole(0.0));
   ASSERT_EQ(reply_tokens(share), reply_tokens(scout));
