@@ -14,6 +14,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
     scout_prompt_only = value != "all" && !whole;
     const size_t colon = value.find(':');
     if (whole) whole_context_share = colon == std::string::npos ? 0.10 : std::atof(value.c_str() + colon + 1);
+    if (value == "all") whole_context_share = 0;  // wherever the prior pays at all (the fifth session's)
   }
   else if (flag == "--quiet-reprice") quiet_reprice_every = std::atoi(value.c_str());
   else if (flag == "--probe") group_probes = value != "alone";
