@@ -18,8 +18,6 @@
 namespace ls::lfm2::gpu {
 namespace {
 
-using namespace tile_detail;  // NOLINT: the tile kernel and what the combine shares with it
-
 // After a split launch: each (row, head) of a split window folds its chunk states 0 .. position / chunk in order
 // (fold_chunk, as the walking CTA does) and writes out = O / L. A warp per (row, head).
 template <int HD>
@@ -34,7 +32,7 @@ __global__ void attention_combine_kernel(TileArgs a) {
   const bool live = pair < a.rows * a.shape.heads;
   const int64_t row = live ? pair / a.shape.heads : 0;
   const WindowInfo w = live ? a.windows[a.row_window[row]] : WindowInfo{};
-  const bool split = live && window_split(w, a);
+  const bool split = live && window_split(w, a.splits, a.chunk_cap);
   if (a.early) ls::cuda::wait_for_previous_kernel();
   if (!split) return;
   fold_states<HD>(a, pair, (w.committed + (row - w.first_row)) / kAttentionChunkKeys + 1, lane);
