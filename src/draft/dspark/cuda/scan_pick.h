@@ -36,8 +36,8 @@ DraftPickMode draft_pick_mode_named(const char* value);
 bool draft_pick_spread();
 void set_draft_pick_spread(bool on);
 // Whether markov_pick_split's finish kernel stages the spread first rounds' terms in parallel before one thread adds
-// them in chunk order (session 11, the same bits): LS_DRAFT_PICK_STAGED ("1" on; off by default until a batch
-// decides) read once, or set_draft_pick_staged.
+// them in chunk order (session 11, the same bits): LS_DRAFT_PICK_STAGED ("1" on, the default since batch s11B;
+// "0" off) read once, or set_draft_pick_staged.
 bool draft_pick_staged();
 // `planted_skip_last` (tests only): the staged adds leave the last chunk out.
 void set_draft_pick_staged(bool on, bool planted_skip_last = false);
