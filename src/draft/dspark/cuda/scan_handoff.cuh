@@ -1,6 +1,6 @@
 // The persistent Markov scan's handoffs (scan_persistent.cu): the spin bound both share and the flagged handoff's
-// 64-bit words (session 8), each CTA's slot pick stored whole with no fence and read by spinning on it. Included by
-// CUDA sources only; internal linkage per file.
+// 64-bit words (session 8), each CTA's slot pick stored whole with no fence and read by spinning on it; and the
+// asynchronous copies it stages W2 rows and U with. Included by CUDA sources only; internal linkage per file.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,27 @@ namespace {
 using ls::cuda::keyed::Best;
 
 constexpr long long kBarrierSpinCycles = 200'000'000;  // ~0.1 s at 2 GHz
+
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+  const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
+}
+
+__device__ __forceinline__ void copy_async_4(void* shared, const void* global) {
+  const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(global) : "memory");
+}
+
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits for every committed group but the newest one.
+__device__ __forceinline__ void wait_all_but_newest_copy() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* address) {
+  unsigned int value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
 
 // The flagged handoff's word: bit 63 arrived, bit 62 a non-finite logit, bits 32..61 the best id + 1 (0: none),
 // bits 0..31 the best value (a float's bits: the logits are floats, so Best's double round-trips exactly).

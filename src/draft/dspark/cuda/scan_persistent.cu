@@ -29,32 +29,9 @@ constexpr int kWarps = kThreads / kWarp;
 constexpr int kRowsPerRound = kWarps * 4;
 constexpr int kPieces = kMaxFusedScanRank / 64;  // 16-byte pieces of a W2 row per lane
 
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
-  const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
-}
-
-__device__ __forceinline__ void copy_async_4(void* shared, const void* global) {
-  const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(global) : "memory");
-}
-
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Waits for every committed group but the newest one.
-__device__ __forceinline__ void wait_all_but_newest_copy() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-
-__device__ __forceinline__ unsigned int load_acquire(const unsigned int* address) {
-  unsigned int value;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
-
 // The 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for request r), flags non-finite
-// logits and keeps the greedy best of each request drafting at this slot. Keyed (session 11): a request with a
-// temperature (keyed[r].temperature > 0: no top-k, top-p or min-p, the caller checks) keeps the best Gumbel score
-// of its finite logits instead, verified_pick's round over a row without cuts (the plain Gumbel max of draw_token),
-// and its logit goes back into u for the flagged handoff's word.
+// logits and keeps the greedy best of each request drafting at this slot. Keyed (session 11): a sampled request
+// without cuts keeps its best Gumbel score instead (draw_token's plain Gumbel max), its logit back into u.
 struct KeyedSlot {
   double temperature;  // 0: greedy
   uint64_t row_key;    // keyed::row_key(seed, position of this slot's draw)
@@ -89,8 +66,7 @@ __device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, float* u,
 
 // Flagged: the handoff through words (pack_partial) in `in.partials`, zeroed before the launch, instead of the
 // counter `barrier`.
-// Keyed: requests with a temperature and no cuts take their Gumbel max (take_row); the flagged word then carries the
-// winner's logit, from which every reader computes its score again.
+// Keyed: sampled requests without cuts take their Gumbel max (take_row); the flagged word carries the winner's logit.
 template <int G, int RegisterRounds, bool Flagged, bool Keyed = false>
 __global__ void __launch_bounds__(kThreads, 2)
     persistent_scan_kernel(ScanStepInputs in, ScanShape shape, int ids_per_cta, int held_rounds,
