@@ -33,6 +33,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--gate-prompt") gate_prices_prompt = value == "on" ? 1 : 0;
   else if (flag == "--sampled-timing") sampled_timing_repeats = value == "repeats" ? 1 : 0;
   else if (flag == "--closed-gate") closed_gate_fast = value == "fast" ? 1 : 0;
+  else if (flag == "--sampled-streams") sampled_most_streams = std::atoi(value.c_str());
   else return false;
   return true;
 }
@@ -61,6 +62,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (gate_prices_prompt >= 0) pricing.gate_prices_prompt = gate_prices_prompt == 1;
   if (sampled_timing_repeats >= 0) options.calibration.sampled_repeats_as_greedy = sampled_timing_repeats == 1;
   if (closed_gate_fast >= 0) pricing.closed_gate_fast = closed_gate_fast == 1;
+  if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
 }
 
 const char* lanes_switches_usage() {
@@ -68,7 +70,7 @@ const char* lanes_switches_usage() {
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
-         "[--sampled-timing once|repeats] [--closed-gate full|fast]";
+         "[--sampled-timing once|repeats] [--closed-gate full|fast] [--sampled-streams N]";
 }
 
 }  // namespace ls::bench

@@ -29,6 +29,7 @@ struct LanesSwitches {
   int gate_prices_prompt = -1;          // --gate-prompt off|on (lanes12)
   int sampled_timing_repeats = -1;      // --sampled-timing once|repeats (lanes12)
   int closed_gate_fast = -1;            // --closed-gate full|fast (lanes12)
+  int sampled_most_streams = -1;        // --sampled-streams N (lanes12; 0 = any)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

@@ -157,6 +157,12 @@ struct PricingOptions {
   // tokens with nothing explored (--explore-gate 3,0) at 8 / 16 streams: 0.983x, the drafted arm's host work +0.6 /
   // +0.8 ms a run over plain's. lanes_bench --closed-gate fast|full.
   bool closed_gate_fast = false;
+  // Eleventh session (lanes12), not yet timed: sampled passes are bought (and sampled exploration runs) only in
+  // rounds of at most this many streams (0: any, the default). H200 s11B, with pass11's cheap sampled pass (1 stream
+  // 0.63 ms): the synth 1.2B seeded sampled 2.32x at 1 stream but 0.82 / 0.89x at 4 / 16 (passes 1.7 ms against a
+  // 1.38 ms table, 7-9 new shapes' eager forwards), where nothing drafted was 1.00x (s11A). 1 keeps the first and
+  // the old behaviour of the others. lanes_bench --sampled-streams N.
+  int sampled_most_streams = 0;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
