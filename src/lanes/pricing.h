@@ -157,12 +157,14 @@ struct PricingOptions {
   // tokens with nothing explored (--explore-gate 3,0) at 8 / 16 streams: 0.983x, the drafted arm's host work +0.6 /
   // +0.8 ms a run over plain's. lanes_bench --closed-gate fast|full.
   bool closed_gate_fast = false;
-  // Eleventh session (lanes12), not yet timed: sampled passes are bought (and sampled exploration runs) only in
-  // rounds of at most this many streams (0: any, the default). H200 s11B, with pass11's cheap sampled pass (1 stream
-  // 0.63 ms): the synth 1.2B seeded sampled 2.32x at 1 stream but 0.82 / 0.89x at 4 / 16 (passes 1.7 ms against a
-  // 1.38 ms table, 7-9 new shapes' eager forwards), where nothing drafted was 1.00x (s11A). 1 keeps the first and
-  // the old behaviour of the others. lanes_bench --sampled-streams N.
-  int sampled_most_streams = 0;
+  // Eleventh session (lanes12): sampled passes are bought (and sampled exploration runs) only in rounds of at most
+  // this many streams (0: any). With pass11's cheap sampled pass (1 stream 0.63 ms) the synth 1.2B seeded sampled
+  // drafted 2.32x at 1 stream but 0.82 / 0.89x at 4 / 16 (H200 s11B: passes 1.7 ms against a 1.38 ms table, 7-9 new
+  // shapes' eager forwards), where nothing drafted was 1.00x. The default 1 since the final batch's interleaved arms
+  // (1 / 4 / 16 streams: 2.33 / 1.00 / 1.00 and 2.34 / 1.00 / 0.99x against 2.33 / 0.85 / 0.95 and 2.32 / 0.84 /
+  // 0.89x), until multi-request sampled passes are priced from what they cost in a round. The fakes' tests of sampled
+  // drafting at several streams set 0. lanes_bench --sampled-streams N.
+  int sampled_most_streams = 1;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered

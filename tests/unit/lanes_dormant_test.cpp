@@ -39,7 +39,7 @@ TEST(LanesDormant, AStreamPricedToZeroGetsNoTapRowsAndNoAbsorbsAfterItsProbes) {
   FixedClock clock;
   FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
   FakeDrafter drafter(costed_drafter(clock, 1.0, 0.2));
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   const std::vector<Arrival> arrivals = requests(4, 40, 400);
   for (const Arrival& arrival : arrivals) (*lanes)->submit(arrival.request);
@@ -70,7 +70,7 @@ TEST(LanesDormant, DraftFalseStreamsAskTheTargetForNoTaps) {
   FixedClock clock;
   FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
   FakeDrafter drafter(costed_drafter(clock, 0.2, 0.2));
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   const int64_t setup_tap_rows = target.tap_rows();
   std::vector<Arrival> arrivals = requests(3, 12, 60);
@@ -90,7 +90,7 @@ TEST(LanesDormant, AStreamResumingAfterDormancyDraftsWithAValidContextAndStaysEx
   FixedClock clock;
   FakeTarget target(costed_fake_target(clock, 10.0, 2.0, 128));
   FakeDrafter drafter(costed_drafter(clock, 0.0, 2.0));
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   std::vector<Arrival> arrivals = requests(16, 10, 40);
   arrivals[0].request.max_tokens = 300;
@@ -120,7 +120,7 @@ TEST(LanesDormant, WhereEvenAnAlwaysRightDrafterCannotPayAtThisManyStreamsNoProm
     FixedClock clock;
     FakeTarget target(costed_fake_target(clock, 10.0, 2.0, 128));
     FakeDrafter drafter(costed_drafter(clock, 0.0, 2.0));
-    LanesOptions options;
+    LanesOptions options = sampled_any_streams();
     options.pricing.explore_repay = 0;  // the always-right rule under test, not lanes11's exploration gate
     options.scout_prompt_only = true;   // (the rule holds with the scout alone)
     auto lanes = Lanes::create(target, &drafter, options, clock);
@@ -149,7 +149,7 @@ TEST(LanesDormant, WithScoutPromptOnlyOffWhereThePriorPaysEveryPromptIsTappedBef
     FixedClock clock;
     FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
     FakeDrafter drafter(costed_drafter(clock, 0.0, 0.2));
-    LanesOptions options;
+    LanesOptions options = sampled_any_streams();
     options.scout_prompt_only = scout_prompt_only;
     auto lanes = Lanes::create(target, &drafter, options, clock);
     EXPECT_TRUE(lanes.ok());
@@ -171,7 +171,7 @@ TEST(LanesDormant, StreamsThatAreNotDraftingTakeNoTapRowsAndNoAbsorbCalls) {
   FixedClock clock;
   FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
   FakeDrafter drafter(costed_drafter(clock, 1.0, 0.2));
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   const int64_t setup_tap_rows = target.tap_rows();
   const int64_t setup_absorbs = drafter.absorbs();
@@ -205,7 +205,7 @@ TEST(LanesDormant, ARoundThatBuysNoDraftsCallsTheDrafterZeroTimes) {
     FakeDrafterOptions drafter_options = costed_drafter(clock, 0.5, 2.0);
     drafter_options.device_taps = device_taps;
     FakeDrafter drafter(drafter_options);
-    auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+    auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
     ASSERT_TRUE(lanes.ok());
     ASSERT_EQ((*lanes)->device_taps(), device_taps);
     for (const Arrival& arrival : requests(16, 24, 300)) (*lanes)->submit(arrival.request);
@@ -234,7 +234,7 @@ TEST(LanesDormant, OnTheFakesARoundsTimeIsItsForwardsPlusItsDrafterCallsAndNothi
   FixedClock clock;
   FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
   FakeDrafter drafter(costed_drafter(clock, 0.2, 0.2));
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   const double start_ms = clock.now_ms();
   auto replies = run_arrivals(**lanes, requests(4, 20, 60));
@@ -256,7 +256,7 @@ TEST(LanesDormant, ADrafterThatCannotRestartIsHandedEveryKeptRowAsBefore) {
   FakeDrafterOptions drafter_options = costed_drafter(clock, 1.0, 0.2);
   drafter_options.restarts = false;
   FakeDrafter drafter(drafter_options);
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   const int64_t setup_tap_rows = target.tap_rows();
   const std::vector<Arrival> arrivals = requests(4, 40, 200);
@@ -277,7 +277,7 @@ TEST(LanesDormant, RoundsOfDormantStreamsRunTheRowAllocatorOnlyEveryEighthDecisi
     FixedClock clock;
     FakeTarget target(costed_fake_target(clock, 10.0, 0.5, 128));
     FakeDrafter drafter(costed_drafter(clock, 1.0, 0.2));
-    LanesOptions options;
+    LanesOptions options = sampled_any_streams();
     options.pricing.quiet_reprice_every = reprice_every;
     auto lanes = Lanes::create(target, &drafter, options, clock);
     EXPECT_TRUE(lanes.ok());

@@ -37,12 +37,12 @@ TEST(LanesRefusals, ADrafterOnAWidth1TargetIsRefusedWithDrafterNeedsWideVerify) 
   FakeTarget target(options);
   FakeDrafter drafter(FakeDrafterOptions{});
   FixedClock clock;
-  auto refused = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto refused = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), ErrorCode::DrafterNeedsWideVerify);
   EXPECT_EQ(drafter.absorbs(), 0);
   // The target still serves plainly at width 1.
-  auto plain = Lanes::create(target, nullptr, LanesOptions{}, clock);
+  auto plain = Lanes::create(target, nullptr, sampled_any_streams(), clock);
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(run_arrivals(**plain, mixed_requests(2)).ok());
 }
@@ -53,7 +53,7 @@ TEST(LanesRefusals, ADrafterTappingALayerTheTargetLacksIsRefusedWithDraftTargetM
   options.tap_layers = {1, 4};  // the fake target has 4 layers: 0 .. 3
   FakeDrafter drafter(options);
   FixedClock clock;
-  auto refused = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto refused = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), ErrorCode::DraftTargetMismatch);
 }
@@ -86,7 +86,7 @@ TEST_P(LanesDrafterFaults, FallBackToPlainForThatStreamAreCountedAndOutputStaysE
   options.fault_every = 7;
   FakeDrafter drafter(options);
   FixedClock clock;
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   const int64_t planted_at_setup = drafter.faults_planted();
   std::vector<Arrival> arrivals = mixed_requests(8);
@@ -119,7 +119,7 @@ TEST(LanesReleases, EveryStreamIsReleasedExactlyOnceFromTheTargetAndTheDrafter) 
   options.fault_every = 11;
   FakeDrafter drafter(options);
   FixedClock clock;
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   std::vector<Arrival> arrivals = mixed_requests(12);
   arrivals[2].cancel_round = 3;
@@ -145,7 +145,7 @@ TEST(LanesReleases, ATargetForwardFailureEndsItsStreamsWithAnErrorAndReleasesThe
   options.fail_forward_at = 6;
   FakeTarget target(options);
   FixedClock clock;
-  auto lanes = Lanes::create(target, nullptr, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, nullptr, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   std::vector<Arrival> arrivals = mixed_requests(3);
   for (Arrival& arrival : arrivals) arrival.round = 0;
@@ -177,7 +177,7 @@ TEST(LanesFairness, NoStreamStarvesAt64Streams) {
   FakeTarget target(options);
   FakeDrafter drafter(FakeDrafterOptions{});
   FixedClock clock;
-  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &drafter, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok());
   const std::vector<Arrival> arrivals = endless_arrivals(64, 64, 80, [](int index) { return index % 2 == 0; });
   auto replies = run_arrivals(**lanes, arrivals);

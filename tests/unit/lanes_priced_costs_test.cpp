@@ -15,7 +15,7 @@ namespace ls {
 namespace {
 
 LanesOptions new_rules(bool on) {
-  LanesOptions options;
+  LanesOptions options = sampled_any_streams();
   options.pricing.confidence_for_unexplored = on;
   options.pricing.price_depth_asked = on;
   options.pricing.probes_pay_their_way = on;
@@ -33,10 +33,10 @@ TEST(LanesPricedCosts, WhereOnlyDeepWindowsPayAConfidentDrafterIsBoughtDeepWindo
   drafter.draft_fixed_ms = 20.0;
   drafter.confidences = true;
   std::vector<Arrival> arrivals = endless_arrivals(16, target.shape.vocab_size, 300);
-  FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals, LanesOptions{});
-  LanesOptions new_options;
+  FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals, sampled_any_streams());
+  LanesOptions new_options = sampled_any_streams();
   new_options.pricing.confidence_for_unexplored = true;
-  LanesOptions old_options;
+  LanesOptions old_options = sampled_any_streams();
   old_options.pricing.confidence_for_unexplored = false;
   FakeRun old_run = run_fakes(clock, target, drafter, arrivals, old_options);
   FakeRun new_run = run_fakes(clock, target, drafter, arrivals, new_options);
@@ -58,11 +58,11 @@ TEST(LanesPricedCosts, AnUnderconfidentHeadDoesNotPriceUnexploredDepthsBelowTheP
   drafter.reported_wrong_rate = 0.6;
   drafter.draft_fixed_ms = 8.0;
   std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, 300);
-  FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals, LanesOptions{});
-  LanesOptions prior_options;
+  FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals, sampled_any_streams());
+  LanesOptions prior_options = sampled_any_streams();
   prior_options.pricing.confidence_for_unexplored = false;
   FakeRun prior_run = run_fakes(clock, target, drafter, arrivals, prior_options);
-  FakeRun new_run = run_fakes(clock, target, drafter, arrivals, LanesOptions{});
+  FakeRun new_run = run_fakes(clock, target, drafter, arrivals, sampled_any_streams());
   ASSERT_EQ(reply_tokens(new_run), reply_tokens(plain));
   ASSERT_GT(prior_run.stats.windows_with_drafts, 20);
   EXPECT_GE(new_run.stats.windows_with_drafts * 10, prior_run.stats.windows_with_drafts * 9)

@@ -13,7 +13,7 @@ namespace ls {
 namespace {
 
 LanesOptions restart_scout(PricingOptions::RestartScout scout) {
-  LanesOptions options;
+  LanesOptions options = sampled_any_streams();
   options.pricing.restart_scout = scout;
   options.pricing.explore_repay = 0;  // the scouts under test run whatever the run can repay (lanes11's gate)
   options.scout_prompt_only = true;   // restarted contexts under test (no prompt tapped but the scout's)
@@ -27,7 +27,7 @@ TEST(LanesQuietRounds, WhereRestartedContextsDraftBadlyARestartScoutKeepsTheOthe
   // drafts first and its window prices the rest.
   NanoLikeFakes pair;
   const std::vector<Arrival> arrivals = pair.arrivals(8, 64);
-  const FakeRun plain = run_fakes(pair.clock, pair.target, std::nullopt, arrivals, LanesOptions{});
+  const FakeRun plain = run_fakes(pair.clock, pair.target, std::nullopt, arrivals, sampled_any_streams());
   const FakeRun off = run_fakes(pair.clock, pair.target, pair.drafter, arrivals,
                                 restart_scout(PricingOptions::RestartScout::Off));
   const FakeRun defer = run_fakes(pair.clock, pair.target, pair.drafter, arrivals,
@@ -52,7 +52,7 @@ TEST(LanesQuietRounds, WithADeferredRestartScoutADrafterThatPaysOnlyWhenSixteenS
   FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.0);
   drafter.max_depth = 7;
   const std::vector<Arrival> arrivals = endless_arrivals(16, target.shape.vocab_size, 256);
-  const FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals, LanesOptions{});
+  const FakeRun plain = run_fakes(clock, target, std::nullopt, arrivals, sampled_any_streams());
   const FakeRun off = run_fakes(clock, target, drafter, arrivals, restart_scout(PricingOptions::RestartScout::Off));
   const FakeRun defer = run_fakes(clock, target, drafter, arrivals, restart_scout(PricingOptions::RestartScout::Defer));
   ASSERT_EQ(reply_tokens(defer), reply_tokens(plain));

@@ -53,7 +53,7 @@ TEST_P(LanesOnRealTarget, DraftedRepliesEqualPlainRepliesRunAloneTokenForToken) 
     drafter.expect(static_cast<StreamId>(index + 1), sequence);  // lanes number streams 1, 2, ... in submit order
   }
   FixedClock clock;
-  LanesOptions options;
+  LanesOptions options = sampled_any_streams();
   options.measure_width = 8;
   options.max_streams = 16;
   options.calibration.repeats = 1;  // timing steers rows, never tokens: one timed run keeps the test fast

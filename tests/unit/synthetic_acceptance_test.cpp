@@ -232,7 +232,7 @@ TEST(SyntheticAcceptanceDrafter, ThroughTheLanesWithFreeRowsTheMeasuredMeanIsThe
     synthetic.expect(static_cast<StreamId>(index + 1), sequence);
   }
   FakeTarget target(target_options);
-  auto lanes = Lanes::create(target, &synthetic, LanesOptions{}, clock);
+  auto lanes = Lanes::create(target, &synthetic, sampled_any_streams(), clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   auto replies = run_arrivals(**lanes, arrivals);
   ASSERT_TRUE(replies.ok()) << replies.status().to_string();
@@ -292,7 +292,7 @@ TEST_P(SyntheticAcceptanceOnNano, DraftedRepliesWithSyntheticAcceptanceEqualPlai
     synthetic.expect(static_cast<StreamId>(position + 1), sequence);
   }
   FixedClock clock;
-  LanesOptions options;
+  LanesOptions options = sampled_any_streams();
   options.max_streams = 16;
   options.calibration.repeats = 1;
   auto lanes = Lanes::create(**target, &synthetic, options, clock);

@@ -91,6 +91,13 @@ struct ExactnessRun {
   FakeRun drafted;
   std::vector<std::vector<int32_t>> alone;
 };
+// Lanes options that buy sampled passes at any stream count (PricingOptions::sampled_most_streams = 0; the default
+// drafts sampled requests only in 1-stream rounds): the tests of sampled drafting among several streams.
+inline LanesOptions sampled_any_streams(LanesOptions options = {}) {
+  options.pricing.sampled_most_streams = 0;
+  return options;
+}
+
 ExactnessRun run_exactness_case(bool sampled, bool device_taps, const LanesOptions& options,
                                 double sampled_pass_factor = 1.0);
 
