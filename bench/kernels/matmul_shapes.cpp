@@ -32,6 +32,7 @@
 #include "compute/cpu/cpu_features.h"
 #include "compute/ops.h"
 #include "../bench_util.h"
+#include "../cpu_bench_floor.h"
 #include "nano_gemm.h"
 
 using ls::bench::median;
@@ -52,28 +53,12 @@ const Shape kShapes[] = {{"conv.in_proj", 3072, 1024, 10}, {"conv.out_proj", 102
                          {"ffn.w1/w3", 4608, 1024, 32},    {"ffn.w2", 1024, 4608, 16},
                          {"head", 65536, 1024, 1}};
 
-// CPU time of the calling thread in ms (with --cpu-time: robust to other processes sharing the cores, 1 thread only).
-double thread_cpu_ms() {
-  timespec now;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return now.tv_sec * 1e3 + now.tv_nsec / 1e6;
-}
+using bench::sum_stream;
+using bench::thread_cpu_ms;
 
 double now_ms(bool cpu_time) {
   return cpu_time ? thread_cpu_ms()
                   : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Sums `count` floats with eight independent 16-lane accumulators (as cpu_bench's floor loop).
-__attribute__((target("avx512f"))) float sum_stream(const float* data, int64_t count) {
-  __m512 acc[8];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  for (int64_t i = 0; i + 128 <= count; i += 128) {
-    #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) acc[j] = _mm512_add_ps(acc[j], _mm512_load_ps(data + i + 16 * j));
-  }
-  for (int j = 1; j < 8; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
-  return _mm512_reduce_add_ps(acc[0]);
 }
 
 // Best read GB/s of `pool`'s threads each summing its part of a 1 GiB huge-page buffer.

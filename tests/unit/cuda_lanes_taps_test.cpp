@@ -12,6 +12,7 @@
 #include "draft/dspark/cuda/cuda_drafter.h"
 #include "draft/load.h"
 #include "lanes/lanes.h"
+#include "cuda_target_test_util.h"
 #include "lanes/testing/harness.h"
 #include "model/lfm2/cuda/cuda_target.h"
 #include "model/load.h"
@@ -24,14 +25,7 @@ const std::string kNanoDrafter = std::string(LS_SOURCE_DIR) + "/models/nano/draf
 
 std::unique_ptr<Target> nano_target(int max_rows = 128) {
   if (!std::filesystem::exists(kNanoTarget + "/config.json")) return nullptr;
-  LoadOptions options;
-  options.device = Device::Cuda;
-  options.max_rows = max_rows;
-  options.max_streams = 64;
-  options.kv_pages = 2048;
-  options.kv_page_size = 16;
-  options.exact_width_probe = 16;
-  auto loaded = load_target(kNanoTarget, options);
+  auto loaded = load_target(kNanoTarget, lfm2::cuda_test::cuda_options(max_rows));
   EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
   return loaded.ok() ? std::move(loaded).value() : nullptr;
 }
