@@ -199,11 +199,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   const int gate_rows = options_.gate_prices_prompt && !any_awake ? widest_prompt : 0;
   const bool explore = !drafter_unproven || exploration_repays(round_streams, widest_cap, most_left, gate_rows, mode);
   if (!explore && options_.closed_gate_fast) return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
-  // sampled_most_streams: a sampled pass is not bought (nor probed) in a round of more streams.
-  if (mode == PassMode::Sampled && options_.sampled_most_streams > 0 && round_streams > options_.sampled_most_streams &&
-      !options_.always_draft) {
-    return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
-  }
+  if (sampled_too_wide(round_streams, mode)) return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
   std::vector<bool> offered(drafting.size(), false);
   bool scout_chosen = false;
   // RestartScout::Alone: until a restarted window is verified one stream that needs a restart is offered drafts (an

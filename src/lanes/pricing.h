@@ -209,6 +209,11 @@ class Pricing {
   // the gate is off or the drafter is proven.
   bool exploration_repays(int round_streams, int cap, int tokens_left, int absorb_rows,
                           PassMode mode = PassMode::Greedy) const;
+  // PricingOptions::sampled_most_streams: sampled passes are neither bought nor explored in a round this wide.
+  bool sampled_too_wide(int round_streams, PassMode mode) const {
+    return mode == PassMode::Sampled && options_.sampled_most_streams > 0 &&
+           round_streams > options_.sampled_most_streams && !options_.always_draft;
+  }
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
   // stream its rows' share of that call, not a call of its own.
   void set_batched_absorbs(bool on) { batched_absorbs_ = on; }

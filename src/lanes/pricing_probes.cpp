@@ -157,10 +157,7 @@ bool Pricing::could_draft(int round_streams, int cap, bool always_right, PassMod
 
 bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, int absorb_rows, PassMode mode) const {
   if (options_.always_draft) return true;
-  // sampled_most_streams: no sampled exploration (no prompt tapped for it) in rounds of more streams.
-  if (mode == PassMode::Sampled && options_.sampled_most_streams > 0 && round_streams > options_.sampled_most_streams) {
-    return false;
-  }
+  if (sampled_too_wide(round_streams, mode)) return false;  // no sampled exploration, no prompt tapped for it
   if (options_.explore_repay <= 0 || drafter_proven()) return true;
   if (cap <= 0 || tokens_left <= 0) return false;
   const int streams = std::clamp(round_streams, 1, max_rows_);
