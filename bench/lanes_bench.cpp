@@ -49,6 +49,8 @@
 //                                                                         at load as often as greedy ones (lanes12)
 //             [--closed-gate full|fast]                                    fast: a decision behind a closed gate skips
 //                                                                         its offers and allocator run (lanes12)
+//             [--first-outcomes ema|fast]                                  fast: acceptance and calibration learn a
+//                                                                         depth's first outcomes at 1/(n+2) (lanes13)
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
 //

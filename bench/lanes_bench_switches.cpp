@@ -34,6 +34,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--sampled-timing") sampled_timing_repeats = value == "repeats" ? 1 : 0;
   else if (flag == "--closed-gate") closed_gate_fast = value == "fast" ? 1 : 0;
   else if (flag == "--sampled-streams") sampled_most_streams = std::atoi(value.c_str());
+  else if (flag == "--first-outcomes") fast_first_outcomes = value == "fast" ? 1 : 0;
   else return false;
   return true;
 }
@@ -63,6 +64,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (sampled_timing_repeats >= 0) options.calibration.sampled_repeats_as_greedy = sampled_timing_repeats == 1;
   if (closed_gate_fast >= 0) pricing.closed_gate_fast = closed_gate_fast == 1;
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
+  if (fast_first_outcomes >= 0) pricing.fast_first_outcomes = fast_first_outcomes == 1;
 }
 
 const char* lanes_switches_usage() {
@@ -70,7 +72,8 @@ const char* lanes_switches_usage() {
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
-         "[--sampled-timing once|repeats] [--closed-gate full|fast] [--sampled-streams N]";
+         "[--sampled-timing once|repeats] [--closed-gate full|fast] [--sampled-streams N] "
+         "[--first-outcomes ema|fast]";
 }
 
 }  // namespace ls::bench

@@ -30,6 +30,7 @@ struct LanesSwitches {
   int sampled_timing_repeats = -1;      // --sampled-timing once|repeats (lanes12)
   int closed_gate_fast = -1;            // --closed-gate full|fast (lanes12)
   int sampled_most_streams = -1;        // --sampled-streams N (lanes12; 0 = any)
+  int fast_first_outcomes = -1;         // --first-outcomes ema|fast (lanes13)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

@@ -14,13 +14,17 @@ void AcceptanceByDepth::reset(std::span<const double> prior) {
   observations_.assign(prior.size(), 0);
 }
 
-void AcceptanceByDepth::observe(int proposed, int accepted, double rate) {
+double outcome_rate(double rate, int seen, bool fast_start) {
+  return fast_start ? std::max(rate, 1.0 / (std::max(seen, 0) + 2.0)) : rate;
+}
+
+void AcceptanceByDepth::observe(int proposed, int accepted, double rate, bool fast_start) {
   const int depths = std::min<int>(proposed, static_cast<int>(conditional_.size()));
   for (int depth_index = 0; depth_index < depths; ++depth_index) {
     if (accepted < depth_index) break;  // draft depth_index + 1 was never reached
     const double landed = accepted > depth_index ? 1.0 : 0.0;
-    ++observations_[depth_index];
-    conditional_[depth_index] += rate * (landed - conditional_[depth_index]);
+    const double weight = outcome_rate(rate, observations_[depth_index]++, fast_start);
+    conditional_[depth_index] += weight * (landed - conditional_[depth_index]);
   }
 }
 
@@ -110,14 +114,14 @@ std::vector<float> ConfidenceCalibration::calibrate(std::span<const float> raw_c
   return calibrated;
 }
 
-void ConfidenceCalibration::observe(std::span<const float> raw_chances, int accepted, double rate) {
+void ConfidenceCalibration::observe(std::span<const float> raw_chances, int accepted, double rate, bool fast_start) {
   std::vector<double> conditional = conditional_from_chain(raw_chances);
   for (size_t index = 0; index < conditional.size(); ++index) {
     if (accepted < static_cast<int>(index)) break;
     const size_t bin = std::min(index, predicted_.size() - 1);
-    predicted_[bin] += rate * (conditional[index] - predicted_[bin]);
-    observed_[bin] += rate * ((accepted > static_cast<int>(index) ? 1.0 : 0.0) - observed_[bin]);
-    ++outcomes_[bin];
+    const double weight = outcome_rate(rate, outcomes_[bin]++, fast_start);
+    predicted_[bin] += weight * (conditional[index] - predicted_[bin]);
+    observed_[bin] += weight * ((accepted > static_cast<int>(index) ? 1.0 : 0.0) - observed_[bin]);
   }
 }
 

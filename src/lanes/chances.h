@@ -16,8 +16,9 @@ std::vector<double> default_depth_prior();
 class AcceptanceByDepth {
  public:
   void reset(std::span<const double> prior);
-  // A round offered `proposed` drafts and `accepted` of them landed (a prefix).
-  void observe(int proposed, int accepted, double rate);
+  // A round offered `proposed` drafts and `accepted` of them landed (a prefix). `fast_start`: a depth's first
+  // outcomes weigh 1/(n+2) (the estimate counts as one outcome) until that falls to `rate`.
+  void observe(int proposed, int accepted, double rate, bool fast_start = false);
   // Leading depths with at least one observation: drafting deeper than this (+ a step) is exploration.
   int explored_depth() const;
   // Chain chances of the first `depth` drafts: [depth] non-increasing.
@@ -41,8 +42,9 @@ class ConfidenceCalibration {
   explicit ConfidenceCalibration(int max_depth = 16);
   // Raw chain chances [k] -> calibrated chain chances [k] (products of calibrated conditional confidences).
   std::vector<float> calibrate(std::span<const float> raw_chances) const;
-  // A round verified drafts whose raw chain chances were `raw_chances` [proposed]; `accepted` landed.
-  void observe(std::span<const float> raw_chances, int accepted, double rate);
+  // A round verified drafts whose raw chain chances were `raw_chances` [proposed]; `accepted` landed. `fast_start`:
+  // as AcceptanceByDepth::observe.
+  void observe(std::span<const float> raw_chances, int accepted, double rate, bool fast_start = false);
   // observed / predicted at a depth, clamped to [0.1, 10]; a depth never verified takes the deepest verified one's
   // (1 before any).
   double scale(int depth_index) const;
@@ -64,6 +66,10 @@ class PooledConfidence {
  private:
   std::vector<double> conditional_;  // [depths] moving average of the raw conditional confidence
 };
+
+// The moving-average weight of an outcome after `seen` at its depth: `rate`, or with `fast_start` 1/(seen+2) while
+// that is larger (a 64-token run's few windows cannot wait for a 0.15 average to leave its prior).
+double outcome_rate(double rate, int seen, bool fast_start);
 
 // Raw chain chances -> conditional confidences: c[0] = chance[0], c[j] = chance[j] / chance[j-1] (0 after a 0).
 std::vector<double> conditional_from_chain(std::span<const float> chances);

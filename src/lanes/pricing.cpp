@@ -433,6 +433,7 @@ void Pricing::observe_confidences(std::span<const float> raw_chances) {
 }
 
 void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
+  const bool fast = options_.fast_first_outcomes;
   if (has_confidence_ && options_.confidence_for_unexplored) {
     // A depth's first outcomes move the confidences' estimate; they do not replace it.
     pooled_acceptance_.seed_unobserved(unexplored_conditionals());
@@ -447,12 +448,12 @@ void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
     restart_acceptance_.observe(proposed, accepted, fast_rate(restart_windows_++));
     stream.acceptance.observe(proposed, accepted, fast_rate(stream.restarted_windows++));
   } else {
-    stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
+    stream.acceptance.observe(proposed, accepted, options_.acceptance_rate, fast);
   }
-  pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
+  pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate, fast);
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {
     calibration_.observe(std::span<const float>(stream.held_chances).first(proposed), accepted,
-                         options_.acceptance_rate);
+                         options_.acceptance_rate, fast);
   }
 }
 

@@ -165,6 +165,12 @@ struct PricingOptions {
   // 0.89x), until multi-request sampled passes are priced from what they cost in a round. The fakes' tests of sampled
   // drafting at several streams set 0. lanes_bench --sampled-streams N.
   int sampled_most_streams = 1;
+  // Twelfth session (lanes13). Acceptance (each stream's, the pool's) and the confidences' calibration learn a depth's
+  // first outcomes at 1/(n+2) (the prior counts as one outcome) until that falls to acceptance_rate, as the restart
+  // pool does: at 0.15 a 64-token run's few windows barely move the prior (0.85 at depth 1 -> 0.72 after a window
+  // that landed nothing), so a drafter that lands ~0.8 of 7 a window (the nano pair's seeded sampled windows on the
+  // H200, s11final 0.89x at 1 stream) kept being bought. lanes_bench --first-outcomes fast|ema.
+  bool fast_first_outcomes = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
