@@ -45,10 +45,6 @@
 //             [--gate-prompt off|on]                                       on: the exploration gate prices a dormant
 //                                                                         scout's untapped prompt as admission did
 //                                                                         (lanes12)
-//             [--sampled-timing once|repeats]                              repeats: sampled passes and verifies timed
-//                                                                         at load as often as greedy ones (lanes12)
-//             [--closed-gate full|fast]                                    fast: a decision behind a closed gate skips
-//                                                                         its offers and allocator run (lanes12)
 //             [--first-outcomes ema|fast]                                  fast: acceptance and calibration learn a
 //                                                                         depth's first outcomes at 1/(n+2) (lanes13)
 //                                                                         call priced) and quiet repricing; old

@@ -31,8 +31,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--pass-timing") pass_after_forward = value == "after-forward" ? 1 : 0;
   else if (flag == "--group-check") group_check_backoff = value == "backoff" ? 1 : 0;
   else if (flag == "--gate-prompt") gate_prices_prompt = value == "on" ? 1 : 0;
-  else if (flag == "--sampled-timing") sampled_timing_repeats = value == "repeats" ? 1 : 0;
-  else if (flag == "--closed-gate") closed_gate_fast = value == "fast" ? 1 : 0;
   else if (flag == "--sampled-streams") sampled_most_streams = std::atoi(value.c_str());
   else if (flag == "--first-outcomes") fast_first_outcomes = value == "fast" ? 1 : 0;
   else return false;
@@ -61,8 +59,6 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (pass_after_forward >= 0) options.calibration.pass_after_forward = pass_after_forward == 1;
   if (group_check_backoff >= 0) pricing.group_check_backoff = group_check_backoff == 1;
   if (gate_prices_prompt >= 0) pricing.gate_prices_prompt = gate_prices_prompt == 1;
-  if (sampled_timing_repeats >= 0) options.calibration.sampled_repeats_as_greedy = sampled_timing_repeats == 1;
-  if (closed_gate_fast >= 0) pricing.closed_gate_fast = closed_gate_fast == 1;
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
   if (fast_first_outcomes >= 0) pricing.fast_first_outcomes = fast_first_outcomes == 1;
 }
@@ -72,7 +68,7 @@ const char* lanes_switches_usage() {
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
-         "[--sampled-timing once|repeats] [--closed-gate full|fast] [--sampled-streams N] "
+         "[--sampled-streams N] "
          "[--first-outcomes ema|fast]";
 }
 

@@ -27,8 +27,6 @@ struct LanesSwitches {
   int pass_after_forward = -1;          // --pass-timing alone|after-forward (lanes9)
   int group_check_backoff = -1;         // --group-check every|backoff (lanes12)
   int gate_prices_prompt = -1;          // --gate-prompt off|on (lanes12)
-  int sampled_timing_repeats = -1;      // --sampled-timing once|repeats (lanes12)
-  int closed_gate_fast = -1;            // --closed-gate full|fast (lanes12)
   int sampled_most_streams = -1;        // --sampled-streams N (lanes12; 0 = any)
   int fast_first_outcomes = -1;         // --first-outcomes ema|fast (lanes13)
 

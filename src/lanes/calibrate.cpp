@@ -67,7 +67,7 @@ Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, 
       return rows != 1 && rows != options.max_rows && rows != 4 && rows != 16 && rows != 64;
     });
   }
-  const int repeats = sampled && !options.sampled_repeats_as_greedy ? std::min(options.repeats, 1) : options.repeats;
+  const int repeats = sampled ? std::min(options.repeats, 1) : options.repeats;
   for (int rows : row_counts) {
     double fastest = std::numeric_limits<double>::infinity();
     for (int run = 0; run <= repeats && status.ok(); ++run) {
@@ -193,7 +193,7 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
     }
     double fastest = std::numeric_limits<double>::infinity();
     // Sampled: one timed run unless timed like greedy ones (load time).
-    const int repeats = sampled && !options.sampled_repeats_as_greedy ? std::min(options.repeats, 1) : options.repeats;
+    const int repeats = sampled ? std::min(options.repeats, 1) : options.repeats;
     for (int run = 0; run <= repeats && status.ok(); ++run) {
       if (options.pass_after_forward) status = time_one_forward(target, clock, forward_options, streams,
                                                                 forward_scratch).status();

@@ -29,11 +29,6 @@ struct CalibrationOptions {
   // stream count at the deepest depth; the sampled table is the greedy one scaled by their ratio per stream count
   // (Lanes::create asks for it with PricingOptions::pass_cost_per_mode).
   bool sampled_passes = true;
-  // Sampled passes and verifies timed like greedy ones (the fastest of `repeats` after one untimed) instead of one
-  // timed run: a CUDA drafter or target that captures a shape's graph at its second sighting would put the capture
-  // in a lone timed run, and the sampled tables would price every sampled pass at it (lanes12; lanes_bench
-  // --sampled-timing repeats|once).
-  bool sampled_repeats_as_greedy = false;
 };
 
 // Times forwards at a few row counts and drafter passes on a (streams, depth) grid, on scratch streams that are

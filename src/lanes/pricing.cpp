@@ -198,7 +198,6 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   // absorb (admission's closed gate is then remembered here too, without an allocator run).
   const int gate_rows = options_.gate_prices_prompt && !any_awake ? widest_prompt : 0;
   const bool explore = !drafter_unproven || exploration_repays(round_streams, widest_cap, most_left, gate_rows, mode);
-  if (!explore && options_.closed_gate_fast) return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
   if (sampled_too_wide(round_streams, mode)) return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
   std::vector<bool> offered(drafting.size(), false);
   bool scout_chosen = false;

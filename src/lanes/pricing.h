@@ -152,11 +152,6 @@ struct PricingOptions {
   // with the scout alone, but 0.67x at 16 (where the prior's round saves 6 %, at 4 streams 14 %). 0: any gain
   // (lanes_bench --admit all); lanes_bench --admit whole[:SHARE] (0.10 unless given).
   double whole_context_share = 0;
-  // Eleventh session (lanes12). A depth decision behind a closed gate (drafter unproven, exploration not repaid)
-  // skips its offers and allocator run: the same plans, waits, counters and probe budget. H200 s11A, nano greedy 256
-  // tokens with nothing explored (--explore-gate 3,0) at 8 / 16 streams: 0.983x, the drafted arm's host work +0.6 /
-  // +0.8 ms a run over plain's. lanes_bench --closed-gate fast|full.
-  bool closed_gate_fast = false;
   // Eleventh session (lanes12): sampled passes are bought (and sampled exploration runs) only in rounds of at most
   // this many streams (0: any). With pass11's cheap sampled pass (1 stream 0.63 ms) the synth 1.2B seeded sampled
   // drafted 2.32x at 1 stream but 0.82 / 0.89x at 4 / 16 (H200 s11B: passes 1.7 ms against a 1.38 ms table, 7-9 new
@@ -304,7 +299,7 @@ class Pricing {
   // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
   std::vector<float> depth_chances(const Stream& stream, int cap) const;
   RoundCost round_cost(PassMode mode = PassMode::Greedy) const;
-  // plan_depths behind a closed gate (closed_gate_fast): zero plans, with the full decision's bookkeeping.
+  // plan_depths where no sampled pass is bought (sampled_too_wide): zero plans, with the full decision's bookkeeping.
   std::vector<DepthPlan> closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode);
   // The best round if all `round_streams` streams offered `cap` drafts at the pooled chances (every one landing
   // with `always_right`), next to their pending rows.

@@ -74,41 +74,5 @@ TEST(LanesExploreGate, WithTheGateEveryReplyEqualsItsRequestRunAlonePlain) {
   }
 }
 
-TEST(LanesExploreGate, BehindAClosedGateTheFastDecisionDecidesWhatTheFullOneDoesWithoutAnAllocatorRun) {
-  // lanes12's closed_gate_fast: 16 streams of 64 tokens (the gate stays closed) and 1 stream whose gate opens: the
-  // same replies, time and counters; behind the closed gate no depth decision runs the row allocator.
-  // A third run: 16 streams, one of them 90 tokens long; the gate stays closed while the 15 short ones run and opens
-  // once it runs alone (the full decision's waits, counters and probe budget must carry over).
-  NanoLikeFakes pair;
-  for (int streams : {16, 1, 17}) {
-    std::vector<Arrival> arrivals = pair.arrivals(std::min(streams, 16), 64);
-    if (streams == 17) arrivals[0].request.max_tokens = 90;
-    LanesOptions fast;
-    fast.pricing.closed_gate_fast = true;
-    int64_t full_allocations = 0;
-    int64_t fast_allocations = 0;
-    const FakeRun full = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, LanesOptions{},
-                                   [&](const Lanes& lanes) { full_allocations = lanes.pricing().depth_allocations(); });
-    const FakeRun quick = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, fast,
-                                    [&](const Lanes& lanes) { fast_allocations = lanes.pricing().depth_allocations(); });
-    ASSERT_EQ(reply_tokens(quick), reply_tokens(full)) << streams;
-    EXPECT_NEAR(quick.ms, full.ms, 1e-6 * full.ms) << streams;
-    EXPECT_EQ(quick.stats.drafter_passes, full.stats.drafter_passes) << streams;
-    EXPECT_EQ(quick.stats.tap_rows, full.stats.tap_rows) << streams;
-    EXPECT_EQ(quick.stats.drafts_verified, full.stats.drafts_verified) << streams;
-    if (streams == 16) {
-      EXPECT_EQ(full.stats.drafter_passes, 0);
-      EXPECT_GT(full_allocations, 60);
-      EXPECT_EQ(fast_allocations, 0);
-    } else if (streams == 1) {
-      EXPECT_GT(full.stats.drafter_passes, 0);
-      EXPECT_EQ(fast_allocations, full_allocations);
-    } else {
-      EXPECT_GT(full.stats.drafter_passes, 0);
-      EXPECT_LT(fast_allocations, full_allocations);
-    }
-  }
-}
-
 }  // namespace
 }  // namespace ls

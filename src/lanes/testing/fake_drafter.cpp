@@ -230,9 +230,6 @@ std::vector<Draft> FakeDrafter::draft(std::span<const DraftRequest> requests) {
     const double factor = sampled ? options_.sampled_pass_factor : 1.0;
     options_.clock->advance_ms(factor * (options_.draft_fixed_ms +
                                          options_.draft_row_ms * static_cast<double>(requests.size()) * deepest));
-    // A CUDA drafter captures a shape's graph at its second sighting.
-    const int sightings = ++shape_sightings_[{static_cast<int>(requests.size()), deepest, sampled}];
-    if (sightings == 2) options_.clock->advance_ms(options_.capture_ms);
   }
   return drafts;
 }

@@ -36,8 +36,6 @@ struct FakeDrafterOptions {
   double draft_fixed_ms = 2.0;
   double draft_row_ms = 0.2;
   double sampled_pass_factor = 1.0;   // a pass with any sampled request costs this many times as much
-  double capture_ms = 0.0;            // with a clock, a pass shape's second sighting (requests, deepest, sampled)
-                                      // costs this much more (a CUDA drafter capturing the shape's graph)
   double absorb_call_ms = 0.0;        // with a clock, each absorb advances it by call + row * rows
   double absorb_row_ms = 0.0;
   bool restarts = true;               // restart() allowed (facts().restarts); needs shape.hidden_size >= 6
@@ -104,7 +102,6 @@ class FakeDrafter final : public Drafter {
   std::set<StreamId> restarted_;  // streams whose context restarted (restarted_wrong_rate)
   std::map<StreamId, int> release_counts_;
   std::map<int, int64_t> passes_by_depth_;
-  std::map<std::tuple<int, int, bool>, int> shape_sightings_;  // passes seen per (requests, deepest, sampled)
   int64_t absorbs_ = 0;
   int64_t absorbed_rows_ = 0;
   int64_t device_absorbs_ = 0;
