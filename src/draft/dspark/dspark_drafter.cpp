@@ -177,8 +177,12 @@ std::vector<Draft> DsparkDrafter::draft(std::span<const DraftRequest> requests) 
   const ForwardContext forward{config_, weights_, ops_, rope_};
   const auto block_start = std::chrono::steady_clock::now();
   int deepest = 0;  // the head runs only up to the deepest request's slots
-  for (size_t index : chosen) deepest = std::max(deepest, requests[index].depth);
-  if (status.ok()) status = block_pass(forward, target_, contexts, anchors, scratch_, deepest);
+  std::vector<int> widths;  // each request's block slots under the short-block switch (empty: the trained width)
+  for (size_t index : chosen) {
+    deepest = std::max(deepest, requests[index].depth);
+    if (short_block().on) widths.push_back(block_width(requests[index].depth, config_.block_size));
+  }
+  if (status.ok()) status = block_pass(forward, target_, contexts, anchors, scratch_, deepest, widths);
   last_block_ms_ = milliseconds_since(block_start);
   if (!status.ok()) {
     for (size_t index : chosen) results[index].status = status;

@@ -5,8 +5,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "compute/cpu/draft_ops.h"
@@ -166,24 +169,32 @@ void project_context(const ForwardContext& f, const float* taps, int64_t rows, i
 }
 
 Status block_pass(const ForwardContext& f, const Target& target, std::span<StreamContext* const> contexts,
-                  std::span<const int32_t> anchors, BlockScratch& s, int head_slots) {
+                  std::span<const int32_t> anchors, BlockScratch& s, int head_slots, std::span<const int> widths) {
   const DsparkConfig& c = f.config;
   const int gamma = c.block_size;
   const int64_t requests = static_cast<int64_t>(anchors.size());
-  const int64_t rows = requests * gamma;
   const int64_t d = c.hidden_size, q = c.q_size(), kv = c.kv_size();
-  LS_CHECK(s.rows >= rows, "block scratch reserved for every row of the pass");
-  if (rows == 0) return ok_status();
+  LS_CHECK(s.rows >= requests * gamma, "block scratch reserved for every row of the pass");
+  LS_CHECK(widths.empty() || static_cast<int64_t>(widths.size()) == requests, "one block width per request");
+  if (requests == 0) return ok_status();
 
-  // Block tokens [anchor, mask x (gamma-1)] per request and their absolute positions p_i + slot.
+  // Request i's rows are [first[i], first[i] + width(i)) of the layers' buffers (packed, so short blocks cost less).
+  auto width = [&](int64_t i) { return widths.empty() ? gamma : std::clamp(widths[i], 1, gamma); };
+  std::vector<int64_t> first(static_cast<size_t>(requests + 1), 0);
+  for (int64_t i = 0; i < requests; ++i) first[i + 1] = first[i] + width(i);
+  const int64_t rows = first[requests];
+  // Block tokens [anchor, mask x (w-1)] per request and their absolute positions p_i + slot.
   std::vector<int32_t> tokens(static_cast<size_t>(rows), c.mask_token_id);
   std::vector<int64_t> positions(static_cast<size_t>(rows));
   for (int64_t i = 0; i < requests; ++i) {
-    tokens[i * gamma] = anchors[i];
-    for (int slot = 0; slot < gamma; ++slot) positions[i * gamma + slot] = contexts[i]->length + slot;
+    tokens[first[i]] = anchors[i];
+    for (int slot = 0; slot < width(i); ++slot) positions[first[i] + slot] = contexts[i]->length + slot;
   }
   OpTimer timer;
-  if (PassProfile* profile = pass_profile()) ++profile->passes;
+  if (PassProfile* profile = pass_profile()) {
+    ++profile->passes;
+    profile->rows += rows;
+  }
   // X0 = E[tokens] in the model dtype (the target's shared embedding).
   LS_RETURN_IF_ERROR(target.embed(tokens, std::span<float>(s.hidden.data(), static_cast<size_t>(rows * d))));
   compute::store_activations(f.ops, std::span<float>(s.hidden.data(), static_cast<size_t>(rows * d)));
@@ -191,9 +202,9 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
 
   const compute::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  // One request drafting fewer than gamma slots: the last layer's queries, attention, o_proj and FFN run only over the
+  // One request drafting fewer than its w slots: the last layer's queries, attention, o_proj and FFN run only over the
   // drafted slots (the block's K/V still come from every row); the other rows of Hf are never read (NaN below).
-  const int64_t trimmed = requests == 1 && head_slots > 0 && head_slots < gamma ? head_slots : rows;
+  const int64_t trimmed = requests == 1 && head_slots > 0 && head_slots < rows ? head_slots : rows;
   for (int index = 0; index < c.num_layers; ++index) {
     const DraftLayerWeights& layer = f.weights.layers[index];
     const int64_t live = index + 1 == c.num_layers ? trimmed : rows;  // rows whose outputs this layer needs
@@ -211,13 +222,14 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
     for (int64_t i = 0; i < requests; ++i) {
       StreamContext& context = *contexts[i];
       const int64_t p = context.length - context.skipped;  // rows held (positions come from `positions`)
+      const int64_t w = width(i);
       // The block's K/V go right after the context (scratch rows, never kept), so each query row attends over
-      // keys 0 .. p+gamma-1: all context before the anchor and the whole block, with no causal mask.
-      std::copy_n(s.keys.data() + i * gamma * kv, gamma * kv, context.keys[index].data() + p * kv);
-      std::copy_n(s.values.data() + i * gamma * kv, gamma * kv, context.values[index].data() + p * kv);
-      compute::attention_block(f.ops, s.queries.data() + i * gamma * q, std::min<int64_t>(gamma, live), p + gamma,
+      // keys 0 .. p+w-1: all context before the anchor and the whole (possibly short) block, with no causal mask.
+      std::copy_n(s.keys.data() + first[i] * kv, w * kv, context.keys[index].data() + p * kv);
+      std::copy_n(s.values.data() + first[i] * kv, w * kv, context.values[index].data() + p * kv);
+      compute::attention_block(f.ops, s.queries.data() + first[i] * q, std::min<int64_t>(w, live), p + w,
                                context.keys[index].data(), context.values[index].data(), shape,
-                               s.attended.data() + i * gamma * q);
+                               s.attended.data() + first[i] * q);
     }
     timer.lap(&PassProfile::attention);
     project_add(f.ops, s.attended.data(), live, layer.o_proj, s.projected.data(), s.hidden.data());
@@ -230,40 +242,97 @@ Status block_pass(const ForwardContext& f, const Target& target, std::span<Strea
     project_add(f.ops, s.gate.data(), live, layer.down_proj, s.projected.data(), s.hidden.data());
     timer.lap(&PassProfile::ffn_down);
   }
-  // Hf = norm(X); U = Hf @ E^T through the target's tied head, fp32.
-  compute::rms_norm(f.ops, s.hidden.data(), trimmed, d, f.weights.final_norm.data(), c.norm_eps,
-                    s.final_hidden.data());
-  std::fill(s.final_hidden.data() + trimmed * d, s.final_hidden.data() + rows * d,
-            std::numeric_limits<float>::quiet_NaN());
+  // Hf = norm(X) into each request's gamma rows (slots past its width, or past a lone request's trim, NaN).
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  compute::rms_norm(f.ops, s.hidden.data(), trimmed, d, f.weights.final_norm.data(), c.norm_eps, s.normed.data());
+  for (int64_t i = requests - 1; i >= 0; --i) {
+    const int64_t kept = std::min(first[i] + width(i), trimmed) - first[i];
+    float* out = s.final_hidden.data() + i * gamma * d;
+    std::copy_n(s.normed.data() + first[i] * d, kept * d, out);
+    std::fill(out + kept * d, out + gamma * d, kNaN);
+  }
   timer.lap(&PassProfile::norms);
+  // U = Hf @ E^T through the target's tied head, fp32, for slots < min(head_slots, w) of each request.
   const int64_t V = c.vocab_size;
-  if (head_slots <= 0 || head_slots >= gamma) {
-    const Status status = head_logits(f, target, s.final_hidden.data(), rows, s.logits.data());
+  auto head_rows = [&](int64_t i) {
+    return std::min<int64_t>(head_slots > 0 ? std::min(head_slots, gamma) : gamma, width(i));
+  };
+  int64_t kept = 0;
+  for (int64_t i = 0; i < requests; ++i) kept += head_rows(i);
+  if (kept == requests * gamma) {
+    const Status status = head_logits(f, target, s.final_hidden.data(), kept, s.logits.data());
     timer.lap(&PassProfile::head);
     return status;
   }
-  // Only slots < head_slots of each request: packed into contiguous rows when several requests share the pass (a
-  // row's logits do not depend on which rows share the head call), then put back in place; the rest NaN.
-  const int64_t kept = requests * head_slots;
+  // Packed into contiguous rows when several requests share the pass (a row's logits do not depend on which rows
+  // share the head call), then put back in place; the rest NaN.
   std::vector<float> packed_hidden, packed_logits;
   const float* hidden = s.final_hidden.data();
   float* logits = s.logits.data();
   if (requests > 1) {
     packed_hidden.resize(static_cast<size_t>(kept * d));
     packed_logits.resize(static_cast<size_t>(kept * V));
-    for (int64_t i = 0; i < requests; ++i)
-      std::copy_n(s.final_hidden.data() + i * gamma * d, head_slots * d, packed_hidden.data() + i * head_slots * d);
+    for (int64_t i = 0, row = 0; i < requests; row += head_rows(i), ++i)
+      std::copy_n(s.final_hidden.data() + i * gamma * d, head_rows(i) * d, packed_hidden.data() + row * d);
     hidden = packed_hidden.data();
     logits = packed_logits.data();
   }
   LS_RETURN_IF_ERROR(head_logits(f, target, hidden, kept, logits));
   timer.lap(&PassProfile::head);
-  for (int64_t i = 0; i < requests; ++i) {
+  for (int64_t i = 0, row = 0; i < requests; row += head_rows(i), ++i) {
     float* out = s.logits.data() + i * gamma * V;
-    if (requests > 1) std::copy_n(packed_logits.data() + i * head_slots * V, head_slots * V, out);
-    std::fill(out + head_slots * V, out + gamma * V, std::numeric_limits<float>::quiet_NaN());
+    if (requests > 1) std::copy_n(packed_logits.data() + row * V, head_rows(i) * V, out);
+    std::fill(out + head_rows(i) * V, out + gamma * V, kNaN);
   }
   return ok_status();
+}
+
+namespace {
+
+std::atomic<int>& short_block_state() {  // -1 off, else the extra slots
+  static std::atomic<int> state{[] {
+    ShortBlock block;
+    if (!parse_short_block(std::getenv("LS_DRAFTER_SHORT_BLOCK"), block)) {
+      std::fprintf(stderr, "LS_DRAFTER_SHORT_BLOCK: expected off, depth or depth+N; short blocks stay off\n");
+    }
+    return block.on ? block.extra : -1;
+  }()};
+  return state;
+}
+
+}  // namespace
+
+bool parse_short_block(const char* text, ShortBlock& block) {
+  block = ShortBlock{};
+  if (text == nullptr) return true;
+  const std::string value(text);
+  if (value.empty() || value == "off" || value == "0") return true;
+  if (value == "depth") {
+    block.on = true;
+    return true;
+  }
+  if (value.rfind("depth+", 0) != 0 || value.size() == 6 || value.size() > 8) return false;
+  int extra = 0;
+  for (char digit : value.substr(6)) {
+    if (digit < '0' || digit > '9') return false;
+    extra = extra * 10 + (digit - '0');
+  }
+  block = ShortBlock{true, extra};
+  return true;
+}
+
+ShortBlock short_block() {
+  const int state = short_block_state().load(std::memory_order_relaxed);
+  return state < 0 ? ShortBlock{} : ShortBlock{true, state};
+}
+
+void set_short_block(ShortBlock block) {
+  short_block_state().store(block.on ? std::max(0, block.extra) : -1, std::memory_order_relaxed);
+}
+
+int block_width(int depth, int gamma) {
+  const ShortBlock block = short_block();
+  return block.on ? std::clamp(depth + block.extra, 1, gamma) : gamma;
 }
 
 }  // namespace ls::dspark
