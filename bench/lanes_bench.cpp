@@ -47,6 +47,8 @@
 //                                                                         (lanes12)
 //             [--first-outcomes ema|fast]                                  fast: acceptance and calibration learn a
 //                                                                         depth's first outcomes at 1/(n+2) (lanes13)
+//             [--wake-rows N]                                              a stream woken over a restarted context
+//                                                                         drafts once it holds N rows (lanes13)
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
 //

@@ -279,8 +279,13 @@ double Lanes::draft() {
     const int64_t context_end =
         stream.unabsorbed_rows > 0 ? stream.unabsorbed_start + stream.unabsorbed_rows : stream.drafter_end;
     const bool waking = depth > 0 && stream.dormant && !plans[index].probe && context_end < stream.committed;
+    // LanesOptions::wake_context_rows: drafts bought over a context restarted a few rows ago wait while it taps.
+    const int64_t restarted_rows = rows_since_restart(stream);
+    const bool gathering = depth > 0 && !waking && !plans[index].probe && restarted_rows >= 0 &&
+                           restarted_rows < options_.wake_context_rows;
+    stats_.wake_waits += gathering;
     update_dormancy(stream, depth, plans[index].probe);
-    if (depth <= 0 || waking) continue;
+    if (depth <= 0 || waking || gathering) continue;
     const double absorb_start_ms = clock_.now_ms();
     absorbed_rows += stream.unabsorbed_rows;
     const bool flushed = flush_taps(stream);

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <tuple>
 #include <vector>
 
@@ -41,6 +40,7 @@ struct FakeDrafterOptions {
   bool restarts = true;               // restart() allowed (facts().restarts); needs shape.hidden_size >= 6
   double restarted_wrong_rate = -1;   // >= 0: a stream's drafts after a restart are wrong at this rate (a context
                                       // without the rows it skipped drafts worse; confidences still say wrong_rate)
+  int restarted_short_rows = 0;       // > 0: ... only while the context holds fewer rows than this since the restart
   bool device_taps = false;           // absorb_device() reads a fake target's kept taps (kFakeTapDevice)
   bool absorb_in_flight = false;      // absorb_device() reads them only at settle() or the next draft(), as the CUDA
                                       // drafter's GPU work runs after it returns
@@ -99,7 +99,7 @@ class FakeDrafter final : public Drafter {
   std::vector<std::pair<std::vector<TapRows>, DeviceTaps>> in_flight_;  // absorb_device() calls not yet read
   int64_t settles_ = 0;
   std::map<StreamId, History> histories_;
-  std::set<StreamId> restarted_;  // streams whose context restarted (restarted_wrong_rate)
+  std::map<StreamId, int64_t> restarted_;  // streams whose context restarted, and where (restarted_wrong_rate)
   std::map<StreamId, int> release_counts_;
   std::map<int, int64_t> passes_by_depth_;
   int64_t absorbs_ = 0;
