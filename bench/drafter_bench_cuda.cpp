@@ -34,6 +34,7 @@ std::vector<std::pair<std::string, std::optional<dspark::cuda::BlockAttentionKer
     else if (item == "split") out.emplace_back(item, Kernel::Split);
     else if (item == "cooperative") out.emplace_back(item, Kernel::Cooperative);
     else if (item == "head") out.emplace_back(item, Kernel::Head);
+    else if (item == "row") out.emplace_back(item, Kernel::Row);
     else out.emplace_back("auto", std::nullopt);
   }
   return out;

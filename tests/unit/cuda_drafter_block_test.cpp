@@ -90,9 +90,10 @@ TEST(CudaDrafter, TheFusedBlockPassGivesTheUnfusedHiddenLogitsAndDrafts) {
 }
 
 // The split attention in one cooperative launch (session 7), every load batched (session 8: attention, residual
-// norms, q/k heads; with three launches, one launch and the automatic choice) and the head attention (session 9, a
-// CTA per request and query head; the automatic choice at 16 requests), eagerly and through graphs, give the
-// three-launch pass's Hf, U, tokens and chance bits, for 1, 5 and 16 requests (scratch poisoned before every pass).
+// norms, q/k heads; with three launches, one launch and the automatic choice), the head attention (session 9, a
+// CTA per request and query head; the automatic choice at 16 requests) and the row attention (session 12, pinned and
+// by its switch up to 5 requests), eagerly and through graphs, give the three-launch pass's Hf, U, tokens and chance
+// bits, for 1, 5 and 16 requests (scratch poisoned before every pass).
 TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
   LS_SKIP_WITHOUT_DEVICE();
   NanoDrafter nano;
@@ -125,11 +126,14 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
           std::tuple{"automatic, batched loads", std::optional<Kernel>(), true},
           std::tuple{"head attention", std::optional(Kernel::Head), true},
           std::tuple{"head attention, serial loads", std::optional(Kernel::Head), false},
-          std::tuple{"head attention, 256-key stages", std::optional(Kernel::Head), true}}) {
+          std::tuple{"head attention, 256-key stages", std::optional(Kernel::Head), true},
+          std::tuple{"row attention", std::optional(Kernel::Row), true},
+          std::tuple{"row attention switch", std::optional<Kernel>(), true}}) {
       SCOPED_TRACE(std::string(name) + ", " + std::to_string(count) + " requests");
       gpu->set_attention_kernel(kernel);
       gpu->set_batched_loads(batched);
       gpu->set_head_stage_keys(std::string(name).find("256") != std::string::npos ? 256 : 128);
+      gpu->set_row_attention(std::string(name) == "row attention switch" ? 5 : 0);  // up to 5 requests (session 12)
       const int64_t failures = gpu->graph_failures();
       for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
         SCOPED_TRACE("sighting " + std::to_string(sighting));

@@ -18,6 +18,7 @@ namespace {
 
 using attention_tiles::kTileKeys;
 using attention_tiles::load_eight;
+using attention_tiles::window_end;
 
 constexpr int kHeadThreads = 256;
 // K (or V) rows staged in shared memory at a time: 128 (session 9) or 256 (session 10: up to 247 context rows at
@@ -26,15 +27,6 @@ constexpr int kStageKeys = 128;
 constexpr int kWindowFloats = 8192;  // scores a CTA holds: [gamma, window], window = this / gamma (multiple of 32)
 constexpr int kMaxGroupRows = 10;    // query rows one thread scores against its key (each key read once per group)
 constexpr int kMaxQuadsPerThread = 2;  // 4-dim output quads a thread accumulates: gamma x head_dim / 4 <= 512
-
-// Keys a window of scores covers from `first`: whole chunks when a chunk fits (first is then a chunk start), else
-// whole 32-key tiles of one chunk (first is then the chunk's start plus a multiple of the window), so no tile of any
-// chunk straddles two windows.
-__device__ __forceinline__ int window_end(int first, int key_count, int chunk_keys, int window) {
-  if (chunk_keys <= window) return min(key_count, first + (window / chunk_keys) * chunk_keys);
-  const int chunk_end = min(key_count, (first / chunk_keys + 1) * chunk_keys);
-  return min(chunk_end, first + window);
-}
 
 // Everything one CTA works on (floats, in this order): its queries [gamma, hd], a K/V stage [kStageKeys, hd + 4]
 // (16-byte rows; lanes walking keys hit every bank once per quarter warp), scores [gamma, window + 1] (the odd

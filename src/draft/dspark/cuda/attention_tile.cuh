@@ -25,6 +25,15 @@ __device__ __forceinline__ void load_eight(const bf16_t* from, float* to) {
   }
 }
 
+// Keys a window of scores covers from `first` (the head and row kernels): whole chunks when a chunk fits (first is
+// then a chunk start), else whole 32-key tiles of one chunk (first is then the chunk's start plus a multiple of the
+// window), so no tile of any chunk straddles two windows.
+__device__ __forceinline__ int window_end(int first, int key_count, int chunk_keys, int window) {
+  if (chunk_keys <= window) return min(key_count, first + (window / chunk_keys) * chunk_keys);
+  const int chunk_end = min(key_count, (first / chunk_keys + 1) * chunk_keys);
+  return min(chunk_end, first + window);
+}
+
 // accumulated += probabilities [rows, tile] x values_tile [count, hd + 1] for this thread's outputs (j ascending).
 template <int kHeadDim, int kOutputsPerThread>
 __device__ __forceinline__ void add_tile_values(float (&accumulated)[kOutputsPerThread], int rows, int count,

@@ -99,6 +99,9 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SHORT_HEAD", d.short_context_head_);
   pin("LS_DRAFTER_SAMPLED_SPLIT", d.sampled_split_);
   pin("LS_DRAFTER_KEYED_SCAN", d.keyed_scan_);
+  if (const char* most = std::getenv("LS_DRAFTER_ROW_ATTENTION"); most && *most) {
+    d.row_attention_requests_ = std::max(0, std::atoi(most));
+  }
   if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && *stage) {
     d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;
   }

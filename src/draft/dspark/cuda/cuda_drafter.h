@@ -161,6 +161,14 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int head_stage_keys() const { return head_stage_keys_; }
+  // The row attention (attention_row.cu: a CTA per query head and block row, every step short) for passes of at
+  // most `most_requests` requests (0: never), in place of the split / head choice there (session 12; the same bits;
+  // LS_DRAFTER_ROW_ATTENTION=N at load). Off until a batch times it.
+  void set_row_attention(int most_requests) {
+    row_attention_requests_ = most_requests;
+    graphs_.clear();
+  }
+  int row_attention() const { return row_attention_requests_; }
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
   // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
   // 0.18-0.32 ms a step in batch s10B). On by default since batch s11A's interleaved rounds (1 stream, depth 9,
@@ -385,6 +393,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool fused_block_ = true;
   bool short_context_head_ = true;  // since batch s10B
   int head_stage_keys_ = 256;  // since batch s10B
+  int row_attention_requests_ = 0;
   bool sampled_split_ = true;  // since batch s11A
   bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)

@@ -77,6 +77,10 @@ BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
   if (attention_pin_) return *attention_pin_;
   const BlockAttentionKernel automatic = choose_block_attention(count, c.block_size, dims);
+  if (count <= row_attention_requests_ && automatic == BlockAttentionKernel::Split &&
+      block_attention_row_supported(c.block_size, dims)) {
+    return BlockAttentionKernel::Row;  // session 12's switch: every step short (the split's bits)
+  }
   // The head kernel from kHeadAttentionRequests up (the split's bits). Batch s9B, graphed block pass at depth 9,
   // one-launch split -> head: 16 streams 0.662 -> 0.552 ms at context 128, 1.114 -> 0.859 at 512, 2.862 -> 2.726 at
   // 2000; 64 streams 1.894 -> 1.641 at 128. Below that it loses at long contexts (one CTA per head does every key):
@@ -102,6 +106,12 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
       if (block_attention_head_supported(gamma, dims)) {
         return block_attention_head(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
                                     attention_chunks_, s.attended.data(), stream_.get(), head_stage_keys_);
+      }
+      break;  // the warp kernel takes every shape
+    case BlockAttentionKernel::Row:
+      if (block_attention_row_supported(gamma, dims)) {
+        return block_attention_row(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
+                                   attention_chunks_, s.attended.data(), stream_.get());
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Tile:

@@ -98,7 +98,7 @@ Status scatter_block_kv(const bf16_t* keys, const bf16_t* values, const DeviceBl
 // Cooperative (attention_split.cu: Split's three launches as one cooperative launch, the same bits; needs
 // scratch.barriers); Head (attention_head.cu, session 9: a CTA per request and query head over every key with Split's
 // chunk arithmetic, so Split's bits, in one launch without scratch).
-enum class BlockAttentionKernel { Warp, Tile, Split, Cooperative, Head };
+enum class BlockAttentionKernel { Warp, Tile, Split, Cooperative, Head, Row };
 // The drafter's pick: Split where the tile shapes are supported, else Warp.
 BlockAttentionKernel choose_block_attention(int count, int gamma, AttentionDims dims);
 Status block_attention_warp(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
@@ -165,6 +165,15 @@ inline constexpr int kHeadAttentionRequests = 16;
 Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                             AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
                             int stage_keys = 128);
+
+// Row (session 12): grid (request, query head, block row), 256 threads, the chunks Split would use for `count`
+// requests (`chunks` as above): every step a short one (a thread per key for the scores, per chunk for the stats, per
+// (chunk, 4 dims) for the values, per dimension for the chunk-ordered sum). Split's bits (tested). Takes gamma <= 32
+// at head_dim 32 or 64. `planted_last_chunk` (tests only) leaves the last chunk out of the sum.
+bool block_attention_row_supported(int gamma, AttentionDims dims);
+Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                           AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
+                           bool planted_last_chunk = false);
 
 // ---- Weight prefetch into L2 (l2_prefetch.cu) ----
 

@@ -1,0 +1,269 @@
+// Block attention, row variant (session 12): one CTA per (request, query head, block row) with the split's chunk
+// arithmetic (attention_split.cu / attention_head.cu: chunks of L = ceil(keys / chunks) keys, 32-key tiles inside
+// each chunk, per-chunk one-sweep stats, the combine in chunk order, each chunk's partial from zero in key order and
+// the partials added in chunk order), so the split's bits. Where the head kernel walks a head's 9 rows through one
+// chain of CTA-wide steps (one thread runs every key of a row's values, ~22 us a layer at one request), every step
+// here is short: a thread per key for the scores, a thread per chunk for the stats, a thread per (chunk, 4 dims) for
+// the values' partials (two a thread), a thread per dimension for the chunk-ordered sum. Rows are independent in the arithmetic,
+// so the grid is count x heads x gamma CTAs; K / V come from L2 once per row CTA (fine at one request and short
+// contexts: 288 CTAs x 2 x 146 keys x 128 B = 11 MB at the 1.2B drafter's context 137).
+#include <cmath>
+
+#include "compute/cuda/cuda_util.h"
+#include "draft/dspark/cuda/attention_tile.cuh"
+#include "draft/dspark/cuda/device_steps.cuh"
+#include "draft/dspark/cuda/draft_kernels.h"
+
+namespace ls::dspark::cuda {
+namespace {
+
+using attention_tiles::kTileKeys;
+using attention_tiles::load_eight;
+using attention_tiles::window_end;
+
+// 256 threads at <= 64 registers: four CTAs an SM, so a 1-stream grid (288 CTAs at the 1.2B drafter) is resident at
+// once (512 threads at 128 registers took one CTA an SM: three waves).
+constexpr int kRowCtaThreads = 256;
+constexpr int kRowWindow = 4096;  // scores a CTA holds (multiple of 32): more keys take several windows
+constexpr int kValueTasks = 2;    // (chunk, 4 dims) tasks a thread: 32 chunks x 16 quads over 256 threads
+constexpr int kValueBatch = 4;    // V rows a task loads before its multiply-adds
+
+struct RowShared {
+  float* query;  // [hd]
+  float* scores;  // [kRowWindow]
+};
+
+// scores [k - first] = bf16(bf16(q . key_k) x scale) for keys [first, last), a thread per key: the split's score
+// arithmetic (fp32 products added in dimension order from zero), the key's 16-byte loads issued together.
+template <int kHeadDim>
+__device__ __forceinline__ void score_keys(const RowShared& s, const bf16_t* keys, int kv_size, float scale,
+                                           int first, int last) {
+  constexpr int kEights = kHeadDim / 8;
+  for (int key = first + static_cast<int>(threadIdx.x); key < last; key += blockDim.x) {
+    // The query is read from shared memory per key, not hoisted into 64 registers (a memory clobber).
+    asm volatile("" ::: "memory");
+    const bf16_t* from = keys + static_cast<int64_t>(key) * kv_size;
+    uint4 raw[kEights];
+#pragma unroll
+    for (int e = 0; e < kEights; ++e) raw[e] = *reinterpret_cast<const uint4*>(from + 8 * e);
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kEights; ++e) {
+      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[e]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 k = __bfloat1622float2(pairs[i]);
+        sum += s.query[8 * e + 2 * i] * k.x;
+        sum += s.query[8 * e + 2 * i + 1] * k.y;
+      }
+    }
+    s.scores[key - first] = round_bf16(round_bf16(sum) * scale);
+  }
+}
+
+// The chunk's max and sum of exponentials over its tiles inside [first, last) (thread c < chunks): the split's
+// one-sweep stats, the multiply and the adds kept apart as the split's shared-memory steps keep them.
+__device__ __forceinline__ void chunk_stats(const float* scores, float* chunk_max, float* chunk_total, int chunks,
+                                            int chunk_keys, int key_count, int first, int last) {
+  const int c = threadIdx.x;
+  if (c >= chunks) return;
+  const int begin = min(key_count, c * chunk_keys), end = min(key_count, begin + chunk_keys);
+  const int low = max(begin, first), high = min(end, last);
+  if (low >= high) return;
+  const float* score = scores - first;
+  float most = chunk_max[c], total = chunk_total[c];
+  for (int tile = low; tile < high; tile += kTileKeys) {
+    const int count = min(kTileKeys, high - tile);
+    float largest = most;
+    for (int j = 0; j < count; ++j) largest = fmaxf(largest, score[tile + j]);
+    total = __fmul_rn(total, expf(most - largest));
+    most = largest;
+    for (int j = 0; j < count; ++j) total = __fadd_rn(total, expf(score[tile + j] - most));
+  }
+  chunk_max[c] = most;
+  chunk_total[c] = total;
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kRowCtaThreads, 4) attention_row_kernel(const bf16_t* q,
+                                                                    const DeviceBlockRequest* requests, int gamma,
+                                                                    AttentionDims dims, int layer, int chunks,
+                                                                    bf16_t* out, int planted) {
+  // The next kernel (the o_proj GEMM, launched programmatic at one request) may start loading its weights; it
+  // waits for this grid's completion before reading the outputs.
+  let_next_kernel_start();
+  constexpr int kEights = kHeadDim / 8, kQuads = kHeadDim / 4;
+  __shared__ __align__(16) float query[kHeadDim];
+  __shared__ __align__(16) float scores[kRowWindow];
+  __shared__ float chunk_max[kMaxSplitChunks], chunk_total[kMaxSplitChunks], row_stats[2];
+  __shared__ __align__(16) float partials[kMaxSplitChunks * kHeadDim];
+  const RowShared s{query, scores};
+  const int r = blockIdx.x % gamma, head = (blockIdx.x / gamma) % dims.heads;
+  const int request_index = blockIdx.x / gamma / dims.heads;
+  const int kv_head = head / (dims.heads / dims.kv_heads);
+  const DeviceBlockRequest request = requests[request_index];
+  const int kv_size = dims.kv_heads * kHeadDim;
+  const int64_t layer_offset = static_cast<int64_t>(layer) * request.capacity * kv_size + kv_head * kHeadDim;
+  const bf16_t* keys = request.keys + layer_offset;
+  const bf16_t* values = request.values + layer_offset;
+  const int key_count = static_cast<int>(request.length) + gamma;
+  const int chunk_keys = (key_count + chunks - 1) / chunks;
+  const int64_t output_row = (static_cast<int64_t>(request_index) * gamma + r) * dims.heads + head;
+  if (threadIdx.x < kEights) load_eight(q + output_row * kHeadDim + 8 * threadIdx.x, query + 8 * threadIdx.x);
+  if (threadIdx.x < chunks) {
+    chunk_max[threadIdx.x] = -INFINITY;
+    chunk_total[threadIdx.x] = 0.0f;
+  }
+  __syncthreads();
+  // Sweep 1: scores, then each chunk's stats, window by window.
+  int windows = 0;
+  for (int first = 0, last = 0; first < key_count; first = last, ++windows) {
+    last = window_end(first, key_count, chunk_keys, kRowWindow);
+    score_keys<kHeadDim>(s, keys, kv_size, dims.scale, first, last);
+    __syncthreads();
+    chunk_stats(scores, chunk_max, chunk_total, chunks, chunk_keys, key_count, first, last);
+    __syncthreads();  // stats read the scores the next window overwrites
+  }
+  // The row's max and total from the chunks' stats in chunk order (the head kernel's combine, one warp).
+  static_assert(kMaxSplitChunks <= 32 && kMaxSplitChunks * kQuads <= kValueTasks * kRowCtaThreads);
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const float most = lane < chunks ? chunk_max[lane] : -INFINITY;
+    const float part = lane < chunks ? chunk_total[lane] : 0.0f;
+    float largest = most;
+    for (int offset = 16; offset > 0; offset /= 2) {
+      largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+    }
+    const float scaled = part > 0.0f ? expf(most - largest) : 0.0f;
+    float total = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+      const float stat_total = __shfl_sync(0xffffffffu, part, c), exponential = __shfl_sync(0xffffffffu, scaled, c);
+      if (stat_total > 0.0f) total += stat_total * exponential;
+    }
+    if (lane == 0) {
+      row_stats[0] = largest;
+      row_stats[1] = total;
+    }
+  }
+  __syncthreads();
+  // Sweep 2: probabilities (bf16), then each (chunk, 4 dims) task adds its chunk's keys in key order from zero; a
+  // thread's two tasks (chunks c and c + 16) load their next kValueBatch V rows together.
+  const float row_max = row_stats[0], row_total = row_stats[1];
+  int task_chunk[kValueTasks], task_begin[kValueTasks], task_end[kValueTasks];
+  const int d4 = (threadIdx.x % kQuads) * 4;
+#pragma unroll
+  for (int t = 0; t < kValueTasks; ++t) {
+    task_chunk[t] = (threadIdx.x + t * kRowCtaThreads) / kQuads;
+    task_begin[t] = min(key_count, task_chunk[t] * chunk_keys);
+    task_end[t] = task_chunk[t] < chunks ? min(key_count, task_begin[t] + chunk_keys) : task_begin[t];
+  }
+  float acc[kValueTasks][4];
+#pragma unroll
+  for (int t = 0; t < kValueTasks; ++t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
+  }
+  for (int first = 0, last = 0; first < key_count; first = last) {
+    last = window_end(first, key_count, chunk_keys, kRowWindow);
+    if (windows > 1) {
+      score_keys<kHeadDim>(s, keys, kv_size, dims.scale, first, last);
+      __syncthreads();
+    }
+    for (int j = first + static_cast<int>(threadIdx.x); j < last; j += blockDim.x) {
+      scores[j - first] = round_bf16(expf(scores[j - first] - row_max) / row_total);
+    }
+    __syncthreads();
+    int low[kValueTasks], high[kValueTasks], most = 0;
+#pragma unroll
+    for (int t = 0; t < kValueTasks; ++t) {
+      low[t] = max(task_begin[t], first);
+      high[t] = min(task_end[t], last);
+      most = max(most, high[t] - low[t]);
+    }
+    for (int step = 0; step < most; step += kValueBatch) {
+      uint2 raw[kValueTasks][kValueBatch];
+      float p[kValueTasks][kValueBatch];
+#pragma unroll
+      for (int t = 0; t < kValueTasks; ++t) {
+#pragma unroll
+        for (int k = 0; k < kValueBatch; ++k) {
+          const int j = low[t] + step + k;
+          if (j < high[t]) {
+            raw[t][k] = *reinterpret_cast<const uint2*>(values + static_cast<int64_t>(j) * kv_size + d4);
+            p[t][k] = scores[j - first];
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kValueTasks; ++t) {
+#pragma unroll
+        for (int k = 0; k < kValueBatch; ++k) {
+          if (low[t] + step + k < high[t]) {
+            const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[t][k]);
+            const float2 v01 = __bfloat1622float2(pairs[0]), v23 = __bfloat1622float2(pairs[1]);
+            acc[t][0] += p[t][k] * v01.x;
+            acc[t][1] += p[t][k] * v01.y;
+            acc[t][2] += p[t][k] * v23.x;
+            acc[t][3] += p[t][k] * v23.y;
+          }
+        }
+      }
+    }
+    __syncthreads();  // the next window's scores overwrite these probabilities
+  }
+#pragma unroll
+  for (int t = 0; t < kValueTasks; ++t) {
+    if (task_chunk[t] < chunks) {
+      *reinterpret_cast<float4*>(partials + task_chunk[t] * kHeadDim + d4) =
+          make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+    }
+  }
+  __syncthreads();
+  // Each output: the chunks' partials added from zero in chunk order (an empty chunk's zero changes nothing), eight
+  // loads at a time. `planted` (tests only) leaves out the last chunk.
+  if (threadIdx.x < kHeadDim) {
+    const int used = chunks - planted;
+    float sum = 0.0f;
+    for (int base = 0; base < used; base += 8) {
+      float held[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) held[k] = base + k < used ? partials[(base + k) * kHeadDim + threadIdx.x] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (base + k < used) sum += held[k];
+      }
+    }
+    out[output_row * kHeadDim + threadIdx.x] = __float2bfloat16_rn(sum);
+  }
+}
+
+}  // namespace
+
+bool block_attention_row_supported(int gamma, AttentionDims dims) {
+  return gamma >= 1 && gamma <= kMaxDeviceBlock && dims.kv_heads > 0 && dims.heads % dims.kv_heads == 0 &&
+         (dims.head_dim == 32 || dims.head_dim == 64);
+}
+
+Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                           AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
+                           bool planted_last_chunk) {
+  if (count == 0) return ok_status();
+  if (!block_attention_row_supported(gamma, dims)) {
+    return Status(ErrorCode::UnsupportedDraftShape, "the row attention kernel does not take block " +
+                                                        std::to_string(gamma) + " at head_dim " +
+                                                        std::to_string(dims.head_dim));
+  }
+  const int automatic = split_attention_chunks(count, dims.kv_heads);
+  const int used = chunks > 0 ? std::min(chunks, automatic) : automatic;
+  const dim3 grid(static_cast<unsigned int>(count * dims.heads * gamma));
+  const int planted = planted_last_chunk ? 1 : 0;
+  if (dims.head_dim == 32) {
+    attention_row_kernel<32><<<grid, kRowCtaThreads, 0, stream>>>(q, requests, gamma, dims, layer, used, out, planted);
+  } else {
+    attention_row_kernel<64><<<grid, kRowCtaThreads, 0, stream>>>(q, requests, gamma, dims, layer, used, out, planted);
+  }
+  LS_CUDA_TRY_LAUNCH("block_attention_row");
+  return ok_status();
+}
+
+}  // namespace ls::dspark::cuda

@@ -1,0 +1,116 @@
+// The row attention kernel (session 12: a CTA per request, query head and block row, every step short) against the
+// three-launch split on fresh random caches, outputs poisoned first, bit for bit; a planted fault (the last chunk
+// left out of the sum) must differ.
+#include <gtest/gtest.h>
+
+#ifdef LS_HAVE_CUDA
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/bf16.h"
+#include "compute/cuda/cuda_util.h"
+#include "cuda_drafter_kernel_util.h"
+#include "cuda_test_util.h"
+#include "draft/dspark/cuda/draft_kernels.h"
+
+namespace ls::dspark {
+namespace {
+
+using testing::count_bitwise_equal;
+using testing::random_values;
+
+// 1, 2, 5, 16 and 64 requests (the first of 64 random contexts of 1..600 keys, one of 5000 so scores take two
+// windows and, at one chunk, a chunk spans windows), chunks automatic and pinned 7, 3 and 1, for two head sizes and
+// the 1.2B drafter's 32 / 8 heads at block 9; seeds fresh each run (printed).
+TEST(CudaDrafter, TheRowAttentionKernelGivesTheSplitBitsAtOneToSixtyFourRequests) {
+  LS_SKIP_WITHOUT_DEVICE();
+  struct Shape {
+    int gamma, heads, kv_heads, head_dim;
+  };
+  const unsigned seed = std::random_device{}();
+  std::printf("[ attention ] row kernel seed %u\n", seed);
+  for (const Shape shape : {Shape{9, 32, 8, 64}, Shape{7, 8, 2, 64}, Shape{7, 8, 2, 32}}) {
+    SCOPED_TRACE("block " + std::to_string(shape.gamma) + ", heads " + std::to_string(shape.heads) + " / " +
+                 std::to_string(shape.kv_heads) + ", head_dim " + std::to_string(shape.head_dim) + ", seed " +
+                 std::to_string(seed));
+    const int gamma = shape.gamma, layers = 2, layer = 1, most = 64;
+    const cuda::AttentionDims dims{shape.heads, shape.kv_heads, shape.head_dim,
+                                   1.0f / std::sqrt(static_cast<float>(shape.head_dim))};
+    ASSERT_TRUE(cuda::block_attention_row_supported(gamma, dims));
+    const int64_t kv = static_cast<int64_t>(dims.kv_heads) * dims.head_dim;
+    std::mt19937 rng(seed + shape.head_dim + shape.heads);
+    std::uniform_int_distribution<int64_t> context(1, 600);
+    std::vector<ls::cuda::DeviceBuffer<bf16>> caches;
+    std::vector<cuda::DeviceBlockRequest> requests;
+    for (int i = 0; i < most; ++i) {
+      const int64_t length = i == 3 ? 5000 : context(rng);
+      const int64_t capacity = length + gamma + 5;
+      for (int which = 0; which < 2; ++which) {
+        caches.push_back(
+            ls::cuda::testing::upload(random_values(rng, static_cast<size_t>(layers * capacity * kv), 2.0f)));
+      }
+      const size_t n = caches.size();
+      requests.push_back(cuda::DeviceBlockRequest{reinterpret_cast<cuda::bf16_t*>(caches[n - 2].data()),
+                                                  reinterpret_cast<cuda::bf16_t*>(caches[n - 1].data()), length,
+                                                  capacity});
+    }
+    auto device_requests = ls::cuda::testing::upload(requests);
+    const size_t most_outputs = static_cast<size_t>(most) * gamma * dims.heads * dims.head_dim;
+    auto device_queries = ls::cuda::testing::upload(random_values(rng, most_outputs, 2.0f));
+    const auto* q = reinterpret_cast<const cuda::bf16_t*>(device_queries.data());
+    ls::cuda::DeviceBuffer<float> stats =
+        ls::cuda::testing::poisoned<float>(cuda::split_attention_stat_floats(most, gamma, dims));
+    ls::cuda::DeviceBuffer<float> partials =
+        ls::cuda::testing::poisoned<float>(cuda::split_attention_partial_floats(most, gamma, dims));
+    for (const int count : {1, 2, 5, 16, 64}) {
+      const size_t outputs = static_cast<size_t>(count) * gamma * dims.heads * dims.head_dim;
+      for (const int chunks : {0, 7, 3, 1}) {
+        SCOPED_TRACE(std::to_string(count) + " requests, chunks " + std::to_string(chunks));
+        auto split_out = ls::cuda::testing::poisoned<bf16>(outputs);
+        ASSERT_TRUE(cuda::block_attention_split(q, device_requests.data(), count, gamma, dims, layer,
+                                                cuda::SplitAttentionScratch{stats.data(), partials.data(), nullptr,
+                                                                            chunks},
+                                                reinterpret_cast<cuda::bf16_t*>(split_out.data()), nullptr)
+                        .ok());
+        for (const bool planted : {false, true}) {
+          if (planted && chunks != 0) continue;
+          auto row_out = ls::cuda::testing::poisoned<bf16>(outputs);
+          const Status row = cuda::block_attention_row(q, device_requests.data(), count, gamma, dims, layer, chunks,
+                                                       reinterpret_cast<cuda::bf16_t*>(row_out.data()), nullptr,
+                                                       planted);
+          ASSERT_TRUE(row.ok()) << row.to_string();
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const std::vector<bf16> split = ls::cuda::testing::download(split_out, outputs);
+          const std::vector<bf16> by_row = ls::cuda::testing::download(row_out, outputs);
+          size_t first_difference = outputs;
+          for (size_t i = 0; i < outputs; ++i) {
+            ASSERT_TRUE(std::isfinite(bf16_to_float(split[i]))) << "split output " << i << " unwritten or non-finite";
+            if (first_difference == outputs && split[i].bits != by_row[i].bits) first_difference = i;
+          }
+          const int equal = count_bitwise_equal(by_row, split);
+          if (planted) {
+            EXPECT_LT(equal, static_cast<int>(outputs)) << "the planted fault (last chunk left out) went unseen";
+          } else {
+            EXPECT_EQ(equal, static_cast<int>(outputs)) << "first difference at output " << first_difference;
+          }
+        }
+      }
+    }
+    std::printf("[ attention ] row kernel vs split: block %d, heads %d / %d, head_dim %d bitwise at 1 / 2 / 5 / 16 / "
+                "64 requests, chunks auto, 7, 3, 1; planted last chunk red\n",
+                gamma, dims.heads, dims.kv_heads, dims.head_dim);
+  }
+  // Refused by name: a head size it is not built for.
+  const Status refused = cuda::block_attention_row(nullptr, nullptr, 1, 7, cuda::AttentionDims{8, 2, 16, 0.25f}, 0,
+                                                   0, nullptr, nullptr);
+  EXPECT_EQ(refused.code(), ErrorCode::UnsupportedDraftShape);
+  EXPECT_NE(refused.to_string().find("head_dim 16"), std::string::npos) << refused.to_string();
+  EXPECT_FALSE(cuda::block_attention_row_supported(33, cuda::AttentionDims{8, 2, 64, 0.125f}));
+}
+
+}  // namespace
+}  // namespace ls::dspark
+#endif  // LS_HAVE_CUDA
