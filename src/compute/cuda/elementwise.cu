@@ -1,4 +1,4 @@
-// CUDA row-wise ops over bf16 activations: RMSNorm, residual add, SwiGLU, embedding gather, NeoX RoPE, sigmoid
+// CUDA row-wise ops over bf16 activations: RMSNorm, residual add, embedding gather, NeoX RoPE, sigmoid
 // top-k routing, slot sum, conversions, and the fused residual add + RMSNorm and q/k norm + RoPE. Each rounds where
 // the CPU Bf16 mode rounds (src/compute/cpu/*.cpp); each row is computed in a fixed order (wide rows by a CTA, narrow
 // ones by a warp, summing alike), so rows never depend on the launch size.
@@ -65,17 +65,6 @@ __global__ void add_residual_kernel(b16* h, const b16* delta, int64_t count) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     h[i] = __float2bfloat16_rn(__fadd_rn(to_f(h[i]), to_f(delta[i])));
-}
-
-__global__ void swiglu_kernel(const b16* gate, const b16* up, int64_t rows, int width, int64_t in_stride, b16* out) {
-  const int64_t count = rows * width;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / width, col = i % width;
-    const float g = to_f(gate[row * in_stride + col]);
-    const float silu = round_bf16(__fdiv_rn(g, __fadd_rn(1.0f, exp_f(-g))));
-    out[i] = __float2bfloat16_rn(__fmul_rn(silu, to_f(up[row * in_stride + col])));
-  }
 }
 
 __global__ void embed_kernel(const b16* table, int64_t vocab, int hidden, const int32_t* tokens, int64_t n, b16* out) {
@@ -378,13 +367,6 @@ Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream) {
                        stream);
     }
   }
-}
-
-Status swiglu(const bf16* gate, const bf16* up, int64_t rows, int width, int64_t in_stride, bf16* out,
-              cudaStream_t stream) {
-  if (rows <= 0 || width <= 0) return ok_status();
-  swiglu_kernel<<<grid_for(rows * width), 256, 0, stream>>>(dev(gate), dev(up), rows, width, in_stride, dev(out));
-  return check_launch("swiglu_kernel");
 }
 
 Status embed_rows(const bf16* table, int64_t vocab, int hidden, const int32_t* tokens, int64_t n, bf16* out,

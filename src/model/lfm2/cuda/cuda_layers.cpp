@@ -167,6 +167,10 @@ Status CudaTarget::ffn_dense(int layer, int64_t rows) {
       return cuda::gemm_decode_swiglu(gemm_, u_.data(), rows, w.gate_up.view(), act_.data(), stream_);
     }));
     LS_RETURN_IF_ERROR(mark("gemm"));
+  } else if (cuda::gate_up_swiglu_on() && gemm_.swiglu_fits(rows, w.gate_up.view())) {
+    // prefill: SwiGLU in the gate_up GEMM's epilogue (the same bits; LS_GATE_UP_SWIGLU=1 until an A/B decides)
+    LS_RETURN_IF_ERROR(gemm_.gemm_swiglu(u_.data(), rows, w.gate_up.view(), act_.data(), stream_));
+    LS_RETURN_IF_ERROR(mark("gemm"));
   } else {
     LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.gate_up.view(), wide_.data(), nullptr, stream_));  // [rows, 2F]
     LS_RETURN_IF_ERROR(mark("gemm"));

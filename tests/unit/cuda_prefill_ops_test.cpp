@@ -1,0 +1,228 @@
+// Prefill's elementwise work (session 12): swiglu's three kernels give the bits of the one-output-a-thread kernel on
+// every bf16 gate; gate_up with SwiGLU in the GEMM's epilogue gives the bits of gemm then swiglu; and, when asked
+// (LS_PREFILL_TIMING=1), the device time of each op a 1.2B prefill of 2048 tokens runs between and in its GEMMs.
+#ifdef LS_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compute/cuda/kernels.h"
+#include "cuda_test_util.h"
+#include "ops_test_util.h"
+
+namespace ls::cuda {
+namespace {
+
+using compute::testing::random_values;
+using testing::device_ms_per_call;
+using testing::download;
+using testing::poisoned;
+using testing::to_bf16;
+using testing::upload;
+
+// Positions where two bf16 arrays differ bit for bit (NaN payloads included).
+size_t differing(const std::vector<bf16>& a, const std::vector<bf16>& b) {
+  size_t count = 0;
+  for (size_t i = 0; i < a.size(); ++i) count += a[i].bits != b[i].bits;
+  return count;
+}
+
+// Restores the process's swiglu kernel when a test ends.
+struct SwigluModeScope {
+  SwigluKernel saved = swiglu_kernel_mode();
+  ~SwigluModeScope() { set_swiglu_kernel(saved); }
+};
+
+// out [rows, width] under `mode` for gate / up interleaved as a gate_up GEMM's output [rows, 2 * width] (+ gap).
+std::vector<bf16> swiglu_under(SwigluKernel mode, const DeviceBuffer<bf16>& wide, int64_t rows, int width,
+                               int64_t stride) {
+  set_swiglu_kernel(mode);
+  auto out = poisoned<bf16>(rows * width);
+  EXPECT_TRUE(swiglu(wide.data(), wide.data() + width, rows, width, stride, out.data(), nullptr).ok());
+  return download(out, rows * width);
+}
+
+TEST(CudaSwiglu, EveryKernelGivesTheRowKernelsBitsOnEveryBf16Gate) {
+  LS_SKIP_WITHOUT_DEVICE();
+  SwigluModeScope scope;
+  struct Shape {
+    int64_t rows;
+    int width;
+    int64_t gap;  // extra elements after each row's gate | up
+    bool every_gate;
+  };
+  // 64 x 1024 gates: each of the 65536 bf16 patterns once (NaN, inf, subnormals); then random gates with a ragged
+  // last column block, a gapped stride, and a width the vector kernel does not take (the row kernel runs).
+  for (const Shape& shape : {Shape{64, 1024, 0, true}, Shape{37, 8200, 0, false}, Shape{19, 2056, 24, false},
+                             Shape{5, 1001, 0, false}}) {
+    const int64_t stride = 2 * shape.width + shape.gap;
+    std::vector<float> values = random_values(shape.rows * stride, 91 + shape.width, 6.0f);
+    std::vector<bf16> host = to_bf16(values);
+    for (int64_t r = 0; r < shape.rows; ++r)
+      for (int c = 0; c < shape.width; ++c) {
+        bf16& gate = host[r * stride + c];
+        if (shape.every_gate) gate.bits = static_cast<uint16_t>(r * shape.width + c);
+        if (!shape.every_gate && c % 97 == 0) gate = float_to_bf16(1.0f);  // the planted entry's gate
+      }
+    const auto wide = upload(host);
+    const std::string what = std::to_string(shape.rows) + "x" + std::to_string(shape.width);
+    const auto rows_bits = swiglu_under(SwigluKernel::Rows, wide, shape.rows, shape.width, stride);
+    for (SwigluKernel mode : {SwigluKernel::Vector, SwigluKernel::Table})
+      EXPECT_EQ(differing(swiglu_under(mode, wide, shape.rows, shape.width, stride), rows_bits), 0u)
+          << what << " kernel " << static_cast<int>(mode);
+    // The planted table (g = 1.0 one ulp off) is seen wherever the vector kernel runs.
+    const size_t planted =
+        differing(swiglu_under(SwigluKernel::TablePlantedOneOff, wide, shape.rows, shape.width, stride), rows_bits);
+    if (shape.width % 8 == 0)
+      EXPECT_GT(planted, 0u) << what << ": the planted table entry went unseen";
+    else
+      EXPECT_EQ(planted, 0u) << what << ": the row kernel runs (no table)";
+    std::printf("swiglu %s: planted table entry changed %zu outputs\n", what.c_str(), planted);
+  }
+}
+
+TEST(CudaGemmSwiglu, GateUpWithSwigluInTheEpilogueGivesTheBitsOfTheGemmThenSwiglu) {
+  LS_SKIP_WITHOUT_DEVICE();
+  SwigluModeScope scope;
+  GemmEngine engine;
+  struct Shape {
+    int64_t m, f, k;
+    bool bias;
+  };
+  const DeviceMatrix probe{nullptr, nullptr, 2 * 1024, 2048};
+  if (!engine.swiglu_fits(2048, probe)) GTEST_SKIP() << "no wgmma device: gemm_swiglu does not run";
+  for (const Shape& shape : {Shape{2048, 8192, 2048, false}, Shape{300, 1000, 1024, true}, Shape{128, 130, 192, false},
+                             Shape{513, 2048, 2048, true}}) {
+    const std::string what =
+        std::to_string(shape.m) + " rows, F " + std::to_string(shape.f) + ", K " + std::to_string(shape.k);
+    const auto x = upload(to_bf16(random_values(shape.m * shape.k, 7 + shape.m, 1.0f)));
+    const auto w = upload(to_bf16(random_values(2 * shape.f * shape.k, 8 + shape.f, 0.05f)));
+    const auto bias = upload(random_values(2 * shape.f, 9, 0.5f));
+    const DeviceMatrix gate_up{w.data(), shape.bias ? bias.data() : nullptr, 2 * shape.f, shape.k};
+    ASSERT_TRUE(engine.swiglu_fits(shape.m, gate_up)) << what;
+    auto wide = poisoned<bf16>(shape.m * 2 * shape.f);
+    auto plain = poisoned<bf16>(shape.m * shape.f);
+    ASSERT_TRUE(engine.gemm(x.data(), shape.m, gate_up, wide.data(), nullptr, nullptr).ok()) << what;
+    ASSERT_TRUE(swiglu(wide.data(), wide.data() + shape.f, shape.m, static_cast<int>(shape.f), 2 * shape.f,
+                       plain.data(), nullptr)
+                    .ok());
+    const auto expected = download(plain, shape.m * shape.f);
+    // silu computed in the epilogue, and looked up in the table
+    for (SwigluKernel mode : {SwigluKernel::Rows, SwigluKernel::Table}) {
+      set_swiglu_kernel(mode);
+      auto fused = poisoned<bf16>(shape.m * shape.f);
+      ASSERT_TRUE(engine.gemm_swiglu(x.data(), shape.m, gate_up, fused.data(), nullptr).ok()) << what;
+      EXPECT_EQ(differing(download(fused, shape.m * shape.f), expected), 0u)
+          << what << " kernel " << static_cast<int>(mode);
+    }
+    set_swiglu_kernel(SwigluKernel::Rows);
+    // The planted K-order fault (K tiles walked backwards) in the fused launch alone must show.
+    engine.set_fault_reverse_k_for_test(true);
+    auto faulty = poisoned<bf16>(shape.m * shape.f);
+    ASSERT_TRUE(engine.gemm_swiglu(x.data(), shape.m, gate_up, faulty.data(), nullptr).ok()) << what;
+    engine.set_fault_reverse_k_for_test(false);
+    const size_t planted = differing(download(faulty, shape.m * shape.f), expected);
+    EXPECT_GT(planted, 0u) << what << ": the reversed K order went unseen";
+    std::printf("gemm_swiglu %s: the reversed K order changed %zu of %lld outputs\n", what.c_str(), planted,
+                static_cast<long long>(shape.m * shape.f));
+  }
+  // Refused by number: too few rows, a sliced K, odd rows.
+  const DeviceMatrix sliced{nullptr, nullptr, 2048, 4096}, odd{nullptr, nullptr, 2047, 2048};
+  EXPECT_FALSE(engine.swiglu_fits(127, probe));
+  EXPECT_FALSE(engine.swiglu_fits(2048, sliced));
+  EXPECT_FALSE(engine.swiglu_fits(2048, odd));
+  EXPECT_EQ(engine.gemm_swiglu(nullptr, 127, probe, nullptr, nullptr).code(), ErrorCode::InvalidArgument);
+}
+
+// Device microseconds a call, and GB/s of the bytes it must move at least.
+void report(const char* what, double bytes, int repeats, const std::function<Status()>& launch) {
+  EXPECT_TRUE(launch().ok()) << what;  // warm: the table fill, first-launch costs
+  const double us = 1e3 * device_ms_per_call(repeats, [&] { (void)launch(); });
+  std::printf("prefill op %-36s %9.1f us %8.0f GB/s\n", what, us, bytes / us / 1e3);
+}
+
+TEST(CudaPrefillOps, TimesThe12BPrefillOpsWhenAsked) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (std::getenv("LS_PREFILL_TIMING") == nullptr) GTEST_SKIP() << "set LS_PREFILL_TIMING=1 to time";
+  SwigluModeScope scope;
+  constexpr int64_t R = 2048, D = 2048, F = 8192, H = 32, KV = 8, HD = 64;
+  constexpr int kRepeats = 20;
+  auto random_device = [](int64_t count, uint64_t seed, float scale) {
+    return upload(to_bf16(random_values(count, seed, scale)));
+  };
+  auto h = random_device(R * D, 1, 2.0f), delta = random_device(R * D, 2, 0.5f), u = poisoned<bf16>(R * D);
+  auto norm_weight = random_device(D, 3, 1.0f);
+  auto wide = random_device(R * 2 * F, 4, 4.0f), act = poisoned<bf16>(R * F);
+  const double act_bytes = 2.0 * R * F * 3;
+  report("add_rms_norm 2048x2048", 2.0 * R * D * 4, kRepeats,
+         [&] { return add_rms_norm(h.data(), delta.data(), R, D, norm_weight.data(), 1e-5f, u.data(), nullptr); });
+  report("rms_norm 2048x2048", 2.0 * R * D * 2, kRepeats,
+         [&] { return rms_norm(h.data(), R, D, norm_weight.data(), 1e-5f, u.data(), nullptr); });
+  report("add_residual 2048x2048", 2.0 * R * D * 3, kRepeats,
+         [&] { return add_residual(h.data(), delta.data(), R * D, nullptr); });
+  const std::pair<const char*, SwigluKernel> modes[] = {{"swiglu rows 2048x8192", SwigluKernel::Rows},
+                                                        {"swiglu vector 2048x8192", SwigluKernel::Vector},
+                                                        {"swiglu table 2048x8192", SwigluKernel::Table}};
+  for (const auto& [name, mode] : modes) {
+    set_swiglu_kernel(mode);
+    report(name, act_bytes, kRepeats,
+           [&] { return swiglu(wide.data(), wide.data() + F, R, F, 2 * F, act.data(), nullptr); });
+  }
+  auto q_raw = random_device(R * H * HD, 5, 2.0f), k_raw = random_device(R * KV * HD, 6, 2.0f);
+  auto q = poisoned<bf16>(R * H * HD), k = poisoned<bf16>(R * KV * HD);
+  auto head_weight = random_device(HD, 7, 1.0f);
+  std::vector<int64_t> positions_host(R);
+  for (int64_t r = 0; r < R; ++r) positions_host[r] = r;
+  auto positions = upload(positions_host);
+  std::vector<float> inv_freq_host(HD / 2);
+  for (int i = 0; i < HD / 2; ++i) inv_freq_host[i] = std::pow(1e6f, -2.0f * i / HD);
+  auto inv_freq = upload(inv_freq_host);
+  QkNormRope qk;
+  qk.q_raw = q_raw.data();
+  qk.k_raw = k_raw.data();
+  qk.q_weight = head_weight.data();
+  qk.k_weight = head_weight.data();
+  qk.q = q.data();
+  qk.k = k.data();
+  qk.rows = R;
+  qk.q_heads = H;
+  qk.k_heads = KV;
+  qk.head_dim = HD;
+  qk.eps = 1e-5f;
+  qk.positions = positions.data();
+  qk.inv_freq = inv_freq.data();
+  report("qk_norm_rope 2048 x (32 + 8) x 64", 2.0 * R * (H + KV) * HD * 2, kRepeats,
+         [&] { return qk_norm_rope(qk, nullptr); });
+  // The GEMMs of one layer (conv: in_proj, out_proj; attention: q, k, v, o; FFN: gate_up, down), and gate_up with
+  // SwiGLU in its epilogue.
+  GemmEngine engine;
+  auto x = random_device(R * F, 8, 1.0f);
+  auto y = poisoned<bf16>(R * 2 * F);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{3 * D, D}, {D, D}, {512, D}, {2 * F, D}, {D, F}};
+  for (const auto& [n, kk] : shapes) {
+    auto weights = random_device(n * kk, 10 + n, 0.05f);
+    const DeviceMatrix matrix{weights.data(), nullptr, n, kk};
+    const std::string name = "gemm " + std::to_string(kk) + "->" + std::to_string(n) + " " + engine.tile_name(R, n, kk);
+    report(name.c_str(), 2.0 * (R * kk + n * kk + R * n), kRepeats / 2,
+           [&] { return engine.gemm(x.data(), R, matrix, y.data(), nullptr, nullptr); });
+    for (const auto& [label, mode] : {std::pair{"gemm_swiglu 2048->2x8192 silu computed", SwigluKernel::Rows},
+                                      std::pair{"gemm_swiglu 2048->2x8192 silu table", SwigluKernel::Table}}) {
+      if (n != 2 * F || !engine.swiglu_fits(R, matrix)) break;
+      set_swiglu_kernel(mode);
+      report(label, 2.0 * (R * kk + n * kk + R * F), kRepeats / 2,
+             [&] { return engine.gemm_swiglu(x.data(), R, matrix, act.data(), nullptr); });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ls::cuda
+
+#endif  // LS_HAVE_CUDA
