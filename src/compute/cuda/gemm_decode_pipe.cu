@@ -7,6 +7,7 @@
 #include <string>
 
 #include "compute/cuda/gemm_decode_pipe.cuh"
+#include "compute/cuda/gemm_decode_x.h"
 
 namespace ls::cuda::gemm_detail {
 namespace {
@@ -76,8 +77,22 @@ constexpr int kDefaultTmaRingBytes = 192 * 1024;
 // interleaved, x once everywhere against the picks: the 1.2B step 0.906-0.910 against 0.894-0.898 ms, so
 // LS_DECODE_PIPE_X is gone and 1 / 0 stay only for the tests of every configuration).
 std::atomic<int> pipe_x{-1};
-// set_decode_pipe_fault_for_test: gemm_decode_pipe's launches with x once walk each unit's K tiles backwards.
+// set_decode_pipe_fault_for_test: gemm_decode_pipe's launches with x once walk each unit's K tiles backwards (x in
+// pieces: every piece copied from piece 0's K range).
 std::atomic<bool> pipe_fault{false};
+// x once in pieces of this many K tiles, each on its own barrier (session 12; set_decode_pipe_x_pieces,
+// LS_DECODE_PIPE_X_PIECES); 0: whole, one barrier (the default).
+std::atomic<int> pipe_x_pieces{std::max(0, env_int("LS_DECODE_PIPE_X_PIECES", 0))};
+// x once by the CTA's threads' 16-byte loads (session 12; set_decode_pipe_x_loads, LS_DECODE_PIPE_X_LOADS=1); before
+// the pieces when both are set.
+std::atomic<bool> pipe_x_loads{env_int("LS_DECODE_PIPE_X_LOADS", 0) != 0};
+// The piece a launch of K takes: the one asked, raised so that K needs at most kPipeXPieces pieces.
+int piece_tiles_for(int k) {
+  const int asked = pipe_x_pieces.load(std::memory_order_relaxed);
+  if (asked <= 0) return 0;
+  const int k_tiles = k / kBlockK;
+  return std::max(asked, (k_tiles + kPipeXPieces - 1) / kPipeXPieces);
+}
 
 // The copies a launch of m rows x K -> rows (SwiGLU: 2F) outputs takes: 0 rows, 1 3D boxes.
 int copies_of(int m, int k, int64_t rows, bool swiglu) {
@@ -105,6 +120,8 @@ int groups_for(int config, int64_t columns) {
 struct PipePlan {
   int smem, stages, chunk;
   bool x_once;
+  int piece_tiles = 0;  // x once in pieces of this many K tiles; 0: whole
+  bool x_loads = false;  // x once by the threads' loads
 };
 PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups) {
   const int slices = slice_count(k);
@@ -120,7 +137,8 @@ PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k
   while (boxes && chunk > 4 && 2 * active * pipe_stage_bytes(true, x_once, shape.tiles, chunk, m) > ring) chunk /= 2;
   const int stage = pipe_stage_bytes(boxes, x_once, shape.tiles, chunk, m);
   const int stages = std::clamp(ring / (active * stage), 2, kPipeMaxStages);
-  return {fixed + active * stages * stage, stages, chunk, x_once};
+  return {fixed + active * stages * stage, stages, chunk, x_once, x_once ? piece_tiles_for(k) : 0,
+          x_once && pipe_x_loads.load(std::memory_order_relaxed)};
 }
 // x once where the switch asks for it and it fits, else per stage.
 PipePlan plan_for(int config, int m, int k, int groups, int copies) {
@@ -133,14 +151,23 @@ PipePlan plan_for(int config, int m, int k, int groups, int copies) {
   return plan_with(shape, copies != 0, false, m, k, groups);
 }
 
-template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU>
-Status launch_shape(const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan, cudaStream_t stream) {
+template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU, int X_FILL>
+Status launch_rows(const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan, cudaStream_t stream) {
   const int ctas = group.first_block[group.count];
   if (group.args[0].m <= 8)
-    return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 8, SWIGLU>, ctas, 32 * WARPS, plan.smem,
-                               stream, group, groups, plan.stages, plan.chunk);
-  return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>, ctas, 32 * WARPS, plan.smem,
-                             stream, group, groups, plan.stages, plan.chunk);
+    return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 8, SWIGLU, X_FILL>, ctas, 32 * WARPS,
+                               plan.smem, stream, group, groups, plan.stages, plan.chunk, plan.piece_tiles);
+  return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU, X_FILL>, ctas, 32 * WARPS,
+                             plan.smem, stream, group, groups, plan.stages, plan.chunk, plan.piece_tiles);
+}
+template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU>
+Status launch_shape(const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan, cudaStream_t stream) {
+  if constexpr (X_ONCE) {
+    if (plan.x_loads) return launch_rows<BOXES, true, WARPS, TILES, SWIGLU, kXLoads>(group, groups, plan, stream);
+    if (plan.piece_tiles > 0)
+      return launch_rows<BOXES, true, WARPS, TILES, SWIGLU, kXPieces>(group, groups, plan, stream);
+  }
+  return launch_rows<BOXES, X_ONCE, WARPS, TILES, SWIGLU, kXBulk>(group, groups, plan, stream);
 }
 template <bool BOXES, bool X_ONCE>
 Status launch_copies(int config, const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan,
@@ -162,6 +189,13 @@ void allow_shape(int optin) {
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
   cudaFuncSetAttribute(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>,
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+  if constexpr (X_ONCE) {
+    for (auto kernel : {decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, SWIGLU, kXPieces>,
+                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, SWIGLU, kXPieces>,
+                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, SWIGLU, kXLoads>,
+                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, SWIGLU, kXLoads>})
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+  }
 }
 template <bool BOXES, bool X_ONCE>
 void allow_copies(int optin) {
@@ -390,6 +424,13 @@ Status gemm_decode_pipe(const GemmEngine& engine, int config, const bf16* x, int
 }
 
 void set_decode_pipe_fault_for_test(bool on) { gemm_detail::pipe_fault.store(on, std::memory_order_relaxed); }
+
+void set_decode_pipe_x_pieces(int tiles) {
+  gemm_detail::pipe_x_pieces.store(std::max(0, tiles), std::memory_order_relaxed);
+}
+int decode_pipe_x_pieces() { return gemm_detail::pipe_x_pieces.load(std::memory_order_relaxed); }
+void set_decode_pipe_x_loads(bool on) { gemm_detail::pipe_x_loads.store(on, std::memory_order_relaxed); }
+bool decode_pipe_x_loads() { return gemm_detail::pipe_x_loads.load(std::memory_order_relaxed); }
 
 bool decode_pipe_routes(int64_t m, const DeviceMatrix& w, bool swiglu, bool* x_once) {
   if (x_once) *x_once = false;
