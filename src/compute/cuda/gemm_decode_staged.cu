@@ -11,6 +11,7 @@
 
 #include "compute/cuda/decode_norm.cuh"
 #include "compute/cuda/gemm_decode.cuh"
+#include "compute/cuda/norm_order.h"
 
 namespace ls::cuda::gemm_detail {
 namespace {
@@ -326,7 +327,8 @@ Status check_decode_norm(const DecodeNorm& norm, int64_t m, int64_t k, const cha
        reinterpret_cast<uintptr_t>(norm.h_out) | reinterpret_cast<uintptr_t>(norm.weight)) % 16 != 0)
     return Status(ErrorCode::InvalidArgument, std::string(what) + " needs 16-byte aligned h, delta, h_out, weight");
   out = {reinterpret_cast<const __nv_bfloat16*>(norm.h), reinterpret_cast<const __nv_bfloat16*>(norm.delta),
-         reinterpret_cast<__nv_bfloat16*>(norm.h_out), reinterpret_cast<const __nv_bfloat16*>(norm.weight), norm.eps};
+         reinterpret_cast<__nv_bfloat16*>(norm.h_out), reinterpret_cast<const __nv_bfloat16*>(norm.weight), norm.eps,
+         norm_sliced()};
   return ok_status();
 }
 
