@@ -3,6 +3,7 @@
 // (LS_PREFILL_TIMING=1), the device time of each op a 1.2B prefill of 2048 tokens runs between and in its GEMMs.
 #ifdef LS_HAVE_CUDA
 
+#include <cublas_v2.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -148,6 +149,13 @@ void report(const char* what, double bytes, int repeats, const std::function<Sta
   std::printf("prefill op %-36s %9.1f us %8.0f GB/s\n", what, us, bytes / us / 1e3);
 }
 
+// Device microseconds a call and TFLOP/s of a GEMM.
+void report_gemm(const char* what, double flops, const std::function<Status()>& launch) {
+  EXPECT_TRUE(launch().ok()) << what;
+  const double us = 1e3 * device_ms_per_call(10, [&] { (void)launch(); });
+  std::printf("prefill op %-44s %9.1f us %6.0f TFLOP/s\n", what, us, flops / us / 1e6);
+}
+
 TEST(CudaPrefillOps, TimesThe12BPrefillOpsWhenAsked) {
   LS_SKIP_WITHOUT_DEVICE();
   if (std::getenv("LS_PREFILL_TIMING") == nullptr) GTEST_SKIP() << "set LS_PREFILL_TIMING=1 to time";
@@ -200,26 +208,45 @@ TEST(CudaPrefillOps, TimesThe12BPrefillOpsWhenAsked) {
   qk.inv_freq = inv_freq.data();
   report("qk_norm_rope 2048 x (32 + 8) x 64", 2.0 * R * (H + KV) * HD * 2, kRepeats,
          [&] { return qk_norm_rope(qk, nullptr); });
-  // The GEMMs of one layer (conv: in_proj, out_proj; attention: q, k, v, o; FFN: gate_up, down), and gate_up with
-  // SwiGLU in its epilogue.
+  // The GEMMs of one layer (conv: in_proj, out_proj; attention: q, k, v, o; FFN: gate_up, down), gate_up with
+  // SwiGLU in its epilogue, and cuBLAS on the same data and on constant data (gpu_bench's floor fills its operands
+  // with 0x3c bytes; tensor cores draw less power on constant data).
   GemmEngine engine;
   auto x = random_device(R * F, 8, 1.0f);
   auto y = poisoned<bf16>(R * 2 * F);
+  auto constant_x = poisoned<bf16>(R * F), constant_w = poisoned<bf16>(2 * F * D);
+  cudaMemset(constant_x.data(), 0x3c, R * F * sizeof(bf16));
+  cudaMemset(constant_w.data(), 0x3c, 2 * F * D * sizeof(bf16));
+  cublasHandle_t handle = nullptr;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  auto cublas = [&](const bf16* a, const bf16* w, int64_t n, int64_t kk) {
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasStatus_t status =
+        cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(R), static_cast<int>(kk),
+                     &alpha, w, CUDA_R_16BF, static_cast<int>(kk), a, CUDA_R_16BF, static_cast<int>(kk), &beta,
+                     y.data(), CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return status == CUBLAS_STATUS_SUCCESS ? ok_status() : Status(ErrorCode::Internal, "cublasGemmEx");
+  };
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{3 * D, D}, {D, D}, {512, D}, {2 * F, D}, {D, F}};
   for (const auto& [n, kk] : shapes) {
     auto weights = random_device(n * kk, 10 + n, 0.05f);
     const DeviceMatrix matrix{weights.data(), nullptr, n, kk};
-    const std::string name = "gemm " + std::to_string(kk) + "->" + std::to_string(n) + " " + engine.tile_name(R, n, kk);
-    report(name.c_str(), 2.0 * (R * kk + n * kk + R * n), kRepeats / 2,
-           [&] { return engine.gemm(x.data(), R, matrix, y.data(), nullptr, nullptr); });
-    for (const auto& [label, mode] : {std::pair{"gemm_swiglu 2048->2x8192 silu computed", SwigluKernel::Rows},
-                                      std::pair{"gemm_swiglu 2048->2x8192 silu table", SwigluKernel::Table}}) {
+    const double flops = 2.0 * R * n * kk;
+    const std::string shape = std::to_string(kk) + "->" + std::to_string(n);
+    report_gemm(("gemm " + shape + " " + engine.tile_name(R, n, kk)).c_str(), flops,
+                [&] { return engine.gemm(x.data(), R, matrix, y.data(), nullptr, nullptr); });
+    report_gemm(("cublas " + shape + " same data").c_str(), flops,
+                [&] { return cublas(x.data(), weights.data(), n, kk); });
+    report_gemm(("cublas " + shape + " constant data").c_str(), flops,
+                [&] { return cublas(constant_x.data(), constant_w.data(), n, kk); });
+    for (const auto& [label, mode] : {std::pair{"gemm_swiglu " + shape + " silu computed", SwigluKernel::Rows},
+                                      std::pair{"gemm_swiglu " + shape + " silu table", SwigluKernel::Table}}) {
       if (n != 2 * F || !engine.swiglu_fits(R, matrix)) break;
       set_swiglu_kernel(mode);
-      report(label, 2.0 * (R * kk + n * kk + R * F), kRepeats / 2,
-             [&] { return engine.gemm_swiglu(x.data(), R, matrix, act.data(), nullptr); });
+      report_gemm(label.c_str(), flops, [&] { return engine.gemm_swiglu(x.data(), R, matrix, act.data(), nullptr); });
     }
   }
+  cublasDestroy(handle);
 }
 
 }  // namespace
