@@ -8,6 +8,7 @@
 
 #include "compute/cpu/cpu_features.h"
 #include "compute/cpu/fused_ops.h"
+#include "compute/cpu/keyed_draw.h"
 #include "compute/cpu/matmul_avx512.h"
 #include "compute/cpu/simd_avx512.h"
 #include "draft/dspark/forward.h"
@@ -196,7 +197,7 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
         pick = first_finite_argmax(logits, finite);
       } else {
         finite = all_finite(logits);
-        pick = draw_token(logits, request.sampling, request.anchor_position + slot + 1);
+        pick = compute::draw_token_pruned(logits, request.sampling, request.anchor_position + slot + 1);
       }
       if (planted && faults.out_of_range_pick_slot == slot) pick = static_cast<int32_t>(V);
 
