@@ -197,7 +197,9 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
         pick = first_finite_argmax(logits, finite);
       } else {
         finite = all_finite(logits);
-        pick = compute::draw_token_pruned(logits, request.sampling, request.anchor_position + slot + 1);
+        const int64_t position = request.anchor_position + slot + 1;
+        pick = compute::pruned_draws() ? compute::draw_token_pruned(logits, request.sampling, position)
+                                       : draw_token(logits, request.sampling, position);
       }
       if (planted && faults.out_of_range_pick_slot == slot) pick = static_cast<int32_t>(V);
 
