@@ -11,6 +11,7 @@
 #include "model/lfm2/cuda/cuda_target.h"
 
 #include "compute/cuda/row_gather_norm.h"
+#include "model/lfm2/cuda/conv_rows.h"
 
 namespace ls::lfm2 {
 
@@ -213,8 +214,11 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const c
     }));
   }
   LS_RETURN_IF_ERROR(mark("gemm"));
-  LS_RETURN_IF_ERROR(
-      twice(StepOp::Conv, [&] { return gpu::short_conv(args, row_window, windows, z, act_.data(), stream_); }));
+  LS_RETURN_IF_ERROR(twice(StepOp::Conv, [&] {
+    // prefill: 8 channels and 8 rows a thread (the same bits; LS_CONV_ROWS=1 until an A/B decides)
+    if (gpu::conv_rows_takes(args)) return gpu::conv_rows(args, row_window, windows, z, act_.data(), stream_);
+    return gpu::short_conv(args, row_window, windows, z, act_.data(), stream_);
+  }));
   LS_RETURN_IF_ERROR(mark("short conv"));
   LS_RETURN_IF_ERROR(
       twice(StepOp::MixerOut, [&] { return gemm_out(act_.data(), rows, w.conv_out.view(), mix_.data()); }));
