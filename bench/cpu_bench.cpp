@@ -5,7 +5,7 @@
 //             [--verify 1,2,4,8,16] [--mode bf16|fp32] [--cpu-time 1] [--json PATH]
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
 //             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
-//              [--small-m 0,3] [--round-gap-us US] [--span POSITIONS]]
+//              [--small-m 0,3] [--short -1,0,1] [--passes 1,0] [--round-gap-us US] [--span POSITIONS]]
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the
@@ -65,6 +65,8 @@ struct Options {
   std::vector<int> chunk_kib;    // --chunk-kb: few-row chunk sizes crossed with them (round mode)
   std::vector<int> prefetch;     // --prefetch: verify prefetch settings ROWS*10+GROUPS crossed with them (round mode)
   std::vector<int> small_m;      // --small-m: set_small_m_kernel masks crossed with them (round mode)
+  std::vector<int> short_block;  // --short: -1 trained width, N depth+N (dspark::ShortBlock) crossed with them
+  std::vector<int> passes;       // --passes 1,0: rounds with and without the pass (the forwards' cost of its reads)
   int rounds = 400, round_gap_us = 0, span = 128;
   int repeats = 5, decode_tokens = 32;
   bool cpu_time = false;  // time 1-thread runs by the thread's CPU time (robust to other processes on the VM)
@@ -225,6 +227,8 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
     plan.chunk_kib = options.chunk_kib;
     plan.prefetch = options.prefetch;
     plan.small_m = options.small_m;
+    plan.short_block = options.short_block;
+    plan.passes = options.passes;
     plan.gap_us = options.round_gap_us;
     plan.span = options.span;
     result["rounds"] = bench::bench_rounds(plan, target, options.drafter, threads, options.drafter_bits);
@@ -332,6 +336,8 @@ int main(int argc, char** argv) {
     else if (flag == "--chunk-kb") options.chunk_kib = parse_list(value);
     else if (flag == "--prefetch") options.prefetch = parse_list(value);
     else if (flag == "--small-m") options.small_m = parse_list(value);
+    else if (flag == "--short") options.short_block = parse_list(value);
+    else if (flag == "--passes") options.passes = parse_list(value);
     else if (flag == "--round-gap-us") options.round_gap_us = std::max(0, std::atoi(value.c_str()));
     else if (flag == "--span") options.span = std::max(8, std::atoi(value.c_str()));
     else if (flag == "--mode") options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;

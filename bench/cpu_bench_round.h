@@ -1,6 +1,7 @@
 // cpu_bench --round ROWS,DEPTH: 1-stream rounds in a round's order (verify a window of ROWS tapped rows, commit 2,
 // absorb their taps, draft DEPTH), each phase timed by wall clock, with the arms (--fused masks x --spin-us pool spin
-// budgets x --chunk-kb few-row chunk sizes x --prefetch verify prefetch settings; --round-gap-us of busy host work
+// budgets x --chunk-kb few-row chunk sizes x --prefetch verify prefetch settings x --short short-block widths x
+// --passes with and without the pass; --round-gap-us of busy host work
 // before each phase, as the lanes' own work) taken in turn round by round so every arm sees the same phase of a
 // shared host. Medians and bests per arm. With --cpu-time 1 at one thread, the calling thread's CPU time instead
 // (robust to other processes). Part of cpu_bench (not a test).
@@ -35,6 +36,8 @@ struct RoundPlan {
   std::vector<int> chunk_kib;  // few-row chunk sizes (KiB) crossed with the others (empty: as set)
   std::vector<int> prefetch;   // verify prefetch as ROWS*10+GROUPS (e.g. 62 = default, 12 = from 2 rows, 2 ahead)
   std::vector<int> small_m;    // set_small_m_kernel masks crossed with the others (empty: as set)
+  std::vector<int> short_block;  // short-block arms: -1 the trained width, N >= 0 depth+N (empty: as set)
+  std::vector<int> passes;       // 1 a round drafts, 0 it skips the pass (the forwards without the drafter's reads)
   int gap_us = 0;          // host work between the phases, busy on the calling thread (as the lanes' own work)
   bool cpu_time = false;  // time by the calling thread's CPU time (one thread)
 };
@@ -93,12 +96,14 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
   int64_t position = plan.context;
   // Arms: every fusion mask with every spin budget, taken in turn round by round.
   struct Arm {
-    int fused, spin, chunk, prefetch, small_m;
+    int fused, spin, chunk, prefetch, small_m, short_block, pass;
     std::string name() const {
       return "fused_" + std::to_string(fused) + (spin >= 0 ? "_spin_" + std::to_string(spin) : "") +
              (chunk > 0 ? "_chunk_" + std::to_string(chunk) : "") +
              (prefetch >= 0 ? "_pf_" + std::to_string(prefetch) : "") +
-             (small_m >= 0 ? "_sm_" + std::to_string(small_m) : "");
+             (small_m >= 0 ? "_sm_" + std::to_string(small_m) : "") +
+             (short_block >= -1 ? (short_block < 0 ? "_full" : "_depth+" + std::to_string(short_block)) : "") +
+             (pass == 0 ? "_nopass" : "");
     }
   };
   std::vector<Arm> arm_list;
@@ -107,11 +112,14 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
       for (int chunk : plan.chunk_kib.empty() ? std::vector<int>{0} : plan.chunk_kib)
         for (int prefetch : plan.prefetch.empty() ? std::vector<int>{-1} : plan.prefetch)
           for (int small_m : plan.small_m.empty() ? std::vector<int>{-1} : plan.small_m)
-            arm_list.push_back({fused, spin, chunk, prefetch, small_m});
+            for (int short_block : plan.short_block.empty() ? std::vector<int>{-2} : plan.short_block)
+              for (int pass : plan.passes.empty() ? std::vector<int>{1} : plan.passes)
+                arm_list.push_back({fused, spin, chunk, prefetch, small_m, short_block, pass});
   const int64_t chunk_before = compute::set_stream_chunk_bytes(0);
   compute::set_stream_chunk_bytes(chunk_before);
   compute::set_verify_prefetch(-1, 0);
   const int spin_before = ThreadPool::spin_microseconds();
+  const dspark::ShortBlock short_before = dspark::short_block();
   auto host_gap = [&] {
     const double until = now() + plan.gap_us / 1000.0;
     while (now() < until) {
@@ -128,6 +136,8 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     if (const int prefetch = arm_list[arm].prefetch; prefetch >= 0)
       compute::set_verify_prefetch(prefetch / 10, prefetch % 10);
     if (arm_list[arm].small_m >= 0) compute::set_small_m_kernel(arm_list[arm].small_m);
+    if (const int extra = arm_list[arm].short_block; extra >= -1)
+      dspark::set_short_block(dspark::ShortBlock{extra >= 0, std::max(0, extra)});
     host_gap();
     for (int i = 0; i < plan.rows; ++i) row_tokens[i] = static_cast<int32_t>(splitmix64(r * 131 + i) % vocab);
     window.tokens = row_tokens;
@@ -150,8 +160,10 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
     request.anchor_token = row_tokens[0];
     request.anchor_position = position;
     request.depth = plan.depth;
-    std::vector<Draft> drafts = drafter.draft(std::span<const DraftRequest>(&request, 1));
-    check(drafts[0].status, "draft");
+    if (arm_list[arm].pass != 0) {
+      std::vector<Draft> drafts = drafter.draft(std::span<const DraftRequest>(&request, 1));
+      check(drafts[0].status, "draft");
+    }
     const double t3 = now();
     const double gaps = 2 * plan.gap_us / 1000.0;  // the host work inside [t1, t2) is not the absorb's
     verify[arm].push_back(ms(t0, t1));
@@ -171,6 +183,7 @@ inline nlohmann::json bench_rounds(const RoundPlan& plan, Target& target, const 
   compute::set_stream_chunk_bytes(chunk_before);
   compute::set_verify_prefetch(-1, 0);
   if (!plan.small_m.empty()) compute::set_small_m_kernel(-1);
+  if (!plan.short_block.empty()) dspark::set_short_block(short_before);
   target.release(stream);
   drafter.release(stream);
   nlohmann::json result;
