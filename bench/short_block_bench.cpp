@@ -3,7 +3,7 @@
 //
 //   short_block_bench --model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json
 //                     [--per-kind 12] [--prompt-tokens 192] [--tokens 64] [--threads 2] [--extras 0,1,2]
-//                     [--temperature 0.8] [--json PATH] [--profile PASSES]
+//                     [--temperature 0.8] [--json PATH] [--profile PASSES] [--drafter-bits 0|8]
 //
 // For each kind ("code" prompts, "chat" messages through the chat template) and mode (greedy; sampled at
 // --temperature, seed 1000 + prompt), the target generates --tokens plain; then, teacher-forced along that reply, every
@@ -45,6 +45,7 @@ struct Options {
   std::vector<int> extras = {0, 1, 2};
   float temperature = 0.8f;
   int profile = 0;  // passes per (arm, depth) of the op profile; 0 = none
+  int bits = 0;     // the drafter's --drafter-bits
 };
 
 void check(const Status& status, const char* what) {
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
     else if (flag == "--tokens") options.tokens = std::atoi(value.c_str());
     else if (flag == "--threads") options.threads = std::atoi(value.c_str());
     else if (flag == "--extras") options.extras = parse_list(value);
+    else if (flag == "--drafter-bits") options.bits = std::atoi(value.c_str());
     else if (flag == "--profile") options.profile = std::atoi(value.c_str());
     else if (flag == "--temperature") options.temperature = static_cast<float>(std::atof(value.c_str()));
     else {
@@ -209,6 +211,7 @@ int main(int argc, char** argv) {
   DrafterOptions drafter_options;
   drafter_options.threads = options.threads;
   drafter_options.max_streams = 1;
+  drafter_options.bits = options.bits;
   auto drafter = dspark::DsparkDrafter::load(options.drafter, **target, drafter_options);
   check(drafter.status(), "drafter load");
   check((*target)->set_taps((*drafter)->facts().tap_layers), "set_taps");
@@ -229,7 +232,7 @@ int main(int argc, char** argv) {
   for (int extra : options.extras) arms.push_back("depth+" + std::to_string(extra));
   const dspark::ShortBlock saved = dspark::short_block();
   json result = {{"model", options.model}, {"drafter", options.drafter}, {"tokens", options.tokens},
-                 {"prompt_tokens", options.prompt_tokens}, {"per_kind", options.per_kind}, {"arms", arms}};
+                 {"prompt_tokens", options.prompt_tokens}, {"per_kind", options.per_kind}, {"drafter_bits", options.bits}, {"arms", arms}};
   dspark::DsparkDrafter& d = **drafter;
   if (options.profile > 0) {
     Options one = options;
