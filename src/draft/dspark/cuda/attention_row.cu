@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/pdl.cuh"
 #include "draft/dspark/cuda/attention_tile.cuh"
 #include "draft/dspark/cuda/device_steps.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
@@ -27,6 +28,11 @@ constexpr int kRowCtaThreads = 256;
 constexpr int kRowWindow = 4096;  // scores a CTA holds (multiple of 32): more keys take several windows
 constexpr int kValueTasks = 2;    // (chunk, 4 dims) tasks a thread: 32 chunks x 16 quads over 256 threads
 constexpr int kValueBatch = 4;    // V rows a task loads before its multiply-adds
+
+// Asks L1 for the 128-byte line at `address` (a head's 64 bf16 of one key row); changes no memory.
+__device__ __forceinline__ void prefetch_l1(const bf16_t* address) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(address));
+}
 
 struct RowShared {
   float* query;  // [hd]
@@ -109,11 +115,20 @@ __global__ void __launch_bounds__(kRowCtaThreads, 4) attention_row_kernel(const 
   const int key_count = static_cast<int>(request.length) + gamma;
   const int chunk_keys = (key_count + chunks - 1) / chunks;
   const int64_t output_row = (static_cast<int64_t>(request_index) * gamma + r) * dims.heads + head;
-  if (threadIdx.x < kEights) load_eight(q + output_row * kHeadDim + 8 * threadIdx.x, query + 8 * threadIdx.x);
   if (threadIdx.x < chunks) {
     chunk_max[threadIdx.x] = -INFINITY;
     chunk_total[threadIdx.x] = 0.0f;
   }
+  // Launched programmatically (set_row_attention_programmatic) this runs while the q/k heads kernel before it still
+  // writes the queries and the block's K / V rows: only the context rows (written by absorbs before that kernel
+  // started) are asked into L1 here, then the wait. A no-op wait after a plain launch.
+  const int context = static_cast<int>(min(request.length, static_cast<int64_t>(kRowWindow)));
+  for (int key = threadIdx.x; key < context; key += blockDim.x) {
+    prefetch_l1(keys + static_cast<int64_t>(key) * kv_size);
+    prefetch_l1(values + static_cast<int64_t>(key) * kv_size);
+  }
+  wait_for_previous_kernel();
+  if (threadIdx.x < kEights) load_eight(q + output_row * kHeadDim + 8 * threadIdx.x, query + 8 * threadIdx.x);
   __syncthreads();
   // Sweep 1: scores, then each chunk's stats, window by window.
   int windows = 0;
@@ -246,7 +261,7 @@ bool block_attention_row_supported(int gamma, AttentionDims dims) {
 
 Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
-                           bool planted_last_chunk) {
+                           bool planted_last_chunk, bool programmatic) {
   if (count == 0) return ok_status();
   if (!block_attention_row_supported(gamma, dims)) {
     return Status(ErrorCode::UnsupportedDraftShape, "the row attention kernel does not take block " +
@@ -257,11 +272,12 @@ Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, 
   const int used = chunks > 0 ? std::min(chunks, automatic) : automatic;
   const dim3 grid(static_cast<unsigned int>(count * dims.heads * gamma));
   const int planted = planted_last_chunk ? 1 : 0;
-  if (dims.head_dim == 32) {
-    attention_row_kernel<32><<<grid, kRowCtaThreads, 0, stream>>>(q, requests, gamma, dims, layer, used, out, planted);
-  } else {
-    attention_row_kernel<64><<<grid, kRowCtaThreads, 0, stream>>>(q, requests, gamma, dims, layer, used, out, planted);
+  const auto kernel = dims.head_dim == 32 ? attention_row_kernel<32> : attention_row_kernel<64>;
+  if (programmatic) {
+    return ls::cuda::launch_programmatic(kernel, grid, kRowCtaThreads, 0, stream, q, requests, gamma, dims, layer,
+                                         used, out, planted);
   }
+  kernel<<<grid, kRowCtaThreads, 0, stream>>>(q, requests, gamma, dims, layer, used, out, planted);
   LS_CUDA_TRY_LAUNCH("block_attention_row");
   return ok_status();
 }

@@ -169,6 +169,13 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int row_attention() const { return row_attention_requests_; }
+  // The row attention launched programmatically (its prologue and the context rows' L1 requests overlap the q/k
+  // heads kernel; LS_DRAFTER_ROW_PDL=1 at load). Off until a batch times it.
+  void set_row_attention_programmatic(bool on) {
+    row_attention_programmatic_ = on;
+    graphs_.clear();
+  }
+  bool row_attention_programmatic() const { return row_attention_programmatic_; }
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
   // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
   // 0.18-0.32 ms a step in batch s10B). On by default since batch s11A's interleaved rounds (1 stream, depth 9,
@@ -394,6 +401,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool short_context_head_ = true;  // since batch s10B
   int head_stage_keys_ = 256;  // since batch s10B
   int row_attention_requests_ = 0;
+  bool row_attention_programmatic_ = false;
   bool sampled_split_ = true;  // since batch s11A
   bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)
