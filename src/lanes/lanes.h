@@ -36,10 +36,12 @@ struct LanesOptions {
   // says drafting pays (the fifth session's: 8389 rows tapped and absorbed at 64 streams on the H200, for nothing).
   bool scout_prompt_only = true;
   // A stream bought drafts on their merit over a context that restarted past skipped rows drafts only once that
-  // context holds this many rows since the restart; until then it taps (twelfth session, lanes13). A DSpark context
-  // of one or two rows lands next to nothing (s11A traces, nano on the H200: 15 restarted windows kept 1 of 95 drafts
-  // while the scout over its whole prompt kept 2 of 5). 0: it drafts the round after it tapped (lanes_bench
-  // --wake-rows N).
+  // context holds this many rows since the restart, where windows over such short contexts were seen to land their
+  // first draft less than half as often as the pool; until then it taps (twelfth session, lanes13). Until one such
+  // window was verified, one stream a round drafts over its short context to measure it. A DSpark context of one or
+  // two rows lands next to nothing (s11A traces, nano on the H200: 15 restarted windows kept 1 of 95 drafts while the
+  // scout over its whole prompt kept 2 of 5); a synthetic-acceptance drafter's lands as a whole one does, and waits
+  // nothing. 0: it drafts the round after it tapped (lanes_bench --wake-rows N).
   int wake_context_rows = 0;
   PricingOptions pricing;
   CalibrationOptions calibration;  // max_rows, width, max_streams, max_depth are filled in by create()

@@ -431,8 +431,14 @@ void Pricing::observe_confidences(std::span<const float> raw_chances) {
   pooled_acceptance_.seed_unobserved(unexplored_conditionals());
 }
 
-void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
+void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted, bool short_context) {
   const bool fast = options_.fast_first_outcomes;
+  if (short_context) {
+    ++short_windows_;
+    short_first_landed_ += accepted > 0;
+    stream.acceptance.observe(proposed, accepted, options_.acceptance_rate, fast);
+    return;
+  }
   if (has_confidence_ && options_.confidence_for_unexplored) {
     // A depth's first outcomes move the confidences' estimate; they do not replace it.
     pooled_acceptance_.seed_unobserved(unexplored_conditionals());
@@ -443,17 +449,24 @@ void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
     // cannot wait for a 0.15 moving average to see that they land a fraction of what whole contexts do.
     if (restart_windows_ == 0) restart_acceptance_.reset(pooled_acceptance_.conditionals());
     if (stream.restarted_windows == 0) stream.acceptance.reset(restart_acceptance_.conditionals());
-    const auto fast_rate = [&](int64_t seen) { return std::max(options_.acceptance_rate, 1.0 / double(seen + 2)); };
-    restart_acceptance_.observe(proposed, accepted, fast_rate(restart_windows_++));
-    stream.acceptance.observe(proposed, accepted, fast_rate(stream.restarted_windows++));
+    const double rate = options_.acceptance_rate;
+    restart_acceptance_.observe(proposed, accepted, outcome_rate(rate, static_cast<int>(restart_windows_++), true));
+    stream.acceptance.observe(proposed, accepted, outcome_rate(rate, stream.restarted_windows++, true));
   } else {
     stream.acceptance.observe(proposed, accepted, options_.acceptance_rate, fast);
   }
-  pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate, fast);
+  pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {
     calibration_.observe(std::span<const float>(stream.held_chances).first(proposed), accepted,
                          options_.acceptance_rate, fast);
   }
+}
+
+bool Pricing::short_contexts_land_less() const {
+  if (short_windows_ == 0) return false;
+  // One pseudo-window at even odds, so a single window's outcome does not read as 0 or 1.
+  const double short_rate = (static_cast<double>(short_first_landed_) + 0.5) / (static_cast<double>(short_windows_) + 1);
+  return short_rate < 0.5 * pooled_acceptance_.conditional(0);
 }
 
 }  // namespace ls

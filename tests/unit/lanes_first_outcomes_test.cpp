@@ -1,5 +1,6 @@
-// A depth's first outcomes learned fast (lanes13, PricingOptions::fast_first_outcomes): acceptance and the
-// confidences' calibration weigh the n-th outcome at a depth 1/(n+2) until that falls to the moving average's rate.
+// A depth's first outcomes learned fast (lanes13, PricingOptions::fast_first_outcomes): each stream's acceptance and
+// the confidences' calibration weigh the n-th outcome at a depth 1/(n+2) until that falls to the moving average's
+// rate; the pool keeps the moving average.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -73,16 +74,16 @@ TEST(LanesFirstOutcomes, AWeakSampledDrafterAtOneStreamStopsBeingBoughtAfterItsF
 }
 
 TEST(LanesFirstOutcomes, FourGreedyStreamsStopAfterWindowsThatLandNothing) {
-  // Four nano-like greedy streams of 64 tokens: the scout's probe and the group round it buys land 31 of 266 at 0.15
-  // (0.71x of plain on these fakes); learned fast, the group is not bought after the scout's window.
+  // Four nano-like greedy streams of 64 tokens: the scout's probe and the group rounds it buys land 31 of 266 at 0.15
+  // (0.71x of plain on these fakes, 11 passes); each stream learning its own windows fast, 4 passes.
   NanoLikeFakes pair;
   const std::vector<Arrival> arrivals = pair.arrivals(4, 64);
   const FakeRun old_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, first_outcomes(false));
   const FakeRun new_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, first_outcomes(true));
   ASSERT_EQ(reply_tokens(new_rule), reply_tokens(old_rule));
   EXPECT_GT(old_rule.stats.drafter_passes, 5);
-  EXPECT_LE(new_rule.stats.drafter_passes, 2);
-  EXPECT_LT(new_rule.ms, 0.85 * old_rule.ms);
+  EXPECT_LE(new_rule.stats.drafter_passes, 4);
+  EXPECT_LT(new_rule.ms, 0.92 * old_rule.ms);
 }
 
 TEST(LanesFirstOutcomes, AConfidentDrafterAtOneStreamDraftsAsBefore) {
