@@ -86,6 +86,9 @@ std::atomic<int> pipe_x_pieces{std::max(0, env_int("LS_DECODE_PIPE_X_PIECES", 0)
 // x once by the CTA's threads' 16-byte loads (session 12; set_decode_pipe_x_loads, LS_DECODE_PIPE_X_LOADS=1); before
 // the pieces when both are set.
 std::atomic<bool> pipe_x_loads{env_int("LS_DECODE_PIPE_X_LOADS", 0) != 0};
+// gemm_decode_norm on the pipeline, x made by each CTA from the norm (session 12; set_decode_pipe_norm,
+// LS_DECODE_PIPE_NORM=1): the residual norm's launch boundary gone where the norm fusion is on.
+std::atomic<bool> pipe_norm{env_int("LS_DECODE_PIPE_NORM", 0) != 0};
 // The piece a launch of K takes: the one asked, raised so that K needs at most kPipeXPieces pieces.
 int piece_tiles_for(int k) {
   const int asked = pipe_x_pieces.load(std::memory_order_relaxed);
@@ -122,6 +125,7 @@ struct PipePlan {
   bool x_once;
   int piece_tiles = 0;  // x once in pieces of this many K tiles; 0: whole
   bool x_loads = false;  // x once by the threads' loads
+  bool norm = false;     // x once made from the group's norm
 };
 PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups) {
   const int slices = slice_count(k);
@@ -163,6 +167,7 @@ Status launch_rows(const PipeLaunch<BOXES>& group, int groups, const PipePlan& p
 template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU>
 Status launch_shape(const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan, cudaStream_t stream) {
   if constexpr (X_ONCE) {
+    if (plan.norm) return launch_rows<BOXES, true, WARPS, TILES, SWIGLU, kXNorm>(group, groups, plan, stream);
     if (plan.x_loads) return launch_rows<BOXES, true, WARPS, TILES, SWIGLU, kXLoads>(group, groups, plan, stream);
     if (plan.piece_tiles > 0)
       return launch_rows<BOXES, true, WARPS, TILES, SWIGLU, kXPieces>(group, groups, plan, stream);
@@ -193,7 +198,9 @@ void allow_shape(int optin) {
     for (auto kernel : {decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, SWIGLU, kXPieces>,
                         decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, SWIGLU, kXPieces>,
                         decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, SWIGLU, kXLoads>,
-                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, SWIGLU, kXLoads>})
+                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, SWIGLU, kXLoads>,
+                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, SWIGLU, kXNorm>,
+                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, SWIGLU, kXNorm>})
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
   }
 }
@@ -232,12 +239,22 @@ bool shape_fits(int config, int m, int k, int64_t n) {
   return plan_for(config, m, k, groups, copies_of(m, k, n, swiglu)).smem <= optin_bytes_granted;
 }
 
+// A norm launch's plan: x once always (the CTA makes it), made from the group's norm.
+PipePlan norm_plan(int config, int m, int k, int groups, int copies) {
+  PipePlan plan = plan_with(kPipeShapes[config], copies != 0, true, m, k, groups);
+  plan.piece_tiles = 0;
+  plan.x_loads = false;
+  plan.norm = true;
+  return plan;
+}
+
 Status launch_config(int config, const PipeGroup& group, int groups, cudaStream_t stream) {
   const GemmArgs& a = group.args[0];
   int64_t rows = 0;
   for (int i = 0; i < group.count; ++i) rows += group.args[i].n;
   const bool swiglu = config >= kPlainConfigs;
-  const PipePlan plan = plan_for(config, a.m, a.k, groups, copies_of(a.m, a.k, rows, swiglu));
+  const PipePlan plan = group.norm.weight ? norm_plan(config, a.m, a.k, groups, copies_of(a.m, a.k, rows, swiglu))
+                                          : plan_for(config, a.m, a.k, groups, copies_of(a.m, a.k, rows, swiglu));
   if (copies_of(a.m, a.k, rows, swiglu) == 0)
     return plan.x_once ? launch_copies<false, true>(config, group, groups, plan, stream)
                        : launch_copies<false, false>(config, group, groups, plan, stream);
@@ -350,8 +367,31 @@ bool pipe_group_fits(const GemmArgs* args, int count) {
   return shape_fits(config, args[0].m, args[0].k, rows) && slice_count(args[0].k) == 1 && maps_ok(config, args, count);
 }
 
-Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream) {
+bool pipe_norm_fits(const GemmArgs* args, int count) {
+  if (!pipe_norm.load(std::memory_order_relaxed) || count < 1 || count > kPipeGroupMax) return false;
+  if (!cuda_features().tma || !cuda_features().pdl || slice_count(args[0].k) != 1 || args[0].k % kBlockK != 0 ||
+      args[0].m < 1 || args[0].m > 16)
+    return false;
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) rows += args[i].n;
+  const int config = config_for(false, args[0].m, args[0].k, rows);
+  const PipePlan plan = norm_plan(config, args[0].m, args[0].k, groups_for(config, rows),
+                                  copies_of(args[0].m, args[0].k, rows, false));
+  return plan.smem <= optin_bytes_granted && maps_ok(config, args, count);
+}
+
+Status launch_pipe_norm(const GemmArgs* args, int count, const StagedNorm& norm, cudaStream_t stream) {
+  GemmArgs planted[kPipeGroupMax];  // set_decode_pipe_fault_for_test: the K walk backwards here too
+  for (int i = 0; i < count; ++i) {
+    planted[i] = args[i];
+    planted[i].reverse_k = pipe_fault.load(std::memory_order_relaxed) ? 1 : 0;
+  }
+  return launch_pipe_group(planted, count, stream, &norm);
+}
+
+Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream, const StagedNorm* norm) {
   PipeGroup group{};
+  if (norm) group.norm = *norm;
   group.count = count;
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += args[i].n;
@@ -430,6 +470,8 @@ void set_decode_pipe_x_pieces(int tiles) {
 }
 int decode_pipe_x_pieces() { return gemm_detail::pipe_x_pieces.load(std::memory_order_relaxed); }
 void set_decode_pipe_x_loads(bool on) { gemm_detail::pipe_x_loads.store(on, std::memory_order_relaxed); }
+void set_decode_pipe_norm(bool on) { gemm_detail::pipe_norm.store(on, std::memory_order_relaxed); }
+bool decode_pipe_norm() { return gemm_detail::pipe_norm.load(std::memory_order_relaxed); }
 bool decode_pipe_x_loads() { return gemm_detail::pipe_x_loads.load(std::memory_order_relaxed); }
 
 bool decode_pipe_routes(int64_t m, const DeviceMatrix& w, bool swiglu, bool* x_once) {

@@ -20,8 +20,9 @@ constexpr int kPipeMaxStages = 8;
 constexpr int kPipeMaxWarps = 8;
 constexpr int kPipeXPieces = 16;  // x once in K pieces (set_decode_pipe_x_pieces): at most this many barriers
 // How x once arrives (session 12, gemm_decode_x.h): one bulk copy per row on one barrier (the default), in K pieces on
-// a barrier each, or 16-byte loads by every thread of the CTA, then a CTA barrier.
-enum PipeXFill : int { kXBulk = 0, kXPieces = 1, kXLoads = 2 };
+// a barrier each, 16-byte loads by every thread of the CTA, or made by the CTA from the group's norm (the residual add
+// + RMSNorm, add_rms_norm's bits, in the norm order of the switch).
+enum PipeXFill : int { kXBulk = 0, kXPieces = 1, kXLoads = 2, kXNorm = 3 };
 constexpr int kPipeBarrierBytes = (kPipeMaxWarps * kPipeMaxStages + kPipeXPieces) * 8;  // full[warp][stage], x's
 constexpr int kPipeGroupMax = 4;
 
@@ -31,6 +32,7 @@ struct PipeGroup {
   GemmArgs args[kPipeGroupMax];
   int first_block[kPipeGroupMax + 1];
   int count;
+  StagedNorm norm;  // kXNorm: x = RMSNorm(round(h + delta)) * weight, h_out written by CTA 0
 };
 struct BoxGroup : PipeGroup {
   CUtensorMap w[kPipeGroupMax];
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     barrier_init(bar_base + ((threadIdx.x / stages) * kPipeMaxStages + threadIdx.x % stages) * 8, 1);
   constexpr bool X_PIECES = X_ONCE && X_FILL == kXPieces;
   const int x_pieces = X_PIECES ? (k_tiles + x_piece_tiles - 1) / x_piece_tiles : 1;
-  if (X_ONCE && threadIdx.x < x_pieces) barrier_init(x_bar + threadIdx.x * 8, 1);
+  if (X_ONCE && X_FILL != kXNorm && threadIdx.x < x_pieces) barrier_init(x_bar + threadIdx.x * 8, 1);
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
   if constexpr (BOXES)
@@ -230,6 +232,51 @@ __global__ void __launch_bounds__(32 * WARPS)
         const int i = first + j * 32 * WARPS;
         if (i < total) *reinterpret_cast<uint4*>(x_rows + (i / row_chunks) * x_pitch + (i % row_chunks) * 16) = v[j];
       }
+    }
+    __syncthreads();
+  } else if constexpr (X_ONCE && X_FILL == kXNorm) {
+    // Every thread adds its chunks of h and delta into the x rows (CTA 0 also writes them to h_out), a warp a row
+    // sums the squares (warp_inverse_rms_of: add_rms_norm's order under the switch), then every chunk is normed in
+    // place. The inverses live where x's barriers would (unused here).
+    constexpr int kInFlight = 8;
+    const StagedNorm& norm = group.norm;
+    const int row_chunks = args.k / 8, total = m * row_chunks;
+    unsigned char* x_rows = aligned + (x_once - rings);
+    float* inverse = reinterpret_cast<float*>(aligned + (x_bar - rings));
+    const bool write_h = norm.h_out != nullptr && blockIdx.x == 0;
+    for (int first = threadIdx.x; first < total; first += kInFlight * 32 * WARPS) {
+      uint4 v[kInFlight], d[kInFlight];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const int i = first + j * 32 * WARPS;
+        const int64_t at = static_cast<int64_t>(i / row_chunks) * args.k + (i % row_chunks) * 8;
+        if (i < total) {
+          v[j] = *reinterpret_cast<const uint4*>(norm.h + at);
+          if (norm.delta) d[j] = *reinterpret_cast<const uint4*>(norm.delta + at);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const int i = first + j * 32 * WARPS;
+        if (i >= total) continue;
+        if (norm.delta) ls::cuda::add_chunk(v[j], d[j]);
+        if (write_h) *reinterpret_cast<uint4*>(norm.h_out + static_cast<int64_t>(i / row_chunks) * args.k +
+                                               (i % row_chunks) * 8) = v[j];
+        *reinterpret_cast<uint4*>(x_rows + (i / row_chunks) * x_pitch + (i % row_chunks) * 16) = v[j];
+      }
+    }
+    __syncthreads();
+    for (int r = warp; r < m; r += WARPS) {
+      const auto* row = reinterpret_cast<const __nv_bfloat16*>(x_rows + r * x_pitch);
+      const float inv =
+          ls::cuda::warp_inverse_rms_of([row](int i) { return __bfloat162float(row[i]); }, args.k, norm.eps, norm.sliced);
+      if (lane == 0) inverse[r] = inv;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < total; i += 32 * WARPS) {
+      auto* chunk = reinterpret_cast<uint4*>(x_rows + (i / row_chunks) * x_pitch + (i % row_chunks) * 16);
+      *chunk = ls::cuda::norm_chunk(*chunk, __ldg(reinterpret_cast<const uint4*>(norm.weight + (i % row_chunks) * 8)),
+                                    inverse[i / row_chunks]);
     }
     __syncthreads();
   } else if constexpr (X_ONCE) {

@@ -356,6 +356,8 @@ Status gemm_decode_norm(const GemmEngine& engine, const DecodeNorm& norm, int64_
                                            reinterpret_cast<__nv_bfloat16*>(ys[i]), nullptr, static_cast<int>(m),
                                            static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
   }
+  if (gemm_detail::pipe_norm_fits(launch.args, launch.count))  // set_decode_pipe_norm
+    return gemm_detail::launch_pipe_norm(launch.args, launch.count, launch.norm, stream);
   return gemm_detail::launch_staged_index(gemm_detail::norm_group_config, false, launch, stream);
 }
 

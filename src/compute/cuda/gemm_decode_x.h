@@ -14,5 +14,10 @@ int decode_pipe_x_pieces();
 // instead of one bulk copy a row (LS_DECODE_PIPE_X_LOADS=1; before the pieces when both are set). Same bits.
 void set_decode_pipe_x_loads(bool on);
 bool decode_pipe_x_loads();
+// gemm_decode_norm (the norm fusion's mixer GEMMs) on the pipeline where it fits, each CTA making its x once from the
+// residual add + RMSNorm (add_rms_norm's bits, in the order set_norm_sliced picks), instead of the staged kernels
+// (LS_DECODE_PIPE_NORM=1). Same bits.
+void set_decode_pipe_norm(bool on);
+bool decode_pipe_norm();
 
 }  // namespace ls::cuda
