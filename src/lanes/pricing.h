@@ -197,6 +197,10 @@ class Pricing {
   // as the pool's (a DSpark context of one or two rows past skipped ones: next to never).
   int64_t short_context_windows() const { return short_windows_; }
   bool short_contexts_land_less() const;
+  // A dormant stream's probe drafts over a context restarted a round before: where short contexts land less it would
+  // measure the restart's loss, which moves no pool (observe_acceptance), so it does not run. A dormant stream then
+  // comes back only when the pool (whole contexts) buys it drafts on their merit, and it waits for its rows then.
+  bool probes_short_context(const Stream& stream) const;
 
   // Trim: cuts each stream's held drafts to the rows worth verifying this round (streams in round order).
   void trim(std::span<Stream* const> streams) const;

@@ -78,3 +78,36 @@ TEST(LanesWakeRows, EveryReplyEqualsItsRequestRunAlonePlain) {
 
 }  // namespace
 }  // namespace ls
+
+namespace ls {
+namespace {
+
+TEST(LanesWakeRows, WhereShortContextsLandLessADormantStreamDoesNotProbeOverOne) {
+  // One nano-like seeded sampled stream of 256 tokens whose drafts land 45 % a draft (15 % over a context restarted
+  // fewer than 24 rows ago), its own outcomes learned fast: it goes dormant after its first windows, and each probe
+  // after that drafted over a context restarted a round before (6 passes, 5 restarts, nothing kept). With the wake
+  // rule, once one such window landed less, no probe drafts over one: fewer passes and restarts, less time.
+  NanoLikeFakes pair;
+  pair.drafter.restarted_short_rows = 24;
+  pair.drafter.wrong_rate = 0.55;
+  pair.drafter.reported_wrong_rate = 0.3;
+  pair.drafter.sampled_pass_factor = 1.1;
+  std::vector<Arrival> arrivals = pair.arrivals(1, 256);
+  arrivals[0].request.sampling.temperature = 0.8f;
+  arrivals[0].request.sampling.seed = 7;
+  arrivals[0].request.has_seed = true;
+  LanesOptions old_options;
+  old_options.pricing.fast_first_outcomes = true;
+  LanesOptions new_options = wake_rows(32);
+  new_options.pricing.fast_first_outcomes = true;
+  const FakeRun old_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, old_options);
+  const FakeRun new_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, new_options);
+  ASSERT_EQ(reply_tokens(new_rule), reply_tokens(old_rule));
+  EXPECT_GE(old_rule.stats.drafter_restarts, 4);
+  EXPECT_LE(new_rule.stats.drafter_restarts, 2);
+  EXPECT_LT(new_rule.stats.drafter_passes, old_rule.stats.drafter_passes);
+  EXPECT_LT(new_rule.ms, old_rule.ms);
+}
+
+}  // namespace
+}  // namespace ls
