@@ -14,6 +14,7 @@
 
 #include "base/bf16.h"
 #include "compute/cuda/cuda_util.h"
+#include "cuda_drafter_attention_util.h"
 #include "cuda_drafter_kernel_util.h"
 #include "cuda_test_util.h"
 #include "draft/dspark/cuda/draft_kernels.h"
@@ -214,30 +215,10 @@ TEST(CudaDrafter, TheHeadAttentionKernelGivesTheSplitBitsAtEveryChunkCountAndAcr
                                    1.0f / std::sqrt(static_cast<float>(shape.head_dim))};
     ASSERT_TRUE(cuda::block_attention_head_supported(gamma, dims));
     ASSERT_TRUE(cuda::block_attention_tile_supported(gamma, dims));
-    const int64_t kv = static_cast<int64_t>(dims.kv_heads) * dims.head_dim;
     const int64_t lengths[] = {3000, 5, 40, 300};
     std::mt19937 rng(7 + shape.head_dim + shape.heads);
-    std::vector<ls::cuda::DeviceBuffer<bf16>> caches;
-    std::vector<cuda::DeviceBlockRequest> requests;
-    for (const int64_t length : lengths) {
-      const int64_t capacity = length + gamma + 5;
-      for (int which = 0; which < 2; ++which) {
-        caches.push_back(ls::cuda::testing::upload(random_values(rng, static_cast<size_t>(layers * capacity * kv), 2.0f)));
-      }
-      const size_t n = caches.size();
-      requests.push_back(cuda::DeviceBlockRequest{reinterpret_cast<cuda::bf16_t*>(caches[n - 2].data()),
-                                                  reinterpret_cast<cuda::bf16_t*>(caches[n - 1].data()), length,
-                                                  capacity});
-    }
-    auto device_requests = ls::cuda::testing::upload(requests);
-    const int most = static_cast<int>(requests.size());
-    const size_t most_outputs = static_cast<size_t>(most) * gamma * dims.heads * dims.head_dim;
-    auto device_queries = ls::cuda::testing::upload(random_values(rng, most_outputs, 2.0f));
-    const auto* q = reinterpret_cast<const cuda::bf16_t*>(device_queries.data());
-    ls::cuda::DeviceBuffer<float> stats =
-        ls::cuda::testing::poisoned<float>(cuda::split_attention_stat_floats(most, gamma, dims));
-    ls::cuda::DeviceBuffer<float> partials =
-        ls::cuda::testing::poisoned<float>(cuda::split_attention_partial_floats(most, gamma, dims));
+    testing::AttentionInputs in = testing::random_attention_inputs(rng, lengths, gamma, layers, dims);
+    const int most = static_cast<int>(std::size(lengths));
     for (const int count : {most, 1}) {
       const size_t outputs = static_cast<size_t>(count) * gamma * dims.heads * dims.head_dim;
       for (const auto& [chunks, stage] : {std::pair{0, 128}, std::pair{7, 128}, std::pair{3, 128}, std::pair{1, 128},
@@ -246,25 +227,17 @@ TEST(CudaDrafter, TheHeadAttentionKernelGivesTheSplitBitsAtEveryChunkCountAndAcr
                      std::to_string(stage) + " keys");
         auto split_out = ls::cuda::testing::poisoned<bf16>(outputs);
         auto head_out = ls::cuda::testing::poisoned<bf16>(outputs);
-        ASSERT_TRUE(cuda::block_attention_split(q, device_requests.data(), count, gamma, dims, layer,
-                                                cuda::SplitAttentionScratch{stats.data(), partials.data(), nullptr,
-                                                                            chunks},
+        ASSERT_TRUE(cuda::block_attention_split(in.q(), in.requests.data(), count, gamma, dims, layer,
+                                                cuda::SplitAttentionScratch{in.stats.data(), in.partials.data(),
+                                                                            nullptr, chunks},
                                                 reinterpret_cast<cuda::bf16_t*>(split_out.data()), nullptr)
                         .ok());
-        const Status head = cuda::block_attention_head(q, device_requests.data(), count, gamma, dims, layer, chunks,
+        const Status head = cuda::block_attention_head(in.q(), in.requests.data(), count, gamma, dims, layer, chunks,
                                                        reinterpret_cast<cuda::bf16_t*>(head_out.data()), nullptr,
                                                        stage);
         ASSERT_TRUE(head.ok()) << head.to_string();
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const std::vector<bf16> split = ls::cuda::testing::download(split_out, outputs);
-        const std::vector<bf16> by_head = ls::cuda::testing::download(head_out, outputs);
-        size_t first_difference = outputs;
-        for (size_t i = 0; i < outputs; ++i) {
-          ASSERT_TRUE(std::isfinite(bf16_to_float(split[i]))) << "split output " << i << " unwritten or non-finite";
-          if (first_difference == outputs && split[i].bits != by_head[i].bits) first_difference = i;
-        }
-        EXPECT_EQ(count_bitwise_equal(by_head, split), static_cast<int>(outputs))
-            << "first difference at output " << first_difference;
+        const testing::BitwiseCount count = testing::count_against_split(split_out, head_out, outputs);
+        EXPECT_EQ(count.equal, static_cast<int>(outputs)) << "first difference at output " << count.first_difference;
       }
     }
     std::printf("[ attention ] head kernel vs split: block %d, heads %d / %d, head_dim %d bitwise at chunks auto, 7, "

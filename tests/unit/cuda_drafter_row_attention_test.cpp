@@ -12,15 +12,13 @@
 
 #include "base/bf16.h"
 #include "compute/cuda/cuda_util.h"
-#include "cuda_drafter_kernel_util.h"
+#include "cuda_drafter_attention_util.h"
 #include "cuda_test_util.h"
 #include "draft/dspark/cuda/draft_kernels.h"
 
 namespace ls::dspark {
 namespace {
 
-using testing::count_bitwise_equal;
-using testing::random_values;
 
 // 1, 2, 5, 16 and 64 requests (the first of 64 random contexts of 1..600 keys, one of 5000 so scores take two
 // windows and, at one chunk, a chunk spans windows), chunks automatic and pinned 7, 3 and 1, for two head sizes and
@@ -40,61 +38,33 @@ TEST(CudaDrafter, TheRowAttentionKernelGivesTheSplitBitsAtOneToSixtyFourRequests
     const cuda::AttentionDims dims{shape.heads, shape.kv_heads, shape.head_dim,
                                    1.0f / std::sqrt(static_cast<float>(shape.head_dim))};
     ASSERT_TRUE(cuda::block_attention_row_supported(gamma, dims));
-    const int64_t kv = static_cast<int64_t>(dims.kv_heads) * dims.head_dim;
     std::mt19937 rng(seed + shape.head_dim + shape.heads);
     std::uniform_int_distribution<int64_t> context(1, 600);
-    std::vector<ls::cuda::DeviceBuffer<bf16>> caches;
-    std::vector<cuda::DeviceBlockRequest> requests;
-    for (int i = 0; i < most; ++i) {
-      const int64_t length = i == 3 ? 5000 : context(rng);
-      const int64_t capacity = length + gamma + 5;
-      for (int which = 0; which < 2; ++which) {
-        caches.push_back(
-            ls::cuda::testing::upload(random_values(rng, static_cast<size_t>(layers * capacity * kv), 2.0f)));
-      }
-      const size_t n = caches.size();
-      requests.push_back(cuda::DeviceBlockRequest{reinterpret_cast<cuda::bf16_t*>(caches[n - 2].data()),
-                                                  reinterpret_cast<cuda::bf16_t*>(caches[n - 1].data()), length,
-                                                  capacity});
-    }
-    auto device_requests = ls::cuda::testing::upload(requests);
-    const size_t most_outputs = static_cast<size_t>(most) * gamma * dims.heads * dims.head_dim;
-    auto device_queries = ls::cuda::testing::upload(random_values(rng, most_outputs, 2.0f));
-    const auto* q = reinterpret_cast<const cuda::bf16_t*>(device_queries.data());
-    ls::cuda::DeviceBuffer<float> stats =
-        ls::cuda::testing::poisoned<float>(cuda::split_attention_stat_floats(most, gamma, dims));
-    ls::cuda::DeviceBuffer<float> partials =
-        ls::cuda::testing::poisoned<float>(cuda::split_attention_partial_floats(most, gamma, dims));
+    std::vector<int64_t> lengths(most);
+    for (int i = 0; i < most; ++i) lengths[i] = i == 3 ? 5000 : context(rng);
+    testing::AttentionInputs in = testing::random_attention_inputs(rng, lengths, gamma, layers, dims);
     for (const int count : {1, 2, 5, 16, 64}) {
       const size_t outputs = static_cast<size_t>(count) * gamma * dims.heads * dims.head_dim;
       for (const int chunks : {0, 7, 3, 1}) {
         SCOPED_TRACE(std::to_string(count) + " requests, chunks " + std::to_string(chunks));
         auto split_out = ls::cuda::testing::poisoned<bf16>(outputs);
-        ASSERT_TRUE(cuda::block_attention_split(q, device_requests.data(), count, gamma, dims, layer,
-                                                cuda::SplitAttentionScratch{stats.data(), partials.data(), nullptr,
-                                                                            chunks},
+        ASSERT_TRUE(cuda::block_attention_split(in.q(), in.requests.data(), count, gamma, dims, layer,
+                                                cuda::SplitAttentionScratch{in.stats.data(), in.partials.data(),
+                                                                            nullptr, chunks},
                                                 reinterpret_cast<cuda::bf16_t*>(split_out.data()), nullptr)
                         .ok());
         for (const bool planted : {false, true}) {
           if (planted && chunks != 0) continue;
           auto row_out = ls::cuda::testing::poisoned<bf16>(outputs);
-          const Status row = cuda::block_attention_row(q, device_requests.data(), count, gamma, dims, layer, chunks,
+          const Status row = cuda::block_attention_row(in.q(), in.requests.data(), count, gamma, dims, layer, chunks,
                                                        reinterpret_cast<cuda::bf16_t*>(row_out.data()), nullptr,
                                                        planted);
           ASSERT_TRUE(row.ok()) << row.to_string();
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          const std::vector<bf16> split = ls::cuda::testing::download(split_out, outputs);
-          const std::vector<bf16> by_row = ls::cuda::testing::download(row_out, outputs);
-          size_t first_difference = outputs;
-          for (size_t i = 0; i < outputs; ++i) {
-            ASSERT_TRUE(std::isfinite(bf16_to_float(split[i]))) << "split output " << i << " unwritten or non-finite";
-            if (first_difference == outputs && split[i].bits != by_row[i].bits) first_difference = i;
-          }
-          const int equal = count_bitwise_equal(by_row, split);
+          const testing::BitwiseCount count = testing::count_against_split(split_out, row_out, outputs);
           if (planted) {
-            EXPECT_LT(equal, static_cast<int>(outputs)) << "the planted fault (last chunk left out) went unseen";
+            EXPECT_LT(count.equal, static_cast<int>(outputs)) << "the planted fault (last chunk left out) went unseen";
           } else {
-            EXPECT_EQ(equal, static_cast<int>(outputs)) << "first difference at output " << first_difference;
+            EXPECT_EQ(count.equal, static_cast<int>(outputs)) << "first difference at output " << count.first_difference;
           }
         }
       }

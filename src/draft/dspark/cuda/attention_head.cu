@@ -16,6 +16,10 @@
 namespace ls::dspark::cuda {
 namespace {
 
+using attention_tiles::add_chunk_tiles;
+using attention_tiles::combine_chunk_stats;
+using attention_tiles::key_span;
+using attention_tiles::KeySpan;
 using attention_tiles::kTileKeys;
 using attention_tiles::load_eight;
 using attention_tiles::window_end;
@@ -132,16 +136,8 @@ __device__ __forceinline__ void window_stats(const HeadShared& s, int gamma, int
     const int begin = min(key_count, c * chunk_keys), end = min(key_count, begin + chunk_keys);
     const int low = max(begin, first), high = min(end, last);
     if (low >= high) continue;
-    const float* score = s.scores + r * stride - first;
     float most = s.chunk_max[index], total = s.chunk_total[index];
-    for (int tile = low; tile < high; tile += kTileKeys) {
-      const int count = min(kTileKeys, high - tile);
-      float largest = most;
-      for (int j = 0; j < count; ++j) largest = fmaxf(largest, score[tile + j]);
-      total = __fmul_rn(total, expf(most - largest));
-      most = largest;
-      for (int j = 0; j < count; ++j) total = __fadd_rn(total, expf(score[tile + j] - most));
-    }
+    add_chunk_tiles(s.scores + r * stride - first, low, high, most, total);
     s.chunk_max[index] = most;
     s.chunk_total[index] = total;
   }
@@ -167,14 +163,9 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
   s.row_max = s.chunk_total + gamma * chunks;
   s.row_total = s.row_max + gamma;
   const int request_index = blockIdx.x / dims.heads, head = blockIdx.x % dims.heads;
-  const int kv_head = head / (dims.heads / dims.kv_heads);
-  const DeviceBlockRequest request = requests[request_index];
-  const int kv_size = dims.kv_heads * kHeadDim;
-  const int64_t layer_offset = static_cast<int64_t>(layer) * request.capacity * kv_size + kv_head * kHeadDim;
-  const bf16_t* keys = request.keys + layer_offset;
-  const bf16_t* values = request.values + layer_offset;
-  const int key_count = static_cast<int>(request.length) + gamma;
-  const int chunk_keys = (key_count + chunks - 1) / chunks;
+  const KeySpan span = key_span(requests[request_index], dims, kHeadDim, layer, head, gamma, chunks);
+  const bf16_t *keys = span.keys, *values = span.values;
+  const int kv_size = span.kv_size, key_count = span.key_count, chunk_keys = span.chunk_keys;
   auto output_row = [&](int r) { return (static_cast<int64_t>(request_index) * gamma + r) * dims.heads + head; };
   for (int index = threadIdx.x; index < gamma * kEights; index += blockDim.x) {
     const int r = index / kEights, d8 = (index % kEights) * 8;
@@ -196,24 +187,14 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
     window_stats(s, gamma, chunks, chunk_keys, key_count, stride, first, last);
     __syncthreads();  // stats read the scores the next window overwrites
   }
-  // The row's max and total from its chunks' stats in chunk order (the split's combine), a warp per row: lane c holds
-  // chunk c (chunks <= 32); the max over the lanes (the order of a max does not matter: a zero's sign never changes
-  // exp(x - max)); each chunk's exponential by its lane, then the total's adds in chunk order by every lane.
+  // The row's max and total from its chunks' stats in chunk order (the split's combine), a warp per row.
   static_assert(kMaxSplitChunks <= 32);
   for (int r = threadIdx.x / 32; r < gamma; r += blockDim.x / 32) {
     const int lane = threadIdx.x % 32;
     const float most = lane < chunks ? s.chunk_max[r * chunks + lane] : -INFINITY;
     const float part = lane < chunks ? s.chunk_total[r * chunks + lane] : 0.0f;
-    float largest = most;
-    for (int offset = 16; offset > 0; offset /= 2) {
-      largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
-    }
-    const float scaled = part > 0.0f ? expf(most - largest) : 0.0f;
-    float total = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-      const float stat_total = __shfl_sync(0xffffffffu, part, c), exponential = __shfl_sync(0xffffffffu, scaled, c);
-      if (stat_total > 0.0f) total += stat_total * exponential;
-    }
+    float largest, total;
+    combine_chunk_stats(most, part, chunks, largest, total);
     if (lane == 0) {
       s.row_max[r] = largest;
       s.row_total[r] = total;
@@ -314,12 +295,9 @@ Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests,
                             int stage_keys) {
   if (count == 0) return ok_status();
   if (!block_attention_head_supported(gamma, dims)) {
-    return Status(ErrorCode::UnsupportedDraftShape, "the head attention kernel does not take block " +
-                                                        std::to_string(gamma) + " at head_dim " +
-                                                        std::to_string(dims.head_dim));
+    return attention_tiles::unsupported_attention_shape("head", gamma, dims.head_dim);
   }
-  const int automatic = split_attention_chunks(count, dims.kv_heads);
-  const int used = chunks > 0 ? std::min(chunks, automatic) : automatic;
+  const int used = attention_tiles::used_attention_chunks(count, dims.kv_heads, chunks);
   const int window = head_window(gamma);
   if (stage_keys != kStageKeys && stage_keys != 2 * kStageKeys) {
     return Status(ErrorCode::InvalidArgument, "head attention stages of " + std::to_string(stage_keys) +

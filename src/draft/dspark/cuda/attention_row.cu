@@ -18,7 +18,10 @@
 namespace ls::dspark::cuda {
 namespace {
 
-using attention_tiles::kTileKeys;
+using attention_tiles::add_chunk_tiles;
+using attention_tiles::combine_chunk_stats;
+using attention_tiles::key_span;
+using attention_tiles::KeySpan;
 using attention_tiles::load_eight;
 using attention_tiles::window_end;
 
@@ -76,16 +79,8 @@ __device__ __forceinline__ void chunk_stats(const float* scores, float* chunk_ma
   const int begin = min(key_count, c * chunk_keys), end = min(key_count, begin + chunk_keys);
   const int low = max(begin, first), high = min(end, last);
   if (low >= high) return;
-  const float* score = scores - first;
   float most = chunk_max[c], total = chunk_total[c];
-  for (int tile = low; tile < high; tile += kTileKeys) {
-    const int count = min(kTileKeys, high - tile);
-    float largest = most;
-    for (int j = 0; j < count; ++j) largest = fmaxf(largest, score[tile + j]);
-    total = __fmul_rn(total, expf(most - largest));
-    most = largest;
-    for (int j = 0; j < count; ++j) total = __fadd_rn(total, expf(score[tile + j] - most));
-  }
+  add_chunk_tiles(scores - first, low, high, most, total);
   chunk_max[c] = most;
   chunk_total[c] = total;
 }
@@ -106,14 +101,10 @@ __global__ void __launch_bounds__(kRowCtaThreads, 4) attention_row_kernel(const 
   const RowShared s{query, scores};
   const int r = blockIdx.x % gamma, head = (blockIdx.x / gamma) % dims.heads;
   const int request_index = blockIdx.x / gamma / dims.heads;
-  const int kv_head = head / (dims.heads / dims.kv_heads);
   const DeviceBlockRequest request = requests[request_index];
-  const int kv_size = dims.kv_heads * kHeadDim;
-  const int64_t layer_offset = static_cast<int64_t>(layer) * request.capacity * kv_size + kv_head * kHeadDim;
-  const bf16_t* keys = request.keys + layer_offset;
-  const bf16_t* values = request.values + layer_offset;
-  const int key_count = static_cast<int>(request.length) + gamma;
-  const int chunk_keys = (key_count + chunks - 1) / chunks;
+  const KeySpan span = key_span(request, dims, kHeadDim, layer, head, gamma, chunks);
+  const bf16_t *keys = span.keys, *values = span.values;
+  const int kv_size = span.kv_size, key_count = span.key_count, chunk_keys = span.chunk_keys;
   const int64_t output_row = (static_cast<int64_t>(request_index) * gamma + r) * dims.heads + head;
   if (threadIdx.x < chunks) {
     chunk_max[threadIdx.x] = -INFINITY;
@@ -145,16 +136,8 @@ __global__ void __launch_bounds__(kRowCtaThreads, 4) attention_row_kernel(const 
     const int lane = threadIdx.x;
     const float most = lane < chunks ? chunk_max[lane] : -INFINITY;
     const float part = lane < chunks ? chunk_total[lane] : 0.0f;
-    float largest = most;
-    for (int offset = 16; offset > 0; offset /= 2) {
-      largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
-    }
-    const float scaled = part > 0.0f ? expf(most - largest) : 0.0f;
-    float total = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-      const float stat_total = __shfl_sync(0xffffffffu, part, c), exponential = __shfl_sync(0xffffffffu, scaled, c);
-      if (stat_total > 0.0f) total += stat_total * exponential;
-    }
+    float largest, total;
+    combine_chunk_stats(most, part, chunks, largest, total);
     if (lane == 0) {
       row_stats[0] = largest;
       row_stats[1] = total;
@@ -264,12 +247,9 @@ Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, 
                            bool planted_last_chunk, bool programmatic) {
   if (count == 0) return ok_status();
   if (!block_attention_row_supported(gamma, dims)) {
-    return Status(ErrorCode::UnsupportedDraftShape, "the row attention kernel does not take block " +
-                                                        std::to_string(gamma) + " at head_dim " +
-                                                        std::to_string(dims.head_dim));
+    return attention_tiles::unsupported_attention_shape("row", gamma, dims.head_dim);
   }
-  const int automatic = split_attention_chunks(count, dims.kv_heads);
-  const int used = chunks > 0 ? std::min(chunks, automatic) : automatic;
+  const int used = attention_tiles::used_attention_chunks(count, dims.kv_heads, chunks);
   const dim3 grid(static_cast<unsigned int>(count * dims.heads * gamma));
   const int planted = planted_last_chunk ? 1 : 0;
   const auto kernel = dims.head_dim == 32 ? attention_row_kernel<32> : attention_row_kernel<64>;
