@@ -56,13 +56,8 @@ TEST(LanesFirstOutcomes, AWeakSampledDrafterAtOneStreamStopsBeingBoughtAfterItsF
   // nano pair's sampled windows on the H200 land ~0.8 of 7): at 0.15 the stream's acceptance and the calibration
   // kept it bought for 64 passes (68 of 444 drafts kept, slower than plain); learned fast, a few windows stop it.
   NanoLikeFakes pair;
-  pair.drafter.wrong_rate = 0.55;
-  pair.drafter.reported_wrong_rate = 0.3;
-  pair.drafter.sampled_pass_factor = 1.1;
-  std::vector<Arrival> arrivals = pair.arrivals(1, 256);
-  arrivals[0].request.sampling.temperature = 0.8f;
-  arrivals[0].request.sampling.seed = 7;
-  arrivals[0].request.has_seed = true;
+  pair.weak_sampled_drafter();
+  const std::vector<Arrival> arrivals = pair.seeded_sampled_arrivals(1, 256);
   const FakeRun plain = run_fakes(pair.clock, pair.target, std::nullopt, arrivals);
   const FakeRun old_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, first_outcomes(false));
   const FakeRun new_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, first_outcomes(true));

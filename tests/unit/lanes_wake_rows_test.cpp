@@ -76,11 +76,6 @@ TEST(LanesWakeRows, EveryReplyEqualsItsRequestRunAlonePlain) {
   }
 }
 
-}  // namespace
-}  // namespace ls
-
-namespace ls {
-namespace {
 
 TEST(LanesWakeRows, WhereShortContextsLandLessADormantStreamDoesNotProbeOverOne) {
   // One nano-like seeded sampled stream of 256 tokens whose drafts land 45 % a draft (15 % over a context restarted
@@ -89,13 +84,8 @@ TEST(LanesWakeRows, WhereShortContextsLandLessADormantStreamDoesNotProbeOverOne)
   // rule, once one such window landed less, no probe drafts over one: fewer passes and restarts, less time.
   NanoLikeFakes pair;
   pair.drafter.restarted_short_rows = 24;
-  pair.drafter.wrong_rate = 0.55;
-  pair.drafter.reported_wrong_rate = 0.3;
-  pair.drafter.sampled_pass_factor = 1.1;
-  std::vector<Arrival> arrivals = pair.arrivals(1, 256);
-  arrivals[0].request.sampling.temperature = 0.8f;
-  arrivals[0].request.sampling.seed = 7;
-  arrivals[0].request.has_seed = true;
+  pair.weak_sampled_drafter();
+  const std::vector<Arrival> arrivals = pair.seeded_sampled_arrivals(1, 256);
   LanesOptions old_options;
   old_options.pricing.fast_first_outcomes = true;
   LanesOptions new_options = wake_rows(32);

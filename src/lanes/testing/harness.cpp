@@ -160,6 +160,22 @@ NanoLikeFakes::NanoLikeFakes()
   drafter.device_taps = true;
 }
 
+void NanoLikeFakes::weak_sampled_drafter() {
+  drafter.wrong_rate = 0.55;
+  drafter.reported_wrong_rate = 0.3;
+  drafter.sampled_pass_factor = 1.1;
+}
+
+std::vector<Arrival> NanoLikeFakes::seeded_sampled_arrivals(int streams, int tokens) const {
+  std::vector<Arrival> sampled = arrivals(streams, tokens);
+  for (size_t index = 0; index < sampled.size(); ++index) {
+    sampled[index].request.sampling.temperature = 0.8f;
+    sampled[index].request.sampling.seed = 7 + index;
+    sampled[index].request.has_seed = true;
+  }
+  return sampled;
+}
+
 std::vector<Arrival> NanoLikeFakes::arrivals(int streams, int tokens) const {
   std::vector<Arrival> arrivals = endless_arrivals(streams, target.shape.vocab_size, tokens);
   for (Arrival& arrival : arrivals) {

@@ -81,6 +81,10 @@ struct NanoLikeFakes {
   NanoLikeFakes();
   // `streams` endless requests of `tokens` tokens with 64-token prompts.
   std::vector<Arrival> arrivals(int streams, int tokens) const;
+  // The nano pair's seeded sampled windows on the H200, roughly (~0.8 of 7 land): drafts right 45 % while the head
+  // says 70 %, sampled passes 1.1x; the same arrivals seeded and sampled at temperature 0.8.
+  void weak_sampled_drafter();
+  std::vector<Arrival> seeded_sampled_arrivals(int streams, int tokens) const;
 };
 
 // The pricing rules' exactness case: 16 staggered streams (every fourth draft: false) of greedy or sampled requests
