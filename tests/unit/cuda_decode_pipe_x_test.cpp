@@ -257,6 +257,38 @@ int64_t norm_fill_differences(const GemmEngine& engine, const std::vector<int64_
   return differ;
 }
 
+// The same for gemm_decode_norm_swiglu (gate_up [2F, K] then SwiGLU) against add_rms_norm then gemm_decode_swiglu.
+int64_t norm_swiglu_differences(const GemmEngine& engine, int64_t f, int64_t k, int64_t m, bool sliced, bool fault) {
+  auto h = upload(to_bf16(random_values(m * k, 195 + m + k, 3.0f)));
+  auto delta = upload(to_bf16(random_values(m * k, 196 + m + k, 2.0f)));
+  auto weight = upload(to_bf16(random_values(k, 197 + k, 1.0f)));
+  auto gate_up = upload(to_bf16(random_values(2 * f * k, 198 + f, 0.5f)));
+  const DeviceMatrix gu{gate_up.data(), nullptr, 2 * f, k};
+  auto h_plain = upload(download(h, m * k));
+  auto u = poisoned<bf16>(m * k);
+  auto want = poisoned<bf16>(m * f), got = poisoned<bf16>(m * f), h_out = poisoned<bf16>(m * k);
+  const NormFillScope order(false, sliced);
+  EXPECT_TRUE(
+      add_rms_norm(h_plain.data(), delta.data(), m, static_cast<int>(k), weight.data(), 1e-5f, u.data(), nullptr).ok());
+  EXPECT_TRUE(gemm_decode_swiglu(engine, u.data(), m, gu, want.data(), nullptr).ok());
+  DecodeNorm norm;
+  norm.h = h.data();
+  norm.delta = delta.data();
+  norm.h_out = h_out.data();
+  norm.weight = weight.data();
+  norm.eps = 1e-5f;
+  const NormFillScope pipe(true, sliced);
+  set_decode_pipe_fault_for_test(fault);
+  EXPECT_TRUE(gemm_decode_norm_swiglu(engine, norm, m, gu, got.data(), nullptr).ok());
+  set_decode_pipe_fault_for_test(false);
+  int64_t differ = 0;
+  const std::vector<bf16> a = download(got, m * f), b = download(want, m * f);
+  for (size_t e = 0; e < a.size(); ++e) differ += a[e].bits != b[e].bits;
+  const std::vector<bf16> ha = download(h_out, m * k), hb = download(h_plain, m * k);
+  for (size_t e = 0; e < ha.size(); ++e) differ += ha[e].bits != hb[e].bits;
+  return differ;
+}
+
 TEST(CudaDecodePipeX, TheNormFillGivesTheBitsOfTheNormLaunchThenTheGemmsInBothNormOrders) {
   LS_SKIP_WITHOUT_DEVICE();
   if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
@@ -271,9 +303,16 @@ TEST(CudaDecodePipeX, TheNormFillGivesTheBitsOfTheNormLaunchThenTheGemmsInBothNo
           EXPECT_EQ(norm_fill_differences(engine, ns, k, m, with_delta, sliced, false), 0)
               << "K " << k << " N " << ns[0] << " m " << m << (with_delta ? " with delta" : "")
               << (sliced ? ", sliced order" : ", one-warp order");
+  // gate_up + SwiGLU: the 1.2B's F = 8192 and an F with a column tail.
+  for (const bool sliced : {false, true})
+    for (const int64_t f : {8192, 1001})
+      for (const int64_t m : {1, 3, 8, 9, 16})
+        EXPECT_EQ(norm_swiglu_differences(engine, f, 2048, m, sliced, false), 0)
+            << "SwiGLU F " << f << " m " << m << (sliced ? ", sliced order" : ", one-warp order");
   // The planted K walk backwards reaches the pipeline's norm launches only: red means they ran there.
   EXPECT_GT(norm_fill_differences(engine, {2048, 512, 512}, 2048, 4, true, true, true), 0) << "the fault went unseen";
   EXPECT_GT(norm_fill_differences(engine, {6144}, 2048, 1, true, false, true), 0) << "the fault went unseen";
+  EXPECT_GT(norm_swiglu_differences(engine, 8192, 2048, 1, true, true), 0) << "the fault went unseen (SwiGLU)";
 }
 
 }  // namespace

@@ -367,26 +367,35 @@ bool pipe_group_fits(const GemmArgs* args, int count) {
   return shape_fits(config, args[0].m, args[0].k, rows) && slice_count(args[0].k) == 1 && maps_ok(config, args, count);
 }
 
-bool pipe_norm_fits(const GemmArgs* args, int count) {
-  if (!pipe_norm.load(std::memory_order_relaxed) || count < 1 || count > kPipeGroupMax) return false;
+bool pipe_norm_fits(const GemmArgs* args, int count, bool swiglu) {
+  if (!pipe_norm.load(std::memory_order_relaxed) || count < 1 || count > (swiglu ? 1 : kPipeGroupMax)) return false;
   if (!cuda_features().tma || !cuda_features().pdl || slice_count(args[0].k) != 1 || args[0].k % kBlockK != 0 ||
-      args[0].m < 1 || args[0].m > 16)
+      args[0].m < 1 || args[0].m > 16 || (swiglu && args[0].n % 2 != 0))
     return false;
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += args[i].n;
-  const int config = config_for(false, args[0].m, args[0].k, rows);
-  const PipePlan plan = norm_plan(config, args[0].m, args[0].k, groups_for(config, rows),
-                                  copies_of(args[0].m, args[0].k, rows, false));
+  const int config = config_for(swiglu, args[0].m, args[0].k, rows);
+  const PipePlan plan = norm_plan(config, args[0].m, args[0].k, groups_for(config, swiglu ? rows / 2 : rows),
+                                  copies_of(args[0].m, args[0].k, rows, swiglu));
   return plan.smem <= optin_bytes_granted && maps_ok(config, args, count);
 }
 
-Status launch_pipe_norm(const GemmArgs* args, int count, const StagedNorm& norm, cudaStream_t stream) {
+Status launch_pipe_norm(const GemmArgs* args, int count, const StagedNorm& norm, bool swiglu, cudaStream_t stream) {
   GemmArgs planted[kPipeGroupMax];  // set_decode_pipe_fault_for_test: the K walk backwards here too
   for (int i = 0; i < count; ++i) {
     planted[i] = args[i];
     planted[i].reverse_k = pipe_fault.load(std::memory_order_relaxed) ? 1 : 0;
   }
-  return launch_pipe_group(planted, count, stream, &norm);
+  if (!swiglu) return launch_pipe_group(planted, count, stream, &norm);
+  PipeGroup group{};
+  group.args[0] = planted[0];
+  group.count = 1;
+  group.norm = norm;
+  const int config = config_for(true, args[0].m, args[0].k, args[0].n);
+  const int groups = groups_for(config, args[0].n / 2);
+  const int cols = groups * item_cols_of(config);
+  group.first_block[1] = (args[0].n / 2 + cols - 1) / cols;
+  return launch_config(config, group, groups, stream);
 }
 
 Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream, const StagedNorm* norm) {
