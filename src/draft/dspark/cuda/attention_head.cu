@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kHeadThreads, 2) attention_head_kernel(const b
     const float most = lane < chunks ? s.chunk_max[r * chunks + lane] : -INFINITY;
     const float part = lane < chunks ? s.chunk_total[r * chunks + lane] : 0.0f;
     float largest, total;
-    combine_chunk_stats(most, part, chunks, largest, total);
+    combine_chunk_stats(most, part, largest, total);
     if (lane == 0) {
       s.row_max[r] = largest;
       s.row_total[r] = total;

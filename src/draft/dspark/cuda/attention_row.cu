@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kRowCtaThreads, 4) attention_row_kernel(const 
     const float most = lane < chunks ? chunk_max[lane] : -INFINITY;
     const float part = lane < chunks ? chunk_total[lane] : 0.0f;
     float largest, total;
-    combine_chunk_stats(most, part, chunks, largest, total);
+    combine_chunk_stats(most, part, largest, total);
     if (lane == 0) {
       row_stats[0] = largest;
       row_stats[1] = total;

@@ -84,16 +84,17 @@ __device__ __forceinline__ void add_chunk_tiles(const float* score, int low, int
 // A row's max and total from its chunks' stats in chunk order (the split's combine), by a whole warp: lane c holds
 // chunk c's (most, part) (chunks <= 32; -inf and 0 past them); the max over the lanes (the order of a max does not
 // matter: a zero's sign never changes exp(x - max)); each chunk's exponential by its lane, then the total's adds in
-// chunk order by every lane.
-__device__ __forceinline__ void combine_chunk_stats(float most, float part, int chunks, float& largest,
-                                                    float& total) {
+// chunk order by every lane. All 32 lanes are read (past the chunks a part is 0 and adds nothing), so the loop
+// unrolls and its shuffles issue ahead of the dependent adds.
+__device__ __forceinline__ void combine_chunk_stats(float most, float part, float& largest, float& total) {
   largest = most;
   for (int offset = 16; offset > 0; offset /= 2) {
     largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
   }
   const float scaled = part > 0.0f ? expf(most - largest) : 0.0f;
   total = 0.0f;
-  for (int c = 0; c < chunks; ++c) {
+#pragma unroll
+  for (int c = 0; c < 32; ++c) {
     const float stat_total = __shfl_sync(0xffffffffu, part, c), exponential = __shfl_sync(0xffffffffu, scaled, c);
     if (stat_total > 0.0f) total += stat_total * exponential;
   }
