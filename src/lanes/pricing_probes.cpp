@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/log.h"
 #include "lanes/allocator.h"
 #include "lanes/pricing.h"
 
@@ -184,12 +185,18 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
     const double saved_share = 1.0 - (static_cast<double>(streams) / plain_ms) / best.tokens_per_ms;
     return saved_share * plain_ms * tokens_left;
   };
-  if (gain_ms(false) >= options_.explore_repay * one_off_ms) return true;
-  if (options_.explore_repay_if_right > 0 && gain_ms(true) >= options_.explore_repay_if_right * one_off_ms) {
-    return true;
+  const double prior_gain_ms = gain_ms(false);
+  bool repays = prior_gain_ms >= options_.explore_repay * one_off_ms;
+  double right_gain_ms = -1;  // (not priced when the prior's gain repays)
+  if (!repays && options_.explore_repay_if_right > 0) {
+    right_gain_ms = gain_ms(true);
+    repays = right_gain_ms >= options_.explore_repay_if_right * one_off_ms;
   }
-  closed_gate_ = {streams, cap, absorb_rows, mode, tokens_left};
-  return false;
+  log_debug("explore gate: %d streams, cap %d, %d tokens left, %d prompt rows: one-off %.3f ms, prior's gain %.3f ms,"
+            " an always-right one's %.3f ms: %s", streams, cap, tokens_left, absorb_rows, one_off_ms, prior_gain_ms,
+            right_gain_ms, repays ? "open" : "closed");
+  if (!repays) closed_gate_ = {streams, cap, absorb_rows, mode, tokens_left};
+  return repays;
 }
 
 std::vector<float> Pricing::hopeful_chain(int depth) const {
