@@ -91,5 +91,15 @@ TEST(LanesFirstOutcomes, AConfidentDrafterAtOneStreamDraftsAsBefore) {
   EXPECT_LE(new_rule.ms, 1.02 * old_rule.ms);
 }
 
+TEST(LanesFirstOutcomes, EveryReplyEqualsItsRequestRunAlonePlain) {
+  for (bool sampled : {false, true}) {
+    for (bool device : {false, true}) {
+      const ExactnessRun run = run_exactness_case(sampled, device, sampled_any_streams(first_outcomes(true)));
+      EXPECT_EQ(reply_tokens(run.drafted), run.alone) << "sampled " << sampled << " device " << device;
+      EXPECT_GT(run.drafted.stats.drafts_verified, 0) << "sampled " << sampled << " device " << device;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ls
