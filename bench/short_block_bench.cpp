@@ -1,5 +1,5 @@
-// Short blocks (draft/dspark/forward.h ShortBlock) on a real pair: what each width costs in acceptance and saves in pass
-// time, every arm in one process. A program, not a test.
+// Short blocks (draft/dspark/forward.h ShortBlock) on a real pair: what each width costs in acceptance and saves in
+// pass time, every arm in one process. A program, not a test.
 //
 //   short_block_bench --model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json
 //                     [--per-kind 12] [--prompt-tokens 192] [--tokens 64] [--threads 2] [--extras 0,1,2]
@@ -10,8 +10,8 @@
 // anchor with 7 tokens after it is drafted at every depth d by each arm: the trained width ("full") and depth+N for N
 // in --extras. A draft is accepted up to its first token that differs from the reply (the lanes verify exactly that:
 // greedy argmax, or the keyed draw at that position). Per arm and depth: mean accepted drafts, the confidence head's
-// expected accepted (sum of the draft's chances) and the pass's median ms (block pass + scan), arms interleaved anchor by
-// anchor so they share the host's phase.
+// expected accepted (sum of the draft's chances) and the pass's median ms (block pass + scan), arms interleaved anchor
+// by anchor so they share the host's phase.
 // --profile PASSES: first, the 1-stream pass by op (dspark::PassProfile, ms per pass) at depths 1, 2, 3, 7 with the
 // trained width and with depth+0, PASSES passes each, alternated pass by pass; then the acceptance tables.
 #include <algorithm>
@@ -232,7 +232,8 @@ int main(int argc, char** argv) {
   for (int extra : options.extras) arms.push_back("depth+" + std::to_string(extra));
   const dspark::ShortBlock saved = dspark::short_block();
   json result = {{"model", options.model}, {"drafter", options.drafter}, {"tokens", options.tokens},
-                 {"prompt_tokens", options.prompt_tokens}, {"per_kind", options.per_kind}, {"drafter_bits", options.bits}, {"arms", arms}};
+                 {"prompt_tokens", options.prompt_tokens}, {"per_kind", options.per_kind},
+                 {"drafter_bits", options.bits}, {"arms", arms}};
   dspark::DsparkDrafter& d = **drafter;
   if (options.profile > 0) {
     Options one = options;
@@ -292,9 +293,8 @@ int main(int argc, char** argv) {
               score(shorter, k + 1, depth, d.last_block_ms() + d.last_scan_ms());
             }
           }
-          check(d.absorb(stream, anchor, 1,
-                         std::span<const float>(plain.taps.data() + anchor * tap_width, static_cast<size_t>(tap_width))),
-                "absorb");
+          const std::span<const float> row(plain.taps.data() + anchor * tap_width, static_cast<size_t>(tap_width));
+          check(d.absorb(stream, anchor, 1, row), "absorb");
         }
         d.release(stream);
       }

@@ -32,12 +32,7 @@ class DrafterTest : public ::testing::Test {
   }
 
   static DraftRequest request(StreamId stream, int64_t position, int32_t anchor, int depth = kBlock) {
-    DraftRequest r;
-    r.stream = stream;
-    r.anchor_token = anchor;
-    r.anchor_position = position;
-    r.depth = depth;
-    return r;
+    return testing::draft_request(stream, position, anchor, depth);
   }
 
   static Draft draft_one(Drafter& drafter, const DraftRequest& r) {

@@ -79,15 +79,6 @@ class ShortBlockTest : public ::testing::Test {
     return drafter.ok() ? std::move(drafter).value() : nullptr;
   }
 
-  static DraftRequest request(StreamId stream, int64_t position, int32_t anchor, int depth) {
-    DraftRequest r;
-    r.stream = stream;
-    r.anchor_token = anchor;
-    r.anchor_position = position;
-    r.depth = depth;
-    return r;
-  }
-
   // Absorbs streams 1 .. count with random taps of 5 + 3 * stream rows each.
   static void absorb(DsparkDrafter& drafter, int count) {
     for (StreamId stream = 1; stream <= count; ++stream) {
@@ -118,7 +109,7 @@ TEST_F(ShortBlockTest, AShortPassRunsItsWidthAndDraftsTheBitsOfADrafterTrainedAt
       std::unique_ptr<DsparkDrafter> trained = load(width);
       ASSERT_TRUE(trained);
       absorb(*trained, 1);
-      const DraftRequest r = request(1, 8, 30 + depth, depth);
+      const DraftRequest r = testing::draft_request(1, 8, 30 + depth, depth);
       for (bool sampled : {false, true}) {
         DraftRequest asked = r;
         if (sampled) asked.sampling = {0.9f, 0, 1.0f, 0.0f, 0x77};
@@ -153,7 +144,8 @@ TEST_F(ShortBlockTest, EachRequestOfAPassGetsItsOwnWidthSoItsDraftsDoNotDependOn
   absorb(*drafter, 4);
   std::vector<DraftRequest> all;
   for (StreamId stream = 1; stream <= 4; ++stream)
-    all.push_back(request(stream, 5 + 3 * stream, 40 + static_cast<int32_t>(stream), 1 + (stream * 3) % kBlock));
+    all.push_back(testing::draft_request(stream, 5 + 3 * stream, 40 + static_cast<int32_t>(stream),
+                                         1 + static_cast<int>(stream * 3) % kBlock));
   all[1].sampling = {1.0f, 0, 0.9f, 0.0f, 0x99};
   ScopedShortBlock on(ShortBlock{true, 0});
   PassProfile profile;
@@ -175,7 +167,7 @@ TEST_F(ShortBlockTest, FullWidthUnderTheSwitchIsTheSwitchOffPassBitForBit) {
   absorb(*drafter, 3);
   std::vector<DraftRequest> all;
   for (StreamId stream = 1; stream <= 3; ++stream)
-    all.push_back(request(stream, 5 + 3 * stream, 50 + static_cast<int32_t>(stream), kBlock - 1));
+    all.push_back(testing::draft_request(stream, 5 + 3 * stream, 50 + static_cast<int32_t>(stream), kBlock - 1));
   const std::vector<Draft> off = drafter->draft(all);
   const std::vector<float> off_hidden(drafter->last_final_hidden().begin(), drafter->last_final_hidden().end());
   ScopedShortBlock on(ShortBlock{true, 1});  // depth 3 + 1 = the trained 4

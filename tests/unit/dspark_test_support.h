@@ -14,6 +14,7 @@
 
 #include "base/bf16.h"
 #include "compute/ops.h"
+#include "draft/drafter.h"
 #include "draft/dspark/config.h"
 #include "draft/dspark/weights.h"
 #include "io/safetensors.h"
@@ -182,6 +183,16 @@ inline std::vector<float> random_taps(int64_t rows, int64_t width, uint32_t seed
 }
 
 // Writes `config` as config.json and random bf16 weights for its whole manifest into `directory`.
+// A greedy request for `depth` drafts of `stream`, whose context ends at `position`, from `anchor`.
+inline DraftRequest draft_request(StreamId stream, int64_t position, int32_t anchor, int depth) {
+  DraftRequest request;
+  request.stream = stream;
+  request.anchor_token = anchor;
+  request.anchor_position = position;
+  request.depth = depth;
+  return request;
+}
+
 inline Status write_small_drafter(const std::string& directory, const nlohmann::json& config, uint32_t seed) {
   write_text(directory + "/config.json", config.dump(2));
   LS_ASSIGN_OR_RETURN(DsparkConfig parsed, parse_dspark_config(config.dump()));

@@ -60,7 +60,8 @@ int32_t draw_token_pruned(std::span<const float> logits, const Sampling& samplin
   const double temperature = sampling.temperature;
   // As draw_token: the largest logit first, then every id in order; ties go to the lower id.
   int32_t best = start;
-  double best_score = static_cast<double>(logits[start]) / temperature + sampling_gumbel(sampling.seed, position, start);
+  double best_score =
+      static_cast<double>(logits[start]) / temperature + sampling_gumbel(sampling.seed, position, start);
   // The key's first two rounds depend only on (seed, position).
   const uint64_t prefix = splitmix64(splitmix64(sampling.seed) ^ static_cast<uint64_t>(position));
   for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
