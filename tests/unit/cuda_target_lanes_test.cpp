@@ -48,7 +48,8 @@ TEST_P(CudaLanes, DraftedRepliesOnTheGpuEqualPlainRepliesRunAlone) {
     drafter.expect(static_cast<StreamId>(index + 1), sequence);
   }
   FixedClock clock;
-  LanesOptions options;
+  // Sampled drafting among several streams is asked for (the default buys sampled passes in 1-stream rounds only).
+  LanesOptions options = sampled_any_streams();
   options.measure_width = 8;
   options.max_streams = 16;
   options.calibration.repeats = 1;
