@@ -55,8 +55,8 @@ inline AttentionInputs random_attention_inputs(std::mt19937& rng, std::span<cons
   in.block = random_block_caches(rng, lengths, gamma, layers, static_cast<int64_t>(dims.kv_heads) * dims.head_dim);
   in.requests = ls::cuda::testing::upload(in.block.requests);
   const int most = static_cast<int>(lengths.size());
-  in.queries =
-      ls::cuda::testing::upload(random_values(rng, static_cast<size_t>(most) * gamma * dims.heads * dims.head_dim, 2.0f));
+  const size_t queries = static_cast<size_t>(most) * gamma * dims.heads * dims.head_dim;
+  in.queries = ls::cuda::testing::upload(random_values(rng, queries, 2.0f));
   in.stats = ls::cuda::testing::poisoned<float>(cuda::split_attention_stat_floats(most, gamma, dims));
   in.partials = ls::cuda::testing::poisoned<float>(cuda::split_attention_partial_floats(most, gamma, dims));
   return in;

@@ -1,5 +1,5 @@
 // The row attention kernel (session 12: a CTA per request, query head and block row, every step short) against the
-// three-launch split on fresh random caches, outputs poisoned first, bit for bit; a planted fault (the last chunk
+// three-launch split on fresh random caches, outputs poisoned first, bit for bit; a planted fault (the first chunk
 // left out of the sum) must differ.
 #include <gtest/gtest.h>
 
@@ -62,15 +62,16 @@ TEST(CudaDrafter, TheRowAttentionKernelGivesTheSplitBitsAtOneToSixtyFourRequests
           ASSERT_TRUE(row.ok()) << row.to_string();
           const testing::BitwiseCount count = testing::count_against_split(split_out, row_out, outputs);
           if (planted) {
-            EXPECT_LT(count.equal, static_cast<int>(outputs)) << "the planted fault (last chunk left out) went unseen";
+            EXPECT_LT(count.equal, static_cast<int>(outputs)) << "the planted fault (first chunk left out) unseen";
           } else {
-            EXPECT_EQ(count.equal, static_cast<int>(outputs)) << "first difference at output " << count.first_difference;
+            EXPECT_EQ(count.equal, static_cast<int>(outputs))
+                << "first difference at output " << count.first_difference;
           }
         }
       }
     }
     std::printf("[ attention ] row kernel vs split: block %d, heads %d / %d, head_dim %d bitwise at 1 / 2 / 5 / 16 / "
-                "64 requests, chunks auto, 7, 3, 1; planted last chunk red\n",
+                "64 requests, chunks auto, 7, 3, 1; planted first chunk red\n",
                 gamma, dims.heads, dims.kv_heads, dims.head_dim);
   }
   // Refused by name: a head size it is not built for.

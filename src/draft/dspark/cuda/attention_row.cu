@@ -4,9 +4,9 @@
 // the partials added in chunk order), so the split's bits. Where the head kernel walks a head's 9 rows through one
 // chain of CTA-wide steps (one thread runs every key of a row's values, ~22 us a layer at one request), every step
 // here is short: a thread per key for the scores, a thread per chunk for the stats, a thread per (chunk, 4 dims) for
-// the values' partials (two a thread), a thread per dimension for the chunk-ordered sum. Rows are independent in the arithmetic,
-// so the grid is count x heads x gamma CTAs; K / V come from L2 once per row CTA (fine at one request and short
-// contexts: 288 CTAs x 2 x 146 keys x 128 B = 11 MB at the 1.2B drafter's context 137).
+// the values' partials (two a thread), a thread per dimension for the chunk-ordered sum. Rows are independent in the
+// arithmetic, so the grid is count x heads x gamma CTAs; K / V come from L2 once per row CTA (fine at one request and
+// short contexts: 288 CTAs x 2 x 146 keys x 128 B = 11 MB at the 1.2B drafter's context 137).
 #include <cmath>
 
 #include "compute/cuda/cuda_util.h"
@@ -218,17 +218,16 @@ __global__ void __launch_bounds__(kRowCtaThreads, 4) attention_row_kernel(const 
   }
   __syncthreads();
   // Each output: the chunks' partials added from zero in chunk order (an empty chunk's zero changes nothing), eight
-  // loads at a time. `planted` (tests only) leaves out the last chunk.
+  // loads at a time. `planted` (tests only) leaves out the first chunk (never empty).
   if (threadIdx.x < kHeadDim) {
-    const int used = chunks - planted;
     float sum = 0.0f;
-    for (int base = 0; base < used; base += 8) {
+    for (int base = 0; base < chunks; base += 8) {
       float held[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) held[k] = base + k < used ? partials[(base + k) * kHeadDim + threadIdx.x] : 0.0f;
+      for (int k = 0; k < 8; ++k) held[k] = base + k < chunks ? partials[(base + k) * kHeadDim + threadIdx.x] : 0.0f;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        if (base + k < used) sum += held[k];
+        if (base + k < chunks && base + k >= planted) sum += held[k];
       }
     }
     out[output_row * kHeadDim + threadIdx.x] = __float2bfloat16_rn(sum);
@@ -244,14 +243,14 @@ bool block_attention_row_supported(int gamma, AttentionDims dims) {
 
 Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
-                           bool planted_last_chunk, bool programmatic) {
+                           bool planted_first_chunk, bool programmatic) {
   if (count == 0) return ok_status();
   if (!block_attention_row_supported(gamma, dims)) {
     return attention_tiles::unsupported_attention_shape("row", gamma, dims.head_dim);
   }
   const int used = attention_tiles::used_attention_chunks(count, dims.kv_heads, chunks);
   const dim3 grid(static_cast<unsigned int>(count * dims.heads * gamma));
-  const int planted = planted_last_chunk ? 1 : 0;
+  const int planted = planted_first_chunk ? 1 : 0;
   const auto kernel = dims.head_dim == 32 ? attention_row_kernel<32> : attention_row_kernel<64>;
   if (programmatic) {
     return ls::cuda::launch_programmatic(kernel, grid, kRowCtaThreads, 0, stream, q, requests, gamma, dims, layer,

@@ -44,8 +44,10 @@ inline int used_attention_chunks(int count, int kv_heads, int pinned) {
   return pinned > 0 ? std::min(pinned, automatic) : automatic;
 }
 inline Status unsupported_attention_shape(const char* kernel, int gamma, int head_dim) {
-  return Status(ErrorCode::UnsupportedDraftShape, std::string("the ") + kernel + " attention kernel does not take block " +
-                                                      std::to_string(gamma) + " at head_dim " + std::to_string(head_dim));
+  return Status(ErrorCode::UnsupportedDraftShape, std::string("the ") + kernel +
+                                                      " attention kernel does not take block " +
+                                                      std::to_string(gamma) + " at head_dim " +
+                                                      std::to_string(head_dim));
 }
 
 // One (request, KV head)'s view of a layer's caches for the head and row kernels: its K / V rows (kv_size apart),
