@@ -1,6 +1,6 @@
 // Prefill's elementwise work (session 12): swiglu's three kernels give the bits of the one-output-a-thread kernel on
-// every bf16 gate; gate_up with SwiGLU in the GEMM's epilogue gives the bits of gemm then swiglu; and, when asked
-// (LS_PREFILL_TIMING=1), the device time of each op a 1.2B prefill of 2048 tokens runs between and in its GEMMs.
+// every bf16 gate; and, when asked (LS_PREFILL_TIMING=1), the device time of each op a 1.2B prefill of 2048 tokens
+// runs between and in its GEMMs, beside cuBLAS on the same shapes.
 #ifdef LS_HAVE_CUDA
 
 #include <cublas_v2.h>
@@ -89,59 +89,6 @@ TEST(CudaSwiglu, EveryKernelGivesTheRowKernelsBitsOnEveryBf16Gate) {
   }
 }
 
-TEST(CudaGemmSwiglu, GateUpWithSwigluInTheEpilogueGivesTheBitsOfTheGemmThenSwiglu) {
-  LS_SKIP_WITHOUT_DEVICE();
-  SwigluModeScope scope;
-  GemmEngine engine;
-  struct Shape {
-    int64_t m, f, k;
-    bool bias;
-  };
-  const DeviceMatrix probe{nullptr, nullptr, 2 * 1024, 2048};
-  if (!engine.swiglu_fits(2048, probe)) GTEST_SKIP() << "no wgmma device: gemm_swiglu does not run";
-  for (const Shape& shape : {Shape{2048, 8192, 2048, false}, Shape{300, 1000, 1024, true}, Shape{128, 130, 192, false},
-                             Shape{513, 2048, 2048, true}}) {
-    const std::string what =
-        std::to_string(shape.m) + " rows, F " + std::to_string(shape.f) + ", K " + std::to_string(shape.k);
-    const auto x = upload(to_bf16(random_values(shape.m * shape.k, 7 + shape.m, 1.0f)));
-    const auto w = upload(to_bf16(random_values(2 * shape.f * shape.k, 8 + shape.f, 0.05f)));
-    const auto bias = upload(random_values(2 * shape.f, 9, 0.5f));
-    const DeviceMatrix gate_up{w.data(), shape.bias ? bias.data() : nullptr, 2 * shape.f, shape.k};
-    ASSERT_TRUE(engine.swiglu_fits(shape.m, gate_up)) << what;
-    auto wide = poisoned<bf16>(shape.m * 2 * shape.f);
-    auto plain = poisoned<bf16>(shape.m * shape.f);
-    ASSERT_TRUE(engine.gemm(x.data(), shape.m, gate_up, wide.data(), nullptr, nullptr).ok()) << what;
-    ASSERT_TRUE(swiglu(wide.data(), wide.data() + shape.f, shape.m, static_cast<int>(shape.f), 2 * shape.f,
-                       plain.data(), nullptr)
-                    .ok());
-    const auto expected = download(plain, shape.m * shape.f);
-    // silu computed in the epilogue, and looked up in the table
-    for (SwigluKernel mode : {SwigluKernel::Rows, SwigluKernel::Table}) {
-      set_swiglu_kernel(mode);
-      auto fused = poisoned<bf16>(shape.m * shape.f);
-      ASSERT_TRUE(engine.gemm_swiglu(x.data(), shape.m, gate_up, fused.data(), nullptr).ok()) << what;
-      EXPECT_EQ(differing(download(fused, shape.m * shape.f), expected), 0u)
-          << what << " kernel " << static_cast<int>(mode);
-    }
-    set_swiglu_kernel(SwigluKernel::Rows);
-    // The planted K-order fault (K tiles walked backwards) in the fused launch alone must show.
-    engine.set_fault_reverse_k_for_test(true);
-    auto faulty = poisoned<bf16>(shape.m * shape.f);
-    ASSERT_TRUE(engine.gemm_swiglu(x.data(), shape.m, gate_up, faulty.data(), nullptr).ok()) << what;
-    engine.set_fault_reverse_k_for_test(false);
-    const size_t planted = differing(download(faulty, shape.m * shape.f), expected);
-    EXPECT_GT(planted, 0u) << what << ": the reversed K order went unseen";
-    std::printf("gemm_swiglu %s: the reversed K order changed %zu of %lld outputs\n", what.c_str(), planted,
-                static_cast<long long>(shape.m * shape.f));
-  }
-  // Refused by number: too few rows, a sliced K, odd rows.
-  const DeviceMatrix sliced{nullptr, nullptr, 2048, 4096}, odd{nullptr, nullptr, 2047, 2048};
-  EXPECT_FALSE(engine.swiglu_fits(127, probe));
-  EXPECT_FALSE(engine.swiglu_fits(2048, sliced));
-  EXPECT_FALSE(engine.swiglu_fits(2048, odd));
-  EXPECT_EQ(engine.gemm_swiglu(nullptr, 127, probe, nullptr, nullptr).code(), ErrorCode::InvalidArgument);
-}
-
 // Device microseconds a call, and GB/s of the bytes it must move at least.
 void report(const char* what, double bytes, int repeats, const std::function<Status()>& launch) {
   EXPECT_TRUE(launch().ok()) << what;  // warm: the table fill, first-launch costs
@@ -208,8 +155,8 @@ TEST(CudaPrefillOps, TimesThe12BPrefillOpsWhenAsked) {
   qk.inv_freq = inv_freq.data();
   report("qk_norm_rope 2048 x (32 + 8) x 64", 2.0 * R * (H + KV) * HD * 2, kRepeats,
          [&] { return qk_norm_rope(qk, nullptr); });
-  // The GEMMs of one layer (conv: in_proj, out_proj; attention: q, k, v, o; FFN: gate_up, down), gate_up with
-  // SwiGLU in its epilogue, and cuBLAS on the same data and on constant data (gpu_bench's floor fills its operands
+  // The GEMMs of one layer (conv: in_proj, out_proj; attention: q, k, v, o; FFN: gate_up, down), and cuBLAS on the
+  // same data and on constant data (gpu_bench's floor fills its operands
   // with 0x3c bytes; tensor cores draw less power on constant data).
   GemmEngine engine;
   auto x = random_device(R * F, 8, 1.0f);
@@ -239,12 +186,6 @@ TEST(CudaPrefillOps, TimesThe12BPrefillOpsWhenAsked) {
                 [&] { return cublas(x.data(), weights.data(), n, kk); });
     report_gemm(("cublas " + shape + " constant data").c_str(), flops,
                 [&] { return cublas(constant_x.data(), constant_w.data(), n, kk); });
-    for (const auto& [label, mode] : {std::pair{"gemm_swiglu " + shape + " silu computed", SwigluKernel::Rows},
-                                      std::pair{"gemm_swiglu " + shape + " silu table", SwigluKernel::Table}}) {
-      if (n != 2 * F || !engine.swiglu_fits(R, matrix)) break;
-      set_swiglu_kernel(mode);
-      report_gemm(label.c_str(), flops, [&] { return engine.gemm_swiglu(x.data(), R, matrix, act.data(), nullptr); });
-    }
   }
   cublasDestroy(handle);
 }

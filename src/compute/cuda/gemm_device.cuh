@@ -97,7 +97,6 @@ struct GemmArgs {
   float* y_f32;            // [m, N] or null
   int m, n, k;
   int reverse_k;  // test-only fault: walk K tiles backwards
-  const __nv_bfloat16* silu = nullptr;  // the SwiGLU epilogue: silu_bf16 by gate bits (silu.cuh) or null (computed)
 };
 
 __device__ __forceinline__ void ldmatrix_x2(uint32_t address, uint32_t& r0, uint32_t& r1) {

@@ -5,7 +5,6 @@
 #include <cooperative_groups.h>
 
 #include "compute/cuda/gemm_device.cuh"
-#include "compute/cuda/silu.cuh"
 
 namespace ls::cuda::gemm_detail {
 
@@ -129,42 +128,6 @@ __device__ __forceinline__ void store_tile(const GemmArgs& args, const float (&a
       }
 }
 
-// The SwiGLU epilogue of a tile whose W rows are BN / 2 gate rows (columns col0.. of y [m, F], F = args.n / 2) then
-// the BN / 2 matching up rows: a thread holds gate block j and up block j + NI / 2 of the same outputs, so y [r, c] =
-// round(silu_bf16(round(gate + bias)) * round(up + bias)), swiglu's bits of the GEMM's two rounded outputs (silu
-// looked up in args.silu where set).
-template <class T>
-__device__ __forceinline__ void store_swiglu_tile(const GemmArgs& args, const float (&acc)[T::MI][T::NI][4], int row0,
-                                                  int col0) {
-  static_assert(T::WARPS_N == 1 && T::NI % 2 == 0, "gate and up blocks in one warp");
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, f = args.n / 2;
-#pragma unroll
-  for (int i = 0; i < T::MI; ++i)
-#pragma unroll
-    for (int j = 0; j < T::NI / 2; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = row0 + warp * T::WM + i * 16 + (lane >> 2) + half * 8;
-        const int c = col0 + j * 8 + (lane & 3) * 2;  // f is even: c + 1 < f too
-        if (r >= args.m || c >= f) continue;
-        float out[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float gate = acc[i][j][half * 2 + e], up = acc[i][j + T::NI / 2][half * 2 + e];
-          if (args.bias) {
-            gate = __fadd_rn(gate, args.bias[c + e]);
-            up = __fadd_rn(up, args.bias[f + c + e]);
-          }
-          const __nv_bfloat16 g = __float2bfloat16_rn(gate);
-          const float silu = args.silu ? __bfloat162float(args.silu[__bfloat16_as_ushort(g)])
-                                       : silu_bf16(__bfloat162float(g));
-          out[e] = __fmul_rn(silu, __bfloat162float(__float2bfloat16_rn(up)));
-        }
-        *reinterpret_cast<__nv_bfloat162*>(args.y_b16 + static_cast<int64_t>(r) * f + c) =
-            __floats2bfloat162_rn(out[0], out[1]);
-      }
-}
-
 // The wgmma tiles (gemm_wgmma.cu, sm_90a): 128 rows as two warpgroups of 64, BN = 256 or 128 columns (LargeDuo: two
 // CTAs per SM, one slice only; LargePair / WidePair, TMA only: clusters of two row tiles multicasting W; WideLoop,
 // TMA only: persistent 128x256 CTAs walking the output tiles).
@@ -178,9 +141,6 @@ void allow_wgmma_shared();
 // Plain (one slice), Sliced (Large, LargePair: the second register set) or Split (Wide, Large: a cluster of one CTA
 // per slice).
 Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t stream);
-// The TMA 128x256 tile with the SwiGLU epilogue (store_swiglu_tile): args.w = gate_up [2F, K] (one slice, K % 64 ==
-// 0), args.n = 2F (even), args.y_b16 = act [m, F].
-Status launch_tma_swiglu(const GemmArgs& args, cudaStream_t stream);
 void allow_tma_shared();
 
 }  // namespace ls::cuda::gemm_detail

@@ -7,8 +7,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -84,9 +82,7 @@ __device__ __forceinline__ void consumer_barrier() {  // the two consumer warpgr
 // cluster adds the slice sums, gemm_tile.cuh). PAIR (Plain / Sliced): clusters of two row tiles share the W loads.
 // LOOP (Plain): persistent CTAs walk output tiles t = blockIdx.x, + gridDim.x, ... (row tiles fastest); the ring of
 // stages runs on across tiles, so the producer loads the next tile while the consumers store this one.
-// SWIGLU (Plain): W is gate_up [2F, K]; a tile's W box is BN / 2 gate rows and the BN / 2 matching up rows, and the
-// epilogue stores swiglu's bits of each pair into y_b16 [m, F] (store_swiglu_tile).
-template <class T, Mode MODE, bool PAIR, bool LOOP, bool SWIGLU = false>
+template <class T, Mode MODE, bool PAIR, bool LOOP>
 __global__ void __launch_bounds__(tma_threads<T>(), 1)
     tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, GemmArgs args) {
 #ifdef LS_WGMMA_DEVICE
@@ -95,8 +91,6 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
   constexpr bool SLICED = MODE == Mode::Sliced, SPLIT = MODE == Mode::Split;
   static_assert(!(PAIR && SPLIT), "a pair shares W within one slice");
   static_assert(!LOOP || (MODE == Mode::Plain && !PAIR), "the persistent loop runs plain tiles");
-  static_assert(!SWIGLU || (MODE == Mode::Plain && !PAIR && !LOOP), "the SwiGLU epilogue runs plain tiles");
-  constexpr int TILE_N = SWIGLU ? T::BN / 2 : T::BN;  // output columns per tile
   static_assert(!SPLIT || T::BM * T::BN * 4 <= T::SMEM_BYTES, "the slice sums fit the stages");
   extern __shared__ __align__(128) unsigned char shared_raw[];
   unsigned char* aligned = shared_raw + ((1024 - (smem_address(shared_raw) & 1023)) & 1023);
@@ -108,7 +102,7 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
   const int jobs = LOOP ? row_tiles * ((args.n + T::BN - 1) / T::BN) : 1;
   const int job_first = LOOP ? static_cast<int>(blockIdx.x) : 0, job_stride = LOOP ? static_cast<int>(gridDim.x) : 1;
   auto job_row0 = [&](int job) { return LOOP ? (job % row_tiles) * T::BM : static_cast<int>(blockIdx.x) * T::BM; };
-  auto job_col0 = [&](int job) { return LOOP ? (job / row_tiles) * TILE_N : static_cast<int>(blockIdx.y) * TILE_N; };
+  auto job_col0 = [&](int job) { return LOOP ? (job / row_tiles) * T::BN : static_cast<int>(blockIdx.y) * T::BN; };
   const int all_tiles = (args.k + kBlockK - 1) / kBlockK;
   const int first_tile = SPLIT ? split_slice() * kSliceTiles : 0;
   const int k_tiles = SPLIT && gridDim.z > 1 ? min(kSliceTiles, all_tiles - first_tile) : all_tiles;
@@ -150,9 +144,6 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
           if constexpr (PAIR) {
             const int half = static_cast<int>(pair_rank) * (T::BN / 2);
             tma_load_both(a + (T::BM + half) * 128, &map_w, kt * kBlockK, col0 + half, full + s * 8);
-          } else if constexpr (SWIGLU) {  // gate rows col0.., then up rows F + col0..
-            tma_load(a + T::BM * 128, &map_w, kt * kBlockK, col0, full + s * 8);
-            tma_load(a + (T::BM + TILE_N) * 128, &map_w, kt * kBlockK, args.n / 2 + col0, full + s * 8);
           } else {
             tma_load(a + T::BM * 128, &map_w, kt * kBlockK, col0, full + s * 8);
           }
@@ -224,8 +215,6 @@ __global__ void __launch_bounds__(tma_threads<T>(), 1)
         write_part<T>(acc, reinterpret_cast<float*>(aligned));
       } else if constexpr (SLICED) {
         store_tile<T>(args, total, job_row0(job), job_col0(job));
-      } else if constexpr (SWIGLU) {
-        store_swiglu_tile<T>(args, acc, job_row0(job), job_col0(job));
       } else {
         store_tile<T>(args, acc, job_row0(job), job_col0(job));
       }
@@ -279,10 +268,8 @@ Status encode(CUtensorMap* map, const void* base, int rows, int k, int box_rows)
   return ok_status();
 }
 
-template <class T, Mode MODE, bool PAIR = false, bool LOOP = false, bool SWIGLU = false>
+template <class T, Mode MODE, bool PAIR = false, bool LOOP = false>
 Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
-  constexpr int TILE_N = SWIGLU ? T::BN / 2 : T::BN;
-  const int out_n = SWIGLU ? args.n / 2 : args.n;
   const int slices = slice_count(args.k);
   if (MODE == Mode::Plain && slices > 1)
     return Status(ErrorCode::InvalidArgument, "gemm: the plain TMA wgmma tiles run one slice only, K = " +
@@ -291,16 +278,16 @@ Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
     return Status(ErrorCode::InvalidArgument, "gemm: the TMA split tiles hold at most " +
                                                   std::to_string(kMaxClusterSlices) + " slices, K = " +
                                                   std::to_string(args.k));
-  if ((out_n + TILE_N - 1) / TILE_N > kMaxWgmmaColumnTiles)
+  if ((args.n + T::BN - 1) / T::BN > kMaxWgmmaColumnTiles)
     return Status(ErrorCode::InvalidArgument, "gemm: N = " + std::to_string(args.n) +
                                                   " is more column tiles than the wgmma grid holds (" +
                                                   std::to_string(kMaxWgmmaColumnTiles) + ")");
   CUtensorMap map_x, map_w;
   LS_RETURN_IF_ERROR(encode(&map_x, args.x, args.m, args.k, T::BM));
-  LS_RETURN_IF_ERROR(encode(&map_w, args.w, args.n, args.k, PAIR || SWIGLU ? T::BN / 2 : T::BN));
+  LS_RETURN_IF_ERROR(encode(&map_w, args.w, args.n, args.k, PAIR ? T::BN / 2 : T::BN));
   cudaLaunchConfig_t config = {};
   const int row_tiles = (args.m + T::BM - 1) / T::BM;
-  const int column_tiles = (out_n + TILE_N - 1) / TILE_N;
+  const int column_tiles = (args.n + T::BN - 1) / T::BN;
   config.gridDim = dim3(PAIR ? (row_tiles + 1) / 2 * 2 : row_tiles, column_tiles, MODE == Mode::Split ? slices : 1);
   if constexpr (LOOP) {  // persistent: one CTA per SM at most
     int device = 0, sm_count = 0;
@@ -319,13 +306,13 @@ Status launch_tma_tile(const GemmArgs& args, cudaStream_t stream) {
   attribute[0].val.clusterDim.z = MODE == Mode::Split ? slices : 1;
   config.attrs = attribute;
   config.numAttrs = MODE == Mode::Split || PAIR ? 1 : 0;
-  LS_CUDA_TRY(cudaLaunchKernelEx(&config, tma_kernel<T, MODE, PAIR, LOOP, SWIGLU>, map_x, map_w, args));
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, tma_kernel<T, MODE, PAIR, LOOP>, map_x, map_w, args));
   return ok_status();
 }
 
-template <class T, Mode MODE, bool PAIR = false, bool LOOP = false, bool SWIGLU = false>
+template <class T, Mode MODE, bool PAIR = false, bool LOOP = false>
 void allow_tma() {
-  cudaFuncSetAttribute(tma_kernel<T, MODE, PAIR, LOOP, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaFuncSetAttribute(tma_kernel<T, MODE, PAIR, LOOP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        tma_shared_bytes<T, MODE, LOOP>());
 }
 
@@ -366,10 +353,6 @@ Status launch_tma(WgmmaTile tile, Mode mode, const GemmArgs& args, cudaStream_t 
   return launch_tma_tile<TmaLargeTile, Mode::Plain>(args, stream);
 }
 
-Status launch_tma_swiglu(const GemmArgs& args, cudaStream_t stream) {
-  return launch_tma_tile<TmaWideTile, Mode::Plain, false, false, true>(args, stream);
-}
-
 Status encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
                        const cuuint32_t* box) {
   const EncodeTiled function = encoder();
@@ -398,49 +381,6 @@ void allow_tma_shared() {
   allow_tma<TmaLargeTile, Mode::Plain, true>();
   allow_tma<TmaWideTile, Mode::Plain, true>();
   allow_tma<TmaWideTile, Mode::Plain, false, true>();
-  allow_tma<TmaWideTile, Mode::Plain, false, false, true>();
 }
 
 }  // namespace ls::cuda::gemm_detail
-
-namespace ls::cuda {
-namespace {
-std::atomic<bool> gate_up_swiglu{[] {
-  const char* value = std::getenv("LS_GATE_UP_SWIGLU");
-  return value != nullptr && std::string(value) == "1";
-}()};
-}  // namespace
-
-void set_gate_up_swiglu(bool on) { gate_up_swiglu.store(on); }
-
-bool gate_up_swiglu_on() { return gate_up_swiglu.load(); }
-
-bool GemmEngine::swiglu_fits(int64_t m, const DeviceMatrix& gate_up) const {
-  return wgmma_ && m >= 128 && m <= (1LL << 20) && gate_up.rows >= 2 && gate_up.rows % 2 == 0 &&
-         gate_up.rows <= (1LL << 30) && gate_up.cols % gemm_detail::kBlockK == 0 && gate_up.cols > 0 &&
-         gate_up.cols <= gemm_detail::kUnslicedK;
-}
-
-Status GemmEngine::gemm_swiglu(const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act,
-                               cudaStream_t stream) const {
-  if (!swiglu_fits(m, gate_up))
-    return Status(ErrorCode::InvalidArgument, "gemm_swiglu: m = " + std::to_string(m) + ", gate_up [" +
-                                                  std::to_string(gate_up.rows) + ", " + std::to_string(gate_up.cols) +
-                                                  "] (wgmma, m >= 128, K <= 2048 a multiple of 64, even rows)");
-  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(gate_up.w)) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(act) % 4 != 0)
-    return Status(ErrorCode::InvalidArgument, "gemm_swiglu needs 16-byte aligned x and W, 4-byte aligned act");
-  const gemm_detail::GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x),
-                                   reinterpret_cast<const __nv_bfloat16*>(gate_up.w),
-                                   gate_up.bias,
-                                   reinterpret_cast<__nv_bfloat16*>(act),
-                                   nullptr,
-                                   static_cast<int>(m),
-                                   static_cast<int>(gate_up.rows),
-                                   static_cast<int>(gate_up.cols),
-                                   fault_reverse_k_ ? 1 : 0,
-                                   silu_table_for(stream)};
-  return gemm_detail::launch_tma_swiglu(args, stream);
-}
-
-}  // namespace ls::cuda

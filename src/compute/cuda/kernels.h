@@ -37,12 +37,6 @@ class GemmEngine {
   // y [m, N] = x [m, K] @ W^T (+ bias); exactly one of y_b16 (rounded once) / y_f32 is non-null.
   // x must be 16-byte aligned with rows of K elements.
   Status gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y_b16, float* y_f32, cudaStream_t stream) const;
-  // act [m, F] = swiglu of (x [m, K] @ gate_up^T) for gate_up [2F, K] (gate rows, then up rows; optional bias [2F]):
-  // the bits of gemm (bf16 out) then swiglu, in one launch (session 12: the TMA 128x256 tile with SwiGLU in its
-  // epilogue, a tile's W box 128 gate rows and the 128 matching up rows). Only where swiglu_fits: a wgmma device,
-  // m >= 128, K <= 2048 a multiple of 64, an even F; x, W 16-byte aligned, act 4-byte aligned.
-  bool swiglu_fits(int64_t m, const DeviceMatrix& gate_up) const;
-  Status gemm_swiglu(const bf16* x, int64_t m, const DeviceMatrix& gate_up, bf16* act, cudaStream_t stream) const;
   // The tile configuration the engine picks for (m, N): a name for benches and logs.
   const char* tile_name(int64_t m, int64_t n, int64_t k) const;
   // Test-only fault: when set, launches with m > 16 walk K (each slice's tiles) in descending order (breaks
@@ -61,11 +55,6 @@ class GemmEngine {
   bool fault_reverse_k_ = false;
   int pinned_tile_ = -1;
 };
-
-// Whether the CUDA target's dense FFN runs gate_up + SwiGLU as GemmEngine::gemm_swiglu where it fits (session 12;
-// LS_GATE_UP_SWIGLU=1 sets it for a process; off by default until a batch's A/B). Same bits either way.
-void set_gate_up_swiglu(bool on);
-bool gate_up_swiglu_on();
 
 // Bench only (A/B): the engines' picks for 17..64 rows take the verify tiles (on) where the streamed windows do not
 // (set_decode_rows), or the picks before them (off, the default: split / 64-row tiles). Same bits either way; drop
@@ -220,11 +209,11 @@ Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream);
 // halves of one [rows, 2*width] buffer: up = gate + width, in_stride = 2*width). out rows are dense.
 Status swiglu(const bf16* gate, const bf16* up, int64_t rows, int width, int64_t in_stride, bf16* out,
               cudaStream_t stream);
-// swiglu's kernel (session 12; LS_SWIGLU = "vector" / "table" sets it for a process): Rows (an output a thread, the
-// default), Vector (8 outputs a thread, 16-byte loads and stores, where width, in_stride and the pointers allow),
-// Table (Vector with silu looked up in a table of every bf16 gate's silu, computed once per device by the same
-// arithmetic; filled on the first call outside a capture, Vector until then). The same bits always;
-// TablePlantedOneOff (tests only): the table's entry for g = 1.0 one bf16 ulp off.
+// swiglu's kernel (session 12): Table (the default since batch s12A: 8 outputs a thread, 16-byte loads and stores,
+// silu looked up in a table of every bf16 gate's silu, computed once per device by the same arithmetic; filled on
+// the first call outside a capture, Vector until then; where width, in_stride and the pointers allow), Rows (an
+// output a thread: every other shape; LS_SWIGLU=rows for a process), Vector (Table's kernel computing silu; tests).
+// The same bits always; TablePlantedOneOff (tests only): the table's entry for g = 1.0 one bf16 ulp off.
 enum class SwigluKernel : int { Rows = 0, Vector = 1, Table = 2, TablePlantedOneOff = 3 };
 void set_swiglu_kernel(SwigluKernel kernel);
 SwigluKernel swiglu_kernel_mode();

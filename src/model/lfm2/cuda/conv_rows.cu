@@ -94,9 +94,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// On since H200 batch s12A (synth 1.2B prefill 2048, three alternated rounds: short conv 0.29 ms against 0.52 with
+// short_conv); LS_CONV_ROWS=0 turns it off for a process.
 std::atomic<bool> g_conv_rows{[] {
   const char* value = std::getenv("LS_CONV_ROWS");
-  return value != nullptr && std::string(value) == "1";
+  return value == nullptr || std::string(value) != "0";
 }()};
 
 }  // namespace

@@ -168,10 +168,6 @@ Status CudaTarget::ffn_dense(int layer, int64_t rows) {
       return cuda::gemm_decode_swiglu(gemm_, u_.data(), rows, w.gate_up.view(), act_.data(), stream_);
     }));
     LS_RETURN_IF_ERROR(mark("gemm"));
-  } else if (cuda::gate_up_swiglu_on() && gemm_.swiglu_fits(rows, w.gate_up.view())) {
-    // prefill: SwiGLU in the gate_up GEMM's epilogue (the same bits; LS_GATE_UP_SWIGLU=1 until an A/B decides)
-    LS_RETURN_IF_ERROR(gemm_.gemm_swiglu(u_.data(), rows, w.gate_up.view(), act_.data(), stream_));
-    LS_RETURN_IF_ERROR(mark("gemm"));
   } else {
     LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.gate_up.view(), wide_.data(), nullptr, stream_));  // [rows, 2F]
     LS_RETURN_IF_ERROR(mark("gemm"));
@@ -215,7 +211,7 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const c
   }
   LS_RETURN_IF_ERROR(mark("gemm"));
   LS_RETURN_IF_ERROR(twice(StepOp::Conv, [&] {
-    // prefill: 8 channels and 8 rows a thread (the same bits; LS_CONV_ROWS=1 until an A/B decides)
+    // prefill: 8 channels and 8 rows a thread (the same bits; the default since batch s12A; LS_CONV_ROWS=0: off)
     if (gpu::conv_rows_takes(args)) return gpu::conv_rows(args, row_window, windows, z, act_.data(), stream_);
     return gpu::short_conv(args, row_window, windows, z, act_.data(), stream_);
   }));
