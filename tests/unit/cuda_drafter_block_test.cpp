@@ -128,14 +128,12 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
           std::tuple{"head attention, serial loads", std::optional(Kernel::Head), false},
           std::tuple{"head attention, 256-key stages", std::optional(Kernel::Head), true},
           std::tuple{"row attention", std::optional(Kernel::Row), true},
-          std::tuple{"row attention switch", std::optional<Kernel>(), true},
-          std::tuple{"row attention switch, programmatic", std::optional<Kernel>(), true}}) {
+          std::tuple{"row attention switch", std::optional<Kernel>(), true}}) {
       SCOPED_TRACE(std::string(name) + ", " + std::to_string(count) + " requests");
       gpu->set_attention_kernel(kernel);
       gpu->set_batched_loads(batched);
       gpu->set_head_stage_keys(std::string(name).find("256") != std::string::npos ? 256 : 128);
-      gpu->set_row_attention(std::string(name).starts_with("row attention switch") ? 5 : 0);  // session 12
-      gpu->set_row_attention_programmatic(std::string(name).ends_with("programmatic"));
+      gpu->set_row_attention(std::string(name) == "row attention switch" ? 5 : 0);  // up to 5 requests (session 12)
       const int64_t failures = gpu->graph_failures();
       for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
         SCOPED_TRACE("sighting " + std::to_string(sighting));
@@ -146,36 +144,50 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
   }
 }
 
-TEST(CudaDrafter, TheShortContextHeadChoiceGivesTheSplitBitsOnBothSidesOfItsKeyBound) {
+// The short-context attention choices give the split's bits on both sides of their key bounds, each side through its
+// own captured graph: session 10's head kernel at two requests (short_context_keys) and session 12's row kernel at
+// one (kRowKeysPerRequest, set_row_attention).
+TEST(CudaDrafter, TheShortContextChoicesGiveTheSplitBitsOnBothSidesOfTheirKeyBounds) {
   LS_SKIP_WITHOUT_DEVICE();
-  NanoDrafter nano;
-  ASSERT_TRUE(nano.load());
-  auto& [target, gpu, c, width] = nano;
-  // Two requests (bucket 2): the bound is short_context_keys(2) keys; the longer request crosses it below.
-  const int64_t bound = cuda::short_context_keys(2);
-  const int lengths[2] = {40, static_cast<int>(bound) - c.block_size - 3};
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(gpu->absorb(i, 0, lengths[i], testing::random_taps(lengths[i], width, 950 + i)).ok());
-  }
-  for (const int grown : {0, 6}) {  // keys bound - 3 (short: the head kernel), then bound + 3 (long: the split)
-    SCOPED_TRACE("longest request holds " + std::to_string(lengths[1] + grown + c.block_size) + " keys, bound " +
-                 std::to_string(bound));
-    if (grown > 0) {
-      ASSERT_TRUE(gpu->absorb(1, lengths[1], grown, testing::random_taps(grown, width, 990)).ok());
+  for (const bool row : {false, true}) {
+    SCOPED_TRACE(row ? "row attention at one request" : "head attention at two requests");
+    NanoDrafter nano;
+    ASSERT_TRUE(nano.load());
+    auto& [target, gpu, c, width] = nano;
+    // The longest request (the last) starts 3 keys under the bound and crosses it below.
+    const int count = row ? 1 : 2;
+    const int64_t bound = row ? cuda::kRowKeysPerRequest : cuda::short_context_keys(2);
+    std::vector<int> lengths = {40, static_cast<int>(bound) - c.block_size - 3};
+    if (row) lengths.erase(lengths.begin());
+    for (int i = 0; i < count; ++i) {
+      ASSERT_TRUE(gpu->absorb(i, 0, lengths[i], testing::random_taps(lengths[i], width, 950 + i)).ok());
     }
-    std::vector<DraftRequest> requests(2);
-    for (int i = 0; i < 2; ++i) requests[i] = request_at(i, gpu->context_length(i), 77 + 5 * i, c.block_size);
-    requests[1].sampling = Sampling{0.7f, 0, 1.0f, 0.0f, 9};
-    gpu->set_short_context_head(false);
-    gpu->set_attention_kernel(cuda::BlockAttentionKernel::Split);
-    const PassBits reference = poisoned_pass(*gpu, requests);
-    gpu->set_attention_kernel(std::nullopt);
-    gpu->set_short_context_head(true);
-    EXPECT_GT(gpu->capture_bucket_graphs(), 0);  // both key classes of every bucket, as at load
-    const int64_t replays = gpu->graph_replays(), failures = gpu->graph_failures();
-    for (int sighting = 0; sighting < 2; ++sighting) expect_same_pass_bits(poisoned_pass(*gpu, requests), reference);
-    EXPECT_EQ(gpu->graph_replays(), replays + 4) << "block pass and scan graphs replayed twice each";
-    EXPECT_EQ(gpu->graph_failures(), failures);
+    auto switch_on = [&](bool on) {
+      if (row) gpu->set_row_attention(on ? 1 : 0);
+      else gpu->set_short_context_head(on);
+    };
+    for (const int grown : {0, 6}) {  // keys bound - 3 (short: head / row), then bound + 3 (long: the split)
+      SCOPED_TRACE("longest request holds " + std::to_string(lengths.back() + grown + c.block_size) + " keys, bound " +
+                   std::to_string(bound));
+      if (grown > 0) {
+        ASSERT_TRUE(gpu->absorb(count - 1, lengths.back(), grown, testing::random_taps(grown, width, 990)).ok());
+      }
+      std::vector<DraftRequest> requests(count);
+      for (int i = 0; i < count; ++i) requests[i] = request_at(i, gpu->context_length(i), 77 + 5 * i, c.block_size);
+      requests[count - 1].sampling = Sampling{0.7f, 0, 1.0f, 0.0f, 9};
+      switch_on(false);
+      gpu->set_short_context_head(false);
+      gpu->set_attention_kernel(cuda::BlockAttentionKernel::Split);
+      const PassBits reference = poisoned_pass(*gpu, requests);
+      gpu->set_attention_kernel(std::nullopt);
+      gpu->set_short_context_head(true);
+      switch_on(true);
+      EXPECT_GT(gpu->capture_bucket_graphs(), 0);  // both key classes of every bucket, as at load
+      const int64_t replays = gpu->graph_replays(), failures = gpu->graph_failures();
+      for (int sighting = 0; sighting < 2; ++sighting) expect_same_pass_bits(poisoned_pass(*gpu, requests), reference);
+      EXPECT_EQ(gpu->graph_replays(), replays + 4) << "block pass and scan graphs replayed twice each";
+      EXPECT_EQ(gpu->graph_failures(), failures);
+    }
   }
 }
 

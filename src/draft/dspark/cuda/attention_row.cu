@@ -10,7 +10,6 @@
 #include <cmath>
 
 #include "compute/cuda/cuda_util.h"
-#include "compute/cuda/pdl.cuh"
 #include "draft/dspark/cuda/attention_tile.cuh"
 #include "draft/dspark/cuda/device_steps.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
@@ -110,15 +109,12 @@ __global__ void __launch_bounds__(kRowCtaThreads, 4) attention_row_kernel(const 
     chunk_max[threadIdx.x] = -INFINITY;
     chunk_total[threadIdx.x] = 0.0f;
   }
-  // Launched programmatically (set_row_attention_programmatic) this runs while the q/k heads kernel before it still
-  // writes the queries and the block's K / V rows: only the context rows (written by absorbs before that kernel
-  // started) are asked into L1 here, then the wait. A no-op wait after a plain launch.
-  const int context = static_cast<int>(min(request.length, static_cast<int64_t>(kRowWindow)));
-  for (int key = threadIdx.x; key < context; key += blockDim.x) {
+  // The first window's K / V lines asked into L1 before the query loads (s12A timed it with the context's lines).
+  const int asked = min(key_count, kRowWindow);
+  for (int key = threadIdx.x; key < asked; key += blockDim.x) {
     prefetch_l1(keys + static_cast<int64_t>(key) * kv_size);
     prefetch_l1(values + static_cast<int64_t>(key) * kv_size);
   }
-  wait_for_previous_kernel();
   if (threadIdx.x < kEights) load_eight(q + output_row * kHeadDim + 8 * threadIdx.x, query + 8 * threadIdx.x);
   __syncthreads();
   // Sweep 1: scores, then each chunk's stats, window by window.
@@ -243,7 +239,7 @@ bool block_attention_row_supported(int gamma, AttentionDims dims) {
 
 Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
-                           bool planted_first_chunk, bool programmatic) {
+                           bool planted_first_chunk) {
   if (count == 0) return ok_status();
   if (!block_attention_row_supported(gamma, dims)) {
     return attention_tiles::unsupported_attention_shape("row", gamma, dims.head_dim);
@@ -252,10 +248,6 @@ Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, 
   const dim3 grid(static_cast<unsigned int>(count * dims.heads * gamma));
   const int planted = planted_first_chunk ? 1 : 0;
   const auto kernel = dims.head_dim == 32 ? attention_row_kernel<32> : attention_row_kernel<64>;
-  if (programmatic) {
-    return ls::cuda::launch_programmatic(kernel, grid, kRowCtaThreads, 0, stream, q, requests, gamma, dims, layer,
-                                         used, out, planted);
-  }
   kernel<<<grid, kRowCtaThreads, 0, stream>>>(q, requests, gamma, dims, layer, used, out, planted);
   LS_CUDA_TRY_LAUNCH("block_attention_row");
   return ok_status();

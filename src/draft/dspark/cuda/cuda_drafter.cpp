@@ -99,7 +99,6 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SHORT_HEAD", d.short_context_head_);
   pin("LS_DRAFTER_SAMPLED_SPLIT", d.sampled_split_);
   pin("LS_DRAFTER_KEYED_SCAN", d.keyed_scan_);
-  pin("LS_DRAFTER_ROW_PDL", d.row_attention_programmatic_);
   if (const char* most = std::getenv("LS_DRAFTER_ROW_ATTENTION"); most && *most) {
     d.row_attention_requests_ = std::max(0, std::atoi(most));
   }
@@ -286,7 +285,7 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   profile_.begin(stream);
   block_timer_.start(stream);
   last_pass_requests_ = padded;
-  long_context_ = most_keys > short_context_keys(padded);
+  long_context_ = most_keys > context_bound(padded);
   status = run_shape({padded, block_pass_key(padded, long_context_)}, [&] { return block_pass(padded); });
   block_timer_.stop(stream);
   scan_all_greedy_ = std::all_of(scans.begin(), scans.end(), [](const DeviceScanRequest& scan) {

@@ -46,6 +46,10 @@ inline bool plain_gumbel_draw(const DeviceScanRequest& scan, int64_t vocab) {
 // split's 0.4261 there (4 streams: 0.4346 against 0.4685 with 256-key stages and session 10's folded q/k heads).
 inline constexpr int64_t kHeadKeysPerRequest = 320;
 inline int64_t short_context_keys(int count) { return count >= 2 ? kHeadKeysPerRequest * count : 0; }
+// Keys (context + block) per request up to which the row attention (set_row_attention) takes a pass: batch s12A's
+// 1-stream rounds had it 64 us a pass ahead at contexts 128..300 but 15 us at 512..680 (each row CTA reads its head's
+// whole K / V from L2), so it stops short of where the two would meet; longer passes keep the split (own graph).
+inline constexpr int64_t kRowKeysPerRequest = 640;
 // Graph shapes kept at most.
 inline constexpr size_t kMaxGraphShapes = 1024;
 
@@ -162,20 +166,15 @@ class CudaDsparkDrafter final : public Drafter {
   }
   int head_stage_keys() const { return head_stage_keys_; }
   // The row attention (attention_row.cu: a CTA per query head and block row, every step short) for passes of at
-  // most `most_requests` requests (0: never), in place of the split / head choice there (session 12; the same bits;
-  // LS_DRAFTER_ROW_ATTENTION=N at load). Off until a batch times it.
+  // most `most_requests` requests (0: never) whose longest holds at most kRowKeysPerRequest keys a request, in place
+  // of the split / head choice there (session 12; the same bits). 1 by default since batch s12A's interleaved
+  // rounds (1 stream, depth 9: block pass 0.420 -> 0.356 ms at context 128, 0.429 -> 0.414 at 512; at 4 streams it
+  // lost, 0.410 -> 0.493); LS_DRAFTER_ROW_ATTENTION=N at load (0: the old choice).
   void set_row_attention(int most_requests) {
     row_attention_requests_ = most_requests;
     graphs_.clear();
   }
   int row_attention() const { return row_attention_requests_; }
-  // The row attention launched programmatically (its prologue and the context rows' L1 requests overlap the q/k
-  // heads kernel; LS_DRAFTER_ROW_PDL=1 at load). Off until a batch times it.
-  void set_row_attention_programmatic(bool on) {
-    row_attention_programmatic_ = on;
-    graphs_.clear();
-  }
-  bool row_attention_programmatic() const { return row_attention_programmatic_; }
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
   // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
   // 0.18-0.32 ms a step in batch s10B). On by default since batch s11A's interleaved rounds (1 stream, depth 9,
@@ -316,7 +315,12 @@ class CudaDsparkDrafter final : public Drafter {
   // The block pass's graph key part for `count` requests: kLongContextBlockKey where the attention then differs
   // by context (long_context), else 0.
   int block_pass_key(int count, bool long_context) const {
-    return long_context && short_context_head_ && count < kHeadAttentionRequests ? kLongContextBlockKey : 0;
+    const bool differs = count <= row_attention_requests_ || (short_context_head_ && count < kHeadAttentionRequests);
+    return long_context && differs ? kLongContextBlockKey : 0;
+  }
+  // The keys per pass up to which its attention is the short-context one (row, or head below 16 requests).
+  int64_t context_bound(int count) const {
+    return count <= row_attention_requests_ ? kRowKeysPerRequest * count : short_context_keys(count);
   }
   // Block attention of `layer` by attention_kernel(count): queries -> attended.
   Status attend(int count, const AttentionDims& dims, int layer);
@@ -400,11 +404,10 @@ class CudaDsparkDrafter final : public Drafter {
   bool fused_block_ = true;
   bool short_context_head_ = true;  // since batch s10B
   int head_stage_keys_ = 256;  // since batch s10B
-  int row_attention_requests_ = 0;
-  bool row_attention_programmatic_ = false;
+  int row_attention_requests_ = 1;  // since batch s12A
   bool sampled_split_ = true;  // since batch s11A
   bool sampled_split_planted_ = false;
-  bool long_context_ = false;  // the current pass's longest request holds more than short_context_keys(count)
+  bool long_context_ = false;  // the current pass's longest request holds more than context_bound(count)
   bool fused_absorb_ = true;
   int64_t l2_prefetch_bytes_ = int64_t{40} << 20;  // since batch s10B
   bool l2_prefetch_planted_ = false;

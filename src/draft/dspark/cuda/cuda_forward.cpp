@@ -77,7 +77,7 @@ BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
   if (attention_pin_) return *attention_pin_;
   const BlockAttentionKernel automatic = choose_block_attention(count, c.block_size, dims);
-  if (count <= row_attention_requests_ && automatic == BlockAttentionKernel::Split &&
+  if (count <= row_attention_requests_ && !long_context_ && automatic == BlockAttentionKernel::Split &&
       block_attention_row_supported(c.block_size, dims)) {
     return BlockAttentionKernel::Row;  // session 12's switch: every step short (the split's bits)
   }
@@ -111,8 +111,7 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
     case BlockAttentionKernel::Row:
       if (block_attention_row_supported(gamma, dims)) {
         return block_attention_row(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                   attention_chunks_, s.attended.data(), stream_.get(), false,
-                                   row_attention_programmatic_);
+                                   attention_chunks_, s.attended.data(), stream_.get());
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Tile:
