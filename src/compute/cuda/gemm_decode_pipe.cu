@@ -77,25 +77,12 @@ constexpr int kDefaultTmaRingBytes = 192 * 1024;
 // interleaved, x once everywhere against the picks: the 1.2B step 0.906-0.910 against 0.894-0.898 ms, so
 // LS_DECODE_PIPE_X is gone and 1 / 0 stay only for the tests of every configuration).
 std::atomic<int> pipe_x{-1};
-// set_decode_pipe_fault_for_test: gemm_decode_pipe's launches with x once walk each unit's K tiles backwards (x in
-// pieces: every piece copied from piece 0's K range).
+// set_decode_pipe_fault_for_test: gemm_decode_pipe's launches with x once walk each unit's K tiles backwards.
 std::atomic<bool> pipe_fault{false};
-// x once in pieces of this many K tiles, each on its own barrier (session 12; set_decode_pipe_x_pieces,
-// LS_DECODE_PIPE_X_PIECES); 0: whole, one barrier (the default).
-std::atomic<int> pipe_x_pieces{std::max(0, env_int("LS_DECODE_PIPE_X_PIECES", 0))};
-// x once by the CTA's threads' 16-byte loads (session 12; set_decode_pipe_x_loads, LS_DECODE_PIPE_X_LOADS=1); before
-// the pieces when both are set.
-std::atomic<bool> pipe_x_loads{env_int("LS_DECODE_PIPE_X_LOADS", 0) != 0};
 // gemm_decode_norm on the pipeline, x made by each CTA from the norm (session 12; set_decode_pipe_norm,
-// LS_DECODE_PIPE_NORM=1): the residual norm's launch boundary gone where the norm fusion is on.
+// LS_DECODE_PIPE_NORM=1): the residual norm's launch boundary gone where the norm fusion is on. (Session 12's x in K
+// pieces and x by the threads' loads lost in batch s12A and are gone: docs/cuda.md.)
 std::atomic<bool> pipe_norm{env_int("LS_DECODE_PIPE_NORM", 0) != 0};
-// The piece a launch of K takes: the one asked, raised so that K needs at most kPipeXPieces pieces.
-int piece_tiles_for(int k) {
-  const int asked = pipe_x_pieces.load(std::memory_order_relaxed);
-  if (asked <= 0) return 0;
-  const int k_tiles = k / kBlockK;
-  return std::max(asked, (k_tiles + kPipeXPieces - 1) / kPipeXPieces);
-}
 
 // The copies a launch of m rows x K -> rows (SwiGLU: 2F) outputs takes: 0 rows, 1 3D boxes.
 int copies_of(int m, int k, int64_t rows, bool swiglu) {
@@ -123,16 +110,14 @@ int groups_for(int config, int64_t columns) {
 struct PipePlan {
   int smem, stages, chunk;
   bool x_once;
-  int piece_tiles = 0;  // x once in pieces of this many K tiles; 0: whole
-  bool x_loads = false;  // x once by the threads' loads
-  bool norm = false;     // x once made from the group's norm
+  bool norm = false;  // x once made from the group's norm
 };
-PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups) {
+PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups, int extra = 0) {
   const int slices = slice_count(k);
   const int active = std::min(shape.warps, groups * slices);  // warps with items (the others have no ring)
   const int a_rows = m <= 8 ? 8 : 16;
   const int partial = slices == 1 ? 0 : slices * a_rows * groups * 8 * shape.tiles * 4;
-  const int fixed = 1024 + (x_once ? pipe_x_once_bytes(m, k) : 0) + kPipeBarrierBytes + partial;
+  const int fixed = 1024 + (x_once ? pipe_x_once_bytes(m, k) : 0) + kPipeBarrierBytes + partial + extra;
   // x once: the rings get what x leaves of the device's shared memory, at most their usual bytes.
   const int ring = x_once ? std::min(ring_bytes(boxes), optin_bytes_granted - fixed) : ring_bytes(boxes);
   // Row copies: the chunk asked; boxes: the largest of 16 / 8 / 4 (at most the one asked) giving every warp 2 stages.
@@ -141,8 +126,7 @@ PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k
   while (boxes && chunk > 4 && 2 * active * pipe_stage_bytes(true, x_once, shape.tiles, chunk, m) > ring) chunk /= 2;
   const int stage = pipe_stage_bytes(boxes, x_once, shape.tiles, chunk, m);
   const int stages = std::clamp(ring / (active * stage), 2, kPipeMaxStages);
-  return {fixed + active * stages * stage, stages, chunk, x_once, x_once ? piece_tiles_for(k) : 0,
-          x_once && pipe_x_loads.load(std::memory_order_relaxed)};
+  return {fixed + active * stages * stage, stages, chunk, x_once};
 }
 // x once where the switch asks for it and it fits, else per stage.
 PipePlan plan_for(int config, int m, int k, int groups, int copies) {
@@ -155,24 +139,20 @@ PipePlan plan_for(int config, int m, int k, int groups, int copies) {
   return plan_with(shape, copies != 0, false, m, k, groups);
 }
 
-template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU, int X_FILL>
+template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU, bool NORM>
 Status launch_rows(const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan, cudaStream_t stream) {
   const int ctas = group.first_block[group.count];
   if (group.args[0].m <= 8)
-    return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 8, SWIGLU, X_FILL>, ctas, 32 * WARPS,
-                               plan.smem, stream, group, groups, plan.stages, plan.chunk, plan.piece_tiles);
-  return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU, X_FILL>, ctas, 32 * WARPS,
-                             plan.smem, stream, group, groups, plan.stages, plan.chunk, plan.piece_tiles);
+    return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 8, SWIGLU, NORM>, ctas, 32 * WARPS,
+                               plan.smem, stream, group, groups, plan.stages, plan.chunk);
+  return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU, NORM>, ctas, 32 * WARPS,
+                             plan.smem, stream, group, groups, plan.stages, plan.chunk);
 }
 template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU>
 Status launch_shape(const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan, cudaStream_t stream) {
-  if constexpr (X_ONCE) {
-    if (plan.norm) return launch_rows<BOXES, true, WARPS, TILES, SWIGLU, kXNorm>(group, groups, plan, stream);
-    if (plan.x_loads) return launch_rows<BOXES, true, WARPS, TILES, SWIGLU, kXLoads>(group, groups, plan, stream);
-    if (plan.piece_tiles > 0)
-      return launch_rows<BOXES, true, WARPS, TILES, SWIGLU, kXPieces>(group, groups, plan, stream);
-  }
-  return launch_rows<BOXES, X_ONCE, WARPS, TILES, SWIGLU, kXBulk>(group, groups, plan, stream);
+  if constexpr (X_ONCE && !SWIGLU)
+    if (plan.norm) return launch_rows<BOXES, true, WARPS, TILES, false, true>(group, groups, plan, stream);
+  return launch_rows<BOXES, X_ONCE, WARPS, TILES, SWIGLU, false>(group, groups, plan, stream);
 }
 template <bool BOXES, bool X_ONCE>
 Status launch_copies(int config, const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan,
@@ -194,14 +174,11 @@ void allow_shape(int optin) {
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
   cudaFuncSetAttribute(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>,
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-  if constexpr (X_ONCE) {
-    for (auto kernel : {decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, SWIGLU, kXPieces>,
-                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, SWIGLU, kXPieces>,
-                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, SWIGLU, kXLoads>,
-                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, SWIGLU, kXLoads>,
-                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, SWIGLU, kXNorm>,
-                        decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, SWIGLU, kXNorm>})
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+  if constexpr (X_ONCE && !SWIGLU) {
+    cudaFuncSetAttribute(decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, false, true>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    cudaFuncSetAttribute(decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, false, true>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
   }
 }
 template <bool BOXES, bool X_ONCE>
@@ -239,11 +216,9 @@ bool shape_fits(int config, int m, int k, int64_t n) {
   return plan_for(config, m, k, groups, copies_of(m, k, n, swiglu)).smem <= optin_bytes_granted;
 }
 
-// A norm launch's plan: x once always (the CTA makes it), made from the group's norm.
+// A norm launch's plan: x once always (the CTA makes it from the group's norm), the norm's scratch after the barriers.
 PipePlan norm_plan(int config, int m, int k, int groups, int copies) {
-  PipePlan plan = plan_with(kPipeShapes[config], copies != 0, true, m, k, groups);
-  plan.piece_tiles = 0;
-  plan.x_loads = false;
+  PipePlan plan = plan_with(kPipeShapes[config], copies != 0, true, m, k, groups, kPipeNormScratch);
   plan.norm = true;
   return plan;
 }
@@ -367,35 +342,26 @@ bool pipe_group_fits(const GemmArgs* args, int count) {
   return shape_fits(config, args[0].m, args[0].k, rows) && slice_count(args[0].k) == 1 && maps_ok(config, args, count);
 }
 
-bool pipe_norm_fits(const GemmArgs* args, int count, bool swiglu) {
-  if (!pipe_norm.load(std::memory_order_relaxed) || count < 1 || count > (swiglu ? 1 : kPipeGroupMax)) return false;
+bool pipe_norm_fits(const GemmArgs* args, int count) {
+  if (!pipe_norm.load(std::memory_order_relaxed) || count < 1 || count > kPipeGroupMax) return false;
   if (!cuda_features().tma || !cuda_features().pdl || slice_count(args[0].k) != 1 || args[0].k % kBlockK != 0 ||
-      args[0].m < 1 || args[0].m > 16 || (swiglu && args[0].n % 2 != 0))
+      args[0].m < 1 || args[0].m > 16)
     return false;
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += args[i].n;
-  const int config = config_for(swiglu, args[0].m, args[0].k, rows);
-  const PipePlan plan = norm_plan(config, args[0].m, args[0].k, groups_for(config, swiglu ? rows / 2 : rows),
-                                  copies_of(args[0].m, args[0].k, rows, swiglu));
+  const int config = config_for(false, args[0].m, args[0].k, rows);
+  const PipePlan plan = norm_plan(config, args[0].m, args[0].k, groups_for(config, rows),
+                                  copies_of(args[0].m, args[0].k, rows, false));
   return plan.smem <= optin_bytes_granted && maps_ok(config, args, count);
 }
 
-Status launch_pipe_norm(const GemmArgs* args, int count, const StagedNorm& norm, bool swiglu, cudaStream_t stream) {
+Status launch_pipe_norm(const GemmArgs* args, int count, const StagedNorm& norm, cudaStream_t stream) {
   GemmArgs planted[kPipeGroupMax];  // set_decode_pipe_fault_for_test: the K walk backwards here too
   for (int i = 0; i < count; ++i) {
     planted[i] = args[i];
     planted[i].reverse_k = pipe_fault.load(std::memory_order_relaxed) ? 1 : 0;
   }
-  if (!swiglu) return launch_pipe_group(planted, count, stream, &norm);
-  PipeGroup group{};
-  group.args[0] = planted[0];
-  group.count = 1;
-  group.norm = norm;
-  const int config = config_for(true, args[0].m, args[0].k, args[0].n);
-  const int groups = groups_for(config, args[0].n / 2);
-  const int cols = groups * item_cols_of(config);
-  group.first_block[1] = (args[0].n / 2 + cols - 1) / cols;
-  return launch_config(config, group, groups, stream);
+  return launch_pipe_group(planted, count, stream, &norm);
 }
 
 Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream, const StagedNorm* norm) {
@@ -474,14 +440,8 @@ Status gemm_decode_pipe(const GemmEngine& engine, int config, const bf16* x, int
 
 void set_decode_pipe_fault_for_test(bool on) { gemm_detail::pipe_fault.store(on, std::memory_order_relaxed); }
 
-void set_decode_pipe_x_pieces(int tiles) {
-  gemm_detail::pipe_x_pieces.store(std::max(0, tiles), std::memory_order_relaxed);
-}
-int decode_pipe_x_pieces() { return gemm_detail::pipe_x_pieces.load(std::memory_order_relaxed); }
-void set_decode_pipe_x_loads(bool on) { gemm_detail::pipe_x_loads.store(on, std::memory_order_relaxed); }
 void set_decode_pipe_norm(bool on) { gemm_detail::pipe_norm.store(on, std::memory_order_relaxed); }
 bool decode_pipe_norm() { return gemm_detail::pipe_norm.load(std::memory_order_relaxed); }
-bool decode_pipe_x_loads() { return gemm_detail::pipe_x_loads.load(std::memory_order_relaxed); }
 
 bool decode_pipe_routes(int64_t m, const DeviceMatrix& w, bool swiglu, bool* x_once) {
   if (x_once) *x_once = false;

@@ -13,17 +13,13 @@
 
 #include "compute/cuda/gemm_async.cuh"
 #include "compute/cuda/gemm_decode.cuh"
+#include "compute/cuda/gemm_decode_pipe_norm.cuh"
 
 namespace ls::cuda::gemm_detail {
 
 constexpr int kPipeMaxStages = 8;
 constexpr int kPipeMaxWarps = 8;
-constexpr int kPipeXPieces = 16;  // x once in K pieces (set_decode_pipe_x_pieces): at most this many barriers
-// How x once arrives (session 12, gemm_decode_x.h): one bulk copy per row on one barrier (the default), in K pieces on
-// a barrier each, 16-byte loads by every thread of the CTA, or made by the CTA from the group's norm (the residual add
-// + RMSNorm, add_rms_norm's bits, in the norm order of the switch).
-enum PipeXFill : int { kXBulk = 0, kXPieces = 1, kXLoads = 2, kXNorm = 3 };
-constexpr int kPipeBarrierBytes = (kPipeMaxWarps * kPipeMaxStages + kPipeXPieces) * 8;  // full[warp][stage], x's
+constexpr int kPipeBarrierBytes = (kPipeMaxWarps * kPipeMaxStages + 1) * 8;  // full[warp][stage], then x's
 constexpr int kPipeGroupMax = 4;
 
 // Up to kPipeGroupMax GEMMs of one x and one K in one launch (q / k / v): CTAs [first_block[i], first_block[i + 1])
@@ -32,7 +28,7 @@ struct PipeGroup {
   GemmArgs args[kPipeGroupMax];
   int first_block[kPipeGroupMax + 1];
   int count;
-  StagedNorm norm;  // kXNorm: x = RMSNorm(round(h + delta)) * weight, h_out written by CTA 0
+  StagedNorm norm;  // NORM launches: x = RMSNorm(round(h + delta)) * weight, h_out written by CTA 0
 };
 struct BoxGroup : PipeGroup {
   CUtensorMap w[kPipeGroupMax];
@@ -112,13 +108,11 @@ __device__ __forceinline__ void finish_item(const GemmArgs& args, float (&acc)[T
 // copies the W box(es), row copies: lane j copies W row j. ldmatrix reads x rows >= m as row m - 1 (they feed only
 // output rows >= m, never stored; mma rows are independent). SWIGLU (TILES = 2): W rows 0..7 are gate columns c..,
 // 8..15 the up columns F + c.., stored as swiglu's bits. Sliced K: the slice sums meet in shared memory and are added
-// in slice order. X_FILL (x once, session 12): kXPieces, x arrives in pieces of `x_piece_tiles` K tiles, each on its
-// own barrier, so a warp's first mma waits only for its first piece; kXLoads, every thread loads 16-byte chunks of x
-// (all in flight) and stores them, then a CTA barrier. The same mma order either way, so the same bits.
-template <bool BOXES, bool X_ONCE, int WARPS, int TILES, int A_ROWS, bool SWIGLU, int X_FILL = kXBulk>
+// in slice order. NORM (x once; session 12, set_decode_pipe_norm): x is made by the CTA from the group's norm
+// (pipe_norm_x, its weight loaded before the wait); the same mma order, so the same bits.
+template <bool BOXES, bool X_ONCE, int WARPS, int TILES, int A_ROWS, bool SWIGLU, bool NORM = false>
 __global__ void __launch_bounds__(32 * WARPS)
-    decode_pipe_kernel(const __grid_constant__ PipeLaunch<BOXES> group, int groups, int stages, int chunk,
-                       int x_piece_tiles = 0) {
+    decode_pipe_kernel(const __grid_constant__ PipeLaunch<BOXES> group, int groups, int stages, int chunk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
   constexpr int kWRows = 8 * TILES;
@@ -151,9 +145,7 @@ __global__ void __launch_bounds__(32 * WARPS)
   let_next_kernel_start();
   if (threadIdx.x < WARPS * stages)
     barrier_init(bar_base + ((threadIdx.x / stages) * kPipeMaxStages + threadIdx.x % stages) * 8, 1);
-  constexpr bool X_PIECES = X_ONCE && X_FILL == kXPieces;
-  const int x_pieces = X_PIECES ? (k_tiles + x_piece_tiles - 1) / x_piece_tiles : 1;
-  if (X_ONCE && X_FILL != kXNorm && threadIdx.x < x_pieces) barrier_init(x_bar + threadIdx.x * 8, 1);
+  if (X_ONCE && !NORM && threadIdx.x == 0) barrier_init(x_bar, 1);
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
   if constexpr (BOXES)
@@ -200,85 +192,12 @@ __global__ void __launch_bounds__(32 * WARPS)
     walk.advance(issue_item, issue_c);
   }
   __syncwarp();  // the expectations are set before any x copy can land
+  NormWeights<WARPS> norm_weights;
+  if constexpr (NORM) norm_weights.load(group.norm, args.k);
   wait_for_previous_kernel();
-  if constexpr (X_PIECES) {
-    // Piece-major (every row's piece 0 first); a test-only fault (reverse_k) copies piece 0's K range into each piece.
-    if (warp == 0) {
-      if (lane == 0)
-        for (int p = 0; p < x_pieces; ++p)
-          barrier_expect(x_bar + p * 8, m * min(x_piece_tiles, k_tiles - p * x_piece_tiles) * kBlockK * 2);
-      __syncwarp();
-      for (int j = lane; j < m * x_pieces; j += 32) {
-        const int p = j / m, row = j % m, tile0 = p * x_piece_tiles;
-        const int from = args.reverse_k ? 0 : tile0;
-        bulk_copy(x_once + row * x_pitch + tile0 * 128, args.x + static_cast<int64_t>(row) * args.k + from * kBlockK,
-                  min(x_piece_tiles, k_tiles - tile0) * 128, x_bar + p * 8);
-      }
-    }
-  } else if constexpr (X_ONCE && X_FILL == kXLoads) {
-    constexpr int kInFlight = 8;  // 16-byte loads a thread has in flight
-    const int row_chunks = args.k / 8, total = m * row_chunks;
-    unsigned char* x_rows = aligned + (x_once - rings);
-    for (int first = threadIdx.x; first < total; first += kInFlight * 32 * WARPS) {
-      uint4 v[kInFlight];
-#pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        const int i = first + j * 32 * WARPS;
-        if (i < total) v[j] = *reinterpret_cast<const uint4*>(args.x + static_cast<int64_t>(i / row_chunks) * args.k +
-                                                              (i % row_chunks) * 8);
-      }
-#pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        const int i = first + j * 32 * WARPS;
-        if (i < total) *reinterpret_cast<uint4*>(x_rows + (i / row_chunks) * x_pitch + (i % row_chunks) * 16) = v[j];
-      }
-    }
-    __syncthreads();
-  } else if constexpr (X_ONCE && X_FILL == kXNorm) {
-    // Every thread adds its chunks of h and delta into the x rows (CTA 0 also writes them to h_out), a warp a row
-    // sums the squares (warp_inverse_rms_of: add_rms_norm's order under the switch), then every chunk is normed in
-    // place. The inverses live where x's barriers would (unused here).
-    constexpr int kInFlight = 8;
-    const StagedNorm& norm = group.norm;
-    const int row_chunks = args.k / 8, total = m * row_chunks;
-    unsigned char* x_rows = aligned + (x_once - rings);
-    float* inverse = reinterpret_cast<float*>(aligned + (x_bar - rings));
-    const bool write_h = norm.h_out != nullptr && blockIdx.x == 0;
-    for (int first = threadIdx.x; first < total; first += kInFlight * 32 * WARPS) {
-      uint4 v[kInFlight], d[kInFlight];
-#pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        const int i = first + j * 32 * WARPS;
-        const int64_t at = static_cast<int64_t>(i / row_chunks) * args.k + (i % row_chunks) * 8;
-        if (i < total) {
-          v[j] = *reinterpret_cast<const uint4*>(norm.h + at);
-          if (norm.delta) d[j] = *reinterpret_cast<const uint4*>(norm.delta + at);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        const int i = first + j * 32 * WARPS;
-        if (i >= total) continue;
-        if (norm.delta) ls::cuda::add_chunk(v[j], d[j]);
-        if (write_h) *reinterpret_cast<uint4*>(norm.h_out + static_cast<int64_t>(i / row_chunks) * args.k +
-                                               (i % row_chunks) * 8) = v[j];
-        *reinterpret_cast<uint4*>(x_rows + (i / row_chunks) * x_pitch + (i % row_chunks) * 16) = v[j];
-      }
-    }
-    __syncthreads();
-    for (int r = warp; r < m; r += WARPS) {
-      const auto* row = reinterpret_cast<const __nv_bfloat16*>(x_rows + r * x_pitch);
-      const float inv =
-          ls::cuda::warp_inverse_rms_of([row](int i) { return __bfloat162float(row[i]); }, args.k, norm.eps, norm.sliced);
-      if (lane == 0) inverse[r] = inv;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < total; i += 32 * WARPS) {
-      auto* chunk = reinterpret_cast<uint4*>(x_rows + (i / row_chunks) * x_pitch + (i % row_chunks) * 16);
-      *chunk = ls::cuda::norm_chunk(*chunk, __ldg(reinterpret_cast<const uint4*>(norm.weight + (i % row_chunks) * 8)),
-                                    inverse[i / row_chunks]);
-    }
-    __syncthreads();
+  if constexpr (X_ONCE && NORM) {
+    pipe_norm_x<WARPS>(group.norm, m, args.k, aligned + (x_once - rings), x_pitch, reinterpret_cast<double*>(partial),
+                       norm_weights);
   } else if constexpr (X_ONCE) {
     if (warp == 0) {
       if (lane == 0) barrier_expect(x_bar, m * args.k * 2);
@@ -314,11 +233,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     const uint32_t base = ring + stage * stage_bytes;
     const uint32_t a_unit = X_ONCE ? a_off + walk.first_tile(item, c) * 128 : base + a_off;
     for (int step = 0; step < tiles; ++step) {
-      const int tile = X_ONCE && !X_PIECES && args.reverse_k ? tiles - 1 - step : step;  // test-only: K backwards
-      if constexpr (X_PIECES) {  // the x piece a tile starts (each barrier completes its phase 0 once)
-        const int t = walk.first_tile(item, c) + tile;
-        if (step == 0 || t % x_piece_tiles == 0) barrier_wait(x_bar + (t / x_piece_tiles) * 8, 0);
-      }
+      const int tile = X_ONCE && args.reverse_k ? tiles - 1 - step : step;  // test-only fault: K backwards
       const uint32_t a_tile = a_unit + tile * 128;
       const uint32_t b_tile = base + b_off + tile * (BOXES ? (SWIGLU ? 8 : kWRows) * 128 : 128);
 #pragma unroll

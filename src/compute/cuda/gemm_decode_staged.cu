@@ -356,8 +356,8 @@ Status gemm_decode_norm(const GemmEngine& engine, const DecodeNorm& norm, int64_
                                            reinterpret_cast<__nv_bfloat16*>(ys[i]), nullptr, static_cast<int>(m),
                                            static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
   }
-  if (gemm_detail::pipe_norm_fits(launch.args, launch.count, false))  // set_decode_pipe_norm
-    return gemm_detail::launch_pipe_norm(launch.args, launch.count, launch.norm, false, stream);
+  if (gemm_detail::pipe_norm_fits(launch.args, launch.count))  // set_decode_pipe_norm
+    return gemm_detail::launch_pipe_norm(launch.args, launch.count, launch.norm, stream);
   return gemm_detail::launch_staged_index(gemm_detail::norm_group_config, false, launch, stream);
 }
 
@@ -374,8 +374,6 @@ Status gemm_decode_norm_swiglu(const GemmEngine& engine, const DecodeNorm& norm,
   launch.args[0] = gemm_detail::GemmArgs{nullptr, reinterpret_cast<const __nv_bfloat16*>(gate_up.w), gate_up.bias,
                                          reinterpret_cast<__nv_bfloat16*>(act), nullptr, static_cast<int>(m),
                                          static_cast<int>(gate_up.rows), static_cast<int>(gate_up.cols), 0};
-  if (gemm_detail::pipe_norm_fits(launch.args, 1, true))  // set_decode_pipe_norm
-    return gemm_detail::launch_pipe_norm(launch.args, 1, launch.norm, true, stream);
   if (gemm_detail::norm_swiglu_config == 4)  // the streaming SwiGLU kernel with the norm prologue
     return gemm_detail::launch_stream_norm_swiglu(launch.args[0], launch.norm, stream);
   return gemm_detail::launch_staged_index(gemm_detail::norm_swiglu_config, true, launch, stream);
