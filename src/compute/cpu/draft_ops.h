@@ -39,6 +39,11 @@ void matmul_int8(const OpContext& ctx, const float* x, int64_t rows, const Int8M
 // depends only on its own values. Returns false, doing nothing, without AVX-512 VNNI.
 bool matmul_int8_vnni(const OpContext& ctx, const float* x, int64_t rows, const Int8Matrix& w, float* y);
 
+// Whether matmul_int8_vnni runs one or two rows 8 panels (128 columns) a tile instead of 2, so more accumulator
+// chains hide the dot's latency (the same bits): off by default until a batch's A/B; LS_CPU_INT8_WIDE=1 or the setter.
+bool int8_wide_tiles();
+void set_int8_wide_tiles(bool on);
+
 // code_sums [w.rows] of a matrix's codes, for Int8Matrix::code_sums.
 void sum_int8_codes(const int8_t* codes, int64_t rows, int64_t cols, int32_t* code_sums);
 

@@ -7,7 +7,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -24,6 +26,10 @@ namespace {
 constexpr int64_t kPanelColumns = 16;  // columns per panel: one 16-lane int32 accumulator
 constexpr int kPanelsPerTile = 2;      // a tile: up to 8 rows x 2 panels (32 columns), 16 accumulators at most
 constexpr int kTileRows = 8;
+// One or two rows: 8 panels (128 columns) a tile, so 8-16 accumulator chains hide vpdpbusd's latency instead of 2-4
+// (set_int8_wide_tiles; the same integer sums, so the same bits).
+constexpr int kWidePanels = 8;
+constexpr int64_t kWideRows = 2;
 constexpr int64_t kPrefetchTiles = 2;  // how many tiles ahead the weights are prefetched
 // Below this many multiply-adds (about 10 us on one thread) a call runs on the calling thread: waking the pool costs
 // more than it saves (a few-row absorb's k/v projections, the block's k/v at one stream).
@@ -88,7 +94,7 @@ LS_TARGET_VNNI void tile_vnni(const uint8_t* xq, int64_t padded, const int8_t* p
   #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
     #pragma GCC unroll 16
-    for (int p = 0; p < P; ++p) out[m * kPanelsPerTile + p] = acc[m][p];
+    for (int p = 0; p < P; ++p) out[m * P + p] = acc[m][p];
 }
 
 template <int P>
@@ -104,6 +110,37 @@ void tile_rows(int64_t rows, const uint8_t* xq, int64_t padded, const int8_t* pa
     case 7: return tile_vnni<7, P>(xq, padded, panels, K4, out, next, next_bytes);
     default: return tile_vnni<8, P>(xq, padded, panels, K4, out, next, next_bytes);
   }
+}
+
+// A wide tile (3..kWidePanels panels) of one or two rows.
+template <int P>
+void tile_few_rows(int64_t rows, const uint8_t* xq, int64_t padded, const int8_t* panels, int64_t K4, __m512i* out,
+                   const int8_t* next, int64_t next_bytes) {
+  if (rows == 1) return tile_vnni<1, P>(xq, padded, panels, K4, out, next, next_bytes);
+  return tile_vnni<2, P>(xq, padded, panels, K4, out, next, next_bytes);
+}
+
+// `rows` rows (up to kTileRows; up to kWideRows past 2 panels) by `panels` panels; dots [rows][panels].
+void tile_any(int64_t rows, int64_t panels_wide, const uint8_t* xq, int64_t padded, const int8_t* panels, int64_t K4,
+              __m512i* out, const int8_t* next, int64_t next_bytes) {
+  switch (panels_wide) {
+    case 1: return tile_rows<1>(rows, xq, padded, panels, K4, out, next, next_bytes);
+    case 2: return tile_rows<2>(rows, xq, padded, panels, K4, out, next, next_bytes);
+    case 3: return tile_few_rows<3>(rows, xq, padded, panels, K4, out, next, next_bytes);
+    case 4: return tile_few_rows<4>(rows, xq, padded, panels, K4, out, next, next_bytes);
+    case 5: return tile_few_rows<5>(rows, xq, padded, panels, K4, out, next, next_bytes);
+    case 6: return tile_few_rows<6>(rows, xq, padded, panels, K4, out, next, next_bytes);
+    case 7: return tile_few_rows<7>(rows, xq, padded, panels, K4, out, next, next_bytes);
+    default: return tile_few_rows<8>(rows, xq, padded, panels, K4, out, next, next_bytes);
+  }
+}
+
+std::atomic<bool>& wide_switch() {
+  static std::atomic<bool> on{[] {
+    const char* text = std::getenv("LS_CPU_INT8_WIDE");
+    return text != nullptr && std::atoi(text) != 0;
+  }()};
+  return on;
 }
 
 // y [16 columns from col] of one row = store(float(dot - 128 * code_sum) * row scale * column scale).
@@ -122,6 +159,9 @@ LS_TARGET_VNNI void finish_panel(const __m512i* dots, const int32_t* code_sums, 
 }
 
 }  // namespace
+
+bool int8_wide_tiles() { return wide_switch().load(std::memory_order_relaxed); }
+void set_int8_wide_tiles(bool on) { wide_switch().store(on, std::memory_order_relaxed); }
 
 void sum_int8_codes(const int8_t* codes, int64_t rows, int64_t cols, int32_t* code_sums) {
   for (int64_t row = 0; row < rows; ++row) {
@@ -171,28 +211,27 @@ bool matmul_int8_vnni(const OpContext& ctx, const float* x, int64_t rows, const 
   const float* row_scales = x_scales.data();
   const bool round = ctx.rounds_to_bf16();
   const int64_t panel_count = (N + kPanelColumns - 1) / kPanelColumns;
-  const int64_t tiles = (panel_count + kPanelsPerTile - 1) / kPanelsPerTile;
+  const int64_t per_tile = rows <= kWideRows && int8_wide_tiles() ? kWidePanels : kPanelsPerTile;
+  const int64_t tiles = (panel_count + per_tile - 1) / per_tile;
   auto run = [&](int, int64_t tile_begin, int64_t tile_end) {
-    __m512i dots[kTileRows * kPanelsPerTile];
+    __m512i dots[kTileRows * kPanelsPerTile > kWideRows * kWidePanels ? kTileRows * kPanelsPerTile
+                                                                      : kWideRows * kWidePanels];
     for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-      const int64_t first_panel = tile * kPanelsPerTile;
-      const int64_t width = std::min<int64_t>(kPanelsPerTile, panel_count - first_panel);
+      const int64_t first_panel = tile * per_tile;
+      const int64_t width = std::min<int64_t>(per_tile, panel_count - first_panel);
       const int8_t* tile_panels = panels + first_panel * K4 * 64;
       // The tile kPrefetchTiles ahead (the panels are one contiguous run), while the first row group computes.
-      const int64_t ahead_panel = first_panel + kPrefetchTiles * kPanelsPerTile;
-      const int64_t ahead_bytes =
-          std::max<int64_t>(0, std::min<int64_t>(kPanelsPerTile, panel_count - ahead_panel)) * K4 * 64;
+      const int64_t ahead_panel = first_panel + kPrefetchTiles * per_tile;
+      const int64_t ahead_panels = std::max<int64_t>(0, std::min<int64_t>(per_tile, panel_count - ahead_panel));
+      const int64_t ahead_bytes = ahead_panels * K4 * 64;
       for (int64_t row = 0; row < rows; row += kTileRows) {
         const int64_t count = std::min<int64_t>(kTileRows, rows - row);
         const int8_t* next = panels + ahead_panel * K4 * 64;
         const int64_t next_bytes = row == 0 ? ahead_bytes : 0;
-        if (width == kPanelsPerTile)
-          tile_rows<kPanelsPerTile>(count, q + row * padded, padded, tile_panels, K4, dots, next, next_bytes);
-        else
-          tile_rows<1>(count, q + row * padded, padded, tile_panels, K4, dots, next, next_bytes);
+        tile_any(count, width, q + row * padded, padded, tile_panels, K4, dots, next, next_bytes);
         for (int64_t m = 0; m < count; ++m)
           for (int64_t p = 0; p < width; ++p)
-            finish_panel(&dots[m * kPanelsPerTile + p], code_sums, w.scales, row_scales[row + m], round,
+            finish_panel(&dots[m * width + p], code_sums, w.scales, row_scales[row + m], round,
                          (first_panel + p) * kPanelColumns, N, y + (row + m) * N);
       }
     }
