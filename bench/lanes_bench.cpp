@@ -42,7 +42,7 @@
 //             [--group-check every|backoff]                                backoff (the default since s11A): a due
 //                                                                         group probe that would not run waits a
 //                                                                         doubling wait (lanes12)
-//             [--gate-prompt off|on]                                       on: the exploration gate prices a dormant
+//             [--gate-prompt off|on]                                       on (default since s12A): the gate prices a dormant
 //                                                                         scout's untapped prompt as admission did
 //                                                                         (lanes12)
 //             [--first-outcomes ema|fast]                                  fast: acceptance and calibration learn a

@@ -141,9 +141,12 @@ struct PricingOptions {
   // Eleventh session (lanes12). While the drafter is unproven and no stream tapped its prompt (admission's gate said
   // no), the depth decision prices the scout's one-off with the widest untapped prompt's absorb, as admission did,
   // instead of none: before, admission shut the gate and the depth decision opened it, so the dormant scout probed
-  // over a context without its prompt (the synth 1.2B sampled at 1 stream, s10B: 0.95x, 4 passes). lanes_bench
-  // --gate-prompt on|off.
-  bool gate_prices_prompt = false;
+  // over a context without its prompt (the synth 1.2B sampled at 1 stream, s10B: 0.95x, 4 passes). On by default
+  // since H200 batch s12A (lanes13; nano greedy 64 tokens, alternated, 4 streams 0.994 / 0.995x and no pass against
+  // 0.975 / 0.992x; the trace of s11final's 0.87x: admission's gate shut at a 0.70 ms one-off, the depth decision's
+  // opened at 0.58 without the prompt, a dormant scout kept 0 of 4 over a restarted context and the pool, at 0.72,
+  // bought the group: 0 of 28). lanes_bench --gate-prompt on|off.
+  bool gate_prices_prompt = true;
   // Eleventh session (lanes12). Whole contexts where the prior pays well: while the drafter is unproven, could_draft
   // (admission's "drafts would be bought at this many streams") says yes only where the prior's best round saves at
   // least this share of plain's time a token; with LanesOptions::scout_prompt_only off, every prompt is then tapped

@@ -299,13 +299,16 @@ TEST(LanesPricing, AProbeWhoseCatchUpAbsorbTheReplyCannotRepayIsSkipped) {
 TEST(LanesPricing, ADrafterThatRestartsSkipsACatchUpTheReplyCannotRepayAndDraftsFromRecentRows) {
   // The same pair with a drafter that restarts: the stream goes dormant and drops its held prompt, and when its
   // probe comes the drafter restarts on the few rows tapped since; the fake drafter loses nothing by that, so
-  // drafting pays and beats plain without ever absorbing the prompt.
+  // drafting pays and beats plain without ever absorbing the prompt. (The exploration gate priced with the untapped
+  // prompt, the default since s12A, never sends the scout there: this asks for the gate priced without it.)
   FixedClock clock;
   FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
   drafter_options.absorb_row_ms = 5.0;
   std::vector<Arrival> arrivals = long_prompt_requests(1, 200, 100);
+  LanesOptions options;
+  options.pricing.gate_prices_prompt = false;
   FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
-  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals);
+  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals, options);
   ASSERT_EQ(plain.tokens, drafted.tokens);
   for (size_t i = 0; i < plain.replies.size(); ++i) EXPECT_EQ(plain.replies[i].tokens, drafted.replies[i].tokens);
   EXPECT_GE(drafted.stats.drafter_restarts, 1);
