@@ -50,13 +50,27 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 8; ++e) zs[i][e] = round_bf16(__fmul_rn(at(b, e), at(x, e)));  // z = B * X
   }
+  // The rows' window records and C chunks are loaded before the first store too: the compiler cannot move a load
+  // past a store it may alias, so each row's loads after the previous row's stores would wait a round trip.
+  int32_t window[kRows], first_row[kRows], slot[kRows];
+  uint4 cs[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) window[i] = r0 + i < a.rows ? row_window[r0 + i] : 0;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int64_t row = r0 + i;
+    if (row >= a.rows) continue;
+    const WindowInfo w = windows[window[i]];
+    first_row[i] = w.first_row;
+    slot[i] = w.slot;
+    cs[i] = load_chunk(a.bcx + row * 3 * D + D + d);
+  }
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const int64_t row = r0 + i;
     if (row >= a.rows) break;
-    const WindowInfo w = windows[row_window[row]];
-    const int64_t in_window = row - w.first_row;
-    const bf16* history = a.history + ((static_cast<int64_t>(w.slot) * a.conv_layers + a.conv_slot) * (K - 1)) * D + d;
+    const int64_t in_window = row - first_row[i];
+    const bf16* history = a.history + ((static_cast<int64_t>(slot[i]) * a.conv_layers + a.conv_slot) * (K - 1)) * D + d;
     float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
     for (int tap = 0; tap < K; ++tap) {
@@ -73,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum[e] = __fmaf_rn(weight[tap][e], value[e], sum[e]);
     }
-    const uint4 c = load_chunk(a.bcx + row * 3 * D + D + d);
+    const uint4 c = cs[i];
     uint4 zo, yo;
     auto* zp = reinterpret_cast<__nv_bfloat162*>(&zo);
     auto* yp = reinterpret_cast<__nv_bfloat162*>(&yo);
