@@ -72,6 +72,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_split = drafter.sampled_split();
   const bool loaded_keyed = drafter.keyed_scan_on();
   const int loaded_row = drafter.row_attention();
+  const bool loaded_staged_row = drafter.row_attention_staged();
   const bool loaded_staged = dspark::cuda::draft_pick_staged();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
@@ -82,9 +83,12 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       drafter.set_head_stage_keys(setting.find(":s256") != std::string::npos ? 256 : 128);
       drafter.set_sampled_split(setting.find(":split") != std::string::npos);
       drafter.set_keyed_scan(setting.find(":keyed") != std::string::npos);
-      // ":row" the row attention at one request, ":rowN" up to N requests.
+      // ":row" the row attention at one request, ":rowN" up to N requests; ":rows" its staged variant.
       const size_t row = setting.find(":row");
-      drafter.set_row_attention(row == std::string::npos ? 0 : std::max(1, std::atoi(setting.c_str() + row + 4)));
+      const bool staged = setting.find(":rows") != std::string::npos;
+      drafter.set_row_attention(
+          row == std::string::npos ? 0 : std::max(1, std::atoi(setting.c_str() + row + (staged ? 5 : 4))));
+      drafter.set_row_attention_staged(staged);
       dspark::cuda::set_draft_pick_staged(setting.find(":staged") != std::string::npos);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
@@ -161,11 +165,12 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_sampled_split(loaded_split);
   drafter.set_keyed_scan(loaded_keyed);
   drafter.set_row_attention(loaded_row);
+  drafter.set_row_attention_staged(loaded_staged_row);
   dspark::cuda::set_draft_pick_staged(loaded_staged);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[N]]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/bf16.h"
@@ -19,10 +20,10 @@
 namespace ls::dspark {
 namespace {
 
-
 // 1, 2, 5, 16 and 64 requests (the first of 64 random contexts of 1..600 keys, one of 5000 so scores take two
 // windows and, at one chunk, a chunk spans windows), chunks automatic and pinned 7, 3 and 1, for two head sizes and
-// the 1.2B drafter's 32 / 8 heads at block 9; seeds fresh each run (printed).
+// the 1.2B drafter's 32 / 8 heads at block 9, staged (the first 160 keys from shared memory) and not; seeds fresh
+// each run (printed).
 TEST(CudaDrafter, TheRowAttentionKernelGivesTheSplitBitsAtOneToSixtyFourRequests) {
   LS_SKIP_WITHOUT_DEVICE();
   struct Shape {
@@ -53,12 +54,14 @@ TEST(CudaDrafter, TheRowAttentionKernelGivesTheSplitBitsAtOneToSixtyFourRequests
                                                                             nullptr, chunks},
                                                 reinterpret_cast<cuda::bf16_t*>(split_out.data()), nullptr)
                         .ok());
-        for (const bool planted : {false, true}) {
+        for (const auto& [planted, staged] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, false},
+                                              std::pair{true, true}}) {
           if (planted && chunks != 0) continue;
+          SCOPED_TRACE(staged ? "staged" : "not staged");
           auto row_out = ls::cuda::testing::poisoned<bf16>(outputs);
           const Status row = cuda::block_attention_row(in.q(), in.requests.data(), count, gamma, dims, layer, chunks,
                                                        reinterpret_cast<cuda::bf16_t*>(row_out.data()), nullptr,
-                                                       planted);
+                                                       planted, staged);
           ASSERT_TRUE(row.ok()) << row.to_string();
           const testing::BitwiseCount count = testing::count_against_split(split_out, row_out, outputs);
           if (planted) {
@@ -71,7 +74,7 @@ TEST(CudaDrafter, TheRowAttentionKernelGivesTheSplitBitsAtOneToSixtyFourRequests
       }
     }
     std::printf("[ attention ] row kernel vs split: block %d, heads %d / %d, head_dim %d bitwise at 1 / 2 / 5 / 16 / "
-                "64 requests, chunks auto, 7, 3, 1; planted first chunk red\n",
+                "64 requests, chunks auto, 7, 3, 1, staged and not; planted first chunk red\n",
                 gamma, dims.heads, dims.kv_heads, dims.head_dim);
   }
   // Refused by name: a head size it is not built for.
