@@ -9,8 +9,6 @@
 #include <vector>
 
 #include "compute/sampling.h"
-#include "draft/dspark/dspark_drafter.h"
-#include "dspark_test_support.h"
 
 namespace ls::compute {
 namespace {
@@ -63,36 +61,6 @@ TEST(KeyedDraw, AllNanGreedyAndFilteredDrawsAreDrawTokens) {
     for (const Sampling& sampling : {Sampling{}, Sampling{0.9f, 20, 1.0f, 0.0f, 5}, Sampling{0.9f, 0, 0.9f, 0.0f, 6},
                                      Sampling{0.9f, 0, 1.0f, 0.05f, 7}})
       EXPECT_EQ(draw_token_pruned(logits, sampling, repeat), draw_token(logits, sampling, repeat)) << repeat;
-  }
-}
-
-TEST(KeyedDraw, TheDraftersSampledDraftsAreTheSameBitsWithPrunedDraws) {
-  dspark::testing::TempDir dir;
-  ASSERT_TRUE(dspark::testing::write_small_drafter(dir.path(), dspark::testing::small_drafter_config(), 21).ok());
-  dspark::testing::EmbeddingTarget target(dspark::testing::random_embedding(96, 32, 7), 96, 32, 4);
-  auto drafter = dspark::DsparkDrafter::load(dir.path(), target, {});
-  ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
-  std::vector<DraftRequest> requests;
-  for (StreamId stream = 1; stream <= 4; ++stream) {
-    ASSERT_TRUE((*drafter)->absorb(stream, 0, 6, dspark::testing::random_taps(6, 64, 30 + stream)).ok());
-    DraftRequest request;
-    request.stream = stream;
-    request.anchor_token = static_cast<int32_t>(10 + stream);
-    request.anchor_position = 6;
-    request.depth = 4;
-    request.sampling = {0.5f + 0.3f * static_cast<float>(stream), 0, stream == 3 ? 0.9f : 1.0f, 0.0f, 100 + stream};
-    requests.push_back(request);
-  }
-  const bool saved = pruned_draws();
-  set_pruned_draws(false);
-  const std::vector<Draft> plain = (*drafter)->draft(requests);
-  set_pruned_draws(true);
-  const std::vector<Draft> pruned = (*drafter)->draft(requests);
-  set_pruned_draws(saved);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    ASSERT_TRUE(plain[i].status.ok() && pruned[i].status.ok());
-    EXPECT_EQ(pruned[i].tokens, plain[i].tokens) << i;
-    EXPECT_EQ(pruned[i].chances, plain[i].chances) << i;
   }
 }
 

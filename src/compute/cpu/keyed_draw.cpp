@@ -1,9 +1,7 @@
 // The keyed draw with an exact prune by the key's bits (keyed_draw.h).
 #include "compute/cpu/keyed_draw.h"
 
-#include <atomic>
 #include <bit>
-#include <cstdlib>
 #include <cmath>
 #include <limits>
 
@@ -37,18 +35,7 @@ double noise_bound(uint64_t key) {
   return static_cast<double>(54 - static_cast<int>(std::bit_width(j))) * kLn2;
 }
 
-std::atomic<bool>& pruned_switch() {
-  static std::atomic<bool> on{[] {
-    const char* text = std::getenv("LS_CPU_PRUNED_DRAW");
-    return text != nullptr && std::atoi(text) != 0;
-  }()};
-  return on;
-}
-
 }  // namespace
-
-bool pruned_draws() { return pruned_switch().load(std::memory_order_relaxed); }
-void set_pruned_draws(bool on) { pruned_switch().store(on, std::memory_order_relaxed); }
 
 int32_t draw_token_pruned(std::span<const float> logits, const Sampling& sampling, int64_t position) {
   const bool filtered = (sampling.top_k > 0 && sampling.top_k < static_cast<int>(logits.size())) ||

@@ -17,9 +17,4 @@ namespace ls::compute {
 // Filtered draws call draw_token.
 int32_t draw_token_pruned(std::span<const float> logits, const Sampling& sampling, int64_t position);
 
-// Whether the CPU drafter's sampled picks take draw_token_pruned (the same ids): off by default until a batch's
-// interleaved A/B; LS_CPU_PRUNED_DRAW=1 at first use, or the setter.
-bool pruned_draws();
-void set_pruned_draws(bool on);
-
 }  // namespace ls::compute
