@@ -212,12 +212,11 @@ Status swiglu(const bf16* gate, const bf16* up, int64_t rows, int width, int64_t
 // swiglu's kernel (session 12): Table (the default since batch s12A: 8 outputs a thread, 16-byte loads and stores,
 // silu looked up in a table of every bf16 gate's silu, computed once per device by the same arithmetic; filled on
 // the first call outside a capture, Vector until then; where width, in_stride and the pointers allow), Rows (an
-// output a thread: every other shape; LS_SWIGLU=rows for a process), Vector (Table's kernel computing silu; tests).
-// The same bits always; TablePlantedOneOff (tests only): the table's entry for g = 1.0 one bf16 ulp off.
+// output a thread: every other shape), Vector (Table's kernel computing silu). Tests pick one to compare them; the
+// same bits always; TablePlantedOneOff (tests only): the table's entry for g = 1.0 one bf16 ulp off.
 enum class SwigluKernel : int { Rows = 0, Vector = 1, Table = 2, TablePlantedOneOff = 3 };
 void set_swiglu_kernel(SwigluKernel kernel);
 SwigluKernel swiglu_kernel_mode();
-SwigluKernel swiglu_kernel_named(const char* value);
 
 // out [n, hidden] = table [vocab, hidden] rows tokens[i]; an id outside [0, vocab) writes a NaN row.
 Status embed_rows(const bf16* table, int64_t vocab, int hidden, const int32_t* tokens, int64_t n, bf16* out,

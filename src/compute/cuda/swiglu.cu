@@ -7,10 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 
 #include "compute/cuda/kernels.h"
 #include "compute/cuda/silu.cuh"
@@ -76,7 +74,10 @@ __global__ void __launch_bounds__(kThreads)
   *reinterpret_cast<uint4*>(out + row * width + col) = y.raw;
 }
 
-std::atomic<int> swiglu_mode{static_cast<int>(swiglu_kernel_named(std::getenv("LS_SWIGLU")))};
+// Table: H200 batch s12A, synth 1.2B prefill 2048, three alternated rounds: 10.5 / 10.5 / 10.5 ms against 11.5 /
+// 11.5 / 11.5 with the row kernel (swiglu 2048 x 8192: 26.8 us, Vector 43.1, Rows 88.8); s12B: 10.3 / 10.3 / 10.3
+// (with conv_rows) against 11.5 / 11.6 / 11.5.
+std::atomic<int> swiglu_mode{static_cast<int>(SwigluKernel::Table)};
 constexpr int kPlantedSiluBits = 0x3f80;  // g = 1.0
 
 // Whether silu_table holds silu_bf16 (one entry off where planted_bits >= 0) on this device: filled here once, on
@@ -110,12 +111,6 @@ const b16* dev(const bf16* p) { return reinterpret_cast<const b16*>(p); }
 b16* dev(bf16* p) { return reinterpret_cast<b16*>(p); }
 
 }  // namespace
-
-SwigluKernel swiglu_kernel_named(const char* value) {
-  // Table: H200 batch s12A, synth 1.2B prefill 2048, three alternated rounds: 10.5 / 10.5 / 10.5 ms against 11.5 /
-  // 11.5 / 11.5 with the row kernel (swiglu 2048 x 8192: 26.8 us, vector 43.1, rows 88.8).
-  return value != nullptr && std::string(value) == "rows" ? SwigluKernel::Rows : SwigluKernel::Table;
-}
 
 void set_swiglu_kernel(SwigluKernel kernel) { swiglu_mode.store(static_cast<int>(kernel)); }
 

@@ -1,9 +1,7 @@
 // conv_rows (conv_rows.h): short_conv_kernel's arithmetic (state_kernels.cu) for 8 channels and kRows rows a thread.
 #include <cuda_bf16.h>
 
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "model/lfm2/cuda/conv_rows.h"
@@ -108,13 +106,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// On since H200 batch s12A (synth 1.2B prefill 2048, three alternated rounds: short conv 0.29 ms against 0.52 with
-// short_conv); LS_CONV_ROWS=0 turns it off for a process.
-std::atomic<bool> g_conv_rows{[] {
-  const char* value = std::getenv("LS_CONV_ROWS");
-  return value == nullptr || std::string(value) != "0";
-}()};
-
 }  // namespace
 
 bool conv_rows_fits(const ConvArgs& args) {
@@ -137,10 +128,8 @@ Status conv_rows(const ConvArgs& args, const int32_t* row_window, const WindowIn
   return ok_status();
 }
 
-void set_conv_rows(bool on) { g_conv_rows = on; }
-
-bool conv_rows_takes(const ConvArgs& args) {
-  return g_conv_rows.load() && args.rows >= kFromRows && conv_rows_fits(args);
-}
+// H200 batch s12A (synth 1.2B prefill 2048, three alternated rounds): short conv 0.29 ms against 0.52 with
+// short_conv; s12B (rows hoisted): 0.24 / 0.23 / 0.23 ms against 0.51 / 0.51 / 0.52, prefill 10.3 against 10.5-10.6.
+bool conv_rows_takes(const ConvArgs& args) { return args.rows >= kFromRows && conv_rows_fits(args); }
 
 }  // namespace ls::lfm2::gpu

@@ -12,9 +12,8 @@ bool conv_rows_fits(const ConvArgs& args);
 // z [rows, width] and y [rows, width] as short_conv writes them (args.fault_reversed_taps_for_test honoured).
 Status conv_rows(const ConvArgs& args, const int32_t* row_window, const WindowInfo* windows, bf16* z, bf16* y,
                  cudaStream_t stream);
-// Whether the target runs its ShortConv through conv_rows for these arguments: the switch (on by default since batch
-// s12A; LS_CONV_ROWS=0 turns it off for a process), at least 128 rows, and conv_rows_fits.
-void set_conv_rows(bool on);
+// Whether the target runs its ShortConv through conv_rows for these arguments (since batch s12A): at least 128 rows
+// (fewer keep short_conv's programmatic early kernel) and conv_rows_fits.
 bool conv_rows_takes(const ConvArgs& args);
 
 }  // namespace ls::lfm2::gpu

@@ -211,7 +211,7 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const c
   }
   LS_RETURN_IF_ERROR(mark("gemm"));
   LS_RETURN_IF_ERROR(twice(StepOp::Conv, [&] {
-    // prefill: 8 channels and 8 rows a thread (the same bits; the default since batch s12A; LS_CONV_ROWS=0: off)
+    // prefill: 8 channels and 8 rows a thread (the same bits; since batch s12A)
     if (gpu::conv_rows_takes(args)) return gpu::conv_rows(args, row_window, windows, z, act_.data(), stream_);
     return gpu::short_conv(args, row_window, windows, z, act_.data(), stream_);
   }));
