@@ -8,7 +8,6 @@
 //   --decode-only               stop after the decode rows
 //   --attention-splits N        pin the target's decode attention splits (1 = never split; same bits)
 //   --decode-fused              also time the decode step with the norms in the staged GEMMs' prologues
-//   --norm-fusion mixers|all    run with the residual norms inside the GEMMs they feed (set_decode_norm_fusion)
 //   MoE models: the decode step is also timed with the routed experts on each expert_ffn path (same bits)
 //   --decode-norm-configs 0,12  also time it with the norm launches on staged configurations g * 10 + s (group g,
 //                               SwiGLU s; set_decode_norm_configs)
@@ -64,7 +63,6 @@ struct Options {
   bool decode_only = false;        // stop after the decode rows
   int attention_splits = 0;        // 0 = automatic
   bool decode_fused = false;       // also time the decode step with the norms in the GEMM prologues (mixers; all)
-  std::string norm_fusion;         // "mixers" / "all": the target runs with that norm fusion from the start
   std::vector<int> decode_norm_configs;  // norm launch configurations g * 10 + s to time the decode step with
   bool l2_prefetch_ab = false;           // also time the decode step with the L2 weight prefetch
   bool verify_tiles_ab = false;          // also time the verify windows with the older 17..64-row picks
@@ -128,7 +126,6 @@ int main(int argc, char** argv) {
     else if (arg == "--decode-only") o.decode_only = true;
     else if (arg == "--attention-splits") o.attention_splits = std::atoi(next().c_str());
     else if (arg == "--decode-fused") o.decode_fused = true;
-    else if (arg == "--norm-fusion") o.norm_fusion = next();
     else if (arg == "--decode-norm-configs") o.decode_norm_configs = parse_list(next());
     else if (arg == "--l2-prefetch-ab") o.l2_prefetch_ab = true;
     else if (arg == "--pipe-ab") o.pipe_ab = true;
@@ -161,7 +158,6 @@ int main(int argc, char** argv) {
   check(loaded.status(), "load");
   const double load_s = ms_since(load_start) / 1e3;
   auto* target = dynamic_cast<lfm2::CudaTarget*>(loaded->get());
-  if (!o.norm_fusion.empty()) target->set_decode_norm_fusion(true, o.norm_fusion == "all");
   const io::ModelConfig& c = target->config();
   const int V = c.vocab_size;
 
@@ -262,7 +258,7 @@ int main(int argc, char** argv) {
     norm_config_ms.push_back({gs, time_steps(o.decode_tokens)});
   }
   cuda::set_decode_norm_configs(0, 2);
-  target->set_decode_norm_fusion(!o.norm_fusion.empty(), o.norm_fusion == "all");  // as --norm-fusion asked
+  target->set_decode_norm_fusion(false);
   target->set_graphs(false);
   target->set_graphs(true);
   double fused_ms = 0, mixers_fused_ms = 0;
@@ -271,7 +267,7 @@ int main(int argc, char** argv) {
       target->set_decode_norm_fusion(true, ffn);
       (ffn ? fused_ms : mixers_fused_ms) = time_steps(o.decode_tokens);
     }
-    target->set_decode_norm_fusion(!o.norm_fusion.empty(), o.norm_fusion == "all");
+    target->set_decode_norm_fusion(false);
   }
   // MoE: the same steps (graphs) with the routed experts and route + plan on each path (same bits): the A/B. moe8:
   // the lean route + plan (the default since s8A) against the old kernel, interleaved (A/B/A/B); the

@@ -23,7 +23,6 @@
 #include "model/lfm2/cuda/cuda_target.h"
 #include "model/lfm2/weights.h"
 #include "model/load.h"
-#include "cuda_norm_reference.h"
 #include "cuda_test_util.h"
 #include "ops_test_util.h"
 
@@ -31,8 +30,6 @@ namespace ls::cuda {
 namespace {
 
 using compute::testing::random_values;
-using norm_testing::rms_norm_reference;
-using norm_testing::spread_bf16;
 
 using testing::download;
 using testing::upload;
@@ -48,6 +45,43 @@ size_t differing(const std::vector<bf16>& a, const std::vector<bf16>& b) {
   size_t count = 0;
   for (size_t i = 0; i < a.size(); ++i) count += a[i].bits != b[i].bits;
   return count;
+}
+
+// Values over a wide dynamic range (2^-30 .. 2^30), so that the double sum of squares rounds.
+std::vector<bf16> spread_bf16(size_t count, uint64_t seed) {
+  std::vector<bf16> out(count);
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t bits = splitmix64(seed * 0x9e3779b97f4a7c15ull + i);
+    const double magnitude = std::ldexp(0.5 + uniform_open01(bits), static_cast<int>(bits % 61) - 30);
+    out[i] = float_to_bf16(static_cast<float>((bits >> 63) ? -magnitude : magnitude));
+  }
+  return out;
+}
+
+// The defined RMSNorm of one row, on the host: lane l (of 32) chains the squares of elements l, l + 32, ... in
+// double, the lanes meet in an xor tree (offsets 16, 8, 4, 2, 1), then the CPU Bf16 mode's two roundings.
+std::vector<bf16> rms_norm_reference(const bf16* x, int width, const bf16* weight, float eps) {
+  double lanes[32];
+  for (int lane = 0; lane < 32; ++lane) {
+    lanes[lane] = 0;
+    for (int i = lane; i < width; i += 32) {
+      const double v = bf16_to_float(x[i]);
+      lanes[lane] += v * v;
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    double next[32];
+    for (int lane = 0; lane < 32; ++lane) next[lane] = lanes[lane] + lanes[lane ^ offset];
+    std::memcpy(lanes, next, sizeof(lanes));
+  }
+  const float mean = static_cast<float>(lanes[0] / static_cast<double>(width));
+  const float inverse_rms = 1.0f / std::sqrt(mean + eps);
+  std::vector<bf16> out(width);
+  for (int i = 0; i < width; ++i) {
+    const float normed = round_to_bf16(bf16_to_float(x[i]) * inverse_rms);
+    out[i] = float_to_bf16(bf16_to_float(weight[i]) * normed);
+  }
+  return out;
 }
 
 TEST(CudaTargetFusedOps, RmsNormOfWideAndNarrowRowsIsItsDefinedArithmeticBitForBit) {

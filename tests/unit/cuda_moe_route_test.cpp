@@ -16,7 +16,6 @@
 
 #include "base/hash.h"
 #include "compute/cuda/kernels.h"
-#include "compute/cuda/norm_order.h"
 #include "cuda_test_util.h"
 #include "model/lfm2/cuda/state_kernels.h"
 
@@ -320,11 +319,6 @@ int norm_in_route_differences(bool fault) {
 TEST(CudaMoeRoute, TheNormInsideTheLeanRouteGivesTheAddRmsNormThenRouteBits) {
   LS_SKIP_WITHOUT_DEVICE();
   EXPECT_EQ(norm_in_route_differences(false), 0);
-  // Under the sliced norm order (set_norm_sliced, session 12) both launches take it.
-  const bool was = cuda::norm_sliced();
-  cuda::set_norm_sliced(true);
-  EXPECT_EQ(norm_in_route_differences(false), 0) << "sliced norm order";
-  cuda::set_norm_sliced(was);
 }
 
 TEST(CudaMoeRoute, APlantedOneRoundingInTheNormInsideTheRouteTurnsTheCheckRed) {

@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "compute/cuda/gemm_device.cuh"
-#include "compute/cuda/row_norm.cuh"
 
 namespace ls::cuda::gemm_detail {
 
@@ -18,7 +17,6 @@ struct StagedNorm {
   __nv_bfloat16* h_out;         // [m, K] round(h + delta), written by CTA 0, or null
   const __nv_bfloat16* weight;  // [K] RMSNorm weight; null: no prologue
   float eps;
-  bool sliced = false;  // the sliced sum-of-squares order (cuda::set_norm_sliced; row_norm.cuh)
 };
 
 // Layouts: the byte offset of element (row, k) in shared memory; a chunk of 8 at k % 8 == 0 is 16 contiguous bytes.
@@ -79,20 +77,13 @@ __device__ __forceinline__ void stage_normed_x(const StagedNorm& norm, int m, in
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  auto value = [&](int row, int i) {
-    return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(x_rows + layout(row, i - i % 8))[i % 8]);
-  };
-  for (int row = warp; norm.sliced && k > kNormSlice && row < m; row += WARPS) {  // a warp a row, the sliced order
-    const float inverse = warp_inverse_rms_of([&](int i) { return value(row, i); }, k, norm.eps, true);
-    if (lane == 0) inverse_rms[row] = inverse;
-  }
-  for (int row0 = warp * 4; !(norm.sliced && k > kNormSlice) && row0 < m; row0 += WARPS * 4) {
+  for (int row0 = warp * 4; row0 < m; row0 += WARPS * 4) {
     double sum[4] = {0, 0, 0, 0};
     for (int i = lane; i < k; i += 32) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         if (row0 + r < m) {
-          const double v = value(row0 + r, i);
+          const double v = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(x_rows + layout(row0 + r, i - i % 8))[i % 8]);
           sum[r] = __dadd_rn(sum[r], __dmul_rn(v, v));
         }
       }

@@ -14,7 +14,6 @@
 #include "compute/cuda/row_gather_norm.h"
 #include "compute/cuda/pdl.cuh"
 #include "compute/cuda/row_norm.cuh"
-#include "compute/cuda/row_norm_sliced.h"
 
 namespace ls::cuda {
 namespace {
@@ -295,8 +294,6 @@ Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, floa
   if (rows <= 0) return ok_status();
   if (width <= 0) return Status(ErrorCode::InvalidArgument, "rms_norm width " + std::to_string(width));
   if (rows <= 0x7fffffff && row_kernel_fits(width, {x, weight, y})) {
-    if (row_norm_sliced_for(width))
-      return row_norm_sliced(x, nullptr, nullptr, nullptr, rows, width, weight, eps, y, stream);
     return launch_programmatic(row_norm_kernel<false>, dim3(static_cast<unsigned>(rows)), kRowThreads,
                                static_cast<int>(sizeof(float)) * width, stream, dev(x), static_cast<b16*>(nullptr),
                                static_cast<const b16*>(nullptr), width, dev(weight), eps, dev(y),
@@ -321,7 +318,6 @@ Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const b
     LS_RETURN_IF_ERROR(add_residual(h, delta, rows * width, stream));
     return rms_norm(h, rows, width, weight, eps, y, stream);
   }
-  if (row_norm_sliced_for(width)) return row_norm_sliced(h, h, delta, nullptr, rows, width, weight, eps, y, stream);
   return launch_programmatic(row_norm_kernel<true>, dim3(static_cast<unsigned>(rows)), kRowThreads,
                              static_cast<int>(sizeof(float)) * width, stream, static_cast<const b16*>(nullptr), dev(h),
                              dev(delta), width, dev(weight), eps, dev(y), static_cast<const int32_t*>(nullptr));
@@ -338,9 +334,6 @@ Status gather_rms_norm(const bf16* h, const bf16* delta, const int32_t* index, i
     return Status(ErrorCode::InvalidArgument, "gather_rms_norm: width " + std::to_string(width) +
                                                   " (a multiple of 8, 256.." + std::to_string(kRowThreads * kRowChunks * 8) +
                                                   ") and 16-byte aligned rows, rows " + std::to_string(n));
-  if (row_norm_sliced_for(width))
-    return row_norm_sliced(h, nullptr, fault_no_add_for_test ? nullptr : delta, index, n, width, weight, eps, y,
-                           stream);
   const int shared = static_cast<int>(sizeof(float)) * width;
   if (delta && !fault_no_add_for_test)
     return launch_programmatic(row_norm_kernel<true, true>, dim3(static_cast<unsigned>(n)), kRowThreads, shared,

@@ -83,11 +83,7 @@ Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream);
 Status launch_pipe_swiglu(const GemmArgs& args, cudaStream_t stream);
 // q / k / v (up to 4 matrices of one x and one unsliced K) in one launch.
 bool pipe_group_fits(const GemmArgs* args, int count);
-Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream, const StagedNorm* norm = nullptr);
-// gemm_decode_norm on the pipeline (set_decode_pipe_norm): whether it takes the group, and the launch (x once, made
-// by every CTA from `norm`; args' x unused).
-bool pipe_norm_fits(const GemmArgs* args, int count);
-Status launch_pipe_norm(const GemmArgs* args, int count, const StagedNorm& norm, cudaStream_t stream);
+Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream);
 
 // gemm_decode_staged.cu: the staged kernels (one slice, K <= 2048): configuration `config` of kStagedConfigs; other
 // shapes, or more shared memory than the device allows, run `fallback` (a streaming variant).

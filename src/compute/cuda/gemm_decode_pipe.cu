@@ -7,7 +7,6 @@
 #include <string>
 
 #include "compute/cuda/gemm_decode_pipe.cuh"
-#include "compute/cuda/gemm_decode_x.h"
 
 namespace ls::cuda::gemm_detail {
 namespace {
@@ -79,10 +78,6 @@ constexpr int kDefaultTmaRingBytes = 192 * 1024;
 std::atomic<int> pipe_x{-1};
 // set_decode_pipe_fault_for_test: gemm_decode_pipe's launches with x once walk each unit's K tiles backwards.
 std::atomic<bool> pipe_fault{false};
-// gemm_decode_norm on the pipeline, x made by each CTA from the norm (session 12; set_decode_pipe_norm,
-// LS_DECODE_PIPE_NORM=1): the residual norm's launch boundary gone where the norm fusion is on. (Session 12's x in K
-// pieces and x by the threads' loads lost in batch s12A and are gone: docs/cuda.md.)
-std::atomic<bool> pipe_norm{env_int("LS_DECODE_PIPE_NORM", 0) != 0};
 
 // The copies a launch of m rows x K -> rows (SwiGLU: 2F) outputs takes: 0 rows, 1 3D boxes.
 int copies_of(int m, int k, int64_t rows, bool swiglu) {
@@ -110,14 +105,13 @@ int groups_for(int config, int64_t columns) {
 struct PipePlan {
   int smem, stages, chunk;
   bool x_once;
-  bool norm = false;  // x once made from the group's norm
 };
-PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups, int extra = 0) {
+PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups) {
   const int slices = slice_count(k);
   const int active = std::min(shape.warps, groups * slices);  // warps with items (the others have no ring)
   const int a_rows = m <= 8 ? 8 : 16;
   const int partial = slices == 1 ? 0 : slices * a_rows * groups * 8 * shape.tiles * 4;
-  const int fixed = 1024 + (x_once ? pipe_x_once_bytes(m, k) : 0) + kPipeBarrierBytes + partial + extra;
+  const int fixed = 1024 + (x_once ? pipe_x_once_bytes(m, k) : 0) + kPipeBarrierBytes + partial;
   // x once: the rings get what x leaves of the device's shared memory, at most their usual bytes.
   const int ring = x_once ? std::min(ring_bytes(boxes), optin_bytes_granted - fixed) : ring_bytes(boxes);
   // Row copies: the chunk asked; boxes: the largest of 16 / 8 / 4 (at most the one asked) giving every warp 2 stages.
@@ -139,20 +133,14 @@ PipePlan plan_for(int config, int m, int k, int groups, int copies) {
   return plan_with(shape, copies != 0, false, m, k, groups);
 }
 
-template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU, bool NORM>
-Status launch_rows(const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan, cudaStream_t stream) {
-  const int ctas = group.first_block[group.count];
-  if (group.args[0].m <= 8)
-    return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 8, SWIGLU, NORM>, ctas, 32 * WARPS,
-                               plan.smem, stream, group, groups, plan.stages, plan.chunk);
-  return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU, NORM>, ctas, 32 * WARPS,
-                             plan.smem, stream, group, groups, plan.stages, plan.chunk);
-}
 template <bool BOXES, bool X_ONCE, int WARPS, int TILES, bool SWIGLU>
 Status launch_shape(const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan, cudaStream_t stream) {
-  if constexpr (X_ONCE && !SWIGLU)
-    if (plan.norm) return launch_rows<BOXES, true, WARPS, TILES, false, true>(group, groups, plan, stream);
-  return launch_rows<BOXES, X_ONCE, WARPS, TILES, SWIGLU, false>(group, groups, plan, stream);
+  const int ctas = group.first_block[group.count];
+  if (group.args[0].m <= 8)
+    return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 8, SWIGLU>, ctas, 32 * WARPS, plan.smem,
+                               stream, group, groups, plan.stages, plan.chunk);
+  return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>, ctas, 32 * WARPS, plan.smem,
+                             stream, group, groups, plan.stages, plan.chunk);
 }
 template <bool BOXES, bool X_ONCE>
 Status launch_copies(int config, const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan,
@@ -174,12 +162,6 @@ void allow_shape(int optin) {
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
   cudaFuncSetAttribute(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>,
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-  if constexpr (X_ONCE && !SWIGLU) {
-    cudaFuncSetAttribute(decode_pipe_kernel<BOXES, true, WARPS, TILES, 8, false, true>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-    cudaFuncSetAttribute(decode_pipe_kernel<BOXES, true, WARPS, TILES, 16, false, true>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-  }
 }
 template <bool BOXES, bool X_ONCE>
 void allow_copies(int optin) {
@@ -216,20 +198,12 @@ bool shape_fits(int config, int m, int k, int64_t n) {
   return plan_for(config, m, k, groups, copies_of(m, k, n, swiglu)).smem <= optin_bytes_granted;
 }
 
-// A norm launch's plan: x once always (the CTA makes it from the group's norm), the norm's scratch after the barriers.
-PipePlan norm_plan(int config, int m, int k, int groups, int copies) {
-  PipePlan plan = plan_with(kPipeShapes[config], copies != 0, true, m, k, groups, kPipeNormScratch);
-  plan.norm = true;
-  return plan;
-}
-
 Status launch_config(int config, const PipeGroup& group, int groups, cudaStream_t stream) {
   const GemmArgs& a = group.args[0];
   int64_t rows = 0;
   for (int i = 0; i < group.count; ++i) rows += group.args[i].n;
   const bool swiglu = config >= kPlainConfigs;
-  const PipePlan plan = group.norm.weight ? norm_plan(config, a.m, a.k, groups, copies_of(a.m, a.k, rows, swiglu))
-                                          : plan_for(config, a.m, a.k, groups, copies_of(a.m, a.k, rows, swiglu));
+  const PipePlan plan = plan_for(config, a.m, a.k, groups, copies_of(a.m, a.k, rows, swiglu));
   if (copies_of(a.m, a.k, rows, swiglu) == 0)
     return plan.x_once ? launch_copies<false, true>(config, group, groups, plan, stream)
                        : launch_copies<false, false>(config, group, groups, plan, stream);
@@ -342,31 +316,8 @@ bool pipe_group_fits(const GemmArgs* args, int count) {
   return shape_fits(config, args[0].m, args[0].k, rows) && slice_count(args[0].k) == 1 && maps_ok(config, args, count);
 }
 
-bool pipe_norm_fits(const GemmArgs* args, int count) {
-  if (!pipe_norm.load(std::memory_order_relaxed) || count < 1 || count > kPipeGroupMax) return false;
-  if (!cuda_features().tma || !cuda_features().pdl || slice_count(args[0].k) != 1 || args[0].k % kBlockK != 0 ||
-      args[0].m < 1 || args[0].m > 16)
-    return false;
-  int64_t rows = 0;
-  for (int i = 0; i < count; ++i) rows += args[i].n;
-  const int config = config_for(false, args[0].m, args[0].k, rows);
-  const PipePlan plan = norm_plan(config, args[0].m, args[0].k, groups_for(config, rows),
-                                  copies_of(args[0].m, args[0].k, rows, false));
-  return plan.smem <= optin_bytes_granted && maps_ok(config, args, count);
-}
-
-Status launch_pipe_norm(const GemmArgs* args, int count, const StagedNorm& norm, cudaStream_t stream) {
-  GemmArgs planted[kPipeGroupMax];  // set_decode_pipe_fault_for_test: the K walk backwards here too
-  for (int i = 0; i < count; ++i) {
-    planted[i] = args[i];
-    planted[i].reverse_k = pipe_fault.load(std::memory_order_relaxed) ? 1 : 0;
-  }
-  return launch_pipe_group(planted, count, stream, &norm);
-}
-
-Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream, const StagedNorm* norm) {
+Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream) {
   PipeGroup group{};
-  if (norm) group.norm = *norm;
   group.count = count;
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += args[i].n;
@@ -439,9 +390,6 @@ Status gemm_decode_pipe(const GemmEngine& engine, int config, const bf16* x, int
 }
 
 void set_decode_pipe_fault_for_test(bool on) { gemm_detail::pipe_fault.store(on, std::memory_order_relaxed); }
-
-void set_decode_pipe_norm(bool on) { gemm_detail::pipe_norm.store(on, std::memory_order_relaxed); }
-bool decode_pipe_norm() { return gemm_detail::pipe_norm.load(std::memory_order_relaxed); }
 
 bool decode_pipe_routes(int64_t m, const DeviceMatrix& w, bool swiglu, bool* x_once) {
   if (x_once) *x_once = false;

@@ -13,7 +13,6 @@
 
 #include "compute/cuda/gemm_async.cuh"
 #include "compute/cuda/gemm_decode.cuh"
-#include "compute/cuda/gemm_decode_pipe_norm.cuh"
 
 namespace ls::cuda::gemm_detail {
 
@@ -28,7 +27,6 @@ struct PipeGroup {
   GemmArgs args[kPipeGroupMax];
   int first_block[kPipeGroupMax + 1];
   int count;
-  StagedNorm norm;  // NORM launches: x = RMSNorm(round(h + delta)) * weight, h_out written by CTA 0
 };
 struct BoxGroup : PipeGroup {
   CUtensorMap w[kPipeGroupMax];
@@ -108,9 +106,8 @@ __device__ __forceinline__ void finish_item(const GemmArgs& args, float (&acc)[T
 // copies the W box(es), row copies: lane j copies W row j. ldmatrix reads x rows >= m as row m - 1 (they feed only
 // output rows >= m, never stored; mma rows are independent). SWIGLU (TILES = 2): W rows 0..7 are gate columns c..,
 // 8..15 the up columns F + c.., stored as swiglu's bits. Sliced K: the slice sums meet in shared memory and are added
-// in slice order. NORM (x once; session 12, set_decode_pipe_norm): x is made by the CTA from the group's norm
-// (pipe_norm_x, its weight loaded before the wait); the same mma order, so the same bits.
-template <bool BOXES, bool X_ONCE, int WARPS, int TILES, int A_ROWS, bool SWIGLU, bool NORM = false>
+// in slice order.
+template <bool BOXES, bool X_ONCE, int WARPS, int TILES, int A_ROWS, bool SWIGLU>
 __global__ void __launch_bounds__(32 * WARPS)
     decode_pipe_kernel(const __grid_constant__ PipeLaunch<BOXES> group, int groups, int stages, int chunk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -145,7 +142,7 @@ __global__ void __launch_bounds__(32 * WARPS)
   let_next_kernel_start();
   if (threadIdx.x < WARPS * stages)
     barrier_init(bar_base + ((threadIdx.x / stages) * kPipeMaxStages + threadIdx.x % stages) * 8, 1);
-  if (X_ONCE && !NORM && threadIdx.x == 0) barrier_init(x_bar, 1);
+  if (X_ONCE && threadIdx.x == 0) barrier_init(x_bar, 1);
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
   if constexpr (BOXES)
@@ -192,13 +189,8 @@ __global__ void __launch_bounds__(32 * WARPS)
     walk.advance(issue_item, issue_c);
   }
   __syncwarp();  // the expectations are set before any x copy can land
-  NormWeights<WARPS> norm_weights;
-  if constexpr (NORM) norm_weights.load(group.norm, args.k);
   wait_for_previous_kernel();
-  if constexpr (X_ONCE && NORM) {
-    pipe_norm_x<WARPS>(group.norm, m, args.k, aligned + (x_once - rings), x_pitch, reinterpret_cast<double*>(partial),
-                       norm_weights);
-  } else if constexpr (X_ONCE) {
+  if constexpr (X_ONCE) {
     if (warp == 0) {
       if (lane == 0) barrier_expect(x_bar, m * args.k * 2);
       __syncwarp();

@@ -11,7 +11,6 @@
 
 #include "compute/cuda/decode_norm.cuh"
 #include "compute/cuda/gemm_decode.cuh"
-#include "compute/cuda/norm_order.h"
 
 namespace ls::cuda::gemm_detail {
 namespace {
@@ -327,8 +326,7 @@ Status check_decode_norm(const DecodeNorm& norm, int64_t m, int64_t k, const cha
        reinterpret_cast<uintptr_t>(norm.h_out) | reinterpret_cast<uintptr_t>(norm.weight)) % 16 != 0)
     return Status(ErrorCode::InvalidArgument, std::string(what) + " needs 16-byte aligned h, delta, h_out, weight");
   out = {reinterpret_cast<const __nv_bfloat16*>(norm.h), reinterpret_cast<const __nv_bfloat16*>(norm.delta),
-         reinterpret_cast<__nv_bfloat16*>(norm.h_out), reinterpret_cast<const __nv_bfloat16*>(norm.weight), norm.eps,
-         norm_sliced()};
+         reinterpret_cast<__nv_bfloat16*>(norm.h_out), reinterpret_cast<const __nv_bfloat16*>(norm.weight), norm.eps};
   return ok_status();
 }
 
@@ -356,8 +354,6 @@ Status gemm_decode_norm(const GemmEngine& engine, const DecodeNorm& norm, int64_
                                            reinterpret_cast<__nv_bfloat16*>(ys[i]), nullptr, static_cast<int>(m),
                                            static_cast<int>(w.rows), static_cast<int>(w.cols), 0};
   }
-  if (gemm_detail::pipe_norm_fits(launch.args, launch.count))  // set_decode_pipe_norm
-    return gemm_detail::launch_pipe_norm(launch.args, launch.count, launch.norm, stream);
   return gemm_detail::launch_staged_index(gemm_detail::norm_group_config, false, launch, stream);
 }
 

@@ -13,7 +13,6 @@
 #include <string>
 
 #include "compute/cuda/cuda_util.h"
-#include "compute/cuda/norm_order.h"
 #include "compute/cuda/pdl.cuh"
 #include "model/lfm2/cuda/expert_router.cuh"
 #include "model/lfm2/cuda/state_device.cuh"
@@ -188,10 +187,8 @@ Status route_and_plan_lean(const RoutePlan& a, cudaStream_t stream) {
                     "multiple of 8 within " + std::to_string(g_shared_optin) + " bytes of shared memory, got K " +
                         std::to_string(a.hidden) + ", rows " + std::to_string(a.rows));
     const int shared = static_cast<int>(lean_norm_shared_bytes(a.rows, a.experts, a.k, a.hidden));
-    RoutePlan plan = a;
-    plan.norm_sliced = ls::cuda::norm_sliced();  // the norm order every target norm takes now
     LS_RETURN_IF_ERROR(
-        ls::cuda::launch_programmatic(route_plan_lean_kernel<true>, dim3(1), kLeanWarps * 32, shared, stream, plan));
+        ls::cuda::launch_programmatic(route_plan_lean_kernel<true>, dim3(1), kLeanWarps * 32, shared, stream, a));
     LS_CUDA_TRY_LAUNCH("route_plan_lean_kernel");
     return ok_status();
   }

@@ -47,8 +47,7 @@ __host__ __device__ inline int64_t norm_bytes(int64_t rows, int64_t hidden) { re
 // arithmetic: h = round(h + delta) in place, then x = round(weight * round(h * inverse_rms)) into norm_out and into
 // the swizzled x tiles (x_tiles, rows8 rows a K tile), whose padding is zero already. weight: the norm weight staged
 // in shared memory; inverse: [rows] floats of shared memory. Each row's sum of squares by one warp in
-// warp_inverse_rms's order (the sliced order under cuda::set_norm_sliced). Ends with every x tile written (block
-// sync).
+// warp_inverse_rms's order. Ends with every x tile written (block sync).
 __device__ __forceinline__ void norm_rows_into_x(const RoutePlan& a, unsigned char* x_tiles, int rows8,
                                                  const uint4* weight, float* inverse) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -82,7 +81,7 @@ __device__ __forceinline__ void norm_rows_into_x(const RoutePlan& a, unsigned ch
         [&](int e) {
           return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(tile_chunk(r, e >> 3))[e & 7]);
         },
-        D, a.norm_eps, a.norm_sliced);
+        D, a.norm_eps);
     if (lane == 0) inverse[r] = inv;
   }
   __syncthreads();

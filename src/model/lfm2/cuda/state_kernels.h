@@ -246,7 +246,6 @@ struct RoutePlan {
   float norm_eps = 0.0f;
   bf16* norm_out = nullptr;
   bool norm_fault_for_test = false;  // planted fault: x = round(weight * h * inverse_rms) with one rounding, not two
-  bool norm_sliced = false;  // set by route_and_plan_lean from cuda::norm_sliced(): the sliced sum-of-squares order
 };
 bool route_and_plan_fits(int64_t rows, int experts, int k);
 bool router_in_route_fits(int64_t hidden);
