@@ -1,7 +1,6 @@
 // Synthetic acceptance (benchmarks only): profiles hit their mean, the decorator keeps the real drafter's cost and
 // faults, its proposals land at the profile's rates, and replies stay token-identical to plain through the lanes.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,12 +11,9 @@
 #include <vector>
 
 #include "base/hash.h"
-#include "cli/commands.h"
-#include "draft/dspark/config.h"
 #include "draft/load.h"
 #include "draft/synthetic/acceptance_profile.h"
 #include "draft/synthetic/synthetic_acceptance_drafter.h"
-#include "draft/synthetic/synthetic_drafter_checkpoint.h"
 #include "lanes/lanes.h"
 #include "lanes/testing/fake_drafter.h"
 #include "lanes/testing/fake_target.h"
@@ -84,10 +80,10 @@ struct DirectRig {
   RecordedDrafter inner;
   SyntheticAcceptanceDrafter synthetic;
 
-  DirectRig(int length, int vocab, const AcceptanceProfile& profile)
+  DirectRig(int length, int vocab, const AcceptanceProfile& profile, uint64_t seed = 42)
       : sequence(make_sequence(length, vocab)),
         inner(inner_options(vocab, profile.depth())),
-        synthetic(inner, SyntheticAcceptanceOptions{profile, 42, vocab}) {
+        synthetic(inner, SyntheticAcceptanceOptions{profile, seed, vocab}) {
     inner.expect(1, sequence);
     synthetic.expect(1, sequence);
   }
@@ -112,6 +108,97 @@ struct DirectRig {
     return request;
   }
 };
+
+// Drafts `windows` full-depth windows of stream 1 the way the lanes do: each anchor lands past the last window's
+// kept drafts and bonus (`stride` > 0: `stride` positions on instead). Returns each window's accepted length.
+std::vector<int> run_windows(DirectRig& rig, int windows, int depth, int stride = 0) {
+  std::vector<int> lengths;
+  int64_t anchor = 1;
+  EXPECT_TRUE(rig.synthetic.absorb(1, 0, 1, {}).ok());
+  for (int window = 0; window < windows; ++window) {
+    const DraftRequest request = rig.request(anchor, depth);
+    const std::vector<Draft> drafts = rig.synthetic.draft(std::span(&request, 1));
+    EXPECT_TRUE(drafts[0].status.ok()) << drafts[0].status.to_string();
+    int kept = 0;
+    while (kept < depth && drafts[0].tokens[kept] == rig.sequence[anchor + 1 + kept]) ++kept;
+    lengths.push_back(1 + kept);
+    const int64_t next = anchor + (stride > 0 ? stride : 1 + kept);
+    EXPECT_TRUE(rig.synthetic.absorb(1, anchor, static_cast<int>(next - anchor), {}).ok());
+    anchor = next;
+  }
+  return lengths;
+}
+
+double mean_of(const std::vector<int>& lengths) {
+  return std::accumulate(lengths.begin(), lengths.end(), 0.0) / static_cast<double>(lengths.size());
+}
+
+TEST(SyntheticAcceptanceDrafter, AFewHundredWindowsRealizeTheProfileMeanWithinTwoPercentForEverySeed) {
+  // One golden-ratio uniform a window: 300 windows' mean is within 1 % of the profile's for any start (independent
+  // draws per window or per position miss 2 % in about half of such runs: 8 seeds all inside would be luck).
+  for (auto [mean, depth] : {std::pair{5.02, 9}, std::pair{3.0, 7}}) {
+    const AcceptanceProfile profile = profile_or_die(mean, depth);
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      DirectRig rig(300 * (depth + 1) + depth + 2, 1000, profile, seed);
+      const double realized = mean_of(run_windows(rig, 300, depth));
+      EXPECT_NEAR(realized, profile.mean_accepted_length(), 0.02 * profile.mean_accepted_length())
+          << "seed " << seed << ", profile mean " << mean;
+    }
+  }
+}
+
+TEST(SyntheticAcceptanceDrafter, AWindowsDrawDependsOnSeedStreamAndWindowIndexOnly) {
+  const AcceptanceProfile profile = profile_or_die(5.02, 9);
+  DirectRig first(4000, 1000, profile, 7), again(4000, 1000, profile, 7), other_seed(4000, 1000, profile, 8);
+  const std::vector<int> lengths = run_windows(first, 200, 9);
+  EXPECT_EQ(run_windows(again, 200, 9), lengths) << "the same (seed, stream) draws the same windows";
+  EXPECT_NE(run_windows(other_seed, 200, 9), lengths);
+  // The n-th window accepts as many whatever its anchor (q is the same at every depth).
+  DirectRig strided(4000, 1000, profile, 7);
+  EXPECT_EQ(run_windows(strided, 200, 9, 13), lengths);
+  // Another stream id has its own sequence.
+  DirectRig stream_two(4000, 1000, profile, 7);
+  stream_two.inner.expect(2, stream_two.sequence);
+  stream_two.synthetic.expect(2, stream_two.sequence);
+  ASSERT_TRUE(stream_two.synthetic.absorb(2, 0, 1, {}).ok());
+  std::vector<int> lengths_two;
+  for (int64_t anchor = 1; anchor <= 200; ++anchor) {
+    DraftRequest request = stream_two.request(anchor, 9);
+    request.stream = 2;
+    const std::vector<Draft> drafts = stream_two.synthetic.draft(std::span(&request, 1));
+    int kept = 0;
+    while (kept < 9 && drafts[0].tokens[kept] == stream_two.sequence[anchor + 1 + kept]) ++kept;
+    lengths_two.push_back(1 + kept);
+    ASSERT_TRUE(stream_two.synthetic.absorb(2, anchor, 1, {}).ok());
+  }
+  EXPECT_NE(lengths_two, lengths);
+}
+
+TEST(SyntheticAcceptanceDrafter, ARepeatedAnchorIsTheSameWindowAndExpectOrReleaseStartsOver) {
+  const AcceptanceProfile profile = profile_or_die(5.02, 9);
+  DirectRig rig(4000, 1000, profile, 7);
+  const std::vector<int> lengths = run_windows(rig, 40, 9, 1);
+  // Draft every anchor twice: the repeat is the same window (same tokens), so the sequence of windows is unchanged.
+  DirectRig twice(4000, 1000, profile, 7);
+  ASSERT_TRUE(twice.synthetic.absorb(1, 0, 1, {}).ok());
+  for (int64_t anchor = 1; anchor <= 40; ++anchor) {
+    const DraftRequest request = twice.request(anchor, 9);
+    const std::vector<Draft> drafts = twice.synthetic.draft(std::span(&request, 1));
+    EXPECT_EQ(twice.synthetic.draft(std::span(&request, 1))[0].tokens, drafts[0].tokens) << anchor;
+    int kept = 0;
+    while (kept < 9 && drafts[0].tokens[kept] == twice.sequence[anchor + 1 + kept]) ++kept;
+    EXPECT_EQ(1 + kept, lengths[anchor - 1]) << anchor;
+    ASSERT_TRUE(twice.synthetic.absorb(1, anchor, 1, {}).ok());
+  }
+  // expect() and release() both restart the stream's windows at 0.
+  rig.synthetic.expect(1, rig.sequence);
+  rig.inner.release(1);
+  rig.inner.expect(1, rig.sequence);
+  EXPECT_EQ(run_windows(rig, 40, 9, 1), lengths);
+  rig.synthetic.release(1);
+  rig.inner.expect(1, rig.sequence);
+  EXPECT_EQ(run_windows(rig, 40, 9, 1), lengths);
+}
 
 TEST(SyntheticAcceptanceDrafter, FullDepthWindowsAcceptTheProfileMeanOnALongRun) {
   const AcceptanceProfile profile = profile_or_die(5.02, 9);
@@ -240,7 +327,7 @@ TEST(SyntheticAcceptanceDrafter, ThroughTheLanesWithFreeRowsTheMeasuredMeanIsThe
   const LanesStats& stats = (*lanes)->stats();
   ASSERT_GT(stats.windows_with_drafts, 1000);
   const double mean = 1.0 + double(stats.drafts_accepted) / double(stats.windows_with_drafts);
-  EXPECT_NEAR(mean, 5.02, 0.2) << stats.windows_with_drafts << " drafted windows, " << stats.drafts_verified
+  EXPECT_NEAR(mean, 5.02, 0.02 * 5.02) << stats.windows_with_drafts << " drafted windows, " << stats.drafts_verified
                                << " drafts verified";
   EXPECT_GT(double(stats.drafts_verified) / double(stats.windows_with_drafts), 8.5) << "full-depth windows";
   EXPECT_EQ(synthetic.record_mismatches(), 0);
@@ -307,99 +394,6 @@ TEST_P(SyntheticAcceptanceOnNano, DraftedRepliesWithSyntheticAcceptanceEqualPlai
   EXPECT_GT((*lanes)->stats().drafts_accepted, 0);
   EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
   EXPECT_EQ(synthetic.record_mismatches(), 0);
-}
-
-// Runs a CLI subcommand in-process on {name, args...}; its stdout / stderr into *out / *err when given.
-int run_cli(int (*command)(int, char**), std::vector<std::string> args, std::string* out = nullptr,
-            std::string* err = nullptr) {
-  args.insert(args.begin(), "cli");
-  std::vector<char*> pointers;
-  for (std::string& arg : args) pointers.push_back(arg.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  const int code = command(static_cast<int>(pointers.size()), pointers.data());
-  const std::string printed = testing::internal::GetCapturedStdout();
-  const std::string reported = testing::internal::GetCapturedStderr();
-  if (out) *out = printed;
-  if (err) *err = reported;
-  return code;
-}
-
-TEST(SyntheticDrafterCheckpoint, TapsAreLiquidAIsPublishedIdsOrSpreadEvenlyAndOneLayerIsRefused) {
-  EXPECT_EQ(*dspark::drafter_taps_for(16), (std::vector<int>{2, 5, 8, 11, 14}));
-  EXPECT_EQ(*dspark::drafter_taps_for(24), (std::vector<int>{2, 6, 10, 14, 18}));
-  EXPECT_EQ(*dspark::drafter_taps_for(30), (std::vector<int>{2, 9, 17, 21, 27}));
-  EXPECT_EQ(*dspark::drafter_taps_for(4), (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(*dspark::drafter_taps_for(10), (std::vector<int>{0, 2, 4, 6, 8}));
-  EXPECT_EQ(*dspark::drafter_taps_for(2), (std::vector<int>{0}));
-  EXPECT_EQ(dspark::drafter_taps_for(1).status().code(), ErrorCode::InvalidArgument);
-  io::ModelConfig odd;
-  odd.hidden_size = 1000;
-  odd.num_layers = 16;
-  odd.vocab_size = 512;
-  Result<std::string> refused = dspark::drafter_config_json(odd, {});
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), ErrorCode::InvalidArgument);
-  EXPECT_NE(refused.status().message().find("1000"), std::string::npos);
-}
-
-TEST(SyntheticDrafterCheckpoint, SynthWritesADrafterThatLoadsBesideItsTarget) {
-  const std::string dir = testing::TempDir() + "/synth_pair_" + std::to_string(getpid());
-  ASSERT_EQ(run_cli(cli::run_synth, {"--shape", "lfm2-350m", "--layers", "4", "--vocab", "512", "--out", dir + "/t",
-                                     "--drafter-out", dir + "/d", "--drafter-layers", "1", "--drafter-block", "4"}),
-            0);
-  Result<dspark::DsparkConfig> config = dspark::read_dspark_config(dir + "/d");
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  EXPECT_EQ(config->block_size, 4);
-  EXPECT_EQ(config->num_layers, 1);
-  EXPECT_EQ(config->target_layer_ids, (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(config->markov_rank, 256);
-  EXPECT_TRUE(config->has_confidence);
-  LoadOptions load;
-  load.exact_width_probe = 0;
-  auto target = load_target(dir + "/t", load);
-  ASSERT_TRUE(target.ok()) << target.status().to_string();
-  auto drafter = load_drafter(dir + "/d", **target, DrafterOptions{});
-  ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
-  EXPECT_EQ((*drafter)->facts().max_depth, 4);
-  EXPECT_EQ(run_cli(cli::run_synth, {"--shape", "lfm2-350m", "--layers", "2", "--vocab", "512", "--out", dir + "/t2",
-                                     "--drafter-out", dir + "/d2", "--drafter-layers", "0"}),
-            2);
-  std::filesystem::remove_all(dir);
-}
-
-TEST(SyntheticAcceptanceGenerate, GenerateWithSyntheticAcceptancePrintsThePlainReplyAndRefusesBadMeans) {
-  if (!std::filesystem::exists(kNanoTarget + "/config.json") || !std::filesystem::exists(kNanoDrafter + "/config.json"))
-    GTEST_SKIP() << "no nano pair under models/nano";
-  for (const std::vector<std::string>& sampling :
-       {std::vector<std::string>{}, std::vector<std::string>{"--temperature", "0.8", "--top-k", "20", "--seed", "5"}}) {
-    std::vector<std::string> plain_args = {"--model", kNanoTarget, "--prompt-ids", "1,30,31,32,33", "--max-tokens",
-                                           "40", "--threads", "2"};
-    plain_args.insert(plain_args.end(), sampling.begin(), sampling.end());
-    std::vector<std::string> synthetic_args = plain_args;
-    // --draft-always: the drafts reach the verifier whatever this machine's timings make pricing decide.
-    for (const char* arg : {"--drafter", kNanoDrafter.c_str(), "--synthetic-acceptance", "5.02", "--draft-always"})
-      synthetic_args.push_back(arg);
-    std::string plain, synthetic, report;
-    ASSERT_EQ(run_cli(cli::run_generate, plain_args, &plain), 0);
-    ASSERT_EQ(run_cli(cli::run_generate, synthetic_args, &synthetic, &report), 0);
-    EXPECT_GT(plain.size(), 10u);
-    EXPECT_EQ(synthetic, plain);
-    // "drafting: R rounds, V drafts verified, A accepted, ...": the replayed drafts were verified and kept.
-    const size_t verified = report.find(" drafts verified, ");
-    ASSERT_NE(verified, std::string::npos) << report;
-    EXPECT_GT(std::atoi(report.c_str() + verified + 18), 0) << report;
-  }
-  const std::vector<std::string> base = {"--model", kNanoTarget, "--prompt-ids", "1,2,3", "--max-tokens", "4"};
-  auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = base;
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
-  };
-  EXPECT_EQ(run_cli(cli::run_generate, with({"--synthetic-acceptance", "5.02"})), 1) << "needs --drafter";
-  EXPECT_EQ(run_cli(cli::run_generate, with({"--drafter", kNanoDrafter, "--synthetic-acceptance", "0.5"})), 1);
-  EXPECT_EQ(run_cli(cli::run_generate, with({"--drafter", kNanoDrafter, "--synthetic-acceptance", "9.5"})), 1)
-      << "the nano drafter's 7 drafts reach a mean of at most 8";
 }
 
 INSTANTIATE_TEST_SUITE_P(Streams, SyntheticAcceptanceOnNano,

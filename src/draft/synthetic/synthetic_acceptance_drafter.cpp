@@ -1,4 +1,4 @@
-// Synthetic acceptance: the inner drafter's pass, then recorded tokens right at the profile's rates.
+// Synthetic acceptance: the inner drafter's pass, then recorded tokens right at the profile's rates (one uniform a window).
 #include "draft/synthetic/synthetic_acceptance_drafter.h"
 
 #include <algorithm>
@@ -18,7 +18,25 @@ uint64_t draft_key(uint64_t seed, StreamId stream, int64_t anchor_position, int 
   return splitmix64(key ^ static_cast<uint64_t>(k));
 }
 
+// 2^64 / golden ratio: the Weyl step whose fractional sequence frac(u_0 + n / phi) spreads most evenly over (0, 1).
+constexpr uint64_t kGoldenStep = 0x9e3779b97f4a7c15ull;
+
+// The start u_0 of stream `stream`'s window sequence, as 64 fixed-point bits of a fraction.
+uint64_t window_start(uint64_t seed, StreamId stream) {
+  return splitmix64(splitmix64(seed ^ 0x3a1d0c5e11f0ull) ^ static_cast<uint64_t>(stream));
+}
+
 }  // namespace
+
+double SyntheticAcceptanceDrafter::window_uniform(const DraftRequest& request) {
+  WindowCursor& cursor = cursors_[request.stream];
+  if (cursor.window < 0 || cursor.anchor_position != request.anchor_position) {
+    ++cursor.window;
+    cursor.anchor_position = request.anchor_position;
+  }
+  // Mod 2^64 in fixed point: exact for any window count.
+  return uniform_open01(window_start(options_.seed, request.stream) + static_cast<uint64_t>(cursor.window) * kGoldenStep);
+}
 
 SyntheticAcceptanceDrafter::SyntheticAcceptanceDrafter(Drafter& inner, SyntheticAcceptanceOptions options)
     : inner_(inner), options_(std::move(options)), facts_(inner.facts()) {
@@ -28,6 +46,7 @@ SyntheticAcceptanceDrafter::SyntheticAcceptanceDrafter(Drafter& inner, Synthetic
 
 void SyntheticAcceptanceDrafter::expect(StreamId stream, std::vector<int32_t> sequence) {
   sequences_[stream] = std::move(sequence);
+  cursors_.erase(stream);
 }
 
 Status SyntheticAcceptanceDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
@@ -50,6 +69,7 @@ std::vector<Draft> SyntheticAcceptanceDrafter::draft(std::span<const DraftReques
     }
     draft.tokens.resize(request.depth, 0);
     draft.chances.resize(request.depth);
+    const double u = window_uniform(request);
     double chain = 1.0;
     for (int k = 1; k <= request.depth; ++k) {
       const size_t depth_index = static_cast<size_t>(k - 1);
@@ -64,7 +84,7 @@ std::vector<Draft> SyntheticAcceptanceDrafter::draft(std::span<const DraftReques
       }
       const int32_t truth = (*sequence)[position];
       const uint64_t key = draft_key(options_.seed, request.stream, request.anchor_position, k);
-      if (uniform_open01(key) < q) {
+      if (u < chain) {
         draft.tokens[depth_index] = truth;
       } else {
         const uint64_t offset = 1 + splitmix64(key ^ 0xbadbadbadull) % static_cast<uint64_t>(options_.vocab_size - 1);
@@ -75,7 +95,10 @@ std::vector<Draft> SyntheticAcceptanceDrafter::draft(std::span<const DraftReques
   return drafts;
 }
 
-void SyntheticAcceptanceDrafter::release(StreamId stream) { inner_.release(stream); }
+void SyntheticAcceptanceDrafter::release(StreamId stream) {
+  cursors_.erase(stream);
+  inner_.release(stream);
+}
 
 Status SyntheticAcceptanceDrafter::absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) {
   return inner_.absorb_device(rows, taps);

@@ -3,9 +3,12 @@
 // probability and deterministically wrong otherwise. Random-weight checkpoints draft nothing useful; this gives
 // them a realistic acceptance while verification stays real, so the tokens stay exact.
 //
-// For a request with anchor position p, draft k (k = 1..depth, position p + k) is the recorded token at p + k when
-// u(seed, stream, p, k) < q_k, else another token (keyed by the same counter). Draws are independent per position,
-// so P(drafts 1..k all right) = prod_{j<=k} q_j; the chances reported are exactly those products.
+// Each window (a stream's n-th distinct anchor; a repeated anchor is the same window) takes ONE uniform u_n from the
+// stream's golden-ratio sequence u_n = frac(u_0(seed, stream) + n * 0.618...), and draft k (position p + k) is the
+// recorded token iff u_n < chain_k = prod_{j<=k} q_j, else another token keyed by (seed, stream, p, k). So
+// P(drafts 1..k all right) = chain_k and P(k right | k-1 right) = q_k, as with independent draws, but the realized
+// accepted lengths follow the profile with low variance: over N windows their mean is off by O(log N / N), not
+// O(1 / sqrt N) (300 full-depth windows at mean 5.02: within 1 %, where independent draws miss by 2 % half the time).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +31,8 @@ class SyntheticAcceptanceDrafter final : public Drafter {
   // `inner` is borrowed and must outlive this decorator; the decorator reports confidences (the profile's chances).
   SyntheticAcceptanceDrafter(Drafter& inner, SyntheticAcceptanceOptions options);
 
-  // The whole sequence (prompt, then the plain reply) stream `stream` is expected to produce.
+  // The whole sequence (prompt, then the plain reply) stream `stream` is expected to produce; its windows count
+  // from 0 again.
   void expect(StreamId stream, std::vector<int32_t> sequence);
 
   const DraftFacts& facts() const override { return facts_; }
@@ -49,7 +53,16 @@ class SyntheticAcceptanceDrafter final : public Drafter {
   Drafter& inner_;
   SyntheticAcceptanceOptions options_;
   DraftFacts facts_;
+  // A stream's window counter: the index of its current window and that window's anchor position.
+  struct WindowCursor {
+    int64_t window = -1;
+    int64_t anchor_position = -1;
+  };
+  // u_n of the window `request` opens or repeats (advances the stream's cursor on a new anchor).
+  double window_uniform(const DraftRequest& request);
+
   std::map<StreamId, std::vector<int32_t>> sequences_;
+  std::map<StreamId, WindowCursor> cursors_;
   int64_t record_mismatches_ = 0;
   int64_t unrecorded_positions_ = 0;
 };
