@@ -1,6 +1,6 @@
 // ShortConv inputs for the conv tests: one window per stream of the given widths, each stream's conv history in the
 // given slot (of 5 slots, 3 conv layers, layer 1), random bcx / history / weights / bias on the device, and the
-// ConvArgs over them; and the count of bf16 outputs whose bits differ.
+// ConvArgs over them; differing_bits (cuda_test_util.h) counts the bf16 outputs whose bits differ.
 #pragma once
 #ifdef LS_HAVE_CUDA
 
@@ -61,11 +61,7 @@ inline ConvCase conv_case(int K, int D, const std::vector<int>& widths, const st
   return c;
 }
 
-inline int differing_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
-  int n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += a[i].bits != b[i].bits;
-  return n;
-}
+using cuda::testing::differing_bits;
 
 }  // namespace ls::lfm2::gpu::testing
 

@@ -64,6 +64,13 @@ inline std::vector<float> bf16_exact(std::vector<float> values) {
   return values;
 }
 
+// How many of the bf16 values differ from the other's in their bits (the two have the same size).
+inline int differing_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += a[i].bits != b[i].bits;
+  return differ;
+}
+
 // Device ms per call of `launch` (repeats calls back to back between two events on the default stream).
 inline float device_ms_per_call(int repeats, const std::function<void()>& launch) {
   cudaEvent_t start, stop;

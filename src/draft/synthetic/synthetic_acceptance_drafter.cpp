@@ -1,4 +1,4 @@
-// Synthetic acceptance: the inner drafter's pass, then recorded tokens right at the profile's rates (one uniform a window).
+// Synthetic acceptance: the inner drafter's pass, then recorded tokens right at the profile's rates (a draw a window).
 #include "draft/synthetic/synthetic_acceptance_drafter.h"
 
 #include <algorithm>
@@ -35,7 +35,8 @@ double SyntheticAcceptanceDrafter::window_uniform(const DraftRequest& request) {
     cursor.anchor_position = request.anchor_position;
   }
   // Mod 2^64 in fixed point: exact for any window count.
-  return uniform_open01(window_start(options_.seed, request.stream) + static_cast<uint64_t>(cursor.window) * kGoldenStep);
+  const uint64_t start = window_start(options_.seed, request.stream);
+  return uniform_open01(start + static_cast<uint64_t>(cursor.window) * kGoldenStep);
 }
 
 SyntheticAcceptanceDrafter::SyntheticAcceptanceDrafter(Drafter& inner, SyntheticAcceptanceOptions options)
