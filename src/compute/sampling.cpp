@@ -2,6 +2,7 @@
 #include "compute/sampling.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -15,6 +16,17 @@ namespace {
 // Largest Gumbel noise any key can give (u is at most 1 - 2^-54); a candidate whose logit / T plus this bound is
 // below the best score so far cannot win, so it is skipped without hashing. The margin covers log's rounding.
 const double kGumbelBound = -std::log(-std::log(uniform_open01(~0ull))) + 1e-6;
+
+// An upper bound of one key's Gumbel noise from its bits, so that most ids are skipped after the key without the two
+// logs: -log(-log u) <= -log(1 - u), and 1 - u >= 2^(bit_width(j) - 54) for the key's 53-bit j = 2^53 - 1 - (key >>
+// 11), so the bound is (54 - bit_width(j)) ln 2 plus a margin for the logs' and sums' rounding (scores are far below
+// 1e6). j = 0 can round u to 1: no bound.
+double key_noise_bound(uint64_t key) {
+  constexpr double kLn2 = 0.69314718055994530942;
+  const uint64_t j = ((uint64_t{1} << 53) - 1) - (key >> 11);
+  if (j == 0) return std::numeric_limits<double>::infinity();
+  return static_cast<double>(54 - static_cast<int>(std::bit_width(j))) * kLn2 + 1e-6;
+}
 
 // Candidate order for top-k and top-p: larger logit first, ties to the lower id.
 struct ByLogitThenId {
@@ -138,15 +150,19 @@ int32_t draw_token(std::span<const float> logits, const Sampling& sampling, int6
     }
   };
   if (all) {
-    // Start from the largest logit so the bound prunes most of the vocabulary, then scan ids in order;
+    // Start from the largest logit so the bounds prune most of the vocabulary, then scan ids in order;
     // ties still go to the lower id because a tie with the start is resolved by comparing ids.
     const int32_t start = greedy_token(logits);
     consider(start);
+    // The key's first two rounds depend only on (seed, position).
+    const uint64_t prefix = splitmix64(splitmix64(sampling.seed) ^ static_cast<uint64_t>(position));
     for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
       if (id == start) continue;
       const double scaled = static_cast<double>(logits[id]) / temperature;
       if (std::isnan(scaled) || scaled + kGumbelBound < best_score) continue;
-      const double score = scaled + sampling_gumbel(sampling.seed, position, id);
+      const uint64_t key = splitmix64(prefix ^ static_cast<uint64_t>(static_cast<uint32_t>(id)));
+      if (scaled + key_noise_bound(key) < best_score) continue;  // this key's noise cannot reach the best score
+      const double score = scaled - std::log(-std::log(uniform_open01(key)));
       if (score > best_score || (score == best_score && id < best)) {
         best = id;
         best_score = score;

@@ -1,9 +1,11 @@
-// Tests for the keyed sampler: greedy ties, keyed Gumbel draws matching softmax, top-k / top-p / min-p exclusions.
+// Tests for the keyed sampler: greedy ties, keyed Gumbel draws matching softmax, top-k / top-p / min-p exclusions, and
+// the pruned full-vocabulary draw equal to the brute-force Gumbel argmax on every kind of logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -193,6 +195,62 @@ TEST(KeyedSampler, PrunedFullVocabularyDrawEqualsTheBruteForceGumbelArgmax) {
       EXPECT_EQ(draw_token(logits, sampling, 77), expected) << "trial " << trial << " T " << temperature;
     }
   }
+}
+
+// Logits of one kind: flat (a weak drafter), peaked, wide, with NaN and infinities, or with ties at the top.
+std::vector<float> logits_of(int kind, int vocab, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, kind == 0 ? 0.3f : kind == 2 ? 8.0f : 2.0f);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (float& value : logits) value = normal(rng);
+  if (kind == 1) logits[rng() % vocab] += 12.0f;
+  if (kind == 3) {
+    logits[rng() % vocab] = std::numeric_limits<float>::quiet_NaN();
+    logits[rng() % vocab] = -std::numeric_limits<float>::infinity();
+  }
+  if (kind == 4) {
+    const int top = static_cast<int>(rng() % vocab);
+    logits[top] = logits[(top + 7) % vocab] = 9.0f;
+  }
+  if (kind == 5) logits[rng() % vocab] = std::numeric_limits<float>::infinity();
+  return logits;
+}
+
+// Every non-NaN id scored in id order, ties to the lower id; 0 when all are NaN (draw_token's greedy fallback).
+int32_t brute_force_draw(const std::vector<float>& logits, const Sampling& sampling, int64_t position) {
+  int32_t best = -1;
+  double best_score = -std::numeric_limits<double>::infinity();
+  for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
+    if (std::isnan(logits[id])) continue;
+    const double score = static_cast<double>(logits[id]) / sampling.temperature +
+                         sampling_gumbel(sampling.seed, position, id);
+    if (best < 0 || score > best_score) {
+      best = id;
+      best_score = score;
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
+TEST(KeyedSampler, PrunedDrawsEqualTheBruteForceDrawOnFlatPeakedWideNanInfiniteAndTiedLogits) {
+  std::mt19937 rng(1234);
+  int draws = 0;
+  for (int vocab : {1, 2, 17, 8192}) {
+    for (int kind = 0; kind < 6; ++kind) {
+      for (float temperature : {0.3f, 0.8f, 1.0f, 1.7f}) {
+        for (int repeat = 0; repeat < (vocab == 8192 ? 12 : 40); ++repeat) {
+          const std::vector<float> logits = logits_of(kind, vocab, rng);
+          const Sampling sampling{temperature, 0, 1.0f, 0.0f, 0x5eed0000ull + static_cast<uint64_t>(repeat)};
+          const int64_t position = 17 + repeat * 31;
+          ASSERT_EQ(draw_token(logits, sampling, position), brute_force_draw(logits, sampling, position))
+              << "vocab " << vocab << " kind " << kind << " T " << temperature << " repeat " << repeat;
+          ++draws;
+        }
+      }
+    }
+  }
+  EXPECT_GT(draws, 1000);
+  const std::vector<float> nan(64, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(draw_token(nan, sampled(1.0f, 9), 3), 0);
 }
 
 }  // namespace
