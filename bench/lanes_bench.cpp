@@ -39,18 +39,14 @@
 //             [--pass-timing alone|after-forward]                          after-forward: each load-time pass timed
 //                                                                         right after a target forward (lanes9)
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
+//                                                                         call priced) and quiet repricing; old
+//                                                                         (default): the fourth session's pricing
 //             [--group-check every|backoff]                                backoff (the default since s11A): a due
 //                                                                         group probe that would not run waits a
 //                                                                         doubling wait (lanes12)
 //             [--gate-prompt off|on]                                       on (default since s12A): the gate prices a dormant
 //                                                                         scout's untapped prompt as admission did
 //                                                                         (lanes12)
-//             [--first-outcomes ema|fast]                                  fast: acceptance and calibration learn a
-//                                                                         depth's first outcomes at 1/(n+2) (lanes13)
-//             [--wake-rows N]                                              a stream woken over a restarted context
-//                                                                         drafts once it holds N rows (lanes13)
-//                                                                         call priced) and quiet repricing; old
-//                                                                         (default): the fourth session's pricing
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it

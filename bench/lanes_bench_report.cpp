@@ -31,7 +31,6 @@ json stats_json(const LanesStats& stats) {
           {"drafter_restarts", stats.drafter_restarts},
           {"dormant_entries", stats.dormant_entries},
           {"depth_offers", stats.depth_offers},
-          {"wake_waits", stats.wake_waits},
           {"round_ms", stats.round_ms},
           {"forward_ms", stats.forward_ms},
           {"drafter_ms", stats.drafter_ms}};

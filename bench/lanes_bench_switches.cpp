@@ -32,8 +32,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--group-check") group_check_backoff = value == "backoff" ? 1 : 0;
   else if (flag == "--gate-prompt") gate_prices_prompt = value == "on" ? 1 : 0;
   else if (flag == "--sampled-streams") sampled_most_streams = std::atoi(value.c_str());
-  else if (flag == "--first-outcomes") fast_first_outcomes = value == "fast" ? 1 : 0;
-  else if (flag == "--wake-rows") wake_context_rows = std::atoi(value.c_str());
   else return false;
   return true;
 }
@@ -61,8 +59,6 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (group_check_backoff >= 0) pricing.group_check_backoff = group_check_backoff == 1;
   if (gate_prices_prompt >= 0) pricing.gate_prices_prompt = gate_prices_prompt == 1;
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
-  if (fast_first_outcomes >= 0) pricing.fast_first_outcomes = fast_first_outcomes == 1;
-  if (wake_context_rows >= 0) options.wake_context_rows = wake_context_rows;
 }
 
 const char* lanes_switches_usage() {
@@ -70,8 +66,7 @@ const char* lanes_switches_usage() {
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
-         "[--sampled-streams N] "
-         "[--first-outcomes ema|fast] [--wake-rows N]";
+         "[--sampled-streams N]";
 }
 
 }  // namespace ls::bench

@@ -28,8 +28,6 @@ struct LanesSwitches {
   int group_check_backoff = -1;         // --group-check every|backoff (lanes12)
   int gate_prices_prompt = -1;          // --gate-prompt off|on (lanes12)
   int sampled_most_streams = -1;        // --sampled-streams N (lanes12; 0 = any)
-  int fast_first_outcomes = -1;         // --first-outcomes ema|fast (lanes13)
-  int wake_context_rows = -1;           // --wake-rows N (lanes13; 0 = off)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

@@ -14,17 +14,17 @@ void AcceptanceByDepth::reset(std::span<const double> prior) {
   observations_.assign(prior.size(), 0);
 }
 
-double outcome_rate(double rate, int seen, bool fast_start) {
-  return fast_start ? std::max(rate, 1.0 / (std::max(seen, 0) + 2.0)) : rate;
+double first_outcomes_rate(double rate, int64_t seen) {
+  return std::max(rate, 1.0 / (static_cast<double>(std::max<int64_t>(seen, 0)) + 2.0));
 }
 
-void AcceptanceByDepth::observe(int proposed, int accepted, double rate, bool fast_start) {
+void AcceptanceByDepth::observe(int proposed, int accepted, double rate) {
   const int depths = std::min<int>(proposed, static_cast<int>(conditional_.size()));
   for (int depth_index = 0; depth_index < depths; ++depth_index) {
     if (accepted < depth_index) break;  // draft depth_index + 1 was never reached
     const double landed = accepted > depth_index ? 1.0 : 0.0;
-    const double weight = outcome_rate(rate, observations_[depth_index]++, fast_start);
-    conditional_[depth_index] += weight * (landed - conditional_[depth_index]);
+    ++observations_[depth_index];
+    conditional_[depth_index] += rate * (landed - conditional_[depth_index]);
   }
 }
 
@@ -114,14 +114,14 @@ std::vector<float> ConfidenceCalibration::calibrate(std::span<const float> raw_c
   return calibrated;
 }
 
-void ConfidenceCalibration::observe(std::span<const float> raw_chances, int accepted, double rate, bool fast_start) {
+void ConfidenceCalibration::observe(std::span<const float> raw_chances, int accepted, double rate) {
   std::vector<double> conditional = conditional_from_chain(raw_chances);
   for (size_t index = 0; index < conditional.size(); ++index) {
     if (accepted < static_cast<int>(index)) break;
     const size_t bin = std::min(index, predicted_.size() - 1);
-    const double weight = outcome_rate(rate, outcomes_[bin]++, fast_start);
-    predicted_[bin] += weight * (conditional[index] - predicted_[bin]);
-    observed_[bin] += weight * ((accepted > static_cast<int>(index) ? 1.0 : 0.0) - observed_[bin]);
+    predicted_[bin] += rate * (conditional[index] - predicted_[bin]);
+    observed_[bin] += rate * ((accepted > static_cast<int>(index) ? 1.0 : 0.0) - observed_[bin]);
+    ++outcomes_[bin];
   }
 }
 

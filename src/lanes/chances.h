@@ -4,6 +4,7 @@
 // p[j] = P(draft j+1 lands | drafts 1 .. j landed), so chance[j] = p[0] * ... * p[j].
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -16,9 +17,8 @@ std::vector<double> default_depth_prior();
 class AcceptanceByDepth {
  public:
   void reset(std::span<const double> prior);
-  // A round offered `proposed` drafts and `accepted` of them landed (a prefix). `fast_start`: a depth's first
-  // outcomes weigh 1/(n+2) (the estimate counts as one outcome) until that falls to `rate`.
-  void observe(int proposed, int accepted, double rate, bool fast_start = false);
+  // A round offered `proposed` drafts and `accepted` of them landed (a prefix).
+  void observe(int proposed, int accepted, double rate);
   // Leading depths with at least one observation: drafting deeper than this (+ a step) is exploration.
   int explored_depth() const;
   // Chain chances of the first `depth` drafts: [depth] non-increasing.
@@ -42,9 +42,8 @@ class ConfidenceCalibration {
   explicit ConfidenceCalibration(int max_depth = 16);
   // Raw chain chances [k] -> calibrated chain chances [k] (products of calibrated conditional confidences).
   std::vector<float> calibrate(std::span<const float> raw_chances) const;
-  // A round verified drafts whose raw chain chances were `raw_chances` [proposed]; `accepted` landed. `fast_start`:
-  // as AcceptanceByDepth::observe.
-  void observe(std::span<const float> raw_chances, int accepted, double rate, bool fast_start = false);
+  // A round verified drafts whose raw chain chances were `raw_chances` [proposed]; `accepted` landed.
+  void observe(std::span<const float> raw_chances, int accepted, double rate);
   // observed / predicted at a depth, clamped to [0.1, 10]; a depth never verified takes the deepest verified one's
   // (1 before any).
   double scale(int depth_index) const;
@@ -67,9 +66,9 @@ class PooledConfidence {
   std::vector<double> conditional_;  // [depths] moving average of the raw conditional confidence
 };
 
-// The moving-average weight of an outcome after `seen` at its depth: `rate`, or with `fast_start` 1/(seen+2) while
-// that is larger (a 64-token run's few windows cannot wait for a 0.15 average to leave its prior).
-double outcome_rate(double rate, int seen, bool fast_start);
+// The moving-average weight of the outcome after `seen` others: 1/(seen+2) (the estimate before counts as one
+// outcome) while that is larger than `rate` (a short run's few windows cannot wait for a 0.15 average).
+double first_outcomes_rate(double rate, int64_t seen);
 
 // Raw chain chances -> conditional confidences: c[0] = chance[0], c[j] = chance[j] / chance[j-1] (0 after a 0).
 std::vector<double> conditional_from_chain(std::span<const float> chances);

@@ -266,7 +266,7 @@ void Lanes::accept_and_commit(std::span<Stream* const> streams, const std::vecto
     stream.stats.drafts_verified += proposed;
     stream.stats.drafts_accepted += accepted.drafts_kept;
     if (proposed > 0) {
-      pricing_.observe_acceptance(stream, proposed, accepted.drafts_kept, stream.short_context);
+      pricing_.observe_acceptance(stream, proposed, accepted.drafts_kept);
       if (log_level() == LogLevel::Debug) {
         log_debug("accept stream %llu: kept %d of %d at position %lld, drafter context %s, its rows end at %lld",
                   static_cast<unsigned long long>(stream.id), accepted.drafts_kept, proposed,

@@ -35,14 +35,6 @@ struct LanesOptions {
   // dormant and wake on merit once the scout has proven the drafter. false: every prompt is tapped where the prior
   // says drafting pays (the fifth session's: 8389 rows tapped and absorbed at 64 streams on the H200, for nothing).
   bool scout_prompt_only = true;
-  // A stream bought drafts on their merit over a context that restarted past skipped rows drafts only once that
-  // context holds this many rows since the restart, where windows over such short contexts were seen to land their
-  // first draft less than half as often as the pool; until then it taps (twelfth session, lanes13). Until one such
-  // window was verified, one stream a round drafts over its short context to measure it. A DSpark context of one or
-  // two rows lands next to nothing (s11A traces, nano on the H200: 15 restarted windows kept 1 of 95 drafts while the
-  // scout over its whole prompt kept 2 of 5); a synthetic-acceptance drafter's lands as a whole one does, and waits
-  // nothing. 0: it drafts the round after it tapped (lanes_bench --wake-rows N).
-  int wake_context_rows = 0;
   PricingOptions pricing;
   CalibrationOptions calibration;  // max_rows, width, max_streams, max_depth are filled in by create()
 };
@@ -66,7 +58,6 @@ struct LanesStats {
   int64_t drafter_restarts = 0;     // Drafter::restart calls (a dormant stream resuming past the rows it skipped)
   int64_t dormant_entries = 0;      // times a stream went dormant (stopped tapping, dropped its held taps)
   int64_t depth_offers = 0;         // streams handed to depth decisions (Pricing::plan_depths)
-  int64_t wake_waits = 0;           // drafts bought that a woken stream did not draft: its context too short yet
   // Time by the lanes' clock: whole rounds (admit included), target forwards (prefill and verify), drafter calls
   // (absorbs, restarts, passes). round_ms - forward_ms - drafter_ms is the lanes' own host work.
   double round_ms = 0;
@@ -159,9 +150,6 @@ class Lanes {
   void fail_stream(Stream& stream, const Status& status);
   void release(Stream& stream);
   int draft_cap(const Stream& stream) const;
-  // Rows the stream's drafter context holds since its last restart once its held taps are absorbed (a restart they
-  // bring included); -1 for a context that never restarted.
-  int64_t rows_since_restart(const Stream& stream) const;
   // The first `rows` tap rows of window `window` of a forward (empty when the target returned no taps at all).
   std::span<const float> window_taps(const Verified& verified, size_t window, int rows) const;
 

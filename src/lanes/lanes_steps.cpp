@@ -265,7 +265,6 @@ double Lanes::draft() {
   std::vector<Stream*> owners;
   std::vector<int> forced;
   int deepest = 0;
-  bool short_scout = false;  // a woken stream drafts over its short context this round to measure what they land
   // The drafter's time this round: absorbing the drafting streams' kept rows, then the pass.
   const double start_ms = clock_.now_ms();
   double absorb_ms = 0;
@@ -280,17 +279,8 @@ double Lanes::draft() {
     const int64_t context_end =
         stream.unabsorbed_rows > 0 ? stream.unabsorbed_start + stream.unabsorbed_rows : stream.drafter_end;
     const bool waking = depth > 0 && stream.dormant && !plans[index].probe && context_end < stream.committed;
-    // LanesOptions::wake_context_rows: drafts bought over a context restarted a few rows ago wait while it taps,
-    // where such contexts were seen to land less; until one was measured, one stream drafts to see.
-    const int64_t restarted_rows = rows_since_restart(stream);
-    const bool short_context = restarted_rows >= 0 && restarted_rows < options_.wake_context_rows;
-    const bool unmeasured = pricing_.short_context_windows() == 0;
-    const bool gathering = depth > 0 && !waking && !plans[index].probe && short_context &&
-                           (pricing_.short_contexts_land_less() || (unmeasured && short_scout));
-    short_scout = short_scout || (depth > 0 && !waking && short_context && !gathering);
-    stats_.wake_waits += gathering;
     update_dormancy(stream, depth, plans[index].probe);
-    if (depth <= 0 || waking || gathering) continue;
+    if (depth <= 0 || waking) continue;
     const double absorb_start_ms = clock_.now_ms();
     absorbed_rows += stream.unabsorbed_rows;
     const bool flushed = flush_taps(stream);
@@ -302,7 +292,6 @@ double Lanes::draft() {
     request.anchor_position = stream.committed;
     request.depth = depth;
     request.sampling = stream.request.sampling;
-    stream.short_context = short_context;
     requests.push_back(request);
     owners.push_back(&stream);
     forced.push_back(std::min(plans[index].forced, depth));

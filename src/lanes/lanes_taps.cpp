@@ -57,7 +57,6 @@ bool Lanes::flush_taps(Stream& stream) {
     ++stats_.drafter_restarts;
     if (status.ok()) stream.drafter_end = from;
     stream.restarted = true;
-    stream.restart_position = from;
   }
   if (status.ok() && stream.unabsorbed_rows > 0) {
     stream.drafter_open = true;
@@ -81,7 +80,6 @@ bool Lanes::flush_taps(Stream& stream) {
     ++stats_.drafter_restarts;
     if (status.ok()) stream.drafter_end = stream.committed;
     stream.restarted = true;
-    stream.restart_position = stream.committed;
   }
   stats_.drafter_ms += clock_.now_ms() - flush_start_ms;
   stats_.absorb_ms += clock_.now_ms() - flush_start_ms;
@@ -122,7 +120,6 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
       }
       stream.drafter_end = rows[index].start;
       stream.restarted = true;
-      stream.restart_position = rows[index].start;
     }
     streams[kept] = &stream;
     rows[kept++] = rows[index];
@@ -178,15 +175,6 @@ void Lanes::settle_drafter() {
   for (auto& [id, stream] : live_) {
     if (stream->drafting) drop_drafting(*stream);
   }
-}
-
-int64_t Lanes::rows_since_restart(const Stream& stream) const {
-  const int64_t end =
-      stream.unabsorbed_rows > 0 ? stream.unabsorbed_start + stream.unabsorbed_rows : stream.drafter_end;
-  // Held rows that begin past what the drafter holds restart its context where they begin (flush_taps).
-  const bool restart_held = stream.unabsorbed_rows > 0 && stream.unabsorbed_start > stream.drafter_end;
-  const int64_t from = restart_held ? stream.unabsorbed_start : stream.restart_position;
-  return from < 0 ? -1 : end - from;
 }
 
 }  // namespace ls

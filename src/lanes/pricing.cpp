@@ -332,9 +332,8 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // Probes that pay their way: a stream's own only where its window could win what it costs (not even at the
     // longest wait). The scout's stays on the always-right test: before any draft there are no confidences, and at
     // the prior a confident drafter at 16 streams would never be found (LanesPricedCosts.WhereOnlyDeepWindowsPay...).
-    const bool worth = (!options_.probes_pay_their_way || scouting ||
-                        probe_pays(stream, caps[prober], offers[0].fixed_rows)) &&
-                       !probes_short_context(stream);
+    const bool worth = !options_.probes_pay_their_way || scouting ||
+                       probe_pays(stream, caps[prober], offers[0].fixed_rows);
     const bool longest_wait = stream.backoff.wait >= options_.probe_most_wait;
     if (worth && (longest_wait || could_pay(offers[0], stream, caps[prober], alike))) {
       // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
@@ -432,14 +431,7 @@ void Pricing::observe_confidences(std::span<const float> raw_chances) {
   pooled_acceptance_.seed_unobserved(unexplored_conditionals());
 }
 
-void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted, bool short_context) {
-  const bool fast = options_.fast_first_outcomes;
-  if (short_context) {
-    ++short_windows_;
-    short_first_landed_ += accepted > 0;
-    stream.acceptance.observe(proposed, accepted, options_.acceptance_rate, fast);
-    return;
-  }
+void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
   if (has_confidence_ && options_.confidence_for_unexplored) {
     // A depth's first outcomes move the confidences' estimate; they do not replace it.
     pooled_acceptance_.seed_unobserved(unexplored_conditionals());
@@ -451,23 +443,16 @@ void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted, boo
     if (restart_windows_ == 0) restart_acceptance_.reset(pooled_acceptance_.conditionals());
     if (stream.restarted_windows == 0) stream.acceptance.reset(restart_acceptance_.conditionals());
     const double rate = options_.acceptance_rate;
-    restart_acceptance_.observe(proposed, accepted, outcome_rate(rate, static_cast<int>(restart_windows_++), true));
-    stream.acceptance.observe(proposed, accepted, outcome_rate(rate, stream.restarted_windows++, true));
+    restart_acceptance_.observe(proposed, accepted, first_outcomes_rate(rate, restart_windows_++));
+    stream.acceptance.observe(proposed, accepted, first_outcomes_rate(rate, stream.restarted_windows++));
   } else {
-    stream.acceptance.observe(proposed, accepted, options_.acceptance_rate, fast);
+    stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
   }
   pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {
     calibration_.observe(std::span<const float>(stream.held_chances).first(proposed), accepted,
-                         options_.acceptance_rate, fast);
+                         options_.acceptance_rate);
   }
-}
-
-bool Pricing::short_contexts_land_less() const {
-  if (short_windows_ == 0) return false;
-  // One pseudo-window at even odds, so a single window's outcome does not read as 0 or 1.
-  const double short_rate = (static_cast<double>(short_first_landed_) + 0.5) / (static_cast<double>(short_windows_) + 1);
-  return short_rate < 0.5 * pooled_acceptance_.conditional(0);
 }
 
 }  // namespace ls

@@ -163,14 +163,6 @@ struct PricingOptions {
   // 0.89x), until multi-request sampled passes are priced from what they cost in a round. The fakes' tests of sampled
   // drafting at several streams set 0. lanes_bench --sampled-streams N.
   int sampled_most_streams = 1;
-  // Twelfth session (lanes13). Each stream's acceptance and the confidences' calibration learn a depth's first
-  // outcomes at 1/(n+2) (the prior counts as one outcome) until that falls to acceptance_rate, as the restart pool
-  // does: at 0.15 a 64-token run's few windows barely move the prior (0.85 at depth 1 -> 0.72 after a window that
-  // landed nothing), so a drafter that lands ~0.8 of 7 a window (the nano pair's seeded sampled windows on the H200,
-  // s11final 0.89x at 1 stream) kept being bought. The pool keeps 0.15: one unlucky scout window must not decide for
-  // every stream (fakes, 16 1.2B-like streams: 1.26x -> 0.98x with the pool learned fast too). lanes_bench
-  // --first-outcomes fast|ema.
-  bool fast_first_outcomes = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -196,14 +188,6 @@ class Pricing {
   bool prices_as_restarted(const Stream& stream) const;
   // Windows drafted over restarted contexts verified so far (restart_scout).
   int64_t restart_windows() const { return restart_windows_; }
-  // Short restarted contexts measured so far (windows, observe_acceptance), and whether their first drafts land less than half as often
-  // as the pool's (a DSpark context of one or two rows past skipped ones: next to never).
-  int64_t short_context_windows() const { return short_windows_; }
-  bool short_contexts_land_less() const;
-  // A dormant stream's probe drafts over a context restarted a round before: where short contexts land less it would
-  // measure the restart's loss, which moves no pool (observe_acceptance), so it does not run. A dormant stream then
-  // comes back only when the pool (whole contexts) buys it drafts on their merit, and it waits for its rows then.
-  bool probes_short_context(const Stream& stream) const;
 
   // Trim: cuts each stream's held drafts to the rows worth verifying this round (streams in round order).
   void trim(std::span<Stream* const> streams) const;
@@ -255,10 +239,8 @@ class Pricing {
   double one_off_ms() const { return one_off_ms_; }
   // The chances trim prices a stream's held drafts with: [held] cumulative.
   std::vector<float> held_chances(const Stream& stream) const;
-  // A verify offered `proposed` drafts of the stream and `accepted` landed. `short_context`: drafted over a context
-  // restarted fewer than LanesOptions::wake_context_rows rows before: it measures the restart's loss, not the
-  // drafter, so it moves the stream's own acceptance and the short-context tally, not the pool or the calibration.
-  void observe_acceptance(Stream& stream, int proposed, int accepted, bool short_context = false);
+  // A verify offered `proposed` drafts of the stream and `accepted` landed.
+  void observe_acceptance(Stream& stream, int proposed, int accepted);
   // The drafter proposed drafts with these raw chain chances (every draft of a pass, before the trim).
   void observe_confidences(std::span<const float> raw_chances);
   // Measured forwards and passes move the tables; one-off slow ones (a CUDA target's first forwards of a new shape,
@@ -362,8 +344,6 @@ class Pricing {
   std::vector<int> sampled_verify_outliers_;
   AcceptanceByDepth restart_acceptance_;  // windows drafted over restarted contexts (restart_scout)
   int64_t restart_windows_ = 0;
-  int64_t short_windows_ = 0;        // windows over short restarted contexts verified (observe_short_context)
-  int64_t short_first_landed_ = 0;   // ... whose first draft landed
   double last_plain_round_ms_ = 0;
   double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
   double one_off_ms_ = 0;           // moving average of a slow forward's excess over its table entry

@@ -66,12 +66,8 @@ bool Pricing::probe_affordable() const {
   return probe_credit_ms_ + options_.probe_budget * last_plain_round_ms_ >= last_probe_ms_;
 }
 
-bool Pricing::probes_short_context(const Stream& stream) const {
-  return stream.dormant && short_contexts_land_less();
-}
-
 bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) const {
-  if (cap <= 0 || probes_short_context(stream)) return false;
+  if (cap <= 0) return false;
   if (options_.always_draft || !drafter_proven()) return true;
   const int wait = stream.backoff.wait == 0 ? options_.probe_first_wait : stream.backoff.wait;
   if (options_.probes_pay_their_way && !probe_pays(stream, cap, std::clamp(round_streams, 1, max_rows_))) return false;
@@ -83,7 +79,7 @@ bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) 
 }
 
 bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_streams) const {
-  if (cap <= 0 || !group_probe_due() || probes_short_context(stream)) return false;
+  if (cap <= 0 || !group_probe_due()) return false;
   ++group_checks_;
   RowOffer pending_rows;
   pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);

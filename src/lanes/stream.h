@@ -94,8 +94,6 @@ struct Stream {
   int zero_decisions = 0;             // depth decisions in a row that gave it no drafts
   int64_t drafter_end = 0;            // positions the drafter's context reaches (absorbed or skipped by a restart)
   bool restarted = false;             // its drafter context restarted past skipped rows (it drafts without them)
-  int64_t restart_position = -1;      // where its drafter context last restarted (-1: never)
-  bool short_context = false;         // its last drafts came from a context restarted < wake_context_rows rows ago
   int restarted_windows = 0;          // windows with drafts verified since (PricingOptions::restart_scout)
 
   int64_t last_served_round = -1;

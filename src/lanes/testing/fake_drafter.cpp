@@ -172,11 +172,9 @@ Draft FakeDrafter::draft_one(const DraftRequest& request, bool faulty) {
     fake_logits(options_.shape, hash, logits);
     const int32_t truth = draw_token(logits, request.sampling, position + 1);
     const bool hopeless = options_.hopeless_from >= 0 && depth_index >= options_.hopeless_from;
-    const auto restart = restarted_.find(request.stream);
-    const bool short_context = restart != restarted_.end() && (options_.restarted_short_rows <= 0 ||
-                                                                held - restart->second < options_.restarted_short_rows);
+    const bool restarted = restarted_.count(request.stream) > 0;
     const double wrong_rate =
-        options_.restarted_wrong_rate >= 0 && short_context ? options_.restarted_wrong_rate : options_.wrong_rate;
+        options_.restarted_wrong_rate >= 0 && restarted ? options_.restarted_wrong_rate : options_.wrong_rate;
     const bool wrong = hopeless || pass_wrong_ || uniform_open01(splitmix64(hash ^ 0xd1ce)) < wrong_rate;
     token = wrong ? (truth + 1) % options_.shape.vocab_size : truth;
     const double reported = options_.reported_wrong_rate >= 0 ? options_.reported_wrong_rate : options_.wrong_rate;

@@ -40,7 +40,6 @@ struct FakeDrafterOptions {
   bool restarts = true;               // restart() allowed (facts().restarts); needs shape.hidden_size >= 6
   double restarted_wrong_rate = -1;   // >= 0: a stream's drafts after a restart are wrong at this rate (a context
                                       // without the rows it skipped drafts worse; confidences still say wrong_rate)
-  int restarted_short_rows = 0;       // > 0: ... only while the context holds fewer rows than this since the restart
   bool device_taps = false;           // absorb_device() reads a fake target's kept taps (kFakeTapDevice)
   bool absorb_in_flight = false;      // absorb_device() reads them only at settle() or the next draft(), as the CUDA
                                       // drafter's GPU work runs after it returns
