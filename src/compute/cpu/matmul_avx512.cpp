@@ -60,9 +60,16 @@ std::atomic<int64_t>& chunk_bytes_setting() {
 int64_t stream_chunk_bytes() { return chunk_bytes_setting().load(std::memory_order_relaxed); }
 
 // The verify path's prefetch: windows of more than `unprefetched` rows prefetch `groups` 8-column groups ahead
-// (kUnprefetchedVerifyRows, kPrefetchGroups; set_verify_prefetch for A/B timing: the bits never depend on it).
-std::atomic<int64_t> g_unprefetched_rows{kUnprefetchedVerifyRows};
-std::atomic<int64_t> g_prefetch_groups{kPrefetchGroups};
+// (kUnprefetchedVerifyRows, kPrefetchGroups; set_verify_prefetch, or LS_CPU_VERIFY_PREFETCH=ROWS*10+GROUPS at start
+// as cpu_bench's --prefetch, for A/B timing: the bits never depend on it).
+int64_t verify_prefetch_at_start(bool rows) {
+  const char* text = std::getenv("LS_CPU_VERIFY_PREFETCH");
+  const int setting = text ? std::atoi(text) : 0;
+  if (setting <= 0) return rows ? kUnprefetchedVerifyRows : kPrefetchGroups;
+  return rows ? setting / 10 : std::max(1, setting % 10);
+}
+std::atomic<int64_t> g_unprefetched_rows{verify_prefetch_at_start(true)};
+std::atomic<int64_t> g_prefetch_groups{verify_prefetch_at_start(false)};
 
 // Many-row calls split each matrix's 16-column chunks statically (as before) unless LS_CPU_CHUNKED_ROWS=1 at start or
 // set_many_rows_chunked(true) makes them claim the chunks one at a time (A/B timing; the bits never depend on it;

@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "base/check.h"
 #include "compute/cpu/fused_ops.h"
+#include "model/lfm2/op_split.h"
 
 namespace ls::lfm2 {
 
@@ -77,22 +79,35 @@ void Model::run_pass(std::span<const int32_t> tokens, std::span<const Segment> s
   mix_.resize(rows * D);
 
   float* h = hidden;  // [rows, D] the residual stream
-  compute::embed_rows(ctx(), weights_.embedding.view(), tokens, h);
+  op_split_forward(rows);
+  {
+    OpTimer timer(OpKind::Embed);
+    compute::embed_rows(ctx(), weights_.embedding.view(), tokens, h);
+  }
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     // operator_norm -> mixer (ShortConv or attention) -> residual
-    compute::rms_norm(ctx(), h, rows, D, w.operator_norm.data(), eps, u_.data());
+    {
+      OpTimer timer(OpKind::Norm);
+      compute::rms_norm(ctx(), h, rows, D, w.operator_norm.data(), eps, u_.data());
+    }
     if (w.kind == io::LayerKind::Conv)
       short_conv_block(layer, conv_slot_[layer], u_.data(), segments, h);
     else
       attention_block(layer, kv_slot_[layer], u_.data(), segments, h);
     // ffn_norm -> SwiGLU or MoE -> residual
-    compute::rms_norm(ctx(), h, rows, D, w.ffn_norm.data(), eps, u_.data());
+    {
+      OpTimer timer(OpKind::Norm);
+      compute::rms_norm(ctx(), h, rows, D, w.ffn_norm.data(), eps, u_.data());
+    }
     if (w.moe) {
       moe_block(layer, u_.data(), rows, mix_.data());
       compute::add_residual(ctx(), h, mix_.data(), rows * D);
     } else {
-      ffn_act(w.w1, w.w3, u_.data(), rows);
+      {
+        OpTimer timer(OpKind::GateUp);
+        ffn_act(w.w1, w.w3, u_.data(), rows);
+      }
       project_add(w.w2, act_.data(), rows, h);
     }
     // taps: this layer's output, before the final norm
@@ -104,6 +119,7 @@ void Model::run_pass(std::span<const int32_t> tokens, std::span<const Segment> s
 }
 
 void Model::project_add(const OwnedMatrix& w, const float* in, int64_t rows, float* h) {
+  OpTimer timer(OpKind::ProjectAdd);
   mix_.resize(rows * w.rows);
   if (compute::matmul_add_residual(ctx(), in, rows, w.view(), mix_.data(), h)) return;
   compute::matmul(ctx(), in, rows, w.view(), mix_.data());
@@ -135,6 +151,7 @@ void Model::short_conv_block(int layer, int slot, const float* u, std::span<cons
   // Each segment's z rows of this window and its y rows in act_.
   auto z_out = [&](size_t i) { return segments[i].stream->window_z[slot].data() + segments[i].rows_before * D; };
   auto y_out = [&](size_t i) { return act_.data() + segments[i].row_offset * D; };
+  std::optional<OpTimer> timer(std::in_place, OpKind::ConvIn);
   const bool fused = compute::matmul_conv_in(ctx(), u, rows, w.conv_in_proj.view(), wide_.data(),
                                              [&](int64_t begin, int64_t end) {
     const compute::OpContext here{nullptr, mode()};
@@ -145,6 +162,7 @@ void Model::short_conv_block(int layer, int slot, const float* u, std::span<cons
     compute::matmul(ctx(), u, rows, w.conv_in_proj.view(), wide_.data());
     for (size_t i = 0; i < conv_inputs_.size(); ++i) compute::short_conv(ctx(), conv_inputs_[i], z_out(i), y_out(i));
   }
+  timer.reset();
   project_add(w.conv_out_proj, act_.data(), rows, h);
 }
 
@@ -160,18 +178,24 @@ void Model::attention_block(int layer, int slot, const float* u, std::span<const
   // q, k, v in one pool call (packed side by side: one stream)
   const compute::Matrix qkv[] = {w.q_proj.view(), w.k_proj.view(), w.v_proj.view()};
   float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
-  compute::matmul_group(ctx(), u, rows, qkv, qkv_out);
+  {
+    OpTimer timer(OpKind::Qkv);
+    compute::matmul_group(ctx(), u, rows, qkv, qkv_out);
+  }
+  std::optional<OpTimer> timer(std::in_place, OpKind::QkRope);
   // per-head q/k RMSNorm before RoPE
   compute::rms_norm(ctx(), q_.data(), rows * H, hd, w.q_norm.data(), config_.norm_eps, q_.data());
   compute::rms_norm(ctx(), k_.data(), rows * KV, hd, w.k_norm.data(), config_.norm_eps, k_.data());
   compute::rope_neox(ctx(), q_.data(), rows, H, positions_.data(), rope_);
   compute::rope_neox(ctx(), k_.data(), rows, KV, positions_.data(), rope_);
+  timer.reset();
   const compute::AttentionShape shape{H, KV, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   for (const Segment& segment : segments) {
     KvCache& cache = segment.stream->kv[slot];
     const float* q = q_.data() + segment.row_offset * q_width;
     float* out = attn_.data() + segment.row_offset * q_width;
     const int64_t begin = segment.row_offset * kv_width, end = (segment.row_offset + segment.rows) * kv_width;
+    timer.emplace(OpKind::KvAppend);
     if (mode() == NumericMode::Bf16) {
       LS_CHECK(static_cast<int64_t>(cache.keys_b16.size()) == segment.first_position * kv_width,
                "the KV cache must end where the segment starts");
@@ -179,6 +203,7 @@ void Model::attention_block(int layer, int slot, const float* u, std::span<const
         cache.keys_b16.push_back(float_to_bf16(k_[i]));  // exact: k and v are bf16 values
         cache.values_b16.push_back(float_to_bf16(v_[i]));
       }
+      timer.emplace(OpKind::Attention);
       compute::attention(ctx(), q, segment.rows, segment.first_position, cache.keys_b16.data(),
                          cache.values_b16.data(), shape, out);
     } else {
@@ -186,10 +211,12 @@ void Model::attention_block(int layer, int slot, const float* u, std::span<const
                "the KV cache must end where the segment starts");
       cache.keys_f32.insert(cache.keys_f32.end(), k_.begin() + begin, k_.begin() + end);
       cache.values_f32.insert(cache.values_f32.end(), v_.begin() + begin, v_.begin() + end);
+      timer.emplace(OpKind::Attention);
       compute::attention(ctx(), q, segment.rows, segment.first_position, cache.keys_f32.data(),
                          cache.values_f32.data(), shape, out);
     }
   }
+  timer.reset();
   project_add(w.attn_out_proj, attn_.data(), rows, h);
 }
 
@@ -249,6 +276,7 @@ void Model::moe_block(int layer, const float* v, int64_t rows, float* out) {
 }
 
 void Model::logits(const float* hidden, int64_t rows, float* logits) {
+  OpTimer timer(OpKind::Head);
   const int64_t D = config_.hidden_size;
   u_.resize(rows * D);
   compute::rms_norm(ctx(), hidden, rows, D, weights_.final_norm.data(), config_.norm_eps, u_.data());
@@ -257,6 +285,7 @@ void Model::logits(const float* hidden, int64_t rows, float* logits) {
 }
 
 void Model::greedy_tokens(const float* hidden, int64_t rows, int32_t* tokens) {
+  OpTimer timer(OpKind::Head);
   const int64_t D = config_.hidden_size;
   u_.resize(rows * D);
   compute::rms_norm(ctx(), hidden, rows, D, weights_.final_norm.data(), config_.norm_eps, u_.data());
