@@ -2,7 +2,11 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +27,40 @@ inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t middle = values.size() / 2;
   return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+}
+
+// A "--name value" flag of a benchmark program and what its value sets.
+struct Flag {
+  const char* name;
+  std::function<void(const std::string& value)> set;
+};
+inline std::function<void(const std::string&)> text_flag(std::string& out) {
+  return [&out](const std::string& value) { out = value; };
+}
+// An integer, raised to `least` when below it.
+inline std::function<void(const std::string&)> int_flag(int& out, int least = INT_MIN) {
+  return [&out, least](const std::string& value) { out = std::max(least, std::atoi(value.c_str())); };
+}
+inline std::function<void(const std::string&)> list_flag(std::vector<int>& out) {
+  return [&out](const std::string& value) { out = parse_list(value); };
+}
+// "1" sets true, anything else false.
+inline std::function<void(const std::string&)> switch_flag(bool& out) {
+  return [&out](const std::string& value) { out = value == "1"; };
+}
+
+// Reads argv as "--name value" pairs into `flags`; false (after saying which) at a name none of them has.
+inline bool read_flags(int argc, char** argv, std::initializer_list<Flag> flags) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string name = argv[i];
+    const auto flag = std::find_if(flags.begin(), flags.end(), [&](const Flag& f) { return name == f.name; });
+    if (flag == flags.end()) {
+      std::fprintf(stderr, "unknown flag %s\n", name.c_str());
+      return false;
+    }
+    flag->set(argv[i + 1]);
+  }
+  return true;
 }
 
 }  // namespace ls::bench

@@ -316,33 +316,24 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
 
 int main(int argc, char** argv) {
   Options options;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--model") options.model = value;
-    else if (flag == "--json") options.json_path = value;
-    else if (flag == "--threads") options.threads = parse_list(value);
-    else if (flag == "--prefill") options.prefill = parse_list(value);
-    else if (flag == "--verify") options.verify = parse_list(value);
-    else if (flag == "--cpu-time") options.cpu_time = value == "1";
-    else if (flag == "--repeats") options.repeats = std::max(1, std::atoi(value.c_str()));
-    else if (flag == "--decode-tokens") options.decode_tokens = std::max(1, std::atoi(value.c_str()));
-    else if (flag == "--drafter") options.drafter = value;
-    else if (flag == "--context") options.context = std::max(1, std::atoi(value.c_str()));
-    else if (flag == "--drafter-bits") options.drafter_bits = std::atoi(value.c_str());
-    else if (flag == "--fused") options.fused = parse_list(value);
-    else if (flag == "--round") options.round = parse_list(value);
-    else if (flag == "--rounds") options.rounds = std::max(1, std::atoi(value.c_str()));
-    else if (flag == "--spin-us") options.spins = parse_list(value);
-    else if (flag == "--chunk-kb") options.chunk_kib = parse_list(value);
-    else if (flag == "--prefetch") options.prefetch = parse_list(value);
-    else if (flag == "--small-m") options.small_m = parse_list(value);
-    else if (flag == "--short") options.short_block = parse_list(value);
-    else if (flag == "--passes") options.passes = parse_list(value);
-    else if (flag == "--round-gap-us") options.round_gap_us = std::max(0, std::atoi(value.c_str()));
-    else if (flag == "--span") options.span = std::max(8, std::atoi(value.c_str()));
-    else if (flag == "--mode") options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
-    else { std::fprintf(stderr, "unknown flag %s\n", flag.c_str()); return 2; }
-  }
+  using namespace ls::bench;
+  const bool read = read_flags(
+      argc, argv,
+      {{"--model", text_flag(options.model)}, {"--json", text_flag(options.json_path)},
+       {"--threads", list_flag(options.threads)}, {"--prefill", list_flag(options.prefill)},
+       {"--verify", list_flag(options.verify)}, {"--cpu-time", switch_flag(options.cpu_time)},
+       {"--repeats", int_flag(options.repeats, 1)}, {"--decode-tokens", int_flag(options.decode_tokens, 1)},
+       {"--drafter", text_flag(options.drafter)}, {"--context", int_flag(options.context, 1)},
+       {"--drafter-bits", int_flag(options.drafter_bits)}, {"--fused", list_flag(options.fused)},
+       {"--round", list_flag(options.round)}, {"--rounds", int_flag(options.rounds, 1)},
+       {"--spin-us", list_flag(options.spins)}, {"--chunk-kb", list_flag(options.chunk_kib)},
+       {"--prefetch", list_flag(options.prefetch)}, {"--small-m", list_flag(options.small_m)},
+       {"--short", list_flag(options.short_block)}, {"--passes", list_flag(options.passes)},
+       {"--round-gap-us", int_flag(options.round_gap_us, 0)}, {"--span", int_flag(options.span, 8)},
+       {"--mode", [&](const std::string& value) {
+          options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
+        }}});
+  if (!read) return 2;
   if (options.model.empty()) {
     std::fprintf(stderr, "usage: cpu_bench --model DIR [--threads 1,2] [--json PATH] ...\n");
     return 2;

@@ -178,25 +178,18 @@ json profile_passes(dspark::DsparkDrafter& d, const Plain& plain, int64_t prompt
 
 int main(int argc, char** argv) {
   Options options;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--model") options.model = value;
-    else if (flag == "--drafter") options.drafter = value;
-    else if (flag == "--prompts") options.prompts = value;
-    else if (flag == "--json") options.json_path = value;
-    else if (flag == "--per-kind") options.per_kind = std::atoi(value.c_str());
-    else if (flag == "--prompt-tokens") options.prompt_tokens = std::atoi(value.c_str());
-    else if (flag == "--tokens") options.tokens = std::atoi(value.c_str());
-    else if (flag == "--threads") options.threads = std::atoi(value.c_str());
-    else if (flag == "--extras") options.extras = parse_list(value);
-    else if (flag == "--drafter-bits") options.bits = std::atoi(value.c_str());
-    else if (flag == "--profile") options.profile = std::atoi(value.c_str());
-    else if (flag == "--temperature") options.temperature = static_cast<float>(std::atof(value.c_str()));
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
-      return 2;
-    }
-  }
+  using namespace ls::bench;
+  const bool read = read_flags(
+      argc, argv,
+      {{"--model", text_flag(options.model)}, {"--drafter", text_flag(options.drafter)},
+       {"--prompts", text_flag(options.prompts)}, {"--json", text_flag(options.json_path)},
+       {"--per-kind", int_flag(options.per_kind)}, {"--prompt-tokens", int_flag(options.prompt_tokens)},
+       {"--tokens", int_flag(options.tokens)}, {"--threads", int_flag(options.threads)},
+       {"--extras", list_flag(options.extras)}, {"--drafter-bits", int_flag(options.bits)},
+       {"--profile", int_flag(options.profile)},
+       {"--temperature",
+        [&](const std::string& value) { options.temperature = static_cast<float>(std::atof(value.c_str())); }}});
+  if (!read) return 2;
   if (options.model.empty() || options.drafter.empty() || options.prompts.empty()) {
     std::fprintf(stderr, "usage: short_block_bench --model DIR --drafter DIR --prompts FILE [--per-kind N] "
                          "[--prompt-tokens N] [--tokens N] [--threads T] [--extras 0,1,2] [--temperature T] "
