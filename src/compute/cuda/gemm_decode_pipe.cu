@@ -95,10 +95,22 @@ int ring_bytes(int copies) {
 }
 int item_cols_of(int config) { return config >= kPlainConfigs ? 8 : 8 * kPipeShapes[config].tiles; }
 
-// Column groups per CTA for `columns` output columns (SwiGLU: F): about one CTA per SM.
-int groups_for(int config, int64_t columns) {
+// Launches of 2..16 rows spread over about SMs / spread CTAs (session 13, LS_DECODE_PIPE_SPREAD, 1 = off): every CTA
+// copies its m x rows whole (m x 4 KB at K = 2048, as many bytes as its weights at 16 rows), so fewer CTAs with more
+// active warps each read less x from L2; never more groups a CTA than it has warps (no warp walks a second chain).
+// Which CTA computes a column never changes its chain: the same bits.
+std::atomic<int> pipe_spread{std::max(1, env_int("LS_DECODE_PIPE_SPREAD", 1))};
+
+// Column groups per CTA for `columns` output columns (SwiGLU: F) of an m-row launch: about one CTA per SM (per
+// spread SMs above one row, up to one group a warp).
+int groups_for(int config, int64_t columns, int m) {
   const int64_t groups = (columns + item_cols_of(config) - 1) / item_cols_of(config);
-  return static_cast<int>(std::max<int64_t>(1, (groups + device_sms - 1) / device_sms));
+  const int64_t per_sm = std::max<int64_t>(1, (groups + device_sms - 1) / device_sms);
+  const int spread = pipe_spread.load(std::memory_order_relaxed);
+  if (m <= 1 || spread <= 1) return static_cast<int>(per_sm);
+  const int64_t ctas = std::max(1, device_sms / spread);
+  const int64_t spread_groups = std::min<int64_t>((groups + ctas - 1) / ctas, kPipeShapes[config].warps);
+  return static_cast<int>(std::max(per_sm, spread_groups));
 }
 
 // A launch's shared memory, stages per warp, K tiles a stage and where x lives.
@@ -194,7 +206,7 @@ bool shape_fits(int config, int m, int k, int64_t n) {
   if (config >= kPlainConfigs && slice_count(k) > 1) return false;
   if (!cuda_features().tma || !cuda_features().pdl) return false;
   const bool swiglu = config >= kPlainConfigs;
-  const int groups = groups_for(config, swiglu ? n / 2 : n);
+  const int groups = groups_for(config, swiglu ? n / 2 : n, m);
   return plan_for(config, m, k, groups, copies_of(m, k, n, swiglu)).smem <= optin_bytes_granted;
 }
 
@@ -222,7 +234,8 @@ bool maps_ok(int config, const GemmArgs* args, int count) {
   for (int i = 0; i < count; ++i) rows += args[i].n;
   const int copies = copies_of(args[0].m, args[0].k, rows, swiglu);
   if (copies == 0) return true;
-  const PipePlan plan = plan_for(config, args[0].m, args[0].k, groups_for(config, swiglu ? rows / 2 : rows), copies);
+  const PipePlan plan =
+      plan_for(config, args[0].m, args[0].k, groups_for(config, swiglu ? rows / 2 : rows, args[0].m), copies);
   CUtensorMap maps[kPipeGroupMax];
   return pipe_weight_maps(maps, args, count, 8 * kPipeShapes[config].tiles / (swiglu ? 2 : 1), plan.chunk).ok();
 }
@@ -242,7 +255,7 @@ int config_for(bool swiglu, int m, int k, int64_t rows) {
 // Whether the launch config_for picks for `args` copies x once.
 bool routed_x_once(const GemmArgs& args, bool swiglu) {
   const int config = config_for(swiglu, args.m, args.k, args.n);
-  return plan_for(config, args.m, args.k, groups_for(config, swiglu ? args.n / 2 : args.n),
+  return plan_for(config, args.m, args.k, groups_for(config, swiglu ? args.n / 2 : args.n, args.m),
                   copies_of(args.m, args.k, args.n, swiglu))
       .x_once;
 }
@@ -297,7 +310,7 @@ Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream) {
   PipeGroup group{};
   group.args[0] = args;
   group.count = 1;
-  const int groups = groups_for(config, out_n);
+  const int groups = groups_for(config, out_n, args.m);
   const int cols = groups * item_cols_of(config);
   group.first_block[1] = (out_n + cols - 1) / cols;
   return launch_config(config, group, groups, stream);
@@ -322,7 +335,7 @@ Status launch_pipe_group(const GemmArgs* args, int count, cudaStream_t stream) {
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += args[i].n;
   const int config = config_for(false, args[0].m, args[0].k, rows);
-  const int groups = groups_for(config, rows);
+  const int groups = groups_for(config, rows, args[0].m);
   const int cols = groups * item_cols_of(config);
   for (int i = 0; i < count; ++i) {
     group.args[i] = args[i];
@@ -388,6 +401,11 @@ Status gemm_decode_pipe(const GemmEngine& engine, int config, const bf16* x, int
                              gemm_detail::pipe_fault.load(std::memory_order_relaxed) ? 1 : 0};
   return gemm_detail::launch_pipe(config, args, stream);
 }
+
+void set_decode_pipe_spread(int spread) {
+  gemm_detail::pipe_spread.store(std::clamp(spread, 1, 16), std::memory_order_relaxed);
+}
+int decode_pipe_spread() { return gemm_detail::pipe_spread.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_fault_for_test(bool on) { gemm_detail::pipe_fault.store(on, std::memory_order_relaxed); }
 
