@@ -125,10 +125,12 @@ __device__ __forceinline__ void row_inverse_rms(const float* values, int width, 
 
 // y = RMSNorm(row) * weight for one row per CTA; ADD: the row is round(h + delta), written back to h first.
 // GATHER: CTA i reads row index[i] (a staged index: loaded before the wait) and writes y row i; h is not written.
-template <bool ADD, bool GATHER = false>
+// TAP (with ADD): the new h row is also written to tap + row * tap_pitch (a drafter's tap, without a copy node).
+template <bool ADD, bool GATHER = false, bool TAP = false>
 __global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16* h, const b16* __restrict__ delta,
                                                                int width, const b16* __restrict__ weight, float eps,
-                                                               b16* y, const int32_t* index) {
+                                                               b16* y, const int32_t* index, b16* tap,
+                                                               int64_t tap_pitch) {
   extern __shared__ float row_values[];  // [width]
   __shared__ float inverse_rms;
   let_next_kernel_start();
@@ -158,6 +160,7 @@ __global__ void __launch_bounds__(kRowThreads) row_norm_kernel(const b16* x, b16
     if constexpr (ADD) {
       add_chunk(v[c].raw, d[c].raw);
       if constexpr (!GATHER) *reinterpret_cast<uint4*>(h + at + q * 8) = v[c].raw;
+      if constexpr (TAP) *reinterpret_cast<uint4*>(tap + blockIdx.x * tap_pitch + q * 8) = v[c].raw;
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e) row_values[q * 8 + e] = chunk_at(v[c], e);
@@ -297,7 +300,7 @@ Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, floa
     return launch_programmatic(row_norm_kernel<false>, dim3(static_cast<unsigned>(rows)), kRowThreads,
                                static_cast<int>(sizeof(float)) * width, stream, dev(x), static_cast<b16*>(nullptr),
                                static_cast<const b16*>(nullptr), width, dev(weight), eps, dev(y),
-                               static_cast<const int32_t*>(nullptr));
+                               static_cast<const int32_t*>(nullptr), static_cast<b16*>(nullptr), int64_t{0});
   }
   rms_norm_kernel<<<blocks_for(rows, kWarpRows), 32 * kWarpRows, 0, stream>>>(dev(x), rows, width, dev(weight), eps,
                                                                                dev(y));
@@ -310,17 +313,26 @@ Status add_residual(bf16* h, const bf16* delta, int64_t count, cudaStream_t stre
 }
 
 Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const bf16* weight, float eps, bf16* y,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bf16* tap, int64_t tap_pitch) {
   if (rows <= 0) return ok_status();
   if (width <= 0) return Status(ErrorCode::InvalidArgument, "add_rms_norm width " + std::to_string(width));
-  if (rows > 0x7fffffff || !row_kernel_fits(width, {h, delta, weight, y})) {
-    // Rows the CTA kernel does not take: the two launches (the same bits by definition).
+  if (rows > 0x7fffffff || !row_kernel_fits(width, {h, delta, weight, y, tap ? tap : h}) ||
+      tap_pitch % 8 != 0) {
+    // Rows the CTA kernel does not take: the two launches and the tap's copy (the same bits by definition).
     LS_RETURN_IF_ERROR(add_residual(h, delta, rows * width, stream));
+    if (tap)
+      LS_CUDA_TRY(cudaMemcpy2DAsync(tap, tap_pitch * sizeof(bf16), h, width * sizeof(bf16), width * sizeof(bf16), rows,
+                                    cudaMemcpyDeviceToDevice, stream));
     return rms_norm(h, rows, width, weight, eps, y, stream);
   }
-  return launch_programmatic(row_norm_kernel<true>, dim3(static_cast<unsigned>(rows)), kRowThreads,
-                             static_cast<int>(sizeof(float)) * width, stream, static_cast<const b16*>(nullptr), dev(h),
-                             dev(delta), width, dev(weight), eps, dev(y), static_cast<const int32_t*>(nullptr));
+  const int shared = static_cast<int>(sizeof(float)) * width;
+  if (tap)
+    return launch_programmatic(row_norm_kernel<true, false, true>, dim3(static_cast<unsigned>(rows)), kRowThreads,
+                               shared, stream, static_cast<const b16*>(nullptr), dev(h), dev(delta), width,
+                               dev(weight), eps, dev(y), static_cast<const int32_t*>(nullptr), dev(tap), tap_pitch);
+  return launch_programmatic(row_norm_kernel<true>, dim3(static_cast<unsigned>(rows)), kRowThreads, shared, stream,
+                             static_cast<const b16*>(nullptr), dev(h), dev(delta), width, dev(weight), eps, dev(y),
+                             static_cast<const int32_t*>(nullptr), static_cast<b16*>(nullptr), int64_t{0});
 }
 
 bool gather_rms_norm_fits(int width, const bf16* h, const bf16* delta, const bf16* weight, const bf16* y) {
@@ -338,10 +350,10 @@ Status gather_rms_norm(const bf16* h, const bf16* delta, const int32_t* index, i
   if (delta && !fault_no_add_for_test)
     return launch_programmatic(row_norm_kernel<true, true>, dim3(static_cast<unsigned>(n)), kRowThreads, shared,
                                stream, static_cast<const b16*>(nullptr), const_cast<b16*>(dev(h)), dev(delta), width,
-                               dev(weight), eps, dev(y), index);
+                               dev(weight), eps, dev(y), index, static_cast<b16*>(nullptr), int64_t{0});
   return launch_programmatic(row_norm_kernel<false, true>, dim3(static_cast<unsigned>(n)), kRowThreads, shared, stream,
                              dev(h), static_cast<b16*>(nullptr), static_cast<const b16*>(nullptr), width, dev(weight),
-                             eps, dev(y), index);
+                             eps, dev(y), index, static_cast<b16*>(nullptr), int64_t{0});
 }
 
 Status qk_norm_rope(const QkNormRope& args, cudaStream_t stream) {

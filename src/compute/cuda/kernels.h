@@ -126,6 +126,10 @@ int decode_pipe_x();
 // Tests: whether the engine's decode GEMM of m rows of W (swiglu: gemm_decode_swiglu's W) runs on the pipeline under
 // the switches as set now, and (x_once) whether that launch copies x once.
 bool decode_pipe_routes(int64_t m, const DeviceMatrix& w, bool swiglu, bool* x_once = nullptr);
+// Pipeline launches of 2..16 rows on about SMs / spread CTAs (more columns, fewer x copies a CTA; session 13, switch
+// LS_DECODE_PIPE_SPREAD, 1 = one CTA an SM as at one row). Same bits; drop captured graphs after a change.
+void set_decode_pipe_spread(int spread);
+int decode_pipe_spread();
 // Tests: gemm_decode_pipe's launches that copy x once walk each unit's K tiles backwards (a planted K-order fault).
 void set_decode_pipe_fault_for_test(bool on);
 // Whether gemm_decode_pipe takes configuration `config` for m rows of W (shape, K, shared memory).
@@ -181,9 +185,10 @@ Status rms_norm(const bf16* x, int64_t rows, int width, const bf16* weight, floa
 Status add_residual(bf16* h, const bf16* delta, int64_t count, cudaStream_t stream);
 
 // h = round(h + delta) [rows, width], then y = RMSNorm(h) * weight: add_residual + rms_norm in one launch, same bits
-// (a CTA per row; rows it cannot take, e.g. width not a multiple of 8, run the two launches).
+// (a CTA per row; rows it cannot take, e.g. width not a multiple of 8, run the two launches). tap: the new h rows
+// also go to tap [rows, tap_pitch] (a drafter's taps; in the same launch, no copy node in the graph).
 Status add_rms_norm(bf16* h, const bf16* delta, int64_t rows, int width, const bf16* weight, float eps, bf16* y,
-                    cudaStream_t stream);
+                    cudaStream_t stream, bf16* tap = nullptr, int64_t tap_pitch = 0);
 
 // Per-head q/k RMSNorm then NeoX RoPE in one launch (rms_norm + rope_neox's bits): q = rope(norm(q_raw)) [rows,
 // q_heads*hd], k = rope(norm(k_raw)) [rows, k_heads*hd], all dense bf16. A warp per head for head_dim 64 / 128 / 256;

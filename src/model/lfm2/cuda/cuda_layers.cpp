@@ -28,9 +28,32 @@ namespace {
 // old launches, three pairs); false (tests only) runs the add, gather and norm launches (the tapped case's) as its
 // reference
 std::atomic<bool> g_final_norm{true};
+// a tapped layer's output written to the taps by the residual add + norm launch after it, not by a copy node (session
+// 13, LS_TAPS_IN_NORM=1; off by default until an H200 A/B): a copy node in the graph breaks the programmatic chain
+std::atomic<bool> g_taps_in_norm{[] {
+  const char* value = std::getenv("LS_TAPS_IN_NORM");
+  return value != nullptr && value[0] != 0 && std::string(value) != "0";
+}()};
+std::atomic<bool> g_taps_in_norm_fault{false};  // tests: the norm writes the next tap slot (a planted fault)
 }  // namespace
 
 void CudaTarget::set_final_norm_fused(bool on) { g_final_norm = on; }
+
+void CudaTarget::set_taps_in_norm(bool on) { g_taps_in_norm = on; }
+
+bool CudaTarget::taps_in_norm() { return g_taps_in_norm.load(); }
+
+void CudaTarget::set_taps_in_norm_fault_for_test(bool on) { g_taps_in_norm_fault = on; }
+
+const char* CudaTarget::gemm_label(const char* role) const {
+  if (!profile_roles_) return "gemm";
+  static const std::string* const labels = new std::string[6]{"gemm qkv", "gemm attn_out", "gemm conv_in",
+                                                              "gemm conv_out", "gemm gate_up", "gemm down"};
+  static const char* const roles[6] = {"qkv", "attn_out", "conv_in", "conv_out", "gate_up", "down"};
+  for (int i = 0; i < 6; ++i)
+    if (std::string(roles[i]) == role) return labels[i].c_str();
+  return "gemm";
+}
 
 bool CudaTarget::final_norm_fused() { return g_final_norm.load(); }
 
@@ -73,8 +96,11 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
                                       rows, h, stream_));
   LS_RETURN_IF_ERROR(mark("elementwise"));
   // The norm that feeds the next GEMM: run now (unfused, into u_) or by that GEMM (fused, reading h and delta).
-  auto norm_now = [&](const bf16* delta, const bf16* weight) -> Status {
-    if (delta) LS_RETURN_IF_ERROR(cuda::add_rms_norm(h, delta, rows, D, weight, c.norm_eps, u_.data(), stream_));
+  // tap: where the add's new h rows also go (a tapped layer's output; taps_in_norm()), else nullptr
+  auto norm_now = [&](const bf16* delta, const bf16* weight, bf16* tap = nullptr) -> Status {
+    if (delta)
+      LS_RETURN_IF_ERROR(cuda::add_rms_norm(h, delta, rows, D, weight, c.norm_eps, u_.data(), stream_, tap,
+                                            tap_count * D));
     if (!delta || doubled(StepOp::Norm)) return cuda::rms_norm(h, rows, D, weight, c.norm_eps, u_.data(), stream_);
     return ok_status();
   };
@@ -100,9 +126,17 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
                                       D * sizeof(bf16), rows, cudaMemcpyDeviceToDevice, stream_));
     return mark("taps");
   };
+  // The tap slot of `layer` written by the norm launch after it (taps_in_norm(): one slot wants it), else nullptr.
+  auto tap_in_norm = [&](int layer) -> bf16* {
+    if (tap_count == 0 || !tap_this_forward_ || !taps_in_norm() || layer < 0) return nullptr;
+    if (std::count(taps_.begin(), taps_.end(), layer) != 1) return nullptr;
+    const int64_t t = std::find(taps_.begin(), taps_.end(), layer) - taps_.begin();
+    return taps_dev_.data() + (g_taps_in_norm_fault ? (t + 1) % tap_count : t) * D;
+  };
   const bf16* pending_delta = nullptr;  // layer 0's operator_norm has no residual add before it
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const gpu::DeviceLayer& w = weights_.layers[layer];
+    bf16* tap = nullptr;  // the previous layer's tap, when the norm below writes it
     // residual + operator_norm -> mixer
     if (fuse) {
       const cuda::DecodeNorm norm = norm_fused(pending_delta, w.operator_norm.data());
@@ -112,10 +146,11 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
         LS_RETURN_IF_ERROR(mixer_attention(layer, rows, meta, &norm));
       swap_if(pending_delta);
     } else {
-      LS_RETURN_IF_ERROR(norm_now(pending_delta, w.operator_norm.data()));
+      tap = pending_delta ? tap_in_norm(layer - 1) : nullptr;
+      LS_RETURN_IF_ERROR(norm_now(pending_delta, w.operator_norm.data(), tap));
       LS_RETURN_IF_ERROR(mark("elementwise"));
     }
-    if (layer > 0) LS_RETURN_IF_ERROR(copy_taps_of(layer - 1));
+    if (layer > 0 && tap == nullptr) LS_RETURN_IF_ERROR(copy_taps_of(layer - 1));
     if (!fuse) {
       if (w.kind == io::LayerKind::Conv)
         LS_RETURN_IF_ERROR(mixer_conv(layer, rows, meta, nullptr));
@@ -128,9 +163,9 @@ Status CudaTarget::run_layers(int64_t rows, const Meta& meta) {
       const cuda::DecodeNorm norm = norm_fused(mix_.data(), w.ffn_norm.data());
       LS_RETURN_IF_ERROR(cuda::gemm_decode_norm_swiglu(gemm_, norm, rows, w.gate_up.view(), act_.data(), stream_));
       swap_if(mix_.data());
-      LS_RETURN_IF_ERROR(mark("gemm"));
+      LS_RETURN_IF_ERROR(mark(gemm_label("gate_up")));
       LS_RETURN_IF_ERROR(gemm_.gemm(act_.data(), rows, w.down.view(), mix_.data(), nullptr, stream_));
-      LS_RETURN_IF_ERROR(mark("gemm"));
+      LS_RETURN_IF_ERROR(mark(gemm_label("down")));
     } else if (w.moe) {
       LS_RETURN_IF_ERROR(ffn_moe(layer, rows, h, mix_.data()));
     } else {
@@ -167,16 +202,16 @@ Status CudaTarget::ffn_dense(int layer, int64_t rows) {
     LS_RETURN_IF_ERROR(twice(StepOp::GateUp, [&] {
       return cuda::gemm_decode_swiglu(gemm_, u_.data(), rows, w.gate_up.view(), act_.data(), stream_);
     }));
-    LS_RETURN_IF_ERROR(mark("gemm"));
+    LS_RETURN_IF_ERROR(mark(gemm_label("gate_up")));
   } else {
     LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, w.gate_up.view(), wide_.data(), nullptr, stream_));  // [rows, 2F]
-    LS_RETURN_IF_ERROR(mark("gemm"));
+    LS_RETURN_IF_ERROR(mark(gemm_label("gate_up")));
     LS_RETURN_IF_ERROR(
         cuda::swiglu(wide_.data(), wide_.data() + F, rows, static_cast<int>(F), 2 * F, act_.data(), stream_));
     LS_RETURN_IF_ERROR(mark("elementwise"));
   }
   LS_RETURN_IF_ERROR(twice(StepOp::Down, [&] { return gemm_out(act_.data(), rows, w.down.view(), mix_.data()); }));
-  return mark("gemm");
+  return mark(gemm_label("down"));
 }
 
 Status CudaTarget::gemm_out(const bf16* x, int64_t rows, const cuda::DeviceMatrix& w, bf16* y) {
@@ -209,7 +244,7 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const c
       return gemm_.gemm(u_.data(), rows, w.in_proj.view(), wide_.data(), nullptr, stream_);
     }));
   }
-  LS_RETURN_IF_ERROR(mark("gemm"));
+  LS_RETURN_IF_ERROR(mark(gemm_label("conv_in")));
   LS_RETURN_IF_ERROR(twice(StepOp::Conv, [&] {
     // prefill: 8 channels and 8 rows a thread (the same bits; since batch s12A)
     if (gpu::conv_rows_takes(args)) return gpu::conv_rows(args, row_window, windows, z, act_.data(), stream_);
@@ -218,7 +253,7 @@ Status CudaTarget::mixer_conv(int layer, int64_t rows, const Meta& meta, const c
   LS_RETURN_IF_ERROR(mark("short conv"));
   LS_RETURN_IF_ERROR(
       twice(StepOp::MixerOut, [&] { return gemm_out(act_.data(), rows, w.conv_out.view(), mix_.data()); }));
-  return mark("gemm");
+  return mark(gemm_label("conv_out"));
 }
 
 Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta, const cuda::DecodeNorm* norm) {
@@ -235,7 +270,7 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta, co
   } else {
     for (int i = 0; i < 3; ++i) LS_RETURN_IF_ERROR(gemm_.gemm(u_.data(), rows, qkv[i], qkv_out[i], nullptr, stream_));
   }
-  LS_RETURN_IF_ERROR(mark("gemm"));
+  LS_RETURN_IF_ERROR(mark(gemm_label("qkv")));
   // per-head q/k RMSNorm then RoPE, one launch
   cuda::QkNormRope qk;
   qk.q_raw = q_raw_.data();
@@ -265,12 +300,13 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta, co
   LS_RETURN_IF_ERROR(mark("elementwise"));
   const gpu::AttentionScratch scratch{attn_states_.data(), static_cast<int64_t>(attn_states_.size())};
   LS_RETURN_IF_ERROR(twice(StepOp::Attention, [&] {
-    return gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_, scratch);
+    return gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_, scratch,
+                          forward_windows_);
   }));
   LS_RETURN_IF_ERROR(mark("attention"));
   LS_RETURN_IF_ERROR(
       twice(StepOp::MixerOut, [&] { return gemm_out(attn_.data(), rows, w.attn_out.view(), mix_.data()); }));
-  return mark("gemm");
+  return mark(gemm_label("attn_out"));
 }
 
 Status CudaTarget::ffn_moe(int layer, int64_t rows, bf16* h, const bf16* delta) {

@@ -57,6 +57,8 @@ class CudaTarget final : public Target {
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<std::pair<std::string, double>>& profile() const { return profile_; }
   void reset_profile() { profile_.clear(); }
+  // Benches: the profile's GEMMs by role ("gemm qkv", "gemm down", ..) instead of one "gemm" kind.
+  void set_profile_roles(bool on) { profile_roles_ = on; }
   // Steady-state forwards replay CUDA graphs captured per shape (rows, windows, drawn rows, commits, taps) from the
   // shape's second forward on; on by default. graph_count(): graphs held now.
   void set_graphs(bool on) {
@@ -75,6 +77,12 @@ class CudaTarget final : public Target {
   // runs the three launches (the tapped case's) as its reference. Process-wide, read at each forward's enqueue.
   static void set_final_norm_fused(bool on);
   static bool final_norm_fused();
+  // A tapped layer's output written to the taps by the residual add + norm launch after it (the same bits) instead of
+  // a copy node, which breaks the graph's programmatic chain (session 13; LS_TAPS_IN_NORM=1; off by default until an
+  // H200 A/B). Process-wide, read at each forward's enqueue; drop captured graphs after a change.
+  static void set_taps_in_norm(bool on);
+  static bool taps_in_norm();
+  static void set_taps_in_norm_fault_for_test(bool on);  // the norm writes the next tap slot
   void set_decode_norm_fusion(bool on, bool ffn = true) {
     decode_norm_fusion_ = on;
     decode_norm_fusion_ffn_ = ffn;
@@ -133,6 +141,7 @@ class CudaTarget final : public Target {
   }
   // Profiling: records an event closing the op kind `label` (no-op when off).
   Status mark(const char* label);
+  const char* gemm_label(const char* role) const;  // "gemm", or "gemm <role>" under set_profile_roles
   Status collect_profile();
   template <typename T>
   T* device_at(size_t offset) const { return reinterpret_cast<T*>(meta_dev_.data() + offset); }
@@ -161,6 +170,8 @@ class CudaTarget final : public Target {
   std::vector<gpu::ConvCommit> pending_commits_;
   std::vector<int32_t>* expert_trace_ = nullptr;
   bool profiling_ = false;
+  bool profile_roles_ = false;
+  int forward_windows_ = 0;  // windows of the forward being enqueued (the attention's one-window tile)
   std::vector<std::pair<cudaEvent_t, const char*>> marks_;  // this forward's events
   std::vector<cudaEvent_t> spare_events_;
   std::vector<std::pair<std::string, double>> profile_;
