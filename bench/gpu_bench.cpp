@@ -15,7 +15,8 @@
 //   --pipe-ab                   also time the decode step (and the verify windows) on the pipeline decode GEMM
 //   --verify-tiles-ab           also time the verify windows with the older 17..64-row picks, the verify tiles and
 //                               every window streamed (set_decode_rows 16 / set_verify_tiles / set_decode_rows 64)
-//   --verify-profile            device ms by op kind of each --verify window (events around every op)
+//   --verify-profile            device ms by op kind (GEMMs by role) of each --verify window (events around every op)
+//   --arms A,B+C [--arms-rows 1,8,10] [--taps 2,5,8] [--rounds 3]   switches' arms alternating, then stop (gpu_bench_arms.h)
 //
 // Memory floor: weight bytes read per decode token (every dense tensor once, the tied embedding as the head; for
 // MoE only the k routed experts of each MoE layer) over the device-to-device copy bandwidth measured here (bytes
@@ -39,6 +40,7 @@
 #include "model/lfm2/cuda/state_kernels.h"
 #include "model/load.h"
 #include "bench_util.h"
+#include "gpu_bench_arms.h"
 #include "gpu_bench_kernels.h"
 
 using ls::bench::median;
@@ -68,6 +70,7 @@ struct Options {
   bool verify_tiles_ab = false;          // also time the verify windows with the older 17..64-row picks
   bool pipe_ab = false;                  // also time the decode step and verify windows on the pipeline decode GEMM
   bool verify_profile = false;           // device ms by op kind of each verify window
+  ls::gpu_bench::ArmsOptions arms;       // --arms: run them and stop
 };
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
@@ -131,6 +134,7 @@ int main(int argc, char** argv) {
     else if (arg == "--pipe-ab") o.pipe_ab = true;
     else if (arg == "--verify-tiles-ab") o.verify_tiles_ab = true;
     else if (arg == "--verify-profile") o.verify_profile = true;
+    else if (arg.rfind("--", 0) == 0 && i + 1 < argc && ls::gpu_bench::parse_arms_flag(arg, argv[i + 1], o.arms)) ++i;
     else {
       std::fprintf(stderr, "usage: gpu_bench --model DIR [--decode-tokens N] [--context N] [--prefill N] "
                            "[--verify 1,2,4] [--streams N] [--json PATH] [--decode-staged 0,1] [--decode-only] "
@@ -171,6 +175,11 @@ int main(int argc, char** argv) {
   }
   const double bandwidth = copy_bandwidth();
   const double floor_ms = per_token / bandwidth * 1e3;
+  if (!o.arms.arms.empty()) {
+    o.arms.context = o.context;
+    ls::gpu_bench::run_arms(*target, o.arms);
+    return 0;
+  }
 
   // Plain decode at 1 stream after a prompt of `context` tokens.
   const std::vector<int32_t> prompt = tokens_for(o.context, 1, V), steps = tokens_for(o.decode_tokens, 2, V);
@@ -338,6 +347,7 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> window = tokens_for(rows, 3 + rows, V);
     w.tokens = window;
     target->set_profiling(true);
+    target->set_profile_roles(true);
     target->reset_profile();
     const double ms = time_forward(*target, {w}, 8, false);
     std::string line;
@@ -347,6 +357,7 @@ int main(int argc, char** argv) {
       line += cell;
     }
     target->set_profiling(false);
+    target->set_profile_roles(false);
     std::printf("verify profile, %d-row window (%.3f ms with events):%s\n", rows, ms, line.c_str());
   }
   // The same windows on the pipeline decode GEMM (up to 16 rows; same bits).
@@ -435,7 +446,8 @@ int main(int argc, char** argv) {
   }
   const double long_decode_ms = ms_since(long_start) / 32;
   target->release(7);
-  const auto [cublas_s, flops] = cublas_prefill(c, o.prefill);
+  const ls::gpu_bench::CublasPrefill cublas = cublas_prefill(c, o.prefill);
+  const double cublas_s = cublas.seconds, flops = cublas.flops;
 
   std::printf("gpu_bench %s (%s, %d layers, D %d, vocab %d), load %.1f s, exact width %d\n", o.model.c_str(),
               c.model_type.c_str(), c.num_layers, c.hidden_size, V, load_s, target->facts().exact_width);
@@ -466,6 +478,9 @@ int main(int argc, char** argv) {
   std::printf("%-34s %9.1f ms %9.1f ms %7.2f   (cuBLAS %.0f TFLOP/s)\n",
               ("prefill " + std::to_string(o.prefill)).c_str(), prefill_ms, cublas_s * 1e3, cublas_s * 1e3 / prefill_ms,
               flops / cublas_s / 1e12);
+  std::printf("%-34s %9.1f ms %9.1f ms %7.2f   (cuBLAS on random operands, %.0f TFLOP/s)\n", "prefill, random-data floor",
+              prefill_ms, cublas.random_seconds * 1e3, cublas.random_seconds * 1e3 / prefill_ms,
+              flops / cublas.random_seconds / 1e12);
   std::printf("%-34s %9.3f ms\n", ("decode step at context " + std::to_string(o.prefill)).c_str(), long_decode_ms);
   for (auto [rows, ms] : verify_ms)
     std::printf("%-34s %9.3f ms %12s %7.2f x one row\n", ("verify window " + std::to_string(rows)).c_str(), ms, "",
@@ -487,7 +502,7 @@ int main(int argc, char** argv) {
                 {"copy_bandwidth_gbs", bandwidth / 1e9}, {"decode_ms", decode_ms}, {"floor_ms", floor_ms},
                 {"decode_tok_s", 1e3 / decode_ms}, {"decode_eager_ms", eager_ms}, {"long_context_decode_ms", long_decode_ms}, {"streams", o.streams}, {"streams_step_ms", streams_ms},
                 {"prefill_tokens", o.prefill}, {"prefill_ms", prefill_ms}, {"cublas_prefill_ms", cublas_s * 1e3},
-                {"cublas_tflops", flops / cublas_s / 1e12}};
+                {"cublas_tflops", flops / cublas_s / 1e12}, {"cublas_random_prefill_ms", cublas.random_seconds * 1e3}};
     for (auto [rows, ms] : verify_ms) out["verify_ms"][std::to_string(rows)] = ms;
     for (const auto& [kind, ms] : decode_profile) out["decode_profile_ms"][kind] = ms / profiled;
     for (auto [config, ms] : staged_ms) out["decode_staged_ms"][std::to_string(config)] = ms;

@@ -5,9 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "base/hash.h"
 #include "bench_util.h"
 #include "compute/cuda/kernels.h"
 
@@ -35,6 +37,19 @@ double cublas_seconds(cublasHandle_t handle, int64_t m, int64_t n, int64_t k, vo
     if (i > 0) times.push_back(ms * 1e-3);
   }
   return median(times);
+}
+
+// `count` bf16 values uniform in [-1, 1) (seeded) on the device: cuBLAS on constant operands (0x3c bytes) runs 5-22 %
+// faster than on data like a model's (the tensor cores' power and clocks), so the floor is timed on both.
+void fill_random(void* device, int64_t count, uint64_t seed) {
+  std::vector<uint16_t> host(count);
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = static_cast<float>(splitmix64(seed * 1000003 + i) >> 40) / 8388608.0f - 1.0f;
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    host[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  cudaMemcpy(device, host.data(), count * 2, cudaMemcpyHostToDevice);
 }
 
 }  // namespace
@@ -65,7 +80,7 @@ double copy_bandwidth() {
 }
 
 // The cuBLAS time of every projection of a prefill of m tokens (and its FLOPs).
-std::pair<double, double> cublas_prefill(const io::ModelConfig& c, int64_t m) {
+CublasPrefill cublas_prefill(const io::ModelConfig& c, int64_t m) {
   const int64_t D = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim;
   struct Shape { int64_t m, n, k, launches; };
   std::vector<Shape> shapes;
@@ -98,20 +113,27 @@ std::pair<double, double> cublas_prefill(const io::ModelConfig& c, int64_t m) {
   cudaMalloc(&x, max_x * 2);
   cudaMalloc(&w, max_w * 2);
   cudaMalloc(&y, max_y * 2);
-  cudaMemset(x, 0x3c, max_x * 2);
-  cudaMemset(w, 0x3c, max_w * 2);
   cublasHandle_t handle;
   cublasCreate(&handle);
-  double seconds = 0, flops = 0;
-  for (const Shape& s : shapes) {
-    seconds += s.launches * cublas_seconds(handle, s.m, s.n, s.k, x, w, y);
-    flops += s.launches * 2.0 * s.m * s.n * s.k;
+  CublasPrefill out;
+  for (const bool random : {false, true}) {
+    if (random) {
+      fill_random(x, max_x, 1);
+      fill_random(w, max_w, 2);
+    } else {
+      cudaMemset(x, 0x3c, max_x * 2);
+      cudaMemset(w, 0x3c, max_w * 2);
+    }
+    double seconds = 0;
+    for (const Shape& s : shapes) seconds += s.launches * cublas_seconds(handle, s.m, s.n, s.k, x, w, y);
+    (random ? out.random_seconds : out.seconds) = seconds;
   }
+  for (const Shape& s : shapes) out.flops += s.launches * 2.0 * s.m * s.n * s.k;
   cublasDestroy(handle);
   cudaFree(x);
   cudaFree(w);
   cudaFree(y);
-  return {seconds, flops};
+  return out;
 }
 
 // --decode-gemm: the decode kernel's variants (and the engine's own pick, "auto") on the LFM2.5-1.2B decode GEMM

@@ -20,8 +20,12 @@ inline void check(const Status& status, const char* what) {
 
 // Device-to-device copy bandwidth (bytes read + written per second) over 1 GiB, median of 10.
 double copy_bandwidth();
-// The cuBLAS seconds of every projection of a prefill of m tokens, and its FLOPs.
-std::pair<double, double> cublas_prefill(const io::ModelConfig& c, int64_t m);
+// The cuBLAS seconds of every projection of a prefill of m tokens on constant operands (0x3c bytes, as sessions 1-12
+// timed the floor) and on random ones, and its FLOPs.
+struct CublasPrefill {
+  double seconds = 0, random_seconds = 0, flops = 0;
+};
+CublasPrefill cublas_prefill(const io::ModelConfig& c, int64_t m);
 // --decode-gemm: the decode kernel's variants on the LFM2.5-1.2B decode GEMM shapes (us per GEMM, GB/s).
 void decode_gemm_table(double bandwidth);
 
