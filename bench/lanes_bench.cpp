@@ -47,6 +47,9 @@
 //             [--gate-prompt off|on]                                       on (default since s12A): the gate prices a dormant
 //                                                                         scout's untapped prompt as admission did
 //                                                                         (lanes12)
+//             [--loss-stop off|on]                                         on: a stream alone in its rounds stops
+//                                                                         drafting once its drafting rounds lost
+//                                                                         to plain over 3 of them (lanes14)
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it

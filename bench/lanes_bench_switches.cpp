@@ -32,6 +32,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--group-check") group_check_backoff = value == "backoff" ? 1 : 0;
   else if (flag == "--gate-prompt") gate_prices_prompt = value == "on" ? 1 : 0;
   else if (flag == "--sampled-streams") sampled_most_streams = std::atoi(value.c_str());
+  else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
   else return false;
   return true;
 }
@@ -59,6 +60,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (group_check_backoff >= 0) pricing.group_check_backoff = group_check_backoff == 1;
   if (gate_prices_prompt >= 0) pricing.gate_prices_prompt = gate_prices_prompt == 1;
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
+  if (stop_on_measured_loss >= 0) pricing.stop_on_measured_loss = stop_on_measured_loss == 1;
 }
 
 const char* lanes_switches_usage() {
@@ -66,7 +68,7 @@ const char* lanes_switches_usage() {
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
-         "[--sampled-streams N]";
+         "[--sampled-streams N] [--loss-stop off|on]";
 }
 
 }  // namespace ls::bench

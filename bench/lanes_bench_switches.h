@@ -28,6 +28,7 @@ struct LanesSwitches {
   int group_check_backoff = -1;         // --group-check every|backoff (lanes12)
   int gate_prices_prompt = -1;          // --gate-prompt off|on (lanes12)
   int sampled_most_streams = -1;        // --sampled-streams N (lanes12; 0 = any)
+  int stop_on_measured_loss = -1;       // --loss-stop off|on (lanes14)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

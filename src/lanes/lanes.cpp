@@ -132,6 +132,7 @@ Status Lanes::round() {
   const double admitted_ms = clock_.now_ms();
   ledger_ = RoundLedger{};
   std::vector<Stream*> streams = pick_streams();
+  const size_t generated_before = streams.size() == 1 ? streams[0]->generated.size() : 0;
   double verify_ms = 0;
   if (!streams.empty()) {
     pricing_.trim(streams);
@@ -156,6 +157,10 @@ Status Lanes::round() {
     pricing_.observe_overhead(measured_ms - verify_ms - draft_ms - absorb_ms);
     // A round after prefills waits for their absorbs at its first settle: not a round the tables price.
     if (!admitted) pricing_.observe_round(ledger_.drafting, ledger_.priced_ms, measured_ms);
+    if (!admitted && ledger_.drafting && streams.size() == 1) {
+      const int tokens = static_cast<int>(streams[0]->generated.size() - generated_before);
+      pricing_.observe_drafting_round(*streams[0], tokens, measured_ms);
+    }
   }
   log_debug("round %lld: %zu streams, verify %.3f ms, draft %.3f ms, round %.3f ms (after admit)",
             static_cast<long long>(round_index_), streams.size(), verify_ms, draft_ms, clock_.now_ms() - admitted_ms);

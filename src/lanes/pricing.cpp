@@ -228,7 +228,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     if (lone_restart >= 0 && static_cast<int>(index) != lone_restart && prices_as_restarted(stream)) continue;
     offered[index] = true;
     scout_chosen = true;
-    if (quiet) continue;
+    if (quiet || (options_.stop_on_measured_loss && stream.loss_stopped)) continue;  // nothing bought; it may probe
     offer.chances = depth_chances(stream, caps[index]);
     offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
@@ -339,6 +339,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
       // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
       // trim to keep as the confidences justify (deeper acceptance gets measured too).
       plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
+      stream.loss_stopped = false;  // the probe's rounds start a new sum (stop_on_measured_loss)
     }
     stream.backoff.scouted = true;
     stream.backoff.zero_rounds = 0;

@@ -163,6 +163,15 @@ struct PricingOptions {
   // 0.89x), until multi-request sampled passes are priced from what they cost in a round. The fakes' tests of sampled
   // drafting at several streams set 0. lanes_bench --sampled-streams N.
   int sampled_most_streams = 1;
+  // Thirteenth session (lanes14). A stream alone in its rounds stops drafting once its drafting rounds, as measured
+  // (tokens at plain's ms a token against each round's clock time: verify, absorbs, pass, host), have lost over at
+  // least `loss_stop_rounds` of them since it last stopped; it is priced to zero until its next probe (a doubled
+  // wait), whose rounds start a new sum. Every estimate pricing reads moves at 0.15 a window from the prior, so a
+  // drafter that lands ~0.8 of 7 a window after a lucky first one (the nano pair's seeded sampled windows on the
+  // H200: 6 of 6, then 1, 0, 0, 0, 0, 0, 1, 0, 3, 0, 0, 0) kept being bought for 11-15 passes (0.81-0.87x). Rounds
+  // of several streams are left out (one clock time for several streams' windows). lanes_bench --loss-stop on|off.
+  bool stop_on_measured_loss = false;
+  int loss_stop_rounds = 3;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -241,6 +250,9 @@ class Pricing {
   std::vector<float> held_chances(const Stream& stream) const;
   // A verify offered `proposed` drafts of the stream and `accepted` landed.
   void observe_acceptance(Stream& stream, int proposed, int accepted);
+  // A round of `stream` alone that drafted (verified drafts, absorbed or ran a pass) gave `tokens` tokens in
+  // `measured_ms` (stop_on_measured_loss).
+  void observe_drafting_round(Stream& stream, int tokens, double measured_ms);
   // The drafter proposed drafts with these raw chain chances (every draft of a pass, before the trim).
   void observe_confidences(std::span<const float> raw_chances);
   // Measured forwards and passes move the tables; one-off slow ones (a CUDA target's first forwards of a new shape,

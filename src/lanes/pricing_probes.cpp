@@ -115,6 +115,22 @@ bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const
   return cap * plain_token_ms >= cost_ms;  // (a clock that never moves: every probe pays)
 }
 
+void Pricing::observe_drafting_round(Stream& stream, int tokens, double measured_ms) {
+  if (!options_.stop_on_measured_loss || options_.always_draft) return;
+  const double plain_token_ms = verify_ms(1, mode_of(stream)) + overhead_ms_;
+  stream.drafting_gain_ms += tokens * plain_token_ms - measured_ms;
+  if (++stream.drafting_rounds < options_.loss_stop_rounds || stream.drafting_gain_ms >= 0) return;
+  log_debug("loss stop: stream %llu lost %.3f ms over %d drafting rounds (plain %.3f ms a token)",
+            static_cast<unsigned long long>(stream.id), -stream.drafting_gain_ms, stream.drafting_rounds,
+            plain_token_ms);
+  stream.loss_stopped = true;
+  stream.drafting_gain_ms = 0;
+  stream.drafting_rounds = 0;
+  // Measured, not estimated: probing again soon would measure the same loss (and, restarted, a worse one).
+  stream.backoff.wait = options_.probe_most_wait;
+  stream.backoff.zero_rounds = 0;
+}
+
 void Pricing::observe_slow_forward(double excess_ms) {
   if (excess_ms <= 0) return;
   one_off_ms_ = slow_forwards_seen_++ == 0 ? excess_ms : one_off_ms_ + options_.cost_rate * (excess_ms - one_off_ms_);
