@@ -13,6 +13,7 @@
 #include "base/hash.h"
 #include "bench_util.h"
 #include "compute/cuda/cuda_util.h"
+#include "draft/dspark/cuda/scan_phases.h"
 #include "draft/dspark/cuda/scan_pick.h"
 
 namespace ls::bench {
@@ -37,7 +38,48 @@ struct Samples {
   std::vector<double> draft_alone;  // draft() after that settle
   std::vector<double> block, scan;  // device ms of the pass's block and scan (every round)
   int failed = 0;
+  dspark::cuda::ScanPhaseClocks phases;  // ":ph": the persistent scan's phase clocks over the timed rounds
 };
+
+void add_phases(dspark::cuda::ScanPhaseClocks& to, const dspark::cuda::ScanPhaseClocks& from) {
+  for (int p = 0; p < dspark::cuda::kScanPhases; ++p) {
+    to.sums[p] += from.sums[p];
+    to.largest[p] = std::max(to.largest[p], from.largest[p]);
+  }
+  to.ctas += from.ctas;
+  to.slots += from.slots;
+  to.launches += from.launches;
+}
+
+// Per setting with ":ph": each phase's us a slot (prologue and tail a launch) on the average CTA and on the slowest
+// CTA, at the device's clock rate.
+void print_phases(const std::map<std::string, Samples>& by_setting, const std::vector<std::string>& settings) {
+  int khz = 0, device = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device);
+  const double us_per_cycle = khz > 0 ? 1e3 / khz : 0;
+  bool header = false;
+  for (const std::string& setting : settings) {
+    const dspark::cuda::ScanPhaseClocks& c = by_setting.at(setting).phases;
+    if (c.launches == 0 || c.ctas == 0 || c.slots == 0) continue;
+    if (!header) {
+      std::printf("\nscan phases (us; per slot, prologue and tail per launch; average CTA / slowest CTA; clock %d MHz)\n"
+                  "| setting | launches | slots a launch |", khz / 1000);
+      for (const char* name : dspark::cuda::kScanPhaseNames) std::printf(" %s |", name);
+      std::printf("\n|---|---|---|---|---|---|---|---|---|\n");
+      header = true;
+    }
+    const double slots = static_cast<double>(c.slots) / c.launches, ctas = static_cast<double>(c.ctas) / c.launches;
+    std::printf("| %s | %llu | %.1f |", setting.c_str(), static_cast<unsigned long long>(c.launches), slots);
+    for (int p = 0; p < dspark::cuda::kScanPhases; ++p) {
+      const bool per_launch = p == 0 || p == dspark::cuda::kScanPhases - 1;
+      const double per = per_launch ? 1 : slots;
+      const double runs = p == dspark::cuda::kScanPhases - 1 ? c.launches : c.launches * ctas;  // tail: CTA 0
+      std::printf(" %.2f / %.2f |", c.sums[p] / runs / per * us_per_cycle, c.largest[p] / per * us_per_cycle);
+    }
+    std::printf("\n");
+  }
+}
 
 }  // namespace
 
@@ -74,6 +116,8 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const int loaded_row = drafter.row_attention();
   const bool loaded_staged_row = drafter.row_attention_staged();
   const bool loaded_staged = dspark::cuda::draft_pick_staged();
+  const dspark::cuda::PersistentHandoff loaded_handoff = drafter.persistent_handoff();
+  const bool loaded_scan_prefetch = drafter.scan_prefetch();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -90,6 +134,10 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
           row == std::string::npos ? 0 : std::max(1, std::atoi(setting.c_str() + row + (staged ? 5 : 4))));
       drafter.set_row_attention_staged(staged);
       dspark::cuda::set_draft_pick_staged(setting.find(":staged") != std::string::npos);
+      // ":warp" the persistent scan's warp handoff (else the flagged words), ":pf" its prefetches.
+      drafter.set_persistent_handoff(setting.find(":warp") != std::string::npos ? dspark::cuda::PersistentHandoff::Warp
+                                                                                : dspark::cuda::PersistentHandoff::Flags);
+      drafter.set_scan_prefetch(setting.find(":pf") != std::string::npos);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
@@ -98,6 +146,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       if (setting.find(":topk") != std::string::npos) sampling = Sampling{0.7f, 8, 1.0f, 0.0f, 0};
       if (setting.find(":minp") != std::string::npos) sampling = Sampling{0.9f, 0, 1.0f, 0.05f, 0};
       const bool mix = setting.find(":mix") != std::string::npos;
+      const bool phases = setting.find(":ph") != std::string::npos;
       drafter.capture_bucket_graphs();  // outside the timed rounds, as at load
       Samples& samples = by_setting[setting];
       std::vector<StreamId> ids;
@@ -113,6 +162,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       for (int round = -kUntimedRounds; round < options.rounds; ++round) {
         const int rows = kRowPattern[(round + kUntimedRounds) % kPatternLength];
         const bool timed = round >= 0, split = timed && round % 2 == 1;
+        if (round == 0) dspark::cuda::set_scan_phase_clocks(phases);  // zeroed after the untimed rounds
         std::vector<TapRows> pieces;
         for (int s = 0; s < options.streams; ++s) pieces.push_back(TapRows{ids[s], positions[s], 0, rows});
         const Clock::time_point absorb_start = Clock::now();
@@ -156,6 +206,8 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
         samples.block.push_back(drafter.last_block_ms());
         samples.scan.push_back(drafter.last_scan_ms());
       }
+      if (phases) add_phases(samples.phases, dspark::cuda::take_scan_phase_clocks());
+      dspark::cuda::set_scan_phase_clocks(false);
       for (StreamId id : ids) drafter.release(id);
     }
   }
@@ -167,10 +219,12 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_row_attention(loaded_row);
   drafter.set_row_attention_staged(loaded_staged_row);
   dspark::cuda::set_draft_pick_staged(loaded_staged);
+  drafter.set_persistent_handoff(loaded_handoff);
+  drafter.set_scan_prefetch(loaded_scan_prefetch);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:warp][:pf]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {
@@ -191,6 +245,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
                               {"scan_ms", median(s.scan)},
                               {"failed", s.failed}});
   }
+  print_phases(by_setting, options.settings);
   return 0;
 }
 

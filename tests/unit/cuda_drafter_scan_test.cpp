@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cuda_drafter_test_util.h"
+#include "draft/dspark/cuda/scan_phases.h"
 
 namespace ls::dspark {
 namespace {
@@ -163,7 +164,8 @@ TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
 // groups of up to 8 with mixed depths (the group kernel; more requests: a launch per 8), scratch poisoned before
 // every pass; its graph (one per request count, any depth) replays the eager bits at depths changing from call to
 // call; sampled requests keep the other scans; a planted fault fails only its request, by name and slot. All of it
-// with both handoffs of a slot's CTA picks (counter barrier, flagged words).
+// with every handoff of a slot's CTA picks (counter barrier, flagged words, the warp's words; the words with and
+// without the prefetches); the phase clocks change no draft.
 TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
   LS_SKIP_WITHOUT_DEVICE();
   NanoDrafter nano;
@@ -185,9 +187,11 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
     return gpu->draft(batch);
   };
   // Both handoffs of a slot's CTA picks (the counter barrier, session 5; the flagged words, session 8).
-  for (const PersistentHandoff handoff : {PersistentHandoff::Counter, PersistentHandoff::Flags}) {
-    SCOPED_TRACE(handoff == PersistentHandoff::Flags ? "flagged handoff" : "counter handoff");
+  // Session 13: the warp handoff, and each handoff of the words with the prefetches (W1 rows, confidences).
+  for (const auto& [handoff, prefetch] : handoff_arms()) {
+    SCOPED_TRACE(handoff_name(handoff) + (prefetch ? " handoff, prefetches" : " handoff"));
     gpu->set_persistent_handoff(handoff);
+    gpu->set_scan_prefetch(prefetch);
     gpu->set_graphs(false);
     // Alone, at full depth and at its own depth.
     for (int i = 0; i < 4; ++i) {
@@ -229,6 +233,44 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
     // 6 graphed passes: the block pass and the scan each captured at the second and replayed from then on.
     EXPECT_EQ(gpu->graph_replays() - replays_before, 2 * 5);
   }
+  // Planted: the warp handoff leaving out the odd-numbered CTAs' words (half the vocabulary) drafts other tokens
+  // (the comparison sees a combine that misses picks).
+  {
+    gpu->set_persistent_handoff(PersistentHandoff::Warp);
+    gpu->set_graphs(false);
+    gpu->set_scan_planted_drop(true);
+    int differing = 0;
+    for (int i = 0; i < 4; ++i) {
+      DraftRequest single = requests[i];
+      single.depth = c.block_size;
+      const std::span<const DraftRequest> one(&single, 1);
+      const std::vector<Draft> planted = draft_with(true, one), fused = draft_with(false, one);
+      differing += planted[0].tokens != fused[0].tokens;
+    }
+    gpu->set_scan_planted_drop(false);
+    EXPECT_GT(differing, 0) << "the warp handoff without half its words drafted the fused step's tokens";
+  }
+  // The phase clocks (drafter_bench ":ph", session 13) only measure: the same drafts, every phase counted.
+  {
+    gpu->set_persistent_handoff(PersistentHandoff::Flags);
+    gpu->set_scan_prefetch(false);
+    gpu->set_graphs(false);
+    DraftRequest single = requests[0];
+    single.depth = c.block_size;
+    const std::span<const DraftRequest> one(&single, 1);
+    const std::vector<Draft> plain = draft_with(true, one);
+    cuda::set_scan_phase_clocks(true);
+    const std::vector<Draft> clocked = draft_with(true, one);
+    const cuda::ScanPhaseClocks clocks = cuda::take_scan_phase_clocks();
+    cuda::set_scan_phase_clocks(false);
+    expect_same_drafts(clocked, plain);
+    EXPECT_EQ(clocks.launches, 1u);
+    EXPECT_EQ(clocks.slots, static_cast<uint64_t>(c.block_size));
+    EXPECT_GT(clocks.ctas, 1u);
+    for (int p = 0; p < cuda::kScanPhases; ++p) EXPECT_GT(clocks.sums[p], 0u) << cuda::kScanPhaseNames[p];
+    draft_with(true, one);
+    EXPECT_EQ(cuda::take_scan_phase_clocks().launches, 0u) << "clocks off: nothing counted";
+  }
   // Planted faults: the planted stream fails by name at its slot, the other drafts its unplanted tokens.
   gpu->set_graphs(false);
   gpu->set_persistent_handoff(PersistentHandoff::Counter);
@@ -238,10 +280,10 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
       {"non-finite draft confidence", &PlantedFaults::inf_confidence_slot},
       {"outside vocabulary", &PlantedFaults::out_of_range_pick_slot}};
   for (const auto& [message, field] : kinds)
-  for (const PersistentHandoff handoff : {PersistentHandoff::Counter, PersistentHandoff::Flags}) {
+  for (const auto& [handoff, prefetch] : handoff_arms()) {
     for (const int slot : {0, requests[1].depth - 1}) {
-      SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot) +
-                   (handoff == PersistentHandoff::Flags ? ", flagged handoff" : ", counter handoff"));
+      SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot) + ", " + handoff_name(handoff) +
+                   (prefetch ? " handoff, prefetches" : " handoff"));
       DrafterOptions planted = cuda_options(12);
       planted.faults.enabled = true;
       planted.faults.stream = 1;
@@ -250,6 +292,7 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
       ASSERT_TRUE(faulty);
       faulty->set_persistent_scan(true);
       faulty->set_persistent_handoff(handoff);
+      faulty->set_scan_prefetch(prefetch);
       for (int i = 0; i < 2; ++i) {
         ASSERT_TRUE(faulty->absorb(i, 0, requests[i].anchor_position,
                                    testing::random_taps(requests[i].anchor_position, width, 500 + i))

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/cuda/cuda_util.h"
@@ -86,6 +87,18 @@ inline Pair read_pair(const std::filesystem::path& target_dir, const std::filesy
 }
 
 // A CUDA drafter's options for up to `max_streams` streams.
+// The persistent scan's handoffs the scan tests run (session 13: the warp handoff; each words handoff with and
+// without the prefetches), and a handoff's name for the traces.
+inline std::vector<std::pair<cuda::PersistentHandoff, bool>> handoff_arms() {
+  using cuda::PersistentHandoff;
+  return {{PersistentHandoff::Counter, false}, {PersistentHandoff::Flags, false}, {PersistentHandoff::Flags, true},
+          {PersistentHandoff::Warp, false}, {PersistentHandoff::Warp, true}};
+}
+inline std::string handoff_name(cuda::PersistentHandoff handoff) {
+  using cuda::PersistentHandoff;
+  return handoff == PersistentHandoff::Counter ? "counter" : handoff == PersistentHandoff::Flags ? "flagged" : "warp";
+}
+
 inline DrafterOptions cuda_options(int max_streams = 8) {
   DrafterOptions options;
   options.device = Device::Cuda;

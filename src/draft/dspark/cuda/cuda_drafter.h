@@ -283,12 +283,26 @@ class CudaDsparkDrafter final : public Drafter {
   }
   bool batched_loads() const { return batched_loads_; }
   // How the persistent scan's CTAs meet each slot (the same bits): Flags (session 8; the default since batch s8A:
-  // scan at depth 9 0.135 vs 0.142 ms at 1 stream) or Counter (the old path).
+  // scan at depth 9 0.135 vs 0.142 ms at 1 stream), Counter (the old path) or Warp (session 13: warp 0 alone waits
+  // for the words; LS_DRAFTER_SCAN_HANDOFF=counter|flags|warp at load).
   void set_persistent_handoff(PersistentHandoff handoff) {
     persistent_handoff_ = handoff;
     graphs_.clear();
   }
   PersistentHandoff persistent_handoff() const { return persistent_handoff_; }
+  // The persistent scan's prefetches (session 13, off; LS_DRAFTER_SCAN_PREFETCH=1 at load): each CTA asks L2 for
+  // its best's W1 row before the handoff, CTA 0 loads the confidences at once before the records. The same bits.
+  void set_scan_prefetch(bool on) {
+    scan_prefetch_ = on;
+    graphs_.clear();
+  }
+  bool scan_prefetch() const { return scan_prefetch_; }
+  // Tests only: the warp handoff leaves out the words of the odd-numbered CTAs (a combine that misses picks must
+  // draft other tokens).
+  void set_scan_planted_drop(bool on) {
+    scan_planted_drop_ = on;
+    graphs_.clear();
+  }
   // Whether a scan of `count` requests, all greedy or not, takes the persistent kernel.
   bool persistent_scan(int count, bool all_greedy) const;
   // Weight prefetch into L2 while each layer's attention runs (session 10; 40 MiB by default since batches s10A /
@@ -397,6 +411,8 @@ class CudaDsparkDrafter final : public Drafter {
   std::optional<bool> persistent_scan_pin_;
   PersistentHandoff persistent_handoff_ = PersistentHandoff::Flags;  // since batch s8A (below)
   bool batched_loads_ = true;                                         // since batch s8A (below)
+  bool scan_prefetch_ = false;
+  bool scan_planted_drop_ = false;
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_all_plain_ = false;       // ... all greedy or sampled without cuts (plain_gumbel_draw)

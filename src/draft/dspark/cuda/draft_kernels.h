@@ -300,6 +300,10 @@ struct ScanStepInputs {
   bool keep_w2 = true;              // W2 loads with L2 evict-last priority
   bool programmatic = true;         // launch allowed to overlap the previous kernel's tail (sm_90)
   int planted_keyed_shift = 0;      // tests only: the keyed persistent scan draws at positions shifted by this
+  // The persistent scan (session 13, set_scan_prefetch): each CTA asks L2 for its best's W1 row before its handoff
+  // (the next slot's gather then finds it there), and CTA 0 loads every confidence at once before the records.
+  bool prefetch = false;
+  bool planted_odd_words = false;  // tests only: the warp handoff leaves out the odd-numbered CTAs' words
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 // markov_pick in two launches (the same bits): grid (vocab chunk of kSplitPickIds ids, request) writes the corrected
@@ -350,8 +354,9 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count);
 // How a slot's CTA picks meet (the same bits either way): Counter (session 5) writes each partial, fences, adds to
 // one counter that thread 0 of every CTA spins on, then reads all partials; Flags (session 8) writes each CTA's
 // pick as one 64-bit word (arrived bit, non-finite bit, id, value) with no fence, and every thread of every CTA
-// spins on its own CTAs' words (the words zeroed by a memset before the launch).
-enum class PersistentHandoff { Counter, Flags };
+// spins on its own CTAs' words (the words zeroed by a memset before the launch); Warp (session 13) the same words,
+// but only warp 0 of a CTA waits for them (all of a lane's words loaded at once) and combines them.
+enum class PersistentHandoff { Counter, Flags, Warp };
 // 64-bit words the Flags handoff uses in `partials` (which must hold them): [gamma][group][grid] picks, [grid]
 // confidence arrivals, one timed-out word.
 inline int64_t persistent_flag_words(const ScanShape& shape, const PersistentScanPlan& plan) {

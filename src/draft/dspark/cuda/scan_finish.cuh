@@ -64,6 +64,36 @@ __device__ __forceinline__ bool record_slot(DeviceScanRecord& record, const Devi
   return true;
 }
 
+// The persistent scan's record of request r (CTA 0, after the last slot) slot by slot as finish_step does: tokens,
+// chances (the running product), and the first failure (non-finite logit, non-finite confidence, pick outside the
+// vocabulary) by name and slot; `loaded` the confidences already in shared memory (else read from the markov row),
+// `timed_out` a handoff that gave up.
+template <int G>
+__device__ void write_scan_records(const ScanStepInputs& in, const ScanShape& shape, int r, int total_slots,
+                                   const unsigned char (*slot_state)[G], const int32_t (*slot_pick)[G],
+                                   const float (*loaded)[G], bool timed_out) {
+  DeviceScanRecord& record = in.records[r];
+  const DeviceScanRequest& request = in.requests[r];
+  for (int slot = 0; slot < total_slots; ++slot) {
+    const int state = slot_state[slot][r];
+    if (state == 0 || record.status != kScanOk) break;
+    int32_t pick = state == 2 ? 0 : slot_pick[slot][r];
+    float chance = NAN;
+    bool confidence_finite = true;
+    if (shape.has_confidence && state == 1) {
+      const float confidence =
+          loaded ? loaded[slot][r] : __ldcg(in.markov + static_cast<int64_t>(r) * shape.vocab + slot);
+      confidence_finite = isfinite(confidence);
+      chance = record.running * confidence;
+    }
+    if (!record_slot(record, request, slot, pick, chance, state == 2, confidence_finite, shape.has_confidence,
+                     shape.vocab)) {
+      break;
+    }
+  }
+  if (timed_out) record.status = kScanBarrierTimeout;
+}
+
 // The end of a scan step for request i, whose corrected logits are in its markov row: the pick (from the greedy best
 // over the finite logits, or the keyed draw), the confidence, the failure flags and the record. `nonfinite` and
 // `greedy` are uniform over the block; `mode` the pick variant (PickMode), Threads the block size; `given` the
@@ -144,6 +174,41 @@ __device__ __forceinline__ void add_row_pieces(const uint4 (&pieces)[PIECES], co
         sums[r] = fmaf(weights[7], hi.w, sums[r]);
       }
     }
+  }
+}
+
+// The persistent scan's row: the 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for request r), flags non-finite
+// logits and keeps the greedy best of each request drafting at this slot. Keyed (session 11): a sampled request
+// without cuts keeps its best Gumbel score instead (draw_token's plain Gumbel max), its logit back into u.
+struct KeyedSlot {
+  double temperature;  // 0: greedy
+  uint64_t row_key;    // keyed::row_key(seed, position of this slot's draw)
+};
+template <int G, bool Keyed>
+__device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, float* u, int stride, int64_t vocab,
+                                         int slot, int part, int group, const int* active, const int* nan_slot,
+                                         const KeyedSlot* keyed, Best (&best)[G], int& flags) {
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
+  }
+  if (part != 0 || id >= vocab) return;
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    if (r >= group || !active[r]) continue;
+    float logit = sums[r] + u[r * stride];
+    if (id == vocab / 2 && slot == nan_slot[r]) logit = NAN;
+    if (isfinite(logit)) {
+      double value = logit;
+      if (Keyed && keyed[r].temperature > 0) {
+        value = noisy_score(logit, keyed[r].temperature,
+                            ls::cuda::keyed::uniform_bits(keyed[r].row_key, static_cast<int32_t>(id)));
+      }
+      best[r] = better(best[r], Best{value, static_cast<int32_t>(id)});
+    } else {
+      flags |= 1 << r;
+    }
+    if (Keyed) u[r * stride] = logit;
   }
 }
 

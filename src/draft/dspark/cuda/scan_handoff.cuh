@@ -24,6 +24,13 @@ __device__ __forceinline__ void copy_async_4(void* shared, const void* global) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(global) : "memory");
 }
 
+// Asks L2 for `bytes` at `address`, a 128-byte line at a time (no register result: nothing waits for it).
+__device__ __forceinline__ void prefetch_l2_lines(const void* address, int bytes) {
+  for (int line = 0; line < bytes; line += 128) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(address) + line));
+  }
+}
+
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // Waits for every committed group but the newest one.
@@ -33,6 +40,20 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* address
   unsigned int value;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
   return value;
+}
+
+// The counter handoff, thread 0: waits until the barrier counter reaches `target` (bounded: a CTA that never
+// arrives, which a cooperative launch rules out, fails the scan by name instead of hanging the device; barrier[1] is
+// the flag).
+__device__ __forceinline__ void wait_for_count(unsigned int* barrier, unsigned int target) {
+  const long long start = clock64();
+  while (load_acquire(barrier) < target) {
+    if (load_acquire(barrier + 1) != 0 || clock64() - start > kBarrierSpinCycles) {
+      atomicExch(barrier + 1, 1u);
+      break;
+    }
+  }
+  __threadfence();
 }
 
 // The flagged handoff's word: bit 63 arrived, bit 62 a non-finite logit, bits 32..61 the best id + 1 (0: none),
@@ -78,6 +99,37 @@ __device__ __forceinline__ uint64_t wait_for_word(const uint64_t* address, uint6
     word = load_relaxed(address);
   }
   return word;
+}
+
+// The warp handoff (session 13): one warp of a CTA waits for the `n` words at words[c] (c = lane, lane + 32, ...):
+// every load issued at once, then only the words not yet arrived polled again, so a CTA puts 8x fewer loads on the
+// words' lines than a thread per word, and no word waits behind the previous one's round trip. A timed-out word
+// reads as no pick (0), as in wait_for_word.
+constexpr int kMaxLaneWords = 8;  // grids of up to 256 CTAs (registers: the W2 rows held in them are live here)
+__device__ __forceinline__ void wait_for_lane_words(const uint64_t* words, int n, int lane,
+                                                    uint64_t (&out)[kMaxLaneWords], uint64_t* timeout) {
+  bool waiting = false;
+#pragma unroll
+  for (int i = 0; i < kMaxLaneWords; ++i) {
+    const int c = lane + i * 32;
+    out[i] = c < n ? load_relaxed(words + c) : kWordArrived;
+    waiting |= !(out[i] & kWordArrived);
+  }
+  const long long start = clock64();
+  for (unsigned int spin = 1; waiting; ++spin) {
+    if (spin % 64 == 0 && (load_relaxed(timeout) != 0 || clock64() - start > kBarrierSpinCycles)) {
+      store_relaxed(timeout, 1);
+#pragma unroll
+      for (int i = 0; i < kMaxLaneWords; ++i) out[i] = out[i] & kWordArrived ? out[i] : 0;
+      return;
+    }
+    waiting = false;
+#pragma unroll
+    for (int i = 0; i < kMaxLaneWords; ++i) {
+      if (!(out[i] & kWordArrived)) out[i] = load_relaxed(words + lane + i * 32);
+      waiting |= !(out[i] & kWordArrived);
+    }
+  }
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "draft/dspark/cuda/draft_kernels.h"
 #include "draft/dspark/cuda/scan_handoff.cuh"
 #include "draft/dspark/cuda/scan_finish.cuh"
+#include "draft/dspark/cuda/scan_phase_clocks.cuh"
 
 namespace ls::dspark::cuda {
 namespace {
@@ -29,45 +30,10 @@ constexpr int kWarps = kThreads / kWarp;
 constexpr int kRowsPerRound = kWarps * 4;
 constexpr int kPieces = kMaxFusedScanRank / 64;  // 16-byte pieces of a W2 row per lane
 
-// The 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for request r), flags non-finite
-// logits and keeps the greedy best of each request drafting at this slot. Keyed (session 11): a sampled request
-// without cuts keeps its best Gumbel score instead (draw_token's plain Gumbel max), its logit back into u.
-struct KeyedSlot {
-  double temperature;  // 0: greedy
-  uint64_t row_key;    // keyed::row_key(seed, position of this slot's draw)
-};
-template <int G, bool Keyed>
-__device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, float* u, int stride, int64_t vocab,
-                                         int slot, int part, int group, const int* active, const int* nan_slot,
-                                         const KeyedSlot* keyed, Best (&best)[G], int& flags) {
-#pragma unroll
-  for (int r = 0; r < G; ++r) {
-    for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
-  }
-  if (part != 0 || id >= vocab) return;
-#pragma unroll
-  for (int r = 0; r < G; ++r) {
-    if (r >= group || !active[r]) continue;
-    float logit = sums[r] + u[r * stride];
-    if (id == vocab / 2 && slot == nan_slot[r]) logit = NAN;
-    if (isfinite(logit)) {
-      double value = logit;
-      if (Keyed && keyed[r].temperature > 0) {
-        value = noisy_score(logit, keyed[r].temperature,
-                            ls::cuda::keyed::uniform_bits(keyed[r].row_key, static_cast<int32_t>(id)));
-      }
-      best[r] = better(best[r], Best{value, static_cast<int32_t>(id)});
-    } else {
-      flags |= 1 << r;
-    }
-    if (Keyed) u[r * stride] = logit;
-  }
-}
-
 // Flagged: the handoff through words (pack_partial) in `in.partials`, zeroed before the launch, instead of the
-// counter `barrier`.
+// counter `barrier`; WarpWords (with Flagged): warp 0 alone waits for the words and combines them.
 // Keyed: sampled requests without cuts take their Gumbel max (take_row); the flagged word carries the winner's logit.
-template <int G, int RegisterRounds, bool Flagged, bool Keyed = false>
+template <int G, int RegisterRounds, bool Flagged, bool Keyed, bool WarpWords>
 __global__ void __launch_bounds__(kThreads, 2)
     persistent_scan_kernel(ScanStepInputs in, ScanShape shape, int ids_per_cta, int held_rounds,
                            unsigned int* barrier) {
@@ -85,6 +51,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ Best combined[G];
   __shared__ int combined_flags;
   __shared__ int slots;
+  __shared__ unsigned long long phase_sums[kScanPhases];
+  PhaseClocks clocks{phase_sums};
+  clocks.start();
   const int count = min(in.count, G);
   const int64_t V = shape.vocab;
   const int rank = shape.rank;
@@ -153,18 +122,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // The flagged handoff's words: [gamma][G][grid] partials, [grid] confidence arrivals, the timed-out word.
   uint64_t* words = reinterpret_cast<uint64_t*>(in.partials);
   uint64_t* timeout = words + static_cast<int64_t>(shape.gamma + 1) * G * gridDim.x;
-  // Thread 0: waits until the barrier counter reaches `target` (bounded: a CTA that never arrives, which a
-  // cooperative launch rules out, fails the scan by name instead of hanging the device; barrier[1] is the flag).
-  auto wait_for = [&](unsigned int target) {
-    const long long start = clock64();
-    while (load_acquire(barrier) < target) {
-      if (load_acquire(barrier + 1) != 0 || clock64() - start > kBarrierSpinCycles) {
-        atomicExch(barrier + 1, 1u);
-        break;
-      }
-    }
-    __threadfence();
-  };
+  auto wait_for = [&](unsigned int target) { wait_for_count(barrier, target); };
+  clocks.mark(0);
   for (int slot = 0; slot < total_slots; ++slot) {
     // Who drafts at this slot, and e = W1[previous] (and the keyed draws' temperature and row key).
     if (Keyed && threadIdx.x < G) {
@@ -186,6 +145,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     commit_copies();
     wait_all_but_newest_copy();  // the held rows and this slot's U are in
     __syncthreads();
+    clocks.mark(1);
     float* u = u_stage + (slot & 1) * G * ids_per_cta;
     Best best[G];
     int flags = 0;
@@ -224,6 +184,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     // The CTA's best per request: over the warp, then the warps; out as this slot's partial.
     warp_bests<G>(best, flags, lane, warp_best[warp], warp_flags[warp]);
     __syncthreads();
+    clocks.mark(2);
     if (threadIdx.x < count && active[threadIdx.x]) {
       const int r = threadIdx.x;
       Best cta_best{0.0, -1};
@@ -233,6 +194,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         nonfinite |= (warp_flags[w] >> r) & 1;
       }
       const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + blockIdx.x;
+      // The slot's pick is one CTA's best: its W1 row (the next gather) asked into L2 before the handoff.
+      if (in.prefetch && cta_best.id >= 0) {
+        prefetch_l2_lines(in.w1 + static_cast<int64_t>(cta_best.id) * rank, rank * 2);
+      }
       if constexpr (Flagged) {
         // A keyed request's word carries its winner's logit (a float; its score is computed again from it).
         if (Keyed && keyed[r].temperature > 0 && cta_best.id >= 0) {
@@ -261,43 +226,65 @@ __global__ void __launch_bounds__(kThreads, 2)
     int nonfinite = 0;
 #pragma unroll
     for (int r = 0; r < G; ++r) pick[r] = Best{0.0, -1};
-    for (int c = threadIdx.x; c < static_cast<int>(gridDim.x); c += kThreads) {
+    // A word's pick (a keyed request's score computed again from the winner's logit it carries).
+    auto take_word = [&](uint64_t word, int r) {
+      nonfinite |= ((word >> 62) & 1) ? 1 << r : 0;
+      Best taken = unpack_partial(word);
+      if (Keyed && keyed[r].temperature > 0 && taken.id >= 0) {
+        taken.value = noisy_score(static_cast<float>(taken.value), keyed[r].temperature,
+                                  ls::cuda::keyed::uniform_bits(keyed[r].row_key, taken.id));
+      }
+      pick[r] = better(pick[r], taken);
+    };
+    if constexpr (WarpWords) {
+      // Warp 0 alone waits for the slot's words and combines them (the other warps wait at the barrier below).
+      if (warp == 0) {
 #pragma unroll
-      for (int r = 0; r < G; ++r) {
-        if (r >= count || !active[r]) continue;
-        const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + c;
-        if constexpr (Flagged) {
-          // Each thread waits for its CTAs' words itself (no counter, no fence: a word arrives whole or not yet).
-          const uint64_t word = wait_for_word(words + index, timeout);
-          nonfinite |= ((word >> 62) & 1) ? 1 << r : 0;
-          Best taken = unpack_partial(word);
-          if (Keyed && keyed[r].temperature > 0 && taken.id >= 0) {
-            taken.value = noisy_score(static_cast<float>(taken.value), keyed[r].temperature,
-                                      ls::cuda::keyed::uniform_bits(keyed[r].row_key, taken.id));
+        for (int r = 0; r < G; ++r) {
+          if (r >= count || !active[r]) continue;
+          uint64_t got[kMaxLaneWords];
+          wait_for_lane_words(words + (static_cast<int64_t>(slot) * G + r) * gridDim.x, gridDim.x, lane, got, timeout);
+#pragma unroll
+          for (int i = 0; i < kMaxLaneWords; ++i) {
+            const int c = lane + i * kWarp;
+            if (c < static_cast<int>(gridDim.x) && !(in.planted_odd_words && c % 2 == 1)) take_word(got[i], r);
           }
-          pick[r] = better(pick[r], taken);
-        } else {
-          const ScanPartial* partial = in.partials + index;
-          nonfinite |= __ldcg(&partial->nonfinite) ? 1 << r : 0;
-          pick[r] = better(pick[r], Best{__ldcg(&partial->value), __ldcg(&partial->id)});
+        }
+        warp_bests<G>(pick, nonfinite, lane, combined, combined_flags);
+      }
+    } else {
+      for (int c = threadIdx.x; c < static_cast<int>(gridDim.x); c += kThreads) {
+#pragma unroll
+        for (int r = 0; r < G; ++r) {
+          if (r >= count || !active[r]) continue;
+          const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + c;
+          if constexpr (Flagged) {
+            // Each thread waits for its CTAs' words itself (no counter, no fence: a word arrives whole or not yet).
+            take_word(wait_for_word(words + index, timeout), r);
+          } else {
+            const ScanPartial* partial = in.partials + index;
+            nonfinite |= __ldcg(&partial->nonfinite) ? 1 << r : 0;
+            pick[r] = better(pick[r], Best{__ldcg(&partial->value), __ldcg(&partial->id)});
+          }
         }
       }
+      if constexpr (Flagged) __syncthreads();  // every thread past its CTA-best reads of warp_best before the reuse
+      warp_bests<G>(pick, nonfinite, lane, warp_best[warp], warp_flags[warp]);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int all_flags = 0;
+        for (int w = 0; w < kWarps; ++w) all_flags |= warp_flags[w];
+        combined_flags = all_flags;
+      }
+      if (threadIdx.x < G) {
+        const int r = threadIdx.x;
+        Best chosen{0.0, -1};
+        for (int w = 0; w < kWarps; ++w) chosen = better(chosen, warp_best[w][r]);
+        combined[r] = chosen;
+      }
     }
-    if constexpr (Flagged) __syncthreads();  // every thread past its CTA-best reads of warp_best before the reuse
-    warp_bests<G>(pick, nonfinite, lane, warp_best[warp], warp_flags[warp]);
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int all_flags = 0;
-      for (int w = 0; w < kWarps; ++w) all_flags |= warp_flags[w];
-      combined_flags = all_flags;
-    }
-    if (threadIdx.x < G) {
-      const int r = threadIdx.x;
-      Best chosen{0.0, -1};
-      for (int w = 0; w < kWarps; ++w) chosen = better(chosen, warp_best[w][r]);
-      combined[r] = chosen;
-    }
-    __syncthreads();
+    clocks.mark(3);
     if (threadIdx.x < G) {
       const int r = threadIdx.x;
       const int32_t pick = combined[r].id < 0 ? 0 : combined[r].id;
@@ -311,7 +298,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       slot_state[slot][r] = static_cast<unsigned char>(state);
     }
     __syncthreads();
+    clocks.mark(4);
   }
+  clocks.slots_done(total_slots);
   // The confidences of every (request, slot) drafted, a CTA each (finish_step's arithmetic), into the request's
   // markov row (unused by this scan), then one more barrier.
   if (shape.has_confidence && total_slots > 0) {
@@ -347,29 +336,22 @@ __global__ void __launch_bounds__(kThreads, 2)
   // CTA 0 writes each request's record slot by slot as finish_step does: tokens, chances (the running product),
   // and the first failure (non-finite logit, non-finite confidence, pick outside the vocabulary) by name and slot.
   if (blockIdx.x != 0) return;
-  if (threadIdx.x < count) {
-    const int r = threadIdx.x;
-    DeviceScanRecord& record = in.records[r];
-    const DeviceScanRequest& request = in.requests[r];
-    for (int slot = 0; slot < total_slots; ++slot) {
-      const int state = slot_state[slot][r];
-      if (state == 0 || record.status != kScanOk) break;
-      int32_t pick = state == 2 ? 0 : slot_pick[slot][r];
-      float chance = NAN;
-      bool confidence_finite = true;
-      if (shape.has_confidence && state == 1) {
-        const float confidence = __ldcg(in.markov + static_cast<int64_t>(r) * V + slot);
-        confidence_finite = isfinite(confidence);
-        chance = record.running * confidence;
-      }
-      const bool nonfinite = state == 2;
-      const bool confident = shape.has_confidence;
-      if (!record_slot(record, request, slot, pick, chance, nonfinite, confidence_finite, confident, V)) break;
+  // Prefetch: every confidence loaded at once (the loop below then waits for none of them one by one).
+  __shared__ float slot_confidence[kMaxDeviceBlock][G];
+  const bool loaded = in.prefetch && shape.has_confidence;
+  if (loaded) {
+    for (int i = threadIdx.x; i < count * total_slots; i += kThreads) {
+      const int r = i / total_slots, slot = i % total_slots;
+      slot_confidence[slot][r] = __ldcg(in.markov + static_cast<int64_t>(r) * V + slot);
     }
-    if (load_acquire(Flagged ? reinterpret_cast<unsigned int*>(timeout) : barrier + 1) != 0) {
-      record.status = kScanBarrierTimeout;
-    }
+    __syncthreads();
   }
+  if (threadIdx.x < count) {
+    const bool timed_out = load_acquire(Flagged ? reinterpret_cast<unsigned int*>(timeout) : barrier + 1) != 0;
+    write_scan_records<G>(in, shape, threadIdx.x, total_slots, slot_state, slot_pick,
+                          loaded ? slot_confidence : nullptr, timed_out);
+  }
+  clocks.tail();
 }
 
 // The kernel for a group size: 1 request (3 register rounds) or up to kPersistentScanGroup (2).
@@ -378,14 +360,20 @@ constexpr int kGroupRegisterRounds = 2;
 
 using PersistentKernel = void (*)(ScanStepInputs, ScanShape, int, int, unsigned int*);
 
-PersistentKernel persistent_kernel(bool single, bool flagged, bool keyed) {
-  constexpr int kG = kPersistentScanGroup, kS = kSingleRegisterRounds, kR = kGroupRegisterRounds;
-  if (keyed) {
-    if (single) return flagged ? persistent_scan_kernel<1, kS, true, true> : persistent_scan_kernel<1, kS, false, true>;
-    return flagged ? persistent_scan_kernel<kG, kR, true, true> : persistent_scan_kernel<kG, kR, false, true>;
+template <int G, int RegisterRounds, bool Keyed>
+PersistentKernel persistent_kernel_for(PersistentHandoff handoff) {
+  switch (handoff) {
+    case PersistentHandoff::Counter: return persistent_scan_kernel<G, RegisterRounds, false, Keyed, false>;
+    case PersistentHandoff::Flags: return persistent_scan_kernel<G, RegisterRounds, true, Keyed, false>;
+    case PersistentHandoff::Warp: return persistent_scan_kernel<G, RegisterRounds, true, Keyed, true>;
   }
-  if (single) return flagged ? persistent_scan_kernel<1, kS, true> : persistent_scan_kernel<1, kS, false>;
-  return flagged ? persistent_scan_kernel<kG, kR, true> : persistent_scan_kernel<kG, kR, false>;
+  return nullptr;
+}
+
+PersistentKernel persistent_kernel(bool single, PersistentHandoff handoff, bool keyed) {
+  constexpr int kG = kPersistentScanGroup, kS = kSingleRegisterRounds, kR = kGroupRegisterRounds;
+  if (keyed) return single ? persistent_kernel_for<1, kS, true>(handoff) : persistent_kernel_for<kG, kR, true>(handoff);
+  return single ? persistent_kernel_for<1, kS, false>(handoff) : persistent_kernel_for<kG, kR, false>(handoff);
 }
 
 }  // namespace
@@ -412,20 +400,23 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   const int64_t per_cta = (shape.vocab + wanted - 1) / wanted;
   const int ids = static_cast<int>((per_cta + kRowsPerRound - 1) / kRowsPerRound * kRowsPerRound);
   const int grid = static_cast<int>((shape.vocab + ids - 1) / ids);
-  // Both handoffs, then both keyed instances (planned alike; plan.keyed when they too are resident at once).
-  const PersistentKernel kernels[4] = {persistent_kernel(single, false, false), persistent_kernel(single, true, false),
-                                       persistent_kernel(single, false, true), persistent_kernel(single, true, true)};
-  cudaFuncAttributes attributes[4] = {};
-  for (int k = 0; k < 4; ++k) {
+  // Every handoff greedy, then keyed (planned alike; plan.keyed when the keyed ones too are resident at once).
+  constexpr int kKernels = 6;
+  constexpr PersistentHandoff kHandoffs[3] = {PersistentHandoff::Counter, PersistentHandoff::Flags,
+                                              PersistentHandoff::Warp};
+  PersistentKernel kernels[kKernels] = {};
+  for (int k = 0; k < kKernels; ++k) kernels[k] = persistent_kernel(single, kHandoffs[k % 3], k >= 3);
+  cudaFuncAttributes attributes[kKernels] = {};
+  size_t static_bytes = 0;
+  for (int k = 0; k < kKernels; ++k) {
     if (cudaFuncGetAttributes(&attributes[k], kernels[k]) != cudaSuccess) {
       cudaGetLastError();
       return plan;
     }
+    static_bytes = std::max(static_bytes, attributes[k].sharedSizeBytes);
   }
-  // Shared memory of two CTAs per SM: U staging and e first, then as many held W2 rounds as fit (both handoffs).
+  // Shared memory of two CTAs per SM: U staging and e first, then as many held W2 rounds as fit (every handoff).
   const size_t per_sm = static_cast<size_t>(ls::cuda::cuda_features().shared_optin) + 1024;
-  const size_t static_bytes = std::max({attributes[0].sharedSizeBytes, attributes[1].sharedSizeBytes,
-                                        attributes[2].sharedSizeBytes, attributes[3].sharedSizeBytes});
   const size_t budget = per_sm / 2 - 1024 - static_bytes;
   const size_t staging =
       sizeof(float) * (2 * static_cast<size_t>(group) * ids + static_cast<size_t>(group) * shape.rank);
@@ -436,14 +427,14 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   held = std::max(0, std::min(held, rounds - register_rounds));
   const size_t bytes = staging + held * round_bytes;
   bool keyed = true;
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kKernels; ++k) {
     int resident = 0;
     if (cudaFuncSetAttribute(kernels[k], cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
             cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernels[k], kThreads, bytes) != cudaSuccess ||
         static_cast<int64_t>(resident) * sms < grid) {
       cudaGetLastError();
-      if (k < 2) return plan;
+      if (k < 3) return plan;
       keyed = false;  // the greedy scan stands without its keyed instances
     }
   }
@@ -475,6 +466,8 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
   attribute[0].val.cooperative = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
+  // The warp handoff's lanes hold kMaxLaneWords words each: larger grids take the flagged one (the same bits).
+  if (handoff == PersistentHandoff::Warp && plan.grid > kWarp * kMaxLaneWords) handoff = PersistentHandoff::Flags;
   // One launch per group of plan.group requests, one after the other (the partials and the barrier are reused).
   for (int first = 0; first < inputs.count; first += plan.group) {
     ScanStepInputs group = inputs;
@@ -484,13 +477,13 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
     group.base_logits += static_cast<int64_t>(first) * shape.gamma * shape.vocab;
     group.final_hidden += static_cast<int64_t>(first) * shape.gamma * shape.hidden;
     group.markov += static_cast<int64_t>(first) * shape.vocab;
-    const bool single = plan.group == 1, flagged = handoff == PersistentHandoff::Flags;
-    if (flagged) {
+    const bool single = plan.group == 1;
+    if (handoff != PersistentHandoff::Counter) {
       LS_CUDA_TRY(cudaMemsetAsync(group.partials, 0, persistent_flag_words(shape, plan) * sizeof(uint64_t), stream));
     } else {
       LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
     }
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_kernel(single, flagged, keyed), group, shape, plan.ids_per_cta,
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_kernel(single, handoff, keyed), group, shape, plan.ids_per_cta,
                                    plan.held_rounds, barrier));
     ++*launched;
   }
