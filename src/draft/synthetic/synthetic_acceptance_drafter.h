@@ -3,12 +3,14 @@
 // probability and deterministically wrong otherwise. Random-weight checkpoints draft nothing useful; this gives
 // them a realistic acceptance while verification stays real, so the tokens stay exact.
 //
-// Each window (a stream's n-th distinct anchor; a repeated anchor is the same window) takes ONE uniform u_n from the
-// stream's golden-ratio sequence u_n = frac(u_0(seed, stream) + n * 0.618...), and draft k (position p + k) is the
-// recorded token iff u_n < chain_k = prod_{j<=k} q_j, else another token keyed by (seed, stream, p, k). So
-// P(drafts 1..k all right) = chain_k and P(k right | k-1 right) = q_k, as with independent draws, but the realized
-// accepted lengths follow the profile with low variance: over N windows their mean is off by O(log N / N), not
-// O(1 / sqrt N) (300 full-depth windows at mean 5.02: within 1 %, where independent draws miss by 2 % half the time).
+// Each window (a stream's n-th distinct anchor; a repeated anchor is the same window) takes ONE uniform from the
+// stream's golden-ratio sequence frac(u_0(seed, stream) + i * 0.618...), window n taking index i = n with each block of
+// 8 windows in a keyed random order, and draft k (position p + k) is the recorded token iff u < chain_k =
+// prod_{j<=k} q_j, else another token keyed by (seed, stream, p, k). So P(drafts 1..k all right) = chain_k and
+// P(k right | k-1 right) = q_k, as with independent draws, but the realized accepted lengths follow the profile with
+// low variance: over N windows their mean is off by O(log N / N), not O(1 / sqrt N) (300 full-depth windows at mean
+// 5.02: within 1.2 %, where independent draws miss by 2 % half the time), and neighbouring windows are nearly
+// uncorrelated (lag-1 -0.11; the golden order alone -0.47).
 #pragma once
 
 #include <cstdint>
