@@ -166,6 +166,15 @@ Result<json> real_cell(const BenchOptions& options, Target& target, Drafter* dsp
   int64_t mismatches = 0;
   json tables;
   auto run_plain = [&]() -> Status {
+    if (options.plain_after_drafted_setup && dspark != nullptr) {
+      // The drafted arm's load-time timing (verify, sampled verify, absorbs, passes) and nothing else: the plain run
+      // then starts from the state the drafted run starts from.
+      LanesOptions setup;
+      setup.max_rows = options.max_rows;
+      options.switches.apply(setup);
+      setup.max_streams = static_cast<int>(arrivals.size());
+      LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> drafted_setup, Lanes::create(target, dspark, setup, clock));
+    }
     LS_ASSIGN_OR_RETURN(Measured plain, run_once(target, nullptr, clock, arrivals, options.switches, options.max_rows));
     if (!plain_runs.empty()) exact = exact && plain.replies == plain_runs.front().replies;
     plain_runs.push_back(std::move(plain));

@@ -31,6 +31,7 @@ struct BenchOptions {
   int exact_width_probe = 16;
   int max_rows = 0;  // rows per verify forward (LanesOptions::max_rows; 0 = the lanes' default)
   bool sampled = false;  // seeded sampled requests (temperature, top-k/p, min-p mixed) instead of greedy
+  bool plain_after_drafted_setup = false;  // each plain run right after a drafted Lanes::create (then dropped)
   std::string machine;
   std::string commit = "unknown";
   LanesSwitches switches;  // the pricing rules of the drafted arm (an A/B runs each arm in the same binary)
