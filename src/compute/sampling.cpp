@@ -1,4 +1,5 @@
-// The keyed sampler: greedy argmax, or Gumbel-max over the top-k / top-p / min-p survivors keyed by (seed, position, id).
+// The keyed sampler: greedy argmax, or Gumbel-max over the top-k / top-p / min-p survivors keyed by (seed, position,
+// id), pruned exactly by each key's noise bound.
 #include "compute/sampling.h"
 
 #include <algorithm>
@@ -12,10 +13,6 @@
 
 namespace ls {
 namespace {
-
-// Largest Gumbel noise any key can give (u is at most 1 - 2^-54); a candidate whose logit / T plus this bound is
-// below the best score so far cannot win, so it is skipped without hashing. The margin covers log's rounding.
-const double kGumbelBound = -std::log(-std::log(uniform_open01(~0ull))) + 1e-6;
 
 // An upper bound of one key's Gumbel noise from its bits, so that most ids are skipped after the key without the two
 // logs: -log(-log u) <= -log(1 - u), and 1 - u >= 2^(bit_width(j) - 54) for the key's 53-bit j = 2^53 - 1 - (key >>
@@ -135,43 +132,38 @@ int32_t draw_token(std::span<const float> logits, const Sampling& sampling, int6
   if (logits.empty()) return 0;
   if (sampling.greedy()) return greedy_token(logits);
   bool all = false;
-  std::vector<int32_t> candidates = surviving_candidates(logits, sampling, all);
+  const std::vector<int32_t> candidates = surviving_candidates(logits, sampling, all);
   if (!all && candidates.empty()) return greedy_token(logits);
+  // Start from the candidates' first largest logit so the bound prunes most of them, then scan them in id order;
+  // ties still go to the lower id because a tie with the start is resolved by comparing ids.
+  int32_t best = all ? greedy_token(logits) : candidates[0];
+  if (!all) {
+    for (int32_t id : candidates) best = logits[id] > logits[best] ? id : best;
+  }
+  if (std::isnan(logits[best])) return best;  // every logit NaN: greedy's fallback
   const double temperature = sampling.temperature;
-  int32_t best = -1;
-  double best_score = -std::numeric_limits<double>::infinity();
+  const int32_t start = best;
+  double best_score =
+      static_cast<double>(logits[start]) / temperature + sampling_gumbel(sampling.seed, position, start);
+  // The key's first two rounds depend only on (seed, position).
+  const uint64_t prefix = splitmix64(splitmix64(sampling.seed) ^ static_cast<uint64_t>(position));
   auto consider = [&](int32_t id) {
     const double scaled = static_cast<double>(logits[id]) / temperature;
-    if (std::isnan(scaled) || (best >= 0 && scaled + kGumbelBound < best_score)) return;
-    const double score = scaled + sampling_gumbel(sampling.seed, position, id);
-    if (best < 0 || score > best_score) {
+    if (id == start || std::isnan(scaled)) return;
+    const uint64_t key = splitmix64(prefix ^ static_cast<uint64_t>(static_cast<uint32_t>(id)));
+    if (scaled + key_noise_bound(key) < best_score) return;  // this key's noise cannot reach the best score
+    const double score = scaled - std::log(-std::log(uniform_open01(key)));
+    if (score > best_score || (score == best_score && id < best)) {
       best = id;
       best_score = score;
     }
   };
   if (all) {
-    // Start from the largest logit so the bounds prune most of the vocabulary, then scan ids in order;
-    // ties still go to the lower id because a tie with the start is resolved by comparing ids.
-    const int32_t start = greedy_token(logits);
-    consider(start);
-    // The key's first two rounds depend only on (seed, position).
-    const uint64_t prefix = splitmix64(splitmix64(sampling.seed) ^ static_cast<uint64_t>(position));
-    for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
-      if (id == start) continue;
-      const double scaled = static_cast<double>(logits[id]) / temperature;
-      if (std::isnan(scaled) || scaled + kGumbelBound < best_score) continue;
-      const uint64_t key = splitmix64(prefix ^ static_cast<uint64_t>(static_cast<uint32_t>(id)));
-      if (scaled + key_noise_bound(key) < best_score) continue;  // this key's noise cannot reach the best score
-      const double score = scaled - std::log(-std::log(uniform_open01(key)));
-      if (score > best_score || (score == best_score && id < best)) {
-        best = id;
-        best_score = score;
-      }
-    }
+    for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) consider(id);
   } else {
     for (int32_t id : candidates) consider(id);
   }
-  return best < 0 ? greedy_token(logits) : best;
+  return best;
 }
 
 }  // namespace ls

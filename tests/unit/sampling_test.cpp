@@ -231,6 +231,70 @@ int32_t brute_force_draw(const std::vector<float>& logits, const Sampling& sampl
   return best < 0 ? 0 : best;
 }
 
+// draw_token's candidates found the plain way (one full sort): the top k by logit (ties to the lower id), then the
+// shortest prefix in that order whose weights reach top_p of the total (summed in id order), then weights >= min_p.
+std::vector<int32_t> sorted_candidates(const std::vector<float>& logits, const Sampling& sampling) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id)
+    if (!std::isnan(logits[id])) ids.push_back(id);
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  });
+  if (sampling.top_k > 0 && static_cast<int>(ids.size()) > sampling.top_k) ids.resize(sampling.top_k);
+  if (ids.empty()) return ids;
+  const double max_logit = logits[ids[0]];
+  auto weight = [&](int32_t id) { return std::exp((logits[id] - max_logit) / sampling.temperature); };
+  if (sampling.top_p < 1.0f) {
+    std::vector<int32_t> by_id = ids;
+    std::sort(by_id.begin(), by_id.end());
+    double total = 0, mass = 0;
+    for (int32_t id : by_id) total += weight(id);
+    size_t kept = ids.size();
+    for (size_t index = 0; index < ids.size(); ++index) {
+      mass += weight(ids[index]);
+      if (mass >= sampling.top_p * total) {
+        kept = index + 1;
+        break;
+      }
+    }
+    ids.resize(kept);
+  }
+  std::erase_if(ids, [&](int32_t id) { return sampling.min_p > 0.0f && weight(id) < sampling.min_p; });
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+TEST(KeyedSampler, PrunedFilteredDrawsEqualTheBruteForceDrawOverTheSortedCandidates) {
+  std::mt19937 rng(99);
+  int draws = 0;
+  for (int vocab : {17, 500, 8192}) {
+    for (int kind = 0; kind < 5; ++kind) {
+      for (const Sampling& filter : {Sampling{0.8f, 5, 1.0f, 0.0f, 0}, Sampling{0.8f, 40, 1.0f, 0.0f, 0},
+                                     Sampling{1.0f, 0, 0.9f, 0.0f, 0}, Sampling{0.6f, 0, 0.5f, 0.0f, 0},
+                                     Sampling{1.3f, 0, 1.0f, 0.05f, 0}, Sampling{0.9f, 50, 0.95f, 0.02f, 0}}) {
+        for (int repeat = 0; repeat < (vocab == 8192 ? 6 : 20); ++repeat) {
+          const std::vector<float> logits = logits_of(kind, vocab, rng);
+          Sampling sampling = filter;
+          sampling.seed = 0xf11700ull + static_cast<uint64_t>(repeat);
+          const int64_t position = 5 + repeat * 17;
+          const std::vector<int32_t> candidates = sorted_candidates(logits, sampling);
+          ASSERT_FALSE(candidates.empty());
+          const std::vector<float> only = [&] {
+            std::vector<float> kept(logits.size(), std::numeric_limits<float>::quiet_NaN());
+            for (int32_t id : candidates) kept[id] = logits[id];
+            return kept;
+          }();
+          ASSERT_EQ(draw_token(logits, sampling, position), brute_force_draw(only, sampling, position))
+              << "vocab " << vocab << " kind " << kind << " top-k " << sampling.top_k << " top-p " << sampling.top_p
+              << " min-p " << sampling.min_p << " repeat " << repeat;
+          ++draws;
+        }
+      }
+    }
+  }
+  EXPECT_GT(draws, 1000);
+}
+
 TEST(KeyedSampler, PrunedDrawsEqualTheBruteForceDrawOnFlatPeakedWideNanInfiniteAndTiedLogits) {
   std::mt19937 rng(1234);
   int draws = 0;
