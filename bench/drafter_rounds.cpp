@@ -114,7 +114,6 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_split = drafter.sampled_split();
   const bool loaded_keyed = drafter.keyed_scan_on();
   const int loaded_row = drafter.row_attention();
-  const bool loaded_staged_row = drafter.row_attention_staged();
   const bool loaded_staged = dspark::cuda::draft_pick_staged();
   const dspark::cuda::PersistentHandoff loaded_handoff = drafter.persistent_handoff();
   const bool loaded_scan_prefetch = drafter.scan_prefetch();
@@ -127,12 +126,12 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       drafter.set_head_stage_keys(setting.find(":s256") != std::string::npos ? 256 : 128);
       drafter.set_sampled_split(setting.find(":split") != std::string::npos);
       drafter.set_keyed_scan(setting.find(":keyed") != std::string::npos);
-      // ":row" the row attention at one request, ":rowN" up to N requests; ":rows" its staged variant.
+      // ":row" the row attention at one request, ":rowN" up to N requests (":rows" / ":rowsN" the same: the staged
+      // kernel, the only one since session 13).
       const size_t row = setting.find(":row");
-      const bool staged = setting.find(":rows") != std::string::npos;
+      const bool rows = setting.find(":rows") != std::string::npos;
       drafter.set_row_attention(
-          row == std::string::npos ? 0 : std::max(1, std::atoi(setting.c_str() + row + (staged ? 5 : 4))));
-      drafter.set_row_attention_staged(staged);
+          row == std::string::npos ? 0 : std::max(1, std::atoi(setting.c_str() + row + (rows ? 5 : 4))));
       dspark::cuda::set_draft_pick_staged(setting.find(":staged") != std::string::npos);
       // ":warp" the persistent scan's warp handoff (else the flagged words), ":pf" its prefetches.
       drafter.set_persistent_handoff(setting.find(":warp") != std::string::npos ? dspark::cuda::PersistentHandoff::Warp
@@ -217,7 +216,6 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_sampled_split(loaded_split);
   drafter.set_keyed_scan(loaded_keyed);
   drafter.set_row_attention(loaded_row);
-  drafter.set_row_attention_staged(loaded_staged_row);
   dspark::cuda::set_draft_pick_staged(loaded_staged);
   drafter.set_persistent_handoff(loaded_handoff);
   drafter.set_scan_prefetch(loaded_scan_prefetch);

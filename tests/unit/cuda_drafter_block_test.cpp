@@ -128,14 +128,12 @@ TEST(CudaDrafter, TheOneLaunchAttentionAndBatchedLoadsGiveTheThreeLaunchBits) {
           std::tuple{"head attention, serial loads", std::optional(Kernel::Head), false},
           std::tuple{"head attention, 256-key stages", std::optional(Kernel::Head), true},
           std::tuple{"row attention", std::optional(Kernel::Row), true},
-          std::tuple{"row attention switch", std::optional<Kernel>(), true},
-          std::tuple{"row attention switch, staged", std::optional<Kernel>(), true}}) {
+          std::tuple{"row attention switch", std::optional<Kernel>(), true}}) {
       SCOPED_TRACE(std::string(name) + ", " + std::to_string(count) + " requests");
       gpu->set_attention_kernel(kernel);
       gpu->set_batched_loads(batched);
       gpu->set_head_stage_keys(std::string(name).find("256") != std::string::npos ? 256 : 128);
       gpu->set_row_attention(std::string(name).starts_with("row attention switch") ? 5 : 0);  // session 12
-      gpu->set_row_attention_staged(std::string(name).ends_with("staged"));
       const int64_t failures = gpu->graph_failures();
       for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
         SCOPED_TRACE("sighting " + std::to_string(sighting));

@@ -22,8 +22,8 @@ namespace {
 
 // 1, 2, 5, 16 and 64 requests (the first of 64 random contexts of 1..600 keys, one of 5000 so scores take two
 // windows and, at one chunk, a chunk spans windows), chunks automatic and pinned 7, 3 and 1, for two head sizes and
-// the 1.2B drafter's 32 / 8 heads at block 9, staged (the first 160 keys from shared memory) and not; seeds fresh
-// each run (printed).
+// the 1.2B drafter's 32 / 8 heads at block 9 (the first 160 keys from shared memory); seeds fresh each run
+// (printed).
 TEST(CudaDrafter, TheRowAttentionKernelGivesTheSplitBitsAtOneToSixtyFourRequests) {
   LS_SKIP_WITHOUT_DEVICE();
   struct Shape {
@@ -54,14 +54,13 @@ TEST(CudaDrafter, TheRowAttentionKernelGivesTheSplitBitsAtOneToSixtyFourRequests
                                                                             nullptr, chunks},
                                                 reinterpret_cast<cuda::bf16_t*>(split_out.data()), nullptr)
                         .ok());
-        for (const auto& [planted, staged] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, false},
-                                              std::pair{true, true}}) {
+        for (const bool planted : {false, true}) {
           if (planted && chunks != 0) continue;
-          SCOPED_TRACE(staged ? "staged" : "not staged");
+          SCOPED_TRACE(planted ? "planted" : "not planted");
           auto row_out = ls::cuda::testing::poisoned<bf16>(outputs);
           const Status row = cuda::block_attention_row(in.q(), in.requests.data(), count, gamma, dims, layer, chunks,
                                                        reinterpret_cast<cuda::bf16_t*>(row_out.data()), nullptr,
-                                                       planted, staged);
+                                                       planted);
           ASSERT_TRUE(row.ok()) << row.to_string();
           const testing::BitwiseCount count = testing::count_against_split(split_out, row_out, outputs);
           if (planted) {
@@ -74,7 +73,7 @@ TEST(CudaDrafter, TheRowAttentionKernelGivesTheSplitBitsAtOneToSixtyFourRequests
       }
     }
     std::printf("[ attention ] row kernel vs split: block %d, heads %d / %d, head_dim %d bitwise at 1 / 2 / 5 / 16 / "
-                "64 requests, chunks auto, 7, 3, 1, staged and not; planted first chunk red\n",
+                "64 requests, chunks auto, 7, 3, 1; planted first chunk red\n",
                 gamma, dims.heads, dims.kv_heads, dims.head_dim);
   }
   // Refused by name: a head size it is not built for.

@@ -32,7 +32,7 @@ constexpr int kRowWindow = 4096;  // scores a CTA holds (multiple of 32): more k
 constexpr int kValueTasks = 2;    // (chunk, 4 dims) tasks a thread: 32 chunks x 16 quads over 256 threads
 constexpr int kValueBatch = 4;    // V rows a task loads before its multiply-adds
 
-// Staged variant (set_row_attention_staged; session 12): the first kRowStageKeys keys' K and V rows copied into
+// Staged (session 12; the only variant since session 13): the first kRowStageKeys keys' K and V rows copied into
 // shared memory at the start with 16-byte cp.async copies that cover whole lines (a warp's copies 4 lines at a time,
 // where a thread per key touches 32 lines a load), rows padded to kHeadDim + 8 (a quarter warp's 16-byte reads of 8
 // rows hit 8 bank groups). 3 CTAs an SM: a 1-stream grid is still resident at once.
@@ -44,16 +44,11 @@ constexpr size_t row_stage_bytes() {
   return sizeof(bf16_t) * 2 * kRowStageKeys * kStageStride<kHeadDim>;
 }
 
-// Asks L1 for the 128-byte line at `address` (a head's 64 bf16 of one key row); changes no memory.
-__device__ __forceinline__ void prefetch_l1(const bf16_t* address) {
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(address));
-}
-
 struct RowShared {
   float* query;  // [hd]
   float* scores;  // [kRowWindow]
-  const bf16_t* staged_keys;    // [staged, stride] or null
-  const bf16_t* staged_values;  // [staged, stride] or null
+  const bf16_t* staged_keys;    // [staged, stride]
+  const bf16_t* staged_values;  // [staged, stride]
   int staged;
 };
 
@@ -107,8 +102,8 @@ __device__ __forceinline__ void chunk_stats(const float* scores, float* chunk_ma
   chunk_total[c] = total;
 }
 
-template <int kHeadDim, bool kStaged>
-__global__ void __launch_bounds__(kRowCtaThreads, kStaged ? 3 : 4) attention_row_kernel(const bf16_t* q,
+template <int kHeadDim>
+__global__ void __launch_bounds__(kRowCtaThreads, 3) attention_row_kernel(const bf16_t* q,
                                                                     const DeviceBlockRequest* requests, int gamma,
                                                                     AttentionDims dims, int layer, int chunks,
                                                                     bf16_t* out, int planted) {
@@ -120,7 +115,7 @@ __global__ void __launch_bounds__(kRowCtaThreads, kStaged ? 3 : 4) attention_row
   __shared__ __align__(16) float scores[kRowWindow];
   __shared__ float chunk_max[kMaxSplitChunks], chunk_total[kMaxSplitChunks], row_stats[2];
   __shared__ __align__(16) float partials[kMaxSplitChunks * kHeadDim];
-  extern __shared__ __align__(16) bf16_t stage[];  // kStaged: K rows, then V rows [kRowStageKeys, stride]
+  extern __shared__ __align__(16) bf16_t stage[];  // K rows, then V rows [kRowStageKeys, stride]
   const int r = blockIdx.x % gamma, head = (blockIdx.x / gamma) % dims.heads;
   const int request_index = blockIdx.x / gamma / dims.heads;
   const DeviceBlockRequest request = requests[request_index];
@@ -132,29 +127,20 @@ __global__ void __launch_bounds__(kRowCtaThreads, kStaged ? 3 : 4) attention_row
     chunk_max[threadIdx.x] = -INFINITY;
     chunk_total[threadIdx.x] = 0.0f;
   }
-  const int staged = kStaged ? min(key_count, kRowStageKeys) : 0;
+  const int staged = min(key_count, kRowStageKeys);
   const RowShared s{query, scores, stage, stage + kRowStageKeys * kStageStride<kHeadDim>, staged};
-  if constexpr (kStaged) {
-    // The staged rows' 16-byte pieces, every copy issued before the query loads.
-    const int pieces = staged * kEights;
-    for (int index = threadIdx.x; index < 2 * pieces; index += blockDim.x) {
-      const int which = index / pieces, key = (index % pieces) / kEights, eight = index % kEights;
-      const bf16_t* from = (which ? values : keys) + static_cast<int64_t>(key) * kv_size + 8 * eight;
-      const unsigned int to = static_cast<unsigned int>(__cvta_generic_to_shared(
-          stage + (which * kRowStageKeys + key) * kStageStride<kHeadDim> + 8 * eight));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from) : "memory");
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  } else {
-    // The first window's K / V lines asked into L1 before the query loads (s12A timed it with the context's lines).
-    const int asked = min(key_count, kRowWindow);
-    for (int key = threadIdx.x; key < asked; key += blockDim.x) {
-      prefetch_l1(keys + static_cast<int64_t>(key) * kv_size);
-      prefetch_l1(values + static_cast<int64_t>(key) * kv_size);
-    }
+  // The staged rows' 16-byte pieces, every copy issued before the query loads.
+  const int pieces = staged * kEights;
+  for (int index = threadIdx.x; index < 2 * pieces; index += blockDim.x) {
+    const int which = index / pieces, key = (index % pieces) / kEights, eight = index % kEights;
+    const bf16_t* from = (which ? values : keys) + static_cast<int64_t>(key) * kv_size + 8 * eight;
+    const unsigned int to = static_cast<unsigned int>(__cvta_generic_to_shared(
+        stage + (which * kRowStageKeys + key) * kStageStride<kHeadDim> + 8 * eight));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from) : "memory");
   }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
   if (threadIdx.x < kEights) load_eight(q + output_row * kHeadDim + 8 * threadIdx.x, query + 8 * threadIdx.x);
-  if constexpr (kStaged) asm volatile("cp.async.wait_all;\n" ::: "memory");
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
   // Sweep 1: scores, then each chunk's stats, window by window.
   int windows = 0;
@@ -279,7 +265,7 @@ bool block_attention_row_supported(int gamma, AttentionDims dims) {
 
 Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
-                           bool planted_first_chunk, bool staged) {
+                           bool planted_first_chunk) {
   if (count == 0) return ok_status();
   if (!block_attention_row_supported(gamma, dims)) {
     return attention_tiles::unsupported_attention_shape("row", gamma, dims.head_dim);
@@ -288,24 +274,17 @@ Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, 
   const dim3 grid(static_cast<unsigned int>(count * dims.heads * gamma));
   const int planted = planted_first_chunk ? 1 : 0;
   auto launch = [&](auto kernel, size_t bytes) -> Status {
-    // The staged variants' dynamic shared memory allowed once (the first launch of a drafter runs eagerly, before
-    // any capture).
+    // The stage's dynamic shared memory allowed once (the first launch of a drafter runs eagerly, before any
+    // capture).
     static std::atomic<bool> allowed[2];
-    if (bytes > 0 && !allowed[dims.head_dim == 32 ? 0 : 1].exchange(true)) {
+    if (!allowed[dims.head_dim == 32 ? 0 : 1].exchange(true)) {
       LS_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     }
     kernel<<<grid, kRowCtaThreads, bytes, stream>>>(q, requests, gamma, dims, layer, used, out, planted);
     return ok_status();
   };
-  Status launched;
-  if (staged) {
-    launched = dims.head_dim == 32 ? launch(attention_row_kernel<32, true>, row_stage_bytes<32>())
-                                   : launch(attention_row_kernel<64, true>, row_stage_bytes<64>());
-  } else {
-    launched = dims.head_dim == 32 ? launch(attention_row_kernel<32, false>, 0)
-                                   : launch(attention_row_kernel<64, false>, 0);
-  }
-  LS_RETURN_IF_ERROR(launched);
+  LS_RETURN_IF_ERROR(dims.head_dim == 32 ? launch(attention_row_kernel<32>, row_stage_bytes<32>())
+                                         : launch(attention_row_kernel<64>, row_stage_bytes<64>()));
   LS_CUDA_TRY_LAUNCH("block_attention_row");
   return ok_status();
 }

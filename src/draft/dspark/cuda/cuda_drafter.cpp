@@ -100,7 +100,6 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SHORT_HEAD", d.short_context_head_);
   pin("LS_DRAFTER_SAMPLED_SPLIT", d.sampled_split_);
   pin("LS_DRAFTER_KEYED_SCAN", d.keyed_scan_);
-  pin("LS_DRAFTER_ROW_STAGE", d.row_attention_staged_);
   if (const char* most = std::getenv("LS_DRAFTER_ROW_ATTENTION"); most && *most) {
     d.row_attention_requests_ = std::max(0, std::atoi(most));
   }

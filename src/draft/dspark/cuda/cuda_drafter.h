@@ -175,14 +175,6 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int row_attention() const { return row_attention_requests_; }
-  // The row attention's staged variant (its first 160 keys' K / V copied into shared memory in whole lines first;
-  // the same bits). On by default since batch s12B's interleaved rounds (1 stream, depth 9, block pass: context 128
-  // 0.3538 both, context 300 0.3828 -> 0.3751 ms); LS_DRAFTER_ROW_STAGE=0 at load or false here is the unstaged one.
-  void set_row_attention_staged(bool on) {
-    row_attention_staged_ = on;
-    graphs_.clear();
-  }
-  bool row_attention_staged() const { return row_attention_staged_; }
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
   // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
   // 0.18-0.32 ms a step in batch s10B). On by default since batch s11A's interleaved rounds (1 stream, depth 9,
@@ -429,7 +421,6 @@ class CudaDsparkDrafter final : public Drafter {
   bool short_context_head_ = true;  // since batch s10B
   int head_stage_keys_ = 256;  // since batch s10B
   int row_attention_requests_ = 1;  // since batch s12A
-  bool row_attention_staged_ = true;  // since batch s12B
   bool sampled_split_ = true;  // since batch s11A
   bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than context_bound(count)

@@ -111,8 +111,7 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
     case BlockAttentionKernel::Row:
       if (block_attention_row_supported(gamma, dims)) {
         return block_attention_row(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                   attention_chunks_, s.attended.data(), stream_.get(), false,
-                                   row_attention_staged_);
+                                   attention_chunks_, s.attended.data(), stream_.get());
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Tile:

@@ -169,12 +169,13 @@ Status block_attention_head(const bf16_t* q, const DeviceBlockRequest* requests,
 // Row (session 12): grid (request, query head, block row), 256 threads, the chunks Split would use for `count`
 // requests (`chunks` as above): every step a short one (a thread per key for the scores, per chunk for the stats, per
 // (chunk, 4 dims) for the values, per dimension for the chunk-ordered sum). Split's bits (tested). Takes gamma <= 32
-// at head_dim 32 or 64. `planted_first_chunk` (tests only) leaves the first chunk out of the sum. `staged`: the first
-// 160 keys' K / V rows copied into shared memory first (whole-line copies; the same bits).
+// at head_dim 32 or 64. `planted_first_chunk` (tests only) leaves the first chunk out of the sum. The first 160 keys'
+// K / V rows are copied into shared memory first (whole-line copies; session 12's staged variant, the only one since
+// session 13).
 bool block_attention_row_supported(int gamma, AttentionDims dims);
 Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
-                           bool planted_first_chunk = false, bool staged = false);
+                           bool planted_first_chunk = false);
 
 // ---- Weight prefetch into L2 (l2_prefetch.cu) ----
 
