@@ -55,6 +55,11 @@
 //             [--loss-stop off|on]                                         on: a stream alone in its rounds stops
 //                                                                         drafting once its drafting rounds lost
 //                                                                         to plain over 3 of them (lanes14)
+//             [--one-off forwards|costs]                                   costs: the gate's one-off without graph
+//                                                                         capture on a CPU target, the scout's probe
+//                                                                         with its forced row alone (lanes14)
+//             [--pass-depths ends|shallow]                                 shallow: passes also timed at depths 2
+//                                                                         and 3 at load (lanes14)
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it

@@ -29,6 +29,8 @@ struct LanesSwitches {
   int gate_prices_prompt = -1;          // --gate-prompt off|on (lanes12)
   int sampled_most_streams = -1;        // --sampled-streams N (lanes12; 0 = any)
   int stop_on_measured_loss = -1;       // --loss-stop off|on (lanes14)
+  int one_off_by_costs = -1;            // --one-off forwards|costs (lanes14)
+  int shallow_depths = -1;              // --pass-depths ends|shallow (lanes14)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

@@ -65,6 +65,7 @@ Result<std::unique_ptr<Lanes>> Lanes::create(Target& target, Drafter* drafter, c
     LS_ASSIGN_OR_RETURN(tables, time_costs(target, drafter, clock, calibration));
   }
   lanes->pricing_ = Pricing(std::move(tables), options.pricing, max_rows, has_confidence);
+  lanes->pricing_.set_graphless_target(target.cpu_pool() != nullptr);
   // Taps stay on the device when both sides can (after the timing above, which absorbs host taps).
   if (options.device_taps && lanes->drafter_ != nullptr && drafter->facts().tap_device >= 0 && lanes->restarts_) {
     lanes->device_taps_ = target.keep_taps_on_device(true);

@@ -172,6 +172,12 @@ struct PricingOptions {
   // of several streams are left out (one clock time for several streams' windows). lanes_bench --loss-stop on|off.
   bool stop_on_measured_loss = false;
   int loss_stop_rounds = 3;
+  // Thirteenth session (lanes14). The exploration gate's one-off priced at what it costs where the target says so: a
+  // target that runs on a CPU pool captures no graphs, so a new forward shape costs it nothing extra (the gate
+  // charged two forwards: 1.4-2 ms on the CPU nano pair), and the scout's probe verifies its one forced draft, the
+  // trim buying the rest only where they pay (the gate charged the whole chain's rows: 3.5 ms of a 1-stream CPU
+  // verify that grows ~0.5 ms a row). lanes_bench --one-off forwards|costs.
+  bool one_off_by_costs = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -221,6 +227,8 @@ class Pricing {
     return mode == PassMode::Sampled && options_.sampled_most_streams > 0 &&
            round_streams > options_.sampled_most_streams && !options_.always_draft;
   }
+  // The target captures no graphs (a CPU target): a new forward shape's one-off is nothing (one_off_by_costs).
+  void set_graphless_target(bool graphless) { graphless_target_ = graphless; }
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
   // stream its rows' share of that call, not a call of its own.
   void set_batched_absorbs(bool on) { batched_absorbs_ = on; }
@@ -237,8 +245,9 @@ class Pricing {
   // round's `round_streams` streams drafting together could if every draft landed.
   bool group_probe_would_run(const Stream& stream, int cap, int round_streams) const;
   // What one stream's probe of `cap` drafts costs next to `round_streams` pending rows (pass, its verify rows, the
-  // batched absorb call where priced).
-  double probe_cost_ms(int cap, int round_streams, PassMode mode = PassMode::Greedy) const;
+  // batched absorb call where priced); `forced_only`: only its forced draft's verify row (the trim buys the rest
+  // where they pay).
+  double probe_cost_ms(int cap, int round_streams, PassMode mode = PassMode::Greedy, bool forced_only = false) const;
   // Whether `stream`'s own probe of `cap` drafts next to `round_streams` pending rows pays its way: the tokens its
   // window wins if every draft lands, at plain's ms a token, against its pass, verify rows, absorb and one-off.
   bool probe_pays(const Stream& stream, int cap, int round_streams) const;
@@ -336,6 +345,7 @@ class Pricing {
   double overhead_ms_ = 0;
   double probe_credit_ms_ = 0;  // time probes may still spend (see PricingOptions::probe_budget)
   bool batched_absorbs_ = false;
+  bool graphless_target_ = false;
   double last_probe_ms_ = 0;    // the cost of the last probe priced
   std::vector<int> verify_outliers_;               // [rows] outliers in a row per verify entry
   // Outlier passes in a row over every (streams, depth) entry: passes whose shapes vary round by round (a CUDA

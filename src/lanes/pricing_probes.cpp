@@ -90,11 +90,12 @@ bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_str
          could_pay(pending_rows, stream, cap, pending_rows.fixed_rows, !options_.probes_pay_their_way);
 }
 
-double Pricing::probe_cost_ms(int cap, int round_streams, PassMode mode) const {
+double Pricing::probe_cost_ms(int cap, int round_streams, PassMode mode, bool forced_only) const {
   const int rows = std::clamp(round_streams, 1, max_rows_);
   const int depth = has_confidence_ ? cap : 1;
+  const int verified = forced_only ? 1 : depth;
   const double call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
-  return draft_ms(1, depth, mode) + verify_ms(std::min(rows + depth, max_rows_), mode) - verify_ms(rows, mode) +
+  return draft_ms(1, depth, mode) + verify_ms(std::min(rows + verified, max_rows_), mode) - verify_ms(rows, mode) +
          call_ms;
 }
 
@@ -186,8 +187,13 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
   const double plain_ms = round_cost(mode)(streams, 0, 0);
   if (plain_ms <= 0) return true;  // (a clock that never moves: exploring costs nothing)
   // The scout's one-off: its probe (pass and verify rows), its prompt's absorb, and a new forward shape (eager, then
-  // captured: about a forward each on a CUDA target).
-  const double one_off_ms = probe_cost_ms(cap, streams, mode) + tables_.absorb_ms(absorb_rows) + 2 * plain_ms;
+  // captured: about a forward each on a CUDA target; one_off_by_costs: its forced draft's row alone, and no capture
+  // on a target without graphs).
+  const bool by_costs = options_.one_off_by_costs;
+  const double probe_ms = by_costs ? probe_cost_ms(cap, streams, mode, /*forced_only=*/true)
+                                   : probe_cost_ms(cap, streams, mode);
+  const double shape_ms = by_costs && graphless_target_ ? 0.0 : 2 * plain_ms;
+  const double one_off_ms = probe_ms + tables_.absorb_ms(absorb_rows) + shape_ms;
   // What the best round saves over the tokens left: a token costs plain_ms / streams plainly, 1 / tokens_per_ms
   // drafted.
   auto gain_ms = [&](bool always_right) {

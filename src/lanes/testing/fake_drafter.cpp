@@ -228,7 +228,8 @@ std::vector<Draft> FakeDrafter::draft(std::span<const DraftRequest> requests) {
   ++passes_by_depth_[deepest];
   if (options_.clock != nullptr) {
     const double factor = sampled ? options_.sampled_pass_factor : 1.0;
-    options_.clock->advance_ms(factor * (options_.draft_fixed_ms +
+    const bool short_block = deepest <= options_.short_block_depth;
+    options_.clock->advance_ms(factor * ((short_block ? 0.5 : 1.0) * options_.draft_fixed_ms +
                                          options_.draft_row_ms * static_cast<double>(requests.size()) * deepest));
   }
   return drafts;

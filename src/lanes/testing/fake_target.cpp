@@ -25,6 +25,7 @@ void fake_logits(const FakeModelShape& shape, uint64_t history_hash, std::span<f
 }
 
 FakeTarget::FakeTarget(FakeTargetOptions options) : options_(std::move(options)) {
+  if (options_.cpu_pool) pool_ = std::make_unique<ThreadPool>(1);
   facts_.vocab_size = options_.shape.vocab_size;
   facts_.hidden_size = options_.shape.hidden_size;
   facts_.num_layers = options_.shape.num_layers;

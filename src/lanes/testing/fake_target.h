@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "base/clock.h"
+#include "base/thread_pool.h"
 #include "model/target.h"
 
 namespace ls {
@@ -52,6 +54,7 @@ struct FakeTargetOptions {
   // own experts, so a window of distinct tokens reads more expert weights than one of repeated tokens).
   double distinct_token_ms = 0.0;
   double sampled_row_ms = 0.0;    // with a clock: each row of a sampled window costs this much more (its draw)
+  bool cpu_pool = false;          // cpu_pool() is a one-thread pool: a target on the CPU (no graphs to capture)
 };
 
 class FakeTarget final : public Target {
@@ -67,6 +70,7 @@ class FakeTarget final : public Target {
   Status embed(std::span<const int32_t> tokens, std::span<float> out) const override;
   Status head(std::span<const float> hidden, int rows, std::span<float> out) const override;
   bool keep_taps_on_device(bool on) override;
+  ThreadPool* cpu_pool() const override { return pool_.get(); }
 
   // From now on the first two forwards of each total row count cost `ms` more (a count seen twice already does not).
   void set_new_shape_ms(double ms) { options_.new_shape_ms = ms; }
@@ -105,6 +109,7 @@ class FakeTarget final : public Target {
   int64_t forwards_ = 0;
   int64_t rows_ = 0;
   int64_t tap_rows_ = 0;
+  std::unique_ptr<ThreadPool> pool_;  // options.cpu_pool
 };
 
 }  // namespace ls

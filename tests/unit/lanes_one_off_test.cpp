@@ -1,0 +1,106 @@
+// The exploration gate's one-off priced at what it costs (lanes14, PricingOptions::one_off_by_costs): a target on the
+// CPU captures no graphs, and the scout's probe verifies its forced draft, the trim buying the rest where they pay.
+// Also the load-time pass table at depths 2 and 3 (CalibrationOptions::shallow_depths).
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <vector>
+
+#include "lanes/lanes.h"
+#include "lanes/testing/harness.h"
+
+namespace ls {
+namespace {
+
+// The nano pair on a 2-core CPU, roughly: a verify that grows ~0.08 ms a row over 0.45 ms, no graphs, a pass that
+// grows with the depth asked (short blocks), a 64-row prompt absorbed at 0.02 ms a row, drafts right 75 %.
+struct CpuNanoLike {
+  FixedClock clock;
+  FakeTargetOptions target = costed_fake_target(clock, 0.45, 0.08, 64);
+  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.25, 0.05);
+  CpuNanoLike() {
+    target.exact_width = 16;
+    target.cpu_pool = true;
+    drafter.max_depth = 7;
+    drafter.draft_fixed_ms = 0.15;
+    drafter.confidences = true;
+    drafter.absorb_row_ms = 0.02;
+  }
+  std::vector<Arrival> arrivals(int tokens) const {
+    std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, tokens);
+    while (arrivals[0].request.prompt.size() < 64) arrivals[0].request.prompt.push_back(17 + arrivals[0].request.prompt.size());
+    return arrivals;
+  }
+};
+
+LanesOptions one_off(bool by_costs) {
+  LanesOptions options;
+  options.pricing.one_off_by_costs = by_costs;
+  options.pricing.price_depth_asked = true;  // the pass asked at the depth bought: it grows with the depth
+  return options;
+}
+
+TEST(LanesOneOff, OnTheCpuAShortStreamWhoseRoundsPayIsExploredOnlyWithTheOneOffItPays) {
+  // 40 tokens: the prior's round (the pass asked at the depth bought) saves ~6.6 ms; the old one-off (two forwards of
+  // capture, the whole chain's 7 verify rows, the prompt's absorb: 3.4 ms) times 3 is more, and so is either half of
+  // the new one alone (no capture but 7 rows: 2.3 ms; 1 row but capture: 2.9 ms); what the CPU pays (1.9 ms) is not.
+  CpuNanoLike pair;
+  const std::vector<Arrival> arrivals = pair.arrivals(40);
+  const FakeRun plain = run_fakes(pair.clock, pair.target, std::nullopt, arrivals);
+  const FakeRun old_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, one_off(false));
+  const FakeRun new_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, one_off(true));
+  ASSERT_EQ(reply_tokens(old_rule), reply_tokens(plain));
+  ASSERT_EQ(reply_tokens(new_rule), reply_tokens(plain));
+  EXPECT_EQ(old_rule.drafter_passes, 0);
+  EXPECT_GT(new_rule.drafter_passes, 5);
+  EXPECT_LT(new_rule.ms, 0.97 * plain.ms) << "plain " << plain.ms << " ms, passes " << new_rule.drafter_passes
+                                          << ", kept " << new_rule.stats.drafts_accepted << " of "
+                                          << new_rule.stats.drafts_verified;
+}
+
+TEST(LanesOneOff, ATargetWithGraphsKeepsItsNewShapesInTheOneOff) {
+  // The same costs on a target that captures graphs: the new shapes' two forwards stay in the one-off, which the
+  // 40-token run's gain does not repay three times.
+  CpuNanoLike pair;
+  pair.target.cpu_pool = false;
+  pair.target.new_shape_ms = 0.5;
+  const std::vector<Arrival> arrivals = pair.arrivals(40);
+  const FakeRun cpu_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, one_off(true));
+  EXPECT_EQ(cpu_rule.drafter_passes, 0);
+}
+
+TEST(LanesOneOff, ThePassTableTimesDepthsTwoAndThreeWhenAsked) {
+  // A pass that costs half its fixed part up to depth 3 (a short block): timed at {1, 4, 7} the table interpolates
+  // depths 2-3 toward depth 4's full price; timed at {1, 2, 3, 4, 7} they are what they cost.
+  for (bool shallow : {false, true}) {
+    CpuNanoLike pair;
+    pair.drafter.short_block_depth = 3;
+    LanesOptions options;
+    options.calibration.shallow_depths = shallow;
+    double depth3_ms = 0;
+    run_fakes(pair.clock, pair.target, pair.drafter, pair.arrivals(8), options, [&](const Lanes& lanes) {
+      depth3_ms = lanes.pricing().tables().draft.ms(1, 3);
+    });
+    const double short_ms = 0.5 * 0.15 + 0.05 * 3;
+    if (shallow) {
+      EXPECT_NEAR(depth3_ms, short_ms, 1e-9);
+    } else {
+      EXPECT_GT(depth3_ms, short_ms + 0.03);
+    }
+  }
+}
+
+TEST(LanesOneOff, EveryReplyEqualsItsRequestRunAlonePlain) {
+  for (bool sampled : {false, true}) {
+    for (bool device : {false, true}) {
+      LanesOptions options = one_off(true);
+      options.calibration.shallow_depths = true;
+      const ExactnessRun run = run_exactness_case(sampled, device, sampled_any_streams(options));
+      EXPECT_EQ(reply_tokens(run.drafted), run.alone) << "sampled " << sampled << " device " << device;
+      EXPECT_GT(run.drafted.stats.drafts_verified, 0) << "sampled " << sampled << " device " << device;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ls
