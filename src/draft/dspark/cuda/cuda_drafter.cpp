@@ -107,6 +107,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;
   }
   pin("LS_DRAFTER_SCAN_PREFETCH", d.scan_prefetch_);
+  pin("LS_DRAFTER_W2_PREFETCH", d.scan_w2_prefetch_);
   if (const char* handoff = std::getenv("LS_DRAFTER_SCAN_HANDOFF"); handoff && *handoff) {
     const std::string name = handoff;
     d.persistent_handoff_ = name == "counter" ? PersistentHandoff::Counter

@@ -308,6 +308,14 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int64_t l2_prefetch() const { return l2_prefetch_bytes_; }
+  // The scan's W2 (32 MB at the 1.2B shape) asked into L2 with evict-last priority during the last layer's attention
+  // (session 13, off; LS_DRAFTER_W2_PREFETCH=1 at load): the persistent scan's prologue then reads it from L2, not
+  // from DRAM after the head GEMM. One request only, with the layer prefetches. The same bits.
+  void set_scan_w2_prefetch(bool on) {
+    scan_w2_prefetch_ = on;
+    graphs_.clear();
+  }
+  bool scan_w2_prefetch() const { return scan_w2_prefetch_; }
   // Bench: device time per launch label of each draft() call while on (passes then run eagerly).
   void set_profile(bool on) { profile_.set_on(on); }
   std::vector<std::pair<std::string, double>> last_profile() const { return profile_.totals(); }
@@ -427,6 +435,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool fused_absorb_ = true;
   int64_t l2_prefetch_bytes_ = int64_t{40} << 20;  // since batch s10B
   bool l2_prefetch_planted_ = false;
+  bool scan_w2_prefetch_ = false;
   SideBranch prefetch_branch_;  // the L2 prefetch's side stream
   EventLog profile_;
   std::map<std::pair<int, int>, GraphShape> graphs_;

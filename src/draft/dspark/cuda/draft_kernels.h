@@ -186,6 +186,7 @@ struct L2PrefetchSpan {
   int64_t rows = 0;
   int64_t row_bytes = 0;
   int eighths = 8;
+  bool keep = false;  // evict-last priority (session 13: the scan's W2, asked for before the head GEMM streams E)
 };
 inline constexpr int kMaxL2PrefetchSpans = 4;
 // Issues the spans' prefetches (one small launch; it ends before the data arrives) and changes no memory.
