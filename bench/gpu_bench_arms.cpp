@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 // What an arm sets: pipeline spread above one row, the one-window attention tile, taps wanted, taps by the norm.
 struct Arm {
   int spread = 1, window_tile = 0;
-  bool taps = false, taps_in_norm = false;
+  bool taps = false, taps_in_norm = false, rows32 = false;
 };
 
 Arm parse_arm(const std::string& name) {
@@ -32,6 +32,7 @@ Arm parse_arm(const std::string& name) {
     if (part.rfind("spread", 0) == 0) arm.spread = std::atoi(part.c_str() + 6);
     else if (part.rfind("wtile", 0) == 0) arm.window_tile = std::atoi(part.c_str() + 5);
     else if (part == "taps") arm.taps = true;
+    else if (part == "rows32") arm.rows32 = true;
     else if (part == "tapnorm") arm.taps_in_norm = arm.taps = true;
     else if (part != "default" && !part.empty()) std::fprintf(stderr, "gpu_bench --arms: no switch '%s' (ignored)\n", part.c_str());
   }
@@ -40,6 +41,7 @@ Arm parse_arm(const std::string& name) {
 
 void apply(lfm2::CudaTarget& target, const Arm& arm) {
   cuda::set_decode_pipe_spread(arm.spread);
+  cuda::set_decode_pipe_rows32(arm.rows32);
   lfm2::gpu::set_attention_window_tile(arm.window_tile);
   lfm2::CudaTarget::set_taps_in_norm(arm.taps_in_norm);
   target.set_graphs(false);  // drops the graphs captured under the other arm
@@ -122,7 +124,7 @@ bool parse_arms_flag(const std::string& flag, const std::string& value, ArmsOpti
 
 void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
   const int spread = cuda::decode_pipe_spread(), window_tile = lfm2::gpu::attention_window_tile();
-  const bool taps_in_norm = lfm2::CudaTarget::taps_in_norm();
+  const bool taps_in_norm = lfm2::CudaTarget::taps_in_norm(), rows32 = cuda::decode_pipe_rows32();
   if (!o.taps.empty()) {
     check(target.set_taps(o.taps), "taps");
     target.keep_taps_on_device(true);  // as the lanes run a CUDA drafter: taps stay on the device
@@ -158,6 +160,7 @@ void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
   }
   if (!o.taps.empty()) check(target.set_taps({}), "taps off");
   cuda::set_decode_pipe_spread(spread);
+  cuda::set_decode_pipe_rows32(rows32);
   lfm2::gpu::set_attention_window_tile(window_tile);
   lfm2::CudaTarget::set_taps_in_norm(taps_in_norm);
   target.set_graphs(false);

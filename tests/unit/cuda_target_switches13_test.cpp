@@ -1,9 +1,10 @@
 // Session 13's switches on whole targets: the pipeline GEMMs spread over fewer CTAs above one row
-// (set_decode_pipe_spread), the one-window attention tile (set_attention_window_tile) and the taps written by the
-// norm launch after a tapped layer (CudaTarget::set_taps_in_norm): every row of windows of 1..16 rows and of forwards
-// of 16 streams (up to 256 rows) keeps the default one-row bits, taps included, on the small dense / MoE targets
-// (hidden 64: the norm's two-launch fallback carries the tap) and the nano target (the one-launch norm); a planted
-// fault (the norm writing the next tap slot) turns the taps red on both paths.
+// (set_decode_pipe_spread) and taking 17..32-row windows (set_decode_pipe_rows32), the one-window attention tile
+// (set_attention_window_tile) and the taps written by the norm launch after a tapped layer
+// (CudaTarget::set_taps_in_norm): every row of windows of 1..16 rows and of forwards of 2 and 16 streams (up to 32
+// and 256 rows) keeps the default one-row bits, taps included, on the small dense / MoE targets (hidden 64: the
+// norm's two-launch fallback carries the tap) and the nano target (the one-launch norm); a planted fault (the norm
+// writing the next tap slot) turns the taps red on both paths.
 #include <gtest/gtest.h>
 
 #ifdef LS_HAVE_CUDA
@@ -17,17 +18,18 @@ using namespace cuda_test;
 
 // The three switches set for one scope (graphs dropped at each change), then put back as they were.
 struct Switches13 {
-  Switches13(CudaTarget& target, int spread, int window_tile, bool taps_in_norm)
+  Switches13(CudaTarget& target, int spread, int window_tile, bool taps_in_norm, bool rows32 = false)
       : target(target), spread_before(cuda::decode_pipe_spread()), tile_before(gpu::attention_window_tile()),
-        taps_before(CudaTarget::taps_in_norm()) {
-    set(spread, window_tile, taps_in_norm);
+        taps_before(CudaTarget::taps_in_norm()), rows32_before(cuda::decode_pipe_rows32()) {
+    set(spread, window_tile, taps_in_norm, rows32);
   }
   ~Switches13() {
     CudaTarget::set_taps_in_norm_fault_for_test(false);
-    set(spread_before, tile_before, taps_before);
+    set(spread_before, tile_before, taps_before, rows32_before);
   }
-  void set(int spread, int window_tile, bool taps_in_norm) {
+  void set(int spread, int window_tile, bool taps_in_norm, bool rows32) {
     cuda::set_decode_pipe_spread(spread);
+    cuda::set_decode_pipe_rows32(rows32);
     gpu::set_attention_window_tile(window_tile);
     CudaTarget::set_taps_in_norm(taps_in_norm);
     target.set_graphs(false);
@@ -35,7 +37,7 @@ struct Switches13 {
   }
   CudaTarget& target;
   int spread_before, tile_before;
-  bool taps_before;
+  bool taps_before, rows32_before;
 };
 
 // Rows of one stream's windows (every width 1..16 in turn over `tokens`) whose bits differ from the oracle's;
@@ -99,8 +101,11 @@ TEST(CudaTarget, TheSession13SwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndStre
           << "target " << checked << ", spread " << arm.spread << ", window tile " << arm.window_tile
           << (arm.taps_in_norm ? ", taps in the norm" : "");
     }
-    const Switches13 all(*cuda_target, 2, 16, true);
-    EXPECT_EQ(check_many_streams(*target, 16, 24, 16), 256) << "target " << checked;
+    for (const bool rows32 : {false, true}) {
+      const Switches13 all(*cuda_target, 2, 16, true, rows32);
+      EXPECT_EQ(check_many_streams(*target, 16, 24, 16), 256) << "target " << checked << (rows32 ? ", rows32" : "");
+      EXPECT_EQ(check_many_streams(*target, 2, 40, 16), 32) << "target " << checked << (rows32 ? ", rows32" : "");
+    }
     ++checked;
   }
   EXPECT_GE(checked, 2);

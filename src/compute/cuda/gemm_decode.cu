@@ -186,7 +186,7 @@ int prefetch_tiles_for(int64_t n, int64_t k) {
 }
 
 Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream) {
-  if (args.m <= 16 && pipe_enabled() && pipe_fits(args, false)) return launch_pipe(-1, args, stream);
+  if (args.m <= 32 && pipe_enabled() && pipe_fits(args, false)) return launch_pipe(-1, args, stream);
   if (args.m > 16) return launch_stream_many_rows(args, sm_count, stream);
   return launch_variant(pick_variant(args), args, sm_count, stream);
 }

@@ -1,4 +1,5 @@
-// The pipeline decode GEMM's configurations, plans, routing and launches (m <= 16, sm_90; the kernel:
+// The pipeline decode GEMM's configurations, plans, routing and launches (m <= 16; 17..32 one-slice under
+// LS_DECODE_PIPE_ROWS32; sm_90; the kernel:
 // gemm_decode_pipe.cuh; the weight maps of its tensor copies: gemm_decode_tma.cu). Session 8 (row copies), session 9
 // (3D tensor boxes of the weights), session 10 (one kernel for both; x copied once per CTA; multi-row launches).
 #include <algorithm>
@@ -100,6 +101,11 @@ int item_cols_of(int config) { return config >= kPlainConfigs ? 8 : 8 * kPipeSha
 // active warps each read less x from L2; never more groups a CTA than it has warps (no warp walks a second chain).
 // Which CTA computes a column never changes its chain: the same bits.
 std::atomic<int> pipe_spread{std::max(1, env_int("LS_DECODE_PIPE_SPREAD", 1))};
+// Verify windows of 17..32 rows on the pipeline (session 13, LS_DECODE_PIPE_ROWS32=1, off): one-slice, non-SwiGLU
+// launches with x once, two m16 tiles on each weight fragment (the streamed windows and the 64x64 tiles there read
+// 2048->2048 in ~19-24 us where 16 rows take 8 us on the pipeline).
+std::atomic<bool> pipe_rows32{env_int("LS_DECODE_PIPE_ROWS32", 0) != 0};
+constexpr int kPipeMaxRows = 32;
 
 // Column groups per CTA for `columns` output columns (SwiGLU: F) of an m-row launch: about one CTA per SM (per
 // spread SMs above one row, up to one group a warp).
@@ -121,7 +127,7 @@ struct PipePlan {
 PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups) {
   const int slices = slice_count(k);
   const int active = std::min(shape.warps, groups * slices);  // warps with items (the others have no ring)
-  const int a_rows = m <= 8 ? 8 : 16;
+  const int a_rows = m <= 8 ? 8 : m <= 16 ? 16 : 32;
   const int partial = slices == 1 ? 0 : slices * a_rows * groups * 8 * shape.tiles * 4;
   const int fixed = 1024 + (x_once ? pipe_x_once_bytes(m, k) : 0) + kPipeBarrierBytes + partial;
   // x once: the rings get what x leaves of the device's shared memory, at most their usual bytes.
@@ -130,6 +136,10 @@ PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k
   const int asked = pipe_chunk.load(std::memory_order_relaxed);
   int chunk = boxes ? (asked >= 16 ? 16 : asked >= 8 ? 8 : 4) : asked;
   while (boxes && chunk > 4 && 2 * active * pipe_stage_bytes(true, x_once, shape.tiles, chunk, m) > ring) chunk /= 2;
+  // Row copies: a smaller chunk only where two stages a warp would not fit at all (32 x rows beside four rings).
+  while (!boxes && chunk > 4 &&
+         fixed + 2 * active * pipe_stage_bytes(false, x_once, shape.tiles, chunk, m) > optin_bytes_granted)
+    chunk /= 2;
   const int stage = pipe_stage_bytes(boxes, x_once, shape.tiles, chunk, m);
   const int stages = std::clamp(ring / (active * stage), 2, kPipeMaxStages);
   return {fixed + active * stages * stage, stages, chunk, x_once};
@@ -138,6 +148,7 @@ PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k
 PipePlan plan_for(int config, int m, int k, int groups, int copies) {
   const PipeShape& shape = kPipeShapes[config];
   const int x_mode = pipe_x.load(std::memory_order_relaxed);
+  if (m > 16) return plan_with(shape, copies != 0, true, m, k, groups);  // 17..32 rows: x once or nothing
   if (x_mode == 1 || (x_mode < 0 && (copies == 0 || m > 2))) {
     const PipePlan once = plan_with(shape, copies != 0, true, m, k, groups);
     if (once.smem <= optin_bytes_granted) return once;
@@ -151,8 +162,13 @@ Status launch_shape(const PipeLaunch<BOXES>& group, int groups, const PipePlan& 
   if (group.args[0].m <= 8)
     return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 8, SWIGLU>, ctas, 32 * WARPS, plan.smem,
                                stream, group, groups, plan.stages, plan.chunk);
-  return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>, ctas, 32 * WARPS, plan.smem,
-                             stream, group, groups, plan.stages, plan.chunk);
+  if (group.args[0].m <= 16)
+    return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>, ctas, 32 * WARPS,
+                               plan.smem, stream, group, groups, plan.stages, plan.chunk);
+  if constexpr (X_ONCE && !SWIGLU)
+    return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 32, SWIGLU>, ctas, 32 * WARPS,
+                               plan.smem, stream, group, groups, plan.stages, plan.chunk);
+  return Status(ErrorCode::Internal, "decode pipeline: 17..32 rows copy x once and run no SwiGLU");
 }
 template <bool BOXES, bool X_ONCE>
 Status launch_copies(int config, const PipeLaunch<BOXES>& group, int groups, const PipePlan& plan,
@@ -174,6 +190,9 @@ void allow_shape(int optin) {
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
   cudaFuncSetAttribute(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>,
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+  if constexpr (X_ONCE && !SWIGLU)
+    cudaFuncSetAttribute(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 32, SWIGLU>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
 }
 template <bool BOXES, bool X_ONCE>
 void allow_copies(int optin) {
@@ -202,8 +221,11 @@ int auto_config(bool swiglu, int slices, int64_t rows, int copies) {
 }
 
 bool shape_fits(int config, int m, int k, int64_t n) {
-  if (config < 0 || config >= kPipeConfigs || m < 1 || m > 16 || k % kBlockK != 0 || k < kBlockK || n < 1) return false;
+  if (config < 0 || config >= kPipeConfigs || m < 1 || m > kPipeMaxRows || k % kBlockK != 0 || k < kBlockK || n < 1)
+    return false;
   if (config >= kPlainConfigs && slice_count(k) > 1) return false;
+  if (m > 16 && (!pipe_rows32.load(std::memory_order_relaxed) || config >= kPlainConfigs || slice_count(k) > 1))
+    return false;
   if (!cuda_features().tma || !cuda_features().pdl) return false;
   const bool swiglu = config >= kPlainConfigs;
   const int groups = groups_for(config, swiglu ? n / 2 : n, m);
@@ -284,17 +306,23 @@ bool pipe_enabled() { return pipe_on.load(std::memory_order_relaxed) || pipe_nar
 // kNarrowMaxN outputs, and with tensor copies by default those of the classes in tma_classes (above one row only one
 // slice and no SwiGLU).
 bool auto_pick(int m, int k, int64_t rows, bool swiglu) {
-  if (!pipe_narrow.load(std::memory_order_relaxed) || m > 16) return false;
+  if (!pipe_narrow.load(std::memory_order_relaxed) || m > kPipeMaxRows) return false;
+  if (m > 16 && !pipe_rows32.load(std::memory_order_relaxed)) return false;
   if (m > 1 && (swiglu || slice_count(k) > 1)) return false;
   if (!swiglu && slice_count(k) == 1 && rows <= kNarrowMaxN) return true;
   return pipe_tma.load(std::memory_order_relaxed) < 0 && copies_of(m, k, rows, swiglu) != 0;
 }
 
 bool pipe_fits(const GemmArgs& args, bool swiglu) {
-  if (args.reverse_k) return false;
+  if (args.reverse_k || (args.m > 16 && !pipe_rows32.load(std::memory_order_relaxed))) return false;
   if (!pipe_on.load(std::memory_order_relaxed) && !auto_pick(args.m, args.k, args.n, swiglu)) return false;
   const int config = config_for(swiglu, args.m, args.k, args.n);
   return shape_fits(config, args.m, args.k, args.n) && maps_ok(config, &args, 1);
+}
+
+bool pipe_takes_window(const GemmArgs& args) {
+  return args.m > 16 && args.m <= kPipeMaxRows && pipe_rows32.load(std::memory_order_relaxed) && pipe_enabled() &&
+         pipe_fits(args, false);
 }
 
 Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream) {
@@ -305,8 +333,8 @@ Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream) {
     return Status(ErrorCode::InvalidArgument, std::string("decode pipeline ") + pipe_config_name(config) +
                                                   " does not take m " + std::to_string(args.m) + ", N " +
                                                   std::to_string(args.n) + ", K " + std::to_string(args.k) +
-                                                  " (1..16 rows, K a multiple of 64, SwiGLU one slice and an even N, "
-                                                  "sm_90)");
+                                                  " (1..16 rows, 17..32 of one slice without SwiGLU, K a multiple "
+                                                  "of 64, SwiGLU one slice and an even N, sm_90)");
   PipeGroup group{};
   group.args[0] = args;
   group.count = 1;
@@ -322,6 +350,7 @@ Status launch_pipe_swiglu(const GemmArgs& args, cudaStream_t stream) {
 
 bool pipe_group_fits(const GemmArgs* args, int count) {
   if (count < 1 || count > kPipeGroupMax) return false;
+  if (args[0].m > 16 && !pipe_rows32.load(std::memory_order_relaxed)) return false;
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += args[i].n;
   if (!pipe_on.load(std::memory_order_relaxed) && !auto_pick(args[0].m, args[0].k, rows, false)) return false;
@@ -360,7 +389,7 @@ void set_decode_pipe_narrow(bool on) { gemm_detail::pipe_narrow.store(on, std::m
 bool decode_pipe_narrow_on() { return gemm_detail::pipe_narrow.load(std::memory_order_relaxed); }
 
 bool decode_pipe_fits(int config, int64_t m, const DeviceMatrix& w) {
-  return m >= 1 && m <= 16 && w.rows >= 1 && w.rows <= (1LL << 30) && w.cols <= (1LL << 24) &&
+  return m >= 1 && m <= gemm_detail::kPipeMaxRows && w.rows >= 1 && w.rows <= (1LL << 30) && w.cols <= (1LL << 24) &&
          gemm_detail::shape_fits(config, static_cast<int>(m), static_cast<int>(w.cols), w.rows);
 }
 
@@ -389,9 +418,10 @@ Status gemm_decode_pipe(const GemmEngine& engine, int config, const bf16* x, int
   if (config < -1 || config >= gemm_detail::kPipeConfigs)
     return Status(ErrorCode::InvalidArgument, "decode pipeline config " + std::to_string(config) + " of " +
                                                   std::to_string(gemm_detail::kPipeConfigs));
-  if ((y_b16 == nullptr) == (y_f32 == nullptr) || (swiglu && y_f32 != nullptr) || m < 1 || m > 16 ||
+  if ((y_b16 == nullptr) == (y_f32 == nullptr) || (swiglu && y_f32 != nullptr) || m < 1 ||
+      m > gemm_detail::kPipeMaxRows ||
       w.rows < 1 || w.rows > (1LL << 30) || w.cols > (1LL << 24))
-    return Status(ErrorCode::InvalidArgument, "decode pipeline: one output (bf16 for SwiGLU), 1..16 rows, got m " +
+    return Status(ErrorCode::InvalidArgument, "decode pipeline: one output (bf16 for SwiGLU), 1..32 rows, got m " +
                                                   std::to_string(m));
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w.w)) % 16 != 0)
     return Status(ErrorCode::InvalidArgument, "decode pipeline: x and W 16-byte aligned");
@@ -407,11 +437,15 @@ void set_decode_pipe_spread(int spread) {
 }
 int decode_pipe_spread() { return gemm_detail::pipe_spread.load(std::memory_order_relaxed); }
 
+void set_decode_pipe_rows32(bool on) { gemm_detail::pipe_rows32.store(on, std::memory_order_relaxed); }
+bool decode_pipe_rows32() { return gemm_detail::pipe_rows32.load(std::memory_order_relaxed); }
+
 void set_decode_pipe_fault_for_test(bool on) { gemm_detail::pipe_fault.store(on, std::memory_order_relaxed); }
 
 bool decode_pipe_routes(int64_t m, const DeviceMatrix& w, bool swiglu, bool* x_once) {
   if (x_once) *x_once = false;
-  if (m < 1 || m > 16 || w.rows < 1 || w.rows > (1LL << 30) || w.cols > (1LL << 24) || !gemm_detail::pipe_enabled())
+  if (m < 1 || m > gemm_detail::kPipeMaxRows || w.rows < 1 || w.rows > (1LL << 30) || w.cols > (1LL << 24) ||
+      !gemm_detail::pipe_enabled())
     return false;
   const gemm_detail::GemmArgs args{nullptr, reinterpret_cast<const __nv_bfloat16*>(w.w), nullptr, nullptr, nullptr,
                                    static_cast<int>(m), static_cast<int>(w.rows), static_cast<int>(w.cols), 0};

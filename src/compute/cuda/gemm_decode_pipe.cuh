@@ -66,38 +66,40 @@ struct PipeWalk {
   }
 };
 
-// Item `item`'s outputs from this lane's mma accumulators (TILES 8-column tiles; SWIGLU: gate tile 0, up tile 1),
-// then the accumulators zeroed: stored with one rounding (one slice) or its slice sum written to
+// Item `item`'s outputs from this lane's mma accumulators (MT m16 tiles of rows x TILES 8-column tiles; SWIGLU: gate
+// tile 0, up tile 1), then the accumulators zeroed: stored with one rounding (one slice) or its slice sum written to
 // partial [slice][A_ROWS][cols] (cols: the CTA's columns, col0 its first).
-template <int TILES, int A_ROWS, bool SWIGLU>
-__device__ __forceinline__ void finish_item(const GemmArgs& args, float (&acc)[TILES][4], int item, int slices,
+template <int MT, int TILES, int A_ROWS, bool SWIGLU>
+__device__ __forceinline__ void finish_item(const GemmArgs& args, float (&acc)[MT][TILES][4], int item, int slices,
                                             int col0, int cols, int out_n, float* partial, int lane) {
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
-  constexpr int kHalves = A_ROWS == 16 ? 2 : 1;
+  constexpr int kHalves = A_ROWS / 8;  // 8-row halves of the m16 tiles holding rows
   const int group_index = item / slices, slice = item % slices;
   const int c_first = col0 + group_index * kItemCols;
 #pragma unroll
   for (int half = 0; half < kHalves; ++half) {
-    const int r = half * 8 + (lane >> 2);
+    const int r = half * 8 + (lane >> 2), mt = half / 2, h = half % 2;
     if constexpr (SWIGLU) {
       for (int e = 0; e < 2; ++e)
-        store_swiglu(args, r, c_first + (lane & 3) * 2 + e, out_n, acc[0][2 * half + e], acc[1][2 * half + e]);
+        store_swiglu(args, r, c_first + (lane & 3) * 2 + e, out_n, acc[mt][0][2 * h + e], acc[mt][1][2 * h + e]);
     } else {
 #pragma unroll
       for (int j = 0; j < TILES; ++j) {
         const int cc = group_index * kItemCols + j * 8 + (lane & 3) * 2;  // column within the CTA
         if (slices == 1) {
-          store_pair(args, r, col0 + cc, acc[j][2 * half], acc[j][2 * half + 1]);
+          store_pair(args, r, col0 + cc, acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
         } else {
           float* out = partial + static_cast<int64_t>(slice) * A_ROWS * cols;
-          out[r * cols + cc] = acc[j][2 * half];
-          out[r * cols + cc + 1] = acc[j][2 * half + 1];
+          out[r * cols + cc] = acc[mt][j][2 * h];
+          out[r * cols + cc + 1] = acc[mt][j][2 * h + 1];
         }
       }
     }
   }
 #pragma unroll
-  for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < TILES; ++j) acc[t][j][0] = acc[t][j][1] = acc[t][j][2] = acc[t][j][3] = 0.0f;
 }
 
 // WARPS warps walk their items (w, w + WARPS, .. of the CTA's groups x slices) unit by unit through their own rings of
@@ -113,6 +115,8 @@ __global__ void __launch_bounds__(32 * WARPS)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
   constexpr int kWRows = 8 * TILES;
+  constexpr int MT = A_ROWS == 32 ? 2 : 1;  // m16 tiles of rows (32: verify windows of 17..32 rows, x once only)
+  static_assert(A_ROWS != 32 || (X_ONCE && !SWIGLU), "32 rows: x once, no SwiGLU");
   extern __shared__ __align__(128) unsigned char shared_raw[];
   unsigned char* aligned = shared_raw + ((1024 - (smem_address(shared_raw) & 1023)) & 1023);
   int gi = 0;
@@ -205,14 +209,20 @@ __global__ void __launch_bounds__(32 * WARPS)
     }
   }
 
-  float acc[TILES][4];
+  float acc[MT][TILES][4];
 #pragma unroll
-  for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  // ldmatrix rows: A (x) row min(r, m - 1); B (W) row n: row copies at n * pitch, boxes row n of each K tile's box
-  // with its 16-byte chunks swizzled by n & 7 (a tile's box rows start on a 1024-byte boundary or 8 rows after one).
-  const int a_row = min(A_ROWS == 8 ? (lane & 7) : (lane & 15), m - 1);
-  const uint32_t a_off = (X_ONCE ? x_once : w_bytes) + a_row * x_pitch +
-                         (A_ROWS == 8 ? ((lane >> 3) & 1) : (lane >> 4)) * 16;
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < TILES; ++j) acc[t][j][0] = acc[t][j][1] = acc[t][j][2] = acc[t][j][3] = 0.0f;
+  // ldmatrix rows: A (x) row min(r, m - 1) of each m16 tile; B (W) row n: row copies at n * pitch, boxes row n of each
+  // K tile's box with its 16-byte chunks swizzled by n & 7 (a tile's box rows start on a 1024-byte boundary or 8 rows
+  // after one). Every m16 tile meets the same W fragments in the same K steps: a row's chain is the one-row chain.
+  uint32_t a_off[MT];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    const int a_row = min(A_ROWS == 8 ? (lane & 7) : t * 16 + (lane & 15), m - 1);
+    a_off[t] = (X_ONCE ? x_once : w_bytes) + a_row * x_pitch + (A_ROWS == 8 ? ((lane >> 3) & 1) : (lane >> 4)) * 16;
+  }
   const int n = (lane & 7) + (TILES == 2 ? ((lane >> 4) << 3) : 0);
   const uint32_t b_off = !BOXES ? n * pitch + ((lane >> 3) & 1) * 16
                                 : SWIGLU && n >= 8 ? w_bytes / 2 + (n - 8) * 128 : n * 128;
@@ -223,19 +233,22 @@ __global__ void __launch_bounds__(32 * WARPS)
     barrier_wait(bars + 8 * stage, (u / stages) & 1);
     const int tiles = walk.tiles(item, c);
     const uint32_t base = ring + stage * stage_bytes;
-    const uint32_t a_unit = X_ONCE ? a_off + walk.first_tile(item, c) * 128 : base + a_off;
+    const uint32_t a_unit = X_ONCE ? walk.first_tile(item, c) * 128 : base;
     for (int step = 0; step < tiles; ++step) {
       const int tile = X_ONCE && args.reverse_k ? tiles - 1 - step : step;  // test-only fault: K backwards
       const uint32_t a_tile = a_unit + tile * 128;
       const uint32_t b_tile = base + b_off + tile * (BOXES ? (SWIGLU ? 8 : kWRows) * 128 : 128);
 #pragma unroll
       for (int kk = 0; kk < kBlockK / 16; ++kk) {
-        uint32_t a[4], b[TILES][2];
-        if constexpr (A_ROWS == 8) {
-          ldmatrix_x2(a_tile + kk * 32, a[0], a[2]);
-          a[1] = a[3] = 0u;
-        } else {
-          ldmatrix_x4(a_tile + kk * 32, a[0], a[1], a[2], a[3]);
+        uint32_t a[MT][4], b[TILES][2];
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+          if constexpr (A_ROWS == 8) {
+            ldmatrix_x2(a_off[t] + a_tile + kk * 32, a[t][0], a[t][2]);
+            a[t][1] = a[t][3] = 0u;
+          } else {
+            ldmatrix_x4(a_off[t] + a_tile + kk * 32, a[t][0], a[t][1], a[t][2], a[t][3]);
+          }
         }
         const uint32_t b_address = BOXES ? b_tile + (((kk * 2) ^ b_swizzle) << 4) : b_tile + kk * 32;
         if constexpr (TILES == 1) {
@@ -244,7 +257,9 @@ __global__ void __launch_bounds__(32 * WARPS)
           ldmatrix_x4(b_address, b[0][0], b[0][1], b[1][0], b[1][1]);
         }
 #pragma unroll
-        for (int j = 0; j < TILES; ++j) mma_bf16(acc[j], a, b[j]);
+        for (int t = 0; t < MT; ++t)
+#pragma unroll
+          for (int j = 0; j < TILES; ++j) mma_bf16(acc[t][j], a[t], b[j]);
       }
     }
     __syncwarp();  // every lane's ldmatrix of this stage is done before the refill lands in it
@@ -256,7 +271,7 @@ __global__ void __launch_bounds__(32 * WARPS)
       walk.advance(issue_item, issue_c);
     }
     if (c + 1 == walk.chunks(item))  // the item's chain is done: its outputs
-      finish_item<TILES, A_ROWS, SWIGLU>(args, acc, item, slices, col0, cols, out_n, partial, lane);
+      finish_item<MT, TILES, A_ROWS, SWIGLU>(args, acc, item, slices, col0, cols, out_n, partial, lane);
     walk.advance(item, c);
   }
   if (slices == 1) return;

@@ -264,7 +264,7 @@ Status gemm_decode_group(const GemmEngine& engine, const bf16* x, int64_t m, std
     group.first_block[i + 1] = group.first_block[i] + static_cast<int>((w.rows + cols - 1) / cols);
     rows += w.rows;
   }
-  if (m <= 16 && gemm_detail::pipe_enabled() && gemm_detail::pipe_group_fits(group.args, group.count))
+  if (m <= 32 && gemm_detail::pipe_enabled() && gemm_detail::pipe_group_fits(group.args, group.count))
     return gemm_detail::launch_pipe_group(group.args, group.count, stream);
   const int staged = gemm_detail::staged_config_for(static_cast<int>(m));  // all weights before the wait
   if (staged >= 0 && gemm_detail::staged_group_fits(staged, static_cast<int>(m), static_cast<int>(ws[0].cols)))

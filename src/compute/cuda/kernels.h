@@ -130,6 +130,11 @@ bool decode_pipe_routes(int64_t m, const DeviceMatrix& w, bool swiglu, bool* x_o
 // LS_DECODE_PIPE_SPREAD, 1 = one CTA an SM as at one row). Same bits; drop captured graphs after a change.
 void set_decode_pipe_spread(int spread);
 int decode_pipe_spread();
+// Verify windows of 17..32 rows on the pipeline: one-slice, non-SwiGLU GEMMs and the q / k / v launch, x copied once,
+// two m16 tiles on each weight fragment (session 13, switch LS_DECODE_PIPE_ROWS32; off: the streamed windows and
+// tiles). Same bits; drop captured graphs after a change.
+void set_decode_pipe_rows32(bool on);
+bool decode_pipe_rows32();
 // Tests: gemm_decode_pipe's launches that copy x once walk each unit's K tiles backwards (a planted K-order fault).
 void set_decode_pipe_fault_for_test(bool on);
 // Whether gemm_decode_pipe takes configuration `config` for m rows of W (shape, K, shared memory).

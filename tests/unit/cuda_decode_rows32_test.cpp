@@ -1,0 +1,119 @@
+// Verify windows of 17..32 rows on the pipeline decode GEMM (session 13, set_decode_pipe_rows32 /
+// LS_DECODE_PIPE_ROWS32): two m16 tiles of x rows meet each weight fragment in the same K steps, so every row keeps
+// the bits of its one-row launch. On fresh random data, outputs poisoned: the 1.2B's one-slice shapes through the
+// engine (narrow row copies, wide 3D boxes up to 16384 outputs, two items a warp) and the q / k / v launch at 17..32 rows, spread or
+// not; routed to the pipeline only under the switch; the planted K-order fault caught at 17..32 rows.
+#ifdef LS_HAVE_CUDA
+
+#include "cuda_decode_test_util.h"
+
+namespace ls::cuda {
+namespace {
+
+using namespace decode_testing;  // NOLINT: the decode tests' shared helpers
+
+template <typename T, T (*GET)(), void (*SET)(T)>
+struct Scope {
+  explicit Scope(T value) : before(GET()) { SET(value); }
+  ~Scope() { SET(before); }
+  T before;
+};
+using Rows32Scope = Scope<bool, decode_pipe_rows32, set_decode_pipe_rows32>;
+using SpreadScope = Scope<int, decode_pipe_spread, set_decode_pipe_spread>;
+
+// Rows r of y [m, n] whose bits differ from row r of the one-row launches in `want` [32, n].
+int differing_rows(const std::vector<bf16>& got, const std::vector<bf16>& want, int64_t m, int64_t n) {
+  int differ = 0;
+  for (int64_t r = 0; r < m; ++r) differ += std::memcmp(got.data() + r * n, want.data() + r * n, sizeof(bf16) * n) != 0;
+  return differ;
+}
+
+std::vector<bf16> one_row_launches(const GemmEngine& engine, const bf16* x, int64_t rows, const DeviceMatrix& w) {
+  std::vector<bf16> out;
+  for (int64_t r = 0; r < rows; ++r) {
+    auto y = poisoned<bf16>(w.rows);
+    EXPECT_TRUE(engine.gemm(x + r * w.cols, 1, w, y.data(), nullptr, nullptr).ok());
+    const std::vector<bf16> row = download(y, w.rows);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+TEST(CudaDecodeRows32, SeventeenToThirtyTwoRowWindowsOnThePipelineKeepTheOneRowBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
+  const GemmEngine engine;
+  constexpr int64_t K = 2048;
+  auto x = upload(to_bf16(random_values(32 * K, 161, 2.0f)));
+  for (const int64_t n : {2048, 512, 3072, 6144, 16384}) {
+    auto w = upload(to_bf16(random_values(n * K, 162 + n, 0.5f)));
+    const DeviceMatrix matrix{w.data(), nullptr, n, K};
+    const std::vector<bf16> want = one_row_launches(engine, x.data(), 32, matrix);
+    {
+      const Rows32Scope off(false);
+      EXPECT_FALSE(decode_pipe_routes(24, matrix, false)) << "N " << n << ": 24 rows routed without the switch";
+    }
+    const Rows32Scope on(true);
+    for (const int spread : {1, 2})
+      for (const int64_t m : {17, 20, 24, 31, 32}) {
+        const SpreadScope spreading(spread);
+        EXPECT_TRUE(decode_pipe_routes(m, matrix, false)) << "N " << n << " m " << m << " spread " << spread;
+        auto y = poisoned<bf16>(m * n);
+        ASSERT_TRUE(engine.gemm(x.data(), m, matrix, y.data(), nullptr, nullptr).ok());
+        EXPECT_EQ(differing_rows(download(y, m * n), want, m, n), 0)
+            << "N " << n << " m " << m << " spread " << spread;
+      }
+  }
+  // q / k / v in one launch at 17..32 rows.
+  std::vector<DeviceBuffer<bf16>> weights;
+  std::vector<DeviceMatrix> qkv;
+  for (const int64_t n : {2048, 512, 512}) {
+    weights.push_back(upload(to_bf16(random_values(n * K, 170 + weights.size(), 0.5f))));
+    qkv.push_back(DeviceMatrix{weights.back().data(), nullptr, n, K});
+  }
+  const Rows32Scope on(true);
+  for (const int64_t m : {17, 25, 32}) {
+    std::vector<DeviceBuffer<bf16>> outs;
+    std::vector<bf16*> out_ptrs;
+    for (const DeviceMatrix& w : qkv) {
+      outs.push_back(poisoned<bf16>(m * w.rows));
+      out_ptrs.push_back(outs.back().data());
+    }
+    ASSERT_TRUE(gemm_decode_group(engine, x.data(), m, qkv, out_ptrs, nullptr).ok());
+    for (size_t i = 0; i < qkv.size(); ++i)
+      EXPECT_EQ(differing_rows(download(outs[i], m * qkv[i].rows), one_row_launches(engine, x.data(), m, qkv[i]), m,
+                               qkv[i].rows),
+                0)
+          << "q/k/v matrix " << i << " m " << m;
+  }
+}
+
+TEST(CudaDecodeRows32, APlantedKOrderFaultIsCaughtAtSeventeenToThirtyTwoRows) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
+  const GemmEngine engine;
+  constexpr int64_t K = 2048, N = 2048;
+  auto x = upload(to_bf16(random_values(32 * K, 181, 2.0f)));
+  auto w = upload(to_bf16(random_values(N * K, 182, 0.5f)));
+  const DeviceMatrix matrix{w.data(), nullptr, N, K};
+  const Rows32Scope on(true);
+  for (const int64_t m : {17, 32}) {
+    auto y = poisoned<float>(m * N);
+    ASSERT_TRUE(engine.gemm(x.data(), m, matrix, nullptr, y.data(), nullptr).ok());
+    const std::vector<float> want = download(y, m * N);
+    auto got = poisoned<float>(m * N);
+    ASSERT_TRUE(gemm_decode_pipe(engine, -1, x.data(), m, matrix, nullptr, got.data(), nullptr).ok());
+    EXPECT_EQ(first_differing_row(download(got, m * N), want, m, N), -1) << "m " << m;
+    set_decode_pipe_fault_for_test(true);
+    auto faulty = poisoned<float>(m * N);
+    const Status status = gemm_decode_pipe(engine, -1, x.data(), m, matrix, nullptr, faulty.data(), nullptr);
+    set_decode_pipe_fault_for_test(false);
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_GE(first_differing_row(download(faulty, m * N), want, m, N), 0) << "m " << m << ": the fault went unseen";
+  }
+}
+
+}  // namespace
+}  // namespace ls::cuda
+
+#endif  // LS_HAVE_CUDA
