@@ -60,6 +60,9 @@
 //                                                                         with its forced row alone (lanes14)
 //             [--pass-depths ends|shallow]                                 shallow: passes also timed at depths 2
 //                                                                         and 3 at load (lanes14)
+//             [--after-pass off|priced]                                    priced: drafting rounds pay what a forward
+//                                                                         after a pass costs over one after a
+//                                                                         forward, timed at load (lanes14)
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it

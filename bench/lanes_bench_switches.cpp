@@ -35,6 +35,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
   else if (flag == "--one-off") one_off_by_costs = value == "costs" ? 1 : 0;
   else if (flag == "--pass-depths") shallow_depths = value == "shallow" ? 1 : 0;
+  else if (flag == "--after-pass") after_pass_priced = value == "priced" ? 1 : 0;
   else return false;
   return true;
 }
@@ -65,6 +66,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (stop_on_measured_loss >= 0) pricing.stop_on_measured_loss = stop_on_measured_loss == 1;
   if (one_off_by_costs >= 0) pricing.one_off_by_costs = one_off_by_costs == 1;
   if (shallow_depths >= 0) options.calibration.shallow_depths = shallow_depths == 1;
+  if (after_pass_priced >= 0) pricing.after_pass_priced = after_pass_priced == 1;
 }
 
 const char* lanes_switches_usage() {
@@ -72,7 +74,8 @@ const char* lanes_switches_usage() {
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
-         "[--sampled-streams N] [--loss-stop off|on] [--one-off forwards|costs] [--pass-depths ends|shallow]";
+         "[--sampled-streams N] [--loss-stop off|on] [--one-off forwards|costs] [--pass-depths ends|shallow] "
+         "[--after-pass off|priced]";
 }
 
 }  // namespace ls::bench

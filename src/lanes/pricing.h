@@ -178,6 +178,11 @@ struct PricingOptions {
   // trim buying the rest only where they pay (the gate charged the whole chain's rows: 3.5 ms of a 1-stream CPU
   // verify that grows ~0.5 ms a row). lanes_bench --one-off forwards|costs.
   bool one_off_by_costs = false;
+  // Thirteenth session (lanes14). A drafting round is priced with what the verify after its pass costs over its table
+  // (CostTables::after_pass_ms, timed at load: CalibrationOptions::verify_after_pass): on the CPU the pass evicts the
+  // target's weights and the next forward is 0.2 ms dearer (the nano pair on a 2-core host, 0.31 -> 0.54 ms), which
+  // the tables never saw (those forwards were left out as slow outliers). lanes_bench --after-pass off|priced.
+  bool after_pass_priced = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered

@@ -12,27 +12,6 @@
 namespace ls {
 namespace {
 
-// The nano pair on a 2-core CPU, roughly: a verify that grows ~0.08 ms a row over 0.45 ms, no graphs, a pass that
-// grows with the depth asked (short blocks), a 64-row prompt absorbed at 0.02 ms a row, drafts right 75 %.
-struct CpuNanoLike {
-  FixedClock clock;
-  FakeTargetOptions target = costed_fake_target(clock, 0.45, 0.08, 64);
-  FakeDrafterOptions drafter = costed_fake_drafter(clock, 0.25, 0.05);
-  CpuNanoLike() {
-    target.exact_width = 16;
-    target.cpu_pool = true;
-    drafter.max_depth = 7;
-    drafter.draft_fixed_ms = 0.15;
-    drafter.confidences = true;
-    drafter.absorb_row_ms = 0.02;
-  }
-  std::vector<Arrival> arrivals(int tokens) const {
-    std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, tokens);
-    while (arrivals[0].request.prompt.size() < 64) arrivals[0].request.prompt.push_back(17 + arrivals[0].request.prompt.size());
-    return arrivals;
-  }
-};
-
 LanesOptions one_off(bool by_costs) {
   LanesOptions options;
   options.pricing.one_off_by_costs = by_costs;
@@ -44,7 +23,7 @@ TEST(LanesOneOff, OnTheCpuAShortStreamWhoseRoundsPayIsExploredOnlyWithTheOneOffI
   // 40 tokens: the prior's round (the pass asked at the depth bought) saves ~6.6 ms; the old one-off (two forwards of
   // capture, the whole chain's 7 verify rows, the prompt's absorb: 3.4 ms) times 3 is more, and so is either half of
   // the new one alone (no capture but 7 rows: 2.3 ms; 1 row but capture: 2.9 ms); what the CPU pays (1.9 ms) is not.
-  CpuNanoLike pair;
+  CpuNanoLikeFakes pair;
   const std::vector<Arrival> arrivals = pair.arrivals(40);
   const FakeRun plain = run_fakes(pair.clock, pair.target, std::nullopt, arrivals);
   const FakeRun old_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, one_off(false));
@@ -61,7 +40,7 @@ TEST(LanesOneOff, OnTheCpuAShortStreamWhoseRoundsPayIsExploredOnlyWithTheOneOffI
 TEST(LanesOneOff, ATargetWithGraphsKeepsItsNewShapesInTheOneOff) {
   // The same costs on a target that captures graphs: the new shapes' two forwards stay in the one-off, which the
   // 40-token run's gain does not repay three times.
-  CpuNanoLike pair;
+  CpuNanoLikeFakes pair;
   pair.target.cpu_pool = false;
   pair.target.new_shape_ms = 0.5;
   const std::vector<Arrival> arrivals = pair.arrivals(40);
@@ -73,7 +52,7 @@ TEST(LanesOneOff, ThePassTableTimesDepthsTwoAndThreeWhenAsked) {
   // A pass that costs half its fixed part up to depth 3 (a short block): timed at {1, 4, 7} the table interpolates
   // depths 2-3 toward depth 4's full price; timed at {1, 2, 3, 4, 7} they are what they cost.
   for (bool shallow : {false, true}) {
-    CpuNanoLike pair;
+    CpuNanoLikeFakes pair;
     pair.drafter.short_block_depth = 3;
     LanesOptions options;
     options.calibration.shallow_depths = shallow;
