@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "base/check.h"
@@ -45,6 +46,33 @@ bool spin_until(Ready ready) {
 
 uint64_t pack_bounds(uint64_t front, uint64_t back) { return front << 32 | back; }
 
+// LS_POOL_STATS=1 at start: every pool's calls of the process timed (when a worker first joins a call after its
+// publication, how long the caller waits for the workers at the end, how many parallel_chunks chunks the caller ran
+// itself) and printed to stderr at exit, to see what a 2-thread forward loses per call. Off: one relaxed load a call.
+const bool g_stats_on = [] {
+  const char* text = std::getenv("LS_POOL_STATS");
+  return text && text[0] == '1';
+}();
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+struct PoolStats {
+  std::atomic<int64_t> calls{0}, joins{0}, join_ns{0}, wait_ns{0}, chunks{0}, caller_chunks{0};
+  std::atomic<int64_t> published_ns{0};  // the current call's publication (one call at a time per process here)
+  ~PoolStats() {
+    if (calls.load() == 0) return;
+    const double n = static_cast<double>(calls.load());
+    std::fprintf(stderr,
+                 "pool stats (LS_POOL_STATS): %lld calls; a worker joined %.2f us after publication (%lld joins), "
+                 "the caller waited %.2f us at the end; the caller ran %.1f %% of the chunks\n",
+                 static_cast<long long>(calls.load()), joins.load() ? join_ns.load() / 1e3 / joins.load() : 0.0,
+                 static_cast<long long>(joins.load()), wait_ns.load() / 1e3 / n,
+                 chunks.load() ? 100.0 * caller_chunks.load() / chunks.load() : 0.0);
+  }
+};
+PoolStats g_stats;
+
 // Claims one chunk of a share: its front (the owner) or its back (a thief); -1 when the share is empty.
 int64_t claim(std::atomic<uint64_t>& bounds, bool from_front) {
   uint64_t current = bounds.load(std::memory_order_relaxed);
@@ -79,6 +107,7 @@ ThreadPool::~ThreadPool() {
 }
 
 uint64_t ThreadPool::publish() {
+  if (g_stats_on) g_stats.published_ns.store(now_ns(), std::memory_order_relaxed);
   const uint64_t generation = generation_.fetch_add(1) + 1;
   open_.store(generation);  // seq_cst: publishes task_ / count_ / shares_, ordered before the sleepers check
   if (sleeping_workers_.load() > 0) {
@@ -90,6 +119,7 @@ uint64_t ThreadPool::publish() {
 
 void ThreadPool::close(uint64_t generation) {
   LS_CHECK(open_.load() == generation, "only the open call can be closed");
+  const int64_t closing = g_stats_on ? now_ns() : 0;
   open_.store(0);  // seq_cst: a worker that joins after this sees it closed and leaves without touching the task
   auto idle = [this] { return active_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(idle)) {
@@ -99,6 +129,10 @@ void ThreadPool::close(uint64_t generation) {
     caller_sleeping_.store(false);
   }
   task_ = nullptr;
+  if (g_stats_on) {
+    g_stats.calls.fetch_add(1, std::memory_order_relaxed);
+    g_stats.wait_ns.fetch_add(now_ns() - closing, std::memory_order_relaxed);
+  }
 }
 
 void ThreadPool::parallel_for(int64_t count, const std::function<void(int, int64_t, int64_t)>& task) {
@@ -143,17 +177,23 @@ void ThreadPool::parallel_chunks(int64_t count, const std::function<void(int, in
     shares_[part].bounds.store(pack_bounds(begin, end), std::memory_order_relaxed);
   }
   const uint64_t generation = publish();
-  run_chunks(0);
+  const int64_t ran = run_chunks(0);
+  if (g_stats_on) {
+    g_stats.chunks.fetch_add(count, std::memory_order_relaxed);
+    g_stats.caller_chunks.fetch_add(ran, std::memory_order_relaxed);
+  }
   close(generation);
 }
 
-void ThreadPool::run_chunks(int worker) {
+int64_t ThreadPool::run_chunks(int worker) {
   const int parts = size();
   const std::function<void(int, int64_t, int64_t)>& task = *task_;
-  for (int64_t chunk; (chunk = claim(shares_[worker].bounds, true)) >= 0;) task(worker, chunk, chunk + 1);
+  int64_t ran = 0;
+  for (int64_t chunk; (chunk = claim(shares_[worker].bounds, true)) >= 0; ++ran) task(worker, chunk, chunk + 1);
   for (int step = 1; step < parts; ++step)
-    for (int64_t chunk; (chunk = claim(shares_[(worker + step) % parts].bounds, false)) >= 0;)
+    for (int64_t chunk; (chunk = claim(shares_[(worker + step) % parts].bounds, false)) >= 0; ++ran)
       task(worker, chunk, chunk + 1);
+  return ran;
 }
 
 void ThreadPool::worker_loop(int worker) {
@@ -175,6 +215,11 @@ void ThreadPool::worker_loop(int worker) {
     seen = generation;
     active_.fetch_add(1);  // seq_cst, then the check below: the caller's close either sees us or we see it closed
     if (open_.load() == generation) {
+      if (g_stats_on) {
+        g_stats.joins.fetch_add(1, std::memory_order_relaxed);
+        g_stats.join_ns.fetch_add(now_ns() - g_stats.published_ns.load(std::memory_order_relaxed),
+                                  std::memory_order_relaxed);
+      }
       if (chunked_) {
         run_chunks(worker);
       } else {

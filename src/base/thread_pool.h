@@ -48,8 +48,8 @@ class ThreadPool {
   void worker_loop(int worker);
   // Publishes the current task to the workers (waking sleepers) and returns its generation.
   uint64_t publish();
-  // Runs chunks of the current parallel_chunks call until none is left.
-  void run_chunks(int worker);
+  // Runs chunks of the current parallel_chunks call until none is left; returns how many it ran.
+  int64_t run_chunks(int worker);
   // Closes generation `generation` and waits until no worker is inside it.
   void close(uint64_t generation);
 
