@@ -27,7 +27,8 @@ std::vector<float> AcceptanceProfile::chances() const {
 }
 
 Result<AcceptanceProfile> profile_for_mean(double mean, int depth) {
-  if (depth < 1) return Status(ErrorCode::InvalidArgument, "an acceptance profile needs depth >= 1, got " + std::to_string(depth));
+  if (depth < 1)
+    return Status(ErrorCode::InvalidArgument, "an acceptance profile needs depth >= 1, got " + std::to_string(depth));
   if (!std::isfinite(mean) || mean < 1.0 || mean > depth + 1.0) {
     return Status(ErrorCode::InvalidArgument, "mean accepted length " + std::to_string(mean) + " is outside [1, " +
                                                   std::to_string(depth + 1) + "] for " + std::to_string(depth) +
