@@ -161,7 +161,7 @@ Status Lanes::round() {
     if (!admitted) pricing_.observe_round(ledger_.drafting, ledger_.priced_ms, measured_ms);
     if (!admitted && ledger_.drafting && streams.size() == 1) {
       const int tokens = static_cast<int>(streams[0]->generated.size() - generated_before);
-      pricing_.observe_drafting_round(*streams[0], tokens, measured_ms);
+      pricing_.observe_drafting_round(*streams[0], tokens, measured_ms - ledger_.slow_excess_ms);
     }
   }
   log_debug("round %lld: %zu streams, verify %.3f ms, draft %.3f ms, round %.3f ms (after admit)",
@@ -242,6 +242,7 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
   if (table_ms > 0 && elapsed_ms > 1.5 * table_ms) {
     ++stats_.slow_forwards;
     stats_.slow_forward_excess_ms += elapsed_ms - table_ms;
+    ledger_.slow_excess_ms += elapsed_ms - table_ms;
     pricing_.observe_slow_forward(elapsed_ms - table_ms);
   }
   if (verified.ok()) pricing_.observe_verify(total_rows, elapsed_ms, mode);

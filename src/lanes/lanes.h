@@ -120,6 +120,7 @@ class Lanes {
     bool drafting = false;   // it verified drafts, absorbed taps or ran a pass
     double priced_ms = 0;    // verify + absorbs + pass by the tables, plus the host overhead
     double drafter_ms = 0;   // device absorbs after the commit (settles are verify()'s, passes draft()'s)
+    double slow_excess_ms = 0;  // a slow forward's excess over its table (a new shape's eager run and capture)
   };
 
   Status admit();

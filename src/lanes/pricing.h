@@ -163,13 +163,16 @@ struct PricingOptions {
   // 0.89x), until multi-request sampled passes are priced from what they cost in a round. The fakes' tests of sampled
   // drafting at several streams set 0. lanes_bench --sampled-streams N.
   int sampled_most_streams = 1;
-  // Thirteenth session (lanes14). A stream alone in its rounds stops drafting once its drafting rounds, as measured
-  // (tokens at plain's ms a token against each round's clock time: verify, absorbs, pass, host), have lost over at
-  // least `loss_stop_rounds` of them since it last stopped; it is priced to zero until its next probe (a doubled
-  // wait), whose rounds start a new sum. Every estimate pricing reads moves at 0.15 a window from the prior, so a
-  // drafter that lands ~0.8 of 7 a window after a lucky first one (the nano pair's seeded sampled windows on the
-  // H200: 6 of 6, then 1, 0, 0, 0, 0, 0, 1, 0, 3, 0, 0, 0) kept being bought for 11-15 passes (0.81-0.87x). Rounds
-  // of several streams are left out (one clock time for several streams' windows). lanes_bench --loss-stop on|off.
+  // Thirteenth session (lanes14). A sampled stream alone in its rounds stops drafting once its drafting rounds, as
+  // measured (tokens at plain's ms a token against each round's clock time: verify, absorbs, pass, host; a new
+  // shape's one-off left out), have lost over at least `loss_stop_rounds` of them since it last stopped; it is priced
+  // to zero until its next probe (at the longest wait), whose rounds start a new sum. Every estimate pricing reads
+  // moves at 0.15 a window from the prior, so a drafter that lands ~0.8 of 7 a window after a lucky first one (the
+  // nano pair's seeded sampled windows on the H200: 6 of 6, then 1, 0, 0, 0, 0, 0, 1, 0, 3, 0, 0, 0) kept being bought
+  // for 11-15 passes (0.81-0.87x). Rounds of several streams are left out (one clock time for several streams'
+  // windows). Greedy streams are left out too: in H200 batch s13A the rule stopped the nano pair's greedy stream after
+  // its first windows (64 tokens 1.75x -> 0.93x, 256 tokens 2.69x -> 0.97x) while the sampled one went 0.83-0.86x ->
+  // 0.95x. lanes_bench --loss-stop on|off.
   bool stop_on_measured_loss = false;
   int loss_stop_rounds = 3;
   // Thirteenth session (lanes14). The exploration gate's one-off priced at what it costs where the target says so: a

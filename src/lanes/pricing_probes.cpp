@@ -117,8 +117,8 @@ bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const
 }
 
 void Pricing::observe_drafting_round(Stream& stream, int tokens, double measured_ms) {
-  if (!options_.stop_on_measured_loss || options_.always_draft) return;
-  const double plain_token_ms = verify_ms(1, mode_of(stream)) + overhead_ms_;
+  if (!options_.stop_on_measured_loss || options_.always_draft || mode_of(stream) != PassMode::Sampled) return;
+  const double plain_token_ms = verify_ms(1, PassMode::Sampled) + overhead_ms_;
   stream.drafting_gain_ms += tokens * plain_token_ms - measured_ms;
   if (++stream.drafting_rounds < options_.loss_stop_rounds || stream.drafting_gain_ms >= 0) return;
   log_debug("loss stop: stream %llu lost %.3f ms over %d drafting rounds (plain %.3f ms a token)",
