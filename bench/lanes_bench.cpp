@@ -52,6 +52,8 @@
 //                                                                         timing of the drafter) as the drafted run
 //                                                                         does: is the drafted arm's slower forward
 //                                                                         that timing's after-effect (lanes14)
+//             [--settle-ms MS]                                             each run starts MS ms after its lanes'
+//                                                                         setup, idle (lanes14)
 //             [--loss-stop off|on]                                         on: a stream alone in its rounds stops
 //                                                                         drafting once its drafting rounds lost
 //                                                                         to plain over 3 of them (lanes14)
@@ -249,6 +251,7 @@ int main(int argc, char** argv) {
     else if (flag == "--max-rows") options.max_rows = std::atoi(value.c_str());
     else if (flag == "--sampled") options.sampled = value == "1";
     else if (flag == "--plain-after") options.plain_after_drafted_setup = value == "drafted-setup";
+    else if (flag == "--settle-ms") options.settle_ms = std::atoi(value.c_str());
     else if (options.switches.parse(flag, value)) continue;
     else if (flag == "--debug") debug = value == "1";
     else if (flag == "--machine") options.machine = value;
@@ -267,7 +270,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--plain-after none|drafted-setup] %s [--debug 0|1] [--machine TEXT] [--commit SHA] "
+                 "[--sampled 0|1] [--plain-after none|drafted-setup] [--settle-ms MS] %s [--debug 0|1] [--machine TEXT] [--commit SHA] "
                  "[--json PATH]\n",
                  ls::bench::lanes_switches_usage());
     return 2;

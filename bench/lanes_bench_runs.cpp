@@ -2,9 +2,11 @@
 #include "lanes_bench_runs.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "base/hash.h"
 #include "draft/synthetic/synthetic_acceptance_drafter.h"
@@ -63,13 +65,16 @@ std::vector<Arrival> bench_requests(int streams, int tokens, int vocab_size, boo
 
 // Submits every request at once and runs rounds until idle, timing the first round apart.
 Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const std::vector<Arrival>& arrivals,
-                          const LanesSwitches& switches, int max_rows = 0, json* tables = nullptr) {
+                          const LanesSwitches& switches, int max_rows = 0, json* tables = nullptr,
+                          int settle_ms = 0) {
   LanesOptions lanes_options;
   lanes_options.max_rows = max_rows;
   switches.apply(lanes_options);
   lanes_options.max_streams = static_cast<int>(arrivals.size());  // the engine sized for this cell's concurrency
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> lanes, Lanes::create(target, drafter, lanes_options, clock));
   if (tables != nullptr && drafter != nullptr) *tables = tables_json(lanes->pricing().tables(), lanes->max_rows());
+  // --settle-ms: the host idles before the run (does a load-time timing's after-effect pass?).
+  if (settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
   Measured measured;
   measured.streams = static_cast<int>(arrivals.size());
   std::map<StreamId, size_t> index_of;
@@ -175,7 +180,8 @@ Result<json> real_cell(const BenchOptions& options, Target& target, Drafter* dsp
       setup.max_streams = static_cast<int>(arrivals.size());
       LS_ASSIGN_OR_RETURN(std::unique_ptr<Lanes> drafted_setup, Lanes::create(target, dspark, setup, clock));
     }
-    LS_ASSIGN_OR_RETURN(Measured plain, run_once(target, nullptr, clock, arrivals, options.switches, options.max_rows));
+    LS_ASSIGN_OR_RETURN(Measured plain, run_once(target, nullptr, clock, arrivals, options.switches, options.max_rows,
+                                                 nullptr, options.settle_ms));
     if (!plain_runs.empty()) exact = exact && plain.replies == plain_runs.front().replies;
     plain_runs.push_back(std::move(plain));
     return ok_status();
@@ -184,7 +190,7 @@ Result<json> real_cell(const BenchOptions& options, Target& target, Drafter* dsp
     DraftedArm arm = drafted_arm(options, target, dspark, arrivals, plain_runs.front().replies, profile);
     LS_ASSIGN_OR_RETURN(Measured drafted,
                         run_once(target, arm.drafter, clock, arrivals, options.switches, options.max_rows,
-                                 tables.is_null() ? &tables : nullptr));
+                                 tables.is_null() ? &tables : nullptr, options.settle_ms));
     exact = exact && drafted.replies == plain_runs.front().replies;
     if (arm.synthetic) mismatches += arm.synthetic->record_mismatches();
     drafted_runs.push_back(std::move(drafted));

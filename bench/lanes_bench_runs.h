@@ -32,6 +32,7 @@ struct BenchOptions {
   int max_rows = 0;  // rows per verify forward (LanesOptions::max_rows; 0 = the lanes' default)
   bool sampled = false;  // seeded sampled requests (temperature, top-k/p, min-p mixed) instead of greedy
   bool plain_after_drafted_setup = false;  // each plain run right after a drafted Lanes::create (then dropped)
+  int settle_ms = 0;                       // each run (both arms) after this long idle past its Lanes::create
   std::string machine;
   std::string commit = "unknown";
   LanesSwitches switches;  // the pricing rules of the drafted arm (an A/B runs each arm in the same binary)
