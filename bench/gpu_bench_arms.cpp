@@ -24,8 +24,9 @@ struct Arm {
   bool taps = false, taps_in_norm = false, rows32 = false;
 };
 
-Arm parse_arm(const std::string& name) {
-  Arm arm;
+// Tokens set switches on top of `defaults` (the process's settings when the arms began).
+Arm parse_arm(const std::string& name, const Arm& defaults) {
+  Arm arm = defaults;
   std::string list = name + "+";
   for (size_t at = 0, plus; (plus = list.find('+', at)) != std::string::npos; at = plus + 1) {
     const std::string part = list.substr(at, plus - at);
@@ -33,6 +34,11 @@ Arm parse_arm(const std::string& name) {
     else if (part.rfind("wtile", 0) == 0) arm.window_tile = std::atoi(part.c_str() + 5);
     else if (part == "taps") arm.taps = true;
     else if (part == "rows32") arm.rows32 = true;
+    else if (part == "norows32") arm.rows32 = false;
+    else if (part == "tapcopy") {
+      arm.taps = true;
+      arm.taps_in_norm = false;
+    }
     else if (part == "tapnorm") arm.taps_in_norm = arm.taps = true;
     else if (part != "default" && !part.empty()) std::fprintf(stderr, "gpu_bench --arms: no switch '%s' (ignored)\n", part.c_str());
   }
@@ -125,6 +131,11 @@ bool parse_arms_flag(const std::string& flag, const std::string& value, ArmsOpti
 void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
   const int spread = cuda::decode_pipe_spread(), window_tile = lfm2::gpu::attention_window_tile();
   const bool taps_in_norm = lfm2::CudaTarget::taps_in_norm(), rows32 = cuda::decode_pipe_rows32();
+  Arm defaults;
+  defaults.spread = spread;
+  defaults.window_tile = window_tile;
+  defaults.taps_in_norm = taps_in_norm;
+  defaults.rows32 = rows32;
   if (!o.taps.empty()) {
     check(target.set_taps(o.taps), "taps");
     target.keep_taps_on_device(true);  // as the lanes run a CUDA drafter: taps stay on the device
@@ -137,7 +148,7 @@ void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
   std::map<std::string, std::vector<std::vector<double>>> all;
   for (int round = 0; round < o.rounds; ++round)
     for (const std::string& name : o.arms) {
-      const Arm arm = parse_arm(name);
+      const Arm arm = parse_arm(name, defaults);
       if (arm.taps && o.taps.empty()) continue;
       apply(target, arm);
       const std::vector<double> times = time_arm(target, o, arm);

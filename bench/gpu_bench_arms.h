@@ -10,7 +10,8 @@
 namespace ls::gpu_bench {
 
 struct ArmsOptions {
-  std::vector<std::string> arms;  // each a '+' list of: default, spreadN, wtileN, taps, tapnorm, rows32
+  std::vector<std::string> arms;  // each a '+' list on top of the process's settings: default,
+                                  // spreadN, wtileN, taps (wanted), tapnorm / tapcopy, rows32 / norows32
   std::vector<int> rows = {1, 2, 4, 8, 10, 16};
   std::vector<int> taps;          // the layers tapped by arms with "taps" (a drafter's target_layer_ids)
   int rounds = 3, context = 128, decode_tokens = 64, repeats = 20;

@@ -154,6 +154,11 @@ TEST(CudaDecodeGemm, QKAndVInOneLaunchGiveTheBitsOfThreeGemms) {
 TEST(CudaDecodeGemm, StreamedWindowsOfSeventeenToSixtyFourRowsGiveTheOneRowBitsAndCatchThePlantedFault) {
   LS_SKIP_WITHOUT_DEVICE();
   const DefaultPicksAtExit defaults;
+  struct StreamedAt17To32 {  // the streaming kernel, not the pipeline's 17..32-row windows (the default since s13A)
+    StreamedAt17To32() : rows32(decode_pipe_rows32()) { set_decode_pipe_rows32(false); }
+    ~StreamedAt17To32() { set_decode_pipe_rows32(rows32); }
+    bool rows32;
+  } streamed;
   const GemmEngine engine;
   const std::vector<int64_t> widths = {17, 24, 32, 33, 48, 64};
   for (const auto& [n, k, with_bias] : std::vector<std::tuple<int64_t, int64_t, bool>>{

@@ -96,15 +96,20 @@ int ring_bytes(int copies) {
 }
 int item_cols_of(int config) { return config >= kPlainConfigs ? 8 : 8 * kPipeShapes[config].tiles; }
 
-// Launches of 2..16 rows spread over about SMs / spread CTAs (session 13, LS_DECODE_PIPE_SPREAD, 1 = off): every CTA
-// copies its m x rows whole (m x 4 KB at K = 2048, as many bytes as its weights at 16 rows), so fewer CTAs with more
-// active warps each read less x from L2; never more groups a CTA than it has warps (no warp walks a second chain).
-// Which CTA computes a column never changes its chain: the same bits.
-std::atomic<int> pipe_spread{std::max(1, env_int("LS_DECODE_PIPE_SPREAD", 1))};
-// Verify windows of 17..32 rows on the pipeline (session 13, LS_DECODE_PIPE_ROWS32=1, off): one-slice, non-SwiGLU
-// launches with x once, two m16 tiles on each weight fragment (the streamed windows and the 64x64 tiles there read
-// 2048->2048 in ~19-24 us where 16 rows take 8 us on the pipeline).
-std::atomic<bool> pipe_rows32{env_int("LS_DECODE_PIPE_ROWS32", 0) != 0};
+// Launches of 2..32 rows spread over about SMs / spread CTAs (session 13; LS_DECODE_PIPE_SPREAD, 1 = one CTA an SM):
+// every CTA copies its m x rows whole (m x 4 KB at K = 2048, as many bytes as its weights at 16 rows), so fewer CTAs
+// with more active warps each read less x from L2; never more groups a CTA than it has warps (no warp walks a second
+// chain). Which CTA computes a column never changes its chain: the same bits. 2 is the default since H200 batch s13A
+// (synth 1.2B, gpu_bench --arms, three interleaved rounds, verify 2 / 8 / 10 / 16 rows 0.908 / 0.951 / 1.055 / 1.111
+// ms against 0.918 / 0.963 / 1.066 / 1.122; per shape at 2 / 10 / 16 rows 2048->2048 5.76 / 7.64 / 8.17 -> 4.60 /
+// 6.88 / 7.49 us, 2048->6144 9.68 / 11.4 / 11.8 -> 9.08 / 10.0 / 10.5, 2048->3072 6.27 -> 6.72 at 2 rows, even above).
+std::atomic<int> pipe_spread{std::max(1, env_int("LS_DECODE_PIPE_SPREAD", 2))};
+// Verify windows of 17..32 rows on the pipeline (session 13; LS_DECODE_PIPE_ROWS32=0: the streamed windows and tiles):
+// one-slice, non-SwiGLU launches with x once, two m16 tiles on each weight fragment (the streamed windows and the
+// 64x64 tiles there read 2048->2048 in ~19-24 us where 16 rows take 8 us on the pipeline). The default since H200
+// batch s13A (synth 1.2B, gpu_bench --arms, three interleaved rounds: verify 24 / 32 rows 1.472 / 1.643 ms against
+// 1.661 / 1.709).
+std::atomic<bool> pipe_rows32{env_int("LS_DECODE_PIPE_ROWS32", 1) != 0};
 constexpr int kPipeMaxRows = 32;
 
 // Column groups per CTA for `columns` output columns (SwiGLU: F) of an m-row launch: about one CTA per SM (per
@@ -425,6 +430,9 @@ Status gemm_decode_pipe(const GemmEngine& engine, int config, const bf16* x, int
                                                   std::to_string(m));
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w.w)) % 16 != 0)
     return Status(ErrorCode::InvalidArgument, "decode pipeline: x and W 16-byte aligned");
+  if (m > 16 && config >= 0)  // 17..32 rows take the automatic configuration only
+    return Status(ErrorCode::InvalidArgument, std::string("decode pipeline ") + gemm_detail::pipe_config_name(config) +
+                                                  " does not take m " + std::to_string(m) + " (pinned: 1..16 rows)");
   gemm_detail::GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w),
                              w.bias, reinterpret_cast<__nv_bfloat16*>(y_b16), y_f32, static_cast<int>(m),
                              static_cast<int>(w.rows), static_cast<int>(w.cols),
