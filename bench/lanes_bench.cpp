@@ -62,6 +62,9 @@
 //                                                                         with its forced row alone (lanes14)
 //             [--pass-depths ends|shallow]                                 shallow: passes also timed at depths 2
 //                                                                         and 3 at load (lanes14)
+//             [--gate-group off|on]                                        on: the gate's one-off holds the group's
+//                                                                         new shapes (tap round, first verify and
+//                                                                         pass) at several streams (lanes14)
 //             [--after-pass off|priced]                                    priced: drafting rounds pay what a forward
 //                                                                         after a pass costs over one after a
 //                                                                         forward, timed at load (lanes14)

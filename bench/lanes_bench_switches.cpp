@@ -36,6 +36,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--one-off") one_off_by_costs = value == "costs" ? 1 : 0;
   else if (flag == "--pass-depths") shallow_depths = value == "shallow" ? 1 : 0;
   else if (flag == "--after-pass") after_pass_priced = value == "priced" ? 1 : 0;
+  else if (flag == "--gate-group") gate_prices_group = value == "on" ? 1 : 0;
   else return false;
   return true;
 }
@@ -67,6 +68,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (one_off_by_costs >= 0) pricing.one_off_by_costs = one_off_by_costs == 1;
   if (shallow_depths >= 0) options.calibration.shallow_depths = shallow_depths == 1;
   if (after_pass_priced >= 0) pricing.after_pass_priced = after_pass_priced == 1;
+  if (gate_prices_group >= 0) pricing.gate_prices_group = gate_prices_group == 1;
 }
 
 const char* lanes_switches_usage() {
@@ -75,7 +77,7 @@ const char* lanes_switches_usage() {
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
          "[--sampled-streams N] [--loss-stop off|on] [--one-off forwards|costs] [--pass-depths ends|shallow] "
-         "[--after-pass off|priced]";
+         "[--after-pass off|priced] [--gate-group off|on]";
 }
 
 }  // namespace ls::bench

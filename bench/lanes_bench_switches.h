@@ -32,6 +32,7 @@ struct LanesSwitches {
   int one_off_by_costs = -1;            // --one-off forwards|costs (lanes14)
   int shallow_depths = -1;              // --pass-depths ends|shallow (lanes14)
   int after_pass_priced = -1;           // --after-pass off|priced (lanes14)
+  int gate_prices_group = -1;           // --gate-group off|on (lanes14)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

@@ -186,6 +186,13 @@ struct PricingOptions {
   // target's weights and the next forward is 0.2 ms dearer (the nano pair on a 2-core host, 0.31 -> 0.54 ms), which
   // the tables never saw (those forwards were left out as slow outliers). lanes_bench --after-pass off|priced.
   bool after_pass_priced = false;
+  // Thirteenth session (lanes14). Before the drafter is proven at several streams, the gate's one-off also holds the
+  // new shapes the scout's proof brings on a target with graphs: the woken streams' tap round and the group's first
+  // verify and pass, each run eagerly and captured (two of each). The nano pair on the H200 at 8 / 16 streams, 256
+  // tokens: the prior's round saves ~3 ms over the run against a ~0.8 ms one-off, so the scout explores; the run then
+  // pays 5-7 ms (tap-only forwards 0.69 against 0.22 ms, slow forwards +1.9 ms, restarts, host) for nothing
+  // (s13A 0.93 / 0.89x). lanes_bench --gate-group off|on.
+  bool gate_prices_group = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -235,6 +242,9 @@ class Pricing {
     return mode == PassMode::Sampled && options_.sampled_most_streams > 0 &&
            round_streams > options_.sampled_most_streams && !options_.always_draft;
   }
+  // What the new shapes of the group the scout's proof wakes cost once (gate_prices_group; 0 at one stream or on a
+  // target without graphs).
+  double group_one_off_ms(int streams, int cap, PassMode mode) const;
   // The target captures no graphs (a CPU target): a new forward shape's one-off is nothing (one_off_by_costs).
   void set_graphless_target(bool graphless) { graphless_target_ = graphless; }
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
