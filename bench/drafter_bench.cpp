@@ -5,7 +5,7 @@
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
 //   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split,cooperative,head]
-//                 [--scan auto|fused|gemm|persistent|counter|flags|warp|handoff|both|all]
+//                 [--scan auto|fused|gemm|persistent|counter|flags|handoff|both|all]
 //                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny auto|on|off|both]
 //                 [--launch tuned|plain|both] [--profile] [--buckets on|off|both] [--streams 1,4,8,16,32,64]
 //                 [--pick single|split|both] [--attention-chunks 0,8,16] [--skinny-parts 0,2,10]

@@ -48,15 +48,14 @@ struct ScanPin {
   std::optional<dspark::cuda::PersistentHandoff> handoff;
 };
 
-// "auto", "fused", "gemm", "persistent", "counter" / "flags" / "warp" (the persistent scan with that handoff),
-// "handoff" (counter, flags, warp), "both" (fused, gemm) or "all" (persistent, fused, gemm) -> the scan pins.
+// "auto", "fused", "gemm", "persistent", "counter" / "flags" (the persistent scan with that handoff), "handoff"
+// (counter, flags), "both" (fused, gemm) or "all" (persistent, fused, gemm) -> the scan pins.
 std::vector<ScanPin> parse_scan(const std::string& text) {
   using dspark::cuda::PersistentHandoff;
   const ScanPin persistent{"persistent", std::nullopt, true, std::nullopt}, fused{"fused", true, false, std::nullopt},
       gemm{"gemm", false, false, std::nullopt};
   const ScanPin counter{"counter", std::nullopt, true, PersistentHandoff::Counter},
-      flags{"flags", std::nullopt, true, PersistentHandoff::Flags},
-      warp{"warp", std::nullopt, true, PersistentHandoff::Warp};
+      flags{"flags", std::nullopt, true, PersistentHandoff::Flags};
   if (text == "all") return {persistent, fused, gemm};
   if (text == "both") return {fused, gemm};
   if (text == "fused") return {fused};
@@ -64,8 +63,7 @@ std::vector<ScanPin> parse_scan(const std::string& text) {
   if (text == "persistent") return {persistent};
   if (text == "counter") return {counter};
   if (text == "flags") return {flags};
-  if (text == "warp") return {warp};
-  if (text == "handoff") return {counter, flags, warp};
+  if (text == "handoff") return {counter, flags};
   return {{"auto", std::nullopt, std::nullopt, std::nullopt}};
 }
 

@@ -208,13 +208,9 @@ TEST(CudaDrafter, TheL2WeightPrefetchLeavesEveryPassBitAndAPlantedStoreTurnsItRe
     const std::span<const DraftRequest> some(requests.data(), count);
     gpu->set_l2_prefetch(0);
     const PassBits reference = poisoned_pass(*gpu, some);
-    // Session 13: the last layer's branch with the scan's W2 too (evict-last), at both budgets.
-    for (const auto& [megabytes, w2] : {std::pair{int64_t{1}, false}, std::pair{int64_t{256}, false},
-                                        std::pair{int64_t{1}, true}, std::pair{int64_t{256}, true}}) {
-      SCOPED_TRACE(std::to_string(megabytes) + " MiB" + (w2 ? " and W2, " : ", ") + std::to_string(count) +
-                   " requests");
+    for (const int64_t megabytes : {int64_t{1}, int64_t{256}}) {
+      SCOPED_TRACE(std::to_string(megabytes) + " MiB, " + std::to_string(count) + " requests");
       gpu->set_l2_prefetch(megabytes << 20);
-      gpu->set_scan_w2_prefetch(w2);
       const int64_t failures = gpu->graph_failures();
       for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
         SCOPED_TRACE("sighting " + std::to_string(sighting));
@@ -226,7 +222,6 @@ TEST(CudaDrafter, TheL2WeightPrefetchLeavesEveryPassBitAndAPlantedStoreTurnsItRe
   // The planted store flips a bit of each layer's o_proj once per pass: the first pass must differ (the test can
   // fail), and the weights are wrong from then on, so this comes last.
   const std::span<const DraftRequest> one(requests.data(), 1);
-  gpu->set_scan_w2_prefetch(false);
   gpu->set_l2_prefetch(0);
   const PassBits reference = poisoned_pass(*gpu, one);
   gpu->set_l2_prefetch(int64_t{256} << 20, /*planted_store=*/true);

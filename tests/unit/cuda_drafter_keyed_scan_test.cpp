@@ -57,10 +57,9 @@ TEST(CudaDrafterKeyedScan, PlainSampledRequestsDraftTheFusedStepsTokensAndChance
     EXPECT_TRUE(gpu->poison_scratch_for_test().ok());
     return gpu->draft(batch);
   };
-  for (const auto& [handoff, prefetch] : handoff_arms()) {
-    SCOPED_TRACE(handoff_name(handoff) + (prefetch ? " handoff, prefetches" : " handoff"));
-    gpu->set_persistent_handoff(handoff);
-    gpu->set_scan_prefetch(prefetch);
+  for (const ScanArm& arm : scan_arms()) {
+    SCOPED_TRACE(arm.name());
+    set_scan_arm(*gpu, arm);
     gpu->set_graphs(false);
     // Alone at full depth (the one-request kernel), each sampled request.
     for (int i = 0; i < 10; i += 2) {

@@ -188,10 +188,9 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
   };
   // Both handoffs of a slot's CTA picks (the counter barrier, session 5; the flagged words, session 8).
   // Session 13: the warp handoff, and each handoff of the words with the prefetches (W1 rows, confidences).
-  for (const auto& [handoff, prefetch] : handoff_arms()) {
-    SCOPED_TRACE(handoff_name(handoff) + (prefetch ? " handoff, prefetches" : " handoff"));
-    gpu->set_persistent_handoff(handoff);
-    gpu->set_scan_prefetch(prefetch);
+  for (const ScanArm& arm : scan_arms()) {
+    SCOPED_TRACE(arm.name());
+    set_scan_arm(*gpu, arm);
     gpu->set_graphs(false);
     // Alone, at full depth and at its own depth.
     for (int i = 0; i < 4; ++i) {
@@ -233,10 +232,10 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
     // 6 graphed passes: the block pass and the scan each captured at the second and replayed from then on.
     EXPECT_EQ(gpu->graph_replays() - replays_before, 2 * 5);
   }
-  // Planted: the warp handoff leaving out the odd-numbered CTAs' words (half the vocabulary) drafts other tokens
-  // (the comparison sees a combine that misses picks).
+  // Planted: the flagged combine leaving out the odd-numbered CTAs' words (half the vocabulary) at 2 register rounds
+  // drafts other tokens (the comparison sees a combine that misses picks).
   {
-    gpu->set_persistent_handoff(PersistentHandoff::Warp);
+    set_scan_arm(*gpu, ScanArm{PersistentHandoff::Flags, true, 2});
     gpu->set_graphs(false);
     gpu->set_scan_planted_drop(true);
     int differing = 0;
@@ -248,12 +247,11 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
       differing += planted[0].tokens != fused[0].tokens;
     }
     gpu->set_scan_planted_drop(false);
-    EXPECT_GT(differing, 0) << "the warp handoff without half its words drafted the fused step's tokens";
+    EXPECT_GT(differing, 0) << "the flagged combine without half its words drafted the fused step's tokens";
   }
   // The phase clocks (drafter_bench ":ph", session 13) only measure: the same drafts, every phase counted.
   {
-    gpu->set_persistent_handoff(PersistentHandoff::Flags);
-    gpu->set_scan_prefetch(false);
+    set_scan_arm(*gpu, ScanArm{PersistentHandoff::Flags, false, 3});
     gpu->set_graphs(false);
     DraftRequest single = requests[0];
     single.depth = c.block_size;
@@ -280,10 +278,9 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
       {"non-finite draft confidence", &PlantedFaults::inf_confidence_slot},
       {"outside vocabulary", &PlantedFaults::out_of_range_pick_slot}};
   for (const auto& [message, field] : kinds)
-  for (const auto& [handoff, prefetch] : handoff_arms()) {
+  for (const ScanArm& arm : scan_arms()) {
     for (const int slot : {0, requests[1].depth - 1}) {
-      SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot) + ", " + handoff_name(handoff) +
-                   (prefetch ? " handoff, prefetches" : " handoff"));
+      SCOPED_TRACE(std::string(message) + " at slot " + std::to_string(slot) + ", " + arm.name());
       DrafterOptions planted = cuda_options(12);
       planted.faults.enabled = true;
       planted.faults.stream = 1;
@@ -291,8 +288,7 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
       std::unique_ptr<CudaDsparkDrafter> faulty = nano.another(planted);
       ASSERT_TRUE(faulty);
       faulty->set_persistent_scan(true);
-      faulty->set_persistent_handoff(handoff);
-      faulty->set_scan_prefetch(prefetch);
+      set_scan_arm(*faulty, arm);
       for (int i = 0; i < 2; ++i) {
         ASSERT_TRUE(faulty->absorb(i, 0, requests[i].anchor_position,
                                    testing::random_taps(requests[i].anchor_position, width, 500 + i))

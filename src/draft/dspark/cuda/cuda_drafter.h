@@ -275,8 +275,8 @@ class CudaDsparkDrafter final : public Drafter {
   }
   bool batched_loads() const { return batched_loads_; }
   // How the persistent scan's CTAs meet each slot (the same bits): Flags (session 8; the default since batch s8A:
-  // scan at depth 9 0.135 vs 0.142 ms at 1 stream), Counter (the old path) or Warp (session 13: warp 0 alone waits
-  // for the words; LS_DRAFTER_SCAN_HANDOFF=counter|flags|warp at load).
+  // scan at depth 9 0.135 vs 0.142 ms at 1 stream) or Counter (the old path). Session 13's warp handoff (warp 0
+  // alone waiting for the words) lost in batch s13A (scan 0.1619 vs 0.1347 ms) and was removed.
   void set_persistent_handoff(PersistentHandoff handoff) {
     persistent_handoff_ = handoff;
     graphs_.clear();
@@ -289,7 +289,12 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   bool scan_prefetch() const { return scan_prefetch_; }
-  // Tests only: the warp handoff leaves out the words of the odd-numbered CTAs (a combine that misses picks must
+  // W2 rows each lane of the one-request persistent scan holds in registers, 3 (session 5) or 2 (session 13, no
+  // register spills; LS_DRAFTER_SCAN_REGISTER_ROUNDS=2 at load): batch s13A's phase clocks put 7.5 us of a 12.1 us
+  // slot in the dot, where its arithmetic takes ~1.5. The same bits (the rows' order and the dot's are unchanged).
+  void set_scan_register_rounds(int rounds);
+  int scan_register_rounds() const { return scan_register_rounds_; }
+  // Tests only: the flagged combine leaves out the words of the odd-numbered CTAs (a combine that misses picks must
   // draft other tokens).
   void set_scan_planted_drop(bool on) {
     scan_planted_drop_ = on;
@@ -308,14 +313,6 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int64_t l2_prefetch() const { return l2_prefetch_bytes_; }
-  // The scan's W2 (32 MB at the 1.2B shape) asked into L2 with evict-last priority during the last layer's attention
-  // (session 13, off; LS_DRAFTER_W2_PREFETCH=1 at load): the persistent scan's prologue then reads it from L2, not
-  // from DRAM after the head GEMM. One request only, with the layer prefetches. The same bits.
-  void set_scan_w2_prefetch(bool on) {
-    scan_w2_prefetch_ = on;
-    graphs_.clear();
-  }
-  bool scan_w2_prefetch() const { return scan_w2_prefetch_; }
   // Bench: device time per launch label of each draft() call while on (passes then run eagerly).
   void set_profile(bool on) { profile_.set_on(on); }
   std::vector<std::pair<std::string, double>> last_profile() const { return profile_.totals(); }
@@ -412,6 +409,7 @@ class CudaDsparkDrafter final : public Drafter {
   PersistentHandoff persistent_handoff_ = PersistentHandoff::Flags;  // since batch s8A (below)
   bool batched_loads_ = true;                                         // since batch s8A (below)
   bool scan_prefetch_ = false;
+  int scan_register_rounds_ = kDefaultSingleRegisterRounds;
   bool scan_planted_drop_ = false;
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
@@ -435,7 +433,6 @@ class CudaDsparkDrafter final : public Drafter {
   bool fused_absorb_ = true;
   int64_t l2_prefetch_bytes_ = int64_t{40} << 20;  // since batch s10B
   bool l2_prefetch_planted_ = false;
-  bool scan_w2_prefetch_ = false;
   SideBranch prefetch_branch_;  // the L2 prefetch's side stream
   EventLog profile_;
   std::map<std::pair<int, int>, GraphShape> graphs_;

@@ -227,12 +227,6 @@ Result<bool> CudaDsparkDrafter::prefetch_layer_weights(int count, int layer) {
     spans.push_back(L2PrefetchSpan{matrix->values.data(), matrix->rows, row_bytes, eighths});
     budget -= bytes * eighths / 8;
   }
-  // The last layer's branch also asks for the scan's W2, kept (the persistent scan reads all of it first).
-  const DeviceWeightMatrix& w2 = weights_.markov_w2;
-  if (scan_w2_prefetch_ && layer + 1 == config_.num_layers && w2.rows > 0) {
-    const int64_t row_bytes = w2.cols * static_cast<int64_t>(sizeof(bf16_t));
-    spans.push_back(L2PrefetchSpan{w2.values.data(), w2.rows, row_bytes, 8, true});
-  }
   if (spans.empty()) return false;
   const cudaStream_t side = prefetch_branch_.fork(stream_.get());
   if (side == nullptr) return false;  // no fork: the pass runs without its prefetch (the same bits)
@@ -309,6 +303,13 @@ Status CudaDsparkDrafter::block_pass_unfused(int count) {
 ScanShape CudaDsparkDrafter::scan_shape() const {
   const DsparkConfig& c = config_;
   return ScanShape{c.vocab_size, c.markov_rank, c.hidden_size, c.block_size, c.has_confidence};
+}
+
+void CudaDsparkDrafter::set_scan_register_rounds(int rounds) {
+  scan_register_rounds_ = rounds == 2 ? 2 : kDefaultSingleRegisterRounds;
+  // The same grid and ids (so the same scratch); a plan the device refused, or a kernel turned off, stays off.
+  if (scan_plans_[0].grid > 0) scan_plans_[0] = persistent_scan_plan(scan_shape(), 1, scan_register_rounds_);
+  graphs_.clear();
 }
 
 bool CudaDsparkDrafter::persistent_scan(int count, bool all_greedy) const {

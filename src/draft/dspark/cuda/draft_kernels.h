@@ -186,7 +186,6 @@ struct L2PrefetchSpan {
   int64_t rows = 0;
   int64_t row_bytes = 0;
   int eighths = 8;
-  bool keep = false;  // evict-last priority (session 13: the scan's W2, asked for before the head GEMM streams E)
 };
 inline constexpr int kMaxL2PrefetchSpans = 4;
 // Issues the spans' prefetches (one small launch; it ends before the data arrives) and changes no memory.
@@ -305,7 +304,7 @@ struct ScanStepInputs {
   // The persistent scan (session 13, set_scan_prefetch): each CTA asks L2 for its best's W1 row before its handoff
   // (the next slot's gather then finds it there), and CTA 0 loads every confidence at once before the records.
   bool prefetch = false;
-  bool planted_odd_words = false;  // tests only: the warp handoff leaves out the odd-numbered CTAs' words
+  bool planted_odd_words = false;  // tests only: the flagged combine leaves out the odd-numbered CTAs' words
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 // markov_pick in two launches (the same bits): grid (vocab chunk of kSplitPickIds ids, request) writes the corrected
@@ -348,17 +347,21 @@ struct PersistentScanPlan {
   int ids_per_cta = 0;  // vocab ids per CTA, a multiple of 32
   int held_rounds = 0;  // 32-row rounds of W2 a CTA holds in shared memory (the rest: registers, then L2)
   int group = 0;        // requests the kernel takes: 1, or kPersistentScanGroup
+  int register_rounds = 0;  // 32-row rounds of W2 each lane holds in registers
   size_t shared_bytes = 0;
   bool keyed = false;   // the keyed instances (markov_scan_persistent `keyed`) are resident at this plan too
 };
 // The plan for `count` requests on the current device (grid 0 when the shape or the device cannot take it).
-PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count);
+// `single_register_rounds` (one request; session 13): 3 (session 5's kernel) or 2 (no register spills: batch s13A's
+// phase clocks put 7.5 us of a 12.1 us slot in the dot).
+inline constexpr int kDefaultSingleRegisterRounds = 3;
+PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count,
+                                        int single_register_rounds = kDefaultSingleRegisterRounds);
 // How a slot's CTA picks meet (the same bits either way): Counter (session 5) writes each partial, fences, adds to
 // one counter that thread 0 of every CTA spins on, then reads all partials; Flags (session 8) writes each CTA's
 // pick as one 64-bit word (arrived bit, non-finite bit, id, value) with no fence, and every thread of every CTA
-// spins on its own CTAs' words (the words zeroed by a memset before the launch); Warp (session 13) the same words,
-// but only warp 0 of a CTA waits for them (all of a lane's words loaded at once) and combines them.
-enum class PersistentHandoff { Counter, Flags, Warp };
+// spins on its own CTAs' words (the words zeroed by a memset before the launch).
+enum class PersistentHandoff { Counter, Flags };
 // 64-bit words the Flags handoff uses in `partials` (which must hold them): [gamma][group][grid] picks, [grid]
 // confidence arrivals, one timed-out word.
 inline int64_t persistent_flag_words(const ScanShape& shape, const PersistentScanPlan& plan) {

@@ -18,18 +18,10 @@ struct PrefetchList {
   bool planted_store = false;
 };
 
-// Asks L2 for `bytes` at `address` (16-byte aligned, a multiple of 16): one bulk prefetch on sm_90 (`keep`: with
-// evict-last priority), else a line at a time.
-__device__ __forceinline__ void ask_l2(const char* address, int64_t bytes, bool keep) {
+// Asks L2 for `bytes` at `address` (16-byte aligned, a multiple of 16): one bulk prefetch on sm_90, else a line at
+// a time.
+__device__ __forceinline__ void ask_l2(const char* address, int64_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (keep) {
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(address),
-                 "r"(static_cast<int>(bytes)), "l"(policy)
-                 : "memory");
-    return;
-  }
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(address), "r"(static_cast<int>(bytes))
                : "memory");
 #else
@@ -57,7 +49,7 @@ __global__ void __launch_bounds__(kPrefetchThreads) prefetch_l2_kernel(PrefetchL
         *const_cast<char*>(address) ^= 0x40;
         continue;
       }
-      ask_l2(address, span.row_bytes, span.keep);
+      ask_l2(address, span.row_bytes);
     }
   }
 }

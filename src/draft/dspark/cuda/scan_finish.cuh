@@ -74,6 +74,26 @@ __device__ void write_scan_records(const ScanStepInputs& in, const ScanShape& sh
                                    const float (*loaded)[G], bool timed_out) {
   DeviceScanRecord& record = in.records[r];
   const DeviceScanRequest& request = in.requests[r];
+  if (loaded) {
+    // The prefetches' records: the status and the running chance read once (only record_slot changes them, and a
+    // failure ends the loop), so no slot waits for a load.
+    float running = record.running;
+    const int slots = record.status == kScanOk ? total_slots : 0;
+    for (int slot = 0; slot < slots; ++slot) {
+      const int state = slot_state[slot][r];
+      if (state == 0) break;
+      const float confidence = shape.has_confidence && state == 1 ? loaded[slot][r] : NAN;
+      const float chance = shape.has_confidence && state == 1 ? running * confidence : NAN;
+      if (!record_slot(record, request, slot, state == 2 ? 0 : slot_pick[slot][r], chance, state == 2,
+                       !(shape.has_confidence && state == 1) || isfinite(confidence), shape.has_confidence,
+                       shape.vocab)) {
+        break;
+      }
+      if (shape.has_confidence) running = chance;
+    }
+    if (timed_out) record.status = kScanBarrierTimeout;
+    return;
+  }
   for (int slot = 0; slot < total_slots; ++slot) {
     const int state = slot_state[slot][r];
     if (state == 0 || record.status != kScanOk) break;

@@ -101,36 +101,5 @@ __device__ __forceinline__ uint64_t wait_for_word(const uint64_t* address, uint6
   return word;
 }
 
-// The warp handoff (session 13): one warp of a CTA waits for the `n` words at words[c] (c = lane, lane + 32, ...):
-// every load issued at once, then only the words not yet arrived polled again, so a CTA puts 8x fewer loads on the
-// words' lines than a thread per word, and no word waits behind the previous one's round trip. A timed-out word
-// reads as no pick (0), as in wait_for_word.
-constexpr int kMaxLaneWords = 8;  // grids of up to 256 CTAs (registers: the W2 rows held in them are live here)
-__device__ __forceinline__ void wait_for_lane_words(const uint64_t* words, int n, int lane,
-                                                    uint64_t (&out)[kMaxLaneWords], uint64_t* timeout) {
-  bool waiting = false;
-#pragma unroll
-  for (int i = 0; i < kMaxLaneWords; ++i) {
-    const int c = lane + i * 32;
-    out[i] = c < n ? load_relaxed(words + c) : kWordArrived;
-    waiting |= !(out[i] & kWordArrived);
-  }
-  const long long start = clock64();
-  for (unsigned int spin = 1; waiting; ++spin) {
-    if (spin % 64 == 0 && (load_relaxed(timeout) != 0 || clock64() - start > kBarrierSpinCycles)) {
-      store_relaxed(timeout, 1);
-#pragma unroll
-      for (int i = 0; i < kMaxLaneWords; ++i) out[i] = out[i] & kWordArrived ? out[i] : 0;
-      return;
-    }
-    waiting = false;
-#pragma unroll
-    for (int i = 0; i < kMaxLaneWords; ++i) {
-      if (!(out[i] & kWordArrived)) out[i] = load_relaxed(words + lane + i * 32);
-      waiting |= !(out[i] & kWordArrived);
-    }
-  }
-}
-
 }  // namespace
 }  // namespace ls::dspark::cuda

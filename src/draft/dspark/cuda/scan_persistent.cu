@@ -31,9 +31,9 @@ constexpr int kRowsPerRound = kWarps * 4;
 constexpr int kPieces = kMaxFusedScanRank / 64;  // 16-byte pieces of a W2 row per lane
 
 // Flagged: the handoff through words (pack_partial) in `in.partials`, zeroed before the launch, instead of the
-// counter `barrier`; WarpWords (with Flagged): warp 0 alone waits for the words and combines them.
+// counter `barrier`.
 // Keyed: sampled requests without cuts take their Gumbel max (take_row); the flagged word carries the winner's logit.
-template <int G, int RegisterRounds, bool Flagged, bool Keyed, bool WarpWords>
+template <int G, int RegisterRounds, bool Flagged, bool Keyed>
 __global__ void __launch_bounds__(kThreads, 2)
     persistent_scan_kernel(ScanStepInputs in, ScanShape shape, int ids_per_cta, int held_rounds,
                            unsigned int* barrier) {
@@ -236,52 +236,35 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       pick[r] = better(pick[r], taken);
     };
-    if constexpr (WarpWords) {
-      // Warp 0 alone waits for the slot's words and combines them (the other warps wait at the barrier below).
-      if (warp == 0) {
+    for (int c = threadIdx.x; c < static_cast<int>(gridDim.x); c += kThreads) {
 #pragma unroll
-        for (int r = 0; r < G; ++r) {
-          if (r >= count || !active[r]) continue;
-          uint64_t got[kMaxLaneWords];
-          wait_for_lane_words(words + (static_cast<int64_t>(slot) * G + r) * gridDim.x, gridDim.x, lane, got, timeout);
-#pragma unroll
-          for (int i = 0; i < kMaxLaneWords; ++i) {
-            const int c = lane + i * kWarp;
-            if (c < static_cast<int>(gridDim.x) && !(in.planted_odd_words && c % 2 == 1)) take_word(got[i], r);
-          }
-        }
-        warp_bests<G>(pick, nonfinite, lane, combined, combined_flags);
-      }
-    } else {
-      for (int c = threadIdx.x; c < static_cast<int>(gridDim.x); c += kThreads) {
-#pragma unroll
-        for (int r = 0; r < G; ++r) {
-          if (r >= count || !active[r]) continue;
-          const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + c;
-          if constexpr (Flagged) {
-            // Each thread waits for its CTAs' words itself (no counter, no fence: a word arrives whole or not yet).
-            take_word(wait_for_word(words + index, timeout), r);
-          } else {
-            const ScanPartial* partial = in.partials + index;
-            nonfinite |= __ldcg(&partial->nonfinite) ? 1 << r : 0;
-            pick[r] = better(pick[r], Best{__ldcg(&partial->value), __ldcg(&partial->id)});
-          }
+      for (int r = 0; r < G; ++r) {
+        if (r >= count || !active[r]) continue;
+        const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + c;
+        if constexpr (Flagged) {
+          // Each thread waits for its CTAs' words itself (no counter, no fence: a word arrives whole or not yet).
+          const uint64_t word = wait_for_word(words + index, timeout);
+          if (!(in.planted_odd_words && c % 2 == 1)) take_word(word, r);
+        } else {
+          const ScanPartial* partial = in.partials + index;
+          nonfinite |= __ldcg(&partial->nonfinite) ? 1 << r : 0;
+          pick[r] = better(pick[r], Best{__ldcg(&partial->value), __ldcg(&partial->id)});
         }
       }
-      if constexpr (Flagged) __syncthreads();  // every thread past its CTA-best reads of warp_best before the reuse
-      warp_bests<G>(pick, nonfinite, lane, warp_best[warp], warp_flags[warp]);
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        int all_flags = 0;
-        for (int w = 0; w < kWarps; ++w) all_flags |= warp_flags[w];
-        combined_flags = all_flags;
-      }
-      if (threadIdx.x < G) {
-        const int r = threadIdx.x;
-        Best chosen{0.0, -1};
-        for (int w = 0; w < kWarps; ++w) chosen = better(chosen, warp_best[w][r]);
-        combined[r] = chosen;
-      }
+    }
+    if constexpr (Flagged) __syncthreads();  // every thread past its CTA-best reads of warp_best before the reuse
+    warp_bests<G>(pick, nonfinite, lane, warp_best[warp], warp_flags[warp]);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int all_flags = 0;
+      for (int w = 0; w < kWarps; ++w) all_flags |= warp_flags[w];
+      combined_flags = all_flags;
+    }
+    if (threadIdx.x < G) {
+      const int r = threadIdx.x;
+      Best chosen{0.0, -1};
+      for (int w = 0; w < kWarps; ++w) chosen = better(chosen, warp_best[w][r]);
+      combined[r] = chosen;
     }
     __syncthreads();
     clocks.mark(3);
@@ -324,7 +307,9 @@ __global__ void __launch_bounds__(kThreads, 2)
         store_relaxed(arrived + blockIdx.x, kWordArrived);
       }
       if (blockIdx.x != 0) return;
-      for (int c = threadIdx.x; c < static_cast<int>(gridDim.x); c += kThreads) wait_for_word(arrived + c, timeout);
+      // Prefetches: only the CTAs that computed a confidence (CTA c took items c, c + grid, ...) are waited for.
+      const int waited = in.prefetch ? min(static_cast<int>(gridDim.x), count * total_slots) : gridDim.x;
+      for (int c = threadIdx.x; c < waited; c += kThreads) wait_for_word(arrived + c, timeout);
       __threadfence();
     } else if (threadIdx.x == 0) {
       __threadfence();
@@ -354,31 +339,30 @@ __global__ void __launch_bounds__(kThreads, 2)
   clocks.tail();
 }
 
-// The kernel for a group size: 1 request (3 register rounds) or up to kPersistentScanGroup (2).
-constexpr int kSingleRegisterRounds = 3;
+// The kernel for a group size: 1 request (kDefaultSingleRegisterRounds register rounds, or 2: session 13's switch)
+// or up to kPersistentScanGroup (2).
 constexpr int kGroupRegisterRounds = 2;
 
 using PersistentKernel = void (*)(ScanStepInputs, ScanShape, int, int, unsigned int*);
 
 template <int G, int RegisterRounds, bool Keyed>
 PersistentKernel persistent_kernel_for(PersistentHandoff handoff) {
-  switch (handoff) {
-    case PersistentHandoff::Counter: return persistent_scan_kernel<G, RegisterRounds, false, Keyed, false>;
-    case PersistentHandoff::Flags: return persistent_scan_kernel<G, RegisterRounds, true, Keyed, false>;
-    case PersistentHandoff::Warp: return persistent_scan_kernel<G, RegisterRounds, true, Keyed, true>;
-  }
-  return nullptr;
+  return handoff == PersistentHandoff::Counter ? persistent_scan_kernel<G, RegisterRounds, false, Keyed>
+                                                : persistent_scan_kernel<G, RegisterRounds, true, Keyed>;
 }
 
-PersistentKernel persistent_kernel(bool single, PersistentHandoff handoff, bool keyed) {
-  constexpr int kG = kPersistentScanGroup, kS = kSingleRegisterRounds, kR = kGroupRegisterRounds;
-  if (keyed) return single ? persistent_kernel_for<1, kS, true>(handoff) : persistent_kernel_for<kG, kR, true>(handoff);
-  return single ? persistent_kernel_for<1, kS, false>(handoff) : persistent_kernel_for<kG, kR, false>(handoff);
+PersistentKernel persistent_kernel(bool single, int register_rounds, PersistentHandoff handoff, bool keyed) {
+  constexpr int kG = kPersistentScanGroup, kR = kGroupRegisterRounds;
+  if (!single) return keyed ? persistent_kernel_for<kG, kR, true>(handoff) : persistent_kernel_for<kG, kR, false>(handoff);
+  if (register_rounds == 2) {
+    return keyed ? persistent_kernel_for<1, 2, true>(handoff) : persistent_kernel_for<1, 2, false>(handoff);
+  }
+  return keyed ? persistent_kernel_for<1, 3, true>(handoff) : persistent_kernel_for<1, 3, false>(handoff);
 }
 
 }  // namespace
 
-PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
+PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count, int single_register_rounds) {
   PersistentScanPlan plan;
   if (!fused_scan_supported(shape) || count < 1 || count > kPersistentScanGroup || shape.vocab <= 0 ||
       shape.vocab >= (int64_t{1} << 30)) {
@@ -394,18 +378,17 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   }
   const bool single = count == 1;
   const int group = single ? 1 : kPersistentScanGroup;
-  const int register_rounds = single ? kSingleRegisterRounds : kGroupRegisterRounds;
+  const int register_rounds = !single ? kGroupRegisterRounds : single_register_rounds == 2 ? 2 : 3;
   // Two CTAs per SM; each CTA's ids a whole number of 32-row rounds.
   const int64_t wanted = 2 * static_cast<int64_t>(sms);
   const int64_t per_cta = (shape.vocab + wanted - 1) / wanted;
   const int ids = static_cast<int>((per_cta + kRowsPerRound - 1) / kRowsPerRound * kRowsPerRound);
   const int grid = static_cast<int>((shape.vocab + ids - 1) / ids);
   // Every handoff greedy, then keyed (planned alike; plan.keyed when the keyed ones too are resident at once).
-  constexpr int kKernels = 6;
-  constexpr PersistentHandoff kHandoffs[3] = {PersistentHandoff::Counter, PersistentHandoff::Flags,
-                                              PersistentHandoff::Warp};
+  constexpr int kKernels = 4;
+  constexpr PersistentHandoff kHandoffs[2] = {PersistentHandoff::Counter, PersistentHandoff::Flags};
   PersistentKernel kernels[kKernels] = {};
-  for (int k = 0; k < kKernels; ++k) kernels[k] = persistent_kernel(single, kHandoffs[k % 3], k >= 3);
+  for (int k = 0; k < kKernels; ++k) kernels[k] = persistent_kernel(single, register_rounds, kHandoffs[k % 2], k >= 2);
   cudaFuncAttributes attributes[kKernels] = {};
   size_t static_bytes = 0;
   for (int k = 0; k < kKernels; ++k) {
@@ -434,7 +417,7 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernels[k], kThreads, bytes) != cudaSuccess ||
         static_cast<int64_t>(resident) * sms < grid) {
       cudaGetLastError();
-      if (k < 3) return plan;
+      if (k < 2) return plan;
       keyed = false;  // the greedy scan stands without its keyed instances
     }
   }
@@ -443,6 +426,7 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   plan.ids_per_cta = ids;
   plan.held_rounds = held;
   plan.group = group;
+  plan.register_rounds = register_rounds;
   plan.shared_bytes = bytes;
   return plan;
 }
@@ -466,8 +450,6 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
   attribute[0].val.cooperative = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  // The warp handoff's lanes hold kMaxLaneWords words each: larger grids take the flagged one (the same bits).
-  if (handoff == PersistentHandoff::Warp && plan.grid > kWarp * kMaxLaneWords) handoff = PersistentHandoff::Flags;
   // One launch per group of plan.group requests, one after the other (the partials and the barrier are reused).
   for (int first = 0; first < inputs.count; first += plan.group) {
     ScanStepInputs group = inputs;
@@ -483,7 +465,7 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
     } else {
       LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
     }
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_kernel(single, handoff, keyed), group, shape, plan.ids_per_cta,
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_kernel(single, plan.register_rounds, handoff, keyed), group, shape, plan.ids_per_cta,
                                    plan.held_rounds, barrier));
     ++*launched;
   }
