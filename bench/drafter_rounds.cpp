@@ -51,8 +51,8 @@ void add_phases(dspark::cuda::ScanPhaseClocks& to, const dspark::cuda::ScanPhase
   to.launches += from.launches;
 }
 
-// Per setting with ":ph": each phase's us a slot (prologue and tail a launch) on the average CTA and on the slowest
-// CTA, at the device's clock rate.
+// Per setting with ":ph": each phase's us a slot (the prologue and CTA 0's tail phases per launch) on the average CTA
+// and on the slowest CTA, at the device's clock rate.
 void print_phases(const std::map<std::string, Samples>& by_setting, const std::vector<std::string>& settings) {
   int khz = 0, device = 0;
   cudaGetDevice(&device);
@@ -63,18 +63,21 @@ void print_phases(const std::map<std::string, Samples>& by_setting, const std::v
     const dspark::cuda::ScanPhaseClocks& c = by_setting.at(setting).phases;
     if (c.launches == 0 || c.ctas == 0 || c.slots == 0) continue;
     if (!header) {
-      std::printf("\nscan phases (us; per slot, prologue and tail per launch; average CTA / slowest CTA; clock %d MHz)\n"
-                  "| setting | launches | slots a launch |", khz / 1000);
+      std::printf("\nscan phases (us; per slot, prologue and CTA 0's tail per launch; average CTA / slowest; "
+                  "clock %d MHz)\n| setting | launches | slots a launch |",
+                  khz / 1000);
       for (const char* name : dspark::cuda::kScanPhaseNames) std::printf(" %s |", name);
-      std::printf("\n|---|---|---|---|---|---|---|---|---|\n");
+      std::printf("\n|---|---|---|");
+      for (int p = 0; p < dspark::cuda::kScanPhases; ++p) std::printf("---|");
+      std::printf("\n");
       header = true;
     }
     const double slots = static_cast<double>(c.slots) / c.launches, ctas = static_cast<double>(c.ctas) / c.launches;
     std::printf("| %s | %llu | %.1f |", setting.c_str(), static_cast<unsigned long long>(c.launches), slots);
     for (int p = 0; p < dspark::cuda::kScanPhases; ++p) {
-      const bool per_launch = p == 0 || p == dspark::cuda::kScanPhases - 1;
-      const double per = per_launch ? 1 : slots;
-      const double runs = p == dspark::cuda::kScanPhases - 1 ? c.launches : c.launches * ctas;  // tail: CTA 0
+      const bool tail = p >= dspark::cuda::kFirstTailPhase;  // CTA 0's, once a launch
+      const double per = p == 0 || tail ? 1 : slots;
+      const double runs = tail ? c.launches : c.launches * ctas;
       std::printf(" %.2f / %.2f |", c.sums[p] / runs / per * us_per_cycle, c.largest[p] / per * us_per_cycle);
     }
     std::printf("\n");

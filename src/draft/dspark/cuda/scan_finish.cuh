@@ -197,9 +197,10 @@ __device__ __forceinline__ void add_row_pieces(const uint4 (&pieces)[PIECES], co
   }
 }
 
-// The persistent scan's row: the 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for request r), flags non-finite
-// logits and keeps the greedy best of each request drafting at this slot. Keyed (session 11): a sampled request
-// without cuts keeps its best Gumbel score instead (draw_token's plain Gumbel max), its logit back into u.
+// The persistent scan's row: the 8 lanes' sums of row `id` added up; lane 0 of the 8 adds U (u[r * stride] for
+// request r), flags non-finite logits and keeps the greedy best of each request drafting at this slot. Keyed
+// (session 11): a sampled request without cuts keeps its best Gumbel score instead (draw_token's plain Gumbel max),
+// its logit back into u.
 struct KeyedSlot {
   double temperature;  // 0: greedy
   uint64_t row_key;    // keyed::row_key(seed, position of this slot's draw)

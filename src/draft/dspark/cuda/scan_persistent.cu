@@ -299,6 +299,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     __syncthreads();
+    clocks.mark(kFirstTailPhase);
     if constexpr (Flagged) {
       // Only CTA 0 reads the confidences: each CTA raises its word after a fence, CTA 0 waits for every word.
       uint64_t* arrived = words + static_cast<int64_t>(shape.gamma) * G * gridDim.x;
@@ -317,6 +318,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       wait_for(static_cast<unsigned int>(total_slots + 1) * gridDim.x);
     }
     __syncthreads();
+    clocks.mark(kFirstTailPhase + 1);
   }
   // CTA 0 writes each request's record slot by slot as finish_step does: tokens, chances (the running product),
   // and the first failure (non-finite logit, non-finite confidence, pick outside the vocabulary) by name and slot.
@@ -353,7 +355,9 @@ PersistentKernel persistent_kernel_for(PersistentHandoff handoff) {
 
 PersistentKernel persistent_kernel(bool single, int register_rounds, PersistentHandoff handoff, bool keyed) {
   constexpr int kG = kPersistentScanGroup, kR = kGroupRegisterRounds;
-  if (!single) return keyed ? persistent_kernel_for<kG, kR, true>(handoff) : persistent_kernel_for<kG, kR, false>(handoff);
+  if (!single) {
+    return keyed ? persistent_kernel_for<kG, kR, true>(handoff) : persistent_kernel_for<kG, kR, false>(handoff);
+  }
   if (register_rounds == 2) {
     return keyed ? persistent_kernel_for<1, 2, true>(handoff) : persistent_kernel_for<1, 2, false>(handoff);
   }
@@ -465,8 +469,8 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
     } else {
       LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
     }
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, persistent_kernel(single, plan.register_rounds, handoff, keyed), group, shape, plan.ids_per_cta,
-                                   plan.held_rounds, barrier));
+    const PersistentKernel kernel = persistent_kernel(single, plan.register_rounds, handoff, keyed);
+    LS_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, group, shape, plan.ids_per_cta, plan.held_rounds, barrier));
     ++*launched;
   }
   return ok_status();

@@ -39,7 +39,7 @@ struct PhaseClocks {
   }
   __device__ void slots_done(int slots) {
     if (!on) return;
-    flush(0, kScanPhases - 1);
+    flush(0, kFirstTailPhase);
     atomicAdd(&g_phase_clocks[2 * kScanPhases], 1ull);
     if (blockIdx.x != 0) return;
     atomicAdd(&g_phase_clocks[2 * kScanPhases + 1], static_cast<unsigned long long>(slots));
@@ -48,7 +48,7 @@ struct PhaseClocks {
   __device__ void tail() {
     if (!on) return;
     mark(kScanPhases - 1);
-    flush(kScanPhases - 1, kScanPhases);
+    flush(kFirstTailPhase, kScanPhases);
   }
 };
 

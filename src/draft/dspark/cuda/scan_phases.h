@@ -7,15 +7,16 @@
 
 namespace ls::dspark::cuda {
 
-// prologue (W2 on chip, slot 0's U), then per slot: gather (e = W1[previous], U ready), compute (W2 e + U, the
-// CTA's best), handoff (the words or the counter, the combine), update (the pick kept); tail: CTA 0 after the last
-// slot (confidences, their barrier, the records).
-inline constexpr int kScanPhases = 6;
-inline constexpr const char* kScanPhaseNames[kScanPhases] = {"prologue", "gather", "compute",
-                                                             "handoff",  "update", "tail"};
+// prologue (W2 on chip, slot 0's U), then per slot: gather (e = W1[previous], U ready), dot (W2 e + U, the CTA's
+// best), handoff (the words or the counter, the combine), update (the pick kept); then CTA 0's tail from
+// kFirstTailPhase on (session 13's split of it): its confidence, the barrier after the confidences, the records.
+inline constexpr int kScanPhases = 8;
+inline constexpr int kFirstTailPhase = 5;
+inline constexpr const char* kScanPhaseNames[kScanPhases] = {
+    "prologue", "gather", "dot", "handoff", "update", "confidence", "tail barrier", "records"};
 
 struct ScanPhaseClocks {
-  uint64_t sums[kScanPhases] = {};     // cycles over every CTA (tail: CTA 0) and slot
+  uint64_t sums[kScanPhases] = {};     // cycles over every CTA (the tail's phases: CTA 0) and slot
   uint64_t largest[kScanPhases] = {};  // the largest one CTA's total in one launch
   uint64_t ctas = 0;                   // CTA runs counted (grid x launches)
   uint64_t slots = 0;                  // slots run, summed over launches
