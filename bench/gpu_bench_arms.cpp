@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 // What an arm sets: pipeline spread above one row, the one-window attention tile, taps wanted, taps by the norm.
 struct Arm {
   int spread = 1, window_tile = 0;
-  bool taps = false, taps_in_norm = false, rows32 = false;
+  bool taps = false, taps_in_norm = false, rows32 = false, rows64 = false;
 };
 
 // Tokens set switches on top of `defaults` (the process's settings when the arms began).
@@ -35,6 +35,7 @@ Arm parse_arm(const std::string& name, const Arm& defaults) {
     else if (part == "taps") arm.taps = true;
     else if (part == "rows32") arm.rows32 = true;
     else if (part == "norows32") arm.rows32 = false;
+    else if (part == "rows64") arm.rows64 = true;
     else if (part == "tapcopy") {
       arm.taps = true;
       arm.taps_in_norm = false;
@@ -48,6 +49,7 @@ Arm parse_arm(const std::string& name, const Arm& defaults) {
 void apply(lfm2::CudaTarget& target, const Arm& arm) {
   cuda::set_decode_pipe_spread(arm.spread);
   cuda::set_decode_pipe_rows32(arm.rows32);
+  cuda::set_decode_pipe_rows64(arm.rows64);
   lfm2::gpu::set_attention_window_tile(arm.window_tile);
   lfm2::CudaTarget::set_taps_in_norm(arm.taps_in_norm);
   target.set_graphs(false);  // drops the graphs captured under the other arm
@@ -131,11 +133,13 @@ bool parse_arms_flag(const std::string& flag, const std::string& value, ArmsOpti
 void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
   const int spread = cuda::decode_pipe_spread(), window_tile = lfm2::gpu::attention_window_tile();
   const bool taps_in_norm = lfm2::CudaTarget::taps_in_norm(), rows32 = cuda::decode_pipe_rows32();
+  const bool rows64 = cuda::decode_pipe_rows64();
   Arm defaults;
   defaults.spread = spread;
   defaults.window_tile = window_tile;
   defaults.taps_in_norm = taps_in_norm;
   defaults.rows32 = rows32;
+  defaults.rows64 = rows64;
   if (!o.taps.empty()) {
     check(target.set_taps(o.taps), "taps");
     target.keep_taps_on_device(true);  // as the lanes run a CUDA drafter: taps stay on the device
@@ -172,6 +176,7 @@ void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
   if (!o.taps.empty()) check(target.set_taps({}), "taps off");
   cuda::set_decode_pipe_spread(spread);
   cuda::set_decode_pipe_rows32(rows32);
+  cuda::set_decode_pipe_rows64(rows64);
   lfm2::gpu::set_attention_window_tile(window_tile);
   lfm2::CudaTarget::set_taps_in_norm(taps_in_norm);
   target.set_graphs(false);

@@ -2,7 +2,8 @@
 // LS_DECODE_PIPE_ROWS32): two m16 tiles of x rows meet each weight fragment in the same K steps, so every row keeps
 // the bits of its one-row launch. On fresh random data, outputs poisoned: the 1.2B's one-slice shapes through the
 // engine (narrow row copies, wide 3D boxes up to 16384 outputs, two items a warp) and the q / k / v launch at 17..32 rows, spread or
-// not; routed to the pipeline only under the switch; the planted K-order fault caught at 17..32 rows.
+// not; routed to the pipeline only under the switch; the planted K-order fault caught at 17..32 rows. Windows of 33..64
+// rows as two launches (set_decode_pipe_rows64) likewise, the fault seen only under that switch.
 #ifdef LS_HAVE_CUDA
 
 #include "cuda_decode_test_util.h"
@@ -20,6 +21,7 @@ struct Scope {
 };
 using Rows32Scope = Scope<bool, decode_pipe_rows32, set_decode_pipe_rows32>;
 using SpreadScope = Scope<int, decode_pipe_spread, set_decode_pipe_spread>;
+using Rows64Scope = Scope<bool, decode_pipe_rows64, set_decode_pipe_rows64>;
 
 // Rows r of y [m, n] whose bits differ from row r of the one-row launches in `want` [32, n].
 int differing_rows(const std::vector<bf16>& got, const std::vector<bf16>& want, int64_t m, int64_t n) {
@@ -110,6 +112,40 @@ TEST(CudaDecodeRows32, APlantedKOrderFaultIsCaughtAtSeventeenToThirtyTwoRows) {
     set_decode_pipe_fault_for_test(false);
     ASSERT_TRUE(status.ok()) << status.message();
     EXPECT_GE(first_differing_row(download(faulty, m * N), want, m, N), 0) << "m " << m << ": the fault went unseen";
+  }
+}
+
+TEST(CudaDecodeRows32, ThirtyThreeToSixtyFourRowWindowsAsTwoLaunchesKeepTheOneRowBitsAndSeeThePlantedFault) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
+  const GemmEngine engine;
+  constexpr int64_t K = 2048;
+  auto x = upload(to_bf16(random_values(64 * K, 191, 2.0f)));
+  const Rows32Scope rows32(true);
+  for (const int64_t n : {2048, 3072, 6144}) {
+    auto w = upload(to_bf16(random_values(n * K, 192 + n, 0.5f)));
+    const DeviceMatrix matrix{w.data(), nullptr, n, K};
+    const std::vector<bf16> want = one_row_launches(engine, x.data(), 64, matrix);
+    for (const bool on : {false, true}) {
+      const Rows64Scope rows64(on);
+      for (const int64_t m : {33, 40, 48, 64}) {
+        auto y = poisoned<bf16>(m * n);
+        ASSERT_TRUE(engine.gemm(x.data(), m, matrix, y.data(), nullptr, nullptr).ok());
+        EXPECT_EQ(differing_rows(download(y, m * n), want, m, n), 0) << "N " << n << " m " << m << " rows64 " << on;
+      }
+      // The pipeline's reversed K walk shows only where the two launches ran.
+      set_decode_pipe_fault_for_test(true);
+      auto faulty = poisoned<bf16>(48 * n);
+      const Status status = engine.gemm(x.data(), 48, matrix, faulty.data(), nullptr, nullptr);
+      set_decode_pipe_fault_for_test(false);
+      ASSERT_TRUE(status.ok()) << status.message();
+      const int differ = differing_rows(download(faulty, 48 * n), want, 48, n);
+      if (on) {
+        EXPECT_EQ(differ, 48) << "N " << n << ": the fault went unseen in the two launches";
+      } else {
+        EXPECT_EQ(differ, 0) << "N " << n << ": 48 rows took the pipeline without the switch";
+      }
+    }
   }
 }
 

@@ -1,10 +1,10 @@
 // Session 13's switches on whole targets: the pipeline GEMMs spread over fewer CTAs above one row
 // (set_decode_pipe_spread) and taking 17..32-row windows (set_decode_pipe_rows32), the one-window attention tile
-// (set_attention_window_tile) and the taps written by the norm launch after a tapped layer
-// (CudaTarget::set_taps_in_norm): every row of windows of 1..16 rows and of forwards of 2 and 16 streams (up to 32
-// and 256 rows) keeps the default one-row bits, taps included, on the small dense / MoE targets (hidden 64: the
-// norm's two-launch fallback carries the tap) and the nano target (the one-launch norm); a planted fault (the norm
-// writing the next tap slot) turns the taps red on both paths.
+// (set_attention_window_tile), the taps written by the norm launch after a tapped layer (CudaTarget::set_taps_in_norm)
+// and 33..64-row forwards as two launches (set_decode_pipe_rows64): every row of windows of 1..16 rows and of
+// forwards of 2, 4 and 16 streams (up to 32, 64 and 256 rows) keeps the one-row bits of the old picks, taps included,
+// on the small dense / MoE targets (hidden 64: the norm's two-launch fallback carries the tap) and the nano target (the
+// one-launch norm); a planted fault (the norm writing the next tap slot) turns the taps red on both paths.
 #include <gtest/gtest.h>
 
 #ifdef LS_HAVE_CUDA
@@ -105,6 +105,15 @@ TEST(CudaTarget, TheSession13SwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndStre
       const Switches13 all(*cuda_target, 2, 16, true, rows32);
       EXPECT_EQ(check_many_streams(*target, 16, 24, 16), 256) << "target " << checked << (rows32 ? ", rows32" : "");
       EXPECT_EQ(check_many_streams(*target, 2, 40, 16), 32) << "target " << checked << (rows32 ? ", rows32" : "");
+    }
+    {  // 33..64-row forwards as two pipeline launches
+      const Switches13 all(*cuda_target, 2, 0, true, true);
+      const bool rows64 = cuda::decode_pipe_rows64();
+      cuda::set_decode_pipe_rows64(true);
+      cuda_target->set_graphs(false);
+      cuda_target->set_graphs(true);
+      EXPECT_EQ(check_many_streams(*target, 4, 40, 16), 64) << "target " << checked << ", rows64";
+      cuda::set_decode_pipe_rows64(rows64);
     }
     ++checked;
   }

@@ -111,6 +111,11 @@ std::atomic<int> pipe_spread{std::max(1, env_int("LS_DECODE_PIPE_SPREAD", 2))};
 // 1.661 / 1.709).
 std::atomic<bool> pipe_rows32{env_int("LS_DECODE_PIPE_ROWS32", 1) != 0};
 constexpr int kPipeMaxRows = 32;
+// Windows of 33..64 rows as two pipeline launches of <= 32 rows (session 13, LS_DECODE_PIPE_ROWS64=1, off): the
+// second launch reads weights the first left in L2, so only matrices of at most kWindowL2Bytes (o_proj / out_proj,
+// q / k / v, conv in_proj; not gate_up, the head or sliced K) take it.
+std::atomic<bool> pipe_rows64{env_int("LS_DECODE_PIPE_ROWS64", 0) != 0};
+constexpr int64_t kWindowL2Bytes = 32LL << 20;
 
 // Column groups per CTA for `columns` output columns (SwiGLU: F) of an m-row launch: about one CTA per SM (per
 // spread SMs above one row, up to one group a warp).
@@ -326,8 +331,30 @@ bool pipe_fits(const GemmArgs& args, bool swiglu) {
 }
 
 bool pipe_takes_window(const GemmArgs& args) {
-  return args.m > 16 && args.m <= kPipeMaxRows && pipe_rows32.load(std::memory_order_relaxed) && pipe_enabled() &&
-         pipe_fits(args, false);
+  if (args.m <= 16 || !pipe_rows32.load(std::memory_order_relaxed) || !pipe_enabled()) return false;
+  if (args.m <= kPipeMaxRows) return pipe_fits(args, false);
+  if (args.m > 2 * kPipeMaxRows || !pipe_rows64.load(std::memory_order_relaxed) ||
+      int64_t{args.n} * args.k * 2 > kWindowL2Bytes)
+    return false;
+  GemmArgs first = args;
+  first.m = kPipeMaxRows;
+  GemmArgs rest = args;
+  rest.m = args.m - kPipeMaxRows;
+  return pipe_fits(first, false) && pipe_fits(rest, false);
+}
+
+Status launch_pipe_window(const GemmArgs& args, cudaStream_t stream) {
+  const int fault = pipe_fault.load(std::memory_order_relaxed) ? 1 : 0;  // tests: the K walk reversed
+  for (int r0 = 0; r0 < args.m; r0 += kPipeMaxRows) {
+    GemmArgs part = args;
+    part.m = std::min(kPipeMaxRows, args.m - r0);
+    part.x += static_cast<int64_t>(r0) * args.k;
+    if (part.y_b16) part.y_b16 += static_cast<int64_t>(r0) * args.n;
+    if (part.y_f32) part.y_f32 += static_cast<int64_t>(r0) * args.n;
+    part.reverse_k = fault;
+    LS_RETURN_IF_ERROR(launch_pipe(-1, part, stream));
+  }
+  return ok_status();
 }
 
 Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream) {
@@ -446,6 +473,8 @@ void set_decode_pipe_spread(int spread) {
 int decode_pipe_spread() { return gemm_detail::pipe_spread.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_rows32(bool on) { gemm_detail::pipe_rows32.store(on, std::memory_order_relaxed); }
+void set_decode_pipe_rows64(bool on) { gemm_detail::pipe_rows64.store(on, std::memory_order_relaxed); }
+bool decode_pipe_rows64() { return gemm_detail::pipe_rows64.load(std::memory_order_relaxed); }
 bool decode_pipe_rows32() { return gemm_detail::pipe_rows32.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_fault_for_test(bool on) { gemm_detail::pipe_fault.store(on, std::memory_order_relaxed); }
