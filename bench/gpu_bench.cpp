@@ -35,7 +35,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/hash.h"
 #include "model/lfm2/cuda/cuda_target.h"
 #include "model/lfm2/cuda/state_kernels.h"
 #include "model/load.h"
@@ -49,6 +48,8 @@ using ls::gpu_bench::check;
 using ls::gpu_bench::copy_bandwidth;
 using ls::gpu_bench::cublas_prefill;
 using ls::gpu_bench::decode_gemm_table;
+using ls::gpu_bench::ms_since;
+using ls::gpu_bench::tokens_for;
 
 namespace {
 
@@ -72,14 +73,6 @@ struct Options {
   bool verify_profile = false;           // device ms by op kind of each verify window
   ls::gpu_bench::ArmsOptions arms;       // --arms: run them and stop
 };
-
-double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
-
-std::vector<int32_t> tokens_for(int count, uint64_t seed, int vocab) {
-  std::vector<int32_t> tokens(count);
-  for (int i = 0; i < count; ++i) tokens[i] = static_cast<int32_t>(splitmix64(seed * 7919 + i) % vocab);
-  return tokens;
-}
 
 // Milliseconds of one forward of `windows` then a commit of every row, median of `repeats`.
 double time_forward(Target& target, std::vector<Window> windows, int repeats, bool commit_all) {

@@ -7,7 +7,6 @@
 #include <map>
 #include <span>
 
-#include "base/hash.h"
 #include "bench_util.h"
 #include "compute/cuda/kernels.h"
 #include "gpu_bench_kernels.h"
@@ -16,7 +15,7 @@
 namespace ls::gpu_bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = std::chrono::steady_clock;  // gpu_bench_kernels.h: ms_since, tokens_for
 
 // What an arm sets: pipeline spread above one row, the one-window attention tile, taps wanted, taps by the norm.
 struct Arm {
@@ -56,20 +55,10 @@ void apply(lfm2::CudaTarget& target, const Arm& arm) {
   target.set_graphs(true);
 }
 
-std::vector<int32_t> tokens_for(int count, uint64_t seed, int vocab) {
-  std::vector<int32_t> tokens(count);
-  for (int i = 0; i < count; ++i) tokens[i] = static_cast<int32_t>(splitmix64(seed * 7919 + i) % vocab);
-  return tokens;
-}
-
 std::string cell(const char* format, double value) {
   char text[32];
   std::snprintf(text, sizeof text, format, value);
   return text;
-}
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
 // One arm's times on a fresh stream: [0] the decode step, then one per verify width (median of the repeats).

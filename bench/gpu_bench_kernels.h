@@ -2,11 +2,14 @@
 // floor, cuBLAS on a model's prefill projections, and the --decode-gemm table of the decode GEMM variants.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
+#include "base/hash.h"
 #include "base/status.h"
 #include "io/model_config.h"
 
@@ -16,6 +19,18 @@ inline void check(const Status& status, const char* what) {
   if (status.ok()) return;
   std::fprintf(stderr, "gpu_bench: %s: %s\n", what, status.to_string().c_str());
   std::exit(1);
+}
+
+// Milliseconds since `start` (steady clock).
+inline double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `count` token ids below `vocab`, a fixed function of the seed (prompts and windows of the benches).
+inline std::vector<int32_t> tokens_for(int count, uint64_t seed, int vocab) {
+  std::vector<int32_t> tokens(count);
+  for (int i = 0; i < count; ++i) tokens[i] = static_cast<int32_t>(splitmix64(seed * 7919 + i) % vocab);
+  return tokens;
 }
 
 // Device-to-device copy bandwidth (bytes read + written per second) over 1 GiB, median of 10.
