@@ -17,9 +17,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;  // gpu_bench_kernels.h: ms_since, tokens_for
 
-// What an arm sets: pipeline spread above one row, the one-window attention tile, taps wanted, taps by the norm.
+// What an arm sets: pipeline spread above one row, taps wanted, taps by the norm, 17..32 / 33..64-row windows.
 struct Arm {
-  int spread = 1, window_tile = 0;
+  int spread = 1;
   bool taps = false, taps_in_norm = false, rows32 = false, rows64 = false;
 };
 
@@ -30,7 +30,6 @@ Arm parse_arm(const std::string& name, const Arm& defaults) {
   for (size_t at = 0, plus; (plus = list.find('+', at)) != std::string::npos; at = plus + 1) {
     const std::string part = list.substr(at, plus - at);
     if (part.rfind("spread", 0) == 0) arm.spread = std::atoi(part.c_str() + 6);
-    else if (part.rfind("wtile", 0) == 0) arm.window_tile = std::atoi(part.c_str() + 5);
     else if (part == "taps") arm.taps = true;
     else if (part == "rows32") arm.rows32 = true;
     else if (part == "norows32") arm.rows32 = false;
@@ -49,7 +48,6 @@ void apply(lfm2::CudaTarget& target, const Arm& arm) {
   cuda::set_decode_pipe_spread(arm.spread);
   cuda::set_decode_pipe_rows32(arm.rows32);
   cuda::set_decode_pipe_rows64(arm.rows64);
-  lfm2::gpu::set_attention_window_tile(arm.window_tile);
   lfm2::CudaTarget::set_taps_in_norm(arm.taps_in_norm);
   target.set_graphs(false);  // drops the graphs captured under the other arm
   target.set_graphs(true);
@@ -120,12 +118,11 @@ bool parse_arms_flag(const std::string& flag, const std::string& value, ArmsOpti
 }
 
 void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
-  const int spread = cuda::decode_pipe_spread(), window_tile = lfm2::gpu::attention_window_tile();
+  const int spread = cuda::decode_pipe_spread();
   const bool taps_in_norm = lfm2::CudaTarget::taps_in_norm(), rows32 = cuda::decode_pipe_rows32();
   const bool rows64 = cuda::decode_pipe_rows64();
   Arm defaults;
   defaults.spread = spread;
-  defaults.window_tile = window_tile;
   defaults.taps_in_norm = taps_in_norm;
   defaults.rows32 = rows32;
   defaults.rows64 = rows64;
@@ -166,7 +163,6 @@ void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
   cuda::set_decode_pipe_spread(spread);
   cuda::set_decode_pipe_rows32(rows32);
   cuda::set_decode_pipe_rows64(rows64);
-  lfm2::gpu::set_attention_window_tile(window_tile);
   lfm2::CudaTarget::set_taps_in_norm(taps_in_norm);
   target.set_graphs(false);
   target.set_graphs(true);

@@ -1,7 +1,6 @@
 // Session 13's switches on whole targets: the pipeline GEMMs spread over fewer CTAs above one row
-// (set_decode_pipe_spread) and taking 17..32-row windows (set_decode_pipe_rows32), the one-window attention tile
-// (set_attention_window_tile), the taps written by the norm launch after a tapped layer (CudaTarget::set_taps_in_norm)
-// and 33..64-row forwards as two launches (set_decode_pipe_rows64): every row of windows of 1..16 rows and of
+// (set_decode_pipe_spread) and taking 17..32-row windows (set_decode_pipe_rows32), the taps written by the norm launch
+// after a tapped layer (CudaTarget::set_taps_in_norm) and 33..64-row forwards as two launches (set_decode_pipe_rows64): every row of windows of 1..16 rows and of
 // forwards of 2, 4 and 16 streams (up to 32, 64 and 256 rows) keeps the one-row bits of the old picks, taps included,
 // on the small dense / MoE targets (hidden 64: the norm's two-launch fallback carries the tap) and the nano target (the
 // one-launch norm); a planted fault (the norm writing the next tap slot) turns the taps red on both paths.
@@ -9,7 +8,6 @@
 
 #ifdef LS_HAVE_CUDA
 #include "cuda_target_test_util.h"
-#include "model/lfm2/cuda/state_kernels.h"
 
 namespace ls::lfm2 {
 namespace {
@@ -18,25 +16,24 @@ using namespace cuda_test;
 
 // The three switches set for one scope (graphs dropped at each change), then put back as they were.
 struct Switches13 {
-  Switches13(CudaTarget& target, int spread, int window_tile, bool taps_in_norm, bool rows32 = false)
-      : target(target), spread_before(cuda::decode_pipe_spread()), tile_before(gpu::attention_window_tile()),
-        taps_before(CudaTarget::taps_in_norm()), rows32_before(cuda::decode_pipe_rows32()) {
-    set(spread, window_tile, taps_in_norm, rows32);
+  Switches13(CudaTarget& target, int spread, bool taps_in_norm, bool rows32 = false)
+      : target(target), spread_before(cuda::decode_pipe_spread()), taps_before(CudaTarget::taps_in_norm()),
+        rows32_before(cuda::decode_pipe_rows32()) {
+    set(spread, taps_in_norm, rows32);
   }
   ~Switches13() {
     CudaTarget::set_taps_in_norm_fault_for_test(false);
-    set(spread_before, tile_before, taps_before, rows32_before);
+    set(spread_before, taps_before, rows32_before);
   }
-  void set(int spread, int window_tile, bool taps_in_norm, bool rows32) {
+  void set(int spread, bool taps_in_norm, bool rows32) {
     cuda::set_decode_pipe_spread(spread);
     cuda::set_decode_pipe_rows32(rows32);
-    gpu::set_attention_window_tile(window_tile);
     CudaTarget::set_taps_in_norm(taps_in_norm);
     target.set_graphs(false);
     target.set_graphs(true);
   }
   CudaTarget& target;
-  int spread_before, tile_before;
+  int spread_before;
   bool taps_before, rows32_before;
 };
 
@@ -81,10 +78,10 @@ std::vector<std::unique_ptr<Target>> targets_under_test() {
 TEST(CudaTarget, TheSession13SwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndStream) {
   LS_SKIP_WITHOUT_DEVICE();
   struct Arm {
-    int spread, window_tile;
-    bool taps_in_norm;
+    int spread;
+    bool taps_in_norm, rows32;
   };
-  const Arm arms[] = {{2, 0, false}, {4, 0, false}, {1, 8, false}, {1, 16, false}, {1, 0, true}, {2, 16, true}};
+  const Arm arms[] = {{2, false, false}, {4, false, false}, {1, true, false}, {1, false, true}, {2, true, true}};
   int checked = 0;
   for (const std::unique_ptr<Target>& target : targets_under_test()) {
     auto* cuda_target = dynamic_cast<CudaTarget*>(target.get());
@@ -92,22 +89,22 @@ TEST(CudaTarget, TheSession13SwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndStre
     const std::vector<int32_t> tokens = testing::random_tokens(40, 7, target->facts().vocab_size);
     std::vector<RowBits> oracle;
     {
-      const Switches13 defaults(*cuda_target, 1, 0, false);
+      const Switches13 defaults(*cuda_target, 1, false);
       oracle = one_row_oracle(*target, 1, tokens, stream_sampling(1));
     }
     for (const Arm& arm : arms) {
-      const Switches13 on(*cuda_target, arm.spread, arm.window_tile, arm.taps_in_norm);
+      const Switches13 on(*cuda_target, arm.spread, arm.taps_in_norm, arm.rows32);
       EXPECT_EQ(width_mismatches(*target, tokens, oracle), 0)
-          << "target " << checked << ", spread " << arm.spread << ", window tile " << arm.window_tile
-          << (arm.taps_in_norm ? ", taps in the norm" : "");
+          << "target " << checked << ", spread " << arm.spread << (arm.taps_in_norm ? ", taps in the norm" : "")
+          << (arm.rows32 ? ", rows32" : "");
     }
     for (const bool rows32 : {false, true}) {
-      const Switches13 all(*cuda_target, 2, 16, true, rows32);
+      const Switches13 all(*cuda_target, 2, true, rows32);
       EXPECT_EQ(check_many_streams(*target, 16, 24, 16), 256) << "target " << checked << (rows32 ? ", rows32" : "");
       EXPECT_EQ(check_many_streams(*target, 2, 40, 16), 32) << "target " << checked << (rows32 ? ", rows32" : "");
     }
     {  // 33..64-row forwards as two pipeline launches
-      const Switches13 all(*cuda_target, 2, 0, true, true);
+      const Switches13 all(*cuda_target, 2, true, true);
       const bool rows64 = cuda::decode_pipe_rows64();
       cuda::set_decode_pipe_rows64(true);
       cuda_target->set_graphs(false);
@@ -129,10 +126,10 @@ TEST(CudaTarget, APlantedTapSlotFaultUnderTapsInTheNormTurnsTheTapsRed) {
     const std::vector<int32_t> tokens = testing::random_tokens(24, 9, target->facts().vocab_size);
     std::vector<RowBits> oracle;
     {
-      const Switches13 defaults(*cuda_target, 1, 0, false);
+      const Switches13 defaults(*cuda_target, 1, false);
       oracle = one_row_oracle(*target, 1, tokens, stream_sampling(1));
     }
-    const Switches13 on(*cuda_target, 1, 0, true);
+    const Switches13 on(*cuda_target, 1, true);
     CudaTarget::set_taps_in_norm_fault_for_test(true);
     cuda_target->set_graphs(false);
     cuda_target->set_graphs(true);

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -59,10 +58,6 @@ std::atomic<int> bench_splits{0};
 // there since H200 batch s10final (with the early ShortConv and the final gather norm 0.892-0.893 ms against
 // 0.932-0.938 for the three old launches, three pairs); false (tests only) runs the plain instance as its reference
 std::atomic<bool> attention_early{true};
-std::atomic<int> window_tile{[] {
-  const char* value = std::getenv("LS_ATTENTION_WINDOW_TILE");
-  return value == nullptr ? 0 : std::max(0, std::atoi(value));
-}()};
 
 }  // namespace
 
@@ -73,10 +68,6 @@ void set_attention_splits_for_bench(int splits) { bench_splits.store(splits); }
 void set_attention_tiles_early(bool on) { attention_early.store(on); }
 
 bool attention_tiles_early() { return attention_early.load(); }
-
-void set_attention_window_tile(int rows) { window_tile.store(std::max(0, rows)); }
-
-int attention_window_tile() { return window_tile.load(); }
 
 
 AttentionKernel attention_kernel() { return static_cast<AttentionKernel>(chosen_kernel.load()); }
@@ -113,10 +104,7 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
   // Rows per CTA: the most that still gives two waves of CTAs (fewer rows per CTA read the keys more often but run
   // in parallel). Any choice gives the same bits. Four warps always: those without pairs help stage the blocks.
   int tile = tiling.tile_rows;
-  const int one_window_tile = tiling.window_count == 1 ? std::min(window_tile.load(), most) : 0;
-  if (tile == 0 && one_window_tile > 0) {
-    tile = one_window_tile;
-  } else if (tile == 0) {
+  if (tile == 0) {
     tile = most;
     while (tile > 1 && ((rows + tile - 1) / tile) * shape.kv_heads < 2LL * sm_count()) tile = tile / 2;
   }
@@ -164,10 +152,10 @@ Status attention_tiles(const bf16* q, int64_t rows, const int32_t* row_window, c
 
 Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                  const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
-                 const AttentionScratch& scratch, int window_count) {
+                 const AttentionScratch& scratch) {
   if (attention_kernel() == AttentionKernel::Tiles && attention_tiles_supported(shape))
     return attention_tiles(q, rows, row_window, windows, pages, shape, layer, out, stream,
-                           {0, false, bench_splits.load(), false, window_count}, scratch);
+                           {0, false, bench_splits.load(), false}, scratch);
   return attention_rows(q, rows, row_window, windows, pages, shape, layer, out, stream);
 }
 

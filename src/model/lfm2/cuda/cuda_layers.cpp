@@ -302,8 +302,7 @@ Status CudaTarget::mixer_attention(int layer, int64_t rows, const Meta& meta, co
   LS_RETURN_IF_ERROR(mark("elementwise"));
   const gpu::AttentionScratch scratch{attn_states_.data(), static_cast<int64_t>(attn_states_.size())};
   LS_RETURN_IF_ERROR(twice(StepOp::Attention, [&] {
-    return gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_, scratch,
-                          forward_windows_);
+    return gpu::attention(q_.data(), rows, row_window, windows, pages, kv_shape_, kv, attn_.data(), stream_, scratch);
   }));
   LS_RETURN_IF_ERROR(mark("attention"));
   LS_RETURN_IF_ERROR(

@@ -43,7 +43,6 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   bool any_taps = false;
   for (const Window& window : windows) any_taps = any_taps || window.want_taps;
   tap_this_forward_ = tap_count > 0 && any_taps;
-  forward_windows_ = static_cast<int>(windows.size());
   // Room first (slots, pages), so a refusal changes nothing.
   int new_streams = 0;
   int64_t pages_needed = 0;

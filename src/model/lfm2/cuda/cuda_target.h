@@ -171,7 +171,6 @@ class CudaTarget final : public Target {
   std::vector<int32_t>* expert_trace_ = nullptr;
   bool profiling_ = false;
   bool profile_roles_ = false;
-  int forward_windows_ = 0;  // windows of the forward being enqueued (the attention's one-window tile)
   std::vector<std::pair<cudaEvent_t, const char*>> marks_;  // this forward's events
   std::vector<cudaEvent_t> spare_events_;
   std::vector<std::pair<std::string, double>> profile_;

@@ -62,12 +62,7 @@ struct AttentionScratch {
 };
 Status attention(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                  const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream,
-                 const AttentionScratch& scratch = {}, int window_count = 0);
-// Rows per CTA of the tile kernel in forwards of one window (a stream's verify window; 0: the automatic rule, which
-// takes one row per CTA below 34 rows, so a 10-row window runs 10 CTAs a KV head that each stage the same keys);
-// session 13's switch LS_ATTENTION_WINDOW_TILE. Any tile gives the same bits; drop captured graphs after a change.
-void set_attention_window_tile(int rows);
-int attention_window_tile();
+                 const AttentionScratch& scratch = {});
 
 // Keys per chunk of the tile kernel (absolute positions [128 c, 128 c + 128)): every row's softmax state is built
 // per chunk and the chunk states are folded in chunk order (M = max; L = L a + l b; O = O a + o b with
@@ -105,7 +100,6 @@ struct AttentionTiling {
   bool fault_swap_first_blocks = false;
   int splits = 0;
   bool fault_early_chunk_edges = false;
-  int window_count = 0;  // the forward's windows (0: unknown): one window takes attention_window_tile() rows a CTA
 };
 Status attention_rows(const bf16* q, int64_t rows, const int32_t* row_window, const WindowInfo* windows,
                       const int32_t* pages, const KvShape& shape, KvLayer layer, bf16* out, cudaStream_t stream);
