@@ -4,9 +4,7 @@
 #include "draft/dspark/shared_steps.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <limits>
 #include <utility>
 
@@ -59,18 +57,7 @@ ThreadPool* shared_pool(const Target& target, int threads) {
   return threads > 1 && pool != nullptr && pool->size() == threads ? pool : nullptr;
 }
 
-std::atomic<bool>& int8_head_setting() {
-  static std::atomic<bool> on{[] {
-    const char* text = std::getenv("LS_DRAFTER_INT8_HEAD");
-    return text && text[0] == '1';
-  }()};
-  return on;
-}
-
 }  // namespace
-
-bool set_int8_head(bool on) { return int8_head_setting().exchange(on); }
-bool int8_head() { return int8_head_setting().load(); }
 
 DsparkDrafter::DsparkDrafter(DsparkConfig config, DsparkWeights weights, const Target& target,
                              const DrafterOptions& options)
@@ -96,9 +83,7 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config
   LS_RETURN_IF_ERROR(check_draft_bits(options.bits));
   LS_RETURN_IF_ERROR(check_draft_fits_target(config, target.facts()));
   // Only where the w8a8 kernel runs: elsewhere the int8 GEMM widens codes to fp32 and the bf16 head is faster.
-  // The int8 head alone only for bf16 passes (fp32 is the parity reference).
-  const bool bf16_pass = options.mode == compute::NumericMode::Bf16;
-  if ((options.bits == 8 || (int8_head() && bf16_pass)) && compute::cpu_features().avx512_vnni)
+  if (options.bits == 8 && compute::cpu_features().avx512_vnni)
     LS_RETURN_IF_ERROR(quantize_target_head(weights, config, target, steps));
   pack_draft_weights(weights);  // the panels the AVX-512 kernels stream (no-op elsewhere and for int8 matrices)
   LS_RETURN_IF_ERROR(steps.step("drafter state"));
@@ -129,9 +114,7 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::load(const std::string& di
   drafter->loader_peak_bytes_ = loader_peak;
   log_info("drafter: DSpark %d layers, block %d, markov rank %d, %s weights (%.1f MiB), loader peak %.1f MiB",
            config.num_layers, config.block_size, config.markov_rank,
-           options.bits == 8         ? "int8 per-row (--drafter-bits 8)"
-           : drafter->weights_.head.quantized() ? "bf16 as stored with an int8 head (LS_DRAFTER_INT8_HEAD)"
-                                                : "bf16 as stored (--drafter-bits 0)",
+           options.bits == 8 ? "int8 per-row (--drafter-bits 8)" : "bf16 as stored (--drafter-bits 0)",
            weight_bytes / 1048576.0, loader_peak / 1048576.0);
   return drafter;
 }

@@ -17,13 +17,6 @@
 
 namespace ls::dspark {
 
-// LS_DRAFTER_INT8_HEAD=1 at start, or set_int8_head(true) before a load: a bf16 drafter (--drafter-bits 0, bf16 mode)
-// on a CPU with AVX-512 VNNI takes the int8 head of --drafter-bits 8 as well (the target's tied embedding quantized
-// per row, w8a8), so a shallow pass reads 3.1 MB there instead of the target's 6.3 MB bf16 head (nano pair). Off by
-// default; it changes only what the drafter proposes. set_int8_head returns the previous setting.
-bool set_int8_head(bool on);
-bool int8_head();
-
 class DsparkDrafter final : public Drafter {
  public:
   // Takes loaded weights; reserves scratch and warms up as counted init steps (`steps` continues the loader's).
