@@ -282,8 +282,11 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   PersistentHandoff persistent_handoff() const { return persistent_handoff_; }
-  // The persistent scan's prefetches (session 13, off; LS_DRAFTER_SCAN_PREFETCH=1 at load): each CTA asks L2 for
-  // its best's W1 row before the handoff, CTA 0 loads the confidences at once before the records. The same bits.
+  // The persistent scan's prefetches (session 13): each CTA asks L2 for its best's W1 row before the handoff, the
+  // tail waits only for the CTAs that computed a confidence, CTA 0 loads the confidences at once and keeps the
+  // records' status and running chance in registers. The same bits. On by default since batch s13B's interleaved
+  // rounds (1 stream, depth 9: scan 0.1354 -> 0.1335 ms, the records 5.18 -> 2.66 us); LS_DRAFTER_SCAN_PREFETCH=0 at
+  // load or false here is the old tail (for the final batch's look; remove next).
   void set_scan_prefetch(bool on) {
     scan_prefetch_ = on;
     graphs_.clear();
@@ -291,7 +294,8 @@ class CudaDsparkDrafter final : public Drafter {
   bool scan_prefetch() const { return scan_prefetch_; }
   // W2 rows each lane of the one-request persistent scan holds in registers, 3 (session 5) or 2 (session 13, no
   // register spills; LS_DRAFTER_SCAN_REGISTER_ROUNDS=2 at load): batch s13A's phase clocks put 7.5 us of a 12.1 us
-  // slot in the dot, where its arithmetic takes ~1.5. The same bits (the rows' order and the dot's are unchanged).
+  // slot in the dot, where its arithmetic takes ~1.5. The same bits. Lost in batch s13B (the dot 7.75 vs 7.63 us: not
+  // the spills; scan 0.1367 vs 0.1354 ms): off, to be removed.
   void set_scan_register_rounds(int rounds);
   int scan_register_rounds() const { return scan_register_rounds_; }
   // Tests only: the flagged combine leaves out the words of the odd-numbered CTAs (a combine that misses picks must
@@ -408,7 +412,7 @@ class CudaDsparkDrafter final : public Drafter {
   std::optional<bool> persistent_scan_pin_;
   PersistentHandoff persistent_handoff_ = PersistentHandoff::Flags;  // since batch s8A (below)
   bool batched_loads_ = true;                                         // since batch s8A (below)
-  bool scan_prefetch_ = false;
+  bool scan_prefetch_ = true;  // since batch s13B (below)
   int scan_register_rounds_ = kDefaultSingleRegisterRounds;
   bool scan_planted_drop_ = false;
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
