@@ -133,17 +133,23 @@ TEST(CudaDecodeRows32, ThirtyThreeToSixtyFourRowWindowsAsTwoLaunchesKeepTheOneRo
         ASSERT_TRUE(engine.gemm(x.data(), m, matrix, y.data(), nullptr, nullptr).ok());
         EXPECT_EQ(differing_rows(download(y, m * n), want, m, n), 0) << "N " << n << " m " << m << " rows64 " << on;
       }
-      // The pipeline's reversed K walk shows only where the two launches ran.
+      // The pipeline's reversed K walk shows only where the two launches ran (fp32 out: a bf16 rounding hides most
+      // order changes; s13B saw 29..43 of 48 bf16 rows differ), in rows of both launches.
+      auto clean = poisoned<float>(48 * n), faulty = poisoned<float>(48 * n);
+      ASSERT_TRUE(engine.gemm(x.data(), 48, matrix, nullptr, clean.data(), nullptr).ok());
       set_decode_pipe_fault_for_test(true);
-      auto faulty = poisoned<bf16>(48 * n);
-      const Status status = engine.gemm(x.data(), 48, matrix, faulty.data(), nullptr, nullptr);
+      const Status status = engine.gemm(x.data(), 48, matrix, nullptr, faulty.data(), nullptr);
       set_decode_pipe_fault_for_test(false);
       ASSERT_TRUE(status.ok()) << status.message();
-      const int differ = differing_rows(download(faulty, 48 * n), want, 48, n);
+      const std::vector<float> a = download(clean, 48 * n), b = download(faulty, 48 * n);
+      int first_half = 0, second_half = 0;
+      for (int64_t r = 0; r < 48; ++r)
+        (r < 32 ? first_half : second_half) += std::memcmp(a.data() + r * n, b.data() + r * n, sizeof(float) * n) != 0;
       if (on) {
-        EXPECT_EQ(differ, 48) << "N " << n << ": the fault went unseen in the two launches";
+        EXPECT_GT(first_half, 16) << "N " << n << ": the fault went unseen in the first launch (32 rows)";
+        EXPECT_GT(second_half, 8) << "N " << n << ": the fault went unseen in the second launch (16 rows)";
       } else {
-        EXPECT_EQ(differ, 0) << "N " << n << ": 48 rows took the pipeline without the switch";
+        EXPECT_EQ(first_half + second_half, 0) << "N " << n << ": 48 rows took the pipeline without the switch";
       }
     }
   }
