@@ -16,7 +16,7 @@ struct ArmGuard {
   ~ArmGuard() { set_small_m_kernel(-1); }
 };
 
-constexpr int kArms[] = {0, 1, 2, 3, 7};  // 7: the default with every chunk's opening weights fetched first
+constexpr int kArms[] = {0, 1, 2, 3};
 
 TEST(OpsSmallM, EveryArmGivesEveryWindowRowTheBitsOfItsOneRowCallPackedAndRowMajor) {
   if (!cpu_features().avx512_bf16) GTEST_SKIP() << "no AVX-512 BF16: the small-M arms do not run";

@@ -90,10 +90,7 @@ bool many_rows_chunked() { return g_many_rows_chunked.load(std::memory_order_rel
 // default since the quiet-host A/B of the ninth session (nano pair, 2 threads, 1-stream rounds interleaved: verify 8 +
 // pass 7 2.009 -> 1.942 ms, verify 4 + pass 3 1.539 -> 1.478, verify 2 + pass 1 1.453 -> 1.346; docs/benchmarks.md).
 // Fixed row groups per window width (session 9, bits 4 / 8) lost in 2-thread rounds and are gone (docs/benchmarks.md).
-// kSmallMLead (session 13, off): every claimed chunk of a few-row call first fetches the opening kRunLeadBytes of
-// its weights (each matrix's run) into L1, so a thread's stream that starts cold (its share mid-matrix, a stolen chunk)
-// does not wait a few misses for the hardware prefetcher; 2 threads lose 3.5-6 us a call against an even split.
-constexpr int kSmallMChunks = 1, kSmallMPanels = 2, kSmallMLead = 4;
+constexpr int kSmallMChunks = 1, kSmallMPanels = 2;
 constexpr int kSmallMDefault = kSmallMChunks | kSmallMPanels;
 constexpr int64_t kMinWindowChunkBytes = 16 * 1024;
 std::atomic<int> g_small_m{[] {
@@ -101,11 +98,6 @@ std::atomic<int> g_small_m{[] {
   return text ? std::atoi(text) : kSmallMDefault;
 }()};
 bool small_m(int option) { return (g_small_m.load(std::memory_order_relaxed) & option) != 0; }
-
-// kSmallMLead: the opening kRunLeadBytes of a chunk's weight run from `start` fetched into L1.
-void fetch_run_lead(const char* start) {
-  for (int64_t offset = 0; offset < kRunLeadBytes; offset += 64) _mm_prefetch(start + offset, _MM_HINT_T0);
-}
 
 // Weight bytes per claimed chunk for a few-row call of `rows` rows.
 int64_t window_chunk_bytes(int64_t rows) {
@@ -349,7 +341,6 @@ bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, co
       std::max(kColumnChunk, window_chunk_bytes(rows) / (2 * K) / kColumnChunk * kColumnChunk);
   const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
   std::vector<Best> chunk_best(chunks * rows);
-  const bool lead = small_m(kSmallMLead);
   auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
     thread_local std::vector<float> outputs;  // [rows, chunk columns]
     for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
@@ -357,7 +348,6 @@ bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, co
       const int64_t width = col_end - col_begin;
       outputs.resize(rows * width);
       const Matrix slice = column_slice(w, col_begin, col_end);
-      if (lead && slice.packed) fetch_run_lead(reinterpret_cast<const char*>(slice.packed));
       run_columns(prepare(slice, x, kinds.x_bf16, outputs.data()), kinds.is_bf16, rows, round, 0, width);
       for (int64_t row = 0; row < rows; ++row)
         chunk_best[chunk * rows + row] = best_of(outputs.data() + row * width, width, static_cast<int32_t>(col_begin));
@@ -416,7 +406,6 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
     chunks += (ws[i].rows + chunk_columns - 1) / chunk_columns;
   }
   const size_t count = ws.size();
-  const bool lead = streaming && small_m(kSmallMLead);
   // Chunks [chunk_begin, chunk_end) of the group, matrix by matrix.
   auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
     for (size_t i = 0; i < count; ++i) {
@@ -425,7 +414,6 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
       const int64_t begin = std::max(chunk_begin, m.first_chunk), end = std::min(chunk_end, last);
       if (begin >= end) continue;
       const int64_t N = m.w->rows;
-      if (lead && m.w->b16) fetch_run_lead(m.bf16_tiles.weight_bytes((begin - m.first_chunk) * chunk_columns));
       run_columns(m, is_bf16, rows, round, (begin - m.first_chunk) * chunk_columns,
                   std::min(N, (end - m.first_chunk) * chunk_columns));
     }
@@ -469,15 +457,14 @@ bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t ro
   std::array<Prepared, kMaxGroup> prepared;
   for (int64_t i = 0; i < count; ++i) prepared[i] = prepare(ws[i], x, kinds.x_bf16, ys[i], ldy);
   const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
-  const bool lead = small_m(kSmallMLead);
   ctx.pool->parallel_chunks(chunks, [&](int, int64_t chunk, int64_t) {
     const int64_t col_begin = chunk * chunk_columns, col_end = std::min(N, col_begin + chunk_columns);
     // The chunk reads one run of weights per matrix: the first lines of the later runs are fetched ahead, so each
     // run after the first does not start on a cold stream (the hardware prefetcher needs a few misses to lock on).
-    for (int64_t i = lead ? 0 : 1; i < count; ++i) {
+    for (int64_t i = 1; i < count; ++i) {
       if (!ws[i].b16) continue;
       const char* start = prepared[i].bf16_tiles.weight_bytes(col_begin);
-      fetch_run_lead(start);
+      for (int64_t offset = 0; offset < kRunLeadBytes; offset += 64) _mm_prefetch(start + offset, _MM_HINT_T0);
     }
     for (int64_t i = 0; i < count; ++i) run_columns(prepared[i], kinds.is_bf16, rows, round, col_begin, col_end);
     then(col_begin, col_end);

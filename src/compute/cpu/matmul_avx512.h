@@ -35,9 +35,8 @@ void set_verify_prefetch(int64_t unprefetched_rows, int64_t groups);
 
 // The few-row kernel's options, a mask for A/B timing (the same bits): 1 = verify windows of r rows claim chunks r
 // times smaller (r up to 8) and prefetch past a chunk's end, 2 = rows against packed weights run whole panels in one
-// call (no tile call per panel), 4 = every claimed chunk first fetches the opening 2 KiB of its weights; 0 = none
-// (the eighth session's kernel); -1 = the default (3). Returns the previous mask. LS_CPU_SMALL_M=<mask> at start sets
-// it too.
+// call (no tile call per panel); 0 = none (the eighth session's kernel); -1 = the default (3). Returns the previous
+// mask. LS_CPU_SMALL_M=<mask> at start sets it too.
 int set_small_m_kernel(int arm);
 
 // Whether many-row calls (more than a verify window's rows) split their column chunks statically per matrix (default)
