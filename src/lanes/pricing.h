@@ -172,8 +172,10 @@ struct PricingOptions {
   // for 11-15 passes (0.81-0.87x). Rounds of several streams are left out (one clock time for several streams'
   // windows). Greedy streams are left out too: in H200 batch s13A the rule stopped the nano pair's greedy stream after
   // its first windows (64 tokens 1.75x -> 0.93x, 256 tokens 2.69x -> 0.97x) while the sampled one went 0.83-0.86x ->
-  // 0.95x. lanes_bench --loss-stop on|off.
-  bool stop_on_measured_loss = false;
+  // 0.95x. The default since H200 batch s13B (alternated A B B A, nano seeded sampled 64 tokens, 1 stream, 5 repeats:
+  // 0.936 / 0.957x with 6-7 passes against 0.862 / 0.847x with 10; greedy 1 stream with the rule 1.91x at 64 tokens
+  // and 2.75x at 256, as gpu-check's 1.80 / 2.82x). lanes_bench --loss-stop on|off.
+  bool stop_on_measured_loss = true;
   int loss_stop_rounds = 3;
   // Thirteenth session (lanes14). The exploration gate's one-off priced at what it costs where the target says so: a
   // target that runs on a CPU pool captures no graphs, so a new forward shape costs it nothing extra (the gate
