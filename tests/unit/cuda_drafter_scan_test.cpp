@@ -232,10 +232,10 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
     // 6 graphed passes: the block pass and the scan each captured at the second and replayed from then on.
     EXPECT_EQ(gpu->graph_replays() - replays_before, 2 * 5);
   }
-  // Planted: the flagged combine leaving out the odd-numbered CTAs' words (half the vocabulary) at 2 register rounds
-  // drafts other tokens (the comparison sees a combine that misses picks).
+  // Planted: the flagged combine leaving out the odd-numbered CTAs' words (half the vocabulary) drafts other tokens
+  // (the comparison sees a combine that misses picks).
   {
-    set_scan_arm(*gpu, ScanArm{PersistentHandoff::Flags, true, 2});
+    set_scan_arm(*gpu, ScanArm{PersistentHandoff::Flags, true});
     gpu->set_graphs(false);
     gpu->set_scan_planted_drop(true);
     int differing = 0;
@@ -251,7 +251,7 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
   }
   // The phase clocks (drafter_bench ":ph", session 13) only measure: the same drafts, every phase counted.
   {
-    set_scan_arm(*gpu, ScanArm{PersistentHandoff::Flags, false, 3});
+    set_scan_arm(*gpu, ScanArm{PersistentHandoff::Flags, false});
     gpu->set_graphs(false);
     DraftRequest single = requests[0];
     single.depth = c.block_size;

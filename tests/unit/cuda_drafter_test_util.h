@@ -87,29 +87,25 @@ inline Pair read_pair(const std::filesystem::path& target_dir, const std::filesy
 }
 
 // A CUDA drafter's options for up to `max_streams` streams.
-// The persistent scan's arms the scan tests run: both handoffs, and (session 13) the flagged one with the scan
-// prefetches and with 2 register rounds; each arm's name for the traces.
+// The persistent scan's arms the scan tests run: both handoffs, and (session 13) each with the scan prefetches;
+// each arm's name for the traces.
 struct ScanArm {
   cuda::PersistentHandoff handoff;
   bool prefetch;
-  int register_rounds;
   std::string name() const {
     std::string text = handoff == cuda::PersistentHandoff::Counter ? "counter handoff" : "flagged handoff";
     if (prefetch) text += ", prefetches";
-    text += register_rounds == 2 ? ", 2 register rounds" : ", 3 register rounds";
     return text;
   }
 };
 inline std::vector<ScanArm> scan_arms() {
   using cuda::PersistentHandoff;
-  return {{PersistentHandoff::Counter, false, 3}, {PersistentHandoff::Flags, false, 3},
-          {PersistentHandoff::Flags, true, 3},    {PersistentHandoff::Flags, false, 2},
-          {PersistentHandoff::Flags, true, 2},    {PersistentHandoff::Counter, true, 2}};
+  return {{PersistentHandoff::Counter, false}, {PersistentHandoff::Flags, false},
+          {PersistentHandoff::Flags, true}, {PersistentHandoff::Counter, true}};
 }
 inline void set_scan_arm(CudaDsparkDrafter& drafter, const ScanArm& arm) {
   drafter.set_persistent_handoff(arm.handoff);
   drafter.set_scan_prefetch(arm.prefetch);
-  drafter.set_scan_register_rounds(arm.register_rounds);
 }
 
 inline DrafterOptions cuda_options(int max_streams = 8) {

@@ -107,9 +107,6 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;
   }
   pin("LS_DRAFTER_SCAN_PREFETCH", d.scan_prefetch_);
-  if (const char* rounds = std::getenv("LS_DRAFTER_SCAN_REGISTER_ROUNDS"); rounds && *rounds) {
-    d.scan_register_rounds_ = std::atoi(rounds) == 2 ? 2 : kDefaultSingleRegisterRounds;
-  }
   if (const char* megabytes = std::getenv("LS_DRAFTER_L2_PREFETCH_MB"); megabytes && *megabytes) {
     d.l2_prefetch_bytes_ = std::max<int64_t>(0, std::atoll(megabytes)) << 20;
   }
@@ -173,7 +170,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   {
     // The persistent scan's plans (none where the shape or the device cannot take it) and their scratch.
     const ScanShape shape = d.scan_shape();
-    d.scan_plans_[0] = persistent_scan_plan(shape, 1, d.scan_register_rounds_);
+    d.scan_plans_[0] = persistent_scan_plan(shape, 1);
     d.scan_plans_[1] = persistent_scan_plan(shape, kPersistentScanGroup);
     int64_t partials = 0;
     for (const PersistentScanPlan& plan : d.scan_plans_) {

@@ -292,12 +292,6 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   bool scan_prefetch() const { return scan_prefetch_; }
-  // W2 rows each lane of the one-request persistent scan holds in registers, 3 (session 5) or 2 (session 13, no
-  // register spills; LS_DRAFTER_SCAN_REGISTER_ROUNDS=2 at load): batch s13A's phase clocks put 7.5 us of a 12.1 us
-  // slot in the dot, where its arithmetic takes ~1.5. The same bits. Lost in batch s13B (the dot 7.75 vs 7.63 us: not
-  // the spills; scan 0.1367 vs 0.1354 ms): off, to be removed.
-  void set_scan_register_rounds(int rounds);
-  int scan_register_rounds() const { return scan_register_rounds_; }
   // Tests only: the flagged combine leaves out the words of the odd-numbered CTAs (a combine that misses picks must
   // draft other tokens).
   void set_scan_planted_drop(bool on) {
@@ -413,7 +407,6 @@ class CudaDsparkDrafter final : public Drafter {
   PersistentHandoff persistent_handoff_ = PersistentHandoff::Flags;  // since batch s8A (below)
   bool batched_loads_ = true;                                         // since batch s8A (below)
   bool scan_prefetch_ = true;  // since batch s13B (below)
-  int scan_register_rounds_ = kDefaultSingleRegisterRounds;
   bool scan_planted_drop_ = false;
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy

@@ -305,13 +305,6 @@ ScanShape CudaDsparkDrafter::scan_shape() const {
   return ScanShape{c.vocab_size, c.markov_rank, c.hidden_size, c.block_size, c.has_confidence};
 }
 
-void CudaDsparkDrafter::set_scan_register_rounds(int rounds) {
-  scan_register_rounds_ = rounds == 2 ? 2 : kDefaultSingleRegisterRounds;
-  // The same grid and ids (so the same scratch); a plan the device refused, or a kernel turned off, stays off.
-  if (scan_plans_[0].grid > 0) scan_plans_[0] = persistent_scan_plan(scan_shape(), 1, scan_register_rounds_);
-  graphs_.clear();
-}
-
 bool CudaDsparkDrafter::persistent_scan(int count, bool all_greedy) const {
   const PersistentScanPlan& plan = scan_plans_[count <= 1 ? 0 : 1];
   if (!all_greedy || plan.grid == 0 || scratch_.persistent_partials.size() == 0) return false;

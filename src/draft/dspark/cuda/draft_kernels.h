@@ -347,16 +347,11 @@ struct PersistentScanPlan {
   int ids_per_cta = 0;  // vocab ids per CTA, a multiple of 32
   int held_rounds = 0;  // 32-row rounds of W2 a CTA holds in shared memory (the rest: registers, then L2)
   int group = 0;        // requests the kernel takes: 1, or kPersistentScanGroup
-  int register_rounds = 0;  // 32-row rounds of W2 each lane holds in registers
   size_t shared_bytes = 0;
   bool keyed = false;   // the keyed instances (markov_scan_persistent `keyed`) are resident at this plan too
 };
 // The plan for `count` requests on the current device (grid 0 when the shape or the device cannot take it).
-// `single_register_rounds` (one request; session 13): 3 (session 5's kernel) or 2 (no register spills: batch s13A's
-// phase clocks put 7.5 us of a 12.1 us slot in the dot).
-inline constexpr int kDefaultSingleRegisterRounds = 3;
-PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count,
-                                        int single_register_rounds = kDefaultSingleRegisterRounds);
+PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count);
 // How a slot's CTA picks meet (the same bits either way): Counter (session 5) writes each partial, fences, adds to
 // one counter that thread 0 of every CTA spins on, then reads all partials; Flags (session 8) writes each CTA's
 // pick as one 64-bit word (arrived bit, non-finite bit, id, value) with no fence, and every thread of every CTA

@@ -341,8 +341,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   clocks.tail();
 }
 
-// The kernel for a group size: 1 request (kDefaultSingleRegisterRounds register rounds, or 2: session 13's switch)
-// or up to kPersistentScanGroup (2).
+// The kernel for a group size: 1 request (3 register rounds; session 13's 2 rounds, without spills, lost in batch
+// s13B: the dot's cost is not the spills) or up to kPersistentScanGroup (2).
+constexpr int kSingleRegisterRounds = 3;
 constexpr int kGroupRegisterRounds = 2;
 
 using PersistentKernel = void (*)(ScanStepInputs, ScanShape, int, int, unsigned int*);
@@ -353,20 +354,15 @@ PersistentKernel persistent_kernel_for(PersistentHandoff handoff) {
                                                 : persistent_scan_kernel<G, RegisterRounds, true, Keyed>;
 }
 
-PersistentKernel persistent_kernel(bool single, int register_rounds, PersistentHandoff handoff, bool keyed) {
-  constexpr int kG = kPersistentScanGroup, kR = kGroupRegisterRounds;
-  if (!single) {
-    return keyed ? persistent_kernel_for<kG, kR, true>(handoff) : persistent_kernel_for<kG, kR, false>(handoff);
-  }
-  if (register_rounds == 2) {
-    return keyed ? persistent_kernel_for<1, 2, true>(handoff) : persistent_kernel_for<1, 2, false>(handoff);
-  }
-  return keyed ? persistent_kernel_for<1, 3, true>(handoff) : persistent_kernel_for<1, 3, false>(handoff);
+PersistentKernel persistent_kernel(bool single, PersistentHandoff handoff, bool keyed) {
+  constexpr int kG = kPersistentScanGroup, kS = kSingleRegisterRounds, kR = kGroupRegisterRounds;
+  if (keyed) return single ? persistent_kernel_for<1, kS, true>(handoff) : persistent_kernel_for<kG, kR, true>(handoff);
+  return single ? persistent_kernel_for<1, kS, false>(handoff) : persistent_kernel_for<kG, kR, false>(handoff);
 }
 
 }  // namespace
 
-PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count, int single_register_rounds) {
+PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   PersistentScanPlan plan;
   if (!fused_scan_supported(shape) || count < 1 || count > kPersistentScanGroup || shape.vocab <= 0 ||
       shape.vocab >= (int64_t{1} << 30)) {
@@ -382,7 +378,7 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count, int s
   }
   const bool single = count == 1;
   const int group = single ? 1 : kPersistentScanGroup;
-  const int register_rounds = !single ? kGroupRegisterRounds : single_register_rounds == 2 ? 2 : 3;
+  const int register_rounds = single ? kSingleRegisterRounds : kGroupRegisterRounds;
   // Two CTAs per SM; each CTA's ids a whole number of 32-row rounds.
   const int64_t wanted = 2 * static_cast<int64_t>(sms);
   const int64_t per_cta = (shape.vocab + wanted - 1) / wanted;
@@ -392,7 +388,7 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count, int s
   constexpr int kKernels = 4;
   constexpr PersistentHandoff kHandoffs[2] = {PersistentHandoff::Counter, PersistentHandoff::Flags};
   PersistentKernel kernels[kKernels] = {};
-  for (int k = 0; k < kKernels; ++k) kernels[k] = persistent_kernel(single, register_rounds, kHandoffs[k % 2], k >= 2);
+  for (int k = 0; k < kKernels; ++k) kernels[k] = persistent_kernel(single, kHandoffs[k % 2], k >= 2);
   cudaFuncAttributes attributes[kKernels] = {};
   size_t static_bytes = 0;
   for (int k = 0; k < kKernels; ++k) {
@@ -430,7 +426,6 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count, int s
   plan.ids_per_cta = ids;
   plan.held_rounds = held;
   plan.group = group;
-  plan.register_rounds = register_rounds;
   plan.shared_bytes = bytes;
   return plan;
 }
@@ -469,7 +464,7 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
     } else {
       LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
     }
-    const PersistentKernel kernel = persistent_kernel(single, plan.register_rounds, handoff, keyed);
+    const PersistentKernel kernel = persistent_kernel(single, handoff, keyed);
     LS_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, group, shape, plan.ids_per_cta, plan.held_rounds, barrier));
     ++*launched;
   }
