@@ -53,7 +53,9 @@ TEST(LanesLossStop, GreedyStreamsAreLeftToTheirEstimates) {
       ASSERT_EQ(reply_tokens(new_rule), reply_tokens(old_rule));
       EXPECT_EQ(new_rule.drafter_passes, old_rule.drafter_passes) << "weak " << weak << ", " << tokens << " tokens";
       EXPECT_NEAR(new_rule.ms, old_rule.ms, 1e-9 * old_rule.ms) << "weak " << weak << ", " << tokens << " tokens";
-      if (!weak) EXPECT_GT(new_rule.stats.drafts_accepted, tokens / 4) << tokens;
+      if (!weak) {
+        EXPECT_GT(new_rule.stats.drafts_accepted, tokens / 4) << tokens;
+      }
     }
   }
 }

@@ -12,32 +12,6 @@ using namespace testing;
 
 constexpr int kTapCount = 3;
 
-// Feeds `tokens` in windows of the given widths (cycling) and returns every row's outputs.
-RowOutputs windowed(Target& target, StreamId stream, const std::vector<int32_t>& tokens, std::vector<int> widths) {
-  RowOutputs out;
-  size_t begin = 0;
-  for (size_t turn = 0; begin < tokens.size(); ++turn) {
-    const size_t rows = std::min<size_t>(widths[turn % widths.size()], tokens.size() - begin);
-    Window window;
-    window.stream = stream;
-    window.tokens = std::span<const int32_t>(tokens.data() + begin, rows);
-    window.want_logits = true;
-    Result<Verified> verified = target.forward(std::span<const Window>(&window, 1));
-    EXPECT_TRUE(verified.ok());
-    if (!verified.ok()) return out;
-    append_rows(*verified, 0, target, kTapCount, out);
-    EXPECT_TRUE(target.commit(stream, static_cast<int>(rows)).ok());
-    begin += rows;
-  }
-  return out;
-}
-
-int rows_differing(const RowOutputs& a, const RowOutputs& b) {
-  int differing = 0;
-  for (size_t i = 0; i < a.logits.size(); ++i)
-    differing += !same_bits(a.logits[i], b.logits[i]) || !same_bits(a.taps[i], b.taps[i]) || a.draws[i] != b.draws[i];
-  return differing + static_cast<int>(a.logits.size() != b.logits.size()) * 1000;
-}
 
 TEST(Lfm2Invariance, WindowsOfEveryWidthFrom1To16ReproduceOneRowStepsBitwise) {
   for (bool moe : {false, true})
@@ -47,7 +21,7 @@ TEST(Lfm2Invariance, WindowsOfEveryWidthFrom1To16ReproduceOneRowStepsBitwise) {
       const RowOutputs oracle = one_row_steps(*target, 1, tokens, kTapCount);
       ASSERT_EQ(oracle.logits.size(), tokens.size());
       for (int width = 2; width <= 16; ++width) {
-        const RowOutputs rows = windowed(*target, 100 + width, tokens, {width});
+        const RowOutputs rows = windowed(*target, 100 + width, tokens, {width}, kTapCount);
         EXPECT_EQ(rows_differing(rows, oracle), 0) << "moe=" << moe << " mode=" << int(mode) << " width=" << width;
       }
     }
@@ -100,8 +74,8 @@ TEST(Lfm2Invariance, AWindowSplitAcrossPassesEqualsOnePassAndTheThreadCountDoesN
       auto one_pass = small_target(moe, mode, 2, 512);
       auto small_passes = small_target(moe, mode, 1, 5);  // 5-row passes, one thread
       const std::vector<int32_t> tokens = random_tokens(37, 3);
-      const RowOutputs a = windowed(*one_pass, 1, tokens, {37});
-      const RowOutputs b = windowed(*small_passes, 1, tokens, {37});
+      const RowOutputs a = windowed(*one_pass, 1, tokens, {37}, kTapCount);
+      const RowOutputs b = windowed(*small_passes, 1, tokens, {37}, kTapCount);
       EXPECT_EQ(rows_differing(a, b), 0) << "moe=" << moe << " mode=" << int(mode);
     }
 }

@@ -99,6 +99,35 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Feeds `tokens` in windows of the given widths (cycling) and returns every row's outputs.
+inline RowOutputs windowed(Target& target, StreamId stream, const std::vector<int32_t>& tokens, std::vector<int> widths,
+                           int tap_count) {
+  RowOutputs out;
+  size_t begin = 0;
+  for (size_t turn = 0; begin < tokens.size(); ++turn) {
+    const size_t rows = std::min<size_t>(widths[turn % widths.size()], tokens.size() - begin);
+    Window window;
+    window.stream = stream;
+    window.tokens = std::span<const int32_t>(tokens.data() + begin, rows);
+    window.want_logits = true;
+    Result<Verified> verified = target.forward(std::span<const Window>(&window, 1));
+    EXPECT_TRUE(verified.ok());
+    if (!verified.ok()) return out;
+    append_rows(*verified, 0, target, tap_count, out);
+    EXPECT_TRUE(target.commit(stream, static_cast<int>(rows)).ok());
+    begin += rows;
+  }
+  return out;
+}
+
+// Rows whose logits, taps or draw differ (+1000 if the row counts differ).
+inline int rows_differing(const RowOutputs& a, const RowOutputs& b) {
+  int differing = 0;
+  for (size_t i = 0; i < a.logits.size(); ++i)
+    differing += !same_bits(a.logits[i], b.logits[i]) || !same_bits(a.taps[i], b.taps[i]) || a.draws[i] != b.draws[i];
+  return differing + static_cast<int>(a.logits.size() != b.logits.size()) * 1000;
+}
+
 constexpr NumericMode kModes[] = {NumericMode::Fp32, NumericMode::Bf16};
 
 // Every drawn row's logits (bits, when asked for), taps and draws of a two-stream run: a 20-row prompt (above 16
