@@ -8,7 +8,7 @@
 
 #include "compute/cpu/cpu_features.h"
 #include "compute/cpu/fused_ops.h"
-#include "compute/cpu/keyed_draw.h"
+#include "compute/sampling.h"
 #include "compute/cpu/matmul_avx512.h"
 #include "compute/cpu/simd_avx512.h"
 #include "draft/dspark/forward.h"
@@ -199,7 +199,7 @@ void markov_scan(const DsparkConfig& config, const DsparkWeights& weights, const
         finite = all_finite(logits);
         // draw_token's id, most of the vocabulary pruned by its keys' bits (batch s12B: the Xeon's load-time sampled
         // pass at depth 7 2.95 / 3.57 -> 1.81 / 2.07 ms, alternated).
-        pick = compute::draw_token_pruned(logits, request.sampling, request.anchor_position + slot + 1);
+        pick = draw_token(logits, request.sampling, request.anchor_position + slot + 1);
       }
       if (planted && faults.out_of_range_pick_slot == slot) pick = static_cast<int32_t>(V);
 
