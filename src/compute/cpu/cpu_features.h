@@ -10,6 +10,7 @@ struct CpuFeatures {
   bool avx512 = false;       // AVX-512 F + BW + VL (the 512-bit fp32 kernels)
   bool avx512_bf16 = false;  // AVX-512 BF16 (vdpbf16ps) on top of `avx512`
   bool avx512_vnni = false;  // AVX-512 VNNI (vpdpbusd) on top of `avx512`
+  bool amx_bf16 = false;     // AMX-TILE + AMX-BF16 (tdpbf16ps) with the OS's tile state (XCR0 bits 17, 18)
 };
 
 // This CPU's features (cached; the same answer for the life of the process).

@@ -1,7 +1,8 @@
 // AVX-512 GEMM y = x @ W^T. Every (row, column) is one 16-lane accumulator over K in order, then one fixed lane tree,
 // so a row's result never depends on how many rows share the call, its tile, or the thread count (threads split
 // columns). Rows whose values are all bf16-exact take vdpbf16ps against bf16 weights (converting them is lossless);
-// other rows, and fp32 weights, take fp32 FMA. The choice is made per row from that row's values alone.
+// other rows, and fp32 weights, take fp32 FMA. The choice is made per row from that row's values alone. A matrix
+// packed in the AMX B-tile layout (matmul_amx.h) runs its bf16-exact rows on AMX instead, at every row count.
 #include "compute/cpu/matmul_avx512.h"
 
 // GCC 12's AVX-512 headers trip -Wuninitialized inside their own _mm512_undefined_* helpers.
@@ -22,6 +23,7 @@
 
 #include "base/check.h"
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/matmul_amx.h"
 #include "compute/cpu/matmul_avx512_tiles.h"
 #include "compute/cpu/simd_avx512.h"
 
@@ -208,6 +210,7 @@ int64_t set_stream_chunk_bytes(int64_t bytes) {
 
 const char* matmul_avx512_name() {
   const CpuFeatures& features = cpu_features();
+  if (cpu_amx_enabled()) return "amx-bf16";
   if (features.avx512_bf16) return "avx512-bf16";
   if (features.avx512) return "avx512f";
   return nullptr;
@@ -215,22 +218,46 @@ const char* matmul_avx512_name() {
 
 namespace {
 
-// One matrix of a call, ready to run: its tile runners and its first chunk in the call's list of chunks.
+// The rows of x as bf16 bits and which of them are bf16-exact (they take the bf16 dot kernel: bf16 weights and a
+// CPU with vdpbf16ps), and for AMX matrices the same bits in the tiles' padded rows. All live in the calling thread's
+// buffers until its next call; workers read them through the pointers.
+struct RowKinds {
+  const uint16_t* x_bf16;  // [rows, K]
+  const uint8_t* is_bf16;  // [rows]
+  const uint16_t* x_amx;   // [rows + 15, amx_k_tiles(K) * 32], zeros past K and past the rows; null without AMX
+};
+
+// One matrix of a call, ready to run: its tile runners and its first chunk in the call's list of chunks. An AMX matrix
+// (`amx`, its B-tile layout) runs its bf16 rows on amx_columns; its other rows read the row-major bf16 weights.
 struct Prepared {
   const Matrix* w = nullptr;
   Bf16Tiles bf16_tiles;
   Fp32Tiles<uint16_t> bf16_weight_tiles;
   Fp32Tiles<float> fp32_tiles;
   int64_t first_chunk = 0;
+  const bf16* amx = nullptr;
+  const uint16_t* x_amx = nullptr;
+  // The first weight bytes of column `col` (a chunk's start), for prefetching.
+  const char* weight_bytes(int64_t col) const {
+    if (!amx) return bf16_tiles.weight_bytes(col);
+    return reinterpret_cast<const char*>(amx + col / kAmxColumns * amx_tile_values(kAmxColumns, w->cols));
+  }
 };
 
-Prepared prepare(const Matrix& w, const float* x, const uint16_t* x_bf16, float* y, int64_t ldy = 0) {
+Prepared prepare(const Matrix& w, const float* x, const RowKinds& kinds, float* y, int64_t ldy = 0) {
   const int64_t K = w.cols, N = ldy > 0 ? ldy : w.rows;  // N: the output's row stride
-  const bool packed = w.b16 && w.packed;
+  const bool amx = w.b16 && w.packed && amx_packed(w.packed);
+  const bool packed = w.b16 && w.packed && !amx;
   const uint16_t* w_bits = reinterpret_cast<const uint16_t*>(packed ? w.packed : w.b16);
   const WeightLayout<uint16_t> bf16_layout{w_bits, K, packed};
-  return Prepared{&w, Bf16Tiles{x_bf16, bf16_layout, K, N, y}, Fp32Tiles<uint16_t>{x, bf16_layout, K, N, y},
-                  Fp32Tiles<float>{x, WeightLayout<float>{w.f32, K, false}, K, N, y}, 0};
+  LS_CHECK(!amx || kinds.x_amx || !cpu_features().avx512_bf16, "an AMX matrix's call prepares the tiles' rows");
+  return Prepared{&w,
+                  Bf16Tiles{kinds.x_bf16, bf16_layout, K, N, y},
+                  Fp32Tiles<uint16_t>{x, bf16_layout, K, N, y},
+                  Fp32Tiles<float>{x, WeightLayout<float>{w.f32, K, false}, K, N, y},
+                  0,
+                  amx ? w.packed : nullptr,
+                  kinds.x_amx};
 }
 
 // Columns [col_begin, col_end) of every row of one matrix; is_bf16 [rows] picks each row's kernel.
@@ -246,7 +273,10 @@ void run_columns(const Prepared& m, const uint8_t* is_bf16, int64_t rows, bool r
     for (int64_t run_begin = tile_begin; run_begin < tile_end;) {
       int64_t run_end = run_begin + 1;
       while (run_end < tile_end && is_bf16[run_end] == is_bf16[run_begin]) ++run_end;
-      if (is_bf16[run_begin])
+      if (is_bf16[run_begin] && m.amx)
+        amx_columns(m.x_amx + run_begin * amx_k_tiles(K) * kAmxDepth, run_end - run_begin, K, m.amx, col_begin,
+                    col_end, m.bf16_tiles.y + run_begin * ldy, ldy);
+      else if (is_bf16[run_begin])
         block(m.bf16_tiles, run_begin, run_end, col_begin, col_end, 2 * K, prefetch_end);
       else if (w.b16)
         block(m.bf16_weight_tiles, run_begin, run_end, col_begin, col_end, 2 * K, prefetch_end);
@@ -259,22 +289,27 @@ void run_columns(const Prepared& m, const uint8_t* is_bf16, int64_t rows, bool r
   }
 }
 
-// The rows of x as bf16 bits and which of them are bf16-exact (they take the bf16 dot kernel: bf16 weights and a
-// CPU with vdpbf16ps). Both live in the calling thread's buffers until its next call; workers read them through
-// the pointers.
-struct RowKinds {
-  const uint16_t* x_bf16;  // [rows, K]
-  const uint8_t* is_bf16;  // [rows]
-};
-RowKinds row_kinds(const float* x, int64_t rows, int64_t K, bool bf16_weights) {
-  thread_local std::vector<uint16_t> x_bf16;
+// RowKinds of x [rows, K]; `amx` when a matrix of the call is in the B-tile layout.
+RowKinds row_kinds(const float* x, int64_t rows, int64_t K, bool bf16_weights, bool amx) {
+  thread_local std::vector<uint16_t> x_bf16, x_amx;
   thread_local std::vector<uint8_t> row_is_bf16;
   row_is_bf16.assign(rows, 0);
-  if (bf16_weights && cpu_features().avx512_bf16) {
-    x_bf16.resize(rows * K);
-    for (int64_t row = 0; row < rows; ++row) row_is_bf16[row] = row_to_bf16(x + row * K, K, x_bf16.data() + row * K);
-  }
-  return RowKinds{x_bf16.data(), row_is_bf16.data()};
+  if (!bf16_weights || !cpu_features().avx512_bf16) return RowKinds{x_bf16.data(), row_is_bf16.data(), nullptr};
+  x_bf16.resize(rows * K);
+  for (int64_t row = 0; row < rows; ++row) row_is_bf16[row] = row_to_bf16(x + row * K, K, x_bf16.data() + row * K);
+  if (!amx) return RowKinds{x_bf16.data(), row_is_bf16.data(), nullptr};
+  const int64_t stride = amx_k_tiles(K) * kAmxDepth;
+  x_amx.assign((rows + 15) * stride, 0);
+  for (int64_t row = 0; row < rows; ++row)
+    std::copy(x_bf16.data() + row * K, x_bf16.data() + (row + 1) * K, x_amx.data() + row * stride);
+  return RowKinds{x_bf16.data(), row_is_bf16.data(), x_amx.data()};
+}
+
+// Whether any matrix of `ws` is in the B-tile layout.
+bool any_amx(std::span<const Matrix> ws) {
+  for (const Matrix& w : ws)
+    if (w.b16 && amx_packed(w.packed)) return true;
+  return false;
 }
 
 }
@@ -333,7 +368,7 @@ bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, co
   LS_CHECK((w.f32 != nullptr) != (w.b16 != nullptr), "a matrix holds exactly one of fp32 or bf16 weights");
   if (rows <= 0) return true;
   const int64_t K = w.cols, N = w.rows;
-  const RowKinds kinds = row_kinds(x, rows, K, w.b16 != nullptr);
+  const RowKinds kinds = row_kinds(x, rows, K, w.b16 != nullptr, any_amx(std::span<const Matrix>(&w, 1)));
   const bool round = ctx.rounds_to_bf16();
   // Columns go out in chunks (as a streaming matmul's); each chunk's outputs land in a small per-thread buffer and
   // only its best column per row is kept, [chunks, rows]; the chunks' bests are then met in column order.
@@ -348,7 +383,7 @@ bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, co
       const int64_t width = col_end - col_begin;
       outputs.resize(rows * width);
       const Matrix slice = column_slice(w, col_begin, col_end);
-      run_columns(prepare(slice, x, kinds.x_bf16, outputs.data()), kinds.is_bf16, rows, round, 0, width);
+      run_columns(prepare(slice, x, kinds, outputs.data()), kinds.is_bf16, rows, round, 0, width);
       for (int64_t row = 0; row < rows; ++row)
         chunk_best[chunk * rows + row] = best_of(outputs.data() + row * width, width, static_cast<int32_t>(col_begin));
     }
@@ -386,9 +421,8 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
   if (rows <= 0 || ws.empty()) return true;
   const int64_t K = ws[0].cols;
 
-  const RowKinds kinds = row_kinds(x, rows, K, any_b16);
+  const RowKinds kinds = row_kinds(x, rows, K, any_b16, any_amx(ws));
   const uint8_t* is_bf16 = kinds.is_bf16;
-  const uint16_t* x_bf16 = kinds.x_bf16;
   const bool round = ctx.rounds_to_bf16();
 
   // Few rows (decode, verify windows) stream the weights once: the columns of every matrix go out in chunks of
@@ -401,7 +435,7 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
   std::array<Prepared, kMaxGroup> prepared;
   int64_t chunks = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
-    prepared[i] = prepare(ws[i], x, x_bf16, ys[i]);
+    prepared[i] = prepare(ws[i], x, kinds, ys[i]);
     prepared[i].first_chunk = chunks;
     chunks += (ws[i].rows + chunk_columns - 1) / chunk_columns;
   }
@@ -448,14 +482,14 @@ bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t ro
     LS_CHECK(w.cols == K && w.rows == N, "the matrices of a fused matmul share K and N");
     any_b16 = any_b16 || w.b16;
   }
-  const RowKinds kinds = row_kinds(x, rows, K, any_b16);
+  const RowKinds kinds = row_kinds(x, rows, K, any_b16, any_amx(ws));
   const bool round = ctx.rounds_to_bf16();
   const int64_t count = static_cast<int64_t>(ws.size());
   // Chunks of ~kStreamChunkBytes of weights in all, the same columns of every matrix.
   const int64_t chunk_columns =
       std::max(kColumnChunk, window_chunk_bytes(rows) / (2 * K * count) / kColumnChunk * kColumnChunk);
   std::array<Prepared, kMaxGroup> prepared;
-  for (int64_t i = 0; i < count; ++i) prepared[i] = prepare(ws[i], x, kinds.x_bf16, ys[i], ldy);
+  for (int64_t i = 0; i < count; ++i) prepared[i] = prepare(ws[i], x, kinds, ys[i], ldy);
   const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
   ctx.pool->parallel_chunks(chunks, [&](int, int64_t chunk, int64_t) {
     const int64_t col_begin = chunk * chunk_columns, col_end = std::min(N, col_begin + chunk_columns);
@@ -463,7 +497,7 @@ bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t ro
     // run after the first does not start on a cold stream (the hardware prefetcher needs a few misses to lock on).
     for (int64_t i = 1; i < count; ++i) {
       if (!ws[i].b16) continue;
-      const char* start = prepared[i].bf16_tiles.weight_bytes(col_begin);
+      const char* start = prepared[i].weight_bytes(col_begin);
       for (int64_t offset = 0; offset < kRunLeadBytes; offset += 64) _mm_prefetch(start + offset, _MM_HINT_T0);
     }
     for (int64_t i = 0; i < count; ++i) run_columns(prepared[i], kinds.is_bf16, rows, round, col_begin, col_end);

@@ -1,5 +1,6 @@
-// The AVX-512 GEMM's packed weights: every bf16 matrix of a model in 8-column panels (Matrix::packed), all in one
-// huge-page arena in the order a forward reads them; column_slice of a packed matrix.
+// The AVX-512 GEMM's packed weights: every bf16 matrix of a model in 8-column panels (Matrix::packed), or in the AMX
+// B-tile layout instead while the AMX path is on (matmul_amx.h), all in one huge-page arena in the order a forward
+// reads them; column_slice of a packed matrix.
 #include <sys/mman.h>
 
 #include <memory>
@@ -8,6 +9,7 @@
 
 #include "base/check.h"
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/matmul_amx.h"
 #include "compute/cpu/matmul_avx512.h"
 
 namespace ls::compute {
@@ -55,6 +57,9 @@ void pack_panels(const Matrix& view, bf16* out) {
 
 int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
   if (!cpu_features().avx512) return 0;
+  // AMX: the B-tile layout replaces the panels (one packed copy either way); the arena is registered so that matmul
+  // and column_slice know the layout from the pointer.
+  const bool amx = cpu_amx_enabled();
   std::vector<OwnedMatrix*> chosen;
   std::vector<int64_t> offsets;  // in values; each panel set starts on a 64-byte boundary
   int64_t total = 0;
@@ -63,12 +68,23 @@ int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
     if (!view.b16 || view.rows <= 0 || view.cols <= 0) continue;
     chosen.push_back(matrix);
     offsets.push_back(total);
-    total += (panel_values(view.rows, view.cols) + 31) / 32 * 32;
+    const int64_t values = amx ? amx_tile_values(view.rows, view.cols) : panel_values(view.rows, view.cols);
+    total += (values + 31) / 32 * 32;
   }
   if (chosen.empty()) return 0;
   std::shared_ptr<bf16> arena = huge_page_buffer(static_cast<size_t>(total) * sizeof(bf16));
+  if (amx) {
+    register_amx_arena(arena.get(), total);
+    arena = std::shared_ptr<bf16>(arena.get(), [arena](bf16* p) mutable {
+      forget_amx_arena(p);
+      arena.reset();
+    });
+  }
   for (size_t i = 0; i < chosen.size(); ++i) {
-    pack_panels(chosen[i]->view(), arena.get() + offsets[i]);
+    if (amx)
+      pack_amx_tiles(chosen[i]->view(), arena.get() + offsets[i]);
+    else
+      pack_panels(chosen[i]->view(), arena.get() + offsets[i]);
     chosen[i]->packed = std::shared_ptr<const bf16>(arena, arena.get() + offsets[i]);  // shares the arena
   }
   return static_cast<int>(chosen.size());
@@ -79,14 +95,20 @@ bool pack_for_cpu(OwnedMatrix& matrix) {
   return pack_for_cpu(std::span<OwnedMatrix* const>(&one, 1)) == 1;
 }
 
-// Columns [begin, end) of w as a matrix of their own (begin a multiple of kPackedColumns): the same weights.
+// Columns [begin, end) of w as a matrix of their own (begin a multiple of kPackedColumns, or of kAmxColumns in the
+// B-tile layout): the same weights.
 Matrix column_slice(const Matrix& w, int64_t begin, int64_t end) {
   Matrix slice = w;
   slice.rows = end - begin;
   if (w.f32) slice.f32 = w.f32 + begin * w.cols;
   if (w.b16) slice.b16 = w.b16 + begin * w.cols;
   if (w.bias) slice.bias = w.bias + begin;
-  if (w.packed) slice.packed = w.packed + begin / kPackedColumns * panel_values(kPackedColumns, w.cols);
+  if (w.packed && amx_packed(w.packed)) {
+    LS_CHECK(begin % kAmxColumns == 0, "a slice of a B-tile matrix starts on a 16-column block");
+    slice.packed = w.packed + begin / kAmxColumns * amx_tile_values(kAmxColumns, w.cols);
+  } else if (w.packed) {
+    slice.packed = w.packed + begin / kPackedColumns * panel_values(kPackedColumns, w.cols);
+  }
   return slice;
 }
 

@@ -1,0 +1,53 @@
+// The AMX-BF16 GEMM (Sapphire Rapids and later Xeons): weights packed at load into B-tile order, every output one
+// TDPBF16PS chain over K tiles in increasing order, for every row count (decode, verify windows, drafter blocks,
+// prefill). Behind a switch (LS_CPU_AMX=1 / set_cpu_amx) until a Xeon A/B shows it faster; off by default.
+#pragma once
+
+#include <cstdint>
+
+#include "base/bf16.h"
+#include "compute/ops.h"
+
+namespace ls::compute {
+
+// The B-tile layout (Matrix::packed of a matrix packed while AMX is on): blocks of 16 output columns, each block
+// ceil(K / 32) tiles in K order, a tile 16 rows x 64 bytes where row r holds the VNNI pairs
+// (w[n][k0 + 2r], w[n][k0 + 2r + 1]) for n = 0..15. Missing columns and K past the end are zeros.
+constexpr int64_t kAmxColumns = 16;
+constexpr int64_t kAmxDepth = 32;
+constexpr int64_t kAmxTileValues = kAmxColumns * kAmxDepth;  // 512 bf16 = 1 KiB
+
+inline int64_t amx_k_tiles(int64_t K) { return (K + kAmxDepth - 1) / kAmxDepth; }
+// Values of the B-tile layout of an [N, K] matrix.
+inline int64_t amx_tile_values(int64_t N, int64_t K) {
+  return (N + kAmxColumns - 1) / kAmxColumns * amx_k_tiles(K) * kAmxTileValues;
+}
+// Writes the B-tile layout of the bf16 matrix `view` [N, K] to out [amx_tile_values(N, K)].
+void pack_amx_tiles(const Matrix& view, bf16* out);
+
+// Whether this CPU can run the AMX path: CPUID AMX-TILE and AMX-BF16, and the OS enables the tile state (XCR0 bits
+// 17 and 18). The permission (arch_prctl) is asked for when the path is switched on.
+bool cpu_amx_available();
+
+// Whether pack_for_cpu packs new matrices into the B-tile layout (so matmul runs them on AMX): LS_CPU_AMX=1 at start,
+// or set_cpu_amx. Matrices already packed keep their layout and kernel (the choice is per matrix: every call on a
+// matrix takes the same kernel, whatever its row count).
+bool cpu_amx_enabled();
+// Turns the AMX path on or off for matrices packed from now on; returns the previous setting. Turning it on on a CPU
+// without AMX, or where Linux refuses the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM)), stops the process by name.
+bool set_cpu_amx(bool on);
+
+// Registers / forgets [begin, begin + values) as memory holding B-tile layouts, so that amx_packed can tell a
+// matrix's layout from its packed pointer (the arena's owner forgets it before freeing).
+void register_amx_arena(const bf16* begin, int64_t values);
+void forget_amx_arena(const bf16* begin);
+// Whether `packed` (a Matrix::packed) points into a B-tile arena.
+bool amx_packed(const bf16* packed);
+
+// y[r * ldy + c] = the dot product of x row r with w's column c, for rows [0, rows) and columns [col_begin, col_end)
+// (col_begin a multiple of 16): x is bf16 bits [rows + 15, amx_k_tiles(K) * 32] (row stride that, zero-padded past
+// K; the 15 spare rows only need to be readable), w_amx the matrix's B-tile layout. No bias, no rounding.
+void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, int64_t col_begin, int64_t col_end,
+                 float* y, int64_t ldy);
+
+}  // namespace ls::compute

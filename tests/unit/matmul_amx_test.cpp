@@ -1,0 +1,275 @@
+// The AMX-BF16 GEMM (compute/cpu/matmul_amx.h). The B-tile packing is checked on every CPU through a scalar model of
+// TDPBF16PS reading the packed bytes as the instruction does; the kernel itself (agreement with the reference, every
+// row of 1..64-row calls bitwise its one-row call, thread counts, tails, argmax / group / fused entry points) and the
+// nano pair's drafted == plain run only where the CPU has AMX (they skip elsewhere).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+#include "base/thread_pool.h"
+#include "compute/cpu/cpu_features.h"
+#include "compute/cpu/matmul_amx.h"
+#include "compute/cpu/matmul_avx512.h"
+#include "draft/load.h"
+#include "lanes/lanes.h"
+#include "lanes/testing/harness.h"
+#include "model/load.h"
+#include "ops_test_util.h"
+
+namespace ls::compute {
+namespace {
+using namespace testing;
+using ls::Arrival;
+using ls::LanesOptions;
+using ls::Lanes;
+
+// Turns the AMX path on for one test (skipping it without AMX) and restores the previous setting.
+class ScopedAmx {
+ public:
+  ScopedAmx() : saved_(cpu_amx_enabled()) { set_cpu_amx(true); }
+  ~ScopedAmx() { set_cpu_amx(saved_); }
+
+ private:
+  bool saved_;
+};
+
+#define LS_SKIP_WITHOUT_AMX() \
+  if (!cpu_amx_available()) GTEST_SKIP() << "this CPU has no AMX-BF16"
+
+// y [rows, N] as TDPBF16PS computes it from the packed bytes: B tile (block b, K tile t) row r, pair (n, i) at
+// packed[(b * k_tiles + t) * 512 + r * 32 + 2n + i]; A row m, pair (r, i) = x[m][32t + 2r + i] (zero past K); each
+// C element accumulates the pair's two products in order, pair by pair, tile by tile.
+std::vector<float> scalar_tile_model(const std::vector<float>& x, int64_t rows, int64_t N, int64_t K,
+                                     const std::vector<bf16>& packed) {
+  const int64_t k_tiles = amx_k_tiles(K);
+  std::vector<float> y(rows * N);
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t col = 0; col < N; ++col) {
+      const int64_t block = col / kAmxColumns, n = col % kAmxColumns;
+      float c = 0;
+      for (int64_t t = 0; t < k_tiles; ++t) {
+        const bf16* tile = packed.data() + (block * k_tiles + t) * kAmxTileValues;
+        for (int64_t r = 0; r < kAmxDepth / 2; ++r)
+          for (int64_t i = 0; i < 2; ++i) {
+            const int64_t k = t * kAmxDepth + 2 * r + i;
+            const float a = k < K ? round_to_bf16(x[m * K + k]) : 0.0f;
+            c += a * bf16_to_float(tile[r * 32 + 2 * n + i]);
+          }
+      }
+      y[m * N + col] = c;
+    }
+  return y;
+}
+
+TEST(MatmulAmx, ThePackedLayoutReadAsTheTileOpReadsItGivesTheReference) {
+  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{16, 32}, {37, 77}, {45, 300}, {8, 1}, {33, 64}}) {
+    const int64_t rows = 5;
+    const OwnedMatrix w = random_matrix(N, K, 51 + K, NumericMode::Bf16);
+    const std::vector<float> x = stored(random_values(rows * K, 52 + K), NumericMode::Bf16);
+    // Poisoned: a value the packing leaves unwritten reads as NaN.
+    std::vector<bf16> packed(amx_tile_values(N, K), float_to_bf16(std::nanf("")));
+    ASSERT_EQ(static_cast<int64_t>(packed.size()), (N + 15) / 16 * ((K + 31) / 32) * 512);
+    pack_amx_tiles(w.view(), packed.data());
+    const std::vector<float> y = scalar_tile_model(x, rows, N, K, packed);
+    ASSERT_TRUE(all_finite(y)) << N << "x" << K;
+    EXPECT_LE(max_relative_error(y, reference_matmul(x, rows, w), 0.05), 1e-5) << N << "x" << K;
+  }
+}
+
+TEST(MatmulAmx, TheSwitchIsRefusedByNameWithoutAmx) {
+  if (cpu_amx_available()) GTEST_SKIP() << "this CPU has AMX";
+  EXPECT_FALSE(cpu_amx_enabled());
+  EXPECT_DEATH(set_cpu_amx(true), "without AMX-BF16");
+}
+
+// w packed while AMX is on (so in the B-tile layout).
+OwnedMatrix amx_matrix(int64_t N, int64_t K, uint64_t seed, bool bias = false) {
+  OwnedMatrix w = random_matrix(N, K, seed, NumericMode::Bf16);
+  if (bias) w.bias = stored(random_values(N, seed + 1, 0.2f), NumericMode::Bf16);
+  EXPECT_TRUE(pack_for_cpu(w));
+  EXPECT_TRUE(amx_packed(w.packed.get()));
+  return w;
+}
+
+TEST(MatmulAmx, MatchesTheReferenceForOddShapesAndNamesItsKernel) {
+  LS_SKIP_WITHOUT_AMX();
+  ScopedAmx amx;
+  EXPECT_STREQ(matmul_kernel_name(), "amx-bf16");
+  ThreadPool pool(2);
+  for (NumericMode mode : kModes)
+    for (int64_t K : {1, 7, 32, 64, 77, 300, 1000})
+      for (int64_t N : {1, 15, 16, 37, 70}) {
+        const int64_t rows = 9;
+        OpContext ctx{&pool, mode};
+        const OwnedMatrix w = amx_matrix(N, K, 11 + K + N, true);
+        const std::vector<float> x = stored(random_values(rows * K, 13 + K), mode);
+        std::vector<float> y = poisoned(rows * N);
+        matmul(ctx, x.data(), rows, w.view(), y.data());
+        ASSERT_TRUE(all_finite(y)) << mode_name(mode) << " " << N << "x" << K;
+        const double tolerance = mode == NumericMode::Bf16 ? 1.0 / 256 : 1e-5;
+        EXPECT_LE(max_relative_error(y, reference_matmul(x, rows, w), 0.05), tolerance)
+            << mode_name(mode) << " " << N << "x" << K;
+      }
+}
+
+TEST(MatmulAmx, EveryRowOf1To64RowCallsIsBitwiseItsOneRowCall) {
+  LS_SKIP_WITHOUT_AMX();
+  ScopedAmx amx;
+  ThreadPool pool(2);
+  OpContext ctx{&pool, NumericMode::Bf16};
+  for (int64_t K : {64, 77, 384}) {
+    const int64_t N = 45, total = 64;
+    const OwnedMatrix w = amx_matrix(N, K, 21 + K, true);
+    const std::vector<float> x = stored(random_values(total * K, 22), NumericMode::Bf16);
+    auto op = [&](const float* in, int64_t rows, float* out) { matmul(ctx, in, rows, w.view(), out); };
+    EXPECT_EQ(rows_differing_from_one_row_runs(x, K, N, op), 0) << "K=" << K;
+    std::vector<float> alone = poisoned(total * N);
+    for (int64_t row = 0; row < total; ++row) op(x.data() + row * K, 1, alone.data() + row * N);
+    for (int64_t width = 17; width <= total; ++width) {
+      std::vector<float> y = poisoned(width * N);
+      op(x.data() + (total - width) * K, width, y.data());
+      EXPECT_TRUE(bitwise_equal(y.data(), alone.data() + (total - width) * N, width * N)) << "K=" << K << " " << width;
+    }
+  }
+}
+
+TEST(MatmulAmx, TheThreadCountDoesNotChangeABit) {
+  LS_SKIP_WITHOUT_AMX();
+  ScopedAmx amx;
+  ThreadPool one(1), two(2), four(4);
+  for (int64_t rows : {1, 5, 16, 40}) {
+    const int64_t K = 300, N = 200;
+    const OwnedMatrix w = amx_matrix(N, K, 31);
+    const std::vector<float> x = stored(random_values(rows * K, 32), NumericMode::Bf16);
+    std::vector<float> y1 = poisoned(rows * N), y2 = poisoned(rows * N), y4 = poisoned(rows * N);
+    matmul(OpContext{&one, NumericMode::Bf16}, x.data(), rows, w.view(), y1.data());
+    matmul(OpContext{&two, NumericMode::Bf16}, x.data(), rows, w.view(), y2.data());
+    matmul(OpContext{&four, NumericMode::Bf16}, x.data(), rows, w.view(), y4.data());
+    EXPECT_TRUE(all_finite(y1));
+    EXPECT_TRUE(bitwise_equal(y1.data(), y2.data(), y1.size())) << rows;
+    EXPECT_TRUE(bitwise_equal(y1.data(), y4.data(), y1.size())) << rows;
+  }
+}
+
+TEST(MatmulAmx, ArgmaxGroupAndFusedColumnsGiveTheBitsOfMatmul) {
+  LS_SKIP_WITHOUT_AMX();
+  ScopedAmx amx;
+  ThreadPool pool(2);
+  OpContext ctx{&pool, NumericMode::Bf16};
+  const int64_t K = 384, N = 8192 / 4;
+  OwnedMatrix a = random_matrix(N, K, 61, NumericMode::Bf16), b = random_matrix(N, K, 62, NumericMode::Bf16);
+  OwnedMatrix* both[] = {&a, &b};
+  ASSERT_EQ(pack_for_cpu(both), 2);
+  for (int64_t rows : {1, 3, 7, 16}) {
+    const std::vector<float> x = stored(random_values(rows * K, 63 + rows), NumericMode::Bf16);
+    std::vector<float> ya = poisoned(rows * N), yb = poisoned(rows * N);
+    matmul(ctx, x.data(), rows, a.view(), ya.data());
+    matmul(ctx, x.data(), rows, b.view(), yb.data());
+    ASSERT_TRUE(all_finite(ya));
+    // argmax: the column greedy_token reads from matmul's outputs
+    std::vector<int32_t> best(rows, -1);
+    matmul_argmax(ctx, x.data(), rows, a.view(), best.data());
+    for (int64_t row = 0; row < rows; ++row) {
+      int32_t expected = 0;
+      for (int64_t col = 1; col < N; ++col)
+        if (ya[row * N + col] > ya[row * N + expected]) expected = static_cast<int32_t>(col);
+      EXPECT_EQ(best[row], expected) << rows << " row " << row;
+    }
+    // group
+    std::vector<float> ga = poisoned(rows * N), gb = poisoned(rows * N);
+    const Matrix group[] = {a.view(), b.view()};
+    float* const outs[] = {ga.data(), gb.data()};
+    matmul_group(ctx, x.data(), rows, group, outs);
+    EXPECT_TRUE(bitwise_equal(ga.data(), ya.data(), ya.size())) << rows;
+    EXPECT_TRUE(bitwise_equal(gb.data(), yb.data(), yb.size())) << rows;
+    // columns-then: side by side in one [rows, 2N] output
+    std::vector<float> fused = poisoned(rows * 2 * N);
+    float* const fused_outs[] = {fused.data(), fused.data() + N};
+    int64_t columns_seen = 0;
+    ASSERT_TRUE(matmul_columns_then_avx512(ctx, x.data(), rows, group, fused_outs, 2 * N,
+                                           [&](int64_t begin, int64_t end) { columns_seen += end - begin; }));
+    EXPECT_EQ(columns_seen, N);
+    for (int64_t row = 0; row < rows; ++row) {
+      EXPECT_TRUE(bitwise_equal(fused.data() + row * 2 * N, ya.data() + row * N, N)) << rows << " row " << row;
+      EXPECT_TRUE(bitwise_equal(fused.data() + row * 2 * N + N, yb.data() + row * N, N)) << rows << " row " << row;
+    }
+  }
+}
+
+TEST(MatmulAmx, RowsThatAreNotBf16ExactTakeTheFp32KernelAndKeepTheirBits) {
+  LS_SKIP_WITHOUT_AMX();
+  ScopedAmx amx;
+  ThreadPool pool(2);
+  OpContext ctx{&pool, NumericMode::Fp32};
+  const int64_t K = 77, N = 37, rows = 12;
+  const OwnedMatrix w = amx_matrix(N, K, 71);
+  std::vector<float> x = random_values(rows * K, 72);
+  for (int64_t row = 0; row < rows; row += 2)  // every other row bf16-exact: runs of both kernels in one call
+    for (int64_t k = 0; k < K; ++k) x[row * K + k] = round_to_bf16(x[row * K + k]);
+  std::vector<float> y = poisoned(rows * N);
+  matmul(ctx, x.data(), rows, w.view(), y.data());
+  EXPECT_LE(max_relative_error(y, reference_matmul(x, rows, w), 0.05), 1e-5);
+  EXPECT_EQ(rows_differing_from_one_row_runs(
+                x, K, N, [&](const float* in, int64_t r, float* out) { matmul(ctx, in, r, w.view(), out); }),
+            0);
+}
+
+// The nano pair through the lanes with AMX: every drafted reply equals the plain reply run alone.
+struct NanoCase {
+  int streams;
+  bool sampled;
+};
+
+class AmxNanoLanes : public ::testing::TestWithParam<NanoCase> {};
+
+TEST_P(AmxNanoLanes, DraftedRepliesEqualPlainRepliesRunAlone) {
+  LS_SKIP_WITHOUT_AMX();
+  const std::string target_dir = std::string(LS_SOURCE_DIR) + "/models/nano/target";
+  const std::string drafter_dir = std::string(LS_SOURCE_DIR) + "/models/nano/drafter";
+  if (!std::filesystem::exists(target_dir + "/config.json") || !std::filesystem::exists(drafter_dir + "/config.json"))
+    GTEST_SKIP() << "no nano pair";
+  ScopedAmx amx;
+  LoadOptions load;
+  load.threads = 2;
+  load.max_rows = 64;
+  auto target = load_target(target_dir, load);
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  DrafterOptions drafter_options;
+  drafter_options.threads = 2;
+  drafter_options.max_streams = 16;
+  auto drafter = load_drafter(drafter_dir, **target, drafter_options);
+  ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
+  const std::vector<Arrival> arrivals = staggered_arrivals(
+      GetParam().streams, GetParam().sampled, (*target)->facts().vocab_size, 24);
+  const auto alone = run_each_alone_plain(**target, arrivals);
+  FixedClock clock;
+  LanesOptions options = sampled_any_streams();
+  options.pricing.always_draft = true;
+  options.scout_prompt_only = false;
+  options.max_streams = 16;
+  options.calibration.repeats = 1;
+  auto lanes = Lanes::create(**target, drafter->get(), options, clock);
+  ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
+  auto replies = run_arrivals(**lanes, arrivals);
+  ASSERT_TRUE(replies.ok()) << replies.status().to_string();
+  for (size_t index = 0; index < arrivals.size(); ++index) {
+    EXPECT_FALSE(alone[index].tokens.empty());
+    EXPECT_EQ((*replies)[index].tokens, alone[index].tokens) << "stream " << index;
+    EXPECT_EQ((*replies)[index].finish, alone[index].finish) << "stream " << index;
+  }
+  EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
+  EXPECT_GT((*lanes)->stats().drafts_accepted, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(NanoPair, AmxNanoLanes,
+                         ::testing::Values(NanoCase{1, false}, NanoCase{1, true}, NanoCase{4, false},
+                                           NanoCase{4, true}, NanoCase{16, false}, NanoCase{16, true}),
+                         [](const ::testing::TestParamInfo<NanoCase>& info) {
+                           return std::to_string(info.param.streams) + (info.param.sampled ? "Sampled" : "Greedy");
+                         });
+
+}  // namespace
+}  // namespace ls::compute
