@@ -164,8 +164,8 @@ TEST(CudaDrafter, TheDeviceKeyedDrawEqualsDrawTokenBitForBit) {
 // groups of up to 8 with mixed depths (the group kernel; more requests: a launch per 8), scratch poisoned before
 // every pass; its graph (one per request count, any depth) replays the eager bits at depths changing from call to
 // call; sampled requests keep the other scans; a planted fault fails only its request, by name and slot. All of it
-// with every handoff of a slot's CTA picks (counter barrier, flagged words, the warp's words; the words with and
-// without the prefetches); the phase clocks change no draft.
+// with both handoffs of a slot's CTA picks (counter barrier, flagged words), each with the 8-lane dot and the
+// broadcast dot (session 14; one request: a group takes the 8-lane dot); the phase clocks change no draft.
 TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
   LS_SKIP_WITHOUT_DEVICE();
   NanoDrafter nano;
@@ -186,8 +186,8 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
     EXPECT_TRUE(gpu->poison_scratch_for_test().ok());
     return gpu->draft(batch);
   };
-  // Both handoffs of a slot's CTA picks (the counter barrier, session 5; the flagged words, session 8).
-  // Session 13: the warp handoff, and each handoff of the words with the prefetches (W1 rows, confidences).
+  // Both handoffs of a slot's CTA picks (the counter barrier, session 5; the flagged words, session 8), each with
+  // the 8-lane dot and the broadcast dot (session 14).
   for (const ScanArm& arm : scan_arms()) {
     SCOPED_TRACE(arm.name());
     set_scan_arm(*gpu, arm);
@@ -233,9 +233,10 @@ TEST(CudaDrafter, ThePersistentScanDraftsTheTokensAndChanceBitsOfTheFusedStep) {
     EXPECT_EQ(gpu->graph_replays() - replays_before, 2 * 5);
   }
   // Planted: the flagged combine leaving out the odd-numbered CTAs' words (half the vocabulary) drafts other tokens
-  // (the comparison sees a combine that misses picks).
-  {
-    set_scan_arm(*gpu, ScanArm{PersistentHandoff::Flags, true});
+  // (the comparison sees a combine that misses picks), with either dot.
+  for (const bool broadcast : {false, true}) {
+    SCOPED_TRACE(broadcast ? "broadcast dot" : "8-lane dot");
+    set_scan_arm(*gpu, ScanArm{PersistentHandoff::Flags, broadcast});
     gpu->set_graphs(false);
     gpu->set_scan_planted_drop(true);
     int differing = 0;

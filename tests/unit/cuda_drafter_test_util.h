@@ -87,14 +87,14 @@ inline Pair read_pair(const std::filesystem::path& target_dir, const std::filesy
 }
 
 // A CUDA drafter's options for up to `max_streams` streams.
-// The persistent scan's arms the scan tests run: both handoffs, and (session 13) each with the scan prefetches;
-// each arm's name for the traces.
+// The persistent scan's arms the scan tests run: both handoffs, each (session 14) with the 8-lane dot and with the
+// broadcast dot; each arm's name for the traces.
 struct ScanArm {
   cuda::PersistentHandoff handoff;
-  bool prefetch;
+  bool broadcast = false;
   std::string name() const {
     std::string text = handoff == cuda::PersistentHandoff::Counter ? "counter handoff" : "flagged handoff";
-    if (prefetch) text += ", prefetches";
+    if (broadcast) text += ", broadcast dot";
     return text;
   }
 };
@@ -105,7 +105,7 @@ inline std::vector<ScanArm> scan_arms() {
 }
 inline void set_scan_arm(CudaDsparkDrafter& drafter, const ScanArm& arm) {
   drafter.set_persistent_handoff(arm.handoff);
-  drafter.set_scan_prefetch(arm.prefetch);
+  drafter.set_scan_broadcast(arm.broadcast);
 }
 
 inline DrafterOptions cuda_options(int max_streams = 8) {

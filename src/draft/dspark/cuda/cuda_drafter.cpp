@@ -106,7 +106,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && *stage) {
     d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;
   }
-  pin("LS_DRAFTER_SCAN_PREFETCH", d.scan_prefetch_);
+  pin("LS_DRAFTER_SCAN_BROADCAST", d.scan_broadcast_);
   if (const char* megabytes = std::getenv("LS_DRAFTER_L2_PREFETCH_MB"); megabytes && *megabytes) {
     d.l2_prefetch_bytes_ = std::max<int64_t>(0, std::atoll(megabytes)) << 20;
   }

@@ -282,16 +282,14 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   PersistentHandoff persistent_handoff() const { return persistent_handoff_; }
-  // The persistent scan's prefetches (session 13): each CTA asks L2 for its best's W1 row before the handoff, the
-  // tail waits only for the CTAs that computed a confidence, CTA 0 loads the confidences at once and keeps the
-  // records' status and running chance in registers. The same bits. On by default since batch s13B's interleaved
-  // rounds (1 stream, depth 9: scan 0.1354 -> 0.1335 ms, the records 5.18 -> 2.66 us); LS_DRAFTER_SCAN_PREFETCH=0 at
-  // load or false here is the old tail (for the final batch's look; remove next).
-  void set_scan_prefetch(bool on) {
-    scan_prefetch_ = on;
+  // The persistent scan's broadcast dot (session 14, scan_broadcast.cuh): a thread per vocabulary row, so a warp
+  // reads each e value at one address, where the 8-lane rows re-read e in quarter-warp phases; one request only,
+  // the same bits. Off until a batch's interleaved A/B; LS_DRAFTER_SCAN_BROADCAST=1 at load.
+  void set_scan_broadcast(bool on) {
+    scan_broadcast_ = on;
     graphs_.clear();
   }
-  bool scan_prefetch() const { return scan_prefetch_; }
+  bool scan_broadcast() const { return scan_broadcast_; }
   // Tests only: the flagged combine leaves out the words of the odd-numbered CTAs (a combine that misses picks must
   // draft other tokens).
   void set_scan_planted_drop(bool on) {
@@ -406,8 +404,8 @@ class CudaDsparkDrafter final : public Drafter {
   std::optional<bool> persistent_scan_pin_;
   PersistentHandoff persistent_handoff_ = PersistentHandoff::Flags;  // since batch s8A (below)
   bool batched_loads_ = true;                                         // since batch s8A (below)
-  bool scan_prefetch_ = true;  // since batch s13B (below)
   bool scan_planted_drop_ = false;
+  bool scan_broadcast_ = false;
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_all_plain_ = false;       // ... all greedy or sampled without cuts (plain_gumbel_draw)

@@ -349,12 +349,11 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     step.w2 = weights_.markov_w2.values.data();
     step.partials = s.persistent_partials.data();
     step.planted_keyed_shift = keyed_scan_planted_;
-    step.prefetch = scan_prefetch_;
     step.planted_odd_words = scan_planted_drop_;
     int groups = 0;
     const Status launched =
         markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], persistent_handoff_,
-                               s.scan_barrier.data(), stream, &groups, keyed);
+                               s.scan_barrier.data(), stream, &groups, keyed, scan_broadcast_);
     if (launched.ok()) {
       mark("scan persistent");
       return ok_status();

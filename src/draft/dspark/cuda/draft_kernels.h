@@ -301,10 +301,8 @@ struct ScanStepInputs {
   bool keep_w2 = true;              // W2 loads with L2 evict-last priority
   bool programmatic = true;         // launch allowed to overlap the previous kernel's tail (sm_90)
   int planted_keyed_shift = 0;      // tests only: the keyed persistent scan draws at positions shifted by this
-  // The persistent scan (session 13, set_scan_prefetch): each CTA asks L2 for its best's W1 row before its handoff
-  // (the next slot's gather then finds it there), and CTA 0 loads every confidence at once before the records.
-  bool prefetch = false;
   bool planted_odd_words = false;  // tests only: the flagged combine leaves out the odd-numbered CTAs' words
+  bool planted_broadcast_slots = false;  // tests only: the broadcast dot reads its held W2 chunks unswizzled
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 // markov_pick in two launches (the same bits): grid (vocab chunk of kSplitPickIds ids, request) writes the corrected
@@ -349,6 +347,11 @@ struct PersistentScanPlan {
   int group = 0;        // requests the kernel takes: 1, or kPersistentScanGroup
   size_t shared_bytes = 0;
   bool keyed = false;   // the keyed instances (markov_scan_persistent `keyed`) are resident at this plan too
+  // The broadcast dot (session 14, one request: a thread per vocabulary row): planned, its W2 chunks held in shared
+  // memory past each thread's registers, and its dynamic shared bytes.
+  bool broadcast = false;
+  int held_chunks = 0;
+  size_t broadcast_bytes = 0;
 };
 // The plan for `count` requests on the current device (grid 0 when the shape or the device cannot take it).
 PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count);
@@ -365,10 +368,11 @@ inline int64_t persistent_flag_words(const ScanShape& shape, const PersistentSca
 // More requests than plan.group take one launch per group, one after the other. `launched`: the kernels enqueued
 // (0 when it fails before any: the caller may then take another scan). `keyed` (session 11): requests with a
 // temperature take the plain Gumbel max of their logits (draw_token's draw for rows without top-k, top-p or min-p:
-// the caller checks that every request is greedy or such), the verified pick's bits.
+// the caller checks that every request is greedy or such), the verified pick's bits. `broadcast` (session 14):
+// the one-request kernel's broadcast dot where the plan has it (the same bits).
 Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
                               PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched,
-                              bool keyed = false);
+                              bool keyed = false, bool broadcast = false);
 
 // Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
 // with draw_token bit for bit. Greedy rows take the argmax.

@@ -66,50 +66,28 @@ __device__ __forceinline__ bool record_slot(DeviceScanRecord& record, const Devi
 
 // The persistent scan's record of request r (CTA 0, after the last slot) slot by slot as finish_step does: tokens,
 // chances (the running product), and the first failure (non-finite logit, non-finite confidence, pick outside the
-// vocabulary) by name and slot; `loaded` the confidences already in shared memory (else read from the markov row),
-// `timed_out` a handoff that gave up.
+// vocabulary) by name and slot; `confidences` already in shared memory (read only with a confidence head),
+// `timed_out` a handoff that gave up. The status and the running chance are read once (only record_slot changes
+// them, and a failure ends the loop), so no slot waits for a load.
 template <int G>
 __device__ void write_scan_records(const ScanStepInputs& in, const ScanShape& shape, int r, int total_slots,
                                    const unsigned char (*slot_state)[G], const int32_t (*slot_pick)[G],
-                                   const float (*loaded)[G], bool timed_out) {
+                                   const float (*confidences)[G], bool timed_out) {
   DeviceScanRecord& record = in.records[r];
   const DeviceScanRequest& request = in.requests[r];
-  if (loaded) {
-    // The prefetches' records: the status and the running chance read once (only record_slot changes them, and a
-    // failure ends the loop), so no slot waits for a load.
-    float running = record.running;
-    const int slots = record.status == kScanOk ? total_slots : 0;
-    for (int slot = 0; slot < slots; ++slot) {
-      const int state = slot_state[slot][r];
-      if (state == 0) break;
-      const float confidence = shape.has_confidence && state == 1 ? loaded[slot][r] : NAN;
-      const float chance = shape.has_confidence && state == 1 ? running * confidence : NAN;
-      if (!record_slot(record, request, slot, state == 2 ? 0 : slot_pick[slot][r], chance, state == 2,
-                       !(shape.has_confidence && state == 1) || isfinite(confidence), shape.has_confidence,
-                       shape.vocab)) {
-        break;
-      }
-      if (shape.has_confidence) running = chance;
-    }
-    if (timed_out) record.status = kScanBarrierTimeout;
-    return;
-  }
-  for (int slot = 0; slot < total_slots; ++slot) {
+  float running = record.running;
+  const int slots = record.status == kScanOk ? total_slots : 0;
+  for (int slot = 0; slot < slots; ++slot) {
     const int state = slot_state[slot][r];
-    if (state == 0 || record.status != kScanOk) break;
-    int32_t pick = state == 2 ? 0 : slot_pick[slot][r];
-    float chance = NAN;
-    bool confidence_finite = true;
-    if (shape.has_confidence && state == 1) {
-      const float confidence =
-          loaded ? loaded[slot][r] : __ldcg(in.markov + static_cast<int64_t>(r) * shape.vocab + slot);
-      confidence_finite = isfinite(confidence);
-      chance = record.running * confidence;
-    }
-    if (!record_slot(record, request, slot, pick, chance, state == 2, confidence_finite, shape.has_confidence,
+    if (state == 0) break;
+    const float confidence = shape.has_confidence && state == 1 ? confidences[slot][r] : NAN;
+    const float chance = shape.has_confidence && state == 1 ? running * confidence : NAN;
+    if (!record_slot(record, request, slot, state == 2 ? 0 : slot_pick[slot][r], chance, state == 2,
+                     !(shape.has_confidence && state == 1) || isfinite(confidence), shape.has_confidence,
                      shape.vocab)) {
       break;
     }
+    if (shape.has_confidence) running = chance;
   }
   if (timed_out) record.status = kScanBarrierTimeout;
 }
@@ -205,15 +183,12 @@ struct KeyedSlot {
   double temperature;  // 0: greedy
   uint64_t row_key;    // keyed::row_key(seed, position of this slot's draw)
 };
+// take_sums: the row's dot already whole in this thread (the broadcast dot, session 14); no shuffles.
 template <int G, bool Keyed>
-__device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, float* u, int stride, int64_t vocab,
-                                         int slot, int part, int group, const int* active, const int* nan_slot,
-                                         const KeyedSlot* keyed, Best (&best)[G], int& flags) {
-#pragma unroll
-  for (int r = 0; r < G; ++r) {
-    for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
-  }
-  if (part != 0 || id >= vocab) return;
+__device__ __forceinline__ void take_sums(const float (&sums)[G], int64_t id, float* u, int stride, int64_t vocab,
+                                          int slot, int group, const int* active, const int* nan_slot,
+                                          const KeyedSlot* keyed, Best (&best)[G], int& flags) {
+  if (id >= vocab) return;
 #pragma unroll
   for (int r = 0; r < G; ++r) {
     if (r >= group || !active[r]) continue;
@@ -231,6 +206,16 @@ __device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, float* u,
     }
     if (Keyed) u[r * stride] = logit;
   }
+}
+template <int G, bool Keyed>
+__device__ __forceinline__ void take_row(float (&sums)[G], int64_t id, float* u, int stride, int64_t vocab,
+                                         int slot, int part, int group, const int* active, const int* nan_slot,
+                                         const KeyedSlot* keyed, Best (&best)[G], int& flags) {
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    for (int offset = 4; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
+  }
+  if (part == 0) take_sums<G, Keyed>(sums, id, u, stride, vocab, slot, group, active, nan_slot, keyed, best, flags);
 }
 
 // 16 bytes of W2, kept in L2 with evict-last priority when asked (the 9 steps of a scan reread all of W2).

@@ -9,31 +9,35 @@
 // every CTA combines all partials the same way and takes the same pick and keeps it. After the last slot the
 // confidences of every (request, slot) are computed a CTA each (finish_step's arithmetic), one more barrier, and
 // CTA 0 writes the records slot by slot as finish_step does (so no slot waits for a confidence). Greedy requests
-// only (a keyed draw needs the whole corrected row in one CTA before the next slot).
-#include <algorithm>
+// only (a keyed draw needs the whole corrected row in one CTA before the next slot). Session 14: one request may take
+// the broadcast dot instead (a thread per vocabulary row, scan_broadcast.cuh), the same bits.
+// The plan and the launch: scan_persistent_plan.cpp.
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "compute/cuda/cuda_util.h"
-#include "compute/cuda/features.h"
 #include "draft/dspark/cuda/draft_kernels.h"
-#include "draft/dspark/cuda/scan_handoff.cuh"
+#include "draft/dspark/cuda/scan_broadcast.cuh"
 #include "draft/dspark/cuda/scan_finish.cuh"
+#include "draft/dspark/cuda/scan_handoff.cuh"
+#include "draft/dspark/cuda/scan_persistent.h"
 #include "draft/dspark/cuda/scan_phase_clocks.cuh"
 
 namespace ls::dspark::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // 8 warps; 8 lanes per W2 row, 4 rows per warp instruction, 32 rows per round
+constexpr int kThreads = kPersistentThreads;
 constexpr int kWarps = kThreads / kWarp;
-constexpr int kRowsPerRound = kWarps * 4;
-constexpr int kPieces = kMaxFusedScanRank / 64;  // 16-byte pieces of a W2 row per lane
+constexpr int kRowsPerRound = kPersistentRowsPerRound;
+constexpr int kPieces = kPersistentPieces;
+static_assert(kRowsPerRound == kWarps * 4);
 
 // Flagged: the handoff through words (pack_partial) in `in.partials`, zeroed before the launch, instead of the
 // counter `barrier`.
 // Keyed: sampled requests without cuts take their Gumbel max (take_row); the flagged word carries the winner's logit.
-template <int G, int RegisterRounds, bool Flagged, bool Keyed>
+// Broadcast (session 14, scan_broadcast.cuh; ids_per_cta <= kThreads): a thread per vocabulary row, its first
+// RegisterRounds x kPieces chunks in registers, `held` chunks of every row in shared memory.
+template <int G, int RegisterRounds, bool Flagged, bool Keyed, bool Broadcast>
 __global__ void __launch_bounds__(kThreads, 2)
     persistent_scan_kernel(ScanStepInputs in, ScanShape shape, int ids_per_cta, int held_rounds,
                            unsigned int* barrier) {
@@ -60,35 +64,42 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int sub = lane / 8, part = lane % 8;
   const int rounds = ids_per_cta / kRowsPerRound;
-  // Shared memory: W2 rows held [held_rounds * 32, rank] bf16 | U staging [2][G][ids_per_cta] | e [G][rank].
+  // Shared memory: W2 rows held [held_rounds * 32, rank] bf16 (broadcast: [held_rounds chunks][kThreads] 16-byte
+  // units) | U staging [2][G][ids_per_cta] | e [G][rank].
   bf16_t* w2_held = reinterpret_cast<bf16_t*>(dynamic);
-  float* u_stage = reinterpret_cast<float*>(dynamic + static_cast<size_t>(held_rounds) * kRowsPerRound * rank * 2);
+  const size_t held_bytes = Broadcast ? static_cast<size_t>(held_rounds) * kThreads * 16
+                                      : static_cast<size_t>(held_rounds) * kRowsPerRound * rank * 2;
+  float* u_stage = reinterpret_cast<float*>(dynamic + held_bytes);
   float* e_shared = u_stage + 2 * G * ids_per_cta;
   const int64_t first_id = static_cast<int64_t>(blockIdx.x) * ids_per_cta;
   auto local_row = [&](int j) { return (j * kWarps + warp) * 4 + sub; };
   // The next held_rounds rounds into shared memory, each lane its own pieces (it reads them back itself); rounds
   // past those are read from L2 every slot (evict-last).
   const int held_end = min(rounds, RegisterRounds + held_rounds);
-  for (int j = RegisterRounds; j < held_end; ++j) {
-    const int64_t id = first_id + local_row(j);
+  uint4 raw[RegisterRounds][kPieces];
+  if constexpr (Broadcast) {
+    stage_broadcast_rows<kThreads>(in.w2, first_id, ids_per_cta, V, rank, held_rounds, w2_held, raw);
+  } else {
+    for (int j = RegisterRounds; j < held_end; ++j) {
+      const int64_t id = first_id + local_row(j);
 #pragma unroll
-    for (int c = 0; c < kPieces; ++c) {
-      const int k = part * 8 + 64 * c;
-      if (k < rank && id < V) {
-        copy_async_16(w2_held + static_cast<int64_t>(local_row(j) - RegisterRounds * kRowsPerRound) * rank + k,
-                      in.w2 + id * rank + k);
+      for (int c = 0; c < kPieces; ++c) {
+        const int k = part * 8 + 64 * c;
+        if (k < rank && id < V) {
+          copy_async_16(w2_held + static_cast<int64_t>(local_row(j) - RegisterRounds * kRowsPerRound) * rank + k,
+                        in.w2 + id * rank + k);
+        }
       }
     }
-  }
-  uint4 raw[RegisterRounds][kPieces];
 #pragma unroll
-  for (int j = 0; j < RegisterRounds; ++j) {
-    const int64_t id = first_id + local_row(j);
+    for (int j = 0; j < RegisterRounds; ++j) {
+      const int64_t id = first_id + local_row(j);
 #pragma unroll
-    for (int c = 0; c < kPieces; ++c) {
-      const int k = part * 8 + 64 * c;
-      raw[j][c] = j < rounds && id < V && k < rank ? __ldg(reinterpret_cast<const uint4*>(in.w2 + id * rank + k))
-                                                   : make_uint4(0, 0, 0, 0);
+      for (int c = 0; c < kPieces; ++c) {
+        const int k = part * 8 + 64 * c;
+        raw[j][c] = j < rounds && id < V && k < rank ? __ldg(reinterpret_cast<const uint4*>(in.w2 + id * rank + k))
+                                                     : make_uint4(0, 0, 0, 0);
+      }
     }
   }
   if (threadIdx.x < G) {
@@ -151,8 +162,19 @@ __global__ void __launch_bounds__(kThreads, 2)
     int flags = 0;
 #pragma unroll
     for (int r = 0; r < G; ++r) best[r] = Best{0.0, -1};
+    if constexpr (Broadcast) {
+      const int64_t id = first_id + threadIdx.x;
+      const bool mine = static_cast<int>(threadIdx.x) < ids_per_cta && id < V;
+      float sums[G];
+      broadcast_row_sums<G, kThreads>(raw, w2_held, held_rounds, in.w2 + (mine ? id : 0) * rank, mine, e_shared,
+                                      rank, count, in.planted_broadcast_slots, sums);
+      if (mine) {
+        take_sums<G, Keyed>(sums, id, u + threadIdx.x, ids_per_cta, V, slot, count, active, nan_slot, keyed, best,
+                            flags);
+      }
+    }
 #pragma unroll
-    for (int j = 0; j < RegisterRounds; ++j) {
+    for (int j = 0; j < (Broadcast ? 0 : RegisterRounds); ++j) {
       if (j >= rounds) break;
       float sums[G];
 #pragma unroll
@@ -161,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       take_row<G, Keyed>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active,
                          nan_slot, keyed, best, flags);
     }
-    for (int j = RegisterRounds; j < rounds; ++j) {
+    for (int j = RegisterRounds; j < (Broadcast ? 0 : rounds); ++j) {
       uint4 pieces[kPieces];
       const int64_t id = first_id + local_row(j);
       const bf16_t* row = j < held_end
@@ -195,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + blockIdx.x;
       // The slot's pick is one CTA's best: its W1 row (the next gather) asked into L2 before the handoff.
-      if (in.prefetch && cta_best.id >= 0) {
+      if (cta_best.id >= 0) {
         prefetch_l2_lines(in.w1 + static_cast<int64_t>(cta_best.id) * rank, rank * 2);
       }
       if constexpr (Flagged) {
@@ -308,8 +330,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         store_relaxed(arrived + blockIdx.x, kWordArrived);
       }
       if (blockIdx.x != 0) return;
-      // Prefetches: only the CTAs that computed a confidence (CTA c took items c, c + grid, ...) are waited for.
-      const int waited = in.prefetch ? min(static_cast<int>(gridDim.x), count * total_slots) : gridDim.x;
+      // Only the CTAs that computed a confidence (CTA c took items c, c + grid, ...) are waited for.
+      const int waited = min(static_cast<int>(gridDim.x), count * total_slots);
       for (int c = threadIdx.x; c < waited; c += kThreads) wait_for_word(arrived + c, timeout);
       __threadfence();
     } else if (threadIdx.x == 0) {
@@ -323,10 +345,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   // CTA 0 writes each request's record slot by slot as finish_step does: tokens, chances (the running product),
   // and the first failure (non-finite logit, non-finite confidence, pick outside the vocabulary) by name and slot.
   if (blockIdx.x != 0) return;
-  // Prefetch: every confidence loaded at once (the loop below then waits for none of them one by one).
+  // Every confidence loaded at once (the records then wait for none of them one by one).
   __shared__ float slot_confidence[kMaxDeviceBlock][G];
-  const bool loaded = in.prefetch && shape.has_confidence;
-  if (loaded) {
+  if (shape.has_confidence) {
     for (int i = threadIdx.x; i < count * total_slots; i += kThreads) {
       const int r = i / total_slots, slot = i % total_slots;
       slot_confidence[slot][r] = __ldcg(in.markov + static_cast<int64_t>(r) * V + slot);
@@ -335,140 +356,27 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   if (threadIdx.x < count) {
     const bool timed_out = load_acquire(Flagged ? reinterpret_cast<unsigned int*>(timeout) : barrier + 1) != 0;
-    write_scan_records<G>(in, shape, threadIdx.x, total_slots, slot_state, slot_pick,
-                          loaded ? slot_confidence : nullptr, timed_out);
+    write_scan_records<G>(in, shape, threadIdx.x, total_slots, slot_state, slot_pick, slot_confidence, timed_out);
   }
   clocks.tail();
 }
 
-// The kernel for a group size: 1 request (3 register rounds; session 13's 2 rounds, without spills, lost in batch
-// s13B: the dot's cost is not the spills) or up to kPersistentScanGroup (2).
-constexpr int kSingleRegisterRounds = 3;
-constexpr int kGroupRegisterRounds = 2;
-
-using PersistentKernel = void (*)(ScanStepInputs, ScanShape, int, int, unsigned int*);
-
-template <int G, int RegisterRounds, bool Keyed>
+template <int G, int RegisterRounds, bool Keyed, bool Broadcast = false>
 PersistentKernel persistent_kernel_for(PersistentHandoff handoff) {
-  return handoff == PersistentHandoff::Counter ? persistent_scan_kernel<G, RegisterRounds, false, Keyed>
-                                                : persistent_scan_kernel<G, RegisterRounds, true, Keyed>;
-}
-
-PersistentKernel persistent_kernel(bool single, PersistentHandoff handoff, bool keyed) {
-  constexpr int kG = kPersistentScanGroup, kS = kSingleRegisterRounds, kR = kGroupRegisterRounds;
-  if (keyed) return single ? persistent_kernel_for<1, kS, true>(handoff) : persistent_kernel_for<kG, kR, true>(handoff);
-  return single ? persistent_kernel_for<1, kS, false>(handoff) : persistent_kernel_for<kG, kR, false>(handoff);
+  return handoff == PersistentHandoff::Counter ? persistent_scan_kernel<G, RegisterRounds, false, Keyed, Broadcast>
+                                                : persistent_scan_kernel<G, RegisterRounds, true, Keyed, Broadcast>;
 }
 
 }  // namespace
 
-PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
-  PersistentScanPlan plan;
-  if (!fused_scan_supported(shape) || count < 1 || count > kPersistentScanGroup || shape.vocab <= 0 ||
-      shape.vocab >= (int64_t{1} << 30)) {
-    return plan;  // (the flagged handoff's words carry id + 1 in 30 bits)
+PersistentKernel persistent_kernel(bool single, PersistentHandoff handoff, bool keyed, bool broadcast) {
+  constexpr int kG = kPersistentScanGroup, kS = kSingleRegisterRounds, kR = kGroupRegisterRounds;
+  if (single && broadcast) {
+    return keyed ? persistent_kernel_for<1, kS, true, true>(handoff)
+                 : persistent_kernel_for<1, kS, false, true>(handoff);
   }
-  int device = 0, sms = 0, cooperative = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess || !cooperative ||
-      sms <= 0) {
-    cudaGetLastError();
-    return plan;
-  }
-  const bool single = count == 1;
-  const int group = single ? 1 : kPersistentScanGroup;
-  const int register_rounds = single ? kSingleRegisterRounds : kGroupRegisterRounds;
-  // Two CTAs per SM; each CTA's ids a whole number of 32-row rounds.
-  const int64_t wanted = 2 * static_cast<int64_t>(sms);
-  const int64_t per_cta = (shape.vocab + wanted - 1) / wanted;
-  const int ids = static_cast<int>((per_cta + kRowsPerRound - 1) / kRowsPerRound * kRowsPerRound);
-  const int grid = static_cast<int>((shape.vocab + ids - 1) / ids);
-  // Every handoff greedy, then keyed (planned alike; plan.keyed when the keyed ones too are resident at once).
-  constexpr int kKernels = 4;
-  constexpr PersistentHandoff kHandoffs[2] = {PersistentHandoff::Counter, PersistentHandoff::Flags};
-  PersistentKernel kernels[kKernels] = {};
-  for (int k = 0; k < kKernels; ++k) kernels[k] = persistent_kernel(single, kHandoffs[k % 2], k >= 2);
-  cudaFuncAttributes attributes[kKernels] = {};
-  size_t static_bytes = 0;
-  for (int k = 0; k < kKernels; ++k) {
-    if (cudaFuncGetAttributes(&attributes[k], kernels[k]) != cudaSuccess) {
-      cudaGetLastError();
-      return plan;
-    }
-    static_bytes = std::max(static_bytes, attributes[k].sharedSizeBytes);
-  }
-  // Shared memory of two CTAs per SM: U staging and e first, then as many held W2 rounds as fit (every handoff).
-  const size_t per_sm = static_cast<size_t>(ls::cuda::cuda_features().shared_optin) + 1024;
-  const size_t budget = per_sm / 2 - 1024 - static_bytes;
-  const size_t staging =
-      sizeof(float) * (2 * static_cast<size_t>(group) * ids + static_cast<size_t>(group) * shape.rank);
-  const size_t round_bytes = static_cast<size_t>(kRowsPerRound) * shape.rank * 2;
-  const int rounds = ids / kRowsPerRound;
-  int held = 0;
-  if (budget > staging) held = static_cast<int>(std::min<size_t>((budget - staging) / round_bytes, rounds));
-  held = std::max(0, std::min(held, rounds - register_rounds));
-  const size_t bytes = staging + held * round_bytes;
-  bool keyed = true;
-  for (int k = 0; k < kKernels; ++k) {
-    int resident = 0;
-    if (cudaFuncSetAttribute(kernels[k], cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
-            cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernels[k], kThreads, bytes) != cudaSuccess ||
-        static_cast<int64_t>(resident) * sms < grid) {
-      cudaGetLastError();
-      if (k < 2) return plan;
-      keyed = false;  // the greedy scan stands without its keyed instances
-    }
-  }
-  plan.keyed = keyed;
-  plan.grid = grid;
-  plan.ids_per_cta = ids;
-  plan.held_rounds = held;
-  plan.group = group;
-  plan.shared_bytes = bytes;
-  return plan;
-}
-
-Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
-                              PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched,
-                              bool keyed) {
-  *launched = 0;
-  if (inputs.count == 0) return ok_status();
-  if (plan.grid == 0 || (plan.group == 1 && inputs.count > 1) || (keyed && !plan.keyed)) {
-    return Status(ErrorCode::UnsupportedDraftShape,
-                  "the persistent Markov scan has no plan for " + std::to_string(inputs.count) + " requests here");
-  }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(plan.grid);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = plan.shared_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeCooperative;
-  attribute[0].val.cooperative = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  // One launch per group of plan.group requests, one after the other (the partials and the barrier are reused).
-  for (int first = 0; first < inputs.count; first += plan.group) {
-    ScanStepInputs group = inputs;
-    group.count = std::min(plan.group, inputs.count - first);
-    group.requests += first;
-    group.records += first;
-    group.base_logits += static_cast<int64_t>(first) * shape.gamma * shape.vocab;
-    group.final_hidden += static_cast<int64_t>(first) * shape.gamma * shape.hidden;
-    group.markov += static_cast<int64_t>(first) * shape.vocab;
-    const bool single = plan.group == 1;
-    if (handoff != PersistentHandoff::Counter) {
-      LS_CUDA_TRY(cudaMemsetAsync(group.partials, 0, persistent_flag_words(shape, plan) * sizeof(uint64_t), stream));
-    } else {
-      LS_CUDA_TRY(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned int), stream));
-    }
-    const PersistentKernel kernel = persistent_kernel(single, handoff, keyed);
-    LS_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, group, shape, plan.ids_per_cta, plan.held_rounds, barrier));
-    ++*launched;
-  }
-  return ok_status();
+  if (keyed) return single ? persistent_kernel_for<1, kS, true>(handoff) : persistent_kernel_for<kG, kR, true>(handoff);
+  return single ? persistent_kernel_for<1, kS, false>(handoff) : persistent_kernel_for<kG, kR, false>(handoff);
 }
 
 }  // namespace ls::dspark::cuda

@@ -1,0 +1,172 @@
+// The persistent scan's broadcast dot (session 14, set_scan_broadcast: a thread per vocabulary row, 8 accumulators
+// added in the 8-lane xor tree's order) against the fused step and the 8-lane persistent scan: fresh random W1 / W2
+// / U / Hf / confidence head, one request at full depth, greedy and keyed (a plain temperature), both handoffs, the
+// records (tokens, chance bits, running product, flags) the same bytes, every output poisoned first. Shapes: the
+// 1.2B's (vocab 65536, rank 256: a row a thread, 12 chunks in registers and the rest in shared memory), a partial
+// CTA (vocab 20000), rank 128 and rank 64 (registers only). Planted: the held chunks read unswizzled (other rows'
+// weights) must draft other tokens.
+#include <gtest/gtest.h>
+
+#ifdef LS_HAVE_CUDA
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "draft/dspark/cuda/draft_kernels.h"
+#include "cuda_test_util.h"
+
+namespace ls::dspark::cuda {
+namespace {
+
+using ls::cuda::DeviceBuffer;
+using ls::cuda::testing::download;
+using ls::cuda::testing::poisoned;
+using ls::cuda::testing::to_bf16;
+using ls::cuda::testing::upload;
+
+struct BroadcastFixture {
+  ScanShape shape;
+  DeviceBuffer<bf16> w1, w2, final_hidden;
+  DeviceBuffer<float> base, confidence_weight, temperatures;
+
+  BroadcastFixture(int64_t vocab, int rank, int hidden, int gamma, std::mt19937& rng) {
+    shape = ScanShape{vocab, rank, hidden, gamma, true};
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto values = [&](size_t count, float scale) {
+      std::vector<float> out(count);
+      for (float& v : out) v = scale * normal(rng);
+      return out;
+    };
+    w1 = upload(to_bf16(values(static_cast<size_t>(vocab) * rank, 0.5f)));
+    w2 = upload(to_bf16(values(static_cast<size_t>(vocab) * rank, 0.3f)));
+    final_hidden = upload(to_bf16(values(static_cast<size_t>(gamma) * hidden, 1.0f)));
+    base = upload(values(static_cast<size_t>(gamma) * vocab, 2.0f));
+    confidence_weight = upload(values(static_cast<size_t>(hidden + rank), 0.2f));
+    std::vector<float> t(static_cast<size_t>(gamma));
+    for (int slot = 0; slot < gamma; ++slot) t[slot] = 0.8f + 0.1f * static_cast<float>(slot);
+    temperatures = upload(t);
+  }
+};
+
+struct Arm {
+  bool persistent = false;
+  PersistentHandoff handoff = PersistentHandoff::Flags;
+  bool broadcast = false;
+  bool planted = false;
+  std::string name() const {
+    if (!persistent) return "fused step";
+    return std::string(handoff == PersistentHandoff::Counter ? "counter" : "flagged") +
+           (broadcast ? " broadcast" : " 8-lane") + (planted ? " planted" : "");
+  }
+};
+
+// One request's scan at full depth by `arm`, every buffer it writes poisoned first; the record.
+DeviceScanRecord run_scan(const BroadcastFixture& f, const PersistentScanPlan& plan, const DeviceScanRequest& request,
+                          const Arm& arm) {
+  const ScanShape& shape = f.shape;
+  DeviceBuffer<DeviceScanRequest> requests = upload(std::vector<DeviceScanRequest>{request});
+  DeviceScanRecord initial{};
+  initial.previous = request.anchor;
+  DeviceBuffer<DeviceScanRecord> records = upload(std::vector<DeviceScanRecord>{initial});
+  DeviceBuffer<float> markov = poisoned<float>(static_cast<size_t>(shape.vocab));
+  DeviceBuffer<bf16> embeddings = poisoned<bf16>(static_cast<size_t>(shape.rank));
+  // Room for the fused step's chunk partials, the counter handoff's partials and the flagged handoff's words.
+  const int64_t partial_count = std::max<int64_t>(fused_scan_chunks(shape.vocab),
+                                                  (static_cast<int64_t>(shape.gamma) + 1) * plan.grid + 1);
+  DeviceBuffer<ScanPartial> partials = poisoned<ScanPartial>(static_cast<size_t>(partial_count));
+  DeviceBuffer<unsigned int> tickets = upload(std::vector<unsigned int>{0u, 0u});
+  ScanStepInputs in;
+  in.requests = requests.data();
+  in.records = records.data();
+  in.count = 1;
+  in.markov = markov.data();
+  in.base_logits = f.base.data();
+  in.final_hidden = reinterpret_cast<const bf16_t*>(f.final_hidden.data());
+  in.embeddings = reinterpret_cast<const bf16_t*>(embeddings.data());
+  in.confidence_weight = f.confidence_weight.data();
+  in.confidence_bias = 0.1f;
+  in.confidence_temperatures = f.temperatures.data();
+  in.w1 = reinterpret_cast<const bf16_t*>(f.w1.data());
+  in.w2 = reinterpret_cast<const bf16_t*>(f.w2.data());
+  in.partials = partials.data();
+  in.tickets = tickets.data();
+  in.planted_broadcast_slots = arm.planted;
+  if (!arm.persistent) {
+    for (int slot = 0; slot < shape.gamma; ++slot) EXPECT_TRUE(markov_step_fused(in, shape, slot, nullptr).ok());
+  } else {
+    int launched = 0;
+    const bool keyed = request.temperature > 0;
+    EXPECT_TRUE(markov_scan_persistent(in, shape, plan, arm.handoff, tickets.data(), nullptr, &launched, keyed,
+                                       arm.broadcast)
+                    .ok());
+    EXPECT_EQ(launched, 1);
+  }
+  return download(records, 1)[0];
+}
+
+bool same_record(const DeviceScanRecord& a, const DeviceScanRecord& b) {
+  return std::memcmp(&a, &b, sizeof(DeviceScanRecord)) == 0;
+}
+
+TEST(CudaDrafterBroadcastScan, TheBroadcastDotDraftsTheFusedStepsTokensAndChanceBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  const uint64_t seed = std::random_device{}();
+  std::printf("broadcast scan: seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  int planted_equal = 0, planted_runs = 0;
+  const struct {
+    int64_t vocab;
+    int rank;
+  } shapes[] = {{65536, 256}, {20000, 256}, {50000, 128}, {8195, 64}};
+  for (const auto& [vocab, rank] : shapes) {
+    SCOPED_TRACE("vocab " + std::to_string(vocab) + " rank " + std::to_string(rank));
+    const BroadcastFixture fixture(vocab, rank, 96, 9, rng);
+    const PersistentScanPlan plan = persistent_scan_plan(fixture.shape, 1);
+    ASSERT_GT(plan.grid, 0);
+    ASSERT_TRUE(plan.broadcast) << "no broadcast plan: the broadcast arms would run the 8-lane dot";
+    ASSERT_TRUE(plan.keyed);
+    std::printf("broadcast scan: vocab %lld rank %d: grid %d, %d ids a CTA, %d chunks held in shared memory\n",
+                static_cast<long long>(vocab), rank, plan.grid, plan.ids_per_cta, plan.held_chunks);
+    // The 1.2B's shape holds chunks in shared memory (the path the planted fault reads wrong).
+    if (rank == 256) {
+      EXPECT_GT(plan.held_chunks, 0);
+    }
+    for (int run = 0; run < 4; ++run) {
+      DeviceScanRequest request;
+      request.anchor = static_cast<int32_t>(rng() % vocab);
+      request.depth = fixture.shape.gamma;
+      request.anchor_position = 10 + rng() % 5000;
+      request.temperature = run % 2 == 0 ? 0.0f : 0.7f + 0.2f * static_cast<float>(run);
+      request.seed = rng();
+      SCOPED_TRACE("run " + std::to_string(run) + ", T " + std::to_string(request.temperature));
+      const DeviceScanRecord fused = run_scan(fixture, plan, request, Arm{});
+      ASSERT_EQ(fused.status, kScanOk);
+      for (const PersistentHandoff handoff : {PersistentHandoff::Counter, PersistentHandoff::Flags}) {
+        for (const bool broadcast : {false, true}) {
+          const Arm arm{true, handoff, broadcast, false};
+          SCOPED_TRACE(arm.name());
+          const DeviceScanRecord scanned = run_scan(fixture, plan, request, arm);
+          EXPECT_TRUE(same_record(scanned, fused));
+          for (int slot = 0; slot < request.depth; ++slot) {
+            EXPECT_EQ(scanned.tokens[slot], fused.tokens[slot]) << "slot " << slot;
+          }
+        }
+      }
+      if (plan.held_chunks > 0) {
+        planted_equal += same_record(run_scan(fixture, plan, request, Arm{true, PersistentHandoff::Flags, true, true}),
+                                     fused);
+        ++planted_runs;
+      }
+    }
+  }
+  // Other rows' weights in most held chunks move every logit: no run may keep the fused step's record.
+  EXPECT_GT(planted_runs, 0);
+  EXPECT_EQ(planted_equal, 0) << "of " << planted_runs << ": the unswizzled reads gave the fused step's record";
+}
+
+}  // namespace
+}  // namespace ls::dspark::cuda
+
+#endif  // LS_HAVE_CUDA
