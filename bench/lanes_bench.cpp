@@ -47,11 +47,12 @@
 //             [--gate-prompt off|on]                                       on (default since s12A): the gate prices a dormant
 //                                                                         scout's untapped prompt as admission did
 //                                                                         (lanes12)
-//             [--plain-after none|drafted-setup]                           drafted-setup: each plain run follows a
-//                                                                         drafted arm's Lanes::create (its load-time
-//                                                                         timing of the drafter) as the drafted run
-//                                                                         does: is the drafted arm's slower forward
-//                                                                         that timing's after-effect (lanes14)
+//             [--plain-after drafted-setup|none]                           drafted-setup (the default since lanes15):
+//                                                                         each plain run follows a drafted arm's
+//                                                                         Lanes::create (its load-time timing, once
+//                                                                         per server start) as the drafted run does,
+//                                                                         so both arms start from the same state;
+//                                                                         none: plain after its own setup only
 //             [--settle-ms MS]                                             each run starts MS ms after its lanes'
 //                                                                         setup, idle (lanes14)
 //             [--loss-stop off|on]                                         on: a stream alone in its rounds stops
@@ -65,9 +66,8 @@
 //             [--gate-group off|on]                                        on: the gate's one-off holds the group's
 //                                                                         new shapes (tap round, first verify and
 //                                                                         pass) at several streams (lanes14)
-//             [--after-pass off|priced]                                    priced: drafting rounds pay what a forward
-//                                                                         after a pass costs over one after a
-//                                                                         forward, timed at load (lanes14)
+//             [--sampled-prior X|off]                                      X: an unproven drafter's sampled rounds
+//                                                                         priced at a flat conditional X (lanes15)
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it
@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
     else if (flag == "--exact-width-probe") options.exact_width_probe = std::atoi(value.c_str());
     else if (flag == "--max-rows") options.max_rows = std::atoi(value.c_str());
     else if (flag == "--sampled") options.sampled = value == "1";
-    else if (flag == "--plain-after") options.plain_after_drafted_setup = value == "drafted-setup";
+    else if (flag == "--plain-after") options.plain_after_drafted_setup = value != "none";
     else if (flag == "--settle-ms") options.settle_ms = std::atoi(value.c_str());
     else if (options.switches.parse(flag, value)) continue;
     else if (flag == "--debug") debug = value == "1";
@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
                  "[--prompts FILE]] "
                  "[--streams 1,4,8,16] [--tokens N] [--repeats N] [--prompt-tokens N] [--threads T] "
                  "[--synthetic-acceptance MEAN (benchmarks only)] [--wrong-rate R] [--exact-width-probe W] [--max-rows R] "
-                 "[--sampled 0|1] [--plain-after none|drafted-setup] [--settle-ms MS] %s [--debug 0|1] [--machine TEXT] [--commit SHA] "
+                 "[--sampled 0|1] [--plain-after drafted-setup|none] [--settle-ms MS] %s [--debug 0|1] [--machine TEXT] [--commit SHA] "
                  "[--json PATH]\n",
                  ls::bench::lanes_switches_usage());
     return 2;

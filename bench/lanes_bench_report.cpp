@@ -94,10 +94,9 @@ void print_tables(const json& tables) {
   const std::string sampled = points_text(tables["sampled_draft_ms"]);
   if (!sampled.empty()) draft += "; sampled (deepest)" + sampled;
   std::printf("        load-time tables: verify ms by rows%s; pass ms by streams (depth 1/%d)%s; absorb %.4f ms + %.5f "
-              "ms/row; a forward after a pass +%.4f ms\n",
+              "ms/row\n",
               points_text(tables["verify_ms"]).c_str(), tables["draft_max_depth"].get<int>(), draft.c_str(),
-              tables["absorb_call_ms"].get<double>(), tables["absorb_ms_per_row"].get<double>(),
-              tables.value("after_pass_ms", 0.0));
+              tables["absorb_call_ms"].get<double>(), tables["absorb_ms_per_row"].get<double>());
   if (!tables.contains("sampled_verify_ms") || tables["sampled_verify_ms"].empty()) return;
   std::string ratios;
   for (const json& point : tables["sampled_verify_ms"]) {
@@ -201,8 +200,7 @@ json tables_json(const CostTables& tables, int max_rows) {
           {"sampled_draft_ms", sampled},
           {"draft_max_depth", deepest},
           {"absorb_call_ms", tables.absorb_call_ms},
-          {"absorb_ms_per_row", tables.absorb_ms_per_row},
-          {"after_pass_ms", tables.after_pass_ms}};
+          {"absorb_ms_per_row", tables.absorb_ms_per_row}};
 }
 
 

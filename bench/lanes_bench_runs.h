@@ -31,7 +31,10 @@ struct BenchOptions {
   int exact_width_probe = 16;
   int max_rows = 0;  // rows per verify forward (LanesOptions::max_rows; 0 = the lanes' default)
   bool sampled = false;  // seeded sampled requests (temperature, top-k/p, min-p mixed) instead of greedy
-  bool plain_after_drafted_setup = false;  // each plain run right after a drafted Lanes::create (then dropped)
+  // Each plain run right after a drafted Lanes::create (its load-time timing, then dropped), as each drafted run
+  // starts: both arms from the same state (lanes15; the Xeon's 1-stream drafted arm with nothing drafted was 0.68x
+  // against a plain arm that timed nothing). --plain-after none: the plain run right after its own plain setup.
+  bool plain_after_drafted_setup = true;
   int settle_ms = 0;                       // each run (both arms) after this long idle past its Lanes::create
   std::string machine;
   std::string commit = "unknown";

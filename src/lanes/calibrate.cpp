@@ -219,22 +219,6 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
       sampled_points.push_back({streams, points[index].depth, points[index].ms * ratio});
     }
   }
-  if (options.verify_after_pass && status.ok()) {
-    // A 1-row forward after a forward, then one after a pass, `repeats` times after one untimed pair: the fastest of
-    // each (the pass's own time is not in either).
-    double after_forward = std::numeric_limits<double>::infinity();
-    double after_pass = std::numeric_limits<double>::infinity();
-    for (int run = 0; run <= options.repeats && status.ok(); ++run) {
-      Result<double> alone = time_one_forward(target, clock, forward_options, 1, forward_scratch);
-      time_pass(1, options.max_depth, false);
-      Result<double> after = time_one_forward(target, clock, forward_options, 1, forward_scratch);
-      status = alone.ok() ? after.status() : alone.status();
-      if (!status.ok() || run == 0) continue;
-      after_forward = std::min(after_forward, *alone);
-      after_pass = std::min(after_pass, *after);
-    }
-    if (status.ok()) tables.after_pass_ms = std::max(0.0, after_pass - after_forward);
-  }
   for (int index = 0; index < options.max_streams; ++index) {
     target.release(draft_options.scratch_base + index);
     drafter.release(draft_options.scratch_base + index);

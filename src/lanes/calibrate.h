@@ -33,10 +33,6 @@ struct CalibrationOptions {
   // LS_DRAFTER_SHORT_BLOCK: a depth-d pass runs d + N of its block's slots) is bought at depths 2-3 on the CPU, which
   // the grid {1, middle, deepest} priced by interpolation. lanes_bench --pass-depths ends|shallow.
   bool shallow_depths = false;
-  // Also time a 1-row forward right after a pass against one right after a forward (lanes14): on a CPU the pass
-  // evicts the target's weights from the caches and the verify after it is dearer than its table (the nano pair on a
-  // 2-core host: 0.54 ms with drafts against 0.31 quiet). CostTables::after_pass_ms; PricingOptions::after_pass_priced.
-  bool verify_after_pass = false;
 };
 
 // Times forwards at a few row counts and drafter passes on a (streams, depth) grid, on scratch streams that are

@@ -63,7 +63,6 @@ struct CostTables {
   VerifyCosts sampled_verify;     // verify with sampled windows (empty unless timed: sampled_passes)
   double absorb_call_ms = 0;      // one absorb call
   double absorb_ms_per_row = 0;   // each row of an absorb on top of the call
-  double after_pass_ms = 0;       // a forward right after a drafter pass over one after a forward (evicted caches)
   double absorb_ms(int rows) const { return rows > 0 ? absorb_call_ms + absorb_ms_per_row * rows : 0.0; }
 };
 

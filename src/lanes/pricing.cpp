@@ -375,10 +375,8 @@ RoundCost Pricing::round_cost(PassMode mode) const {
     // Taps absorbed on the device go in one call per forward whatever the number of drafting streams: a round that
     // drafts at all pays that call (each stream's rows are in its activation).
     const double absorb_call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
-    // after_pass_priced: the verify after the pass finds the target's weights evicted (a CPU's caches).
-    const double after_pass_ms = options_.after_pass_priced ? tables_.after_pass_ms : 0.0;
     return factor * (verify_ms(rows, mode) + draft_ms(streams_with_extra, depth, mode) + absorb_call_ms +
-                     after_pass_ms + overhead_ms_);
+                     overhead_ms_);
   };
 }
 

@@ -183,11 +183,6 @@ struct PricingOptions {
   // trim buying the rest only where they pay (the gate charged the whole chain's rows: 3.5 ms of a 1-stream CPU
   // verify that grows ~0.5 ms a row). lanes_bench --one-off forwards|costs.
   bool one_off_by_costs = false;
-  // Thirteenth session (lanes14). A drafting round is priced with what the verify after its pass costs over its table
-  // (CostTables::after_pass_ms, timed at load: CalibrationOptions::verify_after_pass): on the CPU the pass evicts the
-  // target's weights and the next forward is 0.2 ms dearer (the nano pair on a 2-core host, 0.31 -> 0.54 ms), which
-  // the tables never saw (those forwards were left out as slow outliers). lanes_bench --after-pass off|priced.
-  bool after_pass_priced = false;
   // Thirteenth session (lanes14). Before the drafter is proven at several streams, the gate's one-off also holds the
   // new shapes the scout's proof brings on a target with graphs: the woken streams' tap round and the group's first
   // verify and pass, each run eagerly and captured (two of each). The nano pair on the H200 at 8 / 16 streams, 256
@@ -195,6 +190,13 @@ struct PricingOptions {
   // pays 5-7 ms (tap-only forwards 0.69 against 0.22 ms, slow forwards +1.9 ms, restarts, host) for nothing
   // (s13A 0.93 / 0.89x). lanes_bench --gate-group off|on.
   bool gate_prices_group = false;
+  // Fourteenth session (lanes15). Before any draft was verified, a sampled round is priced at this prior (conditional
+  // acceptance by depth) instead of depth_prior: a seeded sampled draw matches the drafter's only where both pick the
+  // same token, and the nano pair's sampled windows on the H200 land ~1 draft of 7 (1.9-2.0 tokens a window, a
+  // conditional ~0.5), where the greedy prior promises ~3. The gate (exploration_repays) and admission (could_draft)
+  // then see what a sampled stream's exploring can win: the nano pair's 64-token sampled stream explored, lost 3-4
+  // rounds before the loss stop and ran 0.93x (s13final). Empty: depth_prior. lanes_bench --sampled-prior X|off.
+  std::vector<double> sampled_prior;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered

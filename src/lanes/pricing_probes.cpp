@@ -148,14 +148,18 @@ Allocation Pricing::pooled_round(int round_streams, int cap, bool always_right, 
   std::vector<RowOffer> offers(1 + streams);
   offers[0].fixed_rows = streams;
   offers[0].fixed_expected = streams;
+  std::vector<float> chances(cap, 1.0f);
+  if (!always_right) {
+    // sampled_prior: an unproven drafter's sampled rounds at the sampled prior (nothing measured to pool yet).
+    AcceptanceByDepth sampled;
+    const bool sampled_prior = mode == PassMode::Sampled && !drafter_proven() && !options_.sampled_prior.empty();
+    if (sampled_prior) sampled.reset(options_.sampled_prior);
+    chances = sampled_prior ? sampled.chain(cap) : pooled_acceptance_.chain(cap);
+  }
   for (size_t index = 1; index < offers.size(); ++index) {
     offers[index].fixed_rows = 0;
     offers[index].fixed_expected = 0;
-    if (always_right) {
-      offers[index].chances.assign(cap, 1.0f);
-    } else {
-      offers[index].chances = pooled_acceptance_.chain(cap);
-    }
+    offers[index].chances = chances;
   }
   return allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
 }

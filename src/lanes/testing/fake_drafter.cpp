@@ -226,7 +226,6 @@ std::vector<Draft> FakeDrafter::draft(std::span<const DraftRequest> requests) {
     deepest = std::max(deepest, request.depth);
   }
   ++passes_by_depth_[deepest];
-  if (options_.caches != nullptr) options_.caches->evicted = true;
   if (options_.clock != nullptr) {
     const double factor = sampled ? options_.sampled_pass_factor : 1.0;
     const bool short_block = deepest <= options_.short_block_depth;

@@ -35,7 +35,6 @@ struct FakeDrafterOptions {
   double draft_fixed_ms = 2.0;
   double draft_row_ms = 0.2;
   int short_block_depth = 0;          // > 0: passes of at most this depth cost half the fixed part (a short block)
-  FakeCaches* caches = nullptr;       // each pass evicts the target's weights (FakeTargetOptions::caches)
   double sampled_pass_factor = 1.0;   // a pass with any sampled request costs this many times as much
   double absorb_call_ms = 0.0;        // with a clock, each absorb advances it by call + row * rows
   double absorb_row_ms = 0.0;

@@ -160,9 +160,7 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
                                (new_shape ? options_.new_shape_ms : 0.0) +
                                options_.distinct_token_ms * static_cast<double>(distinct.size()) +
                                options_.sampled_row_ms * sampled_rows);
-    if (options_.caches != nullptr && options_.caches->evicted) options_.clock->advance_ms(options_.evicted_forward_ms);
   }
-  if (options_.caches != nullptr) options_.caches->evicted = false;
   return verified;
 }
 

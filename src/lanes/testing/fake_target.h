@@ -32,12 +32,6 @@ uint64_t fake_history_hash(const FakeModelShape& shape, uint64_t previous, int32
 // Logits [vocab] after a history whose hash is `history_hash`.
 void fake_logits(const FakeModelShape& shape, uint64_t history_hash, std::span<float> out);
 
-// A CPU's caches shared by a fake target and a fake drafter: a pass evicts the target's weights, so the forward after
-// it costs FakeTargetOptions::evicted_forward_ms more.
-struct FakeCaches {
-  bool evicted = false;
-};
-
 struct FakeTargetOptions {
   FakeModelShape shape;
   int max_rows = 64;
@@ -61,8 +55,6 @@ struct FakeTargetOptions {
   double distinct_token_ms = 0.0;
   double sampled_row_ms = 0.0;    // with a clock: each row of a sampled window costs this much more (its draw)
   bool cpu_pool = false;          // cpu_pool() is a one-thread pool: a target on the CPU (no graphs to capture)
-  FakeCaches* caches = nullptr;   // with a clock: a forward after a pass (caches->evicted) costs evicted_forward_ms more
-  double evicted_forward_ms = 0.0;
 };
 
 class FakeTarget final : public Target {

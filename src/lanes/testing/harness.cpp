@@ -164,12 +164,10 @@ CpuNanoLikeFakes::CpuNanoLikeFakes()
     : target(costed_fake_target(clock, 0.45, 0.08, 64)), drafter(costed_fake_drafter(clock, 0.25, 0.05)) {
   target.exact_width = 16;
   target.cpu_pool = true;
-  target.caches = &caches;
   drafter.max_depth = 7;
   drafter.draft_fixed_ms = 0.15;
   drafter.confidences = true;
   drafter.absorb_row_ms = 0.02;
-  drafter.caches = &caches;
 }
 
 std::vector<Arrival> CpuNanoLikeFakes::arrivals(int tokens) const {

@@ -89,14 +89,13 @@ struct NanoLikeFakes {
 
 // The nano pair on a 2-core CPU, roughly: a verify that grows ~0.08 ms a row over 0.45 ms, no graphs (cpu_pool), a
 // pass that grows with the depth asked (0.15 ms + 0.05 a depth, as short blocks), a 64-row prompt absorbed at 0.02 ms
-// a row, drafts right 75 %; `caches` shared by both (evicted_forward_ms 0 unless a test sets it).
+// a row, drafts right 75 %.
 struct CpuNanoLikeFakes {
   FixedClock clock;
-  FakeCaches caches;
   FakeTargetOptions target;
   FakeDrafterOptions drafter;
   CpuNanoLikeFakes();
-  CpuNanoLikeFakes(const CpuNanoLikeFakes&) = delete;  // the options point at this clock and these caches
+  CpuNanoLikeFakes(const CpuNanoLikeFakes&) = delete;  // the options point at this clock
   // One endless request of `tokens` tokens with a 64-token prompt.
   std::vector<Arrival> arrivals(int tokens) const;
 };
