@@ -75,11 +75,12 @@ LS_TARGET_AMX void ensure_tile_config() {
   loaded = true;
 }
 
-// C [NB][16][16] = x tile rows (16 rows from x, stride x_bytes) times NB column blocks of w (k_tiles tiles each).
-// The intrinsics are inline asm without memory clobbers: the barriers make the compiler finish writing x before the
-// loads and read c only after the stores.
+// C [NB][16][16] = x tile rows (16 rows from x, stride x_bytes) times NB column blocks of w (k_tiles tiles each),
+// stored at c + j * c_block for block j with row stride c_bytes. The intrinsics are inline asm without memory
+// clobbers: the barriers make the compiler finish writing x before the loads and read c only after the stores.
 template <int NB>
-LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t* w, int64_t k_tiles, float* c) {
+LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t* w, int64_t k_tiles, float* c,
+                              int64_t c_block, int64_t c_bytes) {
   const int64_t block = k_tiles * kAmxTileValues;
   asm volatile("" ::: "memory");
   _tile_zero(0);
@@ -104,10 +105,10 @@ LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t
       _tile_dpbf16ps(3, 4, 5);
     }
   }
-  _tile_stored(0, c, 64);
-  if constexpr (NB > 1) _tile_stored(1, c + 256, 64);
-  if constexpr (NB > 2) _tile_stored(2, c + 512, 64);
-  if constexpr (NB > 3) _tile_stored(3, c + 768, 64);
+  _tile_stored(0, c, c_bytes);
+  if constexpr (NB > 1) _tile_stored(1, c + c_block, c_bytes);
+  if constexpr (NB > 2) _tile_stored(2, c + 2 * c_block, c_bytes);
+  if constexpr (NB > 3) _tile_stored(3, c + 3 * c_block, c_bytes);
   asm volatile("" ::: "memory");
 }
 
@@ -175,15 +176,22 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
     const uint16_t* w_group = w + col / kAmxColumns * k_tiles * kAmxTileValues;
     for (int64_t row = 0; row < rows; row += 16) {
       const uint16_t* x_rows = x + row * x_stride;
-      switch (blocks) {
-        case 1: tile_group<1>(x_rows, x_stride * 2, w_group, k_tiles, c); break;
-        case 2: tile_group<2>(x_rows, x_stride * 2, w_group, k_tiles, c); break;
-        case 3: tile_group<3>(x_rows, x_stride * 2, w_group, k_tiles, c); break;
-        default: tile_group<4>(x_rows, x_stride * 2, w_group, k_tiles, c); break;
-      }
       const int64_t take = std::min<int64_t>(16, rows - row);
+      // 16 rows of whole blocks go straight to y; a partial tile through c.
+      const bool direct = take == 16 && width == blocks * kAmxColumns;
+      float* out = direct ? y + row * ldy + col : c;
+      const int64_t out_block = direct ? kAmxColumns : 256, out_bytes = direct ? ldy * 4 : 64;
+      switch (blocks) {
+        case 1: tile_group<1>(x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes); break;
+        case 2: tile_group<2>(x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes); break;
+        case 3: tile_group<3>(x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes); break;
+        default: tile_group<4>(x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes); break;
+      }
+      if (direct) continue;
       for (int64_t m = 0; m < take; ++m)
-        for (int64_t n = 0; n < width; ++n) y[(row + m) * ldy + col + n] = c[(n / 16) * 256 + m * 16 + n % 16];
+        for (int64_t block = 0; block * kAmxColumns < width; ++block)
+          std::memcpy(y + (row + m) * ldy + col + block * kAmxColumns, c + block * 256 + m * 16,
+                      std::min<int64_t>(kAmxColumns, width - block * kAmxColumns) * sizeof(float));
     }
   }
 }
