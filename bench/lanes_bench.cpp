@@ -63,9 +63,6 @@
 //                                                                         with its forced row alone (lanes14)
 //             [--pass-depths ends|shallow]                                 shallow: passes also timed at depths 2
 //                                                                         and 3 at load (lanes14)
-//             [--gate-group off|on]                                        on: the gate's one-off holds the group's
-//                                                                         new shapes (tap round, first verify and
-//                                                                         pass) at several streams (lanes14)
 //             [--sampled-prior X|off]                                      X: an unproven drafter's sampled rounds
 //                                                                         priced at a flat conditional X (lanes15)
 //

@@ -35,7 +35,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
   else if (flag == "--one-off") one_off_by_costs = value == "costs" ? 1 : 0;
   else if (flag == "--pass-depths") shallow_depths = value == "shallow" ? 1 : 0;
-  else if (flag == "--gate-group") gate_prices_group = value == "on" ? 1 : 0;
   else if (flag == "--sampled-prior") sampled_prior = value == "off" ? 0.0 : std::atof(value.c_str());
   else return false;
   return true;
@@ -67,7 +66,6 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (stop_on_measured_loss >= 0) pricing.stop_on_measured_loss = stop_on_measured_loss == 1;
   if (one_off_by_costs >= 0) pricing.one_off_by_costs = one_off_by_costs == 1;
   if (shallow_depths >= 0) options.calibration.shallow_depths = shallow_depths == 1;
-  if (gate_prices_group >= 0) pricing.gate_prices_group = gate_prices_group == 1;
   if (sampled_prior == 0) pricing.sampled_prior.clear();
   if (sampled_prior > 0) pricing.sampled_prior.assign(pricing.depth_prior.size(), sampled_prior);
 }
@@ -78,7 +76,7 @@ const char* lanes_switches_usage() {
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
          "[--sampled-streams N] [--loss-stop off|on] [--one-off forwards|costs] [--pass-depths ends|shallow] "
-         "[--gate-group off|on] [--sampled-prior X|off]";
+         "[--sampled-prior X|off]";
 }
 
 }  // namespace ls::bench

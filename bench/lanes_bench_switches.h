@@ -31,7 +31,6 @@ struct LanesSwitches {
   int stop_on_measured_loss = -1;       // --loss-stop off|on (lanes14)
   int one_off_by_costs = -1;            // --one-off forwards|costs (lanes14)
   int shallow_depths = -1;              // --pass-depths ends|shallow (lanes14)
-  int gate_prices_group = -1;           // --gate-group off|on (lanes14)
   double sampled_prior = -1;            // --sampled-prior X|off: a flat sampled prior X (lanes15; off = 0)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).

@@ -183,13 +183,6 @@ struct PricingOptions {
   // trim buying the rest only where they pay (the gate charged the whole chain's rows: 3.5 ms of a 1-stream CPU
   // verify that grows ~0.5 ms a row). lanes_bench --one-off forwards|costs.
   bool one_off_by_costs = false;
-  // Thirteenth session (lanes14). Before the drafter is proven at several streams, the gate's one-off also holds the
-  // new shapes the scout's proof brings on a target with graphs: the woken streams' tap round and the group's first
-  // verify and pass, each run eagerly and captured (two of each). The nano pair on the H200 at 8 / 16 streams, 256
-  // tokens: the prior's round saves ~3 ms over the run against a ~0.8 ms one-off, so the scout explores; the run then
-  // pays 5-7 ms (tap-only forwards 0.69 against 0.22 ms, slow forwards +1.9 ms, restarts, host) for nothing
-  // (s13A 0.93 / 0.89x). lanes_bench --gate-group off|on.
-  bool gate_prices_group = false;
   // Fourteenth session (lanes15). Before any draft was verified, a sampled round is priced at this prior (conditional
   // acceptance by depth) instead of depth_prior: a seeded sampled draw matches the drafter's only where both pick the
   // same token, and the nano pair's sampled windows on the H200 land ~1 draft of 7 (1.9-2.0 tokens a window, a
@@ -246,9 +239,6 @@ class Pricing {
     return mode == PassMode::Sampled && options_.sampled_most_streams > 0 &&
            round_streams > options_.sampled_most_streams && !options_.always_draft;
   }
-  // What the new shapes of the group the scout's proof wakes cost once (gate_prices_group; 0 at one stream or on a
-  // target without graphs).
-  double group_one_off_ms(int streams, int cap, PassMode mode) const;
   // The target captures no graphs (a CPU target): a new forward shape's one-off is nothing (one_off_by_costs).
   void set_graphless_target(bool graphless) { graphless_target_ = graphless; }
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a

@@ -177,15 +177,6 @@ bool Pricing::could_draft(int round_streams, int cap, bool always_right, PassMod
          1.0 - (streams / plain_ms) / best.tokens_per_ms >= options_.whole_context_share;
 }
 
-double Pricing::group_one_off_ms(int streams, int cap, PassMode mode) const {
-  if (!options_.gate_prices_group || streams <= 1 || graphless_target_) return 0.0;
-  // The group the scout's proof wakes: a round of the woken streams' taps (a forward with tap copies: a graph of its
-  // own) and the group's first round (a verify of every stream's window and a pass of every stream: new shapes), each
-  // run eagerly, then captured.
-  const int group_rows = std::min(streams * (1 + cap), max_rows_);
-  return 2 * verify_ms(streams, mode) + 2 * verify_ms(group_rows, mode) + 2 * draft_ms(streams, cap, mode);
-}
-
 bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, int absorb_rows, PassMode mode) const {
   if (options_.always_draft) return true;
   if (sampled_too_wide(round_streams, mode)) return false;  // no sampled exploration, no prompt tapped for it
@@ -206,7 +197,7 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
   const double probe_ms = by_costs ? probe_cost_ms(cap, streams, mode, /*forced_only=*/true)
                                    : probe_cost_ms(cap, streams, mode);
   const double shape_ms = by_costs && graphless_target_ ? 0.0 : 2 * plain_ms;
-  const double one_off_ms = probe_ms + tables_.absorb_ms(absorb_rows) + shape_ms + group_one_off_ms(streams, cap, mode);
+  const double one_off_ms = probe_ms + tables_.absorb_ms(absorb_rows) + shape_ms;
   // What the best round saves over the tokens left: a token costs plain_ms / streams plainly, 1 / tokens_per_ms
   // drafted.
   auto gain_ms = [&](bool always_right) {

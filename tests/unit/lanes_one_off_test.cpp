@@ -3,7 +3,6 @@
 // Also the load-time pass table at depths 2 and 3 (CalibrationOptions::shallow_depths).
 #include <gtest/gtest.h>
 
-#include <optional>
 #include <vector>
 
 #include "lanes/lanes.h"
@@ -24,17 +23,13 @@ TEST(LanesOneOff, OnTheCpuAShortStreamWhoseRoundsPayIsExploredOnlyWithTheOneOffI
   // capture, the whole chain's 7 verify rows, the prompt's absorb: 3.4 ms) times 3 is more, and so is either half of
   // the new one alone (no capture but 7 rows: 2.3 ms; 1 row but capture: 2.9 ms); what the CPU pays (1.9 ms) is not.
   CpuNanoLikeFakes pair;
-  const std::vector<Arrival> arrivals = pair.arrivals(40);
-  const FakeRun plain = run_fakes(pair.clock, pair.target, std::nullopt, arrivals);
-  const FakeRun old_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, one_off(false));
-  const FakeRun new_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, one_off(true));
-  ASSERT_EQ(reply_tokens(old_rule), reply_tokens(plain));
-  ASSERT_EQ(reply_tokens(new_rule), reply_tokens(plain));
-  EXPECT_EQ(old_rule.drafter_passes, 0);
-  EXPECT_GT(new_rule.drafter_passes, 5);
-  EXPECT_LT(new_rule.ms, 0.97 * plain.ms) << "plain " << plain.ms << " ms, passes " << new_rule.drafter_passes
-                                          << ", kept " << new_rule.stats.drafts_accepted << " of "
-                                          << new_rule.stats.drafts_verified;
+  const RuleArms arms = run_rule_arms(pair, pair.arrivals(40), one_off(false), one_off(true));
+  ASSERT_TRUE(arms.exact());
+  EXPECT_EQ(arms.off.drafter_passes, 0);
+  EXPECT_GT(arms.on.drafter_passes, 5);
+  EXPECT_LT(arms.on.ms, 0.97 * arms.plain.ms) << "plain " << arms.plain.ms << " ms, passes " << arms.on.drafter_passes
+                                              << ", kept " << arms.on.stats.drafts_accepted << " of "
+                                              << arms.on.stats.drafts_verified;
 }
 
 TEST(LanesOneOff, ATargetWithGraphsKeepsItsNewShapesInTheOneOff) {
@@ -43,8 +38,7 @@ TEST(LanesOneOff, ATargetWithGraphsKeepsItsNewShapesInTheOneOff) {
   CpuNanoLikeFakes pair;
   pair.target.cpu_pool = false;
   pair.target.new_shape_ms = 0.5;
-  const std::vector<Arrival> arrivals = pair.arrivals(40);
-  const FakeRun cpu_rule = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, one_off(true));
+  const FakeRun cpu_rule = run_fakes(pair.clock, pair.target, pair.drafter, pair.arrivals(40), one_off(true));
   EXPECT_EQ(cpu_rule.drafter_passes, 0);
 }
 
@@ -70,15 +64,9 @@ TEST(LanesOneOff, ThePassTableTimesDepthsTwoAndThreeWhenAsked) {
 }
 
 TEST(LanesOneOff, EveryReplyEqualsItsRequestRunAlonePlain) {
-  for (bool sampled : {false, true}) {
-    for (bool device : {false, true}) {
-      LanesOptions options = one_off(true);
-      options.calibration.shallow_depths = true;
-      const ExactnessRun run = run_exactness_case(sampled, device, sampled_any_streams(options));
-      EXPECT_EQ(reply_tokens(run.drafted), run.alone) << "sampled " << sampled << " device " << device;
-      EXPECT_GT(run.drafted.stats.drafts_verified, 0) << "sampled " << sampled << " device " << device;
-    }
-  }
+  LanesOptions options = one_off(true);
+  options.calibration.shallow_depths = true;
+  for (const std::string& inexact : inexact_cases(options)) ADD_FAILURE() << inexact;
 }
 
 }  // namespace

@@ -261,4 +261,32 @@ ExactnessRun run_exactness_case(bool sampled, bool device_taps, const LanesOptio
   return run;
 }
 
+std::vector<std::string> inexact_cases(LanesOptions options) {
+  options.pricing.sampled_most_streams = 0;
+  std::vector<std::string> cases;
+  for (bool sampled : {false, true}) {
+    for (bool device : {false, true}) {
+      const ExactnessRun run = run_exactness_case(sampled, device, options);
+      const std::string name = std::string(sampled ? "sampled" : "greedy") + (device ? ", device taps" : ", host taps");
+      if (reply_tokens(run.drafted) != run.alone) cases.push_back(name + ": replies differ");
+      if (run.drafted.stats.drafts_verified == 0) cases.push_back(name + ": no draft verified");
+    }
+  }
+  return cases;
+}
+
+bool RuleArms::exact() const {
+  const std::vector<std::vector<int32_t>> record = reply_tokens(plain);
+  return reply_tokens(off) == record && reply_tokens(on) == record;
+}
+
+RuleArms run_rule_arms(FixedClock& clock, const FakeTargetOptions& target, const FakeDrafterOptions& drafter,
+                       const std::vector<Arrival>& arrivals, const LanesOptions& off, const LanesOptions& on) {
+  RuleArms arms;
+  arms.plain = run_fakes(clock, target, std::nullopt, arrivals);
+  arms.off = run_fakes(clock, target, drafter, arrivals, off);
+  arms.on = run_fakes(clock, target, drafter, arrivals, on);
+  return arms;
+}
+
 }  // namespace ls

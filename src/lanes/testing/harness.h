@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "lanes/lanes.h"
@@ -117,5 +118,24 @@ inline LanesOptions sampled_any_streams(LanesOptions options = {}) {
 
 ExactnessRun run_exactness_case(bool sampled, bool device_taps, const LanesOptions& options,
                                 double sampled_pass_factor = 1.0);
+// run_exactness_case for greedy and sampled requests with host and device taps, sampled passes bought at any width:
+// the cases whose replies differ from their requests run alone plain, or that verified no draft (empty: all exact).
+std::vector<std::string> inexact_cases(LanesOptions options);
+
+// A pricing rule's A/B on fakes: plain, then the rule off and on, over the same arrivals (one fixed clock).
+struct RuleArms {
+  FakeRun plain;
+  FakeRun off;
+  FakeRun on;
+  // Both drafted runs' replies equal plain's (a rule moves speed, never tokens).
+  bool exact() const;
+};
+RuleArms run_rule_arms(FixedClock& clock, const FakeTargetOptions& target, const FakeDrafterOptions& drafter,
+                       const std::vector<Arrival>& arrivals, const LanesOptions& off, const LanesOptions& on);
+template <class Fakes>
+RuleArms run_rule_arms(Fakes& fakes, const std::vector<Arrival>& arrivals, const LanesOptions& off,
+                       const LanesOptions& on) {
+  return run_rule_arms(fakes.clock, fakes.target, fakes.drafter, arrivals, off, on);
+}
 
 }  // namespace ls
