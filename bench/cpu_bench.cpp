@@ -6,6 +6,7 @@
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
 //             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
 //              [--small-m 0,3] [--short -1,0,1] [--passes 1,0] [--round-gap-us US] [--span POSITIONS]]
+//   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--threads 2] [--repeats 20]   (cpu_bench_gemm.h)
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the
@@ -38,6 +39,7 @@
 #include "model/load.h"
 #include "bench_util.h"
 #include "cpu_bench_floor.h"
+#include "cpu_bench_gemm.h"
 #include "cpu_bench_pass.h"
 #include "cpu_bench_print.h"
 #include "cpu_bench_round.h"
@@ -67,6 +69,8 @@ struct Options {
   std::vector<int> small_m;      // --small-m: set_small_m_kernel masks crossed with them (round mode)
   std::vector<int> short_block;  // --short: -1 trained width, N depth+N (dspark::ShortBlock) crossed with them
   std::vector<int> passes;       // --passes 1,0: rounds with and without the pass (the forwards' cost of its reads)
+  std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
+  std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
   int rounds = 400, round_gap_us = 0, span = 128;
   int repeats = 5, decode_tokens = 32;
   bool cpu_time = false;  // time 1-thread runs by the thread's CPU time (robust to other processes on the VM)
@@ -330,10 +334,28 @@ int main(int argc, char** argv) {
        {"--prefetch", list_flag(options.prefetch)}, {"--small-m", list_flag(options.small_m)},
        {"--short", list_flag(options.short_block)}, {"--passes", list_flag(options.passes)},
        {"--round-gap-us", int_flag(options.round_gap_us, 0)}, {"--span", int_flag(options.span, 8)},
+       {"--gemm-ab", list_flag(options.gemm_ab)}, {"--gemm-shape", list_flag(options.gemm_shape)},
        {"--mode", [&](const std::string& value) {
           options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
         }}});
   if (!read) return 2;
+  if (!options.gemm_ab.empty()) {
+    json report;
+    for (int threads : options.threads) {
+      GemmPlan plan;
+      plan.rows = options.gemm_ab;
+      plan.threads = threads;
+      plan.repeats = options.repeats;
+      if (options.gemm_shape.size() == 3) {
+        plan.N = options.gemm_shape[0];
+        plan.K = options.gemm_shape[1];
+        plan.count = options.gemm_shape[2];
+      }
+      report["gemm_ab"][std::to_string(threads)] = gemm_ab(plan);
+    }
+    if (!options.json_path.empty()) std::ofstream(options.json_path) << report.dump(2) << "\n";
+    return 0;
+  }
   if (options.model.empty()) {
     std::fprintf(stderr, "usage: cpu_bench --model DIR [--threads 1,2] [--json PATH] ...\n");
     return 2;

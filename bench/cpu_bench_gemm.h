@@ -1,0 +1,89 @@
+// cpu_bench --gemm-ab ROWS: the GEMM kernels alone, AVX-512 bf16 panels against the AMX B-tile layout, on the same
+// bf16 matrices (both packings in one process: set_cpu_amx around pack_for_cpu), a sweep over COUNT matrices of N x K
+// (default 27 x 1152 x 384: ~24 MB, the nano target's size, L3-warm after the first sweep) per timed call, the two
+// arms alternating sweep by sweep so they share the host's phase. Medians over the repeats. Part of cpu_bench.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/hash.h"
+#include "base/thread_pool.h"
+#include "bench_util.h"
+#include "compute/cpu/matmul_amx.h"
+#include "compute/ops.h"
+
+namespace ls::bench {
+
+struct GemmPlan {
+  std::vector<int> rows = {1, 2, 4, 8, 16};
+  int threads = 2, repeats = 20;
+  int64_t N = 1152, K = 384;
+  int count = 27;
+};
+
+inline nlohmann::json gemm_ab(const GemmPlan& plan) {
+  using namespace ls::compute;
+  nlohmann::json result;
+  if (!cpu_amx_available()) {
+    std::printf("gemm A/B: this CPU has no AMX-BF16\n");
+    return result;
+  }
+  std::vector<OwnedMatrix> panels(plan.count), tiles(plan.count);
+  std::vector<OwnedMatrix*> panel_list, tile_list;
+  for (int i = 0; i < plan.count; ++i) {
+    for (OwnedMatrix* m : {&panels[i], &tiles[i]}) {
+      m->rows = plan.N;
+      m->cols = plan.K;
+      m->b16.resize(plan.N * plan.K);
+      for (int64_t j = 0; j < plan.N * plan.K; ++j)
+        m->b16[j] = float_to_bf16(static_cast<float>(uniform_open01(splitmix64(i * 1000003ull + j)) - 0.5));
+    }
+    panel_list.push_back(&panels[i]);
+    tile_list.push_back(&tiles[i]);
+  }
+  const bool saved = set_cpu_amx(false);
+  pack_for_cpu(panel_list);
+  set_cpu_amx(true);
+  pack_for_cpu(tile_list);
+  set_cpu_amx(saved);
+  const int max_rows = *std::max_element(plan.rows.begin(), plan.rows.end());
+  std::vector<float> x(max_rows * plan.K), y_panels(max_rows * plan.N), y_tiles(max_rows * plan.N);
+  for (size_t j = 0; j < x.size(); ++j) x[j] = round_to_bf16(static_cast<float>(uniform_open01(splitmix64(7 + j)) - 0.5));
+  ThreadPool pool(plan.threads);
+  const OpContext ctx{&pool, NumericMode::Bf16};
+  auto sweep = [&](const std::vector<OwnedMatrix>& set, int rows, std::vector<float>& y) {
+    const auto start = Clock::now();
+    for (const OwnedMatrix& m : set) matmul(ctx, x.data(), rows, m.view(), y.data());
+    return ms_since(start);
+  };
+  std::printf("gemm A/B: %d x [%lld x %lld] bf16 (%.1f MB), %d threads, %d repeats, medians (best) ms a sweep\n",
+              plan.count, static_cast<long long>(plan.N), static_cast<long long>(plan.K),
+              plan.count * plan.N * plan.K * 2 / 1e6, plan.threads, plan.repeats);
+  for (int rows : plan.rows) {
+    std::vector<double> avx512, amx;
+    sweep(panels, rows, y_panels);
+    sweep(tiles, rows, y_tiles);
+    for (int repeat = 0; repeat < plan.repeats; ++repeat) {
+      avx512.push_back(sweep(panels, rows, y_panels));
+      amx.push_back(sweep(tiles, rows, y_tiles));
+    }
+    double worst = 0;  // the last matrix's outputs: the two summation orders agree to bf16 rounding
+    for (int64_t j = 0; j < rows * plan.N; ++j)
+      worst = std::max(worst, std::abs(double(y_panels[j]) - y_tiles[j]) / std::max(1e-2, std::abs(double(y_panels[j]))));
+    const double a = median(avx512), b = median(amx);
+    const double macs = double(rows) * plan.N * plan.K * plan.count;
+    std::printf("  rows %2d  avx512-bf16 %.3f (%.3f)  amx-bf16 %.3f (%.3f)  amx/avx512 %.2fx  GMAC/s %.0f / %.0f"
+                "  max rel diff %.1e\n",
+                rows, a, *std::min_element(avx512.begin(), avx512.end()), b, *std::min_element(amx.begin(), amx.end()),
+                b / a, macs / a / 1e6, macs / b / 1e6, worst);
+    result[std::to_string(rows)] = {{"avx512_ms", a}, {"amx_ms", b}, {"max_rel_diff", worst}};
+  }
+  return result;
+}
+
+}  // namespace ls::bench
