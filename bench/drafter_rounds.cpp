@@ -119,6 +119,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const int loaded_row = drafter.row_attention();
   const bool loaded_staged = dspark::cuda::draft_pick_staged();
   const bool loaded_broadcast = drafter.scan_broadcast();
+  const bool loaded_helpers = drafter.scan_confidence_helpers();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -137,6 +138,8 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       dspark::cuda::set_draft_pick_staged(setting.find(":staged") != std::string::npos);
       // ":bc" the persistent scan's broadcast dot (session 14).
       drafter.set_scan_broadcast(setting.find(":bc") != std::string::npos);
+      // ":ch" its confidence helpers (session 14).
+      drafter.set_scan_confidence_helpers(setting.find(":ch") != std::string::npos);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
@@ -218,10 +221,11 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_row_attention(loaded_row);
   dspark::cuda::set_draft_pick_staged(loaded_staged);
   drafter.set_scan_broadcast(loaded_broadcast);
+  drafter.set_scan_confidence_helpers(loaded_helpers);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

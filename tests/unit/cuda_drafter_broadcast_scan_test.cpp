@@ -1,10 +1,12 @@
-// The persistent scan's broadcast dot (session 14, set_scan_broadcast: a thread per vocabulary row, 8 accumulators
-// added in the 8-lane xor tree's order) against the fused step and the 8-lane persistent scan: fresh random W1 / W2
-// / U / Hf / confidence head, one request at full depth, greedy and keyed (a plain temperature), both handoffs, the
-// records (tokens, chance bits, running product, flags) the same bytes, every output poisoned first. Shapes: the
-// 1.2B's (vocab 65536, rank 256: a row a thread, 12 chunks in registers and the rest in shared memory), a partial
-// CTA (vocab 20000), rank 128 and rank 64 (registers only). Planted: the held chunks read unswizzled (other rows'
-// weights) must draft other tokens.
+// The persistent scan's session-14 paths against the fused step and the 8-lane persistent scan: the broadcast dot
+// (set_scan_broadcast: a thread per vocabulary row, 8 accumulators added in the 8-lane xor tree's order) and the
+// confidence helpers (set_scan_confidence_helpers: CTAs past the grid compute each slot's confidence in the slot
+// loop). Fresh random W1 / W2 / U / Hf / confidence head, one request at full depth, greedy and keyed (a plain
+// temperature), both handoffs, the records (tokens, chance bits, running product, flags) the same bytes, every
+// output poisoned first. Shapes: the 1.2B's (vocab 65536, rank 256: a row a thread, 12 chunks in registers and the
+// rest in shared memory), a partial CTA (vocab 20000), rank 128 and rank 64 (registers only). Planted: the held
+// chunks read unswizzled (other rows' weights) must draft other tokens; helpers taking e from the anchor at every
+// slot must give other chance bits.
 #include <gtest/gtest.h>
 
 #ifdef LS_HAVE_CUDA
@@ -54,11 +56,14 @@ struct Arm {
   bool persistent = false;
   PersistentHandoff handoff = PersistentHandoff::Flags;
   bool broadcast = false;
-  bool planted = false;
+  bool helpers = false;
+  bool planted_slots = false;
+  bool planted_anchor = false;
   std::string name() const {
     if (!persistent) return "fused step";
     return std::string(handoff == PersistentHandoff::Counter ? "counter" : "flagged") +
-           (broadcast ? " broadcast" : " 8-lane") + (planted ? " planted" : "");
+           (broadcast ? " broadcast" : " 8-lane") + (helpers ? " helpers" : "") +
+           (planted_slots || planted_anchor ? " planted" : "");
   }
 };
 
@@ -92,14 +97,15 @@ DeviceScanRecord run_scan(const BroadcastFixture& f, const PersistentScanPlan& p
   in.w2 = reinterpret_cast<const bf16_t*>(f.w2.data());
   in.partials = partials.data();
   in.tickets = tickets.data();
-  in.planted_broadcast_slots = arm.planted;
+  in.planted_broadcast_slots = arm.planted_slots;
+  in.planted_helper_anchor = arm.planted_anchor;
   if (!arm.persistent) {
     for (int slot = 0; slot < shape.gamma; ++slot) EXPECT_TRUE(markov_step_fused(in, shape, slot, nullptr).ok());
   } else {
     int launched = 0;
     const bool keyed = request.temperature > 0;
-    EXPECT_TRUE(markov_scan_persistent(in, shape, plan, arm.handoff, tickets.data(), nullptr, &launched, keyed,
-                                       arm.broadcast)
+    EXPECT_TRUE(markov_scan_persistent(in, shape, plan, arm.handoff, tickets.data(), nullptr, &launched,
+                                       PersistentScanChoice{keyed, arm.broadcast, arm.helpers})
                     .ok());
     EXPECT_EQ(launched, 1);
   }
@@ -110,12 +116,12 @@ bool same_record(const DeviceScanRecord& a, const DeviceScanRecord& b) {
   return std::memcmp(&a, &b, sizeof(DeviceScanRecord)) == 0;
 }
 
-TEST(CudaDrafterBroadcastScan, TheBroadcastDotDraftsTheFusedStepsTokensAndChanceBits) {
+TEST(CudaDrafterBroadcastScan, TheBroadcastDotAndTheConfidenceHelpersDraftTheFusedStepsTokensAndChanceBits) {
   LS_SKIP_WITHOUT_DEVICE();
   const uint64_t seed = std::random_device{}();
   std::printf("broadcast scan: seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  int planted_equal = 0, planted_runs = 0;
+  int planted_equal = 0, planted_runs = 0, anchor_equal = 0, anchor_runs = 0;
   const struct {
     int64_t vocab;
     int rank;
@@ -127,8 +133,10 @@ TEST(CudaDrafterBroadcastScan, TheBroadcastDotDraftsTheFusedStepsTokensAndChance
     ASSERT_GT(plan.grid, 0);
     ASSERT_TRUE(plan.broadcast) << "no broadcast plan: the broadcast arms would run the 8-lane dot";
     ASSERT_TRUE(plan.keyed);
-    std::printf("broadcast scan: vocab %lld rank %d: grid %d, %d ids a CTA, %d chunks held in shared memory\n",
-                static_cast<long long>(vocab), rank, plan.grid, plan.ids_per_cta, plan.held_chunks);
+    ASSERT_GT(plan.helpers, 0) << "no confidence helpers planned: the helper arms would run the tail";
+    std::printf("broadcast scan: vocab %lld rank %d: grid %d + %d helpers, %d ids a CTA, %d chunks held in shared "
+                "memory\n",
+                static_cast<long long>(vocab), rank, plan.grid, plan.helpers, plan.ids_per_cta, plan.held_chunks);
     // The 1.2B's shape holds chunks in shared memory (the path the planted fault reads wrong).
     if (rank == 256) {
       EXPECT_GT(plan.held_chunks, 0);
@@ -145,25 +153,35 @@ TEST(CudaDrafterBroadcastScan, TheBroadcastDotDraftsTheFusedStepsTokensAndChance
       ASSERT_EQ(fused.status, kScanOk);
       for (const PersistentHandoff handoff : {PersistentHandoff::Counter, PersistentHandoff::Flags}) {
         for (const bool broadcast : {false, true}) {
-          const Arm arm{true, handoff, broadcast, false};
-          SCOPED_TRACE(arm.name());
-          const DeviceScanRecord scanned = run_scan(fixture, plan, request, arm);
-          EXPECT_TRUE(same_record(scanned, fused));
-          for (int slot = 0; slot < request.depth; ++slot) {
-            EXPECT_EQ(scanned.tokens[slot], fused.tokens[slot]) << "slot " << slot;
+          // (the helpers run with the flagged words only; the counter handoff ignores the choice)
+          for (const bool helpers : {false, true}) {
+            const Arm arm{true, handoff, broadcast, helpers};
+            SCOPED_TRACE(arm.name());
+            const DeviceScanRecord scanned = run_scan(fixture, plan, request, arm);
+            EXPECT_TRUE(same_record(scanned, fused));
+            for (int slot = 0; slot < request.depth; ++slot) {
+              EXPECT_EQ(scanned.tokens[slot], fused.tokens[slot]) << "slot " << slot;
+            }
           }
         }
       }
       if (plan.held_chunks > 0) {
-        planted_equal += same_record(run_scan(fixture, plan, request, Arm{true, PersistentHandoff::Flags, true, true}),
-                                     fused);
+        Arm planted{true, PersistentHandoff::Flags, true};
+        planted.planted_slots = true;
+        planted_equal += same_record(run_scan(fixture, plan, request, planted), fused);
         ++planted_runs;
       }
+      Arm anchored{true, PersistentHandoff::Flags, true, true};
+      anchored.planted_anchor = true;
+      anchor_equal += same_record(run_scan(fixture, plan, request, anchored), fused);
+      ++anchor_runs;
     }
   }
   // Other rows' weights in most held chunks move every logit: no run may keep the fused step's record.
   EXPECT_GT(planted_runs, 0);
   EXPECT_EQ(planted_equal, 0) << "of " << planted_runs << ": the unswizzled reads gave the fused step's record";
+  // Every slot past the first scored from the anchor's e: other chance bits in every run.
+  EXPECT_EQ(anchor_equal, 0) << "of " << anchor_runs << ": helpers scoring from the anchor gave the fused record";
 }
 
 }  // namespace

@@ -88,24 +88,28 @@ inline Pair read_pair(const std::filesystem::path& target_dir, const std::filesy
 
 // A CUDA drafter's options for up to `max_streams` streams.
 // The persistent scan's arms the scan tests run: both handoffs, each (session 14) with the 8-lane dot and with the
-// broadcast dot; each arm's name for the traces.
+// broadcast dot, the flagged one also with the confidence helpers; each arm's name for the traces.
 struct ScanArm {
   cuda::PersistentHandoff handoff;
   bool broadcast = false;
+  bool helpers = false;
   std::string name() const {
     std::string text = handoff == cuda::PersistentHandoff::Counter ? "counter handoff" : "flagged handoff";
     if (broadcast) text += ", broadcast dot";
+    if (helpers) text += ", confidence helpers";
     return text;
   }
 };
 inline std::vector<ScanArm> scan_arms() {
   using cuda::PersistentHandoff;
   return {{PersistentHandoff::Counter, false}, {PersistentHandoff::Flags, false},
-          {PersistentHandoff::Flags, true}, {PersistentHandoff::Counter, true}};
+          {PersistentHandoff::Flags, true},    {PersistentHandoff::Counter, true},
+          {PersistentHandoff::Flags, false, true}, {PersistentHandoff::Flags, true, true}};
 }
 inline void set_scan_arm(CudaDsparkDrafter& drafter, const ScanArm& arm) {
   drafter.set_persistent_handoff(arm.handoff);
   drafter.set_scan_broadcast(arm.broadcast);
+  drafter.set_scan_confidence_helpers(arm.helpers);
 }
 
 inline DrafterOptions cuda_options(int max_streams = 8) {

@@ -107,6 +107,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;
   }
   pin("LS_DRAFTER_SCAN_BROADCAST", d.scan_broadcast_);
+  pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
   if (const char* megabytes = std::getenv("LS_DRAFTER_L2_PREFETCH_MB"); megabytes && *megabytes) {
     d.l2_prefetch_bytes_ = std::max<int64_t>(0, std::atoll(megabytes)) << 20;
   }
@@ -175,7 +176,8 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     int64_t partials = 0;
     for (const PersistentScanPlan& plan : d.scan_plans_) {
       // The counter handoff's 16-byte partials, or the flagged handoff's 8-byte words (one more slot's worth).
-      partials = std::max<int64_t>(partials, static_cast<int64_t>(config.block_size + 1) * plan.group * plan.grid + 1);
+      partials = std::max<int64_t>(
+          partials, static_cast<int64_t>(config.block_size + 1) * plan.group * (plan.grid + plan.helpers) + 1);
     }
     if (partials > 0) {
       LS_RETURN_IF_ERROR(d.scratch_.persistent_partials.allocate(static_cast<size_t>(partials),

@@ -290,6 +290,14 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   bool scan_broadcast() const { return scan_broadcast_; }
+  // The persistent scan's confidence helpers (session 14): up to 4 CTAs past the grid compute each slot's confidence
+  // while the others run the next slots, so the tail only writes the records; one request with the flagged handoff,
+  // the same bits. Off until a batch's A/B; LS_DRAFTER_SCAN_HELPERS=1 at load.
+  void set_scan_confidence_helpers(bool on) {
+    scan_confidence_helpers_ = on;
+    graphs_.clear();
+  }
+  bool scan_confidence_helpers() const { return scan_confidence_helpers_; }
   // Tests only: the flagged combine leaves out the words of the odd-numbered CTAs (a combine that misses picks must
   // draft other tokens).
   void set_scan_planted_drop(bool on) {
@@ -406,6 +414,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool batched_loads_ = true;                                         // since batch s8A (below)
   bool scan_planted_drop_ = false;
   bool scan_broadcast_ = false;
+  bool scan_confidence_helpers_ = false;
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_all_plain_ = false;       // ... all greedy or sampled without cuts (plain_gumbel_draw)

@@ -353,7 +353,8 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     int groups = 0;
     const Status launched =
         markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], persistent_handoff_,
-                               s.scan_barrier.data(), stream, &groups, keyed, scan_broadcast_);
+                               s.scan_barrier.data(), stream, &groups,
+                               PersistentScanChoice{keyed, scan_broadcast_, scan_confidence_helpers_});
     if (launched.ok()) {
       mark("scan persistent");
       return ok_status();

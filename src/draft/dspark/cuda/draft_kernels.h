@@ -303,6 +303,9 @@ struct ScanStepInputs {
   int planted_keyed_shift = 0;      // tests only: the keyed persistent scan draws at positions shifted by this
   bool planted_odd_words = false;  // tests only: the flagged combine leaves out the odd-numbered CTAs' words
   bool planted_broadcast_slots = false;  // tests only: the broadcast dot reads its held W2 chunks unswizzled
+  // The persistent scan's confidence helpers (session 14; set by markov_scan_persistent): the grid's last CTAs.
+  int confidence_helpers = 0;
+  bool planted_helper_anchor = false;  // tests only: the helpers take every slot's e from the anchor
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);
 // markov_pick in two launches (the same bits): grid (vocab chunk of kSplitPickIds ids, request) writes the corrected
@@ -352,6 +355,9 @@ struct PersistentScanPlan {
   bool broadcast = false;
   int held_chunks = 0;
   size_t broadcast_bytes = 0;
+  // Confidence helpers (session 14, one request, the flagged handoff): CTAs resident past `grid` (up to 4) that
+  // compute each slot's confidence during the slot loop instead of the tail.
+  int helpers = 0;
 };
 // The plan for `count` requests on the current device (grid 0 when the shape or the device cannot take it).
 PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count);
@@ -363,16 +369,22 @@ enum class PersistentHandoff { Counter, Flags };
 // 64-bit words the Flags handoff uses in `partials` (which must hold them): [gamma][group][grid] picks, [grid]
 // confidence arrivals, one timed-out word.
 inline int64_t persistent_flag_words(const ScanShape& shape, const PersistentScanPlan& plan) {
-  return (static_cast<int64_t>(shape.gamma) + 1) * plan.group * plan.grid + 1;
+  return (static_cast<int64_t>(shape.gamma) + 1) * plan.group * (plan.grid + plan.helpers) + 1;
 }
 // More requests than plan.group take one launch per group, one after the other. `launched`: the kernels enqueued
 // (0 when it fails before any: the caller may then take another scan). `keyed` (session 11): requests with a
 // temperature take the plain Gumbel max of their logits (draw_token's draw for rows without top-k, top-p or min-p:
-// the caller checks that every request is greedy or such), the verified pick's bits. `broadcast` (session 14):
-// the one-request kernel's broadcast dot where the plan has it (the same bits).
+// the caller checks that every request is greedy or such), the verified pick's bits. Session 14, where the plan has
+// them, for one request (the same bits): `broadcast` the broadcast dot, `helpers` the confidence helpers (the
+// flagged handoff with a confidence head only).
+struct PersistentScanChoice {
+  bool keyed = false;
+  bool broadcast = false;
+  bool helpers = false;
+};
 Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
                               PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched,
-                              bool keyed = false, bool broadcast = false);
+                              PersistentScanChoice choice = {});
 
 // Test hook: the device keyed draw of each row of logits [rows, vocab] (the scan's own pick code), for comparing
 // with draw_token bit for bit. Greedy rows take the argmax.

@@ -58,6 +58,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ unsigned long long phase_sums[kScanPhases];
   PhaseClocks clocks{phase_sums};
   clocks.start();
+  // Confidence helpers (session 14, the flagged handoff only): the last in.confidence_helpers CTAs own no ids; they
+  // follow the picks and compute each slot's confidence while the others run the next slots.
+  const int helpers = Flagged ? in.confidence_helpers : 0;
+  const int dot_ctas = static_cast<int>(gridDim.x) - helpers;
+  const bool helper = static_cast<int>(blockIdx.x) >= dot_ctas;
+  if (helper) clocks.on = false;  // (the phase clocks time the dot CTAs)
   const int count = min(in.count, G);
   const int64_t V = shape.vocab;
   const int rank = shape.rank;
@@ -77,7 +83,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   // past those are read from L2 every slot (evict-last).
   const int held_end = min(rounds, RegisterRounds + held_rounds);
   uint4 raw[RegisterRounds][kPieces];
-  if constexpr (Broadcast) {
+  if (helper) {
+    // no W2
+  } else if constexpr (Broadcast) {
     stage_broadcast_rows<kThreads>(in.w2, first_id, ids_per_cta, V, rank, held_rounds, w2_held, raw);
   } else {
     for (int j = RegisterRounds; j < held_end; ++j) {
@@ -113,6 +121,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   // U of a slot for the CTA's ids, every request (4-byte copies: a chunk's U need not be 16-byte aligned).
   auto stage_u = [&](int slot) {
+    if (helper) return;
     float* to = u_stage + (slot & 1) * G * ids_per_cta;
     for (int index = threadIdx.x; index < count * ids_per_cta; index += kThreads) {
       const int r = index / ids_per_cta, t = index % ids_per_cta;
@@ -157,81 +166,95 @@ __global__ void __launch_bounds__(kThreads, 2)
     wait_all_but_newest_copy();  // the held rows and this slot's U are in
     __syncthreads();
     clocks.mark(1);
-    float* u = u_stage + (slot & 1) * G * ids_per_cta;
-    Best best[G];
-    int flags = 0;
-#pragma unroll
-    for (int r = 0; r < G; ++r) best[r] = Best{0.0, -1};
-    if constexpr (Broadcast) {
-      const int64_t id = first_id + threadIdx.x;
-      const bool mine = static_cast<int>(threadIdx.x) < ids_per_cta && id < V;
-      float sums[G];
-      broadcast_row_sums<G, kThreads>(raw, w2_held, held_rounds, in.w2 + (mine ? id : 0) * rank, mine, e_shared,
-                                      rank, count, in.planted_broadcast_slots, sums);
-      if (mine) {
-        take_sums<G, Keyed>(sums, id, u + threadIdx.x, ids_per_cta, V, slot, count, active, nan_slot, keyed, best,
-                            flags);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < (Broadcast ? 0 : RegisterRounds); ++j) {
-      if (j >= rounds) break;
-      float sums[G];
-#pragma unroll
-      for (int r = 0; r < G; ++r) sums[r] = 0.0f;
-      add_row_pieces<G>(raw[j], e_shared, rank, part, count, sums);
-      take_row<G, Keyed>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active,
-                         nan_slot, keyed, best, flags);
-    }
-    for (int j = RegisterRounds; j < (Broadcast ? 0 : rounds); ++j) {
-      uint4 pieces[kPieces];
-      const int64_t id = first_id + local_row(j);
-      const bf16_t* row = j < held_end
-                              ? w2_held + static_cast<int64_t>(local_row(j) - RegisterRounds * kRowsPerRound) * rank
-                              : in.w2 + id * rank;
-#pragma unroll
-      for (int c = 0; c < kPieces; ++c) {
-        const int k = part * 8 + 64 * c;
-        pieces[c] = k >= rank || id >= V ? make_uint4(0, 0, 0, 0)
-                    : j < held_end       ? *reinterpret_cast<const uint4*>(row + k)
-                                         : load_w2(row + k, true);
-      }
-      float sums[G];
-#pragma unroll
-      for (int r = 0; r < G; ++r) sums[r] = 0.0f;
-      add_row_pieces<G>(pieces, e_shared, rank, part, count, sums);
-      take_row<G, Keyed>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active,
-                         nan_slot, keyed, best, flags);
-    }
-    // The CTA's best per request: over the warp, then the warps; out as this slot's partial.
-    warp_bests<G>(best, flags, lane, warp_best[warp], warp_flags[warp]);
-    __syncthreads();
-    clocks.mark(2);
-    if (threadIdx.x < count && active[threadIdx.x]) {
-      const int r = threadIdx.x;
-      Best cta_best{0.0, -1};
-      int nonfinite = 0;
-      for (int w = 0; w < kWarps; ++w) {
-        cta_best = better(cta_best, warp_best[w][r]);
-        nonfinite |= (warp_flags[w] >> r) & 1;
-      }
-      const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + blockIdx.x;
-      // The slot's pick is one CTA's best: its W1 row (the next gather) asked into L2 before the handoff.
-      if (cta_best.id >= 0) {
-        prefetch_l2_lines(in.w1 + static_cast<int64_t>(cta_best.id) * rank, rank * 2);
-      }
-      if constexpr (Flagged) {
-        // A keyed request's word carries its winner's logit (a float; its score is computed again from it).
-        if (Keyed && keyed[r].temperature > 0 && cta_best.id >= 0) {
-          cta_best.value = u[r * ids_per_cta + (cta_best.id - first_id)];
+    if (helper) {
+      // This helper's slots (slot % helpers): the slot's confidence from the previous pick, as the tail would compute
+      // it (speculative: a slot that turns out non-finite never reads it), while the dot CTAs run the slot.
+      if (slot % max(helpers, 1) == static_cast<int>(blockIdx.x) - dot_ctas) {
+        for (int r = 0; r < count; ++r) {
+          if (!active[r]) continue;  // uniform over the CTA
+          const int32_t from = in.planted_helper_anchor ? anchor[r] : previous[r];
+          const float confidence = step_confidence(in, shape, slot, r, in.w1 + static_cast<int64_t>(from) * rank,
+                                                   slot == in.requests[r].inf_confidence_slot, s);
+          if (threadIdx.x == 0) in.markov[static_cast<int64_t>(r) * V + slot] = confidence;
         }
-        store_relaxed(words + index, pack_partial(cta_best, nonfinite));  // the word is the whole message
-      } else {
-        ScanPartial& out = in.partials[index];
-        out.value = cta_best.value;
-        out.id = cta_best.id;
-        out.nonfinite = nonfinite;
-        __threadfence();  // the partial is visible device-wide before this CTA arrives
+      }
+    } else {
+      float* u = u_stage + (slot & 1) * G * ids_per_cta;
+      Best best[G];
+      int flags = 0;
+#pragma unroll
+      for (int r = 0; r < G; ++r) best[r] = Best{0.0, -1};
+      if constexpr (Broadcast) {
+        const int64_t id = first_id + threadIdx.x;
+        const bool mine = static_cast<int>(threadIdx.x) < ids_per_cta && id < V;
+        float sums[G];
+        broadcast_row_sums<G, kThreads>(raw, w2_held, held_rounds, in.w2 + (mine ? id : 0) * rank, mine, e_shared,
+                                        rank, count, in.planted_broadcast_slots, sums);
+        if (mine) {
+          take_sums<G, Keyed>(sums, id, u + threadIdx.x, ids_per_cta, V, slot, count, active, nan_slot, keyed, best,
+                              flags);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < (Broadcast ? 0 : RegisterRounds); ++j) {
+        if (j >= rounds) break;
+        float sums[G];
+#pragma unroll
+        for (int r = 0; r < G; ++r) sums[r] = 0.0f;
+        add_row_pieces<G>(raw[j], e_shared, rank, part, count, sums);
+        take_row<G, Keyed>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active,
+                           nan_slot, keyed, best, flags);
+      }
+      for (int j = RegisterRounds; j < (Broadcast ? 0 : rounds); ++j) {
+        uint4 pieces[kPieces];
+        const int64_t id = first_id + local_row(j);
+        const bf16_t* row = j < held_end
+                                ? w2_held + static_cast<int64_t>(local_row(j) - RegisterRounds * kRowsPerRound) * rank
+                                : in.w2 + id * rank;
+#pragma unroll
+        for (int c = 0; c < kPieces; ++c) {
+          const int k = part * 8 + 64 * c;
+          pieces[c] = k >= rank || id >= V ? make_uint4(0, 0, 0, 0)
+                      : j < held_end       ? *reinterpret_cast<const uint4*>(row + k)
+                                           : load_w2(row + k, true);
+        }
+        float sums[G];
+#pragma unroll
+        for (int r = 0; r < G; ++r) sums[r] = 0.0f;
+        add_row_pieces<G>(pieces, e_shared, rank, part, count, sums);
+        take_row<G, Keyed>(sums, first_id + local_row(j), u + local_row(j), ids_per_cta, V, slot, part, count, active,
+                           nan_slot, keyed, best, flags);
+      }
+      // The CTA's best per request: over the warp, then the warps; out as this slot's partial.
+      warp_bests<G>(best, flags, lane, warp_best[warp], warp_flags[warp]);
+      __syncthreads();
+      clocks.mark(2);
+      if (threadIdx.x < count && active[threadIdx.x]) {
+        const int r = threadIdx.x;
+        Best cta_best{0.0, -1};
+        int nonfinite = 0;
+        for (int w = 0; w < kWarps; ++w) {
+          cta_best = better(cta_best, warp_best[w][r]);
+          nonfinite |= (warp_flags[w] >> r) & 1;
+        }
+        const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + blockIdx.x;
+        // The slot's pick is one CTA's best: its W1 row (the next gather) asked into L2 before the handoff.
+        if (cta_best.id >= 0) {
+          prefetch_l2_lines(in.w1 + static_cast<int64_t>(cta_best.id) * rank, rank * 2);
+        }
+        if constexpr (Flagged) {
+          // A keyed request's word carries its winner's logit (a float; its score is computed again from it).
+          if (Keyed && keyed[r].temperature > 0 && cta_best.id >= 0) {
+            cta_best.value = u[r * ids_per_cta + (cta_best.id - first_id)];
+          }
+          store_relaxed(words + index, pack_partial(cta_best, nonfinite));  // the word is the whole message
+        } else {
+          ScanPartial& out = in.partials[index];
+          out.value = cta_best.value;
+          out.id = cta_best.id;
+          out.nonfinite = nonfinite;
+          __threadfence();  // the partial is visible device-wide before this CTA arrives
+        }
       }
     }
     if constexpr (!Flagged) {
@@ -258,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       pick[r] = better(pick[r], taken);
     };
-    for (int c = threadIdx.x; c < static_cast<int>(gridDim.x); c += kThreads) {
+    for (int c = threadIdx.x; c < dot_ctas; c += kThreads) {
 #pragma unroll
       for (int r = 0; r < G; ++r) {
         if (r >= count || !active[r]) continue;
@@ -308,7 +331,26 @@ __global__ void __launch_bounds__(kThreads, 2)
   clocks.slots_done(total_slots);
   // The confidences of every (request, slot) drafted, a CTA each (finish_step's arithmetic), into the request's
   // markov row (unused by this scan), then one more barrier.
-  if (shape.has_confidence && total_slots > 0) {
+  if (shape.has_confidence && total_slots > 0 && helpers > 0) {
+    // The helpers computed them: each raises its arrival word after a fence, CTA 0 waits for theirs alone.
+    uint64_t* arrived = words + static_cast<int64_t>(shape.gamma) * G * gridDim.x;
+    if (helper) {
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence();
+        store_relaxed(arrived + blockIdx.x, kWordArrived);
+      }
+      return;
+    }
+    if (blockIdx.x != 0) return;
+    clocks.mark(kFirstTailPhase);
+    for (int c = dot_ctas + threadIdx.x; c < static_cast<int>(gridDim.x); c += kThreads) {
+      wait_for_word(arrived + c, timeout);
+    }
+    __threadfence();
+    __syncthreads();
+    clocks.mark(kFirstTailPhase + 1);
+  } else if (shape.has_confidence && total_slots > 0) {
     for (int item = blockIdx.x; item < count * total_slots; item += gridDim.x) {
       const int r = item / total_slots, slot = item % total_slots;
       if (slot_state[slot][r] != 1) continue;  // uniform over the CTA

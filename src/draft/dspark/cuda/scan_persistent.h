@@ -15,6 +15,7 @@ inline constexpr int kPersistentPieces = kMaxFusedScanRank / 64;  // 16-byte pie
 // s13B: the dot's cost is not the spills) or up to kPersistentScanGroup (2).
 inline constexpr int kSingleRegisterRounds = 3;
 inline constexpr int kGroupRegisterRounds = 2;
+inline constexpr int kMaxConfidenceHelpers = 4;  // a helper computes every 4th slot's confidence (2-3 at depth 9)
 
 using PersistentKernel = void (*)(ScanStepInputs, ScanShape, int, int, unsigned int*);
 

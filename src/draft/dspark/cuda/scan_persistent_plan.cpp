@@ -95,8 +95,8 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
   plan.keyed = keyed;
   // The broadcast dot (one request, a thread per row): the chunks past the registers' held in shared memory as far
   // as they fit; planned when its greedy kernels are resident (and its keyed ones where the others' are).
+  PersistentKernel broadcast[kKernels] = {};
   if (single && ids <= kThreads) {
-    PersistentKernel broadcast[kKernels] = {};
     for (int k = 0; k < kKernels; ++k) broadcast[k] = persistent_kernel(true, kHandoffs[k % 2], k >= 2, true);
     size_t broadcast_static = 0;
     if (static_shared(broadcast, &broadcast_static)) {
@@ -116,6 +116,15 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
       }
     }
   }
+  // Confidence helpers (one request): as many CTAs past the grid (up to 4) as stay resident with every kernel.
+  const int needed = keyed ? kKernels : 2;
+  for (int helpers = single ? kMaxConfidenceHelpers : 0; helpers > 0 && plan.helpers == 0; --helpers) {
+    bool all = false;
+    if (resident_at(kernels, bytes, grid + helpers, sms, needed, &all) &&
+        (!plan.broadcast || resident_at(broadcast, plan.broadcast_bytes, grid + helpers, sms, needed, &all))) {
+      plan.helpers = helpers;
+    }
+  }
   plan.grid = grid;
   plan.ids_per_cta = ids;
   plan.held_rounds = held;
@@ -126,7 +135,8 @@ PersistentScanPlan persistent_scan_plan(const ScanShape& shape, int count) {
 
 Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, const PersistentScanPlan& plan,
                               PersistentHandoff handoff, unsigned int* barrier, cudaStream_t stream, int* launched,
-                              bool keyed, bool broadcast) {
+                              PersistentScanChoice choice) {
+  const bool keyed = choice.keyed;
   *launched = 0;
   if (inputs.count == 0) return ok_status();
   if (plan.grid == 0 || (plan.group == 1 && inputs.count > 1) || (keyed && !plan.keyed)) {
@@ -134,9 +144,13 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
                   "the persistent Markov scan has no plan for " + std::to_string(inputs.count) + " requests here");
   }
   // The broadcast dot where planned (one request; else the 8-lane rows, the same bits).
-  const bool broadcasting = broadcast && plan.broadcast && plan.group == 1;
+  const bool broadcasting = choice.broadcast && plan.broadcast && plan.group == 1;
+  // The confidence helpers where planned (one request, the flagged words, a confidence head).
+  const int helpers = choice.helpers && plan.group == 1 && handoff == PersistentHandoff::Flags && shape.has_confidence
+                          ? plan.helpers
+                          : 0;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(plan.grid);
+  config.gridDim = dim3(plan.grid + helpers);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = broadcasting ? plan.broadcast_bytes : plan.shared_bytes;
   config.stream = stream;
@@ -154,6 +168,7 @@ Status markov_scan_persistent(const ScanStepInputs& inputs, ScanShape shape, con
     group.base_logits += static_cast<int64_t>(first) * shape.gamma * shape.vocab;
     group.final_hidden += static_cast<int64_t>(first) * shape.gamma * shape.hidden;
     group.markov += static_cast<int64_t>(first) * shape.vocab;
+    group.confidence_helpers = helpers;
     const bool single = plan.group == 1;
     if (handoff != PersistentHandoff::Counter) {
       LS_CUDA_TRY(cudaMemsetAsync(group.partials, 0, persistent_flag_words(shape, plan) * sizeof(uint64_t), stream));
