@@ -1,13 +1,15 @@
 // Verify windows on the pipeline decode GEMM (session 13; gemm_decode_pipe.cu). Which CTA computes a column, how
 // many m16 tiles of rows meet a weight fragment and how a window is cut into launches never change a row's chain, so
 // every row keeps the bits of its one-row launch; all on fresh random data with the outputs poisoned:
-// - the spread (set_decode_pipe_spread / LS_DECODE_PIPE_SPREAD): 2..16-row launches of the 1.2B's one-slice shapes and
+// - the spread (set_decode_pipe_spread): 2..16-row launches of the 1.2B's one-slice shapes and
 //   the q / k / v launch on about SMs / spread CTAs, at spreads 2 / 4 / 8; the reversed-K fault caught under it;
-// - 17..32-row windows (set_decode_pipe_rows32 / LS_DECODE_PIPE_ROWS32): two m16 tiles of x rows, x once; row copies,
-//   3D boxes up to 16384 outputs, two items a warp and q / k / v, spread or not, routed only under the switch; the
-//   fault caught at 17 and 32 rows;
-// - 33..64-row windows as two launches (set_decode_pipe_rows64 / LS_DECODE_PIPE_ROWS64): the same bits with the
-//   switch on and off, the fault seen in both launches only under it.
+// - 17..32-row windows (set_decode_pipe_rows32): two m16 tiles of x rows, x once; row copies, 3D boxes up to 16384
+//   outputs, two items a warp and q / k / v, spread or not, routed only under the switch; the fault caught at 17 and
+//   32 rows. (33..64-row windows as two launches were removed in session 14 with their test.)
+// - 9..16-row picks (set_decode_rows16, session 14): narrow launches on 16-column items, gate_up + SwiGLU and the sliced
+//   K on the pipeline, the streaming kernels' fixed-pointer copies: every row of 8..16-row launches of the 1.2B's
+//   shapes keeps its one-row bits under each bit, routed as the bits say; the reversed-K fault
+//   (set_decode_pipe_fault_for_test) caught where the pipeline copies x once and on the fixed-pointer launches.
 #ifdef LS_HAVE_CUDA
 
 #include "cuda_decode_test_util.h"
@@ -25,7 +27,7 @@ struct Scope {
 };
 using SpreadScope = Scope<int, decode_pipe_spread, set_decode_pipe_spread>;
 using Rows32Scope = Scope<bool, decode_pipe_rows32, set_decode_pipe_rows32>;
-using Rows64Scope = Scope<bool, decode_pipe_rows64, set_decode_pipe_rows64>;
+using Rows16Scope = Scope<int, decode_rows16, set_decode_rows16>;
 
 // Rows r of y [m, n] whose bits differ from row r of `want` [>= m, n].
 int differing_rows(const std::vector<bf16>& got, const std::vector<bf16>& want, int64_t m, int64_t n) {
@@ -44,6 +46,35 @@ std::vector<bf16> one_row_launches(const GemmEngine& engine, const bf16* x, int6
     out.insert(out.end(), row.begin(), row.end());
   }
   return out;
+}
+
+// The engine's m-row launch of W: whether it took the pipeline, and the rows whose bits differ from `want`.
+int routed_launch_differs(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& w,
+                          const std::vector<bf16>& want) {
+  EXPECT_TRUE(decode_pipe_routes(m, w, false)) << "N " << w.rows << " m " << m << ": not on the pipeline";
+  auto y = poisoned<bf16>(m * w.rows);
+  EXPECT_TRUE(engine.gemm(x, m, w, y.data(), nullptr, nullptr).ok());
+  return differing_rows(download(y, m * w.rows), want, m, w.rows);
+}
+
+// The pipeline's m-row launch of W (fp32 out: a bf16 rounding hides most order changes) equals the engine's, and with
+// the planted fault (each unit's K tiles walked backwards) it does not.
+void expect_pipe_fault_seen(const GemmEngine& engine, const bf16* x, int64_t m, const DeviceMatrix& w,
+                            const std::string& what) {
+  const int64_t n = w.rows;
+  auto y = poisoned<float>(m * n);
+  ASSERT_TRUE(engine.gemm(x, m, w, nullptr, y.data(), nullptr).ok());
+  const std::vector<float> want = download(y, m * n);
+  auto got = poisoned<float>(m * n);
+  ASSERT_TRUE(gemm_decode_pipe(engine, -1, x, m, w, nullptr, got.data(), nullptr).ok());
+  EXPECT_EQ(first_differing_row(download(got, m * n), want, m, n), -1) << what;
+  set_decode_pipe_fault_for_test(true);
+  auto faulty = poisoned<float>(m * n);
+  const Status status = gemm_decode_pipe(engine, -1, x, m, w, nullptr, faulty.data(), nullptr);
+  set_decode_pipe_fault_for_test(false);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_GE(first_differing_row(download(faulty, m * n), want, m, n), 0)
+      << what << ": the K tiles walked backwards went unseen";
 }
 
 // Random q / k / v matrices (2048 + 512 + 512 outputs of K) and the rows of their one launch (gemm_decode_group) that
@@ -85,12 +116,9 @@ TEST(CudaDecodeSpread, TwoToSixteenRowLaunchesOnFewerCtasKeepTheOneRowBitsAndThe
     const std::vector<bf16> want = one_row_launches(engine, x.data(), 16, matrix);
     for (const int spread : {2, 4, 8}) {
       const SpreadScope scope(spread);
-      for (const int64_t m : {2, 3, 8, 9, 10, 16}) {
-        EXPECT_TRUE(decode_pipe_routes(m, matrix, false)) << "N " << n << " m " << m << " spread " << spread;
-        auto y = poisoned<bf16>(m * n);
-        ASSERT_TRUE(engine.gemm(x.data(), m, matrix, y.data(), nullptr, nullptr).ok());
-        EXPECT_EQ(differing_rows(download(y, m * n), want, m, n), 0) << "N " << n << " m " << m << " spread " << spread;
-      }
+      for (const int64_t m : {2, 3, 8, 9, 10, 16})
+        EXPECT_EQ(routed_launch_differs(engine, x.data(), m, matrix, want), 0)
+            << "N " << n << " m " << m << " spread " << spread;
     }
   }
   // q / k / v in one launch (2048 + 512 + 512 outputs), as the attention layers run it.
@@ -110,21 +138,9 @@ TEST(CudaDecodeSpread, APlantedKOrderFaultIsCaughtUnderTheSpread) {
   auto x = upload(to_bf16(random_values(M * K, 151, 2.0f)));
   auto w = upload(to_bf16(random_values(N * K, 152, 0.5f)));
   const DeviceMatrix matrix{w.data(), nullptr, N, K};
-  auto y = poisoned<float>(M * N);
-  ASSERT_TRUE(engine.gemm(x.data(), M, matrix, nullptr, y.data(), nullptr).ok());
-  const std::vector<float> want = download(y, M * N);
   for (const int spread : {2, 4}) {
     const SpreadScope scope(spread);
-    auto got = poisoned<float>(M * N);
-    ASSERT_TRUE(gemm_decode_pipe(engine, -1, x.data(), M, matrix, nullptr, got.data(), nullptr).ok());
-    EXPECT_EQ(first_differing_row(download(got, M * N), want, M, N), -1) << "spread " << spread;
-    set_decode_pipe_fault_for_test(true);
-    auto faulty = poisoned<float>(M * N);
-    const Status status = gemm_decode_pipe(engine, -1, x.data(), M, matrix, nullptr, faulty.data(), nullptr);
-    set_decode_pipe_fault_for_test(false);
-    ASSERT_TRUE(status.ok()) << status.message();
-    EXPECT_GE(first_differing_row(download(faulty, M * N), want, M, N), 0)
-        << "spread " << spread << ": the K tiles walked backwards went unseen";
+    expect_pipe_fault_seen(engine, x.data(), M, matrix, "spread " + std::to_string(spread));
   }
 }
 
@@ -146,10 +162,7 @@ TEST(CudaDecodeRows32, SeventeenToThirtyTwoRowWindowsOnThePipelineKeepTheOneRowB
     for (const int spread : {1, 2})
       for (const int64_t m : {17, 20, 24, 31, 32}) {
         const SpreadScope spreading(spread);
-        EXPECT_TRUE(decode_pipe_routes(m, matrix, false)) << "N " << n << " m " << m << " spread " << spread;
-        auto y = poisoned<bf16>(m * n);
-        ASSERT_TRUE(engine.gemm(x.data(), m, matrix, y.data(), nullptr, nullptr).ok());
-        EXPECT_EQ(differing_rows(download(y, m * n), want, m, n), 0)
+        EXPECT_EQ(routed_launch_differs(engine, x.data(), m, matrix, want), 0)
             << "N " << n << " m " << m << " spread " << spread;
       }
   }
@@ -168,59 +181,107 @@ TEST(CudaDecodeRows32, APlantedKOrderFaultIsCaughtAtSeventeenToThirtyTwoRows) {
   auto w = upload(to_bf16(random_values(N * K, 182, 0.5f)));
   const DeviceMatrix matrix{w.data(), nullptr, N, K};
   const Rows32Scope on(true);
-  for (const int64_t m : {17, 32}) {
-    auto y = poisoned<float>(m * N);
-    ASSERT_TRUE(engine.gemm(x.data(), m, matrix, nullptr, y.data(), nullptr).ok());
-    const std::vector<float> want = download(y, m * N);
-    auto got = poisoned<float>(m * N);
-    ASSERT_TRUE(gemm_decode_pipe(engine, -1, x.data(), m, matrix, nullptr, got.data(), nullptr).ok());
-    EXPECT_EQ(first_differing_row(download(got, m * N), want, m, N), -1) << "m " << m;
-    set_decode_pipe_fault_for_test(true);
-    auto faulty = poisoned<float>(m * N);
-    const Status status = gemm_decode_pipe(engine, -1, x.data(), m, matrix, nullptr, faulty.data(), nullptr);
-    set_decode_pipe_fault_for_test(false);
-    ASSERT_TRUE(status.ok()) << status.message();
-    EXPECT_GE(first_differing_row(download(faulty, m * N), want, m, N), 0) << "m " << m << ": the fault went unseen";
-  }
+  for (const int64_t m : {17, 32}) expect_pipe_fault_seen(engine, x.data(), m, matrix, "m " + std::to_string(m));
 }
 
-TEST(CudaDecodeRows32, ThirtyThreeToSixtyFourRowWindowsAsTwoLaunchesKeepTheOneRowBitsAndSeeThePlantedFault) {
+// One GEMM of the 1.2B (swiglu: gate_up [2F, K] with its activation) on random weights, and its rows one at a time.
+struct Shape {
+  Shape(int64_t n, int64_t k, bool swiglu, uint64_t seed)
+      : n(n), k(k), swiglu(swiglu), w(upload(to_bf16(random_values(n * k, seed, 0.5f)))),
+        matrix{w.data(), nullptr, n, k} {}
+  int64_t out_n() const { return swiglu ? n / 2 : n; }
+  std::vector<bf16> run(const GemmEngine& engine, const bf16* x, int64_t m) const {
+    auto y = poisoned<bf16>(m * out_n());
+    const Status status = swiglu ? gemm_decode_swiglu(engine, x, m, matrix, y.data(), nullptr)
+                                 : engine.gemm(x, m, matrix, y.data(), nullptr, nullptr);
+    EXPECT_TRUE(status.ok()) << status.message();
+    return download(y, m * out_n());
+  }
+  std::vector<bf16> one_row_launches(const GemmEngine& engine, const bf16* x, int64_t rows) const {
+    std::vector<bf16> out;
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<bf16> row = run(engine, x + r * k, 1);
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+  }
+  int differing_rows(const std::vector<bf16>& got, const std::vector<bf16>& want, int64_t m) const {
+    return ::ls::cuda::differing_rows(got, want, m, out_n());
+  }
+  int64_t n, k;
+  bool swiglu;
+  DeviceBuffer<bf16> w;
+  DeviceMatrix matrix;
+};
+
+TEST(CudaDecodeRows16, NineToSixteenRowLaunchesUnderEachBitKeepTheOneRowBits) {
   LS_SKIP_WITHOUT_DEVICE();
   if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
   const GemmEngine engine;
-  constexpr int64_t K = 2048;
-  auto x = upload(to_bf16(random_values(64 * K, 191, 2.0f)));
-  const Rows32Scope rows32(true);
-  for (const int64_t n : {2048, 3072, 6144}) {
-    auto w = upload(to_bf16(random_values(n * K, 192 + n, 0.5f)));
-    const DeviceMatrix matrix{w.data(), nullptr, n, K};
-    const std::vector<bf16> want = one_row_launches(engine, x.data(), 64, matrix);
-    for (const bool on : {false, true}) {
-      const Rows64Scope rows64(on);
-      for (const int64_t m : {33, 40, 48, 64}) {
-        auto y = poisoned<bf16>(m * n);
-        ASSERT_TRUE(engine.gemm(x.data(), m, matrix, y.data(), nullptr, nullptr).ok());
-        EXPECT_EQ(differing_rows(download(y, m * n), want, m, n), 0) << "N " << n << " m " << m << " rows64 " << on;
-      }
-      // The pipeline's reversed K walk shows only where the two launches ran (fp32 out: a bf16 rounding hides most
-      // order changes; s13B saw 29..43 of 48 bf16 rows differ), in rows of both launches.
-      auto clean = poisoned<float>(48 * n), faulty = poisoned<float>(48 * n);
-      ASSERT_TRUE(engine.gemm(x.data(), 48, matrix, nullptr, clean.data(), nullptr).ok());
-      set_decode_pipe_fault_for_test(true);
-      const Status status = engine.gemm(x.data(), 48, matrix, nullptr, faulty.data(), nullptr);
-      set_decode_pipe_fault_for_test(false);
-      ASSERT_TRUE(status.ok()) << status.message();
-      const std::vector<float> a = download(clean, 48 * n), b = download(faulty, 48 * n);
-      int first_half = 0, second_half = 0;
-      for (int64_t r = 0; r < 48; ++r)
-        (r < 32 ? first_half : second_half) += std::memcmp(a.data() + r * n, b.data() + r * n, sizeof(float) * n) != 0;
-      if (on) {
-        EXPECT_GT(first_half, 16) << "N " << n << ": the fault went unseen in the first launch (32 rows)";
-        EXPECT_GT(second_half, 8) << "N " << n << ": the fault went unseen in the second launch (16 rows)";
-      } else {
-        EXPECT_EQ(first_half + second_half, 0) << "N " << n << ": 48 rows took the pipeline without the switch";
+  auto x2048 = upload(to_bf16(random_values(16 * 2048, 211, 2.0f)));
+  auto x8192 = upload(to_bf16(random_values(16 * 8192, 212, 2.0f)));
+  // o_proj / out_proj, k / v, the q / k / v launch's rows, in_proj, gate_up + SwiGLU, down (sliced K).
+  const Shape shapes[] = {{2048, 2048, false, 221}, {512, 2048, false, 222}, {3072, 2048, false, 223},
+                          {6144, 2048, false, 224}, {16384, 2048, true, 225}, {2048, 8192, false, 226}};
+  for (const Shape& shape : shapes) {
+    const bf16* x = shape.k == 8192 ? x8192.data() : x2048.data();
+    const std::vector<bf16> want = shape.one_row_launches(engine, x, 16);
+    const bool sliced = shape.k > 2048;
+    const int moved = shape.swiglu ? kDecodeRows16Swiglu : sliced ? kDecodeRows16Sliced : 0;
+    for (const int bits :
+         {0, kDecodeRows16Wide, kDecodeRows16Swiglu, kDecodeRows16Sliced, kDecodeRows16Fixed, kDecodeRows16All}) {
+      const Rows16Scope scope(bits);
+      for (const int64_t m : {8, 9, 10, 12, 16}) {
+        const bool pipe = moved == 0 || (m > 8 && (bits & moved) != 0);
+        EXPECT_EQ(decode_pipe_routes(m, shape.matrix, shape.swiglu), pipe)
+            << "N " << shape.n << " K " << shape.k << " m " << m << " bits " << bits;
+        EXPECT_EQ(shape.differing_rows(shape.run(engine, x, m), want, m), 0)
+            << "N " << shape.n << " K " << shape.k << " m " << m << " bits " << bits;
       }
     }
+  }
+}
+
+TEST(CudaDecodeRows16, APlantedKOrderFaultIsCaughtUnderTheWideSwigluAndFixedBits) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
+  const GemmEngine engine;
+  constexpr int64_t K = 2048, M = 10;
+  auto x = upload(to_bf16(random_values(M * K, 231, 2.0f)));
+  {  // 2048 -> 2048 on 16-column items
+    const Shape shape(2048, K, false, 232);
+    const Rows16Scope scope(kDecodeRows16Wide);
+    bool x_once = false;
+    ASSERT_TRUE(decode_pipe_routes(M, shape.matrix, false, &x_once));
+    ASSERT_TRUE(x_once);
+    expect_pipe_fault_seen(engine, x.data(), M, shape.matrix, "wide");
+  }
+  const Shape gate_up(16384, K, true, 233);
+  for (const int bits : {kDecodeRows16Swiglu, kDecodeRows16Fixed}) {  // gate_up + SwiGLU: pipeline, streaming
+    const Rows16Scope scope(bits);
+    bool x_once = false;
+    ASSERT_EQ(decode_pipe_routes(M, gate_up.matrix, true, &x_once), bits == kDecodeRows16Swiglu);
+    ASSERT_EQ(x_once, bits == kDecodeRows16Swiglu);
+    const std::vector<bf16> want = gate_up.run(engine, x.data(), M);
+    set_decode_pipe_fault_for_test(true);
+    const std::vector<bf16> faulty = gate_up.run(engine, x.data(), M);
+    set_decode_pipe_fault_for_test(false);
+    EXPECT_GT(gate_up.differing_rows(faulty, want, M), M / 2)
+        << "SwiGLU, bits " << bits << ": the K tiles walked backwards went unseen";
+  }
+  {  // down (sliced K) on the streaming kernel's fixed pointers, fp32 out
+    const Shape down(2048, 8192, false, 234);
+    auto x8192 = upload(to_bf16(random_values(M * 8192, 235, 2.0f)));
+    const Rows16Scope scope(kDecodeRows16Fixed);
+    ASSERT_FALSE(decode_pipe_routes(M, down.matrix, false));
+    auto y = poisoned<float>(M * down.n), faulty = poisoned<float>(M * down.n);
+    ASSERT_TRUE(engine.gemm(x8192.data(), M, down.matrix, nullptr, y.data(), nullptr).ok());
+    set_decode_pipe_fault_for_test(true);
+    const Status status = engine.gemm(x8192.data(), M, down.matrix, nullptr, faulty.data(), nullptr);
+    set_decode_pipe_fault_for_test(false);
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_GE(first_differing_row(download(faulty, M * down.n), download(y, M * down.n), M, down.n), 0)
+        << "down, fixed pointers: the K tiles walked backwards went unseen";
   }
 }
 

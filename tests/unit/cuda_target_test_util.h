@@ -1,5 +1,5 @@
 // Shared by the CUDA target tests (cuda_target_*_test.cpp): targets on the device (small random dense / MoE, the
-// nano checkpoint), rows as bit fingerprints, the one-row oracle and the many-stream check against it.
+// nano checkpoint), rows as bit fingerprints, the one-row oracle and the width / many-stream checks against it.
 #pragma once
 #ifdef LS_HAVE_CUDA
 
@@ -109,6 +109,39 @@ inline std::vector<RowBits> one_row_oracle(Target& target, StreamId stream, cons
   }
   target.release(stream);
   return rows;
+}
+
+// One stream's windows, every width 1..16 in turn over `tokens`: the rows whose bits differ from the oracle's (-1 when
+// a forward failed); `taps_only`: the rows whose taps differ.
+inline int width_mismatches(Target& target, const std::vector<int32_t>& tokens, const std::vector<RowBits>& oracle,
+                            bool taps_only = false) {
+  const int64_t V = target.facts().vocab_size;
+  int mismatches = 0;
+  for (int width = 1; width <= 16; ++width) {
+    target.release(2);
+    for (size_t begin = 0; begin < tokens.size(); begin += width) {
+      const size_t rows = std::min<size_t>(width, tokens.size() - begin);
+      Window window;
+      window.stream = 2;
+      window.tokens = std::span<const int32_t>(tokens.data() + begin, rows);
+      window.want_logits = true;
+      window.sampling = stream_sampling(1);
+      Result<Verified> v = target.forward(std::span<const Window>(&window, 1));
+      EXPECT_TRUE(v.ok()) << v.status().to_string();
+      if (!v.ok()) return -1;
+      const int64_t tap_width = static_cast<int64_t>(v->taps.size() / rows);
+      for (size_t r = 0; r < rows; ++r) {
+        const RowBits got = row_bits(*v, static_cast<int64_t>(r), V, tap_width);
+        const bool differs = taps_only ? got.taps != oracle[begin + r].taps : !(got == oracle[begin + r]);
+        if (differs && mismatches == 0 && !taps_only)
+          ADD_FAILURE() << "first differing row: width " << width << " row " << begin + r;
+        mismatches += differs;
+      }
+      EXPECT_TRUE(target.commit(2, static_cast<int>(rows)).ok());
+    }
+  }
+  target.release(2);
+  return mismatches;
 }
 
 // Streams fed in rounds of windows (all max_width, then ragged (s + round) % max_width + 1), one forward per round; every row

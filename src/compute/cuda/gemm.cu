@@ -426,9 +426,8 @@ Status GemmEngine::gemm(const bf16* x, int64_t m, const DeviceMatrix& w, bf16* y
   GemmArgs args{reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w.w), w.bias,
                 reinterpret_cast<__nv_bfloat16*>(y_b16), y_f32, static_cast<int>(m), static_cast<int>(w.rows),
                 static_cast<int>(w.cols), fault_reverse_k_ && m > 16 ? 1 : 0};
-  // 17..32-row windows on the pipeline where it takes them (set_decode_pipe_rows32; 33..64 as two launches under
-  // set_decode_pipe_rows64)
-  if (m > 16 && m <= 64 && pinned_tile_ < 0 && pipe_takes_window(args)) return launch_pipe_window(args, stream);
+  // 17..32-row windows on the pipeline where it takes them (set_decode_pipe_rows32; launch_decode routes there)
+  if (m > 16 && m <= 32 && pinned_tile_ < 0 && pipe_takes_window(args)) return launch_decode(args, sm_count_, stream);
   switch (fitting(choose(m, w.rows, w.cols, sm_count_, clusters_, wgmma_, pinned_tile_), shared_optin_)) {
     case Choice::Decode: return launch_decode(args, sm_count_, stream);
     case Choice::Medium: return launch<Medium>(args, stream);

@@ -1,7 +1,7 @@
-// The pipeline decode GEMM's configurations, plans, routing and launches (m <= 16; 17..32 one-slice under
-// LS_DECODE_PIPE_ROWS32; sm_90; the kernel:
-// gemm_decode_pipe.cuh; the weight maps of its tensor copies: gemm_decode_tma.cu). Session 8 (row copies), session 9
-// (3D tensor boxes of the weights), session 10 (one kernel for both; x copied once per CTA; multi-row launches).
+// The pipeline decode GEMM's configurations, plans, routing and launches (m <= 16; 17..32 one-slice, non-SwiGLU;
+// sm_90; the kernel: gemm_decode_pipe.cuh; the weight maps of its tensor copies: gemm_decode_tma.cu). Session 8 (row
+// copies), session 9 (3D tensor boxes of the weights), session 10 (one kernel for both; x copied once per CTA;
+// multi-row launches), session 13 (the spread, 17..32 rows), session 14 (the 9..16-row picks).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -96,26 +96,31 @@ int ring_bytes(int copies) {
 }
 int item_cols_of(int config) { return config >= kPlainConfigs ? 8 : 8 * kPipeShapes[config].tiles; }
 
-// Launches of 2..32 rows spread over about SMs / spread CTAs (session 13; LS_DECODE_PIPE_SPREAD, 1 = one CTA an SM):
+// Launches of 2..32 rows spread over about SMs / spread CTAs (session 13; set_decode_pipe_spread, 1 = one CTA an SM):
 // every CTA copies its m x rows whole (m x 4 KB at K = 2048, as many bytes as its weights at 16 rows), so fewer CTAs
 // with more active warps each read less x from L2; never more groups a CTA than it has warps (no warp walks a second
-// chain). Which CTA computes a column never changes its chain: the same bits. 2 is the default since H200 batch s13A
-// (synth 1.2B, gpu_bench --arms, three interleaved rounds, verify 2 / 8 / 10 / 16 rows 0.908 / 0.951 / 1.055 / 1.111
-// ms against 0.918 / 0.963 / 1.066 / 1.122; per shape at 2 / 10 / 16 rows 2048->2048 5.76 / 7.64 / 8.17 -> 4.60 /
-// 6.88 / 7.49 us, 2048->6144 9.68 / 11.4 / 11.8 -> 9.08 / 10.0 / 10.5, 2048->3072 6.27 -> 6.72 at 2 rows, even above).
-std::atomic<int> pipe_spread{std::max(1, env_int("LS_DECODE_PIPE_SPREAD", 2))};
-// Verify windows of 17..32 rows on the pipeline (session 13; LS_DECODE_PIPE_ROWS32=0: the streamed windows and tiles):
-// one-slice, non-SwiGLU launches with x once, two m16 tiles on each weight fragment (the streamed windows and the
-// 64x64 tiles there read 2048->2048 in ~19-24 us where 16 rows take 8 us on the pipeline). The default since H200
-// batch s13A (synth 1.2B, gpu_bench --arms, three interleaved rounds: verify 24 / 32 rows 1.472 / 1.643 ms against
-// 1.661 / 1.709).
-std::atomic<bool> pipe_rows32{env_int("LS_DECODE_PIPE_ROWS32", 1) != 0};
+// chain). Which CTA computes a column never changes its chain: the same bits. 2 is the default since H200 batch s13A,
+// confirmed in s13B (synth 1.2B, gpu_bench --arms, three interleaved rounds, verify 2 / 8 / 10 / 16 rows 0.908 / 0.951
+// / 1.055 / 1.111 ms against 0.918 / 0.963 / 1.066 / 1.122; per shape at 2 / 10 / 16 rows 2048->2048 5.76 / 7.64 /
+// 8.17 -> 4.60 / 6.88 / 7.49 us, 2048->6144 9.68 / 11.4 / 11.8 -> 9.08 / 10.0 / 10.5, 2048->3072 6.27 -> 6.72 at 2
+// rows, even above); the env half went in session 14, the setter stays for the tests.
+std::atomic<int> pipe_spread{2};
+// Verify windows of 17..32 rows on the pipeline (session 13; set_decode_pipe_rows32(false): the streamed windows and
+// tiles): one-slice, non-SwiGLU launches with x once, two m16 tiles on each weight fragment (the streamed windows and
+// the 64x64 tiles there read 2048->2048 in ~19-24 us where 16 rows take 8 us on the pipeline). The default since H200
+// batch s13A, confirmed in s13B (synth 1.2B, gpu_bench --arms, three interleaved rounds: verify 24 / 32 rows 1.457 /
+// 1.636 ms against 1.655 / 1.702); the env half went in session 14, the setter stays for the tests. (33..64-row
+// windows as two launches lost in the lanes in s13B and were removed in session 14; the code is at dc6afb9.)
+std::atomic<bool> pipe_rows32{true};
 constexpr int kPipeMaxRows = 32;
-// Windows of 33..64 rows as two pipeline launches of <= 32 rows (session 13, LS_DECODE_PIPE_ROWS64=1, off): the
-// second launch reads weights the first left in L2, so only matrices of at most kWindowL2Bytes (o_proj / out_proj,
-// q / k / v, conv in_proj; not gate_up, the head or sliced K) take it.
-std::atomic<bool> pipe_rows64{env_int("LS_DECODE_PIPE_ROWS64", 0) != 0};
-constexpr int64_t kWindowL2Bytes = 32LL << 20;
+// 9..16-row launches (session 14, LS_DECODE_ROWS16 / set_decode_rows16, bits; 0 by default): an A_ROWS 16 launch
+// loads twice the x fragments of an 8-row one for the same mmas (s13B: 8 -> 10 rows +57 us of GEMMs in the graph).
+// kRows16Wide: narrow one-slice row-copy launches take 16-column items (each x fragment feeds two mmas, the x
+// fragments a column are an 8-row launch's); kRows16Swiglu: the fused gate_up + SwiGLU on the pipeline (x once, its
+// automatic configuration) instead of the streaming kernel's x in every stage; kRows16Sliced: the sliced K (down) on
+// the pipeline likewise; kDecodeRows16Fixed (gemm_decode_stream.cu): the streaming kernels' 9..16-row copies through
+// the 8-row launches' fixed per-lane pointers. Which kernel computes a column never changes its chain: the same bits.
+std::atomic<int> rows16{env_int("LS_DECODE_ROWS16", 0) & kDecodeRows16All};
 
 // Column groups per CTA for `columns` output columns (SwiGLU: F) of an m-row launch: about one CTA per SM (per
 // spread SMs above one row, up to one group a warp).
@@ -276,7 +281,9 @@ bool maps_ok(int config, const GemmArgs* args, int count) {
 int config_for(bool swiglu, int m, int k, int64_t rows) {
   const int pinned = pipe_pinned.load(std::memory_order_relaxed);
   if (pinned >= 0 && (pinned >= kPlainConfigs) == swiglu && shape_fits(pinned, m, k, rows)) return pinned;
-  const int config = auto_config(swiglu, slice_count(k), rows, copies_of(m, k, rows, swiglu));
+  int config = auto_config(swiglu, slice_count(k), rows, copies_of(m, k, rows, swiglu));
+  // rows16 wide: 9..16 rows of a narrow row-copy launch on 16-column items where they fit.
+  if (config == 0 && rows16_has(m, kDecodeRows16Wide) && shape_fits(1, m, k, rows)) config = 1;
   // Many rows: a 16-column configuration whose stages no longer fit (down with x per stage) gives way to its
   // 8-column twin of the same warps.
   const int twin = config == 4 ? 3 : config == 1 ? 0 : -1;
@@ -293,6 +300,9 @@ bool routed_x_once(const GemmArgs& args, bool swiglu) {
 }
 
 }  // namespace
+
+bool rows16_has(int m, int bit) { return m > 8 && m <= 16 && (rows16.load(std::memory_order_relaxed) & bit) != 0; }
+bool pipe_fault_on() { return pipe_fault.load(std::memory_order_relaxed); }
 
 const char* pipe_config_name(int config) {
   return config >= 0 && config < kPipeConfigs ? kPipeShapes[config].name : "?";
@@ -318,7 +328,8 @@ bool pipe_enabled() { return pipe_on.load(std::memory_order_relaxed) || pipe_nar
 bool auto_pick(int m, int k, int64_t rows, bool swiglu) {
   if (!pipe_narrow.load(std::memory_order_relaxed) || m > kPipeMaxRows) return false;
   if (m > 16 && !pipe_rows32.load(std::memory_order_relaxed)) return false;
-  if (m > 1 && (swiglu || slice_count(k) > 1)) return false;
+  if (m > 1 && (swiglu || slice_count(k) > 1))  // the streaming kernels, unless rows16 moves them
+    return rows16_has(m, swiglu ? kDecodeRows16Swiglu : kDecodeRows16Sliced);
   if (!swiglu && slice_count(k) == 1 && rows <= kNarrowMaxN) return true;
   return pipe_tma.load(std::memory_order_relaxed) < 0 && copies_of(m, k, rows, swiglu) != 0;
 }
@@ -331,30 +342,8 @@ bool pipe_fits(const GemmArgs& args, bool swiglu) {
 }
 
 bool pipe_takes_window(const GemmArgs& args) {
-  if (args.m <= 16 || !pipe_rows32.load(std::memory_order_relaxed) || !pipe_enabled()) return false;
-  if (args.m <= kPipeMaxRows) return pipe_fits(args, false);
-  if (args.m > 2 * kPipeMaxRows || !pipe_rows64.load(std::memory_order_relaxed) ||
-      int64_t{args.n} * args.k * 2 > kWindowL2Bytes)
-    return false;
-  GemmArgs first = args;
-  first.m = kPipeMaxRows;
-  GemmArgs rest = args;
-  rest.m = args.m - kPipeMaxRows;
-  return pipe_fits(first, false) && pipe_fits(rest, false);
-}
-
-Status launch_pipe_window(const GemmArgs& args, cudaStream_t stream) {
-  const int fault = pipe_fault.load(std::memory_order_relaxed) ? 1 : 0;  // tests: the K walk reversed
-  for (int r0 = 0; r0 < args.m; r0 += kPipeMaxRows) {
-    GemmArgs part = args;
-    part.m = std::min(kPipeMaxRows, args.m - r0);
-    part.x += static_cast<int64_t>(r0) * args.k;
-    if (part.y_b16) part.y_b16 += static_cast<int64_t>(r0) * args.n;
-    if (part.y_f32) part.y_f32 += static_cast<int64_t>(r0) * args.n;
-    part.reverse_k = fault;
-    LS_RETURN_IF_ERROR(launch_pipe(-1, part, stream));
-  }
-  return ok_status();
+  return args.m > 16 && args.m <= kPipeMaxRows && pipe_rows32.load(std::memory_order_relaxed) && pipe_enabled() &&
+         pipe_fits(args, false);
 }
 
 Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream) {
@@ -377,7 +366,9 @@ Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream) {
 }
 
 Status launch_pipe_swiglu(const GemmArgs& args, cudaStream_t stream) {
-  return launch_pipe(config_for(true, args.m, args.k, args.n), args, stream);
+  GemmArgs a = args;
+  a.reverse_k = pipe_fault.load(std::memory_order_relaxed) ? 1 : 0;  // tests: the K walk reversed (x once)
+  return launch_pipe(config_for(true, a.m, a.k, a.n), a, stream);
 }
 
 bool pipe_group_fits(const GemmArgs* args, int count) {
@@ -473,8 +464,8 @@ void set_decode_pipe_spread(int spread) {
 int decode_pipe_spread() { return gemm_detail::pipe_spread.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_rows32(bool on) { gemm_detail::pipe_rows32.store(on, std::memory_order_relaxed); }
-void set_decode_pipe_rows64(bool on) { gemm_detail::pipe_rows64.store(on, std::memory_order_relaxed); }
-bool decode_pipe_rows64() { return gemm_detail::pipe_rows64.load(std::memory_order_relaxed); }
+void set_decode_rows16(int bits) { gemm_detail::rows16.store(bits & kDecodeRows16All, std::memory_order_relaxed); }
+int decode_rows16() { return gemm_detail::rows16.load(std::memory_order_relaxed); }
 bool decode_pipe_rows32() { return gemm_detail::pipe_rows32.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_fault_for_test(bool on) { gemm_detail::pipe_fault.store(on, std::memory_order_relaxed); }

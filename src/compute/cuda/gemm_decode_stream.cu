@@ -10,10 +10,11 @@
 namespace ls::cuda::gemm_detail {
 namespace {
 
-template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false>
+template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false, bool FIXED16 = false>
 __global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args, int slices, int groups,
                                                                     int prefetch_tiles) {
-  stream_body<WARPS, STAGES, TILES, A_ROWS, SWIGLU>(args, slices, groups, blockIdx.x, prefetch_tiles, StagedNorm{});
+  stream_body<WARPS, STAGES, TILES, A_ROWS, SWIGLU, false, FIXED16>(args, slices, groups, blockIdx.x, prefetch_tiles,
+                                                                    StagedNorm{});
 }
 
 // The fused gate_up GEMM + SwiGLU with the norm prologue (one slice).
@@ -41,6 +42,13 @@ __global__ void __launch_bounds__(32 * WARPS) decode_group_kernel(GemmGroup grou
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_stream_shared
 
+// The kDecodeRows16Fixed launches' args: K walked backwards under set_decode_pipe_fault_for_test (a planted fault).
+GemmArgs with_test_fault(const GemmArgs& args) {
+  GemmArgs faulty = args;
+  faulty.reverse_k = args.reverse_k || pipe_fault_on() ? 1 : 0;
+  return faulty;
+}
+
 template <int WARPS, int STAGES, int TILES, int A_ROWS>
 int stream_shared_bytes(const GemmArgs& args, int slices, int groups) {
   const int partial = slices == 1 ? 0 : slices * A_ROWS * groups * 8 * TILES * static_cast<int>(sizeof(float));
@@ -58,6 +66,10 @@ Status launch_stream_rows(const GemmArgs& args, int sm_count, cudaStream_t strea
   if (smem > optin_shared_bytes)
     return Status(ErrorCode::InvalidArgument, "streamed rows: " + std::to_string(smem) + " bytes of shared memory for K " +
                                                   std::to_string(args.k) + " at " + std::to_string(args.m) + " rows");
+  if constexpr (A_ROWS == 16)
+    if (rows16_has(args.m, kDecodeRows16Fixed))
+      return launch_programmatic(decode_stream_kernel<WARPS, STAGES, TILES, 16, false, true>, ctas, 32 * WARPS, smem,
+                                 stream, with_test_fault(args), slices, groups, prefetch_tiles_for(args.n, args.k));
   return launch_programmatic(decode_stream_kernel<WARPS, STAGES, TILES, A_ROWS>, ctas, 32 * WARPS, smem, stream, args,
                              slices, groups, prefetch_tiles_for(args.n, args.k));
 }
@@ -74,6 +86,8 @@ void allow_stream_kernel_shared(int optin_bytes) {
                        optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<WARPS, STAGES, TILES, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
+  cudaFuncSetAttribute(decode_stream_kernel<WARPS, STAGES, TILES, 16, false, true>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
 }
 
 // The fused gate_up GEMM + SwiGLU (one slice), items of 8 gate + 8 up columns: 4 warps x 8 stages for m <= 8 (two
@@ -88,6 +102,10 @@ Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
   const int cols = kWarps * 8;
   const int ctas = (f + cols - 1) / cols;
   constexpr int smem = Stream<kWarps, kStages, 2, A_ROWS>::kPipeBytes;
+  if constexpr (A_ROWS == 16)
+    if (rows16_has(args.m, kDecodeRows16Fixed))
+      return launch_programmatic(decode_stream_kernel<kWarps, kStages, 2, 16, true, true>, ctas, 32 * kWarps, smem,
+                                 stream, with_test_fault(args), 1, kWarps, prefetch_tiles_for(args.n, args.k));
   return launch_programmatic(decode_stream_kernel<kWarps, kStages, 2, A_ROWS, true>, ctas, 32 * kWarps, smem, stream,
                              args, 1, kWarps, prefetch_tiles_for(args.n, args.k));
 }
@@ -181,6 +199,8 @@ void allow_stream_shared(int optin_bytes) {
   cudaFuncSetAttribute(decode_stream_kernel<4, 8, 2, 8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<8, 6, 2, 16, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
+  cudaFuncSetAttribute(decode_stream_kernel<8, 6, 2, 16, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
   cudaFuncSetAttribute(decode_stream_norm_kernel<4, 8, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   cudaFuncSetAttribute(decode_stream_norm_kernel<8, 6, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);

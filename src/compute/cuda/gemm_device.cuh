@@ -131,10 +131,8 @@ __device__ __forceinline__ void store_pair(const GemmArgs& args, int r, int c, f
 // The decode kernel (m <= 16, gemm_decode.cu; 17..decode_rows_max() rows through the streaming kernel,
 // set_decode_rows): launch, and its shared-memory opt-in (once, outside capture).
 Status launch_decode(const GemmArgs& args, int sm_count, cudaStream_t stream);
-// Whether a launch of 17..32 rows (33..64 under set_decode_pipe_rows64: two launches) runs on the pipeline decode
-// GEMM (set_decode_pipe_rows32; gemm_decode_pipe.cu), and that launch.
+// Whether a launch of 17..32 rows runs on the pipeline decode GEMM (set_decode_pipe_rows32; gemm_decode_pipe.cu).
 bool pipe_takes_window(const GemmArgs& args);
-Status launch_pipe_window(const GemmArgs& args, cudaStream_t stream);
 int decode_rows_max();
 void allow_decode_shared(int optin_bytes);
 

@@ -126,21 +126,25 @@ int decode_pipe_x();
 // Tests: whether the engine's decode GEMM of m rows of W (swiglu: gemm_decode_swiglu's W) runs on the pipeline under
 // the switches as set now, and (x_once) whether that launch copies x once.
 bool decode_pipe_routes(int64_t m, const DeviceMatrix& w, bool swiglu, bool* x_once = nullptr);
-// Pipeline launches of 2..32 rows on about SMs / spread CTAs (more columns, fewer x copies a CTA; session 13, switch
-// LS_DECODE_PIPE_SPREAD; 2 by default since batch s13A, 1 = one CTA an SM as at one row). Same bits; drop captured
+// Pipeline launches of 2..32 rows on about SMs / spread CTAs (more columns, fewer x copies a CTA; session 13; 2 by
+// default since batch s13A, 1 = one CTA an SM as at one row; tests only since session 14). Same bits; drop captured
 // graphs after a change.
 void set_decode_pipe_spread(int spread);
 int decode_pipe_spread();
 // Verify windows of 17..32 rows on the pipeline: one-slice, non-SwiGLU GEMMs and the q / k / v launch, x copied once,
-// two m16 tiles on each weight fragment (session 13, switch LS_DECODE_PIPE_ROWS32; on by default since batch s13A;
-// off: the streamed windows and tiles). Same bits; drop captured graphs after a change.
+// two m16 tiles on each weight fragment (session 13; on by default since batch s13A; off, tests only since session
+// 14: the streamed windows and tiles). Same bits; drop captured graphs after a change.
 void set_decode_pipe_rows32(bool on);
 bool decode_pipe_rows32();
-// With rows32: windows of 33..64 rows as two pipeline launches of <= 32 rows where the matrix stays in L2 between them
-// (at most 32 MiB: o_proj / out_proj, q / k / v, conv in_proj), session 13, switch LS_DECODE_PIPE_ROWS64 (off). Same
-// bits; drop captured graphs after a change.
-void set_decode_pipe_rows64(bool on);
-bool decode_pipe_rows64();
+// 9..16-row launches (session 14, switch LS_DECODE_ROWS16, bits, 0 by default): kDecodeRows16Wide narrow one-slice
+// pipeline launches with row copies take 16-column items (an x fragment feeds two mmas); kDecodeRows16Swiglu the fused
+// gate_up + SwiGLU and kDecodeRows16Sliced the sliced K (down) on the pipeline (x once) instead of the streaming
+// kernels; kDecodeRows16Fixed the streaming kernels' 9..16-row launches copy with the 8-row launches' fixed per-lane
+// pointers. Same bits; drop captured graphs after a change.
+constexpr int kDecodeRows16Wide = 1, kDecodeRows16Swiglu = 2, kDecodeRows16Sliced = 4, kDecodeRows16Fixed = 8,
+              kDecodeRows16All = 15;
+void set_decode_rows16(int bits);
+int decode_rows16();
 // Tests: gemm_decode_pipe's launches that copy x once walk each unit's K tiles backwards (a planted K-order fault).
 void set_decode_pipe_fault_for_test(bool on);
 // Whether gemm_decode_pipe takes configuration `config` for m rows of W (shape, K, shared memory).

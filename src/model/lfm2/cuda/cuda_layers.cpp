@@ -29,13 +29,11 @@ namespace {
 // reference
 std::atomic<bool> g_final_norm{true};
 // a tapped layer's output written to the taps by the residual add + norm launch after it, not by a copy node (session
-// 13; LS_TAPS_IN_NORM=0: the copy nodes): a copy node in the graph breaks the programmatic chain. The default since H200
-// batch s13A (synth 1.2B, taps 2,5,8,11,14, gpu_bench --arms, three interleaved rounds: decode with taps 0.8945 ms
-// against 0.9114, verify 8 / 16 rows 0.964 / 1.125 against 0.985 / 1.145)
-std::atomic<bool> g_taps_in_norm{[] {
-  const char* value = std::getenv("LS_TAPS_IN_NORM");
-  return value == nullptr || std::string(value) != "0";
-}()};
+// 13): a copy node in the graph breaks the programmatic chain. The default since H200 batch s13A, confirmed in s13B
+// (synth 1.2B, taps 2,5,8,11,14, gpu_bench --arms, three interleaved rounds: decode with taps 0.8945 ms against
+// 0.9114, verify 8 / 16 rows 0.964 / 1.125 against 0.985 / 1.145); the env half went in session 14, false (tests only)
+// keeps the copy nodes as the reference
+std::atomic<bool> g_taps_in_norm{true};
 std::atomic<bool> g_taps_in_norm_fault{false};  // tests: the norm writes the next tap slot (a planted fault)
 }  // namespace
 

@@ -78,8 +78,8 @@ class CudaTarget final : public Target {
   static void set_final_norm_fused(bool on);
   static bool final_norm_fused();
   // A tapped layer's output written to the taps by the residual add + norm launch after it (the same bits) instead of
-  // a copy node, which breaks the graph's programmatic chain (session 13; on by default since H200 batch s13A,
-  // LS_TAPS_IN_NORM=0 for the copies). Process-wide, read at each forward's enqueue; drop captured graphs after a change.
+  // a copy node, which breaks the graph's programmatic chain (session 13; on by default since H200 batch s13A; false,
+  // tests only, for the copies). Process-wide, read at each forward's enqueue; drop captured graphs after a change.
   static void set_taps_in_norm(bool on);
   static bool taps_in_norm();
   static void set_taps_in_norm_fault_for_test(bool on);  // the norm writes the next tap slot
