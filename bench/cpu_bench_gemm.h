@@ -1,7 +1,8 @@
 // cpu_bench --gemm-ab ROWS: the GEMM kernels alone, AVX-512 bf16 panels against the AMX B-tile layout, on the same
 // bf16 matrices (both packings in one process: set_cpu_amx around pack_for_cpu), a sweep over COUNT matrices of N x K
 // (default 27 x 1152 x 384: ~24 MB, the nano target's size, L3-warm after the first sweep) per timed call, the two
-// arms alternating sweep by sweep so they share the host's phase. Medians over the repeats. Part of cpu_bench.
+// arms alternating sweep by sweep so they share the host's phase; AMX once per tile schedule asked for
+// (set_amx_schedule masks, the same bits). Medians over the repeats. Part of cpu_bench.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +25,7 @@ struct GemmPlan {
   int threads = 2, repeats = 20;
   int64_t N = 1152, K = 384;
   int count = 27;
+  std::vector<int> schedules = {0};  // AMX arms: set_amx_schedule masks
 };
 
 inline nlohmann::json gemm_ab(const GemmPlan& plan) {
@@ -64,25 +66,36 @@ inline nlohmann::json gemm_ab(const GemmPlan& plan) {
   std::printf("gemm A/B: %d x [%lld x %lld] bf16 (%.1f MB), %d threads, %d repeats, medians (best) ms a sweep\n",
               plan.count, static_cast<long long>(plan.N), static_cast<long long>(plan.K),
               plan.count * plan.N * plan.K * 2 / 1e6, plan.threads, plan.repeats);
+  const size_t arms = 1 + plan.schedules.size();  // arm 0: AVX-512 panels; arm 1 + i: AMX, schedule i
+  const int saved_schedule = set_amx_schedule(0);
+  auto run_arm = [&](size_t arm, int rows) {
+    if (arm == 0) return sweep(panels, rows, y_panels);
+    set_amx_schedule(plan.schedules[arm - 1]);
+    return sweep(tiles, rows, y_tiles);
+  };
   for (int rows : plan.rows) {
-    std::vector<double> avx512, amx;
-    sweep(panels, rows, y_panels);
-    sweep(tiles, rows, y_tiles);
-    for (int repeat = 0; repeat < plan.repeats; ++repeat) {
-      avx512.push_back(sweep(panels, rows, y_panels));
-      amx.push_back(sweep(tiles, rows, y_tiles));
-    }
+    std::vector<std::vector<double>> times(arms);
+    for (size_t arm = 0; arm < arms; ++arm) run_arm(arm, rows);
+    for (int repeat = 0; repeat < plan.repeats; ++repeat)
+      for (size_t arm = 0; arm < arms; ++arm) times[arm].push_back(run_arm(arm, rows));
     double worst = 0;  // the last matrix's outputs: the two summation orders agree to bf16 rounding
     for (int64_t j = 0; j < rows * plan.N; ++j)
       worst = std::max(worst, std::abs(double(y_panels[j]) - y_tiles[j]) / std::max(1e-2, std::abs(double(y_panels[j]))));
-    const double a = median(avx512), b = median(amx);
     const double macs = double(rows) * plan.N * plan.K * plan.count;
-    std::printf("  rows %2d  avx512-bf16 %.3f (%.3f)  amx-bf16 %.3f (%.3f)  amx/avx512 %.2fx  GMAC/s %.0f / %.0f"
-                "  max rel diff %.1e\n",
-                rows, a, *std::min_element(avx512.begin(), avx512.end()), b, *std::min_element(amx.begin(), amx.end()),
-                b / a, macs / a / 1e6, macs / b / 1e6, worst);
-    result[std::to_string(rows)] = {{"avx512_ms", a}, {"amx_ms", b}, {"max_rel_diff", worst}};
+    const double base = median(times[0]);
+    std::printf("  rows %2d  avx512-bf16 %.3f (%.3f) %.0f GMAC/s", rows, base,
+                *std::min_element(times[0].begin(), times[0].end()), macs / base / 1e6);
+    nlohmann::json row = {{"avx512_ms", base}, {"max_rel_diff", worst}};
+    for (size_t arm = 1; arm < arms; ++arm) {
+      const double ms = median(times[arm]);
+      std::printf(" | amx s%d %.3f (%.3f) %.2fx %.0f GMAC/s", plan.schedules[arm - 1], ms,
+                  *std::min_element(times[arm].begin(), times[arm].end()), ms / base, macs / ms / 1e6);
+      row["amx_s" + std::to_string(plan.schedules[arm - 1]) + "_ms"] = ms;
+    }
+    std::printf("  max rel diff %.1e\n", worst);
+    result[std::to_string(rows)] = row;
   }
+  set_amx_schedule(saved_schedule);
   return result;
 }
 

@@ -136,6 +136,30 @@ TEST(MatmulAmx, EveryRowOf1To64RowCallsIsBitwiseItsOneRowCall) {
   }
 }
 
+TEST(MatmulAmx, EveryTileScheduleGivesTheSameBitsAndRowsKeepTheirOneRowBits) {
+  LS_SKIP_WITHOUT_AMX();
+  ScopedAmx amx;
+  ThreadPool pool(2);
+  OpContext ctx{&pool, NumericMode::Bf16};
+  const int64_t K = 300, N = 150, total = 40;  // K: 10 tiles (3 rotations + 1); N: 9 whole blocks + 6 columns
+  const OwnedMatrix w = amx_matrix(N, K, 81);
+  const std::vector<float> x = stored(random_values(total * K, 82), NumericMode::Bf16);
+  const int saved = set_amx_schedule(0);
+  std::vector<float> first = poisoned(total * N);
+  matmul(ctx, x.data(), total, w.view(), first.data());
+  for (int schedule : {1, 2, 3}) {
+    set_amx_schedule(schedule);
+    std::vector<float> y = poisoned(total * N);
+    matmul(ctx, x.data(), total, w.view(), y.data());
+    EXPECT_TRUE(bitwise_equal(y.data(), first.data(), y.size())) << "schedule " << schedule;
+    EXPECT_EQ(rows_differing_from_one_row_runs(
+                  x, K, N, [&](const float* in, int64_t rows, float* out) { matmul(ctx, in, rows, w.view(), out); }),
+              0)
+        << "schedule " << schedule;
+  }
+  set_amx_schedule(saved);
+}
+
 TEST(MatmulAmx, TheThreadCountDoesNotChangeABit) {
   LS_SKIP_WITHOUT_AMX();
   ScopedAmx amx;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -55,7 +56,18 @@ std::mutex g_arena_mutex;
 std::vector<std::pair<uintptr_t, uintptr_t>> g_arenas;
 std::atomic<int> g_arena_count{0};
 
-// Every tile 16 rows x 64 bytes: C in tmm0-3, A (16 rows x 32 K of x) in tmm4, B (32 K x 16 columns) in tmm5-7.
+// How the kernel schedules its tiles, a mask for A/B timing (the bits never depend on it: each output is the same
+// chain). 1 = the B tiles rotate over tmm5-7 across K steps (a B register is loaded again three products after the
+// one that read it, never right after); 2 = A and C tiles have as many rows as the row block (1..16) instead of 16.
+// set_amx_schedule, or LS_CPU_AMX_SCHEDULE=<mask> at start.
+constexpr int kRotateB = 1, kFitRows = 2;
+std::atomic<int> g_schedule{[] {
+  const char* text = std::getenv("LS_CPU_AMX_SCHEDULE");
+  return text ? std::atoi(text) : 0;
+}()};
+
+// The palette-1 configuration for `rows` rows of A and C: C in tmm0-3 (rows x 16 fp32), A in tmm4 (rows x 32 bf16 of
+// x), B in tmm5-7 (16 pair rows x 16 columns).
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -64,21 +76,47 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 
-// Each thread loads the configuration before its first tile op (the pool's workers included); it stays loaded (the
-// kernel saves it across context switches with the rest of the XSAVE state).
-LS_TARGET_AMX void ensure_tile_config() {
-  thread_local bool loaded = false;
-  if (loaded) return;
+// Each thread loads a configuration before its first tile op (the pool's workers included) and again when the rows
+// change; it stays loaded (the kernel saves it across context switches with the rest of the XSAVE state).
+LS_TARGET_AMX void ensure_tile_config(int rows) {
+  thread_local int loaded_rows = 0;
+  if (loaded_rows == rows) return;
   request_tile_permission();
-  static const TileConfig config;
-  _tile_loadconfig(&config);
-  loaded = true;
+  static const auto configs = [] {
+    std::array<TileConfig, 17> all{};
+    for (int r = 1; r <= 16; ++r)
+      for (int tile = 0; tile <= 4; ++tile) all[r].rows[tile] = static_cast<uint8_t>(r);
+    return all;
+  }();
+  _tile_loadconfig(&configs[rows]);
+  loaded_rows = rows;
 }
 
-// C [NB][16][16] = x tile rows (16 rows from x, stride x_bytes) times NB column blocks of w (k_tiles tiles each),
-// stored at c + j * c_block for block j with row stride c_bytes. The intrinsics are inline asm without memory
-// clobbers: the barriers make the compiler finish writing x before the loads and read c only after the stores.
-template <int NB>
+// One K step (tile T) of a group: A into tmm4, then block j's B tile into register Rj and C[j] += A B.
+#define LS_AMX_STEP(T, R0, R1, R2, R3)                  \
+  do {                                                  \
+    const uint16_t* b = w + (T) * kAmxTileValues;       \
+    _tile_loadd(4, x + (T) * kAmxDepth, x_bytes);       \
+    _tile_loadd(R0, b, 64);                             \
+    _tile_dpbf16ps(0, 4, R0);                           \
+    if constexpr (NB > 1) {                             \
+      _tile_loadd(R1, b + block, 64);                   \
+      _tile_dpbf16ps(1, 4, R1);                         \
+    }                                                   \
+    if constexpr (NB > 2) {                             \
+      _tile_loadd(R2, b + 2 * block, 64);               \
+      _tile_dpbf16ps(2, 4, R2);                         \
+    }                                                   \
+    if constexpr (NB > 3) {                             \
+      _tile_loadd(R3, b + 3 * block, 64);               \
+      _tile_dpbf16ps(3, 4, R3);                         \
+    }                                                   \
+  } while (0)
+
+// C [NB] = x tile rows (from x, stride x_bytes) times NB column blocks of w (k_tiles tiles each), K tiles in
+// increasing order, stored at c + j * c_block for block j with row stride c_bytes. The intrinsics are inline asm
+// without memory clobbers: the barriers make the compiler finish writing x before the loads and read c only after.
+template <int NB, bool kRotate>
 LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t* w, int64_t k_tiles, float* c,
                               int64_t c_block, int64_t c_bytes) {
   const int64_t block = k_tiles * kAmxTileValues;
@@ -87,34 +125,38 @@ LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t
   if constexpr (NB > 1) _tile_zero(1);
   if constexpr (NB > 2) _tile_zero(2);
   if constexpr (NB > 3) _tile_zero(3);
-  for (int64_t t = 0; t < k_tiles; ++t) {
-    const uint16_t* b = w + t * kAmxTileValues;
-    _tile_loadd(4, x + t * kAmxDepth, x_bytes);
-    _tile_loadd(5, b, 64);
-    _tile_dpbf16ps(0, 4, 5);
-    if constexpr (NB > 1) {
-      _tile_loadd(6, b + block, 64);
-      _tile_dpbf16ps(1, 4, 6);
+  int64_t t = 0;
+  if constexpr (kRotate)
+    for (; t + 3 <= k_tiles; t += 3) {
+      LS_AMX_STEP(t, 5, 6, 7, 5);
+      LS_AMX_STEP(t + 1, 6, 7, 5, 6);
+      LS_AMX_STEP(t + 2, 7, 5, 6, 7);
     }
-    if constexpr (NB > 2) {
-      _tile_loadd(7, b + 2 * block, 64);
-      _tile_dpbf16ps(2, 4, 7);
-    }
-    if constexpr (NB > 3) {
-      _tile_loadd(5, b + 3 * block, 64);
-      _tile_dpbf16ps(3, 4, 5);
-    }
-  }
+  for (; t < k_tiles; ++t) LS_AMX_STEP(t, 5, 6, 7, 5);
   _tile_stored(0, c, c_bytes);
   if constexpr (NB > 1) _tile_stored(1, c + c_block, c_bytes);
   if constexpr (NB > 2) _tile_stored(2, c + 2 * c_block, c_bytes);
   if constexpr (NB > 3) _tile_stored(3, c + 3 * c_block, c_bytes);
   asm volatile("" ::: "memory");
 }
+#undef LS_AMX_STEP
+
+template <bool kRotate>
+LS_TARGET_AMX void run_group(int blocks, const uint16_t* x, int64_t x_bytes, const uint16_t* w, int64_t k_tiles,
+                             float* c, int64_t c_block, int64_t c_bytes) {
+  switch (blocks) {
+    case 1: tile_group<1, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes); break;
+    case 2: tile_group<2, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes); break;
+    case 3: tile_group<3, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes); break;
+    default: tile_group<4, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes); break;
+  }
+}
 
 }  // namespace
 
 bool cpu_amx_available() { return cpu_features().amx_bf16; }
+
+int set_amx_schedule(int mask) { return g_schedule.exchange(mask >= 0 ? mask : 0); }
 
 bool cpu_amx_enabled() { return amx_setting().load(std::memory_order_relaxed); }
 
@@ -166,7 +208,7 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
                                int64_t col_end, float* y, int64_t ldy) {
   LS_CHECK(col_begin % kAmxColumns == 0, "AMX column ranges start on a 16-column block");
   if (rows <= 0 || col_end <= col_begin) return;
-  ensure_tile_config();
+  const int schedule = g_schedule.load(std::memory_order_relaxed);
   const int64_t k_tiles = amx_k_tiles(K), x_stride = k_tiles * kAmxDepth;
   const uint16_t* w = reinterpret_cast<const uint16_t*>(w_amx);
   alignas(64) float c[4 * 256];
@@ -177,16 +219,16 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
     for (int64_t row = 0; row < rows; row += 16) {
       const uint16_t* x_rows = x + row * x_stride;
       const int64_t take = std::min<int64_t>(16, rows - row);
-      // 16 rows of whole blocks go straight to y; a partial tile through c.
-      const bool direct = take == 16 && width == blocks * kAmxColumns;
+      const int tile_rows = schedule & kFitRows ? static_cast<int>(take) : 16;
+      ensure_tile_config(tile_rows);
+      // The tile's rows, all wanted, of whole blocks go straight to y; a partial tile through c.
+      const bool direct = take == tile_rows && width == blocks * kAmxColumns;
       float* out = direct ? y + row * ldy + col : c;
       const int64_t out_block = direct ? kAmxColumns : 256, out_bytes = direct ? ldy * 4 : 64;
-      switch (blocks) {
-        case 1: tile_group<1>(x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes); break;
-        case 2: tile_group<2>(x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes); break;
-        case 3: tile_group<3>(x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes); break;
-        default: tile_group<4>(x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes); break;
-      }
+      if (schedule & kRotateB)
+        run_group<true>(blocks, x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes);
+      else
+        run_group<false>(blocks, x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes);
       if (direct) continue;
       for (int64_t m = 0; m < take; ++m)
         for (int64_t block = 0; block * kAmxColumns < width; ++block)

@@ -37,6 +37,11 @@ bool cpu_amx_enabled();
 // without AMX, or where Linux refuses the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM)), stops the process by name.
 bool set_cpu_amx(bool on);
 
+// The kernel's tile schedule, a mask for A/B timing (the same bits either way): 1 = B tiles rotate over three
+// registers across K steps, 2 = A and C tiles as tall as the row block instead of 16 rows; 0 = neither (default).
+// LS_CPU_AMX_SCHEDULE=<mask> at start sets it too. Returns the previous mask.
+int set_amx_schedule(int mask);
+
 // Registers / forgets [begin, begin + values) as memory holding B-tile layouts, so that amx_packed can tell a
 // matrix's layout from its packed pointer (the arena's owner forgets it before freeing).
 void register_amx_arena(const bf16* begin, int64_t values);
