@@ -108,11 +108,6 @@ int64_t window_chunk_bytes(int64_t rows) {
   return std::max(std::min(bytes, kMinWindowChunkBytes), bytes / std::min<int64_t>(rows, 8));
 }
 
-
-
-
-
-
 // y [rows, cols] of one block. Few rows (decode, small verify): wide tiles, every weight streamed once. Many rows:
 // a block of columns whose weights fit in L2 is swept by every row quad, so each y row is written in whole lines.
 // Verify windows prefetch weights up to column prefetch_end (col_end, or the matrix's end when chunks are consecutive).
