@@ -13,10 +13,12 @@
 //             [--debug 1]                                                  the lanes' pricing traces on stderr
 //             [--trim round|verify]                                        verify: the trim prices rows against the
 //                                                                         verify alone (before session 6)
-//             [--admit scout|all|whole[:SHARE]]                            all: every prompt tapped while the drafter
+//             [--admit scout|all|whole[:SHARE]|priced]                     all: every prompt tapped while the drafter
 //                                                                         is unproven where the prior pays (before
 //                                                                         6); whole: only where its round saves
-//                                                                         SHARE (0.10) of plain's time (lanes12)
+//                                                                         SHARE (0.10) of plain's time (lanes12);
+//                                                                         priced: where the prior's gain repays
+//                                                                         every prompt's absorb (lanes15)
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
 //             [--probe group|alone]                                        alone: a dormant stream's probe runs only

@@ -11,6 +11,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--trim") trim_prices_pass = value != "verify";
   else if (flag == "--admit") {
     const bool whole = value.rfind("whole", 0) == 0;
+    whole_contexts_priced = value == "priced";
     scout_prompt_only = value != "all" && !whole;
     const size_t colon = value.find(':');
     if (whole) whole_context_share = colon == std::string::npos ? 0.10 : std::atof(value.c_str() + colon + 1);
@@ -50,6 +51,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   pricing.trim_prices_pass = trim_prices_pass;
   options.scout_prompt_only = scout_prompt_only;
   if (whole_context_share >= 0) pricing.whole_context_share = whole_context_share;
+  pricing.whole_contexts_priced = whole_contexts_priced;
   if (quiet_reprice_every > 0) pricing.quiet_reprice_every = quiet_reprice_every;
   pricing.group_probes = group_probes;
   pricing.confidence_for_unexplored = confidence_for_unexplored;
@@ -71,7 +73,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
 }
 
 const char* lanes_switches_usage() {
-  return "[--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all|whole[:SHARE]] "
+  return "[--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all|whole[:SHARE]|priced] "
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "

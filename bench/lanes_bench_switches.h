@@ -15,6 +15,7 @@ struct LanesSwitches {
   bool trim_prices_pass = true;         // --trim verify: the trim prices rows against the verify alone (before 6)
   bool scout_prompt_only = true;        // --admit all: every prompt tapped while the drafter is unproven (before 6)
   double whole_context_share = -1;      // --admit whole[:SHARE]: ... only where the prior saves SHARE (lanes12)
+  bool whole_contexts_priced = false;   // --admit priced: ... where the prior repays every prompt's absorb (lanes15)
   int quiet_reprice_every = 0;          // --quiet-reprice N (0 = the default)
   bool group_probes = true;             // --probe alone: only per-stream probes (before lanes7)
   bool confidence_for_unexplored = true;  // --deep-chances prior|confidence (lanes8)

@@ -93,7 +93,11 @@ Status Lanes::admit() {
     const Answers& priced = answers_for(draft_cap(*stream), mode);
     const bool pays = priced.pays;
     // always_draft (exactness checks) drafts every stream from its first round: every prompt is tapped.
-    const bool scout_only = (options_.scout_prompt_only && !options_.pricing.always_draft) || !pays;
+    // whole_contexts_priced: every prompt tapped where its absorb and the scout's one-off are repaid by the prior.
+    const bool whole = !drafter_proven && options_.pricing.whole_contexts_priced && pays &&
+                       pricing_.whole_contexts_repay(streams, draft_cap(*stream), stream->remaining(),
+                                                     static_cast<int>(stream->request.prompt.size()), mode);
+    const bool scout_only = !whole && ((options_.scout_prompt_only && !options_.pricing.always_draft) || !pays);
     // Where even an always-right drafter could not pay at this many streams the scout's probe would be skipped:
     // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
     const bool hopeless = !drafter_proven && options_.scout_prompt_only && !priced.right_pays;

@@ -190,6 +190,13 @@ struct PricingOptions {
   // then see what a sampled stream's exploring can win: the nano pair's 64-token sampled stream explored, lost 3-4
   // rounds before the loss stop and ran 0.93x (s13final). Empty: depth_prior. lanes_bench --sampled-prior X|off.
   std::vector<double> sampled_prior;
+  // Fourteenth session (lanes15). Whole contexts priced per stream count: while the drafter is unproven, every
+  // prompt is tapped (LanesOptions::scout_prompt_only's restarted contexts avoided) where the prior's best round,
+  // over the tokens left, repays explore_repay times the scout's one-off plus every other prompt's absorb
+  // (whole_contexts_repay). The nano pair on the H200 at 4 streams, 256 tokens: whole contexts 1.40 / 1.44x against
+  // 0.94x scouted (s13final), where the scout's restarted group lands 5 of 55; the global --admit whole lost the
+  // synth 1.2B's 64 streams in s11. lanes_bench --admit priced.
+  bool whole_contexts_priced = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -234,6 +241,10 @@ class Pricing {
   // the gate is off or the drafter is proven.
   bool exploration_repays(int round_streams, int cap, int tokens_left, int absorb_rows,
                           PassMode mode = PassMode::Greedy) const;
+  // Whether every prompt of `round_streams` streams (`prompt_rows` each) is worth tapping before the drafter is
+  // proven (whole_contexts_priced): the prior's gain against the scout's one-off and the other prompts' absorbs.
+  bool whole_contexts_repay(int round_streams, int cap, int tokens_left, int prompt_rows,
+                            PassMode mode = PassMode::Greedy) const;
   // PricingOptions::sampled_most_streams: sampled passes are neither bought nor explored in a round this wide.
   bool sampled_too_wide(int round_streams, PassMode mode) const {
     return mode == PassMode::Sampled && options_.sampled_most_streams > 0 &&
@@ -329,6 +340,10 @@ class Pricing {
   // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
   std::vector<float> depth_chances(const Stream& stream, int cap) const;
   RoundCost round_cost(PassMode mode = PassMode::Greedy) const;
+  // The scout's one-off before the drafter is proven: its probe, its prompt's absorb, a new shape's capture.
+  double scout_one_off_ms(int streams, int cap, int absorb_rows, PassMode mode) const;
+  // What the best pooled round (the prior's chances, or every draft landing) saves over `tokens_left` tokens a stream.
+  double best_round_gain_ms(int streams, int cap, int tokens_left, bool always_right, PassMode mode) const;
   // plan_depths where no sampled pass is bought (sampled_too_wide): zero plans, with the full decision's bookkeeping.
   std::vector<DepthPlan> closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode);
   // The best round if all `round_streams` streams offered `cap` drafts at the pooled chances (every one landing

@@ -190,34 +190,61 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
   }
   const double plain_ms = round_cost(mode)(streams, 0, 0);
   if (plain_ms <= 0) return true;  // (a clock that never moves: exploring costs nothing)
-  // The scout's one-off: its probe (pass and verify rows), its prompt's absorb, and a new forward shape (eager, then
-  // captured: about a forward each on a CUDA target; one_off_by_costs: its forced draft's row alone, and no capture
-  // on a target without graphs).
-  const bool by_costs = options_.one_off_by_costs;
-  const double probe_ms = by_costs ? probe_cost_ms(cap, streams, mode, /*forced_only=*/true)
-                                   : probe_cost_ms(cap, streams, mode);
-  const double shape_ms = by_costs && graphless_target_ ? 0.0 : 2 * plain_ms;
-  const double one_off_ms = probe_ms + tables_.absorb_ms(absorb_rows) + shape_ms;
-  // What the best round saves over the tokens left: a token costs plain_ms / streams plainly, 1 / tokens_per_ms
-  // drafted.
-  auto gain_ms = [&](bool always_right) {
-    const Allocation best = pooled_round(streams, cap, always_right, mode);
-    ++gate_allocations_;
-    if (best.total_rows <= streams || best.tokens_per_ms <= 0) return 0.0;
-    const double saved_share = 1.0 - (static_cast<double>(streams) / plain_ms) / best.tokens_per_ms;
-    return saved_share * plain_ms * tokens_left;
-  };
-  const double prior_gain_ms = gain_ms(false);
+  const double one_off_ms = scout_one_off_ms(streams, cap, absorb_rows, mode);
+  const double prior_gain_ms = best_round_gain_ms(streams, cap, tokens_left, false, mode);
   bool repays = prior_gain_ms >= options_.explore_repay * one_off_ms;
   double right_gain_ms = -1;  // (not priced when the prior's gain repays)
   if (!repays && options_.explore_repay_if_right > 0) {
-    right_gain_ms = gain_ms(true);
+    right_gain_ms = best_round_gain_ms(streams, cap, tokens_left, true, mode);
     repays = right_gain_ms >= options_.explore_repay_if_right * one_off_ms;
   }
   log_debug("explore gate: %d streams, cap %d, %d tokens left, %d prompt rows: one-off %.3f ms, prior's gain %.3f ms,"
             " an always-right one's %.3f ms: %s", streams, cap, tokens_left, absorb_rows, one_off_ms, prior_gain_ms,
             right_gain_ms, repays ? "open" : "closed");
   if (!repays) closed_gate_ = {streams, cap, absorb_rows, mode, tokens_left};
+  return repays;
+}
+
+double Pricing::scout_one_off_ms(int streams, int cap, int absorb_rows, PassMode mode) const {
+  // Its probe (pass and verify rows), its prompt's absorb, and a new forward shape (eager, then captured: about a
+  // forward each on a CUDA target; one_off_by_costs: its forced draft's row alone, and no capture on a target without
+  // graphs).
+  const bool by_costs = options_.one_off_by_costs;
+  const double probe_ms = by_costs ? probe_cost_ms(cap, streams, mode, /*forced_only=*/true)
+                                   : probe_cost_ms(cap, streams, mode);
+  const double shape_ms = by_costs && graphless_target_ ? 0.0 : 2 * round_cost(mode)(streams, 0, 0);
+  return probe_ms + tables_.absorb_ms(absorb_rows) + shape_ms;
+}
+
+double Pricing::best_round_gain_ms(int streams, int cap, int tokens_left, bool always_right, PassMode mode) const {
+  // A token costs plain_ms / streams plainly, 1 / tokens_per_ms drafted.
+  const double plain_ms = round_cost(mode)(streams, 0, 0);
+  const Allocation best = pooled_round(streams, cap, always_right, mode);
+  ++gate_allocations_;
+  if (plain_ms <= 0 || best.total_rows <= streams || best.tokens_per_ms <= 0) return 0.0;
+  const double saved_share = 1.0 - (static_cast<double>(streams) / plain_ms) / best.tokens_per_ms;
+  return saved_share * plain_ms * tokens_left;
+}
+
+bool Pricing::whole_contexts_repay(int round_streams, int cap, int tokens_left, int prompt_rows, PassMode mode) const {
+  if (drafter_proven() || cap <= 0 || tokens_left <= 0 || sampled_too_wide(round_streams, mode)) return false;
+  const int streams = std::clamp(round_streams, 1, max_rows_);
+  // Every other stream's prompt absorbed too (one batched call with the scout's on the device, else a call each),
+  // and, on a target with graphs, the group's first verify and pass once the scout proves the drafter: new shapes,
+  // each run eagerly and captured. Bought on the prior's gain alone (an always-right drafter is a long shot, not
+  // worth every prompt).
+  const double others_ms = (streams - 1) * (tables_.absorb_ms_per_row * prompt_rows +
+                                            (batched_absorbs_ ? 0.0 : tables_.absorb_call_ms));
+  const int group_rows = std::min(streams * (1 + cap), max_rows_);
+  const double group_ms = graphless_target_ || streams <= 1
+                              ? 0.0
+                              : 2 * (verify_ms(group_rows, mode) + draft_ms(streams, cap, mode));
+  const double one_off_ms = scout_one_off_ms(streams, cap, prompt_rows, mode) + others_ms + group_ms;
+  const double gain_ms = best_round_gain_ms(streams, cap, tokens_left, false, mode);
+  const bool repays = gain_ms >= std::max(options_.explore_repay, 1.0) * one_off_ms;
+  log_debug("whole contexts: %d streams, cap %d, %d tokens left, %d prompt rows each: one-off %.3f ms (the others' "
+            "prompts %.3f, the group's shapes %.3f), prior's gain %.3f ms: %s", streams, cap, tokens_left, prompt_rows,
+            one_off_ms, others_ms, group_ms, gain_ms, repays ? "every prompt" : "the scout's");
   return repays;
 }
 
