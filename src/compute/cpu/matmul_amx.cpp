@@ -58,9 +58,11 @@ std::atomic<int> g_arena_count{0};
 
 // How the kernel schedules its tiles, a mask for A/B timing (the bits never depend on it: each output is the same
 // chain). 1 = the B tiles rotate over tmm5-7 across K steps (a B register is loaded again three products after the
-// one that read it, never right after); 2 = A and C tiles have as many rows as the row block (1..16) instead of 16.
-// set_amx_schedule, or LS_CPU_AMX_SCHEDULE=<mask> at start.
-constexpr int kRotateB = 1, kFitRows = 2;
+// one that read it, never right after); 2 = A and C tiles have as many rows as the row block (1..16) instead of 16;
+// 4 = each K step prefetches the group's B tiles kPrefetchSteps steps ahead into L1. set_amx_schedule, or
+// LS_CPU_AMX_SCHEDULE=<mask> at start.
+constexpr int kRotateB = 1, kFitRows = 2, kPrefetchB = 4;
+constexpr int64_t kPrefetchSteps = 4;
 std::atomic<int> g_schedule{[] {
   const char* text = std::getenv("LS_CPU_AMX_SCHEDULE");
   return text ? std::atoi(text) : 0;
@@ -96,6 +98,8 @@ LS_TARGET_AMX void ensure_tile_config(int rows) {
 #define LS_AMX_STEP(T, R0, R1, R2, R3)                  \
   do {                                                  \
     const uint16_t* b = w + (T) * kAmxTileValues;       \
+    if (prefetch && (T) + kPrefetchSteps < k_tiles)     \
+      prefetch_tiles<NB>(b + kPrefetchSteps * kAmxTileValues, block); \
     _tile_loadd(4, x + (T) * kAmxDepth, x_bytes);       \
     _tile_loadd(R0, b, 64);                             \
     _tile_dpbf16ps(0, 4, R0);                           \
@@ -113,12 +117,20 @@ LS_TARGET_AMX void ensure_tile_config(int rows) {
     }                                                   \
   } while (0)
 
+// The B tiles of one K step of NB blocks (`block` values apart), every 64-byte line, into L1.
+template <int NB>
+inline void prefetch_tiles(const uint16_t* b, int64_t block) {
+  for (int j = 0; j < NB; ++j)
+    for (int64_t line = 0; line < kAmxTileValues; line += 32)
+      _mm_prefetch(reinterpret_cast<const char*>(b + j * block + line), _MM_HINT_T0);
+}
+
 // C [NB] = x tile rows (from x, stride x_bytes) times NB column blocks of w (k_tiles tiles each), K tiles in
 // increasing order, stored at c + j * c_block for block j with row stride c_bytes. The intrinsics are inline asm
 // without memory clobbers: the barriers make the compiler finish writing x before the loads and read c only after.
 template <int NB, bool kRotate>
 LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t* w, int64_t k_tiles, float* c,
-                              int64_t c_block, int64_t c_bytes) {
+                              int64_t c_block, int64_t c_bytes, bool prefetch) {
   const int64_t block = k_tiles * kAmxTileValues;
   asm volatile("" ::: "memory");
   _tile_zero(0);
@@ -143,12 +155,12 @@ LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t
 
 template <bool kRotate>
 LS_TARGET_AMX void run_group(int blocks, const uint16_t* x, int64_t x_bytes, const uint16_t* w, int64_t k_tiles,
-                             float* c, int64_t c_block, int64_t c_bytes) {
+                             float* c, int64_t c_block, int64_t c_bytes, bool prefetch) {
   switch (blocks) {
-    case 1: tile_group<1, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes); break;
-    case 2: tile_group<2, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes); break;
-    case 3: tile_group<3, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes); break;
-    default: tile_group<4, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes); break;
+    case 1: tile_group<1, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes, prefetch); break;
+    case 2: tile_group<2, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes, prefetch); break;
+    case 3: tile_group<3, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes, prefetch); break;
+    default: tile_group<4, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes, prefetch); break;
   }
 }
 
@@ -226,9 +238,11 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
       float* out = direct ? y + row * ldy + col : c;
       const int64_t out_block = direct ? kAmxColumns : 256, out_bytes = direct ? ldy * 4 : 64;
       if (schedule & kRotateB)
-        run_group<true>(blocks, x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes);
+        run_group<true>(blocks, x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes,
+                        (schedule & kPrefetchB) != 0);
       else
-        run_group<false>(blocks, x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes);
+        run_group<false>(blocks, x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes,
+                        (schedule & kPrefetchB) != 0);
       if (direct) continue;
       for (int64_t m = 0; m < take; ++m)
         for (int64_t block = 0; block * kAmxColumns < width; ++block)

@@ -38,7 +38,8 @@ bool cpu_amx_enabled();
 bool set_cpu_amx(bool on);
 
 // The kernel's tile schedule, a mask for A/B timing (the same bits either way): 1 = B tiles rotate over three
-// registers across K steps, 2 = A and C tiles as tall as the row block instead of 16 rows; 0 = neither (default).
+// registers across K steps, 2 = A and C tiles as tall as the row block instead of 16 rows, 4 = software prefetch of
+// the B tiles 4 K steps ahead; 0 = none (default).
 // LS_CPU_AMX_SCHEDULE=<mask> at start sets it too. Returns the previous mask.
 int set_amx_schedule(int mask);
 
