@@ -43,12 +43,6 @@
 //             [--pricing new|old]                                          new: measured rounds (batched absorb
 //                                                                         call priced) and quiet repricing; old
 //                                                                         (default): the fourth session's pricing
-//             [--group-check every|backoff]                                backoff (the default since s11A): a due
-//                                                                         group probe that would not run waits a
-//                                                                         doubling wait (lanes12)
-//             [--gate-prompt off|on]                                       on (default since s12A): the gate prices a dormant
-//                                                                         scout's untapped prompt as admission did
-//                                                                         (lanes12)
 //             [--plain-after drafted-setup|none]                           drafted-setup (the default since lanes15):
 //                                                                         each plain run follows a drafted arm's
 //                                                                         Lanes::create (its load-time timing, once

@@ -30,8 +30,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
     if (comma != std::string::npos) explore_repay_if_right = std::atof(value.c_str() + comma + 1);
   }
   else if (flag == "--pass-timing") pass_after_forward = value == "after-forward" ? 1 : 0;
-  else if (flag == "--group-check") group_check_backoff = value == "backoff" ? 1 : 0;
-  else if (flag == "--gate-prompt") gate_prices_prompt = value == "on" ? 1 : 0;
   else if (flag == "--sampled-streams") sampled_most_streams = std::atoi(value.c_str());
   else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
   else if (flag == "--one-off") one_off_by_costs = value == "costs" ? 1 : 0;
@@ -62,8 +60,6 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (explore_repay_if_right >= 0) pricing.explore_repay_if_right = explore_repay_if_right;
   if (restart_scout >= 0) pricing.restart_scout = static_cast<PricingOptions::RestartScout>(restart_scout);
   if (pass_after_forward >= 0) options.calibration.pass_after_forward = pass_after_forward == 1;
-  if (group_check_backoff >= 0) pricing.group_check_backoff = group_check_backoff == 1;
-  if (gate_prices_prompt >= 0) pricing.gate_prices_prompt = gate_prices_prompt == 1;
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
   if (stop_on_measured_loss >= 0) pricing.stop_on_measured_loss = stop_on_measured_loss == 1;
   if (one_off_by_costs >= 0) pricing.one_off_by_costs = one_off_by_costs == 1;
@@ -76,7 +72,7 @@ const char* lanes_switches_usage() {
   return "[--taps device|host] [--pricing new|old] [--trim round|verify] [--admit scout|all|whole[:SHARE]|priced] "
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
-         "[--pass-timing alone|after-forward] [--group-check every|backoff] [--gate-prompt off|on] "
+         "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] [--one-off forwards|costs] [--pass-depths ends|shallow] "
          "[--sampled-prior X|off]";
 }

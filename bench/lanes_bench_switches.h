@@ -26,8 +26,6 @@ struct LanesSwitches {
   double explore_repay = -1;            // --explore-gate X[,Y] (lanes11; 0 = off)
   double explore_repay_if_right = -1;
   int pass_after_forward = -1;          // --pass-timing alone|after-forward (lanes9)
-  int group_check_backoff = -1;         // --group-check every|backoff (lanes12)
-  int gate_prices_prompt = -1;          // --gate-prompt off|on (lanes12)
   int sampled_most_streams = -1;        // --sampled-streams N (lanes12; 0 = any)
   int stop_on_measured_loss = -1;       // --loss-stop off|on (lanes14)
   int one_off_by_costs = -1;            // --one-off forwards|costs (lanes14)

@@ -187,16 +187,17 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   int widest_cap = 0;
   int most_left = 0;
   bool any_awake = false;
-  int widest_prompt = 0;  // untapped: every drafting stream is dormant (gate_prices_prompt)
+  int widest_prompt = 0;  // untapped: every drafting stream is dormant
   for (size_t index = 0; index < drafting.size(); ++index) {
     widest_cap = std::max(widest_cap, caps[index]);
     most_left = std::max(most_left, drafting[index]->remaining());
     any_awake = any_awake || (caps[index] > 0 && !drafting[index]->dormant);
     widest_prompt = std::max(widest_prompt, static_cast<int>(drafting[index]->request.prompt.size()));
   }
-  // gate_prices_prompt: a scout that never tapped its prompt is priced as admission priced it, with the prompt's
-  // absorb (admission's closed gate is then remembered here too, without an allocator run).
-  const int gate_rows = options_.gate_prices_prompt && !any_awake ? widest_prompt : 0;
+  // A scout that never tapped its prompt is priced as admission priced it, with the prompt's absorb (admission's
+  // closed gate is then remembered here too, without an allocator run; lanes12, the default since H200 batch s12A:
+  // priced without it, the dormant scout probed over a restarted context and the pool bought the group, 0 of 28).
+  const int gate_rows = !any_awake ? widest_prompt : 0;
   const bool explore = !drafter_unproven || exploration_repays(round_streams, widest_cap, most_left, gate_rows, mode);
   if (sampled_too_wide(round_streams, mode)) return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
   std::vector<bool> offered(drafting.size(), false);

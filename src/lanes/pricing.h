@@ -128,25 +128,6 @@ struct PricingOptions {
   // prior undersells, in runs long enough to find it (the 1.2B at 16-64 streams, where only deep windows pay; the
   // nano pair's 64-token runs reach 5-11x). lanes_bench --explore-gate X,Y.
   double explore_repay_if_right = 15;
-  // Eleventh session (lanes12). A due group probe that would not run (the round's streams could not pay together
-  // even at the hopeful chances) waits a doubling wait like one that ran, instead of being asked again every round:
-  // the answer moves only with verified drafts or passes, and asking costs two allocator runs over every stream's
-  // offer (the nano pair's 256-token runs on the H200, s10final: host work +2.1 ms of a 56 ms run at 16 streams once
-  // the scout had proven the drafter; 246 group checks in 255 rounds on the nano-like fakes). On by default since H200
-  // batch s11A (nano greedy, 256 tokens, alternated, decode speedup at 4 / 8 / 16 streams: 0.934 / 0.928 / 0.928x and
-  // 0.926 / 0.929 / 0.932x against 0.945 / 0.914 / 0.894x and 0.931 / 0.911 / 0.882x asked every round; host work
-  // over plain's at 16 streams 1.0-1.8 against 3.1-3.6 ms a run; the same passes and drafts). lanes_bench
-  // --group-check every|backoff.
-  bool group_check_backoff = true;
-  // Eleventh session (lanes12). While the drafter is unproven and no stream tapped its prompt (admission's gate said
-  // no), the depth decision prices the scout's one-off with the widest untapped prompt's absorb, as admission did,
-  // instead of none: before, admission shut the gate and the depth decision opened it, so the dormant scout probed
-  // over a context without its prompt (the synth 1.2B sampled at 1 stream, s10B: 0.95x, 4 passes). On by default
-  // since H200 batch s12A (lanes13; nano greedy 64 tokens, alternated, 4 streams 0.994 / 0.995x and no pass against
-  // 0.975 / 0.992x; the trace of s11final's 0.87x: admission's gate shut at a 0.70 ms one-off, the depth decision's
-  // opened at 0.58 without the prompt, a dormant scout kept 0 of 4 over a restarted context and the pool, at 0.72,
-  // bought the group: 0 of 28). lanes_bench --gate-prompt on|off.
-  bool gate_prices_prompt = true;
   // Eleventh session (lanes12). Whole contexts where the prior pays well: while the drafter is unproven, could_draft
   // (admission's "drafts would be bought at this many streams") says yes only where the prior's best round saves at
   // least this share of plain's time a token; with LanesOptions::scout_prompt_only off, every prompt is then tapped

@@ -1,5 +1,5 @@
-// Group checks that back off (lanes12, PricingOptions::group_check_backoff): a due group probe that would not run is
-// asked again after a doubling wait, not every round; a group probe that would run still runs when it is due.
+// Group checks that back off (lanes12; plain code since lanes15): a due group probe that would not run is asked again
+// after a doubling wait, not every round; a group probe that would run still runs when it is due.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -11,33 +11,19 @@
 namespace ls {
 namespace {
 
-LanesOptions backoff(bool on) {
-  LanesOptions options;
-  options.pricing.group_check_backoff = on;
-  return options;
-}
-
-TEST(LanesGroupChecks, ADueGroupProbeThatWouldNotRunIsAskedAfterADoublingWaitAndNothingElseChanges) {
+TEST(LanesGroupChecks, ADueGroupProbeThatWouldNotRunIsAskedAfterADoublingWait) {
   // 16 nano-like streams of 256 tokens: the gate opens, the scout probes, and nothing pays after it. The group probe
   // is due from the 8th decision on and would not run (16 streams cannot pay together even at the hopeful chances);
-  // before, it was asked every round: two allocator runs, one over 16 offers, in each of ~250 rounds.
+  // asked every round (before lanes12) it cost two allocator runs, one over 16 offers, in each of ~250 rounds.
   NanoLikeFakes pair;
-  const std::vector<Arrival> arrivals = pair.arrivals(16, 256);
-  int64_t every_round = 0;
-  int64_t backed_off = 0;
-  const FakeRun before = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, backoff(false),
-                                   [&](const Lanes& lanes) { every_round = lanes.pricing().group_checks(); });
-  const FakeRun after = run_fakes(pair.clock, pair.target, pair.drafter, arrivals, backoff(true),
-                                  [&](const Lanes& lanes) { backed_off = lanes.pricing().group_checks(); });
-  ASSERT_EQ(reply_tokens(after), reply_tokens(before));
-  ASSERT_GT(before.stats.drafter_passes, 0);  // the scout explored
-  EXPECT_EQ(after.stats.drafter_passes, before.stats.drafter_passes);
-  EXPECT_EQ(after.stats.drafts_verified, before.stats.drafts_verified);
-  EXPECT_EQ(after.stats.tap_rows, before.stats.tap_rows);
-  EXPECT_NEAR(after.ms, before.ms, 1e-6 * before.ms);
-  EXPECT_GT(every_round, 200);
+  int64_t checks = 0;
+  const FakeRun run = run_fakes(pair.clock, pair.target, pair.drafter, pair.arrivals(16, 256), {},
+                                [&](const Lanes& lanes) { checks = lanes.pricing().group_checks(); });
+  ASSERT_GT(run.stats.drafter_passes, 0);  // the scout explored
+  ASSERT_GT(run.stats.rounds, 250);
   // Waits of 8, 16, 32, 64, 128 decisions: a handful of checks over the run.
-  EXPECT_LE(backed_off, 6) << "every round: " << every_round;
+  EXPECT_GT(checks, 0);
+  EXPECT_LE(checks, 6);
 }
 
 TEST(LanesGroupChecks, AGroupProbeThatWouldRunStillRunsAfterAnUnluckyScoutProbe) {
@@ -46,7 +32,7 @@ TEST(LanesGroupChecks, AGroupProbeThatWouldRunStillRunsAfterAnUnluckyScoutProbe)
   FixedClock clock;
   FakeTarget target(costed_fake_target(clock, 10.0, 0.25));
   FakeDrafter drafter(costed_fake_drafter(clock, 0.17));
-  auto lanes = Lanes::create(target, &drafter, backoff(true), clock);
+  auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   drafter.force_wrong_passes(1);
   for (int index = 0; index < 16; ++index) {

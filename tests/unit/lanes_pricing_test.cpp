@@ -296,26 +296,6 @@ TEST(LanesPricing, AProbeWhoseCatchUpAbsorbTheReplyCannotRepayIsSkipped) {
   EXPECT_DOUBLE_EQ(drafted.ms, plain.ms);
 }
 
-TEST(LanesPricing, ADrafterThatRestartsSkipsACatchUpTheReplyCannotRepayAndDraftsFromRecentRows) {
-  // The same pair with a drafter that restarts: the stream goes dormant and drops its held prompt, and when its
-  // probe comes the drafter restarts on the few rows tapped since; the fake drafter loses nothing by that, so
-  // drafting pays and beats plain without ever absorbing the prompt. (The exploration gate priced with the untapped
-  // prompt, the default since s12A, never sends the scout there: this asks for the gate priced without it.)
-  FixedClock clock;
-  FakeDrafterOptions drafter_options = costed_fake_drafter(clock, 0.0);
-  drafter_options.absorb_row_ms = 5.0;
-  std::vector<Arrival> arrivals = long_prompt_requests(1, 200, 100);
-  LanesOptions options;
-  options.pricing.gate_prices_prompt = false;
-  FakeRun plain = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), std::nullopt, arrivals);
-  FakeRun drafted = run_fakes(clock, costed_fake_target(clock, 10.0, 0.5), drafter_options, arrivals, options);
-  ASSERT_EQ(plain.tokens, drafted.tokens);
-  for (size_t i = 0; i < plain.replies.size(); ++i) EXPECT_EQ(plain.replies[i].tokens, drafted.replies[i].tokens);
-  EXPECT_GE(drafted.stats.drafter_restarts, 1);
-  EXPECT_LT(drafted.stats.absorbed_rows, 100);
-  EXPECT_LT(drafted.ms, plain.ms);
-}
-
 TEST(LanesPricing, ProbesTakeAtMostTheirBudgetOfTheTimeWhenEachCostsACatchUpAbsorb) {
   // Absorbing costs 0.3 ms a row: a probe pays for every row its stream kept since its last one, up to a whole
   // 12 ms round. Four always-wrong streams probing on their own doubling waits would add about a tenth to the
