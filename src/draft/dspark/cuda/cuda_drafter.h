@@ -251,6 +251,14 @@ class CudaDsparkDrafter final : public Drafter {
     fused_absorb_ = on;
     graphs_.clear();
   }
+  // Session 14, off until a batch's A/B (LS_DRAFTER_ABSORB_SKINNY=1): the fused absorb's fc and K/V GEMMs through
+  // skinny_gemm up to kSkinnyMaxRows rows (other bits, within bf16). `planted` (tests): the first row alone.
+  void set_absorb_skinny(bool on, bool planted = false) {
+    absorb_skinny_ = on;
+    absorb_skinny_planted_ = planted;
+    graphs_.clear();
+  }
+  bool absorb_skinny() const { return absorb_skinny_; }
   void set_fused_block(bool on) {
     fused_block_ = on;
     graphs_.clear();
@@ -282,17 +290,14 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   PersistentHandoff persistent_handoff() const { return persistent_handoff_; }
-  // The persistent scan's broadcast dot (session 14, scan_broadcast.cuh): a thread per vocabulary row, so a warp
-  // reads each e value at one address, where the 8-lane rows re-read e in quarter-warp phases; one request only,
-  // the same bits. Off until a batch's interleaved A/B; LS_DRAFTER_SCAN_BROADCAST=1 at load.
+  // Session 14, one request, the same bits, off until a batch's A/B: the persistent scan's broadcast dot (a thread
+  // per vocabulary row, scan_broadcast.cuh; LS_DRAFTER_SCAN_BROADCAST=1), and its confidence helpers (up to 4 CTAs
+  // past the grid score each slot during the loop, the flagged handoff only; LS_DRAFTER_SCAN_HELPERS=1).
   void set_scan_broadcast(bool on) {
     scan_broadcast_ = on;
     graphs_.clear();
   }
   bool scan_broadcast() const { return scan_broadcast_; }
-  // The persistent scan's confidence helpers (session 14): up to 4 CTAs past the grid compute each slot's confidence
-  // while the others run the next slots, so the tail only writes the records; one request with the flagged handoff,
-  // the same bits. Off until a batch's A/B; LS_DRAFTER_SCAN_HELPERS=1 at load.
   void set_scan_confidence_helpers(bool on) {
     scan_confidence_helpers_ = on;
     graphs_.clear();
@@ -413,8 +418,7 @@ class CudaDsparkDrafter final : public Drafter {
   PersistentHandoff persistent_handoff_ = PersistentHandoff::Flags;  // since batch s8A (below)
   bool batched_loads_ = true;                                         // since batch s8A (below)
   bool scan_planted_drop_ = false;
-  bool scan_broadcast_ = false;
-  bool scan_confidence_helpers_ = false;
+  bool scan_broadcast_ = false, scan_confidence_helpers_ = false;
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_all_plain_ = false;       // ... all greedy or sampled without cuts (plain_gumbel_draw)
@@ -435,6 +439,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than context_bound(count)
   bool fused_absorb_ = true;
+  bool absorb_skinny_ = false, absorb_skinny_planted_ = false;
   int64_t l2_prefetch_bytes_ = int64_t{40} << 20;  // since batch s10B
   bool l2_prefetch_planted_ = false;
   SideBranch prefetch_branch_;  // the L2 prefetch's side stream
