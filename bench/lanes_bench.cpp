@@ -40,9 +40,6 @@
 //                                                                         0 = off; default 3,15)
 //             [--pass-timing alone|after-forward]                          after-forward: each load-time pass timed
 //                                                                         right after a target forward (lanes9)
-//             [--pricing new|old]                                          new: measured rounds (batched absorb
-//                                                                         call priced) and quiet repricing; old
-//                                                                         (default): the fourth session's pricing
 //             [--plain-after drafted-setup|none]                           drafted-setup (the default since lanes15):
 //                                                                         each plain run follows a drafted arm's
 //                                                                         Lanes::create (its load-time timing, once

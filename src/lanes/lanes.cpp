@@ -151,13 +151,9 @@ Status Lanes::round() {
   const double draft_ms = draft();
   const double measured_ms = clock_.now_ms() - admitted_ms;
   if (!streams.empty()) {
-    // The host's own work: the device absorb calls after the commit are the drafter's (measured rounds, priced
-    // absorb calls). Counted as host work, a drafting round's call raised the price of every round, plain's too, by
-    // the overhead's average: drafting looked cheaper next to plain the dearer its absorb calls were.
-    const double absorb_ms = pricing_.options().measured_rounds ? ledger_.drafter_ms : 0.0;
-    pricing_.observe_overhead(measured_ms - verify_ms - draft_ms - absorb_ms);
-    // A round after prefills waits for their absorbs at its first settle: not a round the tables price.
-    if (!admitted) pricing_.observe_round(ledger_.drafting, ledger_.priced_ms, measured_ms);
+    // The host's own work (device absorb calls after the commit included).
+    pricing_.observe_overhead(measured_ms - verify_ms - draft_ms);
+    // A round after prefills waits for their absorbs at its first settle: not a round of its own.
     if (!admitted && ledger_.drafting && streams.size() == 1) {
       const int tokens = static_cast<int>(streams[0]->generated.size() - generated_before);
       pricing_.observe_drafting_round(*streams[0], tokens, measured_ms - ledger_.slow_excess_ms);
@@ -219,7 +215,6 @@ Result<Verified> Lanes::verify(std::span<Stream* const> streams, std::vector<std
   }
   const PassMode mode = pricing_.mode_of(streams);
   const double table_ms = pricing_.verify_ms(total_rows, mode);
-  ledger_.priced_ms += table_ms + pricing_.overhead_ms();
   const bool with_drafts = total_rows > static_cast<int>(streams.size());
   ledger_.drafting = ledger_.drafting || with_drafts;
   const bool tapping = std::any_of(streams.begin(), streams.end(), [](const Stream* stream) { return stream->wants_taps; });

@@ -115,11 +115,9 @@ class Lanes {
 
  private:
 
-  // What the current round has cost the drafter (settles, device absorbs) and what the tables price the round at.
+  // What the current round did that the measured-loss stop counts (stop_on_measured_loss).
   struct RoundLedger {
     bool drafting = false;   // it verified drafts, absorbed taps or ran a pass
-    double priced_ms = 0;    // verify + absorbs + pass by the tables, plus the host overhead
-    double drafter_ms = 0;   // device absorbs after the commit (settles are verify()'s, passes draft()'s)
     double slow_excess_ms = 0;  // a slow forward's excess over its table (a new shape's eager run and capture)
   };
 

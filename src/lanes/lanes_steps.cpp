@@ -304,7 +304,6 @@ double Lanes::draft() {
   // Drafting that does not pay costs nothing: no pass when no stream bought a draft.
   if (requests.empty()) return clock_.now_ms() - start_ms;
   ledger_.drafting = true;
-  ledger_.priced_ms += pricing_.draft_ms(static_cast<int>(requests.size()), deepest);
   const double pass_start_ms = clock_.now_ms();
   std::vector<Draft> drafts = drafter_->draft(requests);
   const double elapsed_ms = clock_.now_ms() - start_ms;

@@ -65,7 +65,6 @@ bool Lanes::flush_taps(Stream& stream) {
     ++stats_.absorb_calls;
     stats_.absorbed_rows += stream.unabsorbed_rows;
     ledger_.drafting = true;
-    ledger_.priced_ms += pricing_.absorb_ms(stream.unabsorbed_rows);
     if (status.ok()) {
       pricing_.observe_absorb(stream.unabsorbed_rows, clock_.now_ms() - start_ms);
       stream.drafter_end = stream.unabsorbed_start + stream.unabsorbed_rows;
@@ -130,31 +129,19 @@ void Lanes::absorb_on_device(const Verified& verified, std::vector<Stream*>& str
   if (rows.empty()) {
     stats_.drafter_ms += clock_.now_ms() - call_start_ms;
     stats_.absorb_ms += clock_.now_ms() - call_start_ms;
-    ledger_.drafter_ms += clock_.now_ms() - call_start_ms;
     return;
   }
   ledger_.drafting = true;
-  ledger_.priced_ms += pricing_.batched_absorb_ms(total_rows);
   const double start_ms = clock_.now_ms();
   const Status status = drafter_->absorb_device(rows, verified.device_taps);
   const double end_ms = clock_.now_ms();
   stats_.drafter_ms += end_ms - call_start_ms;
   stats_.absorb_ms += end_ms - call_start_ms;
-  ledger_.drafter_ms += end_ms - call_start_ms;
   log_debug("device absorb: %zu streams, %d rows, %.3f ms (restarts included %.3f ms)", rows.size(), total_rows,
             end_ms - start_ms, end_ms - call_start_ms);
   ++stats_.absorb_calls;
   stats_.absorbed_rows += total_rows;
-  if (status.ok()) {
-    // Measured rounds: a batched call (a first sighting of a row count captures a graph: 17.6 ms for 64 rows on
-    // the H200) is priced as a call of its own, not spread over its rows as a per-row cost (it priced each row at
-    // 20x its cost, and every drafting stream's activation with it: 64 streams never drafted).
-    if (pricing_.options().measured_rounds) {
-      pricing_.observe_batched_absorb(total_rows, end_ms - start_ms);
-    } else {
-      pricing_.observe_absorb(total_rows, end_ms - start_ms);
-    }
-  }
+  if (status.ok()) pricing_.observe_absorb(total_rows, end_ms - start_ms);
   for (size_t index = 0; index < rows.size(); ++index) {
     if (status.ok()) {
       streams[index]->drafter_end = rows[index].start + rows[index].rows;

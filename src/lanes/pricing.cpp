@@ -366,18 +366,13 @@ std::vector<DepthPlan> Pricing::closed_gate_plans(std::span<Stream* const> draft
 }
 
 RoundCost Pricing::round_cost(PassMode mode) const {
-  const double factor = drafting_factor();
-  return [this, factor, mode](int rows, int streams_with_extra, int deepest) {
+  return [this, mode](int rows, int streams_with_extra, int deepest) {
     if (streams_with_extra == 0) return verify_ms(rows, mode) + overhead_ms_;
     // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that; with the
     // depth asked priced, the pass costs the deepest depth bought.
     const bool whole_block = has_confidence_ && !options_.price_depth_asked;
     const int depth = whole_block ? std::max(deepest, tables_.draft.max_depth()) : deepest;
-    // Taps absorbed on the device go in one call per forward whatever the number of drafting streams: a round that
-    // drafts at all pays that call (each stream's rows are in its activation).
-    const double absorb_call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
-    return factor * (verify_ms(rows, mode) + draft_ms(streams_with_extra, depth, mode) + absorb_call_ms +
-                     overhead_ms_);
+    return verify_ms(rows, mode) + draft_ms(streams_with_extra, depth, mode) + overhead_ms_;
   };
 }
 

@@ -34,15 +34,6 @@ struct PricingOptions {
   // The trim prices rows against the whole round (verify + the drafter pass that follows), not the verify alone.
   // false: the fifth session's trim (lanes_bench --trim verify), for an A/B in one run.
   bool trim_prices_pass = true;
-  // Measured rounds: whole rounds that drafted (verified drafts, absorbed or ran a pass) are timed against what the
-  // tables priced them at, and so are plain rounds; drafting is priced at the ratio of the two, so costs no table
-  // sees (a new shape's graph capture, an absorb's GPU work waited at the next sync) still stop drafting that loses.
-  // Off by default: H200 batch B (bda0938) measured it slower than without (1.2B synth 0.69x / 0.83x / 1.06x /
-  // 0.78x at 8 / 16 / 32 / 64 streams against 0.76x / 0.87x / 1.33x / 0.97x; nano greedy 0.80x / 0.71x / 0.71x
-  // at 1 / 4 / 16 against 1.44x / 0.64x / 0.45x; nano sampled 0.84x / 0.71x / 0.74x against 0.74x / 0.65x /
-  // 0.69x). lanes_bench --pricing new turns it (and quiet_reprice_every = 8) on.
-  bool measured_rounds = false;
-  double round_rate = 0.2;        // moving-average weight of a drafting round's measured / priced ratio
   // Decisions over dormant streams only, after one that bought nothing, run the row allocator only every n-th time
   // (the others are zero decisions, probes as usual): a round that buys nothing costs what a plain round costs
   // (64 streams on the H200: +0.03 ms of host work a round, 1.5%; s6B 16 streams, nothing drafted for 255 rounds:
@@ -248,8 +239,8 @@ class Pricing {
   // Whether `stream` would run a group probe at the next decision: due, the stream alone could not pay, and the
   // round's `round_streams` streams drafting together could if every draft landed.
   bool group_probe_would_run(const Stream& stream, int cap, int round_streams) const;
-  // What one stream's probe of `cap` drafts costs next to `round_streams` pending rows (pass, its verify rows, the
-  // batched absorb call where priced); `forced_only`: only its forced draft's verify row (the trim buys the rest
+  // What one stream's probe of `cap` drafts costs next to `round_streams` pending rows (pass and its verify rows);
+  // `forced_only`: only its forced draft's verify row (the trim buys the rest
   // where they pay).
   double probe_cost_ms(int cap, int round_streams, PassMode mode = PassMode::Greedy, bool forced_only = false) const;
   // Whether `stream`'s own probe of `cap` drafts next to `round_streams` pending rows pays its way: the tokens its
@@ -278,18 +269,8 @@ class Pricing {
   void observe_draft(int streams, int depth, double ms, PassMode mode = PassMode::Greedy);
   // Round time not explained by the verify and drafter tables (host work).
   void observe_overhead(double ms) { overhead_ms_ += options_.cost_rate * (ms - overhead_ms_); }
-  // A whole round (admission left out) took `measured_ms` where the tables priced it at `priced_ms` (verify, passes
-  // and absorbs by the tables, plus the host overhead); `drafting`: it verified drafts, absorbed or ran a pass.
-  void observe_round(bool drafting, double priced_ms, double measured_ms);
-  // What a drafting round really costs against its price, relative to plain rounds (1 until measured; 1 with
-  // measured_rounds off): pricing multiplies every drafting round's cost by it.
-  double drafting_factor() const;
   // What the tables price a host absorb of `rows` rows at (one call per stream).
   double absorb_ms(int rows) const { return tables_.absorb_ms(rows); }
-  // A batched device absorb (one call for every tapping stream) of `rows` rows took `ms`; the call's part is priced
-  // once for every round that drafts (0 until one is measured: the load-time call is timed on the host path).
-  void observe_batched_absorb(int rows, double ms);
-  double batched_absorb_ms(int rows) const { return batched_call_ms_ + tables_.absorb_ms_per_row * rows; }
   // A drafter absorb of `rows` rows took `ms` (moves the call cost when short, the per-row cost when long).
   void observe_absorb(int rows, double ms);
   // The pass cost pricing uses: the mode's table times the average excess of the passes left out of it as outliers.
@@ -375,7 +356,6 @@ class Pricing {
   AcceptanceByDepth restart_acceptance_;  // windows drafted over restarted contexts (restart_scout)
   int64_t restart_windows_ = 0;
   double last_plain_round_ms_ = 0;
-  double batched_call_ms_ = 0;      // one batched device absorb call (measured; 0 until then)
   double one_off_ms_ = 0;           // moving average of a slow forward's excess over its table entry
   int64_t slow_forwards_seen_ = 0;
   // The last exploration_repays that said no: it says no again for as many streams, no deeper cap, the same mode and
@@ -390,15 +370,11 @@ class Pricing {
   };
   mutable ClosedGate closed_gate_;
   mutable int64_t gate_allocations_ = 0;
-  bool batched_call_measured_ = false;
-  int batched_call_outliers_ = 0;   // batched calls in a row dearer than twice the estimate
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing
   int group_zero_decisions_ = 0;    // decisions in a row that bought nothing and ran no probe (group probes)
   int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a purchase)
   int64_t depth_allocations_ = 0;
   mutable int64_t group_checks_ = 0;
-  double drafting_round_ratio_ = 1.0;  // moving average of measured / priced over drafting rounds
-  double plain_round_ratio_ = 1.0;     // the same over plain rounds
   ConfidenceCalibration calibration_;
   PooledConfidence pooled_confidence_;
   AcceptanceByDepth pooled_acceptance_;

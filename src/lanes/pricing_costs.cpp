@@ -1,4 +1,4 @@
-// Measured costs: the tables' online corrections (outliers, pass scale, absorbs, whole rounds), per sampling mode.
+// Measured costs: the tables' online corrections (outliers, pass scale, absorbs), per sampling mode.
 #include <algorithm>
 #include <vector>
 
@@ -11,50 +11,6 @@ double Pricing::verify_ms(int rows, PassMode mode) const {
   return sampled ? sampled_verify_.ms(rows) : tables_.verify.ms(rows);
 }
 
-
-namespace {
-constexpr double kDraftingRatioFade = 0.01;
-}  // namespace
-
-void Pricing::observe_batched_absorb(int rows, double ms) {
-  const double call_ms = std::max(0.0, ms - tables_.absorb_ms_per_row * std::max(rows, 0));
-  if (!batched_call_measured_ || call_ms <= batched_call_ms_) {
-    // The first call, or a faster one: a first sighting of a row count captures a graph, so the fastest is the
-    // call's cost until dearer calls come three in a row.
-    batched_call_ms_ = call_ms;
-    batched_call_measured_ = true;
-    batched_call_outliers_ = 0;
-    return;
-  }
-  if (call_ms > 2.0 * batched_call_ms_ && ++batched_call_outliers_ < 3) return;
-  batched_call_outliers_ = 0;
-  batched_call_ms_ += options_.cost_rate * (call_ms - batched_call_ms_);
-}
-
-void Pricing::observe_round(bool drafting, double priced_ms, double measured_ms) {
-  if (priced_ms <= 0 || measured_ms < 0) return;
-  // One round's ratio is bounded: a round with a one-off cost (a graph captured for a new shape: 17.6 ms for one
-  // absorb on the H200) moves the average like a round 1.5x its price, so at most drafting that was priced to gain
-  // less than about 1.5x stops (batch A with 16x: the 1.2B at 8-32 streams, priced 1.4-1.9x, stopped drafting).
-  constexpr double kMostRoundRatio = 1.5;
-  const double ratio = std::min(measured_ms / priced_ms, kMostRoundRatio);
-  if (drafting) {
-    drafting_round_ratio_ += options_.round_rate * (ratio - drafting_round_ratio_);
-  } else {
-    plain_round_ratio_ += options_.cost_rate * (ratio - plain_round_ratio_);
-    // While nothing drafts, what drafting rounds cost fades toward plain (half the excess in ~70 plain rounds), so
-    // a loss measured among a short run's one-off costs (graph captures) is retried on merit now and then.
-    drafting_round_ratio_ += kDraftingRatioFade * (plain_round_ratio_ - drafting_round_ratio_);
-  }
-}
-
-double Pricing::drafting_factor() const {
-  if (!options_.measured_rounds || plain_round_ratio_ <= 0) return 1.0;
-  // Drafting rounds cheaper than priced may make drafting look a little cheaper, never much.
-  constexpr double kLeast = 0.8;
-  constexpr double kMost = 2.0;
-  return std::clamp(drafting_round_ratio_ / plain_round_ratio_, kLeast, kMost);
-}
 
 namespace {
 // A measurement above this times the table's value is an outlier; only a run of kOutliersToMove in a row (the cost

@@ -94,9 +94,7 @@ double Pricing::probe_cost_ms(int cap, int round_streams, PassMode mode, bool fo
   const int rows = std::clamp(round_streams, 1, max_rows_);
   const int depth = has_confidence_ ? cap : 1;
   const int verified = forced_only ? 1 : depth;
-  const double call_ms = batched_absorbs_ && options_.measured_rounds ? batched_call_ms_ : 0.0;
-  return draft_ms(1, depth, mode) + verify_ms(std::min(rows + verified, max_rows_), mode) - verify_ms(rows, mode) +
-         call_ms;
+  return draft_ms(1, depth, mode) + verify_ms(std::min(rows + verified, max_rows_), mode) - verify_ms(rows, mode);
 }
 
 bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const {
@@ -107,10 +105,9 @@ bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const
   // step of a chain that may grow to the cap), each worth what plain pays a token at this many streams.
   const PassMode mode = mode_of(stream);
   const double plain_token_ms = (verify_ms(rows, mode) + overhead_ms_) / rows;
-  // Its absorb: a batched call's share (the call itself where measured) or a host call with the stream's rows.
+  // Its absorb: its rows in the batched device call, or a host call with the stream's rows.
   const int absorb_rows = stream.unabsorbed_rows + 1;
-  const double absorb_ms = batched_absorbs_ ? batched_call_ms_ + tables_.absorb_ms_per_row * absorb_rows
-                                            : tables_.absorb_ms(absorb_rows);
+  const double absorb_ms = batched_absorbs_ ? tables_.absorb_ms_per_row * absorb_rows : tables_.absorb_ms(absorb_rows);
   const double cost_ms = draft_ms(1, depth, mode) + verify_ms(std::min(rows + depth, max_rows_), mode) -
                          verify_ms(rows, mode) + absorb_ms + one_off_ms_;
   return cap * plain_token_ms >= cost_ms;  // (a clock that never moves: every probe pays)
