@@ -11,8 +11,6 @@
 //             [--synthetic-acceptance MEAN] [--sampled 0|1] [--max-rows R] [--machine TEXT] [--commit SHA]
 //             [--taps device|host]                                         host: no device taps (A/B of the absorb path)
 //             [--debug 1]                                                  the lanes' pricing traces on stderr
-//             [--trim round|verify]                                        verify: the trim prices rows against the
-//                                                                         verify alone (before session 6)
 //             [--admit scout|all|whole[:SHARE]|priced]                     all: every prompt tapped while the drafter
 //                                                                         is unproven where the prior pays (before
 //                                                                         6); whole: only where its round saves

@@ -7,7 +7,6 @@ namespace ls::bench {
 
 bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   if (flag == "--taps") device_taps = value != "host";
-  else if (flag == "--trim") trim_prices_pass = value != "verify";
   else if (flag == "--admit") {
     const bool whole = value.rfind("whole", 0) == 0;
     whole_contexts_priced = value == "priced";
@@ -41,7 +40,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
 void LanesSwitches::apply(LanesOptions& options) const {
   PricingOptions& pricing = options.pricing;
   options.device_taps = device_taps;
-  pricing.trim_prices_pass = trim_prices_pass;
   options.scout_prompt_only = scout_prompt_only;
   if (whole_context_share >= 0) pricing.whole_context_share = whole_context_share;
   pricing.whole_contexts_priced = whole_contexts_priced;
@@ -64,7 +62,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
 }
 
 const char* lanes_switches_usage() {
-  return "[--taps device|host] [--trim round|verify] [--admit scout|all|whole[:SHARE]|priced] "
+  return "[--taps device|host] [--admit scout|all|whole[:SHARE]|priced] "
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] "

@@ -11,7 +11,6 @@ namespace ls::bench {
 // as the engine does.
 struct LanesSwitches {
   bool device_taps = true;              // --taps host: no device taps (A/B of the absorb path)
-  bool trim_prices_pass = true;         // --trim verify: the trim prices rows against the verify alone (before 6)
   bool scout_prompt_only = true;        // --admit all: every prompt tapped while the drafter is unproven (before 6)
   double whole_context_share = -1;      // --admit whole[:SHARE]: ... only where the prior saves SHARE (lanes12)
   bool whole_contexts_priced = false;   // --admit priced: ... where the prior repays every prompt's absorb (lanes15)

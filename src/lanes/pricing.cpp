@@ -82,7 +82,7 @@ void Pricing::trim(std::span<Stream* const> streams) const {
   // With the depth asked priced, the next pass asks about what this one did; else the whole block.
   const bool whole_block = has_confidence_ && !options_.price_depth_asked;
   const int pass_depth = whole_block ? std::max(deepest_held, tables_.draft.max_depth()) : deepest_held;
-  const double pass_ms = holding > 0 && options_.trim_prices_pass ? draft_ms(holding, pass_depth, mode) : 0.0;
+  const double pass_ms = holding > 0 ? draft_ms(holding, pass_depth, mode) : 0.0;
   // With always_draft every row costs the same, so rows are bought while they fit. A sampled window makes the
   // whole verify sampled.
   const PassMode verify_mode = mode_of(streams);

@@ -31,9 +31,6 @@ struct PricingOptions {
   // Tests and exactness checks: every drafting stream asks its whole cap each round and the trim keeps every draft
   // that fits the row budget, whatever the timings say (the tokens never change; only speed does).
   bool always_draft = false;
-  // The trim prices rows against the whole round (verify + the drafter pass that follows), not the verify alone.
-  // false: the fifth session's trim (lanes_bench --trim verify), for an A/B in one run.
-  bool trim_prices_pass = true;
   // Decisions over dormant streams only, after one that bought nothing, run the row allocator only every n-th time
   // (the others are zero decisions, probes as usual): a round that buys nothing costs what a plain round costs
   // (64 streams on the H200: +0.03 ms of host work a round, 1.5%; s6B 16 streams, nothing drafted for 255 rounds:
