@@ -117,13 +117,14 @@ int chain_bench() {
 template <typename Row, typename Run>
 void rows16_arms(int64_t m, const DeviceMatrix& w, bool swiglu, const Row& row, const Run& run) {
   const bool sliced = w.cols > 2048;
-  const int bit = swiglu ? kDecodeRows16Swiglu : sliced ? kDecodeRows16Sliced : kDecodeRows16Wide;
   const int before = decode_rows16(), classes = decode_pipe_tma_classes();
-  set_decode_rows16(bit);
-  row("rows16 bit " + std::to_string(bit), graph_ms(run, 40));
-  if (swiglu || sliced) {  // the streaming kernel's fixed-pointer copies
-    set_decode_rows16(kDecodeRows16Fixed);
-    row("rows16 bit 8", graph_ms(run, 40));
+  std::vector<int> bits = {swiglu ? kDecodeRows16Swiglu : sliced ? kDecodeRows16Sliced : kDecodeRows16Wide};
+  if (m <= 8 && !swiglu && !sliced) bits = {kDecodeRows16WideLow};
+  if (m > 8 && (swiglu || sliced)) bits.push_back(kDecodeRows16Fixed);  // the streaming kernel's fixed pointers
+  if (m > 8 && swiglu) bits.insert(bits.end(), {kDecodeRows16Swiglu4, kDecodeRows16Swiglu4 | kDecodeRows16Fixed});
+  for (const int bit : bits) {
+    set_decode_rows16(bit);
+    row("rows16 bit " + std::to_string(bit), graph_ms(run, 40));
   }
   set_decode_rows16(before);
   for (const int boxes : {0, 1}) {

@@ -6,10 +6,11 @@
 // - 17..32-row windows (set_decode_pipe_rows32): two m16 tiles of x rows, x once; row copies, 3D boxes up to 16384
 //   outputs, two items a warp and q / k / v, spread or not, routed only under the switch; the fault caught at 17 and
 //   32 rows. (33..64-row windows as two launches were removed in session 14 with their test.)
-// - 9..16-row picks (set_decode_rows16, session 14): narrow launches on 16-column items, gate_up + SwiGLU and the sliced
-//   K on the pipeline, the streaming kernels' fixed-pointer copies: every row of 8..16-row launches of the 1.2B's
-//   shapes keeps its one-row bits under each bit, routed as the bits say; the reversed-K fault
-//   (set_decode_pipe_fault_for_test) caught where the pipeline copies x once and on the fixed-pointer launches.
+// - 9..16-row picks (set_decode_rows16, session 14): narrow launches on 16-column items (at 2..8 rows too), gate_up +
+//   SwiGLU and the sliced K on the pipeline, the streaming kernels' fixed-pointer copies and 4-warp SwiGLU: every row
+//   of 2..16-row launches of the 1.2B's shapes keeps its one-row bits under each bit, routed as the bits say; the
+//   reversed-K fault (set_decode_pipe_fault_for_test) caught where the pipeline copies x once and on the streaming
+//   kernels' rows16 launches.
 #ifdef LS_HAVE_CUDA
 
 #include "cuda_decode_test_util.h"
@@ -228,10 +229,11 @@ TEST(CudaDecodeRows16, NineToSixteenRowLaunchesUnderEachBitKeepTheOneRowBits) {
     const std::vector<bf16> want = shape.one_row_launches(engine, x, 16);
     const bool sliced = shape.k > 2048;
     const int moved = shape.swiglu ? kDecodeRows16Swiglu : sliced ? kDecodeRows16Sliced : 0;
-    for (const int bits :
-         {0, kDecodeRows16Wide, kDecodeRows16Swiglu, kDecodeRows16Sliced, kDecodeRows16Fixed, kDecodeRows16All}) {
+    for (const int bits : {0, kDecodeRows16Wide, kDecodeRows16Swiglu, kDecodeRows16Sliced, kDecodeRows16Fixed,
+                           kDecodeRows16WideLow, kDecodeRows16Swiglu4, kDecodeRows16Swiglu4 | kDecodeRows16Fixed,
+                           kDecodeRows16All}) {
       const Rows16Scope scope(bits);
-      for (const int64_t m : {8, 9, 10, 12, 16}) {
+      for (const int64_t m : {2, 8, 9, 10, 12, 16}) {
         const bool pipe = moved == 0 || (m > 8 && (bits & moved) != 0);
         EXPECT_EQ(decode_pipe_routes(m, shape.matrix, shape.swiglu), pipe)
             << "N " << shape.n << " K " << shape.k << " m " << m << " bits " << bits;
@@ -242,22 +244,25 @@ TEST(CudaDecodeRows16, NineToSixteenRowLaunchesUnderEachBitKeepTheOneRowBits) {
   }
 }
 
-TEST(CudaDecodeRows16, APlantedKOrderFaultIsCaughtUnderTheWideSwigluAndFixedBits) {
+TEST(CudaDecodeRows16, APlantedKOrderFaultIsCaughtUnderEveryBit) {
   LS_SKIP_WITHOUT_DEVICE();
   if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
   const GemmEngine engine;
   constexpr int64_t K = 2048, M = 10;
   auto x = upload(to_bf16(random_values(M * K, 231, 2.0f)));
-  {  // 2048 -> 2048 on 16-column items
+  for (const int bits : {kDecodeRows16Wide, kDecodeRows16WideLow}) {  // 2048 -> 2048 on 16-column items
     const Shape shape(2048, K, false, 232);
-    const Rows16Scope scope(kDecodeRows16Wide);
+    const Rows16Scope scope(bits);
+    const int64_t m = bits == kDecodeRows16Wide ? M : 6;
     bool x_once = false;
-    ASSERT_TRUE(decode_pipe_routes(M, shape.matrix, false, &x_once));
+    ASSERT_TRUE(decode_pipe_routes(m, shape.matrix, false, &x_once));
     ASSERT_TRUE(x_once);
-    expect_pipe_fault_seen(engine, x.data(), M, shape.matrix, "wide");
+    expect_pipe_fault_seen(engine, x.data(), m, shape.matrix, "wide, bits " + std::to_string(bits));
   }
   const Shape gate_up(16384, K, true, 233);
-  for (const int bits : {kDecodeRows16Swiglu, kDecodeRows16Fixed}) {  // gate_up + SwiGLU: pipeline, streaming
+  // gate_up + SwiGLU: the pipeline, the streaming kernel's fixed pointers, its 4-warp shape with and without them
+  for (const int bits : {kDecodeRows16Swiglu, kDecodeRows16Fixed, kDecodeRows16Swiglu4,
+                         kDecodeRows16Swiglu4 | kDecodeRows16Fixed}) {
     const Rows16Scope scope(bits);
     bool x_once = false;
     ASSERT_EQ(decode_pipe_routes(M, gate_up.matrix, true, &x_once), bits == kDecodeRows16Swiglu);

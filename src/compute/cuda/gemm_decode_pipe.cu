@@ -119,7 +119,8 @@ constexpr int kPipeMaxRows = 32;
 // fragments a column are an 8-row launch's); kRows16Swiglu: the fused gate_up + SwiGLU on the pipeline (x once, its
 // automatic configuration) instead of the streaming kernel's x in every stage; kRows16Sliced: the sliced K (down) on
 // the pipeline likewise; kDecodeRows16Fixed (gemm_decode_stream.cu): the streaming kernels' 9..16-row copies through
-// the 8-row launches' fixed per-lane pointers. Which kernel computes a column never changes its chain: the same bits.
+// the 8-row launches' fixed per-lane pointers; kDecodeRows16WideLow: the wide items at 2..8 rows too;
+// kDecodeRows16Swiglu4 (gemm_decode_stream.cu): the streaming SwiGLU at 9..16 rows on 4 warps x 6 stages. Which kernel computes a column never changes its chain: the same bits.
 std::atomic<int> rows16{env_int("LS_DECODE_ROWS16", 0) & kDecodeRows16All};
 
 // Column groups per CTA for `columns` output columns (SwiGLU: F) of an m-row launch: about one CTA per SM (per
@@ -282,8 +283,10 @@ int config_for(bool swiglu, int m, int k, int64_t rows) {
   const int pinned = pipe_pinned.load(std::memory_order_relaxed);
   if (pinned >= 0 && (pinned >= kPlainConfigs) == swiglu && shape_fits(pinned, m, k, rows)) return pinned;
   int config = auto_config(swiglu, slice_count(k), rows, copies_of(m, k, rows, swiglu));
-  // rows16 wide: 9..16 rows of a narrow row-copy launch on 16-column items where they fit.
-  if (config == 0 && rows16_has(m, kDecodeRows16Wide) && shape_fits(1, m, k, rows)) config = 1;
+  // rows16 wide: 9..16 (and with WideLow 2..8) rows of a narrow row-copy launch on 16-column items where they fit.
+  const bool wide = rows16_has(m, kDecodeRows16Wide) ||
+                    (m > 1 && m <= 8 && (rows16.load(std::memory_order_relaxed) & kDecodeRows16WideLow) != 0);
+  if (config == 0 && wide && shape_fits(1, m, k, rows)) config = 1;
   // Many rows: a 16-column configuration whose stages no longer fit (down with x per stage) gives way to its
   // 8-column twin of the same warps.
   const int twin = config == 4 ? 3 : config == 1 ? 0 : -1;

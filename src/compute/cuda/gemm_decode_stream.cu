@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(32 * WARPS) decode_group_kernel(GemmGroup grou
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_stream_shared
 
-// The kDecodeRows16Fixed launches' args: K walked backwards under set_decode_pipe_fault_for_test (a planted fault).
+// The kDecodeRows16Fixed / kDecodeRows16Swiglu4 launches' args: K walked backwards under
+// set_decode_pipe_fault_for_test (a planted fault).
 GemmArgs with_test_fault(const GemmArgs& args) {
   GemmArgs faulty = args;
   faulty.reverse_k = args.reverse_k || pipe_fault_on() ? 1 : 0;
@@ -94,18 +95,31 @@ void allow_stream_kernel_shared(int optin_bytes) {
 // CTAs per SM), 8 warps x 6 stages for more rows (one wave of one CTA per SM on 2048->16384: 31.2 -> ~20 us at m = 16
 // on the H200, batch A).
 // Verify windows: 4 warps, 8 stages at 32 rows, 4 at 64.
+// kDecodeRows16Swiglu4: 9..16 rows on the 8-row launch's shape instead (4 warps, 6 stages of 16 x rows: 96 KB, two
+// CTAs an SM as at 8 rows), with or without kDecodeRows16Fixed.
+template <int WARPS, int STAGES>
+Status launch_swiglu16(const GemmArgs& args, cudaStream_t stream) {
+  const int ctas = (args.n / 2 + WARPS * 8 - 1) / (WARPS * 8);
+  constexpr int smem = Stream<WARPS, STAGES, 2, 16>::kPipeBytes;
+  if (rows16_has(args.m, kDecodeRows16Fixed))
+    return launch_programmatic(decode_stream_kernel<WARPS, STAGES, 2, 16, true, true>, ctas, 32 * WARPS, smem, stream,
+                               with_test_fault(args), 1, WARPS, prefetch_tiles_for(args.n, args.k));
+  return launch_programmatic(decode_stream_kernel<WARPS, STAGES, 2, 16, true>, ctas, 32 * WARPS, smem, stream,
+                             with_test_fault(args), 1, WARPS, prefetch_tiles_for(args.n, args.k));
+}
+
 template <int A_ROWS>
 Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
+  if constexpr (A_ROWS == 16) {
+    if (rows16_has(args.m, kDecodeRows16Swiglu4)) return launch_swiglu16<4, 6>(args, stream);
+    if (rows16_has(args.m, kDecodeRows16Fixed)) return launch_swiglu16<8, 6>(args, stream);
+  }
   constexpr int kWarps = A_ROWS == 16 ? 8 : 4;
   constexpr int kStages = A_ROWS == 16 ? 6 : A_ROWS == 64 ? 4 : 8;
   const int f = args.n / 2;
   const int cols = kWarps * 8;
   const int ctas = (f + cols - 1) / cols;
   constexpr int smem = Stream<kWarps, kStages, 2, A_ROWS>::kPipeBytes;
-  if constexpr (A_ROWS == 16)
-    if (rows16_has(args.m, kDecodeRows16Fixed))
-      return launch_programmatic(decode_stream_kernel<kWarps, kStages, 2, 16, true, true>, ctas, 32 * kWarps, smem,
-                                 stream, with_test_fault(args), 1, kWarps, prefetch_tiles_for(args.n, args.k));
   return launch_programmatic(decode_stream_kernel<kWarps, kStages, 2, A_ROWS, true>, ctas, 32 * kWarps, smem, stream,
                              args, 1, kWarps, prefetch_tiles_for(args.n, args.k));
 }
@@ -201,6 +215,10 @@ void allow_stream_shared(int optin_bytes) {
   cudaFuncSetAttribute(decode_stream_kernel<8, 6, 2, 16, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<8, 6, 2, 16, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
+  cudaFuncSetAttribute(decode_stream_kernel<4, 6, 2, 16, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       optin_bytes);
+  cudaFuncSetAttribute(decode_stream_kernel<4, 6, 2, 16, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
   cudaFuncSetAttribute(decode_stream_norm_kernel<4, 8, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   cudaFuncSetAttribute(decode_stream_norm_kernel<8, 6, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
