@@ -43,10 +43,10 @@ __device__ float step_confidence(const ScanStepInputs& in, const ScanShape& shap
 
 // One slot of a request's record: the first failure by precedence (non-finite logit, non-finite confidence, pick
 // outside the vocabulary) by name and slot, else the pick and its chance (the running product). False on failure.
-__device__ __forceinline__ bool record_slot(DeviceScanRecord& record, const DeviceScanRequest& request, int slot,
+__device__ __forceinline__ bool record_slot(DeviceScanRecord& record, int out_of_range_pick_slot, int slot,
                                             int32_t pick, float chance, bool nonfinite, bool confidence_finite,
                                             bool has_confidence, int64_t V) {
-  if (slot == request.out_of_range_pick_slot) pick = static_cast<int32_t>(V);
+  if (slot == out_of_range_pick_slot) pick = static_cast<int32_t>(V);
   int32_t status = kScanOk;
   if (nonfinite) status = kScanNonfiniteLogit;
   else if (!confidence_finite) status = kScanNonfiniteConfidence;
@@ -74,7 +74,8 @@ __device__ void write_scan_records(const ScanStepInputs& in, const ScanShape& sh
                                    const unsigned char (*slot_state)[G], const int32_t (*slot_pick)[G],
                                    const float (*confidences)[G], bool timed_out) {
   DeviceScanRecord& record = in.records[r];
-  const DeviceScanRequest& request = in.requests[r];
+  // (read once: the record's stores below could alias it for the compiler, which would load it again each slot)
+  const int out_of_range_pick_slot = in.requests[r].out_of_range_pick_slot;
   float running = record.running;
   const int slots = record.status == kScanOk ? total_slots : 0;
   for (int slot = 0; slot < slots; ++slot) {
@@ -82,7 +83,7 @@ __device__ void write_scan_records(const ScanStepInputs& in, const ScanShape& sh
     if (state == 0) break;
     const float confidence = shape.has_confidence && state == 1 ? confidences[slot][r] : NAN;
     const float chance = shape.has_confidence && state == 1 ? running * confidence : NAN;
-    if (!record_slot(record, request, slot, state == 2 ? 0 : slot_pick[slot][r], chance, state == 2,
+    if (!record_slot(record, out_of_range_pick_slot, slot, state == 2 ? 0 : slot_pick[slot][r], chance, state == 2,
                      !(shape.has_confidence && state == 1) || isfinite(confidence), shape.has_confidence,
                      shape.vocab)) {
       break;
@@ -119,7 +120,8 @@ __device__ void finish_step(const ScanStepInputs& in, const ScanShape& shape, in
     chance = record.running * confidence;
   }
   if (threadIdx.x != 0) return;
-  record_slot(record, request, slot, pick, chance, nonfinite, confidence_finite, shape.has_confidence, V);
+  record_slot(record, request.out_of_range_pick_slot, slot, pick, chance, nonfinite, confidence_finite,
+              shape.has_confidence, V);
 }
 
 // Each request's best and the failure flags over the warp's lanes (xor trees), written by lane 0 to this warp's
