@@ -4,6 +4,8 @@
 // nano pair's drafted == plain run only where the CPU has AMX (they skip elsewhere).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -109,7 +111,9 @@ TEST(MatmulAmx, MatchesTheReferenceForOddShapesAndNamesItsKernel) {
         std::vector<float> y = poisoned(rows * N);
         matmul(ctx, x.data(), rows, w.view(), y.data());
         ASSERT_TRUE(all_finite(y)) << mode_name(mode) << " " << N << "x" << K;
-        const double tolerance = mode == NumericMode::Bf16 ? 1.0 / 256 : 1e-5;
+        // bf16: one bf16 rounding of the output; fp32 (those rows take the fp32 kernel): accumulation error, which
+        // grows with K (K = 1000 came out at 1.1-4.3e-5 on the Xeon)
+        const double tolerance = mode == NumericMode::Bf16 ? 1.0 / 256 : 1e-5 * std::max(1.0, K / 128.0);
         EXPECT_LE(max_relative_error(y, reference_matmul(x, rows, w), 0.05), tolerance)
             << mode_name(mode) << " " << N << "x" << K;
       }
@@ -212,10 +216,10 @@ TEST(MatmulAmx, ArgmaxGroupAndFusedColumnsGiveTheBitsOfMatmul) {
     // columns-then: side by side in one [rows, 2N] output
     std::vector<float> fused = poisoned(rows * 2 * N);
     float* const fused_outs[] = {fused.data(), fused.data() + N};
-    int64_t columns_seen = 0;
+    std::atomic<int64_t> columns_seen{0};  // chunks finish on every thread
     ASSERT_TRUE(matmul_columns_then_avx512(ctx, x.data(), rows, group, fused_outs, 2 * N,
                                            [&](int64_t begin, int64_t end) { columns_seen += end - begin; }));
-    EXPECT_EQ(columns_seen, N);
+    EXPECT_EQ(columns_seen.load(), N);
     for (int64_t row = 0; row < rows; ++row) {
       EXPECT_TRUE(bitwise_equal(fused.data() + row * 2 * N, ya.data() + row * N, N)) << rows << " row " << row;
       EXPECT_TRUE(bitwise_equal(fused.data() + row * 2 * N + N, yb.data() + row * N, N)) << rows << " row " << row;
