@@ -6,7 +6,8 @@
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
 //             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
 //              [--small-m 0,3] [--short -1,0,1] [--passes 1,0] [--round-gap-us US] [--span POSITIONS]]
-//   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--threads 2] [--repeats 20]
+//   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--gemm-license 1]
+//             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
@@ -73,6 +74,7 @@ struct Options {
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
   std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks)
+  bool gemm_license = false;              // --gemm-license 1: the clock probe around AMX first (cpu_bench_gemm.h)
   int rounds = 400, round_gap_us = 0, span = 128;
   int repeats = 5, decode_tokens = 32;
   bool cpu_time = false;  // time 1-thread runs by the thread's CPU time (robust to other processes on the VM)
@@ -338,6 +340,7 @@ int main(int argc, char** argv) {
        {"--round-gap-us", int_flag(options.round_gap_us, 0)}, {"--span", int_flag(options.span, 8)},
        {"--gemm-ab", list_flag(options.gemm_ab)}, {"--gemm-shape", list_flag(options.gemm_shape)},
        {"--gemm-schedules", list_flag(options.gemm_schedules)},
+       {"--gemm-license", switch_flag(options.gemm_license)},
        {"--mode", [&](const std::string& value) {
           options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
         }}});
@@ -350,6 +353,7 @@ int main(int argc, char** argv) {
       plan.threads = threads;
       plan.repeats = options.repeats;
       plan.schedules = options.gemm_schedules;
+      plan.license = options.gemm_license;
       if (options.gemm_shape.size() == 3) {
         plan.N = options.gemm_shape[0];
         plan.K = options.gemm_shape[1];

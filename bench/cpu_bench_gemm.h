@@ -6,6 +6,8 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -26,7 +28,17 @@ struct GemmPlan {
   int64_t N = 1152, K = 384;
   int count = 27;
   std::vector<int> schedules = {0};  // AMX arms: set_amx_schedule masks
+  bool license = false;  // also the clock probe: AVX-512 sweeps before AMX ran, right after, and after a rest
 };
+
+// The calling core's clock in GHz from a chain of dependent adds (one a cycle), ~2 million of them.
+inline double core_ghz() {
+  constexpr int kAdds = 2'000'000;
+  const auto start = Clock::now();
+  uint64_t value = 0;
+  for (int i = 0; i < kAdds; ++i) asm volatile("add $1, %0" : "+r"(value));
+  return kAdds / ms_since(start) / 1e6;
+}
 
 inline nlohmann::json gemm_ab(const GemmPlan& plan) {
   using namespace ls::compute;
@@ -66,6 +78,30 @@ inline nlohmann::json gemm_ab(const GemmPlan& plan) {
   std::printf("gemm A/B: %d x [%lld x %lld] bf16 (%.1f MB), %d threads, %d repeats, medians (best) ms a sweep\n",
               plan.count, static_cast<long long>(plan.N), static_cast<long long>(plan.K),
               plan.count * plan.N * plan.K * 2 / 1e6, plan.threads, plan.repeats);
+  if (plan.license) {
+    // Whether AMX slows the AVX-512 code after it (a power license / clock drop): 1-row sweeps of the panels before
+    // any tile op of this process, right after AMX sweeps, and after a 50 ms rest, with the core's clock around them.
+    auto block = [&](const std::vector<OwnedMatrix>& set, std::vector<float>& y) {
+      std::vector<double> times;
+      for (int repeat = 0; repeat < plan.repeats; ++repeat) times.push_back(sweep(set, 1, y));
+      return median(times);
+    };
+    const double ghz_fresh = core_ghz();
+    const double before = block(panels, y_panels);
+    const double ghz_avx512 = core_ghz();
+    const double amx_ms = block(tiles, y_tiles);
+    const double ghz_amx = core_ghz();
+    const double after = block(panels, y_panels);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const double ghz_rested = core_ghz();
+    const double rested = block(panels, y_panels);
+    std::printf("  clock probe (1 row): GHz fresh %.2f, after AVX-512 %.2f, after AMX %.2f, after 50 ms rest %.2f; "
+                "AVX-512 sweep before AMX %.3f ms, AMX %.3f, AVX-512 right after AMX %.3f, after the rest %.3f\n",
+                ghz_fresh, ghz_avx512, ghz_amx, ghz_rested, before, amx_ms, after, rested);
+    result["license"] = {{"ghz", {ghz_fresh, ghz_avx512, ghz_amx, ghz_rested}},
+                         {"avx512_before_ms", before}, {"amx_ms", amx_ms}, {"avx512_after_ms", after},
+                         {"avx512_rested_ms", rested}};
+  }
   const size_t arms = 1 + plan.schedules.size();  // arm 0: AVX-512 panels; arm 1 + i: AMX, schedule i
   const int saved_schedule = set_amx_schedule(0);
   auto run_arm = [&](size_t arm, int rows) {
