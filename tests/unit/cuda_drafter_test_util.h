@@ -93,23 +93,27 @@ struct ScanArm {
   cuda::PersistentHandoff handoff;
   bool broadcast = false;
   bool helpers = false;
+  int backoff_ns = 0;
   std::string name() const {
     std::string text = handoff == cuda::PersistentHandoff::Counter ? "counter handoff" : "flagged handoff";
     if (broadcast) text += ", broadcast dot";
     if (helpers) text += ", confidence helpers";
+    if (backoff_ns > 0) text += ", " + std::to_string(backoff_ns) + " ns backoff";
     return text;
   }
 };
 inline std::vector<ScanArm> scan_arms() {
   using cuda::PersistentHandoff;
-  return {{PersistentHandoff::Counter, false}, {PersistentHandoff::Flags, false},
-          {PersistentHandoff::Flags, true},    {PersistentHandoff::Counter, true},
-          {PersistentHandoff::Flags, false, true}, {PersistentHandoff::Flags, true, true}};
+  return {{PersistentHandoff::Counter, false},     {PersistentHandoff::Flags, false},
+          {PersistentHandoff::Flags, true},        {PersistentHandoff::Counter, true},
+          {PersistentHandoff::Flags, false, true}, {PersistentHandoff::Flags, true, true},
+          {PersistentHandoff::Flags, true, true, 200}};
 }
 inline void set_scan_arm(CudaDsparkDrafter& drafter, const ScanArm& arm) {
   drafter.set_persistent_handoff(arm.handoff);
   drafter.set_scan_broadcast(arm.broadcast);
   drafter.set_scan_confidence_helpers(arm.helpers);
+  drafter.set_scan_handoff_backoff(arm.backoff_ns);
 }
 
 inline DrafterOptions cuda_options(int max_streams = 8) {

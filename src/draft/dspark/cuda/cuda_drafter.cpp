@@ -109,6 +109,9 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SCAN_BROADCAST", d.scan_broadcast_);
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
   pin("LS_DRAFTER_ABSORB_SKINNY", d.absorb_skinny_);
+  if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
+    d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
+  }
   if (const char* megabytes = std::getenv("LS_DRAFTER_L2_PREFETCH_MB"); megabytes && *megabytes) {
     d.l2_prefetch_bytes_ = std::max<int64_t>(0, std::atoll(megabytes)) << 20;
   }

@@ -247,22 +247,15 @@ class CudaDsparkDrafter final : public Drafter {
   std::pair<double, double> tuned_gemm_us() const { return {tuned_.tuned_us(), tuned_.default_us()}; }
   // absorb_device()'s projections fused (one GEMM for every layer's K and V, one heads launch: 4 launches a chunk)
   // or per layer (k GEMM, norm, RoPE, v GEMM, scatter: 2 + 5 x layers launches); on by default.
-  void set_fused_absorb(bool on) {
-    fused_absorb_ = on;
-    graphs_.clear();
-  }
+  void set_fused_absorb(bool on) { set_and_drop_graphs(fused_absorb_, on); }
   // Session 14, off until a batch's A/B (LS_DRAFTER_ABSORB_SKINNY=1): the fused absorb's fc and K/V GEMMs through
   // skinny_gemm up to kSkinnyMaxRows rows (other bits, within bf16). `planted` (tests): the first row alone.
   void set_absorb_skinny(bool on, bool planted = false) {
-    absorb_skinny_ = on;
     absorb_skinny_planted_ = planted;
-    graphs_.clear();
+    set_and_drop_graphs(absorb_skinny_, on);
   }
   bool absorb_skinny() const { return absorb_skinny_; }
-  void set_fused_block(bool on) {
-    fused_block_ = on;
-    graphs_.clear();
-  }
+  void set_fused_block(bool on) { set_and_drop_graphs(fused_block_, on); }
   // Whether a scan of `count` requests takes the fused step: the pin, else a single request (where supported).
   bool fused_scan(int count) const;
   // The persistent greedy scan (one cooperative launch for every slot, W2 on chip; scan_persistent.cu) for scans of
@@ -293,18 +286,14 @@ class CudaDsparkDrafter final : public Drafter {
   // Session 14, one request, the same bits: the persistent scan's broadcast dot (a thread per vocabulary row,
   // scan_broadcast.cuh) and its confidence helpers (up to 4 CTAs past the grid score each slot during the loop, the
   // flagged handoff only); on since batch s14A0 (scan 0.1321 -> 0.1088 -> 0.1066 ms); =0 / false the old paths.
-  void set_scan_broadcast(bool on) {
-    scan_broadcast_ = on;
-    graphs_.clear();
-  }
+  void set_scan_broadcast(bool on) { set_and_drop_graphs(scan_broadcast_, on); }
   bool scan_broadcast() const { return scan_broadcast_; }
-  void set_scan_confidence_helpers(bool on) {
-    scan_confidence_helpers_ = on;
-    graphs_.clear();
-  }
+  void set_scan_confidence_helpers(bool on) { set_and_drop_graphs(scan_confidence_helpers_, on); }
   bool scan_confidence_helpers() const { return scan_confidence_helpers_; }
-  // Tests only: the flagged combine leaves out the words of the odd-numbered CTAs (a combine that misses picks must
-  // draft other tokens).
+  // The flagged handoff's sleep between polls, ns (session 14, 0 = spin; LS_DRAFTER_SCAN_BACKOFF_NS); the same bits.
+  void set_scan_handoff_backoff(int ns) { set_and_drop_graphs(scan_backoff_ns_, ns); }
+  int scan_handoff_backoff() const { return scan_backoff_ns_; }
+  // Tests only: the flagged combine leaves out the odd-numbered CTAs' words (it must draft other tokens).
   void set_scan_planted_drop(bool on) {
     scan_planted_drop_ = on;
     graphs_.clear();
@@ -331,6 +320,12 @@ class CudaDsparkDrafter final : public Drafter {
 
  private:
   CudaDsparkDrafter(const DsparkConfig& config, const bf16_t* embedding, const DrafterOptions& options);
+  // A pin that changes what the graphs captured: set it and drop them.
+  template <typename T>
+  void set_and_drop_graphs(T& pin, T value) {
+    pin = value;
+    graphs_.clear();
+  }
   Status reserve_context(DeviceStreamContext& context, int64_t rows);
   Status reserve_scratch(int64_t requests, InitSteps* steps);
   Status project_context(const float* taps, int64_t rows, int64_t start, DeviceStreamContext& context);
@@ -419,6 +414,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool batched_loads_ = true;                                         // since batch s8A (below)
   bool scan_planted_drop_ = false;
   bool scan_broadcast_ = true, scan_confidence_helpers_ = true;  // since batch s14A0 (above)
+  int scan_backoff_ns_ = 0;
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy
   bool scan_all_plain_ = false;       // ... all greedy or sampled without cuts (plain_gumbel_draw)

@@ -350,6 +350,7 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     step.partials = s.persistent_partials.data();
     step.planted_keyed_shift = keyed_scan_planted_;
     step.planted_odd_words = scan_planted_drop_;
+    step.handoff_backoff_ns = scan_backoff_ns_;
     int groups = 0;
     const Status launched =
         markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], persistent_handoff_,

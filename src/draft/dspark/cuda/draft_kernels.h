@@ -305,6 +305,7 @@ struct ScanStepInputs {
   bool planted_broadcast_slots = false;  // tests only: the broadcast dot reads its held W2 chunks unswizzled
   // The persistent scan's confidence helpers (session 14; set by markov_scan_persistent): the grid's last CTAs.
   int confidence_helpers = 0;
+  int handoff_backoff_ns = 0;  // the flagged handoff's sleep between polls (session 14, set_scan_handoff_backoff)
   bool planted_helper_anchor = false;  // tests only: the helpers take every slot's e from the anchor
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);

@@ -86,8 +86,9 @@ __device__ __forceinline__ uint64_t load_relaxed(const uint64_t* address) {
 }
 
 // Spins until the word has arrived (bounded like the counter barrier: past ~0.1 s, or once another thread timed
-// out, it raises the timed-out word and gives up: the word then reads as no pick).
-__device__ __forceinline__ uint64_t wait_for_word(const uint64_t* address, uint64_t* timeout) {
+// out, it raises the timed-out word and gives up: the word then reads as no pick). `backoff_ns` (session 14): a
+// sleep between polls, fewer loads queued at L2 while 256 threads of 256 CTAs wait.
+__device__ __forceinline__ uint64_t wait_for_word(const uint64_t* address, uint64_t* timeout, int backoff_ns = 0) {
   uint64_t word = load_relaxed(address);
   if (word & kWordArrived) return word;
   const long long start = clock64();
@@ -96,6 +97,7 @@ __device__ __forceinline__ uint64_t wait_for_word(const uint64_t* address, uint6
       store_relaxed(timeout, 1);
       return 0;
     }
+    if (backoff_ns > 0) __nanosleep(backoff_ns);
     word = load_relaxed(address);
   }
   return word;

@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int64_t index = (static_cast<int64_t>(slot) * G + r) * gridDim.x + c;
         if constexpr (Flagged) {
           // Each thread waits for its CTAs' words itself (no counter, no fence: a word arrives whole or not yet).
-          const uint64_t word = wait_for_word(words + index, timeout);
+          const uint64_t word = wait_for_word(words + index, timeout, in.handoff_backoff_ns);
           if (!(in.planted_odd_words && c % 2 == 1)) take_word(word, r);
         } else {
           const ScanPartial* partial = in.partials + index;
