@@ -182,7 +182,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (helper) {
       // This helper's slots (slot % helpers): the slot's confidence from the previous pick, as the tail would compute
       // it (speculative: a slot that turns out non-finite never reads it), while the dot CTAs run the slot.
-      if (slot % max(helpers, 1) == static_cast<int>(blockIdx.x) - dot_ctas) {
+      const int mine = static_cast<int>(blockIdx.x) - dot_ctas, every = max(helpers, 1);
+      if (slot % every == mine) {
         for (int r = 0; r < count; ++r) {
           if (!active[r]) continue;  // uniform over the CTA
           const int32_t from = in.planted_helper_anchor ? anchor[r] : previous[r];
@@ -191,6 +192,10 @@ __global__ void __launch_bounds__(kThreads, 2)
           if (threadIdx.x == 0) in.markov[static_cast<int64_t>(r) * V + slot] = confidence;
         }
       }
+      // Past its last slot a helper follows the picks no more: it arrives now (s14A0: CTA 0 waited 2.4 us for the
+      // last slot's helper to read that slot's words it had no use for).
+      const int last_turn = total_slots > mine ? mine + (total_slots - 1 - mine) / every * every : -1;
+      if (slot >= last_turn) break;
     } else {
       float* u = u_stage + (slot & 1) * G * ids_per_cta;
       Best best[G];
