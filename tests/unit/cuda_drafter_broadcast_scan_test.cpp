@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "draft/dspark/cuda/draft_kernels.h"
+#include "cuda_drafter_scan_fixture.h"
 #include "cuda_test_util.h"
 
 namespace ls::dspark::cuda {
@@ -25,32 +26,7 @@ namespace {
 using ls::cuda::DeviceBuffer;
 using ls::cuda::testing::download;
 using ls::cuda::testing::poisoned;
-using ls::cuda::testing::to_bf16;
 using ls::cuda::testing::upload;
-
-struct BroadcastFixture {
-  ScanShape shape;
-  DeviceBuffer<bf16> w1, w2, final_hidden;
-  DeviceBuffer<float> base, confidence_weight, temperatures;
-
-  BroadcastFixture(int64_t vocab, int rank, int hidden, int gamma, std::mt19937& rng) {
-    shape = ScanShape{vocab, rank, hidden, gamma, true};
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    auto values = [&](size_t count, float scale) {
-      std::vector<float> out(count);
-      for (float& v : out) v = scale * normal(rng);
-      return out;
-    };
-    w1 = upload(to_bf16(values(static_cast<size_t>(vocab) * rank, 0.5f)));
-    w2 = upload(to_bf16(values(static_cast<size_t>(vocab) * rank, 0.3f)));
-    final_hidden = upload(to_bf16(values(static_cast<size_t>(gamma) * hidden, 1.0f)));
-    base = upload(values(static_cast<size_t>(gamma) * vocab, 2.0f));
-    confidence_weight = upload(values(static_cast<size_t>(hidden + rank), 0.2f));
-    std::vector<float> t(static_cast<size_t>(gamma));
-    for (int slot = 0; slot < gamma; ++slot) t[slot] = 0.8f + 0.1f * static_cast<float>(slot);
-    temperatures = upload(t);
-  }
-};
 
 struct Arm {
   bool persistent = false;
@@ -68,7 +44,7 @@ struct Arm {
 };
 
 // One request's scan at full depth by `arm`, every buffer it writes poisoned first; the record.
-DeviceScanRecord run_scan(const BroadcastFixture& f, const PersistentScanPlan& plan, const DeviceScanRequest& request,
+DeviceScanRecord run_scan(const ScanFixture& f, const PersistentScanPlan& plan, const DeviceScanRequest& request,
                           const Arm& arm) {
   const ScanShape& shape = f.shape;
   DeviceBuffer<DeviceScanRequest> requests = upload(std::vector<DeviceScanRequest>{request});
@@ -91,7 +67,7 @@ DeviceScanRecord run_scan(const BroadcastFixture& f, const PersistentScanPlan& p
   in.final_hidden = reinterpret_cast<const bf16_t*>(f.final_hidden.data());
   in.embeddings = reinterpret_cast<const bf16_t*>(embeddings.data());
   in.confidence_weight = f.confidence_weight.data();
-  in.confidence_bias = 0.1f;
+  in.confidence_bias = f.bias;
   in.confidence_temperatures = f.temperatures.data();
   in.w1 = reinterpret_cast<const bf16_t*>(f.w1.data());
   in.w2 = reinterpret_cast<const bf16_t*>(f.w2.data());
@@ -128,7 +104,7 @@ TEST(CudaDrafterBroadcastScan, TheBroadcastDotAndTheConfidenceHelpersDraftTheFus
   } shapes[] = {{65536, 256}, {20000, 256}, {50000, 128}, {8195, 64}};
   for (const auto& [vocab, rank] : shapes) {
     SCOPED_TRACE("vocab " + std::to_string(vocab) + " rank " + std::to_string(rank));
-    const BroadcastFixture fixture(vocab, rank, 96, 9, rng);
+    const ScanFixture fixture(vocab, rank, 96, 9, rng);
     const PersistentScanPlan plan = persistent_scan_plan(fixture.shape, 1);
     ASSERT_GT(plan.grid, 0);
     ASSERT_TRUE(plan.broadcast) << "no broadcast plan: the broadcast arms would run the 8-lane dot";
