@@ -14,6 +14,8 @@ namespace {
 LanesOptions loss_stop(bool on) {
   LanesOptions options;
   options.pricing.stop_on_measured_loss = on;
+  // The rule judges a sampled stream that explored: at the sampled prior a 64-token one would not (lanes15).
+  options.pricing.sampled_prior.clear();
   return options;
 }
 

@@ -118,7 +118,8 @@ inline LanesOptions sampled_any_streams(LanesOptions options = {}) {
 
 ExactnessRun run_exactness_case(bool sampled, bool device_taps, const LanesOptions& options,
                                 double sampled_pass_factor = 1.0);
-// run_exactness_case for greedy and sampled requests with host and device taps, sampled passes bought at any width:
+// run_exactness_case for greedy and sampled requests with host and device taps, sampled passes bought at any width
+// and the exploration gate open:
 // the cases whose replies differ from their requests run alone plain, or that verified no draft (empty: all exact).
 std::vector<std::string> inexact_cases(LanesOptions options);
 
