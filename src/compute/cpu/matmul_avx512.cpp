@@ -219,7 +219,7 @@ namespace {
 struct RowKinds {
   const uint16_t* x_bf16;  // [rows, K]
   const uint8_t* is_bf16;  // [rows]
-  const uint16_t* x_amx;   // [rows + 15, amx_k_tiles(K) * 32], zeros past K and past the rows; null without AMX
+  const uint16_t* x_amx;   // [rows, amx_k_tiles(K) * 32], zeros past K; null without AMX
 };
 
 // One matrix of a call, ready to run: its tile runners and its first chunk in the call's list of chunks. An AMX matrix
@@ -294,9 +294,13 @@ RowKinds row_kinds(const float* x, int64_t rows, int64_t K, bool bf16_weights, b
   for (int64_t row = 0; row < rows; ++row) row_is_bf16[row] = row_to_bf16(x + row * K, K, x_bf16.data() + row * K);
   if (!amx) return RowKinds{x_bf16.data(), row_is_bf16.data(), nullptr};
   const int64_t stride = amx_k_tiles(K) * kAmxDepth;
-  x_amx.assign((rows + 15) * stride, 0);
-  for (int64_t row = 0; row < rows; ++row)
-    std::copy(x_bf16.data() + row * K, x_bf16.data() + (row + 1) * K, x_amx.data() + row * stride);
+  // K's padding is zeroed (the B tiles' zeros times x must be 0, never NaN).
+  x_amx.resize(rows * stride);
+  for (int64_t row = 0; row < rows; ++row) {
+    uint16_t* out = x_amx.data() + row * stride;
+    std::copy(x_bf16.data() + row * K, x_bf16.data() + (row + 1) * K, out);
+    std::fill(out + K, out + stride, uint16_t{0});
+  }
   return RowKinds{x_bf16.data(), row_is_bf16.data(), x_amx.data()};
 }
 
