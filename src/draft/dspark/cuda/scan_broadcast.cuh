@@ -18,66 +18,31 @@ namespace {
 
 constexpr int kBroadcastChunks = kMaxFusedScanRank / 8;  // 16-byte chunks of a W2 row
 
-// 8 bf16 values widened to fp32 (exactly).
-__device__ __forceinline__ void widen_bf16x8(const uint4& packed, float (&out)[8]) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float2 pair = __bfloat1622float2(pairs[q]);
-    out[2 * q] = pair.x;
-    out[2 * q + 1] = pair.y;
-  }
-}
-
 // Where held chunk h of the CTA's local row t lies, in 16-byte units.
 template <int Threads>
 __device__ __forceinline__ int broadcast_slot(int h, int t) {
   return h * Threads + (t ^ (h & 7));
 }
 
-// W2 onto the chip for the broadcast dot: local row t (t < ids <= Threads) is thread t's; its first R = Rounds x
-// Pieces chunks go to that thread's registers, the next `held` chunks (of every row) to shared memory by
-// asynchronous copies, the rest stay in L2. Loads of one 16-byte chunk of 32 rows per warp instruction (a thread
-// loading its own row) cost ~32 L1 tag lookups each (batch s14A0: the prologue 8.2 -> 14.0 us), so where held >= R
-// every chunk goes through shared memory with a row's chunks contiguous in the copies: chunks [0, held) first (the
-// register chunks into held slots [held - R, held)), then each thread takes its R chunks into registers, then chunks
-// [held, R + held) into those slots. Else (a short rank) the register chunks load straight.
+// W2 onto the chip for the broadcast dot: local row t (t < ids <= Threads) is thread t's; its first Rounds x Pieces
+// chunks go to that thread's registers, the next `held` chunks (of every row) to shared memory by asynchronous
+// copies (a row's chunks contiguous in the loads), the rest stay in L2.
 template <int Threads, int Rounds, int Pieces>
 __device__ __forceinline__ void stage_broadcast_rows(const bf16_t* w2, int64_t first_id, int ids, int64_t vocab,
                                                      int rank, int held, bf16_t* held_rows,
                                                      uint4 (&registers)[Rounds][Pieces]) {
   constexpr int kRegisterChunks = Rounds * Pieces;
   const int chunks = rank / 8;
+  for (int i = threadIdx.x; i < held * ids; i += Threads) {
+    const int t = i / held, h = i % held;
+    const int64_t id = first_id + t;
+    if (id < vocab && kRegisterChunks + h < chunks) {
+      copy_async_16(held_rows + static_cast<int64_t>(broadcast_slot<Threads>(h, t)) * 8,
+                    w2 + id * rank + (kRegisterChunks + h) * 8);
+    }
+  }
   const int64_t id = first_id + threadIdx.x;
   const bool mine = static_cast<int>(threadIdx.x) < ids && id < vocab;
-  // Chunks [from, to) of every row into their slots (chunk k < R at held - R + k, else at k - R).
-  auto copy_chunks = [&](int from, int to) {
-    const int span = to - from;
-    for (int i = threadIdx.x; i < span * ids; i += Threads) {
-      const int t = i / span, k = from + i % span;
-      const int64_t row = first_id + t;
-      if (row < vocab && k < chunks) {
-        const int h = k < kRegisterChunks ? held - kRegisterChunks + k : k - kRegisterChunks;
-        copy_async_16(held_rows + static_cast<int64_t>(broadcast_slot<Threads>(h, t)) * 8, w2 + row * rank + k * 8);
-      }
-    }
-  };
-  if (held >= kRegisterChunks) {
-    copy_chunks(0, held);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    __syncthreads();
-#pragma unroll
-    for (int ch = 0; ch < kRegisterChunks; ++ch) {
-      const int slot = broadcast_slot<Threads>(held - kRegisterChunks + ch, threadIdx.x);
-      const uint4* from = reinterpret_cast<const uint4*>(held_rows + static_cast<int64_t>(slot) * 8);
-      registers[ch / Pieces][ch % Pieces] = mine && ch < chunks ? *from : make_uint4(0, 0, 0, 0);
-    }
-    __syncthreads();  // every register chunk read before its slot takes a held chunk
-    copy_chunks(held, kRegisterChunks + held);
-    return;
-  }
-  copy_chunks(kRegisterChunks, kRegisterChunks + held);
 #pragma unroll
   for (int ch = 0; ch < kRegisterChunks; ++ch) {
     registers[ch / Pieces][ch % Pieces] =
@@ -86,12 +51,11 @@ __device__ __forceinline__ void stage_broadcast_rows(const bf16_t* w2, int64_t f
 }
 
 // sums[r] = W2 row . e_r for this thread's row (`row`: its W2 row in memory; `mine` false past the CTA's ids or the
-// vocabulary), the fused step's order (above). `e_rows` [group][rank] bf16 as in W1 (widened here, exactly: a
-// 16-byte read of 8 values is 4 quarter-warp wavefronts where fp32 e took 8; batch s14A0's dot was 4.0 us a slot,
-// ~336 wavefronts a warp). `planted` (tests only): the held chunks read unswizzled (other rows' chunks).
+// vocabulary), the fused step's order (above). `e_shared` [group][rank] fp32. `planted` (tests only): the held
+// chunks read unswizzled (other rows' chunks).
 template <int G, int Threads, int Rounds, int Pieces>
 __device__ __forceinline__ void broadcast_row_sums(const uint4 (&registers)[Rounds][Pieces], const bf16_t* held_rows,
-                                                   int held, const bf16_t* row, bool mine, const bf16_t* e_rows,
+                                                   int held, const bf16_t* row, bool mine, const float* e_shared,
                                                    int rank, int group, bool planted, float (&sums)[G]) {
   constexpr int kRegisterChunks = Rounds * Pieces;
   const int chunks = rank / 8;
@@ -117,15 +81,27 @@ __device__ __forceinline__ void broadcast_row_sums(const uint4 (&registers)[Roun
       piece = load_w2(row + ch * 8, true);
     }
     float weights[8];
-    widen_bf16x8(piece, weights);
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&piece);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float2 pair = __bfloat1622float2(pairs[q]);
+      weights[2 * q] = pair.x;
+      weights[2 * q + 1] = pair.y;
+    }
 #pragma unroll
     for (int r = 0; r < G; ++r) {
       if (r < group) {
-        float e[8];
-        widen_bf16x8(*reinterpret_cast<const uint4*>(e_rows + r * rank + ch * 8), e);
+        const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + ch * 8);
+        const float4 lo = e[0], hi = e[1];
         float& sum = parts[r][ch & 7];
-#pragma unroll
-        for (int q = 0; q < 8; ++q) sum = fmaf(weights[q], e[q], sum);
+        sum = fmaf(weights[0], lo.x, sum);
+        sum = fmaf(weights[1], lo.y, sum);
+        sum = fmaf(weights[2], lo.z, sum);
+        sum = fmaf(weights[3], lo.w, sum);
+        sum = fmaf(weights[4], hi.x, sum);
+        sum = fmaf(weights[5], hi.y, sum);
+        sum = fmaf(weights[6], hi.z, sum);
+        sum = fmaf(weights[7], hi.w, sum);
       }
     }
   }

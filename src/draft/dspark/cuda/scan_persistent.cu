@@ -155,24 +155,11 @@ __global__ void __launch_bounds__(kThreads, 2)
                                              in.requests[r].anchor_position + slot + 1 + in.planted_keyed_shift)
                   : 0;
     }
-    if constexpr (Broadcast) {
-      // e as W1 holds it (bf16, 16 bytes a thread; the dot widens it).
-      const int pieces = rank / 8;
-      for (int index = threadIdx.x; index < G * pieces; index += kThreads) {
-        const int r = index / pieces, q = index % pieces;
-        const bool on = r < count && slot < depth[r] && !stopped[r];
-        reinterpret_cast<uint4*>(e_shared)[index] =
-            on ? *reinterpret_cast<const uint4*>(in.w1 + static_cast<int64_t>(previous[r]) * rank + q * 8)
-               : make_uint4(0, 0, 0, 0);
-        if (q == 0) active[r] = on;
-      }
-    } else {
-      for (int index = threadIdx.x; index < G * rank; index += kThreads) {
-        const int r = index / rank, j = index % rank;
-        const bool on = r < count && slot < depth[r] && !stopped[r];
-        e_shared[index] = on ? __bfloat162float(in.w1[static_cast<int64_t>(previous[r]) * rank + j]) : 0.0f;
-        if (j == 0) active[r] = on;
-      }
+    for (int index = threadIdx.x; index < G * rank; index += kThreads) {
+      const int r = index / rank, j = index % rank;
+      const bool on = r < count && slot < depth[r] && !stopped[r];
+      e_shared[index] = on ? __bfloat162float(in.w1[static_cast<int64_t>(previous[r]) * rank + j]) : 0.0f;
+      if (j == 0) active[r] = on;
     }
     if (slot + 1 < total_slots) stage_u(slot + 1);
     commit_copies();
@@ -206,9 +193,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int64_t id = first_id + threadIdx.x;
         const bool mine = static_cast<int>(threadIdx.x) < ids_per_cta && id < V;
         float sums[G];
-        broadcast_row_sums<G, kThreads>(raw, w2_held, held_rounds, in.w2 + (mine ? id : 0) * rank, mine,
-                                        reinterpret_cast<const bf16_t*>(e_shared), rank, count,
-                                        in.planted_broadcast_slots, sums);
+        broadcast_row_sums<G, kThreads>(raw, w2_held, held_rounds, in.w2 + (mine ? id : 0) * rank, mine, e_shared,
+                                        rank, count, in.planted_broadcast_slots, sums);
         if (mine) {
           take_sums<G, Keyed>(sums, id, u + threadIdx.x, ids_per_cta, V, slot, count, active, nan_slot, keyed, best,
                               flags);
