@@ -120,7 +120,6 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_staged = dspark::cuda::draft_pick_staged();
   const bool loaded_broadcast = drafter.scan_broadcast();
   const bool loaded_helpers = drafter.scan_confidence_helpers();
-  const bool loaded_absorb_skinny = drafter.absorb_skinny();
   const int loaded_backoff = drafter.scan_handoff_backoff();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
@@ -142,8 +141,6 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       drafter.set_scan_broadcast(setting.find(":bc") != std::string::npos);
       // ":ch" its confidence helpers (session 14).
       drafter.set_scan_confidence_helpers(setting.find(":ch") != std::string::npos);
-      // ":as" the absorb's GEMMs through skinny_gemm (session 14).
-      drafter.set_absorb_skinny(setting.find(":as") != std::string::npos);
       // ":boN" the flagged handoff's sleep of N ns between polls (session 14).
       const size_t backoff = setting.find(":bo");
       drafter.set_scan_handoff_backoff(backoff == std::string::npos ? 0 : std::atoi(setting.c_str() + backoff + 3));
@@ -229,12 +226,11 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   dspark::cuda::set_draft_pick_staged(loaded_staged);
   drafter.set_scan_broadcast(loaded_broadcast);
   drafter.set_scan_confidence_helpers(loaded_helpers);
-  drafter.set_absorb_skinny(loaded_absorb_skinny);
   drafter.set_scan_handoff_backoff(loaded_backoff);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:as][:boN]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

@@ -171,26 +171,16 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
   const cudaStream_t stream = stream_.get();
   const int64_t d = c.hidden_size, in = static_cast<int64_t>(c.tap_count()) * d, kv = c.kv_size();
   const int64_t layers = c.num_layers;
-  // Session 14 (set_absorb_skinny): the fused absorb's two GEMMs through skinny_gemm, W streamed once with a
-  // programmatic launch (its own K order: the drafter's bits change, within the bf16 tolerance).
-  const bool skinny = absorb_skinny_ && fused_absorb_ && skinny_gemm_supported(filled, in) &&
-                      skinny_gemm_supported(filled, d);
-  auto absorb_gemm = [&](const bf16_t* x, const bf16_t* w, int64_t n, int64_t k, bf16_t* y) {
-    if (!skinny) return gemm(x, filled, w, n, k, y, false, n);
-    // (planted, tests only: one row computed, the others left as they were)
-    const SkinnyGemm args{x, absorb_skinny_planted_ ? 1 : static_cast<int>(filled), k, w, n, y, n,
-                          SkinnyEpilogue::Bf16};
-    return skinny_gemm(args, programmatic_, stream);
-  };
   // C = hidden_norm(fc(F)) for every row of the chunk at once.
-  LS_RETURN_IF_ERROR(absorb_gemm(absorb_.features.data(), weights_.fc.values.data(), d, in, absorb_.fused.data()));
+  LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), filled, weights_.fc.values.data(), d, in, absorb_.fused.data(),
+                          false, d));
   LS_RETURN_IF_ERROR(rms_norm(absorb_.fused.data(), filled, d, weights_.hidden_norm.data(), c.norm_eps,
                               absorb_.normed.data(), stream, batched_loads_));
   mark("absorb fc + norm");
   if (fused_absorb_) {
     // Every layer's K and V in one GEMM, then one launch norms and rotates the keys and puts K and V in place.
-    LS_RETURN_IF_ERROR(absorb_gemm(absorb_.normed.data(), weights_.context_kv_proj.values.data(), layers * 2 * kv, d,
-                                   absorb_.context_kv.data()));
+    LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, weights_.context_kv_proj.values.data(), layers * 2 * kv, d,
+                            absorb_.context_kv.data(), false, layers * 2 * kv));
     AbsorbHeads heads;
     heads.kv = absorb_.context_kv.data();
     heads.rows = filled;
