@@ -192,6 +192,10 @@ int pipe_bench(const std::vector<int64_t>& widths, bool quick) {
           row("old", graph_ms(run, 40));
           set_decode_pipe_narrow(true);
           row("default", graph_ms(run, 40));
+          const int rows16 = decode_rows16();  // the pipeline's weights primed one unit before the wait
+          set_decode_rows16(rows16 | kDecodeRows16Prime);
+          row("prime one unit", graph_ms(run, 40));
+          set_decode_rows16(rows16);
           set_decode_pipe_tma_classes(15);
           row("every class 3D boxes", graph_ms(run, 40));
           set_decode_pipe_tma_classes(default_classes);

@@ -7,7 +7,8 @@
 //   outputs, two items a warp and q / k / v, spread or not, routed only under the switch; the fault caught at 17 and
 //   32 rows. (33..64-row windows as two launches were removed in session 14 with their test.)
 // - 9..16-row picks (set_decode_rows16, session 14): narrow launches on 16-column items (at 2..8 rows too), gate_up +
-//   SwiGLU and the sliced K on the pipeline, the streaming kernels' fixed-pointer copies and 4-warp SwiGLU: every row
+//   SwiGLU and the sliced K on the pipeline, the streaming kernels' fixed-pointer copies and 4-warp SwiGLU, the
+//   pipeline's weights primed one unit before the wait (every width): every row
 //   of 2..16-row launches of the 1.2B's shapes keeps its one-row bits under each bit, routed as the bits say; the
 //   reversed-K fault (set_decode_pipe_fault_for_test) caught where the pipeline copies x once and on the streaming
 //   kernels' rows16 launches.
@@ -231,7 +232,7 @@ TEST(CudaDecodeRows16, NineToSixteenRowLaunchesUnderEachBitKeepTheOneRowBits) {
     const int moved = shape.swiglu ? kDecodeRows16Swiglu : sliced ? kDecodeRows16Sliced : 0;
     for (const int bits : {0, kDecodeRows16Wide, kDecodeRows16Swiglu, kDecodeRows16Sliced, kDecodeRows16Fixed,
                            kDecodeRows16WideLow, kDecodeRows16Swiglu4, kDecodeRows16Swiglu4 | kDecodeRows16Fixed,
-                           kDecodeRows16All}) {
+                           kDecodeRows16Prime, kDecodeRows16All}) {
       const Rows16Scope scope(bits);
       for (const int64_t m : {2, 8, 9, 10, 12, 16}) {
         const bool pipe = moved == 0 || (m > 8 && (bits & moved) != 0);
@@ -250,10 +251,11 @@ TEST(CudaDecodeRows16, APlantedKOrderFaultIsCaughtUnderEveryBit) {
   const GemmEngine engine;
   constexpr int64_t K = 2048, M = 10;
   auto x = upload(to_bf16(random_values(M * K, 231, 2.0f)));
-  for (const int bits : {kDecodeRows16Wide, kDecodeRows16WideLow}) {  // 2048 -> 2048 on 16-column items
+  // 2048 -> 2048 on 16-column items (9..16 rows, 2..8 rows), one unit primed before the wait (1 and 10 rows)
+  for (const auto& [bits, m] : {std::pair{kDecodeRows16Wide, M}, std::pair{kDecodeRows16WideLow, int64_t{6}},
+                               std::pair{kDecodeRows16Prime, int64_t{1}}, std::pair{kDecodeRows16Prime, M}}) {
     const Shape shape(2048, K, false, 232);
     const Rows16Scope scope(bits);
-    const int64_t m = bits == kDecodeRows16Wide ? M : 6;
     bool x_once = false;
     ASSERT_TRUE(decode_pipe_routes(m, shape.matrix, false, &x_once));
     ASSERT_TRUE(x_once);

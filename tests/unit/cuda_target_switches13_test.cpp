@@ -73,7 +73,7 @@ TEST(CudaTarget, TheVerifyForwardSwitchesGiveTheDefaultOneRowBitsAtEveryWidthAnd
   LS_SKIP_WITHOUT_DEVICE();
   const Arm arms[] = {{2, false, false, 0}, {4, false, false, 0}, {1, true, false, 0}, {1, false, true, 0},
                       {2, true, true, 0},   {2, true, true, cuda::kDecodeRows16All},
-                      {2, true, true, cuda::kDecodeRows16Wide}};
+                      {2, true, true, cuda::kDecodeRows16Wide}, {2, true, true, cuda::kDecodeRows16Prime}};
   const int checked = for_each_target(40, 7, [&](CudaTarget& target, const std::vector<int32_t>& tokens,
                                                   const std::vector<RowBits>& oracle, int index) {
     for (const Arm& arm : arms) {

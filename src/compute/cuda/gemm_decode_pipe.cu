@@ -113,15 +113,23 @@ std::atomic<int> pipe_spread{2};
 // windows as two launches lost in the lanes in s13B and were removed in session 14; the code is at dc6afb9.)
 std::atomic<bool> pipe_rows32{true};
 constexpr int kPipeMaxRows = 32;
-// 9..16-row launches (session 14, LS_DECODE_ROWS16 / set_decode_rows16, bits; 0 by default): an A_ROWS 16 launch
+// 9..16-row launches (session 14, LS_DECODE_ROWS16 / set_decode_rows16, bits; kDecodeRows16Swiglu4 by default since
+// H200 batch s14A: gpu_bench --arms, three interleaved rounds, verify 10 / 12 / 16 rows 1.0385 / 1.0496 / 1.0929 ms
+// against 1.0516 / 1.0604 / 1.0991, 1 / 2 / 8 rows alike; 2048->16384 SwiGLU at 10 / 16 rows 19.1-19.2 / 19.3 us
+// against 19.5-19.6 / 19.6; bits 1, 2, 4 lost there and in s14A0, 16 cost 13-17 us at 2 / 8 rows, 8 won 13 us at 10
+// rows and lost 7 at 16, not on top of 32): an A_ROWS 16 launch
 // loads twice the x fragments of an 8-row one for the same mmas (s13B: 8 -> 10 rows +57 us of GEMMs in the graph).
 // kRows16Wide: narrow one-slice row-copy launches take 16-column items (each x fragment feeds two mmas, the x
 // fragments a column are an 8-row launch's); kRows16Swiglu: the fused gate_up + SwiGLU on the pipeline (x once, its
 // automatic configuration) instead of the streaming kernel's x in every stage; kRows16Sliced: the sliced K (down) on
 // the pipeline likewise; kDecodeRows16Fixed (gemm_decode_stream.cu): the streaming kernels' 9..16-row copies through
 // the 8-row launches' fixed per-lane pointers; kDecodeRows16WideLow: the wide items at 2..8 rows too;
-// kDecodeRows16Swiglu4 (gemm_decode_stream.cu): the streaming SwiGLU at 9..16 rows on 4 warps x 6 stages. Which kernel computes a column never changes its chain: the same bits.
-std::atomic<int> rows16{env_int("LS_DECODE_ROWS16", 0) & kDecodeRows16All};
+// kDecodeRows16Swiglu4 (gemm_decode_stream.cu): the streaming SwiGLU at 9..16 rows on 4 warps x 6 stages;
+// kDecodeRows16Prime (launches of every width that copy x once): a warp primes one unit before the programmatic wait
+// and the rest right after x's copy is issued, so x is not queued behind a whole ring of weights (s14A0: 2048->2048
+// 4.6 / 6.0 / 6.9 us at 2 / 8 / 10 rows on the same instructions but x's bytes). Which kernel computes a column
+// never changes its chain: the same bits.
+std::atomic<int> rows16{env_int("LS_DECODE_ROWS16", kDecodeRows16Swiglu4) & kDecodeRows16All};
 
 // Column groups per CTA for `columns` output columns (SwiGLU: F) of an m-row launch: about one CTA per SM (per
 // spread SMs above one row, up to one group a warp).
@@ -139,6 +147,7 @@ int groups_for(int config, int64_t columns, int m) {
 struct PipePlan {
   int smem, stages, chunk;
   bool x_once;
+  int early = kPipeMaxStages;  // x once: the units a warp primes before the programmatic wait (kDecodeRows16Prime)
 };
 PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups) {
   const int slices = slice_count(k);
@@ -158,7 +167,9 @@ PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k
     chunk /= 2;
   const int stage = pipe_stage_bytes(boxes, x_once, shape.tiles, chunk, m);
   const int stages = std::clamp(ring / (active * stage), 2, kPipeMaxStages);
-  return {fixed + active * stages * stage, stages, chunk, x_once};
+  // kDecodeRows16Prime (every width): one unit a warp before the wait, the rest after x's copy is issued.
+  const bool prime_one = x_once && (rows16.load(std::memory_order_relaxed) & kDecodeRows16Prime) != 0;
+  return {fixed + active * stages * stage, stages, chunk, x_once, prime_one ? 1 : kPipeMaxStages};
 }
 // x once where the switch asks for it and it fits, else per stage.
 PipePlan plan_for(int config, int m, int k, int groups, int copies) {
@@ -177,13 +188,13 @@ Status launch_shape(const PipeLaunch<BOXES>& group, int groups, const PipePlan& 
   const int ctas = group.first_block[group.count];
   if (group.args[0].m <= 8)
     return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 8, SWIGLU>, ctas, 32 * WARPS, plan.smem,
-                               stream, group, groups, plan.stages, plan.chunk);
+                               stream, group, groups, plan.stages, plan.chunk, plan.early);
   if (group.args[0].m <= 16)
     return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>, ctas, 32 * WARPS,
-                               plan.smem, stream, group, groups, plan.stages, plan.chunk);
+                               plan.smem, stream, group, groups, plan.stages, plan.chunk, plan.early);
   if constexpr (X_ONCE && !SWIGLU)
     return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 32, SWIGLU>, ctas, 32 * WARPS,
-                               plan.smem, stream, group, groups, plan.stages, plan.chunk);
+                               plan.smem, stream, group, groups, plan.stages, plan.chunk, plan.early);
   return Status(ErrorCode::Internal, "decode pipeline: 17..32 rows copy x once and run no SwiGLU");
 }
 template <bool BOXES, bool X_ONCE>

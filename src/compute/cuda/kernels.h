@@ -141,10 +141,11 @@ bool decode_pipe_rows32();
 // gate_up + SwiGLU and kDecodeRows16Sliced the sliced K (down) on the pipeline (x once) instead of the streaming
 // kernels; kDecodeRows16Fixed the streaming kernels' 9..16-row launches copy with the 8-row launches' fixed per-lane
 // pointers; kDecodeRows16WideLow kDecodeRows16Wide at 2..8 rows; kDecodeRows16Swiglu4 the streaming gate_up + SwiGLU
-// at 9..16 rows on the 8-row launch's 4 warps (6 stages, two CTAs an SM). Same bits; drop captured graphs after a
-// change.
+// at 9..16 rows on the 8-row launch's 4 warps (6 stages, two CTAs an SM); kDecodeRows16Prime the pipeline's x-once
+// launches of every width prime one unit a warp before the programmatic wait, the rest after x's copy. Same bits;
+// drop captured graphs after a change.
 constexpr int kDecodeRows16Wide = 1, kDecodeRows16Swiglu = 2, kDecodeRows16Sliced = 4, kDecodeRows16Fixed = 8,
-              kDecodeRows16WideLow = 16, kDecodeRows16Swiglu4 = 32, kDecodeRows16All = 63;
+              kDecodeRows16WideLow = 16, kDecodeRows16Swiglu4 = 32, kDecodeRows16Prime = 64, kDecodeRows16All = 127;
 void set_decode_rows16(int bits);
 int decode_rows16();
 // Tests: gemm_decode_pipe's launches that copy x once walk each unit's K tiles backwards (a planted K-order fault).
