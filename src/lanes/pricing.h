@@ -157,8 +157,11 @@ struct PricingOptions {
   // same token, and the nano pair's sampled windows on the H200 land ~1 draft of 7 (1.9-2.0 tokens a window, a
   // conditional ~0.5), where the greedy prior promises ~3. The gate (exploration_repays) and admission (could_draft)
   // then see what a sampled stream's exploring can win: the nano pair's 64-token sampled stream explored, lost 3-4
-  // rounds before the loss stop and ran 0.93x (s13final). Empty: depth_prior. lanes_bench --sampled-prior X|off.
-  std::vector<double> sampled_prior;
+  // rounds before the loss stop and ran 0.93x (s13final). The default (0.5 at every depth) since H200 batch s14A
+  // (alternated A B B A, nano seeded sampled 64 tokens, 1 stream, 5 repeats: 0.994 / 0.996x with no pass against
+  // 0.954 / 0.951x with 7; the synth 1.2B sampled 1 stream 128 tokens 2.686 / 2.696x, 26 passes either way: its
+  // always-right gain still opens the gate). Empty: depth_prior. lanes_bench --sampled-prior X|off.
+  std::vector<double> sampled_prior = std::vector<double>(16, 0.5);
   // Fourteenth session (lanes15). Whole contexts priced per stream count: while the drafter is unproven, every
   // prompt is tapped (LanesOptions::scout_prompt_only's restarted contexts avoided) where the prior's best round,
   // over the tokens left, repays explore_repay times the scout's one-off plus every other prompt's absorb
@@ -338,6 +341,7 @@ class Pricing {
   // drafter's graph per request count and depth) would otherwise never put three in a row on one entry, and a
   // pass that really costs more than the load-time table (sampled scans, a busy device) would never be priced.
   int draft_outliers_in_a_row_ = 0;
+  int absorb_outliers_in_a_row_ = 0;  // absorbs in a row far above the table (first sightings' captures)
   double pass_scale_ = 1.0;  // moving average of measured / table over every pass (1 for passes the table took)
   // Sampled passes (pass_cost_per_mode): their own table, outlier run and scale, and the run of passes far above it.
   struct ModePasses {

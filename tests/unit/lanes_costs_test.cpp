@@ -46,6 +46,23 @@ TEST(LanesCosts, AOneOffSlowPassAmongFastOnesLeavesTheTablesAlone) {
   for (int streams = 1; streams <= 4; ++streams) EXPECT_DOUBLE_EQ(pricing.tables().draft.ms(streams, 7), 0.2);
 }
 
+TEST(LanesCosts, AOneOffSlowAbsorbLeavesTheAbsorbCostsAloneAndThreeInARowMoveThem) {
+  // The synth 1.2B on the H200 at 64 whole contexts (s14A): the first batched absorb of 64 streams' rows captured a
+  // graph (9.9 ms against 0.29 after); taken as 64 rows' cost it priced every row at 12x and no pass was ever bought.
+  CostTables tables = flat_tables();
+  tables.absorb_call_ms = 0.165;
+  tables.absorb_ms_per_row = 0.0027;
+  Pricing pricing(tables, PricingOptions{}, 64, true);
+  pricing.observe_absorb(64, 9.87);
+  EXPECT_DOUBLE_EQ(pricing.absorb_ms(64), 0.165 + 0.0027 * 64);
+  pricing.observe_absorb(64, 0.29);  // a fast one in between starts the count again
+  pricing.observe_absorb(64, 9.87);
+  pricing.observe_absorb(64, 9.87);
+  EXPECT_LT(pricing.absorb_ms(64), 0.5);
+  pricing.observe_absorb(64, 9.87);  // three in a row: what absorbs cost now
+  EXPECT_GT(pricing.absorb_ms(64), 1.0);
+}
+
 TEST(LanesCosts, PassesSlowOneTimeInTwoArePricedAtTheirMeanCostUntilTheyStopComing) {
   // The H200's nano pair in a 64-token run at 16 streams: a CUDA drafter's first two passes of each new request
   // count run eagerly and capture a graph, so about one pass in two cost 4x the table; each was an outlier (never
