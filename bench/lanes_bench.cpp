@@ -55,7 +55,9 @@
 //             [--pass-depths ends|shallow]                                 shallow: passes also timed at depths 2
 //                                                                         and 3 at load (lanes14)
 //             [--sampled-prior X|off]                                      X: an unproven drafter's sampled rounds
-//                                                                         priced at a flat conditional X (lanes15)
+//                                                                         priced at a flat conditional X (lanes15;
+//                                                                         0.5 by default since s14A); off: at the
+//                                                                         greedy prior
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it
