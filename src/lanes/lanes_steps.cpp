@@ -87,6 +87,29 @@ Status Lanes::admit() {
                        pricing_.could_draft(streams, cap, /*always_right=*/true, mode)});
     return answers.back();
   };
+  // whole_contexts_priced: asked once for each cap, mode, reply length and prompt length (an allocator run per
+  // admitted stream cost 16 streams ~2 ms of host work on the H200, s14A).
+  struct WholeAnswer {
+    int cap;
+    PassMode mode;
+    int tokens_left;
+    int prompt_rows;
+    bool whole;
+  };
+  std::vector<WholeAnswer> whole_answers;
+  auto whole_for = [&](const Stream& stream, int cap, PassMode mode) {
+    const int tokens_left = stream.remaining();
+    const int prompt_rows = static_cast<int>(stream.request.prompt.size());
+    for (const WholeAnswer& known : whole_answers) {
+      if (known.cap == cap && known.mode == mode && known.tokens_left == tokens_left &&
+          known.prompt_rows == prompt_rows) {
+        return known.whole;
+      }
+    }
+    whole_answers.push_back({cap, mode, tokens_left, prompt_rows,
+                             pricing_.whole_contexts_repay(streams, cap, tokens_left, prompt_rows, mode)});
+    return whole_answers.back().whole;
+  };
   for (Stream* stream : admitted) {
     if (!stream->drafting || !restarts_) continue;
     const PassMode mode = pricing_.mode_of(*stream);
@@ -94,9 +117,8 @@ Status Lanes::admit() {
     const bool pays = priced.pays;
     // always_draft (exactness checks) drafts every stream from its first round: every prompt is tapped.
     // whole_contexts_priced: every prompt tapped where its absorb and the scout's one-off are repaid by the prior.
-    const bool whole = !drafter_proven && options_.pricing.whole_contexts_priced && pays &&
-                       pricing_.whole_contexts_repay(streams, draft_cap(*stream), stream->remaining(),
-                                                     static_cast<int>(stream->request.prompt.size()), mode);
+    const bool whole =
+        !drafter_proven && options_.pricing.whole_contexts_priced && pays && whole_for(*stream, draft_cap(*stream), mode);
     const bool scout_only = !whole && ((options_.scout_prompt_only && !options_.pricing.always_draft) || !pays);
     // Where even an always-right drafter could not pay at this many streams the scout's probe would be skipped:
     // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
