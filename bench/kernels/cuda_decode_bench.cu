@@ -112,41 +112,14 @@ int chain_bench() {
   return 0;
 }
 
-// --pipe-rows at 8..16 rows (session 14): the set_decode_rows16 bit that moves this shape (none at 8 rows), then every
-// configuration of its kind pinned (row copies, then every class on 3D boxes), in the same pass as the default.
-template <typename Row, typename Run>
-void rows16_arms(int64_t m, const DeviceMatrix& w, bool swiglu, const Row& row, const Run& run) {
-  const bool sliced = w.cols > 2048;
-  const int before = decode_rows16(), classes = decode_pipe_tma_classes();
-  std::vector<int> bits = {swiglu ? kDecodeRows16Swiglu : sliced ? kDecodeRows16Sliced : kDecodeRows16Wide};
-  if (m <= 8 && !swiglu && !sliced) bits = {kDecodeRows16WideLow};
-  if (m > 8 && (swiglu || sliced)) bits.push_back(kDecodeRows16Fixed);  // the streaming kernel's fixed pointers
-  if (m > 8 && swiglu) bits.insert(bits.end(), {kDecodeRows16Swiglu4, kDecodeRows16Swiglu4 | kDecodeRows16Fixed});
-  for (const int bit : bits) {
-    set_decode_rows16(bit);
-    row("rows16 bit " + std::to_string(bit), graph_ms(run, 40));
-  }
-  set_decode_rows16(before);
-  for (const int boxes : {0, 1}) {
-    set_decode_pipe_tma_classes(boxes ? 15 : classes);
-    for (int config = 0; config < decode_pipe_config_count(); ++config) {
-      if ((config >= decode_pipe_config_count() - 2) != swiglu) continue;
-      if (!decode_pipe_fits(config, m, w)) continue;
-      set_decode_pipeline(true, config);  // every launch on the pipeline, this configuration
-      row(std::string(boxes ? "pinned boxes " : "pinned ") + decode_pipe_config_name(config), graph_ms(run, 40));
-    }
-  }
-  set_decode_pipeline(false);
-  set_decode_pipe_tma_classes(classes);
-}
-
 // --pipe [widths] (issue 8, sessions 8-9): the pipeline decode GEMM (row copies, and tensor copies of the weights:
 // set_decode_pipe_tma 1 = one 3D box a stage) against the streaming kernels on the 1.2B
 // decode shapes (and the 65536-wide head), back-to-back launches over weight copies (> 512 MiB, DRAM) in one graph;
 // us, TB/s of weights and the share of 4.2 TB/s; the automatic configuration at chunks of 16 / 8 / 4 K tiles and
 // rings of 96 / 200 KB, then every configuration pinned.
 // quick (--pipe-rows): the old kernels, the default (session 10: one-slice launches up to 16 rows, x once with row
-// copies) and every class on boxes, in that order and again.
+// copies), the default with set_decode_pipe_prime flipped (session 14) and every class on boxes, in that order and
+// again.
 int pipe_bench(const std::vector<int64_t>& widths, bool quick) {
   const GemmEngine engine;
   const int default_classes = decode_pipe_tma_classes();
@@ -192,14 +165,13 @@ int pipe_bench(const std::vector<int64_t>& widths, bool quick) {
           row("old", graph_ms(run, 40));
           set_decode_pipe_narrow(true);
           row("default", graph_ms(run, 40));
-          const int rows16 = decode_rows16();  // the pipeline's weights primed one unit before the wait
-          set_decode_rows16(rows16 | kDecodeRows16Prime);
-          row("prime one unit", graph_ms(run, 40));
-          set_decode_rows16(rows16);
+          const bool prime = decode_pipe_prime();  // the pipeline's weights primed one unit before the wait
+          set_decode_pipe_prime(!prime);
+          row(prime ? "prime off" : "prime one unit", graph_ms(run, 40));
+          set_decode_pipe_prime(prime);
           set_decode_pipe_tma_classes(15);
           row("every class 3D boxes", graph_ms(run, 40));
           set_decode_pipe_tma_classes(default_classes);
-          if (m >= 8 && m <= 16 && !head) rows16_arms(m, matrix(0), shape.swiglu, row, run);
         }
         continue;
       }

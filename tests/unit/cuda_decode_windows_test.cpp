@@ -6,12 +6,9 @@
 // - 17..32-row windows (set_decode_pipe_rows32): two m16 tiles of x rows, x once; row copies, 3D boxes up to 16384
 //   outputs, two items a warp and q / k / v, spread or not, routed only under the switch; the fault caught at 17 and
 //   32 rows. (33..64-row windows as two launches were removed in session 14 with their test.)
-// - 9..16-row picks (set_decode_rows16, session 14): narrow launches on 16-column items (at 2..8 rows too), gate_up +
-//   SwiGLU and the sliced K on the pipeline, the streaming kernels' fixed-pointer copies and 4-warp SwiGLU, the
-//   pipeline's weights primed one unit before the wait (every width): every row
-//   of 2..16-row launches of the 1.2B's shapes keeps its one-row bits under each bit, routed as the bits say; the
-//   reversed-K fault (set_decode_pipe_fault_for_test) caught where the pipeline copies x once and on the streaming
-//   kernels' rows16 launches.
+// - the weights primed around x's copy (set_decode_pipe_prime, session 14): every row of 1..16-row launches of the
+//   1.2B's shapes keeps its one-row bits primed or not; the reversed-K fault (set_decode_pipe_fault_for_test) caught
+//   primed at 1 and 10 rows, and on the streaming gate_up + SwiGLU's 16-row launch (4 warps since s14A).
 #ifdef LS_HAVE_CUDA
 
 #include "cuda_decode_test_util.h"
@@ -29,7 +26,7 @@ struct Scope {
 };
 using SpreadScope = Scope<int, decode_pipe_spread, set_decode_pipe_spread>;
 using Rows32Scope = Scope<bool, decode_pipe_rows32, set_decode_pipe_rows32>;
-using Rows16Scope = Scope<int, decode_rows16, set_decode_rows16>;
+using PrimeScope = Scope<bool, decode_pipe_prime, set_decode_pipe_prime>;
 
 // Rows r of y [m, n] whose bits differ from row r of `want` [>= m, n].
 int differing_rows(const std::vector<bf16>& got, const std::vector<bf16>& want, int64_t m, int64_t n) {
@@ -216,7 +213,7 @@ struct Shape {
   DeviceMatrix matrix;
 };
 
-TEST(CudaDecodeRows16, NineToSixteenRowLaunchesUnderEachBitKeepTheOneRowBits) {
+TEST(CudaDecodePrime, LaunchesOfEveryWidthWithTheWeightsPrimedAroundXKeepTheOneRowBits) {
   LS_SKIP_WITHOUT_DEVICE();
   if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
   const GemmEngine engine;
@@ -228,68 +225,39 @@ TEST(CudaDecodeRows16, NineToSixteenRowLaunchesUnderEachBitKeepTheOneRowBits) {
   for (const Shape& shape : shapes) {
     const bf16* x = shape.k == 8192 ? x8192.data() : x2048.data();
     const std::vector<bf16> want = shape.one_row_launches(engine, x, 16);
-    const bool sliced = shape.k > 2048;
-    const int moved = shape.swiglu ? kDecodeRows16Swiglu : sliced ? kDecodeRows16Sliced : 0;
-    for (const int bits : {0, kDecodeRows16Wide, kDecodeRows16Swiglu, kDecodeRows16Sliced, kDecodeRows16Fixed,
-                           kDecodeRows16WideLow, kDecodeRows16Swiglu4, kDecodeRows16Swiglu4 | kDecodeRows16Fixed,
-                           kDecodeRows16Prime, kDecodeRows16All}) {
-      const Rows16Scope scope(bits);
-      for (const int64_t m : {2, 8, 9, 10, 12, 16}) {
-        const bool pipe = moved == 0 || (m > 8 && (bits & moved) != 0);
-        EXPECT_EQ(decode_pipe_routes(m, shape.matrix, shape.swiglu), pipe)
-            << "N " << shape.n << " K " << shape.k << " m " << m << " bits " << bits;
+    for (const bool prime : {false, true}) {
+      const PrimeScope scope(prime);
+      for (const int64_t m : {1, 2, 8, 9, 10, 12, 16})
         EXPECT_EQ(shape.differing_rows(shape.run(engine, x, m), want, m), 0)
-            << "N " << shape.n << " K " << shape.k << " m " << m << " bits " << bits;
-      }
+            << "N " << shape.n << " K " << shape.k << " m " << m << (prime ? " primed" : "");
     }
   }
 }
 
-TEST(CudaDecodeRows16, APlantedKOrderFaultIsCaughtUnderEveryBit) {
+TEST(CudaDecodePrime, APlantedKOrderFaultIsCaughtPrimedAndOnTheSixteenRowSwiglu) {
   LS_SKIP_WITHOUT_DEVICE();
   if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
   const GemmEngine engine;
   constexpr int64_t K = 2048, M = 10;
   auto x = upload(to_bf16(random_values(M * K, 231, 2.0f)));
-  // 2048 -> 2048 on 16-column items (9..16 rows, 2..8 rows), one unit primed before the wait (1 and 10 rows)
-  for (const auto& [bits, m] : {std::pair{kDecodeRows16Wide, M}, std::pair{kDecodeRows16WideLow, int64_t{6}},
-                               std::pair{kDecodeRows16Prime, int64_t{1}}, std::pair{kDecodeRows16Prime, M}}) {
+  {  // 2048 -> 2048, the weights primed around x's copy, at 1 and 10 rows
     const Shape shape(2048, K, false, 232);
-    const Rows16Scope scope(bits);
-    bool x_once = false;
-    ASSERT_TRUE(decode_pipe_routes(m, shape.matrix, false, &x_once));
-    ASSERT_TRUE(x_once);
-    expect_pipe_fault_seen(engine, x.data(), m, shape.matrix, "wide, bits " + std::to_string(bits));
+    const PrimeScope scope(true);
+    for (const int64_t m : {int64_t{1}, M}) {
+      bool x_once = false;
+      ASSERT_TRUE(decode_pipe_routes(m, shape.matrix, false, &x_once));
+      ASSERT_TRUE(x_once);
+      expect_pipe_fault_seen(engine, x.data(), m, shape.matrix, "primed, m " + std::to_string(m));
+    }
   }
+  // gate_up + SwiGLU at 10 rows: the streaming kernel's 4-warp launch (the default since s14A)
   const Shape gate_up(16384, K, true, 233);
-  // gate_up + SwiGLU: the pipeline, the streaming kernel's fixed pointers, its 4-warp shape with and without them
-  for (const int bits : {kDecodeRows16Swiglu, kDecodeRows16Fixed, kDecodeRows16Swiglu4,
-                         kDecodeRows16Swiglu4 | kDecodeRows16Fixed}) {
-    const Rows16Scope scope(bits);
-    bool x_once = false;
-    ASSERT_EQ(decode_pipe_routes(M, gate_up.matrix, true, &x_once), bits == kDecodeRows16Swiglu);
-    ASSERT_EQ(x_once, bits == kDecodeRows16Swiglu);
-    const std::vector<bf16> want = gate_up.run(engine, x.data(), M);
-    set_decode_pipe_fault_for_test(true);
-    const std::vector<bf16> faulty = gate_up.run(engine, x.data(), M);
-    set_decode_pipe_fault_for_test(false);
-    EXPECT_GT(gate_up.differing_rows(faulty, want, M), M / 2)
-        << "SwiGLU, bits " << bits << ": the K tiles walked backwards went unseen";
-  }
-  {  // down (sliced K) on the streaming kernel's fixed pointers, fp32 out
-    const Shape down(2048, 8192, false, 234);
-    auto x8192 = upload(to_bf16(random_values(M * 8192, 235, 2.0f)));
-    const Rows16Scope scope(kDecodeRows16Fixed);
-    ASSERT_FALSE(decode_pipe_routes(M, down.matrix, false));
-    auto y = poisoned<float>(M * down.n), faulty = poisoned<float>(M * down.n);
-    ASSERT_TRUE(engine.gemm(x8192.data(), M, down.matrix, nullptr, y.data(), nullptr).ok());
-    set_decode_pipe_fault_for_test(true);
-    const Status status = engine.gemm(x8192.data(), M, down.matrix, nullptr, faulty.data(), nullptr);
-    set_decode_pipe_fault_for_test(false);
-    ASSERT_TRUE(status.ok()) << status.message();
-    EXPECT_GE(first_differing_row(download(faulty, M * down.n), download(y, M * down.n), M, down.n), 0)
-        << "down, fixed pointers: the K tiles walked backwards went unseen";
-  }
+  ASSERT_FALSE(decode_pipe_routes(M, gate_up.matrix, true));
+  const std::vector<bf16> want = gate_up.run(engine, x.data(), M);
+  set_decode_pipe_fault_for_test(true);
+  const std::vector<bf16> faulty = gate_up.run(engine, x.data(), M);
+  set_decode_pipe_fault_for_test(false);
+  EXPECT_GT(gate_up.differing_rows(faulty, want, M), M / 2) << "SwiGLU: the K tiles walked backwards went unseen";
 }
 
 }  // namespace

@@ -78,9 +78,7 @@ void allow_pipe_shared(int optin_bytes);
 bool pipe_enabled();  // set_decode_pipeline
 // Whether the automatic (or pinned) configuration takes this GEMM (swiglu: args.n = 2F, y_b16 [m, F]).
 bool pipe_fits(const GemmArgs& args, bool swiglu);
-// Whether set_decode_rows16's `bit` applies to an m-row launch (9..16 rows; gemm_decode_pipe.cu).
-bool rows16_has(int m, int bit);
-// set_decode_pipe_fault_for_test: the pipeline's x-once launches and the streaming kernels' kDecodeRows16Fixed
+// set_decode_pipe_fault_for_test: the pipeline's x-once launches and the streaming gate_up + SwiGLU's 9..16-row
 // launches walk K backwards.
 bool pipe_fault_on();
 // Configuration `config` (-1: the automatic plain one); refuses by number what it does not take.

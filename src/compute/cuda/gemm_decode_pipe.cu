@@ -1,7 +1,7 @@
 // The pipeline decode GEMM's configurations, plans, routing and launches (m <= 16; 17..32 one-slice, non-SwiGLU;
 // sm_90; the kernel: gemm_decode_pipe.cuh; the weight maps of its tensor copies: gemm_decode_tma.cu). Session 8 (row
 // copies), session 9 (3D tensor boxes of the weights), session 10 (one kernel for both; x copied once per CTA;
-// multi-row launches), session 13 (the spread, 17..32 rows), session 14 (the 9..16-row picks).
+// multi-row launches), session 13 (the spread, 17..32 rows), session 14 (the weights primed around x's copy).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -113,23 +113,13 @@ std::atomic<int> pipe_spread{2};
 // windows as two launches lost in the lanes in s13B and were removed in session 14; the code is at dc6afb9.)
 std::atomic<bool> pipe_rows32{true};
 constexpr int kPipeMaxRows = 32;
-// 9..16-row launches (session 14, LS_DECODE_ROWS16 / set_decode_rows16, bits; kDecodeRows16Swiglu4 by default since
-// H200 batch s14A: gpu_bench --arms, three interleaved rounds, verify 10 / 12 / 16 rows 1.0385 / 1.0496 / 1.0929 ms
-// against 1.0516 / 1.0604 / 1.0991, 1 / 2 / 8 rows alike; 2048->16384 SwiGLU at 10 / 16 rows 19.1-19.2 / 19.3 us
-// against 19.5-19.6 / 19.6; bits 1, 2, 4 lost there and in s14A0, 16 cost 13-17 us at 2 / 8 rows, 8 won 13 us at 10
-// rows and lost 7 at 16, not on top of 32): an A_ROWS 16 launch
-// loads twice the x fragments of an 8-row one for the same mmas (s13B: 8 -> 10 rows +57 us of GEMMs in the graph).
-// kRows16Wide: narrow one-slice row-copy launches take 16-column items (each x fragment feeds two mmas, the x
-// fragments a column are an 8-row launch's); kRows16Swiglu: the fused gate_up + SwiGLU on the pipeline (x once, its
-// automatic configuration) instead of the streaming kernel's x in every stage; kRows16Sliced: the sliced K (down) on
-// the pipeline likewise; kDecodeRows16Fixed (gemm_decode_stream.cu): the streaming kernels' 9..16-row copies through
-// the 8-row launches' fixed per-lane pointers; kDecodeRows16WideLow: the wide items at 2..8 rows too;
-// kDecodeRows16Swiglu4 (gemm_decode_stream.cu): the streaming SwiGLU at 9..16 rows on 4 warps x 6 stages;
-// kDecodeRows16Prime (launches of every width that copy x once): a warp primes one unit before the programmatic wait
-// and the rest right after x's copy is issued, so x is not queued behind a whole ring of weights (s14A0: 2048->2048
-// 4.6 / 6.0 / 6.9 us at 2 / 8 / 10 rows on the same instructions but x's bytes). Which kernel computes a column
-// never changes its chain: the same bits.
-std::atomic<int> rows16{env_int("LS_DECODE_ROWS16", kDecodeRows16Swiglu4) & kDecodeRows16All};
+// x-once launches prime one unit a warp before the programmatic wait, the rest right after x's copy is issued
+// (session 14, LS_DECODE_PIPE_PRIME / set_decode_pipe_prime, off): 2048->2048 takes 4.6 / 6.0 / 6.9 us at 2 / 8 / 10
+// rows on the same instructions but x's bytes (s14A0), as if x waited behind the ring's weights. (The other 9..16-row
+// picks of session 14 lost in s14A0 / s14A and were removed: narrow launches on 16-column items, gate_up + SwiGLU
+// and the sliced down on the pipeline, 16-column items at 2..8 rows, the streaming kernels' fixed pointers at 16 x
+// rows; docs/cuda.md, session 14.) Which kernel computes a column never changes its chain: the same bits.
+std::atomic<bool> pipe_prime{env_int("LS_DECODE_PIPE_PRIME", 0) != 0};
 
 // Column groups per CTA for `columns` output columns (SwiGLU: F) of an m-row launch: about one CTA per SM (per
 // spread SMs above one row, up to one group a warp).
@@ -147,7 +137,7 @@ int groups_for(int config, int64_t columns, int m) {
 struct PipePlan {
   int smem, stages, chunk;
   bool x_once;
-  int early = kPipeMaxStages;  // x once: the units a warp primes before the programmatic wait (kDecodeRows16Prime)
+  int early = kPipeMaxStages;  // x once: the units a warp primes before the programmatic wait (pipe_prime: 1)
 };
 PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups) {
   const int slices = slice_count(k);
@@ -167,8 +157,8 @@ PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k
     chunk /= 2;
   const int stage = pipe_stage_bytes(boxes, x_once, shape.tiles, chunk, m);
   const int stages = std::clamp(ring / (active * stage), 2, kPipeMaxStages);
-  // kDecodeRows16Prime (every width): one unit a warp before the wait, the rest after x's copy is issued.
-  const bool prime_one = x_once && (rows16.load(std::memory_order_relaxed) & kDecodeRows16Prime) != 0;
+  // pipe_prime (every width): one unit a warp before the wait, the rest after x's copy is issued.
+  const bool prime_one = x_once && pipe_prime.load(std::memory_order_relaxed);
   return {fixed + active * stages * stage, stages, chunk, x_once, prime_one ? 1 : kPipeMaxStages};
 }
 // x once where the switch asks for it and it fits, else per stage.
@@ -293,11 +283,7 @@ bool maps_ok(int config, const GemmArgs* args, int count) {
 int config_for(bool swiglu, int m, int k, int64_t rows) {
   const int pinned = pipe_pinned.load(std::memory_order_relaxed);
   if (pinned >= 0 && (pinned >= kPlainConfigs) == swiglu && shape_fits(pinned, m, k, rows)) return pinned;
-  int config = auto_config(swiglu, slice_count(k), rows, copies_of(m, k, rows, swiglu));
-  // rows16 wide: 9..16 (and with WideLow 2..8) rows of a narrow row-copy launch on 16-column items where they fit.
-  const bool wide = rows16_has(m, kDecodeRows16Wide) ||
-                    (m > 1 && m <= 8 && (rows16.load(std::memory_order_relaxed) & kDecodeRows16WideLow) != 0);
-  if (config == 0 && wide && shape_fits(1, m, k, rows)) config = 1;
+  const int config = auto_config(swiglu, slice_count(k), rows, copies_of(m, k, rows, swiglu));
   // Many rows: a 16-column configuration whose stages no longer fit (down with x per stage) gives way to its
   // 8-column twin of the same warps.
   const int twin = config == 4 ? 3 : config == 1 ? 0 : -1;
@@ -315,7 +301,6 @@ bool routed_x_once(const GemmArgs& args, bool swiglu) {
 
 }  // namespace
 
-bool rows16_has(int m, int bit) { return m > 8 && m <= 16 && (rows16.load(std::memory_order_relaxed) & bit) != 0; }
 bool pipe_fault_on() { return pipe_fault.load(std::memory_order_relaxed); }
 
 const char* pipe_config_name(int config) {
@@ -342,8 +327,7 @@ bool pipe_enabled() { return pipe_on.load(std::memory_order_relaxed) || pipe_nar
 bool auto_pick(int m, int k, int64_t rows, bool swiglu) {
   if (!pipe_narrow.load(std::memory_order_relaxed) || m > kPipeMaxRows) return false;
   if (m > 16 && !pipe_rows32.load(std::memory_order_relaxed)) return false;
-  if (m > 1 && (swiglu || slice_count(k) > 1))  // the streaming kernels, unless rows16 moves them
-    return rows16_has(m, swiglu ? kDecodeRows16Swiglu : kDecodeRows16Sliced);
+  if (m > 1 && (swiglu || slice_count(k) > 1)) return false;
   if (!swiglu && slice_count(k) == 1 && rows <= kNarrowMaxN) return true;
   return pipe_tma.load(std::memory_order_relaxed) < 0 && copies_of(m, k, rows, swiglu) != 0;
 }
@@ -380,9 +364,7 @@ Status launch_pipe(int config, const GemmArgs& args, cudaStream_t stream) {
 }
 
 Status launch_pipe_swiglu(const GemmArgs& args, cudaStream_t stream) {
-  GemmArgs a = args;
-  a.reverse_k = pipe_fault.load(std::memory_order_relaxed) ? 1 : 0;  // tests: the K walk reversed (x once)
-  return launch_pipe(config_for(true, a.m, a.k, a.n), a, stream);
+  return launch_pipe(config_for(true, args.m, args.k, args.n), args, stream);
 }
 
 bool pipe_group_fits(const GemmArgs* args, int count) {
@@ -478,8 +460,8 @@ void set_decode_pipe_spread(int spread) {
 int decode_pipe_spread() { return gemm_detail::pipe_spread.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_rows32(bool on) { gemm_detail::pipe_rows32.store(on, std::memory_order_relaxed); }
-void set_decode_rows16(int bits) { gemm_detail::rows16.store(bits & kDecodeRows16All, std::memory_order_relaxed); }
-int decode_rows16() { return gemm_detail::rows16.load(std::memory_order_relaxed); }
+void set_decode_pipe_prime(bool on) { gemm_detail::pipe_prime.store(on, std::memory_order_relaxed); }
+bool decode_pipe_prime() { return gemm_detail::pipe_prime.load(std::memory_order_relaxed); }
 bool decode_pipe_rows32() { return gemm_detail::pipe_rows32.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_fault_for_test(bool on) { gemm_detail::pipe_fault.store(on, std::memory_order_relaxed); }

@@ -10,11 +10,10 @@
 namespace ls::cuda::gemm_detail {
 namespace {
 
-template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false, bool FIXED16 = false>
+template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU = false>
 __global__ void __launch_bounds__(32 * WARPS) decode_stream_kernel(GemmArgs args, int slices, int groups,
                                                                     int prefetch_tiles) {
-  stream_body<WARPS, STAGES, TILES, A_ROWS, SWIGLU, false, FIXED16>(args, slices, groups, blockIdx.x, prefetch_tiles,
-                                                                    StagedNorm{});
+  stream_body<WARPS, STAGES, TILES, A_ROWS, SWIGLU>(args, slices, groups, blockIdx.x, prefetch_tiles, StagedNorm{});
 }
 
 // The fused gate_up GEMM + SwiGLU with the norm prologue (one slice).
@@ -42,8 +41,7 @@ __global__ void __launch_bounds__(32 * WARPS) decode_group_kernel(GemmGroup grou
 
 int optin_shared_bytes = 0;  // the device's opt-in limit, set by allow_stream_shared
 
-// The kDecodeRows16Fixed / kDecodeRows16Swiglu4 launches' args: K walked backwards under
-// set_decode_pipe_fault_for_test (a planted fault).
+// The 9..16-row SwiGLU launches' args: K walked backwards under set_decode_pipe_fault_for_test (a planted fault).
 GemmArgs with_test_fault(const GemmArgs& args) {
   GemmArgs faulty = args;
   faulty.reverse_k = args.reverse_k || pipe_fault_on() ? 1 : 0;
@@ -67,10 +65,6 @@ Status launch_stream_rows(const GemmArgs& args, int sm_count, cudaStream_t strea
   if (smem > optin_shared_bytes)
     return Status(ErrorCode::InvalidArgument, "streamed rows: " + std::to_string(smem) + " bytes of shared memory for K " +
                                                   std::to_string(args.k) + " at " + std::to_string(args.m) + " rows");
-  if constexpr (A_ROWS == 16)
-    if (rows16_has(args.m, kDecodeRows16Fixed))
-      return launch_programmatic(decode_stream_kernel<WARPS, STAGES, TILES, 16, false, true>, ctas, 32 * WARPS, smem,
-                                 stream, with_test_fault(args), slices, groups, prefetch_tiles_for(args.n, args.k));
   return launch_programmatic(decode_stream_kernel<WARPS, STAGES, TILES, A_ROWS>, ctas, 32 * WARPS, smem, stream, args,
                              slices, groups, prefetch_tiles_for(args.n, args.k));
 }
@@ -87,41 +81,24 @@ void allow_stream_kernel_shared(int optin_bytes) {
                        optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<WARPS, STAGES, TILES, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
-  cudaFuncSetAttribute(decode_stream_kernel<WARPS, STAGES, TILES, 16, false, true>,
-                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
 }
 
-// The fused gate_up GEMM + SwiGLU (one slice), items of 8 gate + 8 up columns: 4 warps x 8 stages for m <= 8 (two
-// CTAs per SM), 8 warps x 6 stages for more rows (one wave of one CTA per SM on 2048->16384: 31.2 -> ~20 us at m = 16
-// on the H200, batch A).
+// The fused gate_up GEMM + SwiGLU (one slice), items of 8 gate + 8 up columns: 4 warps, two CTAs per SM, 8 stages
+// for m <= 8 and 6 of 16 x rows at 9..16 rows (96 KB; since H200 batch s14A, gpu_bench --arms, three interleaved
+// rounds, synth 1.2B with taps: verify 10 / 12 / 16 rows 1.0385 / 1.0496 / 1.0929 ms against 1.0516 / 1.0604 / 1.0991
+// for 8 warps x 6 stages, one CTA an SM; 2048->16384 at 10 rows 19.1-19.2 us against 19.5-19.6).
 // Verify windows: 4 warps, 8 stages at 32 rows, 4 at 64.
-// kDecodeRows16Swiglu4: 9..16 rows on the 8-row launch's shape instead (4 warps, 6 stages of 16 x rows: 96 KB, two
-// CTAs an SM as at 8 rows), with or without kDecodeRows16Fixed.
-template <int WARPS, int STAGES>
-Status launch_swiglu16(const GemmArgs& args, cudaStream_t stream) {
-  const int ctas = (args.n / 2 + WARPS * 8 - 1) / (WARPS * 8);
-  constexpr int smem = Stream<WARPS, STAGES, 2, 16>::kPipeBytes;
-  if (rows16_has(args.m, kDecodeRows16Fixed))
-    return launch_programmatic(decode_stream_kernel<WARPS, STAGES, 2, 16, true, true>, ctas, 32 * WARPS, smem, stream,
-                               with_test_fault(args), 1, WARPS, prefetch_tiles_for(args.n, args.k));
-  return launch_programmatic(decode_stream_kernel<WARPS, STAGES, 2, 16, true>, ctas, 32 * WARPS, smem, stream,
-                             with_test_fault(args), 1, WARPS, prefetch_tiles_for(args.n, args.k));
-}
-
 template <int A_ROWS>
 Status launch_swiglu_rows(const GemmArgs& args, cudaStream_t stream) {
-  if constexpr (A_ROWS == 16) {
-    if (rows16_has(args.m, kDecodeRows16Swiglu4)) return launch_swiglu16<4, 6>(args, stream);
-    if (rows16_has(args.m, kDecodeRows16Fixed)) return launch_swiglu16<8, 6>(args, stream);
-  }
-  constexpr int kWarps = A_ROWS == 16 ? 8 : 4;
+  constexpr int kWarps = 4;
   constexpr int kStages = A_ROWS == 16 ? 6 : A_ROWS == 64 ? 4 : 8;
   const int f = args.n / 2;
   const int cols = kWarps * 8;
   const int ctas = (f + cols - 1) / cols;
   constexpr int smem = Stream<kWarps, kStages, 2, A_ROWS>::kPipeBytes;
   return launch_programmatic(decode_stream_kernel<kWarps, kStages, 2, A_ROWS, true>, ctas, 32 * kWarps, smem, stream,
-                             args, 1, kWarps, prefetch_tiles_for(args.n, args.k));
+                             A_ROWS == 16 ? with_test_fault(args) : args, 1, kWarps,
+                             prefetch_tiles_for(args.n, args.k));
 }
 
 // The same with the norm prologue: W-only stages, x [A_ROWS, K] normed once per CTA after them, then inverse_rms.
@@ -212,13 +189,7 @@ void allow_stream_shared(int optin_bytes) {
                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<4, 8, 2, 8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
-  cudaFuncSetAttribute(decode_stream_kernel<8, 6, 2, 16, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       optin_bytes);
-  cudaFuncSetAttribute(decode_stream_kernel<8, 6, 2, 16, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       optin_bytes);
   cudaFuncSetAttribute(decode_stream_kernel<4, 6, 2, 16, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       optin_bytes);
-  cudaFuncSetAttribute(decode_stream_kernel<4, 6, 2, 16, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        optin_bytes);
   cudaFuncSetAttribute(decode_stream_norm_kernel<4, 8, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
   cudaFuncSetAttribute(decode_stream_norm_kernel<8, 6, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);

@@ -28,17 +28,13 @@ struct Stream {
 // NORM (one slice, one item per warp): after the wait the CTA stages x = RMSNorm(round(h + delta)) * weight [A_ROWS,
 // K] once, as swizzled K tiles after the stages (decode_norm.cuh, add_rms_norm's bits; CTA 0 writes h_out), and the
 // A fragments come from there; the stages hold weights only.
-// FIXED16 (A_ROWS 16, set_decode_rows16's kDecodeRows16Fixed): the copies take the 8-row launches' fixed per-lane
-// pointers (x rows (lane >> 3) + 4 j below m) instead of the per-tile arithmetic; the same chunks.
-template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU, bool NORM = false, bool FIXED16 = false>
+template <int WARPS, int STAGES, int TILES, int A_ROWS, bool SWIGLU, bool NORM = false>
 __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, int groups, int block,
                                             int prefetch_tiles, const StagedNorm& norm) {
   using S = Stream<WARPS, STAGES, TILES, A_ROWS, NORM>;
   static_assert(!NORM || A_ROWS <= 16, "the norm prologue serves decode rows");
   static_assert(!SWIGLU || TILES == 2, "SwiGLU items pair 8 gate and 8 up columns");
   static_assert(A_ROWS == 8 || A_ROWS % 16 == 0, "x rows: 8, or whole m16 sets");
-  static_assert(!FIXED16 || A_ROWS == 16, "fixed pointers at 16 rows: decode rows");
-  constexpr bool kFixed = A_ROWS == 8 || FIXED16;  // the copies through fixed per-lane pointers
   constexpr int MI = A_ROWS >= 16 ? A_ROWS / 16 : 1;  // m16 mma sets per weight fragment
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;  // output columns per item
   const int out_n = SWIGLU ? args.n / 2 : args.n;
@@ -105,7 +101,7 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
     // 18.7 -> 23.7), so those keep the per-tile arithmetic. Same chunks either way.
     auto load_w = [&](int t, int stage) {
       const uint32_t base = pipe_base + stage * S::kStageBytes;
-      if constexpr (kFixed) {
+      if constexpr (A_ROWS == 8) {
         const int koff = tile_offset(t);
 #pragma unroll
         for (int i = 0; i < 2 * TILES; ++i) {
@@ -129,7 +125,7 @@ __device__ __forceinline__ void stream_body(const GemmArgs& args, int slices, in
     auto load_x = [&](int t, int stage) {
       if constexpr (NORM) return;  // x is staged once, normed, in x_tiles
       const uint32_t base = pipe_base + stage * S::kStageBytes;
-      if constexpr (kFixed) {
+      if constexpr (A_ROWS == 8) {
         const int koff = tile_offset(t);
         const bool inside = koff < k_left;
 #pragma unroll

@@ -136,18 +136,11 @@ int decode_pipe_spread();
 // 14: the streamed windows and tiles). Same bits; drop captured graphs after a change.
 void set_decode_pipe_rows32(bool on);
 bool decode_pipe_rows32();
-// 9..16-row launches (session 14, switch LS_DECODE_ROWS16, bits, 0 by default): kDecodeRows16Wide narrow one-slice
-// pipeline launches with row copies take 16-column items (an x fragment feeds two mmas); kDecodeRows16Swiglu the fused
-// gate_up + SwiGLU and kDecodeRows16Sliced the sliced K (down) on the pipeline (x once) instead of the streaming
-// kernels; kDecodeRows16Fixed the streaming kernels' 9..16-row launches copy with the 8-row launches' fixed per-lane
-// pointers; kDecodeRows16WideLow kDecodeRows16Wide at 2..8 rows; kDecodeRows16Swiglu4 the streaming gate_up + SwiGLU
-// at 9..16 rows on the 8-row launch's 4 warps (6 stages, two CTAs an SM); kDecodeRows16Prime the pipeline's x-once
-// launches of every width prime one unit a warp before the programmatic wait, the rest after x's copy. Same bits;
-// drop captured graphs after a change.
-constexpr int kDecodeRows16Wide = 1, kDecodeRows16Swiglu = 2, kDecodeRows16Sliced = 4, kDecodeRows16Fixed = 8,
-              kDecodeRows16WideLow = 16, kDecodeRows16Swiglu4 = 32, kDecodeRows16Prime = 64, kDecodeRows16All = 127;
-void set_decode_rows16(int bits);
-int decode_rows16();
+// The pipeline's x-once launches prime one unit a warp before the programmatic wait and the rest right after x's copy
+// is issued, so x is not queued behind a whole ring of weights (session 14, switch LS_DECODE_PIPE_PRIME; the default
+// and its measurements in gemm_decode_pipe.cu). Same bits; drop captured graphs after a change.
+void set_decode_pipe_prime(bool on);
+bool decode_pipe_prime();
 // Tests: gemm_decode_pipe's launches that copy x once walk each unit's K tiles backwards (a planted K-order fault).
 void set_decode_pipe_fault_for_test(bool on);
 // Whether gemm_decode_pipe takes configuration `config` for m rows of W (shape, K, shared memory).
