@@ -15,6 +15,7 @@ namespace {
 LanesOptions gate(double repay) {
   LanesOptions options;
   options.pricing.explore_repay = repay;
+  options.pricing.whole_contexts_priced = false;  // the scout under test (whole contexts: lanes_whole_context_test)
   return options;
 }
 

@@ -227,6 +227,7 @@ TEST(LanesPricing, UntilADraftIsVerifiedOnlyOneStreamPaysItsCatchUpAbsorb) {
   LanesOptions options;
   options.pricing.restart_scout = PricingOptions::RestartScout::Off;
   options.scout_prompt_only = true;  // the scout rule under test, not whole contexts where the prior pays
+  options.pricing.whole_contexts_priced = false;
   auto lanes = Lanes::create(target, &drafter, options, clock);
   ASSERT_TRUE(lanes.ok());
   for (Arrival& arrival : long_prompt_requests(4, 40, 200)) (*lanes)->submit(arrival.request);

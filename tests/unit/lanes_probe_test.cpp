@@ -31,6 +31,7 @@ ProbeRun run_streams(FixedClock& clock, bool with_drafter, int wrong_passes, dou
   LanesOptions options;
   options.pricing.group_probes = group_probes;
   options.scout_prompt_only = true;  // one probe by the scout, whatever whole contexts the prior might buy
+  options.pricing.whole_contexts_priced = false;
   auto lanes = Lanes::create(target, with_drafter ? &drafter : nullptr, options, clock);
   EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
   ProbeRun run;

@@ -16,12 +16,14 @@ namespace {
 LanesOptions scout_alone() {
   LanesOptions options;
   options.scout_prompt_only = true;
+  options.pricing.whole_contexts_priced = false;
   return options;
 }
 
 LanesOptions whole(double share) {
   LanesOptions options;
   options.scout_prompt_only = false;
+  options.pricing.whole_contexts_priced = false;
   options.pricing.whole_context_share = share;
   return options;
 }
