@@ -94,28 +94,10 @@ __device__ __forceinline__ void broadcast_row_sums(const uint4 (&registers)[Roun
       piece = load_w2(row + ch * 8, true);
     }
     float weights[8];
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&piece);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float2 pair = __bfloat1622float2(pairs[q]);
-      weights[2 * q] = pair.x;
-      weights[2 * q + 1] = pair.y;
-    }
+    widen_bf16x8(piece, weights);
 #pragma unroll
     for (int r = 0; r < G; ++r) {
-      if (r < group) {
-        const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + ch * 8);
-        const float4 lo = e[0], hi = e[1];
-        float& sum = parts[r][ch & 7];
-        sum = fmaf(weights[0], lo.x, sum);
-        sum = fmaf(weights[1], lo.y, sum);
-        sum = fmaf(weights[2], lo.z, sum);
-        sum = fmaf(weights[3], lo.w, sum);
-        sum = fmaf(weights[4], hi.x, sum);
-        sum = fmaf(weights[5], hi.y, sum);
-        sum = fmaf(weights[6], hi.z, sum);
-        sum = fmaf(weights[7], hi.w, sum);
-      }
+      if (r < group) parts[r][ch & 7] = add_eight_terms(weights, e_shared + r * rank + ch * 8, parts[r][ch & 7]);
     }
   }
   // The xor tree's order (offsets 4, 2, 1 as seen by lane 0): ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)).

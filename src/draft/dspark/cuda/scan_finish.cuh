@@ -142,6 +142,30 @@ __device__ __forceinline__ void warp_bests(Best (&best)[G], int flags, int lane,
   if (lane == 0) warp_flags = flags;
 }
 
+// 8 bf16 values widened to fp32 (exactly).
+__device__ __forceinline__ void widen_bf16x8(const uint4& packed, float (&out)[8]) {
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 pair = __bfloat1622float2(pairs[q]);
+    out[2 * q] = pair.x;
+    out[2 * q + 1] = pair.y;
+  }
+}
+
+// sum + w[0] e[0] + ... + w[7] e[7], one fmaf at a time in that order (the scan dots' one order); e 16-byte aligned.
+__device__ __forceinline__ float add_eight_terms(const float (&w)[8], const float* e, float sum) {
+  const float4 lo = reinterpret_cast<const float4*>(e)[0], hi = reinterpret_cast<const float4*>(e)[1];
+  sum = fmaf(w[0], lo.x, sum);
+  sum = fmaf(w[1], lo.y, sum);
+  sum = fmaf(w[2], lo.z, sum);
+  sum = fmaf(w[3], lo.w, sum);
+  sum = fmaf(w[4], hi.x, sum);
+  sum = fmaf(w[5], hi.y, sum);
+  sum = fmaf(w[6], hi.z, sum);
+  return fmaf(w[7], hi.w, sum);
+}
+
 // sums[r] += the 8-lane share of W2 row . e_r, in the fused step's order (pieces in order, 8 fmaf each):
 // the step kernels and the persistent scan share it, so both add in this one order.
 template <int G, int PIECES>
@@ -152,27 +176,10 @@ __device__ __forceinline__ void add_row_pieces(const uint4 (&pieces)[PIECES], co
     const int k = part * 8 + 64 * c;
     if (k >= rank) break;
     float weights[8];
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&pieces[c]);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float2 pair = __bfloat1622float2(pairs[q]);
-      weights[2 * q] = pair.x;
-      weights[2 * q + 1] = pair.y;
-    }
+    widen_bf16x8(pieces[c], weights);
 #pragma unroll
     for (int r = 0; r < G; ++r) {
-      if (r < group) {
-        const float4* e = reinterpret_cast<const float4*>(e_shared + r * rank + k);
-        const float4 lo = e[0], hi = e[1];
-        sums[r] = fmaf(weights[0], lo.x, sums[r]);
-        sums[r] = fmaf(weights[1], lo.y, sums[r]);
-        sums[r] = fmaf(weights[2], lo.z, sums[r]);
-        sums[r] = fmaf(weights[3], lo.w, sums[r]);
-        sums[r] = fmaf(weights[4], hi.x, sums[r]);
-        sums[r] = fmaf(weights[5], hi.y, sums[r]);
-        sums[r] = fmaf(weights[6], hi.z, sums[r]);
-        sums[r] = fmaf(weights[7], hi.w, sums[r]);
-      }
+      if (r < group) sums[r] = add_eight_terms(weights, e_shared + r * rank + k, sums[r]);
     }
   }
 }
