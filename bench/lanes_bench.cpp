@@ -15,8 +15,9 @@
 //                                                                         is unproven where the prior pays (before
 //                                                                         6); whole: only where its round saves
 //                                                                         SHARE (0.10) of plain's time (lanes12);
-//                                                                         priced: where the prior's gain repays
-//                                                                         every prompt's absorb (lanes15)
+//                                                                         priced (the default since s14B): where
+//                                                                         the prior's gain repays every prompt's
+//                                                                         absorb (lanes15); scout: the scout alone
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
 //             [--probe group|alone]                                        alone: a dormant stream's probe runs only
@@ -49,11 +50,6 @@
 //             [--loss-stop off|on]                                         on: a stream alone in its rounds stops
 //                                                                         drafting once its drafting rounds lost
 //                                                                         to plain over 3 of them (lanes14)
-//             [--one-off forwards|costs]                                   costs: the gate's one-off without graph
-//                                                                         capture on a CPU target, the scout's probe
-//                                                                         with its forced row alone (lanes14)
-//             [--pass-depths ends|shallow]                                 shallow: passes also timed at depths 2
-//                                                                         and 3 at load (lanes14)
 //             [--sampled-prior X|off]                                      X: an unproven drafter's sampled rounds
 //                                                                         priced at a flat conditional X (lanes15;
 //                                                                         0.5 by default since s14A); off: at the

@@ -9,7 +9,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   if (flag == "--taps") device_taps = value != "host";
   else if (flag == "--admit") {
     const bool whole = value.rfind("whole", 0) == 0;
-    whole_contexts_priced = value == "priced";
+    whole_contexts_priced = value == "priced" ? 1 : 0;
     scout_prompt_only = value != "all" && !whole;
     const size_t colon = value.find(':');
     if (whole) whole_context_share = colon == std::string::npos ? 0.10 : std::atof(value.c_str() + colon + 1);
@@ -30,8 +30,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--pass-timing") pass_after_forward = value == "after-forward" ? 1 : 0;
   else if (flag == "--sampled-streams") sampled_most_streams = std::atoi(value.c_str());
   else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
-  else if (flag == "--one-off") one_off_by_costs = value == "costs" ? 1 : 0;
-  else if (flag == "--pass-depths") shallow_depths = value == "shallow" ? 1 : 0;
   else if (flag == "--sampled-prior") sampled_prior = value == "off" ? 0.0 : std::atof(value.c_str());
   else return false;
   return true;
@@ -42,7 +40,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   options.device_taps = device_taps;
   options.scout_prompt_only = scout_prompt_only;
   if (whole_context_share >= 0) pricing.whole_context_share = whole_context_share;
-  pricing.whole_contexts_priced = whole_contexts_priced;
+  if (whole_contexts_priced >= 0) pricing.whole_contexts_priced = whole_contexts_priced == 1;
   if (quiet_reprice_every > 0) pricing.quiet_reprice_every = quiet_reprice_every;
   pricing.group_probes = group_probes;
   pricing.confidence_for_unexplored = confidence_for_unexplored;
@@ -55,8 +53,6 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (pass_after_forward >= 0) options.calibration.pass_after_forward = pass_after_forward == 1;
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
   if (stop_on_measured_loss >= 0) pricing.stop_on_measured_loss = stop_on_measured_loss == 1;
-  if (one_off_by_costs >= 0) pricing.one_off_by_costs = one_off_by_costs == 1;
-  if (shallow_depths >= 0) options.calibration.shallow_depths = shallow_depths == 1;
   if (sampled_prior == 0) pricing.sampled_prior.clear();
   if (sampled_prior > 0) pricing.sampled_prior.assign(pricing.depth_prior.size(), sampled_prior);
 }
@@ -66,7 +62,7 @@ const char* lanes_switches_usage() {
          "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] "
-         "[--sampled-streams N] [--loss-stop off|on] [--one-off forwards|costs] [--pass-depths ends|shallow] "
+         "[--sampled-streams N] [--loss-stop off|on] "
          "[--sampled-prior X|off]";
 }
 

@@ -13,7 +13,7 @@ struct LanesSwitches {
   bool device_taps = true;              // --taps host: no device taps (A/B of the absorb path)
   bool scout_prompt_only = true;        // --admit all: every prompt tapped while the drafter is unproven (before 6)
   double whole_context_share = -1;      // --admit whole[:SHARE]: ... only where the prior saves SHARE (lanes12)
-  bool whole_contexts_priced = false;   // --admit priced: ... where the prior repays every prompt's absorb (lanes15)
+  int whole_contexts_priced = -1;       // --admit priced (the default) | scout|all|whole: off (lanes15)
   int quiet_reprice_every = 0;          // --quiet-reprice N (0 = the default)
   bool group_probes = true;             // --probe alone: only per-stream probes (before lanes7)
   bool confidence_for_unexplored = true;  // --deep-chances prior|confidence (lanes8)
@@ -26,8 +26,6 @@ struct LanesSwitches {
   int pass_after_forward = -1;          // --pass-timing alone|after-forward (lanes9)
   int sampled_most_streams = -1;        // --sampled-streams N (lanes12; 0 = any)
   int stop_on_measured_loss = -1;       // --loss-stop off|on (lanes14)
-  int one_off_by_costs = -1;            // --one-off forwards|costs (lanes14)
-  int shallow_depths = -1;              // --pass-depths ends|shallow (lanes14)
   double sampled_prior = -1;            // --sampled-prior X|off: a flat sampled prior X (lanes15; off = 0)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).

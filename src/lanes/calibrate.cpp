@@ -151,9 +151,6 @@ Result<std::vector<TimedPoint>> time_draft(Target& target, Drafter& drafter, con
     if (streams < options.max_streams) stream_counts.insert(streams);
   }
   std::set<int> depths = {1, options.max_depth, (options.max_depth + 1) / 2};
-  for (int depth : {2, 3}) {
-    if (options.shallow_depths && depth < options.max_depth) depths.insert(depth);
-  }
   // Separate ids from the verify timing's scratch streams, so every id lives (and is released) once.
   CalibrationOptions draft_options = options;
   draft_options.scratch_base = options.scratch_base + (StreamId{1} << 20);

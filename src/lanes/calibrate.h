@@ -29,10 +29,6 @@ struct CalibrationOptions {
   // stream count at the deepest depth; the sampled table is the greedy one scaled by their ratio per stream count
   // (Lanes::create asks for it with PricingOptions::pass_cost_per_mode).
   bool sampled_passes = true;
-  // Also time passes at depths 2 and 3 (lanes14): a drafter whose pass grows with the depth asked (short blocks,
-  // LS_DRAFTER_SHORT_BLOCK: a depth-d pass runs d + N of its block's slots) is bought at depths 2-3 on the CPU, which
-  // the grid {1, middle, deepest} priced by interpolation. lanes_bench --pass-depths ends|shallow.
-  bool shallow_depths = false;
 };
 
 // Times forwards at a few row counts and drafter passes on a (streams, depth) grid, on scratch streams that are

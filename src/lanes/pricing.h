@@ -146,12 +146,6 @@ struct PricingOptions {
   // and 2.75x at 256, as gpu-check's 1.80 / 2.82x). lanes_bench --loss-stop on|off.
   bool stop_on_measured_loss = true;
   int loss_stop_rounds = 3;
-  // Thirteenth session (lanes14). The exploration gate's one-off priced at what it costs where the target says so: a
-  // target that runs on a CPU pool captures no graphs, so a new forward shape costs it nothing extra (the gate
-  // charged two forwards: 1.4-2 ms on the CPU nano pair), and the scout's probe verifies its one forced draft, the
-  // trim buying the rest only where they pay (the gate charged the whole chain's rows: 3.5 ms of a 1-stream CPU
-  // verify that grows ~0.5 ms a row). lanes_bench --one-off forwards|costs.
-  bool one_off_by_costs = false;
   // Fourteenth session (lanes15). Before any draft was verified, a sampled round is priced at this prior (conditional
   // acceptance by depth) instead of depth_prior: a seeded sampled draw matches the drafter's only where both pick the
   // same token, and the nano pair's sampled windows on the H200 land ~1 draft of 7 (1.9-2.0 tokens a window, a
@@ -167,8 +161,13 @@ struct PricingOptions {
   // over the tokens left, repays explore_repay times the scout's one-off plus every other prompt's absorb
   // (whole_contexts_repay). The nano pair on the H200 at 4 streams, 256 tokens: whole contexts 1.40 / 1.44x against
   // 0.94x scouted (s13final), where the scout's restarted group lands 5 of 55; the global --admit whole lost the
-  // synth 1.2B's 64 streams in s11. lanes_bench --admit priced.
-  bool whole_contexts_priced = false;
+  // synth 1.2B's 64 streams in s11 (a slow first absorb priced as every row's cost: fixed in 0307c44). The default
+  // since H200 batch s14B (alternated A B B A, 256 tokens): nano 4 / 8 / 16 streams 1.411 / 0.958 / 0.952x and
+  // 1.454 / 0.956 / 0.946x against 0.945 / 0.957 / 0.956x and 0.949 / 0.954 / 0.953x; the synth 1.2B at 4 / 16 / 64
+  // 1.583 / 1.352 / 1.282x and 1.629 / 1.347 / 1.267x against 1.642 / 1.351 / 1.291x and 1.650 / 1.342 / 1.362x (its
+  // synthetic drafter lands as well over restarted contexts, so whole ones only add their absorbs there).
+  // lanes_bench --admit scout for the scout alone.
+  bool whole_contexts_priced = true;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -222,7 +221,7 @@ class Pricing {
     return mode == PassMode::Sampled && options_.sampled_most_streams > 0 &&
            round_streams > options_.sampled_most_streams && !options_.always_draft;
   }
-  // The target captures no graphs (a CPU target): a new forward shape's one-off is nothing (one_off_by_costs).
+  // The target captures no graphs (a CPU target): whole contexts' group brings no new shapes' captures.
   void set_graphless_target(bool graphless) { graphless_target_ = graphless; }
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
   // stream its rows' share of that call, not a call of its own.
@@ -239,10 +238,8 @@ class Pricing {
   // Whether `stream` would run a group probe at the next decision: due, the stream alone could not pay, and the
   // round's `round_streams` streams drafting together could if every draft landed.
   bool group_probe_would_run(const Stream& stream, int cap, int round_streams) const;
-  // What one stream's probe of `cap` drafts costs next to `round_streams` pending rows (pass and its verify rows);
-  // `forced_only`: only its forced draft's verify row (the trim buys the rest
-  // where they pay).
-  double probe_cost_ms(int cap, int round_streams, PassMode mode = PassMode::Greedy, bool forced_only = false) const;
+  // What one stream's probe of `cap` drafts costs next to `round_streams` pending rows (pass and its verify rows).
+  double probe_cost_ms(int cap, int round_streams, PassMode mode = PassMode::Greedy) const;
   // Whether `stream`'s own probe of `cap` drafts next to `round_streams` pending rows pays its way: the tokens its
   // window wins if every draft lands, at plain's ms a token, against its pass, verify rows, absorb and one-off.
   bool probe_pays(const Stream& stream, int cap, int round_streams) const;

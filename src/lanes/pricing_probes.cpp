@@ -90,11 +90,10 @@ bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_str
          could_pay(pending_rows, stream, cap, pending_rows.fixed_rows, !options_.probes_pay_their_way);
 }
 
-double Pricing::probe_cost_ms(int cap, int round_streams, PassMode mode, bool forced_only) const {
+double Pricing::probe_cost_ms(int cap, int round_streams, PassMode mode) const {
   const int rows = std::clamp(round_streams, 1, max_rows_);
   const int depth = has_confidence_ ? cap : 1;
-  const int verified = forced_only ? 1 : depth;
-  return draft_ms(1, depth, mode) + verify_ms(std::min(rows + verified, max_rows_), mode) - verify_ms(rows, mode);
+  return draft_ms(1, depth, mode) + verify_ms(std::min(rows + depth, max_rows_), mode) - verify_ms(rows, mode);
 }
 
 bool Pricing::probe_pays(const Stream& stream, int cap, int round_streams) const {
@@ -204,13 +203,10 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
 
 double Pricing::scout_one_off_ms(int streams, int cap, int absorb_rows, PassMode mode) const {
   // Its probe (pass and verify rows), its prompt's absorb, and a new forward shape (eager, then captured: about a
-  // forward each on a CUDA target; one_off_by_costs: its forced draft's row alone, and no capture on a target without
-  // graphs).
-  const bool by_costs = options_.one_off_by_costs;
-  const double probe_ms = by_costs ? probe_cost_ms(cap, streams, mode, /*forced_only=*/true)
-                                   : probe_cost_ms(cap, streams, mode);
-  const double shape_ms = by_costs && graphless_target_ ? 0.0 : 2 * round_cost(mode)(streams, 0, 0);
-  return probe_ms + tables_.absorb_ms(absorb_rows) + shape_ms;
+  // forward each on a CUDA target; on a CPU target what its first windows land little of: lanes14's one-off without
+  // them opened the gate on the CPU and lost, 0.92-1.04x, and with AMX the default gate buys the 1-stream windows).
+  const double shape_ms = 2 * round_cost(mode)(streams, 0, 0);
+  return probe_cost_ms(cap, streams, mode) + tables_.absorb_ms(absorb_rows) + shape_ms;
 }
 
 double Pricing::best_round_gain_ms(int streams, int cap, int tokens_left, bool always_right, PassMode mode) const {

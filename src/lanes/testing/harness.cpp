@@ -160,22 +160,6 @@ NanoLikeFakes::NanoLikeFakes()
   drafter.device_taps = true;
 }
 
-CpuNanoLikeFakes::CpuNanoLikeFakes()
-    : target(costed_fake_target(clock, 0.45, 0.08, 64)), drafter(costed_fake_drafter(clock, 0.25, 0.05)) {
-  target.exact_width = 16;
-  target.cpu_pool = true;
-  drafter.max_depth = 7;
-  drafter.draft_fixed_ms = 0.15;
-  drafter.confidences = true;
-  drafter.absorb_row_ms = 0.02;
-}
-
-std::vector<Arrival> CpuNanoLikeFakes::arrivals(int tokens) const {
-  std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, tokens);
-  while (arrivals[0].request.prompt.size() < 64) arrivals[0].request.prompt.push_back(17 + arrivals[0].request.prompt.size());
-  return arrivals;
-}
-
 void NanoLikeFakes::weak_sampled_drafter() {
   drafter.wrong_rate = 0.55;
   drafter.reported_wrong_rate = 0.3;

@@ -88,19 +88,6 @@ struct NanoLikeFakes {
   std::vector<Arrival> seeded_sampled_arrivals(int streams, int tokens) const;
 };
 
-// The nano pair on a 2-core CPU, roughly: a verify that grows ~0.08 ms a row over 0.45 ms, no graphs (cpu_pool), a
-// pass that grows with the depth asked (0.15 ms + 0.05 a depth, as short blocks), a 64-row prompt absorbed at 0.02 ms
-// a row, drafts right 75 %.
-struct CpuNanoLikeFakes {
-  FixedClock clock;
-  FakeTargetOptions target;
-  FakeDrafterOptions drafter;
-  CpuNanoLikeFakes();
-  CpuNanoLikeFakes(const CpuNanoLikeFakes&) = delete;  // the options point at this clock
-  // One endless request of `tokens` tokens with a 64-token prompt.
-  std::vector<Arrival> arrivals(int tokens) const;
-};
-
 // The pricing rules' exactness case: 16 staggered streams (every fourth draft: false) of greedy or sampled requests
 // on a costed fake target (10 ms + 0.5 ms a row) and a fake drafter 20 % wrong (60 % on restarted contexts) with
 // confidences and host or device taps, its sampled passes `sampled_pass_factor` times dearer: the run under
