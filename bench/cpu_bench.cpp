@@ -6,7 +6,7 @@
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
 //             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
 //              [--small-m 0,3] [--short -1,0,1] [--passes 1,0] [--round-gap-us US] [--span POSITIONS]]
-//   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--gemm-license 1] [--gemm-vector ROWS]
+//   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--gemm-license 1]
 //             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
 //   cpu_bench --amx-order 1   AMX outputs against summation-order models (cpu_bench_amx_order.h)
@@ -76,7 +76,6 @@ struct Options {
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
   std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks)
-  int gemm_vector = 0;                    // --gemm-vector ROWS: its vector-kernel arm (set_amx_vector_rows)
   bool amx_order = false;                 // --amx-order 1: the summation-order probe (cpu_bench_amx_order.h)
   bool gemm_license = false;              // --gemm-license 1: the clock probe around AMX first (cpu_bench_gemm.h)
   int rounds = 400, round_gap_us = 0, span = 128;
@@ -345,7 +344,6 @@ int main(int argc, char** argv) {
        {"--gemm-ab", list_flag(options.gemm_ab)}, {"--gemm-shape", list_flag(options.gemm_shape)},
        {"--gemm-schedules", list_flag(options.gemm_schedules)},
        {"--gemm-license", switch_flag(options.gemm_license)}, {"--amx-order", switch_flag(options.amx_order)},
-       {"--gemm-vector", int_flag(options.gemm_vector, 0)},
        {"--mode", [&](const std::string& value) {
           options.mode = value == "fp32" ? compute::NumericMode::Fp32 : compute::NumericMode::Bf16;
         }}});
@@ -364,7 +362,6 @@ int main(int argc, char** argv) {
       plan.repeats = options.repeats;
       plan.schedules = options.gemm_schedules;
       plan.license = options.gemm_license;
-      plan.vector_rows = options.gemm_vector;
       if (options.gemm_shape.size() == 3) {
         plan.N = options.gemm_shape[0];
         plan.K = options.gemm_shape[1];

@@ -1,6 +1,8 @@
 // cpu_bench --amx-order 1: which summation order TDPBF16PS follows, measured: AMX outputs of random bf16 rows (spread
-// exponents) against scalar models of the accumulation, counted bitwise. If one model matches every output, a vector
-// kernel that follows it gives AMX's bits (e.g. for 1-row calls). Needs AMX. Part of cpu_bench.
+// exponents) against scalar models of the accumulation, counted bitwise. A vector kernel gives AMX's bits only if it
+// follows a model that matches every output. s14B (SPR Xeon): none does (K = 384: the documented fma chain 90 of 1024,
+// a 32-product tile rounded then added 338), so the AVX-512 kernel in the documented order (once
+// LS_CPU_AMX_VECTOR_ROWS, 4f66596) gave other bits and was removed. Needs AMX. Part of cpu_bench.
 #pragma once
 
 #include <cmath>

@@ -28,7 +28,6 @@ struct GemmPlan {
   int64_t N = 1152, K = 384;
   int count = 27;
   std::vector<int> schedules = {0};  // AMX arms: set_amx_schedule masks
-  int vector_rows = 0;   // > 0: one more arm, the B tiles on the vector kernel up to this many rows
   bool license = false;  // also the clock probe: AVX-512 sweeps before AMX ran, right after, and after a rest
 };
 
@@ -103,17 +102,12 @@ inline nlohmann::json gemm_ab(const GemmPlan& plan) {
                          {"avx512_before_ms", before}, {"amx_ms", amx_ms}, {"avx512_after_ms", after},
                          {"avx512_rested_ms", rested}};
   }
-  // arm 0: AVX-512 panels; arm 1 + i: AMX, schedule i; last (vector_rows > 0): the vector kernel's rows
-  const size_t arms = 1 + plan.schedules.size() + (plan.vector_rows > 0 ? 1 : 0);
-  const int saved_schedule = set_amx_schedule(0), saved_vector = set_amx_vector_rows(0);
+  const size_t arms = 1 + plan.schedules.size();  // arm 0: AVX-512 panels; arm 1 + i: AMX, schedule i
+  const int saved_schedule = set_amx_schedule(0);
   auto run_arm = [&](size_t arm, int rows) {
     if (arm == 0) return sweep(panels, rows, y_panels);
-    const bool vector = arm > plan.schedules.size();
-    set_amx_schedule(vector ? 0 : plan.schedules[arm - 1]);
-    set_amx_vector_rows(vector ? plan.vector_rows : 0);
-    const double ms = sweep(tiles, rows, y_tiles);
-    set_amx_vector_rows(0);
-    return ms;
+    set_amx_schedule(plan.schedules[arm - 1]);
+    return sweep(tiles, rows, y_tiles);
   };
   for (int rows : plan.rows) {
     std::vector<std::vector<double>> times(arms);
@@ -130,8 +124,7 @@ inline nlohmann::json gemm_ab(const GemmPlan& plan) {
     nlohmann::json row = {{"avx512_ms", base}, {"max_rel_diff", worst}};
     for (size_t arm = 1; arm < arms; ++arm) {
       const double ms = median(times[arm]);
-      const std::string name = arm > plan.schedules.size() ? "amx-vector" + std::to_string(plan.vector_rows)
-                                                           : "amx s" + std::to_string(plan.schedules[arm - 1]);
+      const std::string name = "amx s" + std::to_string(plan.schedules[arm - 1]);
       std::printf(" | %s %.3f (%.3f) %.2fx %.0f GMAC/s", name.c_str(), ms,
                   *std::min_element(times[arm].begin(), times[arm].end()), ms / base, macs / ms / 1e6);
       row[name + "_ms"] = ms;
@@ -140,7 +133,6 @@ inline nlohmann::json gemm_ab(const GemmPlan& plan) {
     result[std::to_string(rows)] = row;
   }
   set_amx_schedule(saved_schedule);
-  set_amx_vector_rows(saved_vector);
   return result;
 }
 

@@ -81,37 +81,6 @@ TEST(MatmulAmx, ThePackedLayoutReadAsTheTileOpReadsItGivesTheReference) {
   }
 }
 
-// The vector kernel (AVX-512, any AVX-512 CPU) is the sequential FMA chain it claims: per output from +0, every K pair
-// of the padded tiles in order, even then odd, bitwise.
-TEST(MatmulAmx, TheVectorKernelIsTheSequentialFmaChainOverThePackedTiles) {
-  if (!cpu_features().avx512) GTEST_SKIP() << "no AVX-512";
-  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{37, 77}, {150, 384}, {16, 32}, {200, 864}}) {
-    const int64_t rows = 3, stride = amx_k_tiles(K) * kAmxDepth, col_begin = 16;
-    OwnedMatrix w = random_matrix(N, K, 101 + K, NumericMode::Bf16);
-    for (int64_t i = 0; i < N * K; i += 3) w.b16[i] = float_to_bf16(bf16_to_float(w.b16[i]) * 64.0f);
-    std::vector<bf16> packed(amx_tile_values(N, K));
-    pack_amx_tiles(w.view(), packed.data());
-    std::vector<uint16_t> x(rows * stride, 0);
-    for (int64_t i = 0; i < rows * K; ++i)
-      x[i / K * stride + i % K] = float_to_bf16(random_values(1, 102 + i)[0] / (i % 5 == 0 ? 64.0f : 1.0f)).bits;
-    const int64_t ldy = N + 3;
-    std::vector<float> y = poisoned(rows * ldy);
-    if (col_begin < N) amx_vector_columns(x.data(), rows, K, packed.data(), col_begin, N, y.data(), ldy);
-    int differing = 0;
-    for (int64_t m = 0; m < rows; ++m)
-      for (int64_t col = col_begin; col < N; ++col) {
-        float c = 0;
-        for (int64_t k = 0; k < stride; k += 2) {
-          auto at = [&](int64_t kk) { return kk < K ? bf16_to_float(w.b16[col * K + kk]) : 0.0f; };
-          c = std::fma(bf16_to_float(bf16{x[m * stride + k]}), at(k), c);
-          c = std::fma(bf16_to_float(bf16{x[m * stride + k + 1]}), at(k + 1), c);
-        }
-        differing += std::memcmp(&c, &y[m * ldy + col], 4) != 0;
-      }
-    EXPECT_EQ(differing, 0) << N << "x" << K;
-  }
-}
-
 TEST(MatmulAmx, TheSwitchIsRefusedByNameWithoutAmx) {
   if (cpu_amx_available()) GTEST_SKIP() << "this CPU has AMX";
   EXPECT_FALSE(cpu_amx_enabled());
@@ -193,37 +162,6 @@ TEST(MatmulAmx, EveryTileScheduleGivesTheSameBitsAndRowsKeepTheirOneRowBits) {
         << "schedule " << schedule;
   }
   set_amx_schedule(saved);
-}
-
-// The vector kernel (set_amx_vector_rows) must give the tiles' bits: rows of 1..3-row calls on it against the same
-// rows inside 16-row AMX calls, on spread exponents (so that rounding order shows), both modes' outputs.
-TEST(MatmulAmx, TheVectorKernelGivesTheTilesBits) {
-  LS_SKIP_WITHOUT_AMX();
-  ScopedAmx amx;
-  ThreadPool pool(2);
-  for (int64_t K : {32, 77, 384, 864}) {
-    const int64_t N = 200, total = 16;
-    OwnedMatrix w = random_matrix(N, K, 91 + K, NumericMode::Bf16);
-    for (int64_t i = 0; i < N * K; i += 3) w.b16[i] = float_to_bf16(bf16_to_float(w.b16[i]) * 64.0f);
-    ASSERT_TRUE(pack_for_cpu(w));
-    std::vector<float> x = stored(random_values(total * K, 92 + K), NumericMode::Bf16);
-    for (int64_t i = 0; i < total * K; i += 5) x[i] = round_to_bf16(x[i] / 64.0f);
-    for (NumericMode mode : kModes) {
-      const OpContext ctx{&pool, mode};
-      const int saved = set_amx_vector_rows(0);
-      std::vector<float> tiles = poisoned(total * N);
-      matmul(ctx, x.data(), total, w.view(), tiles.data());
-      set_amx_vector_rows(3);
-      for (int64_t rows = 1; rows <= 3; ++rows)
-        for (int64_t begin = 0; begin + rows <= total; begin += rows) {
-          std::vector<float> y = poisoned(rows * N);
-          matmul(ctx, x.data() + begin * K, rows, w.view(), y.data());
-          EXPECT_TRUE(bitwise_equal(y.data(), tiles.data() + begin * N, rows * N))
-              << "K=" << K << " rows " << begin << ".." << begin + rows - 1 << " " << mode_name(mode);
-        }
-      set_amx_vector_rows(saved);
-    }
-  }
 }
 
 TEST(MatmulAmx, TheThreadCountDoesNotChangeABit) {

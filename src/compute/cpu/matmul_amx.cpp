@@ -221,7 +221,6 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
                                int64_t col_end, float* y, int64_t ldy) {
   LS_CHECK(col_begin % kAmxColumns == 0, "AMX column ranges start on a 16-column block");
   if (rows <= 0 || col_end <= col_begin) return;
-  if (rows <= amx_vector_rows()) return amx_vector_columns(x, rows, K, w_amx, col_begin, col_end, y, ldy);
   const int schedule = g_schedule.load(std::memory_order_relaxed);
   const int64_t k_tiles = amx_k_tiles(K), x_stride = k_tiles * kAmxDepth;
   const uint16_t* w = reinterpret_cast<const uint16_t*>(w_amx);

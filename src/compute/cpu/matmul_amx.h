@@ -56,12 +56,4 @@ bool amx_packed(const bf16* packed);
 void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, int64_t col_begin, int64_t col_end,
                  float* y, int64_t ldy);
 
-// amx_columns on AVX-512 FMAs in TDPBF16PS's documented order (matmul_amx_vector.cpp), the same arguments; amx_columns
-// takes it for calls of up to amx_vector_rows() rows. set_amx_vector_rows(n) (or LS_CPU_AMX_VECTOR_ROWS=n at start;
-// 0 = off, the default) returns the previous setting. Only where it gives the tiles' bits (the Xeon's tests decide).
-void amx_vector_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, int64_t col_begin,
-                        int64_t col_end, float* y, int64_t ldy);
-int set_amx_vector_rows(int rows);
-int amx_vector_rows();
-
 }  // namespace ls::compute
