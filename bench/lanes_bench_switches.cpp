@@ -30,6 +30,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--pass-timing") pass_after_forward = value == "after-forward" ? 1 : 0;
   else if (flag == "--sampled-streams") sampled_most_streams = std::atoi(value.c_str());
   else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
+  else if (flag == "--scout-gate") scout_gate_if_right = value == "right" ? 1 : 0;
   else if (flag == "--sampled-prior") sampled_prior = value == "off" ? 0.0 : std::atof(value.c_str());
   else return false;
   return true;
@@ -53,6 +54,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (pass_after_forward >= 0) options.calibration.pass_after_forward = pass_after_forward == 1;
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
   if (stop_on_measured_loss >= 0) pricing.stop_on_measured_loss = stop_on_measured_loss == 1;
+  if (scout_gate_if_right >= 0) pricing.scout_gate_if_right = scout_gate_if_right == 1;
   if (sampled_prior == 0) pricing.sampled_prior.clear();
   if (sampled_prior > 0) pricing.sampled_prior.assign(pricing.depth_prior.size(), sampled_prior);
 }
@@ -63,7 +65,7 @@ const char* lanes_switches_usage() {
          "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
-         "[--sampled-prior X|off]";
+         "[--sampled-prior X|off] [--scout-gate prior|right]";
 }
 
 }  // namespace ls::bench

@@ -26,6 +26,7 @@ struct LanesSwitches {
   int pass_after_forward = -1;          // --pass-timing alone|after-forward (lanes9)
   int sampled_most_streams = -1;        // --sampled-streams N (lanes12; 0 = any)
   int stop_on_measured_loss = -1;       // --loss-stop off|on (lanes14)
+  int scout_gate_if_right = -1;         // --scout-gate prior|right (lanes15)
   double sampled_prior = -1;            // --sampled-prior X|off: a flat sampled prior X (lanes15; off = 0)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).

@@ -168,6 +168,12 @@ struct PricingOptions {
   // synthetic drafter lands as well over restarted contexts, so whole ones only add their absorbs there).
   // lanes_bench --admit scout for the scout alone.
   bool whole_contexts_priced = true;
+  // Fourteenth session (lanes15), off: with several streams and the scout alone (whole contexts not bought), the gate
+  // opens only on an always-right drafter's gain (explore_repay_if_right), not the prior's: gpu-check s14B's nano
+  // greedy 64 tokens at 4 streams (0.84x, 7 passes; s14A 0.99x) sat on the prior's edge (2.15 ms against 3 x
+  // 0.68-0.83 ms, moved by the load-time absorb call) and its woken group landed 1.54 a window over restarted
+  // contexts. lanes_bench --scout-gate right|prior.
+  bool scout_gate_if_right = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered

@@ -187,7 +187,13 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
   const double plain_ms = round_cost(mode)(streams, 0, 0);
   if (plain_ms <= 0) return true;  // (a clock that never moves: exploring costs nothing)
   const double one_off_ms = scout_one_off_ms(streams, cap, absorb_rows, mode);
-  const double prior_gain_ms = best_round_gain_ms(streams, cap, tokens_left, false, mode);
+  // scout_gate_if_right: with several streams and the scout alone (whole contexts not bought), the prior promises
+  // what whole contexts land, which the group the scout wakes over restarted contexts does not keep: only an
+  // always-right drafter's gain opens the gate.
+  const bool restarted_group = options_.scout_gate_if_right && streams > 1 &&
+                               !(options_.whole_contexts_priced &&
+                                 whole_contexts_repay(streams, cap, tokens_left, absorb_rows, mode));
+  const double prior_gain_ms = restarted_group ? 0.0 : best_round_gain_ms(streams, cap, tokens_left, false, mode);
   bool repays = prior_gain_ms >= options_.explore_repay * one_off_ms;
   double right_gain_ms = -1;  // (not priced when the prior's gain repays)
   if (!repays && options_.explore_repay_if_right > 0) {
