@@ -121,7 +121,6 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_broadcast = drafter.scan_broadcast();
   const bool loaded_helpers = drafter.scan_confidence_helpers();
   const int loaded_backoff = drafter.scan_handoff_backoff();
-  const bool loaded_lane_staging = drafter.scan_lane_staging();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -145,8 +144,6 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       // ":boN" the flagged handoff's sleep of N ns between polls (session 14).
       const size_t backoff = setting.find(":bo");
       drafter.set_scan_handoff_backoff(backoff == std::string::npos ? 0 : std::atoi(setting.c_str() + backoff + 3));
-      // ":ls" the broadcast dot's held chunks staged 8 lanes a row (session 14).
-      drafter.set_scan_lane_staging(setting.find(":ls") != std::string::npos);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
@@ -230,11 +227,10 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_scan_broadcast(loaded_broadcast);
   drafter.set_scan_confidence_helpers(loaded_helpers);
   drafter.set_scan_handoff_backoff(loaded_backoff);
-  drafter.set_scan_lane_staging(loaded_lane_staging);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:ls]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

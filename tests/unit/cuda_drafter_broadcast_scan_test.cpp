@@ -35,11 +35,10 @@ struct Arm {
   bool helpers = false;
   bool planted_slots = false;
   bool planted_anchor = false;
-  bool lane_staging = false;
   std::string name() const {
     if (!persistent) return "fused step";
     return std::string(handoff == PersistentHandoff::Counter ? "counter" : "flagged") +
-           (broadcast ? " broadcast" : " 8-lane") + (helpers ? " helpers" : "") + (lane_staging ? " lane-staged" : "") +
+           (broadcast ? " broadcast" : " 8-lane") + (helpers ? " helpers" : "") +
            (planted_slots || planted_anchor ? " planted" : "");
   }
 };
@@ -76,7 +75,6 @@ DeviceScanRecord run_scan(const ScanFixture& f, const PersistentScanPlan& plan, 
   in.tickets = tickets.data();
   in.planted_broadcast_slots = arm.planted_slots;
   in.planted_helper_anchor = arm.planted_anchor;
-  in.lane_staging = arm.lane_staging;
   if (!arm.persistent) {
     for (int slot = 0; slot < shape.gamma; ++slot) EXPECT_TRUE(markov_step_fused(in, shape, slot, nullptr).ok());
   } else {
@@ -142,13 +140,6 @@ TEST(CudaDrafterBroadcastScan, TheBroadcastDotAndTheConfidenceHelpersDraftTheFus
             }
           }
         }
-      }
-      {
-        // The held chunks staged 8 lanes a row (set_scan_lane_staging).
-        Arm staged{true, PersistentHandoff::Flags, true, true};
-        staged.lane_staging = true;
-        SCOPED_TRACE(staged.name());
-        EXPECT_TRUE(same_record(run_scan(fixture, plan, request, staged), fused));
       }
       if (plan.held_chunks > 0) {
         Arm planted{true, PersistentHandoff::Flags, true};

@@ -108,7 +108,6 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   }
   pin("LS_DRAFTER_SCAN_BROADCAST", d.scan_broadcast_);
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
-  pin("LS_DRAFTER_SCAN_LANE_STAGING", d.scan_lane_staging_);
   if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
     d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
   }

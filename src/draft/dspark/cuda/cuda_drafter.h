@@ -287,9 +287,6 @@ class CudaDsparkDrafter final : public Drafter {
   // spin, LS_DRAFTER_SCAN_BACKOFF_NS at load); the same bits.
   void set_scan_handoff_backoff(int ns) { set_and_drop_graphs(scan_backoff_ns_, ns); }
   int scan_handoff_backoff() const { return scan_backoff_ns_; }
-  // The broadcast dot's held W2 chunks copied 8 lanes a row (session 14, off; LS_DRAFTER_SCAN_LANE_STAGING=1).
-  void set_scan_lane_staging(bool on) { set_and_drop_graphs(scan_lane_staging_, on); }
-  bool scan_lane_staging() const { return scan_lane_staging_; }
   // Tests only: the flagged combine leaves out the odd-numbered CTAs' words (it must draft other tokens).
   void set_scan_planted_drop(bool on) {
     scan_planted_drop_ = on;
@@ -411,7 +408,6 @@ class CudaDsparkDrafter final : public Drafter {
   bool batched_loads_ = true;                                         // since batch s8A (below)
   bool scan_planted_drop_ = false;
   bool scan_broadcast_ = true, scan_confidence_helpers_ = true;  // since batch s14A0 (above)
-  bool scan_lane_staging_ = false;
   int scan_backoff_ns_ = 100;  // since batch s14A (above)
   PersistentScanPlan scan_plans_[2];  // the persistent scan for one request, and for a group
   bool scan_all_greedy_ = false;      // the current draft() call's requests are all greedy

@@ -351,7 +351,6 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     step.planted_keyed_shift = keyed_scan_planted_;
     step.planted_odd_words = scan_planted_drop_;
     step.handoff_backoff_ns = scan_backoff_ns_;
-    step.lane_staging = scan_lane_staging_;
     int groups = 0;
     const Status launched =
         markov_scan_persistent(step, shape, scan_plans_[count <= 1 ? 0 : 1], persistent_handoff_,

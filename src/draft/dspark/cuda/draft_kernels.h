@@ -306,7 +306,6 @@ struct ScanStepInputs {
   // The persistent scan's confidence helpers (session 14; set by markov_scan_persistent): the grid's last CTAs.
   int confidence_helpers = 0;
   int handoff_backoff_ns = 0;  // the flagged handoff's sleep between polls (session 14, set_scan_handoff_backoff)
-  bool lane_staging = false;   // the broadcast dot's held W2 chunks copied 8 lanes a row (session 14)
   bool planted_helper_anchor = false;  // tests only: the helpers take every slot's e from the anchor
 };
 Status markov_pick(const ScanStepInputs& inputs, ScanShape shape, int slot, cudaStream_t stream);

@@ -26,27 +26,14 @@ __device__ __forceinline__ int broadcast_slot(int h, int t) {
 
 // W2 onto the chip for the broadcast dot: local row t (t < ids <= Threads) is thread t's; its first Rounds x Pieces
 // chunks go to that thread's registers, the next `held` chunks (of every row) to shared memory by asynchronous
-// copies (a row's chunks contiguous in the loads), the rest stay in L2. `lanes` (session 14, set_scan_lane_staging):
-// the held chunks copied in the 8-lane kernel's pattern instead (8 lanes a row, 16 bytes apart, 4 rows a warp
-// load: s14A's prologue was 8.3 us there against 14-15 here), with no division a copy.
+// copies (a row's chunks contiguous in the loads), the rest stay in L2.
 template <int Threads, int Rounds, int Pieces>
 __device__ __forceinline__ void stage_broadcast_rows(const bf16_t* w2, int64_t first_id, int ids, int64_t vocab,
                                                      int rank, int held, bf16_t* held_rows,
-                                                     uint4 (&registers)[Rounds][Pieces], bool lanes) {
+                                                     uint4 (&registers)[Rounds][Pieces]) {
   constexpr int kRegisterChunks = Rounds * Pieces;
   const int chunks = rank / 8;
-  const int warp = threadIdx.x / 32, sub = threadIdx.x % 32 / 8, part = threadIdx.x % 8;
-  for (int first = 0; lanes && first < ids; first += Threads / 8) {
-    const int t = first + warp * 4 + sub;  // 4 rows a warp, 8 lanes a row
-    const int64_t row = first_id + t;
-    for (int ch = part; ch < kRegisterChunks + held && ch < chunks; ch += 8) {
-      if (ch >= kRegisterChunks && t < ids && row < vocab) {
-        copy_async_16(held_rows + static_cast<int64_t>(broadcast_slot<Threads>(ch - kRegisterChunks, t)) * 8,
-                      w2 + row * rank + ch * 8);
-      }
-    }
-  }
-  for (int i = threadIdx.x; !lanes && i < held * ids; i += Threads) {
+  for (int i = threadIdx.x; i < held * ids; i += Threads) {
     const int t = i / held, h = i % held;
     const int64_t id = first_id + t;
     if (id < vocab && kRegisterChunks + h < chunks) {

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (helper) {
     // no W2
   } else if constexpr (Broadcast) {
-    stage_broadcast_rows<kThreads>(in.w2, first_id, ids_per_cta, V, rank, held_rounds, w2_held, raw, in.lane_staging);
+    stage_broadcast_rows<kThreads>(in.w2, first_id, ids_per_cta, V, rank, held_rounds, w2_held, raw);
   } else {
     for (int j = RegisterRounds; j < held_end; ++j) {
       const int64_t id = first_id + local_row(j);
