@@ -17,11 +17,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;  // gpu_bench_kernels.h: ms_since, tokens_for
 
-// What an arm sets: pipeline spread above one row, taps wanted, taps by the norm, 17..32-row windows, the weights
-// primed around x's copy.
+// What an arm sets: pipeline spread above one row, taps wanted, taps by the norm, 17..32-row windows.
 struct Arm {
   int spread = 1;
-  bool taps = false, taps_in_norm = false, rows32 = false, prime = false;
+  bool taps = false, taps_in_norm = false, rows32 = false;
 };
 
 // Tokens set switches on top of `defaults` (the process's settings when the arms began).
@@ -34,8 +33,6 @@ Arm parse_arm(const std::string& name, const Arm& defaults) {
     else if (part == "taps") arm.taps = true;
     else if (part == "rows32") arm.rows32 = true;
     else if (part == "norows32") arm.rows32 = false;
-    else if (part == "prime") arm.prime = true;
-    else if (part == "noprime") arm.prime = false;
     else if (part == "tapcopy") {
       arm.taps = true;
       arm.taps_in_norm = false;
@@ -49,7 +46,6 @@ Arm parse_arm(const std::string& name, const Arm& defaults) {
 void apply(lfm2::CudaTarget& target, const Arm& arm) {
   cuda::set_decode_pipe_spread(arm.spread);
   cuda::set_decode_pipe_rows32(arm.rows32);
-  cuda::set_decode_pipe_prime(arm.prime);
   lfm2::CudaTarget::set_taps_in_norm(arm.taps_in_norm);
   target.set_graphs(false);  // drops the graphs captured under the other arm
   target.set_graphs(true);
@@ -122,12 +118,10 @@ bool parse_arms_flag(const std::string& flag, const std::string& value, ArmsOpti
 void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
   const int spread = cuda::decode_pipe_spread();
   const bool taps_in_norm = lfm2::CudaTarget::taps_in_norm(), rows32 = cuda::decode_pipe_rows32();
-  const bool prime = cuda::decode_pipe_prime();
   Arm defaults;
   defaults.spread = spread;
   defaults.taps_in_norm = taps_in_norm;
   defaults.rows32 = rows32;
-  defaults.prime = prime;
   if (!o.taps.empty()) {
     check(target.set_taps(o.taps), "taps");
     target.keep_taps_on_device(true);  // as the lanes run a CUDA drafter: taps stay on the device
@@ -164,7 +158,6 @@ void run_arms(lfm2::CudaTarget& target, const ArmsOptions& o) {
   if (!o.taps.empty()) check(target.set_taps({}), "taps off");
   cuda::set_decode_pipe_spread(spread);
   cuda::set_decode_pipe_rows32(rows32);
-  cuda::set_decode_pipe_prime(prime);
   lfm2::CudaTarget::set_taps_in_norm(taps_in_norm);
   target.set_graphs(false);
   target.set_graphs(true);

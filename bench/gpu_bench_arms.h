@@ -11,8 +11,7 @@ namespace ls::gpu_bench {
 
 struct ArmsOptions {
   std::vector<std::string> arms;  // each a '+' list on top of the process's settings: default,
-                                  // spreadN, taps (wanted), tapnorm / tapcopy, rows32 / norows32,
-                                  // prime / noprime
+                                  // spreadN, taps (wanted), tapnorm / tapcopy, rows32 / norows32
   std::vector<int> rows = {1, 2, 4, 8, 10, 16};
   std::vector<int> taps;          // the layers tapped by arms with "taps" (a drafter's target_layer_ids)
   int rounds = 3, context = 128, decode_tokens = 64, repeats = 20;

@@ -118,8 +118,7 @@ int chain_bench() {
 // us, TB/s of weights and the share of 4.2 TB/s; the automatic configuration at chunks of 16 / 8 / 4 K tiles and
 // rings of 96 / 200 KB, then every configuration pinned.
 // quick (--pipe-rows): the old kernels, the default (session 10: one-slice launches up to 16 rows, x once with row
-// copies), the default with set_decode_pipe_prime flipped (session 14) and every class on boxes, in that order and
-// again.
+// copies) and every class on boxes, in that order and again.
 int pipe_bench(const std::vector<int64_t>& widths, bool quick) {
   const GemmEngine engine;
   const int default_classes = decode_pipe_tma_classes();
@@ -165,10 +164,6 @@ int pipe_bench(const std::vector<int64_t>& widths, bool quick) {
           row("old", graph_ms(run, 40));
           set_decode_pipe_narrow(true);
           row("default", graph_ms(run, 40));
-          const bool prime = decode_pipe_prime();  // the pipeline's weights primed one unit before the wait
-          set_decode_pipe_prime(!prime);
-          row(prime ? "prime off" : "prime one unit", graph_ms(run, 40));
-          set_decode_pipe_prime(prime);
           set_decode_pipe_tma_classes(15);
           row("every class 3D boxes", graph_ms(run, 40));
           set_decode_pipe_tma_classes(default_classes);

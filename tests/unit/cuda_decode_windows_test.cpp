@@ -6,9 +6,8 @@
 // - 17..32-row windows (set_decode_pipe_rows32): two m16 tiles of x rows, x once; row copies, 3D boxes up to 16384
 //   outputs, two items a warp and q / k / v, spread or not, routed only under the switch; the fault caught at 17 and
 //   32 rows. (33..64-row windows as two launches were removed in session 14 with their test.)
-// - the weights primed around x's copy (set_decode_pipe_prime, session 14): every row of 1..16-row launches of the
-//   1.2B's shapes keeps its one-row bits primed or not; the reversed-K fault (set_decode_pipe_fault_for_test) caught
-//   primed at 1 and 10 rows, and on the streaming gate_up + SwiGLU's 16-row launch (4 warps since s14A).
+// - the streaming gate_up + SwiGLU at 9..16 rows on 4 warps (session 14, the default since s14A): every row keeps
+//   its one-row bits; the reversed-K fault (set_decode_pipe_fault_for_test) caught on it.
 #ifdef LS_HAVE_CUDA
 
 #include "cuda_decode_test_util.h"
@@ -26,7 +25,6 @@ struct Scope {
 };
 using SpreadScope = Scope<int, decode_pipe_spread, set_decode_pipe_spread>;
 using Rows32Scope = Scope<bool, decode_pipe_rows32, set_decode_pipe_rows32>;
-using PrimeScope = Scope<bool, decode_pipe_prime, set_decode_pipe_prime>;
 
 // Rows r of y [m, n] whose bits differ from row r of `want` [>= m, n].
 int differing_rows(const std::vector<bf16>& got, const std::vector<bf16>& want, int64_t m, int64_t n) {
@@ -213,51 +211,21 @@ struct Shape {
   DeviceMatrix matrix;
 };
 
-TEST(CudaDecodePrime, LaunchesOfEveryWidthWithTheWeightsPrimedAroundXKeepTheOneRowBits) {
+TEST(CudaDecodeSwiglu16, NineToSixteenRowsOnFourWarpsKeepTheOneRowBitsAndSeeAPlantedKFault) {
   LS_SKIP_WITHOUT_DEVICE();
-  if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
-  const GemmEngine engine;
-  auto x2048 = upload(to_bf16(random_values(16 * 2048, 211, 2.0f)));
-  auto x8192 = upload(to_bf16(random_values(16 * 8192, 212, 2.0f)));
-  // o_proj / out_proj, k / v, the q / k / v launch's rows, in_proj, gate_up + SwiGLU, down (sliced K).
-  const Shape shapes[] = {{2048, 2048, false, 221}, {512, 2048, false, 222}, {3072, 2048, false, 223},
-                          {6144, 2048, false, 224}, {16384, 2048, true, 225}, {2048, 8192, false, 226}};
-  for (const Shape& shape : shapes) {
-    const bf16* x = shape.k == 8192 ? x8192.data() : x2048.data();
-    const std::vector<bf16> want = shape.one_row_launches(engine, x, 16);
-    for (const bool prime : {false, true}) {
-      const PrimeScope scope(prime);
-      for (const int64_t m : {1, 2, 8, 9, 10, 12, 16})
-        EXPECT_EQ(shape.differing_rows(shape.run(engine, x, m), want, m), 0)
-            << "N " << shape.n << " K " << shape.k << " m " << m << (prime ? " primed" : "");
-    }
-  }
-}
-
-TEST(CudaDecodePrime, APlantedKOrderFaultIsCaughtPrimedAndOnTheSixteenRowSwiglu) {
-  LS_SKIP_WITHOUT_DEVICE();
-  if (!cuda_features().tma || !cuda_features().pdl) GTEST_SKIP() << "the pipeline runs on sm_90 only";
   const GemmEngine engine;
   constexpr int64_t K = 2048, M = 10;
-  auto x = upload(to_bf16(random_values(M * K, 231, 2.0f)));
-  {  // 2048 -> 2048, the weights primed around x's copy, at 1 and 10 rows
-    const Shape shape(2048, K, false, 232);
-    const PrimeScope scope(true);
-    for (const int64_t m : {int64_t{1}, M}) {
-      bool x_once = false;
-      ASSERT_TRUE(decode_pipe_routes(m, shape.matrix, false, &x_once));
-      ASSERT_TRUE(x_once);
-      expect_pipe_fault_seen(engine, x.data(), m, shape.matrix, "primed, m " + std::to_string(m));
-    }
-  }
-  // gate_up + SwiGLU at 10 rows: the streaming kernel's 4-warp launch (the default since s14A)
-  const Shape gate_up(16384, K, true, 233);
-  ASSERT_FALSE(decode_pipe_routes(M, gate_up.matrix, true));
-  const std::vector<bf16> want = gate_up.run(engine, x.data(), M);
+  auto x = upload(to_bf16(random_values(16 * K, 211, 2.0f)));
+  // gate_up + SwiGLU of the 1.2B: the streaming kernel's 4-warp launch at 9..16 rows (the default since s14A)
+  const Shape gate_up(16384, K, true, 225);
+  const std::vector<bf16> want = gate_up.one_row_launches(engine, x.data(), 16);
+  for (const int64_t m : {8, 9, 10, 12, 16})
+    EXPECT_EQ(gate_up.differing_rows(gate_up.run(engine, x.data(), m), want, m), 0) << "m " << m;
+  const std::vector<bf16> clean = gate_up.run(engine, x.data(), M);
   set_decode_pipe_fault_for_test(true);
   const std::vector<bf16> faulty = gate_up.run(engine, x.data(), M);
   set_decode_pipe_fault_for_test(false);
-  EXPECT_GT(gate_up.differing_rows(faulty, want, M), M / 2) << "SwiGLU: the K tiles walked backwards went unseen";
+  EXPECT_GT(gate_up.differing_rows(faulty, clean, M), M / 2) << "the K tiles walked backwards went unseen";
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // The verify-forward switches on whole targets: the pipeline GEMMs spread over fewer CTAs above one row
 // (set_decode_pipe_spread) and taking 17..32-row windows (set_decode_pipe_rows32), the taps written by the norm launch
-// after a tapped layer (CudaTarget::set_taps_in_norm), all session 13's, and session 14's weights primed around x's
-// copy (set_decode_pipe_prime): every row of windows of 1..16 rows and of forwards of 2 and 16 streams (up to 32 and 256 rows)
+// after a tapped layer (CudaTarget::set_taps_in_norm), all session 13's: every row of windows of 1..16 rows and of forwards of 2 and 16 streams (up to 32 and 256 rows)
 // keeps the one-row bits of the old picks, taps included, on the small dense / MoE targets (hidden 64: the norm's
 // two-launch fallback carries the tap) and the nano target (the one-launch norm); a planted fault (the norm writing
 // the next tap slot) turns the taps red on both paths.
@@ -18,13 +17,12 @@ using namespace cuda_test;
 // The switches set for one scope (graphs dropped at each change), then put back as they were.
 struct Arm {
   int spread = 1;
-  bool taps_in_norm = false, rows32 = false, prime = false;
+  bool taps_in_norm = false, rows32 = false;
 };
 struct Switches {
   Switches(CudaTarget& target, const Arm& arm)
       : target(target),
-        before{cuda::decode_pipe_spread(), CudaTarget::taps_in_norm(), cuda::decode_pipe_rows32(),
-               cuda::decode_pipe_prime()} {
+        before{cuda::decode_pipe_spread(), CudaTarget::taps_in_norm(), cuda::decode_pipe_rows32()} {
     set(arm);
   }
   ~Switches() {
@@ -34,7 +32,6 @@ struct Switches {
   void set(const Arm& arm) {
     cuda::set_decode_pipe_spread(arm.spread);
     cuda::set_decode_pipe_rows32(arm.rows32);
-    cuda::set_decode_pipe_prime(arm.prime);
     CudaTarget::set_taps_in_norm(arm.taps_in_norm);
     target.set_graphs(false);
     target.set_graphs(true);
@@ -43,8 +40,7 @@ struct Switches {
   Arm before;
 };
 
-// Each target under test with its one-row oracle under the old picks (no spread, taps by copy nodes, no rows32, no
-// priming).
+// Each target under test with its one-row oracle under the old picks (no spread, taps by copy nodes, no rows32).
 template <typename Check>
 int for_each_target(int token_count, uint64_t seed, const Check& check) {
   std::vector<std::unique_ptr<Target>> targets;
@@ -70,17 +66,16 @@ int for_each_target(int token_count, uint64_t seed, const Check& check) {
 
 TEST(CudaTarget, TheVerifyForwardSwitchesGiveTheDefaultOneRowBitsAtEveryWidthAndStream) {
   LS_SKIP_WITHOUT_DEVICE();
-  const Arm arms[] = {{2, false, false, false}, {4, false, false, false}, {1, true, false, false},
-                      {1, false, true, false}, {2, true, true, false},  {2, true, true, true}};
+  const Arm arms[] = {{2, false, false}, {4, false, false}, {1, true, false}, {1, false, true}, {2, true, true}};
   const int checked = for_each_target(40, 7, [&](CudaTarget& target, const std::vector<int32_t>& tokens,
                                                   const std::vector<RowBits>& oracle, int index) {
     for (const Arm& arm : arms) {
       const Switches on(target, arm);
       EXPECT_EQ(width_mismatches(target, tokens, oracle), 0)
           << "target " << index << ", spread " << arm.spread << (arm.taps_in_norm ? ", taps in the norm" : "")
-          << (arm.rows32 ? ", rows32" : "") << (arm.prime ? ", primed" : "");
+          << (arm.rows32 ? ", rows32" : "");
     }
-    for (const Arm& arm : {Arm{2, true, false, false}, Arm{2, true, true, false}, Arm{2, true, true, true}}) {
+    for (const Arm& arm : {Arm{2, true, false}, Arm{2, true, true}}) {
       const Switches on(target, arm);
       EXPECT_EQ(check_many_streams(target, 16, 24, 16), 256) << "target " << index << ", rows32 " << arm.rows32;
       EXPECT_EQ(check_many_streams(target, 2, 40, 16), 32) << "target " << index << ", rows32 " << arm.rows32;
@@ -93,7 +88,7 @@ TEST(CudaTarget, APlantedTapSlotFaultUnderTapsInTheNormTurnsTheTapsRed) {
   LS_SKIP_WITHOUT_DEVICE();
   const int checked = for_each_target(24, 9, [](CudaTarget& target, const std::vector<int32_t>& tokens,
                                                 const std::vector<RowBits>& oracle, int index) {
-    const Switches on(target, Arm{1, true, false, false});
+    const Switches on(target, Arm{1, true, false});
     CudaTarget::set_taps_in_norm_fault_for_test(true);
     target.set_graphs(false);
     target.set_graphs(true);

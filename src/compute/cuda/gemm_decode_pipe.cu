@@ -1,7 +1,7 @@
 // The pipeline decode GEMM's configurations, plans, routing and launches (m <= 16; 17..32 one-slice, non-SwiGLU;
 // sm_90; the kernel: gemm_decode_pipe.cuh; the weight maps of its tensor copies: gemm_decode_tma.cu). Session 8 (row
 // copies), session 9 (3D tensor boxes of the weights), session 10 (one kernel for both; x copied once per CTA;
-// multi-row launches), session 13 (the spread, 17..32 rows), session 14 (the weights primed around x's copy).
+// multi-row launches), session 13 (the spread, 17..32 rows).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -113,13 +113,8 @@ std::atomic<int> pipe_spread{2};
 // windows as two launches lost in the lanes in s13B and were removed in session 14; the code is at dc6afb9.)
 std::atomic<bool> pipe_rows32{true};
 constexpr int kPipeMaxRows = 32;
-// x-once launches prime one unit a warp before the programmatic wait, the rest right after x's copy is issued
-// (session 14, LS_DECODE_PIPE_PRIME / set_decode_pipe_prime, off): 2048->2048 takes 4.6 / 6.0 / 6.9 us at 2 / 8 / 10
-// rows on the same instructions but x's bytes (s14A0), as if x waited behind the ring's weights. (The other 9..16-row
-// picks of session 14 lost in s14A0 / s14A and were removed: narrow launches on 16-column items, gate_up + SwiGLU
-// and the sliced down on the pipeline, 16-column items at 2..8 rows, the streaming kernels' fixed pointers at 16 x
-// rows; docs/cuda.md, session 14.) Which kernel computes a column never changes its chain: the same bits.
-std::atomic<bool> pipe_prime{env_int("LS_DECODE_PIPE_PRIME", 0) != 0};
+// Session 14's 9..16-row picks and the weights primed around x's copy lost in H200 batches s14A0 / s14A / s14B and
+// were removed but for the 4-warp SwiGLU at 9..16 rows (gemm_decode_stream.cu); docs/cuda.md, session 14.
 
 // Column groups per CTA for `columns` output columns (SwiGLU: F) of an m-row launch: about one CTA per SM (per
 // spread SMs above one row, up to one group a warp).
@@ -137,7 +132,6 @@ int groups_for(int config, int64_t columns, int m) {
 struct PipePlan {
   int smem, stages, chunk;
   bool x_once;
-  int early = kPipeMaxStages;  // x once: the units a warp primes before the programmatic wait (pipe_prime: 1)
 };
 PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k, int groups) {
   const int slices = slice_count(k);
@@ -157,9 +151,7 @@ PipePlan plan_with(const PipeShape& shape, bool boxes, bool x_once, int m, int k
     chunk /= 2;
   const int stage = pipe_stage_bytes(boxes, x_once, shape.tiles, chunk, m);
   const int stages = std::clamp(ring / (active * stage), 2, kPipeMaxStages);
-  // pipe_prime (every width): one unit a warp before the wait, the rest after x's copy is issued.
-  const bool prime_one = x_once && pipe_prime.load(std::memory_order_relaxed);
-  return {fixed + active * stages * stage, stages, chunk, x_once, prime_one ? 1 : kPipeMaxStages};
+  return {fixed + active * stages * stage, stages, chunk, x_once};
 }
 // x once where the switch asks for it and it fits, else per stage.
 PipePlan plan_for(int config, int m, int k, int groups, int copies) {
@@ -178,13 +170,13 @@ Status launch_shape(const PipeLaunch<BOXES>& group, int groups, const PipePlan& 
   const int ctas = group.first_block[group.count];
   if (group.args[0].m <= 8)
     return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 8, SWIGLU>, ctas, 32 * WARPS, plan.smem,
-                               stream, group, groups, plan.stages, plan.chunk, plan.early);
+                               stream, group, groups, plan.stages, plan.chunk);
   if (group.args[0].m <= 16)
     return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 16, SWIGLU>, ctas, 32 * WARPS,
-                               plan.smem, stream, group, groups, plan.stages, plan.chunk, plan.early);
+                               plan.smem, stream, group, groups, plan.stages, plan.chunk);
   if constexpr (X_ONCE && !SWIGLU)
     return launch_programmatic(decode_pipe_kernel<BOXES, X_ONCE, WARPS, TILES, 32, SWIGLU>, ctas, 32 * WARPS,
-                               plan.smem, stream, group, groups, plan.stages, plan.chunk, plan.early);
+                               plan.smem, stream, group, groups, plan.stages, plan.chunk);
   return Status(ErrorCode::Internal, "decode pipeline: 17..32 rows copy x once and run no SwiGLU");
 }
 template <bool BOXES, bool X_ONCE>
@@ -460,8 +452,6 @@ void set_decode_pipe_spread(int spread) {
 int decode_pipe_spread() { return gemm_detail::pipe_spread.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_rows32(bool on) { gemm_detail::pipe_rows32.store(on, std::memory_order_relaxed); }
-void set_decode_pipe_prime(bool on) { gemm_detail::pipe_prime.store(on, std::memory_order_relaxed); }
-bool decode_pipe_prime() { return gemm_detail::pipe_prime.load(std::memory_order_relaxed); }
 bool decode_pipe_rows32() { return gemm_detail::pipe_rows32.load(std::memory_order_relaxed); }
 
 void set_decode_pipe_fault_for_test(bool on) { gemm_detail::pipe_fault.store(on, std::memory_order_relaxed); }

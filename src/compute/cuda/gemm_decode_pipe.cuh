@@ -111,7 +111,7 @@ __device__ __forceinline__ void finish_item(const GemmArgs& args, float (&acc)[M
 // in slice order.
 template <bool BOXES, bool X_ONCE, int WARPS, int TILES, int A_ROWS, bool SWIGLU>
 __global__ void __launch_bounds__(32 * WARPS)
-    decode_pipe_kernel(const __grid_constant__ PipeLaunch<BOXES> group, int groups, int stages, int chunk, int early) {
+    decode_pipe_kernel(const __grid_constant__ PipeLaunch<BOXES> group, int groups, int stages, int chunk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kItemCols = SWIGLU ? 8 : 8 * TILES;
   constexpr int kWRows = 8 * TILES;
@@ -186,10 +186,9 @@ __global__ void __launch_bounds__(32 * WARPS)
               walk.tiles(item, c) * 128, bars + 8 * stage);
   };
   int issue_item = warp, issue_c = 0;
-  // Prologue: the weights of the first `stages` units (x once: the first `early` of them), the wait for the kernel
-  // before, then their x (or all of x, then the rest of the first `stages` units' weights, queued behind x).
+  // Prologue: the weights of the first `stages` units, the wait for the kernel before, then their x (or all of x).
   int primed = 0;
-  for (; primed < (X_ONCE ? min(early, stages) : stages) && issue_item < items; ++primed) {
+  for (; primed < stages && issue_item < items; ++primed) {
     copy_w(issue_item, issue_c, primed);
     walk.advance(issue_item, issue_c);
   }
@@ -200,10 +199,6 @@ __global__ void __launch_bounds__(32 * WARPS)
       if (lane == 0) barrier_expect(x_bar, m * args.k * 2);
       __syncwarp();
       if (lane < m) bulk_copy(x_once + lane * x_pitch, args.x + static_cast<int64_t>(lane) * args.k, args.k * 2, x_bar);
-    }
-    for (; primed < stages && issue_item < items; ++primed) {
-      copy_w(issue_item, issue_c, primed);
-      walk.advance(issue_item, issue_c);
     }
     barrier_wait(x_bar, 0);
   } else {

@@ -136,11 +136,6 @@ int decode_pipe_spread();
 // 14: the streamed windows and tiles). Same bits; drop captured graphs after a change.
 void set_decode_pipe_rows32(bool on);
 bool decode_pipe_rows32();
-// The pipeline's x-once launches prime one unit a warp before the programmatic wait and the rest right after x's copy
-// is issued, so x is not queued behind a whole ring of weights (session 14, switch LS_DECODE_PIPE_PRIME; the default
-// and its measurements in gemm_decode_pipe.cu). Same bits; drop captured graphs after a change.
-void set_decode_pipe_prime(bool on);
-bool decode_pipe_prime();
 // Tests: gemm_decode_pipe's launches that copy x once walk each unit's K tiles backwards (a planted K-order fault).
 void set_decode_pipe_fault_for_test(bool on);
 // Whether gemm_decode_pipe takes configuration `config` for m rows of W (shape, K, shared memory).
