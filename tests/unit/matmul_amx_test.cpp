@@ -8,8 +8,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "base/thread_pool.h"
@@ -20,6 +20,7 @@
 #include "lanes/lanes.h"
 #include "lanes/testing/harness.h"
 #include "model/load.h"
+#include "nano_pair.h"
 #include "ops_test_util.h"
 
 namespace ls::compute {
@@ -159,10 +160,10 @@ OwnedMatrix amx_matrix(int64_t N, int64_t K, uint64_t seed, bool bias = false) {
   return w;
 }
 
-// Packs AMX matrices in the grouped layout for one test and restores the previous setting.
+// Packs AMX matrices in the grouped layout (or the block one) for one scope and restores the previous setting.
 class ScopedGroups {
  public:
-  ScopedGroups() : saved_(set_amx_tile_groups(true)) {}
+  explicit ScopedGroups(bool on) : saved_(set_amx_tile_groups(on)) {}
   ~ScopedGroups() { set_amx_tile_groups(saved_); }
 
  private:
@@ -176,12 +177,16 @@ TEST(MatmulAmx, TheGroupedLayoutGivesTheBlockLayoutsBitsAtEveryRowCount) {
   OpContext ctx{&pool, NumericMode::Bf16};
   for (int64_t N : {150, 200, 2048}) {  // groups of 4 blocks with a last group of 2 / 1 blocks, partial or whole
     const int64_t K = 300;
-    const OwnedMatrix blocks = amx_matrix(N, K, 91 + N, true);
-    OwnedMatrix grouped;
+    OwnedMatrix blocks, grouped;
     {
-      ScopedGroups groups;
+      ScopedGroups off(false);
+      blocks = amx_matrix(N, K, 91 + N, true);
+    }
+    {
+      ScopedGroups on(true);
       grouped = amx_matrix(N, K, 91 + N, true);
     }
+    ASSERT_EQ(blocks.packed_layout, PackedLayout::AmxTiles);
     ASSERT_EQ(grouped.packed_layout, PackedLayout::AmxTileGroups);
     for (int64_t rows : {1, 2, 3, 7, 16, 17, 40}) {
       const std::vector<float> x = stored(random_values(rows * K, 92 + rows), NumericMode::Bf16);
@@ -289,14 +294,14 @@ class AmxEntryPoints : public ::testing::TestWithParam<bool> {};  // the grouped
 TEST_P(AmxEntryPoints, ArgmaxGroupAndFusedColumnsGiveTheBitsOfMatmul) {
   LS_SKIP_WITHOUT_AMX();
   ScopedAmx amx;
-  const bool saved_groups = set_amx_tile_groups(GetParam());
+  std::optional<ScopedGroups> groups(std::in_place, GetParam());
   ThreadPool pool(2);
   OpContext ctx{&pool, NumericMode::Bf16};
   const int64_t K = 384, N = 8192 / 4 + 48;  // the last group of 3 blocks
   OwnedMatrix a = random_matrix(N, K, 61, NumericMode::Bf16), b = random_matrix(N, K, 62, NumericMode::Bf16);
   OwnedMatrix* both[] = {&a, &b};
   ASSERT_EQ(pack_for_cpu(both), 2);
-  set_amx_tile_groups(saved_groups);
+  groups.reset();
   ASSERT_EQ(a.packed_layout, GetParam() ? PackedLayout::AmxTileGroups : PackedLayout::AmxTiles);
   for (int64_t rows : {1, 3, 7, 16}) {
     const std::vector<float> x = stored(random_values(rows * K, 63 + rows), NumericMode::Bf16);
@@ -365,39 +370,24 @@ class AmxNanoLanes : public ::testing::TestWithParam<NanoCase> {};
 
 TEST_P(AmxNanoLanes, DraftedRepliesEqualPlainRepliesRunAlone) {
   LS_SKIP_WITHOUT_AMX();
-  const std::string target_dir = std::string(LS_SOURCE_DIR) + "/models/nano/target";
-  const std::string drafter_dir = std::string(LS_SOURCE_DIR) + "/models/nano/drafter";
-  if (!std::filesystem::exists(target_dir + "/config.json") || !std::filesystem::exists(drafter_dir + "/config.json"))
-    GTEST_SKIP() << "no nano pair";
+  if (!nano_pair_present()) GTEST_SKIP() << "no nano pair";
   ScopedAmx amx;
-  LoadOptions load;
-  load.threads = 2;
-  load.max_rows = 64;
-  auto target = load_target(target_dir, load);
-  ASSERT_TRUE(target.ok()) << target.status().to_string();
-  DrafterOptions drafter_options;
-  drafter_options.threads = 2;
-  drafter_options.max_streams = 16;
-  auto drafter = load_drafter(drafter_dir, **target, drafter_options);
-  ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
+  NanoPair pair;
+  ASSERT_NO_FATAL_FAILURE(load_nano_pair(pair));
   const std::vector<Arrival> arrivals = staggered_arrivals(
-      GetParam().streams, GetParam().sampled, (*target)->facts().vocab_size, 24);
-  const auto alone = run_each_alone_plain(**target, arrivals);
+      GetParam().streams, GetParam().sampled, pair.target->facts().vocab_size, 24);
+  const auto alone = run_each_alone_plain(*pair.target, arrivals);
   FixedClock clock;
   LanesOptions options = sampled_any_streams();
   options.pricing.always_draft = true;
   options.scout_prompt_only = false;
   options.max_streams = 16;
   options.calibration.repeats = 1;
-  auto lanes = Lanes::create(**target, drafter->get(), options, clock);
+  auto lanes = Lanes::create(*pair.target, pair.drafter.get(), options, clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   auto replies = run_arrivals(**lanes, arrivals);
   ASSERT_TRUE(replies.ok()) << replies.status().to_string();
-  for (size_t index = 0; index < arrivals.size(); ++index) {
-    EXPECT_FALSE(alone[index].tokens.empty());
-    EXPECT_EQ((*replies)[index].tokens, alone[index].tokens) << "stream " << index;
-    EXPECT_EQ((*replies)[index].finish, alone[index].finish) << "stream " << index;
-  }
+  expect_replies_equal_alone(*replies, alone);
   EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
   EXPECT_GT((*lanes)->stats().drafts_accepted, 0);
 }
