@@ -238,8 +238,8 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
     const uint16_t* w_group = w + col / kAmxColumns * k_tiles * kAmxTileValues;
     // Grouped: the group's tiles of one K step side by side (a range ends on a group or at the matrix's end, so the
     // group holds `blocks` blocks); else each block's K tiles in a run of their own.
-    const int64_t step = grouped ? blocks * kAmxTileValues : kAmxTileValues;
-    const int64_t block = grouped ? kAmxTileValues : k_tiles * kAmxTileValues;
+    const int64_t tile_step = grouped ? blocks * kAmxTileValues : kAmxTileValues;
+    const int64_t block_stride = grouped ? kAmxTileValues : k_tiles * kAmxTileValues;
     for (int64_t row = 0; row < rows; row += 16) {
       const uint16_t* x_rows = x + row * x_stride;
       const int64_t take = std::min<int64_t>(16, rows - row);
@@ -249,12 +249,13 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
       const bool direct = width == blocks * kAmxColumns;
       float* out = direct ? y + row * ldy + col : c;
       const int64_t out_block = direct ? kAmxColumns : 256, out_bytes = direct ? ldy * 4 : 64;
+      const bool prefetch = (schedule & kPrefetchB) != 0;
       if (schedule & kRotateB)
-        run_group<true>(blocks, x_rows, x_stride * 2, w_group, k_tiles, step, block, out, out_block, out_bytes,
-                        (schedule & kPrefetchB) != 0);
+        run_group<true>(blocks, x_rows, x_stride * 2, w_group, k_tiles, tile_step, block_stride, out, out_block,
+                        out_bytes, prefetch);
       else
-        run_group<false>(blocks, x_rows, x_stride * 2, w_group, k_tiles, step, block, out, out_block, out_bytes,
-                         (schedule & kPrefetchB) != 0);
+        run_group<false>(blocks, x_rows, x_stride * 2, w_group, k_tiles, tile_step, block_stride, out, out_block,
+                         out_bytes, prefetch);
       if (direct) continue;
       for (int64_t m = 0; m < take; ++m)
         for (int64_t block = 0; block * kAmxColumns < width; ++block)
