@@ -20,8 +20,6 @@
 //                                                                         absorb (lanes15); scout: the scout alone
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
-//             [--probe group|alone]                                        alone: a dormant stream's probe runs only
-//                                                                         where it alone could pay (before lanes7)
 //             [--deep-chances prior|confidence]                            confidence (the default since s7A): depths
 //                                                                         no verify reached are priced at the better of
 //                                                                         the prior and the calibrated confidences

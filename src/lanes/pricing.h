@@ -37,12 +37,6 @@ struct PricingOptions {
   // host 0.0205 vs plain 0.0110 ms a round). 8: the default since lanes7 (a waking waits at most 8 rounds; probes
   // run as usual); 1 = every decision (the sixth session's first half: lanes_bench --quiet-reprice 1).
   int quiet_reprice_every = 8;
-  // Group probes: while no stream drafts, the pooled acceptance (what every dormant stream is priced with) is
-  // re-measured by one stream's probe on a doubling wait of its own (first wait, doubling to the longest; a decision
-  // that buys drafts starts it over), run where the round's streams drafting together could pay if every draft landed. At 16
-  // streams on the H200 (s6B) one stream alone could never pay, so after one unlucky scout probe no stream probed
-  // again for 255 rounds and drafting never resumed. false: only the per-stream probes (lanes_bench --probe alone).
-  bool group_probes = true;
   // Seventh session (lanes8). With a confidence head, depths no verify has reached yet are priced with the drafter's
   // calibrated confidences (averaged over every draft it made) where they beat the fixed prior (0.5-0.6 past depth 4), and every pooled depth
   // starts its average there: a probe's few outcomes move it, they do not replace it (the 1.2B at 16 streams on the
@@ -247,7 +241,7 @@ class Pricing {
   // longest wait, or where the stream could pay if every draft landed (else the probe is skipped, and the taps a
   // dormant stream takes for it would be wasted: 25 tap rounds and device absorbs for 2 passes at 16 streams).
   bool probe_would_run(const Stream& stream, int cap, int round_streams) const;
-  // Whether a group probe (PricingOptions::group_probes) is due at the next decision.
+  // Whether a group probe is due at the next decision (see plan_group_probe).
   bool group_probe_due() const;
   // Whether `stream` would run a group probe at the next decision: due, the stream alone could not pay, and the
   // round's `round_streams` streams drafting together could if every draft landed.
@@ -323,6 +317,10 @@ class Pricing {
   // with `always_right`), next to their pending rows.
   Allocation pooled_round(int round_streams, int cap, bool always_right, PassMode mode) const;
   // After a decision that bought nothing and ran no probe: one stream probes for the pool when the group wait is up.
+  // Group probes re-measure the pooled acceptance (what every dormant stream is priced with) on a doubling wait of
+  // their own (a decision that buys drafts starts it over), where the round's streams drafting together could pay:
+  // at 16 streams on the H200 (s6B) one stream alone could never pay, so after one unlucky scout probe no stream
+  // probed again for 255 rounds (lanes7; the per-stream probes alone, lanes_bench --probe alone, removed in lanes17).
   void plan_group_probe(std::span<Stream* const> drafting, std::span<const int> caps, bool bought,
                         std::vector<DepthPlan>& plans);
   // Whether `stream` would be bought drafts at all, next to the round's pending rows, if every one of its `cap`

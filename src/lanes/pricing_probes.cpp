@@ -10,7 +10,7 @@ namespace ls {
 
 void Pricing::plan_group_probe(std::span<Stream* const> drafting, std::span<const int> caps, bool bought,
                                std::vector<DepthPlan>& plans) {
-  if (!options_.group_probes || options_.always_draft) return;
+  if (options_.always_draft) return;
   if (bought || std::any_of(plans.begin(), plans.end(), [](const DepthPlan& plan) { return plan.depth > 0; })) {
     // Drafts bought or a probe run this decision: the pool is being measured.
     group_zero_decisions_ = 0;
@@ -134,7 +134,7 @@ void Pricing::observe_slow_forward(double excess_ms) {
 }
 
 bool Pricing::group_probe_due() const {
-  return options_.group_probes && !options_.always_draft && drafter_proven() &&
+  return !options_.always_draft && drafter_proven() &&
          group_zero_decisions_ + 1 >= group_wait_;
 }
 
