@@ -20,9 +20,6 @@
 //                                                                         absorb (lanes15); scout: the scout alone
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
-//             [--deep-chances prior|confidence]                            confidence (the default since s7A): depths
-//                                                                         no verify reached are priced at the better of
-//                                                                         the prior and the calibrated confidences
 //             [--depth-ask whole|priced]                                   priced: the depth a drafting stream asks is
 //                                                                         priced with the pass's depth axis (lanes9)
 //             [--probe-value off|on]                                       on: probes only where they pay their way

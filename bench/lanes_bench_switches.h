@@ -15,7 +15,6 @@ struct LanesSwitches {
   double whole_context_share = -1;      // --admit whole[:SHARE]: ... only where the prior saves SHARE (lanes12)
   int whole_contexts_priced = -1;       // --admit priced (the default) | scout|all|whole: off (lanes15)
   int quiet_reprice_every = 0;          // --quiet-reprice N (0 = the default)
-  bool confidence_for_unexplored = true;  // --deep-chances prior|confidence (lanes8)
   int price_depth_asked = -1;           // --depth-ask whole|priced (lanes9)
   int probes_pay_their_way = -1;        // --probe-value off|on (lanes9)
   int pass_cost_per_mode = -1;          // --pass-modes off|on (lanes10)

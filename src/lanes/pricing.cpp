@@ -135,8 +135,6 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   // A stream over a restarted context falls back on the restart pool once one was measured (restart_scout).
   const AcceptanceByDepth& pool =
       restart_windows_ > 0 && prices_as_restarted(stream) ? restart_acceptance_ : pooled_acceptance_;
-  const AcceptanceByDepth& acceptance = stream.acceptance.explored_depth() > 0 ? stream.acceptance : pool;
-  const bool per_depth = options_.confidence_for_unexplored;
   // Per depth: the stream's own outcomes where it has some, else the pool's (seeded from the confidences).
   auto conditional = [&](int index) {
     return stream.acceptance.observations(index) > 0 ? stream.acceptance.conditional(index) : pool.conditional(index);
@@ -151,7 +149,7 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
     return chances;
   };
   if (has_confidence_) {
-    std::vector<float> chances = per_depth ? merged_chain(cap) : acceptance.chain(cap);
+    std::vector<float> chances = merged_chain(cap);
     // The last pass's drafts were all cut by the trim: its confidences are what the next pass will likely say.
     const std::vector<float>& doubted = stream.doubted_chances;
     for (size_t index = 0; index < chances.size() && !doubted.empty(); ++index) {
@@ -161,7 +159,7 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   }
   const int explored = std::max(stream.acceptance.explored_depth(), pooled_acceptance_.explored_depth());
   const int depth = std::min(cap, explored + 2);
-  return per_depth ? merged_chain(depth) : acceptance.chain(depth);
+  return merged_chain(depth);
 }
 
 std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
@@ -424,13 +422,13 @@ std::vector<double> Pricing::unexplored_conditionals() const {
 }
 
 void Pricing::observe_confidences(std::span<const float> raw_chances) {
-  if (!has_confidence_ || !options_.confidence_for_unexplored) return;
+  if (!has_confidence_) return;
   pooled_confidence_.observe(raw_chances, options_.acceptance_rate);
   pooled_acceptance_.seed_unobserved(unexplored_conditionals());
 }
 
 void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
-  if (has_confidence_ && options_.confidence_for_unexplored) {
+  if (has_confidence_) {
     // A depth's first outcomes move the confidences' estimate; they do not replace it.
     pooled_acceptance_.seed_unobserved(unexplored_conditionals());
     stream.acceptance.seed_unobserved(pooled_acceptance_.conditionals());

@@ -37,13 +37,6 @@ struct PricingOptions {
   // host 0.0205 vs plain 0.0110 ms a round). 8: the default since lanes7 (a waking waits at most 8 rounds; probes
   // run as usual); 1 = every decision (the sixth session's first half: lanes_bench --quiet-reprice 1).
   int quiet_reprice_every = 8;
-  // Seventh session (lanes8). With a confidence head, depths no verify has reached yet are priced with the drafter's
-  // calibrated confidences (averaged over every draft it made) where they beat the fixed prior (0.5-0.6 past depth 4), and every pooled depth
-  // starts its average there: a probe's few outcomes move it, they do not replace it (the 1.2B at 16 streams on the
-  // H200: a q = 0.83 drafter priced at the prior past the depths its probes reached never looked worth a group round).
-  // On by default since H200 batch s7A (1.2B synth at 16 streams, same binary: 1.31x with 64 passes against 0.96x
-  // with 7; lanes_bench --deep-chances prior for the old rule).
-  bool confidence_for_unexplored = true;
   // Eighth session (lanes9). With a confidence head, the depth a drafting stream asks is priced with the pass
   // table's depth axis (the deepest depth bought against verify + draft_ms(streams, depth) of the whole round),
   // and every `full_depth_every`-th drafting decision of a stream asks its whole cap so deeper acceptance stays
@@ -300,7 +293,10 @@ class Pricing {
  private:
   // What drafting this round costs the stream in absorbs: the call and its window's rows, plus its catch-up spread.
   double activation_ms(const Stream& stream, int cap, std::span<const float> chances) const;
-  // What a depth no verify has reached is priced at (confidence_for_unexplored): [depths] conditionals.
+  // What a depth no verify has reached is priced at: [depths] conditionals. Seventh session (lanes8): with a
+  // confidence head, the better of the prior and the calibrated confidences, and every pooled depth starts its
+  // average there (the 1.2B at 16 streams on the H200, s7A: 1.31x with 64 passes against 0.96x with 7 priced at the
+  // prior past the depths its probes reached; lanes_bench --deep-chances prior, removed in lanes17).
   std::vector<double> unexplored_conditionals() const;
   // Chain chances at the better of the pooled acceptance and the calibrated confidences (else the prior): [depth].
   std::vector<float> hopeful_chain(int depth) const;
