@@ -22,8 +22,6 @@
 //                                                                         every N-th time (PricingOptions)
 //             [--depth-ask whole|priced]                                   priced: the depth a drafting stream asks is
 //                                                                         priced with the pass's depth axis (lanes9)
-//             [--probe-value off|on]                                       on: probes only where they pay their way
-//                                                                         (lanes9, PricingOptions::probes_pay_their_way)
 //             [--pass-modes off|on]                                        on: passes priced per sampling mode,
 //                                                                         sampled ones timed at load (lanes10)
 //             [--restart-scout off|defer|alone]                            restarted contexts priced apart, one

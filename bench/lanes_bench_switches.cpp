@@ -17,7 +17,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   }
   else if (flag == "--quiet-reprice") quiet_reprice_every = std::atoi(value.c_str());
   else if (flag == "--depth-ask") price_depth_asked = value == "priced" ? 1 : 0;
-  else if (flag == "--probe-value") probes_pay_their_way = value == "on" ? 1 : 0;
   else if (flag == "--pass-modes") pass_cost_per_mode = value == "on" ? 1 : 0;
   else if (flag == "--restart-scout") restart_scout = value == "defer" ? 1 : value == "alone" ? 2 : 0;
   else if (flag == "--explore-gate") {
@@ -43,7 +42,6 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (whole_contexts_priced >= 0) pricing.whole_contexts_priced = whole_contexts_priced == 1;
   if (quiet_reprice_every > 0) pricing.quiet_reprice_every = quiet_reprice_every;
   if (price_depth_asked >= 0) pricing.price_depth_asked = price_depth_asked == 1;
-  if (probes_pay_their_way >= 0) pricing.probes_pay_their_way = probes_pay_their_way == 1;
   if (pass_cost_per_mode >= 0) pricing.pass_cost_per_mode = pass_cost_per_mode == 1;
   if (explore_repay >= 0) pricing.explore_repay = explore_repay;
   if (explore_repay_if_right >= 0) pricing.explore_repay_if_right = explore_repay_if_right;
@@ -60,7 +58,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
 const char* lanes_switches_usage() {
   return "[--taps device|host] [--admit scout|all|whole[:SHARE]|priced] "
          "[--quiet-reprice N] [--depth-ask whole|priced] "
-         "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
+         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
          "[--sampled-prior X|off] [--scout-gate prior|right] [--scout whole|restarted]";

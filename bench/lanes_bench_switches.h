@@ -16,7 +16,6 @@ struct LanesSwitches {
   int whole_contexts_priced = -1;       // --admit priced (the default) | scout|all|whole: off (lanes15)
   int quiet_reprice_every = 0;          // --quiet-reprice N (0 = the default)
   int price_depth_asked = -1;           // --depth-ask whole|priced (lanes9)
-  int probes_pay_their_way = -1;        // --probe-value off|on (lanes9)
   int pass_cost_per_mode = -1;          // --pass-modes off|on (lanes10)
   int restart_scout = -1;               // --restart-scout off|defer|alone (lanes10)
   double explore_repay = -1;            // --explore-gate X[,Y] (lanes11; 0 = off)

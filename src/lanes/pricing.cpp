@@ -331,7 +331,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // Probes that pay their way: a stream's own only where its window could win what it costs (not even at the
     // longest wait). The scout's stays on the always-right test: before any draft there are no confidences, and at
     // the prior a confident drafter at 16 streams would never be found (LanesPricedCosts.WhereOnlyDeepWindowsPay...).
-    const bool worth = !options_.probes_pay_their_way || scouting ||
+    const bool worth = scouting ||
                        probe_pays(stream, caps[prober], offers[0].fixed_rows);
     const bool longest_wait = stream.backoff.wait >= options_.probe_most_wait;
     if (worth && (longest_wait || could_pay(offers[0], stream, caps[prober], alike))) {

@@ -47,16 +47,6 @@ struct PricingOptions {
   // 1.2B synth at 1 stream 2.31x against 2.41x; CPU nano at 1 stream 13-20 passes in two of four runs, 0.72-0.81x).
   bool price_depth_asked = false;
   int full_depth_every = 4;       // 0: never (a test's planted fault)
-  // Probes that pay their way (lanes_bench --probe-value on): a stream's own probe runs only where the tokens its
-  // window could win if every draft landed, at plain's ms a token for this many streams, exceed what it costs (its
-  // pass, its verify rows, its absorb, and the mean one-off of a slow forward measured so far); a group probe only
-  // where the round's streams drafting together could pay at the hopeful chances (the pool, or the calibrated
-  // confidences where better; the prior without a head), not only if every draft landed (the scout keeps that
-  // test). The nano pair on the H200 at 4-16 streams: a 7-draft window wins at most 7 x 0.05 ms next to a 0.19 ms
-  // pass and a 0.2 ms forward. On by default since H200 batch s8A (nano greedy 1.85 / 0.77 / 0.86 / 0.81x at
-  // 1 / 4 / 8 / 16 streams against 1.81 / 0.73 / 0.72 / 0.72x, 3 passes instead of 6 at 8 and 16; the 1.2B synth
-  // at 16 streams 1.29x either way).
-  bool probes_pay_their_way = true;
   // Ninth session (lanes10). Costs priced per sampling mode: a pass with a sampled request, and a verify with a
   // sampled window, are priced from their own tables (timed at load with sampled requests and windows,
   // CalibrationOptions::sampled_passes, and corrected online apart from greedy ones); sampled passes keep their own
@@ -243,9 +233,14 @@ class Pricing {
   double probe_cost_ms(int cap, int round_streams, PassMode mode = PassMode::Greedy) const;
   // Whether `stream`'s own probe of `cap` drafts next to `round_streams` pending rows pays its way: the tokens its
   // window wins if every draft lands, at plain's ms a token, against its pass, verify rows, absorb and one-off.
+  // (A group probe runs only where the round's streams drafting together could pay at the hopeful chances; the
+  // scout keeps the always-right test.) The nano pair on the H200 at 4-16 streams: a 7-draft window wins at most
+  // 7 x 0.05 ms next to a 0.19 ms pass and a 0.2 ms forward. The default since H200 batch s8A (lanes9: nano greedy
+  // 0.77 / 0.86 / 0.81x at 4 / 8 / 16 streams against 0.73 / 0.72 / 0.72x); lanes_bench --probe-value off removed
+  // in lanes17.
   bool probe_pays(const Stream& stream, int cap, int round_streams) const;
   // A verify forward took `excess_ms` over its table entry (a new shape's eager run and capture): the mean one-off
-  // a probe's new shape costs (probes_pay_their_way).
+  // a probe's new shape costs (probe_pays).
   void observe_slow_forward(double excess_ms);
   double one_off_ms() const { return one_off_ms_; }
   // The chances trim prices a stream's held drafts with: [held] cumulative.

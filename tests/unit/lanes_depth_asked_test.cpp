@@ -88,10 +88,9 @@ TEST(LanesDepthAsked, WithTheDepthAskedPricedEveryFourthDraftingDecisionStillAsk
       << never.deep_outcomes;
 }
 
-LanesOptions probe_rule(bool pays) {
+LanesOptions probe_rule() {
   LanesOptions options;
   options.pricing.explore_repay = 0;  // the probe rules under test, not lanes11's exploration gate
-  options.pricing.probes_pay_their_way = pays;
   return options;
 }
 
@@ -109,15 +108,11 @@ TEST(LanesProbeValue, WhereNeitherAProbeNorTheGroupAtThePriorCanPayOnlyTheScoutP
   drafter.confidences = true;
   std::vector<Arrival> arrivals = endless_arrivals(4, target.shape.vocab_size, 120);
   PricedRun plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
-  PricedRun old_run = run_lanes(clock, target, drafter, arrivals, probe_rule(false));
-  PricedRun new_run = run_lanes(clock, target, drafter, arrivals, probe_rule(true));
-  ASSERT_EQ(reply_tokens(old_run), reply_tokens(plain));
+  PricedRun new_run = run_lanes(clock, target, drafter, arrivals, probe_rule());
   ASSERT_EQ(reply_tokens(new_run), reply_tokens(plain));
-  EXPECT_GT(old_run.drafter_passes, 0);
-  EXPECT_GT(old_run.ms, plain.ms * 1.01) << "plain " << plain.ms << " ms, probes on the tables " << old_run.ms;
+  // (Probes priced on the tables alone, lanes_bench --probe-value off before lanes17, ran more than 1 % slower here.)
   EXPECT_LE(new_run.drafter_passes, 1);
   EXPECT_LT(new_run.ms, plain.ms * 1.025) << "plain " << plain.ms << " ms, probes that pay " << new_run.ms << " ms";
-  EXPECT_LT(new_run.ms, old_run.ms) << "probes on the tables " << old_run.ms << " ms, probes that pay " << new_run.ms;
 }
 
 TEST(LanesProbeValue, ProbesThatPayTheirWayStillFindAndBuyADrafterThatPaysAtOneStream) {
@@ -128,7 +123,7 @@ TEST(LanesProbeValue, ProbesThatPayTheirWayStillFindAndBuyADrafterThatPaysAtOneS
   drafter.confidences = true;
   std::vector<Arrival> arrivals = endless_arrivals(1, target.shape.vocab_size, 300);
   PricedRun plain = run_lanes(clock, target, std::nullopt, arrivals, LanesOptions{});
-  PricedRun new_run = run_lanes(clock, target, drafter, arrivals, probe_rule(true));
+  PricedRun new_run = run_lanes(clock, target, drafter, arrivals, probe_rule());
   ASSERT_EQ(reply_tokens(new_run), reply_tokens(plain));
   EXPECT_GT(new_run.stats.windows_with_drafts, 50);
   EXPECT_LT(new_run.ms, plain.ms * 0.7) << "plain " << plain.ms << " ms, probes that pay " << new_run.ms << " ms";
@@ -143,7 +138,7 @@ TEST(LanesProbeValue, AStreamsOwnProbePaysOnlyWhereItsWindowCanWinItsPassItsRows
   drafter_options.confidences = true;
   FakeTarget fake_target(target);
   FakeDrafter drafter(drafter_options);
-  auto lanes = Lanes::create(fake_target, &drafter, probe_rule(true), clock);
+  auto lanes = Lanes::create(fake_target, &drafter, probe_rule(), clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   Pricing pricing = (*lanes)->pricing();
   Stream stream;

@@ -17,7 +17,6 @@ namespace {
 LanesOptions new_rules(bool on) {
   LanesOptions options = sampled_any_streams();
   options.pricing.price_depth_asked = on;
-  options.pricing.probes_pay_their_way = on;
   return options;
 }
 
