@@ -79,8 +79,8 @@ void Pricing::trim(std::span<Stream* const> streams) const {
     if (mode_of(*stream) == PassMode::Sampled) mode = PassMode::Sampled;
     deepest_held = std::max(deepest_held, static_cast<int>(stream->held_drafts.size()));
   }
-  // With the depth asked priced, the next pass asks about what this one did; else the whole block.
-  const bool whole_block = has_confidence_ && !options_.price_depth_asked;
+  // With confidences the next pass asks the whole block.
+  const bool whole_block = has_confidence_;
   const int pass_depth = whole_block ? std::max(deepest_held, tables_.draft.max_depth()) : deepest_held;
   const double pass_ms = holding > 0 ? draft_ms(holding, pass_depth, mode) : 0.0;
   // With always_draft every row costs the same, so rows are bought while they fit. A sampled window makes the
@@ -293,13 +293,15 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
       // measures depth itself: there the slack below lets the trim decide).
       plan.depth += 1;
       plan.forced = plan.depth;
-    } else if (has_confidence_ && !options_.price_depth_asked) {
+    } else if (has_confidence_) {
       // The trim cuts what the confidences doubt, so asking the whole depth costs only the scan's last steps, and
       // every pass of a round has the same depth (a CUDA drafter keeps one graph per request count and depth).
+      // (Asking the deepest depth bought, lanes9's --depth-ask priced, lost where drafting does not pay: a cheaper
+      // pass made pricing buy more of it, H200 s8A nano sampled 0.44 / 0.51x at 4 / 8 streams against 0.71 / 0.74x;
+      // removed in lanes17.)
       plan.depth = cap;
     }
   }
-  if (has_confidence_ && options_.price_depth_asked) ask_priced_depths(drafting, caps, plans);
   // Probes draw on a budget: a share of each plain round's cost, banked up to one probe's cost, so at many
   // streams (where every stream would probe on its own schedule) probing stays a small part of the time.
   const double plain_round_ms = round_cost(mode)(offers[0].fixed_rows, 0, 0);
@@ -366,30 +368,11 @@ std::vector<DepthPlan> Pricing::closed_gate_plans(std::span<Stream* const> draft
 RoundCost Pricing::round_cost(PassMode mode) const {
   return [this, mode](int rows, int streams_with_extra, int deepest) {
     if (streams_with_extra == 0) return verify_ms(rows, mode) + overhead_ms_;
-    // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that; with the
-    // depth asked priced, the pass costs the deepest depth bought.
-    const bool whole_block = has_confidence_ && !options_.price_depth_asked;
+    // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that.
+    const bool whole_block = has_confidence_;
     const int depth = whole_block ? std::max(deepest, tables_.draft.max_depth()) : deepest;
     return verify_ms(rows, mode) + draft_ms(streams_with_extra, depth, mode) + overhead_ms_;
   };
-}
-
-void Pricing::ask_priced_depths(std::span<Stream* const> drafting, std::span<const int> caps,
-                                std::vector<DepthPlan>& plans) const {
-  // One depth a pass: the deepest bought on merit (the pass was priced at it), so every stream of the round asks
-  // it; every full_depth_every-th drafting decision of a stream asks its whole cap (the trim keeps what the
-  // confidences justify), so depths past the bought one keep being measured. Probes ask their cap already.
-  int deepest = 0;
-  for (const DepthPlan& plan : plans) {
-    if (!plan.probe) deepest = std::max(deepest, plan.depth);
-  }
-  for (size_t index = 0; index < drafting.size(); ++index) {
-    DepthPlan& plan = plans[index];
-    if (plan.probe || plan.depth <= 0) continue;
-    const int every = options_.full_depth_every;
-    const bool full = every > 0 && drafting[index]->backoff.drafted_rounds % every == 0;
-    plan.depth = full ? caps[index] : std::min(deepest, caps[index]);
-  }
 }
 
 void Pricing::trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers,

@@ -37,16 +37,6 @@ struct PricingOptions {
   // host 0.0205 vs plain 0.0110 ms a round). 8: the default since lanes7 (a waking waits at most 8 rounds; probes
   // run as usual); 1 = every decision (the sixth session's first half: lanes_bench --quiet-reprice 1).
   int quiet_reprice_every = 8;
-  // Eighth session (lanes9). With a confidence head, the depth a drafting stream asks is priced with the pass
-  // table's depth axis (the deepest depth bought against verify + draft_ms(streams, depth) of the whole round),
-  // and every `full_depth_every`-th drafting decision of a stream asks its whole cap so deeper acceptance stays
-  // measured. The CPU DSpark pass runs the head, the scan and a lone request's last layer only for the slots asked
-  // (nano, 2 threads: ~0.1-0.15 ms of a ~0.9 ms pass between depth 3 and 7). false: every drafting stream asks its
-  // whole cap (lanes_bench --depth-ask whole). Off: it loses where drafting does not pay, because a cheaper pass
-  // makes pricing buy more of it (H200 s8A nano sampled 0.44 / 0.51x at 4 / 8 streams against 0.71 / 0.74x; the
-  // 1.2B synth at 1 stream 2.31x against 2.41x; CPU nano at 1 stream 13-20 passes in two of four runs, 0.72-0.81x).
-  bool price_depth_asked = false;
-  int full_depth_every = 4;       // 0: never (a test's planted fault)
   // Ninth session (lanes10). Costs priced per sampling mode: a pass with a sampled request, and a verify with a
   // sampled window, are priced from their own tables (timed at load with sampled requests and windows,
   // CalibrationOptions::sampled_passes, and corrected online apart from greedy ones); sampled passes keep their own
@@ -321,9 +311,6 @@ class Pricing {
                  bool always_right = true) const;
   // A sampled pass measured at `ratio` times its table: two in a row far above it set the mode's scale at once.
   void observe_sampled_pass(int streams, int depth, double ms);
-  // price_depth_asked: every stream bought drafts asks the round's deepest bought depth, its cap every n-th time.
-  void ask_priced_depths(std::span<Stream* const> drafting, std::span<const int> caps,
-                         std::vector<DepthPlan>& plans) const;
   void trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers, const Allocation& allocation,
                     int round_streams) const;
 

@@ -1,5 +1,5 @@
-// The seventh session's pricing rule on fakes (lanes8): confidences for depths no verify reached, old vs new on one
-// cost model; and every reply exact under the default and the eighth session's (lanes9) rules.
+// The seventh session's pricing rule on fakes (lanes8): confidences for depths no verify reached (the old rule,
+// lanes_bench --deep-chances prior, removed in lanes17); and every reply exact with sampled passes at any width.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,12 +13,6 @@
 
 namespace ls {
 namespace {
-
-LanesOptions new_rules(bool on) {
-  LanesOptions options = sampled_any_streams();
-  options.pricing.price_depth_asked = on;
-  return options;
-}
 
 TEST(LanesPricedCosts, WhereOnlyDeepWindowsPayAConfidentDrafterIsBoughtDeepWindows) {
   // 16 streams; a verify 10 ms + 0.1 ms a row, a pass 20 ms (nearly flat in depth), the drafter right 90% of the time
@@ -56,8 +50,8 @@ TEST(LanesPricedCosts, AnUnderconfidentHeadDoesNotPriceUnexploredDepthsBelowTheP
   EXPECT_LT(run.ms, plain.ms * 0.8) << "plain " << plain.ms << " ms, drafted " << run.ms << " ms";
 }
 
-TEST(LanesPricedCosts, WithTheSeventhAndEighthSessionsRulesEveryReplyEqualsItsRequestRunAlonePlainGreedyAndSampled) {
-  for (const std::string& inexact : inexact_cases(new_rules(true))) ADD_FAILURE() << inexact;
+TEST(LanesPricedCosts, WithSampledPassesBoughtAtAnyWidthEveryReplyEqualsItsRequestRunAlonePlainGreedyAndSampled) {
+  for (const std::string& inexact : inexact_cases(sampled_any_streams())) ADD_FAILURE() << inexact;
 }
 
 }  // namespace
