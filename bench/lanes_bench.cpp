@@ -20,8 +20,6 @@
 //                                                                         absorb (lanes15); scout: the scout alone
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
-//             [--pass-modes off|on]                                        on: passes priced per sampling mode,
-//                                                                         sampled ones timed at load (lanes10)
 //             [--restart-scout off|defer|alone]                            restarted contexts priced apart, one
 //                                                                         restart scout first (lanes10)
 //             [--explore-gate X[,Y]]                                       the scout only where the prior's gain over

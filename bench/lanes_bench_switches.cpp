@@ -16,7 +16,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
     if (value == "all") whole_context_share = 0;  // wherever the prior pays at all (the fifth session's)
   }
   else if (flag == "--quiet-reprice") quiet_reprice_every = std::atoi(value.c_str());
-  else if (flag == "--pass-modes") pass_cost_per_mode = value == "on" ? 1 : 0;
   else if (flag == "--restart-scout") restart_scout = value == "defer" ? 1 : value == "alone" ? 2 : 0;
   else if (flag == "--explore-gate") {
     explore_repay = std::atof(value.c_str());
@@ -40,7 +39,6 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (whole_context_share >= 0) pricing.whole_context_share = whole_context_share;
   if (whole_contexts_priced >= 0) pricing.whole_contexts_priced = whole_contexts_priced == 1;
   if (quiet_reprice_every > 0) pricing.quiet_reprice_every = quiet_reprice_every;
-  if (pass_cost_per_mode >= 0) pricing.pass_cost_per_mode = pass_cost_per_mode == 1;
   if (explore_repay >= 0) pricing.explore_repay = explore_repay;
   if (explore_repay_if_right >= 0) pricing.explore_repay_if_right = explore_repay_if_right;
   if (restart_scout >= 0) pricing.restart_scout = static_cast<PricingOptions::RestartScout>(restart_scout);
@@ -56,7 +54,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
 const char* lanes_switches_usage() {
   return "[--taps device|host] [--admit scout|all|whole[:SHARE]|priced] "
          "[--quiet-reprice N] "
-         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
+         "[--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
          "[--sampled-prior X|off] [--scout-gate prior|right] [--scout whole|restarted]";

@@ -23,7 +23,7 @@ Pricing::Pricing(CostTables tables, PricingOptions options, int max_rows, bool h
 }
 
 PassMode Pricing::mode_of(const Stream& stream) const {
-  return options_.pass_cost_per_mode && !stream.request.sampling.greedy() ? PassMode::Sampled : PassMode::Greedy;
+  return stream.request.sampling.greedy() ? PassMode::Greedy : PassMode::Sampled;
 }
 
 bool Pricing::prices_as_restarted(const Stream& stream) const {

@@ -37,16 +37,6 @@ struct PricingOptions {
   // host 0.0205 vs plain 0.0110 ms a round). 8: the default since lanes7 (a waking waits at most 8 rounds; probes
   // run as usual); 1 = every decision (the sixth session's first half: lanes_bench --quiet-reprice 1).
   int quiet_reprice_every = 8;
-  // Ninth session (lanes10). Costs priced per sampling mode: a pass with a sampled request, and a verify with a
-  // sampled window, are priced from their own tables (timed at load with sampled requests and windows,
-  // CalibrationOptions::sampled_passes, and corrected online apart from greedy ones); sampled passes keep their own
-  // outlier scale, which jumps to the measured ratio after two passes in a row far above it (the EMA took 5-8 passes
-  // to see the H200's 1.2B sampled pass at ~4.5 ms against a 0.69 ms greedy table). Greedy rounds are priced as
-  // before. false: one table for both (lanes_bench --pass-modes off). On by default since H200 batch s9B (same
-  // binary, sampled, decode speedup at 1 / 4 / 8 / 16 streams): nano 0.95 / 0.93 / 0.97 / 0.94x against
-  // 0.92 / 0.86 / 0.88 / 0.85x with one table; the 1.2B synth (128 tokens) 0.96 / 0.98 / - / 1.01x against
-  // 0.97 / 0.87 / - / 0.90x.
-  bool pass_cost_per_mode = true;
   // Restarted contexts priced apart (lanes10). A dormant stream drafts over a context that restarted past the rows it
   // skipped, which a DSpark drafter drafts from far worse than from a whole one (the nano pair on the H200: after
   // the scout's probe over its whole prompt the pool bought every dormant stream drafts; restarted, they landed 5-11
@@ -62,7 +52,6 @@ struct PricingOptions {
   // H200 batch s9A (same binary, 5 repeats, decode speedup at 1 / 4 / 8 / 16 streams):
   //   nano greedy    off 1.74 / 0.82 / 0.80 / 0.81x, defer 1.76 / 0.89 / 0.88 / 0.88x, alone 1.70 / 0.89 / 0.90 / 0.85x
   //   nano sampled   off 0.89 / 0.80 / 0.82 / 0.79x, defer 0.95 / 0.87 / 0.93 / 0.85x, alone 0.95 / 0.90 / 0.91 / 0.92x
-  //                  (both with pass_cost_per_mode)
   //   1.2B synth greedy at 4 / 16: off 1.58 / 1.30x, defer 1.48x / (timed out), alone 1.58 / 1.30x.
   // Alone was the default for batch s9B: the nano pair held its gain (greedy 0.89 / 0.91 / 0.90x against 0.86 / 0.82 /
   // 0.85x), but gpu-check's 1.2B synth at 8 streams fell to 0.99x (2 passes; s9A 1.16x, 66 passes): a scout and one
@@ -166,7 +155,13 @@ class Pricing {
   Pricing() = default;
   Pricing(CostTables tables, PricingOptions options, int max_rows, bool has_confidence);
 
-  // The mode a stream's passes are priced in (Greedy for every stream with pass_cost_per_mode off).
+  // The mode a stream's passes are priced in. Ninth session (lanes10): a pass with a sampled request, and a verify
+  // with a sampled window, are priced from their own tables (timed at load with sampled requests and windows,
+  // CalibrationOptions::sampled_passes, corrected online apart from greedy ones); sampled passes keep their own
+  // outlier scale, which jumps to the measured ratio after two passes in a row far above it (the EMA took 5-8
+  // passes to see the H200's 1.2B sampled pass at ~4.5 ms against a 0.69 ms greedy table). The default since s9B
+  // (nano sampled 0.95 / 0.93 / 0.97 / 0.94x at 1 / 4 / 8 / 16 streams against 0.92 / 0.86 / 0.88 / 0.85x with one
+  // table); lanes_bench --pass-modes off removed in lanes17.
   PassMode mode_of(const Stream& stream) const;
   // The mode of a pass over these streams: Sampled when any of them is.
   PassMode mode_of(std::span<Stream* const> streams) const;
@@ -247,7 +242,7 @@ class Pricing {
   // cannot make wide windows look dear for good (they would never be bought again to be re-measured).
   void observe_verify(int rows, double ms, PassMode mode = PassMode::Greedy);
   // What pricing takes a verify of `rows` rows to cost: a forward with a sampled window from its own table
-  // (pass_cost_per_mode: the target draws sampled rows dearer than argmax rows).
+  // (the target draws sampled rows dearer than argmax rows).
   double verify_ms(int rows, PassMode mode = PassMode::Greedy) const;
   void observe_draft(int streams, int depth, double ms, PassMode mode = PassMode::Greedy);
   // Round time not explained by the verify and drafter tables (host work).
@@ -258,7 +253,7 @@ class Pricing {
   void observe_absorb(int rows, double ms);
   // The pass cost pricing uses: the mode's table times the average excess of the passes left out of it as outliers.
   double draft_ms(int streams, int depth, PassMode mode = PassMode::Greedy) const;
-  // The sampled mode's table (the greedy one's copy until timed or measured; pass_cost_per_mode).
+  // The sampled mode's table (the greedy one's copy until timed or measured).
   const DraftCosts& sampled_draft_table() const { return sampled_.table; }
 
   // Acceptance by depth pooled over every stream: a new stream starts from it instead of the fixed prior.
@@ -330,7 +325,7 @@ class Pricing {
   int draft_outliers_in_a_row_ = 0;
   int absorb_outliers_in_a_row_ = 0;  // absorbs in a row far above the table (first sightings' captures)
   double pass_scale_ = 1.0;  // moving average of measured / table over every pass (1 for passes the table took)
-  // Sampled passes (pass_cost_per_mode): their own table, outlier run and scale, and the run of passes far above it.
+  // Sampled passes (mode_of): their own table, outlier run and scale, and the run of passes far above it.
   struct ModePasses {
     DraftCosts table;
     double scale = 1.0;
@@ -339,7 +334,7 @@ class Pricing {
     double far_least = 0;       // the least ratio of that run
   };
   ModePasses sampled_;
-  VerifyCosts sampled_verify_;                     // verifies with a sampled window (pass_cost_per_mode)
+  VerifyCosts sampled_verify_;                     // verifies with a sampled window (mode_of)
   std::vector<int> sampled_verify_outliers_;
   AcceptanceByDepth restart_acceptance_;  // windows drafted over restarted contexts (restart_scout)
   int64_t restart_windows_ = 0;
