@@ -20,17 +20,6 @@
 //                                                                         absorb (lanes15); scout: the scout alone
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
-//             [--probe group|alone]                                        alone: a dormant stream's probe runs only
-//                                                                         where it alone could pay (before lanes7)
-//             [--deep-chances prior|confidence]                            confidence (the default since s7A): depths
-//                                                                         no verify reached are priced at the better of
-//                                                                         the prior and the calibrated confidences
-//             [--depth-ask whole|priced]                                   priced: the depth a drafting stream asks is
-//                                                                         priced with the pass's depth axis (lanes9)
-//             [--probe-value off|on]                                       on: probes only where they pay their way
-//                                                                         (lanes9, PricingOptions::probes_pay_their_way)
-//             [--pass-modes off|on]                                        on: passes priced per sampling mode,
-//                                                                         sampled ones timed at load (lanes10)
 //             [--restart-scout off|defer|alone]                            restarted contexts priced apart, one
 //                                                                         restart scout first (lanes10)
 //             [--explore-gate X[,Y]]                                       the scout only where the prior's gain over
@@ -54,6 +43,10 @@
 //                                                                         priced at a flat conditional X (lanes15;
 //                                                                         0.5 by default since s14A); off: at the
 //                                                                         greedy prior
+//             [--scout whole|restarted]                                    restarted: with several streams and whole
+//                                                                         contexts not bought, the scout explores
+//                                                                         over a restarted context, as its group
+//                                                                         would draft (lanes17)
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it

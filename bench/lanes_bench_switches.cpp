@@ -16,11 +16,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
     if (value == "all") whole_context_share = 0;  // wherever the prior pays at all (the fifth session's)
   }
   else if (flag == "--quiet-reprice") quiet_reprice_every = std::atoi(value.c_str());
-  else if (flag == "--probe") group_probes = value != "alone";
-  else if (flag == "--deep-chances") confidence_for_unexplored = value == "confidence";
-  else if (flag == "--depth-ask") price_depth_asked = value == "priced" ? 1 : 0;
-  else if (flag == "--probe-value") probes_pay_their_way = value == "on" ? 1 : 0;
-  else if (flag == "--pass-modes") pass_cost_per_mode = value == "on" ? 1 : 0;
   else if (flag == "--restart-scout") restart_scout = value == "defer" ? 1 : value == "alone" ? 2 : 0;
   else if (flag == "--explore-gate") {
     explore_repay = std::atof(value.c_str());
@@ -32,6 +27,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
   else if (flag == "--scout-gate") scout_gate_if_right = value == "right" ? 1 : 0;
   else if (flag == "--sampled-prior") sampled_prior = value == "off" ? 0.0 : std::atof(value.c_str());
+  else if (flag == "--scout") scout_restarted = value == "restarted" ? 1 : 0;
   else return false;
   return true;
 }
@@ -43,11 +39,6 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (whole_context_share >= 0) pricing.whole_context_share = whole_context_share;
   if (whole_contexts_priced >= 0) pricing.whole_contexts_priced = whole_contexts_priced == 1;
   if (quiet_reprice_every > 0) pricing.quiet_reprice_every = quiet_reprice_every;
-  pricing.group_probes = group_probes;
-  pricing.confidence_for_unexplored = confidence_for_unexplored;
-  if (price_depth_asked >= 0) pricing.price_depth_asked = price_depth_asked == 1;
-  if (probes_pay_their_way >= 0) pricing.probes_pay_their_way = probes_pay_their_way == 1;
-  if (pass_cost_per_mode >= 0) pricing.pass_cost_per_mode = pass_cost_per_mode == 1;
   if (explore_repay >= 0) pricing.explore_repay = explore_repay;
   if (explore_repay_if_right >= 0) pricing.explore_repay_if_right = explore_repay_if_right;
   if (restart_scout >= 0) pricing.restart_scout = static_cast<PricingOptions::RestartScout>(restart_scout);
@@ -55,17 +46,18 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
   if (stop_on_measured_loss >= 0) pricing.stop_on_measured_loss = stop_on_measured_loss == 1;
   if (scout_gate_if_right >= 0) pricing.scout_gate_if_right = scout_gate_if_right == 1;
+  if (scout_restarted >= 0) pricing.scout_restarted = scout_restarted == 1;
   if (sampled_prior == 0) pricing.sampled_prior.clear();
   if (sampled_prior > 0) pricing.sampled_prior.assign(pricing.depth_prior.size(), sampled_prior);
 }
 
 const char* lanes_switches_usage() {
   return "[--taps device|host] [--admit scout|all|whole[:SHARE]|priced] "
-         "[--quiet-reprice N] [--probe group|alone] [--deep-chances prior|confidence] [--depth-ask whole|priced] "
-         "[--probe-value off|on] "         "[--pass-modes off|on] [--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
+         "[--quiet-reprice N] "
+         "[--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
-         "[--sampled-prior X|off] [--scout-gate prior|right]";
+         "[--sampled-prior X|off] [--scout-gate prior|right] [--scout whole|restarted]";
 }
 
 }  // namespace ls::bench

@@ -27,7 +27,7 @@ struct CalibrationOptions {
   bool pass_after_forward = false;
   // Also time passes of sampled requests (temperature 0.8, every second one with top-p 0.9 too) at every timed
   // stream count at the deepest depth; the sampled table is the greedy one scaled by their ratio per stream count
-  // (Lanes::create asks for it with PricingOptions::pass_cost_per_mode).
+  // (Pricing::mode_of prices sampled passes from it).
   bool sampled_passes = true;
 };
 

@@ -28,7 +28,7 @@ class AcceptanceByDepth {
   // Outcomes seen at a depth (0 past the table).
   int observations(int depth_index) const;
   // Depths never observed take `conditionals` [depths] instead of what they held (the prior): a drafter's calibrated
-  // confidences are a better start there than a fixed prior (PricingOptions::confidence_for_unexplored).
+  // confidences are a better start there than a fixed prior (Pricing::unexplored_conditionals).
   void seed_unobserved(std::span<const double> conditionals);
 
  private:

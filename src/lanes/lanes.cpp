@@ -61,7 +61,7 @@ Result<std::unique_ptr<Lanes>> Lanes::create(Target& target, Drafter* drafter, c
     calibration.width = width;
     calibration.max_streams = std::max(1, std::min(options.max_streams, max_rows));
     calibration.max_depth = lanes->most_drafts_;
-    calibration.sampled_passes = options.calibration.sampled_passes && options.pricing.pass_cost_per_mode;
+    calibration.sampled_passes = options.calibration.sampled_passes;
     LS_ASSIGN_OR_RETURN(tables, time_costs(target, drafter, clock, calibration));
   }
   lanes->pricing_ = Pricing(std::move(tables), options.pricing, max_rows, has_confidence);

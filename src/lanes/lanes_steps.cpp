@@ -120,13 +120,16 @@ Status Lanes::admit() {
     const bool whole =
         !drafter_proven && options_.pricing.whole_contexts_priced && pays && whole_for(*stream, draft_cap(*stream), mode);
     const bool scout_only = !whole && ((options_.scout_prompt_only && !options_.pricing.always_draft) || !pays);
+    // scout_restarted: the scout too starts dormant (choose_tapping taps it the round it probes).
+    const bool restarted_scout = !drafter_proven && scout_only && streams > 1 && options_.pricing.scout_restarted;
     // Where even an always-right drafter could not pay at this many streams the scout's probe would be skipped:
     // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
     const bool hopeless = !drafter_proven && options_.scout_prompt_only && !priced.right_pays;
     // Exploration its run cannot repay (PricingOptions::explore_repay): no prompt tapped, no scout.
     const bool unrepaid = !pricing_.exploration_repays(streams, draft_cap(*stream), stream->remaining(),
                                                        static_cast<int>(stream->request.prompt.size()), mode);
-    stream->dormant = hopeless || unrepaid || (drafter_proven ? !pays : scout_tapping && scout_only);
+    stream->dormant =
+        hopeless || unrepaid || restarted_scout || (drafter_proven ? !pays : scout_tapping && scout_only);
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
     stats_.dormant_entries += stream->dormant;
@@ -247,6 +250,7 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
   int round_streams = 0;
   for (const auto& [id, live] : live_) round_streams += live->prefilled && !live->finished();
   round_streams = std::min({round_streams, options_.max_streams, max_rows_});
+  if (!drafter_proven && options_.pricing.scout_restarted) tap_restarted_scout(streams, round_streams);
   bool probe_taps = false;
   if (next_prober != nullptr && drafter_proven && pricing_.probe_affordable() &&
       pricing_.probe_would_run(*next_prober, draft_cap(*next_prober), round_streams)) {
@@ -266,6 +270,24 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
   if (!pricing_.group_probe_would_run(*longest, draft_cap(*longest), round_streams)) return;
   longest->wants_taps = true;
   longest->group_prober = true;
+}
+
+void Lanes::tap_restarted_scout(std::span<Stream* const> streams, int round_streams) {
+  // PricingOptions::scout_restarted: while every drafting stream is dormant, the one plan_depths offers as the scout
+  // (the lowest id; it probes at once) taps this round's row, so its probe drafts over a context restarted here --
+  // where the gate lets it explore at all (else its taps and absorbs would be paid every round for nothing).
+  Stream* scout = nullptr;
+  for (Stream* stream : streams) {
+    if (!stream->drafting || draft_cap(*stream) <= 0) continue;
+    if (!stream->dormant) return;  // an awake stream is the scout
+    if (scout == nullptr || stream->id < scout->id) scout = stream;
+  }
+  if (scout == nullptr || scout->backoff.scouted) return;
+  if (!pricing_.exploration_repays(round_streams, draft_cap(*scout), scout->remaining(),
+                                   static_cast<int>(scout->request.prompt.size()), pricing_.mode_of(*scout))) {
+    return;
+  }
+  scout->wants_taps = true;
 }
 
 double Lanes::draft() {

@@ -23,7 +23,7 @@ Pricing::Pricing(CostTables tables, PricingOptions options, int max_rows, bool h
 }
 
 PassMode Pricing::mode_of(const Stream& stream) const {
-  return options_.pass_cost_per_mode && !stream.request.sampling.greedy() ? PassMode::Sampled : PassMode::Greedy;
+  return stream.request.sampling.greedy() ? PassMode::Greedy : PassMode::Sampled;
 }
 
 bool Pricing::prices_as_restarted(const Stream& stream) const {
@@ -79,8 +79,8 @@ void Pricing::trim(std::span<Stream* const> streams) const {
     if (mode_of(*stream) == PassMode::Sampled) mode = PassMode::Sampled;
     deepest_held = std::max(deepest_held, static_cast<int>(stream->held_drafts.size()));
   }
-  // With the depth asked priced, the next pass asks about what this one did; else the whole block.
-  const bool whole_block = has_confidence_ && !options_.price_depth_asked;
+  // With confidences the next pass asks the whole block.
+  const bool whole_block = has_confidence_;
   const int pass_depth = whole_block ? std::max(deepest_held, tables_.draft.max_depth()) : deepest_held;
   const double pass_ms = holding > 0 ? draft_ms(holding, pass_depth, mode) : 0.0;
   // With always_draft every row costs the same, so rows are bought while they fit. A sampled window makes the
@@ -135,8 +135,6 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   // A stream over a restarted context falls back on the restart pool once one was measured (restart_scout).
   const AcceptanceByDepth& pool =
       restart_windows_ > 0 && prices_as_restarted(stream) ? restart_acceptance_ : pooled_acceptance_;
-  const AcceptanceByDepth& acceptance = stream.acceptance.explored_depth() > 0 ? stream.acceptance : pool;
-  const bool per_depth = options_.confidence_for_unexplored;
   // Per depth: the stream's own outcomes where it has some, else the pool's (seeded from the confidences).
   auto conditional = [&](int index) {
     return stream.acceptance.observations(index) > 0 ? stream.acceptance.conditional(index) : pool.conditional(index);
@@ -151,7 +149,7 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
     return chances;
   };
   if (has_confidence_) {
-    std::vector<float> chances = per_depth ? merged_chain(cap) : acceptance.chain(cap);
+    std::vector<float> chances = merged_chain(cap);
     // The last pass's drafts were all cut by the trim: its confidences are what the next pass will likely say.
     const std::vector<float>& doubted = stream.doubted_chances;
     for (size_t index = 0; index < chances.size() && !doubted.empty(); ++index) {
@@ -161,7 +159,7 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   }
   const int explored = std::max(stream.acceptance.explored_depth(), pooled_acceptance_.explored_depth());
   const int depth = std::min(cap, explored + 2);
-  return per_depth ? merged_chain(depth) : acceptance.chain(depth);
+  return merged_chain(depth);
 }
 
 std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
@@ -295,13 +293,15 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
       // measures depth itself: there the slack below lets the trim decide).
       plan.depth += 1;
       plan.forced = plan.depth;
-    } else if (has_confidence_ && !options_.price_depth_asked) {
+    } else if (has_confidence_) {
       // The trim cuts what the confidences doubt, so asking the whole depth costs only the scan's last steps, and
       // every pass of a round has the same depth (a CUDA drafter keeps one graph per request count and depth).
+      // (Asking the deepest depth bought, lanes9's --depth-ask priced, lost where drafting does not pay: a cheaper
+      // pass made pricing buy more of it, H200 s8A nano sampled 0.44 / 0.51x at 4 / 8 streams against 0.71 / 0.74x;
+      // removed in lanes17.)
       plan.depth = cap;
     }
   }
-  if (has_confidence_ && options_.price_depth_asked) ask_priced_depths(drafting, caps, plans);
   // Probes draw on a budget: a share of each plain round's cost, banked up to one probe's cost, so at many
   // streams (where every stream would probe on its own schedule) probing stays a small part of the time.
   const double plain_round_ms = round_cost(mode)(offers[0].fixed_rows, 0, 0);
@@ -333,7 +333,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     // Probes that pay their way: a stream's own only where its window could win what it costs (not even at the
     // longest wait). The scout's stays on the always-right test: before any draft there are no confidences, and at
     // the prior a confident drafter at 16 streams would never be found (LanesPricedCosts.WhereOnlyDeepWindowsPay...).
-    const bool worth = !options_.probes_pay_their_way || scouting ||
+    const bool worth = scouting ||
                        probe_pays(stream, caps[prober], offers[0].fixed_rows);
     const bool longest_wait = stream.backoff.wait >= options_.probe_most_wait;
     if (worth && (longest_wait || could_pay(offers[0], stream, caps[prober], alike))) {
@@ -368,30 +368,11 @@ std::vector<DepthPlan> Pricing::closed_gate_plans(std::span<Stream* const> draft
 RoundCost Pricing::round_cost(PassMode mode) const {
   return [this, mode](int rows, int streams_with_extra, int deepest) {
     if (streams_with_extra == 0) return verify_ms(rows, mode) + overhead_ms_;
-    // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that; with the
-    // depth asked priced, the pass costs the deepest depth bought.
-    const bool whole_block = has_confidence_ && !options_.price_depth_asked;
+    // With confidences a drafting stream asks its whole depth (see plan_depths), and the pass costs that.
+    const bool whole_block = has_confidence_;
     const int depth = whole_block ? std::max(deepest, tables_.draft.max_depth()) : deepest;
     return verify_ms(rows, mode) + draft_ms(streams_with_extra, depth, mode) + overhead_ms_;
   };
-}
-
-void Pricing::ask_priced_depths(std::span<Stream* const> drafting, std::span<const int> caps,
-                                std::vector<DepthPlan>& plans) const {
-  // One depth a pass: the deepest bought on merit (the pass was priced at it), so every stream of the round asks
-  // it; every full_depth_every-th drafting decision of a stream asks its whole cap (the trim keeps what the
-  // confidences justify), so depths past the bought one keep being measured. Probes ask their cap already.
-  int deepest = 0;
-  for (const DepthPlan& plan : plans) {
-    if (!plan.probe) deepest = std::max(deepest, plan.depth);
-  }
-  for (size_t index = 0; index < drafting.size(); ++index) {
-    DepthPlan& plan = plans[index];
-    if (plan.probe || plan.depth <= 0) continue;
-    const int every = options_.full_depth_every;
-    const bool full = every > 0 && drafting[index]->backoff.drafted_rounds % every == 0;
-    plan.depth = full ? caps[index] : std::min(deepest, caps[index]);
-  }
 }
 
 void Pricing::trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers,
@@ -424,13 +405,13 @@ std::vector<double> Pricing::unexplored_conditionals() const {
 }
 
 void Pricing::observe_confidences(std::span<const float> raw_chances) {
-  if (!has_confidence_ || !options_.confidence_for_unexplored) return;
+  if (!has_confidence_) return;
   pooled_confidence_.observe(raw_chances, options_.acceptance_rate);
   pooled_acceptance_.seed_unobserved(unexplored_conditionals());
 }
 
 void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
-  if (has_confidence_ && options_.confidence_for_unexplored) {
+  if (has_confidence_) {
     // A depth's first outcomes move the confidences' estimate; they do not replace it.
     pooled_acceptance_.seed_unobserved(unexplored_conditionals());
     stream.acceptance.seed_unobserved(pooled_acceptance_.conditionals());

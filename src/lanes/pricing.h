@@ -37,49 +37,6 @@ struct PricingOptions {
   // host 0.0205 vs plain 0.0110 ms a round). 8: the default since lanes7 (a waking waits at most 8 rounds; probes
   // run as usual); 1 = every decision (the sixth session's first half: lanes_bench --quiet-reprice 1).
   int quiet_reprice_every = 8;
-  // Group probes: while no stream drafts, the pooled acceptance (what every dormant stream is priced with) is
-  // re-measured by one stream's probe on a doubling wait of its own (first wait, doubling to the longest; a decision
-  // that buys drafts starts it over), run where the round's streams drafting together could pay if every draft landed. At 16
-  // streams on the H200 (s6B) one stream alone could never pay, so after one unlucky scout probe no stream probed
-  // again for 255 rounds and drafting never resumed. false: only the per-stream probes (lanes_bench --probe alone).
-  bool group_probes = true;
-  // Seventh session (lanes8). With a confidence head, depths no verify has reached yet are priced with the drafter's
-  // calibrated confidences (averaged over every draft it made) where they beat the fixed prior (0.5-0.6 past depth 4), and every pooled depth
-  // starts its average there: a probe's few outcomes move it, they do not replace it (the 1.2B at 16 streams on the
-  // H200: a q = 0.83 drafter priced at the prior past the depths its probes reached never looked worth a group round).
-  // On by default since H200 batch s7A (1.2B synth at 16 streams, same binary: 1.31x with 64 passes against 0.96x
-  // with 7; lanes_bench --deep-chances prior for the old rule).
-  bool confidence_for_unexplored = true;
-  // Eighth session (lanes9). With a confidence head, the depth a drafting stream asks is priced with the pass
-  // table's depth axis (the deepest depth bought against verify + draft_ms(streams, depth) of the whole round),
-  // and every `full_depth_every`-th drafting decision of a stream asks its whole cap so deeper acceptance stays
-  // measured. The CPU DSpark pass runs the head, the scan and a lone request's last layer only for the slots asked
-  // (nano, 2 threads: ~0.1-0.15 ms of a ~0.9 ms pass between depth 3 and 7). false: every drafting stream asks its
-  // whole cap (lanes_bench --depth-ask whole). Off: it loses where drafting does not pay, because a cheaper pass
-  // makes pricing buy more of it (H200 s8A nano sampled 0.44 / 0.51x at 4 / 8 streams against 0.71 / 0.74x; the
-  // 1.2B synth at 1 stream 2.31x against 2.41x; CPU nano at 1 stream 13-20 passes in two of four runs, 0.72-0.81x).
-  bool price_depth_asked = false;
-  int full_depth_every = 4;       // 0: never (a test's planted fault)
-  // Probes that pay their way (lanes_bench --probe-value on): a stream's own probe runs only where the tokens its
-  // window could win if every draft landed, at plain's ms a token for this many streams, exceed what it costs (its
-  // pass, its verify rows, its absorb, and the mean one-off of a slow forward measured so far); a group probe only
-  // where the round's streams drafting together could pay at the hopeful chances (the pool, or the calibrated
-  // confidences where better; the prior without a head), not only if every draft landed (the scout keeps that
-  // test). The nano pair on the H200 at 4-16 streams: a 7-draft window wins at most 7 x 0.05 ms next to a 0.19 ms
-  // pass and a 0.2 ms forward. On by default since H200 batch s8A (nano greedy 1.85 / 0.77 / 0.86 / 0.81x at
-  // 1 / 4 / 8 / 16 streams against 1.81 / 0.73 / 0.72 / 0.72x, 3 passes instead of 6 at 8 and 16; the 1.2B synth
-  // at 16 streams 1.29x either way).
-  bool probes_pay_their_way = true;
-  // Ninth session (lanes10). Costs priced per sampling mode: a pass with a sampled request, and a verify with a
-  // sampled window, are priced from their own tables (timed at load with sampled requests and windows,
-  // CalibrationOptions::sampled_passes, and corrected online apart from greedy ones); sampled passes keep their own
-  // outlier scale, which jumps to the measured ratio after two passes in a row far above it (the EMA took 5-8 passes
-  // to see the H200's 1.2B sampled pass at ~4.5 ms against a 0.69 ms greedy table). Greedy rounds are priced as
-  // before. false: one table for both (lanes_bench --pass-modes off). On by default since H200 batch s9B (same
-  // binary, sampled, decode speedup at 1 / 4 / 8 / 16 streams): nano 0.95 / 0.93 / 0.97 / 0.94x against
-  // 0.92 / 0.86 / 0.88 / 0.85x with one table; the 1.2B synth (128 tokens) 0.96 / 0.98 / - / 1.01x against
-  // 0.97 / 0.87 / - / 0.90x.
-  bool pass_cost_per_mode = true;
   // Restarted contexts priced apart (lanes10). A dormant stream drafts over a context that restarted past the rows it
   // skipped, which a DSpark drafter drafts from far worse than from a whole one (the nano pair on the H200: after
   // the scout's probe over its whole prompt the pool bought every dormant stream drafts; restarted, they landed 5-11
@@ -95,7 +52,6 @@ struct PricingOptions {
   // H200 batch s9A (same binary, 5 repeats, decode speedup at 1 / 4 / 8 / 16 streams):
   //   nano greedy    off 1.74 / 0.82 / 0.80 / 0.81x, defer 1.76 / 0.89 / 0.88 / 0.88x, alone 1.70 / 0.89 / 0.90 / 0.85x
   //   nano sampled   off 0.89 / 0.80 / 0.82 / 0.79x, defer 0.95 / 0.87 / 0.93 / 0.85x, alone 0.95 / 0.90 / 0.91 / 0.92x
-  //                  (both with pass_cost_per_mode)
   //   1.2B synth greedy at 4 / 16: off 1.58 / 1.30x, defer 1.48x / (timed out), alone 1.58 / 1.30x.
   // Alone was the default for batch s9B: the nano pair held its gain (greedy 0.89 / 0.91 / 0.90x against 0.86 / 0.82 /
   // 0.85x), but gpu-check's 1.2B synth at 8 streams fell to 0.99x (2 passes; s9A 1.16x, 66 passes): a scout and one
@@ -174,6 +130,14 @@ struct PricingOptions {
   // 0.68-0.83 ms, moved by the load-time absorb call) and its woken group landed 1.54 a window over restarted
   // contexts. lanes_bench --scout-gate right|prior.
   bool scout_gate_if_right = false;
+  // Fifteenth session (lanes17), off: with several streams where whole contexts are not bought, the scout explores
+  // over a restarted context (its prompt untapped; it taps only the round its probe drafts over), as the group it
+  // would wake does: its probe measures what the woken group lands, not what a whole context does. On the H200 the
+  // nano pair's scout proved the drafter over its whole prompt (the prompt's taps and absorb: +0.57 / +1.0 ms of the
+  // first round at 8 / 16 streams), then woke its group over restarted contexts, which kept 5 of 32 / 6 of 102
+  // drafts (gpu-check 44b48d1: 0.92x); the synth 1.2B's drafter lands as well over either, so its group still wakes.
+  // lanes_bench --scout restarted|whole.
+  bool scout_restarted = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -191,7 +155,13 @@ class Pricing {
   Pricing() = default;
   Pricing(CostTables tables, PricingOptions options, int max_rows, bool has_confidence);
 
-  // The mode a stream's passes are priced in (Greedy for every stream with pass_cost_per_mode off).
+  // The mode a stream's passes are priced in. Ninth session (lanes10): a pass with a sampled request, and a verify
+  // with a sampled window, are priced from their own tables (timed at load with sampled requests and windows,
+  // CalibrationOptions::sampled_passes, corrected online apart from greedy ones); sampled passes keep their own
+  // outlier scale, which jumps to the measured ratio after two passes in a row far above it (the EMA took 5-8
+  // passes to see the H200's 1.2B sampled pass at ~4.5 ms against a 0.69 ms greedy table). The default since s9B
+  // (nano sampled 0.95 / 0.93 / 0.97 / 0.94x at 1 / 4 / 8 / 16 streams against 0.92 / 0.86 / 0.88 / 0.85x with one
+  // table); lanes_bench --pass-modes off removed in lanes17.
   PassMode mode_of(const Stream& stream) const;
   // The mode of a pass over these streams: Sampled when any of them is.
   PassMode mode_of(std::span<Stream* const> streams) const;
@@ -239,7 +209,7 @@ class Pricing {
   // longest wait, or where the stream could pay if every draft landed (else the probe is skipped, and the taps a
   // dormant stream takes for it would be wasted: 25 tap rounds and device absorbs for 2 passes at 16 streams).
   bool probe_would_run(const Stream& stream, int cap, int round_streams) const;
-  // Whether a group probe (PricingOptions::group_probes) is due at the next decision.
+  // Whether a group probe is due at the next decision (see plan_group_probe).
   bool group_probe_due() const;
   // Whether `stream` would run a group probe at the next decision: due, the stream alone could not pay, and the
   // round's `round_streams` streams drafting together could if every draft landed.
@@ -248,9 +218,14 @@ class Pricing {
   double probe_cost_ms(int cap, int round_streams, PassMode mode = PassMode::Greedy) const;
   // Whether `stream`'s own probe of `cap` drafts next to `round_streams` pending rows pays its way: the tokens its
   // window wins if every draft lands, at plain's ms a token, against its pass, verify rows, absorb and one-off.
+  // (A group probe runs only where the round's streams drafting together could pay at the hopeful chances; the
+  // scout keeps the always-right test.) The nano pair on the H200 at 4-16 streams: a 7-draft window wins at most
+  // 7 x 0.05 ms next to a 0.19 ms pass and a 0.2 ms forward. The default since H200 batch s8A (lanes9: nano greedy
+  // 0.77 / 0.86 / 0.81x at 4 / 8 / 16 streams against 0.73 / 0.72 / 0.72x); lanes_bench --probe-value off removed
+  // in lanes17.
   bool probe_pays(const Stream& stream, int cap, int round_streams) const;
   // A verify forward took `excess_ms` over its table entry (a new shape's eager run and capture): the mean one-off
-  // a probe's new shape costs (probes_pay_their_way).
+  // a probe's new shape costs (probe_pays).
   void observe_slow_forward(double excess_ms);
   double one_off_ms() const { return one_off_ms_; }
   // The chances trim prices a stream's held drafts with: [held] cumulative.
@@ -267,7 +242,7 @@ class Pricing {
   // cannot make wide windows look dear for good (they would never be bought again to be re-measured).
   void observe_verify(int rows, double ms, PassMode mode = PassMode::Greedy);
   // What pricing takes a verify of `rows` rows to cost: a forward with a sampled window from its own table
-  // (pass_cost_per_mode: the target draws sampled rows dearer than argmax rows).
+  // (the target draws sampled rows dearer than argmax rows).
   double verify_ms(int rows, PassMode mode = PassMode::Greedy) const;
   void observe_draft(int streams, int depth, double ms, PassMode mode = PassMode::Greedy);
   // Round time not explained by the verify and drafter tables (host work).
@@ -278,7 +253,7 @@ class Pricing {
   void observe_absorb(int rows, double ms);
   // The pass cost pricing uses: the mode's table times the average excess of the passes left out of it as outliers.
   double draft_ms(int streams, int depth, PassMode mode = PassMode::Greedy) const;
-  // The sampled mode's table (the greedy one's copy until timed or measured; pass_cost_per_mode).
+  // The sampled mode's table (the greedy one's copy until timed or measured).
   const DraftCosts& sampled_draft_table() const { return sampled_.table; }
 
   // Acceptance by depth pooled over every stream: a new stream starts from it instead of the fixed prior.
@@ -298,7 +273,10 @@ class Pricing {
  private:
   // What drafting this round costs the stream in absorbs: the call and its window's rows, plus its catch-up spread.
   double activation_ms(const Stream& stream, int cap, std::span<const float> chances) const;
-  // What a depth no verify has reached is priced at (confidence_for_unexplored): [depths] conditionals.
+  // What a depth no verify has reached is priced at: [depths] conditionals. Seventh session (lanes8): with a
+  // confidence head, the better of the prior and the calibrated confidences, and every pooled depth starts its
+  // average there (the 1.2B at 16 streams on the H200, s7A: 1.31x with 64 passes against 0.96x with 7 priced at the
+  // prior past the depths its probes reached; lanes_bench --deep-chances prior, removed in lanes17).
   std::vector<double> unexplored_conditionals() const;
   // Chain chances at the better of the pooled acceptance and the calibrated confidences (else the prior): [depth].
   std::vector<float> hopeful_chain(int depth) const;
@@ -315,6 +293,10 @@ class Pricing {
   // with `always_right`), next to their pending rows.
   Allocation pooled_round(int round_streams, int cap, bool always_right, PassMode mode) const;
   // After a decision that bought nothing and ran no probe: one stream probes for the pool when the group wait is up.
+  // Group probes re-measure the pooled acceptance (what every dormant stream is priced with) on a doubling wait of
+  // their own (a decision that buys drafts starts it over), where the round's streams drafting together could pay:
+  // at 16 streams on the H200 (s6B) one stream alone could never pay, so after one unlucky scout probe no stream
+  // probed again for 255 rounds (lanes7; the per-stream probes alone, lanes_bench --probe alone, removed in lanes17).
   void plan_group_probe(std::span<Stream* const> drafting, std::span<const int> caps, bool bought,
                         std::vector<DepthPlan>& plans);
   // Whether `stream` would be bought drafts at all, next to the round's pending rows, if every one of its `cap`
@@ -324,9 +306,6 @@ class Pricing {
                  bool always_right = true) const;
   // A sampled pass measured at `ratio` times its table: two in a row far above it set the mode's scale at once.
   void observe_sampled_pass(int streams, int depth, double ms);
-  // price_depth_asked: every stream bought drafts asks the round's deepest bought depth, its cap every n-th time.
-  void ask_priced_depths(std::span<Stream* const> drafting, std::span<const int> caps,
-                         std::vector<DepthPlan>& plans) const;
   void trace_depths(std::span<Stream* const> drafting, std::span<const RowOffer> offers, const Allocation& allocation,
                     int round_streams) const;
 
@@ -346,7 +325,7 @@ class Pricing {
   int draft_outliers_in_a_row_ = 0;
   int absorb_outliers_in_a_row_ = 0;  // absorbs in a row far above the table (first sightings' captures)
   double pass_scale_ = 1.0;  // moving average of measured / table over every pass (1 for passes the table took)
-  // Sampled passes (pass_cost_per_mode): their own table, outlier run and scale, and the run of passes far above it.
+  // Sampled passes (mode_of): their own table, outlier run and scale, and the run of passes far above it.
   struct ModePasses {
     DraftCosts table;
     double scale = 1.0;
@@ -355,7 +334,7 @@ class Pricing {
     double far_least = 0;       // the least ratio of that run
   };
   ModePasses sampled_;
-  VerifyCosts sampled_verify_;                     // verifies with a sampled window (pass_cost_per_mode)
+  VerifyCosts sampled_verify_;                     // verifies with a sampled window (mode_of)
   std::vector<int> sampled_verify_outliers_;
   AcceptanceByDepth restart_acceptance_;  // windows drafted over restarted contexts (restart_scout)
   int64_t restart_windows_ = 0;

@@ -7,7 +7,7 @@
 namespace ls {
 
 double Pricing::verify_ms(int rows, PassMode mode) const {
-  const bool sampled = options_.pass_cost_per_mode && mode == PassMode::Sampled;
+  const bool sampled = mode == PassMode::Sampled;
   return sampled ? sampled_verify_.ms(rows) : tables_.verify.ms(rows);
 }
 
@@ -30,7 +30,7 @@ bool accept_measurement(int& outliers_in_a_row, double ms, double table_ms) {
 
 void Pricing::observe_verify(int rows, double ms, PassMode mode) {
   if (rows < 1) return;
-  const bool sampled = options_.pass_cost_per_mode && mode == PassMode::Sampled;
+  const bool sampled = mode == PassMode::Sampled;
   std::vector<int>& outliers = sampled ? sampled_verify_outliers_ : verify_outliers_;
   VerifyCosts& table = sampled ? sampled_verify_ : tables_.verify;
   if (outliers.size() <= static_cast<size_t>(rows)) outliers.resize(rows + 1, 0);
@@ -39,7 +39,7 @@ void Pricing::observe_verify(int rows, double ms, PassMode mode) {
 }
 
 void Pricing::observe_draft(int streams, int depth, double ms, PassMode mode) {
-  if (options_.pass_cost_per_mode && mode == PassMode::Sampled) {
+  if (mode == PassMode::Sampled) {
     observe_sampled_pass(streams, depth, ms);
     return;
   }
@@ -54,7 +54,7 @@ void Pricing::observe_draft(int streams, int depth, double ms, PassMode mode) {
 }
 
 double Pricing::draft_ms(int streams, int depth, PassMode mode) const {
-  if (options_.pass_cost_per_mode && mode == PassMode::Sampled) {
+  if (mode == PassMode::Sampled) {
     return sampled_.table.ms(streams, depth) * sampled_.scale;
   }
   return tables_.draft.ms(streams, depth) * pass_scale_;

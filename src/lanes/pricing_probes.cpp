@@ -10,7 +10,7 @@ namespace ls {
 
 void Pricing::plan_group_probe(std::span<Stream* const> drafting, std::span<const int> caps, bool bought,
                                std::vector<DepthPlan>& plans) {
-  if (!options_.group_probes || options_.always_draft) return;
+  if (options_.always_draft) return;
   if (bought || std::any_of(plans.begin(), plans.end(), [](const DepthPlan& plan) { return plan.depth > 0; })) {
     // Drafts bought or a probe run this decision: the pool is being measured.
     group_zero_decisions_ = 0;
@@ -70,7 +70,7 @@ bool Pricing::probe_would_run(const Stream& stream, int cap, int round_streams) 
   if (cap <= 0) return false;
   if (options_.always_draft || !drafter_proven()) return true;
   const int wait = stream.backoff.wait == 0 ? options_.probe_first_wait : stream.backoff.wait;
-  if (options_.probes_pay_their_way && !probe_pays(stream, cap, std::clamp(round_streams, 1, max_rows_))) return false;
+  if (!probe_pays(stream, cap, std::clamp(round_streams, 1, max_rows_))) return false;
   if (wait >= options_.probe_most_wait) return true;
   RowOffer pending_rows;
   pending_rows.fixed_rows = std::clamp(round_streams, 1, max_rows_);
@@ -87,7 +87,7 @@ bool Pricing::group_probe_would_run(const Stream& stream, int cap, int round_str
   // Where the stream alone could pay its own probes measure it; the group's is for where only streams together can
   // (probes that pay their way: at the chances pricing has, not only if every draft landed).
   return !could_pay(pending_rows, stream, cap) &&
-         could_pay(pending_rows, stream, cap, pending_rows.fixed_rows, !options_.probes_pay_their_way);
+         could_pay(pending_rows, stream, cap, pending_rows.fixed_rows, /*always_right=*/false);
 }
 
 double Pricing::probe_cost_ms(int cap, int round_streams, PassMode mode) const {
@@ -134,7 +134,7 @@ void Pricing::observe_slow_forward(double excess_ms) {
 }
 
 bool Pricing::group_probe_due() const {
-  return options_.group_probes && !options_.always_draft && drafter_proven() &&
+  return !options_.always_draft && drafter_proven() &&
          group_zero_decisions_ + 1 >= group_wait_;
 }
 

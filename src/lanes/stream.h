@@ -90,7 +90,7 @@ struct Stream {
   // the next stream due to probe; then it taps again and its context restarts past the rows it skipped.
   bool dormant = false;
   bool wants_taps = false;            // this round's window asks the target for taps
-  bool group_prober = false;          // tapping this round for a group probe (PricingOptions::group_probes)
+  bool group_prober = false;          // tapping this round for a group probe (Pricing::plan_group_probe)
   int zero_decisions = 0;             // depth decisions in a row that gave it no drafts
   int64_t drafter_end = 0;            // positions the drafter's context reaches (absorbed or skipped by a restart)
   bool restarted = false;             // its drafter context restarted past skipped rows (it drafts without them)

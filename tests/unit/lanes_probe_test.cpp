@@ -24,12 +24,10 @@ struct ProbeRun {
   int64_t windows_with_drafts = 0;
 };
 
-ProbeRun run_streams(FixedClock& clock, bool with_drafter, int wrong_passes, double wrong_rate = 0.17,
-                     bool group_probes = true) {
+ProbeRun run_streams(FixedClock& clock, bool with_drafter, int wrong_passes, double wrong_rate = 0.17) {
   FakeTarget target(costed_fake_target(clock, 10.0, 0.25));
   FakeDrafter drafter(costed_fake_drafter(clock, wrong_rate));
   LanesOptions options;
-  options.pricing.group_probes = group_probes;
   options.scout_prompt_only = true;  // one probe by the scout, whatever whole contexts the prior might buy
   options.pricing.whole_contexts_priced = false;
   auto lanes = Lanes::create(target, with_drafter ? &drafter : nullptr, options, clock);

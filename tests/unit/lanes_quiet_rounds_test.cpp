@@ -68,7 +68,6 @@ TEST(LanesQuietRounds, WithTheNinthSessionsRulesEveryReplyEqualsItsRequestRunAlo
     for (bool sampled : {false, true}) {
       for (bool device : {false, true}) {
         LanesOptions options = restart_scout(scout);
-        options.pricing.pass_cost_per_mode = true;
         const ExactnessRun run = run_exactness_case(sampled, device, options, 3.0);
         EXPECT_EQ(reply_tokens(run.drafted), run.alone) << "sampled " << sampled << " device " << device;
         EXPECT_GT(run.drafted.stats.drafts_verified, 0) << "sampled " << sampled << " device " << device;
