@@ -176,7 +176,7 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
   const bool skinny_rows = (skinny_parts_ & kSkinnyAbsorb) && !engine_gemms_ && skinny_gemm_supported(filled, d) &&
                            skinny_gemm_supported(filled, in);
   if (skinny_rows) {
-    LS_RETURN_IF_ERROR(skinny(SkinnyGemm{absorb_.features.data(), static_cast<int>(filled), in,
+    LS_RETURN_IF_ERROR(launch_skinny(SkinnyGemm{absorb_.features.data(), static_cast<int>(filled), in,
                                          weights_.fc.values.data(), d, absorb_.fused.data(), d, SkinnyEpilogue::Bf16}));
   } else {
     LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), filled, weights_.fc.values.data(), d, in, absorb_.fused.data(),
@@ -188,7 +188,7 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
   if (fused_absorb_) {
     // Every layer's K and V in one GEMM, then one launch norms and rotates the keys and puts K and V in place.
     if (skinny_rows) {
-      LS_RETURN_IF_ERROR(skinny(SkinnyGemm{absorb_.normed.data(), static_cast<int>(filled), d,
+      LS_RETURN_IF_ERROR(launch_skinny(SkinnyGemm{absorb_.normed.data(), static_cast<int>(filled), d,
                                            weights_.context_kv_proj.values.data(), layers * 2 * kv,
                                            absorb_.context_kv.data(), layers * 2 * kv, SkinnyEpilogue::Bf16}));
     } else {

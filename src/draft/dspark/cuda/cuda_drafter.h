@@ -388,7 +388,7 @@ class CudaDsparkDrafter final : public Drafter {
   Status gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k, bf16_t* projected,
                             bf16_t* hidden, const float* weight, bf16_t* normed);
   // skinny_gemm with this drafter's K split and pipelining (session 15) and its programmatic launch.
-  Status skinny(SkinnyGemm args);
+  Status launch_skinny(SkinnyGemm args);
 
   DsparkConfig config_;
   DrafterOptions options_;

@@ -14,7 +14,7 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
   if (rows == 0) return ok_status();
   if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ &&
       skinny_gemm_supported(rows, w_cols)) {
-    return skinny(SkinnyGemm{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
+    return launch_skinny(SkinnyGemm{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
                              y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16});
   }
   if (engine_gemms_ && rows <= 16 && ldy == w_rows && w_cols % 8 == 0) {
@@ -59,10 +59,11 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
     args.eps = config_.norm_eps;
     args.normed = normed;
     args.ticket = scratch_.gemm_ticket.data();
-    return skinny(args);
+    return launch_skinny(args);
   }
   if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
-    LS_RETURN_IF_ERROR(skinny(SkinnyGemm{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16}));
+    LS_RETURN_IF_ERROR(
+        launch_skinny(SkinnyGemm{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16}));
   } else {
     LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d, false));
   }
@@ -70,7 +71,7 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
                        batched_loads_);
 }
 
-Status CudaDsparkDrafter::skinny(SkinnyGemm args) {
+Status CudaDsparkDrafter::launch_skinny(SkinnyGemm args) {
   // The split needs its scratch sized for this launch's tiles (reserve_scratch sizes it for the drafter's GEMMs).
   const int64_t tiles = skinny_gemm_tiles(args.n, args.epilogue);
   if (skinny_k_splits_ > 1 && scratch_.split_tickets.size() >= static_cast<size_t>(tiles) &&
@@ -172,8 +173,9 @@ Status CudaDsparkDrafter::block_pass(int count) {
     // [q | k | v] = u [q_proj; k_proj; v_proj]^T in one GEMM (into the gate/up buffer, free until the FFN); the
     // heads kernel norms and rotates q and k, writes the block K/V into each cache after its context.
     if ((skinny_parts_ & kSkinnyQkv) && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
-      LS_RETURN_IF_ERROR(skinny(SkinnyGemm{s.normed.data(), static_cast<int>(rows), d, layer.qkv_proj.values.data(),
-                                           q + 2 * kv, s.up.data(), q + 2 * kv, SkinnyEpilogue::Bf16}));
+      LS_RETURN_IF_ERROR(launch_skinny(SkinnyGemm{s.normed.data(), static_cast<int>(rows), d,
+                                                  layer.qkv_proj.values.data(), q + 2 * kv, s.up.data(), q + 2 * kv,
+                                                  SkinnyEpilogue::Bf16}));
     } else {
       LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.qkv_proj.values.data(), q + 2 * kv, d, s.up.data(), false,
                               q + 2 * kv));

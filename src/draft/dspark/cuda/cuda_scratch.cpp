@@ -77,8 +77,8 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
   if (s.gemm_ticket.size() == 0) LS_RETURN_IF_ERROR(s.gemm_ticket.upload({0u}, "gemm ticket", counted));
   if (s.split_tickets.size() == 0) {
     // The K-split skinny GEMMs' widest launch: q/k/v, o/down or the absorb's every-layer K/V (session 15).
-    const int64_t widest = std::max({c.q_size() + 2 * c.kv_size(), c.hidden_size,
-                                     static_cast<int64_t>(c.num_layers) * 2 * c.kv_size()});
+    const int64_t widest = std::max<int64_t>({int64_t{c.q_size()} + 2 * c.kv_size(), int64_t{c.hidden_size},
+                                              int64_t{c.num_layers} * 2 * c.kv_size()});
     const int64_t tiles = skinny_gemm_tiles(widest, SkinnyEpilogue::Bf16);
     LS_RETURN_IF_ERROR(s.split_partials.allocate(static_cast<size_t>(skinny_split_floats(tiles, kSkinnyMaxSplits)),
                                                  "skinny split partials", counted));
