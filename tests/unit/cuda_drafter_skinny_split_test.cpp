@@ -15,6 +15,7 @@
 #include "base/bf16.h"
 #include "compute/cuda/cuda_util.h"
 #include "cuda_drafter_kernel_util.h"
+#include "cuda_drafter_skinny_util.h"
 #include "cuda_test_util.h"
 #include "draft/dspark/cuda/draft_kernels.h"
 
@@ -25,30 +26,7 @@ using ls::cuda::testing::download;
 using ls::cuda::testing::poisoned;
 using ls::cuda::testing::upload;
 using testing::count_bitwise_equal;
-using testing::random_floats;
 using testing::random_values;
-
-struct Reference {
-  std::vector<double> sums;   // [rows, n] fp64 of the bf16 values
-  std::vector<double> bound;  // fp32 accumulation's error bound (k roundings of at most 2^-24 of the running |sum|)
-};
-
-Reference fp64_reference(const std::vector<bf16>& x, const std::vector<bf16>& w, int rows, int64_t n, int64_t k) {
-  Reference reference{std::vector<double>(static_cast<size_t>(rows * n)), std::vector<double>(static_cast<size_t>(rows * n))};
-  for (int r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < n; ++c) {
-      double sum = 0, magnitude = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        const double product = static_cast<double>(bf16_to_float(x[r * k + j])) * bf16_to_float(w[c * k + j]);
-        sum += product;
-        magnitude += std::fabs(product);
-      }
-      reference.sums[r * n + c] = sum;
-      reference.bound[r * n + c] = magnitude * k * 0x1p-24 + 1e-30;
-    }
-  }
-  return reference;
-}
 
 uint32_t bits_of(float value) { return std::bit_cast<uint32_t>(value); }
 
@@ -71,7 +49,8 @@ TEST(CudaDrafter, TheSkinnyGemmSplitOverCtasFoldsTheSplitsInOneOrderWithinFp32Er
     const std::vector<bf16> x_values = random_values(rng, shape.rows * shape.k, 2.0f);
     const std::vector<bf16> w_values = random_values(rng, shape.n * shape.k, 0.5f);
     auto x = upload(x_values), w = upload(w_values);
-    const Reference reference = fp64_reference(x_values, w_values, shape.rows, shape.n, shape.k);
+    const testing::SkinnyReference reference =
+        testing::skinny_reference(x_values, w_values, shape.rows, shape.n, shape.k);
     const auto* xd = reinterpret_cast<const cuda::bf16_t*>(x.data());
     const auto* wd = reinterpret_cast<const cuda::bf16_t*>(w.data());
     const int64_t ldy = shape.n + 3, tiles = cuda::skinny_gemm_tiles(shape.n, cuda::SkinnyEpilogue::F32);
@@ -131,7 +110,9 @@ TEST(CudaDrafter, TheSkinnyGemmSplitOverCtasFoldsTheSplitsInOneOrderWithinFp32Er
     const int splits = 3;
     std::vector<bf16> want16(static_cast<size_t>(shape.rows * shape.n));
     for (int r = 0; r < shape.rows; ++r) {
-      for (int64_t c = 0; c < shape.n; ++c) want16[r * shape.n + c] = float_to_bf16(plain_by_splits[splits][r * ldy + c]);
+      for (int64_t c = 0; c < shape.n; ++c) {
+        want16[r * shape.n + c] = float_to_bf16(plain_by_splits[splits][r * ldy + c]);
+      }
     }
     auto y16 = poisoned<bf16>(shape.rows * shape.n);
     cuda::SkinnyGemm bf16_args{xd, shape.rows, shape.k, wd, shape.n, y16.data(), shape.n, cuda::SkinnyEpilogue::Bf16};
@@ -140,33 +121,7 @@ TEST(CudaDrafter, TheSkinnyGemmSplitOverCtasFoldsTheSplitsInOneOrderWithinFp32Er
     bf16_args.split_tickets = tickets.data();
     ASSERT_TRUE(cuda::skinny_gemm(bf16_args, true, nullptr).ok());
     EXPECT_EQ(count_bitwise_equal(download(y16, shape.rows * shape.n), want16), static_cast<int>(shape.rows * shape.n));
-    const std::vector<bf16> hidden_start = random_values(rng, shape.rows * shape.n, 3.0f);
-    auto weight = upload(random_floats(rng, shape.n, 0.5f, 1.5f));
-    auto reference_hidden = upload(hidden_start);
-    auto reference_normed = poisoned<bf16>(shape.rows * shape.n);
-    ASSERT_TRUE(cuda::residual_norm(reinterpret_cast<cuda::bf16_t*>(reference_hidden.data()),
-                                    reinterpret_cast<const cuda::bf16_t*>(y16.data()), shape.rows, shape.n,
-                                    weight.data(), 1e-5f, reinterpret_cast<cuda::bf16_t*>(reference_normed.data()),
-                                    nullptr)
-                    .ok());
-    auto ticket = upload(std::vector<unsigned int>{0u});
-    auto hidden = upload(hidden_start);
-    auto projected = poisoned<bf16>(shape.rows * shape.n), normed = poisoned<bf16>(shape.rows * shape.n);
-    cuda::SkinnyGemm norm_args = bf16_args;
-    norm_args.y = projected.data();
-    norm_args.epilogue = cuda::SkinnyEpilogue::ResidualNorm;
-    norm_args.hidden = reinterpret_cast<cuda::bf16_t*>(hidden.data());
-    norm_args.norm_weight = weight.data();
-    norm_args.eps = 1e-5f;
-    norm_args.normed = reinterpret_cast<cuda::bf16_t*>(normed.data());
-    norm_args.ticket = ticket.data();
-    ASSERT_TRUE(cuda::skinny_gemm(norm_args, true, nullptr).ok());
-    EXPECT_EQ(count_bitwise_equal(download(projected, shape.rows * shape.n), want16),
-              static_cast<int>(shape.rows * shape.n));
-    EXPECT_EQ(count_bitwise_equal(download(hidden, shape.rows * shape.n), download(reference_hidden, shape.rows * shape.n)),
-              static_cast<int>(shape.rows * shape.n));
-    EXPECT_EQ(count_bitwise_equal(download(normed, shape.rows * shape.n), download(reference_normed, shape.rows * shape.n)),
-              static_cast<int>(shape.rows * shape.n));
+    testing::expect_residual_norm_epilogue(bf16_args, want16, rng);
     // Planted: the fold without the last split (4 ways, where the last split holds pieces of K).
     const int64_t pieces = (shape.k + 127) / 128, per = (pieces + 3) / 4;
     if (3 * per < pieces) {
@@ -174,7 +129,8 @@ TEST(CudaDrafter, TheSkinnyGemmSplitOverCtasFoldsTheSplitsInOneOrderWithinFp32Er
       int outside = 0;
       for (int r = 0; r < shape.rows; ++r) {
         for (int64_t c = 0; c < shape.n; ++c) {
-          outside += !(std::fabs(planted[r * ldy + c] - reference.sums[r * shape.n + c]) <= reference.bound[r * shape.n + c]);
+          const size_t cell = static_cast<size_t>(r * shape.n + c);
+          outside += !(std::fabs(planted[r * ldy + c] - reference.sums[cell]) <= reference.bound[cell]);
         }
       }
       EXPECT_GT(outside, 0) << "the planted fold went unseen";
