@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "base/hash.h"
 #include "bench_util.h"
@@ -39,7 +40,28 @@ struct Samples {
   std::vector<double> block, scan;  // device ms of the pass's block and scan (every round)
   int failed = 0;
   dspark::cuda::ScanPhaseClocks phases;  // ":ph": the persistent scan's phase clocks over the timed rounds
+  std::vector<std::pair<std::string, double>> profile;  // ":prof": device ms per launch label of one eager pass
 };
+
+// ":prof": one eager pass of the setting's streams at `depth` with an event after every launch (after the last
+// block's rounds): device ms per launch label.
+std::vector<std::pair<std::string, double>> profile_pass(dspark::cuda::CudaDsparkDrafter& drafter,
+                                                         const std::vector<StreamId>& ids,
+                                                         const std::vector<int64_t>& positions, int depth) {
+  std::vector<DraftRequest> requests(ids.size());
+  for (size_t s = 0; s < ids.size(); ++s) {
+    requests[s].stream = ids[s];
+    requests[s].anchor_token = 100 + static_cast<int32_t>(s);
+    requests[s].anchor_position = positions[s];
+    requests[s].depth = depth;
+  }
+  drafter.set_profile(true);
+  drafter.draft(requests);
+  drafter.draft(requests);
+  std::vector<std::pair<std::string, double>> totals = drafter.last_profile();
+  drafter.set_profile(false);
+  return totals;
+}
 
 void add_phases(dspark::cuda::ScanPhaseClocks& to, const dspark::cuda::ScanPhaseClocks& from) {
   for (int p = 0; p < dspark::cuda::kScanPhases; ++p) {
@@ -221,6 +243,9 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
         samples.block.push_back(drafter.last_block_ms());
         samples.scan.push_back(drafter.last_scan_ms());
       }
+      if (block + 1 == options.blocks && setting.find(":prof") != std::string::npos) {
+        samples.profile = profile_pass(drafter, ids, positions, options.depth);
+      }
       if (phases) add_phases(samples.phases, dspark::cuda::take_scan_phase_clocks());
       dspark::cuda::set_scan_phase_clocks(false);
       for (StreamId id : ids) drafter.release(id);
@@ -241,7 +266,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:ksN][:pp]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:ksN][:pp][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {
@@ -263,6 +288,17 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
                               {"failed", s.failed}});
   }
   print_phases(by_setting, options.settings);
+  for (const std::string& setting : options.settings) {
+    const Samples& s = by_setting[setting];
+    if (s.profile.empty()) continue;
+    std::printf("\nprofile %s (eager, an event after every launch; device ms a pass):", setting.c_str());
+    double sum = 0;
+    for (const auto& [label, ms] : s.profile) {
+      std::printf(" %s %.4f,", label.c_str(), ms);
+      sum += ms;
+    }
+    std::printf(" sum %.4f\n", sum);
+  }
   return 0;
 }
 
