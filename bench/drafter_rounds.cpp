@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "base/hash.h"
 #include "bench_util.h"
@@ -39,7 +40,28 @@ struct Samples {
   std::vector<double> block, scan;  // device ms of the pass's block and scan (every round)
   int failed = 0;
   dspark::cuda::ScanPhaseClocks phases;  // ":ph": the persistent scan's phase clocks over the timed rounds
+  std::vector<std::pair<std::string, double>> profile;  // ":prof": device ms per launch label of one eager pass
 };
+
+// ":prof": one eager pass of the setting's streams at `depth` with an event after every launch (after the last
+// block's rounds): device ms per launch label.
+std::vector<std::pair<std::string, double>> profile_pass(dspark::cuda::CudaDsparkDrafter& drafter,
+                                                         const std::vector<StreamId>& ids,
+                                                         const std::vector<int64_t>& positions, int depth) {
+  std::vector<DraftRequest> requests(ids.size());
+  for (size_t s = 0; s < ids.size(); ++s) {
+    requests[s].stream = ids[s];
+    requests[s].anchor_token = 100 + static_cast<int32_t>(s);
+    requests[s].anchor_position = positions[s];
+    requests[s].depth = depth;
+  }
+  drafter.set_profile(true);
+  drafter.draft(requests);
+  drafter.draft(requests);
+  std::vector<std::pair<std::string, double>> totals = drafter.last_profile();
+  drafter.set_profile(false);
+  return totals;
+}
 
 void add_phases(dspark::cuda::ScanPhaseClocks& to, const dspark::cuda::ScanPhaseClocks& from) {
   for (int p = 0; p < dspark::cuda::kScanPhases; ++p) {
@@ -121,6 +143,8 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_broadcast = drafter.scan_broadcast();
   const bool loaded_helpers = drafter.scan_confidence_helpers();
   const int loaded_backoff = drafter.scan_handoff_backoff();
+  const int loaded_parts = drafter.skinny_parts(), loaded_splits = drafter.skinny_k_splits();
+  const bool loaded_pipelined = drafter.skinny_pipelined();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -144,6 +168,13 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       // ":boN" the flagged handoff's sleep of N ns between polls (session 14).
       const size_t backoff = setting.find(":bo");
       drafter.set_scan_handoff_backoff(backoff == std::string::npos ? 0 : std::atoi(setting.c_str() + backoff + 3));
+      // Session 15: ":partsN" the skinny GEMMs' parts mask (set_skinny_parts; default the drafter's), ":ksN" their K
+      // split over N CTAs, ":pp" each warp's next piece loaded ahead (set_skinny_split).
+      const size_t parts = setting.find(":parts");
+      drafter.set_skinny_parts(parts == std::string::npos ? loaded_parts : std::atoi(setting.c_str() + parts + 6));
+      const size_t splits = setting.find(":ks");
+      drafter.set_skinny_split(splits == std::string::npos ? 1 : std::atoi(setting.c_str() + splits + 3),
+                               setting.find(":pp") != std::string::npos);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
@@ -212,6 +243,9 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
         samples.block.push_back(drafter.last_block_ms());
         samples.scan.push_back(drafter.last_scan_ms());
       }
+      if (block + 1 == options.blocks && setting.find(":prof") != std::string::npos) {
+        samples.profile = profile_pass(drafter, ids, positions, options.depth);
+      }
       if (phases) add_phases(samples.phases, dspark::cuda::take_scan_phase_clocks());
       dspark::cuda::set_scan_phase_clocks(false);
       for (StreamId id : ids) drafter.release(id);
@@ -227,10 +261,12 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_scan_broadcast(loaded_broadcast);
   drafter.set_scan_confidence_helpers(loaded_helpers);
   drafter.set_scan_handoff_backoff(loaded_backoff);
+  drafter.set_skinny_parts(loaded_parts);
+  drafter.set_skinny_split(loaded_splits, loaded_pipelined);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:ksN][:pp][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {
@@ -252,6 +288,17 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
                               {"failed", s.failed}});
   }
   print_phases(by_setting, options.settings);
+  for (const std::string& setting : options.settings) {
+    const Samples& s = by_setting[setting];
+    if (s.profile.empty()) continue;
+    std::printf("\nprofile %s (eager, an event after every launch; device ms a pass):", setting.c_str());
+    double sum = 0;
+    for (const auto& [label, ms] : s.profile) {
+      std::printf(" %s %.4f,", label.c_str(), ms);
+      sum += ms;
+    }
+    std::printf(" sum %.4f\n", sum);
+  }
   return 0;
 }
 

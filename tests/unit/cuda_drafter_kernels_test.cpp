@@ -15,6 +15,7 @@
 #include "base/bf16.h"
 #include "compute/cuda/cuda_util.h"
 #include "cuda_drafter_kernel_util.h"
+#include "cuda_drafter_skinny_util.h"
 #include "cuda_test_util.h"
 #include "draft/dspark/cuda/draft_kernels.h"
 
@@ -254,21 +255,8 @@ TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
     const std::vector<bf16> x_values = random_values(rng, shape.rows * shape.k, 2.0f);
     const std::vector<bf16> w_values = random_values(rng, shape.n * shape.k, 0.5f);
     auto x = upload(x_values), w = upload(w_values);
-    // fp64 reference and the bound of fp32 accumulation (k roundings of at most 2^-24 of the running |sum|).
-    std::vector<double> reference(static_cast<size_t>(shape.rows * shape.n)), bound(reference.size());
-    for (int r = 0; r < shape.rows; ++r) {
-      for (int64_t c = 0; c < shape.n; ++c) {
-        double sum = 0, magnitude = 0;
-        for (int64_t j = 0; j < shape.k; ++j) {
-          const double product = static_cast<double>(bf16_to_float(x_values[r * shape.k + j])) *
-                                 bf16_to_float(w_values[c * shape.k + j]);
-          sum += product;
-          magnitude += std::fabs(product);
-        }
-        reference[r * shape.n + c] = sum;
-        bound[r * shape.n + c] = magnitude * shape.k * 0x1p-24 + 1e-30;
-      }
-    }
+    const testing::SkinnyReference expected =
+        testing::skinny_reference(x_values, w_values, shape.rows, shape.n, shape.k);
     const auto* xd = reinterpret_cast<const cuda::bf16_t*>(x.data());
     const auto* wd = reinterpret_cast<const cuda::bf16_t*>(w.data());
     const int64_t ldy = shape.n + 3;
@@ -288,7 +276,8 @@ TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
           continue;
         }
         ASSERT_TRUE(std::isfinite(value)) << "row " << r << " column " << c << " unwritten";
-        ASSERT_LE(std::fabs(value - reference[r * shape.n + c]), bound[r * shape.n + c]) << r << ", " << c;
+        ASSERT_LE(std::fabs(value - expected.sums[r * shape.n + c]), expected.bound[r * shape.n + c])
+            << r << ", " << c;
       }
     }
     // bf16 out: one rounding of the fp32 sum.
@@ -315,38 +304,7 @@ TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
               static_cast<int>(shape.rows * ff));
     // Residual + norm by the last CTA: hidden and normed with the bits of the bf16 GEMM then residual_norm; twice
     // in a row on one ticket (the last CTA resets it), y and normed poisoned each time.
-    const std::vector<bf16> hidden_start = random_values(rng, shape.rows * shape.n, 3.0f);
-    auto weight = upload(random_floats(rng, shape.n, 0.5f, 1.5f));
-    auto reference_hidden = upload(hidden_start);
-    auto reference_normed = poisoned<bf16>(shape.rows * shape.n);
-    ASSERT_TRUE(cuda::residual_norm(reinterpret_cast<cuda::bf16_t*>(reference_hidden.data()),
-                                    reinterpret_cast<const cuda::bf16_t*>(y16.data()), shape.rows, shape.n,
-                                    weight.data(), 1e-5f, reinterpret_cast<cuda::bf16_t*>(reference_normed.data()),
-                                    nullptr)
-                    .ok());
-    const std::vector<bf16> want_hidden = download(reference_hidden, shape.rows * shape.n);
-    const std::vector<bf16> want_normed = download(reference_normed, shape.rows * shape.n);
-    auto ticket = upload(std::vector<unsigned int>{0u});
-    for (int run = 0; run < 2; ++run) {
-      SCOPED_TRACE("residual norm run " + std::to_string(run));
-      auto hidden = upload(hidden_start);
-      auto projected = poisoned<bf16>(shape.rows * shape.n), normed = poisoned<bf16>(shape.rows * shape.n);
-      cuda::SkinnyGemm norm_args{xd, shape.rows, shape.k, wd, shape.n, projected.data(), shape.n,
-                                 cuda::SkinnyEpilogue::ResidualNorm};
-      norm_args.hidden = reinterpret_cast<cuda::bf16_t*>(hidden.data());
-      norm_args.norm_weight = weight.data();
-      norm_args.eps = 1e-5f;
-      norm_args.normed = reinterpret_cast<cuda::bf16_t*>(normed.data());
-      norm_args.ticket = ticket.data();
-      ASSERT_TRUE(cuda::skinny_gemm(norm_args, true, nullptr).ok());
-      EXPECT_EQ(count_bitwise_equal(download(projected, shape.rows * shape.n), out16),
-                static_cast<int>(shape.rows * shape.n));
-      EXPECT_EQ(count_bitwise_equal(download(hidden, shape.rows * shape.n), want_hidden),
-                static_cast<int>(shape.rows * shape.n));
-      EXPECT_EQ(count_bitwise_equal(download(normed, shape.rows * shape.n), want_normed),
-                static_cast<int>(shape.rows * shape.n));
-      EXPECT_EQ(download(ticket, 1)[0], 0u) << "the last CTA resets the ticket";
-    }
+    testing::expect_residual_norm_epilogue(bf16_args, out16, rng);
   }
   // On a stream of its own, launched programmatically right after the kernel that writes its x (residual_norm,
   // which lets its dependents start at once): the bits of the same product on a finished x (an x load scheduled

@@ -211,7 +211,10 @@ __device__ __forceinline__ void residual_norm_row_batched(__nv_bfloat16* x, cons
 
 // residual_norm_row done by one warp with the bits of the kRowThreads-thread CTA: lane l plays threads l + 32 w
 // (w = 0 .. kRowThreads / 32 - 1), each summing its elements in the same order; each virtual warp's butterfly is
-// the CTA's warp_sum and lane 0's results are added in warp order, as the CTA adds its partials.
+// the CTA's warp_sum and lane 0's results are added in warp order, as the CTA adds its partials. A lane's elements
+// l + 32 m (virtual warp m % 8) are loaded kRowBatch at a time (session 15: one element at a time made every load
+// wait for the store before it, ~64 L2 round trips a row).
+inline constexpr int kRowBatch = 2 * kRowThreads / 32;
 __device__ __forceinline__ void residual_norm_row_warp(__nv_bfloat16* x, const __nv_bfloat16* delta, int64_t row,
                                                        int64_t width, const float* weight, float eps,
                                                        __nv_bfloat16* y) {
@@ -221,29 +224,51 @@ __device__ __forceinline__ void residual_norm_row_warp(__nv_bfloat16* x, const _
   const __nv_bfloat16* add = delta ? delta + row * width : nullptr;
   double sums[kVirtualWarps];
 #pragma unroll
-  for (int w = 0; w < kVirtualWarps; ++w) {
-    double sum_squares = 0;
-    for (int64_t i = lane + 32 * w; i < width; i += kRowThreads) {
-      float value = __bfloat162float(__ldcg(in + i));
-      if (add) {
-        value = __bfloat162float(__float2bfloat16_rn(value + __bfloat162float(__ldcg(add + i))));
-        in[i] = __float2bfloat16_rn(value);
-      }
-      sum_squares += static_cast<double>(value) * value;
+  for (int w = 0; w < kVirtualWarps; ++w) sums[w] = 0;
+  for (int64_t base = lane; base < width; base += 32 * kRowBatch) {
+    float values[kRowBatch], deltas[kRowBatch];
+#pragma unroll
+    for (int m = 0; m < kRowBatch; ++m) {
+      const int64_t i = base + 32 * m;
+      values[m] = i < width ? __bfloat162float(__ldcg(in + i)) : 0.0f;
+      deltas[m] = add && i < width ? __bfloat162float(__ldcg(add + i)) : 0.0f;
     }
-    for (int offset = 16; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
-    sums[w] = __shfl_sync(0xffffffffu, sum_squares, 0);
+#pragma unroll
+    for (int m = 0; m < kRowBatch; ++m) {
+      const int64_t i = base + 32 * m;
+      if (i >= width) break;
+      if (add) {
+        values[m] = __bfloat162float(__float2bfloat16_rn(values[m] + deltas[m]));
+        in[i] = __float2bfloat16_rn(values[m]);
+      }
+      sums[m % kVirtualWarps] += static_cast<double>(values[m]) * values[m];
+    }
   }
   double total = 0;
 #pragma unroll
-  for (int w = 0; w < kVirtualWarps; ++w) total += sums[w];
+  for (int w = 0; w < kVirtualWarps; ++w) {
+    double sum_squares = sums[w];
+    for (int offset = 16; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
+    total += __shfl_sync(0xffffffffu, sum_squares, 0);
+  }
   const float mean = static_cast<float>(total / static_cast<double>(width));
   const float inverse_rms = 1.0f / sqrtf(mean + eps);
   __syncwarp();
   __nv_bfloat16* out = y + row * width;
-  for (int64_t i = lane; i < width; i += 32) {
-    const float value = __bfloat162float(in[i]);
-    out[i] = __float2bfloat16_rn(weight[i] * __bfloat162float(__float2bfloat16_rn(value * inverse_rms)));
+  for (int64_t base = lane; base < width; base += 32 * kRowBatch) {
+    float values[kRowBatch], weights[kRowBatch];
+#pragma unroll
+    for (int m = 0; m < kRowBatch; ++m) {
+      const int64_t i = base + 32 * m;
+      values[m] = i < width ? __bfloat162float(in[i]) : 0.0f;  // this lane's own store above, or the kernel's input
+      weights[m] = i < width ? weight[i] : 0.0f;
+    }
+#pragma unroll
+    for (int m = 0; m < kRowBatch; ++m) {
+      const int64_t i = base + 32 * m;
+      if (i >= width) break;
+      out[i] = __float2bfloat16_rn(weights[m] * __bfloat162float(__float2bfloat16_rn(values[m] * inverse_rms)));
+    }
   }
 }
 
