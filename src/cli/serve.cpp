@@ -59,6 +59,13 @@ int run_serve(int argc, char** argv) {
                                       "testing: draft the full depth every round whatever pricing says (same tokens)");
   if (std::optional<int> code = opts.conclude("lanespark serve", "lanespark serve: an OpenAI-compatible server"))
     return *code;
+  // SIGINT / SIGTERM go to one watcher thread: blocked here, before any thread starts (the target's CPU pool too),
+  // so every thread inherits the mask and none is killed by them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   Result<Device> device = parse_device(device_name);
   if (!device.ok()) return fail(device.status());
   if (threads < 1 || max_streams < 1 || max_draft < 0 || context < 0 || port < 0 || port > 65535 ||
@@ -99,13 +106,6 @@ int run_serve(int argc, char** argv) {
   lanes_options.pricing.always_draft = draft_always;
   Result<std::unique_ptr<Lanes>> lanes = Lanes::create(*models->target, models->drafter.get(), lanes_options, clock);
   if (!lanes.ok()) return fail(lanes.status());
-
-  // SIGINT / SIGTERM go to one watcher thread (blocked here, before any thread starts, so every thread inherits it).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   server::Engine engine(**lanes);
   server::OpenAiRoutes routes(model, engine);

@@ -89,6 +89,15 @@ std::string models_body(const ServedModel& model) {
   return dump(Json{{"object", "list"}, {"data", Json::array({Json::parse(model_body(model))})}});
 }
 
+std::string health_body(const EngineCounters& counters) {
+  return dump(Json{{"status", "ok"},
+                   {"open_requests", counters.open_requests},
+                   {"rounds", counters.rounds},
+                   {"tokens_generated", counters.tokens_generated},
+                   {"drafts_verified", counters.drafts_verified},
+                   {"drafts_accepted", counters.drafts_accepted}});
+}
+
 std::string sse_event(std::string_view data) {
   std::string event = "data: ";
   event.append(data);

@@ -7,6 +7,7 @@
 
 #include "lanes/stream.h"
 #include "server/api_request.h"
+#include "server/engine.h"
 #include "server/served_model.h"
 
 namespace ls::server {
@@ -38,6 +39,9 @@ std::string usage_chunk_body(const ReplyHeader& header, Usage usage);
 // GET /v1/models, and GET /v1/models/{id}.
 std::string model_body(const ServedModel& model);
 std::string models_body(const ServedModel& model);
+
+// GET /health: {"status": "ok", "open_requests", "rounds", "tokens_generated", "drafts_verified", "drafts_accepted"}.
+std::string health_body(const EngineCounters& counters);
 
 // One server-sent event carrying `data`: "data: <data>\n\n".
 std::string sse_event(std::string_view data);

@@ -53,7 +53,7 @@ ReplyTicket Engine::submit(Request request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     key = next_key_++;
-    ++open_;
+    ++counters_.open_requests;
     queued_.push_back(Submission{key, std::move(request), channel});
   }
   wake_.notify_one();
@@ -68,9 +68,9 @@ void Engine::cancel(uint64_t key) {
   wake_.notify_one();
 }
 
-int64_t Engine::open_requests() const {
+EngineCounters Engine::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return open_;
+  return counters_;
 }
 
 void Engine::run() {
@@ -114,6 +114,7 @@ void Engine::admit(std::deque<Submission>& submissions, std::vector<uint64_t>& c
 }
 
 void Engine::deliver() {
+  int64_t finished = 0;
   for (StreamEvent& event : lanes_.take_events()) {
     auto found = live_.find(event.stream);
     if (found == live_.end()) continue;
@@ -123,10 +124,16 @@ void Engine::deliver() {
     if (last) {
       live_.erase(found);
       streams_by_key_.erase(key);
-      std::lock_guard<std::mutex> lock(mutex_);
-      --open_;
+      ++finished;
     }
   }
+  const LanesStats& stats = lanes_.stats();
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_.open_requests -= finished;
+  counters_.rounds = stats.rounds;
+  counters_.tokens_generated = stats.tokens_generated;
+  counters_.drafts_verified = stats.drafts_verified;
+  counters_.drafts_accepted = stats.drafts_accepted;
 }
 
 }  // namespace ls::server

@@ -33,6 +33,15 @@ class ReplyChannel {
 
 class Engine;
 
+// What /health reports: requests open now, and the lanes' totals after the last round.
+struct EngineCounters {
+  int64_t open_requests = 0;     // submitted and not yet finished (queued or live)
+  int64_t rounds = 0;
+  int64_t tokens_generated = 0;
+  int64_t drafts_verified = 0;
+  int64_t drafts_accepted = 0;
+};
+
 // A submitted request as its handler holds it. Dropping it before the final event cancels the stream, so a handler
 // that returns early (client gone, write failed) leaves nothing running.
 class ReplyTicket {
@@ -66,8 +75,7 @@ class Engine {
   ReplyTicket submit(Request request);
   // Ends a request (queued or live); its handler gets a Cancelled event. Unknown keys are ignored.
   void cancel(uint64_t key);
-  // Streams submitted and not yet finished (queued or live), for /health.
-  int64_t open_requests() const;
+  EngineCounters counters() const;
 
  private:
   struct Submission {
@@ -92,7 +100,7 @@ class Engine {
   std::deque<Submission> queued_;   // guarded by mutex_
   std::vector<uint64_t> cancels_;   // guarded by mutex_
   uint64_t next_key_ = 1;           // guarded by mutex_
-  int64_t open_ = 0;                // guarded by mutex_
+  EngineCounters counters_;         // guarded by mutex_
   bool stopping_ = false;           // guarded by mutex_
   std::map<StreamId, Live> live_;   // engine thread only
   std::map<uint64_t, StreamId> streams_by_key_;  // engine thread only

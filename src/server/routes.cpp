@@ -41,9 +41,7 @@ void OpenAiRoutes::handle(const HttpRequest& request, HttpResponder& responder) 
   const bool get = request.method == "GET" || request.method == "HEAD";
   const bool post = request.method == "POST";
   const std::string models_prefix = "/v1/models/";
-  if (path == "/health" && get)
-    return responder.send(200, kJson, R"({"status":"ok","open_requests":)" + std::to_string(engine_.open_requests()) +
-                                          "}"), void();
+  if (path == "/health" && get) return responder.send(200, kJson, health_body(engine_.counters())), void();
   if (path == "/v1/models" && get) return responder.send(200, kJson, models_body(model_)), void();
   if (path.starts_with(models_prefix) && get) {
     if (path.substr(models_prefix.size()) == model_.name) return responder.send(200, kJson, model_body(model_)), void();

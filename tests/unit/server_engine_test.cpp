@@ -68,7 +68,7 @@ TEST(ServerEngine, RequestsFromManyThreadsGetTheTokensEachGetsAloneWithoutADraft
           replies[index] = collect(ticket);
         });
       for (std::thread& handler : handlers) handler.join();
-      EXPECT_EQ(engine.open_requests(), 0);
+      EXPECT_EQ(engine.counters().open_requests, 0);
     }
     const std::vector<Reply> alone = run_each_alone_plain(target_options(), arrivals);
     for (size_t index = 0; index < arrivals.size(); ++index) {
@@ -95,9 +95,9 @@ TEST(ServerEngine, ADroppedTicketCancelsItsStreamAndTheEngineKeepsServing) {
     EXPECT_EQ(first->finish, FinishReason::None);
   }  // the handler returns early (its client went away)
   const auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (engine.open_requests() > 0 && std::chrono::steady_clock::now() < deadline)
+  while (engine.counters().open_requests > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_EQ(engine.open_requests(), 0);
+  EXPECT_EQ(engine.counters().open_requests, 0);
 
   const std::vector<Arrival> arrivals = staggered_arrivals(1, false, 64, 20);
   ReplyTicket ticket = engine.submit(arrivals[0].request);
