@@ -94,7 +94,8 @@ void Engine::run() {
     }
     if (!lanes_.idle()) {
       // A failed round ends the streams it touched with Error events (delivered below); the engine keeps serving.
-      if (Status status = lanes_.round(); !status.ok()) log_warn("engine: round failed: %s", status.to_string().c_str());
+      if (Status status = lanes_.round(); !status.ok())
+        log_warn("engine: round failed: %s", status.to_string().c_str());
     }
     deliver();
   }

@@ -22,7 +22,8 @@ std::string_view trim(std::string_view text) {
 }
 
 bool is_token_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  constexpr std::string_view kSymbols = "!#$%&'*+-.^_`|~";  // RFC 9110 tchar besides letters and digits
+  return std::isalnum(static_cast<unsigned char>(c)) || kSymbols.find(c) != std::string_view::npos;
 }
 
 Status malformed(std::string message) { return Status(ErrorCode::InvalidArgument, std::move(message)); }

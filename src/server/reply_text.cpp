@@ -59,7 +59,8 @@ std::string ReplyText::finish() {
   return out + matcher_.finish();
 }
 
-StopHook make_stop_hook(const text::Tokenizer& tokenizer, std::vector<std::string> stops, std::vector<int32_t> eos_ids) {
+StopHook make_stop_hook(const text::Tokenizer& tokenizer, std::vector<std::string> stops,
+                        std::vector<int32_t> eos_ids) {
   // The hook is called with every generated id so far after each new one; the state remembers how many it has read.
   struct State {
     ReplyText text;

@@ -53,6 +53,7 @@ class ReplyText {
 };
 
 // The lanes' StopHook for a request with stop strings: true once the generated ids' text holds one.
-StopHook make_stop_hook(const text::Tokenizer& tokenizer, std::vector<std::string> stops, std::vector<int32_t> eos_ids);
+StopHook make_stop_hook(const text::Tokenizer& tokenizer, std::vector<std::string> stops,
+                        std::vector<int32_t> eos_ids);
 
 }  // namespace ls::server

@@ -1,4 +1,4 @@
-// Reading OpenAI request bodies: every refusal is triggered and names its field; accepted fields land where they should.
+// Reading OpenAI request bodies: every refusal is triggered and names its field; accepted fields land in place.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -94,7 +94,8 @@ TEST_P(ApiRefusals, AreA400NamingTheField) {
       error = chat_with(nlohmann::json::parse(refusal.extra));
     } else {
       nlohmann::json body = {{"model", "m"}, {"prompt", "hi"}};
-      for (const auto& [key, value] : nlohmann::json::parse(refusal.extra).items()) body[key] = value;
+      const nlohmann::json extra = nlohmann::json::parse(refusal.extra);
+      for (const auto& [key, value] : extra.items()) body[key] = value;
       error = parse_completion_request(body.dump(), Endpoint::Completions, request);
     }
   } else {
@@ -135,7 +136,8 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"SeedAString", "", R"({"seed": "7"})", "seed"},
         Refusal{"StopANumber", "", R"({"stop": 3})", "stop"},
         Refusal{"StopEmptyString", "", R"({"stop": ["a", ""]})", "stop"},
-        Refusal{"StopTooMany", "", R"({"stop": ["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"]})", "stop"},
+        Refusal{"StopTooMany", "",
+                R"({"stop": ["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"]})", "stop"},
         Refusal{"StreamAString", "", R"({"stream": "yes"})", "stream"},
         Refusal{"StreamOptionsWithoutStream", "", R"({"stream_options": {"include_usage": true}})", "stream_options"},
         Refusal{"DraftANumber", "", R"({"draft": 1})", "draft"},

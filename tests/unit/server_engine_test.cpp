@@ -17,19 +17,9 @@ namespace {
 
 constexpr auto kWait = std::chrono::seconds(20);
 
+// A fake target whose replies sometimes end at eos (5), some inside a drafted window.
 FakeTargetOptions target_options() {
-  FakeTargetOptions options;
-  options.max_rows = 48;
-  options.exact_width = 8;
-  options.eos_token_id = 5;
-  return options;
-}
-
-FakeDrafterOptions drafter_options() {
-  FakeDrafterOptions options;
-  options.max_depth = 6;
-  options.wrong_rate = 0.25;
-  return options;
+  return FakeTargetOptions{.shape = {}, .max_rows = 48, .exact_width = 8, .eos_token_id = 5};
 }
 
 // Every event of one ticket until the last, tokens joined.
@@ -53,7 +43,7 @@ Reply collect(ReplyTicket& ticket) {
 TEST(ServerEngine, RequestsFromManyThreadsGetTheTokensEachGetsAloneWithoutADrafter) {
   for (bool sampled : {false, true}) {
     FakeTarget target(target_options());
-    FakeDrafter drafter(drafter_options());
+    FakeDrafter drafter(FakeDrafterOptions{.shape = {}, .tap_layers = {1, 3}, .max_depth = 6, .wrong_rate = 0.25});
     FixedClock clock;
     auto lanes = Lanes::create(target, &drafter, LanesOptions{}, clock);
     ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
