@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -225,3 +226,36 @@ def test_a_client_that_drops_a_stream_cancels_it(plain, drafted, alone):
     after = drafted.raw("GET", "/health")[1]
     assert after["tokens_generated"] - before["tokens_generated"] < 1000, (before, after)
     assert ask(drafted, CASES[5]) == alone[5]
+
+
+def exchange(server, data):
+    """The raw bytes the server answers to `data` on a fresh connection (read until it closes)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as connection:
+        connection.sendall(data)
+        reply = b""
+        while chunk := connection.recv(65536):
+            reply += chunk
+    return reply
+
+
+@pytest.mark.parametrize("data", [
+    b"NOT HTTP AT ALL\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nContent-Length: lots\r\n\r\n",
+], ids=["request-line", "chunked-body", "content-length"])
+def test_malformed_http_gets_a_400_in_the_error_shape(drafted, data):
+    reply = exchange(drafted, data)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), reply
+    assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
+    assert drafted.raw("GET", "/health")[0] == 200
+
+
+def test_one_connection_carries_several_requests(drafted):
+    body = json.dumps({"model": MODEL, "prompt": "x = ", "max_tokens": 3, "temperature": 0}).encode()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    closing = request.replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n")
+    reply = exchange(drafted, request + request + closing)  # pipelined; the last asks to close
+    assert reply.count(b"HTTP/1.1 200 OK") == 3, reply
+    assert reply.count(b"Connection: close") == 1
