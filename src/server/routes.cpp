@@ -38,7 +38,7 @@ void send_error(HttpResponder& responder, const ApiError& error) {
 
 void OpenAiRoutes::handle(const HttpRequest& request, HttpResponder& responder) {
   const std::string& path = request.path;
-  const bool get = request.method == "GET" || request.method == "HEAD";
+  const bool get = request.method == "GET";
   const bool post = request.method == "POST";
   const std::string models_prefix = "/v1/models/";
   if (path == "/health" && get) return responder.send(200, kJson, health_body(engine_.counters())), void();
