@@ -32,7 +32,7 @@ enum class ErrorCode {
   DraftTargetMismatch,
   DrafterNeedsWideVerify,
   DraftNonfinite,
-  DeviceUnavailable,  // a CUDA device was asked for and this build or machine has none
+  DeviceUnavailable,  // a CUDA device (or the CPU's AMX path) was asked for and this build or machine has none
   DeviceError,        // a CUDA call failed (out of device memory, launch failure)
 };
 

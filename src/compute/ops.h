@@ -28,6 +28,10 @@ struct OpContext {
   float store(float value) const { return rounds_to_bf16() ? round_to_bf16(value) : value; }
 };
 
+// How Matrix::packed holds the weights: the AVX-512 kernels' 8-column panels, or the AMX B-tile layout
+// (compute/cpu/matmul_amx.h), chosen by pack_for_cpu when it packs the matrix.
+enum class PackedLayout : uint8_t { Panels, AmxTiles, AmxTileGroups };
+
 // A weight matrix W [rows, cols] (out features x in features), row-major, either fp32 or bf16; optional bias [rows].
 struct Matrix {
   const float* f32 = nullptr;  // [rows, cols] fp32, or
@@ -37,7 +41,9 @@ struct Matrix {
   int64_t cols = 0;
   // Optional copy of b16 in panels for the AVX-512 kernels (pack_for_cpu): [ceil(rows/8), ceil(cols/32), 8, 32],
   // zero-padded, 64-byte aligned, so that 8 columns stream as one contiguous run. Same values, same bits out.
+  // Or, with packed_layout AmxTiles / AmxTileGroups, a B-tile layout (matmul_amx.h) the AMX kernel reads instead.
   const bf16* packed = nullptr;
+  PackedLayout packed_layout = PackedLayout::Panels;
 };
 
 // Columns per panel and values of K per panel step in Matrix::packed.
@@ -54,11 +60,12 @@ struct OwnedMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   std::shared_ptr<const bf16> packed;  // Matrix::packed layout, or null
+  PackedLayout packed_layout = PackedLayout::Panels;  // how `packed` is laid out (set with it by pack_for_cpu)
 
   Matrix view() const {
     const bf16* bf16_values = mapped_b16 ? mapped_b16 : (b16.empty() ? nullptr : b16.data());
     return Matrix{f32.empty() ? nullptr : f32.data(), bf16_values, bias.empty() ? nullptr : bias.data(), rows, cols,
-                  packed.get()};
+                  packed.get(), packed_layout};
   }
 };
 

@@ -1,6 +1,7 @@
 // load_target: config first, then the checkpoint's header check, then weights into an Lfm2Target.
 #include "model/load.h"
 
+#include "compute/cpu/matmul_amx.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/exact_width.h"
@@ -16,6 +17,8 @@ Result<std::unique_ptr<Target>> load_target(const std::string& directory, const 
     return Status(ErrorCode::InvalidArgument, "threads and max_rows must be >= 1, got " +
                                                   std::to_string(options.threads) + " and " +
                                                   std::to_string(options.max_rows));
+  // LS_CPU_AMX=1 where this CPU cannot run the AMX path: refused before any file is read.
+  if (options.device == Device::Cpu) LS_RETURN_IF_ERROR(compute::cpu_amx_refusal());
   LS_ASSIGN_OR_RETURN(io::ModelConfig config, io::read_model_config(directory));
   LS_ASSIGN_OR_RETURN(std::unique_ptr<io::Checkpoint> checkpoint, io::Checkpoint::open(directory));
   LS_RETURN_IF_ERROR(io::check_target_tensors(*checkpoint, config));

@@ -4,15 +4,14 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 
 #include "draft/dspark/dspark_drafter.h"
 #include "draft/dspark/forward.h"
-#include "draft/load.h"
 #include "dspark_test_support.h"
 #include "lanes/lanes.h"
 #include "lanes/testing/harness.h"
 #include "model/load.h"
+#include "nano_pair.h"
 
 namespace ls::dspark {
 namespace {
@@ -189,23 +188,12 @@ struct NanoCase {
 class ShortBlockLanes : public ::testing::TestWithParam<NanoCase> {};
 
 TEST_P(ShortBlockLanes, RepliesEqualPlainRepliesWithShortPasses) {
-  const std::string target_dir = std::string(LS_SOURCE_DIR) + "/models/nano/target";
-  const std::string drafter_dir = std::string(LS_SOURCE_DIR) + "/models/nano/drafter";
-  if (!std::filesystem::exists(target_dir + "/config.json") || !std::filesystem::exists(drafter_dir + "/config.json"))
-    GTEST_SKIP() << "no nano pair";
-  LoadOptions load;
-  load.threads = 2;
-  load.max_rows = 64;
-  auto target = load_target(target_dir, load);
-  ASSERT_TRUE(target.ok()) << target.status().to_string();
-  DrafterOptions drafter_options;
-  drafter_options.threads = 2;
-  drafter_options.max_streams = 16;
-  auto drafter = load_drafter(drafter_dir, **target, drafter_options);
-  ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
+  if (!nano_pair_present()) GTEST_SKIP() << "no nano pair";
+  NanoPair pair;
+  ASSERT_NO_FATAL_FAILURE(load_nano_pair(pair));
   const std::vector<Arrival> arrivals =
-      staggered_arrivals(GetParam().streams, GetParam().sampled, (*target)->facts().vocab_size, 24);
-  const std::vector<Reply> alone = run_each_alone_plain(**target, arrivals);
+      staggered_arrivals(GetParam().streams, GetParam().sampled, pair.target->facts().vocab_size, 24);
+  const std::vector<Reply> alone = run_each_alone_plain(*pair.target, arrivals);
 
   ScopedShortBlock on(ShortBlock{true, 0});
   FixedClock clock;
@@ -216,18 +204,14 @@ TEST_P(ShortBlockLanes, RepliesEqualPlainRepliesWithShortPasses) {
   options.measure_width = 8;
   options.max_streams = 16;
   options.calibration.repeats = 1;
-  auto lanes = Lanes::create(**target, drafter->get(), options, clock);
+  auto lanes = Lanes::create(*pair.target, pair.drafter.get(), options, clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   PassProfile profile;
   set_pass_profile(&profile);
   auto replies = run_arrivals(**lanes, arrivals);
   set_pass_profile(nullptr);
   ASSERT_TRUE(replies.ok()) << replies.status().to_string();
-  for (size_t index = 0; index < arrivals.size(); ++index) {
-    EXPECT_FALSE(alone[index].tokens.empty());
-    EXPECT_EQ((*replies)[index].tokens, alone[index].tokens) << "stream " << index;
-    EXPECT_EQ((*replies)[index].finish, alone[index].finish) << "stream " << index;
-  }
+  expect_replies_equal_alone(*replies, alone);
   EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
   EXPECT_GT((*lanes)->stats().drafts_accepted, 0);
   ASSERT_GT(profile.passes, 0);

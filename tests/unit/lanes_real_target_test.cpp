@@ -11,12 +11,13 @@
 #include "lanes/testing/harness.h"
 #include "lanes/testing/recorded_drafter.h"
 #include "model/load.h"
+#include "nano_pair.h"
 
 namespace ls {
 namespace {
 
 const std::string kTinyDir = std::string(LS_SOURCE_DIR) + "/tests/golden/lfm2_dense";
-const std::string kNanoDir = std::string(LS_SOURCE_DIR) + "/models/nano/target";
+const std::string kNanoDir = nano_target_dir();
 
 struct RealCase {
   const std::string* model_dir;
@@ -62,11 +63,7 @@ TEST_P(LanesOnRealTarget, DraftedRepliesEqualPlainRepliesRunAloneTokenForToken) 
   ASSERT_GE((*lanes)->width(), 2) << "the CPU target should verify windows exactly";
   auto replies = run_arrivals(**lanes, arrivals);
   ASSERT_TRUE(replies.ok()) << replies.status().to_string();
-  for (size_t index = 0; index < arrivals.size(); ++index) {
-    EXPECT_FALSE(alone[index].tokens.empty());
-    EXPECT_EQ((*replies)[index].tokens, alone[index].tokens) << "stream " << index;
-    EXPECT_EQ((*replies)[index].finish, alone[index].finish) << "stream " << index;
-  }
+  expect_replies_equal_alone(*replies, alone);
   EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
   EXPECT_GT((*lanes)->stats().drafts_accepted, 0);
   for (auto [stream, releases] : drafter.release_counts()) EXPECT_EQ(releases, 1) << "stream " << stream;

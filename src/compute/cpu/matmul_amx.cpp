@@ -12,9 +12,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <utility>
-#include <vector>
+#include <string>
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -31,30 +29,31 @@ namespace {
 constexpr long kArchReqXcompPerm = 0x1023;  // arch_prctl: ask for an XSAVE feature's state (Linux 5.16+)
 constexpr long kXfeatureXtiledata = 18;
 
-// Linux hands out the 8 KiB tile state only on request, once per process; without it the first tile load faults.
-void request_tile_permission() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const long refused = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata);
-    LS_CHECK(refused == 0, "AMX: Linux refused the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA))");
-  });
+// Linux hands out the 8 KiB tile state only on request (asked once per process); without it the first tile load
+// faults.
+bool tile_permission_granted() {
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return granted;
 }
 
+// Why this process cannot run the AMX path, or "" when it can.
+std::string amx_missing() {
+  if (!cpu_amx_available()) return "this CPU has no AMX-BF16 (or the OS does not enable the tile state)";
+  if (!tile_permission_granted()) return "Linux refused the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA))";
+  return "";
+}
+
+bool amx_asked_at_start() {
+  const char* text = std::getenv("LS_CPU_AMX");
+  return text && text[0] == '1';
+}
+
+// On when LS_CPU_AMX=1 asked for it at start and this process can run it; asked for where it cannot, it stays off and
+// the loaders refuse by name (cpu_amx_refusal).
 std::atomic<bool>& amx_setting() {
-  static std::atomic<bool> on{[] {
-    const char* text = std::getenv("LS_CPU_AMX");
-    if (!text || text[0] != '1') return false;
-    LS_CHECK(cpu_amx_available(), "LS_CPU_AMX=1 on a CPU without AMX-BF16 (or an OS without the tile state)");
-    request_tile_permission();
-    return true;
-  }()};
+  static std::atomic<bool> on{amx_asked_at_start() && amx_missing().empty()};
   return on;
 }
-
-// The B-tile arenas: [begin, end) address ranges. `count` lets the AVX-512 path skip the lock when there are none.
-std::mutex g_arena_mutex;
-std::vector<std::pair<uintptr_t, uintptr_t>> g_arenas;
-std::atomic<int> g_arena_count{0};
 
 // How the kernel schedules its tiles, a mask for A/B timing (the bits never depend on it: each output is the same
 // chain). 1 = the B tiles rotate over tmm5-7 across K steps (a B register is loaded again three products after the
@@ -67,6 +66,11 @@ constexpr int64_t kPrefetchSteps = 4;
 std::atomic<int> g_schedule{[] {
   const char* text = std::getenv("LS_CPU_AMX_SCHEDULE");
   return text ? std::atoi(text) : 0;
+}()};
+
+std::atomic<bool> g_tile_groups{[] {
+  const char* text = std::getenv("LS_CPU_AMX_GROUPS");
+  return text && text[0] == '1';
 }()};
 
 // The palette-1 configuration for `rows` rows of A and C: C in tmm0-3 (rows x 16 fp32), A in tmm4 (rows x 32 bf16 of
@@ -84,7 +88,7 @@ struct alignas(64) TileConfig {
 LS_TARGET_AMX void ensure_tile_config(int rows) {
   thread_local int loaded_rows = 0;
   if (loaded_rows == rows) return;
-  request_tile_permission();
+  LS_CHECK(tile_permission_granted(), "a tile op without the tile state (the AMX path was never switched on)");
   static const auto configs = [] {
     std::array<TileConfig, 17> all{};
     for (int r = 1; r <= 16; ++r)
@@ -98,9 +102,9 @@ LS_TARGET_AMX void ensure_tile_config(int rows) {
 // One K step (tile T) of a group: A into tmm4, then block j's B tile into register Rj and C[j] += A B.
 #define LS_AMX_STEP(T, R0, R1, R2, R3)                  \
   do {                                                  \
-    const uint16_t* b = w + (T) * kAmxTileValues;       \
+    const uint16_t* b = w + (T) * step;                 \
     if (prefetch && (T) + kPrefetchSteps < k_tiles)     \
-      prefetch_tiles<NB>(b + kPrefetchSteps * kAmxTileValues, block); \
+      prefetch_tiles<NB>(b + kPrefetchSteps * step, block); \
     _tile_loadd(4, x + (T) * kAmxDepth, x_bytes);       \
     _tile_loadd(R0, b, 64);                             \
     _tile_dpbf16ps(0, 4, R0);                           \
@@ -126,13 +130,13 @@ inline void prefetch_tiles(const uint16_t* b, int64_t block) {
       _mm_prefetch(reinterpret_cast<const char*>(b + j * block + line), _MM_HINT_T0);
 }
 
-// C [NB] = x tile rows (from x, stride x_bytes) times NB column blocks of w (k_tiles tiles each), K tiles in
-// increasing order, stored at c + j * c_block for block j with row stride c_bytes. The intrinsics are inline asm
-// without memory clobbers: the barriers make the compiler finish writing x before the loads and read c only after.
+// C [NB] = x tile rows (from x, stride x_bytes) times NB column blocks of w (k_tiles tiles each; block j's K tile t at
+// w + t * step + j * block), K tiles in increasing order, stored at c + j * c_block for block j with row stride
+// c_bytes. The intrinsics are inline asm without memory clobbers: the barriers make the compiler finish writing x
+// before the loads and read c only after.
 template <int NB, bool kRotate>
-LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t* w, int64_t k_tiles, float* c,
-                              int64_t c_block, int64_t c_bytes, bool prefetch) {
-  const int64_t block = k_tiles * kAmxTileValues;
+LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t* w, int64_t k_tiles, int64_t step,
+                              int64_t block, float* c, int64_t c_block, int64_t c_bytes, bool prefetch) {
   asm volatile("" ::: "memory");
   _tile_zero(0);
   if constexpr (NB > 1) _tile_zero(1);
@@ -156,12 +160,12 @@ LS_TARGET_AMX void tile_group(const uint16_t* x, int64_t x_bytes, const uint16_t
 
 template <bool kRotate>
 LS_TARGET_AMX void run_group(int blocks, const uint16_t* x, int64_t x_bytes, const uint16_t* w, int64_t k_tiles,
-                             float* c, int64_t c_block, int64_t c_bytes, bool prefetch) {
+                             int64_t step, int64_t block, float* c, int64_t c_block, int64_t c_bytes, bool prefetch) {
   switch (blocks) {
-    case 1: tile_group<1, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes, prefetch); break;
-    case 2: tile_group<2, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes, prefetch); break;
-    case 3: tile_group<3, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes, prefetch); break;
-    default: tile_group<4, kRotate>(x, x_bytes, w, k_tiles, c, c_block, c_bytes, prefetch); break;
+    case 1: tile_group<1, kRotate>(x, x_bytes, w, k_tiles, step, block, c, c_block, c_bytes, prefetch); break;
+    case 2: tile_group<2, kRotate>(x, x_bytes, w, k_tiles, step, block, c, c_block, c_bytes, prefetch); break;
+    case 3: tile_group<3, kRotate>(x, x_bytes, w, k_tiles, step, block, c, c_block, c_bytes, prefetch); break;
+    default: tile_group<4, kRotate>(x, x_bytes, w, k_tiles, step, block, c, c_block, c_bytes, prefetch); break;
   }
 }
 
@@ -169,39 +173,24 @@ LS_TARGET_AMX void run_group(int blocks, const uint16_t* x, int64_t x_bytes, con
 
 bool cpu_amx_available() { return cpu_features().amx_bf16; }
 
+bool amx_tile_groups_enabled() { return g_tile_groups.load(std::memory_order_relaxed); }
+
+bool set_amx_tile_groups(bool on) { return g_tile_groups.exchange(on); }
+
 int set_amx_schedule(int mask) { return g_schedule.exchange(mask >= 0 ? mask : 0); }
 
 bool cpu_amx_enabled() { return amx_setting().load(std::memory_order_relaxed); }
 
+Status cpu_amx_refusal() {
+  if (!amx_asked_at_start()) return ok_status();
+  const std::string missing = amx_missing();
+  if (missing.empty()) return ok_status();
+  return Status(ErrorCode::DeviceUnavailable, "LS_CPU_AMX=1 asks for the AMX path, but " + missing);
+}
+
 bool set_cpu_amx(bool on) {
-  if (on) {
-    LS_CHECK(cpu_amx_available(), "set_cpu_amx(true) on a CPU without AMX-BF16 (or an OS without the tile state)");
-    request_tile_permission();
-  }
+  if (on) LS_CHECK(amx_missing().empty(), "set_cpu_amx(true) on a CPU without AMX-BF16 or the tile state");
   return amx_setting().exchange(on);
-}
-
-void register_amx_arena(const bf16* begin, int64_t values) {
-  std::lock_guard<std::mutex> lock(g_arena_mutex);
-  const uintptr_t start = reinterpret_cast<uintptr_t>(begin);
-  g_arenas.emplace_back(start, start + static_cast<uintptr_t>(values) * sizeof(bf16));
-  g_arena_count.store(static_cast<int>(g_arenas.size()));
-}
-
-void forget_amx_arena(const bf16* begin) {
-  std::lock_guard<std::mutex> lock(g_arena_mutex);
-  const uintptr_t start = reinterpret_cast<uintptr_t>(begin);
-  std::erase_if(g_arenas, [start](const auto& range) { return range.first == start; });
-  g_arena_count.store(static_cast<int>(g_arenas.size()));
-}
-
-bool amx_packed(const bf16* packed) {
-  if (!packed || g_arena_count.load(std::memory_order_relaxed) == 0) return false;
-  std::lock_guard<std::mutex> lock(g_arena_mutex);
-  const uintptr_t at = reinterpret_cast<uintptr_t>(packed);
-  for (const auto& [begin, end] : g_arenas)
-    if (at >= begin && at < end) return true;
-  return false;
 }
 
 void pack_amx_tiles(const Matrix& view, bf16* out) {
@@ -217,9 +206,27 @@ void pack_amx_tiles(const Matrix& view, bf16* out) {
           }
 }
 
-LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, int64_t col_begin,
-                               int64_t col_end, float* y, int64_t ldy) {
-  LS_CHECK(col_begin % kAmxColumns == 0, "AMX column ranges start on a 16-column block");
+void pack_amx_tile_groups(const Matrix& view, bf16* out) {
+  LS_CHECK(view.b16, "the B-tile layout packs bf16 weights");
+  const int64_t N = view.rows, K = view.cols, k_tiles = amx_k_tiles(K);
+  const int64_t blocks = (N + kAmxColumns - 1) / kAmxColumns;
+  for (int64_t first = 0; first < blocks; first += kAmxGroupBlocks) {
+    const int64_t group_blocks = std::min(kAmxGroupBlocks, blocks - first);
+    for (int64_t t = 0; t < k_tiles; ++t)
+      for (int64_t j = 0; j < group_blocks; ++j)
+        for (int64_t r = 0; r < kAmxDepth / 2; ++r)
+          for (int64_t n = 0; n < kAmxColumns; ++n)
+            for (int64_t i = 0; i < 2; ++i) {
+              const int64_t col = (first + j) * kAmxColumns + n, k = t * kAmxDepth + 2 * r + i;
+              *out++ = col < N && k < K ? view.b16[col * K + k] : bf16{};
+            }
+  }
+}
+
+LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, bool grouped,
+                               int64_t col_begin, int64_t col_end, float* y, int64_t ldy) {
+  LS_CHECK(col_begin % (grouped ? kAmxGroupColumns : kAmxColumns) == 0,
+           "AMX column ranges start on a 16-column block (a 64-column group in the grouped layout)");
   if (rows <= 0 || col_end <= col_begin) return;
   const int schedule = g_schedule.load(std::memory_order_relaxed);
   const int64_t k_tiles = amx_k_tiles(K), x_stride = k_tiles * kAmxDepth;
@@ -229,6 +236,10 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
     const int64_t width = std::min<int64_t>(4 * kAmxColumns, col_end - col);
     const int blocks = static_cast<int>((width + kAmxColumns - 1) / kAmxColumns);
     const uint16_t* w_group = w + col / kAmxColumns * k_tiles * kAmxTileValues;
+    // Grouped: the group's tiles of one K step side by side (a range ends on a group or at the matrix's end, so the
+    // group holds `blocks` blocks); else each block's K tiles in a run of their own.
+    const int64_t tile_step = grouped ? blocks * kAmxTileValues : kAmxTileValues;
+    const int64_t block_stride = grouped ? kAmxTileValues : k_tiles * kAmxTileValues;
     for (int64_t row = 0; row < rows; row += 16) {
       const uint16_t* x_rows = x + row * x_stride;
       const int64_t take = std::min<int64_t>(16, rows - row);
@@ -238,12 +249,13 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
       const bool direct = width == blocks * kAmxColumns;
       float* out = direct ? y + row * ldy + col : c;
       const int64_t out_block = direct ? kAmxColumns : 256, out_bytes = direct ? ldy * 4 : 64;
+      const bool prefetch = (schedule & kPrefetchB) != 0;
       if (schedule & kRotateB)
-        run_group<true>(blocks, x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes,
-                        (schedule & kPrefetchB) != 0);
+        run_group<true>(blocks, x_rows, x_stride * 2, w_group, k_tiles, tile_step, block_stride, out, out_block,
+                        out_bytes, prefetch);
       else
-        run_group<false>(blocks, x_rows, x_stride * 2, w_group, k_tiles, out, out_block, out_bytes,
-                        (schedule & kPrefetchB) != 0);
+        run_group<false>(blocks, x_rows, x_stride * 2, w_group, k_tiles, tile_step, block_stride, out, out_block,
+                         out_bytes, prefetch);
       if (direct) continue;
       for (int64_t m = 0; m < take; ++m)
         for (int64_t block = 0; block * kAmxColumns < width; ++block)
