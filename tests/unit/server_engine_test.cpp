@@ -10,6 +10,7 @@
 #include "lanes/testing/fake_drafter.h"
 #include "lanes/testing/fake_target.h"
 #include "lanes/testing/harness.h"
+#include "nano_pair.h"
 #include "server/engine.h"
 
 namespace ls::server {
@@ -60,11 +61,7 @@ TEST(ServerEngine, RequestsFromManyThreadsGetTheTokensEachGetsAloneWithoutADraft
       for (std::thread& handler : handlers) handler.join();
       EXPECT_EQ(engine.counters().open_requests, 0);
     }
-    const std::vector<Reply> alone = run_each_alone_plain(target_options(), arrivals);
-    for (size_t index = 0; index < arrivals.size(); ++index) {
-      EXPECT_EQ(replies[index].tokens, alone[index].tokens) << "request " << index << " sampled " << sampled;
-      EXPECT_EQ(replies[index].finish, alone[index].finish) << "request " << index << ": " << replies[index].error;
-    }
+    expect_replies_equal_alone(replies, run_each_alone_plain(target_options(), arrivals));
     EXPECT_EQ(target.open_streams(), 0u);
   }
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "nano_pair.h"
 #include "server/prompt.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -15,7 +16,7 @@ namespace {
 class PromptOnNano : public testing::Test {
  protected:
   void SetUp() override {
-    Result<text::Tokenizer> loaded = text::Tokenizer::load(std::string(LS_SOURCE_DIR) + "/models/nano/target");
+    Result<text::Tokenizer> loaded = text::Tokenizer::load(nano_target_dir());
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
     tokenizer_.emplace(std::move(loaded).value());
     model_.name = "nano";

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "nano_pair.h"
 #include "server/reply_text.h"
 #include "text/tokenizer.h"
 
@@ -55,7 +56,7 @@ TEST(StopMatcher, WithoutStopStringsEverythingPassesAtOnce) {
 class ReplyTextOnNano : public testing::Test {
  protected:
   void SetUp() override {
-    Result<text::Tokenizer> loaded = text::Tokenizer::load(std::string(LS_SOURCE_DIR) + "/models/nano/target");
+    Result<text::Tokenizer> loaded = text::Tokenizer::load(nano_target_dir());
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
     tokenizer_.emplace(std::move(loaded).value());
   }
