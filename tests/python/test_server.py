@@ -126,8 +126,13 @@ def alone(plain):
 
 def test_models_and_health(drafted):
     assert [model.id for model in drafted.client.models.list().data] == [MODEL]
+    assert drafted.client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        drafted.client.models.retrieve("gpt-4")
     status, body = drafted.raw("GET", "/health")
     assert status == 200 and body["status"] == "ok"
+    status, body = drafted.raw("DELETE", "/v1/models")
+    assert status == 405 and body["error"]["code"] == "method_not_allowed"
 
 
 def test_replies_are_real_text_with_usage(alone):
