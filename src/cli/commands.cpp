@@ -11,6 +11,7 @@ std::span<const Command> commands() {
       {"inspect", run_inspect},
       {"tokenize", run_tokenize},
       {"generate", run_generate},
+      {"serve", run_serve},
   };
   return table;
 }

@@ -16,5 +16,6 @@ int run_generate(int argc, char** argv);
 int run_synth(int argc, char** argv);
 int run_inspect(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
+int run_serve(int argc, char** argv);
 
 }  // namespace ls::cli

@@ -4,21 +4,19 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/model_setup.h"
 #include "cli/options.h"
 #include "compute/ops.h"
 #include "base/clock.h"
 #include "compute/sampling.h"
-#include "draft/load.h"
 #include "draft/synthetic/synthetic_acceptance_drafter.h"
 #include "lanes/lanes.h"
-#include "model/load.h"
 #include "text/chat_template.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
@@ -114,12 +112,9 @@ int run_generate(int argc, char** argv) {
                                                        std::to_string(synthetic_acceptance)));
 
   // Tokenizer (optional for --prompt-ids: ids are printed when the model has none).
-  std::optional<text::Tokenizer> tokenizer;
-  if (std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) {
-    Result<text::Tokenizer> loaded = text::Tokenizer::load(model_dir);
-    if (!loaded.ok()) return fail(loaded.status());
-    tokenizer = std::move(loaded).value();
-  }
+  Result<std::optional<text::Tokenizer>> loaded_tokenizer = load_tokenizer_if_present(model_dir);
+  if (!loaded_tokenizer.ok()) return fail(loaded_tokenizer.status());
+  const std::optional<text::Tokenizer>& tokenizer = *loaded_tokenizer;
   std::vector<int32_t> prompt;
   if (!prompt_ids.empty()) {
     Result<std::vector<int32_t>> ids = parse_ids(prompt_ids);
@@ -143,30 +138,18 @@ int run_generate(int argc, char** argv) {
   }
   sampling.seed = has_seed ? static_cast<uint64_t>(seed) : seed_from_prompt(prompt);
 
-  LoadOptions options;
-  options.mode = dtype == "bf16" ? compute::NumericMode::Bf16 : compute::NumericMode::Fp32;
-  options.threads = static_cast<int>(threads);
-  options.device = *device;
-  options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompt.size()));
-  // Drafting needs the exact verify width measured; plain decoding verifies one row at a time.
-  options.exact_width_probe = drafter_dir.empty() ? 0 : 16;
-  Result<std::unique_ptr<Target>> loaded = load_target(model_dir, options);
-  if (!loaded.ok()) return fail(loaded.status());
-  Target& target = **loaded;
-  std::unique_ptr<Drafter> drafter;
-  if (!drafter_dir.empty()) {
-    DrafterOptions drafter_options;
-    drafter_options.bits = static_cast<int>(drafter_bits);
-    drafter_options.mode = options.mode;
-    drafter_options.device = *device;
-    drafter_options.threads = static_cast<int>(threads);
-    drafter_options.max_streams = 1;
-    Result<std::unique_ptr<Drafter>> opened = load_drafter(drafter_dir, target, drafter_options);
-    if (!opened.ok()) return fail(opened.status());
-    drafter = std::move(opened).value();
-    std::fprintf(stderr, "drafter: %s, %s weights, block %d\n", drafter_dir.c_str(),
-                 drafter_bits == 8 ? "int8" : "bf16", drafter->facts().max_depth);
-  }
+  ModelSetup setup;
+  setup.model_dir = model_dir;
+  setup.drafter_dir = drafter_dir;
+  setup.device = *device;
+  setup.mode = dtype == "bf16" ? compute::NumericMode::Bf16 : compute::NumericMode::Fp32;
+  setup.threads = static_cast<int>(threads);
+  setup.drafter_bits = static_cast<int>(drafter_bits);
+  setup.max_rows = std::max<int>(setup.max_rows, static_cast<int>(prompt.size()));
+  Result<LoadedModels> models = load_models(setup);
+  if (!models.ok()) return fail(models.status());
+  Target& target = *models->target;
+  std::unique_ptr<Drafter>& drafter = models->drafter;
   std::unique_ptr<SyntheticAcceptanceDrafter> synthetic;
   if (synthetic_acceptance > 0) {
     Result<AcceptanceProfile> profile = profile_for_mean(synthetic_acceptance, drafter->facts().max_depth);
@@ -191,9 +174,7 @@ int run_generate(int argc, char** argv) {
   request.has_seed = true;
   request.max_tokens = static_cast<int>(std::min<int64_t>(max_tokens, INT32_MAX));
   request.max_draft = static_cast<int>(max_draft);
-  request.eos_ids = std::vector<int32_t>{target.facts().eos_token_id};
-  if (tokenizer)
-    for (int32_t id : tokenizer->stop_token_ids()) request.eos_ids->push_back(id);
+  request.eos_ids = reply_eos_ids(target, tokenizer ? &*tokenizer : nullptr);
   const std::vector<int32_t> stop_ids = *request.eos_ids;
   std::optional<text::Detokenizer> detokenizer;
   if (tokenizer) detokenizer.emplace(*tokenizer, /*skip_special_tokens=*/false);

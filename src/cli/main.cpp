@@ -10,6 +10,7 @@ void print_usage() {
   std::printf(
       "usage: lanespark <command> [options]\n"
       "commands:\n"
+      "  serve      the OpenAI-compatible server (chat and text completions, streaming; --drafter drafts)\n"
       "  generate   run a model on a prompt and print the reply (with --drafter: speculative decoding)\n"
       "  synth      write a random-weight checkpoint of a real model shape\n"
       "  inspect    print a checkpoint's config and tensors\n"
