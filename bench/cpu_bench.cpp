@@ -6,7 +6,7 @@
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
 //             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
 //              [--small-m 0,3] [--short -1,0,1] [--passes 1,0] [--round-gap-us US] [--span POSITIONS]]
-//   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,4,8] [--gemm-license 1]
+//   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--gemm-license 1]
 //             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
 //   cpu_bench --amx-order 1   AMX outputs against summation-order models (cpu_bench_amx_order.h)
@@ -75,7 +75,7 @@ struct Options {
   std::vector<int> passes;       // --passes 1,0: rounds with and without the pass (the forwards' cost of its reads)
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
-  std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks, 8 grouped)
+  std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks)
   bool amx_order = false;                 // --amx-order 1: the summation-order probe (cpu_bench_amx_order.h)
   bool gemm_license = false;              // --gemm-license 1: the clock probe around AMX first (cpu_bench_gemm.h)
   int rounds = 400, round_gap_us = 0, span = 128;

@@ -2,8 +2,7 @@
 // bf16 matrices (both packings in one process: set_cpu_amx around pack_for_cpu), a sweep over COUNT matrices of N x K
 // (default 27 x 1152 x 384: ~24 MB, the nano target's size, L3-warm after the first sweep) per timed call, the two
 // arms alternating sweep by sweep so they share the host's phase; AMX once per tile schedule asked for
-// (set_amx_schedule masks, the same bits; a mask with bit 8 (kGroupedArm) runs a third copy of the matrices packed in
-// the grouped B-tile layout, set_amx_tile_groups). Medians over the repeats. Part of cpu_bench.
+// (set_amx_schedule masks, the same bits). Medians over the repeats. Part of cpu_bench.
 #pragma once
 
 #include <algorithm>
@@ -22,8 +21,6 @@
 #include "compute/ops.h"
 
 namespace ls::bench {
-
-constexpr int kGroupedArm = 8;  // a --gemm-schedules bit: the grouped B-tile layout (not a kernel schedule)
 
 struct GemmPlan {
   std::vector<int> rows = {1, 2, 4, 8, 16};
@@ -50,10 +47,10 @@ inline nlohmann::json gemm_ab(const GemmPlan& plan) {
     std::printf("gemm A/B: this CPU has no AMX-BF16\n");
     return result;
   }
-  std::vector<OwnedMatrix> panels(plan.count), tiles(plan.count), groups(plan.count);
-  std::vector<OwnedMatrix*> panel_list, tile_list, group_list;
+  std::vector<OwnedMatrix> panels(plan.count), tiles(plan.count);
+  std::vector<OwnedMatrix*> panel_list, tile_list;
   for (int i = 0; i < plan.count; ++i) {
-    for (OwnedMatrix* m : {&panels[i], &tiles[i], &groups[i]}) {
+    for (OwnedMatrix* m : {&panels[i], &tiles[i]}) {
       m->rows = plan.N;
       m->cols = plan.K;
       m->b16.resize(plan.N * plan.K);
@@ -62,16 +59,11 @@ inline nlohmann::json gemm_ab(const GemmPlan& plan) {
     }
     panel_list.push_back(&panels[i]);
     tile_list.push_back(&tiles[i]);
-    group_list.push_back(&groups[i]);
   }
   const bool saved = set_cpu_amx(false);
   pack_for_cpu(panel_list);
   set_cpu_amx(true);
-  const bool saved_groups = set_amx_tile_groups(false);
   pack_for_cpu(tile_list);
-  set_amx_tile_groups(true);
-  pack_for_cpu(group_list);
-  set_amx_tile_groups(saved_groups);
   set_cpu_amx(saved);
   const int max_rows = *std::max_element(plan.rows.begin(), plan.rows.end());
   std::vector<float> x(max_rows * plan.K), y_panels(max_rows * plan.N), y_tiles(max_rows * plan.N);
@@ -114,9 +106,8 @@ inline nlohmann::json gemm_ab(const GemmPlan& plan) {
   const int saved_schedule = set_amx_schedule(0);
   auto run_arm = [&](size_t arm, int rows) {
     if (arm == 0) return sweep(panels, rows, y_panels);
-    const int schedule = plan.schedules[arm - 1];
-    set_amx_schedule(schedule & ~kGroupedArm);
-    return sweep(schedule & kGroupedArm ? groups : tiles, rows, y_tiles);
+    set_amx_schedule(plan.schedules[arm - 1]);
+    return sweep(tiles, rows, y_tiles);
   };
   for (int rows : plan.rows) {
     std::vector<std::vector<double>> times(arms);

@@ -30,7 +30,7 @@ struct OpContext {
 
 // How Matrix::packed holds the weights: the AVX-512 kernels' 8-column panels, or the AMX B-tile layout
 // (compute/cpu/matmul_amx.h), chosen by pack_for_cpu when it packs the matrix.
-enum class PackedLayout : uint8_t { Panels, AmxTiles, AmxTileGroups };
+enum class PackedLayout : uint8_t { Panels, AmxTiles };
 
 // A weight matrix W [rows, cols] (out features x in features), row-major, either fp32 or bf16; optional bias [rows].
 struct Matrix {
@@ -41,7 +41,7 @@ struct Matrix {
   int64_t cols = 0;
   // Optional copy of b16 in panels for the AVX-512 kernels (pack_for_cpu): [ceil(rows/8), ceil(cols/32), 8, 32],
   // zero-padded, 64-byte aligned, so that 8 columns stream as one contiguous run. Same values, same bits out.
-  // Or, with packed_layout AmxTiles / AmxTileGroups, a B-tile layout (matmul_amx.h) the AMX kernel reads instead.
+  // Or, with packed_layout AmxTiles, the B-tile layout (matmul_amx.h), which the AMX kernel reads instead.
   const bf16* packed = nullptr;
   PackedLayout packed_layout = PackedLayout::Panels;
 };

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <optional>
 #include <string>
 
 #include "base/thread_pool.h"
@@ -44,22 +43,18 @@ class ScopedAmx {
   if (!cpu_amx_available()) GTEST_SKIP() << "this CPU has no AMX-BF16"
 
 // y [rows, N] as TDPBF16PS computes it from the packed bytes: B tile (block b, K tile t) row r, pair (n, i) at
-// tile + r * 32 + 2n + i, the tile at packed[(b * k_tiles + t) * 512] (grouped: b = 4g + j in a group of nb blocks,
-// packed[(4g * k_tiles + t * nb + j) * 512]); A row m, pair (r, i) = x[m][32t + 2r + i] (zero past K); each C element
-// accumulates the pair's two products in order, pair by pair, tile by tile.
+// packed[(b * k_tiles + t) * 512 + r * 32 + 2n + i]; A row m, pair (r, i) = x[m][32t + 2r + i] (zero past K); each
+// C element accumulates the pair's two products in order, pair by pair, tile by tile.
 std::vector<float> scalar_tile_model(const std::vector<float>& x, int64_t rows, int64_t N, int64_t K,
-                                     const std::vector<bf16>& packed, bool grouped) {
-  const int64_t k_tiles = amx_k_tiles(K), blocks = (N + kAmxColumns - 1) / kAmxColumns;
+                                     const std::vector<bf16>& packed) {
+  const int64_t k_tiles = amx_k_tiles(K);
   std::vector<float> y(rows * N);
   for (int64_t m = 0; m < rows; ++m)
     for (int64_t col = 0; col < N; ++col) {
       const int64_t block = col / kAmxColumns, n = col % kAmxColumns;
-      const int64_t first = block / kAmxGroupBlocks * kAmxGroupBlocks, j = block - first;
-      const int64_t group_blocks = std::min(kAmxGroupBlocks, blocks - first);
       float c = 0;
       for (int64_t t = 0; t < k_tiles; ++t) {
-        const int64_t tile_index = grouped ? first * k_tiles + t * group_blocks + j : block * k_tiles + t;
-        const bf16* tile = packed.data() + tile_index * kAmxTileValues;
+        const bf16* tile = packed.data() + (block * k_tiles + t) * kAmxTileValues;
         for (int64_t r = 0; r < kAmxDepth / 2; ++r)
           for (int64_t i = 0; i < 2; ++i) {
             const int64_t k = t * kAmxDepth + 2 * r + i;
@@ -72,24 +67,19 @@ std::vector<float> scalar_tile_model(const std::vector<float>& x, int64_t rows, 
   return y;
 }
 
-TEST(MatmulAmx, BothPackedLayoutsReadAsTheTileOpReadsThemGiveTheReference) {
-  for (bool grouped : {false, true})
-    for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{
-             {16, 32}, {37, 77}, {45, 300}, {8, 1}, {33, 64}, {150, 70}, {130, 33}}) {
-      const int64_t rows = 5;
-      const OwnedMatrix w = random_matrix(N, K, 51 + K, NumericMode::Bf16);
-      const std::vector<float> x = stored(random_values(rows * K, 52 + K), NumericMode::Bf16);
-      // Poisoned: a value the packing leaves unwritten reads as NaN.
-      std::vector<bf16> packed(amx_tile_values(N, K), float_to_bf16(std::nanf("")));
-      ASSERT_EQ(static_cast<int64_t>(packed.size()), (N + 15) / 16 * ((K + 31) / 32) * 512);
-      if (grouped)
-        pack_amx_tile_groups(w.view(), packed.data());
-      else
-        pack_amx_tiles(w.view(), packed.data());
-      const std::vector<float> y = scalar_tile_model(x, rows, N, K, packed, grouped);
-      ASSERT_TRUE(all_finite(y)) << N << "x" << K << " grouped " << grouped;
-      EXPECT_LE(max_relative_error(y, reference_matmul(x, rows, w), 0.05), 1e-5) << N << "x" << K << " " << grouped;
-    }
+TEST(MatmulAmx, ThePackedLayoutReadAsTheTileOpReadsItGivesTheReference) {
+  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{16, 32}, {37, 77}, {45, 300}, {8, 1}, {33, 64}}) {
+    const int64_t rows = 5;
+    const OwnedMatrix w = random_matrix(N, K, 51 + K, NumericMode::Bf16);
+    const std::vector<float> x = stored(random_values(rows * K, 52 + K), NumericMode::Bf16);
+    // Poisoned: a value the packing leaves unwritten reads as NaN.
+    std::vector<bf16> packed(amx_tile_values(N, K), float_to_bf16(std::nanf("")));
+    ASSERT_EQ(static_cast<int64_t>(packed.size()), (N + 15) / 16 * ((K + 31) / 32) * 512);
+    pack_amx_tiles(w.view(), packed.data());
+    const std::vector<float> y = scalar_tile_model(x, rows, N, K, packed);
+    ASSERT_TRUE(all_finite(y)) << N << "x" << K;
+    EXPECT_LE(max_relative_error(y, reference_matmul(x, rows, w), 0.05), 1e-5) << N << "x" << K;
+  }
 }
 
 // Sets an environment variable for one scope and restores what was there.
@@ -137,13 +127,11 @@ TEST(MatmulAmx, WhereTheCpuHasAmxAskingForItIsGranted) {
 TEST(MatmulAmx, ASliceOfATileMatrixKeepsItsLayoutAndStartsOnItsBlock) {
   const int64_t K = 70, N = 200;  // 3 K tiles, 13 blocks
   std::vector<bf16> storage(amx_tile_values(N, K));
-  for (PackedLayout layout : {PackedLayout::AmxTiles, PackedLayout::AmxTileGroups}) {
-    Matrix w{nullptr, storage.data(), nullptr, N, K, storage.data(), layout};
-    const Matrix slice = column_slice(w, 128, 200);
-    EXPECT_EQ(slice.packed_layout, layout);
-    EXPECT_EQ(slice.packed, storage.data() + 8 * 3 * kAmxTileValues);  // block 8 (group 2) starts 8 x 3 tiles in
-    EXPECT_EQ(slice.rows, 72);
-  }
+  Matrix w{nullptr, storage.data(), nullptr, N, K, storage.data(), PackedLayout::AmxTiles};
+  const Matrix slice = column_slice(w, 128, 200);
+  EXPECT_EQ(slice.packed_layout, PackedLayout::AmxTiles);
+  EXPECT_EQ(slice.packed, storage.data() + 8 * 3 * kAmxTileValues);  // block 8 starts 8 x 3 tiles in
+  EXPECT_EQ(slice.rows, 72);
   // Packed while the AMX path is off: the panels, and the matrix says so.
   OwnedMatrix plain = random_matrix(N, K, 5, NumericMode::Bf16);
   if (!cpu_amx_enabled() && pack_for_cpu(plain)) {
@@ -156,51 +144,8 @@ OwnedMatrix amx_matrix(int64_t N, int64_t K, uint64_t seed, bool bias = false) {
   OwnedMatrix w = random_matrix(N, K, seed, NumericMode::Bf16);
   if (bias) w.bias = stored(random_values(N, seed + 1, 0.2f), NumericMode::Bf16);
   EXPECT_TRUE(pack_for_cpu(w));
-  EXPECT_EQ(w.packed_layout, amx_tile_groups_enabled() ? PackedLayout::AmxTileGroups : PackedLayout::AmxTiles);
+  EXPECT_EQ(w.packed_layout, PackedLayout::AmxTiles);
   return w;
-}
-
-// Packs AMX matrices in the grouped layout (or the block one) for one scope and restores the previous setting.
-class ScopedGroups {
- public:
-  explicit ScopedGroups(bool on) : saved_(set_amx_tile_groups(on)) {}
-  ~ScopedGroups() { set_amx_tile_groups(saved_); }
-
- private:
-  bool saved_;
-};
-
-TEST(MatmulAmx, TheGroupedLayoutGivesTheBlockLayoutsBitsAtEveryRowCount) {
-  LS_SKIP_WITHOUT_AMX();
-  ScopedAmx amx;
-  ThreadPool pool(2);
-  OpContext ctx{&pool, NumericMode::Bf16};
-  for (int64_t N : {150, 200, 2048}) {  // groups of 4 blocks with a last group of 2 / 1 blocks, partial or whole
-    const int64_t K = 300;
-    OwnedMatrix blocks, grouped;
-    {
-      ScopedGroups off(false);
-      blocks = amx_matrix(N, K, 91 + N, true);
-    }
-    {
-      ScopedGroups on(true);
-      grouped = amx_matrix(N, K, 91 + N, true);
-    }
-    ASSERT_EQ(blocks.packed_layout, PackedLayout::AmxTiles);
-    ASSERT_EQ(grouped.packed_layout, PackedLayout::AmxTileGroups);
-    for (int64_t rows : {1, 2, 3, 7, 16, 17, 40}) {
-      const std::vector<float> x = stored(random_values(rows * K, 92 + rows), NumericMode::Bf16);
-      std::vector<float> expected = poisoned(rows * N), y = poisoned(rows * N);
-      matmul(ctx, x.data(), rows, blocks.view(), expected.data());
-      matmul(ctx, x.data(), rows, grouped.view(), y.data());
-      ASSERT_TRUE(all_finite(expected));
-      EXPECT_TRUE(bitwise_equal(y.data(), expected.data(), y.size())) << N << " " << rows;
-      std::vector<int32_t> best(rows, -1), best_blocks(rows, -2);
-      matmul_argmax(ctx, x.data(), rows, grouped.view(), best.data());
-      matmul_argmax(ctx, x.data(), rows, blocks.view(), best_blocks.data());
-      EXPECT_EQ(best, best_blocks) << N << " " << rows;
-    }
-  }
 }
 
 TEST(MatmulAmx, MatchesTheReferenceForOddShapesAndNamesItsKernel) {
@@ -289,20 +234,15 @@ TEST(MatmulAmx, TheThreadCountDoesNotChangeABit) {
   }
 }
 
-class AmxEntryPoints : public ::testing::TestWithParam<bool> {};  // the grouped layout or the block one
-
-TEST_P(AmxEntryPoints, ArgmaxGroupAndFusedColumnsGiveTheBitsOfMatmul) {
+TEST(MatmulAmx, ArgmaxGroupAndFusedColumnsGiveTheBitsOfMatmul) {
   LS_SKIP_WITHOUT_AMX();
   ScopedAmx amx;
-  std::optional<ScopedGroups> groups(std::in_place, GetParam());
   ThreadPool pool(2);
   OpContext ctx{&pool, NumericMode::Bf16};
-  const int64_t K = 384, N = 8192 / 4 + 48;  // the last group of 3 blocks
+  const int64_t K = 384, N = 8192 / 4 + 48;
   OwnedMatrix a = random_matrix(N, K, 61, NumericMode::Bf16), b = random_matrix(N, K, 62, NumericMode::Bf16);
   OwnedMatrix* both[] = {&a, &b};
   ASSERT_EQ(pack_for_cpu(both), 2);
-  groups.reset();
-  ASSERT_EQ(a.packed_layout, GetParam() ? PackedLayout::AmxTileGroups : PackedLayout::AmxTiles);
   for (int64_t rows : {1, 3, 7, 16}) {
     const std::vector<float> x = stored(random_values(rows * K, 63 + rows), NumericMode::Bf16);
     std::vector<float> ya = poisoned(rows * N), yb = poisoned(rows * N);
@@ -338,9 +278,6 @@ TEST_P(AmxEntryPoints, ArgmaxGroupAndFusedColumnsGiveTheBitsOfMatmul) {
     }
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(Layouts, AmxEntryPoints, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "Grouped" : "Blocks"; });
 
 TEST(MatmulAmx, RowsThatAreNotBf16ExactTakeTheFp32KernelAndKeepTheirBits) {
   LS_SKIP_WITHOUT_AMX();

@@ -68,11 +68,6 @@ std::atomic<int> g_schedule{[] {
   return text ? std::atoi(text) : 0;
 }()};
 
-std::atomic<bool> g_tile_groups{[] {
-  const char* text = std::getenv("LS_CPU_AMX_GROUPS");
-  return text && text[0] == '1';
-}()};
-
 // The palette-1 configuration for `rows` rows of A and C: C in tmm0-3 (rows x 16 fp32), A in tmm4 (rows x 32 bf16 of
 // x), B in tmm5-7 (16 pair rows x 16 columns).
 struct alignas(64) TileConfig {
@@ -173,10 +168,6 @@ LS_TARGET_AMX void run_group(int blocks, const uint16_t* x, int64_t x_bytes, con
 
 bool cpu_amx_available() { return cpu_features().amx_bf16; }
 
-bool amx_tile_groups_enabled() { return g_tile_groups.load(std::memory_order_relaxed); }
-
-bool set_amx_tile_groups(bool on) { return g_tile_groups.exchange(on); }
-
 int set_amx_schedule(int mask) { return g_schedule.exchange(mask >= 0 ? mask : 0); }
 
 bool cpu_amx_enabled() { return amx_setting().load(std::memory_order_relaxed); }
@@ -206,27 +197,9 @@ void pack_amx_tiles(const Matrix& view, bf16* out) {
           }
 }
 
-void pack_amx_tile_groups(const Matrix& view, bf16* out) {
-  LS_CHECK(view.b16, "the B-tile layout packs bf16 weights");
-  const int64_t N = view.rows, K = view.cols, k_tiles = amx_k_tiles(K);
-  const int64_t blocks = (N + kAmxColumns - 1) / kAmxColumns;
-  for (int64_t first = 0; first < blocks; first += kAmxGroupBlocks) {
-    const int64_t group_blocks = std::min(kAmxGroupBlocks, blocks - first);
-    for (int64_t t = 0; t < k_tiles; ++t)
-      for (int64_t j = 0; j < group_blocks; ++j)
-        for (int64_t r = 0; r < kAmxDepth / 2; ++r)
-          for (int64_t n = 0; n < kAmxColumns; ++n)
-            for (int64_t i = 0; i < 2; ++i) {
-              const int64_t col = (first + j) * kAmxColumns + n, k = t * kAmxDepth + 2 * r + i;
-              *out++ = col < N && k < K ? view.b16[col * K + k] : bf16{};
-            }
-  }
-}
-
-LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, bool grouped,
-                               int64_t col_begin, int64_t col_end, float* y, int64_t ldy) {
-  LS_CHECK(col_begin % (grouped ? kAmxGroupColumns : kAmxColumns) == 0,
-           "AMX column ranges start on a 16-column block (a 64-column group in the grouped layout)");
+LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, int64_t col_begin,
+                               int64_t col_end, float* y, int64_t ldy) {
+  LS_CHECK(col_begin % kAmxColumns == 0, "AMX column ranges start on a 16-column block");
   if (rows <= 0 || col_end <= col_begin) return;
   const int schedule = g_schedule.load(std::memory_order_relaxed);
   const int64_t k_tiles = amx_k_tiles(K), x_stride = k_tiles * kAmxDepth;
@@ -236,10 +209,9 @@ LS_TARGET_AMX void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const
     const int64_t width = std::min<int64_t>(4 * kAmxColumns, col_end - col);
     const int blocks = static_cast<int>((width + kAmxColumns - 1) / kAmxColumns);
     const uint16_t* w_group = w + col / kAmxColumns * k_tiles * kAmxTileValues;
-    // Grouped: the group's tiles of one K step side by side (a range ends on a group or at the matrix's end, so the
-    // group holds `blocks` blocks); else each block's K tiles in a run of their own.
-    const int64_t tile_step = grouped ? blocks * kAmxTileValues : kAmxTileValues;
-    const int64_t block_stride = grouped ? kAmxTileValues : k_tiles * kAmxTileValues;
+    // Each block's K tiles in a run of their own (the grouped layout, a group's tiles of one K step side by side,
+    // lost in the fifteenth session).
+    const int64_t tile_step = kAmxTileValues, block_stride = k_tiles * kAmxTileValues;
     for (int64_t row = 0; row < rows; row += 16) {
       const uint16_t* x_rows = x + row * x_stride;
       const int64_t take = std::min<int64_t>(16, rows - row);

@@ -26,20 +26,6 @@ inline int64_t amx_tile_values(int64_t N, int64_t K) {
 // Writes the B-tile layout of the bf16 matrix `view` [N, K] to out [amx_tile_values(N, K)].
 void pack_amx_tiles(const Matrix& view, bf16* out);
 
-// The grouped B-tile layout (PackedLayout::AmxTileGroups, on trial): the same tiles, but the blocks of each 64-column
-// group side by side at every K step, so that a call streams a group as one run (in the block layout its blocks are
-// four runs, 12 KiB apart at K = 384, each crossing a 4 KiB page every 4 K steps). Group g holds
-// nb = min(4, blocks left) blocks; block j's K tile t sits at g * 4 * ceil(K / 32) * 512 + (t * nb + j) * 512 values.
-// The same values per tile, so the same chains and bits as the block layout; column ranges start on a group.
-constexpr int64_t kAmxGroupBlocks = 4;
-constexpr int64_t kAmxGroupColumns = kAmxGroupBlocks * kAmxColumns;
-// Writes the grouped B-tile layout of `view` [N, K] to out [amx_tile_values(N, K)].
-void pack_amx_tile_groups(const Matrix& view, bf16* out);
-// Whether pack_for_cpu lays AMX matrices out in groups: LS_CPU_AMX_GROUPS=1 at start or set_amx_tile_groups (off;
-// A/B timing, the bits never depend on it). Returns the previous setting.
-bool amx_tile_groups_enabled();
-bool set_amx_tile_groups(bool on);
-
 // Whether this CPU can run the AMX path: CPUID AMX-TILE and AMX-BF16, and the OS enables the tile state (XCR0 bits
 // 17 and 18). The permission (arch_prctl) is asked for when the path is switched on.
 bool cpu_amx_available();
@@ -63,10 +49,9 @@ bool set_cpu_amx(bool on);
 int set_amx_schedule(int mask);
 
 // y[r * ldy + c] = the dot product of x row r with w's column c, for rows [0, rows) and columns [col_begin, col_end)
-// (col_begin a multiple of 16, or of 64 when `grouped`; col_end a group's end or the matrix's): x is bf16 bits
-// [rows, amx_k_tiles(K) * 32] (row stride that, zero-padded past K), w_amx the matrix's B-tile layout (grouped or
-// not). No bias, no rounding.
-void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, bool grouped, int64_t col_begin,
-                 int64_t col_end, float* y, int64_t ldy);
+// (col_begin a multiple of 16): x is bf16 bits [rows, amx_k_tiles(K) * 32] (row stride that, zero-padded past K),
+// w_amx the matrix's B-tile layout. No bias, no rounding.
+void amx_columns(const uint16_t* x, int64_t rows, int64_t K, const bf16* w_amx, int64_t col_begin, int64_t col_end,
+                 float* y, int64_t ldy);
 
 }  // namespace ls::compute

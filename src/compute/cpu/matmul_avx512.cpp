@@ -231,7 +231,6 @@ struct Prepared {
   Fp32Tiles<float> fp32_tiles;
   int64_t first_chunk = 0;
   const bf16* amx = nullptr;
-  bool amx_grouped = false;  // amx in the grouped B-tile layout
   const uint16_t* x_amx = nullptr;
   // The first weight bytes of column `col` (a chunk's start), for prefetching.
   const char* weight_bytes(int64_t col) const {
@@ -242,7 +241,7 @@ struct Prepared {
 
 Prepared prepare(const Matrix& w, const float* x, const RowKinds& kinds, float* y, int64_t ldy = 0) {
   const int64_t K = w.cols, N = ldy > 0 ? ldy : w.rows;  // N: the output's row stride
-  const bool amx = w.b16 && w.packed && w.packed_layout != PackedLayout::Panels;
+  const bool amx = w.b16 && w.packed && w.packed_layout == PackedLayout::AmxTiles;
   const bool packed = w.b16 && w.packed && !amx;
   const uint16_t* w_bits = reinterpret_cast<const uint16_t*>(packed ? w.packed : w.b16);
   const WeightLayout<uint16_t> bf16_layout{w_bits, K, packed};
@@ -253,7 +252,6 @@ Prepared prepare(const Matrix& w, const float* x, const RowKinds& kinds, float* 
                   Fp32Tiles<float>{x, WeightLayout<float>{w.f32, K, false}, K, N, y},
                   0,
                   amx ? w.packed : nullptr,
-                  w.packed_layout == PackedLayout::AmxTileGroups,
                   kinds.x_amx};
 }
 
@@ -271,8 +269,8 @@ void run_columns(const Prepared& m, const uint8_t* is_bf16, int64_t rows, bool r
       int64_t run_end = run_begin + 1;
       while (run_end < tile_end && is_bf16[run_end] == is_bf16[run_begin]) ++run_end;
       if (is_bf16[run_begin] && m.amx)
-        amx_columns(m.x_amx + run_begin * amx_k_tiles(K) * kAmxDepth, run_end - run_begin, K, m.amx, m.amx_grouped,
-                    col_begin, col_end, m.bf16_tiles.y + run_begin * ldy, ldy);
+        amx_columns(m.x_amx + run_begin * amx_k_tiles(K) * kAmxDepth, run_end - run_begin, K, m.amx, col_begin,
+                    col_end, m.bf16_tiles.y + run_begin * ldy, ldy);
       else if (is_bf16[run_begin])
         block(m.bf16_tiles, run_begin, run_end, col_begin, col_end, 2 * K, prefetch_end);
       else if (w.b16)
@@ -306,19 +304,11 @@ RowKinds row_kinds(const float* x, int64_t rows, int64_t K, bool bf16_weights, b
   return RowKinds{x_bf16.data(), row_is_bf16.data(), x_amx.data()};
 }
 
-// Whether any matrix of `ws` is in a B-tile layout.
+// Whether any matrix of `ws` is in the B-tile layout.
 bool any_amx(std::span<const Matrix> ws) {
   for (const Matrix& w : ws)
-    if (w.b16 && w.packed && w.packed_layout != PackedLayout::Panels) return true;
+    if (w.b16 && w.packed && w.packed_layout == PackedLayout::AmxTiles) return true;
   return false;
-}
-
-// The columns a call's chunks are a multiple of: 16, or a 64-column group when a matrix of `ws` is in the grouped
-// B-tile layout (its ranges start on a group).
-int64_t chunk_unit(std::span<const Matrix> ws) {
-  for (const Matrix& w : ws)
-    if (w.b16 && w.packed && w.packed_layout == PackedLayout::AmxTileGroups) return kAmxGroupColumns;
-  return kColumnChunk;
 }
 
 }
@@ -381,8 +371,8 @@ bool matmul_argmax_avx512(const OpContext& ctx, const float* x, int64_t rows, co
   const bool round = ctx.rounds_to_bf16();
   // Columns go out in chunks (as a streaming matmul's); each chunk's outputs land in a small per-thread buffer and
   // only its best column per row is kept, [chunks, rows]; the chunks' bests are then met in column order.
-  const int64_t unit = chunk_unit(std::span<const Matrix>(&w, 1));
-  const int64_t chunk_columns = std::max(unit, window_chunk_bytes(rows) / (2 * K) / unit * unit);
+  const int64_t chunk_columns =
+      std::max(kColumnChunk, window_chunk_bytes(rows) / (2 * K) / kColumnChunk * kColumnChunk);
   const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;
   std::vector<Best> chunk_best(chunks * rows);
   auto run = [&](int, int64_t chunk_begin, int64_t chunk_end) {
@@ -438,8 +428,9 @@ bool matmul_group_avx512(const OpContext& ctx, const float* x, int64_t rows, std
   // ~128 KiB of weights that the threads claim (one parallel_chunks call for the whole group), so a late thread does
   // not hold the others up. Many rows (prefill) are compute-bound: one contiguous part of each matrix per thread.
   const bool streaming = rows <= kVerifyRows;
-  const int64_t unit = chunk_unit(ws);
-  const int64_t chunk_columns = streaming ? std::max(unit, window_chunk_bytes(rows) / (2 * K) / unit * unit) : unit;
+  const int64_t chunk_columns =
+      streaming ? std::max(kColumnChunk, window_chunk_bytes(rows) / (2 * K) / kColumnChunk * kColumnChunk)
+                : kColumnChunk;
   std::array<Prepared, kMaxGroup> prepared;
   int64_t chunks = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -494,8 +485,8 @@ bool matmul_columns_then_avx512(const OpContext& ctx, const float* x, int64_t ro
   const bool round = ctx.rounds_to_bf16();
   const int64_t count = static_cast<int64_t>(ws.size());
   // Chunks of ~kStreamChunkBytes of weights in all, the same columns of every matrix.
-  const int64_t unit = chunk_unit(ws);
-  const int64_t chunk_columns = std::max(unit, window_chunk_bytes(rows) / (2 * K * count) / unit * unit);
+  const int64_t chunk_columns =
+      std::max(kColumnChunk, window_chunk_bytes(rows) / (2 * K * count) / kColumnChunk * kColumnChunk);
   std::array<Prepared, kMaxGroup> prepared;
   for (int64_t i = 0; i < count; ++i) prepared[i] = prepare(ws[i], x, kinds, ys[i], ldy);
   const int64_t chunks = (N + chunk_columns - 1) / chunk_columns;

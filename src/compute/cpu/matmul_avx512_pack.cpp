@@ -58,7 +58,7 @@ void pack_panels(const Matrix& view, bf16* out) {
 int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
   if (!cpu_features().avx512) return 0;
   // AMX: the B-tile layout replaces the panels (one packed copy either way); each matrix carries its layout.
-  const bool amx = cpu_amx_enabled(), grouped = amx && amx_tile_groups_enabled();
+  const bool amx = cpu_amx_enabled();
   std::vector<OwnedMatrix*> chosen;
   std::vector<int64_t> offsets;  // in values; each panel set starts on a 64-byte boundary
   int64_t total = 0;
@@ -73,14 +73,12 @@ int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
   if (chosen.empty()) return 0;
   const std::shared_ptr<bf16> arena = huge_page_buffer(static_cast<size_t>(total) * sizeof(bf16));
   for (size_t i = 0; i < chosen.size(); ++i) {
-    if (grouped)
-      pack_amx_tile_groups(chosen[i]->view(), arena.get() + offsets[i]);
-    else if (amx)
+    if (amx)
       pack_amx_tiles(chosen[i]->view(), arena.get() + offsets[i]);
     else
       pack_panels(chosen[i]->view(), arena.get() + offsets[i]);
     chosen[i]->packed = std::shared_ptr<const bf16>(arena, arena.get() + offsets[i]);  // shares the arena
-    chosen[i]->packed_layout = grouped ? PackedLayout::AmxTileGroups : amx ? PackedLayout::AmxTiles : PackedLayout::Panels;
+    chosen[i]->packed_layout = amx ? PackedLayout::AmxTiles : PackedLayout::Panels;
   }
   return static_cast<int>(chosen.size());
 }
@@ -90,17 +88,16 @@ bool pack_for_cpu(OwnedMatrix& matrix) {
   return pack_for_cpu(std::span<OwnedMatrix* const>(&one, 1)) == 1;
 }
 
-// Columns [begin, end) of w as a matrix of their own (begin a multiple of kPackedColumns, of kAmxColumns in the
-// B-tile layout, of kAmxGroupColumns in the grouped one): the same weights.
+// Columns [begin, end) of w as a matrix of their own (begin a multiple of kPackedColumns, or of kAmxColumns in the
+// B-tile layout): the same weights.
 Matrix column_slice(const Matrix& w, int64_t begin, int64_t end) {
   Matrix slice = w;
   slice.rows = end - begin;
   if (w.f32) slice.f32 = w.f32 + begin * w.cols;
   if (w.b16) slice.b16 = w.b16 + begin * w.cols;
   if (w.bias) slice.bias = w.bias + begin;
-  if (w.packed && w.packed_layout != PackedLayout::Panels) {
-    LS_CHECK(begin % (w.packed_layout == PackedLayout::AmxTileGroups ? kAmxGroupColumns : kAmxColumns) == 0,
-             "a slice of a B-tile matrix starts on a 16-column block (a 64-column group in the grouped layout)");
+  if (w.packed && w.packed_layout == PackedLayout::AmxTiles) {
+    LS_CHECK(begin % kAmxColumns == 0, "a slice of a B-tile matrix starts on a 16-column block");
     slice.packed = w.packed + begin / kAmxColumns * amx_tile_values(kAmxColumns, w.cols);
   } else if (w.packed) {
     slice.packed = w.packed + begin / kPackedColumns * panel_values(kPackedColumns, w.cols);
