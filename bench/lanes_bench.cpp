@@ -20,8 +20,6 @@
 //                                                                         absorb (lanes15); scout: the scout alone
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
-//             [--restart-scout off|defer|alone]                            restarted contexts priced apart, one
-//                                                                         restart scout first (lanes10)
 //             [--explore-gate X[,Y]]                                       the scout only where the prior's gain over
 //                                                                         the tokens left is X times its one-off, or
 //                                                                         an always-right one's Y times (lanes11;

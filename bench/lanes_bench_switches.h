@@ -15,7 +15,6 @@ struct LanesSwitches {
   double whole_context_share = -1;      // --admit whole[:SHARE]: ... only where the prior saves SHARE (lanes12)
   int whole_contexts_priced = -1;       // --admit priced (the default) | scout|all|whole: off (lanes15)
   int quiet_reprice_every = 0;          // --quiet-reprice N (0 = the default)
-  int restart_scout = -1;               // --restart-scout off|defer|alone (lanes10)
   double explore_repay = -1;            // --explore-gate X[,Y] (lanes11; 0 = off)
   double explore_repay_if_right = -1;
   int pass_after_forward = -1;          // --pass-timing alone|after-forward (lanes9)

@@ -222,10 +222,8 @@ TEST(LanesPricing, UntilADraftIsVerifiedOnlyOneStreamPaysItsCatchUpAbsorb) {
   drafter_options.absorb_row_ms = 0.01;
   FakeTarget target(costed_fake_target(clock, 10.0, 0.5));
   FakeDrafter drafter(drafter_options);
-  // One pool for every stream (no restart scout): the restarted streams wake together (the restart scout's rounds:
-  // LanesQuietRounds).
+  // One pool for every stream: the restarted streams wake together.
   LanesOptions options;
-  options.pricing.restart_scout = PricingOptions::RestartScout::Off;
   options.scout_prompt_only = true;  // the scout rule under test, not whole contexts where the prior pays
   options.pricing.whole_contexts_priced = false;
   auto lanes = Lanes::create(target, &drafter, options, clock);
