@@ -283,8 +283,13 @@ void Lanes::tap_restarted_scout(std::span<Stream* const> streams, int round_stre
     if (scout == nullptr || stream->id < scout->id) scout = stream;
   }
   if (scout == nullptr || scout->backoff.scouted) return;
-  if (!pricing_.exploration_repays(round_streams, draft_cap(*scout), scout->remaining(),
-                                   static_cast<int>(scout->request.prompt.size()), pricing_.mode_of(*scout))) {
+  const int cap = draft_cap(*scout);
+  const PassMode mode = pricing_.mode_of(*scout);
+  // Nor where even an always-right drafter could not pay at this many streams (its probe would be skipped; the gate,
+  // which remembers a closed answer, says so first where it is on).
+  if (!pricing_.exploration_repays(round_streams, cap, scout->remaining(),
+                                   static_cast<int>(scout->request.prompt.size()), mode) ||
+      !pricing_.could_draft(round_streams, cap, /*always_right=*/true, mode)) {
     return;
   }
   scout->wants_taps = true;
