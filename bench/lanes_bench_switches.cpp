@@ -26,7 +26,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
   else if (flag == "--scout-gate") scout_gate_if_right = value == "right" ? 1 : 0;
   else if (flag == "--sampled-prior") sampled_prior = value == "off" ? 0.0 : std::atof(value.c_str());
-  else if (flag == "--scout") scout_restarted = value == "restarted" ? 1 : 0;
   else return false;
   return true;
 }
@@ -44,7 +43,6 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
   if (stop_on_measured_loss >= 0) pricing.stop_on_measured_loss = stop_on_measured_loss == 1;
   if (scout_gate_if_right >= 0) pricing.scout_gate_if_right = scout_gate_if_right == 1;
-  if (scout_restarted >= 0) pricing.scout_restarted = scout_restarted == 1;
   if (sampled_prior == 0) pricing.sampled_prior.clear();
   if (sampled_prior > 0) pricing.sampled_prior.assign(pricing.depth_prior.size(), sampled_prior);
 }
@@ -55,7 +53,7 @@ const char* lanes_switches_usage() {
          "[--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
-         "[--sampled-prior X|off] [--scout-gate prior|right] [--scout whole|restarted]";
+         "[--sampled-prior X|off] [--scout-gate prior|right]";
 }
 
 }  // namespace ls::bench

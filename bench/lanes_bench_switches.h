@@ -22,7 +22,6 @@ struct LanesSwitches {
   int stop_on_measured_loss = -1;       // --loss-stop off|on (lanes14)
   int scout_gate_if_right = -1;         // --scout-gate prior|right (lanes15)
   double sampled_prior = -1;            // --sampled-prior X|off: a flat sampled prior X (lanes15; off = 0)
-  int scout_restarted = -1;             // --scout whole|restarted (lanes17)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

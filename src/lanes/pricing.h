@@ -109,14 +109,6 @@ struct PricingOptions {
   // 0.68-0.83 ms, moved by the load-time absorb call) and its woken group landed 1.54 a window over restarted
   // contexts. lanes_bench --scout-gate right|prior.
   bool scout_gate_if_right = false;
-  // Fifteenth session (lanes17), off: with several streams where whole contexts are not bought, the scout explores
-  // over a restarted context (its prompt untapped; it taps only the round its probe drafts over), as the group it
-  // would wake does: its probe measures what the woken group lands, not what a whole context does. On the H200 the
-  // nano pair's scout proved the drafter over its whole prompt (the prompt's taps and absorb: +0.57 / +1.0 ms of the
-  // first round at 8 / 16 streams), then woke its group over restarted contexts, which kept 5 of 32 / 6 of 102
-  // drafts (gpu-check 44b48d1: 0.92x); the synth 1.2B's drafter lands as well over either, so its group still wakes.
-  // lanes_bench --scout restarted|whole.
-  bool scout_restarted = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
