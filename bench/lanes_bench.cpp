@@ -20,8 +20,6 @@
 //                                                                         absorb (lanes15); scout: the scout alone
 //             [--quiet-reprice N]                                          dormant-only decisions run the allocator
 //                                                                         every N-th time (PricingOptions)
-//             [--restart-scout off|defer|alone]                            restarted contexts priced apart, one
-//                                                                         restart scout first (lanes10)
 //             [--explore-gate X[,Y]]                                       the scout only where the prior's gain over
 //                                                                         the tokens left is X times its one-off, or
 //                                                                         an always-right one's Y times (lanes11;
@@ -43,10 +41,6 @@
 //                                                                         priced at a flat conditional X (lanes15;
 //                                                                         0.5 by default since s14A); off: at the
 //                                                                         greedy prior
-//             [--scout whole|restarted]                                    restarted: with several streams and whole
-//                                                                         contexts not bought, the scout explores
-//                                                                         over a restarted context, as its group
-//                                                                         would draft (lanes17)
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it

@@ -16,7 +16,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
     if (value == "all") whole_context_share = 0;  // wherever the prior pays at all (the fifth session's)
   }
   else if (flag == "--quiet-reprice") quiet_reprice_every = std::atoi(value.c_str());
-  else if (flag == "--restart-scout") restart_scout = value == "defer" ? 1 : value == "alone" ? 2 : 0;
   else if (flag == "--explore-gate") {
     explore_repay = std::atof(value.c_str());
     const size_t comma = value.find(',');
@@ -27,7 +26,6 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
   else if (flag == "--scout-gate") scout_gate_if_right = value == "right" ? 1 : 0;
   else if (flag == "--sampled-prior") sampled_prior = value == "off" ? 0.0 : std::atof(value.c_str());
-  else if (flag == "--scout") scout_restarted = value == "restarted" ? 1 : 0;
   else return false;
   return true;
 }
@@ -41,12 +39,10 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (quiet_reprice_every > 0) pricing.quiet_reprice_every = quiet_reprice_every;
   if (explore_repay >= 0) pricing.explore_repay = explore_repay;
   if (explore_repay_if_right >= 0) pricing.explore_repay_if_right = explore_repay_if_right;
-  if (restart_scout >= 0) pricing.restart_scout = static_cast<PricingOptions::RestartScout>(restart_scout);
   if (pass_after_forward >= 0) options.calibration.pass_after_forward = pass_after_forward == 1;
   if (sampled_most_streams >= 0) pricing.sampled_most_streams = sampled_most_streams;
   if (stop_on_measured_loss >= 0) pricing.stop_on_measured_loss = stop_on_measured_loss == 1;
   if (scout_gate_if_right >= 0) pricing.scout_gate_if_right = scout_gate_if_right == 1;
-  if (scout_restarted >= 0) pricing.scout_restarted = scout_restarted == 1;
   if (sampled_prior == 0) pricing.sampled_prior.clear();
   if (sampled_prior > 0) pricing.sampled_prior.assign(pricing.depth_prior.size(), sampled_prior);
 }
@@ -54,10 +50,10 @@ void LanesSwitches::apply(LanesOptions& options) const {
 const char* lanes_switches_usage() {
   return "[--taps device|host] [--admit scout|all|whole[:SHARE]|priced] "
          "[--quiet-reprice N] "
-         "[--restart-scout off|defer|alone] [--explore-gate X[,Y]] "
+         "[--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
-         "[--sampled-prior X|off] [--scout-gate prior|right] [--scout whole|restarted]";
+         "[--sampled-prior X|off] [--scout-gate prior|right]";
 }
 
 }  // namespace ls::bench

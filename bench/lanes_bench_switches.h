@@ -15,7 +15,6 @@ struct LanesSwitches {
   double whole_context_share = -1;      // --admit whole[:SHARE]: ... only where the prior saves SHARE (lanes12)
   int whole_contexts_priced = -1;       // --admit priced (the default) | scout|all|whole: off (lanes15)
   int quiet_reprice_every = 0;          // --quiet-reprice N (0 = the default)
-  int restart_scout = -1;               // --restart-scout off|defer|alone (lanes10)
   double explore_repay = -1;            // --explore-gate X[,Y] (lanes11; 0 = off)
   double explore_repay_if_right = -1;
   int pass_after_forward = -1;          // --pass-timing alone|after-forward (lanes9)
@@ -23,7 +22,6 @@ struct LanesSwitches {
   int stop_on_measured_loss = -1;       // --loss-stop off|on (lanes14)
   int scout_gate_if_right = -1;         // --scout-gate prior|right (lanes15)
   double sampled_prior = -1;            // --sampled-prior X|off: a flat sampled prior X (lanes15; off = 0)
-  int scout_restarted = -1;             // --scout whole|restarted (lanes17)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

@@ -14,10 +14,6 @@ void AcceptanceByDepth::reset(std::span<const double> prior) {
   observations_.assign(prior.size(), 0);
 }
 
-double first_outcomes_rate(double rate, int64_t seen) {
-  return std::max(rate, 1.0 / (static_cast<double>(std::max<int64_t>(seen, 0)) + 2.0));
-}
-
 void AcceptanceByDepth::observe(int proposed, int accepted, double rate) {
   const int depths = std::min<int>(proposed, static_cast<int>(conditional_.size()));
   for (int depth_index = 0; depth_index < depths; ++depth_index) {

@@ -66,10 +66,6 @@ class PooledConfidence {
   std::vector<double> conditional_;  // [depths] moving average of the raw conditional confidence
 };
 
-// The moving-average weight of the outcome after `seen` others: 1/(seen+2) (the estimate before counts as one
-// outcome) while that is larger than `rate` (a short run's few windows cannot wait for a 0.15 average).
-double first_outcomes_rate(double rate, int64_t seen);
-
 // Raw chain chances -> conditional confidences: c[0] = chance[0], c[j] = chance[j] / chance[j-1] (0 after a 0).
 std::vector<double> conditional_from_chain(std::span<const float> chances);
 

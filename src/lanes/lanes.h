@@ -146,7 +146,7 @@ class Lanes {
   void update_dormancy(Stream& stream, int depth, bool probe);
   // Which picked streams' windows ask for taps: the active drafting ones and the one dormant stream due to probe.
   void choose_tapping(std::span<Stream* const> streams);
-  // PricingOptions::scout_restarted: the dormant scout taps the round it probes.
+  // The dormant scout (several streams, whole contexts not bought) taps the round it probes.
   void tap_restarted_scout(std::span<Stream* const> streams, int round_streams);
   void fail_stream(Stream& stream, const Status& status);
   void release(Stream& stream);

@@ -120,8 +120,13 @@ Status Lanes::admit() {
     const bool whole =
         !drafter_proven && options_.pricing.whole_contexts_priced && pays && whole_for(*stream, draft_cap(*stream), mode);
     const bool scout_only = !whole && ((options_.scout_prompt_only && !options_.pricing.always_draft) || !pays);
-    // scout_restarted: the scout too starts dormant (choose_tapping taps it the round it probes).
-    const bool restarted_scout = !drafter_proven && scout_only && streams > 1 && options_.pricing.scout_restarted;
+    // With several streams the scout too starts dormant (lanes17): it explores over a restarted context, as the group
+    // it would wake does, so its probe measures what that group lands, not what a whole prompt's context does (the
+    // nano pair on the H200: the whole-context scout's proof woke a group that kept 5 of 32 / 6 of 102 drafts, 0.92x
+    // at 8 / 16 streams). H200 batch A of lanes17 (A B B A, 256 tokens): nano 8 / 16 streams 0.95 / 0.92x and
+    // 0.96 / 0.96x against 0.92 / 0.93x and 0.93 / 0.95x; the synth 1.2B 1.11 / 1.32x and 1.14 / 1.28x against
+    // 1.07 / 1.26x and 1.08 / 1.27x. choose_tapping taps it the round it probes.
+    const bool restarted_scout = !drafter_proven && scout_only && streams > 1;
     // Where even an always-right drafter could not pay at this many streams the scout's probe would be skipped:
     // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
     const bool hopeless = !drafter_proven && options_.scout_prompt_only && !priced.right_pays;
@@ -250,7 +255,7 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
   int round_streams = 0;
   for (const auto& [id, live] : live_) round_streams += live->prefilled && !live->finished();
   round_streams = std::min({round_streams, options_.max_streams, max_rows_});
-  if (!drafter_proven && options_.pricing.scout_restarted) tap_restarted_scout(streams, round_streams);
+  if (!drafter_proven) tap_restarted_scout(streams, round_streams);
   bool probe_taps = false;
   if (next_prober != nullptr && drafter_proven && pricing_.probe_affordable() &&
       pricing_.probe_would_run(*next_prober, draft_cap(*next_prober), round_streams)) {
@@ -273,7 +278,7 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
 }
 
 void Lanes::tap_restarted_scout(std::span<Stream* const> streams, int round_streams) {
-  // PricingOptions::scout_restarted: while every drafting stream is dormant, the one plan_depths offers as the scout
+  // The restarted scout (Lanes::admit): while every drafting stream is dormant, the one plan_depths offers as the scout
   // (the lowest id; it probes at once) taps this round's row, so its probe drafts over a context restarted here --
   // where the gate lets it explore at all (else its taps and absorbs would be paid every round for nothing).
   Stream* scout = nullptr;
@@ -283,8 +288,13 @@ void Lanes::tap_restarted_scout(std::span<Stream* const> streams, int round_stre
     if (scout == nullptr || stream->id < scout->id) scout = stream;
   }
   if (scout == nullptr || scout->backoff.scouted) return;
-  if (!pricing_.exploration_repays(round_streams, draft_cap(*scout), scout->remaining(),
-                                   static_cast<int>(scout->request.prompt.size()), pricing_.mode_of(*scout))) {
+  const int cap = draft_cap(*scout);
+  const PassMode mode = pricing_.mode_of(*scout);
+  // Nor where even an always-right drafter could not pay at this many streams (its probe would be skipped; the gate,
+  // which remembers a closed answer, says so first where it is on).
+  if (!pricing_.exploration_repays(round_streams, cap, scout->remaining(),
+                                   static_cast<int>(scout->request.prompt.size()), mode) ||
+      !pricing_.could_draft(round_streams, cap, /*always_right=*/true, mode)) {
     return;
   }
   scout->wants_taps = true;

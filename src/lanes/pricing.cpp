@@ -26,15 +26,6 @@ PassMode Pricing::mode_of(const Stream& stream) const {
   return stream.request.sampling.greedy() ? PassMode::Greedy : PassMode::Sampled;
 }
 
-bool Pricing::prices_as_restarted(const Stream& stream) const {
-  if (options_.restart_scout == PricingOptions::RestartScout::Off) return false;
-  if (stream.restarted) return true;
-  // Its next draft restarts the context: held rows begin past what the drafter holds, or nothing held reaches the
-  // anchor.
-  return stream.unabsorbed_rows > 0 ? stream.unabsorbed_start > stream.drafter_end
-                                    : stream.drafter_end < stream.committed;
-}
-
 PassMode Pricing::mode_of(std::span<Stream* const> streams) const {
   for (const Stream* stream : streams) {
     if (mode_of(*stream) == PassMode::Sampled) return PassMode::Sampled;
@@ -132,9 +123,7 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   // is only as fresh as its admission). Without a confidence head, depth grows into unexplored depths a step at
   // a time, so an optimistic prior costs one shallow round, not a deep one; with one, the trim cuts drafts the
   // confidences doubt before they cost a verify row, so the whole chain is priced.
-  // A stream over a restarted context falls back on the restart pool once one was measured (restart_scout).
-  const AcceptanceByDepth& pool =
-      restart_windows_ > 0 && prices_as_restarted(stream) ? restart_acceptance_ : pooled_acceptance_;
+  const AcceptanceByDepth& pool = pooled_acceptance_;
   // Per depth: the stream's own outcomes where it has some, else the pool's (seeded from the confidences).
   auto conditional = [&](int index) {
     return stream.acceptance.observations(index) > 0 ? stream.acceptance.conditional(index) : pool.conditional(index);
@@ -200,16 +189,6 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   if (sampled_too_wide(round_streams, mode)) return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
   std::vector<bool> offered(drafting.size(), false);
   bool scout_chosen = false;
-  // RestartScout::Alone: until a restarted window is verified one stream that needs a restart is offered drafts (an
-  // awake restarted one if any, else the first).
-  int lone_restart = -1;
-  if (options_.restart_scout == PricingOptions::RestartScout::Alone && restart_windows_ == 0) {
-    for (size_t index = 0; index < drafting.size(); ++index) {
-      if (caps[index] <= 0 || !prices_as_restarted(*drafting[index])) continue;
-      const bool awake = !drafting[index]->dormant;
-      if (lone_restart < 0 || (awake && drafting[lone_restart]->dormant)) lone_restart = static_cast<int>(index);
-    }
-  }
 
   // Dormant streams only, and the last such decision bought nothing: reprice them together only every n-th time.
   const bool all_dormant = !drafting.empty() && std::all_of(drafting.begin(), drafting.end(),
@@ -224,7 +203,6 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     if (caps[index] <= 0 || !explore || (drafter_unproven && scout_chosen)) continue;
     // The scout is the stream that tapped its prompt (the others wait dormant): a dormant one only if none did.
     if (drafter_unproven && stream.dormant && any_awake) continue;
-    if (lone_restart >= 0 && static_cast<int>(index) != lone_restart && prices_as_restarted(stream)) continue;
     offered[index] = true;
     scout_chosen = true;
     if (quiet || (options_.stop_on_measured_loss && stream.loss_stopped)) continue;  // nothing bought; it may probe
@@ -243,18 +221,6 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
                                   [](int rows) { return rows > 0; });
   quiet_decisions_ = all_dormant && !bought ? quiet_decisions_ + 1 : 0;
 
-  // restart_scout: until a restarted window is verified, of the streams bought drafts that need a restart only one
-  // (an awake restarted one if any, else the first) drafts; the others wait (neither drafting nor priced to zero)
-  // until its window says what restarted contexts land. The purchase itself is priced with every stream offered, so
-  // a pass that pays only when shared (16 streams of the 1.2B) is still found.
-  int restart_scout = -1;
-  if (options_.restart_scout == PricingOptions::RestartScout::Defer && restart_windows_ == 0) {
-    for (size_t index = 0; index < drafting.size(); ++index) {
-      if (allocation.extra_rows[index + 1] <= 0 || !prices_as_restarted(*drafting[index])) continue;
-      const bool awake = !drafting[index]->dormant;
-      if (restart_scout < 0 || (awake && drafting[restart_scout]->dormant)) restart_scout = static_cast<int>(index);
-    }
-  }
   std::vector<DepthPlan> plans(drafting.size());
   // Streams priced to zero probe one draft after a doubling wait; at most one probes per decision (the one
   // waiting longest past its wait), so a probe never makes every stream pay its catch-up in the same round.
@@ -266,11 +232,6 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     if (backoff.wait == 0) backoff.wait = options_.probe_first_wait;
     DepthPlan& plan = plans[index];
     plan.depth = allocation.extra_rows[index + 1];
-    if (restart_scout >= 0 && plan.depth > 0 && static_cast<int>(index) != restart_scout &&
-        prices_as_restarted(stream)) {
-      plan.depth = 0;  // waits for the restart scout's window
-      continue;
-    }
     const int cap = caps[index];
     if (cap <= 0 || !offered[index]) continue;
     if (plan.depth == 0) {
@@ -416,17 +377,7 @@ void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
     pooled_acceptance_.seed_unobserved(unexplored_conditionals());
     stream.acceptance.seed_unobserved(pooled_acceptance_.conditionals());
   }
-  if (options_.restart_scout != PricingOptions::RestartScout::Off && stream.restarted) {
-    // Restarted contexts learn fast from their first outcomes (one window weighs 1/2, the next 1/3, ...): a short run
-    // cannot wait for a 0.15 moving average to see that they land a fraction of what whole contexts do.
-    if (restart_windows_ == 0) restart_acceptance_.reset(pooled_acceptance_.conditionals());
-    if (stream.restarted_windows == 0) stream.acceptance.reset(restart_acceptance_.conditionals());
-    const double rate = options_.acceptance_rate;
-    restart_acceptance_.observe(proposed, accepted, first_outcomes_rate(rate, restart_windows_++));
-    stream.acceptance.observe(proposed, accepted, first_outcomes_rate(rate, stream.restarted_windows++));
-  } else {
-    stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
-  }
+  stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
   pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {
     calibration_.observe(std::span<const float>(stream.held_chances).first(proposed), accepted,

@@ -37,27 +37,6 @@ struct PricingOptions {
   // host 0.0205 vs plain 0.0110 ms a round). 8: the default since lanes7 (a waking waits at most 8 rounds; probes
   // run as usual); 1 = every decision (the sixth session's first half: lanes_bench --quiet-reprice 1).
   int quiet_reprice_every = 8;
-  // Restarted contexts priced apart (lanes10). A dormant stream drafts over a context that restarted past the rows it
-  // skipped, which a DSpark drafter drafts from far worse than from a whole one (the nano pair on the H200: after
-  // the scout's probe over its whole prompt the pool bought every dormant stream drafts; restarted, they landed 5-11
-  // of 30-114, and the group round cost 8-16 streams 2-3 ms of a 16-20 ms run). With a restart scout, restarted
-  // windows are pooled apart (learning fast from their first outcomes: rate 1/(n+2) until it reaches
-  // acceptance_rate), streams that need or had a restart are priced from that pool once it was measured, and until
-  // then only one stream that needs a restart drafts (the restart scout):
-  //   Defer: the purchase is priced with every stream offered (a pass that pays only when shared is still found);
-  //          of those bought only the restart scout drafts, the others wait for its window.
-  //   Alone: only the restart scout is offered among them (nothing is bought unless it pays with the streams that
-  //          hold whole contexts; a group probe measures restarted contexts otherwise).
-  // Off: every stream is priced from one pool (lanes_bench --restart-scout off|defer|alone).
-  // H200 batch s9A (same binary, 5 repeats, decode speedup at 1 / 4 / 8 / 16 streams):
-  //   nano greedy    off 1.74 / 0.82 / 0.80 / 0.81x, defer 1.76 / 0.89 / 0.88 / 0.88x, alone 1.70 / 0.89 / 0.90 / 0.85x
-  //   nano sampled   off 0.89 / 0.80 / 0.82 / 0.79x, defer 0.95 / 0.87 / 0.93 / 0.85x, alone 0.95 / 0.90 / 0.91 / 0.92x
-  //   1.2B synth greedy at 4 / 16: off 1.58 / 1.30x, defer 1.48x / (timed out), alone 1.58 / 1.30x.
-  // Alone was the default for batch s9B: the nano pair held its gain (greedy 0.89 / 0.91 / 0.90x against 0.86 / 0.82 /
-  // 0.85x), but gpu-check's 1.2B synth at 8 streams fell to 0.99x (2 passes; s9A 1.16x, 66 passes): a scout and one
-  // restarted stream of 8 do not pay a pass, and the one pool never got to buy the group. Off again by default.
-  enum class RestartScout { Off, Defer, Alone };
-  RestartScout restart_scout = RestartScout::Off;
   // Exploration that its run can repay (lanes11). Before any draft was verified, the scout (its prompt's taps, its
   // probe, the new forward shapes they bring) runs only where drafting at the prior, every stream of the round
   // offering, would save at least `explore_repay` times that one-off over the tokens the streams have left. The nano
@@ -130,14 +109,6 @@ struct PricingOptions {
   // 0.68-0.83 ms, moved by the load-time absorb call) and its woken group landed 1.54 a window over restarted
   // contexts. lanes_bench --scout-gate right|prior.
   bool scout_gate_if_right = false;
-  // Fifteenth session (lanes17), off: with several streams where whole contexts are not bought, the scout explores
-  // over a restarted context (its prompt untapped; it taps only the round its probe drafts over), as the group it
-  // would wake does: its probe measures what the woken group lands, not what a whole context does. On the H200 the
-  // nano pair's scout proved the drafter over its whole prompt (the prompt's taps and absorb: +0.57 / +1.0 ms of the
-  // first round at 8 / 16 streams), then woke its group over restarted contexts, which kept 5 of 32 / 6 of 102
-  // drafts (gpu-check 44b48d1: 0.92x); the synth 1.2B's drafter lands as well over either, so its group still wakes.
-  // lanes_bench --scout restarted|whole.
-  bool scout_restarted = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -165,10 +136,6 @@ class Pricing {
   PassMode mode_of(const Stream& stream) const;
   // The mode of a pass over these streams: Sampled when any of them is.
   PassMode mode_of(std::span<Stream* const> streams) const;
-  // Whether `stream` drafts (or would) over a restarted context: priced from the restart pool (restart_scout).
-  bool prices_as_restarted(const Stream& stream) const;
-  // Windows drafted over restarted contexts verified so far (restart_scout).
-  int64_t restart_windows() const { return restart_windows_; }
 
   // Trim: cuts each stream's held drafts to the rows worth verifying this round (streams in round order).
   void trim(std::span<Stream* const> streams) const;
@@ -336,8 +303,6 @@ class Pricing {
   ModePasses sampled_;
   VerifyCosts sampled_verify_;                     // verifies with a sampled window (mode_of)
   std::vector<int> sampled_verify_outliers_;
-  AcceptanceByDepth restart_acceptance_;  // windows drafted over restarted contexts (restart_scout)
-  int64_t restart_windows_ = 0;
   double last_plain_round_ms_ = 0;
   double one_off_ms_ = 0;           // moving average of a slow forward's excess over its table entry
   int64_t slow_forwards_seen_ = 0;

@@ -94,7 +94,6 @@ struct Stream {
   int zero_decisions = 0;             // depth decisions in a row that gave it no drafts
   int64_t drafter_end = 0;            // positions the drafter's context reaches (absorbed or skipped by a restart)
   bool restarted = false;             // its drafter context restarted past skipped rows (it drafts without them)
-  int restarted_windows = 0;          // windows with drafts verified since (PricingOptions::restart_scout)
   // PricingOptions::stop_on_measured_loss: what its drafting rounds alone won over plain rounds (tokens at plain's ms
   // a token less the round's measured ms), summed since it last stopped, over this many rounds; stopped: priced to
   // zero until its next probe.

@@ -115,7 +115,8 @@ TEST(LanesDormant, WhereEvenAnAlwaysRightDrafterCannotPayAtThisManyStreamsNoProm
   // 2 ms a verify row and 2 ms a pass per stream and depth: at 16 streams drafting cannot pay even if every draft
   // landed, so the scout's probe would be skipped and its prompt's taps and absorb would buy nothing (the CPU nano
   // pair at 4-16 streams tapped and absorbed the scout's 192-row prompt). All 16 start dormant (and no drafter
-  // fault follows). With only 2 streams the same pair can pay, and the scout taps its prompt (10 rows).
+  // fault follows). With only 2 streams the same pair can pay: both start dormant too, and the scout taps only the row
+  // its probe drafts over (the scout over a restarted context, lanes17).
   auto run = [](int streams, int64_t& tap_rows) {
     FixedClock clock;
     FakeTarget target(costed_fake_target(clock, 10.0, 2.0, 128));
@@ -138,8 +139,8 @@ TEST(LanesDormant, WhereEvenAnAlwaysRightDrafterCannotPayAtThisManyStreamsNoProm
   int64_t tap_rows = 0;
   EXPECT_EQ(run(16, tap_rows), 16);
   EXPECT_EQ(tap_rows, 0);
-  EXPECT_EQ(run(2, tap_rows), 1);
-  EXPECT_EQ(tap_rows, 10 + 1);  // the scout's prompt and its first verify row
+  EXPECT_EQ(run(2, tap_rows), 2);
+  EXPECT_EQ(tap_rows, 1);  // the scout's first verify row
 }
 
 TEST(LanesDormant, WithScoutPromptOnlyOffWhereThePriorPaysEveryPromptIsTappedBeforeTheDrafterIsProven) {

@@ -24,8 +24,10 @@ TEST(LanesScoutGate, FourShortStreamsWhoseGroupWouldRestartDoNotExploreAndCostWh
   NanoLikeFakes pair;
   const RuleArms arms = run_rule_arms(pair, pair.arrivals(4, 64), scout_gate(false), scout_gate(true));
   ASSERT_TRUE(arms.exact());
-  EXPECT_GT(arms.off.drafter_passes, 5);
-  EXPECT_GT(arms.off.ms, 1.2 * arms.plain.ms);
+  // (The scout over a restarted context, lanes17, lands what the group would: fewer passes than the whole-context
+  // scout's 6+, still a loss.)
+  EXPECT_GT(arms.off.drafter_passes, 2);
+  EXPECT_GT(arms.off.ms, 1.1 * arms.plain.ms);
   EXPECT_EQ(arms.on.drafter_passes, 0);
   EXPECT_EQ(arms.on.stats.tap_rows, 0);
   EXPECT_LT(arms.on.ms, 1.001 * arms.plain.ms) << "plain " << arms.plain.ms;
