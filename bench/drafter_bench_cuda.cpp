@@ -168,7 +168,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   // Pins applied only when they change (each setter drops the captured graphs); bucket graphs captured again then.
   std::optional<std::tuple<int, int, int, bool, int, bool, bool, bool, bool, int, bool, int>> applied;
   const dspark::cuda::PersistentHandoff default_handoff = drafter.persistent_handoff();
-  const int loaded_parts = drafter.skinny_parts();  // the default, or LS_DRAFTER_SKINNY_PARTS at load
+  const int loaded_parts = drafter.skinny_parts();
   const bool default_batched = drafter.batched_loads();
   for (int streams : stream_counts) {
     for (int stream = 0; stream < streams; ++stream) {

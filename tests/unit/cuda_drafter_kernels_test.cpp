@@ -236,7 +236,8 @@ TEST(CudaDrafter, TheResidualNormAndStackedSwigluKernelsGiveTheUnfusedBits) {
 // The skinny GEMM (rows <= 16, tensor cores, K order permuted within each step) against an fp64 reference of the
 // same bf16 values, outputs poisoned first, for 1..16 rows, K and n with tails (K not a multiple of the 128-wide
 // piece, n not of the 16-wide tile) and one long K: fp32 outputs within fp32 accumulation error, bf16 outputs within
-// one rounding, the padding columns of y (ldy > n) untouched, the same bits with and without the overlapping launch,
+// one rounding, the padding columns of y (ldy > n) untouched, the same bits with and without the overlapping launch
+// (planted: with several pieces a warp, later pieces reusing the first piece's loads must leave the bound),
 // the SwiGLU epilogue giving the bits of the bf16 GEMM followed by swiglu_stacked, and the residual-norm epilogue the
 // bits of the bf16 GEMM followed by residual_norm.
 TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
@@ -279,6 +280,22 @@ TEST(CudaDrafter, TheSkinnyGemmMatchesAnFp64ReferenceInEveryEpilogue) {
         ASSERT_LE(std::fabs(value - expected.sums[r * shape.n + c]), expected.bound[r * shape.n + c])
             << r << ", " << c;
       }
+    }
+    // Planted: each warp's later pieces on its first piece's W (the pipelined loop's hand-over dropped).
+    if ((shape.k + 127) / 128 > 16) {
+      auto y = poisoned<float>(shape.rows * ldy);
+      cuda::SkinnyGemm planted{xd, shape.rows, shape.k, wd, shape.n, y.data(), ldy, cuda::SkinnyEpilogue::F32};
+      planted.planted_stale_piece = true;
+      ASSERT_TRUE(cuda::skinny_gemm(planted, true, nullptr).ok());
+      const std::vector<float> stale = download(y, shape.rows * ldy);
+      int outside = 0;
+      for (int r = 0; r < shape.rows; ++r) {
+        for (int64_t c = 0; c < shape.n; ++c) {
+          const size_t cell = static_cast<size_t>(r * shape.n + c);
+          outside += !(std::fabs(stale[r * ldy + c] - expected.sums[cell]) <= expected.bound[cell]);
+        }
+      }
+      EXPECT_GT(outside, 0) << "the planted stale pieces went unseen";
     }
     // bf16 out: one rounding of the fp32 sum.
     auto y16 = poisoned<bf16>(shape.rows * shape.n);

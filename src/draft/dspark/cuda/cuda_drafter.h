@@ -2,7 +2,6 @@
 // pass per draft() call, the Markov scan as a fixed sequence of launches per slot, one copy of the results back.
 #pragma once
 
-#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <map>
@@ -224,26 +223,13 @@ class CudaDsparkDrafter final : public Drafter {
   // kSkinnyThenNorm, by batch s6A at 1 stream (graphed block pass 0.480 ms against cuBLAS's 0.492; gate/up + SwiGLU
   // skinny 0.504).
   // (Session 7's kSkinnyWide, two W tiles a CTA, and kSkinnyTall, up to 48 rows, lost both batches: removed.)
-  // Session 15 (on trial, off): kSkinnyQkv the block pass's q/k/v GEMM alone (not the head), kSkinnyAbsorb
-  // absorb_device()'s fc and K/V GEMMs (chunks of <= 16 rows); LS_DRAFTER_SKINNY_PARTS=N at load sets the mask.
   static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyResidualNorm = 4, kSkinnyThenNorm = 8;
-  static constexpr int kSkinnyQkv = 16, kSkinnyAbsorb = 32;
   static constexpr int kDefaultSkinnyParts = kSkinnyThenNorm;
   void set_skinny_parts(int parts) {
     skinny_parts_ = parts;
     graphs_.clear();
   }
   int skinny_parts() const { return skinny_parts_; }
-  // Session 15 (on trial; 1 / false = the old kernel): the skinny GEMMs' K split over `k_splits` CTAs a column tile
-  // (1..kSkinnyMaxSplits, partials folded in split order by the tile's last CTA) and each warp's next piece loaded
-  // before this one's products; LS_DRAFTER_SKINNY_SPLITS / LS_DRAFTER_SKINNY_PIPELINE at load.
-  void set_skinny_split(int k_splits, bool pipelined) {
-    skinny_k_splits_ = std::clamp(k_splits, 1, kSkinnyMaxSplits);
-    skinny_pipelined_ = pipelined;
-    graphs_.clear();
-  }
-  int skinny_k_splits() const { return skinny_k_splits_; }
-  bool skinny_pipelined() const { return skinny_pipelined_; }
   // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
   // default) or the unfused sequence (the reference the fused one is tested against).
   // The project's GemmEngine for GEMMs of up to 16 rows instead of cuBLAS (bench/test pin; off by default).
@@ -387,8 +373,6 @@ class CudaDsparkDrafter final : public Drafter {
   // `weight`: the skinny GEMM's residual-norm epilogue, or the GEMM then residual_norm.
   Status gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k, bf16_t* projected,
                             bf16_t* hidden, const float* weight, bf16_t* normed);
-  // skinny_gemm with this drafter's K split and pipelining (session 15) and its programmatic launch.
-  Status launch_skinny(SkinnyGemm args);
 
   DsparkConfig config_;
   DrafterOptions options_;
@@ -434,8 +418,6 @@ class CudaDsparkDrafter final : public Drafter {
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
   int skinny_parts_ = kDefaultSkinnyParts;
-  int skinny_k_splits_ = 1;
-  bool skinny_pipelined_ = false;
   bool engine_gemms_ = false;
   bool tuned_gemms_ = false;
   TunedGemms tuned_;

@@ -216,28 +216,12 @@ struct SkinnyGemm {
   float eps = 0;
   bf16_t* normed = nullptr;             // [rows, n] rms_norm(x)
   unsigned int* ticket = nullptr;       // one counter, zero between launches
-  // K split over CTAs (session 15): grid (tiles, k_splits); each split's warp-ordered sums go to `split_partials`
-  // [k_splits, tiles, 16, 16] fp32 and each tile's last CTA (its counter in `split_tickets` [tiles], zero between
-  // launches, reset by it) adds the splits in split order, then runs the epilogue: one fixed order whatever CTA
-  // finishes last. 1 = the warps of one CTA split K alone (the old kernel).
-  int k_splits = 1;
-  float* split_partials = nullptr;
-  unsigned int* split_tickets = nullptr;
-  // Each warp issues its next piece's W loads before this piece's products (the same products in the same order).
-  bool pipelined = false;
-  bool planted_fold = false;  // tests only: the fold leaves the last split out
+  bool planted_stale_piece = false;     // tests only: each warp's later pieces reuse its first piece's W loads
 };
 // Up to 16 rows (one request's block). (Session 7's two W tiles a CTA and 48-row x tiles were slower in both
 // batches and are gone since session 8.)
 inline constexpr int kSkinnyMaxRows = 16;
 inline bool skinny_gemm_supported(int64_t rows, int64_t k) { return rows >= 1 && rows <= kSkinnyMaxRows && k % 8 == 0; }
-inline constexpr int kSkinnyMaxSplits = 8;
-// Column tiles of a launch (a CTA each, times k_splits): 16 output columns, or 8 gate + 8 up columns for SwiGLU.
-inline int64_t skinny_gemm_tiles(int64_t n, SkinnyEpilogue epilogue) {
-  return epilogue == SkinnyEpilogue::Swiglu ? (n / 2 + 7) / 8 : (n + 15) / 16;
-}
-// Floats of `split_partials` for `tiles` tiles split `splits` ways (16 rows x 16 tile columns a CTA).
-inline int64_t skinny_split_floats(int64_t tiles, int splits) { return tiles * splits * 256; }
 // `programmatic`: launched to overlap the previous kernel's tail (its W loads go first; x is read after the wait).
 Status skinny_gemm(const SkinnyGemm& args, bool programmatic, cudaStream_t stream);
 
