@@ -212,18 +212,18 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   // Every GEMM of up to 16 rows through skinny_gemm (tensor cores, W streamed once, SwiGLU in the gate/up epilogue,
-  // residual + norm after o_proj and down_proj) or none (session 4's batch B timed that whole skinny pass at 0.904
-  // ms against 0.533 at 1 stream; its residual-norm epilogue is a serial chain of loads in one CTA). (Session 4's
-  // batch A ran a build whose x loads ptxas had hoisted above the programmatic wait: drafts differed between
-  // identical streams.)
-  void set_skinny_gemms(bool on) { set_skinny_parts(on ? kSkinnyPlain | kSkinnySwiglu | kSkinnyResidualNorm : 0); }
+  // o_proj and down_proj then the norm launch) or none (session 4's batch B timed a whole skinny pass at 0.904 ms
+  // against 0.533 at 1 stream). (Session 4's batch A ran a build whose x loads ptxas had hoisted above the
+  // programmatic wait: drafts differed between identical streams.)
+  void set_skinny_gemms(bool on) { set_skinny_parts(on ? kSkinnyPlain | kSkinnySwiglu | kSkinnyThenNorm : 0); }
   // Which GEMMs of up to 16 rows take skinny_gemm (bench A/B, session 6): kSkinnyPlain the plain ones (q/k/v, head U),
-  // kSkinnySwiglu gate/up with the SwiGLU epilogue, kSkinnyResidualNorm o/down with the residual-norm epilogue,
-  // kSkinnyThenNorm o/down as a plain skinny GEMM then the residual_norm launch; 0 = cuBLAS everywhere. The default,
+  // kSkinnySwiglu gate/up with the SwiGLU epilogue, kSkinnyThenNorm o/down as a plain skinny GEMM then the
+  // residual_norm launch; 0 = cuBLAS everywhere. (Bit 4, o/down with the norm in the launch's last CTA, lost in s6A
+  // and s15A and is gone since session 15.) The default,
   // kSkinnyThenNorm, by batch s6A at 1 stream (graphed block pass 0.480 ms against cuBLAS's 0.492; gate/up + SwiGLU
   // skinny 0.504).
   // (Session 7's kSkinnyWide, two W tiles a CTA, and kSkinnyTall, up to 48 rows, lost both batches: removed.)
-  static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyResidualNorm = 4, kSkinnyThenNorm = 8;
+  static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyThenNorm = 8;
   static constexpr int kDefaultSkinnyParts = kSkinnyThenNorm;
   void set_skinny_parts(int parts) {
     skinny_parts_ = parts;
@@ -370,7 +370,7 @@ class CudaDsparkDrafter final : public Drafter {
   Status gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d, bf16_t* stacked,
                      bf16_t* y);
   // projected [rows, d] = x [rows, k] W^T (W [d, k]), then hidden += projected and normed = rms_norm(hidden) with
-  // `weight`: the skinny GEMM's residual-norm epilogue, or the GEMM then residual_norm.
+  // `weight`: the GEMM (skinny or cuBLAS) then residual_norm.
   Status gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k, bf16_t* projected,
                             bf16_t* hidden, const float* weight, bf16_t* normed);
 

@@ -53,15 +53,6 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
 Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
                                              bf16_t* projected, bf16_t* hidden, const float* weight, bf16_t* normed) {
   if (rows == 0) return ok_status();
-  if ((skinny_parts_ & kSkinnyResidualNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
-    SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::ResidualNorm};
-    args.hidden = hidden;
-    args.norm_weight = weight;
-    args.eps = config_.norm_eps;
-    args.normed = normed;
-    args.ticket = scratch_.gemm_ticket.data();
-    return skinny_gemm(args, programmatic_, stream_.get());
-  }
   if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
     const SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16};
     LS_RETURN_IF_ERROR(skinny_gemm(args, programmatic_, stream_.get()));

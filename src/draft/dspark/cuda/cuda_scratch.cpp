@@ -74,7 +74,6 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
   LS_RETURN_IF_ERROR(s.scan_partials.allocate(n * fused_scan_chunks(c.vocab_size), "scan partials", counted));
   LS_RETURN_IF_ERROR(s.scan_tickets.upload(std::vector<unsigned int>(fused_scan_groups(static_cast<int>(n)), 0u),
                                            "scan tickets", counted));
-  if (s.gemm_ticket.size() == 0) LS_RETURN_IF_ERROR(s.gemm_ticket.upload({0u}, "gemm ticket", counted));
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
   if (block_attention_tile_supported(c.block_size, dims)) {
     const int most = static_cast<int>(requests);

@@ -197,10 +197,9 @@ Status prefetch_l2_spans(std::span<const L2PrefetchSpan> spans, bool planted_sto
 // y [rows, n] = x [rows, k] W^T (W [n, k] bf16, fp32 accumulate) for rows <= 48 on the tensor cores, W streamed once
 // (the drafter's GEMMs at one or two requests). Epilogues: bf16 or fp32 y with leading dimension ldy, or SwiGLU of the
 // stacked gate/up W [2F, k]: y [rows, F] = swiglu(bf16(x gate^T), bf16(x up^T)) (the bits of the GEMM's bf16 output
-// followed by swiglu_stacked), or ResidualNorm: y bf16 [rows, n], then the launch's last CTA (a ticket counter, reset
-// by it) adds y into `hidden` and norms it into `normed` (the bits of residual_norm). The K summation order differs
-// from cuBLAS (not batch invariant; drafts only).
-enum class SkinnyEpilogue { Bf16, F32, Swiglu, ResidualNorm };
+// followed by swiglu_stacked). The K summation order differs from cuBLAS (not batch invariant; drafts only). (The
+// residual + norm by the launch's last CTA lost in s6A and s15A, a serial tail the norm launch has not: removed.)
+enum class SkinnyEpilogue { Bf16, F32, Swiglu };
 struct SkinnyGemm {
   const bf16_t* x = nullptr;  // [rows, k]
   int rows = 0;
@@ -210,12 +209,6 @@ struct SkinnyGemm {
   void* y = nullptr;  // [rows, ldy] bf16 or fp32
   int64_t ldy = 0;
   SkinnyEpilogue epilogue = SkinnyEpilogue::Bf16;
-  // ResidualNorm only.
-  bf16_t* hidden = nullptr;             // [rows, n] x += y
-  const float* norm_weight = nullptr;   // [n]
-  float eps = 0;
-  bf16_t* normed = nullptr;             // [rows, n] rms_norm(x)
-  unsigned int* ticket = nullptr;       // one counter, zero between launches
   bool planted_stale_piece = false;     // tests only: each warp's later pieces reuse its first piece's W loads
 };
 // Up to 16 rows (one request's block). (Session 7's two W tiles a CTA and 48-row x tiles were slower in both

@@ -6,7 +6,7 @@
 // m16n8k16 mmas), and x's B registers are loaded with the same permutation, so the products are the same and only
 // the fp32 summation order differs from cuBLAS (the drafter's GEMMs need not be batch invariant: drafts change speed,
 // never tokens). The warps' sums meet in shared memory in warp order, then the epilogue: bf16, fp32, or SwiGLU of
-// the stacked gate/up output (the bits of gemm + swiglu_stacked), or bf16 then residual + RMSNorm by the last CTA.
+// the stacked gate/up output (the bits of gemm + swiglu_stacked).
 // Every W load is issued before the kernel waits for the previous one (programmatic dependent launch, sm_90): W is
 // never written, x is read only after the wait, and each warp issues its next piece's W loads before this piece's
 // products (session 15, batch s15A: graphed block pass 0.3692 -> 0.3636 ms at 1 stream; a K split over CTAs lost).
@@ -65,7 +65,6 @@ __device__ __forceinline__ void load_piece(PieceLoads& loads, const bf16_t* wa, 
 template <int NT, int WARPS, SkinnyEpilogue EPILOGUE>
 __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) {
   __shared__ float partial[WARPS][8 * NT][16];  // [warp][x row][W row of the CTA's tile]
-  __shared__ int last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int g = lane / 4, t = lane % 4;
   const bool swiglu = EPILOGUE == SkinnyEpilogue::Swiglu;
@@ -139,20 +138,6 @@ __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) 
       if (column < args.n) static_cast<bf16_t*>(args.y)[r * args.ldy + column] = __float2bfloat16_rn(sum);
     }
   }
-  if constexpr (EPILOGUE == SkinnyEpilogue::ResidualNorm) {
-    __threadfence();  // this CTA's columns of y are visible device-wide before its ticket
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(args.ticket, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) *args.ticket = 0;  // ready for the next launch (which waits for this one)
-    // A warp per row (the rows at once), each with the bits of residual_norm's CTA.
-    for (int r = threadIdx.x / kWarp; r < args.rows; r += WARPS) {
-      residual_norm_row_warp(args.hidden, static_cast<const bf16_t*>(args.y), r, args.n, args.norm_weight, args.eps,
-                             args.normed);
-    }
-  }
 }
 
 template <int NT, int WARPS, SkinnyEpilogue EPILOGUE>
@@ -187,21 +172,17 @@ Status launch_tiles(const SkinnyGemm& args, int64_t ctas, bool programmatic, cud
 
 Status skinny_gemm(const SkinnyGemm& args, bool programmatic, cudaStream_t stream) {
   if (args.rows == 0) return ok_status();
-  if (!skinny_gemm_supported(args.rows, args.k) || (args.epilogue == SkinnyEpilogue::Swiglu && args.n % 2 != 0) ||
-      (args.epilogue == SkinnyEpilogue::ResidualNorm && (args.ticket == nullptr || args.ldy != args.n))) {
+  if (!skinny_gemm_supported(args.rows, args.k) || (args.epilogue == SkinnyEpilogue::Swiglu && args.n % 2 != 0)) {
     return Status(ErrorCode::InvalidArgument,
                   "skinny_gemm takes 1.." + std::to_string(kSkinnyMaxRows) +
-                      " rows and K a multiple of 8 (SwiGLU: even n; residual norm: a ticket and ldy = n), not " +
-                      std::to_string(args.rows) + " rows, K " + std::to_string(args.k) + ", n " +
-                      std::to_string(args.n));
+                      " rows and K a multiple of 8 (SwiGLU: even n), not " + std::to_string(args.rows) + " rows, K " +
+                      std::to_string(args.k) + ", n " + std::to_string(args.n));
   }
   switch (args.epilogue) {
     case SkinnyEpilogue::Swiglu:
       return launch_tiles<SkinnyEpilogue::Swiglu>(args, (args.n / 2 + 7) / 8, programmatic, stream);
     case SkinnyEpilogue::F32:
       return launch_tiles<SkinnyEpilogue::F32>(args, (args.n + 15) / 16, programmatic, stream);
-    case SkinnyEpilogue::ResidualNorm:
-      return launch_tiles<SkinnyEpilogue::ResidualNorm>(args, (args.n + 15) / 16, programmatic, stream);
     case SkinnyEpilogue::Bf16:
       break;
   }
