@@ -13,7 +13,7 @@
 //                 (--loads: the split attention's and the residual norms' loads one at a time or batched,
 //                 set_batched_loads; the same bits; default: the drafter's own)
 //                 (--skinny-parts: skinny_gemm per GEMM kind, a mask per variant: 1 q/k/v and head, 2 gate/up + SwiGLU,
-//                 4 o/down + residual norm epilogue, 8 o/down then the norm launch; overrides --skinny)
+//                 8 o/down then the norm launch; overrides --skinny)
 //                 (--attention-chunks: the split attention's key chunks per request and KV head, 0 = automatic)
 //                 (--pick: the GEMM scan's pick in one CTA per request, or split over vocab chunks then a CTA)
 //                 (--buckets: request counts padded to request_bucket() with every bucket's graphs captured at

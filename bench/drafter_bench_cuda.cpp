@@ -168,7 +168,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   // Pins applied only when they change (each setter drops the captured graphs); bucket graphs captured again then.
   std::optional<std::tuple<int, int, int, bool, int, bool, bool, bool, bool, int, bool, int>> applied;
   const dspark::cuda::PersistentHandoff default_handoff = drafter.persistent_handoff();
-  const int loaded_parts = drafter.skinny_parts();  // the default, or LS_DRAFTER_SKINNY_PARTS at load
+  const int loaded_parts = drafter.skinny_parts();
   const bool default_batched = drafter.batched_loads();
   for (int streams : stream_counts) {
     for (int stream = 0; stream < streams; ++stream) {
@@ -187,8 +187,8 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
                                                     : std::vector<bool>{engine_gemms == "on"})
     for (const bool tuned_on : parse_switch(tuned_gemms, "on"))
     for (const int parts : !skinny_parts.empty() ? skinny_parts
-                           : skinny == "both"    ? std::vector<int>{7, 0}
-                           : skinny == "on"      ? std::vector<int>{7}
+                           : skinny == "both"    ? std::vector<int>{11, 0}
+                           : skinny == "on"      ? std::vector<int>{11}
                            : skinny == "off"     ? std::vector<int>{0}
                                                  : std::vector<int>{loaded_parts})
     for (const bool tuned : parse_switch(launch, "tuned"))
@@ -329,7 +329,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   drafter.set_engine_gemms(false);
   drafter.set_tuned_gemms(tuned_gemms == "on");  // the profile below: tuned GEMMs where asked for
   // The profile below: skinny GEMMs where asked for, else the parts at load.
-  drafter.set_skinny_parts(skinny == "on" ? 7 : skinny == "off" ? 0 : loaded_parts);
+  drafter.set_skinny_parts(skinny == "on" ? 11 : skinny == "off" ? 0 : loaded_parts);
   drafter.set_launch_tuning(true, true);
   drafter.set_request_buckets(true);
   drafter.set_attention_chunks(0);

@@ -143,8 +143,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_broadcast = drafter.scan_broadcast();
   const bool loaded_helpers = drafter.scan_confidence_helpers();
   const int loaded_backoff = drafter.scan_handoff_backoff();
-  const int loaded_parts = drafter.skinny_parts(), loaded_splits = drafter.skinny_k_splits();
-  const bool loaded_pipelined = drafter.skinny_pipelined();
+  const int loaded_parts = drafter.skinny_parts();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -168,13 +167,9 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       // ":boN" the flagged handoff's sleep of N ns between polls (session 14).
       const size_t backoff = setting.find(":bo");
       drafter.set_scan_handoff_backoff(backoff == std::string::npos ? 0 : std::atoi(setting.c_str() + backoff + 3));
-      // Session 15: ":partsN" the skinny GEMMs' parts mask (set_skinny_parts; default the drafter's), ":ksN" their K
-      // split over N CTAs, ":pp" each warp's next piece loaded ahead (set_skinny_split).
+      // Session 15: ":partsN" the skinny GEMMs' parts mask (set_skinny_parts; default the drafter's).
       const size_t parts = setting.find(":parts");
       drafter.set_skinny_parts(parts == std::string::npos ? loaded_parts : std::atoi(setting.c_str() + parts + 6));
-      const size_t splits = setting.find(":ks");
-      drafter.set_skinny_split(splits == std::string::npos ? 1 : std::atoi(setting.c_str() + splits + 3),
-                               setting.find(":pp") != std::string::npos);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
@@ -262,11 +257,10 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_scan_confidence_helpers(loaded_helpers);
   drafter.set_scan_handoff_backoff(loaded_backoff);
   drafter.set_skinny_parts(loaded_parts);
-  drafter.set_skinny_split(loaded_splits, loaded_pipelined);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:ksN][:pp][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

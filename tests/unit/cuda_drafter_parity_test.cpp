@@ -66,57 +66,43 @@ TEST(CudaDrafter, GoldenParityHoldsPicksAndValuesWithinTheBf16Tolerance) {
     std::unique_ptr<CudaDsparkDrafter> drafter = load_cuda(pair.drafter_dir, target, cuda_options());
     ASSERT_TRUE(drafter);
     double worst = 0;
-    // The default GEMMs and session 15's trial pins (q/k/v and the absorb on skinny_gemm, K split over CTAs, pipelined
-    // pieces; the residual norm in the GEMM's last CTA): the same tolerance and picks.
-    using Gpu = CudaDsparkDrafter;
-    const struct {
-      int parts, splits;
-      bool pipelined;
-    } trials[] = {{Gpu::kDefaultSkinnyParts, 1, false},
-                  {Gpu::kSkinnyThenNorm | Gpu::kSkinnyQkv | Gpu::kSkinnyAbsorb, 3, true},
-                  {Gpu::kSkinnyResidualNorm | Gpu::kSkinnyQkv, 2, false}};
-    for (const auto& trial : trials) {
-      SCOPED_TRACE("skinny parts " + std::to_string(trial.parts) + " splits " + std::to_string(trial.splits));
-      drafter->set_skinny_parts(trial.parts);
-      drafter->set_skinny_split(trial.splits, trial.pipelined);
-      for (const json& golden_case : golden["cases"]) {
-        const std::string prefix = golden_case["name"].get<std::string>() + ".bf16";
-        SCOPED_TRACE(folder.string() + " " + prefix);
-        const std::vector<float> taps = tensor(golden_case["name"].get<std::string>() + ".taps");
-        const int64_t p = golden_case["anchor_position"];
-        ASSERT_TRUE(drafter->absorb(1, 0, static_cast<int>(p), taps).ok());
-        ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
-        DraftRequest request;
-        request.stream = 1;
-        request.anchor_token = golden_case["anchor_token"];
-        request.anchor_position = p;
-        request.depth = drafter->config().block_size;
-        const Draft draft = drafter->draft(std::span<const DraftRequest>(&request, 1))[0];
-        ASSERT_TRUE(draft.status.ok()) << draft.status.to_string();
-        const std::vector<float> hidden = drafter->last_final_hidden().value();
-        const std::vector<float> logits = drafter->last_base_logits().value();
-        std::vector<float> chances = tensor(prefix + ".confidences");
-        for (size_t i = 1; i < chances.size(); ++i) chances[i] *= chances[i - 1];
-        const double errors[] = {relative_error(hidden, tensor(prefix + ".final_hidden")),
-                                 relative_error(logits, tensor(prefix + ".base_logits")),
-                                 relative_error(draft.chances, chances)};
-        for (double error : errors) {
-          EXPECT_LE(error, kBf16Tolerance);
-          worst = std::max(worst, error);
-        }
-        const std::vector<int32_t> expected = golden_case["bf16"]["greedy_picks"];
-        const std::vector<float> markov = tensor(prefix + ".markov_logits");
-        const size_t vocab = markov.size() / expected.size();
-        for (size_t slot = 0; slot < expected.size(); ++slot) {
-          const double margin =
-              top_two_margin(std::vector<double>(markov.begin() + slot * vocab, markov.begin() + (slot + 1) * vocab));
-          if (margin <= 2 * kBf16Tolerance) break;
-          EXPECT_EQ(draft.tokens[slot], expected[slot]) << "slot " << slot;
-          ++compared_picks;
-          if (draft.tokens[slot] != expected[slot]) break;
-        }
-        drafter->release(1);
+    for (const json& golden_case : golden["cases"]) {
+      const std::string prefix = golden_case["name"].get<std::string>() + ".bf16";
+      SCOPED_TRACE(folder.string() + " " + prefix);
+      const std::vector<float> taps = tensor(golden_case["name"].get<std::string>() + ".taps");
+      const int64_t p = golden_case["anchor_position"];
+      ASSERT_TRUE(drafter->absorb(1, 0, static_cast<int>(p), taps).ok());
+      ASSERT_TRUE(drafter->poison_scratch_for_test().ok());
+      DraftRequest request;
+      request.stream = 1;
+      request.anchor_token = golden_case["anchor_token"];
+      request.anchor_position = p;
+      request.depth = drafter->config().block_size;
+      const Draft draft = drafter->draft(std::span<const DraftRequest>(&request, 1))[0];
+      ASSERT_TRUE(draft.status.ok()) << draft.status.to_string();
+      const std::vector<float> hidden = drafter->last_final_hidden().value();
+      const std::vector<float> logits = drafter->last_base_logits().value();
+      std::vector<float> chances = tensor(prefix + ".confidences");
+      for (size_t i = 1; i < chances.size(); ++i) chances[i] *= chances[i - 1];
+      const double errors[] = {relative_error(hidden, tensor(prefix + ".final_hidden")),
+                               relative_error(logits, tensor(prefix + ".base_logits")),
+                               relative_error(draft.chances, chances)};
+      for (double error : errors) {
+        EXPECT_LE(error, kBf16Tolerance);
+        worst = std::max(worst, error);
       }
+      const std::vector<int32_t> expected = golden_case["bf16"]["greedy_picks"];
+      const std::vector<float> markov = tensor(prefix + ".markov_logits");
+      const size_t vocab = markov.size() / expected.size();
+      for (size_t slot = 0; slot < expected.size(); ++slot) {
+        const double margin =
+            top_two_margin(std::vector<double>(markov.begin() + slot * vocab, markov.begin() + (slot + 1) * vocab));
+        if (margin <= 2 * kBf16Tolerance) break;
+        EXPECT_EQ(draft.tokens[slot], expected[slot]) << "slot " << slot;
+        ++compared_picks;
+        if (draft.tokens[slot] != expected[slot]) break;
+      }
+      drafter->release(1);
     }
     std::printf("[ cuda parity ] %s: worst relative error %.3g\n", folder.c_str(), worst);
   }

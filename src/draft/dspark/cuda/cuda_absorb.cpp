@@ -172,29 +172,15 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
   const int64_t d = c.hidden_size, in = static_cast<int64_t>(c.tap_count()) * d, kv = c.kv_size();
   const int64_t layers = c.num_layers;
   // C = hidden_norm(fc(F)) for every row of the chunk at once.
-  // Session 15 (on trial): chunks of <= 16 rows on skinny_gemm with the block pass's K split and pipelining.
-  const bool skinny_rows = (skinny_parts_ & kSkinnyAbsorb) && !engine_gemms_ && skinny_gemm_supported(filled, d) &&
-                           skinny_gemm_supported(filled, in);
-  if (skinny_rows) {
-    LS_RETURN_IF_ERROR(launch_skinny(SkinnyGemm{absorb_.features.data(), static_cast<int>(filled), in,
-                                         weights_.fc.values.data(), d, absorb_.fused.data(), d, SkinnyEpilogue::Bf16}));
-  } else {
-    LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), filled, weights_.fc.values.data(), d, in, absorb_.fused.data(),
-                            false, d));
-  }
+  LS_RETURN_IF_ERROR(gemm(absorb_.features.data(), filled, weights_.fc.values.data(), d, in, absorb_.fused.data(),
+                          false, d));
   LS_RETURN_IF_ERROR(rms_norm(absorb_.fused.data(), filled, d, weights_.hidden_norm.data(), c.norm_eps,
                               absorb_.normed.data(), stream, batched_loads_));
   mark("absorb fc + norm");
   if (fused_absorb_) {
     // Every layer's K and V in one GEMM, then one launch norms and rotates the keys and puts K and V in place.
-    if (skinny_rows) {
-      LS_RETURN_IF_ERROR(launch_skinny(SkinnyGemm{absorb_.normed.data(), static_cast<int>(filled), d,
-                                           weights_.context_kv_proj.values.data(), layers * 2 * kv,
-                                           absorb_.context_kv.data(), layers * 2 * kv, SkinnyEpilogue::Bf16}));
-    } else {
-      LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, weights_.context_kv_proj.values.data(),
-                              layers * 2 * kv, d, absorb_.context_kv.data(), false, layers * 2 * kv));
-    }
+    LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, weights_.context_kv_proj.values.data(), layers * 2 * kv, d,
+                            absorb_.context_kv.data(), false, layers * 2 * kv));
     AbsorbHeads heads;
     heads.kv = absorb_.context_kv.data();
     heads.rows = filled;

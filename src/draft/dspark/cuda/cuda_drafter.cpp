@@ -111,12 +111,6 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
     d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
   }
-  // Session 15's trial pins (the skinny GEMMs' parts mask, K splits, pipelining).
-  if (const char* parts = std::getenv("LS_DRAFTER_SKINNY_PARTS"); parts && *parts) d.skinny_parts_ = std::atoi(parts);
-  if (const char* splits = std::getenv("LS_DRAFTER_SKINNY_SPLITS"); splits && *splits) {
-    d.skinny_k_splits_ = std::clamp(std::atoi(splits), 1, kSkinnyMaxSplits);
-  }
-  pin("LS_DRAFTER_SKINNY_PIPELINE", d.skinny_pipelined_);
   if (const char* megabytes = std::getenv("LS_DRAFTER_L2_PREFETCH_MB"); megabytes && *megabytes) {
     d.l2_prefetch_bytes_ = std::max<int64_t>(0, std::atoll(megabytes)) << 20;
   }

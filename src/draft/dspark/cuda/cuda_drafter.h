@@ -2,7 +2,6 @@
 // pass per draft() call, the Markov scan as a fixed sequence of launches per slot, one copy of the results back.
 #pragma once
 
-#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <map>
@@ -213,37 +212,24 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   // Every GEMM of up to 16 rows through skinny_gemm (tensor cores, W streamed once, SwiGLU in the gate/up epilogue,
-  // residual + norm after o_proj and down_proj) or none (session 4's batch B timed that whole skinny pass at 0.904
-  // ms against 0.533 at 1 stream; its residual-norm epilogue is a serial chain of loads in one CTA). (Session 4's
-  // batch A ran a build whose x loads ptxas had hoisted above the programmatic wait: drafts differed between
-  // identical streams.)
-  void set_skinny_gemms(bool on) { set_skinny_parts(on ? kSkinnyPlain | kSkinnySwiglu | kSkinnyResidualNorm : 0); }
+  // o_proj and down_proj then the norm launch) or none (session 4's batch B timed a whole skinny pass at 0.904 ms
+  // against 0.533 at 1 stream). (Session 4's batch A ran a build whose x loads ptxas had hoisted above the
+  // programmatic wait: drafts differed between identical streams.)
+  void set_skinny_gemms(bool on) { set_skinny_parts(on ? kSkinnyPlain | kSkinnySwiglu | kSkinnyThenNorm : 0); }
   // Which GEMMs of up to 16 rows take skinny_gemm (bench A/B, session 6): kSkinnyPlain the plain ones (q/k/v, head U),
-  // kSkinnySwiglu gate/up with the SwiGLU epilogue, kSkinnyResidualNorm o/down with the residual-norm epilogue,
-  // kSkinnyThenNorm o/down as a plain skinny GEMM then the residual_norm launch; 0 = cuBLAS everywhere. The default,
+  // kSkinnySwiglu gate/up with the SwiGLU epilogue, kSkinnyThenNorm o/down as a plain skinny GEMM then the
+  // residual_norm launch; 0 = cuBLAS everywhere. (Bit 4, o/down with the norm in the launch's last CTA, lost in s6A
+  // and s15A and is gone since session 15.) The default,
   // kSkinnyThenNorm, by batch s6A at 1 stream (graphed block pass 0.480 ms against cuBLAS's 0.492; gate/up + SwiGLU
   // skinny 0.504).
   // (Session 7's kSkinnyWide, two W tiles a CTA, and kSkinnyTall, up to 48 rows, lost both batches: removed.)
-  // Session 15 (on trial, off): kSkinnyQkv the block pass's q/k/v GEMM alone (not the head), kSkinnyAbsorb
-  // absorb_device()'s fc and K/V GEMMs (chunks of <= 16 rows); LS_DRAFTER_SKINNY_PARTS=N at load sets the mask.
-  static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyResidualNorm = 4, kSkinnyThenNorm = 8;
-  static constexpr int kSkinnyQkv = 16, kSkinnyAbsorb = 32;
+  static constexpr int kSkinnyPlain = 1, kSkinnySwiglu = 2, kSkinnyThenNorm = 8;
   static constexpr int kDefaultSkinnyParts = kSkinnyThenNorm;
   void set_skinny_parts(int parts) {
     skinny_parts_ = parts;
     graphs_.clear();
   }
   int skinny_parts() const { return skinny_parts_; }
-  // Session 15 (on trial; 1 / false = the old kernel): the skinny GEMMs' K split over `k_splits` CTAs a column tile
-  // (1..kSkinnyMaxSplits, partials folded in split order by the tile's last CTA) and each warp's next piece loaded
-  // before this one's products; LS_DRAFTER_SKINNY_SPLITS / LS_DRAFTER_SKINNY_PIPELINE at load.
-  void set_skinny_split(int k_splits, bool pipelined) {
-    skinny_k_splits_ = std::clamp(k_splits, 1, kSkinnyMaxSplits);
-    skinny_pipelined_ = pipelined;
-    graphs_.clear();
-  }
-  int skinny_k_splits() const { return skinny_k_splits_; }
-  bool skinny_pipelined() const { return skinny_pipelined_; }
   // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
   // default) or the unfused sequence (the reference the fused one is tested against).
   // The project's GemmEngine for GEMMs of up to 16 rows instead of cuBLAS (bench/test pin; off by default).
@@ -384,11 +370,9 @@ class CudaDsparkDrafter final : public Drafter {
   Status gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d, bf16_t* stacked,
                      bf16_t* y);
   // projected [rows, d] = x [rows, k] W^T (W [d, k]), then hidden += projected and normed = rms_norm(hidden) with
-  // `weight`: the skinny GEMM's residual-norm epilogue, or the GEMM then residual_norm.
+  // `weight`: the GEMM (skinny or cuBLAS) then residual_norm.
   Status gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k, bf16_t* projected,
                             bf16_t* hidden, const float* weight, bf16_t* normed);
-  // skinny_gemm with this drafter's K split and pipelining (session 15) and its programmatic launch.
-  Status launch_skinny(SkinnyGemm args);
 
   DsparkConfig config_;
   DrafterOptions options_;
@@ -434,8 +418,6 @@ class CudaDsparkDrafter final : public Drafter {
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
   int skinny_parts_ = kDefaultSkinnyParts;
-  int skinny_k_splits_ = 1;
-  bool skinny_pipelined_ = false;
   bool engine_gemms_ = false;
   bool tuned_gemms_ = false;
   TunedGemms tuned_;

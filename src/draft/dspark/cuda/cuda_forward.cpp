@@ -14,8 +14,9 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
   if (rows == 0) return ok_status();
   if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ &&
       skinny_gemm_supported(rows, w_cols)) {
-    return launch_skinny(SkinnyGemm{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
-                             y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16});
+    const SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
+                          y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
+    return skinny_gemm(args, programmatic_, stream_.get());
   }
   if (engine_gemms_ && rows <= 16 && ldy == w_rows && w_cols % 8 == 0) {
     static_assert(sizeof(bf16) == sizeof(bf16_t));
@@ -52,36 +53,14 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
 Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
                                              bf16_t* projected, bf16_t* hidden, const float* weight, bf16_t* normed) {
   if (rows == 0) return ok_status();
-  if ((skinny_parts_ & kSkinnyResidualNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
-    SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::ResidualNorm};
-    args.hidden = hidden;
-    args.norm_weight = weight;
-    args.eps = config_.norm_eps;
-    args.normed = normed;
-    args.ticket = scratch_.gemm_ticket.data();
-    return launch_skinny(args);
-  }
   if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
-    LS_RETURN_IF_ERROR(
-        launch_skinny(SkinnyGemm{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16}));
+    const SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16};
+    LS_RETURN_IF_ERROR(skinny_gemm(args, programmatic_, stream_.get()));
   } else {
     LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d, false));
   }
   return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get(), false,
                        batched_loads_);
-}
-
-Status CudaDsparkDrafter::launch_skinny(SkinnyGemm args) {
-  // The split needs its scratch sized for this launch's tiles (reserve_scratch sizes it for the drafter's GEMMs).
-  const int64_t tiles = skinny_gemm_tiles(args.n, args.epilogue);
-  if (skinny_k_splits_ > 1 && scratch_.split_tickets.size() >= static_cast<size_t>(tiles) &&
-      scratch_.split_partials.size() >= static_cast<size_t>(skinny_split_floats(tiles, skinny_k_splits_))) {
-    args.k_splits = skinny_k_splits_;
-    args.split_partials = scratch_.split_partials.data();
-    args.split_tickets = scratch_.split_tickets.data();
-  }
-  args.pipelined = skinny_pipelined_;
-  return skinny_gemm(args, programmatic_, stream_.get());
 }
 
 BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
@@ -172,14 +151,8 @@ Status CudaDsparkDrafter::block_pass(int count) {
     const DeviceLayerWeights& layer = weights_.layers[index];
     // [q | k | v] = u [q_proj; k_proj; v_proj]^T in one GEMM (into the gate/up buffer, free until the FFN); the
     // heads kernel norms and rotates q and k, writes the block K/V into each cache after its context.
-    if ((skinny_parts_ & kSkinnyQkv) && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
-      LS_RETURN_IF_ERROR(launch_skinny(SkinnyGemm{s.normed.data(), static_cast<int>(rows), d,
-                                                  layer.qkv_proj.values.data(), q + 2 * kv, s.up.data(), q + 2 * kv,
-                                                  SkinnyEpilogue::Bf16}));
-    } else {
-      LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.qkv_proj.values.data(), q + 2 * kv, d, s.up.data(), false,
-                              q + 2 * kv));
-    }
+    LS_RETURN_IF_ERROR(gemm(s.normed.data(), rows, layer.qkv_proj.values.data(), q + 2 * kv, d, s.up.data(), false,
+                            q + 2 * kv));
     mark("q/k/v/o GEMMs");
     QkvHeads heads;
     heads.qkv = s.up.data();

@@ -74,17 +74,6 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
   LS_RETURN_IF_ERROR(s.scan_partials.allocate(n * fused_scan_chunks(c.vocab_size), "scan partials", counted));
   LS_RETURN_IF_ERROR(s.scan_tickets.upload(std::vector<unsigned int>(fused_scan_groups(static_cast<int>(n)), 0u),
                                            "scan tickets", counted));
-  if (s.gemm_ticket.size() == 0) LS_RETURN_IF_ERROR(s.gemm_ticket.upload({0u}, "gemm ticket", counted));
-  if (s.split_tickets.size() == 0) {
-    // The K-split skinny GEMMs' widest launch: q/k/v, o/down or the absorb's every-layer K/V (session 15).
-    const int64_t widest = std::max<int64_t>({int64_t{c.q_size()} + 2 * c.kv_size(), int64_t{c.hidden_size},
-                                              int64_t{c.num_layers} * 2 * c.kv_size()});
-    const int64_t tiles = skinny_gemm_tiles(widest, SkinnyEpilogue::Bf16);
-    LS_RETURN_IF_ERROR(s.split_partials.allocate(static_cast<size_t>(skinny_split_floats(tiles, kSkinnyMaxSplits)),
-                                                 "skinny split partials", counted));
-    LS_RETURN_IF_ERROR(s.split_tickets.upload(std::vector<unsigned int>(static_cast<size_t>(tiles), 0u),
-                                              "skinny split tickets", counted));
-  }
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
   if (block_attention_tile_supported(c.block_size, dims)) {
     const int most = static_cast<int>(requests);
@@ -142,8 +131,7 @@ Status CudaDsparkDrafter::poison_scratch_for_test() {
     LS_CUDA_TRY(cudaMemsetAsync(buffer->data(), 0xff, buffer->bytes(), stream_.get()));
   }
   for (TrackedBuffer<float>* buffer :
-       {&s.base_logits, &s.markov_logits, &absorb_.taps, &s.attention_stats, &s.attention_partials,
-        &s.split_partials}) {
+       {&s.base_logits, &s.markov_logits, &absorb_.taps, &s.attention_stats, &s.attention_partials}) {
     if (buffer->size() == 0) continue;
     LS_CUDA_TRY(cudaMemsetAsync(buffer->data(), 0xff, buffer->bytes(), stream_.get()));
   }

@@ -71,9 +71,6 @@ struct DeviceBlockScratch {
   TrackedBuffer<float> markov_logits;                // [requests, V]
   TrackedBuffer<ScanPartial> scan_partials;          // [requests, fused_scan_chunks(V)] the fused scan's chunk picks
   TrackedBuffer<unsigned int> scan_tickets;          // [fused_scan_groups(requests)] zero between steps
-  TrackedBuffer<unsigned int> gemm_ticket;           // [1] the skinny residual-norm GEMMs' counter (zero between)
-  TrackedBuffer<float> split_partials;    // skinny_split_floats(tiles, kSkinnyMaxSplits): the K-split GEMMs' sums
-  TrackedBuffer<unsigned int> split_tickets;  // [tiles] their per-tile counters, zero between launches
   TrackedBuffer<ScanPartial> persistent_partials;   // [gamma + 1, group, grid] + 1 the persistent scan's CTA picks
   TrackedBuffer<unsigned int> scan_barrier;          // [2] the persistent scan's barrier and timed-out flag
   TrackedBuffer<float> attention_stats, attention_partials;  // the split attention's (split_attention_*_floats)

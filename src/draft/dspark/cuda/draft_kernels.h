@@ -197,10 +197,9 @@ Status prefetch_l2_spans(std::span<const L2PrefetchSpan> spans, bool planted_sto
 // y [rows, n] = x [rows, k] W^T (W [n, k] bf16, fp32 accumulate) for rows <= 48 on the tensor cores, W streamed once
 // (the drafter's GEMMs at one or two requests). Epilogues: bf16 or fp32 y with leading dimension ldy, or SwiGLU of the
 // stacked gate/up W [2F, k]: y [rows, F] = swiglu(bf16(x gate^T), bf16(x up^T)) (the bits of the GEMM's bf16 output
-// followed by swiglu_stacked), or ResidualNorm: y bf16 [rows, n], then the launch's last CTA (a ticket counter, reset
-// by it) adds y into `hidden` and norms it into `normed` (the bits of residual_norm). The K summation order differs
-// from cuBLAS (not batch invariant; drafts only).
-enum class SkinnyEpilogue { Bf16, F32, Swiglu, ResidualNorm };
+// followed by swiglu_stacked). The K summation order differs from cuBLAS (not batch invariant; drafts only). (The
+// residual + norm by the launch's last CTA lost in s6A and s15A, a serial tail the norm launch has not: removed.)
+enum class SkinnyEpilogue { Bf16, F32, Swiglu };
 struct SkinnyGemm {
   const bf16_t* x = nullptr;  // [rows, k]
   int rows = 0;
@@ -210,34 +209,12 @@ struct SkinnyGemm {
   void* y = nullptr;  // [rows, ldy] bf16 or fp32
   int64_t ldy = 0;
   SkinnyEpilogue epilogue = SkinnyEpilogue::Bf16;
-  // ResidualNorm only.
-  bf16_t* hidden = nullptr;             // [rows, n] x += y
-  const float* norm_weight = nullptr;   // [n]
-  float eps = 0;
-  bf16_t* normed = nullptr;             // [rows, n] rms_norm(x)
-  unsigned int* ticket = nullptr;       // one counter, zero between launches
-  // K split over CTAs (session 15): grid (tiles, k_splits); each split's warp-ordered sums go to `split_partials`
-  // [k_splits, tiles, 16, 16] fp32 and each tile's last CTA (its counter in `split_tickets` [tiles], zero between
-  // launches, reset by it) adds the splits in split order, then runs the epilogue: one fixed order whatever CTA
-  // finishes last. 1 = the warps of one CTA split K alone (the old kernel).
-  int k_splits = 1;
-  float* split_partials = nullptr;
-  unsigned int* split_tickets = nullptr;
-  // Each warp issues its next piece's W loads before this piece's products (the same products in the same order).
-  bool pipelined = false;
-  bool planted_fold = false;  // tests only: the fold leaves the last split out
+  bool planted_stale_piece = false;     // tests only: each warp's later pieces reuse its first piece's W loads
 };
 // Up to 16 rows (one request's block). (Session 7's two W tiles a CTA and 48-row x tiles were slower in both
 // batches and are gone since session 8.)
 inline constexpr int kSkinnyMaxRows = 16;
 inline bool skinny_gemm_supported(int64_t rows, int64_t k) { return rows >= 1 && rows <= kSkinnyMaxRows && k % 8 == 0; }
-inline constexpr int kSkinnyMaxSplits = 8;
-// Column tiles of a launch (a CTA each, times k_splits): 16 output columns, or 8 gate + 8 up columns for SwiGLU.
-inline int64_t skinny_gemm_tiles(int64_t n, SkinnyEpilogue epilogue) {
-  return epilogue == SkinnyEpilogue::Swiglu ? (n / 2 + 7) / 8 : (n + 15) / 16;
-}
-// Floats of `split_partials` for `tiles` tiles split `splits` ways (16 rows x 16 tile columns a CTA).
-inline int64_t skinny_split_floats(int64_t tiles, int splits) { return tiles * splits * 256; }
 // `programmatic`: launched to overlap the previous kernel's tail (its W loads go first; x is read after the wait).
 Status skinny_gemm(const SkinnyGemm& args, bool programmatic, cudaStream_t stream);
 

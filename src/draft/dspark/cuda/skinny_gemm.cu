@@ -6,10 +6,10 @@
 // m16n8k16 mmas), and x's B registers are loaded with the same permutation, so the products are the same and only
 // the fp32 summation order differs from cuBLAS (the drafter's GEMMs need not be batch invariant: drafts change speed,
 // never tokens). The warps' sums meet in shared memory in warp order, then the epilogue: bf16, fp32, or SwiGLU of
-// the stacked gate/up output (the bits of gemm + swiglu_stacked), or bf16 then residual + RMSNorm by the last CTA.
+// the stacked gate/up output (the bits of gemm + swiglu_stacked).
 // Every W load is issued before the kernel waits for the previous one (programmatic dependent launch, sm_90): W is
-// never written, x is read only after the wait. Session 15: K split over CTAs too (fp32 partials folded in split
-// order by each tile's last CTA), and each warp's next piece loaded before its products (pipelined).
+// never written, x is read only after the wait, and each warp issues its next piece's W loads before this piece's
+// products (session 15, batch s15A: graphed block pass 0.3692 -> 0.3636 ms at 1 stream; a K split over CTAs lost).
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/features.h"
 #include "draft/dspark/cuda/draft_kernels.h"
@@ -60,13 +60,11 @@ __device__ __forceinline__ void load_piece(PieceLoads& loads, const bf16_t* wa, 
   }
 }
 
-// NT x-row tiles of 8 (rows <= 8 NT); WARPS warps split the CTA's share of K (all of K, or split blockIdx.y's
-// pieces when gridDim.y > 1). W row r of the CTA's tile: output column first + r, or for SwiGLU r < 8 the gate
-// column c0 + r and r >= 8 the up column F + c0 + r - 8. PIPELINED: the next piece's loads before this one's products.
-template <int NT, int WARPS, SkinnyEpilogue EPILOGUE, bool PIPELINED>
+// NT x-row tiles of 8 (rows <= 8 NT); WARPS warps split K in pieces. W row r of the CTA's tile: output column
+// first + r, or for SwiGLU r < 8 the gate column c0 + r and r >= 8 the up column F + c0 + r - 8.
+template <int NT, int WARPS, SkinnyEpilogue EPILOGUE>
 __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) {
   __shared__ float partial[WARPS][8 * NT][16];  // [warp][x row][W row of the CTA's tile]
-  __shared__ int last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int g = lane / 4, t = lane % 4;
   const bool swiglu = EPILOGUE == SkinnyEpilogue::Swiglu;
@@ -79,25 +77,19 @@ __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) 
   const bf16_t* wa = args.w + (a_inside ? row_a : 0) * args.k;
   const bf16_t* wb = args.w + (b_inside ? row_b : 0) * args.k;
   const int64_t pieces = (args.k + kPiece - 1) / kPiece;
-  // Split s takes pieces [s per, (s + 1) per) (the last one fewer, or none).
-  const int splits = static_cast<int>(gridDim.y);
-  const int64_t per_split = (pieces + splits - 1) / splits;
-  const int64_t begin = blockIdx.y * per_split;
-  const int64_t end = begin + per_split < pieces ? begin + per_split : pieces;
   let_next_kernel_start();
   float acc[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   bool waited = false;
   PieceLoads loads;
-  int64_t piece = begin + warp;
-  if (piece < end) load_piece(loads, wa, wb, a_inside, b_inside, piece, args.k, t);
-  for (; piece < end; piece += WARPS) {
+  int64_t piece = warp;
+  if (piece < pieces) load_piece(loads, wa, wb, a_inside, b_inside, piece, args.k, t);
+  for (; piece < pieces; piece += WARPS) {
+    // The next piece's loads go out before this piece's products (the same products in the same order).
     const int64_t next = piece + WARPS;
     PieceLoads ahead;
-    if constexpr (PIPELINED) {
-      if (next < end) load_piece(ahead, wa, wb, a_inside, b_inside, next, args.k, t);
-    }
+    if (next < pieces) load_piece(ahead, wa, wb, a_inside, b_inside, next, args.k, t);
     if (!waited) {
       wait_for_previous_kernel();
       waited = true;
@@ -114,13 +106,7 @@ __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) 
         mma(acc[n], loads.a[s].z, loads.b[s].z, loads.a[s].w, loads.b[s].w, x.z, x.w);
       }
     }
-    if (next < end) {
-      if constexpr (PIPELINED) {
-        loads = ahead;
-      } else {
-        load_piece(loads, wa, wb, a_inside, b_inside, next, args.k, t);
-      }
-    }
+    if (next < pieces && !args.planted_stale_piece) loads = ahead;
   }
   if (!waited) wait_for_previous_kernel();
   // acc[n]: c0 = (W row g, x row 8n + 2t), c1 = (g, 8n + 2t + 1), c2 = (g + 8, 8n + 2t), c3 = (g + 8, 8n + 2t + 1).
@@ -132,45 +118,18 @@ __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) 
     partial[warp][8 * n + 2 * t + 1][g + 8] = acc[n][3];
   }
   __syncthreads();
-  int summed_warps = WARPS;  // partial[0 .. summed_warps) add up to the tile's sums
-  if (splits > 1) {
-    // This split's sums (warp order) to its slot; the tile's last CTA adds every split's in split order.
-    const int64_t tiles = gridDim.x;
-    float* slots = args.split_partials + static_cast<int64_t>(blockIdx.x) * 256;
-    for (int o = threadIdx.x; o < 8 * NT * 16; o += blockDim.x) {
-      const int r = o / 16, c = o % 16;
-      float sum = partial[0][r][c];
-      for (int w = 1; w < WARPS; ++w) sum += partial[w][r][c];
-      __stcg(slots + blockIdx.y * tiles * 256 + o, sum);
-    }
-    __threadfence();  // this split's sums visible device-wide before its ticket
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(args.split_tickets + blockIdx.x, 1u) == static_cast<unsigned>(splits - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) args.split_tickets[blockIdx.x] = 0;  // ready for the next launch (which waits for this one)
-    const int folded = args.planted_fold ? splits - 1 : splits;
-    for (int o = threadIdx.x; o < 8 * NT * 16; o += blockDim.x) {
-      float sum = __ldcg(slots + o);
-      for (int split = 1; split < folded; ++split) sum += __ldcg(slots + split * tiles * 256 + o);
-      partial[0][o / 16][o % 16] = sum;
-    }
-    __syncthreads();
-    summed_warps = 1;
-  }
   const int cols = swiglu ? 8 : 16;  // output columns of the CTA
   const int outputs = 8 * NT * cols;
   for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
     const int r = o / cols, c = o % cols;
     if (r >= args.rows) continue;
     float sum = partial[0][r][c];
-    for (int w = 1; w < summed_warps; ++w) sum += partial[w][r][c];
+    for (int w = 1; w < WARPS; ++w) sum += partial[w][r][c];
     const int64_t column = first + c;
     if constexpr (EPILOGUE == SkinnyEpilogue::Swiglu) {
       if (column >= half) continue;
       float up = partial[0][r][c + 8];
-      for (int w = 1; w < summed_warps; ++w) up += partial[w][r][c + 8];
+      for (int w = 1; w < WARPS; ++w) up += partial[w][r][c + 8];
       static_cast<bf16_t*>(args.y)[r * args.ldy + column] =
           swiglu_value(__bfloat162float(__float2bfloat16_rn(sum)), __bfloat162float(__float2bfloat16_rn(up)));
     } else if constexpr (EPILOGUE == SkinnyEpilogue::F32) {
@@ -179,26 +138,12 @@ __global__ void __launch_bounds__(WARPS * kWarp) skinny_kernel(SkinnyGemm args) 
       if (column < args.n) static_cast<bf16_t*>(args.y)[r * args.ldy + column] = __float2bfloat16_rn(sum);
     }
   }
-  if constexpr (EPILOGUE == SkinnyEpilogue::ResidualNorm) {
-    __threadfence();  // this CTA's columns of y are visible device-wide before its ticket
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(args.ticket, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) *args.ticket = 0;  // ready for the next launch (which waits for this one)
-    // A warp per row (the rows at once), each with the bits of residual_norm's CTA.
-    for (int r = threadIdx.x / kWarp; r < args.rows; r += WARPS) {
-      residual_norm_row_warp(args.hidden, static_cast<const bf16_t*>(args.y), r, args.n, args.norm_weight, args.eps,
-                             args.normed);
-    }
-  }
 }
 
-template <int NT, int WARPS, SkinnyEpilogue EPILOGUE, bool PIPELINED>
-Status launch(const SkinnyGemm& args, int64_t tiles, bool programmatic, cudaStream_t stream) {
+template <int NT, int WARPS, SkinnyEpilogue EPILOGUE>
+Status launch(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned int>(tiles), static_cast<unsigned int>(args.k_splits));
+  config.gridDim = dim3(static_cast<unsigned int>(ctas));
   config.blockDim = dim3(WARPS * kWarp);
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
@@ -206,60 +151,42 @@ Status launch(const SkinnyGemm& args, int64_t tiles, bool programmatic, cudaStre
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = programmatic && ls::cuda::cuda_features().pdl ? 1 : 0;  // not on the portable sm_80 path
-  LS_CUDA_TRY(cudaLaunchKernelEx(&config, skinny_kernel<NT, WARPS, EPILOGUE, PIPELINED>, args));
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, skinny_kernel<NT, WARPS, EPILOGUE>, args));
   return ok_status();
 }
 
-// Few column tiles (o_proj, down_proj, q/k/v): 16 warps a CTA, so each SM still keeps 16 warps' loads in flight;
-// split over CTAs, 8 (more CTAs share each SM).
-template <int NT, SkinnyEpilogue EPILOGUE, bool PIPELINED>
-Status launch_warps(const SkinnyGemm& args, int64_t tiles, bool programmatic, cudaStream_t stream) {
-  if (tiles <= 512 && args.k_splits == 1) return launch<NT, 16, EPILOGUE, PIPELINED>(args, tiles, programmatic, stream);
-  return launch<NT, 8, EPILOGUE, PIPELINED>(args, tiles, programmatic, stream);
-}
-
+// Few column tiles (o_proj, down_proj, q/k/v): 16 warps a CTA, so each SM still keeps 16 warps' loads in flight.
 template <int NT, SkinnyEpilogue EPILOGUE>
-Status launch_pipelined(const SkinnyGemm& args, int64_t tiles, bool programmatic, cudaStream_t stream) {
-  if (args.pipelined) return launch_warps<NT, EPILOGUE, true>(args, tiles, programmatic, stream);
-  return launch_warps<NT, EPILOGUE, false>(args, tiles, programmatic, stream);
+Status launch_warps(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
+  if (ctas <= 512) return launch<NT, 16, EPILOGUE>(args, ctas, programmatic, stream);
+  return launch<NT, 8, EPILOGUE>(args, ctas, programmatic, stream);
 }
 
 template <SkinnyEpilogue EPILOGUE>
-Status launch_tiles(const SkinnyGemm& args, bool programmatic, cudaStream_t stream) {
-  const int64_t tiles = skinny_gemm_tiles(args.n, EPILOGUE);
-  if (args.rows <= 8) return launch_pipelined<1, EPILOGUE>(args, tiles, programmatic, stream);
-  return launch_pipelined<2, EPILOGUE>(args, tiles, programmatic, stream);
+Status launch_tiles(const SkinnyGemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
+  if (args.rows <= 8) return launch_warps<1, EPILOGUE>(args, ctas, programmatic, stream);
+  return launch_warps<2, EPILOGUE>(args, ctas, programmatic, stream);
 }
 
 }  // namespace
 
 Status skinny_gemm(const SkinnyGemm& args, bool programmatic, cudaStream_t stream) {
   if (args.rows == 0) return ok_status();
-  if (!skinny_gemm_supported(args.rows, args.k) || (args.epilogue == SkinnyEpilogue::Swiglu && args.n % 2 != 0) ||
-      (args.epilogue == SkinnyEpilogue::ResidualNorm && (args.ticket == nullptr || args.ldy != args.n))) {
+  if (!skinny_gemm_supported(args.rows, args.k) || (args.epilogue == SkinnyEpilogue::Swiglu && args.n % 2 != 0)) {
     return Status(ErrorCode::InvalidArgument,
                   "skinny_gemm takes 1.." + std::to_string(kSkinnyMaxRows) +
-                      " rows and K a multiple of 8 (SwiGLU: even n; residual norm: a ticket and ldy = n), not " +
-                      std::to_string(args.rows) + " rows, K " + std::to_string(args.k) + ", n " +
-                      std::to_string(args.n));
-  }
-  if (args.k_splits < 1 || args.k_splits > kSkinnyMaxSplits ||
-      (args.k_splits > 1 && (args.split_partials == nullptr || args.split_tickets == nullptr))) {
-    return Status(ErrorCode::InvalidArgument, "skinny_gemm splits K 1.." + std::to_string(kSkinnyMaxSplits) +
-                                                  " ways (more than one: partials and tickets), not " +
-                                                  std::to_string(args.k_splits));
+                      " rows and K a multiple of 8 (SwiGLU: even n), not " + std::to_string(args.rows) + " rows, K " +
+                      std::to_string(args.k) + ", n " + std::to_string(args.n));
   }
   switch (args.epilogue) {
     case SkinnyEpilogue::Swiglu:
-      return launch_tiles<SkinnyEpilogue::Swiglu>(args, programmatic, stream);
+      return launch_tiles<SkinnyEpilogue::Swiglu>(args, (args.n / 2 + 7) / 8, programmatic, stream);
     case SkinnyEpilogue::F32:
-      return launch_tiles<SkinnyEpilogue::F32>(args, programmatic, stream);
-    case SkinnyEpilogue::ResidualNorm:
-      return launch_tiles<SkinnyEpilogue::ResidualNorm>(args, programmatic, stream);
+      return launch_tiles<SkinnyEpilogue::F32>(args, (args.n + 15) / 16, programmatic, stream);
     case SkinnyEpilogue::Bf16:
       break;
   }
-  return launch_tiles<SkinnyEpilogue::Bf16>(args, programmatic, stream);
+  return launch_tiles<SkinnyEpilogue::Bf16>(args, (args.n + 15) / 16, programmatic, stream);
 }
 
 }  // namespace ls::dspark::cuda
