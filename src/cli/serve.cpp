@@ -55,6 +55,8 @@ int run_serve(int argc, char** argv) {
   const int64_t max_draft = opts.get_int("--max-draft", 16, "engine-wide cap on drafts per stream per round");
   const int64_t context = opts.get_int("--context", 0, "most prompt + reply tokens (0: the model's max positions)");
   const int64_t max_connections = opts.get_int("--max-connections", 256, "open HTTP connections at most");
+  const std::string api_key =
+      opts.get_string("--api-key", "", "when set, /v1/* requests need 'Authorization: Bearer KEY' (else 401)");
   const bool draft_always = opts.flag("--draft-always",
                                       "testing: draft the full depth every round whatever pricing says (same tokens)");
   if (std::optional<int> code = opts.conclude("lanespark serve", "lanespark serve: an OpenAI-compatible server"))
@@ -86,6 +88,7 @@ int run_serve(int argc, char** argv) {
     return fail(Status(ErrorCode::NotFound, "the server needs " + setup.model_dir + "/tokenizer.json"));
   server::ServedModel model;
   model.name = served_name.empty() ? default_model_name(setup.model_dir) : served_name;
+  model.api_key = api_key;
   model.tokenizer = &**tokenizer;
   Result<text::ChatTemplate> chat_template = text::ChatTemplate::from_tokenizer(**tokenizer);
   if (chat_template.ok()) model.chat_template = std::move(chat_template).value();

@@ -42,6 +42,10 @@ void OpenAiRoutes::handle(const HttpRequest& request, HttpResponder& responder) 
   const bool post = request.method == "POST";
   const std::string models_prefix = "/v1/models/";
   if (path == "/health" && get) return responder.send(200, kJson, health_body(engine_.counters())), void();
+  if (!model_.api_key.empty() &&
+      request.header("authorization").value_or("") != "Bearer " + model_.api_key)
+    return send_error(responder, ApiError{401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
+                                          "invalid_request_error", "", "invalid_api_key"});
   if (path == "/v1/models" && get) return responder.send(200, kJson, models_body(model_)), void();
   if (path.starts_with(models_prefix) && get) {
     if (path.substr(models_prefix.size()) == model_.name) return responder.send(200, kJson, model_body(model_)), void();

@@ -78,7 +78,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def plain():
-    server = Server()
+    server = Server("--api-key", "none")  # the openai clients of these tests send api_key "none"
     yield server
     server.stop()
 
@@ -133,6 +133,16 @@ def test_models_and_health(drafted):
     assert status == 200 and body["status"] == "ok"
     status, body = drafted.raw("DELETE", "/v1/models")
     assert status == 405 and body["error"]["code"] == "method_not_allowed"
+
+
+def test_an_api_key_is_required_when_set(plain, drafted):
+    status, body = plain.raw("GET", "/v1/models")
+    assert status == 401 and body["error"]["code"] == "invalid_api_key"
+    assert plain.raw("GET", "/health")[0] == 200  # health checks need no key
+    wrong = openai.OpenAI(base_url=f"http://127.0.0.1:{plain.port}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+    assert drafted.raw("GET", "/v1/models")[0] == 200  # no --api-key: no check
 
 
 def test_replies_are_real_text_with_usage(alone):
