@@ -210,8 +210,12 @@ void HttpServer::serve_connection(Connection& connection) {
     HttpRequest& request = *parsed;
     Result<size_t> body_length = request_body_length(request);
     if (!body_length.ok()) {
-      reply_error(socket, body_length.status().message().find("over the limit") != std::string::npos ? 413 : 400,
-                  body_length.status().message());
+      reply_error(socket, 400, body_length.status().message());
+      break;
+    }
+    if (*body_length > kMaxBodyBytes) {
+      reply_error(socket, 413, "request body of " + std::to_string(*body_length) + " bytes is over the limit of " +
+                                   std::to_string(kMaxBodyBytes));
       break;
     }
     if (*body_length > 0 && request.header("expect").value_or("") == "100-continue") {

@@ -266,6 +266,14 @@ def test_malformed_http_gets_a_400_in_the_error_shape(drafted, data):
     assert drafted.raw("GET", "/health")[0] == 200
 
 
+def test_a_body_over_the_limit_gets_a_413_before_it_is_read(drafted):
+    reply = exchange(drafted, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n")
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 "), reply
+    assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
+    assert drafted.raw("GET", "/health")[0] == 200
+
+
 def test_one_connection_carries_several_requests(drafted):
     body = json.dumps({"model": MODEL, "prompt": "x = ", "max_tokens": 3, "temperature": 0}).encode()
     request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
