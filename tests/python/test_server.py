@@ -282,3 +282,34 @@ def test_one_connection_carries_several_requests(drafted):
     reply = exchange(drafted, request + request + closing)  # pipelined; the last asks to close
     assert reply.count(b"HTTP/1.1 200 OK") == 3, reply
     assert reply.count(b"Connection: close") == 1
+
+
+def refusal(*args):
+    """(exit code, stderr) of a `lanespark serve` that must stop before serving."""
+    result = subprocess.run([BIN, "serve", "--model", str(TARGET), *args], capture_output=True, text=True, timeout=120)
+    return result.returncode, result.stderr
+
+
+@pytest.mark.parametrize("args, name", [
+    (["--port", "70000"], "InvalidArgument"),
+    (["--threads", "0"], "InvalidArgument"),
+    (["--device", "tpu"], "InvalidArgument"),
+    (["--drafter", str(DRAFTER), "--drafter-bits", "4"], "UnsupportedDraftBits"),
+], ids=["port", "threads", "device", "drafter-bits"])
+def test_bad_flags_are_refused_by_name(args, name):
+    code, log = refusal(*args)
+    assert code != 0 and name in log, log
+
+
+def test_a_model_without_a_tokenizer_is_refused_before_its_weights_load(tmp_path):
+    (tmp_path / "config.json").write_text((TARGET / "config.json").read_text())
+    result = subprocess.run([BIN, "serve", "--model", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "NotFound" in result.stderr and "tokenizer.json" in result.stderr
+
+
+def test_a_taken_port_is_refused_by_name():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code, log = refusal("--port", str(taken.getsockname()[1]))
+    assert code == 1 and "IoError" in log and "cannot listen" in log, log
