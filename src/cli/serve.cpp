@@ -79,7 +79,7 @@ int run_serve(int argc, char** argv) {
   setup.drafter_bits = static_cast<int>(drafter_bits);
   setup.max_streams = static_cast<int>(max_streams);
 
-  // Refusals before any weight: config, tokenizer, chat template.
+  // Refusals before any weight: config, tokenizer, chat template, the port.
   Result<io::ModelConfig> config = io::read_model_config(setup.model_dir);
   if (!config.ok()) return fail(config.status());
   Result<std::optional<text::Tokenizer>> tokenizer = load_tokenizer_if_present(setup.model_dir);
@@ -95,6 +95,18 @@ int run_serve(int argc, char** argv) {
   else model.chat_template_error = chat_template.status().to_string();
   model.context_length = context > 0 ? std::min<int64_t>(context, config->max_position) : config->max_position;
   setup.max_rows = static_cast<int>(std::min<int64_t>(model.context_length, 8192));
+
+  server::HttpServerOptions http_options;
+  http_options.host = host;
+  http_options.port = static_cast<int>(port);
+  http_options.max_connections = static_cast<int>(max_connections);
+  Result<std::unique_ptr<server::HttpServer>> http =
+      server::HttpServer::listen(http_options, [](int status, std::string_view message) {
+        return server::error_body(server::ApiError{status, std::string(message),
+                                                   status >= 500 ? "server_error" : "invalid_request_error", "", ""});
+      });
+  if (!http.ok()) return fail(http.status());
+  server::HttpServer& server = **http;
 
   Result<LoadedModels> models = load_models(setup);
   if (!models.ok()) return fail(models.status());
@@ -112,20 +124,6 @@ int run_serve(int argc, char** argv) {
 
   server::Engine engine(**lanes);
   server::OpenAiRoutes routes(model, engine);
-  server::HttpServerOptions http_options;
-  http_options.host = host;
-  http_options.port = static_cast<int>(port);
-  http_options.max_connections = static_cast<int>(max_connections);
-  Result<std::unique_ptr<server::HttpServer>> http = server::HttpServer::listen(
-      http_options, [&routes](const server::HttpRequest& request, server::HttpResponder& responder) {
-        routes.handle(request, responder);
-      },
-      [](int status, std::string_view message) {
-        return server::error_body(server::ApiError{status, std::string(message),
-                                                   status >= 500 ? "server_error" : "invalid_request_error", "", ""});
-      });
-  if (!http.ok()) return fail(http.status());
-  server::HttpServer& server = **http;
 
   std::thread watcher([&server, signals] {
     int received = 0;
@@ -137,7 +135,9 @@ int run_serve(int argc, char** argv) {
   std::fprintf(stderr, "lanespark serve: model '%s' (%s%s), listening on http://%s:%d\n", model.name.c_str(),
                setup.model_dir.c_str(), drafter_note.c_str(), host.c_str(), server.port());
   std::fflush(stderr);
-  server.serve();
+  server.serve([&routes](const server::HttpRequest& request, server::HttpResponder& responder) {
+    routes.handle(request, responder);
+  });
   watcher.join();
   std::fprintf(stderr, "lanespark serve: stopped\n");
   return 0;

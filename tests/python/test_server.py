@@ -307,9 +307,10 @@ def test_a_model_without_a_tokenizer_is_refused_before_its_weights_load(tmp_path
     assert result.returncode == 1 and "NotFound" in result.stderr and "tokenizer.json" in result.stderr
 
 
-def test_a_taken_port_is_refused_by_name():
+def test_a_taken_port_is_refused_by_name_before_the_model_loads():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        code, log = refusal("--port", str(taken.getsockname()[1]))
+        code, log = refusal("--port", str(taken.getsockname()[1]), "--drafter", str(DRAFTER))
     assert code == 1 and "IoError" in log and "cannot listen" in log, log
+    assert "drafter:" not in log, log  # load_models prints it once the drafter is loaded
