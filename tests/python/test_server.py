@@ -182,6 +182,18 @@ def test_a_stop_string_ends_the_reply_before_it(drafted, alone):
         assert (reply, finish) == (expected, "stop")
 
 
+def test_a_multi_turn_chat_with_a_system_message_renders_through_the_template(drafted):
+    messages = [{"role": "system", "content": "You write Python."},
+                {"role": "user", "content": "Reverse a list."},
+                {"role": "assistant", "content": "items[::-1]"},
+                {"role": "user", "content": [{"type": "text", "text": "And a string?"}]}]
+    reply = drafted.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0)
+    # The system message and every turn reach the prompt (a one-turn chat is much shorter).
+    single = drafted.client.chat.completions.create(model=MODEL, messages=messages[-1:], max_tokens=8, temperature=0)
+    assert reply.usage.prompt_tokens > single.usage.prompt_tokens + 10
+    assert reply.choices[0].finish_reason in ("stop", "length")
+
+
 def test_usage_chunk_when_asked(drafted):
     chunks = list(drafted.client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0, stream=True,
