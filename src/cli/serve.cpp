@@ -47,7 +47,8 @@ int run_serve(int argc, char** argv) {
   const std::string host = opts.get_string("--host", "127.0.0.1", "address to listen on");
   const int64_t port = opts.get_int("--port", 8080, "port to listen on (0: any free port, printed at start)");
   const int64_t threads = opts.get_int("--threads", 1, "CPU threads");
-  const int64_t max_streams = opts.get_int("--max-streams", 16, "requests decoded together; more wait in the queue");
+  const int64_t max_streams =
+      opts.get_int("--max-streams", 64, "requests decoded together (live in the lanes); more wait in the queue");
   const std::string served_name =
       opts.get_string("--served-model-name", "", "the model id clients send (default: the model directory's name)");
   const int64_t drafter_bits =
@@ -117,6 +118,7 @@ int run_serve(int argc, char** argv) {
   WallClock clock;
   LanesOptions lanes_options;
   lanes_options.max_streams = static_cast<int>(max_streams);
+  lanes_options.max_live_streams = static_cast<int>(max_streams);
   lanes_options.max_draft = static_cast<int>(max_draft);
   lanes_options.pricing.always_draft = draft_always;
   Result<std::unique_ptr<Lanes>> lanes = Lanes::create(*models->target, models->drafter.get(), lanes_options, clock);

@@ -166,6 +166,13 @@ def test_eight_concurrent_requests_equal_each_alone(drafted, alone, draft):
         assert after["drafts_verified"] == before["drafts_verified"], (before, after)
 
 
+def test_requests_beyond_max_streams_wait_their_turn_and_get_the_same_text(drafted, alone):
+    # Both servers run --max-streams 8: 16 at once means 8 wait in the queue.
+    with concurrent.futures.ThreadPoolExecutor(2 * len(CASES)) as pool:
+        replies = list(pool.map(lambda case: ask(drafted, case), CASES + CASES))
+    assert replies == alone + alone
+
+
 def test_streamed_text_equals_the_whole_reply(drafted, alone):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         streamed = list(pool.map(lambda case: ask(drafted, case, stream=True), CASES[:4]))
