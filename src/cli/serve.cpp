@@ -47,7 +47,8 @@ int run_serve(int argc, char** argv) {
   const std::string host = opts.get_string("--host", "127.0.0.1", "address to listen on");
   const int64_t port = opts.get_int("--port", 8080, "port to listen on (0: any free port, printed at start)");
   const int64_t threads = opts.get_int("--threads", 1, "CPU threads");
-  const int64_t max_streams = opts.get_int("--max-streams", 16, "requests decoded together; more wait in the queue");
+  const int64_t max_streams =
+      opts.get_int("--max-streams", 64, "requests decoded together (live in the lanes); more wait in the queue");
   const std::string served_name =
       opts.get_string("--served-model-name", "", "the model id clients send (default: the model directory's name)");
   const int64_t drafter_bits =
@@ -55,6 +56,8 @@ int run_serve(int argc, char** argv) {
   const int64_t max_draft = opts.get_int("--max-draft", 16, "engine-wide cap on drafts per stream per round");
   const int64_t context = opts.get_int("--context", 0, "most prompt + reply tokens (0: the model's max positions)");
   const int64_t max_connections = opts.get_int("--max-connections", 256, "open HTTP connections at most");
+  const std::string api_key =
+      opts.get_string("--api-key", "", "when set, /v1/* requests need 'Authorization: Bearer KEY' (else 401)");
   const bool draft_always = opts.flag("--draft-always",
                                       "testing: draft the full depth every round whatever pricing says (same tokens)");
   if (std::optional<int> code = opts.conclude("lanespark serve", "lanespark serve: an OpenAI-compatible server"))
@@ -77,7 +80,7 @@ int run_serve(int argc, char** argv) {
   setup.drafter_bits = static_cast<int>(drafter_bits);
   setup.max_streams = static_cast<int>(max_streams);
 
-  // Refusals before any weight: config, tokenizer, chat template.
+  // Refusals before any weight: config, tokenizer, chat template, the port.
   Result<io::ModelConfig> config = io::read_model_config(setup.model_dir);
   if (!config.ok()) return fail(config.status());
   Result<std::optional<text::Tokenizer>> tokenizer = load_tokenizer_if_present(setup.model_dir);
@@ -86,12 +89,25 @@ int run_serve(int argc, char** argv) {
     return fail(Status(ErrorCode::NotFound, "the server needs " + setup.model_dir + "/tokenizer.json"));
   server::ServedModel model;
   model.name = served_name.empty() ? default_model_name(setup.model_dir) : served_name;
+  model.api_key = api_key;
   model.tokenizer = &**tokenizer;
   Result<text::ChatTemplate> chat_template = text::ChatTemplate::from_tokenizer(**tokenizer);
   if (chat_template.ok()) model.chat_template = std::move(chat_template).value();
   else model.chat_template_error = chat_template.status().to_string();
   model.context_length = context > 0 ? std::min<int64_t>(context, config->max_position) : config->max_position;
   setup.max_rows = static_cast<int>(std::min<int64_t>(model.context_length, 8192));
+
+  server::HttpServerOptions http_options;
+  http_options.host = host;
+  http_options.port = static_cast<int>(port);
+  http_options.max_connections = static_cast<int>(max_connections);
+  Result<std::unique_ptr<server::HttpServer>> http =
+      server::HttpServer::listen(http_options, [](int status, std::string_view message) {
+        return server::error_body(server::ApiError{status, std::string(message),
+                                                   status >= 500 ? "server_error" : "invalid_request_error", "", ""});
+      });
+  if (!http.ok()) return fail(http.status());
+  server::HttpServer& server = **http;
 
   Result<LoadedModels> models = load_models(setup);
   if (!models.ok()) return fail(models.status());
@@ -102,6 +118,7 @@ int run_serve(int argc, char** argv) {
   WallClock clock;
   LanesOptions lanes_options;
   lanes_options.max_streams = static_cast<int>(max_streams);
+  lanes_options.max_live_streams = static_cast<int>(max_streams);
   lanes_options.max_draft = static_cast<int>(max_draft);
   lanes_options.pricing.always_draft = draft_always;
   Result<std::unique_ptr<Lanes>> lanes = Lanes::create(*models->target, models->drafter.get(), lanes_options, clock);
@@ -109,20 +126,6 @@ int run_serve(int argc, char** argv) {
 
   server::Engine engine(**lanes);
   server::OpenAiRoutes routes(model, engine);
-  server::HttpServerOptions http_options;
-  http_options.host = host;
-  http_options.port = static_cast<int>(port);
-  http_options.max_connections = static_cast<int>(max_connections);
-  Result<std::unique_ptr<server::HttpServer>> http = server::HttpServer::listen(
-      http_options, [&routes](const server::HttpRequest& request, server::HttpResponder& responder) {
-        routes.handle(request, responder);
-      },
-      [](int status, std::string_view message) {
-        return server::error_body(server::ApiError{status, std::string(message),
-                                                   status >= 500 ? "server_error" : "invalid_request_error", "", ""});
-      });
-  if (!http.ok()) return fail(http.status());
-  server::HttpServer& server = **http;
 
   std::thread watcher([&server, signals] {
     int received = 0;
@@ -134,7 +137,9 @@ int run_serve(int argc, char** argv) {
   std::fprintf(stderr, "lanespark serve: model '%s' (%s%s), listening on http://%s:%d\n", model.name.c_str(),
                setup.model_dir.c_str(), drafter_note.c_str(), host.c_str(), server.port());
   std::fflush(stderr);
-  server.serve();
+  server.serve([&routes](const server::HttpRequest& request, server::HttpResponder& responder) {
+    routes.handle(request, responder);
+  });
   watcher.join();
   std::fprintf(stderr, "lanespark serve: stopped\n");
   return 0;

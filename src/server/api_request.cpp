@@ -66,8 +66,9 @@ class Fields {
   const Json& object_;
 };
 
-#define LS_API_TRY(expr)                                 \
-  do {                                                   \
+// Returns the refusal of `expr`, if any (the ApiError counterpart of LS_RETURN_IF_ERROR).
+#define LS_API_TRY(expr)                                                \
+  do {                                                                  \
     if (std::optional<ApiError> api_error_ = (expr)) return api_error_; \
   } while (0)
 
@@ -219,6 +220,8 @@ std::optional<ApiError> read_request(const Json& body, Endpoint endpoint, Comple
   }
   return std::nullopt;
 }
+
+#undef LS_API_TRY
 
 }  // namespace
 

@@ -88,9 +88,6 @@ Result<size_t> request_body_length(const HttpRequest& request) {
   const auto [end, error] = std::from_chars(length->data(), length->data() + length->size(), value);
   if (error != std::errc() || end != length->data() + length->size() || length->empty())
     return malformed("Content-Length '" + std::string(*length) + "' is not a number");
-  if (value > kMaxBodyBytes)
-    return malformed("request body of " + std::to_string(value) + " bytes is over the limit of " +
-                     std::to_string(kMaxBodyBytes));
   return value;
 }
 
@@ -99,6 +96,7 @@ std::string_view status_reason(int status) {
     case 100: return "Continue";
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";

@@ -35,8 +35,8 @@ struct HttpRequest {
 // Parses `head` (everything before the blank line, without it). InvalidArgument names what is malformed.
 Result<HttpRequest> parse_request_head(std::string_view head);
 
-// The body length a request head announces: 0 without Content-Length; InvalidArgument for chunked request bodies,
-// a malformed length or one over kMaxBodyBytes.
+// The body length a request head announces: 0 without Content-Length; InvalidArgument for chunked request bodies
+// or a malformed length (the server answers lengths over kMaxBodyBytes with a 413).
 Result<size_t> request_body_length(const HttpRequest& request);
 
 // "HTTP/1.1 200 OK\r\n..." through the blank line. `body_length` < 0: a chunked body follows.

@@ -63,8 +63,7 @@ bool HttpResponder::client_gone() const {
   return (entry.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
-Result<std::unique_ptr<HttpServer>> HttpServer::listen(const HttpServerOptions& options, HttpHandler handler,
-                                                       HttpErrorBody error_body) {
+Result<std::unique_ptr<HttpServer>> HttpServer::listen(const HttpServerOptions& options, HttpErrorBody error_body) {
   const std::string where = options.host + ":" + std::to_string(options.port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -94,13 +93,11 @@ Result<std::unique_ptr<HttpServer>> HttpServer::listen(const HttpServerOptions& 
   const int port = address.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
                                                  : ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
   return std::unique_ptr<HttpServer>(
-      new HttpServer(options, listener, port, std::move(handler), std::move(error_body)));
+      new HttpServer(options, listener, port, std::move(error_body)));
 }
 
-HttpServer::HttpServer(const HttpServerOptions& options, int listener, int port, HttpHandler handler,
-                       HttpErrorBody error_body)
-    : options_(options), listener_(listener), port_(port), handler_(std::move(handler)),
-      error_body_(std::move(error_body)) {}
+HttpServer::HttpServer(const HttpServerOptions& options, int listener, int port, HttpErrorBody error_body)
+    : options_(options), listener_(listener), port_(port), error_body_(std::move(error_body)) {}
 
 HttpServer::~HttpServer() {
   stopping_ = true;
@@ -108,7 +105,8 @@ HttpServer::~HttpServer() {
   if (listener_ >= 0) ::close(listener_);
 }
 
-void HttpServer::serve() {
+void HttpServer::serve(HttpHandler handler) {
+  handler_ = std::move(handler);
   while (!stopping_) {
     pollfd entry{listener_, POLLIN, 0};
     const int ready = ::poll(&entry, 1, kPollMs);
@@ -210,8 +208,12 @@ void HttpServer::serve_connection(Connection& connection) {
     HttpRequest& request = *parsed;
     Result<size_t> body_length = request_body_length(request);
     if (!body_length.ok()) {
-      reply_error(socket, body_length.status().message().find("over the limit") != std::string::npos ? 413 : 400,
-                  body_length.status().message());
+      reply_error(socket, 400, body_length.status().message());
+      break;
+    }
+    if (*body_length > kMaxBodyBytes) {
+      reply_error(socket, 413, "request body of " + std::to_string(*body_length) + " bytes is over the limit of " +
+                                   std::to_string(kMaxBodyBytes));
       break;
     }
     if (*body_length > 0 && request.header("expect").value_or("") == "100-continue") {

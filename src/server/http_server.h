@@ -56,16 +56,17 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  // Binds and listens now, so a taken port is an error before any request (IoError naming host and port).
-  static Result<std::unique_ptr<HttpServer>> listen(const HttpServerOptions& options, HttpHandler handler,
-                                                    HttpErrorBody error_body);
+  // Binds and listens now, so a taken port is an error before the model loads (IoError naming host and port);
+  // connections wait in the backlog until serve().
+  static Result<std::unique_ptr<HttpServer>> listen(const HttpServerOptions& options, HttpErrorBody error_body);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const { return port_; }
-  // Accepts connections until stop(); then closes every connection and joins its thread.
-  void serve();
+  // Accepts connections and answers each request with `handler` until stop(); then closes every connection and
+  // joins its thread.
+  void serve(HttpHandler handler);
   // Makes serve() return soon; callable from any thread.
   void stop() { stopping_ = true; }
 
@@ -76,7 +77,7 @@ class HttpServer {
     std::atomic<bool> done{false};
   };
 
-  HttpServer(const HttpServerOptions& options, int listener, int port, HttpHandler handler, HttpErrorBody error_body);
+  HttpServer(const HttpServerOptions& options, int listener, int port, HttpErrorBody error_body);
   void serve_connection(Connection& connection);
   // Reads until `buffer` holds `bytes` bytes; false on close, error, timeout or stop.
   bool read_at_least(int socket, std::string& buffer, size_t bytes, bool idle);
@@ -88,7 +89,7 @@ class HttpServer {
   HttpServerOptions options_;
   int listener_ = -1;
   int port_ = 0;
-  HttpHandler handler_;
+  HttpHandler handler_;  // set by serve()
   HttpErrorBody error_body_;
   std::atomic<bool> stopping_{false};
   std::mutex connections_mutex_;

@@ -41,32 +41,41 @@ void OpenAiRoutes::handle(const HttpRequest& request, HttpResponder& responder) 
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
   const std::string models_prefix = "/v1/models/";
-  if (path == "/health" && get) return responder.send(200, kJson, health_body(engine_.counters())), void();
-  if (path == "/v1/models" && get) return responder.send(200, kJson, models_body(model_)), void();
-  if (path.starts_with(models_prefix) && get) {
-    if (path.substr(models_prefix.size()) == model_.name) return responder.send(200, kJson, model_body(model_)), void();
-    return send_error(responder, ApiError{404, "the model '" + path.substr(models_prefix.size()) + "' does not exist",
-                                          "invalid_request_error", "model", "model_not_found"});
+  if (path == "/health" && get) {
+    responder.send(200, kJson, health_body(engine_.counters()));
+  } else if (!model_.api_key.empty() && request.header("authorization") != "Bearer " + model_.api_key) {
+    send_error(responder, ApiError{401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
+                                   "invalid_request_error", "", "invalid_api_key"});
+  } else if (path == "/v1/models" && get) {
+    responder.send(200, kJson, models_body(model_));
+  } else if (path.starts_with(models_prefix) && get) {
+    const std::string name = path.substr(models_prefix.size());
+    if (name == model_.name) responder.send(200, kJson, model_body(model_));
+    else send_error(responder, model_not_found(name));
+  } else if (path == "/v1/chat/completions" && post) {
+    complete(request, responder, Endpoint::ChatCompletions);
+  } else if (path == "/v1/completions" && post) {
+    complete(request, responder, Endpoint::Completions);
+  } else if (path == "/health" || path == "/v1/models" || path.starts_with(models_prefix) ||
+             path == "/v1/chat/completions" || path == "/v1/completions") {
+    send_error(responder, ApiError{405, "method " + request.method + " is not allowed on " + path,
+                                   "invalid_request_error", "", "method_not_allowed"});
+  } else {
+    send_error(responder, ApiError{404, "no route " + request.method + " " + path, "invalid_request_error", "",
+                                   "unknown_route"});
   }
-  if (path == "/v1/chat/completions" && post) return complete(request, responder, Endpoint::ChatCompletions);
-  if (path == "/v1/completions" && post) return complete(request, responder, Endpoint::Completions);
-  const bool known = path == "/health" || path == "/v1/models" || path.starts_with(models_prefix) ||
-                     path == "/v1/chat/completions" || path == "/v1/completions";
-  if (known)
-    return send_error(responder, ApiError{405, "method " + request.method + " is not allowed on " + path,
-                                          "invalid_request_error", "", "method_not_allowed"});
-  send_error(responder, ApiError{404, "no route " + request.method + " " + path, "invalid_request_error", "",
-                                 "unknown_route"});
+}
+
+ApiError OpenAiRoutes::model_not_found(const std::string& name) const {
+  return ApiError{404, "the model '" + name + "' does not exist (this server serves '" + model_.name + "')",
+                  "invalid_request_error", "model", "model_not_found"};
 }
 
 void OpenAiRoutes::complete(const HttpRequest& http_request, HttpResponder& responder, Endpoint endpoint) {
   CompletionRequest request;
   if (std::optional<ApiError> error = parse_completion_request(http_request.body, endpoint, request))
     return send_error(responder, *error);
-  if (request.model != model_.name)
-    return send_error(responder, ApiError{404, "the model '" + request.model + "' does not exist (this server "
-                                                   "serves '" + model_.name + "')",
-                                          "invalid_request_error", "model", "model_not_found"});
+  if (request.model != model_.name) return send_error(responder, model_not_found(request.model));
   Request lanes_request;
   if (std::optional<ApiError> error = make_lanes_request(request, model_, lanes_request))
     return send_error(responder, *error);

@@ -18,6 +18,8 @@ class OpenAiRoutes {
 
  private:
   void complete(const HttpRequest& request, HttpResponder& responder, Endpoint endpoint);
+  // 404 model_not_found for a model id this server does not serve.
+  ApiError model_not_found(const std::string& name) const;
   // Waits for the whole reply, then answers once.
   void reply_whole(ReplyTicket& ticket, HttpResponder& responder, const CompletionRequest& request,
                    int64_t prompt_tokens);

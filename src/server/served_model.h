@@ -19,6 +19,7 @@ struct ServedModel {
   std::vector<int32_t> eos_ids;                      // end a reply (the target's eos and the tokenizer's stop ids)
   int64_t context_length = 0;                        // prompt + reply positions, at most
   int64_t created = 0;                               // unix seconds the server started (/v1/models)
+  std::string api_key;                               // non-empty: /v1/* needs "Authorization: Bearer <api_key>"
 };
 
 }  // namespace ls::server

@@ -78,7 +78,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def plain():
-    server = Server()
+    server = Server("--api-key", "none")  # the openai clients of these tests send api_key "none"
     yield server
     server.stop()
 
@@ -135,6 +135,16 @@ def test_models_and_health(drafted):
     assert status == 405 and body["error"]["code"] == "method_not_allowed"
 
 
+def test_an_api_key_is_required_when_set(plain, drafted):
+    status, body = plain.raw("GET", "/v1/models")
+    assert status == 401 and body["error"]["code"] == "invalid_api_key"
+    assert plain.raw("GET", "/health")[0] == 200  # health checks need no key
+    wrong = openai.OpenAI(base_url=f"http://127.0.0.1:{plain.port}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+    assert drafted.raw("GET", "/v1/models")[0] == 200  # no --api-key: no check
+
+
 def test_replies_are_real_text_with_usage(alone):
     for text, finish, tokens in alone:
         assert finish in ("stop", "length")
@@ -156,6 +166,13 @@ def test_eight_concurrent_requests_equal_each_alone(drafted, alone, draft):
         assert after["drafts_verified"] == before["drafts_verified"], (before, after)
 
 
+def test_requests_beyond_max_streams_wait_their_turn_and_get_the_same_text(drafted, alone):
+    # Both servers run --max-streams 8: 16 at once means 8 wait in the queue.
+    with concurrent.futures.ThreadPoolExecutor(2 * len(CASES)) as pool:
+        replies = list(pool.map(lambda case: ask(drafted, case), CASES + CASES))
+    assert replies == alone + alone
+
+
 def test_streamed_text_equals_the_whole_reply(drafted, alone):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         streamed = list(pool.map(lambda case: ask(drafted, case, stream=True), CASES[:4]))
@@ -170,6 +187,18 @@ def test_a_stop_string_ends_the_reply_before_it(drafted, alone):
     for stream in (False, True):
         reply, finish, _ = ask(drafted, CASES[0], stream=stream, stop=[stop, "never appears"])
         assert (reply, finish) == (expected, "stop")
+
+
+def test_a_multi_turn_chat_with_a_system_message_renders_through_the_template(drafted):
+    messages = [{"role": "system", "content": "You write Python."},
+                {"role": "user", "content": "Reverse a list."},
+                {"role": "assistant", "content": "items[::-1]"},
+                {"role": "user", "content": [{"type": "text", "text": "And a string?"}]}]
+    reply = drafted.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0)
+    # The system message and every turn reach the prompt (a one-turn chat is much shorter).
+    single = drafted.client.chat.completions.create(model=MODEL, messages=messages[-1:], max_tokens=8, temperature=0)
+    assert reply.usage.prompt_tokens > single.usage.prompt_tokens + 10
+    assert reply.choices[0].finish_reason in ("stop", "length")
 
 
 def test_usage_chunk_when_asked(drafted):
@@ -256,6 +285,14 @@ def test_malformed_http_gets_a_400_in_the_error_shape(drafted, data):
     assert drafted.raw("GET", "/health")[0] == 200
 
 
+def test_a_body_over_the_limit_gets_a_413_before_it_is_read(drafted):
+    reply = exchange(drafted, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n")
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 "), reply
+    assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
+    assert drafted.raw("GET", "/health")[0] == 200
+
+
 def test_one_connection_carries_several_requests(drafted):
     body = json.dumps({"model": MODEL, "prompt": "x = ", "max_tokens": 3, "temperature": 0}).encode()
     request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -264,3 +301,35 @@ def test_one_connection_carries_several_requests(drafted):
     reply = exchange(drafted, request + request + closing)  # pipelined; the last asks to close
     assert reply.count(b"HTTP/1.1 200 OK") == 3, reply
     assert reply.count(b"Connection: close") == 1
+
+
+def refusal(*args):
+    """(exit code, stderr) of a `lanespark serve` that must stop before serving."""
+    result = subprocess.run([BIN, "serve", "--model", str(TARGET), *args], capture_output=True, text=True, timeout=120)
+    return result.returncode, result.stderr
+
+
+@pytest.mark.parametrize("args, name", [
+    (["--port", "70000"], "InvalidArgument"),
+    (["--threads", "0"], "InvalidArgument"),
+    (["--device", "tpu"], "InvalidArgument"),
+    (["--drafter", str(DRAFTER), "--drafter-bits", "4"], "UnsupportedDraftBits"),
+], ids=["port", "threads", "device", "drafter-bits"])
+def test_bad_flags_are_refused_by_name(args, name):
+    code, log = refusal(*args)
+    assert code != 0 and name in log, log
+
+
+def test_a_model_without_a_tokenizer_is_refused_before_its_weights_load(tmp_path):
+    (tmp_path / "config.json").write_text((TARGET / "config.json").read_text())
+    result = subprocess.run([BIN, "serve", "--model", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "NotFound" in result.stderr and "tokenizer.json" in result.stderr
+
+
+def test_a_taken_port_is_refused_by_name_before_the_model_loads():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code, log = refusal("--port", str(taken.getsockname()[1]), "--drafter", str(DRAFTER))
+    assert code == 1 and "IoError" in log and "cannot listen" in log, log
+    assert "drafter:" not in log, log  # load_models prints it once the drafter is loaded

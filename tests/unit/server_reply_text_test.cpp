@@ -2,12 +2,14 @@
 // lanes' stop hook ends a stream at the token that completes one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "nano_pair.h"
 #include "server/reply_text.h"
 #include "text/tokenizer.h"
+#include "text/utf8.h"
 
 namespace ls::server {
 namespace {
@@ -84,6 +86,24 @@ TEST_F(ReplyTextOnNano, TheReplyEndsBeforeTheStopStringAndEosGivesNoText) {
   text += cut.finish();
   EXPECT_EQ(text, "def read_config(path):\n    return ");
   EXPECT_TRUE(cut.stopped());
+}
+
+TEST_F(ReplyTextOnNano, EveryPieceIsWholeUtf8EvenWithAStopStringThatStartsWithAMultiByteCharacter) {
+  const std::string text = "na\xc3\xafve caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x99\x82 \xc3\xa9t\xc3\xa9 end";
+  const std::vector<int32_t> ids = encode(text);
+  // Some token carries only part of a character, so whole pieces are the detokenizer's doing.
+  EXPECT_TRUE(std::any_of(ids.begin(), ids.end(),
+                          [&](int32_t id) { return !text::is_valid_utf8(tokenizer_->token_bytes(id)); }));
+  ReplyText reply(*tokenizer_, {"\xc3\xa9t\xc3\xa9"}, {});
+  std::string joined;
+  for (int32_t id : ids) {
+    const std::string piece = reply.push(id);
+    EXPECT_TRUE(text::is_valid_utf8(piece)) << "token " << id;
+    joined += piece;
+  }
+  joined += reply.finish();
+  EXPECT_EQ(joined, text.substr(0, text.find("\xc3\xa9t\xc3\xa9")));
+  EXPECT_TRUE(reply.stopped());
 }
 
 TEST_F(ReplyTextOnNano, TheStopHookEndsTheStreamAtTheTokenThatCompletesTheStopString) {
