@@ -115,26 +115,31 @@ void Engine::admit(std::deque<Submission>& submissions, std::vector<uint64_t>& c
 }
 
 void Engine::deliver() {
+  // The counters are updated before any event reaches its channel: a client that has read its last event never sees
+  // its request still counted open (/health, tests).
+  std::vector<std::pair<std::shared_ptr<ReplyChannel>, StreamEvent>> outgoing;
   int64_t finished = 0;
   for (StreamEvent& event : lanes_.take_events()) {
     auto found = live_.find(event.stream);
     if (found == live_.end()) continue;
     const bool last = event.finish != FinishReason::None;
-    const uint64_t key = found->second.key;
-    found->second.channel->push(std::move(event));
+    outgoing.emplace_back(found->second.channel, std::move(event));
     if (last) {
+      streams_by_key_.erase(found->second.key);
       live_.erase(found);
-      streams_by_key_.erase(key);
       ++finished;
     }
   }
-  const LanesStats& stats = lanes_.stats();
-  std::lock_guard<std::mutex> lock(mutex_);
-  counters_.open_requests -= finished;
-  counters_.rounds = stats.rounds;
-  counters_.tokens_generated = stats.tokens_generated;
-  counters_.drafts_verified = stats.drafts_verified;
-  counters_.drafts_accepted = stats.drafts_accepted;
+  {
+    const LanesStats& stats = lanes_.stats();
+    std::lock_guard<std::mutex> lock(mutex_);
+    counters_.open_requests -= finished;
+    counters_.rounds = stats.rounds;
+    counters_.tokens_generated = stats.tokens_generated;
+    counters_.drafts_verified = stats.drafts_verified;
+    counters_.drafts_accepted = stats.drafts_accepted;
+  }
+  for (auto& [channel, event] : outgoing) channel->push(std::move(event));
 }
 
 }  // namespace ls::server
