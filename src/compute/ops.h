@@ -46,6 +46,9 @@ struct Matrix {
   PackedLayout packed_layout = PackedLayout::Panels;
 };
 
+// Whether `w` is packed in the AMX B-tile layout (the AMX kernel reads it; the AVX-512 panels do not).
+inline bool amx_tiles(const Matrix& w) { return w.packed != nullptr && w.packed_layout == PackedLayout::AmxTiles; }
+
 // Columns per panel and values of K per panel step in Matrix::packed.
 constexpr int64_t kPackedColumns = 8;
 constexpr int64_t kPackedDepth = 32;

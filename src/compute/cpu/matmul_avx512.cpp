@@ -241,7 +241,7 @@ struct Prepared {
 
 Prepared prepare(const Matrix& w, const float* x, const RowKinds& kinds, float* y, int64_t ldy = 0) {
   const int64_t K = w.cols, N = ldy > 0 ? ldy : w.rows;  // N: the output's row stride
-  const bool amx = w.b16 && w.packed && w.packed_layout == PackedLayout::AmxTiles;
+  const bool amx = w.b16 && amx_tiles(w);
   const bool packed = w.b16 && w.packed && !amx;
   const uint16_t* w_bits = reinterpret_cast<const uint16_t*>(packed ? w.packed : w.b16);
   const WeightLayout<uint16_t> bf16_layout{w_bits, K, packed};
@@ -307,7 +307,7 @@ RowKinds row_kinds(const float* x, int64_t rows, int64_t K, bool bf16_weights, b
 // Whether any matrix of `ws` is in the B-tile layout.
 bool any_amx(std::span<const Matrix> ws) {
   for (const Matrix& w : ws)
-    if (w.b16 && w.packed && w.packed_layout == PackedLayout::AmxTiles) return true;
+    if (w.b16 && amx_tiles(w)) return true;
   return false;
 }
 

@@ -96,7 +96,7 @@ Matrix column_slice(const Matrix& w, int64_t begin, int64_t end) {
   if (w.f32) slice.f32 = w.f32 + begin * w.cols;
   if (w.b16) slice.b16 = w.b16 + begin * w.cols;
   if (w.bias) slice.bias = w.bias + begin;
-  if (w.packed && w.packed_layout == PackedLayout::AmxTiles) {
+  if (amx_tiles(w)) {
     LS_CHECK(begin % kAmxColumns == 0, "a slice of a B-tile matrix starts on a 16-column block");
     slice.packed = w.packed + begin / kAmxColumns * amx_tile_values(kAmxColumns, w.cols);
   } else if (w.packed) {
