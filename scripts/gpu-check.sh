@@ -13,10 +13,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# --stage [DIR]: build here, then pack the stripped binaries (about 17 MB, too big to carry beside the 55 MB tree)
-# as DIR/binaries.tar.xz (a few MB); the run unpacks it into $LS_WORK. A second set, lanespark_cuda_tests and
-# gpu_bench built for compute_80 PTX only (LS_CUDA_ARCHS=80-ptx, folder ${build}-sm80), goes in sm80/: on the H200
-# the driver JIT-compiles it, so every kernel takes its portable sm_80 path (issue 8).
+# --stage [DIR]: build here (cpu_bench and the CPU kernel tests too, for the Xeon cores), then pack the stripped
+# binaries (about 17 MB, too big to carry beside the 55 MB tree) as DIR/binaries.tar.xz (a few MB); the run unpacks
+# it into $LS_WORK. A second set, lanespark_cuda_tests and gpu_bench built for compute_80 PTX only
+# (LS_CUDA_ARCHS=80-ptx, folder ${build}-sm80), goes in sm80/: on the H200 the driver
+# JIT-compiles it, so every kernel takes its portable sm_80 path (issue 8).
 if [ "${1:-}" = "--stage" ]; then
   set -e
   stage=${2:-.gpu/bin}
@@ -25,7 +26,7 @@ if [ "${1:-}" = "--stage" ]; then
   build=${LS_GPU_BUILD_DIR:-build-gpu}
   rm -rf "$unpacked"
   LS_CUDA_ARCHS=90a LS_GPU_BUILD_DIR=$build scripts/build-gpu.sh "$unpacked" lanespark lanespark_cuda_tests gpu_bench \
-    lanes_bench drafter_bench cuda_gemm_bench
+    lanes_bench drafter_bench cuda_gemm_bench cpu_bench lanespark_cpu_tests
   if [ "${LS_SM80:-1}" != 0 ]; then  # a failure here leaves the sm80 steps "missing", not the Hopper set unstaged
     if LS_CUDA_ARCHS=80-ptx LS_GPU_BUILD_DIR=$build-sm80 scripts/build-gpu.sh "$unpacked/sm80" lanespark_cuda_tests \
       gpu_bench; then
