@@ -60,6 +60,10 @@ struct TargetFacts {
   int max_rows = 0;           // most rows one forward accepts (all windows together)
   int exact_width = 1;        // widest window whose rows equal one-row steps bit for bit (measured at load)
   int eos_token_id = -1;
+  // A fixed KV pool (the CUDA target): kv_pages pages of kv_page_size positions, shared by every stream; a stream of
+  // n positions holds ceil(n / kv_page_size) of them. 0: the cache grows as needed (the CPU target).
+  int64_t kv_pages = 0;
+  int kv_page_size = 0;
 };
 
 class Target {

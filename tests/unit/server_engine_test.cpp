@@ -1,6 +1,8 @@
 // The server's engine thread over fakes: replies equal each request run alone, dropped tickets cancel, stop drains.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -111,6 +113,117 @@ TEST(ServerEngine, StoppingTheEngineEndsLiveRequestsWithCancelled) {
   Reply rest = collect(*ticket);
   EXPECT_EQ(rest.finish, FinishReason::Cancelled);
   EXPECT_EQ(target.open_streams(), 0u);
+}
+
+// Pages of 8 positions, enough for two of the requests' longest histories at once.
+int64_t two_requests_pages(const std::vector<Arrival>& arrivals) {
+  TargetFacts facts;
+  facts.kv_pages = 1;
+  facts.kv_page_size = 8;
+  const KvBudget budget = KvBudget::of(facts, LanesOptions{}.max_draft);
+  int64_t most = 0;
+  for (const Arrival& arrival : arrivals) most = std::max(most, budget.pages_for(arrival.request));
+  return 2 * most;
+}
+
+// The requests at once through the engine over a target whose KV pool holds `pages` pages of 8 positions (set after
+// Lanes::create's timing forwards); `budgeted`: the engine knows the pool.
+std::vector<Reply> run_pooled(FakeTarget& target, const std::vector<Arrival>& arrivals, int64_t pages,
+                              bool budgeted) {
+  FakeDrafter drafter(FakeDrafterOptions{.shape = {}, .tap_layers = {1, 3}, .max_depth = 6, .wrong_rate = 0.25});
+  FixedClock clock;
+  LanesOptions lanes_options;
+  lanes_options.pricing.always_draft = true;  // full windows every round: the pool's worst case
+  auto lanes = Lanes::create(target, &drafter, lanes_options, clock);
+  EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
+  target.limit_kv_pages(pages, 8);
+  std::vector<Reply> replies(arrivals.size());
+  Engine engine(**lanes, budgeted ? KvBudget::of(target.facts(), lanes_options.max_draft) : KvBudget{});
+  std::vector<ReplyTicket> tickets;
+  for (const Arrival& arrival : arrivals) tickets.push_back(engine.submit(arrival.request));
+  for (size_t index = 0; index < tickets.size(); ++index) replies[index] = collect(tickets[index]);
+  return replies;
+}
+
+TEST(ServerEngineKvPool, TheBudgetCountsPagesOfPromptRepliesAndOneWindow) {
+  EXPECT_EQ(KvBudget::of(TargetFacts{}, 16).pages, 0);  // the CPU target: no fixed pool
+  TargetFacts facts;
+  facts.kv_pages = 10;
+  facts.kv_page_size = 8;
+  const KvBudget budget = KvBudget::of(facts, 7);
+  EXPECT_EQ(budget.window, 8);
+  EXPECT_EQ(budget.most_positions(), 10 * 8 - 8 + 1);
+  Request request;
+  request.prompt.assign(9, 1);
+  request.max_tokens = 8;  // 9 + 7 committed + a window of 8 = 24 positions = 3 pages
+  EXPECT_EQ(budget.pages_for(request), 3);
+  request.max_tokens = 9;  // 25 positions
+  EXPECT_EQ(budget.pages_for(request), 4);
+  EXPECT_EQ(KvBudget{}.pages_for(request), 0);
+}
+
+TEST(ServerEngineKvPool, RequestsWaitForPagesAndGetTheTokensEachGetsAlone) {
+  const std::vector<Arrival> arrivals = endless_arrivals(6, 64, 40, [](int index) { return index % 2 == 1; });
+  const int64_t pages = two_requests_pages(arrivals);
+  FakeTarget target(target_options());
+  const std::vector<Reply> replies = run_pooled(target, arrivals, pages, true);
+  expect_replies_equal_alone(replies, run_each_alone_plain(target_options(), arrivals));
+  EXPECT_LE(target.most_pages_held(), pages);
+  EXPECT_GT(target.most_pages_held(), pages / 2);  // two requests did run together
+  EXPECT_EQ(target.pages_held(), 0);
+  EXPECT_EQ(target.open_streams(), 0u);
+}
+
+// The control that shows the pool bites: the same requests admitted all at once run out of pages mid-reply.
+TEST(ServerEngineKvPool, WithoutTheBudgetTheSameRequestsRunOutOfPages) {
+  const std::vector<Arrival> arrivals = endless_arrivals(6, 64, 40, [](int index) { return index % 2 == 1; });
+  FakeTarget target(target_options());
+  const std::vector<Reply> replies = run_pooled(target, arrivals, two_requests_pages(arrivals), false);
+  int out_of_pages = 0;
+  for (const Reply& reply : replies)
+    out_of_pages += reply.finish == FinishReason::Error && reply.error.find("KV pages") != std::string::npos;
+  EXPECT_GT(out_of_pages, 0);
+}
+
+TEST(ServerEngineKvPool, AWaitingRequestCancelsAndOneThatNeverFitsIsRefusedByName) {
+  FakeTarget target(target_options());
+  FixedClock clock;
+  auto lanes = Lanes::create(target, nullptr, LanesOptions{}, clock);
+  ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
+  target.limit_kv_pages(12, 8);
+  Engine engine(**lanes, KvBudget::of(target.facts(), LanesOptions{}.max_draft));
+  Request endless = make_fake_request(0, false, 64);
+  endless.eos_ids = std::vector<int32_t>{};
+  endless.max_tokens = 60;  // with a 17-row window: 9 or 10 of the 12 pages
+  // The first request holds the engine thread at its first token until the test has queued the others, so the
+  // second one is still waiting for pages when its client goes away.
+  std::atomic<bool> release{false};
+  Request gated = endless;
+  gated.stop = [&release](std::span<const int32_t>) {
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (!release.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return false;
+  };
+  ReplyTicket running = engine.submit(gated);
+  std::optional<ReplyTicket> waiting(engine.submit(endless));  // cannot fit beside the first: it waits
+  Request huge = endless;
+  huge.max_tokens = 12 * 8;  // more than the whole pool
+  ReplyTicket refused = engine.submit(huge);
+  waiting.reset();  // its client goes away while it waits
+  release = true;
+  const Reply first = collect(running);
+  EXPECT_EQ(first.finish, FinishReason::Length);
+  const Reply refusal = collect(refused);
+  EXPECT_EQ(refusal.finish, FinishReason::Error);
+  EXPECT_NE(refusal.error.find("OutOfMemory"), std::string::npos) << refusal.error;
+  EXPECT_TRUE(refusal.tokens.empty());
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (engine.counters().open_requests > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(engine.counters().open_requests, 0);
+  EXPECT_EQ(target.pages_held(), 0);
+  EXPECT_EQ(target.release_counts().size(), 1u);  // the cancelled and the refused request never reached the target
 }
 
 }  // namespace

@@ -32,6 +32,10 @@ FakeTarget::FakeTarget(FakeTargetOptions options) : options_(std::move(options))
   facts_.max_rows = options_.max_rows;
   facts_.exact_width = options_.exact_width;
   facts_.eos_token_id = options_.eos_token_id;
+  if (options_.kv_pages > 0) {
+    facts_.kv_pages = options_.kv_pages;
+    facts_.kv_page_size = options_.kv_page_size;
+  }
 }
 
 Status FakeTarget::set_taps(std::span<const int> layers) {
@@ -79,6 +83,30 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
   if (total_rows > options_.max_rows) {
     return Status(ErrorCode::InvalidArgument, "forward of " + std::to_string(total_rows) + " rows, max_rows " +
                                                   std::to_string(options_.max_rows));
+  }
+  if (options_.kv_pages > 0) {  // the CUDA target's pool check, before any state changes
+    const int64_t P = options_.kv_page_size;
+    int64_t needed = 0;
+    for (const Window& window : windows) {
+      auto found = streams_.find(window.stream);
+      const int64_t committed = found == streams_.end() ? 0 : found->second.committed;
+      const int64_t held = found == streams_.end() ? 0 : found->second.pages;
+      needed += std::max<int64_t>(0, (committed + static_cast<int64_t>(window.tokens.size()) + P - 1) / P - held);
+    }
+    if (pages_held_ + needed > options_.kv_pages) {
+      return Status(ErrorCode::OutOfMemory, "the forward needs " + std::to_string(needed) + " KV pages, " +
+                                                std::to_string(options_.kv_pages - pages_held_) + " of " +
+                                                std::to_string(options_.kv_pages) + " are free");
+    }
+    for (const Window& window : windows) {
+      StreamState& state = streams_[window.stream];
+      const int64_t pages = (state.committed + static_cast<int64_t>(window.tokens.size()) + P - 1) / P;
+      if (pages > state.pages) {
+        pages_held_ += pages - state.pages;
+        state.pages = pages;
+      }
+    }
+    most_pages_held_ = std::max(most_pages_held_, pages_held_);
   }
   const int vocab = facts_.vocab_size;
   const int hidden = facts_.hidden_size;
@@ -198,7 +226,17 @@ void FakeTarget::release(StreamId stream) {
   // Counted for every stream that ever ran, so a second release shows up as 2.
   auto counted = release_counts_.find(stream);
   if (counted != release_counts_.end()) ++counted->second;
-  streams_.erase(stream);
+  auto found = streams_.find(stream);
+  if (found == streams_.end()) return;
+  pages_held_ -= found->second.pages;
+  streams_.erase(found);
+}
+
+void FakeTarget::limit_kv_pages(int64_t pages, int page_size) {
+  options_.kv_pages = pages;
+  options_.kv_page_size = page_size;
+  facts_.kv_pages = pages;
+  facts_.kv_page_size = page_size;
 }
 
 int FakeTarget::releases(StreamId stream) const {

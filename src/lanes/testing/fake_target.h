@@ -55,6 +55,10 @@ struct FakeTargetOptions {
   double distinct_token_ms = 0.0;
   double sampled_row_ms = 0.0;    // with a clock: each row of a sampled window costs this much more (its draw)
   bool cpu_pool = false;          // cpu_pool() is a one-thread pool: a target on the CPU (no graphs to capture)
+  // A fixed KV pool as the CUDA target's (facts().kv_pages): a stream holds ceil(positions / kv_page_size) pages
+  // from its forward until release; a forward that needs more pages than are free fails with OutOfMemory.
+  int64_t kv_pages = 0;
+  int kv_page_size = 16;
 };
 
 class FakeTarget final : public Target {
@@ -84,6 +88,12 @@ class FakeTarget final : public Target {
   int releases(StreamId stream) const;
   // Streams holding state now.
   size_t open_streams() const { return streams_.size(); }
+  // From now on a fixed pool of `pages` (after Lanes::create: its load-time timing forwards need more room than a
+  // small test pool has). Streams already open hold none of it.
+  void limit_kv_pages(int64_t pages, int page_size);
+  // KV pages held now, and the most ever held at once (a fixed pool only).
+  int64_t pages_held() const { return pages_held_; }
+  int64_t most_pages_held() const { return most_pages_held_; }
   // Windows seen, by drawn rows (a verify window of k drafts draws k + 1 rows; a prompt window draws 1).
   const std::map<int, int64_t>& windows_by_drawn_rows() const { return windows_by_drawn_rows_; }
   // Every stream that ever held state, with its release count.
@@ -95,6 +105,7 @@ class FakeTarget final : public Target {
     std::vector<uint64_t> hashes;  // [positions] history hash after each position; kPoisonedRow once dropped
     int64_t committed = 0;
     int tentative_rows = -1;       // rows of the last window until it is committed; -1 = none
+    int64_t pages = 0;             // KV pages held (a fixed pool only)
   };
 
   FakeTargetOptions options_;
@@ -108,6 +119,8 @@ class FakeTarget final : public Target {
   std::vector<float> device_taps_;  // [rows, taps, hidden] of the last forward while taps stay "on the device" 
   int64_t forwards_ = 0;
   int64_t rows_ = 0;
+  int64_t pages_held_ = 0;
+  int64_t most_pages_held_ = 0;
   int64_t tap_rows_ = 0;
   std::unique_ptr<ThreadPool> pool_;  // options.cpu_pool
 };

@@ -79,6 +79,8 @@ Status CudaTarget::allocate(const LoadOptions& options) {
     if (page_bytes > 0) pages = std::max<int64_t>(1, std::min<int64_t>(pages, free_bytes / 4 / page_bytes));
   }
   kv_pages_ = static_cast<int>(pages);
+  facts_.kv_pages = kv_pages_;
+  facts_.kv_page_size = options.kv_page_size;
   LS_RETURN_IF_ERROR(kv_pool_.allocate(static_cast<size_t>(std::max<int64_t>(1, pages * page_bytes / 2))));
   free_pages_.resize(kv_pages_);
   for (int i = 0; i < kv_pages_; ++i) free_pages_[i] = kv_pages_ - 1 - i;  // pop_back hands out page 0 first
