@@ -2,7 +2,7 @@
 # limit: 140
 # cpu18, on the Xeon's cores 14,15 (2 threads): the drafter's matrices on AMX beside a target on the AVX-512 panels
 # (LS_CPU_DRAFTER_AMX mask: 1 block matrices, 2 the block's head copy, 4 the Markov W2; default 3; 0 = all panels).
-# The layout / drafted == plain tests, then lanes_bench on the nano pair per arm, arms alternated in one run of the
+# The layout / drafted == plain tests, cpu_bench's pass A/B of the masks in one process, then lanes_bench on the nano pair per arm, arms alternated in one run of the
 # script: 1/4/8/16 streams at 64 tokens (3, 0, 3, 0), 1 stream at 256 tokens (3, 0), 1 stream 64 tokens (1, 7).
 set -u
 L=$OUT/cpu18_cpu_lanes.log
@@ -20,11 +20,14 @@ run() {
 }
 say "cpu18_cpu_lanes $(date -u +%T) commit $(head -1 "$BIN/COMMIT" 2>/dev/null) cpus $(taskset -pc $$ 2>/dev/null)"
 grep -m1 -o 'amx_bf16' /proc/cpuinfo >/dev/null && say "cpu: amx_bf16 present" || say "cpu: NO amx_bf16"
-LANES_BENCH=$(find_bin lanes_bench)
+LANES_BENCH=$(find_bin lanes_bench); CPU_BENCH=$(find_bin cpu_bench)
 TESTS=$(find_bin lanespark_cpu_tests); [ -z "$TESTS" ] && TESTS=$(find_bin lanespark_tests)
-say "bins: lanes_bench=${LANES_BENCH:-missing} tests=${TESTS:-missing}"
+say "bins: lanes_bench=${LANES_BENCH:-missing} cpu_bench=${CPU_BENCH:-missing} tests=${TESTS:-missing}"
 PAIR="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json"
 [ -n "$TESTS" ] && run 25 "$TESTS" --gtest_brief=1 --gtest_filter='DrafterAmx.*:*AmxNanoLanes*DrafterAmx'
+# The pass per mask side by side in one process (1 / 4 / 16 streams, depth 1 / 3 / 7).
+[ -n "$CPU_BENCH" ] && run 20 "$CPU_BENCH" --model models/nano/target --drafter models/nano/drafter --threads 2 \
+  --drafter-amx 3,0,1,7 --ab-streams 1,4,16 --repeats 5 --json "$OUT/cpu18_drafter_amx_ab.json"
 if [ -n "$LANES_BENCH" ]; then
   lanes() {  # arm tokens streams
     say "=== lanes LS_CPU_DRAFTER_AMX=$1 tokens $2 streams $3"
