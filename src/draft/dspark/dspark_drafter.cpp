@@ -157,10 +157,12 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::load(const std::string& di
   LS_ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> drafter,
                       create(config, std::move(weights).value(), target, options, steps));
   drafter->loader_peak_bytes_ = loader_peak;
-  log_info("drafter: DSpark %d layers, block %d, markov rank %d, %s weights (%.1f MiB), loader peak %.1f MiB",
+  const int amx = options.bits == 0 && compute::cpu_features().avx512 ? compute::drafter_amx() : 0;
+  log_info("drafter: DSpark %d layers, block %d, markov rank %d, %s weights (%.1f MiB), loader peak %.1f MiB%s",
            config.num_layers, config.block_size, config.markov_rank,
            options.bits == 8 ? "int8 per-row (--drafter-bits 8)" : "bf16 as stored (--drafter-bits 0)",
-           weight_bytes / 1048576.0, loader_peak / 1048576.0);
+           weight_bytes / 1048576.0, loader_peak / 1048576.0,
+           amx ? (", on AMX tiles (LS_CPU_DRAFTER_AMX=" + std::to_string(amx) + ")").c_str() : "");
   return drafter;
 }
 
