@@ -6,6 +6,7 @@
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
 //             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
 //              [--small-m 0,3] [--short -1,0,1] [--passes 1,0] [--round-gap-us US] [--span POSITIONS]]
+//             [--drafter-amx 3,0 [--ab-streams 1,4,16]]
 //   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--gemm-license 1]
 //             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
@@ -21,6 +22,8 @@
 // steps of each arm's mask on in turn (compute/cpu/fused_ops.h: 1 swiglu, 2 residual, 4 conv; 0 none), so the arms
 // share the host's phase; the first arm is the one the summary lines report, the others follow as "arm" lines.
 // --round ROWS,DEPTH (with --drafter): only 1-stream rounds in a round's order instead (cpu_bench_round.h).
+// --drafter-amx 3,0 [--ab-streams 1,4,16] (with --drafter): only the drafter's pass per LS_CPU_DRAFTER_AMX mask, side
+// by side in one process (cpu_bench_drafter_amx.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +45,7 @@
 #include "model/load.h"
 #include "bench_util.h"
 #include "cpu_bench_amx_order.h"
+#include "cpu_bench_drafter_amx.h"
 #include "cpu_bench_floor.h"
 #include "cpu_bench_gemm.h"
 #include "cpu_bench_pass.h"
@@ -73,6 +77,8 @@ struct Options {
   std::vector<int> small_m;      // --small-m: set_small_m_kernel masks crossed with them (round mode)
   std::vector<int> short_block;  // --short: -1 trained width, N depth+N (dspark::ShortBlock) crossed with them
   std::vector<int> passes;       // --passes 1,0: rounds with and without the pass (the forwards' cost of its reads)
+  std::vector<int> drafter_amx;  // --drafter-amx 3,0: the pass per LS_CPU_DRAFTER_AMX mask (cpu_bench_drafter_amx.h)
+  std::vector<int> ab_streams = {1, 4, 16};  // --ab-streams: its stream counts
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
   std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks)
@@ -245,6 +251,34 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
     result["rounds"] = bench::bench_rounds(plan, target, options.drafter, threads, options.drafter_bits);
     return result;
   }
+  if (!options.drafter_amx.empty() && !options.drafter.empty()) {
+    bench::DrafterAmxPlan plan;
+    plan.drafter = options.drafter;
+    plan.masks = options.drafter_amx;
+    plan.streams = options.ab_streams;
+    plan.threads = threads;
+    plan.context = options.context;
+    plan.repeats = options.repeats;
+    plan.mode = options.mode;
+    // One target stream per drafting stream, each a 64-token context; every forward adds one row to each.
+    const int most = *std::max_element(plan.streams.begin(), plan.streams.end());
+    for (int s = 0; s < most; ++s) timed_forward(target, next_stream + s, random_tokens(64, vocab, s), 63, 64);
+    const StreamId first = next_stream;
+    auto forward = [&](int streams) {
+      std::vector<Window> windows(static_cast<size_t>(streams));
+      const std::vector<int32_t> tokens = random_tokens(streams, vocab, 977 * next_stream++);
+      for (int s = 0; s < streams; ++s) {
+        windows[s].stream = first + s;
+        windows[s].tokens = std::span<const int32_t>(tokens).subspan(s, 1);
+        windows[s].first_drawn_row = 0;
+      }
+      if (!target.forward(windows).ok()) std::exit(1);
+      for (int s = 0; s < streams; ++s)
+        if (!target.commit(first + s, 1).ok()) std::exit(1);
+    };
+    result["drafter_amx"] = bench::drafter_amx_ab(plan, target, forward);
+    return result;
+  }
 
   // The read loop runs before and after every decode repeat and at the end; the floor is its best pass (strict),
   // and each decode repeat is also paired with the better of the passes around it (the VM's bandwidth swings with
@@ -340,6 +374,7 @@ int main(int argc, char** argv) {
        {"--spin-us", list_flag(options.spins)}, {"--chunk-kb", list_flag(options.chunk_kib)},
        {"--prefetch", list_flag(options.prefetch)}, {"--small-m", list_flag(options.small_m)},
        {"--short", list_flag(options.short_block)}, {"--passes", list_flag(options.passes)},
+       {"--drafter-amx", list_flag(options.drafter_amx)}, {"--ab-streams", list_flag(options.ab_streams)},
        {"--round-gap-us", int_flag(options.round_gap_us, 0)}, {"--span", int_flag(options.span, 8)},
        {"--gemm-ab", list_flag(options.gemm_ab)}, {"--gemm-shape", list_flag(options.gemm_shape)},
        {"--gemm-schedules", list_flag(options.gemm_schedules)},

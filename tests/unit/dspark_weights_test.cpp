@@ -10,6 +10,7 @@
 #include "base/thread_pool.h"
 #include "compute/cpu/cpu_features.h"
 #include "compute/cpu/draft_ops.h"
+#include "compute/cpu/matmul_amx.h"
 #include "draft/dspark/dspark_drafter.h"
 #include "draft/dspark/weights.h"
 #include "dspark_test_support.h"
@@ -193,7 +194,10 @@ TEST(DsparkWeights, PackedBf16MatricesGiveEveryRowTheBitsOfTheRowMajorWeights) {
   Result<DsparkWeights> weights = load_draft_weights(**checkpoint, config, 0, steps);
   ASSERT_TRUE(weights.ok()) << weights.status().to_string();
   const DsparkWeights row_major = *weights;
+  // The panels (the B-tiles where the drafter runs on AMX sum in another order; MatmulAmx checks that kernel).
+  const int amx = compute::set_drafter_amx(0);
   const int packed = pack_draft_weights(*weights);
+  compute::set_drafter_amx(amx);
   if (!compute::cpu_features().avx512) {
     EXPECT_EQ(packed, 0);
     GTEST_SKIP() << "no AVX-512: the drafter's matrices stay row-major";

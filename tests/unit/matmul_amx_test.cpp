@@ -1,7 +1,7 @@
 // The AMX-BF16 GEMM (compute/cpu/matmul_amx.h). The B-tile packing is checked on every CPU through a scalar model of
 // TDPBF16PS reading the packed bytes as the instruction does; the kernel itself (agreement with the reference, every
-// row of 1..64-row calls bitwise its one-row call, thread counts, tails, argmax / group / fused entry points) and the
-// nano pair's drafted == plain run only where the CPU has AMX (they skip elsewhere).
+// row of 1..64-row calls bitwise its one-row call, thread counts, tails, argmax / group / fused entry points) runs only
+// where the CPU has AMX (it skips elsewhere); the nano pair's drafted == plain with AMX is in dspark_amx_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,19 +15,12 @@
 #include "compute/cpu/cpu_features.h"
 #include "compute/cpu/matmul_amx.h"
 #include "compute/cpu/matmul_avx512.h"
-#include "draft/load.h"
-#include "lanes/lanes.h"
-#include "lanes/testing/harness.h"
 #include "model/load.h"
-#include "nano_pair.h"
 #include "ops_test_util.h"
 
 namespace ls::compute {
 namespace {
 using namespace testing;
-using ls::Arrival;
-using ls::LanesOptions;
-using ls::Lanes;
 
 // Turns the AMX path on for one test (skipping it without AMX) and restores the previous setting.
 class ScopedAmx {
@@ -296,45 +289,6 @@ TEST(MatmulAmx, RowsThatAreNotBf16ExactTakeTheFp32KernelAndKeepTheirBits) {
                 x, K, N, [&](const float* in, int64_t r, float* out) { matmul(ctx, in, r, w.view(), out); }),
             0);
 }
-
-// The nano pair through the lanes with AMX: every drafted reply equals the plain reply run alone.
-struct NanoCase {
-  int streams;
-  bool sampled;
-};
-
-class AmxNanoLanes : public ::testing::TestWithParam<NanoCase> {};
-
-TEST_P(AmxNanoLanes, DraftedRepliesEqualPlainRepliesRunAlone) {
-  LS_SKIP_WITHOUT_AMX();
-  if (!nano_pair_present()) GTEST_SKIP() << "no nano pair";
-  ScopedAmx amx;
-  NanoPair pair;
-  ASSERT_NO_FATAL_FAILURE(load_nano_pair(pair));
-  const std::vector<Arrival> arrivals = staggered_arrivals(
-      GetParam().streams, GetParam().sampled, pair.target->facts().vocab_size, 24);
-  const auto alone = run_each_alone_plain(*pair.target, arrivals);
-  FixedClock clock;
-  LanesOptions options = sampled_any_streams();
-  options.pricing.always_draft = true;
-  options.scout_prompt_only = false;
-  options.max_streams = 16;
-  options.calibration.repeats = 1;
-  auto lanes = Lanes::create(*pair.target, pair.drafter.get(), options, clock);
-  ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
-  auto replies = run_arrivals(**lanes, arrivals);
-  ASSERT_TRUE(replies.ok()) << replies.status().to_string();
-  expect_replies_equal_alone(*replies, alone);
-  EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
-  EXPECT_GT((*lanes)->stats().drafts_accepted, 0);
-}
-
-INSTANTIATE_TEST_SUITE_P(NanoPair, AmxNanoLanes,
-                         ::testing::Values(NanoCase{1, false}, NanoCase{1, true}, NanoCase{4, false},
-                                           NanoCase{4, true}, NanoCase{16, false}, NanoCase{16, true}),
-                         [](const ::testing::TestParamInfo<NanoCase>& info) {
-                           return std::to_string(info.param.streams) + (info.param.sampled ? "Sampled" : "Greedy");
-                         });
 
 }  // namespace
 }  // namespace ls::compute

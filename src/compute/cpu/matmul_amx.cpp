@@ -55,6 +55,17 @@ std::atomic<bool>& amx_setting() {
   return on;
 }
 
+// kDrafterAmxDefault wherever the tile unit can run, or LS_CPU_DRAFTER_AMX=<mask> at start; 0 where it cannot (a
+// drafter's bits never reach a reply, so it keeps the panels there instead of a refusal).
+std::atomic<int>& drafter_amx_setting() {
+  static std::atomic<int> mask{[] {
+    const char* text = std::getenv("LS_CPU_DRAFTER_AMX");
+    const int asked = text ? std::atoi(text) : kDrafterAmxDefault;
+    return amx_missing().empty() ? asked : 0;
+  }()};
+  return mask;
+}
+
 // How the kernel schedules its tiles, a mask for A/B timing (the bits never depend on it: each output is the same
 // chain). 1 = the B tiles rotate over tmm5-7 across K steps (a B register is loaded again three products after the
 // one that read it, never right after); 4 = each K step prefetches the group's B tiles kPrefetchSteps steps ahead into
@@ -182,6 +193,15 @@ Status cpu_amx_refusal() {
 bool set_cpu_amx(bool on) {
   if (on) LS_CHECK(amx_missing().empty(), "set_cpu_amx(true) on a CPU without AMX-BF16 or the tile state");
   return amx_setting().exchange(on);
+}
+
+bool cpu_amx_runnable() { return amx_missing().empty(); }
+
+int drafter_amx() { return drafter_amx_setting().load(std::memory_order_relaxed); }
+
+int set_drafter_amx(int mask) {
+  if (mask != 0) LS_CHECK(cpu_amx_runnable(), "set_drafter_amx on a CPU without AMX-BF16 or the tile state");
+  return drafter_amx_setting().exchange(mask);
 }
 
 void pack_amx_tiles(const Matrix& view, bf16* out) {

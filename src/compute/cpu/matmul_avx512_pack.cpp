@@ -1,6 +1,6 @@
 // The AVX-512 GEMM's packed weights: every bf16 matrix of a model in 8-column panels (Matrix::packed), or in the AMX
-// B-tile layout instead while the AMX path is on (matmul_amx.h), all in one huge-page arena in the order a forward
-// reads them; column_slice of a packed matrix.
+// B-tile layout instead (matmul_amx.h: a drafter's by default where the CPU has it, a target's under LS_CPU_AMX=1),
+// all in one huge-page arena in the order a forward reads them; column_slice of a packed matrix.
 #include <sys/mman.h>
 
 #include <memory>
@@ -55,10 +55,16 @@ void pack_panels(const Matrix& view, bf16* out) {
 
 }  // namespace
 
-int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
+PackedLayout cpu_packed_layout(WeightsOf weights) {
+  const bool amx = weights == WeightsOf::Target ? cpu_amx_enabled() : (drafter_amx() & kDrafterAmxBlock) != 0;
+  return amx ? PackedLayout::AmxTiles : PackedLayout::Panels;
+}
+
+int pack_for_cpu(std::span<OwnedMatrix* const> matrices, PackedLayout layout) {
   if (!cpu_features().avx512) return 0;
   // AMX: the B-tile layout replaces the panels (one packed copy either way); each matrix carries its layout.
-  const bool amx = cpu_amx_enabled();
+  const bool amx = layout == PackedLayout::AmxTiles;
+  LS_CHECK(!amx || cpu_amx_runnable(), "the B-tile layout packed where the AMX path cannot run");
   std::vector<OwnedMatrix*> chosen;
   std::vector<int64_t> offsets;  // in values; each panel set starts on a 64-byte boundary
   int64_t total = 0;
@@ -83,10 +89,16 @@ int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
   return static_cast<int>(chosen.size());
 }
 
-bool pack_for_cpu(OwnedMatrix& matrix) {
+bool pack_for_cpu(OwnedMatrix& matrix, PackedLayout layout) {
   OwnedMatrix* one = &matrix;
-  return pack_for_cpu(std::span<OwnedMatrix* const>(&one, 1)) == 1;
+  return pack_for_cpu(std::span<OwnedMatrix* const>(&one, 1), layout) == 1;
 }
+
+int pack_for_cpu(std::span<OwnedMatrix* const> matrices) {
+  return pack_for_cpu(matrices, cpu_packed_layout(WeightsOf::Target));
+}
+
+bool pack_for_cpu(OwnedMatrix& matrix) { return pack_for_cpu(matrix, cpu_packed_layout(WeightsOf::Target)); }
 
 // Columns [begin, end) of w as a matrix of their own (begin a multiple of kPackedColumns, or of kAmxColumns in the
 // B-tile layout): the same weights.

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <utility>
 
 #include "base/log.h"
 #include "compute/cpu/cpu_features.h"
+#include "compute/cpu/matmul_amx.h"
 #include "draft/dspark/markov_scan.h"
 
 namespace ls::dspark {
@@ -21,30 +23,71 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The rows of the target's tied embedding E [V, d], read through Target::embed 256 at a time; `status` holds the first
+// failed read.
+class EmbeddingRows {
+ public:
+  EmbeddingRows(const Target& target, int64_t vocab, int64_t width)
+      : target_(target), vocab_(vocab), width_(width), ids_(kChunk), rows_(static_cast<size_t>(kChunk * width)) {}
+  void operator()(int64_t row, float* values) {
+    const int64_t first = row / kChunk * kChunk;
+    if (first != held_ && status.ok()) {
+      const int64_t count = std::min(kChunk, vocab_ - first);
+      for (int64_t i = 0; i < count; ++i) ids_[i] = static_cast<int32_t>(first + i);
+      status = target_.embed(std::span<const int32_t>(ids_.data(), static_cast<size_t>(count)),
+                             std::span<float>(rows_.data(), static_cast<size_t>(count * width_)));
+      held_ = first;
+    }
+    std::copy_n(rows_.data() + (row - first) * width_, width_, values);
+  }
+  Status status;
+
+ private:
+  static constexpr int64_t kChunk = 256;
+  const Target& target_;
+  int64_t vocab_, width_;
+  std::vector<int32_t> ids_;
+  std::vector<float> rows_;
+  int64_t held_ = -1;  // the first id whose row rows_ holds
+};
+
 // weights.head = the target's tied embedding E [V, d] quantized, so that with int8 weights the block's head runs on the
-// int8 kernel too (E read through Target::embed, 256 rows at a time).
+// int8 kernel too.
 Status quantize_target_head(DsparkWeights& weights, const DsparkConfig& config, const Target& target,
                             InitSteps& steps) {
-  constexpr int64_t kChunk = 256;
+  EmbeddingRows embedding(target, config.vocab_size, config.hidden_size);
+  LS_RETURN_IF_ERROR(quantize_draft_matrix(config.vocab_size, config.hidden_size, "head (the target's embedding)",
+                                           weights.head, steps, std::ref(embedding)));
+  return embedding.status;
+}
+
+// weights.head = a bf16 copy of the target's tied embedding E [V, d] in the drafter's layout, when the drafter's
+// matrices take the B-tiles: the block's head (up to 7 rows a request) then runs on the tile unit instead of the
+// target's panels. Left empty (the block keeps the target's head) when a value of E is not a bf16 value.
+Status copy_target_head(DsparkWeights& weights, const DsparkConfig& config, const Target& target, InitSteps& steps) {
   const int64_t V = config.vocab_size, d = config.hidden_size;
-  std::vector<int32_t> ids(static_cast<size_t>(kChunk));
-  std::vector<float> rows(static_cast<size_t>(kChunk * d));
-  int64_t held = -1;  // the first id whose row `rows` holds
-  Status embedded;
-  LS_RETURN_IF_ERROR(quantize_draft_matrix(V, d, "head (the target's embedding)", weights.head, steps,
-                                           [&](int64_t row, float* values) {
-                                             const int64_t first = row / kChunk * kChunk;
-                                             if (first != held && embedded.ok()) {
-                                               const int64_t count = std::min(kChunk, V - first);
-                                               for (int64_t i = 0; i < count; ++i) ids[i] = static_cast<int32_t>(first + i);
-                                               embedded = target.embed(
-                                                   std::span<const int32_t>(ids.data(), static_cast<size_t>(count)),
-                                                   std::span<float>(rows.data(), static_cast<size_t>(count * d)));
-                                               held = first;
-                                             }
-                                             std::copy_n(rows.data() + (row - first) * d, d, values);
-                                           }));
-  return embedded;
+  compute::OwnedMatrix& head = weights.head.dense;
+  LS_RETURN_IF_ERROR(steps.allocate(head.b16, static_cast<size_t>(V * d), "head (the target's embedding, bf16)"));
+  EmbeddingRows embedding(target, V, d);
+  std::vector<float> values(static_cast<size_t>(d));
+  bool exact = true;
+  for (int64_t row = 0; row < V && exact; ++row) {
+    embedding(row, values.data());
+    for (int64_t col = 0; col < d; ++col) {
+      head.b16[row * d + col] = float_to_bf16(values[col]);
+      exact = exact && bf16_to_float(head.b16[row * d + col]) == values[col];
+    }
+  }
+  LS_RETURN_IF_ERROR(embedding.status);
+  if (!exact) {
+    steps.drop(static_cast<int64_t>(head.b16.size() * sizeof(bf16)));
+    std::vector<bf16>().swap(head.b16);
+    return ok_status();
+  }
+  weights.head.rows = head.rows = V;
+  weights.head.cols = head.cols = d;
+  compute::pack_for_cpu(head, compute::PackedLayout::AmxTiles);
+  return ok_status();
 }
 
 // The target's CPU pool when it has `threads` threads (more than one): the drafter runs on it instead of a pool of
@@ -85,7 +128,9 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config
   // Only where the w8a8 kernel runs: elsewhere the int8 GEMM widens codes to fp32 and the bf16 head is faster.
   if (options.bits == 8 && compute::cpu_features().avx512_vnni)
     LS_RETURN_IF_ERROR(quantize_target_head(weights, config, target, steps));
-  pack_draft_weights(weights);  // the panels the AVX-512 kernels stream (no-op elsewhere and for int8 matrices)
+  if (options.bits == 0 && (compute::drafter_amx() & compute::kDrafterAmxHead) != 0)
+    LS_RETURN_IF_ERROR(copy_target_head(weights, config, target, steps));
+  pack_draft_weights(weights);  // the panels or B-tiles the kernels stream (no-op without AVX-512 and for int8)
   LS_RETURN_IF_ERROR(steps.step("drafter state"));
   std::unique_ptr<DsparkDrafter> drafter(new DsparkDrafter(std::move(config), std::move(weights), target, options));
   const int64_t rows = static_cast<int64_t>(std::max(options.max_streams, 1)) * drafter->config_.block_size;
@@ -112,10 +157,12 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::load(const std::string& di
   LS_ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> drafter,
                       create(config, std::move(weights).value(), target, options, steps));
   drafter->loader_peak_bytes_ = loader_peak;
-  log_info("drafter: DSpark %d layers, block %d, markov rank %d, %s weights (%.1f MiB), loader peak %.1f MiB",
+  const int amx = options.bits == 0 && compute::cpu_features().avx512 ? compute::drafter_amx() : 0;
+  log_info("drafter: DSpark %d layers, block %d, markov rank %d, %s weights (%.1f MiB), loader peak %.1f MiB%s",
            config.num_layers, config.block_size, config.markov_rank,
            options.bits == 8 ? "int8 per-row (--drafter-bits 8)" : "bf16 as stored (--drafter-bits 0)",
-           weight_bytes / 1048576.0, loader_peak / 1048576.0);
+           weight_bytes / 1048576.0, loader_peak / 1048576.0,
+           amx ? (", on AMX tiles (LS_CPU_DRAFTER_AMX=" + std::to_string(amx) + ")").c_str() : "");
   return drafter;
 }
 

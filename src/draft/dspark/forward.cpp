@@ -94,10 +94,11 @@ void project_keys_values(const ForwardContext& f, const DraftLayerWeights& layer
   finish_keys(f, layer, rows, positions, keys);
 }
 
-// logits [rows, V] = hidden [rows, d] @ E^T in fp32: the target's tied head, or the drafter's int8 copy of E (bits 8).
+// logits [rows, V] = hidden [rows, d] @ E^T in fp32: the target's tied head, or the drafter's copy of E (int8 with
+// bits 8; bf16 in the B-tile layout where the drafter runs on AMX).
 Status head_logits(const ForwardContext& f, const Target& target, const float* hidden, int64_t rows, float* logits) {
   const int64_t d = f.config.hidden_size, V = f.config.vocab_size;
-  if (!f.weights.head.quantized())
+  if (f.weights.head.rows == 0)
     return target.head(std::span<const float>(hidden, static_cast<size_t>(rows * d)), static_cast<int>(rows),
                        std::span<float>(logits, static_cast<size_t>(rows * V)));
   const compute::OpContext fp32{f.ops.pool, compute::NumericMode::Fp32};

@@ -1,0 +1,108 @@
+// cpu_bench --drafter DIR --drafter-amx 3,0 [--ab-streams 1,4,16]: the drafter's pass under each LS_CPU_DRAFTER_AMX
+// mask side by side in one process (compute/cpu/matmul_amx.h: 1 block matrices, 2 the head copy, 4 the Markov W2; 0
+// all panels). One drafter is loaded per mask beside the one target; at every (streams, depth) the arms' passes take
+// turns, each right after a one-row-per-stream target forward (as in a round, where the verify has just streamed the
+// target's weights), so every arm sees the host's same phase; medians and each arm's ratio to the first.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/hash.h"
+#include "bench_util.h"
+#include "cpu_bench_floor.h"
+#include "compute/cpu/matmul_amx.h"
+#include "draft/dspark/dspark_drafter.h"
+
+namespace ls::bench {
+
+struct DrafterAmxPlan {
+  std::string drafter;
+  std::vector<int> masks;           // the arms, LS_CPU_DRAFTER_AMX masks
+  std::vector<int> streams = {1, 4, 16};
+  int threads = 2, context = 192, repeats = 5;
+  compute::NumericMode mode = compute::NumericMode::Bf16;
+};
+
+// `forward(streams)` runs one target forward of one row per stream (timed by the caller's clock, not here).
+inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
+                                     const std::function<void(int streams)>& forward) {
+  const int most = *std::max_element(plan.streams.begin(), plan.streams.end());
+  std::vector<std::unique_ptr<dspark::DsparkDrafter>> drafters;
+  for (int mask : plan.masks) {
+    if (mask != 0 && !compute::cpu_amx_runnable()) {
+      std::fprintf(stderr, "--drafter-amx %d: this process cannot run AMX\n", mask);
+      std::exit(1);
+    }
+    DrafterOptions options;
+    options.threads = plan.threads;
+    options.mode = plan.mode;
+    options.max_streams = most;
+    const int saved = compute::set_drafter_amx(mask);
+    auto loaded = dspark::DsparkDrafter::load(plan.drafter, target, options);
+    compute::set_drafter_amx(saved);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "drafter load failed: %s\n", loaded.status().to_string().c_str());
+      std::exit(1);
+    }
+    drafters.push_back(std::move(*loaded));
+  }
+  const dspark::DsparkConfig& config = drafters[0]->config();
+  const int vocab = target.facts().vocab_size;
+  const int64_t width = static_cast<int64_t>(config.tap_count()) * config.hidden_size;
+  std::vector<float> taps(static_cast<size_t>(plan.context * width));
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = static_cast<float>(uniform_open01(splitmix64(i)) * 4.0 - 2.0);
+  const StreamId first = StreamId{1} << 20;
+  for (auto& drafter : drafters)
+    for (int s = 0; s < most; ++s)
+      if (Status status = drafter->absorb(first + s, 0, plan.context, taps); !status.ok()) {
+        std::fprintf(stderr, "absorb failed: %s\n", status.to_string().c_str());
+        std::exit(1);
+      }
+  nlohmann::json result = nlohmann::json::object();
+  std::printf("  drafter AMX A/B (pass after a 1-row-per-stream forward, median ms; ratio to mask %d):\n",
+              plan.masks[0]);
+  for (int streams : plan.streams)
+    for (int depth : {1, 3, config.block_size}) {
+      std::vector<std::vector<double>> times(drafters.size());
+      std::vector<DraftRequest> requests(static_cast<size_t>(streams));
+      for (int repeat = 0; repeat < plan.repeats * 4; ++repeat)
+        for (size_t arm = 0; arm < drafters.size(); ++arm) {
+          for (int s = 0; s < streams; ++s) {
+            requests[s].stream = first + s;
+            requests[s].anchor_token = static_cast<int32_t>(splitmix64(repeat * 131 + s) % vocab);
+            requests[s].anchor_position = plan.context;
+            requests[s].depth = depth;
+          }
+          forward(streams);
+          const auto start = Clock::now();
+          const std::vector<Draft> drafts = drafters[arm]->draft(requests);
+          times[arm].push_back(ms_since(start));
+          for (const Draft& draft : drafts)
+            if (!draft.status.ok()) {
+              std::fprintf(stderr, "draft failed: %s\n", draft.status.to_string().c_str());
+              std::exit(1);
+            }
+        }
+      const std::string key = std::to_string(streams) + "x" + std::to_string(depth);
+      std::printf("    %2d streams depth %d:", streams, depth);
+      for (size_t arm = 0; arm < drafters.size(); ++arm) {
+        const double ms = median(times[arm]);
+        result[key]["mask_" + std::to_string(plan.masks[arm])] = ms;
+        std::printf("  mask %d %.3f (%.2fx)", plan.masks[arm], ms, ms / median(times[0]));
+      }
+      std::printf("\n");
+    }
+  for (auto& drafter : drafters)
+    for (int s = 0; s < most; ++s) drafter->release(first + s);
+  return result;
+}
+
+}  // namespace ls::bench
