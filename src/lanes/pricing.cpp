@@ -163,8 +163,12 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   sampled_.scale += 0.02 * (1.0 - sampled_.scale);
   // One pass serves every stream bought drafts: with a sampled one among them it is priced as sampled.
   const PassMode mode = mode_of(drafting);
-  std::vector<RowOffer> offers(drafting.size() + 1);
+  // The offers are kept from decision to decision (their chains' storage too): a decision over dormant streams that
+  // buys nothing allocates nothing (lanes18).
+  std::vector<RowOffer>& offers = offers_;
+  offers.resize(drafting.size() + 1);
   // The first offer stands for every stream's pending row in the next round.
+  offers[0] = RowOffer{};
   offers[0].fixed_rows = std::clamp(round_streams, 1, max_rows_);
   offers[0].fixed_expected = offers[0].fixed_rows;
   // Until some draft was verified, nothing is known about the drafter: one stream pays its catch-up and probes
@@ -187,7 +191,8 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   const int gate_rows = !any_awake ? widest_prompt : 0;
   const bool explore = !drafter_unproven || exploration_repays(round_streams, widest_cap, most_left, gate_rows, mode);
   if (sampled_too_wide(round_streams, mode)) return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
-  std::vector<bool> offered(drafting.size(), false);
+  std::vector<char>& offered = offered_;
+  offered.assign(drafting.size(), 0);
   bool scout_chosen = false;
 
   // Dormant streams only, and the last such decision bought nothing: reprice them together only every n-th time.
@@ -200,25 +205,25 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     RowOffer& offer = offers[index + 1];
     offer.fixed_rows = 0;
     offer.fixed_expected = 0;
+    offer.chances.clear();
+    offer.activation_ms = 0;
     if (caps[index] <= 0 || !explore || (drafter_unproven && scout_chosen)) continue;
     // The scout is the stream that tapped its prompt (the others wait dormant): a dormant one only if none did.
     if (drafter_unproven && stream.dormant && any_awake) continue;
-    offered[index] = true;
+    offered[index] = 1;
     scout_chosen = true;
     if (quiet || (options_.stop_on_measured_loss && stream.loss_stopped)) continue;  // nothing bought; it may probe
     offer.chances = depth_chances(stream, caps[index]);
     offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
   Allocation allocation;
-  if (quiet) {
-    allocation.extra_rows.assign(offers.size(), 0);
-  } else {
+  if (!quiet) {
     allocation = allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
     ++depth_allocations_;
     if (log_level() == LogLevel::Debug) trace_depths(drafting, offers, allocation, round_streams);
   }
-  const bool bought = std::any_of(allocation.extra_rows.begin() + 1, allocation.extra_rows.end(),
-                                  [](int rows) { return rows > 0; });
+  const bool bought = !quiet && std::any_of(allocation.extra_rows.begin() + 1, allocation.extra_rows.end(),
+                                            [](int rows) { return rows > 0; });
   quiet_decisions_ = all_dormant && !bought ? quiet_decisions_ + 1 : 0;
 
   std::vector<DepthPlan> plans(drafting.size());
@@ -231,7 +236,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     ProbeBackoff& backoff = stream.backoff;
     if (backoff.wait == 0) backoff.wait = options_.probe_first_wait;
     DepthPlan& plan = plans[index];
-    plan.depth = allocation.extra_rows[index + 1];
+    plan.depth = quiet ? 0 : allocation.extra_rows[index + 1];
     const int cap = caps[index];
     if (cap <= 0 || !offered[index]) continue;
     if (plan.depth == 0) {

@@ -323,6 +323,9 @@ class Pricing {
   int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a purchase)
   int64_t depth_allocations_ = 0;
   mutable int64_t group_checks_ = 0;
+  // plan_depths' scratch, kept between decisions (a decision that buys nothing allocates nothing).
+  std::vector<RowOffer> offers_;
+  std::vector<char> offered_;
   ConfidenceCalibration calibration_;
   PooledConfidence pooled_confidence_;
   AcceptanceByDepth pooled_acceptance_;
