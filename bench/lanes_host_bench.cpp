@@ -1,7 +1,7 @@
 // The lanes' own host work per round, drafted against plain, on the nano-like fakes (lanes18).
 //
 // lanes_host_bench [--streams N] [--tokens N] [--arm plain|drafted|both] [--repeats N] [--rounds FIRST:[LAST]]
-//                  [--json PATH]
+//                  [--quiet-reprice N] [--json PATH]
 //
 // The fakes' fixed clock makes every decision repeatable; the target's forwards and the drafter's calls are
 // wrapped, so what is left of a round is the lanes' own work (as LanesStats' round - forward - drafter on a real
@@ -126,7 +126,7 @@ struct RoundRange {
   bool covers(int64_t round) const { return round >= first && round < last; }
 };
 
-ArmRun run_arm(bool drafted, int streams, int tokens, const RoundRange& range) {
+ArmRun run_arm(bool drafted, int streams, int tokens, const RoundRange& range, int quiet_reprice) {
   NanoLikeFakes fakes = h200_nano_pair();
   FakeTarget fake_target(fakes.target);
   FakeDrafter fake_drafter(fakes.drafter);
@@ -135,6 +135,7 @@ ArmRun run_arm(bool drafted, int streams, int tokens, const RoundRange& range) {
   TimedDrafter drafter(fake_drafter, timer);
   LanesOptions options;
   options.max_streams = streams;
+  if (quiet_reprice > 0) options.pricing.quiet_reprice_every = quiet_reprice;
   auto created = Lanes::create(target, drafted ? &drafter : nullptr, options, fakes.clock);
   if (!created.ok()) {
     std::fprintf(stderr, "lanes_host_bench: %s\n", created.status().to_string().c_str());
@@ -184,6 +185,7 @@ double median(std::vector<double> values) {
 int main_bench(int argc, char** argv) {
   int streams = 8, tokens = 256, repeats = 9;
   RoundRange range;
+  int quiet_reprice = 0;  // PricingOptions::quiet_reprice_every (0: the default; profiling the quiet decisions alone)
   std::string arm = "both", json_path;
   for (int index = 1; index + 1 < argc; index += 2) {
     const std::string flag = argv[index], value = argv[index + 1];
@@ -192,6 +194,7 @@ int main_bench(int argc, char** argv) {
     else if (flag == "--repeats") repeats = std::max(1, std::atoi(value.c_str()));
     else if (flag == "--arm") arm = value;
     else if (flag == "--json") json_path = value;
+    else if (flag == "--quiet-reprice") quiet_reprice = std::atoi(value.c_str());
     else if (flag == "--rounds") {
       // FIRST:LAST (LAST empty: to the end)
       const size_t colon = value.find(':');
@@ -213,7 +216,7 @@ int main_bench(int argc, char** argv) {
     std::vector<double> per_round;
     ArmRun last;
     for (int repeat = 0; repeat < repeats; ++repeat) {
-      last = run_arm(drafted, streams, tokens, range);
+      last = run_arm(drafted, streams, tokens, range, quiet_reprice);
       per_round.push_back(last.host_ns / 1000.0 / static_cast<double>(std::max<int64_t>(last.rounds, 1)));
     }
     const double host_us = median(per_round);

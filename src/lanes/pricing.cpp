@@ -118,7 +118,7 @@ double Pricing::activation_ms(const Stream& stream, int cap, std::span<const flo
   return tables_.absorb_call_ms + tables_.absorb_ms_per_row * (steady_rows + catch_up_rows / double(future_rounds));
 }
 
-std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
+void Pricing::depth_chances(const Stream& stream, int cap, std::vector<float>& chances) const {
   // A stream that has not verified a draft yet takes what the drafter showed on any stream since (its own copy
   // is only as fresh as its admission). Without a confidence head, depth grows into unexplored depths a step at
   // a time, so an optimistic prior costs one shallow round, not a deep one; with one, the trim cuts drafts the
@@ -128,27 +128,27 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   auto conditional = [&](int index) {
     return stream.acceptance.observations(index) > 0 ? stream.acceptance.conditional(index) : pool.conditional(index);
   };
+  // (Into the caller's storage: a decision's chains reuse the last decision's.)
   auto merged_chain = [&](int depth) {
-    std::vector<float> chances(std::max(depth, 0));
+    chances.resize(std::max(depth, 0));
     double product = 1.0;
     for (int index = 0; index < depth; ++index) {
       product *= conditional(index);
       chances[index] = static_cast<float>(product);
     }
-    return chances;
   };
   if (has_confidence_) {
-    std::vector<float> chances = merged_chain(cap);
+    merged_chain(cap);
     // The last pass's drafts were all cut by the trim: its confidences are what the next pass will likely say.
     const std::vector<float>& doubted = stream.doubted_chances;
     for (size_t index = 0; index < chances.size() && !doubted.empty(); ++index) {
       chances[index] = std::min(chances[index], doubted[std::min(index, doubted.size() - 1)]);
     }
-    return chances;
+    return;
   }
   const int explored = std::max(stream.acceptance.explored_depth(), pooled_acceptance_.explored_depth());
   const int depth = std::min(cap, explored + 2);
-  return merged_chain(depth);
+  merged_chain(depth);
 }
 
 std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
@@ -179,7 +179,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   int most_left = 0;
   bool any_awake = false;
   int widest_prompt = 0;  // untapped: every drafting stream is dormant
-  for (size_t index = 0; index < drafting.size(); ++index) {
+  for (size_t index = 0; index < drafting.size() && drafter_unproven; ++index) {
     widest_cap = std::max(widest_cap, caps[index]);
     most_left = std::max(most_left, drafting[index]->remaining());
     any_awake = any_awake || (caps[index] > 0 && !drafting[index]->dormant);
@@ -200,7 +200,8 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
                                                              [](const Stream* stream) { return stream->dormant; });
   const bool quiet = all_dormant && !drafter_unproven && options_.quiet_reprice_every > 1 &&
                      quiet_decisions_ % options_.quiet_reprice_every != 0;
-  for (size_t index = 0; index < drafting.size(); ++index) {
+  // (A quiet decision offers every stream with a cap and prices none: the drafter is proven, so no scout is chosen.)
+  for (size_t index = 0; index < drafting.size() && !quiet; ++index) {
     const Stream& stream = *drafting[index];
     RowOffer& offer = offers[index + 1];
     offer.fixed_rows = 0;
@@ -213,7 +214,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     offered[index] = 1;
     scout_chosen = true;
     if (quiet || (options_.stop_on_measured_loss && stream.loss_stopped)) continue;  // nothing bought; it may probe
-    offer.chances = depth_chances(stream, caps[index]);
+    depth_chances(stream, caps[index], offer.chances);
     offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
   Allocation allocation;
@@ -238,7 +239,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     DepthPlan& plan = plans[index];
     plan.depth = quiet ? 0 : allocation.extra_rows[index + 1];
     const int cap = caps[index];
-    if (cap <= 0 || !offered[index]) continue;
+    if (cap <= 0 || !(quiet || offered[index])) continue;
     if (plan.depth == 0) {
       // The scout's first zero decision is due at once: nothing is known about the drafter yet, and one stream
       // probing early measures it for every stream.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lanes/allocator.h"
+#include "lanes/cost_tables.h"
 
 namespace ls {
 namespace {
@@ -123,6 +124,29 @@ TEST(LanesHostWork, ChainsThatRiseAreScannedToTheEnd) {
   const Allocation stopped = allocate_rows(offers, 64, cost, 1.0);
   EXPECT_EQ(stopped.extra_rows, full_scan(offers, 64, cost, 1.0).extra_rows);
   EXPECT_EQ(stopped.extra_rows[1], 8);
+}
+
+TEST(LanesHostWork, AVerifyTableMovedInPlaceReadsAsOneRefreshedInFull) {
+  // The table before lanes18: each entry's own estimate, lowered below a faster measurement, read as the running
+  // maximum recomputed over every row count after each measurement.
+  constexpr int kRows = 128;
+  std::vector<TimedPoint> timed = {{1, 0, 0.19}, {8, 0, 0.2}, {32, 0, 0.27}, {128, 0, 0.6}};
+  VerifyCosts table;
+  table.init(kRows, timed);
+  std::vector<double> measured(kRows + 1), running(kRows + 1, 0.0);
+  for (int rows = 1; rows <= kRows; ++rows) measured[rows] = table.ms(rows);  // monotone after init
+  std::mt19937 random(18);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int step = 0; step < 5000; ++step) {
+    const int rows = 1 + static_cast<int>(random() % kRows);
+    const double ms = step % 7 == 0 ? 3.0 * unit(random) : 0.1 + 0.6 * unit(random);
+    const double value = table.ms(rows) + 0.2 * (ms - table.ms(rows));
+    measured[rows] = value;
+    for (int below = 1; below < rows; ++below) measured[below] = std::min(measured[below], value);
+    for (int at = 1; at <= kRows; ++at) running[at] = std::max(measured[at], running[at - 1]);
+    table.observe(rows, ms, 0.2);
+    for (int at = 1; at <= kRows; ++at) ASSERT_EQ(table.ms(at), running[at]) << "step " << step << " rows " << at;
+  }
 }
 
 }  // namespace
