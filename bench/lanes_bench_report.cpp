@@ -59,6 +59,8 @@ json phases_json(const Measured& run) {
           {"settle_ms", s.settle_ms - f.settle_ms},
           {"host_ms", (s.round_ms - s.forward_ms - s.drafter_ms) - (f.round_ms - f.forward_ms - f.drafter_ms)},
           {"first_round_ms", run.first_round_ms},
+          {"first_sightings", run.shapes.first_sightings},
+          {"captures", run.shapes.captures},
           {"outside_rounds_ms", run.ms - s.round_ms}};
 }
 
@@ -216,13 +218,15 @@ void print_split(const json& row) {
     const json& p = row[std::string(arm) + "_phases"];
     std::printf("        %s run phases (median run, decode): forwards quiet %lld x %.4f, tap-only %lld x %.4f, with drafts"
                 " %lld x %.4f ms, slow %lld (+%.2f ms); drafter ms passes %.2f absorbs %.2f settles %.2f; host %.2f;"
-                " first round %.2f, outside rounds %.2f ms\n",
+                " first round %.2f, outside rounds %.2f ms; shapes run eagerly %lld, captured %lld\n",
                 arm, static_cast<long long>(p["quiet_forwards"].get<int64_t>()), p["quiet_forward_ms"].get<double>(),
                 static_cast<long long>(p["tap_only_forwards"].get<int64_t>()), p["tap_only_forward_ms"].get<double>(),
                 static_cast<long long>(p["draft_forwards"].get<int64_t>()), p["draft_forward_ms"].get<double>(),
                 static_cast<long long>(p["slow_forwards"].get<int64_t>()), p["slow_forward_excess_ms"].get<double>(),
                 p["pass_ms"].get<double>(), p["absorb_ms"].get<double>(), p["settle_ms"].get<double>(),
-                p["host_ms"].get<double>(), p["first_round_ms"].get<double>(), p["outside_rounds_ms"].get<double>());
+                p["host_ms"].get<double>(), p["first_round_ms"].get<double>(), p["outside_rounds_ms"].get<double>(),
+                static_cast<long long>(p["first_sightings"].get<int64_t>()),
+                static_cast<long long>(p["captures"].get<int64_t>()));
   }
   if (row.contains("tables")) print_tables(row["tables"]);
   std::fflush(stdout);

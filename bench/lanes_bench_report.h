@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lanes/lanes.h"
+#include "model/shape_counts.h"
 
 namespace ls::bench {
 
@@ -22,6 +23,7 @@ struct Measured {
   LanesStats stats;
   LanesStats first_round;     // stats after the first round (decode = stats - first_round)
   std::vector<std::vector<int32_t>> replies;  // [stream] in submit order
+  ShapeCounts shapes;         // the target's forwards without a graph to replay during the run (lanes18)
   double tokens_per_s() const { return ms > 0 ? 1000.0 * double(tokens) / ms : 0.0; }
   double decode_tokens_per_s() const {
     const double decode_ms = ms - first_round_ms;

@@ -15,6 +15,7 @@
 #include "lanes/testing/fake_target.h"
 #include "lanes/testing/harness.h"
 #include "lanes/testing/recorded_drafter.h"
+#include "model/shape_counts.h"
 #include "text/tokenizer.h"
 
 namespace ls::bench {
@@ -79,6 +80,7 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   measured.streams = static_cast<int>(arrivals.size());
   std::map<StreamId, size_t> index_of;
   const WallClock wall;
+  const ShapeCounts shapes_before = shape_counts();
   const double wall_start_ms = wall.now_ms();
   const double start_ms = clock.now_ms();
   for (size_t index = 0; index < arrivals.size(); ++index) index_of[lanes->submit(arrivals[index].request)] = index;
@@ -98,6 +100,8 @@ Result<Measured> run_once(Target& target, Drafter* drafter, Clock& clock, const 
   measured.ms = clock.now_ms() - start_ms;
   measured.host_wall_ms = wall.now_ms() - wall_start_ms;
   measured.stats = lanes->stats();
+  measured.shapes = {shape_counts().first_sightings - shapes_before.first_sightings,
+                     shape_counts().captures - shapes_before.captures};
   for (const std::vector<int32_t>& reply : measured.replies) measured.tokens += static_cast<int64_t>(reply.size());
   return measured;
 }

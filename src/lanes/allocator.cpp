@@ -29,6 +29,18 @@ Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const R
   for (size_t index = 0; index < offers.size(); ++index) {
     if (!offers[index].chances.empty()) heap.push({offers[index].chances[0], static_cast<int>(index)});
   }
+  // Rows the chains could still add, and whether every chain is non-increasing (the contract; a drafter's chances are
+  // not checked for it): only then may the scan stop early (below).
+  int rows_left = 0;
+  double mass_left = 0;  // the chances of those rows, summed
+  bool monotone = true;
+  for (const RowOffer& offer : offers) {
+    rows_left += static_cast<int>(offer.chances.size());
+    for (float chance : offer.chances) mass_left += chance;
+    for (size_t at = 1; at < offer.chances.size() && monotone; ++at) {
+      monotone = !(offer.chances[at] > offer.chances[at - 1]);
+    }
+  }
   std::vector<int> counts(offers.size(), 0);
   int rows = best.total_rows;
   double expected = best.expected_tokens;
@@ -45,6 +57,8 @@ Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const R
     ++counts[index];
     deepest = std::max(deepest, counts[index]);
     ++rows;
+    --rows_left;
+    mass_left -= chance;
     expected += chance;
     if (counts[index] < static_cast<int>(offers[index].chances.size())) {
       heap.push({offers[index].chances[counts[index]], index});
@@ -59,6 +73,16 @@ Allocation allocate_rows(std::span<const RowOffer> offers, int max_rows, const R
       best.cost_ms = ms;
       best.tokens_per_ms = candidate;
     }
+    // No later cut can win: a round costs no less with more rows, streams or depth (monotone tables, activations
+    // >= 0), and the rows left add at most their chances' sum, nor more than the rows that fit at the heap's top (no
+    // row left has a higher chance: each chain is non-increasing), so every later rate is at most that at this
+    // cost. Lanes18: the dormant streams' decisions and the gate's pooled rounds scanned every row up to max_rows for
+    // the same answer (the early stop gives it to the bit; the slack covers rounding).
+    if (!monotone || ms <= 0) continue;
+    constexpr double kRoundingSlack = 1e-9;
+    const double top = heap.empty() ? 0.0 : std::get<0>(heap.top());
+    const double gain_left = std::min(mass_left, std::min(rows_left, max_rows - rows) * top);
+    if ((expected + std::max(gain_left, 0.0)) / ms * (1.0 + kRoundingSlack) <= best_score) break;
   }
   return best;
 }

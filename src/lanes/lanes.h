@@ -173,6 +173,8 @@ class Lanes {
   std::vector<StreamEvent> events_;
   LanesStats stats_;
   RoundLedger ledger_;
+  std::vector<Stream*> drafting_;  // draft()'s scratch: the streams handed to the depth decision, and their caps
+  std::vector<int> caps_;
 };
 
 }  // namespace ls

@@ -87,28 +87,39 @@ Status Lanes::admit() {
                        pricing_.could_draft(streams, cap, /*always_right=*/true, mode)});
     return answers.back();
   };
-  // whole_contexts_priced: asked once for each cap, mode, reply length and prompt length (an allocator run per
-  // admitted stream cost 16 streams ~2 ms of host work on the H200, s14A).
-  struct WholeAnswer {
+  // whole_contexts_repay and exploration_repays: asked once for each cap, mode, reply length and prompt length (an
+  // allocator run per admitted stream cost 16 streams ~2 ms of host work on the H200, s14A; exploration_repays, which
+  // remembers only a closed answer, still ran one per stream: 1.8 M host instructions in the first round at 16
+  // streams against plain's 71 k, lanes_host_bench, lanes18).
+  struct StreamAnswer {
     int cap;
     PassMode mode;
     int tokens_left;
     int prompt_rows;
-    bool whole;
+    bool yes;
   };
-  std::vector<WholeAnswer> whole_answers;
-  auto whole_for = [&](const Stream& stream, int cap, PassMode mode) {
+  std::vector<StreamAnswer> whole_answers, repay_answers;
+  auto ask_once = [&](std::vector<StreamAnswer>& known, const Stream& stream, int cap, PassMode mode, auto&& ask) {
     const int tokens_left = stream.remaining();
     const int prompt_rows = static_cast<int>(stream.request.prompt.size());
-    for (const WholeAnswer& known : whole_answers) {
-      if (known.cap == cap && known.mode == mode && known.tokens_left == tokens_left &&
-          known.prompt_rows == prompt_rows) {
-        return known.whole;
+    for (const StreamAnswer& answer : known) {
+      if (answer.cap == cap && answer.mode == mode && answer.tokens_left == tokens_left &&
+          answer.prompt_rows == prompt_rows) {
+        return answer.yes;
       }
     }
-    whole_answers.push_back({cap, mode, tokens_left, prompt_rows,
-                             pricing_.whole_contexts_repay(streams, cap, tokens_left, prompt_rows, mode)});
-    return whole_answers.back().whole;
+    known.push_back({cap, mode, tokens_left, prompt_rows, ask(tokens_left, prompt_rows)});
+    return known.back().yes;
+  };
+  auto whole_for = [&](const Stream& stream, int cap, PassMode mode) {
+    return ask_once(whole_answers, stream, cap, mode, [&](int tokens_left, int prompt_rows) {
+      return pricing_.whole_contexts_repay(streams, cap, tokens_left, prompt_rows, mode);
+    });
+  };
+  auto repays_for = [&](const Stream& stream, int cap, PassMode mode) {
+    return ask_once(repay_answers, stream, cap, mode, [&](int tokens_left, int prompt_rows) {
+      return pricing_.exploration_repays(streams, cap, tokens_left, prompt_rows, mode);
+    });
   };
   for (Stream* stream : admitted) {
     if (!stream->drafting || !restarts_) continue;
@@ -131,8 +142,7 @@ Status Lanes::admit() {
     // no prompt is tapped (the CPU nano pair at 4-16 streams tapped and absorbed the scout's 192-row prompt).
     const bool hopeless = !drafter_proven && options_.scout_prompt_only && !priced.right_pays;
     // Exploration its run cannot repay (PricingOptions::explore_repay): no prompt tapped, no scout.
-    const bool unrepaid = !pricing_.exploration_repays(streams, draft_cap(*stream), stream->remaining(),
-                                                       static_cast<int>(stream->request.prompt.size()), mode);
+    const bool unrepaid = !repays_for(*stream, draft_cap(*stream), mode);
     stream->dormant =
         hopeless || unrepaid || restarted_scout || (drafter_proven ? !pays : scout_tapping && scout_only);
     scout_tapping = scout_tapping || !stream->dormant;
@@ -302,8 +312,11 @@ void Lanes::tap_restarted_scout(std::span<Stream* const> streams, int round_stre
 
 double Lanes::draft() {
   if (drafter_ == nullptr) return 0.0;
-  std::vector<Stream*> drafting;
-  std::vector<int> caps;
+  // Kept from round to round: a round that drafts nothing allocates nothing here (lanes18).
+  std::vector<Stream*>& drafting = drafting_;
+  std::vector<int>& caps = caps_;
+  drafting.clear();
+  caps.clear();
   int round_streams = 0;
   for (auto& [id, owned] : live_) {
     Stream& stream = *owned;

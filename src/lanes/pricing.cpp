@@ -118,7 +118,7 @@ double Pricing::activation_ms(const Stream& stream, int cap, std::span<const flo
   return tables_.absorb_call_ms + tables_.absorb_ms_per_row * (steady_rows + catch_up_rows / double(future_rounds));
 }
 
-std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
+void Pricing::depth_chances(const Stream& stream, int cap, std::vector<float>& chances) const {
   // A stream that has not verified a draft yet takes what the drafter showed on any stream since (its own copy
   // is only as fresh as its admission). Without a confidence head, depth grows into unexplored depths a step at
   // a time, so an optimistic prior costs one shallow round, not a deep one; with one, the trim cuts drafts the
@@ -128,27 +128,27 @@ std::vector<float> Pricing::depth_chances(const Stream& stream, int cap) const {
   auto conditional = [&](int index) {
     return stream.acceptance.observations(index) > 0 ? stream.acceptance.conditional(index) : pool.conditional(index);
   };
+  // (Into the caller's storage: a decision's chains reuse the last decision's.)
   auto merged_chain = [&](int depth) {
-    std::vector<float> chances(std::max(depth, 0));
+    chances.resize(std::max(depth, 0));
     double product = 1.0;
     for (int index = 0; index < depth; ++index) {
       product *= conditional(index);
       chances[index] = static_cast<float>(product);
     }
-    return chances;
   };
   if (has_confidence_) {
-    std::vector<float> chances = merged_chain(cap);
+    merged_chain(cap);
     // The last pass's drafts were all cut by the trim: its confidences are what the next pass will likely say.
     const std::vector<float>& doubted = stream.doubted_chances;
     for (size_t index = 0; index < chances.size() && !doubted.empty(); ++index) {
       chances[index] = std::min(chances[index], doubted[std::min(index, doubted.size() - 1)]);
     }
-    return chances;
+    return;
   }
   const int explored = std::max(stream.acceptance.explored_depth(), pooled_acceptance_.explored_depth());
   const int depth = std::min(cap, explored + 2);
-  return merged_chain(depth);
+  merged_chain(depth);
 }
 
 std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
@@ -163,8 +163,12 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   sampled_.scale += 0.02 * (1.0 - sampled_.scale);
   // One pass serves every stream bought drafts: with a sampled one among them it is priced as sampled.
   const PassMode mode = mode_of(drafting);
-  std::vector<RowOffer> offers(drafting.size() + 1);
+  // The offers are kept from decision to decision (their chains' storage too): a decision over dormant streams that
+  // buys nothing allocates nothing (lanes18).
+  std::vector<RowOffer>& offers = offers_;
+  offers.resize(drafting.size() + 1);
   // The first offer stands for every stream's pending row in the next round.
+  offers[0] = RowOffer{};
   offers[0].fixed_rows = std::clamp(round_streams, 1, max_rows_);
   offers[0].fixed_expected = offers[0].fixed_rows;
   // Until some draft was verified, nothing is known about the drafter: one stream pays its catch-up and probes
@@ -175,7 +179,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   int most_left = 0;
   bool any_awake = false;
   int widest_prompt = 0;  // untapped: every drafting stream is dormant
-  for (size_t index = 0; index < drafting.size(); ++index) {
+  for (size_t index = 0; index < drafting.size() && drafter_unproven; ++index) {
     widest_cap = std::max(widest_cap, caps[index]);
     most_left = std::max(most_left, drafting[index]->remaining());
     any_awake = any_awake || (caps[index] > 0 && !drafting[index]->dormant);
@@ -187,7 +191,8 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   const int gate_rows = !any_awake ? widest_prompt : 0;
   const bool explore = !drafter_unproven || exploration_repays(round_streams, widest_cap, most_left, gate_rows, mode);
   if (sampled_too_wide(round_streams, mode)) return closed_gate_plans(drafting, offers[0].fixed_rows, mode);
-  std::vector<bool> offered(drafting.size(), false);
+  std::vector<char>& offered = offered_;
+  offered.assign(drafting.size(), 0);
   bool scout_chosen = false;
 
   // Dormant streams only, and the last such decision bought nothing: reprice them together only every n-th time.
@@ -195,30 +200,31 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
                                                              [](const Stream* stream) { return stream->dormant; });
   const bool quiet = all_dormant && !drafter_unproven && options_.quiet_reprice_every > 1 &&
                      quiet_decisions_ % options_.quiet_reprice_every != 0;
-  for (size_t index = 0; index < drafting.size(); ++index) {
+  // (A quiet decision offers every stream with a cap and prices none: the drafter is proven, so no scout is chosen.)
+  for (size_t index = 0; index < drafting.size() && !quiet; ++index) {
     const Stream& stream = *drafting[index];
     RowOffer& offer = offers[index + 1];
     offer.fixed_rows = 0;
     offer.fixed_expected = 0;
+    offer.chances.clear();
+    offer.activation_ms = 0;
     if (caps[index] <= 0 || !explore || (drafter_unproven && scout_chosen)) continue;
     // The scout is the stream that tapped its prompt (the others wait dormant): a dormant one only if none did.
     if (drafter_unproven && stream.dormant && any_awake) continue;
-    offered[index] = true;
+    offered[index] = 1;
     scout_chosen = true;
     if (quiet || (options_.stop_on_measured_loss && stream.loss_stopped)) continue;  // nothing bought; it may probe
-    offer.chances = depth_chances(stream, caps[index]);
+    depth_chances(stream, caps[index], offer.chances);
     offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
   Allocation allocation;
-  if (quiet) {
-    allocation.extra_rows.assign(offers.size(), 0);
-  } else {
+  if (!quiet) {
     allocation = allocate_rows(offers, max_rows_, round_cost(mode), options_.plain_margin);
     ++depth_allocations_;
     if (log_level() == LogLevel::Debug) trace_depths(drafting, offers, allocation, round_streams);
   }
-  const bool bought = std::any_of(allocation.extra_rows.begin() + 1, allocation.extra_rows.end(),
-                                  [](int rows) { return rows > 0; });
+  const bool bought = !quiet && std::any_of(allocation.extra_rows.begin() + 1, allocation.extra_rows.end(),
+                                            [](int rows) { return rows > 0; });
   quiet_decisions_ = all_dormant && !bought ? quiet_decisions_ + 1 : 0;
 
   std::vector<DepthPlan> plans(drafting.size());
@@ -231,9 +237,9 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
     ProbeBackoff& backoff = stream.backoff;
     if (backoff.wait == 0) backoff.wait = options_.probe_first_wait;
     DepthPlan& plan = plans[index];
-    plan.depth = allocation.extra_rows[index + 1];
+    plan.depth = quiet ? 0 : allocation.extra_rows[index + 1];
     const int cap = caps[index];
-    if (cap <= 0 || !offered[index]) continue;
+    if (cap <= 0 || !(quiet || offered[index])) continue;
     if (plan.depth == 0) {
       // The scout's first zero decision is due at once: nothing is known about the drafter yet, and one stream
       // probing early measures it for every stream.

@@ -248,7 +248,7 @@ class Pricing {
   // Chain chances at the better of the pooled acceptance and the calibrated confidences (else the prior): [depth].
   std::vector<float> hopeful_chain(int depth) const;
   // Chain chances for the depth decision: the stream's own acceptance once measured, else the pooled one.
-  std::vector<float> depth_chances(const Stream& stream, int cap) const;
+  void depth_chances(const Stream& stream, int cap, std::vector<float>& chances) const;
   RoundCost round_cost(PassMode mode = PassMode::Greedy) const;
   // The scout's one-off before the drafter is proven: its probe, its prompt's absorb, a new shape's capture.
   double scout_one_off_ms(int streams, int cap, int absorb_rows, PassMode mode) const;
@@ -323,6 +323,9 @@ class Pricing {
   int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a purchase)
   int64_t depth_allocations_ = 0;
   mutable int64_t group_checks_ = 0;
+  // plan_depths' scratch, kept between decisions (a decision that buys nothing allocates nothing).
+  std::vector<RowOffer> offers_;
+  std::vector<char> offered_;
   ConfidenceCalibration calibration_;
   PooledConfidence pooled_confidence_;
   AcceptanceByDepth pooled_acceptance_;

@@ -12,18 +12,6 @@
 namespace ls {
 namespace {
 
-// The nano pair on the H200 at 8 / 16 streams, roughly: its verify past 32 rows (0.27 ms at 32, 0.6 at 128), whole
-// contexts landing 88 % a draft and restarted ones 15 %, new shapes 0.25 ms dearer twice (gpu-check 44b48d1: the
-// whole-context scout's proof woke a group that kept 5 of 32 / 6 of 102 drafts, 0.92x).
-NanoLikeFakes h200_nano_pair() {
-  NanoLikeFakes pair;
-  pair.target.verify_wide_from = 32;
-  pair.target.verify_wide_row_ms = 0.003;
-  pair.target.new_shape_ms = 0.25;
-  pair.drafter.wrong_rate = 0.12;
-  return pair;
-}
-
 struct Arms {
   FakeRun plain;
   FakeRun drafted;

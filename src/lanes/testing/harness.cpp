@@ -176,6 +176,15 @@ std::vector<Arrival> NanoLikeFakes::seeded_sampled_arrivals(int streams, int tok
   return sampled;
 }
 
+NanoLikeFakes h200_nano_pair() {
+  NanoLikeFakes pair;
+  pair.target.verify_wide_from = 32;
+  pair.target.verify_wide_row_ms = 0.003;
+  pair.target.new_shape_ms = 0.25;
+  pair.drafter.wrong_rate = 0.12;
+  return pair;
+}
+
 std::vector<Arrival> NanoLikeFakes::arrivals(int streams, int tokens) const {
   std::vector<Arrival> arrivals = endless_arrivals(streams, target.shape.vocab_size, tokens);
   for (Arrival& arrival : arrivals) {

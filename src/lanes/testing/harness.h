@@ -88,6 +88,11 @@ struct NanoLikeFakes {
   std::vector<Arrival> seeded_sampled_arrivals(int streams, int tokens) const;
 };
 
+// The nano pair on the H200 at 8 / 16 streams, roughly: its verify past 32 rows (0.27 ms at 32, 0.6 at 128), whole
+// contexts landing 88 % a draft and restarted ones 15 %, new shapes 0.25 ms dearer twice (gpu-check 44b48d1: the
+// whole-context scout's proof woke a group that kept 5 of 32 / 6 of 102 drafts, 0.92x).
+NanoLikeFakes h200_nano_pair();
+
 // The pricing rules' exactness case: 16 staggered streams (every fourth draft: false) of greedy or sampled requests
 // on a costed fake target (10 ms + 0.5 ms a row) and a fake drafter 20 % wrong (60 % on restarted contexts) with
 // confidences and host or device taps, its sampled passes `sampled_pass_factor` times dearer: the run under

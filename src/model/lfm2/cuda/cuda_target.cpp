@@ -2,6 +2,7 @@
 // cuda_target_load.cpp; stream bookkeeping, embed and head: cuda_target_streams.cpp).
 #include "model/lfm2/cuda/cuda_target.h"
 
+#include "model/shape_counts.h"
 #include "model/window_checks.h"
 
 #include <algorithm>
@@ -42,7 +43,7 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   // A forward no window wants taps of copies none (its graph is plain's): dormant streams cost no tap copies.
   bool any_taps = false;
   for (const Window& window : windows) any_taps = any_taps || window.want_taps;
-  tap_this_forward_ = tap_count > 0 && any_taps;
+  tap_this_forward_ = tap_count > 0 && (any_taps || (taps_every_forward_ && taps_on_device_));
   // Room first (slots, pages), so a refusal changes nothing.
   int new_streams = 0;
   int64_t pages_needed = 0;
@@ -160,9 +161,10 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   const GraphKey key{rows, static_cast<int64_t>(windows.size()), drawn, commit_count,
                      tap_this_forward_ ? tap_count : 0};
   const bool graphable = graphs_enabled_ && fresh_slots.empty() && !any_logits && !expert_trace_ && !profiling_;
-  if (graphable && (graphs_.count(key) > 0 || ++sightings_[key] >= 2)) {
+  if (graphable && (graphs_.count(key) > 0 || ++sightings_[key] >= (capture_at_first_ ? 1 : 2))) {
     auto found = graphs_.find(key);
     if (found == graphs_.end()) {
+      ++g_shape_captures;
       if (graphs_.size() >= kMaxGraphs) {
         clear_graphs();
         sightings_[key] = 2;
@@ -194,6 +196,7 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
     }
     LS_CUDA_TRY(cudaGraphLaunch(found->second, stream_));
   } else {
+    g_shape_first_sightings += graphable;
     LS_RETURN_IF_ERROR(enqueue());
   }
   if (!tap_this_forward_) {

@@ -184,6 +184,13 @@ class CudaTarget final : public Target {
   const bf16* final_delta_ = nullptr;  // set by run_layers: the last residual add left to the draw's final norm
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> sightings_;
+  // LS_TAPS_EVERY_FORWARD=1 (read at load; lanes18's A/B): with taps kept on the device, every forward writes every
+  // row's taps (in the norm launches), so a forward in which some window taps replays the graph of one in which none
+  // does instead of being a shape of its own (its first sighting run eagerly, its second captured).
+  bool taps_every_forward_ = false;
+  // LS_CAPTURE_AT_FIRST=1 (read at load; lanes18's A/B): a graphable shape is captured at its first sighting instead of
+  // running eagerly once and being captured at its second.
+  bool capture_at_first_ = false;
 
   // Device pools.
   cuda::DeviceBuffer<bf16> kv_pool_;       // [attention layers, 2, pages, page_size, kv_width]
