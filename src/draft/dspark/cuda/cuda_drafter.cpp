@@ -76,6 +76,7 @@ CudaDsparkDrafter::CudaDsparkDrafter(const DsparkConfig& config, const bf16_t* e
 
 CudaDsparkDrafter::~CudaDsparkDrafter() {
   if (stream_.get()) cudaStreamSynchronize(stream_.get());
+  if (absorb_branch_.ready()) (void)absorb_branch_.synchronize();
 }
 
 Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const DsparkConfig& config,
@@ -92,7 +93,16 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   LS_RETURN_IF_ERROR(cublas_status(
       cublasSetWorkspace(d.cublas_.get(), d.cublas_workspace_.data(), kCublasWorkspaceBytes), "cublasSetWorkspace"));
   LS_RETURN_IF_ERROR(d.tuned_.create(d.cublas_workspace_.data(), kCublasWorkspaceBytes));
+  // The absorb's GEMMs: their own handle and workspace (of the same size, so cuBLAS picks the same kernels), so an
+  // absorb on the side stream never shares a workspace with the block pass (set_absorb_overlap).
+  LS_RETURN_IF_ERROR(d.absorb_cublas_.create(d.stream_.get()));
+  LS_RETURN_IF_ERROR(
+      d.absorb_cublas_workspace_.allocate(kCublasWorkspaceBytes, "absorb cublas workspace", steps));
+  LS_RETURN_IF_ERROR(cublas_status(cublasSetWorkspace(d.absorb_cublas_.get(), d.absorb_cublas_workspace_.data(),
+                                                      kCublasWorkspaceBytes),
+                                   "cublasSetWorkspace (absorb)"));
   LS_RETURN_IF_ERROR(d.prefetch_branch_.create());
+  LS_RETURN_IF_ERROR(d.absorb_branch_.create());
   // The session-10 switches' A/B pins at load: "0" off, "1" on (LS_DRAFTER_HEAD_STAGE: 128 or 256).
   auto pin = [](const char* name, bool& value) {
     if (const char* text = std::getenv(name); text && *text) value = std::strcmp(text, "0") != 0;
@@ -108,6 +118,11 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   }
   pin("LS_DRAFTER_SCAN_BROADCAST", d.scan_broadcast_);
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
+  pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
+  pin("LS_DRAFTER_ABSORB_OVERLAP", d.absorb_overlap_);
+  if (const char* steps = std::getenv("LS_DRAFTER_PROGRAMMATIC_STEPS"); steps && *steps) {
+    d.programmatic_steps_ = std::max(0, std::atoi(steps));
+  }
   if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
     d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
   }
@@ -290,11 +305,8 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
       cudaMemcpyAsync(scratch_.inputs.data(), staging_.data(), upload_bytes, cudaMemcpyHostToDevice, stream);
   if (uploaded != cudaSuccess) return fail_all(ls::cuda::cuda_status(uploaded, "draft upload"));
   profile_.begin(stream);
-  block_timer_.start(stream);
   last_pass_requests_ = padded;
   long_context_ = most_keys > context_bound(padded);
-  status = run_shape({padded, block_pass_key(padded, long_context_)}, [&] { return block_pass(padded); });
-  block_timer_.stop(stream);
   scan_all_greedy_ = std::all_of(scans.begin(), scans.end(), [](const DeviceScanRequest& scan) {
     return scan.temperature <= 0.0f;
   });
@@ -302,14 +314,28 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   scan_all_plain_ = std::all_of(scans.begin(), scans.end(), [&](const DeviceScanRequest& scan) {
     return scan.temperature <= 0.0f || plain_gumbel_draw(scan, vocab);
   });
-  if (status.ok()) {
-    scan_timer_.start(stream);
-    // The persistent scan reads each request's depth on the device: one graph for every depth.
-    const bool persistent = persistent_scan(padded, scan_all_greedy_);
-    const bool keyed = keyed_scan(padded);
-    status = run_shape({padded, persistent ? kPersistentScanKey : keyed ? kKeyedScanKey : max_depth},
-                       [&] { return markov_scan(padded, max_depth); });
-    scan_timer_.stop(stream);
+  // The persistent scan reads each request's depth on the device: one graph for every depth.
+  const int block_key = block_pass_key(padded, long_context_);
+  const int scan_key = persistent_scan(padded, scan_all_greedy_) ? kPersistentScanKey
+                       : keyed_scan(padded)                      ? kKeyedScanKey
+                                                                 : max_depth;
+  if (one_graph_pass(scan_key)) {
+    // Session 16: both in one graph, timed as one.
+    block_timer_.start(stream);
+    status = run_shape({padded, one_graph_key(block_key, scan_key)}, [&] {
+      LS_RETURN_IF_ERROR(block_pass(padded));
+      return markov_scan(padded, max_depth);
+    });
+    block_timer_.stop(stream);
+  } else {
+    block_timer_.start(stream);
+    status = run_shape({padded, block_key}, [&] { return block_pass(padded); });
+    block_timer_.stop(stream);
+    if (status.ok()) {
+      scan_timer_.start(stream);
+      status = run_shape({padded, scan_key}, [&] { return markov_scan(padded, max_depth); });
+      scan_timer_.stop(stream);
+    }
   }
   // The one copy back: every request's tokens, chances and failure flags.
   if (status.ok()) {
@@ -325,7 +351,7 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   }
   if (!status.ok()) return fail_all(status);
   last_block_ms_ = block_timer_.elapsed_ms();
-  last_scan_ms_ = scan_timer_.elapsed_ms();
+  last_scan_ms_ = one_graph_pass(scan_key) ? 0.0 : scan_timer_.elapsed_ms();
   last_rows_ = static_cast<int64_t>(count) * gamma;
 
   for (int i = 0; i < count; ++i) {
