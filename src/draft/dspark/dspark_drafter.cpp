@@ -128,7 +128,9 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config
   // Only where the w8a8 kernel runs: elsewhere the int8 GEMM widens codes to fp32 and the bf16 head is faster.
   if (options.bits == 8 && compute::cpu_features().avx512_vnni)
     LS_RETURN_IF_ERROR(quantize_target_head(weights, config, target, steps));
-  if (options.bits == 0 && (compute::drafter_amx() & compute::kDrafterAmxHead) != 0)
+  // Bf16 mode only: the head's rows are then bf16-exact, so they run on the tiles (fp32 rows read the row-major copy).
+  if (options.bits == 0 && options.mode == compute::NumericMode::Bf16 &&
+      (compute::drafter_amx() & compute::kDrafterAmxHead) != 0)
     LS_RETURN_IF_ERROR(copy_target_head(weights, config, target, steps));
   pack_draft_weights(weights);  // the panels or B-tiles the kernels stream (no-op without AVX-512 and for int8)
   LS_RETURN_IF_ERROR(steps.step("drafter state"));
