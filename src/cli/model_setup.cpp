@@ -14,6 +14,7 @@ Result<LoadedModels> load_models(const ModelSetup& setup) {
   options.threads = setup.threads;
   options.device = setup.device;
   options.max_rows = setup.max_rows;
+  options.kv_pages = setup.kv_pages;
   // Drafting needs the exact verify width measured; plain decoding verifies one row at a time.
   options.exact_width_probe = setup.drafter_dir.empty() ? 0 : 16;
   LoadedModels models;

@@ -24,6 +24,7 @@ struct ModelSetup {
   int drafter_bits = 0;     // 0 = bf16 as stored, 8 = int8 per row
   int max_streams = 1;      // streams the drafter reserves block scratch for, and the target's stream slots
   int max_rows = 8192;      // most rows one target forward accepts
+  int kv_pages = 0;         // CUDA: the target's KV pool in pages (0: its default, LoadOptions::kv_pages)
 };
 
 struct LoadedModels {

@@ -55,6 +55,8 @@ int run_serve(int argc, char** argv) {
       opts.get_int("--drafter-bits", 0, "drafter weights: 0 = bf16 as stored, 8 = int8 per row (proposals only)");
   const int64_t max_draft = opts.get_int("--max-draft", 16, "engine-wide cap on drafts per stream per round");
   const int64_t context = opts.get_int("--context", 0, "most prompt + reply tokens (0: the model's max positions)");
+  const int64_t kv_pages = opts.get_int("--kv-pages", 0, "CUDA: the KV pool in pages of 32 positions (0: room for "
+                                                        "256 streams of 4096, at most a quarter of free memory)");
   const int64_t max_connections = opts.get_int("--max-connections", 256, "open HTTP connections at most");
   const std::string api_key =
       opts.get_string("--api-key", "", "when set, /v1/* requests need 'Authorization: Bearer KEY' (else 401)");
@@ -72,13 +74,17 @@ int run_serve(int argc, char** argv) {
   Result<Device> device = parse_device(device_name);
   if (!device.ok()) return fail(device.status());
   if (threads < 1 || max_streams < 1 || max_draft < 0 || context < 0 || port < 0 || port > 65535 ||
-      max_connections < 1)
+      max_connections < 1 || kv_pages < 0 || kv_pages > (int64_t{1} << 30))
     return fail(Status(ErrorCode::InvalidArgument, "--threads, --max-streams and --max-connections must be >= 1, "
-                                                   "--max-draft and --context >= 0, --port in [0, 65535]"));
+                                                   "--max-draft, --context and --kv-pages >= 0, --port in [0, 65535]"));
+  if (kv_pages > 0 && *device != Device::Cuda)
+    return fail(Status(ErrorCode::InvalidArgument, "--kv-pages sizes the CUDA target's KV pool; the CPU cache grows "
+                                                   "as needed (drop it or add --device cuda)"));
   setup.device = *device;
   setup.threads = static_cast<int>(threads);
   setup.drafter_bits = static_cast<int>(drafter_bits);
   setup.max_streams = static_cast<int>(max_streams);
+  setup.kv_pages = static_cast<int>(kv_pages);
 
   // Refusals before any weight: config, tokenizer, chat template, the port.
   Result<io::ModelConfig> config = io::read_model_config(setup.model_dir);

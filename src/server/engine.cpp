@@ -7,6 +7,17 @@
 #include "base/log.h"
 
 namespace ls::server {
+namespace {
+
+// The last event of a request that never reached the lanes.
+StreamEvent ended_event(FinishReason reason, std::string error = "") {
+  StreamEvent event;
+  event.finish = reason;
+  event.error = std::move(error);
+  return event;
+}
+
+}  // namespace
 
 void ReplyChannel::push(StreamEvent event) {
   {
@@ -110,7 +121,7 @@ void Engine::run() {
     if (stopping) {
       for (const auto& [stream, live] : live_) lanes_.cancel(stream);
       for (Submission& submission : waiting_)
-        ended_.emplace_back(submission.channel, StreamEvent{.finish = FinishReason::Cancelled});
+        ended_.emplace_back(submission.channel, ended_event(FinishReason::Cancelled));
       waiting_.clear();
       deliver();
       return;
@@ -135,7 +146,7 @@ void Engine::admit(std::deque<Submission>& submissions, std::vector<uint64_t>& c
     }
     auto waiting = std::find_if(waiting_.begin(), waiting_.end(), [&](const Submission& s) { return s.key == key; });
     if (waiting == waiting_.end()) continue;
-    ended_.emplace_back(waiting->channel, StreamEvent{.finish = FinishReason::Cancelled});
+    ended_.emplace_back(waiting->channel, ended_event(FinishReason::Cancelled));
     waiting_.erase(waiting);
   }
   // In arrival order: a long request at the front is not overtaken forever by short ones behind it.
@@ -146,9 +157,8 @@ void Engine::admit(std::deque<Submission>& submissions, std::vector<uint64_t>& c
       if (!live_.empty()) break;  // pages free up as live replies end
       // Even an empty pool cannot hold it (the server's context limit keeps such requests out).
       ended_.emplace_back(submission.channel,
-                          StreamEvent{.finish = FinishReason::Error,
-                                      .error = "OutOfMemory: the request needs " + std::to_string(pages) +
-                                               " KV pages, the pool holds " + std::to_string(kv_.pages)});
+                          ended_event(FinishReason::Error, "OutOfMemory: the request needs " + std::to_string(pages) +
+                                                               " KV pages, the pool holds " + std::to_string(kv_.pages)));
       waiting_.pop_front();
       continue;
     }

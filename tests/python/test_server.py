@@ -314,7 +314,9 @@ def refusal(*args):
     (["--threads", "0"], "InvalidArgument"),
     (["--device", "tpu"], "InvalidArgument"),
     (["--drafter", str(DRAFTER), "--drafter-bits", "4"], "UnsupportedDraftBits"),
-], ids=["port", "threads", "device", "drafter-bits"])
+    (["--kv-pages", "64"], "InvalidArgument"),  # the CPU cache has no fixed pool to size
+    (["--kv-pages", "-1"], "InvalidArgument"),
+], ids=["port", "threads", "device", "drafter-bits", "kv-pages-on-cpu", "kv-pages-negative"])
 def test_bad_flags_are_refused_by_name(args, name):
     code, log = refusal(*args)
     assert code != 0 and name in log, log

@@ -80,7 +80,7 @@ class ShortBlockTest : public ::testing::Test {
 
   // Absorbs streams 1 .. count with random taps of 5 + 3 * stream rows each.
   static void absorb(DsparkDrafter& drafter, int count) {
-    for (StreamId stream = 1; stream <= count; ++stream) {
+    for (StreamId stream = 1; stream <= static_cast<StreamId>(count); ++stream) {
       const int rows = 5 + 3 * static_cast<int>(stream);
       ASSERT_TRUE(drafter.absorb(stream, 0, rows, testing::random_taps(rows, kTapWidth, 60 + stream)).ok());
     }
