@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # limit: 60
 # Session 16 (lead): `lanespark serve` on CUDA with a small KV pool (--kv-pages 24: 768 positions), so the engine's KV
-# budget decides admission: 8 concurrent 200-token requests of which only one or two fit at a time must each equal
+# budget decides admission: 8 concurrent 200-token requests of which three fit at a time (7 pages each) must each equal
 # the same request alone (greedy and seeded), none may fail; the printed context limit and a request past it
 # (context_length_exceeded) are checked. python3's stdlib client. Writes $OUT/lead18_serve_kv.log.
 set -u
