@@ -4,7 +4,7 @@
 # rows batch A compared, and the one A/B left open: C = LS_CAPTURE_AT_FIRST=1 (a shape captured at its first sighting,
 # no eager run; batch A: the nano pair 4 streams +8 %, 8 streams +2 %, 16 streams -1 %, the synth 1.2B unclear). Each arm
 # its own process, alternated: nano greedy 256 tokens at 4 / 8 / 16 streams (3 repeats) A C A C A C, 64 tokens A C, the
-# synth 1.2B at 8 / 16 / 32 / 64 streams (2 repeats) A C. Phase lines count the forwards run eagerly / captured.
+# synth 1.2B at 8 / 16 / 32 / 64 streams (3 repeats) A C. Phase lines count the forwards run eagerly / captured.
 # (Batch A's form, with its four arms: git show 396db16:bench/extras/lanes18_nano.sh.)
 set -u
 bin() { for c in "$BIN/$1" "$BIN/bench/$1" "$BIN/tests/$1"; do [ -x "$c" ] && { echo "$c"; return; }; done; find "$BIN" -name "$1" -type f | head -1; }
@@ -26,7 +26,7 @@ M=$WORK/lfm2.5-1.2b
 [ -d "$M" ] || "$LANESPARK" synth --shape lfm2.5-1.2b --out "$M" --drafter-out "$M-dspark" >"$OUT/lanes18_final_synth.log" 2>&1
 for arm in A C; do
   env $(arm_env $arm) "$LANES" --model "$M" --drafter "$M-dspark" --device cuda --threads 8 --synthetic-acceptance 5.02 \
-    --tokens 256 --prompt-tokens 128 --max-rows 256 --streams 8,16,32,64 --repeats 2 \
+    --tokens 256 --prompt-tokens 128 --max-rows 256 --streams 8,16,32,64 --repeats 3 \
     --json "$OUT/lanes18_final_12b_$arm.json" >"$OUT/lanes18_final_12b_$arm.log" 2>&1
 done
 python3 - "$OUT" <<'PY' || true
