@@ -6,7 +6,7 @@
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
 //             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
 //              [--small-m 0,3] [--short -1,0,1] [--passes 1,0] [--round-gap-us US] [--span POSITIONS]]
-//             [--drafter-amx 3,0 [--ab-streams 1,4,16]]
+//             [--drafter-amx 1,0 [--ab-streams 1,4,16]]
 //   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--gemm-license 1]
 //             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
@@ -22,8 +22,8 @@
 // steps of each arm's mask on in turn (compute/cpu/fused_ops.h: 1 swiglu, 2 residual, 4 conv; 0 none), so the arms
 // share the host's phase; the first arm is the one the summary lines report, the others follow as "arm" lines.
 // --round ROWS,DEPTH (with --drafter): only 1-stream rounds in a round's order instead (cpu_bench_round.h).
-// --drafter-amx 3,0 [--ab-streams 1,4,16] (with --drafter): only the drafter's pass per LS_CPU_DRAFTER_AMX mask, side
-// by side in one process (cpu_bench_drafter_amx.h).
+// --drafter-amx 1,0 [--ab-streams 1,4,16] (with --drafter): only the drafter's pass on AMX tiles and on the panels,
+// side by side in one process (cpu_bench_drafter_amx.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -77,7 +77,7 @@ struct Options {
   std::vector<int> small_m;      // --small-m: set_small_m_kernel masks crossed with them (round mode)
   std::vector<int> short_block;  // --short: -1 trained width, N depth+N (dspark::ShortBlock) crossed with them
   std::vector<int> passes;       // --passes 1,0: rounds with and without the pass (the forwards' cost of its reads)
-  std::vector<int> drafter_amx;  // --drafter-amx 3,0: the pass per LS_CPU_DRAFTER_AMX mask (cpu_bench_drafter_amx.h)
+  std::vector<int> drafter_amx;  // --drafter-amx 1,0: the pass on AMX tiles and on panels (cpu_bench_drafter_amx.h)
   std::vector<int> ab_streams = {1, 4, 16};  // --ab-streams: its stream counts
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
@@ -254,7 +254,7 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   if (!options.drafter_amx.empty() && !options.drafter.empty()) {
     bench::DrafterAmxPlan plan;
     plan.drafter = options.drafter;
-    plan.masks = options.drafter_amx;
+    plan.arms = options.drafter_amx;
     plan.streams = options.ab_streams;
     plan.threads = threads;
     plan.context = options.context;

@@ -1,8 +1,8 @@
-// cpu_bench --drafter DIR --drafter-amx 3,0 [--ab-streams 1,4,16]: the drafter's pass under each LS_CPU_DRAFTER_AMX
-// mask side by side in one process (compute/cpu/matmul_amx.h: 1 block matrices, 2 the head copy, 4 the Markov W2; 0
-// all panels). One drafter is loaded per mask beside the one target; at every (streams, depth) the arms' passes take
-// turns, each right after a one-row-per-stream target forward (as in a round, where the verify has just streamed the
-// target's weights), so every arm sees the host's same phase; medians and each arm's ratio to the first.
+// cpu_bench --drafter DIR --drafter-amx 1,0 [--ab-streams 1,4,16]: the drafter's pass on AMX tiles (1) and on the
+// AVX-512 panels (0) side by side in one process (compute/cpu/matmul_amx.h, drafter_amx). One drafter is loaded per arm
+// beside the one target; at every (streams, depth) the arms' passes take turns, each right after a one-row-per-stream
+// target forward (as in a round, where the verify has just streamed the target's weights), so every arm sees the host's
+// same phase; medians and each arm's ratio to the first.
 #pragma once
 
 #include <algorithm>
@@ -25,7 +25,7 @@ namespace ls::bench {
 
 struct DrafterAmxPlan {
   std::string drafter;
-  std::vector<int> masks;           // the arms, LS_CPU_DRAFTER_AMX masks
+  std::vector<int> arms;           // LS_CPU_DRAFTER_AMX values: 1 the tiles, 0 the panels
   std::vector<int> streams = {1, 4, 16};
   int threads = 2, context = 192, repeats = 5;
   compute::NumericMode mode = compute::NumericMode::Bf16;
@@ -36,16 +36,16 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
                                      const std::function<void(int streams)>& forward) {
   const int most = *std::max_element(plan.streams.begin(), plan.streams.end());
   std::vector<std::unique_ptr<dspark::DsparkDrafter>> drafters;
-  for (int mask : plan.masks) {
-    if (mask != 0 && !compute::cpu_amx_runnable()) {
-      std::fprintf(stderr, "--drafter-amx %d: this process cannot run AMX\n", mask);
+  for (int arm : plan.arms) {
+    if (arm != 0 && !compute::cpu_amx_runnable()) {
+      std::fprintf(stderr, "--drafter-amx %d: this process cannot run AMX\n", arm);
       std::exit(1);
     }
     DrafterOptions options;
     options.threads = plan.threads;
     options.mode = plan.mode;
     options.max_streams = most;
-    const int saved = compute::set_drafter_amx(mask);
+    const bool saved = compute::set_drafter_amx(arm != 0);
     auto loaded = dspark::DsparkDrafter::load(plan.drafter, target, options);
     compute::set_drafter_amx(saved);
     if (!loaded.ok()) {
@@ -67,8 +67,8 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
         std::exit(1);
       }
   nlohmann::json result = nlohmann::json::object();
-  std::printf("  drafter AMX A/B (pass after a 1-row-per-stream forward, median ms; ratio to mask %d):\n",
-              plan.masks[0]);
+  std::printf("  drafter AMX A/B (pass after a 1-row-per-stream forward, median ms; ratio to LS_CPU_DRAFTER_AMX=%d):\n",
+              plan.arms[0]);
   for (int streams : plan.streams)
     for (int depth : {1, 3, config.block_size}) {
       std::vector<std::vector<double>> times(drafters.size());
@@ -95,8 +95,8 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
       std::printf("    %2d streams depth %d:", streams, depth);
       for (size_t arm = 0; arm < drafters.size(); ++arm) {
         const double ms = median(times[arm]);
-        result[key]["mask_" + std::to_string(plan.masks[arm])] = ms;
-        std::printf("  mask %d %.3f (%.2fx)", plan.masks[arm], ms, ms / median(times[0]));
+        result[key]["amx_" + std::to_string(plan.arms[arm])] = ms;
+        std::printf("  amx %d %.3f (%.2fx)", plan.arms[arm], ms, ms / median(times[0]));
       }
       std::printf("\n");
     }

@@ -24,7 +24,7 @@ using compute::WeightsOf;
 // restores both.
 class ScopedLayouts {
  public:
-  ScopedLayouts(bool target_amx, int drafter_amx)
+  ScopedLayouts(bool target_amx, bool drafter_amx)
       : target_(compute::set_cpu_amx(target_amx)), drafter_(compute::set_drafter_amx(drafter_amx)) {}
   ~ScopedLayouts() {
     compute::set_cpu_amx(target_);
@@ -32,8 +32,7 @@ class ScopedLayouts {
   }
 
  private:
-  bool target_;
-  int drafter_;
+  bool target_, drafter_;
 };
 
 #define LS_SKIP_WITHOUT_AMX_OR_PAIR()                                                      \
@@ -72,7 +71,7 @@ std::vector<PackedLayout> drafter_block_layouts(const Drafter& drafter) {
 
 TEST(DrafterAmx, IsOnByDefaultWhereTheTileUnitRunsAndTheTargetStaysOnThePanels) {
   if (std::getenv("LS_CPU_DRAFTER_AMX") || std::getenv("LS_CPU_AMX")) GTEST_SKIP() << "an AMX switch is set";
-  EXPECT_EQ(compute::drafter_amx(), compute::cpu_amx_runnable() ? compute::kDrafterAmxDefault : 0);
+  EXPECT_EQ(compute::drafter_amx(), compute::cpu_amx_runnable());
   EXPECT_EQ(compute::cpu_packed_layout(WeightsOf::Drafter),
             compute::cpu_amx_runnable() ? PackedLayout::AmxTiles : PackedLayout::Panels);
   EXPECT_EQ(compute::cpu_packed_layout(WeightsOf::Target), PackedLayout::Panels);
@@ -80,7 +79,7 @@ TEST(DrafterAmx, IsOnByDefaultWhereTheTileUnitRunsAndTheTargetStaysOnThePanels) 
 
 TEST(DrafterAmx, TheDrafterMatricesTakeTheTilesAndTheTargetsKeepThePanels) {
   LS_SKIP_WITHOUT_AMX_OR_PAIR();
-  ScopedLayouts layouts(false, compute::kDrafterAmxDefault);
+  ScopedLayouts layouts(false, true);
   NanoPair pair;
   ASSERT_NO_FATAL_FAILURE(load_nano_pair(pair));
   const std::vector<PackedLayout> target = target_layouts(*pair.target);
@@ -88,11 +87,9 @@ TEST(DrafterAmx, TheDrafterMatricesTakeTheTilesAndTheTargetsKeepThePanels) {
   for (PackedLayout layout : target) EXPECT_EQ(layout, PackedLayout::Panels);
   for (PackedLayout layout : drafter_block_layouts(*pair.drafter)) EXPECT_EQ(layout, PackedLayout::AmxTiles);
   const dspark::DsparkWeights& weights = dynamic_cast<const dspark::DsparkDrafter&>(*pair.drafter).weights();
-  constexpr bool kMarkov = (compute::kDrafterAmxDefault & compute::kDrafterAmxMarkov) != 0;
   ASSERT_NE(weights.markov_w2.dense.packed, nullptr);
-  EXPECT_EQ(weights.markov_w2.dense.packed_layout, kMarkov ? PackedLayout::AmxTiles : PackedLayout::Panels);
+  EXPECT_EQ(weights.markov_w2.dense.packed_layout, PackedLayout::AmxTiles);
   // The block's head: the drafter's own copy of E in the tiles, not the target's (panel) head.
-  if ((compute::kDrafterAmxDefault & compute::kDrafterAmxHead) == 0) return;
   const compute::OwnedMatrix& head = weights.head.dense;
   ASSERT_NE(head.packed, nullptr);
   EXPECT_EQ(head.packed_layout, PackedLayout::AmxTiles);
@@ -101,11 +98,13 @@ TEST(DrafterAmx, TheDrafterMatricesTakeTheTilesAndTheTargetsKeepThePanels) {
 
 TEST(DrafterAmx, SwitchedOffTheDrafterKeepsThePanelsAndTheTargetsHead) {
   LS_SKIP_WITHOUT_AMX_OR_PAIR();
-  ScopedLayouts layouts(false, 0);
+  ScopedLayouts layouts(false, false);
   NanoPair pair;
   ASSERT_NO_FATAL_FAILURE(load_nano_pair(pair));
   for (PackedLayout layout : target_layouts(*pair.target)) EXPECT_EQ(layout, PackedLayout::Panels);
   for (PackedLayout layout : drafter_block_layouts(*pair.drafter)) EXPECT_EQ(layout, PackedLayout::Panels);
+  EXPECT_EQ(dynamic_cast<const dspark::DsparkDrafter&>(*pair.drafter).weights().markov_w2.dense.packed_layout,
+            PackedLayout::Panels);
   EXPECT_EQ(dynamic_cast<const dspark::DsparkDrafter&>(*pair.drafter).weights().head.rows, 0);
 }
 
@@ -121,7 +120,7 @@ class AmxNanoLanes : public ::testing::TestWithParam<NanoCase> {};
 
 TEST_P(AmxNanoLanes, DraftedRepliesEqualPlainRepliesRunAlone) {
   LS_SKIP_WITHOUT_AMX_OR_PAIR();
-  ScopedLayouts layouts(GetParam().target_amx, compute::kDrafterAmxDefault);
+  ScopedLayouts layouts(GetParam().target_amx, true);
   NanoPair pair;
   ASSERT_NO_FATAL_FAILURE(load_nano_pair(pair));
   for (PackedLayout layout : target_layouts(*pair.target))

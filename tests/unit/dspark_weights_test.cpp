@@ -195,7 +195,7 @@ TEST(DsparkWeights, PackedBf16MatricesGiveEveryRowTheBitsOfTheRowMajorWeights) {
   ASSERT_TRUE(weights.ok()) << weights.status().to_string();
   const DsparkWeights row_major = *weights;
   // The panels (the B-tiles where the drafter runs on AMX sum in another order; MatmulAmx checks that kernel).
-  const int amx = compute::set_drafter_amx(0);
+  const bool amx = compute::set_drafter_amx(false);
   const int packed = pack_draft_weights(*weights);
   compute::set_drafter_amx(amx);
   if (!compute::cpu_features().avx512) {

@@ -55,15 +55,14 @@ std::atomic<bool>& amx_setting() {
   return on;
 }
 
-// kDrafterAmxDefault wherever the tile unit can run, or LS_CPU_DRAFTER_AMX=<mask> at start; 0 where it cannot (a
-// drafter's bits never reach a reply, so it keeps the panels there instead of a refusal).
-std::atomic<int>& drafter_amx_setting() {
-  static std::atomic<int> mask{[] {
+// On wherever the tile unit can run unless LS_CPU_DRAFTER_AMX=0 at start; off where it cannot (a drafter's bits never
+// reach a reply, so it keeps the panels there instead of a refusal).
+std::atomic<bool>& drafter_amx_setting() {
+  static std::atomic<bool> on{[] {
     const char* text = std::getenv("LS_CPU_DRAFTER_AMX");
-    const int asked = text ? std::atoi(text) : kDrafterAmxDefault;
-    return amx_missing().empty() ? asked : 0;
+    return !(text && text[0] == '0') && amx_missing().empty();
   }()};
-  return mask;
+  return on;
 }
 
 // How the kernel schedules its tiles, a mask for A/B timing (the bits never depend on it: each output is the same
@@ -197,11 +196,11 @@ bool set_cpu_amx(bool on) {
 
 bool cpu_amx_runnable() { return amx_missing().empty(); }
 
-int drafter_amx() { return drafter_amx_setting().load(std::memory_order_relaxed); }
+bool drafter_amx() { return drafter_amx_setting().load(std::memory_order_relaxed); }
 
-int set_drafter_amx(int mask) {
-  if (mask != 0) LS_CHECK(cpu_amx_runnable(), "set_drafter_amx on a CPU without AMX-BF16 or the tile state");
-  return drafter_amx_setting().exchange(mask);
+bool set_drafter_amx(bool on) {
+  if (on) LS_CHECK(cpu_amx_runnable(), "set_drafter_amx(true) on a CPU without AMX-BF16 or the tile state");
+  return drafter_amx_setting().exchange(on);
 }
 
 void pack_amx_tiles(const Matrix& view, bf16* out) {

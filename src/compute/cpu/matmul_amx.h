@@ -1,7 +1,7 @@
 // The AMX-BF16 GEMM (Sapphire Rapids and later Xeons): weights packed at load into B-tile order, every output one
 // TDPBF16PS chain over K tiles in increasing order, for every row count (decode, verify windows, drafter blocks,
 // prefill). A target's matrices take it behind a switch (LS_CPU_AMX=1 / set_cpu_amx; its 1-row forward is behind the
-// AVX-512 panels'), a drafter's by default where the CPU has it (drafter_amx_enabled).
+// AVX-512 panels'), a drafter's by default where the CPU has it (drafter_amx).
 #pragma once
 
 #include <cstdint>
@@ -50,26 +50,22 @@ bool cpu_amx_runnable();
 // a target's verify rows keep their 1-row bits; a drafter's bits only steer which drafts are offered.
 enum class WeightsOf : uint8_t { Target, Drafter };
 // The layout such weights take on this CPU: a target's the panels (the B-tiles under LS_CPU_AMX=1, cpu_amx_enabled),
-// a drafter's block matrices the B-tiles where drafter_amx() has kDrafterAmxBlock (the default with AMX), else panels.
+// a drafter's the B-tiles where drafter_amx() (the default with AMX), else the panels.
 PackedLayout cpu_packed_layout(WeightsOf weights);
 // pack_for_cpu (compute/ops.h, which packs in cpu_packed_layout(WeightsOf::Target)) in the layout given; AmxTiles only
 // where cpu_amx_runnable().
 int pack_for_cpu(std::span<OwnedMatrix* const> matrices, PackedLayout layout);
 bool pack_for_cpu(OwnedMatrix& matrix, PackedLayout layout);
 
-// Which of a drafter's matrices take the B-tile layout, a mask: kDrafterAmxBlock the block's matrices (fc, q/k/v/o,
-// gate/up/down: cpu_packed_layout(WeightsOf::Drafter)), kDrafterAmxHead a copy of the target's tied head for the
-// block's logits (up to 7 rows a request; the target's own head stays on its panels), kDrafterAmxMarkov the Markov W2
-// (one row per request and slot). Default kDrafterAmxDefault wherever cpu_amx_runnable(), whatever LS_CPU_AMX says for
-// the target: the drafter's multi-row GEMMs run far cheaper on the tile unit, and its bits never reach a reply (the
-// target verifies every draft), so the target can stay on the panels, whose 1-row forward is faster.
-// LS_CPU_DRAFTER_AMX=<mask> at start (0: the panels, as before) or set_drafter_amx; 0 where !cpu_amx_runnable().
-constexpr int kDrafterAmxBlock = 1, kDrafterAmxHead = 2, kDrafterAmxMarkov = 4;
-constexpr int kDrafterAmxDefault = kDrafterAmxBlock | kDrafterAmxHead;
-int drafter_amx();
-// Sets the mask for drafters loaded from now on; returns the previous one. A nonzero mask where !cpu_amx_runnable() is
-// a programmer error.
-int set_drafter_amx(int mask);
+// Whether a drafter's matrices take the B-tile layout: its block's (fc, q/k/v/o, gate/up/down), the Markov W2, and a
+// copy of the target's tied head for the block's logits (the target's own head stays on its panels). On by default
+// wherever cpu_amx_runnable(), whatever LS_CPU_AMX says for the target: the drafter's multi-row GEMMs run far cheaper on
+// the tile unit, and its bits never reach a reply (the target verifies every draft), so the target can stay on the
+// panels, whose 1-row forward is faster. LS_CPU_DRAFTER_AMX=0 at start or set_drafter_amx(false): the panels (A/B).
+bool drafter_amx();
+// Sets it for drafters loaded from now on; returns the previous setting. On where !cpu_amx_runnable() is a programmer
+// error.
+bool set_drafter_amx(bool on);
 
 // The kernel's tile schedule, a mask for A/B timing (the same bits either way): 1 = B tiles rotate over three
 // registers across K steps, 4 = software prefetch of the B tiles 4 K steps ahead; 0 = neither (default). A and C

@@ -56,7 +56,7 @@ void pack_panels(const Matrix& view, bf16* out) {
 }  // namespace
 
 PackedLayout cpu_packed_layout(WeightsOf weights) {
-  const bool amx = weights == WeightsOf::Target ? cpu_amx_enabled() : (drafter_amx() & kDrafterAmxBlock) != 0;
+  const bool amx = weights == WeightsOf::Target ? cpu_amx_enabled() : drafter_amx();
   return amx ? PackedLayout::AmxTiles : PackedLayout::Panels;
 }
 

@@ -128,7 +128,8 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config
   // Only where the w8a8 kernel runs: elsewhere the int8 GEMM widens codes to fp32 and the bf16 head is faster.
   if (options.bits == 8 && compute::cpu_features().avx512_vnni)
     LS_RETURN_IF_ERROR(quantize_target_head(weights, config, target, steps));
-  if (options.bits == 0 && (compute::drafter_amx() & compute::kDrafterAmxHead) != 0)
+  // Bf16 mode only: the head's rows are then bf16-exact, so they run on the tiles (fp32 rows read the row-major copy).
+  if (options.bits == 0 && options.mode == compute::NumericMode::Bf16 && compute::drafter_amx())
     LS_RETURN_IF_ERROR(copy_target_head(weights, config, target, steps));
   pack_draft_weights(weights);  // the panels or B-tiles the kernels stream (no-op without AVX-512 and for int8)
   LS_RETURN_IF_ERROR(steps.step("drafter state"));
@@ -157,12 +158,12 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::load(const std::string& di
   LS_ASSIGN_OR_RETURN(std::unique_ptr<DsparkDrafter> drafter,
                       create(config, std::move(weights).value(), target, options, steps));
   drafter->loader_peak_bytes_ = loader_peak;
-  const int amx = options.bits == 0 && compute::cpu_features().avx512 ? compute::drafter_amx() : 0;
+  const bool amx = options.bits == 0 && compute::cpu_features().avx512 && compute::drafter_amx();
   log_info("drafter: DSpark %d layers, block %d, markov rank %d, %s weights (%.1f MiB), loader peak %.1f MiB%s",
            config.num_layers, config.block_size, config.markov_rank,
            options.bits == 8 ? "int8 per-row (--drafter-bits 8)" : "bf16 as stored (--drafter-bits 0)",
            weight_bytes / 1048576.0, loader_peak / 1048576.0,
-           amx ? (", on AMX tiles (LS_CPU_DRAFTER_AMX=" + std::to_string(amx) + ")").c_str() : "");
+           amx ? ", on AMX tiles (LS_CPU_DRAFTER_AMX=0 for the panels)" : "");
   return drafter;
 }
 

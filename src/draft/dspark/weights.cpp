@@ -129,14 +129,8 @@ int pack_draft_weights(DsparkWeights& weights) {
     for (DraftMatrix* m : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
                            &layer.up_proj, &layer.down_proj})
       order.push_back(&m->dense);
-  const compute::PackedLayout block = compute::cpu_packed_layout(compute::WeightsOf::Drafter);
-  const compute::PackedLayout markov = (compute::drafter_amx() & compute::kDrafterAmxMarkov) != 0
-                                           ? compute::PackedLayout::AmxTiles
-                                           : compute::PackedLayout::Panels;
-  if (markov == block) order.push_back(&weights.markov_w2.dense);
-  int packed = compute::pack_for_cpu(order, block);
-  if (markov != block && compute::pack_for_cpu(weights.markov_w2.dense, markov)) ++packed;
-  return packed;
+  order.push_back(&weights.markov_w2.dense);
+  return compute::pack_for_cpu(order, compute::cpu_packed_layout(compute::WeightsOf::Drafter));
 }
 
 int64_t DsparkWeights::bytes() const {

@@ -58,7 +58,7 @@ struct DsparkWeights {
   std::vector<float> confidence_weight;   // [d + r] fp32, empty without a confidence head
   float confidence_bias = 0.0f;
   // The block's head, the target's tied embedding E [V, d]: quantized with bits 8; a bf16 copy in the B-tile layout
-  // where the drafter runs its head on AMX (compute::kDrafterAmxHead); otherwise empty (the target's head runs it).
+  // where the drafter runs on AMX in bf16 mode (compute::drafter_amx); otherwise empty (the target's head runs it).
   DraftMatrix head;
 
   int64_t bytes() const;
@@ -73,8 +73,8 @@ Status quantize_draft_matrix(int64_t rows, int64_t cols, const std::string& name
 
 // Packs every bf16 dense matrix for the CPU kernels, in one huge-page arena in the order a round reads them (fc, then
 // each layer's q, k, v, o, gate, up, down, then W2), so a cold pass streams one contiguous run instead of row-major
-// rows on small pages: the B-tile layout where the drafter runs on AMX (compute::drafter_amx; W2 only with its bit, else
-// in panels of its own), else the panels (the same bits as unpacked). Returns how many.
+// rows on small pages: the B-tile layout where the drafter runs on AMX (compute::drafter_amx), else the panels (the
+// same bits as unpacked). Returns how many.
 int pack_draft_weights(DsparkWeights& weights);
 
 // One expected tensor of the manifest (reference/dspark.md §3.2).
