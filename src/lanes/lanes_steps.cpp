@@ -330,7 +330,7 @@ double Lanes::draft() {
   }
   if (drafting.empty()) return 0.0;
   stats_.depth_offers += static_cast<int64_t>(drafting.size());
-  std::vector<DepthPlan> plans =
+  const std::vector<DepthPlan>& plans =
       pricing_.plan_depths(drafting, caps, std::min({round_streams, options_.max_streams, max_rows_}));
   std::vector<DraftRequest> requests;
   std::vector<Stream*> owners;

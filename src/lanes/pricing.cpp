@@ -151,12 +151,12 @@ void Pricing::depth_chances(const Stream& stream, int cap, std::vector<float>& c
   merged_chain(depth);
 }
 
-std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
+const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
                                             int round_streams) {
   if (options_.always_draft) {
-    std::vector<DepthPlan> plans(drafting.size());
-    for (size_t index = 0; index < drafting.size(); ++index) plans[index].depth = std::max(0, caps[index]);
-    return plans;
+    plans_.assign(drafting.size(), DepthPlan{});
+    for (size_t index = 0; index < drafting.size(); ++index) plans_[index].depth = std::max(0, caps[index]);
+    return plans_;
   }
   // Outliers are one-offs: while no pass is measured (drafting priced out), their excess fades (halves in ~35).
   pass_scale_ += 0.02 * (1.0 - pass_scale_);
@@ -227,7 +227,8 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
                                             [](int rows) { return rows > 0; });
   quiet_decisions_ = all_dormant && !bought ? quiet_decisions_ + 1 : 0;
 
-  std::vector<DepthPlan> plans(drafting.size());
+  std::vector<DepthPlan>& plans = plans_;
+  plans.assign(drafting.size(), DepthPlan{});
   // Streams priced to zero probe one draft after a doubling wait; at most one probes per decision (the one
   // waiting longest past its wait), so a probe never makes every stream pay its catch-up in the same round.
   int prober = -1;
@@ -317,7 +318,7 @@ std::vector<DepthPlan> Pricing::plan_depths(std::span<Stream* const> drafting, s
   return plans;
 }
 
-std::vector<DepthPlan> Pricing::closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode) {
+const std::vector<DepthPlan>& Pricing::closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode) {
   // What the full decision does when nothing is offered, without its offers and allocator run: no stream is bought
   // drafts or probes; waits start, dormant-only decisions are counted, and the probe budget banks a plain round.
   const bool all_dormant = std::all_of(drafting.begin(), drafting.end(), [](const Stream* s) { return s->dormant; });
@@ -329,7 +330,8 @@ std::vector<DepthPlan> Pricing::closed_gate_plans(std::span<Stream* const> draft
   last_plain_round_ms_ = plain_round_ms;
   probe_credit_ms_ = std::min(probe_credit_ms_ + options_.probe_budget * plain_round_ms,
                               options_.probe_budget * plain_round_ms * options_.probe_most_wait);
-  return std::vector<DepthPlan>(drafting.size());
+  plans_.assign(drafting.size(), DepthPlan{});
+  return plans_;
 }
 
 RoundCost Pricing::round_cost(PassMode mode) const {

@@ -141,7 +141,8 @@ class Pricing {
   void trim(std::span<Stream* const> streams) const;
   // Depth: drafts to ask for each of `drafting` (streams whose state moved), with `round_streams` streams expected
   // to share the next verify. `caps[i]` is the most drafts stream i may take.
-  std::vector<DepthPlan> plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
+  // (The plans live in the pricing until its next decision.)
+  const std::vector<DepthPlan>& plan_depths(std::span<Stream* const> drafting, std::span<const int> caps,
                                      int round_streams);
 
   // Whether drafts would be bought at all if all `round_streams` streams offered drafts with the acceptance pooled
@@ -255,7 +256,7 @@ class Pricing {
   // What the best pooled round (the prior's chances, or every draft landing) saves over `tokens_left` tokens a stream.
   double best_round_gain_ms(int streams, int cap, int tokens_left, bool always_right, PassMode mode) const;
   // plan_depths where no sampled pass is bought (sampled_too_wide): zero plans, with the full decision's bookkeeping.
-  std::vector<DepthPlan> closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode);
+  const std::vector<DepthPlan>& closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode);
   // The best round if all `round_streams` streams offered `cap` drafts at the pooled chances (every one landing
   // with `always_right`), next to their pending rows.
   Allocation pooled_round(int round_streams, int cap, bool always_right, PassMode mode) const;
@@ -326,6 +327,7 @@ class Pricing {
   // plan_depths' scratch, kept between decisions (a decision that buys nothing allocates nothing).
   std::vector<RowOffer> offers_;
   std::vector<char> offered_;
+  std::vector<DepthPlan> plans_;
   ConfidenceCalibration calibration_;
   PooledConfidence pooled_confidence_;
   AcceptanceByDepth pooled_acceptance_;

@@ -39,12 +39,8 @@ Result<std::unique_ptr<CudaTarget>> CudaTarget::create(io::ModelConfig config, c
   target->facts_.max_rows = options.max_rows;
   target->facts_.exact_width = 1;
   target->facts_.eos_token_id = c.eos_token_id;
-  auto env_on = [](const char* name) {
-    const char* value = std::getenv(name);
-    return value != nullptr && std::string(value) == "1";
-  };
-  target->taps_every_forward_ = env_on("LS_TAPS_EVERY_FORWARD");
-  target->capture_at_first_ = env_on("LS_CAPTURE_AT_FIRST");
+  const char* capture_at_first = std::getenv("LS_CAPTURE_AT_FIRST");
+  target->capture_at_first_ = capture_at_first != nullptr && std::string(capture_at_first) == "1";
   for (io::LayerKind kind : c.layer_kinds) {
     const bool attention = kind == io::LayerKind::Attention;
     target->kv_slot_.push_back(attention ? target->attention_layers_++ : -1);
