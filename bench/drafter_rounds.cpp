@@ -144,9 +144,7 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_helpers = drafter.scan_confidence_helpers();
   const int loaded_backoff = drafter.scan_handoff_backoff();
   const int loaded_parts = drafter.skinny_parts();
-  const int loaded_steps = drafter.programmatic_steps();
   const bool loaded_one_graph = drafter.one_graph();
-  const bool loaded_overlap = drafter.absorb_overlap();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -173,18 +171,10 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       // Session 15: ":partsN" the skinny GEMMs' parts mask (set_skinny_parts; default the drafter's).
       const size_t parts = setting.find(":parts");
       drafter.set_skinny_parts(parts == std::string::npos ? loaded_parts : std::atoi(setting.c_str() + parts + 6));
-      // Session 16: ":pnN" the programmatic block steps' mask (set_programmatic_steps; default the drafter's), ":g1"
-      // the block pass and the scan in one graph (":g0" two graphs; neither: the drafter's own).
-      const size_t steps = setting.find(":pn");
-      drafter.set_programmatic_steps(steps == std::string::npos ? loaded_steps
-                                                                : std::atoi(setting.c_str() + steps + 3));
+      // Session 16: ":g1" the block pass and the scan in one graph (":g0" two graphs; neither: the drafter's own).
       drafter.set_one_graph(setting.find(":g1") != std::string::npos   ? true
                             : setting.find(":g0") != std::string::npos ? false
                                                                        : loaded_one_graph);
-      // ":ao1" / ":ao0" absorb_device() beside the block pass on a side stream or not (set_absorb_overlap).
-      drafter.set_absorb_overlap(setting.find(":ao1") != std::string::npos   ? true
-                                 : setting.find(":ao0") != std::string::npos ? false
-                                                                             : loaded_overlap);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
@@ -272,13 +262,11 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_scan_confidence_helpers(loaded_helpers);
   drafter.set_scan_handoff_backoff(loaded_backoff);
   drafter.set_skinny_parts(loaded_parts);
-  drafter.set_programmatic_steps(loaded_steps);
   drafter.set_one_graph(loaded_one_graph);
-  drafter.set_absorb_overlap(loaded_overlap);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:pnN][:g0/:g1][:ao0/:ao1][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:g0/:g1][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

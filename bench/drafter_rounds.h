@@ -22,9 +22,8 @@ struct RoundOptions {
   // ":s256" for set_head_stage_keys(256), ":split" for set_sampled_split(true), ":keyed" for set_keyed_scan(true),
   // ":staged" for set_draft_pick_staged(true), ":bc" for set_scan_broadcast(true), ":ch" for
   // set_scan_confidence_helpers(true), ":boN" for
-  // set_scan_handoff_backoff(N) (default 100), ":partsN" for set_skinny_parts(N), ":pnN" for
-  // set_programmatic_steps(N), ":g1" / ":g0" for set_one_graph(true / false), ":ao1" / ":ao0" for
-  // set_absorb_overlap(true / false), ":prof" for one eager profiled
+  // set_scan_handoff_backoff(N) (default 100), ":partsN" for set_skinny_parts(N), ":g1" / ":g0" for
+  // set_one_graph(true / false), ":prof" for one eager profiled
   // pass after the last block (per launch label),
   // ":samp" / ":topp" / ":topk" / ":minp" / ":mix" for sampled requests (T 0.6 / T 0.8 with top-p 0.9 / T 0.7
   // with top-k 8 / T 0.9 with min-p 0.05 / lanes_bench's mix of those by stream), e.g. {"40:head:s256",

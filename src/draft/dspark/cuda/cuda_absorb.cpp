@@ -5,7 +5,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "draft/dspark/cuda/absorb_kernels.h"
@@ -17,11 +16,6 @@ namespace {
 
 constexpr int64_t kAbsorbChunkRows = 128;  // matches the absorb scratch reserved in reserve_scratch
 
-// A host function holding its stream for *(int*)ms milliseconds (set_absorb_overlap's test delay).
-void CUDART_CB hold_host_thread(void* ms) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<const int*>(ms)));
-}
-
 }  // namespace
 
 Status CudaDsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::span<const float> taps) {
@@ -32,7 +26,6 @@ Status CudaDsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::
                                                   " need " + std::to_string(rows * width) + " tap values, got " +
                                                   std::to_string(taps.size()));
   }
-  LS_RETURN_IF_ERROR(settle_side());  // a side-stream absorb_device() may still write this context
   std::unique_ptr<DeviceStreamContext>& slot = streams_[stream];
   if (!slot) slot = std::make_unique<DeviceStreamContext>();
   DeviceStreamContext& context = *slot;
@@ -53,6 +46,7 @@ Status CudaDsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::
 
 Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) {
   const DsparkConfig& c = config_;
+  const cudaStream_t stream = stream_.get();
   const int64_t d = c.hidden_size, in = static_cast<int64_t>(c.tap_count()) * d, kv = c.kv_size();
   if (taps.data == nullptr || taps.device != facts_.tap_device || taps.row_values != in) {
     return Status(ErrorCode::InvalidArgument, "device taps on device " + std::to_string(taps.device) + " with " +
@@ -91,28 +85,6 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
   int64_t chunk_index = 0;
   LS_RETURN_IF_ERROR(reserve_device_absorb(nullptr));
   const auto* source = static_cast<const bf16_t*>(taps.data);
-  // Session 16 (set_absorb_overlap): a call of one chunk whose graph is captured runs its copies and that graph on
-  // the side stream, after everything on the drafter's stream (fork); the block pass waits for its mark.
-  cudaStream_t stream = stream_.get();
-  GraphExec* side_graph = nullptr;
-  if (absorb_overlap_ && chunks == 1 && graphs_on_ && !profile_.on() && !tuned_gemms_ && !engine_gemms_ &&
-      absorb_branch_.ready()) {
-    const int64_t padded = request_buckets_ ? std::min<int64_t>(request_bucket(static_cast<int>(total_rows)),
-                                                                kAbsorbChunkRows)
-                                            : total_rows;
-    auto found = graphs_.find({static_cast<int>(padded), kAbsorbGraphKey});
-    if (found != graphs_.end() && found->second.exec.ready()) {
-      if (cudaStream_t side = absorb_branch_.fork(stream_.get()); side != nullptr) {
-        stream = side;
-        side_graph = &found->second.exec;
-        absorb_on_side_ = true;  // settle_side() waits for it from here on
-        ++side_absorbs_;
-        if (absorb_side_delay_ms_ > 0) {
-          LS_CUDA_TRY(cudaLaunchHostFunc(side, hold_host_thread, &absorb_side_delay_ms_));
-        }
-      }
-    }
-  }
   // Chunks of up to kAbsorbChunkRows rows across the pieces; a part is one piece's rows inside one chunk.
   struct Part {
     size_t piece;
@@ -183,17 +155,10 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
                                 cudaMemcpyHostToDevice, stream));
     // The chunk's projections: one CUDA graph replay per row bucket (captured at the first absorb_device()), or
     // eagerly (graphs off; exact row counts: from a row count's second sighting).
-    if (side_graph != nullptr) {
-      LS_RETURN_IF_ERROR(side_graph->launch(stream));
-      ++graph_replays_;
-      LS_RETURN_IF_ERROR(absorb_branch_.mark());
-    } else {
-      LS_RETURN_IF_ERROR(
-          run_shape({static_cast<int>(padded), kAbsorbGraphKey}, [&] { return absorb_chunk(padded); }));
-    }
+    LS_RETURN_IF_ERROR(run_shape({static_cast<int>(padded), kAbsorbGraphKey}, [&] { return absorb_chunk(padded); }));
   }
-  // No wait here: the next pass queues behind this work on the drafter's stream (or waits for its mark), and
-  // settle() waits before the target's next forward overwrites the taps read above.
+  // No wait here: the next pass queues behind this work on the drafter's stream, and settle() waits before the
+  // target's next forward overwrites the taps read above.
   absorb_in_flight_ = true;
   for (size_t index = 0; index < rows.size(); ++index) {
     contexts[index]->length = rows[index].start + rows[index].rows;
@@ -202,12 +167,6 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
 }
 
 Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
-  // The absorb's GEMMs on their own cuBLAS handle (set_absorb_overlap), whatever the return below.
-  struct AbsorbGemms {
-    bool& on;
-    explicit AbsorbGemms(bool& flag) : on(flag) { on = true; }
-    ~AbsorbGemms() { on = false; }
-  } absorb_gemms(absorb_gemms_);
   const DsparkConfig& c = config_;
   const cudaStream_t stream = stream_.get();
   const int64_t d = c.hidden_size, in = static_cast<int64_t>(c.tap_count()) * d, kv = c.kv_size();
@@ -290,13 +249,7 @@ Status CudaDsparkDrafter::settle() {
   if (!absorb_in_flight_) return ok_status();
   absorb_in_flight_ = false;
   LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
-  return settle_side();
-}
-
-Status CudaDsparkDrafter::settle_side() {
-  if (!absorb_on_side_) return ok_status();
-  absorb_on_side_ = false;
-  return absorb_branch_.synchronize();
+  return ok_status();
 }
 
 Status CudaDsparkDrafter::restart(StreamId stream, int64_t position) {

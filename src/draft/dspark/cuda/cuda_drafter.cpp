@@ -76,7 +76,6 @@ CudaDsparkDrafter::CudaDsparkDrafter(const DsparkConfig& config, const bf16_t* e
 
 CudaDsparkDrafter::~CudaDsparkDrafter() {
   if (stream_.get()) cudaStreamSynchronize(stream_.get());
-  if (absorb_branch_.ready()) (void)absorb_branch_.synchronize();
 }
 
 Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const DsparkConfig& config,
@@ -93,16 +92,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   LS_RETURN_IF_ERROR(cublas_status(
       cublasSetWorkspace(d.cublas_.get(), d.cublas_workspace_.data(), kCublasWorkspaceBytes), "cublasSetWorkspace"));
   LS_RETURN_IF_ERROR(d.tuned_.create(d.cublas_workspace_.data(), kCublasWorkspaceBytes));
-  // The absorb's GEMMs: their own handle and workspace (of the same size, so cuBLAS picks the same kernels), so an
-  // absorb on the side stream never shares a workspace with the block pass (set_absorb_overlap).
-  LS_RETURN_IF_ERROR(d.absorb_cublas_.create(d.stream_.get()));
-  LS_RETURN_IF_ERROR(
-      d.absorb_cublas_workspace_.allocate(kCublasWorkspaceBytes, "absorb cublas workspace", steps));
-  LS_RETURN_IF_ERROR(cublas_status(cublasSetWorkspace(d.absorb_cublas_.get(), d.absorb_cublas_workspace_.data(),
-                                                      kCublasWorkspaceBytes),
-                                   "cublasSetWorkspace (absorb)"));
   LS_RETURN_IF_ERROR(d.prefetch_branch_.create());
-  LS_RETURN_IF_ERROR(d.absorb_branch_.create());
   // The session-10 switches' A/B pins at load: "0" off, "1" on (LS_DRAFTER_HEAD_STAGE: 128 or 256).
   auto pin = [](const char* name, bool& value) {
     if (const char* text = std::getenv(name); text && *text) value = std::strcmp(text, "0") != 0;
@@ -119,10 +109,6 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SCAN_BROADCAST", d.scan_broadcast_);
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
   pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
-  pin("LS_DRAFTER_ABSORB_OVERLAP", d.absorb_overlap_);
-  if (const char* steps = std::getenv("LS_DRAFTER_PROGRAMMATIC_STEPS"); steps && *steps) {
-    d.programmatic_steps_ = std::max(0, std::atoi(steps));
-  }
   if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
     d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
   }
@@ -324,7 +310,7 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
     block_timer_.start(stream);
     status = run_shape({padded, one_graph_key(block_key, scan_key)}, [&] {
       LS_RETURN_IF_ERROR(block_pass(padded));
-      return markov_scan(padded, max_depth);
+      return one_graph_planted_ ? ok_status() : markov_scan(padded, max_depth);
     });
     block_timer_.stop(stream);
   } else {

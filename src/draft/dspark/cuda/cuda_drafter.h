@@ -235,34 +235,15 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int skinny_parts() const { return skinny_parts_; }
-  // Session 16 (draft18, bench A/B; the same kernels, so the same bits): the block pass's residual norms
-  // (kProgrammaticNorms, each after a GEMM), SwiGLU (kProgrammaticSwiglu) and q/k heads (kProgrammaticHeads)
-  // launched programmatically (each already waits for the kernel before it), so a norm's CTAs are up while the
-  // skinny GEMM before it drains; 0 = plain launches (the old path). LS_DRAFTER_PROGRAMMATIC_STEPS=N at load.
-  static constexpr int kProgrammaticNorms = 1, kProgrammaticSwiglu = 2, kProgrammaticHeads = 4;
-  void set_programmatic_steps(int mask) { set_and_drop_graphs(programmatic_steps_, mask); }
-  int programmatic_steps() const { return programmatic_steps_; }
   // Session 16: the block pass and the scan as one graph where the scan's graph serves every depth (the persistent
   // and keyed scans): one launch a draft() instead of two, no timer events between them (last_block_ms() is then
-  // both, last_scan_ms() 0); the same launches, so the same bits. LS_DRAFTER_ONE_GRAPH=1 at load.
-  void set_one_graph(bool on) { set_and_drop_graphs(one_graph_, on); }
-  bool one_graph() const { return one_graph_; }
-  // Session 16: absorb_device()'s copies and chunk graph on a side stream, so the block pass's work before layer 0's
-  // attention (embed, norm, q/k/v GEMM and heads) runs beside it; the pass waits for it before that attention (an
-  // event wait in its graph). A call of one chunk whose graph is captured takes it, others run on the drafter's
-  // stream as before. The same launches (the absorb's GEMMs always on their own cuBLAS handle and workspace, so the
-  // two streams never share one), so the same bits. LS_DRAFTER_ABSORB_OVERLAP=1 at load.
-  // Tests only: `side_delay_ms` holds the side stream that long (a host function) before the absorb's graph, so the
-  // pass is sure to reach its wait first; `planted_no_wait` leaves the wait out (the pass must then draft from stale
-  // context rows).
-  void set_absorb_overlap(bool on, int side_delay_ms = 0, bool planted_no_wait = false) {
-    absorb_side_delay_ms_ = side_delay_ms;
-    absorb_planted_no_wait_ = planted_no_wait;
-    set_and_drop_graphs(absorb_overlap_, on);
+  // both, last_scan_ms() 0); the same launches, so the same bits. LS_DRAFTER_ONE_GRAPH=1 at load. `planted_no_scan`
+  // (tests only) leaves the scan out of the one graph.
+  void set_one_graph(bool on, bool planted_no_scan = false) {
+    one_graph_planted_ = planted_no_scan;
+    set_and_drop_graphs(one_graph_, on);
   }
-  bool absorb_overlap() const { return absorb_overlap_; }
-  // absorb_device() calls that ran on the side stream so far.
-  int64_t side_absorbs() const { return side_absorbs_; }
+  bool one_graph() const { return one_graph_; }
   // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
   // default) or the unfused sequence (the reference the fused one is tested against).
   // The project's GemmEngine for GEMMs of up to 16 rows instead of cuBLAS (bench/test pin; off by default).
@@ -450,27 +431,12 @@ class CudaDsparkDrafter final : public Drafter {
   int keyed_scan_planted_ = 0;
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
-  int programmatic_steps_ = 0;  // session 16 (above)
-  bool one_graph_ = false;      // session 16 (above)
-  bool absorb_overlap_ = false;  // session 16 (above)
-  int absorb_side_delay_ms_ = 0;
-  bool absorb_planted_no_wait_ = false;
-  int64_t side_absorbs_ = 0;
-  bool absorb_on_side_ = false;  // the last absorb_device() ran on absorb_branch_ and may still run
-  bool absorb_gemms_ = false;    // gemm() is enqueuing the absorb's GEMMs (absorb_cublas_)
-  SideBranch absorb_branch_;     // absorb_device()'s side stream under set_absorb_overlap
-  TrackedBuffer<uint8_t> absorb_cublas_workspace_;
-  CublasHandle absorb_cublas_;  // the absorb's GEMMs (bound to stream_, as captured; its own workspace)
-  // Waits on the host for absorb_device() work on the side stream (before its scratch or a context is reused).
-  Status settle_side();
-  // The block pass's wait (on the device) for the last absorb_device() on the side stream (set_absorb_overlap).
-  Status wait_for_absorb();
+  bool one_graph_ = false;  // session 16 (above)
+  bool one_graph_planted_ = false;
   // Whether a pass whose scan has graph key `scan_key` runs as one graph with its block pass (set_one_graph).
   bool one_graph_pass(int scan_key) const {
     return one_graph_ && (scan_key == kPersistentScanKey || scan_key == kKeyedScanKey);
   }
-  // Whether a block-pass step of `bit` (kProgrammatic*) launches programmatically.
-  bool programmatic_step(int bit) const { return programmatic_ && (programmatic_steps_ & bit) != 0; }
   int skinny_parts_ = kDefaultSkinnyParts;
   bool engine_gemms_ = false;
   bool tuned_gemms_ = false;

@@ -30,11 +30,9 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
     return ok_status();
   }
   const float alpha = 1.0f, beta = 0.0f;
-  // The absorb's GEMMs on their own handle: its workspace is never the block pass's (set_absorb_overlap).
-  cublasHandle_t handle = absorb_gemms_ ? absorb_cublas_.get() : cublas_.get();
   // Row-major y [rows, N] = x [rows, K] W^T is column-major y^T [N, rows] = W [N, K] (as K x N, transposed) x^T.
   return cublas_status(
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w_rows), static_cast<int>(rows),
+      cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w_rows), static_cast<int>(rows),
                    static_cast<int>(w_cols), &alpha, w, CUDA_R_16BF, static_cast<int>(w_cols), x, CUDA_R_16BF,
                    static_cast<int>(w_cols), &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(ldy),
                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -49,7 +47,7 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
     return skinny_gemm(args, programmatic_, stream_.get());
   }
   LS_RETURN_IF_ERROR(gemm(x, rows, w, 2 * ff, d, stacked, false, 2 * ff));
-  return swiglu_stacked(stacked, rows, ff, y, stream_.get(), programmatic_step(kProgrammaticSwiglu));
+  return swiglu_stacked(stacked, rows, ff, y, stream_.get());
 }
 
 Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
@@ -61,8 +59,8 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
   } else {
     LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d, false));
   }
-  return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get(),
-                       programmatic_step(kProgrammaticNorms), batched_loads_);
+  return residual_norm(hidden, projected, rows, d, weight, config_.norm_eps, normed, stream_.get(), false,
+                       batched_loads_);
 }
 
 BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
@@ -173,12 +171,10 @@ Status CudaDsparkDrafter::block_pass(int count) {
     heads.layer = index;
     heads.queries = s.queries.data();
     heads.batched = batched_loads_;
-    heads.programmatic = programmatic_step(kProgrammaticHeads);
     LS_RETURN_IF_ERROR(qkv_heads(heads, stream));
     mark("q/k norm + RoPE");
     LS_ASSIGN_OR_RETURN(const bool forked, prefetch_layer_weights(count, index));
     prefetching = prefetching || forked;
-    if (index == 0) LS_RETURN_IF_ERROR(wait_for_absorb());
     LS_RETURN_IF_ERROR(attend(count, dims, index));
     mark("attention");
     // X += o; v = post_attention_layernorm(X); X += down(silu(gate v) * up v) with gate/up as one GEMM.
@@ -203,13 +199,6 @@ Status CudaDsparkDrafter::block_pass(int count) {
   LS_RETURN_IF_ERROR(gemm(s.final_hidden.data(), rows, embedding_, V, d, s.base_logits.data(), true, V));
   mark("head GEMM (U)");
   return ok_status();
-}
-
-Status CudaDsparkDrafter::wait_for_absorb() {
-  // Under set_absorb_overlap the context rows of the last absorb_device() may still be written on its side stream:
-  // the first attention (the first read of any context row) waits for them.
-  if (!absorb_overlap_ || absorb_planted_no_wait_ || !absorb_branch_.ready()) return ok_status();
-  return absorb_branch_.wait_for_mark(stream_.get());
 }
 
 Result<bool> CudaDsparkDrafter::prefetch_layer_weights(int count, int layer) {
@@ -274,7 +263,6 @@ Status CudaDsparkDrafter::block_pass_unfused(int count) {
     LS_RETURN_IF_ERROR(scatter_block_kv(s.keys.data(), s.values.data(), s.block_requests.data(), count, gamma,
                                         static_cast<int>(kv), index, stream));
     mark("scatter");
-    if (index == 0) LS_RETURN_IF_ERROR(wait_for_absorb());
     LS_RETURN_IF_ERROR(attend(count, dims, index));
     mark("attention");
     LS_RETURN_IF_ERROR(gemm(s.attended.data(), rows, layer.o_proj.values.data(), d, q, s.projected.data(), false, d));
@@ -442,7 +430,7 @@ int CudaDsparkDrafter::capture_bucket_graphs() {
         long_context_ = long_keys;
         made += capture_shape({bucket, one_graph_key(long_keys ? kLongContextBlockKey : 0, scan_key)}, [&] {
           LS_RETURN_IF_ERROR(block_pass(bucket));
-          return markov_scan(bucket, gamma);
+          return one_graph_planted_ ? ok_status() : markov_scan(bucket, gamma);
         });
       }
       return made;

@@ -101,7 +101,6 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
 
 Status CudaDsparkDrafter::reserve_context(DeviceStreamContext& context, int64_t rows) {
   if (rows <= context.capacity) return ok_status();
-  LS_RETURN_IF_ERROR(settle_side());  // a side-stream absorb may still write the rows moved below
   const int64_t capacity = std::max<int64_t>({rows, 2 * context.capacity, 64});
   const int64_t kv = config_.kv_size(), layers = config_.num_layers;
   TrackedBuffer<bf16_t> keys, values;
@@ -123,7 +122,6 @@ Status CudaDsparkDrafter::reserve_context(DeviceStreamContext& context, int64_t 
 }
 
 Status CudaDsparkDrafter::poison_scratch_for_test() {
-  LS_RETURN_IF_ERROR(settle_side());  // a side-stream absorb may still read the absorb scratch poisoned below
   DeviceBlockScratch& s = scratch_;
   for (TrackedBuffer<bf16_t>* buffer : {&s.hidden, &s.normed, &s.queries, &s.keys, &s.values, &s.attended,
                                         &s.projected, &s.gate, &s.up, &s.final_hidden, &s.markov_embeddings,

@@ -77,14 +77,12 @@ double DeviceTimer::elapsed_ms() const {
 SideBranch::~SideBranch() {
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
-  if (mark_) cudaEventDestroy(mark_);
 }
 
 Status SideBranch::create() {
   LS_RETURN_IF_ERROR(side_.create());
   LS_CUDA_TRY(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   LS_CUDA_TRY(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
-  LS_CUDA_TRY(cudaEventCreateWithFlags(&mark_, cudaEventDisableTiming));
   return ok_status();
 }
 
@@ -99,25 +97,6 @@ cudaStream_t SideBranch::fork(cudaStream_t main) {
 Status SideBranch::join(cudaStream_t main) {
   LS_CUDA_TRY(cudaEventRecord(join_, side_.get()));
   LS_CUDA_TRY(cudaStreamWaitEvent(main, join_, 0));
-  return ok_status();
-}
-
-Status SideBranch::mark() {
-  LS_CUDA_TRY(cudaEventRecord(mark_, side_.get()));
-  return ok_status();
-}
-
-Status SideBranch::wait_for_mark(cudaStream_t main) {
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  LS_CUDA_TRY(cudaStreamIsCapturing(main, &capturing));
-  // An event recorded outside the capture is waited for through an external event node.
-  const unsigned int flags = capturing == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : cudaEventWaitDefault;
-  LS_CUDA_TRY(cudaStreamWaitEvent(main, mark_, flags));
-  return ok_status();
-}
-
-Status SideBranch::synchronize() {
-  LS_CUDA_TRY(cudaStreamSynchronize(side_.get()));
   return ok_status();
 }
 

@@ -203,19 +203,11 @@ class SideBranch {
   cudaStream_t fork(cudaStream_t main);
   // `main` waits for everything enqueued on the side stream so far.
   Status join(cudaStream_t main);
-  // Outside a capture: marks the side stream's work so far, for wait_for_mark().
-  Status mark();
-  // `main` waits for the side work of the last mark() (none yet: no wait). Inside a capture an external event wait
-  // node, which waits for the mark recorded before each launch of the graph.
-  Status wait_for_mark(cudaStream_t main);
-  // Waits on the host for the side stream.
-  Status synchronize();
 
  private:
   DeviceStream side_;
   cudaEvent_t fork_ = nullptr;
   cudaEvent_t join_ = nullptr;
-  cudaEvent_t mark_ = nullptr;
 };
 
 // Profiling of an eager pass: an event recorded after each launch, device time per label (bench only).
