@@ -6,6 +6,7 @@
 # its own process, alternated: nano greedy 256 tokens at 4 / 8 / 16 streams (3 repeats) A C A C A C, 64 tokens A C, the
 # synth 1.2B at 8 / 16 / 32 / 64 streams (3 repeats) A C. Phase lines count the forwards run eagerly / captured.
 # (Batch A's form, with its four arms: git show 396db16:bench/extras/lanes18_nano.sh.)
+# The final batch ran this at b84ae38; C lost (docs/lanes.md, lanes18) and LS_CAPTURE_AT_FIRST is removed since.
 set -u
 bin() { for c in "$BIN/$1" "$BIN/bench/$1" "$BIN/tests/$1"; do [ -x "$c" ] && { echo "$c"; return; }; done; find "$BIN" -name "$1" -type f | head -1; }
 LANES=$(bin lanes_bench)

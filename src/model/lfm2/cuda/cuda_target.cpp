@@ -163,7 +163,7 @@ Result<Verified> CudaTarget::forward(std::span<const Window> windows) {
   const GraphKey key{rows, static_cast<int64_t>(windows.size()), drawn, commit_count,
                      tap_this_forward_ ? tap_count : 0};
   const bool graphable = graphs_enabled_ && fresh_slots.empty() && !any_logits && !expert_trace_ && !profiling_;
-  if (graphable && (graphs_.count(key) > 0 || ++sightings_[key] >= (capture_at_first_ ? 1 : 2))) {
+  if (graphable && (graphs_.count(key) > 0 || ++sightings_[key] >= 2)) {
     auto found = graphs_.find(key);
     if (found == graphs_.end()) {
       ++g_shape_captures;

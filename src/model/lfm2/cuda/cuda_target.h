@@ -184,12 +184,6 @@ class CudaTarget final : public Target {
   const bf16* final_delta_ = nullptr;  // set by run_layers: the last residual add left to the draw's final norm
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> sightings_;
-  // LS_CAPTURE_AT_FIRST=1 (read at load; lanes18's A/B, off by default): a graphable shape is captured at its first
-  // sighting instead of running eagerly once and being captured at its second. H200 batch A of lanes18 (nano greedy
-  // 256 tokens, three processes an arm): 4 streams 1.39 / 1.48 / 1.36x against 1.30 / 1.31 / 1.24x, 8 streams 0.98 /
-  // 0.98 / 0.97x against 0.95 / 0.96 / 0.97x, 16 streams 0.96 / 0.97 / 0.94x against 0.96 / 0.97 / 0.96x; the synth
-  // 1.2B's captures cost more than its eager runs (1.2 against 0.8 ms over the table), not measured at 32 / 64 streams.
-  bool capture_at_first_ = false;
 
   // Device pools.
   cuda::DeviceBuffer<bf16> kv_pool_;       // [attention layers, 2, pages, page_size, kv_width]

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 namespace ls::lfm2 {
@@ -39,8 +38,6 @@ Result<std::unique_ptr<CudaTarget>> CudaTarget::create(io::ModelConfig config, c
   target->facts_.max_rows = options.max_rows;
   target->facts_.exact_width = 1;
   target->facts_.eos_token_id = c.eos_token_id;
-  const char* capture_at_first = std::getenv("LS_CAPTURE_AT_FIRST");
-  target->capture_at_first_ = capture_at_first != nullptr && std::string(capture_at_first) == "1";
   for (io::LayerKind kind : c.layer_kinds) {
     const bool attention = kind == io::LayerKind::Attention;
     target->kv_slot_.push_back(attention ? target->attention_layers_++ : -1);
