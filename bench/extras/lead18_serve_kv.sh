@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # limit: 60
-# Session 16 (lead): `lanespark serve` on CUDA with a small KV pool (--kv-pages 24: 768 positions), so the engine's KV
-# budget decides admission: 8 concurrent 200-token requests of which three fit at a time (7 pages each) must each equal
+# Session 16 (lead): `lanespark serve` on CUDA with a small KV pool (--kv-pages 64: 2048 positions), so the engine's KV
+# budget decides admission: 8 concurrent 600-token requests of which three fit at a time (20 pages each) must each equal
 # the same request alone (greedy and seeded), none may fail; the printed context limit and a request past it
 # (context_length_exceeded) are checked. python3's stdlib client. Writes $OUT/lead18_serve_kv.log.
 set -u
@@ -10,7 +10,7 @@ LANESPARK=${LANESPARK:-$(bin lanespark)}
 LOG=$OUT/lead18_serve_kv.log
 SERVER_LOG=$OUT/lead18_serve_kv_server.log
 "$LANESPARK" serve --model models/nano/target --drafter models/nano/drafter --device "${DEVICE:-cuda}" --threads 8 \
-  --port 0 --max-streams 16 --kv-pages 24 --served-model-name nano >"$SERVER_LOG" 2>&1 &
+  --port 0 --max-streams 16 --kv-pages 64 --served-model-name nano >"$SERVER_LOG" 2>&1 &
 PID=$!
 PORT=
 for _ in $(seq 1 400); do
@@ -36,7 +36,7 @@ PROMPTS = ["import os\ndef read_config(path):", "class Stack:\n    def __init__(
            "for i in range(10):", "# sort a list\nnumbers = [3, 1, 2]\n", "def parse(line):", "while True:",
            "def main():\n    args ="]
 def ask(index):
-    body = {"model": "nano", "prompt": PROMPTS[index], "max_tokens": 200, "temperature": 0.0}
+    body = {"model": "nano", "prompt": PROMPTS[index], "max_tokens": 600, "temperature": 0.0}
     if index % 2: body.update(temperature=0.8, seed=index)
     status, reply = post(body)
     return status, reply["choices"][0]["text"] if status == 200 else reply
@@ -46,7 +46,7 @@ with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
     together = list(pool.map(ask, range(len(PROMPTS))))
 ok = sum(a[0] == 200 for a in together)
 same = sum(a == b for a, b in zip(alone, together))
-print(f"8 concurrent 200-token requests through a 24-page pool: {ok} answered 200, {same} of 8 equal to alone")
+print(f"8 concurrent 600-token requests through a 64-page pool: {ok} answered 200, {same} of 8 equal to alone")
 status, reply = post({"model": "nano", "prompt": "x", "max_tokens": 5000})
 print(f"max_tokens 5000: HTTP {status}, code {reply.get('error', {}).get('code')}")
 PY

@@ -78,10 +78,13 @@ Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, 
       }
       if (run > 0) fastest = std::min(fastest, *elapsed);
     }
+    // Released after each row count: the scratch streams would otherwise grow by every run of every count (a few
+    // hundred KV pages on a CUDA target), more than a small pool (serve --kv-pages) holds.
+    for (StreamId stream : scratch) target.release(stream);
+    scratch.clear();
     if (!status.ok()) break;
     points.push_back({rows, 0, fastest});
   }
-  for (StreamId stream : scratch) target.release(stream);
   if (!status.ok()) return status;
   return points;
 }
