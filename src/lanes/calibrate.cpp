@@ -68,10 +68,11 @@ Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, 
     });
   }
   const int repeats = sampled ? std::min(options.repeats, 1) : options.repeats;
+  CalibrationOptions count_options = options;  // each row count's scratch streams get ids of their own
   for (int rows : row_counts) {
     double fastest = std::numeric_limits<double>::infinity();
     for (int run = 0; run <= repeats && status.ok(); ++run) {
-      Result<double> elapsed = time_one_forward(target, clock, options, rows, scratch, sampled);
+      Result<double> elapsed = time_one_forward(target, clock, count_options, rows, scratch, sampled);
       if (!elapsed.ok()) {
         status = elapsed.status();
         break;
@@ -81,6 +82,7 @@ Result<std::vector<TimedPoint>> time_verify(Target& target, const Clock& clock, 
     // Released after each row count: the scratch streams would otherwise grow by every run of every count (a few
     // hundred KV pages on a CUDA target), more than a small pool (serve --kv-pages) holds.
     for (StreamId stream : scratch) target.release(stream);
+    count_options.scratch_base += scratch.size();
     scratch.clear();
     if (!status.ok()) break;
     points.push_back({rows, 0, fastest});
