@@ -117,18 +117,6 @@ int run_serve(int argc, char** argv) {
 
   Result<LoadedModels> models = load_models(setup);
   if (!models.ok()) return fail(models.status());
-  // A fixed KV pool (CUDA) bounds one request's prompt + reply; the engine admits requests as their pages free up.
-  const server::KvBudget kv = server::KvBudget::of(models->target->facts(), static_cast<int>(max_draft));
-  if (kv.pages > 0 && model.context_length > kv.most_positions()) {
-    if (context > 0)
-      return fail(Status(ErrorCode::OutOfMemory, "--context " + std::to_string(context) + " does not fit the KV pool (" +
-                                                     std::to_string(kv.pages) + " pages of " +
-                                                     std::to_string(kv.page_size) + " positions holds one request of " +
-                                                     std::to_string(kv.most_positions()) + " at most)"));
-    std::fprintf(stderr, "lanespark serve: context limited to %lld tokens by the KV pool (%lld pages of %d)\n",
-                 static_cast<long long>(kv.most_positions()), static_cast<long long>(kv.pages), kv.page_size);
-    model.context_length = kv.most_positions();
-  }
   model.eos_ids = reply_eos_ids(*models->target, model.tokenizer);
   model.created = std::chrono::duration_cast<std::chrono::seconds>(
                       std::chrono::system_clock::now().time_since_epoch()).count();
@@ -141,8 +129,20 @@ int run_serve(int argc, char** argv) {
   lanes_options.pricing.always_draft = draft_always;
   Result<std::unique_ptr<Lanes>> lanes = Lanes::create(*models->target, models->drafter.get(), lanes_options, clock);
   if (!lanes.ok()) return fail(lanes.status());
+  // A fixed KV pool (CUDA) bounds one request's prompt + reply; the lanes admit requests as their pages free up.
+  const KvBudget kv = (*lanes)->kv_budget();
+  if (kv.pages > 0 && model.context_length > kv.most_positions()) {
+    if (context > 0)
+      return fail(Status(ErrorCode::OutOfMemory, "--context " + std::to_string(context) + " does not fit the KV pool (" +
+                                                     std::to_string(kv.pages) + " pages of " +
+                                                     std::to_string(kv.page_size) + " positions holds one request of " +
+                                                     std::to_string(kv.most_positions()) + " at most)"));
+    std::fprintf(stderr, "lanespark serve: context limited to %lld tokens by the KV pool (%lld pages of %d)\n",
+                 static_cast<long long>(kv.most_positions()), static_cast<long long>(kv.pages), kv.page_size);
+    model.context_length = kv.most_positions();
+  }
 
-  server::Engine engine(**lanes, kv);
+  server::Engine engine(**lanes);
   server::OpenAiRoutes routes(model, engine);
 
   std::thread watcher([&server, signals] {

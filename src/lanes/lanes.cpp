@@ -325,6 +325,8 @@ void Lanes::fail_stream(Stream& stream, const Status& status) {
 }
 
 void Lanes::release(Stream& stream) {
+  kv_pages_reserved_ -= stream.kv_pages;
+  stream.kv_pages = 0;
   if (stream.drafter_open) settle_drafter();
   if (stream.target_open) {
     target_.release(stream.id);

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "draft/drafter.h"
 #include "lanes/calibrate.h"
+#include "lanes/kv_budget.h"
 #include "lanes/pricing.h"
 #include "lanes/stream.h"
 #include "model/target.h"
@@ -109,6 +110,8 @@ class Lanes {
   size_t live_streams() const { return live_.size(); }
   bool device_taps() const { return device_taps_; }
   int most_drafts() const { return most_drafts_; }
+  // The target's KV pool as admission sees it (pages 0: no fixed pool).
+  KvBudget kv_budget() const { return KvBudget::of(target_.facts(), width_); }
 
   // Built by create() only (the key keeps the constructor out of other hands).
   Lanes(Key, Target& target, Drafter* drafter, const LanesOptions& options, Clock& clock, int width, int max_rows);
@@ -167,6 +170,7 @@ class Lanes {
 
   StreamId next_id_ = 1;
   int64_t next_admission_ = 0;
+  int64_t kv_pages_reserved_ = 0;  // KV pages admitted streams may still need (kv_budget())
   int64_t round_index_ = 0;
   std::deque<std::unique_ptr<Stream>> waiting_;
   std::map<StreamId, std::unique_ptr<Stream>> live_;

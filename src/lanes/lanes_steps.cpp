@@ -41,7 +41,12 @@ Status check_draft(const Draft& draft, int depth, int vocab_size, bool has_confi
 
 Status Lanes::admit() {
   std::vector<Stream*> admitted;
+  const KvBudget kv = kv_budget();
   while (!waiting_.empty() && static_cast<int>(live_.size()) < options_.max_live_streams) {
+    // In arrival order: a long request at the front waits for pages rather than being overtaken by short ones.
+    const int64_t pages = kv.pages_for(waiting_.front()->request);
+    const bool fits = kv.pages == 0 || kv_pages_reserved_ + pages <= kv.pages;
+    if (!fits && !live_.empty()) break;  // pages free up as live streams end
     std::unique_ptr<Stream> owned = std::move(waiting_.front());
     waiting_.pop_front();
     Stream* stream = owned.get();
@@ -49,7 +54,12 @@ Status Lanes::admit() {
     // Start from what the drafter has shown on earlier streams, not from the fixed prior.
     stream->acceptance.reset(pricing_.pooled_acceptance().conditionals());
     live_[stream->id] = std::move(owned);
-    if (stream->request.prompt.empty()) {
+    stream->kv_pages = fits ? pages : 0;
+    kv_pages_reserved_ += stream->kv_pages;
+    if (!fits) {  // even an empty pool cannot hold it
+      fail_stream(*stream, Status(ErrorCode::OutOfMemory, "the request needs " + std::to_string(pages) +
+                                                              " KV pages, the pool holds " + std::to_string(kv.pages)));
+    } else if (stream->request.prompt.empty()) {
       fail_stream(*stream, Status(ErrorCode::InvalidArgument, "a request needs at least one prompt token"));
     } else if (stream->request.max_tokens <= 0) {
       stream->finish = FinishReason::Length;

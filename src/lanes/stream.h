@@ -72,6 +72,7 @@ struct Stream {
   bool drafting = false;              // takes part in drafting (request.draft, a drafter, no absorb failure)
   bool drafter_open = false;          // the drafter holds state for it (released exactly once)
   bool target_open = false;           // the target holds state for it (released exactly once)
+  int64_t kv_pages = 0;               // KV pages reserved for it at admission (Lanes::kv_budget), until release
   std::vector<int32_t> held_drafts;   // [k] for positions committed+1 .. committed+k
   std::vector<float> held_chances;    // [k] cumulative acceptance estimates of held_drafts
   int held_forced = 0;                // leading held drafts a probe forces into the window

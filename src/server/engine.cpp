@@ -1,23 +1,9 @@
 // The engine thread's loop: admit -> round -> deliver, sleeping while nothing is queued or live.
 #include "server/engine.h"
 
-#include <algorithm>
-#include <string>
-
 #include "base/log.h"
 
 namespace ls::server {
-namespace {
-
-// The last event of a request that never reached the lanes.
-StreamEvent ended_event(FinishReason reason, std::string error = "") {
-  StreamEvent event;
-  event.finish = reason;
-  event.error = std::move(error);
-  return event;
-}
-
-}  // namespace
 
 void ReplyChannel::push(StreamEvent event) {
   {
@@ -50,21 +36,7 @@ std::optional<StreamEvent> ReplyTicket::next(std::chrono::milliseconds timeout) 
   return event;
 }
 
-KvBudget KvBudget::of(const TargetFacts& facts, int max_draft) {
-  if (facts.kv_pages <= 0 || facts.kv_page_size <= 0) return {};
-  return KvBudget{facts.kv_pages, facts.kv_page_size, 1 + std::max(0, max_draft)};
-}
-
-int64_t KvBudget::most_positions() const { return pages > 0 ? pages * page_size - window + 1 : 0; }
-
-int64_t KvBudget::pages_for(const Request& request) const {
-  if (pages <= 0) return 0;
-  // The last forward holds the committed history (prompt + max_tokens - 1 at most) and one window past it.
-  const int64_t positions = static_cast<int64_t>(request.prompt.size()) + std::max(1, request.max_tokens) - 1 + window;
-  return (positions + page_size - 1) / page_size;
-}
-
-Engine::Engine(Lanes& lanes, KvBudget kv) : lanes_(lanes), kv_(kv), thread_([this] { run(); }) {}
+Engine::Engine(Lanes& lanes) : lanes_(lanes), thread_([this] { run(); }) {}
 
 Engine::~Engine() {
   {
@@ -109,10 +81,7 @@ void Engine::run() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       // Sleep only when the lanes have nothing to do; the lanes are read on this thread alone.
-      // waiting_ is this thread's too: replies that ended in the last round may have freed its pages.
-      wake_.wait(lock, [&] {
-        return stopping_ || !queued_.empty() || !cancels_.empty() || !waiting_.empty() || !lanes_.idle();
-      });
+      wake_.wait(lock, [&] { return stopping_ || !queued_.empty() || !cancels_.empty() || !lanes_.idle(); });
       submissions.swap(queued_);
       cancels.swap(cancels_);
       stopping = stopping_;
@@ -120,9 +89,6 @@ void Engine::run() {
     admit(submissions, cancels);
     if (stopping) {
       for (const auto& [stream, live] : live_) lanes_.cancel(stream);
-      for (Submission& submission : waiting_)
-        ended_.emplace_back(submission.channel, ended_event(FinishReason::Cancelled));
-      waiting_.clear();
       deliver();
       return;
     }
@@ -136,37 +102,15 @@ void Engine::run() {
 }
 
 void Engine::admit(std::deque<Submission>& submissions, std::vector<uint64_t>& cancels) {
-  for (Submission& submission : submissions) waiting_.push_back(std::move(submission));
+  for (Submission& submission : submissions) {
+    const StreamId stream = lanes_.submit(std::move(submission.request));
+    live_[stream] = Live{submission.key, std::move(submission.channel)};
+    streams_by_key_[submission.key] = stream;
+  }
   // A cancel for a request that already finished finds no key: nothing to do.
   for (uint64_t key : cancels) {
     auto found = streams_by_key_.find(key);
-    if (found != streams_by_key_.end()) {
-      lanes_.cancel(found->second);
-      continue;
-    }
-    auto waiting = std::find_if(waiting_.begin(), waiting_.end(), [&](const Submission& s) { return s.key == key; });
-    if (waiting == waiting_.end()) continue;
-    ended_.emplace_back(waiting->channel, ended_event(FinishReason::Cancelled));
-    waiting_.erase(waiting);
-  }
-  // In arrival order: a long request at the front is not overtaken forever by short ones behind it.
-  while (!waiting_.empty()) {
-    Submission& submission = waiting_.front();
-    const int64_t pages = kv_.pages_for(submission.request);
-    if (kv_.pages > 0 && pages_reserved_ + pages > kv_.pages) {
-      if (!live_.empty()) break;  // pages free up as live replies end
-      // Even an empty pool cannot hold it (the server's context limit keeps such requests out).
-      ended_.emplace_back(submission.channel,
-                          ended_event(FinishReason::Error, "OutOfMemory: the request needs " + std::to_string(pages) +
-                                                               " KV pages, the pool holds " + std::to_string(kv_.pages)));
-      waiting_.pop_front();
-      continue;
-    }
-    const StreamId stream = lanes_.submit(std::move(submission.request));
-    live_[stream] = Live{submission.key, std::move(submission.channel), pages};
-    streams_by_key_[submission.key] = stream;
-    pages_reserved_ += pages;
-    waiting_.pop_front();
+    if (found != streams_by_key_.end()) lanes_.cancel(found->second);
   }
 }
 
@@ -174,8 +118,7 @@ void Engine::deliver() {
   // The counters are updated before any event reaches its channel: a client that has read its last event never sees
   // its request still counted open (/health, tests).
   std::vector<std::pair<std::shared_ptr<ReplyChannel>, StreamEvent>> outgoing;
-  outgoing.swap(ended_);
-  int64_t finished = static_cast<int64_t>(outgoing.size());
+  int64_t finished = 0;
   for (StreamEvent& event : lanes_.take_events()) {
     auto found = live_.find(event.stream);
     if (found == live_.end()) continue;
@@ -183,7 +126,6 @@ void Engine::deliver() {
     outgoing.emplace_back(found->second.channel, std::move(event));
     if (last) {
       streams_by_key_.erase(found->second.key);
-      pages_reserved_ -= found->second.pages;
       live_.erase(found);
       ++finished;
     }

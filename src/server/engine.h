@@ -33,20 +33,6 @@ class ReplyChannel {
 
 class Engine;
 
-// What the target's fixed KV pool allows (TargetFacts::kv_pages): a request is admitted only when the pages its
-// longest possible history needs (prompt + max_tokens + a full verify window) are free beside every admitted
-// request's, so a round never runs out of pages mid-reply. pages 0: no fixed pool, admit everything.
-struct KvBudget {
-  int64_t pages = 0;
-  int page_size = 0;
-  int window = 1;  // most rows of one verify window: 1 + the lanes' max_draft
-
-  static KvBudget of(const TargetFacts& facts, int max_draft);
-  // Most positions one request can hold: its prompt and reply together stay within this (0: no fixed pool).
-  int64_t most_positions() const;
-  int64_t pages_for(const Request& request) const;
-};
-
 // What /health reports: requests open now, and the lanes' totals after the last round.
 struct EngineCounters {
   int64_t open_requests = 0;     // submitted and not yet finished (queued or live)
@@ -79,7 +65,7 @@ class ReplyTicket {
 class Engine {
  public:
   // Borrows the lanes (which borrow the target and drafter); starts the thread.
-  explicit Engine(Lanes& lanes, KvBudget kv = {});
+  explicit Engine(Lanes& lanes);
   // Stops the thread: live streams are cancelled, their handlers get a Cancelled event.
   ~Engine();
   Engine(const Engine&) = delete;
@@ -100,18 +86,15 @@ class Engine {
   struct Live {
     uint64_t key = 0;
     std::shared_ptr<ReplyChannel> channel;
-    int64_t pages = 0;  // reserved in the KV budget until the last event
   };
 
   void run();
-  // Moves queued submissions and cancels into the lanes (engine thread), submissions in order while the KV budget
-  // has room; the rest wait.
+  // Moves queued submissions and cancels into the lanes (engine thread).
   void admit(std::deque<Submission>& submissions, std::vector<uint64_t>& cancels);
   // Hands the lanes' events to their channels (engine thread).
   void deliver();
 
   Lanes& lanes_;
-  const KvBudget kv_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Submission> queued_;   // guarded by mutex_
@@ -121,10 +104,6 @@ class Engine {
   bool stopping_ = false;           // guarded by mutex_
   std::map<StreamId, Live> live_;   // engine thread only
   std::map<uint64_t, StreamId> streams_by_key_;  // engine thread only
-  std::deque<Submission> waiting_;  // engine thread only: taken from queued_, waiting for KV pages
-  int64_t pages_reserved_ = 0;      // engine thread only
-  // Requests that ended before reaching the lanes (cancelled while waiting), delivered with the next events.
-  std::vector<std::pair<std::shared_ptr<ReplyChannel>, StreamEvent>> ended_;  // engine thread only
   std::thread thread_;
 };
 

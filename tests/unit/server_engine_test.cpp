@@ -115,30 +115,22 @@ TEST(ServerEngine, StoppingTheEngineEndsLiveRequestsWithCancelled) {
   EXPECT_EQ(target.open_streams(), 0u);
 }
 
-// Pages of 8 positions, enough for two of the requests' longest histories at once.
-int64_t two_requests_pages(const std::vector<Arrival>& arrivals) {
-  TargetFacts facts;
-  facts.kv_pages = 1;
-  facts.kv_page_size = 8;
-  const KvBudget budget = KvBudget::of(facts, LanesOptions{}.max_draft);
-  int64_t most = 0;
-  for (const Arrival& arrival : arrivals) most = std::max(most, budget.pages_for(arrival.request));
-  return 2 * most;
-}
-
-// The requests at once through the engine over a target whose KV pool holds `pages` pages of 8 positions (set after
-// Lanes::create's timing forwards); `budgeted`: the engine knows the pool.
-std::vector<Reply> run_pooled(FakeTarget& target, const std::vector<Arrival>& arrivals, int64_t pages,
-                              bool budgeted) {
+// The requests at once through the engine over a target whose KV pool (pages of 8 positions, set after
+// Lanes::create's timing forwards) holds two of their longest histories; `advertised` false: the lanes cannot see
+// the pool, so they cannot budget for it (the control).
+std::vector<Reply> run_pooled(FakeTarget& target, const std::vector<Arrival>& arrivals, bool advertised) {
   FakeDrafter drafter(FakeDrafterOptions{.shape = {}, .tap_layers = {1, 3}, .max_depth = 6, .wrong_rate = 0.25});
   FixedClock clock;
   LanesOptions lanes_options;
   lanes_options.pricing.always_draft = true;  // full windows every round: the pool's worst case
   auto lanes = Lanes::create(target, &drafter, lanes_options, clock);
   EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
-  target.limit_kv_pages(pages, 8);
+  const KvBudget pages_of_8{1, 8, (*lanes)->width()};
+  int64_t most = 0;
+  for (const Arrival& arrival : arrivals) most = std::max(most, pages_of_8.pages_for(arrival.request));
+  target.limit_kv_pages(2 * most, 8, advertised);
   std::vector<Reply> replies(arrivals.size());
-  Engine engine(**lanes, budgeted ? KvBudget::of(target.facts(), lanes_options.max_draft) : KvBudget{});
+  Engine engine(**lanes);
   std::vector<ReplyTicket> tickets;
   for (const Arrival& arrival : arrivals) tickets.push_back(engine.submit(arrival.request));
   for (size_t index = 0; index < tickets.size(); ++index) replies[index] = collect(tickets[index]);
@@ -150,7 +142,7 @@ TEST(ServerEngineKvPool, TheBudgetCountsPagesOfPromptRepliesAndOneWindow) {
   TargetFacts facts;
   facts.kv_pages = 10;
   facts.kv_page_size = 8;
-  const KvBudget budget = KvBudget::of(facts, 7);
+  const KvBudget budget = KvBudget::of(facts, 8);
   EXPECT_EQ(budget.window, 8);
   EXPECT_EQ(budget.most_positions(), 10 * 8 - 8 + 1);
   Request request;
@@ -164,10 +156,10 @@ TEST(ServerEngineKvPool, TheBudgetCountsPagesOfPromptRepliesAndOneWindow) {
 
 TEST(ServerEngineKvPool, RequestsWaitForPagesAndGetTheTokensEachGetsAlone) {
   const std::vector<Arrival> arrivals = endless_arrivals(6, 64, 40, [](int index) { return index % 2 == 1; });
-  const int64_t pages = two_requests_pages(arrivals);
   FakeTarget target(target_options());
-  const std::vector<Reply> replies = run_pooled(target, arrivals, pages, true);
+  const std::vector<Reply> replies = run_pooled(target, arrivals, true);
   expect_replies_equal_alone(replies, run_each_alone_plain(target_options(), arrivals));
+  const int64_t pages = target.facts().kv_pages;
   EXPECT_LE(target.most_pages_held(), pages);
   EXPECT_GT(target.most_pages_held(), pages / 2);  // two requests did run together
   EXPECT_EQ(target.pages_held(), 0);
@@ -178,7 +170,7 @@ TEST(ServerEngineKvPool, RequestsWaitForPagesAndGetTheTokensEachGetsAlone) {
 TEST(ServerEngineKvPool, WithoutTheBudgetTheSameRequestsRunOutOfPages) {
   const std::vector<Arrival> arrivals = endless_arrivals(6, 64, 40, [](int index) { return index % 2 == 1; });
   FakeTarget target(target_options());
-  const std::vector<Reply> replies = run_pooled(target, arrivals, two_requests_pages(arrivals), false);
+  const std::vector<Reply> replies = run_pooled(target, arrivals, false);
   int out_of_pages = 0;
   for (const Reply& reply : replies)
     out_of_pages += reply.finish == FinishReason::Error && reply.error.find("KV pages") != std::string::npos;
@@ -191,7 +183,7 @@ TEST(ServerEngineKvPool, AWaitingRequestCancelsAndOneThatNeverFitsIsRefusedByNam
   auto lanes = Lanes::create(target, nullptr, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   target.limit_kv_pages(12, 8);
-  Engine engine(**lanes, KvBudget::of(target.facts(), LanesOptions{}.max_draft));
+  Engine engine(**lanes);
   Request endless = make_fake_request(0, false, 64);
   endless.eos_ids = std::vector<int32_t>{};
   endless.max_tokens = 60;  // with a 17-row window: 9 or 10 of the 12 pages

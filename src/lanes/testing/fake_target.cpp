@@ -232,11 +232,11 @@ void FakeTarget::release(StreamId stream) {
   streams_.erase(found);
 }
 
-void FakeTarget::limit_kv_pages(int64_t pages, int page_size) {
+void FakeTarget::limit_kv_pages(int64_t pages, int page_size, bool advertised) {
   options_.kv_pages = pages;
   options_.kv_page_size = page_size;
-  facts_.kv_pages = pages;
-  facts_.kv_page_size = page_size;
+  facts_.kv_pages = advertised ? pages : 0;
+  facts_.kv_page_size = advertised ? page_size : 0;
 }
 
 int FakeTarget::releases(StreamId stream) const {

@@ -89,8 +89,9 @@ class FakeTarget final : public Target {
   // Streams holding state now.
   size_t open_streams() const { return streams_.size(); }
   // From now on a fixed pool of `pages` (after Lanes::create: its load-time timing forwards need more room than a
-  // small test pool has). Streams already open hold none of it.
-  void limit_kv_pages(int64_t pages, int page_size);
+  // small test pool has). Streams already open hold none of it. `advertised` false: facts() does not show it (a
+  // control in which the lanes cannot budget for the pool).
+  void limit_kv_pages(int64_t pages, int page_size, bool advertised = true);
   // KV pages held now, and the most ever held at once (a fixed pool only).
   int64_t pages_held() const { return pages_held_; }
   int64_t most_pages_held() const { return most_pages_held_; }
