@@ -135,7 +135,7 @@ Status Lanes::round() {
   std::vector<Stream*> streams = pick_streams();
   const size_t generated_before = streams.size() == 1 ? streams[0]->generated.size() : 0;
   double verify_ms = 0;
-  // Device absorbs right after the commit: the drafter's time, not the host's (PricingOptions::overhead_without_absorbs).
+  // Device absorbs right after the commit: the drafter's time, not the host's (overhead_without_absorbs).
   const double absorbs_before_ms = stats_.absorb_ms;
   if (!streams.empty()) {
     pricing_.trim(streams);
