@@ -1,5 +1,6 @@
-// cpu_bench --drafter DIR --drafter-amx 1,0 [--ab-streams 1,4,16]: the drafter's pass on AMX tiles (1) and on the
-// AVX-512 panels (0) side by side in one process (compute/cpu/matmul_amx.h, drafter_amx). One drafter is loaded per arm
+// cpu_bench --drafter DIR --drafter-amx 1,0 [--drafter-bits-ab 0,8] [--ab-streams 1,4,16]: the drafter's pass on AMX
+// tiles (1) and on the AVX-512 panels (0), and with bf16 (0) or int8 (8) weights, side by side in one process
+// (compute/cpu/matmul_amx.h, drafter_amx; every (amx, bits) pair is an arm). One drafter is loaded per arm
 // beside the one target; at every (streams, depth) the arms' passes take turns, each right after a one-row-per-stream
 // target forward (as in a round, where the verify has just streamed the target's weights), so every arm sees the host's
 // same phase; medians and each arm's ratio to the first.
@@ -26,6 +27,7 @@ namespace ls::bench {
 struct DrafterAmxPlan {
   std::string drafter;
   std::vector<int> arms;           // LS_CPU_DRAFTER_AMX values: 1 the tiles, 0 the panels
+  std::vector<int> bits = {0};     // --drafter-bits of each arm (crossed with `arms`)
   std::vector<int> streams = {1, 4, 16};
   int threads = 2, context = 192, repeats = 5;
   compute::NumericMode mode = compute::NumericMode::Bf16;
@@ -36,7 +38,9 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
                                      const std::function<void(int streams)>& forward) {
   const int most = *std::max_element(plan.streams.begin(), plan.streams.end());
   std::vector<std::unique_ptr<dspark::DsparkDrafter>> drafters;
-  for (int arm : plan.arms) {
+  std::vector<std::string> labels;
+  for (int arm : plan.arms)
+    for (int bits : plan.bits) {
     if (arm != 0 && !compute::cpu_amx_runnable()) {
       std::fprintf(stderr, "--drafter-amx %d: this process cannot run AMX\n", arm);
       std::exit(1);
@@ -45,6 +49,7 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
     options.threads = plan.threads;
     options.mode = plan.mode;
     options.max_streams = most;
+    options.bits = bits;
     const bool saved = compute::set_drafter_amx(arm != 0);
     auto loaded = dspark::DsparkDrafter::load(plan.drafter, target, options);
     compute::set_drafter_amx(saved);
@@ -53,7 +58,8 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
       std::exit(1);
     }
     drafters.push_back(std::move(*loaded));
-  }
+    labels.push_back("amx " + std::to_string(arm) + " bits " + std::to_string(bits));
+    }
   const dspark::DsparkConfig& config = drafters[0]->config();
   const int vocab = target.facts().vocab_size;
   const int64_t width = static_cast<int64_t>(config.tap_count()) * config.hidden_size;
@@ -67,8 +73,7 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
         std::exit(1);
       }
   nlohmann::json result = nlohmann::json::object();
-  std::printf("  drafter AMX A/B (pass after a 1-row-per-stream forward, median ms; ratio to LS_CPU_DRAFTER_AMX=%d):\n",
-              plan.arms[0]);
+  std::printf("  drafter A/B (pass after a 1-row-per-stream forward, median ms; ratio to %s):\n", labels[0].c_str());
   for (int streams : plan.streams)
     for (int depth : {1, 3, config.block_size}) {
       std::vector<std::vector<double>> times(drafters.size());
@@ -95,8 +100,8 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
       std::printf("    %2d streams depth %d:", streams, depth);
       for (size_t arm = 0; arm < drafters.size(); ++arm) {
         const double ms = median(times[arm]);
-        result[key]["amx_" + std::to_string(plan.arms[arm])] = ms;
-        std::printf("  amx %d %.3f (%.2fx)", plan.arms[arm], ms, ms / median(times[0]));
+        result[key][labels[arm]] = ms;
+        std::printf("  %s %.3f (%.2fx)", labels[arm].c_str(), ms, ms / median(times[0]));
       }
       std::printf("\n");
     }
