@@ -73,6 +73,34 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
         std::exit(1);
       }
   nlohmann::json result = nlohmann::json::object();
+  // A short absorb (8 rows, as the lanes' calibration times it) opening a fresh stream, against the same absorb on a
+  // stream already open (as in a round), each arm in turn.
+  {
+    std::vector<std::vector<double>> fresh(drafters.size()), open(drafters.size());
+    const int short_rows = std::min(8, plan.context);
+    const std::span<const float> short_taps(taps.data(), static_cast<size_t>(short_rows * width));
+    for (int repeat = 0; repeat < plan.repeats * 4; ++repeat)
+      for (size_t arm = 0; arm < drafters.size(); ++arm) {
+        const StreamId scratch = (StreamId{3} << 20) + static_cast<StreamId>(repeat);
+        forward(1);
+        auto start = Clock::now();
+        Status status = drafters[arm]->absorb(scratch, 0, short_rows, short_taps);
+        fresh[arm].push_back(ms_since(start));
+        forward(1);
+        start = Clock::now();
+        const Status again = drafters[arm]->absorb(scratch, 0, short_rows, short_taps);
+        if (status.ok()) status = again;
+        open[arm].push_back(ms_since(start));
+        drafters[arm]->release(scratch);
+        if (!status.ok()) {
+          std::fprintf(stderr, "absorb failed: %s\n", status.to_string().c_str());
+          std::exit(1);
+        }
+      }
+    for (size_t arm = 0; arm < drafters.size(); ++arm)
+      std::printf("  %s: absorb of %d rows after a 1-row forward, opening a stream %.3f ms, on an open one %.3f ms\n",
+                  labels[arm].c_str(), short_rows, median(fresh[arm]), median(open[arm]));
+  }
   std::printf("  drafter A/B (pass after a 1-row-per-stream forward, median ms; ratio to %s):\n", labels[0].c_str());
   for (int streams : plan.streams)
     for (int depth : {1, 3, config.block_size}) {
