@@ -25,6 +25,9 @@ grep -m1 -o 'amx_bf16' /proc/cpuinfo >/dev/null && say "cpu: amx_bf16 present" |
 LANES_BENCH=$(find_bin lanes_bench); CPU_BENCH=$(find_bin cpu_bench)
 TESTS=$(find_bin lanespark_cpu_tests); [ -z "$TESTS" ] && TESTS=$(find_bin lanespark_tests)
 say "bins: lanes_bench=${LANES_BENCH:-missing} cpu_bench=${CPU_BENCH:-missing} tests=${TESTS:-missing}"
+if [ -n "$CPU_BENCH" ] && ! grep -q -- "--drafter-bits-ab" "$CPU_BENCH"; then
+  say "these binaries predate cpu19 (no --drafter-bits-ab): nothing to run until branch cpu19 is merged"; exit 0
+fi
 PAIR="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json"
 [ -n "$TESTS" ] && run 25 "$TESTS" --gtest_brief=1 --gtest_filter='DraftBitsAuto.*:*AutoBitsNanoLanes*'
 # The pass per arm side by side in one process (1 / 4 / 16 streams, depth 1 / 3 / 7): amx 1 x bits 0/8, amx 0 x 0/8.
