@@ -6,7 +6,7 @@
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
 //             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
 //              [--small-m 0,3] [--short -1,0,1] [--passes 1,0] [--round-gap-us US] [--span POSITIONS]]
-//             [--drafter-amx 1,0] [--drafter-bits-ab 0,8] [--ab-streams 1,4,16]
+//             [--drafter-amx 1,0] [--drafter-bits-ab 0,8] [--int8-wide-ab 0,1] [--ab-streams 1,4,16]
 //   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--gemm-license 1]
 //             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
@@ -80,6 +80,7 @@ struct Options {
   std::vector<int> drafter_amx;  // --drafter-amx 1,0: the pass on AMX tiles and on panels (cpu_bench_drafter_amx.h)
   std::vector<int> ab_streams = {1, 4, 16};  // --ab-streams: its stream counts
   std::vector<int> drafter_bits_ab;          // --drafter-bits-ab 0,8: the same A/B over the drafter's bits
+  std::vector<int> int8_wide_ab;             // --int8-wide-ab 0,1: and over the int8 kernel's wide tiles
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
   std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks)
@@ -252,11 +253,13 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
     result["rounds"] = bench::bench_rounds(plan, target, options.drafter, threads, options.drafter_bits);
     return result;
   }
-  if ((!options.drafter_amx.empty() || !options.drafter_bits_ab.empty()) && !options.drafter.empty()) {
+  if ((!options.drafter_amx.empty() || !options.drafter_bits_ab.empty() || !options.int8_wide_ab.empty()) &&
+      !options.drafter.empty()) {
     bench::DrafterAmxPlan plan;
     plan.drafter = options.drafter;
     plan.arms = options.drafter_amx.empty() ? std::vector<int>{compute::drafter_amx() ? 1 : 0} : options.drafter_amx;
     if (!options.drafter_bits_ab.empty()) plan.bits = options.drafter_bits_ab;
+    if (!options.int8_wide_ab.empty()) plan.int8_wide = options.int8_wide_ab;
     plan.streams = options.ab_streams;
     plan.threads = threads;
     plan.context = options.context;
@@ -377,7 +380,7 @@ int main(int argc, char** argv) {
        {"--prefetch", list_flag(options.prefetch)}, {"--small-m", list_flag(options.small_m)},
        {"--short", list_flag(options.short_block)}, {"--passes", list_flag(options.passes)},
        {"--drafter-amx", list_flag(options.drafter_amx)}, {"--ab-streams", list_flag(options.ab_streams)},
-       {"--drafter-bits-ab", list_flag(options.drafter_bits_ab)},
+       {"--drafter-bits-ab", list_flag(options.drafter_bits_ab)}, {"--int8-wide-ab", list_flag(options.int8_wide_ab)},
        {"--round-gap-us", int_flag(options.round_gap_us, 0)}, {"--span", int_flag(options.span, 8)},
        {"--gemm-ab", list_flag(options.gemm_ab)}, {"--gemm-shape", list_flag(options.gemm_shape)},
        {"--gemm-schedules", list_flag(options.gemm_schedules)},

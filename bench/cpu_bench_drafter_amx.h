@@ -20,6 +20,7 @@
 #include "bench_util.h"
 #include "cpu_bench_floor.h"
 #include "compute/cpu/matmul_amx.h"
+#include "compute/cpu/draft_ops.h"
 #include "draft/dspark/dspark_drafter.h"
 
 namespace ls::bench {
@@ -28,6 +29,7 @@ struct DrafterAmxPlan {
   std::string drafter;
   std::vector<int> arms;           // LS_CPU_DRAFTER_AMX values: 1 the tiles, 0 the panels
   std::vector<int> bits = {0};     // --drafter-bits of each arm (crossed with `arms`)
+  std::vector<int> int8_wide = {-1};  // --int8-wide-ab 0,1: set_int8_wide_tiles per arm (crossed; -1 as set)
   std::vector<int> streams = {1, 4, 16};
   int threads = 2, context = 192, repeats = 5;
   compute::NumericMode mode = compute::NumericMode::Bf16;
@@ -60,6 +62,22 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
     drafters.push_back(std::move(*loaded));
     labels.push_back("amx " + std::to_string(arm) + " bits " + std::to_string(bits));
     }
+  // Each drafter once per wide-tile setting (the switch is global and changes no bits: set before every timed call).
+  std::vector<size_t> drafter_of;
+  std::vector<int> wide_of;
+  std::vector<std::string> drafter_labels = labels;
+  labels.clear();
+  for (size_t index = 0; index < drafters.size(); ++index)
+    for (int wide : plan.int8_wide) {
+      drafter_of.push_back(index);
+      wide_of.push_back(wide);
+      labels.push_back(drafter_labels[index] + (wide < 0 ? "" : " wide " + std::to_string(wide)));
+    }
+  const bool saved_wide = compute::int8_wide_tiles();
+  auto use = [&](size_t arm) -> dspark::DsparkDrafter& {
+    if (wide_of[arm] >= 0) compute::set_int8_wide_tiles(wide_of[arm] != 0);
+    return *drafters[drafter_of[arm]];
+  };
   const dspark::DsparkConfig& config = drafters[0]->config();
   const int vocab = target.facts().vocab_size;
   const int64_t width = static_cast<int64_t>(config.tap_count()) * config.hidden_size;
@@ -76,38 +94,40 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
   // A short absorb (8 rows, as the lanes' calibration times it) opening a fresh stream, against the same absorb on a
   // stream already open (as in a round), each arm in turn.
   {
-    std::vector<std::vector<double>> fresh(drafters.size()), open(drafters.size());
+    std::vector<std::vector<double>> fresh(labels.size()), open(labels.size());
     const int short_rows = std::min(8, plan.context);
     const std::span<const float> short_taps(taps.data(), static_cast<size_t>(short_rows * width));
     for (int repeat = 0; repeat < plan.repeats * 4; ++repeat)
-      for (size_t arm = 0; arm < drafters.size(); ++arm) {
+      for (size_t arm = 0; arm < labels.size(); ++arm) {
         const StreamId scratch = (StreamId{3} << 20) + static_cast<StreamId>(repeat);
+        dspark::DsparkDrafter& drafter = use(arm);
         forward(1);
         auto start = Clock::now();
-        Status status = drafters[arm]->absorb(scratch, 0, short_rows, short_taps);
+        Status status = drafter.absorb(scratch, 0, short_rows, short_taps);
         fresh[arm].push_back(ms_since(start));
         forward(1);
         start = Clock::now();
-        const Status again = drafters[arm]->absorb(scratch, 0, short_rows, short_taps);
+        const Status again = drafter.absorb(scratch, 0, short_rows, short_taps);
         if (status.ok()) status = again;
         open[arm].push_back(ms_since(start));
-        drafters[arm]->release(scratch);
+        drafter.release(scratch);
         if (!status.ok()) {
           std::fprintf(stderr, "absorb failed: %s\n", status.to_string().c_str());
           std::exit(1);
         }
       }
-    for (size_t arm = 0; arm < drafters.size(); ++arm)
+    for (size_t arm = 0; arm < labels.size(); ++arm)
       std::printf("  %s: absorb of %d rows after a 1-row forward, opening a stream %.3f ms, on an open one %.3f ms\n",
                   labels[arm].c_str(), short_rows, median(fresh[arm]), median(open[arm]));
   }
   std::printf("  drafter A/B (pass after a 1-row-per-stream forward, median ms; ratio to %s):\n", labels[0].c_str());
   for (int streams : plan.streams)
     for (int depth : {1, 3, config.block_size}) {
-      std::vector<std::vector<double>> times(drafters.size());
+      std::vector<std::vector<double>> times(labels.size());
       std::vector<DraftRequest> requests(static_cast<size_t>(streams));
       for (int repeat = 0; repeat < plan.repeats * 4; ++repeat)
-        for (size_t arm = 0; arm < drafters.size(); ++arm) {
+        for (size_t arm = 0; arm < labels.size(); ++arm) {
+          dspark::DsparkDrafter& drafter = use(arm);
           for (int s = 0; s < streams; ++s) {
             requests[s].stream = first + s;
             requests[s].anchor_token = static_cast<int32_t>(splitmix64(repeat * 131 + s) % vocab);
@@ -116,7 +136,7 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
           }
           forward(streams);
           const auto start = Clock::now();
-          const std::vector<Draft> drafts = drafters[arm]->draft(requests);
+          const std::vector<Draft> drafts = drafter.draft(requests);
           times[arm].push_back(ms_since(start));
           for (const Draft& draft : drafts)
             if (!draft.status.ok()) {
@@ -126,7 +146,7 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
         }
       const std::string key = std::to_string(streams) + "x" + std::to_string(depth);
       std::printf("    %2d streams depth %d:", streams, depth);
-      for (size_t arm = 0; arm < drafters.size(); ++arm) {
+      for (size_t arm = 0; arm < labels.size(); ++arm) {
         const double ms = median(times[arm]);
         result[key][labels[arm]] = ms;
         std::printf("  %s %.3f (%.2fx)", labels[arm].c_str(), ms, ms / median(times[0]));
@@ -135,6 +155,7 @@ inline nlohmann::json drafter_amx_ab(const DrafterAmxPlan& plan, Target& target,
     }
   for (auto& drafter : drafters)
     for (int s = 0; s < most; ++s) drafter->release(first + s);
+  compute::set_int8_wide_tiles(saved_wide);
   return result;
 }
 
