@@ -11,6 +11,8 @@
 //             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
 //   cpu_bench --amx-order 1   AMX outputs against summation-order models (cpu_bench_amx_order.h)
+//   cpu_bench --int8-rate 1,7,28,112,192 [--gemm-shape N,K,COUNT] [--threads 1,2]   the w8a8 GEMM alone
+//             (cpu_bench_int8.h)
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the
@@ -48,6 +50,7 @@
 #include "cpu_bench_drafter_amx.h"
 #include "cpu_bench_floor.h"
 #include "cpu_bench_gemm.h"
+#include "cpu_bench_int8.h"
 #include "cpu_bench_pass.h"
 #include "cpu_bench_print.h"
 #include "cpu_bench_round.h"
@@ -81,6 +84,7 @@ struct Options {
   std::vector<int> ab_streams = {1, 4, 16};  // --ab-streams: its stream counts
   std::vector<int> drafter_bits_ab;          // --drafter-bits-ab 0,8: the same A/B over the drafter's bits
   std::vector<int> int8_wide_ab;             // --int8-wide-ab 0,1: and over the int8 kernel's wide tiles
+  std::vector<int> int8_rate;                // --int8-rate ROWS,...: the w8a8 GEMM alone (cpu_bench_int8.h)
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
   std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks)
@@ -381,6 +385,7 @@ int main(int argc, char** argv) {
        {"--short", list_flag(options.short_block)}, {"--passes", list_flag(options.passes)},
        {"--drafter-amx", list_flag(options.drafter_amx)}, {"--ab-streams", list_flag(options.ab_streams)},
        {"--drafter-bits-ab", list_flag(options.drafter_bits_ab)}, {"--int8-wide-ab", list_flag(options.int8_wide_ab)},
+       {"--int8-rate", list_flag(options.int8_rate)},
        {"--round-gap-us", int_flag(options.round_gap_us, 0)}, {"--span", int_flag(options.span, 8)},
        {"--gemm-ab", list_flag(options.gemm_ab)}, {"--gemm-shape", list_flag(options.gemm_shape)},
        {"--gemm-schedules", list_flag(options.gemm_schedules)},
@@ -392,6 +397,20 @@ int main(int argc, char** argv) {
   if (options.amx_order) {
     const json order = amx_order_probe();
     if (!options.json_path.empty()) std::ofstream(options.json_path) << order.dump(2) << "\n";
+    return 0;
+  }
+  if (!options.int8_rate.empty()) {
+    bench::Int8RatePlan plan;
+    plan.rows = options.int8_rate;
+    plan.threads = options.threads;
+    plan.repeats = options.repeats;
+    if (options.gemm_shape.size() == 3) {
+      plan.N = options.gemm_shape[0];
+      plan.K = options.gemm_shape[1];
+      plan.count = options.gemm_shape[2];
+    }
+    const json rates = bench::int8_rate(plan);
+    if (!options.json_path.empty()) std::ofstream(options.json_path) << rates.dump(2) << "\n";
     return 0;
   }
   if (!options.gemm_ab.empty()) {

@@ -33,6 +33,9 @@ PAIR="--model models/nano/target --drafter models/nano/drafter --prompts models/
 # The pass per arm side by side in one process (1 / 4 / 16 streams, depth 1 / 3 / 7): amx 1 x bits 0/8, amx 0 x 0/8.
 [ -n "$CPU_BENCH" ] && run 25 "$CPU_BENCH" --model models/nano/target --drafter models/nano/drafter --threads 2 \
   --drafter-amx 1,0 --drafter-bits-ab 0,8 --ab-streams 1,4,16 --repeats 5 --json "$OUT/cpu19_drafter_ab.json"
+# The w8a8 GEMM alone at 1 and 2 threads (the fc of a prompt absorb; the three layers' FFNs): does it scale on 2 cores?
+[ -n "$CPU_BENCH" ] && run 10 "$CPU_BENCH" --int8-rate 1,7,28,112,192 --threads 1,2 --repeats 30
+[ -n "$CPU_BENCH" ] && run 10 "$CPU_BENCH" --int8-rate 1,7,28,112,192 --threads 1,2 --repeats 30 --gemm-shape 1152,384,6
 if [ -n "$LANES_BENCH" ]; then
   lanes() {  # arm tokens streams [extra lanes_bench flags]
     local env_amx=0 bits=-1 arm=$1 tokens=$2 streams=$3
