@@ -11,6 +11,9 @@
 //             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
 //   cpu_bench --amx-order 1   AMX outputs against summation-order models (cpu_bench_amx_order.h)
+//   cpu_bench --model DIR --drafter DIR --prompts FILE --spec-depths 0,3,5,7 [--spec-prompts 6] [--spec-tokens 128]
+//             [--spec-repeats 2] [--prompt-tokens 192] [--drafter-bits -1|0|8] [--threads 2]   1-stream decoding with
+//             every round drafting at each depth against plain, the same tokens (spec_rounds.h)
 //   cpu_bench --int8-rate 1,7,28,112,192 [--gemm-shape N,K,COUNT] [--threads 1,2]   the w8a8 GEMM alone
 //             (cpu_bench_int8.h)
 //
@@ -54,6 +57,8 @@
 #include "cpu_bench_pass.h"
 #include "cpu_bench_print.h"
 #include "cpu_bench_round.h"
+#include "spec_rounds.h"
+#include "text/tokenizer.h"
 
 using ls::bench::Clock;
 using ls::bench::median;
@@ -70,7 +75,7 @@ using json = nlohmann::json;
 struct Options {
   std::string model, json_path, drafter;
   int context = 192;  // rows the drafter absorbs before its passes are timed
-  int drafter_bits = 0;  // the drafter's --drafter-bits
+  int drafter_bits = -1;  // the drafter's --drafter-bits (-1 auto, the engine's default)
   std::vector<int> threads = {1, 2}, prefill = {128, 512}, verify = {1, 2, 4, 8, 16};
   std::vector<int> fused = {static_cast<int>(compute::kFuseDefault)};  // fusion masks timed in turn (the engine's)
   std::vector<int> round;        // ROWS, DEPTH of --round (empty: no round mode)
@@ -85,6 +90,9 @@ struct Options {
   std::vector<int> drafter_bits_ab;          // --drafter-bits-ab 0,8: the same A/B over the drafter's bits
   std::vector<int> int8_wide_ab;             // --int8-wide-ab 0,1: and over the int8 kernel's wide tiles
   std::vector<int> int8_rate;                // --int8-rate ROWS,...: the w8a8 GEMM alone (cpu_bench_int8.h)
+  std::vector<int> spec_depths;              // --spec-depths 0,3,7 (with --drafter, --prompts): spec_rounds.h
+  std::string prompts;                       // --prompts FILE: eval_prompts.json ("code" prompts)
+  int spec_prompts = 6, spec_tokens = 128, spec_repeats = 2, prompt_tokens = 192;
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
   std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks)
@@ -222,6 +230,43 @@ json bench_drafter(const Options& options, Target& target, int threads) {
   return result;
 }
 
+// --spec-depths: the first --spec-prompts "code" prompts of --prompts (cut to --prompt-tokens), decoded at 1 stream with
+// every round drafting at each depth against plain (spec_rounds.h).
+json spec_rounds_on(const Options& options, Target& target, int threads) {
+  auto fail = [](const Status& status, const char* what) {
+    std::fprintf(stderr, "%s failed: %s\n", what, status.to_string().c_str());
+    std::exit(1);
+  };
+  Result<text::Tokenizer> tokenizer = text::Tokenizer::load(options.model);
+  if (!tokenizer.ok()) fail(tokenizer.status(), "tokenizer");
+  std::ifstream file(options.prompts);
+  const json prompts = json::parse(file, nullptr, false);
+  if (prompts.is_discarded() || !prompts.contains("code")) fail(Status(ErrorCode::InvalidArgument, options.prompts), "prompts");
+  std::vector<std::vector<int32_t>> encoded;
+  for (const auto& entry : prompts["code"]) {
+    if (static_cast<int>(encoded.size()) >= options.spec_prompts) break;
+    Result<std::vector<int32_t>> ids = tokenizer->encode(entry.value("prompt", ""), true);
+    if (!ids.ok()) fail(ids.status(), "encode");
+    if (static_cast<int>(ids->size()) > options.prompt_tokens) ids->resize(options.prompt_tokens);
+    if (!ids->empty()) encoded.push_back(std::move(ids).value());
+  }
+  DrafterOptions drafter_options;
+  drafter_options.threads = threads;
+  drafter_options.max_streams = 1;
+  drafter_options.bits = options.drafter_bits;
+  drafter_options.mode = options.mode;
+  auto drafter = dspark::DsparkDrafter::load(options.drafter, target, drafter_options);
+  if (!drafter.ok()) fail(drafter.status(), "drafter load");
+  if (Status status = target.set_taps((*drafter)->facts().tap_layers); !status.ok()) fail(status, "set_taps");
+  const int64_t tap_width =
+      static_cast<int64_t>((*drafter)->facts().tap_layers.size()) * target.facts().hidden_size;
+  std::printf("threads %d, drafter bits %d: ", threads, (*drafter)->bits());
+  json result = bench::spec_rounds(target, **drafter, encoded, options.spec_depths, options.spec_tokens,
+                                   options.spec_repeats, tap_width);
+  result["drafter_bits"] = (*drafter)->bits();
+  return result;
+}
+
 json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   LoadOptions load;
   load.mode = options.mode;
@@ -238,6 +283,10 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   json result;
   result["threads"] = threads;
   result["timing"] = g_cpu_time ? "thread cpu time" : "wall clock";
+  if (!options.spec_depths.empty() && !options.drafter.empty() && !options.prompts.empty()) {
+    result["spec"] = spec_rounds_on(options, target, threads);
+    return result;
+  }
   if (options.round.size() == 2 && !options.drafter.empty()) {
     bench::RoundPlan plan;
     plan.rows = options.round[0];
@@ -385,7 +434,10 @@ int main(int argc, char** argv) {
        {"--short", list_flag(options.short_block)}, {"--passes", list_flag(options.passes)},
        {"--drafter-amx", list_flag(options.drafter_amx)}, {"--ab-streams", list_flag(options.ab_streams)},
        {"--drafter-bits-ab", list_flag(options.drafter_bits_ab)}, {"--int8-wide-ab", list_flag(options.int8_wide_ab)},
-       {"--int8-rate", list_flag(options.int8_rate)},
+       {"--int8-rate", list_flag(options.int8_rate)}, {"--spec-depths", list_flag(options.spec_depths)},
+       {"--prompts", text_flag(options.prompts)}, {"--spec-prompts", int_flag(options.spec_prompts, 1)},
+       {"--spec-tokens", int_flag(options.spec_tokens, 2)}, {"--spec-repeats", int_flag(options.spec_repeats, 1)},
+       {"--prompt-tokens", int_flag(options.prompt_tokens, 1)},
        {"--round-gap-us", int_flag(options.round_gap_us, 0)}, {"--span", int_flag(options.span, 8)},
        {"--gemm-ab", list_flag(options.gemm_ab)}, {"--gemm-shape", list_flag(options.gemm_shape)},
        {"--gemm-schedules", list_flag(options.gemm_schedules)},

@@ -30,6 +30,7 @@
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "bench_util.h"
+#include "spec_rounds.h"
 
 using ls::bench::median;
 using ls::bench::parse_list;
@@ -44,6 +45,8 @@ struct Options {
   int per_kind = 12, prompt_tokens = 192, tokens = 64, threads = 2;
   std::vector<int> extras = {0, 1, 2};
   std::vector<int> gaps;  // --gaps: full-width arms whose context misses the N positions before the anchor
+  std::vector<int> spec_depths;  // --spec-depths 0,3,7: fixed-policy 1-stream decoding per depth (spec_rounds.h)
+  int spec_repeats = 2;
   float temperature = 0.8f;
   int profile = 0;  // passes per (arm, depth) of the op profile; 0 = none
   int bits = 0;     // the drafter's --drafter-bits
@@ -188,12 +191,14 @@ int main(int argc, char** argv) {
        {"--tokens", int_flag(options.tokens)}, {"--threads", int_flag(options.threads)},
        {"--extras", list_flag(options.extras)}, {"--drafter-bits", int_flag(options.bits)},
        {"--profile", int_flag(options.profile)}, {"--gaps", list_flag(options.gaps)},
+       {"--spec-depths", list_flag(options.spec_depths)}, {"--spec-repeats", int_flag(options.spec_repeats, 1)},
        {"--temperature",
         [&](const std::string& value) { options.temperature = static_cast<float>(std::atof(value.c_str())); }}});
   if (!read) return 2;
   if (options.model.empty() || options.drafter.empty() || options.prompts.empty()) {
     std::fprintf(stderr, "usage: short_block_bench --model DIR --drafter DIR --prompts FILE [--per-kind N] "
-                         "[--prompt-tokens N] [--tokens N] [--threads T] [--extras 0,1,2] [--gaps 2,5] [--temperature T] "
+                         "[--prompt-tokens N] [--tokens N] [--threads T] [--extras 0,1,2] [--gaps 2,5] [--spec-depths 0,3,7 "
+                         "[--spec-repeats R]] [--temperature T] "
                          "[--json PATH]\n");
     return 2;
   }
@@ -236,6 +241,17 @@ int main(int argc, char** argv) {
     const std::vector<std::vector<int32_t>> first = load_kind(prompts, "code", *tokenizer, one);
     const Plain plain = generate(**target, first.at(0), Sampling{}, 2, tap_width);
     result["profile"] = profile_passes(d, plain, static_cast<int64_t>(first[0].size()), tap_width, options.profile);
+  }
+  if (!options.spec_depths.empty()) {
+    for (const std::string kind : {"code", "chat"}) {
+      const std::vector<std::vector<int32_t>> encoded = load_kind(prompts, kind, *tokenizer, options);
+      if (encoded.empty()) continue;
+      std::printf("%s: ", kind.c_str());
+      result["spec"][kind] =
+          bench::spec_rounds(**target, d, encoded, options.spec_depths, options.tokens, options.spec_repeats, tap_width);
+    }
+    if (!options.json_path.empty()) std::ofstream(options.json_path) << result.dump(2) << "\n";
+    return 0;
   }
   for (const std::string kind : {"code", "chat"}) {
     const std::vector<std::vector<int32_t>> encoded = load_kind(prompts, kind, *tokenizer, options);

@@ -3,9 +3,10 @@
 # cpu19, on the Xeon's cores 14,15 (2 threads): --drafter-bits auto (the default: int8 on a CPU drafter with VNNI and
 # no AMX tiles, bf16 elsewhere). Arms: I = LS_CPU_DRAFTER_AMX=0 with auto bits (int8, what the AMD CI host runs now),
 # P = LS_CPU_DRAFTER_AMX=0 --drafter-bits 0 (bf16 on the panels: the AMD host's old default), A = the Xeon's default
-# (auto: bf16 on the AMX tiles). The auto-bits tests, cpu_bench's pass A/B in one process (AMX bf16 / int8 / panels
-# bf16), then lanes_bench on the nano pair, arms alternated: 1/4/8/16 streams at 64 tokens, 1 stream at 256, and the
-# explore gate's numbers at 1 stream for I and P.
+# (auto: bf16 on the AMX tiles). The auto-bits tests, 1-stream decoding with every round drafting against plain per arm
+# (cpu_bench --spec-depths), cpu_bench's pass A/B in one process (AMX bf16 / int8 / panels bf16), the int8 GEMM's
+# rates, then lanes_bench on the nano pair, arms alternated: 1/4/8/16 streams at 64 tokens, 1 stream at 256 (also
+# with the explore gate forced open), and the gate's numbers at 1 stream for I and P.
 set -u
 L=$OUT/cpu19_cpu_lanes.log
 : >"$L"
@@ -30,6 +31,14 @@ if [ -n "$CPU_BENCH" ] && ! grep -q -- "--drafter-bits-ab" "$CPU_BENCH"; then
 fi
 PAIR="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json"
 [ -n "$TESTS" ] && run 25 "$TESTS" --gtest_brief=1 --gtest_filter='DraftBitsAuto.*:*AutoBitsNanoLanes*'
+# 1 stream, every round drafting at depth 3 / 5 / 7 against plain on the same tokens (the engine's answer without the
+# lanes' pricing): int8 (I), bf16 panels (P), the Xeon's default AMX bf16 (A).
+for arm in I P A; do
+  amx=0; bits=-1; [ $arm = P ] && bits=0; [ $arm = A ] && amx=1
+  [ -n "$CPU_BENCH" ] && run 20 env LS_CPU_DRAFTER_AMX=$amx "$CPU_BENCH" --model models/nano/target \
+    --drafter models/nano/drafter --prompts models/nano/eval_prompts.json --threads 2 --spec-depths 0,3,5,7 \
+    --spec-prompts 6 --spec-tokens 128 --spec-repeats 2 --drafter-bits $bits --json "$OUT/cpu19_spec_$arm.json"
+done
 # The pass per arm side by side in one process (1 / 4 / 16 streams, depth 1 / 3 / 7): amx 1 x bits 0/8, amx 0 x 0/8.
 [ -n "$CPU_BENCH" ] && run 25 "$CPU_BENCH" --model models/nano/target --drafter models/nano/drafter --threads 2 \
   --drafter-amx 1,0 --drafter-bits-ab 0,8 --ab-streams 1,4,16 --repeats 5 --json "$OUT/cpu19_drafter_ab.json"
@@ -59,6 +68,5 @@ if [ -n "$LANES_BENCH" ]; then
       --streams 1 --tokens 64 --repeats 2 --drafter-bits $bits --debug 1 >"$OUT/cpu19_gate_$arm.log" 2>&1
     grep -E "explore gate|load-time tables|^ +1 " "$OUT/cpu19_gate_$arm.log" | cut -c1-400 | tee -a "$L"
   done
-  lanes A 64 1,4,8,16; lanes A 256 1
 fi
 say "cpu19_cpu_lanes done t=${SECONDS}s"

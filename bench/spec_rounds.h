@@ -1,0 +1,127 @@
+// short_block_bench --spec-depths 0,3,5,7: what the engine gives at 1 stream when every round drafts, independent of
+// the lanes' pricing. For each prompt every arm decodes the same --tokens greedily after the prompt: depth 0 plain
+// (one row a forward), depth d a fixed policy (a full-width pass asked for d drafts, a verify of the anchor + d rows,
+// the greedy prefix kept, every kept row's taps absorbed before the next pass: a whole context, never restarted).
+// The arms take turns prompt by prompt, --spec-repeats times; decode wall time only (the prompt's forward and absorb
+// left out). Every arm's tokens must equal plain's (exit 1 otherwise). Part of short_block_bench (not a test).
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "draft/dspark/dspark_drafter.h"
+#include "model/target.h"
+
+namespace ls::bench {
+
+struct SpecArmTotals {
+  double ms = 0;
+  int64_t tokens = 0, rounds = 0, drafts_kept = 0;
+};
+
+// Decodes `tokens` greedy tokens after `prompt` with drafts of `depth` every round (0: plain); returns the tokens and
+// adds the decode's wall ms, rounds and drafts kept to `totals`.
+inline std::vector<int32_t> spec_decode(Target& target, dspark::DsparkDrafter& drafter, const std::vector<int32_t>& prompt,
+                                        int tokens, int depth, int64_t tap_width, SpecArmTotals& totals) {
+  const StreamId stream = 5u << 20;
+  auto check = [](const Status& status, const char* what) {
+    if (status.ok()) return;
+    std::fprintf(stderr, "spec rounds: %s failed: %s\n", what, status.to_string().c_str());
+    std::exit(1);
+  };
+  Window window;
+  window.stream = stream;
+  window.tokens = prompt;
+  window.first_drawn_row = static_cast<int>(prompt.size()) - 1;
+  window.want_taps = depth > 0;
+  Result<Verified> first = target.forward(std::span<const Window>(&window, 1));
+  check(first.status(), "prompt forward");
+  const int64_t length = static_cast<int64_t>(prompt.size());
+  check(target.commit(stream, static_cast<int>(length)), "prompt commit");
+  if (depth > 0)
+    check(drafter.absorb(stream, 0, static_cast<int>(length),
+                         std::span<const float>(first->taps.data(), static_cast<size_t>(length * tap_width))),
+          "prompt absorb");
+  std::vector<int32_t> out = {first->draws[length - 1]};
+  int64_t position = length;  // of out.back(), the next anchor
+  std::vector<int32_t> rows;
+  const auto start = std::chrono::steady_clock::now();
+  while (static_cast<int>(out.size()) < tokens) {
+    rows.assign(1, out.back());
+    if (depth > 0) {
+      DraftRequest request;
+      request.stream = stream;
+      request.anchor_token = out.back();
+      request.anchor_position = position;
+      request.depth = depth;
+      const Draft draft = drafter.draft(std::span<const DraftRequest>(&request, 1))[0];
+      check(draft.status, "draft");
+      rows.insert(rows.end(), draft.tokens.begin(), draft.tokens.begin() + std::min<size_t>(depth, draft.tokens.size()));
+    }
+    window.tokens = rows;
+    window.first_drawn_row = 0;
+    Result<Verified> verified = target.forward(std::span<const Window>(&window, 1));
+    check(verified.status(), "verify");
+    int kept = 0;  // drafts equal to the target's pick at the row before them
+    while (kept + 1 < static_cast<int>(rows.size()) && rows[kept + 1] == verified->draws[kept]) ++kept;
+    check(target.commit(stream, kept + 1), "commit");
+    if (depth > 0)
+      check(drafter.absorb(stream, position, kept + 1,
+                           std::span<const float>(verified->taps.data(), static_cast<size_t>((kept + 1) * tap_width))),
+            "absorb");
+    for (int i = 1; i <= kept; ++i) out.push_back(rows[i]);
+    out.push_back(verified->draws[kept]);
+    position += kept + 1;
+    ++totals.rounds;
+    totals.drafts_kept += kept;
+  }
+  totals.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.resize(static_cast<size_t>(tokens));
+  totals.tokens += tokens - 1;  // the first came from the prompt's forward
+  target.release(stream);
+  drafter.release(stream);
+  return out;
+}
+
+inline nlohmann::json spec_rounds(Target& target, dspark::DsparkDrafter& drafter,
+                                  const std::vector<std::vector<int32_t>>& prompts, const std::vector<int>& depths,
+                                  int tokens, int repeats, int64_t tap_width) {
+  std::vector<SpecArmTotals> totals(depths.size());
+  for (int repeat = 0; repeat < repeats; ++repeat)
+    for (size_t index = 0; index < prompts.size(); ++index) {
+      std::vector<std::vector<int32_t>> got(depths.size());
+      for (size_t step = 0; step < depths.size(); ++step) {
+        const size_t arm = (step + index + repeat) % depths.size();  // a different arm first each time
+        got[arm] = spec_decode(target, drafter, prompts[index], tokens, depths[arm], tap_width, totals[arm]);
+      }
+      for (size_t arm = 1; arm < depths.size(); ++arm)
+        if (got[arm] != got[0]) {
+          std::fprintf(stderr, "spec rounds: depth %d's tokens differ from depth %d's on prompt %zu\n", depths[arm],
+                       depths[0], index);
+          std::exit(1);
+        }
+    }
+  nlohmann::json result;
+  double plain_ms_per_token = 0;
+  for (size_t arm = 0; arm < depths.size(); ++arm)
+    if (depths[arm] == 0) plain_ms_per_token = totals[arm].ms / std::max<int64_t>(1, totals[arm].tokens);
+  std::printf("spec rounds (%zu prompts x %d repeats, %d tokens each, every round drafting; decode ms a token):\n",
+              prompts.size(), repeats, tokens);
+  for (size_t arm = 0; arm < depths.size(); ++arm) {
+    const SpecArmTotals& t = totals[arm];
+    const double per_token = t.ms / std::max<int64_t>(1, t.tokens);
+    const double kept = t.rounds > 0 ? double(t.drafts_kept) / t.rounds : 0;
+    const double round_ms = t.rounds > 0 ? t.ms / t.rounds : 0;
+    std::printf("  depth %d: %.4f ms a token (%.3fx plain), %.3f ms a round, %.2f drafts kept a round\n", depths[arm],
+                per_token, per_token > 0 ? plain_ms_per_token / per_token : 0.0, round_ms, kept);
+    result[std::to_string(depths[arm])] = {{"ms_per_token", per_token}, {"round_ms", round_ms},
+                                           {"kept_per_round", kept}, {"rounds", t.rounds}, {"tokens", t.tokens}};
+  }
+  return result;
+}
+
+}  // namespace ls::bench
