@@ -58,7 +58,6 @@
 #include "cpu_bench_print.h"
 #include "cpu_bench_round.h"
 #include "spec_rounds.h"
-#include "text/tokenizer.h"
 
 using ls::bench::Clock;
 using ls::bench::median;
@@ -230,43 +229,6 @@ json bench_drafter(const Options& options, Target& target, int threads) {
   return result;
 }
 
-// --spec-depths: the first --spec-prompts "code" prompts of --prompts (cut to --prompt-tokens), decoded at 1 stream with
-// every round drafting at each depth against plain (spec_rounds.h).
-json spec_rounds_on(const Options& options, Target& target, int threads) {
-  auto fail = [](const Status& status, const char* what) {
-    std::fprintf(stderr, "%s failed: %s\n", what, status.to_string().c_str());
-    std::exit(1);
-  };
-  Result<text::Tokenizer> tokenizer = text::Tokenizer::load(options.model);
-  if (!tokenizer.ok()) fail(tokenizer.status(), "tokenizer");
-  std::ifstream file(options.prompts);
-  const json prompts = json::parse(file, nullptr, false);
-  if (prompts.is_discarded() || !prompts.contains("code")) fail(Status(ErrorCode::InvalidArgument, options.prompts), "prompts");
-  std::vector<std::vector<int32_t>> encoded;
-  for (const auto& entry : prompts["code"]) {
-    if (static_cast<int>(encoded.size()) >= options.spec_prompts) break;
-    Result<std::vector<int32_t>> ids = tokenizer->encode(entry.value("prompt", ""), true);
-    if (!ids.ok()) fail(ids.status(), "encode");
-    if (static_cast<int>(ids->size()) > options.prompt_tokens) ids->resize(options.prompt_tokens);
-    if (!ids->empty()) encoded.push_back(std::move(ids).value());
-  }
-  DrafterOptions drafter_options;
-  drafter_options.threads = threads;
-  drafter_options.max_streams = 1;
-  drafter_options.bits = options.drafter_bits;
-  drafter_options.mode = options.mode;
-  auto drafter = dspark::DsparkDrafter::load(options.drafter, target, drafter_options);
-  if (!drafter.ok()) fail(drafter.status(), "drafter load");
-  if (Status status = target.set_taps((*drafter)->facts().tap_layers); !status.ok()) fail(status, "set_taps");
-  const int64_t tap_width =
-      static_cast<int64_t>((*drafter)->facts().tap_layers.size()) * target.facts().hidden_size;
-  std::printf("threads %d, drafter bits %d: ", threads, (*drafter)->bits());
-  json result = bench::spec_rounds(target, **drafter, encoded, options.spec_depths, options.spec_tokens,
-                                   options.spec_repeats, tap_width);
-  result["drafter_bits"] = (*drafter)->bits();
-  return result;
-}
-
 json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   LoadOptions load;
   load.mode = options.mode;
@@ -284,7 +246,10 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   result["threads"] = threads;
   result["timing"] = g_cpu_time ? "thread cpu time" : "wall clock";
   if (!options.spec_depths.empty() && !options.drafter.empty() && !options.prompts.empty()) {
-    result["spec"] = spec_rounds_on(options, target, threads);
+    bench::SpecPlan plan{options.model, options.drafter, options.prompts, options.spec_prompts,
+                         options.prompt_tokens, options.drafter_bits, options.mode, threads, options.spec_depths,
+                         options.spec_tokens, options.spec_repeats};
+    result["spec"] = bench::spec_rounds_from_files(plan, target);
     return result;
   }
   if (options.round.size() == 2 && !options.drafter.empty()) {

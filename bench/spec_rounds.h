@@ -9,12 +9,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "draft/dspark/dspark_drafter.h"
 #include "model/target.h"
+#include "text/tokenizer.h"
 
 namespace ls::bench {
 
@@ -121,6 +124,52 @@ inline nlohmann::json spec_rounds(Target& target, dspark::DsparkDrafter& drafter
     result[std::to_string(depths[arm])] = {{"ms_per_token", per_token}, {"round_ms", round_ms},
                                            {"kept_per_round", kept}, {"rounds", t.rounds}, {"tokens", t.tokens}};
   }
+  return result;
+}
+
+// cpu_bench --spec-depths: the first `prompts` "code" prompts of `prompts_path` (cut to `prompt_tokens`), a drafter of
+// `bits` loaded beside `target`, then spec_rounds.
+struct SpecPlan {
+  std::string model, drafter, prompts_path;
+  int prompts = 6, prompt_tokens = 192, bits = -1;
+  compute::NumericMode mode = compute::NumericMode::Bf16;
+  int threads = 2;
+  std::vector<int> depths;
+  int tokens = 128, repeats = 2;
+};
+
+inline nlohmann::json spec_rounds_from_files(const SpecPlan& plan, Target& target) {
+  auto fail = [](const Status& status, const char* what) {
+    std::fprintf(stderr, "%s failed: %s\n", what, status.to_string().c_str());
+    std::exit(1);
+  };
+  Result<text::Tokenizer> tokenizer = text::Tokenizer::load(plan.model);
+  if (!tokenizer.ok()) fail(tokenizer.status(), "tokenizer");
+  std::ifstream file(plan.prompts_path);
+  const nlohmann::json prompts = nlohmann::json::parse(file, nullptr, false);
+  if (prompts.is_discarded() || !prompts.contains("code"))
+    fail(Status(ErrorCode::InvalidArgument, plan.prompts_path + " has no \"code\" prompts"), "prompts");
+  std::vector<std::vector<int32_t>> encoded;
+  for (const auto& entry : prompts["code"]) {
+    if (static_cast<int>(encoded.size()) >= plan.prompts) break;
+    Result<std::vector<int32_t>> ids = tokenizer->encode(entry.value("prompt", ""), true);
+    if (!ids.ok()) fail(ids.status(), "encode");
+    if (static_cast<int>(ids->size()) > plan.prompt_tokens) ids->resize(plan.prompt_tokens);
+    if (!ids->empty()) encoded.push_back(std::move(ids).value());
+  }
+  DrafterOptions options;
+  options.threads = plan.threads;
+  options.max_streams = 1;
+  options.bits = plan.bits;
+  options.mode = plan.mode;
+  auto drafter = dspark::DsparkDrafter::load(plan.drafter, target, options);
+  if (!drafter.ok()) fail(drafter.status(), "drafter load");
+  if (Status status = target.set_taps((*drafter)->facts().tap_layers); !status.ok()) fail(status, "set_taps");
+  const int64_t tap_width = static_cast<int64_t>((*drafter)->facts().tap_layers.size()) * target.facts().hidden_size;
+  std::printf("threads %d, drafter bits %d: ", plan.threads, (*drafter)->bits());
+  nlohmann::json result =
+      spec_rounds(target, **drafter, encoded, plan.depths, plan.tokens, plan.repeats, tap_width);
+  result["drafter_bits"] = (*drafter)->bits();
   return result;
 }
 
