@@ -247,8 +247,10 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   result["timing"] = g_cpu_time ? "thread cpu time" : "wall clock";
   if (!options.spec_depths.empty() && !options.drafter.empty() && !options.prompts.empty()) {
     bench::SpecPlan plan{options.model, options.drafter, options.prompts, options.spec_prompts,
-                         options.prompt_tokens, options.drafter_bits, options.mode, threads, options.spec_depths,
-                         options.spec_tokens, options.spec_repeats};
+                         options.prompt_tokens,
+                         options.drafter_bits_ab.empty() ? std::vector<int>{options.drafter_bits}
+                                                         : options.drafter_bits_ab,
+                         options.mode, threads, options.spec_depths, options.spec_tokens, options.spec_repeats};
     result["spec"] = bench::spec_rounds_from_files(plan, target);
     return result;
   }

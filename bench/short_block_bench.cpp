@@ -248,7 +248,8 @@ int main(int argc, char** argv) {
       if (encoded.empty()) continue;
       std::printf("%s: ", kind.c_str());
       result["spec"][kind] =
-          bench::spec_rounds(**target, d, encoded, options.spec_depths, options.tokens, options.spec_repeats, tap_width);
+          bench::spec_rounds(**target, {{&d, "bits " + std::to_string(d.bits())}}, encoded, options.spec_depths,
+                             options.tokens, options.spec_repeats, tap_width);
     }
     if (!options.json_path.empty()) std::ofstream(options.json_path) << result.dump(2) << "\n";
     return 0;

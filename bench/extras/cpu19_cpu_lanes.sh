@@ -31,13 +31,14 @@ if [ -n "$CPU_BENCH" ] && ! grep -q -- "--drafter-bits-ab" "$CPU_BENCH"; then
 fi
 PAIR="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json"
 [ -n "$TESTS" ] && run 25 "$TESTS" --gtest_brief=1 --gtest_filter='DraftBitsAuto.*:*AutoBitsNanoLanes*'
-# 1 stream, every round drafting at depth 3 / 5 / 7 against plain on the same tokens (the engine's answer without the
-# lanes' pricing): int8 (I), bf16 panels (P), the Xeon's default AMX bf16 (A).
-for arm in I P A; do
-  amx=0; bits=-1; [ $arm = P ] && bits=0; [ $arm = A ] && amx=1
-  [ -n "$CPU_BENCH" ] && run 20 env LS_CPU_DRAFTER_AMX=$amx "$CPU_BENCH" --model models/nano/target \
-    --drafter models/nano/drafter --prompts models/nano/eval_prompts.json --threads 2 --spec-depths 0,3,5,7 \
-    --spec-prompts 6 --spec-tokens 128 --spec-repeats 2 --drafter-bits $bits --json "$OUT/cpu19_spec_$arm.json"
+# 1 stream, every round drafting at depth 1 / 3 / 5 / 7 against plain on the same tokens (the engine's answer without
+# the lanes' pricing), the arms in one process: int8 (auto) and bf16 on the panels (LS_CPU_DRAFTER_AMX=0), then the
+# Xeon's default (auto: bf16 on the AMX tiles) and int8 (LS_CPU_DRAFTER_AMX=1). Twice each.
+for amx in 0 1 0 1; do
+  [ -n "$CPU_BENCH" ] && run 25 env LS_CPU_DRAFTER_AMX=$amx "$CPU_BENCH" --model models/nano/target \
+    --drafter models/nano/drafter --prompts models/nano/eval_prompts.json --threads 2 --spec-depths 0,1,3,5,7 \
+    --drafter-bits-ab -1,$([ $amx = 0 ] && echo 0 || echo 8) --spec-prompts 6 --spec-tokens 128 --spec-repeats 2 \
+    --json "$OUT/cpu19_spec_amx${amx}_$SECONDS.json"
 done
 # The pass per arm side by side in one process (1 / 4 / 16 streams, depth 1 / 3 / 7): amx 1 x bits 0/8, amx 0 x 0/8.
 [ -n "$CPU_BENCH" ] && run 25 "$CPU_BENCH" --model models/nano/target --drafter models/nano/drafter --threads 2 \
