@@ -180,6 +180,15 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int row_attention() const { return row_attention_requests_; }
+  // Session 19: the row attention's query heads of one KV head in one CTA (block_attention_row_group: 2 or 4 heads,
+  // their K / V staged once, up to 512 keys; the same bits), 0 = the row kernel's CTA a head; where the shape or the
+  // device does not take it, the row kernel. LS_DRAFTER_ROW_GROUP=N at load; off until the A/B decides.
+  // `planted_first_chunk` (tests only): the grouped kernel leaves the first chunk out of its sums.
+  void set_row_group(int heads, bool planted_first_chunk = false) {
+    row_group_planted_ = planted_first_chunk;
+    set_and_drop_graphs(row_group_heads_, heads);
+  }
+  int row_group() const { return row_group_heads_; }
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
   // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
   // 0.18-0.32 ms a step in batch s10B). On by default since batch s11A's interleaved rounds (1 stream, depth 9,
@@ -446,6 +455,8 @@ class CudaDsparkDrafter final : public Drafter {
   bool short_context_head_ = true;  // since batch s10B
   int head_stage_keys_ = 256;  // since batch s10B
   int row_attention_requests_ = 1;  // since batch s12A
+  int row_group_heads_ = 0;         // session 19 (set_row_group)
+  bool row_group_planted_ = false;
   bool sampled_split_ = true;  // since batch s11A
   bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than context_bound(count)

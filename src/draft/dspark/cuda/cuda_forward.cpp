@@ -100,6 +100,11 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Row:
+      if (row_group_heads_ > 1 && block_attention_row_group_supported(gamma, dims, row_group_heads_)) {
+        return block_attention_row_group(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
+                                         attention_chunks_, row_group_heads_, s.attended.data(), stream_.get(),
+                                         row_group_planted_);
+      }
       if (block_attention_row_supported(gamma, dims)) {
         return block_attention_row(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
                                    attention_chunks_, s.attended.data(), stream_.get());
