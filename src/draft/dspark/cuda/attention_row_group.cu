@@ -8,6 +8,7 @@
 // keys (the lanes' 1-stream contexts reach ~400; the row kernel's 160 left the rest to per-key L2 loads).
 // 3 heads a CTA too (the nano drafter's 6 / 2). Also: the V rows in their own copy group (the scores wait for K only), and a group's chunk stats kept in registers
 // by the lanes that combine them (one barrier fewer).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -251,20 +252,33 @@ __global__ void __launch_bounds__(kGroupThreads* kGroupHeads, kGroupHeads >= 3 ?
   }
 }
 
-// The kernel for a head size and group, its shared memory allowed once (the first launch runs eagerly, before any
-// capture).
+// The kernel's dynamic shared memory allowed once per head size and group (from the support check, outside any
+// capture, or at the first launch).
+template <int kHeadDim, int kGroupHeads>
+Status allow_group() {
+  static std::atomic<bool> allowed{false};
+  if (allowed.load()) return ok_status();
+  LS_CUDA_TRY(cudaFuncSetAttribute(attention_row_group_kernel<kHeadDim, kGroupHeads>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(group_shared_bytes<kHeadDim, kGroupHeads>())));
+  allowed.store(true);
+  return ok_status();
+}
+
+Status allow_group_shared(int head_dim, int group_heads) {
+  if (group_heads == 2) return head_dim == 32 ? allow_group<32, 2>() : allow_group<64, 2>();
+  if (group_heads == 3) return head_dim == 32 ? allow_group<32, 3>() : allow_group<64, 3>();
+  return head_dim == 32 ? allow_group<32, 4>() : allow_group<64, 4>();
+}
+
 template <int kHeadDim, int kGroupHeads>
 Status launch_group(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma, AttentionDims dims,
                     int layer, int chunks, bf16_t* out, cudaStream_t stream, int planted) {
-  constexpr size_t kBytes = group_shared_bytes<kHeadDim, kGroupHeads>();
-  static std::atomic<bool> allowed{false};
-  if (!allowed.exchange(true)) {
-    LS_CUDA_TRY(cudaFuncSetAttribute(attention_row_group_kernel<kHeadDim, kGroupHeads>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
-  }
+  LS_RETURN_IF_ERROR((allow_group<kHeadDim, kGroupHeads>()));
   const dim3 grid(static_cast<unsigned int>(count * (dims.heads / kGroupHeads) * gamma));
   attention_row_group_kernel<kHeadDim, kGroupHeads>
-      <<<grid, kGroupThreads * kGroupHeads, kBytes, stream>>>(q, requests, gamma, dims, layer, chunks, out, planted);
+      <<<grid, kGroupThreads * kGroupHeads, group_shared_bytes<kHeadDim, kGroupHeads>(), stream>>>(
+          q, requests, gamma, dims, layer, chunks, out, planted);
   LS_CUDA_TRY_LAUNCH("block_attention_row_group");
   return ok_status();
 }
@@ -287,14 +301,26 @@ bool group_shape_taken(int gamma, AttentionDims dims, int group_heads) {
 
 bool block_attention_row_group_supported(int gamma, AttentionDims dims, int group_heads) {
   if (!group_shape_taken(gamma, dims, group_heads)) return false;
-  int device = 0, most = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+  // The device's opt-in shared memory a CTA, asked once per device (the drafter asks first when the switch is set,
+  // outside any capture).
+  constexpr int kDevices = 16;
+  static std::atomic<int> most_bytes[kDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
     cudaGetLastError();
     return false;
   }
+  if (most_bytes[device].load() == 0) {
+    int most = 0;
+    if (cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    most_bytes[device].store(std::max(most, 1));
+  }
   // Static shared memory (the row stats) on top of the dynamic layout.
-  return group_bytes(dims.head_dim, group_heads) + 64 <= static_cast<size_t>(most);
+  if (group_bytes(dims.head_dim, group_heads) + 64 > static_cast<size_t>(most_bytes[device].load())) return false;
+  return allow_group_shared(dims.head_dim, group_heads).ok();
 }
 
 Status block_attention_row_group(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,

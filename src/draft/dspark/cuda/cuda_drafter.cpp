@@ -104,7 +104,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
     d.row_attention_requests_ = std::max(0, std::atoi(most));
   }
   if (const char* heads = std::getenv("LS_DRAFTER_ROW_GROUP"); heads && *heads) {
-    d.row_group_heads_ = std::max(0, std::atoi(heads));
+    d.set_row_group(std::max(0, std::atoi(heads)));
   }
   if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && *stage) {
     d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;

@@ -188,6 +188,9 @@ class CudaDsparkDrafter final : public Drafter {
   void set_row_group(int heads, bool planted_first_chunk = false) {
     row_group_planted_ = planted_first_chunk;
     set_and_drop_graphs(row_group_heads_, heads);
+    // Asked once now, outside any capture (the device's shared memory, the kernel's attribute).
+    const AttentionDims dims{config_.num_heads, config_.num_kv_heads, config_.head_dim, 0.0f};
+    if (heads > 1) (void)block_attention_row_group_supported(config_.block_size, dims, heads);
   }
   int row_group() const { return row_group_heads_; }
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
