@@ -6,11 +6,16 @@
 //             [--drafter DIR [--context ROWS] [--drafter-bits 0|8]] [--fused 7,0]
 //             [--round ROWS,DEPTH [--rounds N] [--spin-us 30,300] [--chunk-kb 64,128] [--prefetch 62,12]
 //              [--small-m 0,3] [--short -1,0,1] [--passes 1,0] [--round-gap-us US] [--span POSITIONS]]
-//             [--drafter-amx 1,0 [--ab-streams 1,4,16]]
+//             [--drafter-amx 1,0] [--drafter-bits-ab 0,8] [--int8-wide-ab 0,1] [--ab-streams 1,4,16]
 //   cpu_bench --gemm-ab 1,2,4,8,16 [--gemm-shape N,K,COUNT] [--gemm-schedules 0,1,2,3] [--gemm-license 1]
 //             [--threads 2] [--repeats 20]
 //             (cpu_bench_gemm.h)
 //   cpu_bench --amx-order 1   AMX outputs against summation-order models (cpu_bench_amx_order.h)
+//   cpu_bench --model DIR --drafter DIR --prompts FILE --spec-depths 0,3,5,7 [--spec-prompts 6] [--spec-tokens 128]
+//             [--spec-repeats 2] [--prompt-tokens 192] [--drafter-bits -1|0|8] [--threads 2]   1-stream decoding with
+//             every round drafting at each depth against plain, the same tokens (spec_rounds.h)
+//   cpu_bench --int8-rate 1,7,28,112,192 [--gemm-shape N,K,COUNT] [--threads 1,2]   the w8a8 GEMM alone
+//             (cpu_bench_int8.h)
 //
 // Memory floor: bytes of weights read per decode token (every checkpoint tensor once: the tied embedding is the
 // head) divided by the read bandwidth of a streaming loop over 1 GiB with the same thread count (the best of the
@@ -48,9 +53,11 @@
 #include "cpu_bench_drafter_amx.h"
 #include "cpu_bench_floor.h"
 #include "cpu_bench_gemm.h"
+#include "cpu_bench_int8.h"
 #include "cpu_bench_pass.h"
 #include "cpu_bench_print.h"
 #include "cpu_bench_round.h"
+#include "spec_rounds.h"
 
 using ls::bench::Clock;
 using ls::bench::median;
@@ -67,7 +74,7 @@ using json = nlohmann::json;
 struct Options {
   std::string model, json_path, drafter;
   int context = 192;  // rows the drafter absorbs before its passes are timed
-  int drafter_bits = 0;  // the drafter's --drafter-bits
+  int drafter_bits = -1;  // the drafter's --drafter-bits (-1 auto, the engine's default)
   std::vector<int> threads = {1, 2}, prefill = {128, 512}, verify = {1, 2, 4, 8, 16};
   std::vector<int> fused = {static_cast<int>(compute::kFuseDefault)};  // fusion masks timed in turn (the engine's)
   std::vector<int> round;        // ROWS, DEPTH of --round (empty: no round mode)
@@ -79,6 +86,12 @@ struct Options {
   std::vector<int> passes;       // --passes 1,0: rounds with and without the pass (the forwards' cost of its reads)
   std::vector<int> drafter_amx;  // --drafter-amx 1,0: the pass on AMX tiles and on panels (cpu_bench_drafter_amx.h)
   std::vector<int> ab_streams = {1, 4, 16};  // --ab-streams: its stream counts
+  std::vector<int> drafter_bits_ab;          // --drafter-bits-ab 0,8: the same A/B over the drafter's bits
+  std::vector<int> int8_wide_ab;             // --int8-wide-ab 0,1: and over the int8 kernel's wide tiles
+  std::vector<int> int8_rate;                // --int8-rate ROWS,...: the w8a8 GEMM alone (cpu_bench_int8.h)
+  std::vector<int> spec_depths;              // --spec-depths 0,3,7 (with --drafter, --prompts): spec_rounds.h
+  std::string prompts;                       // --prompts FILE: eval_prompts.json ("code" prompts)
+  int spec_prompts = 6, spec_tokens = 128, spec_repeats = 2, prompt_tokens = 192;
   std::vector<int> gemm_ab;      // --gemm-ab: rows of the kernels-alone A/B, AVX-512 against AMX (no model)
   std::vector<int> gemm_shape;   // --gemm-shape N,K,COUNT of that A/B
   std::vector<int> gemm_schedules = {0};  // --gemm-schedules: its AMX arms (set_amx_schedule masks)
@@ -232,6 +245,15 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
   json result;
   result["threads"] = threads;
   result["timing"] = g_cpu_time ? "thread cpu time" : "wall clock";
+  if (!options.spec_depths.empty() && !options.drafter.empty() && !options.prompts.empty()) {
+    bench::SpecPlan plan{options.model, options.drafter, options.prompts, options.spec_prompts,
+                         options.prompt_tokens,
+                         options.drafter_bits_ab.empty() ? std::vector<int>{options.drafter_bits}
+                                                         : options.drafter_bits_ab,
+                         options.mode, threads, options.spec_depths, options.spec_tokens, options.spec_repeats};
+    result["spec"] = bench::spec_rounds_from_files(plan, target);
+    return result;
+  }
   if (options.round.size() == 2 && !options.drafter.empty()) {
     bench::RoundPlan plan;
     plan.rows = options.round[0];
@@ -251,10 +273,13 @@ json bench_threads(const Options& options, int threads, int64_t weight_bytes) {
     result["rounds"] = bench::bench_rounds(plan, target, options.drafter, threads, options.drafter_bits);
     return result;
   }
-  if (!options.drafter_amx.empty() && !options.drafter.empty()) {
+  if ((!options.drafter_amx.empty() || !options.drafter_bits_ab.empty() || !options.int8_wide_ab.empty()) &&
+      !options.drafter.empty()) {
     bench::DrafterAmxPlan plan;
     plan.drafter = options.drafter;
-    plan.arms = options.drafter_amx;
+    plan.arms = options.drafter_amx.empty() ? std::vector<int>{compute::drafter_amx() ? 1 : 0} : options.drafter_amx;
+    if (!options.drafter_bits_ab.empty()) plan.bits = options.drafter_bits_ab;
+    if (!options.int8_wide_ab.empty()) plan.int8_wide = options.int8_wide_ab;
     plan.streams = options.ab_streams;
     plan.threads = threads;
     plan.context = options.context;
@@ -375,6 +400,11 @@ int main(int argc, char** argv) {
        {"--prefetch", list_flag(options.prefetch)}, {"--small-m", list_flag(options.small_m)},
        {"--short", list_flag(options.short_block)}, {"--passes", list_flag(options.passes)},
        {"--drafter-amx", list_flag(options.drafter_amx)}, {"--ab-streams", list_flag(options.ab_streams)},
+       {"--drafter-bits-ab", list_flag(options.drafter_bits_ab)}, {"--int8-wide-ab", list_flag(options.int8_wide_ab)},
+       {"--int8-rate", list_flag(options.int8_rate)}, {"--spec-depths", list_flag(options.spec_depths)},
+       {"--prompts", text_flag(options.prompts)}, {"--spec-prompts", int_flag(options.spec_prompts, 1)},
+       {"--spec-tokens", int_flag(options.spec_tokens, 2)}, {"--spec-repeats", int_flag(options.spec_repeats, 1)},
+       {"--prompt-tokens", int_flag(options.prompt_tokens, 1)},
        {"--round-gap-us", int_flag(options.round_gap_us, 0)}, {"--span", int_flag(options.span, 8)},
        {"--gemm-ab", list_flag(options.gemm_ab)}, {"--gemm-shape", list_flag(options.gemm_shape)},
        {"--gemm-schedules", list_flag(options.gemm_schedules)},
@@ -386,6 +416,20 @@ int main(int argc, char** argv) {
   if (options.amx_order) {
     const json order = amx_order_probe();
     if (!options.json_path.empty()) std::ofstream(options.json_path) << order.dump(2) << "\n";
+    return 0;
+  }
+  if (!options.int8_rate.empty()) {
+    bench::Int8RatePlan plan;
+    plan.rows = options.int8_rate;
+    plan.threads = options.threads;
+    plan.repeats = options.repeats;
+    if (options.gemm_shape.size() == 3) {
+      plan.N = options.gemm_shape[0];
+      plan.K = options.gemm_shape[1];
+      plan.count = options.gemm_shape[2];
+    }
+    const json rates = bench::int8_rate(plan);
+    if (!options.json_path.empty()) std::ofstream(options.json_path) << rates.dump(2) << "\n";
     return 0;
   }
   if (!options.gemm_ab.empty()) {

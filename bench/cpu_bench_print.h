@@ -15,7 +15,7 @@ namespace ls::bench {
 inline void print_run(const nlohmann::json& result, int threads, const std::vector<int>& verify,
                       const std::vector<int>& fused) {
   using json = nlohmann::json;
-  if (result.contains("drafter_amx")) return;  // printed as it ran (cpu_bench_drafter_amx.h)
+  if (result.contains("drafter_amx") || result.contains("spec")) return;  // printed as they ran
   if (result.contains("rounds")) {
     const json& rounds = result["rounds"];
     std::printf("\nthreads %d: 1-stream rounds (verify %d rows, commit 2, absorb 2, pass depth %d), medians (best):\n",

@@ -22,7 +22,7 @@ struct BenchOptions {
   std::string prompts_path;
   std::string device = "cpu";
   std::string drafter_device = "auto";  // auto: --device, falling back to the CPU (loudly) when CUDA refuses
-  int drafter_bits = 0;                 // --drafter-bits: 0 = bf16 as stored, 8 = int8 per row (CPU drafter)
+  int drafter_bits = -1;                // --drafter-bits: 0 = bf16 as stored, 8 = int8 per row, -1 = auto
   std::vector<int> streams = {1, 4, 8, 16};
   int prompt_tokens = 192;  // leading tokens of each eval prompt, or the length of random prompts
   int threads = 2;

@@ -30,6 +30,7 @@
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "bench_util.h"
+#include "spec_rounds.h"
 
 using ls::bench::median;
 using ls::bench::parse_list;
@@ -43,6 +44,9 @@ struct Options {
   std::string model, drafter, prompts, json_path;
   int per_kind = 12, prompt_tokens = 192, tokens = 64, threads = 2;
   std::vector<int> extras = {0, 1, 2};
+  std::vector<int> gaps;  // --gaps: full-width arms whose context misses the N positions before the anchor
+  std::vector<int> spec_depths;  // --spec-depths 0,3,7: fixed-policy 1-stream decoding per depth (spec_rounds.h)
+  int spec_repeats = 2;
   float temperature = 0.8f;
   int profile = 0;  // passes per (arm, depth) of the op profile; 0 = none
   int bits = 0;     // the drafter's --drafter-bits
@@ -186,13 +190,15 @@ int main(int argc, char** argv) {
        {"--per-kind", int_flag(options.per_kind)}, {"--prompt-tokens", int_flag(options.prompt_tokens)},
        {"--tokens", int_flag(options.tokens)}, {"--threads", int_flag(options.threads)},
        {"--extras", list_flag(options.extras)}, {"--drafter-bits", int_flag(options.bits)},
-       {"--profile", int_flag(options.profile)},
+       {"--profile", int_flag(options.profile)}, {"--gaps", list_flag(options.gaps)},
+       {"--spec-depths", list_flag(options.spec_depths)}, {"--spec-repeats", int_flag(options.spec_repeats, 1)},
        {"--temperature",
         [&](const std::string& value) { options.temperature = static_cast<float>(std::atof(value.c_str())); }}});
   if (!read) return 2;
   if (options.model.empty() || options.drafter.empty() || options.prompts.empty()) {
     std::fprintf(stderr, "usage: short_block_bench --model DIR --drafter DIR --prompts FILE [--per-kind N] "
-                         "[--prompt-tokens N] [--tokens N] [--threads T] [--extras 0,1,2] [--temperature T] "
+                         "[--prompt-tokens N] [--tokens N] [--threads T] [--extras 0,1,2] [--gaps 2,5] [--spec-depths 0,3,7 "
+                         "[--spec-repeats R]] [--temperature T] "
                          "[--json PATH]\n");
     return 2;
   }
@@ -223,6 +229,7 @@ int main(int argc, char** argv) {
   // arm 1 + k: depth + extras[k], one pass per depth whose width is short.
   std::vector<std::string> arms = {"full"};
   for (int extra : options.extras) arms.push_back("depth+" + std::to_string(extra));
+  for (int gap : options.gaps) arms.push_back("gap " + std::to_string(gap));
   const dspark::ShortBlock saved = dspark::short_block();
   json result = {{"model", options.model}, {"drafter", options.drafter}, {"tokens", options.tokens},
                  {"prompt_tokens", options.prompt_tokens}, {"per_kind", options.per_kind},
@@ -234,6 +241,18 @@ int main(int argc, char** argv) {
     const std::vector<std::vector<int32_t>> first = load_kind(prompts, "code", *tokenizer, one);
     const Plain plain = generate(**target, first.at(0), Sampling{}, 2, tap_width);
     result["profile"] = profile_passes(d, plain, static_cast<int64_t>(first[0].size()), tap_width, options.profile);
+  }
+  if (!options.spec_depths.empty()) {
+    for (const std::string kind : {"code", "chat"}) {
+      const std::vector<std::vector<int32_t>> encoded = load_kind(prompts, kind, *tokenizer, options);
+      if (encoded.empty()) continue;
+      std::printf("%s: ", kind.c_str());
+      result["spec"][kind] =
+          bench::spec_rounds(**target, {{&d, "bits " + std::to_string(d.bits())}}, encoded, options.spec_depths,
+                             options.tokens, options.spec_repeats, tap_width);
+    }
+    if (!options.json_path.empty()) std::ofstream(options.json_path) << result.dump(2) << "\n";
+    return 0;
   }
   for (const std::string kind : {"code", "chat"}) {
     const std::vector<std::vector<int32_t>> encoded = load_kind(prompts, kind, *tokenizer, options);
@@ -285,6 +304,24 @@ int main(int argc, char** argv) {
               const Draft shorter = d.draft(std::span<const DraftRequest>(&request, 1))[0];
               score(shorter, k + 1, depth, d.last_block_ms() + d.last_scan_ms());
             }
+          }
+          // --gaps: the full pass over a context restarted at the anchor, the `gap` positions before it never
+          // absorbed (as the lanes' context after rounds that ran untapped).
+          dspark::set_short_block(dspark::ShortBlock{});
+          for (size_t g = 0; g < options.gaps.size(); ++g) {
+            const StreamId gap_stream = 3u << 20;
+            const int64_t held = std::max<int64_t>(1, anchor - options.gaps[g]);
+            check(d.absorb(gap_stream, 0, static_cast<int>(held),
+                           std::span<const float>(plain.taps.data(), static_cast<size_t>(held * tap_width))),
+                  "gap absorb");
+            check(d.restart(gap_stream, anchor), "gap restart");
+            request.stream = gap_stream;
+            request.depth = gamma;
+            const Draft gapped = d.draft(std::span<const DraftRequest>(&request, 1))[0];
+            for (int depth = 1; depth <= gamma; ++depth)
+              score(gapped, 1 + options.extras.size() + g, depth, d.last_block_ms() + d.last_scan_ms());
+            request.stream = stream;
+            d.release(gap_stream);
           }
           const std::span<const float> row(plain.taps.data() + anchor * tap_width, static_cast<size_t>(tap_width));
           check(d.absorb(stream, anchor, 1, row), "absorb");

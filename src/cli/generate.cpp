@@ -87,7 +87,9 @@ int run_generate(int argc, char** argv) {
   const std::string dtype = opts.get_string("--dtype", "bf16", "bf16 (weights as stored) or f32 (reference)");
   const std::string drafter_dir = opts.get_string("--drafter", "", "DSpark drafter directory (speculative decoding)");
   const int64_t drafter_bits =
-      opts.get_int("--drafter-bits", 0, "drafter weights: 0 = bf16 as stored, 8 = int8 per row (proposals only)");
+      opts.get_int("--drafter-bits", -1,
+                   "drafter weights: 0 = bf16 as stored, 8 = int8 per row (proposals only), -1 = auto (int8 on a "
+                   "CPU drafter with AVX-512 VNNI and no AMX, else bf16)");
   const int64_t max_draft = opts.get_int("--max-draft", -1, "most drafts per round (-1 = the drafter's block)");
   const bool draft_always = opts.flag("--draft-always",
                                           "testing: draft the full depth every round whatever pricing says (same "

@@ -27,8 +27,9 @@ Result<LoadedModels> load_models(const ModelSetup& setup) {
   drafter_options.threads = setup.threads;
   drafter_options.max_streams = setup.max_streams;
   LS_ASSIGN_OR_RETURN(models.drafter, load_drafter(setup.drafter_dir, *models.target, drafter_options));
-  std::fprintf(stderr, "drafter: %s, %s weights, block %d\n", setup.drafter_dir.c_str(),
-               setup.drafter_bits == 8 ? "int8" : "bf16", models.drafter->facts().max_depth);
+  const char* bits = setup.drafter_bits == 8 ? "int8" : setup.drafter_bits == 0 ? "bf16" : "auto-chosen";
+  std::fprintf(stderr, "drafter: %s, %s weights, block %d\n", setup.drafter_dir.c_str(), bits,
+               models.drafter->facts().max_depth);
   return models;
 }
 

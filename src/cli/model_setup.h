@@ -21,7 +21,7 @@ struct ModelSetup {
   Device device = Device::Cpu;
   compute::NumericMode mode = compute::NumericMode::Bf16;
   int threads = 1;
-  int drafter_bits = 0;     // 0 = bf16 as stored, 8 = int8 per row
+  int drafter_bits = -1;    // 0 = bf16 as stored, 8 = int8 per row, -1 = auto
   int max_streams = 1;      // streams the drafter reserves block scratch for, and the target's stream slots
   int max_rows = 8192;      // most rows one target forward accepts
   int kv_pages = 0;         // CUDA: the target's KV pool in pages (0: its default, LoadOptions::kv_pages)

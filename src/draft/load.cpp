@@ -9,7 +9,9 @@
 namespace ls {
 
 Result<std::unique_ptr<Drafter>> load_drafter(const std::string& directory, Target& target,
-                                              const DrafterOptions& options) {
+                                              const DrafterOptions& asked) {
+  DrafterOptions options = asked;  // --drafter-bits auto made 0 or 8 for this device and CPU (dspark/config.h)
+  options.bits = dspark::resolve_draft_bits(asked.bits, asked.device, asked.mode);
   if (options.device == Device::Cuda) {
 #ifdef LS_HAVE_CUDA
     return dspark::load_cuda_drafter(directory, target, options);

@@ -15,7 +15,7 @@ namespace ls {
 
 struct DrafterOptions {
   Device device = Device::Cpu;                             // Cuda needs a target loaded on the CUDA device
-  int bits = 0;                                            // --drafter-bits: 0 = bf16 as stored, 8 = int8 per row
+  int bits = 0;  // --drafter-bits: 0 = bf16 as stored, 8 = int8 per row, -1 = auto (dspark::resolve_draft_bits)
   compute::NumericMode mode = compute::NumericMode::Bf16;  // Fp32 is the parity reference
   int threads = 1;                                         // worker threads of the drafter's own pool
   int max_streams = 16;                                    // block scratch reserved at load for this many streams

@@ -37,8 +37,8 @@ struct NanoPair {
 };
 
 // Loads the nano pair into `pair`; a failed load is a test failure (call it under ASSERT_NO_FATAL_FAILURE, after
-// GTEST_SKIP when !nano_pair_present()).
-inline void load_nano_pair(NanoPair& pair) {
+// GTEST_SKIP when !nano_pair_present()); `drafter_bits` is the drafter's --drafter-bits (-1 auto).
+inline void load_nano_pair(NanoPair& pair, int drafter_bits = 0) {
   LoadOptions load;
   load.threads = 2;
   load.max_rows = 64;
@@ -47,6 +47,7 @@ inline void load_nano_pair(NanoPair& pair) {
   DrafterOptions drafter_options;
   drafter_options.threads = 2;
   drafter_options.max_streams = 16;
+  drafter_options.bits = drafter_bits;
   auto drafter = load_drafter(nano_drafter_dir(), **target, drafter_options);
   ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
   pair.target = std::move(*target);

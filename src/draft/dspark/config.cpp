@@ -7,6 +7,9 @@
 #include <sstream>
 #include <string_view>
 
+#include "compute/cpu/cpu_features.h"
+#include "compute/cpu/matmul_amx.h"
+
 namespace ls::dspark {
 namespace {
 
@@ -311,6 +314,13 @@ Status check_draft_fits_target(const DsparkConfig& config, const TargetFacts& ta
     }
   }
   return ok_status();
+}
+
+int resolve_draft_bits(int bits, Device device, compute::NumericMode mode) {
+  if (bits != kDraftBitsAuto) return bits;
+  const bool int8_pays = device == Device::Cpu && mode == compute::NumericMode::Bf16 &&
+                         compute::cpu_features().avx512_vnni && !compute::drafter_amx();
+  return int8_pays ? 8 : 0;
 }
 
 Status check_draft_bits(int bits) {

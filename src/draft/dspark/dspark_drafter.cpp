@@ -121,8 +121,10 @@ DsparkDrafter::DsparkDrafter(DsparkConfig config, DsparkWeights weights, const T
 }
 
 Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config, DsparkWeights weights,
-                                                             const Target& target, const DrafterOptions& options,
+                                                             const Target& target, const DrafterOptions& asked,
                                                              InitSteps& steps) {
+  DrafterOptions options = asked;
+  options.bits = resolve_draft_bits(asked.bits, Device::Cpu, asked.mode);
   LS_RETURN_IF_ERROR(check_draft_bits(options.bits));
   LS_RETURN_IF_ERROR(check_draft_fits_target(config, target.facts()));
   // Only where the w8a8 kernel runs: elsewhere the int8 GEMM widens codes to fp32 and the bf16 head is faster.
@@ -142,8 +144,11 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::create(DsparkConfig config
 }
 
 Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::load(const std::string& directory, const Target& target,
-                                                           const DrafterOptions& options) {
-  // Refusals first: bits, then the config against the target, then the manifest; no weight is read before.
+                                                           const DrafterOptions& asked) {
+  // Refusals first: bits (auto made 0 or 8 for this CPU), then the config against the target, then the manifest; no
+  // weight is read before.
+  DrafterOptions options = asked;
+  options.bits = resolve_draft_bits(asked.bits, Device::Cpu, asked.mode);
   LS_RETURN_IF_ERROR(check_draft_bits(options.bits));
   LS_ASSIGN_OR_RETURN(DsparkConfig config, read_dspark_config(directory));
   LS_RETURN_IF_ERROR(check_draft_fits_target(config, target.facts()));
@@ -161,7 +166,8 @@ Result<std::unique_ptr<DsparkDrafter>> DsparkDrafter::load(const std::string& di
   const bool amx = options.bits == 0 && compute::cpu_features().avx512 && compute::drafter_amx();
   log_info("drafter: DSpark %d layers, block %d, markov rank %d, %s weights (%.1f MiB), loader peak %.1f MiB%s",
            config.num_layers, config.block_size, config.markov_rank,
-           options.bits == 8 ? "int8 per-row (--drafter-bits 8)" : "bf16 as stored (--drafter-bits 0)",
+           options.bits == 8 ? (asked.bits == 8 ? "int8 per-row (--drafter-bits 8)" : "int8 per-row (--drafter-bits auto)")
+                             : (asked.bits == 0 ? "bf16 as stored (--drafter-bits 0)" : "bf16 as stored (--drafter-bits auto)"),
            weight_bytes / 1048576.0, loader_peak / 1048576.0,
            amx ? ", on AMX tiles (LS_CPU_DRAFTER_AMX=0 for the panels)" : "");
   return drafter;

@@ -34,6 +34,7 @@ class DsparkDrafter final : public Drafter {
   Status restart(StreamId stream, int64_t position) override;
 
   const DsparkConfig& config() const { return config_; }
+  int bits() const { return options_.bits; }  // 0 or 8: --drafter-bits as loaded (auto resolved)
   const DsparkWeights& weights() const { return weights_; }
   int64_t weight_bytes() const { return weights_.bytes(); }
   // The most bytes the weight loader held at once (final weights + one staged matrix), 0 if not made by load().
