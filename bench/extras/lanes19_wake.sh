@@ -4,40 +4,43 @@
 #   N = the new defaults (the device absorb after a commit left out of the host overhead; no dormant stream woken while
 #       every verified window kept nothing),
 #   O = the old rules (--overhead with-absorbs --wake-needs-landed off),
-#   P = N + --scout-probes 4 (four streams probe together over restarted contexts).
-# Nano greedy 256 tokens at 1 / 4 / 8 / 16 streams (3 repeats) N O P P O N; 64 tokens at 4 / 8 / 16 N O P; the synth
-# 1.2B (its drafter lands as well over restarted contexts: its group must still wake) at 8 / 16 / 64 streams N O.
+#   P = N + --scout-probes 4 (four streams probe together over restarted contexts),
+#   W = N + --wake-needs-landed on (no dormant stream woken while every verified window kept nothing).
+# Nano greedy 256 tokens at 1 / 4 / 8 / 16 streams (3 repeats) N O P W W P O N; 64 tokens at 4 / 8 / 16 N O P W; the
+# synth 1.2B (its drafter lands as well over restarted contexts: its group must still wake) at 8 / 16 streams N O W.
 # Expected: N >= O everywhere, nano 8 / 16 streams 0.96-0.99x with 1-2 passes and <= 2 restarts when the scout's
-# probe keeps nothing (O: 0.93-0.96x, 3 passes, 9 / 17 restarts); 1 / 4 streams and the 1.2B as O.
+# probe keeps nothing (O: 0.93-0.96x, 3 passes, 9 / 17 restarts); 1 / 4 streams and the 1.2B as O. W: no group
+# woken after a probe that kept nothing (restarts <= 2), the 1.2B within ~2 % of N.
 set -u
 bin() { for c in "$BIN/$1" "$BIN/bench/$1" "$BIN/tests/$1"; do [ -x "$c" ] && { echo "$c"; return; }; done; find "$BIN" -name "$1" -type f | head -1; }
 LANES=$(bin lanes_bench)
 "$LANES" --help 2>&1 | grep -q -- "--scout-probes" || { echo "lanes_bench predates lanes19 (no --scout-probes): merge lanes19 first"; exit 0; }
 LANESPARK=${LANESPARK:-$(bin lanespark)}
 NANO="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json --device cuda --threads 8 --prompt-tokens 64"
-arm_flags() { case $1 in N) echo "";; O) echo "--overhead with-absorbs --wake-needs-landed off";; P) echo "--scout-probes 4";; esac; }
+arm_flags() { case $1 in N) echo "";; O) echo "--overhead with-absorbs --wake-needs-landed off";; P) echo "--scout-probes 4";;
+  W) echo "--wake-needs-landed on";; esac; }
 i=0
-for arm in N O P P O N; do
+for arm in N O P W W P O N; do
   i=$((i+1))
   "$LANES" $NANO $(arm_flags $arm) --tokens 256 --streams 1,4,8,16 --repeats 3 \
     --json "$OUT/lanes19_wake_nano256_$arm$i.json" >"$OUT/lanes19_wake_nano256_$arm$i.log" 2>&1
 done
-for arm in N O P; do
+for arm in N O P W; do
   "$LANES" $NANO $(arm_flags $arm) --tokens 64 --streams 4,8,16 --repeats 3 \
     --json "$OUT/lanes19_wake_nano64_$arm.json" >"$OUT/lanes19_wake_nano64_$arm.log" 2>&1
 done
 M=$WORK/lfm2.5-1.2b
 [ -d "$M" ] || "$LANESPARK" synth --shape lfm2.5-1.2b --out "$M" --drafter-out "$M-dspark" >"$OUT/lanes19_wake_synth.log" 2>&1
-for arm in N O; do
+for arm in N O W; do
   "$LANES" --model "$M" --drafter "$M-dspark" --device cuda --threads 8 --synthetic-acceptance 5.02 $(arm_flags $arm) \
-    --tokens 256 --prompt-tokens 128 --max-rows 256 --streams 8,16,64 --repeats 2 \
+    --tokens 256 --prompt-tokens 128 --max-rows 256 --streams 8,16 --repeats 2 \
     --json "$OUT/lanes19_wake_12b_$arm.json" >"$OUT/lanes19_wake_12b_$arm.log" 2>&1
 done
 python3 - "$OUT" <<'PY' || true
 import glob, json, os, re, statistics, sys
 cells = {}
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "lanes19_wake_*.json"))):
-    m = re.match(r"lanes19_wake_(nano256|nano64|12b)_([NOP])", os.path.basename(path))
+    m = re.match(r"lanes19_wake_(nano256|nano64|12b)_([NOPW])", os.path.basename(path))
     if not m: continue
     try: rows = json.load(open(path))["rows"]
     except Exception: continue
