@@ -66,6 +66,19 @@ TEST(LanesOverheadWithoutAbsorbs, ADrafterRightForOneStreamOfEightCostsAFewPasse
   EXPECT_LE(arms.on.ms, 1.1 * arms.plain.ms) << "plain " << arms.plain.ms << " ms, old " << arms.off.ms << " ms";
 }
 
+TEST(LanesOverheadWithoutAbsorbs, ALuckyFirstRestartedWindowCostsTheGroupFewerPasses) {
+  // The scout's restarted probe lands whole (7 of 7), the group wakes over restarted contexts and lands 15 %: the
+  // old overhead kept buying it (5 passes, 0.903x of plain), the new one stops after one group pass (3, 0.942x).
+  NanoLikeFakes pair = h200_nano_pair_b1();
+  pair.drafter.lucky_restarted_passes = 1;
+  const RuleArms arms = run_rule_arms(pair, pair.arrivals(8, 256), overhead_rule(false), overhead_rule(true));
+  ASSERT_TRUE(arms.exact());
+  EXPECT_GE(arms.on.stats.drafts_accepted, 7);  // the lucky window
+  EXPECT_LT(arms.on.drafter_passes, arms.off.drafter_passes);
+  EXPECT_LE(arms.on.drafter_passes, 3);
+  EXPECT_LT(arms.on.ms, 0.97 * arms.off.ms) << "old " << arms.off.ms << " ms, plain " << arms.plain.ms << " ms";
+}
+
 TEST(LanesOverheadWithoutAbsorbs, OneAndFourStreamsDecideAsBefore) {
   // (Their absorbs never swung a decision on these fakes: the same passes, drafts and clock.)
   for (int streams : {1, 4}) {
