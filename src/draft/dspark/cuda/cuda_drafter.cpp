@@ -341,7 +341,7 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
       scan_timer_.stop(stream);
     }
   }
-  if (absorb_here) pending_absorb_ = PendingAbsorb{};  // enqueued inside the pass (or failed with it)
+  if (absorb_here) absorb_pass_.clear();  // enqueued inside the pass (or failed with it)
   // The one copy back: every request's tokens, chances and failure flags (the padded count's, inside the scan's
   // graph under set_copies_in_graph).
   if (status.ok() && !copies_in_graph_) status = download_records(count);

@@ -180,10 +180,10 @@ Status CudaDsparkDrafter::block_pass(int count) {
     mark("q/k norm + RoPE");
     LS_ASSIGN_OR_RETURN(const bool forked, prefetch_layer_weights(count, index));
     prefetching = prefetching || forked;
-    if (absorb_branch_open_) {
+    if (absorb_pass_.open) {
       // The absorb inside the pass (set_absorb_in_pass) has written the context rows this attention reads.
-      absorb_branch_open_ = false;
-      LS_RETURN_IF_ERROR(absorb_branch_.join(stream));
+      absorb_pass_.open = false;
+      LS_RETURN_IF_ERROR(absorb_pass_.branch.join(stream));
     }
     LS_RETURN_IF_ERROR(attend(count, dims, index));
     mark("attention");
