@@ -54,7 +54,34 @@ __global__ void __launch_bounds__(kHeadWarps * kWarp) absorb_heads_kernel(Absorb
   }
 }
 
+// One block per chunk row: its tap row copied 16 bytes a thread at a time, or zeros for a padding row.
+__global__ void gather_rows_kernel(const AbsorbGather* gather, int64_t row_values, bf16_t* features) {
+  const int64_t row = blockIdx.x;
+  const int64_t source = gather->sources[row];
+  uint4* to = reinterpret_cast<uint4*>(features + row * row_values);
+  const int64_t pieces = row_values / 8;
+  if (source < 0) {
+    for (int64_t piece = threadIdx.x; piece < pieces; piece += blockDim.x) to[piece] = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  const uint4* from = reinterpret_cast<const uint4*>(gather->taps + source * row_values);
+  for (int64_t piece = threadIdx.x; piece < pieces; piece += blockDim.x) to[piece] = from[piece];
+}
+
 }  // namespace
+
+Status gather_tap_rows(const AbsorbGather* gather, int64_t row_values, int64_t rows, bf16_t* features,
+                       cudaStream_t stream) {
+  if (rows == 0) return ok_status();
+  if (rows > kAbsorbPassRows || row_values % 8 != 0) {
+    return Status(ErrorCode::InvalidArgument, "gather_tap_rows takes up to " + std::to_string(kAbsorbPassRows) +
+                                                  " rows of a multiple of 8 values, not " + std::to_string(rows) +
+                                                  " of " + std::to_string(row_values));
+  }
+  gather_rows_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(gather, row_values, features);
+  LS_CUDA_TRY_LAUNCH("gather_tap_rows");
+  return ok_status();
+}
 
 Status absorb_heads(const AbsorbHeads& args, cudaStream_t stream) {
   if (args.rows == 0) return ok_status();

@@ -33,4 +33,17 @@ struct AbsorbHeads {
 };
 Status absorb_heads(const AbsorbHeads& args, cudaStream_t stream);
 
+// The most rows an absorb inside the block pass's graph takes (session 19, set_absorb_in_pass).
+inline constexpr int kAbsorbPassRows = 16;
+// Where each row of such an absorb comes from, uploaded with the pass's inputs: taps [rows on the device, row_values]
+// bf16 (16-byte aligned rows) and each chunk row's tap row (-1: a padding row, zeros).
+struct AbsorbGather {
+  const bf16_t* taps = nullptr;
+  int64_t sources[kAbsorbPassRows] = {};
+};
+// features [rows, row_values] = the gathered tap rows (zeros for padding rows): absorb_device()'s feature copies and
+// padding memset as one launch whose sources are read on the device, so a captured graph serves every round.
+Status gather_tap_rows(const AbsorbGather* gather, int64_t row_values, int64_t rows, bf16_t* features,
+                       cudaStream_t stream);
+
 }  // namespace ls::dspark::cuda

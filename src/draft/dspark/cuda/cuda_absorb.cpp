@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "draft/dspark/cuda/absorb_kernels.h"
 #include "draft/dspark/cuda/cuda_drafter.h"
 #include "draft/dspark/shared_steps.h"
@@ -15,6 +16,11 @@ namespace ls::dspark::cuda {
 namespace {
 
 constexpr int64_t kAbsorbChunkRows = 128;  // matches the absorb scratch reserved in reserve_scratch
+constexpr size_t kAbsorbCublasWorkspaceBytes = size_t{32} << 20;  // the drafter handle's (cuBLAS's own default)
+// The pass's input part kAbsorbPass: AbsorbGather, then positions [kAbsorbPassRows], then row pointers
+// [2, layers, bucket] (16-byte aligned pieces).
+constexpr size_t kAbsorbPassPositions = (sizeof(AbsorbGather) + 15) / 16 * 16;
+constexpr size_t kAbsorbPassPointers = kAbsorbPassPositions + kAbsorbPassRows * sizeof(int32_t);
 
 }  // namespace
 
@@ -26,6 +32,7 @@ Status CudaDsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::
                                                   " need " + std::to_string(rows * width) + " tap values, got " +
                                                   std::to_string(taps.size()));
   }
+  LS_RETURN_IF_ERROR(flush_pending_absorb());
   std::unique_ptr<DeviceStreamContext>& slot = streams_[stream];
   if (!slot) slot = std::make_unique<DeviceStreamContext>();
   DeviceStreamContext& context = *slot;
@@ -46,8 +53,7 @@ Status CudaDsparkDrafter::absorb(StreamId stream, int64_t start, int rows, std::
 
 Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) {
   const DsparkConfig& c = config_;
-  const cudaStream_t stream = stream_.get();
-  const int64_t d = c.hidden_size, in = static_cast<int64_t>(c.tap_count()) * d, kv = c.kv_size();
+  const int64_t in = static_cast<int64_t>(c.tap_count()) * c.hidden_size;
   if (taps.data == nullptr || taps.device != facts_.tap_device || taps.row_values != in) {
     return Status(ErrorCode::InvalidArgument, "device taps on device " + std::to_string(taps.device) + " with " +
                                                   std::to_string(taps.row_values) + " values a row; this drafter " +
@@ -75,6 +81,28 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
     }
     LS_RETURN_IF_ERROR(reserve_context(context, piece.start - context.skipped + piece.rows + c.block_size));
     contexts.push_back(&context);
+    total_rows += piece.rows;
+  }
+  if (absorb_pass_takes(taps, total_rows)) {
+    // Session 19: the next pass of one request runs it inside its graph (settle() or any other call runs it first).
+    pending_absorb_ = PendingAbsorb{std::vector<TapRows>(rows.begin(), rows.end()), taps, total_rows};
+  } else {
+    LS_RETURN_IF_ERROR(enqueue_absorb(rows, taps));
+  }
+  for (size_t index = 0; index < rows.size(); ++index) {
+    contexts[index]->length = rows[index].start + rows[index].rows;
+  }
+  return ok_status();
+}
+
+Status CudaDsparkDrafter::enqueue_absorb(std::span<const TapRows> rows, const DeviceTaps& taps) {
+  const DsparkConfig& c = config_;
+  const cudaStream_t stream = stream_.get();
+  const int64_t in = static_cast<int64_t>(c.tap_count()) * c.hidden_size, kv = c.kv_size();
+  std::vector<DeviceStreamContext*> contexts;
+  int64_t total_rows = 0;
+  for (const TapRows& piece : rows) {
+    contexts.push_back(streams_.at(piece.stream).get());
     total_rows += piece.rows;
   }
   // The uploads come from page-locked slots (one per chunk): a pageable upload would first wait for the stream.
@@ -160,15 +188,16 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
   // No wait here: the next pass queues behind this work on the drafter's stream, and settle() waits before the
   // target's next forward overwrites the taps read above.
   absorb_in_flight_ = true;
-  for (size_t index = 0; index < rows.size(); ++index) {
-    contexts[index]->length = rows[index].start + rows[index].rows;
-  }
   return ok_status();
 }
 
 Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
+  return absorb_chunk_from(filled, absorb_.row_pointers.data(), absorb_.positions.data());
+}
+
+Status CudaDsparkDrafter::absorb_chunk_from(int64_t filled, bf16_t* const* row_pointers, const int32_t* positions) {
   const DsparkConfig& c = config_;
-  const cudaStream_t stream = stream_.get();
+  const cudaStream_t stream = launch_stream();  // the drafter's stream, or the absorb branch
   const int64_t d = c.hidden_size, in = static_cast<int64_t>(c.tap_count()) * d, kv = c.kv_size();
   const int64_t layers = c.num_layers;
   // C = hidden_norm(fc(F)) for every row of the chunk at once.
@@ -189,10 +218,10 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
     heads.head_dim = c.head_dim;
     heads.k_norms = weights_.context_k_norms.data();
     heads.eps = c.norm_eps;
-    heads.positions = absorb_.positions.data();
+    heads.positions = positions;
     heads.inv_freq = weights_.inv_freq.data();
     heads.neox = neox(c);
-    heads.row_pointers = absorb_.row_pointers.data();
+    heads.row_pointers = row_pointers;
     heads.batched = batched_loads_;
     LS_RETURN_IF_ERROR(absorb_heads(heads, stream));
     mark("absorb K/V");
@@ -205,13 +234,13 @@ Status CudaDsparkDrafter::absorb_chunk(int64_t filled) {
     LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, layer.k_proj.values.data(), kv, d, keys, false, kv));
     LS_RETURN_IF_ERROR(rms_norm(keys, filled * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.norm_eps, keys,
                                 stream));
-    LS_RETURN_IF_ERROR(rope_rotate(keys, filled, c.num_kv_heads, c.head_dim, absorb_.positions.data(), 0,
+    LS_RETURN_IF_ERROR(rope_rotate(keys, filled, c.num_kv_heads, c.head_dim, positions, 0,
                                    weights_.inv_freq.data(), neox(c), stream));
     LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), filled, layer.v_proj.values.data(), kv, d, values, false, kv));
     // One launch puts every stream's rows of this layer in place (a copy per stream per layer cost more to
     // launch than the GEMMs took).
-    LS_RETURN_IF_ERROR(scatter_context_rows(keys, values, filled, kv, absorb_.row_pointers.data() + index * filled,
-                                            absorb_.row_pointers.data() + (layers + index) * filled, stream));
+    LS_RETURN_IF_ERROR(scatter_context_rows(keys, values, filled, kv, row_pointers + index * filled,
+                                            row_pointers + (layers + index) * filled, stream));
   }
   mark("absorb K/V");
   return ok_status();
@@ -246,13 +275,22 @@ void CudaDsparkDrafter::capture_absorb_graphs() {
 }
 
 Status CudaDsparkDrafter::settle() {
+  LS_RETURN_IF_ERROR(flush_pending_absorb());
   if (!absorb_in_flight_) return ok_status();
   absorb_in_flight_ = false;
   LS_CUDA_TRY(cudaStreamSynchronize(stream_.get()));
   return ok_status();
 }
 
+void CudaDsparkDrafter::release(StreamId stream) {
+  if (const Status flushed = flush_pending_absorb(); !flushed.ok()) {
+    log_warn("cuda drafter: an absorb left for the next pass failed at release (%s)", flushed.to_string().c_str());
+  }
+  streams_.erase(stream);
+}
+
 Status CudaDsparkDrafter::restart(StreamId stream, int64_t position) {
+  LS_RETURN_IF_ERROR(flush_pending_absorb());
   std::unique_ptr<DeviceStreamContext>& slot = streams_[stream];
   if (!slot) slot = std::make_unique<DeviceStreamContext>();
   DeviceStreamContext& context = *slot;
@@ -289,6 +327,98 @@ Status CudaDsparkDrafter::project_context(const float* taps, int64_t rows, int64
       LS_RETURN_IF_ERROR(gemm(absorb_.normed.data(), count, layer.v_proj.values.data(), kv, d, values, false, kv));
     }
   }
+  return ok_status();
+}
+
+bool CudaDsparkDrafter::absorb_pass_takes(const DeviceTaps& taps, int64_t total_rows) const {
+  return absorb_in_pass_ && graphs_on_ && request_buckets_ && !profile_.on() && !tuned_gemms_ && !engine_gemms_ &&
+         fused_absorb_ && fused_block_ && total_rows >= 1 && total_rows <= kAbsorbPassRows &&
+         taps.row_values % 8 == 0 && reinterpret_cast<uintptr_t>(taps.data) % 16 == 0 && absorb_.sink.size() > 0;
+}
+
+Status CudaDsparkDrafter::flush_pending_absorb() {
+  if (pending_absorb_.rows.empty()) return ok_status();
+  const PendingAbsorb pending = std::move(pending_absorb_);
+  pending_absorb_ = PendingAbsorb{};
+  return enqueue_absorb(pending.rows, pending.taps);
+}
+
+size_t CudaDsparkDrafter::absorb_pass_input_bytes() const {
+  return kAbsorbPassPointers + static_cast<size_t>(2 * config_.num_layers * kAbsorbPassRows) * sizeof(bf16_t*);
+}
+
+int CudaDsparkDrafter::stage_absorb_pass(uint8_t* part) const {
+  const DsparkConfig& c = config_;
+  const int64_t kv = c.kv_size(), layers = c.num_layers;
+  const int bucket = std::min(request_bucket(static_cast<int>(pending_absorb_.total_rows)), kAbsorbPassRows);
+  AbsorbGather gather;
+  gather.taps = static_cast<const bf16_t*>(pending_absorb_.taps.data);
+  std::fill(std::begin(gather.sources), std::end(gather.sources), int64_t{-1});
+  int32_t positions[kAbsorbPassRows] = {};
+  // [keys | values][layer][chunk row], rows `bucket` apart (absorb_heads' layout); padding rows into the sink.
+  std::vector<bf16_t*> row_pointers(static_cast<size_t>(2 * layers * bucket), nullptr);
+  int filled = 0;
+  for (const TapRows& piece : pending_absorb_.rows) {
+    const DeviceStreamContext& context = *streams_.at(piece.stream);
+    for (int64_t row = 0; row < piece.rows; ++row, ++filled) {
+      gather.sources[filled] = piece.first_row + row;
+      positions[filled] = static_cast<int32_t>(piece.start + row);
+      for (int64_t index = 0; index < layers; ++index) {
+        const int64_t at = (index * context.capacity + piece.start - context.skipped + row) * kv;
+        row_pointers[index * bucket + filled] = context.keys.data() + at;
+        row_pointers[(layers + index) * bucket + filled] = context.values.data() + at;
+      }
+    }
+  }
+  for (int row = filled; row < bucket; ++row) {
+    for (int64_t index = 0; index < layers; ++index) {
+      for (int64_t side = 0; side < 2; ++side) {
+        row_pointers[(side * layers + index) * bucket + row] =
+            absorb_.sink.data() + ((side * layers + index) * kAbsorbChunkRows + row) * kv;
+      }
+    }
+  }
+  std::memcpy(part, &gather, sizeof(gather));
+  std::memcpy(part + kAbsorbPassPositions, positions, sizeof(positions));
+  std::memcpy(part + kAbsorbPassPointers, row_pointers.data(), row_pointers.size() * sizeof(bf16_t*));
+  return bucket;
+}
+
+Status CudaDsparkDrafter::ready_absorb_branch() {
+  if (!absorb_branch_.ready()) LS_RETURN_IF_ERROR(absorb_branch_.create());
+  if (absorb_cublas_.get() == nullptr) {
+    LS_RETURN_IF_ERROR(absorb_cublas_.create(absorb_branch_.side()));
+    LS_RETURN_IF_ERROR(absorb_cublas_workspace_.allocate(kAbsorbCublasWorkspaceBytes, "absorb branch cublas workspace"));
+    LS_RETURN_IF_ERROR(cublas_status(cublasSetWorkspace(absorb_cublas_.get(), absorb_cublas_workspace_.data(),
+                                                        kAbsorbCublasWorkspaceBytes),
+                                     "cublasSetWorkspace"));
+  }
+  return ok_status();
+}
+
+Status CudaDsparkDrafter::fork_absorb_branch(int bucket) {
+  const cudaStream_t side = absorb_branch_.fork(stream_.get());
+  if (side == nullptr || absorb_cublas_.get() == nullptr) {
+    return Status(ErrorCode::DeviceError, "the absorb branch of the block pass could not fork");
+  }
+  const uint8_t* part = scratch_.inputs.data() + scratch_.offsets[DeviceBlockScratch::kAbsorbPass];
+  const int64_t in = static_cast<int64_t>(config_.tap_count()) * config_.hidden_size;
+  launch_stream_override_ = side;
+  cublas_override_ = absorb_cublas_.get();
+  Status status = absorb_pass_planted_ ? ok_status()
+                                       : gather_tap_rows(reinterpret_cast<const AbsorbGather*>(part), in, bucket,
+                                                         absorb_.features.data(), side);
+  if (status.ok()) {
+    status = absorb_chunk_from(bucket, reinterpret_cast<bf16_t* const*>(part + kAbsorbPassPointers),
+                               reinterpret_cast<const int32_t*>(part + kAbsorbPassPositions));
+  }
+  launch_stream_override_ = nullptr;
+  cublas_override_ = nullptr;
+  if (!status.ok()) {
+    (void)absorb_branch_.join(stream_.get());  // a capture must end with its branches joined
+    return status;
+  }
+  absorb_branch_open_ = true;  // block_pass joins it before layer 0's attention
   return ok_status();
 }
 

@@ -103,12 +103,17 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   if (const char* most = std::getenv("LS_DRAFTER_ROW_ATTENTION"); most && *most) {
     d.row_attention_requests_ = std::max(0, std::atoi(most));
   }
+  if (const char* heads = std::getenv("LS_DRAFTER_ROW_GROUP"); heads && *heads) {
+    d.set_row_group(std::max(0, std::atoi(heads)));
+  }
   if (const char* stage = std::getenv("LS_DRAFTER_HEAD_STAGE"); stage && *stage) {
     d.head_stage_keys_ = std::strcmp(stage, "256") == 0 ? 256 : 128;
   }
   pin("LS_DRAFTER_SCAN_BROADCAST", d.scan_broadcast_);
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
   pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
+  pin("LS_DRAFTER_ABSORB_IN_PASS", d.absorb_in_pass_);
+  pin("LS_DRAFTER_COPIES_IN_GRAPH", d.copies_in_graph_);
   if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
     d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
   }
@@ -262,6 +267,13 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
     for (size_t index : chosen) results[index].status = status;
     return results;
   };
+  // Session 19: an absorb left for the next pass runs inside this pass's graph where it is of one request, else first.
+  const bool absorb_here = absorb_pending() && padded == 1;
+  if (absorb_here) {
+    if (Status ready = ready_absorb_branch(); !ready.ok()) return fail_all(ready);
+  } else if (Status flushed = flush_pending_absorb(); !flushed.ok()) {
+    return fail_all(flushed);
+  }
   // Block tokens [anchor, mask x (gamma-1)] per request and their absolute positions p_i + slot.
   std::vector<int32_t> tokens(static_cast<size_t>(padded) * gamma, config_.mask_token_id);
   std::vector<int32_t> positions(tokens.size());
@@ -283,13 +295,21 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
                  {blocks.data(), blocks.size() * sizeof(DeviceBlockRequest)},
                  {scans.data(), scans.size() * sizeof(DeviceScanRequest)},
                  {records_.data(), records_.size() * sizeof(DeviceScanRecord)}};
+  constexpr int kUploaded[5] = {DeviceBlockScratch::kTokens, DeviceBlockScratch::kPositions,
+                                DeviceBlockScratch::kBlockRequests, DeviceBlockScratch::kScanRequests,
+                                DeviceBlockScratch::kRecords};
   for (int part = 0; part < 5; ++part) {
-    std::memcpy(staging_.data() + scratch_.offsets[part], uploads[part].from, uploads[part].bytes);
+    std::memcpy(staging_.data() + scratch_.offsets[kUploaded[part]], uploads[part].from, uploads[part].bytes);
   }
-  const size_t upload_bytes = scratch_.offsets[4] + uploads[4].bytes;
-  const cudaError_t uploaded =
-      cudaMemcpyAsync(scratch_.inputs.data(), staging_.data(), upload_bytes, cudaMemcpyHostToDevice, stream);
-  if (uploaded != cudaSuccess) return fail_all(ls::cuda::cuda_status(uploaded, "draft upload"));
+  // The absorb inside the pass: its sources, positions and row pointers in the upload too; its graphs are keyed by
+  // its rows' bucket.
+  const int absorb_bucket =
+      absorb_here ? stage_absorb_pass(staging_.data() + scratch_.offsets[DeviceBlockScratch::kAbsorbPass]) : 0;
+  const int key_first = absorb_here ? absorb_pass_first(padded, absorb_bucket) : padded;
+  // The one upload up to the end of the records used (inside the block pass's graph under set_copies_in_graph).
+  if (!copies_in_graph_) {
+    if (Status uploaded = upload_inputs(padded); !uploaded.ok()) return fail_all(uploaded);
+  }
   profile_.begin(stream);
   last_pass_requests_ = padded;
   long_context_ = most_keys > context_bound(padded);
@@ -308,32 +328,28 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   if (one_graph_pass(scan_key)) {
     // Session 16: both in one graph, timed as one.
     block_timer_.start(stream);
-    status = run_shape({padded, one_graph_key(block_key, scan_key)}, [&] {
-      LS_RETURN_IF_ERROR(block_pass(padded));
-      return one_graph_planted_ ? ok_status() : markov_scan(padded, max_depth);
-    });
+    status = run_shape({key_first, one_graph_key(block_key, scan_key)},
+                       [&] { return one_graph_body(padded, absorb_bucket, max_depth); });
     block_timer_.stop(stream);
   } else {
     block_timer_.start(stream);
-    status = run_shape({padded, block_key}, [&] { return block_pass(padded); });
+    status = run_shape({key_first, block_key}, [&] { return block_graph(padded, absorb_bucket); });
     block_timer_.stop(stream);
     if (status.ok()) {
       scan_timer_.start(stream);
-      status = run_shape({padded, scan_key}, [&] { return markov_scan(padded, max_depth); });
+      status = run_shape({padded, scan_key}, [&] { return scan_graph(padded, max_depth); });
       scan_timer_.stop(stream);
     }
   }
-  // The one copy back: every request's tokens, chances and failure flags.
-  if (status.ok()) {
-    status = ls::cuda::cuda_status(cudaMemcpyAsync(staging_.data() + scratch_.offsets[4], scratch_.records.data(),
-                                                   count * sizeof(DeviceScanRecord),
-                                                   cudaMemcpyDeviceToHost, stream),
-                                   "draft results copy");
-  }
+  if (absorb_here) pending_absorb_ = PendingAbsorb{};  // enqueued inside the pass (or failed with it)
+  // The one copy back: every request's tokens, chances and failure flags (the padded count's, inside the scan's
+  // graph under set_copies_in_graph).
+  if (status.ok() && !copies_in_graph_) status = download_records(count);
   const Status synced = ls::cuda::cuda_status(cudaStreamSynchronize(stream), "draft pass");
   if (status.ok()) status = synced;
   if (status.ok()) {
-    std::memcpy(records_.data(), staging_.data() + scratch_.offsets[4], count * sizeof(DeviceScanRecord));
+    std::memcpy(records_.data(), staging_.data() + scratch_.offsets[DeviceBlockScratch::kRecords],
+                count * sizeof(DeviceScanRecord));
   }
   if (!status.ok()) return fail_all(status);
   last_block_ms_ = block_timer_.elapsed_ms();

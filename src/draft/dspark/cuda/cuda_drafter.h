@@ -85,10 +85,11 @@ class CudaDsparkDrafter final : public Drafter {
   // for every chunk of rows, then each stream's rows copied into its context (device to device).
   Status absorb_device(std::span<const TapRows> rows, const DeviceTaps& taps) override;
   std::vector<Draft> draft(std::span<const DraftRequest> requests) override;
-  void release(StreamId stream) override { streams_.erase(stream); }
+  void release(StreamId stream) override;
   // Skips to `position`: later rows go right after the rows held (keys rotated at their own positions).
   Status restart(StreamId stream, int64_t position) override;
-  // Waits for an absorb_device() still running on the drafter's stream (it returns without waiting).
+  // Waits for an absorb_device() still running on the drafter's stream (it returns without waiting), or runs one
+  // left for the next pass (set_absorb_in_pass) and waits for it.
   Status settle() override;
 
   const DsparkConfig& config() const { return config_; }
@@ -180,6 +181,18 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int row_attention() const { return row_attention_requests_; }
+  // Session 19: the row attention's query heads of one KV head in one CTA (block_attention_row_group: 2 or 4 heads,
+  // their K / V staged once, up to 512 keys; the same bits), 0 = the row kernel's CTA a head; where the shape or the
+  // device does not take it, the row kernel. LS_DRAFTER_ROW_GROUP=N at load; off until the A/B decides.
+  // `planted_first_chunk` (tests only): the grouped kernel leaves the first chunk out of its sums.
+  void set_row_group(int heads, bool planted_first_chunk = false) {
+    row_group_planted_ = planted_first_chunk;
+    set_and_drop_graphs(row_group_heads_, heads);
+    // Asked once now, outside any capture (the device's shared memory, the kernel's attribute).
+    const AttentionDims dims{config_.num_heads, config_.num_kv_heads, config_.head_dim, 0.0f};
+    if (heads > 1) (void)block_attention_row_group_supported(config_.block_size, dims, heads);
+  }
+  int row_group() const { return row_group_heads_; }
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
   // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
   // 0.18-0.32 ms a step in batch s10B). On by default since batch s11A's interleaved rounds (1 stream, depth 9,
@@ -244,6 +257,29 @@ class CudaDsparkDrafter final : public Drafter {
     set_and_drop_graphs(one_graph_, on);
   }
   bool one_graph() const { return one_graph_; }
+  // Session 19: an absorb_device() of at most kAbsorbPassRows rows (graphs on, request buckets, the fused absorb)
+  // leaves its device work to the next draft() of one request, which runs it as a branch of its own block pass graph
+  // (a gather kernel for the feature copies, the absorb's GEMMs on a second cuBLAS handle and side stream, joined
+  // before layer 0's attention: an internal edge, where session 16's side-stream absorb waited on an external event)
+  // and uploads its sources with the pass's inputs; any other call runs it first as before. The same launches, so
+  // the same bits. LS_DRAFTER_ABSORB_IN_PASS=1 at load; off until the A/B decides. `planted_no_gather` (tests only):
+  // the branch leaves out the gather, so the absorb projects stale features.
+  void set_absorb_in_pass(bool on, bool planted_no_gather = false) {
+    absorb_pass_planted_ = planted_no_gather;
+    set_and_drop_graphs(absorb_in_pass_, on);
+  }
+  bool absorb_in_pass() const { return absorb_in_pass_; }
+  // Session 19: the inputs' upload as the first node of the block pass's graph and the records' copy back as the last
+  // of the scan's (or the one graph's), instead of a copy call each around the graph launches; the same bytes.
+  // LS_DRAFTER_COPIES_IN_GRAPH=1 at load; off until the A/B decides. `planted_no_download` (tests only): the graphs
+  // leave the copy back out, so draft() reads the records it uploaded.
+  void set_copies_in_graph(bool on, bool planted_no_download = false) {
+    copies_planted_ = planted_no_download;
+    set_and_drop_graphs(copies_in_graph_, on);
+  }
+  bool copies_in_graph() const { return copies_in_graph_; }
+  // Whether an absorb is waiting for the next pass (tests).
+  bool absorb_pending() const { return !pending_absorb_.rows.empty(); }
   // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
   // default) or the unfused sequence (the reference the fused one is tested against).
   // The project's GemmEngine for GEMMs of up to 16 rows instead of cuBLAS (bench/test pin; off by default).
@@ -341,7 +377,35 @@ class CudaDsparkDrafter final : public Drafter {
   // absorb_device()'s projections of one chunk of `filled` rows (features, positions and row pointers in place):
   // C = hidden_norm(fc F), then per layer K = RoPE(k_norm(k_proj C)) and V = v_proj C into each row's context.
   Status absorb_chunk(int64_t filled);
+  // absorb_chunk's launches reading the rows' context pointers and positions from `row_pointers` / `positions`.
+  Status absorb_chunk_from(int64_t filled, bf16_t* const* row_pointers, const int32_t* positions);
+  // absorb_device()'s device work for checked pieces (their contexts reserved): copies, uploads, chunk graphs.
+  Status enqueue_absorb(std::span<const TapRows> rows, const DeviceTaps& taps);
+  // Whether an absorb of these pieces may wait for the next pass (set_absorb_in_pass).
+  bool absorb_pass_takes(const DeviceTaps& taps, int64_t total_rows) const;
+  // Runs a waiting absorb now (enqueue_absorb), before anything that moves or reads its contexts.
+  Status flush_pending_absorb();
+  // The waiting absorb's gather, positions and row pointers into `part` (the pinned staging of the pass's input
+  // part kAbsorbPass); returns its rows' bucket.
+  int stage_absorb_pass(uint8_t* part) const;
+  // The absorb's launches on the side branch (forked from the pass's stream; block_pass joins it before layer 0's
+  // attention), reading the uploaded part.
+  Status fork_absorb_branch(int bucket);
+  // The absorb branch's stream and cuBLAS handle, created at first use (outside any capture).
+  Status ready_absorb_branch();
+  // Bytes of the pass's input part kAbsorbPass.
+  size_t absorb_pass_input_bytes() const;
   Status block_pass(int count);
+  // What the graphs hold (cuda_graphs.cpp): the block pass's (the upload under set_copies_in_graph, the absorb branch
+  // of `absorb_bucket` rows when > 0, the pass), the scan's (the scan, the copy back under set_copies_in_graph), and
+  // both as one graph.
+  Status block_graph(int count, int absorb_bucket);
+  Status scan_graph(int count, int depth);
+  Status one_graph_body(int count, int absorb_bucket, int depth);
+  // The inputs' upload of a pass of `padded` requests (up to the end of its records) and the records' copy back.
+  size_t upload_bytes(int padded) const;
+  Status upload_inputs(int padded);
+  Status download_records(int count);
   Status block_pass_unfused(int count);
   BlockAttentionKernel attention_kernel(int count) const;
   // The block pass's graph key part for `count` requests: kLongContextBlockKey where the attention then differs
@@ -432,6 +496,26 @@ class CudaDsparkDrafter final : public Drafter {
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
   bool one_graph_ = false;  // session 16 (above)
+  bool absorb_in_pass_ = false;  // session 19 (above)
+  bool copies_in_graph_ = false;  // session 19 (above)
+  bool copies_planted_ = false;
+  bool absorb_pass_planted_ = false;
+  struct PendingAbsorb {
+    std::vector<TapRows> rows;  // checked pieces whose contexts hold their rows already (lengths moved on)
+    DeviceTaps taps;
+    int64_t total_rows = 0;
+  };
+  PendingAbsorb pending_absorb_;
+  SideBranch absorb_branch_;           // the absorb branch's side stream
+  CublasHandle absorb_cublas_;         // its GEMMs' own handle and workspace (concurrent with the pass's)
+  TrackedBuffer<uint8_t> absorb_cublas_workspace_;
+  bool absorb_branch_open_ = false;    // forked in this pass, not yet joined (block_pass joins it)
+  // Where gemm(), absorb_chunk's kernels and their cuBLAS calls go: the drafter's stream, or the absorb branch.
+  cudaStream_t launch_stream_override_ = nullptr;
+  cublasHandle_t cublas_override_ = nullptr;
+  cudaStream_t launch_stream() const { return launch_stream_override_ ? launch_stream_override_ : stream_.get(); }
+  // Graph key first parts of a pass of `padded` requests with an absorb of `bucket` rows inside.
+  static int absorb_pass_first(int padded, int bucket) { return padded + 1000 * bucket; }
   bool one_graph_planted_ = false;
   // Whether a pass whose scan has graph key `scan_key` runs as one graph with its block pass (set_one_graph).
   bool one_graph_pass(int scan_key) const {
@@ -446,6 +530,8 @@ class CudaDsparkDrafter final : public Drafter {
   bool short_context_head_ = true;  // since batch s10B
   int head_stage_keys_ = 256;  // since batch s10B
   int row_attention_requests_ = 1;  // since batch s12A
+  int row_group_heads_ = 0;         // session 19 (set_row_group)
+  bool row_group_planted_ = false;
   bool sampled_split_ = true;  // since batch s11A
   bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than context_bound(count)

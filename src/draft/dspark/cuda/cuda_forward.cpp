@@ -1,6 +1,5 @@
 // The CUDA drafter's forward (reference/dspark.md §2.4-2.9): the block pass and the Markov scan; GEMMs via cuBLAS.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -12,27 +11,28 @@ namespace ls::dspark::cuda {
 Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t w_rows, int64_t w_cols, void* y,
                                bool y_f32, int64_t ldy, bool skinny) {
   if (rows == 0) return ok_status();
+  const cudaStream_t stream = launch_stream();  // the drafter's stream, or the absorb branch (set_absorb_in_pass)
   if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ &&
       skinny_gemm_supported(rows, w_cols)) {
     const SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
                           y_f32 ? SkinnyEpilogue::F32 : SkinnyEpilogue::Bf16};
-    return skinny_gemm(args, programmatic_, stream_.get());
+    return skinny_gemm(args, programmatic_, stream);
   }
   if (engine_gemms_ && rows <= 16 && ldy == w_rows && w_cols % 8 == 0) {
     static_assert(sizeof(bf16) == sizeof(bf16_t));
     const ls::cuda::DeviceMatrix matrix{reinterpret_cast<const bf16*>(w), nullptr, w_rows, w_cols};
     return engine_.gemm(reinterpret_cast<const bf16*>(x), rows, matrix,
                         y_f32 ? nullptr : static_cast<bf16*>(y), y_f32 ? static_cast<float*>(y) : nullptr,
-                        stream_.get());
+                        stream);
   }
   if (tuned_gemms_ && tuned_.ready() &&
-      tuned_.gemm(x, rows, w, w_rows, w_cols, y, y_f32, ldy, stream_.get()).ok()) {
+      tuned_.gemm(x, rows, w, w_rows, w_cols, y, y_f32, ldy, stream).ok()) {
     return ok_status();
   }
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major y [rows, N] = x [rows, K] W^T is column-major y^T [N, rows] = W [N, K] (as K x N, transposed) x^T.
   return cublas_status(
-      cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w_rows), static_cast<int>(rows),
+      cublasGemmEx(cublas_override_ ? cublas_override_ : cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w_rows), static_cast<int>(rows),
                    static_cast<int>(w_cols), &alpha, w, CUDA_R_16BF, static_cast<int>(w_cols), x, CUDA_R_16BF,
                    static_cast<int>(w_cols), &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(ldy),
                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -100,6 +100,11 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Row:
+      if (row_group_heads_ > 1 && block_attention_row_group_supported(gamma, dims, row_group_heads_)) {
+        return block_attention_row_group(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
+                                         attention_chunks_, row_group_heads_, s.attended.data(), stream_.get(),
+                                         row_group_planted_);
+      }
       if (block_attention_row_supported(gamma, dims)) {
         return block_attention_row(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
                                    attention_chunks_, s.attended.data(), stream_.get());
@@ -175,6 +180,11 @@ Status CudaDsparkDrafter::block_pass(int count) {
     mark("q/k norm + RoPE");
     LS_ASSIGN_OR_RETURN(const bool forked, prefetch_layer_weights(count, index));
     prefetching = prefetching || forked;
+    if (absorb_branch_open_) {
+      // The absorb inside the pass (set_absorb_in_pass) has written the context rows this attention reads.
+      absorb_branch_open_ = false;
+      LS_RETURN_IF_ERROR(absorb_branch_.join(stream));
+    }
     LS_RETURN_IF_ERROR(attend(count, dims, index));
     mark("attention");
     // X += o; v = post_attention_layernorm(X); X += down(silu(gate v) * up v) with gate/up as one GEMM.
@@ -401,62 +411,6 @@ Status CudaDsparkDrafter::markov_scan(int count, int max_depth) {
     }
   }
   return ok_status();
-}
-
-int CudaDsparkDrafter::capture_bucket_graphs() {
-  // Exact counts (the old path) keep the capture at a shape's second sighting; tuned GEMMs time their picks eagerly.
-  if (!graphs_on_ || profile_.on() || tuned_gemms_ || !request_buckets_) return 0;
-  const auto start = std::chrono::steady_clock::now();
-  const bool all_greedy = scan_all_greedy_, all_plain = scan_all_plain_;
-  const int gamma = config_.block_size;
-  int captured = 0;
-  // Exactly the keys draft() asks for: the block pass per bucket; the persistent scan (one graph for every depth)
-  // where a bucket of greedy requests takes it, else the step scans per (bucket, depth), for greedy and sampled.
-  const bool long_context = long_context_;
-  for (int bucket = 1; bucket <= scratch_.requests; bucket = request_bucket(bucket + 1)) {
-    long_context_ = false;
-    captured += capture_shape({bucket, 0}, [&] { return block_pass(bucket); });
-    const bool long_differs = block_pass_key(bucket, true) != 0;
-    if (long_differs) {
-      long_context_ = true;
-      captured += capture_shape({bucket, kLongContextBlockKey}, [&] { return block_pass(bucket); });
-    }
-    // A depth-independent scan's graph, and under set_one_graph its block pass and scan graphs of both contexts.
-    auto capture_scan = [&](int scan_key) {
-      int made = capture_shape({bucket, scan_key}, [&] { return markov_scan(bucket, gamma); });
-      if (!one_graph_pass(scan_key)) return made;
-      for (const bool long_keys : {false, true}) {
-        if (long_keys && !long_differs) continue;
-        long_context_ = long_keys;
-        made += capture_shape({bucket, one_graph_key(long_keys ? kLongContextBlockKey : 0, scan_key)}, [&] {
-          LS_RETURN_IF_ERROR(block_pass(bucket));
-          return one_graph_planted_ ? ok_status() : markov_scan(bucket, gamma);
-        });
-      }
-      return made;
-    };
-    for (const bool greedy : {true, false}) {
-      scan_all_greedy_ = greedy;
-      if (persistent_scan(bucket, greedy)) {
-        captured += capture_scan(kPersistentScanKey);
-        continue;
-      }
-      scan_all_plain_ = true;  // sampled requests without cuts may take the keyed persistent scan
-      if (keyed_scan(bucket)) captured += capture_scan(kKeyedScanKey);
-      scan_all_plain_ = false;
-      for (int depth = 1; depth <= gamma; ++depth) {
-        captured += capture_shape({bucket, depth}, [&] { return markov_scan(bucket, depth); });
-      }
-    }
-  }
-  scan_all_greedy_ = all_greedy;
-  scan_all_plain_ = all_plain;
-  long_context_ = long_context;
-  if (absorb_.sink.size() > 0) capture_absorb_graphs();
-  bucket_graphs_captured_ = captured;
-  bucket_capture_ms_ =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  return captured;
 }
 
 }  // namespace ls::dspark::cuda

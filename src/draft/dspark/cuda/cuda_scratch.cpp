@@ -49,10 +49,11 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
   LS_RETURN_IF_ERROR(s.base_logits.allocate(rows * c.vocab_size, "block logits", counted));
   LS_RETURN_IF_ERROR(s.markov_logits.allocate(n * c.vocab_size, "markov logits", counted));
   {
-    const size_t sizes[5] = {rows * sizeof(int32_t), rows * sizeof(int32_t), n * sizeof(DeviceBlockRequest),
-                             n * sizeof(DeviceScanRequest), n * sizeof(DeviceScanRecord)};
+    const size_t sizes[DeviceBlockScratch::kParts] = {
+        rows * sizeof(int32_t),          rows * sizeof(int32_t), n * sizeof(DeviceBlockRequest),
+        n * sizeof(DeviceScanRequest),   absorb_pass_input_bytes(), n * sizeof(DeviceScanRecord)};
     size_t total = 0;
-    for (int part = 0; part < 5; ++part) {
+    for (int part = 0; part < DeviceBlockScratch::kParts; ++part) {
       s.offsets[part] = total;
       total += (sizes[part] + 255) / 256 * 256;
     }
@@ -60,11 +61,11 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
     LS_RETURN_IF_ERROR(counted.step("pinned staging"));
     LS_RETURN_IF_ERROR(staging_.reserve(total));
     uint8_t* base = s.inputs.data();
-    s.tokens.pointer = reinterpret_cast<int32_t*>(base + s.offsets[0]);
-    s.positions.pointer = reinterpret_cast<int32_t*>(base + s.offsets[1]);
-    s.block_requests.pointer = reinterpret_cast<DeviceBlockRequest*>(base + s.offsets[2]);
-    s.scan_requests.pointer = reinterpret_cast<DeviceScanRequest*>(base + s.offsets[3]);
-    s.records.pointer = reinterpret_cast<DeviceScanRecord*>(base + s.offsets[4]);
+    s.tokens.pointer = reinterpret_cast<int32_t*>(base + s.offsets[DeviceBlockScratch::kTokens]);
+    s.positions.pointer = reinterpret_cast<int32_t*>(base + s.offsets[DeviceBlockScratch::kPositions]);
+    s.block_requests.pointer = reinterpret_cast<DeviceBlockRequest*>(base + s.offsets[DeviceBlockScratch::kBlockRequests]);
+    s.scan_requests.pointer = reinterpret_cast<DeviceScanRequest*>(base + s.offsets[DeviceBlockScratch::kScanRequests]);
+    s.records.pointer = reinterpret_cast<DeviceScanRecord*>(base + s.offsets[DeviceBlockScratch::kRecords]);
   }
   {
     const size_t pad = n * static_cast<size_t>(c.num_layers) * c.block_size * c.kv_size();
@@ -101,6 +102,8 @@ Status CudaDsparkDrafter::reserve_scratch(int64_t requests, InitSteps* steps) {
 
 Status CudaDsparkDrafter::reserve_context(DeviceStreamContext& context, int64_t rows) {
   if (rows <= context.capacity) return ok_status();
+  // An absorb left for the next pass holds row pointers into the contexts: it runs before any of them moves.
+  LS_RETURN_IF_ERROR(flush_pending_absorb());
   const int64_t capacity = std::max<int64_t>({rows, 2 * context.capacity, 64});
   const int64_t kv = config_.kv_size(), layers = config_.num_layers;
   TrackedBuffer<bf16_t> keys, values;

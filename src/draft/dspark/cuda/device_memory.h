@@ -199,6 +199,8 @@ class SideBranch {
   SideBranch& operator=(const SideBranch&) = delete;
   Status create();
   bool ready() const { return fork_ != nullptr; }
+  // The side stream itself (to bind a cuBLAS handle to it).
+  cudaStream_t side() const { return side_.get(); }
   // The side stream, after the work enqueued on `main` so far (null when the fork failed).
   cudaStream_t fork(cudaStream_t main);
   // `main` waits for everything enqueued on the side stream so far.

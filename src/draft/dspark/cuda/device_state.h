@@ -60,9 +60,12 @@ struct DeviceBlockScratch {
   TrackedBuffer<bf16_t> hidden, normed, queries, keys, values, attended, projected, gate, up, final_hidden;
   TrackedBuffer<float> base_logits;  // [rows, V] fp32 U
   // The pass's inputs in one allocation, uploaded by one copy from the same layout in pinned host memory:
-  // tokens, positions [rows], block_requests, scan_requests, records [requests] (records last: copied back).
+  // tokens, positions [rows], block_requests, scan_requests [requests], the absorb inside the pass (session 19:
+  // AbsorbGather, positions [kAbsorbPassRows], row pointers [2, layers, kAbsorbPassRows]; read only by a pass that
+  // absorbs), records [requests] (records last: copied back).
+  enum Part { kTokens, kPositions, kBlockRequests, kScanRequests, kAbsorbPass, kRecords, kParts };
   TrackedBuffer<uint8_t> inputs;
-  size_t offsets[5] = {};  // byte offsets of the five parts in `inputs` (and the host staging)
+  size_t offsets[kParts] = {};  // byte offsets of the parts in `inputs` (and the host staging)
   DeviceSpan<int32_t> tokens, positions;
   DeviceSpan<DeviceBlockRequest> block_requests;
   DeviceSpan<DeviceScanRequest> scan_requests;

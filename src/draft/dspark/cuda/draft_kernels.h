@@ -176,6 +176,14 @@ bool block_attention_row_supported(int gamma, AttentionDims dims);
 Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                            AttentionDims dims, int layer, int chunks, bf16_t* out, cudaStream_t stream,
                            bool planted_first_chunk = false);
+// Grouped row (session 19): the row kernel's arithmetic (so Split's bits) with `group_heads` (2, 3 or 4) query heads
+// of one KV head in a CTA of group_heads x 256 threads, their K / V staged once (up to 512 keys at 3 or 4, 256 at 2;
+// the row kernel: 160 per query head), V in its own copy group. Supported where the query heads a KV head divide by
+// `group_heads` and the device's opt-in shared memory holds the CTA's (209 / 193 / 105 KB at 4 / 3 / 2, head_dim 64).
+bool block_attention_row_group_supported(int gamma, AttentionDims dims, int group_heads);
+Status block_attention_row_group(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
+                                 AttentionDims dims, int layer, int chunks, int group_heads, bf16_t* out,
+                                 cudaStream_t stream, bool planted_first_chunk = false);
 
 // ---- Weight prefetch into L2 (l2_prefetch.cu) ----
 
