@@ -31,11 +31,11 @@ fi
 PAIR="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json"
 [ -n "$TESTS" ] && run 25 "$TESTS" --gtest_brief=1 --gtest_filter='DraftBitsAuto.*:*AutoBitsNanoLanes*'
 # 1 stream, every round drafting at depth 1 / 3 / 5 / 7 against plain on the same tokens (the engine's answer without
-# the lanes' pricing), int8 (auto) and bf16 in one process: on the panels (LS_CPU_DRAFTER_AMX=0) and on the tiles.
+# the lanes' pricing), int8 and bf16 in one process: on the panels (LS_CPU_DRAFTER_AMX=0) and on the tiles.
 for amx in 0 1 0 1; do
   [ -n "$CPU_BENCH" ] && run 25 env LS_CPU_DRAFTER_AMX=$amx "$CPU_BENCH" --model models/nano/target \
     --drafter models/nano/drafter --prompts models/nano/eval_prompts.json --threads 2 --spec-depths 0,1,3,5,7 \
-    --drafter-bits-ab -1,0 --spec-prompts 6 --spec-tokens 128 --spec-repeats 2 \
+    --drafter-bits-ab 8,0 --spec-prompts 6 --spec-tokens 128 --spec-repeats 2 \
     --json "$OUT/cpu19_spec_amx${amx}_$SECONDS.json"
 done
 # The pass per arm side by side in one process (1 / 4 / 16 streams, depth 1 / 3 / 7): amx 1 x bits 0/8, amx 0 x 0/8.
