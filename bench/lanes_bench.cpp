@@ -41,6 +41,15 @@
 //                                                                         priced at a flat conditional X (lanes15;
 //                                                                         0.5 by default since s14A); off: at the
 //                                                                         greedy prior
+//             [--overhead with-absorbs|without-absorbs]                    with-absorbs: the device absorb after a
+//                                                                         commit counted in the host overhead every
+//                                                                         round is priced with (before lanes19)
+//             [--wake-needs-landed on|off]                                 off: the pool wakes dormant streams though
+//                                                                         no verified window kept a draft (before
+//                                                                         lanes19)
+//             [--scout-probes N]                                           N streams probe together where the scout
+//                                                                         probes over a restarted context (lanes19;
+//                                                                         1 by default)
 //
 // Per stream count, plain (A) and drafted (B) run in pairs A B, B A, A B, ... `--repeats` times; medians are
 // reported. The first plain run's replies are the record: every later plain and drafted reply must equal it

@@ -26,6 +26,9 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--loss-stop") stop_on_measured_loss = value == "on" ? 1 : 0;
   else if (flag == "--scout-gate") scout_gate_if_right = value == "right" ? 1 : 0;
   else if (flag == "--sampled-prior") sampled_prior = value == "off" ? 0.0 : std::atof(value.c_str());
+  else if (flag == "--scout-probes") scout_probes = std::atoi(value.c_str());
+  else if (flag == "--overhead") overhead_without_absorbs = value == "with-absorbs" ? 0 : 1;
+  else if (flag == "--wake-needs-landed") wake_needs_landed = value == "off" ? 0 : 1;
   else return false;
   return true;
 }
@@ -45,6 +48,9 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (scout_gate_if_right >= 0) pricing.scout_gate_if_right = scout_gate_if_right == 1;
   if (sampled_prior == 0) pricing.sampled_prior.clear();
   if (sampled_prior > 0) pricing.sampled_prior.assign(pricing.depth_prior.size(), sampled_prior);
+  if (scout_probes > 0) pricing.scout_probes = scout_probes;
+  if (overhead_without_absorbs >= 0) pricing.overhead_without_absorbs = overhead_without_absorbs == 1;
+  if (wake_needs_landed >= 0) pricing.wake_needs_landed = wake_needs_landed == 1;
 }
 
 const char* lanes_switches_usage() {
@@ -53,7 +59,8 @@ const char* lanes_switches_usage() {
          "[--explore-gate X[,Y]] "
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
-         "[--sampled-prior X|off] [--scout-gate prior|right]";
+         "[--sampled-prior X|off] [--scout-gate prior|right] [--scout-probes N] "
+         "[--overhead with-absorbs|without-absorbs] [--wake-needs-landed on|off]";
 }
 
 }  // namespace ls::bench

@@ -22,6 +22,9 @@ struct LanesSwitches {
   int stop_on_measured_loss = -1;       // --loss-stop off|on (lanes14)
   int scout_gate_if_right = -1;         // --scout-gate prior|right (lanes15)
   double sampled_prior = -1;            // --sampled-prior X|off: a flat sampled prior X (lanes15; off = 0)
+  int scout_probes = -1;                // --scout-probes N: streams probing beside the restarted scout (lanes19)
+  int overhead_without_absorbs = -1;    // --overhead with-absorbs|without-absorbs (lanes19)
+  int wake_needs_landed = -1;           // --wake-needs-landed on|off (lanes19)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

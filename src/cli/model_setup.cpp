@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "draft/dspark/config.h"
 #include "draft/load.h"
 
 namespace ls::cli {
@@ -27,9 +28,9 @@ Result<LoadedModels> load_models(const ModelSetup& setup) {
   drafter_options.threads = setup.threads;
   drafter_options.max_streams = setup.max_streams;
   LS_ASSIGN_OR_RETURN(models.drafter, load_drafter(setup.drafter_dir, *models.target, drafter_options));
-  const char* bits = setup.drafter_bits == 8 ? "int8" : setup.drafter_bits == 0 ? "bf16" : "auto-chosen";
-  std::fprintf(stderr, "drafter: %s, %s weights, block %d\n", setup.drafter_dir.c_str(), bits,
-               models.drafter->facts().max_depth);
+  const int bits = dspark::resolve_draft_bits(drafter_options.bits, drafter_options.device, drafter_options.mode);
+  std::fprintf(stderr, "drafter: %s, %s weights%s, block %d\n", setup.drafter_dir.c_str(), bits == 8 ? "int8" : "bf16",
+               setup.drafter_bits < 0 ? " (--drafter-bits auto)" : "", models.drafter->facts().max_depth);
   return models;
 }
 

@@ -135,6 +135,8 @@ Status Lanes::round() {
   std::vector<Stream*> streams = pick_streams();
   const size_t generated_before = streams.size() == 1 ? streams[0]->generated.size() : 0;
   double verify_ms = 0;
+  // Device absorbs right after the commit: the drafter's time, not the host's (overhead_without_absorbs).
+  const double absorbs_before_ms = stats_.absorb_ms;
   if (!streams.empty()) {
     pricing_.trim(streams);
     std::vector<std::vector<int32_t>> windows;
@@ -148,11 +150,16 @@ Status Lanes::round() {
       if (status.ok()) status = verified.status();
     }
   }
+  const double commit_absorb_ms = stats_.absorb_ms - absorbs_before_ms;
   const double draft_ms = draft();
   const double measured_ms = clock_.now_ms() - admitted_ms;
   if (!streams.empty()) {
-    // The host's own work (device absorb calls after the commit included).
-    pricing_.observe_overhead(measured_ms - verify_ms - draft_ms);
+    // The host's own work: the round less its verify, its drafter pass and absorbs, and (overhead_without_absorbs) the
+    // device absorb after the commit. Counted as host work, a group's first absorbs (0.13-0.42 ms on the H200 at 16
+    // streams) raised the overhead 0.013 -> 0.155 ms, plain rounds looked that much dearer, and the allocator bought
+    // the restarted group a second pass (lanes19, batch b1's trace).
+    const bool without_absorbs = options_.pricing.overhead_without_absorbs;
+    pricing_.observe_overhead(measured_ms - verify_ms - draft_ms - (without_absorbs ? commit_absorb_ms : 0.0));
     // A round after prefills waits for their absorbs at its first settle: not a round of its own.
     if (!admitted && ledger_.drafting && streams.size() == 1) {
       const int tokens = static_cast<int>(streams[0]->generated.size() - generated_before);

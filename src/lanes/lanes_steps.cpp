@@ -260,6 +260,7 @@ void Lanes::choose_tapping(std::span<Stream* const> streams) {
   for (Stream* stream : streams) {
     stream->wants_taps = stream->drafting && !stream->dormant;
     stream->group_prober = false;
+    stream->scout_prober = false;
     if (!stream->drafting || !stream->dormant) continue;
     // Due at this round's decision (its taps are kept or absorbed after this verify, before the decision); a wait
     // not started yet is the first wait, as plan_depths counts it.
@@ -318,6 +319,17 @@ void Lanes::tap_restarted_scout(std::span<Stream* const> streams, int round_stre
     return;
   }
   scout->wants_taps = true;
+  // PricingOptions::scout_probes: the next dormant streams by id tap too and probe beside it (plan_depths).
+  for (int more = 1; more < options_.pricing.scout_probes; ++more) {
+    Stream* next = nullptr;
+    for (Stream* stream : streams) {
+      if (!stream->drafting || draft_cap(*stream) <= 0 || stream->wants_taps || stream->backoff.scouted) continue;
+      if (next == nullptr || stream->id < next->id) next = stream;
+    }
+    if (next == nullptr) break;
+    next->wants_taps = true;
+    next->scout_prober = true;
+  }
 }
 
 double Lanes::draft() {

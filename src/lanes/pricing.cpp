@@ -214,6 +214,9 @@ const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> draf
     offered[index] = 1;
     scout_chosen = true;
     if (quiet || (options_.stop_on_measured_loss && stream.loss_stopped)) continue;  // nothing bought; it may probe
+    // wake_needs_landed: no dormant stream is bought drafts (woken) on the pool while every window verified so far kept
+    // nothing; it may still probe.
+    if (options_.wake_needs_landed && stream.dormant && landed_windows_ == 0) continue;
     depth_chances(stream, caps[index], offer.chances);
     offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
@@ -313,6 +316,14 @@ const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> draf
     stream.backoff.scouted = true;
     stream.backoff.zero_rounds = 0;
     if (!scouting) stream.backoff.wait = std::min(stream.backoff.wait * 2, options_.probe_most_wait);
+    // The streams Lanes::tap_restarted_scout tapped beside the scout (scout_probes) probe in the same pass.
+    for (size_t index = 0; scouting && plans[prober].probe && index < drafting.size(); ++index) {
+      Stream& beside = *drafting[index];
+      if (!beside.scout_prober || caps[index] <= 0 || static_cast<int>(index) == prober) continue;
+      plans[index] = {has_confidence_ ? caps[index] : 1, 1, true};
+      beside.backoff.scouted = true;
+      beside.backoff.zero_rounds = 0;
+    }
   }
   if (!drafter_unproven) plan_group_probe(drafting, caps, bought, plans);
   return plans;
@@ -387,6 +398,7 @@ void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
   }
   stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
   pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
+  if (accepted > 0) ++landed_windows_;
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {
     calibration_.observe(std::span<const float>(stream.held_chances).first(proposed), accepted,
                          options_.acceptance_rate);

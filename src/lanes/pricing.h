@@ -109,6 +109,31 @@ struct PricingOptions {
   // 0.68-0.83 ms, moved by the load-time absorb call) and its woken group landed 1.54 a window over restarted
   // contexts. lanes_bench --scout-gate right|prior.
   bool scout_gate_if_right = false;
+  // Seventeenth session (lanes19). Streams that probe together over restarted contexts where the scout is restarted
+  // (several streams, whole contexts not bought): the scout and the next dormant streams by id tap the same round
+  // and probe in one pass, so the group is woken on what several restarted windows land, not on one. On the H200 a
+  // nano pass is launch-bound (about the same for 1 and 4 requests) and the verify nearly flat in rows, so the
+  // extra windows cost a few rows and one batched absorb; one restarted window (lucky, or one that kept nothing and
+  // barely moved the pool: batch b1's trace) no longer decides for the group alone (gpu-check b84ae38 at 8 / 16
+  // streams: the woken group kept 1.3 a window for 3 passes, 0.93x). 1 (the scout alone) until a batch decides: on
+  // b1-like fakes a drafter right for the scout's stream alone at 16 streams 0.960 -> 0.978x, a pass-wide lucky first
+  // window at 8 0.942 -> 0.911x (all four land), a good drafter 0.996 -> 0.986x. lanes_bench --scout-probes N.
+  int scout_probes = 1;
+  // Seventeenth session (lanes19). The host overhead pricing adds to every round (observe_overhead) leaves out the
+  // device absorb that follows a commit: it is the drafter's time, priced per row in each drafting stream's
+  // activation, not work a plain round does. Counted in it, the restarted group's first absorbs on the H200 (batch b1,
+  // nano 16 streams: 0.42 / 0.13 ms) moved the overhead 0.013 -> 0.155 ms; plain's round then looked 0.36 ms instead
+  // of 0.24 and the allocator bought the group a second pass at 54.6 tok/ms against a true plain rate of ~67 (it kept
+  // 5 of 76). false: the old overhead (lanes_bench --overhead with-absorbs).
+  bool overhead_without_absorbs = true;
+  // Seventeenth session (lanes19). No dormant stream is woken (bought drafts on the pool's chances) while every window
+  // verified so far kept nothing: one failed window moves the pool's first depth only 0.85 -> 0.72 and deeper depths
+  // sit at the calibrated confidences, so the every-8th reprice woke the whole group over restarted contexts after the
+  // scout's probe kept 0 of 7 (H200 batch b1, nano 16 streams: 16 restarts, a pass keeping 5 of 76). Probes (the
+  // streams' own and group probes) still run and a window that lands lifts it. Off, an A/B for the next batch
+  // (lanes_bench --wake-needs-landed on): on b1-like fakes 8 streams 0.970 -> 0.978x, a good drafter whose scout
+  // window failed 1.130 -> 1.112x, and with the H200's flat pass a good drafter's 16 streams were never woken.
+  bool wake_needs_landed = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -322,6 +347,7 @@ class Pricing {
   int quiet_decisions_ = 0;         // decisions in a row over dormant streams only that bought nothing
   int group_zero_decisions_ = 0;    // decisions in a row that bought nothing and ran no probe (group probes)
   int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a purchase)
+  int64_t landed_windows_ = 0;      // verified windows that kept at least one draft (wake_needs_landed)
   int64_t depth_allocations_ = 0;
   mutable int64_t group_checks_ = 0;
   // plan_depths' scratch, kept between decisions (a decision that buys nothing allocates nothing).

@@ -92,6 +92,7 @@ struct Stream {
   bool dormant = false;
   bool wants_taps = false;            // this round's window asks the target for taps
   bool group_prober = false;          // tapping this round for a group probe (Pricing::plan_group_probe)
+  bool scout_prober = false;          // tapping this round to probe beside the restarted scout (scout_probes)
   int zero_decisions = 0;             // depth decisions in a row that gave it no drafts
   int64_t drafter_end = 0;            // positions the drafter's context reaches (absorbed or skipped by a restart)
   bool restarted = false;             // its drafter context restarted past skipped rows (it drafts without them)

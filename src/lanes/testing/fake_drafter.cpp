@@ -175,7 +175,10 @@ Draft FakeDrafter::draft_one(const DraftRequest& request, bool faulty) {
     const bool restarted = restarted_.count(request.stream) > 0;
     const double wrong_rate =
         options_.restarted_wrong_rate >= 0 && restarted ? options_.restarted_wrong_rate : options_.wrong_rate;
-    const bool wrong = hopeless || pass_wrong_ || uniform_open01(splitmix64(hash ^ 0xd1ce)) < wrong_rate;
+    const bool right = pass_right_ || std::find(options_.right_streams.begin(), options_.right_streams.end(),
+                                                request.stream) != options_.right_streams.end();
+    const bool wrong =
+        hopeless || pass_wrong_ || (!right && uniform_open01(splitmix64(hash ^ 0xd1ce)) < wrong_rate);
     token = wrong ? (truth + 1) % options_.shape.vocab_size : truth;
     const double reported = options_.reported_wrong_rate >= 0 ? options_.reported_wrong_rate : options_.wrong_rate;
     chance *= hopeless ? 0.01 : std::max(0.05, 1.0 - reported);
@@ -213,6 +216,11 @@ std::vector<Draft> FakeDrafter::draft(std::span<const DraftRequest> requests) {
   ++passes_;
   pass_wrong_ = forced_wrong_passes_ > 0;
   if (pass_wrong_) --forced_wrong_passes_;
+  const bool over_restart = std::any_of(requests.begin(), requests.end(), [&](const DraftRequest& request) {
+    return restarted_.count(request.stream) > 0;
+  });
+  restarted_passes_ += over_restart;
+  pass_right_ = !pass_wrong_ && over_restart && restarted_passes_ <= options_.lucky_restarted_passes;
   widest_pass_ = std::max<int64_t>(widest_pass_, static_cast<int64_t>(requests.size()));
   std::vector<Draft> drafts;
   int deepest = 0;

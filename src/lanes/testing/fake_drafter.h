@@ -41,6 +41,10 @@ struct FakeDrafterOptions {
   bool restarts = true;               // restart() allowed (facts().restarts); needs shape.hidden_size >= 6
   double restarted_wrong_rate = -1;   // >= 0: a stream's drafts after a restart are wrong at this rate (a context
                                       // without the rows it skipped drafts worse; confidences still say wrong_rate)
+  int lucky_restarted_passes = 0;     // every draft of the first n passes over a restarted context is right (a
+                                      // lucky probe there, whatever the rates)
+  std::vector<StreamId> right_streams;  // these streams' drafts are always right, whatever their context (a drafter
+                                      // that pays for one stream of a group and not the others)
   bool device_taps = false;           // absorb_device() reads a fake target's kept taps (kFakeTapDevice)
   bool absorb_in_flight = false;      // absorb_device() reads them only at settle() or the next draft(), as the CUDA
                                       // drafter's GPU work runs after it returns
@@ -109,6 +113,8 @@ class FakeDrafter final : public Drafter {
   int64_t passes_ = 0;
   int forced_wrong_passes_ = 0;  // passes still to come whose drafts are all wrong
   bool pass_wrong_ = false;      // the pass being answered is one of them
+  int64_t restarted_passes_ = 0;  // passes with a request over a restarted context (lucky_restarted_passes)
+  bool pass_right_ = false;       // the pass being answered is a lucky one
   int64_t requests_ = 0;
   int64_t widest_pass_ = 0;
   int64_t faults_planted_ = 0;

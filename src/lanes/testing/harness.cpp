@@ -185,6 +185,18 @@ NanoLikeFakes h200_nano_pair() {
   return pair;
 }
 
+NanoLikeFakes h200_nano_pair_b1() {
+  NanoLikeFakes pair = h200_nano_pair();
+  pair.target.verify_fixed_ms = 0.17;
+  pair.target.verify_row_ms = 0.003;
+  pair.target.verify_wide_row_ms = 0.004;
+  pair.drafter.draft_fixed_ms = 0.2;
+  pair.drafter.draft_row_ms = 0.0006;
+  pair.drafter.absorb_call_ms = 0.15;
+  pair.drafter.absorb_row_ms = 0.0002;
+  return pair;
+}
+
 std::vector<Arrival> NanoLikeFakes::arrivals(int streams, int tokens) const {
   std::vector<Arrival> arrivals = endless_arrivals(streams, target.shape.vocab_size, tokens);
   for (Arrival& arrival : arrivals) {

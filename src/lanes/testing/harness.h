@@ -93,6 +93,14 @@ struct NanoLikeFakes {
 // whole-context scout's proof woke a group that kept 5 of 32 / 6 of 102 drafts, 0.92x).
 NanoLikeFakes h200_nano_pair();
 
+// The nano pair as the H200's load-time tables had it in batch b1 (lanes19, main fa85f47): verify 0.17 ms + 3 us a
+// row to 32 rows, 7 us a row past them (0.27 ms at 32, 0.49 at 64; b1: 0.269 / 0.448), a pass 0.2 ms + 0.6 us a draft
+// row (0.204 at 1 stream, 0.234 at 8 x 7; b1: 0.137-0.249), a device absorb call 0.15 ms (b1: 0.14-0.18), drafts over
+// whole contexts right 88 % and over restarted ones 15 %. Its 8 streams of 256 tokens ran as b1's default did on the
+// H200 before lanes19 (0.948x against 0.934-0.954x: the scout's restarted probe, then the group woken over restarted
+// contexts, 3 passes, 9 restarts).
+NanoLikeFakes h200_nano_pair_b1();
+
 // The pricing rules' exactness case: 16 staggered streams (every fourth draft: false) of greedy or sampled requests
 // on a costed fake target (10 ms + 0.5 ms a row) and a fake drafter 20 % wrong (60 % on restarted contexts) with
 // confidences and host or device taps, its sampled passes `sampled_pass_factor` times dearer: the run under
