@@ -114,6 +114,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
   pin("LS_DRAFTER_ABSORB_IN_PASS", d.absorb_in_pass_);
   pin("LS_DRAFTER_COPIES_IN_GRAPH", d.copies_in_graph_);
+  pin("LS_DRAFTER_PREFETCH_IN_ATTENTION", d.prefetch_in_attention_);
   if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
     d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
   }
@@ -341,7 +342,7 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
       scan_timer_.stop(stream);
     }
   }
-  if (absorb_here) pending_absorb_ = PendingAbsorb{};  // enqueued inside the pass (or failed with it)
+  if (absorb_here) absorb_pass_.clear();  // enqueued inside the pass (or failed with it)
   // The one copy back: every request's tokens, chances and failure flags (the padded count's, inside the scan's
   // graph under set_copies_in_graph).
   if (status.ok() && !copies_in_graph_) status = download_records(count);

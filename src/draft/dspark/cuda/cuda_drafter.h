@@ -15,9 +15,11 @@
 #include "compute/cuda/kernels.h"
 #include "draft/drafter.h"
 #include "draft/dspark/config.h"
+#include "draft/dspark/cuda/absorb_pass.h"
 #include "draft/dspark/cuda/device_memory.h"
 #include "draft/dspark/cuda/device_state.h"
 #include "draft/dspark/cuda/draft_kernels.h"
+#include "draft/dspark/cuda/graph_keys.h"
 #include "draft/dspark/cuda/tuned_gemm.h"
 #include "draft/dspark/weights.h"
 #include "draft/load.h"
@@ -26,49 +28,6 @@ namespace ls::dspark::cuda {
 
 // Whether the drafter's RoPE rotates NeoX halves (else LiquidAI's interleaved pairs).
 inline bool neox(const DsparkConfig& config) { return config.rope_style == RopeStyle::NeoX; }
-
-// Second parts of graph keys that are not a depth (the block pass is 0, a scan its depth).
-inline constexpr int kPersistentScanKey = -1;
-inline constexpr int kAbsorbGraphKey = -2;
-// The block pass of fewer than kHeadAttentionRequests requests whose longest holds more than short_context_keys()
-// keys (its own graph: the attention kernel differs by context there, and a graph cannot choose).
-inline constexpr int kLongContextBlockKey = -3;
-// The keyed persistent scan (set_keyed_scan) of sampled requests without cuts.
-inline constexpr int kKeyedScanKey = -4;
-// Whether a sampled request's draw is the plain Gumbel max of its logits: a temperature, no top-k, top-p or min-p.
-inline bool plain_gumbel_draw(const DeviceScanRequest& scan, int64_t vocab) {
-  return scan.temperature > 0.0f && (scan.top_k <= 0 || scan.top_k >= vocab) && scan.top_p >= 1.0f &&
-         scan.min_p <= 0.0f;
-}
-// Keys (context + block) per request up to which the head attention beats the split from 2 to 15 requests: ~320 a
-// request (batch s9B, graphed block pass at 4 streams: 0.501 vs 0.600 ms at context 512, 1.081 vs 1.000 at 2000).
-// Not at one request: batch s10A's lanes-like rounds (context 128..350) had the head pass 0.4306 ms against the
-// split's 0.4261 there (4 streams: 0.4346 against 0.4685 with 256-key stages and session 10's folded q/k heads).
-inline constexpr int64_t kHeadKeysPerRequest = 320;
-inline int64_t short_context_keys(int count) { return count >= 2 ? kHeadKeysPerRequest * count : 0; }
-// Keys (context + block) per request up to which the row attention (set_row_attention) takes a pass: batch s12A's
-// 1-stream rounds had it 64 us a pass ahead at contexts 128..300 but 15 us at 512..680 (each row CTA reads its head's
-// whole K / V from L2), so it stops short of where the two would meet; longer passes keep the split (own graph).
-inline constexpr int64_t kRowKeysPerRequest = 640;
-// The graph key part of a block pass and scan in one graph (set_one_graph): block key 0 or kLongContextBlockKey,
-// scan key kPersistentScanKey, kKeyedScanKey or a depth (<= kMaxDeviceBlock), each pair its own key below -1000.
-inline int one_graph_key(int block_key, int scan_key) {
-  return -1000 - 100 * (block_key == 0 ? 0 : 1) - (scan_key + 10);
-}
-// Graph shapes kept at most.
-inline constexpr size_t kMaxGraphShapes = 1024;
-
-// Request (and absorb row) count buckets: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5 times them). A
-// pass of `count` requests runs as the smallest bucket >= count, the rest padding requests (depth 0, own caches), so
-// a few graphs per depth serve every count and are captured once, outside timed rounds.
-inline int request_bucket(int count) {
-  int bucket = 1;
-  while (bucket < count) {
-    const int power = static_cast<int>(std::bit_floor(static_cast<unsigned>(bucket)));
-    bucket = bucket == power && bucket >= 2 ? power + power / 2 : 2 * power;
-  }
-  return bucket;
-}
 
 class CudaDsparkDrafter final : public Drafter {
  public:
@@ -181,10 +140,9 @@ class CudaDsparkDrafter final : public Drafter {
     graphs_.clear();
   }
   int row_attention() const { return row_attention_requests_; }
-  // Session 19: the row attention's query heads of one KV head in one CTA (block_attention_row_group: 2 or 4 heads,
-  // their K / V staged once, up to 512 keys; the same bits), 0 = the row kernel's CTA a head; where the shape or the
-  // device does not take it, the row kernel. LS_DRAFTER_ROW_GROUP=N at load; off until the A/B decides.
-  // `planted_first_chunk` (tests only): the grouped kernel leaves the first chunk out of its sums.
+  // Session 19: the row attention's query heads of one KV head N a CTA (block_attention_row_group, N 2-4, K / V staged
+  // once; the same bits), 0 the row kernel (also where N does not divide the heads of a KV head). 4 since batch b2
+  // (draft() 5-6 us shorter); LS_DRAFTER_ROW_GROUP=N at load. `planted_first_chunk` (tests only).
   void set_row_group(int heads, bool planted_first_chunk = false) {
     row_group_planted_ = planted_first_chunk;
     set_and_drop_graphs(row_group_heads_, heads);
@@ -193,6 +151,11 @@ class CudaDsparkDrafter final : public Drafter {
     if (heads > 1) (void)block_attention_row_group_supported(config_.block_size, dims, heads);
   }
   int row_group() const { return row_group_heads_; }
+  // Session 19: the grouped row kernel's threads ask L2 for the layer's weight prefetch after their K / V copies, not a
+  // side launch before (which they may queue behind). Same bits. LS_DRAFTER_PREFETCH_IN_ATTENTION=1; off (no A/B yet).
+  void set_prefetch_in_attention(bool on) { set_and_drop_graphs(prefetch_in_attention_, on); }
+  bool prefetch_in_attention() const { return prefetch_in_attention_; }
+  int64_t attention_prefetches() const { return attention_prefetches_; }  // launches that carried one (tests)
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
   // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
   // 0.18-0.32 ms a step in batch s10B). On by default since batch s11A's interleaved rounds (1 stream, depth 9,
@@ -250,55 +213,44 @@ class CudaDsparkDrafter final : public Drafter {
   int skinny_parts() const { return skinny_parts_; }
   // Session 16: the block pass and the scan as one graph where the scan's graph serves every depth (the persistent
   // and keyed scans): one launch a draft() instead of two, no timer events between them (last_block_ms() is then
-  // both, last_scan_ms() 0); the same launches, so the same bits. LS_DRAFTER_ONE_GRAPH=1 at load. `planted_no_scan`
-  // (tests only) leaves the scan out of the one graph.
+  // both, last_scan_ms() 0); the same launches, so the same bits. On by default since batch b2 of session 19 (1-5 us
+  // ahead in three batches); LS_DRAFTER_ONE_GRAPH=0 at load. `planted_no_scan` (tests only) leaves the scan out.
   void set_one_graph(bool on, bool planted_no_scan = false) {
     one_graph_planted_ = planted_no_scan;
     set_and_drop_graphs(one_graph_, on);
   }
   bool one_graph() const { return one_graph_; }
-  // Session 19: an absorb_device() of at most kAbsorbPassRows rows (graphs on, request buckets, the fused absorb)
-  // leaves its device work to the next draft() of one request, which runs it as a branch of its own block pass graph
-  // (a gather kernel for the feature copies, the absorb's GEMMs on a second cuBLAS handle and side stream, joined
-  // before layer 0's attention: an internal edge, where session 16's side-stream absorb waited on an external event)
-  // and uploads its sources with the pass's inputs; any other call runs it first as before. The same launches, so
-  // the same bits. LS_DRAFTER_ABSORB_IN_PASS=1 at load; off until the A/B decides. `planted_no_gather` (tests only):
-  // the branch leaves out the gather, so the absorb projects stale features.
+  // Session 19: an absorb_device() of <= kAbsorbPassRows rows runs inside the next one-request draft()'s block pass
+  // graph (a branch: gather kernel, GEMMs on a second cuBLAS handle, joined before layer 0's attention), else first as
+  // before. Same bits. On since b2 (drafter 0.579 -> 0.544-0.567 ms a round, absorb call 0.025 -> 0.0005 ms);
+  // LS_DRAFTER_ABSORB_IN_PASS=0 at load. `planted_no_gather` (tests only).
   void set_absorb_in_pass(bool on, bool planted_no_gather = false) {
     absorb_pass_planted_ = planted_no_gather;
     set_and_drop_graphs(absorb_in_pass_, on);
   }
   bool absorb_in_pass() const { return absorb_in_pass_; }
-  // Session 19: the inputs' upload as the first node of the block pass's graph and the records' copy back as the last
-  // of the scan's (or the one graph's), instead of a copy call each around the graph launches; the same bytes.
-  // LS_DRAFTER_COPIES_IN_GRAPH=1 at load; off until the A/B decides. `planted_no_download` (tests only): the graphs
-  // leave the copy back out, so draft() reads the records it uploaded.
+  // Session 19: the inputs' upload and the records' copy back as the graphs' first and last nodes, not a copy call
+  // each. LS_DRAFTER_COPIES_IN_GRAPH=1; off (a tie in b2). `planted_no_download` (tests only).
   void set_copies_in_graph(bool on, bool planted_no_download = false) {
     copies_planted_ = planted_no_download;
     set_and_drop_graphs(copies_in_graph_, on);
   }
   bool copies_in_graph() const { return copies_in_graph_; }
   // Whether an absorb is waiting for the next pass (tests).
-  bool absorb_pending() const { return !pending_absorb_.rows.empty(); }
-  // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
-  // default) or the unfused sequence (the reference the fused one is tested against).
+  bool absorb_pending() const { return absorb_pass_.waiting(); }
   // The project's GemmEngine for GEMMs of up to 16 rows instead of cuBLAS (bench/test pin; off by default).
-  void set_engine_gemms(bool on) {
-    engine_gemms_ = on;
-    graphs_.clear();
-  }
+  void set_engine_gemms(bool on) { set_and_drop_graphs(engine_gemms_, on); }
   // GEMMs through cublasLt with each shape's algorithm picked by timing its heuristic candidates at the shape's
   // first (eager) sighting (tuned_gemm.h; deterministic reductions only), else cuBLAS's default (off by default).
-  void set_tuned_gemms(bool on) {
-    tuned_gemms_ = on;
-    graphs_.clear();
-  }
+  void set_tuned_gemms(bool on) { set_and_drop_graphs(tuned_gemms_, on); }
   size_t tuned_gemm_shapes() const { return tuned_.shapes(); }
   // Summed device us of the tuned picks and of cublasLt's first candidate, over the shapes tuned (bench).
   std::pair<double, double> tuned_gemm_us() const { return {tuned_.tuned_us(), tuned_.default_us()}; }
   // absorb_device()'s projections fused (one GEMM for every layer's K and V, one heads launch: 4 launches a chunk)
   // or per layer (k GEMM, norm, RoPE, v GEMM, scatter: 2 + 5 x layers launches); on by default.
   void set_fused_absorb(bool on) { set_and_drop_graphs(fused_absorb_, on); }
+  // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
+  // default) or the unfused sequence (the reference the fused one is tested against).
   void set_fused_block(bool on) { set_and_drop_graphs(fused_block_, on); }
   // Whether a scan of `count` requests takes the fused step: the pin, else a single request (where supported).
   bool fused_scan(int count) const;
@@ -377,37 +329,31 @@ class CudaDsparkDrafter final : public Drafter {
   // absorb_device()'s projections of one chunk of `filled` rows (features, positions and row pointers in place):
   // C = hidden_norm(fc F), then per layer K = RoPE(k_norm(k_proj C)) and V = v_proj C into each row's context.
   Status absorb_chunk(int64_t filled);
-  // absorb_chunk's launches reading the rows' context pointers and positions from `row_pointers` / `positions`.
+  // absorb_chunk reading the rows' context pointers and positions from `row_pointers` / `positions`.
   Status absorb_chunk_from(int64_t filled, bf16_t* const* row_pointers, const int32_t* positions);
   // absorb_device()'s device work for checked pieces (their contexts reserved): copies, uploads, chunk graphs.
   Status enqueue_absorb(std::span<const TapRows> rows, const DeviceTaps& taps);
-  // Whether an absorb of these pieces may wait for the next pass (set_absorb_in_pass).
+  // The absorb inside the pass (cuda_absorb.cpp): whether one may wait; running a waiting one now (before anything
+  // that moves or reads its contexts); its part of the pass's inputs (returns the rows' bucket) and its bytes; its
+  // launches on the side branch (block_pass joins it); the branch's stream and cuBLAS handle (outside any capture).
   bool absorb_pass_takes(const DeviceTaps& taps, int64_t total_rows) const;
-  // Runs a waiting absorb now (enqueue_absorb), before anything that moves or reads its contexts.
   Status flush_pending_absorb();
-  // The waiting absorb's gather, positions and row pointers into `part` (the pinned staging of the pass's input
-  // part kAbsorbPass); returns its rows' bucket.
   int stage_absorb_pass(uint8_t* part) const;
-  // The absorb's launches on the side branch (forked from the pass's stream; block_pass joins it before layer 0's
-  // attention), reading the uploaded part.
-  Status fork_absorb_branch(int bucket);
-  // The absorb branch's stream and cuBLAS handle, created at first use (outside any capture).
-  Status ready_absorb_branch();
-  // Bytes of the pass's input part kAbsorbPass.
   size_t absorb_pass_input_bytes() const;
+  Status fork_absorb_branch(int bucket);
+  Status ready_absorb_branch();
   Status block_pass(int count);
   // What the graphs hold (cuda_graphs.cpp): the block pass's (the upload under set_copies_in_graph, the absorb branch
-  // of `absorb_bucket` rows when > 0, the pass), the scan's (the scan, the copy back under set_copies_in_graph), and
-  // both as one graph.
+  // of `absorb_bucket` rows, the pass), the scan's (then the copy back), both as one graph.
   Status block_graph(int count, int absorb_bucket);
   Status scan_graph(int count, int depth);
   Status one_graph_body(int count, int absorb_bucket, int depth);
-  // The inputs' upload of a pass of `padded` requests (up to the end of its records) and the records' copy back.
-  size_t upload_bytes(int padded) const;
+  size_t upload_bytes(int padded) const;  // up to the end of the records of a pass of `padded` requests
   Status upload_inputs(int padded);
   Status download_records(int count);
   Status block_pass_unfused(int count);
   BlockAttentionKernel attention_kernel(int count) const;
+  bool grouped_row_attention(int count) const;  // a pass of `count` takes block_attention_row_group
   // The block pass's graph key part for `count` requests: kLongContextBlockKey where the attention then differs
   // by context (long_context), else 0.
   int block_pass_key(int count, bool long_context) const {
@@ -495,27 +441,16 @@ class CudaDsparkDrafter final : public Drafter {
   int keyed_scan_planted_ = 0;
   bool scan_keep_w2_ = true;
   bool programmatic_ = true;
-  bool one_graph_ = false;  // session 16 (above)
-  bool absorb_in_pass_ = false;  // session 19 (above)
+  bool one_graph_ = true;  // session 16; on since batch b2 of session 19 (above)
+  bool absorb_in_pass_ = true;  // since batch b2 of session 19 (above)
   bool copies_in_graph_ = false;  // session 19 (above)
   bool copies_planted_ = false;
   bool absorb_pass_planted_ = false;
-  struct PendingAbsorb {
-    std::vector<TapRows> rows;  // checked pieces whose contexts hold their rows already (lengths moved on)
-    DeviceTaps taps;
-    int64_t total_rows = 0;
-  };
-  PendingAbsorb pending_absorb_;
-  SideBranch absorb_branch_;           // the absorb branch's side stream
-  CublasHandle absorb_cublas_;         // its GEMMs' own handle and workspace (concurrent with the pass's)
-  TrackedBuffer<uint8_t> absorb_cublas_workspace_;
-  bool absorb_branch_open_ = false;    // forked in this pass, not yet joined (block_pass joins it)
+  AbsorbPass absorb_pass_;  // the waiting absorb and its branch (set_absorb_in_pass)
   // Where gemm(), absorb_chunk's kernels and their cuBLAS calls go: the drafter's stream, or the absorb branch.
   cudaStream_t launch_stream_override_ = nullptr;
   cublasHandle_t cublas_override_ = nullptr;
   cudaStream_t launch_stream() const { return launch_stream_override_ ? launch_stream_override_ : stream_.get(); }
-  // Graph key first parts of a pass of `padded` requests with an absorb of `bucket` rows inside.
-  static int absorb_pass_first(int padded, int bucket) { return padded + 1000 * bucket; }
   bool one_graph_planted_ = false;
   // Whether a pass whose scan has graph key `scan_key` runs as one graph with its block pass (set_one_graph).
   bool one_graph_pass(int scan_key) const {
@@ -530,8 +465,11 @@ class CudaDsparkDrafter final : public Drafter {
   bool short_context_head_ = true;  // since batch s10B
   int head_stage_keys_ = 256;  // since batch s10B
   int row_attention_requests_ = 1;  // since batch s12A
-  int row_group_heads_ = 0;         // session 19 (set_row_group)
+  int row_group_heads_ = 4;         // since batch b2 of session 19 (set_row_group)
   bool row_group_planted_ = false;
+  bool prefetch_in_attention_ = false;  // session 19 (above)
+  L2PrefetchList attention_prefetch_;    // the next grouped row launch's prefetch (count 0: none)
+  int64_t attention_prefetches_ = 0;
   bool sampled_split_ = true;  // since batch s11A
   bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than context_bound(count)
@@ -555,45 +493,6 @@ class CudaDsparkDrafter final : public Drafter {
   int last_pass_requests_ = 0;
 };
 
-template <typename Enqueue>
-inline Status CudaDsparkDrafter::run_shape(std::pair<int, int> key, Enqueue&& enqueue) {
-  const cudaStream_t stream = stream_.get();
-  if (!graphs_on_ || profile_.on()) return enqueue();
-  auto found = graphs_.find(key);
-  if (found == graphs_.end()) {
-    if (graphs_.size() >= kMaxGraphShapes) return enqueue();
-    found = graphs_.emplace(key, GraphShape{}).first;
-  }
-  GraphShape& shape = found->second;
-  if (shape.failed || (!shape.exec.ready() && ++shape.sightings < 2)) return enqueue();
-  if (!shape.exec.ready()) {
-    // Second sighting: capture (nothing runs), then replay below; a capture that fails runs eagerly for good.
-    if (!shape.exec.capture(stream, enqueue).ok()) {
-      shape.failed = true;
-      ++graph_failures_;
-      return enqueue();
-    }
-  }
-  ++graph_replays_;
-  return shape.exec.launch(stream);
-}
-
-template <typename Enqueue>
-inline bool CudaDsparkDrafter::capture_shape(std::pair<int, int> key, Enqueue&& enqueue) {
-  if (!graphs_on_ || profile_.on()) return false;
-  auto found = graphs_.find(key);
-  if (found == graphs_.end()) {
-    if (graphs_.size() >= kMaxGraphShapes) return false;
-    found = graphs_.emplace(key, GraphShape{}).first;
-  }
-  GraphShape& shape = found->second;
-  if (shape.failed || shape.exec.ready()) return false;
-  if (!shape.exec.capture(stream_.get(), enqueue).ok()) {
-    shape.failed = true;
-    ++graph_failures_;
-    return false;
-  }
-  return true;
-}
-
 }  // namespace ls::dspark::cuda
+
+#include "draft/dspark/cuda/cuda_drafter_shapes.h"  // run_shape / capture_shape

@@ -63,6 +63,13 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
                        batched_loads_);
 }
 
+bool CudaDsparkDrafter::grouped_row_attention(int count) const {
+  const DsparkConfig& c = config_;
+  const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
+  return row_group_heads_ > 1 && attention_kernel(count) == BlockAttentionKernel::Row &&
+         block_attention_row_group_supported(c.block_size, dims, row_group_heads_);
+}
+
 BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
   const DsparkConfig& c = config_;
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
@@ -100,10 +107,15 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Row:
-      if (row_group_heads_ > 1 && block_attention_row_group_supported(gamma, dims, row_group_heads_)) {
-        return block_attention_row_group(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
-                                         attention_chunks_, row_group_heads_, s.attended.data(), stream_.get(),
-                                         row_group_planted_);
+      if (grouped_row_attention(count)) {
+        // The layer's weight prefetch rides in the kernel where prefetch_layer_weights left it there.
+        const L2PrefetchList* asks = attention_prefetch_.count > 0 ? &attention_prefetch_ : nullptr;
+        attention_prefetches_ += asks ? 1 : 0;
+        const Status attended = block_attention_row_group(s.queries.data(), s.block_requests.data(), count, gamma,
+                                                          dims, layer, attention_chunks_, row_group_heads_,
+                                                          s.attended.data(), stream_.get(), row_group_planted_, asks);
+        attention_prefetch_ = L2PrefetchList{};
+        return attended;
       }
       if (block_attention_row_supported(gamma, dims)) {
         return block_attention_row(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
@@ -180,10 +192,10 @@ Status CudaDsparkDrafter::block_pass(int count) {
     mark("q/k norm + RoPE");
     LS_ASSIGN_OR_RETURN(const bool forked, prefetch_layer_weights(count, index));
     prefetching = prefetching || forked;
-    if (absorb_branch_open_) {
+    if (absorb_pass_.open) {
       // The absorb inside the pass (set_absorb_in_pass) has written the context rows this attention reads.
-      absorb_branch_open_ = false;
-      LS_RETURN_IF_ERROR(absorb_branch_.join(stream));
+      absorb_pass_.open = false;
+      LS_RETURN_IF_ERROR(absorb_pass_.branch.join(stream));
     }
     LS_RETURN_IF_ERROR(attend(count, dims, index));
     mark("attention");
@@ -229,6 +241,13 @@ Result<bool> CudaDsparkDrafter::prefetch_layer_weights(int count, int layer) {
     budget -= bytes * eighths / 8;
   }
   if (spans.empty()) return false;
+  if (prefetch_in_attention_ && grouped_row_attention(count)) {
+    // Session 19: the attention's own threads ask for them after their K / V copies (no side launch); planted: the
+    // last span's first row (read after the attention, so no race with the o GEMM's early weight loads).
+    LS_RETURN_IF_ERROR(
+        make_l2_prefetch_list(spans, l2_prefetch_planted_ ? kMaxL2PrefetchSpans : -1, attention_prefetch_));
+    return false;
+  }
   const cudaStream_t side = prefetch_branch_.fork(stream_.get());
   if (side == nullptr) return false;  // no fork: the pass runs without its prefetch (the same bits)
   LS_RETURN_IF_ERROR(prefetch_l2_spans(spans, l2_prefetch_planted_, side));
