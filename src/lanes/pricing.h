@@ -117,11 +117,8 @@ struct PricingOptions {
   // barely moved the pool: batch b1's trace) no longer decides for the group alone (gpu-check b84ae38 at 8 / 16
   // streams: the woken group kept 1.3 a window for 3 passes, 0.93x). 1 (the scout alone) until a batch decides: on
   // b1-like fakes a drafter right for the scout's stream alone at 16 streams 0.960 -> 0.978x, a pass-wide lucky first
-  // window at 8 0.942 -> 0.911x (all four land), a good drafter 0.996 -> 0.986x. 4 by default since H200 batch b4
-  // (with wake_needs_landed, arms alternated, nano greedy 256 tokens): 8 streams 0.985 / 0.989x against 0.991 / 0.963x,
-  // 16 streams 1.000 / 0.997x against 0.957 / 0.931x; the synth 1.2B at 8 / 16 streams 1.095 / 1.284x against 1.082 /
-  // 1.291x. lanes_bench --scout-probes N (1: the scout alone).
-  int scout_probes = 4;
+  // window at 8 0.942 -> 0.911x (all four land), a good drafter 0.996 -> 0.986x. lanes_bench --scout-probes N.
+  int scout_probes = 1;
   // Seventeenth session (lanes19). The host overhead pricing adds to every round (observe_overhead) leaves out the
   // device absorb that follows a commit: it is the drafter's time, priced per row in each drafting stream's
   // activation, not work a plain round does. Counted in it, the restarted group's first absorbs on the H200 (batch b1,
@@ -139,10 +136,8 @@ struct PricingOptions {
   // scout's probe kept 0 of 7 (H200 batch b1, nano 16 streams: 16 restarts, a pass keeping 5 of 76). Probes (the
   // streams' own and group probes) still run and a window that lands lifts it. Off, an A/B for the next batch
   // (lanes_bench --wake-needs-landed on): on b1-like fakes 8 streams 0.970 -> 0.978x, a good drafter whose scout
-  // window failed 1.130 -> 1.112x, and with the H200's flat pass a good drafter's 16 streams were never woken. On by
-  // default with scout_probes = 4 since H200 batch b4 (numbers there; alone it gave 8 / 16 nano streams 0.969 / 0.980
-  // and 0.981 / 0.971x). lanes_bench --wake-needs-landed off for the old rule.
-  bool wake_needs_landed = true;
+  // window failed 1.130 -> 1.112x, and with the H200's flat pass a good drafter's 16 streams were never woken.
+  bool wake_needs_landed = false;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered

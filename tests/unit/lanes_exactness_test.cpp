@@ -68,11 +68,7 @@ TEST_P(LanesExactness, EveryReplyEqualsTheSameRequestRunAloneWithoutADrafter) {
   device_drafter_options.absorb_in_flight = param.device_taps;
   FakeDrafter drafter(device_drafter_options);
   FixedClock clock;
-  // The old wake rule: this test needs the drafter to take part in every case, and with wake_needs_landed (the
-  // default since lanes19) the 16-stream sampled group, whose scouts' windows keep nothing, is never woken.
-  LanesOptions lanes_options;
-  lanes_options.pricing.wake_needs_landed = false;
-  auto lanes = Lanes::create(target, param.drafter ? &drafter : nullptr, lanes_options, clock);
+  auto lanes = Lanes::create(target, param.drafter ? &drafter : nullptr, LanesOptions{}, clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   std::vector<Arrival> arrivals = staggered(param.streams, param.sampled);
   const int64_t setup_tap_rows = target.tap_rows();
