@@ -50,9 +50,9 @@ TEST(CudaDrafterLaunches, TheGroupedRowAttentionGivesTheRowKernelsPassBits) {
   }
 }
 
-// Lanes-like rounds on two drafters of the nano pair, one with set_absorb_in_pass: absorb_device() of 1..16 rows
-// (one or two streams' pieces) waits for the next draft() of one request and runs inside its graph; a pass of two
-// requests, a settle(), a release and a 17-row absorb run it first the old way. Every round's Hf, U, tokens and
+// Lanes-like rounds on two drafters of the nano pair, one with set_absorb_in_pass: absorb_device() of 1..16 rows of
+// one stream waits for the next draft() of one request and runs inside its graph; a pass of two requests, a
+// settle(), a release and a 17-row absorb run it first the old way; two streams' pieces never wait. Every round's Hf, U, tokens and
 // chance bits equal the absorb-first drafter's (scratch poisoned between the absorb and the pass, so the absorb's own
 // scratch too); the rounds run twice, the second time with the one graph and the copies in the graphs on both.
 // Planted: the branch without its gather projects poisoned features and must not draft the same.
@@ -93,10 +93,11 @@ TEST(CudaDrafterLaunches, AnAbsorbInsideThePassGivesTheAbsorbFirstBits) {
   const std::vector<Round> rounds = {
       {{{0, 0, 5}}, {0}, true},
       {{{0, 7, 1}}, {0}, true},
-      {{{0, 3, 9}, {1, 12, 4}}, {0}, true},  // 13 rows: bucket 16, two streams' pieces
+      {{{0, 3, 9}, {1, 12, 4}}, {0}, false},  // two streams' pieces: absorbed at once, as before
       {{{1, 0, 16}}, {1}, true},
       {{{0, 2, 6}}, {0}, true, Then::Settle},
-      {{{0, 5, 3}, {1, 9, 2}}, {0, 1}, true},  // a pass of two requests: the absorb runs first
+      {{{0, 5, 3}, {1, 9, 2}}, {0, 1}, false},  // two streams' pieces (then a pass of two requests)
+      {{{1, 13, 3}}, {0, 1}, true},             // one stream's rows, then a pass of two requests: runs first
       {{{0, 0, 17}}, {0}, false},              // more than 16 rows: never waits
       {{{0, 11, 4}}, {0}, true},
   };

@@ -114,7 +114,6 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
   pin("LS_DRAFTER_ABSORB_IN_PASS", d.absorb_in_pass_);
   pin("LS_DRAFTER_COPIES_IN_GRAPH", d.copies_in_graph_);
-  pin("LS_DRAFTER_PREFETCH_IN_ATTENTION", d.prefetch_in_attention_);
   if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
     d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
   }
