@@ -225,14 +225,6 @@ class CudaDsparkDrafter final : public Drafter {
     set_and_drop_graphs(absorb_in_pass_, on);
   }
   bool absorb_in_pass() const { return absorb_in_pass_; }
-  // Session 19: the inputs' upload as the block pass graph's first node and the records' copy back as the scan's (or
-  // one graph's) last, not a copy call each; the same bytes. LS_DRAFTER_COPIES_IN_GRAPH=1 at load; off (a tie in
-  // b2). `planted_no_download` (tests only): draft() reads the records it uploaded.
-  void set_copies_in_graph(bool on, bool planted_no_download = false) {
-    copies_planted_ = planted_no_download;
-    set_and_drop_graphs(copies_in_graph_, on);
-  }
-  bool copies_in_graph() const { return copies_in_graph_; }
   // Whether an absorb is waiting for the next pass (tests).
   bool absorb_pending() const { return absorb_pass_.waiting(); }
   // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
@@ -346,9 +338,8 @@ class CudaDsparkDrafter final : public Drafter {
   Status fork_absorb_branch(int bucket);
   Status ready_absorb_branch();
   Status block_pass(int count);
-  // What the graphs hold (cuda_graphs.cpp): the block pass's (the upload under set_copies_in_graph, the absorb branch
-  // of `absorb_bucket` rows when > 0, the pass), the scan's (the scan, the copy back under set_copies_in_graph), and
-  // both as one graph.
+  // What the graphs hold (cuda_graphs.cpp): the block pass's (the absorb branch of `absorb_bucket` rows when > 0, the
+  // pass), the scan's, and both as one graph.
   Status block_graph(int count, int absorb_bucket);
   Status scan_graph(int count, int depth);
   Status one_graph_body(int count, int absorb_bucket, int depth);
@@ -447,8 +438,6 @@ class CudaDsparkDrafter final : public Drafter {
   bool programmatic_ = true;
   bool one_graph_ = true;  // session 16; on since batch b2 of session 19 (above)
   bool absorb_in_pass_ = true;  // since batch b2 of session 19 (above)
-  bool copies_in_graph_ = false;  // session 19 (above)
-  bool copies_planted_ = false;
   bool absorb_pass_planted_ = false;
   AbsorbPass absorb_pass_;  // the waiting absorb and its branch (set_absorb_in_pass)
   // Where gemm(), absorb_chunk's kernels and their cuBLAS calls go: the drafter's stream, or the absorb branch.
