@@ -41,9 +41,10 @@
 //                                                                         priced at a flat conditional X (lanes15;
 //                                                                         0.5 by default since s14A); off: at the
 //                                                                         greedy prior
-//             [--overhead with-absorbs|without-absorbs]                    with-absorbs: the device absorb after a
-//                                                                         commit counted in the host overhead every
-//                                                                         round is priced with (before lanes19)
+//             [--overhead with-absorbs|without-absorbs]                    without-absorbs: the device absorb after a
+//                                                                         commit left out of the host overhead every
+//                                                                         round is priced with (lanes19; lost b3's
+//                                                                         nano 4 streams, off)
 //             [--wake-needs-landed on|off]                                 off: the pool wakes dormant streams though
 //                                                                         no verified window kept a draft (before
 //                                                                         lanes19)

@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# limit: 200
-# cpu19, on the Xeon's cores 14,15 (2 threads): --drafter-bits auto (the default: int8 on a CPU drafter with VNNI and
-# no AMX tiles, bf16 elsewhere). Arms: I = LS_CPU_DRAFTER_AMX=0 with auto bits (int8, what the AMD CI host runs now),
-# P = LS_CPU_DRAFTER_AMX=0 --drafter-bits 0 (bf16 on the panels: the AMD host's old default), A = the Xeon's default
-# (auto: bf16 on the AMX tiles). The auto-bits tests, 1-stream decoding with every round drafting against plain per arm
-# (cpu_bench --spec-depths), cpu_bench's pass A/B in one process (AMX bf16 / int8 / panels bf16), the int8 GEMM's
-# rates, then lanes_bench on the nano pair, arms alternated: 1/4/8/16 streams at 64 tokens, 1 stream at 256 (also
-# with the explore gate forced open), and the gate's numbers at 1 stream for I and P.
+# limit: 170
+# cpu19, on the Xeon's cores 14,15 (2 threads): --drafter-bits auto (the default: int8 on a CPU drafter with AVX-512
+# VNNI, AMX or not; bf16 elsewhere). Arms: I = auto bits (int8), P = --drafter-bits 0 with LS_CPU_DRAFTER_AMX=0 (bf16
+# on the panels: the AMD host's old default), T = --drafter-bits 0 with the tiles (cpu18's Xeon default). The auto-bits
+# tests, 1-stream decoding with every round drafting against plain (cpu_bench --spec-depths; int8 and bf16 in one
+# process, panels and tiles), cpu_bench's pass A/B in one process, then lanes_bench on the nano pair (1/4/8/16 streams
+# at 64 tokens, 1 stream at 256; I, P, T alternated) and the explore gate's numbers at 1 stream.
 set -u
 L=$OUT/cpu19_cpu_lanes.log
 : >"$L"
 say() { echo "$*" | tee -a "$L"; }
 find_bin() { find "$BIN" -name "$1" -type f -perm -u+x 2>/dev/null | head -1; }
-left() { echo $((195 - SECONDS)); }
+left() { echo $((165 - SECONDS)); }
 run() {
   local limit=$1; shift
   if [ "$(left)" -lt 5 ]; then say "SKIPPED (time): $*"; return; fi
@@ -32,35 +31,28 @@ fi
 PAIR="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json"
 [ -n "$TESTS" ] && run 25 "$TESTS" --gtest_brief=1 --gtest_filter='DraftBitsAuto.*:*AutoBitsNanoLanes*'
 # 1 stream, every round drafting at depth 1 / 3 / 5 / 7 against plain on the same tokens (the engine's answer without
-# the lanes' pricing), the arms in one process: int8 (auto) and bf16 on the panels (LS_CPU_DRAFTER_AMX=0), then the
-# Xeon's default (auto: bf16 on the AMX tiles) and int8 (LS_CPU_DRAFTER_AMX=1). Twice each.
+# the lanes' pricing), int8 and bf16 in one process: on the panels (LS_CPU_DRAFTER_AMX=0) and on the tiles.
 for amx in 0 1 0 1; do
   [ -n "$CPU_BENCH" ] && run 25 env LS_CPU_DRAFTER_AMX=$amx "$CPU_BENCH" --model models/nano/target \
     --drafter models/nano/drafter --prompts models/nano/eval_prompts.json --threads 2 --spec-depths 0,1,3,5,7 \
-    --drafter-bits-ab -1,$([ $amx = 0 ] && echo 0 || echo 8) --spec-prompts 6 --spec-tokens 128 --spec-repeats 2 \
+    --drafter-bits-ab 8,0 --spec-prompts 6 --spec-tokens 128 --spec-repeats 2 \
     --json "$OUT/cpu19_spec_amx${amx}_$SECONDS.json"
 done
 # The pass per arm side by side in one process (1 / 4 / 16 streams, depth 1 / 3 / 7): amx 1 x bits 0/8, amx 0 x 0/8.
 [ -n "$CPU_BENCH" ] && run 25 "$CPU_BENCH" --model models/nano/target --drafter models/nano/drafter --threads 2 \
   --drafter-amx 1,0 --drafter-bits-ab 0,8 --ab-streams 1,4,16 --repeats 5 --json "$OUT/cpu19_drafter_ab.json"
-# The w8a8 GEMM alone at 1 and 2 threads (the fc of a prompt absorb; the three layers' FFNs): does it scale on 2 cores?
-[ -n "$CPU_BENCH" ] && run 10 "$CPU_BENCH" --int8-rate 1,7,28,112,192 --threads 1,2 --repeats 30
-[ -n "$CPU_BENCH" ] && run 10 "$CPU_BENCH" --int8-rate 1,7,28,112,192 --threads 1,2 --repeats 30 --gemm-shape 1152,384,6
 if [ -n "$LANES_BENCH" ]; then
   lanes() {  # arm tokens streams [extra lanes_bench flags]
     local env_amx=0 bits=-1 arm=$1 tokens=$2 streams=$3
     shift 3
-    case $arm in P) bits=0;; A) env_amx=1;; esac
+    case $arm in P) bits=0;; T) env_amx=1; bits=0;; esac
     say "=== lanes arm $arm (LS_CPU_DRAFTER_AMX=$env_amx --drafter-bits $bits $*) tokens $tokens streams $streams"
     run 22 env LS_CPU_DRAFTER_AMX=$env_amx "$LANES_BENCH" $PAIR --device cpu --threads 2 --streams $streams \
       --tokens $tokens --repeats 1 --drafter-bits $bits "$@" \
       --json "$OUT/cpu19_lanes_${arm}_t${tokens}_s${streams//,/-}_$SECONDS.json"
   }
-  lanes I 64 1,4,8,16; lanes P 64 1,4,8,16; lanes I 256 1; lanes P 256 1
-  # What a round pays once drafting is bought at 1 stream: the explore gate forced open (--explore-gate 0).
-  lanes I 256 1 --explore-gate 0; lanes P 256 1 --explore-gate 0
-  lanes P 64 1,4,8,16; lanes I 64 1,4,8,16; lanes P 256 1; lanes I 256 1
-  lanes P 256 1 --explore-gate 0; lanes I 256 1 --explore-gate 0
+  lanes I 64 1,4,8,16; lanes T 64 1,4,8,16; lanes P 64 1,4,8,16
+  lanes I 256 1; lanes T 256 1; lanes P 256 1
   for arm in I P; do
     bits=-1; [ $arm = P ] && bits=0
     say "=== gate arm $arm tokens 64 streams 1 (--debug 1, full log in cpu19_gate_$arm.log)"

@@ -89,7 +89,7 @@ int run_generate(int argc, char** argv) {
   const int64_t drafter_bits =
       opts.get_int("--drafter-bits", -1,
                    "drafter weights: 0 = bf16 as stored, 8 = int8 per row (proposals only), -1 = auto (int8 on a "
-                   "CPU drafter with AVX-512 VNNI and no AMX, else bf16)");
+                   "CPU drafter with AVX-512 VNNI, else bf16)");
   const int64_t max_draft = opts.get_int("--max-draft", -1, "most drafts per round (-1 = the drafter's block)");
   const bool draft_always = opts.flag("--draft-always",
                                           "testing: draft the full depth every round whatever pricing says (same "

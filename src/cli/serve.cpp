@@ -54,7 +54,7 @@ int run_serve(int argc, char** argv) {
   const int64_t drafter_bits =
       opts.get_int("--drafter-bits", -1,
                    "drafter weights: 0 = bf16 as stored, 8 = int8 per row (proposals only), -1 = auto (int8 on a "
-                   "CPU drafter with AVX-512 VNNI and no AMX, else bf16)");
+                   "CPU drafter with AVX-512 VNNI, else bf16)");
   const int64_t max_draft = opts.get_int("--max-draft", 16, "engine-wide cap on drafts per stream per round");
   const int64_t context = opts.get_int("--context", 0, "most prompt + reply tokens (0: the model's max positions)");
   const int64_t kv_pages = opts.get_int("--kv-pages", 0, "CUDA: the KV pool in pages of 32 positions (0: room for "

@@ -124,8 +124,12 @@ struct PricingOptions {
   // activation, not work a plain round does. Counted in it, the restarted group's first absorbs on the H200 (batch b1,
   // nano 16 streams: 0.42 / 0.13 ms) moved the overhead 0.013 -> 0.155 ms; plain's round then looked 0.36 ms instead
   // of 0.24 and the allocator bought the group a second pass at 54.6 tok/ms against a true plain rate of ~67 (it kept
-  // 5 of 76). false: the old overhead (lanes_bench --overhead with-absorbs).
-  bool overhead_without_absorbs = true;
+  // 5 of 76). Off since H200 batch b3 (lanes_bench --overhead without-absorbs): priced at the true plain cost, the
+  // nano pair's 4 whole-context streams stopped drafting after a few early windows (0.918 / 0.910x, 6-10 passes,
+  // against 1.398 / 1.339x with 49) and the synth 1.2B at 16 streams ran 1.114x against 1.328x; at 8 / 16 nano
+  // streams it gained ~1 point. The old overhead's absorbs make plain look dearer by the drafter's absorb call: an
+  // optimism the 4-stream win leans on.
+  bool overhead_without_absorbs = false;
   // Seventeenth session (lanes19). No dormant stream is woken (bought drafts on the pool's chances) while every window
   // verified so far kept nothing: one failed window moves the pool's first depth only 0.85 -> 0.72 and deeper depths
   // sit at the calibrated confidences, so the every-8th reprice woke the whole group over restarted contexts after the

@@ -16,10 +16,6 @@ LanesOptions loss_stop(bool on) {
   options.pricing.stop_on_measured_loss = on;
   // The rule judges a sampled stream that explored: at the sampled prior a 64-token one would not (lanes15).
   options.pricing.sampled_prior.clear();
-  // lanes14's pricing, where the loss was measured: the device absorb after a commit counted as host overhead (plain's
-  // round looked dearer). With it left out (lanes19) pricing itself lets the weak stream go sooner (8 passes at 64
-  // tokens without the rule) and the rule adds less.
-  options.pricing.overhead_without_absorbs = false;
   return options;
 }
 

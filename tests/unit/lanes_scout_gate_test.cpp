@@ -15,9 +15,6 @@ namespace {
 LanesOptions scout_gate(bool right) {
   LanesOptions options;
   options.pricing.scout_gate_if_right = right;
-  // lanes15's pricing, where the 4-stream loss was measured: the device absorb after a commit counted as host overhead.
-  // With it left out (lanes19) the default's woken group here runs 2 passes and loses ~4 %, not 10 %.
-  options.pricing.overhead_without_absorbs = false;
   return options;
 }
 

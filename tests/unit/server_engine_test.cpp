@@ -130,10 +130,20 @@ std::vector<Reply> run_pooled(FakeTarget& target, const std::vector<Arrival>& ar
   for (const Arrival& arrival : arrivals) most = std::max(most, pages_of_8.pages_for(arrival.request));
   target.limit_kv_pages(2 * most, 8, advertised);
   std::vector<Reply> replies(arrivals.size());
-  Engine engine(**lanes);
-  std::vector<ReplyTicket> tickets;
-  for (const Arrival& arrival : arrivals) tickets.push_back(engine.submit(arrival.request));
-  for (size_t index = 0; index < tickets.size(); ++index) replies[index] = collect(tickets[index]);
+  // The engine's first round waits until every request is queued, so they meet the pool together however the
+  // threads are scheduled (a loaded machine once let the first requests finish before the last were submitted).
+  std::atomic<bool> submitted{false};
+  target.set_before_forward([&submitted] {
+    while (!submitted.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  });
+  {
+    Engine engine(**lanes);
+    std::vector<ReplyTicket> tickets;
+    for (const Arrival& arrival : arrivals) tickets.push_back(engine.submit(arrival.request));
+    submitted = true;
+    for (size_t index = 0; index < tickets.size(); ++index) replies[index] = collect(tickets[index]);
+  }
+  target.set_before_forward(nullptr);
   return replies;
 }
 

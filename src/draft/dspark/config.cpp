@@ -8,7 +8,6 @@
 #include <string_view>
 
 #include "compute/cpu/cpu_features.h"
-#include "compute/cpu/matmul_amx.h"
 
 namespace ls::dspark {
 namespace {
@@ -318,8 +317,8 @@ Status check_draft_fits_target(const DsparkConfig& config, const TargetFacts& ta
 
 int resolve_draft_bits(int bits, Device device, compute::NumericMode mode) {
   if (bits != kDraftBitsAuto) return bits;
-  const bool int8_pays = device == Device::Cpu && mode == compute::NumericMode::Bf16 &&
-                         compute::cpu_features().avx512_vnni && !compute::drafter_amx();
+  const bool int8_pays =
+      device == Device::Cpu && mode == compute::NumericMode::Bf16 && compute::cpu_features().avx512_vnni;
   return int8_pays ? 8 : 0;
 }
 

@@ -56,10 +56,11 @@ Status check_draft_fits_target(const DsparkConfig& config, const TargetFacts& ta
 Status check_draft_bits(int bits);
 // --drafter-bits -1 (kDraftBitsAuto, the CLI's and lanes_bench's default) made 0 or 8; other values pass through. A
 // drafter's bits never reach a reply (the target verifies every draft), so auto picks the faster pass: int8 on a CPU
-// drafter in bf16 mode where the w8a8 kernel runs (AVX-512 VNNI) and the drafter's matrices do not take the AMX tiles
-// (compute::drafter_amx()); bf16 as stored on the CUDA device, in fp32 mode (the parity reference), on AMX, and
-// without VNNI (the int8 GEMM would widen codes to fp32 there). On the AMD Zen 4 host (AVX-512 VNNI + BF16, no AMX)
-// the nano pair's pass ran 0.60-0.75x of bf16's at 1 / 4 / 16 streams and acceptance held (docs/cpu.md, cpu19).
+// drafter in bf16 mode where the w8a8 kernel runs (AVX-512 VNNI), with or without AMX; bf16 as stored on the CUDA
+// device, in fp32 mode (the parity reference) and without VNNI (the int8 GEMM would widen codes to fp32 there). On
+// the AMD Zen 4 host the nano pair's pass ran 0.60-0.89x of bf16's at 1 / 4 / 16 streams, on the Xeon's two cores
+// 0.67-0.98x of the AMX tiles' (cpu18's drafter default), and 1-stream rounds drafting every round 3-11 % faster there;
+// acceptance held (docs/cpu.md, cpu19).
 inline constexpr int kDraftBitsAuto = -1;
 int resolve_draft_bits(int bits, Device device, compute::NumericMode mode);
 

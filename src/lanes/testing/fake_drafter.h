@@ -43,7 +43,7 @@ struct FakeDrafterOptions {
                                       // without the rows it skipped drafts worse; confidences still say wrong_rate)
   int lucky_restarted_passes = 0;     // every draft of the first n passes over a restarted context is right (a
                                       // lucky probe there, whatever the rates)
-  std::vector<StreamId> right_streams;  // these streams' drafts are always right, whatever their context (a drafter
+  std::vector<StreamId> right_streams{};  // these streams' drafts are always right, whatever their context (a drafter
                                       // that pays for one stream of a group and not the others)
   bool device_taps = false;           // absorb_device() reads a fake target's kept taps (kFakeTapDevice)
   bool absorb_in_flight = false;      // absorb_device() reads them only at settle() or the next draft(), as the CUDA

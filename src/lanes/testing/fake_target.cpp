@@ -50,6 +50,7 @@ Status FakeTarget::set_taps(std::span<const int> layers) {
 }
 
 Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
+  if (options_.before_forward) options_.before_forward();
   const int64_t forward_index = forwards_++;
   if (forward_index == options_.fail_forward_at) {
     return Status(ErrorCode::Internal, "planted forward fault at forward " + std::to_string(forward_index));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -59,6 +60,9 @@ struct FakeTargetOptions {
   // from its forward until release; a forward that needs more pages than are free fails with OutOfMemory.
   int64_t kv_pages = 0;
   int kv_page_size = 16;
+  // Called at the start of every forward (tests: an engine test holds the first round until every request is
+  // submitted, so whether requests share a round does not depend on how the threads are scheduled).
+  std::function<void()> before_forward{};
 };
 
 class FakeTarget final : public Target {
@@ -91,6 +95,8 @@ class FakeTarget final : public Target {
   // From now on a fixed pool of `pages` (after Lanes::create: its load-time timing forwards need more room than a
   // small test pool has). Streams already open hold none of it. `advertised` false: facts() does not show it (a
   // control in which the lanes cannot budget for the pool).
+  // FakeTargetOptions::before_forward, set before the forwards it should see (not while another thread forwards).
+  void set_before_forward(std::function<void()> hook) { options_.before_forward = std::move(hook); }
   void limit_kv_pages(int64_t pages, int page_size, bool advertised = true);
   // KV pages held now, and the most ever held at once (a fixed pool only).
   int64_t pages_held() const { return pages_held_; }
