@@ -147,8 +147,6 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_one_graph = drafter.one_graph();
   const int loaded_group = drafter.row_group();
   const bool loaded_absorb_in_pass = drafter.absorb_in_pass();
-  const bool loaded_copies = drafter.copies_in_graph();
-  const bool loaded_prefetch_in_attention = drafter.prefetch_in_attention();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
   for (int block = 0; block < options.blocks; ++block) {
@@ -187,14 +185,6 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       drafter.set_absorb_in_pass(setting.find(":ap1") != std::string::npos   ? true
                                  : setting.find(":ap0") != std::string::npos ? false
                                                                              : loaded_absorb_in_pass);
-      // Session 19: ":cg1" the inputs' upload and the records' copy back inside the graphs (set_copies_in_graph).
-      drafter.set_copies_in_graph(setting.find(":cg1") != std::string::npos   ? true
-                                  : setting.find(":cg0") != std::string::npos ? false
-                                                                              : loaded_copies);
-      // Session 19: ":pa1" the weight prefetch asked by the grouped row kernel's threads (set_prefetch_in_attention).
-      drafter.set_prefetch_in_attention(setting.find(":pa1") != std::string::npos   ? true
-                                        : setting.find(":pa0") != std::string::npos ? false
-                                                                                    : loaded_prefetch_in_attention);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
@@ -285,12 +275,10 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_one_graph(loaded_one_graph);
   drafter.set_row_group(loaded_group);
   drafter.set_absorb_in_pass(loaded_absorb_in_pass);
-  drafter.set_copies_in_graph(loaded_copies);
-  drafter.set_prefetch_in_attention(loaded_prefetch_in_attention);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:g0/:g1][:rgN][:ap0/:ap1][:cg0/:cg1][:pa0/:pa1][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:g0/:g1][:rgN][:ap0/:ap1][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

@@ -24,7 +24,6 @@ struct RoundOptions {
   // set_scan_confidence_helpers(true), ":boN" for
   // set_scan_handoff_backoff(N) (default 100), ":partsN" for set_skinny_parts(N), ":g1" / ":g0" for
   // set_one_graph(true / false), ":rgN" for set_row_group(N), ":ap1" / ":ap0" for set_absorb_in_pass(true / false),
-  // ":cg1" / ":cg0" for set_copies_in_graph(true / false), ":pa1" / ":pa0" for set_prefetch_in_attention,
   // ":prof" for one eager profiled
   // pass after the last block (per launch label),
   // ":samp" / ":topp" / ":topk" / ":minp" / ":mix" for sampled requests (T 0.6 / T 0.8 with top-p 0.9 / T 0.7

@@ -192,58 +192,44 @@ TEST(CudaDrafter, TheShortContextChoicesGiveTheSplitBitsOnBothSidesOfTheirKeyBou
   }
 }
 
-// The weight prefetch (1 and 256 MiB) leaves every pass bit at 1 and 5 requests, eagerly, captured and replayed; a
-// planted store into a weight row turns the bit test red. Session 19: the same with the prefetch asked by the grouped
-// row kernel's threads (set_prefetch_in_attention; the nano's 3 heads a CTA at one request, the side launch at 5), its
-// planted store on the last span's first row.
 TEST(CudaDrafter, TheL2WeightPrefetchLeavesEveryPassBitAndAPlantedStoreTurnsItRed) {
   LS_SKIP_WITHOUT_DEVICE();
-  for (const bool in_attention : {false, true}) {
-    SCOPED_TRACE(in_attention ? "prefetch in the attention" : "prefetch on the side branch");
-    NanoDrafter nano;
-    ASSERT_TRUE(nano.load());
-    auto& [target, gpu, c, width] = nano;
-    if (in_attention) {
-      gpu->set_row_group(c.num_heads / c.num_kv_heads);
-      gpu->set_prefetch_in_attention(true);
-    }
-    std::vector<DraftRequest> requests;
-    for (int i = 0; i < 5; ++i) {
-      const int length = 9 + 57 * i;
-      ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 900 + i)).ok());
-      requests.push_back(request_at(i, length, 200 + 31 * i, i == 1 ? 4 : c.block_size,
-                                    i == 2 ? Sampling{0.8f, 0, 0.9f, 0.0f, 3} : Sampling{}));
-    }
-    // The nano layer's o_proj is ~0.5 MiB: 1 MiB prefetches it and shares of gate_up; 256 MiB every row of all three.
-    for (const size_t count : {size_t{1}, size_t{5}}) {
-      const std::span<const DraftRequest> some(requests.data(), count);
-      gpu->set_l2_prefetch(0);
-      const PassBits reference = poisoned_pass(*gpu, some);
-      for (const int64_t megabytes : {int64_t{1}, int64_t{256}}) {
-        SCOPED_TRACE(std::to_string(megabytes) + " MiB, " + std::to_string(count) + " requests");
-        gpu->set_l2_prefetch(megabytes << 20);
-        const int64_t failures = gpu->graph_failures(), carried = gpu->attention_prefetches();
-        for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
-          SCOPED_TRACE("sighting " + std::to_string(sighting));
-          expect_same_pass_bits(poisoned_pass(*gpu, some), reference);
-        }
-        EXPECT_EQ(gpu->graph_failures(), failures);
-        // Every layer's grouped launch carried the prefetch in the eager and the captured sighting (replays run no
-        // host code); none on the side-branch path or at 5 requests.
-        EXPECT_EQ(gpu->attention_prefetches() - carried, in_attention && count == 1 ? 2 * c.num_layers : 0);
-      }
-    }
-    // The planted store flips a bit of a weight row once per pass: the first pass must differ (the test can fail), and
-    // the weights are wrong from then on, so this comes last.
-    const std::span<const DraftRequest> one(requests.data(), 1);
-    gpu->set_l2_prefetch(0);
-    const PassBits reference = poisoned_pass(*gpu, one);
-    gpu->set_l2_prefetch(int64_t{256} << 20, /*planted_store=*/true);
-    const PassBits planted = poisoned_pass(*gpu, one);
-    ASSERT_EQ(planted.hidden.size(), reference.hidden.size());
-    EXPECT_NE(std::memcmp(planted.hidden.data(), reference.hidden.data(), reference.hidden.size() * sizeof(float)), 0)
-        << "a pass whose prefetch stored into a weight gave the reference's Hf: the bit test cannot see it";
+  NanoDrafter nano;
+  ASSERT_TRUE(nano.load());
+  auto& [target, gpu, c, width] = nano;
+  std::vector<DraftRequest> requests;
+  for (int i = 0; i < 5; ++i) {
+    const int length = 9 + 57 * i;
+    ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 900 + i)).ok());
+    requests.push_back(request_at(i, length, 200 + 31 * i, i == 1 ? 4 : c.block_size,
+                                  i == 2 ? Sampling{0.8f, 0, 0.9f, 0.0f, 3} : Sampling{}));
   }
+  // The nano layer's o_proj is ~0.5 MiB: 1 MiB prefetches it and shares of gate_up; 256 MiB every row of all three.
+  for (const size_t count : {size_t{1}, size_t{5}}) {
+    const std::span<const DraftRequest> some(requests.data(), count);
+    gpu->set_l2_prefetch(0);
+    const PassBits reference = poisoned_pass(*gpu, some);
+    for (const int64_t megabytes : {int64_t{1}, int64_t{256}}) {
+      SCOPED_TRACE(std::to_string(megabytes) + " MiB, " + std::to_string(count) + " requests");
+      gpu->set_l2_prefetch(megabytes << 20);
+      const int64_t failures = gpu->graph_failures();
+      for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
+        SCOPED_TRACE("sighting " + std::to_string(sighting));
+        expect_same_pass_bits(poisoned_pass(*gpu, some), reference);
+      }
+      EXPECT_EQ(gpu->graph_failures(), failures);
+    }
+  }
+  // The planted store flips a bit of each layer's o_proj once per pass: the first pass must differ (the test can
+  // fail), and the weights are wrong from then on, so this comes last.
+  const std::span<const DraftRequest> one(requests.data(), 1);
+  gpu->set_l2_prefetch(0);
+  const PassBits reference = poisoned_pass(*gpu, one);
+  gpu->set_l2_prefetch(int64_t{256} << 20, /*planted_store=*/true);
+  const PassBits planted = poisoned_pass(*gpu, one);
+  ASSERT_EQ(planted.hidden.size(), reference.hidden.size());
+  EXPECT_NE(std::memcmp(planted.hidden.data(), reference.hidden.data(), reference.hidden.size() * sizeof(float)), 0)
+      << "a pass whose prefetch branch stored into o_proj gave the reference's Hf: the bit test cannot see it";
 }
 
 }  // namespace

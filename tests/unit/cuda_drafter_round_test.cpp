@@ -50,11 +50,11 @@ TEST(CudaDrafterLaunches, TheGroupedRowAttentionGivesTheRowKernelsPassBits) {
   }
 }
 
-// Lanes-like rounds on two drafters of the nano pair, one with set_absorb_in_pass: absorb_device() of 1..16 rows
-// (one stream's piece) waits for the next draft() of one request and runs inside its graph; two streams' pieces, a pass
-// of two requests, a settle(), a release and a 17-row absorb run it first the old way. Every round's Hf, U, tokens and
+// Lanes-like rounds on two drafters of the nano pair, one with set_absorb_in_pass: absorb_device() of 1..16 rows of
+// one stream waits for the next draft() of one request and runs inside its graph; a pass of two requests, a
+// settle(), a release and a 17-row absorb run it first the old way; two streams' pieces never wait. Every round's Hf, U, tokens and
 // chance bits equal the absorb-first drafter's (scratch poisoned between the absorb and the pass, so the absorb's own
-// scratch too); the rounds run twice, the second time with the one graph and the copies in the graphs on both.
+// scratch too); the rounds run twice, the second time with the one graph on both.
 // Planted: the branch without its gather projects poisoned features and must not draft the same.
 TEST(CudaDrafterLaunches, AnAbsorbInsideThePassGivesTheAbsorbFirstBits) {
   LS_SKIP_WITHOUT_DEVICE();
@@ -93,16 +93,16 @@ TEST(CudaDrafterLaunches, AnAbsorbInsideThePassGivesTheAbsorbFirstBits) {
   const std::vector<Round> rounds = {
       {{{0, 0, 5}}, {0}, true},
       {{{0, 7, 1}}, {0}, true},
-      {{{0, 3, 9}, {1, 12, 4}}, {0}, false},  // two streams' pieces: never waits
+      {{{0, 3, 9}, {1, 12, 4}}, {0}, false},  // two streams' pieces: absorbed at once, as before
       {{{1, 0, 16}}, {1}, true},
       {{{0, 2, 6}}, {0}, true, Then::Settle},
-      {{{0, 5, 3}, {1, 9, 2}}, {0, 1}, false},  // two streams' pieces (a pass of two requests)
+      {{{0, 5, 3}, {1, 9, 2}}, {0, 1}, false},  // two streams' pieces (then a pass of two requests)
+      {{{1, 13, 3}}, {0, 1}, true},             // one stream's rows, then a pass of two requests: runs first
       {{{0, 0, 17}}, {0}, false},              // more than 16 rows: never waits
       {{{0, 11, 4}}, {0}, true},
   };
   const Round last = {{{1, 20, 2}}, {0}, true, Then::Release};
-  // The rounds alone, then again with set_one_graph and set_copies_in_graph on both (captured at load), then the
-  // release.
+  // The rounds alone, then again with set_one_graph on both (captured at load), then the release.
   std::vector<const Round*> schedule;
   for (const Round& round : rounds) schedule.push_back(&round);
   for (const Round& round : rounds) schedule.push_back(&round);
@@ -113,7 +113,6 @@ TEST(CudaDrafterLaunches, AnAbsorbInsideThePassGivesTheAbsorbFirstBits) {
     if (round_index == static_cast<int>(rounds.size())) {
       for (CudaDsparkDrafter* d : {reference.get(), inside.get()}) {
         d->set_one_graph(true);
-        d->set_copies_in_graph(true);
         d->capture_bucket_graphs();
       }
     }
@@ -161,53 +160,6 @@ TEST(CudaDrafterLaunches, AnAbsorbInsideThePassGivesTheAbsorbFirstBits) {
                                   passes[0].logits.size() * sizeof(float)) == 0;
   EXPECT_TRUE(!passes[1].drafts[0].status.ok() || passes[1].drafts[0].tokens != passes[0].drafts[0].tokens || !same_u)
       << "the absorb branch without its gather drafted the reference's bits: the test cannot see a lost absorb";
-}
-
-// set_copies_in_graph: 1 request (the persistent scan) and 5 (a sampled request: the step scans), with the two graphs
-// and the one graph, give the copy calls' Hf, U, tokens and chance bits eagerly, captured and replayed (scratch
-// poisoned first), and from graphs captured at load. Planted: graphs without the copy back must not draft the same.
-TEST(CudaDrafterLaunches, TheCopiesInTheGraphsGiveTheCopyCallsBits) {
-  LS_SKIP_WITHOUT_DEVICE();
-  NanoDrafter nano;
-  ASSERT_TRUE(nano.load());
-  auto& [target, gpu, c, width] = nano;
-  std::vector<DraftRequest> requests;
-  for (int i = 0; i < 5; ++i) {
-    const int length = 13 + 41 * i;
-    ASSERT_TRUE(gpu->absorb(i, 0, length, testing::random_taps(length, width, 2100 + i)).ok());
-    requests.push_back(request_at(i, length, 50 + 29 * i, i == 2 ? 3 : c.block_size,
-                                  i == 1 ? Sampling{0.7f, 0, 1.0f, 0.0f, 5} : Sampling{}));
-  }
-  ASSERT_FALSE(gpu->copies_in_graph());
-  for (const size_t count : {size_t{1}, size_t{5}}) {
-    const std::span<const DraftRequest> some(requests.data(), count);
-    for (const bool one : {false, true}) {
-      SCOPED_TRACE(std::to_string(count) + " requests, one graph " + std::to_string(one));
-      gpu->set_one_graph(false);
-      gpu->set_copies_in_graph(false);
-      const PassBits reference = poisoned_pass(*gpu, some);
-      gpu->set_one_graph(one);
-      gpu->set_copies_in_graph(true);
-      for (int sighting = 0; sighting < 3; ++sighting) {  // eager, captured, replayed
-        SCOPED_TRACE("sighting " + std::to_string(sighting));
-        expect_same_pass_bits(poisoned_pass(*gpu, some), reference);
-      }
-      gpu->set_copies_in_graph(true);
-      EXPECT_GT(gpu->capture_bucket_graphs(), 0);
-      const int64_t replays = gpu->graph_replays();
-      expect_same_pass_bits(poisoned_pass(*gpu, some), reference);
-      EXPECT_GT(gpu->graph_replays(), replays) << "a pass after the capture at load replays";
-      // Planted: without the copy back draft() reads the records it uploaded (no tokens drafted).
-      gpu->set_copies_in_graph(true, /*planted_no_download=*/true);
-      gpu->capture_bucket_graphs();
-      const PassBits planted = poisoned_pass(*gpu, some);
-      EXPECT_TRUE(!planted.drafts[0].status.ok() || planted.drafts[0].tokens != reference.drafts[0].tokens)
-          << "graphs without the copy back drafted the reference's tokens: the test cannot see a lost copy";
-    }
-  }
-  EXPECT_EQ(gpu->graph_failures(), 0);
-  gpu->set_copies_in_graph(false);
-  gpu->set_one_graph(false);
 }
 
 }  // namespace

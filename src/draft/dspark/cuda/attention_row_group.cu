@@ -6,9 +6,8 @@
 // the head's K / V from L2 (288 x 35 KB = 10 MB a layer at 137 keys, 29 MB at 393); here each (KV head, row) copies
 // them once for its heads (72 CTAs of 1024 threads at group 4: 2.5 MB at 137 keys), and the stage holds up to 512
 // keys (the lanes' 1-stream contexts reach ~400; the row kernel's 160 left the rest to per-key L2 loads).
-// 3 heads a CTA too (the nano drafter's 6 / 2). Also: the V rows in their own copy group (the scores wait for K
-// only), a group's chunk stats kept in the combining lanes' registers (one barrier fewer), and (under
-// set_prefetch_in_attention) the layer's weight prefetch asked by its threads right after their K / V copies.
+// 3 heads a CTA too (the nano drafter's 6 / 2). Also: the V rows in their own copy group (the scores wait for K only), and a group's chunk stats kept in registers
+// by the lanes that combine them (one barrier fewer).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -17,7 +16,6 @@
 #include "draft/dspark/cuda/attention_tile.cuh"
 #include "draft/dspark/cuda/device_steps.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
-#include "draft/dspark/cuda/l2_prefetch.cuh"
 
 namespace ls::dspark::cuda {
 namespace {
@@ -93,7 +91,7 @@ __device__ __forceinline__ void group_scores(const float* query, float* scores, 
 template <int kHeadDim, int kGroupHeads>
 __global__ void __launch_bounds__(kGroupThreads* kGroupHeads, kGroupHeads >= 3 ? 1 : 2)
     attention_row_group_kernel(const bf16_t* q, const DeviceBlockRequest* requests, int gamma, AttentionDims dims,
-                               int layer, int chunks, bf16_t* out, int planted, L2PrefetchList prefetch) {
+                               int layer, int chunks, bf16_t* out, int planted) {
   // The o_proj GEMM (launched programmatic at one request) may start loading its weights; it waits for this grid.
   let_next_kernel_start();
   constexpr int kEights = kHeadDim / 8, kQuads = kHeadDim / 4;
@@ -131,11 +129,6 @@ __global__ void __launch_bounds__(kGroupThreads* kGroupHeads, kGroupHeads >= 3 ?
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from) : "memory");
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
-  // The weight prefetch (set_prefetch_in_attention), queued behind this CTA's own K / V copies.
-  if (prefetch.count > 0) {
-    issue_l2_prefetches(prefetch, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                        static_cast<int64_t>(gridDim.x) * blockDim.x);
   }
   if (t < kEights) load_eight(q + output_row * kHeadDim + 8 * t, query + 8 * t);
   asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // this thread's K copies (V may still be on the way)
@@ -280,13 +273,12 @@ Status allow_group_shared(int head_dim, int group_heads) {
 
 template <int kHeadDim, int kGroupHeads>
 Status launch_group(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma, AttentionDims dims,
-                    int layer, int chunks, bf16_t* out, cudaStream_t stream, int planted,
-                    const L2PrefetchList& prefetch) {
+                    int layer, int chunks, bf16_t* out, cudaStream_t stream, int planted) {
   LS_RETURN_IF_ERROR((allow_group<kHeadDim, kGroupHeads>()));
   const dim3 grid(static_cast<unsigned int>(count * (dims.heads / kGroupHeads) * gamma));
   attention_row_group_kernel<kHeadDim, kGroupHeads>
       <<<grid, kGroupThreads * kGroupHeads, group_shared_bytes<kHeadDim, kGroupHeads>(), stream>>>(
-          q, requests, gamma, dims, layer, chunks, out, planted, prefetch);
+          q, requests, gamma, dims, layer, chunks, out, planted);
   LS_CUDA_TRY_LAUNCH("block_attention_row_group");
   return ok_status();
 }
@@ -333,7 +325,7 @@ bool block_attention_row_group_supported(int gamma, AttentionDims dims, int grou
 
 Status block_attention_row_group(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                                  AttentionDims dims, int layer, int chunks, int group_heads, bf16_t* out,
-                                 cudaStream_t stream, bool planted_first_chunk, const L2PrefetchList* prefetch) {
+                                 cudaStream_t stream, bool planted_first_chunk) {
   if (count == 0) return ok_status();
   if (!group_shape_taken(gamma, dims, group_heads)) {
     return Status(ErrorCode::UnsupportedDraftShape,
@@ -343,14 +335,16 @@ Status block_attention_row_group(const bf16_t* q, const DeviceBlockRequest* requ
   }
   const int used = attention_tiles::used_attention_chunks(count, dims.kv_heads, chunks);
   const int planted = planted_first_chunk ? 1 : 0;
-  const L2PrefetchList asks = prefetch ? *prefetch : L2PrefetchList{};
-  auto run = [&](auto launch) {
-    return launch(q, requests, count, gamma, dims, layer, used, out, stream, planted, asks);
-  };
-  const bool small = dims.head_dim == 32;
-  if (group_heads == 2) return small ? run(launch_group<32, 2>) : run(launch_group<64, 2>);
-  if (group_heads == 3) return small ? run(launch_group<32, 3>) : run(launch_group<64, 3>);
-  return small ? run(launch_group<32, 4>) : run(launch_group<64, 4>);
+  if (group_heads == 2) {
+    return dims.head_dim == 32 ? launch_group<32, 2>(q, requests, count, gamma, dims, layer, used, out, stream, planted)
+                               : launch_group<64, 2>(q, requests, count, gamma, dims, layer, used, out, stream, planted);
+  }
+  if (group_heads == 3) {
+    return dims.head_dim == 32 ? launch_group<32, 3>(q, requests, count, gamma, dims, layer, used, out, stream, planted)
+                               : launch_group<64, 3>(q, requests, count, gamma, dims, layer, used, out, stream, planted);
+  }
+  return dims.head_dim == 32 ? launch_group<32, 4>(q, requests, count, gamma, dims, layer, used, out, stream, planted)
+                             : launch_group<64, 4>(q, requests, count, gamma, dims, layer, used, out, stream, planted);
 }
 
 }  // namespace ls::dspark::cuda

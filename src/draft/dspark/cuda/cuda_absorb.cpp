@@ -84,9 +84,9 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
     total_rows += piece.rows;
   }
   if (rows.size() == 1 && absorb_pass_takes(taps, total_rows)) {
-    // Session 19: the next pass of one request runs it inside its graph (settle() or any other call runs it first).
-    // One stream's rows only: several streams' absorb is followed by a pass of several requests, which would run it
-    // first anyway, later than now (H200 b4/b5: nano 4 streams 0.87-1.17x with every absorb waiting, 1.41x without).
+    // Session 19: one stream's rows: the next pass of one request runs them inside its graph (settle() or any other
+    // call runs them first). Several streams' rows precede a pass of several requests: left there, that pass would
+    // carry the absorb's device time (the lanes' pass prices took it: nano 4 streams 1.17x against 1.32-1.41x, b5).
     absorb_pass_.rows.assign(rows.begin(), rows.end());
     absorb_pass_.taps = taps;
     absorb_pass_.total_rows = total_rows;

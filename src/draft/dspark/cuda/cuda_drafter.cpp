@@ -113,8 +113,6 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
   pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
   pin("LS_DRAFTER_ABSORB_IN_PASS", d.absorb_in_pass_);
-  pin("LS_DRAFTER_COPIES_IN_GRAPH", d.copies_in_graph_);
-  pin("LS_DRAFTER_PREFETCH_IN_ATTENTION", d.prefetch_in_attention_);
   if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
     d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
   }
@@ -307,10 +305,8 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
   const int absorb_bucket =
       absorb_here ? stage_absorb_pass(staging_.data() + scratch_.offsets[DeviceBlockScratch::kAbsorbPass]) : 0;
   const int key_first = absorb_here ? absorb_pass_first(padded, absorb_bucket) : padded;
-  // The one upload up to the end of the records used (inside the block pass's graph under set_copies_in_graph).
-  if (!copies_in_graph_) {
-    if (Status uploaded = upload_inputs(padded); !uploaded.ok()) return fail_all(uploaded);
-  }
+  // The one upload up to the end of the records used.
+  if (Status uploaded = upload_inputs(padded); !uploaded.ok()) return fail_all(uploaded);
   profile_.begin(stream);
   last_pass_requests_ = padded;
   long_context_ = most_keys > context_bound(padded);
@@ -343,9 +339,8 @@ std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> reques
     }
   }
   if (absorb_here) absorb_pass_.clear();  // enqueued inside the pass (or failed with it)
-  // The one copy back: every request's tokens, chances and failure flags (the padded count's, inside the scan's
-  // graph under set_copies_in_graph).
-  if (status.ok() && !copies_in_graph_) status = download_records(count);
+  // The one copy back: every request's tokens, chances and failure flags.
+  if (status.ok()) status = download_records(count);
   const Status synced = ls::cuda::cuda_status(cudaStreamSynchronize(stream), "draft pass");
   if (status.ok()) status = synced;
   if (status.ok()) {

@@ -151,11 +151,6 @@ class CudaDsparkDrafter final : public Drafter {
     if (heads > 1) (void)block_attention_row_group_supported(config_.block_size, dims, heads);
   }
   int row_group() const { return row_group_heads_; }
-  // Session 19: the grouped row kernel's threads ask L2 for the layer's weight prefetch after their K / V copies, not a
-  // side launch before (which they may queue behind). Same bits. LS_DRAFTER_PREFETCH_IN_ATTENTION=1; off (no A/B yet).
-  void set_prefetch_in_attention(bool on) { set_and_drop_graphs(prefetch_in_attention_, on); }
-  bool prefetch_in_attention() const { return prefetch_in_attention_; }
-  int64_t attention_prefetches() const { return attention_prefetches_; }  // launches that carried one (tests)
   // A single sampled request's fused scan as the fused step's product alone then markov_pick_split (the same
   // logits and picks; the keyed draw over vocab chunks instead of the step's last 256-thread CTA, which took
   // 0.18-0.32 ms a step in batch s10B). On by default since batch s11A's interleaved rounds (1 stream, depth 9,
@@ -220,37 +215,37 @@ class CudaDsparkDrafter final : public Drafter {
     set_and_drop_graphs(one_graph_, on);
   }
   bool one_graph() const { return one_graph_; }
-  // Session 19: an absorb_device() of <= kAbsorbPassRows rows runs inside the next one-request draft()'s block pass
-  // graph (a branch: gather kernel, GEMMs on a second cuBLAS handle, joined before layer 0's attention), else first as
-  // before. Same bits. On since b2 (drafter 0.579 -> 0.544-0.567 ms a round, absorb call 0.025 -> 0.0005 ms);
-  // LS_DRAFTER_ABSORB_IN_PASS=0 at load. `planted_no_gather` (tests only).
+  // Session 19: an absorb_device() of at most kAbsorbPassRows rows leaves its device work to the next draft() of one
+  // request, which runs it as a branch of its own block pass graph (a gather kernel, the GEMMs on a second cuBLAS
+  // handle, joined before layer 0's attention: an internal edge) with its sources in the pass's upload; any other call
+  // runs it first as before. The same bits. On since batch b2 (lanes: drafter 0.579 -> 0.544-0.567 ms a round, the
+  // absorb call 0.025 -> 0.0005); LS_DRAFTER_ABSORB_IN_PASS=0 at load. `planted_no_gather` (tests only).
   void set_absorb_in_pass(bool on, bool planted_no_gather = false) {
     absorb_pass_planted_ = planted_no_gather;
     set_and_drop_graphs(absorb_in_pass_, on);
   }
   bool absorb_in_pass() const { return absorb_in_pass_; }
-  // Session 19: the inputs' upload and the records' copy back as the graphs' first and last nodes, not a copy call
-  // each. LS_DRAFTER_COPIES_IN_GRAPH=1; off (a tie in b2). `planted_no_download` (tests only).
-  void set_copies_in_graph(bool on, bool planted_no_download = false) {
-    copies_planted_ = planted_no_download;
-    set_and_drop_graphs(copies_in_graph_, on);
-  }
-  bool copies_in_graph() const { return copies_in_graph_; }
   // Whether an absorb is waiting for the next pass (tests).
   bool absorb_pending() const { return absorb_pass_.waiting(); }
+  // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
+  // default) or the unfused sequence (the reference the fused one is tested against).
   // The project's GemmEngine for GEMMs of up to 16 rows instead of cuBLAS (bench/test pin; off by default).
-  void set_engine_gemms(bool on) { set_and_drop_graphs(engine_gemms_, on); }
+  void set_engine_gemms(bool on) {
+    engine_gemms_ = on;
+    graphs_.clear();
+  }
   // GEMMs through cublasLt with each shape's algorithm picked by timing its heuristic candidates at the shape's
   // first (eager) sighting (tuned_gemm.h; deterministic reductions only), else cuBLAS's default (off by default).
-  void set_tuned_gemms(bool on) { set_and_drop_graphs(tuned_gemms_, on); }
+  void set_tuned_gemms(bool on) {
+    tuned_gemms_ = on;
+    graphs_.clear();
+  }
   size_t tuned_gemm_shapes() const { return tuned_.shapes(); }
   // Summed device us of the tuned picks and of cublasLt's first candidate, over the shapes tuned (bench).
   std::pair<double, double> tuned_gemm_us() const { return {tuned_.tuned_us(), tuned_.default_us()}; }
   // absorb_device()'s projections fused (one GEMM for every layer's K and V, one heads launch: 4 launches a chunk)
   // or per layer (k GEMM, norm, RoPE, v GEMM, scatter: 2 + 5 x layers launches); on by default.
   void set_fused_absorb(bool on) { set_and_drop_graphs(fused_absorb_, on); }
-  // The block pass's fused steps (stacked q/k/v and gate/up GEMMs, qkv_heads, residual_norm, swiglu_stacked; on by
-  // default) or the unfused sequence (the reference the fused one is tested against).
   void set_fused_block(bool on) { set_and_drop_graphs(fused_block_, on); }
   // Whether a scan of `count` requests takes the fused step: the pin, else a single request (where supported).
   bool fused_scan(int count) const;
@@ -343,17 +338,17 @@ class CudaDsparkDrafter final : public Drafter {
   Status fork_absorb_branch(int bucket);
   Status ready_absorb_branch();
   Status block_pass(int count);
-  // What the graphs hold (cuda_graphs.cpp): the block pass's (the upload under set_copies_in_graph, the absorb branch
-  // of `absorb_bucket` rows, the pass), the scan's (then the copy back), both as one graph.
+  // What the graphs hold (cuda_graphs.cpp): the block pass's (the absorb branch of `absorb_bucket` rows when > 0, the
+  // pass), the scan's, and both as one graph.
   Status block_graph(int count, int absorb_bucket);
   Status scan_graph(int count, int depth);
   Status one_graph_body(int count, int absorb_bucket, int depth);
-  size_t upload_bytes(int padded) const;  // up to the end of the records of a pass of `padded` requests
+  // The inputs' upload of a pass of `padded` requests (up to the end of its records) and the records' copy back.
+  size_t upload_bytes(int padded) const;
   Status upload_inputs(int padded);
   Status download_records(int count);
   Status block_pass_unfused(int count);
   BlockAttentionKernel attention_kernel(int count) const;
-  bool grouped_row_attention(int count) const;  // a pass of `count` takes block_attention_row_group
   // The block pass's graph key part for `count` requests: kLongContextBlockKey where the attention then differs
   // by context (long_context), else 0.
   int block_pass_key(int count, bool long_context) const {
@@ -443,8 +438,6 @@ class CudaDsparkDrafter final : public Drafter {
   bool programmatic_ = true;
   bool one_graph_ = true;  // session 16; on since batch b2 of session 19 (above)
   bool absorb_in_pass_ = true;  // since batch b2 of session 19 (above)
-  bool copies_in_graph_ = false;  // session 19 (above)
-  bool copies_planted_ = false;
   bool absorb_pass_planted_ = false;
   AbsorbPass absorb_pass_;  // the waiting absorb and its branch (set_absorb_in_pass)
   // Where gemm(), absorb_chunk's kernels and their cuBLAS calls go: the drafter's stream, or the absorb branch.
@@ -467,9 +460,6 @@ class CudaDsparkDrafter final : public Drafter {
   int row_attention_requests_ = 1;  // since batch s12A
   int row_group_heads_ = 4;         // since batch b2 of session 19 (set_row_group)
   bool row_group_planted_ = false;
-  bool prefetch_in_attention_ = false;  // session 19 (above)
-  L2PrefetchList attention_prefetch_;    // the next grouped row launch's prefetch (count 0: none)
-  int64_t attention_prefetches_ = 0;
   bool sampled_split_ = true;  // since batch s11A
   bool sampled_split_planted_ = false;
   bool long_context_ = false;  // the current pass's longest request holds more than context_bound(count)

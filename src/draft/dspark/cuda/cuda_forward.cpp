@@ -63,13 +63,6 @@ Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, cons
                        batched_loads_);
 }
 
-bool CudaDsparkDrafter::grouped_row_attention(int count) const {
-  const DsparkConfig& c = config_;
-  const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
-  return row_group_heads_ > 1 && attention_kernel(count) == BlockAttentionKernel::Row &&
-         block_attention_row_group_supported(c.block_size, dims, row_group_heads_);
-}
-
 BlockAttentionKernel CudaDsparkDrafter::attention_kernel(int count) const {
   const DsparkConfig& c = config_;
   const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, 0.0f};
@@ -107,15 +100,10 @@ Status CudaDsparkDrafter::attend(int count, const AttentionDims& dims, int layer
       }
       break;  // the warp kernel takes every shape
     case BlockAttentionKernel::Row:
-      if (grouped_row_attention(count)) {
-        // The layer's weight prefetch rides in the kernel where prefetch_layer_weights left it there.
-        const L2PrefetchList* asks = attention_prefetch_.count > 0 ? &attention_prefetch_ : nullptr;
-        attention_prefetches_ += asks ? 1 : 0;
-        const Status attended = block_attention_row_group(s.queries.data(), s.block_requests.data(), count, gamma,
-                                                          dims, layer, attention_chunks_, row_group_heads_,
-                                                          s.attended.data(), stream_.get(), row_group_planted_, asks);
-        attention_prefetch_ = L2PrefetchList{};
-        return attended;
+      if (row_group_heads_ > 1 && block_attention_row_group_supported(gamma, dims, row_group_heads_)) {
+        return block_attention_row_group(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
+                                         attention_chunks_, row_group_heads_, s.attended.data(), stream_.get(),
+                                         row_group_planted_);
       }
       if (block_attention_row_supported(gamma, dims)) {
         return block_attention_row(s.queries.data(), s.block_requests.data(), count, gamma, dims, layer,
@@ -241,13 +229,6 @@ Result<bool> CudaDsparkDrafter::prefetch_layer_weights(int count, int layer) {
     budget -= bytes * eighths / 8;
   }
   if (spans.empty()) return false;
-  if (prefetch_in_attention_ && grouped_row_attention(count)) {
-    // Session 19: the attention's own threads ask for them after their K / V copies (no side launch); planted: the
-    // last span's first row (read after the attention, so no race with the o GEMM's early weight loads).
-    LS_RETURN_IF_ERROR(
-        make_l2_prefetch_list(spans, l2_prefetch_planted_ ? kMaxL2PrefetchSpans : -1, attention_prefetch_));
-    return false;
-  }
   const cudaStream_t side = prefetch_branch_.fork(stream_.get());
   if (side == nullptr) return false;  // no fork: the pass runs without its prefetch (the same bits)
   LS_RETURN_IF_ERROR(prefetch_l2_spans(spans, l2_prefetch_planted_, side));

@@ -1,5 +1,5 @@
-// The CUDA drafter's graphs: what a block pass, scan or one-graph pass holds (the inputs' upload and the records' copy
-// back under set_copies_in_graph, the absorb branch under set_absorb_in_pass) and their capture at load.
+// The CUDA drafter's graphs: what a block pass, scan or one-graph pass holds (the absorb branch under
+// set_absorb_in_pass), the inputs' upload and the records' copy back, and the graphs' capture at load.
 #include <chrono>
 
 #include "draft/dspark/cuda/absorb_kernels.h"
@@ -18,7 +18,6 @@ Status CudaDsparkDrafter::upload_inputs(int padded) {
 }
 
 Status CudaDsparkDrafter::download_records(int count) {
-  if (copies_in_graph_ && copies_planted_) return ok_status();
   return ls::cuda::cuda_status(cudaMemcpyAsync(staging_.data() + scratch_.offsets[DeviceBlockScratch::kRecords],
                                                scratch_.records.data(), count * sizeof(DeviceScanRecord),
                                                cudaMemcpyDeviceToHost, stream_.get()),
@@ -26,20 +25,15 @@ Status CudaDsparkDrafter::download_records(int count) {
 }
 
 Status CudaDsparkDrafter::block_graph(int count, int absorb_bucket) {
-  if (copies_in_graph_) LS_RETURN_IF_ERROR(upload_inputs(count));
   if (absorb_bucket > 0) LS_RETURN_IF_ERROR(fork_absorb_branch(absorb_bucket));
   return block_pass(count);
 }
 
-Status CudaDsparkDrafter::scan_graph(int count, int depth) {
-  LS_RETURN_IF_ERROR(markov_scan(count, depth));
-  return copies_in_graph_ ? download_records(count) : ok_status();
-}
+Status CudaDsparkDrafter::scan_graph(int count, int depth) { return markov_scan(count, depth); }
 
 Status CudaDsparkDrafter::one_graph_body(int count, int absorb_bucket, int depth) {
   LS_RETURN_IF_ERROR(block_graph(count, absorb_bucket));
-  if (!one_graph_planted_) LS_RETURN_IF_ERROR(markov_scan(count, depth));
-  return copies_in_graph_ ? download_records(count) : ok_status();
+  return one_graph_planted_ ? ok_status() : markov_scan(count, depth);
 }
 
 int CudaDsparkDrafter::capture_bucket_graphs() {

@@ -180,14 +180,10 @@ Status block_attention_row(const bf16_t* q, const DeviceBlockRequest* requests, 
 // of one KV head in a CTA of group_heads x 256 threads, their K / V staged once (up to 512 keys at 3 or 4, 256 at 2;
 // the row kernel: 160 per query head), V in its own copy group. Supported where the query heads a KV head divide by
 // `group_heads` and the device's opt-in shared memory holds the CTA's (209 / 193 / 105 KB at 4 / 3 / 2, head_dim 64).
-// `prefetch` (session 19, may be null): weight rows the kernel's threads ask L2 for right after their K / V copies
-// (in place of prefetch_l2_spans' side launch, which the K / V loads queued behind).
-struct L2PrefetchList;
 bool block_attention_row_group_supported(int gamma, AttentionDims dims, int group_heads);
 Status block_attention_row_group(const bf16_t* q, const DeviceBlockRequest* requests, int count, int gamma,
                                  AttentionDims dims, int layer, int chunks, int group_heads, bf16_t* out,
-                                 cudaStream_t stream, bool planted_first_chunk = false,
-                                 const L2PrefetchList* prefetch = nullptr);
+                                 cudaStream_t stream, bool planted_first_chunk = false);
 
 // ---- Weight prefetch into L2 (l2_prefetch.cu) ----
 
@@ -200,15 +196,6 @@ struct L2PrefetchSpan {
   int eighths = 8;
 };
 inline constexpr int kMaxL2PrefetchSpans = 4;
-// The spans a launch takes (by value); `planted_span` >= 0 (tests only): that span's first row gets a bit flipped
-// instead of its prefetch, so a bit test can see the prefetch misbehave.
-struct L2PrefetchList {
-  L2PrefetchSpan spans[kMaxL2PrefetchSpans];
-  int count = 0;
-  int planted_span = -1;
-};
-// The list of `spans` (empty ones left out), or InvalidArgument past 4 spans or for unaligned rows.
-Status make_l2_prefetch_list(std::span<const L2PrefetchSpan> spans, int planted_span, L2PrefetchList& out);
 // Issues the spans' prefetches (one small launch; it ends before the data arrives) and changes no memory.
 // `planted_store` (tests only) flips a bit of the first row instead, so a bit test can see the branch misbehave.
 Status prefetch_l2_spans(std::span<const L2PrefetchSpan> spans, bool planted_store, cudaStream_t stream);
