@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "compute/cuda/cuda_util.h"
+#include "draft/dspark/cuda/attention_row_steps.cuh"
 #include "draft/dspark/cuda/attention_tile.cuh"
 #include "draft/dspark/cuda/device_steps.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
@@ -29,16 +30,14 @@ using attention_tiles::window_end;
 // once (512 threads at 128 registers took one CTA an SM: three waves).
 constexpr int kRowCtaThreads = 256;
 constexpr int kRowWindow = 4096;  // scores a CTA holds (multiple of 32): more keys take several windows
-constexpr int kValueTasks = 2;    // (chunk, 4 dims) tasks a thread: 32 chunks x 16 quads over 256 threads
-constexpr int kValueBatch = 4;    // V rows a task loads before its multiply-adds
+using row_steps::kStageStride;
+using row_steps::kValueTasks;
 
 // Staged (session 12; the only variant since session 13): the first kRowStageKeys keys' K and V rows copied into
 // shared memory at the start with 16-byte cp.async copies that cover whole lines (a warp's copies 4 lines at a time,
 // where a thread per key touches 32 lines a load), rows padded to kHeadDim + 8 (a quarter warp's 16-byte reads of 8
 // rows hit 8 bank groups). 3 CTAs an SM: a 1-stream grid is still resident at once.
 constexpr int kRowStageKeys = 160;
-template <int kHeadDim>
-constexpr int kStageStride = kHeadDim + 8;
 template <int kHeadDim>
 constexpr size_t row_stage_bytes() {
   return sizeof(bf16_t) * 2 * kRowStageKeys * kStageStride<kHeadDim>;
@@ -51,41 +50,6 @@ struct RowShared {
   const bf16_t* staged_values;  // [staged, stride]
   int staged;
 };
-
-// Key `key`'s K (or V) row: from the stage when it holds it, else from the cache.
-template <int kHeadDim>
-__device__ __forceinline__ const bf16_t* cache_row(const bf16_t* cache, int kv_size, const bf16_t* stage, int staged,
-                                                   int key) {
-  return key < staged ? stage + key * kStageStride<kHeadDim> : cache + static_cast<int64_t>(key) * kv_size;
-}
-
-// scores [k - first] = bf16(bf16(q . key_k) x scale) for keys [first, last), a thread per key: the split's score
-// arithmetic (fp32 products added in dimension order from zero), the key's 16-byte loads issued together.
-template <int kHeadDim>
-__device__ __forceinline__ void score_keys(const RowShared& s, const bf16_t* keys, int kv_size, float scale,
-                                           int first, int last) {
-  constexpr int kEights = kHeadDim / 8;
-  for (int key = first + static_cast<int>(threadIdx.x); key < last; key += blockDim.x) {
-    // The query is read from shared memory per key, not hoisted into 64 registers (a memory clobber).
-    asm volatile("" ::: "memory");
-    const bf16_t* from = cache_row<kHeadDim>(keys, kv_size, s.staged_keys, s.staged, key);
-    uint4 raw[kEights];
-#pragma unroll
-    for (int e = 0; e < kEights; ++e) raw[e] = *reinterpret_cast<const uint4*>(from + 8 * e);
-    float sum = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kEights; ++e) {
-      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[e]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 k = __bfloat1622float2(pairs[i]);
-        sum += s.query[8 * e + 2 * i] * k.x;
-        sum += s.query[8 * e + 2 * i + 1] * k.y;
-      }
-    }
-    s.scores[key - first] = round_bf16(round_bf16(sum) * scale);
-  }
-}
 
 // The chunk's max and sum of exponentials over its tiles inside [first, last) (thread c < chunks): the split's
 // one-sweep stats, the multiply and the adds kept apart as the split's shared-memory steps keep them.
@@ -146,7 +110,8 @@ __global__ void __launch_bounds__(kRowCtaThreads, 3) attention_row_kernel(const 
   int windows = 0;
   for (int first = 0, last = 0; first < key_count; first = last, ++windows) {
     last = window_end(first, key_count, chunk_keys, kRowWindow);
-    score_keys<kHeadDim>(s, keys, kv_size, dims.scale, first, last);
+    row_steps::score_keys<kHeadDim, kRowCtaThreads>(s.query, s.scores, keys, kv_size, s.staged_keys, s.staged,
+                                                     dims.scale, first, last, threadIdx.x);
     __syncthreads();
     chunk_stats(scores, chunk_max, chunk_total, chunks, chunk_keys, key_count, first, last);
     __syncthreads();  // stats read the scores the next window overwrites
@@ -168,91 +133,26 @@ __global__ void __launch_bounds__(kRowCtaThreads, 3) attention_row_kernel(const 
   // Sweep 2: probabilities (bf16), then each (chunk, 4 dims) task adds its chunk's keys in key order from zero; a
   // thread's two tasks (chunks c and c + 16) load their next kValueBatch V rows together.
   const float row_max = row_stats[0], row_total = row_stats[1];
-  int task_chunk[kValueTasks], task_begin[kValueTasks], task_end[kValueTasks];
-  const int d4 = (threadIdx.x % kQuads) * 4;
-#pragma unroll
-  for (int t = 0; t < kValueTasks; ++t) {
-    task_chunk[t] = (threadIdx.x + t * kRowCtaThreads) / kQuads;
-    task_begin[t] = min(key_count, task_chunk[t] * chunk_keys);
-    task_end[t] = task_chunk[t] < chunks ? min(key_count, task_begin[t] + chunk_keys) : task_begin[t];
-  }
-  float acc[kValueTasks][4];
-#pragma unroll
-  for (int t = 0; t < kValueTasks; ++t) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
-  }
+  row_steps::ValueTasks tasks = row_steps::value_tasks<kHeadDim, kRowCtaThreads>(threadIdx.x, chunks, chunk_keys,
+                                                                                 key_count);
   for (int first = 0, last = 0; first < key_count; first = last) {
     last = window_end(first, key_count, chunk_keys, kRowWindow);
     if (windows > 1) {
-      score_keys<kHeadDim>(s, keys, kv_size, dims.scale, first, last);
+      row_steps::score_keys<kHeadDim, kRowCtaThreads>(s.query, s.scores, keys, kv_size, s.staged_keys, s.staged,
+                                                      dims.scale, first, last, threadIdx.x);
       __syncthreads();
     }
     for (int j = first + static_cast<int>(threadIdx.x); j < last; j += blockDim.x) {
       scores[j - first] = round_bf16(expf(scores[j - first] - row_max) / row_total);
     }
     __syncthreads();
-    int low[kValueTasks], high[kValueTasks], most = 0;
-#pragma unroll
-    for (int t = 0; t < kValueTasks; ++t) {
-      low[t] = max(task_begin[t], first);
-      high[t] = min(task_end[t], last);
-      most = max(most, high[t] - low[t]);
-    }
-    for (int step = 0; step < most; step += kValueBatch) {
-      uint2 raw[kValueTasks][kValueBatch];
-      float p[kValueTasks][kValueBatch];
-#pragma unroll
-      for (int t = 0; t < kValueTasks; ++t) {
-#pragma unroll
-        for (int k = 0; k < kValueBatch; ++k) {
-          const int j = low[t] + step + k;
-          if (j < high[t]) {
-            raw[t][k] = *reinterpret_cast<const uint2*>(
-                cache_row<kHeadDim>(values, kv_size, s.staged_values, s.staged, j) + d4);
-            p[t][k] = scores[j - first];
-          }
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < kValueTasks; ++t) {
-#pragma unroll
-        for (int k = 0; k < kValueBatch; ++k) {
-          if (low[t] + step + k < high[t]) {
-            const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[t][k]);
-            const float2 v01 = __bfloat1622float2(pairs[0]), v23 = __bfloat1622float2(pairs[1]);
-            acc[t][0] += p[t][k] * v01.x;
-            acc[t][1] += p[t][k] * v01.y;
-            acc[t][2] += p[t][k] * v23.x;
-            acc[t][3] += p[t][k] * v23.y;
-          }
-        }
-      }
-    }
+    row_steps::add_window_values<kHeadDim>(tasks, scores, values, kv_size, s.staged_values, s.staged, first, last);
     __syncthreads();  // the next window's scores overwrite these probabilities
   }
-#pragma unroll
-  for (int t = 0; t < kValueTasks; ++t) {
-    if (task_chunk[t] < chunks) {
-      *reinterpret_cast<float4*>(partials + task_chunk[t] * kHeadDim + d4) =
-          make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
-    }
-  }
+  row_steps::store_partials<kHeadDim>(tasks, partials, chunks);
   __syncthreads();
-  // Each output: the chunks' partials added from zero in chunk order (an empty chunk's zero changes nothing), eight
-  // loads at a time. `planted` (tests only) leaves out the first chunk (never empty).
   if (threadIdx.x < kHeadDim) {
-    float sum = 0.0f;
-    for (int base = 0; base < chunks; base += 8) {
-      float held[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) held[k] = base + k < chunks ? partials[(base + k) * kHeadDim + threadIdx.x] : 0.0f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (base + k < chunks && base + k >= planted) sum += held[k];
-      }
-    }
-    out[output_row * kHeadDim + threadIdx.x] = __float2bfloat16_rn(sum);
+    row_steps::sum_partials<kHeadDim>(partials, chunks, planted, threadIdx.x, out + output_row * kHeadDim);
   }
 }
 

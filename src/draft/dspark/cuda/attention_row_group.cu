@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "compute/cuda/cuda_util.h"
+#include "draft/dspark/cuda/attention_row_steps.cuh"
 #include "draft/dspark/cuda/attention_tile.cuh"
 #include "draft/dspark/cuda/device_steps.cuh"
 #include "draft/dspark/cuda/draft_kernels.h"
@@ -29,8 +30,8 @@ using attention_tiles::window_end;
 
 constexpr int kGroupThreads = 256;  // a query head's threads (the row kernel's CTA)
 constexpr int kGroupWindow = 2048;  // scores a group holds (multiple of 32): more keys take several windows
-constexpr int kValueTasks = 2;      // (chunk, 4 dims) tasks a thread: 32 chunks x 16 quads over 256 threads
-constexpr int kValueBatch = 4;      // V rows a task loads before its multiply-adds
+using row_steps::kStageStride;
+using row_steps::kValueTasks;
 
 // K / V rows staged per CTA: 512 at 3 or 4 heads (one CTA an SM, 193 / 209 KB of shared memory at head_dim 64), 256 at
 // 2 (two 512-thread CTAs an SM, 105 KB each).
@@ -38,8 +39,6 @@ template <int kGroupHeads>
 constexpr int group_stage_keys() {
   return kGroupHeads >= 3 ? 512 : 256;
 }
-template <int kHeadDim>
-constexpr int kStageStride = kHeadDim + 8;  // padded rows: a quarter warp's 16-byte reads of 8 rows hit 8 bank groups
 
 // The dynamic shared memory of a CTA, in floats then bf16: partials [G][32][hd], scores [G][window], query [G][hd],
 // then the stage (K rows, then V rows) [2][stage keys][stride].
@@ -51,41 +50,6 @@ template <int kHeadDim, int kGroupHeads>
 constexpr size_t group_shared_bytes() {
   return sizeof(float) * group_float_count<kHeadDim, kGroupHeads>() +
          sizeof(bf16_t) * 2 * group_stage_keys<kGroupHeads>() * kStageStride<kHeadDim>;
-}
-
-// Key `key`'s K (or V) row: from the stage when it holds it, else from the cache.
-template <int kHeadDim>
-__device__ __forceinline__ const bf16_t* stage_or_cache(const bf16_t* cache, int kv_size, const bf16_t* stage,
-                                                        int staged, int key) {
-  return key < staged ? stage + key * kStageStride<kHeadDim> : cache + static_cast<int64_t>(key) * kv_size;
-}
-
-// scores [k - first] = bf16(bf16(q . key_k) x scale) for keys [first, last), a group thread per key: the row kernel's
-// score_keys (fp32 products added in dimension order from zero, the key's 16-byte loads issued together).
-template <int kHeadDim>
-__device__ __forceinline__ void group_scores(const float* query, float* scores, const bf16_t* keys, int kv_size,
-                                             const bf16_t* staged_keys, int staged, float scale, int first, int last,
-                                             int t) {
-  constexpr int kEights = kHeadDim / 8;
-  for (int key = first + t; key < last; key += kGroupThreads) {
-    asm volatile("" ::: "memory");  // the query read from shared memory per key, as the row kernel reads it
-    const bf16_t* from = stage_or_cache<kHeadDim>(keys, kv_size, staged_keys, staged, key);
-    uint4 raw[kEights];
-#pragma unroll
-    for (int e = 0; e < kEights; ++e) raw[e] = *reinterpret_cast<const uint4*>(from + 8 * e);
-    float sum = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kEights; ++e) {
-      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[e]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 k = __bfloat1622float2(pairs[i]);
-        sum += query[8 * e + 2 * i] * k.x;
-        sum += query[8 * e + 2 * i + 1] * k.y;
-      }
-    }
-    scores[key - first] = round_bf16(round_bf16(sum) * scale);
-  }
 }
 
 template <int kHeadDim, int kGroupHeads>
@@ -138,7 +102,8 @@ __global__ void __launch_bounds__(kGroupThreads* kGroupHeads, kGroupHeads >= 3 ?
   int windows = 0;
   for (int first = 0, last = 0; first < key_count; first = last, ++windows) {
     last = window_end(first, key_count, chunk_keys, kGroupWindow);
-    group_scores<kHeadDim>(query, scores, keys, kv_size, staged_keys, staged, dims.scale, first, last, t);
+    row_steps::score_keys<kHeadDim, kGroupThreads>(query, scores, keys, kv_size, staged_keys, staged, dims.scale,
+                                                   first, last, t);
     __syncthreads();
     if (t < chunks) {
       const int begin = min(key_count, t * chunk_keys), end = min(key_count, begin + chunk_keys);
@@ -163,24 +128,12 @@ __global__ void __launch_bounds__(kGroupThreads* kGroupHeads, kGroupHeads >= 3 ?
   // Sweep 2: probabilities (bf16), then each (chunk, 4 dims) task adds its chunk's keys in key order from zero; a
   // thread's two tasks (chunks c and c + 16) load their next kValueBatch V rows together.
   const float row_max = row_stats[group][0], row_total = row_stats[group][1];
-  int task_chunk[kValueTasks], task_begin[kValueTasks], task_end[kValueTasks];
-  const int d4 = (t % kQuads) * 4;
-#pragma unroll
-  for (int k = 0; k < kValueTasks; ++k) {
-    task_chunk[k] = (t + k * kGroupThreads) / kQuads;
-    task_begin[k] = min(key_count, task_chunk[k] * chunk_keys);
-    task_end[k] = task_chunk[k] < chunks ? min(key_count, task_begin[k] + chunk_keys) : task_begin[k];
-  }
-  float acc[kValueTasks][4];
-#pragma unroll
-  for (int k = 0; k < kValueTasks; ++k) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[k][i] = 0.0f;
-  }
+  row_steps::ValueTasks tasks = row_steps::value_tasks<kHeadDim, kGroupThreads>(t, chunks, chunk_keys, key_count);
   for (int first = 0, last = 0; first < key_count; first = last) {
     last = window_end(first, key_count, chunk_keys, kGroupWindow);
     if (windows > 1) {
-      group_scores<kHeadDim>(query, scores, keys, kv_size, staged_keys, staged, dims.scale, first, last, t);
+      row_steps::score_keys<kHeadDim, kGroupThreads>(query, scores, keys, kv_size, staged_keys, staged, dims.scale,
+                                                     first, last, t);
       __syncthreads();
     }
     for (int j = first + t; j < last; j += kGroupThreads) {
@@ -188,68 +141,12 @@ __global__ void __launch_bounds__(kGroupThreads* kGroupHeads, kGroupHeads >= 3 ?
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // this thread's V copies, before the barrier
     __syncthreads();
-    int low[kValueTasks], high[kValueTasks], most = 0;
-#pragma unroll
-    for (int k = 0; k < kValueTasks; ++k) {
-      low[k] = max(task_begin[k], first);
-      high[k] = min(task_end[k], last);
-      most = max(most, high[k] - low[k]);
-    }
-    for (int step = 0; step < most; step += kValueBatch) {
-      uint2 raw[kValueTasks][kValueBatch];
-      float p[kValueTasks][kValueBatch];
-#pragma unroll
-      for (int k = 0; k < kValueTasks; ++k) {
-#pragma unroll
-        for (int b = 0; b < kValueBatch; ++b) {
-          const int j = low[k] + step + b;
-          if (j < high[k]) {
-            raw[k][b] = *reinterpret_cast<const uint2*>(
-                stage_or_cache<kHeadDim>(values, kv_size, staged_values, staged, j) + d4);
-            p[k][b] = scores[j - first];
-          }
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kValueTasks; ++k) {
-#pragma unroll
-        for (int b = 0; b < kValueBatch; ++b) {
-          if (low[k] + step + b < high[k]) {
-            const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[k][b]);
-            const float2 v01 = __bfloat1622float2(pairs[0]), v23 = __bfloat1622float2(pairs[1]);
-            acc[k][0] += p[k][b] * v01.x;
-            acc[k][1] += p[k][b] * v01.y;
-            acc[k][2] += p[k][b] * v23.x;
-            acc[k][3] += p[k][b] * v23.y;
-          }
-        }
-      }
-    }
+    row_steps::add_window_values<kHeadDim>(tasks, scores, values, kv_size, staged_values, staged, first, last);
     __syncthreads();  // the next window's scores overwrite these probabilities
   }
-#pragma unroll
-  for (int k = 0; k < kValueTasks; ++k) {
-    if (task_chunk[k] < chunks) {
-      *reinterpret_cast<float4*>(partials + task_chunk[k] * kHeadDim + d4) =
-          make_float4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
-    }
-  }
+  row_steps::store_partials<kHeadDim>(tasks, partials, chunks);
   __syncthreads();
-  // Each output: the chunks' partials added from zero in chunk order, eight loads at a time. `planted` (tests only)
-  // leaves out the first chunk (never empty).
-  if (t < kHeadDim) {
-    float sum = 0.0f;
-    for (int base = 0; base < chunks; base += 8) {
-      float held[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) held[k] = base + k < chunks ? partials[(base + k) * kHeadDim + t] : 0.0f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (base + k < chunks && base + k >= planted) sum += held[k];
-      }
-    }
-    out[output_row * kHeadDim + t] = __float2bfloat16_rn(sum);
-  }
+  if (t < kHeadDim) row_steps::sum_partials<kHeadDim>(partials, chunks, planted, t, out + output_row * kHeadDim);
 }
 
 // The kernel's dynamic shared memory allowed once per head size and group (from the support check, outside any
