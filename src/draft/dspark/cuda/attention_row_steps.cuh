@@ -6,6 +6,7 @@
 #pragma once
 
 #include "draft/dspark/cuda/device_steps.cuh"
+#include "draft/dspark/cuda/draft_kernels.h"
 
 namespace ls::dspark::cuda::row_steps {
 
