@@ -12,6 +12,7 @@
 #include "lanes/lanes.h"
 #include "lanes/testing/harness.h"
 #include "model/lfm2/lfm2_target.h"
+#include "nano_lanes.h"
 #include "nano_pair.h"
 
 namespace ls {
@@ -125,22 +126,7 @@ TEST_P(AmxNanoLanes, DraftedRepliesEqualPlainRepliesRunAlone) {
   ASSERT_NO_FATAL_FAILURE(load_nano_pair(pair));
   for (PackedLayout layout : target_layouts(*pair.target))
     EXPECT_EQ(layout, GetParam().target_amx ? PackedLayout::AmxTiles : PackedLayout::Panels);
-  const std::vector<Arrival> arrivals =
-      staggered_arrivals(GetParam().streams, GetParam().sampled, pair.target->facts().vocab_size, 24);
-  const auto alone = run_each_alone_plain(*pair.target, arrivals);
-  FixedClock clock;
-  LanesOptions options = sampled_any_streams();
-  options.pricing.always_draft = true;
-  options.scout_prompt_only = false;
-  options.max_streams = 16;
-  options.calibration.repeats = 1;
-  auto lanes = Lanes::create(*pair.target, pair.drafter.get(), options, clock);
-  ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
-  auto replies = run_arrivals(**lanes, arrivals);
-  ASSERT_TRUE(replies.ok()) << replies.status().to_string();
-  expect_replies_equal_alone(*replies, alone);
-  EXPECT_EQ((*lanes)->stats().drafter_faults, 0);
-  EXPECT_GT((*lanes)->stats().drafts_accepted, 0);
+  expect_drafted_replies_equal_alone(pair, GetParam().streams, GetParam().sampled);
 }
 
 INSTANTIATE_TEST_SUITE_P(NanoPair, AmxNanoLanes,
