@@ -117,7 +117,11 @@ struct PricingOptions {
   // barely moved the pool: batch b1's trace) no longer decides for the group alone (gpu-check b84ae38 at 8 / 16
   // streams: the woken group kept 1.3 a window for 3 passes, 0.93x). 1 (the scout alone) until a batch decides: on
   // b1-like fakes a drafter right for the scout's stream alone at 16 streams 0.960 -> 0.978x, a pass-wide lucky first
-  // window at 8 0.942 -> 0.911x (all four land), a good drafter 0.996 -> 0.986x. lanes_bench --scout-probes N.
+  // window at 8 0.942 -> 0.911x (all four land), a good drafter 0.996 -> 0.986x. Still 1 after H200 batch b4: with
+  // wake_needs_landed it gave nano 8 / 16 streams 0.985 / 0.989 and 1.000 / 0.997x (default 0.991 / 0.963 and 0.957 /
+  // 0.931x), but made the default the two turned 11 lanes tests red (81acbe2, reverted): a drafter that lands as well
+  // over restarted contexts no longer woke its group, and a right drafter resumed after 129 rounds instead of <= 64.
+  // lanes_bench --scout-probes N.
   int scout_probes = 1;
   // Seventeenth session (lanes19). The host overhead pricing adds to every round (observe_overhead) leaves out the
   // device absorb that follows a commit: it is the drafter's time, priced per row in each drafting stream's
@@ -134,9 +138,10 @@ struct PricingOptions {
   // verified so far kept nothing: one failed window moves the pool's first depth only 0.85 -> 0.72 and deeper depths
   // sit at the calibrated confidences, so the every-8th reprice woke the whole group over restarted contexts after the
   // scout's probe kept 0 of 7 (H200 batch b1, nano 16 streams: 16 restarts, a pass keeping 5 of 76). Probes (the
-  // streams' own and group probes) still run and a window that lands lifts it. Off, an A/B for the next batch
-  // (lanes_bench --wake-needs-landed on): on b1-like fakes 8 streams 0.970 -> 0.978x, a good drafter whose scout
-  // window failed 1.130 -> 1.112x, and with the H200's flat pass a good drafter's 16 streams were never woken.
+  // streams' own and group probes) still run and a window that lands lifts it. Off (lanes_bench --wake-needs-landed
+  // on): on b1-like fakes 8 streams 0.970 -> 0.978x, a good drafter whose scout window failed 1.130 -> 1.112x, and with
+  // the H200's flat pass a good drafter's 16 streams were never woken; H200 b4 alone 0.969 / 0.980x at 8 streams and
+  // 0.981 / 0.971x at 16 (with scout_probes 4: see there).
   bool wake_needs_landed = false;
 };
 

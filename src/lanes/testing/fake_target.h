@@ -92,11 +92,11 @@ class FakeTarget final : public Target {
   int releases(StreamId stream) const;
   // Streams holding state now.
   size_t open_streams() const { return streams_.size(); }
+  // FakeTargetOptions::before_forward, set before the forwards it should see (not while another thread forwards).
+  void set_before_forward(std::function<void()> hook) { options_.before_forward = std::move(hook); }
   // From now on a fixed pool of `pages` (after Lanes::create: its load-time timing forwards need more room than a
   // small test pool has). Streams already open hold none of it. `advertised` false: facts() does not show it (a
   // control in which the lanes cannot budget for the pool).
-  // FakeTargetOptions::before_forward, set before the forwards it should see (not while another thread forwards).
-  void set_before_forward(std::function<void()> hook) { options_.before_forward = std::move(hook); }
   void limit_kv_pages(int64_t pages, int page_size, bool advertised = true);
   // KV pages held now, and the most ever held at once (a fixed pool only).
   int64_t pages_held() const { return pages_held_; }

@@ -6,8 +6,8 @@
 // the head's K / V from L2 (288 x 35 KB = 10 MB a layer at 137 keys, 29 MB at 393); here each (KV head, row) copies
 // them once for its heads (72 CTAs of 1024 threads at group 4: 2.5 MB at 137 keys), and the stage holds up to 512
 // keys (the lanes' 1-stream contexts reach ~400; the row kernel's 160 left the rest to per-key L2 loads).
-// 3 heads a CTA too (the nano drafter's 6 / 2). Also: the V rows in their own copy group (the scores wait for K only), and a group's chunk stats kept in registers
-// by the lanes that combine them (one barrier fewer).
+// 3 heads a CTA too (the nano drafter's 6 / 2). Also: the V rows in their own copy group (the scores wait for K only),
+// and a group's chunk stats kept in registers by the lanes that combine them (one barrier fewer).
 #include <algorithm>
 #include <atomic>
 #include <cmath>

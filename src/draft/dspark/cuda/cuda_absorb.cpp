@@ -83,10 +83,9 @@ Status CudaDsparkDrafter::absorb_device(std::span<const TapRows> rows, const Dev
     contexts.push_back(&context);
     total_rows += piece.rows;
   }
-  if (rows.size() == 1 && absorb_pass_takes(taps, total_rows)) {
-    // Session 19: one stream's rows: the next pass of one request runs them inside its graph (settle() or any other
-    // call runs them first). Several streams' rows precede a pass of several requests: left there, that pass would
-    // carry the absorb's device time (the lanes' pass prices took it: nano 4 streams 1.17x against 1.32-1.41x, b5).
+  if (absorb_pass_takes(rows, taps, total_rows)) {
+    // Session 19: the next pass of one request runs them inside its graph (settle() or any other call runs them
+    // first).
     absorb_pass_.rows.assign(rows.begin(), rows.end());
     absorb_pass_.taps = taps;
     absorb_pass_.total_rows = total_rows;
@@ -334,9 +333,12 @@ Status CudaDsparkDrafter::project_context(const float* taps, int64_t rows, int64
   return ok_status();
 }
 
-bool CudaDsparkDrafter::absorb_pass_takes(const DeviceTaps& taps, int64_t total_rows) const {
-  return absorb_in_pass_ && graphs_on_ && request_buckets_ && !profile_.on() && !tuned_gemms_ && !engine_gemms_ &&
-         fused_absorb_ && fused_block_ && total_rows >= 1 && total_rows <= kAbsorbPassRows &&
+bool CudaDsparkDrafter::absorb_pass_takes(std::span<const TapRows> rows, const DeviceTaps& taps,
+                                          int64_t total_rows) const {
+  // One stream's rows only: several streams' rows precede a pass of several requests, which would carry the absorb's
+  // device time (the lanes' pass prices took it: nano 4 streams 1.17x against 1.32-1.41x, H200 b5).
+  return rows.size() == 1 && absorb_in_pass_ && graphs_on_ && request_buckets_ && !profile_.on() && !tuned_gemms_ &&
+         !engine_gemms_ && fused_absorb_ && fused_block_ && total_rows >= 1 && total_rows <= kAbsorbPassRows &&
          taps.row_values % 8 == 0 && reinterpret_cast<uintptr_t>(taps.data) % 16 == 0 && absorb_.sink.size() > 0;
 }
 

@@ -331,7 +331,7 @@ class CudaDsparkDrafter final : public Drafter {
   // The absorb inside the pass (cuda_absorb.cpp): whether one may wait; running a waiting one now (before anything
   // that moves or reads its contexts); its part of the pass's inputs (returns the rows' bucket) and its bytes; its
   // launches on the side branch (block_pass joins it); the branch's stream and cuBLAS handle (outside any capture).
-  bool absorb_pass_takes(const DeviceTaps& taps, int64_t total_rows) const;
+  bool absorb_pass_takes(std::span<const TapRows> rows, const DeviceTaps& taps, int64_t total_rows) const;
   Status flush_pending_absorb();
   int stage_absorb_pass(uint8_t* part) const;
   size_t absorb_pass_input_bytes() const;

@@ -32,7 +32,8 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major y [rows, N] = x [rows, K] W^T is column-major y^T [N, rows] = W [N, K] (as K x N, transposed) x^T.
   return cublas_status(
-      cublasGemmEx(cublas_override_ ? cublas_override_ : cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w_rows), static_cast<int>(rows),
+      cublasGemmEx(cublas_override_ ? cublas_override_ : cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N,
+                   static_cast<int>(w_rows), static_cast<int>(rows),
                    static_cast<int>(w_cols), &alpha, w, CUDA_R_16BF, static_cast<int>(w_cols), x, CUDA_R_16BF,
                    static_cast<int>(w_cols), &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(ldy),
                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
