@@ -320,7 +320,7 @@ void Lanes::tap_restarted_scout(std::span<Stream* const> streams, int round_stre
   }
   scout->wants_taps = true;
   // PricingOptions::scout_probes: the next dormant streams by id tap too and probe beside it (plan_depths).
-  for (int more = 1; more < options_.pricing.scout_probes; ++more) {
+  for (int more = 1; more < pricing_.options().scout_probes; ++more) {
     Stream* next = nullptr;
     for (Stream* stream : streams) {
       if (!stream->drafting || draft_cap(*stream) <= 0 || stream->wants_taps || stream->backoff.scouted) continue;

@@ -217,6 +217,8 @@ const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> draf
     // wake_needs_landed: no dormant stream is bought drafts (woken) on the pool while every window verified so far kept
     // nothing; it may still probe.
     if (options_.wake_needs_landed && stream.dormant && landed_windows_ == 0) continue;
+    // scout_vote: nor, with several streams, before wake_landed_share of the votes landed.
+    if (options_.scout_vote && stream.dormant && round_streams > 1 && !wake_evidence()) continue;
     depth_chances(stream, caps[index], offer.chances);
     offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
@@ -317,12 +319,18 @@ const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> draf
     stream.backoff.zero_rounds = 0;
     if (!scouting) stream.backoff.wait = std::min(stream.backoff.wait * 2, options_.probe_most_wait);
     // The streams Lanes::tap_restarted_scout tapped beside the scout (scout_probes) probe in the same pass.
+    std::vector<Stream*> voters{&stream};
     for (size_t index = 0; scouting && plans[prober].probe && index < drafting.size(); ++index) {
       Stream& beside = *drafting[index];
       if (!beside.scout_prober || caps[index] <= 0 || static_cast<int>(index) == prober) continue;
       plans[index] = {has_confidence_ ? caps[index] : 1, 1, true};
       beside.backoff.scouted = true;
       beside.backoff.zero_rounds = 0;
+      voters.push_back(&beside);
+    }
+    // scout_vote: the scout pass's windows vote once.
+    for (Stream* voter : voters) {
+      voter->vote_share = options_.scout_vote && scouting && plans[prober].probe ? 1.0 / voters.size() : 0.0;
     }
   }
   if (!drafter_unproven) plan_group_probe(drafting, caps, bought, plans);
@@ -397,8 +405,15 @@ void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
     stream.acceptance.seed_unobserved(pooled_acceptance_.conditionals());
   }
   stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
-  pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
+  // scout_vote: a window of the scout pass moves the pool by its share of one window.
+  const double share = stream.vote_share > 0 ? stream.vote_share : 1.0;
+  stream.vote_share = 0;
+  pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate * share);
   if (accepted > 0) ++landed_windows_;
+  votes_ += share;
+  landed_votes_ += accepted > 0 ? share : 0.0;
+  // A dormant-only decision right after the evidence allows a wake reprices at once (not at the every-8th).
+  if (options_.scout_vote && accepted > 0 && wake_evidence()) quiet_decisions_ = 0;
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {
     calibration_.observe(std::span<const float>(stream.held_chances).first(proposed), accepted,
                          options_.acceptance_rate);

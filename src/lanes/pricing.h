@@ -143,6 +143,17 @@ struct PricingOptions {
   // the H200's flat pass a good drafter's 16 streams were never woken; H200 b4 alone 0.969 / 0.980x at 8 streams and
   // 0.981 / 0.971x at 16 (with scout_probes 4: see there).
   bool wake_needs_landed = false;
+  // Eighteenth session (lanes20). The scout pass's restarted windows vote once (with scout_probes > 1): the scout's and
+  // its probers' windows move the pooled acceptance as ONE window together (each at 1 / k of the rate), and, in rounds
+  // of several streams, no dormant stream is woken on the pool until at least `wake_landed_share` of the votes landed
+  // (kept a draft; the scout pass votes the share of its windows that did, every other window votes 0 or 1). Four
+  // restarted windows weighed as four made one unlucky scout pass (a forced-wrong pass on the fakes) pull the pool
+  // down so far that single landed group probes lifted it back only after 129 rounds; weighed as one, the pool moves
+  // as it did with the scout alone. lanes19's wake_needs_landed asked only that some window kept a draft: one of four
+  // restarted windows keeping one (about half the nano pair's scout passes, restarted drafts landing ~15 %) would let
+  // the pool wake the group. lanes_bench --scout-vote on|off.
+  bool scout_vote = false;
+  double wake_landed_share = 0.5;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -266,6 +277,10 @@ class Pricing {
   const PricingOptions& options() const { return options_; }
   // Depth decisions that ran the row allocator (the others priced dormant streams to zero from the last one).
   int64_t depth_allocations() const { return depth_allocations_; }
+  // scout_vote: whether the verified windows kept enough drafts a vote for the pool to wake dormant streams.
+  bool wake_evidence() const {
+    return votes_ > 0 && landed_votes_ >= options_.wake_landed_share * votes_;
+  }
   // Times group_probe_would_run priced a group round (host work of rounds that draft nothing).
   int64_t group_checks() const { return group_checks_; }
   // Allocator runs exploration_repays made (a closed gate is remembered: rounds of an unexplored drafter make none).
@@ -357,6 +372,8 @@ class Pricing {
   int group_zero_decisions_ = 0;    // decisions in a row that bought nothing and ran no probe (group probes)
   int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a purchase)
   int64_t landed_windows_ = 0;      // verified windows that kept at least one draft (wake_needs_landed)
+  double votes_ = 0;                // verified windows, the scout pass's counted as one (scout_vote)
+  double landed_votes_ = 0;         // of them, the windows that kept a draft (the scout pass: the share that did)
   int64_t depth_allocations_ = 0;
   mutable int64_t group_checks_ = 0;
   // plan_depths' scratch, kept between decisions (a decision that buys nothing allocates nothing).
