@@ -30,6 +30,7 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--overhead") overhead_without_absorbs = value == "with-absorbs" ? 0 : 1;
   else if (flag == "--wake-needs-landed") wake_needs_landed = value == "off" ? 0 : 1;
   else if (flag == "--scout-vote") scout_vote = value == "off" ? 0 : 1;
+  else if (flag == "--scout-depth") scout_depth = std::atoi(value.c_str());
   else return false;
   return true;
 }
@@ -53,6 +54,7 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (overhead_without_absorbs >= 0) pricing.overhead_without_absorbs = overhead_without_absorbs == 1;
   if (wake_needs_landed >= 0) pricing.wake_needs_landed = wake_needs_landed == 1;
   if (scout_vote >= 0) pricing.scout_vote = scout_vote == 1;
+  if (scout_depth >= 0) pricing.scout_depth = scout_depth;
 }
 
 const char* lanes_switches_usage() {
@@ -62,7 +64,7 @@ const char* lanes_switches_usage() {
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
          "[--sampled-prior X|off] [--scout-gate prior|right] [--scout-probes N] "
-         "[--overhead with-absorbs|without-absorbs] [--wake-needs-landed on|off] [--scout-vote on|off]";
+         "[--overhead with-absorbs|without-absorbs] [--wake-needs-landed on|off] [--scout-vote on|off] [--scout-depth N]";
 }
 
 }  // namespace ls::bench
