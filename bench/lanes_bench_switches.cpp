@@ -29,6 +29,8 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--scout-probes") scout_probes = std::atoi(value.c_str());
   else if (flag == "--overhead") overhead_without_absorbs = value == "with-absorbs" ? 0 : 1;
   else if (flag == "--wake-needs-landed") wake_needs_landed = value == "off" ? 0 : 1;
+  else if (flag == "--alone-whole") alone_keeps_context = value == "on" ? 1 : 0;
+  else if (flag == "--calibration-start") calibration_mean_start = value == "mean" ? 1 : 0;
   else return false;
   return true;
 }
@@ -51,6 +53,8 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (scout_probes > 0) pricing.scout_probes = scout_probes;
   if (overhead_without_absorbs >= 0) pricing.overhead_without_absorbs = overhead_without_absorbs == 1;
   if (wake_needs_landed >= 0) pricing.wake_needs_landed = wake_needs_landed == 1;
+  if (alone_keeps_context >= 0) options.alone_keeps_context = alone_keeps_context == 1;
+  if (calibration_mean_start >= 0) pricing.calibration_mean_start = calibration_mean_start == 1;
 }
 
 const char* lanes_switches_usage() {
@@ -60,7 +64,8 @@ const char* lanes_switches_usage() {
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
          "[--sampled-prior X|off] [--scout-gate prior|right] [--scout-probes N] "
-         "[--overhead with-absorbs|without-absorbs] [--wake-needs-landed on|off]";
+         "[--overhead with-absorbs|without-absorbs] [--wake-needs-landed on|off] "
+         "[--alone-whole on|off] [--calibration-start mean|ema]";
 }
 
 }  // namespace ls::bench

@@ -28,19 +28,31 @@ say "bins: lanes_bench=${LANES_BENCH:-missing} cpu_tests=${CPU_TESTS:-missing} t
 PAIR="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json"
 lanes() {  # tokens streams repeats [flags]
   local tokens=$1 streams=$2 repeats=$3; shift 3
-  run 45 "$LANES_BENCH" $PAIR --device cpu --threads 2 --streams $streams --tokens $tokens --repeats $repeats "$@" \
+  run 30 "$LANES_BENCH" $PAIR --device cpu --threads 2 --streams $streams --tokens $tokens --repeats $repeats "$@" \
     --json "$OUT/cpu20_lanes_t${tokens}_s${streams//,/-}_$SECONDS.json"
 }
 say "=== gate trace, 1 stream 64 tokens (--debug 1, full log in cpu20_gate_trace.log)"
 timeout -k 2 20 taskset -c 14,15 "$LANES_BENCH" $PAIR --device cpu --threads 2 --streams 1 --tokens 64 --repeats 1 \
   --debug 1 >"$OUT/cpu20_gate_trace.log" 2>&1
 grep -E "explore gate|load-time tables|^ +1 |trim stream|accept stream" "$OUT/cpu20_gate_trace.log" | cut -c1-300 | head -40 | tee -a "$L"
-lanes 64 1 3; lanes 256 1 2; lanes 64 1 3; lanes 256 1 2
+# Arms at 1 stream (each its own process; drafted against plain inside each): D = the defaults (this commit's gate),
+# W = --alone-whole on (the lone CPU stream never goes dormant), M = W + --calibration-start mean.
+for round in 1 2; do
+  say "=== round $round: D"; lanes 64 1 3
+  say "=== round $round: W"; lanes 64 1 3 --alone-whole on
+  say "=== round $round: M"; lanes 64 1 3 --alone-whole on --calibration-start mean
+  say "=== round $round: D 256"; lanes 256 1 1
+  say "=== round $round: M 256"; lanes 256 1 1 --alone-whole on --calibration-start mean
+done
 lanes 64 4,8,16 1
-say "=== gate trace, 1 stream 256 tokens (--debug 1, full log in cpu20_gate_trace256.log)"
-if [ "$(left)" -gt 20 ]; then
-  timeout -k 2 20 taskset -c 14,15 "$LANES_BENCH" $PAIR --device cpu --threads 2 --streams 1 --tokens 256 --repeats 1 \
-    --debug 1 >"$OUT/cpu20_gate_trace256.log" 2>&1
-  grep -E "explore gate|load-time tables|^ +1 |loss stop|dormant" "$OUT/cpu20_gate_trace256.log" | cut -c1-300 | head -20 | tee -a "$L"
-fi
+trace() {  # name tokens [flags]: one debug run at 1 stream, its gate, windows and restarts
+  local name=$1 tokens=$2; shift 2
+  say "=== trace $name, 1 stream $tokens tokens $* (full log in cpu20_trace_$name.log)"
+  if [ "$(left)" -lt 20 ]; then say "SKIPPED (time)"; return; fi
+  timeout -k 2 20 taskset -c 14,15 "$LANES_BENCH" $PAIR --device cpu --threads 2 --streams 1 --tokens $tokens \
+    --repeats 1 --debug 1 "$@" >"$OUT/cpu20_trace_$name.log" 2>&1
+  grep -E "explore gate|load-time tables|^ +1 |loss stop" "$OUT/cpu20_trace_$name.log" | cut -c1-300 | head -12 | tee -a "$L"
+  say "restarts: $(grep -c 'context restarted' "$OUT/cpu20_trace_$name.log") passes: $(grep -c 'draft pass' "$OUT/cpu20_trace_$name.log")"
+}
+trace D256 256; trace M256 256 --alone-whole on --calibration-start mean
 say "cpu20_cpu_gate done t=${SECONDS}s"
