@@ -83,7 +83,7 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
       {"fc (absorb)", d, static_cast<int64_t>(shape.taps.size()) * d, Int8Epilogue::Bf16},
       {"context k/v (absorb)", static_cast<int64_t>(shape.layers) * 2 * kv, d, Int8Epilogue::Bf16},
   };
-  const dspark::cuda::Int8GemmShape pins[] = {{1, 4}, {1, 8}, {1, 16}, {2, 4}, {2, 8}, {2, 16}};
+  const dspark::cuda::Int8GemmShape pins[] = {{1, 4}, {1, 8}, {1, 16}, {2, 4}, {2, 8}, {2, 16}, {4, 4}, {4, 8}};
   cudaStream_t stream = nullptr;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t cublas = nullptr;

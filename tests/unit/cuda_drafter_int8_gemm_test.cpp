@@ -95,7 +95,8 @@ int outside_bound(const std::vector<float>& y, const Reference& expected, int ro
   return outside;
 }
 
-const cuda::Int8GemmShape kShapes[] = {{0, 0}, {1, 4}, {1, 8}, {1, 16}, {2, 4}, {2, 8}, {2, 16}};
+const cuda::Int8GemmShape kShapes[] = {{0, 0}, {1, 4}, {1, 8}, {1, 16}, {2, 4},
+                                        {2, 8}, {2, 16}, {4, 4}, {4, 8}, {4, 16}};
 
 std::string shape_name(const cuda::Int8GemmShape& shape) {
   return "m_tiles " + std::to_string(shape.m_tiles) + " warps " + std::to_string(shape.warps);
@@ -188,7 +189,7 @@ TEST(CudaDrafterInt8, TheInt8GemmMatchesAnFp64ReferenceOfTheSameInt8Math) {
         if (shape.n % 2 == 0) {
           const int64_t ff = shape.n / 2;
           auto fused = poisoned<bf16>(static_cast<size_t>(rows * ff)), unfused = poisoned<bf16>(rows * ff);
-          cuda::Int8Gemm swiglu{xd,  rows, q.view(shape.n, shape.k), fused.data(), ff, cuda::Int8Epilogue::Swiglu,
+          cuda::Int8Gemm swiglu{xd, rows, q.view(shape.n, shape.k), fused.data(), ff, cuda::Int8Epilogue::Swiglu,
                                 pin, false};
           ASSERT_TRUE(cuda::int8_gemm(swiglu, true, nullptr).ok());
           ASSERT_TRUE(cuda::swiglu_stacked(reinterpret_cast<const cuda::bf16_t*>(y16.data()), rows, ff,
@@ -220,6 +221,11 @@ TEST(CudaDrafterInt8, TheInt8GemmPicksItsShapeAndRefusesWhatItCannotTake) {
   args.rows = 32;
   args.w = {nullptr, nullptr, 65536, 2048};
   EXPECT_NE(cuda::int8_gemm_shape(args).warps, 16);  // two W tiles at 32 rows: 8 warps at most
+  args.shape = {4, 16};
+  EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 4);  // four W tiles at 32 rows: the partials fit 4 warps only
+  args.rows = 9;
+  EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 8);
+  args.shape = {};
   EXPECT_TRUE(cuda::int8_gemm_supported(1, 16));
   EXPECT_FALSE(cuda::int8_gemm_supported(cuda::kInt8GemmMaxRows + 1, 2048));
   EXPECT_FALSE(cuda::int8_gemm_supported(9, 2056));

@@ -1,7 +1,7 @@
 // The drafter's int8 GEMM of few rows (int8_gemm.h): codes streamed once, widened to bf16 in registers, mma.sync.
 //
 // A CTA owns 16 x MT output columns (W rows; SwiGLU: 8 x MT gate columns and the same up columns) and its WARPS warps
-// split K in pieces of 128. Each lane loads 16 bytes (16 codes) of each of its W rows per 64-wide K step straight
+// split K in pieces of 128 (64 with four W tiles a warp). Each lane loads 16 bytes (16 codes) of each of its W rows per 64-wide K step straight
 // into registers; lane t of a quad holds k = 16t .. 16t+15, which feed four m16n8k16 mmas (mma m takes k 16t + 4m ..
 // 16t + 4m + 3), and x's B registers are loaded with the same permutation, so every product is code x x and only the
 // fp32 order of the sums is the kernel's own. A code c is stored as the byte c + 128; the fp32 bits 0x4B0000bb are
@@ -19,9 +19,12 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kStep = 64;   // K per step: four m16n8k16 mmas
-constexpr int kSteps = 2;   // steps a piece
-constexpr int kPiece = kStep * kSteps;
 constexpr uint32_t kZeroCodes = 0x80808080u;  // four codes of 0
+// Steps a warp's piece (two, one with four W tiles: the same code registers in flight).
+template <int MT>
+constexpr int kSteps = MT >= 4 ? 1 : 2;
+// The partials' static shared memory: WARPS x 8 NT x 16 MT floats within 48 KB.
+constexpr bool partials_fit(int mt, int nt, int warps) { return warps * 8 * nt * 16 * mt * 4 <= 48 * 1024; }
 
 __device__ __forceinline__ void mma(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                     uint32_t b1) {
@@ -63,7 +66,7 @@ __device__ __forceinline__ void widen16(const uint4& codes, uint32_t (&pairs)[8]
 
 template <int MT>
 struct PieceCodes {
-  uint4 a[MT][kSteps], b[MT][kSteps];  // rows g and g + 8 of each W tile
+  uint4 a[MT][kSteps<MT>], b[MT][kSteps<MT>];  // rows g and g + 8 of each W tile
 };
 
 template <int MT>
@@ -71,8 +74,8 @@ __device__ __forceinline__ void load_piece(PieceCodes<MT>& loads, const uint8_t*
                                            const uint8_t* const (&wb)[MT], const bool (&a_inside)[MT],
                                            const bool (&b_inside)[MT], int64_t piece, int64_t k_total, int t) {
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int64_t k = piece * kPiece + s * kStep + 16 * t;
+  for (int s = 0; s < kSteps<MT>; ++s) {
+    const int64_t k = piece * kStep * kSteps<MT> + s * kStep + 16 * t;
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
       loads.a[i][s] = load_codes(wa[i] + k, a_inside[i] && k < k_total);
@@ -111,6 +114,7 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
     wa[i] = args.w.codes + (a_inside[i] ? row_a : 0) * k_total;
     wb[i] = args.w.codes + (b_inside[i] ? row_b : 0) * k_total;
   }
+  constexpr int kPiece = kStep * kSteps<MT>;
   const int64_t pieces = (k_total + kPiece - 1) / kPiece;
   let_next_kernel_start();
   float acc[MT][NT][4];
@@ -132,27 +136,29 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
       waited = true;
     }
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = 0; s < kSteps<MT>; ++s) {
       const int64_t k = piece * kPiece + s * kStep + 16 * t;
-      uint32_t pa[MT][8], pb[MT][8];
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        widen16(loads.a[i][s], pa[i]);
-        widen16(loads.b[i][s], pb[i]);
-      }
+      // x's 16 values of this lane for each x tile (the B registers), then each W tile widened in turn.
+      uint32_t xs[NT][8];
 #pragma unroll
       for (int n8 = 0; n8 < NT; ++n8) {
         const int x_row = 8 * n8 + g;
         const bool inside = x_row < args.rows && k < k_total;
         const bf16_t* x = args.x + static_cast<int64_t>(inside ? x_row : 0) * k_total + (inside ? k : 0);
         const uint4 x0 = load_x(x, inside), x1 = load_x(x + 8, inside);
-        const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        xs[n8][0] = x0.x, xs[n8][1] = x0.y, xs[n8][2] = x0.z, xs[n8][3] = x0.w;
+        xs[n8][4] = x1.x, xs[n8][5] = x1.y, xs[n8][6] = x1.z, xs[n8][7] = x1.w;
+      }
 #pragma unroll
-        for (int i = 0; i < MT; ++i)
+      for (int i = 0; i < MT; ++i) {
+        uint32_t pa[8], pb[8];
+        widen16(loads.a[i][s], pa);
+        widen16(loads.b[i][s], pb);
+#pragma unroll
+        for (int n8 = 0; n8 < NT; ++n8)
 #pragma unroll
           for (int m = 0; m < 4; ++m)
-            mma(acc[i][n8], pa[i][2 * m], pb[i][2 * m], pa[i][2 * m + 1], pb[i][2 * m + 1], xs[2 * m],
-                xs[2 * m + 1]);
+            mma(acc[i][n8], pa[2 * m], pb[2 * m], pa[2 * m + 1], pb[2 * m + 1], xs[n8][2 * m], xs[n8][2 * m + 1]);
       }
     }
     if (next < pieces) loads = ahead;
@@ -218,22 +224,29 @@ Status launch(const Int8Gemm& args, int64_t ctas, bool programmatic, cudaStream_
   return ok_status();
 }
 
+// The asked warps, fewer where the partials would not fit (int8_gemm_shape says the same).
 template <int MT, int NT, Int8Epilogue EPILOGUE>
 Status launch_warps(const Int8Gemm& args, int warps, bool programmatic, cudaStream_t stream) {
   const int64_t columns = EPILOGUE == Int8Epilogue::Swiglu ? args.w.rows / 2 : args.w.rows;
   const int64_t per_cta = (EPILOGUE == Int8Epilogue::Swiglu ? 8 : 16) * MT;
   const int64_t ctas = (columns + per_cta - 1) / per_cta;
-  if (warps == 4) return launch<MT, NT, 4, EPILOGUE>(args, ctas, programmatic, stream);
-  // 16 warps with two W tiles and 32 x rows would need 64 KB of partials: 8 there.
-  if constexpr (!(MT == 2 && NT == 4)) {
+  if constexpr (partials_fit(MT, NT, 16)) {
     if (warps == 16) return launch<MT, NT, 16, EPILOGUE>(args, ctas, programmatic, stream);
   }
-  return launch<MT, NT, 8, EPILOGUE>(args, ctas, programmatic, stream);
+  if constexpr (partials_fit(MT, NT, 8)) {
+    if (warps >= 8) return launch<MT, NT, 8, EPILOGUE>(args, ctas, programmatic, stream);
+  }
+  return launch<MT, NT, 4, EPILOGUE>(args, ctas, programmatic, stream);
 }
 
 template <Int8Epilogue EPILOGUE>
 Status launch_shape(const Int8Gemm& args, const Int8GemmShape& shape, bool programmatic, cudaStream_t stream) {
   const int warps = shape.warps;
+  if (shape.m_tiles == 4) {
+    if (args.rows <= 8) return launch_warps<4, 1, EPILOGUE>(args, warps, programmatic, stream);
+    if (args.rows <= 16) return launch_warps<4, 2, EPILOGUE>(args, warps, programmatic, stream);
+    return launch_warps<4, 4, EPILOGUE>(args, warps, programmatic, stream);
+  }
   if (shape.m_tiles == 2) {
     if (args.rows <= 8) return launch_warps<2, 1, EPILOGUE>(args, warps, programmatic, stream);
     if (args.rows <= 16) return launch_warps<2, 2, EPILOGUE>(args, warps, programmatic, stream);
@@ -270,7 +283,7 @@ Int8GemmShape int8_gemm_shape(const Int8Gemm& args) {
   Int8GemmShape shape = args.shape;
   const int64_t columns = args.epilogue == Int8Epilogue::Swiglu ? args.w.rows / 2 : args.w.rows;
   const int64_t per_tile = args.epilogue == Int8Epilogue::Swiglu ? 8 : 16;
-  if (shape.m_tiles != 1 && shape.m_tiles != 2) {
+  if (shape.m_tiles != 1 && shape.m_tiles != 2 && shape.m_tiles != 4) {
     // Two W tiles a warp (x read once for 32 W rows) where that still leaves two CTAs an SM.
     shape.m_tiles = (columns + 2 * per_tile - 1) / (2 * per_tile) >= 264 ? 2 : 1;
   }
@@ -278,7 +291,8 @@ Int8GemmShape int8_gemm_shape(const Int8Gemm& args) {
     const int64_t ctas = (columns + per_tile * shape.m_tiles - 1) / (per_tile * shape.m_tiles);
     shape.warps = ctas <= 512 ? 16 : 8;
   }
-  if (shape.warps == 16 && shape.m_tiles == 2 && args.rows > 16) shape.warps = 8;
+  const int x_tiles = args.rows <= 8 ? 1 : (args.rows <= 16 ? 2 : 4);
+  while (shape.warps > 4 && !partials_fit(shape.m_tiles, x_tiles, shape.warps)) shape.warps /= 2;
   return shape;
 }
 

@@ -35,8 +35,9 @@ Status quantize_rows_int8(const bf16_t* w, int64_t rows, int64_t cols, uint8_t* 
 
 enum class Int8Epilogue { Bf16, F32, Swiglu };
 
-// How a launch is laid out (automatic when zero): m_tiles 16-row W tiles a warp (1 or 2; the CTA's W rows are
-// 16 x m_tiles), warps a CTA splitting K in pieces of 128 (4, 8 or 16).
+// How a launch is laid out (automatic when zero): m_tiles 16-row W tiles a warp (1, 2 or 4; the CTA's W rows are
+// 16 x m_tiles), warps a CTA splitting K in pieces of 128 (64 at 4 tiles) (4, 8 or 16; fewer where the CTA's
+// partials would pass 48 KB of shared memory: warps x 8 x-row tiles x 16 m_tiles floats).
 struct Int8GemmShape {
   int m_tiles = 0;
   int warps = 0;
