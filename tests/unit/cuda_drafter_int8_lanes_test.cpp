@@ -118,13 +118,13 @@ INSTANTIATE_TEST_SUITE_P(Nano, CudaInt8DrafterLanes,
 TEST(CudaInt8Drafter, AcceptsAsManyDraftsAsTheBf16Drafter) {
   LS_SKIP_WITHOUT_DEVICE();
   if (!nano_present()) GTEST_SKIP() << "no nano pair";
-  auto target = nano_target();
-  ASSERT_NE(target, nullptr);
   for (const int streams : {1, 4}) {
     SCOPED_TRACE(std::to_string(streams) + " streams");
-    const std::vector<Arrival> arrivals = staggered_arrivals(streams, false, target->facts().vocab_size, 48);
     double shares[3] = {};  // bf16, int8, int8 planted
     for (int arm = 0; arm < 3; ++arm) {
+      auto target = nano_target();  // a fresh pair an arm
+      ASSERT_NE(target, nullptr);
+      const std::vector<Arrival> arrivals = staggered_arrivals(streams, false, target->facts().vocab_size, 48);
       auto drafter = nano_drafter(*target, arm == 0 ? 0 : 8);
       ASSERT_NE(drafter, nullptr);
       auto& cuda_drafter = dynamic_cast<dspark::cuda::CudaDsparkDrafter&>(*drafter);
@@ -133,6 +133,7 @@ TEST(CudaInt8Drafter, AcceptsAsManyDraftsAsTheBf16Drafter) {
         cuda_drafter.capture_bucket_graphs();
       }
       const LanesRun run = run_lanes(*target, *drafter, arrivals);
+      drafter.reset();  // before its target
       EXPECT_EQ(run.stats.drafter_faults, 0);
       shares[arm] = run.accepted_share();
       std::printf("[ int8 acceptance ] %d streams, %s: %lld of %lld drafts accepted (%.4f)\n", streams,
