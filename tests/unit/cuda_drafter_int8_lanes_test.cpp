@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_drafter_test_util.h"
 #include "cuda_target_test_util.h"
 #include "cuda_test_util.h"
 #include "draft/dspark/cuda/cuda_drafter.h"
@@ -144,6 +145,37 @@ TEST(CudaInt8Drafter, AcceptsAsManyDraftsAsTheBf16Drafter) {
     EXPECT_GT(shares[0], 0.0);
     EXPECT_GE(shares[1], 0.85 * shares[0]);
     EXPECT_LT(shares[2], 0.85 * shares[0]) << "the planted scales went unseen";
+  }
+}
+
+// Every quantized GEMM of a one-request pass takes its int8 copy: an eager pass enqueues 4 int8 GEMMs a layer (q/k/v,
+// o, gate/up + SwiGLU, down) and the head's, none with set_int8_rows(0); a host absorb's fc takes its copy.
+TEST(CudaInt8Drafter, EveryQuantizedGemmOfAOneRequestPassTakesItsInt8Copy) {
+  LS_SKIP_WITHOUT_DEVICE();
+  if (!nano_present()) GTEST_SKIP() << "no nano pair";
+  dspark::cuda_test::NanoDrafter nano;
+  DrafterOptions options = dspark::cuda_test::cuda_options();
+  options.bits = 8;
+  ASSERT_TRUE(nano.load(options));
+  dspark::cuda::CudaDsparkDrafter& drafter = *nano.gpu;
+  drafter.set_graphs(false);
+  drafter.set_absorb_in_pass(false);
+  const int rows = 11;
+  std::vector<float> taps(static_cast<size_t>(rows * nano.width));
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  const int64_t before_absorb = drafter.int8_gemms_enqueued();
+  ASSERT_TRUE(drafter.absorb(1, 0, rows, taps).ok());
+  ASSERT_TRUE(drafter.settle().ok());
+  EXPECT_EQ(drafter.int8_gemms_enqueued() - before_absorb, 1);  // fc (the host absorb's per-layer K / V: bf16)
+  for (const int int8_rows : {16, 0}) {
+    SCOPED_TRACE("int8 rows " + std::to_string(int8_rows));
+    drafter.set_int8_rows(int8_rows);
+    const int64_t before = drafter.int8_gemms_enqueued();
+    const DraftRequest request = dspark::cuda_test::request_at(1, rows, 17, nano.c.block_size);
+    const std::vector<Draft> drafts = drafter.draft(std::span<const DraftRequest>(&request, 1));
+    ASSERT_EQ(drafts.size(), 1u);
+    ASSERT_TRUE(drafts[0].status.ok()) << drafts[0].status.to_string();
+    EXPECT_EQ(drafter.int8_gemms_enqueued() - before, int8_rows > 0 ? 4 * nano.c.num_layers + 1 : 0);
   }
 }
 

@@ -299,15 +299,15 @@ class CudaDsparkDrafter final : public Drafter {
   // The same bits either way. `planted_store` (tests only) makes the launch flip a weight bit instead of one
   // prefetch, so the bit test can be seen to turn red. LS_DRAFTER_L2_PREFETCH_MB sets the bytes at load.
   // Session 20 (--drafter-bits 8): GEMMs of at most `rows` rows on the int8 copies (int8_gemm; fc, q/k/v, o, gate/up,
-  // down, the absorb's K/V and the head U), wider ones on the bf16 weights; 0 = bf16 everywhere. Without int8 copies
-  // (bits 0) nothing changes. LS_DRAFTER_INT8_ROWS at load. `planted_scale` (tests only): every int8 column takes its
-  // neighbour's scale.
+  // down, the absorb's K/V, the head U), wider ones on the bf16 weights; 0 = bf16 everywhere; bits 0: no copies.
+  // LS_DRAFTER_INT8_ROWS at load. `planted_scale` (tests): every int8 column on its neighbour's scale.
   void set_int8_rows(int rows, bool planted_scale = false) {
     int8_planted_ = planted_scale;
     set_and_drop_graphs(int8_rows_, rows);
   }
   int int8_rows() const { return int8_rows_; }
   const DrafterInt8& int8_weights() const { return int8_; }
+  int64_t int8_gemms_enqueued() const { return int8_gemms_; }  // int8_gemm launches enqueued or captured (tests)
   void set_l2_prefetch(int64_t bytes, bool planted_store = false) {
     l2_prefetch_bytes_ = bytes;
     l2_prefetch_planted_ = planted_store;
@@ -466,6 +466,7 @@ class CudaDsparkDrafter final : public Drafter {
   DrafterInt8 int8_;      // empty with bits 0
   int int8_rows_ = 16;    // set_int8_rows
   bool int8_planted_ = false;
+  int64_t int8_gemms_ = 0;
   // The int8 copy of w [w_rows, w_cols] when a GEMM of `rows` rows takes it (set_int8_rows), else null.
   const Int8Weights* int8_for(const bf16_t* w, int64_t rows, int64_t w_rows, int64_t w_cols) const {
     return rows <= int8_rows_ && int8_gemm_supported(rows, w_cols) ? int8_.find(w, w_rows, w_cols) : nullptr;

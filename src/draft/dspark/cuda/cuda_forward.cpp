@@ -15,6 +15,7 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
   if (const Int8Weights* codes = int8_for(w, rows, w_rows, w_cols)) {
     Int8Gemm args{x, static_cast<int>(rows), *codes, y, ldy, y_f32 ? Int8Epilogue::F32 : Int8Epilogue::Bf16, {}, false};
     args.planted_scale = int8_planted_;
+    ++int8_gemms_;
     return int8_gemm(args, programmatic_, stream);
   }
   if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ &&
@@ -51,6 +52,7 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
   if (const Int8Weights* codes = int8_for(w, rows, 2 * ff, d)) {
     Int8Gemm args{x, static_cast<int>(rows), *codes, y, ff, Int8Epilogue::Swiglu, {}, false};
     args.planted_scale = int8_planted_;
+    ++int8_gemms_;
     return int8_gemm(args, programmatic_, stream_.get());
   }
   if ((skinny_parts_ & kSkinnySwiglu) && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
@@ -64,7 +66,9 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
 Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
                                              bf16_t* projected, bf16_t* hidden, const float* weight, bf16_t* normed) {
   if (rows == 0) return ok_status();
-  if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
+  if (int8_for(w, rows, d, k) != nullptr) {
+    LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d, false));  // the int8 copy (set_int8_rows)
+  } else if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
     const SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16};
     LS_RETURN_IF_ERROR(skinny_gemm(args, programmatic_, stream_.get()));
   } else {
