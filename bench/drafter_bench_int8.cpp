@@ -83,7 +83,9 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
       {"fc (absorb)", d, static_cast<int64_t>(shape.taps.size()) * d, Int8Epilogue::Bf16},
       {"context k/v (absorb)", static_cast<int64_t>(shape.layers) * 2 * kv, d, Int8Epilogue::Bf16},
   };
-  const dspark::cuda::Int8GemmShape pins[] = {{1, 4}, {1, 8}, {1, 16}, {2, 4}, {2, 8}, {2, 16}, {4, 4}, {4, 8}};
+  const dspark::cuda::Int8GemmShape pins[] = {{1, 4},       {1, 8},        {1, 16},      {2, 4},
+                                              {2, 8},       {2, 16},       {4, 4},       {4, 8},
+                                              {1, 8, true}, {2, 8, true},  {4, 8, true}};
   cudaStream_t stream = nullptr;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t cublas = nullptr;
@@ -96,7 +98,7 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
   std::printf("\n## int8 GEMM kernels (%s): us a launch (graph of launches over >= 256 MiB of weight copies), "
               "weight GB/s in brackets\n\n| matrix | rows | cuBLAS bf16 | skinny bf16 | int8 auto (shape) |",
               shape.name.c_str());
-  for (const auto& pin : pins) std::printf(" int8 m%d w%d |", pin.m_tiles, pin.warps);
+  for (const auto& pin : pins) std::printf(" int8 m%d w%d%s |", pin.m_tiles, pin.warps, pin.x_l1 ? " L1" : "");
   std::printf("\n|---|---|---|---|---|");
   for (size_t i = 0; i < std::size(pins); ++i) std::printf("---|");
   std::printf("\n");
@@ -170,7 +172,8 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
       for (const auto& pin : pins) {
         const double us = time_graph(stream, copies, repeats, int8_launch(pin));
         std::printf(" %.2f (%.0f) |", us, int8_bytes / us / 1e3);
-        row["int8_m" + std::to_string(pin.m_tiles) + "_w" + std::to_string(pin.warps) + "_us"] = us;
+        row["int8_m" + std::to_string(pin.m_tiles) + "_w" + std::to_string(pin.warps) + (pin.x_l1 ? "_l1" : "") +
+            "_us"] = us;
       }
       std::printf("\n");
       std::fflush(stdout);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #ifdef LS_HAVE_CUDA
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -95,11 +96,21 @@ int outside_bound(const std::vector<float>& y, const Reference& expected, int ro
   return outside;
 }
 
-const cuda::Int8GemmShape kShapes[] = {{0, 0}, {1, 4}, {1, 8}, {1, 16}, {2, 4},
-                                        {2, 8}, {2, 16}, {4, 4}, {4, 8}, {4, 16}};
+// Cells of two fp32 outputs with the same bits.
+int equal_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  int equal = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    equal += std::bit_cast<uint32_t>(a[i]) == std::bit_cast<uint32_t>(b[i]);
+  return equal;
+}
+
+const cuda::Int8GemmShape kShapes[] = {{0, 0},        {1, 4},        {1, 8},       {1, 16},      {2, 4},
+                                        {2, 8},        {2, 16},       {4, 4},       {4, 8},       {4, 16},
+                                        {1, 8, true},  {2, 8, true},  {4, 8, true}};
 
 std::string shape_name(const cuda::Int8GemmShape& shape) {
-  return "m_tiles " + std::to_string(shape.m_tiles) + " warps " + std::to_string(shape.warps);
+  return "m_tiles " + std::to_string(shape.m_tiles) + " warps " + std::to_string(shape.warps) +
+         (shape.x_l1 ? " x in L1" : "");
 }
 
 // The device's codes and scales are the CPU drafter's (compute::quantize_row_int8 of the same bf16 values), the bias
@@ -207,6 +218,65 @@ TEST(CudaDrafterInt8, TheInt8GemmMatchesAnFp64ReferenceOfTheSameInt8Math) {
       EXPECT_GT(outside_bound(download(y, cells), expected, rows, shape.n, ldy), 0) << "the planted scale went unseen";
     }
   }
+}
+
+// Launched programmatically right after the kernel that writes its x (residual_norm, which lets its dependents start
+// at once), x rewritten in place between two GEMMs that read it (so an L1 line of the old x would be stale): the bits
+// of the same product on a finished x, with x through L2 only and through L1 too (x_l1), at 9 rows.
+TEST(CudaDrafterInt8, AProgrammaticLaunchReadsTheXItsPredecessorWrote) {
+  LS_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(2020);
+  const int rows = 9;
+  const int64_t n = 16384, k = 2048;
+  const Quantized q = quantize(random_weights(rng, n, k), n, k);
+  const std::vector<bf16> start = random_values(rng, rows * k, 3.0f), delta = random_values(rng, rows * k, 1.0f);
+  auto weight = upload(testing::random_floats(rng, k, 0.5f, 1.5f));
+  auto delta_d = upload(delta);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto* weights = weight.data();
+  const auto* dd = reinterpret_cast<const cuda::bf16_t*>(delta_d.data());
+  for (const cuda::Int8GemmShape pin : {cuda::Int8GemmShape{2, 8, false}, cuda::Int8GemmShape{2, 8, true}}) {
+    SCOPED_TRACE(shape_name(pin));
+    // Reference: x after the first norm and after the second, each finished before its GEMM.
+    std::vector<std::vector<float>> expected;
+    {
+      auto hidden = upload(start);
+      auto x = poisoned<bf16>(rows * k);
+      auto* xd = reinterpret_cast<cuda::bf16_t*>(x.data());
+      auto* hd = reinterpret_cast<cuda::bf16_t*>(hidden.data());
+      for (int step = 0; step < 2; ++step) {
+        ASSERT_TRUE(cuda::residual_norm(hd, step == 0 ? nullptr : dd, rows, k, weights, 1e-5f, xd, stream).ok());
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        auto y = poisoned<float>(rows * n);
+        const cuda::Int8GemmShape through_l2{pin.m_tiles, pin.warps, false};  // the same sums, x never from L1
+        cuda::Int8Gemm args{xd, rows, q.view(n, k), y.data(), n, cuda::Int8Epilogue::F32, through_l2, false};
+        ASSERT_TRUE(cuda::int8_gemm(args, false, stream).ok());
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        expected.push_back(download(y, rows * n));
+      }
+    }
+    for (int run = 0; run < 3; ++run) {
+      auto hidden = upload(start);
+      auto x = poisoned<bf16>(rows * k);
+      auto y0 = poisoned<float>(rows * n), y1 = poisoned<float>(rows * n);
+      auto* xd = reinterpret_cast<cuda::bf16_t*>(x.data());
+      auto* hd = reinterpret_cast<cuda::bf16_t*>(hidden.data());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      float* outs[2] = {y0.data(), y1.data()};
+      for (int step = 0; step < 2; ++step) {
+        ASSERT_TRUE(cuda::residual_norm(hd, step == 0 ? nullptr : dd, rows, k, weights, 1e-5f, xd, stream).ok());
+        cuda::Int8Gemm args{xd, rows, q.view(n, k), outs[step], n, cuda::Int8Epilogue::F32, pin, false};
+        ASSERT_TRUE(cuda::int8_gemm(args, true, stream).ok());
+      }
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(equal_bits(download(y0, rows * n), expected[0]), static_cast<int>(rows * n))
+          << "run " << run << ", first GEMM";
+      EXPECT_EQ(equal_bits(download(y1, rows * n), expected[1]), static_cast<int>(rows * n))
+          << "run " << run << ", second GEMM (x rewritten)";
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 // The automatic shape for the drafter's matrices, and the refusals by name.

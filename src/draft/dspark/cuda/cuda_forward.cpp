@@ -13,7 +13,8 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
   if (rows == 0) return ok_status();
   const cudaStream_t stream = launch_stream();  // the drafter's stream, or the absorb branch (set_absorb_in_pass)
   if (const Int8Weights* codes = int8_for(w, rows, w_rows, w_cols)) {
-    Int8Gemm args{x, static_cast<int>(rows), *codes, y, ldy, y_f32 ? Int8Epilogue::F32 : Int8Epilogue::Bf16, {}, false};
+    const Int8Epilogue epilogue = y_f32 ? Int8Epilogue::F32 : Int8Epilogue::Bf16;
+    Int8Gemm args{x, static_cast<int>(rows), *codes, y, ldy, epilogue, {}, false};
     args.planted_scale = int8_planted_;
     ++int8_gemms_;
     return int8_gemm(args, programmatic_, stream);

@@ -40,8 +40,13 @@ __device__ __forceinline__ uint4 load_codes(const uint8_t* address, bool inside)
                                                                                kZeroCodes);
 }
 
+// x through L2 only (coherent), or (X_L1) through L1 as well: a CTA's x is read again by the next CTAs an SM runs.
+// Both are ordinary loads after the programmatic wait (never the non-coherent path, which ptxas may hoist above it).
+template <bool X_L1>
 __device__ __forceinline__ uint4 load_x(const bf16_t* address, bool inside) {
-  return inside ? __ldcg(reinterpret_cast<const uint4*>(address)) : make_uint4(0, 0, 0, 0);
+  if (!inside) return make_uint4(0, 0, 0, 0);
+  if constexpr (X_L1) return __ldca(reinterpret_cast<const uint4*>(address));
+  return __ldcg(reinterpret_cast<const uint4*>(address));
 }
 
 // Four biased codes -> two bf16 pairs (codes 0, 1 and 2, 3; the lower k in the lower half).
@@ -86,7 +91,7 @@ __device__ __forceinline__ void load_piece(PieceCodes<MT>& loads, const uint8_t*
 
 // NT x-row tiles of 8 (rows <= 8 NT), MT W tiles of 16 rows a warp, WARPS warps splitting K. Tile i's row r: output
 // column first + 16 i + r, or for SwiGLU r < 8 the gate column first + 8 i + r and r >= 8 its up column.
-template <int MT, int NT, int WARPS, Int8Epilogue EPILOGUE>
+template <int MT, int NT, int WARPS, Int8Epilogue EPILOGUE, bool X_L1>
 __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args) {
   __shared__ float partial[WARPS][8 * NT][16 * MT];  // [warp][x row][W row of the CTA's tiles]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -145,7 +150,7 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
         const int x_row = 8 * n8 + g;
         const bool inside = x_row < args.rows && k < k_total;
         const bf16_t* x = args.x + static_cast<int64_t>(inside ? x_row : 0) * k_total + (inside ? k : 0);
-        const uint4 x0 = load_x(x, inside), x1 = load_x(x + 8, inside);
+        const uint4 x0 = load_x<X_L1>(x, inside), x1 = load_x<X_L1>(x + 8, inside);
         xs[n8][0] = x0.x, xs[n8][1] = x0.y, xs[n8][2] = x0.z, xs[n8][3] = x0.w;
         xs[n8][4] = x1.x, xs[n8][5] = x1.y, xs[n8][6] = x1.z, xs[n8][7] = x1.w;
       }
@@ -209,7 +214,7 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
   }
 }
 
-template <int MT, int NT, int WARPS, Int8Epilogue EPILOGUE>
+template <int MT, int NT, int WARPS, Int8Epilogue EPILOGUE, bool X_L1 = false>
 Status launch(const Int8Gemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned int>(ctas));
@@ -220,7 +225,7 @@ Status launch(const Int8Gemm& args, int64_t ctas, bool programmatic, cudaStream_
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = programmatic && ls::cuda::cuda_features().pdl ? 1 : 0;  // not on the portable sm_80 path
-  LS_CUDA_TRY(cudaLaunchKernelEx(&config, int8_gemm_kernel<MT, NT, WARPS, EPILOGUE>, args));
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, int8_gemm_kernel<MT, NT, WARPS, EPILOGUE, X_L1>, args));
   return ok_status();
 }
 
@@ -230,6 +235,9 @@ Status launch_warps(const Int8Gemm& args, int warps, bool programmatic, cudaStre
   const int64_t columns = EPILOGUE == Int8Epilogue::Swiglu ? args.w.rows / 2 : args.w.rows;
   const int64_t per_cta = (EPILOGUE == Int8Epilogue::Swiglu ? 8 : 16) * MT;
   const int64_t ctas = (columns + per_cta - 1) / per_cta;
+  if constexpr (partials_fit(MT, NT, 8)) {
+    if (args.shape.x_l1 && warps == 8) return launch<MT, NT, 8, EPILOGUE, true>(args, ctas, programmatic, stream);
+  }
   if constexpr (partials_fit(MT, NT, 16)) {
     if (warps == 16) return launch<MT, NT, 16, EPILOGUE>(args, ctas, programmatic, stream);
   }

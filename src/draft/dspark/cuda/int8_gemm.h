@@ -41,6 +41,7 @@ enum class Int8Epilogue { Bf16, F32, Swiglu };
 struct Int8GemmShape {
   int m_tiles = 0;
   int warps = 0;
+  bool x_l1 = false;  // x loads cached in L1 too (8 warps only; a pin for the bench and tests)
 };
 
 struct Int8Gemm {
