@@ -4,6 +4,8 @@
 //
 //   drafter_bench [--shape lfm2.5-1.2b|lfm2.5-8b-a1b|small] [--layers N] [--threads T] [--context ROWS]
 //                 [--repeats R] [--bits 0|8|both] [--device cpu|cuda] [--json PATH] [--dir SCRATCH_DIR]
+//                 (cuda: --bits 8 loads int8 copies beside the bf16 weights; rounds' ":iN" / ":i0" settings pick them)
+//   cuda kernels: --int8-kernels [--rows 1,9,16,27,32]: the drafter's GEMMs alone, bf16 against int8
 //   cuda only:    [--graphs on|off|both] [--attention auto|warp,tile,split,cooperative,head]
 //                 [--scan auto|fused|gemm|persistent|counter|flags|handoff|both|all]
 //                 [--engine-gemms off|on|both] [--tuned-gemms off|on|both] [--skinny auto|on|off|both]
@@ -163,6 +165,16 @@ int main(int argc, char** argv) {
   Shape shape = *found;
   shape.layers = std::stoi(flag(argc, argv, "--layers", std::to_string(shape.layers).c_str()));
 
+#ifdef LS_HAVE_CUDA
+  if (std::any_of(argv + 1, argv + argc, [](const char* arg) { return std::strcmp(arg, "--int8-kernels") == 0; })) {
+    json kernels = {{"shape", shape.name}, {"int8_kernels", json::array()}};
+    const int code = run_int8_kernels(shape, parse_list(flag(argc, argv, "--rows", "1,9,16,27,32")), repeats, kernels);
+    if (code != 0) return code;
+    std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
+    std::ofstream(json_path) << kernels.dump(2) << "\n";
+    return 0;
+  }
+#endif
   if (Status status = write_drafter(dir, shape); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;
@@ -203,7 +215,8 @@ int main(int argc, char** argv) {
                                   ? std::vector<int>{}
                                   : parse_list(flag(argc, argv, "--skinny-parts", "")),
                               parse_list(flag(argc, argv, "--streams", "1,4,8,16,32,64")),
-                              flag(argc, argv, "--loads", ""), rounds > 0 ? &round_options : nullptr, results);
+                              flag(argc, argv, "--loads", ""), rounds > 0 ? &round_options : nullptr,
+                              flag(argc, argv, "--bits", "0") == "8" ? 8 : 0, results);
     if (code != 0) return code;
     std::filesystem::create_directories(std::filesystem::path(json_path).parent_path());
     std::ofstream(json_path) << results.dump(2) << "\n";

@@ -129,7 +129,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
              const std::string& launch, bool profile, const std::string& buckets, const std::string& pick,
              const std::vector<int>& attention_chunks, const std::vector<int>& skinny_parts,
              const std::vector<int>& stream_counts, const std::string& loads_pin, const RoundOptions* rounds,
-             json& results) {
+             int bits, json& results) {
   if (Status status = target.upload_embedding(); !status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;
@@ -137,6 +137,7 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
   DrafterOptions options;
   options.device = Device::Cuda;
   options.max_streams = 64;
+  options.bits = bits;  // --bits 8: int8 copies for the GEMMs of few rows (session 20)
   const auto start = std::chrono::steady_clock::now();
   Result<std::unique_ptr<Drafter>> loaded = load_drafter(dir, target, options);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -97,7 +97,9 @@ int run_cuda(const Shape& shape, const std::string& dir, BenchTarget& target, in
              const std::string& launch, bool profile, const std::string& buckets, const std::string& pick,
              const std::vector<int>& attention_chunks, const std::vector<int>& skinny_parts,
              const std::vector<int>& stream_counts, const std::string& loads_pin, const RoundOptions* rounds,
-             nlohmann::json& results);
+             int bits, nlohmann::json& results);
+// --int8-kernels: the drafter's GEMMs one by one, bf16 against the int8 GEMM (drafter_bench_int8.cpp).
+int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int repeats, nlohmann::json& results);
 #endif
 
 }  // namespace ls::bench

@@ -245,6 +245,7 @@ void Lanes::update_dormancy(Stream& stream, int depth, bool probe) {
   }
   ++stream.zero_decisions;
   if (!restarts_ || stream.dormant || stream.zero_decisions < kZeroDecisionsBeforeDormant) return;
+  if (options_.alone_keeps_context && live_.size() == 1 && target_.cpu_pool() != nullptr) return;
   stream.dormant = true;
   ++stats_.dormant_entries;
   stream.unabsorbed_rows = 0;

@@ -21,6 +21,11 @@ namespace ls {
 struct PricingOptions {
   std::vector<double> depth_prior = default_depth_prior();  // acceptance by depth before measurements
   double acceptance_rate = 0.15;  // moving-average weight of acceptance outcomes
+  // cpu20 (A/B, off): the confidence calibration's first outcomes as a running mean (ConfidenceCalibration::
+  // set_mean_start): the nano head's raw chances at 1 stream on the CPU (0.37 / 0.19 for the first drafts against
+  // 0.84 / 0.71 landing) took ~10 windows at 0.15 to be believed, and the trim cut the first windows to 2 drafts.
+  // lanes_bench --calibration-start mean.
+  bool calibration_mean_start = false;
   double cost_rate = 0.2;         // moving-average weight of measured times
   double plain_margin = 1.05;     // drafting must beat plain by this factor to be drafted at all
   int probe_first_wait = 8;       // zero-draft decisions before the first probe

@@ -52,7 +52,8 @@ Result<DsparkConfig> parse_dspark_config(const std::string& json_text);
 Result<DsparkConfig> read_dspark_config(const std::string& directory);
 // DraftTargetMismatch unless vocab, hidden size, tap ids and num_target_layers fit the target.
 Status check_draft_fits_target(const DsparkConfig& config, const TargetFacts& target);
-// UnsupportedDraftBits unless bits is 0 (bf16 as stored) or 8 (int8 per output row, quantized at load).
+// UnsupportedDraftBits unless bits is 0 (bf16 as stored) or 8 (int8 per output row, quantized at load; on the CUDA
+// device int8 copies beside the bf16 weights, taken by the GEMMs of few rows: draft/dspark/cuda/int8_weights.h).
 Status check_draft_bits(int bits);
 // --drafter-bits -1 (kDraftBitsAuto, the CLI's and lanes_bench's default) made 0 or 8; other values pass through. A
 // drafter's bits never reach a reply (the target verifies every draft), so auto picks the faster pass: int8 on a CPU

@@ -113,6 +113,9 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
   pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
   pin("LS_DRAFTER_ABSORB_IN_PASS", d.absorb_in_pass_);
+  if (const char* rows = std::getenv("LS_DRAFTER_INT8_ROWS"); rows && *rows) {
+    d.int8_rows_ = std::max(0, std::atoi(rows));
+  }
   if (const char* ns = std::getenv("LS_DRAFTER_SCAN_BACKOFF_NS"); ns && *ns) {
     d.scan_backoff_ns_ = std::max(0, std::atoi(ns));
   }
@@ -173,6 +176,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
                                        w.confidence_temperatures, steps));
     }
   }
+  if (options.bits == 8) LS_RETURN_IF_ERROR(d.quantize_weights(steps));
   const compute::RopeTable rope = compute::make_rope_table(config.head_dim, config.rope_theta);
   LS_RETURN_IF_ERROR(upload_floats(rope.inv_freq, "rope inv_freq", w.inv_freq, steps));
   LS_RETURN_IF_ERROR(d.reserve_scratch(std::max(options.max_streams, 1), &steps));
@@ -198,6 +202,29 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   LS_RETURN_IF_ERROR(d.warm_up());
   d.capture_bucket_graphs();  // every bucket's graphs (and the absorb's) now, so no timed round captures one
   return drafter;
+}
+
+Status CudaDsparkDrafter::quantize_weights(InitSteps& steps) {
+  // The block pass's and the absorb's GEMMs that stream the most bytes, and the head U (the target's embedding).
+  const cudaStream_t stream = stream_.get();
+  DeviceDraftWeights& w = weights_;
+  auto add = [&](const DeviceWeightMatrix& matrix, const std::string& name) {
+    return int8_.add(matrix.values.data(), matrix.rows, matrix.cols, name, steps, stream);
+  };
+  LS_RETURN_IF_ERROR(add(w.fc, "fc.weight"));
+  for (size_t index = 0; index < w.layers.size(); ++index) {
+    const DeviceLayerWeights& layer = w.layers[index];
+    const std::string prefix = "layers." + std::to_string(index) + ".";
+    LS_RETURN_IF_ERROR(add(layer.qkv_proj, prefix + "qkv_proj"));
+    LS_RETURN_IF_ERROR(add(layer.o_proj, prefix + "o_proj"));
+    LS_RETURN_IF_ERROR(add(layer.gate_up_proj, prefix + "gate_up_proj"));
+    LS_RETURN_IF_ERROR(add(layer.down_proj, prefix + "down_proj"));
+  }
+  LS_RETURN_IF_ERROR(add(w.context_kv_proj, "context kv_proj (every layer)"));
+  LS_RETURN_IF_ERROR(int8_.add(embedding_, config_.vocab_size, config_.hidden_size, "head (the target's embedding)",
+                               steps, stream));
+  LS_CUDA_TRY(cudaStreamSynchronize(stream));
+  return ok_status();
 }
 
 std::vector<Draft> CudaDsparkDrafter::draft(std::span<const DraftRequest> requests) {

@@ -1,5 +1,5 @@
-// The DSpark drafter on the CUDA device: bf16 weights and per-stream context K/V on the device, one batched block
-// pass per draft() call, the Markov scan as a fixed sequence of launches per slot, one copy of the results back.
+// The DSpark drafter on the CUDA device: bf16 weights (and int8 copies with --drafter-bits 8) and per-stream context
+// K/V on the device, one batched block pass per draft() call, the Markov scan, one copy of the results back.
 #pragma once
 
 #include <bit>
@@ -20,6 +20,7 @@
 #include "draft/dspark/cuda/device_state.h"
 #include "draft/dspark/cuda/draft_kernels.h"
 #include "draft/dspark/cuda/graph_keys.h"
+#include "draft/dspark/cuda/int8_weights.h"
 #include "draft/dspark/cuda/tuned_gemm.h"
 #include "draft/dspark/weights.h"
 #include "draft/load.h"
@@ -297,6 +298,16 @@ class CudaDsparkDrafter final : public Drafter {
   // then an even share of gate_up's rows, then of down_proj's), so they stream while DRAM would sit idle. 0 = off.
   // The same bits either way. `planted_store` (tests only) makes the launch flip a weight bit instead of one
   // prefetch, so the bit test can be seen to turn red. LS_DRAFTER_L2_PREFETCH_MB sets the bytes at load.
+  // Session 20 (--drafter-bits 8): GEMMs of at most `rows` rows on the int8 copies (int8_gemm; fc, q/k/v, o, gate/up,
+  // down, the absorb's K/V, the head U), wider ones on the bf16 weights; 0 = bf16 everywhere; bits 0: no copies.
+  // LS_DRAFTER_INT8_ROWS at load. `planted_scale` (tests): every int8 column on its neighbour's scale.
+  void set_int8_rows(int rows, bool planted_scale = false) {
+    int8_planted_ = planted_scale;
+    set_and_drop_graphs(int8_rows_, rows);
+  }
+  int int8_rows() const { return int8_rows_; }
+  const DrafterInt8& int8_weights() const { return int8_; }
+  int64_t int8_gemms_enqueued() const { return int8_gemms_; }  // int8_gemm launches enqueued or captured (tests)
   void set_l2_prefetch(int64_t bytes, bool planted_store = false) {
     l2_prefetch_bytes_ = bytes;
     l2_prefetch_planted_ = planted_store;
@@ -318,6 +329,8 @@ class CudaDsparkDrafter final : public Drafter {
     pin = value;
     graphs_.clear();
   }
+  // --drafter-bits 8: the int8 copies (int8_weights.h), quantized on the device from the uploaded bf16 weights.
+  Status quantize_weights(InitSteps& steps);
   Status reserve_context(DeviceStreamContext& context, int64_t rows);
   Status reserve_scratch(int64_t requests, InitSteps* steps);
   Status project_context(const float* taps, int64_t rows, int64_t start, DeviceStreamContext& context);
@@ -450,6 +463,14 @@ class CudaDsparkDrafter final : public Drafter {
     return one_graph_ && (scan_key == kPersistentScanKey || scan_key == kKeyedScanKey);
   }
   int skinny_parts_ = kDefaultSkinnyParts;
+  DrafterInt8 int8_;      // empty with bits 0
+  int int8_rows_ = 16;    // set_int8_rows
+  bool int8_planted_ = false;
+  int64_t int8_gemms_ = 0;
+  // The int8 copy of w [w_rows, w_cols] when a GEMM of `rows` rows takes it (set_int8_rows), else null.
+  const Int8Weights* int8_for(const bf16_t* w, int64_t rows, int64_t w_rows, int64_t w_cols) const {
+    return rows <= int8_rows_ && int8_gemm_supported(rows, w_cols) ? int8_.find(w, w_rows, w_cols) : nullptr;
+  }
   bool engine_gemms_ = false;
   bool tuned_gemms_ = false;
   TunedGemms tuned_;

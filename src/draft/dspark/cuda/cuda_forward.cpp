@@ -12,6 +12,13 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
                                bool y_f32, int64_t ldy, bool skinny) {
   if (rows == 0) return ok_status();
   const cudaStream_t stream = launch_stream();  // the drafter's stream, or the absorb branch (set_absorb_in_pass)
+  if (const Int8Weights* codes = int8_for(w, rows, w_rows, w_cols)) {
+    const Int8Epilogue epilogue = y_f32 ? Int8Epilogue::F32 : Int8Epilogue::Bf16;
+    Int8Gemm args{x, static_cast<int>(rows), *codes, y, ldy, epilogue, {}, false};
+    args.planted_scale = int8_planted_;
+    ++int8_gemms_;
+    return int8_gemm(args, programmatic_, stream);
+  }
   if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ &&
       skinny_gemm_supported(rows, w_cols)) {
     const SkinnyGemm args{x, static_cast<int>(rows), w_cols, w, w_rows, y, ldy,
@@ -43,6 +50,12 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
 Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d,
                                       bf16_t* stacked, bf16_t* y) {
   if (rows == 0) return ok_status();
+  if (const Int8Weights* codes = int8_for(w, rows, 2 * ff, d)) {
+    Int8Gemm args{x, static_cast<int>(rows), *codes, y, ff, Int8Epilogue::Swiglu, {}, false};
+    args.planted_scale = int8_planted_;
+    ++int8_gemms_;
+    return int8_gemm(args, programmatic_, stream_.get());
+  }
   if ((skinny_parts_ & kSkinnySwiglu) && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
     const SkinnyGemm args{x, static_cast<int>(rows), d, w, 2 * ff, y, ff, SkinnyEpilogue::Swiglu};
     return skinny_gemm(args, programmatic_, stream_.get());
@@ -54,7 +67,9 @@ Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_
 Status CudaDsparkDrafter::gemm_residual_norm(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t d, int64_t k,
                                              bf16_t* projected, bf16_t* hidden, const float* weight, bf16_t* normed) {
   if (rows == 0) return ok_status();
-  if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
+  if (int8_for(w, rows, d, k) != nullptr) {
+    LS_RETURN_IF_ERROR(gemm(x, rows, w, d, k, projected, false, d, false));  // the int8 copy (set_int8_rows)
+  } else if ((skinny_parts_ & kSkinnyThenNorm) && !engine_gemms_ && skinny_gemm_supported(rows, k)) {
     const SkinnyGemm args{x, static_cast<int>(rows), k, w, d, projected, d, SkinnyEpilogue::Bf16};
     LS_RETURN_IF_ERROR(skinny_gemm(args, programmatic_, stream_.get()));
   } else {
@@ -222,11 +237,15 @@ Result<bool> CudaDsparkDrafter::prefetch_layer_weights(int count, int layer) {
   int64_t budget = l2_prefetch_bytes_;
   std::vector<L2PrefetchSpan> spans;
   for (const DeviceWeightMatrix* matrix : {&w.o_proj, &w.gate_up_proj, &w.down_proj}) {
-    const int64_t row_bytes = matrix->cols * static_cast<int64_t>(sizeof(bf16_t));
+    // The int8 copy where the pass's GEMMs take it (set_int8_rows), else the bf16 weights.
+    const Int8Weights* codes =
+        int8_for(matrix->values.data(), static_cast<int64_t>(count) * config_.block_size, matrix->rows, matrix->cols);
+    const int64_t row_bytes = matrix->cols * static_cast<int64_t>(codes ? 1 : sizeof(bf16_t));
     const int64_t bytes = matrix->rows * row_bytes;
     const int eighths = static_cast<int>(std::min<int64_t>(8, bytes > 0 ? budget * 8 / bytes : 0));
     if (eighths <= 0) break;
-    spans.push_back(L2PrefetchSpan{matrix->values.data(), matrix->rows, row_bytes, eighths});
+    const void* base = codes ? static_cast<const void*>(codes->codes) : matrix->values.data();
+    spans.push_back(L2PrefetchSpan{base, matrix->rows, row_bytes, eighths});
     budget -= bytes * eighths / 8;
   }
   if (spans.empty()) return false;

@@ -31,10 +31,6 @@ Result<std::unique_ptr<Drafter>> load_cuda_drafter(const std::string& directory,
                                                    const DrafterOptions& options) {
   // Refusals first, as on the CPU: bits, the config, the config against the target; then what the device needs.
   LS_RETURN_IF_ERROR(check_draft_bits(options.bits));
-  if (options.bits == 8) {
-    return Status(ErrorCode::UnsupportedDraftBits,
-                  "--drafter-bits 8 runs on the CPU only; the CUDA drafter runs bf16 weights (--drafter-bits 0)");
-  }
   if (options.mode != compute::NumericMode::Bf16) {
     return Status(ErrorCode::InvalidArgument, "the CUDA drafter runs in bf16 only (the fp32 reference is the CPU's)");
   }
@@ -57,8 +53,9 @@ Result<std::unique_ptr<Drafter>> load_cuda_drafter(const std::string& directory,
   LS_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaDsparkDrafter> drafter,
                       cuda::CudaDsparkDrafter::create(config, *weights, static_cast<const cuda::bf16_t*>(embedding),
                                                       options, steps));
-  log_info("drafter: DSpark on CUDA, %d layers, block %d, markov rank %d, bf16 weights (%.1f MiB on the device)",
-           config.num_layers, config.block_size, config.markov_rank, cuda::drafter_device_bytes() / 1048576.0);
+  log_info("drafter: DSpark on CUDA, %d layers, block %d, markov rank %d, bf16 weights%s (%.1f MiB on the device)",
+           config.num_layers, config.block_size, config.markov_rank,
+           options.bits == 8 ? " + int8 copies for GEMMs of few rows" : "", cuda::drafter_device_bytes() / 1048576.0);
   return std::unique_ptr<Drafter>(std::move(drafter));
 }
 

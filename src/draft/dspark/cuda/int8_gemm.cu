@@ -1,0 +1,340 @@
+// The drafter's int8 GEMM of few rows (int8_gemm.h): codes streamed once, widened to bf16 in registers, mma.sync.
+//
+// A CTA owns 16 x MT output columns (W rows; SwiGLU: 8 x MT gate columns and the same up columns) and its WARPS warps
+// split K in pieces of 128 (64 with four W tiles a warp). Each lane loads 16 bytes (16 codes) of each of its W rows per 64-wide K step straight
+// into registers; lane t of a quad holds k = 16t .. 16t+15, which feed four m16n8k16 mmas (mma m takes k 16t + 4m ..
+// 16t + 4m + 3), and x's B registers are loaded with the same permutation, so every product is code x x and only the
+// fp32 order of the sums is the kernel's own. A code c is stored as the byte c + 128; the fp32 bits 0x4B0000bb are
+// 2^23 + byte, less 2^23 + 128 is c exactly, and its upper 16 bits are bf16(c) exactly (c has <= 8 significant bits).
+// The warps' sums meet in shared memory in warp order; the epilogue scales each column and writes bf16, fp32 or
+// SwiGLU. Every code load is issued before the kernel waits for the previous one (programmatic dependent launch):
+// codes and scales are never written, x is read only after the wait (through L2, coherent: see skinny_gemm.cu).
+#include "compute/cuda/cuda_util.h"
+#include "compute/cuda/features.h"
+#include "draft/dspark/cuda/device_steps.cuh"
+#include "draft/dspark/cuda/int8_gemm.h"
+
+namespace ls::dspark::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kStep = 64;   // K per step: four m16n8k16 mmas
+constexpr uint32_t kZeroCodes = 0x80808080u;  // four codes of 0
+// Steps a warp's piece (two, one with four W tiles: the same code registers in flight).
+template <int MT>
+constexpr int kSteps = MT >= 4 ? 1 : 2;
+// The partials' static shared memory: WARPS x 8 NT x 16 MT floats within 48 KB.
+constexpr bool partials_fit(int mt, int nt, int warps) { return warps * 8 * nt * 16 * mt * 4 <= 48 * 1024; }
+
+__device__ __forceinline__ void mma(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 load_codes(const uint8_t* address, bool inside) {
+  return inside ? __ldg(reinterpret_cast<const uint4*>(address)) : make_uint4(kZeroCodes, kZeroCodes, kZeroCodes,
+                                                                               kZeroCodes);
+}
+
+// x through L2 only (coherent), or (X_L1) through L1 as well: a CTA's x is read again by the next CTAs an SM runs.
+// Both are ordinary loads after the programmatic wait (never the non-coherent path, which ptxas may hoist above it).
+template <bool X_L1>
+__device__ __forceinline__ uint4 load_x(const bf16_t* address, bool inside) {
+  if (!inside) return make_uint4(0, 0, 0, 0);
+  if constexpr (X_L1) return __ldca(reinterpret_cast<const uint4*>(address));
+  return __ldcg(reinterpret_cast<const uint4*>(address));
+}
+
+// Four biased codes -> two bf16 pairs (codes 0, 1 and 2, 3; the lower k in the lower half).
+__device__ __forceinline__ void widen4(uint32_t word, uint32_t& low, uint32_t& high) {
+  constexpr uint32_t kMagic = 0x4B000000u;  // 2^23
+  constexpr float kOffset = 8388736.0f;     // 2^23 + 128
+  const float f0 = __uint_as_float(__byte_perm(word, kMagic, 0x7650)) - kOffset;
+  const float f1 = __uint_as_float(__byte_perm(word, kMagic, 0x7651)) - kOffset;
+  const float f2 = __uint_as_float(__byte_perm(word, kMagic, 0x7652)) - kOffset;
+  const float f3 = __uint_as_float(__byte_perm(word, kMagic, 0x7653)) - kOffset;
+  low = __byte_perm(__float_as_uint(f0), __float_as_uint(f1), 0x7632);
+  high = __byte_perm(__float_as_uint(f2), __float_as_uint(f3), 0x7632);
+}
+
+// 16 codes (k0 .. k0+15) -> 8 bf16 pairs: pair j holds k0 + 2j, k0 + 2j + 1.
+__device__ __forceinline__ void widen16(const uint4& codes, uint32_t (&pairs)[8]) {
+  widen4(codes.x, pairs[0], pairs[1]);
+  widen4(codes.y, pairs[2], pairs[3]);
+  widen4(codes.z, pairs[4], pairs[5]);
+  widen4(codes.w, pairs[6], pairs[7]);
+}
+
+template <int MT>
+struct PieceCodes {
+  uint4 a[MT][kSteps<MT>], b[MT][kSteps<MT>];  // rows g and g + 8 of each W tile
+};
+
+template <int MT>
+__device__ __forceinline__ void load_piece(PieceCodes<MT>& loads, const uint8_t* const (&wa)[MT],
+                                           const uint8_t* const (&wb)[MT], const bool (&a_inside)[MT],
+                                           const bool (&b_inside)[MT], int64_t piece, int64_t k_total, int t) {
+#pragma unroll
+  for (int s = 0; s < kSteps<MT>; ++s) {
+    const int64_t k = piece * kStep * kSteps<MT> + s * kStep + 16 * t;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      loads.a[i][s] = load_codes(wa[i] + k, a_inside[i] && k < k_total);
+      loads.b[i][s] = load_codes(wb[i] + k, b_inside[i] && k < k_total);
+    }
+  }
+}
+
+// NT x-row tiles of 8 (rows <= 8 NT), MT W tiles of 16 rows a warp, WARPS warps splitting K. Tile i's row r: output
+// column first + 16 i + r, or for SwiGLU r < 8 the gate column first + 8 i + r and r >= 8 its up column.
+template <int MT, int NT, int WARPS, Int8Epilogue EPILOGUE, bool X_L1>
+__global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args) {
+  __shared__ float partial[WARPS][8 * NT][16 * MT];  // [warp][x row][W row of the CTA's tiles]
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int g = lane / 4, t = lane % 4;
+  constexpr bool kSwiglu = EPILOGUE == Int8Epilogue::Swiglu;
+  const int64_t n = args.w.rows, k_total = args.w.cols;
+  const int64_t half = n / 2;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (kSwiglu ? 8 * MT : 16 * MT);
+  const uint8_t* wa[MT];
+  const uint8_t* wb[MT];
+  bool a_inside[MT], b_inside[MT];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+    int64_t row_a, row_b;
+    if constexpr (kSwiglu) {
+      row_a = first + 8 * i + g;
+      row_b = half + row_a;
+      a_inside[i] = b_inside[i] = row_a < half;
+    } else {
+      row_a = first + 16 * i + g;
+      row_b = row_a + 8;
+      a_inside[i] = row_a < n;
+      b_inside[i] = row_b < n;
+    }
+    wa[i] = args.w.codes + (a_inside[i] ? row_a : 0) * k_total;
+    wb[i] = args.w.codes + (b_inside[i] ? row_b : 0) * k_total;
+  }
+  constexpr int kPiece = kStep * kSteps<MT>;
+  const int64_t pieces = (k_total + kPiece - 1) / kPiece;
+  let_next_kernel_start();
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int n8 = 0; n8 < NT; ++n8) acc[i][n8][0] = acc[i][n8][1] = acc[i][n8][2] = acc[i][n8][3] = 0.0f;
+  bool waited = false;
+  PieceCodes<MT> loads;
+  int64_t piece = warp;
+  if (piece < pieces) load_piece<MT>(loads, wa, wb, a_inside, b_inside, piece, k_total, t);
+  for (; piece < pieces; piece += WARPS) {
+    // The next piece's loads go out before this piece's products.
+    const int64_t next = piece + WARPS;
+    PieceCodes<MT> ahead;
+    if (next < pieces) load_piece<MT>(ahead, wa, wb, a_inside, b_inside, next, k_total, t);
+    if (!waited) {
+      wait_for_previous_kernel();
+      waited = true;
+    }
+#pragma unroll
+    for (int s = 0; s < kSteps<MT>; ++s) {
+      const int64_t k = piece * kPiece + s * kStep + 16 * t;
+      // x's 16 values of this lane for each x tile (the B registers), then each W tile widened in turn.
+      uint32_t xs[NT][8];
+#pragma unroll
+      for (int n8 = 0; n8 < NT; ++n8) {
+        const int x_row = 8 * n8 + g;
+        const bool inside = x_row < args.rows && k < k_total;
+        const bf16_t* x = args.x + static_cast<int64_t>(inside ? x_row : 0) * k_total + (inside ? k : 0);
+        const uint4 x0 = load_x<X_L1>(x, inside), x1 = load_x<X_L1>(x + 8, inside);
+        xs[n8][0] = x0.x, xs[n8][1] = x0.y, xs[n8][2] = x0.z, xs[n8][3] = x0.w;
+        xs[n8][4] = x1.x, xs[n8][5] = x1.y, xs[n8][6] = x1.z, xs[n8][7] = x1.w;
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        uint32_t pa[8], pb[8];
+        widen16(loads.a[i][s], pa);
+        widen16(loads.b[i][s], pb);
+#pragma unroll
+        for (int n8 = 0; n8 < NT; ++n8)
+#pragma unroll
+          for (int m = 0; m < 4; ++m)
+            mma(acc[i][n8], pa[2 * m], pb[2 * m], pa[2 * m + 1], pb[2 * m + 1], xs[n8][2 * m], xs[n8][2 * m + 1]);
+      }
+    }
+    if (next < pieces) loads = ahead;
+  }
+  if (!waited) wait_for_previous_kernel();
+  // acc[i][n8]: c0 = (W row g, x row 8 n8 + 2t), c1 = (g, +1), c2 = (g + 8, 8 n8 + 2t), c3 = (g + 8, +1).
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int n8 = 0; n8 < NT; ++n8) {
+      partial[warp][8 * n8 + 2 * t][16 * i + g] = acc[i][n8][0];
+      partial[warp][8 * n8 + 2 * t + 1][16 * i + g] = acc[i][n8][1];
+      partial[warp][8 * n8 + 2 * t][16 * i + g + 8] = acc[i][n8][2];
+      partial[warp][8 * n8 + 2 * t + 1][16 * i + g + 8] = acc[i][n8][3];
+    }
+  __syncthreads();
+  auto scale_of = [&](int64_t column) {
+    const int64_t used = args.planted_scale ? ((column ^ 1) < n ? column ^ 1 : column) : column;
+    return __ldg(args.w.scales + used);
+  };
+  auto summed = [&](int r, int c) {
+    float sum = partial[0][r][c];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) sum += partial[w][r][c];
+    return sum;
+  };
+  constexpr int kCols = kSwiglu ? 8 * MT : 16 * MT;  // output columns of the CTA
+  constexpr int kOutputs = 8 * NT * kCols;
+  for (int o = threadIdx.x; o < kOutputs; o += blockDim.x) {
+    const int r = o / kCols, c = o % kCols;
+    if (r >= args.rows) continue;
+    const int64_t column = first + c;
+    if constexpr (kSwiglu) {
+      if (column >= half) continue;
+      const int tile_row = 16 * (c / 8) + c % 8;
+      const float gate = summed(r, tile_row) * scale_of(column);
+      const float up = summed(r, tile_row + 8) * scale_of(half + column);
+      static_cast<bf16_t*>(args.y)[r * args.ldy + column] = swiglu_value(round_bf16(gate), round_bf16(up));
+    } else {
+      if (column >= n) continue;
+      const float value = summed(r, c) * scale_of(column);
+      if constexpr (EPILOGUE == Int8Epilogue::F32) {
+        static_cast<float*>(args.y)[r * args.ldy + column] = value;
+      } else {
+        static_cast<bf16_t*>(args.y)[r * args.ldy + column] = __float2bfloat16_rn(value);
+      }
+    }
+  }
+}
+
+template <int MT, int NT, int WARPS, Int8Epilogue EPILOGUE, bool X_L1 = false>
+Status launch(const Int8Gemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned int>(ctas));
+  config.blockDim = dim3(WARPS * kWarp);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = programmatic && ls::cuda::cuda_features().pdl ? 1 : 0;  // not on the portable sm_80 path
+  LS_CUDA_TRY(cudaLaunchKernelEx(&config, int8_gemm_kernel<MT, NT, WARPS, EPILOGUE, X_L1>, args));
+  return ok_status();
+}
+
+// The asked warps, fewer where the partials would not fit (int8_gemm_shape says the same).
+template <int MT, int NT, Int8Epilogue EPILOGUE>
+Status launch_warps(const Int8Gemm& args, int warps, bool programmatic, cudaStream_t stream) {
+  const int64_t columns = EPILOGUE == Int8Epilogue::Swiglu ? args.w.rows / 2 : args.w.rows;
+  const int64_t per_cta = (EPILOGUE == Int8Epilogue::Swiglu ? 8 : 16) * MT;
+  const int64_t ctas = (columns + per_cta - 1) / per_cta;
+  if constexpr (partials_fit(MT, NT, 8)) {
+    if (args.shape.x_l1 && warps == 8) return launch<MT, NT, 8, EPILOGUE, true>(args, ctas, programmatic, stream);
+  }
+  if constexpr (partials_fit(MT, NT, 16)) {
+    if (warps == 16) return launch<MT, NT, 16, EPILOGUE>(args, ctas, programmatic, stream);
+  }
+  if constexpr (partials_fit(MT, NT, 8)) {
+    if (warps >= 8) return launch<MT, NT, 8, EPILOGUE>(args, ctas, programmatic, stream);
+  }
+  return launch<MT, NT, 4, EPILOGUE>(args, ctas, programmatic, stream);
+}
+
+template <Int8Epilogue EPILOGUE>
+Status launch_shape(const Int8Gemm& args, const Int8GemmShape& shape, bool programmatic, cudaStream_t stream) {
+  const int warps = shape.warps;
+  if (shape.m_tiles == 4) {
+    if (args.rows <= 8) return launch_warps<4, 1, EPILOGUE>(args, warps, programmatic, stream);
+    if (args.rows <= 16) return launch_warps<4, 2, EPILOGUE>(args, warps, programmatic, stream);
+    return launch_warps<4, 4, EPILOGUE>(args, warps, programmatic, stream);
+  }
+  if (shape.m_tiles == 2) {
+    if (args.rows <= 8) return launch_warps<2, 1, EPILOGUE>(args, warps, programmatic, stream);
+    if (args.rows <= 16) return launch_warps<2, 2, EPILOGUE>(args, warps, programmatic, stream);
+    return launch_warps<2, 4, EPILOGUE>(args, warps, programmatic, stream);
+  }
+  if (args.rows <= 8) return launch_warps<1, 1, EPILOGUE>(args, warps, programmatic, stream);
+  if (args.rows <= 16) return launch_warps<1, 2, EPILOGUE>(args, warps, programmatic, stream);
+  return launch_warps<1, 4, EPILOGUE>(args, warps, programmatic, stream);
+}
+
+// One CTA a row: the row's largest magnitude, then its codes (the CPU's quantize_row_int8, biased by 128).
+__global__ void __launch_bounds__(256) quantize_kernel(const bf16_t* w, int64_t cols, uint8_t* codes, float* scales) {
+  __shared__ float largest[256 / kWarp];
+  const int64_t row = blockIdx.x;
+  const bf16_t* values = w + row * cols;
+  float most = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) most = fmaxf(most, fabsf(__bfloat162float(values[c])));
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
+  if (threadIdx.x % kWarp == 0) largest[threadIdx.x / kWarp] = most;
+  __syncthreads();
+  most = largest[0];
+  for (int i = 1; i < 256 / kWarp; ++i) most = fmaxf(most, largest[i]);
+  const float scale = __fdiv_rn(most, 127.0f);
+  if (threadIdx.x == 0) scales[row] = scale;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float code = scale > 0.0f ? rintf(__fdiv_rn(__bfloat162float(values[c]), scale)) : 0.0f;
+    codes[row * cols + c] = static_cast<uint8_t>(static_cast<int>(fminf(fmaxf(code, -127.0f), 127.0f)) + 128);
+  }
+}
+
+}  // namespace
+
+Int8GemmShape int8_gemm_shape(const Int8Gemm& args) {
+  Int8GemmShape shape = args.shape;
+  const int64_t columns = args.epilogue == Int8Epilogue::Swiglu ? args.w.rows / 2 : args.w.rows;
+  const int64_t per_tile = args.epilogue == Int8Epilogue::Swiglu ? 8 : 16;
+  if (shape.m_tiles != 1 && shape.m_tiles != 2 && shape.m_tiles != 4) {
+    // Two W tiles a warp (x read once for 32 W rows) where that still leaves two CTAs an SM.
+    shape.m_tiles = (columns + 2 * per_tile - 1) / (2 * per_tile) >= 264 ? 2 : 1;
+  }
+  if (shape.warps != 4 && shape.warps != 8 && shape.warps != 16) {
+    const int64_t ctas = (columns + per_tile * shape.m_tiles - 1) / (per_tile * shape.m_tiles);
+    shape.warps = ctas <= 512 ? 16 : 8;
+  }
+  const int x_tiles = args.rows <= 8 ? 1 : (args.rows <= 16 ? 2 : 4);
+  while (shape.warps > 4 && !partials_fit(shape.m_tiles, x_tiles, shape.warps)) shape.warps /= 2;
+  return shape;
+}
+
+Status int8_gemm(const Int8Gemm& args, bool programmatic, cudaStream_t stream) {
+  if (args.rows == 0) return ok_status();
+  if (!int8_gemm_supported(args.rows, args.w.cols) ||
+      (args.epilogue == Int8Epilogue::Swiglu && args.w.rows % 2 != 0)) {
+    return Status(ErrorCode::InvalidArgument,
+                  "int8_gemm takes 1.." + std::to_string(kInt8GemmMaxRows) +
+                      " rows and K a multiple of 16 (SwiGLU: even n), not " + std::to_string(args.rows) +
+                      " rows, K " + std::to_string(args.w.cols) + ", n " + std::to_string(args.w.rows));
+  }
+  const Int8GemmShape shape = int8_gemm_shape(args);
+  switch (args.epilogue) {
+    case Int8Epilogue::Swiglu:
+      return launch_shape<Int8Epilogue::Swiglu>(args, shape, programmatic, stream);
+    case Int8Epilogue::F32:
+      return launch_shape<Int8Epilogue::F32>(args, shape, programmatic, stream);
+    case Int8Epilogue::Bf16:
+      break;
+  }
+  return launch_shape<Int8Epilogue::Bf16>(args, shape, programmatic, stream);
+}
+
+Status quantize_rows_int8(const bf16_t* w, int64_t rows, int64_t cols, uint8_t* codes, float* scales,
+                          cudaStream_t stream) {
+  if (rows <= 0) return ok_status();
+  if (cols % 16 != 0) {
+    return Status(ErrorCode::InvalidArgument,
+                  "quantize_rows_int8 takes columns in multiples of 16, not " + std::to_string(cols));
+  }
+  quantize_kernel<<<static_cast<unsigned int>(rows), 256, 0, stream>>>(w, cols, codes, scales);
+  LS_CUDA_TRY(cudaGetLastError());
+  return ok_status();
+}
+
+}  // namespace ls::dspark::cuda

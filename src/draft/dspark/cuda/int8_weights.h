@@ -1,0 +1,46 @@
+// The CUDA drafter's int8 copies (--drafter-bits 8): quantized on the device at load from the bf16 weights, which the
+// drafter keeps (passes wider than int8_rows() rows and the short-K scan GEMM stay bf16 on cuBLAS); found by the bf16
+// matrix's device pointer and shape, so gemm() takes the copy wherever one was filed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "draft/dspark/cuda/device_memory.h"
+#include "draft/dspark/cuda/int8_gemm.h"
+#include "draft/dspark/init_steps.h"
+
+namespace ls::dspark::cuda {
+
+class DrafterInt8 {
+ public:
+  // Quantizes w [rows, cols] (device bf16, read on `stream`) into codes and scales of its own (two counted init
+  // steps) and files them under w; a matrix whose cols are not a multiple of 16 is left bf16 (nothing filed).
+  Status add(const bf16_t* w, int64_t rows, int64_t cols, const std::string& name, InitSteps& steps,
+             cudaStream_t stream);
+  // The int8 copy of the bf16 matrix w [rows, cols], or null (none filed, or filed with another shape).
+  const Int8Weights* find(const bf16_t* w, int64_t rows, int64_t cols) const {
+    auto found = by_matrix_.find(w);
+    if (found == by_matrix_.end() || found->second.rows != rows || found->second.cols != cols) return nullptr;
+    return &found->second;
+  }
+  size_t matrices() const { return by_matrix_.size(); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  struct Owned {
+    TrackedBuffer<uint8_t> codes;
+    TrackedBuffer<float> scales;
+  };
+  std::vector<std::unique_ptr<Owned>> owned_;
+  std::unordered_map<const bf16_t*, Int8Weights> by_matrix_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace ls::dspark::cuda
