@@ -14,17 +14,21 @@
 set -u
 bin() { for c in "$BIN/$1" "$BIN/bench/$1" "$BIN/tests/$1"; do [ -x "$c" ] && { echo "$c"; return; }; done; find "$BIN" -name "$1" -type f | head -1; }
 LANES=$(bin lanes_bench)
-"$LANES" --help 2>&1 | grep -q -- "--scout-depth" || { echo "lanes_bench predates lanes20 (no --scout-depth): merge lanes20 first"; exit 0; }
+"$LANES" --help 2>&1 | grep -q -- "--scout-vote" || { echo "lanes_bench predates lanes20 (no --scout-vote): merge lanes20 first"; exit 0; }
+# (PV2 needs --scout-depth, lanes20 after its first merge: without it the PV2 arms are skipped.)
+DEPTH=1; "$LANES" --help 2>&1 | grep -q -- "--scout-depth" || DEPTH=0
 LANESPARK=${LANESPARK:-$(bin lanespark)}
 NANO="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json --device cuda --threads 8 --prompt-tokens 64"
 arm_flags() { case $1 in A) echo "";; PW) echo "--scout-probes 4 --wake-needs-landed on";;
-  PV) echo "--scout-probes 4 --scout-vote on";; PV2) echo "--scout-probes 4 --scout-vote on --scout-depth 2";;
+  PV) echo "--scout-probes 4 --scout-vote on";;
+  PV2) [ $DEPTH = 1 ] && echo "--scout-probes 4 --scout-vote on --scout-depth 2" || echo "--scout-probes 4 --scout-vote on";;
   G) echo "--scout-gate right";;
   GPV) echo "--scout-gate right --scout-probes 4 --scout-vote on";; esac; }
 i=0
 for order in "A PW PV PV2" "PW PV PV2 A" "PV PV2 A PW" "PV2 A PW PV" "A PW PV PV2"; do
   for arm in $order; do
     i=$((i+1))
+    [ $arm = PV2 ] && [ $DEPTH = 0 ] && continue
     timeout 40 "$LANES" $NANO $(arm_flags $arm) --tokens 256 --streams 4,8,16 --repeats 3 \
       --json "$OUT/lanes20_vote_nano256_$arm-$i.json" >"$OUT/lanes20_vote_nano256_$arm-$i.log" 2>&1
   done
@@ -40,6 +44,7 @@ M=$WORK/lfm2.5-1.2b
 [ -d "$M" ] || timeout 60 "$LANESPARK" synth --shape lfm2.5-1.2b --out "$M" --drafter-out "$M-dspark" >"$OUT/lanes20_vote_synth.log" 2>&1
 for arm in A PW PV PV2 PV2 PV PW A; do
   i=$((i+1))
+  [ $arm = PV2 ] && [ $DEPTH = 0 ] && continue
   timeout 40 "$LANES" --model "$M" --drafter "$M-dspark" --device cuda --threads 8 --synthetic-acceptance 5.02 $(arm_flags $arm) \
     --tokens 256 --prompt-tokens 128 --max-rows 256 --streams 8,16 --repeats 2 \
     --json "$OUT/lanes20_vote_12b_$arm-$i.json" >"$OUT/lanes20_vote_12b_$arm-$i.log" 2>&1

@@ -41,6 +41,11 @@ struct LanesOptions {
   // again), so its drafter context stays whole instead of restarting past the skipped rows (one missing position cost
   // the nano pair 10-25 % of its kept drafts, six 25-55 %: cpu19's short_block_bench --gaps). lanes_bench --alone-whole.
   bool alone_keeps_context = false;
+  // lanes20 (A/B, off): the restarted scout and its probers (PricingOptions::scout_probes) tap their prompt's last row
+  // in the prefill forward and probe right after it, so their drafts ride in the first verify: no tap-only forward
+  // (on the H200 a shape of its own, run eagerly at its first sighting: 0.38 against 0.19 ms) and a round earlier.
+  // Their contexts start there, one row long, as the restarted scout's did. lanes_bench --scout-at prefill|round.
+  bool scout_at_prefill = false;
   PricingOptions pricing;
   CalibrationOptions calibration;  // max_rows, width, max_streams, max_depth are filled in by create()
 };
@@ -161,6 +166,9 @@ class Lanes {
   int draft_cap(const Stream& stream) const;
   // The first `rows` tap rows of window `window` of a forward (empty when the target returned no taps at all).
   std::span<const float> window_taps(const Verified& verified, size_t window, int rows) const;
+  // LanesOptions::scout_at_prefill: the streams of `restarted` (admitted dormant as restarted scouts) that tap their
+  // prompt's last row and probe right after the prefill (tap_restarted_scout's choice, made at admission).
+  std::vector<Stream*> choose_prefill_scouts(std::span<Stream* const> restarted, int round_streams);
 
   Target& target_;
   Drafter* drafter_;

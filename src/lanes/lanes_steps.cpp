@@ -131,6 +131,7 @@ Status Lanes::admit() {
       return pricing_.exploration_repays(streams, cap, tokens_left, prompt_rows, mode);
     });
   };
+  std::vector<Stream*> restarted;  // restarted scouts the gate lets explore (scout_at_prefill)
   for (Stream* stream : admitted) {
     if (!stream->drafting || !restarts_) continue;
     const PassMode mode = pricing_.mode_of(*stream);
@@ -158,7 +159,15 @@ Status Lanes::admit() {
     scout_tapping = scout_tapping || !stream->dormant;
     stream->wants_taps = !stream->dormant;
     stats_.dormant_entries += stream->dormant;
+    if (restarted_scout && !hopeless && !unrepaid) restarted.push_back(stream);
   }
+  // scout_at_prefill: these tap their prompt's last row in the prefill and probe right after it.
+  const std::vector<Stream*> prefill_scouts =
+      options_.scout_at_prefill && !drafter_proven && streams > 1 ? choose_prefill_scouts(restarted, streams)
+                                                                  : std::vector<Stream*>{};
+  auto prefill_scout = [&](const Stream* stream) {
+    return std::find(prefill_scouts.begin(), prefill_scouts.end(), stream) != prefill_scouts.end();
+  };
   for (Stream* stream : admitted) {
     if (!restarts_) stream->wants_taps = stream->drafting;
   }
@@ -181,8 +190,10 @@ Status Lanes::admit() {
       window.sampling = stream->request.sampling;
       window.first_drawn_row = stream->committed + rows == prompt_rows ? rows - 1 : rows;
       window.start_position = stream->committed;
-      window.want_taps = stream->wants_taps;
-      if (window.want_taps) stats_.tap_rows += rows;
+      const bool last_chunk = stream->committed + rows == prompt_rows;
+      // (A prefill scout taps only its last chunk, and keeps only its last row.)
+      window.want_taps = stream->wants_taps || (last_chunk && prefill_scout(stream));
+      if (window.want_taps) stats_.tap_rows += prefill_scout(stream) ? 1 : rows;
       windows.push_back(window);
       owners.push_back(stream);
       stream->target_open = true;
@@ -211,7 +222,15 @@ Status Lanes::admit() {
       }
       const int64_t start = stream.committed;
       stream.committed += rows;
-      if (stream.drafting && stream.wants_taps) {
+      if (stream.drafting && windows[index].want_taps && prefill_scout(&stream)) {
+        if (device_taps_) {
+          tapped.push_back(&stream);
+          tap_rows.push_back({stream.id, start + rows - 1, verified->row_begin[index] + rows - 1, 1});
+        } else {
+          const std::span<const float> taps = window_taps(*verified, index, rows);
+          hold_taps(stream, start + rows - 1, 1, taps.subspan(taps.size() - taps.size() / rows));
+        }
+      } else if (stream.drafting && stream.wants_taps) {
         if (device_taps_) {
           tapped.push_back(&stream);
           tap_rows.push_back({stream.id, start, verified->row_begin[index], rows});
@@ -229,7 +248,44 @@ Status Lanes::admit() {
     }
     if (!tap_rows.empty()) absorb_on_device(*verified, tapped, tap_rows);
   }
+  // The prefill scouts probe now (plan_depths: the scout, and beside it the streams marked scout_prober), so their
+  // drafts are verified in this round's forward.
+  if (!prefill_scouts.empty() && std::all_of(prefill_scouts.begin(), prefill_scouts.end(),
+                                             [](const Stream* stream) { return stream->prefilled; })) {
+    draft();
+  }
   return first_error;
+}
+
+std::vector<Stream*> Lanes::choose_prefill_scouts(std::span<Stream* const> restarted, int round_streams) {
+  // As tap_restarted_scout chooses at a round: the lowest id among the drafting streams with a cap (none awake, none
+  // scouted), then the next scout_probes - 1 by id; the gate's checks as there.
+  for (const auto& [id, live] : live_) {
+    if (!live->drafting || draft_cap(*live) <= 0) continue;
+    if (!live->dormant || live->backoff.scouted) return {};
+    // The scout is the lowest id: it must be one of this admission's restarted scouts.
+    if (std::find(restarted.begin(), restarted.end(), live.get()) == restarted.end()) return {};
+    break;
+  }
+  std::vector<Stream*> scouts;
+  for (const auto& [id, live] : live_) {
+    Stream* stream = live.get();
+    if (static_cast<int>(scouts.size()) >= std::max(pricing_.options().scout_probes, 1)) break;
+    if (!stream->drafting || draft_cap(*stream) <= 0) continue;
+    if (std::find(restarted.begin(), restarted.end(), stream) == restarted.end()) continue;
+    scouts.push_back(stream);
+  }
+  if (scouts.empty()) return scouts;
+  Stream& scout = *scouts.front();
+  const int cap = draft_cap(scout);
+  const PassMode mode = pricing_.mode_of(scout);
+  if (!pricing_.exploration_repays(round_streams, cap, scout.remaining(), static_cast<int>(scout.request.prompt.size()),
+                                   mode) ||
+      !pricing_.could_draft(round_streams, cap, /*always_right=*/true, mode)) {
+    return {};
+  }
+  for (Stream* stream : scouts) stream->scout_prober = stream != &scout;
+  return scouts;
 }
 
 void Lanes::update_dormancy(Stream& stream, int depth, bool probe) {

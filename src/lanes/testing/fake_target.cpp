@@ -113,6 +113,9 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
   const int hidden = facts_.hidden_size;
   const size_t row_taps = tap_layers_.size() * hidden;
   const bool any_logits = std::any_of(windows.begin(), windows.end(), [](const Window& w) { return w.want_logits; });
+  // A stream's first rows (shape_by_taps: never a shape).
+  const bool fresh_forward =
+      std::any_of(windows.begin(), windows.end(), [](const Window& w) { return w.start_position == 0; });
   verified.draws.assign(total_rows, -1);
   // Only windows that want taps get them (compacted in window order), so the lanes' tap traffic is countable;
   // kept on the "device", every row has taps (poisoned first) and none is copied out.
@@ -174,9 +177,11 @@ Result<Verified> FakeTarget::forward(std::span<const Window> windows) {
   }
   rows_ += total_rows;
   if (options_.clock != nullptr) {
-    const int64_t shape = options_.shape_by_windows ? int64_t{total_rows} * 4096 + static_cast<int64_t>(windows.size())
-                                                    : int64_t{total_rows};
-    const bool new_shape = ++shape_sightings_[shape] <= 2;
+    int64_t shape = options_.shape_by_windows ? int64_t{total_rows} * 4096 + static_cast<int64_t>(windows.size())
+                                              : int64_t{total_rows};
+    const bool tapping = std::any_of(windows.begin(), windows.end(), [](const Window& window) { return window.want_taps; });
+    if (options_.shape_by_taps && tapping) shape = -1 - shape;
+    const bool new_shape = !(options_.shape_by_taps && fresh_forward) && ++shape_sightings_[shape] <= 2;
     std::set<int32_t> distinct;
     for (const Window& window : windows) distinct.insert(window.tokens.begin(), window.tokens.end());
     const double wide_rows = std::max(0.0, static_cast<double>(total_rows - options_.verify_wide_from));

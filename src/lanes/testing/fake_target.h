@@ -51,6 +51,9 @@ struct FakeTargetOptions {
   // shape eagerly, then captures its graph; later forwards of the shape replay it).
   double new_shape_ms = 0.0;
   bool shape_by_windows = false;  // a shape is (total rows, windows), as a CUDA target's graph key (else total rows)
+  // ... and whether it taps (the CUDA target's key holds its tap count); a forward with a stream's first rows (a
+  // prompt) is no shape at all: the CUDA target never captures one, so it costs the same every time (lanes20).
+  bool shape_by_taps = false;
   // With a clock: each distinct token id of a forward costs this much more (an MoE target routes each token to its
   // own experts, so a window of distinct tokens reads more expert weights than one of repeated tokens).
   double distinct_token_ms = 0.0;
