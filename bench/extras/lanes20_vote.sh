@@ -7,33 +7,38 @@
 #   PV = --scout-probes 4 --scout-vote on (the four restarted windows move the pool as one; no wake before half the
 #        votes landed),
 #   PV2 = PV + --scout-depth 2 (each window of the scout's pass asks 2 drafts: 16 verify rows beside 8 streams, not 36),
+#   PVF = PV + --scout-at prefill (the scout pass's four streams tap their prompt's last row in the prefill and probe
+#         right after it: their drafts ride in the first verify, no tap-only forward),
 #   G  = --scout-gate right (64 tokens only: the 4-stream gate on an always-right drafter's gain), GPV = G + PV.
-# Nano greedy 256 tokens at 4 / 8 / 16 streams, 3 repeats, A PW PV PV2 x5 rotated; 64 tokens at 4 / 8 / 16 streams, 5
-# repeats, A G PV GPV x4 rotated; the synth 1.2B (its drafter lands as well over restarted contexts: its group must
-# still wake) at 8 / 16 streams, 2 repeats, A PW PV PV2 x2.
+# Nano greedy 256 tokens at 4 / 8 / 16 streams, 3 repeats, A PW PV PV2 PVF x5 rotated; 64 tokens at 4 / 8 / 16
+# streams, 5 repeats, A G PV GPV x3 rotated; the synth 1.2B (its drafter lands as well over restarted contexts: its
+# group must still wake) at 8 / 16 streams, 2 repeats, A PV PVF x2.
 set -u
 bin() { for c in "$BIN/$1" "$BIN/bench/$1" "$BIN/tests/$1"; do [ -x "$c" ] && { echo "$c"; return; }; done; find "$BIN" -name "$1" -type f | head -1; }
 LANES=$(bin lanes_bench)
 "$LANES" --help 2>&1 | grep -q -- "--scout-vote" || { echo "lanes_bench predates lanes20 (no --scout-vote): merge lanes20 first"; exit 0; }
 # (PV2 needs --scout-depth, lanes20 after its first merge: without it the PV2 arms are skipped.)
 DEPTH=1; "$LANES" --help 2>&1 | grep -q -- "--scout-depth" || DEPTH=0
+PREFILL=1; "$LANES" --help 2>&1 | grep -q -- "--scout-at" || PREFILL=0
 LANESPARK=${LANESPARK:-$(bin lanespark)}
 NANO="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json --device cuda --threads 8 --prompt-tokens 64"
 arm_flags() { case $1 in A) echo "";; PW) echo "--scout-probes 4 --wake-needs-landed on";;
   PV) echo "--scout-probes 4 --scout-vote on";;
   PV2) [ $DEPTH = 1 ] && echo "--scout-probes 4 --scout-vote on --scout-depth 2" || echo "--scout-probes 4 --scout-vote on";;
+  PVF) echo "--scout-probes 4 --scout-vote on --scout-at prefill";;
   G) echo "--scout-gate right";;
   GPV) echo "--scout-gate right --scout-probes 4 --scout-vote on";; esac; }
 i=0
-for order in "A PW PV PV2" "PW PV PV2 A" "PV PV2 A PW" "PV2 A PW PV" "A PW PV PV2"; do
+for order in "A PW PV PV2 PVF" "PW PV PV2 PVF A" "PV PV2 PVF A PW" "PV2 PVF A PW PV" "PVF A PW PV PV2"; do
   for arm in $order; do
     i=$((i+1))
     [ $arm = PV2 ] && [ $DEPTH = 0 ] && continue
+    [ $arm = PVF ] && [ $PREFILL = 0 ] && continue
     timeout 40 "$LANES" $NANO $(arm_flags $arm) --tokens 256 --streams 4,8,16 --repeats 3 \
       --json "$OUT/lanes20_vote_nano256_$arm-$i.json" >"$OUT/lanes20_vote_nano256_$arm-$i.log" 2>&1
   done
 done
-for order in "A G PV GPV" "G PV GPV A" "PV GPV A G" "GPV A G PV"; do
+for order in "A G PV GPV" "G PV GPV A" "PV GPV A G"; do
   for arm in $order; do
     i=$((i+1))
     timeout 30 "$LANES" $NANO $(arm_flags $arm) --tokens 64 --streams 4,8,16 --repeats 5 \
@@ -42,9 +47,9 @@ for order in "A G PV GPV" "G PV GPV A" "PV GPV A G" "GPV A G PV"; do
 done
 M=$WORK/lfm2.5-1.2b
 [ -d "$M" ] || timeout 60 "$LANESPARK" synth --shape lfm2.5-1.2b --out "$M" --drafter-out "$M-dspark" >"$OUT/lanes20_vote_synth.log" 2>&1
-for arm in A PW PV PV2 PV2 PV PW A; do
+for arm in A PV PVF PVF PV A; do
   i=$((i+1))
-  [ $arm = PV2 ] && [ $DEPTH = 0 ] && continue
+  [ $arm = PVF ] && [ $PREFILL = 0 ] && continue
   timeout 40 "$LANES" --model "$M" --drafter "$M-dspark" --device cuda --threads 8 --synthetic-acceptance 5.02 $(arm_flags $arm) \
     --tokens 256 --prompt-tokens 128 --max-rows 256 --streams 8,16 --repeats 2 \
     --json "$OUT/lanes20_vote_12b_$arm-$i.json" >"$OUT/lanes20_vote_12b_$arm-$i.log" 2>&1
