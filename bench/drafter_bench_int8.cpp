@@ -83,9 +83,10 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
       {"fc (absorb)", d, static_cast<int64_t>(shape.taps.size()) * d, Int8Epilogue::Bf16},
       {"context k/v (absorb)", static_cast<int64_t>(shape.layers) * 2 * kv, d, Int8Epilogue::Bf16},
   };
-  const dspark::cuda::Int8GemmShape pins[] = {{1, 4},       {1, 8},        {1, 16},      {2, 4},
-                                              {2, 8},       {2, 16},       {4, 4},       {4, 8},
-                                              {1, 8, true}, {2, 8, true},  {4, 8, true}};
+  const dspark::cuda::Int8GemmShape pins[] = {{1, 4},          {1, 8},          {1, 16},         {2, 4},
+                                              {2, 8},          {2, 16},         {4, 4},          {4, 8},
+                                              {1, 8, true},    {2, 8, true},    {4, 8, true},    {2, 8, false, 2},
+                                              {4, 8, false, 4}, {4, 4, false, 4}, {4, 8, true, 4}};
   cudaStream_t stream = nullptr;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t cublas = nullptr;
@@ -98,7 +99,9 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
   std::printf("\n## int8 GEMM kernels (%s): us a launch (graph of launches over >= 256 MiB of weight copies), "
               "weight GB/s in brackets\n\n| matrix | rows | cuBLAS bf16 | skinny bf16 | int8 auto (shape) |",
               shape.name.c_str());
-  for (const auto& pin : pins) std::printf(" int8 m%d w%d%s |", pin.m_tiles, pin.warps, pin.x_l1 ? " L1" : "");
+  for (const auto& pin : pins)
+    std::printf(" int8 m%d w%d%s%s |", pin.m_tiles, pin.warps, pin.x_l1 ? " L1" : "",
+                pin.k_slices > 1 ? (" s" + std::to_string(pin.k_slices)).c_str() : "");
   std::printf("\n|---|---|---|---|---|");
   for (size_t i = 0; i < std::size(pins); ++i) std::printf("---|");
   std::printf("\n");
@@ -126,6 +129,20 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
     }
     std::vector<bf16> x_host(static_cast<size_t>(max_rows * m.k));
     for (bf16& value : x_host) value = float_to_bf16(uniform(rng) * 20);
+    // The K splits' scratch, sized for the widest pin at the most rows (tickets zero; each launch leaves them so).
+    ls::cuda::DeviceBuffer<float> slice_sums;
+    ls::cuda::DeviceBuffer<unsigned int> tickets;
+    {
+      int64_t floats = 1, tiles = 1;
+      for (const auto& pin : pins) {
+        dspark::cuda::Int8Gemm probe{nullptr, max_rows, {nullptr, nullptr, m.n, m.k}, nullptr, 0, m.epilogue, pin};
+        floats = std::max(floats, dspark::cuda::int8_gemm_slice_floats(probe, pin));
+        tiles = std::max(tiles, dspark::cuda::int8_gemm_tiles(probe, pin));
+      }
+      if (!slice_sums.allocate(static_cast<size_t>(floats)).ok() || !tickets.allocate(static_cast<size_t>(tiles)).ok())
+        return 1;
+      BENCH_CUDA(cudaMemset(tickets.data(), 0, static_cast<size_t>(tiles) * sizeof(unsigned int)));
+    }
     ls::cuda::DeviceBuffer<bf16> x;
     ls::cuda::DeviceBuffer<float> y;
     if (!x.allocate(x_host.size()).ok() || !y.allocate(static_cast<size_t>(max_rows * m.n)).ok()) return 1;
@@ -138,6 +155,8 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
         return [&, pin](int copy) {
           dspark::cuda::Int8Gemm args{xd, rows, {w8.data() + copy * count, scales.data() + copy * m.n, m.n, m.k},
                                       y.data(), swiglu ? m.n / 2 : m.n, m.epilogue, pin, false};
+          args.shape.slice_sums = slice_sums.data();
+          args.shape.tickets = tickets.data();
           return dspark::cuda::int8_gemm(args, true, stream).ok();
         };
       };
@@ -173,7 +192,7 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
         const double us = time_graph(stream, copies, repeats, int8_launch(pin));
         std::printf(" %.2f (%.0f) |", us, int8_bytes / us / 1e3);
         row["int8_m" + std::to_string(pin.m_tiles) + "_w" + std::to_string(pin.warps) + (pin.x_l1 ? "_l1" : "") +
-            "_us"] = us;
+            (pin.k_slices > 1 ? "_s" + std::to_string(pin.k_slices) : "") + "_us"] = us;
       }
       std::printf("\n");
       std::fflush(stdout);

@@ -6,22 +6,23 @@
 #   PW = --scout-probes 4 --wake-needs-landed on (lanes19's candidate: b4 0.985-1.000x at nano 8 / 16 streams),
 #   PV = --scout-probes 4 --scout-vote on (the four restarted windows move the pool as one; no wake before half the
 #        votes landed),
-#   V  = --scout-vote on (the scout alone),
+#   PV2 = PV + --scout-depth 2 (each window of the scout's pass asks 2 drafts: 16 verify rows beside 8 streams, not 36),
 #   G  = --scout-gate right (64 tokens only: the 4-stream gate on an always-right drafter's gain), GPV = G + PV.
-# Nano greedy 256 tokens at 4 / 8 / 16 streams, 3 repeats, A PW PV V x5 rotated; 64 tokens at 4 / 8 / 16 streams, 5
+# Nano greedy 256 tokens at 4 / 8 / 16 streams, 3 repeats, A PW PV PV2 x5 rotated; 64 tokens at 4 / 8 / 16 streams, 5
 # repeats, A G PV GPV x4 rotated; the synth 1.2B (its drafter lands as well over restarted contexts: its group must
-# still wake) at 8 / 16 streams, 2 repeats, A PW PV x2.
+# still wake) at 8 / 16 streams, 2 repeats, A PW PV PV2 x2.
 set -u
 bin() { for c in "$BIN/$1" "$BIN/bench/$1" "$BIN/tests/$1"; do [ -x "$c" ] && { echo "$c"; return; }; done; find "$BIN" -name "$1" -type f | head -1; }
 LANES=$(bin lanes_bench)
-"$LANES" --help 2>&1 | grep -q -- "--scout-vote" || { echo "lanes_bench predates lanes20 (no --scout-vote): merge lanes20 first"; exit 0; }
+"$LANES" --help 2>&1 | grep -q -- "--scout-depth" || { echo "lanes_bench predates lanes20 (no --scout-depth): merge lanes20 first"; exit 0; }
 LANESPARK=${LANESPARK:-$(bin lanespark)}
 NANO="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json --device cuda --threads 8 --prompt-tokens 64"
 arm_flags() { case $1 in A) echo "";; PW) echo "--scout-probes 4 --wake-needs-landed on";;
-  PV) echo "--scout-probes 4 --scout-vote on";; V) echo "--scout-vote on";; G) echo "--scout-gate right";;
+  PV) echo "--scout-probes 4 --scout-vote on";; PV2) echo "--scout-probes 4 --scout-vote on --scout-depth 2";;
+  G) echo "--scout-gate right";;
   GPV) echo "--scout-gate right --scout-probes 4 --scout-vote on";; esac; }
 i=0
-for order in "A PW PV V" "PW PV V A" "PV V A PW" "V A PW PV" "A PW PV V"; do
+for order in "A PW PV PV2" "PW PV PV2 A" "PV PV2 A PW" "PV2 A PW PV" "A PW PV PV2"; do
   for arm in $order; do
     i=$((i+1))
     timeout 40 "$LANES" $NANO $(arm_flags $arm) --tokens 256 --streams 4,8,16 --repeats 3 \
@@ -37,7 +38,7 @@ for order in "A G PV GPV" "G PV GPV A" "PV GPV A G" "GPV A G PV"; do
 done
 M=$WORK/lfm2.5-1.2b
 [ -d "$M" ] || timeout 60 "$LANESPARK" synth --shape lfm2.5-1.2b --out "$M" --drafter-out "$M-dspark" >"$OUT/lanes20_vote_synth.log" 2>&1
-for arm in A PW PV PV PW A; do
+for arm in A PW PV PV2 PV2 PV PW A; do
   i=$((i+1))
   timeout 40 "$LANES" --model "$M" --drafter "$M-dspark" --device cuda --threads 8 --synthetic-acceptance 5.02 $(arm_flags $arm) \
     --tokens 256 --prompt-tokens 128 --max-rows 256 --streams 8,16 --repeats 2 \

@@ -312,7 +312,7 @@ const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> draf
     if (worth && (longest_wait || could_pay(offers[0], stream, caps[prober], alike))) {
       // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
       // trim to keep as the confidences justify (deeper acceptance gets measured too).
-      plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
+      plans[prober] = {has_confidence_ ? scout_depth(stream, caps[prober], scouting) : 1, 1, true};
       stream.loss_stopped = false;  // the probe's rounds start a new sum (stop_on_measured_loss)
     }
     stream.backoff.scouted = true;
@@ -323,7 +323,7 @@ const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> draf
     for (size_t index = 0; scouting && plans[prober].probe && index < drafting.size(); ++index) {
       Stream& beside = *drafting[index];
       if (!beside.scout_prober || caps[index] <= 0 || static_cast<int>(index) == prober) continue;
-      plans[index] = {has_confidence_ ? caps[index] : 1, 1, true};
+      plans[index] = {has_confidence_ ? scout_depth(beside, caps[index], scouting) : 1, 1, true};
       beside.backoff.scouted = true;
       beside.backoff.zero_rounds = 0;
       voters.push_back(&beside);
@@ -335,6 +335,12 @@ const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> draf
   }
   if (!drafter_unproven) plan_group_probe(drafting, caps, bought, plans);
   return plans;
+}
+
+int Pricing::scout_depth(const Stream& stream, int cap, bool scouting) const {
+  // (The restarted scout and its probers: dormant streams probing before the drafter is proven.)
+  if (!scouting || !stream.dormant || options_.scout_depth <= 0) return cap;
+  return std::min(cap, options_.scout_depth);
 }
 
 const std::vector<DepthPlan>& Pricing::closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode) {

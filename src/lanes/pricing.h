@@ -161,6 +161,10 @@ struct PricingOptions {
   // the pool wake the group. lanes_bench --scout-vote on|off.
   bool scout_vote = false;
   double wake_landed_share = 0.5;
+  // Eighteenth session (lanes20). Drafts each window of the restarted scout's pass asks (0: its cap). Its windows
+  // decide a wake by whether they land at all (scout_vote); on the H200 four windows of 7 drafts verify 36 rows beside
+  // 8 streams (0.30 against 0.19 ms, a new shape run eagerly), four of 2 verify 16. lanes_bench --scout-depth N.
+  int scout_depth = 0;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -315,6 +319,8 @@ class Pricing {
   double scout_one_off_ms(int streams, int cap, int absorb_rows, PassMode mode) const;
   // What the best pooled round (the prior's chances, or every draft landing) saves over `tokens_left` tokens a stream.
   double best_round_gain_ms(int streams, int cap, int tokens_left, bool always_right, PassMode mode) const;
+  // The drafts a probe of `cap` asks: scout_depth for the restarted scout's pass (`scouting`, the stream dormant).
+  int scout_depth(const Stream& stream, int cap, bool scouting) const;
   // plan_depths where no sampled pass is bought (sampled_too_wide): zero plans, with the full decision's bookkeeping.
   const std::vector<DepthPlan>& closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode);
   // The best round if all `round_streams` streams offered `cap` drafts at the pooled chances (every one landing

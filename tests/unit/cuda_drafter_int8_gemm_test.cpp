@@ -104,14 +104,37 @@ int equal_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return equal;
 }
 
-const cuda::Int8GemmShape kShapes[] = {{0, 0},        {1, 4},        {1, 8},       {1, 16},      {2, 4},
-                                        {2, 8},        {2, 16},       {4, 4},       {4, 8},       {4, 16},
-                                        {1, 8, true},  {2, 8, true},  {4, 8, true}};
+const cuda::Int8GemmShape kShapes[] = {{0, 0},          {1, 4},          {1, 8},           {1, 16},
+                                        {2, 4},          {2, 8},          {2, 16},          {4, 4},
+                                        {4, 8},          {4, 16},         {1, 8, true},     {2, 8, true},
+                                        {4, 8, true},    {1, 8, false, 3}, {4, 8, false, 4}, {4, 4, true, 2},
+                                        {2, 16, false, 5}};
 
 std::string shape_name(const cuda::Int8GemmShape& shape) {
   return "m_tiles " + std::to_string(shape.m_tiles) + " warps " + std::to_string(shape.warps) +
-         (shape.x_l1 ? " x in L1" : "");
+         (shape.x_l1 ? " x in L1" : "") + (shape.k_slices > 1 ? " K slices " + std::to_string(shape.k_slices) : "");
 }
+
+// A split launch's scratch (slice sums and zeroed tickets) sized for `args` with its pin; attached to the pin.
+struct SplitScratch {
+  ls::cuda::DeviceBuffer<float> sums;
+  ls::cuda::DeviceBuffer<unsigned int> tickets;
+  void attach(cuda::Int8Gemm& args) {
+    if (args.shape.k_slices <= 1) return;
+    const cuda::Int8GemmShape shape = cuda::int8_gemm_shape(args);
+    const size_t floats = static_cast<size_t>(cuda::int8_gemm_slice_floats(args, shape));
+    const size_t tiles = static_cast<size_t>(cuda::int8_gemm_tiles(args, shape));
+    if (sums.size() < floats) {
+      EXPECT_TRUE(sums.allocate(floats).ok());
+    }
+    if (tickets.size() < tiles) {
+      EXPECT_TRUE(tickets.allocate(tiles).ok());
+      EXPECT_EQ(cudaMemset(tickets.data(), 0, tiles * sizeof(unsigned int)), cudaSuccess);
+    }
+    args.shape.slice_sums = sums.data();
+    args.shape.tickets = tickets.data();
+  }
+};
 
 // The device's codes and scales are the CPU drafter's (compute::quantize_row_int8 of the same bf16 values), the bias
 // included; an all-zero row has scale 0 and codes 0.
@@ -166,12 +189,14 @@ TEST(CudaDrafterInt8, TheInt8GemmMatchesAnFp64ReferenceOfTheSameInt8Math) {
       const Reference expected = reference(x_values, q, rows, shape.n, shape.k);
       const int64_t ldy = shape.n + 3;
       const size_t cells = static_cast<size_t>((rows + 1) * ldy);  // one row more than written
+      SplitScratch scratch;  // reused by every split launch below (its tickets must come back to zero)
       for (const cuda::Int8GemmShape& pin : kShapes) {
         SCOPED_TRACE(shape_name(pin));
         std::vector<std::vector<float>> runs;
         for (const bool programmatic : {true, false, true}) {
           auto y = poisoned<float>(cells);
           cuda::Int8Gemm args{xd, rows, q.view(shape.n, shape.k), y.data(), ldy, cuda::Int8Epilogue::F32, pin, false};
+          scratch.attach(args);
           ASSERT_TRUE(cuda::int8_gemm(args, programmatic, nullptr).ok());
           runs.push_back(download(y, cells));
         }
@@ -189,6 +214,7 @@ TEST(CudaDrafterInt8, TheInt8GemmMatchesAnFp64ReferenceOfTheSameInt8Math) {
         auto y16 = poisoned<bf16>(static_cast<size_t>(rows * shape.n));
         cuda::Int8Gemm bf16_args{xd, rows, q.view(shape.n, shape.k), y16.data(), shape.n, cuda::Int8Epilogue::Bf16,
                                  pin, false};
+        scratch.attach(bf16_args);
         ASSERT_TRUE(cuda::int8_gemm(bf16_args, true, nullptr).ok());
         const std::vector<bf16> out16 = download(y16, static_cast<size_t>(rows * shape.n));
         int differing = 0;
@@ -202,6 +228,7 @@ TEST(CudaDrafterInt8, TheInt8GemmMatchesAnFp64ReferenceOfTheSameInt8Math) {
           auto fused = poisoned<bf16>(static_cast<size_t>(rows * ff)), unfused = poisoned<bf16>(rows * ff);
           cuda::Int8Gemm swiglu{xd, rows, q.view(shape.n, shape.k), fused.data(), ff, cuda::Int8Epilogue::Swiglu,
                                 pin, false};
+          scratch.attach(swiglu);
           ASSERT_TRUE(cuda::int8_gemm(swiglu, true, nullptr).ok());
           ASSERT_TRUE(cuda::swiglu_stacked(reinterpret_cast<const cuda::bf16_t*>(y16.data()), rows, ff,
                                            reinterpret_cast<cuda::bf16_t*>(unfused.data()), nullptr)
@@ -216,6 +243,17 @@ TEST(CudaDrafterInt8, TheInt8GemmMatchesAnFp64ReferenceOfTheSameInt8Math) {
       planted.planted_scale = true;
       ASSERT_TRUE(cuda::int8_gemm(planted, true, nullptr).ok());
       EXPECT_GT(outside_bound(download(y, cells), expected, rows, shape.n, ldy), 0) << "the planted scale went unseen";
+      // Planted: a K split's fold without its first slice (K of two pieces or more).
+      if (shape.k >= 256) {
+        auto dropped = poisoned<float>(cells);
+        cuda::Int8Gemm split{xd, rows, q.view(shape.n, shape.k), dropped.data(), ldy, cuda::Int8Epilogue::F32,
+                             {1, 8, false, 2}, false};
+        split.shape.planted_drop_slice = true;
+        scratch.attach(split);
+        ASSERT_TRUE(cuda::int8_gemm(split, true, nullptr).ok());
+        EXPECT_GT(outside_bound(download(dropped, cells), expected, rows, shape.n, ldy), 0)
+            << "the planted slice went unseen";
+      }
     }
   }
 }
@@ -308,6 +346,11 @@ TEST(CudaDrafterInt8, TheInt8GemmPicksItsShapeAndRefusesWhatItCannotTake) {
   args.w = {nullptr, nullptr, 33, 2048};
   args.epilogue = cuda::Int8Epilogue::Swiglu;
   EXPECT_EQ(cuda::int8_gemm(args, true, nullptr).code(), ErrorCode::InvalidArgument);  // odd stacked rows
+  args.epilogue = cuda::Int8Epilogue::Bf16;
+  args.shape.k_slices = 2;
+  const Status no_scratch = cuda::int8_gemm(args, true, nullptr);  // a K split without its scratch
+  EXPECT_EQ(no_scratch.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(no_scratch.message().find("slice sums"), std::string::npos) << no_scratch.message();
 }
 
 }  // namespace

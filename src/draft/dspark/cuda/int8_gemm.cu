@@ -9,6 +9,8 @@
 // The warps' sums meet in shared memory in warp order; the epilogue scales each column and writes bf16, fp32 or
 // SwiGLU. Every code load is issued before the kernel waits for the previous one (programmatic dependent launch):
 // codes and scales are never written, x is read only after the wait (through L2, coherent: see skinny_gemm.cu).
+#include <algorithm>
+
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/features.h"
 #include "draft/dspark/cuda/device_steps.cuh"
@@ -120,7 +122,11 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
     wb[i] = args.w.codes + (b_inside[i] ? row_b : 0) * k_total;
   }
   constexpr int kPiece = kStep * kSteps<MT>;
-  const int64_t pieces = (k_total + kPiece - 1) / kPiece;
+  // This CTA's pieces: its K slice's (blockIdx.y of gridDim.y), or all.
+  const int64_t all_pieces = (k_total + kPiece - 1) / kPiece;
+  const int64_t slice_pieces = (all_pieces + gridDim.y - 1) / gridDim.y;
+  const int64_t first_piece = static_cast<int64_t>(blockIdx.y) * slice_pieces;
+  const int64_t pieces = min(all_pieces, first_piece + slice_pieces);
   let_next_kernel_start();
   float acc[MT][NT][4];
 #pragma unroll
@@ -129,7 +135,7 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
     for (int n8 = 0; n8 < NT; ++n8) acc[i][n8][0] = acc[i][n8][1] = acc[i][n8][2] = acc[i][n8][3] = 0.0f;
   bool waited = false;
   PieceCodes<MT> loads;
-  int64_t piece = warp;
+  int64_t piece = first_piece + warp;
   if (piece < pieces) load_piece<MT>(loads, wa, wb, a_inside, b_inside, piece, k_total, t);
   for (; piece < pieces; piece += WARPS) {
     // The next piece's loads go out before this piece's products.
@@ -180,14 +186,42 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
       partial[warp][8 * n8 + 2 * t + 1][16 * i + g + 8] = acc[i][n8][3];
     }
   __syncthreads();
+  constexpr int kCells = 8 * NT * 16 * MT;  // the CTA's sums [x row][W row]
+  int warps_summed = WARPS;
+  if (gridDim.y > 1) {
+    // Split K: this slice's sums out, and the tile's last CTA adds every slice in slice order into partial[0].
+    __shared__ bool last;
+    float* mine = args.shape.slice_sums + (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kCells;
+    for (int o = threadIdx.x; o < kCells; o += blockDim.x) {
+      const int r = o / (16 * MT), c = o % (16 * MT);
+      float sum = partial[0][r][c];
+#pragma unroll
+      for (int w = 1; w < WARPS; ++w) sum += partial[w][r][c];
+      mine[o] = sum;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(args.shape.tickets + blockIdx.x, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int o = threadIdx.x; o < kCells; o += blockDim.x) {
+      float sum = 0.0f;
+      for (unsigned int slice = args.shape.planted_drop_slice ? 1 : 0; slice < gridDim.y; ++slice)
+        sum += __ldcg(args.shape.slice_sums + (static_cast<int64_t>(slice) * gridDim.x + blockIdx.x) * kCells + o);
+      partial[0][o / (16 * MT)][o % (16 * MT)] = sum;
+    }
+    if (threadIdx.x == 0) args.shape.tickets[blockIdx.x] = 0;  // for the next launch
+    __syncthreads();
+    warps_summed = 1;
+  }
   auto scale_of = [&](int64_t column) {
     const int64_t used = args.planted_scale ? ((column ^ 1) < n ? column ^ 1 : column) : column;
     return __ldg(args.w.scales + used);
   };
   auto summed = [&](int r, int c) {
     float sum = partial[0][r][c];
-#pragma unroll
-    for (int w = 1; w < WARPS; ++w) sum += partial[w][r][c];
+    for (int w = 1; w < warps_summed; ++w) sum += partial[w][r][c];
     return sum;
   };
   constexpr int kCols = kSwiglu ? 8 * MT : 16 * MT;  // output columns of the CTA
@@ -217,7 +251,7 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
 template <int MT, int NT, int WARPS, Int8Epilogue EPILOGUE, bool X_L1 = false>
 Status launch(const Int8Gemm& args, int64_t ctas, bool programmatic, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned int>(ctas));
+  config.gridDim = dim3(static_cast<unsigned int>(ctas), static_cast<unsigned int>(std::max(1, args.shape.k_slices)));
   config.blockDim = dim3(WARPS * kWarp);
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
@@ -301,7 +335,21 @@ Int8GemmShape int8_gemm_shape(const Int8Gemm& args) {
   }
   const int x_tiles = args.rows <= 8 ? 1 : (args.rows <= 16 ? 2 : 4);
   while (shape.warps > 4 && !partials_fit(shape.m_tiles, x_tiles, shape.warps)) shape.warps /= 2;
+  if (shape.x_l1 && shape.warps != 8) shape.x_l1 = false;
+  shape.k_slices = std::max(1, shape.k_slices);
   return shape;
+}
+
+int64_t int8_gemm_tiles(const Int8Gemm& args, const Int8GemmShape& shape) {
+  const bool swiglu = args.epilogue == Int8Epilogue::Swiglu;
+  const int64_t columns = swiglu ? args.w.rows / 2 : args.w.rows;
+  const int64_t per_cta = (swiglu ? 8 : 16) * std::max(1, shape.m_tiles);
+  return (columns + per_cta - 1) / per_cta;
+}
+
+int64_t int8_gemm_slice_floats(const Int8Gemm& args, const Int8GemmShape& shape) {
+  const int x_tiles = args.rows <= 8 ? 1 : (args.rows <= 16 ? 2 : 4);
+  return std::max(1, shape.k_slices) * int8_gemm_tiles(args, shape) * 8 * x_tiles * 16 * std::max(1, shape.m_tiles);
 }
 
 Status int8_gemm(const Int8Gemm& args, bool programmatic, cudaStream_t stream) {
@@ -313,16 +361,22 @@ Status int8_gemm(const Int8Gemm& args, bool programmatic, cudaStream_t stream) {
                       " rows and K a multiple of 16 (SwiGLU: even n), not " + std::to_string(args.rows) +
                       " rows, K " + std::to_string(args.w.cols) + ", n " + std::to_string(args.w.rows));
   }
-  const Int8GemmShape shape = int8_gemm_shape(args);
+  Int8Gemm resolved = args;
+  resolved.shape = int8_gemm_shape(args);
+  const Int8GemmShape& shape = resolved.shape;
+  if (shape.k_slices > 1 && (shape.slice_sums == nullptr || shape.tickets == nullptr)) {
+    return Status(ErrorCode::InvalidArgument, "int8_gemm: a K split over " + std::to_string(shape.k_slices) +
+                                                  " CTAs needs its slice sums and tickets");
+  }
   switch (args.epilogue) {
     case Int8Epilogue::Swiglu:
-      return launch_shape<Int8Epilogue::Swiglu>(args, shape, programmatic, stream);
+      return launch_shape<Int8Epilogue::Swiglu>(resolved, shape, programmatic, stream);
     case Int8Epilogue::F32:
-      return launch_shape<Int8Epilogue::F32>(args, shape, programmatic, stream);
+      return launch_shape<Int8Epilogue::F32>(resolved, shape, programmatic, stream);
     case Int8Epilogue::Bf16:
       break;
   }
-  return launch_shape<Int8Epilogue::Bf16>(args, shape, programmatic, stream);
+  return launch_shape<Int8Epilogue::Bf16>(resolved, shape, programmatic, stream);
 }
 
 Status quantize_rows_int8(const bf16_t* w, int64_t rows, int64_t cols, uint8_t* codes, float* scales,

@@ -42,6 +42,14 @@ struct Int8GemmShape {
   int m_tiles = 0;
   int warps = 0;
   bool x_l1 = false;  // x loads cached in L1 too (8 warps only; a pin for the bench and tests)
+  // K split over k_slices CTAs a column tile (> 1: the scratch below): each CTA's sums go to slice_sums, and the
+  // tile's last CTA (a ticket) adds the slices in slice order and runs the epilogue (fixed order: the same bits every
+  // run). Scratch: slice_sums [k_slices x tiles x 8 x-tiles x 16 m_tiles] floats (int8_gemm_slice_floats), tickets
+  // [tiles] zero (the last CTA puts its ticket back to zero). Two launches in flight must not share them.
+  int k_slices = 0;
+  float* slice_sums = nullptr;
+  unsigned int* tickets = nullptr;
+  bool planted_drop_slice = false;  // tests only: the fold leaves slice 0 out
 };
 
 struct Int8Gemm {
@@ -62,6 +70,9 @@ inline bool int8_gemm_supported(int64_t rows, int64_t k) {
 }
 // The shape a launch takes when `args.shape` leaves it automatic.
 Int8GemmShape int8_gemm_shape(const Int8Gemm& args);
+// Column tiles of a launch of `shape` (the tickets a split launch needs) and its slice_sums floats.
+int64_t int8_gemm_tiles(const Int8Gemm& args, const Int8GemmShape& shape);
+int64_t int8_gemm_slice_floats(const Int8Gemm& args, const Int8GemmShape& shape);
 // `programmatic`: launched to overlap the previous kernel's tail (its code loads go first; x is read after the wait).
 Status int8_gemm(const Int8Gemm& args, bool programmatic, cudaStream_t stream);
 
