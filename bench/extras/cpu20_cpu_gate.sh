@@ -22,7 +22,6 @@ say "cpu20_cpu_gate $(date -u +%T) commit $(head -1 "$BIN/COMMIT" 2>/dev/null) c
 grep -m1 -o 'amx_bf16' /proc/cpuinfo >/dev/null && say "cpu: amx_bf16 present" || say "cpu: NO amx_bf16"
 LANES_BENCH=$(find_bin lanes_bench); CPU_TESTS=$(find_bin lanespark_cpu_tests); TESTS=$(find_bin lanespark_tests)
 say "bins: lanes_bench=${LANES_BENCH:-missing} cpu_tests=${CPU_TESTS:-missing} tests=${TESTS:-missing}"
-[ -n "$CPU_TESTS" ] && run 60 "$CPU_TESTS" --gtest_brief=1 --gtest_filter='*Amx*'
 [ -n "$TESTS" ] && run 30 "$TESTS" --gtest_brief=1 --gtest_filter='LanesCpuGate.*:LanesExploreGate.*:LanesPricing.*'
 [ -z "$LANES_BENCH" ] && exit 0
 PAIR="--model models/nano/target --drafter models/nano/drafter --prompts models/nano/eval_prompts.json"
@@ -31,20 +30,19 @@ lanes() {  # tokens streams repeats [flags]
   run 30 "$LANES_BENCH" $PAIR --device cpu --threads 2 --streams $streams --tokens $tokens --repeats $repeats "$@" \
     --json "$OUT/cpu20_lanes_t${tokens}_s${streams//,/-}_$SECONDS.json"
 }
-say "=== gate trace, 1 stream 64 tokens (--debug 1, full log in cpu20_gate_trace.log)"
+say "=== (b1) gate trace, 1 stream 64 tokens (--debug 1, full log in cpu20_gate_trace.log)"
 timeout -k 2 20 taskset -c 14,15 "$LANES_BENCH" $PAIR --device cpu --threads 2 --streams 1 --tokens 64 --repeats 1 \
   --debug 1 >"$OUT/cpu20_gate_trace.log" 2>&1
 grep -E "explore gate|load-time tables|^ +1 |trim stream|accept stream" "$OUT/cpu20_gate_trace.log" | cut -c1-300 | head -40 | tee -a "$L"
-# Arms at 1 stream (each its own process; drafted against plain inside each): D = the defaults (this commit's gate),
-# W = --alone-whole on (the lone CPU stream never goes dormant), M = W + --calibration-start mean.
-for round in 1 2; do
-  say "=== round $round: D"; lanes 64 1 3
-  say "=== round $round: W"; lanes 64 1 3 --alone-whole on
-  say "=== round $round: M"; lanes 64 1 3 --alone-whole on --calibration-start mean
+# Arms at 1 stream (each its own process; drafted against plain inside each): D = the defaults (alone-whole and the
+# calibration's mean start on, since b1), O = both off (b1's D: the gate alone).
+for round in 1 2 3; do
+  say "=== round $round: D 64"; lanes 64 1 3
+  say "=== round $round: O 64"; lanes 64 1 3 --alone-whole off --calibration-start ema
   say "=== round $round: D 256"; lanes 256 1 1
-  say "=== round $round: M 256"; lanes 256 1 1 --alone-whole on --calibration-start mean
+  say "=== round $round: O 256"; lanes 256 1 1 --alone-whole off --calibration-start ema
 done
-lanes 64 4,8,16 1
+lanes 64 4,8,16 1; lanes 256 4,8,16 1
 trace() {  # name tokens [flags]: one debug run at 1 stream, its gate, windows and restarts
   local name=$1 tokens=$2; shift 2
   say "=== trace $name, 1 stream $tokens tokens $* (full log in cpu20_trace_$name.log)"
@@ -54,5 +52,5 @@ trace() {  # name tokens [flags]: one debug run at 1 stream, its gate, windows a
   grep -E "explore gate|load-time tables|^ +1 |loss stop" "$OUT/cpu20_trace_$name.log" | cut -c1-300 | head -12 | tee -a "$L"
   say "restarts: $(grep -c 'context restarted' "$OUT/cpu20_trace_$name.log") passes: $(grep -c 'draft pass' "$OUT/cpu20_trace_$name.log")"
 }
-trace D256 256; trace M256 256 --alone-whole on --calibration-start mean
+trace D64 64; trace D256 256
 say "cpu20_cpu_gate done t=${SECONDS}s"

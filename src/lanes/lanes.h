@@ -36,11 +36,13 @@ struct LanesOptions {
   // dormant and wake on merit once the scout has proven the drafter. false: every prompt is tapped where the prior
   // says drafting pays (the fifth session's: 8389 rows tapped and absorbed at 64 streams on the H200, for nothing).
   bool scout_prompt_only = true;
-  // cpu20 (A/B, off): a stream alone in the lanes on a CPU target never goes dormant: it keeps tapping through rounds
+  // cpu20 (on since Xeon batch b1 of session 20, with PricingOptions::calibration_mean_start: 1 stream 256 tokens
+  // 1.08 / 1.14 / 1.24x, 28-37 passes, 4.9-5.5 drafts kept a window, against 0.94 / 0.94 / 0.96x, 5-9 passes, 1.4-2.0
+  // kept and 4-9 restarts with neither): a stream alone in the lanes on a CPU target never goes dormant: it keeps tapping through rounds
   // that buy nothing (a tap is a copy in the CPU target's layer loop, its absorb ~0.005 ms a row when it drafts
   // again), so its drafter context stays whole instead of restarting past the skipped rows (one missing position cost
   // the nano pair 10-25 % of its kept drafts, six 25-55 %: cpu19's short_block_bench --gaps). lanes_bench --alone-whole.
-  bool alone_keeps_context = false;
+  bool alone_keeps_context = true;
   // lanes20 (A/B, off): the restarted scout and its probers (PricingOptions::scout_probes) tap their prompt's last row
   // in the prefill forward and probe right after it, so their drafts ride in the first verify: no tap-only forward
   // (on the H200 a shape of its own, run eagerly at its first sighting: 0.38 against 0.19 ms) and a round earlier.

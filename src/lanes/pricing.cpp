@@ -16,7 +16,6 @@ Pricing::Pricing(CostTables tables, PricingOptions options, int max_rows, bool h
       has_confidence_(has_confidence),
       calibration_(static_cast<int>(std::max<size_t>(options_.depth_prior.size(), 16))) {
   pooled_acceptance_.reset(options_.depth_prior);
-  calibration_.set_mean_start(options_.calibration_mean_start);
   group_wait_ = std::max(options_.probe_first_wait, 1);
   // Until sampled passes are timed or measured they are priced as greedy ones.
   sampled_.table = tables_.sampled_draft.empty() ? tables_.draft : tables_.sampled_draft;

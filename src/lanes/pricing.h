@@ -21,11 +21,13 @@ namespace ls {
 struct PricingOptions {
   std::vector<double> depth_prior = default_depth_prior();  // acceptance by depth before measurements
   double acceptance_rate = 0.15;  // moving-average weight of acceptance outcomes
-  // cpu20 (A/B, off): the confidence calibration's first outcomes as a running mean (ConfidenceCalibration::
-  // set_mean_start): the nano head's raw chances at 1 stream on the CPU (0.37 / 0.19 for the first drafts against
-  // 0.84 / 0.71 landing) took ~10 windows at 0.15 to be believed, and the trim cut the first windows to 2 drafts.
-  // lanes_bench --calibration-start mean.
-  bool calibration_mean_start = false;
+  // cpu20: on a target without graphs (a CPU target, set_graphless_target), the confidence calibration's first
+  // outcomes as a running mean (ConfidenceCalibration::set_mean_start): the nano head's raw chances at 1 stream on
+  // the CPU (0.37 / 0.19 for the first drafts against 0.84 / 0.71 landing) took ~10 windows at 0.15 to be believed,
+  // and the trim cut the first windows to 2 drafts. On by default since Xeon batch b1 of session 20 (with
+  // LanesOptions::alone_keeps_context; 1 stream 256 tokens 1.08 / 1.14 / 1.24x against 0.94 / 0.94 / 0.96x with
+  // neither). Targets with graphs keep the moving average. lanes_bench --calibration-start ema|mean.
+  bool calibration_mean_start = true;
   double cost_rate = 0.2;         // moving-average weight of measured times
   double plain_margin = 1.05;     // drafting must beat plain by this factor to be drafted at all
   int probe_first_wait = 8;       // zero-draft decisions before the first probe
@@ -220,7 +222,11 @@ class Pricing {
            round_streams > options_.sampled_most_streams && !options_.always_draft;
   }
   // The target captures no graphs (a CPU target): whole contexts' group brings no new shapes' captures.
-  void set_graphless_target(bool graphless) { graphless_target_ = graphless; }
+  // (cpu20: on such a target the calibration's first outcomes move it as a running mean, calibration_mean_start.)
+  void set_graphless_target(bool graphless) {
+    graphless_target_ = graphless;
+    calibration_.set_mean_start(options_.calibration_mean_start && graphless);
+  }
   // Taps absorbed on the device: every tapping stream's kept rows go in one call per forward, so drafting costs a
   // stream its rows' share of that call, not a call of its own.
   void set_batched_absorbs(bool on) { batched_absorbs_ = on; }
