@@ -113,6 +113,7 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
   pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
   pin("LS_DRAFTER_ABSORB_IN_PASS", d.absorb_in_pass_);
+  pin("LS_DRAFTER_INT8_SPLIT", d.int8_splits_);
   if (const char* rows = std::getenv("LS_DRAFTER_INT8_ROWS"); rows && *rows) {
     d.int8_rows_ = std::max(0, std::atoi(rows));
   }
@@ -223,6 +224,7 @@ Status CudaDsparkDrafter::quantize_weights(InitSteps& steps) {
   LS_RETURN_IF_ERROR(add(w.context_kv_proj, "context kv_proj (every layer)"));
   LS_RETURN_IF_ERROR(int8_.add(embedding_, config_.vocab_size, config_.hidden_size, "head (the target's embedding)",
                                steps, stream));
+  LS_RETURN_IF_ERROR(int8_.reserve_splits(steps));
   LS_CUDA_TRY(cudaStreamSynchronize(stream));
   return ok_status();
 }

@@ -1,6 +1,8 @@
 // DrafterInt8: the drafter's int8 copies, quantized on the device (int8_weights.h).
 #include "draft/dspark/cuda/int8_weights.h"
 
+#include <algorithm>
+
 namespace ls::dspark::cuda {
 
 Status DrafterInt8::add(const bf16_t* w, int64_t rows, int64_t cols, const std::string& name, InitSteps& steps,
@@ -13,7 +15,22 @@ Status DrafterInt8::add(const bf16_t* w, int64_t rows, int64_t cols, const std::
   LS_RETURN_IF_ERROR(quantize_rows_int8(w, rows, cols, owned->codes.data(), owned->scales.data(), stream));
   by_matrix_[w] = Int8Weights{owned->codes.data(), owned->scales.data(), rows, cols};
   bytes_ += static_cast<int64_t>(owned->codes.bytes() + owned->scales.bytes());
+  most_rows_ = std::max(most_rows_, rows);
   owned_.push_back(std::move(owned));
+  return ok_status();
+}
+
+Status DrafterInt8::reserve_splits(InitSteps& steps) {
+  if (most_rows_ == 0) return ok_status();
+  Int8Gemm widest;
+  widest.rows = kInt8GemmMaxRows;
+  widest.w.rows = most_rows_;  // plain: most_rows_ / 64 tiles; SwiGLU's (most_rows_ / 2) / 32 are as many
+  const int64_t floats = int8_gemm_slice_floats(widest, kSplit), tiles = int8_gemm_tiles(widest, kSplit);
+  for (int branch = 0; branch < 2; ++branch) {
+    LS_RETURN_IF_ERROR(split_sums_[branch].allocate(static_cast<size_t>(floats), "int8 split sums", steps));
+    LS_RETURN_IF_ERROR(split_tickets_[branch].allocate(static_cast<size_t>(tiles), "int8 split tickets", steps));
+    LS_CUDA_TRY(cudaMemset(split_tickets_[branch].data(), 0, static_cast<size_t>(tiles) * sizeof(unsigned int)));
+  }
   return ok_status();
 }
 

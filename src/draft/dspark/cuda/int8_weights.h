@@ -33,6 +33,19 @@ class DrafterInt8 {
   size_t matrices() const { return by_matrix_.size(); }
   int64_t bytes() const { return bytes_; }
 
+  // The K-split launches' shape for narrow matrices (set_int8_splits): four W tiles a warp, 8 warps, K over 4 CTAs,
+  // with the scratch of the stream that launches it (the pass's, or the absorb branch's: they run at once).
+  static constexpr Int8GemmShape kSplit{4, 8, false, 4};
+  // Scratch for every matrix filed so far at up to kInt8GemmMaxRows rows, for both streams (after the last add()).
+  Status reserve_splits(InitSteps& steps);
+  Int8GemmShape split_shape(bool branch) const {
+    Int8GemmShape shape = kSplit;
+    shape.slice_sums = split_sums_[branch ? 1 : 0].data();
+    shape.tickets = split_tickets_[branch ? 1 : 0].data();
+    return shape;
+  }
+  bool splits_ready() const { return split_tickets_[0].size() > 0; }
+
  private:
   struct Owned {
     TrackedBuffer<uint8_t> codes;
@@ -41,6 +54,9 @@ class DrafterInt8 {
   std::vector<std::unique_ptr<Owned>> owned_;
   std::unordered_map<const bf16_t*, Int8Weights> by_matrix_;
   int64_t bytes_ = 0;
+  int64_t most_rows_ = 0;  // the most W rows of a matrix filed
+  TrackedBuffer<float> split_sums_[2];
+  TrackedBuffer<unsigned int> split_tickets_[2];
 };
 
 }  // namespace ls::dspark::cuda
