@@ -2,7 +2,7 @@
 # limit: 150
 # draft20 (session 20): the int8 drafter in rounds and in the lanes. drafter_bench rounds (1.2B shape, --bits 8,
 # context 128, 1 stream): the defaults with the int8 GEMMs up to 16 rows (B) against bf16 (B:i0), int8 up to 32
-# rows (B:i32), and int8 with the L2 weight prefetch at 64 MiB and off, interleaved blocks (one profiled pass each of
+# rows (B:i32), the narrow int8 GEMMs with K split over CTAs (B:ks1), int8 with the L2 weight prefetch at 64 MiB and off, interleaved blocks (one profiled pass each of
 # B and B:i0 after them); lanes_bench synth 1.2B, synthetic acceptance 5.02, 1 stream, 256 tokens,
 # --drafter-bits 0 vs 8 alternated, each its own process; the nano pair at 1 / 4 / 16 streams, bits 0 vs 8.
 set -u
@@ -15,9 +15,9 @@ R=head:s256:split:keyed:row:bc:ch:bo100
 B=40:$R
 left() { [ $SECONDS -lt "$1" ]; }
 echo "drafter_bench: $DB" > "$LOG"
-timeout 25 stdbuf -oL "$DB" --device cuda --shape lfm2.5-1.2b --bits 8 --context 128 --rounds 24 --round-blocks 5 \
+timeout 30 stdbuf -oL "$DB" --device cuda --shape lfm2.5-1.2b --bits 8 --context 128 --rounds 24 --round-blocks 5 \
   --streams 1 --dir "$WORK/draft20_db" --json "$OUT/draft20_rounds_128.json" \
-  --round-settings "$B:prof,$B:i0:prof,$B:i32,64:$R,0:$R" >> "$LOG" 2>&1
+  --round-settings "$B:prof,$B:i0:prof,$B:i32,$B:ks1,64:$R,0:$R" >> "$LOG" 2>&1
 echo "rounds 128 rc=$? at ${SECONDS}s" >> "$LOG"
 M=/tmp/lanespark-gpu-check/lfm2.5-1.2b
 if [ ! -d "$M-dspark" ]; then
@@ -26,7 +26,7 @@ if [ ! -d "$M-dspark" ]; then
 fi
 i=0
 for bits in 0 8 0 8 8 0; do
-  left 105 || { echo "lanes bits $bits skipped at ${SECONDS}s" >> "$LOG"; continue; }
+  left 110 || { echo "lanes bits $bits skipped at ${SECONDS}s" >> "$LOG"; continue; }
   i=$((i + 1))
   echo "## lanes $i: --drafter-bits $bits" >> "$LOG"
   timeout 12 "$LANES" --model "$M" --drafter "$M-dspark" --device cuda --threads 8 --drafter-bits "$bits" \
