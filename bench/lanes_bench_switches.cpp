@@ -29,6 +29,10 @@ bool LanesSwitches::parse(const std::string& flag, const std::string& value) {
   else if (flag == "--scout-probes") scout_probes = std::atoi(value.c_str());
   else if (flag == "--overhead") overhead_without_absorbs = value == "with-absorbs" ? 0 : 1;
   else if (flag == "--wake-needs-landed") wake_needs_landed = value == "off" ? 0 : 1;
+  else if (flag == "--scout-vote") scout_vote = value == "off" ? 0 : 1;
+  else if (flag == "--scout-depth") scout_depth = std::atoi(value.c_str());
+  else if (flag == "--alone-whole") alone_keeps_context = value == "on" ? 1 : 0;
+  else if (flag == "--calibration-start") calibration_mean_start = value == "mean" ? 1 : 0;
   else return false;
   return true;
 }
@@ -51,6 +55,10 @@ void LanesSwitches::apply(LanesOptions& options) const {
   if (scout_probes > 0) pricing.scout_probes = scout_probes;
   if (overhead_without_absorbs >= 0) pricing.overhead_without_absorbs = overhead_without_absorbs == 1;
   if (wake_needs_landed >= 0) pricing.wake_needs_landed = wake_needs_landed == 1;
+  if (scout_vote >= 0) pricing.scout_vote = scout_vote == 1;
+  if (scout_depth >= 0) pricing.scout_depth = scout_depth;
+  if (alone_keeps_context >= 0) options.alone_keeps_context = alone_keeps_context == 1;
+  if (calibration_mean_start >= 0) pricing.calibration_mean_start = calibration_mean_start == 1;
 }
 
 const char* lanes_switches_usage() {
@@ -60,7 +68,8 @@ const char* lanes_switches_usage() {
          "[--pass-timing alone|after-forward] "
          "[--sampled-streams N] [--loss-stop off|on] "
          "[--sampled-prior X|off] [--scout-gate prior|right] [--scout-probes N] "
-         "[--overhead with-absorbs|without-absorbs] [--wake-needs-landed on|off]";
+         "[--overhead with-absorbs|without-absorbs] [--wake-needs-landed on|off] [--scout-vote on|off] "
+         "[--scout-depth N] [--alone-whole on|off] [--calibration-start mean|ema]";
 }
 
 }  // namespace ls::bench

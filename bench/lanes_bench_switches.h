@@ -25,6 +25,10 @@ struct LanesSwitches {
   int scout_probes = -1;                // --scout-probes N: streams probing beside the restarted scout (lanes19)
   int overhead_without_absorbs = -1;    // --overhead with-absorbs|without-absorbs (lanes19)
   int wake_needs_landed = -1;           // --wake-needs-landed on|off (lanes19)
+  int scout_vote = -1;                  // --scout-vote on|off (lanes20)
+  int scout_depth = -1;                 // --scout-depth N (lanes20; 0 = the cap)
+  int alone_keeps_context = -1;         // --alone-whole on|off (cpu20)
+  int calibration_mean_start = -1;      // --calibration-start mean|ema (cpu20)
 
   // Takes `flag value` when it is one of the switches (false: not a switch flag).
   bool parse(const std::string& flag, const std::string& value);

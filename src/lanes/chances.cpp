@@ -115,8 +115,9 @@ void ConfidenceCalibration::observe(std::span<const float> raw_chances, int acce
   for (size_t index = 0; index < conditional.size(); ++index) {
     if (accepted < static_cast<int>(index)) break;
     const size_t bin = std::min(index, predicted_.size() - 1);
-    predicted_[bin] += rate * (conditional[index] - predicted_[bin]);
-    observed_[bin] += rate * ((accepted > static_cast<int>(index) ? 1.0 : 0.0) - observed_[bin]);
+    const double step = mean_start_ ? std::max(rate, 1.0 / (outcomes_[bin] + 2)) : rate;
+    predicted_[bin] += step * (conditional[index] - predicted_[bin]);
+    observed_[bin] += step * ((accepted > static_cast<int>(index) ? 1.0 : 0.0) - observed_[bin]);
     ++outcomes_[bin];
   }
 }

@@ -47,8 +47,12 @@ class ConfidenceCalibration {
   // observed / predicted at a depth, clamped to [0.1, 10]; a depth never verified takes the deepest verified one's
   // (1 before any).
   double scale(int depth_index) const;
+  // cpu20 (A/B, off): a depth's first outcomes move the estimate as a running mean that counts the start (0.5 / 0.5)
+  // as one outcome (rate 1/(n+2) until it falls to `rate`), not at `rate` from the first.
+  void set_mean_start(bool on) { mean_start_ = on; }
 
  private:
+  bool mean_start_ = false;
   std::vector<double> predicted_;  // [depths] moving average of the raw conditional confidence
   std::vector<double> observed_;   // [depths] moving average of the outcome (1 landed, 0 not)
   std::vector<int> outcomes_;      // [depths] outcomes seen

@@ -36,6 +36,11 @@ struct LanesOptions {
   // dormant and wake on merit once the scout has proven the drafter. false: every prompt is tapped where the prior
   // says drafting pays (the fifth session's: 8389 rows tapped and absorbed at 64 streams on the H200, for nothing).
   bool scout_prompt_only = true;
+  // cpu20 (A/B, off): a stream alone in the lanes on a CPU target never goes dormant: it keeps tapping through rounds
+  // that buy nothing (a tap is a copy in the CPU target's layer loop, its absorb ~0.005 ms a row when it drafts
+  // again), so its drafter context stays whole instead of restarting past the skipped rows (one missing position cost
+  // the nano pair 10-25 % of its kept drafts, six 25-55 %: cpu19's short_block_bench --gaps). lanes_bench --alone-whole.
+  bool alone_keeps_context = false;
   PricingOptions pricing;
   CalibrationOptions calibration;  // max_rows, width, max_streams, max_depth are filled in by create()
 };

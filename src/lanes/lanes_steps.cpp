@@ -245,6 +245,7 @@ void Lanes::update_dormancy(Stream& stream, int depth, bool probe) {
   }
   ++stream.zero_decisions;
   if (!restarts_ || stream.dormant || stream.zero_decisions < kZeroDecisionsBeforeDormant) return;
+  if (options_.alone_keeps_context && live_.size() == 1 && target_.cpu_pool() != nullptr) return;
   stream.dormant = true;
   ++stats_.dormant_entries;
   stream.unabsorbed_rows = 0;
@@ -320,7 +321,7 @@ void Lanes::tap_restarted_scout(std::span<Stream* const> streams, int round_stre
   }
   scout->wants_taps = true;
   // PricingOptions::scout_probes: the next dormant streams by id tap too and probe beside it (plan_depths).
-  for (int more = 1; more < options_.pricing.scout_probes; ++more) {
+  for (int more = 1; more < pricing_.options().scout_probes; ++more) {
     Stream* next = nullptr;
     for (Stream* stream : streams) {
       if (!stream->drafting || draft_cap(*stream) <= 0 || stream->wants_taps || stream->backoff.scouted) continue;

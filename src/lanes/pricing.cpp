@@ -16,6 +16,7 @@ Pricing::Pricing(CostTables tables, PricingOptions options, int max_rows, bool h
       has_confidence_(has_confidence),
       calibration_(static_cast<int>(std::max<size_t>(options_.depth_prior.size(), 16))) {
   pooled_acceptance_.reset(options_.depth_prior);
+  calibration_.set_mean_start(options_.calibration_mean_start);
   group_wait_ = std::max(options_.probe_first_wait, 1);
   // Until sampled passes are timed or measured they are priced as greedy ones.
   sampled_.table = tables_.sampled_draft.empty() ? tables_.draft : tables_.sampled_draft;
@@ -217,6 +218,8 @@ const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> draf
     // wake_needs_landed: no dormant stream is bought drafts (woken) on the pool while every window verified so far kept
     // nothing; it may still probe.
     if (options_.wake_needs_landed && stream.dormant && landed_windows_ == 0) continue;
+    // scout_vote: nor, with several streams, before wake_landed_share of the votes landed.
+    if (options_.scout_vote && stream.dormant && round_streams > 1 && !wake_evidence()) continue;
     depth_chances(stream, caps[index], offer.chances);
     offer.activation_ms = activation_ms(stream, caps[index], offer.chances);
   }
@@ -310,23 +313,35 @@ const std::vector<DepthPlan>& Pricing::plan_depths(std::span<Stream* const> draf
     if (worth && (longest_wait || could_pay(offers[0], stream, caps[prober], alike))) {
       // One draft forced through the trim; with a confidence head the rest of the chain rides along for the
       // trim to keep as the confidences justify (deeper acceptance gets measured too).
-      plans[prober] = {has_confidence_ ? caps[prober] : 1, 1, true};
+      plans[prober] = {has_confidence_ ? scout_depth(stream, caps[prober], scouting) : 1, 1, true};
       stream.loss_stopped = false;  // the probe's rounds start a new sum (stop_on_measured_loss)
     }
     stream.backoff.scouted = true;
     stream.backoff.zero_rounds = 0;
     if (!scouting) stream.backoff.wait = std::min(stream.backoff.wait * 2, options_.probe_most_wait);
     // The streams Lanes::tap_restarted_scout tapped beside the scout (scout_probes) probe in the same pass.
+    std::vector<Stream*> voters{&stream};
     for (size_t index = 0; scouting && plans[prober].probe && index < drafting.size(); ++index) {
       Stream& beside = *drafting[index];
       if (!beside.scout_prober || caps[index] <= 0 || static_cast<int>(index) == prober) continue;
-      plans[index] = {has_confidence_ ? caps[index] : 1, 1, true};
+      plans[index] = {has_confidence_ ? scout_depth(beside, caps[index], scouting) : 1, 1, true};
       beside.backoff.scouted = true;
       beside.backoff.zero_rounds = 0;
+      voters.push_back(&beside);
+    }
+    // scout_vote: the scout pass's windows vote once.
+    for (Stream* voter : voters) {
+      voter->vote_share = options_.scout_vote && scouting && plans[prober].probe ? 1.0 / voters.size() : 0.0;
     }
   }
   if (!drafter_unproven) plan_group_probe(drafting, caps, bought, plans);
   return plans;
+}
+
+int Pricing::scout_depth(const Stream& stream, int cap, bool scouting) const {
+  // (The restarted scout and its probers: dormant streams probing before the drafter is proven.)
+  if (!scouting || !stream.dormant || options_.scout_depth <= 0) return cap;
+  return std::min(cap, options_.scout_depth);
 }
 
 const std::vector<DepthPlan>& Pricing::closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode) {
@@ -397,8 +412,15 @@ void Pricing::observe_acceptance(Stream& stream, int proposed, int accepted) {
     stream.acceptance.seed_unobserved(pooled_acceptance_.conditionals());
   }
   stream.acceptance.observe(proposed, accepted, options_.acceptance_rate);
-  pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate);
+  // scout_vote: a window of the scout pass moves the pool by its share of one window.
+  const double share = stream.vote_share > 0 ? stream.vote_share : 1.0;
+  stream.vote_share = 0;
+  pooled_acceptance_.observe(proposed, accepted, options_.acceptance_rate * share);
   if (accepted > 0) ++landed_windows_;
+  votes_ += share;
+  landed_votes_ += accepted > 0 ? share : 0.0;
+  // A dormant-only decision right after the evidence allows a wake reprices at once (not at the every-8th).
+  if (options_.scout_vote && accepted > 0 && wake_evidence()) quiet_decisions_ = 0;
   if (has_confidence_ && static_cast<int>(stream.held_chances.size()) >= proposed) {
     calibration_.observe(std::span<const float>(stream.held_chances).first(proposed), accepted,
                          options_.acceptance_rate);

@@ -21,6 +21,11 @@ namespace ls {
 struct PricingOptions {
   std::vector<double> depth_prior = default_depth_prior();  // acceptance by depth before measurements
   double acceptance_rate = 0.15;  // moving-average weight of acceptance outcomes
+  // cpu20 (A/B, off): the confidence calibration's first outcomes as a running mean (ConfidenceCalibration::
+  // set_mean_start): the nano head's raw chances at 1 stream on the CPU (0.37 / 0.19 for the first drafts against
+  // 0.84 / 0.71 landing) took ~10 windows at 0.15 to be believed, and the trim cut the first windows to 2 drafts.
+  // lanes_bench --calibration-start mean.
+  bool calibration_mean_start = false;
   double cost_rate = 0.2;         // moving-average weight of measured times
   double plain_margin = 1.05;     // drafting must beat plain by this factor to be drafted at all
   int probe_first_wait = 8;       // zero-draft decisions before the first probe
@@ -143,6 +148,21 @@ struct PricingOptions {
   // the H200's flat pass a good drafter's 16 streams were never woken; H200 b4 alone 0.969 / 0.980x at 8 streams and
   // 0.981 / 0.971x at 16 (with scout_probes 4: see there).
   bool wake_needs_landed = false;
+  // Eighteenth session (lanes20). The scout pass's restarted windows vote once (with scout_probes > 1): the scout's and
+  // its probers' windows move the pooled acceptance as ONE window together (each at 1 / k of the rate), and, in rounds
+  // of several streams, no dormant stream is woken on the pool until at least `wake_landed_share` of the votes landed
+  // (kept a draft; the scout pass votes the share of its windows that did, every other window votes 0 or 1). Four
+  // restarted windows weighed as four made one unlucky scout pass (a forced-wrong pass on the fakes) pull the pool
+  // down so far that single landed group probes lifted it back only after 129 rounds; weighed as one, the pool moves
+  // as it did with the scout alone. lanes19's wake_needs_landed asked only that some window kept a draft: one of four
+  // restarted windows keeping one (about half the nano pair's scout passes, restarted drafts landing ~15 %) would let
+  // the pool wake the group. lanes_bench --scout-vote on|off.
+  bool scout_vote = false;
+  double wake_landed_share = 0.5;
+  // Eighteenth session (lanes20). Drafts each window of the restarted scout's pass asks (0: its cap). Its windows
+  // decide a wake by whether they land at all (scout_vote); on the H200 four windows of 7 drafts verify 36 rows beside
+  // 8 streams (0.30 against 0.19 ms, a new shape run eagerly), four of 2 verify 16. lanes_bench --scout-depth N.
+  int scout_depth = 0;
 };
 
 // What a drafter pass costs depends on how its picks are drawn: a sampled pick (keyed Gumbel over the filtered
@@ -266,6 +286,10 @@ class Pricing {
   const PricingOptions& options() const { return options_; }
   // Depth decisions that ran the row allocator (the others priced dormant streams to zero from the last one).
   int64_t depth_allocations() const { return depth_allocations_; }
+  // scout_vote: whether the verified windows kept enough drafts a vote for the pool to wake dormant streams.
+  bool wake_evidence() const {
+    return votes_ > 0 && landed_votes_ >= options_.wake_landed_share * votes_;
+  }
   // Times group_probe_would_run priced a group round (host work of rounds that draft nothing).
   int64_t group_checks() const { return group_checks_; }
   // Allocator runs exploration_repays made (a closed gate is remembered: rounds of an unexplored drafter make none).
@@ -289,6 +313,8 @@ class Pricing {
   double scout_one_off_ms(int streams, int cap, int absorb_rows, PassMode mode) const;
   // What the best pooled round (the prior's chances, or every draft landing) saves over `tokens_left` tokens a stream.
   double best_round_gain_ms(int streams, int cap, int tokens_left, bool always_right, PassMode mode) const;
+  // The drafts a probe of `cap` asks: scout_depth for the restarted scout's pass (`scouting`, the stream dormant).
+  int scout_depth(const Stream& stream, int cap, bool scouting) const;
   // plan_depths where no sampled pass is bought (sampled_too_wide): zero plans, with the full decision's bookkeeping.
   const std::vector<DepthPlan>& closed_gate_plans(std::span<Stream* const> drafting, int pending_rows, PassMode mode);
   // The best round if all `round_streams` streams offered `cap` drafts at the pooled chances (every one landing
@@ -357,6 +383,8 @@ class Pricing {
   int group_zero_decisions_ = 0;    // decisions in a row that bought nothing and ran no probe (group probes)
   int group_wait_ = 8;              // decisions before the next group probe (doubling; first wait after a purchase)
   int64_t landed_windows_ = 0;      // verified windows that kept at least one draft (wake_needs_landed)
+  double votes_ = 0;                // verified windows, the scout pass's counted as one (scout_vote)
+  double landed_votes_ = 0;         // of them, the windows that kept a draft (the scout pass: the share that did)
   int64_t depth_allocations_ = 0;
   mutable int64_t group_checks_ = 0;
   // plan_depths' scratch, kept between decisions (a decision that buys nothing allocates nothing).

@@ -208,9 +208,19 @@ bool Pricing::exploration_repays(int round_streams, int cap, int tokens_left, in
 }
 
 double Pricing::scout_one_off_ms(int streams, int cap, int absorb_rows, PassMode mode) const {
+  if (graphless_target_) {
+    // cpu20: a target on a CPU pool captures no graphs, so a new forward shape costs what its table says, and the
+    // probe's drafts past its forced one reach the verify only where the trim buys them at their chances (rows
+    // that pay their way, as in any round): what exploring costs there is the pass, the forced draft's verify row
+    // and the prompt's absorb. (The probe's whole chain and two forwards for a new shape, as on a target with graphs,
+    // kept the Xeon's 1-stream gate shut at 64 tokens: 4.1-4.2 ms against a prior's gain of 6.4-8.0, b6.)
+    const int rows = std::clamp(streams, 1, max_rows_);
+    const int depth = has_confidence_ ? cap : 1;
+    const double forced_row_ms = verify_ms(std::min(rows + 1, max_rows_), mode) - verify_ms(rows, mode);
+    return draft_ms(1, depth, mode) + forced_row_ms + tables_.absorb_ms(absorb_rows);
+  }
   // Its probe (pass and verify rows), its prompt's absorb, and a new forward shape (eager, then captured: about a
-  // forward each on a CUDA target; on a CPU target what its first windows land little of: lanes14's one-off without
-  // them opened the gate on the CPU and lost, 0.92-1.04x, and with AMX the default gate buys the 1-stream windows).
+  // forward each on a CUDA target).
   const double shape_ms = 2 * round_cost(mode)(streams, 0, 0);
   return probe_cost_ms(cap, streams, mode) + tables_.absorb_ms(absorb_rows) + shape_ms;
 }

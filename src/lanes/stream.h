@@ -93,6 +93,9 @@ struct Stream {
   bool wants_taps = false;            // this round's window asks the target for taps
   bool group_prober = false;          // tapping this round for a group probe (Pricing::plan_group_probe)
   bool scout_prober = false;          // tapping this round to probe beside the restarted scout (scout_probes)
+  // PricingOptions::scout_vote: this stream's next verified window is one of the scout pass's k restarted windows,
+  // which move the pool as one window together (1 / k each); 0 = a window of its own.
+  double vote_share = 0;
   int zero_decisions = 0;             // depth decisions in a row that gave it no drafts
   int64_t drafter_end = 0;            // positions the drafter's context reaches (absorbed or skipped by a restart)
   bool restarted = false;             // its drafter context restarted past skipped rows (it drafts without them)

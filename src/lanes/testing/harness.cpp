@@ -197,6 +197,35 @@ NanoLikeFakes h200_nano_pair_b1() {
   return pair;
 }
 
+NanoLikeFakes xeon_nano_pair() {
+  NanoLikeFakes pair;
+  pair.target.verify_fixed_ms = 0.566;
+  pair.target.verify_row_ms = 0.063;
+  pair.target.verify_wide_from = 2;
+  pair.target.verify_wide_row_ms = 0.1;
+  pair.target.new_shape_ms = 0.0;
+  pair.target.shape_by_windows = false;
+  pair.target.device_taps = false;
+  pair.target.cpu_pool = true;
+  pair.drafter.draft_fixed_ms = 0.4;
+  pair.drafter.draft_row_ms = 0.015;
+  pair.drafter.absorb_call_ms = 0.106;
+  pair.drafter.absorb_row_ms = 0.00514;
+  pair.drafter.device_taps = false;
+  pair.drafter.wrong_rate = 0.18;
+  pair.drafter.restarted_wrong_rate = 0.35;
+  return pair;
+}
+
+std::vector<Arrival> long_prompt_arrivals(const NanoLikeFakes& pair, int streams, int tokens, int prompt_tokens) {
+  std::vector<Arrival> arrivals = pair.arrivals(streams, tokens);
+  for (Arrival& arrival : arrivals) {
+    std::vector<int32_t>& prompt = arrival.request.prompt;
+    while (static_cast<int>(prompt.size()) < prompt_tokens) prompt.push_back(17 + prompt.size() % 40);
+  }
+  return arrivals;
+}
+
 std::vector<Arrival> NanoLikeFakes::arrivals(int streams, int tokens) const {
   std::vector<Arrival> arrivals = endless_arrivals(streams, target.shape.vocab_size, tokens);
   for (Arrival& arrival : arrivals) {

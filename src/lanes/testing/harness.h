@@ -101,6 +101,15 @@ NanoLikeFakes h200_nano_pair();
 // contexts, 3 passes, 9 restarts).
 NanoLikeFakes h200_nano_pair_b1();
 
+// The nano pair on the Xeon's two cores (AVX-512, int8 drafter), roughly as batch b6's load-time tables had it
+// (cpu19, main 1a0b482): a target on a CPU pool (no graphs, host taps) whose verify is 0.566 ms + 0.063 a row to 2
+// rows and 0.213 a row past them (b6: 1 / 2 / 4 / 8 rows 0.629 / 0.692 / 1.096 / 1.995), a full-width pass 0.4 ms
+// + 0.015 a draft row (b6: 0.402 / 0.503 at depth 1 / 7), a host absorb 0.106 ms a call + 0.00514 a row, drafts
+// right 82 % a depth over whole contexts (the pair's code prompts: 0.84 / 0.71 / 0.58 cumulative) and 65 % over
+// restarted ones; arrivals with 192-token prompts (lanes_bench's).
+NanoLikeFakes xeon_nano_pair();
+std::vector<Arrival> long_prompt_arrivals(const NanoLikeFakes& pair, int streams, int tokens, int prompt_tokens = 192);
+
 // The pricing rules' exactness case: 16 staggered streams (every fourth draft: false) of greedy or sampled requests
 // on a costed fake target (10 ms + 0.5 ms a row) and a fake drafter 20 % wrong (60 % on restarted contexts) with
 // confidences and host or device taps, its sampled passes `sampled_pass_factor` times dearer: the run under
