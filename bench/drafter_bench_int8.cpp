@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/features.h"
 #include "draft/dspark/cuda/draft_kernels.h"
 #include "draft/dspark/cuda/int8_gemm.h"
 #include "drafter_bench_setup.h"
@@ -87,6 +88,8 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
                                               {2, 8},          {2, 16},         {4, 4},          {4, 8},
                                               {1, 8, true},    {2, 8, true},    {4, 8, true},    {2, 8, false, 2},
                                               {4, 8, false, 4}, {4, 4, false, 4}, {4, 8, true, 4}};
+  // The device's features are probed now (a probe kernel), not inside the first capture below.
+  (void)ls::cuda::cuda_features();
   cudaStream_t stream = nullptr;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t cublas = nullptr;

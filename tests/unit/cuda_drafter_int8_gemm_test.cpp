@@ -323,9 +323,21 @@ TEST(CudaDrafterInt8, TheInt8GemmPicksItsShapeAndRefusesWhatItCannotTake) {
   args.rows = 9;
   args.w = {nullptr, nullptr, 65536, 2048};  // the head
   EXPECT_EQ(cuda::int8_gemm_shape(args).m_tiles, 2);
-  args.w = {nullptr, nullptr, 2048, 6144};  // down
+  EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 8);  // 2048 CTAs: many waves
+  args.w = {nullptr, nullptr, 2048, 6144};  // down: 128 CTAs, one an SM
   EXPECT_EQ(cuda::int8_gemm_shape(args).m_tiles, 1);
   EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 16);
+  if (ls::cuda::device_count() > 0 && ls::cuda::device_count() < 1000) {
+    int sms = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+    if (sms >= 96) {  // (the H200's 132)
+      args.epilogue = cuda::Int8Epilogue::Swiglu;
+      args.w = {nullptr, nullptr, 12288, 2048};  // gate/up: 384 CTAs of two tiles, four an SM
+      EXPECT_EQ(cuda::int8_gemm_shape(args).m_tiles, 2);
+      EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 4);
+      args.epilogue = cuda::Int8Epilogue::Bf16;
+    }
+  }
   args.rows = 32;
   args.w = {nullptr, nullptr, 65536, 2048};
   EXPECT_NE(cuda::int8_gemm_shape(args).warps, 16);  // two W tiles at 32 rows: 8 warps at most

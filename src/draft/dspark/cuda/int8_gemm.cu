@@ -1,7 +1,8 @@
 // The drafter's int8 GEMM of few rows (int8_gemm.h): codes streamed once, widened to bf16 in registers, mma.sync.
 //
 // A CTA owns 16 x MT output columns (W rows; SwiGLU: 8 x MT gate columns and the same up columns) and its WARPS warps
-// split K in pieces of 128 (64 with four W tiles a warp). Each lane loads 16 bytes (16 codes) of each of its W rows per 64-wide K step straight
+// split K in pieces of 128 or 64 (kSteps); a warp's next piece (codes, then x once past the wait) is loaded before
+// this piece's products, so neither the codes nor x wait on the step that uses them. Each lane loads 16 bytes (16 codes) of each of its W rows per 64-wide K step straight
 // into registers; lane t of a quad holds k = 16t .. 16t+15, which feed four m16n8k16 mmas (mma m takes k 16t + 4m ..
 // 16t + 4m + 3), and x's B registers are loaded with the same permutation, so every product is code x x and only the
 // fp32 order of the sums is the kernel's own. A code c is stored as the byte c + 128; the fp32 bits 0x4B0000bb are
@@ -22,9 +23,12 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kStep = 64;   // K per step: four m16n8k16 mmas
 constexpr uint32_t kZeroCodes = 0x80808080u;  // four codes of 0
-// Steps a warp's piece (two, one with four W tiles: the same code registers in flight).
-template <int MT>
-constexpr int kSteps = MT >= 4 ? 1 : 2;
+// Steps a warp's piece: two where a piece's codes and x (loaded one piece ahead together) fit few registers, else one.
+template <int MT, int NT>
+constexpr int kSteps = MT * (1 + NT) <= 4 ? 2 : 1;
+// CTAs an SM must hold (registers <= 128 a thread: 16 warps an SM) where the tiles leave that room; the automatic
+// shape's residency rule (int8_gemm_shape) counts on it.
+constexpr int min_ctas(int mt, int nt, int warps) { return mt * nt <= 4 ? 16 / warps : 1; }
 // The partials' static shared memory: WARPS x 8 NT x 16 MT floats within 48 KB.
 constexpr bool partials_fit(int mt, int nt, int warps) { return warps * 8 * nt * 16 * mt * 4 <= 48 * 1024; }
 
@@ -71,18 +75,23 @@ __device__ __forceinline__ void widen16(const uint4& codes, uint32_t (&pairs)[8]
   widen4(codes.w, pairs[6], pairs[7]);
 }
 
-template <int MT>
+// A warp's piece in registers: its W rows' codes and its x values (16 of each x tile's row a step, two uint4).
+template <int MT, int NT>
 struct PieceCodes {
-  uint4 a[MT][kSteps<MT>], b[MT][kSteps<MT>];  // rows g and g + 8 of each W tile
+  static constexpr int S = kSteps<MT, NT>;
+  uint4 a[MT][S], b[MT][S];  // rows g and g + 8 of each W tile
+  uint4 x[NT][S][2];         // x row 8 n + g, k .. k + 15
 };
 
-template <int MT>
-__device__ __forceinline__ void load_piece(PieceCodes<MT>& loads, const uint8_t* const (&wa)[MT],
-                                           const uint8_t* const (&wb)[MT], const bool (&a_inside)[MT],
-                                           const bool (&b_inside)[MT], int64_t piece, int64_t k_total, int t) {
+// The codes of `piece` (never written: loaded before the programmatic wait too).
+template <int MT, int NT>
+__device__ __forceinline__ void load_piece_codes(PieceCodes<MT, NT>& loads, const uint8_t* const (&wa)[MT],
+                                                 const uint8_t* const (&wb)[MT], const bool (&a_inside)[MT],
+                                                 const bool (&b_inside)[MT], int64_t piece, int64_t k_total, int t) {
+  constexpr int S = kSteps<MT, NT>;
 #pragma unroll
-  for (int s = 0; s < kSteps<MT>; ++s) {
-    const int64_t k = piece * kStep * kSteps<MT> + s * kStep + 16 * t;
+  for (int s = 0; s < S; ++s) {
+    const int64_t k = piece * kStep * S + s * kStep + 16 * t;
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
       loads.a[i][s] = load_codes(wa[i] + k, a_inside[i] && k < k_total);
@@ -91,10 +100,29 @@ __device__ __forceinline__ void load_piece(PieceCodes<MT>& loads, const uint8_t*
   }
 }
 
+// The x values of `piece` (after the programmatic wait only).
+template <int MT, int NT, bool X_L1>
+__device__ __forceinline__ void load_piece_x(PieceCodes<MT, NT>& loads, const bf16_t* x, int rows, int64_t piece,
+                                             int64_t k_total, int g, int t) {
+  constexpr int S = kSteps<MT, NT>;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    const int64_t k = piece * kStep * S + s * kStep + 16 * t;
+#pragma unroll
+    for (int n8 = 0; n8 < NT; ++n8) {
+      const int x_row = 8 * n8 + g;
+      const bool inside = x_row < rows && k < k_total;
+      const bf16_t* at = x + static_cast<int64_t>(inside ? x_row : 0) * k_total + (inside ? k : 0);
+      loads.x[n8][s][0] = load_x<X_L1>(at, inside);
+      loads.x[n8][s][1] = load_x<X_L1>(at + 8, inside);
+    }
+  }
+}
+
 // NT x-row tiles of 8 (rows <= 8 NT), MT W tiles of 16 rows a warp, WARPS warps splitting K. Tile i's row r: output
 // column first + 16 i + r, or for SwiGLU r < 8 the gate column first + 8 i + r and r >= 8 its up column.
 template <int MT, int NT, int WARPS, Int8Epilogue EPILOGUE, bool X_L1>
-__global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args) {
+__global__ void __launch_bounds__(WARPS * kWarp, min_ctas(MT, NT, WARPS)) int8_gemm_kernel(Int8Gemm args) {
   __shared__ float partial[WARPS][8 * NT][16 * MT];  // [warp][x row][W row of the CTA's tiles]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int g = lane / 4, t = lane % 4;
@@ -121,7 +149,7 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
     wa[i] = args.w.codes + (a_inside[i] ? row_a : 0) * k_total;
     wb[i] = args.w.codes + (b_inside[i] ? row_b : 0) * k_total;
   }
-  constexpr int kPiece = kStep * kSteps<MT>;
+  constexpr int kPiece = kStep * kSteps<MT, NT>;
   // This CTA's pieces: its K slice's (blockIdx.y of gridDim.y), or all.
   const int64_t all_pieces = (k_total + kPiece - 1) / kPiece;
   const int64_t slice_pieces = (all_pieces + gridDim.y - 1) / gridDim.y;
@@ -134,42 +162,36 @@ __global__ void __launch_bounds__(WARPS * kWarp) int8_gemm_kernel(Int8Gemm args)
 #pragma unroll
     for (int n8 = 0; n8 < NT; ++n8) acc[i][n8][0] = acc[i][n8][1] = acc[i][n8][2] = acc[i][n8][3] = 0.0f;
   bool waited = false;
-  PieceCodes<MT> loads;
+  PieceCodes<MT, NT> loads;
   int64_t piece = first_piece + warp;
-  if (piece < pieces) load_piece<MT>(loads, wa, wb, a_inside, b_inside, piece, k_total, t);
+  if (piece < pieces) load_piece_codes<MT, NT>(loads, wa, wb, a_inside, b_inside, piece, k_total, t);
   for (; piece < pieces; piece += WARPS) {
-    // The next piece's loads go out before this piece's products.
+    // The next piece's codes go out before this piece's products, its x right after (past the wait).
     const int64_t next = piece + WARPS;
-    PieceCodes<MT> ahead;
-    if (next < pieces) load_piece<MT>(ahead, wa, wb, a_inside, b_inside, next, k_total, t);
+    PieceCodes<MT, NT> ahead;
+    if (next < pieces) load_piece_codes<MT, NT>(ahead, wa, wb, a_inside, b_inside, next, k_total, t);
     if (!waited) {
       wait_for_previous_kernel();
       waited = true;
+      load_piece_x<MT, NT, X_L1>(loads, args.x, args.rows, piece, k_total, g, t);
     }
+    if (next < pieces) load_piece_x<MT, NT, X_L1>(ahead, args.x, args.rows, next, k_total, g, t);
 #pragma unroll
-    for (int s = 0; s < kSteps<MT>; ++s) {
-      const int64_t k = piece * kPiece + s * kStep + 16 * t;
-      // x's 16 values of this lane for each x tile (the B registers), then each W tile widened in turn.
-      uint32_t xs[NT][8];
-#pragma unroll
-      for (int n8 = 0; n8 < NT; ++n8) {
-        const int x_row = 8 * n8 + g;
-        const bool inside = x_row < args.rows && k < k_total;
-        const bf16_t* x = args.x + static_cast<int64_t>(inside ? x_row : 0) * k_total + (inside ? k : 0);
-        const uint4 x0 = load_x<X_L1>(x, inside), x1 = load_x<X_L1>(x + 8, inside);
-        xs[n8][0] = x0.x, xs[n8][1] = x0.y, xs[n8][2] = x0.z, xs[n8][3] = x0.w;
-        xs[n8][4] = x1.x, xs[n8][5] = x1.y, xs[n8][6] = x1.z, xs[n8][7] = x1.w;
-      }
+    for (int s = 0; s < kSteps<MT, NT>; ++s) {
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
         uint32_t pa[8], pb[8];
         widen16(loads.a[i][s], pa);
         widen16(loads.b[i][s], pb);
 #pragma unroll
-        for (int n8 = 0; n8 < NT; ++n8)
+        for (int n8 = 0; n8 < NT; ++n8) {
+          const uint4& x0 = loads.x[n8][s][0];
+          const uint4& x1 = loads.x[n8][s][1];
+          const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
           for (int m = 0; m < 4; ++m)
-            mma(acc[i][n8], pa[2 * m], pb[2 * m], pa[2 * m + 1], pb[2 * m + 1], xs[n8][2 * m], xs[n8][2 * m + 1]);
+            mma(acc[i][n8], pa[2 * m], pb[2 * m], pa[2 * m + 1], pb[2 * m + 1], xs[2 * m], xs[2 * m + 1]);
+        }
       }
     }
     if (next < pieces) loads = ahead;
@@ -319,6 +341,20 @@ __global__ void __launch_bounds__(256) quantize_kernel(const bf16_t* w, int64_t 
   }
 }
 
+// The device's SMs (132 where none answers: the H200's).
+int sm_count() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && sms > 0) {
+      return sms;
+    }
+    cudaGetLastError();
+    return 132;
+  }();
+  return count;
+}
+
 }  // namespace
 
 Int8GemmShape int8_gemm_shape(const Int8Gemm& args) {
@@ -330,8 +366,17 @@ Int8GemmShape int8_gemm_shape(const Int8Gemm& args) {
     shape.m_tiles = (columns + 2 * per_tile - 1) / (2 * per_tile) >= 264 ? 2 : 1;
   }
   if (shape.warps != 4 && shape.warps != 8 && shape.warps != 16) {
+    // The most warps a CTA that still lets every CTA be resident at once (at <= 128 registers a thread: one CTA of
+    // 16 warps an SM, two of 8, four of 4), so the warps split K into several pieces each and keep loads in flight;
+    // 8 where no count fits (the head: many waves).
     const int64_t ctas = (columns + per_tile * shape.m_tiles - 1) / (per_tile * shape.m_tiles);
-    shape.warps = ctas <= 512 ? 16 : 8;
+    shape.warps = 8;
+    for (const int warps : {16, 8, 4}) {
+      if (ctas <= static_cast<int64_t>(sm_count()) * (16 / warps)) {
+        shape.warps = warps;
+        break;
+      }
+    }
   }
   const int x_tiles = args.rows <= 8 ? 1 : (args.rows <= 16 ? 2 : 4);
   while (shape.warps > 4 && !partials_fit(shape.m_tiles, x_tiles, shape.warps)) shape.warps /= 2;
