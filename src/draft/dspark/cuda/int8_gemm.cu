@@ -1,15 +1,17 @@
 // The drafter's int8 GEMM of few rows (int8_gemm.h): codes streamed once, widened to bf16 in registers, mma.sync.
 //
-// A CTA owns 16 x MT output columns (W rows; SwiGLU: 8 x MT gate columns and the same up columns) and its WARPS warps
-// split K in pieces of 128 or 64 (kSteps); a warp's next piece (codes, then x once past the wait) is loaded before
-// this piece's products, so neither the codes nor x wait on the step that uses them. Each lane loads 16 bytes (16 codes) of each of its W rows per 64-wide K step straight
-// into registers; lane t of a quad holds k = 16t .. 16t+15, which feed four m16n8k16 mmas (mma m takes k 16t + 4m ..
-// 16t + 4m + 3), and x's B registers are loaded with the same permutation, so every product is code x x and only the
-// fp32 order of the sums is the kernel's own. A code c is stored as the byte c + 128; the fp32 bits 0x4B0000bb are
-// 2^23 + byte, less 2^23 + 128 is c exactly, and its upper 16 bits are bf16(c) exactly (c has <= 8 significant bits).
-// The warps' sums meet in shared memory in warp order; the epilogue scales each column and writes bf16, fp32 or
-// SwiGLU. Every code load is issued before the kernel waits for the previous one (programmatic dependent launch):
-// codes and scales are never written, x is read only after the wait (through L2, coherent: see skinny_gemm.cu).
+// A column tile is 16 x MT output columns (W rows; SwiGLU: 8 x MT gate columns and the same up columns); a CTA's
+// WARPS warps split K in pieces of 128 or 64 (kSteps), and a CTA takes every gridDim.x-th tile. A warp's next piece
+// (codes, then x once past the wait; across tiles too) is loaded before this piece's products, so neither the codes
+// nor x wait on the step that uses them. Each lane loads 16 bytes (16 codes) of each of its W rows per 64-wide K step
+// straight into registers; lane t of a quad holds k = 16t .. 16t+15, which feed four m16n8k16 mmas (mma m takes k
+// 16t + 4m .. 16t + 4m + 3), and x's B registers are loaded with the same permutation, so every product is code x x
+// and only the fp32 order of the sums is the kernel's own. A code c is stored as the byte c + 128; the fp32 bits
+// 0x4B0000bb are 2^23 + byte, less 2^23 + 128 is c exactly, and its upper 16 bits are bf16(c) exactly (c has <= 8
+// significant bits). The warps' sums meet in shared memory in warp order; the epilogue scales each column and writes
+// bf16, fp32 or SwiGLU. Every code load is issued before the kernel waits for the previous one (programmatic
+// dependent launch): codes and scales are never written, x is read only after the wait (through L2, coherent: see
+// skinny_gemm.cu).
 #include <algorithm>
 
 #include "compute/cuda/cuda_util.h"
