@@ -77,6 +77,7 @@ struct Int8Case {
   int streams;
   bool sampled;
   bool splits = false;  // set_int8_splits: the narrow matrices' K over CTAs
+  bool x_l1 = false;    // set_int8_x_l1: x through L1 too
 };
 
 class CudaInt8DrafterLanes : public ::testing::TestWithParam<Int8Case> {};
@@ -94,6 +95,7 @@ TEST_P(CudaInt8DrafterLanes, DraftedRepliesEqualPlainRepliesRunAloneAndDraftsLan
   EXPECT_GE(cuda_drafter.int8_weights().matrices(), 7u);  // fc, 4 a layer, the absorb's K/V, the head
   cuda_drafter.set_int8_rows(dspark::cuda::kInt8GemmMaxRows);
   cuda_drafter.set_int8_splits(GetParam().splits);
+  cuda_drafter.set_int8_x_l1(GetParam().x_l1);
   cuda_drafter.capture_bucket_graphs();
   const std::vector<Arrival> arrivals =
       staggered_arrivals(GetParam().streams, GetParam().sampled, target->facts().vocab_size, 24);
@@ -112,10 +114,11 @@ TEST_P(CudaInt8DrafterLanes, DraftedRepliesEqualPlainRepliesRunAloneAndDraftsLan
 INSTANTIATE_TEST_SUITE_P(Nano, CudaInt8DrafterLanes,
                          ::testing::Values(Int8Case{1, false}, Int8Case{1, true}, Int8Case{4, false},
                                            Int8Case{4, true}, Int8Case{16, false}, Int8Case{16, true},
-                                           Int8Case{1, false, true}, Int8Case{4, true, true}),
+                                           Int8Case{1, false, true}, Int8Case{4, true, true},
+                                           Int8Case{1, false, false, true}, Int8Case{4, false, true, true}),
                          [](const ::testing::TestParamInfo<Int8Case>& info) {
                            return std::to_string(info.param.streams) + (info.param.sampled ? "Sampled" : "Greedy") +
-                                  (info.param.splits ? "KSplit" : "");
+                                  (info.param.splits ? "KSplit" : "") + (info.param.x_l1 ? "XL1" : "");
                          });
 
 // The share of drafts accepted with int8 weights against bf16's on the same greedy arrivals (1 and 4 streams): at

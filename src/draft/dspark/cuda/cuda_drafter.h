@@ -310,6 +310,9 @@ class CudaDsparkDrafter final : public Drafter {
   // DrafterInt8::kSplit, K over 4 CTAs (LS_DRAFTER_INT8_SPLIT at load; rounds ":ks1").
   void set_int8_splits(bool on) { set_and_drop_graphs(int8_splits_, on); }
   bool int8_splits() const { return int8_splits_; }
+  // Every int8 GEMM's x loads cached in L1 as well (Int8GemmShape::x_l1; LS_DRAFTER_INT8_X_L1, rounds ":xl1").
+  void set_int8_x_l1(bool on) { set_and_drop_graphs(int8_x_l1_, on); }
+  bool int8_x_l1() const { return int8_x_l1_; }
   const DrafterInt8& int8_weights() const { return int8_; }
   int64_t int8_gemms_enqueued() const { return int8_gemms_; }  // int8_gemm launches enqueued or captured (tests)
   void set_l2_prefetch(int64_t bytes, bool planted_store = false) {
@@ -472,6 +475,7 @@ class CudaDsparkDrafter final : public Drafter {
   bool int8_planted_ = false;
   int64_t int8_gemms_ = 0;
   bool int8_splits_ = false;
+  bool int8_x_l1_ = false;
   // An int8 launch of `args` (its shape: automatic, or the split one on a narrow matrix), counted.
   Status launch_int8(Int8Gemm& args, cudaStream_t stream);
   // The int8 copy of w [w_rows, w_cols] when a GEMM of `rows` rows takes it (set_int8_rows), else null.

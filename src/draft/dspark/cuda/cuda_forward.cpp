@@ -50,6 +50,7 @@ Status CudaDsparkDrafter::launch_int8(Int8Gemm& args, cudaStream_t stream) {
   if (int8_splits_ && int8_.splits_ready() && int8_gemm_shape(args).m_tiles == 1) {
     args.shape = int8_.split_shape(stream != stream_.get());
   }
+  args.shape.x_l1 = int8_x_l1_;
   ++int8_gemms_;
   return int8_gemm(args, programmatic_, stream);
 }

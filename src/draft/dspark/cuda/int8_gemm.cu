@@ -350,21 +350,24 @@ Status launch(const Int8Gemm& args, int64_t ctas, bool programmatic, cudaStream_
 }
 
 // The asked warps, fewer where the partials would not fit (int8_gemm_shape says the same).
+template <int MT, int NT, Int8Epilogue EPILOGUE, bool X_L1>
+Status launch_warps_x(const Int8Gemm& args, int64_t ctas, int warps, bool programmatic, cudaStream_t stream) {
+  if constexpr (partials_fit(MT, NT, 16)) {
+    if (warps == 16) return launch<MT, NT, 16, EPILOGUE, X_L1>(args, ctas, programmatic, stream);
+  }
+  if constexpr (partials_fit(MT, NT, 8)) {
+    if (warps >= 8) return launch<MT, NT, 8, EPILOGUE, X_L1>(args, ctas, programmatic, stream);
+  }
+  return launch<MT, NT, 4, EPILOGUE, X_L1>(args, ctas, programmatic, stream);
+}
+
 template <int MT, int NT, Int8Epilogue EPILOGUE>
 Status launch_warps(const Int8Gemm& args, int warps, bool programmatic, cudaStream_t stream) {
   const int64_t columns = EPILOGUE == Int8Epilogue::Swiglu ? args.w.rows / 2 : args.w.rows;
   const int64_t per_cta = (EPILOGUE == Int8Epilogue::Swiglu ? 8 : 16) * MT;
   const int64_t ctas = (columns + per_cta - 1) / per_cta;
-  if constexpr (partials_fit(MT, NT, 8)) {
-    if (args.shape.x_l1 && warps == 8) return launch<MT, NT, 8, EPILOGUE, true>(args, ctas, programmatic, stream);
-  }
-  if constexpr (partials_fit(MT, NT, 16)) {
-    if (warps == 16) return launch<MT, NT, 16, EPILOGUE>(args, ctas, programmatic, stream);
-  }
-  if constexpr (partials_fit(MT, NT, 8)) {
-    if (warps >= 8) return launch<MT, NT, 8, EPILOGUE>(args, ctas, programmatic, stream);
-  }
-  return launch<MT, NT, 4, EPILOGUE>(args, ctas, programmatic, stream);
+  if (args.shape.x_l1) return launch_warps_x<MT, NT, EPILOGUE, true>(args, ctas, warps, programmatic, stream);
+  return launch_warps_x<MT, NT, EPILOGUE, false>(args, ctas, warps, programmatic, stream);
 }
 
 template <Int8Epilogue EPILOGUE>
@@ -430,7 +433,6 @@ Int8GemmShape int8_gemm_shape(const Int8Gemm& args) {
   const int x_tiles = args.rows <= 8 ? 1 : (args.rows <= 16 ? 2 : 4);
   if (shape.m_tiles == 4 && x_tiles == 4) shape.m_tiles = 2;  // four tiles' partials at 32 rows pass 48 KB
   while (shape.warps > 4 && !partials_fit(shape.m_tiles, x_tiles, shape.warps)) shape.warps /= 2;
-  if (shape.x_l1 && shape.warps != 8) shape.x_l1 = false;
   shape.k_slices = std::max(1, shape.k_slices);
   return shape;
 }

@@ -41,7 +41,7 @@ enum class Int8Epilogue { Bf16, F32, Swiglu };
 struct Int8GemmShape {
   int m_tiles = 0;
   int warps = 0;
-  bool x_l1 = false;  // x loads cached in L1 too (8 warps only; a pin for the bench and tests)
+  bool x_l1 = false;  // x loads cached in L1 too: a CTA's x again for each of its column tiles (set_int8_x_l1)
   // K split over k_slices CTAs a column tile (> 1: the scratch below): each CTA's sums go to slice_sums, and the
   // tile's last CTA (a ticket) adds the slices in slice order and runs the epilogue (fixed order: the same bits every
   // run). Scratch: slice_sums [k_slices x tiles x 8 x-tiles x 16 m_tiles] floats (int8_gemm_slice_floats), tickets
