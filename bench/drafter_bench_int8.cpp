@@ -138,9 +138,12 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
     {
       int64_t floats = 1, tiles = 1;
       for (const auto& pin : pins) {
-        dspark::cuda::Int8Gemm probe{nullptr, max_rows, {nullptr, nullptr, m.n, m.k}, nullptr, 0, m.epilogue, pin};
-        floats = std::max(floats, dspark::cuda::int8_gemm_slice_floats(probe, pin));
-        tiles = std::max(tiles, dspark::cuda::int8_gemm_tiles(probe, pin));
+        for (const int rows : row_counts) {  // as int8_gemm resolves the pin at each row count
+          dspark::cuda::Int8Gemm probe{nullptr, rows, {nullptr, nullptr, m.n, m.k}, nullptr, 0, m.epilogue, pin};
+          const dspark::cuda::Int8GemmShape shape = dspark::cuda::int8_gemm_shape(probe);
+          floats = std::max(floats, dspark::cuda::int8_gemm_slice_floats(probe, shape));
+          tiles = std::max(tiles, dspark::cuda::int8_gemm_tiles(probe, shape));
+        }
       }
       if (!slice_sums.allocate(static_cast<size_t>(floats)).ok() || !tickets.allocate(static_cast<size_t>(tiles)).ok())
         return 1;

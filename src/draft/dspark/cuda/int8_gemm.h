@@ -70,7 +70,8 @@ inline bool int8_gemm_supported(int64_t rows, int64_t k) {
 }
 // The shape a launch takes when `args.shape` leaves it automatic.
 Int8GemmShape int8_gemm_shape(const Int8Gemm& args);
-// Column tiles of a launch of `shape` (the tickets a split launch needs) and its slice_sums floats.
+// Column tiles of a launch of `shape` (the tickets a split launch needs) and its slice_sums floats; `shape` as
+// int8_gemm_shape resolves it (four W tiles become two above 16 rows: twice the tiles).
 int64_t int8_gemm_tiles(const Int8Gemm& args, const Int8GemmShape& shape);
 int64_t int8_gemm_slice_floats(const Int8Gemm& args, const Int8GemmShape& shape);
 // `programmatic`: launched to overlap the previous kernel's tail (its code loads go first; x is read after the wait).

@@ -54,7 +54,7 @@ class DrafterInt8 {
   std::vector<std::unique_ptr<Owned>> owned_;
   std::unordered_map<const bf16_t*, Int8Weights> by_matrix_;
   int64_t bytes_ = 0;
-  int64_t most_rows_ = 0;  // the most W rows of a matrix filed
+  int64_t most_rows_ = 0;  // the most W rows of a matrix filed that the split launches take
   TrackedBuffer<float> split_sums_[2];
   TrackedBuffer<unsigned int> split_tickets_[2];
 };
