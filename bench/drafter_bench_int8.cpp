@@ -87,7 +87,8 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
   const dspark::cuda::Int8GemmShape pins[] = {{1, 4},          {1, 8},          {1, 16},         {2, 4},
                                               {2, 8},          {2, 16},         {4, 4},          {4, 8},
                                               {1, 8, true},    {2, 8, true},    {4, 8, true},    {2, 8, false, 2},
-                                              {4, 8, false, 4}, {4, 4, false, 4}, {4, 8, true, 4}};
+                                              {4, 8, false, 4}, {4, 4, false, 4}, {4, 8, true, 4}, {2, 16, false, 2},
+                                              {0, 0, true}};  // (the last: the automatic shape with x through L1)
   // The device's features are probed now (a probe kernel), not inside the first capture below.
   (void)ls::cuda::cuda_features();
   cudaStream_t stream = nullptr;
