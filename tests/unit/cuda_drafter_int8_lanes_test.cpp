@@ -76,7 +76,7 @@ LanesRun run_lanes(Target& target, Drafter& drafter, const std::vector<Arrival>&
 struct Int8Case {
   int streams;
   bool sampled;
-  bool splits = false;  // set_int8_splits: the narrow matrices' K over CTAs
+  int splits = 0;       // set_int8_splits: the narrow matrices' K over CTAs
   bool x_l1 = false;    // set_int8_x_l1: x through L1 too
 };
 
@@ -114,11 +114,12 @@ TEST_P(CudaInt8DrafterLanes, DraftedRepliesEqualPlainRepliesRunAloneAndDraftsLan
 INSTANTIATE_TEST_SUITE_P(Nano, CudaInt8DrafterLanes,
                          ::testing::Values(Int8Case{1, false}, Int8Case{1, true}, Int8Case{4, false},
                                            Int8Case{4, true}, Int8Case{16, false}, Int8Case{16, true},
-                                           Int8Case{1, false, true}, Int8Case{4, true, true},
-                                           Int8Case{1, false, false, true}, Int8Case{4, false, true, true}),
+                                           Int8Case{1, false, 1}, Int8Case{4, true, 1}, Int8Case{1, false, 2},
+                                           Int8Case{1, false, 0, true}, Int8Case{4, false, 2, true}),
                          [](const ::testing::TestParamInfo<Int8Case>& info) {
                            return std::to_string(info.param.streams) + (info.param.sampled ? "Sampled" : "Greedy") +
-                                  (info.param.splits ? "KSplit" : "") + (info.param.x_l1 ? "XL1" : "");
+                                  (info.param.splits ? "KSplit" + std::to_string(info.param.splits) : "") +
+                                  (info.param.x_l1 ? "XL1" : "");
                          });
 
 // The share of drafts accepted with int8 weights against bf16's on the same greedy arrivals (1 and 4 streams): at
@@ -177,7 +178,7 @@ TEST(CudaInt8Drafter, EveryQuantizedGemmOfAOneRequestPassTakesItsInt8Copy) {
   for (const int int8_rows : {16, 0, 16}) {
     SCOPED_TRACE("int8 rows " + std::to_string(int8_rows));
     drafter.set_int8_rows(int8_rows);
-    drafter.set_int8_splits(!drafter.int8_splits());  // the split launches count the same
+    drafter.set_int8_splits(drafter.int8_splits() == 0 ? 1 : 0);  // the split launches count the same
     const int64_t before = drafter.int8_gemms_enqueued();
     const DraftRequest request = dspark::cuda_test::request_at(1, rows, 17, nano.c.block_size);
     const std::vector<Draft> drafts = drafter.draft(std::span<const DraftRequest>(&request, 1));

@@ -113,7 +113,9 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
   pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
   pin("LS_DRAFTER_ABSORB_IN_PASS", d.absorb_in_pass_);
-  pin("LS_DRAFTER_INT8_SPLIT", d.int8_splits_);
+  if (const char* kind = std::getenv("LS_DRAFTER_INT8_SPLIT"); kind && *kind) {
+    d.int8_splits_ = std::clamp(std::atoi(kind), 0, 2);
+  }
   pin("LS_DRAFTER_INT8_X_L1", d.int8_x_l1_);
   if (const char* rows = std::getenv("LS_DRAFTER_INT8_ROWS"); rows && *rows) {
     d.int8_rows_ = std::max(0, std::atoi(rows));

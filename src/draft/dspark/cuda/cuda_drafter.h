@@ -306,10 +306,10 @@ class CudaDsparkDrafter final : public Drafter {
     set_and_drop_graphs(int8_rows_, rows);
   }
   int int8_rows() const { return int8_rows_; }
-  // The narrow matrices' int8 GEMMs (those int8_gemm_shape gives one W tile a warp: o, down, q/k/v, fc) as
-  // DrafterInt8::kSplit, K over 4 CTAs (LS_DRAFTER_INT8_SPLIT at load; rounds ":ks1").
-  void set_int8_splits(bool on) { set_and_drop_graphs(int8_splits_, on); }
-  bool int8_splits() const { return int8_splits_; }
+  // The narrow matrices' int8 GEMMs (one W tile a warp automatically: o, down, q/k/v, fc) with K over CTAs: 0 off,
+  // 1 or 2 DrafterInt8::kSplits[0 / 1] (LS_DRAFTER_INT8_SPLIT=N at load; rounds ":ksN").
+  void set_int8_splits(int kind) { set_and_drop_graphs(int8_splits_, kind); }
+  int int8_splits() const { return int8_splits_; }
   // Every int8 GEMM's x loads cached in L1 as well (Int8GemmShape::x_l1; LS_DRAFTER_INT8_X_L1, rounds ":xl1").
   void set_int8_x_l1(bool on) { set_and_drop_graphs(int8_x_l1_, on); }
   bool int8_x_l1() const { return int8_x_l1_; }
@@ -474,7 +474,7 @@ class CudaDsparkDrafter final : public Drafter {
   int int8_rows_ = 16;    // set_int8_rows
   bool int8_planted_ = false;
   int64_t int8_gemms_ = 0;
-  bool int8_splits_ = false;
+  int int8_splits_ = 0;
   bool int8_x_l1_ = false;
   // An int8 launch of `args` (its shape: automatic, or the split one on a narrow matrix), counted.
   Status launch_int8(Int8Gemm& args, cudaStream_t stream);

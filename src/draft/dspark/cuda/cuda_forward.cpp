@@ -47,8 +47,8 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
 
 Status CudaDsparkDrafter::launch_int8(Int8Gemm& args, cudaStream_t stream) {
   args.planted_scale = int8_planted_;
-  if (int8_splits_ && int8_.splits_ready() && int8_gemm_shape(args).m_tiles == 1) {
-    args.shape = int8_.split_shape(stream != stream_.get());
+  if (int8_splits_ > 0 && int8_.splits_ready() && int8_gemm_shape(args).m_tiles == 1) {
+    args.shape = int8_.split_shape(int8_splits_, stream != stream_.get());
   }
   args.shape.x_l1 = int8_x_l1_;
   ++int8_gemms_;

@@ -26,17 +26,19 @@ Status DrafterInt8::add(const bf16_t* w, int64_t rows, int64_t cols, const std::
 
 Status DrafterInt8::reserve_splits(InitSteps& steps) {
   if (most_rows_ == 0) return ok_status();
-  // The most any launch of kSplit takes, as int8_gemm resolves it at every x-tile count (two W tiles above 16 rows:
+  // The most any launch of kSplits takes, as int8_gemm resolves it at every x-tile count (two W tiles above 16 rows:
   // twice the tiles). Plain: most_rows_ W rows; SwiGLU's most_rows_ / 2 columns of 8-column tiles are as many.
   int64_t floats = 0, tiles = 0;
-  for (const int rows : {8, 16, kInt8GemmMaxRows}) {
-    Int8Gemm widest;
-    widest.rows = rows;
-    widest.w.rows = most_rows_;
-    widest.shape = kSplit;
-    const Int8GemmShape shape = int8_gemm_shape(widest);
-    floats = std::max(floats, int8_gemm_slice_floats(widest, shape));
-    tiles = std::max(tiles, int8_gemm_tiles(widest, shape));
+  for (const Int8GemmShape& split : kSplits) {
+    for (const int rows : {8, 16, kInt8GemmMaxRows}) {
+      Int8Gemm widest;
+      widest.rows = rows;
+      widest.w.rows = most_rows_;
+      widest.shape = split;
+      const Int8GemmShape shape = int8_gemm_shape(widest);
+      floats = std::max(floats, int8_gemm_slice_floats(widest, shape));
+      tiles = std::max(tiles, int8_gemm_tiles(widest, shape));
+    }
   }
   for (int branch = 0; branch < 2; ++branch) {
     LS_RETURN_IF_ERROR(split_sums_[branch].allocate(static_cast<size_t>(floats), "int8 split sums", steps));

@@ -33,13 +33,14 @@ class DrafterInt8 {
   size_t matrices() const { return by_matrix_.size(); }
   int64_t bytes() const { return bytes_; }
 
-  // The K-split launches' shape for narrow matrices (set_int8_splits): four W tiles a warp, 8 warps, K over 4 CTAs,
-  // with the scratch of the stream that launches it (the pass's, or the absorb branch's: they run at once).
-  static constexpr Int8GemmShape kSplit{4, 8, false, 4};
+  // The K-split launches' shapes for narrow matrices (set_int8_splits 1 and 2): four W tiles a warp, 8 warps, K over
+  // 4 CTAs; two tiles, 16 warps, K over 2. With the scratch of the stream that launches it (the pass's, or the absorb
+  // branch's: they run at once).
+  static constexpr Int8GemmShape kSplits[2] = {{4, 8, false, 4}, {2, 16, false, 2}};
   // Scratch for every matrix filed so far at up to kInt8GemmMaxRows rows, for both streams (after the last add()).
   Status reserve_splits(InitSteps& steps);
-  Int8GemmShape split_shape(bool branch) const {
-    Int8GemmShape shape = kSplit;
+  Int8GemmShape split_shape(int kind, bool branch) const {
+    Int8GemmShape shape = kSplits[kind == 2 ? 1 : 0];
     shape.slice_sums = split_sums_[branch ? 1 : 0].data();
     shape.tickets = split_tickets_[branch ? 1 : 0].data();
     return shape;
