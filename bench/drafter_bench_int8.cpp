@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compute/cuda/cuda_util.h"
+#include "compute/cuda/features.h"
 #include "draft/dspark/cuda/draft_kernels.h"
 #include "draft/dspark/cuda/int8_gemm.h"
 #include "drafter_bench_setup.h"
@@ -86,7 +87,10 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
   const dspark::cuda::Int8GemmShape pins[] = {{1, 4},          {1, 8},          {1, 16},         {2, 4},
                                               {2, 8},          {2, 16},         {4, 4},          {4, 8},
                                               {1, 8, true},    {2, 8, true},    {4, 8, true},    {2, 8, false, 2},
-                                              {4, 8, false, 4}, {4, 4, false, 4}, {4, 8, true, 4}};
+                                              {4, 8, false, 4}, {4, 4, false, 4}, {4, 8, true, 4}, {2, 16, false, 2},
+                                              {0, 0, true}};  // (the last: the automatic shape with x through L1)
+  // The device's features are probed now (a probe kernel), not inside the first capture below.
+  (void)ls::cuda::cuda_features();
   cudaStream_t stream = nullptr;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t cublas = nullptr;
@@ -135,9 +139,12 @@ int run_int8_kernels(const Shape& shape, const std::vector<int>& row_counts, int
     {
       int64_t floats = 1, tiles = 1;
       for (const auto& pin : pins) {
-        dspark::cuda::Int8Gemm probe{nullptr, max_rows, {nullptr, nullptr, m.n, m.k}, nullptr, 0, m.epilogue, pin};
-        floats = std::max(floats, dspark::cuda::int8_gemm_slice_floats(probe, pin));
-        tiles = std::max(tiles, dspark::cuda::int8_gemm_tiles(probe, pin));
+        for (const int rows : row_counts) {  // as int8_gemm resolves the pin at each row count
+          dspark::cuda::Int8Gemm probe{nullptr, rows, {nullptr, nullptr, m.n, m.k}, nullptr, 0, m.epilogue, pin};
+          const dspark::cuda::Int8GemmShape shape = dspark::cuda::int8_gemm_shape(probe);
+          floats = std::max(floats, dspark::cuda::int8_gemm_slice_floats(probe, shape));
+          tiles = std::max(tiles, dspark::cuda::int8_gemm_tiles(probe, shape));
+        }
       }
       if (!slice_sums.allocate(static_cast<size_t>(floats)).ok() || !tickets.allocate(static_cast<size_t>(tiles)).ok())
         return 1;

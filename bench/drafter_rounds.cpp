@@ -147,6 +147,8 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   const bool loaded_one_graph = drafter.one_graph();
   const int loaded_group = drafter.row_group();
   const int loaded_int8_rows = drafter.int8_rows();
+  const int loaded_int8_splits = drafter.int8_splits();
+  const bool loaded_int8_x_l1 = drafter.int8_x_l1();
   const bool loaded_absorb_in_pass = drafter.absorb_in_pass();
   std::map<std::string, Samples> by_setting;
   StreamId next_stream = 5000;
@@ -190,6 +192,14 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
       // own; without --bits 8 there are no int8 copies and nothing changes).
       const size_t int8 = setting.find(":i");
       drafter.set_int8_rows(int8 == std::string::npos ? loaded_int8_rows : std::atoi(setting.c_str() + int8 + 2));
+      // ":ksN" the narrow int8 GEMMs with K split over CTAs (set_int8_splits(N); ":ks0" off).
+      const size_t splits = setting.find(":ks");
+      drafter.set_int8_splits(splits == std::string::npos ? loaded_int8_splits
+                                                          : std::atoi(setting.c_str() + splits + 3));
+      // ":xl1" every int8 GEMM's x through L1 too (set_int8_x_l1; ":xl0" off).
+      drafter.set_int8_x_l1(setting.find(":xl1") != std::string::npos   ? true
+                            : setting.find(":xl0") != std::string::npos ? false
+                                                                        : loaded_int8_x_l1);
       // Sampled requests: ":samp" as lanes_bench's first sampled request (T 0.6), ":topp" T 0.8 with top-p 0.9,
       // ":topk" T 0.7 with top-k 8, ":minp" T 0.9 with min-p 0.05, ":mix" lanes_bench's sampled mix over the streams.
       Sampling sampling;
@@ -281,10 +291,12 @@ int run_drafter_rounds(dspark::cuda::CudaDsparkDrafter& drafter, const RoundOpti
   drafter.set_row_group(loaded_group);
   drafter.set_absorb_in_pass(loaded_absorb_in_pass);
   drafter.set_int8_rows(loaded_int8_rows);
+  drafter.set_int8_splits(loaded_int8_splits);
+  drafter.set_int8_x_l1(loaded_int8_x_l1);
   std::printf("\nrounds: %d streams, context %d + ~5.5 rows a round, depth %d, %d blocks x %d rounds per setting "
               "(interleaved), medians in ms\n",
               options.streams, options.context, options.depth, options.blocks, options.rounds);
-  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:g0/:g1][:rgN][:ap0/:ap1][:iN][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
+  std::printf("| setting (L2 prefetch MiB[:head][:s256][:samp/:topp/:topk/:minp/:mix][:split][:keyed][:staged][:row[s][N]][:bc][:ch][:boN][:partsN][:g0/:g1][:rgN][:ap0/:ap1][:iN][:ksN][:xl0/:xl1][:prof]) | absorb call | draft() after absorb | absorb wait (settled) | draft() alone | "
               "block pass (device) | scan (device) | host + gaps (alone - block - scan) | failed |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& setting : options.settings) {

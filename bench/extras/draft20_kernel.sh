@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# limit: 100
+# limit: 90
 # draft20 (session 20): the CUDA drafter's int8 weights. The new tests (the device quantizer against the CPU rule, the
 # int8 GEMM against an fp64 reference at 1..32 rows with every shape pinned, the refusals, the int8 drafter through
 # the lanes on the nano pair, acceptance int8 vs bf16 with a planted arm), then the kernel bench: every drafter GEMM

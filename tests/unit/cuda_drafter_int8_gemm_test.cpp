@@ -176,8 +176,9 @@ TEST(CudaDrafterInt8, TheInt8GemmMatchesAnFp64ReferenceOfTheSameInt8Math) {
   };
   std::vector<int> every_row;
   for (int r = 1; r <= cuda::kInt8GemmMaxRows; ++r) every_row.push_back(r);
+  // (8200 columns at K 128: more column tiles than CTAs stay resident, so CTAs take several tiles each.)
   const Case cases[] = {{every_row, 80, 1040},     {{1, 9, 16}, 48, 208},  {{5, 17, 32}, 130, 16},
-                        {{9, 16, 24}, 544, 2048}, {{9, 3}, 34, 6144}};
+                        {{9, 16, 24}, 544, 2048}, {{9, 3}, 34, 6144},     {{9, 1, 20}, 8200, 128}};
   for (const Case& shape : cases) {
     const std::vector<bf16> w = random_weights(rng, shape.n, shape.k);
     const Quantized q = quantize(w, shape.n, shape.k);
@@ -323,16 +324,30 @@ TEST(CudaDrafterInt8, TheInt8GemmPicksItsShapeAndRefusesWhatItCannotTake) {
   args.rows = 9;
   args.w = {nullptr, nullptr, 65536, 2048};  // the head
   EXPECT_EQ(cuda::int8_gemm_shape(args).m_tiles, 2);
-  args.w = {nullptr, nullptr, 2048, 6144};  // down
+  EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 8);  // 2048 CTAs: many waves
+  args.w = {nullptr, nullptr, 2048, 6144};  // down: 128 CTAs, one an SM
   EXPECT_EQ(cuda::int8_gemm_shape(args).m_tiles, 1);
   EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 16);
+  if (ls::cuda::device_count() > 0 && ls::cuda::device_count() < 1000) {
+    int sms = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+    if (sms >= 96) {  // (the H200's 132)
+      args.epilogue = cuda::Int8Epilogue::Swiglu;
+      args.w = {nullptr, nullptr, 12288, 2048};  // gate/up: 384 CTAs of two tiles, four an SM
+      EXPECT_EQ(cuda::int8_gemm_shape(args).m_tiles, 2);
+      EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 4);
+      args.epilogue = cuda::Int8Epilogue::Bf16;
+    }
+  }
   args.rows = 32;
   args.w = {nullptr, nullptr, 65536, 2048};
   EXPECT_NE(cuda::int8_gemm_shape(args).warps, 16);  // two W tiles at 32 rows: 8 warps at most
   args.shape = {4, 16};
-  EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 4);  // four W tiles at 32 rows: the partials fit 4 warps only
+  EXPECT_EQ(cuda::int8_gemm_shape(args).m_tiles, 2);  // four W tiles at 32 rows: two (the partials)
+  EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 4);   // two buffers of partials fit 4 warps only
   args.rows = 9;
-  EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 8);
+  EXPECT_EQ(cuda::int8_gemm_shape(args).m_tiles, 4);
+  EXPECT_EQ(cuda::int8_gemm_shape(args).warps, 4);
   args.shape = {};
   EXPECT_TRUE(cuda::int8_gemm_supported(1, 16));
   EXPECT_FALSE(cuda::int8_gemm_supported(cuda::kInt8GemmMaxRows + 1, 2048));

@@ -76,6 +76,8 @@ LanesRun run_lanes(Target& target, Drafter& drafter, const std::vector<Arrival>&
 struct Int8Case {
   int streams;
   bool sampled;
+  int splits = 0;       // set_int8_splits: the narrow matrices' K over CTAs
+  bool x_l1 = false;    // set_int8_x_l1: x through L1 too
 };
 
 class CudaInt8DrafterLanes : public ::testing::TestWithParam<Int8Case> {};
@@ -92,6 +94,8 @@ TEST_P(CudaInt8DrafterLanes, DraftedRepliesEqualPlainRepliesRunAloneAndDraftsLan
   auto& cuda_drafter = dynamic_cast<dspark::cuda::CudaDsparkDrafter&>(*drafter);
   EXPECT_GE(cuda_drafter.int8_weights().matrices(), 7u);  // fc, 4 a layer, the absorb's K/V, the head
   cuda_drafter.set_int8_rows(dspark::cuda::kInt8GemmMaxRows);
+  cuda_drafter.set_int8_splits(GetParam().splits);
+  cuda_drafter.set_int8_x_l1(GetParam().x_l1);
   cuda_drafter.capture_bucket_graphs();
   const std::vector<Arrival> arrivals =
       staggered_arrivals(GetParam().streams, GetParam().sampled, target->facts().vocab_size, 24);
@@ -109,9 +113,13 @@ TEST_P(CudaInt8DrafterLanes, DraftedRepliesEqualPlainRepliesRunAloneAndDraftsLan
 
 INSTANTIATE_TEST_SUITE_P(Nano, CudaInt8DrafterLanes,
                          ::testing::Values(Int8Case{1, false}, Int8Case{1, true}, Int8Case{4, false},
-                                           Int8Case{4, true}, Int8Case{16, false}, Int8Case{16, true}),
+                                           Int8Case{4, true}, Int8Case{16, false}, Int8Case{16, true},
+                                           Int8Case{1, false, 1}, Int8Case{4, true, 1}, Int8Case{1, false, 2},
+                                           Int8Case{1, false, 0, true}, Int8Case{4, false, 2, true}),
                          [](const ::testing::TestParamInfo<Int8Case>& info) {
-                           return std::to_string(info.param.streams) + (info.param.sampled ? "Sampled" : "Greedy");
+                           return std::to_string(info.param.streams) + (info.param.sampled ? "Sampled" : "Greedy") +
+                                  (info.param.splits ? "KSplit" + std::to_string(info.param.splits) : "") +
+                                  (info.param.x_l1 ? "XL1" : "");
                          });
 
 // The share of drafts accepted with int8 weights against bf16's on the same greedy arrivals (1 and 4 streams): at
@@ -167,9 +175,10 @@ TEST(CudaInt8Drafter, EveryQuantizedGemmOfAOneRequestPassTakesItsInt8Copy) {
   ASSERT_TRUE(drafter.absorb(1, 0, rows, taps).ok());
   ASSERT_TRUE(drafter.settle().ok());
   EXPECT_EQ(drafter.int8_gemms_enqueued() - before_absorb, 1);  // fc (the host absorb's per-layer K / V: bf16)
-  for (const int int8_rows : {16, 0}) {
+  for (const int int8_rows : {16, 0, 16}) {
     SCOPED_TRACE("int8 rows " + std::to_string(int8_rows));
     drafter.set_int8_rows(int8_rows);
+    drafter.set_int8_splits(drafter.int8_splits() == 0 ? 1 : 0);  // the split launches count the same
     const int64_t before = drafter.int8_gemms_enqueued();
     const DraftRequest request = dspark::cuda_test::request_at(1, rows, 17, nano.c.block_size);
     const std::vector<Draft> drafts = drafter.draft(std::span<const DraftRequest>(&request, 1));

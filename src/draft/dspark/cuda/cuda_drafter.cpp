@@ -113,6 +113,10 @@ Result<std::unique_ptr<CudaDsparkDrafter>> CudaDsparkDrafter::create(const Dspar
   pin("LS_DRAFTER_SCAN_HELPERS", d.scan_confidence_helpers_);
   pin("LS_DRAFTER_ONE_GRAPH", d.one_graph_);
   pin("LS_DRAFTER_ABSORB_IN_PASS", d.absorb_in_pass_);
+  if (const char* kind = std::getenv("LS_DRAFTER_INT8_SPLIT"); kind && *kind) {
+    d.int8_splits_ = std::clamp(std::atoi(kind), 0, 2);
+  }
+  pin("LS_DRAFTER_INT8_X_L1", d.int8_x_l1_);
   if (const char* rows = std::getenv("LS_DRAFTER_INT8_ROWS"); rows && *rows) {
     d.int8_rows_ = std::max(0, std::atoi(rows));
   }
@@ -223,6 +227,7 @@ Status CudaDsparkDrafter::quantize_weights(InitSteps& steps) {
   LS_RETURN_IF_ERROR(add(w.context_kv_proj, "context kv_proj (every layer)"));
   LS_RETURN_IF_ERROR(int8_.add(embedding_, config_.vocab_size, config_.hidden_size, "head (the target's embedding)",
                                steps, stream));
+  LS_RETURN_IF_ERROR(int8_.reserve_splits(steps));
   LS_CUDA_TRY(cudaStreamSynchronize(stream));
   return ok_status();
 }

@@ -306,6 +306,13 @@ class CudaDsparkDrafter final : public Drafter {
     set_and_drop_graphs(int8_rows_, rows);
   }
   int int8_rows() const { return int8_rows_; }
+  // The narrow matrices' int8 GEMMs (one W tile a warp automatically: o, down, q/k/v, fc) with K over CTAs: 0 off,
+  // 1 or 2 DrafterInt8::kSplits[0 / 1] (LS_DRAFTER_INT8_SPLIT=N at load; rounds ":ksN").
+  void set_int8_splits(int kind) { set_and_drop_graphs(int8_splits_, kind); }
+  int int8_splits() const { return int8_splits_; }
+  // Every int8 GEMM's x loads cached in L1 as well (Int8GemmShape::x_l1; LS_DRAFTER_INT8_X_L1, rounds ":xl1").
+  void set_int8_x_l1(bool on) { set_and_drop_graphs(int8_x_l1_, on); }
+  bool int8_x_l1() const { return int8_x_l1_; }
   const DrafterInt8& int8_weights() const { return int8_; }
   int64_t int8_gemms_enqueued() const { return int8_gemms_; }  // int8_gemm launches enqueued or captured (tests)
   void set_l2_prefetch(int64_t bytes, bool planted_store = false) {
@@ -467,6 +474,10 @@ class CudaDsparkDrafter final : public Drafter {
   int int8_rows_ = 16;    // set_int8_rows
   bool int8_planted_ = false;
   int64_t int8_gemms_ = 0;
+  int int8_splits_ = 0;
+  bool int8_x_l1_ = false;
+  // An int8 launch of `args` (its shape: automatic, or the split one on a narrow matrix), counted.
+  Status launch_int8(Int8Gemm& args, cudaStream_t stream);
   // The int8 copy of w [w_rows, w_cols] when a GEMM of `rows` rows takes it (set_int8_rows), else null.
   const Int8Weights* int8_for(const bf16_t* w, int64_t rows, int64_t w_rows, int64_t w_cols) const {
     return rows <= int8_rows_ && int8_gemm_supported(rows, w_cols) ? int8_.find(w, w_rows, w_cols) : nullptr;

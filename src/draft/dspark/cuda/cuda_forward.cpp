@@ -15,9 +15,7 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
   if (const Int8Weights* codes = int8_for(w, rows, w_rows, w_cols)) {
     const Int8Epilogue epilogue = y_f32 ? Int8Epilogue::F32 : Int8Epilogue::Bf16;
     Int8Gemm args{x, static_cast<int>(rows), *codes, y, ldy, epilogue, {}, false};
-    args.planted_scale = int8_planted_;
-    ++int8_gemms_;
-    return int8_gemm(args, programmatic_, stream);
+    return launch_int8(args, stream);
   }
   if (skinny && (skinny_parts_ & kSkinnyPlain) && !engine_gemms_ &&
       skinny_gemm_supported(rows, w_cols)) {
@@ -47,14 +45,22 @@ Status CudaDsparkDrafter::gemm(const bf16_t* x, int64_t rows, const bf16_t* w, i
       "cublasGemmEx");
 }
 
+Status CudaDsparkDrafter::launch_int8(Int8Gemm& args, cudaStream_t stream) {
+  args.planted_scale = int8_planted_;
+  if (int8_splits_ > 0 && int8_.splits_ready() && int8_gemm_shape(args).m_tiles == 1) {
+    args.shape = int8_.split_shape(int8_splits_, stream != stream_.get());
+  }
+  args.shape.x_l1 = int8_x_l1_;
+  ++int8_gemms_;
+  return int8_gemm(args, programmatic_, stream);
+}
+
 Status CudaDsparkDrafter::gemm_swiglu(const bf16_t* x, int64_t rows, const bf16_t* w, int64_t ff, int64_t d,
                                       bf16_t* stacked, bf16_t* y) {
   if (rows == 0) return ok_status();
   if (const Int8Weights* codes = int8_for(w, rows, 2 * ff, d)) {
     Int8Gemm args{x, static_cast<int>(rows), *codes, y, ff, Int8Epilogue::Swiglu, {}, false};
-    args.planted_scale = int8_planted_;
-    ++int8_gemms_;
-    return int8_gemm(args, programmatic_, stream_.get());
+    return launch_int8(args, stream_.get());
   }
   if ((skinny_parts_ & kSkinnySwiglu) && !engine_gemms_ && skinny_gemm_supported(rows, d)) {
     const SkinnyGemm args{x, static_cast<int>(rows), d, w, 2 * ff, y, ff, SkinnyEpilogue::Swiglu};

@@ -41,7 +41,7 @@ enum class Int8Epilogue { Bf16, F32, Swiglu };
 struct Int8GemmShape {
   int m_tiles = 0;
   int warps = 0;
-  bool x_l1 = false;  // x loads cached in L1 too (8 warps only; a pin for the bench and tests)
+  bool x_l1 = false;  // x loads cached in L1 too: a CTA's x again for each of its column tiles (set_int8_x_l1)
   // K split over k_slices CTAs a column tile (> 1: the scratch below): each CTA's sums go to slice_sums, and the
   // tile's last CTA (a ticket) adds the slices in slice order and runs the epilogue (fixed order: the same bits every
   // run). Scratch: slice_sums [k_slices x tiles x 8 x-tiles x 16 m_tiles] floats (int8_gemm_slice_floats), tickets
@@ -70,7 +70,8 @@ inline bool int8_gemm_supported(int64_t rows, int64_t k) {
 }
 // The shape a launch takes when `args.shape` leaves it automatic.
 Int8GemmShape int8_gemm_shape(const Int8Gemm& args);
-// Column tiles of a launch of `shape` (the tickets a split launch needs) and its slice_sums floats.
+// Column tiles of a launch of `shape` (the tickets a split launch needs) and its slice_sums floats; `shape` as
+// int8_gemm_shape resolves it (four W tiles become two above 16 rows: twice the tiles).
 int64_t int8_gemm_tiles(const Int8Gemm& args, const Int8GemmShape& shape);
 int64_t int8_gemm_slice_floats(const Int8Gemm& args, const Int8GemmShape& shape);
 // `programmatic`: launched to overlap the previous kernel's tail (its code loads go first; x is read after the wait).

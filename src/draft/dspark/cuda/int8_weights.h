@@ -33,6 +33,20 @@ class DrafterInt8 {
   size_t matrices() const { return by_matrix_.size(); }
   int64_t bytes() const { return bytes_; }
 
+  // The K-split launches' shapes for narrow matrices (set_int8_splits 1 and 2): four W tiles a warp, 8 warps, K over
+  // 4 CTAs; two tiles, 16 warps, K over 2. With the scratch of the stream that launches it (the pass's, or the absorb
+  // branch's: they run at once).
+  static constexpr Int8GemmShape kSplits[2] = {{4, 8, false, 4}, {2, 16, false, 2}};
+  // Scratch for every matrix filed so far at up to kInt8GemmMaxRows rows, for both streams (after the last add()).
+  Status reserve_splits(InitSteps& steps);
+  Int8GemmShape split_shape(int kind, bool branch) const {
+    Int8GemmShape shape = kSplits[kind == 2 ? 1 : 0];
+    shape.slice_sums = split_sums_[branch ? 1 : 0].data();
+    shape.tickets = split_tickets_[branch ? 1 : 0].data();
+    return shape;
+  }
+  bool splits_ready() const { return split_tickets_[0].size() > 0; }
+
  private:
   struct Owned {
     TrackedBuffer<uint8_t> codes;
@@ -41,6 +55,9 @@ class DrafterInt8 {
   std::vector<std::unique_ptr<Owned>> owned_;
   std::unordered_map<const bf16_t*, Int8Weights> by_matrix_;
   int64_t bytes_ = 0;
+  int64_t most_rows_ = 0;  // the most W rows of a matrix filed that the split launches take
+  TrackedBuffer<float> split_sums_[2];
+  TrackedBuffer<unsigned int> split_tickets_[2];
 };
 
 }  // namespace ls::dspark::cuda
