@@ -191,7 +191,7 @@ Status Lanes::admit() {
       window.first_drawn_row = stream->committed + rows == prompt_rows ? rows - 1 : rows;
       window.start_position = stream->committed;
       const bool last_chunk = stream->committed + rows == prompt_rows;
-      // (A prefill scout taps only its last chunk, and keeps only its last row.)
+      // (A prefill scout taps only its last chunk, and keeps only its last row: below.)
       window.want_taps = stream->wants_taps || (last_chunk && prefill_scout(stream));
       if (window.want_taps) stats_.tap_rows += prefill_scout(stream) ? 1 : rows;
       windows.push_back(window);
@@ -222,20 +222,14 @@ Status Lanes::admit() {
       }
       const int64_t start = stream.committed;
       stream.committed += rows;
-      if (stream.drafting && windows[index].want_taps && prefill_scout(&stream)) {
+      if (stream.drafting && windows[index].want_taps) {
+        const int skip = prefill_scout(&stream) ? rows - 1 : 0;  // a prefill scout keeps only its last row
         if (device_taps_) {
           tapped.push_back(&stream);
-          tap_rows.push_back({stream.id, start + rows - 1, verified->row_begin[index] + rows - 1, 1});
+          tap_rows.push_back({stream.id, start + skip, verified->row_begin[index] + skip, rows - skip});
         } else {
           const std::span<const float> taps = window_taps(*verified, index, rows);
-          hold_taps(stream, start + rows - 1, 1, taps.subspan(taps.size() - taps.size() / rows));
-        }
-      } else if (stream.drafting && stream.wants_taps) {
-        if (device_taps_) {
-          tapped.push_back(&stream);
-          tap_rows.push_back({stream.id, start, verified->row_begin[index], rows});
-        } else {
-          hold_taps(stream, start, rows, window_taps(*verified, index, rows));
+          hold_taps(stream, start + skip, rows - skip, taps.subspan(taps.size() / rows * skip));
         }
       }
       if (stream.committed == static_cast<int64_t>(stream.request.prompt.size())) {

@@ -5,7 +5,6 @@
 
 #ifdef LS_HAVE_CUDA
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -17,20 +16,13 @@
 #include "lanes/lanes.h"
 #include "lanes/testing/harness.h"
 #include "model/load.h"
+#include "nano_lanes.h"
 
 namespace ls {
 namespace {
 
-const std::string kNanoTarget = std::string(LS_SOURCE_DIR) + "/models/nano/target";
-const std::string kNanoDrafter = std::string(LS_SOURCE_DIR) + "/models/nano/drafter";
-
-bool nano_present() {
-  return std::filesystem::exists(kNanoTarget + "/config.json") &&
-         std::filesystem::exists(kNanoDrafter + "/config.json");
-}
-
 std::unique_ptr<Target> nano_target() {
-  auto loaded = load_target(kNanoTarget, lfm2::cuda_test::cuda_options(128));
+  auto loaded = load_target(nano_target_dir(), lfm2::cuda_test::cuda_options(128));
   EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
   return loaded.ok() ? std::move(loaded).value() : nullptr;
 }
@@ -40,7 +32,7 @@ std::unique_ptr<Drafter> nano_drafter(Target& target, int bits) {
   options.device = Device::Cuda;
   options.max_streams = 16;
   options.bits = bits;
-  auto loaded = load_drafter(kNanoDrafter, target, options);
+  auto loaded = load_drafter(nano_drafter_dir(), target, options);
   EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
   return loaded.ok() ? std::move(loaded).value() : nullptr;
 }
@@ -56,13 +48,8 @@ struct LanesRun {
 
 LanesRun run_lanes(Target& target, Drafter& drafter, const std::vector<Arrival>& arrivals) {
   FixedClock clock;
-  LanesOptions options = sampled_any_streams();
-  options.pricing.always_draft = true;
-  options.scout_prompt_only = false;
-  options.max_streams = 16;
-  options.calibration.repeats = 1;
   LanesRun run;
-  auto lanes = Lanes::create(target, &drafter, options, clock);
+  auto lanes = Lanes::create(target, &drafter, always_drafting_options(), clock);
   EXPECT_TRUE(lanes.ok()) << lanes.status().to_string();
   if (!lanes.ok()) return run;
   auto replies = run_arrivals(**lanes, arrivals);
@@ -86,7 +73,7 @@ class CudaInt8DrafterLanes : public ::testing::TestWithParam<Int8Case> {};
 // 16 streams in the absorbs.
 TEST_P(CudaInt8DrafterLanes, DraftedRepliesEqualPlainRepliesRunAloneAndDraftsLand) {
   LS_SKIP_WITHOUT_DEVICE();
-  if (!nano_present()) GTEST_SKIP() << "no nano pair";
+  if (!nano_pair_present()) GTEST_SKIP() << "no nano pair";
   auto target = nano_target();
   ASSERT_NE(target, nullptr);
   auto drafter = nano_drafter(*target, 8);
@@ -101,12 +88,7 @@ TEST_P(CudaInt8DrafterLanes, DraftedRepliesEqualPlainRepliesRunAloneAndDraftsLan
       staggered_arrivals(GetParam().streams, GetParam().sampled, target->facts().vocab_size, 24);
   const std::vector<Reply> alone = run_each_alone_plain(*target, arrivals);
   const LanesRun run = run_lanes(*target, *drafter, arrivals);
-  ASSERT_EQ(run.replies.size(), alone.size());
-  for (size_t index = 0; index < alone.size(); ++index) {
-    EXPECT_FALSE(alone[index].tokens.empty());
-    EXPECT_EQ(run.replies[index].tokens, alone[index].tokens) << "stream " << index;
-    EXPECT_EQ(run.replies[index].finish, alone[index].finish) << "stream " << index;
-  }
+  expect_replies_equal_alone(run.replies, alone);
   EXPECT_EQ(run.stats.drafter_faults, 0);
   EXPECT_GT(run.stats.drafts_accepted, 0);
 }
@@ -126,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Nano, CudaInt8DrafterLanes,
 // least 0.85 of it; planted (every int8 column on its neighbour's scale) it must fall below that.
 TEST(CudaInt8Drafter, AcceptsAsManyDraftsAsTheBf16Drafter) {
   LS_SKIP_WITHOUT_DEVICE();
-  if (!nano_present()) GTEST_SKIP() << "no nano pair";
+  if (!nano_pair_present()) GTEST_SKIP() << "no nano pair";
   for (const int streams : {1, 4}) {
     SCOPED_TRACE(std::to_string(streams) + " streams");
     double shares[3] = {};  // bf16, int8, int8 planted
@@ -160,7 +142,7 @@ TEST(CudaInt8Drafter, AcceptsAsManyDraftsAsTheBf16Drafter) {
 // o, gate/up + SwiGLU, down) and the head's, none with set_int8_rows(0); a host absorb's fc takes its copy.
 TEST(CudaInt8Drafter, EveryQuantizedGemmOfAOneRequestPassTakesItsInt8Copy) {
   LS_SKIP_WITHOUT_DEVICE();
-  if (!nano_present()) GTEST_SKIP() << "no nano pair";
+  if (!nano_pair_present()) GTEST_SKIP() << "no nano pair";
   dspark::cuda_test::NanoDrafter nano;
   DrafterOptions options = dspark::cuda_test::cuda_options();
   options.bits = 8;

@@ -13,16 +13,21 @@
 
 namespace ls {
 
-inline void expect_drafted_replies_equal_alone(NanoPair& pair, int streams, bool sampled) {
-  const std::vector<Arrival> arrivals = staggered_arrivals(streams, sampled, pair.target->facts().vocab_size, 24);
-  const auto alone = run_each_alone_plain(*pair.target, arrivals);
-  FixedClock clock;
+// The lanes' options of these checks: every round drafting, whole contexts, up to 16 streams.
+inline LanesOptions always_drafting_options() {
   LanesOptions options = sampled_any_streams();
   options.pricing.always_draft = true;
   options.scout_prompt_only = false;
   options.max_streams = 16;
   options.calibration.repeats = 1;
-  auto lanes = Lanes::create(*pair.target, pair.drafter.get(), options, clock);
+  return options;
+}
+
+inline void expect_drafted_replies_equal_alone(NanoPair& pair, int streams, bool sampled) {
+  const std::vector<Arrival> arrivals = staggered_arrivals(streams, sampled, pair.target->facts().vocab_size, 24);
+  const auto alone = run_each_alone_plain(*pair.target, arrivals);
+  FixedClock clock;
+  auto lanes = Lanes::create(*pair.target, pair.drafter.get(), always_drafting_options(), clock);
   ASSERT_TRUE(lanes.ok()) << lanes.status().to_string();
   auto replies = run_arrivals(**lanes, arrivals);
   ASSERT_TRUE(replies.ok()) << replies.status().to_string();

@@ -16,6 +16,7 @@
 
 #include "compute/cuda/cuda_util.h"
 #include "compute/cuda/features.h"
+#include "compute/cuda/gemm_device.cuh"
 #include "draft/dspark/cuda/device_steps.cuh"
 #include "draft/dspark/cuda/int8_gemm.h"
 
@@ -33,15 +34,6 @@ constexpr int kSteps = MT * (1 + NT) <= 2 ? 2 : 1;
 constexpr int min_ctas(int mt, int nt, int warps) { return mt * (1 + nt) <= 6 ? 16 / warps : 1; }
 // The partials' static shared memory: two buffers of WARPS x 8 NT x 16 MT floats within 48 KB.
 constexpr bool partials_fit(int mt, int nt, int warps) { return 2 * warps * 8 * nt * 16 * mt * 4 <= 48 * 1024; }
-
-__device__ __forceinline__ void mma(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint4 load_codes(const uint8_t* address, bool inside) {
   return inside ? __ldg(reinterpret_cast<const uint4*>(address)) : make_uint4(kZeroCodes, kZeroCodes, kZeroCodes,
@@ -225,8 +217,10 @@ __global__ void __launch_bounds__(WARPS * kWarp, min_ctas(MT, NT, WARPS)) int8_g
             const uint4& x1 = loads.x[n8][s][1];
             const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
-            for (int m = 0; m < 4; ++m)
-              mma(acc[i][n8], pa[2 * m], pb[2 * m], pa[2 * m + 1], pb[2 * m + 1], xs[2 * m], xs[2 * m + 1]);
+            for (int m = 0; m < 4; ++m) {
+              const uint32_t a[4] = {pa[2 * m], pb[2 * m], pa[2 * m + 1], pb[2 * m + 1]};
+              ls::cuda::gemm_detail::mma_bf16(acc[i][n8], a, &xs[2 * m]);
+            }
           }
         }
       }
